@@ -1,0 +1,62 @@
+/*
+ * bigfleet/util.h — small helpers used everywhere: clocks, duration
+ * parsing (Go syntax, as the Go original's flags), checked arithmetic.
+ * Pure or reentrant; callable from any process or thread.
+ */
+#ifndef BIGFLEET_UTIL_H
+#define BIGFLEET_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#define BF_NS_PER_SEC 1000000000LL
+#define BF_NS_PER_MS 1000000LL
+
+/* Wall clock, nanoseconds since the Unix epoch (CLOCK_REALTIME). */
+static inline int64_t bf_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * BF_NS_PER_SEC + ts.tv_nsec;
+}
+/* Monotonic clock in nanoseconds (CLOCK_MONOTONIC); for intervals only. */
+static inline int64_t bf_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * BF_NS_PER_SEC + ts.tv_nsec;
+}
+
+/*
+ * Parses a Go duration ("10s", "500ms", "1m30s", "2h", "1.5s", "0") into
+ * nanoseconds. Units: ns us µs ms s m h. Returns 0 or -EINVAL / -ERANGE.
+ */
+int bf_parse_duration(const char *s, int64_t *ns);
+/* Formats nanoseconds as a Go-style duration ("10s", "1m30s", "250ms"). */
+size_t bf_format_duration(int64_t ns, char *buf, size_t n);
+
+/* Overflow-checked size arithmetic for shared-memory layout computations:
+ * return false (and leave *out unspecified) on overflow. */
+static inline bool bf_add_size(size_t a, size_t b, size_t *out)
+{
+    return !__builtin_add_overflow(a, b, out);
+}
+static inline bool bf_mul_size(size_t a, size_t b, size_t *out)
+{
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline size_t bf_align_up(size_t v, size_t a)
+{
+    return (v + a - 1) & ~(a - 1);
+}
+
+/* Reads 8 bytes from the kernel CSPRNG (getrandom); falls back to a clock
+ * mix only if getrandom fails. */
+uint64_t bf_random_u64(void);
+/* 16 lowercase hex characters of a random 64-bit value, NUL-terminated
+ * (the request_id / instruction_id format). */
+void bf_random_hex16(char out[17]);
+
+#endif /* BIGFLEET_UTIL_H */
