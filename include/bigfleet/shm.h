@@ -1,0 +1,325 @@
+/*
+ * bigfleet/shm.h — creating, attaching and using the shared segments whose
+ * layout bigfleet/shm_layout.h fixes (ARCHITECTURE.md §3,
+ * reference/aesthetics.md §2–§3).
+ *
+ * A `struct bf_shm` is a process-local handle holding the four mappings and
+ * typed pointers into them. The supervisor creates the segments
+ * (bf_shm_create) before forking; every child and every inspection tool
+ * attaches by shard id (bf_shm_attach), which validates magic, layout
+ * version, kind and size first. Inspection tools attach read-only
+ * (PROT_READ): every read path here works on a read-only mapping; write
+ * paths must not be called on one.
+ *
+ * Process rules: the handle is not shared between threads without external
+ * locking (the appliance's processes are single-threaded). Functions that
+ * write name the role allowed to call them; the rest are readers usable by
+ * anyone. Waits are bounded: a seqlock read retries at most
+ * BF_SEQLOCK_READ_TRIES times, a seqlock write acquisition and the string
+ * lock give up after their timeouts.
+ *
+ * Errors are negative errno values, listed per function.
+ */
+#ifndef BIGFLEET_SHM_H
+#define BIGFLEET_SHM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bigfleet/model.h"
+#include "bigfleet/shm_layout.h"
+
+#define BF_SEQLOCK_READ_TRIES 256
+#define BF_SEQLOCK_WRITE_TIMEOUT_NS (50LL * 1000 * 1000) /* 50 ms */
+#define BF_STRLOCK_TIMEOUT_NS (200LL * 1000 * 1000)      /* 200 ms */
+
+/* Capacities chosen by flags (--max-machines, --max-needs, --max-clusters). */
+struct bf_shm_caps {
+    uint32_t max_machines; /* default 600000 */
+    uint32_t max_needs;    /* default 65536 (rows per cycle across clusters) */
+    uint32_t max_clusters; /* default 4096 */
+};
+
+struct bf_shm {
+    void *base[BF_SEG_KIND_COUNT];
+    size_t len[BF_SEG_KIND_COUNT];
+    bool readonly;
+    uint32_t pid;  /* this process, stored as seqlock/lock owner */
+    int role;      /* enum bf_role of this process (stats slots) */
+    char shard_id[BF_SHARD_ID_MAX];
+    /* typed views (process-local pointers into the mappings) */
+    struct bf_seg_header *inv_hdr, *needs_hdr, *rings_hdr, *state_hdr;
+    struct bf_inv_meta *inv;
+    _Atomic uint32_t *strhash;
+    uint8_t *arena;
+    struct bf_shm_machine *records;
+    _Atomic uint32_t *idindex;
+    struct bf_changelog *changelog; /* [BF_CHANGELOG_WRITERS] */
+    _Atomic uint8_t *pending_enq;
+    _Atomic uint8_t *pending_done;
+    struct bf_needs_meta *needs;
+    struct bf_shm_cluster *clusters;
+    struct bf_need_row *rows;
+    struct bf_stamp *stamps;
+    _Atomic uint32_t *stamp_observed;
+    struct bf_ring_hdr *ring[BF_RING_COUNT];
+    struct bf_state_main *st;
+    struct bf_verdict_row *verdicts; /* [2][max_needs] */
+    /* copies of header fields */
+    uint32_t max_machines, max_needs, max_clusters, index_mask, changelog_mask, stamp_mask;
+    uint64_t arena_bytes;
+};
+
+/* --------------------------------------------------------------- segments */
+
+/* "/bigfleet.<id>.<kind>" into buf (for shm_open). */
+void bf_shm_name(const char *shard_id, int kind, char *buf, size_t n);
+/* Segment sizes for these capacities, in bytes (for reporting/benchmarks). */
+size_t bf_shm_segment_size(int kind, const struct bf_shm_caps *caps);
+
+/*
+ * Creates (O_EXCL) and initialises the four segments, then maps them
+ * read-write into s. Existing segments of the same id must have been
+ * unlinked first (bf_shm_unlink). [supervisor]
+ * Errors: -EEXIST (segments exist), -EINVAL (bad id or capacities),
+ * -ENOMEM/-ENOSPC (tmpfs full), other -errno from shm_open/ftruncate/mmap.
+ * err (may be NULL) receives a message.
+ */
+int bf_shm_create(struct bf_shm *s, const char *shard_id, const struct bf_shm_caps *caps,
+                  int64_t epoch, uint32_t generation, char *err, size_t errlen);
+/*
+ * Attaches to existing segments; readonly maps PROT_READ (inspection).
+ * Validates each header: magic, kind, layout version (a mismatch names both
+ * versions in err), size, ready flag.
+ * Errors: -ENOENT (no segments for this id), -EPROTO (bad magic/kind/size),
+ * -EPROTONOSUPPORT (layout version mismatch), -EAGAIN (not initialised yet),
+ * other -errno.
+ */
+int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *err,
+                  size_t errlen);
+/* Unmaps (does not unlink). Safe on a zeroed handle. */
+void bf_shm_detach(struct bf_shm *s);
+/* Unlinks all four segment names; returns 0 if at least one existed, else -ENOENT. */
+int bf_shm_unlink(const char *shard_id);
+/* Sets the role used for per-role counters (seqlock retries). */
+void bf_shm_set_role(struct bf_shm *s, int role);
+/* Total bytes mapped across the four segments. */
+size_t bf_shm_total_bytes(const struct bf_shm *s);
+
+/* --------------------------------------------------------------- strings */
+
+/*
+ * Interns bytes (may contain NUL), returning its stable ref (0 for len 0).
+ * Takes the string lock (bounded). [any writer process]
+ * Errors: -ENOSPC (arena or hash full, counted), -ETIMEDOUT (lock busy),
+ * -E2BIG (len > 16 MiB), -EROFS (read-only handle).
+ */
+int bf_str_intern(struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *ref);
+static inline int bf_str_intern_cstr(struct bf_shm *s, const char *str, uint32_t *ref);
+/* Finds an existing entry without inserting. 0 or -ENOENT. Lock-free. */
+int bf_str_find(const struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *ref);
+/* The bytes of ref (NUL-terminated; *len gets the length, may be NULL).
+ * Returns NULL for a ref outside the published arena. The pointer stays
+ * valid while the segment is mapped. Lock-free. */
+const char *bf_str(const struct bf_shm *s, uint32_t ref, uint32_t *len);
+
+/* Registries (dimensions, instance types, zones): index of name, adding it
+ * under the string lock when absent. -ENOSPC when full, -EINVAL for an empty
+ * or too-long name, -ETIMEDOUT. Lookups return -1 when absent. */
+int bf_dim_intern(struct bf_shm *s, const char *name);
+int bf_dim_lookup(const struct bf_shm *s, const char *name);
+void bf_shm_dims(const struct bf_shm *s, struct bf_dims *out);
+int bf_type_intern(struct bf_shm *s, const char *name);
+int bf_zone_intern(struct bf_shm *s, const char *name);
+const char *bf_type_name(const struct bf_shm *s, uint32_t idx);
+const char *bf_zone_name(const struct bf_shm *s, uint32_t idx);
+
+/* --------------------------------------------------------------- inventory */
+
+/*
+ * Consistent copy of a record (seqlock read, bounded retries; retries and
+ * give-ups are counted per role). 0, -EAGAIN (a writer held the record for
+ * the whole retry budget: a live long write, or a dead writer the
+ * supervisor has not repaired yet), -ERANGE (slot >= capacity).
+ * The copy may be an invalid (free) slot: check BF_REC_VALID.
+ */
+int bf_inv_read(const struct bf_shm *s, uint32_t slot, struct bf_machine_rec *out);
+/* Same, also returning the even seq the copy was taken at. */
+int bf_inv_read_seq(const struct bf_shm *s, uint32_t slot, struct bf_machine_rec *out,
+                    uint32_t *seq);
+
+/* Slot of the machine whose id ref is id_ref: 0 or -ENOENT. Lock-free. */
+int bf_inv_lookup(const struct bf_shm *s, uint32_t id_ref, uint32_t *slot);
+/* Same by id string (finds the ref first). */
+int bf_inv_lookup_id(const struct bf_shm *s, const char *id, size_t len, uint32_t *slot);
+
+/* A write transaction on one record (seqlock writer side). */
+struct bf_inv_txn {
+    uint32_t slot;
+    uint32_t seq; /* the odd seq we hold */
+    struct bf_machine_rec old;
+};
+/*
+ * Acquires the record's writer side by CAS (even -> odd, storing our pid),
+ * copying the current payload into t->old. Bounded: spins, then yields,
+ * up to BF_SEQLOCK_WRITE_TIMEOUT_NS. [reconciler | executor | supervisor]
+ * Errors: -EBUSY (another writer held it past the timeout), -ERANGE, -EROFS.
+ */
+int bf_inv_begin(struct bf_shm *s, uint32_t slot, struct bf_inv_txn *t);
+/* Writes rec, appends the slot to change log `cl_writer`
+ * (enum bf_changelog_writer), releases (seq -> even). */
+void bf_inv_commit(struct bf_shm *s, struct bf_inv_txn *t, const struct bf_machine_rec *rec,
+                   int cl_writer);
+/* Releases without changing the payload (seq still advances by 2). */
+void bf_inv_abort(struct bf_shm *s, struct bf_inv_txn *t);
+
+/*
+ * Inserts a new machine (rec->id must be set, rec->flags gets BF_REC_VALID):
+ * allocates a slot (free stack first, then the high-water mark), writes the
+ * record, publishes it in the id index. [reconciler only]
+ * Errors: -EEXIST (*slot set to the existing slot), -ENOSPC (no free slot or
+ * index full), -EINVAL.
+ */
+int bf_inv_insert(struct bf_shm *s, const struct bf_machine_rec *rec, uint32_t *slot);
+/* Removes a machine: tombstones its index entry, clears the record (flags 0),
+ * pushes the slot on the free stack, logs the change. [reconciler only]
+ * Errors: -ENOENT, -EBUSY. */
+int bf_inv_remove(struct bf_shm *s, uint32_t slot);
+/* Slots [0, hwm) may hold machines; iterate them for full scans. */
+static inline uint32_t bf_inv_hwm(const struct bf_shm *s)
+{
+    return atomic_load_explicit(&s->inv->slot_hwm, memory_order_acquire);
+}
+
+/* Supervisor repair after reaping `dead_pid`: every record left odd by it is
+ * made even with BF_REC_NEEDS_REFRESH set (and logged to the supervisor's
+ * change log); a string lock it held is released. Returns the number of
+ * records repaired. [supervisor, only after waitpid() reaped dead_pid] */
+int bf_inv_repair_dead_writer(struct bf_shm *s, uint32_t dead_pid);
+
+/* --------------------------------------------------------------- change log */
+
+/* Appends a slot to a change log (never blocks). [the log's writer] */
+void bf_cl_append(struct bf_shm *s, int cl_writer, uint32_t slot);
+typedef void (*bf_cl_fn)(void *arg, uint32_t slot);
+/*
+ * Drains change log `cl_writer` calling fn per entry (duplicates possible).
+ * Returns the number of entries, or -EOVERFLOW when the producer lapped the
+ * consumer (entries were lost: the caller must rescan every slot; the tail
+ * is reset to the head and the overflow counted). [cycle]
+ */
+int bf_cl_drain(struct bf_shm *s, int cl_writer, bf_cl_fn fn, void *arg);
+
+/* --------------------------------------------------------------- pending */
+
+/* True while an action is in flight on slot (enq != done). Any reader. */
+static inline bool bf_pending(const struct bf_shm *s, uint32_t slot)
+{
+    return atomic_load_explicit(&s->pending_enq[slot], memory_order_acquire) !=
+           atomic_load_explicit(&s->pending_done[slot], memory_order_acquire);
+}
+/* Marks slot in flight; returns the tag to carry in the action. [cycle] */
+static inline uint8_t bf_pending_mark(struct bf_shm *s, uint32_t slot)
+{
+    uint8_t t = (uint8_t)(atomic_load_explicit(&s->pending_enq[slot], memory_order_relaxed) + 1);
+    atomic_store_explicit(&s->pending_enq[slot], t, memory_order_release);
+    return t;
+}
+/* Clears the in-flight mark once the action with `tag` finished. [executor] */
+static inline void bf_pending_done(struct bf_shm *s, uint32_t slot, uint8_t tag)
+{
+    atomic_store_explicit(&s->pending_done[slot], tag, memory_order_release);
+}
+
+/* --------------------------------------------------------------- rings */
+
+/* Pushes one fixed-size message (msg must be slot_size bytes). Never blocks.
+ * 0, or -ENOSPC when full (counted in drops). [the ring's producer] */
+int bf_ring_push(struct bf_shm *s, int ring, const void *msg);
+/* Pops one message into out (slot_size bytes). 0 or -EAGAIN when empty.
+ * [the ring's consumer] */
+int bf_ring_pop(struct bf_shm *s, int ring, void *out);
+/* Bytes ring: pushes one record made of two parts (header + payload; either
+ * may be empty). -ENOSPC when full, -E2BIG when larger than a quarter of the
+ * ring. [producer] */
+int bf_ring_push_bytes(struct bf_shm *s, int ring, const void *a, size_t alen, const void *b,
+                       size_t blen);
+/* Bytes ring: pops one record into buf (cap bytes). 0 with *len set,
+ * -EAGAIN when empty, -EMSGSIZE when cap is too small (*len = needed; the
+ * record stays). [consumer] */
+int bf_ring_pop_bytes(struct bf_shm *s, int ring, void *buf, size_t cap, size_t *len);
+/*
+ * Deferred consumption (fixed rings): read the message at absolute position
+ * pos without consuming it, and release everything before new_cons later.
+ * A consumer that keeps work in flight reads ahead with a private index and
+ * releases only what it finished, so a crash redelivers unfinished entries
+ * to its successor. bf_ring_read_at: 0, -EAGAIN (pos not yet produced),
+ * -ERANGE (pos already released). [consumer]
+ */
+int bf_ring_read_at(struct bf_shm *s, int ring, uint64_t pos, void *out);
+uint64_t bf_ring_cons(const struct bf_shm *s, int ring);
+void bf_ring_release(struct bf_shm *s, int ring, uint64_t new_cons);
+/* Messages (or bytes) waiting. Any reader. */
+uint64_t bf_ring_depth(const struct bf_shm *s, int ring);
+/* Wakes the process of `role` through its eventfd (no-op without one). */
+void bf_wake(const struct bf_shm *s, int role);
+/* Drains this process's wake eventfd (non-blocking). */
+void bf_wake_clear(const struct bf_shm *s, int role);
+
+/* --------------------------------------------------------------- needs */
+
+/* Consistent copy of a cluster row. 0, -EAGAIN, -ERANGE. Any reader. */
+int bf_cluster_read(const struct bf_shm *s, uint32_t idx, struct bf_cluster_rec *out,
+                    uint32_t *seq);
+/* Index of the cluster whose name ref is name_ref, or -1. Any reader. */
+int bf_cluster_find(const struct bf_shm *s, uint32_t name_ref);
+/* Publishes a cluster row (seqlock write). [session] */
+void bf_cluster_write(struct bf_shm *s, uint32_t idx, const struct bf_cluster_rec *rec);
+/*
+ * Copies the cluster's published rows into out (up to max rows): reads the
+ * row under its seqlock, copies rows with atomic word loads, re-checks the
+ * seq. Returns the row count (which may exceed max: call again with a bigger
+ * buffer), -EAGAIN after bounded retries, -ERANGE.
+ */
+int bf_needs_copy(const struct bf_shm *s, uint32_t idx, struct bf_cluster_rec *rec,
+                  struct bf_need_row *out, uint32_t max);
+/* Copies rows [off, off+n) of the arena with relaxed atomic word loads. */
+void bf_needs_copy_rows(const struct bf_shm *s, uint32_t off, uint32_t n,
+                        struct bf_need_row *out);
+
+/* --------------------------------------------------------------- helpers */
+
+/* Relaxed atomic word copy from shared memory (n multiple of 8, 8-aligned). */
+void bf_shm_load_words(void *dst, const void *src, size_t n);
+/* Relaxed atomic word store into shared memory (n multiple of 8, 8-aligned). */
+void bf_shm_store_words(void *dst, const void *src, size_t n);
+
+/* Histogram observation with exp(start, factor, n) buckets: value in
+ * nanoseconds-of-base-unit (e.g. seconds x 1e9). [owning process] */
+void bf_hist_observe(struct bf_hist *h, double start, double factor, int n, int64_t value_ns);
+
+static inline int bf_str_intern_cstr(struct bf_shm *s, const char *str, uint32_t *ref)
+{
+    size_t l = 0;
+    while (str[l])
+        l++;
+    return bf_str_intern(s, str, (uint32_t)l, ref);
+}
+
+/* Converts a record's idle_since to wall seconds (0 when unknown). */
+static inline int64_t bf_rec_idle_since_unix(const struct bf_shm *s,
+                                             const struct bf_machine_rec *r)
+{
+    if (!r->idle_since)
+        return 0;
+    return s->inv_hdr->created_unix_ns / 1000000000LL + (int64_t)r->idle_since - 1;
+}
+static inline uint32_t bf_rec_idle_since_encode(const struct bf_shm *s, int64_t unix_s)
+{
+    int64_t base = s->inv_hdr->created_unix_ns / 1000000000LL;
+    int64_t d = unix_s - base;
+    return d < 0 ? 1u : (uint32_t)(d + 1);
+}
+
+#endif /* BIGFLEET_SHM_H */

@@ -1,0 +1,112 @@
+/*
+ * needs.c — the cluster table (seqlock latches) and the need-row arena.
+ *
+ * Synchronisation:
+ *  - A cluster row is a latch (two payload copies selected by seq & 1). The
+ *    session (sole writer) makes seq odd, writes copy 0, makes seq even,
+ *    writes copy 1. Readers copy `seq & 1`, then re-check seq (the
+ *    acquire/fence recipe of shm_internal.h); they never wait for a writer.
+ *  - Rows are written by the session only into arena extents no published
+ *    cluster points at, and become visible through the cluster publish.
+ *    bf_needs_copy re-checks the cluster's seq after copying rows: an extent
+ *    can only be reused after the cluster that owned it was re-published, so
+ *    a reader racing a reuse always sees its cluster's seq move and retries.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "shm_internal.h"
+
+static int latch_read(const struct bf_shm_cluster *c, struct bf_cluster_rec *out, uint32_t *seq)
+{
+    uint64_t words[BF_CLUSTER_WORDS];
+    for (unsigned t = 0; t < BF_SEQLOCK_READ_TRIES; t++) {
+        uint32_t s0 = atomic_load_explicit(&c->seq, memory_order_acquire);
+        const _Atomic uint64_t *w = c->w[s0 & 1u];
+        for (int i = 0; i < BF_CLUSTER_WORDS; i++)
+            words[i] = atomic_load_explicit(&w[i], memory_order_relaxed);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&c->seq, memory_order_relaxed) == s0) {
+            memcpy(out, words, sizeof *out);
+            if (seq)
+                *seq = s0;
+            return 0;
+        }
+        bf_backoff(t);
+    }
+    return -EAGAIN;
+}
+
+int bf_cluster_read(const struct bf_shm *s, uint32_t idx, struct bf_cluster_rec *out,
+                    uint32_t *seq)
+{
+    if (idx >= s->max_clusters)
+        return -ERANGE;
+    return latch_read(&s->clusters[idx], out, seq);
+}
+
+int bf_cluster_find(const struct bf_shm *s, uint32_t name_ref)
+{
+    uint32_t n = atomic_load_explicit(&s->needs->n_clusters, memory_order_acquire);
+    if (n > s->max_clusters)
+        n = s->max_clusters;
+    for (uint32_t i = 0; i < n; i++) {
+        struct bf_cluster_rec r;
+        if (bf_cluster_read(s, i, &r, NULL) == 0 && r.in_use && r.name_ref == name_ref)
+            return (int)i;
+    }
+    return -1;
+}
+
+void bf_cluster_write(struct bf_shm *s, uint32_t idx, const struct bf_cluster_rec *rec)
+{
+    struct bf_shm_cluster *c = &s->clusters[idx];
+    uint64_t words[BF_CLUSTER_WORDS];
+    memcpy(words, rec, sizeof words);
+    atomic_store_explicit(&c->writer, s->pid, memory_order_relaxed);
+    uint32_t seq = atomic_load_explicit(&c->seq, memory_order_relaxed);
+    if (seq & 1u)
+        seq++; /* a previous writer died mid-write and was not repaired */
+    /* readers move to copy 1 while copy 0 is written */
+    atomic_store_explicit(&c->seq, seq + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    for (int i = 0; i < BF_CLUSTER_WORDS; i++)
+        atomic_store_explicit(&c->w[0][i], words[i], memory_order_relaxed);
+    /* readers move back to copy 0 while copy 1 is written */
+    atomic_store_explicit(&c->seq, seq + 2, memory_order_release);
+    atomic_thread_fence(memory_order_release);
+    for (int i = 0; i < BF_CLUSTER_WORDS; i++)
+        atomic_store_explicit(&c->w[1][i], words[i], memory_order_relaxed);
+    atomic_store_explicit(&c->seq, seq + 4, memory_order_release);
+    atomic_store_explicit(&c->writer, 0, memory_order_release);
+}
+
+void bf_needs_copy_rows(const struct bf_shm *s, uint32_t off, uint32_t n, struct bf_need_row *out)
+{
+    bf_shm_load_words(out, &s->rows[off], (size_t)n * sizeof(struct bf_need_row));
+}
+
+int bf_needs_copy(const struct bf_shm *s, uint32_t idx, struct bf_cluster_rec *rec,
+                  struct bf_need_row *out, uint32_t max)
+{
+    if (idx >= s->max_clusters)
+        return -ERANGE;
+    const struct bf_shm_cluster *c = &s->clusters[idx];
+    for (unsigned t = 0; t < 64; t++) {
+        uint32_t seq;
+        int rc = latch_read(c, rec, &seq);
+        if (rc)
+            return rc;
+        uint32_t n = rec->rows_count;
+        if ((uint64_t)rec->rows_off + n > 2ull * s->max_needs)
+            return -EAGAIN; /* cannot happen for a published row */
+        if (n > max)
+            return (int)n;
+        bf_needs_copy_rows(s, rec->rows_off, n, out);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&c->seq, memory_order_relaxed) == seq)
+            return (int)n;
+        bf_backoff(t);
+    }
+    return -EAGAIN;
+}

@@ -1,0 +1,490 @@
+/*
+ * segment.c — create, attach, validate and unlink the four shared segments.
+ *
+ * Initialisation: the supervisor computes every table's size with
+ * overflow-checked arithmetic (bf_layout_compute), creates each segment with
+ * shm_open(O_EXCL) + ftruncate (zero-filled by tmpfs), maps it, fills the
+ * header and the few non-zero initial values, and finally stores ready = 1
+ * with release. Attachers validate the header before touching anything else.
+ *
+ * Error reporting: negative errno plus a message naming the segment and, for
+ * a layout mismatch, both versions.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bigfleet/util.h"
+#include "shm_internal.h"
+
+static const char *const kind_names[BF_SEG_KIND_COUNT] = {"", "inventory", "needs", "rings",
+                                                          "state"};
+
+const uint8_t bf_ring_kind[BF_RING_COUNT] = {
+    [BF_RING_ACTIONS] = BF_RING_FIXED,    [BF_RING_BOOT_REQ] = BF_RING_FIXED,
+    [BF_RING_BOOT_RESP] = BF_RING_BYTES,  [BF_RING_NODE_EXEC] = BF_RING_FIXED,
+    [BF_RING_NODE_RECON] = BF_RING_FIXED, [BF_RING_RECLAIM] = BF_RING_FIXED,
+    [BF_RING_AC_HINTS] = BF_RING_FIXED};
+const uint8_t bf_ring_producer[BF_RING_COUNT] = {
+    [BF_RING_ACTIONS] = BF_ROLE_CYCLE,       [BF_RING_BOOT_REQ] = BF_ROLE_EXECUTOR,
+    [BF_RING_BOOT_RESP] = BF_ROLE_SESSION,   [BF_RING_NODE_EXEC] = BF_ROLE_EXECUTOR,
+    [BF_RING_NODE_RECON] = BF_ROLE_RECONCILER, [BF_RING_RECLAIM] = BF_ROLE_EXECUTOR,
+    [BF_RING_AC_HINTS] = BF_ROLE_CYCLE};
+const uint8_t bf_ring_consumer[BF_RING_COUNT] = {
+    [BF_RING_ACTIONS] = BF_ROLE_EXECUTOR,  [BF_RING_BOOT_REQ] = BF_ROLE_SESSION,
+    [BF_RING_BOOT_RESP] = BF_ROLE_EXECUTOR, [BF_RING_NODE_EXEC] = BF_ROLE_SESSION,
+    [BF_RING_NODE_RECON] = BF_ROLE_SESSION, [BF_RING_RECLAIM] = BF_ROLE_SESSION,
+    [BF_RING_AC_HINTS] = BF_ROLE_SESSION};
+static const uint32_t ring_slot_size[BF_RING_COUNT] = {
+    [BF_RING_ACTIONS] = sizeof(struct bf_action_msg),
+    [BF_RING_BOOT_REQ] = sizeof(struct bf_boot_req_msg),
+    [BF_RING_BOOT_RESP] = 1,
+    [BF_RING_NODE_EXEC] = sizeof(struct bf_node_event_msg),
+    [BF_RING_NODE_RECON] = sizeof(struct bf_node_event_msg),
+    [BF_RING_RECLAIM] = sizeof(struct bf_reclaim_msg),
+    [BF_RING_AC_HINTS] = sizeof(struct bf_ac_hint_msg)};
+
+static uint64_t pow2_at_least(uint64_t v)
+{
+    uint64_t p = 1;
+    while (p < v)
+        p <<= 1;
+    return p;
+}
+
+struct acc {
+    uint64_t at;
+    bool overflow;
+};
+
+static uint64_t take(struct acc *a, uint64_t len, uint64_t align)
+{
+    size_t at;
+    if (!bf_add_size(a->at, align - 1, &at)) {
+        a->overflow = true;
+        return 0;
+    }
+    at &= ~(align - 1);
+    size_t end;
+    if (!bf_add_size(at, len, &end))
+        a->overflow = true;
+    a->at = end;
+    return at;
+}
+
+static uint64_t mul(struct acc *a, uint64_t x, uint64_t y)
+{
+    size_t r;
+    if (!bf_mul_size(x, y, &r)) {
+        a->overflow = true;
+        return 0;
+    }
+    return r;
+}
+
+int bf_layout_compute(int kind, const struct bf_shm_caps *caps, struct bf_layout *L)
+{
+    memset(L, 0, sizeof *L);
+    if (caps->max_machines == 0 || caps->max_needs == 0 || caps->max_clusters == 0 ||
+        caps->max_machines > (1u << 28) || caps->max_needs > (1u << 26) ||
+        caps->max_clusters > (1u << 20))
+        return -EINVAL;
+    uint64_t m = caps->max_machines;
+    L->index_capacity = (uint32_t)pow2_at_least(m + m / 2 > 65536 ? m + m / 2 : 65536);
+    L->changelog_capacity = (uint32_t)pow2_at_least(m / 2 > 65536 ? m / 2 : 65536);
+    L->stamp_capacity =
+        (uint32_t)pow2_at_least(2ull * caps->max_needs > 1024 ? 2ull * caps->max_needs : 1024);
+    L->arena_bytes = bf_align_up((size_t)(m * 40 + (8u << 20)), 8);
+    struct acc a = {sizeof(struct bf_seg_header), false};
+    switch (kind) {
+    case BF_SEG_INVENTORY:
+        L->len[BF_INV_T_META] = sizeof(struct bf_inv_meta);
+        L->len[BF_INV_T_STRHASH] = mul(&a, L->index_capacity, 4);
+        L->len[BF_INV_T_ARENA] = L->arena_bytes;
+        L->len[BF_INV_T_RECORDS] = mul(&a, m, sizeof(struct bf_shm_machine));
+        L->len[BF_INV_T_IDINDEX] = mul(&a, L->index_capacity, 4);
+        L->len[BF_INV_T_CHANGELOG] =
+            BF_CHANGELOG_WRITERS * sizeof(struct bf_changelog) +
+            mul(&a, BF_CHANGELOG_WRITERS, mul(&a, L->changelog_capacity, 4));
+        L->len[BF_INV_T_PENDING] = sizeof(struct bf_pending_hdr) + 2 * m;
+        for (int t = 0; t <= BF_INV_T_PENDING; t++)
+            L->off[t] = take(&a, L->len[t], t == BF_INV_T_RECORDS ? 4096 : 64);
+        break;
+    case BF_SEG_NEEDS:
+        L->len[BF_NEEDS_T_META] = sizeof(struct bf_needs_meta);
+        L->len[BF_NEEDS_T_CLUSTERS] = mul(&a, caps->max_clusters, sizeof(struct bf_shm_cluster));
+        L->len[BF_NEEDS_T_ROWS] = mul(&a, 2ull * caps->max_needs, sizeof(struct bf_need_row));
+        L->len[BF_NEEDS_T_STAMPS] = mul(&a, L->stamp_capacity, sizeof(struct bf_stamp));
+        L->len[BF_NEEDS_T_OBSERVED] = mul(&a, L->stamp_capacity, 4);
+        for (int t = 0; t <= BF_NEEDS_T_OBSERVED; t++)
+            L->off[t] = take(&a, L->len[t], 64);
+        break;
+    case BF_SEG_RINGS:
+        L->ring_cap[BF_RING_ACTIONS] = 65536;
+        L->ring_cap[BF_RING_BOOT_REQ] = 8192;
+        L->ring_cap[BF_RING_BOOT_RESP] = 32u << 20; /* bytes */
+        L->ring_cap[BF_RING_NODE_EXEC] = 65536;
+        L->ring_cap[BF_RING_NODE_RECON] = pow2_at_least(m / 2 > 65536 ? m / 2 : 65536);
+        L->ring_cap[BF_RING_RECLAIM] = 8192;
+        L->ring_cap[BF_RING_AC_HINTS] = 16384;
+        for (int r = 0; r < BF_RING_COUNT; r++) {
+            L->ring_slot[r] = ring_slot_size[r];
+            L->len[r] = sizeof(struct bf_ring_hdr) + mul(&a, L->ring_cap[r], ring_slot_size[r]);
+            L->off[r] = take(&a, L->len[r], 128);
+        }
+        break;
+    case BF_SEG_STATE:
+        L->len[BF_STATE_T_MAIN] = sizeof(struct bf_state_main);
+        L->len[BF_STATE_T_VERDICTS] = mul(&a, 2ull * caps->max_needs, sizeof(struct bf_verdict_row));
+        L->off[BF_STATE_T_MAIN] = take(&a, L->len[BF_STATE_T_MAIN], 64);
+        L->off[BF_STATE_T_VERDICTS] = take(&a, L->len[BF_STATE_T_VERDICTS], 64);
+        break;
+    default:
+        return -EINVAL;
+    }
+    L->total = bf_align_up(a.at, 4096);
+    return a.overflow ? -EOVERFLOW : 0;
+}
+
+void bf_shm_name(const char *shard_id, int kind, char *buf, size_t n)
+{
+    snprintf(buf, n, "/bigfleet.%s.%s", shard_id,
+             (kind > 0 && kind < BF_SEG_KIND_COUNT) ? kind_names[kind] : "unknown");
+}
+
+size_t bf_shm_segment_size(int kind, const struct bf_shm_caps *caps)
+{
+    struct bf_layout L;
+    if (bf_layout_compute(kind, caps, &L) != 0)
+        return 0;
+    return L.total;
+}
+
+static bool valid_id(const char *id)
+{
+    size_t l = strlen(id);
+    if (l == 0 || l >= BF_SHARD_ID_MAX)
+        return false;
+    for (size_t i = 0; i < l; i++) {
+        char c = id[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.'))
+            return false;
+    }
+    return true;
+}
+
+static void set_err(char *err, size_t n, const char *fmt, const char *a, const char *b)
+{
+    if (err && n)
+        snprintf(err, n, fmt, a, b);
+}
+
+int bf_pid_alive(uint32_t pid)
+{
+    if (pid == 0)
+        return 0;
+    if (kill((pid_t)pid, 0) == 0)
+        return 1;
+    return errno != ESRCH;
+}
+
+static void bind_views(struct bf_shm *s)
+{
+    struct bf_seg_header *h;
+    h = s->inv_hdr = s->base[BF_SEG_INVENTORY];
+    uint8_t *b = (uint8_t *)h;
+    s->inv = (struct bf_inv_meta *)(b + h->table_off[BF_INV_T_META]);
+    s->strhash = (_Atomic uint32_t *)(b + h->table_off[BF_INV_T_STRHASH]);
+    s->arena = b + h->table_off[BF_INV_T_ARENA];
+    s->records = (struct bf_shm_machine *)(b + h->table_off[BF_INV_T_RECORDS]);
+    s->idindex = (_Atomic uint32_t *)(b + h->table_off[BF_INV_T_IDINDEX]);
+    s->changelog = (struct bf_changelog *)(b + h->table_off[BF_INV_T_CHANGELOG]);
+    struct bf_pending_hdr *ph = (struct bf_pending_hdr *)(b + h->table_off[BF_INV_T_PENDING]);
+    s->pending_enq = (_Atomic uint8_t *)(b + ph->enq_off);
+    s->pending_done = (_Atomic uint8_t *)(b + ph->done_off);
+    s->max_machines = h->max_machines;
+    s->max_needs = h->max_needs;
+    s->max_clusters = h->max_clusters;
+    s->index_mask = h->index_capacity - 1;
+    s->changelog_mask = h->changelog_capacity - 1;
+    s->stamp_mask = h->stamp_capacity - 1;
+    s->arena_bytes = h->strings_arena_bytes;
+
+    h = s->needs_hdr = s->base[BF_SEG_NEEDS];
+    b = (uint8_t *)h;
+    s->needs = (struct bf_needs_meta *)(b + h->table_off[BF_NEEDS_T_META]);
+    s->clusters = (struct bf_shm_cluster *)(b + h->table_off[BF_NEEDS_T_CLUSTERS]);
+    s->rows = (struct bf_need_row *)(b + h->table_off[BF_NEEDS_T_ROWS]);
+    s->stamps = (struct bf_stamp *)(b + h->table_off[BF_NEEDS_T_STAMPS]);
+    s->stamp_observed = (_Atomic uint32_t *)(b + h->table_off[BF_NEEDS_T_OBSERVED]);
+
+    h = s->rings_hdr = s->base[BF_SEG_RINGS];
+    b = (uint8_t *)h;
+    for (int r = 0; r < BF_RING_COUNT; r++)
+        s->ring[r] = (struct bf_ring_hdr *)(b + h->table_off[r]);
+
+    h = s->state_hdr = s->base[BF_SEG_STATE];
+    b = (uint8_t *)h;
+    s->st = (struct bf_state_main *)(b + h->table_off[BF_STATE_T_MAIN]);
+    s->verdicts = (struct bf_verdict_row *)(b + h->table_off[BF_STATE_T_VERDICTS]);
+}
+
+static void init_segment(struct bf_shm *s, int kind, const struct bf_layout *L)
+{
+    uint8_t *b = s->base[kind];
+    if (kind == BF_SEG_INVENTORY) {
+        /* ref 0: the empty string entry (len 0, NUL) */
+        struct bf_inv_meta *meta = (struct bf_inv_meta *)(b + L->off[BF_INV_T_META]);
+        atomic_store_explicit(&meta->strtab.arena_used, 16, memory_order_relaxed);
+        /* index 0 of the type and zone registries is "" (unset) */
+        atomic_store_explicit(&meta->n_types, 1, memory_order_relaxed);
+        atomic_store_explicit(&meta->n_zones, 1, memory_order_relaxed);
+        uint8_t *cl = b + L->off[BF_INV_T_CHANGELOG];
+        uint64_t entries = L->off[BF_INV_T_CHANGELOG] +
+                           BF_CHANGELOG_WRITERS * sizeof(struct bf_changelog);
+        for (int w = 0; w < BF_CHANGELOG_WRITERS; w++) {
+            struct bf_changelog *c = (struct bf_changelog *)(cl + w * sizeof(struct bf_changelog));
+            c->entries_off = entries + (uint64_t)w * L->changelog_capacity * 4;
+        }
+        struct bf_pending_hdr *ph = (struct bf_pending_hdr *)(b + L->off[BF_INV_T_PENDING]);
+        ph->enq_off = L->off[BF_INV_T_PENDING] + sizeof(struct bf_pending_hdr);
+        ph->done_off = ph->enq_off + s->max_machines;
+    } else if (kind == BF_SEG_RINGS) {
+        for (int r = 0; r < BF_RING_COUNT; r++) {
+            struct bf_ring_hdr *h = (struct bf_ring_hdr *)(b + L->off[r]);
+            h->kind = bf_ring_kind[r];
+            h->slot_size = L->ring_slot[r];
+            h->capacity = L->ring_cap[r];
+            h->producer = bf_ring_producer[r];
+            h->consumer = bf_ring_consumer[r];
+            h->data_off = L->off[r] + sizeof(struct bf_ring_hdr);
+        }
+    }
+}
+
+int bf_shm_create(struct bf_shm *s, const char *shard_id, const struct bf_shm_caps *caps,
+                  int64_t epoch, uint32_t generation, char *err, size_t errlen)
+{
+    memset(s, 0, sizeof *s);
+    if (!valid_id(shard_id)) {
+        set_err(err, errlen, "invalid shard id %s%s (use [A-Za-z0-9._-], < 64 bytes)", shard_id,
+                "");
+        return -EINVAL;
+    }
+    snprintf(s->shard_id, sizeof s->shard_id, "%s", shard_id);
+    s->pid = (uint32_t)getpid();
+    s->max_machines = caps->max_machines;
+    int64_t now = bf_now_ns();
+    for (int k = 1; k < BF_SEG_KIND_COUNT; k++) {
+        struct bf_layout L;
+        int rc = bf_layout_compute(k, caps, &L);
+        if (rc) {
+            set_err(err, errlen, "invalid capacities for segment %s%s", kind_names[k], "");
+            bf_shm_detach(s);
+            return rc;
+        }
+        char name[128];
+        bf_shm_name(shard_id, k, name, sizeof name);
+        int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0644);
+        if (fd < 0) {
+            rc = -errno;
+            set_err(err, errlen, "shm_open %s: %s", name, strerror(-rc));
+            bf_shm_detach(s);
+            return rc;
+        }
+        if (ftruncate(fd, (off_t)L.total) != 0) {
+            rc = -errno;
+            close(fd);
+            shm_unlink(name);
+            set_err(err, errlen, "ftruncate %s: %s", name, strerror(-rc));
+            bf_shm_detach(s);
+            return rc;
+        }
+        void *p = mmap(NULL, L.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (p == MAP_FAILED) {
+            rc = -errno;
+            shm_unlink(name);
+            set_err(err, errlen, "mmap %s: %s", name, strerror(-rc));
+            bf_shm_detach(s);
+            return rc;
+        }
+        s->base[k] = p;
+        s->len[k] = L.total;
+        struct bf_seg_header *h = p;
+        h->magic = BF_SHM_MAGIC;
+        h->layout_version = BF_SHM_LAYOUT_VERSION;
+        h->kind = (uint32_t)k;
+        h->size = L.total;
+        h->created_unix_ns = now;
+        h->epoch = epoch;
+        h->supervisor_pid = s->pid;
+        h->generation = generation;
+        snprintf(h->shard_id, sizeof h->shard_id, "%s", shard_id);
+        h->max_machines = caps->max_machines;
+        h->max_needs = caps->max_needs;
+        h->max_clusters = caps->max_clusters;
+        h->index_capacity = L.index_capacity;
+        h->strings_arena_bytes = L.arena_bytes;
+        h->changelog_capacity = L.changelog_capacity;
+        h->stamp_capacity = L.stamp_capacity;
+        for (int t = 0; t < BF_SEG_MAX_TABLES; t++) {
+            h->table_off[t] = L.off[t];
+            h->table_len[t] = L.len[t];
+        }
+        init_segment(s, k, &L);
+    }
+    bind_views(s);
+    for (int k = 1; k < BF_SEG_KIND_COUNT; k++)
+        atomic_store_explicit(&((struct bf_seg_header *)s->base[k])->ready, 1,
+                              memory_order_release);
+    return 0;
+}
+
+int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *err,
+                  size_t errlen)
+{
+    memset(s, 0, sizeof *s);
+    s->readonly = readonly;
+    s->pid = (uint32_t)getpid();
+    if (!valid_id(shard_id)) {
+        set_err(err, errlen, "invalid shard id %s%s", shard_id, "");
+        return -EINVAL;
+    }
+    snprintf(s->shard_id, sizeof s->shard_id, "%s", shard_id);
+    for (int k = 1; k < BF_SEG_KIND_COUNT; k++) {
+        char name[128];
+        bf_shm_name(shard_id, k, name, sizeof name);
+        int fd = shm_open(name, readonly ? O_RDONLY : O_RDWR, 0);
+        if (fd < 0) {
+            int rc = -errno;
+            if (rc == -ENOENT)
+                set_err(err, errlen, "no appliance segments for shard id %s (%s missing)",
+                        shard_id, name);
+            else
+                set_err(err, errlen, "shm_open %s: %s", name, strerror(-rc));
+            bf_shm_detach(s);
+            return rc;
+        }
+        struct stat st;
+        if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(struct bf_seg_header)) {
+            close(fd);
+            set_err(err, errlen, "segment %s is truncated%s", name, "");
+            bf_shm_detach(s);
+            return -EPROTO;
+        }
+        void *p = mmap(NULL, (size_t)st.st_size, readonly ? PROT_READ : PROT_READ | PROT_WRITE,
+                       MAP_SHARED, fd, 0);
+        close(fd);
+        if (p == MAP_FAILED) {
+            int rc = -errno;
+            set_err(err, errlen, "mmap %s: %s", name, strerror(-rc));
+            bf_shm_detach(s);
+            return rc;
+        }
+        s->base[k] = p;
+        s->len[k] = (size_t)st.st_size;
+        const struct bf_seg_header *h = p;
+        if (h->magic != BF_SHM_MAGIC || h->kind != (uint32_t)k) {
+            set_err(err, errlen, "segment %s: bad magic or kind%s (not a bigfleet segment)",
+                    name, "");
+            bf_shm_detach(s);
+            return -EPROTO;
+        }
+        if (h->layout_version != BF_SHM_LAYOUT_VERSION) {
+            if (err && errlen)
+                snprintf(err, errlen,
+                         "segment %s has layout version %u but this binary expects version %u",
+                         name, h->layout_version, BF_SHM_LAYOUT_VERSION);
+            bf_shm_detach(s);
+            return -EPROTONOSUPPORT;
+        }
+        if (h->size != (uint64_t)st.st_size) {
+            set_err(err, errlen, "segment %s: size mismatch%s", name, "");
+            bf_shm_detach(s);
+            return -EPROTO;
+        }
+        if (atomic_load_explicit(&((struct bf_seg_header *)p)->ready, memory_order_acquire) != 1) {
+            set_err(err, errlen, "segment %s is not initialised yet%s", name, "");
+            bf_shm_detach(s);
+            return -EAGAIN;
+        }
+    }
+    bind_views(s);
+    return 0;
+}
+
+void bf_shm_detach(struct bf_shm *s)
+{
+    for (int k = 1; k < BF_SEG_KIND_COUNT; k++) {
+        if (s->base[k])
+            munmap(s->base[k], s->len[k]);
+        s->base[k] = NULL;
+        s->len[k] = 0;
+    }
+}
+
+int bf_shm_unlink(const char *shard_id)
+{
+    int found = 0;
+    for (int k = 1; k < BF_SEG_KIND_COUNT; k++) {
+        char name[128];
+        bf_shm_name(shard_id, k, name, sizeof name);
+        if (shm_unlink(name) == 0)
+            found++;
+    }
+    return found ? 0 : -ENOENT;
+}
+
+void bf_shm_set_role(struct bf_shm *s, int role)
+{
+    s->role = (role >= 0 && role < BF_ROLE_COUNT) ? role : 0;
+}
+
+size_t bf_shm_total_bytes(const struct bf_shm *s)
+{
+    size_t t = 0;
+    for (int k = 1; k < BF_SEG_KIND_COUNT; k++)
+        t += s->len[k];
+    return t;
+}
+
+void bf_shm_load_words(void *dst, const void *src, size_t n)
+{
+    const _Atomic uint64_t *a = src;
+    uint64_t *d = dst;
+    for (size_t i = 0; i < n / 8; i++)
+        d[i] = atomic_load_explicit(&a[i], memory_order_relaxed);
+}
+
+void bf_shm_store_words(void *dst, const void *src, size_t n)
+{
+    _Atomic uint64_t *a = dst;
+    const uint64_t *d = src;
+    for (size_t i = 0; i < n / 8; i++)
+        atomic_store_explicit(&a[i], d[i], memory_order_relaxed);
+}
+
+void bf_hist_observe(struct bf_hist *h, double start, double factor, int n, int64_t value_ns)
+{
+    double v = (double)value_ns / 1e9;
+    double bound = start;
+    int b = 0;
+    if (n > BF_HIST_MAX_BUCKETS - 1)
+        n = BF_HIST_MAX_BUCKETS - 1;
+    while (b < n && v > bound) {
+        bound *= factor;
+        b++;
+    }
+    /* bucket b in [0, n]: b == n means above the last bound (+Inf) */
+    atomic_fetch_add_explicit(&h->bucket[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->sum_ns, (uint64_t)(value_ns > 0 ? value_ns : 0),
+                              memory_order_relaxed);
+}

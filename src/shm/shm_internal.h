@@ -1,0 +1,107 @@
+/*
+ * shm_internal.h — private helpers of src/shm: memory-ordering primitives and
+ * the seqlock recipes (reference/aesthetics.md §2.2). This is the only place
+ * in the shm module where orderings are spelled out; each barrier names its
+ * partner.
+ */
+#ifndef BF_SHM_INTERNAL_H
+#define BF_SHM_INTERNAL_H
+
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "bigfleet/shm.h"
+
+static inline void bf_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    atomic_signal_fence(memory_order_seq_cst);
+#endif
+}
+
+/* Backoff for bounded waits: spin first, then yield the CPU. */
+static inline void bf_backoff(unsigned attempt)
+{
+    if (attempt < 32)
+        bf_cpu_relax();
+    else
+        sched_yield();
+}
+
+/*
+ * Seqlock read of n payload words.
+ *   R1: acquire load of seq pairs with the writer's release store of the even
+ *       seq (W3): seeing it makes every payload store before W3 visible.
+ *   R2: acquire fence after the relaxed payload loads pairs with the writer's
+ *       release fence after its odd store (W1): if any load saw a store of an
+ *       in-progress write, the re-load of seq sees the odd value (or later).
+ * Returns 0, or -EAGAIN after `tries` attempts; *retries counts failed tries.
+ */
+static inline int bf_seq_read(const _Atomic uint32_t *seq, const _Atomic uint64_t *w, int n,
+                              uint64_t *out, unsigned tries, uint32_t *seq_out,
+                              uint64_t *retries)
+{
+    for (unsigned t = 0; t < tries; t++) {
+        uint32_t s0 = atomic_load_explicit(seq, memory_order_acquire); /* R1 */
+        if (s0 & 1u) {
+            (*retries)++;
+            bf_backoff(t);
+            continue;
+        }
+        for (int i = 0; i < n; i++)
+            out[i] = atomic_load_explicit(&w[i], memory_order_relaxed);
+        atomic_thread_fence(memory_order_acquire); /* R2 */
+        if (atomic_load_explicit(seq, memory_order_relaxed) == s0) {
+            if (seq_out)
+                *seq_out = s0;
+            return 0;
+        }
+        (*retries)++;
+    }
+    return -EAGAIN;
+}
+
+/* Writer side after acquiring ownership: seq -> odd, then
+ *   W1: release fence (pairs with R2) before any payload store. */
+static inline uint32_t bf_seq_write_begin(_Atomic uint32_t *seq)
+{
+    uint32_t s = atomic_load_explicit(seq, memory_order_relaxed);
+    atomic_store_explicit(seq, s + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release); /* W1 */
+    return s + 1;
+}
+
+/* W3: release store of the even seq (pairs with R1). */
+static inline void bf_seq_write_end(_Atomic uint32_t *seq, uint32_t odd)
+{
+    atomic_store_explicit(seq, odd + 1, memory_order_release); /* W3 */
+}
+
+static inline void bf_store_payload(_Atomic uint64_t *w, const uint64_t *in, int n)
+{
+    for (int i = 0; i < n; i++)
+        atomic_store_explicit(&w[i], in[i], memory_order_relaxed);
+}
+
+/* Is the process alive? (kill(pid, 0) != ESRCH) */
+int bf_pid_alive(uint32_t pid);
+
+/* Layout of one segment: offsets/lengths of its tables and total size. */
+struct bf_layout {
+    uint64_t off[BF_SEG_MAX_TABLES];
+    uint64_t len[BF_SEG_MAX_TABLES];
+    uint64_t total;
+    uint32_t index_capacity, changelog_capacity, stamp_capacity;
+    uint64_t arena_bytes;
+    uint64_t ring_cap[BF_RING_COUNT];
+    uint32_t ring_slot[BF_RING_COUNT];
+};
+int bf_layout_compute(int kind, const struct bf_shm_caps *caps, struct bf_layout *L);
+extern const uint8_t bf_ring_kind[BF_RING_COUNT];
+extern const uint8_t bf_ring_producer[BF_RING_COUNT];
+extern const uint8_t bf_ring_consumer[BF_RING_COUNT];
+
+#endif

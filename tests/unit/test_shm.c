@@ -1,0 +1,524 @@
+/*
+ * test_shm.c — the shared segments: create/attach/validate, seqlock under a
+ * forked writer (no torn read), a writer killed mid-write and repaired, ring
+ * wrap/full/empty and redelivery after a consumer restart, change-log
+ * overflow signalling, the id index, the string table (dedup, NUL bytes, a
+ * dead lock owner), cluster latches.
+ */
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bigfleet/shm.h"
+
+static char g_id[64];
+static struct bf_shm g_s;
+
+static void setup(void)
+{
+    snprintf(g_id, sizeof g_id, "test-shm-%d", (int)getpid());
+    bf_shm_unlink(g_id);
+    struct bf_shm_caps caps = {.max_machines = 4096, .max_needs = 1024, .max_clusters = 64};
+    char err[256];
+    int rc = bf_shm_create(&g_s, g_id, &caps, 7, 0, err, sizeof err);
+    ck_assert_msg(rc == 0, "create: %s", err);
+}
+
+static void teardown(void)
+{
+    bf_shm_detach(&g_s);
+    bf_shm_unlink(g_id);
+}
+
+static uint32_t intern(const char *s)
+{
+    uint32_t r;
+    ck_assert_int_eq(bf_str_intern_cstr(&g_s, s, &r), 0);
+    return r;
+}
+
+START_TEST(attach_validates_header_and_names_both_versions_on_mismatch)
+{
+    struct bf_shm ro;
+    char err[256];
+    ck_assert_int_eq(bf_shm_attach(&ro, g_id, true, err, sizeof err), 0);
+    ck_assert_int_eq(ro.inv_hdr->epoch, 7);
+    ck_assert_uint_eq(ro.max_machines, 4096);
+    ck_assert_str_eq(ro.inv_hdr->shard_id, g_id);
+    bf_shm_detach(&ro);
+    /* bump the version in the live mapping: attach must refuse, naming both */
+    g_s.needs_hdr->layout_version = BF_SHM_LAYOUT_VERSION + 41;
+    int rc = bf_shm_attach(&ro, g_id, true, err, sizeof err);
+    ck_assert_int_eq(rc, -EPROTONOSUPPORT);
+    char want[64];
+    snprintf(want, sizeof want, "version %u", BF_SHM_LAYOUT_VERSION + 41);
+    ck_assert_ptr_nonnull(strstr(err, want));
+    snprintf(want, sizeof want, "expects version %u", BF_SHM_LAYOUT_VERSION);
+    ck_assert_ptr_nonnull(strstr(err, want));
+    g_s.needs_hdr->layout_version = BF_SHM_LAYOUT_VERSION;
+    g_s.rings_hdr->magic = 0x1234;
+    ck_assert_int_eq(bf_shm_attach(&ro, g_id, true, err, sizeof err), -EPROTO);
+    g_s.rings_hdr->magic = BF_SHM_MAGIC;
+    ck_assert_int_eq(bf_shm_attach(&ro, "no-such-shard-xyz", true, err, sizeof err), -ENOENT);
+    ck_assert_ptr_nonnull(strstr(err, "no-such-shard-xyz"));
+    /* creating over live segments is refused */
+    struct bf_shm dup;
+    struct bf_shm_caps caps = {.max_machines = 16, .max_needs = 16, .max_clusters = 4};
+    ck_assert_int_eq(bf_shm_create(&dup, g_id, &caps, 1, 0, err, sizeof err), -EEXIST);
+}
+END_TEST
+
+START_TEST(string_table_dedups_and_keeps_embedded_nul)
+{
+    uint32_t a = intern("openb-node-0001"), b = intern("openb-node-0001"), c = intern("x");
+    ck_assert_uint_eq(a, b);
+    ck_assert_uint_ne(a, c);
+    ck_assert_uint_eq(intern(""), 0);
+    const char grp[] = "topology.bigfleet/rack\0gang-7";
+    uint32_t g, g2, len;
+    ck_assert_int_eq(bf_str_intern(&g_s, grp, sizeof grp - 1, &g), 0);
+    ck_assert_int_eq(bf_str_find(&g_s, grp, sizeof grp - 1, &g2), 0);
+    ck_assert_uint_eq(g, g2);
+    const char *p = bf_str(&g_s, g, &len);
+    ck_assert_uint_eq(len, sizeof grp - 1);
+    ck_assert_int_eq(memcmp(p, grp, len), 0);
+    /* a prefix up to the NUL is a different string */
+    ck_assert_int_eq(bf_str_find(&g_s, grp, 22, &g2), -ENOENT);
+    ck_assert_ptr_null(bf_str(&g_s, 0x7fffffff, &len));
+}
+END_TEST
+
+START_TEST(string_lock_held_by_a_dead_process_is_stolen)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct bf_shm c;
+        if (bf_shm_attach(&c, g_id, false, NULL, 0) != 0)
+            _exit(3);
+        /* take the lock and die holding it */
+        uint32_t zero = 0;
+        atomic_compare_exchange_strong(&c.inv->strtab.lock_owner, &zero, (uint32_t)getpid());
+        raise(SIGKILL);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    ck_assert(WIFSIGNALED(st));
+    ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.lock_owner), (uint32_t)pid);
+    uint32_t r;
+    ck_assert_int_eq(bf_str_intern_cstr(&g_s, "after-steal", &r), 0);
+    ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.lock_steals), 1);
+    ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.lock_owner), 0);
+}
+END_TEST
+
+static struct bf_machine_rec mk(uint32_t id, uint8_t state)
+{
+    struct bf_machine_rec r;
+    memset(&r, 0, sizeof r);
+    r.id = id;
+    r.state = state;
+    r.price_per_hour = 1.5f;
+    return r;
+}
+
+START_TEST(id_index_inserts_looks_up_removes_and_reuses_slots)
+{
+    uint32_t slots[500];
+    char buf[32];
+    for (int i = 0; i < 500; i++) {
+        snprintf(buf, sizeof buf, "m-%04d", i);
+        struct bf_machine_rec r = mk(intern(buf), BF_STATE_IDLE);
+        ck_assert_int_eq(bf_inv_insert(&g_s, &r, &slots[i]), 0);
+    }
+    ck_assert_uint_eq(atomic_load(&g_s.inv->n_machines), 500);
+    for (int i = 0; i < 500; i++) {
+        snprintf(buf, sizeof buf, "m-%04d", i);
+        uint32_t sl;
+        ck_assert_int_eq(bf_inv_lookup_id(&g_s, buf, strlen(buf), &sl), 0);
+        ck_assert_uint_eq(sl, slots[i]);
+    }
+    struct bf_machine_rec dup = mk(intern("m-0007"), BF_STATE_IDLE);
+    uint32_t ex;
+    ck_assert_int_eq(bf_inv_insert(&g_s, &dup, &ex), -EEXIST);
+    ck_assert_uint_eq(ex, slots[7]);
+    for (int i = 0; i < 500; i += 2)
+        ck_assert_int_eq(bf_inv_remove(&g_s, slots[i]), 0);
+    ck_assert_int_eq(bf_inv_remove(&g_s, slots[0]), -ENOENT);
+    for (int i = 0; i < 500; i++) {
+        snprintf(buf, sizeof buf, "m-%04d", i);
+        uint32_t sl;
+        ck_assert_int_eq(bf_inv_lookup_id(&g_s, buf, strlen(buf), &sl), (i % 2) ? 0 : -ENOENT);
+    }
+    uint32_t hwm = bf_inv_hwm(&g_s);
+    /* re-inserting reuses freed slots before growing the high-water mark */
+    for (int i = 0; i < 250; i++) {
+        snprintf(buf, sizeof buf, "n-%04d", i);
+        struct bf_machine_rec r = mk(intern(buf), BF_STATE_SPECULATIVE);
+        uint32_t sl;
+        ck_assert_int_eq(bf_inv_insert(&g_s, &r, &sl), 0);
+        ck_assert_uint_lt(sl, hwm);
+    }
+    ck_assert_uint_eq(bf_inv_hwm(&g_s), hwm);
+    /* the records carry what was written */
+    struct bf_machine_rec got;
+    ck_assert_int_eq(bf_inv_read(&g_s, slots[1], &got), 0);
+    ck_assert_uint_eq(got.state, BF_STATE_IDLE);
+    ck_assert(got.flags & BF_REC_VALID);
+    ck_assert(got.price_per_hour == 1.5f);
+}
+END_TEST
+
+START_TEST(inventory_full_reports_enospc)
+{
+    char buf[32];
+    int rc = 0, n = 0;
+    for (; n < 5000 && rc == 0; n++) {
+        snprintf(buf, sizeof buf, "f-%05d", n);
+        struct bf_machine_rec r = mk(intern(buf), BF_STATE_IDLE);
+        uint32_t sl;
+        rc = bf_inv_insert(&g_s, &r, &sl);
+    }
+    ck_assert_int_eq(rc, -ENOSPC);
+    ck_assert_int_eq(n - 1, 4096);
+}
+END_TEST
+
+/* every payload word carries the same value k: a torn read shows mixed values */
+static struct bf_machine_rec uniform(uint32_t k)
+{
+    struct bf_machine_rec r;
+    uint32_t *w = (uint32_t *)&r;
+    for (size_t i = 0; i < sizeof r / 4; i++)
+        w[i] = k;
+    return r;
+}
+
+static bool is_uniform(const struct bf_machine_rec *r)
+{
+    const uint32_t *w = (const uint32_t *)r;
+    for (size_t i = 1; i < sizeof *r / 4; i++)
+        if (w[i] != w[0])
+            return false;
+    return true;
+}
+
+START_TEST(seqlock_forked_writer_never_yields_a_torn_read)
+{
+    struct bf_machine_rec r0 = mk(intern("torn-test"), BF_STATE_IDLE);
+    uint32_t slot;
+    ck_assert_int_eq(bf_inv_insert(&g_s, &r0, &slot), 0);
+    pid_t w = fork();
+    if (w == 0) {
+        struct bf_shm c;
+        if (bf_shm_attach(&c, g_id, false, NULL, 0) != 0)
+            _exit(3);
+        for (uint32_t k = 1; k < 400000; k++) {
+            struct bf_inv_txn t;
+            if (bf_inv_begin(&c, slot, &t) != 0)
+                _exit(4);
+            struct bf_machine_rec r = uniform(k);
+            bf_inv_commit(&c, &t, &r, -1);
+        }
+        _exit(0);
+    }
+    /* two readers: this process and a forked one */
+    pid_t rd = fork();
+    long torn = 0, ok = 0, busy = 0;
+    for (int i = 0; i < 300000; i++) {
+        struct bf_machine_rec r;
+        int rc = bf_inv_read(&g_s, slot, &r);
+        if (rc == -EAGAIN) {
+            busy++;
+            continue;
+        }
+        if (rc == 0 && !is_uniform(&r) && r.id != r0.id)
+            torn++;
+        else
+            ok++;
+    }
+    if (rd == 0)
+        _exit(torn ? 1 : 0);
+    int st;
+    waitpid(rd, &st, 0);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "forked reader saw a torn record");
+    waitpid(w, &st, 0);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    ck_assert_int_eq(torn, 0);
+    ck_assert_int_gt(ok, 1000);
+}
+END_TEST
+
+START_TEST(writer_killed_mid_write_is_repaired_and_marked_for_refresh)
+{
+    struct bf_machine_rec r0 = mk(intern("victim"), BF_STATE_CONFIGURED);
+    r0.cluster = intern("cluster-a");
+    uint32_t slot;
+    ck_assert_int_eq(bf_inv_insert(&g_s, &r0, &slot), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct bf_shm c;
+        if (bf_shm_attach(&c, g_id, false, NULL, 0) != 0)
+            _exit(3);
+        struct bf_inv_txn t;
+        if (bf_inv_begin(&c, slot, &t) != 0)
+            _exit(4);
+        /* half a payload, then die */
+        atomic_store(&c.records[slot].w[3], 0xdeadbeefdeadbeefull);
+        raise(SIGKILL);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    ck_assert(WIFSIGNALED(st));
+    struct bf_machine_rec r;
+    ck_assert_int_eq(bf_inv_read(&g_s, slot, &r), -EAGAIN); /* bounded, not a hang */
+    ck_assert_int_eq(bf_inv_repair_dead_writer(&g_s, (uint32_t)pid), 1);
+    ck_assert_int_eq(bf_inv_read(&g_s, slot, &r), 0);
+    ck_assert(r.flags & BF_REC_NEEDS_REFRESH);
+    ck_assert(r.flags & BF_REC_VALID);
+    ck_assert_uint_eq(r.id, r0.id); /* untouched words survive */
+    ck_assert_uint_eq(atomic_load(&g_s.records[slot].seq) & 1, 0);
+    ck_assert_uint_eq(atomic_load(&g_s.records[slot].writer), 0);
+    /* the repair is visible to the change-log consumer */
+    ck_assert_uint_ge(atomic_load(&g_s.changelog[BF_CL_SUPERVISOR].head), 1);
+    /* and the record can be written again */
+    struct bf_inv_txn t;
+    ck_assert_int_eq(bf_inv_begin(&g_s, slot, &t), 0);
+    bf_inv_commit(&g_s, &t, &r0, BF_CL_RECONCILER);
+    /* a clean repair of an innocent pid changes nothing */
+    ck_assert_int_eq(bf_inv_repair_dead_writer(&g_s, 999999), 0);
+}
+END_TEST
+
+static void count_cb(void *arg, uint32_t slot)
+{
+    (void)slot;
+    (*(int *)arg)++;
+}
+
+START_TEST(changelog_overflow_is_signalled_then_recovers)
+{
+    uint64_t cap = (uint64_t)g_s.changelog_mask + 1;
+    int n = 0;
+    for (uint32_t i = 0; i < 10; i++)
+        bf_cl_append(&g_s, BF_CL_EXECUTOR, i);
+    ck_assert_int_eq(bf_cl_drain(&g_s, BF_CL_EXECUTOR, count_cb, &n), 10);
+    ck_assert_int_eq(n, 10);
+    for (uint64_t i = 0; i < cap + 5; i++)
+        bf_cl_append(&g_s, BF_CL_EXECUTOR, (uint32_t)(i % 4096));
+    n = 0;
+    ck_assert_int_eq(bf_cl_drain(&g_s, BF_CL_EXECUTOR, count_cb, &n), -EOVERFLOW);
+    ck_assert_uint_eq(atomic_load(&g_s.changelog[BF_CL_EXECUTOR].overflows), 1);
+    bf_cl_append(&g_s, BF_CL_EXECUTOR, 3);
+    n = 0;
+    ck_assert_int_eq(bf_cl_drain(&g_s, BF_CL_EXECUTOR, count_cb, &n), 1);
+    ck_assert_int_eq(bf_cl_drain(&g_s, BF_CL_EXECUTOR, count_cb, &n), 0);
+}
+END_TEST
+
+START_TEST(ring_wraps_reports_full_and_empty_in_order)
+{
+    struct bf_action_msg m, out;
+    memset(&m, 0, sizeof m);
+    uint64_t cap = g_s.ring[BF_RING_ACTIONS]->capacity;
+    ck_assert_int_eq(bf_ring_pop(&g_s, BF_RING_ACTIONS, &out), -EAGAIN);
+    uint64_t next_out = 0, next_in = 0;
+    /* fill, verify full, then stream 3 capacities through with wrap */
+    for (; next_in < cap; next_in++) {
+        m.serial = next_in;
+        ck_assert_int_eq(bf_ring_push(&g_s, BF_RING_ACTIONS, &m), 0);
+    }
+    m.serial = 12345;
+    ck_assert_int_eq(bf_ring_push(&g_s, BF_RING_ACTIONS, &m), -ENOSPC);
+    ck_assert_uint_eq(atomic_load(&g_s.ring[BF_RING_ACTIONS]->drops), 1);
+    ck_assert_uint_eq(bf_ring_depth(&g_s, BF_RING_ACTIONS), cap);
+    while (next_out < 3 * cap) {
+        ck_assert_int_eq(bf_ring_pop(&g_s, BF_RING_ACTIONS, &out), 0);
+        ck_assert_uint_eq(out.serial, next_out++);
+        if (next_in < 3 * cap) {
+            m.serial = next_in++;
+            ck_assert_int_eq(bf_ring_push(&g_s, BF_RING_ACTIONS, &m), 0);
+        }
+    }
+    ck_assert_int_eq(bf_ring_pop(&g_s, BF_RING_ACTIONS, &out), -EAGAIN);
+    ck_assert_uint_eq(bf_ring_depth(&g_s, BF_RING_ACTIONS), 0);
+}
+END_TEST
+
+START_TEST(ring_redelivers_unreleased_entries_after_consumer_restart)
+{
+    struct bf_action_msg m;
+    memset(&m, 0, sizeof m);
+    for (uint64_t i = 0; i < 10; i++) {
+        m.serial = 100 + i;
+        ck_assert_int_eq(bf_ring_push(&g_s, BF_RING_ACTIONS, &m), 0);
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* consumer reads ahead, releases only the first 4, then crashes */
+        struct bf_shm c;
+        if (bf_shm_attach(&c, g_id, false, NULL, 0) != 0)
+            _exit(3);
+        struct bf_action_msg o;
+        uint64_t base = bf_ring_cons(&c, BF_RING_ACTIONS);
+        for (uint64_t p = base; p < base + 10; p++)
+            if (bf_ring_read_at(&c, BF_RING_ACTIONS, p, &o) != 0)
+                _exit(4);
+        bf_ring_release(&c, BF_RING_ACTIONS, base + 4);
+        raise(SIGKILL);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    /* the successor sees entries 4..9 again */
+    struct bf_action_msg o;
+    for (uint64_t i = 4; i < 10; i++) {
+        ck_assert_int_eq(bf_ring_pop(&g_s, BF_RING_ACTIONS, &o), 0);
+        ck_assert_uint_eq(o.serial, 100 + i);
+    }
+    ck_assert_int_eq(bf_ring_pop(&g_s, BF_RING_ACTIONS, &o), -EAGAIN);
+    ck_assert_int_eq(bf_ring_read_at(&g_s, BF_RING_ACTIONS, 0, &o), -ERANGE);
+}
+END_TEST
+
+START_TEST(bytes_ring_wraps_variable_records_and_refuses_oversize)
+{
+    uint64_t cap = g_s.ring[BF_RING_BOOT_RESP]->capacity;
+    static char blob[1 << 20], out[1 << 20];
+    for (size_t i = 0; i < sizeof blob; i++)
+        blob[i] = (char)(i * 7);
+    ck_assert_int_eq(bf_ring_push_bytes(&g_s, BF_RING_BOOT_RESP, blob, cap / 4 + 1, NULL, 0),
+                     -E2BIG);
+    size_t total = 0, len;
+    for (int i = 0; total < 3 * cap; i++) {
+        size_t a = 16, b = (size_t)(1000 + (i * 7919) % (sizeof blob - 1000));
+        uint64_t hdr[2] = {(uint64_t)i, b};
+        ck_assert_int_eq(bf_ring_push_bytes(&g_s, BF_RING_BOOT_RESP, hdr, a, blob, b), 0);
+        ck_assert_int_eq(bf_ring_pop_bytes(&g_s, BF_RING_BOOT_RESP, out, 16, &len), -EMSGSIZE);
+        ck_assert_uint_eq(len, a + b);
+        ck_assert_int_eq(bf_ring_pop_bytes(&g_s, BF_RING_BOOT_RESP, out, sizeof out, &len), 0);
+        ck_assert_uint_eq(len, a + b);
+        uint64_t got[2];
+        memcpy(got, out, 16);
+        ck_assert_uint_eq(got[0], (uint64_t)i);
+        ck_assert_int_eq(memcmp(out + 16, blob, b), 0);
+        total += a + b;
+    }
+    ck_assert_int_eq(bf_ring_pop_bytes(&g_s, BF_RING_BOOT_RESP, out, sizeof out, &len), -EAGAIN);
+}
+END_TEST
+
+START_TEST(cluster_latch_readers_never_stall_on_a_dead_writer)
+{
+    struct bf_cluster_rec r, got;
+    memset(&r, 0, sizeof r);
+    r.name_ref = intern("cluster-a");
+    r.in_use = 1;
+    r.generation = 5;
+    r.rows_count = 3;
+    bf_cluster_write(&g_s, 0, &r);
+    atomic_store(&g_s.needs->n_clusters, 1);
+    ck_assert_int_eq(bf_cluster_find(&g_s, r.name_ref), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct bf_shm c;
+        if (bf_shm_attach(&c, g_id, false, NULL, 0) != 0)
+            _exit(3);
+        /* start a write (seq odd, copy 0 half-written), die */
+        struct bf_shm_cluster *cl = &c.clusters[0];
+        atomic_store(&cl->seq, atomic_load(&cl->seq) + 1);
+        atomic_store(&cl->w[0][2], 0xffffffffffffffffull);
+        raise(SIGKILL);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    ck_assert_int_eq(bf_cluster_read(&g_s, 0, &got, NULL), 0);
+    ck_assert_uint_eq(got.generation, 5); /* the intact copy */
+    ck_assert_uint_eq(got.rows_count, 3);
+    /* the session's next write recovers the odd seq */
+    r.generation = 6;
+    bf_cluster_write(&g_s, 0, &r);
+    ck_assert_int_eq(bf_cluster_read(&g_s, 0, &got, NULL), 0);
+    ck_assert_uint_eq(got.generation, 6);
+}
+END_TEST
+
+START_TEST(needs_copy_returns_the_published_rows)
+{
+    struct bf_need_row rows[3];
+    memset(rows, 0, sizeof rows);
+    for (int i = 0; i < 3; i++) {
+        rows[i].profile_ref = (uint32_t)(10 + i);
+        rows[i].aggregate[0] = 1000 * (i + 1);
+    }
+    memcpy(&g_s.rows[5], rows, sizeof rows);
+    struct bf_cluster_rec r;
+    memset(&r, 0, sizeof r);
+    r.in_use = 1;
+    r.rows_off = 5;
+    r.rows_count = 3;
+    r.generation = 1;
+    bf_cluster_write(&g_s, 1, &r);
+    struct bf_need_row out[3];
+    struct bf_cluster_rec got;
+    ck_assert_int_eq(bf_needs_copy(&g_s, 1, &got, out, 3), 3);
+    ck_assert_int_eq(memcmp(out, rows, sizeof rows), 0);
+    ck_assert_int_eq(bf_needs_copy(&g_s, 1, &got, out, 2), 3); /* too small: asks for more */
+}
+END_TEST
+
+START_TEST(registries_assign_stable_indices)
+{
+    ck_assert_int_eq(bf_dim_intern(&g_s, "cpu"), 0);
+    ck_assert_int_eq(bf_dim_intern(&g_s, "memory"), 1);
+    ck_assert_int_eq(bf_dim_intern(&g_s, "cpu"), 0);
+    ck_assert_int_eq(bf_dim_lookup(&g_s, "nvidia.com/gpu"), -1);
+    struct bf_dims d;
+    bf_shm_dims(&g_s, &d);
+    ck_assert_uint_eq(d.n, 2);
+    ck_assert_int_eq(bf_type_intern(&g_s, ""), 0);
+    int t = bf_type_intern(&g_s, "a3-highgpu-8g");
+    ck_assert_int_eq(t, 1);
+    ck_assert_str_eq(bf_type_name(&g_s, (uint32_t)t), "a3-highgpu-8g");
+    ck_assert_int_eq(bf_zone_intern(&g_s, "zone-a"), 1);
+    ck_assert_str_eq(bf_zone_name(&g_s, 0), "");
+    for (int i = 2; i < BF_MAX_DIMS; i++) {
+        char n[16];
+        snprintf(n, sizeof n, "dim%d", i);
+        ck_assert_int_eq(bf_dim_intern(&g_s, n), i);
+    }
+    ck_assert_int_eq(bf_dim_intern(&g_s, "one-too-many"), -ENOSPC);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("shm");
+    TCase *tc = tcase_create("segments");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, attach_validates_header_and_names_both_versions_on_mismatch);
+    tcase_add_test(tc, string_table_dedups_and_keeps_embedded_nul);
+    tcase_add_test(tc, string_lock_held_by_a_dead_process_is_stolen);
+    tcase_add_test(tc, id_index_inserts_looks_up_removes_and_reuses_slots);
+    tcase_add_test(tc, inventory_full_reports_enospc);
+    tcase_add_test(tc, seqlock_forked_writer_never_yields_a_torn_read);
+    tcase_add_test(tc, writer_killed_mid_write_is_repaired_and_marked_for_refresh);
+    tcase_add_test(tc, changelog_overflow_is_signalled_then_recovers);
+    tcase_add_test(tc, ring_wraps_reports_full_and_empty_in_order);
+    tcase_add_test(tc, ring_redelivers_unreleased_entries_after_consumer_restart);
+    tcase_add_test(tc, bytes_ring_wraps_variable_records_and_refuses_oversize);
+    tcase_add_test(tc, cluster_latch_readers_never_stall_on_a_dead_writer);
+    tcase_add_test(tc, needs_copy_returns_the_published_rows);
+    tcase_add_test(tc, registries_assign_stable_indices);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
