@@ -1,0 +1,96 @@
+/*
+ * bigfleet/config.h — bigfleet-shardd configuration: one table of flags
+ * (name, type, default, help) parsed with getopt_long, shared by the
+ * supervisor and every child (children are re-executed with the same
+ * arguments plus --role).
+ *
+ * Flag names follow the Go original where it has one (reference/shard.md
+ * §1.1): --id, --listen, --metrics-addr, --data-dir (alias --state-dir),
+ * --provider-addr, --coordinator-addr, --tls-cert/--tls-key/--tls-ca, the
+ * rail flags, --execute-concurrency, --incremental-reconcile, --audit-log,
+ * --cycle-interval, ... Durations use Go syntax ("10s", "250ms", "1m30s").
+ * Booleans accept --flag, --flag=true|false|1|0.
+ *
+ * Units: durations in nanoseconds (int64_t *_ns fields); fractions in [0,1].
+ */
+#ifndef BIGFLEET_CONFIG_H
+#define BIGFLEET_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define BF_ADDR_MAX 256
+#define BF_PATH_MAX 1024
+
+struct bf_config {
+    /* identity and endpoints */
+    char id[64];
+    char listen[BF_ADDR_MAX];       /* gRPC: Shard/Session + ShardRead */
+    char metrics_addr[BF_ADDR_MAX]; /* HTTP /metrics /healthz /readyz; "0" = off */
+    char data_dir[BF_PATH_MAX];     /* LMDB state (epoch, coordinator term) */
+    char provider_addr[BF_ADDR_MAX]; /* "" = start the embedded simulated provider */
+    char coordinator_addr[BF_ADDR_MAX];
+    char advertise_addr[BF_ADDR_MAX];
+    int64_t coordinator_heartbeat_ns;
+    char tls_cert[BF_PATH_MAX];
+    char tls_key[BF_PATH_MAX];
+    char tls_ca[BF_PATH_MAX];
+    /* cycle and rails */
+    int64_t cycle_interval_ns;
+    int32_t max_actions_per_cycle; /* 0 = unlimited */
+    bool actuation_paused;
+    double reclaim_cap_fraction; /* 0 disables rail 1 */
+    bool empty_rollup_guard;     /* rail 2 */
+    bool dry_run;
+    char audit_log[BF_PATH_MAX];
+    int32_t execute_concurrency;
+    int64_t execute_timeout_ns;
+    int64_t bootstrap_timeout_ns;
+    int64_t reconcile_timeout_ns;
+    bool local_bootstrap;
+    bool incremental_reconcile;
+    int64_t available_capacity_interval_ns;
+    int32_t metrics_warmup_cycles;
+    /* capacities of the shared segments */
+    uint32_t max_machines;
+    uint32_t max_needs;
+    uint32_t max_clusters;
+    /* embedded simulated provider (when --provider-addr is empty) */
+    char sim_listen[BF_ADDR_MAX];
+    char sim_args[2048];
+    /* supervisor */
+    int32_t crash_loop_restarts; /* restarts of one role within the window => full reinit */
+    int64_t crash_loop_window_ns;
+    char log_level[16];
+    /* internal: set by the supervisor when it re-executes a child */
+    char role[16];
+};
+
+/* Result of bf_config_parse. */
+enum bf_config_result {
+    BF_CONFIG_OK = 0,
+    BF_CONFIG_EXIT_OK = 1, /* --help or --version was printed: exit 0 */
+    BF_CONFIG_USAGE = 2    /* usage error: message in err, exit 2 */
+};
+
+/* Fills every field with its documented default. */
+void bf_config_defaults(struct bf_config *c);
+/*
+ * Parses argv over the defaults, then validates (ranges, durations, TLS all
+ * or none, non-empty --listen, a well-formed --id, ...). On a usage error
+ * err names the flag ("--cycle-interval: invalid duration \"ten\"").
+ * --help prints the table (each flag with its default) to `out`.
+ * Not thread-safe (getopt_long state); call once at start.
+ */
+int bf_config_parse(struct bf_config *c, int argc, char **argv, FILE *out, char *err,
+                    size_t errlen);
+/* Prints the usage text: every flag, its default and its meaning. */
+void bf_config_usage(FILE *f, const char *prog);
+/* True when TLS flags are set (all three). */
+bool bf_config_tls(const struct bf_config *c);
+
+#define BF_VERSION "0.1.0"
+
+#endif /* BIGFLEET_CONFIG_H */

@@ -1,0 +1,60 @@
+/*
+ * bigfleet/process.h — what every appliance process shares: role names, exit
+ * codes, and the child start-up/heartbeat/shutdown protocol with the
+ * supervisor (ARCHITECTURE.md §2–§3, reference/aesthetics.md §4.3).
+ *
+ * A child is bigfleet-shardd re-executed with the supervisor's arguments
+ * plus --role=<role>. bf_child_start() names the process (prctl PR_SET_NAME
+ * "bf-<role>"), arranges to die with the supervisor (PR_SET_PDEATHSIG),
+ * attaches the shared segments, and marks its process slot ACTIVE (the
+ * dead-man switch); bf_child_finish() marks it ASSIGNED again on an orderly
+ * exit. SIGTERM/SIGINT set a flag the child's loop polls (bf_child_stopping)
+ * and write to its wake eventfd so a blocked loop notices at once.
+ */
+#ifndef BIGFLEET_PROCESS_H
+#define BIGFLEET_PROCESS_H
+
+#include <signal.h>
+#include <stdbool.h>
+
+#include "bigfleet/config.h"
+#include "bigfleet/shm.h"
+
+/* Exit codes (aesthetics.md §4.3 item 4). */
+#define BF_EXIT_OK 0       /* orderly */
+#define BF_EXIT_ERROR 1    /* orderly error; shared memory untouched */
+#define BF_EXIT_CRASH 2    /* quick death */
+#define BF_EXIT_NO_RESPAWN 3 /* fatal configuration problem: do not restart me */
+
+/* "supervisor", "session", "reconciler", "cycle", "executor", "simprovider". */
+const char *bf_role_name(int role);
+int bf_role_from_name(const char *name);
+
+struct bf_child {
+    struct bf_shm shm;
+    const struct bf_config *cfg;
+    int role;
+    int wake_fd; /* this role's eventfd (readable when woken), -1 if none */
+};
+
+/*
+ * Child start-up: logging (role), process name, parent-death signal, signal
+ * handlers, attach (read-write), slot ACTIVE. Returns 0, or -errno with a
+ * logged message (the caller exits BF_EXIT_ERROR).
+ */
+int bf_child_start(struct bf_child *ch, const struct bf_config *cfg, int role);
+/* Records a heartbeat (wall clock) in the process slot. */
+void bf_child_heartbeat(struct bf_child *ch);
+/* True once SIGTERM/SIGINT arrived. Async-signal-safe flag read. */
+bool bf_child_stopping(void);
+/* Orderly exit: slot back to ASSIGNED, detach. */
+void bf_child_finish(struct bf_child *ch);
+
+/* Entry points of the roles (each returns the process exit code). */
+int bf_supervisor_main(const struct bf_config *cfg, int argc, char **argv);
+int bf_session_main(const struct bf_config *cfg);
+int bf_reconciler_main(const struct bf_config *cfg);
+int bf_cycle_main(const struct bf_config *cfg);
+int bf_executor_main(const struct bf_config *cfg);
+
+#endif /* BIGFLEET_PROCESS_H */
