@@ -1,0 +1,1172 @@
+/*
+ * wire_identity.c: the protobuf-c side of the wire-identity interop test
+ * (tests/interop/wire_identity.test.js runs it; protobufjs is the other side).
+ *
+ *   wire_identity list
+ *       print the full name of every top-level message type of the five
+ *       bigfleet.v1alpha1 .proto files, one a line (the JS side checks that
+ *       this table and protobufjs' view of the schema are the same set).
+ *   wire_identity encode FIXTURE OUTDIR
+ *       read the shared fixture (tests/interop/wire_fixtures.json), build every
+ *       case with protobuf-c, pack it and write OUTDIR/<full name>@<case>.bin;
+ *       also write OUTDIR/<full name>@_default.bin (a freshly initialised
+ *       message) for every type of the table.
+ *   wire_identity decode DIR
+ *       unpack every DIR/<full name>@<label>.bin with protobuf-c and print one
+ *       JSON object on stdout: {"<file stem>": {"ok": true, "value": DUMP,
+ *       "repacked": HEX} | {"ok": false}, ...}.
+ *
+ * Design notes.
+ * - Generic: values are set and read through the protoc-c generated
+ *   descriptors (field offsets, quantifier offsets, oneof case members), so the
+ *   only per-message knowledge here is the table of descriptors; the values come
+ *   from the fixture, which the JS side reads too. Nothing here knows a result.
+ * - Fixture value syntax (per proto type): int32/enum JSON number; int64/uint64
+ *   decimal string (or number); double JSON number or "NaN"/"Infinity"/
+ *   "-Infinity"; bool; string JSON string (no NUL: protobuf-c strings are
+ *   NUL-terminated); bytes lowercase/uppercase hex string; message object;
+ *   repeated array; map object (entries packed in the object's order); a oneof
+ *   sets exactly one member. Keys starting with '$' are comments, ignored.
+ * - Dump syntax: every field in field-number order; implicit-presence scalars
+ *   always (defaults included); message fields null when absent; a oneof shows
+ *   only its set member; int64 as decimal strings; doubles with %.17g or
+ *   "NaN"/"Infinity"/"-Infinity"; bytes as hex; maps as [[key, value], ...] in
+ *   wire order (duplicates kept); unknown fields as "$unknown":
+ *   [[number, wire_type, hex of the data protobuf-c keeps], ...] (for wire
+ *   type 2 that data starts with the length prefix).
+ * - Errors: messages on stderr, exit status 1 (2 for usage). Memory is freed
+ *   with protobuf_c_message_free_unpacked (everything is malloc'd).
+ */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "bigfleet/v1alpha1/capacity.pb-c.h"
+#include "bigfleet/v1alpha1/coordinator.pb-c.h"
+#include "bigfleet/v1alpha1/provider.pb-c.h"
+#include "bigfleet/v1alpha1/shard.pb-c.h"
+#include "bigfleet/v1alpha1/shardread.pb-c.h"
+
+/* ------------------------------------------------------------ type table */
+
+#define D(name) &bigfleet__v1alpha1__##name##__descriptor
+
+/* Every top-level message of the five proto/bigfleet/v1alpha1 files (map entry types
+ * are nested and reached through their map fields). */
+static const ProtobufCMessageDescriptor *const types[] = {
+    /* capacity.proto */
+    D(cluster_capacity_needs),
+    D(capacity_need),
+    D(node_selector_requirement),
+    D(topology_spread),
+    /* provider.proto */
+    D(host_ref),
+    D(resources),
+    D(machine),
+    D(machine_ref),
+    D(machine_list),
+    D(list_filter),
+    D(create_request),
+    D(configure_request),
+    D(drain_request),
+    D(delete_request),
+    D(transition_ack),
+    /* shard.proto */
+    D(operator_message),
+    D(shard_message),
+    D(hello),
+    D(acknowledgement),
+    D(bootstrap_request),
+    D(bootstrap_blob_response),
+    D(reclaim_instruction),
+    D(reclaim_ack),
+    D(node_state_update),
+    D(taint),
+    D(available_capacity_update),
+    /* shardread.proto */
+    D(inspect_needs_request),
+    D(inspect_needs_response),
+    D(inspect_needs_header),
+    D(need_view),
+    D(matching_supply),
+    D(preemption_summary),
+    D(domain_coverage),
+    /* coordinator.proto */
+    D(shard_report),
+    D(shard_summary),
+    D(shortfall),
+    D(report_ack),
+    D(coordinator_instruction),
+    D(assign_domain),
+    D(unassign_domain),
+    D(reassign_speculative),
+    D(cross_shard_drain),
+    D(transfer_ownership),
+    D(instruct_ack),
+    D(assign_domain_request),
+    D(assign_domain_response),
+    D(unassign_domain_request),
+    D(unassign_domain_response),
+    D(remove_shard_request),
+    D(remove_shard_response),
+    D(list_shards_request),
+    D(list_shards_response),
+    D(shard_registry_entry),
+    D(list_domain_assignments_request),
+    D(list_domain_assignments_response),
+    D(domain_assignment),
+    D(list_quotas_request),
+    D(list_quotas_response),
+    D(quota_allocation),
+    D(list_providers_request),
+    D(list_providers_response),
+    D(provider_entry),
+    D(list_shard_reports_request),
+    D(list_shard_reports_response),
+    D(shard_report_snapshot),
+    D(join_raft_cluster_request),
+    D(join_raft_cluster_response),
+    D(snapshot_save_request),
+    D(snapshot_save_chunk),
+};
+#define N_TYPES (sizeof(types) / sizeof(types[0]))
+
+static const ProtobufCMessageDescriptor *find_type(const char *full, size_t len)
+{
+    for (size_t i = 0; i < N_TYPES; i++)
+        if (strlen(types[i]->name) == len && memcmp(types[i]->name, full, len) == 0)
+            return types[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------ small JSON reader */
+
+enum jtype { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ };
+
+struct jval {
+    enum jtype t;
+    bool b;
+    char *s; /* J_STR: decoded bytes (NUL-terminated, may hold NUL); J_NUM: the text */
+    size_t len;
+    size_t n; /* J_ARR / J_OBJ */
+    struct jval **items;
+    char **keys; /* J_OBJ: NUL-terminated keys (a key with NUL is rejected) */
+};
+
+struct jparser {
+    const char *p, *end, *start;
+    char err[160];
+};
+
+static void jfree(struct jval *v)
+{
+    if (!v)
+        return;
+    for (size_t i = 0; i < v->n; i++) {
+        jfree(v->items[i]);
+        if (v->keys)
+            free(v->keys[i]);
+    }
+    free(v->items);
+    free(v->keys);
+    free(v->s);
+    free(v);
+}
+
+static void jws(struct jparser *jp)
+{
+    while (jp->p < jp->end && (*jp->p == ' ' || *jp->p == '\t' || *jp->p == '\n' || *jp->p == '\r'))
+        jp->p++;
+}
+
+static bool jfail(struct jparser *jp, const char *what)
+{
+    if (!jp->err[0])
+        snprintf(jp->err, sizeof(jp->err), "JSON: %s at byte %td", what, jp->p - jp->start);
+    return false;
+}
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static bool jhex4(struct jparser *jp, unsigned *out)
+{
+    if (jp->end - jp->p < 4)
+        return jfail(jp, "short \\u escape");
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = hexval((unsigned char)jp->p[i]);
+        if (h < 0)
+            return jfail(jp, "bad \\u escape");
+        v = v << 4 | (unsigned)h;
+    }
+    jp->p += 4;
+    *out = v;
+    return true;
+}
+
+static size_t utf8_put(char *o, unsigned cp)
+{
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (char)(0xC0 | cp >> 6);
+        o[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | cp >> 12);
+        o[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+        o[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | cp >> 18);
+    o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+    o[2] = (char)(0x80 | (cp >> 6 & 0x3F));
+    o[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* Parses a string token (jp->p at the opening quote) into malloc'd bytes. */
+static bool jstring(struct jparser *jp, char **out, size_t *outlen)
+{
+    jp->p++;
+    const char *q = jp->p;
+    while (q < jp->end && *q != '"') /* decoded length <= raw length */
+        q += (*q == '\\' && q + 1 < jp->end) ? 2 : 1;
+    char *buf = malloc((size_t)(q - jp->p) + 1);
+    if (!buf)
+        return jfail(jp, "out of memory");
+    size_t n = 0;
+    for (;;) {
+        if (jp->p >= jp->end) {
+            free(buf);
+            return jfail(jp, "unterminated string");
+        }
+        unsigned char c = (unsigned char)*jp->p++;
+        if (c == '"')
+            break;
+        if (c < 0x20) {
+            free(buf);
+            return jfail(jp, "control character in string");
+        }
+        if (c != '\\') {
+            buf[n++] = (char)c;
+            continue;
+        }
+        if (jp->p >= jp->end) {
+            free(buf);
+            return jfail(jp, "bad escape");
+        }
+        c = (unsigned char)*jp->p++;
+        unsigned cp, lo;
+        switch (c) {
+        case '"':
+        case '\\':
+        case '/':
+            buf[n++] = (char)c;
+            break;
+        case 'b':
+            buf[n++] = '\b';
+            break;
+        case 'f':
+            buf[n++] = '\f';
+            break;
+        case 'n':
+            buf[n++] = '\n';
+            break;
+        case 'r':
+            buf[n++] = '\r';
+            break;
+        case 't':
+            buf[n++] = '\t';
+            break;
+        case 'u':
+            if (!jhex4(jp, &cp)) {
+                free(buf);
+                return false;
+            }
+            if (cp >= 0xD800 && cp < 0xDC00) {
+                if (jp->end - jp->p < 6 || jp->p[0] != '\\' || jp->p[1] != 'u') {
+                    free(buf);
+                    return jfail(jp, "lone high surrogate");
+                }
+                jp->p += 2;
+                if (!jhex4(jp, &lo) || lo < 0xDC00 || lo > 0xDFFF) {
+                    free(buf);
+                    return jfail(jp, "bad low surrogate");
+                }
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            } else if (cp >= 0xDC00 && cp < 0xE000) {
+                free(buf);
+                return jfail(jp, "lone low surrogate");
+            }
+            n += utf8_put(buf + n, cp); /* \uXXXX (6 raw bytes) never decodes to more */
+            break;
+        default:
+            free(buf);
+            return jfail(jp, "bad escape");
+        }
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *outlen = n;
+    return true;
+}
+
+static struct jval *jparse_value(struct jparser *jp, int depth);
+
+static bool jappend(struct jval *v, struct jval *item, char *key)
+{
+    struct jval **items = realloc(v->items, (v->n + 1) * sizeof(*items));
+    if (!items)
+        return false;
+    v->items = items;
+    if (v->t == J_OBJ) {
+        char **keys = realloc(v->keys, (v->n + 1) * sizeof(*keys));
+        if (!keys)
+            return false;
+        v->keys = keys;
+        v->keys[v->n] = key;
+    }
+    v->items[v->n++] = item;
+    return true;
+}
+
+static struct jval *jparse_value(struct jparser *jp, int depth)
+{
+    if (depth > 64) {
+        jfail(jp, "nesting too deep");
+        return NULL;
+    }
+    jws(jp);
+    if (jp->p >= jp->end) {
+        jfail(jp, "unexpected end");
+        return NULL;
+    }
+    struct jval *v = calloc(1, sizeof(*v));
+    if (!v) {
+        jfail(jp, "out of memory");
+        return NULL;
+    }
+    char c = *jp->p;
+    if (c == '{' || c == '[') {
+        char close = c == '{' ? '}' : ']';
+        v->t = c == '{' ? J_OBJ : J_ARR;
+        jp->p++;
+        jws(jp);
+        if (jp->p < jp->end && *jp->p == close) {
+            jp->p++;
+            return v;
+        }
+        for (;;) {
+            char *key = NULL;
+            size_t klen = 0;
+            jws(jp);
+            if (v->t == J_OBJ) {
+                if (jp->p >= jp->end || *jp->p != '"' || !jstring(jp, &key, &klen)) {
+                    jfail(jp, "expected object key");
+                    goto fail;
+                }
+                if (strlen(key) != klen) {
+                    free(key);
+                    jfail(jp, "NUL in object key");
+                    goto fail;
+                }
+                jws(jp);
+                if (jp->p >= jp->end || *jp->p != ':') {
+                    free(key);
+                    jfail(jp, "expected ':'");
+                    goto fail;
+                }
+                jp->p++;
+            }
+            struct jval *item = jparse_value(jp, depth + 1);
+            if (!item || !jappend(v, item, key)) {
+                jfree(item);
+                free(key);
+                jfail(jp, "bad value");
+                goto fail;
+            }
+            jws(jp);
+            if (jp->p < jp->end && *jp->p == ',') {
+                jp->p++;
+                continue;
+            }
+            if (jp->p < jp->end && *jp->p == close) {
+                jp->p++;
+                return v;
+            }
+            jfail(jp, "expected ',' or closing bracket");
+            goto fail;
+        }
+    }
+    if (c == '"') {
+        v->t = J_STR;
+        if (!jstring(jp, &v->s, &v->len))
+            goto fail;
+        return v;
+    }
+    static const struct {
+        const char *word;
+        enum jtype t;
+        bool b;
+    } words[] = {{"true", J_BOOL, true}, {"false", J_BOOL, false}, {"null", J_NULL, false}};
+    for (size_t i = 0; i < 3; i++) {
+        size_t wl = strlen(words[i].word);
+        if ((size_t)(jp->end - jp->p) >= wl && memcmp(jp->p, words[i].word, wl) == 0) {
+            jp->p += wl;
+            v->t = words[i].t;
+            v->b = words[i].b;
+            return v;
+        }
+    }
+    const char *s = jp->p;
+    while (jp->p < jp->end && (isdigit((unsigned char)*jp->p) || strchr("+-.eE", *jp->p)))
+        jp->p++;
+    if (jp->p == s) {
+        jfail(jp, "unexpected character");
+        goto fail;
+    }
+    v->t = J_NUM;
+    v->len = (size_t)(jp->p - s);
+    v->s = strndup(s, v->len);
+    if (!v->s)
+        goto fail;
+    return v;
+fail:
+    jfree(v);
+    return NULL;
+}
+
+static bool read_file(const char *path, char **buf, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "wire_identity: %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    size_t cap = 4096, n = 0;
+    char *b = malloc(cap + 1);
+    size_t got;
+    while (b && (got = fread(b + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *nb = realloc(b, cap * 2 + 1);
+            if (!nb) {
+                free(b);
+                b = NULL;
+                break;
+            }
+            b = nb;
+            cap *= 2;
+        }
+    }
+    bool ok = b && !ferror(f);
+    fclose(f);
+    if (!ok) {
+        fprintf(stderr, "wire_identity: %s: read failed\n", path);
+        free(b);
+        return false;
+    }
+    b[n] = '\0';
+    *buf = b;
+    *len = n;
+    return true;
+}
+
+static struct jval *jparse_file(const char *path)
+{
+    char *text;
+    size_t len;
+    if (!read_file(path, &text, &len))
+        return NULL;
+    struct jparser jp = {.p = text, .end = text + len, .start = text};
+    struct jval *v = jparse_value(&jp, 0);
+    if (v) {
+        jws(&jp);
+        if (jp.p != jp.end) {
+            jfail(&jp, "trailing data");
+            jfree(v);
+            v = NULL;
+        }
+    }
+    if (!v)
+        fprintf(stderr, "wire_identity: %s: %s\n", path, jp.err);
+    free(text);
+    return v;
+}
+
+static const struct jval *jget(const struct jval *obj, const char *key)
+{
+    if (!obj || obj->t != J_OBJ)
+        return NULL;
+    for (size_t i = 0; i < obj->n; i++)
+        if (strcmp(obj->keys[i], key) == 0)
+            return obj->items[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------ building from the fixture */
+
+static bool is_map_entry(const ProtobufCMessageDescriptor *d)
+{
+    size_t nl = strlen(d->name);
+    return nl > 5 && strcmp(d->name + nl - 5, "Entry") == 0 && d->n_fields == 2 &&
+           d->fields[0].id == 1 && strcmp(d->fields[0].name, "key") == 0 && d->fields[1].id == 2 &&
+           strcmp(d->fields[1].name, "value") == 0;
+}
+
+static size_t elem_size(ProtobufCType t)
+{
+    switch (t) {
+    case PROTOBUF_C_TYPE_INT32:
+    case PROTOBUF_C_TYPE_SINT32:
+    case PROTOBUF_C_TYPE_SFIXED32:
+    case PROTOBUF_C_TYPE_UINT32:
+    case PROTOBUF_C_TYPE_FIXED32:
+    case PROTOBUF_C_TYPE_FLOAT:
+    case PROTOBUF_C_TYPE_ENUM:
+        return 4;
+    case PROTOBUF_C_TYPE_INT64:
+    case PROTOBUF_C_TYPE_SINT64:
+    case PROTOBUF_C_TYPE_SFIXED64:
+    case PROTOBUF_C_TYPE_UINT64:
+    case PROTOBUF_C_TYPE_FIXED64:
+    case PROTOBUF_C_TYPE_DOUBLE:
+        return 8;
+    case PROTOBUF_C_TYPE_BOOL:
+        return sizeof(protobuf_c_boolean);
+    case PROTOBUF_C_TYPE_STRING:
+        return sizeof(char *);
+    case PROTOBUF_C_TYPE_BYTES:
+        return sizeof(ProtobufCBinaryData);
+    case PROTOBUF_C_TYPE_MESSAGE:
+        return sizeof(ProtobufCMessage *);
+    }
+    return 0;
+}
+
+static bool bad(const char *path, const char *what)
+{
+    fprintf(stderr, "wire_identity: fixture %s: %s\n", path, what);
+    return false;
+}
+
+/* snprintf into a path buffer; an over-long path is cut (only used in messages). */
+__attribute__((format(printf, 3, 4))) static void subpath(char *buf, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, n, fmt, ap);
+    va_end(ap);
+}
+
+static bool num_text(const struct jval *v, const char **text)
+{
+    if (v->t == J_NUM || (v->t == J_STR && strlen(v->s) == v->len && v->len > 0)) {
+        *text = v->s;
+        return true;
+    }
+    return false;
+}
+
+static bool parse_signed(const struct jval *v, long long lo, long long hi, long long *out)
+{
+    const char *t;
+    if (!num_text(v, &t))
+        return false;
+    char *end;
+    errno = 0;
+    long long x = strtoll(t, &end, 10);
+    if (errno || *end || end == t || x < lo || x > hi)
+        return false;
+    *out = x;
+    return true;
+}
+
+static bool parse_unsigned(const struct jval *v, unsigned long long hi, unsigned long long *out)
+{
+    const char *t;
+    if (!num_text(v, &t) || t[0] == '-')
+        return false;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(t, &end, 10);
+    if (errno || *end || end == t || x > hi)
+        return false;
+    *out = x;
+    return true;
+}
+
+static bool parse_double(const struct jval *v, double *out)
+{
+    if (v->t == J_STR) {
+        if (strcmp(v->s, "NaN") == 0)
+            *out = NAN;
+        else if (strcmp(v->s, "Infinity") == 0)
+            *out = INFINITY;
+        else if (strcmp(v->s, "-Infinity") == 0)
+            *out = -INFINITY;
+        else
+            return false;
+        return true;
+    }
+    if (v->t != J_NUM)
+        return false;
+    char *end;
+    *out = strtod(v->s, &end);
+    return *end == '\0';
+}
+
+static bool build_message(const ProtobufCMessageDescriptor *d, const struct jval *obj,
+                          const char *path, ProtobufCMessage **out);
+
+/* Sets one value (a singular field, or one element of a repeated field). */
+static bool set_value(const ProtobufCFieldDescriptor *f, void *member, const struct jval *v,
+                      const char *path)
+{
+    long long s;
+    unsigned long long u;
+    switch (f->type) {
+    case PROTOBUF_C_TYPE_INT32:
+    case PROTOBUF_C_TYPE_SINT32:
+    case PROTOBUF_C_TYPE_SFIXED32:
+    case PROTOBUF_C_TYPE_ENUM:
+        if (!parse_signed(v, INT32_MIN, INT32_MAX, &s))
+            return bad(path, "expected a 32-bit signed integer");
+        *(int32_t *)member = (int32_t)s;
+        return true;
+    case PROTOBUF_C_TYPE_UINT32:
+    case PROTOBUF_C_TYPE_FIXED32:
+        if (!parse_unsigned(v, UINT32_MAX, &u))
+            return bad(path, "expected a 32-bit unsigned integer");
+        *(uint32_t *)member = (uint32_t)u;
+        return true;
+    case PROTOBUF_C_TYPE_INT64:
+    case PROTOBUF_C_TYPE_SINT64:
+    case PROTOBUF_C_TYPE_SFIXED64:
+        if (!parse_signed(v, INT64_MIN, INT64_MAX, &s))
+            return bad(path, "expected a 64-bit signed integer (decimal string)");
+        *(int64_t *)member = (int64_t)s;
+        return true;
+    case PROTOBUF_C_TYPE_UINT64:
+    case PROTOBUF_C_TYPE_FIXED64:
+        if (!parse_unsigned(v, UINT64_MAX, &u))
+            return bad(path, "expected a 64-bit unsigned integer (decimal string)");
+        *(uint64_t *)member = (uint64_t)u;
+        return true;
+    case PROTOBUF_C_TYPE_FLOAT: {
+        double x;
+        if (!parse_double(v, &x))
+            return bad(path, "expected a number");
+        *(float *)member = (float)x;
+        return true;
+    }
+    case PROTOBUF_C_TYPE_DOUBLE:
+        if (!parse_double(v, (double *)member))
+            return bad(path, "expected a number, \"NaN\", \"Infinity\" or \"-Infinity\"");
+        return true;
+    case PROTOBUF_C_TYPE_BOOL:
+        if (v->t != J_BOOL)
+            return bad(path, "expected true or false");
+        *(protobuf_c_boolean *)member = v->b;
+        return true;
+    case PROTOBUF_C_TYPE_STRING:
+        if (v->t != J_STR)
+            return bad(path, "expected a string");
+        if (strlen(v->s) != v->len)
+            return bad(path, "NUL in a string field (protobuf-c cannot carry it; use bytes)");
+        if (!(*(char **)member = strdup(v->s)))
+            return bad(path, "out of memory");
+        return true;
+    case PROTOBUF_C_TYPE_BYTES: {
+        ProtobufCBinaryData *bd = member;
+        if (v->t != J_STR || v->len % 2)
+            return bad(path, "expected a hex string");
+        bd->len = v->len / 2;
+        bd->data = NULL;
+        if (bd->len && !(bd->data = malloc(bd->len)))
+            return bad(path, "out of memory");
+        for (size_t i = 0; i < bd->len; i++) {
+            int hi = hexval((unsigned char)v->s[2 * i]),
+                lo = hexval((unsigned char)v->s[2 * i + 1]);
+            if (hi < 0 || lo < 0)
+                return bad(path, "expected a hex string");
+            bd->data[i] = (uint8_t)(hi << 4 | lo);
+        }
+        return true;
+    }
+    case PROTOBUF_C_TYPE_MESSAGE:
+        if (v->t != J_OBJ)
+            return bad(path, "expected an object");
+        return build_message(f->descriptor, v, path, (ProtobufCMessage **)member);
+    }
+    return bad(path, "unsupported field type");
+}
+
+static bool set_field(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f, const struct jval *v,
+                      const char *path)
+{
+    char *base = (char *)m;
+    void *member = base + f->offset;
+    if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+        const ProtobufCMessageDescriptor *entry =
+            f->type == PROTOBUF_C_TYPE_MESSAGE && is_map_entry(f->descriptor) ? f->descriptor
+                                                                              : NULL;
+        if (entry ? v->t != J_OBJ : v->t != J_ARR)
+            return bad(path, entry ? "expected an object (map)" : "expected an array");
+        size_t es = elem_size(f->type);
+        void *arr = v->n ? calloc(v->n, es) : NULL;
+        if (v->n && !arr)
+            return bad(path, "out of memory");
+        *(void **)member = arr;
+        *(size_t *)(base + f->quantifier_offset) = v->n;
+        for (size_t i = 0; i < v->n; i++) {
+            char sub[512];
+            if (entry) {
+                subpath(sub, sizeof(sub), "%s[%s]", path, v->keys[i]);
+                ProtobufCMessage *e = calloc(1, entry->sizeof_message);
+                if (!e)
+                    return bad(path, "out of memory");
+                protobuf_c_message_init(entry, e);
+                ((ProtobufCMessage **)arr)[i] = e;
+                struct jval key = {.t = J_STR, .s = v->keys[i], .len = strlen(v->keys[i])};
+                if (!set_value(&entry->fields[0], (char *)e + entry->fields[0].offset, &key, sub) ||
+                    !set_value(&entry->fields[1], (char *)e + entry->fields[1].offset, v->items[i],
+                               sub))
+                    return false;
+            } else {
+                subpath(sub, sizeof(sub), "%s[%zu]", path, i);
+                if (!set_value(f, (char *)arr + i * es, v->items[i], sub))
+                    return false;
+            }
+        }
+        return true;
+    }
+    if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+        uint32_t *oneof_case = (uint32_t *)(base + f->quantifier_offset);
+        if (*oneof_case != 0)
+            return bad(path, "a second member of the same oneof is set");
+        *oneof_case = f->id;
+    } else if (f->label == PROTOBUF_C_LABEL_OPTIONAL && f->type != PROTOBUF_C_TYPE_MESSAGE &&
+               f->type != PROTOBUF_C_TYPE_STRING) {
+        *(protobuf_c_boolean *)(base + f->quantifier_offset) = 1;
+    }
+    return set_value(f, member, v, path);
+}
+
+static bool build_message(const ProtobufCMessageDescriptor *d, const struct jval *obj,
+                          const char *path, ProtobufCMessage **out)
+{
+    ProtobufCMessage *m = calloc(1, d->sizeof_message);
+    if (!m)
+        return bad(path, "out of memory");
+    protobuf_c_message_init(d, m);
+    *out = m; /* the caller frees the whole tree, also on failure */
+    for (size_t i = 0; i < obj->n; i++) {
+        const char *key = obj->keys[i];
+        char sub[512];
+        subpath(sub, sizeof(sub), "%s.%s", path, key);
+        if (key[0] == '$')
+            continue;
+        const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field_by_name(d, key);
+        if (!f)
+            return bad(sub, "no such field in the protobuf-c descriptor");
+        if (jget(obj, key) != obj->items[i])
+            return bad(sub, "field given twice");
+        if (!set_field(m, f, obj->items[i], sub))
+            return false;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------ output */
+
+static void put_hex(FILE *o, const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        fprintf(o, "%02x", p[i]);
+}
+
+static void put_jstr(FILE *o, const char *s, size_t n)
+{
+    fputc('"', o);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            fprintf(o, "\\%c", c);
+        else if (c < 0x20 || c == 0x7F)
+            fprintf(o, "\\u%04x", c);
+        else
+            fputc(c, o);
+    }
+    fputc('"', o);
+}
+
+static void put_double(FILE *o, double x)
+{
+    if (isnan(x))
+        fputs("\"NaN\"", o);
+    else if (isinf(x))
+        fputs(x > 0 ? "\"Infinity\"" : "\"-Infinity\"", o);
+    else
+        fprintf(o, "%.17g", x);
+}
+
+static void dump_message(FILE *o, const ProtobufCMessage *m);
+
+static void dump_value(FILE *o, const ProtobufCFieldDescriptor *f, const void *member)
+{
+    switch (f->type) {
+    case PROTOBUF_C_TYPE_INT32:
+    case PROTOBUF_C_TYPE_SINT32:
+    case PROTOBUF_C_TYPE_SFIXED32:
+    case PROTOBUF_C_TYPE_ENUM:
+        fprintf(o, "%" PRId32, *(const int32_t *)member);
+        break;
+    case PROTOBUF_C_TYPE_UINT32:
+    case PROTOBUF_C_TYPE_FIXED32:
+        fprintf(o, "%" PRIu32, *(const uint32_t *)member);
+        break;
+    case PROTOBUF_C_TYPE_INT64:
+    case PROTOBUF_C_TYPE_SINT64:
+    case PROTOBUF_C_TYPE_SFIXED64:
+        fprintf(o, "\"%" PRId64 "\"", *(const int64_t *)member);
+        break;
+    case PROTOBUF_C_TYPE_UINT64:
+    case PROTOBUF_C_TYPE_FIXED64:
+        fprintf(o, "\"%" PRIu64 "\"", *(const uint64_t *)member);
+        break;
+    case PROTOBUF_C_TYPE_FLOAT:
+        put_double(o, *(const float *)member);
+        break;
+    case PROTOBUF_C_TYPE_DOUBLE:
+        put_double(o, *(const double *)member);
+        break;
+    case PROTOBUF_C_TYPE_BOOL:
+        fputs(*(const protobuf_c_boolean *)member ? "true" : "false", o);
+        break;
+    case PROTOBUF_C_TYPE_STRING: {
+        const char *s = *(const char *const *)member;
+        if (!s)
+            s = "";
+        put_jstr(o, s, strlen(s));
+        break;
+    }
+    case PROTOBUF_C_TYPE_BYTES: {
+        const ProtobufCBinaryData *bd = member;
+        fputc('"', o);
+        put_hex(o, bd->data, bd->len);
+        fputc('"', o);
+        break;
+    }
+    case PROTOBUF_C_TYPE_MESSAGE: {
+        const ProtobufCMessage *sub = *(const ProtobufCMessage *const *)member;
+        if (sub)
+            dump_message(o, sub);
+        else
+            fputs("null", o);
+        break;
+    }
+    }
+}
+
+static void dump_message(FILE *o, const ProtobufCMessage *m)
+{
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    const char *base = (const char *)m;
+    bool first = true;
+    fputc('{', o);
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        const void *member = base + f->offset;
+        if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+            if (*(const uint32_t *)(base + f->quantifier_offset) != f->id)
+                continue;
+        } else if (f->label == PROTOBUF_C_LABEL_OPTIONAL && f->type != PROTOBUF_C_TYPE_MESSAGE &&
+                   f->type != PROTOBUF_C_TYPE_STRING) {
+            if (!*(const protobuf_c_boolean *)(base + f->quantifier_offset))
+                continue;
+        }
+        fprintf(o, "%s\"%s\":", first ? "" : ",", f->name);
+        first = false;
+        if (f->label != PROTOBUF_C_LABEL_REPEATED) {
+            dump_value(o, f, member);
+            continue;
+        }
+        size_t n = *(const size_t *)(base + f->quantifier_offset);
+        const char *arr = *(const char *const *)member;
+        bool map = f->type == PROTOBUF_C_TYPE_MESSAGE && is_map_entry(f->descriptor);
+        fputc('[', o);
+        for (size_t k = 0; k < n; k++) {
+            if (k)
+                fputc(',', o);
+            if (map) {
+                const ProtobufCMessage *e = ((const ProtobufCMessage *const *)arr)[k];
+                const ProtobufCMessageDescriptor *ed = f->descriptor;
+                fputc('[', o);
+                dump_value(o, &ed->fields[0], (const char *)e + ed->fields[0].offset);
+                fputc(',', o);
+                dump_value(o, &ed->fields[1], (const char *)e + ed->fields[1].offset);
+                fputc(']', o);
+            } else {
+                dump_value(o, f, arr + k * elem_size(f->type));
+            }
+        }
+        fputc(']', o);
+    }
+    if (m->n_unknown_fields) {
+        fprintf(o, "%s\"$unknown\":[", first ? "" : ",");
+        for (unsigned k = 0; k < m->n_unknown_fields; k++) {
+            const ProtobufCMessageUnknownField *u = &m->unknown_fields[k];
+            fprintf(o, "%s[%" PRIu32 ",%d,\"", k ? "," : "", u->tag, (int)u->wire_type);
+            put_hex(o, u->data, u->len);
+            fputs("\"]", o);
+        }
+        fputc(']', o);
+    }
+    fputc('}', o);
+}
+
+static bool write_file(const char *path, const uint8_t *buf, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f || (len && fwrite(buf, 1, len, f) != len) || fclose(f) != 0) {
+        fprintf(stderr, "wire_identity: %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+/* Packs with both protobuf-c entry points and checks they agree. */
+static uint8_t *pack(const ProtobufCMessage *m, size_t *len)
+{
+    size_t n = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf)
+        return NULL;
+    size_t got = protobuf_c_message_pack(m, buf);
+    uint8_t scratch[64];
+    ProtobufCBufferSimple simple = PROTOBUF_C_BUFFER_SIMPLE_INIT(scratch);
+    size_t got2 = protobuf_c_message_pack_to_buffer(m, &simple.base);
+    bool same = got == n && got2 == n && memcmp(simple.data, buf, n) == 0;
+    PROTOBUF_C_BUFFER_SIMPLE_CLEAR(&simple);
+    if (!same) {
+        fprintf(stderr, "wire_identity: %s: get_packed_size/pack/pack_to_buffer disagree\n",
+                m->descriptor->name);
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+/* ------------------------------------------------------------ commands */
+
+static bool case_name_ok(const char *s)
+{
+    if (!*s)
+        return false;
+    for (; *s; s++)
+        if (!(islower((unsigned char)*s) || isdigit((unsigned char)*s) || *s == '-'))
+            return false;
+    return true;
+}
+
+static int cmd_encode(const char *fixture, const char *dir)
+{
+    int rc = 1;
+    size_t ncases = 0, ntypes = 0;
+    struct jval *root = jparse_file(fixture);
+    if (!root)
+        return 1;
+    const struct jval *pkg = jget(root, "package");
+    const struct jval *msgs = jget(root, "messages");
+    if (!pkg || pkg->t != J_STR || !msgs || msgs->t != J_OBJ) {
+        bad(fixture, "needs \"package\" (string) and \"messages\" (object)");
+        goto out;
+    }
+    for (size_t i = 0; i < N_TYPES; i++) {
+        const char *want = types[i]->short_name;
+        if (strcmp(types[i]->package_name, pkg->s) != 0 || !jget(msgs, want)) {
+            fprintf(stderr, "wire_identity: fixture has no cases for %s\n", types[i]->name);
+            goto out;
+        }
+    }
+    for (size_t t = 0; t < msgs->n; t++) {
+        char full[256];
+        snprintf(full, sizeof(full), "%s.%s", pkg->s, msgs->keys[t]);
+        const ProtobufCMessageDescriptor *d = find_type(full, strlen(full));
+        const struct jval *cases = msgs->items[t];
+        if (msgs->keys[t][0] == '$')
+            continue;
+        if (!d) {
+            bad(full, "not a message type of the C table");
+            goto out;
+        }
+        if (cases->t != J_OBJ || cases->n == 0) {
+            bad(full, "expected an object of named cases");
+            goto out;
+        }
+        ntypes++;
+        for (size_t c = 0; c < cases->n; c++) {
+            const char *cname = cases->keys[c];
+            if (cname[0] == '$')
+                continue;
+            char path[512];
+            snprintf(path, sizeof(path), "%s@%s", full, cname);
+            if (!case_name_ok(cname) || cases->items[c]->t != J_OBJ) {
+                bad(path, "case names are [a-z0-9-]+ and cases are objects");
+                goto out;
+            }
+            ProtobufCMessage *m = NULL;
+            bool ok = build_message(d, cases->items[c], path, &m);
+            if (ok && !protobuf_c_message_check(m))
+                ok = bad(path, "protobuf_c_message_check failed");
+            size_t len = 0;
+            uint8_t *buf = ok ? pack(m, &len) : NULL;
+            char file[1024];
+            snprintf(file, sizeof(file), "%s/%s.bin", dir, path);
+            ok = buf && write_file(file, buf, len);
+            free(buf);
+            if (m)
+                protobuf_c_message_free_unpacked(m, NULL);
+            if (!ok)
+                goto out;
+            ncases++;
+        }
+    }
+    for (size_t i = 0; i < N_TYPES; i++) {
+        ProtobufCMessage *m = calloc(1, types[i]->sizeof_message);
+        if (!m)
+            goto out;
+        protobuf_c_message_init(types[i], m);
+        size_t len = 0;
+        uint8_t *buf = pack(m, &len);
+        char file[1024];
+        snprintf(file, sizeof(file), "%s/%s@_default.bin", dir, types[i]->name);
+        bool ok = buf && write_file(file, buf, len);
+        free(buf);
+        protobuf_c_message_free_unpacked(m, NULL);
+        if (!ok)
+            goto out;
+    }
+    fprintf(stderr,
+            "wire_identity: encoded %zu fixture cases of %zu message types (+%zu defaults)\n",
+            ncases, ntypes, (size_t)N_TYPES);
+    rc = 0;
+out:
+    jfree(root);
+    return rc;
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int cmd_decode(const char *dir)
+{
+    DIR *dh = opendir(dir);
+    if (!dh) {
+        fprintf(stderr, "wire_identity: %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    char **names = NULL;
+    size_t n = 0;
+    struct dirent *de;
+    int rc = 1;
+    while ((de = readdir(dh))) {
+        size_t l = strlen(de->d_name);
+        if (l < 5 || strcmp(de->d_name + l - 4, ".bin") != 0)
+            continue;
+        char **nn = realloc(names, (n + 1) * sizeof(*names));
+        if (!nn || !(nn[n] = strdup(de->d_name))) {
+            names = nn ? nn : names;
+            goto out;
+        }
+        names = nn;
+        n++;
+    }
+    qsort(names, n, sizeof(*names), cmp_names);
+    fputc('{', stdout);
+    for (size_t i = 0; i < n; i++) {
+        char path[1024];
+        size_t stem = strlen(names[i]) - 4;
+        const char *at = memchr(names[i], '@', stem);
+        const ProtobufCMessageDescriptor *d =
+            at ? find_type(names[i], (size_t)(at - names[i])) : NULL;
+        if (!d) {
+            fprintf(stderr, "wire_identity: %s: name is not <message full name>@<label>.bin\n",
+                    names[i]);
+            goto out;
+        }
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        char *buf;
+        size_t len;
+        if (!read_file(path, &buf, &len))
+            goto out;
+        ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, (const uint8_t *)buf);
+        free(buf);
+        printf("%s\"%.*s\":", i ? ",\n" : "\n", (int)stem, names[i]);
+        if (!m) {
+            fputs("{\"ok\":false}", stdout);
+            continue;
+        }
+        fputs("{\"ok\":true,\"value\":", stdout);
+        dump_message(stdout, m);
+        size_t rlen;
+        uint8_t *re = pack(m, &rlen);
+        fputs(",\"repacked\":\"", stdout);
+        if (re)
+            put_hex(stdout, re, rlen);
+        fputs(re ? "\"}" : "!pack failed\"}", stdout);
+        free(re);
+        protobuf_c_message_free_unpacked(m, NULL);
+    }
+    fputs("\n}\n", stdout);
+    rc = fflush(stdout) == 0 ? 0 : 1;
+out:
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    closedir(dh);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && strcmp(argv[1], "list") == 0) {
+        for (size_t i = 0; i < N_TYPES; i++)
+            printf("%s\n", types[i]->name);
+        return 0;
+    }
+    if (argc == 4 && strcmp(argv[1], "encode") == 0)
+        return cmd_encode(argv[2], argv[3]);
+    if (argc == 3 && strcmp(argv[1], "decode") == 0)
+        return cmd_decode(argv[2]);
+    fprintf(stderr, "usage: wire_identity list | encode FIXTURE OUTDIR | decode DIR\n");
+    return 2;
+}
