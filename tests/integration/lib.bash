@@ -1,0 +1,34 @@
+# tests/integration/lib.sh — helpers for the integration tests (sourced).
+# Provides: fail, pass, wait_for, child_pid ROLE SUPERVISOR_PID, new_id,
+# cleanup trap that stops every process this test started.
+set -uo pipefail
+BIN=${BIN:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../build/bin" && pwd)}
+SHARED=${SHARED:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../../shared" 2>/dev/null && pwd)}
+TMP=$(mktemp -d /tmp/bf-it.XXXXXX)
+PIDS=()
+fail() { echo "FAIL: $*" >&2; exit 1; }
+pass() { echo "ok: $*"; }
+# wait_for SECONDS CMD...: poll CMD every 50 ms
+wait_for() {
+    local t=$1; shift
+    local end=$(( $(date +%s%N) + t * 1000000000 ))
+    while [ "$(date +%s%N)" -lt "$end" ]; do
+        if "$@" >/dev/null 2>&1; then return 0; fi
+        sleep 0.05
+    done
+    return 1
+}
+# child_pid ROLE SUP_PID: pid of the child bf-ROLE of supervisor SUP_PID
+child_pid() { ps -o pid=,comm= --ppid "$2" 2>/dev/null | awk -v c="bf-$1" '$2==c {print $1}'; }
+new_id() { echo "it-$(basename "$TMP" | tr -dc 'a-zA-Z0-9')-$1"; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+cleanup() {
+    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -TERM "$p" 2>/dev/null; done
+    sleep 0.3
+    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -KILL "$p" 2>/dev/null; done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+# procs_of ID: pids of appliance processes (comm bf-*) started with --id ID
+procs_of() { ps -eo pid=,comm=,args= | awk -v id="$1" '$2 ~ /^bf-/ && index($0, "--id " id) {print $1}'; }
+no_procs() { [ -z "$(procs_of "$1")" ]; }

@@ -1,0 +1,144 @@
+/*
+ * test_config.c — flag parsing: defaults as documented, Go-style durations,
+ * booleans, usage errors that name the flag, TLS all-or-none.
+ */
+#include <check.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bigfleet/config.h"
+#include "bigfleet/util.h"
+
+static int parse(struct bf_config *c, char *err, size_t n, int argc, ...)
+{
+    char *argv[32];
+    va_list ap;
+    va_start(ap, argc);
+    argv[0] = "bigfleet-shardd";
+    for (int i = 1; i < argc; i++)
+        argv[i] = va_arg(ap, char *);
+    va_end(ap);
+    argv[argc] = NULL;
+    FILE *devnull = fopen("/dev/null", "w");
+    int rc = bf_config_parse(c, argc, argv, devnull, err, n);
+    fclose(devnull);
+    return rc;
+}
+
+START_TEST(defaults_match_the_documented_values)
+{
+    struct bf_config c;
+    char err[256];
+    ck_assert_int_eq(parse(&c, err, sizeof err, 1), BF_CONFIG_OK);
+    ck_assert_str_eq(c.id, "shard-0");
+    ck_assert_str_eq(c.listen, ":7780");
+    ck_assert_str_eq(c.metrics_addr, ":8780");
+    ck_assert_str_eq(c.data_dir, "./data");
+    ck_assert_int_eq(c.cycle_interval_ns, 10 * BF_NS_PER_SEC);
+    ck_assert_int_eq(c.execute_concurrency, 128);
+    ck_assert(c.reclaim_cap_fraction == 0.05);
+    ck_assert(c.empty_rollup_guard);
+    ck_assert(!c.actuation_paused && !c.dry_run);
+    ck_assert_uint_eq(c.max_machines, 600000);
+    ck_assert_int_eq(c.available_capacity_interval_ns, 5 * BF_NS_PER_SEC);
+    ck_assert_str_eq(c.advertise_addr, ":7780"); /* defaults to --listen */
+    ck_assert_str_eq(c.role, "supervisor");
+}
+END_TEST
+
+START_TEST(flags_parse_durations_booleans_and_aliases)
+{
+    struct bf_config c;
+    char err[256];
+    ck_assert_int_eq(parse(&c, err, sizeof err, 8, "--cycle-interval=1m30s", "--dry-run",
+                           "--empty-rollup-guard=false", "--state-dir", "/tmp/x", "--id",
+                           "shard-7"),
+                     BF_CONFIG_OK);
+    ck_assert_int_eq(c.cycle_interval_ns, 90 * BF_NS_PER_SEC);
+    ck_assert(c.dry_run);
+    ck_assert(!c.empty_rollup_guard);
+    ck_assert_str_eq(c.data_dir, "/tmp/x");
+    ck_assert_str_eq(c.id, "shard-7");
+}
+END_TEST
+
+START_TEST(usage_errors_name_the_flag)
+{
+    struct bf_config c;
+    char err[256];
+    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--no-such-flag"), BF_CONFIG_USAGE);
+    ck_assert_ptr_nonnull(strstr(err, "--no-such-flag"));
+    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--cycle-interval=ten"), BF_CONFIG_USAGE);
+    ck_assert_ptr_nonnull(strstr(err, "--cycle-interval"));
+    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--execute-concurrency=0"), BF_CONFIG_USAGE);
+    ck_assert_ptr_nonnull(strstr(err, "--execute-concurrency"));
+    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--reclaim-cap-fraction=1.5"),
+                     BF_CONFIG_USAGE);
+    ck_assert_ptr_nonnull(strstr(err, "--reclaim-cap-fraction"));
+    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--dry-run=maybe"), BF_CONFIG_USAGE);
+    ck_assert_ptr_nonnull(strstr(err, "--dry-run"));
+    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--id=bad/id"), BF_CONFIG_USAGE);
+    ck_assert_ptr_nonnull(strstr(err, "--id"));
+    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--listen="), BF_CONFIG_USAGE);
+    ck_assert_ptr_nonnull(strstr(err, "--listen"));
+    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "stray"), BF_CONFIG_USAGE);
+    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--max-machines"), BF_CONFIG_USAGE);
+    ck_assert_ptr_nonnull(strstr(err, "--max-machines"));
+    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--log-level=loud"), BF_CONFIG_USAGE);
+}
+END_TEST
+
+START_TEST(partial_tls_flags_are_rejected)
+{
+    struct bf_config c;
+    char err[256];
+    ck_assert_int_eq(parse(&c, err, sizeof err, 3, "--tls-cert=a.pem", "--tls-key=a.key"),
+                     BF_CONFIG_USAGE);
+    ck_assert_ptr_nonnull(strstr(err, "--tls-ca"));
+    ck_assert_int_eq(
+        parse(&c, err, sizeof err, 4, "--tls-cert=a.pem", "--tls-key=a.key", "--tls-ca=ca.pem"),
+        BF_CONFIG_OK);
+    ck_assert(bf_config_tls(&c));
+}
+END_TEST
+
+START_TEST(help_lists_every_flag_with_its_default)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    bf_config_usage(f, "bigfleet-shardd");
+    fclose(f);
+    const char *must[] = {"--id",          "--listen",           "--metrics-addr",
+                          "--data-dir",    "--state-dir",        "--provider-addr",
+                          "--coordinator-addr", "--tls-cert",    "--tls-key",
+                          "--tls-ca",      "--max-actions-per-cycle", "--actuation-paused",
+                          "--reclaim-cap-fraction", "--empty-rollup-guard", "--dry-run",
+                          "--audit-log",   "--execute-concurrency", "--incremental-reconcile",
+                          "--cycle-interval", "--max-machines", "--max-needs",
+                          "--max-clusters", "(default \"10s\")", "(default \"128\")"};
+    for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
+        ck_assert_msg(strstr(buf, must[i]) != NULL, "help lacks %s", must[i]);
+    ck_assert_ptr_null(strstr(buf, "--role")); /* internal flag stays hidden */
+    free(buf);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("config");
+    TCase *tc = tcase_create("flags");
+    tcase_add_test(tc, defaults_match_the_documented_values);
+    tcase_add_test(tc, flags_parse_durations_booleans_and_aliases);
+    tcase_add_test(tc, usage_errors_name_the_flag);
+    tcase_add_test(tc, partial_tls_flags_are_rejected);
+    tcase_add_test(tc, help_lists_every_flag_with_its_default);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
