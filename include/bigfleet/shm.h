@@ -288,6 +288,37 @@ int bf_needs_copy(const struct bf_shm *s, uint32_t idx, struct bf_cluster_rec *r
 void bf_needs_copy_rows(const struct bf_shm *s, uint32_t off, uint32_t n,
                         struct bf_need_row *out);
 
+/* --------------------------------------------------------------- stamps */
+
+/*
+ * Provisioning-latency stamps (seed 000 §8): first-seen time of each
+ * (cluster, fingerprint) in a rollup, keyed by the two string refs in an
+ * open-addressing table (linear probing from bf_stamp_hash; an empty slot
+ * has epoch 0). Stamps are never deleted, only re-stamped, so probing needs
+ * no tombstones; the table holds stamp_capacity keys.
+ */
+static inline uint32_t bf_stamp_hash(uint32_t cluster_ref, uint32_t fp_ref)
+{
+    uint64_t x = ((uint64_t)cluster_ref << 32 | fp_ref) * 0x9E3779B97F4A7C15ULL;
+    return (uint32_t)(x >> 32);
+}
+/* Index of the stamp for the key, or -1. Any reader. */
+int bf_stamp_find(const struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref);
+/*
+ * At rollup ingest: creates the stamp (epoch 1, first_seen = now_ns) if the
+ * key is new; if the executor already observed the current epoch
+ * (observed_epoch == epoch) re-stamps it (epoch + 1, now_ns); otherwise
+ * leaves it. 0, or -ENOSPC when the table is full. [session]
+ */
+int bf_stamp_touch(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref, int64_t now_ns);
+/*
+ * At Configure success: if the stamp's epoch was not observed yet, marks it
+ * observed and returns 1 with *latency_ns = now_ns - first_seen (observe
+ * once); else 0. [executor]
+ */
+int bf_stamp_observe(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref, int64_t now_ns,
+                     int64_t *latency_ns);
+
 /* --------------------------------------------------------------- helpers */
 
 /* Relaxed atomic word copy from shared memory (n multiple of 8, 8-aligned). */

@@ -110,3 +110,94 @@ int bf_needs_copy(const struct bf_shm *s, uint32_t idx, struct bf_cluster_rec *r
     }
     return -EAGAIN;
 }
+
+/* ---- provisioning-latency stamps ----
+ * A stamp is written by the session under its own small seqlock (odd while
+ * writing); the executor reads it consistently and writes only
+ * observed_epoch[i]. */
+
+static int stamp_read(const struct bf_stamp *st, uint32_t *epoch, uint32_t *cref, uint32_t *fref,
+                      int64_t *first)
+{
+    for (unsigned t = 0; t < BF_SEQLOCK_READ_TRIES; t++) {
+        uint32_t s0 = atomic_load_explicit(&st->seq, memory_order_acquire);
+        if (s0 & 1u) {
+            bf_backoff(t);
+            continue;
+        }
+        *epoch = atomic_load_explicit(&st->epoch, memory_order_relaxed);
+        *cref = atomic_load_explicit(&st->cluster_ref, memory_order_relaxed);
+        *fref = atomic_load_explicit(&st->fingerprint_ref, memory_order_relaxed);
+        *first = atomic_load_explicit(&st->first_seen_ns, memory_order_relaxed);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&st->seq, memory_order_relaxed) == s0)
+            return 0;
+    }
+    return -EAGAIN;
+}
+
+int bf_stamp_find(const struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref)
+{
+    uint32_t mask = s->stamp_mask;
+    for (uint32_t i = bf_stamp_hash(cluster_ref, fp_ref) & mask, n = 0; n <= mask;
+         i = (i + 1) & mask, n++) {
+        uint32_t e, c, f;
+        int64_t first;
+        if (stamp_read(&s->stamps[i], &e, &c, &f, &first) != 0)
+            continue;
+        if (e == 0)
+            return -1;
+        if (c == cluster_ref && f == fp_ref)
+            return (int)i;
+    }
+    return -1;
+}
+
+static void stamp_write(struct bf_stamp *st, uint32_t epoch, uint32_t cref, uint32_t fref,
+                        int64_t first)
+{
+    uint32_t odd = bf_seq_write_begin(&st->seq);
+    atomic_store_explicit(&st->cluster_ref, cref, memory_order_relaxed);
+    atomic_store_explicit(&st->fingerprint_ref, fref, memory_order_relaxed);
+    atomic_store_explicit(&st->first_seen_ns, first, memory_order_relaxed);
+    atomic_store_explicit(&st->epoch, epoch, memory_order_relaxed);
+    bf_seq_write_end(&st->seq, odd);
+}
+
+int bf_stamp_touch(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref, int64_t now_ns)
+{
+    uint32_t mask = s->stamp_mask;
+    for (uint32_t i = bf_stamp_hash(cluster_ref, fp_ref) & mask, n = 0; n <= mask;
+         i = (i + 1) & mask, n++) {
+        struct bf_stamp *st = &s->stamps[i];
+        uint32_t e = atomic_load_explicit(&st->epoch, memory_order_relaxed);
+        if (e == 0) {
+            stamp_write(st, 1, cluster_ref, fp_ref, now_ns);
+            return 0;
+        }
+        if (atomic_load_explicit(&st->cluster_ref, memory_order_relaxed) != cluster_ref ||
+            atomic_load_explicit(&st->fingerprint_ref, memory_order_relaxed) != fp_ref)
+            continue;
+        if (atomic_load_explicit(&s->stamp_observed[i], memory_order_acquire) == e)
+            stamp_write(st, e + 1, cluster_ref, fp_ref, now_ns);
+        return 0;
+    }
+    return -ENOSPC;
+}
+
+int bf_stamp_observe(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref, int64_t now_ns,
+                     int64_t *latency_ns)
+{
+    int i = bf_stamp_find(s, cluster_ref, fp_ref);
+    if (i < 0)
+        return 0;
+    uint32_t e, c, f;
+    int64_t first;
+    if (stamp_read(&s->stamps[i], &e, &c, &f, &first) != 0 || e == 0)
+        return 0;
+    if (atomic_load_explicit(&s->stamp_observed[i], memory_order_relaxed) == e)
+        return 0;
+    atomic_store_explicit(&s->stamp_observed[i], e, memory_order_release);
+    *latency_ns = now_ns - first;
+    return 1;
+}

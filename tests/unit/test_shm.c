@@ -495,6 +495,27 @@ START_TEST(registries_assign_stable_indices)
 }
 END_TEST
 
+START_TEST(provisioning_stamps_are_observed_once_and_restamped_after)
+{
+    uint32_t c = intern("cluster-a"), f = intern("p=1|ipb=0|rpb=0|reqs=|spr=");
+    int64_t lat = 0;
+    ck_assert_int_eq(bf_stamp_observe(&g_s, c, f, 100, &lat), 0); /* nothing stamped */
+    ck_assert_int_eq(bf_stamp_touch(&g_s, c, f, 1000), 0);
+    ck_assert_int_eq(bf_stamp_touch(&g_s, c, f, 2000), 0); /* unobserved: keeps first-seen */
+    ck_assert_int_eq(bf_stamp_observe(&g_s, c, f, 5000, &lat), 1);
+    ck_assert_int_eq(lat, 4000);
+    ck_assert_int_eq(bf_stamp_observe(&g_s, c, f, 6000, &lat), 0); /* observe-once */
+    ck_assert_int_eq(bf_stamp_touch(&g_s, c, f, 7000), 0);          /* re-stamped */
+    ck_assert_int_eq(bf_stamp_observe(&g_s, c, f, 7500, &lat), 1);
+    ck_assert_int_eq(lat, 500);
+    /* other keys are independent */
+    uint32_t c2 = intern("cluster-b");
+    ck_assert_int_eq(bf_stamp_find(&g_s, c2, f), -1);
+    ck_assert_int_eq(bf_stamp_touch(&g_s, c2, f, 9000), 0);
+    ck_assert_int_ge(bf_stamp_find(&g_s, c2, f), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("shm");
@@ -515,6 +536,7 @@ int main(void)
     tcase_add_test(tc, cluster_latch_readers_never_stall_on_a_dead_writer);
     tcase_add_test(tc, needs_copy_returns_the_published_rows);
     tcase_add_test(tc, registries_assign_stable_indices);
+    tcase_add_test(tc, provisioning_stamps_are_observed_once_and_restamped_after);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
