@@ -64,6 +64,14 @@ static bool token_has(const char *v, size_t vl, const char *tok)
 
 int bf_http1_parse(const char *buf, size_t len, struct bf_http1_request *req)
 {
+    /* reject non-HTTP early (a TLS ClientHello, binary junk) instead of
+     * waiting for a blank line that will never come */
+    for (size_t i = 0; i < len; i++) {
+        if (buf[i] == ' ' && i > 0)
+            break;
+        if (i >= sizeof req->method - 1 || !is_tchar((unsigned char)buf[i]))
+            return -EINVAL;
+    }
     size_t scan = len < BF_HTTP1_MAX_HEAD ? len : BF_HTTP1_MAX_HEAD;
     const char *end = find_crlfcrlf(buf, scan);
     if (!end)

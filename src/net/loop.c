@@ -280,7 +280,13 @@ static int run_deferred(struct bf_net_loop *l)
 static void watch_arm(struct bf_net_watch *w)
 {
     struct io_uring_sqe *sqe = bf_loop_sqe(w->loop);
-    io_uring_prep_poll_multishot(sqe, w->fd, w->events);
+    /* eventfds are drained by each callback: multishot (edge) is enough.
+     * Other fds are level triggered: one-shot poll, re-armed after the
+     * callback, so readiness left over is reported again. */
+    if (w->is_eventfd)
+        io_uring_prep_poll_multishot(sqe, w->fd, w->events);
+    else
+        io_uring_prep_poll_add(sqe, w->fd, w->events);
     io_uring_sqe_set_data64(sqe, BF_UD(w, BF_OP_POLL));
     w->armed = true;
 }
