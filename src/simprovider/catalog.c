@@ -230,9 +230,10 @@ static int parse_i64(const char *s, int64_t *out)
     for (const char *p = s; *p; p++) {
         if (*p < '0' || *p > '9')
             return -EINVAL;
-        if (v > (INT64_MAX - 9) / 10)
+        int d = *p - '0';
+        if (v > (INT64_MAX - d) / 10)
             return -EINVAL;
-        v = v * 10 + (*p - '0');
+        v = v * 10 + d;
     }
     *out = v;
     return 0;
