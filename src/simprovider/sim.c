@@ -1039,7 +1039,33 @@ static void list_run(struct bf_sim *s, const struct bf_sim_list_args *a, struct 
     int64_t all = s->base_rev - 1, from = all, c;
     if (parse_cursor(a->since_revision, &c) && c > all && c <= s->rev)
         from = c;
-    if (from == all && lr.max == 0) {
+    uint32_t *sz = from == all && lr.max == 0 ? malloc(s->n * sizeof *sz + 1) : NULL;
+    if (sz) {
+        /* full list: size every matching machine once, reserve once, write */
+        size_t total = 0;
+        for (uint32_t i = 0; i < s->n && !lr.oom; i++) {
+            sz[i] = 0;
+            if (!(lr.mask & (1u << s->m[i].state)))
+                continue;
+            size_t n = sim_machine_size(s, i);
+            if (!n || n > UINT32_MAX)
+                lr.oom = true;
+            sz[i] = (uint32_t)n;
+            total += sim_ld_len(1, n);
+        }
+        if (!lr.oom && reply_reserve(r, total + 32))
+            lr.oom = true;
+        for (uint32_t i = 0; i < s->n && !lr.oom; i++) {
+            if (!sz[i])
+                continue;
+            uint8_t *p = r->body + r->len;
+            *p++ = 1 << 3 | 2;
+            p = sim_put_varint(p, sz[i]);
+            p = sim_machine_write(s, i, p);
+            r->len = (size_t)(p - r->body);
+        }
+        free(sz);
+    } else if (from == all && lr.max == 0) {
         for (uint32_t i = 0; i < s->n; i++)
             if (!list_emit(s, &lr, i, r))
                 break;
@@ -1690,6 +1716,7 @@ int bf_sim_open(const struct bf_sim_config *cfg, struct bf_sim **out, char *err,
         return -ENOMEM;
     s->cfg = *cfg;
     snprintf(s->provider, sizeof s->provider, "%s", cfg->provider_name ? cfg->provider_name : "");
+    s->provider_len = strlen(s->provider);
     /* pools */
     if (sim_strpool_init(&s->zones) || sim_strpool_init(&s->racks) ||
         sim_strpool_init(&s->ids) || sim_strpool_init(&s->clusters) ||

@@ -206,6 +206,7 @@ struct sim_msgs {
 struct bf_sim {
     struct bf_sim_config cfg;
     char provider[BF_SIM_NAME_MAX * 2];
+    size_t provider_len;
 
     struct sim_type *types;
     struct bf_sim_type *pub_types; /* copy exposed by bf_sim_types() */

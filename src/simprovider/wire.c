@@ -264,8 +264,7 @@ static size_t host_ref(uint64_t serial, char out[24])
 
 static size_t host_body_len(const struct bf_sim *s)
 {
-    size_t pl = strlen(s->provider);
-    return (pl ? sim_ld_len(1, pl) : 0) + sim_ld_len(2, 19);
+    return (s->provider_len ? sim_ld_len(1, s->provider_len) : 0) + sim_ld_len(2, 19);
 }
 
 size_t sim_machine_size(struct bf_sim *s, uint32_t i)
@@ -296,7 +295,7 @@ uint8_t *sim_machine_write(struct bf_sim *s, uint32_t i, uint8_t *p)
     if (m->host) {
         char ref[24];
         size_t rl = host_ref(m->host, ref);
-        size_t pl = strlen(s->provider);
+        size_t pl = s->provider_len;
         p = sim_put_varint(p, 3 << 3 | 2);
         p = sim_put_varint(p, host_body_len(s));
         if (pl)
