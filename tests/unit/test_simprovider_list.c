@@ -551,6 +551,90 @@ START_TEST(request_decoders_agree_with_protobuf_c_packing)
 }
 END_TEST
 
+static bool u32_eq(const void *ctx, uint32_t idx, const void *key, size_t klen)
+{
+    (void)ctx;
+    (void)klen;
+    return idx == *(const uint32_t *)key;
+}
+
+/* hash for entry i: mode 0 spreads over 97 values; mode 1 puts every home
+ * slot in the last 4 or the first 4 slots of the table, so probe runs wrap
+ * past the end and mix entries homed on both sides of the wrap */
+static uint64_t ix_hash(int mode, uint32_t i)
+{
+    return mode == 0 ? (uint64_t)(i % 97) * 0x9e3779b97f4a7c15ULL
+                     : (uint64_t)(uint32_t)(0xfffffffcu + (i % 8));
+}
+
+START_TEST(hash_index_removal_keeps_every_remaining_entry_reachable)
+{
+    for (int mode = 0; mode < 2; mode++) {
+        struct sim_index ix = {0};
+        enum { N = 6000 };
+        static bool live[N];
+        for (uint32_t i = 0; i < N; i++) {
+            ck_assert_int_eq(sim_index_insert(&ix, ix_hash(mode, i), i), 0);
+            live[i] = true;
+        }
+        uint64_t x = 99;
+        for (int round = 0; round < 3; round++) {
+            for (uint32_t i = 0; i < N; i++) {
+                x = x * 6364136223846793005ULL + 1;
+                if (live[i] && (x >> 60) < 8) {
+                    sim_index_remove(&ix, ix_hash(mode, i), i);
+                    live[i] = false;
+                }
+            }
+            size_t n_live = 0;
+            for (uint32_t i = 0; i < N; i++) {
+                uint32_t got = sim_index_find(&ix, ix_hash(mode, i), u32_eq, NULL, &i, sizeof i);
+                ck_assert_msg(got == (live[i] ? i : UINT32_MAX), "mode %d entry %u", mode, i);
+                n_live += live[i];
+            }
+            ck_assert_uint_eq(ix.n, n_live);
+        }
+        sim_index_free(&ix);
+    }
+}
+END_TEST
+
+START_TEST(identical_metadata_maps_are_shared_and_released_per_binding)
+{
+    struct bf_sim_config c;
+    simt_cfg(&c);
+    c.seed_idle = 1;
+    struct bf_sim *s = simt_open(&c);
+    char a[128], b[128];
+    simt_pick(s, BF_STATE_IDLE, 0, a, sizeof a, T0);
+    simt_pick(s, BF_STATE_IDLE, 1, b, sizeof b, T0);
+    const char *md[] = {"k1", "v1", "k2", "v\x01", NULL};
+    struct simt_ack x = simt_configure(s, a, "c", md, "", 0, 0, T0);
+    simt_ack_free(&x);
+    x = simt_configure(s, b, "c", md, "", 0, 0, T0);
+    simt_ack_free(&x);
+    uint32_t ia = sim_find_machine(s, a, strlen(a)), ib = sim_find_machine(s, b, strlen(b));
+    ck_assert_uint_ne(s->m[ia].md, 0);
+    ck_assert_uint_eq(s->m[ia].md, s->m[ib].md);
+    ck_assert_uint_eq(s->md.v[s->m[ia].md].refs, 2);
+    x = simt_drain(s, a, 0, "", 0, 0, T0);
+    simt_ack_free(&x);
+    ck_assert_uint_eq(s->md.v[s->m[ib].md].refs, 1);
+    int code;
+    PbMachine *m = simt_get(s, b, T0, &code);
+    ck_assert_uint_eq(m->n_shard_metadata, 2);
+    simt_free_machine(m);
+    /* a different map is a different record; re-interning after release works */
+    x = simt_drain(s, b, 0, "", 0, 0, T0);
+    simt_ack_free(&x);
+    x = simt_configure(s, a, "c", md, "", 0, 0, T0);
+    ck_assert_uint_eq(x.ack->machine->n_shard_metadata, 2);
+    simt_ack_free(&x);
+    ck_assert_uint_eq(s->md.v[s->m[ia].md].refs, 1);
+    bf_sim_close(s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("simprovider-list");
@@ -569,6 +653,10 @@ int main(void)
     tc = tcase_create("wire");
     tcase_add_test(tc, machine_encoder_is_byte_identical_to_protobuf_c);
     tcase_add_test(tc, request_decoders_agree_with_protobuf_c_packing);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("tables");
+    tcase_add_test(tc, hash_index_removal_keeps_every_remaining_entry_reachable);
+    tcase_add_test(tc, identical_metadata_maps_are_shared_and_released_per_binding);
     suite_add_tcase(s, tc);
     return simt_run(s);
 }
