@@ -29,7 +29,7 @@
 #include "bigfleet/util.h"
 #include "simprovider/sim_internal.h"
 
-#define T0 (1000 * BF_NS_PER_SEC)
+#define T0   (1000 * BF_NS_PER_SEC)
 #define REPS 5
 
 static int cmp_d(const void *a, const void *b)
@@ -169,7 +169,8 @@ static struct list_fig bench_list(struct bf_sim *s, const char *since)
     for (int i = 0; i < REPS; i++)
         tp[i] = time_protobuf_c(s, &r);
     f.pbc_s = median(tp, REPS);
-    Bigfleet__V1alpha1__MachineList *l = bigfleet__v1alpha1__machine_list__unpack(NULL, r.len, r.body);
+    Bigfleet__V1alpha1__MachineList *l =
+        bigfleet__v1alpha1__machine_list__unpack(NULL, r.len, r.body);
     f.machines = l->n_machines;
     bigfleet__v1alpha1__machine_list__free_unpacked(l, NULL);
     bf_sim_reply_free(&r);
@@ -301,8 +302,8 @@ int main(int argc, char **argv)
         bf_sim_reply_free(&r);
         inc[j] = bench_list(s, rev);
         if (inc[j].machines != ks[j]) {
-            fprintf(stderr, "bench_simprovider: delta of %zu changes listed %zu machines\n",
-                    ks[j], inc[j].machines);
+            fprintf(stderr, "bench_simprovider: delta of %zu changes listed %zu machines\n", ks[j],
+                    inc[j].machines);
             return 1;
         }
     }
@@ -327,7 +328,7 @@ int main(int argc, char **argv)
     struct bf_sim_config cc;
     bf_sim_config_init(&cc);
     cc.catalog_path = csv;
-    cc.seed_speculative = 2000; /* 54,000 machines */
+    cc.seed_speculative = 2000;                 /* 54,000 machines */
     cc.bare_metal_delete_unimplemented = false; /* full cycles on every type */
     double acc_mem[REPS];
     s = open_or_die(&cc);
@@ -410,7 +411,8 @@ int main(int argc, char **argv)
     fprintf(f, "  \"host\": \"%s %s\", \"cpus\": %ld,\n", u.sysname, u.release,
             sysconf(_SC_NPROCESSORS_ONLN));
     fprintf(f, "  \"pool_machines\": %zu,\n  \"seed_s\": %.6f,\n", pool, seed_s);
-    fprintf(f, "  \"list_full\": {\"seconds\": %.6f, \"protobuf_c_seconds\": %.6f, \"bytes\": %zu},\n",
+    fprintf(f,
+            "  \"list_full\": {\"seconds\": %.6f, \"protobuf_c_seconds\": %.6f, \"bytes\": %zu},\n",
             full.prod_s, full.pbc_s, full.bytes);
     fprintf(f, "  \"list_incremental\": [\n");
     for (int j = 0; j < 3; j++)

@@ -528,7 +528,7 @@ static enum slot slot_of(int kind, uint32_t f)
     case BF_SIM_RPC_CREATE: /* 1 id, 3 shard, 4 epoch, 5 seq */
         return f == 1 ? S_ID : f == 3 ? S_SHARD : f == 4 ? S_EPOCH : f == 5 ? S_SEQ : S_NONE;
     case BF_SIM_RPC_CONFIGURE: /* 1 id, 2 cluster, 3 blob, 4 shard, 5 epoch, 6 seq, 7 md */
-        return f == 1 ? S_ID
+        return f == 1   ? S_ID
                : f == 2 ? S_CLUSTER
                : f == 3 ? S_BLOB
                : f == 4 ? S_SHARD
@@ -537,7 +537,7 @@ static enum slot slot_of(int kind, uint32_t f)
                : f == 7 ? S_MD
                         : S_NONE;
     case BF_SIM_RPC_DRAIN: /* 1 id, 2 grace, 3 shard, 4 epoch, 5 seq */
-        return f == 1 ? S_ID
+        return f == 1   ? S_ID
                : f == 2 ? S_GRACE
                : f == 3 ? S_SHARD
                : f == 4 ? S_EPOCH

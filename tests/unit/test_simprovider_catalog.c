@@ -17,8 +17,8 @@ static double doc_gpu_price(const char *m)
     static const struct {
         const char *m;
         double p;
-    } t[] = {{"T4", 0.35}, {"P100", 1.46}, {"V100M16", 2.48}, {"V100M32", 2.98},
-             {"A10", 1.20}, {"G1", 1.00},  {"G2", 2.00},      {"G3", 3.00}};
+    } t[] = {{"T4", 0.35},  {"P100", 1.46}, {"V100M16", 2.48}, {"V100M32", 2.98},
+             {"A10", 1.20}, {"G1", 1.00},   {"G2", 2.00},      {"G3", 3.00}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strcmp(t[i].m, m))
             return t[i].p;
@@ -196,20 +196,20 @@ START_TEST(explicit_catalog_csv_is_parsed_in_file_order_and_validated)
     const char *hdr = "type,cpu_milli,memory_mib,gpu,model,capacity_type,price_per_hour,"
                       "interruption_probability\n";
     const char *bad[] = {
-        "name,cpu\nx,1\n",                          /* unknown header */
-        "",                                          /* empty */
-        "X\nx,1000,1024,0,,on-demand,0.1,0\n",       /* header */
-        "HDRx,1000,1024,0,,on-demand,0.1\n",         /* 7 fields */
-        "HDRx,1000,1024,0,,spot,0.1,0\n",            /* SPOT needs p > 0 */
-        "HDRx,1000,1024,0,,on-demand,-1,0\n",        /* negative price */
-        "HDRx,1000,1024,0,,on-demand,0.1,1.5\n",     /* p > 1 */
-        "HDRx,1000,1024,0,,cheap,0.1,0\n",           /* capacity type */
-        "HDRx,0,1024,0,,on-demand,0.1,0\n",          /* no CPU */
+        "name,cpu\nx,1\n",                       /* unknown header */
+        "",                                      /* empty */
+        "X\nx,1000,1024,0,,on-demand,0.1,0\n",   /* header */
+        "HDRx,1000,1024,0,,on-demand,0.1\n",     /* 7 fields */
+        "HDRx,1000,1024,0,,spot,0.1,0\n",        /* SPOT needs p > 0 */
+        "HDRx,1000,1024,0,,on-demand,-1,0\n",    /* negative price */
+        "HDRx,1000,1024,0,,on-demand,0.1,1.5\n", /* p > 1 */
+        "HDRx,1000,1024,0,,cheap,0.1,0\n",       /* capacity type */
+        "HDRx,0,1024,0,,on-demand,0.1,0\n",      /* no CPU */
         "HDRx,1000,1024,0,,on-demand,0.1,0\nx,1000,1024,0,,on-demand,0.1,0\n", /* duplicate */
-        "HDRx y,1000,1024,0,,on-demand,0.1,0\n",     /* bad name */
-        "HDRx,1000,1024,0,T4,on-demand,0.1,0\n",     /* model without GPUs */
-        "HDRx,1k,1024,0,,on-demand,0.1,0\n",         /* not an integer */
-        "HDRx,1000,1024,0,,on-demand,nan,0\n",       /* NaN price */
+        "HDRx y,1000,1024,0,,on-demand,0.1,0\n",                               /* bad name */
+        "HDRx,1000,1024,0,T4,on-demand,0.1,0\n", /* model without GPUs */
+        "HDRx,1k,1024,0,,on-demand,0.1,0\n",     /* not an integer */
+        "HDRx,1000,1024,0,,on-demand,nan,0\n",   /* NaN price */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char text[512];
@@ -223,10 +223,11 @@ START_TEST(explicit_catalog_csv_is_parsed_in_file_order_and_validated)
         ck_assert(err[0]);
         free(p);
     }
-    char *nodes = write_file(dir, "nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\n"
-                                               "n1,8000,61440,2,P100\n"
-                                               "n2,8000,61440,2,P100\n"
-                                               "n3,1500,3000,0,\n");
+    char *nodes = write_file(dir, "nodes.csv",
+                             "sn,cpu_milli,memory_mib,gpu,model\n"
+                             "n1,8000,61440,2,P100\n"
+                             "n2,8000,61440,2,P100\n"
+                             "n3,1500,3000,0,\n");
     ck_assert_int_eq(bf_sim_catalog_load(nodes, false, &t, &n, err, sizeof err), 0);
     ck_assert_uint_eq(n, 2);
     ck_assert_str_eq(t[0].name, "openb-1500mc-3000m"); /* non-integral vCPU / GiB */

@@ -79,7 +79,10 @@ static void drive(const char *dir, int fd)
     a = simt_create(s, cm, "", 0, 0, T0);
     simt_ack_free(&a);
     struct simt_kv md[3] = {{(const uint8_t *)"d/k", 3, (const uint8_t *)"v", 1},
-                            {(const uint8_t *)"d/k2", 4, (const uint8_t *)"v\0" "2", 3},
+                            {(const uint8_t *)"d/k2", 4,
+                             (const uint8_t *)"v\0"
+                                              "2",
+                             3},
                             {(const uint8_t *)"d/nul\0key", 9, (const uint8_t *)"", 0}};
     struct simt_buf b = simt_configure_raw(cm, "durable-cluster", md, 3, 10);
     struct bf_sim_reply r = {0};
@@ -126,7 +129,7 @@ START_TEST(b1001_b1007_fencing_marks_survive_and_new_shards_still_get_first_cont
     ck_assert_int_eq(simt_create(s, p.fm, "durA", 3, 7, T0).code, BF_SIM_FAILED_PRECONDITION);
     ck_assert_int_eq(simt_create(s, p.fm, "durA", 2, 99, T0).code, BF_SIM_FAILED_PRECONDITION);
     ck_assert_int_eq(simt_create(s, "ghost-dur", "durA", 5, 5, T0).code,
-                     BF_SIM_FAILED_PRECONDITION); /* ghost marks too */
+                     BF_SIM_FAILED_PRECONDITION);               /* ghost marks too */
     struct simt_ack a = simt_create(s, p.fm, "durA", 3, 8, T0); /* newer: idempotent no-op */
     ck_assert_int_eq(a.code, 0);
     simt_ack_free(&a);
@@ -151,7 +154,10 @@ START_TEST(b1002_b1003_binding_metadata_and_operation_ids_survive_a_kill)
     ck_assert_str_eq(a.ack->machine->cluster, "durable-cluster");
     simt_ack_free(&a);
     struct simt_kv md[3] = {{(const uint8_t *)"d/k", 3, (const uint8_t *)"v", 1},
-                            {(const uint8_t *)"d/k2", 4, (const uint8_t *)"v\0" "2", 3},
+                            {(const uint8_t *)"d/k2", 4,
+                             (const uint8_t *)"v\0"
+                                              "2",
+                             3},
                             {(const uint8_t *)"d/nul\0key", 9, (const uint8_t *)"", 0}};
     struct bf_sim_reply r = simt_get_raw(s, p.cm, T0);
     ck_assert_int_eq(r.code, 0);
@@ -173,7 +179,8 @@ START_TEST(b1004_b1006_inventory_survives_and_inflight_transitions_become_failed
     int code;
     PbMachine *m = simt_get(s, p.im, T0, &code);
     ck_assert_int_eq(m->state, BF_STATE_FAILED);
-    ck_assert_str_eq(m->last_error, "drain transition interrupted by a provider restart; needs re-drive");
+    ck_assert_str_eq(m->last_error,
+                     "drain transition interrupted by a provider restart; needs re-drive");
     ck_assert_str_eq(m->cluster, "c-inflight"); /* evidence kept */
     simt_free_machine(m);
     ck_assert_int_eq(simt_state(s, p.fm, T0), BF_STATE_IDLE);

@@ -69,7 +69,7 @@ START_TEST(uniform_and_normal_latencies_stay_in_range_and_spread)
     }
     ck_assert_uint_eq(done, n);
     ck_assert(mn >= 1.0 && mx <= 3.01);
-    ck_assert(mx - mn > 1.5);                 /* spread over the interval */
+    ck_assert(mx - mn > 1.5);                      /* spread over the interval */
     ck_assert(fabs(sum / (double)n - 2.0) < 0.15); /* mean of U(1,3) */
     /* normal(2s, 0.5s) for Configure */
     double s1 = 0, s2 = 0;
@@ -458,7 +458,8 @@ START_TEST(config_options_parse_by_flag_name_and_reject_bad_values)
     ck_assert_int_eq(bf_sim_config_set(&c, "zones", "-1", err, sizeof err), -EINVAL);
     ck_assert_int_eq(bf_sim_config_set(&c, "create-latency", "uniform(3s,1s)", err, sizeof err),
                      -EINVAL);
-    ck_assert_int_eq(bf_sim_config_set(&c, "create-latency", "gamma(1s)", err, sizeof err), -EINVAL);
+    ck_assert_int_eq(bf_sim_config_set(&c, "create-latency", "gamma(1s)", err, sizeof err),
+                     -EINVAL);
     ck_assert_int_eq(bf_sim_config_set(&c, "create-latency", "-1s", err, sizeof err), -EINVAL);
     ck_assert_int_eq(bf_sim_config_set(&c, "list-failure", "0.5", err, sizeof err), -ENOENT);
     ck_assert_int_eq(bf_sim_config_set(&c, "bogus", "1", err, sizeof err), -ENOENT);
@@ -466,14 +467,26 @@ START_TEST(config_options_parse_by_flag_name_and_reject_bad_values)
     /* every documented option name is accepted by bf_sim_config_set */
     const char *help = bf_sim_config_help();
     ck_assert_ptr_nonnull(strstr(help, "--max-hosts-per-type"));
-    static const char *const names[][2] = {
-        {"provider", "p"}, {"zone-names", "a,b"}, {"racks-per-zone", "2"},
-        {"seed-speculative", "1"}, {"seed-speculative-per-node", "1"}, {"seed-idle", "1"},
-        {"seed-configured", "1"}, {"seed-clusters", "2"}, {"cluster-prefix", "k-"},
-        {"seed-priority", "5"}, {"defer-instant", "true"}, {"max-hosts", "3"},
-        {"max-hosts-per-type", "2"}, {"spot-interruption-rate", "0.1"},
-        {"max-metadata-bytes", "4096"}, {"state", "/tmp/x"}, {"state-fsync", "false"},
-        {"state-map-size", "1048576"}, {"delete-reply-latency", "1ms"}, {"create-error", "0"}};
+    static const char *const names[][2] = {{"provider", "p"},
+                                           {"zone-names", "a,b"},
+                                           {"racks-per-zone", "2"},
+                                           {"seed-speculative", "1"},
+                                           {"seed-speculative-per-node", "1"},
+                                           {"seed-idle", "1"},
+                                           {"seed-configured", "1"},
+                                           {"seed-clusters", "2"},
+                                           {"cluster-prefix", "k-"},
+                                           {"seed-priority", "5"},
+                                           {"defer-instant", "true"},
+                                           {"max-hosts", "3"},
+                                           {"max-hosts-per-type", "2"},
+                                           {"spot-interruption-rate", "0.1"},
+                                           {"max-metadata-bytes", "4096"},
+                                           {"state", "/tmp/x"},
+                                           {"state-fsync", "false"},
+                                           {"state-map-size", "1048576"},
+                                           {"delete-reply-latency", "1ms"},
+                                           {"create-error", "0"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         ck_assert_msg(bf_sim_config_set(&c, names[i][0], names[i][1], err, sizeof err) == 0,
                       "%s: %s", names[i][0], err);

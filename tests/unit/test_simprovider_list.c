@@ -203,10 +203,18 @@ START_TEST(b906_b909_garbage_or_foreign_cursors_degrade_to_the_full_list)
     struct {
         const void *p;
         size_t len;
-    } g[] = {{NULL, 0},        {"", 0},           {"not-a-real-cursor", 17},
-             {"\x00\xff\x10\x42\x7f", 5}, {junk, sizeof junk}, {bang, strlen(bang)},
-             {tilde, strlen(tilde)},      {bin, bl},           {future, strlen(future)},
-             {"0", 1},         {"-5", 2},         {"+", 1},
+    } g[] = {{NULL, 0},
+             {"", 0},
+             {"not-a-real-cursor", 17},
+             {"\x00\xff\x10\x42\x7f", 5},
+             {junk, sizeof junk},
+             {bang, strlen(bang)},
+             {tilde, strlen(tilde)},
+             {bin, bl},
+             {future, strlen(future)},
+             {"0", 1},
+             {"-5", 2},
+             {"+", 1},
              {"99999999999999999999", 20}};
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) {
         int code;
@@ -647,8 +655,10 @@ int main(void)
     tcase_add_test(tc, b904_b908_quiescent_deltas_are_empty_and_idle_ticks_never_bump);
     tcase_add_test(tc, b906_b909_garbage_or_foreign_cursors_degrade_to_the_full_list);
     tcase_add_test(tc, b907_paging_deltas_and_full_lists_has_no_gap_and_no_duplicate);
-    tcase_add_test(tc, delta_lists_each_machine_once_in_its_current_state_and_the_log_stays_bounded);
-    tcase_add_test(tc, pool_of_500k_full_list_is_complete_and_an_incremental_list_holds_only_the_changes);
+    tcase_add_test(tc,
+                   delta_lists_each_machine_once_in_its_current_state_and_the_log_stays_bounded);
+    tcase_add_test(
+        tc, pool_of_500k_full_list_is_complete_and_an_incremental_list_holds_only_the_changes);
     suite_add_tcase(s, tc);
     tc = tcase_create("wire");
     tcase_add_test(tc, machine_encoder_is_byte_identical_to_protobuf_c);

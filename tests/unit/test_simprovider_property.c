@@ -29,8 +29,8 @@ START_TEST(b1202_random_metadata_maps_round_trip_byte_for_byte)
         const char *id = bf_sim_machine_id(s, (size_t)it % bf_sim_machine_count(s));
         size_t n = rnd(&x) % 40;
         struct simt_kv *md = calloc(n + 1, sizeof *md);
-        uint8_t (*kb)[24] = calloc(n + 1, 24);
-        uint8_t (*vb)[64] = calloc(n + 1, 64);
+        uint8_t(*kb)[24] = calloc(n + 1, 24);
+        uint8_t(*vb)[64] = calloc(n + 1, 64);
         for (size_t i = 0; i < n; i++) {
             /* unique keys: an index prefix, then random bytes (NUL included) */
             size_t kl = 2 + rnd(&x) % 20, vl = rnd(&x) % 64;
@@ -48,7 +48,8 @@ START_TEST(b1202_random_metadata_maps_round_trip_byte_for_byte)
         ck_assert_int_eq(r.code, 0);
         bf_sim_reply_free(&r);
         r = simt_get_raw(s, id, T0);
-        ck_assert_msg(simt_md_equal(r.body, r.len, md, n), "iteration %d: %zu entries differ", it, n);
+        ck_assert_msg(simt_md_equal(r.body, r.len, md, n), "iteration %d: %zu entries differ", it,
+                      n);
         bf_sim_reply_free(&r);
         struct simt_ack d = simt_drain(s, id, 0, "", 0, 0, T0);
         ck_assert_int_eq(d.code, 0);
@@ -231,8 +232,8 @@ START_TEST(b1204_multi_shard_fenced_interleavings_fail_precondition_only_for_fen
         struct mark *m = &mk[i * NS + (size_t)sh];
         bool pass = sh == 3 || !m->set || e > m->e || (e == m->e && q > m->q);
         ck_assert_msg((a.code == BF_SIM_FAILED_PRECONDITION) == !pass,
-                      "step %d shard %d (%lld,%lld) code %d", step, sh, (long long)e,
-                      (long long)q, a.code);
+                      "step %d shard %d (%lld,%lld) code %d", step, sh, (long long)e, (long long)q,
+                      a.code);
         if (pass && sh != 3) {
             m->set = true;
             m->e = e;
@@ -280,15 +281,15 @@ START_TEST(b1205_random_malformed_requests_never_fail_precondition_or_crash)
         struct bf_sim_reply r = {0};
         bf_sim_handle(s, rpc, buf, len, T0, &r);
         ck_assert_int_ne(r.code, BF_SIM_FAILED_PRECONDITION);
-        ck_assert(r.code == 0 || r.code == BF_SIM_INVALID_ARGUMENT ||
-                  r.code == BF_SIM_NOT_FOUND || r.code == BF_SIM_UNIMPLEMENTED ||
-                  r.code == BF_SIM_INTERNAL);
+        ck_assert(r.code == 0 || r.code == BF_SIM_INVALID_ARGUMENT || r.code == BF_SIM_NOT_FOUND ||
+                  r.code == BF_SIM_UNIMPLEMENTED || r.code == BF_SIM_INTERNAL);
         codes[r.code]++;
         bf_sim_reply_free(&r);
         bf_sim_close(s);
     }
     ck_assert_int_gt(codes[BF_SIM_INVALID_ARGUMENT], 100);
-    ck_assert_int_gt(codes[BF_SIM_NOT_FOUND] + codes[BF_SIM_INTERNAL] + codes[0], 50); /* decoded ones */
+    ck_assert_int_gt(codes[BF_SIM_NOT_FOUND] + codes[BF_SIM_INTERNAL] + codes[0],
+                     50); /* decoded ones */
 }
 END_TEST
 
