@@ -1009,6 +1009,16 @@ static void on_call(struct bf_net_call *call, void *arg)
     bf_net_call_set_user(call, s);
 }
 
+/* The operator closed its side (EOF): the session ends cleanly (Go: Recv
+ * returns io.EOF, the handler returns nil). */
+static void on_half_close(struct bf_net_call *call, void *arg)
+{
+    (void)arg;
+    struct sess *s = bf_net_call_user(call);
+    if (s && !s->closing)
+        sess_close(s, BF_NET_OK, NULL);
+}
+
 static void on_drain(struct bf_net_call *call, void *arg)
 {
     (void)arg;
@@ -1050,6 +1060,7 @@ const struct bf_net_method bf_session_method = {
     .kind = BF_NET_BIDI_STREAMING,
     .on_call = on_call,
     .on_message = on_message,
+    .on_half_close = on_half_close,
     .on_drain = on_drain,
     .on_done = on_done,
 };
