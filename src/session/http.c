@@ -7,7 +7,11 @@
  * probe depends on the coordinator (seed 000 §1, reference/shard.md §1.2
  * item 11).
  */
+#include <errno.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "bigfleet/util.h"
 
 #include "bigfleet/log.h"
 #include "bigfleet/metrics.h"
@@ -118,7 +122,11 @@ int ss_http_start(struct ss *ss)
         return 0;
     }
     struct bf_net_http_server_opts o = {.addr = addr, .handler = handler, .arg = ss};
-    int rc = bf_net_http_server_new(ss->loop, &o, &ss->http);
+    int rc;
+    int64_t until = bf_mono_ns() + 5 * BF_NS_PER_SEC; /* see start_grpc() */
+    while ((rc = bf_net_http_server_new(ss->loop, &o, &ss->http)) == -EADDRINUSE &&
+           bf_mono_ns() < until && !bf_child_stopping())
+        usleep(50 * 1000);
     if (rc)
         BF_ERROR("cannot start the HTTP probes server", "addr=%s error=\"%s\"", addr,
                  strerror(-rc));

@@ -70,7 +70,8 @@ struct ingest {
     struct bf_arena arena;
     struct bf_rollup conv;
     uint64_t total_rows;
-    int64_t *last_log; /* per cluster: rate limit of rejection logs */
+    int64_t *last_log;  /* per cluster: rejection-log token bucket refill time */
+    uint8_t *tokens;    /* per cluster: rejection logs allowed now (burst 10, 1/s) */
     uint32_t *suppressed;
     struct bf_need_row *tmp;
     uint32_t tmp_cap;
@@ -110,12 +111,17 @@ static void reject(struct ingest *ig, uint32_t cidx, const struct job *j, int rc
     pthread_mutex_unlock(&ct->mu);
     atomic_fetch_add(&stats(ig)->rollups_rejected, 1);
     int64_t now = bf_mono_ns();
-    if (now - ig->last_log[cidx] >= BF_NS_PER_SEC) {
+    int64_t refill = (now - ig->last_log[cidx]) / BF_NS_PER_SEC;
+    if (refill > 0) {
+        ig->tokens[cidx] = (uint8_t)(ig->tokens[cidx] + refill > 10 ? 10 : ig->tokens[cidx] + refill);
+        ig->last_log[cidx] = now;
+    }
+    if (ig->tokens[cidx] > 0) {
+        ig->tokens[cidx]--;
         sanitize(err);
         BF_ERROR("rollup rejected; the cluster's last good demand is kept",
                  "cluster=%s bytes=%zu reason=%s error=\"%s\" suppressed_since_last=%u",
                  cluster_name(ig, name_ref), j->len, strerror(-rc), err, ig->suppressed[cidx]);
-        ig->last_log[cidx] = now;
         ig->suppressed[cidx] = 0;
     } else {
         ig->suppressed[cidx]++;
@@ -384,11 +390,12 @@ int ingest_start(struct ingest **out, struct bf_shm *shm, const struct bf_config
     ig->fifo = calloc(shm->max_clusters, sizeof *ig->fifo);
     ig->last_log = calloc(shm->max_clusters, sizeof *ig->last_log);
     ig->suppressed = calloc(shm->max_clusters, sizeof *ig->suppressed);
+    ig->tokens = calloc(shm->max_clusters, sizeof *ig->tokens);
     bf_rollup_init(&ig->conv);
     pthread_mutex_init(&ig->mu, NULL);
     pthread_cond_init(&ig->cv, NULL);
     int rc = -ENOMEM;
-    if (!ig->slot || !ig->fifo || !ig->last_log || !ig->suppressed)
+    if (!ig->slot || !ig->fifo || !ig->last_log || !ig->suppressed || !ig->tokens)
         goto fail;
     if ((rc = rebuild(ig)) != 0)
         goto fail;
@@ -456,6 +463,7 @@ void ingest_stop(struct ingest *ig)
     free(ig->fifo);
     free(ig->last_log);
     free(ig->suppressed);
+    free(ig->tokens);
     free(ig->done);
     free(ig->tmp);
     bf_rollup_free(&ig->conv);

@@ -31,6 +31,8 @@
 #include "bigfleet/util.h"
 #include "session_internal.h"
 
+#define BIND_RETRY_NS (5LL * BF_NS_PER_SEC)
+
 static void raise_nofile(void)
 {
     struct rlimit rl;
@@ -129,7 +131,13 @@ static int start_grpc(struct ss *ss)
         o.tls.key_file = ss->cfg->tls_key;
         o.tls.ca_file = ss->cfg->tls_ca;
     }
-    int rc = bf_net_server_new(ss->loop, &o, &ss->srv);
+    int rc;
+    /* After a crash the previous instance's io_uring teardown can hold the
+     * listening socket for a moment: retry EADDRINUSE for a bounded time. */
+    int64_t until = bf_mono_ns() + BIND_RETRY_NS;
+    while ((rc = bf_net_server_new(ss->loop, &o, &ss->srv)) == -EADDRINUSE &&
+           bf_mono_ns() < until && !bf_child_stopping())
+        usleep(50 * 1000);
     if (rc)
         BF_ERROR("cannot serve Shard/Session", "listen=%s error=\"%s\"", ss->cfg->listen,
                  strerror(-rc));

@@ -113,7 +113,13 @@ async function startShard(opts = {}) {
 }
 
 function shm(id, cmd, ...args) {
-  const out = execFileSync(HELPER, [cmd, id, ...args.map(String)], { encoding: 'utf8' });
+  let out;
+  try {
+    out = execFileSync(HELPER, [cmd, id, ...args.map(String)],
+      { encoding: 'utf8', maxBuffer: 256 << 20, stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (e) {
+    throw new Error(`session_shm ${cmd} failed: ${e.stderr || e.message}`);
+  }
   const t = out.trim();
   return t ? JSON.parse(t) : null;
 }
@@ -129,7 +135,7 @@ function shmAsync(id, cmd, ...args) {
 }
 
 function cluster(id, name) {
-  return shm(id, 'dump').clusters.find((c) => c.name === name);
+  return shm(id, 'dump', name).clusters.find((c) => c.name === name);
 }
 
 // A grpc-js operator stream.

@@ -6,7 +6,8 @@
  * would, then waking the session through its eventfd
  * (/proc/<session pid>/fd/<wake fd>).
  *
- *   session_shm dump ID                      cluster rows + need rows + session stats (JSON)
+ *   session_shm dump ID [CLUSTER]            cluster rows + need rows (of CLUSTER only, when
+ *                                            given) + session stats (JSON)
  *   session_shm machine ID MID CLUSTER STATE TYPE ZONE [k=v ...] [alloc:k=v ...] [host:P/R]
  *                                            insert a machine record (as the reconciler)
  *   session_shm node ID MID [STATE [ERROR]]   push NODE_EXEC for the machine (as the executor)
@@ -94,7 +95,7 @@ static void json_vec(const int64_t *v)
     putchar('}');
 }
 
-static int cmd_dump(void)
+static int cmd_dump(const char *only)
 {
     struct bf_blob_cache *c = bf_blob_cache_new();
     uint32_t n = atomic_load(&S.needs->n_clusters);
@@ -139,7 +140,8 @@ static int cmd_dump(void)
                (unsigned long long)r.rollups_accepted, (unsigned long long)r.rollups_rejected,
                (unsigned long long)r.rollups_quarantined, (long long)r.connected_since_ns,
                (long long)r.last_rollup_timestamp_ns);
-        for (int j = 0; j < k; j++) {
+        bool want = !only || (nm && strlen(only) == nl && memcmp(only, nm, nl) == 0);
+        for (int j = 0; want && j < k; j++) {
             const struct bf_need_row *w = &rows[j];
             const struct bf_nprofile *p = bf_nprofile_get(c, &S, w->profile_ref);
             printf("%s{\"fingerprint\":", j ? "," : "");
@@ -430,7 +432,7 @@ int main(int argc, char **argv)
     attach(argv[2], ro);
     bf_shm_set_role(&S, ro ? BF_ROLE_SUPERVISOR : BF_ROLE_EXECUTOR);
     if (ro)
-        return cmd_dump();
+        return cmd_dump(argc > 3 ? argv[3] : NULL);
     if (strcmp(cmd, "machine") == 0)
         return cmd_machine(argc, argv);
     if (strcmp(cmd, "node") == 0)
