@@ -4,7 +4,7 @@
  * published (read-only) or plays the part of the session's producers
  * (executor, reconciler, cycle) by pushing ring messages exactly as they
  * would, then waking the session through its eventfd
- * (/proc/<session pid>/fd/<wake fd>).
+ * (borrowed with pidfd_getfd).
  *
  *   session_shm dump ID [CLUSTER]            cluster rows + need rows (of CLUSTER only, when
  *                                            given) + session stats (JSON)
@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -54,9 +55,11 @@ static void wake(int role)
     uint32_t fd = atomic_load(&S.st->proc[role].wake_fd);
     if (!pid || !fd)
         return;
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%u/fd/%u", pid, fd);
-    int f = open(path, O_WRONLY | O_CLOEXEC);
+    /* an eventfd cannot be reopened through /proc: borrow it with pidfd_getfd */
+    int pfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    int f = pfd >= 0 ? (int)syscall(SYS_pidfd_getfd, pfd, (int)fd, 0) : -1;
+    if (pfd >= 0)
+        close(pfd);
     if (f < 0)
         return; /* the session's 1 s tick drains the rings anyway */
     uint64_t one = 1;
