@@ -74,7 +74,7 @@ static bool pcache_get(const struct pcache *c, uint64_t h, const uint8_t *k, siz
         const struct pc_ent *e = &c->t[i];
         if (e->hash == 0)
             return false;
-        if (e->hash == h && e->len == len && memcmp(c->store + e->off, k, len) == 0) {
+        if (e->hash == h && e->len == len && (len == 0 || memcmp(c->store + e->off, k, len) == 0)) {
             *pref = e->profile_ref;
             *fref = e->fp_ref;
             return true;
@@ -104,7 +104,7 @@ static void pcache_put(struct pcache *c, uint64_t h, const uint8_t *k, size_t le
         c->t = nt;
         c->mask = ncap - 1;
     }
-    if (c->used + len > c->cap) {
+    if (c->used + len > c->cap || !c->store) {
         size_t ncap = c->cap ? c->cap : 65536;
         while (ncap < c->used + len)
             ncap *= 2;
@@ -114,7 +114,8 @@ static void pcache_put(struct pcache *c, uint64_t h, const uint8_t *k, size_t le
         c->store = ns;
         c->cap = ncap;
     }
-    memcpy(c->store + c->used, k, len);
+    if (len)
+        memcpy(c->store + c->used, k, len);
     uint32_t i = (uint32_t)h & c->mask;
     while (c->t[i].hash)
         i = (i + 1) & c->mask;

@@ -89,7 +89,11 @@ async function startShard(opts = {}) {
         proc.kill('SIGTERM');
         await waitFor(() => exited, 8000, 'shardd exit').catch(() => proc.kill('SIGKILL'));
       }
+      // a sanitizer build reports into the log: any report fails the suite
+      const text = fs.existsSync(logPath) ? fs.readFileSync(logPath, 'utf8') : '';
+      const m = /(ERROR: (Address|Leak)Sanitizer|runtime error:)[^]*/.exec(text);
       if (!process.env.KEEP) fs.rmSync(dir, { recursive: true, force: true });
+      if (m) throw new Error(`sanitizer report in the appliance log:\n${m[0].slice(0, 4000)}`);
       return exited;
     },
     sessionPid() { return shm(id, 'dump').session_pid; },

@@ -111,6 +111,9 @@ const tests = [
     // the steady operator keeps its service during the flood
     steady.rollup('c-steady', [L.need({ aggregate: { cpu: '2' } })]);
     await steady.ack('rollup', 5000);
+    // every flooded stream was either acknowledged or ended before the last one
+    await L.waitFor(() => ops.every((o) => o.status ||
+      o.msgs.some((m) => m.payload === 'ack' && m.ack.echo === 'hello')), 10000, 'flood settled');
     const last = new L.Operator(S.addr);
     last.hello('c-flood');
     await last.ack('hello');

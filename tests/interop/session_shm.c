@@ -320,9 +320,10 @@ static uint32_t profile_from(int argc, char **argv, int from)
 {
     struct bf_requirement reqs[16];
     const char *vals[16][16];
+    char *copies[16];
     int n = 0;
     for (int i = from; i < argc && n < 16; i++) {
-        char *a = strdup(argv[i]);
+        char *a = copies[n] = strdup(argv[i]);
         char *k = strtok(a, ":"), *op = strtok(NULL, ":"), *vs = strtok(NULL, ":");
         if (!k || !op)
             die("bad requirement %s", argv[i]);
@@ -340,6 +341,8 @@ static uint32_t profile_from(int argc, char **argv, int from)
     uint32_t ref, fref;
     if (bf_nprofile_intern(&S, &p, &ref, &fref) != 0)
         die("%s", "need profile intern");
+    for (int i = 0; i < n; i++)
+        free(copies[i]);
     return ref;
 }
 
