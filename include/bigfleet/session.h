@@ -224,6 +224,33 @@ int bf_arena_release(struct bf_arena *a, uint32_t off, uint32_t len);
 /* Longest free run. */
 uint32_t bf_arena_largest(const struct bf_arena *a);
 
+/* One relocation planned by bf_arena_compact: the live extent `idx` moves
+ * from rows [from, from + len) to [to, to + len). */
+struct bf_arena_move {
+    uint32_t idx;
+    uint32_t from, to, len;
+};
+/*
+ * Makes room for `want` rows when the free space is fragmented: visits the
+ * live extents (live[i].idx names the owner) by increasing offset and moves
+ * each one to the lowest free run below it that can hold it, until a run of
+ * `want` rows is free; then allocates it (*off). The allocator is updated
+ * as if every move were done (the destination allocated, the source
+ * released); moves[] (capacity n_live) lists them in order. The caller must
+ * execute them in that order — copy the rows, republish the owner with the
+ * new offset — before writing into *off: a later move may land in an
+ * earlier move's source, which is safe once that owner was republished.
+ * Returns the number of moves (>= 0) with *off set, or -ENOSPC when even
+ * after compaction no run is long enough (the moves already planned are
+ * valid and must still be executed; *moved gets their count), -ENOMEM.
+ */
+struct bf_arena_live {
+    uint32_t idx;
+    uint32_t off, len;
+};
+int bf_arena_compact(struct bf_arena *a, struct bf_arena_live *live, uint32_t n_live,
+                     uint32_t want, struct bf_arena_move *moves, uint32_t *moved, uint32_t *off);
+
 /* ================================================================ outbox */
 
 /*

@@ -169,3 +169,33 @@ uint32_t bf_arena_largest(const struct bf_arena *a)
             m = a->free[i].len;
     return m;
 }
+
+static int live_by_off(const void *x, const void *y)
+{
+    const struct bf_arena_live *a = x, *b = y;
+    return a->off < b->off ? -1 : a->off > b->off;
+}
+
+int bf_arena_compact(struct bf_arena *a, struct bf_arena_live *live, uint32_t n_live,
+                     uint32_t want, struct bf_arena_move *moves, uint32_t *moved, uint32_t *off)
+{
+    *moved = 0;
+    if (bf_arena_alloc(a, want, off) == 0)
+        return 0;
+    qsort(live, n_live, sizeof *live, live_by_off);
+    for (uint32_t k = 0; k < n_live; k++) {
+        if (!live[k].len)
+            continue;
+        uint32_t to;
+        if (bf_arena_alloc_below(a, live[k].len, live[k].off, &to) != 0)
+            continue;
+        int rc = bf_arena_release(a, live[k].off, live[k].len);
+        if (rc)
+            return rc;
+        moves[(*moved)++] = (struct bf_arena_move){live[k].idx, live[k].off, to, live[k].len};
+        live[k].off = to;
+        if (bf_arena_alloc(a, want, off) == 0)
+            return (int)*moved;
+    }
+    return -ENOSPC;
+}

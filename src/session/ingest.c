@@ -128,6 +128,8 @@ static void reject(struct ingest *ig, uint32_t cidx, const struct job *j, int rc
     }
 }
 
+static int rebuild_arena(struct ingest *ig);
+
 static int ensure_tmp(struct ingest *ig, uint32_t n)
 {
     if (n <= ig->tmp_cap)
@@ -140,18 +142,10 @@ static int ensure_tmp(struct ingest *ig, uint32_t n)
     return 0;
 }
 
-struct live_ext {
-    uint32_t idx, off, len;
-};
-
-static int ext_by_off(const void *a, const void *b)
-{
-    const struct live_ext *x = a, *y = b;
-    return x->off < y->off ? -1 : x->off > y->off;
-}
-
 /* Allocates n rows, relocating live extents downwards when the free space
- * is fragmented. The extent of `self` is left alone (freed after publish). */
+ * is fragmented (bf_arena_compact plans, this executes: copy the rows,
+ * republish the owner with the same generation). The extent of `self` is
+ * left alone (it is freed after the publish). */
 static int alloc_rows(struct ingest *ig, uint32_t self, uint32_t n, uint32_t *off)
 {
     if (bf_arena_alloc(&ig->arena, n, off) == 0)
@@ -161,45 +155,44 @@ static int alloc_rows(struct ingest *ig, uint32_t self, uint32_t n, uint32_t *of
     struct cluster_tab *ct = ig->ct;
     pthread_mutex_lock(&ct->mu);
     uint32_t nc = ct->n;
-    struct live_ext *l = malloc(((size_t)nc + 1) * sizeof *l);
+    struct bf_arena_live *l = malloc(((size_t)nc + 1) * sizeof *l);
+    struct bf_arena_move *mv = malloc(((size_t)nc + 1) * sizeof *mv);
     uint32_t nl = 0;
     for (uint32_t i = 0; l && i < nc; i++)
         if (i != self && ct->rec[i].rows_count)
-            l[nl++] = (struct live_ext){i, ct->rec[i].rows_off, ct->rec[i].rows_count};
+            l[nl++] = (struct bf_arena_live){i, ct->rec[i].rows_off, ct->rec[i].rows_count};
     pthread_mutex_unlock(&ct->mu);
-    if (!l)
-        return -ENOMEM;
-    qsort(l, nl, sizeof *l, ext_by_off);
-    int rc = -ENOSPC;
     uint32_t moved = 0;
-    for (uint32_t k = 0; k < nl; k++) {
-        uint32_t noff;
-        if (bf_arena_alloc_below(&ig->arena, l[k].len, l[k].off, &noff) != 0)
-            continue;
-        if (ensure_tmp(ig, l[k].len)) {
-            bf_arena_release(&ig->arena, noff, l[k].len);
-            rc = -ENOMEM;
-            break;
-        }
-        bf_needs_copy_rows(ig->shm, l[k].off, l[k].len, ig->tmp);
-        bf_shm_store_words(&ig->shm->rows[noff], ig->tmp,
-                           (size_t)l[k].len * sizeof(struct bf_need_row));
+    int rc = l && mv ? bf_arena_compact(&ig->arena, l, nl, n, mv, &moved, off) : -ENOMEM;
+    uint32_t maxlen = 0;
+    for (uint32_t k = 0; k < moved; k++)
+        if (mv[k].len > maxlen)
+            maxlen = mv[k].len;
+    if (moved && ensure_tmp(ig, maxlen)) {
+        /* nothing moved yet, but the allocator already reflects the plan:
+         * rebuild it from the published rows */
+        BF_ERROR("need-row arena compaction abandoned (out of memory)", "moves=%u", moved);
+        free(l);
+        free(mv);
+        bf_arena_destroy(&ig->arena);
+        rebuild_arena(ig);
+        return -ENOMEM;
+    }
+    for (uint32_t k = 0; k < moved; k++) {
+        bf_needs_copy_rows(ig->shm, mv[k].from, mv[k].len, ig->tmp);
+        bf_shm_store_words(&ig->shm->rows[mv[k].to], ig->tmp,
+                           (size_t)mv[k].len * sizeof(struct bf_need_row));
         pthread_mutex_lock(&ct->mu);
-        ct->rec[l[k].idx].rows_off = noff; /* same rows, same generation */
-        ct_publish_locked(ct, l[k].idx);
+        ct->rec[mv[k].idx].rows_off = mv[k].to; /* same rows, same generation */
+        ct_publish_locked(ct, mv[k].idx);
         pthread_mutex_unlock(&ct->mu);
-        bf_arena_release(&ig->arena, l[k].off, l[k].len);
-        moved++;
-        if (bf_arena_alloc(&ig->arena, n, off) == 0) {
-            rc = 0;
-            break;
-        }
     }
     free(l);
+    free(mv);
     if (moved)
         BF_INFO("need-row arena compacted", "extents_moved=%u rows_wanted=%u result=%s", moved, n,
-                rc == 0 ? "ok" : "still fragmented");
-    return rc;
+                rc >= 0 ? "ok" : "still fragmented");
+    return rc >= 0 ? 0 : rc;
 }
 
 static void process(struct ingest *ig, uint32_t cidx, struct job *j)
@@ -320,7 +313,7 @@ out:
     (void)w;
 }
 
-static int rebuild(struct ingest *ig)
+static int rebuild_arena(struct ingest *ig)
 {
     struct cluster_tab *ct = ig->ct;
     uint32_t cap = 2 * ig->shm->max_needs;
@@ -397,7 +390,7 @@ int ingest_start(struct ingest **out, struct bf_shm *shm, const struct bf_config
     int rc = -ENOMEM;
     if (!ig->slot || !ig->fifo || !ig->last_log || !ig->suppressed || !ig->tokens)
         goto fail;
-    if ((rc = rebuild(ig)) != 0)
+    if ((rc = rebuild_arena(ig)) != 0)
         goto fail;
     if ((rc = -pthread_create(&ig->th, NULL, thread_main, ig)) != 0)
         goto fail;

@@ -555,6 +555,52 @@ START_TEST(arena_random_operations_match_a_bitmap_model)
 }
 END_TEST
 
+START_TEST(arena_compaction_moves_extents_down_into_free_space_until_the_run_fits)
+{
+    enum { CAP = 32 };
+    struct bf_arena a;
+    ck_assert_int_eq(bf_arena_init(&a, CAP), 0);
+    /* eight 1-row extents at 0, 4, ..., 28: 24 rows free, no run longer than 3 */
+    struct bf_arena_live live[8];
+    struct bf_extent ext[8];
+    for (uint32_t i = 0; i < 8; i++) {
+        live[i] = (struct bf_arena_live){100 + i, i * 4, 1};
+        ext[i] = (struct bf_extent){i * 4, 1};
+    }
+    ck_assert_int_eq(bf_arena_rebuild(&a, ext, 8), 0);
+    ck_assert_uint_eq(bf_arena_largest(&a), 3);
+    struct bf_arena_move mv[8];
+    uint32_t moved, off;
+    int rc = bf_arena_compact(&a, live, 8, 8, mv, &moved, &off);
+    ck_assert_int_ge(rc, 1);
+    ck_assert_uint_eq((uint32_t)rc, moved);
+    /* execute the plan on an ownership map: every destination must be free
+     * when its move runs, and the final run must be free of every owner */
+    int owner[CAP];
+    for (int i = 0; i < CAP; i++)
+        owner[i] = -1;
+    for (int i = 0; i < 8; i++)
+        owner[i * 4] = 100 + i;
+    for (uint32_t k = 0; k < moved; k++) {
+        ck_assert_uint_lt(mv[k].to, mv[k].from);
+        for (uint32_t r = 0; r < mv[k].len; r++) {
+            ck_assert_int_eq(owner[mv[k].from + r], (int)mv[k].idx);
+            ck_assert_int_eq(owner[mv[k].to + r], -1);
+        }
+        for (uint32_t r = 0; r < mv[k].len; r++) {
+            owner[mv[k].from + r] = -1;
+            owner[mv[k].to + r] = (int)mv[k].idx;
+        }
+    }
+    for (uint32_t r = 0; r < 8; r++)
+        ck_assert_int_eq(owner[off + r], -1);
+    ck_assert_uint_eq(a.free_rows, CAP - 8 - 8);
+    /* nothing left to gain: asking for more than the free space fails cleanly */
+    ck_assert_int_eq(bf_arena_compact(&a, live, 8, 17, mv, &moved, &off), -ENOSPC);
+    bf_arena_destroy(&a);
+}
+END_TEST
+
 /* ------------------------------------------------------------ outbox */
 
 static const struct bf_outbox_limits LIM = {.max_frame_bytes = 100, .max_frames = 4,
@@ -690,6 +736,7 @@ static Suite *suite(void)
     tcase_add_test(a, arena_first_fit_coalesces_and_refuses_double_free);
     tcase_add_test(a, arena_rebuild_from_published_extents_and_alloc_below);
     tcase_add_test(a, arena_random_operations_match_a_bitmap_model);
+    tcase_add_test(a, arena_compaction_moves_extents_down_into_free_space_until_the_run_fits);
     suite_add_tcase(s, a);
     TCase *o = tcase_create("outbox");
     tcase_add_test(o, outbox_frames_are_fifo_bounded_and_never_dropped_silently);
