@@ -216,7 +216,12 @@ int bf_arena_rebuild(struct bf_arena *a, const struct bf_extent *live, uint32_t 
 /* Lowest-addressed free extent of len rows (len 0: *off = 0, no-op).
  * Errors: -ENOSPC (no free run that long), -ENOMEM. */
 int bf_arena_alloc(struct bf_arena *a, uint32_t len, uint32_t *off);
-/* Same, only if it starts below `below`; -ENOSPC otherwise. */
+/* Highest-addressed fit: the top end of the highest free run of len rows.
+ * Alternating ends per replacement keeps large extents against the ends of
+ * the arena, so a cluster replacing a large rollup always finds room on the
+ * other side. -ENOSPC, -ENOMEM. */
+int bf_arena_alloc_high(struct bf_arena *a, uint32_t len, uint32_t *off);
+/* Same as bf_arena_alloc, only if it starts below `below`; -ENOSPC otherwise. */
 int bf_arena_alloc_below(struct bf_arena *a, uint32_t len, uint32_t below, uint32_t *off);
 /* Returns an extent (len 0: no-op). Errors: -EINVAL (outside the arena or
  * overlapping free space: a double free), -ENOMEM. */

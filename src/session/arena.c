@@ -124,6 +124,27 @@ int bf_arena_alloc_below(struct bf_arena *a, uint32_t len, uint32_t below, uint3
     return -ENOSPC;
 }
 
+int bf_arena_alloc_high(struct bf_arena *a, uint32_t len, uint32_t *off)
+{
+    if (len == 0) {
+        *off = 0;
+        return 0;
+    }
+    for (uint32_t i = a->n_free; i-- > 0;) {
+        if (a->free[i].len >= len) {
+            *off = a->free[i].off + a->free[i].len - len;
+            a->free[i].len -= len;
+            a->free_rows -= len;
+            if (a->free[i].len == 0) {
+                memmove(&a->free[i], &a->free[i + 1], (a->n_free - i - 1) * sizeof *a->free);
+                a->n_free--;
+            }
+            return 0;
+        }
+    }
+    return -ENOSPC;
+}
+
 int bf_arena_release(struct bf_arena *a, uint32_t off, uint32_t len)
 {
     if (len == 0)

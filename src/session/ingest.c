@@ -142,13 +142,19 @@ static int ensure_tmp(struct ingest *ig, uint32_t n)
     return 0;
 }
 
-/* Allocates n rows, relocating live extents downwards when the free space
- * is fragmented (bf_arena_compact plans, this executes: copy the rows,
- * republish the owner with the same generation). The extent of `self` is
- * left alone (it is freed after the publish). */
-static int alloc_rows(struct ingest *ig, uint32_t self, uint32_t n, uint32_t *off)
+/* Allocates n rows for cluster `self`, on the side of the arena away from
+ * its current extent (old_off, old_n) — the two extents then sit at
+ * opposite ends — or, failing both ends, by relocating live extents
+ * (self's included) downwards (bf_arena_compact plans, this executes: copy
+ * the rows, republish the owner with the same generation). */
+static int alloc_rows(struct ingest *ig, uint32_t self, uint32_t old_off, uint32_t old_n,
+                      uint32_t n, uint32_t *off)
 {
-    if (bf_arena_alloc(&ig->arena, n, off) == 0)
+    bool old_low = old_n && (uint64_t)old_off + old_n / 2 < ig->arena.capacity / 2;
+    if (old_low ? bf_arena_alloc_high(&ig->arena, n, off) == 0 ||
+                      bf_arena_alloc(&ig->arena, n, off) == 0
+                : bf_arena_alloc(&ig->arena, n, off) == 0 ||
+                      bf_arena_alloc_high(&ig->arena, n, off) == 0)
         return 0;
     if (ig->arena.free_rows < n)
         return -ENOSPC;
@@ -158,8 +164,9 @@ static int alloc_rows(struct ingest *ig, uint32_t self, uint32_t n, uint32_t *of
     struct bf_arena_live *l = malloc(((size_t)nc + 1) * sizeof *l);
     struct bf_arena_move *mv = malloc(((size_t)nc + 1) * sizeof *mv);
     uint32_t nl = 0;
+    (void)self; /* its extent may move too: process() frees whatever the row says */
     for (uint32_t i = 0; l && i < nc; i++)
-        if (i != self && ct->rec[i].rows_count)
+        if (ct->rec[i].rows_count)
             l[nl++] = (struct bf_arena_live){i, ct->rec[i].rows_off, ct->rec[i].rows_count};
     pthread_mutex_unlock(&ct->mu);
     uint32_t moved = 0;
@@ -244,7 +251,7 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
         goto out;
     }
     uint32_t off = 0;
-    if ((rc = alloc_rows(ig, cidx, cv->n, &off)) != 0) {
+    if ((rc = alloc_rows(ig, cidx, rec.rows_off, rec.rows_count, cv->n, &off)) != 0) {
         snprintf(err, sizeof err,
                  "no contiguous run of %u rows in the need-row arena (%u free of %u)", cv->n,
                  ig->arena.free_rows, ig->arena.capacity);

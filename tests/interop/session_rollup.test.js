@@ -264,6 +264,50 @@ const tests = [
   }],
 ];
 
+const arenaTest = ['random rollup sizes across clusters never disturb another cluster\'s rows (arena reuse)', async () => {
+  // a small needs table (--max-needs 64: a 128-row arena) filled close to its
+  // limit by eight clusters replacing their demand with random sizes
+  const s = await L.startShard({ args: ['--max-needs=64', '--empty-rollup-guard=false'] });
+  try {
+    const N = 8;
+    const ops = [];
+    const size = new Array(N).fill(0);
+    for (let c = 0; c < N; c++) {
+      const o = new L.Operator(s.addr);
+      o.hello(`f${c}`);
+      await o.ack('hello');
+      ops.push(o);
+    }
+    let seed = 12345;
+    const rnd = (k) => { seed = (seed * 1103515245 + 12345) & 0x7fffffff; return seed % k; };
+    for (let it = 0; it < 300; it++) {
+      const c = rnd(N);
+      const others = size.reduce((a, b) => a + b, 0) - size[c];
+      const r = rnd(3);
+      const n = r === 0 ? 1 + rnd(4) : r === 1 ? Math.max(0, 64 - others) : rnd(12);
+      ops[c].rollup(`f${c}`, Array.from({ length: n }, (_, i) =>
+        L.need({ priority: c * 1000 + i, aggregate: { cpu: String(it + 1) } })));
+      await ops[c].ack('rollup');
+      size[c] = n;
+      const d = L.shm(s.id, 'dump');
+      assert.strictEqual(d.rows_used, size.reduce((a, b) => a + b, 0));
+      for (let k = 0; k < N; k++) {
+        const ck = d.clusters.find((x) => x.name === `f${k}`);
+        assert.strictEqual(ck.rows_count, size[k]);
+        ck.rows.forEach((row, i) => assert.strictEqual(row.priority, k * 1000 + i));
+      }
+    }
+    // one more than the table holds is refused with a clear error
+    const others = size.reduce((a, b) => a + b, 0) - size[0];
+    ops[0].rollup('f0', Array.from({ length: 65 - others }, () => L.need()));
+    await L.waitFor(() => L.cluster(s.id, 'f0').rollups_rejected === 1, 3000, 'full-table rejection');
+    assert.match(s.log(), /the needs table is full|the shard holds at most 64 rows per cluster/);
+    for (const o of ops) o.close();
+  } finally {
+    await s.stop();
+  }
+}];
+
 (async () => {
   S = await L.startShard();
   await L.run([...tests.map(([n, f]) => [n, async () => {
@@ -271,5 +315,5 @@ const tests = [
   }]), ['(stop the appliance)', async () => {
     const ex = await S.stop();
     assert.strictEqual(ex.code, 0);
-  }]]);
+  }], arenaTest]);
 })().catch((e) => { console.error(e); process.exit(1); });

@@ -501,6 +501,11 @@ START_TEST(arena_rebuild_from_published_extents_and_alloc_below)
     ck_assert_int_eq(bf_arena_alloc_below(&a, 20, 10, &off), 0);
     ck_assert_uint_eq(off, 5);
     ck_assert_int_eq(bf_arena_alloc_below(&a, 30, 40, &off), -ENOSPC); /* 25..50 is too short */
+    ck_assert_int_eq(bf_arena_alloc_high(&a, 5, &off), 0);
+    ck_assert_uint_eq(off, 75); /* top of 60..80 */
+    ck_assert_int_eq(bf_arena_alloc_high(&a, 20, &off), 0);
+    ck_assert_uint_eq(off, 30); /* 60..75 too short now: top of 25..50 */
+    ck_assert_int_eq(bf_arena_alloc_high(&a, 16, &off), -ENOSPC);
     struct bf_extent bad[] = {{0, 10}, {5, 10}};
     ck_assert_int_eq(bf_arena_rebuild(&a, bad, 2), -EINVAL);
     ck_assert_uint_eq(a.free_rows, 100);
