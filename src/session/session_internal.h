@@ -186,5 +186,7 @@ int coord_start(struct ss *ss);
 void coord_stop(struct ss *ss);
 /* The coordinator term high-water mark (LMDB; 0 when none). */
 int64_t coord_term(const struct ss *ss);
+/* Topology domains assigned by the coordinator (AssignDomain, memory only). */
+uint32_t coord_domains(const struct ss *ss);
 
 #endif /* BF_SESSION_INTERNAL_H */

@@ -25,7 +25,8 @@ const BIN = process.env.BIN || path.join(BUILD_DIR, 'bin');
 const PROTO_DIR = process.env.PROTO_DIR || path.join(repo, 'proto');
 const HELPER = path.join(BUILD_DIR, 'tests', 'interop', 'session_shm');
 
-const pkgDef = protoLoader.loadSync(['bigfleet/v1alpha1/shard.proto'], {
+const pkgDef = protoLoader.loadSync(['bigfleet/v1alpha1/shard.proto',
+  'bigfleet/v1alpha1/coordinator.proto'], {
   includeDirs: [PROTO_DIR], keepCase: true, longs: String, enums: Number, bytes: Buffer,
   defaults: true, oneofs: true,
 });
@@ -66,7 +67,7 @@ async function waitFor(fn, ms, what) {
 
 async function startShard(opts = {}) {
   const id = `it-sess-${process.pid}-${Math.floor(Math.random() * 1e6)}`;
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bf-sess-'));
+  const dir = opts.dir || fs.mkdtempSync(path.join(os.tmpdir(), 'bf-sess-'));
   const port = await freePort();
   const metricsPort = await freePort();
   const args = [`--id=${id}`, `--listen=127.0.0.1:${port}`,
@@ -92,7 +93,7 @@ async function startShard(opts = {}) {
       // a sanitizer build reports into the log: any report fails the suite
       const text = fs.existsSync(logPath) ? fs.readFileSync(logPath, 'utf8') : '';
       const m = /(ERROR: (Address|Leak)Sanitizer|runtime error:)[^]*/.exec(text);
-      if (!process.env.KEEP) fs.rmSync(dir, { recursive: true, force: true });
+      if (!process.env.KEEP && !opts.keepDir) fs.rmSync(dir, { recursive: true, force: true });
       if (m) throw new Error(`sanitizer report in the appliance log:\n${m[0].slice(0, 4000)}`);
       return exited;
     },

@@ -17,6 +17,8 @@
  *                                            push BOOT_REQ, wait for the matching BOOT_RESP
  *                                            record (read in place, never consumed), print it
  *   session_shm ac ID CLUSTER COUNT CONF COST [key:op:v1,v2 ...]
+ *   session_shm cycle-result ID [key:op:v1,v2 ...]
+ *                                            publish a synthetic cycle result (as the cycle)
  *
  * Exit 0 on success, 1 with a message on stderr otherwise.
  */
@@ -429,6 +431,46 @@ static int cmd_ac(int argc, char **argv)
     return 0;
 }
 
+/* A synthetic cycle result, published as the cycle does (double buffer +
+ * publish_seq): 10 machines (3 Idle, 2 Speculative, 5 Configured) over two
+ * types and two zones, and two shortfalls of the given profile. */
+static int cmd_cycle_result(int argc, char **argv)
+{
+    struct bf_state_main *st = S.st;
+    uint32_t next = (atomic_load(&st->published) & 1) ^ 1;
+    struct bf_cycle_result *r = &st->result[next];
+    memset(r, 0, sizeof *r);
+    int t1 = bf_type_intern(&S, "m6i.large"), t2 = bf_type_intern(&S, "c6i.4xlarge");
+    int z1 = bf_zone_intern(&S, "zone-a"), z2 = bf_zone_intern(&S, "zone-b");
+    int cpu = bf_dim_intern(&S, "cpu");
+    if (t1 < 0 || t2 < 0 || z1 < 0 || z2 < 0 || cpu < 0)
+        die("%s", "registry full");
+    struct bf_inv_counts *k = &r->counts;
+    k->by_state_type_zone[BF_STATE_IDLE][t1][z1] = 3;
+    k->by_state_type_zone[BF_STATE_SPECULATIVE][t2][z2] = 2;
+    k->by_state_type_zone[BF_STATE_CONFIGURED][t1][z2] = 5;
+    k->by_state[BF_STATE_IDLE] = 3;
+    k->by_state[BF_STATE_SPECULATIVE] = 2;
+    k->by_state[BF_STATE_CONFIGURED] = 5;
+    k->total_machines = 10;
+    uint32_t prof = profile_from(argc, argv, 3);
+    r->n_shortfalls = 2;
+    r->shortfalls_total = 2;
+    r->shortfalls[0] = (struct bf_shortfall_row){.need_profile_ref = prof, .priority = 500,
+                                                 .age_cycles = 3, .ipb = 7};
+    r->shortfalls[0].deficit[cpu] = 4000;
+    r->shortfalls[1] = (struct bf_shortfall_row){.need_profile_ref = prof, .priority = 1000,
+                                                 .age_cycles = 1, .ipb = 9};
+    r->shortfalls[1].deficit[cpu] = 1500;
+    r->cycle = 7;
+    r->computed_at_ns = bf_now_ns();
+    uint64_t seq = atomic_load(&st->publish_seq);
+    atomic_store(&st->publish_seq, seq | 1);
+    atomic_store(&st->published, next);
+    atomic_store(&st->publish_seq, (seq | 1) + 1);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3)
@@ -451,6 +493,8 @@ int main(int argc, char **argv)
         return cmd_boot(argc, argv);
     if (strcmp(cmd, "ac") == 0)
         return cmd_ac(argc, argv);
+    if (strcmp(cmd, "cycle-result") == 0)
+        return cmd_cycle_result(argc, argv);
     die("unknown command %s", cmd);
     return 1;
 }
