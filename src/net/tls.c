@@ -67,7 +67,12 @@ static int io_send(WOLFSSL *ssl, char *buf, int sz, void *ctx)
 
 static const char *wolf_err(unsigned long e, char *buf, size_t cap)
 {
-    wolfSSL_ERR_error_string_n(e, buf, cap);
+    (void)e;
+    unsigned long q = wolfSSL_ERR_get_error();
+    if (q)
+        wolfSSL_ERR_error_string_n(q, buf, cap);
+    else
+        snprintf(buf, cap, "cannot load or parse the file");
     return buf;
 }
 
