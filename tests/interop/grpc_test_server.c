@@ -16,7 +16,8 @@
  *   Shard/Session               bidi: first frame Hello (else INVALID_ARGUMENT),
  *                               mTLS: identity must be bigfleet://cluster/<id>
  *                               (else PERMISSION_DENIED); one Ack per frame;
- *                               half-close -> OK
+ *                               a rollup for cluster "cancel-me" makes the
+ *                               server reset the stream; half-close -> OK
  *
  * HTTP/1.1 on --http-addr: /healthz, /stats (JSON: how calls ended per
  * method, and the server's bad-input counters), /metrics.
@@ -319,7 +320,10 @@ static void session_msg(struct bf_net_call *call, const uint8_t *msg, size_t len
         send_ack(call, "hello");
         break;
     case BIGFLEET__V1ALPHA1__OPERATOR_MESSAGE__PAYLOAD_ROLLUP:
-        send_ack(call, "rollup");
+        if (strcmp(om->rollup->cluster_id, "cancel-me") == 0)
+            bf_net_call_cancel(call); /* server-side cancellation: RST_STREAM(CANCEL) */
+        else
+            send_ack(call, "rollup");
         break;
     case BIGFLEET__V1ALPHA1__OPERATOR_MESSAGE__PAYLOAD_RECLAIM_ACK:
         send_ack(call, om->reclaim_ack->instruction_id);
