@@ -39,7 +39,7 @@
 static int obuf_append(struct obuf *b, const void *p, size_t n)
 {
     if (b->len + n > b->cap) {
-        size_t nc = b->cap ? b->cap : 16384;
+        size_t nc = b->cap ? b->cap : 4096;
         while (nc < b->len + n)
             nc *= 2;
         uint8_t *np = realloc(b->p, nc);
