@@ -712,13 +712,28 @@ static int on_stream_close_cb(nghttp2_session *h2, int32_t sid, uint32_t error_c
     return 0;
 }
 
+/* A request HEADERS that never left (cancelled while queued behind the
+ * peer's MAX_CONCURRENT_STREAMS, or the session is going away): nghttp2
+ * will not report a stream close for it, so end it here. */
 static int on_frame_not_send_cb(nghttp2_session *h2, const nghttp2_frame *frame, int lib_error,
                                 void *ud)
 {
     (void)h2;
-    (void)ud;
-    (void)frame;
-    (void)lib_error;
+    struct cconn *cc = ud;
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    for (struct bf_list *it = cc->streams.next; it != &cc->streams; it = it->next) {
+        struct bf_net_stream *s = BF_CONTAINER_OF(it, struct bf_net_stream, link);
+        if (s->sid != frame->hd.stream_id || s->closed)
+            continue;
+        s->closed = true;
+        bf_list_del(&s->link);
+        if (cc->nstreams)
+            cc->nstreams--;
+        stream_end(s, s->local_set ? s->local_code : BF_NET_UNAVAILABLE,
+                   s->local_set ? s->local_msg : nghttp2_strerror(lib_error));
+        break;
+    }
     return 0;
 }
 
@@ -951,6 +966,8 @@ static void client_connect(struct bf_net_client *cl)
     cl->state = BF_NET_CLIENT_CONNECTING;
     cl->stats.connect_attempts++;
     bf_net_timer_stop(&cl->backoff_timer);
+    if (cl->tls)
+        bf_tls_ctx_maybe_reload(&cl->tls);
     struct sockaddr_storage ss;
     socklen_t sl;
     int r = bf_addr_parse(cl->addr, &ss, &sl, NULL, 0, NULL);

@@ -858,6 +858,8 @@ static void srv_on_accept(void *owner, int fd)
         close(fd);
         return;
     }
+    if (srv->tls)
+        bf_tls_ctx_maybe_reload(&srv->tls);
     sc->srv = srv;
     bf_list_init(&sc->calls);
     bf_list_init(&sc->drain_q);

@@ -263,6 +263,13 @@ enum bf_tls_role { BF_TLS_SERVER, BF_TLS_CLIENT };
 int bf_tls_ctx_new(const struct bf_net_tls_config *cfg, enum bf_tls_role role,
                    struct bf_tls_ctx **out);
 void bf_tls_ctx_ref(struct bf_tls_ctx *t);
+/*
+ * Certificate rotation (wire.md §7): at most once a second, if the cert or
+ * key file's mtime changed, builds a new context from them (same CA bytes)
+ * and swaps *t; open connections keep the old one until they close.
+ * Returns 1 reloaded, 0 nothing to do, <0 reload failed (old one kept).
+ */
+int bf_tls_ctx_maybe_reload(struct bf_tls_ctx **t);
 void bf_tls_ctx_unref(struct bf_tls_ctx *t);
 /* true when the context verifies client certificates (mTLS server). */
 bool bf_tls_ctx_mtls(const struct bf_tls_ctx *t);
