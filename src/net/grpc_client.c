@@ -713,14 +713,18 @@ static int on_stream_close_cb(nghttp2_session *h2, int32_t sid, uint32_t error_c
 }
 
 /* A request HEADERS that never left (cancelled while queued behind the
- * peer's MAX_CONCURRENT_STREAMS, or the session is going away): nghttp2
- * will not report a stream close for it, so end it here. */
+ * peer's MAX_CONCURRENT_STREAMS, or the session is going away). When
+ * nghttp2 had not opened the stream it will not report a close for it, so
+ * end it here. */
 static int on_frame_not_send_cb(nghttp2_session *h2, const nghttp2_frame *frame, int lib_error,
                                 void *ud)
 {
-    (void)h2;
     struct cconn *cc = ud;
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    /* if nghttp2 opened the stream it reports the close itself (and it
+     * still holds our pointer): leave it to on_stream_close */
+    if (nghttp2_session_find_stream(h2, frame->hd.stream_id))
         return 0;
     for (struct bf_list *it = cc->streams.next; it != &cc->streams; it = it->next) {
         struct bf_net_stream *s = BF_CONTAINER_OF(it, struct bf_net_stream, link);
