@@ -223,6 +223,30 @@ const tests = [
     eq(st.server.streams_open, 0, 'no streams');
     await healthy(h2c);
   }],
+  ['keepalive: a peer that never answers PING is dropped; live grpc-js peers are not', async ({ h2c }) => {
+    const before = (await L.stats(h2c)).server.keepalive_timeouts;
+    // a grpc-js stream idle for several keepalive periods survives (grpc-js acks PINGs)
+    const sh = new pkg.Shard(h2c.addr, grpc.credentials.createInsecure());
+    const call = sh.Session();
+    const acks = [];
+    const p = L.collect(call, { onData: d => acks.push(d.ack.echo) });
+    call.write({ hello: { cluster_id: 'c1' } });
+    // meanwhile a raw peer: preface + SETTINGS + ACK of ours, then silence
+    const t0 = Date.now();
+    const raw = rawExchange(h2c.port, [PREFACE, frame(0x4, 0, 0, Buffer.alloc(0)), frame(0x4, 1, 0, Buffer.alloc(0))], 5000);
+    const r = await raw;
+    const ms = Date.now() - t0;
+    assert(r.closed, 'silent peer closed');
+    assert(ms >= 450 && ms < 3000, `closed after ${ms} ms (200 ms idle + 300 ms timeout)`);
+    assert(parseFrames(r.data).some(f => f.type === 0x6 && !(f.flags & 1)), 'server sent a PING');
+    call.write({ rollup: { cluster_id: 'c1' } });
+    call.end();
+    const res = await p;
+    eq(res.status.code, 0, 'grpc-js stream survived');
+    eq(acks.join(','), 'hello,rollup', 'acks');
+    sh.close();
+    eq((await L.stats(h2c)).server.keepalive_timeouts - before, 1, 'one keepalive timeout counted');
+  }],
   ['TLS port: garbage instead of a ClientHello is a handshake failure', async ({ tlsSrv }) => {
     const before = (await L.stats(tlsSrv)).server.handshake_failures;
     const r = await rawExchange(tlsSrv.port, [Buffer.from('this is not TLS at all\r\n'.repeat(10))]);
@@ -261,7 +285,8 @@ L.run('grpc_bad_input', tests, {
   perTestMs: 20000,
   before: async () => {
     pki = L.makePki({ server: 'DNS:localhost,IP:127.0.0.1' });
-    const h2c = await L.startServer(['--max-recv', String(MAX_RECV)]);
+    const h2c = await L.startServer(['--max-recv', String(MAX_RECV), '--keepalive-ms', '200',
+      '--keepalive-timeout-ms', '300']);
     const tlsSrv = await L.startServer(['--tls-cert', pki.p('server.crt'), '--tls-key', pki.p('server.key'),
       '--handshake-timeout-ms', '300']);
     return { h2c, tlsSrv };

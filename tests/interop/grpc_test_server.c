@@ -380,12 +380,13 @@ static void http_handler(const struct bf_net_http_request *req, struct bf_net_ht
             resp,
             "},\"server\":{\"conns_accepted\":%llu,\"conns_open\":%llu,\"handshake_failures\":%llu,"
             "\"protocol_errors\":%llu,\"oversize_messages\":%llu,\"bad_messages\":%llu,"
-            "\"identity_rejected\":%llu,\"streams_open\":%llu,\"conns_rejected\":%llu}}\n",
+            "\"identity_rejected\":%llu,\"streams_open\":%llu,\"conns_rejected\":%llu,"
+            "\"keepalive_timeouts\":%llu}}\n",
             (unsigned long long)st.conns_accepted, (unsigned long long)st.conns_open,
             (unsigned long long)st.handshake_failures, (unsigned long long)st.protocol_errors,
             (unsigned long long)st.oversize_messages, (unsigned long long)st.bad_messages,
             (unsigned long long)st.identity_rejected, (unsigned long long)st.streams_open,
-            (unsigned long long)st.conns_rejected);
+            (unsigned long long)st.conns_rejected, (unsigned long long)st.keepalive_timeouts);
         return;
     }
     if (strcmp(req->path, "/metrics") == 0) {
@@ -432,6 +433,7 @@ int main(int argc, char **argv)
         {"max-streams", required_argument, 0, 's'},
         {"keepalive-ms", required_argument, 0, 'p'},
         {"handshake-timeout-ms", required_argument, 0, 't'},
+        {"keepalive-timeout-ms", required_argument, 0, 'T'},
         {0, 0, 0, 0},
     };
     int o;
@@ -463,6 +465,9 @@ int main(int argc, char **argv)
             break;
         case 't':
             so.handshake_timeout_ns = atoll(optarg) * BF_NS_PER_MS;
+            break;
+        case 'T':
+            so.keepalive_timeout_ns = atoll(optarg) * BF_NS_PER_MS;
             break;
         default:
             fprintf(stderr, "usage: %s [--addr A] [--http-addr A] [--tls-cert F --tls-key F "
