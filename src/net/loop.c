@@ -193,15 +193,12 @@ bool bf_net_timer_active(const struct bf_net_timer *t)
     return t->heap_idx != BF_TIMER_IDLE;
 }
 
-/* the timer whose callback is running (for free-inside-callback) */
-static struct bf_net_timer *g_running_timer;
-
 void bf_net_timer_free(struct bf_net_timer *t)
 {
     if (!t)
         return;
     bf_net_timer_stop(t);
-    if (t == g_running_timer) {
+    if (t == t->loop->running_timer) {
         t->free_pending = true;
         return;
     }
@@ -228,10 +225,10 @@ static int run_timers(struct bf_net_loop *l)
             heap_set(l, l->nheap++, t);
             heap_up(l, t->heap_idx);
         }
-        struct bf_net_timer *prev = g_running_timer;
-        g_running_timer = t;
+        struct bf_net_timer *prev = l->running_timer;
+        l->running_timer = t;
         t->fn(t, t->arg);
-        g_running_timer = prev;
+        l->running_timer = prev;
         if (t->free_pending && t->heap_alloc)
             free(t);
         n++;

@@ -112,6 +112,7 @@ struct bf_net_loop {
     /* timers: binary min-heap on expiry */
     struct bf_net_timer **heap;
     uint32_t nheap, capheap;
+    struct bf_net_timer *running_timer; /* callback in progress (free-inside-callback) */
     /* deferred calls */
     struct bf_defer *defer;
     size_t ndefer, capdefer;

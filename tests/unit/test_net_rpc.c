@@ -31,6 +31,7 @@ struct srv_state {
     char identity[128];
     size_t outbox_after_send;
     struct bf_net_loop *loop;
+    struct bf_net_server *srv;
 };
 static struct srv_state S;
 
@@ -83,6 +84,9 @@ static void echo_msg(struct bf_net_call *call, const uint8_t *m, size_t n, void 
         s->t = bf_net_timer_new(S.loop, slow_fire, s);
         bf_net_timer_start(s->t, atoi(z + 5) * BF_NS_PER_MS, 0);
         bf_net_call_set_user(call, s);
+    } else if (n == 4 && memcmp(m, "quit", 4) == 0) {
+        bf_net_server_free(S.srv); /* from inside the server's own callback */
+        S.srv = NULL;
     } else if (n == 5 && memcmp(m, "never", 5) == 0) {
         /* no answer */
     } else if (n >= 4 && memcmp(m, "big:", 4) == 0) {
@@ -164,6 +168,7 @@ static struct bf_net_server *start_server_opts(struct bf_net_loop *l, struct bf_
     o->n_methods = 3;
     struct bf_net_server *srv = NULL;
     ck_assert_int_eq(bf_net_server_new(l, o, &srv), 0);
+    S.srv = srv;
     return srv;
 }
 
@@ -178,6 +183,7 @@ static struct bf_net_server *start_server(struct bf_net_loop *l, const char *add
         o.tls = *tls;
     struct bf_net_server *srv = NULL;
     ck_assert_int_eq(bf_net_server_new(l, &o, &srv), 0);
+    S.srv = srv;
     return srv;
 }
 
@@ -799,6 +805,28 @@ START_TEST(outbox_reports_queued_bytes_and_drain_fires)
 END_TEST
 
 
+START_TEST(server_can_be_freed_inside_a_handler)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct result other = {0}, r = {0};
+    unary(cl, "/t.Test/Echo", "never", 5, 0, &other);
+    run_until(l, server_done_one, NULL, 200 * BF_NS_PER_MS);
+    unary(cl, "/t.Test/Echo", "quit", 4, 0, &r);
+    run_until(l, result_done, &r, 3 * BF_NS_PER_SEC);
+    run_until(l, result_done, &other, 3 * BF_NS_PER_SEC);
+    ck_assert_ptr_null(S.srv);
+    ck_assert_int_eq(r.code, BF_NET_UNAVAILABLE);
+    ck_assert_int_eq(other.code, BF_NET_UNAVAILABLE);
+    /* both server calls got on_done(CANCELLED) while the server went away */
+    ck_assert_int_eq(S.done_codes[BF_NET_CANCELLED], 2);
+    bf_net_client_free(cl);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
 START_TEST(deadline_of_a_call_queued_behind_max_concurrent_streams_frees_its_slot)
 {
     struct bf_net_loop *l = new_loop();
@@ -1244,6 +1272,7 @@ int main(void)
     tcase_add_test(tc, graceful_shutdown_sends_goaway_and_lets_started_calls_finish);
     tcase_add_test(tc, outbox_reports_queued_bytes_and_drain_fires);
     tcase_add_test(tc, client_can_be_freed_inside_its_own_callback_and_free_cancels_the_rest);
+    tcase_add_test(tc, server_can_be_freed_inside_a_handler);
     tcase_add_test(tc, deadline_of_a_call_queued_behind_max_concurrent_streams_frees_its_slot);
     tcase_add_test(tc, server_rejects_connections_over_max_connections);
     tcase_add_test(tc, keepalive_pings_keep_an_idle_stream_alive);
