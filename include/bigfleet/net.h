@@ -132,8 +132,10 @@ struct bf_net_loop_opts {
  */
 int bf_net_loop_new(const struct bf_net_loop_opts *opts, struct bf_net_loop **out);
 /*
- * Destroys the loop. Servers, clients, timers and watches should be freed
- * first; anything left is released without running callbacks.
+ * Destroys the loop (tearing down the ring cancels every in-flight
+ * operation). Free servers, clients, HTTP servers, timers and watches
+ * first; connections that were still closing are then released here.
+ * Not allowed from inside a loop callback.
  */
 void bf_net_loop_free(struct bf_net_loop *loop);
 /* Runs until bf_net_loop_stop(). Returns 0, or -errno if io_uring fails. */
@@ -219,6 +221,10 @@ struct bf_net_tls_config {
 int bf_net_tls_config_check(const struct bf_net_tls_config *tls);
 
 /*
+ * Certificates and keys are re-read when their file mtime changes (checked
+ * at most once a second, when a server accepts or a client connects); open
+ * connections keep the pair they started with. The CA bundle is read once.
+ *
  * Addresses: "host:port", ":port" (all IPv4 interfaces), "[v6addr]:port".
  * host is an IPv4/IPv6 literal or a name (resolved synchronously with
  * getaddrinfo when a listener is created or a client connects). Port 0
@@ -340,7 +346,8 @@ void bf_net_call_cancel(struct bf_net_call *call);
  * a slow reader's outbox with this.
  */
 size_t bf_net_call_outbox_bytes(const struct bf_net_call *call);
-/* The peer's bigfleet:// identity (mTLS), or NULL (plaintext, TLS without client certs). */
+/* The peer's bigfleet:// identity (mTLS), or NULL (plaintext, TLS without
+ * client certs). Owned by the connection: valid until on_done. */
 const char *bf_net_call_identity(const struct bf_net_call *call);
 const char *bf_net_call_path(const struct bf_net_call *call);
 /* "ip:port" of the peer. */
