@@ -346,7 +346,10 @@ static void conn_input_tls(struct conn *c, const uint8_t *data, size_t n)
                     bf_tls_error_string(c, r, eb, sizeof eb));
             c->tin = NULL;
             c->tin_len = 0;
-            conn_close(c); /* flush the alert wolfSSL queued */
+            if (c->is_client)
+                conn_abort(c, -EPROTO); /* the caller wants the failure now */
+            else
+                conn_close(c); /* flush the alert wolfSSL queued, then close */
             return;
         }
         if (r == 0)
