@@ -34,7 +34,7 @@
 #include "bigfleet/v1alpha1/provider.pb-c.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"
 
-#define P_GET "/bigfleet.v1alpha1.CapacityProvider/Get"
+#define P_GET     "/bigfleet.v1alpha1.CapacityProvider/Get"
 #define P_SESSION "/bigfleet.v1alpha1.Shard/Session"
 
 /* ------------------------------------------------------------ server child */
@@ -105,8 +105,8 @@ static int serve_main(int fd, const char *cert, const char *key)
         {P_GET, BF_NET_UNARY, NULL, get_msg, NULL, NULL, NULL, NULL},
         {P_SESSION, BF_NET_BIDI_STREAMING, NULL, session_msg, session_half_close, NULL, NULL, NULL},
     };
-    struct bf_net_server_opts so = {.addr = "127.0.0.1:0", .methods = methods, .n_methods = 2,
-                                    .max_connections = 65536};
+    struct bf_net_server_opts so = {
+        .addr = "127.0.0.1:0", .methods = methods, .n_methods = 2, .max_connections = 65536};
     so.tls.cert_file = cert;
     so.tls.key_file = key;
     struct bf_net_server *srv;
@@ -338,7 +338,8 @@ static struct h2load_fig h2load_bench(uint64_t n)
         double rps;
         unsigned long long ok;
         const char *comma = strchr(line, ',');
-        if (strncmp(line, "finished in", 11) == 0 && comma && sscanf(comma + 1, " %lf req/s", &rps) == 1)
+        if (strncmp(line, "finished in", 11) == 0 && comma &&
+            sscanf(comma + 1, " %lf req/s", &rps) == 1)
             fg.rps = rps;
         if (sscanf(line, "requests: %*u total, %*u started, %*u done, %llu succeeded", &ok) == 1)
             fg.ok = ok;
@@ -507,8 +508,8 @@ static bool make_pki(void)
     return system(cmd) == 0;
 }
 
-static void print_unary(FILE *f, const char *name, const struct unary_fig *u, int conns,
-                        int depth, bool last)
+static void print_unary(FILE *f, const char *name, const struct unary_fig *u, int conns, int depth,
+                        bool last)
 {
     fprintf(f,
             "    \"%s\": {\"connections\": %d, \"in_flight_per_connection\": %d, \"calls\": %llu, "
@@ -535,14 +536,11 @@ int main(int argc, char **argv)
     double seconds = 3;
     int streams = 10000;
     const char *out = "results/bench_grpc.json";
-    static const struct option lo[] = {{"seconds", required_argument, 0, 's'},
-                                       {"streams", required_argument, 0, 'n'},
-                                       {"out", required_argument, 0, 'o'},
-                                       {"quick", no_argument, 0, 'q'},
-                                       {"serve-fd", required_argument, 0, 'F'},
-                                       {"cert", required_argument, 0, 'C'},
-                                       {"key", required_argument, 0, 'K'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {
+        {"seconds", required_argument, 0, 's'},  {"streams", required_argument, 0, 'n'},
+        {"out", required_argument, 0, 'o'},      {"quick", no_argument, 0, 'q'},
+        {"serve-fd", required_argument, 0, 'F'}, {"cert", required_argument, 0, 'C'},
+        {"key", required_argument, 0, 'K'},      {0, 0, 0, 0}};
     int c;
     int serve_fd = -1;
     const char *cert = NULL, *key = NULL;

@@ -34,7 +34,7 @@
 #include "net/net_internal.h"
 
 #define CONN_BATCH (128u * 1024)
-#define LINGER_NS (1 * BF_NS_PER_SEC)
+#define LINGER_NS  (1 * BF_NS_PER_SEC)
 
 static int obuf_append(struct obuf *b, const void *p, size_t n)
 {
@@ -170,8 +170,7 @@ void conn_mark_dirty(struct conn *c)
 
 static void maybe_release(struct conn *c)
 {
-    if (c->state != C_CLOSED || c->busy || c->recv_armed || c->send_inflight ||
-        c->connect_inflight)
+    if (c->state != C_CLOSED || c->busy || c->recv_armed || c->send_inflight || c->connect_inflight)
         return;
     bf_list_del(&c->link);
     if (c->fd >= 0) {

@@ -387,10 +387,7 @@ static int hconn_on_data_inner(struct hconn *h, const uint8_t *p, size_t n)
             if (r < 0) {
                 hs->stats.protocol_errors++;
                 BF_WARN("HTTP/1.1: bad request", "peer=%s err=%d", c->peer, r);
-                int st = r == -E2BIG         ? 431
-                         : r == -ENOTSUP      ? 505
-                         : r == -ENAMETOOLONG ? 414
-                                              : 400;
+                int st = r == -E2BIG ? 431 : r == -ENOTSUP ? 505 : r == -ENAMETOOLONG ? 414 : 400;
                 if (error_response(h, st, "bad request\n") < 0)
                     return -ENOMEM;
                 h->in_len = 0;

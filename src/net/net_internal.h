@@ -88,10 +88,10 @@ enum {
     BF_OP_CONNECT = 4,
     BF_OP_POLL = 5,
 };
-#define BF_OP_MASK 7u
+#define BF_OP_MASK      7u
 #define BF_UD(ptr, tag) ((uint64_t)(uintptr_t)(ptr) | (uint64_t)(tag))
 
-#define BF_NET_BGID 7
+#define BF_NET_BGID  7
 #define BF_TLS_STAGE 16384
 
 struct bf_defer {

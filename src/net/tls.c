@@ -213,7 +213,8 @@ int bf_tls_ctx_new(const struct bf_net_tls_config *cfg, enum bf_tls_role role,
     t->role = role;
     t->mtls = role == BF_TLS_SERVER && ca;
     int r = -ENOMEM;
-    if (cert && (!(t->cert_file = strdup(cfg->cert_file)) || !(t->key_file = strdup(cfg->key_file))))
+    if (cert &&
+        (!(t->cert_file = strdup(cfg->cert_file)) || !(t->key_file = strdup(cfg->key_file))))
         goto out_fail;
     if (ca) {
         t->ca_pem = read_file(cfg->ca_file, &t->ca_len);

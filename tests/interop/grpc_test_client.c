@@ -36,12 +36,12 @@
 #include "bigfleet/v1alpha1/shard.pb-c.h"
 #include "bigfleet/v1alpha1/shardread.pb-c.h"
 
-#define P_GET "/bigfleet.v1alpha1.CapacityProvider/Get"
+#define P_GET       "/bigfleet.v1alpha1.CapacityProvider/Get"
 #define P_CONFIGURE "/bigfleet.v1alpha1.CapacityProvider/Configure"
-#define P_LIST "/bigfleet.v1alpha1.CapacityProvider/List"
-#define P_DRAIN "/bigfleet.v1alpha1.CapacityProvider/Drain"
-#define P_INSPECT "/bigfleet.v1alpha1.ShardRead/InspectNeeds"
-#define P_SESSION "/bigfleet.v1alpha1.Shard/Session"
+#define P_LIST      "/bigfleet.v1alpha1.CapacityProvider/List"
+#define P_DRAIN     "/bigfleet.v1alpha1.CapacityProvider/Drain"
+#define P_INSPECT   "/bigfleet.v1alpha1.ShardRead/InspectNeeds"
+#define P_SESSION   "/bigfleet.v1alpha1.Shard/Session"
 
 static struct bf_net_loop *L;
 static struct bf_net_client *C;
@@ -327,7 +327,8 @@ static bool sc_big(void)
     run_until(ures_done, &r, 60 * BF_NS_PER_SEC);
     if (r.code != BF_NET_OK)
         return fail("List: %s %s", bf_net_code_name(r.code), r.msg);
-    Bigfleet__V1alpha1__MachineList *ml = bigfleet__v1alpha1__machine_list__unpack(NULL, r.len, r.resp);
+    Bigfleet__V1alpha1__MachineList *ml =
+        bigfleet__v1alpha1__machine_list__unpack(NULL, r.len, r.resp);
     size_t n = ml ? ml->n_machines : 0;
     bool last_ok = ml && n == 200000 && strcmp(ml->machines[n - 1]->id, "m199999") == 0;
     if (ml)
@@ -389,7 +390,8 @@ static bool sc_goaway(void)
     bf_net_stream_close_send(s);
     run_until(sres_done, &r, 5 * BF_NS_PER_SEC);
     if (r.code != BF_NET_OK || strcmp(r.acks, "hello,rollup,rollup") != 0)
-        return fail("session across GOAWAY: %s acks=%s %s", bf_net_code_name(r.code), r.acks, r.msg);
+        return fail("session across GOAWAY: %s acks=%s %s", bf_net_code_name(r.code), r.acks,
+                    r.msg);
     /* the server is gone now: new calls fail with UNAVAILABLE */
     struct ures n;
     get_sync("after", &n);
@@ -427,11 +429,16 @@ static const struct {
     const char *name;
     bool (*fn)(void);
 } SCEN[] = {
-    {"unary", sc_unary},     {"concurrent", sc_concurrent},
-    {"stream", sc_stream},   {"bidi", sc_bidi},
-    {"deadline", sc_deadline}, {"cancel", sc_cancel},
-    {"servercancel", sc_servercancel}, {"big", sc_big},
-    {"whoami", sc_whoami},   {"goaway", sc_goaway},
+    {"unary", sc_unary},
+    {"concurrent", sc_concurrent},
+    {"stream", sc_stream},
+    {"bidi", sc_bidi},
+    {"deadline", sc_deadline},
+    {"cancel", sc_cancel},
+    {"servercancel", sc_servercancel},
+    {"big", sc_big},
+    {"whoami", sc_whoami},
+    {"goaway", sc_goaway},
     {"reconnect", sc_reconnect},
 };
 
@@ -441,9 +448,12 @@ int main(int argc, char **argv)
                                    .backoff_max_ns = 500 * BF_NS_PER_MS};
     const char *scen = "unary";
     static const struct option lo[] = {
-        {"addr", required_argument, 0, 'a'},        {"tls-ca", required_argument, 0, 'r'},
-        {"tls-cert", required_argument, 0, 'c'},    {"tls-key", required_argument, 0, 'k'},
-        {"server-name", required_argument, 0, 'n'}, {"scenario", required_argument, 0, 's'},
+        {"addr", required_argument, 0, 'a'},
+        {"tls-ca", required_argument, 0, 'r'},
+        {"tls-cert", required_argument, 0, 'c'},
+        {"tls-key", required_argument, 0, 'k'},
+        {"server-name", required_argument, 0, 'n'},
+        {"scenario", required_argument, 0, 's'},
         {0, 0, 0, 0},
     };
     int c;
@@ -468,8 +478,9 @@ int main(int argc, char **argv)
             scen = optarg;
             break;
         default:
-            fprintf(stderr, "usage: %s --addr A [--tls-ca F [--tls-cert F --tls-key F]] "
-                            "[--server-name N] --scenario a,b\n",
+            fprintf(stderr,
+                    "usage: %s --addr A [--tls-ca F [--tls-cert F --tls-key F]] "
+                    "[--server-name N] --scenario a,b\n",
                     argv[0]);
             return 2;
         }

@@ -154,8 +154,8 @@ static void bidi_half_close(struct bf_net_call *call, void *arg)
 
 static const struct bf_net_method METHODS[] = {
     {"/t.Test/Echo", BF_NET_UNARY, any_call, echo_msg, NULL, NULL, any_done, NULL},
-    {"/t.Test/Stream", BF_NET_SERVER_STREAMING, any_call, stream_msg, NULL, stream_drain,
-     any_done, NULL},
+    {"/t.Test/Stream", BF_NET_SERVER_STREAMING, any_call, stream_msg, NULL, stream_drain, any_done,
+     NULL},
     {"/t.Test/Bidi", BF_NET_BIDI_STREAMING, any_call, bidi_msg, bidi_half_close, NULL, any_done,
      NULL},
 };
@@ -177,8 +177,8 @@ static struct bf_net_server *start_server(struct bf_net_loop *l, const char *add
 {
     memset(&S, 0, sizeof S);
     S.loop = l;
-    struct bf_net_server_opts o = {.addr = addr, .methods = METHODS, .n_methods = 3,
-                                   .max_recv_message = max_recv};
+    struct bf_net_server_opts o = {
+        .addr = addr, .methods = METHODS, .n_methods = 3, .max_recv_message = max_recv};
     if (tls)
         o.tls = *tls;
     struct bf_net_server *srv = NULL;
@@ -245,8 +245,10 @@ static struct bf_net_client *new_client(struct bf_net_loop *l, uint16_t port,
 {
     char addr[32];
     snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
-    struct bf_net_client_opts o = {.addr = addr, .backoff_initial_ns = 50 * BF_NS_PER_MS,
-                                   .backoff_max_ns = 200 * BF_NS_PER_MS, .server_name = name};
+    struct bf_net_client_opts o = {.addr = addr,
+                                   .backoff_initial_ns = 50 * BF_NS_PER_MS,
+                                   .backoff_max_ns = 200 * BF_NS_PER_MS,
+                                   .server_name = name};
     if (tls)
         o.tls = *tls;
     struct bf_net_client *cl = NULL;
@@ -337,7 +339,7 @@ struct sres {
     char last[64];
     size_t bytes;
     struct bf_net_stream *s;
-    int cancel_after; /* client cancels after this many messages */
+    int cancel_after;          /* client cancels after this many messages */
     const char *send_on_first; /* sent after the first message */
 };
 
@@ -466,7 +468,8 @@ START_TEST(many_concurrent_unary_calls_share_one_connection)
         /* mixed: immediate and delayed replies, so completions interleave */
         int k = i % 3 == 0 ? snprintf(req, sizeof req, "slow:%d", 5 + i % 40)
                            : snprintf(req, sizeof req, "req-%d", i);
-        ck_assert_ptr_nonnull(unary(cl, "/t.Test/Echo", req, (size_t)k, 5 * BF_NS_PER_SEC, &conc[i]));
+        ck_assert_ptr_nonnull(
+            unary(cl, "/t.Test/Echo", req, (size_t)k, 5 * BF_NS_PER_SEC, &conc[i]));
     }
     run_until(l, all_done, NULL, 5 * BF_NS_PER_SEC);
     for (int i = 0; i < NCONC; i++) {
@@ -804,7 +807,6 @@ START_TEST(outbox_reports_queued_bytes_and_drain_fires)
 }
 END_TEST
 
-
 START_TEST(server_can_be_freed_inside_a_handler)
 {
     struct bf_net_loop *l = new_loop();
@@ -897,12 +899,14 @@ END_TEST
 START_TEST(keepalive_pings_keep_an_idle_stream_alive)
 {
     struct bf_net_loop *l = new_loop();
-    struct bf_net_server_opts so = {.addr = "127.0.0.1:0", .keepalive_ns = 50 * BF_NS_PER_MS,
+    struct bf_net_server_opts so = {.addr = "127.0.0.1:0",
+                                    .keepalive_ns = 50 * BF_NS_PER_MS,
                                     .keepalive_timeout_ns = 200 * BF_NS_PER_MS};
     struct bf_net_server *srv = start_server_opts(l, &so);
     char addr[32];
     snprintf(addr, sizeof addr, "127.0.0.1:%u", bf_net_server_port(srv));
-    struct bf_net_client_opts co = {.addr = addr, .keepalive_ns = 50 * BF_NS_PER_MS,
+    struct bf_net_client_opts co = {.addr = addr,
+                                    .keepalive_ns = 50 * BF_NS_PER_MS,
                                     .keepalive_timeout_ns = 200 * BF_NS_PER_MS};
     struct bf_net_client *cl = NULL;
     ck_assert_int_eq(bf_net_client_new(l, &co, &cl), 0);
@@ -943,7 +947,8 @@ START_TEST(client_keepalive_detects_a_server_that_stopped_answering)
     getsockname(lfd, (struct sockaddr *)&a, &sl);
     char addr[32];
     snprintf(addr, sizeof addr, "127.0.0.1:%u", ntohs(a.sin_port));
-    struct bf_net_client_opts co = {.addr = addr, .keepalive_ns = 100 * BF_NS_PER_MS,
+    struct bf_net_client_opts co = {.addr = addr,
+                                    .keepalive_ns = 100 * BF_NS_PER_MS,
                                     .keepalive_timeout_ns = 200 * BF_NS_PER_MS,
                                     .backoff_initial_ns = 5 * BF_NS_PER_SEC};
     struct bf_net_client *cl = NULL;
@@ -970,7 +975,8 @@ START_TEST(client_keepalive_detects_a_server_that_stopped_answering)
     }
     ck_assert_int_eq(r.code, BF_NET_UNAVAILABLE);
     int64_t took = bf_mono_ns() - t0;
-    ck_assert_msg(took >= 250 * BF_NS_PER_MS && took < 2 * BF_NS_PER_SEC, "took %lld", (long long)took);
+    ck_assert_msg(took >= 250 * BF_NS_PER_MS && took < 2 * BF_NS_PER_SEC, "took %lld",
+                  (long long)took);
     struct bf_net_stats cs;
     bf_net_client_stats(cl, &cs);
     ck_assert_uint_eq(cs.keepalive_timeouts, 1);
@@ -1140,7 +1146,6 @@ START_TEST(tls_without_client_certificates_has_no_identity)
 }
 END_TEST
 
-
 START_TEST(rotated_server_certificate_is_used_by_new_connections)
 {
     make_pki();
@@ -1159,10 +1164,11 @@ START_TEST(rotated_server_certificate_is_used_by_new_connections)
     free(r.resp);
     /* cert-manager style rotation: new files, new mtimes */
     sleep(1);
-    ck_assert_int_eq(sh("cd %s && cp rotated.crt live.crt.tmp && cp rotated.key live.key.tmp && "
-                        "mv live.key.tmp live.key && mv live.crt.tmp live.crt && touch live.crt live.key",
-                        tmpdir),
-                     0);
+    ck_assert_int_eq(
+        sh("cd %s && cp rotated.crt live.crt.tmp && cp rotated.key live.key.tmp && "
+           "mv live.key.tmp live.key && mv live.crt.tmp live.crt && touch live.crt live.key",
+           tmpdir),
+        0);
     usleep(1100 * 1000);
     struct bf_net_client *after = new_client(l, bf_net_server_port(srv), &ct, "rotated.example");
     struct result r2 = {0};
