@@ -12,7 +12,8 @@
  *      the server's RSS before and after, per stream, then rounds of one
  *      rollup per stream (one message in, one ack out) with the server's
  *      CPU time per 1,000 messages. Two shapes: one connection per stream
- *      (one operator per cluster) and 100 streams per connection.
+ *      (one operator per cluster), 100 streams per connection, and one mTLS
+ *      connection per stream (client certificate bigfleet://cluster/c1).
  *
  *   bench_grpc [--seconds S] [--streams N] [--out FILE] [--quick]
  */
@@ -92,8 +93,44 @@ static void raise_nofile(void)
 
 /* The server process: a fresh exec of this binary (so its RSS is its own,
  * not pages inherited from the client), started with --serve-fd. */
-static int serve_main(int fd, const char *cert, const char *key)
+/* jemalloc introspection when linked (not in sanitizer builds) */
+extern int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen)
+    __attribute__((weak));
+static volatile sig_atomic_t g_report;
+static int g_report_fd = -1;
+
+static void on_usr1(int sig)
 {
+    (void)sig;
+    g_report = 1;
+}
+
+/* On SIGUSR1: return freed pages to the kernel (so RSS shows live memory, not
+ * jemalloc's dirty-page cache) and report the live heap bytes on the pipe. */
+static void report_tick(struct bf_net_timer *t, void *arg)
+{
+    (void)t, (void)arg;
+    if (!g_report)
+        return;
+    g_report = 0;
+    uint64_t allocated = 0;
+    if (mallctl) {
+        mallctl("arena.4096.purge", NULL, NULL, NULL, 0); /* MALLCTL_ARENAS_ALL */
+        uint64_t epoch = 1;
+        size_t sz = sizeof epoch;
+        mallctl("epoch", &epoch, &sz, &epoch, sz);
+        size_t a = 0;
+        sz = sizeof a;
+        if (mallctl("stats.allocated", &a, &sz, NULL, 0) == 0)
+            allocated = a;
+    }
+    if (write(g_report_fd, &allocated, sizeof allocated) != (ssize_t)sizeof allocated)
+        g_report_fd = -1;
+}
+
+static int serve_main(int fd, const char *cert, const char *key, const char *ca)
+{
+    signal(SIGUSR1, on_usr1);
     pin(0);
     raise_nofile();
     signal(SIGTERM, on_term);
@@ -109,18 +146,25 @@ static int serve_main(int fd, const char *cert, const char *key)
         .addr = "127.0.0.1:0", .methods = methods, .n_methods = 2, .max_connections = 65536};
     so.tls.cert_file = cert;
     so.tls.key_file = key;
+    so.tls.ca_file = ca;
     struct bf_net_server *srv;
     if (bf_net_server_new(g_sloop, &so, &srv) < 0)
         return 1;
     uint16_t pt = bf_net_server_port(srv);
     if (write(fd, &pt, sizeof pt) != (ssize_t)sizeof pt)
         return 1;
-    close(fd);
+    g_report_fd = fd;
+    struct bf_net_timer *rt = bf_net_timer_new(g_sloop, report_tick, NULL);
+    bf_net_timer_start(rt, 20 * BF_NS_PER_MS, 20 * BF_NS_PER_MS);
     bf_net_loop_run(g_sloop);
+    bf_net_timer_free(rt);
+    close(fd);
     bf_net_server_free(srv);
     bf_net_loop_free(g_sloop);
     return 0;
 }
+
+static int g_server_rfd = -1;
 
 /* Starts the server process; returns its pid and port. */
 static pid_t spawn_server(const struct bf_net_tls_config *tls, uint16_t *port)
@@ -133,13 +177,16 @@ static pid_t spawn_server(const struct bf_net_tls_config *tls, uint16_t *port)
         close(p[1]);
         if (read(p[0], port, sizeof *port) != (ssize_t)sizeof *port)
             *port = 0;
-        close(p[0]);
+        g_server_rfd = p[0]; /* memory reports (server_mem) */
         return pid;
     }
     close(p[0]);
     char fdarg[16];
     snprintf(fdarg, sizeof fdarg, "%d", p[1]);
-    if (tls)
+    if (tls && tls->ca_file)
+        execl("/proc/self/exe", "bench_grpc", "--serve-fd", fdarg, "--cert", tls->cert_file,
+              "--key", tls->key_file, "--ca", tls->ca_file, (char *)NULL);
+    else if (tls)
         execl("/proc/self/exe", "bench_grpc", "--serve-fd", fdarg, "--cert", tls->cert_file,
               "--key", tls->key_file, (char *)NULL);
     else
@@ -152,6 +199,22 @@ static void stop_server(pid_t pid)
     kill(pid, SIGTERM);
     int st;
     waitpid(pid, &st, 0);
+    if (g_server_rfd >= 0)
+        close(g_server_rfd);
+    g_server_rfd = -1;
+}
+
+static long proc_rss_kb(pid_t pid);
+
+/* The server's RSS after it purged freed pages, and its live heap bytes. */
+static void server_mem(pid_t pid, long *rss_kb, uint64_t *heap)
+{
+    *heap = 0;
+    kill(pid, SIGUSR1);
+    if (read(g_server_rfd, heap, sizeof *heap) != (ssize_t)sizeof *heap)
+        *heap = 0;
+    usleep(20000);
+    *rss_kb = proc_rss_kb(pid);
 }
 
 /* user+sys CPU seconds of a process, from /proc/<pid>/stat */
@@ -390,8 +453,9 @@ static const uint8_t ROLLUP[] = {0x12, 0x04, 0x0a, 0x02, 'c', '1'};
 
 struct bidi_fig {
     int streams, conns, opened;
-    long rss_base_kb, rss_open_kb, client_rss_kb;
-    double open_secs, bytes_per_stream;
+    long rss_base_kb, rss_open_kb, rss_raw_kb, client_rss_kb;
+    uint64_t heap_base, heap_open;
+    double open_secs, bytes_per_stream, heap_per_stream;
     double cpu_ms_per_1k_msgs;
     double msgs_per_sec;
     int rounds;
@@ -405,15 +469,17 @@ static bool wait_acks(struct bf_net_loop *l, int want, int64_t max_ns)
     return g_acks >= want;
 }
 
-static struct bidi_fig bidi_bench(int streams, int conns, int rounds)
+static struct bidi_fig bidi_bench(int streams, int conns, int rounds,
+                                  const struct bf_net_tls_config *stls,
+                                  const struct bf_net_tls_config *ctls)
 {
     struct bidi_fig fg = {.streams = streams, .conns = conns, .rounds = rounds};
     uint16_t port;
-    pid_t pid = spawn_server(NULL, &port);
+    pid_t pid = spawn_server(stls, &port);
     if (pid < 0 || !port)
         return fg;
     usleep(100000);
-    fg.rss_base_kb = proc_rss_kb(pid);
+    server_mem(pid, &fg.rss_base_kb, &fg.heap_base);
     struct bf_net_loop_opts lo = {.recv_buffers = 2048};
     struct bf_net_loop *l;
     bf_net_loop_new(&lo, &l);
@@ -427,6 +493,8 @@ static struct bidi_fig bidi_bench(int streams, int conns, int rounds)
     int per = streams / conns;
     for (int c = 0; c < conns; c++) {
         struct bf_net_client_opts o = {.addr = addr, .connect_timeout_ns = 60 * BF_NS_PER_SEC};
+        if (ctls)
+            o.tls = *ctls;
         if (bf_net_client_new(l, &o, &cl[c]) < 0) {
             fprintf(stderr, "client %d failed\n", c);
             break;
@@ -446,10 +514,13 @@ static struct bidi_fig bidi_bench(int streams, int conns, int rounds)
     /* let the server settle, then its RSS */
     for (int i = 0; i < 20; i++)
         bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
-    fg.rss_open_kb = proc_rss_kb(pid);
+    fg.rss_raw_kb = proc_rss_kb(pid); /* before purging jemalloc's dirty pages */
+    server_mem(pid, &fg.rss_open_kb, &fg.heap_open);
     fg.client_rss_kb = proc_rss_kb(getpid());
     fg.bytes_per_stream =
         fg.opened ? (double)(fg.rss_open_kb - fg.rss_base_kb) * 1024.0 / fg.opened : 0;
+    fg.heap_per_stream =
+        fg.opened ? (double)(fg.heap_open - fg.heap_base) / fg.opened : 0;
     /* message rounds: one rollup per stream in, one ack out */
     double cpu0 = proc_cpu(pid);
     int64_t r0 = bf_mono_ns();
@@ -503,7 +574,12 @@ static bool make_pki(void)
              "-keyout s.key -subj /CN=localhost -out s.csr 2>/dev/null && "
              "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > s.ext && "
              "openssl x509 -req -in s.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 "
-             "-extfile s.ext -out s.crt 2>/dev/null",
+             "-extfile s.ext -out s.crt 2>/dev/null && "
+             "openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+             "-keyout c.key -subj /CN=c1 -out c.csr 2>/dev/null && "
+             "printf 'subjectAltName=URI:bigfleet://cluster/c1\\n' > c.ext && "
+             "openssl x509 -req -in c.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 "
+             "-extfile c.ext -out c.crt 2>/dev/null",
              g_pki, g_pki);
     return system(cmd) == 0;
 }
@@ -524,11 +600,12 @@ static void print_bidi(FILE *f, const char *name, const struct bidi_fig *b, bool
     fprintf(f,
             "    \"%s\": {\"streams\": %d, \"connections\": %d, \"opened\": %d, \"open_seconds\": "
             "%.2f, \"server_rss_base_kib\": %ld, \"server_rss_open_kib\": %ld, "
-            "\"server_bytes_per_stream\": %.0f, \"client_rss_kib\": %ld, \"rounds\": %d, "
+            "\"server_rss_open_before_purge_kib\": %ld, \"server_rss_bytes_per_stream\": %.0f, "
+            "\"server_heap_bytes_per_stream\": %.0f, \"client_rss_kib\": %ld, \"rounds\": %d, "
             "\"messages_per_sec\": %.0f, \"server_cpu_ms_per_1000_messages\": %.3f}%s\n",
             name, b->streams, b->conns, b->opened, b->open_secs, b->rss_base_kb, b->rss_open_kb,
-            b->bytes_per_stream, b->client_rss_kb, b->rounds, b->msgs_per_sec,
-            b->cpu_ms_per_1k_msgs, last ? "" : ",");
+            b->rss_raw_kb, b->bytes_per_stream, b->heap_per_stream, b->client_rss_kb, b->rounds,
+            b->msgs_per_sec, b->cpu_ms_per_1k_msgs, last ? "" : ",");
 }
 
 int main(int argc, char **argv)
@@ -540,10 +617,11 @@ int main(int argc, char **argv)
         {"seconds", required_argument, 0, 's'},  {"streams", required_argument, 0, 'n'},
         {"out", required_argument, 0, 'o'},      {"quick", no_argument, 0, 'q'},
         {"serve-fd", required_argument, 0, 'F'}, {"cert", required_argument, 0, 'C'},
-        {"key", required_argument, 0, 'K'},      {0, 0, 0, 0}};
+        {"key", required_argument, 0, 'K'},      {"ca", required_argument, 0, 'A'},
+        {0, 0, 0, 0}};
     int c;
     int serve_fd = -1;
-    const char *cert = NULL, *key = NULL;
+    const char *cert = NULL, *key = NULL, *ca_arg = NULL;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
         case 'F':
@@ -554,6 +632,9 @@ int main(int argc, char **argv)
             break;
         case 'K':
             key = optarg;
+            break;
+        case 'A':
+            ca_arg = optarg;
             break;
         case 's':
             seconds = atof(optarg);
@@ -576,7 +657,7 @@ int main(int argc, char **argv)
     }
     bf_log_init("bench-grpc", BF_LOG_WARN);
     if (serve_fd >= 0)
-        return serve_main(serve_fd, cert, key);
+        return serve_main(serve_fd, cert, key, ca_arg);
     signal(SIGPIPE, SIG_IGN);
     raise_nofile();
     pin(1);
@@ -596,11 +677,13 @@ int main(int argc, char **argv)
            (unsigned long long)h2c4.errors);
     struct unary_fig tls1 = {0};
     bool pki = make_pki();
+    char crt[128], keyf[128], ca[128], ccrt[128], ckey[128];
+    snprintf(crt, sizeof crt, "%s/s.crt", g_pki);
+    snprintf(keyf, sizeof keyf, "%s/s.key", g_pki);
+    snprintf(ca, sizeof ca, "%s/ca.crt", g_pki);
+    snprintf(ccrt, sizeof ccrt, "%s/c.crt", g_pki);
+    snprintf(ckey, sizeof ckey, "%s/c.key", g_pki);
     if (pki) {
-        char crt[128], keyf[128], ca[128];
-        snprintf(crt, sizeof crt, "%s/s.crt", g_pki);
-        snprintf(keyf, sizeof keyf, "%s/s.key", g_pki);
-        snprintf(ca, sizeof ca, "%s/ca.crt", g_pki);
         struct bf_net_tls_config stls = {crt, keyf, NULL};
         struct bf_net_client_opts ctls = {.tls = {NULL, NULL, ca}};
         tls1 = unary_bench(&stls, &ctls, 1, 128, seconds);
@@ -608,26 +691,35 @@ int main(int argc, char **argv)
                "per server-CPU-second, %.2f ms CPU per 1000 RPCs (errors %llu)\n",
                tls1.rps, tls1.server_util * 100, tls1.rps_per_core, tls1.cpu_ms_per_1k,
                (unsigned long long)tls1.errors);
-        char rm[128];
-        snprintf(rm, sizeof rm, "rm -rf %s", g_pki);
-        if (system(rm) != 0)
-            fprintf(stderr, "could not remove %s\n", g_pki);
     }
     struct h2load_fig hl = h2load_bench((uint64_t)(200000 * seconds));
     if (hl.ran)
         printf("h2load h2c, 4 conns x 64 streams: %.0f req/s, %.0f req per server-CPU-second\n",
                hl.rps, hl.rps_per_core);
 
-    struct bidi_fig b1 = bidi_bench(streams, streams, 5);
-    printf("bidi: %d/%d streams open on %d connections in %.2fs; server RSS %ld -> %ld KiB "
-           "(%.0f bytes/stream); %.0f msgs/s, %.3f ms server CPU per 1000 messages\n",
-           b1.opened, b1.streams, b1.conns, b1.open_secs, b1.rss_base_kb, b1.rss_open_kb,
-           b1.bytes_per_stream, b1.msgs_per_sec, b1.cpu_ms_per_1k_msgs);
-    struct bidi_fig b2 = bidi_bench(streams, streams / 100 > 0 ? streams / 100 : 1, 5);
-    printf("bidi: %d/%d streams open on %d connections in %.2fs; server RSS %ld -> %ld KiB "
-           "(%.0f bytes/stream); %.0f msgs/s, %.3f ms server CPU per 1000 messages\n",
-           b2.opened, b2.streams, b2.conns, b2.open_secs, b2.rss_base_kb, b2.rss_open_kb,
-           b2.bytes_per_stream, b2.msgs_per_sec, b2.cpu_ms_per_1k_msgs);
+    struct bidi_fig b[3];
+    const char *bname[3] = {"one_stream_per_connection", "hundred_streams_per_connection",
+                            "one_stream_per_connection_mtls"};
+    int nb = 0;
+    b[nb++] = bidi_bench(streams, streams, 5, NULL, NULL);
+    b[nb++] = bidi_bench(streams, streams / 100 > 0 ? streams / 100 : 1, 5, NULL, NULL);
+    if (pki) {
+        struct bf_net_tls_config sm = {crt, keyf, ca}, cm = {ccrt, ckey, ca};
+        b[nb++] = bidi_bench(streams, streams, 5, &sm, &cm);
+    }
+    for (int i = 0; i < nb; i++)
+        printf("bidi %s: %d/%d streams open on %d connections in %.2fs; server RSS %ld -> %ld KiB "
+               "(%ld before purge; %.0f RSS bytes, %.0f heap bytes per stream); %.0f msgs/s, "
+               "%.3f ms server CPU per 1000 messages\n",
+               bname[i], b[i].opened, b[i].streams, b[i].conns, b[i].open_secs, b[i].rss_base_kb,
+               b[i].rss_open_kb, b[i].rss_raw_kb, b[i].bytes_per_stream, b[i].heap_per_stream,
+               b[i].msgs_per_sec, b[i].cpu_ms_per_1k_msgs);
+    if (pki) {
+        char rm[128];
+        snprintf(rm, sizeof rm, "rm -rf %s", g_pki);
+        if (system(rm) != 0)
+            fprintf(stderr, "could not remove %s\n", g_pki);
+    }
 
     char *slash = strrchr(out, '/');
     if (slash) {
@@ -655,8 +747,8 @@ int main(int argc, char **argv)
                 "%.0f},\n",
                 hl.rps, (unsigned long long)hl.ok, hl.rps_per_core);
     fprintf(f, "  \"bidi\": {\n");
-    print_bidi(f, "one_stream_per_connection", &b1, false);
-    print_bidi(f, "hundred_streams_per_connection", &b2, true);
+    for (int i = 0; i < nb; i++)
+        print_bidi(f, bname[i], &b[i], i == nb - 1);
     fprintf(f, "  }\n}\n");
     fclose(f);
     printf("wrote %s\n", out);
