@@ -118,7 +118,7 @@ struct bf_net_stats {
 struct bf_net_loop;
 
 struct bf_net_loop_opts {
-    unsigned sq_entries;       /* io_uring SQ size; 0 = 1024 (CQ is 8x) */
+    unsigned sq_entries;       /* io_uring SQ size; 0 = 1024 (CQ: 8x, at least 16384) */
     unsigned recv_buffers;     /* provided recv buffers (power of two); 0 = 512 */
     unsigned recv_buffer_size; /* bytes each; 0 = 16384 */
 };

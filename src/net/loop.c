@@ -612,7 +612,9 @@ static int setup_ring(struct bf_net_loop *l, unsigned entries)
     for (size_t i = 0; i < sizeof try_flags / sizeof try_flags[0]; i++) {
         memset(&p, 0, sizeof p);
         p.flags = try_flags[i] | IORING_SETUP_CQSIZE;
-        p.cq_entries = entries * 8;
+        /* room for a completion from every connection of a busy shard at
+         * once (10k+ multishot recvs) before the kernel has to spill */
+        p.cq_entries = entries * 8 < 16384 ? 16384 : entries * 8;
         r = io_uring_queue_init_params(entries, &l->ring, &p);
         if (r == 0)
             return 0;
