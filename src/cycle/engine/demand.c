@@ -187,7 +187,7 @@ static int compile(struct bf_engine *e, struct cprof *cp)
                 return -ENOMEM;
             c->vals[c->nv++] = v;
         }
-        qsort(c->vals, c->nv, sizeof(uint32_t), cmp_u32);
+        bfe_qsort(c->vals, c->nv, sizeof(uint32_t), cmp_u32);
         if (r->op == BF_OP_SAME && !cp->has_same) {
             cp->has_same = true;
             cp->same_kind = c->kind;
@@ -487,7 +487,7 @@ void bfe_cluster_sort(struct bf_engine *e)
     for (uint32_t i = 0; i < e->n_clusters; i++)
         e->cluster_order[i] = i;
     sort_ctx = e;
-    qsort(e->cluster_order, e->n_clusters, sizeof(uint32_t), cluster_name_cmp);
+    bfe_qsort(e->cluster_order, e->n_clusters, sizeof(uint32_t), cluster_name_cmp);
     sort_ctx = NULL;
     for (uint32_t i = 0; i < e->n_clusters; i++)
         e->clusters[e->cluster_order[i]].rank = i;
@@ -539,7 +539,7 @@ int bfe_demand_snapshot(struct bf_engine *e)
             n++;
         }
     }
-    qsort(k, n, sizeof *k, snapkey_cmp);
+    bfe_qsort(k, n, sizeof *k, snapkey_cmp);
     for (uint32_t i = 0; i < n; i++)
         e->snap[i] = k[i].ref;
     free(k);

@@ -69,6 +69,15 @@ static inline void bfe_arena_release(struct arena *a, struct arena_mark m)
 }
 #define ANEW(a, T, n) ((T *)bfe_arena_alloc((a), sizeof(T) * (size_t)(n)))
 
+/* qsort that accepts n < 2 with any pointer (qsort(NULL, 0, ...) is UB) */
+#include <stdlib.h>
+static inline void bfe_qsort(void *base, size_t n, size_t sz,
+                             int (*cmp)(const void *, const void *))
+{
+    if (n > 1)
+        qsort(base, n, sz, cmp);
+}
+
 /* ------------------------------------------------------------------ hashing */
 
 uint64_t bfe_hash_bytes(const void *p, size_t n, uint64_t seed);

@@ -263,7 +263,7 @@ int bfe_normalize(struct bf_engine *e)
             goto out;
         }
     fold_e = e;
-    qsort(folds, nf, sizeof *folds, fold_cmp);
+    bfe_qsort(folds, nf, sizeof *folds, fold_cmp);
     fold_e = NULL;
     if (GROW(e->d, e->cap_d, e->n_d + nf + 1)) {
         rc = -ENOMEM;

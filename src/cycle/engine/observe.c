@@ -191,7 +191,7 @@ static int shortfalls(struct bf_engine *e)
         o->age_cycles = s->age;
     }
     sf_e = e;
-    qsort(e->shorts, k, sizeof *e->shorts, short_cmp);
+    bfe_qsort(e->shorts, k, sizeof *e->shorts, short_cmp);
     sf_e = NULL;
     e->n_shorts = k < e->cfg.shortfall_cap ? k : e->cfg.shortfall_cap;
     return 0;
@@ -264,7 +264,7 @@ static int verdicts(struct bf_engine *e)
     for (uint32_t i = 0; i < n; i++)
         k[i] = (struct vkey){e->d[i].cp->prio, e->clusters[e->d[i].cluster].rank,
                              e->d[i].arrival, i};
-    qsort(k, n, sizeof *k, vkey_cmp);
+    bfe_qsort(k, n, sizeof *k, vkey_cmp);
     for (uint32_t j = 0; j < n; j++) {
         uint32_t i = k[j].idx;
         const struct dneed *d = &e->d[i];

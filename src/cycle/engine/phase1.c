@@ -153,7 +153,7 @@ static int credit_walk(struct bf_engine *e, uint32_t di, struct cand *c, uint32_
         return 0;
     if (e->cfg.flags & BF_ENGINE_F_REFERENCE)
         return walk_take(e, di, c, n, rem, -1, false);
-    qsort(c, n, sizeof *c, cand_key_cmp);
+    bfe_qsort(c, n, sizeof *c, cand_key_cmp);
     uint32_t i = 0;
     while (i < n && !bf_vec_is_zero(rem)) {
         uint32_t j = i + 1;
@@ -389,7 +389,7 @@ static int same_candidates(struct bf_engine *e, struct dneed *d, const struct sa
     rank_e = e;
     rank_d = def;
     rank_bk = bk;
-    qsort(idx, m, sizeof *idx, bucket_rank_cmp);
+    bfe_qsort(idx, m, sizeof *idx, bucket_rank_cmp);
     rank_e = NULL;
     if (m > cap)
         m = cap;
@@ -716,7 +716,7 @@ static int find_same(struct bf_engine *e, uint32_t di, int si)
     rc = pool_cands(e, d, si, DOM_HAS, cp->same_kind, cp->same_key, 0, &g);
     if (rc || !g.n)
         goto out;
-    qsort(g.c, g.n, sizeof *g.c, cand_dom_cmp);
+    bfe_qsort(g.c, g.n, sizeof *g.c, cand_dom_cmp);
     int64_t best_lo = -1, best_hi = -1;
     bool best_atomic = false;
     uint64_t best_avail = 0;
@@ -787,7 +787,7 @@ static int find_spread(struct bf_engine *e, uint32_t di, int si)
     int rc = pool_cands(e, d, si, DOM_HAS, cp->spread_kind, cp->spread_key, 0, &g);
     if (rc || !g.n)
         goto out;
-    qsort(g.c, g.n, sizeof *g.c, cand_dom_cmp);
+    bfe_qsort(g.c, g.n, sizeof *g.c, cand_dom_cmp);
     uint32_t ng = 0;
     for (uint32_t i = 0; i < g.n; i++)
         if (i == 0 || g.c[i].dom != g.c[i - 1].dom)
@@ -913,7 +913,7 @@ int bfe_phase1(struct bf_engine *e)
     /* 1. pre-pass: priority desc, stable on D */
     for (uint32_t i = 0; i < n; i++)
         ord[i] = (prio_desc_key(e->d[i].cp->prio) << 32) | i;
-    qsort(ord, n, sizeof *ord, u64_cmp);
+    bfe_qsort(ord, n, sizeof *ord, u64_cmp);
     for (uint32_t k = 0; k < n; k++) {
         uint32_t di = (uint32_t)ord[k];
         if (bf_vec_is_zero(&e->d[di].rem))
@@ -947,7 +947,7 @@ int bfe_phase1(struct bf_engine *e)
         qk[j] = x;
     }
     if (q > 32)
-        qsort(qk, q, sizeof *qk, bfe_u128_cmp);
+        bfe_qsort(qk, q, sizeof *qk, bfe_u128_cmp);
     for (uint32_t k = 0; k < q; k++)
         TRY(worker(e, (uint32_t)qk[k]));
     /* 3. barrier: actions per Need in D order */

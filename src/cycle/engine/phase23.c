@@ -160,7 +160,7 @@ int bfe_phase2(struct bf_engine *e)
     for (uint32_t i = 0; i < e->n_d; i++)
         if (!bf_vec_is_zero(&e->d[i].rem))
             ord[n++] = ((uint64_t)((int64_t)INT32_MAX - e->d[i].cp->prio) << 32) | i;
-    qsort(ord, n, sizeof *ord, u64_cmp);
+    bfe_qsort(ord, n, sizeof *ord, u64_cmp);
     struct u64map vmap = {0};
     struct vcache *vc = NULL;
     uint32_t nvc = 0, capvc = 0;
@@ -325,7 +325,7 @@ int bfe_phase3(struct bf_engine *e, int64_t now_ns)
         }
     }
     id_sort_e = e;
-    qsort(v, nv, sizeof *v, slot_id_cmp);
+    bfe_qsort(v, nv, sizeof *v, slot_id_cmp);
     id_sort_e = NULL;
     int rc = 0;
     for (uint32_t i = 0; i < nv && !rc; i++) {
