@@ -48,11 +48,14 @@ void ef_free(struct ef *f)
 
 void ef_sync(struct ef *f, uint32_t slot)
 {
-    const struct ef_machine *m = &f->m[slot];
-    if (!m->used) {
-        bf_engine_remove(f->e, slot);
-        return;
-    }
+    if (ef_sync_to(f->e, slot, &f->m[slot]))
+        ef_die("upsert");
+}
+
+int ef_sync_to(struct bf_engine *e, uint32_t slot, const struct ef_machine *m)
+{
+    if (!m->used)
+        return bf_engine_remove(e, slot);
     struct bf_engine_label labels[EF_MAXL];
     for (uint32_t i = 0; i < m->nl; i++) {
         labels[i].key = m->lk[i];
@@ -78,8 +81,7 @@ void ef_sync(struct ef *f, uint32_t slot)
         .assigned_group_len = strlen(m->group),
         .idle_since_s = m->idle_since,
     };
-    if (bf_engine_upsert(f->e, slot, &em))
-        ef_die("upsert");
+    return bf_engine_upsert(e, slot, &em);
 }
 
 uint32_t ef_add(struct ef *f, const struct ef_machine *m)

@@ -64,6 +64,8 @@ struct ef *ef_new_cfg(const struct bf_engine_config *c);
 void ef_free(struct ef *f);
 uint32_t ef_add(struct ef *f, const struct ef_machine *m); /* returns the slot */
 void ef_sync(struct ef *f, uint32_t slot);                  /* re-upsert f->m[slot] */
+/* upserts (or removes, when !m->used) one table row into any engine */
+int ef_sync_to(struct bf_engine *e, uint32_t slot, const struct ef_machine *m);
 void ef_del(struct ef *f, uint32_t slot);
 uint32_t ef_slot(const struct ef *f, const char *id);       /* UINT32_MAX if absent */
 int ef_cycle(struct ef *f);                                  /* runs a cycle into f->r */

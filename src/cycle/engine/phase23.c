@@ -12,7 +12,10 @@
  * Phase 3: clusters with Configured supply in id order, skipping clusters
  * whose first rollup has not arrived (ADR-0036) and clusters whose claimed
  * count equals their Configured count; the unclaimed remainder is emitted in
- * keep-priority order. Then Deletes for unclaimed Idle machines past their
+ * keep-priority order, except machines Phase 2 picked as victims this cycle
+ * (they already carry a Preempt; Go emits both and the shard's enqueue
+ * de-duplication drops the Reclaim, so dropping it here changes no outcome
+ * and keeps the reclaim cap counting only real reclaims). Then Deletes for unclaimed Idle machines past their
  * CapacityType hold, in id order (the hold structure is ordered by idle-since,
  * so only expired machines are visited). Releases are never gated.
  */
@@ -273,7 +276,10 @@ int bfe_phase3(struct bf_engine *e, int64_t now_ns)
             return -ENOMEM;
         for (uint32_t i = 0; i < ll->n; i++) {
             struct leaf *l = bfe_leaf_cyc(e, ll->v[i]);
-            bfe_mcur_init(e, &cur[i], ll->v[i], l->taken, l->k.price, -l->rp_dollars);
+            /* Phase 2 victims (the p2taken prefix) already carry a Preempt:
+             * no second action for the same machine */
+            uint32_t from = l->taken > l->p2taken ? l->taken : l->p2taken;
+            bfe_mcur_init(e, &cur[i], ll->v[i], from, l->k.price, -l->rp_dollars);
         }
         struct merge m;
         bfe_merge_init(&m, e, cur, ll->n);
