@@ -58,7 +58,7 @@ struct wneed {
     char vals[8][16][16];
     bf_vec agg, minu;
     int64_t arrival;
-    char group[16];
+    char group[32];
 };
 
 struct world {

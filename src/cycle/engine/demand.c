@@ -34,7 +34,8 @@ static size_t profile_size(const struct bf_need_profile *p)
     return sz + 16;
 }
 
-/* Deep copy into one block; skip_same drops Same requirements. */
+/* Deep copy into one block (pointer arrays first, then the strings, so
+ * every array stays aligned); skip_same drops Same requirements. */
 static void *profile_copy(const struct bf_need_profile *src, struct bf_need_profile *dst,
                           bool skip_same)
 {
@@ -42,12 +43,15 @@ static void *profile_copy(const struct bf_need_profile *src, struct bf_need_prof
     char *mem = malloc(sz);
     if (!mem)
         return NULL;
-    char *p = mem;
+    size_t nvals = 0;
+    for (uint32_t i = 0; i < src->n_reqs; i++)
+        nvals += src->reqs[i].n_values;
     *dst = *src;
-    dst->reqs = (struct bf_requirement *)(void *)p;
-    p += (size_t)src->n_reqs * sizeof(struct bf_requirement);
-    dst->spread = (struct bf_spread *)(void *)p;
-    p += (size_t)src->n_spread * sizeof(struct bf_spread);
+    dst->reqs = (struct bf_requirement *)(void *)mem;
+    dst->spread = (struct bf_spread *)(void *)(mem + (size_t)src->n_reqs * sizeof *dst->reqs);
+    const char **vp = (const char **)(void *)((char *)dst->spread +
+                                              (size_t)src->n_spread * sizeof *dst->spread);
+    char *p = (char *)(vp + nvals);
     uint32_t nr = 0;
     for (uint32_t i = 0; i < src->n_reqs; i++) {
         const struct bf_requirement *r = &src->reqs[i];
@@ -56,8 +60,8 @@ static void *profile_copy(const struct bf_need_profile *src, struct bf_need_prof
         struct bf_requirement *d = &dst->reqs[nr++];
         d->op = r->op;
         d->n_values = r->n_values;
-        d->values = (const char **)(void *)p;
-        p += (size_t)r->n_values * sizeof(char *);
+        d->values = vp;
+        vp += r->n_values;
         size_t kl = strlen(r->key) + 1;
         memcpy(p, r->key, kl);
         d->key = p;
