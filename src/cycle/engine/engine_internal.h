@@ -405,7 +405,7 @@ struct bf_engine {
     uint32_t *leaf_of;   /* NONE32: absent or ineligible */
     uint8_t *present;    /* 0 absent, 1 eligible, 2 ineligible */
     uint32_t *id_off, *id_len;
-    uint64_t *idpfx;
+    uint64_t *idpfx, *idpfx2; /* id bytes 0-7 and 8-15, big-endian, zero-padded */
     int64_t *idle_since;
     char *idbuf;
     size_t idbuf_len, idbuf_cap, idbuf_waste;

@@ -28,10 +28,14 @@ int bfe_id_cmp(const struct bf_engine *e, uint32_t a, uint32_t b)
     uint64_t pa = e->idpfx[a], pb = e->idpfx[b];
     if (pa != pb)
         return pa < pb ? -1 : 1;
+    pa = e->idpfx2[a];
+    pb = e->idpfx2[b];
+    if (pa != pb)
+        return pa < pb ? -1 : 1;
     uint32_t la = e->id_len[a], lb = e->id_len[b];
-    if (la > 8 || lb > 8) {
+    if (la > 16 && lb > 16) {
         uint32_t m = la < lb ? la : lb;
-        int c = memcmp(e->idbuf + e->id_off[a], e->idbuf + e->id_off[b], m);
+        int c = memcmp(e->idbuf + e->id_off[a] + 16, e->idbuf + e->id_off[b] + 16, m - 16);
         if (c)
             return c;
     }
@@ -53,10 +57,10 @@ static int sl_cmp_release(const void *ctx, uint32_t a, uint32_t b)
     return bfe_id_cmp(e, a, b);
 }
 
-static uint64_t id_prefix(const char *s, size_t len)
+static uint64_t id_prefix(const char *s, size_t len, size_t from)
 {
     uint64_t p = 0;
-    for (size_t i = 0; i < 8; i++)
+    for (size_t i = from; i < from + 8; i++)
         p = (p << 8) | (i < len ? (unsigned char)s[i] : 0);
     return p;
 }
@@ -108,7 +112,8 @@ static int id_store(struct bf_engine *e, uint32_t slot, const char *id, size_t l
     e->idbuf[e->idbuf_len + len] = 0;
     e->id_off[slot] = (uint32_t)e->idbuf_len;
     e->id_len[slot] = (uint32_t)len;
-    e->idpfx[slot] = id_prefix(id, len);
+    e->idpfx[slot] = id_prefix(id, len, 0);
+    e->idpfx2[slot] = id_prefix(id, len, 8);
     e->idbuf_len += len + 1;
     return 0;
 }
@@ -943,9 +948,10 @@ int bfe_mirror_init(struct bf_engine *e)
     e->id_off = calloc(n, sizeof *e->id_off);
     e->id_len = calloc(n, sizeof *e->id_len);
     e->idpfx = calloc(n, sizeof *e->idpfx);
+    e->idpfx2 = calloc(n, sizeof *e->idpfx2);
     e->idle_since = calloc(n, sizeof *e->idle_since);
     if (!e->leaf_of || !e->present || !e->in_release || !e->id_off || !e->id_len ||
-        !e->idpfx || !e->idle_since)
+        !e->idpfx || !e->idpfx2 || !e->idle_since)
         return -ENOMEM;
     for (uint32_t i = 0; i < n; i++)
         e->leaf_of[i] = NONE32;
@@ -987,6 +993,7 @@ void bfe_mirror_free(struct bf_engine *e)
     free(e->id_off);
     free(e->id_len);
     free(e->idpfx);
+    free(e->idpfx2);
     free(e->idle_since);
     free(e->idbuf);
 }
@@ -1013,7 +1020,7 @@ void bf_engine_mirror_stats(const struct bf_engine *e, struct bf_engine_mirror_s
     st->leaves = e->live_leaves;
     st->strings = e->in.n - e->in.nfree;
     size_t b = 0;
-    b += (size_t)e->cap * (sizeof(uint32_t) * 3 + 2 + sizeof(uint64_t) * 2);
+    b += (size_t)e->cap * (sizeof(uint32_t) * 3 + 2 + sizeof(uint64_t) * 3);
     b += e->idbuf_cap;
     b += (size_t)e->cap_leaves * sizeof(struct leaf);
     for (uint32_t i = 0; i < e->n_leaves; i++) {

@@ -146,6 +146,85 @@ static int walk_take(struct bf_engine *e, uint32_t di, const struct cand *c, uin
     return rc;
 }
 
+/* reverse cursor over a leaf's unclaimed range, for selecting the id-order tail */
+struct rcur {
+    uint32_t leaf, ci, off, left, slot;
+};
+
+static int rcur_cmp(const struct bf_engine *e, const struct rcur *a, const struct rcur *b)
+{
+    return bfe_id_cmp(e, b->slot, a->slot); /* max-heap on id */
+}
+
+static void rsift(const struct bf_engine *e, struct rcur *h, uint32_t n, uint32_t i)
+{
+    struct rcur x = h[i];
+    for (;;) {
+        uint32_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && rcur_cmp(e, &h[c + 1], &h[c]) < 0)
+            c++;
+        if (rcur_cmp(e, &h[c], &x) >= 0)
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = x;
+}
+
+/*
+ * Claims every available machine of the equal-key leaves c[0..n) except the
+ * last `excl` in id order (what a forward walk stopping `excl` machines before
+ * the end would claim), visiting only the excluded tail. The caller advances
+ * rem (all allocatables are equal).
+ */
+static int take_all_but_last(struct bf_engine *e, uint32_t di, const struct cand *c, uint32_t n,
+                             uint64_t excl)
+{
+    struct arena_mark mk = bfe_arena_mark(&e->sc);
+    struct rcur *h = ANEW(&e->sc, struct rcur, n);
+    uint32_t *dropped = ANEW(&e->sc, uint32_t, n);
+    if (!h || !dropped)
+        return -ENOMEM;
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        dropped[i] = 0;
+        const struct slotlist *sl = &e->leaves[c[i].leaf].sl;
+        if (!c[i].avail)
+            continue;
+        struct rcur r = {.leaf = i, .left = c[i].avail};
+        bfe_sl_seek(sl, sl->n - 1, &r.ci, &r.off);
+        r.slot = bfe_sl_at(sl, r.ci, r.off);
+        h[m++] = r;
+    }
+    for (uint32_t i = m / 2; i-- > 0;)
+        rsift(e, h, m, i);
+    while (excl-- && m) {
+        struct rcur *top = &h[0];
+        dropped[top->leaf]++;
+        if (--top->left == 0) {
+            h[0] = h[--m];
+        } else {
+            const struct slotlist *sl = &e->leaves[c[top->leaf].leaf].sl;
+            if (top->off == 0) {
+                top->ci--;
+                top->off = sl->ch[top->ci]->n - 1;
+            } else {
+                top->off--;
+            }
+            top->slot = bfe_sl_at(sl, top->ci, top->off);
+        }
+        if (m > 1)
+            rsift(e, h, m, 0);
+    }
+    int rc = 0;
+    for (uint32_t i = 0; i < n && !rc; i++)
+        rc = claim(e, di, c[i].leaf, c[i].avail - dropped[i]);
+    bfe_arena_release(&e->sc, mk);
+    return rc;
+}
+
 /* Credit: claims along c (sorted in place) until rem is zero. */
 static int credit_walk(struct bf_engine *e, uint32_t di, struct cand *c, uint32_t n, bf_vec *rem)
 {
@@ -182,7 +261,16 @@ static int credit_walk(struct bf_engine *e, uint32_t di, struct cand *c, uint32_
             bfe_vec_sub_scaled(rem, a0, k);
         } else if (same_alloc) {
             int64_t k = need_count(rem, a0);
-            TRY(walk_take(e, di, c + i, j - i, rem, k, false));
+            uint64_t avail = 0;
+            for (uint32_t q = i; q < j; q++)
+                avail += c[q].avail;
+            if ((uint64_t)k * 2 <= avail) {
+                TRY(walk_take(e, di, c + i, j - i, rem, k, false));
+            } else {
+                /* mostly consumed: select the excluded tail instead */
+                TRY(take_all_but_last(e, di, c + i, j - i, avail - (uint64_t)k));
+                bfe_vec_sub_scaled(rem, a0, k);
+            }
         } else {
             TRY(walk_take(e, di, c + i, j - i, rem, -1, false));
         }
@@ -304,57 +392,91 @@ double bfe_same_score(const bf_vec *total, const bf_vec *deficit, bool capped)
     return s;
 }
 
-/* ChooseSameBucket's replacement rule (engine.md §4.3): does c beat b? */
-bool bfe_same_better(const struct bf_engine *e, const struct same_bucket *c,
-                     const struct same_bucket *b, const bf_vec *d)
+/* The per-bucket quantities ChooseSameBucket compares, computed once. */
+struct rank_key {
+    bool sat;
+    double cred, own, score;
+    uint32_t count, value;
+};
+
+static void rank_key_of(const struct same_bucket *b, const bf_vec *d, struct rank_key *k)
 {
-    bool cs = bf_vec_covers(&c->total, d), bs = bf_vec_covers(&b->total, d);
-    if (cs != bs)
-        return cs;
-    double ccred = bfe_same_score(&c->cred_total, d, true);
-    double bcred = bfe_same_score(&b->cred_total, d, true);
-    if (cs) {
-        if (ccred != bcred)
-            return ccred > bcred;
-        double cown = bfe_same_score(&c->own_total, d, true);
-        double bown = bfe_same_score(&b->own_total, d, true);
-        if (cown != bown)
-            return cown > bown;
+    k->sat = bf_vec_covers(&b->total, d);
+    k->cred = bfe_same_score(&b->cred_total, d, true);
+    k->own = bfe_same_score(&b->own_total, d, true);
+    k->score = bfe_same_score(&b->total, d, !k->sat);
+    k->count = b->count;
+    k->value = b->value;
+}
+
+/* ChooseSameBucket's replacement rules 2-8 (engine.md §4.3): does c beat b? */
+static bool key_better(const struct bf_engine *e, const struct rank_key *c,
+                       const struct rank_key *b)
+{
+    if (c->sat != b->sat)
+        return c->sat;
+    if (c->sat) {
+        if (c->cred != b->cred)
+            return c->cred > b->cred;
+        if (c->own != b->own)
+            return c->own > b->own;
     }
-    double cscore = bfe_same_score(&c->total, d, !cs);
-    double bscore = bfe_same_score(&b->total, d, !bs);
-    if (cscore != bscore)
-        return cs ? cscore < bscore : cscore > bscore;
-    if (ccred != bcred)
-        return ccred > bcred;
+    if (c->score != b->score)
+        return c->sat ? c->score < b->score : c->score > b->score;
+    if (c->cred != b->cred)
+        return c->cred > b->cred;
     if (c->count != b->count)
         return c->count > b->count;
     return bfe_strcmp_id(&e->in, c->value, b->value) < 0;
+}
+
+bool bfe_same_better(const struct bf_engine *e, const struct same_bucket *c,
+                     const struct same_bucket *b, const bf_vec *d)
+{
+    struct rank_key kc, kb;
+    rank_key_of(c, d, &kc);
+    rank_key_of(b, d, &kb);
+    return key_better(e, &kc, &kb);
+}
+
+static int choose_keys(const struct bf_engine *e, const struct rank_key *k, uint32_t n)
+{
+    int best = -1;
+    for (uint32_t i = 0; i < n; i++) {
+        if (k[i].count == 0)
+            continue;
+        if (best < 0 || key_better(e, &k[i], &k[best]))
+            best = (int)i;
+    }
+    return best;
 }
 
 int bfe_same_choose(const struct bf_engine *e, const struct same_bucket *bk, uint32_t n,
                     const bf_vec *d)
 {
     int best = -1;
+    struct rank_key kb, kc;
     for (uint32_t i = 0; i < n; i++) {
         if (bk[i].count == 0)
             continue;
-        if (best < 0 || bfe_same_better(e, &bk[i], &bk[best], d))
+        rank_key_of(&bk[i], d, &kc);
+        if (best < 0 || key_better(e, &kc, &kb)) {
             best = (int)i;
+            kb = kc;
+        }
     }
     return best;
 }
 
 static const struct bf_engine *rank_e;
-static const bf_vec *rank_d;
-static const struct same_bucket *rank_bk;
+static const struct rank_key *rank_k;
 
 static int bucket_rank_cmp(const void *a, const void *b)
 {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    if (bfe_same_better(rank_e, &rank_bk[x], &rank_bk[y], rank_d))
+    if (key_better(rank_e, &rank_k[x], &rank_k[y]))
         return -1;
-    if (bfe_same_better(rank_e, &rank_bk[y], &rank_bk[x], rank_d))
+    if (key_better(rank_e, &rank_k[y], &rank_k[x]))
         return 1;
     return 0;
 }
@@ -376,7 +498,7 @@ static int32_t coverage_per_mille(const bf_vec *total, const bf_vec *d)
 
 /* the top-K domains, best first (ADR-0061 amendment; observation only) */
 static int same_candidates(struct bf_engine *e, struct dneed *d, const struct same_bucket *bk,
-                           uint32_t n, const bf_vec *def)
+                           const struct rank_key *keys, uint32_t n, const bf_vec *def)
 {
     uint32_t cap = e->cfg.same_candidate_cap;
     uint32_t *idx = ANEW(&e->sc, uint32_t, n ? n : 1);
@@ -386,13 +508,24 @@ static int same_candidates(struct bf_engine *e, struct dneed *d, const struct sa
     for (uint32_t i = 0; i < n; i++)
         if (bk[i].count)
             idx[m++] = i;
-    rank_e = e;
-    rank_d = def;
-    rank_bk = bk;
-    bfe_qsort(idx, m, sizeof *idx, bucket_rank_cmp);
-    rank_e = NULL;
-    if (m > cap)
+    if (m > cap) {
+        /* partial selection: the best `cap` by repeated scans (cap is small) */
+        for (uint32_t t = 0; t < cap; t++) {
+            uint32_t b = t;
+            for (uint32_t q = t + 1; q < m; q++)
+                if (key_better(e, &keys[idx[q]], &keys[idx[b]]))
+                    b = q;
+            uint32_t x = idx[t];
+            idx[t] = idx[b];
+            idx[b] = x;
+        }
         m = cap;
+    } else {
+        rank_e = e;
+        rank_k = keys;
+        bfe_qsort(idx, m, sizeof *idx, bucket_rank_cmp);
+        rank_e = NULL;
+    }
     d->ncand = m;
     d->cands = m ? ANEW(&e->ar, struct bf_engine_domain_coverage, m) : NULL;
     if (m && !d->cands)
@@ -401,7 +534,7 @@ static int same_candidates(struct bf_engine *e, struct dneed *d, const struct sa
         const struct same_bucket *b = &bk[idx[i]];
         d->cands[i].domain = bfe_str(&e->in, b->value);
         d->cands[i].coverage_per_mille = coverage_per_mille(&b->total, def);
-        d->cands[i].satisfiable = bf_vec_covers(&b->total, def);
+        d->cands[i].satisfiable = keys[idx[i]].sat;
     }
     return 0;
 }
@@ -570,9 +703,16 @@ static int prepass_same(struct bf_engine *e, uint32_t di)
         }
     }
     /* 3./4. choose the domain */
-    int best = bfe_same_choose(e, bk, nb, &d->agg);
+    struct rank_key *keys = ANEW(&e->sc, struct rank_key, nb ? nb : 1);
+    if (!keys) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (uint32_t i = 0; i < nb; i++)
+        rank_key_of(&bk[i], &d->agg, &keys[i]);
+    int best = choose_keys(e, keys, nb);
     if (!(e->cfg.flags & BF_ENGINE_F_NO_VERDICTS) && nb &&
-        (rc = same_candidates(e, d, bk, nb, &d->agg)))
+        (rc = same_candidates(e, d, bk, keys, nb, &d->agg)))
         goto out;
     if (best < 0) {
         d->has_domain = false;
@@ -581,7 +721,7 @@ static int prepass_same(struct bf_engine *e, uint32_t di)
     }
     d->has_domain = true;
     d->domain = bk[best].value;
-    d->same_sat = bf_vec_covers(&bk[best].total, &d->agg);
+    d->same_sat = keys[best].sat;
     /* 5. claim the chosen domain's creditable members, incumbent first */
     {
         struct cand *seg = ANEW(&e->sc, struct cand, g.n ? g.n : 1);
