@@ -62,8 +62,9 @@ enum {
      * supply, same_candidates). Actions are identical either way (tested). */
     BF_ENGINE_F_NO_VERDICTS = 1u << 0,
     /* Reference mode: every credit, consumption and claim is done one machine
-     * at a time through the ordered walks, with no bulk leaf arithmetic and
-     * no cross-cycle memo. Slow; used by tests to prove the fast path makes
+     * at a time through the ordered walks, with no bulk leaf arithmetic, and
+     * the demand order is re-sorted from scratch instead of merged
+     * incrementally. Slow; used by tests to prove the fast path makes
      * identical decisions. */
     BF_ENGINE_F_REFERENCE = 1u << 1,
 };

@@ -449,9 +449,13 @@ int bf_engine_set_needs(struct bf_engine *e, const char *cluster, uint64_t gener
         needs_release(e, v, (uint32_t)n);
         return 0;
     }
+    e->n_same_total -= c->n_same;
     needs_release(e, c->needs, c->n_needs);
     c->needs = v;
     c->n_needs = (uint32_t)n;
+    c->n_same = count_same(v, (uint32_t)n);
+    e->n_same_total += c->n_same;
+    c->snap_changed = true;
     e->snap_dirty = true;
     return 0;
 }
@@ -498,13 +502,6 @@ void bfe_cluster_sort(struct bf_engine *e)
     e->cluster_order_dirty = false;
 }
 
-struct snapkey {
-    int32_t prio;
-    uint32_t rank;
-    int64_t arrival;
-    uint64_t ref; /* (cluster << 32) | need */
-};
-
 static int snapkey_cmp(const void *a, const void *b)
 {
     const struct snapkey *x = a, *y = b;
@@ -517,39 +514,87 @@ static int snapkey_cmp(const void *a, const void *b)
     return x->ref < y->ref ? -1 : x->ref > y->ref;
 }
 
+static void snapkey_of(const struct bf_engine *e, uint32_t c, uint32_t i, struct snapkey *k)
+{
+    const struct cluster *cl = &e->clusters[c];
+    k->prio = cl->needs[i].cp->prio;
+    k->arrival = cl->needs[i].arrival;
+    k->rank = cl->rank;
+    k->ref = ((uint64_t)c << 32) | i;
+}
+
+/*
+ * The NeedsTable snapshot order (engine.md §1.7): priority desc, arrival asc,
+ * cluster id asc, rollup order. Kept sorted across cycles: when only some
+ * clusters' demand changed, their old rows are dropped and their new rows
+ * (sorted) are merged in, O(N + m log m). Cluster ranks moving (a new
+ * cluster) forces a full sort.
+ */
 int bfe_demand_snapshot(struct bf_engine *e)
 {
+    bool ranks_moved = e->cluster_order_dirty;
     bfe_cluster_sort(e);
-    if (!e->snap_dirty)
+    if (ranks_moved && e->n_snap)
+        e->snap_full = true;
+    if (e->snap_dirty && (e->cfg.flags & BF_ENGINE_F_REFERENCE))
+        e->snap_full = true; /* reference mode: always the plain full sort */
+    if (!e->snap_dirty && !e->snap_full)
         return 0;
-    uint32_t total = 0, nsame = 0;
-    for (uint32_t c = 0; c < e->n_clusters; c++) {
-        total += e->clusters[c].n_needs;
-        nsame += count_same(e->clusters[c].needs, e->clusters[c].n_needs);
-    }
-    if (GROW(e->snap, e->cap_snap, total ? total : 1))
-        return -ENOMEM;
-    struct snapkey *k = malloc((size_t)(total ? total : 1) * sizeof *k);
-    if (!k)
-        return -ENOMEM;
-    uint32_t n = 0;
+    uint32_t total = 0, fresh = 0;
     for (uint32_t c = 0; c < e->n_clusters; c++) {
         const struct cluster *cl = &e->clusters[c];
-        for (uint32_t i = 0; i < cl->n_needs; i++) {
-            k[n].prio = cl->needs[i].cp->prio;
-            k[n].arrival = cl->needs[i].arrival;
-            k[n].rank = cl->rank;
-            k[n].ref = ((uint64_t)c << 32) | i;
-            n++;
+        total += cl->n_needs;
+        if (e->snap_full || cl->snap_changed)
+            fresh += cl->n_needs;
+    }
+    if (GROW(e->snap, e->cap_snap, total ? total : 1) ||
+        GROW(e->snapk, e->cap_snapk, total ? total : 1) ||
+        GROW(e->snapk2, e->cap_snapk2, total ? total : 1))
+        return -ENOMEM;
+    /* the fresh rows, sorted, at the tail of snapk2 */
+    struct snapkey *nk = e->snapk2 + (total - fresh);
+    uint32_t nf = 0;
+    for (uint32_t c = 0; c < e->n_clusters; c++) {
+        const struct cluster *cl = &e->clusters[c];
+        if (!(e->snap_full || cl->snap_changed))
+            continue;
+        for (uint32_t i = 0; i < cl->n_needs; i++)
+            snapkey_of(e, c, i, &nk[nf++]);
+    }
+    bfe_qsort(nk, nf, sizeof *nk, snapkey_cmp);
+    /* merge with the kept rows of unchanged clusters into snapk2's head;
+     * the write index never overtakes the fresh tail's read index */
+    uint32_t w = 0, a = 0, b = 0;
+    uint32_t nold = e->snap_full ? 0 : e->n_snap;
+    while (a < nold || b < nf) {
+        const struct snapkey *x = NULL;
+        while (a < nold && e->clusters[e->snapk[a].ref >> 32].snap_changed)
+            a++;
+        if (a < nold)
+            x = &e->snapk[a];
+        if (x && (b >= nf || snapkey_cmp(x, &nk[b]) < 0)) {
+            e->snapk2[w++] = *x;
+            a++;
+        } else if (b < nf) {
+            e->snapk2[w++] = nk[b++];
+        } else {
+            break;
         }
     }
-    bfe_qsort(k, n, sizeof *k, snapkey_cmp);
-    for (uint32_t i = 0; i < n; i++)
-        e->snap[i] = k[i].ref;
-    free(k);
-    e->n_snap = n;
-    e->any_same = nsame > 0;
+    struct snapkey *t = e->snapk;
+    uint32_t tc = e->cap_snapk;
+    e->snapk = e->snapk2;
+    e->cap_snapk = e->cap_snapk2;
+    e->snapk2 = t;
+    e->cap_snapk2 = tc;
+    for (uint32_t i = 0; i < w; i++)
+        e->snap[i] = e->snapk[i].ref;
+    e->n_snap = w;
+    for (uint32_t c = 0; c < e->n_clusters; c++)
+        e->clusters[c].snap_changed = false;
+    e->any_same = e->n_same_total > 0;
     e->snap_dirty = false;
+    e->snap_full = false;
     return 0;
 }
 
@@ -579,4 +624,6 @@ void bfe_demand_free(struct bf_engine *e)
     free(e->cprof_free);
     bfe_u64map_free(&e->cprof_map);
     free(e->snap);
+    free(e->snapk);
+    free(e->snapk2);
 }

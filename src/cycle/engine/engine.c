@@ -77,8 +77,11 @@ void bf_engine_free(struct bf_engine *e)
     if (!e)
         return;
     bfe_demand_free(e);
-    for (uint32_t c = 0; c < e->n_clusters; c++)
+    for (uint32_t c = 0; c < e->n_clusters; c++) {
         free(e->clusters[c].needs);
+        free(e->clusters[c].tl[0]);
+        free(e->clusters[c].tl[1]);
+    }
     free(e->clusters);
     free(e->cluster_order);
     bfe_u64map_free(&e->cluster_map);
@@ -114,8 +117,6 @@ static int run_cycle(struct bf_engine *e, int64_t now_ns, struct bf_engine_resul
 {
     int64_t t0 = mono_ns(), t;
     int rc;
-    if (e->cluster_order_dirty)
-        e->snap_dirty = true; /* cluster ranks break snapshot-order ties */
     if ((rc = bfe_demand_snapshot(e)))
         return rc;
     if ((rc = bfe_normalize(e)))

@@ -243,7 +243,9 @@ struct leaflist {
 /* leaf list keys (e->list_map) */
 #define LK_STATE(s) ((1ULL << 56) | (uint64_t)(s))
 #define LK_TYPE(s, t) ((2ULL << 56) | ((uint64_t)(s) << 32) | (t))
-#define LK_CLUSTER(s, c) ((3ULL << 56) | ((uint64_t)(s) << 32) | (c))
+/* (state, cluster index < 2^20, instance type string id) */
+#define LK_CLUSTER(s, c, t) ((3ULL << 56) | ((uint64_t)(s) << 52) | ((uint64_t)(c) << 32) | (t))
+#define BF_MAX_CLUSTERS (1u << 20)
 #define LK_CFP(fp) ((4ULL << 56) | (fp))
 #define LK_PRIO(p) ((5ULL << 56) | (uint32_t)(p))
 
@@ -307,6 +309,13 @@ struct cprof {
     uint32_t ac_seen_stamp;
 };
 
+struct snapkey {
+    int32_t prio;
+    uint32_t rank;
+    int64_t arrival;
+    uint64_t ref; /* (cluster << 32) | need */
+};
+
 struct need_in {
     struct cprof *cp;
     bf_vec agg, minu;
@@ -332,7 +341,12 @@ struct cluster {
     struct need_in *needs;
     uint32_t n_needs;
     uint32_t conf_count; /* eligible Configured machines bound here */
-    uint32_t list_conf, list_cfg; /* leaf list ids (Configured, Configuring) */
+    /* leaf lists of the cluster's Configured (0) and Configuring (1) machines,
+     * one per instance type (type 0: no InstanceType, label only) */
+    uint32_t *tl[2];
+    uint32_t ntl[2], captl[2];
+    bool snap_changed; /* demand changed since the last snapshot order */
+    uint32_t n_same;   /* Needs carrying Same */
     uint32_t rank;       /* position in name order */
     /* per cycle */
     uint32_t stamp;
@@ -469,6 +483,10 @@ struct bf_engine {
     uint64_t *snap; /* (cluster << 32) | need */
     uint32_t n_snap, cap_snap;
     bool snap_dirty;
+    bool snap_full;  /* cluster ranks moved: rebuild the order from scratch */
+    struct snapkey *snapk, *snapk2; /* sorted keys (and a merge buffer) */
+    uint32_t cap_snapk, cap_snapk2;
+    uint32_t n_same_total;
     bool any_same;  /* some Need carries Same */
 
     /* cycle */
@@ -553,6 +571,11 @@ static inline struct cluster *bfe_cluster_cyc(struct bf_engine *e, uint32_t ci)
     }
     return c;
 }
+
+/* the cluster leaf lists (state index si: 0 Configured, 1 Configuring) that a
+ * profile can match: its pinned types plus type 0, or all of them */
+uint32_t bfe_cluster_lists(const struct bf_engine *e, uint32_t ci, int si, const struct cprof *cp,
+                           uint32_t *out, uint32_t cap);
 
 /* demand.c */
 int bfe_demand_snapshot(struct bf_engine *e);

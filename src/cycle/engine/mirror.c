@@ -475,6 +475,8 @@ uint32_t bfe_cluster_get(struct bf_engine *e, uint32_t name_id, bool create)
     uint32_t idx = bfe_u64map_get(&e->cluster_map, name_id);
     if (idx != NONE32 || !create)
         return idx;
+    if (e->n_clusters >= BF_MAX_CLUSTERS)
+        return NONE32;
     if (GROW(e->clusters, e->cap_clusters, e->n_clusters + 1) ||
         GROW(e->cluster_order, e->cap_corder, e->n_clusters + 1))
         return NONE32;
@@ -484,12 +486,31 @@ uint32_t bfe_cluster_get(struct bf_engine *e, uint32_t name_id, bool create)
     struct cluster *c = &e->clusters[idx];
     memset(c, 0, sizeof *c);
     c->name = name_id;
-    c->list_conf = c->list_cfg = NONE32;
     bfe_intern_retain(&e->in, name_id);
     e->cluster_order[idx] = idx;
     e->n_clusters++;
     e->cluster_order_dirty = true;
     return idx;
+}
+
+uint32_t bfe_cluster_lists(const struct bf_engine *e, uint32_t ci, int si, const struct cprof *cp,
+                           uint32_t *out, uint32_t cap)
+{
+    const struct cluster *cl = &e->clusters[ci];
+    uint32_t n = 0;
+    if (!cp || !cp->pinned) {
+        for (uint32_t i = 0; i < cl->ntl[si] && n < cap; i++)
+            out[n++] = cl->tl[si][i];
+        return n;
+    }
+    uint8_t state = si == 0 ? BF_STATE_CONFIGURED : BF_STATE_CONFIGURING;
+    for (uint32_t t = 0; t <= cp->npin && n < cap; t++) {
+        uint32_t itype = t < cp->npin ? cp->pin[t] : 0;
+        uint32_t lid = bfe_u64map_get(&e->list_map, LK_CLUSTER(state, ci, itype));
+        if (lid != NONE32)
+            out[n++] = lid;
+    }
+    return n;
 }
 
 /* ------------------------------------------------------------------ leaf lists */
@@ -643,11 +664,17 @@ static uint32_t leaf_create(struct bf_engine *e, const struct leafkey *k, uint64
             goto fail;
         l = &e->leaves[li];
         l->cluster_idx = ci;
-        struct cluster *cl = &e->clusters[ci];
-        uint32_t *lp = k->state == BF_STATE_CONFIGURED ? &cl->list_conf : &cl->list_cfg;
-        if (*lp == NONE32)
-            *lp = list_get(e, LK_CLUSTER(k->state, ci));
-        if (leaf_list_in(e, li, LL_CLUSTER, *lp))
+        int si = k->state == BF_STATE_CONFIGURED ? 0 : 1;
+        uint64_t key = LK_CLUSTER(k->state, ci, c->itype);
+        uint32_t lid = bfe_u64map_get(&e->list_map, key);
+        if (lid == NONE32) {
+            lid = list_get(e, key);
+            struct cluster *cl = &e->clusters[ci];
+            if (lid == NONE32 || GROW(cl->tl[si], cl->captl[si], cl->ntl[si] + 1))
+                goto fail;
+            cl->tl[si][cl->ntl[si]++] = lid;
+        }
+        if (leaf_list_in(e, li, LL_CLUSTER, lid))
             goto fail;
     }
     if (k->state == BF_STATE_CREATING && k->fp) {

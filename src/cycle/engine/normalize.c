@@ -48,15 +48,14 @@ static bool covers_all_positive(const bf_vec *alloc, const bf_vec *agg)
 static bool fits_cluster(struct bf_engine *e, uint32_t ci, struct cprof *cp, const bf_vec *agg)
 {
     const struct cluster *cl = &e->clusters[ci];
-    uint32_t lists[2] = {cl->list_conf, cl->list_cfg};
-    for (int k = 0; k < 2; k++) {
-        if (lists[k] == NONE32)
-            continue;
-        const struct leaflist *ll = &e->lists[lists[k]];
-        for (uint32_t i = 0; i < ll->n; i++) {
-            uint32_t c = e->leaves[ll->v[i]].k.cls;
-            if (covers_all_positive(&e->cls[c].alloc, agg) && bfe_match_class(e, cp, c))
-                return true;
+    for (int si = 0; si < 2; si++) {
+        for (uint32_t t = 0; t < cl->ntl[si]; t++) {
+            const struct leaflist *ll = &e->lists[cl->tl[si][t]];
+            for (uint32_t i = 0; i < ll->n; i++) {
+                uint32_t c = e->leaves[ll->v[i]].k.cls;
+                if (covers_all_positive(&e->cls[c].alloc, agg) && bfe_match_class(e, cp, c))
+                    return true;
+            }
         }
     }
     return false;

@@ -310,9 +310,9 @@ static void vclamp(bf_vec *v)
             v->v[i] = 0;
 }
 
-/* keep-priority leaves of a cluster list that the Need may be credited */
-static int gather_credit(struct bf_engine *e, struct dneed *d, uint32_t list, struct gather *g,
-                         uint8_t part, uint8_t kkind, uint32_t kkey, bool need_dom)
+/* keep-priority leaves of one list that the Need may be credited */
+static int gather_list(struct bf_engine *e, struct dneed *d, uint32_t list, struct gather *g,
+                       uint8_t part, uint8_t kkind, uint32_t kkey, bool need_dom)
 {
     if (list == NONE32)
         return 0;
@@ -346,28 +346,43 @@ static int gather_credit(struct bf_engine *e, struct dneed *d, uint32_t list, st
     return 0;
 }
 
+/* the Need's own cluster's Configured (si 0) or Configuring (si 1) leaves */
+static int gather_credit(struct bf_engine *e, struct dneed *d, int si, struct gather *g,
+                         uint8_t part, uint8_t kkind, uint32_t kkey, bool need_dom)
+{
+    const struct cluster *cl = &e->clusters[d->cluster];
+    uint32_t cap = (cl->ntl[si] > d->cp->npin ? cl->ntl[si] : d->cp->npin) + 1;
+    uint32_t stackl[16];
+    uint32_t *lists = cap <= 16 ? stackl : ANEW(&e->sc, uint32_t, cap);
+    if (!lists)
+        return -ENOMEM;
+    uint32_t n = bfe_cluster_lists(e, d->cluster, si, d->cp, lists, cap);
+    for (uint32_t i = 0; i < n; i++)
+        TRY(gather_list(e, d, lists[i], g, part, kkind, kkey, need_dom));
+    return 0;
+}
+
 static int prepass_plain(struct bf_engine *e, uint32_t di)
 {
     struct dneed *d = &e->d[di];
-    const struct cluster *cl = &e->clusters[d->cluster];
     struct arena_mark mk = bfe_arena_mark(&e->sc);
     struct gather g = {0};
     int rc = 0;
     if (!bf_vec_is_zero(&d->rem)) {
-        if ((rc = gather_credit(e, d, cl->list_conf, &g, 0, 0, 0, false)) ||
+        if ((rc = gather_credit(e, d, 0, &g, 0, 0, 0, false)) ||
             (rc = credit_walk(e, di, g.c, g.n, &d->rem)))
             goto out;
     }
     if (!bf_vec_is_zero(&d->rem)) {
         g.n = 0;
-        if ((rc = gather_credit(e, d, cl->list_cfg, &g, 1, 0, 0, false)) ||
+        if ((rc = gather_credit(e, d, 1, &g, 1, 0, 0, false)) ||
             (rc = credit_walk(e, di, g.c, g.n, &d->rem)))
             goto out;
     }
     if (!bf_vec_is_zero(&d->rem) && e->by_state[BF_STATE_CREATING] > 0) {
         uint32_t lid = bfe_u64map_get(&e->list_map, LK_CFP(d->cp->fp));
         g.n = 0;
-        if ((rc = gather_credit(e, d, lid, &g, 2, 0, 0, false)) ||
+        if ((rc = gather_list(e, d, lid, &g, 2, 0, 0, false)) ||
             (rc = credit_walk(e, di, g.c, g.n, &d->rem)))
             goto out;
     }
@@ -624,7 +639,6 @@ static int prepass_same(struct bf_engine *e, uint32_t di)
 {
     struct dneed *d = &e->d[di];
     struct cprof *cp = d->cp;
-    const struct cluster *cl = &e->clusters[d->cluster];
     struct arena_mark mk = bfe_arena_mark(&e->sc);
     struct gather g = {0};
     struct same_bucket *bk = NULL;
@@ -636,13 +650,13 @@ static int prepass_same(struct bf_engine *e, uint32_t di)
         e->dom_stamp = 1;
     }
     /* 1. creditable buckets: Configured, Configuring (keep order), own Creating (id) */
-    if ((rc = gather_credit(e, d, cl->list_conf, &g, 0, cp->same_kind, cp->same_key, true)) ||
-        (rc = gather_credit(e, d, cl->list_cfg, &g, 1, cp->same_kind, cp->same_key, true)))
+    if ((rc = gather_credit(e, d, 0, &g, 0, cp->same_kind, cp->same_key, true)) ||
+        (rc = gather_credit(e, d, 1, &g, 1, cp->same_kind, cp->same_key, true)))
         goto out;
     {
         uint32_t n0 = g.n;
         uint32_t lid = bfe_u64map_get(&e->list_map, LK_CFP(cp->fp));
-        if ((rc = gather_credit(e, d, lid, &g, 2, cp->same_kind, cp->same_key, true)))
+        if ((rc = gather_list(e, d, lid, &g, 2, cp->same_kind, cp->same_key, true)))
             goto out;
         /* Creating is creditable only when gang-own (group and fingerprint) */
         uint32_t k = n0;

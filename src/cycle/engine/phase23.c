@@ -265,24 +265,30 @@ int bfe_phase3(struct bf_engine *e, int64_t now_ns)
     for (uint32_t k = 0; k < e->n_clusters; k++) {
         uint32_t ci = e->cluster_order[k];
         struct cluster *cl = bfe_cluster_cyc(e, ci);
-        if (!cl->conf_count || !cl->first_rollup || cl->list_conf == NONE32)
+        if (!cl->conf_count || !cl->first_rollup || !cl->ntl[0])
             continue;
         if (cl->claimed_conf >= cl->conf_count)
             continue;
-        const struct leaflist *ll = &e->lists[cl->list_conf];
+        uint32_t nl = 0;
+        for (uint32_t t = 0; t < cl->ntl[0]; t++)
+            nl += e->lists[cl->tl[0][t]].n;
         struct arena_mark mk = bfe_arena_mark(&e->sc);
-        struct mcur *cur = ANEW(&e->sc, struct mcur, ll->n ? ll->n : 1);
+        struct mcur *cur = ANEW(&e->sc, struct mcur, nl ? nl : 1);
         if (!cur)
             return -ENOMEM;
-        for (uint32_t i = 0; i < ll->n; i++) {
-            struct leaf *l = bfe_leaf_cyc(e, ll->v[i]);
-            /* Phase 2 victims (the p2taken prefix) already carry a Preempt:
-             * no second action for the same machine */
-            uint32_t from = l->taken > l->p2taken ? l->taken : l->p2taken;
-            bfe_mcur_init(e, &cur[i], ll->v[i], from, l->k.price, -l->rp_dollars);
+        uint32_t nc = 0;
+        for (uint32_t t = 0; t < cl->ntl[0]; t++) {
+            const struct leaflist *ll = &e->lists[cl->tl[0][t]];
+            for (uint32_t i = 0; i < ll->n; i++) {
+                struct leaf *l = bfe_leaf_cyc(e, ll->v[i]);
+                /* Phase 2 victims (the p2taken prefix) already carry a Preempt:
+                 * no second action for the same machine */
+                uint32_t from = l->taken > l->p2taken ? l->taken : l->p2taken;
+                bfe_mcur_init(e, &cur[nc++], ll->v[i], from, l->k.price, -l->rp_dollars);
+            }
         }
         struct merge m;
-        bfe_merge_init(&m, e, cur, ll->n);
+        bfe_merge_init(&m, e, cur, nc);
         uint32_t slot;
         const char *name = bfe_str(&e->in, cl->name);
         while (bfe_merge_next(&m, &slot, NULL)) {
