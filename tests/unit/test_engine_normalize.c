@@ -210,6 +210,32 @@ START_TEST(a_gang_that_stops_fitting_reverts_next_cycle)
 }
 END_TEST
 
+START_TEST(own_cluster_supply_arriving_makes_a_gang_foldable_next_cycle)
+{
+    struct ef *f = ef_new(16, modes[_i]);
+    struct ef_machine small = big_machine("small", BF_STATE_IDLE);
+    small.alloc = ef_vec(2000, 16 * EF_GI, 0);
+    ef_add(f, &small);
+    struct ef_prof p;
+    gang_profile(&p);
+    struct bf_engine_need n = ef_need(&p, pods(4), pods(1), 1, "g1");
+    ef_set(f, "c1", &n, 1);
+    ck_assert_int_eq(ef_cycle(f), 0);
+    ck_assert_uint_eq(f->r.verdicts[0].folded_members, 0);
+    /* a big machine is configured into c1 (a new class in the cluster) */
+    struct ef_machine m = big_machine("m-0", BF_STATE_CONFIGURED);
+    snprintf(m.cluster, sizeof m.cluster, "c1");
+    ef_add(f, &m);
+    ck_assert_int_eq(ef_cycle(f), 0);
+    ck_assert_uint_eq(f->r.verdicts[0].folded_members, 1);
+    /* and leaves again */
+    ef_del(f, ef_slot(f, "m-0"));
+    ck_assert_int_eq(ef_cycle(f), 0);
+    ck_assert_uint_eq(f->r.verdicts[0].folded_members, 0);
+    ef_free(f);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("engine_normalize");
@@ -221,6 +247,7 @@ static Suite *suite(void)
                         0, 2);
     tcase_add_loop_test(t, plain_needs_come_first_in_input_order_then_folds_by_cluster, 0, 2);
     tcase_add_loop_test(t, a_gang_that_stops_fitting_reverts_next_cycle, 0, 2);
+    tcase_add_loop_test(t, own_cluster_supply_arriving_makes_a_gang_foldable_next_cycle, 0, 2);
     suite_add_tcase(s, t);
     return s;
 }

@@ -321,6 +321,9 @@ struct need_in {
     bf_vec agg, minu;
     int64_t arrival;
     uint32_t group; /* string id (retained) */
+    /* NormalizeDemand memo across cycles: valid while both versions hold */
+    bool fold_known, fold;
+    uint64_t fold_vs, fold_vc;
 };
 
 struct ac_entry {
@@ -346,6 +349,7 @@ struct cluster {
     uint32_t *tl[2];
     uint32_t ntl[2], captl[2];
     bool snap_changed; /* demand changed since the last snapshot order */
+    uint64_t supply_ver; /* bumped when a leaf joins or leaves tl[] lists */
     uint32_t n_same;   /* Needs carrying Same */
     uint32_t rank;       /* position in name order */
     /* per cycle */
@@ -488,6 +492,9 @@ struct bf_engine {
     uint32_t cap_snapk, cap_snapk2;
     uint32_t n_same_total;
     bool any_same;  /* some Need carries Same */
+    /* bumped when a class's Idle + Speculative count moves between 0 and > 0 */
+    uint64_t shard_supply_ver;
+    struct u64map norm_map[3]; /* NormalizeDemand's per-cycle maps (kept allocated) */
 
     /* cycle */
     uint64_t cycle;

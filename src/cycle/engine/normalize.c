@@ -92,14 +92,14 @@ static uint64_t memo_hash(uint32_t cluster, const struct cprof *cp, const bf_vec
 struct memotab {
     struct memo *v;
     uint32_t n, cap;
-    struct u64map map;
+    struct u64map *map;
 };
 
 static int memo_get(struct bf_engine *e, struct memotab *mt, uint32_t cluster, struct cprof *cp,
                     const bf_vec *agg, bool *out)
 {
     uint64_t h = memo_hash(cluster, cp, agg);
-    uint32_t i = bfe_u64map_get(&mt->map, h);
+    uint32_t i = bfe_u64map_get(mt->map, h);
     uint32_t head = i;
     for (; i != NONE32; i = mt->v[i].next) {
         const struct memo *m = &mt->v[i];
@@ -120,7 +120,7 @@ static int memo_get(struct bf_engine *e, struct memotab *mt, uint32_t cluster, s
         mt->cap = nc;
     }
     mt->v[mt->n] = (struct memo){h, cluster, cp, *agg, r, head};
-    if (bfe_u64map_put(&mt->map, h, mt->n))
+    if (bfe_u64map_put(mt->map, h, mt->n))
         return -ENOMEM;
     mt->n++;
     *out = r;
@@ -201,21 +201,33 @@ int bfe_normalize(struct bf_engine *e)
         e->n_d = n;
         return 0;
     }
-    struct memotab shard = {0}, local = {0};
+    for (int k = 0; k < 3; k++)
+        bfe_u64map_clear(&e->norm_map[k]);
+    struct memotab shard = {.map = &e->norm_map[0]}, local = {.map = &e->norm_map[1]};
     struct fold *folds = NULL;
     uint32_t nf = 0, capf = 0;
-    struct u64map fmap = {0};
+    struct u64map *fmap = &e->norm_map[2];
+    bool memo = !(e->cfg.flags & BF_ENGINE_F_REFERENCE);
     int rc = 0;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t ci = (uint32_t)(e->snap[i] >> 32), ni = (uint32_t)e->snap[i];
-        const struct need_in *need = &e->clusters[ci].needs[ni];
+        struct need_in *need = &e->clusters[ci].needs[ni];
         struct cprof *cp = need->cp;
         bool fold = false;
         if (cp->has_same) {
-            if ((rc = memo_get(e, &shard, NONE32, cp, &need->agg, &fold)))
-                goto out;
-            if (!fold && (rc = memo_get(e, &local, ci, cp, &need->agg, &fold)))
-                goto out;
+            uint64_t vs = e->shard_supply_ver, vc = e->clusters[ci].supply_ver;
+            if (memo && need->fold_known && need->fold_vs == vs && need->fold_vc == vc) {
+                fold = need->fold;
+            } else {
+                if ((rc = memo_get(e, &shard, NONE32, cp, &need->agg, &fold)))
+                    goto out;
+                if (!fold && (rc = memo_get(e, &local, ci, cp, &need->agg, &fold)))
+                    goto out;
+                need->fold_known = true;
+                need->fold = fold;
+                need->fold_vs = vs;
+                need->fold_vc = vc;
+            }
         }
         if (!fold) {
             dneed_from(&e->d[e->n_d++], ci, need);
@@ -228,7 +240,7 @@ int bfe_normalize(struct bf_engine *e)
         }
         uint64_t h = bfe_mix64(bfe_hash_bytes(&need->agg, sizeof need->agg, 9) ^
                                ((uint64_t)ci << 32) ^ st->idx);
-        uint32_t head = bfe_u64map_get(&fmap, h), f;
+        uint32_t head = bfe_u64map_get(fmap, h), f;
         for (f = head; f != NONE32; f = folds[f].next)
             if (folds[f].cluster == ci && folds[f].stripped == st &&
                 bf_vec_eq(&folds[f].agg, &need->agg))
@@ -249,7 +261,7 @@ int bfe_normalize(struct bf_engine *e)
             f = nf++;
             folds[f] = (struct fold){.cluster = ci, .stripped = st, .orig = cp, .agg = need->agg,
                                      .members = 0, .arrival = 0, .hash = h, .next = head};
-            if ((rc = bfe_u64map_put(&fmap, h, f)))
+            if ((rc = bfe_u64map_put(fmap, h, f)))
                 goto out;
         }
         folds[f].members++;
@@ -281,8 +293,5 @@ int bfe_normalize(struct bf_engine *e)
         d->folded = folds[f].members;
     }
 out:
-    bfe_u64map_free(&shard.map);
-    bfe_u64map_free(&local.map);
-    bfe_u64map_free(&fmap);
     return rc;
 }
