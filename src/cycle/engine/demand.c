@@ -450,6 +450,7 @@ int bf_engine_set_needs(struct bf_engine *e, const char *cluster, uint64_t gener
         return 0;
     }
     e->n_same_total -= c->n_same;
+    bfe_fold_groups_clear(c); /* its stripped profiles may go with the old needs */
     needs_release(e, c->needs, c->n_needs);
     c->needs = v;
     c->n_needs = (uint32_t)n;

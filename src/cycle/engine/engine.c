@@ -83,6 +83,8 @@ void bf_engine_free(struct bf_engine *e)
         free(e->clusters[c].needs);
         free(e->clusters[c].tl[0]);
         free(e->clusters[c].tl[1]);
+        bfe_fold_groups_clear(&e->clusters[c]);
+        free(e->clusters[c].fg);
     }
     free(e->clusters);
     free(e->cluster_order);

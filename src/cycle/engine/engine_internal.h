@@ -316,6 +316,15 @@ struct snapkey {
     uint64_t ref; /* (cluster << 32) | need */
 };
 
+/* a NormalizeDemand fold class of one cluster (cached per cluster) */
+struct fold_group {
+    struct cprof *stripped; /* owned through the members' cp->stripped */
+    bf_vec agg;             /* one member's aggregate */
+    uint32_t members;
+    int64_t arrival;        /* earliest non-zero member arrival */
+    char *aggkey;           /* "name=milli;" ordering key (malloc'd) */
+};
+
 struct need_in {
     struct cprof *cp;
     bf_vec agg, minu;
@@ -350,6 +359,11 @@ struct cluster {
     uint32_t ntl[2], captl[2];
     bool snap_changed; /* demand changed since the last snapshot order */
     uint64_t supply_ver; /* bumped when a leaf joins or leaves tl[] lists */
+    /* NormalizeDemand fold groups, valid while demand and both versions hold */
+    struct fold_group *fg;
+    uint32_t nfg, capfg;
+    bool fg_valid;
+    uint64_t fg_vs, fg_vc;
     uint32_t n_same;   /* Needs carrying Same */
     uint32_t rank;       /* position in name order */
     /* per cycle */
@@ -592,6 +606,7 @@ struct cprof *bfe_cprof_get(struct bf_engine *e, const struct bf_need_profile *p
 void bfe_cprof_release(struct bf_engine *e, struct cprof *cp);
 struct cprof *bfe_cprof_stripped(struct bf_engine *e, struct cprof *cp);
 void bfe_cluster_sort(struct bf_engine *e);
+void bfe_fold_groups_clear(struct cluster *cl);
 
 /* vector helpers */
 static inline int64_t bfe_sat_add(int64_t a, int64_t b)

@@ -19,18 +19,6 @@
 
 #include "cycle/engine/engine_internal.h"
 
-struct fold {
-    uint32_t cluster;
-    struct cprof *stripped;
-    struct cprof *orig;
-    bf_vec agg;
-    uint32_t members;
-    int64_t arrival;
-    uint64_t hash;
-    uint32_t next;  /* chain of equal hashes */
-    char *aggkey;
-};
-
 struct memo {
     uint64_t hash;
     uint32_t cluster; /* NONE32: shard-wide */
@@ -162,18 +150,102 @@ static char *aggkey_of(struct bf_engine *e, const bf_vec *agg)
     return s;
 }
 
+void bfe_fold_groups_clear(struct cluster *cl)
+{
+    for (uint32_t i = 0; i < cl->nfg; i++)
+        free(cl->fg[i].aggkey);
+    cl->nfg = 0;
+    cl->fg_valid = false;
+}
+
+static char *aggkey_dup(struct bf_engine *e, const bf_vec *agg)
+{
+    struct arena_mark mk = bfe_arena_mark(&e->ar);
+    char *k = aggkey_of(e, agg);
+    char *d = k ? strdup(k) : NULL;
+    bfe_arena_release(&e->ar, mk);
+    return d;
+}
+
+/* (Re)computes one cluster's fold decisions and groups when its demand or
+ * the supply they depend on changed (every cycle in reference mode). */
+static int cluster_folds(struct bf_engine *e, uint32_t ci, struct memotab *shard,
+                         struct memotab *local)
+{
+    struct cluster *cl = &e->clusters[ci];
+    bool memo = !(e->cfg.flags & BF_ENGINE_F_REFERENCE);
+    uint64_t vs = e->shard_supply_ver, vc = cl->supply_ver;
+    if (memo && cl->fg_valid && cl->fg_vs == vs && cl->fg_vc == vc)
+        return 0;
+    bfe_fold_groups_clear(cl);
+    for (uint32_t i = 0; i < cl->n_needs; i++) {
+        struct need_in *need = &cl->needs[i];
+        struct cprof *cp = need->cp;
+        if (!cp->has_same)
+            continue;
+        bool fold;
+        if (memo && need->fold_known && need->fold_vs == vs && need->fold_vc == vc) {
+            fold = need->fold;
+        } else {
+            int rc = memo_get(e, shard, NONE32, cp, &need->agg, &fold);
+            if (!rc && !fold)
+                rc = memo_get(e, local, ci, cp, &need->agg, &fold);
+            if (rc)
+                return rc;
+            need->fold_known = true;
+            need->fold = fold;
+            need->fold_vs = vs;
+            need->fold_vc = vc;
+        }
+        if (!fold)
+            continue;
+        struct cprof *st = bfe_cprof_stripped(e, cp);
+        if (!st)
+            return -ENOMEM;
+        uint32_t g;
+        for (g = 0; g < cl->nfg; g++)
+            if (cl->fg[g].stripped == st && bf_vec_eq(&cl->fg[g].agg, &need->agg))
+                break;
+        if (g == cl->nfg) {
+            if (GROW(cl->fg, cl->capfg, cl->nfg + 1))
+                return -ENOMEM;
+            struct fold_group *x = &cl->fg[cl->nfg];
+            memset(x, 0, sizeof *x);
+            x->stripped = st;
+            x->agg = need->agg;
+            x->aggkey = aggkey_dup(e, &need->agg);
+            if (!x->aggkey)
+                return -ENOMEM;
+            cl->nfg++;
+        }
+        struct fold_group *x = &cl->fg[g];
+        x->members++;
+        if (need->arrival && (!x->arrival || need->arrival < x->arrival))
+            x->arrival = need->arrival;
+    }
+    cl->fg_valid = true;
+    cl->fg_vs = vs;
+    cl->fg_vc = vc;
+    return 0;
+}
+
+struct fold_ref {
+    uint32_t cluster, g;
+};
+
 static struct bf_engine *fold_e;
 static int fold_cmp(const void *a, const void *b)
 {
-    const struct fold *x = a, *y = b;
+    const struct fold_ref *x = a, *y = b;
     const struct bf_engine *e = fold_e;
-    int c = bfe_strcmp_id(&e->in, e->clusters[x->cluster].name, e->clusters[y->cluster].name);
+    const struct cluster *cx = &e->clusters[x->cluster], *cy = &e->clusters[y->cluster];
+    if (cx->rank != cy->rank)
+        return cx->rank < cy->rank ? -1 : 1; /* cluster id order */
+    const struct fold_group *gx = &cx->fg[x->g], *gy = &cy->fg[y->g];
+    int c = bfe_strcmp_id(&e->in, gx->stripped->fp, gy->stripped->fp);
     if (c)
         return c;
-    c = bfe_strcmp_id(&e->in, x->stripped->fp, y->stripped->fp);
-    if (c)
-        return c;
-    return strcmp(x->aggkey, y->aggkey);
+    return strcmp(gx->aggkey, gy->aggkey);
 }
 
 static void dneed_from(struct dneed *d, uint32_t ci, const struct need_in *n)
@@ -201,97 +273,55 @@ int bfe_normalize(struct bf_engine *e)
         e->n_d = n;
         return 0;
     }
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 2; k++)
         bfe_u64map_clear(&e->norm_map[k]);
     struct memotab shard = {.map = &e->norm_map[0]}, local = {.map = &e->norm_map[1]};
-    struct fold *folds = NULL;
-    uint32_t nf = 0, capf = 0;
-    struct u64map *fmap = &e->norm_map[2];
-    bool memo = !(e->cfg.flags & BF_ENGINE_F_REFERENCE);
-    int rc = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t ci = (uint32_t)(e->snap[i] >> 32), ni = (uint32_t)e->snap[i];
-        struct need_in *need = &e->clusters[ci].needs[ni];
-        struct cprof *cp = need->cp;
-        bool fold = false;
-        if (cp->has_same) {
-            uint64_t vs = e->shard_supply_ver, vc = e->clusters[ci].supply_ver;
-            if (memo && need->fold_known && need->fold_vs == vs && need->fold_vc == vc) {
-                fold = need->fold;
-            } else {
-                if ((rc = memo_get(e, &shard, NONE32, cp, &need->agg, &fold)))
-                    goto out;
-                if (!fold && (rc = memo_get(e, &local, ci, cp, &need->agg, &fold)))
-                    goto out;
-                need->fold_known = true;
-                need->fold = fold;
-                need->fold_vs = vs;
-                need->fold_vc = vc;
-            }
-        }
-        if (!fold) {
-            dneed_from(&e->d[e->n_d++], ci, need);
+    uint32_t nf = 0;
+    for (uint32_t ci = 0; ci < e->n_clusters; ci++) {
+        struct cluster *cl = &e->clusters[ci];
+        if (!cl->n_same) {
+            if (cl->nfg)
+                bfe_fold_groups_clear(cl);
             continue;
         }
-        struct cprof *st = bfe_cprof_stripped(e, cp);
-        if (!st) {
-            rc = -ENOMEM;
-            goto out;
-        }
-        uint64_t h = bfe_mix64(bfe_hash_bytes(&need->agg, sizeof need->agg, 9) ^
-                               ((uint64_t)ci << 32) ^ st->idx);
-        uint32_t head = bfe_u64map_get(fmap, h), f;
-        for (f = head; f != NONE32; f = folds[f].next)
-            if (folds[f].cluster == ci && folds[f].stripped == st &&
-                bf_vec_eq(&folds[f].agg, &need->agg))
-                break;
-        if (f == NONE32) {
-            if (nf == capf) {
-                uint32_t nc = capf ? capf * 2 : 64;
-                struct fold *nv = ANEW(&e->ar, struct fold, nc);
-                if (!nv) {
-                    rc = -ENOMEM;
-                    goto out;
-                }
-                if (nf)
-                    memcpy(nv, folds, nf * sizeof *nv);
-                folds = nv;
-                capf = nc;
-            }
-            f = nf++;
-            folds[f] = (struct fold){.cluster = ci, .stripped = st, .orig = cp, .agg = need->agg,
-                                     .members = 0, .arrival = 0, .hash = h, .next = head};
-            if ((rc = bfe_u64map_put(fmap, h, f)))
-                goto out;
-        }
-        folds[f].members++;
-        if (need->arrival && (!folds[f].arrival || need->arrival < folds[f].arrival))
-            folds[f].arrival = need->arrival;
+        int rc = cluster_folds(e, ci, &shard, &local);
+        if (rc)
+            return rc;
+        nf += cl->nfg;
     }
-    for (uint32_t f = 0; f < nf; f++)
-        if (!(folds[f].aggkey = aggkey_of(e, &folds[f].agg))) {
-            rc = -ENOMEM;
-            goto out;
-        }
+    /* pass-through Needs in snapshot order */
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t ci = (uint32_t)(e->snap[i] >> 32), ni = (uint32_t)e->snap[i];
+        const struct need_in *need = &e->clusters[ci].needs[ni];
+        if (need->cp->has_same && need->fold)
+            continue;
+        dneed_from(&e->d[e->n_d++], ci, need);
+    }
+    if (!nf)
+        return 0;
+    /* then one Need per fold class, ordered by (cluster, stripped fp, aggregate key) */
+    struct fold_ref *refs = ANEW(&e->ar, struct fold_ref, nf);
+    if (!refs || GROW(e->d, e->cap_d, e->n_d + nf))
+        return -ENOMEM;
+    uint32_t k = 0;
+    for (uint32_t ci = 0; ci < e->n_clusters; ci++)
+        for (uint32_t g = 0; g < e->clusters[ci].nfg; g++)
+            refs[k++] = (struct fold_ref){ci, g};
     fold_e = e;
-    bfe_qsort(folds, nf, sizeof *folds, fold_cmp);
+    bfe_qsort(refs, nf, sizeof *refs, fold_cmp);
     fold_e = NULL;
-    if (GROW(e->d, e->cap_d, e->n_d + nf + 1)) {
-        rc = -ENOMEM;
-        goto out;
-    }
     for (uint32_t f = 0; f < nf; f++) {
+        const struct fold_group *x = &e->clusters[refs[f].cluster].fg[refs[f].g];
         struct dneed *d = &e->d[e->n_d++];
         memset(d, 0, sizeof *d);
-        d->cluster = folds[f].cluster;
-        d->cp = folds[f].stripped;
-        d->agg = folds[f].agg;
-        bf_vec_scale(&d->agg, folds[f].members);
-        d->minu = folds[f].agg;
-        d->arrival = folds[f].arrival;
+        d->cluster = refs[f].cluster;
+        d->cp = x->stripped;
+        d->agg = x->agg;
+        bf_vec_scale(&d->agg, x->members);
+        d->minu = x->agg;
+        d->arrival = x->arrival;
         d->group = 0;
-        d->folded = folds[f].members;
+        d->folded = x->members;
     }
-out:
-    return rc;
+    return 0;
 }
