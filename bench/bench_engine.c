@@ -25,7 +25,7 @@
  * Results: results/bench_engine.json and results/bench_engine.svg.
  *
  * Usage: bench_engine [--quick] [--cycles N] [--only name[,name]] [--out DIR]
- *                     [--openb DIR]
+ *                     [--openb DIR] [--trace]   (--trace: per-cycle timings on stderr)
  * Timing uses CLOCK_MONOTONIC; nothing here is asserted (see docs/engine.md).
  */
 #include <errno.h>
@@ -1186,7 +1186,7 @@ struct result {
 };
 
 struct opts {
-    bool quick;
+    bool quick, trace;
     uint32_t cycles;
     const char *only;
     const char *out;
@@ -1285,6 +1285,13 @@ static int run(struct world *w, const struct opts *o, struct result *res)
         push(&uns, r.n_unsatisfied);
         push(&sf, (double)r.n_shortfalls);
         res->needs_norm = r.n_needs;
+        if (o->trace)
+            fprintf(stderr, "%s cycle %u: total %.3f engine %.3f (norm %.3f p1 %.3f credit %.3f "
+                            "p2 %.3f p3 %.3f obs %.3f) upd %.3f changed %u actions %zu\n",
+                    w->name, k, (double)(c - a) / 1e6, (double)(c - b) / 1e6,
+                    r.t.normalize_ns / 1e6, r.t.phase1_ns / 1e6, r.t.phase1_credit_ns / 1e6,
+                    r.t.phase2_ns / 1e6, r.t.phase3_ns / 1e6, r.t.verdict_ns / 1e6,
+                    (double)(b - a) / 1e6, changed, r.n_actions);
         execute(w, &r);
         w->now_ns += 1000000000LL;
     }
@@ -1455,6 +1462,8 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--quick") == 0) {
             o.quick = true;
             o.cycles = 30;
+        } else if (strcmp(argv[i], "--trace") == 0) {
+            o.trace = true;
         } else if (strcmp(argv[i], "--cycles") == 0 && i + 1 < argc) {
             o.cycles = (uint32_t)atoi(argv[++i]);
         } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
@@ -1465,7 +1474,7 @@ int main(int argc, char **argv)
             o.openb = argv[++i];
         } else {
             fprintf(stderr, "usage: %s [--quick] [--cycles N] [--only a,b] [--out DIR] "
-                            "[--openb DIR]\n", argv[0]);
+                            "[--openb DIR] [--trace]\n", argv[0]);
             return 2;
         }
     }

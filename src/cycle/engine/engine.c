@@ -133,6 +133,7 @@ static int run_cycle(struct bf_engine *e, int64_t now_ns, struct bf_engine_resul
         return rc;
     t = mono_ns();
     out->t.phase1_ns = t - t1;
+    out->t.phase1_credit_ns = e->t_credit_ns;
     out->n_phase1 = e->n_acts;
     if ((rc = bfe_park_record(e)))
         return rc;

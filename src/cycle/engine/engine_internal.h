@@ -69,6 +69,14 @@ static inline void bfe_arena_release(struct arena *a, struct arena_mark m)
 }
 #define ANEW(a, T, n) ((T *)bfe_arena_alloc((a), sizeof(T) * (size_t)(n)))
 
+#include <time.h>
+static inline int64_t bfe_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 /* qsort that accepts n < 2 with any pointer (qsort(NULL, 0, ...) is UB) */
 #include <stdlib.h>
 static inline void bfe_qsort(void *base, size_t n, size_t sz,
@@ -213,25 +221,30 @@ enum { LL_STATE = 0, LL_TYPE = 1, LL_CLUSTER = 2, LL_EXTRA = 3, LL_N = 4 };
 
 struct leafkey {
     uint8_t state, ct, ipb, rpb;
+    uint32_t cls;
     int32_t prio;
-    uint32_t cls, cluster, fp, group; /* cluster/fp/group: string ids (0 = none) */
+    uint32_t cluster, fp, group; /* string ids (0 = none) */
     double price, prob;
 };
 
+/* Field order matters: the scans read the per-cycle counters, the slot count,
+ * the reclamation dollars and the key's head (state, class) first, so a leaf
+ * rejected by a scan costs one cache line. */
 struct leaf {
-    struct leafkey k;
-    uint64_t hash;
-    double rp_dollars, ip_dollars;
-    uint32_t cluster_idx;  /* index in e->clusters, NONE32 */
-    uint32_t list[LL_N];   /* list ids or NONE32 */
-    uint32_t pos[LL_N];    /* position in each list */
-    struct slotlist sl;
     /* per cycle (stamp) */
     uint32_t stamp;
     uint32_t taken;    /* Phase 1 claimed prefix */
     uint32_t consumed; /* virtual consumption prefix (Same pre-pass rider) */
     uint32_t p2taken;  /* Phase 2 victims prefix */
+    struct slotlist sl;
+    double rp_dollars;
+    struct leafkey k;
+    double ip_dollars;
+    uint64_t hash;
+    uint32_t cluster_idx;  /* index in e->clusters, NONE32 */
     uint32_t runs;     /* first claim run (index into e->runs) or NONE32 */
+    uint32_t list[LL_N];   /* list ids or NONE32 */
+    uint32_t pos[LL_N];    /* position in each list */
     bool live;
 };
 
@@ -516,6 +529,7 @@ struct bf_engine {
     struct arena ar; /* cycle-long allocations, reset per cycle */
     struct arena sc; /* scratch with mark/release inside a cycle */
     uint32_t claimed_state[BF_STATE_COUNT];
+    int64_t t_credit_ns;
     struct dneed *d;
     uint32_t n_d, cap_d;
     struct pick *picks;
@@ -574,6 +588,12 @@ static inline struct leaf *bfe_leaf_cyc(struct bf_engine *e, uint32_t li)
     }
     return l;
 }
+/* read-only views of the per-cycle counters (no write to untouched leaves) */
+static inline uint32_t bfe_leaf_taken(const struct bf_engine *e, const struct leaf *l)
+{
+    return l->stamp == e->stamp ? l->taken : 0;
+}
+
 static inline struct mclass *bfe_class_cyc(struct bf_engine *e, uint32_t ci)
 {
     struct mclass *c = &e->cls[ci];

@@ -319,8 +319,8 @@ static int gather_list(struct bf_engine *e, struct dneed *d, uint32_t list, stru
     const struct leaflist *ll = &e->lists[list];
     for (uint32_t i = 0; i < ll->n; i++) {
         uint32_t li = ll->v[i];
-        struct leaf *l = bfe_leaf_cyc(e, li);
-        uint32_t avail = l->sl.n - l->taken;
+        const struct leaf *l = &e->leaves[li];
+        uint32_t avail = l->sl.n - bfe_leaf_taken(e, l);
         if (!avail)
             continue;
         if (!bfe_match_class(e, d->cp, l->k.cls))
@@ -813,8 +813,8 @@ static int pool_cands(struct bf_engine *e, struct dneed *d, int si, int dmode, u
     TRY(pool(e, d->cp, si, &pl, &pn));
     for (uint32_t i = 0; i < pn; i++) {
         uint32_t li = pl[i];
-        struct leaf *l = bfe_leaf_cyc(e, li);
-        uint32_t avail = l->sl.n - l->taken;
+        const struct leaf *l = &e->leaves[li];
+        uint32_t avail = l->sl.n - bfe_leaf_taken(e, l);
         if (!avail)
             continue;
         const struct mclass *c = &e->cls[l->k.cls];
@@ -888,9 +888,9 @@ static int find_same(struct bf_engine *e, uint32_t di, int si)
             avail += g.c[k].avail;
             bfe_vec_add_scaled(&capv, leaf_alloc(e, g.c[k].leaf), g.c[k].avail);
             if (k == i) {
-                bfe_mcur_init(e, &hc, g.c[k].leaf, e->leaves[g.c[k].leaf].taken, g.c[k].k1, 0);
+                bfe_mcur_init(e, &hc, g.c[k].leaf, bfe_leaf_taken(e, &e->leaves[g.c[k].leaf]), g.c[k].k1, 0);
             } else {
-                bfe_mcur_init(e, &xc, g.c[k].leaf, e->leaves[g.c[k].leaf].taken, g.c[k].k1, 0);
+                bfe_mcur_init(e, &xc, g.c[k].leaf, bfe_leaf_taken(e, &e->leaves[g.c[k].leaf]), g.c[k].k1, 0);
                 if (bfe_mcur_cmp(e, &xc, &hc) < 0) {
                     hc = xc;
                     head = k;
@@ -959,7 +959,7 @@ static int find_spread(struct bf_engine *e, uint32_t di, int si)
         while (j < g.n && g.c[j].dom == g.c[i].dom)
             j++;
         for (uint32_t q = i; q < j; q++)
-            bfe_mcur_init(e, &cur[q], g.c[q].leaf, e->leaves[g.c[q].leaf].taken, g.c[q].k1, 0);
+            bfe_mcur_init(e, &cur[q], g.c[q].leaf, bfe_leaf_taken(e, &e->leaves[g.c[q].leaf]), g.c[q].k1, 0);
         bfe_merge_init(&m[k], e, cur + i, j - i);
         cnt[k] = 0;
         dom[k] = g.c[i].dom;
@@ -1059,8 +1059,10 @@ int bfe_phase1(struct bf_engine *e)
         d->victims = 0;
         bf_vec_zero(&d->freed);
     }
+    e->t_credit_ns = 0;
     if (!n)
         return 0;
+    int64_t t0 = bfe_mono_ns();
     uint64_t *ord = ANEW(&e->ar, uint64_t, n);
     if (!ord)
         return -ENOMEM;
@@ -1077,6 +1079,7 @@ int bfe_phase1(struct bf_engine *e)
         else
             TRY(prepass_plain(e, di));
     }
+    e->t_credit_ns = bfe_mono_ns() - t0;
     /* 2. worker phase: precedence (priority, ipb, rpb) desc, stable on D */
     uint32_t q = 0;
     unsigned __int128 *qk = ANEW(&e->ar, unsigned __int128, n);
