@@ -123,7 +123,10 @@ struct bf_engine_label {
 /*
  * One machine as the cycle process read it from its inventory record
  * (reference/engine.md §1.1, §1.5). Every pointer is borrowed for the call.
- * Strings are NUL-terminated; NULL reads as "".
+ * Strings are NUL-terminated; NULL reads as "" (except id, which is required).
+ * The engine never retains a caller pointer and takes no caller-provided
+ * string keys: every string is hashed and interned (refcounted), which keeps
+ * the engine independent of the shm string table's recycling rules.
  */
 struct bf_engine_machine {
     const char *id;                  /* required, non-empty */
@@ -152,7 +155,9 @@ struct bf_engine_machine {
  * copied and its strings interned. A record that fails the engine's screen
  * (see the file comment) is kept as ineligible: counted, never acted on.
  * Returns 0, -EINVAL (slot >= capacity, NULL machine or id) or -ENOMEM (the
- * slot is then absent).
+ * slot keeps its previous content, or if memory ran out half-way it is absent
+ * or ineligible; a later upsert of the slot repairs it). More than 2^20
+ * distinct clusters also reports -ENOMEM.
  */
 int bf_engine_upsert(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m);
 /* Removes the machine in `slot`; an empty slot is a no-op. 0 or -EINVAL. */
@@ -392,7 +397,10 @@ struct bf_engine_result {
  * now_ns is the wall clock used for idle holds (release) and the
  * AvailableCapacity rate limit. Cross-cycle state (parking ages, the
  * shortfall ledger, the AC cache, the cycle counter) advances.
- * Returns 0 or -ENOMEM (the result is then empty and no state advanced).
+ * Returns 0, -EINVAL (NULL argument) or -ENOMEM: the result is then empty
+ * and bf_engine_claimed() answers false; cross-cycle ledgers may have advanced
+ * part-way (a parking or shortfall age can be off by one), everything else is
+ * recomputed by the next cycle.
  */
 int bf_engine_cycle(struct bf_engine *e, int64_t now_ns, struct bf_engine_result *out);
 
