@@ -41,8 +41,8 @@
 #include "bigfleet/engine.h"
 #include "bigfleet/model.h"
 
-#define GI (1024LL * 1024 * 1024 * 1000)
-#define MI (1024LL * 1024 * 1000)
+#define GI    (1024LL * 1024 * 1024 * 1000)
+#define MI    (1024LL * 1024 * 1000)
 #define D_CPU 0
 #define D_MEM 1
 #define D_GPU 2
@@ -185,7 +185,7 @@ struct world {
     uint32_t ntypes;
     struct cluster *cls;
     uint32_t ncl;
-    struct strtab st; /* fingerprints, groups, misc */
+    struct strtab st;  /* fingerprints, groups, misc */
     uint32_t exec_cap; /* max actions applied per cycle (0 = all) */
     int64_t now_ns;
     void (*churn)(struct world *w, uint64_t cyc);
@@ -603,8 +603,8 @@ static void build_cfgheavy(struct world *w, uint32_t N)
         struct cluster *cl = add_cluster(w, name);
         gpu_need(cl, 10000, 1000);
         for (uint32_t k = 0; k < per; k++) {
-            uint32_t s = add_machine(w, "cfg", BF_STATE_IDLE, 0, (uint8_t)(k % 3),
-                                     (uint8_t)((k / 3) % 10));
+            uint32_t s =
+                add_machine(w, "cfg", BF_STATE_IDLE, 0, (uint8_t)(k % 3), (uint8_t)((k / 3) % 10));
             bind(w, s, c, &old);
         }
     }
@@ -615,8 +615,8 @@ static void build_cfgheavy(struct world *w, uint32_t N)
 
 /* ------------------------------------------------------------------ (c) 1:1 */
 
-static const char *const TYPE5[5] = {"a3-highgpu-8g", "m6i.large", "c6i.4xlarge",
-                                     "n2-standard-32", "r6i.xlarge"};
+static const char *const TYPE5[5] = {"a3-highgpu-8g", "m6i.large", "c6i.4xlarge", "n2-standard-32",
+                                     "r6i.xlarge"};
 
 static void churn_oneone(struct world *w, uint64_t cyc)
 {
@@ -647,8 +647,8 @@ static void build_oneone(struct world *w, uint32_t N)
         snprintf(name, sizeof name, "kwok-%u", c);
         struct cluster *cl = add_cluster(w, name);
         for (uint32_t t = 0; t < 5; t++) {
-            struct bneed *n = add_need(cl, 1000, bf_bucket_for_dollars(1024),
-                                       bf_bucket_for_dollars(8192));
+            struct bneed *n =
+                add_need(cl, 1000, bf_bucket_for_dollars(1024), bf_bucket_for_dollars(8192));
             need_req(n, BF_LABEL_INSTANCE_TYPE, BF_OP_IN, &TYPE5[t], 1);
             need_canon(n);
             need_pods(n, w->types[t].alloc, per);
@@ -665,36 +665,153 @@ struct arch {
     const char *types[3];
     int ntypes;
     bf_vec pod;
-    uint32_t ppn;  /* pods per node */
+    uint32_t ppn; /* pods per node */
     int32_t prio;
     double ip, rp;
-    double share;  /* of Configured machines per cluster */
+    double share;         /* of Configured machines per cluster */
     int gang_lo, gang_hi; /* >0: Same-rack gangs of that many pods */
-    int ngangs;    /* gangs per cluster */
+    int ngangs;           /* gangs per cluster */
     double spread_p;
     uint8_t spread_when;
     int32_t skew;
 };
 
 static struct arch archs[] = {
-    {"tiny-stateless", {"m6i.large", "m6i.xlarge"}, 2, {{400, 500 * MI, 0}}, 100, 100, 32, 64,
-     0.66, 0, 0, 0, 0.45, BF_WHEN_SCHEDULE_ANYWAY, 2},
-    {"cpu-service", {"m6i.xlarge", "m6i.2xlarge"}, 2, {{2200, 8500 * MI, 0}}, 100, 1000, 1024,
-     8192, 0.114, 0, 0, 0, 0.75, BF_WHEN_DO_NOT_SCHEDULE, 1},
-    {"cpu-batch", {"c6i.4xlarge", "c6i.8xlarge", "n2-standard-32"}, 3, {{4000, 8 * GI, 0}}, 100,
-     100, 64, 256, 0.057, 0, 0, 0, 0.15, BF_WHEN_SCHEDULE_ANYWAY, 2},
-    {"memory-cache", {"r6i.xlarge", "r6i.2xlarge"}, 2, {{2000, 16 * GI, 0}}, 100, 1000, 4096,
-     16384, 0, 3, 5, 70, 0, 0, 0},
-    {"stateful-db", {"r6i.2xlarge", "r6i.4xlarge"}, 2, {{8000, 32 * GI, 0}}, 100, 1000, 8192,
-     32768, 0, 3, 5, 45, 0, 0, 0},
-    {"gpu-inference", {"a3-highgpu-8g", "a2-highgpu-8g"}, 2, {{8000, 32 * GI, 1000}}, 8, 1000,
-     4096, 8192, 0.052, 0, 0, 0, 0.5, BF_WHEN_SCHEDULE_ANYWAY, 2},
-    {"gpu-training-small", {"a3-highgpu-8g"}, 1, {{64000, 256 * GI, 8000}}, 1, 1000, 16384,
-     32768, 0, 2, 8, 4, 0, 0, 0},
-    {"gpu-training-medium", {"a3-highgpu-8g"}, 1, {{64000, 256 * GI, 8000}}, 1, 1000, 32768,
-     65536, 0, 8, 16, 1, 0, 0, 0},
-    {"critical-realtime", {"c6i.4xlarge", "m6i.2xlarge"}, 2, {{4000, 8 * GI, 0}}, 100, 1000000,
-     65536, 65536, 0.0095, 0, 0, 0, 1.0, BF_WHEN_DO_NOT_SCHEDULE, 1},
+    {"tiny-stateless",
+     {"m6i.large", "m6i.xlarge"},
+     2,
+     {{400, 500 * MI, 0}},
+     100,
+     100,
+     32,
+     64,
+     0.66,
+     0,
+     0,
+     0,
+     0.45,
+     BF_WHEN_SCHEDULE_ANYWAY,
+     2},
+    {"cpu-service",
+     {"m6i.xlarge", "m6i.2xlarge"},
+     2,
+     {{2200, 8500 * MI, 0}},
+     100,
+     1000,
+     1024,
+     8192,
+     0.114,
+     0,
+     0,
+     0,
+     0.75,
+     BF_WHEN_DO_NOT_SCHEDULE,
+     1},
+    {"cpu-batch",
+     {"c6i.4xlarge", "c6i.8xlarge", "n2-standard-32"},
+     3,
+     {{4000, 8 * GI, 0}},
+     100,
+     100,
+     64,
+     256,
+     0.057,
+     0,
+     0,
+     0,
+     0.15,
+     BF_WHEN_SCHEDULE_ANYWAY,
+     2},
+    {"memory-cache",
+     {"r6i.xlarge", "r6i.2xlarge"},
+     2,
+     {{2000, 16 * GI, 0}},
+     100,
+     1000,
+     4096,
+     16384,
+     0,
+     3,
+     5,
+     70,
+     0,
+     0,
+     0},
+    {"stateful-db",
+     {"r6i.2xlarge", "r6i.4xlarge"},
+     2,
+     {{8000, 32 * GI, 0}},
+     100,
+     1000,
+     8192,
+     32768,
+     0,
+     3,
+     5,
+     45,
+     0,
+     0,
+     0},
+    {"gpu-inference",
+     {"a3-highgpu-8g", "a2-highgpu-8g"},
+     2,
+     {{8000, 32 * GI, 1000}},
+     8,
+     1000,
+     4096,
+     8192,
+     0.052,
+     0,
+     0,
+     0,
+     0.5,
+     BF_WHEN_SCHEDULE_ANYWAY,
+     2},
+    {"gpu-training-small",
+     {"a3-highgpu-8g"},
+     1,
+     {{64000, 256 * GI, 8000}},
+     1,
+     1000,
+     16384,
+     32768,
+     0,
+     2,
+     8,
+     4,
+     0,
+     0,
+     0},
+    {"gpu-training-medium",
+     {"a3-highgpu-8g"},
+     1,
+     {{64000, 256 * GI, 8000}},
+     1,
+     1000,
+     32768,
+     65536,
+     0,
+     8,
+     16,
+     1,
+     0,
+     0,
+     0},
+    {"critical-realtime",
+     {"c6i.4xlarge", "m6i.2xlarge"},
+     2,
+     {{4000, 8 * GI, 0}},
+     100,
+     1000000,
+     65536,
+     65536,
+     0.0095,
+     0,
+     0,
+     0,
+     1.0,
+     BF_WHEN_DO_NOT_SCHEDULE,
+     1},
 };
 #define NARCH (sizeof archs / sizeof archs[0])
 
@@ -732,8 +849,8 @@ static uint32_t place_gang(struct world *w, uint32_t c, struct bneed *n, const s
     return machines;
 }
 
-static void real_cluster_demand(struct world *w, uint32_t c, uint32_t conf_per_cluster,
-                                bool place, uint32_t *rot)
+static void real_cluster_demand(struct world *w, uint32_t c, uint32_t conf_per_cluster, bool place,
+                                uint32_t *rot)
 {
     struct cluster *cl = &w->cls[c];
     char g[40];
@@ -756,9 +873,8 @@ static void real_cluster_demand(struct world *w, uint32_t c, uint32_t conf_per_c
                 if (place)
                     for (uint32_t k = 0; k < m; k++) {
                         uint32_t zr = (*rot)++ % 30;
-                        uint32_t s = add_machine(w, "cfg", BF_STATE_IDLE,
-                                                 arch_type(w, a, (int)k), (uint8_t)(zr / 10),
-                                                 (uint8_t)(zr % 10));
+                        uint32_t s = add_machine(w, "cfg", BF_STATE_IDLE, arch_type(w, a, (int)k),
+                                                 (uint8_t)(zr / 10), (uint8_t)(zr % 10));
                         bind(w, s, c, n);
                     }
             }
@@ -768,8 +884,8 @@ static void real_cluster_demand(struct world *w, uint32_t c, uint32_t conf_per_c
         for (int k = 0; k < a->ngangs; k++) {
             uint32_t pods =
                 (uint32_t)(a->gang_lo + (int)rnd((uint32_t)(a->gang_hi - a->gang_lo + 1)));
-            struct bneed *n = add_need(cl, a->prio, bf_bucket_for_dollars(a->ip),
-                                       bf_bucket_for_dollars(a->rp));
+            struct bneed *n =
+                add_need(cl, a->prio, bf_bucket_for_dollars(a->ip), bf_bucket_for_dollars(a->rp));
             arch_profile(n, a, false);
             need_pods(n, a->pod, pods);
             n->arrival = 100 + k;
@@ -854,10 +970,9 @@ static void build_real(struct world *w, uint32_t N)
             uint32_t m = a + 1 == NARCH ? count - made : (uint32_t)(count * sh);
             for (uint32_t k = 0; k < m && made < count; k++, made++) {
                 uint32_t zr = rot++ % 30;
-                uint32_t s = add_machine(w, tier ? "spec" : "idle",
-                                         tier ? BF_STATE_SPECULATIVE : BF_STATE_IDLE,
-                                         arch_type(w, &archs[a], (int)k), (uint8_t)(zr / 10),
-                                         (uint8_t)(zr % 10));
+                uint32_t s = add_machine(
+                    w, tier ? "spec" : "idle", tier ? BF_STATE_SPECULATIVE : BF_STATE_IDLE,
+                    arch_type(w, &archs[a], (int)k), (uint8_t)(zr / 10), (uint8_t)(zr % 10));
                 if (tier) {
                     w->ct[s] = BF_CT_ON_DEMAND;
                     w->price[s] = 1.0f;
@@ -955,10 +1070,10 @@ static bool load_openb(struct world *w, const char *dir, uint32_t N)
         p->mem = atoll(fl[2]) * MI;
         int64_t ng = atoll(fl[3]), gm = atoll(fl[4]);
         p->gpu = ng > 1 ? ng * 1000 : (ng == 1 ? (gm > 0 ? gm : 1000) : 0);
-        p->qos = strcmp(fl[6], "LS") == 0           ? 0
-                 : strcmp(fl[6], "Burstable") == 0  ? 1
-                 : strcmp(fl[6], "BE") == 0         ? 2
-                                                    : 3;
+        p->qos = strcmp(fl[6], "LS") == 0          ? 0
+                 : strcmp(fl[6], "Burstable") == 0 ? 1
+                 : strcmp(fl[6], "BE") == 0        ? 2
+                                                   : 3;
         p->spec = 0;
         if (fl[5][0]) {
             uint32_t k;
@@ -1169,9 +1284,9 @@ struct result {
     uint32_t machines, needs_in, needs_norm, clusters;
     double target_ms; /* 0: no latency target */
     double bind_target;
-    double c50, c99, cmax;          /* mirror update + engine */
-    double e50, e99, emax;          /* engine alone */
-    double u99;                     /* mirror update p99 */
+    double c50, c99, cmax;                  /* mirror update + engine */
+    double e50, e99, emax;                  /* engine alone */
+    double u99;                             /* mirror update p99 */
     double p_norm, p_p1, p_p2, p_p3, p_obs; /* per-phase p99 */
     double acts_mean, acts_max, binds_mean, binds_min_drain;
     uint32_t drain_cycles;
@@ -1251,12 +1366,13 @@ static int run(struct world *w, const struct opts *o, struct result *res)
             break;
     }
     res->drain_cycles = warm + 1;
-    res->binds_min_drain = drain_binds.n > 1 ? minv(&drain_binds) : (drain_binds.n ? drain_binds.v[0] : 0);
+    res->binds_min_drain =
+        drain_binds.n > 1 ? minv(&drain_binds) : (drain_binds.n ? drain_binds.v[0] : 0);
     free(drain_binds.v);
     res->warm_s = (double)(now_mono() - tw) / 1e9;
     /* measured steady state with churn */
-    struct series cyc = {0}, eng = {0}, upd = {0}, pn = {0}, p1 = {0}, p2 = {0}, p3 = {0},
-                  po = {0}, acts = {0}, binds = {0}, chg = {0}, uns = {0}, sf = {0};
+    struct series cyc = {0}, eng = {0}, upd = {0}, pn = {0}, p1 = {0}, p2 = {0}, p3 = {0}, po = {0},
+                  acts = {0}, binds = {0}, chg = {0}, uns = {0}, sf = {0};
     uint32_t N = o->cycles;
     for (uint32_t k = 0; k < N; k++) {
         w->churn(w, k);
@@ -1286,8 +1402,9 @@ static int run(struct world *w, const struct opts *o, struct result *res)
         push(&sf, (double)r.n_shortfalls);
         res->needs_norm = r.n_needs;
         if (o->trace)
-            fprintf(stderr, "%s cycle %u: total %.3f engine %.3f (norm %.3f p1 %.3f credit %.3f "
-                            "p2 %.3f p3 %.3f obs %.3f) upd %.3f changed %u actions %zu\n",
+            fprintf(stderr,
+                    "%s cycle %u: total %.3f engine %.3f (norm %.3f p1 %.3f credit %.3f "
+                    "p2 %.3f p3 %.3f obs %.3f) upd %.3f changed %u actions %zu\n",
                     w->name, k, (double)(c - a) / 1e6, (double)(c - b) / 1e6,
                     r.t.normalize_ns / 1e6, r.t.phase1_ns / 1e6, r.t.phase1_credit_ns / 1e6,
                     r.t.phase2_ns / 1e6, r.t.phase3_ns / 1e6, r.t.verdict_ns / 1e6,
@@ -1319,7 +1436,8 @@ static int run(struct world *w, const struct opts *o, struct result *res)
     res->bytes_per_machine = st.machines ? (double)st.bytes / st.machines : 0;
     rss_kb(&res->rss_kb, &res->hwm_kb);
     res->floor = floor_ms(w->n);
-    struct series *all[] = {&cyc, &eng, &upd, &pn, &p1, &p2, &p3, &po, &acts, &binds, &chg, &uns, &sf};
+    struct series *all[] = {&cyc, &eng,  &upd,   &pn,  &p1,  &p2, &p3,
+                            &po,  &acts, &binds, &chg, &uns, &sf};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]->v);
     bf_engine_free(e);
@@ -1350,9 +1468,9 @@ static void print_row(const struct result *r)
     printf("%-9s %7u %6u %6u | %8.3f %8.3f %8.3f | %7.3f %7.3f | %6.2f %6.2f %6.2f %6.2f %6.2f "
            "%6.0f | %8.1f %7.1f %6.1f | %6.2f %6.2f %8.1f | %s\n",
            r->name, r->machines, r->needs_in, r->needs_norm, r->c50, r->c99, r->cmax, r->e99,
-           r->u99, r->p_norm, r->p_p1, r->p_p2, r->p_p3, r->p_obs, r->changes_mean,
-           r->acts_mean, r->binds_mean, r->bytes_per_machine, r->floor, r->c99 / r->floor,
-           r->hwm_kb / 1024.0, tgt);
+           r->u99, r->p_norm, r->p_p1, r->p_p2, r->p_p3, r->p_obs, r->changes_mean, r->acts_mean,
+           r->binds_mean, r->bytes_per_machine, r->floor, r->c99 / r->floor, r->hwm_kb / 1024.0,
+           tgt);
     fflush(stdout);
 }
 
@@ -1405,11 +1523,15 @@ static void write_svg(const char *path, const struct result *rs, int n)
     /* log10 scale from 0.01 ms to 1000 ms */
     const double lo = -2, hi = 3;
 #define Y(ms) (B - (int)((log10((ms) > 0.01 ? (ms) : 0.01) - lo) / (hi - lo) * (B - T)))
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-               "font-family=\"sans-serif\" font-size=\"11\">\n", W, H);
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+            "font-family=\"sans-serif\" font-size=\"11\">\n",
+            W, H);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    fprintf(f, "<text x=\"%d\" y=\"20\" font-size=\"14\">bench_engine: cycle latency per "
-               "workload (log scale, ms)</text>\n", L);
+    fprintf(f,
+            "<text x=\"%d\" y=\"20\" font-size=\"14\">bench_engine: cycle latency per "
+            "workload (log scale, ms)</text>\n",
+            L);
     for (int d = (int)lo; d <= (int)hi; d++) {
         double ms = pow(10, d);
         int y = Y(ms);
@@ -1427,17 +1549,19 @@ static void write_svg(const char *path, const struct result *rs, int n)
         int bw = (gw - 20) / 4;
         for (int k = 0; k < 4; k++) {
             int y = Y(v[k]);
-            fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"><title>%s "
-                       "%s %.3f ms</title></rect>\n",
+            fprintf(f,
+                    "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"><title>%s "
+                    "%s %.3f ms</title></rect>\n",
                     x0 + k * bw, y, bw - 2, B - y, col[k], r->name, lab[k], v[k]);
         }
         if (r->target_ms > 0) {
             int y = Y(r->target_ms);
-            fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"red\" "
-                       "stroke-dasharray=\"4 2\" stroke-width=\"2\"/>\n",
+            fprintf(f,
+                    "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"red\" "
+                    "stroke-dasharray=\"4 2\" stroke-width=\"2\"/>\n",
                     x0 - 4, x0 + 4 * bw + 2, y, y);
-            fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"red\">target %.0f</text>\n", x0,
-                    y - 4, r->target_ms);
+            fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"red\">target %.0f</text>\n", x0, y - 4,
+                    r->target_ms);
         }
         fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x0 + 2 * bw,
                 B + 16, r->name);
@@ -1473,8 +1597,10 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--openb") == 0 && i + 1 < argc) {
             o.openb = argv[++i];
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--cycles N] [--only a,b] [--out DIR] "
-                            "[--openb DIR] [--trace]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--quick] [--cycles N] [--only a,b] [--out DIR] "
+                    "[--openb DIR] [--trace]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -1482,7 +1608,8 @@ int main(int argc, char **argv)
     struct result rs[8];
     int n = 0;
     printf("bench_engine: engine alone (mirror fed by upserts), %u measured cycles per "
-           "workload, 1 cycle = 1 s of simulated time\n", o.cycles);
+           "workload, 1 cycle = 1 s of simulated time\n",
+           o.cycles);
     print_header();
     struct {
         const char *name, *desc;
@@ -1494,8 +1621,8 @@ int main(int argc, char **argv)
          5, 0},
         {"cfgheavy", "(b) Configured-heavy 1:10: 90% Configured + 10% Idle, 10K CRs/cluster", 1,
          big, 20, 0},
-        {"oneone", "(c) 1:1 reprovisioning: demand = inventory, executor 25K actions/cycle", 2,
-         big, 0, 5000},
+        {"oneone", "(c) 1:1 reprovisioning: demand = inventory, executor 25K actions/cycle", 2, big,
+         0, 5000},
         {"real50k", "(d) realistic catalog (perf.md 3b) at 50K", 3, 50000, 50, 0},
         {"real500k", "(d) realistic catalog (perf.md 3b) at 500K", 3, big, 50, 0},
         {"openb", "(e) openb trace replicated across clusters", 4, big, 0, 0},

@@ -70,28 +70,28 @@ enum {
 };
 
 struct bf_engine_config {
-    uint32_t capacity;           /* slots are 0..capacity-1 (required, <= 1<<28) */
+    uint32_t capacity; /* slots are 0..capacity-1 (required, <= 1<<28) */
     /* Phase 2 (engine.md §5): VictimScore weights and the drain estimate. */
-    double w_priority;           /* 1.0 */
-    double w_drain;              /* 0.1 */
-    double w_interruption;       /* 0.1 */
-    double w_reclamation;        /* 0.1 */
-    double drain_estimate_s;     /* 30 */
+    double w_priority;       /* 1.0 */
+    double w_drain;          /* 0.1 */
+    double w_interruption;   /* 0.1 */
+    double w_reclamation;    /* 0.1 */
+    double drain_estimate_s; /* 30 */
     /* Phase 3 (engine.md §6). */
-    int64_t reclaim_grace_s;     /* ReclaimGrace: 600 */
-    int64_t ondemand_hold_s;     /* idle hold before Delete; 600; 0 = never release */
-    int64_t spot_hold_s;         /* 60; 0 = never release */
+    int64_t reclaim_grace_s; /* ReclaimGrace: 600 */
+    int64_t ondemand_hold_s; /* idle hold before Delete; 600; 0 = never release */
+    int64_t spot_hold_s;     /* 60; 0 = never release */
     /* Parking (seeds/000 §2.2). */
-    uint32_t park_after_cycles;  /* 8 */
+    uint32_t park_after_cycles;    /* 8 */
     uint32_t reprobe_every_cycles; /* 32 */
     /* Shortfalls (seeds/000 §6): ledger rows reported. */
-    uint32_t shortfall_cap;      /* 100 */
+    uint32_t shortfall_cap; /* 100 */
     /* ADR-0061 amendment caps. */
     uint32_t matching_supply_cap; /* 256 per state */
     uint32_t same_candidate_cap;  /* 8 (top-K domains, best first) */
     /* AvailableCapacity (seeds/000 §7): per (cluster, fingerprint). */
-    int64_t ac_min_interval_ns;  /* 5 s; 0 = no rate limit (coalescing stays) */
-    uint32_t flags;              /* BF_ENGINE_F_* */
+    int64_t ac_min_interval_ns; /* 5 s; 0 = no rate limit (coalescing stays) */
+    uint32_t flags;             /* BF_ENGINE_F_* */
     /*
      * Optional dimension names (copied). Used only to build NormalizeDemand's
      * aggregate key ("name=milli;" sorted by name, engine.md §3), which orders
@@ -129,24 +129,24 @@ struct bf_engine_label {
  * the engine independent of the shm string table's recycling rules.
  */
 struct bf_engine_machine {
-    const char *id;                  /* required, non-empty */
-    uint8_t state;                   /* enum bf_state */
-    uint8_t capacity_type;           /* enum bf_capacity_type */
-    const char *instance_type;       /* Profile.InstanceType ("" = none) */
-    const char *zone;                /* Profile.Zone ("" = none) */
+    const char *id;            /* required, non-empty */
+    uint8_t state;             /* enum bf_state */
+    uint8_t capacity_type;     /* enum bf_capacity_type */
+    const char *instance_type; /* Profile.InstanceType ("" = none) */
+    const char *zone;          /* Profile.Zone ("" = none) */
     uint32_t n_labels;
     const struct bf_engine_label *labels; /* a repeated key keeps its last value */
-    bf_vec allocatable;              /* EffectiveAllocatable, already resolved */
-    const char *cluster;             /* "" = unbound */
+    bf_vec allocatable;                   /* EffectiveAllocatable, already resolved */
+    const char *cluster;                  /* "" = unbound */
     double price_per_hour;
     double interruption_probability;
     int32_t assigned_priority;
-    uint8_t assigned_ipb;            /* interruption penalty bucket 0..27 */
-    uint8_t assigned_rpb;            /* reclamation penalty bucket 0..27 */
+    uint8_t assigned_ipb; /* interruption penalty bucket 0..27 */
+    uint8_t assigned_rpb; /* reclamation penalty bucket 0..27 */
     const char *assigned_fingerprint;
-    const void *assigned_group;      /* bytes (may contain NUL) */
+    const void *assigned_group; /* bytes (may contain NUL) */
     size_t assigned_group_len;
-    int64_t idle_since_s;            /* time the machine entered Idle; 0 = unknown */
+    int64_t idle_since_s; /* time the machine entered Idle; 0 = unknown */
 };
 
 /*
@@ -165,13 +165,13 @@ int bf_engine_remove(struct bf_engine *e, uint32_t slot);
 
 /* Mirror statistics (all O(1)). */
 struct bf_engine_mirror_stats {
-    uint32_t machines;               /* occupied slots */
-    uint32_t ineligible;             /* occupied but screened out */
+    uint32_t machines;                 /* occupied slots */
+    uint32_t ineligible;               /* occupied but screened out */
     uint32_t by_state[BF_STATE_COUNT]; /* eligible machines per state */
-    uint32_t classes;                /* distinct (type, zone, labels, allocatable) */
-    uint32_t leaves;                 /* distinct index leaves (see docs/engine.md) */
-    uint32_t strings;                /* interned strings */
-    size_t bytes;                    /* heap bytes held by the mirror and demand */
+    uint32_t classes;                  /* distinct (type, zone, labels, allocatable) */
+    uint32_t leaves;                   /* distinct index leaves (see docs/engine.md) */
+    uint32_t strings;                  /* interned strings */
+    size_t bytes;                      /* heap bytes held by the mirror and demand */
 };
 void bf_engine_mirror_stats(const struct bf_engine *e, struct bf_engine_mirror_stats *st);
 
@@ -185,10 +185,10 @@ void bf_engine_mirror_stats(const struct bf_engine *e, struct bf_engine_mirror_s
  */
 struct bf_engine_need {
     struct bf_need_profile profile;
-    bf_vec aggregate;                /* total capacity wanted */
-    bf_vec min_unit;                 /* every machine counted must cover it */
+    bf_vec aggregate; /* total capacity wanted */
+    bf_vec min_unit;  /* every machine counted must cover it */
     int64_t arrival_ns;
-    const void *group;               /* co-location identity, bytes */
+    const void *group; /* co-location identity, bytes */
     size_t group_len;
 };
 
@@ -253,20 +253,20 @@ const char *bf_action_reason_name(int reason);
  * keep-priority order within; then Deletes in machine-id order).
  */
 struct bf_engine_action {
-    uint8_t kind;                /* enum bf_action_kind */
-    uint8_t reason;              /* enum bf_action_reason */
-    uint8_t ipb, rpb;            /* Bootstrap/Provision: the source profile's buckets */
+    uint8_t kind;     /* enum bf_action_kind */
+    uint8_t reason;   /* enum bf_action_reason */
+    uint8_t ipb, rpb; /* Bootstrap/Provision: the source profile's buckets */
     uint32_t slot;
-    uint32_t need;               /* Bootstrap/Provision/Preempt: index into the cycle's
-                                    verdict rows (normalized demand); else UINT32_MAX */
-    int32_t priority;            /* Bootstrap/Provision: the source profile's priority */
-    int32_t preemptor_priority;  /* Preempt only; 0 otherwise */
-    int64_t grace_s;             /* Reclaim: ReclaimGrace; Preempt: DrainGrace; else 0 */
+    uint32_t need;              /* Bootstrap/Provision/Preempt: index into the cycle's
+                                   verdict rows (normalized demand); else UINT32_MAX */
+    int32_t priority;           /* Bootstrap/Provision: the source profile's priority */
+    int32_t preemptor_priority; /* Preempt only; 0 otherwise */
+    int64_t grace_s;            /* Reclaim: ReclaimGrace; Preempt: DrainGrace; else 0 */
     const char *machine_id;
-    const char *cluster;         /* destination (Bootstrap/Provision), source
-                                    (Reclaim/Preempt), "" for Delete */
-    const char *fingerprint;     /* Bootstrap/Provision: source profile fingerprint; else "" */
-    const void *group;           /* Bootstrap/Provision: the Need's group; else empty */
+    const char *cluster;     /* destination (Bootstrap/Provision), source
+                                (Reclaim/Preempt), "" for Delete */
+    const char *fingerprint; /* Bootstrap/Provision: source profile fingerprint; else "" */
+    const void *group;       /* Bootstrap/Provision: the Need's group; else empty */
     uint32_t group_len;
 };
 
@@ -281,8 +281,8 @@ const char *bf_unmet_reason_name(int reason); /* "SATISFIED", "PRIORITY_STARVED"
 
 struct bf_engine_domain_coverage {
     const char *domain;
-    int32_t coverage_per_mille;  /* 0..1000, worst-covered deficit dimension */
-    bool satisfiable;            /* the domain's joint total covers the deficit */
+    int32_t coverage_per_mille; /* 0..1000, worst-covered deficit dimension */
+    bool satisfiable;           /* the domain's joint total covers the deficit */
 };
 
 /*
@@ -301,22 +301,22 @@ struct bf_engine_verdict {
     int64_t arrival_ns;
     const void *group;
     uint32_t group_len;
-    uint32_t folded_members;     /* > 0: a NormalizeDemand fold of this many gangs */
+    uint32_t folded_members; /* > 0: a NormalizeDemand fold of this many gangs */
     bool satisfied;
-    bf_vec residual_deficit;     /* zero when satisfied */
+    bf_vec residual_deficit; /* zero when satisfied */
     uint32_t claimed_count, bootstrap_count, provision_count;
-    const char *same_domain;     /* "" when none chosen / plain Need */
+    const char *same_domain; /* "" when none chosen / plain Need */
     bool same_satisfiable;
     bool acquisition_parked;
-    uint32_t parked_age_cycles;  /* parking age when parked and unsatisfied */
-    uint32_t age_cycles_unmet;   /* shortfall-ledger age of the fingerprint; 0 if satisfied */
-    uint8_t unmet_reason;        /* enum bf_unmet_reason */
-    bool has_matching_supply;    /* set only for unsatisfied Needs */
+    uint32_t parked_age_cycles; /* parking age when parked and unsatisfied */
+    uint32_t age_cycles_unmet;  /* shortfall-ledger age of the fingerprint; 0 if satisfied */
+    uint8_t unmet_reason;       /* enum bf_unmet_reason */
+    bool has_matching_supply;   /* set only for unsatisfied Needs */
     struct {
         uint32_t idle, configured, speculative; /* capped at matching_supply_cap */
         bool capped;
     } matching_supply;
-    bool has_preemption;         /* set only when Phase 2 found victims */
+    bool has_preemption; /* set only when Phase 2 found victims */
     struct {
         uint32_t victims_found;
         bf_vec capacity_freed;
@@ -327,9 +327,9 @@ struct bf_engine_verdict {
 
 /* Phase 2's unresolved list (engine.md §5 step 4), priority order. */
 struct bf_engine_unresolved {
-    uint32_t need;               /* normalized-demand index */
+    uint32_t need; /* normalized-demand index */
     bf_vec deficit;
-    bool preempted;              /* at least one victim picked */
+    bool preempted; /* at least one victim picked */
     uint32_t victims_found;
     bf_vec capacity_freed;
 };
@@ -358,26 +358,26 @@ struct bf_engine_ac_hint {
     const char *cluster;
     const char *fingerprint;
     const struct bf_need_profile *profile; /* requirements to echo */
-    int32_t available_count;     /* Idle + Speculative of the pinned types (all if unpinned) */
-    uint8_t confidence;          /* enum bf_ac_confidence */
-    double cost_per_hour;        /* cheapest Idle price among pinned types; 0 otherwise */
+    int32_t available_count; /* Idle + Speculative of the pinned types (all if unpinned) */
+    uint8_t confidence;      /* enum bf_ac_confidence */
+    double cost_per_hour;    /* cheapest Idle price among pinned types; 0 otherwise */
 };
 
-struct bf_engine_timings {       /* nanoseconds, CLOCK_MONOTONIC */
+struct bf_engine_timings { /* nanoseconds, CLOCK_MONOTONIC */
     int64_t normalize_ns;
-    int64_t phase1_ns;           /* credit + worker + barrier */
+    int64_t phase1_ns; /* credit + worker + barrier */
     int64_t phase1_credit_ns;
     int64_t phase2_ns;
     int64_t phase3_ns;
-    int64_t verdict_ns;          /* verdicts, shortfalls, parking, AC hints */
+    int64_t verdict_ns; /* verdicts, shortfalls, parking, AC hints */
     int64_t total_ns;
 };
 
 struct bf_engine_result {
-    uint64_t cycle;              /* 1 for the first cycle */
+    uint64_t cycle; /* 1 for the first cycle */
     const struct bf_engine_action *actions;
     size_t n_actions;
-    size_t n_phase1, n_phase2, n_phase3; /* the list is P1 ++ P2 ++ P3 */
+    size_t n_phase1, n_phase2, n_phase3;      /* the list is P1 ++ P2 ++ P3 */
     const struct bf_engine_verdict *verdicts; /* NULL with BF_ENGINE_F_NO_VERDICTS */
     size_t n_verdicts;
     const struct bf_engine_unresolved *unresolved;
@@ -386,8 +386,8 @@ struct bf_engine_result {
     size_t n_shortfalls;
     const struct bf_engine_ac_hint *ac_hints;
     size_t n_ac_hints;
-    uint32_t n_needs;            /* normalized demand rows */
-    uint32_t n_unsatisfied;      /* Phase 1 unsatisfied */
+    uint32_t n_needs;                 /* normalized demand rows */
+    uint32_t n_unsatisfied;           /* Phase 1 unsatisfied */
     uint32_t claimed[BF_STATE_COUNT]; /* Phase 1's claimed set, per machine state */
     struct bf_engine_timings t;
 };
@@ -423,8 +423,8 @@ bool bf_engine_claimed(const struct bf_engine *e, uint32_t slot, uint32_t *need)
  * fits through a small wrapper).
  */
 size_t bf_engine_rail_reclaim_cap(struct bf_engine_action *a, size_t n, double fraction,
-                                  uint32_t (*configured)(void *ctx, const char *cluster),
-                                  void *ctx, size_t *capped);
+                                  uint32_t (*configured)(void *ctx, const char *cluster), void *ctx,
+                                  size_t *capped);
 
 /* --max-actions-per-cycle: keeps the head; returns the kept length and the
  * deferred count in *deferred (may be NULL). max == 0 keeps everything. */
@@ -438,12 +438,12 @@ struct bf_rails_config {
 };
 
 struct bf_rails_outcome {
-    size_t n_execute;            /* the head of `a` to execute (0 when paused/dry-run) */
-    size_t capped;               /* Reclaims dropped by the cap */
-    size_t deferred;             /* dropped by max_actions */
+    size_t n_execute; /* the head of `a` to execute (0 when paused/dry-run) */
+    size_t capped;    /* Reclaims dropped by the cap */
+    size_t deferred;  /* dropped by max_actions */
     uint32_t suppressed[BF_ACTION_KIND_COUNT]; /* paused: per kind */
     uint32_t dryrun[BF_ACTION_KIND_COUNT];     /* dry-run: per kind */
-    bool wake;                   /* something deferred: trigger another cycle */
+    bool wake;                                 /* something deferred: trigger another cycle */
 };
 
 /*
@@ -453,9 +453,9 @@ struct bf_rails_outcome {
  * truncation); else the reclaim cap, then max-actions truncation. `a` is
  * compacted in place for the executing case. Pause wins over dry-run.
  */
-void bf_engine_rails_apply(const struct bf_rails_config *rc, struct bf_engine_action *a,
-                           size_t n, uint32_t (*configured)(void *ctx, const char *cluster),
-                           void *ctx, struct bf_rails_outcome *out);
+void bf_engine_rails_apply(const struct bf_rails_config *rc, struct bf_engine_action *a, size_t n,
+                           uint32_t (*configured)(void *ctx, const char *cluster), void *ctx,
+                           struct bf_rails_outcome *out);
 
 /* ------------------------------------------------------------------ pure helpers */
 

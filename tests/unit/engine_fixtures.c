@@ -215,8 +215,7 @@ struct ef_machine ef_configured(const char *id, const char *cluster, int32_t pri
     return m;
 }
 
-void ef_bind(struct ef_machine *m, const char *cluster, const struct ef_prof *p,
-             const char *group)
+void ef_bind(struct ef_machine *m, const char *cluster, const struct ef_prof *p, const char *group)
 {
     m->state = BF_STATE_CONFIGURED;
     snprintf(m->cluster, sizeof m->cluster, "%s", cluster);
@@ -364,8 +363,7 @@ bool ef_acted(const struct ef *f, const char *machine_id, int kind)
     return a && a->kind == kind;
 }
 
-const struct bf_engine_verdict *ef_verdict(const struct ef *f, const char *cluster,
-                                           uint32_t nth)
+const struct bf_engine_verdict *ef_verdict(const struct ef *f, const char *cluster, uint32_t nth)
 {
     for (size_t i = 0; i < f->r.n_verdicts; i++)
         if (strcmp(f->r.verdicts[i].cluster, cluster) == 0 && nth-- == 0)

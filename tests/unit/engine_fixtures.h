@@ -17,9 +17,9 @@
 #define EF_CPU 0
 #define EF_MEM 1
 #define EF_GPU 2
-#define EF_GI (1024LL * 1024 * 1024 * 1000) /* 1Gi in milli-units */
+#define EF_GI  (1024LL * 1024 * 1024 * 1000) /* 1Gi in milli-units */
 
-#define EF_A3 "a3-highgpu-8g"
+#define EF_A3   "a3-highgpu-8g"
 #define EF_MAXL 6
 
 struct ef_machine {
@@ -63,19 +63,19 @@ struct ef *ef_new(uint32_t cap, uint32_t flags);
 struct ef *ef_new_cfg(const struct bf_engine_config *c);
 void ef_free(struct ef *f);
 uint32_t ef_add(struct ef *f, const struct ef_machine *m); /* returns the slot */
-void ef_sync(struct ef *f, uint32_t slot);                  /* re-upsert f->m[slot] */
+void ef_sync(struct ef *f, uint32_t slot);                 /* re-upsert f->m[slot] */
 /* upserts (or removes, when !m->used) one table row into any engine */
 int ef_sync_to(struct bf_engine *e, uint32_t slot, const struct ef_machine *m);
 void ef_del(struct ef *f, uint32_t slot);
-uint32_t ef_slot(const struct ef *f, const char *id);       /* UINT32_MAX if absent */
-int ef_cycle(struct ef *f);                                  /* runs a cycle into f->r */
-void ef_apply(struct ef *f);                                  /* executes f->r's actions */
+uint32_t ef_slot(const struct ef *f, const char *id); /* UINT32_MAX if absent */
+int ef_cycle(struct ef *f);                           /* runs a cycle into f->r */
+void ef_apply(struct ef *f);                          /* executes f->r's actions */
 void ef_first_rollup(struct ef *f, const char *cluster);
 
 /* machines */
 struct ef_machine ef_machine(const char *id, uint8_t state, const char *itype, const char *zone);
 void ef_label(struct ef_machine *m, const char *k, const char *v);
-struct ef_machine ef_gpu_machine(const char *id);                       /* Idle bare metal */
+struct ef_machine ef_gpu_machine(const char *id); /* Idle bare metal */
 struct ef_machine ef_gpu_in_zone(const char *id, const char *zone, double price);
 struct ef_machine ef_configured(const char *id, const char *cluster, int32_t prio, double ip,
                                 double rp); /* on-demand $6, gpu 8 */
@@ -95,7 +95,7 @@ struct bf_engine_need ef_need(const struct ef_prof *p, bf_vec agg, bf_vec minu, 
                               const char *group);
 struct bf_engine_need ef_gpu_need(const struct ef_prof *p, int units, const char *group);
 bf_vec ef_vec(int64_t cpu, int64_t mem, int64_t gpu); /* milli-units */
-bf_vec ef_gpu(int64_t gpus);                           /* whole GPUs */
+bf_vec ef_gpu(int64_t gpus);                          /* whole GPUs */
 int ef_set(struct ef *f, const char *cluster, const struct bf_engine_need *n, size_t k);
 
 /* result queries */
@@ -103,8 +103,7 @@ uint32_t ef_count(const struct ef *f, int kind);
 uint32_t ef_count_cluster(const struct ef *f, int kind, const char *cluster);
 const struct bf_engine_action *ef_action_for(const struct ef *f, const char *machine_id);
 bool ef_acted(const struct ef *f, const char *machine_id, int kind);
-const struct bf_engine_verdict *ef_verdict(const struct ef *f, const char *cluster,
-                                           uint32_t nth);
+const struct bf_engine_verdict *ef_verdict(const struct ef *f, const char *cluster, uint32_t nth);
 uint32_t ef_unsatisfied(const struct ef *f);
 const struct bf_engine_verdict *ef_first_unsatisfied(const struct ef *f);
 

@@ -194,13 +194,13 @@ START_TEST(huge_quantities_saturate_without_overflow)
     }
     struct ef_prof p;
     ef_prof_init(&p, INT32_MAX, 27, 27);
-    struct bf_engine_need n = ef_need(&p, ef_vec(INT64_MAX, INT64_MAX, INT64_MAX), ef_vec(1, 1, 1),
-                                      INT64_MIN, NULL);
+    struct bf_engine_need n =
+        ef_need(&p, ef_vec(INT64_MAX, INT64_MAX, INT64_MAX), ef_vec(1, 1, 1), INT64_MIN, NULL);
     ef_set(f, "c", &n, 1);
     struct ef_prof q;
     ef_prof_init(&q, INT32_MIN, 0, 0);
-    struct bf_engine_need m2 = ef_need(&q, ef_vec(INT64_MAX, 0, 0), ef_vec(INT64_MAX, 0, 0),
-                                       INT64_MAX, NULL);
+    struct bf_engine_need m2 =
+        ef_need(&q, ef_vec(INT64_MAX, 0, 0), ef_vec(INT64_MAX, 0, 0), INT64_MAX, NULL);
     ef_set(f, "d", &m2, 1);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_int_eq(ef_cycle(f), 0);

@@ -177,8 +177,8 @@ START_TEST(plain_needs_come_first_in_input_order_then_folds_by_cluster)
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(f->r.n_needs, 4);
     /* D order: pass-through in snapshot order (arrival 20 b, 30 a), then folds a, b */
-    const struct bf_engine_verdict *v0 = by_index(f, 0), *v1 = by_index(f, 1),
-                                   *v2 = by_index(f, 2), *v3 = by_index(f, 3);
+    const struct bf_engine_verdict *v0 = by_index(f, 0), *v1 = by_index(f, 1), *v2 = by_index(f, 2),
+                                   *v3 = by_index(f, 3);
     ck_assert_str_eq(v0->cluster, "b");
     ck_assert_uint_eq(v0->folded_members, 0);
     ck_assert_str_eq(v1->cluster, "a");
@@ -243,8 +243,8 @@ static Suite *suite(void)
     tcase_add_loop_test(t, three_sub_machine_gangs_fold_into_one_atomic_need, 0, 2);
     tcase_add_loop_test(t, gangs_of_different_sizes_fold_into_one_need_per_size, 0, 2);
     tcase_add_loop_test(t, a_gang_larger_than_any_machine_passes_through, 0, 2);
-    tcase_add_loop_test(t, foldable_through_idle_or_speculative_not_another_clusters_configured,
-                        0, 2);
+    tcase_add_loop_test(t, foldable_through_idle_or_speculative_not_another_clusters_configured, 0,
+                        2);
     tcase_add_loop_test(t, plain_needs_come_first_in_input_order_then_folds_by_cluster, 0, 2);
     tcase_add_loop_test(t, a_gang_that_stops_fitting_reverts_next_cycle, 0, 2);
     tcase_add_loop_test(t, own_cluster_supply_arriving_makes_a_gang_foldable_next_cycle, 0, 2);

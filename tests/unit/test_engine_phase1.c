@@ -238,8 +238,8 @@ START_TEST(dense_machine_credit_leaves_an_8gi_memory_deficit)
     m.alloc = ef_vec(16000, 32 * EF_GI, 0);
     ef_bind(&m, "cluster-a", &p, NULL);
     ef_add(f, &m);
-    struct bf_engine_need n = ef_need(&p, ef_vec(10000, 40 * EF_GI, 0), ef_vec(1000, 4 * EF_GI, 0),
-                                      0, NULL);
+    struct bf_engine_need n =
+        ef_need(&p, ef_vec(10000, 40 * EF_GI, 0), ef_vec(1000, 4 * EF_GI, 0), 0, NULL);
     ef_set(f, "cluster-a", &n, 1);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(f->r.n_actions, 0);

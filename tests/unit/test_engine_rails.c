@@ -131,10 +131,10 @@ START_TEST(kill_switch_counts_per_kind_and_executes_nothing)
 {
     struct bf_engine_action a[5] = {
         act(BF_ACTION_BOOTSTRAP, "x", "b0"), act(BF_ACTION_BOOTSTRAP, "x", "b1"),
-        act(BF_ACTION_RECLAIM, "x", "r0"),   act(BF_ACTION_RECLAIM, "x", "r1"),
+        act(BF_ACTION_RECLAIM, "x", "r0"), act(BF_ACTION_RECLAIM, "x", "r1"),
         act(BF_ACTION_DELETE, "", "d0")};
-    struct bf_rails_config rc = {.actuation_paused = true, .dry_run = true,
-                                 .reclaim_cap_fraction = 0.05, .max_actions = 1};
+    struct bf_rails_config rc = {
+        .actuation_paused = true, .dry_run = true, .reclaim_cap_fraction = 0.05, .max_actions = 1};
     struct bf_rails_outcome o;
     bf_engine_rails_apply(&rc, a, 5, ten, NULL, &o);
     ck_assert_uint_eq(o.n_execute, 0);

@@ -30,8 +30,8 @@
 #include "bigfleet/engine.h"
 #include "engine_fixtures.h"
 
-#define CAP 400
-#define NCL 5
+#define CAP  400
+#define NCL  5
 #define MAXN 7
 
 static const char *types[4] = {"gpu8", "cpu16", "cpu4", "mix32"};
@@ -145,14 +145,16 @@ static void push_needs(struct world *w, int ci)
     w->gen++;
     struct bf_engine *es[4] = {w->f->e, w->ref, w->nov, w->hist};
     for (int e = 0; e < 4; e++)
-        ck_assert_int_eq(bf_engine_set_needs(es[e], clusters[ci], w->gen, v, (size_t)w->nneeds[ci]), 0);
+        ck_assert_int_eq(bf_engine_set_needs(es[e], clusters[ci], w->gen, v, (size_t)w->nneeds[ci]),
+                         0);
 }
 
 static void push_flags(struct world *w, int ci)
 {
     struct bf_engine *es[4] = {w->f->e, w->ref, w->nov, w->hist};
     for (int e = 0; e < 4; e++)
-        ck_assert_int_eq(bf_engine_set_cluster_flags(es[e], clusters[ci], w->first[ci], w->live[ci]), 0);
+        ck_assert_int_eq(
+            bf_engine_set_cluster_flags(es[e], clusters[ci], w->first[ci], w->live[ci]), 0);
 }
 
 /* ------------------------------------------------------------------ inventory */
@@ -366,15 +368,14 @@ static void same_actions(const struct bf_engine_result *a, const struct bf_engin
     ck_assert_uint_eq(a->n_phase2, b->n_phase2);
     for (size_t i = 0; i < a->n_actions; i++) {
         const struct bf_engine_action *x = &a->actions[i], *y = &b->actions[i];
-        ck_assert_msg(x->kind == y->kind && x->slot == y->slot && x->need == y->need &&
-                          x->reason == y->reason && x->grace_s == y->grace_s &&
-                          x->preemptor_priority == y->preemptor_priority &&
-                          strcmp(x->cluster, y->cluster) == 0 &&
-                          strcmp(x->fingerprint, y->fingerprint) == 0 &&
-                          x->group_len == y->group_len,
-                      "%s cycle %d action %zu: %s %s vs %s %s", what, cyc, i,
-                      bf_action_kind_name(x->kind), x->machine_id, bf_action_kind_name(y->kind),
-                      y->machine_id);
+        ck_assert_msg(
+            x->kind == y->kind && x->slot == y->slot && x->need == y->need &&
+                x->reason == y->reason && x->grace_s == y->grace_s &&
+                x->preemptor_priority == y->preemptor_priority &&
+                strcmp(x->cluster, y->cluster) == 0 &&
+                strcmp(x->fingerprint, y->fingerprint) == 0 && x->group_len == y->group_len,
+            "%s cycle %d action %zu: %s %s vs %s %s", what, cyc, i, bf_action_kind_name(x->kind),
+            x->machine_id, bf_action_kind_name(y->kind), y->machine_id);
     }
     ck_assert_uint_eq(a->n_unresolved, b->n_unresolved);
     for (size_t i = 0; i < a->n_unresolved; i++) {

@@ -285,7 +285,8 @@ START_TEST(available_capacity_confidence_ladder_and_cheapest_idle_cost)
     ck_assert_int_eq(h->available_count, 2);
     ck_assert(h->cost_per_hour == 0);
     /* Idle: HIGH, cost = cheapest Idle price of the pinned type */
-    struct ef_machine a = ef_gpu_in_zone("i-dear", "z", 7.5), b = ef_gpu_in_zone("i-cheap", "z", 2.5);
+    struct ef_machine a = ef_gpu_in_zone("i-dear", "z", 7.5),
+                      b = ef_gpu_in_zone("i-cheap", "z", 2.5);
     ef_add(f, &a);
     ef_add(f, &b);
     f->now_ns += 10LL * 1000000000LL;

@@ -278,8 +278,7 @@ int bfe_idtab_insert(struct idtab *t, uint64_t h, uint32_t id, idtab_hash_fn hf,
     return 0;
 }
 
-void bfe_idtab_remove(struct idtab *t, uint64_t h, uint32_t id, idtab_hash_fn hf,
-                      const void *ctx)
+void bfe_idtab_remove(struct idtab *t, uint64_t h, uint32_t id, idtab_hash_fn hf, const void *ctx)
 {
     if (!t->slots)
         return;
@@ -470,8 +469,7 @@ static struct slchunk *chunk_new(uint32_t cap)
 }
 
 /* first chunk whose last element is >= slot (by cmp), or the last chunk */
-static uint32_t find_chunk(const struct slotlist *l, uint32_t slot, sl_cmp_fn cmp,
-                           const void *ctx)
+static uint32_t find_chunk(const struct slotlist *l, uint32_t slot, sl_cmp_fn cmp, const void *ctx)
 {
     uint32_t lo = 0, hi = l->nch;
     while (lo < hi) {
@@ -485,8 +483,7 @@ static uint32_t find_chunk(const struct slotlist *l, uint32_t slot, sl_cmp_fn cm
     return lo < l->nch ? lo : l->nch - 1;
 }
 
-static uint32_t lower_bound(const struct slchunk *c, uint32_t slot, sl_cmp_fn cmp,
-                            const void *ctx)
+static uint32_t lower_bound(const struct slchunk *c, uint32_t slot, sl_cmp_fn cmp, const void *ctx)
 {
     uint32_t lo = 0, hi = c->n;
     while (lo < hi) {

@@ -49,8 +49,8 @@ static void *profile_copy(const struct bf_need_profile *src, struct bf_need_prof
     *dst = *src;
     dst->reqs = (struct bf_requirement *)(void *)mem;
     dst->spread = (struct bf_spread *)(void *)(mem + (size_t)src->n_reqs * sizeof *dst->reqs);
-    const char **vp = (const char **)(void *)((char *)dst->spread +
-                                              (size_t)src->n_spread * sizeof *dst->spread);
+    const char **vp =
+        (const char **)(void *)((char *)dst->spread + (size_t)src->n_spread * sizeof *dst->spread);
     char *p = (char *)(vp + nvals);
     uint32_t nr = 0;
     for (uint32_t i = 0; i < src->n_reqs; i++) {
@@ -329,8 +329,7 @@ static bool has_val(const struct creq *r, uint32_t v)
     return lo < r->nv && r->vals[lo] == v;
 }
 
-static bool match_compute(const struct bf_engine *e, const struct cprof *cp,
-                          const struct mclass *c)
+static bool match_compute(const struct bf_engine *e, const struct cprof *cp, const struct mclass *c)
 {
     for (uint32_t i = 0; i < cp->nreq; i++) {
         const struct creq *r = &cp->req[i];

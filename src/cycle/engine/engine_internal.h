@@ -122,8 +122,7 @@ typedef bool (*idtab_eq_fn)(const void *ctx, uint32_t id, const void *key);
 uint32_t bfe_idtab_find(const struct idtab *t, uint64_t h, idtab_eq_fn eq, const void *ctx,
                         const void *key);
 int bfe_idtab_insert(struct idtab *t, uint64_t h, uint32_t id, idtab_hash_fn hf, const void *ctx);
-void bfe_idtab_remove(struct idtab *t, uint64_t h, uint32_t id, idtab_hash_fn hf,
-                      const void *ctx);
+void bfe_idtab_remove(struct idtab *t, uint64_t h, uint32_t id, idtab_hash_fn hf, const void *ctx);
 void bfe_idtab_free(struct idtab *t);
 
 /* ------------------------------------------------------------------ strings */
@@ -241,10 +240,10 @@ struct leaf {
     struct leafkey k;
     double ip_dollars;
     uint64_t hash;
-    uint32_t cluster_idx;  /* index in e->clusters, NONE32 */
-    uint32_t runs;     /* first claim run (index into e->runs) or NONE32 */
-    uint32_t list[LL_N];   /* list ids or NONE32 */
-    uint32_t pos[LL_N];    /* position in each list */
+    uint32_t cluster_idx; /* index in e->clusters, NONE32 */
+    uint32_t runs;        /* first claim run (index into e->runs) or NONE32 */
+    uint32_t list[LL_N];  /* list ids or NONE32 */
+    uint32_t pos[LL_N];   /* position in each list */
     bool live;
 };
 
@@ -254,20 +253,20 @@ struct leaflist {
 };
 
 /* leaf list keys (e->list_map) */
-#define LK_STATE(s) ((1ULL << 56) | (uint64_t)(s))
+#define LK_STATE(s)   ((1ULL << 56) | (uint64_t)(s))
 #define LK_TYPE(s, t) ((2ULL << 56) | ((uint64_t)(s) << 32) | (t))
 /* (state, cluster index < 2^20, instance type string id) */
 #define LK_CLUSTER(s, c, t) ((3ULL << 56) | ((uint64_t)(s) << 52) | ((uint64_t)(c) << 32) | (t))
-#define BF_MAX_CLUSTERS (1u << 20)
-#define LK_CFP(fp) ((4ULL << 56) | (fp))
-#define LK_PRIO(p) ((5ULL << 56) | (uint32_t)(p))
+#define BF_MAX_CLUSTERS     (1u << 20)
+#define LK_CFP(fp)          ((4ULL << 56) | (fp))
+#define LK_PRIO(p)          ((5ULL << 56) | (uint32_t)(p))
 
 /* A leaf considered by a walk: its unclaimed count and sort keys. */
 struct cand {
     uint32_t leaf;
     uint32_t avail;
-    uint32_t dom;  /* domain value (string id) or NONE32 */
-    uint8_t part;  /* build-order segment */
+    uint32_t dom; /* domain value (string id) or NONE32 */
+    uint8_t part; /* build-order segment */
     bool own;
     double k1, k2;
 };
@@ -278,16 +277,16 @@ enum { RK_LABEL = 0, RK_ITYPE = 1, RK_ZONE = 2 };
 
 struct creq {
     uint8_t op, kind;
-    uint32_t key;    /* string id */
+    uint32_t key; /* string id */
     uint32_t nv;
-    uint32_t *vals;  /* string ids, sorted by id */
+    uint32_t *vals; /* string ids, sorted by id */
 };
 
 /* A compiled profile, shared by every Need with the same fingerprint. */
 struct cprof {
-    uint32_t fp;     /* string id (retained) */
-    uint32_t refs;   /* needs + stripped-from + ledgers */
-    uint32_t idx;    /* index in e->cprofs */
+    uint32_t fp;   /* string id (retained) */
+    uint32_t refs; /* needs + stripped-from + ledgers */
+    uint32_t idx;  /* index in e->cprofs */
     int32_t prio;
     uint8_t ipb, rpb;
     double ip_dollars;
@@ -295,14 +294,14 @@ struct cprof {
     struct creq *req;
     bool has_same;
     uint8_t same_kind;
-    uint32_t same_key;  /* key string id of the first Same requirement */
+    uint32_t same_key; /* key string id of the first Same requirement */
     bool strict_spread;
     uint8_t spread_kind;
     uint32_t spread_key;
-    int32_t skew;       /* max(1, MaxSkew) */
+    int32_t skew; /* max(1, MaxSkew) */
     bool pinned;
     uint32_t npin;
-    uint32_t *pin;      /* instance-type string ids, sorted by string, deduplicated */
+    uint32_t *pin;               /* instance-type string ids, sorted by string, deduplicated */
     struct bf_need_profile prof; /* canonical copy (owned) */
     void *prof_mem;
     struct cprof *stripped; /* NormalizeDemand: Same removed (lazily, retained) */
@@ -334,8 +333,8 @@ struct fold_group {
     struct cprof *stripped; /* owned through the members' cp->stripped */
     bf_vec agg;             /* one member's aggregate */
     uint32_t members;
-    int64_t arrival;        /* earliest non-zero member arrival */
-    char *aggkey;           /* "name=milli;" ordering key (malloc'd) */
+    int64_t arrival; /* earliest non-zero member arrival */
+    char *aggkey;    /* "name=milli;" ordering key (malloc'd) */
 };
 
 struct need_in {
@@ -370,15 +369,15 @@ struct cluster {
      * one per instance type (type 0: no InstanceType, label only) */
     uint32_t *tl[2];
     uint32_t ntl[2], captl[2];
-    bool snap_changed; /* demand changed since the last snapshot order */
+    bool snap_changed;   /* demand changed since the last snapshot order */
     uint64_t supply_ver; /* bumped when a leaf joins or leaves tl[] lists */
     /* NormalizeDemand fold groups, valid while demand and both versions hold */
     struct fold_group *fg;
     uint32_t nfg, capfg;
     bool fg_valid;
     uint64_t fg_vs, fg_vc;
-    uint32_t n_same;   /* Needs carrying Same */
-    uint32_t rank;       /* position in name order */
+    uint32_t n_same; /* Needs carrying Same */
+    uint32_t rank;   /* position in name order */
     /* per cycle */
     uint32_t stamp;
     uint32_t claimed_conf;
@@ -386,28 +385,28 @@ struct cluster {
 
 /* One row of normalized demand (D) with its per-cycle working state. */
 struct dneed {
-    uint32_t cluster;     /* cluster index */
+    uint32_t cluster; /* cluster index */
     struct cprof *cp;
     bf_vec agg, minu;
     int64_t arrival;
-    uint32_t group;       /* string id */
-    uint32_t folded;      /* members when folded (0 = pass-through) */
+    uint32_t group;  /* string id */
+    uint32_t folded; /* members when folded (0 = pass-through) */
     bool parked;
     uint32_t park_age;
     /* Phase 1 */
     bf_vec rem;
     uint32_t claimed, nboot, nprov;
-    uint32_t picks;       /* head of the pick list (index into e->picks) */
+    uint32_t picks; /* head of the pick list (index into e->picks) */
     uint32_t picks_tail;
     bool has_domain, same_sat;
-    uint32_t domain;      /* string id */
+    uint32_t domain;                         /* string id */
     struct bf_engine_domain_coverage *cands; /* same_candidates (cycle arena) */
     uint32_t ncand;
     /* Phase 2 */
-    uint32_t unresolved;  /* index into unresolved list or NONE32 */
+    uint32_t unresolved; /* index into unresolved list or NONE32 */
     uint32_t victims;
     bf_vec freed;
-    bf_vec p2rem;         /* Phase 2 working deficit (rem stays Phase 1's) */
+    bf_vec p2rem; /* Phase 2 working deficit (rem stays Phase 1's) */
 };
 
 struct pick {
@@ -427,8 +426,8 @@ struct park_entry {
 };
 
 struct short_entry {
-    uint32_t fp;           /* retained */
-    struct cprof *cp;      /* retained */
+    uint32_t fp;      /* retained */
+    struct cprof *cp; /* retained */
     bf_vec deficit;
     uint32_t age;
     uint32_t seen;
@@ -447,8 +446,8 @@ struct bf_engine {
 
     /* per slot */
     uint32_t cap;
-    uint32_t *leaf_of;   /* NONE32: absent or ineligible */
-    uint8_t *present;    /* 0 absent, 1 eligible, 2 ineligible */
+    uint32_t *leaf_of; /* NONE32: absent or ineligible */
+    uint8_t *present;  /* 0 absent, 1 eligible, 2 ineligible */
     uint32_t *id_off, *id_len;
     uint64_t *idpfx, *idpfx2; /* id bytes 0-7 and 8-15, big-endian, zero-padded */
     int64_t *idle_since;
@@ -514,11 +513,11 @@ struct bf_engine {
     uint64_t *snap; /* (cluster << 32) | need */
     uint32_t n_snap, cap_snap;
     bool snap_dirty;
-    bool snap_full;  /* cluster ranks moved: rebuild the order from scratch */
+    bool snap_full;                 /* cluster ranks moved: rebuild the order from scratch */
     struct snapkey *snapk, *snapk2; /* sorted keys (and a merge buffer) */
     uint32_t cap_snapk, cap_snapk2;
     uint32_t n_same_total;
-    bool any_same;  /* some Need carries Same */
+    bool any_same; /* some Need carries Same */
     /* bumped when a class's Idle + Speculative count moves between 0 and > 0 */
     uint64_t shard_supply_ver;
     struct u64map norm_map[3]; /* NormalizeDemand's per-cycle maps (kept allocated) */
@@ -664,9 +663,9 @@ static inline void bfe_vec_sub_scaled(bf_vec *r, const bf_vec *v, int64_t k)
 /* merge.c: k-way merge of leaves by (k1, k2, machine id) */
 struct mcur {
     uint32_t leaf;
-    uint32_t ci, off;  /* position in the leaf's slot list */
-    uint32_t left;     /* slots left in this cursor */
-    uint32_t slot;     /* current head slot */
+    uint32_t ci, off; /* position in the leaf's slot list */
+    uint32_t left;    /* slots left in this cursor */
+    uint32_t slot;    /* current head slot */
     double k1, k2;
 };
 struct merge {
@@ -697,7 +696,7 @@ int bfe_emit(struct bf_engine *e, const struct bf_engine_action *a);
 
 /* Same-bucket ranking (engine.md §4.3), exposed for tests. */
 struct same_bucket {
-    uint32_t value;  /* domain string id */
+    uint32_t value; /* domain string id */
     uint32_t count, cred_count;
     bf_vec total, cred_total, own_total;
 };

@@ -530,7 +530,6 @@ static uint32_t list_get(struct bf_engine *e, uint64_t key)
     return id;
 }
 
-
 static int prio_list(struct bf_engine *e, int32_t prio, uint32_t *out)
 {
     uint32_t lo = 0, hi = e->n_prio;
@@ -907,8 +906,8 @@ int bf_engine_upsert(struct bf_engine *e, uint32_t slot, const struct bf_engine_
     uint32_t old = e->leaf_of[slot];
     bool was = e->present[slot] != 0;
     int64_t since = m->state == BF_STATE_IDLE ? m->idle_since_s : 0;
-    bool same_id = was && e->id_len[slot] == idlen &&
-                   memcmp(e->idbuf + e->id_off[slot], m->id, idlen) == 0;
+    bool same_id =
+        was && e->id_len[slot] == idlen && memcmp(e->idbuf + e->id_off[slot], m->id, idlen) == 0;
     if (was && old == li && li != NONE32 && same_id && e->idle_since[slot] == since)
         return 0; /* nothing the engine reads changed */
     unplace(e, slot);
@@ -984,8 +983,8 @@ int bfe_mirror_init(struct bf_engine *e)
     e->idpfx = calloc(n, sizeof *e->idpfx);
     e->idpfx2 = calloc(n, sizeof *e->idpfx2);
     e->idle_since = calloc(n, sizeof *e->idle_since);
-    if (!e->leaf_of || !e->present || !e->in_release || !e->id_off || !e->id_len ||
-        !e->idpfx || !e->idpfx2 || !e->idle_since)
+    if (!e->leaf_of || !e->present || !e->in_release || !e->id_off || !e->id_len || !e->idpfx ||
+        !e->idpfx2 || !e->idle_since)
         return -ENOMEM;
     for (uint32_t i = 0; i < n; i++)
         e->leaf_of[i] = NONE32;

@@ -18,11 +18,11 @@
 
 #include "cycle/engine/engine_internal.h"
 
-#define TRY(x)                                                                                   \
-    do {                                                                                         \
-        int rc_ = (x);                                                                           \
-        if (rc_)                                                                                 \
-            return rc_;                                                                          \
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        int rc_ = (x);                                                                             \
+        if (rc_)                                                                                   \
+            return rc_;                                                                            \
     } while (0)
 
 /* ------------------------------------------------------------------ parking */
@@ -32,8 +32,7 @@ static uint64_t park_hash(uint32_t cluster, uint32_t group, uint32_t fp)
     return bfe_mix64(bfe_mix64(((uint64_t)cluster << 32) | group) ^ (uint64_t)fp * 0x9e37u);
 }
 
-static uint32_t park_find(const struct bf_engine *e, uint32_t cluster, uint32_t group,
-                          uint32_t fp)
+static uint32_t park_find(const struct bf_engine *e, uint32_t cluster, uint32_t group, uint32_t fp)
 {
     uint64_t h = park_hash(cluster, group, fp);
     for (;; h++) {
@@ -199,8 +198,7 @@ static int shortfalls(struct bf_engine *e)
 
 /* ------------------------------------------------------------------ verdicts */
 
-static void matching_supply(struct bf_engine *e, const struct dneed *d,
-                            struct bf_engine_verdict *v)
+static void matching_supply(struct bf_engine *e, const struct dneed *d, struct bf_engine_verdict *v)
 {
     struct cprof *cp = d->cp;
     uint64_t idle = 0, conf = 0, spec = 0;
@@ -262,8 +260,8 @@ static int verdicts(struct bf_engine *e)
     if (!k)
         return -ENOMEM;
     for (uint32_t i = 0; i < n; i++)
-        k[i] = (struct vkey){e->d[i].cp->prio, e->clusters[e->d[i].cluster].rank,
-                             e->d[i].arrival, i};
+        k[i] =
+            (struct vkey){e->d[i].cp->prio, e->clusters[e->d[i].cluster].rank, e->d[i].arrival, i};
     bfe_qsort(k, n, sizeof *k, vkey_cmp);
     for (uint32_t j = 0; j < n; j++) {
         uint32_t i = k[j].idx;
@@ -385,7 +383,7 @@ static int ac_hints(struct bf_engine *e, int64_t now_ns)
             ac_figures(e, cp);
             uint64_t total = (uint64_t)cp->ac_idle + cp->ac_spec;
             int32_t count = total > INT32_MAX ? INT32_MAX : (int32_t)total;
-            uint8_t conf = cp->ac_idle ? BF_AC_CONFIDENCE_HIGH
+            uint8_t conf = cp->ac_idle   ? BF_AC_CONFIDENCE_HIGH
                            : cp->ac_spec ? BF_AC_CONFIDENCE_MEDIUM
                                          : BF_AC_CONFIDENCE_NONE;
             double cost = cp->ac_cost;

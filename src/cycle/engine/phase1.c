@@ -27,11 +27,11 @@
 
 #include "cycle/engine/engine_internal.h"
 
-#define TRY(x)                                                                                   \
-    do {                                                                                         \
-        int rc_ = (x);                                                                           \
-        if (rc_)                                                                                 \
-            return rc_;                                                                          \
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        int rc_ = (x);                                                                             \
+        if (rc_)                                                                                   \
+            return rc_;                                                                            \
     } while (0)
 
 static inline const struct leaflist *list_at(const struct bf_engine *e, uint64_t key)
@@ -563,8 +563,7 @@ static int bucket_of(struct bf_engine *e, struct same_bucket **bk, uint32_t *n, 
         if (GROW(e->scratch_dom, c1, v + 1) || GROW(e->scratch_dom_stamp, c2, v + 1))
             return -ENOMEM;
         uint32_t nc = c1 < c2 ? c1 : c2;
-        memset(e->scratch_dom_stamp + e->cap_scratch, 0,
-               (nc - e->cap_scratch) * sizeof(uint32_t));
+        memset(e->scratch_dom_stamp + e->cap_scratch, 0, (nc - e->cap_scratch) * sizeof(uint32_t));
         e->cap_scratch = nc;
     }
     if (e->scratch_dom_stamp[v] == e->dom_stamp) {
@@ -598,8 +597,8 @@ static int consume_domain(struct bf_engine *e, struct dneed *d, uint32_t v, bf_v
     for (int si = 0; si < 2 && !bf_vec_is_zero(r); si++) {
         uint32_t ntypes = cp->pinned ? cp->npin : 1;
         for (uint32_t t = 0; t < ntypes && !bf_vec_is_zero(r); t++) {
-            const struct leaflist *ll =
-                cp->pinned ? list_at(e, LK_TYPE(states[si], cp->pin[t])) : list_at(e, LK_STATE(states[si]));
+            const struct leaflist *ll = cp->pinned ? list_at(e, LK_TYPE(states[si], cp->pin[t]))
+                                                   : list_at(e, LK_STATE(states[si]));
             if (!ll)
                 continue;
             struct arena_mark mk = bfe_arena_mark(&e->sc);
@@ -888,9 +887,11 @@ static int find_same(struct bf_engine *e, uint32_t di, int si)
             avail += g.c[k].avail;
             bfe_vec_add_scaled(&capv, leaf_alloc(e, g.c[k].leaf), g.c[k].avail);
             if (k == i) {
-                bfe_mcur_init(e, &hc, g.c[k].leaf, bfe_leaf_taken(e, &e->leaves[g.c[k].leaf]), g.c[k].k1, 0);
+                bfe_mcur_init(e, &hc, g.c[k].leaf, bfe_leaf_taken(e, &e->leaves[g.c[k].leaf]),
+                              g.c[k].k1, 0);
             } else {
-                bfe_mcur_init(e, &xc, g.c[k].leaf, bfe_leaf_taken(e, &e->leaves[g.c[k].leaf]), g.c[k].k1, 0);
+                bfe_mcur_init(e, &xc, g.c[k].leaf, bfe_leaf_taken(e, &e->leaves[g.c[k].leaf]),
+                              g.c[k].k1, 0);
                 if (bfe_mcur_cmp(e, &xc, &hc) < 0) {
                     hc = xc;
                     head = k;
@@ -959,7 +960,8 @@ static int find_spread(struct bf_engine *e, uint32_t di, int si)
         while (j < g.n && g.c[j].dom == g.c[i].dom)
             j++;
         for (uint32_t q = i; q < j; q++)
-            bfe_mcur_init(e, &cur[q], g.c[q].leaf, bfe_leaf_taken(e, &e->leaves[g.c[q].leaf]), g.c[q].k1, 0);
+            bfe_mcur_init(e, &cur[q], g.c[q].leaf, bfe_leaf_taken(e, &e->leaves[g.c[q].leaf]),
+                          g.c[q].k1, 0);
         bfe_merge_init(&m[k], e, cur + i, j - i);
         cnt[k] = 0;
         dom[k] = g.c[i].dom;

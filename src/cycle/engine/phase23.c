@@ -15,9 +15,9 @@
  * keep-priority order, except machines Phase 2 picked as victims this cycle
  * (they already carry a Preempt; Go emits both and the shard's enqueue
  * de-duplication drops the Reclaim, so dropping it here changes no outcome
- * and keeps the reclaim cap counting only real reclaims). Then Deletes for unclaimed Idle machines past their
- * CapacityType hold, in id order (the hold structure is ordered by idle-since,
- * so only expired machines are visited). Releases are never gated.
+ * and keeps the reclaim cap counting only real reclaims). Then Deletes for unclaimed Idle machines
+ * past their CapacityType hold, in id order (the hold structure is ordered by idle-since, so only
+ * expired machines are visited). Releases are never gated.
  */
 #include <errno.h>
 #include <math.h>
@@ -26,15 +26,15 @@
 
 #include "cycle/engine/engine_internal.h"
 
-#define TRY(x)                                                                                   \
-    do {                                                                                         \
-        int rc_ = (x);                                                                           \
-        if (rc_)                                                                                 \
-            return rc_;                                                                          \
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        int rc_ = (x);                                                                             \
+        if (rc_)                                                                                   \
+            return rc_;                                                                            \
     } while (0)
 
-double bf_engine_victim_score(const struct bf_engine_config *c, int32_t p, int32_t v,
-                              uint8_t ipb, uint8_t rpb)
+double bf_engine_victim_score(const struct bf_engine_config *c, int32_t p, int32_t v, uint8_t ipb,
+                              uint8_t rpb)
 {
     double gap = (double)p - (double)v;
     if (gap < 0)

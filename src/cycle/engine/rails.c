@@ -28,8 +28,8 @@ static uint64_t str_hash(const char *s)
 }
 
 size_t bf_engine_rail_reclaim_cap(struct bf_engine_action *a, size_t n, double fraction,
-                                  uint32_t (*configured)(void *ctx, const char *cluster),
-                                  void *ctx, size_t *capped)
+                                  uint32_t (*configured)(void *ctx, const char *cluster), void *ctx,
+                                  size_t *capped)
 {
     if (capped)
         *capped = 0;
@@ -86,9 +86,9 @@ size_t bf_engine_rail_max_actions(size_t n, uint32_t max, size_t *deferred)
     return keep;
 }
 
-void bf_engine_rails_apply(const struct bf_rails_config *rc, struct bf_engine_action *a,
-                           size_t n, uint32_t (*configured)(void *ctx, const char *cluster),
-                           void *ctx, struct bf_rails_outcome *out)
+void bf_engine_rails_apply(const struct bf_rails_config *rc, struct bf_engine_action *a, size_t n,
+                           uint32_t (*configured)(void *ctx, const char *cluster), void *ctx,
+                           struct bf_rails_outcome *out)
 {
     memset(out, 0, sizeof *out);
     if (rc->actuation_paused || rc->dry_run) {
@@ -99,8 +99,8 @@ void bf_engine_rails_apply(const struct bf_rails_config *rc, struct bf_engine_ac
         out->n_execute = 0;
         return;
     }
-    size_t m = bf_engine_rail_reclaim_cap(a, n, rc->reclaim_cap_fraction, configured, ctx,
-                                          &out->capped);
+    size_t m =
+        bf_engine_rail_reclaim_cap(a, n, rc->reclaim_cap_fraction, configured, ctx, &out->capped);
     out->n_execute = bf_engine_rail_max_actions(m, rc->max_actions, &out->deferred);
     out->wake = out->deferred > 0;
 }
