@@ -79,6 +79,7 @@ void bf_engine_free(struct bf_engine *e)
     bfe_demand_free(e);
     for (int k = 0; k < 3; k++)
         bfe_u64map_free(&e->norm_map[k]);
+    bfe_u64map_free(&e->victim_map);
     for (uint32_t c = 0; c < e->n_clusters; c++) {
         free(e->clusters[c].needs);
         free(e->clusters[c].tl[0]);

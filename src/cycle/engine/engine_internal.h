@@ -521,6 +521,7 @@ struct bf_engine {
     /* bumped when a class's Idle + Speculative count moves between 0 and > 0 */
     uint64_t shard_supply_ver;
     struct u64map norm_map[3]; /* NormalizeDemand's per-cycle maps (kept allocated) */
+    struct u64map victim_map;  /* Phase 2's per-cycle candidate cache index */
 
     /* cycle */
     uint64_t cycle;

@@ -164,7 +164,8 @@ int bfe_phase2(struct bf_engine *e)
         if (!bf_vec_is_zero(&e->d[i].rem))
             ord[n++] = ((uint64_t)((int64_t)INT32_MAX - e->d[i].cp->prio) << 32) | i;
     bfe_qsort(ord, n, sizeof *ord, u64_cmp);
-    struct u64map vmap = {0};
+    struct u64map *vmap = &e->victim_map;
+    bfe_u64map_clear(vmap);
     struct vcache *vc = NULL;
     uint32_t nvc = 0, capvc = 0;
     int rc = 0;
@@ -178,7 +179,7 @@ int bfe_phase2(struct bf_engine *e)
             continue;
         }
         struct vcache *c;
-        if ((rc = victims_of(e, cp, cp->prio, &vmap, &vc, &nvc, &capvc, &c)))
+        if ((rc = victims_of(e, cp, cp->prio, vmap, &vc, &nvc, &capvc, &c)))
             break;
         struct arena_mark mk = bfe_arena_mark(&e->sc);
         struct mcur *cur = ANEW(&e->sc, struct mcur, c->n ? c->n : 1);
@@ -225,7 +226,6 @@ int bfe_phase2(struct bf_engine *e)
         if (!rc && !bf_vec_is_zero(&d->p2rem))
             rc = add_unresolved(e, di, d->victims > 0);
     }
-    bfe_u64map_free(&vmap);
     return rc;
 }
 
