@@ -1563,6 +1563,11 @@ static void write_svg(const char *path, const struct result *rs, int n)
             fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"red\">target %.0f</text>\n", x0, y - 4,
                     r->target_ms);
         }
+        if (r->bind_target > 0)
+            fprintf(f,
+                    "<text x=\"%d\" y=\"%d\" fill=\"red\">&gt;= %.0f binds/cycle: "
+                    "%.0f</text>\n",
+                    x0 - 4, T + 12, r->bind_target, r->binds_min_drain);
         fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x0 + 2 * bw,
                 B + 16, r->name);
         fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\">%uK</text>\n",
