@@ -217,27 +217,8 @@ uint32_t bf_engine_cluster_configured(const struct bf_engine *e, const char *clu
 
 /* ------------------------------------------------------------------ outputs */
 
-enum bf_action_kind {
-    BF_ACTION_UNSPECIFIED = 0,
-    BF_ACTION_BOOTSTRAP = 1, /* Idle -> Configured for a Need (phase1.idle) */
-    BF_ACTION_PROVISION = 2, /* Speculative -> Configured (phase1.speculative) */
-    BF_ACTION_RECLAIM = 3,   /* Configured -> Idle, voluntary (phase3.excess) */
-    BF_ACTION_PREEMPT = 4,   /* Configured -> Idle for a preemptor (phase2.inversion) */
-    BF_ACTION_DELETE = 5,    /* Idle -> Speculative, release (phase3.release) */
-    BF_ACTION_KIND_COUNT = 6
-};
-
-enum bf_action_reason {
-    BF_REASON_PHASE1_IDLE = 1,
-    BF_REASON_PHASE1_SPECULATIVE = 2,
-    BF_REASON_PHASE2_INVERSION = 3,
-    BF_REASON_PHASE3_EXCESS = 4,
-    BF_REASON_PHASE3_RELEASE = 5,
-};
-
-/* "Bootstrap", ... and "phase1.idle", ... (static strings; "" if unknown). */
-const char *bf_action_kind_name(int kind);
-const char *bf_action_reason_name(int reason);
+/* Action kinds and reasons: enum bf_action_kind / enum bf_action_reason and
+ * bf_action_kind_name() / bf_action_reason_name() in bigfleet/model.h. */
 
 /*
  * One decided action. Emission order (engine.md §2 step 8): Phase 1 (per Need
@@ -264,14 +245,8 @@ struct bf_engine_action {
     uint32_t group_len;
 };
 
-enum bf_unmet_reason {
-    BF_UNMET_UNSPECIFIED = 0, /* satisfied */
-    BF_UNMET_PRIORITY_STARVED = 1,
-    BF_UNMET_NO_MATCHING_SUPPLY = 2,
-    BF_UNMET_TOPOLOGY_UNSATISFIABLE = 3,
-    BF_UNMET_PREEMPTION_EXHAUSTED = 4,
-};
-const char *bf_unmet_reason_name(int reason); /* "SATISFIED", "PRIORITY_STARVED", ... */
+/* The reason taxonomy: enum bf_unmet_reason and bf_unmet_reason_name() in
+ * bigfleet/model.h ("SATISFIED", "PRIORITY_STARVED", ...). */
 
 struct bf_engine_domain_coverage {
     const char *domain;

@@ -223,56 +223,5 @@ bool bf_engine_claimed(const struct bf_engine *e, uint32_t slot, uint32_t *need)
     return true;
 }
 
-const char *bf_action_kind_name(int kind)
-{
-    switch (kind) {
-    case BF_ACTION_BOOTSTRAP:
-        return "Bootstrap";
-    case BF_ACTION_PROVISION:
-        return "Provision";
-    case BF_ACTION_RECLAIM:
-        return "Reclaim";
-    case BF_ACTION_PREEMPT:
-        return "Preempt";
-    case BF_ACTION_DELETE:
-        return "Delete";
-    default:
-        return "";
-    }
-}
 
-const char *bf_action_reason_name(int reason)
-{
-    switch (reason) {
-    case BF_REASON_PHASE1_IDLE:
-        return "phase1.idle";
-    case BF_REASON_PHASE1_SPECULATIVE:
-        return "phase1.speculative";
-    case BF_REASON_PHASE2_INVERSION:
-        return "phase2.inversion";
-    case BF_REASON_PHASE3_EXCESS:
-        return "phase3.excess";
-    case BF_REASON_PHASE3_RELEASE:
-        return "phase3.release";
-    default:
-        return "";
-    }
-}
 
-const char *bf_unmet_reason_name(int reason)
-{
-    switch (reason) {
-    case BF_UNMET_UNSPECIFIED:
-        return "SATISFIED";
-    case BF_UNMET_PRIORITY_STARVED:
-        return "PRIORITY_STARVED";
-    case BF_UNMET_NO_MATCHING_SUPPLY:
-        return "NO_MATCHING_SUPPLY";
-    case BF_UNMET_TOPOLOGY_UNSATISFIABLE:
-        return "TOPOLOGY_UNSATISFIABLE";
-    case BF_UNMET_PREEMPTION_EXHAUSTED:
-        return "PREEMPTION_EXHAUSTED";
-    default:
-        return "";
-    }
-}
