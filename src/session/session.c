@@ -162,8 +162,10 @@ static void flush(struct sess *s)
             break;
         }
         if (bf_net_call_outbox_bytes(s->call) >= SS_NET_HWM) {
-            if (!s->stalled_since)
+            if (!s->stalled_since) {
                 s->stalled_since = bf_mono_ns();
+                s->stall_net_bytes = bf_net_call_outbox_bytes(s->call);
+            }
             break;
         }
         int rc;
@@ -1117,10 +1119,18 @@ void ss_sweep(struct ss *ss)
         if (n < 256)
             break;
     }
-    /* operators whose transport made no progress */
+    /* operators whose transport made no progress: a backlog that shrank
+     * since the last sweep is progress (a slow but reading operator) */
     for (struct sess *s = ss->all, *next; s; s = next) {
         next = s->all_next;
-        if (!s->closing && s->stalled_since && mono - s->stalled_since > SS_STALL_NS)
+        if (s->closing || !s->stalled_since)
+            continue;
+        size_t cur = bf_net_call_outbox_bytes(s->call);
+        if (cur < s->stall_net_bytes)
+            s->stalled_since = mono;
+        s->stall_net_bytes = cur;
+        flush(s);
+        if (s->stalled_since && mono - s->stalled_since > SS_STALL_NS)
             slow_close(s, "no progress on the stream");
     }
 }

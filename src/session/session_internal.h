@@ -114,7 +114,8 @@ struct sess {
     bool closing; /* finish()ed by us */
     struct bf_outbox ob;
     size_t ob_bytes; /* last bf_outbox_bytes accounted globally */
-    int64_t stalled_since;
+    int64_t stalled_since; /* mono ns since the transport stopped taking our queue */
+    size_t stall_net_bytes; /* transport backlog at the last sweep (progress check) */
     uint32_t rs_pass;          /* resync pass serving this session (0 none) */
     bool rs_waiting;           /* on the pending-resync list */
     struct sess *rs_prev, *rs_next;
