@@ -56,7 +56,8 @@ static int free_port(void)
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t l = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || getsockname(fd, (struct sockaddr *)&a, &l))
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) ||
+        getsockname(fd, (struct sockaddr *)&a, &l))
         return -1;
     close(fd);
     return ntohs(a.sin_port);
@@ -628,8 +629,7 @@ int main(int argc, char **argv)
     for (int k = 0; k < 3; k++) {
         bench_ingest(&sh, sizes[k], 1, seconds, k == 2, &one[k]);
         printf("%7u %4u %10zu %10.1f %8.2fms %8.2fms %10.1f %7.2fms\n", one[k].rows, one[k].ops,
-               one[k].bytes, one[k].rps, one[k].p50, one[k].p99, one[k].cold_ms,
-               one[k].ping_p99);
+               one[k].bytes, one[k].rps, one[k].p50, one[k].p99, one[k].cold_ms, one[k].ping_p99);
         fflush(stdout);
         bench_ingest(&sh, sizes[k], 4, seconds, false, &four[k]);
         printf("%7u %4u %10zu %10.1f %8.2fms %8.2fms %10.1f %8s\n", four[k].rows, four[k].ops,
@@ -644,8 +644,7 @@ int main(int argc, char **argv)
     printf("\nsessions held: %d of %d (connect+Hello %.2fs, %.0f/s); session RSS %ld KiB idle, "
            "%ld KiB with the sessions (%.1f KiB/session), %ld KiB after a rollup each "
            "(%.2fs for %d rollups)\n",
-           sf.held, sf.sessions, sf.connect_s, sf.hello_per_s, sf.rss_before_kib,
-           sf.rss_after_kib,
+           sf.held, sf.sessions, sf.connect_s, sf.hello_per_s, sf.rss_before_kib, sf.rss_after_kib,
            sf.held ? (double)(sf.rss_after_kib - sf.rss_before_kib) / sf.held : 0.0,
            sf.rss_after_rollup_kib, sf.rollup_s, sf.held);
     shard_stop(&sh);
@@ -661,8 +660,8 @@ int main(int argc, char **argv)
     }
     struct utsname u;
     uname(&u);
-    fprintf(f, "{\n  \"host\": \"%s %s\", \"cpus\": %ld,\n  \"ingest\": [\n", u.sysname,
-            u.release, sysconf(_SC_NPROCESSORS_ONLN));
+    fprintf(f, "{\n  \"host\": \"%s %s\", \"cpus\": %ld,\n  \"ingest\": [\n", u.sysname, u.release,
+            sysconf(_SC_NPROCESSORS_ONLN));
     for (int k = 0; k < 6; k++) {
         struct ingest_fig *x = k % 2 ? &four[k / 2] : &one[k / 2];
         fprintf(f,

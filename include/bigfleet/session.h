@@ -33,9 +33,9 @@
 
 /* Protobuf wire types. */
 #define BF_PB_VARINT 0
-#define BF_PB_I64 1
-#define BF_PB_LEN 2
-#define BF_PB_I32 5
+#define BF_PB_I64    1
+#define BF_PB_LEN    2
+#define BF_PB_I32    5
 
 /* One field as found on the wire. For BF_PB_LEN, p/len are the payload; for
  * the others `varint` holds the value (fixed-width values little-endian). */
@@ -166,14 +166,14 @@ int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const ch
 
 /* ================================================================ rail 2 */
 
-#define BF_RAIL2_MIN_ROWS 10     /* baseline floor (accepted rows) */
+#define BF_RAIL2_MIN_ROWS       10  /* baseline floor (accepted rows) */
 #define BF_RAIL2_KEEP_PER_MILLE 100 /* suspicious when new < 10 % of the baseline */
-#define BF_RAIL2_CONFIRMATIONS 3 /* consecutive suspicious rollups that confirm */
+#define BF_RAIL2_CONFIRMATIONS  3   /* consecutive suspicious rollups that confirm */
 
 enum bf_rail2_verdict {
-    BF_RAIL2_ACCEPT = 0,           /* not suspicious (or the guard is off) */
-    BF_RAIL2_HOLD = 1,             /* suspicious: held, demand unchanged */
-    BF_RAIL2_ACCEPT_CONFIRMED = 2  /* the 3rd consecutive suspicious rollup: accepted */
+    BF_RAIL2_ACCEPT = 0,          /* not suspicious (or the guard is off) */
+    BF_RAIL2_HOLD = 1,            /* suspicious: held, demand unchanged */
+    BF_RAIL2_ACCEPT_CONFIRMED = 2 /* the 3rd consecutive suspicious rollup: accepted */
 };
 
 /*
@@ -253,8 +253,8 @@ struct bf_arena_live {
     uint32_t idx;
     uint32_t off, len;
 };
-int bf_arena_compact(struct bf_arena *a, struct bf_arena_live *live, uint32_t n_live,
-                     uint32_t want, struct bf_arena_move *moves, uint32_t *moved, uint32_t *off);
+int bf_arena_compact(struct bf_arena *a, struct bf_arena_live *live, uint32_t n_live, uint32_t want,
+                     struct bf_arena_move *moves, uint32_t *moved, uint32_t *off);
 
 /* ================================================================ outbox */
 
@@ -302,10 +302,10 @@ struct bf_outbox {
 enum bf_outbox_kind { BF_OUTBOX_EMPTY = 0, BF_OUTBOX_FRAME = 1, BF_OUTBOX_KEYED = 2 };
 
 struct bf_outbox_item {
-    int kind;             /* enum bf_outbox_kind */
-    const uint8_t *data;  /* frame bytes, or the keyed value */
+    int kind;            /* enum bf_outbox_kind */
+    const uint8_t *data; /* frame bytes, or the keyed value */
     size_t len;
-    uint64_t key;         /* keyed only */
+    uint64_t key; /* keyed only */
 };
 
 void bf_outbox_init(struct bf_outbox *o, const struct bf_outbox_limits *lim);

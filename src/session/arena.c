@@ -197,8 +197,8 @@ static int live_by_off(const void *x, const void *y)
     return a->off < b->off ? -1 : a->off > b->off;
 }
 
-int bf_arena_compact(struct bf_arena *a, struct bf_arena_live *live, uint32_t n_live,
-                     uint32_t want, struct bf_arena_move *moves, uint32_t *moved, uint32_t *off)
+int bf_arena_compact(struct bf_arena *a, struct bf_arena_live *live, uint32_t n_live, uint32_t want,
+                     struct bf_arena_move *moves, uint32_t *moved, uint32_t *off)
 {
     *moved = 0;
     if (bf_arena_alloc(a, want, off) == 0)

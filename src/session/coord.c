@@ -43,8 +43,8 @@
 #include "bigfleet/v1alpha1/coordinator.pb-c.h"
 #include "session_internal.h"
 
-#define DONE_MAX 65536u
-#define ACKS_MAX 4096u
+#define DONE_MAX    65536u
+#define ACKS_MAX    4096u
 #define DOMAINS_MAX 4096u
 
 struct ack {
@@ -220,8 +220,8 @@ static int domain_set(struct coord *c, const char *k, const char *v, bool add)
 static void ack_push(struct coord *c, const char *id, int outcome, const char *reason)
 {
     if (c->n_acks >= ACKS_MAX) {
-        BF_WARN("coordinator instruction acks over their bound; dropping the oldest",
-                "bound=%u", ACKS_MAX);
+        BF_WARN("coordinator instruction acks over their bound; dropping the oldest", "bound=%u",
+                ACKS_MAX);
         free(c->acks[0].id);
         free(c->acks[0].reason);
         memmove(c->acks, c->acks + 1, (c->n_acks - 1) * sizeof *c->acks);
@@ -275,7 +275,8 @@ static void send_report(struct coord *c)
     else if (!c->have_res)
         memset(r, 0, sizeof *r);
     Bigfleet__V1alpha1__ShardSummary sum = BIGFLEET__V1ALPHA1__SHARD_SUMMARY__INIT;
-    Bigfleet__V1alpha1__ShardSummary__PerInstanceTypeCountsEntry te[BF_MAX_TYPES], *tp[BF_MAX_TYPES];
+    Bigfleet__V1alpha1__ShardSummary__PerInstanceTypeCountsEntry te[BF_MAX_TYPES],
+        *tp[BF_MAX_TYPES];
     Bigfleet__V1alpha1__ShardSummary__PerZoneCountsEntry ze[BF_MAX_ZONES], *zp[BF_MAX_ZONES];
     const struct bf_inv_counts *k = &r->counts;
     sum.total_machines = (int32_t)k->total_machines;
@@ -394,9 +395,8 @@ static void send_report(struct coord *c)
     int64_t timeout = ss->cfg->coordinator_heartbeat_ns;
     if (timeout > 10 * BF_NS_PER_SEC)
         timeout = 10 * BF_NS_PER_SEC;
-    struct bf_net_stream *st =
-        bf_net_client_unary_pb(c->cl, "/bigfleet.v1alpha1.Coordinator/ReportShard",
-                               &rep.base, timeout, on_reply, c);
+    struct bf_net_stream *st = bf_net_client_unary_pb(
+        c->cl, "/bigfleet.v1alpha1.Coordinator/ReportShard", &rep.base, timeout, on_reply, c);
     if (st) {
         c->inflight = true;
         c->sent = na;
@@ -412,8 +412,8 @@ static void send_report(struct coord *c)
     free(iap);
 }
 
-static void handle_instruction(struct coord *c, const Bigfleet__V1alpha1__CoordinatorInstruction *in,
-                               int64_t hwm)
+static void handle_instruction(struct coord *c,
+                               const Bigfleet__V1alpha1__CoordinatorInstruction *in, int64_t hwm)
 {
     const char *id = in->instruction_id;
     if (!id || !id[0])
@@ -435,8 +435,8 @@ static void handle_instruction(struct coord *c, const Bigfleet__V1alpha1__Coordi
     int rc = 0;
     switch (in->payload_case) {
     case BIGFLEET__V1ALPHA1__COORDINATOR_INSTRUCTION__PAYLOAD_ASSIGN_DOMAIN:
-        rc = domain_set(c, in->assign_domain->topology_key, in->assign_domain->topology_value,
-                        true);
+        rc =
+            domain_set(c, in->assign_domain->topology_key, in->assign_domain->topology_value, true);
         BF_INFO("domain assigned", "key=%s value=%s", in->assign_domain->topology_key,
                 in->assign_domain->topology_value);
         break;

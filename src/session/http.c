@@ -47,8 +47,7 @@ static void local_metrics(struct ss *ss, struct bf_metrics_buf *b)
         bf_metrics_printf(b, "%s %llu\n", c[i].name,
                           (unsigned long long)*(const uint64_t *)((const char *)&ns + c[i].off));
     }
-    bf_metrics_header(b, "bigfleet_shard_grpc_connections_open", "gauge",
-                      "gRPC connections open.");
+    bf_metrics_header(b, "bigfleet_shard_grpc_connections_open", "gauge", "gRPC connections open.");
     bf_metrics_printf(b, "bigfleet_shard_grpc_connections_open %llu\n",
                       (unsigned long long)ns.conns_open);
     const struct local_counters *l = &ss->lc;
@@ -70,8 +69,8 @@ static void local_metrics(struct ss *ss, struct bf_metrics_buf *b)
          l->reclaim_no_session},
         {"bigfleet_shard_session_resync_passes_total",
          "Inventory scans that resynced connecting operators.", l->resync_passes},
-        {"bigfleet_shard_session_resync_updates_total",
-         "NodeStateUpdates queued by resync scans.", l->resync_updates},
+        {"bigfleet_shard_session_resync_updates_total", "NodeStateUpdates queued by resync scans.",
+         l->resync_updates},
     };
     for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
         bf_metrics_header(b, x[i].name, "counter", x[i].help);
@@ -86,7 +85,7 @@ static void local_metrics(struct ss *ss, struct bf_metrics_buf *b)
 }
 
 static void handler(const struct bf_net_http_request *req, struct bf_net_http_response *resp,
-                     void *arg)
+                    void *arg)
 {
     struct ss *ss = arg;
     if (strcmp(req->path, "/healthz") == 0) {

@@ -70,8 +70,8 @@ struct ingest {
     struct bf_arena arena;
     struct bf_rollup conv;
     uint64_t total_rows;
-    int64_t *last_log;  /* per cluster: rejection-log token bucket refill time */
-    uint8_t *tokens;    /* per cluster: rejection logs allowed now (burst 10, 1/s) */
+    int64_t *last_log; /* per cluster: rejection-log token bucket refill time */
+    uint8_t *tokens;   /* per cluster: rejection logs allowed now (burst 10, 1/s) */
     uint32_t *suppressed;
     struct bf_need_row *tmp;
     uint32_t tmp_cap;
@@ -113,7 +113,8 @@ static void reject(struct ingest *ig, uint32_t cidx, const struct job *j, int rc
     int64_t now = bf_mono_ns();
     int64_t refill = (now - ig->last_log[cidx]) / BF_NS_PER_SEC;
     if (refill > 0) {
-        ig->tokens[cidx] = (uint8_t)(ig->tokens[cidx] + refill > 10 ? 10 : ig->tokens[cidx] + refill);
+        ig->tokens[cidx] =
+            (uint8_t)(ig->tokens[cidx] + refill > 10 ? 10 : ig->tokens[cidx] + refill);
         ig->last_log[cidx] = now;
     }
     if (ig->tokens[cidx] > 0) {
@@ -283,8 +284,7 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
     atomic_fetch_add_explicit(&s->needs->change_counter, 1, memory_order_release);
     int64_t now = bf_now_ns();
     for (uint32_t i = 0; i < cv->n; i++) {
-        if (bf_stamp_touch(s, rec.name_ref, cv->fp_refs[i], now) != 0 &&
-            !ig->stamps_full_logged) {
+        if (bf_stamp_touch(s, rec.name_ref, cv->fp_refs[i], now) != 0 && !ig->stamps_full_logged) {
             ig->stamps_full_logged = true;
             BF_ERROR("provisioning-latency stamp table is full; new (cluster, fingerprint) "
                      "pairs are not timed",

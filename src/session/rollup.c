@@ -31,16 +31,16 @@
 #include "bigfleet/session.h"
 #include "bigfleet/v1alpha1/capacity.pb-c.h"
 
-#define ERR(...)                                                                                  \
-    do {                                                                                          \
-        if (err && errlen)                                                                        \
-            snprintf(err, errlen, __VA_ARGS__);                                                   \
+#define ERR(...)                                                                                   \
+    do {                                                                                           \
+        if (err && errlen)                                                                         \
+            snprintf(err, errlen, __VA_ARGS__);                                                    \
     } while (0)
 
 /* ------------------------------------------------------------ profile cache */
 
 #define PCACHE_MAX_ENTRIES (1u << 20)
-#define PCACHE_MAX_BYTES (64u << 20)
+#define PCACHE_MAX_BYTES   (64u << 20)
 
 struct pc_ent {
     uint64_t hash; /* 0 = empty */
@@ -332,9 +332,9 @@ static int strtab_check(const struct bf_shm *s, uint64_t reserve, uint32_t need,
     return 0;
 }
 
-static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc,
-                        const uint8_t *p, size_t len, uint32_t idx, uint32_t cluster_ref,
-                        uint64_t reserve, char *err, size_t errlen)
+static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc, const uint8_t *p,
+                        size_t len, uint32_t idx, uint32_t cluster_ref, uint64_t reserve, char *err,
+                        size_t errlen)
 {
     struct bf_pb_reader rd;
     struct bf_pb_field f;
@@ -435,8 +435,7 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
         struct bf_need_row *row = &r->rows[r->dvals[slot]];
         for (int d = 0; d < BF_MAX_DIMS; d++) {
             if (__builtin_add_overflow(row->aggregate[d], agg.v[d], &row->aggregate[d])) {
-                ERR("need %u: aggregate overflows when merged with an identical earlier need",
-                    idx);
+                ERR("need %u: aggregate overflows when merged with an identical earlier need", idx);
                 return -ERANGE;
             }
             if (mu.v[d] > row->min_unit[d])

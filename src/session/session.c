@@ -54,7 +54,7 @@
 #include "session_internal.h"
 
 #define KEY_NODE (1ull << 32)
-#define KEY_AC (2ull << 32)
+#define KEY_AC   (2ull << 32)
 
 struct boot {
     uint64_t id;
@@ -149,8 +149,7 @@ static void slow_close(struct sess *s, const char *why)
     sess_close(s, BF_NET_RESOURCE_EXHAUSTED, why);
 }
 
-static int encode_keyed(struct ss *ss, struct sess *s, uint64_t key, const void *val,
-                        size_t *len);
+static int encode_keyed(struct ss *ss, struct sess *s, uint64_t key, const void *val, size_t *len);
 
 static void flush(struct sess *s)
 {
@@ -471,8 +470,8 @@ static void on_boot_req(struct ss *ss, const struct bf_boot_req_msg *m)
     }
     if (ss->boots.n >= SS_BOOT_MAX) {
         BF_ERROR("too many bootstrap requests in flight; cancelling", "limit=%u", SS_BOOT_MAX);
-        boot_respond(ss, m->request_id, BF_BOOT_CANCELLED, "too many requests in flight", NULL,
-                     0, 0);
+        boot_respond(ss, m->request_id, BF_BOOT_CANCELLED, "too many requests in flight", NULL, 0,
+                     0);
         return;
     }
     struct boot *b = calloc(1, sizeof *b);
@@ -866,7 +865,8 @@ static void on_hello(struct sess *s, const uint8_t *sub, size_t sublen)
         return;
     }
     if (idlen == 0) {
-        reject_first(s, BF_NET_INVALID_ARGUMENT, "session: first frame must be Hello with cluster_id");
+        reject_first(s, BF_NET_INVALID_ARGUMENT,
+                     "session: first frame must be Hello with cluster_id");
         return;
     }
     if (!bf_cluster_id_valid(id, idlen)) {
@@ -997,9 +997,8 @@ static void on_call(struct bf_net_call *call, void *arg)
     s->call = call;
     s->serial = ++ss->next_serial;
     s->cidx = -1;
-    static const struct bf_outbox_limits lim = {.max_frame_bytes = SS_OUTBOX_FRAME_BYTES,
-                                                .max_frames = SS_OUTBOX_FRAMES,
-                                                .max_keys = 0};
+    static const struct bf_outbox_limits lim = {
+        .max_frame_bytes = SS_OUTBOX_FRAME_BYTES, .max_frames = SS_OUTBOX_FRAMES, .max_keys = 0};
     struct bf_outbox_limits l = lim;
     /* node keys are bounded by the machines routed to this cluster */
     l.max_keys = ss->shm->max_machines + SS_OUTBOX_MAX_AC_KEYS;

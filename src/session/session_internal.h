@@ -24,18 +24,18 @@
 
 /* ------------------------------------------------------------ tunables */
 
-#define SS_NET_HWM (256u << 10)             /* transport outbox bytes before we queue */
-#define SS_OUTBOX_FRAME_BYTES (4u << 20)    /* per-session non-coalescable frames */
-#define SS_OUTBOX_FRAMES 8192u
-#define SS_OUTBOX_MAX_AC_KEYS 65536u        /* distinct fingerprints per session */
-#define SS_OUTBOX_GLOBAL_BYTES (512ull << 20) /* across sessions */
-#define SS_STALL_NS (60LL * 1000000000LL)   /* an operator not reading for this long is closed */
-#define SS_RESYNC_CHUNK 8192u               /* records read per loop turn during a resync scan */
-#define SS_RING_BUDGET 4096u                /* ring messages per ring per loop turn */
-#define SS_INGEST_BUDGET (1536ull << 20)    /* queued + in-process rollup bytes */
-#define SS_RECLAIM_TRACK_MAX 65536u         /* instructions awaiting an ack */
-#define SS_RECLAIM_TTL_NS (600LL * 1000000000LL)
-#define SS_BOOT_MAX 65536u                  /* bootstrap requests in flight */
+#define SS_NET_HWM             (256u << 10) /* transport outbox bytes before we queue */
+#define SS_OUTBOX_FRAME_BYTES  (4u << 20)   /* per-session non-coalescable frames */
+#define SS_OUTBOX_FRAMES       8192u
+#define SS_OUTBOX_MAX_AC_KEYS  65536u                /* distinct fingerprints per session */
+#define SS_OUTBOX_GLOBAL_BYTES (512ull << 20)        /* across sessions */
+#define SS_STALL_NS            (60LL * 1000000000LL) /* an operator not reading for this long is closed */
+#define SS_RESYNC_CHUNK        8192u           /* records read per loop turn during a resync scan */
+#define SS_RING_BUDGET         4096u           /* ring messages per ring per loop turn */
+#define SS_INGEST_BUDGET       (1536ull << 20) /* queued + in-process rollup bytes */
+#define SS_RECLAIM_TRACK_MAX   65536u          /* instructions awaiting an ack */
+#define SS_RECLAIM_TTL_NS      (600LL * 1000000000LL)
+#define SS_BOOT_MAX            65536u /* bootstrap requests in flight */
 
 /* ------------------------------------------------------------ u64 map */
 
@@ -113,11 +113,11 @@ struct sess {
     bool live;    /* installed as its cluster's session */
     bool closing; /* finish()ed by us */
     struct bf_outbox ob;
-    size_t ob_bytes; /* last bf_outbox_bytes accounted globally */
-    int64_t stalled_since; /* mono ns since the transport stopped taking our queue */
+    size_t ob_bytes;        /* last bf_outbox_bytes accounted globally */
+    int64_t stalled_since;  /* mono ns since the transport stopped taking our queue */
     size_t stall_net_bytes; /* transport backlog at the last sweep (progress check) */
-    uint32_t rs_pass;          /* resync pass serving this session (0 none) */
-    bool rs_waiting;           /* on the pending-resync list */
+    uint32_t rs_pass;       /* resync pass serving this session (0 none) */
+    bool rs_waiting;        /* on the pending-resync list */
     struct sess *rs_prev, *rs_next;
     struct sess *all_prev, *all_next;
     uint32_t n_boot;
@@ -152,12 +152,12 @@ struct ss {
     int ingest_efd;
     struct cluster_tab ct;
     struct ingest *ig;
-    struct sess **live;      /* [max_clusters]: the cluster's installed session */
-    struct u64map cref_idx;  /* cluster name ref -> cluster index */
+    struct sess **live;     /* [max_clusters]: the cluster's installed session */
+    struct u64map cref_idx; /* cluster name ref -> cluster index */
     struct bf_blob_cache *cache;
-    struct u64map boots;     /* request id -> struct boot * */
-    struct u64map reclaims;  /* instruction id -> sent time (mono ns) */
-    struct sess *all;        /* every open stream */
+    struct u64map boots;    /* request id -> struct boot * */
+    struct u64map reclaims; /* instruction id -> sent time (mono ns) */
+    struct sess *all;       /* every open stream */
     uint64_t next_serial;
     size_t outbox_total;
     /* resync */

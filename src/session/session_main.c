@@ -122,10 +122,8 @@ static int start_grpc(struct ss *ss)
     static struct bf_net_method methods[1];
     methods[0] = bf_session_method;
     methods[0].arg = ss;
-    struct bf_net_server_opts o = {.addr = ss->cfg->listen,
-                                   .methods = methods,
-                                   .n_methods = 1,
-                                   .max_connections = 65536};
+    struct bf_net_server_opts o = {
+        .addr = ss->cfg->listen, .methods = methods, .n_methods = 1, .max_connections = 65536};
     if (bf_config_tls(ss->cfg)) {
         o.tls.cert_file = ss->cfg->tls_cert;
         o.tls.key_file = ss->cfg->tls_key;

@@ -105,7 +105,8 @@ static int cmd_dump(const char *only)
     struct bf_blob_cache *c = bf_blob_cache_new();
     uint32_t n = atomic_load(&S.needs->n_clusters);
     const struct bf_stats_session *st = &S.st->session;
-    printf("{\"rows_used\":%u,\"change_counter\":%llu,\"n_clusters\":%u,", atomic_load(&S.needs->rows_used),
+    printf("{\"rows_used\":%u,\"change_counter\":%llu,\"n_clusters\":%u,",
+           atomic_load(&S.needs->rows_used),
            (unsigned long long)atomic_load(&S.needs->change_counter), n);
     printf("\"stats\":{\"installed\":%llu,\"removed\":%llu,\"replaced\":%llu,\"active\":%lld,"
            "\"identity_rejected\":%llu,\"hello_rejected\":%llu,\"rollups_received\":%llu,"
@@ -139,12 +140,11 @@ static int cmd_dump(const char *only)
                "\"generation\":%llu,\"last_rollup_ns\":%lld,\"rollups_accepted\":%llu,"
                "\"rollups_rejected\":%llu,\"rollups_quarantined\":%llu,\"connected_since_ns\":%lld,"
                "\"last_rollup_timestamp_ns\":%lld,\"rows\":[",
-               r.in_use, r.connected, r.first_rollup, r.quarantine_held, r.rows_off,
-               r.rows_count, r.accepted_rows, r.session_epoch,
-               (unsigned long long)r.generation, (long long)r.last_rollup_ns,
-               (unsigned long long)r.rollups_accepted, (unsigned long long)r.rollups_rejected,
-               (unsigned long long)r.rollups_quarantined, (long long)r.connected_since_ns,
-               (long long)r.last_rollup_timestamp_ns);
+               r.in_use, r.connected, r.first_rollup, r.quarantine_held, r.rows_off, r.rows_count,
+               r.accepted_rows, r.session_epoch, (unsigned long long)r.generation,
+               (long long)r.last_rollup_ns, (unsigned long long)r.rollups_accepted,
+               (unsigned long long)r.rollups_rejected, (unsigned long long)r.rollups_quarantined,
+               (long long)r.connected_since_ns, (long long)r.last_rollup_timestamp_ns);
         bool want = !only || (nm && strlen(only) == nl && memcmp(only, nm, nl) == 0);
         for (int j = 0; want && j < k; j++) {
             const struct bf_need_row *w = &rows[j];
@@ -338,8 +338,8 @@ static uint32_t profile_from(int argc, char **argv, int from)
             vals[n][reqs[n].n_values++] = v;
         n++;
     }
-    struct bf_need_profile p = {.priority = 100, .ipb = 3, .rpb = 4, .n_reqs = (uint32_t)n,
-                                .reqs = reqs};
+    struct bf_need_profile p = {
+        .priority = 100, .ipb = 3, .rpb = 4, .n_reqs = (uint32_t)n, .reqs = reqs};
     uint32_t ref, fref;
     if (bf_nprofile_intern(&S, &p, &ref, &fref) != 0)
         die("%s", "need profile intern");
@@ -456,11 +456,11 @@ static int cmd_cycle_result(int argc, char **argv)
     uint32_t prof = profile_from(argc, argv, 3);
     r->n_shortfalls = 2;
     r->shortfalls_total = 2;
-    r->shortfalls[0] = (struct bf_shortfall_row){.need_profile_ref = prof, .priority = 500,
-                                                 .age_cycles = 3, .ipb = 7};
+    r->shortfalls[0] = (struct bf_shortfall_row){
+        .need_profile_ref = prof, .priority = 500, .age_cycles = 3, .ipb = 7};
     r->shortfalls[0].deficit[cpu] = 4000;
-    r->shortfalls[1] = (struct bf_shortfall_row){.need_profile_ref = prof, .priority = 1000,
-                                                 .age_cycles = 1, .ipb = 9};
+    r->shortfalls[1] = (struct bf_shortfall_row){
+        .need_profile_ref = prof, .priority = 1000, .age_cycles = 1, .ipb = 9};
     r->shortfalls[1].deficit[cpu] = 1500;
     r->cycle = 7;
     r->computed_at_ns = bf_now_ns();

@@ -122,10 +122,10 @@ static int dim(const char *name)
 START_TEST(classify_routes_on_the_last_oneof_member_like_protobuf)
 {
     /* hello, then rollup twice, then an unknown field 9 */
-    uint8_t msg[] = {0x0a, 0x03, 0x0a, 0x01, 'a',  /* 1: hello{cluster_id "a"} */
-                     0x12, 0x02, 0x10, 0x05,       /* 2: rollup{timestamp 5} */
-                     0x12, 0x02, 0x10, 0x07,       /* 2: rollup{timestamp 7} */
-                     0x48, 0x01};                  /* 9: varint, unknown */
+    uint8_t msg[] = {0x0a, 0x03, 0x0a, 0x01, 'a', /* 1: hello{cluster_id "a"} */
+                     0x12, 0x02, 0x10, 0x05,      /* 2: rollup{timestamp 5} */
+                     0x12, 0x02, 0x10, 0x07,      /* 2: rollup{timestamp 7} */
+                     0x48, 0x01};                 /* 9: varint, unknown */
     int payload;
     const uint8_t *sub;
     size_t sublen;
@@ -217,8 +217,7 @@ START_TEST(rollup_converts_profile_same_min_unit_group_and_arrival)
     struct bf_rollup r;
     bf_rollup_init(&r);
     char err[256] = "";
-    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", cref, 100, 0, &r, err, sizeof err),
-                     0);
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", cref, 100, 0, &r, err, sizeof err), 0);
     ck_assert_uint_eq(r.n, 2);
     ck_assert_uint_eq(r.needs_in, 2);
     ck_assert_int_eq(r.rows[0].arrival_ns, 1234567);
@@ -356,8 +355,7 @@ START_TEST(rollup_rejects_too_many_needs_malformed_bytes_and_foreign_cluster)
     struct bf_rollup r;
     bf_rollup_init(&r);
     char err[256];
-    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 2, 0, &r, err, sizeof err),
-                     -E2BIG);
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 2, 0, &r, err, sizeof err), -E2BIG);
     ck_assert_ptr_nonnull(strstr(err, "3 needs"));
     ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c2", 1, 10, 0, &r, err, sizeof err),
                      -EINVAL);
@@ -365,9 +363,8 @@ START_TEST(rollup_rejects_too_many_needs_malformed_bytes_and_foreign_cluster)
     ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len - 1, "c1", 1, 10, 0, &r, err, sizeof err),
                      -EBADMSG);
     uint8_t junk[] = {0x1a, 0x02, 0x08, 0x80}; /* need whose requirement varint is truncated */
-    ck_assert_int_eq(bf_rollup_convert(&g_s, junk, sizeof junk, "c1", 1, 10, 0, &r, err,
-                                       sizeof err),
-                     -EBADMSG);
+    ck_assert_int_eq(
+        bf_rollup_convert(&g_s, junk, sizeof junk, "c1", 1, 10, 0, &r, err, sizeof err), -EBADMSG);
     ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 10, 0, &r, err, sizeof err), 0);
     ck_assert_uint_eq(r.n, 3);
     bf_rollup_free(&r);
@@ -608,8 +605,7 @@ END_TEST
 
 /* ------------------------------------------------------------ outbox */
 
-static const struct bf_outbox_limits LIM = {.max_frame_bytes = 100, .max_frames = 4,
-                                            .max_keys = 3};
+static const struct bf_outbox_limits LIM = {.max_frame_bytes = 100, .max_frames = 4, .max_keys = 3};
 
 START_TEST(outbox_frames_are_fifo_bounded_and_never_dropped_silently)
 {
@@ -677,7 +673,7 @@ START_TEST(outbox_keyed_random_operations_match_a_model)
     struct bf_outbox o;
     bf_outbox_init(&o, &lim);
     enum { NK = 700 };
-    static int seq_of[NK];   /* model: queued order stamp per key, 0 = absent */
+    static int seq_of[NK]; /* model: queued order stamp per key, 0 = absent */
     static uint32_t val_of[NK];
     memset(seq_of, 0, sizeof seq_of);
     int stamp = 0;
