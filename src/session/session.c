@@ -980,7 +980,11 @@ static void on_message(struct bf_net_call *call, const uint8_t *msg, size_t len,
     }
     default:
         s->ss->lc.frames_bad++;
-        BF_WARN("OperatorMessage without a known payload ignored", "cluster=%s", s->cluster_id);
+        if (!s->warned_unknown) { /* once per stream: a flood must not flood the log */
+            s->warned_unknown = true;
+            BF_WARN("OperatorMessage without a known payload ignored (further ones counted only)",
+                    "cluster=%s", s->cluster_id);
+        }
         break;
     }
 }

@@ -112,6 +112,7 @@ struct sess {
     uint32_t cluster_ref;
     bool live;    /* installed as its cluster's session */
     bool closing; /* finish()ed by us */
+    bool warned_unknown;
     struct bf_outbox ob;
     size_t ob_bytes;        /* last bf_outbox_bytes accounted globally */
     int64_t stalled_since;  /* mono ns since the transport stopped taking our queue */
