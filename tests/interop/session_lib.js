@@ -203,6 +203,53 @@ class Operator {
   }
 }
 
+// A raw HTTP/2 gRPC client: sends arbitrary bytes as messages (unknown
+// fields, malformed protobuf) and decodes what the shard answers.
+class RawOperator {
+  constructor(addr) {
+    const http2 = require('http2');
+    this.h2 = http2.connect(`http://${addr}`);
+    this.h2.on('error', () => {});
+    this.req = this.h2.request({ ':method': 'POST', ':path': '/bigfleet.v1alpha1.Shard/Session',
+      'content-type': 'application/grpc', te: 'trailers' });
+    this.req.on('error', () => {});
+    this.msgs = [];
+    this.status = null;
+    let buf = Buffer.alloc(0);
+    const de = proto.Shard.service.Session.responseDeserialize;
+    this.req.on('data', (d) => {
+      buf = Buffer.concat([buf, d]);
+      while (buf.length >= 5 && buf.length >= 5 + buf.readUInt32BE(1)) {
+        const n = buf.readUInt32BE(1);
+        this.msgs.push(de(buf.subarray(5, 5 + n)));
+        buf = buf.subarray(5 + n);
+      }
+    });
+    this.req.on('trailers', (t) => { this.status = { code: Number(t['grpc-status']), details: t['grpc-message'] }; });
+    this.req.on('response', (h) => {
+      if (h['grpc-status'] !== undefined) this.status = { code: Number(h['grpc-status']), details: h['grpc-message'] };
+    });
+  }
+
+  sendRaw(bytes) {
+    const f = Buffer.alloc(5 + bytes.length);
+    f.writeUInt32BE(bytes.length, 1);
+    Buffer.from(bytes).copy(f, 5);
+    this.req.write(f);
+  }
+
+  send(obj) { this.sendRaw(proto.Shard.service.Session.requestSerialize(obj)); }
+
+  async next(pred, ms = 5000, what = 'a message') {
+    await waitFor(() => this.msgs.some(pred) || this.status, ms, what);
+    const i = this.msgs.findIndex(pred);
+    if (i < 0) throw new Error(`stream ended (${JSON.stringify(this.status)}) before ${what}`);
+    return this.msgs.splice(i, 1)[0];
+  }
+
+  close() { this.h2.destroy(); }
+}
+
 const need = (o = {}) => ({
   requirements: o.requirements || [],
   aggregate_resources: o.aggregate || { cpu: '1' },
@@ -232,5 +279,5 @@ async function run(tests) {
 
 module.exports = {
   assert, grpc, proto, sleep, waitFor, freePort, httpGet, startShard, shm, shmAsync, cluster,
-  Operator, need, run, HELPER, BIN,
+  Operator, RawOperator, need, run, HELPER, BIN,
 };

@@ -128,6 +128,22 @@ const tests = [
     last.close();
     steady.close();
   }],
+  ['an unknown payload after Hello is ignored; a malformed frame ends the stream with INVALID_ARGUMENT', async () => {
+    const op = new L.RawOperator(S.addr);
+    op.send({ hello: { cluster_id: 'c-raw' } });
+    await op.next((m) => m.payload === 'ack' && m.ack.echo === 'hello', 5000, 'hello ack');
+    op.sendRaw([0x48, 0x01]); // field 9 (unknown to this schema version)
+    op.sendRaw([0x48, 0x01]);
+    op.send({ rollup: { cluster_id: 'c-raw', needs: [] } });
+    await op.next((m) => m.payload === 'ack' && m.ack.echo === 'rollup', 5000, 'rollup ack');
+    assert.strictEqual((S.log().match(/OperatorMessage without a known payload ignored/g) || []).length, 1,
+      'logged once per stream');
+    op.sendRaw([0x12, 0x05, 0x0a]); // a rollup whose length runs past the frame
+    await L.waitFor(() => op.status, 5000, 'stream end');
+    assert.strictEqual(op.status.code, G.INVALID_ARGUMENT);
+    assert.match(op.status.details, /malformed OperatorMessage/);
+    op.close();
+  }],
   ['/healthz answers 200, /readyz 503 until the first reconcile, /metrics carries the session series', async () => {
     const h = await L.httpGet(S.metricsPort, '/healthz');
     assert.strictEqual(h.status, 200);
