@@ -124,6 +124,9 @@ static int cmd_dump(const char *only)
            (unsigned long long)st->boot_late_responses,
            (unsigned long long)st->reclaim_instructions, (unsigned long long)st->reclaim_acks,
            (unsigned long long)st->node_updates, (unsigned long long)st->ac_updates);
+    const struct bf_cycle_result *cr = &S.st->result[atomic_load(&S.st->published) & 1];
+    printf("\"cycle\":{\"cycle\":%llu,\"total_needs\":%u,\"unsatisfied\":%u},",
+           (unsigned long long)cr->cycle, cr->counts.total_needs, cr->unsatisfied);
     printf("\"session_pid\":%u,\"clusters\":[", atomic_load(&S.st->proc[BF_ROLE_SESSION].pid));
     struct bf_need_row *rows = malloc(sizeof *rows * 2 * S.max_needs);
     for (uint32_t i = 0; i < n; i++) {
