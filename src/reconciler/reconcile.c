@@ -37,6 +37,7 @@ struct bf_recon {
     /* full-pass triggers: counters the supervisor writes */
     uint64_t seen_repaired;
     uint32_t seen_exec_restarts;
+    uint64_t seen_exec_unsuccessful;
     int64_t refresh_until_ns;
     /* the pass in flight */
     bool busy;
@@ -48,6 +49,18 @@ struct bf_recon {
     int rejects_logged;
     bool events_pushed;
 };
+
+/* Executor outcomes other than success: the executor flags a record
+ * NEEDS_REFRESH (transport error, redelivered in-flight action) before it
+ * counts the outcome, so a move of this sum means records may need a re-read. */
+static uint64_t exec_unsuccessful(const struct bf_shm *s)
+{
+    uint64_t n = 0;
+    for (int k = 0; k < BF_ACT_KIND_COUNT; k++)
+        for (int o = BF_OUT_SUCCESS + 1; o < BF_OUT_COUNT; o++)
+            n += atomic_load_explicit(&s->st->executor.outcomes[k][o], memory_order_acquire);
+    return n;
+}
 
 int bf_recon_new(struct bf_shm *shm, struct bf_prov_client *client, const struct bf_recon_opts *o,
                  struct bf_recon **out)
@@ -67,6 +80,7 @@ int bf_recon_new(struct bf_shm *shm, struct bf_prov_client *client, const struct
     }
     r->seen_repaired = atomic_load(&shm->st->supervisor.records_repaired);
     r->seen_exec_restarts = atomic_load(&shm->st->proc[BF_ROLE_EXECUTOR].restarts);
+    r->seen_exec_unsuccessful = exec_unsuccessful(shm);
     *out = r;
     return 0;
 }
@@ -420,7 +434,10 @@ int bf_recon_start(struct bf_recon *r, bf_recon_done_fn done, void *arg)
         r->seen_exec_restarts = rst;
         r->refresh_until_ns = now + BF_RECON_REFRESH_WINDOW_NS;
     }
-    bool full = !r->o.incremental || !r->have_cursor || now < r->refresh_until_ns ||
+    uint64_t unsucc = exec_unsuccessful(s);
+    bool refresh = unsucc != r->seen_exec_unsuccessful;
+    r->seen_exec_unsuccessful = unsucc;
+    bool full = !r->o.incremental || !r->have_cursor || refresh || now < r->refresh_until_ns ||
                 now - r->last_full_ns >= BF_RECON_FULL_EVERY_NS;
     struct bf_prov_list_req q = {0};
     if (!full) {

@@ -28,7 +28,8 @@
  * Incremental mode keeps the cursor in memory (a restart starts full). A
  * pass is made full when: there is no cursor; the provider returned an empty
  * revision last time (it does not do deltas); the executor restarted or the
- * supervisor repaired records within the last 60 s (records flagged
+ * supervisor repaired records within the last 60 s, or an executor outcome
+ * other than success was counted since the last pass (records flagged
  * NEEDS_REFRESH must be re-read, and deltas would not carry them); or
  * BF_RECON_FULL_EVERY_NS passed since the last full pass (deltas carry no
  * deletions, so a periodic full pass removes what vanished).
