@@ -332,8 +332,8 @@ START_TEST(client_maps_provider_statuses_per_shard_md_3_3)
     char id[128];
     snprintf(id, sizeof id, "%s", spec);
     memset(&c, 0, sizeof c);
-    ck_assert_int_eq(bf_prov_configure(f.cl, id, strlen(id), "c", 1, (const uint8_t *)"b", 1,
-                                       NULL, 0, 0, cap_ack, &c, NULL),
+    ck_assert_int_eq(bf_prov_configure(f.cl, id, strlen(id), "c", 1, (const uint8_t *)"b", 1, NULL,
+                                       0, 0, cap_ack, &c, NULL),
                      0);
     ck_assert(pfx_run_until(&f, &c.done, 5 * SEC));
     ck_assert_int_eq(c.r.status, BF_PROV_ERROR);
@@ -368,10 +368,10 @@ END_TEST
 START_TEST(client_reports_unimplemented_delete_as_unsupported)
 {
     static const struct bf_sim_type bm[1] = {{.name = "metal-1",
-                                               .cpu_milli = 64000,
-                                               .memory_mib = 262144,
-                                               .capacity_type = BF_CT_BARE_METAL,
-                                               .price_per_hour = 3}};
+                                              .cpu_milli = 64000,
+                                              .memory_mib = 262144,
+                                              .capacity_type = BF_CT_BARE_METAL,
+                                              .price_per_hour = 3}};
     struct bf_sim_config cfg = cfg_with("seed-idle", "2");
     cfg.types = bm;
     cfg.n_types = 1;
@@ -439,8 +439,8 @@ START_TEST(a_restarted_client_of_the_same_epoch_is_not_fenced_but_an_older_one_i
     ck_assert_int_eq(c.r.code, BF_NET_FAILED_PRECONDITION);
     /* a client of an older epoch is fenced whatever its sequence */
     struct bf_prov_client *old;
-    struct bf_prov_opts oo = {.addr = f.addr, .shard_id = "ut-shard", .epoch = 0,
-                              .seq_start = INT64_MAX / 2};
+    struct bf_prov_opts oo = {
+        .addr = f.addr, .shard_id = "ut-shard", .epoch = 0, .seq_start = INT64_MAX / 2};
     ck_assert_int_eq(bf_prov_client_new(f.loop, &oo, &old), 0);
     memset(&c, 0, sizeof c);
     ck_assert_int_eq(bf_prov_create(old, id, strlen(id), 0, cap_ack, &c, NULL), 0);

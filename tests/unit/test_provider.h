@@ -33,8 +33,8 @@
 #include "provider/sim_server.h"
 
 #define PT_UNUSED __attribute__((unused))
-#define MS BF_NS_PER_MS
-#define SEC BF_NS_PER_SEC
+#define MS        BF_NS_PER_MS
+#define SEC       BF_NS_PER_SEC
 
 struct pfx {
     struct bf_net_loop *loop;

@@ -106,8 +106,8 @@ START_TEST(same_state_takes_the_fast_path_and_writes_nothing)
     apply_list(r, ts, 3, true, &res);
     ck_assert_int_eq(res.inserted, 3);
     uint64_t head = atomic_load(&f.shm.changelog[BF_CL_RECONCILER].head);
-    ts[0].price = 5;   /* same state: a price change is not ingested (no screen, no write) */
-    ts[1].prob = 2.0;  /* not even screened on the fast path */
+    ts[0].price = 5;  /* same state: a price change is not ingested (no screen, no write) */
+    ts[1].prob = 2.0; /* not even screened on the fast path */
     apply_list(r, ts, 3, true, &res);
     ck_assert_int_eq(res.fast, 3);
     ck_assert_int_eq(res.updated + res.inserted + res.removed + res.rejected, 0);
@@ -282,7 +282,7 @@ START_TEST(bad_records_are_rejected_by_reason_and_the_last_good_one_is_kept)
     /* the provider now reports garbage for all four (in new states, so the
      * fast path does not hide it), plus a record without id and an unknown one */
     struct tmach bad[6] = {configured("p", "c"), configured("q", "c"), configured("s", "c"),
-                           configured("t", "c"), tmach_idle(""), tmach_idle("new-bad")};
+                           configured("t", "c"), tmach_idle(""),       tmach_idle("new-bad")};
     bad[0].price = -1;
     bad[1].prob = 1.5;
     bad[2].price = NAN;
