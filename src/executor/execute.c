@@ -72,6 +72,7 @@ struct job {
     uint8_t *blob;
     size_t blob_len;
     int outcome;
+    bool parked; /* read while the provider was unreachable: not started yet */
     char err[512];
 };
 
@@ -93,6 +94,7 @@ struct bf_exec {
     uint32_t boot_ctr;
     uint8_t *rbuf;
     size_t rbuf_cap;
+    uint32_t n_parked;
     bool closing, in_poll, repoll;
     uint64_t warn_budget_reset_ns;
     uint32_t warns;
@@ -1069,6 +1071,39 @@ static void drain_boot_responses(struct bf_exec *e)
     }
 }
 
+/*
+ * Jobs read while the provider is not connected (connecting, or in backoff
+ * after a failure) wait
+ * without touching their machine: started when the connection is back, or,
+ * once their deadline passes, finished as ctx_canceled with the machine left
+ * in its start state — the cycle re-derives the action, nothing is stranded
+ * in a transitional state by an outage.
+ */
+static void unpark(struct bf_exec *e)
+{
+    if (!e->n_parked)
+        return;
+    bool up = bf_prov_client_state(e->client) == BF_NET_CLIENT_READY;
+    int64_t now = bf_mono_ns();
+    for (uint32_t i = 0; i < e->o.concurrency && e->n_parked && !e->closing; i++) {
+        struct job *j = e->jobs[i];
+        if (!j || !j->parked)
+            continue;
+        if (!up && now < j->deadline)
+            continue;
+        j->parked = false;
+        e->n_parked--;
+        if (up) {
+            start_job(j);
+        } else {
+            j->id = bf_str(e->shm, j->a.machine_id_ref, &j->id_len);
+            set_outcome(j, BF_OUT_CTX_CANCELED,
+                        "provider unreachable until the action's deadline; machine untouched");
+            finish(j);
+        }
+    }
+}
+
 static void poll_actions(struct bf_exec *e)
 {
     if (e->closing)
@@ -1128,8 +1163,14 @@ static void poll_actions(struct bf_exec *e)
             j->deadline = j->t0 + e->o.execute_timeout_ns;
             e->inflight++;
             atomic_store_explicit(&XS(e)->inflight, e->inflight, memory_order_relaxed);
+            if (bf_prov_client_state(e->client) != BF_NET_CLIENT_READY) {
+                j->parked = true; /* started once the provider answers again */
+                e->n_parked++;
+                continue;
+            }
             start_job(j);
         }
+        unpark(e);
     } while (e->repoll && !e->closing);
     e->in_poll = false;
 }

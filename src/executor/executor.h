@@ -36,6 +36,10 @@
  * provider's truth and the cycle re-derives — nothing is failed for an
  * outage and nothing stays transitional once the provider answers; any
  * other error -> Failed with last_error "<rpc>: ...".
+ * An action read while the provider is not connected waits (in its
+ * concurrency slot, machine untouched) until the connection is up, or until
+ * its deadline: then it ends ctx_canceled with the machine in its start
+ * state, and the cycle re-derives it.
  * A live action whose machine is already in the action's transitional state
  * was in flight when a predecessor died: the record is flagged
  * NEEDS_REFRESH and the action finished (never re-driven blind).
