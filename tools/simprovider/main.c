@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bigfleet/config.h"
 #include "bigfleet/log.h"
@@ -370,7 +371,14 @@ int main(int argc, char **argv)
         goto out_sim;
     }
     struct bf_simsrv_opts so = {.addr = addr, .tls = tls};
-    if ((rc = bf_simsrv_new(g_loop, g_sim, &so, &g_srv)) < 0) {
+    /* A predecessor killed with SIGKILL can keep its listening socket for a
+     * moment (its io_uring is torn down asynchronously): retry the bind for
+     * up to 3 s instead of failing the restart. */
+    int64_t bind_until = bf_mono_ns() + 3 * BF_NS_PER_SEC;
+    while ((rc = bf_simsrv_new(g_loop, g_sim, &so, &g_srv)) == -EADDRINUSE &&
+           bf_mono_ns() < bind_until)
+        usleep(50 * 1000);
+    if (rc < 0) {
         BF_ERROR("cannot listen", "addr=%s error=\"%s\"", addr, strerror(-rc));
         goto out_loop;
     }
