@@ -24,6 +24,15 @@
  *   count --state S                   machines in state S
  *   dump                              one line per machine
  *   stats                             executor and reconciler stats (key=value)
+ *   rollup --cluster C [--count N --cpu Q --memory Q] [need options]
+ *                                     SESSION STAND-IN: publishes a full-replacement
+ *                                     rollup for cluster C exactly as the session
+ *                                     does (rows in a free arena extent, the
+ *                                     cluster row published with generation+1 and
+ *                                     first_rollup, change counter bumped, cycle
+ *                                     woken): one Need of N x (cpu, memory), or
+ *                                     no Need at all without --count (demand
+ *                                     withdrawn). Until the session process lands.
  * need options: --priority P --ipb B --rpb B --req key:op:v1,v2 (op In, NotIn,
  *   Exists, DoesNotExist, Same; repeatable) --group G
  * Kinds: Bootstrap Provision Reclaim Preempt Delete. Exit 0 ok, 1 failure
@@ -39,6 +48,7 @@
 #include <unistd.h>
 
 #include "bigfleet/blobs.h"
+#include "bigfleet/log.h"
 #include "bigfleet/model.h"
 #include "bigfleet/shm.h"
 #include "bigfleet/util.h"
@@ -302,8 +312,69 @@ static void stats(void)
     printf("ring.reclaim.depth=%llu\n", (unsigned long long)bf_ring_depth(&S, BF_RING_RECLAIM));
     printf("ring.boot_req.depth=%llu\n", (unsigned long long)bf_ring_depth(&S, BF_RING_BOOT_REQ));
     printf("executor.restarts=%u\n", atomic_load(&st->proc[BF_ROLE_EXECUTOR].restarts));
+    printf("cycle.count=%llu\n", (unsigned long long)atomic_load(&st->cycle_count));
     printf("supervisor.records_repaired=%llu\n",
            (unsigned long long)atomic_load(&st->supervisor.records_repaired));
+}
+
+/* Session stand-in: one full-replacement rollup for a cluster (see usage). */
+static int rollup(const char *cluster, int count, const char *cpu, const char *mem,
+                  struct need *need)
+{
+    uint32_t name;
+    if (!cluster || bf_str_intern_cstr(&S, cluster, &name))
+        return -1;
+    int idx = bf_cluster_find(&S, name);
+    struct bf_cluster_rec rec = {0};
+    if (idx < 0) {
+        idx = (int)atomic_load(&S.needs->n_clusters);
+        if ((uint32_t)idx >= S.max_clusters || (uint32_t)(idx + 1) * 2 > 2 * S.max_needs)
+            return -1;
+        atomic_store_explicit(&S.needs->n_clusters, (uint32_t)idx + 1, memory_order_release);
+    } else if (bf_cluster_read(&S, (uint32_t)idx, &rec, NULL)) {
+        return -1;
+    }
+    /* two one-row extents per cluster, alternating: the published one is never overwritten */
+    uint32_t off = (uint32_t)idx * 2 + (uint32_t)((rec.generation + 1) & 1);
+    uint32_t nrows = 0;
+    if (count > 0) {
+        uint32_t prof, fp;
+        if (bf_nprofile_intern(&S, &need->p, &prof, &fp))
+            return -1;
+        struct bf_kv kv[2] = {{"cpu", cpu ? cpu : "1"}, {"memory", mem ? mem : "1Gi"}};
+        bf_vec unit;
+        char err[128];
+        if (bf_resources_to_vec(&S, 2, kv, &unit, err, sizeof err)) {
+            fprintf(stderr, "bf_actuate: %s\n", err);
+            return -1;
+        }
+        struct bf_need_row row = {
+            .profile_ref = prof, .cluster_ref = name, .arrival_ns = bf_now_ns()};
+        if (need->group &&
+            bf_str_intern(&S, need->group, (uint32_t)strlen(need->group), &row.group_ref))
+            return -1;
+        for (int d = 0; d < BF_MAX_DIMS; d++) {
+            row.min_unit[d] = unit.v[d];
+            row.aggregate[d] = unit.v[d] * count;
+        }
+        bf_shm_store_words(&S.rows[off], &row, sizeof row);
+        nrows = 1;
+    }
+    int64_t now = bf_now_ns();
+    rec.name_ref = name;
+    rec.in_use = 1;
+    rec.first_rollup = 1;
+    rec.rows_off = off;
+    rec.rows_count = nrows;
+    rec.accepted_rows = nrows;
+    rec.generation++;
+    rec.last_rollup_ns = now;
+    rec.last_rollup_timestamp_ns = now;
+    rec.rollups_accepted++;
+    bf_cluster_write(&S, (uint32_t)idx, &rec);
+    atomic_fetch_add_explicit(&S.needs->change_counter, 1, memory_order_release);
+    wake(BF_ROLE_CYCLE);
+    return 0;
 }
 
 static bool sleep_until(int64_t deadline)
@@ -316,7 +387,7 @@ static bool sleep_until(int64_t deadline)
 
 int main(int argc, char **argv)
 {
-    const char *id = NULL, *machine = NULL;
+    const char *id = NULL, *machine = NULL, *cpu = NULL, *mem = NULL;
     double timeout = 30;
     int state = -1, count = 0;
     struct actopts o = {.reason = BF_REASON_NONE, .disposition = BF_DISP_EXECUTE};
@@ -339,6 +410,8 @@ int main(int argc, char **argv)
                                        {"group", required_argument, 0, 'G'},
                                        {"state", required_argument, 0, 's'},
                                        {"count", required_argument, 0, 'n'},
+                                       {"cpu", required_argument, 0, 'C'},
+                                       {"memory", required_argument, 0, 'M'},
                                        {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -396,6 +469,12 @@ int main(int argc, char **argv)
             break;
         case 'n':
             count = atoi(optarg);
+            break;
+        case 'C':
+            cpu = optarg;
+            break;
+        case 'M':
+            mem = optarg;
             break;
         default:
             goto usage;
@@ -484,6 +563,8 @@ int main(int argc, char **argv)
                 }
             }
         }
+    } else if (!strcmp(cmd, "rollup")) {
+        rc = rollup(o.cluster, count, cpu, mem, &o.need) ? 1 : 0;
     } else if (!strcmp(cmd, "count")) {
         printf("%d\n", count_state(state, NULL));
     } else if (!strcmp(cmd, "dump")) {
@@ -498,6 +579,6 @@ int main(int argc, char **argv)
     return rc;
 usage:
     fprintf(stderr, "usage: bf_actuate --id SHARD wait-ready|reconcile|act|act-state|wait-quiet|"
-                    "wait-state|count|dump|stats [options] (see the source header)\n");
+                    "wait-state|count|dump|stats|rollup [options] (see the source header)\n");
     return 2;
 }
