@@ -193,6 +193,17 @@ struct bf_prov_opts {
     int64_t seq_start;            /* first sequence number; 0 = the monotonic clock rule above */
 };
 
+struct bf_config;
+/*
+ * Client options from the appliance configuration: --provider-addr, the
+ * fencing identity (--id, the given epoch), and the mTLS files when all three
+ * TLS flags are set -- except for the embedded simulated provider (the
+ * supervisor starts it plaintext on --sim-listen, loopback, and hands the
+ * children --provider-addr=<sim-listen>), which is dialled plaintext. The
+ * strings point into cfg.
+ */
+void bf_prov_opts_from_config(struct bf_prov_opts *o, const struct bf_config *cfg, int64_t epoch);
+
 /* The result of one call. message is the grpc-message (valid during the
  * callback; "" when none). seq is the sequence number the attempt carried
  * (0 for Get/List). */

@@ -78,13 +78,8 @@ int bf_executor_main(const struct bf_config *cfg)
         BF_ERROR("cannot create the event loop", "error=\"%s\"", strerror(-rc));
         goto out_audit;
     }
-    struct bf_prov_opts po = {
-        .addr = cfg->provider_addr,
-        .shard_id = cfg->id,
-        .epoch = m.ch.shm.inv_hdr->epoch,
-    };
-    if (bf_config_tls(cfg))
-        po.tls = (struct bf_net_tls_config){cfg->tls_cert, cfg->tls_key, cfg->tls_ca};
+    struct bf_prov_opts po;
+    bf_prov_opts_from_config(&po, cfg, m.ch.shm.inv_hdr->epoch);
     if ((rc = bf_prov_client_new(m.loop, &po, &m.client))) {
         BF_ERROR("cannot create the provider client", "addr=%s error=\"%s\"", cfg->provider_addr,
                  strerror(-rc));

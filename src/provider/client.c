@@ -22,6 +22,7 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "bigfleet/config.h"
 #include "bigfleet/log.h"
 #include "bigfleet/provider.h"
 #include "bigfleet/util.h"
@@ -94,6 +95,17 @@ struct bf_prov_call {
     } cb;
     void *arg;
 };
+
+void bf_prov_opts_from_config(struct bf_prov_opts *o, const struct bf_config *cfg, int64_t epoch)
+{
+    memset(o, 0, sizeof *o);
+    o->addr = cfg->provider_addr;
+    o->shard_id = cfg->id;
+    o->epoch = epoch;
+    bool embedded = cfg->sim_listen[0] && strcmp(cfg->provider_addr, cfg->sim_listen) == 0;
+    if (bf_config_tls(cfg) && !embedded)
+        o->tls = (struct bf_net_tls_config){cfg->tls_cert, cfg->tls_key, cfg->tls_ca};
+}
 
 int bf_prov_client_new(struct bf_net_loop *loop, const struct bf_prov_opts *o,
                        struct bf_prov_client **out)
