@@ -34,33 +34,24 @@ struct bf_recon {
     size_t cursor_len;
     bool have_cursor;
     int64_t last_full_ns;
-    /* full-pass triggers: counters the supervisor writes */
-    uint64_t seen_repaired;
-    uint32_t seen_exec_restarts;
-    uint64_t seen_exec_unsuccessful;
-    int64_t refresh_until_ns;
+    /* refresh candidates: private read cursors over the executor's and the
+     * supervisor's change logs (read only: the cycle owns the logs' tails) */
+    uint64_t cl_cursor[BF_CHANGELOG_WRITERS];
+    bool refresh_lost; /* a log lapped our cursor, or a pass failed: go full */
+    uint32_t *refresh; /* slots flagged NEEDS_REFRESH, for targeted Gets */
+    uint32_t n_refresh, refresh_cap;
     /* the pass in flight */
     bool busy;
     bool pass_full;
     int64_t t0;
+    uint32_t gets_outstanding;
+    struct bf_recon_result res; /* accumulated over the List and the Gets */
     bf_recon_done_fn done;
     void *done_arg;
     /* per-pass */
     int rejects_logged;
     bool events_pushed;
 };
-
-/* Executor outcomes other than success: the executor flags a record
- * NEEDS_REFRESH (transport error, redelivered in-flight action) before it
- * counts the outcome, so a move of this sum means records may need a re-read. */
-static uint64_t exec_unsuccessful(const struct bf_shm *s)
-{
-    uint64_t n = 0;
-    for (int k = 0; k < BF_ACT_KIND_COUNT; k++)
-        for (int o = BF_OUT_SUCCESS + 1; o < BF_OUT_COUNT; o++)
-            n += atomic_load_explicit(&s->st->executor.outcomes[k][o], memory_order_acquire);
-    return n;
-}
 
 int bf_recon_new(struct bf_shm *shm, struct bf_prov_client *client, const struct bf_recon_opts *o,
                  struct bf_recon **out)
@@ -78,9 +69,9 @@ int bf_recon_new(struct bf_shm *shm, struct bf_prov_client *client, const struct
         bf_recon_free(r);
         return -ENOMEM;
     }
-    r->seen_repaired = atomic_load(&shm->st->supervisor.records_repaired);
-    r->seen_exec_restarts = atomic_load(&shm->st->proc[BF_ROLE_EXECUTOR].restarts);
-    r->seen_exec_unsuccessful = exec_unsuccessful(shm);
+    /* the first pass is full: flags set before it are covered */
+    for (int w = 0; w < BF_CHANGELOG_WRITERS; w++)
+        r->cl_cursor[w] = atomic_load_explicit(&shm->changelog[w].head, memory_order_acquire);
     *out = r;
     return 0;
 }
@@ -92,6 +83,7 @@ void bf_recon_free(struct bf_recon *r)
     bf_prov_shape_cache_free(r->shapes);
     free(r->seen);
     free(r->cursor);
+    free(r->refresh);
     free(r);
 }
 
@@ -383,15 +375,138 @@ void bf_recon_apply(struct bf_recon *r, const struct bf_prov_list *l, bool full,
 
 /* ------------------------------------------------------------ the pass */
 
+/*
+ * Records flagged BF_REC_NEEDS_REFRESH since the last pass (an executor's
+ * transport failure or redelivered mid-flight action; a supervisor repair):
+ * the slots the executor and supervisor change logs name after our cursors,
+ * re-read for the flag. O(writes since the last pass). Returns false when a
+ * log lapped a cursor (entries lost: the caller goes full).
+ */
+static bool collect_refresh(struct bf_recon *r)
+{
+    struct bf_shm *s = r->shm;
+    static const int logs[2] = {BF_CL_EXECUTOR, BF_CL_SUPERVISOR};
+    uint64_t cap = (uint64_t)s->changelog_mask + 1;
+    bool ok = true;
+    r->n_refresh = 0;
+    for (int i = 0; i < 2; i++) {
+        struct bf_changelog *c = &s->changelog[logs[i]];
+        _Atomic uint32_t *e = (_Atomic uint32_t *)((uint8_t *)s->inv_hdr + c->entries_off);
+        uint64_t h = atomic_load_explicit(&c->head, memory_order_acquire);
+        uint64_t from = r->cl_cursor[logs[i]];
+        r->cl_cursor[logs[i]] = h;
+        if (h - from > cap) {
+            ok = false;
+            continue;
+        }
+        for (uint64_t p = from; p < h; p++) {
+            uint32_t slot = atomic_load_explicit(&e[p & s->changelog_mask], memory_order_relaxed);
+            struct bf_machine_rec rec;
+            if (slot >= s->max_machines || bf_inv_read(s, slot, &rec) ||
+                !(rec.flags & BF_REC_VALID) || !(rec.flags & BF_REC_NEEDS_REFRESH))
+                continue;
+            uint32_t k;
+            for (k = 0; k < r->n_refresh && r->refresh[k] != slot; k++)
+                ;
+            if (k < r->n_refresh)
+                continue; /* already listed */
+            if (r->n_refresh == BF_RECON_MAX_GETS)
+                return false; /* too many for targeted Gets: a full pass is cheaper */
+            if (r->n_refresh == r->refresh_cap) {
+                uint32_t nc = r->refresh_cap ? r->refresh_cap * 2 : 64;
+                uint32_t *nr = realloc(r->refresh, nc * sizeof *nr);
+                if (!nr)
+                    return false;
+                r->refresh = nr;
+                r->refresh_cap = nc;
+            }
+            r->refresh[r->n_refresh++] = slot;
+        }
+    }
+    return ok;
+}
+
+static void pass_finish(struct bf_recon *r)
+{
+    if (r->res.status != BF_PROV_OK)
+        r->refresh_lost = true; /* the flagged records were not re-read */
+    if (r->events_pushed)
+        bf_wake(r->shm, BF_ROLE_SESSION);
+    r->busy = false;
+    bf_recon_done_fn done = r->done;
+    r->done = NULL;
+    struct bf_recon_result res = r->res;
+    if (done)
+        done(r->done_arg, &res);
+}
+
+struct get_ctx {
+    struct bf_recon *r;
+    uint32_t slot, id_ref;
+};
+
+static void on_get(void *arg, const struct bf_prov_result *pr, const struct bf_prov_machine *m)
+{
+    struct get_ctx *g = arg;
+    struct bf_recon *r = g->r;
+    int64_t t0 = bf_mono_ns();
+    if (pr->status == BF_PROV_OK && m) {
+        struct bf_prov_bytes raw = {m->buf, m->len};
+        apply_one(r, &raw, bf_now_ns() / BF_NS_PER_SEC, &r->res);
+    } else if (pr->status == BF_PROV_NOT_FOUND) {
+        /* explicit evidence the machine is gone: remove it (unless in flight) */
+        struct bf_machine_rec rec;
+        if (!bf_pending(r->shm, g->slot) && bf_inv_read(r->shm, g->slot, &rec) == 0 &&
+            (rec.flags & BF_REC_VALID) && rec.id == g->id_ref &&
+            bf_inv_remove(r->shm, g->slot) == 0) {
+            r->res.removed++;
+            atomic_fetch_add_explicit(&r->shm->st->reconciler.machines_removed, 1,
+                                      memory_order_relaxed);
+        }
+    } else {
+        r->refresh_lost = true; /* retried by a full pass next time */
+    }
+    r->res.apply_ns += bf_mono_ns() - t0;
+    free(g);
+    if (--r->gets_outstanding == 0)
+        pass_finish(r);
+}
+
+/* Targeted re-reads of the flagged records (incremental passes). */
+static void start_gets(struct bf_recon *r)
+{
+    for (uint32_t i = 0; i < r->n_refresh; i++) {
+        struct bf_machine_rec rec;
+        uint32_t slot = r->refresh[i], l;
+        if (bf_inv_read(r->shm, slot, &rec) || !(rec.flags & BF_REC_VALID))
+            continue;
+        const char *id = bf_str(r->shm, rec.id, &l);
+        struct get_ctx *g = malloc(sizeof *g);
+        if (!g || !id) {
+            free(g);
+            r->refresh_lost = true;
+            continue;
+        }
+        *g = (struct get_ctx){r, slot, rec.id};
+        r->gets_outstanding++;
+        if (bf_prov_get(r->client, id, l, r->o.list_timeout_ns, on_get, g, NULL)) {
+            r->gets_outstanding--;
+            free(g);
+            r->refresh_lost = true;
+        }
+    }
+    r->res.refreshed = r->gets_outstanding;
+}
+
 static void on_list(void *arg, const struct bf_prov_result *pr, const struct bf_prov_list *l)
 {
     struct bf_recon *r = arg;
-    struct bf_recon_result res = {0};
-    res.status = pr->status;
-    res.list_ns = pr->elapsed_ns;
-    res.full = r->pass_full;
+    memset(&r->res, 0, sizeof r->res);
+    r->res.status = pr->status;
+    r->res.list_ns = pr->elapsed_ns;
+    r->res.full = r->pass_full;
     if (pr->status == BF_PROV_OK && l) {
-        bf_recon_apply(r, l, r->pass_full, &res);
+        bf_recon_apply(r, l, r->pass_full, &r->res);
         if (r->o.incremental) {
             if (l->revision.len) {
                 uint8_t *c = realloc(r->cursor, l->revision.len);
@@ -407,37 +522,29 @@ static void on_list(void *arg, const struct bf_prov_result *pr, const struct bf_
                 r->have_cursor = false; /* no deltas from this provider: every pass full */
             }
         }
-        if (res.full)
+        if (r->res.full) {
             r->last_full_ns = bf_mono_ns();
+            r->refresh_lost = false;
+        } else if (r->n_refresh) {
+            start_gets(r);
+            if (r->gets_outstanding)
+                return; /* the pass ends when the last Get answered */
+        }
     } else {
         BF_WARN("reconcile: provider List failed; the inventory is kept as it is",
                 "status=%s code=%s message=\"%s\" elapsed_ms=%.1f", bf_prov_status_name(pr->status),
                 bf_net_code_name(pr->code), pr->message, pr->elapsed_ns / 1e6);
     }
-    r->busy = false;
-    bf_recon_done_fn done = r->done;
-    r->done = NULL;
-    if (done)
-        done(r->done_arg, &res);
+    pass_finish(r);
 }
 
 int bf_recon_start(struct bf_recon *r, bf_recon_done_fn done, void *arg)
 {
     if (r->busy)
         return -EBUSY;
-    struct bf_shm *s = r->shm;
     int64_t now = bf_mono_ns();
-    uint64_t rep = atomic_load(&s->st->supervisor.records_repaired);
-    uint32_t rst = atomic_load(&s->st->proc[BF_ROLE_EXECUTOR].restarts);
-    if (rep != r->seen_repaired || rst != r->seen_exec_restarts) {
-        r->seen_repaired = rep;
-        r->seen_exec_restarts = rst;
-        r->refresh_until_ns = now + BF_RECON_REFRESH_WINDOW_NS;
-    }
-    uint64_t unsucc = exec_unsuccessful(s);
-    bool refresh = unsucc != r->seen_exec_unsuccessful;
-    r->seen_exec_unsuccessful = unsucc;
-    bool full = !r->o.incremental || !r->have_cursor || refresh || now < r->refresh_until_ns ||
+    bool complete = collect_refresh(r);
+    bool full = !r->o.incremental || !r->have_cursor || !complete || r->refresh_lost ||
                 now - r->last_full_ns >= BF_RECON_FULL_EVERY_NS;
     struct bf_prov_list_req q = {0};
     if (!full) {
@@ -449,10 +556,12 @@ int bf_recon_start(struct bf_recon *r, bf_recon_done_fn done, void *arg)
     r->done_arg = arg;
     r->busy = true;
     r->t0 = now;
+    r->gets_outstanding = 0;
     int rc = bf_prov_list(r->client, &q, r->o.list_timeout_ns, on_list, r, NULL);
     if (rc) {
         r->busy = false;
         r->done = NULL;
+        r->refresh_lost = true;
         return rc;
     }
     return 0;

@@ -25,14 +25,18 @@
  * has none). A full pass (no cursor sent) then removes every machine the
  * provider no longer lists, unless an action is in flight on it.
  *
- * Incremental mode keeps the cursor in memory (a restart starts full). A
- * pass is made full when: there is no cursor; the provider returned an empty
- * revision last time (it does not do deltas); the executor restarted or the
- * supervisor repaired records within the last 60 s, or an executor outcome
- * other than success was counted since the last pass (records flagged
- * NEEDS_REFRESH must be re-read, and deltas would not carry them); or
- * BF_RECON_FULL_EVERY_NS passed since the last full pass (deltas carry no
- * deletions, so a periodic full pass removes what vanished).
+ * Incremental mode keeps the cursor in memory (a restart starts full).
+ * Records flagged NEEDS_REFRESH (the executor after a transport failure or a
+ * redelivered mid-flight action, the supervisor after a repair) must be
+ * re-read even when the provider did not change them, which a delta would
+ * not show: the reconciler follows the executor's and supervisor's change
+ * logs with private read-only cursors (O(writes)), and re-reads up to
+ * BF_RECON_MAX_GETS flagged records with Get after the delta (NOT_FOUND
+ * removes the record). A pass is made full instead when: there is no cursor;
+ * the provider returned an empty revision last time (it does not do deltas);
+ * a change log lapped our cursor, there are more flagged records than that,
+ * or a previous pass or Get failed; or BF_RECON_FULL_EVERY_NS passed since
+ * the last full pass (deltas carry no deletions).
  *
  * Process rules: runs on the reconciler's loop; writes machine records
  * (reconciler side of the seqlock), the id index, ring NODE_RECON and its
@@ -47,9 +51,9 @@
 #include "bigfleet/provider.h"
 #include "bigfleet/shm.h"
 
-#define BF_RECON_FULL_EVERY_NS     (600LL * 1000000000LL)
-#define BF_RECON_REFRESH_WINDOW_NS (60LL * 1000000000LL)
-#define BF_RECON_LOG_REJECTS       10 /* rejection log lines per pass (then a summary) */
+#define BF_RECON_FULL_EVERY_NS (600LL * 1000000000LL)
+#define BF_RECON_MAX_GETS      256 /* refresh candidates re-read by Get; more: a full pass */
+#define BF_RECON_LOG_REJECTS   10  /* rejection log lines per pass (then a summary) */
 
 struct bf_recon;
 
@@ -65,8 +69,9 @@ struct bf_recon_result {
     uint32_t rejected_by[4]; /* enum bf_reject_reason */
     uint32_t errors;         /* records we could not write (busy, table full) */
     uint32_t node_events;
-    int64_t list_ns;  /* List RPC (request to reply) */
-    int64_t apply_ns; /* applying the reply */
+    uint32_t refreshed; /* flagged records re-read by Get (incremental passes) */
+    int64_t list_ns;    /* List RPC (request to reply) */
+    int64_t apply_ns;   /* applying the reply */
 };
 
 typedef void (*bf_recon_done_fn)(void *arg, const struct bf_recon_result *r);

@@ -63,11 +63,11 @@ static void pass_done(void *arg, const struct bf_recon_result *r)
             (r->inserted || r->removed || r->rejected || r->errors) ? BF_LOG_INFO : BF_LOG_DEBUG;
         bf_log(lvl, "reconciled",
                "seq=%llu full=%d listed=%u fast=%u updated=%u inserted=%u removed=%u "
-               "skipped_pending=%u rejected=%u errors=%u node_events=%u list_ms=%.1f "
+               "skipped_pending=%u rejected=%u errors=%u node_events=%u refreshed=%u list_ms=%.1f "
                "apply_ms=%.1f",
                (unsigned long long)m->pass_seq, r->full, r->listed, r->fast, r->updated,
                r->inserted, r->removed, r->skipped_pending, r->rejected, r->errors, r->node_events,
-               r->list_ns / 1e6, r->apply_ns / 1e6);
+               r->refreshed, r->list_ns / 1e6, r->apply_ns / 1e6);
     } else {
         atomic_fetch_add_explicit(&rs->reconcile_errors, 1, memory_order_relaxed);
     }

@@ -407,6 +407,52 @@ START_TEST(passes_over_grpc_full_then_incremental_deltas)
 }
 END_TEST
 
+START_TEST(incremental_passes_reread_records_flagged_for_refresh_with_get)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, true);
+    struct bf_recon *r = recon_new(&f, true);
+    struct bf_recon_result res = pass(&f, r);
+    ck_assert(res.full);
+    res = pass(&f, r);
+    ck_assert(!res.full);
+    ck_assert_int_eq(res.listed, 0);
+    /* the executor left a machine Creating + NEEDS_REFRESH after a transport
+     * failure; the provider never saw the Create: no delta will carry it */
+    char id[128];
+    snprintf(id, sizeof id, "%s", sim_first_in_state(f.sim, BF_STATE_SPECULATIVE));
+    struct bf_machine_rec rec;
+    uint32_t slot;
+    ck_assert(rec_of(&f.shm, id, &rec, &slot));
+    struct bf_inv_txn t;
+    ck_assert_int_eq(bf_inv_begin(&f.shm, slot, &t), 0);
+    struct bf_machine_rec nr = t.old;
+    nr.state = BF_STATE_CREATING;
+    nr.flags |= BF_REC_NEEDS_REFRESH;
+    bf_inv_commit(&f.shm, &t, &nr, BF_CL_EXECUTOR);
+    /* and a record of a machine the provider does not know at all */
+    struct bf_machine_rec ghost = {.state = BF_STATE_IDLE, .flags = BF_REC_NEEDS_REFRESH};
+    ck_assert_int_eq(bf_str_intern_cstr(&f.shm, "ghost-machine", &ghost.id), 0);
+    uint32_t gslot;
+    ck_assert_int_eq(bf_inv_insert(&f.shm, &ghost, &gslot), 0);
+    bf_cl_append(&f.shm, BF_CL_SUPERVISOR, gslot);
+    res = pass(&f, r);
+    ck_assert(!res.full); /* still a delta pass */
+    ck_assert_int_eq(res.refreshed, 2);
+    ck_assert(rec_of(&f.shm, id, &rec, NULL));
+    ck_assert_int_eq(rec.state, BF_STATE_SPECULATIVE);
+    ck_assert(!(rec.flags & BF_REC_NEEDS_REFRESH));
+    ck_assert(!rec_of(&f.shm, "ghost-machine", &rec, NULL)); /* NOT_FOUND: removed */
+    ck_assert_int_eq(res.removed, 1);
+    /* nothing flagged any more: the next pass is an empty delta again */
+    res = pass(&f, r);
+    ck_assert_int_eq(res.refreshed, 0);
+    ck_assert_int_eq(res.listed, 0);
+    bf_recon_free(r);
+    pfx_close(&f);
+}
+END_TEST
+
 START_TEST(a_failed_list_leaves_the_inventory_untouched)
 {
     struct pfx f;
@@ -451,6 +497,7 @@ static Suite *suite(void)
     t = tcase_create("grpc");
     tcase_set_timeout(t, 30);
     tcase_add_test(t, passes_over_grpc_full_then_incremental_deltas);
+    tcase_add_test(t, incremental_passes_reread_records_flagged_for_refresh_with_get);
     tcase_add_test(t, a_failed_list_leaves_the_inventory_untouched);
     suite_add_tcase(s, t);
     return s;
