@@ -6,7 +6,8 @@
 # during the outage wait untouched and time out (nothing stranded in a
 # transitional state, nothing failed), no drain ever reaches the provider (no
 # reclaim storm), and after the provider returns one reconcile restores
-# agreement and new actions complete (full recovery).
+# agreement and new actions complete (full recovery). Runs with
+# --incremental-reconcile (the restarted provider invalidates the cursor).
 source "$(dirname "$0")/lib.bash"
 source "$(dirname "$0")/provider_lib.bash"
 ID=$(new_id outage)
@@ -17,7 +18,8 @@ EOT
 SIM_PORT=$(free_port)
 SIMARGS=(--catalog "$TMP/cat.csv" --seed-speculative 30 --state "$TMP/simstate")
 start_sim sim "${SIMARGS[@]}"
-start_appliance --provider-addr "$SIM_ADDR" --execute-timeout 8s --reconcile-timeout 5s
+start_appliance --provider-addr "$SIM_ADDR" --execute-timeout 8s --reconcile-timeout 5s \
+    --incremental-reconcile
 A wait-ready --timeout 15 || fail "no first reconcile"
 NEED=(--cluster cl-o --priority 500000 --ipb 12 --rpb 14)
 A act-state --kind Provision --state Speculative --count 20 "${NEED[@]}" >/dev/null
