@@ -194,7 +194,8 @@ static void tx_commit(struct job *j, struct bf_inv_txn *t, const struct bf_machi
 static uint32_t intern_msg(struct bf_exec *e, const char *msg)
 {
     uint32_t ref = 0;
-    if (bf_str_intern_cstr(e->shm, msg, &ref))
+    if (bf_str_intern_soft(e->shm, msg, (uint32_t)strlen(msg), &ref) &&
+        bf_str_intern_cstr(e->shm, "error (message dropped: string table reserve)", &ref))
         ref = 0;
     return ref;
 }

@@ -328,8 +328,13 @@ int bf_prov_machine_build(struct bf_shm *s, struct bf_prov_shape_cache *c,
     out->interruption_probability = (float)m->interruption_probability;
     if ((rc = intern_bytes(s, &m->cluster, &out->cluster)))
         return rc;
-    if ((rc = intern_bytes(s, &m->last_error, &out->last_error)))
-        return rc;
+    if (m->last_error.len &&
+        bf_str_intern_soft(s, m->last_error.p, (uint32_t)m->last_error.len, &out->last_error)) {
+        /* the reserve protects essential strings: keep a bounded message */
+        if ((rc = bf_str_intern_cstr(s, "provider error (message dropped: string table reserve)",
+                                     &out->last_error)))
+            return rc;
+    }
     if (m->host_provider.len || m->host_ref.len) {
         bool is_id = m->host_ref.len == m->id.len && !memcmp(m->host_ref.p, m->id.p, m->id.len);
         if (is_id || !m->host_ref.len) {
@@ -346,7 +351,7 @@ int bf_prov_machine_build(struct bf_shm *s, struct bf_prov_shape_cache *c,
             memcpy(hb, m->host_provider.p, m->host_provider.len);
             hb[m->host_provider.len] = 0;
             memcpy(hb + m->host_provider.len + 1, m->host_ref.p, m->host_ref.len);
-            rc = bf_str_intern(s, hb, (uint32_t)n, &out->host);
+            rc = bf_str_intern_soft(s, hb, (uint32_t)n, &out->host);
             if (hb != stackb)
                 free(hb);
             if (rc == -ENOSPC || rc == -E2BIG) {
