@@ -1,0 +1,497 @@
+/*
+ * bigfleet/net.h — the network stack of every networked process:
+ *
+ *   - one single-threaded io_uring event loop per process (multishot accept,
+ *     multishot recv into a provided-buffer ring, one outstanding send per
+ *     connection, timers, eventfd/fd watches, deferred calls);
+ *   - a gRPC server (HTTP/2 via nghttp2, h2c or TLS 1.3 / mTLS via wolfSSL)
+ *     with unary, client-, server- and bidi-streaming methods;
+ *   - a gRPC client (one connection reused by many concurrent streams,
+ *     per-call deadlines, reconnect with backoff, fail-fast while down);
+ *   - a small HTTP/1.1 GET server for /metrics, /healthz, /readyz.
+ *
+ * Implements ARCHITECTURE.md §5 and reference/wire.md §1 (paths, 256 MiB
+ * message limit) and §7 (identities from the peer's bigfleet:// URI SAN).
+ *
+ * Threads and processes
+ *   Everything here belongs to the loop that created it and must only be used
+ *   from that loop's thread: no locks anywhere. Create the loop after fork()
+ *   (the io_uring instance must never be shared across fork); only
+ *   bf_net_loop_stop_async() may be called from a signal handler.
+ *
+ * Callbacks
+ *   All callbacks run on the loop thread, from bf_net_loop_run()/run_once().
+ *   A callback that reports the end of something (on_done, a unary
+ *   completion) is never invoked from inside the API call that started it:
+ *   a call that fails at once completes on the next loop iteration.
+ *   Freeing a server or client from inside one of its own callbacks is
+ *   allowed (the free is finished once the callback returns); freeing the
+ *   loop from a callback is not.
+ *
+ * Messages
+ *   Messages are opaque byte strings (serialized protobuf); the layer adds
+ *   and strips the 5-byte gRPC length prefix. Outbound bytes are copied at
+ *   the call, so the caller keeps ownership of its buffers. Inbound message
+ *   pointers are valid only during the callback that receives them.
+ *   Compression is not supported (a compressed inbound message fails the
+ *   call with UNIMPLEMENTED, or INTERNAL without grpc-encoding).
+ *
+ * Errors
+ *   Functions return 0 or a negative errno unless stated otherwise:
+ *   -EINVAL bad argument or configuration, -ENOMEM, -EPIPE the call or
+ *   stream is already finished, -EMSGSIZE a message over the send limit,
+ *   -EADDRINUSE etc. from bind/listen, -EIO a TLS setup failure (logged).
+ */
+#ifndef BIGFLEET_NET_H
+#define BIGFLEET_NET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct ProtobufCMessage; /* <protobuf-c/protobuf-c.h>; only needed for the _pb helpers */
+
+/* 256 MiB: the BigFleet send and receive limit on every edge (wire.md §1). */
+#define BF_NET_MAX_MESSAGE (256u << 20)
+
+/* ------------------------------------------------------------ status codes */
+
+/* gRPC status codes (values as on the wire, grpc/doc/statuscodes.md). */
+enum bf_net_code {
+    BF_NET_OK = 0,
+    BF_NET_CANCELLED = 1,
+    BF_NET_UNKNOWN = 2,
+    BF_NET_INVALID_ARGUMENT = 3,
+    BF_NET_DEADLINE_EXCEEDED = 4,
+    BF_NET_NOT_FOUND = 5,
+    BF_NET_ALREADY_EXISTS = 6,
+    BF_NET_PERMISSION_DENIED = 7,
+    BF_NET_RESOURCE_EXHAUSTED = 8,
+    BF_NET_FAILED_PRECONDITION = 9,
+    BF_NET_ABORTED = 10,
+    BF_NET_OUT_OF_RANGE = 11,
+    BF_NET_UNIMPLEMENTED = 12,
+    BF_NET_INTERNAL = 13,
+    BF_NET_UNAVAILABLE = 14,
+    BF_NET_DATA_LOSS = 15,
+    BF_NET_UNAUTHENTICATED = 16,
+    BF_NET_CODE_COUNT = 17
+};
+
+/* "OK", "CANCELLED", ... ("UNKNOWN" for out-of-range values). */
+const char *bf_net_code_name(int code);
+
+/* ------------------------------------------------------------------ stats */
+
+/*
+ * Counters of one server, client or HTTP server (monotonic unless marked
+ * gauge). Exported by the owning process as metrics. Bad input is counted
+ * here and logged (warn) once per connection; the loop carries on.
+ */
+struct bf_net_stats {
+    uint64_t conns_accepted;     /* server: accepted TCP connections */
+    uint64_t conns_rejected;     /* server: closed at once (max_connections, shutdown) */
+    uint64_t conns_open;         /* gauge: connections currently open */
+    uint64_t accept_errors;      /* server: accept() failures (EMFILE, ...) */
+    uint64_t connect_attempts;   /* client: TCP connect attempts */
+    uint64_t connect_failures;   /* client: attempts that failed (refused, timeout, TLS) */
+    uint64_t handshake_failures; /* TLS handshakes that failed or timed out, bad ALPN */
+    uint64_t protocol_errors;    /* bad preface, HTTP/2 connection errors, bad HTTP/1.1 */
+    uint64_t oversize_messages;  /* gRPC messages over the receive limit (RESOURCE_EXHAUSTED) */
+    uint64_t bad_messages;       /* truncated or compressed gRPC messages, bad request headers */
+    uint64_t identity_rejected;  /* calls refused: mTLS peer without exactly one bigfleet:// SAN */
+    uint64_t keepalive_timeouts; /* connections closed because a PING went unanswered */
+    uint64_t streams_started;    /* gRPC calls started (server: received; client: issued) */
+    uint64_t streams_open;       /* gauge: calls not yet done */
+    uint64_t msgs_in, msgs_out;  /* gRPC messages received / queued for sending */
+    uint64_t bytes_in, bytes_out;           /* bytes on the wire (TLS: ciphertext) */
+    uint64_t http_requests;                 /* HTTP/1.1 requests answered */
+    uint64_t calls_by_code[BF_NET_CODE_COUNT]; /* finished calls by final status */
+};
+
+/* -------------------------------------------------------------- the loop */
+
+struct bf_net_loop;
+
+struct bf_net_loop_opts {
+    unsigned sq_entries;       /* io_uring SQ size; 0 = 1024 (CQ is 8x) */
+    unsigned recv_buffers;     /* provided recv buffers (power of two); 0 = 512 */
+    unsigned recv_buffer_size; /* bytes each; 0 = 16384 */
+};
+
+/*
+ * Creates a loop: an io_uring instance (SINGLE_ISSUER|DEFER_TASKRUN when the
+ * kernel has them), one provided-buffer ring registered by hand (liburing
+ * 2.3), and an internal eventfd for bf_net_loop_stop_async(). opts may be
+ * NULL. Returns 0 and *out, or -errno from io_uring (-ENOSYS, -EPERM when
+ * io_uring is disabled, -ENOMEM).
+ */
+int bf_net_loop_new(const struct bf_net_loop_opts *opts, struct bf_net_loop **out);
+/*
+ * Destroys the loop. Servers, clients, timers and watches should be freed
+ * first; anything left is released without running callbacks.
+ */
+void bf_net_loop_free(struct bf_net_loop *loop);
+/* Runs until bf_net_loop_stop(). Returns 0, or -errno if io_uring fails. */
+int bf_net_loop_run(struct bf_net_loop *loop);
+/*
+ * One iteration: runs deferred calls, submits pending work, waits up to
+ * max_wait_ns (0 = do not wait; < 0 = until something happens) and
+ * dispatches completions and expired timers. Returns the number of events
+ * handled (>= 0) or -errno. For tests and for embedding.
+ */
+int bf_net_loop_run_once(struct bf_net_loop *loop, int64_t max_wait_ns);
+/* Makes bf_net_loop_run() return after the current iteration. */
+void bf_net_loop_stop(struct bf_net_loop *loop);
+/* As bf_net_loop_stop(), async-signal-safe (writes the loop's eventfd). */
+void bf_net_loop_stop_async(struct bf_net_loop *loop);
+/* Runs fn(arg) on the next iteration, before waiting. -ENOMEM. */
+int bf_net_loop_defer(struct bf_net_loop *loop, void (*fn)(void *arg), void *arg);
+/* Counters of the loop itself: recv buffer exhaustion (-ENOBUFS re-arms). */
+uint64_t bf_net_loop_enobufs(const struct bf_net_loop *loop);
+
+/* ----------------------------------------------------------------- timers */
+
+struct bf_net_timer;
+typedef void (*bf_net_timer_fn)(struct bf_net_timer *t, void *arg);
+
+/* A stopped timer (NULL on ENOMEM). Monotonic clock, nanoseconds. */
+struct bf_net_timer *bf_net_timer_new(struct bf_net_loop *loop, bf_net_timer_fn fn, void *arg);
+/*
+ * (Re)arms: first expiry after delay_ns (<= 0: next iteration), then every
+ * period_ns if period_ns > 0 (one-shot otherwise). A periodic timer keeps
+ * its phase (no drift); missed periods are skipped, not replayed.
+ */
+void bf_net_timer_start(struct bf_net_timer *t, int64_t delay_ns, int64_t period_ns);
+void bf_net_timer_stop(struct bf_net_timer *t);
+bool bf_net_timer_active(const struct bf_net_timer *t);
+/* Stops and frees; allowed inside the timer's own callback. NULL is a no-op. */
+void bf_net_timer_free(struct bf_net_timer *t);
+
+/* ---------------------------------------------------------------- watches */
+
+struct bf_net_watch;
+/* count: the eventfd counter that was read and reset (>= 1). */
+typedef void (*bf_net_eventfd_fn)(struct bf_net_watch *w, uint64_t count, void *arg);
+/* revents: poll(2) bits (POLLIN, POLLERR, POLLHUP, ...). */
+typedef void (*bf_net_fd_fn)(struct bf_net_watch *w, int fd, unsigned revents, void *arg);
+
+/*
+ * Watches an eventfd: whenever it becomes readable the loop reads (and so
+ * resets) its counter and calls fn with the value. The fd is switched to
+ * O_NONBLOCK; it is not closed by the watch. Used to drain shared-memory
+ * rings whose producers signal an eventfd. Returns 0 and *out, -EBADF,
+ * -ENOMEM.
+ */
+int bf_net_watch_eventfd(struct bf_net_loop *loop, int efd, bf_net_eventfd_fn fn, void *arg,
+                         struct bf_net_watch **out);
+/*
+ * Watches any pollable fd for events (POLLIN, POLLOUT, ...), level
+ * triggered: fn runs on every iteration in which the fd is ready, so it
+ * must consume the readiness (e.g. read a signalfd). Not closed by the
+ * watch. Returns 0 and *out, -EBADF, -ENOMEM.
+ */
+int bf_net_watch_fd(struct bf_net_loop *loop, int fd, unsigned events, bf_net_fd_fn fn, void *arg,
+                    struct bf_net_watch **out);
+/* Stops the watch (no callback after this returns). Allowed inside its callback. */
+void bf_net_watch_free(struct bf_net_watch *w);
+
+/* ------------------------------------------------------------------- TLS */
+
+/*
+ * PEM file paths (borrowed for the duration of the _new call).
+ *   server: cert+key => TLS 1.3; cert+key+ca => mTLS (client certificate
+ *           required and verified against ca); nothing => plaintext h2c.
+ *   client: ca => TLS 1.3 verifying the server; cert+key+ca => mTLS.
+ * BigFleet processes accept only all-three or none (wire.md §7):
+ * bf_net_tls_config_check() is that rule.
+ */
+struct bf_net_tls_config {
+    const char *cert_file;
+    const char *key_file;
+    const char *ca_file;
+};
+/* 1 = all three set (mTLS), 0 = none (plaintext), -EINVAL = partial. */
+int bf_net_tls_config_check(const struct bf_net_tls_config *tls);
+
+/*
+ * Addresses: "host:port", ":port" (all IPv4 interfaces), "[v6addr]:port".
+ * host is an IPv4/IPv6 literal or a name (resolved synchronously with
+ * getaddrinfo when a listener is created or a client connects). Port 0
+ * binds an ephemeral port (see bf_net_server_port()).
+ */
+
+/* ------------------------------------------------------------ gRPC server */
+
+struct bf_net_server;
+struct bf_net_call;
+
+enum bf_net_rpc_kind {
+    BF_NET_UNARY = 0,            /* one request, one response */
+    BF_NET_SERVER_STREAMING = 1, /* one request, many responses */
+    BF_NET_CLIENT_STREAMING = 2, /* many requests, one response */
+    BF_NET_BIDI_STREAMING = 3    /* many both ways */
+};
+
+/*
+ * One method. Callbacks run in this order for a call:
+ *   on_call            once, when the request headers arrive (optional);
+ *   on_message         per inbound message. For UNARY and SERVER_STREAMING
+ *                      the single request is delivered once, after the
+ *                      client half-closed (zero or two requests end the
+ *                      call with INTERNAL before any handler sees it);
+ *   on_half_close      the client finished sending (optional);
+ *   on_drain           the outbox fell to zero after having held bytes
+ *                      (optional; resume a paused producer);
+ *   on_done            exactly once, last: the call is over with its final
+ *                      status code (OK/any code we sent, CANCELLED when the
+ *                      peer reset the stream or the connection died,
+ *                      DEADLINE_EXCEEDED when grpc-timeout expired). The
+ *                      call pointer is invalid after on_done returns.
+ * Any callback may send, finish or cancel; sends and finishes are also
+ * allowed later from any loop callback (timers, watches) until on_done.
+ * A call whose deadline passes is finished with DEADLINE_EXCEEDED by the
+ * layer (queued messages are dropped).
+ */
+struct bf_net_method {
+    const char *path; /* "/bigfleet.v1alpha1.Shard/Session"; borrowed, must outlive the server */
+    enum bf_net_rpc_kind kind;
+    void (*on_call)(struct bf_net_call *call, void *arg);
+    void (*on_message)(struct bf_net_call *call, const uint8_t *msg, size_t len, void *arg);
+    void (*on_half_close)(struct bf_net_call *call, void *arg);
+    void (*on_drain)(struct bf_net_call *call, void *arg);
+    void (*on_done)(struct bf_net_call *call, int code, void *arg);
+    void *arg;
+};
+
+struct bf_net_server_opts {
+    const char *addr;               /* "host:port" / ":port" */
+    struct bf_net_tls_config tls;   /* see above */
+    const struct bf_net_method *methods; /* copied (paths borrowed) */
+    size_t n_methods;
+    uint32_t max_connections;       /* 0 = 16384; beyond: closed at accept, counted */
+    uint32_t max_concurrent_streams; /* per connection (SETTINGS); 0 = 1024 */
+    uint32_t max_recv_message;      /* 0 = BF_NET_MAX_MESSAGE */
+    uint32_t max_send_message;      /* 0 = BF_NET_MAX_MESSAGE */
+    uint32_t stream_window;         /* initial per-stream receive window; 0 = 1 MiB */
+    uint32_t conn_window;           /* connection receive window; 0 = 16 MiB */
+    int64_t keepalive_ns;           /* PING after this much silence; 0 = 120 s, < 0 = off */
+    int64_t keepalive_timeout_ns;   /* close if the PING is unanswered; 0 = 20 s */
+    int64_t handshake_timeout_ns;   /* TLS handshake + HTTP/2 preface; 0 = 10 s */
+};
+
+/*
+ * Binds, listens and starts accepting on the loop. Identity rule (mTLS):
+ * the connection is accepted, and the peer certificate's URI SANs with
+ * scheme bigfleet are collected; exactly one => it is the identity of every
+ * call on the connection; zero or two or more => every call on that
+ * connection is answered PERMISSION_DENIED by this layer (the handlers never
+ * see it), counted in identity_rejected and logged once. This mirrors the
+ * Go original (PeerIdentity error => PermissionDenied). Binding the
+ * identity to message content (cluster_id, readonly/admin) is the handler's
+ * job: finish with BF_NET_PERMISSION_DENIED.
+ * Unknown paths get UNIMPLEMENTED; a non-POST request 405; a content-type
+ * that is not application/grpc[+proto|;...] 415.
+ * Returns 0 and *out, -EINVAL (bad address, bad options, partial TLS
+ * config for a server: cert without key), -EIO (TLS files unreadable),
+ * -errno from socket/bind/listen.
+ */
+int bf_net_server_new(struct bf_net_loop *loop, const struct bf_net_server_opts *opts,
+                      struct bf_net_server **out);
+/* The bound port (host byte order); useful with port 0. */
+uint16_t bf_net_server_port(const struct bf_net_server *srv);
+void bf_net_server_stats(const struct bf_net_server *srv, struct bf_net_stats *out);
+/*
+ * Graceful shutdown: stops accepting, sends GOAWAY (NO_ERROR, last stream
+ * id) on every connection, lets started calls run; after grace_ns the
+ * remaining calls are cancelled (on_done CANCELLED) and connections closed.
+ * done(arg) runs once every connection is closed (may be NULL). The server
+ * must still be freed with bf_net_server_free().
+ */
+void bf_net_server_shutdown(struct bf_net_server *srv, int64_t grace_ns, void (*done)(void *arg),
+                            void *arg);
+/* Immediate close: every unfinished call gets on_done(CANCELLED) inside this call. */
+void bf_net_server_free(struct bf_net_server *srv);
+
+/* Queues one message (copied, framed). -EPIPE after finish/on_done,
+ * -EMSGSIZE over max_send_message, -ENOMEM. */
+int bf_net_call_send(struct bf_net_call *call, const void *msg, size_t len);
+/* protobuf-c convenience: packs m and sends it. */
+int bf_net_call_send_pb(struct bf_net_call *call, const struct ProtobufCMessage *m);
+/*
+ * Ends the call with a status after the queued messages: trailers
+ * grpc-status / grpc-message (percent-encoded). With nothing sent yet it is
+ * a Trailers-Only response. message may be NULL. -EPIPE if already
+ * finished. on_done follows once the stream is closed.
+ */
+int bf_net_call_finish(struct bf_net_call *call, int code, const char *message);
+/* send(msg) then finish(OK): the usual unary reply. */
+int bf_net_call_reply(struct bf_net_call *call, const void *msg, size_t len);
+int bf_net_call_reply_pb(struct bf_net_call *call, const struct ProtobufCMessage *m);
+/* Resets the stream (RST_STREAM CANCEL): the client sees CANCELLED. on_done(CANCELLED) follows. */
+void bf_net_call_cancel(struct bf_net_call *call);
+/*
+ * Backpressure: bytes queued on this call and not yet handed to HTTP/2 (they
+ * wait for the peer's flow-control window or the socket). A session bounds
+ * a slow reader's outbox with this.
+ */
+size_t bf_net_call_outbox_bytes(const struct bf_net_call *call);
+/* The peer's bigfleet:// identity (mTLS), or NULL (plaintext, TLS without client certs). */
+const char *bf_net_call_identity(const struct bf_net_call *call);
+const char *bf_net_call_path(const struct bf_net_call *call);
+/* "ip:port" of the peer. */
+const char *bf_net_call_peer(const struct bf_net_call *call);
+/* The call's deadline on the monotonic clock (bf_mono_ns), or 0 if none. */
+int64_t bf_net_call_deadline(const struct bf_net_call *call);
+/* True once finish/cancel was called or the call ended. */
+bool bf_net_call_finished(const struct bf_net_call *call);
+void bf_net_call_set_user(struct bf_net_call *call, void *user);
+void *bf_net_call_user(const struct bf_net_call *call);
+
+/* ------------------------------------------------------------ gRPC client */
+
+struct bf_net_client;
+struct bf_net_stream;
+
+enum bf_net_client_state {
+    BF_NET_CLIENT_CONNECTING = 0, /* connect/handshake in progress; calls wait (bounded) */
+    BF_NET_CLIENT_READY = 1,      /* connected; calls go out at once */
+    BF_NET_CLIENT_BACKOFF = 2     /* last attempt failed; calls fail fast with UNAVAILABLE */
+};
+
+struct bf_net_client_opts {
+    const char *addr;             /* "host:port" of the server; copied */
+    struct bf_net_tls_config tls; /* ca => TLS, + cert/key => mTLS; none => h2c */
+    const char *server_name;      /* TLS name to verify and :authority; NULL = host of addr */
+    int64_t connect_timeout_ns;   /* TCP + TLS + preface; 0 = 20 s */
+    int64_t backoff_initial_ns;   /* first retry delay; 0 = 1 s */
+    int64_t backoff_max_ns;       /* 0 = 30 s (x1.6 per failure, +-20% jitter) */
+    int64_t keepalive_ns;         /* PING while calls are open and the link is silent; 0 = off */
+    int64_t keepalive_timeout_ns; /* 0 = 20 s */
+    uint32_t max_recv_message;    /* 0 = BF_NET_MAX_MESSAGE */
+    uint32_t max_send_message;    /* 0 = BF_NET_MAX_MESSAGE */
+    uint32_t max_pending;         /* calls waiting for a connection; 0 = 1024; beyond: UNAVAILABLE */
+    uint32_t stream_window;       /* 0 = 1 MiB */
+    uint32_t conn_window;         /* 0 = 16 MiB */
+};
+
+/*
+ * Creates a client and starts connecting. One HTTP/2 connection carries all
+ * its calls (as many concurrent streams as the server allows; beyond that
+ * nghttp2 queues them). When the server sends GOAWAY the open calls finish
+ * on the old connection and new calls go to a new one. When the connection
+ * fails, its calls end with UNAVAILABLE and the client retries with
+ * exponential backoff; meanwhile new calls fail fast with UNAVAILABLE.
+ * Returns 0 and *out, -EINVAL, -EIO (TLS files), -ENOMEM.
+ */
+int bf_net_client_new(struct bf_net_loop *loop, const struct bf_net_client_opts *opts,
+                      struct bf_net_client **out);
+/* Every unfinished call completes with CANCELLED inside this call; then no more callbacks. */
+void bf_net_client_free(struct bf_net_client *cl);
+enum bf_net_client_state bf_net_client_state(const struct bf_net_client *cl);
+void bf_net_client_stats(const struct bf_net_client *cl, struct bf_net_stats *out);
+
+/*
+ * Unary completion: code is the gRPC status, message the (decoded)
+ * grpc-message or "" , resp/len the response message when code == OK
+ * (valid only during the callback).
+ */
+typedef void (*bf_net_unary_fn)(void *arg, int code, const char *message, const uint8_t *resp,
+                                size_t len);
+/*
+ * Starts a unary call. timeout_ns > 0 sets a deadline (sent as grpc-timeout
+ * and enforced locally: DEADLINE_EXCEEDED + RST_STREAM CANCEL); <= 0 = none.
+ * cb runs exactly once, never from inside this call. Returns a handle usable
+ * with bf_net_stream_cancel() until cb runs, or NULL with errno set (EINVAL,
+ * EMSGSIZE, ENOMEM) and cb never called.
+ */
+struct bf_net_stream *bf_net_client_unary(struct bf_net_client *cl, const char *path,
+                                          const void *req, size_t len, int64_t timeout_ns,
+                                          bf_net_unary_fn cb, void *arg);
+struct bf_net_stream *bf_net_client_unary_pb(struct bf_net_client *cl, const char *path,
+                                             const struct ProtobufCMessage *req,
+                                             int64_t timeout_ns, bf_net_unary_fn cb, void *arg);
+
+/* Streaming call callbacks. on_done runs exactly once, last; the stream
+ * handle is invalid after it returns. */
+struct bf_net_stream_cbs {
+    void (*on_message)(struct bf_net_stream *s, const uint8_t *msg, size_t len, void *arg);
+    void (*on_drain)(struct bf_net_stream *s, void *arg); /* optional: outbox emptied */
+    void (*on_done)(struct bf_net_stream *s, int code, const char *message, void *arg);
+};
+/*
+ * Starts a streaming call (server-streaming, client-streaming or bidi: the
+ * wire is the same). Send with bf_net_stream_send(), half-close with
+ * bf_net_stream_close_send(), cancel with bf_net_stream_cancel().
+ * cbs is copied. Returns the stream or NULL with errno (EINVAL, ENOMEM).
+ */
+struct bf_net_stream *bf_net_client_call(struct bf_net_client *cl, const char *path,
+                                         int64_t timeout_ns, const struct bf_net_stream_cbs *cbs,
+                                         void *arg);
+/* Queues a message. -EPIPE after close_send or done, -EMSGSIZE, -ENOMEM. */
+int bf_net_stream_send(struct bf_net_stream *s, const void *msg, size_t len);
+int bf_net_stream_send_pb(struct bf_net_stream *s, const struct ProtobufCMessage *m);
+/* Half-close: END_STREAM after the queued messages. -EPIPE if already closed. */
+int bf_net_stream_close_send(struct bf_net_stream *s);
+/* Cancels (RST_STREAM CANCEL); on_done / the unary cb follows with CANCELLED
+ * on the next iteration unless the call had already ended. */
+void bf_net_stream_cancel(struct bf_net_stream *s);
+size_t bf_net_stream_outbox_bytes(const struct bf_net_stream *s);
+void bf_net_stream_set_user(struct bf_net_stream *s, void *user);
+void *bf_net_stream_user(const struct bf_net_stream *s);
+
+/* ------------------------------------------------------------ HTTP/1.1 */
+
+struct bf_net_http_server;
+struct bf_net_http_response;
+
+struct bf_net_http_request {
+    const char *method; /* "GET" or "HEAD" (others are answered 405 by the layer) */
+    const char *path;   /* "/metrics" (no query) */
+    const char *query;  /* after '?', or "" */
+};
+
+/*
+ * Fills the response synchronously (default 200 "text/plain; charset=utf-8",
+ * empty body). For HEAD the body is computed but not sent.
+ */
+typedef void (*bf_net_http_fn)(const struct bf_net_http_request *req,
+                               struct bf_net_http_response *resp, void *arg);
+
+/* Sets status and content type (copied; NULL keeps the current one). */
+void bf_net_http_set_status(struct bf_net_http_response *resp, int status,
+                            const char *content_type);
+/* Appends to the body. -ENOMEM (the response becomes a 500). */
+int bf_net_http_append(struct bf_net_http_response *resp, const void *data, size_t len);
+int bf_net_http_printf(struct bf_net_http_response *resp, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+struct bf_net_http_server_opts {
+    const char *addr;
+    bf_net_http_fn handler;
+    void *arg;
+    uint32_t max_connections;   /* 0 = 256 */
+    int64_t idle_timeout_ns;    /* keep-alive idle / slow request limit; 0 = 30 s */
+};
+
+/*
+ * A plaintext HTTP/1.1 server (persistent connections, pipelining, GET and
+ * HEAD only, no request bodies, request head <= 8 KiB: else 431/400 and
+ * the connection is closed). Returns 0 and *out or -errno as
+ * bf_net_server_new().
+ */
+int bf_net_http_server_new(struct bf_net_loop *loop, const struct bf_net_http_server_opts *opts,
+                           struct bf_net_http_server **out);
+uint16_t bf_net_http_server_port(const struct bf_net_http_server *hs);
+void bf_net_http_server_stats(const struct bf_net_http_server *hs, struct bf_net_stats *out);
+void bf_net_http_server_free(struct bf_net_http_server *hs);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BIGFLEET_NET_H */

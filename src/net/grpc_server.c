@@ -1,0 +1,1098 @@
+/*
+ * grpc_server.c — the gRPC server (bigfleet/net.h): nghttp2 server sessions
+ * driven with nghttp2_session_mem_recv/mem_send (1.52: no *2 APIs) over
+ * conn.c, gRPC framing, Trailers-Only errors, grpc-timeout deadlines,
+ * keepalive PINGs, GOAWAY on shutdown, identity from the mTLS peer.
+ *
+ * Design notes
+ *   - Per connection (struct sconn): the conn, one nghttp2 session, the list
+ *     of its calls, a timer (handshake/preface timeout, then keepalive).
+ *     Per stream (struct bf_net_call): parser state, outbox, deadline timer;
+ *     a few hundred bytes while idle, no buffers.
+ *   - Outbound DATA uses NGHTTP2_DATA_FLAG_NO_COPY: payload bytes go from
+ *     the call's outbox straight into the conn's output buffer. The read
+ *     callback returns NGHTTP2_ERR_DEFERRED when the outbox is empty; sends
+ *     resume it. Trailers are submitted from the read callback at EOF.
+ *   - After our END_STREAM (trailers) on a stream the client has not
+ *     half-closed, RST_STREAM(NO_ERROR) follows, as grpc-go does.
+ *   - Reentrancy: user callbacks run inside nghttp2 callbacks; they may call
+ *     send/finish/cancel (nghttp2_submit_* is allowed there) but the
+ *     connection is never torn down from inside nghttp2. Entry points from
+ *     the loop bump srv->depth; bf_net_server_free() inside a callback is
+ *     finished when the depth returns to zero.
+ *   - Bad input is counted in srv->stats and logged once per connection.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "bigfleet/log.h"
+#include "bigfleet/util.h"
+#include "net/h2_common.h"
+
+#define SRV_BATCH (128u * 1024)
+
+struct method_ent {
+    struct bf_net_method m;
+    size_t path_len;
+};
+
+struct bf_net_server {
+    struct bf_net_loop *loop;
+    struct bf_listener *listener;
+    struct bf_tls_ctx *tls;
+    struct method_ent *methods;
+    size_t n_methods;
+    struct bf_net_server_opts o;
+    struct bf_net_stats stats;
+    struct bf_list conns;
+    uint32_t nconns;
+    nghttp2_session_callbacks *cbs;
+    nghttp2_option *h2opt;
+    int depth;
+    bool free_pending, destroying, shutting_down, shutdown_reported;
+    struct bf_net_timer grace_timer;
+    struct bf_net_timer done_timer;
+    void (*shutdown_done)(void *);
+    void *shutdown_arg;
+    uint16_t port;
+};
+
+struct sconn {
+    struct conn c;
+    struct bf_net_server *srv;
+    nghttp2_session *h2;
+    struct bf_list link;
+    struct bf_list calls;
+    char *identity;
+    bool identity_bad, identity_logged, bad_logged;
+    bool got_settings, goaway_sent, ping_out;
+    int64_t ping_sent, last_rx;
+    struct bf_net_timer timer;
+    struct bf_list drain_q; /* calls whose outbox emptied (on_drain pending) */
+};
+
+struct bf_net_call {
+    struct sconn *sc;
+    const struct method_ent *me;
+    int32_t sid;
+    struct bf_list link;
+    struct bf_list drain_link;
+    /* request headers */
+    bool is_post, ct_ok, bad_timeout, encoded, unknown_path;
+    int64_t deadline;
+    struct bf_net_timer deadline_timer;
+    /* inbound */
+    struct bf_grpc_parser parser;
+    uint8_t *req;
+    size_t req_len;
+    uint32_t n_req;
+    bool remote_closed;
+    /* outbound */
+    struct outbox out;
+    bool headers_sent, deferred, trailers_sent, rst_sent, had_bytes;
+    bool finished; /* finish/cancel/reject decided the outcome */
+    bool rejected; /* answered by the layer; handler never engaged */
+    bool engaged;  /* handler callbacks may run */
+    bool done;
+    int status;
+    char *status_msg; /* percent-encoded */
+    void *user;
+};
+
+static void srv_enter(struct bf_net_server *s)
+{
+    s->depth++;
+}
+static void server_destroy(struct bf_net_server *s);
+static void srv_leave(struct bf_net_server *s)
+{
+    if (--s->depth == 0 && s->free_pending && !s->destroying)
+        server_destroy(s);
+}
+
+static void sconn_log_bad(struct sconn *sc, const char *what, const char *detail)
+{
+    if (sc->bad_logged)
+        return;
+    sc->bad_logged = true;
+    BF_WARN("gRPC connection: bad input", "peer=%s what=\"%s\" detail=\"%s\"", sc->c.peer, what,
+            detail ? detail : "");
+}
+
+/* ------------------------------------------------------------ call end */
+
+static void call_free(struct bf_net_call *call)
+{
+    bf_net_timer_stop(&call->deadline_timer);
+    bf_grpc_parser_reset(&call->parser);
+    outbox_clear(&call->out);
+    free(call->req);
+    free(call->status_msg);
+    free(call);
+}
+
+/* The stream is gone (closed, reset, or the connection died). */
+static void call_done(struct bf_net_call *call, int code)
+{
+    if (call->done)
+        return;
+    call->done = true;
+    struct sconn *sc = call->sc;
+    struct bf_net_server *srv = sc->srv;
+    bf_list_del(&call->link);
+    bf_list_del(&call->drain_link);
+    bf_net_timer_stop(&call->deadline_timer);
+    if (sc->h2)
+        nghttp2_session_set_stream_user_data(sc->h2, call->sid, NULL);
+    bf_stats_done(&srv->stats, code);
+    if (call->engaged && call->me->m.on_done)
+        call->me->m.on_done(call, code, call->me->m.arg);
+    call_free(call);
+}
+
+/* ------------------------------------------------------------ sending */
+
+static ssize_t data_read_cb(nghttp2_session *h2, int32_t sid, uint8_t *buf, size_t length,
+                            uint32_t *flags, nghttp2_data_source *src, void *ud)
+{
+    (void)buf;
+    (void)ud;
+    struct bf_net_call *call = src->ptr;
+    size_t n = call->out.bytes < length ? call->out.bytes : length;
+    if (n > 0)
+        *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+    if (n == call->out.bytes) {
+        if (call->finished) {
+            char code[8];
+            snprintf(code, sizeof code, "%d", call->status);
+            nghttp2_nv tr[2] = {BF_NV("grpc-status", code, strlen(code))};
+            size_t ntr = 1;
+            if (call->status_msg && *call->status_msg)
+                tr[ntr++] = (nghttp2_nv)BF_NV("grpc-message", call->status_msg,
+                                              strlen(call->status_msg));
+            *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+            /* copy names/values: status_msg may be freed before the frame goes */
+            for (size_t i = 0; i < ntr; i++)
+                tr[i].flags = NGHTTP2_NV_FLAG_NONE;
+            if (nghttp2_submit_trailer(h2, sid, tr, ntr) != 0)
+                return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+            call->trailers_sent = true;
+        } else if (n == 0) {
+            call->deferred = true;
+            return NGHTTP2_ERR_DEFERRED;
+        }
+    }
+    return (ssize_t)n;
+}
+
+static int send_data_cb(nghttp2_session *h2, nghttp2_frame *frame, const uint8_t *framehd,
+                        size_t length, nghttp2_data_source *src, void *ud)
+{
+    (void)h2;
+    (void)frame;
+    struct sconn *sc = ud;
+    struct bf_net_call *call = src->ptr;
+    if (conn_write(&sc->c, framehd, 9) < 0)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (outbox_to_conn(&call->out, &sc->c, length) != (ssize_t)length)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (call->out.bytes == 0 && call->had_bytes && call->engaged && call->me->m.on_drain &&
+        !call->finished) {
+        call->had_bytes = false;
+        bf_list_del(&call->drain_link);
+        bf_list_add_tail(&sc->drain_q, &call->drain_link);
+    }
+    return 0;
+}
+
+static int submit_headers(struct bf_net_call *call)
+{
+    static const char ct[] = "application/grpc";
+    nghttp2_nv hdrs[] = {BF_NVS(":status", "200"), BF_NVS("content-type", ct)};
+    nghttp2_data_provider prd = {.source.ptr = call, .read_callback = data_read_cb};
+    int r = nghttp2_submit_response(call->sc->h2, call->sid, hdrs, 2, &prd);
+    if (r == 0)
+        call->headers_sent = true;
+    return r;
+}
+
+static void call_kick(struct bf_net_call *call)
+{
+    struct sconn *sc = call->sc;
+    if (!call->headers_sent) {
+        if (submit_headers(call) != 0)
+            return;
+    } else if (call->deferred) {
+        call->deferred = false;
+        nghttp2_session_resume_data(sc->h2, call->sid);
+    }
+    conn_mark_dirty(&sc->c);
+}
+
+/* Trailers-Only (or a plain HTTP error when http_status != 200). */
+static void submit_trailers_only(struct bf_net_call *call, int http_status)
+{
+    char st[8], code[8];
+    snprintf(st, sizeof st, "%d", http_status);
+    snprintf(code, sizeof code, "%d", call->status);
+    nghttp2_nv h[4] = {
+        {(uint8_t *)":status", (uint8_t *)st, 7, strlen(st), NGHTTP2_NV_FLAG_NO_COPY_NAME},
+        BF_NVS("content-type", "application/grpc"),
+        {(uint8_t *)"grpc-status", (uint8_t *)code, 11, strlen(code),
+         NGHTTP2_NV_FLAG_NO_COPY_NAME},
+    };
+    size_t n = 3;
+    if (call->status_msg && *call->status_msg)
+        h[n++] = (nghttp2_nv){(uint8_t *)"grpc-message", (uint8_t *)call->status_msg, 12,
+                              strlen(call->status_msg), NGHTTP2_NV_FLAG_NO_COPY_NAME};
+    if (nghttp2_submit_response(call->sc->h2, call->sid, h, n, NULL) == 0) {
+        call->headers_sent = true;
+        call->trailers_sent = true;
+    }
+    conn_mark_dirty(&call->sc->c);
+}
+
+static int call_set_status(struct bf_net_call *call, int code, const char *msg)
+{
+    call->finished = true;
+    call->status = code;
+    free(call->status_msg);
+    call->status_msg = NULL;
+    if (msg && *msg) {
+        call->status_msg = bf_grpc_percent_encode(msg);
+        if (!call->status_msg)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+static int call_finish_internal(struct bf_net_call *call, int code, const char *msg, bool drop_queue)
+{
+    if (call->finished || call->done)
+        return -EPIPE;
+    if (code < 0 || code >= BF_NET_CODE_COUNT)
+        code = BF_NET_UNKNOWN;
+    call_set_status(call, code, msg);
+    if (drop_queue)
+        outbox_drop_unsent(&call->out);
+    if (!call->headers_sent && call->out.bytes == 0)
+        submit_trailers_only(call, 200);
+    else
+        call_kick(call);
+    return 0;
+}
+
+static void call_reject(struct bf_net_call *call, int http_status, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void call_reject(struct bf_net_call *call, int http_status, int code, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    call->rejected = true;
+    call->engaged = false;
+    call_set_status(call, code, msg);
+    submit_trailers_only(call, http_status);
+}
+
+int bf_net_call_finish(struct bf_net_call *call, int code, const char *message)
+{
+    return call_finish_internal(call, code, message, false);
+}
+
+static int call_enqueue(struct bf_net_call *call, struct omsg *m)
+{
+    outbox_push(&call->out, m);
+    call->had_bytes = true;
+    call->sc->srv->stats.msgs_out++;
+    call_kick(call);
+    return 0;
+}
+
+int bf_net_call_send(struct bf_net_call *call, const void *msg, size_t len)
+{
+    if (call->finished || call->done)
+        return -EPIPE;
+    if (len > call->sc->srv->o.max_send_message)
+        return -EMSGSIZE;
+    struct omsg *m = omsg_new(len);
+    if (!m)
+        return -ENOMEM;
+    if (len)
+        memcpy(m->data + BF_GRPC_PREFIX, msg, len);
+    return call_enqueue(call, m);
+}
+
+int bf_net_call_send_pb(struct bf_net_call *call, const struct ProtobufCMessage *pm)
+{
+    if (call->finished || call->done)
+        return -EPIPE;
+    size_t len = protobuf_c_message_get_packed_size(pm);
+    if (len > call->sc->srv->o.max_send_message)
+        return -EMSGSIZE;
+    struct omsg *m = omsg_new(len);
+    if (!m)
+        return -ENOMEM;
+    protobuf_c_message_pack(pm, m->data + BF_GRPC_PREFIX);
+    return call_enqueue(call, m);
+}
+
+int bf_net_call_reply(struct bf_net_call *call, const void *msg, size_t len)
+{
+    int r = bf_net_call_send(call, msg, len);
+    if (r < 0)
+        return r;
+    return bf_net_call_finish(call, BF_NET_OK, NULL);
+}
+
+int bf_net_call_reply_pb(struct bf_net_call *call, const struct ProtobufCMessage *m)
+{
+    int r = bf_net_call_send_pb(call, m);
+    if (r < 0)
+        return r;
+    return bf_net_call_finish(call, BF_NET_OK, NULL);
+}
+
+void bf_net_call_cancel(struct bf_net_call *call)
+{
+    if (call->done || call->rst_sent)
+        return;
+    call->rst_sent = true;
+    if (!call->finished)
+        call_set_status(call, BF_NET_CANCELLED, NULL);
+    nghttp2_submit_rst_stream(call->sc->h2, NGHTTP2_FLAG_NONE, call->sid, NGHTTP2_CANCEL);
+    conn_mark_dirty(&call->sc->c);
+}
+
+size_t bf_net_call_outbox_bytes(const struct bf_net_call *call)
+{
+    return call->out.bytes;
+}
+const char *bf_net_call_identity(const struct bf_net_call *call)
+{
+    return call->sc->identity;
+}
+const char *bf_net_call_path(const struct bf_net_call *call)
+{
+    return call->me ? call->me->m.path : "";
+}
+const char *bf_net_call_peer(const struct bf_net_call *call)
+{
+    return call->sc->c.peer;
+}
+int64_t bf_net_call_deadline(const struct bf_net_call *call)
+{
+    return call->deadline;
+}
+bool bf_net_call_finished(const struct bf_net_call *call)
+{
+    return call->finished || call->done;
+}
+void bf_net_call_set_user(struct bf_net_call *call, void *user)
+{
+    call->user = user;
+}
+void *bf_net_call_user(const struct bf_net_call *call)
+{
+    return call->user;
+}
+
+/* ------------------------------------------------------------ receiving */
+
+static void deadline_cb(struct bf_net_timer *t, void *arg)
+{
+    (void)t;
+    struct bf_net_call *call = arg;
+    struct bf_net_server *srv = call->sc->srv;
+    srv_enter(srv);
+    if (!call->finished && !call->done) {
+        /* queued messages are pointless now: drop what HTTP/2 has not taken */
+        call_finish_internal(call, BF_NET_DEADLINE_EXCEEDED, "deadline exceeded", true);
+    }
+    srv_leave(srv);
+}
+
+static void call_begin(struct bf_net_call *call)
+{
+    struct sconn *sc = call->sc;
+    struct bf_net_server *srv = sc->srv;
+    if (!call->is_post) {
+        srv->stats.bad_messages++;
+        call_reject(call, 405, BF_NET_INTERNAL, "gRPC requires method POST");
+        return;
+    }
+    if (!call->ct_ok) {
+        srv->stats.bad_messages++;
+        call_reject(call, 415, BF_NET_INVALID_ARGUMENT, "invalid gRPC request content-type");
+        return;
+    }
+    if (call->bad_timeout) {
+        srv->stats.bad_messages++;
+        call_reject(call, 200, BF_NET_INTERNAL, "malformed grpc-timeout");
+        return;
+    }
+    if (sc->identity_bad) {
+        srv->stats.identity_rejected++;
+        if (!sc->identity_logged) {
+            sc->identity_logged = true;
+            BF_WARN("mTLS peer rejected: certificate must carry exactly one bigfleet:// URI SAN",
+                    "peer=%s", sc->c.peer);
+        }
+        call_reject(call, 200, BF_NET_PERMISSION_DENIED,
+                    "client certificate must carry exactly one bigfleet:// URI SAN");
+        return;
+    }
+    if (!call->me) {
+        call_reject(call, 200, BF_NET_UNIMPLEMENTED, "unknown method");
+        return;
+    }
+    call->engaged = true;
+    if (call->deadline) {
+        int64_t left = call->deadline - bf_mono_ns();
+        bf_net_timer_start(&call->deadline_timer, left, 0);
+    }
+    if (call->me->m.on_call)
+        call->me->m.on_call(call, call->me->m.arg);
+}
+
+static bool single_request(const struct bf_net_call *call)
+{
+    return call->me->m.kind == BF_NET_UNARY || call->me->m.kind == BF_NET_SERVER_STREAMING;
+}
+
+static void call_remote_end(struct bf_net_call *call)
+{
+    call->remote_closed = true;
+    if (!call->engaged || call->finished || call->done)
+        return;
+    struct bf_net_server *srv = call->sc->srv;
+    if (!bf_grpc_parser_idle(&call->parser)) {
+        srv->stats.bad_messages++;
+        sconn_log_bad(call->sc, "truncated gRPC message", bf_net_call_path(call));
+        call_finish_internal(call, BF_NET_INTERNAL, "truncated gRPC message", true);
+        return;
+    }
+    if (single_request(call)) {
+        if (call->n_req != 1) {
+            srv->stats.bad_messages++;
+            call_finish_internal(call, BF_NET_INTERNAL,
+                                 call->n_req ? "too many request messages for a unary method"
+                                             : "missing request message",
+                                 true);
+            return;
+        }
+        uint8_t *req = call->req;
+        call->req = NULL;
+        call->me->m.on_message(call, req ? req : (const uint8_t *)"", call->req_len,
+                               call->me->m.arg);
+        free(req);
+        if (call->done)
+            return;
+    }
+    if (call->me->m.on_half_close && !call->done)
+        call->me->m.on_half_close(call, call->me->m.arg);
+}
+
+static int on_parsed(void *arg, const uint8_t *msg, size_t len, bool compressed)
+{
+    struct bf_net_call *call = arg;
+    struct bf_net_server *srv = call->sc->srv;
+    srv->stats.msgs_in++;
+    if (compressed) {
+        srv->stats.bad_messages++;
+        return call->encoded ? BF_NET_UNIMPLEMENTED : BF_NET_INTERNAL;
+    }
+    if (single_request(call)) {
+        if (++call->n_req > 1)
+            return BF_NET_INTERNAL;
+        call->req = malloc(len ? len : 1);
+        if (!call->req)
+            return BF_NET_RESOURCE_EXHAUSTED;
+        memcpy(call->req, msg, len);
+        call->req_len = len;
+        return 0;
+    }
+    call->me->m.on_message(call, msg, len, call->me->m.arg);
+    return (call->finished || call->done) ? -1 : 0;
+}
+
+static int on_data_chunk_cb(nghttp2_session *h2, uint8_t flags, int32_t sid, const uint8_t *data,
+                            size_t len, void *ud)
+{
+    (void)flags;
+    (void)ud;
+    struct bf_net_call *call = nghttp2_session_get_stream_user_data(h2, sid);
+    if (!call || !call->engaged || call->finished || call->done)
+        return 0;
+    int r = bf_grpc_parser_feed(&call->parser, data, len, on_parsed, call);
+    if (r > 0) {
+        struct bf_net_server *srv = call->sc->srv;
+        const char *msg = "bad gRPC message";
+        char buf[96];
+        if (r == BF_NET_RESOURCE_EXHAUSTED) {
+            srv->stats.oversize_messages++;
+            snprintf(buf, sizeof buf, "received message larger than max (%u vs. %u)",
+                     call->parser.msg_len, srv->o.max_recv_message);
+            msg = buf;
+            sconn_log_bad(call->sc, "oversize gRPC message", msg);
+        } else if (r == BF_NET_UNIMPLEMENTED || (r == BF_NET_INTERNAL && call->n_req <= 1)) {
+            msg = call->n_req > 1 ? "too many request messages for a unary method"
+                                  : "compressed messages are not supported";
+        } else if (r == BF_NET_INTERNAL) {
+            msg = "too many request messages for a unary method";
+        }
+        bf_grpc_parser_reset(&call->parser);
+        call_finish_internal(call, r, msg, true);
+    }
+    return 0;
+}
+
+static int on_begin_headers_cb(nghttp2_session *h2, const nghttp2_frame *frame, void *ud)
+{
+    struct sconn *sc = ud;
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    struct bf_net_call *call = calloc(1, sizeof *call);
+    if (!call)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    call->sc = sc;
+    call->sid = frame->hd.stream_id;
+    bf_list_init(&call->drain_link);
+    bf_list_add_tail(&sc->calls, &call->link);
+    bf_grpc_parser_init(&call->parser, sc->srv->o.max_recv_message);
+    bf_timer_init(&call->deadline_timer, sc->c.loop, deadline_cb, call);
+    call->unknown_path = true;
+    nghttp2_session_set_stream_user_data(h2, call->sid, call);
+    sc->srv->stats.streams_started++;
+    sc->srv->stats.streams_open++;
+    return 0;
+}
+
+static int on_header_cb(nghttp2_session *h2, const nghttp2_frame *frame, const uint8_t *name,
+                        size_t nlen, const uint8_t *value, size_t vlen, uint8_t flags, void *ud)
+{
+    (void)flags;
+    struct sconn *sc = ud;
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0; /* client trailers: nothing we use */
+    struct bf_net_call *call = nghttp2_session_get_stream_user_data(h2, frame->hd.stream_id);
+    if (!call)
+        return 0;
+    if (h2_name_is(name, nlen, ":method")) {
+        call->is_post = vlen == 4 && memcmp(value, "POST", 4) == 0;
+    } else if (h2_name_is(name, nlen, ":path")) {
+        for (size_t i = 0; i < sc->srv->n_methods; i++) {
+            const struct method_ent *me = &sc->srv->methods[i];
+            if (me->path_len == vlen && memcmp(me->m.path, value, vlen) == 0) {
+                call->me = me;
+                break;
+            }
+        }
+    } else if (h2_name_is(name, nlen, "content-type")) {
+        call->ct_ok = bf_grpc_content_type_ok(value, vlen);
+    } else if (h2_name_is(name, nlen, "grpc-timeout")) {
+        int64_t ns;
+        if (bf_grpc_timeout_parse((const char *)value, vlen, &ns) < 0) {
+            call->bad_timeout = true;
+        } else {
+            int64_t now = bf_mono_ns();
+            call->deadline = ns > INT64_MAX - now ? INT64_MAX : now + ns;
+        }
+    } else if (h2_name_is(name, nlen, "grpc-encoding")) {
+        call->encoded = !(vlen == 8 && memcmp(value, "identity", 8) == 0);
+    }
+    return 0;
+}
+
+static int on_frame_recv_cb(nghttp2_session *h2, const nghttp2_frame *frame, void *ud)
+{
+    struct sconn *sc = ud;
+    switch (frame->hd.type) {
+    case NGHTTP2_HEADERS: {
+        struct bf_net_call *call = nghttp2_session_get_stream_user_data(h2, frame->hd.stream_id);
+        if (!call)
+            break;
+        if (frame->headers.cat == NGHTTP2_HCAT_REQUEST)
+            call_begin(call);
+        if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)
+            call_remote_end(call);
+        break;
+    }
+    case NGHTTP2_DATA:
+        if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) {
+            struct bf_net_call *call =
+                nghttp2_session_get_stream_user_data(h2, frame->hd.stream_id);
+            if (call)
+                call_remote_end(call);
+        }
+        break;
+    case NGHTTP2_SETTINGS:
+        if (!(frame->hd.flags & NGHTTP2_FLAG_ACK) && !sc->got_settings) {
+            sc->got_settings = true;
+            int64_t ka = sc->srv->o.keepalive_ns;
+            if (ka > 0)
+                bf_net_timer_start(&sc->timer, ka, 0);
+            else
+                bf_net_timer_stop(&sc->timer);
+        }
+        break;
+    case NGHTTP2_PING:
+        if (frame->hd.flags & NGHTTP2_FLAG_ACK)
+            sc->ping_out = false;
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+static int on_frame_send_cb(nghttp2_session *h2, const nghttp2_frame *frame, void *ud)
+{
+    struct sconn *sc = ud;
+    if (frame->hd.type == NGHTTP2_GOAWAY && frame->goaway.error_code != NGHTTP2_NO_ERROR) {
+        sc->srv->stats.protocol_errors++;
+        sconn_log_bad(sc, "HTTP/2 connection error",
+                      nghttp2_http2_strerror(frame->goaway.error_code));
+    } else if (frame->hd.type == NGHTTP2_HEADERS && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+        struct bf_net_call *call = nghttp2_session_get_stream_user_data(h2, frame->hd.stream_id);
+        /* our side is complete: stop a client that is still sending */
+        if (call && !call->remote_closed && !call->rst_sent) {
+            call->rst_sent = true;
+            nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, call->sid, NGHTTP2_NO_ERROR);
+        }
+    }
+    return 0;
+}
+
+static int on_stream_close_cb(nghttp2_session *h2, int32_t sid, uint32_t error_code, void *ud)
+{
+    (void)ud;
+    struct bf_net_call *call = nghttp2_session_get_stream_user_data(h2, sid);
+    if (!call)
+        return 0;
+    int code;
+    if (call->finished && (call->trailers_sent || call->rst_sent))
+        code = call->status;
+    else if (error_code == NGHTTP2_NO_ERROR && call->finished)
+        code = call->status;
+    else
+        code = BF_NET_CANCELLED; /* the client reset the stream or the session failed it */
+    if (!call->finished && error_code != NGHTTP2_NO_ERROR && error_code != NGHTTP2_CANCEL &&
+        error_code != NGHTTP2_REFUSED_STREAM) {
+        call->sc->srv->stats.protocol_errors++;
+        sconn_log_bad(call->sc, "stream reset with error", nghttp2_http2_strerror(error_code));
+    }
+    call_done(call, code);
+    return 0;
+}
+
+static int on_invalid_frame_cb(nghttp2_session *h2, const nghttp2_frame *frame, int lib_error,
+                               void *ud)
+{
+    (void)h2;
+    (void)frame;
+    struct sconn *sc = ud;
+    sconn_log_bad(sc, "invalid HTTP/2 frame", nghttp2_strerror(lib_error));
+    return 0;
+}
+
+/* ------------------------------------------------------------ keepalive */
+
+static void sconn_timer_cb(struct bf_net_timer *t, void *arg)
+{
+    (void)t;
+    struct sconn *sc = arg;
+    struct bf_net_server *srv = sc->srv;
+    srv_enter(srv);
+    int64_t now = bf_mono_ns();
+    if (!sc->got_settings) {
+        if (sc->c.ssl && !sc->c.tls_done)
+            srv->stats.handshake_failures++;
+        else
+            srv->stats.protocol_errors++;
+        sconn_log_bad(sc, "handshake timeout", "no HTTP/2 preface in time");
+        conn_abort(&sc->c, -ETIMEDOUT);
+    } else if (sc->ping_out) {
+        if (now - sc->ping_sent >= srv->o.keepalive_timeout_ns) {
+            srv->stats.keepalive_timeouts++;
+            BF_INFO("gRPC connection: keepalive timeout", "peer=%s", sc->c.peer);
+            conn_abort(&sc->c, -ETIMEDOUT);
+        } else {
+            bf_net_timer_start(&sc->timer, sc->ping_sent + srv->o.keepalive_timeout_ns - now, 0);
+        }
+    } else if (now - sc->last_rx >= srv->o.keepalive_ns) {
+        sc->ping_out = true;
+        sc->ping_sent = now;
+        nghttp2_submit_ping(sc->h2, NGHTTP2_FLAG_NONE, NULL);
+        conn_mark_dirty(&sc->c);
+        bf_net_timer_start(&sc->timer, srv->o.keepalive_timeout_ns, 0);
+    } else {
+        bf_net_timer_start(&sc->timer, sc->last_rx + srv->o.keepalive_ns - now, 0);
+    }
+    srv_leave(srv);
+}
+
+/* ------------------------------------------------------------ conn ops */
+
+static int sconn_on_ready(struct conn *c)
+{
+    struct sconn *sc = BF_CONTAINER_OF(c, struct sconn, c);
+    struct bf_net_server *srv = sc->srv;
+    if (bf_tls_alpn_h2(c) < 0) {
+        srv->stats.handshake_failures++;
+        sconn_log_bad(sc, "TLS ALPN", "peer did not negotiate h2");
+        return -EPROTO;
+    }
+    if (bf_tls_ctx_mtls(srv->tls)) {
+        int n = bf_tls_peer_identity(c, &sc->identity);
+        if (n != 1) {
+            sc->identity_bad = true;
+            BF_WARN("mTLS peer identity invalid", "peer=%s bigfleet_uris=%d", c->peer, n);
+        }
+    }
+    return 0;
+}
+
+static int sconn_on_data(struct conn *c, const uint8_t *p, size_t n)
+{
+    struct sconn *sc = BF_CONTAINER_OF(c, struct sconn, c);
+    struct bf_net_server *srv = sc->srv;
+    sc->last_rx = bf_mono_ns();
+    srv_enter(srv);
+    ssize_t r = nghttp2_session_mem_recv(sc->h2, p, n);
+    int ret = 0;
+    if (r < 0) {
+        srv->stats.protocol_errors++;
+        sconn_log_bad(sc,
+                      r == NGHTTP2_ERR_BAD_CLIENT_MAGIC ? "bad HTTP/2 connection preface"
+                                                        : "HTTP/2 error",
+                      nghttp2_strerror((int)r));
+        ret = -EPROTO;
+    }
+    srv_leave(srv);
+    return ret;
+}
+
+static int sconn_produce(struct conn *c)
+{
+    struct sconn *sc = BF_CONTAINER_OF(c, struct sconn, c);
+    struct bf_net_server *srv = sc->srv;
+    srv_enter(srv);
+    int r = h2_produce(c, sc->h2, SRV_BATCH);
+    /* on_drain: outside nghttp2, after the output step */
+    while (r == 0 && !bf_list_empty(&sc->drain_q) && c->state == C_OPEN) {
+        struct bf_net_call *call = BF_CONTAINER_OF(sc->drain_q.next, struct bf_net_call, drain_link);
+        bf_list_del(&call->drain_link);
+        if (call->engaged && !call->done && call->out.bytes == 0 && call->me->m.on_drain)
+            call->me->m.on_drain(call, call->me->m.arg);
+    }
+    srv_leave(srv);
+    return r;
+}
+
+static bool sconn_done(struct conn *c)
+{
+    struct sconn *sc = BF_CONTAINER_OF(c, struct sconn, c);
+    return !nghttp2_session_want_read(sc->h2) && !nghttp2_session_want_write(sc->h2);
+}
+
+static void server_check_shutdown(struct bf_net_server *srv);
+
+static void sconn_on_close(struct conn *c, int err)
+{
+    (void)err;
+    struct sconn *sc = BF_CONTAINER_OF(c, struct sconn, c);
+    struct bf_net_server *srv = sc->srv;
+    srv_enter(srv);
+    bf_net_timer_stop(&sc->timer);
+    while (!bf_list_empty(&sc->calls)) {
+        struct bf_net_call *call = BF_CONTAINER_OF(sc->calls.next, struct bf_net_call, link);
+        call_done(call, call->finished && call->trailers_sent ? call->status : BF_NET_CANCELLED);
+    }
+    nghttp2_session_del(sc->h2);
+    sc->h2 = NULL;
+    bf_list_del(&sc->link);
+    srv->nconns--;
+    server_check_shutdown(srv);
+    srv_leave(srv);
+}
+
+static void sconn_release(struct conn *c)
+{
+    struct sconn *sc = BF_CONTAINER_OF(c, struct sconn, c);
+    free(sc->identity);
+    free(sc);
+}
+
+static const struct conn_ops sconn_ops = {
+    .on_ready = sconn_on_ready,
+    .on_data = sconn_on_data,
+    .produce = sconn_produce,
+    .done = sconn_done,
+    .on_close = sconn_on_close,
+    .release = sconn_release,
+};
+
+/* ------------------------------------------------------------ accept */
+
+static void srv_on_accept(void *owner, int fd)
+{
+    struct bf_net_server *srv = owner;
+    srv->stats.conns_accepted++;
+    if (srv->shutting_down || srv->nconns >= srv->o.max_connections) {
+        srv->stats.conns_rejected++;
+        close(fd);
+        return;
+    }
+    struct sconn *sc = calloc(1, sizeof *sc);
+    if (!sc) {
+        srv->stats.conns_rejected++;
+        close(fd);
+        return;
+    }
+    sc->srv = srv;
+    bf_list_init(&sc->calls);
+    bf_list_init(&sc->drain_q);
+    if (nghttp2_session_server_new2(&sc->h2, srv->cbs, sc, srv->h2opt) != 0) {
+        free(sc);
+        srv->stats.conns_rejected++;
+        close(fd);
+        return;
+    }
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, srv->o.max_concurrent_streams},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, srv->o.stream_window},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 65536},
+    };
+    nghttp2_submit_settings(sc->h2, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
+    nghttp2_session_set_local_window_size(sc->h2, NGHTTP2_FLAG_NONE, 0, (int32_t)srv->o.conn_window);
+    if (conn_init_accepted(&sc->c, srv->loop, fd, &sconn_ops, &srv->stats, srv->tls) < 0) {
+        nghttp2_session_del(sc->h2);
+        free(sc);
+        srv->stats.conns_rejected++;
+        close(fd);
+        return;
+    }
+    bf_list_add_tail(&srv->conns, &sc->link);
+    srv->nconns++;
+    sc->last_rx = bf_mono_ns();
+    bf_timer_init(&sc->timer, srv->loop, sconn_timer_cb, sc);
+    bf_net_timer_start(&sc->timer, srv->o.handshake_timeout_ns, 0);
+    conn_mark_dirty(&sc->c);
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+static int make_callbacks(nghttp2_session_callbacks **out)
+{
+    nghttp2_session_callbacks *cbs;
+    if (nghttp2_session_callbacks_new(&cbs) != 0)
+        return -ENOMEM;
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers_cb);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, on_header_cb);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv_cb);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk_cb);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close_cb);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send_cb);
+    nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(cbs, on_invalid_frame_cb);
+    nghttp2_session_callbacks_set_send_data_callback(cbs, send_data_cb);
+    *out = cbs;
+    return 0;
+}
+
+static void done_timer_cb(struct bf_net_timer *t, void *arg)
+{
+    (void)t;
+    struct bf_net_server *srv = arg;
+    if (srv->shutdown_done)
+        srv->shutdown_done(srv->shutdown_arg);
+}
+
+static void server_check_shutdown(struct bf_net_server *srv)
+{
+    if (srv->shutting_down && !srv->shutdown_reported && srv->nconns == 0 && !srv->destroying) {
+        srv->shutdown_reported = true;
+        bf_net_timer_stop(&srv->grace_timer);
+        bf_net_timer_start(&srv->done_timer, 0, 0); /* report from the loop, not from here */
+    }
+}
+
+static void grace_cb(struct bf_net_timer *t, void *arg)
+{
+    (void)t;
+    struct bf_net_server *srv = arg;
+    srv_enter(srv);
+    while (!bf_list_empty(&srv->conns)) {
+        struct sconn *sc = BF_CONTAINER_OF(srv->conns.next, struct sconn, link);
+        conn_abort(&sc->c, -ECANCELED);
+    }
+    server_check_shutdown(srv);
+    srv_leave(srv);
+}
+
+int bf_net_server_new(struct bf_net_loop *loop, const struct bf_net_server_opts *opts,
+                      struct bf_net_server **out)
+{
+    if (!loop || !opts || !out || !opts->addr || (opts->n_methods && !opts->methods))
+        return -EINVAL;
+    for (size_t i = 0; i < opts->n_methods; i++) {
+        const struct bf_net_method *m = &opts->methods[i];
+        if (!m->path || m->path[0] != '/' || !m->on_message || m->kind > BF_NET_BIDI_STREAMING)
+            return -EINVAL;
+    }
+    struct bf_net_server *srv = calloc(1, sizeof *srv);
+    if (!srv)
+        return -ENOMEM;
+    srv->loop = loop;
+    srv->o = *opts;
+    srv->o.methods = NULL;
+    memset(&srv->o.tls, 0, sizeof srv->o.tls);
+    srv->o.addr = NULL;
+    if (!srv->o.max_connections)
+        srv->o.max_connections = 16384;
+    if (!srv->o.max_concurrent_streams)
+        srv->o.max_concurrent_streams = 1024;
+    if (!srv->o.max_recv_message)
+        srv->o.max_recv_message = BF_NET_MAX_MESSAGE;
+    if (!srv->o.max_send_message)
+        srv->o.max_send_message = BF_NET_MAX_MESSAGE;
+    if (!srv->o.stream_window)
+        srv->o.stream_window = 1u << 20;
+    if (!srv->o.conn_window)
+        srv->o.conn_window = 16u << 20;
+    if (srv->o.stream_window > 0x7fffffff)
+        srv->o.stream_window = 0x7fffffff;
+    if (srv->o.conn_window > 0x7fffffff)
+        srv->o.conn_window = 0x7fffffff;
+    if (!srv->o.keepalive_ns)
+        srv->o.keepalive_ns = 120 * BF_NS_PER_SEC;
+    if (!srv->o.keepalive_timeout_ns)
+        srv->o.keepalive_timeout_ns = 20 * BF_NS_PER_SEC;
+    if (!srv->o.handshake_timeout_ns)
+        srv->o.handshake_timeout_ns = 10 * BF_NS_PER_SEC;
+    bf_list_init(&srv->conns);
+    bf_timer_init(&srv->grace_timer, loop, grace_cb, srv);
+    bf_timer_init(&srv->done_timer, loop, done_timer_cb, srv);
+    int r = -ENOMEM;
+    srv->n_methods = opts->n_methods;
+    srv->methods = calloc(opts->n_methods ? opts->n_methods : 1, sizeof *srv->methods);
+    if (!srv->methods)
+        goto out_fail;
+    for (size_t i = 0; i < opts->n_methods; i++) {
+        srv->methods[i].m = opts->methods[i];
+        srv->methods[i].path_len = strlen(opts->methods[i].path);
+    }
+    const struct bf_net_tls_config *tc = &opts->tls;
+    bool any_tls = (tc->cert_file && *tc->cert_file) || (tc->key_file && *tc->key_file) ||
+                   (tc->ca_file && *tc->ca_file);
+    if (any_tls) {
+        r = bf_tls_ctx_new(tc, BF_TLS_SERVER, &srv->tls);
+        if (r < 0)
+            goto out_fail;
+    }
+    r = -ENOMEM;
+    if (make_callbacks(&srv->cbs) < 0)
+        goto out_fail;
+    if (nghttp2_option_new(&srv->h2opt) != 0)
+        goto out_fail;
+    nghttp2_option_set_no_closed_streams(srv->h2opt, 1);
+    nghttp2_option_set_max_send_header_block_length(srv->h2opt, 65536);
+    r = bf_listener_open(loop, opts->addr, srv_on_accept, srv, &srv->stats.accept_errors,
+                         &srv->listener);
+    if (r < 0) {
+        BF_ERROR("gRPC server: cannot listen", "addr=\"%s\" err=\"%s\"", opts->addr, strerror(-r));
+        goto out_fail;
+    }
+    srv->port = srv->listener->port;
+    BF_INFO("gRPC server listening", "addr=\"%s\" port=%u tls=%s", opts->addr, srv->port,
+            !srv->tls ? "off" : bf_tls_ctx_mtls(srv->tls) ? "mtls" : "tls");
+    *out = srv;
+    return 0;
+out_fail:
+    if (srv->h2opt)
+        nghttp2_option_del(srv->h2opt);
+    if (srv->cbs)
+        nghttp2_session_callbacks_del(srv->cbs);
+    bf_tls_ctx_unref(srv->tls);
+    free(srv->methods);
+    free(srv);
+    return r;
+}
+
+uint16_t bf_net_server_port(const struct bf_net_server *srv)
+{
+    return srv->port;
+}
+
+void bf_net_server_stats(const struct bf_net_server *srv, struct bf_net_stats *out)
+{
+    *out = srv->stats;
+}
+
+void bf_net_server_shutdown(struct bf_net_server *srv, int64_t grace_ns, void (*done)(void *),
+                            void *arg)
+{
+    if (srv->shutting_down)
+        return;
+    srv_enter(srv);
+    srv->shutting_down = true;
+    srv->shutdown_done = done;
+    srv->shutdown_arg = arg;
+    bf_listener_close(srv->listener);
+    srv->listener = NULL;
+    struct bf_list *it = srv->conns.next;
+    while (it != &srv->conns) {
+        struct sconn *sc = BF_CONTAINER_OF(it, struct sconn, link);
+        it = it->next;
+        if (sc->got_settings && sc->h2) {
+            nghttp2_submit_goaway(sc->h2, NGHTTP2_FLAG_NONE,
+                                  nghttp2_session_get_last_proc_stream_id(sc->h2),
+                                  NGHTTP2_NO_ERROR, NULL, 0);
+            sc->goaway_sent = true;
+            conn_mark_dirty(&sc->c);
+        } else {
+            conn_abort(&sc->c, -ECANCELED); /* never got going */
+        }
+    }
+    bf_net_timer_start(&srv->grace_timer, grace_ns > 0 ? grace_ns : 0, 0);
+    server_check_shutdown(srv);
+    srv_leave(srv);
+}
+
+static void server_destroy(struct bf_net_server *srv)
+{
+    srv->destroying = true;
+    srv->depth++;
+    bf_listener_close(srv->listener);
+    srv->listener = NULL;
+    bf_net_timer_stop(&srv->grace_timer);
+    bf_net_timer_stop(&srv->done_timer);
+    while (!bf_list_empty(&srv->conns)) {
+        struct sconn *sc = BF_CONTAINER_OF(srv->conns.next, struct sconn, link);
+        conn_abort(&sc->c, -ECANCELED);
+    }
+    nghttp2_option_del(srv->h2opt);
+    nghttp2_session_callbacks_del(srv->cbs);
+    bf_tls_ctx_unref(srv->tls);
+    free(srv->methods);
+    free(srv);
+}
+
+void bf_net_server_free(struct bf_net_server *srv)
+{
+    if (!srv || srv->destroying)
+        return;
+    if (srv->depth > 0) {
+        srv->free_pending = true;
+        return;
+    }
+    server_destroy(srv);
+}

@@ -1,0 +1,304 @@
+/*
+ * grpc_wire.c — pure gRPC wire helpers (see grpc_wire.h): message framing
+ * parser, grpc-timeout, grpc-message percent-encoding, status mappings.
+ *
+ * Design notes: no global state; the parser owns at most one assembly
+ * buffer, sized by what has arrived (doubling, capped at the declared
+ * length) and freed after each message so idle streams hold nothing.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "bigfleet/net.h"
+#include "net/grpc_wire.h"
+
+void bf_grpc_parser_init(struct bf_grpc_parser *p, uint32_t max)
+{
+    memset(p, 0, sizeof *p);
+    p->max = max;
+}
+
+void bf_grpc_parser_reset(struct bf_grpc_parser *p)
+{
+    free(p->buf);
+    uint32_t max = p->max;
+    memset(p, 0, sizeof *p);
+    p->max = max;
+}
+
+bool bf_grpc_parser_idle(const struct bf_grpc_parser *p)
+{
+    return p->hdr_len == 0 && !p->in_body;
+}
+
+void bf_grpc_prefix(uint8_t out[BF_GRPC_PREFIX], uint32_t len)
+{
+    out[0] = 0;
+    out[1] = (uint8_t)(len >> 24);
+    out[2] = (uint8_t)(len >> 16);
+    out[3] = (uint8_t)(len >> 8);
+    out[4] = (uint8_t)len;
+}
+
+static void end_message(struct bf_grpc_parser *p)
+{
+    free(p->buf);
+    p->buf = NULL;
+    p->have = p->cap = 0;
+    p->in_body = false;
+    p->hdr_len = 0;
+}
+
+int bf_grpc_parser_feed(struct bf_grpc_parser *p, const uint8_t *data, size_t len,
+                        bf_grpc_msg_fn fn, void *arg)
+{
+    while (len > 0) {
+        if (!p->in_body) {
+            size_t take = BF_GRPC_PREFIX - p->hdr_len;
+            if (take > len)
+                take = len;
+            memcpy(p->hdr + p->hdr_len, data, take);
+            p->hdr_len = (uint8_t)(p->hdr_len + take);
+            data += take;
+            len -= take;
+            if (p->hdr_len < BF_GRPC_PREFIX)
+                return 0;
+            if (p->hdr[0] > 1)
+                return BF_NET_INTERNAL;
+            p->compressed = p->hdr[0] == 1;
+            p->msg_len = (uint32_t)p->hdr[1] << 24 | (uint32_t)p->hdr[2] << 16 |
+                         (uint32_t)p->hdr[3] << 8 | p->hdr[4];
+            if (p->msg_len > p->max)
+                return BF_NET_RESOURCE_EXHAUSTED;
+            p->in_body = true;
+            p->have = 0;
+            /* zero-copy: the whole body is in this piece */
+            if (len >= p->msg_len) {
+                int r = fn(arg, data, p->msg_len, p->compressed);
+                data += p->msg_len;
+                len -= p->msg_len;
+                end_message(p);
+                if (r != 0)
+                    return r;
+                continue;
+            }
+        }
+        size_t need = p->msg_len - p->have;
+        size_t take = need < len ? need : len;
+        if (take > 0) {
+            if (p->have + take > p->cap) {
+                size_t nc = p->cap ? p->cap : 4096;
+                while (nc < p->have + take)
+                    nc *= 2;
+                if (nc > p->msg_len)
+                    nc = p->msg_len;
+                uint8_t *nb = realloc(p->buf, nc);
+                if (!nb)
+                    return BF_NET_RESOURCE_EXHAUSTED;
+                p->buf = nb;
+                p->cap = nc;
+            }
+            memcpy(p->buf + p->have, data, take);
+            p->have += take;
+            data += take;
+            len -= take;
+        }
+        if (p->have == p->msg_len) {
+            uint8_t *b = p->buf;
+            p->buf = NULL;
+            size_t n = p->have;
+            end_message(p);
+            int r = fn(arg, b ? b : (const uint8_t *)"", n, p->compressed);
+            free(b);
+            if (r != 0)
+                return r;
+        }
+    }
+    return 0;
+}
+
+int bf_grpc_timeout_parse(const char *s, size_t len, int64_t *ns)
+{
+    if (len < 2 || len > 9)
+        return -EINVAL;
+    int64_t v = 0;
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -EINVAL;
+        v = v * 10 + (s[i] - '0');
+    }
+    int64_t mul;
+    switch (s[len - 1]) {
+    case 'H':
+        mul = 3600LL * 1000000000LL;
+        break;
+    case 'M':
+        mul = 60LL * 1000000000LL;
+        break;
+    case 'S':
+        mul = 1000000000LL;
+        break;
+    case 'm':
+        mul = 1000000LL;
+        break;
+    case 'u':
+        mul = 1000LL;
+        break;
+    case 'n':
+        mul = 1;
+        break;
+    default:
+        return -EINVAL;
+    }
+    if (__builtin_mul_overflow(v, mul, ns))
+        *ns = INT64_MAX;
+    return 0;
+}
+
+size_t bf_grpc_timeout_format(int64_t ns, char *out)
+{
+    static const struct {
+        char unit;
+        int64_t ns;
+    } units[] = {{'n', 1},
+                 {'u', 1000LL},
+                 {'m', 1000000LL},
+                 {'S', 1000000000LL},
+                 {'M', 60000000000LL},
+                 {'H', 3600000000000LL}};
+    if (ns < 1)
+        ns = 1;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        int64_t v = ns / units[i].ns + (ns % units[i].ns != 0);
+        if (v <= 99999999) {
+            return (size_t)snprintf(out, 10, "%lld%c", (long long)v, units[i].unit);
+        }
+    }
+    return (size_t)snprintf(out, 10, "99999999H");
+}
+
+char *bf_grpc_percent_encode(const char *msg)
+{
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)msg; *p; p++)
+        n += (*p < 0x20 || *p > 0x7e || *p == '%') ? 3 : 1;
+    char *out = malloc(n + 1);
+    if (!out)
+        return NULL;
+    static const char hex[] = "0123456789ABCDEF";
+    char *o = out;
+    for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
+        if (*p < 0x20 || *p > 0x7e || *p == '%') {
+            *o++ = '%';
+            *o++ = hex[*p >> 4];
+            *o++ = hex[*p & 15];
+        } else {
+            *o++ = (char)*p;
+        }
+    }
+    *o = 0;
+    return out;
+}
+
+static int hexval(uint8_t c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+char *bf_grpc_percent_decode(const uint8_t *s, size_t len)
+{
+    char *out = malloc(len + 1);
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] == '%' && i + 2 < len) {
+            int hi = hexval(s[i + 1]), lo = hexval(s[i + 2]);
+            if (hi >= 0 && lo >= 0) {
+                out[o++] = (char)(hi << 4 | lo);
+                i += 2;
+                continue;
+            }
+        }
+        out[o++] = (char)s[i];
+    }
+    out[o] = 0;
+    return out;
+}
+
+bool bf_grpc_content_type_ok(const uint8_t *v, size_t len)
+{
+    static const char base[] = "application/grpc";
+    size_t bl = sizeof base - 1;
+    if (len < bl || strncasecmp((const char *)v, base, bl) != 0)
+        return false;
+    return len == bl || v[bl] == '+' || v[bl] == ';';
+}
+
+int bf_grpc_code_from_http(int http_status)
+{
+    switch (http_status) {
+    case 400:
+        return BF_NET_INTERNAL;
+    case 401:
+        return BF_NET_UNAUTHENTICATED;
+    case 403:
+        return BF_NET_PERMISSION_DENIED;
+    case 404:
+        return BF_NET_UNIMPLEMENTED;
+    case 429:
+    case 502:
+    case 503:
+    case 504:
+        return BF_NET_UNAVAILABLE;
+    default:
+        return BF_NET_UNKNOWN;
+    }
+}
+
+int bf_grpc_code_from_h2(uint32_t e)
+{
+    switch (e) {
+    case 0x0: /* NO_ERROR */
+    case 0x1: /* PROTOCOL_ERROR */
+    case 0x2: /* INTERNAL_ERROR */
+    case 0x3: /* FLOW_CONTROL_ERROR */
+    case 0x4: /* SETTINGS_TIMEOUT */
+    case 0x6: /* FRAME_SIZE_ERROR */
+    case 0x9: /* COMPRESSION_ERROR */
+    case 0xa: /* CONNECT_ERROR */
+        return BF_NET_INTERNAL;
+    case 0x7: /* REFUSED_STREAM */
+        return BF_NET_UNAVAILABLE;
+    case 0x8: /* CANCEL */
+        return BF_NET_CANCELLED;
+    case 0xb: /* ENHANCE_YOUR_CALM */
+        return BF_NET_RESOURCE_EXHAUSTED;
+    case 0xc: /* INADEQUATE_SECURITY */
+        return BF_NET_PERMISSION_DENIED;
+    default:
+        return BF_NET_UNKNOWN;
+    }
+}
+
+int bf_grpc_status_parse(const uint8_t *v, size_t len)
+{
+    if (len == 0 || len > 2)
+        return BF_NET_UNKNOWN;
+    int c = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return BF_NET_UNKNOWN;
+        c = c * 10 + (v[i] - '0');
+    }
+    return c < BF_NET_CODE_COUNT ? c : BF_NET_UNKNOWN;
+}

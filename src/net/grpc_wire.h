@@ -1,0 +1,86 @@
+/*
+ * grpc_wire.h — pure gRPC-over-HTTP/2 wire helpers (no I/O, no state
+ * outside the structs passed in): the length-prefixed message parser,
+ * grpc-timeout, grpc-message percent-encoding, content-type and status
+ * mappings. grpc/doc/PROTOCOL-HTTP2.md. Unit-tested in test_net_wire.c.
+ */
+#ifndef BF_NET_GRPC_WIRE_H
+#define BF_NET_GRPC_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define BF_GRPC_PREFIX 5
+
+/*
+ * Incremental parser of Length-Prefixed-Messages (1 byte compressed flag,
+ * 4 bytes big-endian length, payload). Data arrives in arbitrary pieces
+ * (HTTP/2 DATA frames); a message wholly inside one piece is delivered
+ * without copying, otherwise it is assembled in a buffer that grows with
+ * the bytes actually received (never pre-allocated from the declared
+ * length, so a 5-byte header cannot make us allocate 256 MiB).
+ */
+struct bf_grpc_parser {
+    uint8_t hdr[BF_GRPC_PREFIX];
+    uint8_t hdr_len; /* header bytes collected (0..5) */
+    bool in_body;
+    bool compressed;
+    uint32_t msg_len;
+    uint32_t max; /* receive limit */
+    uint8_t *buf;
+    size_t have, cap;
+};
+
+/*
+ * Message callback: msg/len valid during the call. Return 0 to continue,
+ * a gRPC status code > 0 to stop feeding with that status, or < 0 to stop
+ * quietly (the caller finished the call itself).
+ */
+typedef int (*bf_grpc_msg_fn)(void *arg, const uint8_t *msg, size_t len, bool compressed);
+
+void bf_grpc_parser_init(struct bf_grpc_parser *p, uint32_t max);
+/*
+ * Feeds bytes. Returns 0, or the first non-zero callback return, or
+ * RESOURCE_EXHAUSTED (8) when a message declares more than max bytes,
+ * INTERNAL (13) for a flag byte other than 0/1 or on allocation failure.
+ * After a non-zero return the parser must be reset before reuse.
+ */
+int bf_grpc_parser_feed(struct bf_grpc_parser *p, const uint8_t *data, size_t len,
+                        bf_grpc_msg_fn fn, void *arg);
+/* True when no message is partially received (a stream may end here). */
+bool bf_grpc_parser_idle(const struct bf_grpc_parser *p);
+void bf_grpc_parser_reset(struct bf_grpc_parser *p);
+
+/* Writes the 5-byte prefix for an uncompressed message of len bytes. */
+void bf_grpc_prefix(uint8_t out[BF_GRPC_PREFIX], uint32_t len);
+
+/*
+ * grpc-timeout: "1*8DIGIT unit", unit one of H M S m u n. Returns 0 and
+ * *ns (saturating at INT64_MAX), or -EINVAL.
+ */
+int bf_grpc_timeout_parse(const char *s, size_t len, int64_t *ns);
+/* Formats ns (> 0) with the finest unit whose value fits 8 digits, rounding
+ * up. out needs 10 bytes (8 digits, unit, NUL). Returns the length. */
+size_t bf_grpc_timeout_format(int64_t ns, char *out);
+
+/*
+ * grpc-message percent-encoding: bytes outside 0x20..0x7E and '%' become
+ * %XX (upper-case hex). Returns a malloc'd NUL-terminated string (NULL on
+ * ENOMEM).
+ */
+char *bf_grpc_percent_encode(const char *msg);
+/* Decodes %XX; invalid escapes are kept literally. malloc'd, NUL-terminated. */
+char *bf_grpc_percent_decode(const uint8_t *s, size_t len);
+
+/* "application/grpc", "application/grpc+proto", "application/grpc;..." */
+bool bf_grpc_content_type_ok(const uint8_t *v, size_t len);
+
+/* HTTP status of a response without grpc-status -> gRPC code (gRPC spec's table). */
+int bf_grpc_code_from_http(int http_status);
+/* RST_STREAM / GOAWAY error code -> gRPC code (client side). */
+int bf_grpc_code_from_h2(uint32_t h2_error);
+/* Parses a grpc-status value (decimal 0..16); UNKNOWN for anything else. */
+int bf_grpc_status_parse(const uint8_t *v, size_t len);
+
+#endif /* BF_NET_GRPC_WIRE_H */

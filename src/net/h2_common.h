@@ -1,0 +1,135 @@
+/*
+ * h2_common.h — pieces shared by the gRPC server and client on nghttp2:
+ * the per-call outbox of framed messages, header helpers, and the
+ * "produce" step that moves nghttp2 output into a conn.
+ */
+#ifndef BF_NET_H2_COMMON_H
+#define BF_NET_H2_COMMON_H
+
+#include <nghttp2/nghttp2.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "net/grpc_wire.h"
+#include "net/net_internal.h"
+
+/* One framed message (5-byte prefix + payload) waiting to be sent. */
+struct omsg {
+    struct omsg *next;
+    size_t len; /* prefix + payload */
+    uint8_t data[];
+};
+
+/* FIFO of framed messages with a read offset into the head. */
+struct outbox {
+    struct omsg *head, *tail;
+    size_t off;
+    size_t bytes; /* not yet handed to nghttp2 */
+};
+
+static inline struct omsg *omsg_new(size_t payload)
+{
+    struct omsg *m = malloc(sizeof *m + BF_GRPC_PREFIX + payload);
+    if (!m)
+        return NULL;
+    m->next = NULL;
+    m->len = BF_GRPC_PREFIX + payload;
+    bf_grpc_prefix(m->data, (uint32_t)payload);
+    return m;
+}
+
+static inline void outbox_push(struct outbox *o, struct omsg *m)
+{
+    if (o->tail)
+        o->tail->next = m;
+    else
+        o->head = m;
+    o->tail = m;
+    o->bytes += m->len;
+}
+
+static inline void outbox_clear(struct outbox *o)
+{
+    struct omsg *m = o->head;
+    while (m) {
+        struct omsg *n = m->next;
+        free(m);
+        m = n;
+    }
+    memset(o, 0, sizeof *o);
+}
+
+/* Drops every message not yet started (a partly sent head stays, so the
+ * peer never sees a truncated message). */
+static inline void outbox_drop_unsent(struct outbox *o)
+{
+    if (o->off == 0 || !o->head) {
+        outbox_clear(o);
+        return;
+    }
+    struct omsg *m = o->head->next;
+    while (m) {
+        struct omsg *n = m->next;
+        o->bytes -= m->len;
+        free(m);
+        m = n;
+    }
+    o->head->next = NULL;
+    o->tail = o->head;
+}
+
+/* Moves up to n bytes from the outbox into conn (conn_write). Returns
+ * bytes moved or -ENOMEM. */
+static inline ssize_t outbox_to_conn(struct outbox *o, struct conn *c, size_t n)
+{
+    size_t done = 0;
+    while (done < n && o->head) {
+        struct omsg *m = o->head;
+        size_t avail = m->len - o->off;
+        size_t take = n - done < avail ? n - done : avail;
+        if (conn_write(c, m->data + o->off, take) < 0)
+            return -ENOMEM;
+        o->off += take;
+        done += take;
+        if (o->off == m->len) {
+            o->head = m->next;
+            if (!o->head)
+                o->tail = NULL;
+            o->off = 0;
+            free(m);
+        }
+    }
+    o->bytes -= done;
+    return (ssize_t)done;
+}
+
+#define BF_NV(n, v, vl)                                                                            \
+    {                                                                                              \
+        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, (vl),                                       \
+            NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE                           \
+    }
+#define BF_NVS(n, v) BF_NV(n, v, sizeof(v) - 1)
+
+/* Pulls output from the session into the conn until it has ~batch bytes. */
+static inline int h2_produce(struct conn *c, nghttp2_session *h2, size_t batch)
+{
+    while (conn_queued(c) < batch) {
+        const uint8_t *p;
+        ssize_t n = nghttp2_session_mem_send(h2, &p);
+        if (n < 0)
+            return -EPROTO;
+        if (n == 0)
+            break;
+        if (conn_write(c, p, (size_t)n) < 0)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+static inline bool h2_name_is(const uint8_t *name, size_t len, const char *lit)
+{
+    size_t l = strlen(lit);
+    return len == l && memcmp(name, lit, l) == 0;
+}
+
+#endif /* BF_NET_H2_COMMON_H */

@@ -1,0 +1,306 @@
+/*
+ * net_internal.h — private structures shared by the files in src/net: the
+ * loop, timers, listeners, and the byte-stream connection (`struct conn`)
+ * that the HTTP/2 server, HTTP/2 client and HTTP/1.1 server sit on.
+ *
+ * Layering
+ *   loop.c     io_uring ring, provided-buffer ring, timer heap, deferred
+ *              calls, fd watches, listeners (multishot accept).
+ *   conn.c     one TCP connection: multishot recv, one outstanding send with
+ *              partial-write handling, optional TLS (tls.c) in between, and
+ *              the close sequence (drain -> SHUT_WR -> linger -> close).
+ *   grpc_server.c / grpc_client.c / http1.c   the upper layers, plugged in
+ *              through struct conn_ops.
+ *
+ * Lifetime of a conn
+ *   The upper layer embeds struct conn. conn_abort() (or the end of a
+ *   graceful close) calls ops->on_close exactly once; the upper layer drops
+ *   its protocol state there. The memory is handed back through
+ *   ops->release only when no io_uring operation refers to the conn any
+ *   more and no conn-level handler is on the stack (c->busy == 0).
+ */
+#ifndef BF_NET_INTERNAL_H
+#define BF_NET_INTERNAL_H
+
+#include <liburing.h>
+#include <netinet/in.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "bigfleet/net.h"
+
+#define BF_CONTAINER_OF(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+/* ---------------------------------------------------------------- lists */
+
+struct bf_list {
+    struct bf_list *next, *prev;
+};
+static inline void bf_list_init(struct bf_list *l)
+{
+    l->next = l->prev = l;
+}
+static inline bool bf_list_empty(const struct bf_list *l)
+{
+    return l->next == l;
+}
+static inline void bf_list_add_tail(struct bf_list *head, struct bf_list *n)
+{
+    n->prev = head->prev;
+    n->next = head;
+    head->prev->next = n;
+    head->prev = n;
+}
+static inline void bf_list_del(struct bf_list *n)
+{
+    n->prev->next = n->next;
+    n->next->prev = n->prev;
+    n->next = n->prev = n;
+}
+
+/* ---------------------------------------------------------------- timers */
+
+#define BF_TIMER_IDLE UINT32_MAX
+
+struct bf_net_timer {
+    struct bf_net_loop *loop;
+    int64_t expiry; /* bf_mono_ns */
+    int64_t period; /* 0 = one-shot */
+    uint32_t heap_idx;
+    bool heap_alloc;   /* created by bf_net_timer_new (freed by bf_net_timer_free) */
+    bool free_pending; /* freed inside its own callback */
+    bf_net_timer_fn fn;
+    void *arg;
+};
+
+/* Embedded timers: initialise, then bf_net_timer_start/stop; never free. */
+void bf_timer_init(struct bf_net_timer *t, struct bf_net_loop *loop, bf_net_timer_fn fn, void *arg);
+
+/* ---------------------------------------------------------------- loop */
+
+/* user_data tags in the low 3 bits (objects are malloc'd, 16-aligned). */
+enum {
+    BF_OP_IGNORE = 0, /* cancel requests and other fire-and-forget ops */
+    BF_OP_ACCEPT = 1,
+    BF_OP_RECV = 2,
+    BF_OP_SEND = 3,
+    BF_OP_CONNECT = 4,
+    BF_OP_POLL = 5,
+};
+#define BF_OP_MASK 7u
+#define BF_UD(ptr, tag) ((uint64_t)(uintptr_t)(ptr) | (uint64_t)(tag))
+
+#define BF_NET_BGID 7
+#define BF_TLS_STAGE 16384
+
+struct bf_defer {
+    void (*fn)(void *arg);
+    void *arg;
+};
+
+struct bf_net_loop {
+    struct io_uring ring;
+    bool ring_ok;
+    /* provided-buffer ring for multishot recv */
+    struct io_uring_buf_ring *br;
+    size_t br_size;
+    uint8_t *bufs;
+    size_t bufs_size;
+    unsigned nbufs, bufsz;
+    uint64_t enobufs;
+    /* timers: binary min-heap on expiry */
+    struct bf_net_timer **heap;
+    uint32_t nheap, capheap;
+    /* deferred calls */
+    struct bf_defer *defer;
+    size_t ndefer, capdefer;
+    /* connections to flush before the next wait */
+    struct bf_list dirty;
+    /* everything alive, for bf_net_loop_free */
+    struct bf_list conns, listeners, watches;
+    /* stop */
+    int wake_fd;
+    struct bf_net_watch *wake_watch;
+    bool stop;
+    /* TLS plaintext staging (one conn produces at a time) and read scratch */
+    uint8_t tls_stage[BF_TLS_STAGE];
+    size_t tls_stage_len;
+    uint8_t tls_read[BF_TLS_STAGE];
+};
+
+/* An SQE, submitting the queue first if it is full. Never NULL in practice
+ * (aborts the process if the ring is unusable, which is a bug). */
+struct io_uring_sqe *bf_loop_sqe(struct bf_net_loop *loop);
+void bf_loop_cancel(struct bf_net_loop *loop, uint64_t user_data);
+/* The provided buffer bid, and giving it back to the ring. */
+const uint8_t *bf_loop_buffer(struct bf_net_loop *loop, unsigned bid);
+void bf_loop_recycle(struct bf_net_loop *loop, unsigned bid);
+
+/* ------------------------------------------------------------ listeners */
+
+struct bf_listener {
+    struct bf_net_loop *loop;
+    int fd;
+    uint16_t port;
+    bool armed;   /* multishot accept outstanding */
+    bool closing; /* owner gone; freed when the accept op ends */
+    void (*on_accept)(void *owner, int fd);
+    void *owner;
+    uint64_t *accept_errors;
+    struct bf_net_timer retry; /* re-arm after EMFILE and friends */
+    struct bf_list link;
+};
+
+/* Parses "host:port" / ":port" / "[v6]:port" into *ss. -EINVAL. host_out
+ * (optional) receives the host part ("" for ":port"). */
+int bf_addr_parse(const char *addr, struct sockaddr_storage *ss, socklen_t *len, char *host_out,
+                  size_t host_cap, uint16_t *port_out);
+/* "ip:port" of a socket address. */
+void bf_addr_format(const struct sockaddr *sa, char *out, size_t cap);
+
+int bf_listener_open(struct bf_net_loop *loop, const char *addr, void (*on_accept)(void *, int),
+                     void *owner, uint64_t *accept_errors, struct bf_listener **out);
+/* Stops accepting and closes the socket; the memory goes when the kernel
+ * returns the accept operation. */
+void bf_listener_close(struct bf_listener *l);
+
+/* ---------------------------------------------------------------- conns */
+
+struct conn;
+
+struct conn_ops {
+    /* transport is up (TCP connected / TLS handshake done). <0: abort. */
+    int (*on_ready)(struct conn *c);
+    /* plaintext bytes arrived. <0: abort with that error. */
+    int (*on_data)(struct conn *c, const uint8_t *p, size_t n);
+    /* write pending output with conn_write() (no send in flight). <0: abort. */
+    int (*produce)(struct conn *c);
+    /* true when the upper layer is finished: close gracefully once flushed */
+    bool (*done)(struct conn *c);
+    /* the connection is closed (once). err: 0 clean, -errno. */
+    void (*on_close)(struct conn *c, int err);
+    /* give the memory back (no I/O refers to it any more). */
+    void (*release)(struct conn *c);
+};
+
+enum conn_state {
+    C_CONNECTING = 0, /* client: TCP connect in flight */
+    C_HANDSHAKE,      /* TLS handshake in progress */
+    C_OPEN,           /* established */
+    C_DRAIN,          /* closing: flushing what is queued */
+    C_LINGER,         /* SHUT_WR sent: discarding input until EOF or the linger timer */
+    C_CLOSED          /* on_close ran; waiting for ops to come back */
+};
+
+struct obuf {
+    uint8_t *p;
+    size_t len, off, cap;
+};
+
+struct WOLFSSL;
+struct bf_tls_ctx;
+
+struct conn {
+    struct bf_net_loop *loop;
+    const struct conn_ops *ops;
+    struct bf_net_stats *stats;
+    int fd;
+    uint8_t state;
+    bool is_client;
+    bool recv_armed, send_inflight, connect_inflight;
+    bool dirty;
+    bool up_closed; /* on_close ran */
+    bool tls_done;
+    int busy;
+    struct WOLFSSL *ssl;
+    struct bf_tls_ctx *tls; /* reference held while ssl lives */
+    /* TLS ciphertext being fed to wolfSSL */
+    const uint8_t *tin;
+    size_t tin_len;
+    struct obuf spill; /* ciphertext wolfSSL did not take yet (rare) */
+    struct obuf inflight, pending;
+    struct bf_net_timer timer; /* connect timeout / linger */
+    struct bf_list link, dirty_link;
+    char peer[56];
+    /* client connect */
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+};
+
+/* Server side: adopt an accepted fd. tls may be NULL. */
+int conn_init_accepted(struct conn *c, struct bf_net_loop *loop, int fd, const struct conn_ops *ops,
+                       struct bf_net_stats *stats, struct bf_tls_ctx *tls);
+/* Client side: socket + io_uring connect to addr. sni: TLS name (may be NULL). */
+int conn_init_connect(struct conn *c, struct bf_net_loop *loop, const struct sockaddr *sa,
+                      socklen_t salen, const struct conn_ops *ops, struct bf_net_stats *stats,
+                      struct bf_tls_ctx *tls, const char *sni, int64_t timeout_ns);
+/* Append output (only inside ops->produce). -ENOMEM. */
+int conn_write(struct conn *c, const void *p, size_t n);
+/* Raw append to the pending output (TLS records from wolfSSL). */
+int bf_conn_pending_append(struct conn *c, const void *p, size_t n);
+/* Bytes queued for the socket (pending + in flight). */
+size_t conn_queued(const struct conn *c);
+/* Ask for a flush before the loop next waits. */
+void conn_mark_dirty(struct conn *c);
+/* Graceful close: flush, TLS close_notify, SHUT_WR, linger, close. */
+void conn_close(struct conn *c);
+/* Immediate close (err: 0 or -errno, passed to on_close). */
+void conn_abort(struct conn *c, int err);
+bool conn_is_open(const struct conn *c);
+/* The peer certificate's bigfleet identity, see tls.c. */
+
+/* loop.c dispatch into conn.c */
+void conn_handle_cqe(struct conn *c, unsigned op, int res, unsigned flags);
+void conn_flush(struct conn *c);
+void conn_free_leftover(struct conn *c); /* bf_net_loop_free only */
+
+/* ---------------------------------------------------------------- TLS */
+
+enum bf_tls_role { BF_TLS_SERVER, BF_TLS_CLIENT };
+
+/* Reference-counted wolfSSL context. */
+int bf_tls_ctx_new(const struct bf_net_tls_config *cfg, enum bf_tls_role role,
+                   struct bf_tls_ctx **out);
+void bf_tls_ctx_ref(struct bf_tls_ctx *t);
+void bf_tls_ctx_unref(struct bf_tls_ctx *t);
+/* true when the context verifies client certificates (mTLS server). */
+bool bf_tls_ctx_mtls(const struct bf_tls_ctx *t);
+/* Per-connection session, I/O callbacks bound to c. -ENOMEM / -EIO. */
+int bf_tls_session_new(struct conn *c, struct bf_tls_ctx *t, const char *sni);
+void bf_tls_session_free(struct conn *c);
+/* Drives the handshake. 1 done, 0 in progress (wants input), <0 failed. */
+int bf_tls_handshake(struct conn *c);
+/* Decrypts what is buffered: calls emit(c, p, n) per chunk; stops when
+ * the conn closes. 0 ok / wants more, 1 peer sent close_notify, <0 error. */
+int bf_tls_read(struct conn *c, int (*emit)(struct conn *c, const uint8_t *p, size_t n));
+/* Encrypts n bytes into c->pending. -EIO. */
+int bf_tls_write(struct conn *c, const void *p, size_t n);
+/* close_notify into c->pending. */
+void bf_tls_shutdown(struct conn *c);
+/*
+ * Collects the peer certificate's URI SANs with scheme bigfleet.
+ * Returns the number found (0, 1, 2+), or -1 if the peer sent no
+ * certificate; *ident gets a malloc'd copy of the first one (caller frees).
+ */
+int bf_tls_peer_identity(struct conn *c, char **ident);
+/* Client: the peer certificate matches name (DNS SAN or IP SAN). 0 / -EPERM. */
+int bf_tls_verify_name(struct conn *c, const char *name);
+/* Negotiated ALPN is "h2" (1), none (0), or something else (-1). */
+int bf_tls_alpn_h2(struct conn *c);
+/* Last wolfSSL error text for logs. */
+const char *bf_tls_error_string(struct conn *c, int ret, char *buf, size_t cap);
+
+/* ---------------------------------------------------------------- misc */
+
+/* Status bookkeeping shared by server and client. */
+static inline void bf_stats_done(struct bf_net_stats *st, int code)
+{
+    if (code < 0 || code >= BF_NET_CODE_COUNT)
+        code = BF_NET_UNKNOWN;
+    st->calls_by_code[code]++;
+    if (st->streams_open)
+        st->streams_open--;
+}
+
+#endif /* BF_NET_INTERNAL_H */

@@ -1,0 +1,343 @@
+/*
+ * tls.c — TLS 1.3 / mTLS with wolfSSL 5.5.4 over custom I/O callbacks fed
+ * by the io_uring loop (reference/ecosystem.md §3.2).
+ *
+ * Design notes
+ *   - The recv callback hands wolfSSL the ciphertext the loop just received
+ *     (conn->tin); it answers WANT_READ when that is used up. The send
+ *     callback appends records to conn->pending and never blocks; conn.c
+ *     sends them with one outstanding io_uring send per connection.
+ *   - Contexts are reference counted: every session holds one, so a server
+ *     can drop its context while connections still use it.
+ *   - TLS 1.3 only (wolfTLSv1_3_*_method), ALPN "h2" offered by clients and
+ *     required on servers when the client sends ALPN at all.
+ *   - mTLS servers use VERIFY_PEER|FAIL_IF_NO_PEER_CERT against the CA;
+ *     the identity is then read from the verified leaf's URI SANs
+ *     (wire.md §7: exactly one with scheme bigfleet).
+ *   - wolfSSL_Init/Cleanup are reference counted by wolfSSL itself; every
+ *     context does one Init and one Cleanup.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <wolfssl/options.h>
+#include <wolfssl/ssl.h>
+#include <wolfssl/wolfcrypt/asn.h>
+#include <wolfssl/wolfio.h>
+
+#include "bigfleet/log.h"
+#include "net/net_internal.h"
+
+#define BF_GEN_URI 6 /* GeneralName uniformResourceIdentifier */
+
+struct bf_tls_ctx {
+    WOLFSSL_CTX *ctx;
+    int refs;
+    bool mtls;
+    enum bf_tls_role role;
+};
+
+static int io_recv(WOLFSSL *ssl, char *buf, int sz, void *ctx)
+{
+    (void)ssl;
+    struct conn *c = ctx;
+    if (c->tin_len == 0)
+        return WOLFSSL_CBIO_ERR_WANT_READ;
+    size_t n = (size_t)sz < c->tin_len ? (size_t)sz : c->tin_len;
+    memcpy(buf, c->tin, n);
+    c->tin += n;
+    c->tin_len -= n;
+    return (int)n;
+}
+
+static int io_send(WOLFSSL *ssl, char *buf, int sz, void *ctx)
+{
+    (void)ssl;
+    struct conn *c = ctx;
+    if (c->state == C_CLOSED)
+        return WOLFSSL_CBIO_ERR_CONN_CLOSE;
+    if (bf_conn_pending_append(c, buf, (size_t)sz) < 0)
+        return WOLFSSL_CBIO_ERR_GENERAL;
+    return sz;
+}
+
+static const char *wolf_err(unsigned long e, char *buf, size_t cap)
+{
+    (void)e;
+    unsigned long q = wolfSSL_ERR_get_error();
+    if (q)
+        wolfSSL_ERR_error_string_n(q, buf, cap);
+    else
+        snprintf(buf, cap, "cannot load or parse the file");
+    return buf;
+}
+
+static int load_files(WOLFSSL_CTX *ctx, const struct bf_net_tls_config *cfg)
+{
+    char eb[128];
+    if (cfg->cert_file && *cfg->cert_file) {
+        int r = wolfSSL_CTX_use_certificate_chain_file(ctx, cfg->cert_file);
+        if (r != WOLFSSL_SUCCESS) {
+            BF_ERROR("TLS certificate unusable", "file=\"%s\" err=\"%s\"", cfg->cert_file,
+                     wolf_err((unsigned long)r, eb, sizeof eb));
+            return -EIO;
+        }
+    }
+    if (cfg->key_file && *cfg->key_file) {
+        int r = wolfSSL_CTX_use_PrivateKey_file(ctx, cfg->key_file, WOLFSSL_FILETYPE_PEM);
+        if (r != WOLFSSL_SUCCESS) {
+            BF_ERROR("TLS key unusable", "file=\"%s\" err=\"%s\"", cfg->key_file,
+                     wolf_err((unsigned long)r, eb, sizeof eb));
+            return -EIO;
+        }
+        if (wolfSSL_CTX_check_private_key(ctx) != WOLFSSL_SUCCESS) {
+            BF_ERROR("TLS key does not match certificate", "key=\"%s\" cert=\"%s\"", cfg->key_file,
+                     cfg->cert_file);
+            return -EIO;
+        }
+    }
+    if (cfg->ca_file && *cfg->ca_file) {
+        int r = wolfSSL_CTX_load_verify_locations(ctx, cfg->ca_file, NULL);
+        if (r != WOLFSSL_SUCCESS) {
+            BF_ERROR("TLS CA bundle unusable", "file=\"%s\" err=\"%s\"", cfg->ca_file,
+                     wolf_err((unsigned long)r, eb, sizeof eb));
+            return -EIO;
+        }
+    }
+    return 0;
+}
+
+int bf_tls_ctx_new(const struct bf_net_tls_config *cfg, enum bf_tls_role role,
+                   struct bf_tls_ctx **out)
+{
+    bool cert = cfg->cert_file && *cfg->cert_file, key = cfg->key_file && *cfg->key_file,
+         ca = cfg->ca_file && *cfg->ca_file;
+    if (cert != key)
+        return -EINVAL;
+    if (role == BF_TLS_SERVER && !cert)
+        return -EINVAL;
+    if (role == BF_TLS_CLIENT && !ca)
+        return -EINVAL;
+    if (wolfSSL_Init() != WOLFSSL_SUCCESS)
+        return -EIO;
+    struct bf_tls_ctx *t = calloc(1, sizeof *t);
+    if (!t) {
+        wolfSSL_Cleanup();
+        return -ENOMEM;
+    }
+    t->refs = 1;
+    t->role = role;
+    t->ctx = wolfSSL_CTX_new(role == BF_TLS_SERVER ? wolfTLSv1_3_server_method()
+                                                   : wolfTLSv1_3_client_method());
+    int r = -ENOMEM;
+    if (!t->ctx)
+        goto out_fail;
+    r = load_files(t->ctx, cfg);
+    if (r < 0)
+        goto out_fail;
+    if (role == BF_TLS_SERVER) {
+        t->mtls = ca;
+        wolfSSL_CTX_set_verify(t->ctx,
+                               ca ? WOLFSSL_VERIFY_PEER | WOLFSSL_VERIFY_FAIL_IF_NO_PEER_CERT
+                                  : WOLFSSL_VERIFY_NONE,
+                               NULL);
+    } else {
+        wolfSSL_CTX_set_verify(t->ctx, WOLFSSL_VERIFY_PEER, NULL);
+    }
+    wolfSSL_CTX_SetIORecv(t->ctx, io_recv);
+    wolfSSL_CTX_SetIOSend(t->ctx, io_send);
+    *out = t;
+    return 0;
+out_fail:
+    if (t->ctx)
+        wolfSSL_CTX_free(t->ctx);
+    free(t);
+    wolfSSL_Cleanup();
+    return r;
+}
+
+void bf_tls_ctx_ref(struct bf_tls_ctx *t)
+{
+    t->refs++;
+}
+
+void bf_tls_ctx_unref(struct bf_tls_ctx *t)
+{
+    if (!t || --t->refs > 0)
+        return;
+    wolfSSL_CTX_free(t->ctx);
+    free(t);
+    wolfSSL_Cleanup();
+}
+
+bool bf_tls_ctx_mtls(const struct bf_tls_ctx *t)
+{
+    return t->mtls;
+}
+
+static bool is_ip_literal(const char *s)
+{
+    unsigned char b[16];
+    return inet_pton(AF_INET, s, b) == 1 || inet_pton(AF_INET6, s, b) == 1;
+}
+
+int bf_tls_session_new(struct conn *c, struct bf_tls_ctx *t, const char *sni)
+{
+    WOLFSSL *ssl = wolfSSL_new(t->ctx);
+    if (!ssl)
+        return -ENOMEM;
+    wolfSSL_SetIOReadCtx(ssl, c);
+    wolfSSL_SetIOWriteCtx(ssl, c);
+    char alpn[] = "h2";
+    if (wolfSSL_UseALPN(ssl, alpn, 2, WOLFSSL_ALPN_FAILED_ON_MISMATCH) != WOLFSSL_SUCCESS) {
+        wolfSSL_free(ssl);
+        return -EIO;
+    }
+    if (t->role == BF_TLS_CLIENT && sni && *sni && !is_ip_literal(sni))
+        wolfSSL_UseSNI(ssl, WOLFSSL_SNI_HOST_NAME, sni, (unsigned short)strlen(sni));
+    c->ssl = (struct WOLFSSL *)ssl;
+    c->tls = t;
+    bf_tls_ctx_ref(t);
+    return 0;
+}
+
+void bf_tls_session_free(struct conn *c)
+{
+    if (c->ssl) {
+        wolfSSL_free((WOLFSSL *)c->ssl);
+        c->ssl = NULL;
+    }
+    if (c->tls) {
+        bf_tls_ctx_unref(c->tls);
+        c->tls = NULL;
+    }
+}
+
+int bf_tls_handshake(struct conn *c)
+{
+    WOLFSSL *ssl = (WOLFSSL *)c->ssl;
+    int r = c->is_client ? wolfSSL_connect(ssl) : wolfSSL_accept(ssl);
+    if (r == WOLFSSL_SUCCESS)
+        return 1;
+    int e = wolfSSL_get_error(ssl, r);
+    if (e == WOLFSSL_ERROR_WANT_READ || e == WOLFSSL_ERROR_WANT_WRITE)
+        return 0;
+    return e < 0 ? e : -EIO;
+}
+
+int bf_tls_read(struct conn *c, int (*emit)(struct conn *c, const uint8_t *p, size_t n))
+{
+    WOLFSSL *ssl = (WOLFSSL *)c->ssl;
+    for (;;) {
+        int n = wolfSSL_read(ssl, c->loop->tls_read, (int)sizeof c->loop->tls_read);
+        if (n > 0) {
+            int r = emit(c, c->loop->tls_read, (size_t)n);
+            if (r < 0)
+                return r;
+            if (c->state != C_OPEN)
+                return 0;
+            continue;
+        }
+        int e = wolfSSL_get_error(ssl, n);
+        if (e == WOLFSSL_ERROR_WANT_READ || e == WOLFSSL_ERROR_WANT_WRITE)
+            return 0;
+        if (e == WOLFSSL_ERROR_ZERO_RETURN)
+            return 1;
+        return e < 0 ? e : -EIO;
+    }
+}
+
+int bf_tls_write(struct conn *c, const void *p, size_t n)
+{
+    WOLFSSL *ssl = (WOLFSSL *)c->ssl;
+    const uint8_t *s = p;
+    while (n > 0) {
+        int chunk = n > (1u << 30) ? (1 << 30) : (int)n;
+        int r = wolfSSL_write(ssl, s, chunk);
+        if (r <= 0)
+            return -EIO;
+        s += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+void bf_tls_shutdown(struct conn *c)
+{
+    wolfSSL_shutdown((WOLFSSL *)c->ssl);
+}
+
+int bf_tls_peer_identity(struct conn *c, char **ident)
+{
+    *ident = NULL;
+    WOLFSSL_X509 *peer = wolfSSL_get_peer_certificate((WOLFSSL *)c->ssl);
+    if (!peer)
+        return -1;
+    int found = 0;
+    WOLFSSL_STACK *gens = wolfSSL_X509_get_ext_d2i(peer, NID_subject_alt_name, NULL, NULL);
+    for (int i = 0; gens && i < wolfSSL_sk_GENERAL_NAME_num(gens); i++) {
+        WOLFSSL_GENERAL_NAME *g = wolfSSL_sk_GENERAL_NAME_value(gens, i);
+        if (!g || g->type != BF_GEN_URI || !g->d.uniformResourceIdentifier)
+            continue;
+        const char *d = (const char *)wolfSSL_ASN1_STRING_data(g->d.uniformResourceIdentifier);
+        int len = wolfSSL_ASN1_STRING_length(g->d.uniformResourceIdentifier);
+        /* scheme "bigfleet" (case-insensitive, as url.Parse lowercases it) */
+        if (!d || len < 9 || strncasecmp(d, "bigfleet:", 9) != 0)
+            continue;
+        if (memchr(d, 0, (size_t)len))
+            continue; /* embedded NUL: not a URI */
+        if (++found == 1) {
+            char *s = malloc((size_t)len + 1);
+            if (s) {
+                memcpy(s, "bigfleet", 8);
+                memcpy(s + 8, d + 8, (size_t)len - 8);
+                s[len] = 0;
+            }
+            *ident = s;
+        }
+    }
+    if (gens)
+        wolfSSL_GENERAL_NAMES_free(gens);
+    wolfSSL_X509_free(peer);
+    if (found != 1) {
+        free(*ident);
+        *ident = NULL;
+    }
+    return found;
+}
+
+int bf_tls_verify_name(struct conn *c, const char *name)
+{
+    WOLFSSL_X509 *peer = wolfSSL_get_peer_certificate((WOLFSSL *)c->ssl);
+    if (!peer)
+        return -EPERM;
+    int ok;
+    if (is_ip_literal(name))
+        ok = wolfSSL_X509_check_ip_asc(peer, name, 0) == WOLFSSL_SUCCESS;
+    else
+        ok = wolfSSL_X509_check_host(peer, name, strlen(name), 0, NULL) == WOLFSSL_SUCCESS;
+    wolfSSL_X509_free(peer);
+    return ok ? 0 : -EPERM;
+}
+
+int bf_tls_alpn_h2(struct conn *c)
+{
+    char *name = NULL;
+    unsigned short len = 0;
+    int r = wolfSSL_ALPN_GetProtocol((WOLFSSL *)c->ssl, &name, &len);
+    if (r != WOLFSSL_SUCCESS || !name)
+        return 0;
+    return (len == 2 && memcmp(name, "h2", 2) == 0) ? 1 : -1;
+}
+
+const char *bf_tls_error_string(struct conn *c, int ret, char *buf, size_t cap)
+{
+    (void)c;
+    /* wolfSSL codes are negative ints; the API takes them cast to unsigned long */
+    wolfSSL_ERR_error_string_n((unsigned long)(long)ret, buf, cap);
+    return buf;
+}

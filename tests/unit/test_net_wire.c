@@ -1,0 +1,312 @@
+/*
+ * test_net_wire.c — the pure gRPC wire helpers (src/net/grpc_wire.c): the
+ * length-prefixed message parser across arbitrary splits, truncation and
+ * oversize, grpc-timeout parse/format, grpc-message percent-encoding,
+ * content-type and status mappings.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bigfleet/net.h"
+#include "net/grpc_wire.h"
+
+struct got {
+    int n;
+    size_t lens[64];
+    uint8_t first[64];
+    bool compressed[64];
+    int stop_after; /* return -1 after this many (0 = never) */
+};
+
+static int collect(void *arg, const uint8_t *msg, size_t len, bool compressed)
+{
+    struct got *g = arg;
+    g->lens[g->n] = len;
+    g->first[g->n] = len ? msg[0] : 0;
+    g->compressed[g->n] = compressed;
+    g->n++;
+    if (g->stop_after && g->n >= g->stop_after)
+        return -1;
+    return 0;
+}
+
+/* three messages of 0, 3 and 70000 bytes, framed back to back */
+static uint8_t *three_messages(size_t *total)
+{
+    size_t lens[3] = {0, 3, 70000};
+    size_t t = 0;
+    for (int i = 0; i < 3; i++)
+        t += 5 + lens[i];
+    uint8_t *b = malloc(t), *p = b;
+    for (int i = 0; i < 3; i++) {
+        bf_grpc_prefix(p, (uint32_t)lens[i]);
+        p += 5;
+        for (size_t j = 0; j < lens[i]; j++)
+            p[j] = (uint8_t)(i * 10 + 1 + (j % 7));
+        p += lens[i];
+    }
+    *total = t;
+    return b;
+}
+
+START_TEST(parser_delivers_messages_across_every_split_point)
+{
+    size_t total;
+    uint8_t *b = three_messages(&total);
+    /* split into two pieces at every boundary in the first 20 bytes and a few
+     * inside the big body; each split must give the same three messages */
+    size_t splits[] = {0, 1, 2, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 100, 40000, total - 1, total};
+    for (size_t s = 0; s < sizeof splits / sizeof splits[0]; s++) {
+        struct bf_grpc_parser p;
+        bf_grpc_parser_init(&p, 1u << 20);
+        struct got g = {0};
+        ck_assert_int_eq(bf_grpc_parser_feed(&p, b, splits[s], collect, &g), 0);
+        ck_assert_int_eq(bf_grpc_parser_feed(&p, b + splits[s], total - splits[s], collect, &g), 0);
+        ck_assert_int_eq(g.n, 3);
+        ck_assert_uint_eq(g.lens[0], 0);
+        ck_assert_uint_eq(g.lens[1], 3);
+        ck_assert_uint_eq(g.first[1], 11);
+        ck_assert_uint_eq(g.lens[2], 70000);
+        ck_assert_uint_eq(g.first[2], 21);
+        ck_assert(bf_grpc_parser_idle(&p));
+        bf_grpc_parser_reset(&p);
+    }
+    free(b);
+}
+END_TEST
+
+START_TEST(parser_handles_one_byte_at_a_time)
+{
+    size_t total;
+    uint8_t *b = three_messages(&total);
+    struct bf_grpc_parser p;
+    bf_grpc_parser_init(&p, 1u << 20);
+    struct got g = {0};
+    for (size_t i = 0; i < total; i++) {
+        ck_assert_int_eq(bf_grpc_parser_feed(&p, b + i, 1, collect, &g), 0);
+        if (i + 1 < total)
+            ck_assert(g.n < 3);
+    }
+    ck_assert_int_eq(g.n, 3);
+    ck_assert_uint_eq(g.lens[2], 70000);
+    bf_grpc_parser_reset(&p);
+    free(b);
+}
+END_TEST
+
+START_TEST(truncated_message_leaves_parser_not_idle)
+{
+    uint8_t b[5 + 10];
+    bf_grpc_prefix(b, 10);
+    memset(b + 5, 7, 10);
+    struct bf_grpc_parser p;
+    bf_grpc_parser_init(&p, 1024);
+    struct got g = {0};
+    /* header only: stream ending here is a truncated message */
+    ck_assert_int_eq(bf_grpc_parser_feed(&p, b, 3, collect, &g), 0);
+    ck_assert(!bf_grpc_parser_idle(&p));
+    ck_assert_int_eq(bf_grpc_parser_feed(&p, b + 3, 6, collect, &g), 0);
+    ck_assert(!bf_grpc_parser_idle(&p));
+    ck_assert_int_eq(g.n, 0);
+    ck_assert_int_eq(bf_grpc_parser_feed(&p, b + 9, 6, collect, &g), 0);
+    ck_assert(bf_grpc_parser_idle(&p));
+    ck_assert_int_eq(g.n, 1);
+    bf_grpc_parser_reset(&p);
+}
+END_TEST
+
+START_TEST(oversize_declared_length_is_resource_exhausted_before_any_allocation)
+{
+    struct bf_grpc_parser p;
+    bf_grpc_parser_init(&p, 1000);
+    uint8_t hdr[5];
+    bf_grpc_prefix(hdr, 1001);
+    struct got g = {0};
+    ck_assert_int_eq(bf_grpc_parser_feed(&p, hdr, 5, collect, &g), BF_NET_RESOURCE_EXHAUSTED);
+    ck_assert_ptr_null(p.buf);
+    ck_assert_int_eq(g.n, 0);
+    bf_grpc_parser_reset(&p);
+    /* exactly at the limit is fine */
+    bf_grpc_parser_init(&p, 1000);
+    uint8_t *b = calloc(1, 1005);
+    bf_grpc_prefix(b, 1000);
+    ck_assert_int_eq(bf_grpc_parser_feed(&p, b, 1005, collect, &g), 0);
+    ck_assert_int_eq(g.n, 1);
+    free(b);
+    bf_grpc_parser_reset(&p);
+    /* a 256 MiB declaration within the limit allocates only what arrives */
+    bf_grpc_parser_init(&p, BF_NET_MAX_MESSAGE);
+    uint8_t big[5 + 100];
+    bf_grpc_prefix(big, BF_NET_MAX_MESSAGE);
+    memset(big + 5, 1, 100);
+    ck_assert_int_eq(bf_grpc_parser_feed(&p, big, sizeof big, collect, &g), 0);
+    ck_assert(p.cap <= 4096);
+    bf_grpc_parser_reset(&p);
+}
+END_TEST
+
+START_TEST(compressed_flag_is_reported_and_bad_flag_is_internal)
+{
+    struct bf_grpc_parser p;
+    bf_grpc_parser_init(&p, 1000);
+    uint8_t b[6] = {1, 0, 0, 0, 1, 9};
+    struct got g = {0};
+    ck_assert_int_eq(bf_grpc_parser_feed(&p, b, 6, collect, &g), 0);
+    ck_assert_int_eq(g.n, 1);
+    ck_assert(g.compressed[0]);
+    uint8_t bad[6] = {2, 0, 0, 0, 1, 9};
+    ck_assert_int_eq(bf_grpc_parser_feed(&p, bad, 6, collect, &g), BF_NET_INTERNAL);
+    bf_grpc_parser_reset(&p);
+}
+END_TEST
+
+START_TEST(callback_stop_halts_feeding)
+{
+    size_t total;
+    uint8_t *b = three_messages(&total);
+    struct bf_grpc_parser p;
+    bf_grpc_parser_init(&p, 1u << 20);
+    struct got g = {.stop_after = 1};
+    ck_assert_int_eq(bf_grpc_parser_feed(&p, b, total, collect, &g), -1);
+    ck_assert_int_eq(g.n, 1);
+    bf_grpc_parser_reset(&p);
+    free(b);
+}
+END_TEST
+
+START_TEST(grpc_timeout_parses_every_unit)
+{
+    int64_t ns;
+    ck_assert_int_eq(bf_grpc_timeout_parse("1H", 2, &ns), 0);
+    ck_assert_int_eq(ns, 3600LL * 1000000000LL);
+    ck_assert_int_eq(bf_grpc_timeout_parse("2M", 2, &ns), 0);
+    ck_assert_int_eq(ns, 120LL * 1000000000LL);
+    ck_assert_int_eq(bf_grpc_timeout_parse("30S", 3, &ns), 0);
+    ck_assert_int_eq(ns, 30LL * 1000000000LL);
+    ck_assert_int_eq(bf_grpc_timeout_parse("250m", 4, &ns), 0);
+    ck_assert_int_eq(ns, 250000000LL);
+    ck_assert_int_eq(bf_grpc_timeout_parse("7u", 2, &ns), 0);
+    ck_assert_int_eq(ns, 7000);
+    ck_assert_int_eq(bf_grpc_timeout_parse("99999999n", 9, &ns), 0);
+    ck_assert_int_eq(ns, 99999999);
+    /* saturates instead of overflowing */
+    ck_assert_int_eq(bf_grpc_timeout_parse("99999999H", 9, &ns), 0);
+    ck_assert_int_eq(ns, INT64_MAX);
+}
+END_TEST
+
+START_TEST(grpc_timeout_rejects_malformed_values)
+{
+    int64_t ns;
+    const char *bad[] = {"", "S", "10", "123456789S", "1x", "-1S", "1.5S", "1 S", "1s"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(bf_grpc_timeout_parse(bad[i], strlen(bad[i]), &ns) == -EINVAL, "%s", bad[i]);
+}
+END_TEST
+
+START_TEST(grpc_timeout_format_round_trips_without_shortening)
+{
+    int64_t cases[] = {1, 999, 1000, 123456789, 1500000000LL, 30LL * 1000000000LL,
+                       3600LL * 1000000000LL * 24 * 365, INT64_MAX / 2};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char buf[16];
+        size_t n = bf_grpc_timeout_format(cases[i], buf);
+        ck_assert_uint_eq(n, strlen(buf));
+        ck_assert(n <= 9);
+        int64_t back;
+        ck_assert_int_eq(bf_grpc_timeout_parse(buf, n, &back), 0);
+        ck_assert_msg(back >= cases[i], "%s < %lld", buf, (long long)cases[i]);
+    }
+    char buf[16];
+    bf_grpc_timeout_format(250000000LL, buf);
+    ck_assert_str_eq(buf, "250000u"); /* finest unit that fits 8 digits */
+}
+END_TEST
+
+START_TEST(grpc_message_percent_encoding_round_trips)
+{
+    const char *msg = "bad \xe2\x9c\x93 100%\nline2";
+    char *enc = bf_grpc_percent_encode(msg);
+    ck_assert_str_eq(enc, "bad %E2%9C%93 100%25%0Aline2");
+    char *dec = bf_grpc_percent_decode((const uint8_t *)enc, strlen(enc));
+    ck_assert_str_eq(dec, msg);
+    free(enc);
+    free(dec);
+    /* plain ASCII passes through; invalid escapes stay literal */
+    enc = bf_grpc_percent_encode("plain text: ok");
+    ck_assert_str_eq(enc, "plain text: ok");
+    free(enc);
+    dec = bf_grpc_percent_decode((const uint8_t *)"50%zz %4", 8);
+    ck_assert_str_eq(dec, "50%zz %4");
+    free(dec);
+}
+END_TEST
+
+START_TEST(content_type_accepts_grpc_variants_only)
+{
+#define CT(s) bf_grpc_content_type_ok((const uint8_t *)(s), strlen(s))
+    ck_assert(CT("application/grpc"));
+    ck_assert(CT("application/grpc+proto"));
+    ck_assert(CT("application/grpc;charset=utf-8"));
+    ck_assert(!CT("application/grpcx"));
+    ck_assert(!CT("application/json"));
+    ck_assert(!CT("application/grp"));
+#undef CT
+}
+END_TEST
+
+START_TEST(status_mappings_follow_the_grpc_spec)
+{
+    ck_assert_int_eq(bf_grpc_code_from_http(404), BF_NET_UNIMPLEMENTED);
+    ck_assert_int_eq(bf_grpc_code_from_http(503), BF_NET_UNAVAILABLE);
+    ck_assert_int_eq(bf_grpc_code_from_http(401), BF_NET_UNAUTHENTICATED);
+    ck_assert_int_eq(bf_grpc_code_from_http(500), BF_NET_UNKNOWN);
+    ck_assert_int_eq(bf_grpc_code_from_h2(0x8), BF_NET_CANCELLED);
+    ck_assert_int_eq(bf_grpc_code_from_h2(0x7), BF_NET_UNAVAILABLE);
+    ck_assert_int_eq(bf_grpc_code_from_h2(0xb), BF_NET_RESOURCE_EXHAUSTED);
+    ck_assert_int_eq(bf_grpc_code_from_h2(0x1), BF_NET_INTERNAL);
+    ck_assert_int_eq(bf_grpc_status_parse((const uint8_t *)"16", 2), 16);
+    ck_assert_int_eq(bf_grpc_status_parse((const uint8_t *)"17", 2), BF_NET_UNKNOWN);
+    ck_assert_int_eq(bf_grpc_status_parse((const uint8_t *)"x", 1), BF_NET_UNKNOWN);
+    ck_assert_str_eq(bf_net_code_name(BF_NET_DEADLINE_EXCEEDED), "DEADLINE_EXCEEDED");
+    ck_assert_str_eq(bf_net_code_name(99), "UNKNOWN");
+}
+END_TEST
+
+START_TEST(tls_config_check_is_all_or_nothing)
+{
+    struct bf_net_tls_config none = {0}, all = {"c", "k", "a"}, partial = {"c", "k", NULL},
+                             empty = {"", "", ""};
+    ck_assert_int_eq(bf_net_tls_config_check(&none), 0);
+    ck_assert_int_eq(bf_net_tls_config_check(&empty), 0);
+    ck_assert_int_eq(bf_net_tls_config_check(&all), 1);
+    ck_assert_int_eq(bf_net_tls_config_check(&partial), -EINVAL);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("net_wire");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, parser_delivers_messages_across_every_split_point);
+    tcase_add_test(tc, parser_handles_one_byte_at_a_time);
+    tcase_add_test(tc, truncated_message_leaves_parser_not_idle);
+    tcase_add_test(tc, oversize_declared_length_is_resource_exhausted_before_any_allocation);
+    tcase_add_test(tc, compressed_flag_is_reported_and_bad_flag_is_internal);
+    tcase_add_test(tc, callback_stop_halts_feeding);
+    tcase_add_test(tc, grpc_timeout_parses_every_unit);
+    tcase_add_test(tc, grpc_timeout_rejects_malformed_values);
+    tcase_add_test(tc, grpc_timeout_format_round_trips_without_shortening);
+    tcase_add_test(tc, grpc_message_percent_encoding_round_trips);
+    tcase_add_test(tc, content_type_accepts_grpc_variants_only);
+    tcase_add_test(tc, status_mappings_follow_the_grpc_spec);
+    tcase_add_test(tc, tls_config_check_is_all_or_nothing);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
