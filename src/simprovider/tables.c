@@ -1,0 +1,490 @@
+/*
+ * tables.c — the simulated provider's containers: growable byte buffers, an
+ * open-addressing hash index over external records, interned string pools and
+ * the content-interned, reference-counted shard_metadata pool.
+ *
+ * Design notes: nothing here knows about machines. Every allocation failure
+ * is reported (-ENOMEM or UINT32_MAX) and leaves the container unchanged.
+ * Single-threaded, like struct bf_sim.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "bigfleet/util.h"
+#include "simprovider/sim_internal.h"
+
+/* ------------------------------------------------------------ sim_buf */
+
+int sim_buf_reserve(struct sim_buf *b, size_t extra)
+{
+    if (b->cap - b->len >= extra)
+        return 0;
+    size_t need;
+    if (!bf_add_size(b->len, extra, &need))
+        return -ENOMEM;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < need) {
+        if (cap > SIZE_MAX / 2)
+            return -ENOMEM;
+        cap *= 2;
+    }
+    uint8_t *p = realloc(b->p, cap);
+    if (!p)
+        return -ENOMEM;
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+void sim_buf_free(struct sim_buf *b)
+{
+    free(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+}
+
+/* ------------------------------------------------------------ hash index */
+
+uint64_t sim_hash(const void *p, size_t len)
+{
+    return XXH3_64bits(p, len);
+}
+
+static int index_grow(struct sim_index *ix, size_t want_cap)
+{
+    size_t cap = ix->mask ? ix->mask + 1 : 16;
+    while (cap < want_cap)
+        cap *= 2;
+    if (ix->mask && cap == ix->mask + 1)
+        return 0;
+    uint64_t *slots = calloc(cap, sizeof *slots);
+    if (!slots)
+        return -ENOMEM;
+    size_t mask = cap - 1;
+    if (ix->slots) {
+        for (size_t i = 0; i <= ix->mask; i++) {
+            uint64_t v = ix->slots[i];
+            if (!v)
+                continue;
+            size_t j = (size_t)(v >> 32) & mask;
+            while (slots[j])
+                j = (j + 1) & mask;
+            slots[j] = v;
+        }
+    }
+    free(ix->slots);
+    ix->slots = slots;
+    ix->mask = mask;
+    return 0;
+}
+
+int sim_index_reserve(struct sim_index *ix, size_t n)
+{
+    /* keep the load factor <= 1/2 */
+    size_t want = 16;
+    while (want / 2 < n + 1) {
+        if (want > SIZE_MAX / 4)
+            return -ENOMEM;
+        want *= 2;
+    }
+    if (ix->mask && ix->mask + 1 >= want)
+        return 0;
+    return index_grow(ix, want);
+}
+
+uint32_t sim_index_find(const struct sim_index *ix, uint64_t h, sim_eq_fn eq, const void *ctx,
+                        const void *key, size_t klen)
+{
+    if (!ix->slots)
+        return UINT32_MAX;
+    uint32_t h32 = (uint32_t)(h >> 32) ^ (uint32_t)h;
+    size_t j = h32 & ix->mask;
+    for (;;) {
+        uint64_t v = ix->slots[j];
+        if (!v)
+            return UINT32_MAX;
+        if ((uint32_t)(v >> 32) == h32) {
+            uint32_t idx = (uint32_t)v - 1;
+            if (eq(ctx, idx, key, klen))
+                return idx;
+        }
+        j = (j + 1) & ix->mask;
+    }
+}
+
+int sim_index_insert(struct sim_index *ix, uint64_t h, uint32_t idx)
+{
+    if (!ix->slots || (ix->n + 1) * 2 > ix->mask + 1) {
+        int rc = index_grow(ix, ix->slots ? (ix->mask + 1) * 2 : 16);
+        if (rc)
+            return rc;
+    }
+    uint32_t h32 = (uint32_t)(h >> 32) ^ (uint32_t)h;
+    size_t j = h32 & ix->mask;
+    while (ix->slots[j])
+        j = (j + 1) & ix->mask;
+    ix->slots[j] = ((uint64_t)h32 << 32) | ((uint64_t)idx + 1);
+    ix->n++;
+    return 0;
+}
+
+void sim_index_remove(struct sim_index *ix, uint64_t h, uint32_t idx)
+{
+    if (!ix->slots)
+        return;
+    uint32_t h32 = (uint32_t)(h >> 32) ^ (uint32_t)h;
+    uint64_t want = ((uint64_t)h32 << 32) | ((uint64_t)idx + 1);
+    size_t i = h32 & ix->mask;
+    while (ix->slots[i] != want) {
+        if (!ix->slots[i])
+            return; /* absent */
+        i = (i + 1) & ix->mask;
+    }
+    /* backward-shift deletion */
+    size_t j = i;
+    for (;;) {
+        ix->slots[i] = 0;
+        for (;;) {
+            j = (j + 1) & ix->mask;
+            if (!ix->slots[j]) {
+                ix->n--;
+                return;
+            }
+            size_t k = (size_t)(ix->slots[j] >> 32) & ix->mask;
+            /* move j to i unless k lies cyclically in (i, j] */
+            bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+            if (!stays)
+                break;
+        }
+        ix->slots[i] = ix->slots[j];
+        i = j;
+    }
+}
+
+void sim_index_free(struct sim_index *ix)
+{
+    free(ix->slots);
+    ix->slots = NULL;
+    ix->mask = ix->n = 0;
+}
+
+/* ------------------------------------------------------------ string pools */
+
+static bool str_eq(const void *ctx, uint32_t idx, const void *key, size_t klen)
+{
+    const struct sim_strpool *sp = ctx;
+    return sp->len[idx] == klen && memcmp(sp->arena.p + sp->off[idx], key, klen) == 0;
+}
+
+int sim_strpool_init(struct sim_strpool *sp)
+{
+    memset(sp, 0, sizeof *sp);
+    sp->cap = 16;
+    sp->off = malloc(sp->cap * sizeof *sp->off);
+    sp->len = malloc(sp->cap * sizeof *sp->len);
+    if (!sp->off || !sp->len || sim_buf_reserve(&sp->arena, 1)) {
+        sim_strpool_free(sp);
+        return -ENOMEM;
+    }
+    sp->arena.p[0] = 0;
+    sp->arena.len = 1;
+    sp->off[0] = 0;
+    sp->len[0] = 0;
+    sp->n = 1;
+    return 0;
+}
+
+void sim_strpool_free(struct sim_strpool *sp)
+{
+    sim_buf_free(&sp->arena);
+    free(sp->off);
+    free(sp->len);
+    sim_index_free(&sp->ix);
+    memset(sp, 0, sizeof *sp);
+}
+
+uint32_t sim_str_find(const struct sim_strpool *sp, const void *p, size_t len)
+{
+    if (len == 0)
+        return 0;
+    uint32_t i = sim_index_find(&sp->ix, sim_hash(p, len), str_eq, sp, p, len);
+    return i == UINT32_MAX ? 0 : i;
+}
+
+uint32_t sim_str_append(struct sim_strpool *sp, const void *p, size_t len)
+{
+    if (len == 0)
+        return 0;
+    if (len > UINT32_MAX - 1 || sp->n >= UINT32_MAX - 1 || sp->arena.len + len + 1 > UINT32_MAX)
+        return UINT32_MAX;
+    if (sp->n == sp->cap) {
+        size_t cap = sp->cap * 2;
+        uint32_t *off = realloc(sp->off, cap * sizeof *off);
+        if (!off)
+            return UINT32_MAX;
+        sp->off = off;
+        uint32_t *ln = realloc(sp->len, cap * sizeof *ln);
+        if (!ln)
+            return UINT32_MAX;
+        sp->len = ln;
+        sp->cap = cap;
+    }
+    if (sim_buf_reserve(&sp->arena, len + 1))
+        return UINT32_MAX;
+    uint32_t idx = (uint32_t)sp->n;
+    if (sim_index_insert(&sp->ix, sim_hash(p, len), idx))
+        return UINT32_MAX;
+    sp->off[idx] = (uint32_t)sp->arena.len;
+    sp->len[idx] = (uint32_t)len;
+    memcpy(sp->arena.p + sp->arena.len, p, len);
+    sp->arena.p[sp->arena.len + len] = 0;
+    sp->arena.len += len + 1;
+    sp->n++;
+    return idx;
+}
+
+uint32_t sim_str_intern(struct sim_strpool *sp, const void *p, size_t len)
+{
+    if (len == 0)
+        return 0;
+    uint32_t i = sim_str_find(sp, p, len);
+    if (i)
+        return i;
+    return sim_str_append(sp, p, len);
+}
+
+/* ------------------------------------------------------------ metadata pool */
+
+static bool md_eq(const void *ctx, uint32_t idx, const void *key, size_t klen)
+{
+    const struct sim_mdpool *mp = ctx;
+    const struct sim_md *m = &mp->v[idx];
+    return m->refs && m->raw_len == klen && memcmp(m->raw, key, klen) == 0;
+}
+
+int sim_mdpool_init(struct sim_mdpool *mp)
+{
+    memset(mp, 0, sizeof *mp);
+    mp->cap = 16;
+    mp->v = calloc(mp->cap, sizeof *mp->v);
+    if (!mp->v)
+        return -ENOMEM;
+    mp->n = 1; /* index 0 = none */
+    return 0;
+}
+
+void sim_mdpool_free(struct sim_mdpool *mp)
+{
+    if (mp->v) {
+        for (size_t i = 1; i < mp->n; i++) {
+            free(mp->v[i].raw);
+            free(mp->v[i].enc);
+        }
+    }
+    free(mp->v);
+    free(mp->freel);
+    sim_index_free(&mp->ix);
+    memset(mp, 0, sizeof *mp);
+}
+
+struct md_sort {
+    const struct bf_sim_md_entry *e;
+    size_t pos;
+};
+
+static int md_sort_cmp(const void *a, const void *b)
+{
+    const struct md_sort *x = a, *y = b;
+    size_t l = x->e->key.len < y->e->key.len ? x->e->key.len : y->e->key.len;
+    int c = l ? memcmp(x->e->key.p, y->e->key.p, l) : 0;
+    if (c)
+        return c;
+    if (x->e->key.len != y->e->key.len)
+        return x->e->key.len < y->e->key.len ? -1 : 1;
+    return x->pos < y->pos ? -1 : (x->pos > y->pos ? 1 : 0);
+}
+
+static uint32_t md_insert_raw(struct sim_mdpool *mp, uint8_t *raw, size_t raw_len, uint32_t n)
+{
+    /* takes ownership of raw */
+    uint64_t h = sim_hash(raw, raw_len);
+    uint32_t found = sim_index_find(&mp->ix, h, md_eq, mp, raw, raw_len);
+    if (found != UINT32_MAX) {
+        free(raw);
+        mp->v[found].refs++;
+        return found;
+    }
+    struct sim_md tmp = {.refs = 1, .n = n, .hash = h, .raw = raw, .raw_len = raw_len};
+    if (sim_md_encode(&tmp))
+        goto fail;
+    uint32_t idx;
+    bool fresh = false;
+    if (mp->nfree) {
+        idx = mp->freel[--mp->nfree];
+    } else {
+        if (mp->n == mp->cap) {
+            size_t cap = mp->cap * 2;
+            struct sim_md *v = realloc(mp->v, cap * sizeof *v);
+            if (!v)
+                goto fail;
+            memset(v + mp->cap, 0, (cap - mp->cap) * sizeof *v);
+            mp->v = v;
+            mp->cap = cap;
+        }
+        if (mp->n >= UINT32_MAX - 1)
+            goto fail;
+        idx = (uint32_t)mp->n++;
+        fresh = true;
+    }
+    if (sim_index_insert(&mp->ix, h, idx)) {
+        if (fresh)
+            mp->n--;
+        else
+            mp->freel[mp->nfree++] = idx; /* the slot we just popped */
+        goto fail;
+    }
+    mp->v[idx] = tmp;
+    return idx;
+fail:
+    free(tmp.enc);
+    free(raw);
+    return UINT32_MAX;
+}
+
+uint32_t sim_md_intern(struct sim_mdpool *mp, const struct bf_sim_md_entry *e, size_t n)
+{
+    if (n == 0)
+        return 0;
+    struct md_sort *v = malloc(n * sizeof *v);
+    if (!v)
+        return UINT32_MAX;
+    for (size_t i = 0; i < n; i++) {
+        v[i].e = &e[i];
+        v[i].pos = i;
+    }
+    qsort(v, n, sizeof *v, md_sort_cmp);
+    /* last-wins: keep the highest position among equal keys (the last one of
+     * each run, since equal keys sort by position) */
+    size_t raw_len = 0, kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i + 1 < n && v[i].e->key.len == v[i + 1].e->key.len &&
+            (v[i].e->key.len == 0 ||
+             memcmp(v[i].e->key.p, v[i + 1].e->key.p, v[i].e->key.len) == 0))
+            continue;
+        raw_len += 8 + v[i].e->key.len + v[i].e->value.len;
+        kept++;
+    }
+    uint8_t *raw = malloc(raw_len ? raw_len : 1);
+    if (!raw) {
+        free(v);
+        return UINT32_MAX;
+    }
+    uint8_t *p = raw;
+    for (size_t i = 0; i < n; i++) {
+        if (i + 1 < n && v[i].e->key.len == v[i + 1].e->key.len &&
+            (v[i].e->key.len == 0 ||
+             memcmp(v[i].e->key.p, v[i + 1].e->key.p, v[i].e->key.len) == 0))
+            continue;
+        uint32_t kl = (uint32_t)v[i].e->key.len, vl = (uint32_t)v[i].e->value.len;
+        memcpy(p, &kl, 4);
+        p += 4;
+        if (kl)
+            memcpy(p, v[i].e->key.p, kl);
+        p += kl;
+        memcpy(p, &vl, 4);
+        p += 4;
+        if (vl)
+            memcpy(p, v[i].e->value.p, vl);
+        p += vl;
+    }
+    free(v);
+    return md_insert_raw(mp, raw, raw_len, (uint32_t)kept);
+}
+
+uint32_t sim_md_intern_raw(struct sim_mdpool *mp, const uint8_t *raw, size_t len)
+{
+    if (len == 0)
+        return 0;
+    /* validate and count */
+    size_t off = 0;
+    uint32_t n = 0;
+    while (off < len) {
+        uint32_t kl, vl;
+        if (len - off < 4)
+            return UINT32_MAX;
+        memcpy(&kl, raw + off, 4);
+        off += 4;
+        if (len - off < (size_t)kl + 4)
+            return UINT32_MAX;
+        off += kl;
+        memcpy(&vl, raw + off, 4);
+        off += 4;
+        if (len - off < vl)
+            return UINT32_MAX;
+        off += vl;
+        n++;
+    }
+    uint8_t *copy = malloc(len);
+    if (!copy)
+        return UINT32_MAX;
+    memcpy(copy, raw, len);
+    return md_insert_raw(mp, copy, len, n);
+}
+
+void sim_md_ref(struct sim_mdpool *mp, uint32_t i)
+{
+    if (i)
+        mp->v[i].refs++;
+}
+
+void sim_md_unref(struct sim_mdpool *mp, uint32_t i)
+{
+    if (!i)
+        return;
+    struct sim_md *m = &mp->v[i];
+    if (--m->refs)
+        return;
+    sim_index_remove(&mp->ix, m->hash, i);
+    free(m->raw);
+    free(m->enc);
+    memset(m, 0, sizeof *m);
+    if (mp->nfree == mp->freecap) {
+        size_t cap = mp->freecap ? mp->freecap * 2 : 16;
+        uint32_t *f = realloc(mp->freel, cap * sizeof *f);
+        if (!f)
+            return; /* the slot is simply not reused */
+        mp->freel = f;
+        mp->freecap = cap;
+    }
+    mp->freel[mp->nfree++] = i;
+}
+
+/* ------------------------------------------------------------ misc */
+
+void sim_errf(char *err, size_t n, const char *fmt, ...)
+{
+    if (!err || !n)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+}
+
+const char *sim_kind_lower(int kind)
+{
+    static const char *const k[] = {"create", "configure", "drain", "delete"};
+    return kind >= 0 && kind < BF_SIM_KIND_COUNT ? k[kind] : "unknown";
+}
+
+void sim_zone_default_name(uint32_t z, char *buf, size_t n)
+{
+    if (z < 26)
+        snprintf(buf, n, "zone-%c", 'a' + (int)z);
+    else
+        snprintf(buf, n, "zone-%u", z);
+}

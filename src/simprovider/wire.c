@@ -1,0 +1,718 @@
+/*
+ * wire.c — protobuf wire format for the simulated provider: byte-exact
+ * decoders of the six request messages and a fast encoder of Machine.
+ *
+ * Design notes:
+ *   - Decoders borrow from the input buffer and keep every string as
+ *     (pointer, length), so a NUL inside machine_id, cluster_id or a
+ *     shard_metadata key survives (protobuf-c's char * fields cannot carry
+ *     it). Unknown fields are skipped (reserved numbers included: older peers
+ *     may still send them); a known field with the wrong wire type, a
+ *     truncated varint or length, or a group wire type is malformed (-EINVAL).
+ *     Scalars seen twice: the last wins; ListFilter.states is accepted packed
+ *     and unpacked (wire.md §12).
+ *   - The Machine encoder writes exactly the bytes protobuf-c 1.4 packs for
+ *     the same message (proto3: zero scalars, empty strings and NULL
+ *     sub-messages omitted; map entries omit an empty key or value; fields in
+ *     number order). The parts that depend only on (instance type, rack) —
+ *     fields 4 to 10 — and on the type — field 13 — are built once and copied;
+ *     shard_metadata is pre-encoded per interned map. test_simprovider_wire
+ *     checks the identity against protobuf-c over a seeded pool.
+ *   - sim_machine_pb() builds the protobuf-c struct of a machine (the
+ *     reference the identity test packs, and a convenience for tools).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "simprovider/sim_internal.h"
+
+/* ------------------------------------------------------------ writer primitives */
+
+size_t sim_varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+uint8_t *sim_put_varint(uint8_t *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+size_t sim_ld_len(uint32_t field, size_t n)
+{
+    return sim_varint_len((uint64_t)field << 3 | 2) + sim_varint_len(n) + n;
+}
+
+uint8_t *sim_put_ld(uint8_t *p, uint32_t field, const void *data, size_t n)
+{
+    p = sim_put_varint(p, (uint64_t)field << 3 | 2);
+    p = sim_put_varint(p, n);
+    if (n)
+        memcpy(p, data, n);
+    return p + n;
+}
+
+static uint8_t *put_double(uint8_t *p, uint32_t field, double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, 8);
+    p = sim_put_varint(p, (uint64_t)field << 3 | 1);
+    for (int i = 0; i < 8; i++)
+        *p++ = (uint8_t)(u >> (8 * i));
+    return p;
+}
+
+/* ------------------------------------------------------------ labels */
+
+struct labels {
+    const char *k[5];
+    const char *v[5];
+    int n;
+};
+
+static void labels_of(const struct bf_sim *s, uint32_t type, uint32_t rack, struct labels *l)
+{
+    const struct sim_type *st = &s->types[type];
+    l->n = 0;
+    l->k[l->n] = BF_LABEL_INSTANCE_TYPE;
+    l->v[l->n++] = st->t.name;
+    l->k[l->n] = BF_LABEL_ZONE;
+    l->v[l->n++] = sim_str(&s->zones, s->rack_zone[rack]);
+    l->k[l->n] = BF_SIM_LABEL_RACK;
+    l->v[l->n++] = sim_str(&s->racks, rack);
+    if (st->t.gpus > 0) {
+        if (st->t.gpu_model[0]) {
+            l->k[l->n] = BF_SIM_LABEL_GPU_MODEL;
+            l->v[l->n++] = st->t.gpu_model;
+        }
+        l->k[l->n] = BF_SIM_LABEL_GPU_COUNT;
+        l->v[l->n++] = st->gpu_n;
+    }
+}
+
+static size_t entry_body_len(const char *k, const char *v)
+{
+    size_t kl = strlen(k), vl = strlen(v);
+    return (kl ? sim_ld_len(1, kl) : 0) + (vl ? sim_ld_len(2, vl) : 0);
+}
+
+static uint8_t *put_str_entry(uint8_t *p, uint32_t field, const char *k, const char *v)
+{
+    size_t kl = strlen(k), vl = strlen(v);
+    p = sim_put_varint(p, (uint64_t)field << 3 | 2);
+    p = sim_put_varint(p, entry_body_len(k, v));
+    if (kl)
+        p = sim_put_ld(p, 1, k, kl);
+    if (vl)
+        p = sim_put_ld(p, 2, v, vl);
+    return p;
+}
+
+/* ------------------------------------------------------------ static chunks */
+
+int sim_chunks_ensure(struct bf_sim *s, uint32_t type, uint32_t rack)
+{
+    size_t nr = s->racks.n;
+    if (!s->chunks || s->chunks_racks < nr) {
+        struct sim_chunk *c = calloc(s->n_types * nr, sizeof *c);
+        if (!c)
+            return -ENOMEM;
+        if (s->chunks) {
+            for (size_t t = 0; t < s->n_types; t++)
+                for (size_t r = 0; r < s->chunks_racks; r++)
+                    c[t * nr + r] = s->chunks[t * s->chunks_racks + r];
+            free(s->chunks);
+        }
+        s->chunks = c;
+        s->chunks_racks = nr;
+    }
+    if (!s->alloc_chunks) {
+        s->alloc_chunks = calloc(s->n_types, sizeof *s->alloc_chunks);
+        if (!s->alloc_chunks)
+            return -ENOMEM;
+    }
+    struct sim_type *st = &s->types[type];
+    struct sim_chunk *ac = &s->alloc_chunks[type];
+    if (!ac->p) {
+        size_t n = sim_ld_len(13, st->res_len);
+        ac->p = malloc(n);
+        if (!ac->p)
+            return -ENOMEM;
+        sim_put_ld(ac->p, 13, st->res_body, st->res_len);
+        ac->len = (uint32_t)n;
+    }
+    struct sim_chunk *c = &s->chunks[(size_t)type * s->chunks_racks + rack];
+    if (c->p)
+        return 0;
+    const char *zone = sim_str(&s->zones, s->rack_zone[rack]);
+    struct labels l;
+    labels_of(s, type, rack, &l);
+    size_t n = sim_ld_len(4, strlen(st->t.name)) + sim_ld_len(5, strlen(zone));
+    if (st->t.capacity_type)
+        n += 1 + sim_varint_len(st->t.capacity_type);
+    if (st->t.price_per_hour != 0)
+        n += 9;
+    if (st->t.interruption_probability != 0)
+        n += 9;
+    n += sim_ld_len(9, st->res_len);
+    for (int i = 0; i < l.n; i++)
+        n += sim_ld_len(10, entry_body_len(l.k[i], l.v[i]));
+    uint8_t *p = malloc(n), *q = p;
+    if (!p)
+        return -ENOMEM;
+    q = sim_put_ld(q, 4, st->t.name, strlen(st->t.name));
+    q = sim_put_ld(q, 5, zone, strlen(zone));
+    if (st->t.capacity_type) {
+        *q++ = 6 << 3;
+        q = sim_put_varint(q, st->t.capacity_type);
+    }
+    if (st->t.price_per_hour != 0)
+        q = put_double(q, 7, st->t.price_per_hour);
+    if (st->t.interruption_probability != 0)
+        q = put_double(q, 8, st->t.interruption_probability);
+    q = sim_put_ld(q, 9, st->res_body, st->res_len);
+    for (int i = 0; i < l.n; i++)
+        q = put_str_entry(q, 10, l.k[i], l.v[i]);
+    c->p = p;
+    c->len = (uint32_t)(q - p);
+    return 0;
+}
+
+void sim_chunks_free(struct bf_sim *s)
+{
+    if (s->chunks) {
+        for (size_t i = 0; i < s->n_types * s->chunks_racks; i++)
+            free(s->chunks[i].p);
+        free(s->chunks);
+    }
+    if (s->alloc_chunks) {
+        for (size_t i = 0; i < s->n_types; i++)
+            free(s->alloc_chunks[i].p);
+        free(s->alloc_chunks);
+    }
+    s->chunks = NULL;
+    s->alloc_chunks = NULL;
+    s->chunks_racks = 0;
+}
+
+/* ------------------------------------------------------------ metadata encoding */
+
+int sim_md_encode(struct sim_md *md)
+{
+    size_t n = 0, off = 0;
+    while (off < md->raw_len) {
+        uint32_t kl, vl;
+        memcpy(&kl, md->raw + off, 4);
+        off += 4 + kl;
+        memcpy(&vl, md->raw + off, 4);
+        off += 4 + vl;
+        size_t body = (kl ? sim_ld_len(1, kl) : 0) + (vl ? sim_ld_len(2, vl) : 0);
+        n += sim_ld_len(15, body);
+    }
+    md->enc = malloc(n ? n : 1);
+    if (!md->enc)
+        return -ENOMEM;
+    uint8_t *p = md->enc;
+    off = 0;
+    while (off < md->raw_len) {
+        uint32_t kl, vl;
+        memcpy(&kl, md->raw + off, 4);
+        const uint8_t *k = md->raw + off + 4;
+        off += 4 + kl;
+        memcpy(&vl, md->raw + off, 4);
+        const uint8_t *v = md->raw + off + 4;
+        off += 4 + vl;
+        size_t body = (kl ? sim_ld_len(1, kl) : 0) + (vl ? sim_ld_len(2, vl) : 0);
+        p = sim_put_varint(p, 15 << 3 | 2);
+        p = sim_put_varint(p, body);
+        if (kl)
+            p = sim_put_ld(p, 1, k, kl);
+        if (vl)
+            p = sim_put_ld(p, 2, v, vl);
+    }
+    md->enc_len = (size_t)(p - md->enc);
+    return 0;
+}
+
+/* ------------------------------------------------------------ machine encoder */
+
+/* "i-" + 17 lower-case hex digits of the host serial. */
+static size_t host_ref(uint64_t serial, char out[24])
+{
+    static const char hex[] = "0123456789abcdef";
+    out[0] = 'i';
+    out[1] = '-';
+    for (int i = 0; i < 17; i++) {
+        int shift = (16 - i) * 4;
+        out[2 + i] = shift >= 64 ? '0' : hex[(serial >> shift) & 15];
+    }
+    out[19] = 0;
+    return 19;
+}
+
+static size_t host_body_len(const struct bf_sim *s)
+{
+    return (s->provider_len ? sim_ld_len(1, s->provider_len) : 0) + sim_ld_len(2, 19);
+}
+
+size_t sim_machine_size(struct bf_sim *s, uint32_t i)
+{
+    const struct sim_machine *m = &s->m[i];
+    if (sim_chunks_ensure(s, m->type, m->rack))
+        return 0;
+    size_t n = sim_ld_len(1, sim_midlen(s, i)) + 1 + sim_varint_len(m->state);
+    if (m->host)
+        n += sim_ld_len(3, host_body_len(s)) + s->alloc_chunks[m->type].len;
+    n += s->chunks[(size_t)m->type * s->chunks_racks + m->rack].len;
+    if (m->err)
+        n += sim_ld_len(12, sim_strlen(&s->errors, m->err));
+    if (m->cluster)
+        n += sim_ld_len(14, sim_strlen(&s->clusters, m->cluster));
+    if (m->md)
+        n += s->md.v[m->md].enc_len;
+    return n;
+}
+
+/* The caller sized the buffer with sim_machine_size() (which built the chunks). */
+uint8_t *sim_machine_write(struct bf_sim *s, uint32_t i, uint8_t *p)
+{
+    const struct sim_machine *m = &s->m[i];
+    p = sim_put_ld(p, 1, sim_mid(s, i), sim_midlen(s, i));
+    *p++ = 2 << 3;
+    p = sim_put_varint(p, m->state);
+    if (m->host) {
+        char ref[24];
+        size_t rl = host_ref(m->host, ref);
+        size_t pl = s->provider_len;
+        p = sim_put_varint(p, 3 << 3 | 2);
+        p = sim_put_varint(p, host_body_len(s));
+        if (pl)
+            p = sim_put_ld(p, 1, s->provider, pl);
+        p = sim_put_ld(p, 2, ref, rl);
+    }
+    const struct sim_chunk *c = &s->chunks[(size_t)m->type * s->chunks_racks + m->rack];
+    memcpy(p, c->p, c->len);
+    p += c->len;
+    if (m->err)
+        p = sim_put_ld(p, 12, sim_str(&s->errors, m->err), sim_strlen(&s->errors, m->err));
+    if (m->host) {
+        const struct sim_chunk *ac = &s->alloc_chunks[m->type];
+        memcpy(p, ac->p, ac->len);
+        p += ac->len;
+    }
+    if (m->cluster)
+        p = sim_put_ld(p, 14, sim_str(&s->clusters, m->cluster),
+                       sim_strlen(&s->clusters, m->cluster));
+    if (m->md) {
+        const struct sim_md *md = &s->md.v[m->md];
+        memcpy(p, md->enc, md->enc_len);
+        p += md->enc_len;
+    }
+    return p;
+}
+
+/* ------------------------------------------------------------ protobuf-c reference */
+
+struct sim_pb_machine {
+    Bigfleet__V1alpha1__Machine m;
+    Bigfleet__V1alpha1__HostRef host;
+    Bigfleet__V1alpha1__Resources res, alloc;
+    Bigfleet__V1alpha1__Resources__ResourcesEntry re[3];
+    Bigfleet__V1alpha1__Resources__ResourcesEntry *rep[3];
+    Bigfleet__V1alpha1__Machine__LabelsEntry le[5];
+    Bigfleet__V1alpha1__Machine__LabelsEntry *lep[5];
+    Bigfleet__V1alpha1__Machine__ShardMetadataEntry *mde;
+    Bigfleet__V1alpha1__Machine__ShardMetadataEntry **mdep;
+    char *keys;
+    char hostref[24];
+};
+
+struct sim_pb_machine *sim_machine_pb(struct bf_sim *s, uint32_t i)
+{
+    const struct sim_machine *m = &s->m[i];
+    struct sim_type *st = &s->types[m->type];
+    struct sim_pb_machine *pm = calloc(1, sizeof *pm);
+    if (!pm)
+        return NULL;
+    Bigfleet__V1alpha1__Machine init = BIGFLEET__V1ALPHA1__MACHINE__INIT;
+    pm->m = init;
+    pm->m.id = (char *)sim_mid(s, i);
+    pm->m.state = (Bigfleet__V1alpha1__MachineState)m->state;
+    if (m->host) {
+        Bigfleet__V1alpha1__HostRef hi = BIGFLEET__V1ALPHA1__HOST_REF__INIT;
+        pm->host = hi;
+        pm->host.provider = s->provider;
+        host_ref(m->host, pm->hostref);
+        pm->host.ref = pm->hostref;
+        pm->m.host = &pm->host;
+    }
+    pm->m.instance_type = st->t.name;
+    pm->m.zone = (char *)sim_str(&s->zones, s->rack_zone[m->rack]);
+    pm->m.capacity_type = (Bigfleet__V1alpha1__CapacityType)st->t.capacity_type;
+    pm->m.price_per_hour = st->t.price_per_hour;
+    pm->m.interruption_probability = st->t.interruption_probability;
+    Bigfleet__V1alpha1__Resources ri = BIGFLEET__V1ALPHA1__RESOURCES__INIT;
+    Bigfleet__V1alpha1__Resources__ResourcesEntry rei =
+        BIGFLEET__V1ALPHA1__RESOURCES__RESOURCES_ENTRY__INIT;
+    size_t nr = 0;
+    const char *rk[3] = {"cpu", "memory", BF_SIM_RESOURCE_GPU};
+    char *rv[3] = {st->cpu_q, st->mem_q, st->gpu_q};
+    for (size_t k = 0; k < (st->t.gpus > 0 ? 3u : 2u); k++) {
+        pm->re[k] = rei;
+        pm->re[k].key = (char *)rk[k];
+        pm->re[k].value = rv[k];
+        pm->rep[k] = &pm->re[k];
+        nr++;
+    }
+    pm->res = ri;
+    pm->res.n_resources = nr;
+    pm->res.resources = pm->rep;
+    pm->m.resources = &pm->res;
+    if (m->host) {
+        pm->alloc = pm->res; /* same shape */
+        pm->m.allocatable = &pm->alloc;
+    }
+    struct labels l;
+    labels_of(s, m->type, m->rack, &l);
+    Bigfleet__V1alpha1__Machine__LabelsEntry lei = BIGFLEET__V1ALPHA1__MACHINE__LABELS_ENTRY__INIT;
+    for (int k = 0; k < l.n; k++) {
+        pm->le[k] = lei;
+        pm->le[k].key = (char *)l.k[k];
+        pm->le[k].value = (char *)l.v[k];
+        pm->lep[k] = &pm->le[k];
+    }
+    pm->m.n_labels = (size_t)l.n;
+    pm->m.labels = pm->lep;
+    if (m->err)
+        pm->m.last_error = (char *)sim_str(&s->errors, m->err);
+    if (m->cluster)
+        pm->m.cluster = (char *)sim_str(&s->clusters, m->cluster);
+    if (m->md) {
+        const struct sim_md *md = &s->md.v[m->md];
+        pm->mde = calloc(md->n, sizeof *pm->mde);
+        pm->mdep = calloc(md->n, sizeof *pm->mdep);
+        pm->keys = malloc(md->raw_len + md->n + 1);
+        if (!pm->mde || !pm->mdep || !pm->keys) {
+            sim_machine_pb_free(pm);
+            return NULL;
+        }
+        Bigfleet__V1alpha1__Machine__ShardMetadataEntry mi =
+            BIGFLEET__V1ALPHA1__MACHINE__SHARD_METADATA_ENTRY__INIT;
+        size_t off = 0, ko = 0;
+        for (uint32_t k = 0; k < md->n; k++) {
+            uint32_t kl, vl;
+            memcpy(&kl, md->raw + off, 4);
+            memcpy(pm->keys + ko, md->raw + off + 4, kl);
+            pm->keys[ko + kl] = 0;
+            off += 4 + kl;
+            memcpy(&vl, md->raw + off, 4);
+            pm->mde[k] = mi;
+            pm->mde[k].key = pm->keys + ko;
+            pm->mde[k].value.data = (uint8_t *)md->raw + off + 4;
+            pm->mde[k].value.len = vl;
+            pm->mdep[k] = &pm->mde[k];
+            off += 4 + vl;
+            ko += kl + 1;
+        }
+        pm->m.n_shard_metadata = md->n;
+        pm->m.shard_metadata = pm->mdep;
+    }
+    return pm;
+}
+
+Bigfleet__V1alpha1__Machine *sim_machine_pb_msg(struct sim_pb_machine *pm)
+{
+    return &pm->m;
+}
+
+void sim_machine_pb_free(struct sim_pb_machine *pm)
+{
+    if (!pm)
+        return;
+    free(pm->mde);
+    free(pm->mdep);
+    free(pm->keys);
+    free(pm);
+}
+
+/* ------------------------------------------------------------ reader */
+
+struct rd {
+    const uint8_t *p, *e;
+};
+
+static int rd_varint(struct rd *r, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (int i = 0; i < 10; i++) {
+        if (r->p >= r->e)
+            return -EINVAL;
+        uint8_t b = *r->p++;
+        if (i == 9 && b > 1)
+            return -EINVAL;
+        x |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (!(b & 0x80)) {
+            *v = x;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+static int rd_key(struct rd *r, uint32_t *field, int *wt)
+{
+    uint64_t k;
+    if (rd_varint(r, &k))
+        return -EINVAL;
+    *wt = (int)(k & 7);
+    k >>= 3;
+    if (k == 0 || k > 0x1fffffff)
+        return -EINVAL;
+    *field = (uint32_t)k;
+    return 0;
+}
+
+static int rd_bytes(struct rd *r, struct bf_sim_bytes *b)
+{
+    uint64_t n;
+    if (rd_varint(r, &n) || n > (uint64_t)(r->e - r->p))
+        return -EINVAL;
+    b->p = r->p;
+    b->len = (size_t)n;
+    r->p += n;
+    return 0;
+}
+
+static int rd_skip(struct rd *r, int wt)
+{
+    uint64_t v;
+    struct bf_sim_bytes b;
+    switch (wt) {
+    case 0:
+        return rd_varint(r, &v);
+    case 1:
+        if (r->e - r->p < 8)
+            return -EINVAL;
+        r->p += 8;
+        return 0;
+    case 2:
+        return rd_bytes(r, &b);
+    case 5:
+        if (r->e - r->p < 4)
+            return -EINVAL;
+        r->p += 4;
+        return 0;
+    default:
+        return -EINVAL; /* groups (3, 4) and reserved wire types */
+    }
+}
+
+enum slot { S_NONE, S_ID, S_SHARD, S_EPOCH, S_SEQ, S_CLUSTER, S_BLOB, S_MD, S_GRACE };
+
+/* field number -> slot, per lifecycle kind (wire.md §4) */
+static enum slot slot_of(int kind, uint32_t f)
+{
+    switch (kind) {
+    case BF_SIM_RPC_CREATE: /* 1 id, 3 shard, 4 epoch, 5 seq */
+        return f == 1 ? S_ID : f == 3 ? S_SHARD : f == 4 ? S_EPOCH : f == 5 ? S_SEQ : S_NONE;
+    case BF_SIM_RPC_CONFIGURE: /* 1 id, 2 cluster, 3 blob, 4 shard, 5 epoch, 6 seq, 7 md */
+        return f == 1   ? S_ID
+               : f == 2 ? S_CLUSTER
+               : f == 3 ? S_BLOB
+               : f == 4 ? S_SHARD
+               : f == 5 ? S_EPOCH
+               : f == 6 ? S_SEQ
+               : f == 7 ? S_MD
+                        : S_NONE;
+    case BF_SIM_RPC_DRAIN: /* 1 id, 2 grace, 3 shard, 4 epoch, 5 seq */
+        return f == 1   ? S_ID
+               : f == 2 ? S_GRACE
+               : f == 3 ? S_SHARD
+               : f == 4 ? S_EPOCH
+               : f == 5 ? S_SEQ
+                        : S_NONE;
+    case BF_SIM_RPC_DELETE: /* 1 id, 2 shard, 3 epoch, 4 seq */
+        return f == 1 ? S_ID : f == 2 ? S_SHARD : f == 3 ? S_EPOCH : f == 4 ? S_SEQ : S_NONE;
+    default:
+        return S_NONE;
+    }
+}
+
+static int rd_md_entry(struct bf_sim_bytes e, struct bf_sim_md_entry *out)
+{
+    struct rd r = {e.p, e.p + e.len};
+    memset(out, 0, sizeof *out);
+    while (r.p < r.e) {
+        uint32_t f;
+        int wt;
+        if (rd_key(&r, &f, &wt))
+            return -EINVAL;
+        if (f == 1 || f == 2) {
+            if (wt != 2)
+                return -EINVAL;
+            if (rd_bytes(&r, f == 1 ? &out->key : &out->value))
+                return -EINVAL;
+        } else if (rd_skip(&r, wt)) {
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+int sim_decode_lifecycle(int kind, const uint8_t *p, size_t len, struct bf_sim_request *q,
+                         struct bf_sim_md_entry **md_out)
+{
+    memset(q, 0, sizeof *q);
+    q->kind = kind;
+    *md_out = NULL;
+    struct bf_sim_md_entry *md = NULL;
+    size_t n_md = 0, cap_md = 0;
+    struct rd r = {p, p + len};
+    while (r.p < r.e) {
+        uint32_t f;
+        int wt;
+        if (rd_key(&r, &f, &wt))
+            goto bad;
+        enum slot sl = slot_of(kind, f);
+        uint64_t v;
+        struct bf_sim_bytes b;
+        switch (sl) {
+        case S_NONE:
+            if (rd_skip(&r, wt))
+                goto bad;
+            break;
+        case S_ID:
+        case S_SHARD:
+        case S_CLUSTER:
+        case S_BLOB:
+        case S_MD:
+            if (wt != 2 || rd_bytes(&r, &b))
+                goto bad;
+            if (sl == S_ID)
+                q->machine_id = b;
+            else if (sl == S_SHARD)
+                q->shard_id = b;
+            else if (sl == S_CLUSTER)
+                q->cluster_id = b;
+            else if (sl == S_BLOB)
+                q->bootstrap_blob_len = b.len;
+            else {
+                if (n_md == cap_md) {
+                    size_t cap = cap_md ? cap_md * 2 : 16;
+                    struct bf_sim_md_entry *nm = realloc(md, cap * sizeof *nm);
+                    if (!nm) {
+                        free(md);
+                        return -ENOMEM;
+                    }
+                    md = nm;
+                    cap_md = cap;
+                }
+                if (rd_md_entry(b, &md[n_md]))
+                    goto bad;
+                n_md++;
+            }
+            break;
+        case S_EPOCH:
+        case S_SEQ:
+        case S_GRACE:
+            if (wt != 0 || rd_varint(&r, &v))
+                goto bad;
+            if (sl == S_EPOCH)
+                q->shard_epoch = (int64_t)v;
+            else if (sl == S_SEQ)
+                q->sequence_number = (int64_t)v;
+            else
+                q->grace_period_seconds = (int64_t)v;
+            break;
+        }
+    }
+    q->metadata = md;
+    q->n_metadata = n_md;
+    *md_out = md;
+    return 0;
+bad:
+    free(md);
+    return -EINVAL;
+}
+
+int sim_decode_ref(const uint8_t *p, size_t len, struct bf_sim_bytes *id)
+{
+    struct rd r = {p, p + len};
+    memset(id, 0, sizeof *id);
+    while (r.p < r.e) {
+        uint32_t f;
+        int wt;
+        if (rd_key(&r, &f, &wt))
+            return -EINVAL;
+        if (f == 1) {
+            if (wt != 2 || rd_bytes(&r, id))
+                return -EINVAL;
+        } else if (rd_skip(&r, wt)) {
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+static void list_state(struct bf_sim_list_args *a, uint64_t v)
+{
+    int32_t s = (int32_t)(uint32_t)v;
+    if (s >= BF_STATE_SPECULATIVE && s <= BF_STATE_FAILED)
+        a->state_mask |= 1u << s;
+    else
+        a->bad_state = true;
+}
+
+int sim_decode_list(const uint8_t *p, size_t len, struct bf_sim_list_args *a)
+{
+    struct rd r = {p, p + len};
+    memset(a, 0, sizeof *a);
+    while (r.p < r.e) {
+        uint32_t f;
+        int wt;
+        if (rd_key(&r, &f, &wt))
+            return -EINVAL;
+        uint64_t v;
+        struct bf_sim_bytes b;
+        if (f == 1) {
+            if (wt == 0) {
+                if (rd_varint(&r, &v))
+                    return -EINVAL;
+                list_state(a, v);
+            } else if (wt == 2) {
+                if (rd_bytes(&r, &b))
+                    return -EINVAL;
+                struct rd pr = {b.p, b.p + b.len};
+                while (pr.p < pr.e) {
+                    if (rd_varint(&pr, &v))
+                        return -EINVAL;
+                    list_state(a, v);
+                }
+            } else {
+                return -EINVAL;
+            }
+        } else if (f == 4) {
+            if (wt != 0 || rd_varint(&r, &v))
+                return -EINVAL;
+            a->max_results = (int32_t)(uint32_t)v;
+        } else if (f == 5) {
+            if (wt != 2 || rd_bytes(&r, &a->since_revision))
+                return -EINVAL;
+        } else if (rd_skip(&r, wt)) {
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
