@@ -31,6 +31,7 @@ struct srv_state {
     char identity[128];
     size_t outbox_after_send;
     struct bf_net_loop *loop;
+    struct bf_net_server *srv;
 };
 static struct srv_state S;
 
@@ -83,6 +84,9 @@ static void echo_msg(struct bf_net_call *call, const uint8_t *m, size_t n, void 
         s->t = bf_net_timer_new(S.loop, slow_fire, s);
         bf_net_timer_start(s->t, atoi(z + 5) * BF_NS_PER_MS, 0);
         bf_net_call_set_user(call, s);
+    } else if (n == 4 && memcmp(m, "quit", 4) == 0) {
+        bf_net_server_free(S.srv); /* from inside the server's own callback */
+        S.srv = NULL;
     } else if (n == 5 && memcmp(m, "never", 5) == 0) {
         /* no answer */
     } else if (n >= 4 && memcmp(m, "big:", 4) == 0) {
@@ -150,23 +154,36 @@ static void bidi_half_close(struct bf_net_call *call, void *arg)
 
 static const struct bf_net_method METHODS[] = {
     {"/t.Test/Echo", BF_NET_UNARY, any_call, echo_msg, NULL, NULL, any_done, NULL},
-    {"/t.Test/Stream", BF_NET_SERVER_STREAMING, any_call, stream_msg, NULL, stream_drain,
-     any_done, NULL},
+    {"/t.Test/Stream", BF_NET_SERVER_STREAMING, any_call, stream_msg, NULL, stream_drain, any_done,
+     NULL},
     {"/t.Test/Bidi", BF_NET_BIDI_STREAMING, any_call, bidi_msg, bidi_half_close, NULL, any_done,
      NULL},
 };
+
+static struct bf_net_server *start_server_opts(struct bf_net_loop *l, struct bf_net_server_opts *o)
+{
+    memset(&S, 0, sizeof S);
+    S.loop = l;
+    o->methods = METHODS;
+    o->n_methods = 3;
+    struct bf_net_server *srv = NULL;
+    ck_assert_int_eq(bf_net_server_new(l, o, &srv), 0);
+    S.srv = srv;
+    return srv;
+}
 
 static struct bf_net_server *start_server(struct bf_net_loop *l, const char *addr,
                                           const struct bf_net_tls_config *tls, uint32_t max_recv)
 {
     memset(&S, 0, sizeof S);
     S.loop = l;
-    struct bf_net_server_opts o = {.addr = addr, .methods = METHODS, .n_methods = 3,
-                                   .max_recv_message = max_recv};
+    struct bf_net_server_opts o = {
+        .addr = addr, .methods = METHODS, .n_methods = 3, .max_recv_message = max_recv};
     if (tls)
         o.tls = *tls;
     struct bf_net_server *srv = NULL;
     ck_assert_int_eq(bf_net_server_new(l, &o, &srv), 0);
+    S.srv = srv;
     return srv;
 }
 
@@ -228,8 +245,10 @@ static struct bf_net_client *new_client(struct bf_net_loop *l, uint16_t port,
 {
     char addr[32];
     snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
-    struct bf_net_client_opts o = {.addr = addr, .backoff_initial_ns = 50 * BF_NS_PER_MS,
-                                   .backoff_max_ns = 200 * BF_NS_PER_MS, .server_name = name};
+    struct bf_net_client_opts o = {.addr = addr,
+                                   .backoff_initial_ns = 50 * BF_NS_PER_MS,
+                                   .backoff_max_ns = 200 * BF_NS_PER_MS,
+                                   .server_name = name};
     if (tls)
         o.tls = *tls;
     struct bf_net_client *cl = NULL;
@@ -320,7 +339,7 @@ struct sres {
     char last[64];
     size_t bytes;
     struct bf_net_stream *s;
-    int cancel_after; /* client cancels after this many messages */
+    int cancel_after;          /* client cancels after this many messages */
     const char *send_on_first; /* sent after the first message */
 };
 
@@ -449,7 +468,8 @@ START_TEST(many_concurrent_unary_calls_share_one_connection)
         /* mixed: immediate and delayed replies, so completions interleave */
         int k = i % 3 == 0 ? snprintf(req, sizeof req, "slow:%d", 5 + i % 40)
                            : snprintf(req, sizeof req, "req-%d", i);
-        ck_assert_ptr_nonnull(unary(cl, "/t.Test/Echo", req, (size_t)k, 5 * BF_NS_PER_SEC, &conc[i]));
+        ck_assert_ptr_nonnull(
+            unary(cl, "/t.Test/Echo", req, (size_t)k, 5 * BF_NS_PER_SEC, &conc[i]));
     }
     run_until(l, all_done, NULL, 5 * BF_NS_PER_SEC);
     for (int i = 0; i < NCONC; i++) {
@@ -787,6 +807,187 @@ START_TEST(outbox_reports_queued_bytes_and_drain_fires)
 }
 END_TEST
 
+START_TEST(server_can_be_freed_inside_a_handler)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct result other = {0}, r = {0};
+    unary(cl, "/t.Test/Echo", "never", 5, 0, &other);
+    run_until(l, server_done_one, NULL, 200 * BF_NS_PER_MS);
+    unary(cl, "/t.Test/Echo", "quit", 4, 0, &r);
+    run_until(l, result_done, &r, 3 * BF_NS_PER_SEC);
+    run_until(l, result_done, &other, 3 * BF_NS_PER_SEC);
+    ck_assert_ptr_null(S.srv);
+    ck_assert_int_eq(r.code, BF_NET_UNAVAILABLE);
+    ck_assert_int_eq(other.code, BF_NET_UNAVAILABLE);
+    /* both server calls got on_done(CANCELLED) while the server went away */
+    ck_assert_int_eq(S.done_codes[BF_NET_CANCELLED], 2);
+    bf_net_client_free(cl);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+START_TEST(deadline_of_a_call_queued_behind_max_concurrent_streams_frees_its_slot)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server_opts so = {.addr = "127.0.0.1:0", .max_concurrent_streams = 1};
+    struct bf_net_server *srv = start_server_opts(l, &so);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct result a = {0}, b = {0}, c = {0};
+    struct bf_net_stream *sa = unary(cl, "/t.Test/Echo", "never", 5, 0, &a);
+    int64_t until = bf_mono_ns() + 2 * BF_NS_PER_SEC;
+    while (S.calls < 1 && bf_mono_ns() < until)
+        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+    ck_assert_int_eq(S.calls, 1);
+    /* the server allows one stream: b waits inside nghttp2 and times out there */
+    int64_t t0 = bf_mono_ns();
+    unary(cl, "/t.Test/Echo", "queued", 6, 100 * BF_NS_PER_MS, &b);
+    run_until(l, result_done, &b, 2 * BF_NS_PER_SEC);
+    ck_assert_int_eq(b.code, BF_NET_DEADLINE_EXCEEDED);
+    ck_assert(b.at - t0 < 500 * BF_NS_PER_MS);
+    ck_assert_int_eq(S.calls, 1); /* b never reached the server */
+    bf_net_stream_cancel(sa);
+    run_until(l, result_done, &a, 2 * BF_NS_PER_SEC);
+    ck_assert_int_eq(a.code, BF_NET_CANCELLED);
+    /* the slot is free again: b's cancelled HEADERS did not take it */
+    unary(cl, "/t.Test/Echo", "after", 5, 2 * BF_NS_PER_SEC, &c);
+    run_until(l, result_done, &c, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(c.code, BF_NET_OK);
+    ck_assert_int_eq(S.calls, 2);
+    ck_assert_int_eq(b.done, 1);
+    free(c.resp);
+    struct bf_net_stats cs;
+    bf_net_client_stats(cl, &cs);
+    ck_assert_uint_eq(cs.streams_open, 0);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+START_TEST(server_rejects_connections_over_max_connections)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server_opts so = {.addr = "127.0.0.1:0", .max_connections = 1};
+    struct bf_net_server *srv = start_server_opts(l, &so);
+    struct bf_net_client *c1 = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct result r1 = {0};
+    unary(c1, "/t.Test/Echo", "one", 3, 2 * BF_NS_PER_SEC, &r1);
+    run_until(l, result_done, &r1, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r1.code, BF_NET_OK);
+    struct bf_net_client *c2 = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct result r2 = {0};
+    unary(c2, "/t.Test/Echo", "two", 3, 2 * BF_NS_PER_SEC, &r2);
+    run_until(l, result_done, &r2, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r2.code, BF_NET_UNAVAILABLE);
+    struct bf_net_stats ss;
+    bf_net_server_stats(srv, &ss);
+    ck_assert_uint_ge(ss.conns_rejected, 1);
+    ck_assert_uint_eq(ss.conns_open, 1);
+    free(r1.resp);
+    bf_net_client_free(c1);
+    bf_net_client_free(c2);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+START_TEST(keepalive_pings_keep_an_idle_stream_alive)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server_opts so = {.addr = "127.0.0.1:0",
+                                    .keepalive_ns = 50 * BF_NS_PER_MS,
+                                    .keepalive_timeout_ns = 200 * BF_NS_PER_MS};
+    struct bf_net_server *srv = start_server_opts(l, &so);
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", bf_net_server_port(srv));
+    struct bf_net_client_opts co = {.addr = addr,
+                                    .keepalive_ns = 50 * BF_NS_PER_MS,
+                                    .keepalive_timeout_ns = 200 * BF_NS_PER_MS};
+    struct bf_net_client *cl = NULL;
+    ck_assert_int_eq(bf_net_client_new(l, &co, &cl), 0);
+    struct sres r = {0};
+    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Bidi", 0, &SCBS, &r);
+    bf_net_stream_send(s, "a", 1);
+    /* silent for 12 keepalive periods: both sides ping, both sides answer */
+    run_until(l, sres_done, &r, 600 * BF_NS_PER_MS);
+    ck_assert_int_eq(r.done, 0);
+    bf_net_stream_send(s, "b", 1);
+    bf_net_stream_close_send(s);
+    run_until(l, sres_done, &r, 2 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    ck_assert_int_eq(r.msgs, 2);
+    struct bf_net_stats ss, cs;
+    bf_net_server_stats(srv, &ss);
+    bf_net_client_stats(cl, &cs);
+    ck_assert_uint_eq(ss.keepalive_timeouts, 0);
+    ck_assert_uint_eq(cs.keepalive_timeouts, 0);
+    ck_assert_uint_eq(ss.conns_accepted, 1);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+START_TEST(client_keepalive_detects_a_server_that_stopped_answering)
+{
+    struct bf_net_loop *l = new_loop();
+    /* a "server" that says SETTINGS once and then never writes again */
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(lfd, 4), 0);
+    socklen_t sl = sizeof a;
+    getsockname(lfd, (struct sockaddr *)&a, &sl);
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", ntohs(a.sin_port));
+    struct bf_net_client_opts co = {.addr = addr,
+                                    .keepalive_ns = 100 * BF_NS_PER_MS,
+                                    .keepalive_timeout_ns = 200 * BF_NS_PER_MS,
+                                    .backoff_initial_ns = 5 * BF_NS_PER_SEC};
+    struct bf_net_client *cl = NULL;
+    ck_assert_int_eq(bf_net_client_new(l, &co, &cl), 0);
+    struct sres r = {0};
+    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Bidi", 0, &SCBS, &r);
+    bf_net_stream_send(s, "x", 1);
+    int fd = -1;
+    int64_t until = bf_mono_ns() + 2 * BF_NS_PER_SEC;
+    while (fd < 0 && bf_mono_ns() < until) {
+        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+        fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK);
+    }
+    ck_assert_int_ge(fd, 0);
+    static const uint8_t settings[9] = {0, 0, 0, 4, 0, 0, 0, 0, 0};
+    ck_assert_int_eq(write(fd, settings, 9), 9);
+    int64_t t0 = bf_mono_ns();
+    char sink[4096];
+    until = t0 + 3 * BF_NS_PER_SEC;
+    while (!r.done && bf_mono_ns() < until) {
+        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+        while (read(fd, sink, sizeof sink) > 0) /* swallow everything, answer nothing */
+            ;
+    }
+    ck_assert_int_eq(r.code, BF_NET_UNAVAILABLE);
+    int64_t took = bf_mono_ns() - t0;
+    ck_assert_msg(took >= 250 * BF_NS_PER_MS && took < 2 * BF_NS_PER_SEC, "took %lld",
+                  (long long)took);
+    struct bf_net_stats cs;
+    bf_net_client_stats(cl, &cs);
+    ck_assert_uint_eq(cs.keepalive_timeouts, 1);
+    close(fd);
+    close(lfd);
+    bf_net_client_free(cl);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
 /* ------------------------------------------------------------ TLS */
 
 static char tmpdir[64];
@@ -945,6 +1146,58 @@ START_TEST(tls_without_client_certificates_has_no_identity)
 }
 END_TEST
 
+START_TEST(rotated_server_certificate_is_used_by_new_connections)
+{
+    make_pki();
+    make_cert("rotated", "DNS:rotated.example,IP:127.0.0.1");
+    struct bf_net_loop *l = new_loop();
+    /* the server reads its pair from files we can replace */
+    ck_assert_int_eq(sh("cd %s && cp server.crt live.crt && cp server.key live.key", tmpdir), 0);
+    struct bf_net_tls_config st = {path_of("live.crt"), path_of("live.key"), NULL};
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", &st, 0);
+    struct bf_net_tls_config ct = {NULL, NULL, path_of("ca.crt")};
+    struct bf_net_client *before = new_client(l, bf_net_server_port(srv), &ct, "localhost");
+    struct result r = {0};
+    unary(before, "/t.Test/Echo", "a", 1, 5 * BF_NS_PER_SEC, &r);
+    run_until(l, result_done, &r, 5 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    free(r.resp);
+    /* cert-manager style rotation: new files, new mtimes */
+    sleep(1);
+    ck_assert_int_eq(
+        sh("cd %s && cp rotated.crt live.crt.tmp && cp rotated.key live.key.tmp && "
+           "mv live.key.tmp live.key && mv live.crt.tmp live.crt && touch live.crt live.key",
+           tmpdir),
+        0);
+    usleep(1100 * 1000);
+    struct bf_net_client *after = new_client(l, bf_net_server_port(srv), &ct, "rotated.example");
+    struct result r2 = {0};
+    unary(after, "/t.Test/Echo", "b", 1, 5 * BF_NS_PER_SEC, &r2);
+    run_until(l, result_done, &r2, 5 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r2.code, BF_NET_OK);
+    free(r2.resp);
+    /* the connection opened before the rotation still works */
+    struct result r3 = {0};
+    unary(before, "/t.Test/Echo", "c", 1, 5 * BF_NS_PER_SEC, &r3);
+    run_until(l, result_done, &r3, 5 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r3.code, BF_NET_OK);
+    free(r3.resp);
+    /* and a new client expecting the old name is now refused */
+    struct bf_net_client *old = new_client(l, bf_net_server_port(srv), &ct, "localhost");
+    struct result r4 = {0};
+    unary(old, "/t.Test/Echo", "d", 1, 5 * BF_NS_PER_SEC, &r4);
+    run_until(l, result_done, &r4, 5 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r4.code, BF_NET_UNAVAILABLE);
+    bf_net_client_free(before);
+    bf_net_client_free(after);
+    bf_net_client_free(old);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+    drop_pki();
+}
+END_TEST
+
 START_TEST(partial_or_unreadable_tls_config_is_rejected)
 {
     struct bf_net_loop *l = new_loop();
@@ -1025,11 +1278,17 @@ int main(void)
     tcase_add_test(tc, graceful_shutdown_sends_goaway_and_lets_started_calls_finish);
     tcase_add_test(tc, outbox_reports_queued_bytes_and_drain_fires);
     tcase_add_test(tc, client_can_be_freed_inside_its_own_callback_and_free_cancels_the_rest);
+    tcase_add_test(tc, server_can_be_freed_inside_a_handler);
+    tcase_add_test(tc, deadline_of_a_call_queued_behind_max_concurrent_streams_frees_its_slot);
+    tcase_add_test(tc, server_rejects_connections_over_max_connections);
+    tcase_add_test(tc, keepalive_pings_keep_an_idle_stream_alive);
+    tcase_add_test(tc, client_keepalive_detects_a_server_that_stopped_answering);
     suite_add_tcase(s, tc);
     TCase *tt = tcase_create("tls");
     tcase_set_timeout(tt, 60);
     tcase_add_test(tt, mtls_exposes_the_single_bigfleet_identity_and_rejects_bad_certificates);
     tcase_add_test(tt, tls_without_client_certificates_has_no_identity);
+    tcase_add_test(tt, rotated_server_certificate_is_used_by_new_connections);
     tcase_add_test(tt, partial_or_unreadable_tls_config_is_rejected);
     suite_add_tcase(s, tt);
     SRunner *sr = srunner_create(s);
