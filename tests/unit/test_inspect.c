@@ -29,9 +29,10 @@
  *                                                expected figures as JSON
  *   test_inspect fixture create ID [MACHINES]    create + fill, then wait
  *                                                for SIGTERM (unlinks)
- *   test_inspect cycle-proxy ID [MACHINES] [CYCLES] [PERIOD_MS]
+ *   test_inspect cycle-proxy ID [MACHINES] [CYCLES] [PERIOD_MS] [TRACE]
  *                                                synthetic cycle + writer;
- *                                                prints cycle latency
+ *                                                prints cycle latency (and
+ *                                                one line per cycle to TRACE)
  *   test_inspect scan-bench ID                   times insp_scan in-process
  */
 #include <check.h>
@@ -182,7 +183,7 @@ static void fx_machines(struct bf_shm *s, const struct fx_profiles *p, uint32_t 
         r.interruption_probability = t == 1 ? 0.05f : 0.0f;
         bool has_host = st != BF_STATE_SPECULATIVE && st != BF_STATE_CREATING;
         if (has_host) {
-            if (i % 7 == 3) {
+            if (i % 7 != 1) { /* most providers: the host ref is the machine id */
                 r.host = fx_str(s, "sim", 3);
                 r.flags |= BF_REC_HOST_IS_ID;
             } else {
@@ -235,7 +236,8 @@ static void fx_vec(int64_t *v, int cpu, int64_t c, int mem, int64_t m)
 }
 
 /* Clusters, need rows, a published cycle result, stats, procs, rings. */
-static void fx_needs_and_state(struct bf_shm *s, const struct fx_profiles *p, struct fx_expect *e)
+static void fx_needs_and_state(struct bf_shm *s, const struct fx_profiles *p, struct fx_expect *e,
+                               bool procs)
 {
     const int64_t GiB = 1024LL * 1024 * 1024 * 1000; /* milli-bytes */
     uint32_t cl[3], grp = fx_str(s, FX_GROUP, FX_GROUP_LEN);
@@ -360,15 +362,17 @@ static void fx_needs_and_state(struct bf_shm *s, const struct fx_profiles *p, st
                         i * BF_NS_PER_MS / 4);
     }
     e->hist_count = 100;
-    /* processes */
-    for (int role = BF_ROLE_SESSION; role <= BF_ROLE_EXECUTOR; role++) {
+    /* processes (not on a live appliance: the supervisor owns them) */
+    for (int role = BF_ROLE_SESSION; procs && role <= BF_ROLE_EXECUTOR; role++) {
         atomic_store(&st->proc[role].pid, (uint32_t)getpid());
         atomic_store(&st->proc[role].child_state, BF_CHILD_ACTIVE);
         atomic_store(&st->proc[role].started_ns, now - 60 * BF_NS_PER_SEC);
         atomic_store(&st->proc[role].heartbeat_ns, now);
     }
-    atomic_store(&st->proc[BF_ROLE_CYCLE].restarts, 2);
-    atomic_store(&st->proc[BF_ROLE_CYCLE].last_exit_status, 9); /* killed by SIGKILL */
+    if (procs) {
+        atomic_store(&st->proc[BF_ROLE_CYCLE].restarts, 2);
+        atomic_store(&st->proc[BF_ROLE_CYCLE].last_exit_status, 9); /* killed by SIGKILL */
+    }
     /* rings: two actions waiting for the executor */
     for (int i = 0; i < 2; i++) {
         struct bf_action_msg m;
@@ -381,13 +385,13 @@ static void fx_needs_and_state(struct bf_shm *s, const struct fx_profiles *p, st
     }
 }
 
-static void fx_fill(struct bf_shm *s, uint32_t machines, struct fx_expect *e)
+static void fx_fill(struct bf_shm *s, uint32_t machines, struct fx_expect *e, bool procs)
 {
     memset(e, 0, sizeof *e);
     struct fx_profiles p;
     fx_profiles(s, &p, e);
     fx_machines(s, &p, machines, e);
-    fx_needs_and_state(s, &p, e);
+    fx_needs_and_state(s, &p, e, procs);
 }
 
 /* ================================================================ JSON parser */
@@ -792,7 +796,7 @@ static void setup(void)
     char err[256];
     ck_assert_msg(bf_shm_create(&g_s, g_id, &caps, 3, 0, err, sizeof err) == 0, "create: %s",
                   err);
-    fx_fill(&g_s, 240, &g_e);
+    fx_fill(&g_s, 240, &g_e, true);
 }
 
 static void teardown(void)
@@ -1497,7 +1501,7 @@ static int mode_fixture(int argc, char **argv)
     }
     bf_shm_set_role(&s, BF_ROLE_SESSION);
     struct fx_expect *e = calloc(1, sizeof *e);
-    fx_fill(&s, n, e);
+    fx_fill(&s, n, e, create);
     print_expect(id, e);
     free(e);
     if (create) {
@@ -1560,7 +1564,8 @@ static int cmp_i64(const void *a, const void *b)
 static int mode_cycle_proxy(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: test_inspect cycle-proxy ID [MACHINES] [CYCLES] [PERIOD_MS]\n");
+        fprintf(stderr,
+                "usage: test_inspect cycle-proxy ID [MACHINES] [CYCLES] [PERIOD_MS] [TRACE]\n");
         return 2;
     }
     const char *id = argv[2];
@@ -1578,15 +1583,11 @@ static int mode_cycle_proxy(int argc, char **argv)
     }
     struct fx_expect *e = calloc(1, sizeof *e);
     int64_t t0 = bf_mono_ns();
-    fx_fill(&s, n, e);
+    fx_fill(&s, n, e, true);
     fprintf(stderr, "cycle-proxy: %u machines inserted in %.1f s; READY\n", n,
             (double)(bf_mono_ns() - t0) / 1e9);
-    int ready_fd = argc > 6 ? atoi(argv[6]) : -1;
-    if (ready_fd >= 0) {
-        ssize_t w = write(ready_fd, "R", 1);
-        (void)w;
-        close(ready_fd);
-    }
+    /* optional trace: one line per cycle, "start_unix_ns duration_ns" */
+    FILE *trace = argc > 6 ? fopen(argv[6], "w") : NULL;
     pid_t writer = fork();
     if (writer == 0) {
         struct bf_shm ws;
@@ -1613,7 +1614,7 @@ static int mode_cycle_proxy(int argc, char **argv)
     struct bf_state_main *st = s.st;
     static uint32_t tally[BF_STATE_COUNT][BF_MAX_TYPES][BF_MAX_ZONES];
     for (int c = 0; c < cycles; c++) {
-        int64_t a = bf_mono_ns();
+        int64_t a = bf_mono_ns(), wall0 = bf_now_ns();
         memset(tally, 0, sizeof tally);
         float best[FX_TYPES + 1][FX_ZONES + 1];
         for (int t = 0; t <= FX_TYPES; t++)
@@ -1660,6 +1661,8 @@ static int mode_cycle_proxy(int argc, char **argv)
         atomic_fetch_add(&st->cycle.cycles, 1);
         bf_hist_observe(&st->cycle.cycle_duration, 0.001, 2, 14, d);
         dur[c] = d;
+        if (trace)
+            fprintf(trace, "%lld %lld\n", (long long)wall0, (long long)d);
         int64_t left = period_ms * BF_NS_PER_MS - (bf_mono_ns() - a);
         if (left > 0) {
             struct timespec ts = {left / BF_NS_PER_SEC, left % BF_NS_PER_SEC};
@@ -1668,6 +1671,8 @@ static int mode_cycle_proxy(int argc, char **argv)
     }
     kill(writer, SIGKILL);
     waitpid(writer, NULL, 0);
+    if (trace)
+        fclose(trace);
     qsort(dur, (size_t)cycles, sizeof *dur, cmp_i64);
     double sum = 0;
     for (int c = 0; c < cycles; c++)

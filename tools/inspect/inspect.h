@@ -277,7 +277,7 @@ struct insp_opts {
     const char *cluster, *type, *zone;
     int64_t limit; /* -1 = default */
     bool all;      /* histogram --all */
-    const char *addr, *tls_cert, *tls_key, *tls_ca;
+    const char *addr, *tls_cert, *tls_key, *tls_ca, *tls_server_name;
     int64_t timeout_ns;
 };
 

@@ -50,7 +50,7 @@ static const char USAGE[] =
     "  clusters                every cluster row: connected, first rollup, rows, generation,\n"
     "                          quarantine, last rollup age, rollup counters\n"
     "  needs [--cluster C] [--limit N] [--addr HOST:PORT [--tls-cert F --tls-key F\n"
-    "        --tls-ca F] [--timeout 10s]]\n"
+    "        --tls-ca F [--tls-server-name N]] [--timeout 10s]]\n"
     "                          a cluster's Need rows (all clusters without --cluster) joined\n"
     "                          with the last cycle's verdicts (satisfied, residual deficit,\n"
     "                          counts, Same domain, parking, unmet reason, matching supply,\n"
@@ -181,7 +181,7 @@ static int parse(int argc, char **argv, struct insp_opts *o)
         static const char *const valf[] = {"--id",       "--interval", "--frames",   "--count",
                                            "--state",    "--cluster",  "--type",     "--zone",
                                            "--limit",    "--slot",     "--addr",     "--tls-cert",
-                                           "--tls-key",  "--tls-ca",   "--timeout"};
+                                           "--tls-key",  "--tls-ca",   "--timeout",  "--tls-server-name"};
         bool known = false;
         for (size_t k = 0; k < sizeof valf / sizeof valf[0]; k++)
             if (strcmp(name, valf[k]) == 0)
@@ -238,6 +238,8 @@ static int parse(int argc, char **argv, struct insp_opts *o)
             o->tls_key = val;
         } else if (strcmp(name, "--tls-ca") == 0) {
             o->tls_ca = val;
+        } else if (strcmp(name, "--tls-server-name") == 0) {
+            o->tls_server_name = val;
         }
     }
     /* per-command checks */
@@ -256,7 +258,7 @@ static int parse(int argc, char **argv, struct insp_opts *o)
         return usage_error("--slot applies to `machine` only%s", "");
     if (o->all && o->cmd != CMD_HISTOGRAM)
         return usage_error("--all applies to `histogram` only%s", "");
-    bool tls = o->tls_cert || o->tls_key || o->tls_ca;
+    bool tls = o->tls_cert || o->tls_key || o->tls_ca || o->tls_server_name;
     if ((o->addr || tls) && o->cmd != CMD_NEEDS)
         return usage_error("--addr and --tls-* apply to `needs` only%s", "");
     if (tls && !o->addr)

@@ -211,6 +211,7 @@ int insp_needs_remote(const struct insp_opts *o, struct insp_needs *out, char *e
     }
     struct bf_net_client_opts co = {.addr = o->addr,
                                     .tls = {o->tls_cert, o->tls_key, o->tls_ca},
+                                    .server_name = o->tls_server_name,
                                     .connect_timeout_ns = o->timeout_ns};
     struct bf_net_client *cl = NULL;
     rc = bf_net_client_new(loop, &co, &cl);

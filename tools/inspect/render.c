@@ -1113,8 +1113,8 @@ static void nv_text(struct insp_buf *b, const struct insp_nv *v, uint32_t i, int
     fmt_age(age, sizeof age, now_ns - v->arrival_ns);
     ib_printf(b, "[%u] cluster ", i + 1);
     ib_bytes_text(b, v->cluster_id, v->cluster_len, 0);
-    ib_printf(b, "  priority %d  ipb %s  rpb %s  arrived %s", v->priority,
-              bf_bucket_label(v->ipb), bf_bucket_label(v->rpb), t);
+    ib_printf(b, "  priority %d  ipb %d ($%s)  rpb %d ($%s)  arrived %s", v->priority, v->ipb,
+              bf_bucket_label(v->ipb), v->rpb, bf_bucket_label(v->rpb), t);
     if (v->arrival_ns > 0)
         ib_printf(b, " (%s ago)", age);
     if (v->group_len) {
@@ -1282,7 +1282,7 @@ static int render_shortfalls(struct insp_ctx *c, struct insp_buf *b)
                       (unsigned long long)r->cycle, r->n_shortfalls, r->shortfalls_total,
                       BF_SHORTFALL_MAX);
         if (r->n_shortfalls)
-            ib_printf(b, "  %6s %8s %-7s %-32s %s\n", "AGE", "PRIORITY", "IPB", "DEFICIT",
+            ib_printf(b, "  %6s %8s %-12s %-32s %s\n", "AGE", "PRIORITY", "IPB", "DEFICIT",
                       "FINGERPRINT");
     }
     for (uint32_t i = 0; i < r->n_shortfalls; i++) {
@@ -1303,8 +1303,10 @@ static int render_shortfalls(struct insp_ctx *c, struct insp_buf *b)
         } else {
             struct insp_buf db = {0};
             res_text(&db, &d);
-            ib_printf(b, "  %6d %8d %-7s %-32s %s\n", sf->age_cycles, sf->priority,
-                      bf_bucket_label(sf->ipb), db.p, np ? np->fingerprint : "<undecodable>");
+            char ipb[32];
+            snprintf(ipb, sizeof ipb, "%u ($%s)", sf->ipb, bf_bucket_label(sf->ipb));
+            ib_printf(b, "  %6d %8d %-12s %-32s %s\n", sf->age_cycles, sf->priority, ipb, db.p,
+                      np ? np->fingerprint : "<undecodable>");
             ib_free(&db);
         }
     }
