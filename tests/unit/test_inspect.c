@@ -53,6 +53,7 @@
 #include <xxhash.h>
 
 #include "bigfleet/blobs.h"
+#include "bigfleet/cycle.h"
 #include "bigfleet/shm.h"
 #include "bigfleet/util.h"
 
@@ -236,8 +237,11 @@ static void fx_vec(int64_t *v, int cpu, int64_t c, int mem, int64_t m)
 }
 
 /* Clusters, need rows, a published cycle result, stats, procs, rings. */
-static void fx_needs_and_state(struct bf_shm *s, const struct fx_profiles *p, struct fx_expect *e,
-                               bool procs)
+#define FX_F_FAKE_CYCLE 0x1u /* a published cycle result, cycle stats, ring entries */
+#define FX_F_PROCS 0x2u      /* process slots (never on a live appliance) */
+
+/* Clusters and need rows (the session's part). */
+static void fx_needs(struct bf_shm *s, const struct fx_profiles *p, struct fx_expect *e)
 {
     const int64_t GiB = 1024LL * 1024 * 1024 * 1000; /* milli-bytes */
     uint32_t cl[3], grp = fx_str(s, FX_GROUP, FX_GROUP_LEN);
@@ -281,8 +285,17 @@ static void fx_needs_and_state(struct bf_shm *s, const struct fx_profiles *p, st
     atomic_fetch_add(&s->needs->change_counter, 1);
     e->clusters = 3, e->connected = 2, e->first_rollup = 2, e->quarantined = 1;
     e->need_rows = 5;
+}
 
-    /* the cycle result, published through the double buffer */
+/* What the cycle, executor and supervisor would have written: a result
+ * published through the double buffer, stats, process slots, ring entries. */
+static void fx_fake_cycle(struct bf_shm *s, const struct fx_profiles *p, struct fx_expect *e,
+                          bool procs)
+{
+    uint32_t cl[3], grp = fx_str(s, FX_GROUP, FX_GROUP_LEN);
+    for (int i = 0; i < 3; i++)
+        cl[i] = fx_str(s, fx_clusters[i], strlen(fx_clusters[i]));
+    int64_t now = bf_now_ns(), t0 = now - 30 * BF_NS_PER_SEC;
     struct bf_state_main *st = s->st;
     uint32_t pub = atomic_load(&st->published), nb = pub ^ 1u;
     struct bf_cycle_result *r = calloc(1, sizeof *r);
@@ -385,13 +398,15 @@ static void fx_needs_and_state(struct bf_shm *s, const struct fx_profiles *p, st
     }
 }
 
-static void fx_fill(struct bf_shm *s, uint32_t machines, struct fx_expect *e, bool procs)
+static void fx_fill(struct bf_shm *s, uint32_t machines, struct fx_expect *e, unsigned flags)
 {
     memset(e, 0, sizeof *e);
     struct fx_profiles p;
     fx_profiles(s, &p, e);
     fx_machines(s, &p, machines, e);
-    fx_needs_and_state(s, &p, e, procs);
+    fx_needs(s, &p, e);
+    if (flags & FX_F_FAKE_CYCLE)
+        fx_fake_cycle(s, &p, e, (flags & FX_F_PROCS) != 0);
 }
 
 /* ================================================================ JSON parser */
@@ -796,7 +811,7 @@ static void setup(void)
     char err[256];
     ck_assert_msg(bf_shm_create(&g_s, g_id, &caps, 3, 0, err, sizeof err) == 0, "create: %s",
                   err);
-    fx_fill(&g_s, 240, &g_e, true);
+    fx_fill(&g_s, 240, &g_e, FX_F_FAKE_CYCLE | FX_F_PROCS);
 }
 
 static void teardown(void)
@@ -1441,6 +1456,60 @@ START_TEST(a_busy_record_is_reported_not_waited_on)
 }
 END_TEST
 
+START_TEST(a_publish_in_progress_does_not_hide_the_last_result)
+{
+    /* the cycle holds publish_seq odd while it fills the OTHER buffer */
+    uint64_t q = atomic_load(&g_s.st->publish_seq);
+    atomic_store(&g_s.st->publish_seq, q + 1);
+    const char *args[] = {"--id", g_id, "--json", NULL};
+    struct jv *v = run_json(args);
+    atomic_store(&g_s.st->publish_seq, q + 2);
+    ck_assert_uint_eq((uint32_t)jnum(v, "last_cycle.cycle"), FX_CYCLE);
+    ck_assert(jget(v, "last_cycle.consistent")->b);
+    jfree(v);
+}
+END_TEST
+
+START_TEST(results_published_by_the_real_cycle_controller_read_back)
+{
+    /* the real cycle (src/cycle) over the fixture: what it publishes must be
+     * what inspect shows, and its verdict rows must join the need rows */
+    struct bf_cycle_opts o = {.reclaim_cap_fraction = 0.05, .actuation_paused = true};
+    struct bf_cycle *c;
+    ck_assert_int_eq(bf_cycle_new(&g_s, &o, &c), 0);
+    struct bf_cycle_report rep;
+    ck_assert_int_eq(bf_cycle_run_once(c, bf_now_ns(), &rep), 0);
+    const char *args[] = {"--id", g_id, "--json", NULL};
+    struct jv *v = run_json(args);
+    ck_assert_uint_eq((uint64_t)jnum(v, "last_cycle.cycle"), rep.cycle);
+    ck_assert_uint_eq((uint32_t)jnum(v, "last_cycle.counts.total_machines"), g_e.total);
+    ck_assert_uint_eq((uint32_t)jnum(v, "last_cycle.unsatisfied"), rep.unsatisfied);
+    for (int st = 1; st < BF_STATE_COUNT; st++) {
+        char a[64];
+        snprintf(a, sizeof a, "last_cycle.counts.by_state.%s", bf_state_name(st));
+        ck_assert_msg((uint32_t)jnum(v, a) == g_e.by_state[st], "%s", a);
+    }
+    jfree(v);
+    const char *nargs[] = {"needs", "--id", g_id, "--json", NULL};
+    v = run_json(nargs);
+    ck_assert_uint_eq((uint64_t)jnum(v, "header.cycle"), rep.cycle);
+    ck_assert_uint_eq((uint32_t)jnum(v, "header.total_needs"), g_e.need_rows);
+    ck_assert_uint_eq((uint32_t)jnum(v, "rows_without_verdict"), 0);
+    ck_assert_uint_eq((uint32_t)jnum(v, "verdicts_without_row"), 0);
+    struct jv *n = jget(v, "needs");
+    uint32_t unsat = 0, rows = 0;
+    for (size_t i = 0; i < n->n; i++) {
+        ck_assert(jget(n->items[i], "has_verdict")->b);
+        unsat += !jget(n->items[i], "satisfied")->b;
+        rows += (uint32_t)jnum(n->items[i], "table_rows"); /* folded Same gangs included */
+    }
+    ck_assert_uint_eq(unsat, rep.unsatisfied);
+    ck_assert_uint_eq(rows, g_e.need_rows);
+    jfree(v);
+    bf_cycle_free(c);
+}
+END_TEST
+
 /* ================================================================ helper modes */
 
 static volatile sig_atomic_t g_term;
@@ -1501,7 +1570,9 @@ static int mode_fixture(int argc, char **argv)
     }
     bf_shm_set_role(&s, BF_ROLE_SESSION);
     struct fx_expect *e = calloc(1, sizeof *e);
-    fx_fill(&s, n, e, create);
+    /* on a live appliance only what its stub-free writers leave alone:
+     * records, clusters, need rows, in-flight marks */
+    fx_fill(&s, n, e, create ? FX_F_FAKE_CYCLE | FX_F_PROCS : 0);
     print_expect(id, e);
     free(e);
     if (create) {
@@ -1583,7 +1654,7 @@ static int mode_cycle_proxy(int argc, char **argv)
     }
     struct fx_expect *e = calloc(1, sizeof *e);
     int64_t t0 = bf_mono_ns();
-    fx_fill(&s, n, e, true);
+    fx_fill(&s, n, e, FX_F_FAKE_CYCLE | FX_F_PROCS);
     fprintf(stderr, "cycle-proxy: %u machines inserted in %.1f s; READY\n", n,
             (double)(bf_mono_ns() - t0) / 1e9);
     /* optional trace: one line per cycle, "start_unix_ns duration_ns" */
@@ -1723,6 +1794,8 @@ int main(int argc, char **argv)
     tcase_add_test(tc, watch_exits_1_with_a_message_when_a_segment_is_truncated_under_it);
     tcase_add_test(tc, stale_segments_warn_in_one_shot_and_fail_watch);
     tcase_add_test(tc, a_busy_record_is_reported_not_waited_on);
+    tcase_add_test(tc, a_publish_in_progress_does_not_hide_the_last_result);
+    tcase_add_test(tc, results_published_by_the_real_cycle_controller_read_back);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -185,6 +185,8 @@ struct insp_cand {
 struct insp_nv {
     bool has_verdict; /* local: a verdict row of the last cycle exists */
     bool in_table;    /* local: the need row is in the current needs table */
+    bool folded;      /* local: a Need NormalizeDemand made from Same gangs */
+    uint32_t table_rows; /* local: needs-table rows behind this view (folded: > 1 possible) */
     const char *cluster_id;
     size_t cluster_len;
     int64_t arrival_ns;
@@ -219,6 +221,7 @@ struct insp_needs {
     uint32_t n;
     struct insp_nv *v;
     uint32_t rows_only;     /* local: rows without a verdict (arrived after the cycle) */
+    uint32_t rows_folded;   /* local: Same-gang rows folded into a plain Need's verdict */
     uint32_t verdicts_only; /* local: verdicts whose row left the table since */
     uint32_t busy_clusters; /* local: clusters whose rows could not be copied */
     struct insp_arena arena;
@@ -226,7 +229,10 @@ struct insp_needs {
 /*
  * Local needs: the need rows of cluster (NULL/"" = every cluster) joined on
  * (cluster, profile, group) with the verdict rows of the published cycle
- * result; ordered priority desc, arrival asc, cluster asc; limit 0 = all.
+ * result; Same-gang rows that NormalizeDemand folded into a new plain Need
+ * are counted under that Need's verdict (table_rows); rows without a verdict
+ * and verdicts without a row are listed too. Ordered priority desc, arrival
+ * asc, cluster asc; limit 0 = all.
  * 0, -ENOENT (no such cluster), -ENOMEM.
  */
 int insp_needs_local(const struct bf_shm *s, struct bf_blob_cache *cache, const char *cluster,

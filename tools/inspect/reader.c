@@ -16,8 +16,9 @@
  * back to the frame, exit 1); a fault anywhere else keeps the default action.
  *
  * Cycle results are double-buffered with a publish sequence: copy the
- * published buffer, re-check publish_seq and the buffer index, retry a few
- * times; the cycle never waits for us.
+ * published buffer, accept the copy when publish_seq moved by less than 2
+ * (the cycle's documented reader rule), retry a few times; the cycle never
+ * waits for us.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -230,12 +231,15 @@ int insp_cycle_read(const struct bf_shm *s, struct insp_cycle *c, bool want_verd
         if (!c->v)
             return -ENOMEM;
     }
+    /*
+     * The cycle (src/cycle/emit.c) makes publish_seq odd, fills the
+     * UNpublished buffer, flips `published`, makes publish_seq even. The
+     * published buffer is therefore stable while the seq is odd; it is next
+     * overwritten by the publish after the next one, which begins with a
+     * second odd store. A copy is good when publish_seq moved by less than 2.
+     */
     for (unsigned t = 0; t < 64; t++) {
         uint64_t q0 = atomic_load_explicit(&st->publish_seq, memory_order_acquire);
-        if (q0 & 1u) {
-            relax(t);
-            continue;
-        }
         uint32_t p = atomic_load_explicit(&st->published, memory_order_acquire) & 1u;
         bf_shm_load_words(&c->r, &st->result[p], sizeof c->r);
         uint32_t nv = c->r.n_verdicts;
@@ -245,19 +249,18 @@ int insp_cycle_read(const struct bf_shm *s, struct insp_cycle *c, bool want_verd
             bf_shm_load_words(c->v, &s->verdicts[(size_t)p * s->max_needs],
                               (size_t)nv * sizeof *c->v);
         atomic_thread_fence(memory_order_acquire);
-        if (atomic_load_explicit(&st->publish_seq, memory_order_relaxed) == q0 &&
-            (atomic_load_explicit(&st->published, memory_order_relaxed) & 1u) == p) {
+        uint64_t q1 = atomic_load_explicit(&st->publish_seq, memory_order_relaxed);
+        if (q1 - q0 < 2) {
             c->consistent = true;
             c->buffer = p;
             c->publish_seq = q0;
             c->nv = want_verdicts ? nv : 0;
-            if (c->r.n_shortfalls > BF_SHORTFALL_MAX)
-                c->r.n_shortfalls = BF_SHORTFALL_MAX;
-            return 0;
+            break;
         }
         relax(t);
     }
-    /* the cycle kept publishing: keep the last copy, flagged inconsistent */
+    /* if the cycle kept publishing faster than we copy, the last copy is
+     * kept and flagged inconsistent */
     if (c->r.n_shortfalls > BF_SHORTFALL_MAX)
         c->r.n_shortfalls = BF_SHORTFALL_MAX;
     return 0;
@@ -479,6 +482,66 @@ static void nv_verdict(const struct bf_dims *d, const struct bf_verdict_row *v,
     }
 }
 
+static uint32_t vk_lower(const struct vkey *vk, uint32_t n, const struct vkey *key)
+{
+    uint32_t lo = 0, hi = n;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (vkey_cmp(&vk[mid], key) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/*
+ * NormalizeDemand (reference/engine.md §3) folds a Same gang whose whole
+ * aggregate fits on one machine into a new plain Need of the same cluster:
+ * the profile minus every Same requirement, group "", MinUnit = one member's
+ * aggregate. Its verdict names that new profile, so a folded row has no
+ * exact match: find the folded verdict by cluster, empty group, MinUnit ==
+ * the row's aggregate and the stripped fingerprint. Returns the vk index
+ * (marked 2 in vused: a folded target), or -1.
+ */
+static int64_t fold_target(const struct bf_shm *s, struct bf_blob_cache *cache,
+                           const struct insp_cycle *cy, const struct vkey *vk, uint32_t nvk,
+                           uint8_t *vused, uint32_t cluster_ref, const struct bf_need_row *row)
+{
+    if (!insp_str(s, row->profile_ref, NULL))
+        return -1;
+    const struct bf_nprofile *np = bf_nprofile_get(cache, s, row->profile_ref);
+    if (!np || bf_profile_same_index(&np->p) < 0)
+        return -1;
+    struct bf_requirement reqs[64];
+    struct bf_need_profile q = np->p;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < np->p.n_reqs && k < 64; i++)
+        if (np->p.reqs[i].op != BF_OP_SAME)
+            reqs[k++] = np->p.reqs[i];
+    q.reqs = reqs;
+    q.n_reqs = k;
+    char fp[4096];
+    if (bf_profile_fingerprint(&q, fp, sizeof fp) >= sizeof fp)
+        return -1;
+    struct vkey key = {cluster_ref, 0, 0, 0};
+    for (uint32_t i = vk_lower(vk, nvk, &key); i < nvk && vk[i].cluster == cluster_ref; i++) {
+        if (vused[i] == 1 || vk[i].group != 0)
+            continue;
+        const struct bf_verdict_row *v = &cy->v[vk[i].idx];
+        if (memcmp(v->min_unit, row->aggregate, sizeof v->min_unit) != 0)
+            continue;
+        const struct bf_nprofile *vp = insp_str(s, v->need_profile_ref, NULL)
+                                           ? bf_nprofile_get(cache, s, v->need_profile_ref)
+                                           : NULL;
+        if (vp && vp->fingerprint && strcmp(vp->fingerprint, fp) == 0) {
+            vused[i] = 2;
+            return i;
+        }
+    }
+    return -1;
+}
+
 int insp_needs_local(const struct bf_shm *s, struct bf_blob_cache *cache, const char *cluster,
                      uint32_t limit, struct insp_needs *out)
 {
@@ -520,7 +583,8 @@ int insp_needs_local(const struct bf_shm *s, struct bf_blob_cache *cache, const 
     /* verdict keys, sorted for the join */
     struct vkey *vk = malloc((cy.nv ? cy.nv : 1) * sizeof *vk);
     uint8_t *vused = calloc(cy.nv ? cy.nv : 1, 1);
-    if (!vk || !vused) {
+    uint32_t *folded = calloc(cy.nv ? cy.nv : 1, sizeof *folded);
+    if (!vk || !vused || !folded) {
         rc = -ENOMEM;
         goto out;
     }
@@ -575,6 +639,28 @@ int insp_needs_local(const struct bf_shm *s, struct bf_blob_cache *cache, const 
         }
         nrows = (uint32_t)n;
         for (uint32_t r = 0; r < nrows; r++) {
+            const struct bf_need_row *row = &rows[r];
+            /* 1. the verdict of this very row: same (cluster, profile, group) */
+            struct vkey key = {rec.name_ref, row->profile_ref, row->group_ref, 0};
+            uint32_t lo = vk_lower(vk, nvk, &key);
+            int64_t match = -1;
+            for (; lo < nvk && vk[lo].cluster == key.cluster && vk[lo].profile == key.profile &&
+                   vk[lo].group == key.group;
+                 lo++)
+                if (!vused[lo]) {
+                    vused[lo] = 1;
+                    match = lo;
+                    break;
+                }
+            /* 2. a Same gang NormalizeDemand folded into a plain Need */
+            if (match < 0) {
+                int64_t f = fold_target(s, cache, &cy, vk, nvk, vused, rec.name_ref, row);
+                if (f >= 0) {
+                    folded[f]++;
+                    out->rows_folded++;
+                    continue;
+                }
+            }
             if ((size_t)out->n == nv_cap) {
                 nv_cap *= 2;
                 struct insp_nv *nn = realloc(out->v, nv_cap * sizeof *nn);
@@ -587,41 +673,24 @@ int insp_needs_local(const struct bf_shm *s, struct bf_blob_cache *cache, const 
             }
             struct insp_nv *nv = &out->v[out->n++];
             memset(nv, 0, sizeof *nv);
-            const struct bf_need_row *row = &rows[r];
             nv->in_table = true;
+            nv->table_rows = 1;
             nv->cluster_id = str_or(s, rec.name_ref, a, &nv->cluster_len);
             nv->arrival_ns = row->arrival_ns;
             nv_profile(s, cache, row->profile_ref, a, nv);
             insp_vec_res(&dims, row->aggregate, a, &nv->aggregate);
             insp_vec_res(&dims, row->min_unit, a, &nv->min_unit);
             nv->group = str_or(s, row->group_ref, a, &nv->group_len);
-            struct vkey key = {rec.name_ref, row->profile_ref, row->group_ref, 0};
-            /* lower bound of key in vk */
-            uint32_t lo = 0, hi = nvk;
-            while (lo < hi) {
-                uint32_t mid = (lo + hi) / 2;
-                if (vkey_cmp(&vk[mid], &key) < 0)
-                    lo = mid + 1;
-                else
-                    hi = mid;
-            }
-            for (; lo < nvk && vk[lo].cluster == key.cluster && vk[lo].profile == key.profile &&
-                   vk[lo].group == key.group;
-                 lo++) {
-                if (vused[lo])
-                    continue;
-                vused[lo] = 1;
-                nv_verdict(&dims, &cy.v[vk[lo].idx], a, nv);
-                break;
-            }
-            if (!nv->has_verdict)
+            if (match >= 0)
+                nv_verdict(&dims, &cy.v[vk[match].idx], a, nv);
+            else
                 out->rows_only++;
         }
     }
     free(rows);
-    /* verdicts whose row left the table since the cycle */
+    /* verdicts of folded Needs, and verdicts whose row left the table since */
     for (uint32_t i = 0; i < nvk; i++) {
-        if (vused[i])
+        if (vused[i] == 1)
             continue;
         if ((size_t)out->n == nv_cap) {
             nv_cap *= 2;
@@ -642,7 +711,11 @@ int insp_needs_local(const struct bf_shm *s, struct bf_blob_cache *cache, const 
         insp_vec_res(&dims, v->min_unit, a, &nv->min_unit);
         nv->group = str_or(s, v->group_ref, a, &nv->group_len);
         nv_verdict(&dims, v, a, nv);
-        out->verdicts_only++;
+        nv->table_rows = folded[i];
+        nv->folded = folded[i] > 0;
+        nv->in_table = folded[i] > 0;
+        if (!folded[i])
+            out->verdicts_only++;
     }
     qsort(out->v, out->n, sizeof *out->v, nv_cmp);
     out->total = out->n;
@@ -651,6 +724,7 @@ int insp_needs_local(const struct bf_shm *s, struct bf_blob_cache *cache, const 
 out:
     free(vk);
     free(vused);
+    free(folded);
     insp_cycle_free(&cy);
     free(cl);
     return rc;

@@ -1062,6 +1062,8 @@ static void nv_json(struct jw *w, const struct insp_nv *v, bool remote)
     if (!remote) {
         jw_bool(w, "has_verdict", v->has_verdict);
         jw_bool(w, "in_needs_table", v->in_table);
+        jw_bool(w, "folded", v->folded);
+        jw_uint(w, "table_rows", v->table_rows);
     }
     if (v->has_verdict) {
         jw_bool(w, "satisfied", v->satisfied);
@@ -1146,7 +1148,10 @@ static void nv_text(struct insp_buf *b, const struct insp_nv *v, uint32_t i, int
     ib_printf(b, "    verdict: %s  claimed %d (bootstrap %d, provision %d)",
               v->satisfied ? "SATISFIED" : bf_unmet_reason_name(v->unmet_reason), v->claimed,
               v->bootstrap, v->provision);
-    if (!v->in_table && v->cluster_id)
+    if (v->folded)
+        ib_printf(b, "  [NormalizeDemand folded %u Same-gang row%s into this Need]",
+                  v->table_rows, v->table_rows == 1 ? "" : "s");
+    else if (!v->in_table && v->cluster_id)
         ib_puts(b, "  [row no longer in the needs table]");
     ib_puts(b, "\n");
     if (!v->satisfied) {
@@ -1195,6 +1200,7 @@ void render_needs(const struct insp_opts *o, const struct insp_needs *n, const c
         jw_obj_end(&w);
         if (!n->remote) {
             jw_uint(&w, "rows_without_verdict", n->rows_only);
+            jw_uint(&w, "rows_folded", n->rows_folded);
             jw_uint(&w, "verdicts_without_row", n->verdicts_only);
             jw_uint(&w, "busy_clusters", n->busy_clusters);
         }
@@ -1218,11 +1224,11 @@ void render_needs(const struct insp_opts *o, const struct insp_needs *n, const c
     if (n->n < n->total)
         ib_printf(b, ", %u shown (--limit)", n->n);
     ib_puts(b, "\n");
-    if (!n->remote && (n->rows_only || n->verdicts_only || n->busy_clusters))
+    if (!n->remote && (n->rows_only || n->verdicts_only || n->busy_clusters || n->rows_folded))
         ib_printf(b,
-                  "  (%u rows arrived after the last cycle; %u verdicts for rows since "
-                  "replaced; %u clusters busy)\n",
-                  n->rows_only, n->verdicts_only, n->busy_clusters);
+                  "  (rows without a verdict yet: %u; verdicts whose row has left the table: "
+                  "%u; Same-gang rows folded into plain Needs: %u; busy clusters: %u)\n",
+                  n->rows_only, n->verdicts_only, n->rows_folded, n->busy_clusters);
     uint32_t unsat = 0;
     for (uint32_t i = 0; i < n->n; i++)
         unsat += n->v[i].has_verdict && !n->v[i].satisfied;
