@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # inspect_appliance.sh — bigfleet-inspect against the REAL appliance:
-# bigfleet-shardd (--provider-addr 127.0.0.1:1) is started, the test's helper
+# bigfleet-shardd (--provider-addr 127.0.0.1:1, --actuation-paused so no
+# action changes what the test wrote) is started; the test's helper
 # (`test_inspect fixture populate`, built from tests/unit/test_inspect.c)
-# writes machines, clusters, need rows and a published cycle result into its
-# segments and prints what it wrote; then bigfleet-inspect must show exactly
-# that (summary text and --json parsed with jq), the real process table,
-# one machine's full record, and never write (inventory/needs/rings checksums
-# unchanged; its mappings r--s). A missing shard id and a layout-version
-# mismatch exit 1 with the message; stopping the appliance under --watch
-# exits 1 with a message.
+# writes machines, in-flight marks, clusters and need rows into its segments
+# and prints what it wrote. The appliance's own cycle then decides on them
+# and publishes its results. bigfleet-inspect must show exactly what was
+# written (summary text and --json parsed with jq), the cycle's published
+# counts equal to its own scan, a verdict for every need row, the real
+# process table, one machine's full record, and never write (checksums of
+# the segments only the test writes unchanged; its mappings r--s). A missing
+# shard id and a layout-version mismatch exit 1 with the message; stopping
+# the appliance under --watch exits 1 with a message.
 source "$(dirname "$0")/lib.bash"
 T="$BIN/../tests/test_inspect"
 I="$BIN/bigfleet-inspect"
@@ -17,12 +20,15 @@ I="$BIN/bigfleet-inspect"
 command -v jq >/dev/null || { echo "skipped: jq not installed"; exit 77; }
 ID=$(new_id insp)
 ARGS=(--id "$ID" --data-dir "$TMP/data" --provider-addr 127.0.0.1:1 --listen 127.0.0.1:0
-      --metrics-addr 0 --max-machines 20000 --max-needs 4096 --max-clusters 64)
+      --metrics-addr 0 --max-machines 20000 --max-needs 4096 --max-clusters 64
+      --actuation-paused --cycle-interval 200ms --reconcile-timeout 20ms)
 
 "$BIN/bigfleet-shardd" "${ARGS[@]}" >"$TMP/log" 2>&1 &
 SUP=$!; PIDS+=("$SUP")
 for r in session reconciler cycle executor; do
-    wait_for 5 test -n "$(child_pid $r $SUP)" || fail "child $r did not start: $(tail -5 "$TMP/log")"
+    # (re-evaluated on every poll: a $(child_pid) argument would be evaluated once)
+    wait_for 5 bash -c "ps -o comm= --ppid $SUP | grep -qx bf-$r" ||
+        fail "child $r did not start: $(grep -v 'msg="cycle"' "$TMP/log" | tail -5)"
 done
 # wait for every child to mark its slot active (first heartbeat)
 wait_for 5 bash -c "[ \"\$('$I' --id '$ID' procs --json | jq '[.processes[] | select(.state==\"active\")] | length')\" = 4 ]" ||
@@ -30,7 +36,7 @@ wait_for 5 bash -c "[ \"\$('$I' --id '$ID' procs --json | jq '[.processes[] | se
 
 # ---- an empty appliance: the real process table
 "$I" --id "$ID" --json >"$TMP/s0.json" || fail "summary of an empty appliance failed"
-jq -e '.machines.total == 0 and .clusters.total == 0 and .last_cycle.cycle == 0' "$TMP/s0.json" >/dev/null ||
+jq -e '.machines.total == 0 and .clusters.total == 0 and .last_cycle.counts.total_machines == 0' "$TMP/s0.json" >/dev/null ||
     fail "empty appliance: $(jq -c '{m:.machines.total,c:.clusters.total,cy:.last_cycle.cycle}' "$TMP/s0.json")"
 [ "$(jq -r '.shard.supervisor_pid' "$TMP/s0.json")" = "$SUP" ] || fail "supervisor pid"
 for r in session reconciler cycle executor; do
@@ -60,18 +66,26 @@ done
 [ "$(jq .need_rows "$E")" = "$(jq .needs.total "$S")" ] || fail "needs total differs"
 pass "summary --json matches what was put in: $(jq .total "$E") machines by state x type x zone, $(jq .in_flight "$E") in flight, 3 clusters, 5 Needs"
 
-# the stub cycle of this base does not publish; a real cycle may overwrite the fake result
-if [ "$(jq .last_cycle.cycle "$S")" = "$(jq .cycle "$E")" ]; then
-    [ "$(jq .verdicts "$E")" = "$(jq .last_cycle.verdicts "$S")" ] || fail "verdicts differ"
-    "$I" --id "$ID" needs --cluster alpha --json >"$TMP/n.json" || fail "needs failed"
-    jq -e '.header.total_needs == 3 and (.needs | length) == 3 and .needs[0].need.priority == 200
-           and .needs[0].unmet_reason == "UNMET_REASON_PREEMPTION_EXHAUSTED"
-           and .needs[2].same_domain == "us-east-1a"' "$TMP/n.json" >/dev/null ||
-        fail "needs: $(jq -c . "$TMP/n.json" | head -c 600)"
-    pass "needs --cluster alpha joins the rows with the published verdicts"
-else
-    echo "  (a real cycle published cycle $(jq .last_cycle.cycle "$S"): verdict checks skipped)"
-fi
+# the appliance's cycle: wait for a cycle that saw what was written
+wait_for 10 bash -c "[ \"\$('$I' --id '$ID' --json | jq .last_cycle.counts.total_machines)\" = $(jq .total "$E") ]" ||
+    fail "no cycle published counts for $(jq .total "$E") machines: $("$I" --id "$ID" --json | jq -c .last_cycle)"
+"$I" --id "$ID" --json >"$S"
+[ "$(jq -S .machines.by_state "$S")" = "$(jq -S .last_cycle.counts.by_state "$S")" ] ||
+    fail "the cycle's published counts differ from inspect's scan"
+jq -e '.shard.flags.actuation_paused and .last_cycle.cycle > 0 and .last_cycle.consistent' "$S" >/dev/null ||
+    fail "last cycle: $(jq -c .last_cycle "$S")"
+wait_for 10 bash -c "'$I' --id '$ID' needs --json | jq -e '.rows_without_verdict == 0' >/dev/null" ||
+    fail "need rows never got verdicts: $("$I" --id "$ID" needs)"
+"$I" --id "$ID" needs --json >"$TMP/n.json" || fail "needs failed"
+jq -e --argjson rows "$(jq .need_rows "$E")" '
+    .header.cycle > 0 and ([.needs[].table_rows] | add) == $rows and .verdicts_without_row == 0
+    and ([.needs[] | .has_verdict and (.satisfied | type) == "boolean"
+          and (.unmet_reason | startswith("UNMET_REASON_"))] | all)
+    and .needs[0].need.priority == 200' "$TMP/n.json" >/dev/null ||
+    fail "needs: $(jq -c . "$TMP/n.json" | head -c 800)"
+"$I" --id "$ID" needs --cluster alpha --limit 1 --json | jq -e '.header.total_needs >= 2 and (.needs | length) == 1
+    and .needs[0].cluster_id == "alpha"' >/dev/null || fail "needs --cluster alpha --limit 1"
+pass "the appliance's cycle $(jq .last_cycle.cycle "$S") published counts equal to the scan and a verdict for every need row"
 
 "$I" --id "$ID" >"$TMP/s1.txt" || fail "text summary failed"
 grep -q "MACHINES  $(jq .total "$E") " "$TMP/s1.txt" || fail "text summary: $(head -5 "$TMP/s1.txt")"
@@ -101,21 +115,30 @@ for c in clusters shortfalls rings procs "histogram --all"; do
 done
 pass "machines filters; clusters, shortfalls, rings, procs, histogram parse"
 
-# ---- read-only: the segments no child writes are unchanged; the mappings are r--s
-sums() { for k in inventory needs rings; do md5sum "/dev/shm/bigfleet.$ID.$k" | cut -d' ' -f1; done; }
+# ---- read-only. The appliance writes its segments all the time (cycle results, rings,
+# heartbeats), so it is frozen (SIGSTOP) while inspect runs: every byte of all four
+# segments must be unchanged afterwards. And a live --watch maps them r--s only.
+sums() { for k in inventory needs rings state; do md5sum "/dev/shm/bigfleet.$ID.$k" | cut -d' ' -f1; done; }
+APP=("$SUP" $(ps -o pid= --ppid "$SUP"))
+kill -STOP "${APP[@]}"
+sleep 0.3
 before=$(sums)
+for c in "" machines needs clusters shortfalls rings procs "histogram --all" "machine $M" "--json" \
+         "--watch --interval 50ms --frames 3"; do
+    "$I" --id "$ID" $c >/dev/null || { kill -CONT "${APP[@]}"; fail "$c failed"; }
+done
+after=$(sums)
+kill -CONT "${APP[@]}"
+[ "$before" = "$after" ] || fail "the segments changed while only inspect was reading them"
 "$I" --id "$ID" --watch --interval 100ms >/dev/null 2>&1 &
 W=$!; PIDS+=("$W")
 sleep 0.5
 maps=$(grep "/dev/shm/bigfleet.$ID\." "/proc/$W/maps" | awk '{print $2}' | sort -u)
 [ "$maps" = "r--s" ] || fail "inspect mappings are not read-only shared: $maps"
-for c in "" machines needs clusters shortfalls rings procs histogram "machine $M"; do
-    "$I" --id "$ID" $c >/dev/null || fail "$c failed"
-done
+[ "$(grep -c "/dev/shm/bigfleet.$ID\." "/proc/$W/maps")" -ge 4 ] || fail "not all four segments mapped"
 kill -INT "$W"; wait "$W"; rc=$?
 [ $rc -eq 0 ] || fail "--watch did not quit cleanly on SIGINT (rc=$rc)"
-[ "$before" = "$(sums)" ] || fail "the segments changed while only inspect was reading them"
-pass "inspect never writes: checksums unchanged, mappings r--s, SIGINT quits --watch with 0"
+pass "inspect never writes: all four segments byte-identical across every command, mappings r--s, SIGINT quits --watch with 0"
 
 # ---- a restarted child shows up
 old=$(child_pid cycle $SUP)

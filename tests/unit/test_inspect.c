@@ -33,6 +33,9 @@
  *                                                synthetic cycle + writer;
  *                                                prints cycle latency (and
  *                                                one line per cycle to TRACE)
+ *   test_inspect cycle-real ID [MACHINES] [CYCLES] [PERIOD_MS] [TRACE]
+ *                                                the real cycle controller
+ *                                                over real segments + writer
  *   test_inspect scan-bench ID                   times insp_scan in-process
  */
 #include <check.h>
@@ -54,6 +57,7 @@
 
 #include "bigfleet/blobs.h"
 #include "bigfleet/cycle.h"
+#include "bigfleet/log.h"
 #include "bigfleet/shm.h"
 #include "bigfleet/util.h"
 
@@ -76,7 +80,7 @@ static const uint8_t fx_states[12] = {
 /* a group id with NUL, a control byte and a quote */
 static const char FX_GROUP[] = "grp\0x\x01\"y";
 #define FX_GROUP_LEN (sizeof FX_GROUP - 1)
-#define FX_CYCLE 42
+#define FX_CYCLE     42
 
 /* What the fixture put in, tallied independently of the tool. */
 struct fx_expect {
@@ -132,8 +136,8 @@ static void fx_profiles(struct bf_shm *s, struct fx_profiles *p, struct fx_expec
             struct bf_kv alloc[] = {{"cpu", t == 2 ? "95500m" : "1900m"}, {"memory", "7Gi"}};
             struct bf_kv lab[] = {{"bigfleet.test/rack", z ? "rack-b" : "rack-a"},
                                   {"kubernetes.io/arch", "amd64"}};
-            struct bf_mprofile_input in = {fx_type_names[t], fx_zone_names[z], fx_type_ct[t], 2,
-                                           res, 2, lab, 2, alloc};
+            struct bf_mprofile_input in = {
+                fx_type_names[t], fx_zone_names[z], fx_type_ct[t], 2, res, 2, lab, 2, alloc};
             char err[128];
             int rc = bf_mprofile_intern(s, &in, &p->mprof[t][z], err, sizeof err);
             if (rc)
@@ -147,9 +151,8 @@ static void fx_profiles(struct bf_shm *s, struct fx_profiles *p, struct fx_expec
     struct bf_requirement r2[] = {{BF_LABEL_ZONE, BF_OP_SAME, 0, NULL},
                                   {BF_LABEL_ZONE, BF_OP_IN, 2, v2}};
     struct bf_spread sp[] = {{BF_LABEL_ZONE, 1, BF_WHEN_DO_NOT_SCHEDULE}};
-    struct bf_need_profile np[3] = {{100, 3, 4, 1, r1, 0, NULL},
-                                    {50, 5, 5, 2, r2, 1, sp},
-                                    {200, 27, 1, 0, NULL, 0, NULL}};
+    struct bf_need_profile np[3] = {
+        {100, 3, 4, 1, r1, 0, NULL}, {50, 5, 5, 2, r2, 1, sp}, {200, 27, 1, 0, NULL, 0, NULL}};
     for (int i = 0; i < 3; i++) {
         int rc = bf_nprofile_intern(s, &np[i], &p->need[i], &p->fp[i]);
         if (rc)
@@ -161,8 +164,8 @@ static void fx_profiles(struct bf_shm *s, struct fx_profiles *p, struct fx_expec
 static void fx_machines(struct bf_shm *s, const struct fx_profiles *p, uint32_t n,
                         struct fx_expect *e)
 {
-    uint32_t cl[3], err_ref = fx_str(s, "provider: boom", 14), grp = fx_str(s, FX_GROUP,
-                                                                            FX_GROUP_LEN);
+    uint32_t cl[3], err_ref = fx_str(s, "provider: boom", 14),
+                    grp = fx_str(s, FX_GROUP, FX_GROUP_LEN);
     for (int i = 0; i < 3; i++)
         cl[i] = fx_str(s, fx_clusters[i], strlen(fx_clusters[i]));
     int64_t now_s = bf_now_ns() / BF_NS_PER_SEC;
@@ -238,7 +241,7 @@ static void fx_vec(int64_t *v, int cpu, int64_t c, int mem, int64_t m)
 
 /* Clusters, need rows, a published cycle result, stats, procs, rings. */
 #define FX_F_FAKE_CYCLE 0x1u /* a published cycle result, cycle stats, ring entries */
-#define FX_F_PROCS 0x2u      /* process slots (never on a live appliance) */
+#define FX_F_PROCS      0x2u /* process slots (never on a live appliance) */
 
 /* Clusters and need rows (the session's part). */
 static void fx_needs(struct bf_shm *s, const struct fx_profiles *p, struct fx_expect *e)
@@ -253,8 +256,11 @@ static void fx_needs(struct bf_shm *s, const struct fx_profiles *p, struct fx_ex
         int cluster, prof;
         bool group;
         int64_t cpu;
-    } rows[5] = {{0, 0, false, 8000}, {0, 1, false, 4000}, {0, 2, true, 16000},
-                 {1, 0, false, 2000}, {1, 1, false, 1000}};
+    } rows[5] = {{0, 0, false, 8000},
+                 {0, 1, false, 4000},
+                 {0, 2, true, 16000},
+                 {1, 0, false, 2000},
+                 {1, 1, false, 1000}};
     for (int i = 0; i < 5; i++) {
         struct bf_need_row r;
         memset(&r, 0, sizeof r);
@@ -499,14 +505,30 @@ static char *jstr(struct jp *j, size_t *len)
         }
         char e = *j->p++;
         switch (e) {
-        case '"': o[k++] = '"'; break;
-        case '\\': o[k++] = '\\'; break;
-        case '/': o[k++] = '/'; break;
-        case 'b': o[k++] = '\b'; break;
-        case 'f': o[k++] = '\f'; break;
-        case 'n': o[k++] = '\n'; break;
-        case 'r': o[k++] = '\r'; break;
-        case 't': o[k++] = '\t'; break;
+        case '"':
+            o[k++] = '"';
+            break;
+        case '\\':
+            o[k++] = '\\';
+            break;
+        case '/':
+            o[k++] = '/';
+            break;
+        case 'b':
+            o[k++] = '\b';
+            break;
+        case 'f':
+            o[k++] = '\f';
+            break;
+        case 'n':
+            o[k++] = '\n';
+            break;
+        case 'r':
+            o[k++] = '\r';
+            break;
+        case 't':
+            o[k++] = '\t';
+            break;
         case 'u': {
             uint32_t cp;
             if (j->end - j->p < 4 || hex4(j->p, &cp)) {
@@ -525,7 +547,8 @@ static char *jstr(struct jp *j, size_t *len)
             put_utf8(o, &k, cp);
             break;
         }
-        default: j->err = 1;
+        default:
+            j->err = 1;
         }
         if (j->err)
             break;
@@ -809,8 +832,7 @@ static void setup(void)
     bf_shm_unlink(g_id);
     struct bf_shm_caps caps = {.max_machines = 4096, .max_needs = 1024, .max_clusters = 64};
     char err[256];
-    ck_assert_msg(bf_shm_create(&g_s, g_id, &caps, 3, 0, err, sizeof err) == 0, "create: %s",
-                  err);
+    ck_assert_msg(bf_shm_create(&g_s, g_id, &caps, 3, 0, err, sizeof err) == 0, "create: %s", err);
     fx_fill(&g_s, 240, &g_e, FX_F_FAKE_CYCLE | FX_F_PROCS);
 }
 
@@ -1039,8 +1061,9 @@ END_TEST
 
 START_TEST(machines_filters_by_state_cluster_and_type)
 {
-    const char *args[] = {"machines", "--id", g_id, "--state", "configured", "--cluster",
-                          "alpha",    "--type", "m5.large", "--limit", "0", "--json", NULL};
+    const char *args[] = {"machines",  "--id",   g_id,     "--state",  "configured",
+                          "--cluster", "alpha",  "--type", "m5.large", "--limit",
+                          "0",         "--json", NULL};
     struct jv *v = run_json(args);
     /* independent count: Configured (i%12 in {1,3,10}), cluster i%3 == 0, type i%3 == 0 */
     uint32_t want = 0;
@@ -1106,7 +1129,9 @@ START_TEST(needs_joins_rows_with_last_cycle_verdicts_in_order)
     ck_assert_uint_eq((uint32_t)jnum(same, "parked_age_cycles"), 4);
     ck_assert_uint_eq((uint32_t)jnum(same, "age_cycles_unmet"), 7);
     ck_assert_uint_eq((uint32_t)jnum(same, "same_candidates.1.coverage_per_mille"), 500);
-    ck_assert_str_eq(jstrv(same, "need.requirements.1.operator"), "Same"); /* canonical: (key, op) */;
+    ck_assert_str_eq(jstrv(same, "need.requirements.1.operator"),
+                     "Same"); /* canonical: (key, op) */
+    ;
     ck_assert_str_eq(jstrv(same, "need.spread.0.when_unsatisfiable"), "DoNotSchedule");
     /* beta's Same need arrived after the cycle: no verdict yet */
     struct jv *late = n->items[5];
@@ -1115,7 +1140,7 @@ START_TEST(needs_joins_rows_with_last_cycle_verdicts_in_order)
     jfree(v);
 
     /* --cluster and --limit */
-    const char *cargs[] = {"needs", "--cluster", "alpha", "--limit", "2",
+    const char *cargs[] = {"needs", "--cluster", "alpha",  "--limit", "2",
                            "--id",  g_id,        "--json", NULL};
     v = run_json(cargs);
     ck_assert_uint_eq((uint32_t)jnum(v, "header.total_needs"), 3);
@@ -1131,7 +1156,8 @@ START_TEST(needs_joins_rows_with_last_cycle_verdicts_in_order)
     ck_assert_msg(r.status == 0, "%s", r.err);
     ck_assert_ptr_nonnull(strstr(r.out, "verdict: TOPOLOGY_UNSATISFIABLE"));
     ck_assert_ptr_nonnull(strstr(r.out, "PARKED for 4 cycles"));
-    ck_assert_ptr_nonnull(strstr(r.out, "verdict: SATISFIED  claimed 3 (bootstrap 1, provision 2)"));
+    ck_assert_ptr_nonnull(
+        strstr(r.out, "verdict: SATISFIED  claimed 3 (bootstrap 1, provision 2)"));
     run_free(&r);
     const char *uargs[] = {"needs", "--cluster", "nope", "--id", g_id, NULL};
     r = run_inspect(uargs);
@@ -1167,8 +1193,7 @@ START_TEST(shortfalls_rings_procs_histogram_clusters_parse_and_carry_the_figures
     v = run_json(hargs);
     ck_assert_str_eq(jstrv(v, "histograms.0.name"), "cycle_duration");
     ck_assert_uint_eq((uint32_t)jnum(v, "histograms.0.count"), g_e.hist_count);
-    ck_assert_double_eq_tol(jnum(v, "histograms.0.p99_seconds"),
-                            0.064 + 0.064 * 35.0 / 36.0, 1e-9);
+    ck_assert_double_eq_tol(jnum(v, "histograms.0.p99_seconds"), 0.064 + 0.064 * 35.0 / 36.0, 1e-9);
     ck_assert_double_eq_tol(jnum(v, "histograms.0.mean_seconds"), 0.0505, 1e-9);
     ck_assert_str_eq(jstrv(v, "histograms.0.buckets.14.le"), "+Inf");
     ck_assert_uint_eq((uint32_t)jnum(v, "last_cycle_ns"), 12 * BF_NS_PER_MS);
@@ -1253,18 +1278,17 @@ END_TEST
 START_TEST(inspect_never_writes_into_the_segments)
 {
     uint64_t h0 = seg_hash();
-    const char *cmds[][8] = {
-        {"--json", NULL},
-        {"summary", NULL},
-        {"machines", "--limit", "0", NULL},
-        {"machine", g_e.group_machine, "--json", NULL},
-        {"clusters", NULL},
-        {"needs", "--json", NULL},
-        {"shortfalls", NULL},
-        {"rings", NULL},
-        {"procs", NULL},
-        {"histogram", "--all", "--json", NULL},
-        {"--watch", "--interval", "50ms", "--frames", "3", NULL}};
+    const char *cmds[][8] = {{"--json", NULL},
+                             {"summary", NULL},
+                             {"machines", "--limit", "0", NULL},
+                             {"machine", g_e.group_machine, "--json", NULL},
+                             {"clusters", NULL},
+                             {"needs", "--json", NULL},
+                             {"shortfalls", NULL},
+                             {"rings", NULL},
+                             {"procs", NULL},
+                             {"histogram", "--all", "--json", NULL},
+                             {"--watch", "--interval", "50ms", "--frames", "3", NULL}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         const char *a[12] = {"--id", g_id};
         int k = 2;
@@ -1311,8 +1335,8 @@ END_TEST
 
 START_TEST(watch_without_a_tty_prints_frames_and_json_lines)
 {
-    const char *args[] = {"--id", g_id, "--watch", "--interval", "50ms", "--frames", "3",
-                          "--json", NULL};
+    const char *args[] = {"--id",     g_id, "--watch", "--interval", "50ms",
+                          "--frames", "3",  "--json",  NULL};
     struct run r = run_inspect(args);
     ck_assert_msg(r.status == 0, "%s", r.err);
     int lines = 0;
@@ -1325,8 +1349,8 @@ START_TEST(watch_without_a_tty_prints_frames_and_json_lines)
     }
     ck_assert_int_eq(lines, 3);
     run_free(&r);
-    const char *targs[] = {"procs", "--id", g_id, "--watch", "--interval", "50ms", "--frames",
-                           "2", NULL};
+    const char *targs[] = {"procs", "--id",     g_id, "--watch", "--interval",
+                           "50ms",  "--frames", "2",  NULL};
     r = run_inspect(targs);
     ck_assert_int_eq(r.status, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "frame 1 at"));
@@ -1532,8 +1556,8 @@ static void print_expect(const char *id, const struct fx_expect *e)
             for (int z = 0; z < FX_ZONES; z++)
                 if (e->by_stz[st][t][z]) {
                     printf("%s{\"state\":\"%s\",\"type\":\"%s\",\"zone\":\"%s\",\"count\":%u}",
-                           first ? "" : ",", bf_state_name(st), fx_type_names[t],
-                           fx_zone_names[z], e->by_stz[st][t][z]);
+                           first ? "" : ",", bf_state_name(st), fx_type_names[t], fx_zone_names[z],
+                           e->by_stz[st][t][z]);
                     first = false;
                 }
     printf("],\"clusters\":%u,\"connected\":%u,\"first_rollup\":%u,\"quarantined\":%u,"
@@ -1646,8 +1670,7 @@ static int mode_cycle_proxy(int argc, char **argv)
     struct bf_shm s;
     char err[256];
     bf_shm_unlink(id);
-    struct bf_shm_caps caps = {.max_machines = n + 1024, .max_needs = 65536,
-                               .max_clusters = 4096};
+    struct bf_shm_caps caps = {.max_machines = n + 1024, .max_needs = 65536, .max_clusters = 4096};
     if (bf_shm_create(&s, id, &caps, 1, 0, err, sizeof err) != 0) {
         fprintf(stderr, "create: %s\n", err);
         return 1;
@@ -1699,8 +1722,7 @@ static int mode_cycle_proxy(int argc, char **argv)
             valid++;
             tally[r.state % BF_STATE_COUNT][r.type_idx % BF_MAX_TYPES][r.zone_idx % BF_MAX_ZONES]++;
             if (r.state == BF_STATE_IDLE) {
-                float cost = (float)bf_effective_cost(r.price_per_hour,
-                                                      r.interruption_probability,
+                float cost = (float)bf_effective_cost(r.price_per_hour, r.interruption_probability,
                                                       bf_bucket_upper_bound(r.ipb));
                 unsigned t = r.type_idx % (FX_TYPES + 1), z = r.zone_idx % (FX_ZONES + 1);
                 if (cost < best[t][z])
@@ -1760,6 +1782,232 @@ static int mode_cycle_proxy(int argc, char **argv)
     return 0;
 }
 
+/*
+ * cycle-real: the REAL cycle controller (src/cycle, bf_cycle_run_once: snapread
+ * from the change logs, the engine's phases, rails, enqueue, publish) over
+ * real segments: the fixture's machines, its clusters plus 100 clusters x 20
+ * need rows. A forked writer plays the executor (applies each action at once
+ * and marks it done) and the reconciler (same-state price updates to ~20K
+ * records/s through the seqlock and the change log). After the fleet has
+ * converged with the demand (few actions per cycle), one cycle every
+ * PERIOD_MS; per-cycle bf_cycle_report.total_ns goes to TRACE.
+ */
+static void fx_bulk_needs(struct bf_shm *s, int nclusters, int rows_per)
+{
+    const char *v1[] = {"m5.large"}, *v2[] = {"c5.xlarge"}, *v3[] = {"gpu.h100"};
+    struct bf_requirement r1[] = {{BF_LABEL_INSTANCE_TYPE, BF_OP_IN, 1, v1}};
+    struct bf_requirement r2[] = {{BF_LABEL_INSTANCE_TYPE, BF_OP_IN, 1, v2}};
+    struct bf_requirement r3[] = {{BF_LABEL_INSTANCE_TYPE, BF_OP_IN, 1, v3}};
+    struct bf_need_profile np[4] = {{1000, 3, 3, 1, r1, 0, NULL},
+                                    {500, 3, 3, 1, r2, 0, NULL},
+                                    {2000, 16, 27, 1, r3, 0, NULL},
+                                    {100, 1, 1, 0, NULL, 0, NULL}};
+    uint32_t pref[4];
+    for (int i = 0; i < 4; i++)
+        if (bf_nprofile_intern(s, &np[i], &pref[i], NULL) != 0)
+            fx_die("bulk profile", -EINVAL);
+    int cpu = bf_dim_lookup(s, "cpu"), mem = bf_dim_lookup(s, "memory");
+    uint32_t off = 8, base = atomic_load(&s->needs->n_clusters);
+    int64_t now = bf_now_ns();
+    for (int c = 0; c < nclusters; c++) {
+        char name[32];
+        int l = snprintf(name, sizeof name, "c-%03d", c);
+        struct bf_cluster_rec rec;
+        memset(&rec, 0, sizeof rec);
+        rec.name_ref = fx_str(s, name, (size_t)l);
+        rec.in_use = rec.connected = rec.first_rollup = 1;
+        rec.generation = 1;
+        rec.rows_off = off;
+        rec.rows_count = (uint32_t)rows_per;
+        rec.last_rollup_ns = now;
+        for (int r = 0; r < rows_per; r++) {
+            struct bf_need_row row;
+            memset(&row, 0, sizeof row);
+            row.profile_ref = pref[(c + r) % 4];
+            row.cluster_ref = rec.name_ref;
+            row.arrival_ns = now - (int64_t)(c * rows_per + r) * BF_NS_PER_MS;
+            row.group_ref = fx_str(s, &"abcdefghijklmnopqrst"[r % 20], 1);
+            fx_vec(row.aggregate, cpu, 1000LL * (2 + (c * 7 + r * 3) % 30), mem,
+                   1024LL * 1024 * 1024 * 1000 * (1 + r % 4));
+            fx_vec(row.min_unit, cpu, 1000, mem, 1024LL * 1024 * 1024 * 1000);
+            bf_shm_store_words(&s->rows[off + (uint32_t)r], &row, sizeof row);
+        }
+        off += (uint32_t)rows_per;
+        bf_cluster_write(s, base + (uint32_t)c, &rec);
+    }
+    atomic_store(&s->needs->n_clusters, base + (uint32_t)nclusters);
+    atomic_store(&s->needs->rows_used, off - 3);
+    atomic_fetch_add(&s->needs->change_counter, 1);
+}
+
+/* The writer of cycle-real: plays the executor (applies every action on the
+ * actions ring at once and marks it done) and the reconciler (same-state
+ * price updates, ~20K records/s). Runs until killed. */
+static int real_writer(const char *id, uint32_t n)
+{
+    struct bf_shm ws;
+    char err[256];
+    if (bf_shm_attach(&ws, id, false, err, sizeof err) != 0)
+        return 1;
+    bf_shm_set_role(&ws, BF_ROLE_EXECUTOR);
+    struct bf_blob_cache *cache = bf_blob_cache_new();
+    uint32_t sim = 0;
+    bf_str_intern(&ws, "sim", 3, &sim);
+    uint32_t i = 1;
+    for (;;) {
+        struct bf_action_msg m;
+        while (bf_ring_pop(&ws, BF_RING_ACTIONS, &m) == 0) {
+            struct bf_inv_txn t;
+            if (m.disposition != BF_DISP_EXECUTE || bf_inv_begin(&ws, m.slot, &t) != 0)
+                continue;
+            struct bf_machine_rec r = t.old;
+            const struct bf_nprofile *np =
+                m.need_profile_ref ? bf_nprofile_get(cache, &ws, m.need_profile_ref) : NULL;
+            switch (m.kind) {
+            case BF_ACT_PROVISION:
+                r.host = sim;
+                r.flags |= BF_REC_HOST_IS_ID;
+                /* fall through */
+            case BF_ACT_BOOTSTRAP:
+                r.state = BF_STATE_CONFIGURED;
+                r.cluster = m.cluster_ref;
+                r.group = m.group_ref;
+                r.idle_since = 0;
+                if (np) {
+                    r.fingerprint = np->fingerprint_ref;
+                    r.assigned_priority = np->p.priority;
+                    r.ipb = np->p.ipb;
+                    r.rpb = np->p.rpb;
+                }
+                break;
+            case BF_ACT_RECLAIM:
+            case BF_ACT_PREEMPT:
+                r.state = BF_STATE_IDLE;
+                r.cluster = r.fingerprint = r.group = 0;
+                r.assigned_priority = 0;
+                r.idle_since = bf_rec_idle_since_encode(&ws, bf_now_ns() / BF_NS_PER_SEC);
+                break;
+            case BF_ACT_DELETE:
+                r.state = BF_STATE_SPECULATIVE;
+                r.host = 0;
+                r.flags &= ~BF_REC_HOST_IS_ID;
+                r.idle_since = 0;
+                break;
+            default:
+                break;
+            }
+            bf_inv_commit(&ws, &t, &r, BF_CL_EXECUTOR);
+            if (m.pending_tag)
+                bf_pending_done(&ws, m.slot, m.pending_tag);
+        }
+        for (int k = 0; k < 200; k++) {
+            i = (i * 2654435761u + 12345u) % n;
+            struct bf_inv_txn t;
+            if (bf_inv_begin(&ws, i, &t) != 0)
+                continue;
+            struct bf_machine_rec r = t.old;
+            r.price_per_hour = r.price_per_hour * (k & 1 ? 1.001f : 0.999f);
+            bf_inv_commit(&ws, &t, &r, BF_CL_RECONCILER);
+        }
+        usleep(10000);
+    }
+}
+
+static int mode_cycle_real(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr,
+                "usage: test_inspect cycle-real ID [MACHINES] [CYCLES] [PERIOD_MS] [TRACE]\n");
+        return 2;
+    }
+    const char *id = argv[2];
+    uint32_t n = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 10) : 500000;
+    int cycles = argc > 4 ? atoi(argv[4]) : 300;
+    int period_ms = argc > 5 ? atoi(argv[5]) : 100;
+    FILE *trace = argc > 6 ? fopen(argv[6], "w") : NULL;
+    struct bf_shm s;
+    char err[256];
+    bf_shm_unlink(id);
+    struct bf_shm_caps caps = {.max_machines = n + 1024, .max_needs = 65536, .max_clusters = 4096};
+    if (bf_shm_create(&s, id, &caps, 1, 0, err, sizeof err) != 0) {
+        fprintf(stderr, "create: %s\n", err);
+        return 1;
+    }
+    bf_shm_set_role(&s, BF_ROLE_CYCLE);
+    struct fx_expect *e = calloc(1, sizeof *e);
+    int64_t t0 = bf_mono_ns();
+    fx_fill(&s, n, e, 0);
+    fx_bulk_needs(&s, 100, 20);
+    struct bf_cycle_opts o = {.reclaim_cap_fraction = 0.05};
+    struct bf_cycle *c;
+    if (bf_cycle_new(&s, &o, &c) != 0) {
+        fprintf(stderr, "bf_cycle_new failed\n");
+        return 1;
+    }
+    struct bf_cycle_report rep;
+    bf_cycle_run_once(c, bf_now_ns(), &rep); /* the first cycle rescans everything */
+    fprintf(stderr,
+            "cycle-real: %u machines, %u needs, first cycle (full rescan) %.1f ms, "
+            "setup %.1f s\n",
+            n, rep.needs, (double)rep.total_ns / 1e6, (double)(bf_mono_ns() - t0) / 1e9);
+    pid_t writer = fork();
+    if (writer == 0)
+        _exit(real_writer(id, n));
+    /* warm up: let the executor-like writer converge the fleet with demand */
+    int warm = 0;
+    for (int quiet = 0; warm < 300 && quiet < 5; warm++) {
+        bf_cycle_run_once(c, bf_now_ns(), &rep);
+        quiet = rep.enqueued < 50 ? quiet + 1 : 0;
+        if (getenv("CYCLE_REAL_DEBUG") && warm % 20 == 0)
+            fprintf(stderr,
+                    "warm %d: decided %u enqueued %u deduped %u dropped %u capped %u "
+                    "unsatisfied %u changed %u\n",
+                    warm, rep.decided, rep.enqueued, rep.deduped, rep.dropped, rep.capped,
+                    rep.unsatisfied, rep.changed_slots);
+        usleep(20000);
+    }
+    fprintf(stderr,
+            "cycle-real: converged after %d cycles (last: %u decided, %u enqueued, %u capped); "
+            "READY\n",
+            warm, rep.decided, rep.enqueued, rep.capped);
+    bf_log_init("cycle-real", BF_LOG_ERROR);
+    int64_t *dur = calloc((size_t)cycles, sizeof *dur);
+    uint64_t changed = 0;
+    for (int k = 0; k < cycles; k++) {
+        int64_t a = bf_mono_ns(), wall0 = bf_now_ns();
+        bf_cycle_run_once(c, wall0, &rep);
+        dur[k] = rep.total_ns;
+        changed += rep.changed_slots;
+        if (trace)
+            fprintf(trace, "%lld %lld\n", (long long)wall0, (long long)rep.total_ns);
+        int64_t left = period_ms * BF_NS_PER_MS - (bf_mono_ns() - a);
+        if (left > 0) {
+            struct timespec ts = {left / BF_NS_PER_SEC, left % BF_NS_PER_SEC};
+            nanosleep(&ts, NULL);
+        }
+    }
+    kill(writer, SIGKILL);
+    waitpid(writer, NULL, 0);
+    if (trace)
+        fclose(trace);
+    qsort(dur, (size_t)cycles, sizeof *dur, cmp_i64);
+    double sum = 0;
+    for (int k = 0; k < cycles; k++)
+        sum += (double)dur[k];
+    int i99 = (int)ceil(0.99 * cycles) - 1;
+    printf("{\"machines\":%u,\"needs\":%u,\"changed_per_cycle\":%.0f,\"cycles\":%d,"
+           "\"period_ms\":%d,\"mean_ms\":%.3f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"max_ms\":%.3f}\n",
+           n, rep.needs, (double)changed / cycles, cycles, period_ms, sum / cycles / 1e6,
+           (double)dur[cycles / 2] / 1e6, (double)dur[i99 < 0 ? 0 : i99] / 1e6,
+           (double)dur[cycles - 1] / 1e6);
+    free(dur);
+    free(e);
+    bf_cycle_free(c);
+    bf_shm_detach(&s);
+    bf_shm_unlink(id);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "fixture") == 0)
@@ -1768,6 +2016,8 @@ int main(int argc, char **argv)
         return mode_scan_bench(argc, argv);
     if (argc > 1 && strcmp(argv[1], "cycle-proxy") == 0)
         return mode_cycle_proxy(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "cycle-real") == 0)
+        return mode_cycle_real(argc, argv);
     Suite *s = suite_create("inspect");
     TCase *pure = tcase_create("helpers");
     tcase_add_test(pure, json_escape_keeps_nul_control_and_invalid_utf8_parseable);

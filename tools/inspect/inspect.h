@@ -35,9 +35,9 @@
 #include "bigfleet/shm_layout.h"
 
 /* Exit codes. */
-#define INSP_EXIT_OK 0
+#define INSP_EXIT_OK      0
 #define INSP_EXIT_RUNTIME 1
-#define INSP_EXIT_USAGE 2
+#define INSP_EXIT_USAGE   2
 
 /* Seqlock read budget of the inspector (spin, then yield): a record still
  * locked after this many attempts is reported as busy. */
@@ -117,8 +117,7 @@ const char *insp_fault_message(void);
 
 /* Consistent copy of record `slot` without writing anything: 0, -EAGAIN
  * (the record stayed write-locked: "busy"), -ERANGE. */
-int insp_rec_read(const struct bf_shm *s, uint32_t slot, struct bf_machine_rec *out,
-                  uint32_t *seq);
+int insp_rec_read(const struct bf_shm *s, uint32_t slot, struct bf_machine_rec *out, uint32_t *seq);
 /* String of ref with its length checked against the published arena;
  * NULL for an out-of-range ref. ref 0 is "". */
 const char *insp_str(const struct bf_shm *s, uint32_t ref, uint32_t *len);
@@ -140,11 +139,11 @@ void insp_scan(const struct bf_shm *s, struct insp_scan *out);
 
 /* Last published cycle result (double buffer; never blocks the cycle). */
 struct insp_cycle {
-    bool consistent;   /* false: the cycle published during every attempt */
-    uint32_t buffer;   /* which buffer was copied */
+    bool consistent; /* false: the cycle published during every attempt */
+    uint32_t buffer; /* which buffer was copied */
     uint64_t publish_seq;
     struct bf_cycle_result r;
-    uint32_t nv;       /* verdict rows copied */
+    uint32_t nv;              /* verdict rows copied */
     struct bf_verdict_row *v; /* malloc'd, NULL when not requested */
 };
 /* Copies the published result (and its verdict rows when want_verdicts).
@@ -183,9 +182,9 @@ struct insp_cand {
 };
 /* A NeedView (ADR-0061 + amendment), local or remote. */
 struct insp_nv {
-    bool has_verdict; /* local: a verdict row of the last cycle exists */
-    bool in_table;    /* local: the need row is in the current needs table */
-    bool folded;      /* local: a Need NormalizeDemand made from Same gangs */
+    bool has_verdict;    /* local: a verdict row of the last cycle exists */
+    bool in_table;       /* local: the need row is in the current needs table */
+    bool folded;         /* local: a Need NormalizeDemand made from Same gangs */
     uint32_t table_rows; /* local: needs-table rows behind this view (folded: > 1 possible) */
     const char *cluster_id;
     size_t cluster_len;
@@ -306,7 +305,6 @@ void render_needs(const struct insp_opts *o, const struct insp_needs *n, const c
 /* --------------------------------------------------------------- remote.c */
 
 /* InspectNeeds over gRPC: fills out (remote = true). 0, or -1 with err. */
-int insp_needs_remote(const struct insp_opts *o, struct insp_needs *out, char *err,
-                      size_t errlen);
+int insp_needs_remote(const struct insp_opts *o, struct insp_needs *out, char *err, size_t errlen);
 
 #endif /* BF_INSPECT_H */

@@ -78,9 +78,9 @@ static const char USAGE[] =
     "mismatch, segments torn down, appliance gone, unknown machine or cluster, RPC error);\n"
     "2 usage error.\n";
 
-static const char *const cmd_names[CMD_COUNT] = {"summary",    "machines", "machine",
-                                                 "clusters",   "needs",    "shortfalls",
-                                                 "rings",      "procs",    "histogram"};
+static const char *const cmd_names[CMD_COUNT] = {"summary",  "machines", "machine",
+                                                 "clusters", "needs",    "shortfalls",
+                                                 "rings",    "procs",    "histogram"};
 
 static volatile sig_atomic_t g_stop;
 static struct termios g_tio;
@@ -178,10 +178,10 @@ static int parse(int argc, char **argv, struct insp_opts *o)
                 o->all = true;
             continue;
         }
-        static const char *const valf[] = {"--id",       "--interval", "--frames",   "--count",
-                                           "--state",    "--cluster",  "--type",     "--zone",
-                                           "--limit",    "--slot",     "--addr",     "--tls-cert",
-                                           "--tls-key",  "--tls-ca",   "--timeout",  "--tls-server-name"};
+        static const char *const valf[] = {
+            "--id",      "--interval", "--frames",  "--count",          "--state", "--cluster",
+            "--type",    "--zone",     "--limit",   "--slot",           "--addr",  "--tls-cert",
+            "--tls-key", "--tls-ca",   "--timeout", "--tls-server-name"};
         bool known = false;
         for (size_t k = 0; k < sizeof valf / sizeof valf[0]; k++)
             if (strcmp(name, valf[k]) == 0)
@@ -264,8 +264,7 @@ static int parse(int argc, char **argv, struct insp_opts *o)
     if (tls && !o->addr)
         return usage_error("--tls-cert/--tls-key/--tls-ca need --addr%s", "");
     if (tls && !(o->tls_cert && o->tls_key && o->tls_ca))
-        return usage_error("set all three of --tls-cert, --tls-key, --tls-ca (mTLS) or none%s",
-                           "");
+        return usage_error("set all three of --tls-cert, --tls-key, --tls-ca (mTLS) or none%s", "");
     if (o->frames && !o->watch)
         return usage_error("--frames applies to --watch only%s", "");
     return 0;
@@ -437,8 +436,7 @@ static int run_local(const struct insp_opts *o)
         rc = bf_shm_attach(&g_ctx.shm, o->id, true, err, sizeof err);
         if (rc)
             break;
-        if (had0 && insp_ident_take(o->id, &id1) == 0 && id0.dev == id1.dev &&
-            id0.ino == id1.ino)
+        if (had0 && insp_ident_take(o->id, &id1) == 0 && id0.dev == id1.dev && id0.ino == id1.ino)
             break;
         bf_shm_detach(&g_ctx.shm); /* re-created while attaching: again */
         rc = -EAGAIN;
@@ -451,8 +449,8 @@ static int run_local(const struct insp_opts *o)
         fprintf(stderr,
                 "bigfleet-inspect: no appliance segments for shard id %s "
                 "(/dev/shm/bigfleet.%s.* not found; %s%s)\n",
-                o->id, o->id, avail[0] ? "segments exist for shard ids: " : "no bigfleet segments at all",
-                avail);
+                o->id, o->id,
+                avail[0] ? "segments exist for shard ids: " : "no bigfleet segments at all", avail);
         return INSP_EXIT_RUNTIME;
     }
     if (rc)

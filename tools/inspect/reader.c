@@ -154,8 +154,7 @@ static inline int rec_read(const struct bf_shm_machine *m, uint64_t *w, uint32_t
     return -EAGAIN;
 }
 
-int insp_rec_read(const struct bf_shm *s, uint32_t slot, struct bf_machine_rec *out,
-                  uint32_t *seq)
+int insp_rec_read(const struct bf_shm *s, uint32_t slot, struct bf_machine_rec *out, uint32_t *seq)
 {
     if (slot >= s->max_machines)
         return -ERANGE;
@@ -408,8 +407,7 @@ static int nv_cmp(const void *a, const void *b)
     return x->cluster_len < y->cluster_len ? -1 : x->cluster_len > y->cluster_len;
 }
 
-static const char *str_or(const struct bf_shm *s, uint32_t ref, struct insp_arena *a,
-                          size_t *len)
+static const char *str_or(const struct bf_shm *s, uint32_t ref, struct insp_arena *a, size_t *len)
 {
     uint32_t l;
     const char *p = insp_str(s, ref, &l);
@@ -592,8 +590,8 @@ int insp_needs_local(const struct bf_shm *s, struct bf_blob_cache *cache, const 
     for (uint32_t i = 0; i < cy.nv; i++) {
         if (filter && cy.v[i].cluster_ref != want_ref)
             continue;
-        vk[nvk++] = (struct vkey){cy.v[i].cluster_ref, cy.v[i].need_profile_ref,
-                                  cy.v[i].group_ref, i};
+        vk[nvk++] =
+            (struct vkey){cy.v[i].cluster_ref, cy.v[i].need_profile_ref, cy.v[i].group_ref, i};
     }
     qsort(vk, nvk, sizeof *vk, vkey_cmp);
 
@@ -807,8 +805,7 @@ void insp_list_shards(char *buf, size_t n)
         size_t l = strlen(nm);
         if (strncmp(nm, "bigfleet.", 9) != 0 || l < 9 + 6 || strcmp(nm + l - 6, ".state") != 0)
             continue;
-        int w = snprintf(buf + used, n - used, "%s%.*s", used ? ", " : "", (int)(l - 15),
-                         nm + 9);
+        int w = snprintf(buf + used, n - used, "%s%.*s", used ? ", " : "", (int)(l - 15), nm + 9);
         if (w < 0 || (size_t)w >= n - used) {
             buf[used] = 0;
             break;

@@ -41,18 +41,18 @@ static int kv_cmp(const void *a, const void *b)
 }
 
 /* Every generated map-entry type is {base, char *key, char *value}. */
-#define COPY_MAP(arena, dst, n_src, src)                                                          \
-    do {                                                                                          \
-        (dst).n = (uint32_t)(n_src);                                                              \
-        (dst).kv = (dst).n ? arena_alloc((arena), (dst).n * sizeof *(dst).kv) : NULL;             \
-        for (uint32_t i_ = 0; i_ < (dst).n; i_++) {                                               \
-            const char *k_ = (src)[i_]->key ? (src)[i_]->key : "";                                \
-            const char *v_ = (src)[i_]->value ? (src)[i_]->value : "";                            \
-            (dst).kv[i_].key = arena_strndup((arena), k_, strlen(k_));                            \
-            (dst).kv[i_].value = arena_strndup((arena), v_, strlen(v_));                          \
-        }                                                                                         \
-        if ((dst).n > 1)                                                                          \
-            qsort((dst).kv, (dst).n, sizeof *(dst).kv, kv_cmp);                                   \
+#define COPY_MAP(arena, dst, n_src, src)                                                           \
+    do {                                                                                           \
+        (dst).n = (uint32_t)(n_src);                                                               \
+        (dst).kv = (dst).n ? arena_alloc((arena), (dst).n * sizeof *(dst).kv) : NULL;              \
+        for (uint32_t i_ = 0; i_ < (dst).n; i_++) {                                                \
+            const char *k_ = (src)[i_]->key ? (src)[i_]->key : "";                                 \
+            const char *v_ = (src)[i_]->value ? (src)[i_]->value : "";                             \
+            (dst).kv[i_].key = arena_strndup((arena), k_, strlen(k_));                             \
+            (dst).kv[i_].value = arena_strndup((arena), v_, strlen(v_));                           \
+        }                                                                                          \
+        if ((dst).n > 1)                                                                           \
+            qsort((dst).kv, (dst).n, sizeof *(dst).kv, kv_cmp);                                    \
     } while (0)
 
 static const char *dup0(struct insp_arena *a, const char *s)
@@ -60,8 +60,7 @@ static const char *dup0(struct insp_arena *a, const char *s)
     return arena_strndup(a, s ? s : "", s ? strlen(s) : 0);
 }
 
-static void convert(struct insp_arena *a, const Bigfleet__V1alpha1__NeedView *m,
-                    struct insp_nv *v)
+static void convert(struct insp_arena *a, const Bigfleet__V1alpha1__NeedView *m, struct insp_nv *v)
 {
     memset(v, 0, sizeof *v);
     v->has_verdict = true;
@@ -69,15 +68,13 @@ static void convert(struct insp_arena *a, const Bigfleet__V1alpha1__NeedView *m,
     const Bigfleet__V1alpha1__CapacityNeed *n = m->need;
     if (n) {
         v->n_reqs = (uint32_t)n->n_requirements;
-        struct bf_requirement *r =
-            v->n_reqs ? arena_alloc(a, v->n_reqs * sizeof *r) : NULL;
+        struct bf_requirement *r = v->n_reqs ? arena_alloc(a, v->n_reqs * sizeof *r) : NULL;
         for (uint32_t i = 0; i < v->n_reqs; i++) {
             const Bigfleet__V1alpha1__NodeSelectorRequirement *q = n->requirements[i];
             r[i].key = dup0(a, q->key);
             r[i].op = (uint8_t)q->operator_;
             r[i].n_values = (uint32_t)q->n_values;
-            const char **vals = r[i].n_values ? arena_alloc(a, r[i].n_values * sizeof *vals)
-                                              : NULL;
+            const char **vals = r[i].n_values ? arena_alloc(a, r[i].n_values * sizeof *vals) : NULL;
             for (uint32_t k = 0; k < r[i].n_values; k++)
                 vals[k] = dup0(a, q->values[k]);
             r[i].values = vals;
@@ -108,8 +105,7 @@ static void convert(struct insp_arena *a, const Bigfleet__V1alpha1__NeedView *m,
     v->fingerprint = dup0(a, m->profile_fingerprint);
     v->satisfied = m->satisfied;
     if (m->residual_deficit)
-        COPY_MAP(a, v->residual, m->residual_deficit->n_resources,
-                 m->residual_deficit->resources);
+        COPY_MAP(a, v->residual, m->residual_deficit->n_resources, m->residual_deficit->resources);
     v->claimed = m->claimed_machine_count;
     v->bootstrap = m->bootstrap_count;
     v->provision = m->provision_count;
@@ -148,8 +144,8 @@ static void on_message(struct bf_net_stream *s, const uint8_t *msg, size_t len, 
     Bigfleet__V1alpha1__InspectNeedsResponse *m =
         bigfleet__v1alpha1__inspect_needs_response__unpack(NULL, len, msg);
     if (!m) {
-        snprintf(rc->proto_err, sizeof rc->proto_err, "undecodable InspectNeedsResponse (%zu bytes)",
-                 len);
+        snprintf(rc->proto_err, sizeof rc->proto_err,
+                 "undecodable InspectNeedsResponse (%zu bytes)", len);
         bf_net_stream_cancel(s);
         return;
     }
@@ -164,8 +160,7 @@ static void on_message(struct bf_net_stream *s, const uint8_t *msg, size_t len, 
             o->computed_at_ns = m->header->computed_at_unix_nanos;
             o->total = m->header->total_needs;
         }
-    } else if (m->frame_case == BIGFLEET__V1ALPHA1__INSPECT_NEEDS_RESPONSE__FRAME_NEED &&
-               m->need) {
+    } else if (m->frame_case == BIGFLEET__V1ALPHA1__INSPECT_NEEDS_RESPONSE__FRAME_NEED && m->need) {
         if (!rc->got_header) {
             snprintf(rc->proto_err, sizeof rc->proto_err,
                      "the first frame was a NeedView, not the header");
@@ -198,8 +193,7 @@ static void on_done(struct bf_net_stream *s, int code, const char *message, void
     snprintf(rc->msg, sizeof rc->msg, "%s", message ? message : "");
 }
 
-int insp_needs_remote(const struct insp_opts *o, struct insp_needs *out, char *err,
-                      size_t errlen)
+int insp_needs_remote(const struct insp_opts *o, struct insp_needs *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     out->remote = true;
@@ -222,8 +216,8 @@ int insp_needs_remote(const struct insp_opts *o, struct insp_needs *out, char *e
     }
     struct rcall call = {.out = out};
     static const struct bf_net_stream_cbs cbs = {on_message, NULL, on_done};
-    struct bf_net_stream *st = bf_net_client_call(cl, INSPECT_NEEDS_PATH, o->timeout_ns, &cbs,
-                                                  &call);
+    struct bf_net_stream *st =
+        bf_net_client_call(cl, INSPECT_NEEDS_PATH, o->timeout_ns, &cbs, &call);
     int ret = 0;
     if (!st) {
         snprintf(err, errlen, "cannot start InspectNeeds: %s", strerror(errno));

@@ -22,9 +22,8 @@
 
 static const char *const ring_names[BF_RING_COUNT] = {
     "actions", "boot_req", "boot_resp", "node_exec", "node_recon", "reclaim", "ac_hints"};
-static const char *const phase_names[BF_PHASE_COUNT] = {"reconcile", "snapread", "phase1",
-                                                        "phase2",    "phase3",   "emit",
-                                                        "execute"};
+static const char *const phase_names[BF_PHASE_COUNT] = {"reconcile", "snapread", "phase1", "phase2",
+                                                        "phase3",    "emit",     "execute"};
 static const char *const child_state_names[] = {"unused", "assigned", "active"};
 
 static const char *yesno(bool b)
@@ -96,13 +95,13 @@ static void shard_text(struct insp_ctx *c, struct insp_buf *b)
     ib_printf(b,
               "shard %s  layout v%u  epoch %lld  generation %u  supervisor pid %u (%s)  "
               "created %s (%s ago)  %.1f MiB mapped\n",
-              s->shard_id, h->layout_version, (long long)h->epoch, h->generation,
-              h->supervisor_pid, run ? "running" : "NOT RUNNING: stale segments", t, age,
+              s->shard_id, h->layout_version, (long long)h->epoch, h->generation, h->supervisor_pid,
+              run ? "running" : "NOT RUNNING: stale segments", t, age,
               (double)bf_shm_total_bytes(s) / (1 << 20));
-    ib_printf(b,
-              "flags: actuation_paused=%s dry_run=%s shutting_down=%s first_reconcile_done=%s\n",
+    ib_printf(b, "flags: actuation_paused=%s dry_run=%s shutting_down=%s first_reconcile_done=%s\n",
               yesno(atomic_load(&st->actuation_paused)), yesno(atomic_load(&st->dry_run)),
-              yesno(atomic_load(&st->shutting_down)), yesno(atomic_load(&st->first_reconcile_done)));
+              yesno(atomic_load(&st->shutting_down)),
+              yesno(atomic_load(&st->first_reconcile_done)));
 }
 
 /* ------------------------------------------------------------ procs, rings */
@@ -219,8 +218,8 @@ static void rings_text(struct insp_ctx *c, struct insp_buf *b)
         snprintf(pc, sizeof pc, "%s -> %s", bf_role_name((int)h->producer),
                  bf_role_name((int)h->consumer));
         uint64_t d = bf_ring_depth(s, r);
-        ib_printf(b, "  %-11s %-24s %-6s %10llu %10llu %5.1f%% %12llu %10llu\n", ring_names[r],
-                  pc, h->kind == BF_RING_BYTES ? "bytes" : "fixed", (unsigned long long)d,
+        ib_printf(b, "  %-11s %-24s %-6s %10llu %10llu %5.1f%% %12llu %10llu\n", ring_names[r], pc,
+                  h->kind == BF_RING_BYTES ? "bytes" : "fixed", (unsigned long long)d,
                   (unsigned long long)h->capacity,
                   h->capacity ? 100.0 * (double)d / (double)h->capacity : 0.0,
                   (unsigned long long)atomic_load(&h->pushes),
@@ -264,9 +263,8 @@ static void cluster_json(struct insp_ctx *c, struct jw *w, const struct insp_clu
 static void clusters_text(struct insp_ctx *c, struct insp_buf *b, const struct insp_cluster *k,
                           int n, int max)
 {
-    ib_printf(b, "  %-24s %-4s %-5s %6s %10s %4s %-12s %9s %8s %8s\n", "CLUSTER", "CONN",
-              "FIRST", "ROWS", "GENERATION", "QUAR", "LAST ROLLUP", "ACCEPTED", "REJECTED",
-              "HELD");
+    ib_printf(b, "  %-24s %-4s %-5s %6s %10s %4s %-12s %9s %8s %8s\n", "CLUSTER", "CONN", "FIRST",
+              "ROWS", "GENERATION", "QUAR", "LAST ROLLUP", "ACCEPTED", "REJECTED", "HELD");
     int shown = 0;
     for (int i = 0; i < n; i++) {
         if (max && shown >= max) {
@@ -289,8 +287,7 @@ static void clusters_text(struct insp_ctx *c, struct insp_buf *b, const struct i
         ib_printf(b, "  %-24s %-4s %-5s %6u %10llu %4u %-12s %9llu %8llu %8llu\n", nm.p,
                   yesno(r->connected), yesno(r->first_rollup), r->rows_count,
                   (unsigned long long)r->generation, r->quarantine_held, age,
-                  (unsigned long long)r->rollups_accepted,
-                  (unsigned long long)r->rollups_rejected,
+                  (unsigned long long)r->rollups_accepted, (unsigned long long)r->rollups_rejected,
                   (unsigned long long)r->rollups_quarantined);
         ib_free(&nm);
     }
@@ -482,24 +479,22 @@ static int render_summary(struct insp_ctx *c, struct insp_buf *b)
         size_t max_rows = c->o->watch ? 16 : 64;
         for (size_t i = 0; i < nrows && i < max_rows; i++)
             ib_printf(b, "  %-12s %-28s %-20s %8u\n", bf_state_name(rows[i].st),
-                      dash(type_name(s, rows[i].ty)), dash(bf_zone_name(s, rows[i].zo)),
-                      rows[i].n);
+                      dash(type_name(s, rows[i].ty)), dash(bf_zone_name(s, rows[i].zo)), rows[i].n);
         if (nrows > max_rows)
             ib_printf(b, "  ... %zu more rows (--json has all)\n", nrows - max_rows);
         if (r->cycle) {
             bool same = r->counts.total_machines == sc->total;
             for (int i = 0; i < BF_STATE_COUNT && same; i++)
                 same = r->counts.by_state[i] == sc->by_state[i];
-            ib_printf(b, "  published by cycle %llu: %u machines%s\n",
-                      (unsigned long long)r->cycle, r->counts.total_machines,
+            ib_printf(b, "  published by cycle %llu: %u machines%s\n", (unsigned long long)r->cycle,
+                      r->counts.total_machines,
                       same ? " (same as the scan)" : " (the inventory changed since)");
         }
         ib_printf(b,
                   "\nIN FLIGHT  %u machines with a pending action; actions ring depth %llu; "
                   "executor in flight %lld\n",
                   sc->in_flight, (unsigned long long)actions_depth, (long long)exec_inflight);
-        ib_printf(b,
-                  "\nCLUSTERS  %d  (connected %u, first rollup %u, quarantined %u%s)\n", ncl,
+        ib_printf(b, "\nCLUSTERS  %d  (connected %u, first rollup %u, quarantined %u%s)\n", ncl,
                   connected, first, quarantined, busy_cl ? ", some rows busy" : "");
         if (ncl)
             clusters_text(c, b, cl, ncl, c->o->watch ? 8 : 32);
@@ -679,16 +674,16 @@ static void machine_text_full(struct insp_ctx *c, struct insp_buf *b, uint32_t s
 {
     const struct bf_shm *s = &c->shm;
 #define FIELD(name) ib_printf(b, "  %-28s ", name)
-#define STRF(name, ref)                                                                           \
-    do {                                                                                          \
-        uint32_t l_;                                                                              \
-        const char *p_ = insp_str(s, (ref), &l_);                                                 \
-        FIELD(name);                                                                              \
-        if (p_ && l_)                                                                             \
-            ib_bytes_text(b, p_, l_, 0);                                                          \
-        else                                                                                      \
-            ib_puts(b, p_ ? "-" : "<bad string ref>");                                            \
-        ib_puts(b, "\n");                                                                         \
+#define STRF(name, ref)                                                                            \
+    do {                                                                                           \
+        uint32_t l_;                                                                               \
+        const char *p_ = insp_str(s, (ref), &l_);                                                  \
+        FIELD(name);                                                                               \
+        if (p_ && l_)                                                                              \
+            ib_bytes_text(b, p_, l_, 0);                                                           \
+        else                                                                                       \
+            ib_puts(b, p_ ? "-" : "<bad string ref>");                                             \
+        ib_puts(b, "\n");                                                                          \
     } while (0)
     STRF("id", r->id);
     FIELD("slot");
@@ -930,8 +925,9 @@ static int render_machine(struct insp_ctx *c, struct insp_buf *b, char *err, siz
             }
         }
         if (slot < 0) {
-            snprintf(err, errlen, busy ? "machine %s is busy (a writer holds its record)"
-                                       : "no machine %s in shard %s",
+            snprintf(err, errlen,
+                     busy ? "machine %s is busy (a writer holds its record)"
+                          : "no machine %s in shard %s",
                      o->machine_id, s->shard_id);
             return 1;
         }
@@ -1149,8 +1145,8 @@ static void nv_text(struct insp_buf *b, const struct insp_nv *v, uint32_t i, int
               v->satisfied ? "SATISFIED" : bf_unmet_reason_name(v->unmet_reason), v->claimed,
               v->bootstrap, v->provision);
     if (v->folded)
-        ib_printf(b, "  [NormalizeDemand folded %u Same-gang row%s into this Need]",
-                  v->table_rows, v->table_rows == 1 ? "" : "s");
+        ib_printf(b, "  [NormalizeDemand folded %u Same-gang row%s into this Need]", v->table_rows,
+                  v->table_rows == 1 ? "" : "s");
     else if (!v->in_table && v->cluster_id)
         ib_puts(b, "  [row no longer in the needs table]");
     ib_puts(b, "\n");
