@@ -140,6 +140,38 @@ kill -INT "$W"; wait "$W"; rc=$?
 [ $rc -eq 0 ] || fail "--watch did not quit cleanly on SIGINT (rc=$rc)"
 pass "inspect never writes: all four segments byte-identical across every command, mappings r--s, SIGINT quits --watch with 0"
 
+# ---- --watch on a terminal: redraws in place on the alternate screen, q quits with 0
+python3 - "$I" "$ID" <<'EOF' || fail "--watch on a terminal"
+import os, pty, select, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], [sys.argv[1], "--id", sys.argv[2], "--watch", "--interval", "100ms"])
+buf = b""
+def pump(seconds):
+    global buf
+    end = time.time() + seconds
+    while time.time() < end:
+        if select.select([fd], [], [], 0.05)[0]:
+            try:
+                d = os.read(fd, 65536)
+            except OSError:
+                return
+            if not d:
+                return
+            buf += d
+pump(1.0)
+frames = buf.count(b"q to quit")
+os.write(fd, b"q")
+t = time.time()
+pump(3)
+_, st = os.waitpid(pid, 0)
+ok = (os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0 and frames >= 3 and b"\x1b[?1049h" in buf
+      and b"\x1b[?1049l" in buf and b"\x1b[?25h" in buf and time.time() - t < 2)
+print("  %d frames in 1 s on a pty; q -> exit %d" % (frames, os.WEXITSTATUS(st) if os.WIFEXITED(st) else -1))
+sys.exit(0 if ok else 1)
+EOF
+pass "--watch on a terminal redraws on the alternate screen and quits on q with 0"
+
 # ---- a restarted child shows up
 old=$(child_pid cycle $SUP)
 kill -KILL "$old"

@@ -76,6 +76,7 @@ void jw_strn(struct jw *w, const char *key, const char *s, size_t n);
 void jw_int(struct jw *w, const char *key, int64_t v);
 void jw_uint(struct jw *w, const char *key, uint64_t v);
 void jw_double(struct jw *w, const char *key, double v); /* NaN/Inf -> null */
+void jw_float(struct jw *w, const char *key, float v);   /* 7 significant digits */
 void jw_bool(struct jw *w, const char *key, bool v);
 void jw_null(struct jw *w, const char *key);
 /* A JSON string literal of n bytes (escaped) appended to b. */

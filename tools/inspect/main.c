@@ -357,7 +357,7 @@ static int wait_interval(const struct insp_opts *o, bool keys)
 
 static void watch_setup(const struct insp_opts *o, bool *tty, bool *keys)
 {
-    *tty = o->watch && isatty(1);
+    *tty = o->watch && !o->json && isatty(1); /* --json --watch: one document per line */
     *keys = o->watch && isatty(0);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

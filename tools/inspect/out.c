@@ -272,6 +272,15 @@ void jw_double(struct jw *w, const char *key, double v)
         ib_printf(w->b, "%.17g", v);
 }
 
+void jw_float(struct jw *w, const char *key, float v)
+{
+    jw_key(w, key);
+    if (isnan(v) || isinf(v))
+        ib_puts(w->b, "null");
+    else
+        ib_printf(w->b, "%.7g", (double)v);
+}
+
 void jw_bool(struct jw *w, const char *key, bool v)
 {
     jw_key(w, key);

@@ -142,7 +142,9 @@ static void procs_json(struct insp_ctx *c, struct jw *w)
         jw_str(w, "role", bf_role_name(r));
         jw_uint(w, "pid", pid);
         jw_bool(w, "alive", pid_alive(pid));
-        jw_str(w, "state", cs < 3 ? child_state_names[cs] : "unknown");
+        jw_str(w, "state",
+               r == BF_ROLE_SUPERVISOR ? "supervisor"
+                                       : (cs < 3 ? child_state_names[cs] : "unknown"));
         jw_uint(w, "restarts", atomic_load(&p->restarts));
         jw_int(w, "started_unix_nanos", atomic_load(&p->started_ns));
         jw_int(w, "heartbeat_unix_nanos", hb);
@@ -615,8 +617,8 @@ static void machine_json(struct insp_ctx *c, struct jw *w, uint32_t slot,
     jw_strn(w, "provider", h.provider, h.plen);
     jw_strn(w, "ref", h.ref, h.rlen);
     jw_obj_end(w);
-    jw_double(w, "price_per_hour", r->price_per_hour);
-    jw_double(w, "interruption_probability", r->interruption_probability);
+    jw_float(w, "price_per_hour", r->price_per_hour);
+    jw_float(w, "interruption_probability", r->interruption_probability);
     jw_int(w, "assigned_priority", r->assigned_priority);
     flags_json(w, r->flags);
     jw_bool(w, "pending", bf_pending(s, slot));
