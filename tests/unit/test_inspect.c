@@ -828,7 +828,9 @@ static void setup(void)
     find_bin();
     ck_assert_msg(access(g_bin, X_OK) == 0, "%s not built (make build/bin/bigfleet-inspect)",
                   g_bin);
-    snprintf(g_id, sizeof g_id, "test-inspect-%d", (int)getpid());
+    /* test-inspect-<runner pid>-<test pid>: main() removes what a failed test
+     * (whose teardown does not run) left behind */
+    snprintf(g_id, sizeof g_id, "test-inspect-%d-%d", (int)getppid(), (int)getpid());
     bf_shm_unlink(g_id);
     struct bf_shm_caps caps = {.max_machines = 4096, .max_needs = 1024, .max_clusters = 64};
     char err[256];
@@ -2051,5 +2053,17 @@ int main(int argc, char **argv)
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
+    char prefix[64];
+    int pl = snprintf(prefix, sizeof prefix, "bigfleet.test-inspect-%d-", (int)getpid());
+    DIR *d = opendir("/dev/shm");
+    for (struct dirent *de; d && (de = readdir(d));) {
+        if (strncmp(de->d_name, prefix, (size_t)pl) == 0) {
+            char name[300];
+            snprintf(name, sizeof name, "/%s", de->d_name);
+            shm_unlink(name);
+        }
+    }
+    if (d)
+        closedir(d);
     return failed ? 1 : 0;
 }
