@@ -2020,6 +2020,7 @@ int main(int argc, char **argv)
         return mode_cycle_proxy(argc, argv);
     if (argc > 1 && strcmp(argv[1], "cycle-real") == 0)
         return mode_cycle_real(argc, argv);
+    bf_log_init("test_inspect", BF_LOG_ERROR); /* the real cycle's warnings are expected */
     Suite *s = suite_create("inspect");
     TCase *pure = tcase_create("helpers");
     tcase_add_test(pure, json_escape_keeps_nul_control_and_invalid_utf8_parseable);
