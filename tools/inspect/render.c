@@ -37,6 +37,17 @@ static const char *type_name(const struct bf_shm *s, unsigned idx)
     return n;
 }
 
+/* "3 ($1)", "27 (pinned)" */
+static const char *bucket_str(char *buf, size_t n, int b)
+{
+    const char *l = bf_bucket_label(b);
+    if (b == BF_BUCKET_PINNED)
+        snprintf(buf, n, "%d (%s)", b, l);
+    else
+        snprintf(buf, n, "%d ($%s)", b, l);
+    return buf;
+}
+
 static const char *dash(const char *s)
 {
     return (s && *s) ? s : "-";
@@ -708,8 +719,9 @@ static void machine_text_full(struct insp_ctx *c, struct insp_buf *b, uint32_t s
     FIELD("assigned priority");
     ib_printf(b, "%d\n", r->assigned_priority);
     FIELD("penalties (ipb / rpb)");
-    ib_printf(b, "bucket %u ($%s) / bucket %u ($%s)\n", r->ipb, bf_bucket_label(r->ipb), r->rpb,
-              bf_bucket_label(r->rpb));
+    char ib[32], rb[32];
+    ib_printf(b, "bucket %s / bucket %s\n", bucket_str(ib, sizeof ib, r->ipb),
+              bucket_str(rb, sizeof rb, r->rpb));
     FIELD("price / interruption prob.");
     ib_printf(b, "$%.4f/h / %.4f\n", r->price_per_hour, r->interruption_probability);
     int64_t idle = bf_rec_idle_since_unix(s, r);
@@ -1113,8 +1125,9 @@ static void nv_text(struct insp_buf *b, const struct insp_nv *v, uint32_t i, int
     fmt_age(age, sizeof age, now_ns - v->arrival_ns);
     ib_printf(b, "[%u] cluster ", i + 1);
     ib_bytes_text(b, v->cluster_id, v->cluster_len, 0);
-    ib_printf(b, "  priority %d  ipb %d ($%s)  rpb %d ($%s)  arrived %s", v->priority, v->ipb,
-              bf_bucket_label(v->ipb), v->rpb, bf_bucket_label(v->rpb), t);
+    char ib[32], rb[32];
+    ib_printf(b, "  priority %d  ipb %s  rpb %s  arrived %s", v->priority,
+              bucket_str(ib, sizeof ib, v->ipb), bucket_str(rb, sizeof rb, v->rpb), t);
     if (v->arrival_ns > 0)
         ib_printf(b, " (%s ago)", age);
     if (v->group_len) {
@@ -1308,7 +1321,7 @@ static int render_shortfalls(struct insp_ctx *c, struct insp_buf *b)
             struct insp_buf db = {0};
             res_text(&db, &d);
             char ipb[32];
-            snprintf(ipb, sizeof ipb, "%u ($%s)", sf->ipb, bf_bucket_label(sf->ipb));
+            bucket_str(ipb, sizeof ipb, sf->ipb);
             ib_printf(b, "  %6d %8d %-12s %-32s %s\n", sf->age_cycles, sf->priority, ipb, db.p,
                       np ? np->fingerprint : "<undecodable>");
             ib_free(&db);
