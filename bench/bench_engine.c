@@ -1083,7 +1083,7 @@ static bool load_openb(struct world *w, const char *dir, uint32_t N)
         if (split(line, fl, 16) < 5)
             continue;
         int64_t cpu = atoll(fl[1]), mem = atoll(fl[2]) * MI, gpu = atoll(fl[3]) * 1000;
-        char tn[48];
+        char tn[128];
         snprintf(tn, sizeof tn, "openb-%lldc-%lldg-%lld%s", (long long)cpu / 1000,
                  (long long)(mem / GI), (long long)gpu / 1000, fl[4]);
         nodes[nn++].type = add_type(w, tn, vec3(cpu, mem, gpu), fl[4]);
