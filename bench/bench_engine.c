@@ -1313,6 +1313,23 @@ static long proc_status_kb(const char *key)
     return v;
 }
 
+/* jemalloc introspection when linked (not in sanitizer builds) */
+extern int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen)
+    __attribute__((weak));
+
+/* Before a workload: return the previous workload's freed pages to the kernel
+ * and reset the peak RSS, so each row's RSS is its own. */
+static void rss_reset(void)
+{
+    if (mallctl)
+        mallctl("arena.4096.purge", NULL, NULL, NULL, 0); /* MALLCTL_ARENAS_ALL */
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) {
+        fputs("5", f); /* reset VmHWM to the current RSS */
+        fclose(f);
+    }
+}
+
 static void rss_kb(long *rss, long *hwm)
 {
     *rss = *hwm = 0;
@@ -2345,6 +2362,7 @@ int main(int argc, char **argv)
             if (!(o.modes & mode))
                 continue;
             /* the same world for both modes: rebuilt from the same seed */
+            rss_reset();
             struct world w;
             memset(&w, 0, sizeof w);
             w.name = wl[i].name;
