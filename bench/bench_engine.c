@@ -1975,6 +1975,17 @@ static int run_shm(struct world *w, const struct opts *o, struct result *res)
         uint32_t binds = ring_binds(&x, p0, ring_prod(&x));
         if (binds)
             push(&drain_binds, binds);
+        if (o->trace)
+            fprintf(stderr,
+                    "%s/shm warm-up cycle %u: total %.3f snap %.3f engine %.3f exec %.3f pub "
+                    "%.3f changed %u decided %u enq %u binds %u deduped %u dropped %u\n",
+                    w->name, warm, (double)rep.total_ns / 1e6,
+                    (double)rep.phase_ns[BF_PHASE_SNAPREAD] / 1e6,
+                    (double)bf_cycle_last_result(cy)->t.total_ns / 1e6,
+                    (double)rep.phase_ns[BF_PHASE_EXECUTE] / 1e6,
+                    (double)(rep.phase_ns[BF_PHASE_EMIT] - bf_cycle_last_result(cy)->t.verdict_ns) /
+                        1e6,
+                    rep.changed_slots, rep.decided, rep.enqueued, binds, rep.deduped, rep.dropped);
         bool quiet = rep.decided == 0 || (warm >= 3 && rep.decided < w->n / 1000 + 10);
         shm_execute(w, &x, w->exec_cap);
         w->now_ns += 1000000000LL;

@@ -6,7 +6,15 @@
  *
  * Enqueue protocol (docs/internals.md): an executable action marks its slot
  * in flight (bf_pending_mark) and carries the tag; a full ring undoes the
- * mark and drops the action (re-derived next cycle, counted). Audit-only
+ * mark and drops the action (re-derived next cycle, counted). Once the ring
+ * has refused a push, the cycle's remaining actions are counted as dropped
+ * (in-flight ones still as deduplicated) without building their messages:
+ * a 500K-action drain cycle would otherwise re-check and format ~400K
+ * actions only to have the ring refuse them.
+ *
+ * Strings: actions and ledger rows carry string-table refs of engine
+ * strings, resolved through an address-keyed cache validated by content
+ * (struct strref_cache in cycle_internal.h). Audit-only
  * dispositions (kill switch, dry run) carry pending_tag 0, do not mark the
  * slot, and are only audited by the executor.
  *
@@ -210,22 +218,36 @@ void bf_cycle_enqueue(struct bf_cycle *c, const struct bf_engine_result *r,
     (void)now_ns;
     struct bf_shm *s = c->shm;
     struct bf_stats_cycle *st = &s->st->cycle;
-    if (r->n_actions > c->acts_cap) {
-        size_t nc = r->n_actions + 256;
-        struct bf_engine_action *na = realloc(c->acts, nc * sizeof *na);
-        if (!na)
-            return;
-        c->acts = na;
-        c->acts_cap = nc;
-    }
-    if (r->n_actions) /* acts and actions may both be NULL when empty */
-        memcpy(c->acts, r->actions, r->n_actions * sizeof *c->acts);
     struct bf_rails_config rc = {.actuation_paused = c->o.actuation_paused,
                                  .dry_run = c->o.dry_run,
                                  .reclaim_cap_fraction = c->o.reclaim_cap_fraction,
                                  .max_actions = c->o.max_actions};
     struct bf_rails_outcome out;
-    bf_engine_rails_apply(&rc, c->acts, r->n_actions, configured_of, c->engine, &out);
+    const struct bf_engine_action *acts = r->actions;
+    /* Only the reclaim cap rewrites the list, and Reclaims come from Phase 3
+     * (the list is P1 ++ P2 ++ P3): without one the rails reduce to the
+     * max-actions cut, and the list is used in place instead of copied. */
+    bool reclaims = false;
+    for (size_t i = r->n_phase1 + r->n_phase2; i < r->n_actions && !reclaims; i++)
+        reclaims = r->actions[i].kind == BF_ACTION_RECLAIM;
+    if (!rc.actuation_paused && !rc.dry_run && !(reclaims && rc.reclaim_cap_fraction > 0)) {
+        memset(&out, 0, sizeof out);
+        out.n_execute = bf_engine_rail_max_actions(r->n_actions, rc.max_actions, &out.deferred);
+        out.wake = out.deferred > 0;
+    } else {
+        if (r->n_actions > c->acts_cap) {
+            size_t nc = r->n_actions + 256;
+            struct bf_engine_action *na = realloc(c->acts, nc * sizeof *na);
+            if (!na)
+                return;
+            c->acts = na;
+            c->acts_cap = nc;
+        }
+        if (r->n_actions) /* acts and actions may both be NULL when empty */
+            memcpy(c->acts, r->actions, r->n_actions * sizeof *c->acts);
+        bf_engine_rails_apply(&rc, c->acts, r->n_actions, configured_of, c->engine, &out);
+        acts = c->acts;
+    }
     rep->decided = (uint32_t)r->n_actions;
     rep->capped = (uint32_t)out.capped;
     rep->deferred = (uint32_t)out.deferred;
@@ -260,13 +282,21 @@ void bf_cycle_enqueue(struct bf_cycle *c, const struct bf_engine_result *r,
                 pushed++;
         }
     } else {
+        uint64_t per_kind[BF_ACTION_KIND_COUNT] = {0};
+        bool full = false;
         for (size_t i = 0; i < n; i++) {
-            const struct bf_engine_action *a = &c->acts[i];
+            const struct bf_engine_action *a = &acts[i];
             if (a->kind < BF_ACTION_KIND_COUNT)
-                atomic_fetch_add(&st->actions_total[a->kind], 1);
+                per_kind[a->kind]++;
             /* in-flight dedup */
             if (a->slot >= c->capacity || bf_pending(s, a->slot)) {
                 rep->deduped++;
+                continue;
+            }
+            if (full) {
+                /* the ring refused a push: the rest of this cycle's actions are
+                 * dropped without the re-check and message work (re-derived) */
+                rep->dropped++;
                 continue;
             }
             /* actionStillApplicable: the live record must still be in the start state */
@@ -288,11 +318,15 @@ void bf_cycle_enqueue(struct bf_cycle *c, const struct bf_engine_result *r,
                 atomic_store_explicit(&s->pending_enq[a->slot], (uint8_t)(tag - 1),
                                       memory_order_release);
                 rep->dropped++;
+                full = true;
                 continue;
             }
             serial++;
             pushed++;
         }
+        for (int k = 0; k < BF_ACTION_KIND_COUNT; k++)
+            if (per_kind[k])
+                atomic_fetch_add(&st->actions_total[k], per_kind[k]);
         if (rep->deduped)
             atomic_fetch_add(&st->actions_deduped, rep->deduped);
         if (rep->dropped)

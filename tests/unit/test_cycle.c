@@ -353,6 +353,72 @@ START_TEST(ledger_refs_stay_exact_while_groups_are_replaced_every_cycle)
 }
 END_TEST
 
+START_TEST(max_actions_defers_the_tail_and_asks_for_another_cycle)
+{
+    for (int i = 0; i < 4; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "i-%02d", i);
+        add_machine(id, BF_STATE_IDLE, 0);
+    }
+    publish_rollup(4, 1);
+    struct bf_cycle_opts o = {.reclaim_cap_fraction = 0.05, .max_actions = 2};
+    struct bf_cycle *c;
+    ck_assert_int_eq(bf_cycle_new(&g_s, &o, &c), 0);
+    struct bf_cycle_report rep;
+    ck_assert_int_eq(bf_cycle_run_once(c, 1000000000LL, &rep), 0);
+    ck_assert_uint_eq(rep.decided, 4);
+    ck_assert_uint_eq(rep.deferred, 2);
+    ck_assert_uint_eq(rep.enqueued, 2);
+    ck_assert(rep.wake_again);
+    ck_assert_uint_eq(atomic_load(&g_s.st->cycle.actions_deferred), 2);
+    ck_assert_uint_eq(atomic_load(&g_s.st->cycle.actions_total[BF_ACTION_BOOTSTRAP]), 2);
+    struct bf_action_msg m[8];
+    ck_assert_int_eq(drain_actions(m, 8), 2);
+    bf_cycle_free(c);
+}
+END_TEST
+
+START_TEST(a_full_actions_ring_drops_the_rest_and_undoes_their_marks)
+{
+    uint32_t slots[4];
+    for (int i = 0; i < 4; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "i-%02d", i);
+        slots[i] = add_machine(id, BF_STATE_IDLE, 0);
+    }
+    publish_rollup(3, 1);
+    /* fill the ring but one slot */
+    struct bf_action_msg filler;
+    memset(&filler, 0, sizeof filler);
+    filler.slot = UINT32_MAX;
+    uint64_t cap = g_s.ring[BF_RING_ACTIONS]->capacity;
+    for (uint64_t i = 0; i + 1 < cap; i++)
+        ck_assert_int_eq(bf_ring_push(&g_s, BF_RING_ACTIONS, &filler), 0);
+    struct bf_cycle *c = new_cycle(false);
+    struct bf_cycle_report rep;
+    ck_assert_int_eq(bf_cycle_run_once(c, 1000000000LL, &rep), 0);
+    ck_assert_uint_eq(rep.decided, 3);
+    ck_assert_uint_eq(rep.enqueued, 1);
+    ck_assert_uint_eq(rep.dropped, 2);
+    ck_assert_uint_eq(atomic_load(&g_s.st->cycle.actions_dropped), 2);
+    ck_assert_uint_eq(atomic_load(&g_s.st->cycle.actions_total[BF_ACTION_BOOTSTRAP]), 3);
+    int in_flight = 0;
+    for (int i = 0; i < 4; i++)
+        in_flight += bf_pending(&g_s, slots[i]);
+    ck_assert_int_eq(in_flight, 1); /* only the pushed action marks its slot */
+    /* the executor drains the ring: the next cycle enqueues the two dropped */
+    struct bf_action_msg m;
+    uint64_t last_slot = UINT32_MAX;
+    while (bf_ring_pop(&g_s, BF_RING_ACTIONS, &m) == 0)
+        last_slot = m.slot;
+    ck_assert_uint_ne(last_slot, UINT32_MAX);
+    ck_assert_int_eq(bf_cycle_run_once(c, 2000000000LL, &rep), 0);
+    ck_assert_uint_eq(rep.enqueued, 2);
+    ck_assert_uint_eq(rep.deduped, 1);
+    bf_cycle_free(c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cycle");
@@ -365,6 +431,8 @@ int main(void)
     tcase_add_test(tc, no_reclaim_before_first_rollup_then_capped_after_an_empty_one);
     tcase_add_test(tc, kill_switch_suppresses_every_action_without_in_flight_marks);
     tcase_add_test(tc, ledger_refs_stay_exact_while_groups_are_replaced_every_cycle);
+    tcase_add_test(tc, max_actions_defers_the_tail_and_asks_for_another_cycle);
+    tcase_add_test(tc, a_full_actions_ring_drops_the_rest_and_undoes_their_marks);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
