@@ -1330,6 +1330,29 @@ static void rss_reset(void)
     }
 }
 
+/* Resident kB of this process's mappings whose path contains `needle`
+ * (/proc/self/smaps): the shm pages actually touched. */
+static long smaps_rss_kb(const char *needle)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return 0;
+    char line[512];
+    long total = 0;
+    bool in = false;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        if (sscanf(line, "%lx-%lx ", &a, &b) == 2) {
+            in = strstr(line, needle) != NULL;
+            continue;
+        }
+        if (in && strncmp(line, "Rss:", 4) == 0)
+            total += atol(line + 4);
+    }
+    fclose(f);
+    return total;
+}
+
 static void rss_kb(long *rss, long *hwm)
 {
     *rss = *hwm = 0;
@@ -1374,6 +1397,7 @@ struct result {
     double shm_inv_bpm, shm_total_bpm; /* mapped segment bytes per machine */
     double arena_used_bpm;             /* string arena bytes in use per machine */
     long rss_shmem_kb, rss_anon_kb;
+    long inv_resident_kb, shm_resident_kb; /* touched pages of the inventory / all segments */
     uint64_t shm_inv_bytes, shm_total_bytes;
     uint32_t max_machines;
     uint32_t count_mismatches; /* published counts vs the bench's own table */
@@ -2087,6 +2111,13 @@ static int run_shm(struct world *w, const struct opts *o, struct result *res)
     res->shm_inv_bpm = (double)res->shm_inv_bytes / w->n;
     res->shm_total_bpm = (double)res->shm_total_bytes / w->n;
     res->arena_used_bpm = (double)atomic_load(&x.s.inv->strtab.arena_used) / w->n;
+    {
+        char needle[96];
+        snprintf(needle, sizeof needle, "bigfleet.%s.inventory", x.id);
+        res->inv_resident_kb = smaps_rss_kb(needle);
+        snprintf(needle, sizeof needle, "bigfleet.%s.", x.id);
+        res->shm_resident_kb = smaps_rss_kb(needle);
+    }
     /* the published counts must match the bench's own table: one more cycle
      * (unmeasured, not executed) reads the executor's last transitions */
     if (bf_cycle_run_once(cy, w->now_ns + x.delta_s * 1000000000LL, &rep))
@@ -2207,14 +2238,18 @@ static void write_json(const char *path, const struct result *rs, int n, const s
                     "     \"shm\": {\"max_machines\": %u, \"inventory_bytes\": %llu, "
                     "\"inventory_bytes_per_machine\": %.1f, \"total_bytes\": %llu, "
                     "\"total_bytes_per_machine\": %.1f, \"string_arena_used_per_machine\": %.1f, "
+                    "\"inventory_resident_bytes_per_machine\": %.1f, "
+                    "\"total_resident_bytes_per_machine\": %.1f, "
                     "\"rss_shmem_kb\": %ld, \"rss_anon_kb\": %ld},\n"
                     "     \"enqueued_per_cycle_mean\": %.2f, \"deduped_per_cycle_mean\": %.2f, "
                     "\"dropped_per_cycle_mean\": %.2f, \"capped_per_cycle_mean\": %.2f, "
                     "\"clusters_reread_per_cycle_mean\": %.2f, \"count_mismatches\": %u,\n",
                     r->max_machines, (unsigned long long)r->shm_inv_bytes, r->shm_inv_bpm,
                     (unsigned long long)r->shm_total_bytes, r->shm_total_bpm, r->arena_used_bpm,
-                    r->rss_shmem_kb, r->rss_anon_kb, r->enq_mean, r->dedup_mean, r->drop_mean,
-                    r->capped_mean, r->clusters_reread_mean, r->count_mismatches);
+                    r->inv_resident_kb * 1024.0 / r->machines,
+                    r->shm_resident_kb * 1024.0 / r->machines, r->rss_shmem_kb, r->rss_anon_kb,
+                    r->enq_mean, r->dedup_mean, r->drop_mean, r->capped_mean,
+                    r->clusters_reread_mean, r->count_mismatches);
         fprintf(f,
                 "     \"floor_ms\": %.4f, \"floor_over\": \"%s\", \"p99_over_floor\": %.3f, "
                 "\"target_p99_ms\": %.1f, \"target_bindings_per_cycle\": %.0f,\n"
