@@ -45,8 +45,11 @@
  * results/bench_engine.svg.
  *
  * Usage: bench_engine [--quick] [--cycles N] [--only name[,name]] [--out DIR]
- *                     [--openb DIR] [--mode engine|shm|both] [--trace]
- *        (--trace: per-cycle timings on stderr)
+ *                     [--openb DIR] [--mode engine|shm|both] [--reclaim-cap F] [--trace]
+ *        (--trace: per-cycle timings on stderr; --reclaim-cap: the shm path's rail 1
+ *        fraction, default the appliance's 0.05; 0 disables it, and then the shm path
+ *        decides exactly the engine bench's actions per cycle, since the engine alone
+ *        applies no rails)
  * Timing uses CLOCK_MONOTONIC; nothing here is asserted (see docs/engine.md).
  */
 #include <errno.h>
@@ -1405,7 +1408,8 @@ struct result {
 
 struct opts {
     bool quick, trace;
-    int modes; /* MODE_ENGINE | MODE_SHM */
+    int modes;          /* MODE_ENGINE | MODE_SHM */
+    double reclaim_cap; /* shm mode: rail 1 fraction; < 0 = the appliance default */
     uint32_t cycles;
     const char *only;
     const char *out;
@@ -1982,6 +1986,8 @@ static int run_shm(struct world *w, const struct opts *o, struct result *res)
     struct bf_cycle_opts co;
     bf_cycle_opts_from_config(&co, &cfg);
     co.wait_reconcile = false;
+    if (o->reclaim_cap >= 0)
+        co.reclaim_cap_fraction = o->reclaim_cap;
     struct bf_cycle *cy;
     if ((rc = bf_cycle_new(&x.s, &co, &cy)))
         die("bf_cycle_new", rc);
@@ -2200,8 +2206,10 @@ static void write_json(const char *path, const struct result *rs, int n, const s
             (o->modes & MODE_ENGINE) ? "\"engine\"" : "",
             (o->modes & MODE_ENGINE) && (o->modes & MODE_SHM) ? ", " : "",
             (o->modes & MODE_SHM) ? "\"shm\"" : "");
-    fprintf(f, "  \"cycles_measured\": %u,\n  \"quick\": %s,\n  \"workloads\": [\n", o->cycles,
-            o->quick ? "true" : "false");
+    fprintf(f,
+            "  \"cycles_measured\": %u,\n  \"quick\": %s,\n  \"shm_reclaim_cap_fraction\": %g,\n"
+            "  \"workloads\": [\n",
+            o->cycles, o->quick ? "true" : "false", o->reclaim_cap >= 0 ? o->reclaim_cap : 0.05);
     for (int i = 0; i < n; i++) {
         const struct result *r = &rs[i];
         bool shm = strcmp(r->mode, "shm") == 0;
@@ -2340,7 +2348,8 @@ int main(int argc, char **argv)
     struct opts o = {.cycles = 100,
                      .out = "results",
                      .openb = "../shared/data/openb",
-                     .modes = MODE_ENGINE | MODE_SHM};
+                     .modes = MODE_ENGINE | MODE_SHM,
+                     .reclaim_cap = -1};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             o.quick = true;
@@ -2355,6 +2364,8 @@ int main(int argc, char **argv)
             o.out = argv[++i];
         } else if (strcmp(argv[i], "--openb") == 0 && i + 1 < argc) {
             o.openb = argv[++i];
+        } else if (strcmp(argv[i], "--reclaim-cap") == 0 && i + 1 < argc) {
+            o.reclaim_cap = atof(argv[++i]);
         } else if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc) {
             const char *md = argv[++i];
             o.modes = strcmp(md, "engine") == 0 ? MODE_ENGINE
@@ -2368,7 +2379,7 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "usage: %s [--quick] [--cycles N] [--only a,b] [--out DIR] "
-                    "[--openb DIR] [--mode engine|shm|both] [--trace]\n",
+                    "[--openb DIR] [--mode engine|shm|both] [--reclaim-cap F] [--trace]\n",
                     argv[0]);
             return 2;
         }
