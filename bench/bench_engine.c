@@ -1386,6 +1386,8 @@ struct result {
     double p_norm, p_p1, p_p2, p_p3, p_obs; /* per-phase p99 */
     double p_exec, p_pub;                   /* shm: execute (rails + enqueue), publish */
     double acts_mean, acts_max, binds_mean, binds_min_drain, binds_med_drain;
+    double drain_c50, drain_cmax, drain_exec_max; /* drain cycles after the first */
+    double over50, over99; /* per-cycle cost outside bf_engine_cycle (mirror update / shm path) */
     uint32_t drain_cycles;
     double changes_mean;
     double floor;
@@ -1455,27 +1457,36 @@ static int run(struct world *w, const struct opts *o, struct result *res)
     struct bf_engine_result r;
     /* warm-up: converge (drain the initial work) */
     int64_t tw = now_mono();
-    struct series drain_binds = {0};
+    struct series drain_binds = {0}, drain_cyc = {0};
     uint32_t warm = 0;
+    double feed_ms = 0;
     for (; warm < 200; warm++) {
         int64_t tc = now_mono();
         if (bf_engine_cycle(e, w->now_ns, &r))
             return -1;
+        double cyc_ms = (double)(now_mono() - tc) / 1e6;
         if (warm == 0)
-            res->first_cycle_ms = (double)(now_mono() - tc) / 1e6;
+            res->first_cycle_ms = cyc_ms;
         uint32_t binds = 0;
         for (size_t i = 0; i < r.n_actions; i++)
             binds += r.actions[i].kind == BF_ACTION_BOOTSTRAP ||
                      r.actions[i].kind == BF_ACTION_PROVISION;
         if (binds)
             push(&drain_binds, binds);
+        if (binds && warm > 0)
+            push(&drain_cyc, cyc_ms + feed_ms);
         bool quiet = r.n_actions == 0 || (warm >= 3 && r.n_actions < w->n / 1000 + 10);
         execute(w, &r);
         w->now_ns += 1000000000LL;
+        int64_t tf = now_mono();
         feed(w, e);
+        feed_ms = (double)(now_mono() - tf) / 1e6;
         if (quiet && warm >= 2)
             break;
     }
+    res->drain_c50 = pct(&drain_cyc, 50);
+    res->drain_cmax = pct(&drain_cyc, 100);
+    free(drain_cyc.v);
     res->drain_cycles = warm + 1;
     res->binds_min_drain =
         drain_binds.n > 1 ? minv(&drain_binds) : (drain_binds.n ? drain_binds.v[0] : 0);
@@ -1551,6 +1562,8 @@ static int run(struct world *w, const struct opts *o, struct result *res)
     res->floor = floor_ms(w->n);
     res->cpu50 = pct(&cpu, 50);
     res->cpu99 = pct(&cpu, 99);
+    res->over50 = pct(&upd, 50);
+    res->over99 = res->u99;
     struct series *all[] = {&cyc, &eng,  &upd,   &pn,  &p1,  &p2, &p3,
                             &po,  &acts, &binds, &chg, &uns, &sf, &cpu};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
@@ -1994,7 +2007,7 @@ static int run_shm(struct world *w, const struct opts *o, struct result *res)
     struct bf_cycle_report rep;
     /* warm-up: the first cycle rescans every record; then converge */
     int64_t tw = now_mono();
-    struct series drain_binds = {0};
+    struct series drain_binds = {0}, drain_cyc = {0}, drain_exec = {0};
     uint32_t warm = 0;
     for (; warm < 200; warm++) {
         uint64_t p0 = ring_prod(&x);
@@ -2005,6 +2018,10 @@ static int run_shm(struct world *w, const struct opts *o, struct result *res)
         uint32_t binds = ring_binds(&x, p0, ring_prod(&x));
         if (binds)
             push(&drain_binds, binds);
+        if (binds && warm > 0) {
+            push(&drain_cyc, (double)rep.total_ns / 1e6);
+            push(&drain_exec, (double)rep.phase_ns[BF_PHASE_EXECUTE] / 1e6);
+        }
         if (o->trace)
             fprintf(stderr,
                     "%s/shm warm-up cycle %u: total %.3f snap %.3f engine %.3f exec %.3f pub "
@@ -2022,6 +2039,11 @@ static int run_shm(struct world *w, const struct opts *o, struct result *res)
         if (quiet && warm >= 2 && bf_ring_depth(&x.s, BF_RING_ACTIONS) == 0)
             break;
     }
+    res->drain_c50 = pct(&drain_cyc, 50);
+    res->drain_cmax = pct(&drain_cyc, 100);
+    res->drain_exec_max = pct(&drain_exec, 100);
+    free(drain_cyc.v);
+    free(drain_exec.v);
     res->drain_cycles = warm + 1;
     res->binds_min_drain =
         drain_binds.n > 1 ? minv(&drain_binds) : (drain_binds.n ? drain_binds.v[0] : 0);
@@ -2031,7 +2053,7 @@ static int run_shm(struct world *w, const struct opts *o, struct result *res)
     /* measured steady state with churn */
     struct series cyc = {0}, eng = {0}, upd = {0}, pn = {0}, p1 = {0}, p2 = {0}, p3 = {0}, po = {0},
                   pe = {0}, pp = {0}, acts = {0}, binds = {0}, chg = {0}, uns = {0}, sf = {0},
-                  enq = {0}, ded = {0}, drp = {0}, cap = {0}, crr = {0}, cpu = {0};
+                  enq = {0}, ded = {0}, drp = {0}, cap = {0}, crr = {0}, cpu = {0}, ovh = {0};
     uint32_t N = o->cycles;
     for (uint32_t k = 0; k < N; k++) {
         w->churn(w, k);
@@ -2047,6 +2069,7 @@ static int run_shm(struct world *w, const struct opts *o, struct result *res)
         double obs = (double)r->t.verdict_ns / 1e6;
         push(&cyc, tot);
         push(&eng, (double)r->t.total_ns / 1e6);
+        push(&ovh, (double)(rep.total_ns - r->t.total_ns) / 1e6);
         push(&upd, (double)rep.phase_ns[BF_PHASE_SNAPREAD] / 1e6);
         push(&pn, (double)r->t.normalize_ns / 1e6);
         push(&p1, (double)r->t.phase1_ns / 1e6);
@@ -2142,6 +2165,9 @@ static int run_shm(struct world *w, const struct opts *o, struct result *res)
     res->floor = floor_shm_ms(&x.s, w->n);
     res->cpu50 = pct(&cpu, 50);
     res->cpu99 = pct(&cpu, 99);
+    res->over50 = pct(&ovh, 50);
+    res->over99 = pct(&ovh, 99);
+    free(ovh.v);
     struct series *all[] = {&cyc,   &eng, &upd, &pn, &p1,  &p2,  &p3,  &po,  &pe,  &pp, &acts,
                             &binds, &chg, &uns, &sf, &enq, &ded, &drp, &cap, &crr, &cpu};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
@@ -2234,12 +2260,15 @@ static void write_json(const char *path, const struct result *rs, int n, const s
                 "     \"actions_per_cycle\": {\"mean\": %.2f, \"max\": %.0f}, "
                 "\"bindings_per_cycle_mean\": %.2f,\n"
                 "     \"drain\": {\"cycles\": %u, \"min_bindings_per_cycle\": %.0f, "
-                "\"median_bindings_per_cycle\": %.0f, \"first_cycle_ms\": %.3f},\n"
+                "\"median_bindings_per_cycle\": %.0f, \"first_cycle_ms\": %.3f, "
+                "\"cycle_ms_p50\": %.3f, \"cycle_ms_max\": %.3f, \"execute_ms_max\": %.3f},\n"
+                "     \"outside_engine_ms\": {\"p50\": %.4f, \"p99\": %.4f},\n"
                 "     \"changed_slots_per_cycle\": %.1f, \"unsatisfied_mean\": %.1f, "
                 "\"shortfalls_mean\": %.1f,\n"
                 "     \"mirror_bytes_per_machine\": %.1f, \"rss_kb\": %ld, \"rss_peak_kb\": %ld,\n",
                 r->acts_mean, r->acts_max, r->binds_mean, r->drain_cycles, r->binds_min_drain,
-                r->binds_med_drain, r->first_cycle_ms, r->changes_mean, r->unsat_mean,
+                r->binds_med_drain, r->first_cycle_ms, r->drain_c50, r->drain_cmax,
+                r->drain_exec_max, r->over50, r->over99, r->changes_mean, r->unsat_mean,
                 r->shortfalls_mean, r->bytes_per_machine, r->rss_kb, r->hwm_kb);
         if (shm)
             fprintf(f,
