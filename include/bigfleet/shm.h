@@ -12,7 +12,10 @@
  * paths must not be called on one.
  *
  * Process rules: the handle is not shared between threads without external
- * locking (the appliance's processes are single-threaded). Functions that
+ * locking, except that readers and the string table may be used from two
+ * threads of one process (the session's loop and its ingest thread): the
+ * string lock is keyed by pid, so a thread waits for its sibling to release
+ * it (bounded) exactly as for another process. Functions that
  * write name the role allowed to call them; the rest are readers usable by
  * anyone. Waits are bounded: a seqlock read retries at most
  * BF_SEQLOCK_READ_TRIES times, a seqlock write acquisition and the string
@@ -117,6 +120,15 @@ size_t bf_shm_total_bytes(const struct bf_shm *s);
  */
 int bf_str_intern(struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *ref);
 static inline int bf_str_intern_cstr(struct bf_shm *s, const char *str, uint32_t *ref);
+/*
+ * As bf_str_intern, but for strings that are unique per machine or per
+ * event (host refs, error messages): refuses with -ENOSPC (not counted as a
+ * failure) once the arena or the hash is three-quarters full, so such
+ * strings can never starve the essential ones (ids, profiles, clusters,
+ * fingerprints), which the table never frees. Callers fall back to a
+ * bounded string.
+ */
+int bf_str_intern_soft(struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *ref);
 /* Finds an existing entry without inserting. 0 or -ENOENT. Lock-free. */
 int bf_str_find(const struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *ref);
 /* The bytes of ref (NUL-terminated; *len gets the length, may be NULL).
