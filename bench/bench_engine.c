@@ -2351,9 +2351,11 @@ static void write_svg(const char *path, const struct result *rs, int n)
         }
         if (r->bind_target > 0)
             fprintf(f,
-                    "<text x=\"%d\" y=\"%d\" fill=\"red\">&gt;= %.0f binds/cycle: "
+                    "<text x=\"%d\" y=\"%d\" fill=\"red\">binds/cycle &gt;= %.0f: "
+                    "</text>\n<text x=\"%d\" y=\"%d\" fill=\"red\">min %.0f, median "
                     "%.0f</text>\n",
-                    x0 - 4, T + 12, r->bind_target, r->binds_min_drain);
+                    x0 - 4, T + 12, r->bind_target, x0 - 4, T + 26, r->binds_min_drain,
+                    r->binds_med_drain);
         fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x0 + 2 * bw,
                 B + 16, r->name);
         fprintf(f,
