@@ -80,6 +80,19 @@ struct strref_cache {
     uint32_t cap, n;
 };
 
+/*
+ * Per verdict-row position: the group bytes and ref published there last
+ * time. The ledger keeps its order from cycle to cycle (priority, arrival,
+ * cluster), and a replaced gang keeps its position, so this is read
+ * sequentially; a hit is decided by content alone (equal bytes have one ref).
+ */
+#define ROWMEMO_INLINE 48
+struct rowmemo {
+    uint32_t len; /* 0 = empty */
+    uint32_t ref;
+    char bytes[ROWMEMO_INLINE];
+};
+
 /* set of u32 keys (NeedProfileBlob refs whose fingerprint is registered) */
 struct u32set {
     uint32_t *k; /* 0 = empty */
@@ -98,6 +111,8 @@ struct bf_cycle {
     struct fpmap fps;
     struct u32set fp_seen; /* profile refs already put into fps */
     struct strref_cache strrefs;
+    struct rowmemo *rowmemo; /* [rowmemo_cap] */
+    uint32_t rowmemo_cap;
     struct labelcache labels;
     /* dirty slots whose record was busy: retried next cycle */
     uint32_t *retry;

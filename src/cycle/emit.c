@@ -153,8 +153,28 @@ static uint32_t fp_profile_ref(struct bf_cycle *c, const char *fp, const struct 
     return ref;
 }
 
+/* group ref of verdict row i (the row-position memo, then the cache) */
+static uint32_t row_group_ref(struct bf_cycle *c, uint32_t i, const void *b, uint32_t len)
+{
+    if (!b || !len)
+        return 0;
+    struct rowmemo *m = i < c->rowmemo_cap ? &c->rowmemo[i] : NULL;
+    if (m && m->len == len && memcmp(m->bytes, b, len) == 0)
+        return m->ref;
+    uint32_t ref = bytes_ref(c, b, len);
+    if (m && ref && len <= ROWMEMO_INLINE) {
+        m->len = len;
+        m->ref = ref;
+        memcpy(m->bytes, b, len);
+    }
+    return ref;
+}
+
 void bf_cycle_caches_free(struct bf_cycle *c)
 {
+    free(c->rowmemo);
+    c->rowmemo = NULL;
+    c->rowmemo_cap = 0;
     free(c->strrefs.e);
     memset(&c->strrefs, 0, sizeof c->strrefs);
     free(c->fp_seen.k);
@@ -395,13 +415,16 @@ void bf_cycle_publish(struct bf_cycle *c, const struct bf_engine_result *r, int6
     /* verdict ledger */
     struct bf_verdict_row *vrows = s->verdicts + (size_t)b * s->max_needs;
     uint32_t nv = 0;
+    if (!c->rowmemo && s->max_needs) /* without it, rows resolve through the cache */
+        if ((c->rowmemo = calloc(s->max_needs, sizeof *c->rowmemo)))
+            c->rowmemo_cap = s->max_needs;
     for (size_t i = 0; r->verdicts && i < r->n_verdicts && nv < s->max_needs; i++) {
         const struct bf_engine_verdict *v = &r->verdicts[i];
         struct bf_verdict_row *o = &vrows[nv++];
         memset(o, 0, sizeof *o);
         o->cluster_ref = cluster_ref(c, v->cluster);
         o->need_profile_ref = fp_profile_ref(c, v->fingerprint, v->profile);
-        o->group_ref = bytes_ref(c, v->group, v->group_len);
+        o->group_ref = row_group_ref(c, nv - 1, v->group, v->group_len);
         o->arrival_ns = v->arrival_ns;
         vec_out(o->aggregate, &v->aggregate);
         vec_out(o->min_unit, &v->min_unit);
