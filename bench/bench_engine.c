@@ -1,12 +1,9 @@
 /*
- * bench_engine.c — the decision-engine cycle benchmark (engine alone).
+ * bench_engine.c — the decision-engine cycle benchmark, engine alone and
+ * through the shared-memory mirror path (--mode engine|shm|both).
  *
  * Builds inventory and demand at scale, reaches steady state, then runs
- * cycles with churn in a closed loop: every cycle the bench plays the
- * executor (applies the previous cycle's actions to its own machine table),
- * applies demand and inventory churn, feeds the changed slots to the engine's
- * mirror (bf_engine_upsert — what the cycle process does from the change
- * log), and runs bf_engine_cycle. Workloads (reference/perf.md §3):
+ * cycles with churn in a closed loop. Workloads (reference/perf.md §3):
  *   agg       (a) 500K Idle, 5 types x 3 zones x 10 racks, 50 clusters x 1,000
  *                 identical CRs (one aggregated Need each), 5 %/min churn;
  *   cfgheavy  (b) 450K Configured (9,000 per cluster) + 50K Idle, 10K CRs per
@@ -18,18 +15,46 @@
  *                 gangs, ~130 Needs per cluster), 2 %/min churn;
  *   openb     (e) the openb trace (../shared/data/openb) replicated across
  *                 clusters up to 500K machines, trace time advancing.
- * For each: cycle p50/p99/max (mirror update + engine cycle, and the engine
- * alone), per-phase p99, actions per cycle, mirror bytes per machine, RSS,
- * and the floor measured in the same run — one sequential pass over a
- * 64-byte-per-record array of N records — with the ratio p99 / floor.
- * Results: results/bench_engine.json and results/bench_engine.svg.
+ *
+ * Mode "engine": every cycle the bench plays the executor (applies the
+ * previous cycle's actions to its own machine table), applies demand churn,
+ * feeds the changed slots to the engine's mirror (bf_engine_upsert) and runs
+ * bf_engine_cycle. Cycle = mirror update + engine.
+ *
+ * Mode "shm": what the real cycle process does. The bench creates the four
+ * segments (--max-machines = the workload's machine count) and plays the
+ * other processes: as the reconciler it writes every machine as a real record
+ * (string-table refs, one interned MachineProfileBlob per shape,
+ * bf_inv_insert); as the session it writes each cluster's rollup as need rows
+ * (interned NeedProfileBlobs) into a free arena extent and publishes the
+ * cluster row (bf_cluster_write, needs change counter); the cycle process is
+ * the real controller (bf_cycle_new / bf_cycle_run_once, no reconcile wait);
+ * as a zero-latency executor it pops the actions ring (at most the
+ * workload's executor cap per cycle; the rest stays queued and in flight),
+ * applies each transition to the record (bf_inv_begin/commit onto the
+ * executor's change log) and marks the action done. Cycle = the controller's
+ * total: snapread (change-log drain + record re-reads + demand refresh), the
+ * engine phases, execute (rails + enqueue), emit (verdicts + publish).
+ *
+ * For each: cycle p50/p99/max, per-phase p99, actions per cycle, bindings per
+ * cycle, mirror bytes per machine, shm bytes per machine, RSS, and the floor
+ * measured in the same run — one sequential pass over N 64-byte records: a
+ * private array in engine mode, the inventory segment's record array in shm
+ * mode — with the ratio p99 / floor.
+ * Results: results/bench_engine.json (one entry per workload and mode) and
+ * results/bench_engine.svg.
  *
  * Usage: bench_engine [--quick] [--cycles N] [--only name[,name]] [--out DIR]
- *                     [--openb DIR] [--trace]   (--trace: per-cycle timings on stderr)
+ *                     [--openb DIR] [--mode engine|shm|both] [--reclaim-cap F] [--trace]
+ *        (--trace: per-cycle timings on stderr; --reclaim-cap: the shm path's rail 1
+ *        fraction, default the appliance's 0.05; 0 disables it, and then the shm path
+ *        decides exactly the engine bench's actions per cycle, since the engine alone
+ *        applies no rails)
  * Timing uses CLOCK_MONOTONIC; nothing here is asserted (see docs/engine.md).
  */
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,9 +62,14 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "bigfleet/blobs.h"
+#include "bigfleet/config.h"
+#include "bigfleet/cycle.h"
 #include "bigfleet/engine.h"
 #include "bigfleet/model.h"
+#include "bigfleet/shm.h"
 
 #define GI    (1024LL * 1024 * 1024 * 1000)
 #define MI    (1024LL * 1024 * 1000)
@@ -51,6 +81,15 @@ static int64_t now_mono(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* CPU time of this thread: a cycle's wall time minus the time it was
+ * descheduled (the 2 cores are shared; a preemption costs a 4 ms tick) */
+static int64_t now_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
@@ -1047,7 +1086,7 @@ static bool load_openb(struct world *w, const char *dir, uint32_t N)
         if (split(line, fl, 16) < 5)
             continue;
         int64_t cpu = atoll(fl[1]), mem = atoll(fl[2]) * MI, gpu = atoll(fl[3]) * 1000;
-        char tn[48];
+        char tn[128];
         snprintf(tn, sizeof tn, "openb-%lldc-%lldg-%lld%s", (long long)cpu / 1000,
                  (long long)(mem / GI), (long long)gpu / 1000, fl[4]);
         nodes[nn++].type = add_type(w, tn, vec3(cpu, mem, gpu), fl[4]);
@@ -1262,6 +1301,61 @@ static double floor_ms(uint32_t N)
     return r;
 }
 
+static long proc_status_kb(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    long v = 0;
+    size_t kl = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, kl) == 0 && line[kl] == ':')
+            v = atol(line + kl + 1);
+    fclose(f);
+    return v;
+}
+
+/* jemalloc introspection when linked (not in sanitizer builds) */
+extern int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen)
+    __attribute__((weak));
+
+/* Before a workload: return the previous workload's freed pages to the kernel
+ * and reset the peak RSS, so each row's RSS is its own. */
+static void rss_reset(void)
+{
+    if (mallctl)
+        mallctl("arena.4096.purge", NULL, NULL, NULL, 0); /* MALLCTL_ARENAS_ALL */
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) {
+        fputs("5", f); /* reset VmHWM to the current RSS */
+        fclose(f);
+    }
+}
+
+/* Resident kB of this process's mappings whose path contains `needle`
+ * (/proc/self/smaps): the shm pages actually touched. */
+static long smaps_rss_kb(const char *needle)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return 0;
+    char line[512];
+    long total = 0;
+    bool in = false;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        if (sscanf(line, "%lx-%lx ", &a, &b) == 2) {
+            in = strstr(line, needle) != NULL;
+            continue;
+        }
+        if (in && strncmp(line, "Rss:", 4) == 0)
+            total += atol(line + 4);
+    }
+    fclose(f);
+    return total;
+}
+
 static void rss_kb(long *rss, long *hwm)
 {
     *rss = *hwm = 0;
@@ -1280,15 +1374,20 @@ static void rss_kb(long *rss, long *hwm)
 
 struct result {
     char name[24];
+    char mode[8]; /* "engine" or "shm" */
     char desc[96];
     uint32_t machines, needs_in, needs_norm, clusters;
     double target_ms; /* 0: no latency target */
     double bind_target;
-    double c50, c99, cmax;                  /* mirror update + engine */
-    double e50, e99, emax;                  /* engine alone */
-    double u99;                             /* mirror update p99 */
+    double c50, c99, cmax;                  /* the cycle (see the mode) */
+    double cpu50, cpu99;                    /* the cycle's thread CPU time */
+    double e50, e99, emax;                  /* bf_engine_cycle alone */
+    double u99;                             /* mirror update (engine) / snapread (shm) p99 */
     double p_norm, p_p1, p_p2, p_p3, p_obs; /* per-phase p99 */
-    double acts_mean, acts_max, binds_mean, binds_min_drain;
+    double p_exec, p_pub;                   /* shm: execute (rails + enqueue), publish */
+    double acts_mean, acts_max, binds_mean, binds_min_drain, binds_med_drain;
+    double drain_c50, drain_cmax, drain_exec_max; /* drain cycles after the first */
+    double over50, over99; /* per-cycle cost outside bf_engine_cycle (mirror update / shm path) */
     uint32_t drain_cycles;
     double changes_mean;
     double floor;
@@ -1298,15 +1397,29 @@ struct result {
     double first_cycle_ms;
     uint32_t cycles;
     double unsat_mean, shortfalls_mean;
+    /* shm mode */
+    double enq_mean, dedup_mean, drop_mean, capped_mean, clusters_reread_mean;
+    double shm_inv_bpm, shm_total_bpm; /* mapped segment bytes per machine */
+    double arena_used_bpm;             /* string arena bytes in use per machine */
+    long rss_shmem_kb, rss_anon_kb;
+    long inv_resident_kb, shm_resident_kb; /* touched pages of the inventory / all segments */
+    uint64_t shm_inv_bytes, shm_total_bytes;
+    uint32_t max_machines;
+    uint32_t count_mismatches; /* published counts vs the bench's own table */
 };
 
 struct opts {
     bool quick, trace;
+    int modes;          /* MODE_ENGINE | MODE_SHM */
+    double reclaim_cap; /* shm mode: rail 1 fraction; < 0 = the appliance default */
     uint32_t cycles;
     const char *only;
     const char *out;
     const char *openb;
 };
+
+#define MODE_ENGINE 1
+#define MODE_SHM    2
 
 static bool wanted(const struct opts *o, const char *name)
 {
@@ -1344,45 +1457,56 @@ static int run(struct world *w, const struct opts *o, struct result *res)
     struct bf_engine_result r;
     /* warm-up: converge (drain the initial work) */
     int64_t tw = now_mono();
-    struct series drain_binds = {0};
+    struct series drain_binds = {0}, drain_cyc = {0};
     uint32_t warm = 0;
+    double feed_ms = 0;
     for (; warm < 200; warm++) {
         int64_t tc = now_mono();
         if (bf_engine_cycle(e, w->now_ns, &r))
             return -1;
+        double cyc_ms = (double)(now_mono() - tc) / 1e6;
         if (warm == 0)
-            res->first_cycle_ms = (double)(now_mono() - tc) / 1e6;
+            res->first_cycle_ms = cyc_ms;
         uint32_t binds = 0;
         for (size_t i = 0; i < r.n_actions; i++)
             binds += r.actions[i].kind == BF_ACTION_BOOTSTRAP ||
                      r.actions[i].kind == BF_ACTION_PROVISION;
         if (binds)
             push(&drain_binds, binds);
+        if (binds && warm > 0)
+            push(&drain_cyc, cyc_ms + feed_ms);
         bool quiet = r.n_actions == 0 || (warm >= 3 && r.n_actions < w->n / 1000 + 10);
         execute(w, &r);
         w->now_ns += 1000000000LL;
+        int64_t tf = now_mono();
         feed(w, e);
+        feed_ms = (double)(now_mono() - tf) / 1e6;
         if (quiet && warm >= 2)
             break;
     }
+    res->drain_c50 = pct(&drain_cyc, 50);
+    res->drain_cmax = pct(&drain_cyc, 100);
+    free(drain_cyc.v);
     res->drain_cycles = warm + 1;
     res->binds_min_drain =
         drain_binds.n > 1 ? minv(&drain_binds) : (drain_binds.n ? drain_binds.v[0] : 0);
+    res->binds_med_drain = pct(&drain_binds, 50);
     free(drain_binds.v);
     res->warm_s = (double)(now_mono() - tw) / 1e9;
     /* measured steady state with churn */
     struct series cyc = {0}, eng = {0}, upd = {0}, pn = {0}, p1 = {0}, p2 = {0}, p3 = {0}, po = {0},
-                  acts = {0}, binds = {0}, chg = {0}, uns = {0}, sf = {0};
+                  acts = {0}, binds = {0}, chg = {0}, uns = {0}, sf = {0}, cpu = {0};
     uint32_t N = o->cycles;
     for (uint32_t k = 0; k < N; k++) {
         w->churn(w, k);
-        int64_t a = now_mono();
+        int64_t a = now_mono(), ca = now_cpu();
         uint32_t changed = feed(w, e);
         push_demand(w, e);
         int64_t b = now_mono();
         if (bf_engine_cycle(e, w->now_ns, &r))
             return -1;
         int64_t c = now_mono();
+        push(&cpu, (double)(now_cpu() - ca) / 1e6);
         push(&upd, (double)(b - a) / 1e6);
         push(&eng, (double)(c - b) / 1e6);
         push(&cyc, (double)(c - a) / 1e6);
@@ -1436,41 +1560,666 @@ static int run(struct world *w, const struct opts *o, struct result *res)
     res->bytes_per_machine = st.machines ? (double)st.bytes / st.machines : 0;
     rss_kb(&res->rss_kb, &res->hwm_kb);
     res->floor = floor_ms(w->n);
+    res->cpu50 = pct(&cpu, 50);
+    res->cpu99 = pct(&cpu, 99);
+    res->over50 = pct(&upd, 50);
+    res->over99 = res->u99;
     struct series *all[] = {&cyc, &eng,  &upd,   &pn,  &p1,  &p2, &p3,
-                            &po,  &acts, &binds, &chg, &uns, &sf};
+                            &po,  &acts, &binds, &chg, &uns, &sf, &cpu};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]->v);
     bf_engine_free(e);
     return 0;
 }
 
+/* ------------------------------------------------------------------ shm mirror path */
+
+/*
+ * The other processes, played by the bench over real segments: reconciler
+ * (records), session (cluster rows and need rows), executor (transitions).
+ * World slots and shm slots coincide (inserted in order into fresh segments).
+ */
+struct shmw {
+    struct bf_shm s;
+    char id[64];
+    struct bf_blob_cache *blobs; /* the executor's decode cache */
+    uint32_t *prof;              /* (type, zone, rack, ct) -> MachineProfileBlob ref */
+    uint16_t *type_idx;          /* world type -> type registry index */
+    uint16_t zone_idx[3];
+    uint32_t *sref; /* world string id -> shm ref (0 = not interned yet; id 0 = "") */
+    uint32_t nsref;
+    uint32_t *clref;           /* cluster name refs */
+    uint32_t *ext_off, *ext_n; /* each cluster's published need-row extent */
+    uint32_t arena_rows;
+    int64_t delta_s; /* shm wall seconds = world seconds + delta_s */
+    uint32_t host;
+    uint64_t exec_stale;
+};
+
+static char g_shm_id[64]; /* unlinked on SIGINT/SIGTERM */
+
+static void shm_on_signal(int sig)
+{
+    if (g_shm_id[0])
+        bf_shm_unlink(g_shm_id);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void die(const char *what, int rc)
+{
+    fprintf(stderr, "bench_engine: %s failed (%d)\n", what, rc);
+    if (g_shm_id[0])
+        bf_shm_unlink(g_shm_id);
+    exit(1);
+}
+
+static uint32_t shm_sref(struct shmw *x, struct world *w, uint32_t id)
+{
+    if (id == 0)
+        return 0;
+    if (id >= x->nsref) {
+        uint32_t nn = w->st.cap > id ? w->st.cap : id + 1;
+        x->sref = realloc(x->sref, nn * sizeof *x->sref);
+        if (!x->sref)
+            die("realloc", -ENOMEM);
+        memset(x->sref + x->nsref, 0, (nn - x->nsref) * sizeof *x->sref);
+        x->nsref = nn;
+    }
+    if (!x->sref[id]) {
+        const char *str = w->st.s[id];
+        int rc = bf_str_intern(&x->s, str, (uint32_t)strlen(str), &x->sref[id]);
+        if (rc)
+            die("bf_str_intern", rc);
+    }
+    return x->sref[id];
+}
+
+static uint32_t shm_profile(struct shmw *x, struct world *w, uint32_t s)
+{
+    uint32_t k = ((w->type[s] * 3u + w->zone[s]) * 10u + w->rack[s]) * BF_CT_COUNT + w->ct[s];
+    if (x->prof[k])
+        return x->prof[k];
+    const struct mtype *t = &w->types[w->type[s]];
+    char rack[24];
+    snprintf(rack, sizeof rack, "%s-rack-%u", zones[w->zone[s]], w->rack[s]);
+    struct bf_kv labels[2] = {{"rack", rack}, {"gpu-model", t->model}};
+    struct bf_kv alloc[BF_MAX_DIMS];
+    char buf[BF_MAX_DIMS][32];
+    uint32_t na = bf_vec_to_kv(&x->s, &t->alloc, alloc, buf);
+    struct bf_mprofile_input in = {
+        t->name, zones[w->zone[s]], w->ct[s], 0, NULL, t->model[0] ? 2 : 1, labels, na, alloc};
+    char err[160];
+    int rc = bf_mprofile_intern(&x->s, &in, &x->prof[k], err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "bench_engine: profile %s: %s\n", t->name, err);
+        die("bf_mprofile_intern", rc);
+    }
+    /* the profile must decode to exactly the allocatable the engine bench feeds */
+    const struct bf_mprofile *p = bf_mprofile_get(x->blobs, &x->s, x->prof[k]);
+    if (!p || !bf_vec_eq(&p->effective, &t->alloc))
+        die("profile round trip", -EINVAL);
+    return x->prof[k];
+}
+
+/* the record for world slot s (the id is the caller's) */
+static void shm_fill(struct shmw *x, struct world *w, uint32_t s, struct bf_machine_rec *r)
+{
+    r->profile = shm_profile(x, w, s);
+    r->cluster = w->cl[s] ? x->clref[w->cl[s] - 1] : 0;
+    r->host = w->state[s] == BF_STATE_SPECULATIVE ? 0 : x->host;
+    r->fingerprint = shm_sref(x, w, w->fp[s]);
+    r->group = shm_sref(x, w, w->group[s]);
+    r->last_error = 0;
+    r->assigned_priority = w->prio[s];
+    r->state = w->state[s];
+    r->capacity_type = w->ct[s];
+    r->ipb = w->ipb[s];
+    r->rpb = w->rpb[s];
+    r->type_idx = x->type_idx[w->type[s]];
+    r->zone_idx = x->zone_idx[w->zone[s]];
+    r->idle_since = w->since[s] ? bf_rec_idle_since_encode(&x->s, w->since[s] + x->delta_s) : 0;
+    r->flags = (r->flags & BF_REC_VALID) | BF_REC_HOST_IS_ID;
+    r->price_per_hour = w->price[s];
+    r->interruption_probability = w->prob[s];
+}
+
+static int ext_cmp(const void *a, const void *b)
+{
+    const uint32_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* first fit among the extents the other clusters' published rows occupy */
+static uint32_t shm_ext_alloc(struct world *w, struct shmw *x, uint32_t self, uint32_t n)
+{
+    uint32_t(*ex)[2] = xcalloc(w->ncl, sizeof *ex);
+    uint32_t m = 0;
+    for (uint32_t c = 0; c < w->ncl; c++)
+        if (c != self && x->ext_n[c]) {
+            ex[m][0] = x->ext_off[c];
+            ex[m][1] = x->ext_n[c];
+            m++;
+        }
+    qsort(ex, m, sizeof *ex, ext_cmp);
+    uint32_t at = 0;
+    for (uint32_t i = 0; i < m; i++) {
+        if (ex[i][0] >= at + n)
+            break;
+        if (ex[i][0] + ex[i][1] > at)
+            at = ex[i][0] + ex[i][1];
+    }
+    free(ex);
+    if ((uint64_t)at + n > x->arena_rows)
+        die("need-row arena allocation", -ENOSPC);
+    return at;
+}
+
+/* the session: one cluster's full-replacement rollup, then the row publish */
+static void shm_publish_cluster(struct world *w, struct shmw *x, uint32_t c)
+{
+    struct cluster *cl = &w->cls[c];
+    uint32_t off = cl->n ? shm_ext_alloc(w, x, c, cl->n) : 0;
+    for (uint32_t i = 0; i < cl->n; i++) {
+        struct bneed *n = &cl->needs[i];
+        n->p.reqs = n->req;
+        n->p.spread = n->spr;
+        for (uint32_t r = 0; r < n->p.n_reqs; r++)
+            n->req[r].values = n->vals[r];
+        struct bf_need_row row;
+        memset(&row, 0, sizeof row);
+        uint32_t fref;
+        int rc = bf_nprofile_intern(&x->s, &n->p, &row.profile_ref, &fref);
+        if (rc)
+            die("bf_nprofile_intern", rc);
+        row.group_ref = shm_sref(x, w, n->group);
+        row.cluster_ref = x->clref[c];
+        row.arrival_ns = n->arrival;
+        memcpy(row.aggregate, n->agg.v, sizeof row.aggregate);
+        memcpy(row.min_unit, n->minu.v, sizeof row.min_unit);
+        bf_shm_store_words(&x->s.rows[off + i], &row, sizeof row);
+    }
+    struct bf_cluster_rec rec;
+    memset(&rec, 0, sizeof rec);
+    rec.name_ref = x->clref[c];
+    rec.in_use = 1;
+    rec.connected = 1;
+    rec.first_rollup = 1;
+    rec.rows_off = off;
+    rec.rows_count = cl->n;
+    rec.accepted_rows = cl->n;
+    rec.generation = ++cl->gen;
+    rec.rollups_accepted = cl->gen;
+    rec.last_rollup_ns = (w->now_ns / 1000000000LL + x->delta_s) * 1000000000LL;
+    bf_cluster_write(&x->s, c, &rec);
+    x->ext_off[c] = off;
+    x->ext_n[c] = cl->n;
+    cl->dirty = false;
+}
+
+static int shm_publish(struct world *w, struct shmw *x)
+{
+    int changed = 0;
+    for (uint32_t c = 0; c < w->ncl; c++)
+        if (w->cls[c].dirty) {
+            shm_publish_cluster(w, x, c);
+            changed++;
+        }
+    if (changed) {
+        uint32_t rows = 0;
+        for (uint32_t c = 0; c < w->ncl; c++)
+            rows += x->ext_n[c];
+        if (atomic_load(&x->s.needs->n_clusters) < w->ncl)
+            atomic_store_explicit(&x->s.needs->n_clusters, w->ncl, memory_order_release);
+        atomic_store(&x->s.needs->rows_used, rows);
+        atomic_fetch_add_explicit(&x->s.needs->change_counter, 1, memory_order_release);
+    }
+    return changed;
+}
+
+static int act_start_state(int kind)
+{
+    switch (kind) {
+    case BF_ACTION_BOOTSTRAP:
+    case BF_ACTION_DELETE:
+        return BF_STATE_IDLE;
+    case BF_ACTION_PROVISION:
+        return BF_STATE_SPECULATIVE;
+    case BF_ACTION_RECLAIM:
+    case BF_ACTION_PREEMPT:
+        return BF_STATE_CONFIGURED;
+    default:
+        return -1;
+    }
+}
+
+/* the executor, zero latency: pops at most `cap` actions (0 = all), applies
+ * each transition to the record (and to the bench's own table), marks it done */
+static uint32_t shm_execute(struct world *w, struct shmw *x, uint32_t cap)
+{
+    int64_t now_s = w->now_ns / 1000000000LL;
+    struct bf_action_msg m;
+    uint32_t n = 0;
+    while ((!cap || n < cap) && bf_ring_pop(&x->s, BF_RING_ACTIONS, &m) == 0) {
+        n++;
+        if (m.disposition != BF_DISP_EXECUTE)
+            continue; /* audit only */
+        uint32_t s = m.slot;
+        struct bf_inv_txn t;
+        int rc = bf_inv_begin(&x->s, s, &t);
+        if (rc)
+            die("bf_inv_begin", rc);
+        struct bf_machine_rec r = t.old;
+        const struct bf_nprofile *np = NULL;
+        if (m.kind == BF_ACTION_BOOTSTRAP || m.kind == BF_ACTION_PROVISION)
+            np = bf_nprofile_get(x->blobs, &x->s, m.need_profile_ref);
+        if (!(r.flags & BF_REC_VALID) || r.id != m.machine_id_ref ||
+            r.state != act_start_state(m.kind) ||
+            ((m.kind == BF_ACTION_BOOTSTRAP || m.kind == BF_ACTION_PROVISION) && !np)) {
+            bf_inv_abort(&x->s, &t);
+            bf_pending_done(&x->s, s, m.pending_tag);
+            x->exec_stale++;
+            continue;
+        }
+        switch (m.kind) {
+        case BF_ACTION_BOOTSTRAP:
+        case BF_ACTION_PROVISION: {
+            r.state = BF_STATE_CONFIGURED;
+            r.cluster = m.cluster_ref;
+            r.assigned_priority = np->p.priority;
+            r.ipb = np->p.ipb;
+            r.rpb = np->p.rpb;
+            r.fingerprint = np->fingerprint_ref;
+            if (!r.fingerprint && np->fingerprint[0])
+                bf_str_intern_cstr(&x->s, np->fingerprint, &r.fingerprint);
+            r.group = m.group_ref;
+            r.idle_since = 0;
+            w->state[s] = BF_STATE_CONFIGURED;
+            const char *cn = bf_str(&x->s, m.cluster_ref, NULL);
+            w->cl[s] = (uint16_t)(cluster_index(w, cn ? cn : "") + 1);
+            w->prio[s] = np->p.priority;
+            w->ipb[s] = np->p.ipb;
+            w->rpb[s] = np->p.rpb;
+            w->fp[s] = str_id(&w->st, np->fingerprint);
+            uint32_t gl = 0;
+            const char *g = m.group_ref ? bf_str(&x->s, m.group_ref, &gl) : "";
+            char gb[64];
+            gl = gl < 63 ? gl : 63;
+            memcpy(gb, g, gl);
+            gb[gl] = 0;
+            w->group[s] = str_id(&w->st, gb);
+            if (w->fp[s] < x->nsref)
+                x->sref[w->fp[s]] = r.fingerprint;
+            if (w->group[s] < x->nsref)
+                x->sref[w->group[s]] = r.group;
+            w->since[s] = 0;
+            break;
+        }
+        case BF_ACTION_RECLAIM:
+        case BF_ACTION_PREEMPT:
+            r.state = BF_STATE_IDLE;
+            r.cluster = 0;
+            r.assigned_priority = 0;
+            r.ipb = r.rpb = 0;
+            r.fingerprint = r.group = 0;
+            r.idle_since = bf_rec_idle_since_encode(&x->s, now_s + x->delta_s);
+            w->state[s] = BF_STATE_IDLE;
+            w->cl[s] = 0;
+            w->prio[s] = 0;
+            w->ipb[s] = w->rpb[s] = 0;
+            w->fp[s] = w->group[s] = 0;
+            w->since[s] = now_s;
+            break;
+        case BF_ACTION_DELETE:
+            r.state = BF_STATE_SPECULATIVE;
+            r.idle_since = 0;
+            w->state[s] = BF_STATE_SPECULATIVE;
+            w->since[s] = 0;
+            break;
+        default:
+            break;
+        }
+        bf_inv_commit(&x->s, &t, &r, BF_CL_EXECUTOR);
+        bf_pending_done(&x->s, s, m.pending_tag);
+    }
+    return n;
+}
+
+/* Bootstraps + Provisions pushed on the actions ring in [from, to) */
+static uint32_t ring_binds(struct shmw *x, uint64_t from, uint64_t to)
+{
+    uint32_t b = 0;
+    struct bf_action_msg m;
+    for (uint64_t p = from; p < to; p++)
+        if (bf_ring_read_at(&x->s, BF_RING_ACTIONS, p, &m) == 0)
+            b += m.kind == BF_ACTION_BOOTSTRAP || m.kind == BF_ACTION_PROVISION;
+    return b;
+}
+
+static uint64_t ring_prod(struct shmw *x)
+{
+    return atomic_load_explicit(&x->s.ring[BF_RING_ACTIONS]->prod, memory_order_acquire);
+}
+
+/* one sequential pass over the inventory segment's record array (median of 9) */
+static double floor_shm_ms(const struct bf_shm *s, uint32_t n)
+{
+    struct series t = {0};
+    volatile uint64_t sink = 0;
+    for (int rep = 0; rep < 9; rep++) {
+        int64_t t0 = now_mono();
+        uint64_t v = 0;
+        for (uint32_t i = 0; i < n; i++)
+            v += atomic_load_explicit(&s->records[i].w[i & 3], memory_order_relaxed);
+        sink += v;
+        push(&t, (double)(now_mono() - t0) / 1e6);
+    }
+    (void)sink;
+    double r = pct(&t, 50);
+    free(t.v);
+    return r;
+}
+
+static int run_shm(struct world *w, const struct opts *o, struct result *res)
+{
+    struct shmw x;
+    memset(&x, 0, sizeof x);
+    snprintf(x.id, sizeof x.id, "benchshm-%d-%s", (int)getpid(), w->name);
+    snprintf(g_shm_id, sizeof g_shm_id, "%s", x.id);
+    bf_shm_unlink(x.id);
+    uint32_t nin = 0;
+    for (uint32_t c = 0; c < w->ncl; c++)
+        nin += w->cls[c].n;
+    struct bf_shm_caps caps = {
+        .max_machines = w->n,
+        .max_needs = nin * 2 > 4096 ? (nin * 2 + 1023) / 1024 * 1024 : 4096,
+        .max_clusters = w->ncl * 2 > 256 ? w->ncl * 2 : 256,
+    };
+    char err[256];
+    int64_t t0 = now_mono();
+    int rc = bf_shm_create(&x.s, x.id, &caps, 1, 0, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "bench_engine: bf_shm_create: %s\n", err);
+        g_shm_id[0] = 0;
+        return -1;
+    }
+    bf_shm_set_role(&x.s, BF_ROLE_CYCLE);
+    x.arena_rows = 2 * caps.max_needs;
+    x.delta_s = x.s.inv_hdr->created_unix_ns / 1000000000LL + 86400 - w->now_ns / 1000000000LL;
+    /* dimension registry in the bench's own index order */
+    if (bf_dim_intern(&x.s, "cpu") != D_CPU || bf_dim_intern(&x.s, "memory") != D_MEM ||
+        bf_dim_intern(&x.s, "nvidia.com/gpu") != D_GPU)
+        die("bf_dim_intern", -EINVAL);
+    x.blobs = bf_blob_cache_new();
+    x.prof = xcalloc((size_t)w->ntypes * 3 * 10 * BF_CT_COUNT, sizeof *x.prof);
+    x.type_idx = xcalloc(w->ntypes, sizeof *x.type_idx);
+    for (uint32_t t = 0; t < w->ntypes; t++) {
+        int i = bf_type_intern(&x.s, w->types[t].name);
+        if (i < 0)
+            die("bf_type_intern", i);
+        x.type_idx[t] = (uint16_t)i;
+    }
+    for (int z = 0; z < 3; z++) {
+        int i = bf_zone_intern(&x.s, zones[z]);
+        if (i < 0)
+            die("bf_zone_intern", i);
+        x.zone_idx[z] = (uint16_t)i;
+    }
+    x.clref = xcalloc(w->ncl, sizeof *x.clref);
+    x.ext_off = xcalloc(w->ncl, sizeof *x.ext_off);
+    x.ext_n = xcalloc(w->ncl, sizeof *x.ext_n);
+    for (uint32_t c = 0; c < w->ncl; c++)
+        if ((rc = bf_str_intern_cstr(&x.s, w->cls[c].name, &x.clref[c])))
+            die("bf_str_intern", rc);
+    if ((rc = bf_str_intern_cstr(&x.s, "bench", &x.host)))
+        die("bf_str_intern", rc);
+    /* the reconciler: every machine as a real record */
+    for (uint32_t s = 0; s < w->n; s++) {
+        struct bf_machine_rec r;
+        memset(&r, 0, sizeof r);
+        if ((rc = bf_str_intern_cstr(&x.s, w->id[s], &r.id)))
+            die("bf_str_intern", rc);
+        shm_fill(&x, w, s, &r);
+        uint32_t slot;
+        if ((rc = bf_inv_insert(&x.s, &r, &slot)) || slot != s)
+            die("bf_inv_insert", rc ? rc : -EINVAL);
+        w->dirty[s] = 0;
+    }
+    w->ndirty = 0;
+    /* the session: every cluster's rollup */
+    shm_publish(w, &x);
+    res->build_s = (double)(now_mono() - t0) / 1e9;
+    res->machines = w->n;
+    res->clusters = w->ncl;
+    res->needs_in = nin;
+    res->max_machines = caps.max_machines;
+    /* the cycle process */
+    struct bf_config cfg;
+    bf_config_defaults(&cfg);
+    struct bf_cycle_opts co;
+    bf_cycle_opts_from_config(&co, &cfg);
+    co.wait_reconcile = false;
+    if (o->reclaim_cap >= 0)
+        co.reclaim_cap_fraction = o->reclaim_cap;
+    struct bf_cycle *cy;
+    if ((rc = bf_cycle_new(&x.s, &co, &cy)))
+        die("bf_cycle_new", rc);
+    struct bf_cycle_report rep;
+    /* warm-up: the first cycle rescans every record; then converge */
+    int64_t tw = now_mono();
+    struct series drain_binds = {0}, drain_cyc = {0}, drain_exec = {0};
+    uint32_t warm = 0;
+    for (; warm < 200; warm++) {
+        uint64_t p0 = ring_prod(&x);
+        if (bf_cycle_run_once(cy, w->now_ns + x.delta_s * 1000000000LL, &rep))
+            die("bf_cycle_run_once", -ENOMEM);
+        if (warm == 0)
+            res->first_cycle_ms = (double)rep.total_ns / 1e6;
+        uint32_t binds = ring_binds(&x, p0, ring_prod(&x));
+        if (binds)
+            push(&drain_binds, binds);
+        if (binds && warm > 0) {
+            push(&drain_cyc, (double)rep.total_ns / 1e6);
+            push(&drain_exec, (double)rep.phase_ns[BF_PHASE_EXECUTE] / 1e6);
+        }
+        if (o->trace)
+            fprintf(stderr,
+                    "%s/shm warm-up cycle %u: total %.3f snap %.3f engine %.3f exec %.3f pub "
+                    "%.3f changed %u decided %u enq %u binds %u deduped %u dropped %u\n",
+                    w->name, warm, (double)rep.total_ns / 1e6,
+                    (double)rep.phase_ns[BF_PHASE_SNAPREAD] / 1e6,
+                    (double)bf_cycle_last_result(cy)->t.total_ns / 1e6,
+                    (double)rep.phase_ns[BF_PHASE_EXECUTE] / 1e6,
+                    (double)(rep.phase_ns[BF_PHASE_EMIT] - bf_cycle_last_result(cy)->t.verdict_ns) /
+                        1e6,
+                    rep.changed_slots, rep.decided, rep.enqueued, binds, rep.deduped, rep.dropped);
+        bool quiet = rep.decided == 0 || (warm >= 3 && rep.decided < w->n / 1000 + 10);
+        shm_execute(w, &x, w->exec_cap);
+        w->now_ns += 1000000000LL;
+        if (quiet && warm >= 2 && bf_ring_depth(&x.s, BF_RING_ACTIONS) == 0)
+            break;
+    }
+    res->drain_c50 = pct(&drain_cyc, 50);
+    res->drain_cmax = pct(&drain_cyc, 100);
+    res->drain_exec_max = pct(&drain_exec, 100);
+    free(drain_cyc.v);
+    free(drain_exec.v);
+    res->drain_cycles = warm + 1;
+    res->binds_min_drain =
+        drain_binds.n > 1 ? minv(&drain_binds) : (drain_binds.n ? drain_binds.v[0] : 0);
+    res->binds_med_drain = pct(&drain_binds, 50);
+    free(drain_binds.v);
+    res->warm_s = (double)(now_mono() - tw) / 1e9;
+    /* measured steady state with churn */
+    struct series cyc = {0}, eng = {0}, upd = {0}, pn = {0}, p1 = {0}, p2 = {0}, p3 = {0}, po = {0},
+                  pe = {0}, pp = {0}, acts = {0}, binds = {0}, chg = {0}, uns = {0}, sf = {0},
+                  enq = {0}, ded = {0}, drp = {0}, cap = {0}, crr = {0}, cpu = {0}, ovh = {0};
+    uint32_t N = o->cycles;
+    for (uint32_t k = 0; k < N; k++) {
+        w->churn(w, k);
+        shm_publish(w, &x);
+        uint64_t p0 = ring_prod(&x);
+        int64_t ca = now_cpu();
+        if (bf_cycle_run_once(cy, w->now_ns + x.delta_s * 1000000000LL, &rep))
+            die("bf_cycle_run_once", -ENOMEM);
+        push(&cpu, (double)(now_cpu() - ca) / 1e6);
+        const struct bf_engine_result *r = bf_cycle_last_result(cy);
+        double tot = (double)rep.total_ns / 1e6;
+        double emit = (double)rep.phase_ns[BF_PHASE_EMIT] / 1e6;
+        double obs = (double)r->t.verdict_ns / 1e6;
+        push(&cyc, tot);
+        push(&eng, (double)r->t.total_ns / 1e6);
+        push(&ovh, (double)(rep.total_ns - r->t.total_ns) / 1e6);
+        push(&upd, (double)rep.phase_ns[BF_PHASE_SNAPREAD] / 1e6);
+        push(&pn, (double)r->t.normalize_ns / 1e6);
+        push(&p1, (double)r->t.phase1_ns / 1e6);
+        push(&p2, (double)r->t.phase2_ns / 1e6);
+        push(&p3, (double)r->t.phase3_ns / 1e6);
+        push(&po, obs);
+        push(&pe, (double)rep.phase_ns[BF_PHASE_EXECUTE] / 1e6);
+        push(&pp, emit - obs);
+        push(&acts, rep.decided);
+        uint32_t bn = ring_binds(&x, p0, ring_prod(&x));
+        push(&binds, bn);
+        push(&chg, rep.changed_slots);
+        push(&uns, r->n_unsatisfied);
+        push(&sf, (double)r->n_shortfalls);
+        push(&enq, rep.enqueued);
+        push(&ded, rep.deduped);
+        push(&drp, rep.dropped);
+        push(&cap, rep.capped);
+        push(&crr, rep.clusters_reread);
+        res->needs_norm = r->n_needs;
+        if (o->trace)
+            fprintf(stderr,
+                    "%s/shm cycle %u: total %.3f snap %.3f engine %.3f (norm %.3f p1 %.3f "
+                    "credit %.3f p2 %.3f p3 %.3f obs %.3f) exec %.3f pub %.3f changed %u "
+                    "clusters %u decided %u enq %u binds %u\n",
+                    w->name, k, tot, (double)rep.phase_ns[BF_PHASE_SNAPREAD] / 1e6,
+                    (double)r->t.total_ns / 1e6, r->t.normalize_ns / 1e6, r->t.phase1_ns / 1e6,
+                    r->t.phase1_credit_ns / 1e6, r->t.phase2_ns / 1e6, r->t.phase3_ns / 1e6, obs,
+                    (double)rep.phase_ns[BF_PHASE_EXECUTE] / 1e6, emit - obs, rep.changed_slots,
+                    rep.clusters_reread, rep.decided, rep.enqueued, bn);
+        shm_execute(w, &x, w->exec_cap);
+        w->now_ns += 1000000000LL;
+    }
+    res->cycles = N;
+    res->c50 = pct(&cyc, 50);
+    res->c99 = pct(&cyc, 99);
+    res->cmax = pct(&cyc, 100);
+    res->e50 = pct(&eng, 50);
+    res->e99 = pct(&eng, 99);
+    res->emax = pct(&eng, 100);
+    res->u99 = pct(&upd, 99);
+    res->p_norm = pct(&pn, 99);
+    res->p_p1 = pct(&p1, 99);
+    res->p_p2 = pct(&p2, 99);
+    res->p_p3 = pct(&p3, 99);
+    res->p_obs = pct(&po, 99);
+    res->p_exec = pct(&pe, 99);
+    res->p_pub = pct(&pp, 99);
+    res->acts_mean = mean(&acts);
+    res->acts_max = pct(&acts, 100);
+    res->binds_mean = mean(&binds);
+    res->changes_mean = mean(&chg);
+    res->unsat_mean = mean(&uns);
+    res->shortfalls_mean = mean(&sf);
+    res->enq_mean = mean(&enq);
+    res->dedup_mean = mean(&ded);
+    res->drop_mean = mean(&drp);
+    res->capped_mean = mean(&cap);
+    res->clusters_reread_mean = mean(&crr);
+    struct bf_engine_mirror_stats st;
+    bf_engine_mirror_stats(bf_cycle_engine(cy), &st);
+    res->bytes_per_machine = st.machines ? (double)st.bytes / st.machines : 0;
+    rss_kb(&res->rss_kb, &res->hwm_kb);
+    res->rss_shmem_kb = proc_status_kb("RssShmem");
+    res->rss_anon_kb = proc_status_kb("RssAnon");
+    res->shm_inv_bytes = x.s.len[BF_SEG_INVENTORY];
+    res->shm_total_bytes = bf_shm_total_bytes(&x.s);
+    res->shm_inv_bpm = (double)res->shm_inv_bytes / w->n;
+    res->shm_total_bpm = (double)res->shm_total_bytes / w->n;
+    res->arena_used_bpm = (double)atomic_load(&x.s.inv->strtab.arena_used) / w->n;
+    {
+        char needle[96];
+        snprintf(needle, sizeof needle, "bigfleet.%s.inventory", x.id);
+        res->inv_resident_kb = smaps_rss_kb(needle);
+        snprintf(needle, sizeof needle, "bigfleet.%s.", x.id);
+        res->shm_resident_kb = smaps_rss_kb(needle);
+    }
+    /* the published counts must match the bench's own table: one more cycle
+     * (unmeasured, not executed) reads the executor's last transitions */
+    if (bf_cycle_run_once(cy, w->now_ns + x.delta_s * 1000000000LL, &rep))
+        die("bf_cycle_run_once", -ENOMEM);
+    uint32_t pub = atomic_load(&x.s.st->published);
+    uint32_t by_state[BF_STATE_COUNT] = {0};
+    for (uint32_t s = 0; s < w->n; s++)
+        if (w->state[s] < BF_STATE_COUNT)
+            by_state[w->state[s]]++;
+    for (int k = 0; k < BF_STATE_COUNT; k++)
+        if (x.s.st->result[pub].counts.by_state[k] != by_state[k])
+            res->count_mismatches++;
+    if (res->count_mismatches)
+        fprintf(stderr, "%s/shm: published counts differ from the bench's table in %u states\n",
+                w->name, res->count_mismatches);
+    res->floor = floor_shm_ms(&x.s, w->n);
+    res->cpu50 = pct(&cpu, 50);
+    res->cpu99 = pct(&cpu, 99);
+    res->over50 = pct(&ovh, 50);
+    res->over99 = pct(&ovh, 99);
+    free(ovh.v);
+    struct series *all[] = {&cyc,   &eng, &upd, &pn, &p1,  &p2,  &p3,  &po,  &pe,  &pp, &acts,
+                            &binds, &chg, &uns, &sf, &enq, &ded, &drp, &cap, &crr, &cpu};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        free(all[i]->v);
+    bf_cycle_free(cy);
+    bf_blob_cache_free(x.blobs);
+    free(x.prof);
+    free(x.type_idx);
+    free(x.sref);
+    free(x.clref);
+    free(x.ext_off);
+    free(x.ext_n);
+    bf_shm_detach(&x.s);
+    bf_shm_unlink(x.id);
+    g_shm_id[0] = 0;
+    return 0;
+}
+
 static void print_header(void)
 {
-    printf("%-9s %7s %6s %6s | %8s %8s %8s | %7s %7s | %6s %6s %6s %6s %6s %6s | %8s %7s "
-           "%6s | %6s %6s %8s | %s\n",
-           "workload", "machine", "needs", "norm", "cyc p50", "cyc p99", "cyc max", "eng p99",
-           "upd p99", "norm", "p1", "p2", "p3", "obs", "chg/c", "act/cyc", "binds", "B/mach",
-           "floor", "p99/fl", "RSS MB", "target");
+    printf("%-9s %-6s %7s %6s %6s | %8s %8s %8s %8s | %7s %7s | %6s %6s %6s %6s %6s %6s %6s | "
+           "%6s %8s %7s | %6s %6s %6s | %6s %6s %7s | %s\n",
+           "workload", "mode", "machine", "needs", "norm", "cyc p50", "cyc p99", "cyc max",
+           "cpu p99", "eng p99", "upd p99", "norm", "p1", "p2", "p3", "obs", "exec", "pub", "chg/c",
+           "act/cyc", "binds", "B/mach", "shmInv", "shmAll", "floor", "p99/fl", "RSS MB", "target");
 }
 
 static void print_row(const struct result *r)
 {
-    char tgt[64];
+    char tgt[96];
     if (r->target_ms > 0)
         snprintf(tgt, sizeof tgt, "p99 <= %.0f ms: %s", r->target_ms,
                  r->c99 <= r->target_ms ? "met" : "MISSED");
     else if (r->bind_target > 0)
-        snprintf(tgt, sizeof tgt, ">= %.0f binds/cycle: %s (min %.0f in %u drain cycles)",
+        snprintf(tgt, sizeof tgt,
+                 ">= %.0f binds/cycle: %s (min %.0f, median %.0f in %u drain cycles)",
                  r->bind_target, r->binds_min_drain >= r->bind_target ? "met" : "MISSED",
-                 r->binds_min_drain, r->drain_cycles);
+                 r->binds_min_drain, r->binds_med_drain, r->drain_cycles);
     else
         snprintf(tgt, sizeof tgt, "-");
-    printf("%-9s %7u %6u %6u | %8.3f %8.3f %8.3f | %7.3f %7.3f | %6.2f %6.2f %6.2f %6.2f %6.2f "
-           "%6.0f | %8.1f %7.1f %6.1f | %6.2f %6.2f %8.1f | %s\n",
-           r->name, r->machines, r->needs_in, r->needs_norm, r->c50, r->c99, r->cmax, r->e99,
-           r->u99, r->p_norm, r->p_p1, r->p_p2, r->p_p3, r->p_obs, r->changes_mean, r->acts_mean,
-           r->binds_mean, r->bytes_per_machine, r->floor, r->c99 / r->floor, r->hwm_kb / 1024.0,
-           tgt);
+    bool shm = strcmp(r->mode, "shm") == 0;
+    char inv[16] = "-", all[16] = "-";
+    if (shm) {
+        snprintf(inv, sizeof inv, "%.1f", r->shm_inv_bpm);
+        snprintf(all, sizeof all, "%.1f", r->shm_total_bpm);
+    }
+    printf("%-9s %-6s %7u %6u %6u | %8.3f %8.3f %8.3f %8.3f | %7.3f %7.3f | %6.2f %6.2f %6.2f "
+           "%6.2f %6.2f %6.2f %6.2f | %6.0f %8.1f %7.1f | %6.1f %6s %6s | %6.2f %6.2f %7.1f | %s\n",
+           r->name, r->mode, r->machines, r->needs_in, r->needs_norm, r->c50, r->c99, r->cmax,
+           r->cpu99, r->e99, r->u99, r->p_norm, r->p_p1, r->p_p2, r->p_p3, r->p_obs, r->p_exec,
+           r->p_pub, r->changes_mean, r->acts_mean, r->binds_mean, r->bytes_per_machine, inv, all,
+           r->floor, r->c99 / r->floor, r->hwm_kb / 1024.0, tgt);
     fflush(stdout);
 }
 
@@ -1479,34 +2228,71 @@ static void write_json(const char *path, const struct result *rs, int n, const s
     FILE *f = fopen(path, "w");
     if (!f)
         return;
-    fprintf(f, "{\n  \"benchmark\": \"bench_engine\",\n  \"mode\": \"engine-alone\",\n");
-    fprintf(f, "  \"cycles_measured\": %u,\n  \"quick\": %s,\n  \"workloads\": [\n", o->cycles,
-            o->quick ? "true" : "false");
+    fprintf(f, "{\n  \"benchmark\": \"bench_engine\",\n  \"modes\": [%s%s%s],\n",
+            (o->modes & MODE_ENGINE) ? "\"engine\"" : "",
+            (o->modes & MODE_ENGINE) && (o->modes & MODE_SHM) ? ", " : "",
+            (o->modes & MODE_SHM) ? "\"shm\"" : "");
+    fprintf(f,
+            "  \"cycles_measured\": %u,\n  \"quick\": %s,\n  \"shm_reclaim_cap_fraction\": %g,\n"
+            "  \"workloads\": [\n",
+            o->cycles, o->quick ? "true" : "false", o->reclaim_cap >= 0 ? o->reclaim_cap : 0.05);
     for (int i = 0; i < n; i++) {
         const struct result *r = &rs[i];
+        bool shm = strcmp(r->mode, "shm") == 0;
         fprintf(f,
-                "    {\"name\": \"%s\", \"description\": \"%s\", \"machines\": %u, "
-                "\"clusters\": %u, \"needs\": %u, \"needs_normalized\": %u,\n"
+                "    {\"name\": \"%s\", \"mode\": \"%s\", \"description\": \"%s\", "
+                "\"machines\": %u, \"clusters\": %u, \"needs\": %u, \"needs_normalized\": %u,\n"
                 "     \"cycle_ms\": {\"p50\": %.4f, \"p99\": %.4f, \"max\": %.4f},\n"
+                "     \"cycle_cpu_ms\": {\"p50\": %.4f, \"p99\": %.4f},\n"
                 "     \"engine_ms\": {\"p50\": %.4f, \"p99\": %.4f, \"max\": %.4f},\n"
-                "     \"mirror_update_p99_ms\": %.4f,\n"
+                "     \"%s\": %.4f,\n"
                 "     \"phase_p99_ms\": {\"normalize\": %.4f, \"phase1\": %.4f, \"phase2\": %.4f, "
-                "\"phase3\": %.4f, \"observe\": %.4f},\n"
+                "\"phase3\": %.4f, \"observe\": %.4f",
+                r->name, r->mode, r->desc, r->machines, r->clusters, r->needs_in, r->needs_norm,
+                r->c50, r->c99, r->cmax, r->cpu50, r->cpu99, r->e50, r->e99, r->emax,
+                shm ? "snapread_p99_ms" : "mirror_update_p99_ms", r->u99, r->p_norm, r->p_p1,
+                r->p_p2, r->p_p3, r->p_obs);
+        if (shm)
+            fprintf(f, ", \"snapread\": %.4f, \"execute\": %.4f, \"publish\": %.4f", r->u99,
+                    r->p_exec, r->p_pub);
+        fprintf(f,
+                "},\n"
                 "     \"actions_per_cycle\": {\"mean\": %.2f, \"max\": %.0f}, "
                 "\"bindings_per_cycle_mean\": %.2f,\n"
                 "     \"drain\": {\"cycles\": %u, \"min_bindings_per_cycle\": %.0f, "
-                "\"first_cycle_ms\": %.3f},\n"
+                "\"median_bindings_per_cycle\": %.0f, \"first_cycle_ms\": %.3f, "
+                "\"cycle_ms_p50\": %.3f, \"cycle_ms_max\": %.3f, \"execute_ms_max\": %.3f},\n"
+                "     \"outside_engine_ms\": {\"p50\": %.4f, \"p99\": %.4f},\n"
                 "     \"changed_slots_per_cycle\": %.1f, \"unsatisfied_mean\": %.1f, "
                 "\"shortfalls_mean\": %.1f,\n"
-                "     \"mirror_bytes_per_machine\": %.1f, \"rss_kb\": %ld, \"rss_peak_kb\": %ld,\n"
-                "     \"floor_ms\": %.4f, \"p99_over_floor\": %.3f, \"target_p99_ms\": %.1f, "
-                "\"target_bindings_per_cycle\": %.0f,\n"
+                "     \"mirror_bytes_per_machine\": %.1f, \"rss_kb\": %ld, \"rss_peak_kb\": %ld,\n",
+                r->acts_mean, r->acts_max, r->binds_mean, r->drain_cycles, r->binds_min_drain,
+                r->binds_med_drain, r->first_cycle_ms, r->drain_c50, r->drain_cmax,
+                r->drain_exec_max, r->over50, r->over99, r->changes_mean, r->unsat_mean,
+                r->shortfalls_mean, r->bytes_per_machine, r->rss_kb, r->hwm_kb);
+        if (shm)
+            fprintf(f,
+                    "     \"shm\": {\"max_machines\": %u, \"inventory_bytes\": %llu, "
+                    "\"inventory_bytes_per_machine\": %.1f, \"total_bytes\": %llu, "
+                    "\"total_bytes_per_machine\": %.1f, \"string_arena_used_per_machine\": %.1f, "
+                    "\"inventory_resident_bytes_per_machine\": %.1f, "
+                    "\"total_resident_bytes_per_machine\": %.1f, "
+                    "\"rss_shmem_kb\": %ld, \"rss_anon_kb\": %ld},\n"
+                    "     \"enqueued_per_cycle_mean\": %.2f, \"deduped_per_cycle_mean\": %.2f, "
+                    "\"dropped_per_cycle_mean\": %.2f, \"capped_per_cycle_mean\": %.2f, "
+                    "\"clusters_reread_per_cycle_mean\": %.2f, \"count_mismatches\": %u,\n",
+                    r->max_machines, (unsigned long long)r->shm_inv_bytes, r->shm_inv_bpm,
+                    (unsigned long long)r->shm_total_bytes, r->shm_total_bpm, r->arena_used_bpm,
+                    r->inv_resident_kb * 1024.0 / r->machines,
+                    r->shm_resident_kb * 1024.0 / r->machines, r->rss_shmem_kb, r->rss_anon_kb,
+                    r->enq_mean, r->dedup_mean, r->drop_mean, r->capped_mean,
+                    r->clusters_reread_mean, r->count_mismatches);
+        fprintf(f,
+                "     \"floor_ms\": %.4f, \"floor_over\": \"%s\", \"p99_over_floor\": %.3f, "
+                "\"target_p99_ms\": %.1f, \"target_bindings_per_cycle\": %.0f,\n"
                 "     \"build_s\": %.3f, \"warmup_s\": %.3f, \"cycles\": %u}%s\n",
-                r->name, r->desc, r->machines, r->clusters, r->needs_in, r->needs_norm, r->c50,
-                r->c99, r->cmax, r->e50, r->e99, r->emax, r->u99, r->p_norm, r->p_p1, r->p_p2,
-                r->p_p3, r->p_obs, r->acts_mean, r->acts_max, r->binds_mean, r->drain_cycles,
-                r->binds_min_drain, r->first_cycle_ms, r->changes_mean, r->unsat_mean,
-                r->shortfalls_mean, r->bytes_per_machine, r->rss_kb, r->hwm_kb, r->floor,
+                r->floor,
+                shm ? "inventory segment record array" : "private array of 64-byte records",
                 r->floor > 0 ? r->c99 / r->floor : 0, r->target_ms, r->bind_target, r->build_s,
                 r->warm_s, r->cycles, i + 1 < n ? "," : "");
     }
@@ -1519,7 +2305,7 @@ static void write_svg(const char *path, const struct result *rs, int n)
     FILE *f = fopen(path, "w");
     if (!f)
         return;
-    const int W = 980, H = 440, L = 70, B = 360, T = 40;
+    const int W = n > 6 ? 160 * n + 110 : 980, H = 440, L = 70, B = 360, T = 40;
     /* log10 scale from 0.01 ms to 1000 ms */
     const double lo = -2, hi = 3;
 #define Y(ms) (B - (int)((log10((ms) > 0.01 ? (ms) : 0.01) - lo) / (hi - lo) * (B - T)))
@@ -1530,7 +2316,7 @@ static void write_svg(const char *path, const struct result *rs, int n)
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     fprintf(f,
             "<text x=\"%d\" y=\"20\" font-size=\"14\">bench_engine: cycle latency per "
-            "workload (log scale, ms)</text>\n",
+            "workload, engine alone and through the shm mirror path (log scale, ms)</text>\n",
             L);
     for (int d = (int)lo; d <= (int)hi; d++) {
         double ms = pow(10, d);
@@ -1551,8 +2337,8 @@ static void write_svg(const char *path, const struct result *rs, int n)
             int y = Y(v[k]);
             fprintf(f,
                     "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"><title>%s "
-                    "%s %.3f ms</title></rect>\n",
-                    x0 + k * bw, y, bw - 2, B - y, col[k], r->name, lab[k], v[k]);
+                    "%s %s %.3f ms</title></rect>\n",
+                    x0 + k * bw, y, bw - 2, B - y, col[k], r->name, r->mode, lab[k], v[k]);
         }
         if (r->target_ms > 0) {
             int y = Y(r->target_ms);
@@ -1565,13 +2351,17 @@ static void write_svg(const char *path, const struct result *rs, int n)
         }
         if (r->bind_target > 0)
             fprintf(f,
-                    "<text x=\"%d\" y=\"%d\" fill=\"red\">&gt;= %.0f binds/cycle: "
+                    "<text x=\"%d\" y=\"%d\" fill=\"red\">binds/cycle &gt;= %.0f: "
+                    "</text>\n<text x=\"%d\" y=\"%d\" fill=\"red\">min %.0f, median "
                     "%.0f</text>\n",
-                    x0 - 4, T + 12, r->bind_target, r->binds_min_drain);
+                    x0 - 4, T + 12, r->bind_target, x0 - 4, T + 26, r->binds_min_drain,
+                    r->binds_med_drain);
         fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x0 + 2 * bw,
                 B + 16, r->name);
-        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\">%uK</text>\n",
-                x0 + 2 * bw, B + 30, r->machines / 1000);
+        fprintf(f,
+                "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\">%uK, "
+                "%s</text>\n",
+                x0 + 2 * bw, B + 30, r->machines / 1000, r->mode);
     }
     for (int k = 0; k < 4; k++) {
         fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>", L + k * 90,
@@ -1586,7 +2376,11 @@ static void write_svg(const char *path, const struct result *rs, int n)
 
 int main(int argc, char **argv)
 {
-    struct opts o = {.cycles = 100, .out = "results", .openb = "../shared/data/openb"};
+    struct opts o = {.cycles = 100,
+                     .out = "results",
+                     .openb = "../shared/data/openb",
+                     .modes = MODE_ENGINE | MODE_SHM,
+                     .reclaim_cap = -1};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             o.quick = true;
@@ -1601,19 +2395,36 @@ int main(int argc, char **argv)
             o.out = argv[++i];
         } else if (strcmp(argv[i], "--openb") == 0 && i + 1 < argc) {
             o.openb = argv[++i];
+        } else if (strcmp(argv[i], "--reclaim-cap") == 0 && i + 1 < argc) {
+            o.reclaim_cap = atof(argv[++i]);
+        } else if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc) {
+            const char *md = argv[++i];
+            o.modes = strcmp(md, "engine") == 0 ? MODE_ENGINE
+                      : strcmp(md, "shm") == 0  ? MODE_SHM
+                      : strcmp(md, "both") == 0 ? MODE_ENGINE | MODE_SHM
+                                                : 0;
+            if (!o.modes) {
+                fprintf(stderr, "--mode: engine, shm or both\n");
+                return 2;
+            }
         } else {
             fprintf(stderr,
                     "usage: %s [--quick] [--cycles N] [--only a,b] [--out DIR] "
-                    "[--openb DIR] [--trace]\n",
+                    "[--openb DIR] [--mode engine|shm|both] [--reclaim-cap F] [--trace]\n",
                     argv[0]);
             return 2;
         }
     }
     uint32_t big = o.quick ? 100000 : 500000;
-    struct result rs[8];
+    struct result rs[16];
+    signal(SIGINT, shm_on_signal);
+    signal(SIGTERM, shm_on_signal);
     int n = 0;
-    printf("bench_engine: engine alone (mirror fed by upserts), %u measured cycles per "
-           "workload, 1 cycle = 1 s of simulated time\n",
+    printf("bench_engine: %s, %u measured cycles per workload, 1 cycle = 1 s of simulated "
+           "time\n",
+           o.modes == MODE_ENGINE ? "engine alone (mirror fed by upserts)"
+           : o.modes == MODE_SHM  ? "through the shm mirror path (bf_cycle_run_once)"
+                                  : "engine alone and through the shm mirror path",
            o.cycles);
     print_header();
     struct {
@@ -1635,49 +2446,56 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof wl / sizeof wl[0]; i++) {
         if (!wanted(&o, wl[i].name))
             continue;
-        struct world w;
-        memset(&w, 0, sizeof w);
-        w.name = wl[i].name;
-        rng_state = 0x1234567 + i;
-        switch (wl[i].kind) {
-        case 0:
-            build_agg(&w, wl[i].N);
-            break;
-        case 1:
-            build_cfgheavy(&w, wl[i].N);
-            break;
-        case 2:
-            build_oneone(&w, wl[i].N);
-            break;
-        case 3:
-            build_real(&w, wl[i].N);
-            break;
-        case 4:
-            if (!build_openb(&w, wl[i].N, o.openb)) {
-                fprintf(stderr, "openb: cannot read %s (skipped)\n", o.openb);
-                world_free(&w);
+        for (int mode = MODE_ENGINE; mode <= MODE_SHM; mode <<= 1) {
+            if (!(o.modes & mode))
                 continue;
+            /* the same world for both modes: rebuilt from the same seed */
+            rss_reset();
+            struct world w;
+            memset(&w, 0, sizeof w);
+            w.name = wl[i].name;
+            rng_state = 0x1234567 + i;
+            switch (wl[i].kind) {
+            case 0:
+                build_agg(&w, wl[i].N);
+                break;
+            case 1:
+                build_cfgheavy(&w, wl[i].N);
+                break;
+            case 2:
+                build_oneone(&w, wl[i].N);
+                break;
+            case 3:
+                build_real(&w, wl[i].N);
+                break;
+            case 4:
+                if (!build_openb(&w, wl[i].N, o.openb)) {
+                    fprintf(stderr, "openb: cannot read %s (skipped)\n", o.openb);
+                    world_free(&w);
+                    continue;
+                }
+                break;
             }
-            break;
-        }
-        struct result *r = &rs[n];
-        memset(r, 0, sizeof *r);
-        snprintf(r->name, sizeof r->name, "%s", wl[i].name);
-        snprintf(r->desc, sizeof r->desc, "%s", wl[i].desc);
-        r->target_ms = wl[i].target;
-        r->bind_target = wl[i].bind_target;
-        if (run(&w, &o, r)) {
-            fprintf(stderr, "%s: engine error\n", wl[i].name);
+            struct result *r = &rs[n];
+            memset(r, 0, sizeof *r);
+            snprintf(r->name, sizeof r->name, "%s", wl[i].name);
+            snprintf(r->mode, sizeof r->mode, "%s", mode == MODE_SHM ? "shm" : "engine");
+            snprintf(r->desc, sizeof r->desc, "%s", wl[i].desc);
+            r->target_ms = wl[i].target;
+            r->bind_target = wl[i].bind_target;
+            int rc = mode == MODE_SHM ? run_shm(&w, &o, r) : run(&w, &o, r);
+            if (rc) {
+                fprintf(stderr, "%s: %s error\n", wl[i].name, r->mode);
+            } else {
+                print_row(r);
+                n++;
+            }
             world_free(&w);
-            continue;
-        }
-        print_row(r);
-        n++;
-        world_free(&w);
-        if (w.ob) {
-            free(w.ob->pods);
-            free(w.ob->clock);
-            free(w.ob);
+            if (w.ob) {
+                free(w.ob->pods);
+                free(w.ob->clock);
+                free(w.ob);
+            }
         }
     }
     mkdir(o.out, 0755);
@@ -1687,9 +2505,16 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, "%s/bench_engine.svg", o.out);
     write_svg(path, rs, n);
     printf("wrote %s/bench_engine.json and %s/bench_engine.svg\n", o.out, o.out);
-    printf("columns: cyc = mirror update (upserts of changed slots) + engine cycle; eng = "
-           "bf_engine_cycle alone; upd = mirror update; per-phase p99 in ms; chg/c = changed "
-           "slots per cycle; B/mach = mirror+demand heap bytes per machine; floor = one "
-           "sequential pass over N 64-byte records (median of 9), same run\n");
+    printf("columns: engine mode: cyc = mirror update (upserts of changed slots) + engine "
+           "cycle, upd = mirror update, binds = Bootstraps+Provisions decided; shm mode: cyc = "
+           "bf_cycle_run_once total, upd = snapread (change-log drain + record re-reads + "
+           "demand refresh), exec = rails + enqueue, pub = publish (emit minus the engine's "
+           "verdict time, which is obs), binds = Bootstraps+Provisions enqueued. eng = "
+           "bf_engine_cycle alone; cpu = the cycle's thread CPU time (wall minus preemption); "
+           "per-phase p99 in ms; chg/c = changed slots per cycle; "
+           "B/mach = engine mirror+demand heap bytes per machine; shmInv/shmAll = inventory "
+           "segment / all four segments, mapped bytes per machine; floor = one sequential pass "
+           "over N 64-byte records (engine: private array; shm: the inventory segment's "
+           "records), median of 9, same run\n");
     return 0;
 }

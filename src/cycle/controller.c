@@ -74,6 +74,7 @@ void bf_cycle_free(struct bf_cycle *c)
     for (uint32_t i = 0; i < c->fps.cap; i++)
         free((char *)c->fps.e[i].key);
     free(c->fps.e);
+    bf_cycle_caches_free(c);
     for (uint32_t i = 0; i < c->labels.cap; i++)
         free(c->labels.e[i].labels);
     free(c->labels.e);

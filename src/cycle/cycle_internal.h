@@ -4,6 +4,7 @@
 #ifndef BF_CYCLE_INTERNAL_H
 #define BF_CYCLE_INTERNAL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "bigfleet/blobs.h"
@@ -55,6 +56,49 @@ struct labelcache {
     uint32_t cap, n;
 };
 
+/*
+ * Engine-owned string (by address) -> string-table ref, so publishing a
+ * ledger row or an action does not hash and probe the shared string table
+ * for every cluster, group and fingerprint. The engine's strings are stable
+ * while they live, but an address can be reused by another string after a
+ * free, so every hit is validated by content (length + bytes, against an
+ * inline copy for short strings, else against the string table's bytes).
+ * Fingerprint entries also carry the NeedProfileBlob ref. Entries not used
+ * for two cycles are dropped when the table grows.
+ */
+#define STRREF_INLINE 36
+struct strref_entry {
+    const void *p; /* engine bytes; NULL = empty slot */
+    uint32_t len;
+    uint32_t ref;              /* string-table ref of the same bytes */
+    uint32_t prof;             /* fingerprints: NeedProfileBlob ref, 0 = not resolved yet */
+    uint32_t used;             /* low 32 bits of the cycle that last used it */
+    char bytes[STRREF_INLINE]; /* copy when len <= STRREF_INLINE */
+};
+struct strref_cache {
+    struct strref_entry *e;
+    uint32_t cap, n;
+};
+
+/*
+ * Per verdict-row position: the group bytes and ref published there last
+ * time. The ledger keeps its order from cycle to cycle (priority, arrival,
+ * cluster), and a replaced gang keeps its position, so this is read
+ * sequentially; a hit is decided by content alone (equal bytes have one ref).
+ */
+#define ROWMEMO_INLINE 48
+struct rowmemo {
+    uint32_t len; /* 0 = empty */
+    uint32_t ref;
+    char bytes[ROWMEMO_INLINE];
+};
+
+/* set of u32 keys (NeedProfileBlob refs whose fingerprint is registered) */
+struct u32set {
+    uint32_t *k; /* 0 = empty */
+    uint32_t cap, n;
+};
+
 struct bf_cycle {
     struct bf_shm *shm;
     struct bf_cycle_opts o;
@@ -65,6 +109,10 @@ struct bf_cycle {
     struct clusterinfo *clusters;
     uint32_t max_clusters;
     struct fpmap fps;
+    struct u32set fp_seen; /* profile refs already put into fps */
+    struct strref_cache strrefs;
+    struct rowmemo *rowmemo; /* [rowmemo_cap] */
+    uint32_t rowmemo_cap;
     struct labelcache labels;
     /* dirty slots whose record was busy: retried next cycle */
     uint32_t *retry;
@@ -95,6 +143,10 @@ void bf_cycle_publish(struct bf_cycle *c, const struct bf_engine_result *r, int6
                       const struct bf_cycle_report *rep);
 uint32_t bf_cycle_profile_ref(struct bf_cycle *c, const char *fingerprint,
                               const struct bf_need_profile *p);
-void bf_cycle_fpmap_put(struct bf_cycle *c, const char *fingerprint, uint32_t ref);
+int bf_cycle_fpmap_put(struct bf_cycle *c, const char *fingerprint, uint32_t ref); /* 0, -ENOMEM */
+/* u32 set: true if key was absent (and is now present); false if present or
+ * out of memory (the caller then just repeats its work next time) */
+bool bf_cycle_u32set_add(struct u32set *s, uint32_t key);
+void bf_cycle_caches_free(struct bf_cycle *c);
 
 #endif

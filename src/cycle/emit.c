@@ -6,7 +6,15 @@
  *
  * Enqueue protocol (docs/internals.md): an executable action marks its slot
  * in flight (bf_pending_mark) and carries the tag; a full ring undoes the
- * mark and drops the action (re-derived next cycle, counted). Audit-only
+ * mark and drops the action (re-derived next cycle, counted). Once the ring
+ * has refused a push, the cycle's remaining actions are counted as dropped
+ * (in-flight ones still as deduplicated) without building their messages:
+ * a 500K-action drain cycle would otherwise re-check and format ~400K
+ * actions only to have the ring refuse them.
+ *
+ * Strings: actions and ledger rows carry string-table refs of engine
+ * strings, resolved through an address-keyed cache validated by content
+ * (struct strref_cache in cycle_internal.h). Audit-only
  * dispositions (kill switch, dry run) carry pending_tag 0, do not mark the
  * slot, and are only audited by the executor.
  *
@@ -16,27 +24,164 @@
  * moved by less than 2, so a reader never blocks the cycle.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bigfleet/log.h"
 #include "cycle_internal.h"
 
-static uint32_t cluster_ref(struct bf_cycle *c, const char *name)
+/* ------------------------------------------------------------ string refs */
+
+static inline uint32_t ptr_hash(const void *p)
 {
+    uint64_t x = (uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ULL;
+    return (uint32_t)(x >> 32);
+}
+
+/* rebuilds the table keeping the entries used in the last two cycles, at a
+ * load of at most 1/4 */
+static bool strref_rehash(struct bf_cycle *c)
+{
+    struct strref_cache *m = &c->strrefs;
+    uint32_t tag = (uint32_t)c->cycles_run, live = 0;
+    for (uint32_t i = 0; i < m->cap; i++)
+        if (m->e[i].p && tag - m->e[i].used <= 2)
+            live++;
+    uint32_t nc = 256;
+    while ((uint64_t)(live + 1) * 4 > nc)
+        nc *= 2;
+    struct strref_entry *ne = calloc(nc, sizeof *ne);
+    if (!ne)
+        return false;
+    for (uint32_t i = 0; i < m->cap; i++) {
+        const struct strref_entry *e = &m->e[i];
+        if (!e->p || tag - e->used > 2)
+            continue;
+        uint32_t j = ptr_hash(e->p) & (nc - 1);
+        while (ne[j].p)
+            j = (j + 1) & (nc - 1);
+        ne[j] = *e;
+    }
+    free(m->e);
+    m->e = ne;
+    m->cap = nc;
+    m->n = live;
+    return true;
+}
+
+/* the cache entry of engine bytes b (validated), or NULL when b is empty, not
+ * in the string table, or memory ran out (callers then resolve uncached) */
+static struct strref_entry *strref_get(struct bf_cycle *c, const void *b, uint32_t len)
+{
+    struct strref_cache *m = &c->strrefs;
+    if (!b || !len)
+        return NULL;
+    if ((m->n + 1) * 2 > m->cap && !strref_rehash(c))
+        return NULL;
+    uint32_t mask = m->cap - 1, tag = (uint32_t)c->cycles_run;
+    uint32_t i = ptr_hash(b) & mask;
+    while (m->e[i].p && m->e[i].p != b)
+        i = (i + 1) & mask;
+    struct strref_entry *e = &m->e[i];
+    if (e->p == b && e->len == len) {
+        bool same;
+        if (len <= STRREF_INLINE) {
+            same = memcmp(e->bytes, b, len) == 0;
+        } else {
+            uint32_t tl = 0;
+            const char *t = bf_str(c->shm, e->ref, &tl);
+            same = t && tl == len && memcmp(t, b, len) == 0;
+        }
+        if (same) {
+            e->used = tag;
+            return e;
+        }
+    }
+    /* new, or the address now holds other bytes: resolve */
     uint32_t ref = 0;
-    if (name && name[0])
-        bf_str_find(c->shm, name, (uint32_t)strlen(name), &ref);
-    return ref;
+    if (bf_str_find(c->shm, b, len, &ref) != 0 || ref == 0) {
+        if (e->p == b)
+            e->len = UINT32_MAX; /* stale: never matches, dropped at the next rehash */
+        return NULL;
+    }
+    if (e->p != b)
+        m->n++;
+    e->p = b;
+    e->len = len;
+    e->ref = ref;
+    e->prof = 0;
+    e->used = tag;
+    if (len <= STRREF_INLINE)
+        memcpy(e->bytes, b, len);
+    return e;
 }
 
 static uint32_t bytes_ref(struct bf_cycle *c, const void *b, uint32_t len)
 {
+    if (!b || !len)
+        return 0;
+    const struct strref_entry *e = strref_get(c, b, len);
+    if (e)
+        return e->ref;
     uint32_t ref = 0;
-    if (b && len)
-        bf_str_find(c->shm, b, len, &ref);
+    bf_str_find(c->shm, b, len, &ref);
     return ref;
 }
+
+static uint32_t cluster_ref(struct bf_cycle *c, const char *name)
+{
+    return name ? bytes_ref(c, name, (uint32_t)strlen(name)) : 0;
+}
+
+/* NeedProfileBlob ref of a fingerprint (bf_cycle_profile_ref, cached) */
+static uint32_t fp_profile_ref(struct bf_cycle *c, const char *fp, const struct bf_need_profile *p)
+{
+    if (!fp || !fp[0])
+        return 0;
+    uint32_t len = (uint32_t)strlen(fp);
+    struct strref_entry *e = strref_get(c, fp, len);
+    if (e && e->prof)
+        return e->prof;
+    uint32_t ref = bf_cycle_profile_ref(c, fp, p);
+    if (ref) {
+        if (!e)
+            e = strref_get(c, fp, len); /* interned just now (a folded profile) */
+        if (e)
+            e->prof = ref;
+    }
+    return ref;
+}
+
+/* group ref of verdict row i (the row-position memo, then the cache) */
+static uint32_t row_group_ref(struct bf_cycle *c, uint32_t i, const void *b, uint32_t len)
+{
+    if (!b || !len)
+        return 0;
+    struct rowmemo *m = i < c->rowmemo_cap ? &c->rowmemo[i] : NULL;
+    if (m && m->len == len && memcmp(m->bytes, b, len) == 0)
+        return m->ref;
+    uint32_t ref = bytes_ref(c, b, len);
+    if (m && ref && len <= ROWMEMO_INLINE) {
+        m->len = len;
+        m->ref = ref;
+        memcpy(m->bytes, b, len);
+    }
+    return ref;
+}
+
+void bf_cycle_caches_free(struct bf_cycle *c)
+{
+    free(c->rowmemo);
+    c->rowmemo = NULL;
+    c->rowmemo_cap = 0;
+    free(c->strrefs.e);
+    memset(&c->strrefs, 0, sizeof c->strrefs);
+    free(c->fp_seen.k);
+    memset(&c->fp_seen, 0, sizeof c->fp_seen);
+}
+
+/* ------------------------------------------------------------ actions */
 
 static int start_state(int kind)
 {
@@ -69,12 +214,12 @@ static void fill_msg(struct bf_cycle *c, const struct bf_engine_result *r,
     m->machine_id_ref = c->slots[a->slot].id_ref;
     m->cluster_ref = cluster_ref(c, a->cluster);
     if (a->kind == BF_ACTION_BOOTSTRAP || a->kind == BF_ACTION_PROVISION) {
-        uint32_t ref = bf_cycle_profile_ref(c, a->fingerprint, NULL);
+        uint32_t ref = fp_profile_ref(c, a->fingerprint, NULL);
         if (!ref && r->verdicts) {
             /* a profile the engine made (folded gang): find it once and intern it */
             for (size_t i = 0; i < r->n_verdicts; i++)
                 if (r->verdicts[i].index == a->need) {
-                    ref = bf_cycle_profile_ref(c, a->fingerprint, r->verdicts[i].profile);
+                    ref = fp_profile_ref(c, a->fingerprint, r->verdicts[i].profile);
                     break;
                 }
         }
@@ -93,22 +238,36 @@ void bf_cycle_enqueue(struct bf_cycle *c, const struct bf_engine_result *r,
     (void)now_ns;
     struct bf_shm *s = c->shm;
     struct bf_stats_cycle *st = &s->st->cycle;
-    if (r->n_actions > c->acts_cap) {
-        size_t nc = r->n_actions + 256;
-        struct bf_engine_action *na = realloc(c->acts, nc * sizeof *na);
-        if (!na)
-            return;
-        c->acts = na;
-        c->acts_cap = nc;
-    }
-    if (r->n_actions)
-        memcpy(c->acts, r->actions, r->n_actions * sizeof *c->acts);
     struct bf_rails_config rc = {.actuation_paused = c->o.actuation_paused,
                                  .dry_run = c->o.dry_run,
                                  .reclaim_cap_fraction = c->o.reclaim_cap_fraction,
                                  .max_actions = c->o.max_actions};
     struct bf_rails_outcome out;
-    bf_engine_rails_apply(&rc, c->acts, r->n_actions, configured_of, c->engine, &out);
+    const struct bf_engine_action *acts = r->actions;
+    /* Only the reclaim cap rewrites the list, and Reclaims come from Phase 3
+     * (the list is P1 ++ P2 ++ P3): without one the rails reduce to the
+     * max-actions cut, and the list is used in place instead of copied. */
+    bool reclaims = false;
+    for (size_t i = r->n_phase1 + r->n_phase2; i < r->n_actions && !reclaims; i++)
+        reclaims = r->actions[i].kind == BF_ACTION_RECLAIM;
+    if (!rc.actuation_paused && !rc.dry_run && !(reclaims && rc.reclaim_cap_fraction > 0)) {
+        memset(&out, 0, sizeof out);
+        out.n_execute = bf_engine_rail_max_actions(r->n_actions, rc.max_actions, &out.deferred);
+        out.wake = out.deferred > 0;
+    } else {
+        if (r->n_actions > c->acts_cap) {
+            size_t nc = r->n_actions + 256;
+            struct bf_engine_action *na = realloc(c->acts, nc * sizeof *na);
+            if (!na)
+                return;
+            c->acts = na;
+            c->acts_cap = nc;
+        }
+        if (r->n_actions) /* acts and actions may both be NULL when empty */
+            memcpy(c->acts, r->actions, r->n_actions * sizeof *c->acts);
+        bf_engine_rails_apply(&rc, c->acts, r->n_actions, configured_of, c->engine, &out);
+        acts = c->acts;
+    }
     rep->decided = (uint32_t)r->n_actions;
     rep->capped = (uint32_t)out.capped;
     rep->deferred = (uint32_t)out.deferred;
@@ -143,13 +302,21 @@ void bf_cycle_enqueue(struct bf_cycle *c, const struct bf_engine_result *r,
                 pushed++;
         }
     } else {
+        uint64_t per_kind[BF_ACTION_KIND_COUNT] = {0};
+        bool full = false;
         for (size_t i = 0; i < n; i++) {
-            const struct bf_engine_action *a = &c->acts[i];
+            const struct bf_engine_action *a = &acts[i];
             if (a->kind < BF_ACTION_KIND_COUNT)
-                atomic_fetch_add(&st->actions_total[a->kind], 1);
+                per_kind[a->kind]++;
             /* in-flight dedup */
             if (a->slot >= c->capacity || bf_pending(s, a->slot)) {
                 rep->deduped++;
+                continue;
+            }
+            if (full) {
+                /* the ring refused a push: the rest of this cycle's actions are
+                 * dropped without the re-check and message work (re-derived) */
+                rep->dropped++;
                 continue;
             }
             /* actionStillApplicable: the live record must still be in the start state */
@@ -171,11 +338,15 @@ void bf_cycle_enqueue(struct bf_cycle *c, const struct bf_engine_result *r,
                 atomic_store_explicit(&s->pending_enq[a->slot], (uint8_t)(tag - 1),
                                       memory_order_release);
                 rep->dropped++;
+                full = true;
                 continue;
             }
             serial++;
             pushed++;
         }
+        for (int k = 0; k < BF_ACTION_KIND_COUNT; k++)
+            if (per_kind[k])
+                atomic_fetch_add(&st->actions_total[k], per_kind[k]);
         if (rep->deduped)
             atomic_fetch_add(&st->actions_deduped, rep->deduped);
         if (rep->dropped)
@@ -192,7 +363,7 @@ void bf_cycle_enqueue(struct bf_cycle *c, const struct bf_engine_result *r,
         struct bf_ac_hint_msg m;
         memset(&m, 0, sizeof m);
         m.cluster_ref = cluster_ref(c, h->cluster);
-        m.need_profile_ref = bf_cycle_profile_ref(c, h->fingerprint, h->profile);
+        m.need_profile_ref = fp_profile_ref(c, h->fingerprint, h->profile);
         m.available_count = h->available_count;
         m.confidence = h->confidence;
         m.cost_per_hour = h->cost_per_hour;
@@ -244,13 +415,16 @@ void bf_cycle_publish(struct bf_cycle *c, const struct bf_engine_result *r, int6
     /* verdict ledger */
     struct bf_verdict_row *vrows = s->verdicts + (size_t)b * s->max_needs;
     uint32_t nv = 0;
+    if (!c->rowmemo && s->max_needs) /* without it, rows resolve through the cache */
+        if ((c->rowmemo = calloc(s->max_needs, sizeof *c->rowmemo)))
+            c->rowmemo_cap = s->max_needs;
     for (size_t i = 0; r->verdicts && i < r->n_verdicts && nv < s->max_needs; i++) {
         const struct bf_engine_verdict *v = &r->verdicts[i];
         struct bf_verdict_row *o = &vrows[nv++];
         memset(o, 0, sizeof *o);
         o->cluster_ref = cluster_ref(c, v->cluster);
-        o->need_profile_ref = bf_cycle_profile_ref(c, v->fingerprint, v->profile);
-        o->group_ref = bytes_ref(c, v->group, v->group_len);
+        o->need_profile_ref = fp_profile_ref(c, v->fingerprint, v->profile);
+        o->group_ref = row_group_ref(c, nv - 1, v->group, v->group_len);
         o->arrival_ns = v->arrival_ns;
         vec_out(o->aggregate, &v->aggregate);
         vec_out(o->min_unit, &v->min_unit);
@@ -290,7 +464,7 @@ void bf_cycle_publish(struct bf_cycle *c, const struct bf_engine_result *r, int6
         const struct bf_engine_shortfall *f = &r->shortfalls[i];
         struct bf_shortfall_row *o = &out->shortfalls[ns++];
         memset(o, 0, sizeof *o);
-        o->need_profile_ref = bf_cycle_profile_ref(c, f->fingerprint, f->profile);
+        o->need_profile_ref = fp_profile_ref(c, f->fingerprint, f->profile);
         o->priority = f->priority;
         o->age_cycles = (int32_t)f->age_cycles;
         o->ipb = f->ipb;

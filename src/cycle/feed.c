@@ -32,8 +32,7 @@ static const struct bf_engine_label *labels_for(struct bf_cycle *c, const struct
         return NULL;
     }
     if (lc->cap) {
-        for (uint32_t i = (p->ref * 2654435761u) & (lc->cap - 1);;
-             i = (i + 1) & (lc->cap - 1)) {
+        for (uint32_t i = (p->ref * 2654435761u) & (lc->cap - 1);; i = (i + 1) & (lc->cap - 1)) {
             if (!lc->e[i].labels && lc->e[i].ref == 0)
                 break;
             if (lc->e[i].ref == p->ref) {
@@ -229,6 +228,13 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
 
 /* ------------------------------------------------------------ demand */
 
+static void u32set_clear(struct u32set *s)
+{
+    if (s->cap)
+        memset(s->k, 0, s->cap * sizeof *s->k);
+    s->n = 0;
+}
+
 int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
 {
     struct bf_shm *s = c->shm;
@@ -244,8 +250,7 @@ int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
         if (!name || !name[0])
             continue;
         struct clusterinfo *ci = &c->clusters[i];
-        if (!ci->known || ci->first_rollup != rec.first_rollup ||
-            ci->connected != rec.connected) {
+        if (!ci->known || ci->first_rollup != rec.first_rollup || ci->connected != rec.connected) {
             bf_engine_set_cluster_flags(c->engine, name, rec.first_rollup, rec.connected);
             ci->first_rollup = rec.first_rollup;
             ci->connected = rec.connected;
@@ -283,11 +288,14 @@ int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
             const struct bf_need_row *row = &c->rows[j];
             const struct bf_nprofile *np = bf_nprofile_get(c->blobs, s, row->profile_ref);
             if (!np) {
-                BF_WARN("need row with an undecodable profile skipped", "cluster=%s ref=%u",
-                        name, row->profile_ref);
+                BF_WARN("need row with an undecodable profile skipped", "cluster=%s ref=%u", name,
+                        row->profile_ref);
                 continue;
             }
-            bf_cycle_fpmap_put(c, np->fingerprint, row->profile_ref);
+            /* register the fingerprint once per profile ref (not per row) */
+            if (bf_cycle_u32set_add(&c->fp_seen, row->profile_ref) &&
+                bf_cycle_fpmap_put(c, np->fingerprint, row->profile_ref) != 0)
+                u32set_clear(&c->fp_seen); /* could not register it: try again next time */
             struct bf_engine_need *en = &c->eneeds[k++];
             memset(en, 0, sizeof *en);
             en->profile = np->p;
@@ -327,7 +335,7 @@ static uint64_t fphash(const char *s)
     return XXH3_64bits(s, strlen(s));
 }
 
-void bf_cycle_fpmap_put(struct bf_cycle *c, const char *fp, uint32_t ref)
+int bf_cycle_fpmap_put(struct bf_cycle *c, const char *fp, uint32_t ref)
 {
     struct fpmap *m = &c->fps;
     uint64_t h = fphash(fp);
@@ -336,14 +344,14 @@ void bf_cycle_fpmap_put(struct bf_cycle *c, const char *fp, uint32_t ref)
             if (!m->e[i].key)
                 break;
             if (m->e[i].hash == h && strcmp(m->e[i].key, fp) == 0)
-                return;
+                return 0;
         }
     }
     if ((m->n + 1) * 2 > m->cap) {
         uint32_t nc = m->cap ? m->cap * 2 : 256;
         struct fpmap_entry *ne = calloc(nc, sizeof *ne);
         if (!ne)
-            return;
+            return -ENOMEM;
         for (uint32_t i = 0; i < m->cap; i++) {
             if (!m->e[i].key)
                 continue;
@@ -358,12 +366,57 @@ void bf_cycle_fpmap_put(struct bf_cycle *c, const char *fp, uint32_t ref)
     }
     char *key = strdup(fp);
     if (!key)
-        return;
+        return -ENOMEM;
     uint32_t j = (uint32_t)h & (m->cap - 1);
     while (m->e[j].key)
         j = (j + 1) & (m->cap - 1);
     m->e[j] = (struct fpmap_entry){h, key, ref};
     m->n++;
+    return 0;
+}
+
+/* ------------------------------------------------------------ u32 set */
+
+static inline uint32_t u32_hash(uint32_t x)
+{
+    return (uint32_t)(((uint64_t)x * 0x9E3779B97F4A7C15ULL) >> 32);
+}
+
+bool bf_cycle_u32set_add(struct u32set *s, uint32_t key)
+{
+    if (key == 0)
+        return false;
+    if (s->cap) {
+        for (uint32_t i = u32_hash(key) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
+            if (s->k[i] == key)
+                return false;
+            if (s->k[i] == 0)
+                break;
+        }
+    }
+    if ((s->n + 1) * 2 > s->cap) {
+        uint32_t nc = s->cap ? s->cap * 2 : 256;
+        uint32_t *nk = calloc(nc, sizeof *nk);
+        if (!nk)
+            return false;
+        for (uint32_t i = 0; i < s->cap; i++) {
+            if (!s->k[i])
+                continue;
+            uint32_t j = u32_hash(s->k[i]) & (nc - 1);
+            while (nk[j])
+                j = (j + 1) & (nc - 1);
+            nk[j] = s->k[i];
+        }
+        free(s->k);
+        s->k = nk;
+        s->cap = nc;
+    }
+    uint32_t j = u32_hash(key) & (s->cap - 1);
+    while (s->k[j])
+        j = (j + 1) & (s->cap - 1);
+    s->k[j] = key;
+    s->n++;
+    return true;
 }
 
 static uint32_t fpmap_get(struct bf_cycle *c, const char *fp)

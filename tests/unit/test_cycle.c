@@ -31,13 +31,12 @@ static void setup(void)
     struct bf_shm_caps caps = {.max_machines = 4096, .max_needs = 256, .max_clusters = 16};
     ck_assert_int_eq(bf_shm_create(&g_s, g_id, &caps, 1, 0, NULL, 0), 0);
     struct bf_kv alloc[] = {{"nvidia.com/gpu", "8"}};
-    struct bf_mprofile_input in = {"a3-highgpu-8g", "zone-a", BF_CT_BARE_METAL, 0, NULL, 0, NULL,
-                                   1, alloc};
+    struct bf_mprofile_input in = {
+        "a3-highgpu-8g", "zone-a", BF_CT_BARE_METAL, 0, NULL, 0, NULL, 1, alloc};
     ck_assert_int_eq(bf_mprofile_intern(&g_s, &in, &g_prof_gpu, NULL, 0), 0);
     const char *v[] = {"a3-highgpu-8g"};
     struct bf_requirement r = {BF_LABEL_INSTANCE_TYPE, BF_OP_IN, 1, v};
-    struct bf_need_profile p = {.priority = 1000000, .ipb = 16, .rpb = 27, .n_reqs = 1,
-                                .reqs = &r};
+    struct bf_need_profile p = {.priority = 1000000, .ipb = 16, .rpb = 27, .n_reqs = 1, .reqs = &r};
     ck_assert_int_eq(bf_nprofile_intern(&g_s, &p, &g_need_prof, NULL), 0);
     g_cluster = intern("cluster-a");
 }
@@ -273,6 +272,155 @@ START_TEST(kill_switch_suppresses_every_action_without_in_flight_marks)
 }
 END_TEST
 
+/* publish `n` plain GPU rows, row k with group "gang-<gen/2>-<k>" (each group lives
+ * for two generations) and priority 1000 + k */
+static void publish_groups(uint64_t gen, int n, uint32_t *prof)
+{
+    int gpu = bf_dim_lookup(&g_s, "nvidia.com/gpu");
+    uint32_t off = (uint32_t)(gen & 1) * 64; /* alternate arena extents */
+    for (int k = 0; k < n; k++) {
+        const char *v[] = {"a3-highgpu-8g"};
+        struct bf_requirement r = {BF_LABEL_INSTANCE_TYPE, BF_OP_IN, 1, v};
+        struct bf_need_profile p = {
+            .priority = 1000 + k, .ipb = 16, .rpb = 27, .n_reqs = 1, .reqs = &r};
+        ck_assert_int_eq(bf_nprofile_intern(&g_s, &p, &prof[k], NULL), 0);
+        char g[32];
+        snprintf(g, sizeof g, "gang-%llu-%d", (unsigned long long)(gen / 2), k);
+        struct bf_need_row row;
+        memset(&row, 0, sizeof row);
+        row.profile_ref = prof[k];
+        row.group_ref = intern(g);
+        row.cluster_ref = g_cluster;
+        row.aggregate[gpu] = 8000LL * (1 + (int64_t)(gen % 3));
+        row.min_unit[gpu] = 8000;
+        row.arrival_ns = k;
+        memcpy(&g_s.rows[off + (uint32_t)k], &row, sizeof row);
+    }
+    struct bf_cluster_rec c;
+    memset(&c, 0, sizeof c);
+    c.name_ref = g_cluster;
+    c.in_use = 1;
+    c.first_rollup = 1;
+    c.connected = 1;
+    c.generation = gen;
+    c.rows_off = off;
+    c.rows_count = (uint32_t)n;
+    bf_cluster_write(&g_s, 0, &c);
+    atomic_store(&g_s.needs->n_clusters, 1);
+    atomic_fetch_add(&g_s.needs->change_counter, 1);
+}
+
+/* The ledger's refs are resolved through a cache keyed by the engine's string
+ * addresses and a memo per row position; groups replaced every other cycle
+ * free engine strings whose addresses get reused, and every published ref
+ * must still name the current bytes. */
+START_TEST(ledger_refs_stay_exact_while_groups_are_replaced)
+{
+    for (int i = 0; i < 8; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "i-%02d", i);
+        add_machine(id, BF_STATE_IDLE, 0);
+    }
+    struct bf_cycle *c = new_cycle(false);
+    struct bf_cycle_report rep;
+    const int n = 5;
+    for (uint64_t gen = 1; gen <= 60; gen++) {
+        uint32_t prof[8];
+        publish_groups(gen, n, prof);
+        ck_assert_int_eq(bf_cycle_run_once(c, (int64_t)gen * 1000000000LL, &rep), 0);
+        struct bf_action_msg m[64];
+        drain_actions(m, 64); /* nothing executes: the machines stay Idle */
+        for (int i = 0; i < 8; i++)
+            bf_pending_done(&g_s, (uint32_t)i, atomic_load(&g_s.pending_enq[i]));
+        uint32_t pub = atomic_load(&g_s.st->published);
+        const struct bf_cycle_result *res = &g_s.st->result[pub];
+        ck_assert_uint_eq(res->n_verdicts, (uint32_t)n);
+        bool seen[8] = {false};
+        for (uint32_t i = 0; i < res->n_verdicts; i++) {
+            const struct bf_verdict_row *v = &g_s.verdicts[(size_t)pub * g_s.max_needs + i];
+            ck_assert_uint_eq(v->cluster_ref, g_cluster);
+            uint32_t len = 0;
+            const char *g = bf_str(&g_s, v->group_ref, &len);
+            ck_assert_ptr_nonnull(g);
+            unsigned long long ggen;
+            int k;
+            ck_assert_int_eq(sscanf(g, "gang-%llu-%d", &ggen, &k), 2);
+            ck_assert_uint_eq(ggen, gen / 2);
+            ck_assert(k >= 0 && k < n && !seen[k]);
+            seen[k] = true;
+            ck_assert_uint_eq(v->need_profile_ref, prof[k]);
+        }
+    }
+    bf_cycle_free(c);
+}
+END_TEST
+
+START_TEST(max_actions_defers_the_tail_and_asks_for_another_cycle)
+{
+    for (int i = 0; i < 4; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "i-%02d", i);
+        add_machine(id, BF_STATE_IDLE, 0);
+    }
+    publish_rollup(4, 1);
+    struct bf_cycle_opts o = {.reclaim_cap_fraction = 0.05, .max_actions = 2};
+    struct bf_cycle *c;
+    ck_assert_int_eq(bf_cycle_new(&g_s, &o, &c), 0);
+    struct bf_cycle_report rep;
+    ck_assert_int_eq(bf_cycle_run_once(c, 1000000000LL, &rep), 0);
+    ck_assert_uint_eq(rep.decided, 4);
+    ck_assert_uint_eq(rep.deferred, 2);
+    ck_assert_uint_eq(rep.enqueued, 2);
+    ck_assert(rep.wake_again);
+    ck_assert_uint_eq(atomic_load(&g_s.st->cycle.actions_deferred), 2);
+    ck_assert_uint_eq(atomic_load(&g_s.st->cycle.actions_total[BF_ACTION_BOOTSTRAP]), 2);
+    struct bf_action_msg m[8];
+    ck_assert_int_eq(drain_actions(m, 8), 2);
+    bf_cycle_free(c);
+}
+END_TEST
+
+START_TEST(a_full_actions_ring_drops_the_rest_and_undoes_their_marks)
+{
+    uint32_t slots[4];
+    for (int i = 0; i < 4; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "i-%02d", i);
+        slots[i] = add_machine(id, BF_STATE_IDLE, 0);
+    }
+    publish_rollup(3, 1);
+    /* fill the ring but one slot */
+    struct bf_action_msg filler;
+    memset(&filler, 0, sizeof filler);
+    filler.slot = UINT32_MAX;
+    uint64_t cap = g_s.ring[BF_RING_ACTIONS]->capacity;
+    for (uint64_t i = 0; i + 1 < cap; i++)
+        ck_assert_int_eq(bf_ring_push(&g_s, BF_RING_ACTIONS, &filler), 0);
+    struct bf_cycle *c = new_cycle(false);
+    struct bf_cycle_report rep;
+    ck_assert_int_eq(bf_cycle_run_once(c, 1000000000LL, &rep), 0);
+    ck_assert_uint_eq(rep.decided, 3);
+    ck_assert_uint_eq(rep.enqueued, 1);
+    ck_assert_uint_eq(rep.dropped, 2);
+    ck_assert_uint_eq(atomic_load(&g_s.st->cycle.actions_dropped), 2);
+    ck_assert_uint_eq(atomic_load(&g_s.st->cycle.actions_total[BF_ACTION_BOOTSTRAP]), 3);
+    int in_flight = 0;
+    for (int i = 0; i < 4; i++)
+        in_flight += bf_pending(&g_s, slots[i]);
+    ck_assert_int_eq(in_flight, 1); /* only the pushed action marks its slot */
+    /* the executor drains the ring: the next cycle enqueues the two dropped */
+    struct bf_action_msg m;
+    uint64_t last_slot = UINT32_MAX;
+    while (bf_ring_pop(&g_s, BF_RING_ACTIONS, &m) == 0)
+        last_slot = m.slot;
+    ck_assert_uint_ne(last_slot, UINT32_MAX);
+    ck_assert_int_eq(bf_cycle_run_once(c, 2000000000LL, &rep), 0);
+    ck_assert_uint_eq(rep.enqueued, 2);
+    ck_assert_uint_eq(rep.deduped, 1);
+    bf_cycle_free(c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cycle");
@@ -284,6 +432,9 @@ int main(void)
     tcase_add_test(tc, change_log_overflow_forces_one_counted_rescan);
     tcase_add_test(tc, no_reclaim_before_first_rollup_then_capped_after_an_empty_one);
     tcase_add_test(tc, kill_switch_suppresses_every_action_without_in_flight_marks);
+    tcase_add_test(tc, ledger_refs_stay_exact_while_groups_are_replaced);
+    tcase_add_test(tc, max_actions_defers_the_tail_and_asks_for_another_cycle);
+    tcase_add_test(tc, a_full_actions_ring_drops_the_rest_and_undoes_their_marks);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
