@@ -26,6 +26,9 @@ cleanup() {
     for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -TERM "$p" 2>/dev/null; done
     sleep 0.3
     for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -KILL "$p" 2>/dev/null; done
+    # segments of appliances this test started and could not stop cleanly
+    local tag; tag=$(basename "$TMP" | tr -dc 'a-zA-Z0-9')
+    rm -f /dev/shm/bigfleet.it-"$tag"-* 2>/dev/null
     rm -rf "$TMP"
 }
 trap cleanup EXIT
