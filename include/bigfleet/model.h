@@ -306,6 +306,47 @@ bool bf_dim_is_bytes(const char *name);
 double bf_effective_cost(double price_per_hour, double interruption_probability,
                          double penalty_dollars);
 
+/* ------------------------------------------------------------ actions, verdicts */
+
+/* Action kinds (engine.md §1.12). Shared by the engine, the shared-memory
+ * action messages, the executor, the audit log and the metrics. */
+enum bf_action_kind {
+    BF_ACTION_UNSPECIFIED = 0,
+    BF_ACTION_BOOTSTRAP = 1, /* Idle -> Configured for a Need (phase1.idle) */
+    BF_ACTION_PROVISION = 2, /* Speculative -> Configured (phase1.speculative) */
+    BF_ACTION_RECLAIM = 3,   /* Configured -> Idle, voluntary (phase3.excess) */
+    BF_ACTION_PREEMPT = 4,   /* Configured -> Idle for a preemptor (phase2.inversion) */
+    BF_ACTION_DELETE = 5,    /* Idle -> Speculative, release (phase3.release) */
+    BF_ACTION_KIND_COUNT = 6
+};
+
+/* Action reason tags. */
+enum bf_action_reason {
+    BF_REASON_NONE = 0,
+    BF_REASON_PHASE1_IDLE = 1,        /* "phase1.idle" */
+    BF_REASON_PHASE1_SPECULATIVE = 2, /* "phase1.speculative" */
+    BF_REASON_PHASE2_INVERSION = 3,   /* "phase2.inversion" */
+    BF_REASON_PHASE3_EXCESS = 4,      /* "phase3.excess" */
+    BF_REASON_PHASE3_RELEASE = 5      /* "phase3.release" */
+};
+
+/* ADR-0061 reason taxonomy; values equal shardread.proto UnmetReason. */
+enum bf_unmet_reason {
+    BF_UNMET_UNSPECIFIED = 0, /* satisfied */
+    BF_UNMET_PRIORITY_STARVED = 1,
+    BF_UNMET_NO_MATCHING_SUPPLY = 2,
+    BF_UNMET_TOPOLOGY_UNSATISFIABLE = 3,
+    BF_UNMET_PREEMPTION_EXHAUSTED = 4
+};
+
+/* "Bootstrap", "Provision", "Reclaim", "Preempt", "Delete" ("" otherwise). */
+const char *bf_action_kind_name(int kind);
+/* "phase1.idle", ... ("" otherwise). */
+const char *bf_action_reason_name(int reason);
+/* "SATISFIED", "PRIORITY_STARVED", "NO_MATCHING_SUPPLY", "TOPOLOGY_UNSATISFIABLE",
+ * "PREEMPTION_EXHAUSTED" ("" otherwise). */
+const char *bf_unmet_reason_name(int reason);
+
 /* ------------------------------------------------------------ invariant */
 
 /* Why a record failed Invariant; the label is the metric label of

@@ -366,24 +366,21 @@ struct bf_ring_hdr {
 };
 _Static_assert(sizeof(struct bf_ring_hdr) == 384, "ring header layout changed");
 
-/* Action kinds, reasons and dispositions (engine.md §1.12). */
-enum bf_action_kind {
-    BF_ACT_UNSPECIFIED = 0,
-    BF_ACT_BOOTSTRAP = 1,
-    BF_ACT_PROVISION = 2,
-    BF_ACT_RECLAIM = 3,
-    BF_ACT_PREEMPT = 4,
-    BF_ACT_DELETE = 5,
-    BF_ACT_KIND_COUNT = 6
-};
-enum bf_action_reason {
-    BF_REASON_NONE = 0,
-    BF_REASON_P1_IDLE = 1,        /* phase1.idle */
-    BF_REASON_P1_SPECULATIVE = 2, /* phase1.speculative */
-    BF_REASON_P2_INVERSION = 3,   /* phase2.inversion */
-    BF_REASON_P3_EXCESS = 4,      /* phase3.excess */
-    BF_REASON_P3_RELEASE = 5      /* phase3.release */
-};
+/* Action kinds and reasons are the model's (enum bf_action_kind and enum
+ * bf_action_reason in bigfleet/model.h). Short aliases used by the shared
+ * messages and their producers/consumers: */
+#define BF_ACT_UNSPECIFIED BF_ACTION_UNSPECIFIED
+#define BF_ACT_BOOTSTRAP BF_ACTION_BOOTSTRAP
+#define BF_ACT_PROVISION BF_ACTION_PROVISION
+#define BF_ACT_RECLAIM BF_ACTION_RECLAIM
+#define BF_ACT_PREEMPT BF_ACTION_PREEMPT
+#define BF_ACT_DELETE BF_ACTION_DELETE
+#define BF_ACT_KIND_COUNT BF_ACTION_KIND_COUNT
+#define BF_REASON_P1_IDLE BF_REASON_PHASE1_IDLE
+#define BF_REASON_P1_SPECULATIVE BF_REASON_PHASE1_SPECULATIVE
+#define BF_REASON_P2_INVERSION BF_REASON_PHASE2_INVERSION
+#define BF_REASON_P3_EXCESS BF_REASON_PHASE3_EXCESS
+#define BF_REASON_P3_RELEASE BF_REASON_PHASE3_RELEASE
 enum bf_disposition {
     BF_DISP_EXECUTE = 0,    /* run it */
     BF_DISP_SUPPRESSED = 1, /* --actuation-paused: audit only */
@@ -687,13 +684,7 @@ struct bf_state_main {
 /* One row of the verdict ledger (NeedView, ADR-0061 + amendment). */
 #define BF_SAME_CANDIDATES_MAX 3
 #define BF_DOMAIN_MAX 64
-enum bf_unmet_reason {
-    BF_UNMET_UNSPECIFIED = 0,
-    BF_UNMET_PRIORITY_STARVED = 1,
-    BF_UNMET_NO_MATCHING_SUPPLY = 2,
-    BF_UNMET_TOPOLOGY_UNSATISFIABLE = 3,
-    BF_UNMET_PREEMPTION_EXHAUSTED = 4
-};
+/* unmet_reason values: enum bf_unmet_reason (bigfleet/model.h). */
 struct bf_domain_coverage {
     char domain[BF_DOMAIN_MAX];
     int32_t coverage_per_mille;

@@ -213,3 +213,28 @@ int bf_machine_invariant(const struct bf_invariant_input *m, char *msg, size_t n
         msg[0] = 0;
     return BF_REJECT_NONE;
 }
+
+const char *bf_action_kind_name(int kind)
+{
+    static const char *const n[BF_ACTION_KIND_COUNT] = {"",        "Bootstrap", "Provision",
+                                                        "Reclaim", "Preempt",   "Delete"};
+    return (kind > 0 && kind < BF_ACTION_KIND_COUNT) ? n[kind] : "";
+}
+
+const char *bf_action_reason_name(int reason)
+{
+    static const char *const n[] = {"",
+                                    "phase1.idle",
+                                    "phase1.speculative",
+                                    "phase2.inversion",
+                                    "phase3.excess",
+                                    "phase3.release"};
+    return (reason > 0 && reason <= BF_REASON_PHASE3_RELEASE) ? n[reason] : "";
+}
+
+const char *bf_unmet_reason_name(int reason)
+{
+    static const char *const n[] = {"SATISFIED", "PRIORITY_STARVED", "NO_MATCHING_SUPPLY",
+                                    "TOPOLOGY_UNSATISFIABLE", "PREEMPTION_EXHAUSTED"};
+    return (reason >= 0 && reason <= BF_UNMET_PREEMPTION_EXHAUSTED) ? n[reason] : "";
+}
