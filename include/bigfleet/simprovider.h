@@ -159,12 +159,12 @@ struct bf_sim_dist {
  */
 int bf_sim_dist_parse(const char *s, struct bf_sim_dist *out);
 
-#define BF_SIM_NAME_MAX 64  /* instance type names, zone names: < 64 bytes */
+#define BF_SIM_NAME_MAX  64 /* instance type names, zone names: < 64 bytes */
 #define BF_SIM_MODEL_MAX 32 /* GPU model names: < 32 bytes */
 
 /* Well-known label keys on every machine (besides topology.kubernetes.io/zone
  * and node.kubernetes.io/instance-type, model.h). */
-#define BF_SIM_LABEL_RACK "topology.bigfleet/rack"
+#define BF_SIM_LABEL_RACK      "topology.bigfleet/rack"
 #define BF_SIM_LABEL_GPU_MODEL "nvidia.com/gpu.product" /* GPU types only */
 #define BF_SIM_LABEL_GPU_COUNT "nvidia.com/gpu.count"   /* GPU types only */
 /* The GPU resource name in resources/allocatable. */
@@ -172,15 +172,15 @@ int bf_sim_dist_parse(const char *s, struct bf_sim_dist *out);
 
 /* One instance type of the catalog. */
 struct bf_sim_type {
-    char name[BF_SIM_NAME_MAX];        /* e.g. "openb-96c-384g-8xg2" */
-    int64_t cpu_milli;                 /* > 0 */
-    int64_t memory_mib;                /* > 0 */
-    int32_t gpus;                      /* >= 0 */
-    char gpu_model[BF_SIM_MODEL_MAX];  /* "" iff gpus == 0 */
-    uint8_t capacity_type;             /* enum bf_capacity_type (model.h), not UNSPECIFIED */
-    double price_per_hour;             /* dollars per hour, finite, >= 0 */
-    double interruption_probability;   /* [0, 1]; > 0 for SPOT */
-    uint32_t trace_nodes;              /* nodes of this shape in the source CSV (0 if none) */
+    char name[BF_SIM_NAME_MAX];       /* e.g. "openb-96c-384g-8xg2" */
+    int64_t cpu_milli;                /* > 0 */
+    int64_t memory_mib;               /* > 0 */
+    int32_t gpus;                     /* >= 0 */
+    char gpu_model[BF_SIM_MODEL_MAX]; /* "" iff gpus == 0 */
+    uint8_t capacity_type;            /* enum bf_capacity_type (model.h), not UNSPECIFIED */
+    double price_per_hour;            /* dollars per hour, finite, >= 0 */
+    double interruption_probability;  /* [0, 1]; > 0 for SPOT */
+    uint32_t trace_nodes;             /* nodes of this shape in the source CSV (0 if none) */
 };
 
 /*
@@ -189,7 +189,8 @@ struct bf_sim_type {
  * (T4 0.35, P100 1.46, V100M16 2.48, V100M32 2.98, A10 1.20, G1 1.00, G2 2.00,
  * G3 3.00, any other model 2.00), rounded to 1/10000 dollar.
  */
-double bf_sim_list_price(int64_t cpu_milli, int64_t memory_mib, int32_t gpus, const char *gpu_model);
+double bf_sim_list_price(int64_t cpu_milli, int64_t memory_mib, int32_t gpus,
+                         const char *gpu_model);
 
 /*
  * Loads a catalog file into a malloc'd array (*types, *n; caller frees with
@@ -212,8 +213,8 @@ double bf_sim_list_price(int64_t cpu_milli, int64_t memory_mib, int32_t gpus, co
  * Returns 0, -ENOENT/-EIO (file), -EINVAL (format; err says which line),
  * -ENOMEM. err (may be NULL) receives a message.
  */
-int bf_sim_catalog_load(const char *path, bool spot_variants, struct bf_sim_type **types,
-                        size_t *n, char *err, size_t err_len);
+int bf_sim_catalog_load(const char *path, bool spot_variants, struct bf_sim_type **types, size_t *n,
+                        char *err, size_t err_len);
 /*
  * The built-in catalog used when neither types nor a catalog path is
  * configured: the five shapes of the Go fake's legacy seeding
@@ -265,8 +266,8 @@ struct bf_sim_config {
     bool defer_instant; /* zero latency completes at the next advance, not inside the RPC */
     struct bf_sim_dist reply_latency[BF_SIM_RPC_COUNT]; /* reply hold (bf_sim_reply.delay_ns) */
     double rpc_error[BF_SIM_RPC_COUNT];                 /* P(UNAVAILABLE, no effect); default 0 */
-    uint32_t max_hosts;          /* Create exhaustion: cap on host-holding machines, 0 = none */
-    uint32_t max_hosts_per_type; /* same, per instance type, 0 = none */
+    uint32_t max_hosts;            /* Create exhaustion: cap on host-holding machines, 0 = none */
+    uint32_t max_hosts_per_type;   /* same, per instance type, 0 = none */
     double spot_interruption_rate; /* per SPOT Idle/Configured machine per second; default 0 */
     int64_t spot_tick_ns;          /* bf_sim_next_deadline() granularity for spot; default 1 s */
     bool bare_metal_delete_unimplemented; /* default true */
@@ -313,8 +314,10 @@ struct bf_sim;
  * re-drive"; fences, operation ids and the op counter persist; the revision
  * moves past every pre-restart cursor, so old cursors get a full list) or
  * seeds it from the config (and writes it through when a state path is set).
- * Returns 0 and *out, or -EINVAL (config or catalog; err says why), -ENOENT,
- * -EIO, -ENOMEM, or an LMDB error mapped to -EIO.
+ * Returns 0 and *out, or -EINVAL (config, catalog, or a stored state that
+ * does not match the catalog; err says why), -ENOENT (catalog file), -ENOMEM,
+ * -ENOSPC (LMDB map full), a negative system errno from LMDB (e.g. -EACCES),
+ * or -EIO (other LMDB failures). err (may be NULL) receives a message.
  */
 int bf_sim_open(const struct bf_sim_config *cfg, struct bf_sim **out, char *err, size_t err_len);
 /* Flushes pending state and frees everything. NULL is a no-op. */
@@ -333,7 +336,7 @@ struct bf_sim_reply {
     uint8_t *body;     /* serialized response message when code == 0 */
     size_t len;        /* bytes in body (0 is a valid empty message) */
     size_t cap;
-    int64_t delay_ns;  /* hold the reply this long before sending (reply_latency) */
+    int64_t delay_ns; /* hold the reply this long before sending (reply_latency) */
 };
 void bf_sim_reply_free(struct bf_sim_reply *r);
 
@@ -363,11 +366,11 @@ struct bf_sim_request {
     struct bf_sim_bytes shard_id;
     int64_t shard_epoch;
     int64_t sequence_number;
-    struct bf_sim_bytes cluster_id;       /* Configure only */
-    size_t bootstrap_blob_len;            /* Configure only: accepted, not retained */
-    size_t n_metadata;                    /* Configure only */
+    struct bf_sim_bytes cluster_id; /* Configure only */
+    size_t bootstrap_blob_len;      /* Configure only: accepted, not retained */
+    size_t n_metadata;              /* Configure only */
     const struct bf_sim_md_entry *metadata;
-    int64_t grace_period_seconds;         /* Drain only: accepted (negative = 0), not simulated */
+    int64_t grace_period_seconds; /* Drain only: accepted (negative = 0), not simulated */
 };
 /* A lifecycle RPC; the reply body is a TransitionAck. */
 void bf_sim_transition(struct bf_sim *sim, const struct bf_sim_request *req, int64_t now_ns,
@@ -376,10 +379,10 @@ void bf_sim_transition(struct bf_sim *sim, const struct bf_sim_request *req, int
 void bf_sim_get(struct bf_sim *sim, struct bf_sim_bytes id, int64_t now_ns, struct bf_sim_reply *r);
 
 struct bf_sim_list_args {
-    uint32_t state_mask;          /* bit s set = include state s (1..8); 0 = every state */
-    int32_t max_results;          /* 0 = no cap; < 0 -> INVALID_ARGUMENT */
+    uint32_t state_mask; /* bit s set = include state s (1..8); 0 = every state */
+    int32_t max_results; /* 0 = no cap; < 0 -> INVALID_ARGUMENT */
     struct bf_sim_bytes since_revision;
-    bool bad_state;               /* a states[] value outside 1..8 -> INVALID_ARGUMENT */
+    bool bad_state; /* a states[] value outside 1..8 -> INVALID_ARGUMENT */
 };
 /* List; the reply body is a MachineList. */
 void bf_sim_list(struct bf_sim *sim, const struct bf_sim_list_args *a, int64_t now_ns,
@@ -395,8 +398,8 @@ void bf_sim_create_pb(struct bf_sim *sim, const Bigfleet__V1alpha1__CreateReques
                       int64_t now_ns, struct bf_sim_reply *r);
 void bf_sim_configure_pb(struct bf_sim *sim, const Bigfleet__V1alpha1__ConfigureRequest *q,
                          int64_t now_ns, struct bf_sim_reply *r);
-void bf_sim_drain_pb(struct bf_sim *sim, const Bigfleet__V1alpha1__DrainRequest *q,
-                     int64_t now_ns, struct bf_sim_reply *r);
+void bf_sim_drain_pb(struct bf_sim *sim, const Bigfleet__V1alpha1__DrainRequest *q, int64_t now_ns,
+                     struct bf_sim_reply *r);
 void bf_sim_delete_pb(struct bf_sim *sim, const Bigfleet__V1alpha1__DeleteRequest *q,
                       int64_t now_ns, struct bf_sim_reply *r);
 void bf_sim_get_pb(struct bf_sim *sim, const Bigfleet__V1alpha1__MachineRef *q, int64_t now_ns,
@@ -440,16 +443,16 @@ int bf_sim_fail_machine(struct bf_sim *sim, const char *id, const char *reason, 
 /* A read-only view of one machine; pointers valid until the next call on sim. */
 struct bf_sim_view {
     const char *id;
-    int state;                     /* enum bf_state */
+    int state; /* enum bf_state */
     const struct bf_sim_type *type;
     const char *zone;
     const char *rack;
     bool has_host;
-    const uint8_t *cluster;        /* NULL when unbound */
+    const uint8_t *cluster; /* NULL when unbound */
     size_t cluster_len;
-    const char *last_error;        /* NULL when none */
+    const char *last_error; /* NULL when none */
     size_t n_metadata;
-    int64_t mod_revision;          /* revision of its last mutation */
+    int64_t mod_revision;           /* revision of its last mutation */
     uint64_t op[BF_SIM_KIND_COUNT]; /* operation numbers per kind, 0 = none */
 };
 /* 0 and *v, or -ENOENT. */
@@ -477,8 +480,8 @@ struct bf_sim_stats {
     uint64_t fenced;                        /* FAILED_PRECONDITION replies */
     uint64_t exhausted;                     /* Creates doomed by a host cap */
     uint64_t spot_interruptions;
-    uint64_t injected_errors;               /* UNAVAILABLE replies */
-    uint64_t flushes;                       /* LMDB commits */
+    uint64_t injected_errors; /* UNAVAILABLE replies */
+    uint64_t flushes;         /* LMDB commits */
     uint64_t flush_errors;
 };
 void bf_sim_get_stats(const struct bf_sim *sim, struct bf_sim_stats *out);

@@ -20,12 +20,12 @@
 
 /* ------------------------------------------------------------ price formula */
 
-#define PRICE_PER_VCPU 0.033  /* $/h, calibrated on AWS m6i/r6i us-east-1 list prices */
-#define PRICE_PER_GIB 0.00375 /* $/h */
-#define BARE_METAL_FACTOR 0.6 /* amortised owned hardware */
-#define SPOT_FACTOR 0.35
-#define SPOT_P_GPU 0.10
-#define SPOT_P_CPU 0.05
+#define PRICE_PER_VCPU      0.033   /* $/h, calibrated on AWS m6i/r6i us-east-1 list prices */
+#define PRICE_PER_GIB       0.00375 /* $/h */
+#define BARE_METAL_FACTOR   0.6     /* amortised owned hardware */
+#define SPOT_FACTOR         0.35
+#define SPOT_P_GPU          0.10
+#define SPOT_P_CPU          0.05
 #define BARE_METAL_MIN_GPUS 8
 
 static const struct {
@@ -80,7 +80,8 @@ int sim_type_validate(const struct bf_sim_type *t, char *err, size_t err_len)
         return -EINVAL;
     }
     if (t->memory_mib <= 0 || t->memory_mib > 8000000LL) {
-        sim_errf(err, err_len, "%s: memory_mib %lld out of range", t->name, (long long)t->memory_mib);
+        sim_errf(err, err_len, "%s: memory_mib %lld out of range", t->name,
+                 (long long)t->memory_mib);
         return -EINVAL;
     }
     if (t->gpus < 0 || t->gpus > 1024) {
@@ -230,9 +231,10 @@ static int parse_i64(const char *s, int64_t *out)
     for (const char *p = s; *p; p++) {
         if (*p < '0' || *p > '9')
             return -EINVAL;
-        if (v > (INT64_MAX - 9) / 10)
+        int d = *p - '0';
+        if (v > (INT64_MAX - d) / 10)
             return -EINVAL;
-        v = v * 10 + (*p - '0');
+        v = v * 10 + d;
     }
     *out = v;
     return 0;
@@ -440,8 +442,10 @@ int bf_sim_catalog_load(const char *path, bool spot_variants, struct bf_sim_type
         int nf = split_csv(l, fl, 8);
         if (nf != want || parse_i64(fl[1], &cpu) || parse_i64(fl[2], &mem) ||
             parse_i64(fl[3], &gpu) || gpu > 1024 || strlen(fl[4]) >= BF_SIM_MODEL_MAX) {
-            sim_errf(err, err_len, "catalog %s:%ld: want %d fields with integer cpu_milli, "
-                     "memory_mib, gpu", path, lineno, want);
+            sim_errf(err, err_len,
+                     "catalog %s:%ld: want %d fields with integer cpu_milli, "
+                     "memory_mib, gpu",
+                     path, lineno, want);
             rc = -EINVAL;
             goto out;
         }

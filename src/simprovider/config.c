@@ -114,9 +114,12 @@ static int parse_u64(const char *v, uint64_t *out)
         return -EINVAL;
     uint64_t x = 0;
     for (const char *p = v; *p; p++) {
-        if (*p < '0' || *p > '9' || x > (UINT64_MAX - 9) / 10)
+        if (*p < '0' || *p > '9')
             return -EINVAL;
-        x = x * 10 + (uint64_t)(*p - '0');
+        uint64_t d = (uint64_t)(*p - '0');
+        if (x > (UINT64_MAX - d) / 10)
+            return -EINVAL;
+        x = x * 10 + d;
     }
     *out = x;
     return 0;

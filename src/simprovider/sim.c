@@ -30,7 +30,7 @@
 #include "bigfleet/util.h"
 #include "simprovider/sim_internal.h"
 
-#define SIM_ID_MAX 1024 /* bytes: machine_id, shard_id, cluster_id */
+#define SIM_ID_MAX       1024 /* bytes: machine_id, shard_id, cluster_id */
 #define SIM_MAX_MACHINES (1u << 26)
 
 static const uint8_t k_source[BF_SIM_KIND_COUNT] = {BF_STATE_SPECULATIVE, BF_STATE_IDLE,
@@ -39,7 +39,6 @@ static const uint8_t k_trans[BF_SIM_KIND_COUNT] = {BF_STATE_CREATING, BF_STATE_C
                                                    BF_STATE_DRAINING, BF_STATE_DELETING};
 static const uint8_t k_target[BF_SIM_KIND_COUNT] = {BF_STATE_IDLE, BF_STATE_CONFIGURED,
                                                     BF_STATE_IDLE, BF_STATE_SPECULATIVE};
-
 
 /* ------------------------------------------------------------ names */
 
@@ -552,8 +551,8 @@ static bool complete(struct bf_sim *s, uint32_t i, int kind, uint64_t op, int ou
         return false;
     }
     if (outcome != SIM_OUT_OK) {
-        uint32_t err = outcome == SIM_OUT_EXHAUSTED ? s->msgs.exhausted[m->type]
-                                                    : s->msgs.fail[kind];
+        uint32_t err =
+            outcome == SIM_OUT_EXHAUSTED ? s->msgs.exhausted[m->type] : s->msgs.fail[kind];
         fail_with(s, i, err);
         s->stats.failed[kind]++;
         return true;
@@ -714,8 +713,8 @@ static uint32_t fence_find(const struct bf_sim *s, uint32_t shard, uint32_t mref
     return sim_index_find(&s->fence_ix, fence_hash(shard, mref), fence_eq, s, &k, sizeof k);
 }
 
-uint32_t sim_fence_put(struct bf_sim *s, uint32_t shard, uint32_t mref, int64_t epoch,
-                       int64_t seq, uint64_t no)
+uint32_t sim_fence_put(struct bf_sim *s, uint32_t shard, uint32_t mref, int64_t epoch, int64_t seq,
+                       uint64_t no)
 {
     uint32_t f = fence_find(s, shard, mref);
     if (f == UINT32_MAX) {
@@ -840,8 +839,8 @@ static void do_transition(struct bf_sim *s, const struct bf_sim_request *q, stru
         size_t mb = md_bytes(q);
         if (mb > s->cfg.max_metadata_bytes) {
             reply_err(r, BF_SIM_INVALID_ARGUMENT,
-                      "shard_metadata holds %zu bytes of keys and values, over the cap of %zu",
-                      mb, s->cfg.max_metadata_bytes);
+                      "shard_metadata holds %zu bytes of keys and values, over the cap of %zu", mb,
+                      s->cfg.max_metadata_bytes);
             return;
         }
     }
@@ -1039,7 +1038,33 @@ static void list_run(struct bf_sim *s, const struct bf_sim_list_args *a, struct 
     int64_t all = s->base_rev - 1, from = all, c;
     if (parse_cursor(a->since_revision, &c) && c > all && c <= s->rev)
         from = c;
-    if (from == all && lr.max == 0) {
+    uint32_t *sz = from == all && lr.max == 0 ? malloc(s->n * sizeof *sz + 1) : NULL;
+    if (sz) {
+        /* full list: size every matching machine once, reserve once, write */
+        size_t total = 0;
+        for (uint32_t i = 0; i < s->n && !lr.oom; i++) {
+            sz[i] = 0;
+            if (!(lr.mask & (1u << s->m[i].state)))
+                continue;
+            size_t n = sim_machine_size(s, i);
+            if (!n || n > UINT32_MAX)
+                lr.oom = true;
+            sz[i] = (uint32_t)n;
+            total += sim_ld_len(1, n);
+        }
+        if (!lr.oom && reply_reserve(r, total + 32))
+            lr.oom = true;
+        for (uint32_t i = 0; i < s->n && !lr.oom; i++) {
+            if (!sz[i])
+                continue;
+            uint8_t *p = r->body + r->len;
+            *p++ = 1 << 3 | 2;
+            p = sim_put_varint(p, sz[i]);
+            p = sim_machine_write(s, i, p);
+            r->len = (size_t)(p - r->body);
+        }
+        free(sz);
+    } else if (from == all && lr.max == 0) {
         for (uint32_t i = 0; i < s->n; i++)
             if (!list_emit(s, &lr, i, r))
                 break;
@@ -1071,8 +1096,8 @@ static void list_run(struct bf_sim *s, const struct bf_sim_list_args *a, struct 
         return;
     }
     char rev[24];
-    size_t rl = (size_t)snprintf(rev, sizeof rev, "%lld",
-                                 (long long)(lr.truncated ? lr.last : s->rev));
+    size_t rl =
+        (size_t)snprintf(rev, sizeof rev, "%lld", (long long)(lr.truncated ? lr.last : s->rev));
     if (reply_reserve(r, sim_ld_len(2, rl))) {
         reply_err(r, BF_SIM_INTERNAL, "simulated provider: out of memory");
         return;
@@ -1537,10 +1562,10 @@ static uint32_t seed_md(struct bf_sim *s, uint32_t t)
     bf_format_float_go(bf_bucket_upper_bound(ipb), ip, sizeof ip);
     bf_format_float_go(bf_bucket_upper_bound(rpb), rp, sizeof rp);
     const char *vals[1] = {s->types[t].t.name};
-    struct bf_requirement req = {.key = BF_LABEL_INSTANCE_TYPE, .op = BF_OP_IN, .n_values = 1,
-                                 .values = vals};
-    struct bf_need_profile prof = {.priority = c->seed_priority, .ipb = ipb, .rpb = rpb,
-                                   .n_reqs = 1, .reqs = &req};
+    struct bf_requirement req = {
+        .key = BF_LABEL_INSTANCE_TYPE, .op = BF_OP_IN, .n_values = 1, .values = vals};
+    struct bf_need_profile prof = {
+        .priority = c->seed_priority, .ipb = ipb, .rpb = rpb, .n_reqs = 1, .reqs = &req};
     bf_profile_canonicalize(&prof);
     char *fp = bf_profile_fingerprint_dup(&prof);
     if (!fp)
@@ -1612,9 +1637,10 @@ static int seed(struct bf_sim *s, const uint32_t *zone_idx, uint32_t nz, const u
             char id[BF_SIM_NAME_MAX * 3];
             int il = snprintf(id, sizeof id, "%s-%s-%llu", st->t.name,
                               sim_str(&s->zones, zone_idx[z]), (unsigned long long)(j / nz));
-            uint8_t state = j < c->seed_configured                ? BF_STATE_CONFIGURED
-                            : j < (uint64_t)c->seed_configured + c->seed_idle ? BF_STATE_IDLE
-                                                                              : BF_STATE_SPECULATIVE;
+            uint8_t state = j < c->seed_configured ? BF_STATE_CONFIGURED
+                            : j < (uint64_t)c->seed_configured + c->seed_idle
+                                ? BF_STATE_IDLE
+                                : BF_STATE_SPECULATIVE;
             uint32_t i = sim_add_machine(s, id, (size_t)il, (uint16_t)t,
                                          rack_idx[z * c->racks_per_zone + rk], state);
             if (i == UINT32_MAX) {
@@ -1690,11 +1716,11 @@ int bf_sim_open(const struct bf_sim_config *cfg, struct bf_sim **out, char *err,
         return -ENOMEM;
     s->cfg = *cfg;
     snprintf(s->provider, sizeof s->provider, "%s", cfg->provider_name ? cfg->provider_name : "");
+    s->provider_len = strlen(s->provider);
     /* pools */
-    if (sim_strpool_init(&s->zones) || sim_strpool_init(&s->racks) ||
-        sim_strpool_init(&s->ids) || sim_strpool_init(&s->clusters) ||
-        sim_strpool_init(&s->errors) || sim_strpool_init(&s->shards) ||
-        sim_strpool_init(&s->ghosts) || sim_mdpool_init(&s->md)) {
+    if (sim_strpool_init(&s->zones) || sim_strpool_init(&s->racks) || sim_strpool_init(&s->ids) ||
+        sim_strpool_init(&s->clusters) || sim_strpool_init(&s->errors) ||
+        sim_strpool_init(&s->shards) || sim_strpool_init(&s->ghosts) || sim_mdpool_init(&s->md)) {
         rc = -ENOMEM;
         goto fail;
     }

@@ -206,6 +206,7 @@ struct sim_msgs {
 struct bf_sim {
     struct bf_sim_config cfg;
     char provider[BF_SIM_NAME_MAX * 2];
+    size_t provider_len;
 
     struct sim_type *types;
     struct bf_sim_type *pub_types; /* copy exposed by bf_sim_types() */
@@ -233,9 +234,9 @@ struct bf_sim {
 
     /* revisions */
     int64_t rev;
-    int64_t base_rev;  /* first revision of the base region */
-    size_t n_base;     /* machines in the base region */
-    int64_t call_rev;  /* rev at the start of the current public call */
+    int64_t base_rev; /* first revision of the base region */
+    size_t n_base;    /* machines in the base region */
+    int64_t call_rev; /* rev at the start of the current public call */
     struct sim_logent *log;
     size_t n_log, cap_log, log_dead;
 
@@ -264,8 +265,8 @@ struct bf_sim {
     uint64_t rng[4];
 
     /* encoder caches */
-    struct sim_chunk *chunks; /* [type * n_racks + rack], built lazily */
-    size_t chunks_racks;      /* n_racks the array was sized for */
+    struct sim_chunk *chunks;       /* [type * n_racks + rack], built lazily */
+    size_t chunks_racks;            /* n_racks the array was sized for */
     struct sim_chunk *alloc_chunks; /* [type]: field 13 */
 
     /* persistence */
@@ -306,8 +307,8 @@ uint32_t sim_rack(struct bf_sim *s, uint32_t zone, const char *name, size_t len)
 /* Ensures machine i has an ops slot. 0 or -ENOMEM. */
 int sim_ops_slot(struct bf_sim *s, uint32_t i);
 /* Adds/updates a fence entry (no dirty marking). Index or UINT32_MAX. */
-uint32_t sim_fence_put(struct bf_sim *s, uint32_t shard, uint32_t mref, int64_t epoch,
-                       int64_t seq, uint64_t no);
+uint32_t sim_fence_put(struct bf_sim *s, uint32_t shard, uint32_t mref, int64_t epoch, int64_t seq,
+                       uint64_t no);
 void sim_mark_dirty(struct bf_sim *s, uint32_t i);
 uint32_t sim_type_by_name(const struct bf_sim *s, const char *name, size_t len);
 

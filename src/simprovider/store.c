@@ -32,7 +32,7 @@
 #include "simprovider/sim_internal.h"
 
 #define META_VERSION 1u
-#define REC_VERSION 1u
+#define REC_VERSION  1u
 
 struct sim_store {
     MDB_env *env;
@@ -142,8 +142,8 @@ static int put_machine(struct bf_sim *s, MDB_txn *txn, uint32_t i)
     size_t cl = m->cluster ? sim_strlen(&s->clusters, m->cluster) : 0;
     size_t el = m->err ? sim_strlen(&s->errors, m->err) : 0;
     size_t ml = m->md ? s->md.v[m->md].raw_len : 0;
-    size_t n = 4 + 8 + 8 * BF_SIM_KIND_COUNT + 6 + strlen(type) + strlen(zone) + strlen(rack) +
-               12 + cl + el + ml;
+    size_t n = 4 + 8 + 8 * BF_SIM_KIND_COUNT + 6 + strlen(type) + strlen(zone) + strlen(rack) + 12 +
+               cl + el + ml;
     st->buf.len = 0;
     if (sim_buf_reserve(&st->buf, n))
         return -ENOMEM;
@@ -314,8 +314,8 @@ static long load_machines(struct bf_sim *s, MDB_txn *txn, char *err, size_t err_
         const uint8_t *type = take_s(&r, 2, &tl), *zone = take_s(&r, 2, &zl),
                       *rack = take_s(&r, 2, &rl), *cluster = take_s(&r, 4, &cl),
                       *errs = take_s(&r, 4, &el), *md = take_s(&r, 4, &ml);
-        if (r.bad || h[0] != REC_VERSION || h[1] < BF_STATE_SPECULATIVE ||
-            h[1] > BF_STATE_FAILED || k.mv_size == 0 || zl == 0 || rl == 0) {
+        if (r.bad || h[0] != REC_VERSION || h[1] < BF_STATE_SPECULATIVE || h[1] > BF_STATE_FAILED ||
+            k.mv_size == 0 || zl == 0 || rl == 0) {
             sim_errf(err, err_len, "state: malformed machine record %.*s", (int)k.mv_size,
                      (const char *)k.mv_data);
             rc = -EINVAL;
@@ -331,9 +331,9 @@ static long load_machines(struct bf_sim *s, MDB_txn *txn, char *err, size_t err_
         }
         uint32_t z = sim_zone(s, (const char *)zone, zl);
         uint32_t rk = z == UINT32_MAX ? UINT32_MAX : sim_rack(s, z, (const char *)rack, rl);
-        uint32_t i = rk == UINT32_MAX ? UINT32_MAX
-                                      : sim_add_machine(s, k.mv_data, k.mv_size, (uint16_t)t,
-                                                        rk, h[1]);
+        uint32_t i = rk == UINT32_MAX
+                         ? UINT32_MAX
+                         : sim_add_machine(s, k.mv_data, k.mv_size, (uint16_t)t, rk, h[1]);
         if (i == UINT32_MAX) {
             rc = -ENOMEM;
             goto out;

@@ -219,8 +219,7 @@ uint32_t sim_str_append(struct sim_strpool *sp, const void *p, size_t len)
 {
     if (len == 0)
         return 0;
-    if (len > UINT32_MAX - 1 || sp->n >= UINT32_MAX - 1 ||
-        sp->arena.len + len + 1 > UINT32_MAX)
+    if (len > UINT32_MAX - 1 || sp->n >= UINT32_MAX - 1 || sp->arena.len + len + 1 > UINT32_MAX)
         return UINT32_MAX;
     if (sp->n == sp->cap) {
         size_t cap = sp->cap * 2;
@@ -373,7 +372,8 @@ uint32_t sim_md_intern(struct sim_mdpool *mp, const struct bf_sim_md_entry *e, s
     size_t raw_len = 0, kept = 0;
     for (size_t i = 0; i < n; i++) {
         if (i + 1 < n && v[i].e->key.len == v[i + 1].e->key.len &&
-            (v[i].e->key.len == 0 || memcmp(v[i].e->key.p, v[i + 1].e->key.p, v[i].e->key.len) == 0))
+            (v[i].e->key.len == 0 ||
+             memcmp(v[i].e->key.p, v[i + 1].e->key.p, v[i].e->key.len) == 0))
             continue;
         raw_len += 8 + v[i].e->key.len + v[i].e->value.len;
         kept++;
@@ -386,7 +386,8 @@ uint32_t sim_md_intern(struct sim_mdpool *mp, const struct bf_sim_md_entry *e, s
     uint8_t *p = raw;
     for (size_t i = 0; i < n; i++) {
         if (i + 1 < n && v[i].e->key.len == v[i + 1].e->key.len &&
-            (v[i].e->key.len == 0 || memcmp(v[i].e->key.p, v[i + 1].e->key.p, v[i].e->key.len) == 0))
+            (v[i].e->key.len == 0 ||
+             memcmp(v[i].e->key.p, v[i + 1].e->key.p, v[i].e->key.len) == 0))
             continue;
         uint32_t kl = (uint32_t)v[i].e->key.len, vl = (uint32_t)v[i].e->value.len;
         memcpy(p, &kl, 4);

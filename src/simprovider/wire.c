@@ -264,8 +264,7 @@ static size_t host_ref(uint64_t serial, char out[24])
 
 static size_t host_body_len(const struct bf_sim *s)
 {
-    size_t pl = strlen(s->provider);
-    return (pl ? sim_ld_len(1, pl) : 0) + sim_ld_len(2, 19);
+    return (s->provider_len ? sim_ld_len(1, s->provider_len) : 0) + sim_ld_len(2, 19);
 }
 
 size_t sim_machine_size(struct bf_sim *s, uint32_t i)
@@ -296,7 +295,7 @@ uint8_t *sim_machine_write(struct bf_sim *s, uint32_t i, uint8_t *p)
     if (m->host) {
         char ref[24];
         size_t rl = host_ref(m->host, ref);
-        size_t pl = strlen(s->provider);
+        size_t pl = s->provider_len;
         p = sim_put_varint(p, 3 << 3 | 2);
         p = sim_put_varint(p, host_body_len(s));
         if (pl)
@@ -529,7 +528,7 @@ static enum slot slot_of(int kind, uint32_t f)
     case BF_SIM_RPC_CREATE: /* 1 id, 3 shard, 4 epoch, 5 seq */
         return f == 1 ? S_ID : f == 3 ? S_SHARD : f == 4 ? S_EPOCH : f == 5 ? S_SEQ : S_NONE;
     case BF_SIM_RPC_CONFIGURE: /* 1 id, 2 cluster, 3 blob, 4 shard, 5 epoch, 6 seq, 7 md */
-        return f == 1 ? S_ID
+        return f == 1   ? S_ID
                : f == 2 ? S_CLUSTER
                : f == 3 ? S_BLOB
                : f == 4 ? S_SHARD
@@ -538,7 +537,7 @@ static enum slot slot_of(int kind, uint32_t f)
                : f == 7 ? S_MD
                         : S_NONE;
     case BF_SIM_RPC_DRAIN: /* 1 id, 2 grace, 3 shard, 4 epoch, 5 seq */
-        return f == 1 ? S_ID
+        return f == 1   ? S_ID
                : f == 2 ? S_GRACE
                : f == 3 ? S_SHARD
                : f == 4 ? S_EPOCH

@@ -23,9 +23,9 @@
 #include "bigfleet/util.h"
 
 #define SIMT_UNUSED __attribute__((unused))
-#define T0 (1000 * BF_NS_PER_SEC)
-#define SEC BF_NS_PER_SEC
-#define MS BF_NS_PER_MS
+#define T0          (1000 * BF_NS_PER_SEC)
+#define SEC         BF_NS_PER_SEC
+#define MS          BF_NS_PER_MS
 
 typedef Bigfleet__V1alpha1__Machine PbMachine;
 typedef Bigfleet__V1alpha1__MachineList PbList;

@@ -323,8 +323,7 @@ START_TEST(configure_without_cluster_is_invalid_argument_and_leaves_idle)
 {
     char idle[128], conf[128], spec[128];
     struct bf_sim *s = walked(idle, conf, spec);
-    ck_assert_int_eq(simt_configure(s, idle, "", NULL, "", 0, 0, T0).code,
-                     BF_SIM_INVALID_ARGUMENT);
+    ck_assert_int_eq(simt_configure(s, idle, "", NULL, "", 0, 0, T0).code, BF_SIM_INVALID_ARGUMENT);
     ck_assert_int_eq(simt_state(s, idle, T0), BF_STATE_IDLE);
     bf_sim_close(s);
 }
@@ -339,7 +338,7 @@ START_TEST(b209_b503_large_metadata_is_echoed_verbatim_or_rejected_over_the_cap)
     for (int t = 0; t < 2; t++) {
         size_t n = sizes[t][0], vl = sizes[t][1];
         struct simt_kv *md = calloc(n, sizeof *md);
-        char (*keys)[48] = calloc(n, 48);
+        char(*keys)[48] = calloc(n, 48);
         uint8_t *val = malloc(vl);
         for (size_t i = 0; i < vl; i++)
             val[i] = (uint8_t)('a' + i % 26);
@@ -356,7 +355,9 @@ START_TEST(b209_b503_large_metadata_is_echoed_verbatim_or_rejected_over_the_cap)
         ck_assert_int_eq(r.code, 0);
         ck_assert(simt_md_equal(r.body, r.len, md, n));
         bf_sim_reply_free(&r);
-        ck_assert_int_eq(simt_drain(s, idle, 0, "", 0, 0, T0).code, 0);
+        struct simt_ack d = simt_drain(s, idle, 0, "", 0, 0, T0);
+        ck_assert_int_eq(d.code, 0);
+        simt_ack_free(&d);
         free(b.p);
         free(md);
         free(keys);
@@ -371,7 +372,8 @@ START_TEST(b209_b503_large_metadata_is_echoed_verbatim_or_rejected_over_the_cap)
     s = simt_open(&c);
     simt_pick(s, BF_STATE_IDLE, 0, idle, sizeof idle, T0);
     uint8_t v[600] = {0};
-    struct simt_kv md2[2] = {{(const uint8_t *)"a", 1, v, sizeof v}, {(const uint8_t *)"b", 1, v, sizeof v}};
+    struct simt_kv md2[2] = {{(const uint8_t *)"a", 1, v, sizeof v},
+                             {(const uint8_t *)"b", 1, v, sizeof v}};
     struct simt_buf b = simt_configure_raw(idle, "conf-cap", md2, 2, 0);
     int64_t rev = bf_sim_revision(s);
     struct bf_sim_reply r = {0};
@@ -598,10 +600,14 @@ START_TEST(b303_only_strictly_newer_tokens_pass_and_a_new_epoch_resets_seq)
     struct {
         int64_t e, q;
         int want;
-    } seqv[] = {{1, 1, BF_SIM_FAILED_PRECONDITION}, {1, 0, BF_SIM_FAILED_PRECONDITION},
-                {0, 99, BF_SIM_FAILED_PRECONDITION}, {1, 2, BF_SIM_INTERNAL},
-                {2, 1, BF_SIM_INTERNAL},            {1, 1000, BF_SIM_FAILED_PRECONDITION},
-                {2, 1, BF_SIM_FAILED_PRECONDITION}, {2, 2, BF_SIM_INTERNAL}};
+    } seqv[] = {{1, 1, BF_SIM_FAILED_PRECONDITION},
+                {1, 0, BF_SIM_FAILED_PRECONDITION},
+                {0, 99, BF_SIM_FAILED_PRECONDITION},
+                {1, 2, BF_SIM_INTERNAL},
+                {2, 1, BF_SIM_INTERNAL},
+                {1, 1000, BF_SIM_FAILED_PRECONDITION},
+                {2, 1, BF_SIM_FAILED_PRECONDITION},
+                {2, 2, BF_SIM_INTERNAL}};
     for (size_t i = 0; i < sizeof seqv / sizeof seqv[0]; i++) {
         a = simt_create(s, x, "sh", seqv[i].e, seqv[i].q, T0);
         ck_assert_msg(a.code == seqv[i].want, "token (%lld,%lld): code %d want %d",
@@ -890,7 +896,8 @@ START_TEST(b409_acks_during_a_burst_are_never_torn)
     simt_cfg(&c);
     c.seed_speculative = 40;
     c.transition_latency[BF_SIM_RPC_CREATE] = (struct bf_sim_dist){BF_SIM_DIST_UNIFORM, 0, 2 * SEC};
-    c.transition_latency[BF_SIM_RPC_CONFIGURE] = (struct bf_sim_dist){BF_SIM_DIST_UNIFORM, 0, 2 * SEC};
+    c.transition_latency[BF_SIM_RPC_CONFIGURE] =
+        (struct bf_sim_dist){BF_SIM_DIST_UNIFORM, 0, 2 * SEC};
     struct bf_sim *s = simt_open(&c);
     size_t n = bf_sim_machine_count(s);
     int64_t now = T0;
@@ -927,7 +934,10 @@ END_TEST
 
 static size_t hostile(struct simt_kv *md, char bufs[][2][64])
 {
-#define KV(k, v) {k, sizeof(k) - 1, v, sizeof(v) - 1}
+#define KV(k, v)                                                                                   \
+    {                                                                                              \
+        k, sizeof(k) - 1, v, sizeof(v) - 1                                                         \
+    }
     static const struct {
         const char *k;
         size_t kl;
@@ -936,14 +946,16 @@ static size_t hostile(struct simt_kv *md, char bufs[][2][64])
     } fixed[] = {
         KV("bigfleet.lucy.sh/assigned-priority", "1000000"),
         KV("bigfleet.lucy.sh/assigned-group", "topology.bigfleet/rack\0gang-7"),
-        KV("x-unicode/value", "\xcf\x80\xce\xb1\xce\xbd \xe2\x80\x94 \xe4\xbd\xa0 \xf0\x9f\x9a\x80\t\n"),
+        KV("x-unicode/value",
+           "\xcf\x80\xce\xb1\xce\xbd \xe2\x80\x94 \xe4\xbd\xa0 \xf0\x9f\x9a\x80\t\n"),
         KV("x-empty/value", ""),
         KV("x-control/value", "\0\x01\x02\x1f\x7f"),
         KV("x-c1-control/value", "\xc2\x80\xc2\x9f"),
         KV("x-nul-only/value", "\0"),
         KV("x-trailing-space/value", "padded   "),
         KV("x-key-with-nul\0suffix", "key itself carries a NUL byte"),
-        KV("x-mixed/value", "a\0b\x01" "c\t\xcf\x80\n"),
+        KV("x-mixed/value", "a\0b\x01"
+                            "c\t\xcf\x80\n"),
     };
 #undef KV
     size_t n = 0;
@@ -1108,11 +1120,13 @@ START_TEST(b505_the_stored_copy_does_not_alias_the_callers_buffers)
     struct bf_sim *s = simt_open(&c);
     char x[128];
     simt_pick(s, BF_STATE_IDLE, 0, x, sizeof x, T0);
-    char k1[] = "b505/keep", v1[] = "original-value", k2[] = "b505/mutate", v2[] = "before-mutation";
+    char k1[] = "b505/keep", v1[] = "original-value", k2[] = "b505/mutate",
+         v2[] = "before-mutation";
     struct simt_kv md[2] = {{(const uint8_t *)k1, 9, (const uint8_t *)v1, 14},
                             {(const uint8_t *)k2, 11, (const uint8_t *)v2, 15}};
-    struct simt_kv orig[2] = {{(const uint8_t *)"b505/keep", 9, (const uint8_t *)"original-value", 14},
-                              {(const uint8_t *)"b505/mutate", 11, (const uint8_t *)"before-mutation", 15}};
+    struct simt_kv orig[2] = {
+        {(const uint8_t *)"b505/keep", 9, (const uint8_t *)"original-value", 14},
+        {(const uint8_t *)"b505/mutate", 11, (const uint8_t *)"before-mutation", 15}};
     struct simt_buf b = simt_configure_raw(x, "conf-b505", md, 2, 0);
     struct bf_sim_reply r = {0};
     bf_sim_handle(s, BF_SIM_RPC_CONFIGURE, b.p, b.len, T0, &r);
@@ -1154,7 +1168,7 @@ END_TEST
 
 /* ------------------------------------------------------------ field shape (B80x) */
 
-static const char *const leak_keys[] = {"instance-type", "instance_type", "instanceType",
+static const char *const leak_keys[] = {"instance-type", "instance_type",     "instanceType",
                                         "zone",          "availability-zone", "availability_zone",
                                         "capacity-type", "capacity_type",     "capacityType"};
 
@@ -1211,8 +1225,10 @@ static void check_shape(const PbMachine *m)
             ck_assert_int_ge(a, v); /* density floor >= 1 */
         }
     }
-    struct bf_invariant_input in = {.state = m->state, .host_set = host,
-                                    .cluster_set = m->cluster[0] != 0, .has_id = true,
+    struct bf_invariant_input in = {.state = m->state,
+                                    .host_set = host,
+                                    .cluster_set = m->cluster[0] != 0,
+                                    .has_id = true,
                                     .has_last_error = m->last_error[0] != 0,
                                     .price_per_hour = m->price_per_hour,
                                     .interruption_probability = m->interruption_probability};
@@ -1235,7 +1251,8 @@ START_TEST(b801_b806_every_machine_of_an_openb_pool_is_in_shape)
     bool saw_spot = false;
     for (size_t i = 0; i < l->n_machines; i++) {
         check_shape(l->machines[i]);
-        saw_spot |= l->machines[i]->capacity_type == BIGFLEET__V1ALPHA1__CAPACITY_TYPE__CAPACITY_TYPE_SPOT;
+        saw_spot |=
+            l->machines[i]->capacity_type == BIGFLEET__V1ALPHA1__CAPACITY_TYPE__CAPACITY_TYPE_SPOT;
     }
     ck_assert(saw_spot);
     simt_free_list(l);
@@ -1313,7 +1330,8 @@ int main(void)
     tcase_add_test(tc, b213_three_mib_bootstrap_blob_is_accepted);
     tcase_add_test(tc, b214_each_new_cycle_mints_a_fresh_operation_id);
     tcase_add_test(tc, delete_of_bare_metal_is_unimplemented_unless_allowed);
-    tcase_add_test(tc, malformed_requests_and_unknown_methods_map_to_invalid_argument_or_unimplemented);
+    tcase_add_test(tc,
+                   malformed_requests_and_unknown_methods_map_to_invalid_argument_or_unimplemented);
     suite_add_tcase(s, tc);
     tc = tcase_create("fencing");
     tcase_add_test(tc, b301_fence_runs_before_not_found_and_marks_unknown_ids);
@@ -1341,7 +1359,8 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("fieldshape");
     tcase_add_test(tc, b801_b806_every_machine_of_an_openb_pool_is_in_shape);
-    tcase_add_test(tc, b803_b805_b807_a_walked_machine_keeps_shape_and_host_provider_and_delete_clears);
+    tcase_add_test(tc,
+                   b803_b805_b807_a_walked_machine_keeps_shape_and_host_provider_and_delete_clears);
     suite_add_tcase(s, tc);
     return simt_run(s);
 }
