@@ -93,23 +93,23 @@ const char *bf_net_code_name(int code);
  * here and logged (warn) once per connection; the loop carries on.
  */
 struct bf_net_stats {
-    uint64_t conns_accepted;     /* server: accepted TCP connections */
-    uint64_t conns_rejected;     /* server: closed at once (max_connections, shutdown) */
-    uint64_t conns_open;         /* gauge: connections currently open */
-    uint64_t accept_errors;      /* server: accept() failures (EMFILE, ...) */
-    uint64_t connect_attempts;   /* client: TCP connect attempts */
-    uint64_t connect_failures;   /* client: attempts that failed (refused, timeout, TLS) */
-    uint64_t handshake_failures; /* TLS handshakes that failed or timed out, bad ALPN */
-    uint64_t protocol_errors;    /* bad preface, HTTP/2 connection errors, bad HTTP/1.1 */
-    uint64_t oversize_messages;  /* gRPC messages over the receive limit (RESOURCE_EXHAUSTED) */
-    uint64_t bad_messages;       /* truncated or compressed gRPC messages, bad request headers */
-    uint64_t identity_rejected;  /* calls refused: mTLS peer without exactly one bigfleet:// SAN */
-    uint64_t keepalive_timeouts; /* connections closed because a PING went unanswered */
-    uint64_t streams_started;    /* gRPC calls started (server: received; client: issued) */
-    uint64_t streams_open;       /* gauge: calls not yet done */
-    uint64_t msgs_in, msgs_out;  /* gRPC messages received / queued for sending */
-    uint64_t bytes_in, bytes_out;           /* bytes on the wire (TLS: ciphertext) */
-    uint64_t http_requests;                 /* HTTP/1.1 requests answered */
+    uint64_t conns_accepted;      /* server: accepted TCP connections */
+    uint64_t conns_rejected;      /* server: closed at once (max_connections, shutdown) */
+    uint64_t conns_open;          /* gauge: connections currently open */
+    uint64_t accept_errors;       /* server: accept() failures (EMFILE, ...) */
+    uint64_t connect_attempts;    /* client: TCP connect attempts */
+    uint64_t connect_failures;    /* client: attempts that failed (refused, timeout, TLS) */
+    uint64_t handshake_failures;  /* TLS handshakes that failed or timed out, bad ALPN */
+    uint64_t protocol_errors;     /* bad preface, HTTP/2 connection errors, bad HTTP/1.1 */
+    uint64_t oversize_messages;   /* gRPC messages over the receive limit (RESOURCE_EXHAUSTED) */
+    uint64_t bad_messages;        /* truncated or compressed gRPC messages, bad request headers */
+    uint64_t identity_rejected;   /* calls refused: mTLS peer without exactly one bigfleet:// SAN */
+    uint64_t keepalive_timeouts;  /* connections closed because a PING went unanswered */
+    uint64_t streams_started;     /* gRPC calls started (server: received; client: issued) */
+    uint64_t streams_open;        /* gauge: calls not yet done */
+    uint64_t msgs_in, msgs_out;   /* gRPC messages received / queued for sending */
+    uint64_t bytes_in, bytes_out; /* bytes on the wire (TLS: ciphertext) */
+    uint64_t http_requests;       /* HTTP/1.1 requests answered */
     uint64_t calls_by_code[BF_NET_CODE_COUNT]; /* finished calls by final status */
 };
 
@@ -118,7 +118,7 @@ struct bf_net_stats {
 struct bf_net_loop;
 
 struct bf_net_loop_opts {
-    unsigned sq_entries;       /* io_uring SQ size; 0 = 1024 (CQ is 8x) */
+    unsigned sq_entries;       /* io_uring SQ size; 0 = 1024 (CQ: 8x, at least 16384) */
     unsigned recv_buffers;     /* provided recv buffers (power of two); 0 = 512 */
     unsigned recv_buffer_size; /* bytes each; 0 = 16384 */
 };
@@ -132,8 +132,10 @@ struct bf_net_loop_opts {
  */
 int bf_net_loop_new(const struct bf_net_loop_opts *opts, struct bf_net_loop **out);
 /*
- * Destroys the loop. Servers, clients, timers and watches should be freed
- * first; anything left is released without running callbacks.
+ * Destroys the loop (tearing down the ring cancels every in-flight
+ * operation). Free servers, clients, HTTP servers, timers and watches
+ * first; connections that were still closing are then released here.
+ * Not allowed from inside a loop callback.
  */
 void bf_net_loop_free(struct bf_net_loop *loop);
 /* Runs until bf_net_loop_stop(). Returns 0, or -errno if io_uring fails. */
@@ -219,6 +221,10 @@ struct bf_net_tls_config {
 int bf_net_tls_config_check(const struct bf_net_tls_config *tls);
 
 /*
+ * Certificates and keys are re-read when their file mtime changes (checked
+ * at most once a second, when a server accepts or a client connects); open
+ * connections keep the pair they started with. The CA bundle is read once.
+ *
  * Addresses: "host:port", ":port" (all IPv4 interfaces), "[v6addr]:port".
  * host is an IPv4/IPv6 literal or a name (resolved synchronously with
  * getaddrinfo when a listener is created or a client connects). Port 0
@@ -269,19 +275,19 @@ struct bf_net_method {
 };
 
 struct bf_net_server_opts {
-    const char *addr;               /* "host:port" / ":port" */
-    struct bf_net_tls_config tls;   /* see above */
+    const char *addr;                    /* "host:port" / ":port" */
+    struct bf_net_tls_config tls;        /* see above */
     const struct bf_net_method *methods; /* copied (paths borrowed) */
     size_t n_methods;
-    uint32_t max_connections;       /* 0 = 16384; beyond: closed at accept, counted */
+    uint32_t max_connections;        /* 0 = 16384; beyond: closed at accept, counted */
     uint32_t max_concurrent_streams; /* per connection (SETTINGS); 0 = 1024 */
-    uint32_t max_recv_message;      /* 0 = BF_NET_MAX_MESSAGE */
-    uint32_t max_send_message;      /* 0 = BF_NET_MAX_MESSAGE */
-    uint32_t stream_window;         /* initial per-stream receive window; 0 = 1 MiB */
-    uint32_t conn_window;           /* connection receive window; 0 = 16 MiB */
-    int64_t keepalive_ns;           /* PING after this much silence; 0 = 120 s, < 0 = off */
-    int64_t keepalive_timeout_ns;   /* close if the PING is unanswered; 0 = 20 s */
-    int64_t handshake_timeout_ns;   /* TLS handshake + HTTP/2 preface; 0 = 10 s */
+    uint32_t max_recv_message;       /* 0 = BF_NET_MAX_MESSAGE */
+    uint32_t max_send_message;       /* 0 = BF_NET_MAX_MESSAGE */
+    uint32_t stream_window;          /* initial per-stream receive window; 0 = 1 MiB */
+    uint32_t conn_window;            /* connection receive window; 0 = 16 MiB */
+    int64_t keepalive_ns;            /* PING after this much silence; 0 = 120 s, < 0 = off */
+    int64_t keepalive_timeout_ns;    /* close if the PING is unanswered; 0 = 20 s */
+    int64_t handshake_timeout_ns;    /* TLS handshake + HTTP/2 preface; 0 = 10 s */
 };
 
 /*
@@ -340,7 +346,8 @@ void bf_net_call_cancel(struct bf_net_call *call);
  * a slow reader's outbox with this.
  */
 size_t bf_net_call_outbox_bytes(const struct bf_net_call *call);
-/* The peer's bigfleet:// identity (mTLS), or NULL (plaintext, TLS without client certs). */
+/* The peer's bigfleet:// identity (mTLS), or NULL (plaintext, TLS without
+ * client certs). Owned by the connection: valid until on_done. */
 const char *bf_net_call_identity(const struct bf_net_call *call);
 const char *bf_net_call_path(const struct bf_net_call *call);
 /* "ip:port" of the peer. */
@@ -374,9 +381,9 @@ struct bf_net_client_opts {
     int64_t keepalive_timeout_ns; /* 0 = 20 s */
     uint32_t max_recv_message;    /* 0 = BF_NET_MAX_MESSAGE */
     uint32_t max_send_message;    /* 0 = BF_NET_MAX_MESSAGE */
-    uint32_t max_pending;         /* calls waiting for a connection; 0 = 1024; beyond: UNAVAILABLE */
-    uint32_t stream_window;       /* 0 = 1 MiB */
-    uint32_t conn_window;         /* 0 = 16 MiB */
+    uint32_t max_pending;   /* calls waiting for a connection; 0 = 1024; beyond: UNAVAILABLE */
+    uint32_t stream_window; /* 0 = 1 MiB */
+    uint32_t conn_window;   /* 0 = 16 MiB */
 };
 
 /*
@@ -413,8 +420,8 @@ struct bf_net_stream *bf_net_client_unary(struct bf_net_client *cl, const char *
                                           const void *req, size_t len, int64_t timeout_ns,
                                           bf_net_unary_fn cb, void *arg);
 struct bf_net_stream *bf_net_client_unary_pb(struct bf_net_client *cl, const char *path,
-                                             const struct ProtobufCMessage *req,
-                                             int64_t timeout_ns, bf_net_unary_fn cb, void *arg);
+                                             const struct ProtobufCMessage *req, int64_t timeout_ns,
+                                             bf_net_unary_fn cb, void *arg);
 
 /* Streaming call callbacks. on_done runs exactly once, last; the stream
  * handle is invalid after it returns. */
@@ -474,8 +481,8 @@ struct bf_net_http_server_opts {
     const char *addr;
     bf_net_http_fn handler;
     void *arg;
-    uint32_t max_connections;   /* 0 = 256 */
-    int64_t idle_timeout_ns;    /* keep-alive idle / slow request limit; 0 = 30 s */
+    uint32_t max_connections; /* 0 = 256 */
+    int64_t idle_timeout_ns;  /* keep-alive idle / slow request limit; 0 = 30 s */
 };
 
 /*

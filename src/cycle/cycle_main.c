@@ -1,28 +1,78 @@
 /*
- * cycle_main.c — entry point of the cycle process (bigfleet-shardd --role=cycle).
+ * cycle_main.c — the cycle process (bigfleet-shardd --role=cycle).
  *
- * Current scope: attach the segments, mark the process slot ACTIVE, and run
- * the wake/heartbeat loop the supervisor watches; the role's work is wired
- * in as its module lands.
+ * A cycle runs every --cycle-interval and, coalesced, as soon as demand
+ * changed (an accepted rollup bumps the needs change counter and wakes this
+ * process) or a --max-actions-per-cycle deferral left work behind. Between
+ * cycles the process sleeps on its wake eventfd. A restarted cycle process
+ * rebuilds its mirror with one full rescan; the in-flight markers, the action
+ * serial and every published result live in shared memory and carry over.
  */
+#include <errno.h>
 #include <poll.h>
+#include <stdlib.h>
 
+#include "bigfleet/cycle.h"
 #include "bigfleet/log.h"
 #include "bigfleet/process.h"
+#include "bigfleet/util.h"
 
 int bf_cycle_main(const struct bf_config *cfg)
 {
     struct bf_child ch;
     if (bf_child_start(&ch, cfg, BF_ROLE_CYCLE) != 0)
         return BF_EXIT_ERROR;
-    BF_INFO("started", "id=%s", cfg->id);
-    while (!bf_child_stopping()) {
-        struct pollfd p = {ch.wake_fd, POLLIN, 0};
-        poll(&p, ch.wake_fd >= 0 ? 1 : 0, 1000);
-        bf_wake_clear(&ch.shm, ch.role);
-        bf_child_heartbeat(&ch);
+    struct bf_cycle_opts o;
+    bf_cycle_opts_from_config(&o, cfg);
+    struct bf_cycle *c;
+    int rc = bf_cycle_new(&ch.shm, &o, &c);
+    if (rc) {
+        BF_ERROR("cannot create the cycle controller", "error=%d", rc);
+        bf_child_finish(&ch);
+        return BF_EXIT_ERROR;
     }
-    BF_INFO("stopping", "id=%s", cfg->id);
+    BF_INFO("started", "interval_ms=%lld paused=%d dry_run=%d reclaim_cap=%g max_actions=%d",
+            (long long)(cfg->cycle_interval_ns / BF_NS_PER_MS), cfg->actuation_paused,
+            cfg->dry_run, cfg->reclaim_cap_fraction, cfg->max_actions_per_cycle);
+    int64_t next = bf_mono_ns(); /* first cycle at once */
+    bool again = false;
+    while (!bf_child_stopping()) {
+        int64_t now = bf_mono_ns();
+        bool due = now >= next || again || bf_cycle_demand_changed(c);
+        if (!due) {
+            int64_t wait = next - now;
+            int ms = (int)(wait / BF_NS_PER_MS) + 1;
+            if (ms > 1000)
+                ms = 1000;
+            struct pollfd p = {ch.wake_fd, POLLIN, 0};
+            poll(&p, ch.wake_fd >= 0 ? 1 : 0, ms);
+            bf_wake_clear(&ch.shm, BF_ROLE_CYCLE);
+            bf_child_heartbeat(&ch);
+            continue;
+        }
+        struct bf_cycle_report rep;
+        rc = bf_cycle_run_once(c, bf_now_ns(), &rep);
+        bf_child_heartbeat(&ch);
+        if (rc) {
+            BF_ERROR("cycle failed", "error=%d", rc);
+            next = bf_mono_ns() + cfg->cycle_interval_ns;
+            again = false;
+            continue;
+        }
+        again = rep.wake_again;
+        next = bf_mono_ns() + cfg->cycle_interval_ns;
+        int lvl = (rep.enqueued || rep.capped || rep.deferred || rep.reconcile_timed_out)
+                      ? BF_LOG_INFO
+                      : BF_LOG_DEBUG;
+        bf_log(lvl, "cycle",
+               "cycle=%llu ms=%.3f needs=%u unsatisfied=%u decided=%u enqueued=%u deduped=%u "
+               "dropped=%u deferred=%u capped=%u changed=%u rescan=%d reconcile_timeout=%d",
+               (unsigned long long)rep.cycle, (double)rep.total_ns / 1e6, rep.needs,
+               rep.unsatisfied, rep.decided, rep.enqueued, rep.deduped, rep.dropped, rep.deferred,
+               rep.capped, rep.changed_slots, rep.rescanned, rep.reconcile_timed_out);
+    }
+    BF_INFO("stopping", "%s", "");
+    bf_cycle_free(c);
     bf_child_finish(&ch);
     return BF_EXIT_OK;
 }

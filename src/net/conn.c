@@ -34,12 +34,12 @@
 #include "net/net_internal.h"
 
 #define CONN_BATCH (128u * 1024)
-#define LINGER_NS (1 * BF_NS_PER_SEC)
+#define LINGER_NS  (1 * BF_NS_PER_SEC)
 
 static int obuf_append(struct obuf *b, const void *p, size_t n)
 {
     if (b->len + n > b->cap) {
-        size_t nc = b->cap ? b->cap : 16384;
+        size_t nc = b->cap ? b->cap : 4096;
         while (nc < b->len + n)
             nc *= 2;
         uint8_t *np = realloc(b->p, nc);
@@ -170,8 +170,7 @@ void conn_mark_dirty(struct conn *c)
 
 static void maybe_release(struct conn *c)
 {
-    if (c->state != C_CLOSED || c->busy || c->recv_armed || c->send_inflight ||
-        c->connect_inflight)
+    if (c->state != C_CLOSED || c->busy || c->recv_armed || c->send_inflight || c->connect_inflight)
         return;
     bf_list_del(&c->link);
     if (c->fd >= 0) {
@@ -346,7 +345,10 @@ static void conn_input_tls(struct conn *c, const uint8_t *data, size_t n)
                     bf_tls_error_string(c, r, eb, sizeof eb));
             c->tin = NULL;
             c->tin_len = 0;
-            conn_close(c); /* flush the alert wolfSSL queued */
+            if (c->is_client)
+                conn_abort(c, -EPROTO); /* the caller wants the failure now */
+            else
+                conn_close(c); /* flush the alert wolfSSL queued, then close */
             return;
         }
         if (r == 0)

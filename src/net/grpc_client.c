@@ -350,8 +350,7 @@ static void stream_submit(struct bf_net_stream *s, struct cconn *cc)
 
 static void flush_pending(struct bf_net_client *cl)
 {
-    while (!bf_list_empty(&cl->pending) && cl->active && cl->active->ready &&
-           !cl->active->goaway) {
+    while (!bf_list_empty(&cl->pending) && cl->active && cl->active->ready && !cl->active->goaway) {
         struct bf_net_stream *s = BF_CONTAINER_OF(cl->pending.next, struct bf_net_stream, link);
         bf_list_del(&s->link);
         cl->npending--;
@@ -466,8 +465,8 @@ struct bf_net_stream *bf_net_client_unary(struct bf_net_client *cl, const char *
 }
 
 struct bf_net_stream *bf_net_client_unary_pb(struct bf_net_client *cl, const char *path,
-                                             const struct ProtobufCMessage *req,
-                                             int64_t timeout_ns, bf_net_unary_fn cb, void *arg)
+                                             const struct ProtobufCMessage *req, int64_t timeout_ns,
+                                             bf_net_unary_fn cb, void *arg)
 {
     size_t len = protobuf_c_message_get_packed_size(req);
     if (len > cl->o.max_send_message) {
@@ -712,13 +711,32 @@ static int on_stream_close_cb(nghttp2_session *h2, int32_t sid, uint32_t error_c
     return 0;
 }
 
+/* A request HEADERS that never left (cancelled while queued behind the
+ * peer's MAX_CONCURRENT_STREAMS, or the session is going away). When
+ * nghttp2 had not opened the stream it will not report a close for it, so
+ * end it here. */
 static int on_frame_not_send_cb(nghttp2_session *h2, const nghttp2_frame *frame, int lib_error,
                                 void *ud)
 {
-    (void)h2;
-    (void)ud;
-    (void)frame;
-    (void)lib_error;
+    struct cconn *cc = ud;
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    /* if nghttp2 opened the stream it reports the close itself (and it
+     * still holds our pointer): leave it to on_stream_close */
+    if (nghttp2_session_find_stream(h2, frame->hd.stream_id))
+        return 0;
+    for (struct bf_list *it = cc->streams.next; it != &cc->streams; it = it->next) {
+        struct bf_net_stream *s = BF_CONTAINER_OF(it, struct bf_net_stream, link);
+        if (s->sid != frame->hd.stream_id || s->closed)
+            continue;
+        s->closed = true;
+        bf_list_del(&s->link);
+        if (cc->nstreams)
+            cc->nstreams--;
+        stream_end(s, s->local_set ? s->local_code : BF_NET_UNAVAILABLE,
+                   s->local_set ? s->local_msg : nghttp2_strerror(lib_error));
+        break;
+    }
     return 0;
 }
 
@@ -788,8 +806,8 @@ static int cconn_on_ready(struct conn *c)
         }
         if (bf_tls_verify_name(c, cl->server_name) < 0) {
             cl->stats.handshake_failures++;
-            BF_WARN("gRPC client: server certificate does not match name", "addr=\"%s\" name=\"%s\"",
-                    cl->addr, cl->server_name);
+            BF_WARN("gRPC client: server certificate does not match name",
+                    "addr=\"%s\" name=\"%s\"", cl->addr, cl->server_name);
             return -EPERM;
         }
     }
@@ -836,7 +854,8 @@ static int cconn_produce(struct conn *c)
     cl_enter(cl);
     int r = h2_produce(c, cc->h2, CLI_BATCH);
     while (r == 0 && !bf_list_empty(&cc->drain_q) && c->state == C_OPEN) {
-        struct bf_net_stream *s = BF_CONTAINER_OF(cc->drain_q.next, struct bf_net_stream, drain_link);
+        struct bf_net_stream *s =
+            BF_CONTAINER_OF(cc->drain_q.next, struct bf_net_stream, drain_link);
         bf_list_del(&s->drain_link);
         if (!s->delivered && s->out.bytes == 0 && s->cbs.on_drain)
             s->cbs.on_drain(s, s->arg);
@@ -951,6 +970,8 @@ static void client_connect(struct bf_net_client *cl)
     cl->state = BF_NET_CLIENT_CONNECTING;
     cl->stats.connect_attempts++;
     bf_net_timer_stop(&cl->backoff_timer);
+    if (cl->tls)
+        bf_tls_ctx_maybe_reload(&cl->tls);
     struct sockaddr_storage ss;
     socklen_t sl;
     int r = bf_addr_parse(cl->addr, &ss, &sl, NULL, 0, NULL);
@@ -1038,7 +1059,8 @@ int bf_net_client_new(struct bf_net_loop *loop, const struct bf_net_client_opts 
     bf_timer_init(&cl->kick_timer, loop, kick_cb, cl);
     r = -ENOMEM;
     cl->addr = strdup(opts->addr);
-    cl->server_name = strdup(opts->server_name && *opts->server_name ? opts->server_name : cl->host);
+    cl->server_name =
+        strdup(opts->server_name && *opts->server_name ? opts->server_name : cl->host);
     if (!cl->addr || !cl->server_name)
         goto out_fail;
     {
@@ -1104,7 +1126,8 @@ static void client_destroy(struct bf_net_client *cl)
     bf_net_timer_stop(&cl->kick_timer);
     fail_pending(cl, BF_NET_CANCELLED, "client closed");
     while (!bf_list_empty(&cl->finishing)) {
-        struct bf_net_stream *s = BF_CONTAINER_OF(cl->finishing.next, struct bf_net_stream, fin_link);
+        struct bf_net_stream *s =
+            BF_CONTAINER_OF(cl->finishing.next, struct bf_net_stream, fin_link);
         bf_list_del(&s->fin_link);
         stream_end(s, s->local_code, s->local_msg);
     }

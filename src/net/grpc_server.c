@@ -174,8 +174,8 @@ static ssize_t data_read_cb(nghttp2_session *h2, int32_t sid, uint8_t *buf, size
             nghttp2_nv tr[2] = {BF_NV("grpc-status", code, strlen(code))};
             size_t ntr = 1;
             if (call->status_msg && *call->status_msg)
-                tr[ntr++] = (nghttp2_nv)BF_NV("grpc-message", call->status_msg,
-                                              strlen(call->status_msg));
+                tr[ntr++] =
+                    (nghttp2_nv)BF_NV("grpc-message", call->status_msg, strlen(call->status_msg));
             *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
             /* copy names/values: status_msg may be freed before the frame goes */
             for (size_t i = 0; i < ntr; i++)
@@ -244,8 +244,7 @@ static void submit_trailers_only(struct bf_net_call *call, int http_status)
     nghttp2_nv h[4] = {
         {(uint8_t *)":status", (uint8_t *)st, 7, strlen(st), NGHTTP2_NV_FLAG_NO_COPY_NAME},
         BF_NVS("content-type", "application/grpc"),
-        {(uint8_t *)"grpc-status", (uint8_t *)code, 11, strlen(code),
-         NGHTTP2_NV_FLAG_NO_COPY_NAME},
+        {(uint8_t *)"grpc-status", (uint8_t *)code, 11, strlen(code), NGHTTP2_NV_FLAG_NO_COPY_NAME},
     };
     size_t n = 3;
     if (call->status_msg && *call->status_msg)
@@ -272,7 +271,8 @@ static int call_set_status(struct bf_net_call *call, int code, const char *msg)
     return 0;
 }
 
-static int call_finish_internal(struct bf_net_call *call, int code, const char *msg, bool drop_queue)
+static int call_finish_internal(struct bf_net_call *call, int code, const char *msg,
+                                bool drop_queue)
 {
     if (call->finished || call->done)
         return -EPIPE;
@@ -789,7 +789,8 @@ static int sconn_produce(struct conn *c)
     int r = h2_produce(c, sc->h2, SRV_BATCH);
     /* on_drain: outside nghttp2, after the output step */
     while (r == 0 && !bf_list_empty(&sc->drain_q) && c->state == C_OPEN) {
-        struct bf_net_call *call = BF_CONTAINER_OF(sc->drain_q.next, struct bf_net_call, drain_link);
+        struct bf_net_call *call =
+            BF_CONTAINER_OF(sc->drain_q.next, struct bf_net_call, drain_link);
         bf_list_del(&call->drain_link);
         if (call->engaged && !call->done && call->out.bytes == 0 && call->me->m.on_drain)
             call->me->m.on_drain(call, call->me->m.arg);
@@ -858,6 +859,8 @@ static void srv_on_accept(void *owner, int fd)
         close(fd);
         return;
     }
+    if (srv->tls)
+        bf_tls_ctx_maybe_reload(&srv->tls);
     sc->srv = srv;
     bf_list_init(&sc->calls);
     bf_list_init(&sc->drain_q);
@@ -873,7 +876,8 @@ static void srv_on_accept(void *owner, int fd)
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 65536},
     };
     nghttp2_submit_settings(sc->h2, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
-    nghttp2_session_set_local_window_size(sc->h2, NGHTTP2_FLAG_NONE, 0, (int32_t)srv->o.conn_window);
+    nghttp2_session_set_local_window_size(sc->h2, NGHTTP2_FLAG_NONE, 0,
+                                          (int32_t)srv->o.conn_window);
     if (conn_init_accepted(&sc->c, srv->loop, fd, &sconn_ops, &srv->stats, srv->tls) < 0) {
         nghttp2_session_del(sc->h2);
         free(sc);
@@ -1013,7 +1017,9 @@ int bf_net_server_new(struct bf_net_loop *loop, const struct bf_net_server_opts 
     }
     srv->port = srv->listener->port;
     BF_INFO("gRPC server listening", "addr=\"%s\" port=%u tls=%s", opts->addr, srv->port,
-            !srv->tls ? "off" : bf_tls_ctx_mtls(srv->tls) ? "mtls" : "tls");
+            !srv->tls                   ? "off"
+            : bf_tls_ctx_mtls(srv->tls) ? "mtls"
+                                        : "tls");
     *out = srv;
     return 0;
 out_fail:
@@ -1054,8 +1060,8 @@ void bf_net_server_shutdown(struct bf_net_server *srv, int64_t grace_ns, void (*
         it = it->next;
         if (sc->got_settings && sc->h2) {
             nghttp2_submit_goaway(sc->h2, NGHTTP2_FLAG_NONE,
-                                  nghttp2_session_get_last_proc_stream_id(sc->h2),
-                                  NGHTTP2_NO_ERROR, NULL, 0);
+                                  nghttp2_session_get_last_proc_stream_id(sc->h2), NGHTTP2_NO_ERROR,
+                                  NULL, 0);
             sc->goaway_sent = true;
             conn_mark_dirty(&sc->c);
         } else {

@@ -180,6 +180,8 @@ struct bf_net_http_server {
     struct bf_list conns;
     uint32_t nconns;
     uint16_t port;
+    int depth; /* handler calls on the stack; a free inside one is deferred */
+    bool free_pending;
 };
 
 struct hconn {
@@ -343,9 +345,24 @@ static int handle_request(struct hconn *h, const struct bf_http1_request *rq)
     return r;
 }
 
+static void http_destroy(struct bf_net_http_server *hs);
+
+static int hconn_on_data_inner(struct hconn *h, const uint8_t *p, size_t n);
+
 static int hconn_on_data(struct conn *c, const uint8_t *p, size_t n)
 {
     struct hconn *h = BF_CONTAINER_OF(c, struct hconn, c);
+    struct bf_net_http_server *hs = h->hs;
+    hs->depth++;
+    int r = hconn_on_data_inner(h, p, n);
+    if (--hs->depth == 0 && hs->free_pending)
+        http_destroy(hs);
+    return r;
+}
+
+static int hconn_on_data_inner(struct hconn *h, const uint8_t *p, size_t n)
+{
+    struct conn *c = &h->c;
     struct bf_net_http_server *hs = h->hs;
     bf_net_timer_start(&h->timer, hs->o.idle_timeout_ns, 0);
     while (n > 0 && !h->close_after) {
@@ -370,10 +387,7 @@ static int hconn_on_data(struct conn *c, const uint8_t *p, size_t n)
             if (r < 0) {
                 hs->stats.protocol_errors++;
                 BF_WARN("HTTP/1.1: bad request", "peer=%s err=%d", c->peer, r);
-                int st = r == -E2BIG         ? 431
-                         : r == -ENOTSUP      ? 505
-                         : r == -ENAMETOOLONG ? 414
-                                              : 400;
+                int st = r == -E2BIG ? 431 : r == -ENOTSUP ? 505 : r == -ENAMETOOLONG ? 414 : 400;
                 if (error_response(h, st, "bad request\n") < 0)
                     return -ENOMEM;
                 h->in_len = 0;
@@ -381,6 +395,8 @@ static int hconn_on_data(struct conn *c, const uint8_t *p, size_t n)
             }
             if (handle_request(h, &rq) < 0)
                 return -ENOMEM;
+            if (hs->free_pending)
+                return 0;
             memmove(h->in, h->in + r, h->in_len - (size_t)r);
             h->in_len -= (size_t)r;
             if (h->out.len > HTTP_MAX_UNSENT)
@@ -519,14 +535,25 @@ void bf_net_http_server_stats(const struct bf_net_http_server *hs, struct bf_net
     *out = hs->stats;
 }
 
-void bf_net_http_server_free(struct bf_net_http_server *hs)
+static void http_destroy(struct bf_net_http_server *hs)
 {
-    if (!hs)
-        return;
+    hs->free_pending = false;
+    hs->depth = 1 << 30; /* no re-entry while tearing down */
     bf_listener_close(hs->listener);
     while (!bf_list_empty(&hs->conns)) {
         struct hconn *h = BF_CONTAINER_OF(hs->conns.next, struct hconn, link);
         conn_abort(&h->c, -ECANCELED);
     }
     free(hs);
+}
+
+void bf_net_http_server_free(struct bf_net_http_server *hs)
+{
+    if (!hs || hs->free_pending)
+        return;
+    if (hs->depth > 0) {
+        hs->free_pending = true;
+        return;
+    }
+    http_destroy(hs);
 }

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define BF_HTTP1_MAX_HEAD 8192
+#define BF_HTTP1_MAX_HEAD   8192
 #define BF_HTTP1_MAX_TARGET 2048
 
 struct bf_http1_request {

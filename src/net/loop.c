@@ -193,15 +193,12 @@ bool bf_net_timer_active(const struct bf_net_timer *t)
     return t->heap_idx != BF_TIMER_IDLE;
 }
 
-/* the timer whose callback is running (for free-inside-callback) */
-static struct bf_net_timer *g_running_timer;
-
 void bf_net_timer_free(struct bf_net_timer *t)
 {
     if (!t)
         return;
     bf_net_timer_stop(t);
-    if (t == g_running_timer) {
+    if (t == t->loop->running_timer) {
         t->free_pending = true;
         return;
     }
@@ -228,10 +225,10 @@ static int run_timers(struct bf_net_loop *l)
             heap_set(l, l->nheap++, t);
             heap_up(l, t->heap_idx);
         }
-        struct bf_net_timer *prev = g_running_timer;
-        g_running_timer = t;
+        struct bf_net_timer *prev = l->running_timer;
+        l->running_timer = t;
         t->fn(t, t->arg);
-        g_running_timer = prev;
+        l->running_timer = prev;
         if (t->free_pending && t->heap_alloc)
             free(t);
         n++;
@@ -615,7 +612,9 @@ static int setup_ring(struct bf_net_loop *l, unsigned entries)
     for (size_t i = 0; i < sizeof try_flags / sizeof try_flags[0]; i++) {
         memset(&p, 0, sizeof p);
         p.flags = try_flags[i] | IORING_SETUP_CQSIZE;
-        p.cq_entries = entries * 8;
+        /* room for a completion from every connection of a busy shard at
+         * once (10k+ multishot recvs) before the kernel has to spill */
+        p.cq_entries = entries * 8 < 16384 ? 16384 : entries * 8;
         r = io_uring_queue_init_params(entries, &l->ring, &p);
         if (r == 0)
             return 0;

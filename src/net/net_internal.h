@@ -88,10 +88,10 @@ enum {
     BF_OP_CONNECT = 4,
     BF_OP_POLL = 5,
 };
-#define BF_OP_MASK 7u
+#define BF_OP_MASK      7u
 #define BF_UD(ptr, tag) ((uint64_t)(uintptr_t)(ptr) | (uint64_t)(tag))
 
-#define BF_NET_BGID 7
+#define BF_NET_BGID  7
 #define BF_TLS_STAGE 16384
 
 struct bf_defer {
@@ -112,6 +112,7 @@ struct bf_net_loop {
     /* timers: binary min-heap on expiry */
     struct bf_net_timer **heap;
     uint32_t nheap, capheap;
+    struct bf_net_timer *running_timer; /* callback in progress (free-inside-callback) */
     /* deferred calls */
     struct bf_defer *defer;
     size_t ndefer, capdefer;
@@ -263,6 +264,13 @@ enum bf_tls_role { BF_TLS_SERVER, BF_TLS_CLIENT };
 int bf_tls_ctx_new(const struct bf_net_tls_config *cfg, enum bf_tls_role role,
                    struct bf_tls_ctx **out);
 void bf_tls_ctx_ref(struct bf_tls_ctx *t);
+/*
+ * Certificate rotation (wire.md §7): at most once a second, if the cert or
+ * key file's mtime changed, builds a new context from them (same CA bytes)
+ * and swaps *t; open connections keep the old one until they close.
+ * Returns 1 reloaded, 0 nothing to do, <0 reload failed (old one kept).
+ */
+int bf_tls_ctx_maybe_reload(struct bf_tls_ctx **t);
 void bf_tls_ctx_unref(struct bf_tls_ctx *t);
 /* true when the context verifies client certificates (mTLS server). */
 bool bf_tls_ctx_mtls(const struct bf_tls_ctx *t);

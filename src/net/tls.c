@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include <wolfssl/options.h>
 #include <wolfssl/ssl.h>
@@ -30,6 +31,7 @@
 #include <wolfssl/wolfio.h>
 
 #include "bigfleet/log.h"
+#include "bigfleet/util.h"
 #include "net/net_internal.h"
 
 #define BF_GEN_URI 6 /* GeneralName uniformResourceIdentifier */
@@ -39,6 +41,13 @@ struct bf_tls_ctx {
     int refs;
     bool mtls;
     enum bf_tls_role role;
+    /* rotation: cert/key re-read when their mtime changes; the CA bundle is
+     * read once at startup and kept (wire.md §7) */
+    char *cert_file, *key_file;
+    uint8_t *ca_pem;
+    long ca_len;
+    struct timespec cert_mtime, key_mtime;
+    int64_t checked_ns;
 };
 
 static int io_recv(WOLFSSL *ssl, char *buf, int sz, void *ctx)
@@ -67,7 +76,45 @@ static int io_send(WOLFSSL *ssl, char *buf, int sz, void *ctx)
 
 static const char *wolf_err(unsigned long e, char *buf, size_t cap)
 {
-    wolfSSL_ERR_error_string_n(e, buf, cap);
+    (void)e;
+    unsigned long q = wolfSSL_ERR_get_error();
+    if (q)
+        wolfSSL_ERR_error_string_n(q, buf, cap);
+    else
+        snprintf(buf, cap, "cannot load or parse the file");
+    return buf;
+}
+
+static int load_ca(WOLFSSL_CTX *ctx, const uint8_t *pem, long len, const char *name)
+{
+    char eb[128];
+    int r = wolfSSL_CTX_load_verify_buffer(ctx, pem, len, WOLFSSL_FILETYPE_PEM);
+    if (r != WOLFSSL_SUCCESS) {
+        BF_ERROR("TLS CA bundle unusable", "file=\"%s\" err=\"%s\"", name,
+                 wolf_err((unsigned long)r, eb, sizeof eb));
+        return -EIO;
+    }
+    return 0;
+}
+
+static uint8_t *read_file(const char *path, long *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    uint8_t *buf = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long n = ftell(f);
+        if (n > 0 && n < (16 << 20) && fseek(f, 0, SEEK_SET) == 0) {
+            buf = malloc((size_t)n);
+            if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+                free(buf);
+                buf = NULL;
+            }
+            *len = n;
+        }
+    }
+    fclose(f);
     return buf;
 }
 
@@ -95,15 +142,53 @@ static int load_files(WOLFSSL_CTX *ctx, const struct bf_net_tls_config *cfg)
             return -EIO;
         }
     }
-    if (cfg->ca_file && *cfg->ca_file) {
-        int r = wolfSSL_CTX_load_verify_locations(ctx, cfg->ca_file, NULL);
-        if (r != WOLFSSL_SUCCESS) {
-            BF_ERROR("TLS CA bundle unusable", "file=\"%s\" err=\"%s\"", cfg->ca_file,
-                     wolf_err((unsigned long)r, eb, sizeof eb));
-            return -EIO;
-        }
-    }
     return 0;
+}
+
+static void file_mtime(const char *path, struct timespec *ts)
+{
+    struct stat st;
+    if (path && stat(path, &st) == 0)
+        *ts = st.st_mtim;
+    else
+        memset(ts, 0, sizeof *ts);
+}
+
+/* A WOLFSSL_CTX for t's role from its files (cert/key re-read, CA kept). */
+static WOLFSSL_CTX *build_ctx(struct bf_tls_ctx *t, int *err)
+{
+    WOLFSSL_CTX *ctx = wolfSSL_CTX_new(t->role == BF_TLS_SERVER ? wolfTLSv1_3_server_method()
+                                                                : wolfTLSv1_3_client_method());
+    if (!ctx) {
+        *err = -ENOMEM;
+        return NULL;
+    }
+    struct bf_net_tls_config cfg = {t->cert_file, t->key_file, NULL};
+    int r = load_files(ctx, &cfg);
+    if (r == 0 && t->ca_pem)
+        r = load_ca(ctx, t->ca_pem, t->ca_len, "(ca bundle)");
+    if (r < 0) {
+        wolfSSL_CTX_free(ctx);
+        *err = r;
+        return NULL;
+    }
+    if (t->role == BF_TLS_SERVER)
+        wolfSSL_CTX_set_verify(ctx,
+                               t->mtls ? WOLFSSL_VERIFY_PEER | WOLFSSL_VERIFY_FAIL_IF_NO_PEER_CERT
+                                       : WOLFSSL_VERIFY_NONE,
+                               NULL);
+    else
+        wolfSSL_CTX_set_verify(ctx, WOLFSSL_VERIFY_PEER, NULL);
+    wolfSSL_CTX_SetIORecv(ctx, io_recv);
+    wolfSSL_CTX_SetIOSend(ctx, io_send);
+    return ctx;
+}
+
+static void ctx_free_fields(struct bf_tls_ctx *t)
+{
+    free(t->cert_file);
+    free(t->key_file);
+    free(t->ca_pem);
 }
 
 int bf_tls_ctx_new(const struct bf_net_tls_config *cfg, enum bf_tls_role role,
@@ -126,32 +211,82 @@ int bf_tls_ctx_new(const struct bf_net_tls_config *cfg, enum bf_tls_role role,
     }
     t->refs = 1;
     t->role = role;
-    t->ctx = wolfSSL_CTX_new(role == BF_TLS_SERVER ? wolfTLSv1_3_server_method()
-                                                   : wolfTLSv1_3_client_method());
+    t->mtls = role == BF_TLS_SERVER && ca;
     int r = -ENOMEM;
+    if (cert &&
+        (!(t->cert_file = strdup(cfg->cert_file)) || !(t->key_file = strdup(cfg->key_file))))
+        goto out_fail;
+    if (ca) {
+        t->ca_pem = read_file(cfg->ca_file, &t->ca_len);
+        if (!t->ca_pem) {
+            BF_ERROR("TLS CA bundle unreadable", "file=\"%s\"", cfg->ca_file);
+            r = -EIO;
+            goto out_fail;
+        }
+    }
+    file_mtime(t->cert_file, &t->cert_mtime);
+    file_mtime(t->key_file, &t->key_mtime);
+    t->checked_ns = bf_mono_ns();
+    t->ctx = build_ctx(t, &r);
     if (!t->ctx)
         goto out_fail;
-    r = load_files(t->ctx, cfg);
-    if (r < 0)
-        goto out_fail;
-    if (role == BF_TLS_SERVER) {
-        t->mtls = ca;
-        wolfSSL_CTX_set_verify(t->ctx,
-                               ca ? WOLFSSL_VERIFY_PEER | WOLFSSL_VERIFY_FAIL_IF_NO_PEER_CERT
-                                  : WOLFSSL_VERIFY_NONE,
-                               NULL);
-    } else {
-        wolfSSL_CTX_set_verify(t->ctx, WOLFSSL_VERIFY_PEER, NULL);
-    }
-    wolfSSL_CTX_SetIORecv(t->ctx, io_recv);
-    wolfSSL_CTX_SetIOSend(t->ctx, io_send);
     *out = t;
     return 0;
 out_fail:
-    if (t->ctx)
-        wolfSSL_CTX_free(t->ctx);
+    ctx_free_fields(t);
     free(t);
     wolfSSL_Cleanup();
+    return r;
+}
+
+int bf_tls_ctx_maybe_reload(struct bf_tls_ctx **pt)
+{
+    struct bf_tls_ctx *t = *pt;
+    int64_t now = bf_mono_ns();
+    if (!t->cert_file || now - t->checked_ns < BF_NS_PER_SEC)
+        return 0;
+    t->checked_ns = now;
+    struct timespec cm, km;
+    file_mtime(t->cert_file, &cm);
+    file_mtime(t->key_file, &km);
+    if (memcmp(&cm, &t->cert_mtime, sizeof cm) == 0 && memcmp(&km, &t->key_mtime, sizeof km) == 0)
+        return 0;
+    /* a new context; connections already open keep the old one (refcounted) */
+    struct bf_tls_ctx *n = calloc(1, sizeof *n);
+    if (!n)
+        return -ENOMEM;
+    *n = *t;
+    n->refs = 1;
+    n->cert_file = strdup(t->cert_file);
+    n->key_file = strdup(t->key_file);
+    n->ca_pem = t->ca_pem ? malloc((size_t)t->ca_len) : NULL;
+    int r = -ENOMEM;
+    if (!n->cert_file || !n->key_file || (t->ca_pem && !n->ca_pem))
+        goto out_fail;
+    if (t->ca_pem)
+        memcpy(n->ca_pem, t->ca_pem, (size_t)t->ca_len);
+    n->ctx = build_ctx(n, &r);
+    if (!n->ctx)
+        goto out_fail;
+    if (wolfSSL_Init() != WOLFSSL_SUCCESS) {
+        wolfSSL_CTX_free(n->ctx);
+        r = -EIO;
+        goto out_fail;
+    }
+    n->cert_mtime = cm;
+    n->key_mtime = km;
+    BF_INFO("TLS certificate reloaded", "cert=\"%s\"", t->cert_file);
+    *pt = n;
+    bf_tls_ctx_unref(t);
+    return 1;
+out_fail:
+    /* keep serving with the old pair; try again on the next change */
+    t->cert_mtime = cm;
+    t->key_mtime = km;
+    BF_WARN("TLS certificate reload failed; keeping the previous one", "cert=\"%s\" err=%d",
+            t->cert_file, r);
+    ctx_free_fields(n);
+    free(n);
     return r;
 }
 
@@ -165,6 +300,7 @@ void bf_tls_ctx_unref(struct bf_tls_ctx *t)
     if (!t || --t->refs > 0)
         return;
     wolfSSL_CTX_free(t->ctx);
+    ctx_free_fields(t);
     free(t);
     wolfSSL_Cleanup();
 }

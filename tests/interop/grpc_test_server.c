@@ -16,7 +16,8 @@
  *   Shard/Session               bidi: first frame Hello (else INVALID_ARGUMENT),
  *                               mTLS: identity must be bigfleet://cluster/<id>
  *                               (else PERMISSION_DENIED); one Ack per frame;
- *                               half-close -> OK
+ *                               a rollup for cluster "cancel-me" makes the
+ *                               server reset the stream; half-close -> OK
  *
  * HTTP/1.1 on --http-addr: /healthz, /stats (JSON: how calls ended per
  * method, and the server's bad-input counters), /metrics.
@@ -39,7 +40,7 @@
 #include "bigfleet/v1alpha1/shardread.pb-c.h"
 
 enum { M_GET, M_CONFIGURE, M_LIST, M_DRAIN, M_INSPECT, M_SESSION, M_COUNT };
-static const char *method_names[M_COUNT] = {"Get",  "Configure",    "List",
+static const char *method_names[M_COUNT] = {"Get",   "Configure",    "List",
                                             "Drain", "InspectNeeds", "Session"};
 static uint64_t done_by[M_COUNT][BF_NET_CODE_COUNT];
 static uint64_t started[M_COUNT];
@@ -168,7 +169,7 @@ static void list_msg(struct bf_net_call *call, const uint8_t *msg, size_t len, v
     size_t n = f->max_results > 0 ? (size_t)f->max_results : 0;
     Bigfleet__V1alpha1__Machine *ms = calloc(n ? n : 1, sizeof *ms);
     Bigfleet__V1alpha1__Machine **mp = calloc(n ? n : 1, sizeof *mp);
-    char (*ids)[16] = calloc(n ? n : 1, sizeof *ids);
+    char(*ids)[16] = calloc(n ? n : 1, sizeof *ids);
     for (size_t i = 0; i < n; i++) {
         bigfleet__v1alpha1__machine__init(&ms[i]);
         snprintf(ids[i], sizeof ids[i], "m%zu", i);
@@ -304,9 +305,8 @@ static void session_msg(struct bf_net_call *call, const uint8_t *msg, size_t len
         snprintf(want, sizeof want, "bigfleet://cluster/%s", om->hello->cluster_id);
         if (who && strcmp(who, want) != 0) {
             char m[512];
-            snprintf(m, sizeof m,
-                     "client certificate identity %s does not authorize cluster_id %s", who,
-                     om->hello->cluster_id);
+            snprintf(m, sizeof m, "client certificate identity %s does not authorize cluster_id %s",
+                     who, om->hello->cluster_id);
             bf_net_call_finish(call, BF_NET_PERMISSION_DENIED, m);
             goto out;
         }
@@ -319,7 +319,10 @@ static void session_msg(struct bf_net_call *call, const uint8_t *msg, size_t len
         send_ack(call, "hello");
         break;
     case BIGFLEET__V1ALPHA1__OPERATOR_MESSAGE__PAYLOAD_ROLLUP:
-        send_ack(call, "rollup");
+        if (strcmp(om->rollup->cluster_id, "cancel-me") == 0)
+            bf_net_call_cancel(call); /* server-side cancellation: RST_STREAM(CANCEL) */
+        else
+            send_ack(call, "rollup");
         break;
     case BIGFLEET__V1ALPHA1__OPERATOR_MESSAGE__PAYLOAD_RECLAIM_ACK:
         send_ack(call, om->reclaim_ack->instruction_id);
@@ -376,12 +379,13 @@ static void http_handler(const struct bf_net_http_request *req, struct bf_net_ht
             resp,
             "},\"server\":{\"conns_accepted\":%llu,\"conns_open\":%llu,\"handshake_failures\":%llu,"
             "\"protocol_errors\":%llu,\"oversize_messages\":%llu,\"bad_messages\":%llu,"
-            "\"identity_rejected\":%llu,\"streams_open\":%llu,\"conns_rejected\":%llu}}\n",
+            "\"identity_rejected\":%llu,\"streams_open\":%llu,\"conns_rejected\":%llu,"
+            "\"keepalive_timeouts\":%llu}}\n",
             (unsigned long long)st.conns_accepted, (unsigned long long)st.conns_open,
             (unsigned long long)st.handshake_failures, (unsigned long long)st.protocol_errors,
             (unsigned long long)st.oversize_messages, (unsigned long long)st.bad_messages,
             (unsigned long long)st.identity_rejected, (unsigned long long)st.streams_open,
-            (unsigned long long)st.conns_rejected);
+            (unsigned long long)st.conns_rejected, (unsigned long long)st.keepalive_timeouts);
         return;
     }
     if (strcmp(req->path, "/metrics") == 0) {
@@ -428,6 +432,7 @@ int main(int argc, char **argv)
         {"max-streams", required_argument, 0, 's'},
         {"keepalive-ms", required_argument, 0, 'p'},
         {"handshake-timeout-ms", required_argument, 0, 't'},
+        {"keepalive-timeout-ms", required_argument, 0, 'T'},
         {0, 0, 0, 0},
     };
     int o;
@@ -460,9 +465,13 @@ int main(int argc, char **argv)
         case 't':
             so.handshake_timeout_ns = atoll(optarg) * BF_NS_PER_MS;
             break;
+        case 'T':
+            so.keepalive_timeout_ns = atoll(optarg) * BF_NS_PER_MS;
+            break;
         default:
-            fprintf(stderr, "usage: %s [--addr A] [--http-addr A] [--tls-cert F --tls-key F "
-                            "[--tls-ca F]] [--max-recv N] [--max-streams N]\n",
+            fprintf(stderr,
+                    "usage: %s [--addr A] [--http-addr A] [--tls-cert F --tls-key F "
+                    "[--tls-ca F]] [--max-recv N] [--max-streams N]\n",
                     argv[0]);
             return 2;
         }

@@ -243,6 +243,42 @@ START_TEST(server_rejects_garbage_and_huge_heads_then_keeps_serving)
 }
 END_TEST
 
+struct quitter {
+    struct bf_net_http_server *hs;
+    int calls;
+};
+static void quit_handler(const struct bf_net_http_request *req, struct bf_net_http_response *resp,
+                         void *arg)
+{
+    (void)req;
+    struct quitter *q = arg;
+    q->calls++;
+    bf_net_http_printf(resp, "bye\n");
+    bf_net_http_server_free(q->hs); /* from inside its own handler */
+    q->hs = NULL;
+}
+
+START_TEST(server_can_be_freed_from_inside_its_own_handler)
+{
+    struct bf_net_loop *l;
+    ck_assert_int_eq(bf_net_loop_new(NULL, &l), 0);
+    struct quitter q = {0};
+    struct bf_net_http_server_opts o = {.addr = "127.0.0.1:0", .handler = quit_handler, .arg = &q};
+    ck_assert_int_eq(bf_net_http_server_new(l, &o, &q.hs), 0);
+    int fd = connect_to(bf_net_http_server_port(q.hs));
+    const char *req = "GET /quit HTTP/1.1\r\n\r\nGET /again HTTP/1.1\r\n\r\n";
+    send(fd, req, strlen(req), 0);
+    char buf[4096];
+    read_until(l, fd, buf, sizeof buf, NULL, 1);
+    ck_assert_int_eq(q.calls, 1); /* the pipelined second request was not handled */
+    ck_assert_ptr_null(q.hs);
+    close(fd);
+    for (int i = 0; i < 5; i++)
+        bf_net_loop_run_once(l, 5 * BF_NS_PER_MS);
+    bf_net_loop_free(l);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("net_http1");
@@ -258,6 +294,7 @@ int main(void)
     tcase_set_timeout(tl, 20);
     tcase_add_test(tl, server_answers_pipelined_keep_alive_requests_in_order);
     tcase_add_test(tl, server_rejects_garbage_and_huge_heads_then_keeps_serving);
+    tcase_add_test(tl, server_can_be_freed_from_inside_its_own_handler);
     suite_add_tcase(s, tl);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -57,7 +57,8 @@ START_TEST(parser_delivers_messages_across_every_split_point)
     uint8_t *b = three_messages(&total);
     /* split into two pieces at every boundary in the first 20 bytes and a few
      * inside the big body; each split must give the same three messages */
-    size_t splits[] = {0, 1, 2, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 100, 40000, total - 1, total};
+    size_t splits[] = {0,  1,  2,  4,  5,  6,   7,     9,         10,
+                       11, 12, 13, 14, 15, 100, 40000, total - 1, total};
     for (size_t s = 0; s < sizeof splits / sizeof splits[0]; s++) {
         struct bf_grpc_parser p;
         bf_grpc_parser_init(&p, 1u << 20);
@@ -208,8 +209,14 @@ END_TEST
 
 START_TEST(grpc_timeout_format_round_trips_without_shortening)
 {
-    int64_t cases[] = {1, 999, 1000, 123456789, 1500000000LL, 30LL * 1000000000LL,
-                       3600LL * 1000000000LL * 24 * 365, INT64_MAX / 2};
+    int64_t cases[] = {1,
+                       999,
+                       1000,
+                       123456789,
+                       1500000000LL,
+                       30LL * 1000000000LL,
+                       3600LL * 1000000000LL * 24 * 365,
+                       INT64_MAX / 2};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char buf[16];
         size_t n = bf_grpc_timeout_format(cases[i], buf);

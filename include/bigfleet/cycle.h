@@ -1,0 +1,92 @@
+/*
+ * bigfleet/cycle.h — the cycle controller around the decision engine
+ * (seeds/000 §2; reference/shard.md §2; ARCHITECTURE.md §4).
+ *
+ * One cycle:
+ *   1. reconcile: ask the reconciler for a pass (reconcile_req_seq) and wait
+ *      for it, bounded by --reconcile-timeout (skipped when wait_reconcile
+ *      is false, as in benchmarks);
+ *   2. snapread: bring the engine's private mirror up to date from the
+ *      change logs, O(changes) (an overflow forces one counted full
+ *      rescan; the first cycle of a process always rescans), re-reading each
+ *      changed record under its seqlock; re-read only the clusters whose
+ *      needs generation moved;
+ *   3. phases: bf_engine_cycle (NormalizeDemand, parking, Phase 1/2/3,
+ *      verdicts, shortfalls, AvailableCapacity hints);
+ *   4. rails in the seed's order: kill switch, dry-run, reclaim cap,
+ *      max-actions deferral;
+ *   5. execute (enqueue): the in-flight dedup and the live-record re-check
+ *      (actionStillApplicable) before each action goes on the actions ring;
+ *      a full ring drops the action (re-derived next cycle, counted);
+ *   6. emit: AvailableCapacity hints to the session; the verdict ledger,
+ *      shortfall ledger and inventory counts published double-buffered in
+ *      the state segment; stats and histograms.
+ *
+ * The controller is a library so the benchmark can drive the real shm path
+ * without the other processes. Single-threaded; one controller per process;
+ * the controller is the only writer of the fields docs/internals.md assigns
+ * to the cycle.
+ */
+#ifndef BIGFLEET_CYCLE_H
+#define BIGFLEET_CYCLE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "bigfleet/config.h"
+#include "bigfleet/engine.h"
+#include "bigfleet/shm.h"
+
+struct bf_cycle_opts {
+    bool wait_reconcile;          /* request a reconcile pass and wait for it */
+    int64_t reconcile_timeout_ns; /* bound of that wait */
+    bool actuation_paused;        /* rail 3 */
+    bool dry_run;                 /* shadow mode */
+    double reclaim_cap_fraction;  /* rail 1 (<= 0 disables) */
+    uint32_t max_actions;         /* 0 = unlimited */
+    int64_t ac_min_interval_ns;   /* AvailableCapacity rate limit */
+    uint32_t metrics_warmup_cycles;
+    uint32_t engine_flags;        /* BF_ENGINE_F_* */
+};
+
+/* Options from the appliance configuration. */
+void bf_cycle_opts_from_config(struct bf_cycle_opts *o, const struct bf_config *cfg);
+
+/* What one cycle did (for logs, tests and benchmarks). */
+struct bf_cycle_report {
+    uint64_t cycle;
+    int64_t phase_ns[BF_PHASE_COUNT];
+    int64_t total_ns;
+    uint32_t changed_slots;   /* records re-read this cycle */
+    bool rescanned;           /* full rescan (first cycle or change-log overflow) */
+    uint32_t clusters_reread; /* clusters whose generation moved */
+    uint32_t needs;           /* normalized demand rows */
+    uint32_t unsatisfied;
+    uint32_t decided;         /* actions the engine decided */
+    uint32_t enqueued;        /* actions pushed for execution */
+    uint32_t deduped, dropped, deferred, capped;
+    uint32_t suppressed, dryrun;
+    uint32_t ac_hints;
+    bool reconcile_timed_out;
+    bool wake_again; /* deferred actions: run another cycle soon */
+};
+
+struct bf_cycle;
+
+/*
+ * Creates a controller over an attached shm handle (read-write; the caller
+ * keeps it attached for the controller's life). Creates the engine with the
+ * inventory capacity. 0, -EINVAL, -ENOMEM.
+ */
+int bf_cycle_new(struct bf_shm *shm, const struct bf_cycle_opts *o, struct bf_cycle **out);
+void bf_cycle_free(struct bf_cycle *c);
+/* Runs one cycle now. 0, or -ENOMEM (the engine could not run; nothing emitted). */
+int bf_cycle_run_once(struct bf_cycle *c, int64_t now_ns, struct bf_cycle_report *rep);
+/* True when demand changed since the last cycle (needs change counter moved). */
+bool bf_cycle_demand_changed(const struct bf_cycle *c);
+/* The engine (tests and benchmarks read results and stats through it). */
+struct bf_engine *bf_cycle_engine(struct bf_cycle *c);
+/* The last engine result (valid until the next run). */
+const struct bf_engine_result *bf_cycle_last_result(const struct bf_cycle *c);
+
+#endif /* BIGFLEET_CYCLE_H */

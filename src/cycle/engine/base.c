@@ -1,0 +1,609 @@
+/*
+ * base.c — the engine's containers: growable arrays, the per-cycle arena,
+ * hashing, a u64 -> u32 map, callback-keyed id tables, the refcounted string
+ * interner and chunked sorted slot lists.
+ *
+ * Design notes: no global state; every structure belongs to one engine and is
+ * touched by one thread. Allocation failures surface as -ENOMEM / NONE32 and
+ * leave the structure unchanged. Open addressing uses linear probing with
+ * backward-shift deletion (no tombstones), so tables never degrade under churn.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cycle/engine/engine_internal.h"
+
+int bfe_grow(void **p, uint32_t *cap, uint32_t need, size_t elsz)
+{
+    if (need <= *cap)
+        return 0;
+    uint64_t nc = *cap ? *cap : 8;
+    while (nc < need)
+        nc *= 2;
+    if (nc > UINT32_MAX)
+        nc = UINT32_MAX;
+    if (nc < need)
+        return -ENOMEM;
+    void *q = realloc(*p, (size_t)nc * elsz);
+    if (!q)
+        return -ENOMEM;
+    *p = q;
+    *cap = (uint32_t)nc;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ arena */
+
+void *bfe_arena_alloc(struct arena *a, size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    if (n == 0)
+        n = 16;
+    for (;;) {
+        struct arena_block *b = a->cur;
+        if (b && b->size - b->used >= n) {
+            void *p = b->mem + b->used;
+            b->used += n;
+            return p;
+        }
+        if (b && b->next) {
+            a->cur = b->next;
+            a->cur->used = 0;
+            continue;
+        }
+        size_t sz = (size_t)1 << 20;
+        while (sz < n)
+            sz *= 2;
+        struct arena_block *nb = malloc(sizeof *nb + sz);
+        if (!nb)
+            return NULL;
+        nb->next = NULL;
+        nb->size = sz;
+        nb->used = 0;
+        a->bytes += sz;
+        if (b)
+            b->next = nb;
+        else
+            a->head = nb;
+        a->cur = nb;
+    }
+}
+
+void bfe_arena_reset(struct arena *a)
+{
+    a->cur = a->head;
+    if (a->cur)
+        a->cur->used = 0;
+}
+
+void bfe_arena_free(struct arena *a)
+{
+    struct arena_block *b = a->head;
+    while (b) {
+        struct arena_block *n = b->next;
+        free(b);
+        b = n;
+    }
+    a->head = a->cur = NULL;
+    a->bytes = 0;
+}
+
+/* ------------------------------------------------------------------ hashing */
+
+uint64_t bfe_hash_bytes(const void *p, size_t n, uint64_t seed)
+{
+    const unsigned char *s = p;
+    uint64_t h = 0xcbf29ce484222325ULL ^ seed;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0x100000001b3ULL;
+        h ^= h >> 29;
+        s += 8;
+        n -= 8;
+    }
+    while (n--) {
+        h ^= *s++;
+        h *= 0x100000001b3ULL;
+    }
+    return bfe_mix64(h);
+}
+
+/* ------------------------------------------------------------------ u64map */
+
+static int u64map_rehash(struct u64map *m, uint32_t ncap)
+{
+    uint64_t *keys = malloc((size_t)ncap * sizeof *keys);
+    uint32_t *vals = malloc((size_t)ncap * sizeof *vals);
+    if (!keys || !vals) {
+        free(keys);
+        free(vals);
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < ncap; i++)
+        vals[i] = NONE32;
+    uint32_t nmask = ncap - 1;
+    if (m->keys) {
+        for (uint32_t i = 0; i <= m->mask; i++) {
+            if (m->vals[i] == NONE32)
+                continue;
+            uint32_t j = (uint32_t)bfe_mix64(m->keys[i]) & nmask;
+            while (vals[j] != NONE32)
+                j = (j + 1) & nmask;
+            keys[j] = m->keys[i];
+            vals[j] = m->vals[i];
+        }
+    }
+    free(m->keys);
+    free(m->vals);
+    m->keys = keys;
+    m->vals = vals;
+    m->mask = nmask;
+    return 0;
+}
+
+uint32_t bfe_u64map_get(const struct u64map *m, uint64_t key)
+{
+    if (!m->keys)
+        return NONE32;
+    uint32_t j = (uint32_t)bfe_mix64(key) & m->mask;
+    while (m->vals[j] != NONE32) {
+        if (m->keys[j] == key)
+            return m->vals[j];
+        j = (j + 1) & m->mask;
+    }
+    return NONE32;
+}
+
+int bfe_u64map_put(struct u64map *m, uint64_t key, uint32_t val)
+{
+    if (!m->keys || (m->used + 1) * 4 > (m->mask + 1) * 3) {
+        uint32_t ncap = m->keys ? (m->mask + 1) * 2 : 16;
+        int rc = u64map_rehash(m, ncap);
+        if (rc)
+            return rc;
+    }
+    uint32_t j = (uint32_t)bfe_mix64(key) & m->mask;
+    while (m->vals[j] != NONE32) {
+        if (m->keys[j] == key) {
+            m->vals[j] = val;
+            return 0;
+        }
+        j = (j + 1) & m->mask;
+    }
+    m->keys[j] = key;
+    m->vals[j] = val;
+    m->used++;
+    return 0;
+}
+
+void bfe_u64map_del(struct u64map *m, uint64_t key)
+{
+    if (!m->keys)
+        return;
+    uint32_t j = (uint32_t)bfe_mix64(key) & m->mask;
+    while (m->vals[j] != NONE32) {
+        if (m->keys[j] == key)
+            break;
+        j = (j + 1) & m->mask;
+    }
+    if (m->vals[j] == NONE32)
+        return;
+    m->vals[j] = NONE32;
+    m->used--;
+    uint32_t i = j;
+    for (;;) {
+        i = (i + 1) & m->mask;
+        if (m->vals[i] == NONE32)
+            return;
+        uint32_t home = (uint32_t)bfe_mix64(m->keys[i]) & m->mask;
+        /* move i back to j if its home is not in the cyclic range (j, i] */
+        bool move = (j <= i) ? (home <= j || home > i) : (home <= j && home > i);
+        if (move) {
+            m->keys[j] = m->keys[i];
+            m->vals[j] = m->vals[i];
+            m->vals[i] = NONE32;
+            j = i;
+        }
+    }
+}
+
+void bfe_u64map_clear(struct u64map *m)
+{
+    if (!m->keys)
+        return;
+    for (uint32_t i = 0; i <= m->mask; i++)
+        m->vals[i] = NONE32;
+    m->used = 0;
+}
+
+void bfe_u64map_free(struct u64map *m)
+{
+    free(m->keys);
+    free(m->vals);
+    memset(m, 0, sizeof *m);
+}
+
+/* ------------------------------------------------------------------ idtab */
+
+static int idtab_rehash(struct idtab *t, uint32_t ncap, idtab_hash_fn hf, const void *ctx)
+{
+    uint32_t *s = calloc(ncap, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    uint32_t nmask = ncap - 1;
+    if (t->slots) {
+        for (uint32_t i = 0; i <= t->mask; i++) {
+            if (!t->slots[i])
+                continue;
+            uint32_t j = (uint32_t)hf(ctx, t->slots[i] - 1) & nmask;
+            while (s[j])
+                j = (j + 1) & nmask;
+            s[j] = t->slots[i];
+        }
+    }
+    free(t->slots);
+    t->slots = s;
+    t->mask = nmask;
+    return 0;
+}
+
+uint32_t bfe_idtab_find(const struct idtab *t, uint64_t h, idtab_eq_fn eq, const void *ctx,
+                        const void *key)
+{
+    if (!t->slots)
+        return NONE32;
+    uint32_t j = (uint32_t)h & t->mask;
+    while (t->slots[j]) {
+        if (eq(ctx, t->slots[j] - 1, key))
+            return t->slots[j] - 1;
+        j = (j + 1) & t->mask;
+    }
+    return NONE32;
+}
+
+int bfe_idtab_insert(struct idtab *t, uint64_t h, uint32_t id, idtab_hash_fn hf, const void *ctx)
+{
+    if (!t->slots || (t->used + 1) * 4 > (t->mask + 1) * 3) {
+        int rc = idtab_rehash(t, t->slots ? (t->mask + 1) * 2 : 64, hf, ctx);
+        if (rc)
+            return rc;
+    }
+    uint32_t j = (uint32_t)h & t->mask;
+    while (t->slots[j])
+        j = (j + 1) & t->mask;
+    t->slots[j] = id + 1;
+    t->used++;
+    return 0;
+}
+
+void bfe_idtab_remove(struct idtab *t, uint64_t h, uint32_t id, idtab_hash_fn hf, const void *ctx)
+{
+    if (!t->slots)
+        return;
+    uint32_t j = (uint32_t)h & t->mask;
+    while (t->slots[j] && t->slots[j] != id + 1)
+        j = (j + 1) & t->mask;
+    if (!t->slots[j])
+        return;
+    t->slots[j] = 0;
+    t->used--;
+    uint32_t i = j;
+    for (;;) {
+        i = (i + 1) & t->mask;
+        if (!t->slots[i])
+            return;
+        uint32_t home = (uint32_t)hf(ctx, t->slots[i] - 1) & t->mask;
+        bool move = (j <= i) ? (home <= j || home > i) : (home <= j && home > i);
+        if (move) {
+            t->slots[j] = t->slots[i];
+            t->slots[i] = 0;
+            j = i;
+        }
+    }
+}
+
+void bfe_idtab_free(struct idtab *t)
+{
+    free(t->slots);
+    memset(t, 0, sizeof *t);
+}
+
+/* ------------------------------------------------------------------ interner */
+
+struct skey {
+    const void *s;
+    size_t len;
+};
+
+static uint64_t istr_hash(const void *ctx, uint32_t id)
+{
+    const struct interner *in = ctx;
+    return in->v[id]->hash;
+}
+
+static bool istr_eq(const void *ctx, uint32_t id, const void *key)
+{
+    const struct interner *in = ctx;
+    const struct skey *k = key;
+    const struct istr *s = in->v[id];
+    return s->len == k->len && memcmp(s->s, k->s, k->len) == 0;
+}
+
+int bfe_intern_init(struct interner *in)
+{
+    memset(in, 0, sizeof *in);
+    if (GROW(in->v, in->cap, 1))
+        return -ENOMEM;
+    struct istr *z = calloc(1, sizeof *z + 1);
+    if (!z)
+        return -ENOMEM;
+    z->refs = 1;
+    in->v[0] = z;
+    in->n = 1;
+    return 0;
+}
+
+void bfe_intern_free(struct interner *in)
+{
+    for (uint32_t i = 0; i < in->n; i++)
+        free(in->v[i]);
+    free(in->v);
+    free(in->freeids);
+    free(in->zero);
+    bfe_idtab_free(&in->tab);
+    memset(in, 0, sizeof *in);
+}
+
+uint32_t bfe_intern_find(const struct interner *in, const void *s, size_t len)
+{
+    if (len == 0)
+        return 0;
+    struct skey k = {s, len};
+    return bfe_idtab_find(&in->tab, bfe_hash_bytes(s, len, 0), istr_eq, in, &k);
+}
+
+uint32_t bfe_intern(struct interner *in, const void *s, size_t len)
+{
+    if (len == 0)
+        return 0;
+    if (len > UINT32_MAX - 1)
+        return NONE32;
+    uint64_t h = bfe_hash_bytes(s, len, 0);
+    struct skey k = {s, len};
+    uint32_t id = bfe_idtab_find(&in->tab, h, istr_eq, in, &k);
+    if (id != NONE32) {
+        in->v[id]->refs++;
+        return id;
+    }
+    struct istr *x = malloc(sizeof *x + len + 1);
+    if (!x)
+        return NONE32;
+    x->hash = h;
+    x->len = (uint32_t)len;
+    x->refs = 1;
+    memcpy(x->s, s, len);
+    x->s[len] = 0;
+    if (in->nfree) {
+        id = in->freeids[--in->nfree];
+    } else {
+        if (GROW(in->v, in->cap, in->n + 1)) {
+            free(x);
+            return NONE32;
+        }
+        id = in->n++;
+    }
+    in->v[id] = x;
+    if (bfe_idtab_insert(&in->tab, h, id, istr_hash, in)) {
+        in->v[id] = NULL;
+        if (id == in->n - 1)
+            in->n--;
+        else
+            in->freeids[in->nfree++] = id;
+        free(x);
+        return NONE32;
+    }
+    in->bytes += sizeof *x + len + 1;
+    return id;
+}
+
+void bfe_intern_retain(struct interner *in, uint32_t id)
+{
+    if (id && id != NONE32)
+        in->v[id]->refs++;
+}
+
+void bfe_intern_release(struct interner *in, uint32_t id)
+{
+    if (!id || id == NONE32)
+        return;
+    struct istr *s = in->v[id];
+    if (--s->refs == 0) {
+        /* defer the free to the next gc; on ENOMEM the string just leaks */
+        if (!GROW(in->zero, in->capzero, in->nzero + 1))
+            in->zero[in->nzero++] = id;
+    }
+}
+
+void bfe_intern_gc(struct interner *in)
+{
+    for (uint32_t i = 0; i < in->nzero; i++) {
+        uint32_t id = in->zero[i];
+        struct istr *s = in->v[id];
+        if (!s || s->refs)
+            continue;
+        if (GROW(in->freeids, in->capfree, in->nfree + 1))
+            continue; /* keep it; harmless */
+        bfe_idtab_remove(&in->tab, s->hash, id, istr_hash, in);
+        in->bytes -= sizeof *s + s->len + 1;
+        free(s);
+        in->v[id] = NULL;
+        in->freeids[in->nfree++] = id;
+    }
+    in->nzero = 0;
+}
+
+int bfe_strcmp_id(const struct interner *in, uint32_t a, uint32_t b)
+{
+    if (a == b)
+        return 0;
+    const struct istr *x = in->v[a], *y = in->v[b];
+    uint32_t m = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->s, y->s, m);
+    if (c)
+        return c;
+    return x->len < y->len ? -1 : x->len > y->len;
+}
+
+/* ------------------------------------------------------------------ slot lists */
+
+static struct slchunk *chunk_new(uint32_t cap)
+{
+    struct slchunk *c = malloc(sizeof *c + (size_t)cap * sizeof(uint32_t));
+    if (!c)
+        return NULL;
+    c->n = 0;
+    c->cap = cap;
+    return c;
+}
+
+/* first chunk whose last element is >= slot (by cmp), or the last chunk */
+static uint32_t find_chunk(const struct slotlist *l, uint32_t slot, sl_cmp_fn cmp, const void *ctx)
+{
+    uint32_t lo = 0, hi = l->nch;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        const struct slchunk *c = l->ch[mid];
+        if (cmp(ctx, c->s[c->n - 1], slot) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < l->nch ? lo : l->nch - 1;
+}
+
+static uint32_t lower_bound(const struct slchunk *c, uint32_t slot, sl_cmp_fn cmp, const void *ctx)
+{
+    uint32_t lo = 0, hi = c->n;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (cmp(ctx, c->s[mid], slot) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+int bfe_sl_insert(struct slotlist *l, uint32_t slot, sl_cmp_fn cmp, const void *ctx)
+{
+    if (l->nch == 0) {
+        if (GROW(l->ch, l->capch, 1))
+            return -ENOMEM;
+        struct slchunk *c = chunk_new(4);
+        if (!c)
+            return -ENOMEM;
+        c->s[0] = slot;
+        c->n = 1;
+        l->ch[0] = c;
+        l->nch = 1;
+        l->n = 1;
+        return 0;
+    }
+    uint32_t ci = find_chunk(l, slot, cmp, ctx);
+    struct slchunk *c = l->ch[ci];
+    uint32_t p = lower_bound(c, slot, cmp, ctx);
+    if (c->n == c->cap) {
+        if (c->cap < SL_CHUNK) {
+            uint32_t nc = c->cap * 2 > SL_CHUNK ? SL_CHUNK : c->cap * 2;
+            struct slchunk *g = realloc(c, sizeof *g + (size_t)nc * sizeof(uint32_t));
+            if (!g)
+                return -ENOMEM;
+            g->cap = nc;
+            l->ch[ci] = c = g;
+        } else {
+            /* split in halves */
+            if (GROW(l->ch, l->capch, l->nch + 1))
+                return -ENOMEM;
+            struct slchunk *r = chunk_new(SL_CHUNK);
+            if (!r)
+                return -ENOMEM;
+            uint32_t half = c->n / 2;
+            r->n = c->n - half;
+            memcpy(r->s, c->s + half, r->n * sizeof(uint32_t));
+            c->n = half;
+            memmove(l->ch + ci + 2, l->ch + ci + 1, (l->nch - ci - 1) * sizeof *l->ch);
+            l->ch[ci + 1] = r;
+            l->nch++;
+            if (p > half) {
+                c = r;
+                p -= half;
+            }
+        }
+    }
+    memmove(c->s + p + 1, c->s + p, (c->n - p) * sizeof(uint32_t));
+    c->s[p] = slot;
+    c->n++;
+    l->n++;
+    return 0;
+}
+
+int bfe_sl_remove(struct slotlist *l, uint32_t slot, sl_cmp_fn cmp, const void *ctx)
+{
+    if (l->nch == 0)
+        return -ENOENT;
+    uint32_t ci = find_chunk(l, slot, cmp, ctx);
+    struct slchunk *c = l->ch[ci];
+    uint32_t p = lower_bound(c, slot, cmp, ctx);
+    if (p >= c->n || c->s[p] != slot)
+        return -ENOENT;
+    memmove(c->s + p, c->s + p + 1, (c->n - p - 1) * sizeof(uint32_t));
+    c->n--;
+    l->n--;
+    if (c->n == 0) {
+        free(c);
+        memmove(l->ch + ci, l->ch + ci + 1, (l->nch - ci - 1) * sizeof *l->ch);
+        l->nch--;
+        if (l->nch == 0) {
+            free(l->ch);
+            l->ch = NULL;
+            l->capch = 0;
+        }
+    }
+    return 0;
+}
+
+uint32_t bfe_sl_rank(const struct slotlist *l, uint32_t slot, sl_cmp_fn cmp, const void *ctx)
+{
+    if (l->nch == 0)
+        return NONE32;
+    uint32_t ci = find_chunk(l, slot, cmp, ctx);
+    const struct slchunk *c = l->ch[ci];
+    uint32_t p = lower_bound(c, slot, cmp, ctx);
+    if (p >= c->n || c->s[p] != slot)
+        return NONE32;
+    uint32_t r = p;
+    for (uint32_t i = 0; i < ci; i++)
+        r += l->ch[i]->n;
+    return r;
+}
+
+void bfe_sl_seek(const struct slotlist *l, uint32_t pos, uint32_t *ci, uint32_t *off)
+{
+    uint32_t i = 0;
+    while (i < l->nch && pos >= l->ch[i]->n) {
+        pos -= l->ch[i]->n;
+        i++;
+    }
+    *ci = i;
+    *off = pos;
+}
+
+void bfe_sl_free(struct slotlist *l)
+{
+    for (uint32_t i = 0; i < l->nch; i++)
+        free(l->ch[i]);
+    free(l->ch);
+    memset(l, 0, sizeof *l);
+}

@@ -1,0 +1,711 @@
+/*
+ * engine_internal.h — private structures of the decision engine (src/cycle/engine).
+ *
+ * The mirror in one paragraph. Machines that are interchangeable for every
+ * decision share a *class* (instance type, zone, label set, allocatable) and,
+ * within a class, a *leaf*: the full tuple of fields any phase reads (state,
+ * class, capacity type, price, probability, and for bound states the cluster,
+ * assigned priority, both buckets, fingerprint and group; fields a state never
+ * uses are normalised to 0 so they do not split leaves). A leaf holds its
+ * machines as a slot list sorted by machine id. Every ordering the engine
+ * needs (price then id, effective cost then id, keep-priority then id, victim
+ * score then id, id) is therefore a k-way merge of leaves by (leaf key, id),
+ * and every per-machine predicate (MatchProfile, MinUnit, Same/spread domain,
+ * gang ownership) is a per-leaf predicate. Because every walk visits a leaf's
+ * machines in id order and claims each eligible unclaimed machine it meets,
+ * the claimed part of a leaf is always a prefix: a cycle's claims, Phase 2
+ * picks and virtual consumption are three per-leaf counters, and credit is
+ * arithmetic on (available x allocatable) per leaf. See docs/engine.md.
+ */
+#ifndef BF_ENGINE_INTERNAL_H
+#define BF_ENGINE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bigfleet/engine.h"
+
+#define NONE32 UINT32_MAX
+
+/* ------------------------------------------------------------------ memory */
+
+/* Grows *p (elements of elsz bytes) to hold at least `need`; 0 or -ENOMEM. */
+int bfe_grow(void **p, uint32_t *cap, uint32_t need, size_t elsz);
+#define GROW(ptr, cap, need) bfe_grow((void **)&(ptr), &(cap), (need), sizeof(*(ptr)))
+
+/* Per-cycle bump arena: blocks are kept across resets, so a steady-state
+ * cycle allocates nothing from the heap. */
+struct arena_block {
+    struct arena_block *next;
+    size_t size, used;
+    _Alignas(16) unsigned char mem[];
+};
+struct arena {
+    struct arena_block *head, *cur;
+    size_t bytes;
+};
+void *bfe_arena_alloc(struct arena *a, size_t n); /* 16-byte aligned, NULL on ENOMEM */
+void bfe_arena_reset(struct arena *a);
+void bfe_arena_free(struct arena *a);
+/* Stack discipline inside a cycle: release frees everything allocated since mark. */
+struct arena_mark {
+    struct arena_block *b;
+    size_t used;
+};
+static inline struct arena_mark bfe_arena_mark(const struct arena *a)
+{
+    struct arena_mark m = {a->cur, a->cur ? a->cur->used : 0};
+    return m;
+}
+static inline void bfe_arena_release(struct arena *a, struct arena_mark m)
+{
+    if (m.b) {
+        a->cur = m.b;
+        m.b->used = m.used;
+    } else {
+        bfe_arena_reset(a);
+    }
+}
+#define ANEW(a, T, n) ((T *)bfe_arena_alloc((a), sizeof(T) * (size_t)(n)))
+
+#include <time.h>
+static inline int64_t bfe_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* qsort that accepts n < 2 with any pointer (qsort(NULL, 0, ...) is UB) */
+#include <stdlib.h>
+static inline void bfe_qsort(void *base, size_t n, size_t sz,
+                             int (*cmp)(const void *, const void *))
+{
+    if (n > 1)
+        qsort(base, n, sz, cmp);
+}
+
+/* ------------------------------------------------------------------ hashing */
+
+uint64_t bfe_hash_bytes(const void *p, size_t n, uint64_t seed);
+static inline uint64_t bfe_mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+/* u64 -> u32 open-addressing map (linear probing, backward-shift delete). */
+struct u64map {
+    uint64_t *keys;
+    uint32_t *vals;
+    uint32_t mask, used; /* capacity = mask + 1 (power of two) or 0 */
+};
+uint32_t bfe_u64map_get(const struct u64map *m, uint64_t key); /* NONE32 if absent */
+int bfe_u64map_put(struct u64map *m, uint64_t key, uint32_t val);
+void bfe_u64map_del(struct u64map *m, uint64_t key);
+void bfe_u64map_free(struct u64map *m);
+void bfe_u64map_clear(struct u64map *m);
+
+/* Id table: open addressing over object ids whose hash and equality are
+ * provided by callbacks (class, leaf, label-set and string tables). */
+struct idtab {
+    uint32_t *slots; /* id + 1; 0 = empty */
+    uint32_t mask, used;
+};
+typedef uint64_t (*idtab_hash_fn)(const void *ctx, uint32_t id);
+typedef bool (*idtab_eq_fn)(const void *ctx, uint32_t id, const void *key);
+uint32_t bfe_idtab_find(const struct idtab *t, uint64_t h, idtab_eq_fn eq, const void *ctx,
+                        const void *key);
+int bfe_idtab_insert(struct idtab *t, uint64_t h, uint32_t id, idtab_hash_fn hf, const void *ctx);
+void bfe_idtab_remove(struct idtab *t, uint64_t h, uint32_t id, idtab_hash_fn hf, const void *ctx);
+void bfe_idtab_free(struct idtab *t);
+
+/* ------------------------------------------------------------------ strings */
+
+/* Interned byte strings, refcounted. Id 0 is the empty string (never freed).
+ * A string whose count drops to 0 is freed only by bfe_intern_gc() (run at
+ * the start of each cycle), so pointers handed out stay valid until then. */
+struct istr {
+    uint64_t hash;
+    uint32_t len, refs;
+    char s[]; /* NUL-terminated copy */
+};
+struct interner {
+    struct istr **v;
+    uint32_t n, cap;
+    uint32_t *freeids;
+    uint32_t nfree, capfree;
+    uint32_t *zero; /* ids whose refs reached 0 (maybe re-referenced since) */
+    uint32_t nzero, capzero;
+    struct idtab tab;
+    size_t bytes;
+};
+int bfe_intern_init(struct interner *in);
+void bfe_intern_free(struct interner *in);
+/* Returns the id with one more reference, or NONE32 on ENOMEM. */
+uint32_t bfe_intern(struct interner *in, const void *s, size_t len);
+/* Returns the id of an existing string (no reference taken) or NONE32. */
+uint32_t bfe_intern_find(const struct interner *in, const void *s, size_t len);
+void bfe_intern_retain(struct interner *in, uint32_t id);
+void bfe_intern_release(struct interner *in, uint32_t id);
+void bfe_intern_gc(struct interner *in);
+static inline const char *bfe_str(const struct interner *in, uint32_t id)
+{
+    return in->v[id]->s;
+}
+static inline uint32_t bfe_strlen(const struct interner *in, uint32_t id)
+{
+    return in->v[id]->len;
+}
+int bfe_strcmp_id(const struct interner *in, uint32_t a, uint32_t b);
+
+/* ------------------------------------------------------------------ slot lists */
+
+/* A sorted list of slots (chunked; at most SL_CHUNK slots per chunk). */
+#define SL_CHUNK 256
+struct slchunk {
+    uint32_t n, cap;
+    uint32_t s[];
+};
+struct slotlist {
+    uint32_t n, nch, capch;
+    struct slchunk **ch;
+};
+typedef int (*sl_cmp_fn)(const void *ctx, uint32_t a, uint32_t b);
+int bfe_sl_insert(struct slotlist *l, uint32_t slot, sl_cmp_fn cmp, const void *ctx);
+int bfe_sl_remove(struct slotlist *l, uint32_t slot, sl_cmp_fn cmp, const void *ctx);
+uint32_t bfe_sl_rank(const struct slotlist *l, uint32_t slot, sl_cmp_fn cmp, const void *ctx);
+void bfe_sl_seek(const struct slotlist *l, uint32_t pos, uint32_t *ci, uint32_t *off);
+void bfe_sl_free(struct slotlist *l);
+static inline uint32_t bfe_sl_at(const struct slotlist *l, uint32_t ci, uint32_t off)
+{
+    return l->ch[ci]->s[off];
+}
+static inline void bfe_sl_step(const struct slotlist *l, uint32_t *ci, uint32_t *off)
+{
+    if (++*off >= l->ch[*ci]->n) {
+        ++*ci;
+        *off = 0;
+    }
+}
+
+/* ------------------------------------------------------------------ mirror */
+
+struct labelset {
+    uint64_t hash;
+    uint32_t n, refs; /* refs = classes using it; 0 => slot free */
+    uint32_t *kv;     /* key id, value id pairs sorted by key id */
+};
+
+struct mclass {
+    uint64_t hash;
+    uint32_t itype, zone, lset; /* string ids (0 = none); lset NONE32 = no labels */
+    uint32_t refs;              /* leaves referencing it; 0 => free */
+    uint32_t gen;               /* bumped when the id is recycled */
+    uint32_t type_pos, all_pos; /* positions in e->type_classes / e->all_classes */
+    bf_vec alloc;
+    uint32_t count[BF_STATE_COUNT]; /* eligible machines per state */
+    /* per cycle (stamp) */
+    uint32_t cstamp;
+    uint32_t consumed[2]; /* virtual consumption (Same pre-pass): Idle, Speculative */
+};
+
+/* leaf list kinds a leaf may belong to */
+enum { LL_STATE = 0, LL_TYPE = 1, LL_CLUSTER = 2, LL_EXTRA = 3, LL_N = 4 };
+
+struct leafkey {
+    uint8_t state, ct, ipb, rpb;
+    uint32_t cls;
+    int32_t prio;
+    uint32_t cluster, fp, group; /* string ids (0 = none) */
+    double price, prob;
+};
+
+/* Field order matters: the scans read the per-cycle counters, the slot count,
+ * the reclamation dollars and the key's head (state, class) first, so a leaf
+ * rejected by a scan costs one cache line. */
+struct leaf {
+    /* per cycle (stamp) */
+    uint32_t stamp;
+    uint32_t taken;    /* Phase 1 claimed prefix */
+    uint32_t consumed; /* virtual consumption prefix (Same pre-pass rider) */
+    uint32_t p2taken;  /* Phase 2 victims prefix */
+    struct slotlist sl;
+    double rp_dollars;
+    struct leafkey k;
+    double ip_dollars;
+    uint64_t hash;
+    uint32_t cluster_idx; /* index in e->clusters, NONE32 */
+    uint32_t runs;        /* first claim run (index into e->runs) or NONE32 */
+    uint32_t list[LL_N];  /* list ids or NONE32 */
+    uint32_t pos[LL_N];   /* position in each list */
+    bool live;
+};
+
+struct leaflist {
+    uint32_t *v;
+    uint32_t n, cap;
+};
+
+/* leaf list keys (e->list_map) */
+#define LK_STATE(s)   ((1ULL << 56) | (uint64_t)(s))
+#define LK_TYPE(s, t) ((2ULL << 56) | ((uint64_t)(s) << 32) | (t))
+/* (state, cluster index < 2^20, instance type string id) */
+#define LK_CLUSTER(s, c, t) ((3ULL << 56) | ((uint64_t)(s) << 52) | ((uint64_t)(c) << 32) | (t))
+#define BF_MAX_CLUSTERS     (1u << 20)
+#define LK_CFP(fp)          ((4ULL << 56) | (fp))
+#define LK_PRIO(p)          ((5ULL << 56) | (uint32_t)(p))
+
+/* A leaf considered by a walk: its unclaimed count and sort keys. */
+struct cand {
+    uint32_t leaf;
+    uint32_t avail;
+    uint32_t dom; /* domain value (string id) or NONE32 */
+    uint8_t part; /* build-order segment */
+    bool own;
+    double k1, k2;
+};
+
+/* ------------------------------------------------------------------ demand */
+
+enum { RK_LABEL = 0, RK_ITYPE = 1, RK_ZONE = 2 };
+
+struct creq {
+    uint8_t op, kind;
+    uint32_t key; /* string id */
+    uint32_t nv;
+    uint32_t *vals; /* string ids, sorted by id */
+};
+
+/* A compiled profile, shared by every Need with the same fingerprint. */
+struct cprof {
+    uint32_t fp;   /* string id (retained) */
+    uint32_t refs; /* needs + stripped-from + ledgers */
+    uint32_t idx;  /* index in e->cprofs */
+    int32_t prio;
+    uint8_t ipb, rpb;
+    double ip_dollars;
+    uint32_t nreq;
+    struct creq *req;
+    bool has_same;
+    uint8_t same_kind;
+    uint32_t same_key; /* key string id of the first Same requirement */
+    bool strict_spread;
+    uint8_t spread_kind;
+    uint32_t spread_key;
+    int32_t skew; /* max(1, MaxSkew) */
+    bool pinned;
+    uint32_t npin;
+    uint32_t *pin;               /* instance-type string ids, sorted by string, deduplicated */
+    struct bf_need_profile prof; /* canonical copy (owned) */
+    void *prof_mem;
+    struct cprof *stripped; /* NormalizeDemand: Same removed (lazily, retained) */
+    /* per class: (gen << 2) | 1 (no match) | 3 (match); 0 unknown */
+    uint32_t *mcache;
+    uint32_t mcap;
+    /* per cycle */
+    uint32_t stamp;
+    uint32_t *pool_v[2]; /* matching Idle / Speculative leaves (cycle arena) */
+    uint32_t pool_n[2];
+    bool pool_built[2];
+    /* AvailableCapacity figures of this cycle */
+    uint32_t ac_stamp;
+    uint32_t ac_idle, ac_spec;
+    double ac_cost;
+    uint32_t ac_seen_cluster; /* dedup per cluster within the cycle */
+    uint32_t ac_seen_stamp;
+};
+
+struct snapkey {
+    int32_t prio;
+    uint32_t rank;
+    int64_t arrival;
+    uint64_t ref; /* (cluster << 32) | need */
+};
+
+/* a NormalizeDemand fold class of one cluster (cached per cluster) */
+struct fold_group {
+    struct cprof *stripped; /* owned through the members' cp->stripped */
+    bf_vec agg;             /* one member's aggregate */
+    uint32_t members;
+    int64_t arrival; /* earliest non-zero member arrival */
+    char *aggkey;    /* "name=milli;" ordering key (malloc'd) */
+};
+
+struct need_in {
+    struct cprof *cp;
+    bf_vec agg, minu;
+    int64_t arrival;
+    uint32_t group; /* string id (retained) */
+    /* NormalizeDemand memo across cycles: valid while both versions hold */
+    bool fold_known, fold;
+    uint64_t fold_vs, fold_vc;
+};
+
+struct ac_entry {
+    uint32_t cluster, fp; /* string ids (retained) */
+    int32_t count;
+    uint8_t conf;
+    double cost;
+    int64_t last_ns;
+    uint32_t seen;
+    bool used;
+};
+
+struct cluster {
+    uint32_t name; /* string id (retained) */
+    bool first_rollup, session_live;
+    bool has_gen;
+    uint64_t generation;
+    struct need_in *needs;
+    uint32_t n_needs;
+    uint32_t conf_count; /* eligible Configured machines bound here */
+    /* leaf lists of the cluster's Configured (0) and Configuring (1) machines,
+     * one per instance type (type 0: no InstanceType, label only) */
+    uint32_t *tl[2];
+    uint32_t ntl[2], captl[2];
+    bool snap_changed;   /* demand changed since the last snapshot order */
+    uint64_t supply_ver; /* bumped when a leaf joins or leaves tl[] lists */
+    /* NormalizeDemand fold groups, valid while demand and both versions hold */
+    struct fold_group *fg;
+    uint32_t nfg, capfg;
+    bool fg_valid;
+    uint64_t fg_vs, fg_vc;
+    uint32_t n_same; /* Needs carrying Same */
+    uint32_t rank;   /* position in name order */
+    /* per cycle */
+    uint32_t stamp;
+    uint32_t claimed_conf;
+};
+
+/* One row of normalized demand (D) with its per-cycle working state. */
+struct dneed {
+    uint32_t cluster; /* cluster index */
+    struct cprof *cp;
+    bf_vec agg, minu;
+    int64_t arrival;
+    uint32_t group;  /* string id */
+    uint32_t folded; /* members when folded (0 = pass-through) */
+    bool parked;
+    uint32_t park_age;
+    /* Phase 1 */
+    bf_vec rem;
+    uint32_t claimed, nboot, nprov;
+    uint32_t picks; /* head of the pick list (index into e->picks) */
+    uint32_t picks_tail;
+    bool has_domain, same_sat;
+    uint32_t domain;                         /* string id */
+    struct bf_engine_domain_coverage *cands; /* same_candidates (cycle arena) */
+    uint32_t ncand;
+    /* Phase 2 */
+    uint32_t unresolved; /* index into unresolved list or NONE32 */
+    uint32_t victims;
+    bf_vec freed;
+    bf_vec p2rem; /* Phase 2 working deficit (rem stays Phase 1's) */
+};
+
+struct pick {
+    uint32_t slot, next;
+    uint8_t state;
+};
+
+struct run {
+    uint32_t start, count, need, next;
+};
+
+struct park_entry {
+    uint32_t cluster, group, fp; /* retained string ids */
+    uint32_t age;
+    uint32_t seen;
+    bool used;
+};
+
+struct short_entry {
+    uint32_t fp;      /* retained */
+    struct cprof *cp; /* retained */
+    bf_vec deficit;
+    uint32_t age;
+    uint32_t seen;
+    bool used;
+};
+
+/* the engine */
+struct bf_engine {
+    struct bf_engine_config cfg;
+    struct bf_dims dims;
+    bool have_dims;
+    struct interner in;
+
+    /* well-known string ids (retained forever) */
+    uint32_t s_itype_key, s_zone_key;
+
+    /* per slot */
+    uint32_t cap;
+    uint32_t *leaf_of; /* NONE32: absent or ineligible */
+    uint8_t *present;  /* 0 absent, 1 eligible, 2 ineligible */
+    uint32_t *id_off, *id_len;
+    uint64_t *idpfx, *idpfx2; /* id bytes 0-7 and 8-15, big-endian, zero-padded */
+    int64_t *idle_since;
+    char *idbuf;
+    size_t idbuf_len, idbuf_cap, idbuf_waste;
+    uint32_t n_present, n_ineligible;
+    uint32_t by_state[BF_STATE_COUNT];
+
+    /* label sets */
+    struct labelset *lsets;
+    uint32_t n_lsets, cap_lsets;
+    uint32_t *lset_free;
+    uint32_t n_lset_free, cap_lset_free;
+    struct idtab lset_tab;
+
+    /* classes */
+    struct mclass *cls;
+    uint32_t n_cls, cap_cls;
+    uint32_t *cls_free;
+    uint32_t n_cls_free, cap_cls_free;
+    struct idtab cls_tab;
+    uint32_t live_classes;
+    struct leaflist all_classes;    /* class ids (reusing leaflist) */
+    struct u64map type_classes_map; /* itype string id -> index in type_classes */
+    struct leaflist *type_classes;
+    uint32_t n_type_classes, cap_type_classes;
+
+    /* leaves */
+    struct leaf *leaves;
+    uint32_t n_leaves, cap_leaves;
+    uint32_t *leaf_free;
+    uint32_t n_leaf_free, cap_leaf_free;
+    struct idtab leaf_tab;
+    uint32_t live_leaves;
+    struct leaflist *lists;
+    uint32_t n_lists, cap_lists;
+    struct u64map list_map;
+    /* Configured leaves by assigned priority: sorted (prio, list id) */
+    int32_t *prio_keys;
+    uint32_t *prio_lists;
+    uint32_t n_prio, cap_prio;
+
+    /* idle release sets per capacity type (OnDemand, Spot): (idle_since, id) order */
+    struct slotlist release[2];
+    uint8_t *in_release; /* per slot: 0, 1 + index */
+
+    /* clusters */
+    struct cluster *clusters;
+    uint32_t n_clusters, cap_clusters;
+    struct u64map cluster_map; /* name string id -> index */
+    uint32_t *cluster_order;   /* indices sorted by name */
+    uint32_t cap_corder;
+    bool cluster_order_dirty;
+
+    /* compiled profiles */
+    struct cprof **cprofs;
+    uint32_t n_cprofs, cap_cprofs;
+    struct u64map cprof_map; /* fp string id -> index */
+    uint32_t *cprof_free;
+    uint32_t n_cprof_free, cap_cprof_free;
+
+    /* demand snapshot order (cluster idx, need idx), rebuilt when demand changes */
+    uint64_t *snap; /* (cluster << 32) | need */
+    uint32_t n_snap, cap_snap;
+    bool snap_dirty;
+    bool snap_full;                 /* cluster ranks moved: rebuild the order from scratch */
+    struct snapkey *snapk, *snapk2; /* sorted keys (and a merge buffer) */
+    uint32_t cap_snapk, cap_snapk2;
+    uint32_t n_same_total;
+    bool any_same; /* some Need carries Same */
+    /* bumped when a class's Idle + Speculative count moves between 0 and > 0 */
+    uint64_t shard_supply_ver;
+    struct u64map norm_map[3]; /* NormalizeDemand's per-cycle maps (kept allocated) */
+    struct u64map victim_map;  /* Phase 2's per-cycle candidate cache index */
+
+    /* cycle */
+    uint64_t cycle;
+    uint32_t stamp;
+    struct arena ar; /* cycle-long allocations, reset per cycle */
+    struct arena sc; /* scratch with mark/release inside a cycle */
+    uint32_t claimed_state[BF_STATE_COUNT];
+    int64_t t_credit_ns;
+    struct dneed *d;
+    uint32_t n_d, cap_d;
+    struct pick *picks;
+    uint32_t n_picks, cap_picks;
+    struct run *runs;
+    uint32_t n_runs, cap_runs;
+    uint32_t *scratch_dom; /* per string id: bucket index + 1 (stamped by dom_stamp) */
+    uint32_t *scratch_dom_stamp;
+    uint32_t cap_scratch, dom_stamp;
+
+    /* outputs */
+    struct bf_engine_action *acts;
+    uint32_t n_acts, cap_acts;
+    struct bf_engine_verdict *verdicts;
+    uint32_t n_verdicts, cap_verdicts;
+    struct bf_engine_unresolved *unres;
+    uint32_t n_unres, cap_unres;
+    struct bf_engine_shortfall *shorts;
+    uint32_t n_shorts, cap_shorts;
+    struct bf_engine_ac_hint *hints;
+    uint32_t n_hints, cap_hints;
+    bool last_ok;
+
+    /* cross-cycle ledgers */
+    struct park_entry *park;
+    uint32_t n_park, cap_park;
+    struct u64map park_map; /* hash(cluster, group, fp) -> index (collisions chained by probe) */
+    struct short_entry *shortl;
+    uint32_t n_shortl, cap_shortl;
+    struct u64map short_map; /* fp string id -> index */
+    struct ac_entry *ac;
+    uint32_t n_ac, cap_ac;
+    struct u64map ac_map; /* (cluster id << 32 | fp id) -> index */
+};
+
+/* mirror.c */
+int bfe_mirror_init(struct bf_engine *e);
+void bfe_mirror_free(struct bf_engine *e);
+int bfe_id_cmp(const struct bf_engine *e, uint32_t a, uint32_t b);
+int bfe_sl_cmp_id(const void *ctx, uint32_t a, uint32_t b);
+uint32_t bfe_class_attr(const struct bf_engine *e, const struct mclass *c, uint8_t kind,
+                        uint32_t key);
+uint32_t bfe_cluster_get(struct bf_engine *e, uint32_t name_id, bool create);
+static inline const char *bfe_machine_id(const struct bf_engine *e, uint32_t slot)
+{
+    return e->idbuf + e->id_off[slot];
+}
+/* per-cycle leaf counters (lazily reset by stamp) */
+static inline struct leaf *bfe_leaf_cyc(struct bf_engine *e, uint32_t li)
+{
+    struct leaf *l = &e->leaves[li];
+    if (l->stamp != e->stamp) {
+        l->stamp = e->stamp;
+        l->taken = l->consumed = l->p2taken = 0;
+        l->runs = NONE32;
+    }
+    return l;
+}
+/* read-only views of the per-cycle counters (no write to untouched leaves) */
+static inline uint32_t bfe_leaf_taken(const struct bf_engine *e, const struct leaf *l)
+{
+    return l->stamp == e->stamp ? l->taken : 0;
+}
+
+static inline struct mclass *bfe_class_cyc(struct bf_engine *e, uint32_t ci)
+{
+    struct mclass *c = &e->cls[ci];
+    if (c->cstamp != e->stamp) {
+        c->cstamp = e->stamp;
+        c->consumed[0] = c->consumed[1] = 0;
+    }
+    return c;
+}
+static inline struct cluster *bfe_cluster_cyc(struct bf_engine *e, uint32_t ci)
+{
+    struct cluster *c = &e->clusters[ci];
+    if (c->stamp != e->stamp) {
+        c->stamp = e->stamp;
+        c->claimed_conf = 0;
+    }
+    return c;
+}
+
+/* the cluster leaf lists (state index si: 0 Configured, 1 Configuring) that a
+ * profile can match: its pinned types plus type 0, or all of them */
+uint32_t bfe_cluster_lists(const struct bf_engine *e, uint32_t ci, int si, const struct cprof *cp,
+                           uint32_t *out, uint32_t cap);
+
+/* demand.c */
+int bfe_demand_snapshot(struct bf_engine *e);
+void bfe_demand_free(struct bf_engine *e);
+bool bfe_match_class(struct bf_engine *e, struct cprof *cp, uint32_t cls);
+struct cprof *bfe_cprof_get(struct bf_engine *e, const struct bf_need_profile *p);
+void bfe_cprof_release(struct bf_engine *e, struct cprof *cp);
+struct cprof *bfe_cprof_stripped(struct bf_engine *e, struct cprof *cp);
+void bfe_cluster_sort(struct bf_engine *e);
+void bfe_fold_groups_clear(struct cluster *cl);
+
+/* vector helpers */
+static inline int64_t bfe_sat_add(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r))
+        return a > 0 ? INT64_MAX : INT64_MIN;
+    return r;
+}
+static inline int64_t bfe_sat_mul(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r))
+        return ((a < 0) != (b < 0)) ? INT64_MIN : INT64_MAX;
+    return r;
+}
+static inline void bfe_vec_add_scaled(bf_vec *acc, const bf_vec *v, int64_t k)
+{
+    for (int i = 0; i < BF_MAX_DIMS; i++)
+        acc->v[i] = bfe_sat_add(acc->v[i], bfe_sat_mul(v->v[i], k));
+}
+/* remaining = max(remaining - k * v, 0) per dimension (k >= 0, v >= 0). */
+static inline void bfe_vec_sub_scaled(bf_vec *r, const bf_vec *v, int64_t k)
+{
+    for (int i = 0; i < BF_MAX_DIMS; i++) {
+        if (r->v[i] <= 0) {
+            r->v[i] = 0;
+            continue;
+        }
+        int64_t t = bfe_sat_mul(v->v[i], k);
+        r->v[i] = t >= r->v[i] ? 0 : r->v[i] - t;
+    }
+}
+
+/* merge.c: k-way merge of leaves by (k1, k2, machine id) */
+struct mcur {
+    uint32_t leaf;
+    uint32_t ci, off; /* position in the leaf's slot list */
+    uint32_t left;    /* slots left in this cursor */
+    uint32_t slot;    /* current head slot */
+    double k1, k2;
+};
+struct merge {
+    struct bf_engine *e;
+    struct mcur *h;
+    uint32_t n;
+};
+/* Sets up a cursor on leaf li starting at position pos (all remaining slots). */
+void bfe_mcur_init(struct bf_engine *e, struct mcur *c, uint32_t li, uint32_t pos, double k1,
+                   double k2);
+void bfe_merge_init(struct merge *m, struct bf_engine *e, struct mcur *curs, uint32_t n);
+/* Pops the next slot; false when exhausted. *leaf receives its leaf id. */
+bool bfe_merge_next(struct merge *m, uint32_t *slot, uint32_t *leaf);
+/* Peeks the head without popping. */
+bool bfe_merge_peek(const struct merge *m, uint32_t *slot, uint32_t *leaf, double *k1);
+int bfe_mcur_cmp(const struct bf_engine *e, const struct mcur *a, const struct mcur *b);
+
+/* phases */
+int bfe_normalize(struct bf_engine *e);
+int bfe_phase1(struct bf_engine *e);
+int bfe_phase2(struct bf_engine *e);
+int bfe_phase3(struct bf_engine *e, int64_t now_ns);
+int bfe_observe(struct bf_engine *e, int64_t now_ns);
+void bfe_park_stamp(struct bf_engine *e);
+int bfe_park_record(struct bf_engine *e);
+void bfe_ledgers_free(struct bf_engine *e);
+int bfe_emit(struct bf_engine *e, const struct bf_engine_action *a);
+
+/* Same-bucket ranking (engine.md §4.3), exposed for tests. */
+struct same_bucket {
+    uint32_t value; /* domain string id */
+    uint32_t count, cred_count;
+    bf_vec total, cred_total, own_total;
+};
+/* Returns true when candidate `c` should replace current best `b` for deficit d. */
+bool bfe_same_better(const struct bf_engine *e, const struct same_bucket *c,
+                     const struct same_bucket *b, const bf_vec *d);
+int bfe_same_choose(const struct bf_engine *e, const struct same_bucket *bk, uint32_t n,
+                    const bf_vec *d);
+double bfe_same_score(const bf_vec *total, const bf_vec *deficit, bool capped);
+
+#endif /* BF_ENGINE_INTERNAL_H */

@@ -1,0 +1,1079 @@
+/*
+ * mirror.c — the engine's private columnar mirror of the inventory: per-slot
+ * columns, interned label sets, machine classes, index leaves and the leaf
+ * lists every phase walks (by state, by (state, instance type), by (cluster,
+ * state), Creating by fingerprint, Configured by assigned priority), plus the
+ * idle-release sets.
+ *
+ * Design notes. bf_engine_upsert()/bf_engine_remove() are the only writers;
+ * each costs O(log n) (a hash lookup for the class and the leaf, one sorted
+ * insert/remove in the leaf's slot list). Empty leaves and unused classes are
+ * freed at once and their ids recycled (a class's `gen` changes so compiled
+ * profiles' match caches notice). Strings are refcounted by the leaves,
+ * classes and label sets that use them. See engine_internal.h for the model.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cycle/engine/engine_internal.h"
+
+/* ------------------------------------------------------------------ ids */
+
+int bfe_id_cmp(const struct bf_engine *e, uint32_t a, uint32_t b)
+{
+    if (a == b)
+        return 0;
+    uint64_t pa = e->idpfx[a], pb = e->idpfx[b];
+    if (pa != pb)
+        return pa < pb ? -1 : 1;
+    pa = e->idpfx2[a];
+    pb = e->idpfx2[b];
+    if (pa != pb)
+        return pa < pb ? -1 : 1;
+    uint32_t la = e->id_len[a], lb = e->id_len[b];
+    if (la > 16 && lb > 16) {
+        uint32_t m = la < lb ? la : lb;
+        int c = memcmp(e->idbuf + e->id_off[a] + 16, e->idbuf + e->id_off[b] + 16, m - 16);
+        if (c)
+            return c;
+    }
+    if (la != lb)
+        return la < lb ? -1 : 1;
+    return a < b ? -1 : 1; /* duplicate ids in two slots: slot order keeps it total */
+}
+
+int bfe_sl_cmp_id(const void *ctx, uint32_t a, uint32_t b)
+{
+    return bfe_id_cmp(ctx, a, b);
+}
+
+static int sl_cmp_release(const void *ctx, uint32_t a, uint32_t b)
+{
+    const struct bf_engine *e = ctx;
+    if (e->idle_since[a] != e->idle_since[b])
+        return e->idle_since[a] < e->idle_since[b] ? -1 : 1;
+    return bfe_id_cmp(e, a, b);
+}
+
+static uint64_t id_prefix(const char *s, size_t len, size_t from)
+{
+    uint64_t p = 0;
+    for (size_t i = from; i < from + 8; i++)
+        p = (p << 8) | (i < len ? (unsigned char)s[i] : 0);
+    return p;
+}
+
+static int id_store(struct bf_engine *e, uint32_t slot, const char *id, size_t len)
+{
+    if (e->present[slot] && e->id_len[slot] == len &&
+        memcmp(e->idbuf + e->id_off[slot], id, len) == 0)
+        return 0;
+    if (e->present[slot])
+        e->idbuf_waste += e->id_len[slot] + 1;
+    if (e->idbuf_len + len + 1 > e->idbuf_cap) {
+        /* compact when more than half is dead, else grow */
+        if (e->idbuf_waste > e->idbuf_len / 2) {
+            size_t need = e->idbuf_len - e->idbuf_waste + len + 1;
+            size_t nc = e->idbuf_cap;
+            while (nc < need * 2)
+                nc *= 2;
+            char *nb = malloc(nc);
+            if (!nb)
+                return -ENOMEM;
+            size_t o = 0;
+            for (uint32_t s = 0; s < e->cap; s++) {
+                if (!e->present[s] || s == slot)
+                    continue;
+                memcpy(nb + o, e->idbuf + e->id_off[s], e->id_len[s] + 1);
+                e->id_off[s] = (uint32_t)o;
+                o += e->id_len[s] + 1;
+            }
+            free(e->idbuf);
+            e->idbuf = nb;
+            e->idbuf_cap = nc;
+            e->idbuf_len = o;
+            e->idbuf_waste = 0;
+        } else {
+            size_t nc = e->idbuf_cap ? e->idbuf_cap : 1 << 16;
+            while (nc < e->idbuf_len + len + 1)
+                nc *= 2;
+            if (nc > UINT32_MAX)
+                return -ENOMEM;
+            char *nb = realloc(e->idbuf, nc);
+            if (!nb)
+                return -ENOMEM;
+            e->idbuf = nb;
+            e->idbuf_cap = nc;
+        }
+    }
+    memcpy(e->idbuf + e->idbuf_len, id, len);
+    e->idbuf[e->idbuf_len + len] = 0;
+    e->id_off[slot] = (uint32_t)e->idbuf_len;
+    e->id_len[slot] = (uint32_t)len;
+    e->idpfx[slot] = id_prefix(id, len, 0);
+    e->idpfx2[slot] = id_prefix(id, len, 8);
+    e->idbuf_len += len + 1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ label sets */
+
+struct lskey {
+    const uint32_t *kv;
+    uint32_t n;
+};
+
+static uint64_t lset_hash_of(const void *ctx, uint32_t id)
+{
+    const struct bf_engine *e = ctx;
+    return e->lsets[id].hash;
+}
+
+static bool lset_eq(const void *ctx, uint32_t id, const void *key)
+{
+    const struct bf_engine *e = ctx;
+    const struct lskey *k = key;
+    const struct labelset *ls = &e->lsets[id];
+    return ls->n == k->n && memcmp(ls->kv, k->kv, (size_t)k->n * 2 * sizeof(uint32_t)) == 0;
+}
+
+static void lset_release(struct bf_engine *e, uint32_t id)
+{
+    if (id == NONE32)
+        return;
+    struct labelset *ls = &e->lsets[id];
+    if (--ls->refs)
+        return;
+    bfe_idtab_remove(&e->lset_tab, ls->hash, id, lset_hash_of, e);
+    for (uint32_t i = 0; i < 2 * ls->n; i++)
+        bfe_intern_release(&e->in, ls->kv[i]);
+    free(ls->kv);
+    ls->kv = NULL;
+    ls->n = 0;
+    if (!GROW(e->lset_free, e->cap_lset_free, e->n_lset_free + 1))
+        e->lset_free[e->n_lset_free++] = id;
+}
+
+static void kv_sort(uint32_t *kv, uint32_t n)
+{
+    /* insertion sort by key id, keeping the last value of a repeated key */
+    for (uint32_t i = 1; i < n; i++) {
+        uint32_t k = kv[2 * i], v = kv[2 * i + 1];
+        uint32_t j = i;
+        while (j > 0 && kv[2 * (j - 1)] > k) {
+            kv[2 * j] = kv[2 * (j - 1)];
+            kv[2 * j + 1] = kv[2 * (j - 1) + 1];
+            j--;
+        }
+        kv[2 * j] = k;
+        kv[2 * j + 1] = v;
+    }
+}
+
+/* Resolves the machine's labels to a label-set id with one new reference
+ * (NONE32 when there are no labels). *err set on ENOMEM. */
+static uint32_t lset_get(struct bf_engine *e, const struct bf_engine_machine *m, int *err)
+{
+    *err = 0;
+    if (m->n_labels == 0)
+        return NONE32;
+    uint32_t n = m->n_labels;
+    uint32_t stackbuf[64];
+    uint32_t *kv = 2 * n <= 64 ? stackbuf : malloc((size_t)n * 2 * sizeof(uint32_t));
+    if (!kv) {
+        *err = -ENOMEM;
+        return NONE32;
+    }
+    /* first try without creating strings */
+    bool all = true;
+    for (uint32_t i = 0; i < n && all; i++) {
+        const char *k = m->labels[i].key ? m->labels[i].key : "";
+        const char *v = m->labels[i].value ? m->labels[i].value : "";
+        kv[2 * i] = bfe_intern_find(&e->in, k, strlen(k));
+        kv[2 * i + 1] = bfe_intern_find(&e->in, v, strlen(v));
+        if (kv[2 * i] == NONE32 || kv[2 * i + 1] == NONE32)
+            all = false;
+    }
+    uint32_t id = NONE32, nn = n;
+    if (all) {
+        /* stable order by key; a repeated key keeps its last value */
+        kv_sort(kv, n);
+        nn = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            if (nn && kv[2 * (nn - 1)] == kv[2 * i]) {
+                kv[2 * (nn - 1) + 1] = kv[2 * i + 1];
+                continue;
+            }
+            kv[2 * nn] = kv[2 * i];
+            kv[2 * nn + 1] = kv[2 * i + 1];
+            nn++;
+        }
+        struct lskey key = {kv, nn};
+        uint64_t h = bfe_hash_bytes(kv, (size_t)nn * 2 * sizeof(uint32_t), 7);
+        id = bfe_idtab_find(&e->lset_tab, h, lset_eq, e, &key);
+        if (id != NONE32) {
+            e->lsets[id].refs++;
+            goto out;
+        }
+    }
+    /* create: intern every string (one ref each, owned by the set) */
+    for (uint32_t i = 0; i < n; i++) {
+        const char *k = m->labels[i].key ? m->labels[i].key : "";
+        const char *v = m->labels[i].value ? m->labels[i].value : "";
+        kv[2 * i] = bfe_intern(&e->in, k, strlen(k));
+        kv[2 * i + 1] = bfe_intern(&e->in, v, strlen(v));
+        if (kv[2 * i] == NONE32 || kv[2 * i + 1] == NONE32) {
+            for (uint32_t j = 0; j <= i; j++) {
+                bfe_intern_release(&e->in, kv[2 * j]);
+                bfe_intern_release(&e->in, kv[2 * j + 1]);
+            }
+            *err = -ENOMEM;
+            goto out;
+        }
+    }
+    kv_sort(kv, n);
+    nn = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (nn && kv[2 * (nn - 1)] == kv[2 * i]) {
+            /* drop the earlier value's reference and the duplicate key's */
+            bfe_intern_release(&e->in, kv[2 * (nn - 1) + 1]);
+            bfe_intern_release(&e->in, kv[2 * i]);
+            kv[2 * (nn - 1) + 1] = kv[2 * i + 1];
+            continue;
+        }
+        kv[2 * nn] = kv[2 * i];
+        kv[2 * nn + 1] = kv[2 * i + 1];
+        nn++;
+    }
+    {
+        struct lskey key = {kv, nn};
+        uint64_t h = bfe_hash_bytes(kv, (size_t)nn * 2 * sizeof(uint32_t), 7);
+        id = bfe_idtab_find(&e->lset_tab, h, lset_eq, e, &key);
+        if (id != NONE32) {
+            /* existed after all (strings were new only to this call) */
+            for (uint32_t i = 0; i < 2 * nn; i++)
+                bfe_intern_release(&e->in, kv[i]);
+            e->lsets[id].refs++;
+            goto out;
+        }
+        uint32_t *copy = malloc((size_t)nn * 2 * sizeof(uint32_t));
+        if (!copy)
+            goto fail;
+        memcpy(copy, kv, (size_t)nn * 2 * sizeof(uint32_t));
+        if (e->n_lset_free) {
+            id = e->lset_free[--e->n_lset_free];
+        } else {
+            if (GROW(e->lsets, e->cap_lsets, e->n_lsets + 1)) {
+                free(copy);
+                goto fail;
+            }
+            id = e->n_lsets++;
+        }
+        e->lsets[id] = (struct labelset){.hash = h, .n = nn, .refs = 1, .kv = copy};
+        if (bfe_idtab_insert(&e->lset_tab, h, id, lset_hash_of, e)) {
+            free(copy);
+            e->lsets[id] = (struct labelset){0};
+            e->lset_free[e->n_lset_free++] = id;
+            id = NONE32;
+            goto fail;
+        }
+    }
+    goto out;
+fail:
+    for (uint32_t i = 0; i < 2 * nn; i++)
+        bfe_intern_release(&e->in, kv[i]);
+    *err = -ENOMEM;
+    id = NONE32;
+out:
+    if (kv != stackbuf)
+        free(kv);
+    return id;
+}
+
+/* ------------------------------------------------------------------ classes */
+
+struct clskey {
+    uint32_t itype, zone, lset;
+    bf_vec alloc;
+};
+
+static uint64_t cls_hash_key(const struct clskey *k)
+{
+    uint64_t h = bfe_hash_bytes(&k->alloc, sizeof k->alloc, 3);
+    h ^= bfe_mix64(((uint64_t)k->itype << 32) ^ k->zone ^ ((uint64_t)k->lset << 17));
+    return bfe_mix64(h);
+}
+
+static uint64_t cls_hash_of(const void *ctx, uint32_t id)
+{
+    const struct bf_engine *e = ctx;
+    return e->cls[id].hash;
+}
+
+static bool cls_eq(const void *ctx, uint32_t id, const void *key)
+{
+    const struct bf_engine *e = ctx;
+    const struct clskey *k = key;
+    const struct mclass *c = &e->cls[id];
+    return c->itype == k->itype && c->zone == k->zone && c->lset == k->lset &&
+           bf_vec_eq(&c->alloc, &k->alloc);
+}
+
+static struct leaflist *type_class_list(struct bf_engine *e, uint32_t itype, bool create)
+{
+    uint32_t idx = bfe_u64map_get(&e->type_classes_map, itype);
+    if (idx != NONE32)
+        return &e->type_classes[idx];
+    if (!create)
+        return NULL;
+    if (GROW(e->type_classes, e->cap_type_classes, e->n_type_classes + 1))
+        return NULL;
+    idx = e->n_type_classes;
+    if (bfe_u64map_put(&e->type_classes_map, itype, idx))
+        return NULL;
+    e->n_type_classes++;
+    e->type_classes[idx] = (struct leaflist){0};
+    return &e->type_classes[idx];
+}
+
+static int ll_push(struct leaflist *l, uint32_t v, uint32_t *pos)
+{
+    if (GROW(l->v, l->cap, l->n + 1))
+        return -ENOMEM;
+    *pos = l->n;
+    l->v[l->n++] = v;
+    return 0;
+}
+
+/* Finds or creates the class; the returned class gains one reference (the
+ * caller's leaf). Consumes nothing on failure. lset carries one reference
+ * that this function takes over (released on failure or when found). */
+static uint32_t cls_get(struct bf_engine *e, uint32_t itype, uint32_t zone, uint32_t lset,
+                        const bf_vec *alloc)
+{
+    struct clskey k = {itype, zone, lset, *alloc};
+    uint64_t h = cls_hash_key(&k);
+    uint32_t id = bfe_idtab_find(&e->cls_tab, h, cls_eq, e, &k);
+    if (id != NONE32) {
+        e->cls[id].refs++;
+        lset_release(e, lset);
+        return id;
+    }
+    uint32_t gen = 1;
+    if (e->n_cls_free) {
+        id = e->cls_free[--e->n_cls_free];
+        gen = e->cls[id].gen + 1;
+        if (gen >= (1u << 30))
+            gen = 1;
+    } else {
+        if (GROW(e->cls, e->cap_cls, e->n_cls + 1)) {
+            lset_release(e, lset);
+            return NONE32;
+        }
+        id = e->n_cls++;
+    }
+    struct mclass *c = &e->cls[id];
+    memset(c, 0, sizeof *c);
+    c->hash = h;
+    c->itype = itype;
+    c->zone = zone;
+    c->lset = lset;
+    c->alloc = *alloc;
+    c->gen = gen;
+    c->refs = 1;
+    c->type_pos = NONE32;
+    if (bfe_idtab_insert(&e->cls_tab, h, id, cls_hash_of, e))
+        goto fail;
+    if (ll_push(&e->all_classes, id, &c->all_pos))
+        goto fail_tab;
+    if (itype) {
+        struct leaflist *tl = type_class_list(e, itype, true);
+        if (!tl || ll_push(tl, id, &c->type_pos)) {
+            e->all_classes.n--;
+            goto fail_tab;
+        }
+    }
+    bfe_intern_retain(&e->in, itype);
+    bfe_intern_retain(&e->in, zone);
+    e->live_classes++;
+    return id;
+fail_tab:
+    bfe_idtab_remove(&e->cls_tab, h, id, cls_hash_of, e);
+fail:
+    c->refs = 0;
+    lset_release(e, lset);
+    if (!GROW(e->cls_free, e->cap_cls_free, e->n_cls_free + 1))
+        e->cls_free[e->n_cls_free++] = id;
+    return NONE32;
+}
+
+static void ll_swap_remove(struct leaflist *l, uint32_t pos, uint32_t *moved_id)
+{
+    uint32_t last = l->v[--l->n];
+    if (pos < l->n) {
+        l->v[pos] = last;
+        *moved_id = last;
+    } else {
+        *moved_id = NONE32;
+    }
+}
+
+static void cls_release(struct bf_engine *e, uint32_t id)
+{
+    struct mclass *c = &e->cls[id];
+    if (--c->refs)
+        return;
+    bfe_idtab_remove(&e->cls_tab, c->hash, id, cls_hash_of, e);
+    uint32_t moved;
+    ll_swap_remove(&e->all_classes, c->all_pos, &moved);
+    if (moved != NONE32)
+        e->cls[moved].all_pos = c->all_pos;
+    if (c->itype && c->type_pos != NONE32) {
+        struct leaflist *tl = type_class_list(e, c->itype, false);
+        ll_swap_remove(tl, c->type_pos, &moved);
+        if (moved != NONE32)
+            e->cls[moved].type_pos = c->type_pos;
+    }
+    bfe_intern_release(&e->in, c->itype);
+    bfe_intern_release(&e->in, c->zone);
+    lset_release(e, c->lset);
+    e->live_classes--;
+    if (!GROW(e->cls_free, e->cap_cls_free, e->n_cls_free + 1))
+        e->cls_free[e->n_cls_free++] = id;
+    /* on ENOMEM the id is simply not recycled */
+}
+
+uint32_t bfe_class_attr(const struct bf_engine *e, const struct mclass *c, uint8_t kind,
+                        uint32_t key)
+{
+    if (kind == RK_ITYPE && c->itype)
+        return c->itype;
+    if (kind == RK_ZONE && c->zone)
+        return c->zone;
+    if (c->lset == NONE32)
+        return NONE32;
+    const struct labelset *ls = &e->lsets[c->lset];
+    uint32_t lo = 0, hi = ls->n;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (ls->kv[2 * mid] < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < ls->n && ls->kv[2 * lo] == key)
+        return ls->kv[2 * lo + 1];
+    return NONE32;
+}
+
+/* ------------------------------------------------------------------ clusters */
+
+uint32_t bfe_cluster_get(struct bf_engine *e, uint32_t name_id, bool create)
+{
+    uint32_t idx = bfe_u64map_get(&e->cluster_map, name_id);
+    if (idx != NONE32 || !create)
+        return idx;
+    if (e->n_clusters >= BF_MAX_CLUSTERS)
+        return NONE32;
+    if (GROW(e->clusters, e->cap_clusters, e->n_clusters + 1) ||
+        GROW(e->cluster_order, e->cap_corder, e->n_clusters + 1))
+        return NONE32;
+    idx = e->n_clusters;
+    if (bfe_u64map_put(&e->cluster_map, name_id, idx))
+        return NONE32;
+    struct cluster *c = &e->clusters[idx];
+    memset(c, 0, sizeof *c);
+    c->name = name_id;
+    bfe_intern_retain(&e->in, name_id);
+    e->cluster_order[idx] = idx;
+    e->n_clusters++;
+    e->cluster_order_dirty = true;
+    return idx;
+}
+
+uint32_t bfe_cluster_lists(const struct bf_engine *e, uint32_t ci, int si, const struct cprof *cp,
+                           uint32_t *out, uint32_t cap)
+{
+    const struct cluster *cl = &e->clusters[ci];
+    uint32_t n = 0;
+    if (!cp || !cp->pinned) {
+        for (uint32_t i = 0; i < cl->ntl[si] && n < cap; i++)
+            out[n++] = cl->tl[si][i];
+        return n;
+    }
+    uint8_t state = si == 0 ? BF_STATE_CONFIGURED : BF_STATE_CONFIGURING;
+    for (uint32_t t = 0; t <= cp->npin && n < cap; t++) {
+        uint32_t itype = t < cp->npin ? cp->pin[t] : 0;
+        uint32_t lid = bfe_u64map_get(&e->list_map, LK_CLUSTER(state, ci, itype));
+        if (lid != NONE32)
+            out[n++] = lid;
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------------ leaf lists */
+
+static uint32_t list_get(struct bf_engine *e, uint64_t key)
+{
+    uint32_t id = bfe_u64map_get(&e->list_map, key);
+    if (id != NONE32)
+        return id;
+    if (GROW(e->lists, e->cap_lists, e->n_lists + 1))
+        return NONE32;
+    id = e->n_lists;
+    if (bfe_u64map_put(&e->list_map, key, id))
+        return NONE32;
+    e->lists[id] = (struct leaflist){0};
+    e->n_lists++;
+    return id;
+}
+
+static int prio_list(struct bf_engine *e, int32_t prio, uint32_t *out)
+{
+    uint32_t lo = 0, hi = e->n_prio;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (e->prio_keys[mid] < prio)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < e->n_prio && e->prio_keys[lo] == prio) {
+        *out = e->prio_lists[lo];
+        return 0;
+    }
+    uint32_t id = list_get(e, LK_PRIO(prio));
+    if (id == NONE32)
+        return -ENOMEM;
+    uint32_t c1 = e->cap_prio, c2 = e->cap_prio;
+    if (GROW(e->prio_keys, c1, e->n_prio + 1) || GROW(e->prio_lists, c2, e->n_prio + 1))
+        return -ENOMEM;
+    e->cap_prio = c1 < c2 ? c1 : c2;
+    memmove(e->prio_keys + lo + 1, e->prio_keys + lo, (e->n_prio - lo) * sizeof(int32_t));
+    memmove(e->prio_lists + lo + 1, e->prio_lists + lo, (e->n_prio - lo) * sizeof(uint32_t));
+    e->prio_keys[lo] = prio;
+    e->prio_lists[lo] = id;
+    e->n_prio++;
+    *out = id;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ leaves */
+
+static uint64_t leaf_hash_key(const struct leafkey *k)
+{
+    return bfe_hash_bytes(k, sizeof *k, 11);
+}
+
+static uint64_t leaf_hash_of(const void *ctx, uint32_t id)
+{
+    const struct bf_engine *e = ctx;
+    return e->leaves[id].hash;
+}
+
+static bool leaf_eq(const void *ctx, uint32_t id, const void *key)
+{
+    const struct bf_engine *e = ctx;
+    return memcmp(&e->leaves[id].k, key, sizeof(struct leafkey)) == 0;
+}
+
+static void leaf_unlist(struct bf_engine *e, uint32_t li)
+{
+    struct leaf *l = &e->leaves[li];
+    for (int k = 0; k < LL_N; k++) {
+        if (l->list[k] == NONE32)
+            continue;
+        uint32_t moved;
+        ll_swap_remove(&e->lists[l->list[k]], l->pos[k], &moved);
+        if (moved != NONE32) {
+            struct leaf *m = &e->leaves[moved];
+            for (int q = 0; q < LL_N; q++)
+                if (m->list[q] == l->list[k]) {
+                    m->pos[q] = l->pos[k];
+                    break;
+                }
+        }
+        l->list[k] = NONE32;
+    }
+}
+
+static int leaf_list_in(struct bf_engine *e, uint32_t li, int kind, uint32_t list)
+{
+    struct leaf *l = &e->leaves[li];
+    if (list == NONE32)
+        return -ENOMEM;
+    if (ll_push(&e->lists[list], li, &l->pos[kind]))
+        return -ENOMEM;
+    l->list[kind] = list;
+    return 0;
+}
+
+static void leaf_destroy(struct bf_engine *e, uint32_t li)
+{
+    struct leaf *l = &e->leaves[li];
+    if (l->list[LL_CLUSTER] != NONE32 && l->cluster_idx != NONE32)
+        e->clusters[l->cluster_idx].supply_ver++;
+    leaf_unlist(e, li);
+    bfe_idtab_remove(&e->leaf_tab, l->hash, li, leaf_hash_of, e);
+    bfe_intern_release(&e->in, l->k.cluster);
+    bfe_intern_release(&e->in, l->k.fp);
+    bfe_intern_release(&e->in, l->k.group);
+    cls_release(e, l->k.cls);
+    bfe_sl_free(&l->sl);
+    l->live = false;
+    e->live_leaves--;
+    if (!GROW(e->leaf_free, e->cap_leaf_free, e->n_leaf_free + 1))
+        e->leaf_free[e->n_leaf_free++] = li;
+}
+
+/* Creates a leaf for key k. The class reference and the string references of
+ * k are taken over on success and released on failure. */
+static uint32_t leaf_create(struct bf_engine *e, const struct leafkey *k, uint64_t h)
+{
+    uint32_t li;
+    if (e->n_leaf_free) {
+        li = e->leaf_free[--e->n_leaf_free];
+    } else {
+        if (GROW(e->leaves, e->cap_leaves, e->n_leaves + 1))
+            goto fail_refs;
+        li = e->n_leaves++;
+    }
+    struct leaf *l = &e->leaves[li];
+    memset(l, 0, sizeof *l);
+    l->k = *k;
+    l->hash = h;
+    l->rp_dollars = bf_bucket_upper_bound(k->rpb);
+    l->ip_dollars = bf_bucket_upper_bound(k->ipb);
+    l->cluster_idx = NONE32;
+    l->runs = NONE32;
+    l->live = true;
+    for (int i = 0; i < LL_N; i++)
+        l->list[i] = NONE32;
+    if (bfe_idtab_insert(&e->leaf_tab, h, li, leaf_hash_of, e))
+        goto fail_slot;
+    e->live_leaves++;
+    const struct mclass *c = &e->cls[k->cls];
+    if (leaf_list_in(e, li, LL_STATE, list_get(e, LK_STATE(k->state))))
+        goto fail;
+    if (c->itype && leaf_list_in(e, li, LL_TYPE, list_get(e, LK_TYPE(k->state, c->itype))))
+        goto fail;
+    if (k->cluster && (k->state == BF_STATE_CONFIGURED || k->state == BF_STATE_CONFIGURING)) {
+        uint32_t ci = bfe_cluster_get(e, k->cluster, true);
+        if (ci == NONE32)
+            goto fail;
+        l = &e->leaves[li];
+        l->cluster_idx = ci;
+        int si = k->state == BF_STATE_CONFIGURED ? 0 : 1;
+        uint64_t key = LK_CLUSTER(k->state, ci, c->itype);
+        uint32_t lid = bfe_u64map_get(&e->list_map, key);
+        if (lid == NONE32) {
+            lid = list_get(e, key);
+            struct cluster *cl = &e->clusters[ci];
+            if (lid == NONE32 || GROW(cl->tl[si], cl->captl[si], cl->ntl[si] + 1))
+                goto fail;
+            cl->tl[si][cl->ntl[si]++] = lid;
+        }
+        if (leaf_list_in(e, li, LL_CLUSTER, lid))
+            goto fail;
+        e->clusters[ci].supply_ver++;
+    }
+    if (k->state == BF_STATE_CREATING && k->fp) {
+        if (leaf_list_in(e, li, LL_EXTRA, list_get(e, LK_CFP(k->fp))))
+            goto fail;
+    } else if (k->state == BF_STATE_CONFIGURED) {
+        uint32_t pl;
+        if (prio_list(e, k->prio, &pl) || leaf_list_in(e, li, LL_EXTRA, pl))
+            goto fail;
+    }
+    return li;
+fail:
+    leaf_destroy(e, li); /* releases the refs */
+    return NONE32;
+fail_slot:
+    if (!GROW(e->leaf_free, e->cap_leaf_free, e->n_leaf_free + 1))
+        e->leaf_free[e->n_leaf_free++] = li;
+fail_refs:
+    bfe_intern_release(&e->in, k->cluster);
+    bfe_intern_release(&e->in, k->fp);
+    bfe_intern_release(&e->in, k->group);
+    cls_release(e, k->cls);
+    return NONE32;
+}
+
+/* ------------------------------------------------------------------ screen */
+
+static bool machine_eligible(const struct bf_engine_machine *m)
+{
+    if (!m->id || !m->id[0])
+        return false;
+    if (m->state < BF_STATE_SPECULATIVE || m->state > BF_STATE_FAILED)
+        return false;
+    if (isnan(m->price_per_hour) || m->price_per_hour < 0 || isinf(m->price_per_hour))
+        return false;
+    if (isnan(m->interruption_probability) || m->interruption_probability < 0 ||
+        m->interruption_probability > 1)
+        return false;
+    bool bound = m->cluster && m->cluster[0];
+    if ((m->state == BF_STATE_CONFIGURED || m->state == BF_STATE_DRAINING) && !bound)
+        return false;
+    return true;
+}
+
+static const char *nz(const char *s)
+{
+    return s ? s : "";
+}
+
+/* Builds the leaf key for m: string fields are looked up without creating;
+ * *missing is set when one does not exist yet (then no leaf can match). */
+static void make_key(struct bf_engine *e, const struct bf_engine_machine *m, uint32_t cls,
+                     struct leafkey *k, bool intern, bool *missing, int *err)
+{
+    memset(k, 0, sizeof *k);
+    k->state = m->state;
+    k->ct = m->capacity_type;
+    k->cls = cls;
+    *missing = false;
+    *err = 0;
+    bool bound = m->state == BF_STATE_CONFIGURED || m->state == BF_STATE_CONFIGURING;
+    bool stamped = bound || m->state == BF_STATE_CREATING;
+    /* Speculative/Idle pools order by price (Idle) or effective cost (Speculative) */
+    if (m->state == BF_STATE_IDLE || m->state == BF_STATE_SPECULATIVE ||
+        m->state == BF_STATE_CONFIGURED || m->state == BF_STATE_CONFIGURING) {
+        k->price = m->price_per_hour == 0 ? 0.0 : m->price_per_hour; /* no -0 */
+        k->prob = m->interruption_probability == 0 ? 0.0 : m->interruption_probability;
+    }
+    if (m->state == BF_STATE_CONFIGURED || m->state == BF_STATE_CONFIGURING)
+        k->rpb = m->assigned_rpb;
+    if (m->state == BF_STATE_CONFIGURED) {
+        k->prio = m->assigned_priority;
+        k->ipb = m->assigned_ipb;
+    }
+    if (m->state != BF_STATE_IDLE)
+        k->ct = 0; /* only the capacity type of Idle machines is read (release) */
+    const char *cl = bound ? nz(m->cluster) : "";
+    const char *fp = stamped ? nz(m->assigned_fingerprint) : "";
+    size_t glen = stamped && m->assigned_group ? m->assigned_group_len : 0;
+    if (intern) {
+        k->cluster = bfe_intern(&e->in, cl, strlen(cl));
+        k->fp = bfe_intern(&e->in, fp, strlen(fp));
+        k->group = bfe_intern(&e->in, m->assigned_group, glen);
+        if (k->cluster == NONE32 || k->fp == NONE32 || k->group == NONE32) {
+            bfe_intern_release(&e->in, k->cluster);
+            bfe_intern_release(&e->in, k->fp);
+            bfe_intern_release(&e->in, k->group);
+            *err = -ENOMEM;
+        }
+    } else {
+        k->cluster = bfe_intern_find(&e->in, cl, strlen(cl));
+        k->fp = bfe_intern_find(&e->in, fp, strlen(fp));
+        k->group = bfe_intern_find(&e->in, m->assigned_group, glen);
+        if (k->cluster == NONE32 || k->fp == NONE32 || k->group == NONE32)
+            *missing = true;
+    }
+}
+
+/* Resolves the machine's leaf, creating class and leaf as needed. */
+static uint32_t leaf_resolve(struct bf_engine *e, const struct bf_engine_machine *m, int *err)
+{
+    *err = 0;
+    bf_vec alloc = m->allocatable;
+    for (int i = 0; i < BF_MAX_DIMS; i++)
+        if (alloc.v[i] < 0)
+            alloc.v[i] = 0;
+    const char *it = nz(m->instance_type), *zn = nz(m->zone);
+    uint32_t lset = lset_get(e, m, err);
+    if (*err)
+        return NONE32;
+    uint32_t itype = bfe_intern(&e->in, it, strlen(it));
+    uint32_t zone = bfe_intern(&e->in, zn, strlen(zn));
+    if (itype == NONE32 || zone == NONE32) {
+        bfe_intern_release(&e->in, itype);
+        bfe_intern_release(&e->in, zone);
+        lset_release(e, lset);
+        *err = -ENOMEM;
+        return NONE32;
+    }
+    uint32_t cls = cls_get(e, itype, zone, lset, &alloc); /* takes lset's ref */
+    bfe_intern_release(&e->in, itype);
+    bfe_intern_release(&e->in, zone);
+    if (cls == NONE32) {
+        *err = -ENOMEM;
+        return NONE32;
+    }
+    struct leafkey k;
+    bool missing;
+    make_key(e, m, cls, &k, false, &missing, err);
+    if (!missing) {
+        uint64_t h = leaf_hash_key(&k);
+        uint32_t li = bfe_idtab_find(&e->leaf_tab, h, leaf_eq, e, &k);
+        if (li != NONE32) {
+            cls_release(e, cls); /* the leaf already holds one */
+            return li;
+        }
+    }
+    make_key(e, m, cls, &k, true, &missing, err);
+    if (*err) {
+        cls_release(e, cls);
+        return NONE32;
+    }
+    uint64_t h = leaf_hash_key(&k);
+    uint32_t li = bfe_idtab_find(&e->leaf_tab, h, leaf_eq, e, &k);
+    if (li != NONE32) {
+        bfe_intern_release(&e->in, k.cluster);
+        bfe_intern_release(&e->in, k.fp);
+        bfe_intern_release(&e->in, k.group);
+        cls_release(e, cls);
+        return li;
+    }
+    li = leaf_create(e, &k, h);
+    if (li == NONE32)
+        *err = -ENOMEM;
+    return li;
+}
+
+/* ------------------------------------------------------------------ membership */
+
+static void account(struct bf_engine *e, uint32_t li, int delta)
+{
+    struct leaf *l = &e->leaves[li];
+    struct mclass *c = &e->cls[l->k.cls];
+    bool acq = l->k.state == BF_STATE_IDLE || l->k.state == BF_STATE_SPECULATIVE;
+    bool had = c->count[BF_STATE_IDLE] + c->count[BF_STATE_SPECULATIVE] > 0;
+    c->count[l->k.state] += (uint32_t)delta;
+    if (acq && had != (c->count[BF_STATE_IDLE] + c->count[BF_STATE_SPECULATIVE] > 0))
+        e->shard_supply_ver++;
+    e->by_state[l->k.state] += (uint32_t)delta;
+    if (l->k.state == BF_STATE_CONFIGURED && l->cluster_idx != NONE32)
+        e->clusters[l->cluster_idx].conf_count += (uint32_t)delta;
+}
+
+static int release_index(uint8_t ct)
+{
+    if (ct == BF_CT_ON_DEMAND)
+        return 0;
+    if (ct == BF_CT_SPOT)
+        return 1;
+    return -1;
+}
+
+static void unplace(struct bf_engine *e, uint32_t slot)
+{
+    uint32_t li = e->leaf_of[slot];
+    if (li == NONE32)
+        return;
+    bfe_sl_remove(&e->leaves[li].sl, slot, bfe_sl_cmp_id, e);
+    account(e, li, -1);
+    if (e->in_release[slot]) {
+        bfe_sl_remove(&e->release[e->in_release[slot] - 1], slot, sl_cmp_release, e);
+        e->in_release[slot] = 0;
+    }
+    e->leaf_of[slot] = NONE32;
+}
+
+static int place(struct bf_engine *e, uint32_t slot, uint32_t li)
+{
+    int rc = bfe_sl_insert(&e->leaves[li].sl, slot, bfe_sl_cmp_id, e);
+    if (rc)
+        return rc;
+    e->leaf_of[slot] = li;
+    account(e, li, +1);
+    const struct leaf *l = &e->leaves[li];
+    int ri = release_index(l->k.ct);
+    if (l->k.state == BF_STATE_IDLE && ri >= 0 && e->idle_since[slot] > 0) {
+        if (bfe_sl_insert(&e->release[ri], slot, sl_cmp_release, e) == 0)
+            e->in_release[slot] = (uint8_t)(ri + 1);
+        /* on ENOMEM the machine is simply not releasable this time */
+    }
+    return 0;
+}
+
+int bf_engine_upsert(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m)
+{
+    if (!e || !m || slot >= e->cap || !m->id)
+        return -EINVAL;
+    size_t idlen = strlen(m->id);
+    bool elig = machine_eligible(m);
+    uint32_t li = NONE32;
+    int err = 0;
+    if (elig) {
+        li = leaf_resolve(e, m, &err);
+        if (err)
+            return err;
+    }
+    uint32_t old = e->leaf_of[slot];
+    bool was = e->present[slot] != 0;
+    int64_t since = m->state == BF_STATE_IDLE ? m->idle_since_s : 0;
+    bool same_id =
+        was && e->id_len[slot] == idlen && memcmp(e->idbuf + e->id_off[slot], m->id, idlen) == 0;
+    if (was && old == li && li != NONE32 && same_id && e->idle_since[slot] == since)
+        return 0; /* nothing the engine reads changed */
+    unplace(e, slot);
+    if (old != NONE32 && old != li && e->leaves[old].sl.n == 0)
+        leaf_destroy(e, old);
+    if (!same_id) {
+        int rc = id_store(e, slot, m->id, idlen);
+        if (rc) {
+            /* the slot is now absent: ids cannot be stored */
+            if (li != NONE32 && e->leaves[li].sl.n == 0)
+                leaf_destroy(e, li);
+            if (was) {
+                e->n_present--;
+                if (e->present[slot] == 2)
+                    e->n_ineligible--;
+                e->idbuf_waste += e->id_len[slot] + 1;
+            }
+            e->present[slot] = 0;
+            return rc;
+        }
+    }
+    e->idle_since[slot] = since;
+    if (!was)
+        e->n_present++;
+    else if (e->present[slot] == 2)
+        e->n_ineligible--;
+    if (li == NONE32) {
+        e->present[slot] = 2;
+        e->n_ineligible++;
+        return 0;
+    }
+    e->present[slot] = 1;
+    int rc = place(e, slot, li);
+    if (rc) {
+        if (e->leaves[li].sl.n == 0)
+            leaf_destroy(e, li);
+        e->present[slot] = 2;
+        e->n_ineligible++;
+        return rc;
+    }
+    return 0;
+}
+
+int bf_engine_remove(struct bf_engine *e, uint32_t slot)
+{
+    if (!e || slot >= e->cap)
+        return -EINVAL;
+    if (!e->present[slot])
+        return 0;
+    uint32_t old = e->leaf_of[slot];
+    unplace(e, slot);
+    if (old != NONE32 && e->leaves[old].sl.n == 0)
+        leaf_destroy(e, old);
+    if (e->present[slot] == 2)
+        e->n_ineligible--;
+    e->n_present--;
+    e->idbuf_waste += e->id_len[slot] + 1;
+    e->present[slot] = 0;
+    e->idle_since[slot] = 0;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ lifecycle */
+
+int bfe_mirror_init(struct bf_engine *e)
+{
+    uint32_t n = e->cap;
+    e->leaf_of = malloc((size_t)n * sizeof *e->leaf_of);
+    e->present = calloc(n, 1);
+    e->in_release = calloc(n, 1);
+    e->id_off = calloc(n, sizeof *e->id_off);
+    e->id_len = calloc(n, sizeof *e->id_len);
+    e->idpfx = calloc(n, sizeof *e->idpfx);
+    e->idpfx2 = calloc(n, sizeof *e->idpfx2);
+    e->idle_since = calloc(n, sizeof *e->idle_since);
+    if (!e->leaf_of || !e->present || !e->in_release || !e->id_off || !e->id_len || !e->idpfx ||
+        !e->idpfx2 || !e->idle_since)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < n; i++)
+        e->leaf_of[i] = NONE32;
+    return 0;
+}
+
+void bfe_mirror_free(struct bf_engine *e)
+{
+    for (uint32_t i = 0; i < e->n_leaves; i++)
+        if (e->leaves[i].live)
+            bfe_sl_free(&e->leaves[i].sl);
+    free(e->leaves);
+    free(e->leaf_free);
+    bfe_idtab_free(&e->leaf_tab);
+    for (uint32_t i = 0; i < e->n_lists; i++)
+        free(e->lists[i].v);
+    free(e->lists);
+    bfe_u64map_free(&e->list_map);
+    free(e->prio_keys);
+    free(e->prio_lists);
+    for (uint32_t i = 0; i < e->n_lsets; i++)
+        free(e->lsets[i].kv);
+    free(e->lsets);
+    free(e->lset_free);
+    bfe_idtab_free(&e->lset_tab);
+    free(e->cls);
+    free(e->cls_free);
+    bfe_idtab_free(&e->cls_tab);
+    free(e->all_classes.v);
+    for (uint32_t i = 0; i < e->n_type_classes; i++)
+        free(e->type_classes[i].v);
+    free(e->type_classes);
+    bfe_u64map_free(&e->type_classes_map);
+    bfe_sl_free(&e->release[0]);
+    bfe_sl_free(&e->release[1]);
+    free(e->leaf_of);
+    free(e->present);
+    free(e->in_release);
+    free(e->id_off);
+    free(e->id_len);
+    free(e->idpfx);
+    free(e->idpfx2);
+    free(e->idle_since);
+    free(e->idbuf);
+}
+
+uint32_t bf_engine_cluster_configured(const struct bf_engine *e, const char *cluster)
+{
+    if (!e || !cluster)
+        return 0;
+    uint32_t id = bfe_intern_find(&e->in, cluster, strlen(cluster));
+    if (id == NONE32)
+        return 0;
+    uint32_t ci = bfe_u64map_get(&e->cluster_map, id);
+    return ci == NONE32 ? 0 : e->clusters[ci].conf_count;
+}
+
+void bf_engine_mirror_stats(const struct bf_engine *e, struct bf_engine_mirror_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    st->machines = e->n_present;
+    st->ineligible = e->n_ineligible;
+    for (int s = 0; s < BF_STATE_COUNT; s++)
+        st->by_state[s] = e->by_state[s];
+    st->classes = e->live_classes;
+    st->leaves = e->live_leaves;
+    st->strings = e->in.n - e->in.nfree;
+    size_t b = 0;
+    b += (size_t)e->cap * (sizeof(uint32_t) * 3 + 2 + sizeof(uint64_t) * 3);
+    b += e->idbuf_cap;
+    b += (size_t)e->cap_leaves * sizeof(struct leaf);
+    for (uint32_t i = 0; i < e->n_leaves; i++) {
+        const struct leaf *l = &e->leaves[i];
+        if (!l->live)
+            continue;
+        b += (size_t)l->sl.capch * sizeof(void *);
+        for (uint32_t c = 0; c < l->sl.nch; c++)
+            b += sizeof(struct slchunk) + (size_t)l->sl.ch[c]->cap * 4;
+    }
+    for (int r = 0; r < 2; r++) {
+        b += (size_t)e->release[r].capch * sizeof(void *);
+        for (uint32_t c = 0; c < e->release[r].nch; c++)
+            b += sizeof(struct slchunk) + (size_t)e->release[r].ch[c]->cap * 4;
+    }
+    b += (size_t)e->cap_cls * sizeof(struct mclass);
+    b += (size_t)(e->leaf_tab.mask + 1) * 4 + (size_t)(e->cls_tab.mask + 1) * 4;
+    for (uint32_t i = 0; i < e->n_lists; i++)
+        b += (size_t)e->lists[i].cap * 4;
+    b += e->in.bytes + (size_t)e->in.cap * sizeof(void *) + (size_t)(e->in.tab.mask + 1) * 4;
+    b += e->ar.bytes;
+    st->bytes = b;
+}

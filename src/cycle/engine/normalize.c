@@ -1,0 +1,327 @@
+/*
+ * normalize.c — NormalizeDemand (ADR-0041, reference/engine.md §3): a Same
+ * Need whose whole aggregate fits on one machine is folded, with its class
+ * (cluster, Same-stripped fingerprint, aggregate), into one plain atomic Need
+ * appended after every pass-through Need.
+ *
+ * Design notes. The existence check is class-level (every machine of a class
+ * has the same attributes and allocatable): the Need's own cluster's
+ * Configured/Configuring leaves, then the shard-wide Idle and Speculative
+ * classes (the pinned types' classes when pinned). Shard-wide results are
+ * memoised per (profile, aggregate) and per-cluster results per (cluster,
+ * profile, aggregate) for the cycle; memoisation never changes a result. The
+ * output D is rebuilt every cycle against this cycle's mirror.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cycle/engine/engine_internal.h"
+
+struct memo {
+    uint64_t hash;
+    uint32_t cluster; /* NONE32: shard-wide */
+    const struct cprof *cp;
+    bf_vec agg;
+    bool result;
+    uint32_t next;
+};
+
+static bool covers_all_positive(const bf_vec *alloc, const bf_vec *agg)
+{
+    return bf_vec_covers(alloc, agg);
+}
+
+static bool fits_cluster(struct bf_engine *e, uint32_t ci, struct cprof *cp, const bf_vec *agg)
+{
+    const struct cluster *cl = &e->clusters[ci];
+    for (int si = 0; si < 2; si++) {
+        for (uint32_t t = 0; t < cl->ntl[si]; t++) {
+            const struct leaflist *ll = &e->lists[cl->tl[si][t]];
+            for (uint32_t i = 0; i < ll->n; i++) {
+                uint32_t c = e->leaves[ll->v[i]].k.cls;
+                if (covers_all_positive(&e->cls[c].alloc, agg) && bfe_match_class(e, cp, c))
+                    return true;
+            }
+        }
+    }
+    return false;
+}
+
+static bool fits_shard(struct bf_engine *e, struct cprof *cp, const bf_vec *agg)
+{
+    uint32_t ntypes = cp->pinned ? cp->npin : 1;
+    for (uint32_t t = 0; t < ntypes; t++) {
+        const struct leaflist *cls_list;
+        if (cp->pinned) {
+            uint32_t idx = bfe_u64map_get(&e->type_classes_map, cp->pin[t]);
+            cls_list = idx == NONE32 ? NULL : &e->type_classes[idx];
+        } else {
+            cls_list = &e->all_classes;
+        }
+        for (uint32_t i = 0; cls_list && i < cls_list->n; i++) {
+            const struct mclass *c = &e->cls[cls_list->v[i]];
+            if (!c->count[BF_STATE_IDLE] && !c->count[BF_STATE_SPECULATIVE])
+                continue;
+            if (covers_all_positive(&c->alloc, agg) && bfe_match_class(e, cp, cls_list->v[i]))
+                return true;
+        }
+    }
+    return false;
+}
+
+static uint64_t memo_hash(uint32_t cluster, const struct cprof *cp, const bf_vec *agg)
+{
+    uint64_t h = bfe_hash_bytes(agg, sizeof *agg, 5);
+    return bfe_mix64(h ^ ((uint64_t)cluster << 32) ^ cp->idx);
+}
+
+struct memotab {
+    struct memo *v;
+    uint32_t n, cap;
+    struct u64map *map;
+};
+
+static int memo_get(struct bf_engine *e, struct memotab *mt, uint32_t cluster, struct cprof *cp,
+                    const bf_vec *agg, bool *out)
+{
+    uint64_t h = memo_hash(cluster, cp, agg);
+    uint32_t i = bfe_u64map_get(mt->map, h);
+    uint32_t head = i;
+    for (; i != NONE32; i = mt->v[i].next) {
+        const struct memo *m = &mt->v[i];
+        if (m->cluster == cluster && m->cp == cp && bf_vec_eq(&m->agg, agg)) {
+            *out = m->result;
+            return 0;
+        }
+    }
+    bool r = cluster == NONE32 ? fits_shard(e, cp, agg) : fits_cluster(e, cluster, cp, agg);
+    if (mt->n == mt->cap) {
+        uint32_t nc = mt->cap ? mt->cap * 2 : 64;
+        struct memo *nv = ANEW(&e->ar, struct memo, nc);
+        if (!nv)
+            return -ENOMEM;
+        if (mt->n)
+            memcpy(nv, mt->v, mt->n * sizeof *nv);
+        mt->v = nv;
+        mt->cap = nc;
+    }
+    mt->v[mt->n] = (struct memo){h, cluster, cp, *agg, r, head};
+    if (bfe_u64map_put(mt->map, h, mt->n))
+        return -ENOMEM;
+    mt->n++;
+    *out = r;
+    return 0;
+}
+
+static char *aggkey_of(struct bf_engine *e, const bf_vec *agg)
+{
+    /* "name=milli;" over the non-zero dimensions sorted by name */
+    int order[BF_MAX_DIMS];
+    char names[BF_MAX_DIMS][BF_DIM_NAME_MAX + 8];
+    int n = 0;
+    for (int i = 0; i < BF_MAX_DIMS; i++) {
+        if (agg->v[i] == 0)
+            continue;
+        if (e->have_dims && (uint32_t)i < e->dims.n)
+            snprintf(names[i], sizeof names[i], "%s", e->dims.names[i]);
+        else
+            snprintf(names[i], sizeof names[i], "d%d", i);
+        order[n++] = i;
+    }
+    for (int i = 1; i < n; i++) {
+        int x = order[i], j = i;
+        while (j > 0 && strcmp(names[order[j - 1]], names[x]) > 0) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = x;
+    }
+    char buf[BF_MAX_DIMS * (BF_DIM_NAME_MAX + 32) + 1];
+    size_t l = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n; i++)
+        l += (size_t)snprintf(buf + l, sizeof buf - l, "%s=%lld;", names[order[i]],
+                              (long long)agg->v[order[i]]);
+    char *s = bfe_arena_alloc(&e->ar, l + 1);
+    if (s)
+        memcpy(s, buf, l + 1);
+    return s;
+}
+
+void bfe_fold_groups_clear(struct cluster *cl)
+{
+    for (uint32_t i = 0; i < cl->nfg; i++)
+        free(cl->fg[i].aggkey);
+    cl->nfg = 0;
+    cl->fg_valid = false;
+}
+
+static char *aggkey_dup(struct bf_engine *e, const bf_vec *agg)
+{
+    struct arena_mark mk = bfe_arena_mark(&e->ar);
+    char *k = aggkey_of(e, agg);
+    char *d = k ? strdup(k) : NULL;
+    bfe_arena_release(&e->ar, mk);
+    return d;
+}
+
+/* (Re)computes one cluster's fold decisions and groups when its demand or
+ * the supply they depend on changed (every cycle in reference mode). */
+static int cluster_folds(struct bf_engine *e, uint32_t ci, struct memotab *shard,
+                         struct memotab *local)
+{
+    struct cluster *cl = &e->clusters[ci];
+    bool memo = !(e->cfg.flags & BF_ENGINE_F_REFERENCE);
+    uint64_t vs = e->shard_supply_ver, vc = cl->supply_ver;
+    if (memo && cl->fg_valid && cl->fg_vs == vs && cl->fg_vc == vc)
+        return 0;
+    bfe_fold_groups_clear(cl);
+    for (uint32_t i = 0; i < cl->n_needs; i++) {
+        struct need_in *need = &cl->needs[i];
+        struct cprof *cp = need->cp;
+        if (!cp->has_same)
+            continue;
+        bool fold;
+        if (memo && need->fold_known && need->fold_vs == vs && need->fold_vc == vc) {
+            fold = need->fold;
+        } else {
+            int rc = memo_get(e, shard, NONE32, cp, &need->agg, &fold);
+            if (!rc && !fold)
+                rc = memo_get(e, local, ci, cp, &need->agg, &fold);
+            if (rc)
+                return rc;
+            need->fold_known = true;
+            need->fold = fold;
+            need->fold_vs = vs;
+            need->fold_vc = vc;
+        }
+        if (!fold)
+            continue;
+        struct cprof *st = bfe_cprof_stripped(e, cp);
+        if (!st)
+            return -ENOMEM;
+        uint32_t g;
+        for (g = 0; g < cl->nfg; g++)
+            if (cl->fg[g].stripped == st && bf_vec_eq(&cl->fg[g].agg, &need->agg))
+                break;
+        if (g == cl->nfg) {
+            if (GROW(cl->fg, cl->capfg, cl->nfg + 1))
+                return -ENOMEM;
+            struct fold_group *x = &cl->fg[cl->nfg];
+            memset(x, 0, sizeof *x);
+            x->stripped = st;
+            x->agg = need->agg;
+            x->aggkey = aggkey_dup(e, &need->agg);
+            if (!x->aggkey)
+                return -ENOMEM;
+            cl->nfg++;
+        }
+        struct fold_group *x = &cl->fg[g];
+        x->members++;
+        if (need->arrival && (!x->arrival || need->arrival < x->arrival))
+            x->arrival = need->arrival;
+    }
+    cl->fg_valid = true;
+    cl->fg_vs = vs;
+    cl->fg_vc = vc;
+    return 0;
+}
+
+struct fold_ref {
+    uint32_t cluster, g;
+};
+
+static struct bf_engine *fold_e;
+static int fold_cmp(const void *a, const void *b)
+{
+    const struct fold_ref *x = a, *y = b;
+    const struct bf_engine *e = fold_e;
+    const struct cluster *cx = &e->clusters[x->cluster], *cy = &e->clusters[y->cluster];
+    if (cx->rank != cy->rank)
+        return cx->rank < cy->rank ? -1 : 1; /* cluster id order */
+    const struct fold_group *gx = &cx->fg[x->g], *gy = &cy->fg[y->g];
+    int c = bfe_strcmp_id(&e->in, gx->stripped->fp, gy->stripped->fp);
+    if (c)
+        return c;
+    return strcmp(gx->aggkey, gy->aggkey);
+}
+
+static void dneed_from(struct dneed *d, uint32_t ci, const struct need_in *n)
+{
+    memset(d, 0, sizeof *d);
+    d->cluster = ci;
+    d->cp = n->cp;
+    d->agg = n->agg;
+    d->minu = n->minu;
+    d->arrival = n->arrival;
+    d->group = n->group;
+}
+
+int bfe_normalize(struct bf_engine *e)
+{
+    uint32_t n = e->n_snap;
+    if (GROW(e->d, e->cap_d, n ? n : 1))
+        return -ENOMEM;
+    e->n_d = 0;
+    if (!e->any_same) {
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t ci = (uint32_t)(e->snap[i] >> 32), ni = (uint32_t)e->snap[i];
+            dneed_from(&e->d[i], ci, &e->clusters[ci].needs[ni]);
+        }
+        e->n_d = n;
+        return 0;
+    }
+    for (int k = 0; k < 2; k++)
+        bfe_u64map_clear(&e->norm_map[k]);
+    struct memotab shard = {.map = &e->norm_map[0]}, local = {.map = &e->norm_map[1]};
+    uint32_t nf = 0;
+    for (uint32_t ci = 0; ci < e->n_clusters; ci++) {
+        struct cluster *cl = &e->clusters[ci];
+        if (!cl->n_same) {
+            if (cl->nfg)
+                bfe_fold_groups_clear(cl);
+            continue;
+        }
+        int rc = cluster_folds(e, ci, &shard, &local);
+        if (rc)
+            return rc;
+        nf += cl->nfg;
+    }
+    /* pass-through Needs in snapshot order */
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t ci = (uint32_t)(e->snap[i] >> 32), ni = (uint32_t)e->snap[i];
+        const struct need_in *need = &e->clusters[ci].needs[ni];
+        if (need->cp->has_same && need->fold)
+            continue;
+        dneed_from(&e->d[e->n_d++], ci, need);
+    }
+    if (!nf)
+        return 0;
+    /* then one Need per fold class, ordered by (cluster, stripped fp, aggregate key) */
+    struct fold_ref *refs = ANEW(&e->ar, struct fold_ref, nf);
+    if (!refs || GROW(e->d, e->cap_d, e->n_d + nf))
+        return -ENOMEM;
+    uint32_t k = 0;
+    for (uint32_t ci = 0; ci < e->n_clusters; ci++)
+        for (uint32_t g = 0; g < e->clusters[ci].nfg; g++)
+            refs[k++] = (struct fold_ref){ci, g};
+    fold_e = e;
+    bfe_qsort(refs, nf, sizeof *refs, fold_cmp);
+    fold_e = NULL;
+    for (uint32_t f = 0; f < nf; f++) {
+        const struct fold_group *x = &e->clusters[refs[f].cluster].fg[refs[f].g];
+        struct dneed *d = &e->d[e->n_d++];
+        memset(d, 0, sizeof *d);
+        d->cluster = refs[f].cluster;
+        d->cp = x->stripped;
+        d->agg = x->agg;
+        bf_vec_scale(&d->agg, x->members);
+        d->minu = x->agg;
+        d->arrival = x->arrival;
+        d->group = 0;
+        d->folded = x->members;
+    }
+    return 0;
+}

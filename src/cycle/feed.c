@@ -1,0 +1,419 @@
+/*
+ * feed.c — bringing the engine's private mirror and demand up to date from
+ * the shared segments (ARCHITECTURE.md §4).
+ *
+ * Mirror: the change logs of every record writer (reconciler, executor,
+ * supervisor repair) are drained each cycle; each logged slot is re-read
+ * under its seqlock and upserted into (or removed from) the engine. Cost is
+ * O(changes). A change-log overflow, or the first cycle of this process,
+ * forces one full rescan of slots [0, hwm), counted in mirror_rescans. A
+ * record whose writer holds it past the bounded read is retried next cycle.
+ *
+ * Demand: every cluster row is read (O(clusters)); only rows whose
+ * generation moved have their need rows copied and handed to the engine.
+ * First-rollup and session-live flags are refreshed each cycle.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "bigfleet/log.h"
+#include "cycle_internal.h"
+
+/* ------------------------------------------------------------ label cache */
+
+static const struct bf_engine_label *labels_for(struct bf_cycle *c, const struct bf_mprofile *p,
+                                                uint32_t *n)
+{
+    struct labelcache *lc = &c->labels;
+    if (p->n_labels == 0 || p->ref == 0) {
+        *n = 0;
+        return NULL;
+    }
+    if (lc->cap) {
+        for (uint32_t i = (p->ref * 2654435761u) & (lc->cap - 1);;
+             i = (i + 1) & (lc->cap - 1)) {
+            if (!lc->e[i].labels && lc->e[i].ref == 0)
+                break;
+            if (lc->e[i].ref == p->ref) {
+                *n = lc->e[i].n;
+                return lc->e[i].labels;
+            }
+        }
+    }
+    if ((lc->n + 1) * 2 > lc->cap) {
+        uint32_t nc = lc->cap ? lc->cap * 2 : 256;
+        struct labelcache_entry *ne = calloc(nc, sizeof *ne);
+        if (!ne)
+            return NULL;
+        for (uint32_t i = 0; i < lc->cap; i++) {
+            if (!lc->e[i].ref)
+                continue;
+            uint32_t j = (lc->e[i].ref * 2654435761u) & (nc - 1);
+            while (ne[j].ref)
+                j = (j + 1) & (nc - 1);
+            ne[j] = lc->e[i];
+        }
+        free(lc->e);
+        lc->e = ne;
+        lc->cap = nc;
+    }
+    struct bf_engine_label *arr = calloc(p->n_labels + 1, sizeof *arr);
+    if (!arr)
+        return NULL;
+    for (uint32_t i = 0; i < p->n_labels; i++) {
+        arr[i].key = p->labels[i].key;
+        arr[i].value = p->labels[i].value;
+    }
+    uint32_t j = (p->ref * 2654435761u) & (lc->cap - 1);
+    while (lc->e[j].ref)
+        j = (j + 1) & (lc->cap - 1);
+    lc->e[j] = (struct labelcache_entry){p->ref, p->n_labels, arr};
+    lc->n++;
+    *n = p->n_labels;
+    return arr;
+}
+
+/* ------------------------------------------------------------ counts */
+
+static void count(struct bf_cycle *c, const struct slotinfo *s, int delta)
+{
+    if (!s->present)
+        return;
+    struct bf_inv_counts *k = &c->counts;
+    uint8_t st = s->state < BF_STATE_COUNT ? s->state : 0;
+    uint16_t t = s->type_idx < BF_MAX_TYPES ? s->type_idx : 0;
+    uint16_t z = s->zone_idx < BF_MAX_ZONES ? s->zone_idx : 0;
+    uint8_t ct = s->ct < BF_CT_COUNT ? s->ct : 0;
+    uint8_t b = s->ipb <= BF_BUCKET_MAX ? s->ipb : 0;
+    k->by_state_type_zone[st][t][z] += (uint32_t)delta;
+    k->by_state_ct_bucket[st][ct][b] += (uint32_t)delta;
+    k->by_state[st] += (uint32_t)delta;
+    k->total_machines += (uint32_t)delta;
+}
+
+/* ------------------------------------------------------------ mirror */
+
+static void retry_later(struct bf_cycle *c, uint32_t slot)
+{
+    if (c->n_retry == c->cap_retry) {
+        uint32_t nc = c->cap_retry ? c->cap_retry * 2 : 64;
+        uint32_t *n = realloc(c->retry, nc * sizeof *n);
+        if (!n) {
+            c->need_rescan = true; /* cannot remember it: rescan next cycle */
+            return;
+        }
+        c->retry = n;
+        c->cap_retry = nc;
+    }
+    c->retry[c->n_retry++] = slot;
+}
+
+static void refresh_slot(struct bf_cycle *c, uint32_t slot)
+{
+    struct bf_machine_rec r;
+    struct slotinfo *si = &c->slots[slot];
+    int rc = bf_inv_read(c->shm, slot, &r);
+    if (rc == -EAGAIN) {
+        retry_later(c, slot);
+        return;
+    }
+    if (rc != 0 || !(r.flags & BF_REC_VALID)) {
+        if (si->present) {
+            count(c, si, -1);
+            bf_engine_remove(c->engine, slot);
+            memset(si, 0, sizeof *si);
+        }
+        return;
+    }
+    const struct bf_mprofile *p = bf_mprofile_get(c->blobs, c->shm, r.profile);
+    if (!p) {
+        /* a profile that does not decode cannot be matched: keep it out */
+        if (si->present) {
+            count(c, si, -1);
+            bf_engine_remove(c->engine, slot);
+            memset(si, 0, sizeof *si);
+        }
+        return;
+    }
+    uint32_t nl = 0;
+    const struct bf_engine_label *labels = labels_for(c, p, &nl);
+    uint32_t glen = 0;
+    const char *group = r.group ? bf_str(c->shm, r.group, &glen) : NULL;
+    const char *id = bf_str(c->shm, r.id, NULL);
+    struct bf_engine_machine m = {
+        .id = id ? id : "",
+        .state = r.state,
+        .capacity_type = r.capacity_type,
+        .instance_type = p->instance_type,
+        .zone = p->zone,
+        .n_labels = labels ? nl : 0,
+        .labels = labels,
+        .allocatable = p->effective,
+        .cluster = r.cluster ? bf_str(c->shm, r.cluster, NULL) : "",
+        .price_per_hour = r.price_per_hour,
+        .interruption_probability = r.interruption_probability,
+        .assigned_priority = r.assigned_priority,
+        .assigned_ipb = r.ipb,
+        .assigned_rpb = r.rpb,
+        .assigned_fingerprint = r.fingerprint ? bf_str(c->shm, r.fingerprint, NULL) : "",
+        .assigned_group = group,
+        .assigned_group_len = group ? glen : 0,
+        .idle_since_s = bf_rec_idle_since_unix(c->shm, &r),
+    };
+    if (!m.cluster)
+        m.cluster = "";
+    if (!m.assigned_fingerprint)
+        m.assigned_fingerprint = "";
+    if (bf_engine_upsert(c->engine, slot, &m) != 0) {
+        retry_later(c, slot);
+        return;
+    }
+    count(c, si, -1);
+    si->id_ref = r.id;
+    si->present = 1;
+    si->state = r.state;
+    si->ct = r.capacity_type;
+    si->ipb = r.ipb;
+    si->type_idx = r.type_idx;
+    si->zone_idx = r.zone_idx;
+    count(c, si, +1);
+}
+
+static void on_logged(void *arg, uint32_t slot)
+{
+    refresh_slot(arg, slot);
+}
+
+int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
+{
+    uint32_t changed = 0;
+    /* retries first (records that were busy last cycle) */
+    uint32_t nr = c->n_retry;
+    uint32_t *old = c->retry;
+    c->retry = NULL;
+    c->n_retry = c->cap_retry = 0;
+    for (uint32_t i = 0; i < nr; i++)
+        refresh_slot(c, old[i]);
+    free(old);
+    changed += nr;
+    for (int w = 0; w < BF_CHANGELOG_WRITERS && !c->need_rescan; w++) {
+        int n = bf_cl_drain(c->shm, w, on_logged, c);
+        if (n == -EOVERFLOW) {
+            atomic_fetch_add(&c->shm->st->cycle.changelog_overflows, 1);
+            c->need_rescan = true;
+        } else if (n > 0) {
+            changed += (uint32_t)n;
+        }
+    }
+    if (c->need_rescan) {
+        /* empty the logs first so entries appended during the scan are seen next cycle */
+        for (int w = 0; w < BF_CHANGELOG_WRITERS; w++) {
+            struct bf_changelog *cl = &c->shm->changelog[w];
+            atomic_store_explicit(&cl->tail, atomic_load_explicit(&cl->head, memory_order_acquire),
+                                  memory_order_release);
+        }
+        uint32_t hwm = bf_inv_hwm(c->shm);
+        for (uint32_t s = 0; s < hwm && s < c->capacity; s++)
+            refresh_slot(c, s);
+        /* slots beyond the high-water mark cannot hold machines */
+        changed += hwm;
+        c->need_rescan = false;
+        rep->rescanned = true;
+        atomic_fetch_add(&c->shm->st->cycle.mirror_rescans, 1);
+    }
+    rep->changed_slots = changed;
+    return 0;
+}
+
+/* ------------------------------------------------------------ demand */
+
+int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
+{
+    struct bf_shm *s = c->shm;
+    c->needs_counter_seen = atomic_load_explicit(&s->needs->change_counter, memory_order_acquire);
+    uint32_t n = atomic_load_explicit(&s->needs->n_clusters, memory_order_acquire);
+    if (n > c->max_clusters)
+        n = c->max_clusters;
+    for (uint32_t i = 0; i < n; i++) {
+        struct bf_cluster_rec rec;
+        if (bf_cluster_read(s, i, &rec, NULL) != 0 || !rec.in_use)
+            continue;
+        const char *name = bf_str(s, rec.name_ref, NULL);
+        if (!name || !name[0])
+            continue;
+        struct clusterinfo *ci = &c->clusters[i];
+        if (!ci->known || ci->first_rollup != rec.first_rollup ||
+            ci->connected != rec.connected) {
+            bf_engine_set_cluster_flags(c->engine, name, rec.first_rollup, rec.connected);
+            ci->first_rollup = rec.first_rollup;
+            ci->connected = rec.connected;
+        }
+        if (ci->known && ci->session_epoch != rec.session_epoch)
+            bf_engine_ac_forget(c->engine, name);
+        ci->session_epoch = rec.session_epoch;
+        if (ci->known && ci->generation == rec.generation)
+            continue;
+        /* copy the published rows (retry with a bigger buffer if needed) */
+        int got;
+        for (;;) {
+            got = bf_needs_copy(s, i, &rec, c->rows, c->rows_cap);
+            if (got < 0 || (uint32_t)got <= c->rows_cap)
+                break;
+            uint32_t nc = (uint32_t)got + 64;
+            struct bf_need_row *nr = realloc(c->rows, nc * sizeof *nr);
+            if (!nr)
+                return -ENOMEM;
+            c->rows = nr;
+            c->rows_cap = nc;
+        }
+        if (got < 0)
+            continue; /* busy: next cycle */
+        if ((uint32_t)got > c->eneeds_cap) {
+            struct bf_engine_need *ne = realloc(c->eneeds, (size_t)got * sizeof *ne);
+            if (!ne)
+                return -ENOMEM;
+            c->eneeds = ne;
+            c->eneeds_cap = (uint32_t)got;
+        }
+        uint32_t k = 0;
+        uint32_t buckets[BF_BUCKET_COUNT] = {0};
+        for (int j = 0; j < got; j++) {
+            const struct bf_need_row *row = &c->rows[j];
+            const struct bf_nprofile *np = bf_nprofile_get(c->blobs, s, row->profile_ref);
+            if (!np) {
+                BF_WARN("need row with an undecodable profile skipped", "cluster=%s ref=%u",
+                        name, row->profile_ref);
+                continue;
+            }
+            bf_cycle_fpmap_put(c, np->fingerprint, row->profile_ref);
+            struct bf_engine_need *en = &c->eneeds[k++];
+            memset(en, 0, sizeof *en);
+            en->profile = np->p;
+            memcpy(en->aggregate.v, row->aggregate, sizeof en->aggregate.v);
+            memcpy(en->min_unit.v, row->min_unit, sizeof en->min_unit.v);
+            en->arrival_ns = row->arrival_ns;
+            uint32_t glen = 0;
+            en->group = row->group_ref ? bf_str(s, row->group_ref, &glen) : NULL;
+            en->group_len = en->group ? glen : 0;
+            if (np->p.ipb <= BF_BUCKET_MAX)
+                buckets[np->p.ipb]++;
+        }
+        int rc = bf_engine_set_needs(c->engine, name, rec.generation, c->eneeds, k);
+        if (rc == -ENOMEM)
+            return rc;
+        if (rc == 0) {
+            for (int b = 0; b < BF_BUCKET_COUNT; b++) {
+                c->counts.demand_rows_by_bucket[b] -= ci->bucket_rows[b];
+                c->counts.demand_rows_by_bucket[b] += buckets[b];
+                ci->bucket_rows[b] = buckets[b];
+            }
+            c->counts.total_needs -= ci->rows;
+            c->counts.total_needs += k;
+            ci->rows = k;
+            ci->generation = rec.generation;
+            ci->known = 1;
+            rep->clusters_reread++;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ fingerprint map */
+
+static uint64_t fphash(const char *s)
+{
+    return XXH3_64bits(s, strlen(s));
+}
+
+void bf_cycle_fpmap_put(struct bf_cycle *c, const char *fp, uint32_t ref)
+{
+    struct fpmap *m = &c->fps;
+    uint64_t h = fphash(fp);
+    if (m->cap) {
+        for (uint32_t i = (uint32_t)h & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+            if (!m->e[i].key)
+                break;
+            if (m->e[i].hash == h && strcmp(m->e[i].key, fp) == 0)
+                return;
+        }
+    }
+    if ((m->n + 1) * 2 > m->cap) {
+        uint32_t nc = m->cap ? m->cap * 2 : 256;
+        struct fpmap_entry *ne = calloc(nc, sizeof *ne);
+        if (!ne)
+            return;
+        for (uint32_t i = 0; i < m->cap; i++) {
+            if (!m->e[i].key)
+                continue;
+            uint32_t j = (uint32_t)m->e[i].hash & (nc - 1);
+            while (ne[j].key)
+                j = (j + 1) & (nc - 1);
+            ne[j] = m->e[i];
+        }
+        free(m->e);
+        m->e = ne;
+        m->cap = nc;
+    }
+    char *key = strdup(fp);
+    if (!key)
+        return;
+    uint32_t j = (uint32_t)h & (m->cap - 1);
+    while (m->e[j].key)
+        j = (j + 1) & (m->cap - 1);
+    m->e[j] = (struct fpmap_entry){h, key, ref};
+    m->n++;
+}
+
+static uint32_t fpmap_get(struct bf_cycle *c, const char *fp)
+{
+    struct fpmap *m = &c->fps;
+    if (!m->cap)
+        return 0;
+    uint64_t h = fphash(fp);
+    for (uint32_t i = (uint32_t)h & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+        if (!m->e[i].key)
+            return 0;
+        if (m->e[i].hash == h && strcmp(m->e[i].key, fp) == 0)
+            return m->e[i].profile_ref;
+    }
+}
+
+uint32_t bf_cycle_profile_ref(struct bf_cycle *c, const char *fp, const struct bf_need_profile *p)
+{
+    if (!fp || !fp[0])
+        return 0;
+    uint32_t ref = fpmap_get(c, fp);
+    if (ref || !p)
+        return ref;
+    /* a profile the engine made (NormalizeDemand folded a Same gang): intern it */
+    struct bf_requirement *reqs = calloc(p->n_reqs + 1, sizeof *reqs);
+    struct bf_spread *spr = calloc(p->n_spread + 1, sizeof *spr);
+    size_t nv = 0;
+    for (uint32_t i = 0; i < p->n_reqs; i++)
+        nv += p->reqs[i].n_values;
+    const char **vals = calloc(nv + 1, sizeof *vals);
+    if (reqs && spr && vals) {
+        size_t vi = 0;
+        for (uint32_t i = 0; i < p->n_reqs; i++) {
+            reqs[i] = p->reqs[i];
+            reqs[i].values = vals + vi;
+            for (uint32_t j = 0; j < p->reqs[i].n_values; j++)
+                vals[vi++] = p->reqs[i].values[j];
+        }
+        memcpy(spr, p->spread, p->n_spread * sizeof *spr);
+        struct bf_need_profile q = *p;
+        q.reqs = reqs;
+        q.spread = spr;
+        uint32_t fref;
+        if (bf_nprofile_intern(c->shm, &q, &ref, &fref) != 0)
+            ref = 0;
+        else
+            bf_cycle_fpmap_put(c, fp, ref);
+    }
+    free(reqs);
+    free(spr);
+    free(vals);
+    return ref;
+}

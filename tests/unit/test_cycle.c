@@ -1,0 +1,293 @@
+/*
+ * test_cycle.c — the cycle controller through the real shared-memory path:
+ * records and need rows written into segments are decided on, actions land
+ * on the actions ring with in-flight marks, the ledger is published, the
+ * mirror follows the change logs (and rescans on overflow), rails apply.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bigfleet/blobs.h"
+#include "bigfleet/cycle.h"
+
+static char g_id[64];
+static struct bf_shm g_s;
+static uint32_t g_prof_gpu, g_need_prof, g_cluster;
+
+static uint32_t intern(const char *s)
+{
+    uint32_t r;
+    ck_assert_int_eq(bf_str_intern_cstr(&g_s, s, &r), 0);
+    return r;
+}
+
+static void setup(void)
+{
+    snprintf(g_id, sizeof g_id, "test-cycle-%d", (int)getpid());
+    bf_shm_unlink(g_id);
+    struct bf_shm_caps caps = {.max_machines = 4096, .max_needs = 256, .max_clusters = 16};
+    ck_assert_int_eq(bf_shm_create(&g_s, g_id, &caps, 1, 0, NULL, 0), 0);
+    struct bf_kv alloc[] = {{"nvidia.com/gpu", "8"}};
+    struct bf_mprofile_input in = {"a3-highgpu-8g", "zone-a", BF_CT_BARE_METAL, 0, NULL, 0, NULL,
+                                   1, alloc};
+    ck_assert_int_eq(bf_mprofile_intern(&g_s, &in, &g_prof_gpu, NULL, 0), 0);
+    const char *v[] = {"a3-highgpu-8g"};
+    struct bf_requirement r = {BF_LABEL_INSTANCE_TYPE, BF_OP_IN, 1, v};
+    struct bf_need_profile p = {.priority = 1000000, .ipb = 16, .rpb = 27, .n_reqs = 1,
+                                .reqs = &r};
+    ck_assert_int_eq(bf_nprofile_intern(&g_s, &p, &g_need_prof, NULL), 0);
+    g_cluster = intern("cluster-a");
+}
+
+static void teardown(void)
+{
+    bf_shm_detach(&g_s);
+    bf_shm_unlink(g_id);
+}
+
+static uint32_t add_machine(const char *id, int state, uint32_t cluster)
+{
+    struct bf_machine_rec r;
+    memset(&r, 0, sizeof r);
+    r.id = intern(id);
+    r.profile = g_prof_gpu;
+    r.state = (uint8_t)state;
+    r.capacity_type = BF_CT_BARE_METAL;
+    r.type_idx = (uint16_t)bf_type_intern(&g_s, "a3-highgpu-8g");
+    r.zone_idx = (uint16_t)bf_zone_intern(&g_s, "zone-a");
+    if (state != BF_STATE_SPECULATIVE)
+        r.host = intern("sim");
+    r.flags = BF_REC_HOST_IS_ID;
+    r.cluster = cluster;
+    if (state == BF_STATE_CONFIGURED) {
+        r.assigned_priority = 1000000;
+        r.ipb = 16;
+        r.rpb = 27;
+    }
+    uint32_t slot;
+    ck_assert_int_eq(bf_inv_insert(&g_s, &r, &slot), 0);
+    return slot;
+}
+
+/* publish a rollup of `units` GPU units (0 = an empty rollup) */
+static void publish_rollup(int units, uint64_t gen)
+{
+    struct bf_cluster_rec c;
+    memset(&c, 0, sizeof c);
+    c.name_ref = g_cluster;
+    c.in_use = 1;
+    c.first_rollup = 1;
+    c.connected = 1;
+    c.generation = gen;
+    if (units > 0) {
+        struct bf_need_row row;
+        memset(&row, 0, sizeof row);
+        row.profile_ref = g_need_prof;
+        row.cluster_ref = g_cluster;
+        int gpu = bf_dim_lookup(&g_s, "nvidia.com/gpu");
+        row.aggregate[gpu] = 8000LL * units;
+        row.min_unit[gpu] = 8000;
+        row.arrival_ns = 1;
+        memcpy(&g_s.rows[0], &row, sizeof row);
+        c.rows_off = 0;
+        c.rows_count = 1;
+    }
+    bf_cluster_write(&g_s, 0, &c);
+    atomic_store(&g_s.needs->n_clusters, 1);
+    atomic_fetch_add(&g_s.needs->change_counter, 1);
+}
+
+static struct bf_cycle *new_cycle(bool paused)
+{
+    struct bf_cycle_opts o = {.reclaim_cap_fraction = 0.05, .actuation_paused = paused};
+    struct bf_cycle *c;
+    ck_assert_int_eq(bf_cycle_new(&g_s, &o, &c), 0);
+    return c;
+}
+
+static int drain_actions(struct bf_action_msg *out, int max)
+{
+    int n = 0;
+    while (n < max && bf_ring_pop(&g_s, BF_RING_ACTIONS, &out[n]) == 0)
+        n++;
+    return n;
+}
+
+START_TEST(idle_supply_is_bootstrapped_once_with_in_flight_marks)
+{
+    uint32_t slots[4];
+    for (int i = 0; i < 4; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "i-%02d", i);
+        slots[i] = add_machine(id, BF_STATE_IDLE, 0);
+    }
+    publish_rollup(3, 1);
+    struct bf_cycle *c = new_cycle(false);
+    struct bf_cycle_report rep;
+    ck_assert_int_eq(bf_cycle_run_once(c, 1000000000LL, &rep), 0);
+    ck_assert(rep.rescanned);
+    ck_assert_uint_eq(rep.enqueued, 3);
+    struct bf_action_msg m[16];
+    ck_assert_int_eq(drain_actions(m, 16), 3);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_uint_eq(m[i].kind, BF_ACTION_BOOTSTRAP);
+        ck_assert_uint_eq(m[i].cluster_ref, g_cluster);
+        ck_assert_uint_eq(m[i].need_profile_ref, g_need_prof);
+        ck_assert_uint_eq(m[i].disposition, BF_DISP_EXECUTE);
+        ck_assert(bf_pending(&g_s, m[i].slot));
+        ck_assert_uint_eq(m[i].pending_tag, atomic_load(&g_s.pending_enq[m[i].slot]));
+    }
+    ck_assert_uint_gt(m[1].serial, m[0].serial);
+    /* the verdict ledger is published */
+    uint32_t pub = atomic_load(&g_s.st->published);
+    const struct bf_cycle_result *res = &g_s.st->result[pub];
+    ck_assert_uint_eq(res->cycle, rep.cycle);
+    ck_assert_uint_eq(res->n_verdicts, 1);
+    const struct bf_verdict_row *v = &g_s.verdicts[(size_t)pub * g_s.max_needs];
+    ck_assert_uint_eq(v->cluster_ref, g_cluster);
+    ck_assert_int_eq(v->bootstrap_count, 3);
+    ck_assert_uint_eq(res->counts.by_state[BF_STATE_IDLE], 4);
+    /* next cycle: same decisions, but the machines are in flight: nothing new */
+    ck_assert_int_eq(bf_cycle_run_once(c, 2000000000LL, &rep), 0);
+    ck_assert(!rep.rescanned);
+    ck_assert_uint_eq(rep.enqueued, 0);
+    ck_assert_uint_eq(rep.deduped, 3);
+    ck_assert_int_eq(drain_actions(m, 16), 0);
+    (void)slots;
+    bf_cycle_free(c);
+}
+END_TEST
+
+START_TEST(mirror_follows_executor_changes_without_rescanning)
+{
+    uint32_t s0 = add_machine("i-00", BF_STATE_IDLE, 0);
+    add_machine("i-01", BF_STATE_IDLE, 0);
+    publish_rollup(1, 1);
+    struct bf_cycle *c = new_cycle(false);
+    struct bf_cycle_report rep;
+    ck_assert_int_eq(bf_cycle_run_once(c, 1000000000LL, &rep), 0);
+    struct bf_action_msg m[4];
+    ck_assert_int_eq(drain_actions(m, 4), 1);
+    /* act as the executor: Idle -> Configured for cluster-a, then mark done */
+    struct bf_inv_txn t;
+    ck_assert_int_eq(bf_inv_begin(&g_s, m[0].slot, &t), 0);
+    struct bf_machine_rec r = t.old;
+    r.state = BF_STATE_CONFIGURED;
+    r.cluster = g_cluster;
+    r.assigned_priority = 1000000;
+    r.ipb = 16;
+    r.rpb = 27;
+    bf_inv_commit(&g_s, &t, &r, BF_CL_EXECUTOR);
+    bf_pending_done(&g_s, m[0].slot, m[0].pending_tag);
+    ck_assert_int_eq(bf_cycle_run_once(c, 2000000000LL, &rep), 0);
+    ck_assert(!rep.rescanned);
+    ck_assert_uint_eq(rep.changed_slots, 1);
+    ck_assert_uint_eq(rep.decided, 0); /* satisfied by the Configured machine */
+    uint32_t pub = atomic_load(&g_s.st->published);
+    ck_assert_uint_eq(g_s.st->result[pub].counts.by_state[BF_STATE_CONFIGURED], 1);
+    ck_assert_uint_eq(g_s.st->result[pub].counts.by_state[BF_STATE_IDLE], 1);
+    (void)s0;
+    bf_cycle_free(c);
+}
+END_TEST
+
+START_TEST(change_log_overflow_forces_one_counted_rescan)
+{
+    add_machine("i-00", BF_STATE_IDLE, 0);
+    struct bf_cycle *c = new_cycle(false);
+    struct bf_cycle_report rep;
+    ck_assert_int_eq(bf_cycle_run_once(c, 1000000000LL, &rep), 0);
+    uint64_t cap = (uint64_t)g_s.changelog_mask + 1;
+    for (uint64_t i = 0; i < cap + 10; i++)
+        bf_cl_append(&g_s, BF_CL_EXECUTOR, 0);
+    uint64_t before = atomic_load(&g_s.st->cycle.mirror_rescans);
+    ck_assert_int_eq(bf_cycle_run_once(c, 2000000000LL, &rep), 0);
+    ck_assert(rep.rescanned);
+    ck_assert_uint_eq(atomic_load(&g_s.st->cycle.mirror_rescans), before + 1);
+    ck_assert_uint_eq(atomic_load(&g_s.st->cycle.changelog_overflows), 1);
+    ck_assert_int_eq(bf_cycle_run_once(c, 3000000000LL, &rep), 0);
+    ck_assert(!rep.rescanned);
+    bf_cycle_free(c);
+}
+END_TEST
+
+START_TEST(no_reclaim_before_first_rollup_then_capped_after_an_empty_one)
+{
+    for (int i = 0; i < 40; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "c-%02d", i);
+        add_machine(id, BF_STATE_CONFIGURED, g_cluster);
+    }
+    /* the cluster exists but has sent nothing yet */
+    struct bf_cluster_rec cr;
+    memset(&cr, 0, sizeof cr);
+    cr.name_ref = g_cluster;
+    cr.in_use = 1;
+    bf_cluster_write(&g_s, 0, &cr);
+    atomic_store(&g_s.needs->n_clusters, 1);
+    struct bf_cycle *c = new_cycle(false);
+    struct bf_cycle_report rep;
+    ck_assert_int_eq(bf_cycle_run_once(c, 1000000000LL, &rep), 0);
+    ck_assert_uint_eq(rep.decided, 0);
+    /* an empty rollup clears the gate: 40 excess, rail 1 keeps max(1, 0.05 x 40) = 2 */
+    publish_rollup(0, 1);
+    ck_assert_int_eq(bf_cycle_run_once(c, 2000000000LL, &rep), 0);
+    ck_assert_uint_eq(rep.decided, 40);
+    ck_assert_uint_eq(rep.capped, 38);
+    ck_assert_uint_eq(rep.enqueued, 2);
+    struct bf_action_msg m[64];
+    ck_assert_int_eq(drain_actions(m, 64), 2);
+    ck_assert_uint_eq(m[0].kind, BF_ACTION_RECLAIM);
+    ck_assert_uint_eq(m[0].grace_seconds, 600);
+    ck_assert_uint_eq(atomic_load(&g_s.st->cycle.reclaims_capped), 38);
+    bf_cycle_free(c);
+}
+END_TEST
+
+START_TEST(kill_switch_suppresses_every_action_without_in_flight_marks)
+{
+    for (int i = 0; i < 3; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "i-%02d", i);
+        add_machine(id, BF_STATE_IDLE, 0);
+    }
+    publish_rollup(2, 1);
+    struct bf_cycle *c = new_cycle(true);
+    struct bf_cycle_report rep;
+    ck_assert_int_eq(bf_cycle_run_once(c, 1000000000LL, &rep), 0);
+    ck_assert_uint_eq(rep.suppressed, 2);
+    ck_assert_uint_eq(rep.enqueued, 0);
+    ck_assert_uint_eq(atomic_load(&g_s.st->cycle.actions_suppressed[BF_ACTION_BOOTSTRAP]), 2);
+    ck_assert_uint_eq(atomic_load(&g_s.st->cycle.actions_total[BF_ACTION_BOOTSTRAP]), 0);
+    struct bf_action_msg m[8];
+    ck_assert_int_eq(drain_actions(m, 8), 2); /* for the audit log only */
+    for (int i = 0; i < 2; i++) {
+        ck_assert_uint_eq(m[i].disposition, BF_DISP_SUPPRESSED);
+        ck_assert_uint_eq(m[i].pending_tag, 0);
+        ck_assert(!bf_pending(&g_s, m[i].slot));
+    }
+    bf_cycle_free(c);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("cycle");
+    TCase *tc = tcase_create("controller");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, idle_supply_is_bootstrapped_once_with_in_flight_marks);
+    tcase_add_test(tc, mirror_follows_executor_changes_without_rescanning);
+    tcase_add_test(tc, change_log_overflow_forces_one_counted_rescan);
+    tcase_add_test(tc, no_reclaim_before_first_rollup_then_capped_after_an_empty_one);
+    tcase_add_test(tc, kill_switch_suppresses_every_action_without_in_flight_marks);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

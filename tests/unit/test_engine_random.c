@@ -1,0 +1,647 @@
+/*
+ * test_engine_random.c — randomized closed-loop cycles over well-formed
+ * random inventories and demand (plus a sprinkling of invalid records), with
+ * invariants checked every cycle:
+ *   - no machine appears in two actions; every action's machine is in the
+ *     action's starting state (Bootstrap/Delete: Idle, Provision: Speculative,
+ *     Reclaim/Preempt: Configured) and passed the ingest screen;
+ *   - the claimed set is a partition: each claimed machine has exactly one
+ *     owner Need, the per-Need claimed counts add up to the claimed set, and
+ *     credited Configured/Configuring supply belongs to the owner's cluster
+ *     (Creating supply carries the owner's fingerprint);
+ *   - Phase 3 never reclaims or releases what Phase 1 claimed; reclaims only
+ *     in clusters past their first rollup; preempt victims have a strictly
+ *     lower assigned priority; releases only past the CapacityType hold;
+ * and four engines fed the same inputs must decide identically:
+ *   - the fast engine vs BF_ENGINE_F_REFERENCE (machine-by-machine walks, no
+ *     bulk leaf arithmetic): identical actions, verdicts, unresolved list;
+ *   - verdict instrumentation on vs off (the ADR-0061 golden test): identical
+ *     actions, unresolved list and shortfalls;
+ *   - an engine fed the same changes in shuffled order with junk intermediate
+ *     states and remove/re-insert churn (index history independence).
+ * Run under ASan/UBSan by `make check-san`.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bigfleet/engine.h"
+#include "engine_fixtures.h"
+
+#define CAP  400
+#define NCL  5
+#define MAXN 7
+
+static const char *types[4] = {"gpu8", "cpu16", "cpu4", "mix32"};
+static const char *zones[3] = {"z-a", "z-b", "z-c"};
+static const char *clusters[NCL] = {"c0", "c1", "c2", "c3", "c4"};
+static const int32_t prios[5] = {0, 100, 1000, 5000, 1000000};
+
+static bf_vec type_alloc(int t)
+{
+    switch (t) {
+    case 0:
+        return ef_vec(0, 0, 8000);
+    case 1:
+        return ef_vec(16000, 64 * EF_GI, 0);
+    case 2:
+        return ef_vec(4000, 16 * EF_GI, 0);
+    default:
+        return ef_vec(32000, 128 * EF_GI, 8000);
+    }
+}
+
+struct wneed {
+    struct ef_prof p;
+    char vals[8][16][16];
+    bf_vec agg, minu;
+    int64_t arrival;
+    char group[32];
+};
+
+struct world {
+    struct ef *f;
+    struct bf_engine *ref, *nov, *hist;
+    uint64_t rng;
+    uint64_t gen;
+    struct wneed needs[NCL][MAXN];
+    int nneeds[NCL];
+    bool first[NCL], live[NCL];
+    bool dirty[CAP];
+    uint32_t next_id;
+};
+
+static uint32_t rnd(struct world *w, uint32_t n)
+{
+    return (uint32_t)(ef_rand(&w->rng) % n);
+}
+
+static bool chance(struct world *w, int pct)
+{
+    return rnd(w, 100) < (uint32_t)pct;
+}
+
+/* ------------------------------------------------------------------ demand */
+
+static void need_req(struct wneed *n, const char *key, uint8_t op, const char **v, int nv)
+{
+    uint32_t i = n->p.p.n_reqs;
+    for (int j = 0; j < nv; j++)
+        snprintf(n->vals[i][j], sizeof n->vals[i][j], "%s", v[j]);
+    const char *ptrs[16];
+    for (int j = 0; j < nv; j++)
+        ptrs[j] = n->vals[i][j];
+    ef_prof_req(&n->p, key, op, ptrs, (uint32_t)nv);
+}
+
+static void rand_need(struct world *w, struct wneed *n, int ci, int k)
+{
+    memset(n, 0, sizeof *n);
+    ef_prof_init(&n->p, prios[rnd(w, 5)], (uint8_t)rnd(w, 28), (uint8_t)rnd(w, 28));
+    int t = (int)rnd(w, 4);
+    if (chance(w, 75)) {
+        const char *v[2] = {types[t], types[rnd(w, 4)]};
+        need_req(n, BF_LABEL_INSTANCE_TYPE, BF_OP_IN, v, chance(w, 30) ? 2 : 1);
+    }
+    if (chance(w, 20)) {
+        const char *v[1] = {zones[rnd(w, 3)]};
+        need_req(n, BF_LABEL_ZONE, chance(w, 50) ? BF_OP_NOT_IN : BF_OP_IN, v, 1);
+    }
+    if (chance(w, 15))
+        need_req(n, "rack", BF_OP_EXISTS, NULL, 0);
+    if (chance(w, 10))
+        need_req(n, "tier", BF_OP_DOES_NOT_EXIST, NULL, 0);
+    if (chance(w, 3))
+        need_req(n, "odd", 9, NULL, 0); /* unknown operator: matches nothing */
+    bool same = chance(w, 35);
+    if (same)
+        need_req(n, chance(w, 60) ? "rack" : BF_LABEL_ZONE, BF_OP_SAME, NULL, 0);
+    if (chance(w, 15))
+        ef_prof_spread(&n->p, BF_LABEL_ZONE, (int32_t)rnd(w, 3),
+                       chance(w, 70) ? BF_WHEN_DO_NOT_SCHEDULE : BF_WHEN_SCHEDULE_ANYWAY);
+    bf_vec unit = type_alloc(t);
+    int div = 1 << rnd(w, 3);
+    for (int d = 0; d < BF_MAX_DIMS; d++)
+        unit.v[d] /= div;
+    n->minu = unit;
+    n->agg = unit;
+    bf_vec_scale(&n->agg, 1 + rnd(w, 12));
+    n->arrival = rnd(w, 20);
+    if (same || chance(w, 30))
+        snprintf(n->group, sizeof n->group, "g%d-%d", ci, k);
+}
+
+static void push_needs(struct world *w, int ci)
+{
+    struct bf_engine_need v[MAXN];
+    for (int k = 0; k < w->nneeds[ci]; k++) {
+        struct wneed *n = &w->needs[ci][k];
+        n->p.p.reqs = n->p.reqs;
+        n->p.p.spread = n->p.spr;
+        v[k] = ef_need(&n->p, n->agg, n->minu, n->arrival, n->group[0] ? n->group : NULL);
+    }
+    w->gen++;
+    struct bf_engine *es[4] = {w->f->e, w->ref, w->nov, w->hist};
+    for (int e = 0; e < 4; e++)
+        ck_assert_int_eq(bf_engine_set_needs(es[e], clusters[ci], w->gen, v, (size_t)w->nneeds[ci]),
+                         0);
+}
+
+static void push_flags(struct world *w, int ci)
+{
+    struct bf_engine *es[4] = {w->f->e, w->ref, w->nov, w->hist};
+    for (int e = 0; e < 4; e++)
+        ck_assert_int_eq(
+            bf_engine_set_cluster_flags(es[e], clusters[ci], w->first[ci], w->live[ci]), 0);
+}
+
+/* ------------------------------------------------------------------ inventory */
+
+static void stamp_from_need(struct world *w, struct ef_machine *m, int ci)
+{
+    if (!w->nneeds[ci] || chance(w, 40))
+        return;
+    struct wneed *n = &w->needs[ci][rnd(w, (uint32_t)w->nneeds[ci])];
+    snprintf(m->fp, sizeof m->fp, "%s", ef_fp(&n->p));
+    if (chance(w, 70))
+        snprintf(m->group, sizeof m->group, "%s", n->group);
+}
+
+static void rand_machine(struct world *w, struct ef_machine *m)
+{
+    static const uint8_t states[] = {1, 1, 1, 1, 2, 3, 3, 3, 3, 3, 4, 5, 5, 5, 5, 5, 5, 6, 7, 8};
+    char id[32];
+    snprintf(id, sizeof id, "%c%c-%04u", 'a' + rnd(w, 3), 'a' + rnd(w, 26), w->next_id++);
+    int t = (int)rnd(w, 4);
+    *m = ef_machine(id, states[rnd(w, sizeof states)], chance(w, 90) ? types[t] : "",
+                    zones[rnd(w, 3)]);
+    m->used = true;
+    m->alloc = type_alloc(t);
+    if (!m->itype[0])
+        ef_label(m, BF_LABEL_INSTANCE_TYPE, types[t]);
+    if (chance(w, 85)) {
+        char r[8];
+        snprintf(r, sizeof r, "r%u", rnd(w, 4));
+        ef_label(m, "rack", r);
+    }
+    if (chance(w, 10))
+        ef_label(m, "tier", "gold");
+    m->ct = (uint8_t)rnd(w, 5);
+    static const double prices[4] = {0, 1, 2.5, 6};
+    static const double probs[3] = {0, 0.05, 0.3};
+    m->price = prices[rnd(w, 4)];
+    m->prob = probs[rnd(w, 3)];
+    int ci = (int)rnd(w, NCL);
+    if (m->state == BF_STATE_CONFIGURED || m->state == BF_STATE_DRAINING ||
+        (m->state == BF_STATE_CONFIGURING && chance(w, 85))) {
+        snprintf(m->cluster, sizeof m->cluster, "%s", clusters[ci]);
+        m->prio = prios[rnd(w, 5)];
+        m->ipb = (uint8_t)rnd(w, 28);
+        m->rpb = (uint8_t)rnd(w, 28);
+        stamp_from_need(w, m, ci);
+    } else if (m->state == BF_STATE_CREATING) {
+        stamp_from_need(w, m, ci);
+    }
+    if (m->state == BF_STATE_IDLE)
+        m->idle_since = chance(w, 10) ? 0 : w->f->now_ns / 1000000000LL - rnd(w, 1200);
+    if (m->state == BF_STATE_FAILED)
+        m->idle_since = 0;
+    if (chance(w, 2))
+        m->price = NAN;
+    else if (chance(w, 1))
+        m->prob = 2.0;
+}
+
+static void propagate(struct world *w)
+{
+    uint32_t order[CAP], n = 0;
+    for (uint32_t s = 0; s < CAP; s++)
+        if (w->dirty[s]) {
+            order[n++] = s;
+            ck_assert_int_eq(ef_sync_to(w->f->e, s, &w->f->m[s]), 0);
+            ck_assert_int_eq(ef_sync_to(w->ref, s, &w->f->m[s]), 0);
+            ck_assert_int_eq(ef_sync_to(w->nov, s, &w->f->m[s]), 0);
+            w->dirty[s] = false;
+        }
+    /* the history engine: shuffled, with junk states and remove/re-insert */
+    for (uint32_t i = n; i > 1; i--) {
+        uint32_t j = rnd(w, i), x = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = x;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t s = order[i];
+        if (chance(w, 30)) {
+            struct ef_machine junk;
+            rand_machine(w, &junk);
+            ck_assert_int_eq(ef_sync_to(w->hist, s, &junk), 0);
+        }
+        if (chance(w, 10))
+            ck_assert_int_eq(bf_engine_remove(w->hist, s), 0);
+        ck_assert_int_eq(ef_sync_to(w->hist, s, &w->f->m[s]), 0);
+    }
+}
+
+static void mutate(struct world *w)
+{
+    struct ef *f = w->f;
+    int64_t now_s = f->now_ns / 1000000000LL;
+    /* the executor completes some actions, leaves others in flight */
+    for (size_t i = 0; i < f->r.n_actions; i++) {
+        const struct bf_engine_action *a = &f->r.actions[i];
+        if (!chance(w, 70))
+            continue;
+        struct ef_machine *m = &f->m[a->slot];
+        switch (a->kind) {
+        case BF_ACTION_BOOTSTRAP:
+        case BF_ACTION_PROVISION:
+            m->state = a->kind == BF_ACTION_PROVISION && chance(w, 40) ? BF_STATE_CREATING
+                       : chance(w, 40)                                 ? BF_STATE_CONFIGURING
+                                                                       : BF_STATE_CONFIGURED;
+            if (m->state != BF_STATE_CREATING)
+                snprintf(m->cluster, sizeof m->cluster, "%s", a->cluster);
+            m->prio = a->priority;
+            m->ipb = a->ipb;
+            m->rpb = a->rpb;
+            snprintf(m->fp, sizeof m->fp, "%s", a->fingerprint);
+            memset(m->group, 0, sizeof m->group);
+            memcpy(m->group, a->group, a->group_len < 63 ? a->group_len : 63);
+            m->idle_since = 0;
+            break;
+        case BF_ACTION_RECLAIM:
+        case BF_ACTION_PREEMPT:
+            if (chance(w, 30)) {
+                m->state = BF_STATE_DRAINING;
+            } else {
+                m->state = BF_STATE_IDLE;
+                m->cluster[0] = m->fp[0] = m->group[0] = 0;
+                m->prio = 0;
+                m->idle_since = now_s;
+            }
+            break;
+        case BF_ACTION_DELETE:
+            m->state = chance(w, 30) ? BF_STATE_DELETING : BF_STATE_SPECULATIVE;
+            m->idle_since = 0;
+            break;
+        default:
+            break;
+        }
+        w->dirty[a->slot] = true;
+    }
+    /* transitions complete, failures, arrivals, departures */
+    for (uint32_t s = 0; s < f->next; s++) {
+        struct ef_machine *m = &f->m[s];
+        if (!m->used) {
+            if (chance(w, 3)) {
+                rand_machine(w, m);
+                w->dirty[s] = true;
+            }
+            continue;
+        }
+        if (!chance(w, 6))
+            continue;
+        switch (m->state) {
+        case BF_STATE_CREATING:
+            m->state = BF_STATE_IDLE;
+            m->idle_since = now_s;
+            break;
+        case BF_STATE_CONFIGURING:
+            m->state = m->cluster[0] ? BF_STATE_CONFIGURED : BF_STATE_IDLE;
+            break;
+        case BF_STATE_DRAINING:
+            m->state = BF_STATE_IDLE;
+            m->cluster[0] = m->fp[0] = m->group[0] = 0;
+            m->idle_since = now_s;
+            break;
+        case BF_STATE_DELETING:
+            m->state = BF_STATE_SPECULATIVE;
+            break;
+        case BF_STATE_FAILED:
+            m->used = false;
+            break;
+        default:
+            if (chance(w, 15)) {
+                m->state = BF_STATE_FAILED;
+                m->cluster[0] = 0;
+            } else if (chance(w, 20)) {
+                m->price = m->price == 0 ? 1 : 0; /* a provider price change */
+            }
+            break;
+        }
+        w->dirty[s] = true;
+    }
+    if (f->next < CAP && chance(w, 50)) {
+        uint32_t s = f->next++;
+        rand_machine(w, &f->m[s]);
+        w->dirty[s] = true;
+    }
+    propagate(w);
+    for (int ci = 0; ci < NCL; ci++) {
+        if (chance(w, 15)) {
+            w->nneeds[ci] = (int)rnd(w, MAXN + 1);
+            for (int k = 0; k < w->nneeds[ci]; k++)
+                rand_need(w, &w->needs[ci][k], ci, k);
+            push_needs(w, ci);
+        }
+        if (!w->first[ci] && chance(w, 20)) {
+            w->first[ci] = true;
+            push_flags(w, ci);
+        }
+        if (chance(w, 10)) {
+            w->live[ci] = !w->live[ci];
+            push_flags(w, ci);
+        }
+    }
+    f->now_ns += (int64_t)(1 + rnd(w, 120)) * 1000000000LL;
+}
+
+/* ------------------------------------------------------------------ checks */
+
+static void same_actions(const struct bf_engine_result *a, const struct bf_engine_result *b,
+                         const char *what, int cyc)
+{
+    ck_assert_msg(a->n_actions == b->n_actions, "%s cycle %d: %zu vs %zu actions", what, cyc,
+                  a->n_actions, b->n_actions);
+    ck_assert_uint_eq(a->n_phase1, b->n_phase1);
+    ck_assert_uint_eq(a->n_phase2, b->n_phase2);
+    for (size_t i = 0; i < a->n_actions; i++) {
+        const struct bf_engine_action *x = &a->actions[i], *y = &b->actions[i];
+        ck_assert_msg(
+            x->kind == y->kind && x->slot == y->slot && x->need == y->need &&
+                x->reason == y->reason && x->grace_s == y->grace_s &&
+                x->preemptor_priority == y->preemptor_priority &&
+                strcmp(x->cluster, y->cluster) == 0 &&
+                strcmp(x->fingerprint, y->fingerprint) == 0 && x->group_len == y->group_len,
+            "%s cycle %d action %zu: %s %s vs %s %s", what, cyc, i, bf_action_kind_name(x->kind),
+            x->machine_id, bf_action_kind_name(y->kind), y->machine_id);
+    }
+    ck_assert_uint_eq(a->n_unresolved, b->n_unresolved);
+    for (size_t i = 0; i < a->n_unresolved; i++) {
+        ck_assert_uint_eq(a->unresolved[i].need, b->unresolved[i].need);
+        ck_assert(bf_vec_eq(&a->unresolved[i].deficit, &b->unresolved[i].deficit));
+        ck_assert_uint_eq(a->unresolved[i].victims_found, b->unresolved[i].victims_found);
+    }
+    ck_assert_uint_eq(a->n_shortfalls, b->n_shortfalls);
+    for (size_t i = 0; i < a->n_shortfalls; i++) {
+        ck_assert_str_eq(a->shortfalls[i].fingerprint, b->shortfalls[i].fingerprint);
+        ck_assert_uint_eq(a->shortfalls[i].age_cycles, b->shortfalls[i].age_cycles);
+        ck_assert(bf_vec_eq(&a->shortfalls[i].deficit, &b->shortfalls[i].deficit));
+    }
+    for (int s = 0; s < BF_STATE_COUNT; s++)
+        ck_assert_uint_eq(a->claimed[s], b->claimed[s]);
+}
+
+static void same_verdicts(const struct bf_engine_result *a, const struct bf_engine_result *b,
+                          int cyc)
+{
+    ck_assert_uint_eq(a->n_verdicts, b->n_verdicts);
+    for (size_t i = 0; i < a->n_verdicts; i++) {
+        const struct bf_engine_verdict *x = &a->verdicts[i], *y = &b->verdicts[i];
+        ck_assert_msg(x->index == y->index && x->satisfied == y->satisfied &&
+                          bf_vec_eq(&x->residual_deficit, &y->residual_deficit) &&
+                          x->claimed_count == y->claimed_count &&
+                          x->bootstrap_count == y->bootstrap_count &&
+                          x->provision_count == y->provision_count &&
+                          strcmp(x->same_domain, y->same_domain) == 0 &&
+                          x->same_satisfiable == y->same_satisfiable &&
+                          x->acquisition_parked == y->acquisition_parked &&
+                          x->unmet_reason == y->unmet_reason &&
+                          x->n_same_candidates == y->n_same_candidates &&
+                          x->matching_supply.idle == y->matching_supply.idle &&
+                          x->matching_supply.configured == y->matching_supply.configured,
+                      "verdict %zu differs at cycle %d", i, cyc);
+        for (uint32_t k = 0; k < x->n_same_candidates; k++) {
+            ck_assert_str_eq(x->same_candidates[k].domain, y->same_candidates[k].domain);
+            ck_assert_int_eq(x->same_candidates[k].coverage_per_mille,
+                             y->same_candidates[k].coverage_per_mille);
+        }
+    }
+}
+
+static bool eligible(const struct ef_machine *m)
+{
+    return m->used && !isnan(m->price) && m->prob >= 0 && m->prob <= 1 && m->state >= 1 &&
+           m->state <= 8;
+}
+
+static const struct bf_engine_verdict *row(const struct bf_engine_result *r, uint32_t need)
+{
+    for (size_t i = 0; i < r->n_verdicts; i++)
+        if (r->verdicts[i].index == need)
+            return &r->verdicts[i];
+    return NULL;
+}
+
+static void invariants(struct world *w, int cyc)
+{
+    struct ef *f = w->f;
+    const struct bf_engine_result *r = &f->r;
+    static uint32_t seen[CAP];
+    memset(seen, 0, sizeof seen);
+    uint32_t per_need_actions[4096] = {0};
+    for (size_t i = 0; i < r->n_actions; i++) {
+        const struct bf_engine_action *a = &r->actions[i];
+        const struct ef_machine *m = &f->m[a->slot];
+        ck_assert_msg(a->slot < CAP && !seen[a->slot]++, "cycle %d: %s in two actions", cyc,
+                      a->machine_id);
+        ck_assert_msg(eligible(m), "cycle %d: action on a screened-out machine", cyc);
+        ck_assert_str_eq(a->machine_id, m->id);
+        bool claimed = bf_engine_claimed(f->e, a->slot, NULL);
+        uint32_t owner = UINT32_MAX;
+        switch (a->kind) {
+        case BF_ACTION_BOOTSTRAP:
+        case BF_ACTION_PROVISION:
+            ck_assert_int_eq(m->state,
+                             a->kind == BF_ACTION_BOOTSTRAP ? BF_STATE_IDLE : BF_STATE_SPECULATIVE);
+            ck_assert(bf_engine_claimed(f->e, a->slot, &owner));
+            ck_assert_uint_eq(owner, a->need);
+            ck_assert_str_eq(a->cluster, row(r, a->need)->cluster);
+            per_need_actions[a->need]++;
+            break;
+        case BF_ACTION_RECLAIM: {
+            ck_assert_int_eq(m->state, BF_STATE_CONFIGURED);
+            ck_assert(!claimed);
+            ck_assert_str_eq(a->cluster, m->cluster);
+            int ci = m->cluster[1] - '0';
+            ck_assert_msg(w->first[ci], "reclaim before the first rollup of %s", m->cluster);
+            break;
+        }
+        case BF_ACTION_PREEMPT:
+            ck_assert_int_eq(m->state, BF_STATE_CONFIGURED);
+            ck_assert_int_lt(m->prio, a->preemptor_priority);
+            break;
+        case BF_ACTION_DELETE: {
+            ck_assert_int_eq(m->state, BF_STATE_IDLE);
+            ck_assert(!claimed);
+            ck_assert(m->ct == BF_CT_ON_DEMAND || m->ct == BF_CT_SPOT);
+            int64_t hold = m->ct == BF_CT_SPOT ? 60 : 600;
+            ck_assert(m->idle_since > 0 && f->now_ns / 1000000000LL - m->idle_since >= hold);
+            break;
+        }
+        default:
+            ck_abort_msg("unknown action kind");
+        }
+    }
+    /* the claimed set is a partition among the Needs */
+    uint32_t total = 0, per_need[4096] = {0};
+    for (uint32_t s = 0; s < f->next; s++) {
+        uint32_t owner;
+        if (!bf_engine_claimed(f->e, s, &owner))
+            continue;
+        total++;
+        const struct ef_machine *m = &f->m[s];
+        ck_assert(eligible(m));
+        ck_assert_uint_lt(owner, r->n_needs);
+        per_need[owner]++;
+        const struct bf_engine_verdict *v = row(r, owner);
+        switch (m->state) {
+        case BF_STATE_CONFIGURED:
+        case BF_STATE_CONFIGURING:
+            ck_assert_str_eq(m->cluster, v->cluster);
+            break;
+        case BF_STATE_CREATING:
+            ck_assert_str_eq(m->fp, v->fingerprint);
+            break;
+        case BF_STATE_IDLE:
+        case BF_STATE_SPECULATIVE:
+            ck_assert(seen[s]);
+            break;
+        default:
+            ck_abort_msg("claimed a machine in state %d", m->state);
+        }
+    }
+    uint32_t by_state = 0;
+    for (int s = 0; s < BF_STATE_COUNT; s++)
+        by_state += r->claimed[s];
+    ck_assert_uint_eq(total, by_state);
+    uint32_t sum = 0;
+    for (size_t i = 0; i < r->n_verdicts; i++) {
+        const struct bf_engine_verdict *v = &r->verdicts[i];
+        ck_assert_uint_eq(v->claimed_count, per_need[v->index]);
+        ck_assert_uint_eq(v->bootstrap_count + v->provision_count, per_need_actions[v->index]);
+        sum += v->claimed_count;
+        if (v->satisfied)
+            ck_assert(bf_vec_is_zero(&v->residual_deficit));
+    }
+    ck_assert_uint_eq(sum, total);
+}
+
+enum { CMP_REF = 1, CMP_NOV = 2, CMP_HIST = 4 };
+
+static void run_world(uint64_t seed, int cycles, int cmp)
+{
+    struct world *w = calloc(1, sizeof *w);
+    w->rng = seed;
+    w->f = ef_new(CAP, 0);
+    struct bf_engine_config c;
+    bf_engine_config_defaults(&c);
+    c.capacity = CAP;
+    c.flags = BF_ENGINE_F_REFERENCE;
+    ck_assert_int_eq(bf_engine_new(&c, &w->ref), 0);
+    c.flags = BF_ENGINE_F_NO_VERDICTS;
+    ck_assert_int_eq(bf_engine_new(&c, &w->nov), 0);
+    c.flags = 0;
+    ck_assert_int_eq(bf_engine_new(&c, &w->hist), 0);
+    for (int ci = 0; ci < NCL; ci++) {
+        w->nneeds[ci] = (int)rnd(w, MAXN + 1);
+        for (int k = 0; k < w->nneeds[ci]; k++)
+            rand_need(w, &w->needs[ci][k], ci, k);
+        push_needs(w, ci);
+        w->first[ci] = chance(w, 60);
+        w->live[ci] = chance(w, 50);
+        push_flags(w, ci);
+    }
+    uint32_t n0 = 120 + rnd(w, 160);
+    for (uint32_t s = 0; s < n0; s++) {
+        rand_machine(w, &w->f->m[s]);
+        w->dirty[s] = true;
+    }
+    w->f->next = n0;
+    propagate(w);
+    struct bf_engine_result rr, rn, rh;
+    for (int cyc = 1; cyc <= cycles; cyc++) {
+        ck_assert_int_eq(ef_cycle(w->f), 0);
+        invariants(w, cyc);
+        /* every engine runs every cycle (their cross-cycle state must advance
+         * in step); only the selected comparisons are asserted */
+        ck_assert_int_eq(bf_engine_cycle(w->ref, w->f->now_ns, &rr), 0);
+        ck_assert_int_eq(bf_engine_cycle(w->nov, w->f->now_ns, &rn), 0);
+        ck_assert_int_eq(bf_engine_cycle(w->hist, w->f->now_ns, &rh), 0);
+        if (cmp & CMP_REF) {
+            same_actions(&w->f->r, &rr, "fast vs reference", cyc);
+            same_verdicts(&w->f->r, &rr, cyc);
+        }
+        if (cmp & CMP_NOV) {
+            same_actions(&w->f->r, &rn, "verdicts on vs off", cyc);
+            ck_assert_uint_eq(rn.n_verdicts, 0);
+        }
+        if (cmp & CMP_HIST) {
+            same_actions(&w->f->r, &rh, "history", cyc);
+            same_verdicts(&w->f->r, &rh, cyc);
+        }
+        mutate(w);
+    }
+    bf_engine_free(w->ref);
+    bf_engine_free(w->nov);
+    bf_engine_free(w->hist);
+    ef_free(w->f);
+    free(w);
+}
+
+/* invariants only (the other engines still run to keep the world identical) */
+START_TEST(random_cycles_keep_every_invariant)
+{
+    for (uint64_t seed = 1; seed <= 16; seed++)
+        run_world(seed * 7919 + (uint64_t)_i * 104729, 40, 0);
+}
+END_TEST
+
+/* the fast path (leaf arithmetic, tail selection, incremental demand order,
+ * NormalizeDemand memo) decides exactly like machine-by-machine walks */
+START_TEST(memoized_fast_path_decides_like_the_reference_path)
+{
+    for (uint64_t seed = 1; seed <= 16; seed++)
+        run_world(seed * 6151 + (uint64_t)_i * 92821, 40, CMP_REF);
+}
+END_TEST
+
+/* ADR-0061 golden test: the verdict instrumentation changes no action */
+START_TEST(verdict_instrumentation_changes_no_action)
+{
+    for (uint64_t seed = 1; seed <= 8; seed++)
+        run_world(seed * 3571 + (uint64_t)_i * 15485863, 40, CMP_NOV);
+}
+END_TEST
+
+/* shuffled change order, junk intermediate states and remove/re-insert churn
+ * leave every decision unchanged */
+START_TEST(index_history_does_not_change_decisions)
+{
+    for (uint64_t seed = 1; seed <= 8; seed++)
+        run_world(seed * 2749 + (uint64_t)_i * 32452843, 40, CMP_HIST);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("engine_random");
+    TCase *t = tcase_create("random");
+    tcase_set_timeout(t, 120);
+    tcase_add_loop_test(t, random_cycles_keep_every_invariant, 0, 2);
+    tcase_add_loop_test(t, memoized_fast_path_decides_like_the_reference_path, 0, 2);
+    tcase_add_loop_test(t, verdict_instrumentation_changes_no_action, 0, 2);
+    tcase_add_loop_test(t, index_history_does_not_change_decisions, 0, 2);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *r = srunner_create(suite());
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

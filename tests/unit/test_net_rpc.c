@@ -1,0 +1,1299 @@
+/*
+ * test_net_rpc.c — our gRPC client against our gRPC server, in one process
+ * over loopback: unary, server streaming, bidi, errors, deadlines,
+ * cancellation both ways, large and oversize messages, fail-fast and
+ * reconnect, connection loss, graceful shutdown, backpressure info, and
+ * TLS / mTLS with identities (certificates made with the openssl CLI in a
+ * temporary directory).
+ * Each test creates its own loop (check forks per test).
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bigfleet/net.h"
+#include "bigfleet/util.h"
+
+/* ------------------------------------------------------------ server side */
+
+struct srv_state {
+    int done_codes[BF_NET_CODE_COUNT];
+    int done;
+    int calls;
+    int drains;
+    char identity[128];
+    size_t outbox_after_send;
+    struct bf_net_loop *loop;
+    struct bf_net_server *srv;
+};
+static struct srv_state S;
+
+struct slow {
+    struct bf_net_call *call;
+    struct bf_net_timer *t;
+    uint8_t msg[64];
+    size_t len;
+};
+
+static void slow_fire(struct bf_net_timer *t, void *arg)
+{
+    (void)t;
+    struct slow *s = arg;
+    bf_net_call_reply(s->call, s->msg, s->len);
+}
+
+static void any_done(struct bf_net_call *call, int code, void *arg)
+{
+    (void)arg;
+    S.done_codes[code]++;
+    S.done++;
+    struct slow *s = bf_net_call_user(call);
+    if (s) {
+        bf_net_timer_free(s->t);
+        free(s);
+    }
+}
+
+static void any_call(struct bf_net_call *call, void *arg)
+{
+    (void)arg;
+    S.calls++;
+    const char *who = bf_net_call_identity(call);
+    snprintf(S.identity, sizeof S.identity, "%s", who ? who : "(none)");
+}
+
+static void echo_msg(struct bf_net_call *call, const uint8_t *m, size_t n, void *arg)
+{
+    (void)arg;
+    char z[64]; /* NUL-terminated head of the message, for atoi */
+    snprintf(z, sizeof z, "%.*s", (int)(n < 63 ? n : 63), (const char *)m);
+    if (n >= 4 && memcmp(m, "err:", 4) == 0) {
+        bf_net_call_finish(call, atoi(z + 4), "failed \xe2\x9c\x93 100%");
+    } else if (n >= 5 && memcmp(m, "slow:", 5) == 0) {
+        struct slow *s = calloc(1, sizeof *s);
+        s->call = call;
+        s->len = n < sizeof s->msg ? n : sizeof s->msg;
+        memcpy(s->msg, m, s->len);
+        s->t = bf_net_timer_new(S.loop, slow_fire, s);
+        bf_net_timer_start(s->t, atoi(z + 5) * BF_NS_PER_MS, 0);
+        bf_net_call_set_user(call, s);
+    } else if (n == 4 && memcmp(m, "quit", 4) == 0) {
+        bf_net_server_free(S.srv); /* from inside the server's own callback */
+        S.srv = NULL;
+    } else if (n == 5 && memcmp(m, "never", 5) == 0) {
+        /* no answer */
+    } else if (n >= 4 && memcmp(m, "big:", 4) == 0) {
+        size_t sz = (size_t)atoll(z + 4);
+        uint8_t *b = malloc(sz);
+        for (size_t i = 0; i < sz; i++)
+            b[i] = (uint8_t)(i * 31);
+        ck_assert_int_eq(bf_net_call_reply(call, b, sz), 0);
+        free(b);
+    } else if (n >= 4 && memcmp(m, "len?", 4) == 0) {
+        char out[32];
+        int k = snprintf(out, sizeof out, "%zu", n);
+        bf_net_call_reply(call, out, (size_t)k);
+    } else {
+        bf_net_call_reply(call, m, n);
+    }
+}
+
+static void stream_msg(struct bf_net_call *call, const uint8_t *m, size_t n, void *arg)
+{
+    (void)arg;
+    char buf[16];
+    snprintf(buf, sizeof buf, "%.*s", (int)(n < 15 ? n : 15), (const char *)m);
+    if (strncmp(buf, "flood:", 6) == 0) {
+        /* 64 x 1 MiB: more than the flow-control windows let through at once */
+        uint8_t *b = calloc(1, 1 << 20);
+        for (int i = 0; i < 64; i++)
+            ck_assert_int_eq(bf_net_call_send(call, b, 1 << 20), 0);
+        free(b);
+        S.outbox_after_send = bf_net_call_outbox_bytes(call);
+        return; /* finished from on_drain */
+    }
+    int count = atoi(buf);
+    for (int i = 0; i < count; i++) {
+        char out[32];
+        int k = snprintf(out, sizeof out, "item-%d", i);
+        ck_assert_int_eq(bf_net_call_send(call, out, (size_t)k), 0);
+    }
+    bf_net_call_finish(call, BF_NET_OK, NULL);
+}
+
+static void stream_drain(struct bf_net_call *call, void *arg)
+{
+    (void)arg;
+    S.drains++;
+    ck_assert_uint_eq(bf_net_call_outbox_bytes(call), 0);
+    bf_net_call_finish(call, BF_NET_OK, NULL);
+}
+
+static void bidi_msg(struct bf_net_call *call, const uint8_t *m, size_t n, void *arg)
+{
+    (void)arg;
+    if (n == 9 && memcmp(m, "cancel-me", 9) == 0) {
+        bf_net_call_cancel(call);
+        return;
+    }
+    ck_assert_int_eq(bf_net_call_send(call, m, n), 0);
+}
+
+static void bidi_half_close(struct bf_net_call *call, void *arg)
+{
+    (void)arg;
+    bf_net_call_finish(call, BF_NET_OK, NULL);
+}
+
+static const struct bf_net_method METHODS[] = {
+    {"/t.Test/Echo", BF_NET_UNARY, any_call, echo_msg, NULL, NULL, any_done, NULL},
+    {"/t.Test/Stream", BF_NET_SERVER_STREAMING, any_call, stream_msg, NULL, stream_drain, any_done,
+     NULL},
+    {"/t.Test/Bidi", BF_NET_BIDI_STREAMING, any_call, bidi_msg, bidi_half_close, NULL, any_done,
+     NULL},
+};
+
+static struct bf_net_server *start_server_opts(struct bf_net_loop *l, struct bf_net_server_opts *o)
+{
+    memset(&S, 0, sizeof S);
+    S.loop = l;
+    o->methods = METHODS;
+    o->n_methods = 3;
+    struct bf_net_server *srv = NULL;
+    ck_assert_int_eq(bf_net_server_new(l, o, &srv), 0);
+    S.srv = srv;
+    return srv;
+}
+
+static struct bf_net_server *start_server(struct bf_net_loop *l, const char *addr,
+                                          const struct bf_net_tls_config *tls, uint32_t max_recv)
+{
+    memset(&S, 0, sizeof S);
+    S.loop = l;
+    struct bf_net_server_opts o = {
+        .addr = addr, .methods = METHODS, .n_methods = 3, .max_recv_message = max_recv};
+    if (tls)
+        o.tls = *tls;
+    struct bf_net_server *srv = NULL;
+    ck_assert_int_eq(bf_net_server_new(l, &o, &srv), 0);
+    S.srv = srv;
+    return srv;
+}
+
+/* ------------------------------------------------------------ client side */
+
+struct result {
+    int done;
+    int code;
+    char msg[256];
+    uint8_t *resp;
+    size_t len;
+    int64_t at;
+    bool sync; /* completion ran inside the starting call */
+};
+
+static bool g_in_call;
+
+static void unary_cb(void *arg, int code, const char *message, const uint8_t *resp, size_t len)
+{
+    struct result *r = arg;
+    r->done++;
+    r->code = code;
+    r->sync = g_in_call;
+    r->at = bf_mono_ns();
+    snprintf(r->msg, sizeof r->msg, "%s", message);
+    free(r->resp);
+    r->resp = NULL;
+    r->len = len;
+    if (resp) {
+        r->resp = malloc(len + 1);
+        memcpy(r->resp, resp, len);
+        r->resp[len] = 0;
+    }
+}
+
+static struct bf_net_stream *unary(struct bf_net_client *cl, const char *path, const void *req,
+                                   size_t len, int64_t tmo, struct result *r)
+{
+    g_in_call = true;
+    struct bf_net_stream *s = bf_net_client_unary(cl, path, req, len, tmo, unary_cb, r);
+    g_in_call = false;
+    return s;
+}
+
+static void run_until(struct bf_net_loop *l, bool (*pred)(void *), void *arg, int64_t max_ns)
+{
+    int64_t until = bf_mono_ns() + max_ns;
+    while (!pred(arg) && bf_mono_ns() < until)
+        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+}
+
+static bool result_done(void *arg)
+{
+    return ((struct result *)arg)->done > 0;
+}
+
+static struct bf_net_client *new_client(struct bf_net_loop *l, uint16_t port,
+                                        const struct bf_net_tls_config *tls, const char *name)
+{
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
+    struct bf_net_client_opts o = {.addr = addr,
+                                   .backoff_initial_ns = 50 * BF_NS_PER_MS,
+                                   .backoff_max_ns = 200 * BF_NS_PER_MS,
+                                   .server_name = name};
+    if (tls)
+        o.tls = *tls;
+    struct bf_net_client *cl = NULL;
+    ck_assert_int_eq(bf_net_client_new(l, &o, &cl), 0);
+    return cl;
+}
+
+static struct bf_net_loop *new_loop(void)
+{
+    struct bf_net_loop *l = NULL;
+    ck_assert_int_eq(bf_net_loop_new(NULL, &l), 0);
+    return l;
+}
+
+/* lets cancelled operations come back before the loop is freed */
+static void settle(struct bf_net_loop *l)
+{
+    for (int i = 0; i < 5; i++)
+        bf_net_loop_run_once(l, 5 * BF_NS_PER_MS);
+}
+
+/* ------------------------------------------------------------ tests */
+
+START_TEST(unary_round_trip_over_loopback)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct result r = {0};
+    ck_assert_ptr_nonnull(unary(cl, "/t.Test/Echo", "hello", 5, 5 * BF_NS_PER_SEC, &r));
+    run_until(l, result_done, &r, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.done, 1);
+    ck_assert(!r.sync);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    ck_assert_uint_eq(r.len, 5);
+    ck_assert_str_eq((char *)r.resp, "hello");
+    /* an empty message is a valid message */
+    struct result e = {0};
+    unary(cl, "/t.Test/Echo", NULL, 0, 0, &e);
+    run_until(l, result_done, &e, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(e.code, BF_NET_OK);
+    ck_assert_uint_eq(e.len, 0);
+    ck_assert_str_eq(S.identity, "(none)");
+    struct bf_net_stats cs, ss;
+    bf_net_client_stats(cl, &cs);
+    bf_net_server_stats(srv, &ss);
+    ck_assert_uint_eq(cs.calls_by_code[BF_NET_OK], 2);
+    ck_assert_uint_eq(ss.calls_by_code[BF_NET_OK], 2);
+    ck_assert_uint_eq(ss.conns_accepted, 1);
+    ck_assert_uint_eq(cs.streams_open, 0);
+    ck_assert_int_eq(bf_net_client_state(cl), BF_NET_CLIENT_READY);
+    free(r.resp);
+    free(e.resp);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+START_TEST(error_status_and_percent_encoded_message_reach_the_client)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct result r = {0};
+    unary(cl, "/t.Test/Echo", "err:5", 5, 0, &r);
+    struct result u = {0};
+    unary(cl, "/t.Test/Nope", "x", 1, 0, &u);
+    run_until(l, result_done, &r, 3 * BF_NS_PER_SEC);
+    run_until(l, result_done, &u, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_NOT_FOUND);
+    ck_assert_str_eq(r.msg, "failed \xe2\x9c\x93 100%");
+    ck_assert_ptr_null(r.resp);
+    ck_assert_int_eq(u.code, BF_NET_UNIMPLEMENTED);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+struct sres {
+    int msgs;
+    int done;
+    int code;
+    char msg[128];
+    char last[64];
+    size_t bytes;
+    struct bf_net_stream *s;
+    int cancel_after;          /* client cancels after this many messages */
+    const char *send_on_first; /* sent after the first message */
+};
+
+static void s_msg(struct bf_net_stream *s, const uint8_t *m, size_t n, void *arg)
+{
+    struct sres *r = arg;
+    r->msgs++;
+    r->bytes += n;
+    snprintf(r->last, sizeof r->last, "%.*s", (int)(n < 63 ? n : 63), (const char *)m);
+    if (r->cancel_after && r->msgs == r->cancel_after)
+        bf_net_stream_cancel(s);
+    if (r->send_on_first && r->msgs == 1)
+        bf_net_stream_send(s, r->send_on_first, strlen(r->send_on_first));
+}
+
+static void s_done(struct bf_net_stream *s, int code, const char *message, void *arg)
+{
+    (void)s;
+    struct sres *r = arg;
+    r->done++;
+    r->code = code;
+    snprintf(r->msg, sizeof r->msg, "%s", message);
+}
+
+static bool sres_done(void *arg)
+{
+    return ((struct sres *)arg)->done > 0;
+}
+
+static const struct bf_net_stream_cbs SCBS = {s_msg, NULL, s_done};
+
+START_TEST(server_streaming_delivers_every_message_then_ok)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct sres r = {0};
+    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Stream", 0, &SCBS, &r);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(bf_net_stream_send(s, "1000", 4), 0);
+    ck_assert_int_eq(bf_net_stream_close_send(s), 0);
+    ck_assert_int_eq(bf_net_stream_send(s, "x", 1), -EPIPE);
+    run_until(l, sres_done, &r, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    ck_assert_int_eq(r.msgs, 1000);
+    ck_assert_str_eq(r.last, "item-999");
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+START_TEST(unary_method_with_two_requests_is_internal)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct sres r = {0};
+    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Echo", 0, &SCBS, &r);
+    bf_net_stream_send(s, "a", 1);
+    bf_net_stream_send(s, "b", 1);
+    bf_net_stream_close_send(s);
+    struct sres z = {0};
+    s = bf_net_client_call(cl, "/t.Test/Echo", 0, &SCBS, &z);
+    bf_net_stream_close_send(s); /* no request at all */
+    run_until(l, sres_done, &r, 3 * BF_NS_PER_SEC);
+    run_until(l, sres_done, &z, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_INTERNAL);
+    ck_assert_int_eq(r.msgs, 0);
+    ck_assert_int_eq(z.code, BF_NET_INTERNAL);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+START_TEST(bidi_echoes_each_message_and_ends_ok_after_half_close)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct sres r = {.send_on_first = "second"};
+    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Bidi", 0, &SCBS, &r);
+    bf_net_stream_send(s, "first", 5);
+    /* the second message is sent from the first echo's callback; then close */
+    int64_t until = bf_mono_ns() + 3 * BF_NS_PER_SEC;
+    while (r.msgs < 2 && bf_mono_ns() < until)
+        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+    ck_assert_int_eq(r.msgs, 2);
+    ck_assert_int_eq(r.done, 0); /* still open */
+    ck_assert_uint_eq(S.done, 0);
+    bf_net_stream_close_send(s);
+    run_until(l, sres_done, &r, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    ck_assert_str_eq(r.last, "second");
+    settle(l);
+    ck_assert_int_eq(S.done_codes[BF_NET_OK], 1);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+#define NCONC 300
+static struct result conc[NCONC];
+static bool all_done(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < NCONC; i++)
+        if (!conc[i].done)
+            return false;
+    return true;
+}
+
+START_TEST(many_concurrent_unary_calls_share_one_connection)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    memset(conc, 0, sizeof conc);
+    for (int i = 0; i < NCONC; i++) {
+        char req[32];
+        /* mixed: immediate and delayed replies, so completions interleave */
+        int k = i % 3 == 0 ? snprintf(req, sizeof req, "slow:%d", 5 + i % 40)
+                           : snprintf(req, sizeof req, "req-%d", i);
+        ck_assert_ptr_nonnull(
+            unary(cl, "/t.Test/Echo", req, (size_t)k, 5 * BF_NS_PER_SEC, &conc[i]));
+    }
+    run_until(l, all_done, NULL, 5 * BF_NS_PER_SEC);
+    for (int i = 0; i < NCONC; i++) {
+        ck_assert_int_eq(conc[i].code, BF_NET_OK);
+        char want[32];
+        if (i % 3 == 0)
+            snprintf(want, sizeof want, "slow:%d", 5 + i % 40);
+        else
+            snprintf(want, sizeof want, "req-%d", i);
+        ck_assert_str_eq((char *)conc[i].resp, want);
+        free(conc[i].resp);
+    }
+    struct bf_net_stats ss;
+    bf_net_server_stats(srv, &ss);
+    ck_assert_uint_eq(ss.conns_accepted, 1);
+    ck_assert_uint_eq(ss.calls_by_code[BF_NET_OK], NCONC);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+static bool server_done_one(void *arg)
+{
+    (void)arg;
+    return S.done > 0;
+}
+
+START_TEST(client_deadline_expires_and_the_server_call_ends)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    /* warm the connection so the deadline measures the call only */
+    struct result w = {0};
+    unary(cl, "/t.Test/Echo", "w", 1, 0, &w);
+    run_until(l, result_done, &w, 3 * BF_NS_PER_SEC);
+    free(w.resp);
+    S.done = 0;
+    struct result r = {0};
+    int64_t t0 = bf_mono_ns();
+    unary(cl, "/t.Test/Echo", "never", 5, 150 * BF_NS_PER_MS, &r);
+    run_until(l, result_done, &r, 3 * BF_NS_PER_SEC);
+    int64_t took = r.at - t0;
+    ck_assert_int_eq(r.code, BF_NET_DEADLINE_EXCEEDED);
+    ck_assert_msg(took >= 150 * BF_NS_PER_MS && took < 1000 * BF_NS_PER_MS, "took %lld",
+                  (long long)took);
+    run_until(l, server_done_one, NULL, 2 * BF_NS_PER_SEC);
+    /* the server saw its own grpc-timeout or the client's RST_STREAM first */
+    ck_assert_int_eq(S.done_codes[BF_NET_DEADLINE_EXCEEDED] + S.done_codes[BF_NET_CANCELLED], 1);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+START_TEST(client_cancel_reaches_the_server_as_cancelled)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct sres r = {.cancel_after = 1};
+    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Bidi", 0, &SCBS, &r);
+    bf_net_stream_send(s, "ping", 4);
+    run_until(l, sres_done, &r, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_CANCELLED);
+    ck_assert_int_eq(r.done, 1);
+    run_until(l, server_done_one, NULL, 2 * BF_NS_PER_SEC);
+    ck_assert_int_eq(S.done_codes[BF_NET_CANCELLED], 1);
+    /* cancelling a unary call before it went anywhere */
+    struct result u = {0};
+    struct bf_net_stream *us = unary(cl, "/t.Test/Echo", "never", 5, 0, &u);
+    bf_net_stream_cancel(us);
+    ck_assert_int_eq(u.done, 0); /* delivered from the loop, not from cancel() */
+    run_until(l, result_done, &u, 2 * BF_NS_PER_SEC);
+    ck_assert_int_eq(u.code, BF_NET_CANCELLED);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+START_TEST(server_cancel_reaches_the_client_as_cancelled)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct sres r = {0};
+    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Bidi", 0, &SCBS, &r);
+    bf_net_stream_send(s, "cancel-me", 9);
+    run_until(l, sres_done, &r, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_CANCELLED);
+    run_until(l, server_done_one, NULL, 2 * BF_NS_PER_SEC);
+    ck_assert_int_eq(S.done_codes[BF_NET_CANCELLED], 1);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+START_TEST(large_messages_round_trip_in_both_directions)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    size_t big = 48u << 20;
+    uint8_t *req = malloc(big);
+    memcpy(req, "len?", 4);
+    memset(req + 4, 'q', big - 4);
+    struct result up = {0}, down = {0};
+    unary(cl, "/t.Test/Echo", req, big, 30 * BF_NS_PER_SEC, &up);
+    char ask[32];
+    int k = snprintf(ask, sizeof ask, "big:%zu", big);
+    unary(cl, "/t.Test/Echo", ask, (size_t)k, 30 * BF_NS_PER_SEC, &down);
+    run_until(l, result_done, &up, 20 * BF_NS_PER_SEC);
+    run_until(l, result_done, &down, 20 * BF_NS_PER_SEC);
+    ck_assert_int_eq(up.code, BF_NET_OK);
+    ck_assert_uint_eq((size_t)atoll((char *)up.resp), big);
+    ck_assert_int_eq(down.code, BF_NET_OK);
+    ck_assert_uint_eq(down.len, big);
+    for (size_t i = 0; i < big; i += 4093)
+        ck_assert_uint_eq(down.resp[i], (uint8_t)(i * 31));
+    free(req);
+    free(up.resp);
+    free(down.resp);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+START_TEST(oversize_request_is_resource_exhausted_and_the_connection_survives)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 1u << 20);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    size_t n = (1u << 20) + 1;
+    uint8_t *req = calloc(1, n);
+    struct result r = {0};
+    unary(cl, "/t.Test/Echo", req, n, 10 * BF_NS_PER_SEC, &r);
+    run_until(l, result_done, &r, 5 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_RESOURCE_EXHAUSTED);
+    struct result ok = {0};
+    unary(cl, "/t.Test/Echo", req, 1u << 20, 10 * BF_NS_PER_SEC, &ok); /* exactly the limit */
+    run_until(l, result_done, &ok, 5 * BF_NS_PER_SEC);
+    ck_assert_int_eq(ok.code, BF_NET_OK);
+    struct bf_net_stats ss;
+    bf_net_server_stats(srv, &ss);
+    ck_assert_uint_eq(ss.oversize_messages, 1);
+    ck_assert_uint_eq(ss.conns_accepted, 1);
+    /* the client side limit: a response over max_recv_message */
+    struct bf_net_client *small = NULL;
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", bf_net_server_port(srv));
+    struct bf_net_client_opts co = {.addr = addr, .max_recv_message = 1000};
+    ck_assert_int_eq(bf_net_client_new(l, &co, &small), 0);
+    struct result big = {0};
+    unary(small, "/t.Test/Echo", "big:1001", 8, 5 * BF_NS_PER_SEC, &big);
+    run_until(l, result_done, &big, 5 * BF_NS_PER_SEC);
+    ck_assert_int_eq(big.code, BF_NET_RESOURCE_EXHAUSTED);
+    /* and a send over max_send_message is refused at the call */
+    struct bf_net_client_opts co2 = {.addr = addr, .max_send_message = 10};
+    struct bf_net_client *tiny = NULL;
+    ck_assert_int_eq(bf_net_client_new(l, &co2, &tiny), 0);
+    struct result t = {0};
+    errno = 0;
+    ck_assert_ptr_null(unary(tiny, "/t.Test/Echo", req, 11, 0, &t));
+    ck_assert_int_eq(errno, EMSGSIZE);
+    free(req);
+    free(ok.resp);
+    bf_net_client_free(tiny);
+    bf_net_client_free(small);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+static uint16_t free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, (struct sockaddr *)&a, sizeof a);
+    socklen_t sl = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &sl);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+START_TEST(calls_fail_fast_while_down_and_succeed_after_reconnect)
+{
+    struct bf_net_loop *l = new_loop();
+    uint16_t port = free_port();
+    struct bf_net_client *cl = new_client(l, port, NULL, NULL);
+    /* let the first attempt fail: the client is then in backoff */
+    int64_t until = bf_mono_ns() + 2 * BF_NS_PER_SEC;
+    while (bf_net_client_state(cl) != BF_NET_CLIENT_BACKOFF && bf_mono_ns() < until)
+        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+    ck_assert_int_eq(bf_net_client_state(cl), BF_NET_CLIENT_BACKOFF);
+    struct result r = {0};
+    int64_t t0 = bf_mono_ns();
+    ck_assert_ptr_nonnull(unary(cl, "/t.Test/Echo", "x", 1, 5 * BF_NS_PER_SEC, &r));
+    ck_assert_int_eq(r.done, 0); /* never inside the call */
+    run_until(l, result_done, &r, 2 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_UNAVAILABLE);
+    ck_assert(r.at - t0 < 100 * BF_NS_PER_MS); /* fast, not at the deadline */
+    ck_assert_ptr_nonnull(strstr(r.msg, "unavailable"));
+    /* now the server comes up on that port; the client reconnects by itself */
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
+    struct bf_net_server *srv = start_server(l, addr, NULL, 0);
+    int ok = 0;
+    until = bf_mono_ns() + 5 * BF_NS_PER_SEC;
+    while (!ok && bf_mono_ns() < until) {
+        struct result a = {0};
+        unary(cl, "/t.Test/Echo", "y", 1, BF_NS_PER_SEC, &a);
+        run_until(l, result_done, &a, 2 * BF_NS_PER_SEC);
+        ok = a.code == BF_NET_OK;
+        free(a.resp);
+        if (!ok)
+            run_until(l, result_done, &(struct result){0}, 20 * BF_NS_PER_MS);
+    }
+    ck_assert(ok);
+    struct bf_net_stats cs;
+    bf_net_client_stats(cl, &cs);
+    ck_assert_uint_ge(cs.connect_failures, 1);
+    ck_assert_int_eq(bf_net_client_state(cl), BF_NET_CLIENT_READY);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+START_TEST(connection_loss_fails_open_calls_with_unavailable_then_reconnects)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
+    uint16_t port = bf_net_server_port(srv);
+    struct bf_net_client *cl = new_client(l, port, NULL, NULL);
+    struct result r = {0};
+    unary(cl, "/t.Test/Echo", "never", 5, 0, &r);
+    run_until(l, server_done_one, NULL, 300 * BF_NS_PER_MS); /* reach the server */
+    ck_assert_int_eq(S.calls, 1);
+    bf_net_server_free(srv); /* abrupt: no GOAWAY */
+    run_until(l, result_done, &r, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_UNAVAILABLE);
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
+    srv = start_server(l, addr, NULL, 0);
+    int ok = 0;
+    int64_t until = bf_mono_ns() + 5 * BF_NS_PER_SEC;
+    while (!ok && bf_mono_ns() < until) {
+        struct result a = {0};
+        unary(cl, "/t.Test/Echo", "z", 1, BF_NS_PER_SEC, &a);
+        run_until(l, result_done, &a, 2 * BF_NS_PER_SEC);
+        ok = a.code == BF_NET_OK;
+        free(a.resp);
+        if (!ok)
+            run_until(l, result_done, &(struct result){0}, 20 * BF_NS_PER_MS);
+    }
+    ck_assert(ok);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+static bool flag_set(void *arg)
+{
+    return *(bool *)arg;
+}
+static void set_flag(void *arg)
+{
+    *(bool *)arg = true;
+}
+
+START_TEST(graceful_shutdown_sends_goaway_and_lets_started_calls_finish)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct result r = {0};
+    unary(cl, "/t.Test/Echo", "slow:200", 8, 5 * BF_NS_PER_SEC, &r);
+    run_until(l, result_done, &(struct result){0}, 50 * BF_NS_PER_MS);
+    ck_assert_int_eq(S.calls, 1);
+    bool down = false;
+    bf_net_server_shutdown(srv, 3 * BF_NS_PER_SEC, set_flag, &down);
+    run_until(l, result_done, &r, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK); /* the started call completed */
+    ck_assert_str_eq((char *)r.resp, "slow:200");
+    run_until(l, flag_set, &down, 3 * BF_NS_PER_SEC);
+    ck_assert(down); /* every connection closed well before the grace period */
+    /* no listener any more: new calls fail */
+    struct result n = {0};
+    unary(cl, "/t.Test/Echo", "x", 1, BF_NS_PER_SEC, &n);
+    run_until(l, result_done, &n, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(n.code, BF_NET_UNAVAILABLE);
+    free(r.resp);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+START_TEST(outbox_reports_queued_bytes_and_drain_fires)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct sres r = {0};
+    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Stream", 0, &SCBS, &r);
+    bf_net_stream_send(s, "flood:", 6);
+    bf_net_stream_close_send(s);
+    run_until(l, sres_done, &r, 10 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    ck_assert_int_eq(r.msgs, 64);
+    ck_assert_uint_eq(r.bytes, 64u << 20);
+    /* all 64 MiB (+ prefixes) sat in the outbox right after the sends */
+    ck_assert_uint_eq(S.outbox_after_send, 64u * ((1u << 20) + 5));
+    ck_assert_int_eq(S.drains, 1); /* the outbox emptied once; the handler then finished */
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+START_TEST(server_can_be_freed_inside_a_handler)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct result other = {0}, r = {0};
+    unary(cl, "/t.Test/Echo", "never", 5, 0, &other);
+    run_until(l, server_done_one, NULL, 200 * BF_NS_PER_MS);
+    unary(cl, "/t.Test/Echo", "quit", 4, 0, &r);
+    run_until(l, result_done, &r, 3 * BF_NS_PER_SEC);
+    run_until(l, result_done, &other, 3 * BF_NS_PER_SEC);
+    ck_assert_ptr_null(S.srv);
+    ck_assert_int_eq(r.code, BF_NET_UNAVAILABLE);
+    ck_assert_int_eq(other.code, BF_NET_UNAVAILABLE);
+    /* both server calls got on_done(CANCELLED) while the server went away */
+    ck_assert_int_eq(S.done_codes[BF_NET_CANCELLED], 2);
+    bf_net_client_free(cl);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+START_TEST(deadline_of_a_call_queued_behind_max_concurrent_streams_frees_its_slot)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server_opts so = {.addr = "127.0.0.1:0", .max_concurrent_streams = 1};
+    struct bf_net_server *srv = start_server_opts(l, &so);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct result a = {0}, b = {0}, c = {0};
+    struct bf_net_stream *sa = unary(cl, "/t.Test/Echo", "never", 5, 0, &a);
+    int64_t until = bf_mono_ns() + 2 * BF_NS_PER_SEC;
+    while (S.calls < 1 && bf_mono_ns() < until)
+        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+    ck_assert_int_eq(S.calls, 1);
+    /* the server allows one stream: b waits inside nghttp2 and times out there */
+    int64_t t0 = bf_mono_ns();
+    unary(cl, "/t.Test/Echo", "queued", 6, 100 * BF_NS_PER_MS, &b);
+    run_until(l, result_done, &b, 2 * BF_NS_PER_SEC);
+    ck_assert_int_eq(b.code, BF_NET_DEADLINE_EXCEEDED);
+    ck_assert(b.at - t0 < 500 * BF_NS_PER_MS);
+    ck_assert_int_eq(S.calls, 1); /* b never reached the server */
+    bf_net_stream_cancel(sa);
+    run_until(l, result_done, &a, 2 * BF_NS_PER_SEC);
+    ck_assert_int_eq(a.code, BF_NET_CANCELLED);
+    /* the slot is free again: b's cancelled HEADERS did not take it */
+    unary(cl, "/t.Test/Echo", "after", 5, 2 * BF_NS_PER_SEC, &c);
+    run_until(l, result_done, &c, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(c.code, BF_NET_OK);
+    ck_assert_int_eq(S.calls, 2);
+    ck_assert_int_eq(b.done, 1);
+    free(c.resp);
+    struct bf_net_stats cs;
+    bf_net_client_stats(cl, &cs);
+    ck_assert_uint_eq(cs.streams_open, 0);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+START_TEST(server_rejects_connections_over_max_connections)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server_opts so = {.addr = "127.0.0.1:0", .max_connections = 1};
+    struct bf_net_server *srv = start_server_opts(l, &so);
+    struct bf_net_client *c1 = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct result r1 = {0};
+    unary(c1, "/t.Test/Echo", "one", 3, 2 * BF_NS_PER_SEC, &r1);
+    run_until(l, result_done, &r1, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r1.code, BF_NET_OK);
+    struct bf_net_client *c2 = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct result r2 = {0};
+    unary(c2, "/t.Test/Echo", "two", 3, 2 * BF_NS_PER_SEC, &r2);
+    run_until(l, result_done, &r2, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r2.code, BF_NET_UNAVAILABLE);
+    struct bf_net_stats ss;
+    bf_net_server_stats(srv, &ss);
+    ck_assert_uint_ge(ss.conns_rejected, 1);
+    ck_assert_uint_eq(ss.conns_open, 1);
+    free(r1.resp);
+    bf_net_client_free(c1);
+    bf_net_client_free(c2);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+START_TEST(keepalive_pings_keep_an_idle_stream_alive)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server_opts so = {.addr = "127.0.0.1:0",
+                                    .keepalive_ns = 50 * BF_NS_PER_MS,
+                                    .keepalive_timeout_ns = 200 * BF_NS_PER_MS};
+    struct bf_net_server *srv = start_server_opts(l, &so);
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", bf_net_server_port(srv));
+    struct bf_net_client_opts co = {.addr = addr,
+                                    .keepalive_ns = 50 * BF_NS_PER_MS,
+                                    .keepalive_timeout_ns = 200 * BF_NS_PER_MS};
+    struct bf_net_client *cl = NULL;
+    ck_assert_int_eq(bf_net_client_new(l, &co, &cl), 0);
+    struct sres r = {0};
+    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Bidi", 0, &SCBS, &r);
+    bf_net_stream_send(s, "a", 1);
+    /* silent for 12 keepalive periods: both sides ping, both sides answer */
+    run_until(l, sres_done, &r, 600 * BF_NS_PER_MS);
+    ck_assert_int_eq(r.done, 0);
+    bf_net_stream_send(s, "b", 1);
+    bf_net_stream_close_send(s);
+    run_until(l, sres_done, &r, 2 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    ck_assert_int_eq(r.msgs, 2);
+    struct bf_net_stats ss, cs;
+    bf_net_server_stats(srv, &ss);
+    bf_net_client_stats(cl, &cs);
+    ck_assert_uint_eq(ss.keepalive_timeouts, 0);
+    ck_assert_uint_eq(cs.keepalive_timeouts, 0);
+    ck_assert_uint_eq(ss.conns_accepted, 1);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+START_TEST(client_keepalive_detects_a_server_that_stopped_answering)
+{
+    struct bf_net_loop *l = new_loop();
+    /* a "server" that says SETTINGS once and then never writes again */
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(lfd, 4), 0);
+    socklen_t sl = sizeof a;
+    getsockname(lfd, (struct sockaddr *)&a, &sl);
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", ntohs(a.sin_port));
+    struct bf_net_client_opts co = {.addr = addr,
+                                    .keepalive_ns = 100 * BF_NS_PER_MS,
+                                    .keepalive_timeout_ns = 200 * BF_NS_PER_MS,
+                                    .backoff_initial_ns = 5 * BF_NS_PER_SEC};
+    struct bf_net_client *cl = NULL;
+    ck_assert_int_eq(bf_net_client_new(l, &co, &cl), 0);
+    struct sres r = {0};
+    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Bidi", 0, &SCBS, &r);
+    bf_net_stream_send(s, "x", 1);
+    int fd = -1;
+    int64_t until = bf_mono_ns() + 2 * BF_NS_PER_SEC;
+    while (fd < 0 && bf_mono_ns() < until) {
+        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+        fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK);
+    }
+    ck_assert_int_ge(fd, 0);
+    static const uint8_t settings[9] = {0, 0, 0, 4, 0, 0, 0, 0, 0};
+    ck_assert_int_eq(write(fd, settings, 9), 9);
+    int64_t t0 = bf_mono_ns();
+    char sink[4096];
+    until = t0 + 3 * BF_NS_PER_SEC;
+    while (!r.done && bf_mono_ns() < until) {
+        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+        while (read(fd, sink, sizeof sink) > 0) /* swallow everything, answer nothing */
+            ;
+    }
+    ck_assert_int_eq(r.code, BF_NET_UNAVAILABLE);
+    int64_t took = bf_mono_ns() - t0;
+    ck_assert_msg(took >= 250 * BF_NS_PER_MS && took < 2 * BF_NS_PER_SEC, "took %lld",
+                  (long long)took);
+    struct bf_net_stats cs;
+    bf_net_client_stats(cl, &cs);
+    ck_assert_uint_eq(cs.keepalive_timeouts, 1);
+    close(fd);
+    close(lfd);
+    bf_net_client_free(cl);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+/* ------------------------------------------------------------ TLS */
+
+static char tmpdir[64];
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+/* CA + leaf certs with the given SANs (ECDSA P-256), in tmpdir */
+static void make_cert(const char *name, const char *san)
+{
+    ck_assert_int_eq(
+        sh("cd %s && openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+           "-keyout %s.key -subj /CN=%s -out %s.csr 2>/dev/null && "
+           "printf 'subjectAltName=%s\\n' > %s.ext && "
+           "openssl x509 -req -in %s.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 "
+           "-extfile %s.ext -out %s.crt 2>/dev/null",
+           tmpdir, name, name, name, san, name, name, name, name),
+        0);
+}
+
+static void make_pki(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/bfnet-pki-%d", getpid());
+    ck_assert_int_eq(sh("mkdir -p %s && cd %s && openssl req -x509 -newkey ec -pkeyopt "
+                        "ec_paramgen_curve:prime256v1 -nodes -keyout ca.key -out ca.crt -days 1 "
+                        "-subj /CN=test-ca 2>/dev/null",
+                        tmpdir, tmpdir),
+                     0);
+    make_cert("server", "DNS:localhost,IP:127.0.0.1");
+    make_cert("cluster", "URI:bigfleet://cluster/c1");
+    make_cert("nosan", "DNS:client.example");
+    make_cert("two", "URI:bigfleet://cluster/a,URI:bigfleet://admin");
+}
+
+static void drop_pki(void)
+{
+    sh("rm -rf %s", tmpdir);
+}
+
+/* paths live until the process ends (one per file name) */
+static char *path_of(const char *f)
+{
+    static char bufs[32][128];
+    static int n;
+    for (int i = 0; i < n; i++)
+        if (strcmp(strrchr(bufs[i], '/') + 1, f) == 0)
+            return bufs[i];
+    ck_assert_int_lt(n, 32);
+    snprintf(bufs[n], sizeof bufs[n], "%s/%s", tmpdir, f);
+    return bufs[n++];
+}
+
+START_TEST(mtls_exposes_the_single_bigfleet_identity_and_rejects_bad_certificates)
+{
+    make_pki();
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_tls_config st = {path_of("server.crt"), path_of("server.key"), path_of("ca.crt")};
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", &st, 0);
+    uint16_t port = bf_net_server_port(srv);
+
+    struct bf_net_tls_config good = {path_of("cluster.crt"), path_of("cluster.key"),
+                                     path_of("ca.crt")};
+    struct bf_net_client *cl = new_client(l, port, &good, NULL);
+    struct result r = {0};
+    unary(cl, "/t.Test/Echo", "tls", 3, 5 * BF_NS_PER_SEC, &r);
+    run_until(l, result_done, &r, 5 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    ck_assert_str_eq((char *)r.resp, "tls");
+    ck_assert_str_eq(S.identity, "bigfleet://cluster/c1");
+    free(r.resp);
+    bf_net_client_free(cl);
+
+    const char *bad[] = {"nosan", "two"};
+    for (int i = 0; i < 2; i++) {
+        char crt[32], key[32];
+        snprintf(crt, sizeof crt, "%s.crt", bad[i]);
+        snprintf(key, sizeof key, "%s.key", bad[i]);
+        struct bf_net_tls_config b = {path_of(crt), path_of(key), path_of("ca.crt")};
+        struct bf_net_client *bc = new_client(l, port, &b, NULL);
+        struct result br = {0};
+        unary(bc, "/t.Test/Echo", "x", 1, 5 * BF_NS_PER_SEC, &br);
+        run_until(l, result_done, &br, 5 * BF_NS_PER_SEC);
+        ck_assert_int_eq(br.code, BF_NET_PERMISSION_DENIED);
+        bf_net_client_free(bc);
+    }
+    struct bf_net_stats ss;
+    bf_net_server_stats(srv, &ss);
+    ck_assert_uint_eq(ss.identity_rejected, 2);
+    ck_assert_int_eq(S.calls, 1); /* handlers never saw the rejected calls */
+
+    /* server name mismatch: the client refuses the server */
+    struct bf_net_client *wrong = new_client(l, port, &good, "not-the-server.example");
+    struct result wr = {0};
+    unary(wrong, "/t.Test/Echo", "x", 1, 5 * BF_NS_PER_SEC, &wr);
+    run_until(l, result_done, &wr, 5 * BF_NS_PER_SEC);
+    ck_assert_int_eq(wr.code, BF_NET_UNAVAILABLE);
+    struct bf_net_stats cs;
+    bf_net_client_stats(wrong, &cs);
+    ck_assert_uint_ge(cs.handshake_failures, 1);
+    bf_net_client_free(wrong);
+
+    /* plaintext client against the TLS port: handshake failure, server carries on */
+    struct bf_net_client *plain = new_client(l, port, NULL, NULL);
+    struct result pr = {0};
+    unary(plain, "/t.Test/Echo", "x", 1, 2 * BF_NS_PER_SEC, &pr);
+    run_until(l, result_done, &pr, 3 * BF_NS_PER_SEC);
+    ck_assert_int_ne(pr.code, BF_NET_OK);
+    bf_net_client_free(plain);
+    settle(l);
+    bf_net_server_stats(srv, &ss);
+    ck_assert_uint_ge(ss.handshake_failures, 1);
+
+    cl = new_client(l, port, &good, "localhost");
+    struct result again = {0};
+    unary(cl, "/t.Test/Echo", "again", 5, 5 * BF_NS_PER_SEC, &again);
+    run_until(l, result_done, &again, 5 * BF_NS_PER_SEC);
+    ck_assert_int_eq(again.code, BF_NET_OK);
+    free(again.resp);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+    drop_pki();
+}
+END_TEST
+
+START_TEST(tls_without_client_certificates_has_no_identity)
+{
+    make_pki();
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_tls_config st = {path_of("server.crt"), path_of("server.key"), NULL};
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", &st, 0);
+    struct bf_net_tls_config ct = {NULL, NULL, path_of("ca.crt")};
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), &ct, NULL);
+    struct sres r = {0};
+    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Stream", 0, &SCBS, &r);
+    bf_net_stream_send(s, "3000", 4);
+    bf_net_stream_close_send(s);
+    run_until(l, sres_done, &r, 5 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    ck_assert_int_eq(r.msgs, 3000);
+    ck_assert_str_eq(S.identity, "(none)");
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+    drop_pki();
+}
+END_TEST
+
+START_TEST(rotated_server_certificate_is_used_by_new_connections)
+{
+    make_pki();
+    make_cert("rotated", "DNS:rotated.example,IP:127.0.0.1");
+    struct bf_net_loop *l = new_loop();
+    /* the server reads its pair from files we can replace */
+    ck_assert_int_eq(sh("cd %s && cp server.crt live.crt && cp server.key live.key", tmpdir), 0);
+    struct bf_net_tls_config st = {path_of("live.crt"), path_of("live.key"), NULL};
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", &st, 0);
+    struct bf_net_tls_config ct = {NULL, NULL, path_of("ca.crt")};
+    struct bf_net_client *before = new_client(l, bf_net_server_port(srv), &ct, "localhost");
+    struct result r = {0};
+    unary(before, "/t.Test/Echo", "a", 1, 5 * BF_NS_PER_SEC, &r);
+    run_until(l, result_done, &r, 5 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    free(r.resp);
+    /* cert-manager style rotation: new files, new mtimes */
+    sleep(1);
+    ck_assert_int_eq(
+        sh("cd %s && cp rotated.crt live.crt.tmp && cp rotated.key live.key.tmp && "
+           "mv live.key.tmp live.key && mv live.crt.tmp live.crt && touch live.crt live.key",
+           tmpdir),
+        0);
+    usleep(1100 * 1000);
+    struct bf_net_client *after = new_client(l, bf_net_server_port(srv), &ct, "rotated.example");
+    struct result r2 = {0};
+    unary(after, "/t.Test/Echo", "b", 1, 5 * BF_NS_PER_SEC, &r2);
+    run_until(l, result_done, &r2, 5 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r2.code, BF_NET_OK);
+    free(r2.resp);
+    /* the connection opened before the rotation still works */
+    struct result r3 = {0};
+    unary(before, "/t.Test/Echo", "c", 1, 5 * BF_NS_PER_SEC, &r3);
+    run_until(l, result_done, &r3, 5 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r3.code, BF_NET_OK);
+    free(r3.resp);
+    /* and a new client expecting the old name is now refused */
+    struct bf_net_client *old = new_client(l, bf_net_server_port(srv), &ct, "localhost");
+    struct result r4 = {0};
+    unary(old, "/t.Test/Echo", "d", 1, 5 * BF_NS_PER_SEC, &r4);
+    run_until(l, result_done, &r4, 5 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r4.code, BF_NET_UNAVAILABLE);
+    bf_net_client_free(before);
+    bf_net_client_free(after);
+    bf_net_client_free(old);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+    drop_pki();
+}
+END_TEST
+
+START_TEST(partial_or_unreadable_tls_config_is_rejected)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = NULL;
+    struct bf_net_server_opts o = {.addr = "127.0.0.1:0", .methods = METHODS, .n_methods = 3};
+    o.tls.cert_file = "/nonexistent.crt"; /* no key */
+    ck_assert_int_eq(bf_net_server_new(l, &o, &srv), -EINVAL);
+    o.tls.key_file = "/nonexistent.key";
+    ck_assert_int_eq(bf_net_server_new(l, &o, &srv), -EIO);
+    struct bf_net_client *cl = NULL;
+    struct bf_net_client_opts co = {.addr = "127.0.0.1:1"};
+    co.tls.cert_file = "x"; /* client TLS needs a CA */
+    co.tls.key_file = "y";
+    ck_assert_int_eq(bf_net_client_new(l, &co, &cl), -EINVAL);
+    struct bf_net_client_opts bad = {.addr = "no-port"};
+    ck_assert_int_eq(bf_net_client_new(l, &bad, &cl), -EINVAL);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+/* ------------------------------------------------------------ reentrancy */
+
+struct freeer {
+    struct bf_net_client *cl;
+    int done;
+};
+static void free_in_cb(void *arg, int code, const char *m, const uint8_t *resp, size_t len)
+{
+    (void)code, (void)m, (void)resp, (void)len;
+    struct freeer *f = arg;
+    f->done++;
+    bf_net_client_free(f->cl); /* from inside the client's own callback */
+}
+static bool freeer_done(void *arg)
+{
+    return ((struct freeer *)arg)->done > 0;
+}
+
+START_TEST(client_can_be_freed_inside_its_own_callback_and_free_cancels_the_rest)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct freeer f = {cl, 0};
+    struct result other = {0};
+    bf_net_client_unary(cl, "/t.Test/Echo", "a", 1, 0, free_in_cb, &f);
+    unary(cl, "/t.Test/Echo", "never", 5, 0, &other);
+    run_until(l, freeer_done, &f, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(f.done, 1);
+    /* the other call completed with CANCELLED when the client went away */
+    ck_assert_int_eq(other.done, 1);
+    ck_assert_int_eq(other.code, BF_NET_CANCELLED);
+    run_until(l, server_done_one, NULL, 2 * BF_NS_PER_SEC);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("net_rpc");
+    TCase *tc = tcase_create("rpc");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, unary_round_trip_over_loopback);
+    tcase_add_test(tc, error_status_and_percent_encoded_message_reach_the_client);
+    tcase_add_test(tc, server_streaming_delivers_every_message_then_ok);
+    tcase_add_test(tc, unary_method_with_two_requests_is_internal);
+    tcase_add_test(tc, bidi_echoes_each_message_and_ends_ok_after_half_close);
+    tcase_add_test(tc, many_concurrent_unary_calls_share_one_connection);
+    tcase_add_test(tc, client_deadline_expires_and_the_server_call_ends);
+    tcase_add_test(tc, client_cancel_reaches_the_server_as_cancelled);
+    tcase_add_test(tc, server_cancel_reaches_the_client_as_cancelled);
+    tcase_add_test(tc, large_messages_round_trip_in_both_directions);
+    tcase_add_test(tc, oversize_request_is_resource_exhausted_and_the_connection_survives);
+    tcase_add_test(tc, calls_fail_fast_while_down_and_succeed_after_reconnect);
+    tcase_add_test(tc, connection_loss_fails_open_calls_with_unavailable_then_reconnects);
+    tcase_add_test(tc, graceful_shutdown_sends_goaway_and_lets_started_calls_finish);
+    tcase_add_test(tc, outbox_reports_queued_bytes_and_drain_fires);
+    tcase_add_test(tc, client_can_be_freed_inside_its_own_callback_and_free_cancels_the_rest);
+    tcase_add_test(tc, server_can_be_freed_inside_a_handler);
+    tcase_add_test(tc, deadline_of_a_call_queued_behind_max_concurrent_streams_frees_its_slot);
+    tcase_add_test(tc, server_rejects_connections_over_max_connections);
+    tcase_add_test(tc, keepalive_pings_keep_an_idle_stream_alive);
+    tcase_add_test(tc, client_keepalive_detects_a_server_that_stopped_answering);
+    suite_add_tcase(s, tc);
+    TCase *tt = tcase_create("tls");
+    tcase_set_timeout(tt, 60);
+    tcase_add_test(tt, mtls_exposes_the_single_bigfleet_identity_and_rejects_bad_certificates);
+    tcase_add_test(tt, tls_without_client_certificates_has_no_identity);
+    tcase_add_test(tt, rotated_server_certificate_is_used_by_new_connections);
+    tcase_add_test(tt, partial_or_unreadable_tls_config_is_rejected);
+    suite_add_tcase(s, tt);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
