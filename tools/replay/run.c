@@ -555,6 +555,10 @@ static int advance_to(struct rp_run *r, struct rp_cluster *c, int64_t tau)
             }
         }
     }
+    if (c->n_alive == 0) {
+        c->n_needs = 0;
+        return 0;
+    }
     uint32_t stackp[256];
     uint32_t *pods = c->n_alive <= 256 ? stackp : malloc(c->n_alive * sizeof *pods);
     if (!pods)

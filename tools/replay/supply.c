@@ -106,6 +106,28 @@ int rp_shape_intern(struct rp_shapes *s, const struct rp_model *m, size_t n_labe
             l[u++] = l[i];
     }
     n = u;
+    /* no instance-type label (the shard synthesises it into NodeStateUpdate
+     * labels, shard.md §4.5; the provider keeps it a top-level field): infer
+     * it from the catalog when exactly one type has this exact shape */
+    char inferred[BF_SIM_NAME_MAX];
+    if (!type[0] && m->n_types) {
+        const char *model = NULL;
+        for (size_t i = 0; i < n; i++)
+            if (!strcmp(l[i].k, BF_SIM_LABEL_GPU_MODEL))
+                model = l[i].v;
+        int hits = 0;
+        for (size_t k = 0; k < m->n_types; k++) {
+            const struct bf_sim_type *ty = &m->types[k];
+            if (ty->cpu_milli == alloc->v[RP_CPU] && ty->memory_mib == alloc->v[RP_MEM] &&
+                (int64_t)ty->gpus * 1000 == alloc->v[RP_GPU] &&
+                (!model || !strcmp(model, ty->gpu_model))) {
+                if (!hits++)
+                    snprintf(inferred, sizeof inferred, "%s", ty->name);
+            }
+        }
+        if (hits == 1)
+            type = inferred;
+    }
     int rc;
     for (size_t i = 0; i < s->n; i++) {
         if (shape_equal(&s->v[i], type, l, n, alloc)) {
