@@ -280,4 +280,41 @@ function loadCatalog(file) {
   });
 }
 
-module.exports = { FakeShard, milli, vec, loadProto, loadCatalog };
+// Runs bigfleet-replay; resolves {code, stdout, stderr}.
+const BIN = process.env.BIN || path.join(repo, 'build', 'bin');
+function runReplay(args, { timeoutMs = 60000 } = {}) {
+  const { spawn } = require('child_process');
+  return new Promise((resolve) => {
+    const p = spawn(path.join(BIN, 'bigfleet-replay'), args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '', stderr = '';
+    p.stdout.on('data', (d) => { stdout += d; });
+    p.stderr.on('data', (d) => { stderr += d; });
+    const timer = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
+    p.on('exit', (code, signal) => { clearTimeout(timer); resolve({ code, signal, stdout, stderr }); });
+  });
+}
+
+// A tiny test harness: named checks, a summary, exit status.
+function harness(name) {
+  const failures = [];
+  return {
+    check(cond, msg) { if (!cond) failures.push(msg); return cond; },
+    eq(a, b, msg) {
+      const ok = JSON.stringify(a) === JSON.stringify(b);
+      if (!ok) failures.push(`${msg}: got ${JSON.stringify(a)}, want ${JSON.stringify(b)}`);
+      return ok;
+    },
+    ok(msg) { console.log(`ok: ${msg}`); },
+    finish() {
+      if (failures.length) {
+        for (const f of failures) console.log(`FAIL: ${f}`);
+        console.log(`${name}: ${failures.length} failure(s)`);
+        process.exit(1);
+      }
+      console.log(`${name}: all checks passed`);
+      process.exit(0);
+    },
+  };
+}
+
+module.exports = { FakeShard, milli, vec, loadProto, loadCatalog, runReplay, harness, BIN };

@@ -55,6 +55,8 @@ static void usage(FILE *f)
         "  --settle DUR            wait after the last rollup before measuring (default 2s)\n"
         "  --connect-timeout DUR   every session must be accepted within (default 30s)\n"
         "  --reclaim-window DUR    rollups a reclaim is checked against (default 2s)\n"
+        "  --session-timeout DUR   re-dial a session silent that long (no Hello ack, or no\n"
+        "                          frame while rollups go unacknowledged; default 10s)\n"
         "output\n"
         "  --report DIR            write report.json, report.txt, demand.svg, binding-latency.svg\n"
         "  --progress MODE         auto (default), tty (refresh in place), plain, off\n"
@@ -68,7 +70,7 @@ enum {
     O_TRACE = 256, O_CATALOG, O_SPOT, O_NOPIN, O_SKIP, O_SHARD, O_METRICS, O_CERT, O_KEY, O_CA,
     O_CYCLE, O_CLUSTERS, O_CONNS, O_PREFIX, O_OFFSET, O_FROM, O_UNTIL, O_DURATION, O_SPEED,
     O_WALL, O_INTERVAL, O_SETTLE, O_CTIMEOUT, O_RWINDOW, O_REPORT, O_PROGRESS, O_CHECK,
-    O_EXPLAIN, O_LOGLEVEL, O_HELP, O_VERSION
+    O_EXPLAIN, O_LOGLEVEL, O_HELP, O_VERSION, O_STIMEOUT
 };
 
 static const struct option longopts[] = {
@@ -96,6 +98,7 @@ static const struct option longopts[] = {
     {"settle", required_argument, 0, O_SETTLE},
     {"connect-timeout", required_argument, 0, O_CTIMEOUT},
     {"reclaim-window", required_argument, 0, O_RWINDOW},
+    {"session-timeout", required_argument, 0, O_STIMEOUT},
     {"report", required_argument, 0, O_REPORT},
     {"progress", required_argument, 0, O_PROGRESS},
     {"check", no_argument, 0, O_CHECK},
@@ -175,6 +178,7 @@ int main(int argc, char **argv)
         .settle_ns = 2 * BF_NS_PER_SEC,
         .connect_timeout_ns = 30 * BF_NS_PER_SEC,
         .reclaim_window_ns = 2 * BF_NS_PER_SEC,
+        .session_timeout_ns = 10 * BF_NS_PER_SEC,
         .cycle_hint_ns = BF_NS_PER_SEC,
         .progress = -1,
     };
@@ -260,6 +264,10 @@ int main(int argc, char **argv)
         case O_RWINDOW:
             if (parse_dur(optarg, 0, &cfg.reclaim_window_ns))
                 return bad(name, optarg, "invalid duration");
+            break;
+        case O_STIMEOUT:
+            if (parse_dur(optarg, 10 * BF_NS_PER_MS, &cfg.session_timeout_ns))
+                return bad(name, optarg, "want a duration >= 10ms, got");
             break;
         case O_REPORT: cfg.report_dir = optarg; break;
         case O_PROGRESS:

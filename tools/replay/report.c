@@ -299,21 +299,23 @@ static void write_json(FILE *f, const struct rp_run *r, const struct rp_summary 
             (double)r->clock.interval_ns / 1e9 * r->clock.speed, (long long)r->clock.offset,
             (double)cfg->cycle_hint_ns / 1e9, (double)(r->end_ns - r->start_ns) / 1e9,
             (long long)r->shard_epoch);
-    uint64_t sent = 0, acked = 0, coalesced = 0, unsent = 0, restarts = 0;
+    uint64_t sent = 0, acked = 0, coalesced = 0, unsent = 0, restarts = 0, timeouts = 0;
     for (uint32_t i = 0; i < r->n_cl; i++) {
         sent += r->cl[i].rollups_sent;
         acked += r->cl[i].acks_rollup;
         coalesced += r->cl[i].rollups_coalesced;
         unsent += r->cl[i].rollups_unsent;
         restarts += r->cl[i].sessions_started ? r->cl[i].sessions_started - 1 : 0;
+        timeouts += r->cl[i].sessions_timed_out;
     }
     fprintf(f, "  \"protocol\": {\"rollups_sent\": %llu, \"rollup_acks\": %llu, \"rollups_coalesced\": "
-               "%llu, \"session_restarts\": %llu, \"bootstrap_requests\": %llu, "
+               "%llu, \"session_restarts\": %llu, \"sessions_timed_out\": %llu, \"bootstrap_requests\": %llu, "
                "\"bootstrap_cluster_mismatch\": %llu, \"reclaim_instructions\": %llu, "
                "\"node_state_updates\": %llu, \"available_capacity_updates\": %llu, "
                "\"bad_frames\": %llu, \"send_errors\": %llu, \"ticks_skipped\": %llu},\n",
             (unsigned long long)sent, (unsigned long long)acked,
             (unsigned long long)(coalesced + unsent), (unsigned long long)restarts,
+            (unsigned long long)timeouts,
             (unsigned long long)r->boot_req, (unsigned long long)r->boot_cluster_mismatch,
             (unsigned long long)r->reclaim_msgs, (unsigned long long)r->nsu,
             (unsigned long long)r->ac_updates, (unsigned long long)r->bad_msgs,

@@ -621,6 +621,7 @@ static void flush_rollup(struct rp_cluster *c)
         return;
     }
     c->rollups_sent++;
+    c->sent_since_rx++;
     int64_t now = bf_mono_ns();
     for (size_t i = 0; i < c->n_alive; i++)
         if (c->alive[i].first_seen_ns == 0)
@@ -735,6 +736,8 @@ static void on_message(struct bf_net_stream *s, const uint8_t *msg, size_t len, 
     (void)s;
     struct rp_cluster *c = arg;
     struct rp_run *r = c->run;
+    c->last_rx_ns = bf_mono_ns();
+    c->sent_since_rx = 0;
     Bigfleet__V1alpha1__ShardMessage *sm = bigfleet__v1alpha1__shard_message__unpack(NULL, len, msg);
     if (!sm) {
         if (r->bad_msgs++ == 0)
@@ -837,6 +840,8 @@ static void session_start(struct rp_cluster *c)
     static const struct bf_net_stream_cbs cbs = {on_message, on_drain, on_done};
     c->stream = bf_net_client_call(c->client, SESSION_PATH, 0, &cbs, c);
     c->sessions_started++;
+    c->sess_start_ns = c->last_rx_ns = bf_mono_ns();
+    c->sent_since_rx = 0;
     if (!c->stream) {
         snprintf(r->last_session_error, sizeof r->last_session_error, "%s: %s", c->id,
                  strerror(errno));
@@ -855,6 +860,36 @@ static void session_start(struct rp_cluster *c)
         return;
     }
     c->sess = RP_SESS_HELLO;
+}
+
+/*
+ * Session watchdog. The operator holds its session for as long as the shard
+ * answers: a Hello unanswered, or rollups unacknowledged and nothing else
+ * heard, for --session-timeout means the session is gone even if the
+ * stream was never closed (a peer that died behind a NAT, or a server whose
+ * final status the client did not act on): cancel it and dial again.
+ */
+static void on_watchdog(struct bf_net_timer *t, void *arg)
+{
+    (void)t;
+    struct rp_run *r = arg;
+    if (r->stopping)
+        return;
+    int64_t now = bf_mono_ns(), to = r->cfg->session_timeout_ns;
+    for (uint32_t i = 0; i < r->n_cl; i++) {
+        struct rp_cluster *c = &r->cl[i];
+        if (!c->stream)
+            continue;
+        bool silent = (c->sess == RP_SESS_HELLO && now - c->sess_start_ns > to) ||
+                      (c->sess == RP_SESS_READY && c->sent_since_rx >= 2 && now - c->last_rx_ns > to);
+        if (!silent)
+            continue;
+        c->sessions_timed_out++;
+        if (c->sessions_timed_out <= 3 || c->sessions_timed_out % 100 == 0)
+            BF_WARN("session silent, re-dialling", "cluster=%s silent_ms=%lld unacked_rollups=%u",
+                    c->id, (long long)((now - c->last_rx_ns) / BF_NS_PER_MS), c->sent_since_rx);
+        bf_net_stream_cancel(c->stream); /* on_done follows: re-dial with backoff */
+    }
 }
 
 /* ------------------------------------------------------------ ending */
@@ -881,6 +916,7 @@ static void end_run(struct rp_run *r)
             bf_net_stream_close_send(c->stream);
     }
     bf_net_timer_stop(r->progress_timer);
+    bf_net_timer_stop(r->watchdog);
     bf_net_timer_start(r->stop_timer, 3 * BF_NS_PER_SEC, 0);
     stop_if_all_closed(r);
 }
@@ -1193,8 +1229,14 @@ int rp_run_execute(struct rp_run *r)
     r->settle_timer = bf_net_timer_new(r->loop, on_settle, r);
     r->connect_timer = bf_net_timer_new(r->loop, on_connect_timeout, r);
     r->stop_timer = bf_net_timer_new(r->loop, on_stop_timer, r);
-    if (!r->ticks || !r->progress_timer || !r->settle_timer || !r->connect_timer || !r->stop_timer)
+    r->watchdog = bf_net_timer_new(r->loop, on_watchdog, r);
+    if (!r->ticks || !r->progress_timer || !r->settle_timer || !r->connect_timer || !r->stop_timer ||
+        !r->watchdog)
         return -ENOMEM;
+    int64_t wd = cfg->session_timeout_ns / 4;
+    if (wd < 50 * BF_NS_PER_MS)
+        wd = 50 * BF_NS_PER_MS;
+    bf_net_timer_start(r->watchdog, wd, wd);
     bf_net_timer_start(r->connect_timer, cfg->connect_timeout_ns, 0);
     if (cfg->progress)
         bf_net_timer_start(r->progress_timer, cfg->progress == 2 ? 250 * BF_NS_PER_MS : BF_NS_PER_SEC,
@@ -1276,6 +1318,7 @@ void rp_run_free(struct rp_run *r)
     bf_net_timer_free(r->settle_timer);
     bf_net_timer_free(r->connect_timer);
     bf_net_timer_free(r->stop_timer);
+    bf_net_timer_free(r->watchdog);
     for (uint32_t i = 0; r->clients && i < r->n_clients; i++)
         bf_net_client_free(r->clients[i]);
     free(r->clients);

@@ -37,6 +37,7 @@ struct rp_config {
     int64_t settle_ns;
     int64_t connect_timeout_ns;
     int64_t reclaim_window_ns;
+    int64_t session_timeout_ns; /* silent session -> cancelled and re-dialled */
     int64_t cycle_hint_ns; /* the shard's --cycle-interval, for the latency target */
     int progress;          /* 0 off, 1 plain lines, 2 refresh in place */
     struct bf_net_tls_config tls;
@@ -95,6 +96,8 @@ struct rp_cluster {
     bool ever_ready;
     struct bf_net_timer *tick, *retry;
     int64_t backoff_ns;
+    int64_t sess_start_ns, last_rx_ns; /* watchdog */
+    uint32_t sent_since_rx;
     int64_t k_next, k_last, cur_k;
     bool finished;
     size_t cursor; /* next entry of trace->by_create */
@@ -112,7 +115,7 @@ struct rp_cluster {
     bool dirty;
     /* counters */
     uint64_t rollups_sent, rollups_coalesced, rollups_unsent, acks_rollup, acks_hello;
-    uint64_t sessions_started, sessions_ended;
+    uint64_t sessions_started, sessions_ended, sessions_timed_out;
 };
 
 /* One point of the timeline: rollup index k, summed over the clusters. */
@@ -169,7 +172,7 @@ struct rp_run {
     int64_t t0;       /* mono ns of rollup index 0, phase 0 */
     int64_t start_ns; /* when the run began (before connecting) */
     int64_t end_ns;
-    struct bf_net_timer *progress_timer, *settle_timer, *connect_timer, *stop_timer;
+    struct bf_net_timer *progress_timer, *settle_timer, *connect_timer, *stop_timer, *watchdog;
     uint32_t ready, finished;
     /* deferred coverage */
     uint32_t *dirty;
