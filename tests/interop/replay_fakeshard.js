@@ -246,15 +246,17 @@ class FakeShard {
       }
     }
     // fault injection: once, after N rollups, reclaim a Configured machine
-    // without which its Need is short
+    // without which a Need it can serve is short even if that Need had every
+    // other eligible machine of the cluster (so no claim order could cover it)
     if (this.opts.badReclaimAfter >= 0 && this.rollupsTotal > this.opts.badReclaimAfter &&
         this.badReclaimsSent === 0) {
+      const live = mine.filter((m) => m.state === 5 || m.state === 4);
       for (const n of order) {
-        const ms = mine.filter((m) => claimed.get(m.id) === n && m.state === 5);
-        const sum = (arr) => arr.reduce((a, o) => ({ cpu: a.cpu + o.type.cpu, mem: a.mem + o.type.mem,
-          gpu: a.gpu + o.type.gpus * 1000 }), { cpu: 0, mem: 0, gpu: 0 });
-        const victim = ms.find((m) => {
-          const rest = sum(ms.filter((o) => o !== m));
+        const victim = live.find((m) => {
+          if (m.state !== 5 || !eligible(n, m.type)) return false;
+          const rest = live.filter((o) => o !== m && eligible(n, o.type)).reduce((a, o) => ({
+            cpu: a.cpu + o.type.cpu, mem: a.mem + o.type.mem, gpu: a.gpu + o.type.gpus * 1000 }),
+          { cpu: 0, mem: 0, gpu: 0 });
           return rest.cpu < n._agg.cpu || rest.mem < n._agg.mem || rest.gpu < n._agg.gpu;
         });
         if (victim) {

@@ -62,6 +62,7 @@ static void usage(FILE *f)
         "  --progress MODE         auto (default), tty (refresh in place), plain, off\n"
         "  --check                 exit 3 unless the acceptance criteria hold\n"
         "  --explain               print the pod -> CapacityRequest mapping and exit\n"
+        "  --print-catalog         print --catalog as an explicit catalog CSV and exit\n"
         "  --log-level LEVEL       debug, info, warn (default), error\n"
         "  --help, --version\n");
 }
@@ -70,7 +71,7 @@ enum {
     O_TRACE = 256, O_CATALOG, O_SPOT, O_NOPIN, O_SKIP, O_SHARD, O_METRICS, O_CERT, O_KEY, O_CA,
     O_CYCLE, O_CLUSTERS, O_CONNS, O_PREFIX, O_OFFSET, O_FROM, O_UNTIL, O_DURATION, O_SPEED,
     O_WALL, O_INTERVAL, O_SETTLE, O_CTIMEOUT, O_RWINDOW, O_REPORT, O_PROGRESS, O_CHECK,
-    O_EXPLAIN, O_LOGLEVEL, O_HELP, O_VERSION, O_STIMEOUT
+    O_EXPLAIN, O_LOGLEVEL, O_HELP, O_VERSION, O_STIMEOUT, O_PRINTCAT
 };
 
 static const struct option longopts[] = {
@@ -103,6 +104,7 @@ static const struct option longopts[] = {
     {"progress", required_argument, 0, O_PROGRESS},
     {"check", no_argument, 0, O_CHECK},
     {"explain", no_argument, 0, O_EXPLAIN},
+    {"print-catalog", no_argument, 0, O_PRINTCAT},
     {"log-level", required_argument, 0, O_LOGLEVEL},
     {"help", no_argument, 0, O_HELP},
     {"version", no_argument, 0, O_VERSION},
@@ -183,6 +185,7 @@ int main(int argc, char **argv)
         .progress = -1,
     };
     int log_level = BF_LOG_WARN;
+    bool print_catalog = false;
     double speed = 0;
     int opt;
     opterr = 0;
@@ -279,6 +282,7 @@ int main(int argc, char **argv)
             break;
         case O_CHECK: cfg.check = true; break;
         case O_EXPLAIN: cfg.explain = true; break;
+        case O_PRINTCAT: print_catalog = true; break;
         case O_LOGLEVEL:
             if ((log_level = bf_log_level_parse(optarg)) < 0)
                 return bad(name, optarg, "want debug, info, warn or error, got");
@@ -340,6 +344,24 @@ int main(int argc, char **argv)
             rp_trace_free(&trace);
             return 2;
         }
+    }
+    if (print_catalog) {
+        if (!types) {
+            fprintf(stderr, "bigfleet-replay: --print-catalog needs --catalog\n");
+            rp_trace_free(&trace);
+            return 2;
+        }
+        static const char *ct[] = {"unspecified", "bare-metal", "reserved", "on-demand", "spot"};
+        printf("type,cpu_milli,memory_mib,gpu,model,capacity_type,price_per_hour,"
+               "interruption_probability\n");
+        for (size_t k = 0; k < n_types; k++)
+            printf("%s,%lld,%lld,%d,%s,%s,%.4f,%.4f\n", types[k].name, (long long)types[k].cpu_milli,
+                   (long long)types[k].memory_mib, types[k].gpus, types[k].gpu_model,
+                   ct[types[k].capacity_type < 5 ? types[k].capacity_type : 0],
+                   types[k].price_per_hour, types[k].interruption_probability);
+        rp_trace_free(&trace);
+        free(types);
+        return 0;
     }
     struct rp_model model;
     if (rp_model_build(&model, &trace, types, n_types, cfg.pin)) {

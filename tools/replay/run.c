@@ -164,7 +164,8 @@ static void contrib(struct rp_run *r, struct rp_machine *m, int sign)
     struct rp_cluster *c = &r->cl[m->cluster];
     uint32_t sh = (uint32_t)m->shape;
     if (m->state == BF_STATE_CONFIGURED) {
-        if (sup_add(&c->conf, &c->n_conf, &c->cap_conf, sh, sign))
+        if (sup_add(&c->conf, &c->n_conf, &c->cap_conf, sh, sign) ||
+            (m->cordoned && sup_add(&c->cord, &c->n_cord, &c->cap_cord, sh, sign)))
             BF_ERROR("out of memory", "what=supply");
         mark_dirty(r, c);
     } else if (m->state == BF_STATE_CONFIGURING) {
@@ -401,16 +402,23 @@ static void check_reclaim(struct rp_run *r, struct rp_cluster *c, struct rp_mach
     if (prio != 0 || m->shape < 0 || c->hist_n == 0)
         return;
     /* the supply the shard credits (ADR-0045: Configured, then Configuring),
-     * without the machine being reclaimed */
+     * without the machine being reclaimed nor those already cordoned for a
+     * reclaim (they are leaving) */
     size_t n = 0;
     struct rp_supply_ent *sup = malloc((c->n_conf + c->n_cing + 1) * sizeof *sup);
     if (!sup)
         return;
-    for (size_t i = 0; i < c->n_conf; i++)
-        sup[n++] = (struct rp_supply_ent){c->conf[i].shape, c->conf[i].n, 0};
+    for (size_t i = 0; i < c->n_conf; i++) {
+        int32_t cnt = c->conf[i].n;
+        for (size_t j = 0; j < c->n_cord; j++)
+            if (c->cord[j].shape == c->conf[i].shape)
+                cnt -= c->cord[j].n;
+        if (cnt > 0)
+            sup[n++] = (struct rp_supply_ent){c->conf[i].shape, cnt, 0};
+    }
     for (size_t i = 0; i < c->n_cing; i++)
         sup[n++] = (struct rp_supply_ent){c->cing[i].shape, c->cing[i].n, 1};
-    if (m->cluster == (int32_t)c->idx &&
+    if (m->cluster == (int32_t)c->idx && !m->cordoned &&
         (m->state == BF_STATE_CONFIGURED || m->state == BF_STATE_CONFIGURING)) {
         uint8_t tier = m->state == BF_STATE_CONFIGURED ? 0 : 1;
         for (size_t i = 0; i < n; i++) {
@@ -1313,6 +1321,7 @@ void rp_run_free(struct rp_run *r)
         free(c->hist);
         free(c->conf);
         free(c->cing);
+        free(c->cord);
     }
     bf_net_timer_free(r->progress_timer);
     bf_net_timer_free(r->settle_timer);

@@ -111,6 +111,8 @@ struct rp_cluster {
     uint32_t hist_cap, hist_n, hist_head;
     struct rp_supply_ent *conf, *cing; /* Configured / Configuring per shape */
     size_t n_conf, cap_conf, n_cing, cap_cing;
+    struct rp_supply_ent *cord; /* Configured but cordoned by a ReclaimInstruction */
+    size_t n_cord, cap_cord;
     double bound_cost; /* $/h of machines Configuring, Configured or Draining here */
     bool dirty;
     /* counters */
