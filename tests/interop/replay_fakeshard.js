@@ -101,11 +101,11 @@ class FakeShard {
     this.rollupsTotal = 0;
   }
 
-  start() {
+  start(addr = '127.0.0.1:0') {
     this.server = new grpc.Server();
     this.server.addService(this.pkg.Shard.service, { Session: (call) => this.session(call) });
     return new Promise((resolve, reject) => {
-      this.server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, port) => {
+      this.server.bindAsync(addr, grpc.ServerCredentials.createInsecure(), (err, port) => {
         if (err) return reject(err);
         this.port = port;
         resolve(port);
