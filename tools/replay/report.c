@@ -511,14 +511,15 @@ static void svg_text(FILE *f, double x, double y, const char *anchor, int size, 
 static void write_demand_svg(FILE *f, const struct rp_run *r)
 {
     const int W = 1000, PH = 230, L = 80, R = 30, T = 50, GAP = 40;
-    const int H = T + 3 * PH + 2 * GAP + 60;
+    const int H = T + 3 * PH + 2 * GAP + 80;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
                "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
                "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
             W, H, W, H);
     char title[256];
+    const char *base = strrchr(r->trace->path, '/');
     snprintf(title, sizeof title, "Demand vs bound capacity over trace time - %s, %u cluster%s",
-             r->trace->path, r->n_cl, r->n_cl == 1 ? "" : "s");
+             base ? base + 1 : r->trace->path, r->n_cl, r->n_cl == 1 ? "" : "s");
     svg_text(f, W / 2.0, 24, "middle", 16, "#222", title);
     static const char *names[RP_DIMS] = {"CPU (cores)", "memory (GiB)", "GPUs"};
     static const double scale[RP_DIMS] = {1000, 1024, 1000};
@@ -562,11 +563,17 @@ static void write_demand_svg(FILE *f, const struct rp_run *r)
             snprintf(lab, sizeof lab, "%g", x);
             svg_text(f, px, bot + 14, "middle", 10, "#444", lab);
         }
+        /* bound capacity, then demand (wide), then covered (dashed, on top):
+         * where covered == demand the blue shows on both sides of the green */
+        static const int order[3] = {1, 0, 2};
         static const char *colors[3] = {"#1f77b4", "#ff7f0e", "#2ca02c"};
-        static const char *dash[3] = {"", "", " stroke-dasharray=\"5,3\""};
-        for (int series = 0; series < 3; series++) {
-            fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"%s points=\"",
-                    colors[series], dash[series]);
+        static const char *style[3] = {" stroke-width=\"3.5\" stroke-opacity=\"0.55\"",
+                                       " stroke-width=\"1.5\"",
+                                       " stroke-width=\"1.5\" stroke-dasharray=\"5,3\""};
+        for (int oi = 0; oi < 3; oi++) {
+            int series = order[oi];
+            fprintf(f, "<polyline fill=\"none\" stroke=\"%s\"%s points=\"", colors[series],
+                    style[series]);
             for (size_t k = 0; k < r->n_ticks; k++) {
                 const struct rp_tick *t = &r->ticks[k];
                 if (!t->clusters)
@@ -580,7 +587,7 @@ static void write_demand_svg(FILE *f, const struct rp_run *r)
             fputs("\"/>\n", f);
         }
     }
-    double ly = H - 22;
+    double ly = H - 14;
     static const char *leg[3] = {"demand (rollups)", "bound capacity (Configured)",
                                  "demand covered by bound machines"};
     static const char *lc[3] = {"#1f77b4", "#ff7f0e", "#2ca02c"};
@@ -588,10 +595,10 @@ static void write_demand_svg(FILE *f, const struct rp_run *r)
         double lx = L + i * 290;
         fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                    "stroke-width=\"3\"%s/>\n", lx, lx + 24, ly - 4, ly - 4, lc[i],
-                i == 2 ? " stroke-dasharray=\"5,3\"" : "");
+                i == 2 ? " stroke-dasharray=\"5,3\"" : i == 0 ? " stroke-opacity=\"0.55\"" : "");
         svg_text(f, lx + 30, ly, "start", 12, "#222", leg[i]);
     }
-    svg_text(f, W / 2.0, H - 40, "middle", 12, "#444", "trace time (days)");
+    svg_text(f, W / 2.0, T + 3 * PH + 2 * GAP + 34, "middle", 12, "#444", "trace time (days)");
     fputs("</svg>\n", f);
 }
 
@@ -686,10 +693,16 @@ static void write_latency_svg(FILE *f, const struct rp_run *r, const struct rp_s
         fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.0f\" stroke=\"%s\" "
                    "stroke-width=\"1.5\" stroke-dasharray=\"4,3\"/>\n",
                 x, x, T, T + ph, marks[i].color);
-        char lab[64];
-        snprintf(lab, sizeof lab, "%s %.3g s", marks[i].name, marks[i].v);
-        svg_text(f, x + 3, T + 14 + 14 * i, "start", 11, marks[i].color, lab);
+        char d[32], lab[64];
+        fmt_dur((int64_t)(marks[i].v * 1e9), d, sizeof d);
+        snprintf(lab, sizeof lab, "%s %s", marks[i].name, d);
+        bool right = x > L + pw * 0.8;
+        svg_text(f, right ? x - 4 : x + 4, T + 16 + 15 * i, right ? "end" : "start", 11,
+                 marks[i].color, lab);
     }
+    char cnt[64];
+    snprintf(cnt, sizeof cnt, "%zu pods in the tallest bar", maxb);
+    svg_text(f, L + 6, T + ph - 6, "start", 10, "#3182bd", cnt);
     svg_text(f, L + pw / 2, H - 18, "middle", 12, "#444",
              "latency (log scale); bars: histogram, line: cumulative share (right axis)");
     fputs("</svg>\n", f);
