@@ -325,7 +325,15 @@ int main(int argc, char **argv)
     bf_log_init("replay", log_level);
 
     char err[512];
+    int code = 0;
     struct rp_trace trace;
+    struct rp_model model;
+    struct rp_run run;
+    struct bf_sim_type *types = NULL;
+    size_t n_types = 0;
+    bool have_model = false;
+    memset(&model, 0, sizeof model);
+    memset(&run, 0, sizeof run);
     int rc = rp_trace_load(cfg.trace_path, cfg.skip_bad, &trace, err, sizeof err);
     if (rc) {
         fprintf(stderr, "bigfleet-replay: %s\n", err);
@@ -334,22 +342,20 @@ int main(int argc, char **argv)
     if (trace.skipped)
         fprintf(stderr, "bigfleet-replay: skipped %zu malformed row%s of %s (first: %s)\n",
                 trace.skipped, trace.skipped == 1 ? "" : "s", trace.path, trace.skip_samples[0]);
-    struct bf_sim_type *types = NULL;
-    size_t n_types = 0;
     if (cfg.catalog_path) {
         rc = bf_sim_catalog_load(cfg.catalog_path, cfg.spot_variants, &types, &n_types, err,
                                  sizeof err);
         if (rc) {
             fprintf(stderr, "bigfleet-replay: %s\n", err);
-            rp_trace_free(&trace);
-            return 2;
+            code = 2;
+            goto out;
         }
     }
     if (print_catalog) {
         if (!types) {
             fprintf(stderr, "bigfleet-replay: --print-catalog needs --catalog\n");
-            rp_trace_free(&trace);
-            return 2;
+            code = 2;
+            goto out;
         }
         static const char *ct[] = {"unspecified", "bare-metal", "reserved", "on-demand", "spot"};
         printf("type,cpu_milli,memory_mib,gpu,model,capacity_type,price_per_hour,"
@@ -359,29 +365,23 @@ int main(int argc, char **argv)
                    (long long)types[k].memory_mib, types[k].gpus, types[k].gpu_model,
                    ct[types[k].capacity_type < 5 ? types[k].capacity_type : 0],
                    types[k].price_per_hour, types[k].interruption_probability);
-        rp_trace_free(&trace);
-        free(types);
-        return 0;
+        goto out;
     }
-    struct rp_model model;
     if (rp_model_build(&model, &trace, types, n_types, cfg.pin)) {
         fprintf(stderr, "bigfleet-replay: out of memory\n");
-        return 1;
+        code = 1;
+        goto out;
     }
+    have_model = true;
     if (model.unfittable_pods)
         fprintf(stderr, "bigfleet-replay: warning: %zu pods fit no instance type of %s (they are "
                         "sent unpinned and cannot be satisfied)\n",
                 model.unfittable_pods, cfg.catalog_path);
     if (cfg.explain) {
         explain(&model, &trace);
-        rp_model_free(&model);
-        rp_trace_free(&trace);
-        free(types);
-        return 0;
+        goto out;
     }
 
-    struct rp_run run;
-    memset(&run, 0, sizeof run);
     run.cfg = &cfg;
     run.trace = &trace;
     run.model = &model;
@@ -394,7 +394,8 @@ int main(int argc, char **argv)
     if (ck->until <= ck->from) {
         fprintf(stderr, "bigfleet-replay: empty window: --from %lld is not before --until %lld\n",
                 (long long)ck->from, (long long)ck->until);
-        return 2;
+        code = 2;
+        goto out;
     }
     ck->interval_ns = cfg.interval_ns;
     ck->offset = cfg.offset;
@@ -413,7 +414,6 @@ int main(int argc, char **argv)
             (double)ck->interval_ns / 1e9, (double)ck->interval_ns / 1e9 * ck->speed);
 
     rc = rp_run_execute(&run);
-    int code = 0;
     if (rc == 0 || run.started) {
         struct rp_summary sum;
         rp_report_summarize(&run, &sum);
@@ -431,8 +431,10 @@ int main(int argc, char **argv)
     } else {
         code = 1;
     }
+out:
     rp_run_free(&run);
-    rp_model_free(&model);
+    if (have_model)
+        rp_model_free(&model);
     rp_trace_free(&trace);
     free(types);
     return code;

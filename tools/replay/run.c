@@ -589,7 +589,8 @@ static void hist_push(struct rp_cluster *c, int64_t now, int64_t k)
         e->needs = nn;
         e->cap = c->n_needs;
     }
-    memcpy(e->needs, c->needs, c->n_needs * sizeof *c->needs);
+    if (c->n_needs)
+        memcpy(e->needs, c->needs, c->n_needs * sizeof *c->needs);
     e->n = c->n_needs;
     e->sent_ns = now;
     e->k = k;

@@ -687,7 +687,8 @@ int rp_machine_needed(struct rp_shapes *s, const struct rp_model *m, const struc
     struct rp_supply_ent *with = malloc((n_sup + 1) * sizeof *with);
     if (!with)
         return -ENOMEM;
-    memcpy(with, sup, n_sup * sizeof *sup);
+    if (n_sup)
+        memcpy(with, sup, n_sup * sizeof *sup);
     with[n_sup] = (struct rp_supply_ent){shape, 1, 0};
     double cov_with = rp_max_coverage(s, m, needs, n_needs, with, n_sup + 1, (int32_t)shape);
     double cov_without = rp_max_coverage(s, m, needs, n_needs, sup, n_sup, (int32_t)shape);
