@@ -43,8 +43,7 @@ START_TEST(qos_maps_to_priority_and_bucketed_penalties)
     struct rp_model m;
     load_trace(&t, POD_HEADER "a,1000,64,0,0,,LS,Running,0,10,0\n");
     ck_assert_int_eq(rp_model_build(&m, &t, NULL, 0, true), 0);
-    ck_assert_str_eq(m.classes[0].fp,
-                     "p=10000|ipb=15|rpb=16|reqs=nvidia.com/gpu.product:4:;|spr=");
+    ck_assert_str_eq(m.classes[0].fp, "p=10000|ipb=15|rpb=16|reqs=nvidia.com/gpu.product:4:;|spr=");
     rp_model_free(&m);
     rp_trace_free(&t);
 }
@@ -247,8 +246,12 @@ END_TEST
 
 START_TEST(clock_compresses_trace_time_and_staggers_clusters)
 {
-    struct rp_clock c = {.from = 1000, .until = 101000, .speed = 10000,
-                         .interval_ns = BF_NS_PER_SEC / 2, .offset = 0, .clusters = 1};
+    struct rp_clock c = {.from = 1000,
+                         .until = 101000,
+                         .speed = 10000,
+                         .interval_ns = BF_NS_PER_SEC / 2,
+                         .offset = 0,
+                         .clusters = 1};
     /* one rollup every 0.5 s wall = 5000 s of trace */
     ck_assert_int_eq(rp_clock_tau(&c, 0, 0), 1000);
     ck_assert_int_eq(rp_clock_tau(&c, 0, 1), 6000);
@@ -301,13 +304,15 @@ START_TEST(every_pinned_openb_class_fits_each_of_its_types_with_all_pods_at_once
 {
     /* the reason for the pin: the per-dimension max of a class's pods must
      * fit every type it is pinned to, or a Need could never be satisfied */
-    if (access(OPENB "openb_pod_list_default.csv", R_OK) || access(OPENB "openb_node_list_all_node.csv", R_OK))
+    if (access(OPENB "openb_pod_list_default.csv", R_OK) ||
+        access(OPENB "openb_node_list_all_node.csv", R_OK))
         return;
     struct bf_sim_type *types;
     size_t nt;
     char err[256];
     ck_assert_int_eq(bf_sim_catalog_load(OPENB "openb_node_list_all_node.csv", false, &types, &nt,
-                                         err, sizeof err), 0);
+                                         err, sizeof err),
+                     0);
     static const char *files[] = {"openb_pod_list_default.csv", "openb_pod_list_cpu050.csv",
                                   "openb_pod_list_gpushare40.csv", "openb_pod_list_gpuspec20.csv"};
     for (size_t f = 0; f < 4; f++) {

@@ -45,7 +45,8 @@ START_TEST(prometheus_text_parses_sums_labels_and_histograms)
     ck_assert_double_eq(rp_prom_sum(&p, "bigfleet_shard_actions_total", "kind=\"Reclaim\""), 3);
     ck_assert_double_eq(rp_prom_sum(&p, "bigfleet_shard_inventory_machines", "state=\"Idle\""), 6);
     ck_assert_double_eq(rp_prom_sum(&p, "bigfleet_shard_inventory_machines",
-                                    "state=\"Idle\",capacity_type=\"BareMetal\""), 2);
+                                    "state=\"Idle\",capacity_type=\"BareMetal\""),
+                        2);
     ck_assert_double_eq(rp_prom_sum(&p, "up", NULL), 1);
     char b[64];
     ck_assert(rp_prom_label(p.v[4].labels, "msg", b, sizeof b));
@@ -83,24 +84,39 @@ static void frun_init(struct frun *f)
     r->cfg = &f->cfg;
     r->trace = &f->t;
     r->model = &f->m;
-    r->clock = (struct rp_clock){.from = 0, .until = 100, .speed = 50,
-                                 .interval_ns = BF_NS_PER_SEC, .offset = 0, .clusters = 1};
+    r->clock = (struct rp_clock){.from = 0,
+                                 .until = 100,
+                                 .speed = 50,
+                                 .interval_ns = BF_NS_PER_SEC,
+                                 .offset = 0,
+                                 .clusters = 1};
     r->cl = f->cl;
     r->n_cl = 1;
     f->cl[0].k_last = 2;
     r->ticks = f->ticks;
     r->n_ticks = 3;
     /* k0: small, fully covered; k1: the peak, gpu 90% covered; k2: 50% cpu */
-    f->ticks[0] = (struct rp_tick){.demand = {1000, 1024, 0}, .covered = {1000, 1024, 0},
-                                   .bound = {2000, 2048, 0}, .weight = 1, .clusters = 1,
+    f->ticks[0] = (struct rp_tick){.demand = {1000, 1024, 0},
+                                   .covered = {1000, 1024, 0},
+                                   .bound = {2000, 2048, 0},
+                                   .weight = 1,
+                                   .clusters = 1,
                                    .cost = 1.5};
-    f->ticks[1] = (struct rp_tick){.demand = {8000, 8192, 4000}, .covered = {8000, 8192, 3600},
-                                   .bound = {8000, 8192, 4000}, .weight = 9, .clusters = 1,
-                                   .cost = 20, .pods = 7, .needs = 2};
-    f->ticks[2] = (struct rp_tick){.demand = {2000, 1024, 0}, .covered = {1000, 1024, 0},
-                                   .bound = {1000, 1024, 0}, .weight = 2, .clusters = 1};
-    static int64_t lat[5] = {5 * BF_NS_PER_MS, 1 * BF_NS_PER_MS, 3 * BF_NS_PER_MS,
-                             4 * BF_NS_PER_MS, 2 * BF_NS_PER_MS};
+    f->ticks[1] = (struct rp_tick){.demand = {8000, 8192, 4000},
+                                   .covered = {8000, 8192, 3600},
+                                   .bound = {8000, 8192, 4000},
+                                   .weight = 9,
+                                   .clusters = 1,
+                                   .cost = 20,
+                                   .pods = 7,
+                                   .needs = 2};
+    f->ticks[2] = (struct rp_tick){.demand = {2000, 1024, 0},
+                                   .covered = {1000, 1024, 0},
+                                   .bound = {1000, 1024, 0},
+                                   .weight = 2,
+                                   .clusters = 1};
+    static int64_t lat[5] = {5 * BF_NS_PER_MS, 1 * BF_NS_PER_MS, 3 * BF_NS_PER_MS, 4 * BF_NS_PER_MS,
+                             2 * BF_NS_PER_MS};
     r->lat = malloc(sizeof lat);
     memcpy(r->lat, lat, sizeof lat);
     r->n_lat = 5;
@@ -190,7 +206,8 @@ START_TEST(report_files_are_written_with_the_figures)
     snprintf(p, sizeof p, "%s/report.json", sub);
     const char *j = slurp(p);
     ck_assert_ptr_nonnull(j);
-    ck_assert_ptr_nonnull(strstr(j, "\"satisfied\": {\"at_peak\": {\"rollup\": 1, \"trace_s\": 50, \"min\": 0.9"));
+    ck_assert_ptr_nonnull(
+        strstr(j, "\"satisfied\": {\"at_peak\": {\"rollup\": 1, \"trace_s\": 50, \"min\": 0.9"));
     ck_assert_ptr_nonnull(strstr(j, "\"p99\": 0.005000"));
     ck_assert_ptr_nonnull(strstr(j, "\"acceptance\": {\"pass\": false"));
     ck_assert_ptr_nonnull(strstr(j, "[1, 50, 1, 7, 2, 8.000, 8.000, 4.000, 8.000, 8.000, 3.600"));

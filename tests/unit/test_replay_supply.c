@@ -122,7 +122,7 @@ START_TEST(engine_order_serves_priority_first_then_the_cheapest_machines)
     /* Configured machines are credited before Configuring ones, whatever the price */
     struct rp_supply_ent sup3[2] = {{f.sh_small, 1, 1}, {f.sh_big, 1, 0}};
     ck_assert_int_eq(rp_attribute(&f.s, &f.m, two, 2, sup3, 2, RP_ORDER_ENGINE, res, NULL), 0);
-    ck_assert(covered(&res[0])); /* LS took the Configured big machine */
+    ck_assert(covered(&res[0]));  /* LS took the Configured big machine */
     ck_assert(!covered(&res[1])); /* and the Burstable Need is left with the small one */
     fx_free(&f);
 }
@@ -229,8 +229,8 @@ END_TEST
 START_TEST(lp_bound_prices_demand_at_the_cheapest_fractional_mix)
 {
     struct bf_sim_type t[3] = {
-        mk_type("x", 10000, 10240, 0, "", 1.0),  /* 10 CPU, 10 GiB */
-        mk_type("y", 1000, 102400, 0, "", 1.0),  /* 1 CPU, 100 GiB */
+        mk_type("x", 10000, 10240, 0, "", 1.0), /* 10 CPU, 10 GiB */
+        mk_type("y", 1000, 102400, 0, "", 1.0), /* 1 CPU, 100 GiB */
         mk_type("g", 8000, 8192, 2, "T4", 4.0),
     };
     uint32_t only_x[1] = {0}, xy[2] = {0, 1}, g[1] = {2};

@@ -27,8 +27,9 @@ static const char *parse_err(const char *csv, bool skip, int *rc_out)
 START_TEST(columns_are_found_by_header_name_in_any_order)
 {
     struct rp_trace t;
-    load_trace(&t, "qos,deletion_time,creation_time,name,gpu_milli,num_gpu,memory_mib,cpu_milli,extra\n"
-                   "LS,200,100,p0,500,1,2048,4000,whatever\n");
+    load_trace(&t,
+               "qos,deletion_time,creation_time,name,gpu_milli,num_gpu,memory_mib,cpu_milli,extra\n"
+               "LS,200,100,p0,500,1,2048,4000,whatever\n");
     ck_assert_uint_eq(t.n_pods, 1);
     const struct rp_pod *p = &t.pods[0];
     ck_assert_str_eq(rp_pod_name(&t, p), "p0");
@@ -170,13 +171,15 @@ START_TEST(skip_bad_rows_skips_counts_and_keeps_the_good_ones)
     ck_assert_uint_eq(t.skipped, 3);
     ck_assert_uint_eq(t.n_pods, 2);
     ck_assert_str_eq(rp_pod_name(&t, &t.pods[1]), "d");
-    ck_assert_str_eq(t.skip_samples[0], "pods.csv:3: cpu_milli: \"x\" is not a non-negative integer");
+    ck_assert_str_eq(t.skip_samples[0],
+                     "pods.csv:3: cpu_milli: \"x\" is not a non-negative integer");
     ck_assert_str_eq(t.skip_samples[1], "pods.csv:4: 7 fields, the header has 11");
     ck_assert_str_eq(t.skip_samples[2], "pods.csv:5: name: duplicate pod a (first at line 2)");
     rp_trace_free(&t);
     /* every row bad: still an error, saying so */
     rc = rp_trace_parse("pods.csv", POD_HEADER "b,x,1,0,0,,BE,Running,0,10,0\n",
-                        strlen(POD_HEADER "b,x,1,0,0,,BE,Running,0,10,0\n"), true, &t, err, sizeof err);
+                        strlen(POD_HEADER "b,x,1,0,0,,BE,Running,0,10,0\n"), true, &t, err,
+                        sizeof err);
     ck_assert_int_eq(rc, -EINVAL);
     ck_assert_str_eq(err, "pods.csv: no pods (every row was skipped as malformed)");
 }
@@ -195,7 +198,8 @@ END_TEST
 START_TEST(crlf_bom_quotes_and_blank_lines_are_accepted)
 {
     struct rp_trace t;
-    load_trace(&t, "\xef\xbb\xbf" "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,"
+    load_trace(&t, "\xef\xbb\xbf"
+                   "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,"
                    "creation_time,deletion_time\r\n"
                    "\r\n"
                    "\"pod,\"\"1\"\"\",1000,64,1,1000,\"V100M32|T4|V100M32\",burstable,3,9\r\n");
@@ -233,7 +237,8 @@ START_TEST(real_openb_lists_load_or_fail_with_a_named_line)
         return; /* the shared data is not mounted here */
     struct rp_trace t;
     char err[512];
-    ck_assert_int_eq(rp_trace_load(OPENB "openb_pod_list_default.csv", false, &t, err, sizeof err), 0);
+    ck_assert_int_eq(rp_trace_load(OPENB "openb_pod_list_default.csv", false, &t, err, sizeof err),
+                     0);
     ck_assert_uint_eq(t.n_pods, 8152);
     ck_assert_uint_eq(t.skipped, 0);
     ck_assert_int_eq(t.first_create, 0);

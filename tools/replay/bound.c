@@ -38,7 +38,7 @@ int rp_simplex_max(size_t rows, size_t cols, const double *A, const double *b, c
         free(basis);
         return -ENOMEM;
     }
-#define T(r, k) t[(r) * w + (k)]
+#define T(r, k) t[(r)*w + (k)]
     for (size_t r = 0; r < rows; r++) {
         for (size_t k = 0; k < cols; k++)
             T(r, k) = A[r * cols + k];
@@ -102,10 +102,10 @@ int rp_simplex_max(size_t rows, size_t cols, const double *A, const double *b, c
     return rc;
 }
 
-double rp_lp_bound(const struct bf_sim_type *types, const uint32_t *idx, size_t n, const rp_res *agg)
+double rp_lp_bound(const struct bf_sim_type *types, const uint32_t *idx, size_t n,
+                   const rp_res *agg)
 {
-    double c[RP_DIMS] = {agg->v[RP_CPU] / 1000.0, agg->v[RP_MEM] / 1024.0,
-                         agg->v[RP_GPU] / 1000.0};
+    double c[RP_DIMS] = {agg->v[RP_CPU] / 1000.0, agg->v[RP_MEM] / 1024.0, agg->v[RP_GPU] / 1000.0};
     bool any = false;
     for (int d = 0; d < RP_DIMS; d++)
         any |= c[d] > 0;

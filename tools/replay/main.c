@@ -22,7 +22,8 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
+    fprintf(
+        f,
         "usage: bigfleet-replay --trace PODS.csv [options]\n"
         "\n"
         "Replays a pod trace (../shared/data/openb) through a BigFleet shard as K operators\n"
@@ -39,7 +40,8 @@ static void usage(FILE *f)
         "  --shard-addr ADDR       Shard/Session address (default 127.0.0.1:7780)\n"
         "  --metrics-addr ADDR     the shard's /metrics (progress, report); default none\n"
         "  --tls-cert/--tls-key/--tls-ca PATH   TLS (ca) or mTLS (all three)\n"
-        "  --cycle-interval DUR    the shard's cycle interval, for the latency target (default 1s)\n"
+        "  --cycle-interval DUR    the shard's cycle interval, for the latency target (default "
+        "1s)\n"
         "clusters\n"
         "  --clusters K            copies of the trace, one operator each (default 1)\n"
         "  --connections N         HTTP/2 connections carrying the K sessions (default K/500)\n"
@@ -68,10 +70,39 @@ static void usage(FILE *f)
 }
 
 enum {
-    O_TRACE = 256, O_CATALOG, O_SPOT, O_NOPIN, O_SKIP, O_SHARD, O_METRICS, O_CERT, O_KEY, O_CA,
-    O_CYCLE, O_CLUSTERS, O_CONNS, O_PREFIX, O_OFFSET, O_FROM, O_UNTIL, O_DURATION, O_SPEED,
-    O_WALL, O_INTERVAL, O_SETTLE, O_CTIMEOUT, O_RWINDOW, O_REPORT, O_PROGRESS, O_CHECK,
-    O_EXPLAIN, O_LOGLEVEL, O_HELP, O_VERSION, O_STIMEOUT, O_PRINTCAT
+    O_TRACE = 256,
+    O_CATALOG,
+    O_SPOT,
+    O_NOPIN,
+    O_SKIP,
+    O_SHARD,
+    O_METRICS,
+    O_CERT,
+    O_KEY,
+    O_CA,
+    O_CYCLE,
+    O_CLUSTERS,
+    O_CONNS,
+    O_PREFIX,
+    O_OFFSET,
+    O_FROM,
+    O_UNTIL,
+    O_DURATION,
+    O_SPEED,
+    O_WALL,
+    O_INTERVAL,
+    O_SETTLE,
+    O_CTIMEOUT,
+    O_RWINDOW,
+    O_REPORT,
+    O_PROGRESS,
+    O_CHECK,
+    O_EXPLAIN,
+    O_LOGLEVEL,
+    O_HELP,
+    O_VERSION,
+    O_STIMEOUT,
+    O_PRINTCAT
 };
 
 static const struct option longopts[] = {
@@ -195,16 +226,36 @@ int main(int argc, char **argv)
             if (o->val == opt)
                 name = o->name;
         switch (opt) {
-        case O_TRACE: cfg.trace_path = optarg; break;
-        case O_CATALOG: cfg.catalog_path = optarg; break;
-        case O_SPOT: cfg.spot_variants = true; break;
-        case O_NOPIN: cfg.pin = false; break;
-        case O_SKIP: cfg.skip_bad = true; break;
-        case O_SHARD: cfg.shard_addr = optarg; break;
-        case O_METRICS: cfg.metrics_addr = *optarg ? optarg : NULL; break;
-        case O_CERT: cfg.tls.cert_file = optarg; break;
-        case O_KEY: cfg.tls.key_file = optarg; break;
-        case O_CA: cfg.tls.ca_file = optarg; break;
+        case O_TRACE:
+            cfg.trace_path = optarg;
+            break;
+        case O_CATALOG:
+            cfg.catalog_path = optarg;
+            break;
+        case O_SPOT:
+            cfg.spot_variants = true;
+            break;
+        case O_NOPIN:
+            cfg.pin = false;
+            break;
+        case O_SKIP:
+            cfg.skip_bad = true;
+            break;
+        case O_SHARD:
+            cfg.shard_addr = optarg;
+            break;
+        case O_METRICS:
+            cfg.metrics_addr = *optarg ? optarg : NULL;
+            break;
+        case O_CERT:
+            cfg.tls.cert_file = optarg;
+            break;
+        case O_KEY:
+            cfg.tls.key_file = optarg;
+            break;
+        case O_CA:
+            cfg.tls.ca_file = optarg;
+            break;
         case O_CYCLE:
             if (parse_dur(optarg, 1, &cfg.cycle_hint_ns))
                 return bad(name, optarg, "invalid duration");
@@ -272,23 +323,40 @@ int main(int argc, char **argv)
             if (parse_dur(optarg, 10 * BF_NS_PER_MS, &cfg.session_timeout_ns))
                 return bad(name, optarg, "want a duration >= 10ms, got");
             break;
-        case O_REPORT: cfg.report_dir = optarg; break;
-        case O_PROGRESS:
-            if (!strcmp(optarg, "auto")) cfg.progress = -1;
-            else if (!strcmp(optarg, "tty")) cfg.progress = 2;
-            else if (!strcmp(optarg, "plain")) cfg.progress = 1;
-            else if (!strcmp(optarg, "off")) cfg.progress = 0;
-            else return bad(name, optarg, "want auto, tty, plain or off, got");
+        case O_REPORT:
+            cfg.report_dir = optarg;
             break;
-        case O_CHECK: cfg.check = true; break;
-        case O_EXPLAIN: cfg.explain = true; break;
-        case O_PRINTCAT: print_catalog = true; break;
+        case O_PROGRESS:
+            if (!strcmp(optarg, "auto"))
+                cfg.progress = -1;
+            else if (!strcmp(optarg, "tty"))
+                cfg.progress = 2;
+            else if (!strcmp(optarg, "plain"))
+                cfg.progress = 1;
+            else if (!strcmp(optarg, "off"))
+                cfg.progress = 0;
+            else
+                return bad(name, optarg, "want auto, tty, plain or off, got");
+            break;
+        case O_CHECK:
+            cfg.check = true;
+            break;
+        case O_EXPLAIN:
+            cfg.explain = true;
+            break;
+        case O_PRINTCAT:
+            print_catalog = true;
+            break;
         case O_LOGLEVEL:
             if ((log_level = bf_log_level_parse(optarg)) < 0)
                 return bad(name, optarg, "want debug, info, warn or error, got");
             break;
-        case O_HELP: usage(stdout); return 0;
-        case O_VERSION: printf("bigfleet-replay %s\n", BF_VERSION); return 0;
+        case O_HELP:
+            usage(stdout);
+            return 0;
+        case O_VERSION:
+            printf("bigfleet-replay %s\n", BF_VERSION);
+            return 0;
         case ':':
             fprintf(stderr, "bigfleet-replay: %s needs a value\n", argv[optind - 1]);
             return 2;
@@ -315,7 +383,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "bigfleet-replay: --until and --duration exclude each other\n");
         return 2;
     }
-    if (bf_net_tls_config_check(&cfg.tls) < 0 && !(cfg.tls.ca_file && !cfg.tls.cert_file && !cfg.tls.key_file)) {
+    if (bf_net_tls_config_check(&cfg.tls) < 0 &&
+        !(cfg.tls.ca_file && !cfg.tls.cert_file && !cfg.tls.key_file)) {
         fprintf(stderr, "bigfleet-replay: TLS wants --tls-ca alone (TLS) or all of --tls-cert, "
                         "--tls-key, --tls-ca (mTLS)\n");
         return 2;
@@ -361,9 +430,9 @@ int main(int argc, char **argv)
         printf("type,cpu_milli,memory_mib,gpu,model,capacity_type,price_per_hour,"
                "interruption_probability\n");
         for (size_t k = 0; k < n_types; k++)
-            printf("%s,%lld,%lld,%d,%s,%s,%.4f,%.4f\n", types[k].name, (long long)types[k].cpu_milli,
-                   (long long)types[k].memory_mib, types[k].gpus, types[k].gpu_model,
-                   ct[types[k].capacity_type < 5 ? types[k].capacity_type : 0],
+            printf("%s,%lld,%lld,%d,%s,%s,%.4f,%.4f\n", types[k].name,
+                   (long long)types[k].cpu_milli, (long long)types[k].memory_mib, types[k].gpus,
+                   types[k].gpu_model, ct[types[k].capacity_type < 5 ? types[k].capacity_type : 0],
                    types[k].price_per_hour, types[k].interruption_probability);
         goto out;
     }
@@ -374,8 +443,9 @@ int main(int argc, char **argv)
     }
     have_model = true;
     if (model.unfittable_pods)
-        fprintf(stderr, "bigfleet-replay: warning: %zu pods fit no instance type of %s (they are "
-                        "sent unpinned and cannot be satisfied)\n",
+        fprintf(stderr,
+                "bigfleet-replay: warning: %zu pods fit no instance type of %s (they are "
+                "sent unpinned and cannot be satisfied)\n",
                 model.unfittable_pods, cfg.catalog_path);
     if (cfg.explain) {
         explain(&model, &trace);
@@ -404,8 +474,8 @@ int main(int argc, char **argv)
     ck->speed = cfg.wall_ns ? span / ((double)cfg.wall_ns / 1e9) : speed > 0 ? speed : 1;
     cfg.speed = ck->speed;
     BF_INFO("replay plan", "pods=%zu classes=%zu clusters=%u from=%lld until=%lld speed=%.6g",
-            trace.n_pods, model.n_classes, cfg.clusters, (long long)ck->from,
-            (long long)ck->until, ck->speed);
+            trace.n_pods, model.n_classes, cfg.clusters, (long long)ck->from, (long long)ck->until,
+            ck->speed);
     fprintf(stderr,
             "bigfleet-replay: %zu pods (%zu classes), %u cluster%s -> %s; trace %lld..%lld s at "
             "%.0fx, a rollup every %.3g s wall = %.0f s of trace\n",

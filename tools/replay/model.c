@@ -145,7 +145,8 @@ static int class_fill(struct rp_class *c, const struct bf_need_profile *tmp, con
             BIGFLEET__V1ALPHA1__NODE_SELECTOR_REQUIREMENT__INIT;
         w->r[i] = init;
         w->r[i].key = (char *)c->prof.reqs[i].key;
-        w->r[i].operator_ = (Bigfleet__V1alpha1__NodeSelectorRequirement__Operator)c->prof.reqs[i].op;
+        w->r[i].operator_ =
+            (Bigfleet__V1alpha1__NodeSelectorRequirement__Operator)c->prof.reqs[i].op;
         w->r[i].n_values = c->prof.reqs[i].n_values;
         w->r[i].values = (char **)c->prof.reqs[i].values;
         w->p[i] = &w->r[i];
@@ -199,18 +200,22 @@ int rp_model_build(struct rp_model *m, struct rp_trace *t, const struct bf_sim_t
         uint32_t nr = 0;
         const char *spec_vals[64];
         if (p->req.v[RP_GPU] == 0) {
-            reqs[nr++] = (struct bf_requirement){.key = BF_SIM_LABEL_GPU_MODEL,
-                                                 .op = BF_OP_DOES_NOT_EXIST};
+            reqs[nr++] =
+                (struct bf_requirement){.key = BF_SIM_LABEL_GPU_MODEL, .op = BF_OP_DOES_NOT_EXIST};
         } else if (p->spec) {
             const struct rp_spec *sp = &t->specs[p->spec];
             for (uint32_t j = 0; j < sp->n; j++)
                 spec_vals[j] = sp->models[j];
-            reqs[nr++] = (struct bf_requirement){
-                .key = BF_SIM_LABEL_GPU_MODEL, .op = BF_OP_IN, .n_values = sp->n, .values = spec_vals};
+            reqs[nr++] = (struct bf_requirement){.key = BF_SIM_LABEL_GPU_MODEL,
+                                                 .op = BF_OP_IN,
+                                                 .n_values = sp->n,
+                                                 .values = spec_vals};
         }
         if (m->pin && n_fit > 0)
-            reqs[nr++] = (struct bf_requirement){.key = BF_LABEL_INSTANCE_TYPE, .op = BF_OP_IN,
-                                                 .n_values = n_fit, .values = fit_names};
+            reqs[nr++] = (struct bf_requirement){.key = BF_LABEL_INSTANCE_TYPE,
+                                                 .op = BF_OP_IN,
+                                                 .n_values = n_fit,
+                                                 .values = fit_names};
         const struct rp_qos_policy *q = &rp_qos_table[p->qos];
         struct bf_need_profile prof = {
             .priority = q->priority,
@@ -436,7 +441,8 @@ int64_t rp_clock_phase_ns(const struct rp_clock *c, uint32_t i)
 static int64_t tau_unclamped(const struct rp_clock *c, uint32_t i, int64_t k)
 {
     long double wall_s =
-        ((long double)rp_clock_phase_ns(c, i) + (long double)k * (long double)c->interval_ns) / 1e9L;
+        ((long double)rp_clock_phase_ns(c, i) + (long double)k * (long double)c->interval_ns) /
+        1e9L;
     long double base = (long double)c->from + wall_s * (long double)c->speed;
     return (int64_t)floorl(base) - (int64_t)i * c->offset;
 }

@@ -111,11 +111,10 @@ struct rp_trace {
  * counts it. Returns 0, -ENOENT/-EACCES/-EIO (file), -EINVAL (content; err
  * says where), -ENOMEM.
  */
-int rp_trace_load(const char *path, bool skip_bad, struct rp_trace *t, char *err,
-                  size_t err_len);
+int rp_trace_load(const char *path, bool skip_bad, struct rp_trace *t, char *err, size_t err_len);
 /* The same from a memory buffer (tests); `name` is used in messages. */
-int rp_trace_parse(const char *name, const char *buf, size_t len, bool skip_bad,
-                   struct rp_trace *t, char *err, size_t err_len);
+int rp_trace_parse(const char *name, const char *buf, size_t len, bool skip_bad, struct rp_trace *t,
+                   char *err, size_t err_len);
 void rp_trace_free(struct rp_trace *t);
 static inline const char *rp_pod_name(const struct rp_trace *t, const struct rp_pod *p)
 {
@@ -133,7 +132,7 @@ static inline bool rp_pod_alive(const struct rp_trace *t, const struct rp_pod *p
 struct rp_class {
     uint8_t qos;
     uint32_t spec;
-    bool gpu; /* the pods request GPUs */
+    bool gpu;                    /* the pods request GPUs */
     struct bf_need_profile prof; /* canonical; arrays owned */
     char *fp;                    /* bf_profile_fingerprint */
     uint32_t n_fit;              /* catalog types its pods fit (pin list), 0 without catalog */
@@ -204,10 +203,10 @@ void rp_format_dim(int dim, int64_t v, char *buf, size_t n);
  * cluster is the first whose tau reaches until.
  */
 struct rp_clock {
-    int64_t from, until;   /* trace window, seconds */
-    double speed;          /* trace seconds per wall second */
-    int64_t interval_ns;   /* wall time between two rollups of one cluster */
-    int64_t offset;        /* trace seconds between two clusters' copies */
+    int64_t from, until; /* trace window, seconds */
+    double speed;        /* trace seconds per wall second */
+    int64_t interval_ns; /* wall time between two rollups of one cluster */
+    int64_t offset;      /* trace seconds between two clusters' copies */
     uint32_t clusters;
 };
 int64_t rp_clock_phase_ns(const struct rp_clock *c, uint32_t i);
@@ -302,7 +301,8 @@ int rp_attribute(struct rp_shapes *s, const struct rp_model *m, const struct rp_
  * value, or -1 on allocation failure.
  */
 double rp_max_coverage(struct rp_shapes *s, const struct rp_model *m, const struct rp_need *needs,
-                       size_t n_needs, const struct rp_supply_ent *sup, size_t n_sup, int32_t focus);
+                       size_t n_needs, const struct rp_supply_ent *sup, size_t n_sup,
+                       int32_t focus);
 /*
  * Is a machine of shape `shape` still needed? sup is the supply WITHOUT the
  * machine. Yes iff (a) after attribution without it some Need eligible for
@@ -332,7 +332,8 @@ int rp_simplex_max(size_t rows, size_t cols, const double *A, const double *b, c
  * the dual (3 variables) with the simplex method. Returns the bound, or
  * -1 when no mix of the types covers agg (a dimension nobody provides).
  */
-double rp_lp_bound(const struct bf_sim_type *types, const uint32_t *idx, size_t n, const rp_res *agg);
+double rp_lp_bound(const struct bf_sim_type *types, const uint32_t *idx, size_t n,
+                   const rp_res *agg);
 /* Catalog types eligible for a Need: class requirements matched against the
  * type's labels and Covers(type shape, MinUnit). Writes up to cap indices. */
 size_t rp_need_types(const struct rp_model *m, const struct rp_need *n, uint32_t *out, size_t cap);

@@ -87,7 +87,8 @@ void rp_report_summarize(struct rp_run *r, struct rp_summary *s)
         s->sat_peak_weighted = wd > 0 ? wc / wd : 1;
         s->cost_peak = t->cost;
         if (r->model->n_types) {
-            struct rp_need *needs = calloc(r->model->n_classes ? r->model->n_classes : 1, sizeof *needs);
+            struct rp_need *needs =
+                calloc(r->model->n_classes ? r->model->n_classes : 1, sizeof *needs);
             uint32_t *idx = calloc(r->model->n_types, sizeof *idx);
             for (uint32_t i = 0; needs && idx && i < r->n_cl; i++) {
                 if ((int64_t)s->peak_k > r->cl[i].k_last)
@@ -140,8 +141,8 @@ static void fmt_dur(int64_t ns, char *b, size_t n)
 static void fmt_trace_time(double s, char *b, size_t n)
 {
     long long t = (long long)s;
-    snprintf(b, n, "day %lld %02lld:%02lld (t=%lld s)", t / 86400, t % 86400 / 3600,
-             t % 3600 / 60, t);
+    snprintf(b, n, "day %lld %02lld:%02lld (t=%lld s)", t / 86400, t % 86400 / 3600, t % 3600 / 60,
+             t);
 }
 
 static double metric(const struct rp_run *r, const char *name, const char *match)
@@ -157,8 +158,9 @@ void rp_report_print(const struct rp_run *r, const struct rp_summary *s, FILE *f
     fprintf(f, "  trace        %s: %zu pods (%zu rows, %zu skipped), window %lld..%lld s\n",
             r->trace->path, r->trace->n_pods, r->trace->rows, r->trace->skipped,
             (long long)r->clock.from, (long long)r->clock.until);
-    fprintf(f, "  replay       %u cluster%s over %u connection%s, speed %.0fx, rollup every %s "
-               "(= %.0f s of trace), %.1f s wall\n",
+    fprintf(f,
+            "  replay       %u cluster%s over %u connection%s, speed %.0fx, rollup every %s "
+            "(= %.0f s of trace), %.1f s wall\n",
             r->n_cl, r->n_cl == 1 ? "" : "s", r->n_clients, r->n_clients == 1 ? "" : "s",
             r->clock.speed, (fmt_dur(r->clock.interval_ns, a, sizeof a), a),
             (double)r->clock.interval_ns / 1e9 * r->clock.speed,
@@ -169,15 +171,17 @@ void rp_report_print(const struct rp_run *r, const struct rp_summary *s, FILE *f
         acked += r->cl[i].acks_rollup;
         coalesced += r->cl[i].rollups_coalesced;
     }
-    fprintf(f, "  pods         %llu seen in a rollup, %llu lived between two rollups; classes %zu\n",
+    fprintf(f,
+            "  pods         %llu seen in a rollup, %llu lived between two rollups; classes %zu\n",
             (unsigned long long)r->pods_observed, (unsigned long long)r->pods_unobserved,
             r->model->n_classes);
     fprintf(f, "  rollups      %llu sent, %llu acked, %llu coalesced\n", (unsigned long long)sent,
             (unsigned long long)acked, (unsigned long long)coalesced);
     if (s->have_peak) {
         fmt_trace_time(s->peak_trace_s, a, sizeof a);
-        fprintf(f, "  satisfied    at peak (%s): %.2f%% (cpu %.2f%%, memory %.2f%%, gpu %.2f%%; "
-                   "price-weighted %.2f%%)\n",
+        fprintf(f,
+                "  satisfied    at peak (%s): %.2f%% (cpu %.2f%%, memory %.2f%%, gpu %.2f%%; "
+                "price-weighted %.2f%%)\n",
                 a, 100 * s->sat_peak_min, 100 * s->sat_peak[RP_CPU], 100 * s->sat_peak[RP_MEM],
                 100 * s->sat_peak[RP_GPU], 100 * s->sat_peak_weighted);
         fprintf(f, "               over time: mean %.2f%%, min %.2f%% (%zu points)\n",
@@ -189,21 +193,26 @@ void rp_report_print(const struct rp_run *r, const struct rp_summary *s, FILE *f
     fmt_dur(s->lat_p99, b, sizeof b);
     fmt_dur(s->lat_max, c, sizeof c);
     fmt_dur(s->lat_target_ns, d, sizeof d);
-    fprintf(f, "  binding      first rollup -> Configured: p50 %s, p99 %s, max %s (%zu pods; "
-               "target p99 <= %s)\n", a, b, c, r->n_lat, d);
+    fprintf(f,
+            "  binding      first rollup -> Configured: p50 %s, p99 %s, max %s (%zu pods; "
+            "target p99 <= %s)\n",
+            a, b, c, r->n_lat, d);
     fmt_dur(s->e2e_p50, a, sizeof a);
     fmt_dur(s->e2e_p99, b, sizeof b);
-    fprintf(f, "               pod created -> Configured: p50 %s, p99 %s; %llu pods fit in "
-               "machines already bound, %llu deleted before bound, %llu never bound\n",
+    fprintf(f,
+            "               pod created -> Configured: p50 %s, p99 %s; %llu pods fit in "
+            "machines already bound, %llu deleted before bound, %llu never bound\n",
             a, b, (unsigned long long)r->pods_covered_at_once,
             (unsigned long long)r->pods_deleted_unbound, (unsigned long long)r->pods_never_bound);
-    fprintf(f, "  machines     provisioned %llu, reclaimed %llu, preempted %llu, drained %llu, "
-               "failed %llu",
+    fprintf(f,
+            "  machines     provisioned %llu, reclaimed %llu, preempted %llu, drained %llu, "
+            "failed %llu",
             (unsigned long long)r->provisioned, (unsigned long long)r->reclaimed,
             (unsigned long long)r->preempted, (unsigned long long)r->drained,
             (unsigned long long)r->failed);
     if (r->have_final_metrics)
-        fprintf(f, ", released %.0f (shard /metrics)", metric(r, "bigfleet_shard_idle_releases_total", NULL));
+        fprintf(f, ", released %.0f (shard /metrics)",
+                metric(r, "bigfleet_shard_idle_releases_total", NULL));
     fprintf(f, "\n");
     if (s->have_peak && r->model->n_types)
         fprintf(f, "  cost         at peak $%.2f/h; lower bound $%.2f/h (%.2fx)%s\n", s->cost_peak,
@@ -217,26 +226,32 @@ void rp_report_print(const struct rp_run *r, const struct rp_summary *s, FILE *f
                 r->still_demanded[i].machine, r->still_demanded[i].type,
                 r->still_demanded[i].cluster);
     if (r->have_final_metrics) {
-        fprintf(f, "  shard        actions: provision %.0f, bootstrap %.0f, reclaim %.0f, preempt %.0f, "
-                   "delete %.0f; provisioning latency p50 %.3f s, p99 %.3f s\n",
-                metric(r, "bigfleet_shard_actions_total", "kind=\"Provision\""),
-                metric(r, "bigfleet_shard_actions_total", "kind=\"Bootstrap\""),
-                metric(r, "bigfleet_shard_actions_total", "kind=\"Reclaim\""),
-                metric(r, "bigfleet_shard_actions_total", "kind=\"Preempt\""),
-                metric(r, "bigfleet_shard_actions_total", "kind=\"Delete\""),
-                rp_prom_hist_quantile(&r->final_metrics, "bigfleet_shard_provisioning_latency_seconds", 0.5),
-                rp_prom_hist_quantile(&r->final_metrics, "bigfleet_shard_provisioning_latency_seconds", 0.99));
+        fprintf(
+            f,
+            "  shard        actions: provision %.0f, bootstrap %.0f, reclaim %.0f, preempt %.0f, "
+            "delete %.0f; provisioning latency p50 %.3f s, p99 %.3f s\n",
+            metric(r, "bigfleet_shard_actions_total", "kind=\"Provision\""),
+            metric(r, "bigfleet_shard_actions_total", "kind=\"Bootstrap\""),
+            metric(r, "bigfleet_shard_actions_total", "kind=\"Reclaim\""),
+            metric(r, "bigfleet_shard_actions_total", "kind=\"Preempt\""),
+            metric(r, "bigfleet_shard_actions_total", "kind=\"Delete\""),
+            rp_prom_hist_quantile(&r->final_metrics, "bigfleet_shard_provisioning_latency_seconds",
+                                  0.5),
+            rp_prom_hist_quantile(&r->final_metrics, "bigfleet_shard_provisioning_latency_seconds",
+                                  0.99));
     } else if (cfg->metrics_addr) {
         fprintf(f, "  shard        /metrics not read: %s\n", r->metrics_error);
     }
     if (r->ticks_skipped || r->send_errors || r->bad_msgs || r->nsu_no_shape || r->reclaim_unknown)
-        fprintf(f, "  anomalies    ticks skipped %llu, send errors %llu, bad frames %llu, "
-                   "Configured updates without a shape %llu, reclaims of unknown machines %llu\n",
+        fprintf(f,
+                "  anomalies    ticks skipped %llu, send errors %llu, bad frames %llu, "
+                "Configured updates without a shape %llu, reclaims of unknown machines %llu\n",
                 (unsigned long long)r->ticks_skipped, (unsigned long long)r->send_errors,
                 (unsigned long long)r->bad_msgs, (unsigned long long)r->nsu_no_shape,
                 (unsigned long long)r->reclaim_unknown);
-    fprintf(f, "  acceptance   %s (satisfied at peak >= 99%%: %s; 0 reclaims of still-demanded "
-               "machines: %s; binding p99 <= rollup interval + 2 cycles: %s)\n",
+    fprintf(f,
+            "  acceptance   %s (satisfied at peak >= 99%%: %s; 0 reclaims of still-demanded "
+            "machines: %s; binding p99 <= rollup interval + 2 cycles: %s)\n",
             s->pass ? "PASS" : "FAIL", s->pass_satisfied ? "yes" : "no",
             s->pass_reclaims ? "yes" : "no", s->pass_latency ? "yes" : "no");
 }
@@ -284,16 +299,18 @@ static void write_json(FILE *f, const struct rp_run *r, const struct rp_summary 
         jstr(f, cfg->catalog_path);
     else
         fputs("null", f);
-    fprintf(f, ", \"instance_types\": %zu, \"classes\": %zu, \"pinned\": %s, "
-               "\"unfittable_pods\": %zu},\n",
+    fprintf(f,
+            ", \"instance_types\": %zu, \"classes\": %zu, \"pinned\": %s, "
+            "\"unfittable_pods\": %zu},\n",
             r->model->n_types, r->model->n_classes, r->model->pin ? "true" : "false",
             r->model->unfittable_pods);
     fprintf(f, "  \"replay\": {\"shard_addr\": ");
     jstr(f, cfg->shard_addr);
-    fprintf(f, ", \"clusters\": %u, \"connections\": %u, \"from_s\": %lld, \"until_s\": %lld, "
-               "\"speed\": %.10g, \"rollup_interval_s\": %.6g, \"trace_s_per_rollup\": %.6g, "
-               "\"cluster_offset_s\": %lld, \"cycle_interval_hint_s\": %.6g, \"wall_s\": %.3f, "
-               "\"shard_epoch\": %lld},\n",
+    fprintf(f,
+            ", \"clusters\": %u, \"connections\": %u, \"from_s\": %lld, \"until_s\": %lld, "
+            "\"speed\": %.10g, \"rollup_interval_s\": %.6g, \"trace_s_per_rollup\": %.6g, "
+            "\"cluster_offset_s\": %lld, \"cycle_interval_hint_s\": %.6g, \"wall_s\": %.3f, "
+            "\"shard_epoch\": %lld},\n",
             r->n_cl, r->n_clients, (long long)r->clock.from, (long long)r->clock.until,
             r->clock.speed, (double)r->clock.interval_ns / 1e9,
             (double)r->clock.interval_ns / 1e9 * r->clock.speed, (long long)r->clock.offset,
@@ -308,20 +325,24 @@ static void write_json(FILE *f, const struct rp_run *r, const struct rp_summary 
         restarts += r->cl[i].sessions_started ? r->cl[i].sessions_started - 1 : 0;
         timeouts += r->cl[i].sessions_timed_out;
     }
-    fprintf(f, "  \"protocol\": {\"rollups_sent\": %llu, \"rollup_acks\": %llu, \"rollups_coalesced\": "
-               "%llu, \"session_restarts\": %llu, \"sessions_timed_out\": %llu, \"bootstrap_requests\": %llu, "
-               "\"bootstrap_cluster_mismatch\": %llu, \"reclaim_instructions\": %llu, "
-               "\"node_state_updates\": %llu, \"available_capacity_updates\": %llu, "
-               "\"bad_frames\": %llu, \"send_errors\": %llu, \"ticks_skipped\": %llu},\n",
-            (unsigned long long)sent, (unsigned long long)acked,
-            (unsigned long long)(coalesced + unsent), (unsigned long long)restarts,
-            (unsigned long long)timeouts,
-            (unsigned long long)r->boot_req, (unsigned long long)r->boot_cluster_mismatch,
-            (unsigned long long)r->reclaim_msgs, (unsigned long long)r->nsu,
-            (unsigned long long)r->ac_updates, (unsigned long long)r->bad_msgs,
-            (unsigned long long)r->send_errors, (unsigned long long)r->ticks_skipped);
-    fprintf(f, "  \"pods\": {\"observed\": %llu, \"between_rollups\": %llu, \"latency_samples\": %zu, "
-               "\"covered_at_once\": %llu, \"deleted_before_bound\": %llu, \"never_bound\": %llu},\n",
+    fprintf(
+        f,
+        "  \"protocol\": {\"rollups_sent\": %llu, \"rollup_acks\": %llu, \"rollups_coalesced\": "
+        "%llu, \"session_restarts\": %llu, \"sessions_timed_out\": %llu, \"bootstrap_requests\": "
+        "%llu, "
+        "\"bootstrap_cluster_mismatch\": %llu, \"reclaim_instructions\": %llu, "
+        "\"node_state_updates\": %llu, \"available_capacity_updates\": %llu, "
+        "\"bad_frames\": %llu, \"send_errors\": %llu, \"ticks_skipped\": %llu},\n",
+        (unsigned long long)sent, (unsigned long long)acked,
+        (unsigned long long)(coalesced + unsent), (unsigned long long)restarts,
+        (unsigned long long)timeouts, (unsigned long long)r->boot_req,
+        (unsigned long long)r->boot_cluster_mismatch, (unsigned long long)r->reclaim_msgs,
+        (unsigned long long)r->nsu, (unsigned long long)r->ac_updates,
+        (unsigned long long)r->bad_msgs, (unsigned long long)r->send_errors,
+        (unsigned long long)r->ticks_skipped);
+    fprintf(f,
+            "  \"pods\": {\"observed\": %llu, \"between_rollups\": %llu, \"latency_samples\": %zu, "
+            "\"covered_at_once\": %llu, \"deleted_before_bound\": %llu, \"never_bound\": %llu},\n",
             (unsigned long long)r->pods_observed, (unsigned long long)r->pods_unobserved, r->n_lat,
             (unsigned long long)r->pods_covered_at_once,
             (unsigned long long)r->pods_deleted_unbound, (unsigned long long)r->pods_never_bound);
@@ -349,13 +370,15 @@ static void write_json(FILE *f, const struct rp_run *r, const struct rp_summary 
     fprintf(f, ", \"min\": ");
     jnum(f, s->sat_min);
     fprintf(f, ", \"points\": %zu},\n", s->sat_samples);
-    fprintf(f, "  \"binding_latency_s\": {\"definition\": \"first rollup carrying the pod -> its Need "
-               "covered by Configured machines bound to the cluster\", \"samples\": %zu, \"p50\": %.6f, "
-               "\"p90\": %.6f, \"p99\": %.6f, \"max\": %.6f, \"target_p99\": %.6f, "
-               "\"from_pod_creation\": {\"samples\": %zu, \"p50\": %.6f, \"p99\": %.6f}, \"histogram\": [",
-            r->n_lat, (double)s->lat_p50 / 1e9, (double)s->lat_p90 / 1e9,
-            (double)s->lat_p99 / 1e9, (double)s->lat_max / 1e9, (double)s->lat_target_ns / 1e9,
-            r->n_e2e, (double)s->e2e_p50 / 1e9, (double)s->e2e_p99 / 1e9);
+    fprintf(
+        f,
+        "  \"binding_latency_s\": {\"definition\": \"first rollup carrying the pod -> its Need "
+        "covered by Configured machines bound to the cluster\", \"samples\": %zu, \"p50\": %.6f, "
+        "\"p90\": %.6f, \"p99\": %.6f, \"max\": %.6f, \"target_p99\": %.6f, "
+        "\"from_pod_creation\": {\"samples\": %zu, \"p50\": %.6f, \"p99\": %.6f}, \"histogram\": [",
+        r->n_lat, (double)s->lat_p50 / 1e9, (double)s->lat_p90 / 1e9, (double)s->lat_p99 / 1e9,
+        (double)s->lat_max / 1e9, (double)s->lat_target_ns / 1e9, r->n_e2e,
+        (double)s->e2e_p50 / 1e9, (double)s->e2e_p99 / 1e9);
     /* power-of-two buckets from 1 ms: le = 0.001 * 2^i s */
     size_t j = 0;
     for (int i = 0; i < 24; i++) {
@@ -366,15 +389,17 @@ static void write_json(FILE *f, const struct rp_run *r, const struct rp_summary 
         fprintf(f, "%s{\"le\": %.3f, \"count\": %zu}", i ? ", " : "", (double)le / 1e9, j - n0);
     }
     fprintf(f, ", {\"le\": null, \"count\": %zu}]},\n", r->n_lat - j);
-    fprintf(f, "  \"machines\": {\"provisioned\": %llu, \"reclaimed\": %llu, \"preempted\": %llu, "
-               "\"drained\": %llu, \"failed\": %llu, \"released\": ",
+    fprintf(f,
+            "  \"machines\": {\"provisioned\": %llu, \"reclaimed\": %llu, \"preempted\": %llu, "
+            "\"drained\": %llu, \"failed\": %llu, \"released\": ",
             (unsigned long long)r->provisioned, (unsigned long long)r->reclaimed,
             (unsigned long long)r->preempted, (unsigned long long)r->drained,
             (unsigned long long)r->failed);
     jnum(f, metric(r, "bigfleet_shard_idle_releases_total", NULL));
-    fprintf(f, ", \"seen\": %zu, \"shapes\": %zu, \"reclaims_of_unknown_machines\": %llu},\n", r->n_m,
-            r->shapes.n, (unsigned long long)r->reclaim_unknown);
-    fprintf(f, "  \"reclaims_still_demanded\": {\"count\": %llu, \"window_s\": %.3f, \"samples\": [",
+    fprintf(f, ", \"seen\": %zu, \"shapes\": %zu, \"reclaims_of_unknown_machines\": %llu},\n",
+            r->n_m, r->shapes.n, (unsigned long long)r->reclaim_unknown);
+    fprintf(f,
+            "  \"reclaims_still_demanded\": {\"count\": %llu, \"window_s\": %.3f, \"samples\": [",
             (unsigned long long)r->reclaim_still_demanded, (double)cfg->reclaim_window_ns / 1e9);
     for (uint64_t i = 0; i < r->reclaim_still_demanded && i < RP_RECLAIM_SAMPLES; i++) {
         const struct rp_reclaim_event *e = &r->still_demanded[i];
@@ -455,22 +480,27 @@ static void write_json(FILE *f, const struct rp_run *r, const struct rp_summary 
     } else {
         fputs("null", f);
     }
-    fprintf(f, ",\n  \"acceptance\": {\"pass\": %s, \"satisfied_at_peak_ge_99pct\": %s, "
-               "\"no_reclaims_of_still_demanded\": %s, \"latency_p99_within_target\": %s},\n",
+    fprintf(f,
+            ",\n  \"acceptance\": {\"pass\": %s, \"satisfied_at_peak_ge_99pct\": %s, "
+            "\"no_reclaims_of_still_demanded\": %s, \"latency_p99_within_target\": %s},\n",
             s->pass ? "true" : "false", s->pass_satisfied ? "true" : "false",
             s->pass_reclaims ? "true" : "false", s->pass_latency ? "true" : "false");
-    fprintf(f, "  \"timeline\": {\"columns\": [\"rollup\", \"trace_s\", \"clusters\", \"pods\", \"needs\", "
-               "\"demand_cpu_cores\", \"demand_memory_gib\", \"demand_gpus\", \"covered_cpu_cores\", "
-               "\"covered_memory_gib\", \"covered_gpus\", \"bound_cpu_cores\", \"bound_memory_gib\", "
-               "\"bound_gpus\", \"cost_per_hour\"], \"rows\": [");
+    fprintf(f,
+            "  \"timeline\": {\"columns\": [\"rollup\", \"trace_s\", \"clusters\", \"pods\", "
+            "\"needs\", "
+            "\"demand_cpu_cores\", \"demand_memory_gib\", \"demand_gpus\", \"covered_cpu_cores\", "
+            "\"covered_memory_gib\", \"covered_gpus\", \"bound_cpu_cores\", \"bound_memory_gib\", "
+            "\"bound_gpus\", \"cost_per_hour\"], \"rows\": [");
     bool first = true;
     for (size_t k = 0; k < r->n_ticks; k++) {
         const struct rp_tick *t = &r->ticks[k];
         if (!t->clusters)
             continue;
-        double ts = (double)r->clock.from + (double)k * (double)r->clock.interval_ns / 1e9 * r->clock.speed;
-        fprintf(f, "%s\n    [%zu, %.0f, %u, %u, %u, %.3f, %.3f, %.3f, %.3f, %.3f, %.3f, %.3f, %.3f, "
-                   "%.3f, %.4f]",
+        double ts =
+            (double)r->clock.from + (double)k * (double)r->clock.interval_ns / 1e9 * r->clock.speed;
+        fprintf(f,
+                "%s\n    [%zu, %.0f, %u, %u, %u, %.3f, %.3f, %.3f, %.3f, %.3f, %.3f, %.3f, %.3f, "
+                "%.3f, %.4f]",
                 first ? "" : ",", k, ts, t->clusters, t->pods, t->needs, t->demand[RP_CPU] / 1000,
                 t->demand[RP_MEM] / 1024, t->demand[RP_GPU] / 1000, t->covered[RP_CPU] / 1000,
                 t->covered[RP_MEM] / 1024, t->covered[RP_GPU] / 1000, t->bound[RP_CPU] / 1000,
@@ -512,9 +542,10 @@ static void write_demand_svg(FILE *f, const struct rp_run *r)
 {
     const int W = 1000, PH = 230, L = 80, R = 30, T = 50, GAP = 40;
     const int H = T + 3 * PH + 2 * GAP + 80;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-               "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
-               "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+            "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
+            "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
             W, H, W, H);
     char title[256];
     const char *base = strrchr(r->trace->path, '/');
@@ -524,8 +555,9 @@ static void write_demand_svg(FILE *f, const struct rp_run *r)
     static const char *names[RP_DIMS] = {"CPU (cores)", "memory (GiB)", "GPUs"};
     static const double scale[RP_DIMS] = {1000, 1024, 1000};
     double x0 = (double)r->clock.from / 86400, x1 = (double)r->clock.until / 86400;
-    double span_days = ((double)(r->n_ticks ? r->n_ticks - 1 : 1) * (double)r->clock.interval_ns / 1e9 *
-                        r->clock.speed) / 86400;
+    double span_days = ((double)(r->n_ticks ? r->n_ticks - 1 : 1) * (double)r->clock.interval_ns /
+                        1e9 * r->clock.speed) /
+                       86400;
     if (x0 + span_days > x1)
         x1 = x0 + span_days;
     if (x1 <= x0)
@@ -543,8 +575,10 @@ static void write_demand_svg(FILE *f, const struct rp_run *r)
             ymax = 1;
         double step = nice_step(ymax, 4);
         ymax = ceil(ymax * 1.05 / step) * step;
-        fprintf(f, "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" "
-                   "stroke=\"#999\"/>\n", L, top, W - L - R, PH);
+        fprintf(f,
+                "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" "
+                "stroke=\"#999\"/>\n",
+                L, top, W - L - R, PH);
         for (double y = 0; y <= ymax + 1e-9; y += step) {
             double py = bot - y / ymax * PH;
             fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L,
@@ -579,7 +613,8 @@ static void write_demand_svg(FILE *f, const struct rp_run *r)
                 if (!t->clusters)
                     continue;
                 double v = series == 0 ? t->demand[d] : series == 1 ? t->bound[d] : t->covered[d];
-                double xd = x0 + (double)k * (double)r->clock.interval_ns / 1e9 * r->clock.speed / 86400;
+                double xd =
+                    x0 + (double)k * (double)r->clock.interval_ns / 1e9 * r->clock.speed / 86400;
                 double px = L + (xd - x0) / (x1 - x0) * (W - L - R);
                 double py = bot - (v / scale[d]) / ymax * PH;
                 fprintf(f, "%.1f,%.1f ", px, py);
@@ -593,9 +628,13 @@ static void write_demand_svg(FILE *f, const struct rp_run *r)
     static const char *lc[3] = {"#1f77b4", "#ff7f0e", "#2ca02c"};
     for (int i = 0; i < 3; i++) {
         double lx = L + i * 290;
-        fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-                   "stroke-width=\"3\"%s/>\n", lx, lx + 24, ly - 4, ly - 4, lc[i],
-                i == 2 ? " stroke-dasharray=\"5,3\"" : i == 0 ? " stroke-opacity=\"0.55\"" : "");
+        fprintf(f,
+                "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                "stroke-width=\"3\"%s/>\n",
+                lx, lx + 24, ly - 4, ly - 4, lc[i],
+                i == 2   ? " stroke-dasharray=\"5,3\""
+                : i == 0 ? " stroke-opacity=\"0.55\""
+                         : "");
         svg_text(f, lx + 30, ly, "start", 12, "#222", leg[i]);
     }
     svg_text(f, W / 2.0, T + 3 * PH + 2 * GAP + 34, "middle", 12, "#444", "trace time (days)");
@@ -605,16 +644,19 @@ static void write_demand_svg(FILE *f, const struct rp_run *r)
 static void write_latency_svg(FILE *f, const struct rp_run *r, const struct rp_summary *s)
 {
     const int W = 900, H = 420, L = 70, R = 60, T = 50, B = 60;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-               "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
-               "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+            "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
+            "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
             W, H, W, H);
     char title[200];
-    snprintf(title, sizeof title,
-             "Binding latency (first rollup -> Configured), %zu pods", r->n_lat);
+    snprintf(title, sizeof title, "Binding latency (first rollup -> Configured), %zu pods",
+             r->n_lat);
     svg_text(f, W / 2.0, 24, "middle", 16, "#222", title);
     double pw = W - L - R, ph = H - T - B;
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"#fafafa\" stroke=\"#999\"/>\n",
+    fprintf(f,
+            "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"#fafafa\" "
+            "stroke=\"#999\"/>\n",
             L, T, pw, ph);
     if (r->n_lat == 0) {
         svg_text(f, W / 2.0, H / 2.0, "middle", 14, "#666", "no binding-latency samples");
@@ -622,7 +664,8 @@ static void write_latency_svg(FILE *f, const struct rp_run *r, const struct rp_s
         return;
     }
     /* log-x from 100 us to max(2 x max, target x 2) */
-    double lo = 1e-4, hi = fmax((double)s->lat_max / 1e9 * 1.5, (double)s->lat_target_ns / 1e9 * 1.5);
+    double lo = 1e-4,
+           hi = fmax((double)s->lat_max / 1e9 * 1.5, (double)s->lat_target_ns / 1e9 * 1.5);
     if (hi <= lo * 10)
         hi = lo * 10;
     double llo = log10(lo), lhi = log10(hi);
@@ -644,8 +687,9 @@ static void write_latency_svg(FILE *f, const struct rp_run *r, const struct rp_s
         if (!bins[b])
             continue;
         double x = L + pw * b / NB, h = ph * 0.95 * (double)bins[b] / (double)maxb;
-        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#9ecae1\" "
-                   "stroke=\"#3182bd\" stroke-width=\"0.5\"/>\n",
+        fprintf(f,
+                "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#9ecae1\" "
+                "stroke=\"#3182bd\" stroke-width=\"0.5\"/>\n",
                 x, T + ph - h, pw / NB, h);
     }
     /* CDF */
@@ -690,8 +734,9 @@ static void write_latency_svg(FILE *f, const struct rp_run *r, const struct rp_s
     for (int i = 0; i < 3; i++) {
         double v = fmax(marks[i].v, lo);
         double x = L + pw * (log10(v) - llo) / (lhi - llo);
-        fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.0f\" stroke=\"%s\" "
-                   "stroke-width=\"1.5\" stroke-dasharray=\"4,3\"/>\n",
+        fprintf(f,
+                "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.0f\" stroke=\"%s\" "
+                "stroke-width=\"1.5\" stroke-dasharray=\"4,3\"/>\n",
                 x, x, T, T + ph, marks[i].color);
         char d[32], lab[64];
         fmt_dur((int64_t)(marks[i].v * 1e9), d, sizeof d);
@@ -708,8 +753,8 @@ static void write_latency_svg(FILE *f, const struct rp_run *r, const struct rp_s
     fputs("</svg>\n", f);
 }
 
-static int write_file(const char *dir, const char *name, void (*fn)(FILE *, const struct rp_run *,
-                                                                      const struct rp_summary *),
+static int write_file(const char *dir, const char *name,
+                      void (*fn)(FILE *, const struct rp_run *, const struct rp_summary *),
                       const struct rp_run *r, const struct rp_summary *s)
 {
     char path[4096], tmp[4200];

@@ -47,8 +47,8 @@
 #include "bigfleet/v1alpha1/shard.pb-c.h"
 #include "run.h"
 
-#define SESSION_PATH "/bigfleet.v1alpha1.Shard/Session"
-#define OUTBOX_LIMIT (1u << 20)
+#define SESSION_PATH   "/bigfleet.v1alpha1.Shard/Session"
+#define OUTBOX_LIMIT   (1u << 20)
 #define BACKOFF_MIN_NS (200 * BF_NS_PER_MS)
 #define BACKOFF_MAX_NS (5 * BF_NS_PER_SEC)
 
@@ -262,7 +262,8 @@ static void on_node_state(struct rp_run *r, struct rp_cluster *c,
     uint8_t prev_phase = m->phase;
     m->shape = shape;
     m->state = (uint8_t)st;
-    if (st == BF_STATE_CONFIGURED && !(prev_state == BF_STATE_CONFIGURED && prev_cluster == (int32_t)c->idx))
+    if (st == BF_STATE_CONFIGURED &&
+        !(prev_state == BF_STATE_CONFIGURED && prev_cluster == (int32_t)c->idx))
         m->cordoned = false; /* a new binding */
     switch (st) {
     case BF_STATE_IDLE:
@@ -442,8 +443,8 @@ static void check_reclaim(struct rp_run *r, struct rp_cluster *c, struct rp_mach
             older_taken = true;
         }
         any = true;
-        int rc = rp_machine_needed(&r->shapes, r->model, e->needs, e->n, sup, n,
-                                   (uint32_t)m->shape);
+        int rc =
+            rp_machine_needed(&r->shapes, r->model, e->needs, e->n, sup, n, (uint32_t)m->shape);
         if (rc <= 0)
             needed_all = false;
     }
@@ -509,7 +510,8 @@ static void on_bootstrap(struct rp_run *r, struct rp_cluster *c,
                      "write_files:\n- path: /etc/bigfleet/join\n  content: |\n"
                      "    cluster=%s\n    request=%s\n    requirements=%zu\n",
                      c->id, br->request_id ? br->request_id : "", br->n_requirements);
-    Bigfleet__V1alpha1__BootstrapBlobResponse resp = BIGFLEET__V1ALPHA1__BOOTSTRAP_BLOB_RESPONSE__INIT;
+    Bigfleet__V1alpha1__BootstrapBlobResponse resp =
+        BIGFLEET__V1ALPHA1__BOOTSTRAP_BLOB_RESPONSE__INIT;
     resp.request_id = br->request_id;
     resp.user_data.data = (uint8_t *)blob;
     resp.user_data.len = (size_t)(n < (int)sizeof blob ? n : (int)sizeof blob - 1);
@@ -747,7 +749,8 @@ static void on_message(struct bf_net_stream *s, const uint8_t *msg, size_t len, 
     struct rp_run *r = c->run;
     c->last_rx_ns = bf_mono_ns();
     c->sent_since_rx = 0;
-    Bigfleet__V1alpha1__ShardMessage *sm = bigfleet__v1alpha1__shard_message__unpack(NULL, len, msg);
+    Bigfleet__V1alpha1__ShardMessage *sm =
+        bigfleet__v1alpha1__shard_message__unpack(NULL, len, msg);
     if (!sm) {
         if (r->bad_msgs++ == 0)
             BF_WARN("undecodable ShardMessage", "cluster=%s bytes=%zu", c->id, len);
@@ -889,8 +892,9 @@ static void on_watchdog(struct bf_net_timer *t, void *arg)
         struct rp_cluster *c = &r->cl[i];
         if (!c->stream)
             continue;
-        bool silent = (c->sess == RP_SESS_HELLO && now - c->sess_start_ns > to) ||
-                      (c->sess == RP_SESS_READY && c->sent_since_rx >= 2 && now - c->last_rx_ns > to);
+        bool silent =
+            (c->sess == RP_SESS_HELLO && now - c->sess_start_ns > to) ||
+            (c->sess == RP_SESS_READY && c->sent_since_rx >= 2 && now - c->last_rx_ns > to);
         if (!silent)
             continue;
         c->sessions_timed_out++;
@@ -1044,7 +1048,7 @@ static void on_progress(struct bf_net_timer *t, void *arg)
         if (r->scrape.ok) {
             rate = r->scrape.actions_rate;
             rate_what = "act/s";
-            snprintf(inv, sizeof inv, " | shard spec %.0f idle %.0f conf %.0f", 
+            snprintf(inv, sizeof inv, " | shard spec %.0f idle %.0f conf %.0f",
                      r->scrape.inv[BF_STATE_SPECULATIVE], r->scrape.inv[BF_STATE_IDLE],
                      r->scrape.inv[BF_STATE_CONFIGURED]);
         }
@@ -1228,8 +1232,10 @@ int rp_run_execute(struct rp_run *r)
             max_k = c->k_last;
     }
     if (max_k > 50 * 1000 * 1000) {
-        fprintf(stderr, "bigfleet-replay: %lld rollups per cluster: raise --speed or "
-                        "--rollup-interval\n", (long long)max_k);
+        fprintf(stderr,
+                "bigfleet-replay: %lld rollups per cluster: raise --speed or "
+                "--rollup-interval\n",
+                (long long)max_k);
         return -EINVAL;
     }
     r->n_ticks = (size_t)max_k + 1;
@@ -1239,8 +1245,8 @@ int rp_run_execute(struct rp_run *r)
     r->connect_timer = bf_net_timer_new(r->loop, on_connect_timeout, r);
     r->stop_timer = bf_net_timer_new(r->loop, on_stop_timer, r);
     r->watchdog = bf_net_timer_new(r->loop, on_watchdog, r);
-    if (!r->ticks || !r->progress_timer || !r->settle_timer || !r->connect_timer || !r->stop_timer ||
-        !r->watchdog)
+    if (!r->ticks || !r->progress_timer || !r->settle_timer || !r->connect_timer ||
+        !r->stop_timer || !r->watchdog)
         return -ENOMEM;
     int64_t wd = cfg->session_timeout_ns / 4;
     if (wd < 50 * BF_NS_PER_MS)
@@ -1248,7 +1254,8 @@ int rp_run_execute(struct rp_run *r)
     bf_net_timer_start(r->watchdog, wd, wd);
     bf_net_timer_start(r->connect_timer, cfg->connect_timeout_ns, 0);
     if (cfg->progress)
-        bf_net_timer_start(r->progress_timer, cfg->progress == 2 ? 250 * BF_NS_PER_MS : BF_NS_PER_SEC,
+        bf_net_timer_start(r->progress_timer,
+                           cfg->progress == 2 ? 250 * BF_NS_PER_MS : BF_NS_PER_SEC,
                            cfg->progress == 2 ? 250 * BF_NS_PER_MS : 10 * BF_NS_PER_SEC);
     r->last_progress_ns = bf_mono_ns();
     for (uint32_t i = 0; i < r->n_cl; i++)
@@ -1293,13 +1300,16 @@ int rp_run_execute(struct rp_run *r)
         int status;
         char *body;
         size_t len;
-        int grc = rp_http_get(cfg->metrics_addr, "/metrics", 5 * BF_NS_PER_SEC, &status, &body, &len);
+        int grc =
+            rp_http_get(cfg->metrics_addr, "/metrics", 5 * BF_NS_PER_SEC, &status, &body, &len);
         if (grc == 0 && status == 200 && rp_prom_parse(body, len, &r->final_metrics) == 0) {
             r->have_final_metrics = true;
         } else {
             snprintf(r->metrics_error, sizeof r->metrics_error, "GET http://%s/metrics: %s",
                      cfg->metrics_addr,
-                     grc ? strerror(-grc) : status != 200 ? "HTTP status not 200" : "unparsable");
+                     grc             ? strerror(-grc)
+                     : status != 200 ? "HTTP status not 200"
+                                     : "unparsable");
         }
         if (grc == 0)
             free(body);

@@ -38,8 +38,8 @@ struct rp_config {
     int64_t connect_timeout_ns;
     int64_t reclaim_window_ns;
     int64_t session_timeout_ns; /* silent session -> cancelled and re-dialled */
-    int64_t cycle_hint_ns; /* the shard's --cycle-interval, for the latency target */
-    int progress;          /* 0 off, 1 plain lines, 2 refresh in place */
+    int64_t cycle_hint_ns;      /* the shard's --cycle-interval, for the latency target */
+    int progress;               /* 0 off, 1 plain lines, 2 refresh in place */
     struct bf_net_tls_config tls;
 };
 
@@ -193,8 +193,8 @@ struct rp_run {
         reclaim_still_demanded;
     struct rp_reclaim_event still_demanded[RP_RECLAIM_SAMPLES];
     /* protocol counters */
-    uint64_t nsu, nsu_no_shape, boot_req, boot_cluster_mismatch, reclaim_msgs, ac_updates,
-        bad_msgs, unknown_msgs, send_errors, acks_other;
+    uint64_t nsu, nsu_no_shape, boot_req, boot_cluster_mismatch, reclaim_msgs, ac_updates, bad_msgs,
+        unknown_msgs, send_errors, acks_other;
     int64_t shard_epoch, coordinator_term;
     uint64_t ticks_skipped;
     char last_session_error[256];

@@ -272,8 +272,7 @@ static bool covers(const rp_res *have, const rp_res *want)
 bool rp_need_eligible(struct rp_shapes *s, const struct rp_model *m, const struct rp_need *n,
                       uint32_t shape)
 {
-    return covers(&s->v[shape].alloc, &n->min_unit) &&
-           rp_class_matches_shape(s, m, n->cls, shape);
+    return covers(&s->v[shape].alloc, &n->min_unit) && rp_class_matches_shape(s, m, n->cls, shape);
 }
 
 /* ------------------------------------------------------------ attribution */
@@ -349,8 +348,8 @@ static bool short_of(const rp_res *agg, const rp_res *cov)
  * allocatable (not capped).
  */
 static int attribute_one(struct rp_shapes *s, const struct rp_model *m, const struct rp_need *needs,
-                         size_t n_needs, const struct rp_supply_ent *sup, size_t n_sup, int order_kind,
-                         int64_t *take, rp_res *cov)
+                         size_t n_needs, const struct rp_supply_ent *sup, size_t n_sup,
+                         int order_kind, int64_t *take, rp_res *cov)
 {
     memset(take, 0, n_needs * (n_sup ? n_sup : 1) * sizeof *take);
     memset(cov, 0, n_needs * sizeof *cov);
@@ -473,8 +472,9 @@ static double score_cov(const struct rp_need *needs, size_t n, const rp_res *cov
     for (size_t i = 0; i < n; i++)
         for (int d = 0; d < RP_DIMS; d++)
             if (needs[i].agg.v[d] > 0)
-                sc += cov[i].v[d] >= needs[i].agg.v[d] ? 1.0
-                                                       : (double)cov[i].v[d] / (double)needs[i].agg.v[d];
+                sc += cov[i].v[d] >= needs[i].agg.v[d]
+                          ? 1.0
+                          : (double)cov[i].v[d] / (double)needs[i].agg.v[d];
     return sc;
 }
 
@@ -629,8 +629,7 @@ double rp_max_coverage(struct rp_shapes *s, const struct rp_model *m, const stru
             for (size_t k = 0; k < ns; k++) {
                 if (!(elig[i * ns + k] && shape_in[k] && count[k] > 0))
                     continue;
-                A[row * cols + yy] =
-                    -(double)s->v[shape[k]].alloc.v[d] / (double)needs[i].agg.v[d];
+                A[row * cols + yy] = -(double)s->v[shape[k]].alloc.v[d] / (double)needs[i].agg.v[d];
                 yy++;
             }
             A[(ns + nz + zr) * cols + z] = 1; /* z <= 1 */
@@ -658,8 +657,7 @@ out:
 }
 
 int rp_machine_needed(struct rp_shapes *s, const struct rp_model *m, const struct rp_need *needs,
-                      size_t n_needs, const struct rp_supply_ent *sup, size_t n_sup,
-                      uint32_t shape)
+                      size_t n_needs, const struct rp_supply_ent *sup, size_t n_sup, uint32_t shape)
 {
     if (n_needs == 0)
         return 0;

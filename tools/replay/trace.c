@@ -21,29 +21,17 @@
 
 #include "replay.h"
 
-enum col {
-    C_NAME,
-    C_CPU,
-    C_MEM,
-    C_NGPU,
-    C_GPUMILLI,
-    C_SPEC,
-    C_QOS,
-    C_CREATE,
-    C_DELETE,
-    C_COUNT
-};
+enum col { C_NAME, C_CPU, C_MEM, C_NGPU, C_GPUMILLI, C_SPEC, C_QOS, C_CREATE, C_DELETE, C_COUNT };
 static const char *const col_name[C_COUNT] = {
-    "name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli",
-    "gpu_spec", "qos", "creation_time", "deletion_time",
+    "name",     "cpu_milli", "memory_mib",    "num_gpu",       "gpu_milli",
+    "gpu_spec", "qos",       "creation_time", "deletion_time",
 };
-static const bool col_required[C_COUNT] = {true, true, true, true, true,
-                                           false, true, true, true};
+static const bool col_required[C_COUNT] = {true, true, true, true, true, false, true, true, true};
 
-#define MAX_FIELDS 64
+#define MAX_FIELDS     64
 #define MAX_MEMORY_MIB (INT64_C(1) << 40) /* 1 EiB: keeps byte math in int64 */
-#define MAX_GPUS 1024
-#define MAX_TIME (INT64_C(1) << 53)
+#define MAX_GPUS       1024
+#define MAX_TIME       (INT64_C(1) << 53)
 
 static void errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void errf(char *err, size_t n, const char *fmt, ...)
@@ -368,8 +356,8 @@ static int cmp_create(const void *a, const void *b, void *ctx)
     return x < y ? -1 : (x > y);
 }
 
-int rp_trace_parse(const char *name, const char *buf, size_t len, bool skip_bad,
-                   struct rp_trace *t, char *err, size_t err_len)
+int rp_trace_parse(const char *name, const char *buf, size_t len, bool skip_bad, struct rp_trace *t,
+                   char *err, size_t err_len)
 {
     memset(t, 0, sizeof *t);
     struct nameset ns = {0};
@@ -437,8 +425,8 @@ int rp_trace_parse(const char *name, const char *buf, size_t len, bool skip_bad,
                     if (strcmp(f[i], col_name[c]))
                         continue;
                     if (col[c] >= 0) {
-                        errf(err, err_len, "%s:%zu: header: column %s appears twice", name,
-                             lineno, col_name[c]);
+                        errf(err, err_len, "%s:%zu: header: column %s appears twice", name, lineno,
+                             col_name[c]);
                         rc = -EINVAL;
                         goto fail;
                     }
@@ -467,8 +455,8 @@ int rp_trace_parse(const char *name, const char *buf, size_t len, bool skip_bad,
             snprintf(why, sizeof why, "unterminated quote");
             prc = -EINVAL;
         } else if (nf != ncols) {
-            snprintf(why, sizeof why, "%d fields, the header has %d", nf > MAX_FIELDS ? MAX_FIELDS + 1 : nf,
-                     ncols);
+            snprintf(why, sizeof why, "%d fields, the header has %d",
+                     nf > MAX_FIELDS ? MAX_FIELDS + 1 : nf, ncols);
             prc = -EINVAL;
         } else {
             prc = parse_row(t, f, nf, col, &pod, why, sizeof why);
