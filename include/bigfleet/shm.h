@@ -12,7 +12,10 @@
  * paths must not be called on one.
  *
  * Process rules: the handle is not shared between threads without external
- * locking (the appliance's processes are single-threaded). Functions that
+ * locking, except that readers and the string table may be used from two
+ * threads of one process (the session's loop and its ingest thread): the
+ * string lock is keyed by pid, so a thread waits for its sibling to release
+ * it (bounded) exactly as for another process. Functions that
  * write name the role allowed to call them; the rest are readers usable by
  * anyone. Waits are bounded: a seqlock read retries at most
  * BF_SEQLOCK_READ_TRIES times, a seqlock write acquisition and the string

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "bigfleet/log.h"
+#include "bigfleet/process.h"
 #include "bigfleet/util.h"
 #include "cycle_internal.h"
 
@@ -112,6 +113,8 @@ static bool reconcile(struct bf_cycle *c)
     int fd = (int)atomic_load(&st->proc[BF_ROLE_CYCLE].wake_fd);
     while (atomic_load_explicit(&st->reconcile_done_seq, memory_order_acquire) < req) {
         int64_t left = deadline - bf_mono_ns();
+        if (bf_child_stopping())
+            return false;
         if (left <= 0) {
             atomic_fetch_add(&st->cycle.reconcile_waits_timed_out, 1);
             return false;

@@ -101,7 +101,8 @@ void bf_cycle_enqueue(struct bf_cycle *c, const struct bf_engine_result *r,
         c->acts = na;
         c->acts_cap = nc;
     }
-    memcpy(c->acts, r->actions, r->n_actions * sizeof *c->acts);
+    if (r->n_actions)
+        memcpy(c->acts, r->actions, r->n_actions * sizeof *c->acts);
     struct bf_rails_config rc = {.actuation_paused = c->o.actuation_paused,
                                  .dry_run = c->o.dry_run,
                                  .reclaim_cap_fraction = c->o.reclaim_cap_fraction,

@@ -1,28 +1,227 @@
 /*
- * session_main.c — entry point of the session process (bigfleet-shardd --role=session).
+ * session_main.c — entry point of the session process
+ * (bigfleet-shardd --role=session): the operator protocol (Shard/Session
+ * on --listen), the HTTP probes (--metrics-addr) and the coordinator
+ * client (--coordinator-addr), on one io_uring event loop, plus the rollup
+ * ingest thread.
  *
- * Current scope: attach the segments, mark the process slot ACTIVE, and run
- * the wake/heartbeat loop the supervisor watches; the role's work is wired
- * in as its module lands.
+ * Start-up: attach (bf_child_start), raise RLIMIT_NOFILE to its hard limit
+ * (one fd per operator connection), load the cluster rows (demand, the
+ * first-rollup gate and rail-2 state survive a session restart: they live
+ * in shared memory), start the ingest thread (which rebuilds the row
+ * allocator from the published rows), then the loop: the role's wake
+ * eventfd (rings from the executor, reconciler and cycle; SIGTERM), the
+ * ingest completion eventfd, a 1 s tick (heartbeat, sweeps, a ring drain
+ * that bounds any lost wake-up), the gRPC and HTTP servers.
+ *
+ * Exit: SIGTERM -> every stream finished (UNAVAILABLE), server shutdown with
+ * a short grace, loop stop, ingest thread joined, rows marked disconnected.
+ * A --listen/--metrics-addr that cannot be bound is a configuration error:
+ * exit 3 (do not respawn).
  */
-#include <poll.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "bigfleet/log.h"
-#include "bigfleet/process.h"
+#include "bigfleet/util.h"
+#include "session_internal.h"
+
+#define BIND_RETRY_NS (5LL * BF_NS_PER_SEC)
+
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rlim_t want = rl.rlim_max;
+        rl.rlim_cur = want;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            BF_WARN("cannot raise RLIMIT_NOFILE", "want=%llu", (unsigned long long)want);
+    }
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 16384)
+        BF_WARN("RLIMIT_NOFILE is low: it bounds concurrent operator sessions",
+                "nofile=%llu hint=\"ulimit -n 65536 before starting bigfleet-shardd\"",
+                (unsigned long long)rl.rlim_cur);
+}
+
+static void stop_now(struct ss *ss)
+{
+    bf_net_loop_stop(ss->loop);
+}
+
+static void shutdown_done(void *arg)
+{
+    stop_now(arg);
+}
+
+static void stop_timer_cb(struct bf_net_timer *t, void *arg)
+{
+    (void)t;
+    stop_now(arg);
+}
+
+static void begin_stop(struct ss *ss)
+{
+    if (ss->stopping)
+        return;
+    ss->stopping = true;
+    BF_INFO("stopping", "id=%s", ss->cfg->id);
+    coord_stop(ss);
+    ss_close_all(ss);
+    bf_net_timer_start(ss->stop_timer, 2 * BF_NS_PER_SEC, 0);
+    if (ss->srv)
+        bf_net_server_shutdown(ss->srv, 500 * BF_NS_PER_MS, shutdown_done, ss);
+    else
+        stop_now(ss);
+}
+
+static void on_wake(struct bf_net_watch *w, uint64_t count, void *arg)
+{
+    (void)w;
+    (void)count;
+    struct ss *ss = arg;
+    if (bf_child_stopping()) {
+        begin_stop(ss);
+        return;
+    }
+    ss_drain_rings(ss);
+}
+
+static void on_ingest(struct bf_net_watch *w, uint64_t count, void *arg)
+{
+    (void)w;
+    (void)count;
+    ss_on_ingest_done(arg);
+}
+
+static void on_tick(struct bf_net_timer *t, void *arg)
+{
+    (void)t;
+    struct ss *ss = arg;
+    bf_child_heartbeat(&ss->ch);
+    if (bf_child_stopping()) {
+        begin_stop(ss);
+        return;
+    }
+    ss_drain_rings(ss);
+    ss_sweep(ss);
+}
+
+static void on_resync(struct bf_net_timer *t, void *arg)
+{
+    (void)t;
+    ss_resync_step(arg);
+}
+
+static int start_grpc(struct ss *ss)
+{
+    static struct bf_net_method methods[1];
+    methods[0] = bf_session_method;
+    methods[0].arg = ss;
+    struct bf_net_server_opts o = {
+        .addr = ss->cfg->listen, .methods = methods, .n_methods = 1, .max_connections = 65536};
+    if (bf_config_tls(ss->cfg)) {
+        o.tls.cert_file = ss->cfg->tls_cert;
+        o.tls.key_file = ss->cfg->tls_key;
+        o.tls.ca_file = ss->cfg->tls_ca;
+    }
+    int rc;
+    /* After a crash the previous instance's io_uring teardown can hold the
+     * listening socket for a moment: retry EADDRINUSE for a bounded time. */
+    int64_t until = bf_mono_ns() + BIND_RETRY_NS;
+    while ((rc = bf_net_server_new(ss->loop, &o, &ss->srv)) == -EADDRINUSE &&
+           bf_mono_ns() < until && !bf_child_stopping())
+        usleep(50 * 1000);
+    if (rc)
+        BF_ERROR("cannot serve Shard/Session", "listen=%s error=\"%s\"", ss->cfg->listen,
+                 strerror(-rc));
+    return rc;
+}
 
 int bf_session_main(const struct bf_config *cfg)
 {
-    struct bf_child ch;
-    if (bf_child_start(&ch, cfg, BF_ROLE_SESSION) != 0)
+    static struct ss S;
+    struct ss *ss = &S;
+    memset(ss, 0, sizeof *ss);
+    ss->ingest_efd = -1;
+    if (bf_child_start(&ss->ch, cfg, BF_ROLE_SESSION) != 0)
         return BF_EXIT_ERROR;
-    BF_INFO("started", "id=%s", cfg->id);
-    while (!bf_child_stopping()) {
-        struct pollfd p = {ch.wake_fd, POLLIN, 0};
-        poll(&p, ch.wake_fd >= 0 ? 1 : 0, 1000);
-        bf_wake_clear(&ch.shm, ch.role);
-        bf_child_heartbeat(&ch);
+    ss->shm = &ss->ch.shm;
+    ss->cfg = cfg;
+    int code = BF_EXIT_ERROR;
+    raise_nofile();
+    if (ct_init(&ss->ct, ss->shm) != 0)
+        goto out;
+    ss->live = calloc(ss->shm->max_clusters, sizeof *ss->live);
+    ss->cache = bf_blob_cache_new();
+    if (!ss->live || !ss->cache || u64map_init(&ss->cref_idx, ss->ct.n * 2 + 64) ||
+        u64map_init(&ss->boots, 256) || u64map_init(&ss->reclaims, 256))
+        goto out;
+    for (uint32_t i = 0; i < ss->ct.n; i++)
+        if (ss->ct.rec[i].in_use && ss->ct.rec[i].name_ref)
+            u64map_put(&ss->cref_idx, ss->ct.rec[i].name_ref, i);
+    int rc = bf_net_loop_new(NULL, &ss->loop);
+    if (rc) {
+        BF_ERROR("cannot create the event loop", "error=\"%s\"", strerror(-rc));
+        goto out;
     }
-    BF_INFO("stopping", "id=%s", cfg->id);
-    bf_child_finish(&ch);
-    return BF_EXIT_OK;
+    ss->ingest_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (ss->ingest_efd < 0 || ingest_start(&ss->ig, ss->shm, cfg, &ss->ct, ss->ingest_efd) != 0) {
+        BF_ERROR("cannot start the rollup ingest thread", "%s", "");
+        goto out;
+    }
+    ss->tick = bf_net_timer_new(ss->loop, on_tick, ss);
+    ss->resync_timer = bf_net_timer_new(ss->loop, on_resync, ss);
+    ss->stop_timer = bf_net_timer_new(ss->loop, stop_timer_cb, ss);
+    if (!ss->tick || !ss->resync_timer || !ss->stop_timer)
+        goto out;
+    if (bf_net_watch_eventfd(ss->loop, ss->ingest_efd, on_ingest, ss, &ss->ingest_watch) != 0)
+        goto out;
+    if (ss->ch.wake_fd >= 0 &&
+        bf_net_watch_eventfd(ss->loop, ss->ch.wake_fd, on_wake, ss, &ss->wake_watch) != 0)
+        goto out;
+    bf_net_timer_start(ss->tick, BF_NS_PER_SEC, BF_NS_PER_SEC);
+    if (start_grpc(ss) != 0 || ss_http_start(ss) != 0) {
+        code = BF_EXIT_NO_RESPAWN;
+        goto out;
+    }
+    coord_start(ss);
+    ss_drain_rings(ss);
+    BF_INFO("started", "id=%s listen=%s grpc_port=%u metrics_addr=%s clusters=%u epoch=%lld",
+            cfg->id, cfg->listen, bf_net_server_port(ss->srv), cfg->metrics_addr, ss->ct.n,
+            (long long)ss->shm->inv_hdr->epoch);
+    if (!bf_child_stopping())
+        bf_net_loop_run(ss->loop);
+    code = BF_EXIT_OK;
+out:
+    coord_stop(ss);
+    if (ss->srv)
+        bf_net_server_free(ss->srv); /* remaining calls end: rows marked disconnected */
+    if (ss->http)
+        bf_net_http_server_free(ss->http);
+    ingest_stop(ss->ig);
+    bf_net_watch_free(ss->wake_watch);
+    bf_net_watch_free(ss->ingest_watch);
+    bf_net_timer_free(ss->tick);
+    bf_net_timer_free(ss->resync_timer);
+    bf_net_timer_free(ss->stop_timer);
+    if (ss->loop)
+        bf_net_loop_free(ss->loop);
+    if (ss->ingest_efd >= 0)
+        close(ss->ingest_efd);
+    for (uint32_t i = 0; ss->boots.k && i <= ss->boots.mask; i++)
+        if (ss->boots.k[i])
+            free((void *)(uintptr_t)ss->boots.v[i]);
+    u64map_free(&ss->boots);
+    u64map_free(&ss->reclaims);
+    u64map_free(&ss->cref_idx);
+    bf_blob_cache_free(ss->cache);
+    free(ss->live);
+    ct_destroy(&ss->ct);
+    bf_child_finish(&ss->ch);
+    return code;
 }

@@ -1,0 +1,683 @@
+/*
+ * bench_session.c — figures for the session process, measured against the
+ * real bigfleet-shardd (supervisor + children) over loopback with our own
+ * gRPC client (bf_net) playing the operators:
+ *
+ *   1. rollup ingest: rollups/s and the send -> "rollup" Acknowledgement
+ *      latency (p50/p99) at 1K, 10K and 50K Need rows per rollup (every row
+ *      a distinct profile), for one operator in a closed loop (latency) and
+ *      for four operators at once (throughput through the single ingest
+ *      lane). The first rollup of each size (profiles interned cold) is
+ *      reported apart. While 50K-row rollups ingest, a fifth operator pings
+ *      with Hello: its ack p99 shows the event loop is not held up by
+ *      ingest.
+ *   2. sessions held: N operator connections (default 10,000), one TCP
+ *      connection and one Shard/Session stream each, Hello acknowledged,
+ *      then one small rollup each; the session process's RSS before and
+ *      after (VmRSS, /proc/<pid>/status), connect rate, rollup rate.
+ *
+ * Usage: bench_session [--results DIR] [--sessions N] [--seconds S]
+ * Needs RLIMIT_NOFILE >= N + ~200 in this process and in bigfleet-shardd
+ * (both raise their soft limit to the hard one; `ulimit -Hn` must allow it,
+ * e.g. `ulimit -n 32768` before running, or run as a user whose hard limit
+ * is high enough). Writes DIR/bench_session.json (default results/).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bigfleet/net.h"
+#include "bigfleet/shm.h"
+#include "bigfleet/util.h"
+#include "bigfleet/v1alpha1/shard.pb-c.h"
+
+/* ------------------------------------------------------------ appliance */
+
+struct shard {
+    pid_t pid;
+    char id[64];
+    char dir[256];
+    char addr[64];
+    struct bf_shm shm;
+};
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) ||
+        getsockname(fd, (struct sockaddr *)&a, &l))
+        return -1;
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static struct shard *g_running; /* stopped by atexit on a fatal error */
+static void shard_stop(struct shard *s);
+static void stop_running(void)
+{
+    if (g_running)
+        shard_stop(g_running);
+}
+
+static void shard_start(struct shard *s, const char *max_needs)
+{
+    char exe[1024];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 64);
+    if (n <= 0) {
+        perror("readlink");
+        exit(1);
+    }
+    exe[n] = 0;
+    *strrchr(exe, '/') = 0;
+    strcat(exe, "/../bin/bigfleet-shardd");
+    snprintf(s->dir, sizeof s->dir, "/tmp/bf-bench-session-XXXXXX");
+    if (!mkdtemp(s->dir)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    snprintf(s->id, sizeof s->id, "bench-session-%d", (int)getpid());
+    snprintf(s->addr, sizeof s->addr, "127.0.0.1:%d", free_port());
+    char a_id[96], a_listen[96], a_data[300], a_needs[64], a_log[300];
+    snprintf(a_id, sizeof a_id, "--id=%s", s->id);
+    snprintf(a_listen, sizeof a_listen, "--listen=%s", s->addr);
+    snprintf(a_data, sizeof a_data, "--data-dir=%s/data", s->dir);
+    snprintf(a_needs, sizeof a_needs, "--max-needs=%s", max_needs);
+    snprintf(a_log, sizeof a_log, "%s/shardd.log", s->dir);
+    s->pid = fork();
+    if (s->pid == 0) {
+        int fd = open(a_log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(exe, "bigfleet-shardd", a_id, a_listen, a_data, a_needs, "--metrics-addr=0",
+              "--provider-addr=127.0.0.1:1", "--log-level=warn", "--max-clusters=16384",
+              "--empty-rollup-guard=false" /* the bench empties clusters between cases */,
+              (char *)NULL);
+        _exit(127);
+    }
+    g_running = s;
+    int64_t end = bf_mono_ns() + 10 * BF_NS_PER_SEC;
+    char err[256];
+    while (bf_mono_ns() < end) {
+        if (bf_shm_attach(&s->shm, s->id, true, err, sizeof err) == 0 &&
+            atomic_load(&s->shm.st->proc[BF_ROLE_SESSION].child_state) == BF_CHILD_ACTIVE) {
+            usleep(100 * 1000); /* listener up */
+            return;
+        }
+        bf_shm_detach(&s->shm);
+        usleep(20 * 1000);
+    }
+    fprintf(stderr, "bench_session: the appliance did not start (log: %s)\n", a_log);
+    exit(1);
+}
+
+static void shard_stop(struct shard *s)
+{
+    g_running = NULL;
+    bf_shm_detach(&s->shm);
+    kill(s->pid, SIGTERM);
+    for (int i = 0; i < 100; i++) {
+        if (waitpid(s->pid, NULL, WNOHANG) == s->pid)
+            goto done;
+        usleep(50 * 1000);
+    }
+    kill(s->pid, SIGKILL);
+    waitpid(s->pid, NULL, 0);
+done:;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", s->dir);
+}
+
+static long rss_kib(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld", &v) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return v;
+}
+
+/* ------------------------------------------------------------ operators */
+
+struct op {
+    struct bf_net_client *cl;
+    struct bf_net_stream *st;
+    int idx;
+    bool hello_acked;
+    bool done;
+    int64_t sent_ns;
+    uint32_t acks;
+    uint32_t sends;
+    uint32_t want; /* rollups to send in a closed loop */
+    const uint8_t *const *msg;
+    const size_t *msg_len;
+    double *lat;
+    uint32_t n_lat, cap_lat;
+    bool ping; /* send Hello pings instead of rollups */
+};
+
+static struct bf_net_loop *g_loop;
+static int g_hello_acks, g_rollup_acks, g_failed;
+
+static void op_send(struct op *o)
+{
+    o->sent_ns = bf_mono_ns();
+    o->sends++;
+    uint32_t k = o->acks & 1;
+    if (bf_net_stream_send(o->st, o->msg[k], o->msg_len[k]) != 0)
+        g_failed++;
+}
+
+static uint8_t g_hello[2][128];
+static size_t g_hello_len[2];
+
+static void on_msg(struct bf_net_stream *st, const uint8_t *m, size_t len, void *arg)
+{
+    (void)st;
+    struct op *o = arg;
+    Bigfleet__V1alpha1__ShardMessage *sm = bigfleet__v1alpha1__shard_message__unpack(NULL, len, m);
+    if (!sm)
+        return;
+    if (sm->payload_case == BIGFLEET__V1ALPHA1__SHARD_MESSAGE__PAYLOAD_ACK) {
+        int64_t now = bf_mono_ns();
+        if (!strcmp(sm->ack->echo, "hello") && !o->hello_acked) {
+            o->hello_acked = true;
+            g_hello_acks++;
+        } else if ((!strcmp(sm->ack->echo, "rollup") && !o->ping) ||
+                   (!strcmp(sm->ack->echo, "hello") && o->ping)) {
+            if (o->n_lat < o->cap_lat)
+                o->lat[o->n_lat++] = (double)(now - o->sent_ns) / 1e6;
+            o->acks++;
+            g_rollup_acks += !o->ping;
+            if (o->ping) {
+                o->sent_ns = now;
+                if (!o->done)
+                    bf_net_stream_send(o->st, g_hello[o->idx & 1], g_hello_len[o->idx & 1]);
+            } else if (o->acks < o->want && !o->done) {
+                op_send(o);
+            }
+        }
+    }
+    bigfleet__v1alpha1__shard_message__free_unpacked(sm, NULL);
+}
+
+static void on_done(struct bf_net_stream *st, int code, const char *msg, void *arg)
+{
+    (void)st;
+    struct op *o = arg;
+    o->st = NULL;
+    if (!o->done) {
+        g_failed++;
+        fprintf(stderr, "operator %d: stream ended %s %s\n", o->idx, bf_net_code_name(code),
+                msg ? msg : "");
+    }
+}
+
+static const struct bf_net_stream_cbs CBS = {.on_message = on_msg, .on_done = on_done};
+
+static size_t pack_hello(const char *cluster, uint8_t *buf)
+{
+    Bigfleet__V1alpha1__Hello h = BIGFLEET__V1ALPHA1__HELLO__INIT;
+    h.cluster_id = (char *)cluster;
+    h.protocol_version = "v1alpha1";
+    Bigfleet__V1alpha1__OperatorMessage m = BIGFLEET__V1ALPHA1__OPERATOR_MESSAGE__INIT;
+    m.payload_case = BIGFLEET__V1ALPHA1__OPERATOR_MESSAGE__PAYLOAD_HELLO;
+    m.hello = &h;
+    return bigfleet__v1alpha1__operator_message__pack(&m, buf);
+}
+
+static int op_open(struct op *o, const char *addr, int idx)
+{
+    memset(o, 0, sizeof *o);
+    o->idx = idx;
+    struct bf_net_client_opts co = {.addr = addr, .connect_timeout_ns = 30 * BF_NS_PER_SEC};
+    if (bf_net_client_new(g_loop, &co, &o->cl) != 0)
+        return -1;
+    o->st = bf_net_client_call(o->cl, "/bigfleet.v1alpha1.Shard/Session", 0, &CBS, o);
+    if (!o->st)
+        return -1;
+    char cluster[32];
+    snprintf(cluster, sizeof cluster, "bench-%d", idx);
+    uint8_t b[128];
+    size_t n = pack_hello(cluster, b);
+    return bf_net_stream_send(o->st, b, n);
+}
+
+static void op_close(struct op *o)
+{
+    o->done = true;
+    if (o->cl)
+        bf_net_client_free(o->cl);
+    o->cl = NULL;
+    free(o->lat);
+    o->lat = NULL;
+}
+
+static bool run_until(bool (*pred)(void *), void *arg, int64_t timeout_ns)
+{
+    int64_t end = bf_mono_ns() + timeout_ns;
+    while (!pred(arg)) {
+        if (bf_mono_ns() > end)
+            return false;
+        bf_net_loop_run_once(g_loop, 20 * BF_NS_PER_MS);
+    }
+    return true;
+}
+
+static int g_target;
+static bool hellos_reached(void *a)
+{
+    (void)a;
+    return g_hello_acks >= g_target || g_failed;
+}
+static bool rollups_reached(void *a)
+{
+    (void)a;
+    return g_rollup_acks >= g_target || g_failed;
+}
+
+/* ------------------------------------------------------------ rollups */
+
+static uint8_t *build_rollup(const char *cluster, uint32_t rows, const char *cpu, size_t *len)
+{
+    Bigfleet__V1alpha1__CapacityNeed *nd = calloc(rows, sizeof *nd);
+    Bigfleet__V1alpha1__CapacityNeed **ndp = calloc(rows, sizeof *ndp);
+    Bigfleet__V1alpha1__NodeSelectorRequirement *rq = calloc(2 * (size_t)rows, sizeof *rq);
+    Bigfleet__V1alpha1__NodeSelectorRequirement **rqp = calloc(2 * (size_t)rows, sizeof *rqp);
+    Bigfleet__V1alpha1__CapacityNeed__AggregateResourcesEntry ag[2], *agp[2];
+    Bigfleet__V1alpha1__CapacityNeed__MinUnitEntry mu, *mup[1];
+    static char types[50][32], zones[3][16];
+    static char *tv[50], *zv[3];
+    for (int i = 0; i < 50; i++) {
+        snprintf(types[i], sizeof types[i], "type-%02d.xlarge", i);
+        tv[i] = types[i];
+    }
+    for (int i = 0; i < 3; i++) {
+        snprintf(zones[i], sizeof zones[i], "zone-%c", 'a' + i);
+        zv[i] = zones[i];
+    }
+    bigfleet__v1alpha1__capacity_need__aggregate_resources_entry__init(&ag[0]);
+    ag[0].key = "cpu";
+    ag[0].value = (char *)cpu;
+    bigfleet__v1alpha1__capacity_need__aggregate_resources_entry__init(&ag[1]);
+    ag[1].key = "memory";
+    ag[1].value = "64Gi";
+    agp[0] = &ag[0];
+    agp[1] = &ag[1];
+    bigfleet__v1alpha1__capacity_need__min_unit_entry__init(&mu);
+    mu.key = "cpu";
+    mu.value = "1";
+    mup[0] = &mu;
+    for (uint32_t i = 0; i < rows; i++) {
+        Bigfleet__V1alpha1__CapacityNeed *n = &nd[i];
+        bigfleet__v1alpha1__capacity_need__init(n);
+        for (int k = 0; k < 2; k++) {
+            bigfleet__v1alpha1__node_selector_requirement__init(&rq[2 * i + k]);
+            rqp[2 * i + k] = &rq[2 * i + k];
+        }
+        rq[2 * i].key = "node.kubernetes.io/instance-type";
+        rq[2 * i].operator_ = 1;
+        rq[2 * i].n_values = 1;
+        rq[2 * i].values = &tv[i % 50];
+        rq[2 * i + 1].key = "topology.kubernetes.io/zone";
+        rq[2 * i + 1].operator_ = 1;
+        rq[2 * i + 1].n_values = 1;
+        rq[2 * i + 1].values = &zv[i % 3];
+        n->n_requirements = 2;
+        n->requirements = &rqp[2 * i];
+        n->priority = (int32_t)(i / 150); /* with type x zone: every row a distinct profile */
+        n->interruption_penalty_bucket = (i % 20) + 1;
+        n->reclamation_penalty_bucket = 10;
+        n->n_aggregate_resources = 2;
+        n->aggregate_resources = agp;
+        n->n_min_unit = 1;
+        n->min_unit = mup;
+        ndp[i] = n;
+    }
+    Bigfleet__V1alpha1__ClusterCapacityNeeds cn = BIGFLEET__V1ALPHA1__CLUSTER_CAPACITY_NEEDS__INIT;
+    cn.cluster_id = (char *)cluster;
+    cn.timestamp_unix_nanos = bf_now_ns();
+    cn.n_needs = rows;
+    cn.needs = ndp;
+    Bigfleet__V1alpha1__OperatorMessage m = BIGFLEET__V1ALPHA1__OPERATOR_MESSAGE__INIT;
+    m.payload_case = BIGFLEET__V1ALPHA1__OPERATOR_MESSAGE__PAYLOAD_ROLLUP;
+    m.rollup = &cn;
+    *len = bigfleet__v1alpha1__operator_message__get_packed_size(&m);
+    uint8_t *buf = malloc(*len);
+    bigfleet__v1alpha1__operator_message__pack(&m, buf);
+    free(nd);
+    free(ndp);
+    free(rq);
+    free(rqp);
+    return buf;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(double *v, uint32_t n, double p)
+{
+    if (!n)
+        return 0;
+    qsort(v, n, sizeof *v, cmp_d);
+    uint32_t i = (uint32_t)(p * (n - 1) + 0.5);
+    return v[i];
+}
+
+struct ingest_fig {
+    uint32_t rows, ops;
+    double cold_ms, rps, p50, p99, ping_p99;
+    uint32_t rollups;
+    size_t bytes;
+};
+
+static struct op *g_ops;
+static int g_nops;
+static bool all_done(void *a)
+{
+    (void)a;
+    for (int i = 0; i < g_nops; i++)
+        if (!g_ops[i].ping && g_ops[i].acks < g_ops[i].want)
+            return g_failed > 0;
+    return true;
+}
+
+static void bench_ingest(struct shard *sh, uint32_t rows, int nops, double seconds, bool ping,
+                         struct ingest_fig *f)
+{
+    memset(f, 0, sizeof *f);
+    f->rows = rows;
+    f->ops = (uint32_t)nops;
+    int total = nops + (ping ? 1 : 0);
+    struct op *ops = calloc((size_t)total, sizeof *ops);
+    uint8_t *msgs[8][2];
+    size_t lens[8][2];
+    g_hello_acks = 0;
+    g_failed = 0;
+    static int base;
+    base += 100;
+    for (int i = 0; i < total; i++) {
+        if (op_open(&ops[i], sh->addr, base + i) != 0) {
+            fprintf(stderr, "cannot open operator\n");
+            exit(1);
+        }
+        if (i < nops) {
+            char cluster[32];
+            snprintf(cluster, sizeof cluster, "bench-%d", base + i);
+            msgs[i][0] = build_rollup(cluster, rows, "4", &lens[i][0]);
+            msgs[i][1] = build_rollup(cluster, rows, "5", &lens[i][1]);
+            ops[i].msg = (const uint8_t *const *)msgs[i];
+            ops[i].msg_len = lens[i];
+            f->bytes = lens[i][0];
+        } else {
+            ops[i].ping = true;
+        }
+        ops[i].cap_lat = 100000;
+        ops[i].lat = calloc(ops[i].cap_lat, sizeof(double));
+    }
+    g_ops = ops;
+    g_nops = total;
+    g_target = total;
+    if (!run_until(hellos_reached, NULL, 20 * BF_NS_PER_SEC) || g_failed) {
+        fprintf(stderr, "hello acks missing\n");
+        exit(1);
+    }
+    /* cold: the first rollup of every operator (profiles interned) */
+    for (int i = 0; i < nops; i++)
+        ops[i].want = 1;
+    int64_t t0 = bf_mono_ns();
+    for (int i = 0; i < nops; i++)
+        op_send(&ops[i]);
+    if (!run_until(all_done, NULL, 120 * BF_NS_PER_SEC)) {
+        fprintf(stderr, "cold rollups timed out\n");
+        exit(1);
+    }
+    f->cold_ms = (double)(bf_mono_ns() - t0) / 1e6;
+    for (int i = 0; i < nops; i++)
+        ops[i].n_lat = 0;
+    /* steady: closed loop for `seconds` */
+    for (int i = 0; i < nops; i++)
+        ops[i].want = UINT32_MAX;
+    if (ping) {
+        struct op *p = &ops[nops];
+        p->sent_ns = bf_mono_ns();
+        bf_net_stream_send(p->st, g_hello[0], g_hello_len[0]);
+    }
+    uint32_t a0 = 0;
+    for (int i = 0; i < nops; i++)
+        a0 += ops[i].acks;
+    t0 = bf_mono_ns();
+    for (int i = 0; i < nops; i++)
+        op_send(&ops[i]);
+    int64_t end = t0 + (int64_t)(seconds * 1e9);
+    while (bf_mono_ns() < end && !g_failed)
+        bf_net_loop_run_once(g_loop, 20 * BF_NS_PER_MS);
+    for (int i = 0; i < nops; i++)
+        ops[i].want = 0; /* no new sends; the answer in flight is drained below */
+    double el = (double)(bf_mono_ns() - t0) / 1e9;
+    uint32_t a1 = 0;
+    for (int i = 0; i < nops; i++)
+        a1 += ops[i].acks;
+    f->rollups = a1 - a0;
+    f->rps = f->rollups / el;
+    double *all = calloc(f->rollups + 16, sizeof *all);
+    uint32_t n = 0;
+    for (int i = 0; i < nops; i++)
+        for (uint32_t k = 0; k < ops[i].n_lat && n < f->rollups + 16; k++)
+            all[n++] = ops[i].lat[k];
+    f->p50 = pct(all, n, 0.50);
+    f->p99 = pct(all, n, 0.99);
+    if (ping)
+        f->ping_p99 = pct(ops[nops].lat, ops[nops].n_lat, 0.99);
+    free(all);
+    /* the rollup each operator still has in flight is answered before we go on */
+    for (int i = 0; i < nops; i++)
+        ops[i].want = ops[i].sends;
+    run_until(all_done, NULL, 60 * BF_NS_PER_SEC);
+    /* release the rows (an empty rollup each) so the next case has the table */
+    for (int i = 0; i < nops; i++) {
+        free(msgs[i][0]);
+        free(msgs[i][1]);
+        char cluster[32];
+        snprintf(cluster, sizeof cluster, "bench-%d", base + i);
+        msgs[i][0] = msgs[i][1] = build_rollup(cluster, 0, "0", &lens[i][0]);
+        lens[i][1] = lens[i][0];
+        ops[i].want = ops[i].acks + 1;
+        op_send(&ops[i]);
+    }
+    run_until(all_done, NULL, 60 * BF_NS_PER_SEC);
+    for (int i = 0; i < total; i++)
+        op_close(&ops[i]);
+    for (int k = 0; k < 50; k++)
+        bf_net_loop_run_once(g_loop, 2 * BF_NS_PER_MS);
+    for (int i = 0; i < nops; i++)
+        free(msgs[i][0]);
+    free(ops);
+}
+
+/* ------------------------------------------------------------ sessions */
+
+struct sess_fig {
+    int sessions, held;
+    long rss_before_kib, rss_after_kib, rss_after_rollup_kib;
+    double connect_s, hello_per_s, rollup_s;
+};
+
+static void bench_sessions(struct shard *sh, int n, struct sess_fig *f)
+{
+    memset(f, 0, sizeof *f);
+    f->sessions = n;
+    pid_t spid = (pid_t)atomic_load(&sh->shm.st->proc[BF_ROLE_SESSION].pid);
+    f->rss_before_kib = rss_kib(spid);
+    struct op *ops = calloc((size_t)n, sizeof *ops);
+    g_hello_acks = 0;
+    g_failed = 0;
+    int64_t t0 = bf_mono_ns();
+    const int batch = 500;
+    for (int i = 0; i < n; i += batch) {
+        int m = i + batch < n ? batch : n - i;
+        for (int k = 0; k < m; k++)
+            if (op_open(&ops[i + k], sh->addr, 1000000 + i + k) != 0) {
+                fprintf(stderr, "operator %d: cannot open (%s)\n", i + k, strerror(errno));
+                exit(1);
+            }
+        g_target = i + m;
+        if (!run_until(hellos_reached, NULL, 60 * BF_NS_PER_SEC) || g_failed) {
+            fprintf(stderr, "sessions: %d of %d acknowledged\n", g_hello_acks, i + m);
+            break;
+        }
+    }
+    f->connect_s = (double)(bf_mono_ns() - t0) / 1e9;
+    f->hello_per_s = g_hello_acks / f->connect_s;
+    /* hold for a moment, then count */
+    int64_t hold = bf_mono_ns() + 2 * BF_NS_PER_SEC;
+    while (bf_mono_ns() < hold)
+        bf_net_loop_run_once(g_loop, 50 * BF_NS_PER_MS);
+    f->held = (int)atomic_load(&sh->shm.st->session.active_sessions);
+    f->rss_after_kib = rss_kib(spid);
+    /* one small rollup from every session */
+    uint8_t *rb[2];
+    size_t rl[2];
+    g_rollup_acks = 0;
+    g_target = g_hello_acks;
+    t0 = bf_mono_ns();
+    for (int i = 0; i < n; i++) {
+        if (!ops[i].hello_acked)
+            continue;
+        char cluster[32];
+        snprintf(cluster, sizeof cluster, "bench-%d", 1000000 + i);
+        rb[0] = build_rollup(cluster, 4, "2", &rl[0]);
+        ops[i].msg = (const uint8_t *const *)rb;
+        ops[i].msg_len = rl;
+        ops[i].want = 1;
+        op_send(&ops[i]);
+        free(rb[0]);
+    }
+    run_until(rollups_reached, NULL, 120 * BF_NS_PER_SEC);
+    f->rollup_s = (double)(bf_mono_ns() - t0) / 1e9;
+    f->rss_after_rollup_kib = rss_kib(spid);
+    for (int i = 0; i < n; i++)
+        op_close(&ops[i]);
+    for (int k = 0; k < 100; k++)
+        bf_net_loop_run_once(g_loop, 5 * BF_NS_PER_MS);
+    free(ops);
+}
+
+/* ------------------------------------------------------------ main */
+
+int main(int argc, char **argv)
+{
+    const char *results = "results";
+    int nsess = 10000;
+    double seconds = 5;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--results") && i + 1 < argc)
+            results = argv[++i];
+        else if (!strcmp(argv[i], "--sessions") && i + 1 < argc)
+            nsess = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+            seconds = atof(argv[++i]);
+    }
+    signal(SIGPIPE, SIG_IGN);
+    atexit(stop_running);
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if ((long)rl.rlim_cur < nsess + 200) {
+        int n = (int)rl.rlim_cur - 200;
+        fprintf(stderr,
+                "bench_session: RLIMIT_NOFILE hard limit %ld allows %d sessions, not %d "
+                "(raise it: ulimit -Hn)\n",
+                (long)rl.rlim_max, n, nsess);
+        nsess = n;
+    }
+    g_hello_len[0] = pack_hello("bench-ping-a", g_hello[0]);
+    g_hello_len[1] = pack_hello("bench-ping-b", g_hello[1]);
+    if (bf_net_loop_new(NULL, &g_loop) != 0) {
+        fprintf(stderr, "bench_session: io_uring unavailable\n");
+        return 1;
+    }
+    struct shard sh;
+    shard_start(&sh, "262144");
+    static const uint32_t sizes[] = {1000, 10000, 50000};
+    struct ingest_fig one[3], four[3];
+    printf("rollup ingest (bigfleet-shardd over loopback, every row a distinct profile)\n");
+    printf("%7s %4s %10s %10s %9s %9s %10s %8s\n", "rows", "ops", "bytes", "rollups/s", "ack_p50",
+           "ack_p99", "cold_ms", "ping_p99");
+    for (int k = 0; k < 3; k++) {
+        bench_ingest(&sh, sizes[k], 1, seconds, k == 2, &one[k]);
+        printf("%7u %4u %10zu %10.1f %8.2fms %8.2fms %10.1f %7.2fms\n", one[k].rows, one[k].ops,
+               one[k].bytes, one[k].rps, one[k].p50, one[k].p99, one[k].cold_ms, one[k].ping_p99);
+        fflush(stdout);
+        bench_ingest(&sh, sizes[k], 4, seconds, false, &four[k]);
+        printf("%7u %4u %10zu %10.1f %8.2fms %8.2fms %10.1f %8s\n", four[k].rows, four[k].ops,
+               four[k].bytes, four[k].rps, four[k].p50, four[k].p99, four[k].cold_ms, "-");
+        fflush(stdout);
+    }
+    shard_stop(&sh);
+
+    shard_start(&sh, "65536");
+    struct sess_fig sf;
+    bench_sessions(&sh, nsess, &sf);
+    printf("\nsessions held: %d of %d (connect+Hello %.2fs, %.0f/s); session RSS %ld KiB idle, "
+           "%ld KiB with the sessions (%.1f KiB/session), %ld KiB after a rollup each "
+           "(%.2fs for %d rollups)\n",
+           sf.held, sf.sessions, sf.connect_s, sf.hello_per_s, sf.rss_before_kib, sf.rss_after_kib,
+           sf.held ? (double)(sf.rss_after_kib - sf.rss_before_kib) / sf.held : 0.0,
+           sf.rss_after_rollup_kib, sf.rollup_s, sf.held);
+    shard_stop(&sh);
+    bf_net_loop_free(g_loop);
+
+    mkdir(results, 0755);
+    char path[512];
+    snprintf(path, sizeof path, "%s/bench_session.json", results);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return 1;
+    }
+    struct utsname u;
+    uname(&u);
+    fprintf(f, "{\n  \"host\": \"%s %s\", \"cpus\": %ld,\n  \"ingest\": [\n", u.sysname, u.release,
+            sysconf(_SC_NPROCESSORS_ONLN));
+    for (int k = 0; k < 6; k++) {
+        struct ingest_fig *x = k % 2 ? &four[k / 2] : &one[k / 2];
+        fprintf(f,
+                "    {\"rows\": %u, \"operators\": %u, \"rollup_bytes\": %zu, \"rollups\": %u, "
+                "\"rollups_per_s\": %.2f, \"ack_p50_ms\": %.3f, \"ack_p99_ms\": %.3f, "
+                "\"cold_first_ms\": %.1f, \"hello_ping_p99_ms\": %.3f}%s\n",
+                x->rows, x->ops, x->bytes, x->rollups, x->rps, x->p50, x->p99, x->cold_ms,
+                x->ping_p99, k < 5 ? "," : "");
+    }
+    fprintf(f,
+            "  ],\n  \"sessions\": {\"target\": %d, \"held\": %d, \"connect_s\": %.3f, "
+            "\"rss_idle_kib\": %ld, \"rss_held_kib\": %ld, \"rss_after_rollups_kib\": %ld, "
+            "\"rollup_each_s\": %.3f}\n}\n",
+            sf.sessions, sf.held, sf.connect_s, sf.rss_before_kib, sf.rss_after_kib,
+            sf.rss_after_rollup_kib, sf.rollup_s);
+    fclose(f);
+    printf("wrote %s\n", path);
+    return g_failed ? 1 : 0;
+}

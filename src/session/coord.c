@@ -1,0 +1,591 @@
+/*
+ * coord.c — the coordinator client (reference/shard.md §4.7, seed 000 §6,
+ * wire.md §6) and the coordinator-term high-water mark.
+ *
+ * Design notes
+ *   - Static stability: nothing in the appliance waits on the coordinator.
+ *     The client runs on the session's loop, off every hot path: one unary
+ *     ReportShard at start and then every --coordinator-heartbeat-interval,
+ *     never two in flight, each with a deadline. A failure is counted,
+ *     logged (warn) and retried on the next tick; the acks it carried are
+ *     put back in front of the pending list. Operators, rollups and the
+ *     cycle never notice.
+ *   - The term high-water mark lives in LMDB under --data-dir (key
+ *     "coordinator_term", decimal text, next to the supervisor's "epoch").
+ *     The session opens its own environment after fork (the supervisor
+ *     closed its one before forking) and writes only when the mark rises.
+ *     It is loaded at start, so Acknowledgement.coordinator_term is right
+ *     even before the coordinator is reached, and after a restart.
+ *   - The report: shard_id, cycle (the client's own counter from 1),
+ *     timestamp, shard_epoch, shard_address (--advertise-addr, else
+ *     --listen), the summary and shortfall ledger from the cycle's last
+ *     published result (copied under its publish_seq protocol; all zero
+ *     before the first cycle), and every pending instruction ack.
+ *   - Instructions (in the order received): an empty id is ignored; an id
+ *     already done is re-acked ACCEPTED "duplicate-redelivery"; a term below
+ *     the mark is REJECTED_STALE; Assign/UnassignDomain add/remove
+ *     (key, value) in the domain set; ReassignSpeculative, CrossShardDrain
+ *     and TransferOwnership are accepted as no-ops (ADR-0055 is Proposed);
+ *     no payload is REJECTED_INVALID "unknown payload". A reply whose term
+ *     is below the mark is ignored whole. The done set (bounded FIFO,
+ *     65536 ids) and the domain set are memory only: a restarted session
+ *     may re-apply a redelivered Assign/Unassign, which is idempotent.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <lmdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bigfleet/log.h"
+#include "bigfleet/util.h"
+#include "bigfleet/v1alpha1/coordinator.pb-c.h"
+#include "session_internal.h"
+
+#define DONE_MAX    65536u
+#define ACKS_MAX    4096u
+#define DOMAINS_MAX 4096u
+
+struct ack {
+    char *id;
+    int outcome;
+    char *reason;
+};
+
+struct coord {
+    struct ss *ss;
+    struct bf_net_client *cl;
+    struct bf_net_timer *timer;
+    bool inflight;
+    int64_t cycle;
+    MDB_env *env;
+    MDB_dbi dbi;
+    /* acks waiting for the next report; `sent` of them are in flight */
+    struct ack *acks;
+    uint32_t n_acks, sent;
+    /* done set: FIFO ring of ids + a hash of their 64-bit hashes */
+    char **done_ring;
+    uint32_t done_head, done_n;
+    struct u64map done;
+    /* assigned domains "key\0value" */
+    char **domains;
+    uint32_t n_domains;
+    /* last good cycle result (summary and shortfalls) */
+    struct bf_cycle_result *res;
+    bool have_res;
+};
+
+int64_t coord_term(const struct ss *ss)
+{
+    return atomic_load_explicit(&ss->shm->st->session.coordinator_term, memory_order_relaxed);
+}
+
+/* ------------------------------------------------------------ LMDB term */
+
+static const char TERM_KEY[] = "coordinator_term";
+
+static int term_open(struct coord *c)
+{
+    const char *dir = c->ss->cfg->data_dir;
+    int rc = mdb_env_create(&c->env);
+    if (rc)
+        goto fail;
+    mdb_env_set_mapsize(c->env, 64u << 20);
+    if ((rc = mdb_env_open(c->env, dir, 0, 0600)) != 0) {
+        mdb_env_close(c->env);
+        c->env = NULL;
+        goto fail;
+    }
+    MDB_txn *txn;
+    if ((rc = mdb_txn_begin(c->env, NULL, MDB_RDONLY, &txn)) != 0)
+        goto fail;
+    if ((rc = mdb_dbi_open(txn, NULL, 0, &c->dbi)) != 0) {
+        mdb_txn_abort(txn);
+        goto fail;
+    }
+    MDB_val k = {sizeof TERM_KEY - 1, (void *)TERM_KEY}, v;
+    int64_t term = 0;
+    if (mdb_get(txn, c->dbi, &k, &v) == 0 && v.mv_size > 0 && v.mv_size < 32) {
+        char buf[32];
+        memcpy(buf, v.mv_data, v.mv_size);
+        buf[v.mv_size] = 0;
+        char *end;
+        long long t = strtoll(buf, &end, 10);
+        if (*end || t < 0)
+            BF_ERROR("corrupt coordinator term in LMDB; starting from 0", "value=\"%s\"", buf);
+        else
+            term = t;
+    }
+    mdb_txn_commit(txn);
+    atomic_store(&c->ss->shm->st->session.coordinator_term, term);
+    return 0;
+fail:
+    BF_ERROR("cannot open the LMDB state for the coordinator term (kept in memory only)",
+             "data_dir=%s error=\"%s\"", dir, mdb_strerror(rc));
+    if (c->env) {
+        mdb_env_close(c->env);
+        c->env = NULL;
+    }
+    return -EIO;
+}
+
+static void term_raise(struct coord *c, int64_t term)
+{
+    atomic_store(&c->ss->shm->st->session.coordinator_term, term);
+    if (!c->env)
+        return;
+    MDB_txn *txn;
+    char val[32];
+    int n = snprintf(val, sizeof val, "%" PRId64, term);
+    MDB_val k = {sizeof TERM_KEY - 1, (void *)TERM_KEY}, v = {(size_t)n, val};
+    int rc = mdb_txn_begin(c->env, NULL, 0, &txn);
+    if (rc == 0 && (rc = mdb_put(txn, c->dbi, &k, &v, 0)) == 0)
+        rc = mdb_txn_commit(txn);
+    else if (rc == 0)
+        mdb_txn_abort(txn);
+    if (rc)
+        BF_ERROR("cannot persist the coordinator term", "term=%" PRId64 " error=\"%s\"", term,
+                 mdb_strerror(rc));
+}
+
+/* ------------------------------------------------------------ sets */
+
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+    return h ? h : 1;
+}
+
+static bool done_has(struct coord *c, const char *id)
+{
+    uint64_t v;
+    if (!u64map_get(&c->done, hash_str(id), &v))
+        return false;
+    return strcmp(c->done_ring[v], id) == 0;
+}
+
+static void done_add(struct coord *c, const char *id)
+{
+    uint32_t slot;
+    if (c->done_n == DONE_MAX) {
+        slot = c->done_head;
+        u64map_del(&c->done, hash_str(c->done_ring[slot]), NULL);
+        free(c->done_ring[slot]);
+        c->done_head = (c->done_head + 1) % DONE_MAX;
+    } else {
+        slot = (c->done_head + c->done_n++) % DONE_MAX;
+    }
+    c->done_ring[slot] = strdup(id);
+    if (c->done_ring[slot])
+        u64map_put(&c->done, hash_str(id), slot);
+}
+
+static int domain_find(struct coord *c, const char *k, const char *v)
+{
+    for (uint32_t i = 0; i < c->n_domains; i++) {
+        const char *d = c->domains[i];
+        if (strcmp(d, k) == 0 && strcmp(d + strlen(d) + 1, v) == 0)
+            return (int)i;
+    }
+    return -1;
+}
+
+static int domain_set(struct coord *c, const char *k, const char *v, bool add)
+{
+    int i = domain_find(c, k, v);
+    if (!add) {
+        if (i >= 0) {
+            free(c->domains[i]);
+            c->domains[i] = c->domains[--c->n_domains];
+        }
+        return 0;
+    }
+    if (i >= 0)
+        return 0;
+    if (c->n_domains >= DOMAINS_MAX)
+        return -ENOSPC;
+    size_t kl = strlen(k), vl = strlen(v);
+    char *d = malloc(kl + vl + 2);
+    if (!d)
+        return -ENOMEM;
+    memcpy(d, k, kl + 1);
+    memcpy(d + kl + 1, v, vl + 1);
+    c->domains[c->n_domains++] = d;
+    return 0;
+}
+
+static void ack_push(struct coord *c, const char *id, int outcome, const char *reason)
+{
+    if (c->n_acks >= ACKS_MAX) {
+        BF_WARN("coordinator instruction acks over their bound; dropping the oldest", "bound=%u",
+                ACKS_MAX);
+        free(c->acks[0].id);
+        free(c->acks[0].reason);
+        memmove(c->acks, c->acks + 1, (c->n_acks - 1) * sizeof *c->acks);
+        c->n_acks--;
+        if (c->sent)
+            c->sent--;
+    }
+    c->acks[c->n_acks++] = (struct ack){strdup(id), outcome, strdup(reason ? reason : "")};
+}
+
+/* ------------------------------------------------------------ report */
+
+static bool read_result(struct coord *c)
+{
+    const struct bf_state_main *st = c->ss->shm->st;
+    for (int t = 0; t < 16; t++) {
+        uint64_t s0 = atomic_load_explicit(&st->publish_seq, memory_order_acquire);
+        if (s0 & 1)
+            continue;
+        uint32_t idx = atomic_load_explicit(&st->published, memory_order_acquire) & 1;
+        bf_shm_load_words(c->res, &st->result[idx], sizeof *c->res);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&st->publish_seq, memory_order_relaxed) == s0)
+            return c->res->cycle > 0;
+    }
+    return false;
+}
+
+static int cmp_shortfall(const void *a, const void *b)
+{
+    const struct bf_shortfall_row *x = *(const struct bf_shortfall_row *const *)a;
+    const struct bf_shortfall_row *y = *(const struct bf_shortfall_row *const *)b;
+    if (x->priority != y->priority)
+        return x->priority > y->priority ? -1 : 1;
+    return x->age_cycles > y->age_cycles ? -1 : x->age_cycles < y->age_cycles;
+}
+
+static void on_reply(void *arg, int code, const char *message, const uint8_t *resp, size_t len);
+
+static void send_report(struct coord *c)
+{
+    struct ss *ss = c->ss;
+    if (c->inflight || !c->cl)
+        return;
+    struct bf_shm *shm = ss->shm;
+    /* ----- summary */
+    struct bf_cycle_result *r = c->res;
+    bool have = read_result(c);
+    if (have)
+        c->have_res = true;
+    else if (!c->have_res)
+        memset(r, 0, sizeof *r);
+    Bigfleet__V1alpha1__ShardSummary sum = BIGFLEET__V1ALPHA1__SHARD_SUMMARY__INIT;
+    Bigfleet__V1alpha1__ShardSummary__PerInstanceTypeCountsEntry te[BF_MAX_TYPES],
+        *tp[BF_MAX_TYPES];
+    Bigfleet__V1alpha1__ShardSummary__PerZoneCountsEntry ze[BF_MAX_ZONES], *zp[BF_MAX_ZONES];
+    const struct bf_inv_counts *k = &r->counts;
+    sum.total_machines = (int32_t)k->total_machines;
+    sum.free_machines = (int32_t)(k->by_state[BF_STATE_IDLE] + k->by_state[BF_STATE_SPECULATIVE]);
+    size_t nt = 0, nz = 0;
+    for (uint32_t t = 1; t < BF_MAX_TYPES; t++) {
+        uint64_t n = 0;
+        for (int s = 0; s < BF_STATE_COUNT; s++)
+            for (int z = 0; z < BF_MAX_ZONES; z++)
+                n += k->by_state_type_zone[s][t][z];
+        const char *name = bf_type_name(shm, t);
+        if (!n || !name[0])
+            continue;
+        bigfleet__v1alpha1__shard_summary__per_instance_type_counts_entry__init(&te[nt]);
+        te[nt].key = (char *)name;
+        te[nt].value = (int32_t)n;
+        tp[nt] = &te[nt];
+        nt++;
+    }
+    for (uint32_t z = 1; z < BF_MAX_ZONES; z++) {
+        uint64_t n = 0;
+        for (int s = 0; s < BF_STATE_COUNT; s++)
+            for (int t = 0; t < BF_MAX_TYPES; t++)
+                n += k->by_state_type_zone[s][t][z];
+        const char *name = bf_zone_name(shm, z);
+        if (!n || !name[0])
+            continue;
+        bigfleet__v1alpha1__shard_summary__per_zone_counts_entry__init(&ze[nz]);
+        ze[nz].key = (char *)name;
+        ze[nz].value = (int32_t)n;
+        zp[nz] = &ze[nz];
+        nz++;
+    }
+    sum.n_per_instance_type_counts = nt;
+    sum.per_instance_type_counts = tp;
+    sum.n_per_zone_counts = nz;
+    sum.per_zone_counts = zp;
+    /* ----- shortfalls (top 100, priority desc then age desc) */
+    uint32_t ns = r->n_shortfalls > BF_SHORTFALL_MAX ? BF_SHORTFALL_MAX : r->n_shortfalls;
+    const struct bf_shortfall_row *order[BF_SHORTFALL_MAX];
+    for (uint32_t i = 0; i < ns; i++)
+        order[i] = &r->shortfalls[i];
+    qsort(order, ns, sizeof *order, cmp_shortfall);
+    Bigfleet__V1alpha1__Shortfall sf[BF_SHORTFALL_MAX], *sfp[BF_SHORTFALL_MAX];
+    Bigfleet__V1alpha1__Resources def[BF_SHORTFALL_MAX];
+    Bigfleet__V1alpha1__Resources__ResourcesEntry de[BF_SHORTFALL_MAX][BF_MAX_DIMS],
+        *dp[BF_SHORTFALL_MAX][BF_MAX_DIMS];
+    char qbuf[BF_SHORTFALL_MAX][BF_MAX_DIMS][32];
+    Bigfleet__V1alpha1__NodeSelectorRequirement *reqs[BF_SHORTFALL_MAX];
+    Bigfleet__V1alpha1__NodeSelectorRequirement **reqp[BF_SHORTFALL_MAX];
+    for (uint32_t i = 0; i < ns; i++) {
+        const struct bf_shortfall_row *row = order[i];
+        bigfleet__v1alpha1__shortfall__init(&sf[i]);
+        reqs[i] = NULL;
+        reqp[i] = NULL;
+        const struct bf_nprofile *np = bf_nprofile_get(ss->cache, shm, row->need_profile_ref);
+        if (np && np->p.n_reqs) {
+            reqs[i] = calloc(np->p.n_reqs, sizeof *reqs[i]);
+            reqp[i] = calloc(np->p.n_reqs, sizeof *reqp[i]);
+            if (reqs[i] && reqp[i]) {
+                for (uint32_t j = 0; j < np->p.n_reqs; j++) {
+                    bigfleet__v1alpha1__node_selector_requirement__init(&reqs[i][j]);
+                    reqs[i][j].key = (char *)np->p.reqs[j].key;
+                    reqs[i][j].operator_ = np->p.reqs[j].op;
+                    reqs[i][j].n_values = np->p.reqs[j].n_values;
+                    reqs[i][j].values = (char **)np->p.reqs[j].values;
+                    reqp[i][j] = &reqs[i][j];
+                }
+                sf[i].n_requirements = np->p.n_reqs;
+                sf[i].requirements = reqp[i];
+            }
+        }
+        struct bf_kv kv[BF_MAX_DIMS];
+        bf_vec dv;
+        memcpy(dv.v, row->deficit, sizeof dv.v);
+        uint32_t nd = bf_vec_to_kv(shm, &dv, kv, qbuf[i]);
+        bigfleet__v1alpha1__resources__init(&def[i]);
+        for (uint32_t d = 0; d < nd; d++) {
+            bigfleet__v1alpha1__resources__resources_entry__init(&de[i][d]);
+            de[i][d].key = (char *)kv[d].key;
+            de[i][d].value = (char *)kv[d].value;
+            dp[i][d] = &de[i][d];
+        }
+        def[i].n_resources = nd;
+        def[i].resources = dp[i];
+        sf[i].deficit = &def[i];
+        sf[i].priority = row->priority;
+        sf[i].age_cycles = row->age_cycles;
+        sf[i].interruption_penalty_bucket = row->ipb;
+        sfp[i] = &sf[i];
+    }
+    /* ----- acks */
+    Bigfleet__V1alpha1__InstructAck *ia = calloc(c->n_acks + 1, sizeof *ia);
+    Bigfleet__V1alpha1__InstructAck **iap = calloc(c->n_acks + 1, sizeof *iap);
+    uint32_t na = 0;
+    for (uint32_t i = 0; ia && iap && i < c->n_acks; i++) {
+        bigfleet__v1alpha1__instruct_ack__init(&ia[i]);
+        ia[i].instruction_id = c->acks[i].id ? c->acks[i].id : "";
+        ia[i].outcome = c->acks[i].outcome;
+        ia[i].reason = c->acks[i].reason ? c->acks[i].reason : "";
+        iap[i] = &ia[i];
+        na++;
+    }
+    Bigfleet__V1alpha1__ShardReport rep = BIGFLEET__V1ALPHA1__SHARD_REPORT__INIT;
+    rep.shard_id = (char *)ss->cfg->id;
+    rep.cycle = ++c->cycle;
+    rep.timestamp_unix_nanos = bf_now_ns();
+    rep.shard_epoch = shm->inv_hdr->epoch;
+    rep.summary = &sum;
+    rep.n_shortfalls = ns;
+    rep.shortfalls = sfp;
+    rep.n_instruction_acks = na;
+    rep.instruction_acks = iap;
+    rep.shard_address =
+        (char *)(ss->cfg->advertise_addr[0] ? ss->cfg->advertise_addr : ss->cfg->listen);
+    int64_t timeout = ss->cfg->coordinator_heartbeat_ns;
+    if (timeout > 10 * BF_NS_PER_SEC)
+        timeout = 10 * BF_NS_PER_SEC;
+    struct bf_net_stream *st = bf_net_client_unary_pb(
+        c->cl, "/bigfleet.v1alpha1.Coordinator/ReportShard", &rep.base, timeout, on_reply, c);
+    if (st) {
+        c->inflight = true;
+        c->sent = na;
+    } else {
+        atomic_fetch_add(&shm->st->session.coordinator_errors, 1);
+        BF_WARN("ReportShard not sent", "error=\"%s\"", strerror(errno));
+    }
+    for (uint32_t i = 0; i < ns; i++) {
+        free(reqs[i]);
+        free(reqp[i]);
+    }
+    free(ia);
+    free(iap);
+}
+
+static void handle_instruction(struct coord *c,
+                               const Bigfleet__V1alpha1__CoordinatorInstruction *in, int64_t hwm)
+{
+    const char *id = in->instruction_id;
+    if (!id || !id[0])
+        return;
+    if (done_has(c, id)) {
+        ack_push(c, id, BIGFLEET__V1ALPHA1__INSTRUCT_ACK__OUTCOME__OUTCOME_ACCEPTED,
+                 "duplicate-redelivery");
+        return;
+    }
+    if (in->coordinator_term < hwm) {
+        char why[96];
+        snprintf(why, sizeof why, "stale coordinator term %" PRId64 " < %" PRId64,
+                 in->coordinator_term, hwm);
+        ack_push(c, id, BIGFLEET__V1ALPHA1__INSTRUCT_ACK__OUTCOME__OUTCOME_REJECTED_STALE, why);
+        BF_WARN("coordinator instruction rejected: stale term", "instruction_id=%s reason=\"%s\"",
+                id, why);
+        return;
+    }
+    int rc = 0;
+    switch (in->payload_case) {
+    case BIGFLEET__V1ALPHA1__COORDINATOR_INSTRUCTION__PAYLOAD_ASSIGN_DOMAIN:
+        rc =
+            domain_set(c, in->assign_domain->topology_key, in->assign_domain->topology_value, true);
+        BF_INFO("domain assigned", "key=%s value=%s", in->assign_domain->topology_key,
+                in->assign_domain->topology_value);
+        break;
+    case BIGFLEET__V1ALPHA1__COORDINATOR_INSTRUCTION__PAYLOAD_UNASSIGN_DOMAIN:
+        rc = domain_set(c, in->unassign_domain->topology_key, in->unassign_domain->topology_value,
+                        false);
+        BF_INFO("domain unassigned", "key=%s value=%s", in->unassign_domain->topology_key,
+                in->unassign_domain->topology_value);
+        break;
+    case BIGFLEET__V1ALPHA1__COORDINATOR_INSTRUCTION__PAYLOAD_REASSIGN_SPECULATIVE:
+    case BIGFLEET__V1ALPHA1__COORDINATOR_INSTRUCTION__PAYLOAD_CROSS_SHARD_DRAIN:
+    case BIGFLEET__V1ALPHA1__COORDINATOR_INSTRUCTION__PAYLOAD_TRANSFER_OWNERSHIP:
+        BF_INFO("coordinator rebalancing instruction accepted as a no-op (ADR-0055 is Proposed)",
+                "instruction_id=%s payload=%d", id, (int)in->payload_case);
+        break;
+    default:
+        ack_push(c, id, BIGFLEET__V1ALPHA1__INSTRUCT_ACK__OUTCOME__OUTCOME_REJECTED_INVALID,
+                 "unknown payload");
+        return;
+    }
+    if (rc) {
+        ack_push(c, id, BIGFLEET__V1ALPHA1__INSTRUCT_ACK__OUTCOME__OUTCOME_FAILED, strerror(-rc));
+        return;
+    }
+    done_add(c, id);
+    ack_push(c, id, BIGFLEET__V1ALPHA1__INSTRUCT_ACK__OUTCOME__OUTCOME_ACCEPTED, "");
+}
+
+static void on_reply(void *arg, int code, const char *message, const uint8_t *resp, size_t len)
+{
+    struct coord *c = arg;
+    struct bf_stats_session *st = &c->ss->shm->st->session;
+    c->inflight = false;
+    if (code != BF_NET_OK) {
+        atomic_fetch_add(&st->coordinator_errors, 1);
+        BF_WARN("ReportShard failed", "code=%s message=\"%s\"", bf_net_code_name(code),
+                message ? message : "");
+        c->sent = 0; /* the acks stay queued, in front */
+        return;
+    }
+    /* the acks that went out are delivered */
+    for (uint32_t i = 0; i < c->sent; i++) {
+        free(c->acks[i].id);
+        free(c->acks[i].reason);
+    }
+    memmove(c->acks, c->acks + c->sent, (c->n_acks - c->sent) * sizeof *c->acks);
+    c->n_acks -= c->sent;
+    c->sent = 0;
+    atomic_fetch_add(&st->coordinator_reports, 1);
+    Bigfleet__V1alpha1__ReportAck *ack = bigfleet__v1alpha1__report_ack__unpack(NULL, len, resp);
+    if (!ack) {
+        atomic_fetch_add(&st->coordinator_errors, 1);
+        BF_WARN("undecodable ReportAck ignored", "bytes=%zu", len);
+        return;
+    }
+    int64_t hwm = coord_term(c->ss);
+    if (ack->coordinator_term > 0) {
+        if (ack->coordinator_term < hwm) {
+            BF_WARN("ReportAck from a stale coordinator term; its instructions are skipped",
+                    "term=%" PRId64 " high_water_mark=%" PRId64, ack->coordinator_term, hwm);
+            bigfleet__v1alpha1__report_ack__free_unpacked(ack, NULL);
+            return;
+        }
+        if (ack->coordinator_term > hwm) {
+            BF_INFO("coordinator term raised", "term=%" PRId64 " previous=%" PRId64,
+                    ack->coordinator_term, hwm);
+            hwm = ack->coordinator_term;
+            term_raise(c, hwm);
+        }
+    }
+    for (size_t i = 0; i < ack->n_instructions; i++)
+        handle_instruction(c, ack->instructions[i], hwm);
+    bigfleet__v1alpha1__report_ack__free_unpacked(ack, NULL);
+}
+
+static void on_timer(struct bf_net_timer *t, void *arg)
+{
+    (void)t;
+    struct coord *c = arg;
+    send_report(c);
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+int coord_start(struct ss *ss)
+{
+    struct coord *c = calloc(1, sizeof *c);
+    if (!c)
+        return -ENOMEM;
+    c->ss = ss;
+    ss->coord = c;
+    term_open(c);
+    if (!ss->cfg->coordinator_addr[0])
+        return 0; /* single-shard / dev: no coordinator client at all */
+    c->acks = calloc(ACKS_MAX, sizeof *c->acks);
+    c->done_ring = calloc(DONE_MAX, sizeof *c->done_ring);
+    c->domains = calloc(DOMAINS_MAX, sizeof *c->domains);
+    c->res = malloc(sizeof *c->res);
+    if (!c->acks || !c->done_ring || !c->domains || !c->res || u64map_init(&c->done, 1024))
+        return -ENOMEM;
+    struct bf_net_client_opts o = {.addr = ss->cfg->coordinator_addr};
+    if (bf_config_tls(ss->cfg)) {
+        o.tls.cert_file = ss->cfg->tls_cert;
+        o.tls.key_file = ss->cfg->tls_key;
+        o.tls.ca_file = ss->cfg->tls_ca;
+    }
+    int rc = bf_net_client_new(ss->loop, &o, &c->cl);
+    if (rc) {
+        BF_ERROR("cannot create the coordinator client; the shard runs without it",
+                 "addr=%s error=\"%s\"", ss->cfg->coordinator_addr, strerror(-rc));
+        return rc;
+    }
+    c->timer = bf_net_timer_new(ss->loop, on_timer, c);
+    if (!c->timer)
+        return -ENOMEM;
+    bf_net_timer_start(c->timer, 0, ss->cfg->coordinator_heartbeat_ns);
+    BF_INFO("coordinator client started", "addr=%s interval_ms=%lld", ss->cfg->coordinator_addr,
+            (long long)(ss->cfg->coordinator_heartbeat_ns / BF_NS_PER_MS));
+    return 0;
+}
+
+void coord_stop(struct ss *ss)
+{
+    struct coord *c = ss->coord;
+    if (!c)
+        return;
+    ss->coord = NULL;
+    bf_net_timer_free(c->timer);
+    if (c->cl)
+        bf_net_client_free(c->cl); /* an in-flight report completes CANCELLED here */
+    for (uint32_t i = 0; c->acks && i < c->n_acks; i++) {
+        free(c->acks[i].id);
+        free(c->acks[i].reason);
+    }
+    free(c->acks);
+    for (uint32_t i = 0; c->done_ring && i < c->done_n; i++)
+        free(c->done_ring[(c->done_head + i) % DONE_MAX]);
+    free(c->done_ring);
+    u64map_free(&c->done);
+    for (uint32_t i = 0; c->domains && i < c->n_domains; i++)
+        free(c->domains[i]);
+    free(c->domains);
+    free(c->res);
+    if (c->env)
+        mdb_env_close(c->env);
+    free(c);
+}
+
+uint32_t coord_domains(const struct ss *ss)
+{
+    return ss->coord ? ss->coord->n_domains : 0;
+}

@@ -1,0 +1,136 @@
+/*
+ * http.c — the probes server on --metrics-addr ("0" disables it):
+ * /healthz 200 always (the HTTP server answers), /readyz 200 once the
+ * first provider reconcile succeeded (latched by the reconciler in
+ * st->first_reconcile_done) else 503, /metrics the Prometheus text of
+ * bf_metrics_render plus this process's own transport counters. Neither
+ * probe depends on the coordinator (seed 000 §1, reference/shard.md §1.2
+ * item 11).
+ */
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bigfleet/util.h"
+
+#include "bigfleet/log.h"
+#include "bigfleet/metrics.h"
+#include "session_internal.h"
+
+static void local_metrics(struct ss *ss, struct bf_metrics_buf *b)
+{
+    struct bf_net_stats ns;
+    if (!ss->srv)
+        return;
+    bf_net_server_stats(ss->srv, &ns);
+    static const struct {
+        const char *name, *help;
+        size_t off;
+    } c[] = {
+        {"bigfleet_shard_grpc_connections_accepted_total", "gRPC connections accepted.",
+         offsetof(struct bf_net_stats, conns_accepted)},
+        {"bigfleet_shard_grpc_connections_rejected_total", "gRPC connections refused at accept.",
+         offsetof(struct bf_net_stats, conns_rejected)},
+        {"bigfleet_shard_grpc_handshake_failures_total", "TLS handshakes that failed.",
+         offsetof(struct bf_net_stats, handshake_failures)},
+        {"bigfleet_shard_grpc_protocol_errors_total", "HTTP/2 protocol errors.",
+         offsetof(struct bf_net_stats, protocol_errors)},
+        {"bigfleet_shard_grpc_oversize_messages_total",
+         "Messages over the 256 MiB receive limit (RESOURCE_EXHAUSTED).",
+         offsetof(struct bf_net_stats, oversize_messages)},
+        {"bigfleet_shard_grpc_identity_rejected_total",
+         "Calls refused: mTLS peer without exactly one bigfleet:// SAN.",
+         offsetof(struct bf_net_stats, identity_rejected)},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        bf_metrics_header(b, c[i].name, "counter", c[i].help);
+        bf_metrics_printf(b, "%s %llu\n", c[i].name,
+                          (unsigned long long)*(const uint64_t *)((const char *)&ns + c[i].off));
+    }
+    bf_metrics_header(b, "bigfleet_shard_grpc_connections_open", "gauge", "gRPC connections open.");
+    bf_metrics_printf(b, "bigfleet_shard_grpc_connections_open %llu\n",
+                      (unsigned long long)ns.conns_open);
+    const struct local_counters *l = &ss->lc;
+    struct {
+        const char *name, *help;
+        uint64_t v;
+    } x[] = {
+        {"bigfleet_shard_session_slow_readers_closed_total",
+         "Streams reset because the operator stopped reading (outbox bound or stall).",
+         l->slow_closed},
+        {"bigfleet_shard_session_bad_frames_total", "Malformed or unknown OperatorMessages.",
+         l->frames_bad},
+        {"bigfleet_shard_session_rollups_shed_total",
+         "Rollups not queued: queued rollups were over their memory budget.", l->rollups_shed},
+        {"bigfleet_shard_session_bootstrap_no_session_total",
+         "Bootstrap requests answered NO_SESSION.", l->boot_no_session},
+        {"bigfleet_shard_session_reclaim_no_session_total",
+         "Reclaims for a cluster without a session (drain proceeds without the operator).",
+         l->reclaim_no_session},
+        {"bigfleet_shard_session_resync_passes_total",
+         "Inventory scans that resynced connecting operators.", l->resync_passes},
+        {"bigfleet_shard_session_resync_updates_total", "NodeStateUpdates queued by resync scans.",
+         l->resync_updates},
+    };
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
+        bf_metrics_header(b, x[i].name, "counter", x[i].help);
+        bf_metrics_printf(b, "%s %llu\n", x[i].name, (unsigned long long)x[i].v);
+    }
+    bf_metrics_header(b, "bigfleet_shard_coordinator_assigned_domains", "gauge",
+                      "Topology domains assigned to this shard by the coordinator.");
+    bf_metrics_printf(b, "bigfleet_shard_coordinator_assigned_domains %u\n", coord_domains(ss));
+    bf_metrics_header(b, "bigfleet_shard_session_outbox_bytes", "gauge",
+                      "Bytes held in session outboxes (all sessions).");
+    bf_metrics_printf(b, "bigfleet_shard_session_outbox_bytes %zu\n", ss->outbox_total);
+}
+
+static void handler(const struct bf_net_http_request *req, struct bf_net_http_response *resp,
+                    void *arg)
+{
+    struct ss *ss = arg;
+    if (strcmp(req->path, "/healthz") == 0) {
+        bf_net_http_printf(resp, "ok\n");
+    } else if (strcmp(req->path, "/readyz") == 0) {
+        if (atomic_load_explicit(&ss->shm->st->first_reconcile_done, memory_order_acquire)) {
+            bf_net_http_printf(resp, "ok\n");
+        } else {
+            bf_net_http_set_status(resp, 503, NULL);
+            bf_net_http_printf(resp, "first provider reconcile not yet complete\n");
+        }
+    } else if (strcmp(req->path, "/metrics") == 0) {
+        struct bf_metrics_buf b;
+        bf_metrics_buf_init(&b);
+        bf_metrics_render(ss->shm, &b);
+        local_metrics(ss, &b);
+        if (b.oom) {
+            bf_net_http_set_status(resp, 500, NULL);
+            bf_net_http_printf(resp, "out of memory rendering metrics\n");
+        } else {
+            bf_net_http_set_status(resp, 200, "text/plain; version=0.0.4; charset=utf-8");
+            bf_net_http_append(resp, b.data, b.len);
+        }
+        bf_metrics_buf_free(&b);
+    } else {
+        bf_net_http_set_status(resp, 404, NULL);
+        bf_net_http_printf(resp, "not found\n");
+    }
+}
+
+int ss_http_start(struct ss *ss)
+{
+    const char *addr = ss->cfg->metrics_addr;
+    if (!addr[0] || strcmp(addr, "0") == 0) {
+        BF_INFO("HTTP probes server disabled", "metrics_addr=\"%s\"", addr);
+        return 0;
+    }
+    struct bf_net_http_server_opts o = {.addr = addr, .handler = handler, .arg = ss};
+    int rc;
+    int64_t until = bf_mono_ns() + 5 * BF_NS_PER_SEC; /* see start_grpc() */
+    while ((rc = bf_net_http_server_new(ss->loop, &o, &ss->http)) == -EADDRINUSE &&
+           bf_mono_ns() < until && !bf_child_stopping())
+        usleep(50 * 1000);
+    if (rc)
+        BF_ERROR("cannot start the HTTP probes server", "addr=%s error=\"%s\"", addr,
+                 strerror(-rc));
+    return rc;
+}

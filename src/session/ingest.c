@@ -1,0 +1,474 @@
+/*
+ * ingest.c — the rollup lane: one thread that decodes, converts, guards
+ * (rail 2) and publishes rollups, so a 50K-Need rollup never delays the
+ * event loop (bootstrap responses, acks, node updates). Seed 000 §5
+ * "rollup ingest", reference/shard.md §4.2 item 6, §6.3, docs/internals.md
+ * "Needs (session -> cycle)".
+ *
+ * Design notes
+ *   - Hand-over: one pending slot per cluster plus a FIFO of clusters with
+ *     a pending rollup (round-robin fairness: a cluster that floods large
+ *     rollups gets one turn per round like everyone else). A newer rollup
+ *     replaces a queued one (full replacement: only the latest matters);
+ *     the superseded one is counted and never acked.
+ *   - Memory: queued + in-process rollup bytes are bounded
+ *     (SS_INGEST_BUDGET); a submission beyond it is shed (counted, logged,
+ *     no ack — the operator's next rollup, ~10 s later, is the retry). One
+ *     cluster holds at most two rollups (one queued, one in process), i.e.
+ *     at most 512 MiB with 256 MiB messages: one misbehaving cluster cannot
+ *     exhaust the budget alone.
+ *   - Publishing (the only writer of need rows and stamps): rows go into a
+ *     free arena extent, then the cluster row is published with the new
+ *     extent and generation + 1 (bf_cluster_write), then the old extent is
+ *     freed, needs->rows_used and change_counter move, stamps are touched
+ *     for the accepted fingerprints and the cycle is woken. A held (rail 2)
+ *     rollup publishes only its counters and the first-rollup gate.
+ *     Rejected rollups publish rollups_rejected and leave demand untouched.
+ *   - The allocator is private to this thread and rebuilt from the
+ *     published rows when the thread starts. When no contiguous run is
+ *     free but enough rows are, live extents are relocated downwards (copy,
+ *     republish the row with the same generation, free the old extent)
+ *     until the run fits.
+ *   - Completions go to the loop through a queue and an eventfd; the loop
+ *     sends the "rollup" Acknowledgement if the sending session still holds
+ *     the stream.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bigfleet/log.h"
+#include "bigfleet/util.h"
+#include "session_internal.h"
+
+struct job {
+    uint8_t *buf;
+    size_t len;
+    uint64_t serial;
+    int64_t recv_ns;
+};
+
+struct ingest {
+    pthread_t th;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop;
+    struct job *slot; /* [max_clusters] */
+    uint32_t *fifo;   /* ring of cluster indices */
+    uint32_t fifo_head, fifo_n, fifo_cap;
+    size_t bytes; /* queued + in process */
+    struct ingest_done *done;
+    int done_n, done_cap;
+    int efd;
+    /* thread-private */
+    struct bf_shm *shm;
+    const struct bf_config *cfg;
+    struct cluster_tab *ct;
+    struct bf_arena arena;
+    struct bf_rollup conv;
+    uint64_t total_rows;
+    int64_t *last_log; /* per cluster: rejection-log token bucket refill time */
+    uint8_t *tokens;   /* per cluster: rejection logs allowed now (burst 10, 1/s) */
+    uint32_t *suppressed;
+    struct bf_need_row *tmp;
+    uint32_t tmp_cap;
+    bool stamps_full_logged;
+};
+
+/* logfmt-safe copy of a message (quotes would break the key=value line) */
+static void sanitize(char *s)
+{
+    for (; *s; s++)
+        if (*s == '"' || *s == '\\' || (unsigned char)*s < 0x20)
+            *s = '\'';
+}
+
+static struct bf_stats_session *stats(struct ingest *ig)
+{
+    return &ig->shm->st->session;
+}
+
+static const char *cluster_name(struct ingest *ig, uint32_t name_ref)
+{
+    const char *n = bf_str(ig->shm, name_ref, NULL);
+    return n ? n : "?";
+}
+
+/* ------------------------------------------------------------ outcomes */
+
+static void reject(struct ingest *ig, uint32_t cidx, const struct job *j, int rc, char *err)
+{
+    struct cluster_tab *ct = ig->ct;
+    pthread_mutex_lock(&ct->mu);
+    struct bf_cluster_rec *r = &ct->rec[cidx];
+    r->rollups_rejected++;
+    r->last_rollup_ns = j->recv_ns;
+    ct_publish_locked(ct, cidx);
+    uint32_t name_ref = r->name_ref;
+    pthread_mutex_unlock(&ct->mu);
+    atomic_fetch_add(&stats(ig)->rollups_rejected, 1);
+    int64_t now = bf_mono_ns();
+    int64_t refill = (now - ig->last_log[cidx]) / BF_NS_PER_SEC;
+    if (refill > 0) {
+        ig->tokens[cidx] =
+            (uint8_t)(ig->tokens[cidx] + refill > 10 ? 10 : ig->tokens[cidx] + refill);
+        ig->last_log[cidx] = now;
+    }
+    if (ig->tokens[cidx] > 0) {
+        ig->tokens[cidx]--;
+        sanitize(err);
+        BF_ERROR("rollup rejected; the cluster's last good demand is kept",
+                 "cluster=%s bytes=%zu reason=%s error=\"%s\" suppressed_since_last=%u",
+                 cluster_name(ig, name_ref), j->len, strerror(-rc), err, ig->suppressed[cidx]);
+        ig->suppressed[cidx] = 0;
+    } else {
+        ig->suppressed[cidx]++;
+    }
+}
+
+static int rebuild_arena(struct ingest *ig);
+
+static int ensure_tmp(struct ingest *ig, uint32_t n)
+{
+    if (n <= ig->tmp_cap)
+        return 0;
+    struct bf_need_row *t = realloc(ig->tmp, (size_t)n * sizeof *t);
+    if (!t)
+        return -ENOMEM;
+    ig->tmp = t;
+    ig->tmp_cap = n;
+    return 0;
+}
+
+/* Allocates n rows for cluster `self`, on the side of the arena away from
+ * its current extent (old_off, old_n) — the two extents then sit at
+ * opposite ends — or, failing both ends, by relocating live extents
+ * (self's included) downwards (bf_arena_compact plans, this executes: copy
+ * the rows, republish the owner with the same generation). */
+static int alloc_rows(struct ingest *ig, uint32_t self, uint32_t old_off, uint32_t old_n,
+                      uint32_t n, uint32_t *off)
+{
+    bool old_low = old_n && (uint64_t)old_off + old_n / 2 < ig->arena.capacity / 2;
+    if (old_low ? bf_arena_alloc_high(&ig->arena, n, off) == 0 ||
+                      bf_arena_alloc(&ig->arena, n, off) == 0
+                : bf_arena_alloc(&ig->arena, n, off) == 0 ||
+                      bf_arena_alloc_high(&ig->arena, n, off) == 0)
+        return 0;
+    if (ig->arena.free_rows < n)
+        return -ENOSPC;
+    struct cluster_tab *ct = ig->ct;
+    pthread_mutex_lock(&ct->mu);
+    uint32_t nc = ct->n;
+    struct bf_arena_live *l = malloc(((size_t)nc + 1) * sizeof *l);
+    struct bf_arena_move *mv = malloc(((size_t)nc + 1) * sizeof *mv);
+    uint32_t nl = 0;
+    (void)self; /* its extent may move too: process() frees whatever the row says */
+    for (uint32_t i = 0; l && i < nc; i++)
+        if (ct->rec[i].rows_count)
+            l[nl++] = (struct bf_arena_live){i, ct->rec[i].rows_off, ct->rec[i].rows_count};
+    pthread_mutex_unlock(&ct->mu);
+    uint32_t moved = 0;
+    int rc = l && mv ? bf_arena_compact(&ig->arena, l, nl, n, mv, &moved, off) : -ENOMEM;
+    uint32_t maxlen = 0;
+    for (uint32_t k = 0; k < moved; k++)
+        if (mv[k].len > maxlen)
+            maxlen = mv[k].len;
+    if (moved && ensure_tmp(ig, maxlen)) {
+        /* nothing moved yet, but the allocator already reflects the plan:
+         * rebuild it from the published rows */
+        BF_ERROR("need-row arena compaction abandoned (out of memory)", "moves=%u", moved);
+        free(l);
+        free(mv);
+        bf_arena_destroy(&ig->arena);
+        rebuild_arena(ig);
+        return -ENOMEM;
+    }
+    for (uint32_t k = 0; k < moved; k++) {
+        bf_needs_copy_rows(ig->shm, mv[k].from, mv[k].len, ig->tmp);
+        bf_shm_store_words(&ig->shm->rows[mv[k].to], ig->tmp,
+                           (size_t)mv[k].len * sizeof(struct bf_need_row));
+        pthread_mutex_lock(&ct->mu);
+        ct->rec[mv[k].idx].rows_off = mv[k].to; /* same rows, same generation */
+        ct_publish_locked(ct, mv[k].idx);
+        pthread_mutex_unlock(&ct->mu);
+    }
+    free(l);
+    free(mv);
+    if (moved)
+        BF_INFO("need-row arena compacted", "extents_moved=%u rows_wanted=%u result=%s", moved, n,
+                rc >= 0 ? "ok" : "still fragmented");
+    return rc >= 0 ? 0 : rc;
+}
+
+static void process(struct ingest *ig, uint32_t cidx, struct job *j)
+{
+    struct bf_shm *s = ig->shm;
+    struct cluster_tab *ct = ig->ct;
+    int64_t t0 = bf_mono_ns();
+    pthread_mutex_lock(&ct->mu);
+    struct bf_cluster_rec rec = ct->rec[cidx];
+    pthread_mutex_unlock(&ct->mu);
+    const char *cid = cluster_name(ig, rec.name_ref);
+    char err[512] = "";
+    uint64_t reserve = s->arena_bytes / 4;
+    int rc = bf_rollup_convert(s, j->buf, j->len, cid, rec.name_ref, s->max_needs, reserve,
+                               &ig->conv, err, sizeof err);
+    if (rc) {
+        reject(ig, cidx, j, rc, err);
+        goto out;
+    }
+    struct bf_rollup *cv = &ig->conv;
+    uint32_t baseline = rec.accepted_rows;
+    uint8_t held = rec.quarantine_held;
+    int v = bf_rail2_admit(ig->cfg->empty_rollup_guard, &baseline, &held, cv->n);
+    if (v == BF_RAIL2_HOLD) {
+        pthread_mutex_lock(&ct->mu);
+        struct bf_cluster_rec *r = &ct->rec[cidx];
+        r->quarantine_held = held;
+        r->first_rollup = 1;
+        r->last_rollup_ns = j->recv_ns;
+        r->last_rollup_timestamp_ns = cv->timestamp_ns;
+        r->rollups_quarantined++;
+        ct_publish_locked(ct, cidx);
+        pthread_mutex_unlock(&ct->mu);
+        atomic_fetch_add(&stats(ig)->rollups_quarantined, 1);
+        BF_WARN("rollup quarantined (rail 2): it would drop most of the cluster's demand",
+                "cluster=%s rows=%u accepted_rows=%u held=%u confirm_at=%d", cid, cv->n,
+                rec.accepted_rows, held, BF_RAIL2_CONFIRMATIONS);
+        rc = 1;
+        goto out;
+    }
+    uint64_t after = ig->total_rows - rec.rows_count + cv->n;
+    if (after > s->max_needs) {
+        snprintf(err, sizeof err,
+                 "the needs table is full: %u rows would bring the shard to %llu live rows "
+                 "(--max-needs %u)",
+                 cv->n, (unsigned long long)after, s->max_needs);
+        reject(ig, cidx, j, -ENOSPC, err);
+        rc = -ENOSPC;
+        goto out;
+    }
+    uint32_t off = 0;
+    if ((rc = alloc_rows(ig, cidx, rec.rows_off, rec.rows_count, cv->n, &off)) != 0) {
+        snprintf(err, sizeof err,
+                 "no contiguous run of %u rows in the need-row arena (%u free of %u)", cv->n,
+                 ig->arena.free_rows, ig->arena.capacity);
+        reject(ig, cidx, j, rc, err);
+        goto out;
+    }
+    if (cv->n)
+        bf_shm_store_words(&s->rows[off], cv->rows, (size_t)cv->n * sizeof(struct bf_need_row));
+    pthread_mutex_lock(&ct->mu);
+    struct bf_cluster_rec *r = &ct->rec[cidx];
+    uint32_t old_off = r->rows_off, old_n = r->rows_count;
+    r->rows_off = cv->n ? off : 0;
+    r->rows_count = cv->n;
+    r->generation++;
+    r->accepted_rows = baseline;
+    r->quarantine_held = 0;
+    r->first_rollup = 1;
+    r->last_rollup_ns = j->recv_ns;
+    r->last_rollup_timestamp_ns = cv->timestamp_ns;
+    r->rollups_accepted++;
+    ct_publish_locked(ct, cidx);
+    pthread_mutex_unlock(&ct->mu);
+    if (bf_arena_release(&ig->arena, old_off, old_n) != 0)
+        BF_ERROR("need-row arena: releasing a published extent failed (allocator state "
+                 "inconsistent)",
+                 "cluster=%s off=%u rows=%u", cid, old_off, old_n);
+    ig->total_rows = after;
+    atomic_store_explicit(&s->needs->rows_used, (uint32_t)after, memory_order_release);
+    atomic_fetch_add_explicit(&s->needs->change_counter, 1, memory_order_release);
+    int64_t now = bf_now_ns();
+    for (uint32_t i = 0; i < cv->n; i++) {
+        if (bf_stamp_touch(s, rec.name_ref, cv->fp_refs[i], now) != 0 && !ig->stamps_full_logged) {
+            ig->stamps_full_logged = true;
+            BF_ERROR("provisioning-latency stamp table is full; new (cluster, fingerprint) "
+                     "pairs are not timed",
+                     "capacity=%u", s->stamp_mask + 1);
+        }
+    }
+    bf_wake(s, BF_ROLE_CYCLE);
+    atomic_fetch_add(&stats(ig)->rollups_accepted, 1);
+    if (v == BF_RAIL2_ACCEPT_CONFIRMED)
+        BF_WARN("quarantined rollup accepted: confirmed by consecutive rollups (rail 2)",
+                "cluster=%s rows=%u previous_rows=%u", cid, cv->n, rec.accepted_rows);
+    if (cv->merged)
+        BF_DEBUG("rollup had duplicate needs; merged", "cluster=%s merged=%u", cid, cv->merged);
+    rc = 0;
+out:
+    bf_hist_observe(&stats(ig)->rollup_ingest, 0.0001, 2, 20, bf_mono_ns() - t0);
+    int outcome = rc == 0 ? INGEST_ACCEPTED : rc == 1 ? INGEST_HELD : INGEST_REJECTED;
+    pthread_mutex_lock(&ig->mu);
+    ig->bytes -= j->len;
+    if (ig->done_n == ig->done_cap) {
+        int ncap = ig->done_cap ? ig->done_cap * 2 : 64;
+        struct ingest_done *nd = realloc(ig->done, (size_t)ncap * sizeof *nd);
+        if (nd) {
+            ig->done = nd;
+            ig->done_cap = ncap;
+        }
+    }
+    if (ig->done_n < ig->done_cap)
+        ig->done[ig->done_n++] = (struct ingest_done){cidx, j->serial, outcome};
+    pthread_mutex_unlock(&ig->mu);
+    uint64_t one = 1;
+    ssize_t w = write(ig->efd, &one, sizeof one);
+    (void)w;
+}
+
+static int rebuild_arena(struct ingest *ig)
+{
+    struct cluster_tab *ct = ig->ct;
+    uint32_t cap = 2 * ig->shm->max_needs;
+    int rc = bf_arena_init(&ig->arena, cap);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&ct->mu);
+    struct bf_extent *e = malloc(((size_t)ct->n + 1) * sizeof *e);
+    uint64_t total = 0;
+    for (uint32_t i = 0; e && i < ct->n; i++) {
+        e[i] = (struct bf_extent){ct->rec[i].rows_off, ct->rec[i].rows_count};
+        total += ct->rec[i].rows_count;
+    }
+    uint32_t n = ct->n;
+    pthread_mutex_unlock(&ct->mu);
+    if (!e)
+        return -ENOMEM;
+    rc = bf_arena_rebuild(&ig->arena, e, n);
+    free(e);
+    if (rc) {
+        BF_ERROR("published cluster rows overlap in the need-row arena", "clusters=%u", n);
+        return rc;
+    }
+    ig->total_rows = total;
+    atomic_store_explicit(&ig->shm->needs->rows_used, (uint32_t)total, memory_order_release);
+    if (total)
+        BF_INFO("need-row arena rebuilt from published clusters", "clusters=%u live_rows=%llu", n,
+                (unsigned long long)total);
+    return 0;
+}
+
+static void *thread_main(void *arg)
+{
+    struct ingest *ig = arg;
+    for (;;) {
+        pthread_mutex_lock(&ig->mu);
+        while (!ig->stop && ig->fifo_n == 0)
+            pthread_cond_wait(&ig->cv, &ig->mu);
+        if (ig->stop) {
+            pthread_mutex_unlock(&ig->mu);
+            break;
+        }
+        uint32_t cidx = ig->fifo[ig->fifo_head];
+        ig->fifo_head = (ig->fifo_head + 1) % ig->fifo_cap;
+        ig->fifo_n--;
+        struct job j = ig->slot[cidx];
+        ig->slot[cidx].buf = NULL;
+        pthread_mutex_unlock(&ig->mu);
+        process(ig, cidx, &j);
+        free(j.buf);
+    }
+    return NULL;
+}
+
+int ingest_start(struct ingest **out, struct bf_shm *shm, const struct bf_config *cfg,
+                 struct cluster_tab *ct, int done_efd)
+{
+    struct ingest *ig = calloc(1, sizeof *ig);
+    if (!ig)
+        return -ENOMEM;
+    ig->shm = shm;
+    ig->cfg = cfg;
+    ig->ct = ct;
+    ig->efd = done_efd;
+    ig->fifo_cap = shm->max_clusters;
+    ig->slot = calloc(shm->max_clusters, sizeof *ig->slot);
+    ig->fifo = calloc(shm->max_clusters, sizeof *ig->fifo);
+    ig->last_log = calloc(shm->max_clusters, sizeof *ig->last_log);
+    ig->suppressed = calloc(shm->max_clusters, sizeof *ig->suppressed);
+    ig->tokens = calloc(shm->max_clusters, sizeof *ig->tokens);
+    bf_rollup_init(&ig->conv);
+    pthread_mutex_init(&ig->mu, NULL);
+    pthread_cond_init(&ig->cv, NULL);
+    int rc = -ENOMEM;
+    if (!ig->slot || !ig->fifo || !ig->last_log || !ig->suppressed || !ig->tokens)
+        goto fail;
+    if ((rc = rebuild_arena(ig)) != 0)
+        goto fail;
+    if ((rc = -pthread_create(&ig->th, NULL, thread_main, ig)) != 0)
+        goto fail;
+    ig->started = true;
+    *out = ig;
+    return 0;
+fail:
+    ingest_stop(ig);
+    return rc;
+}
+
+int ingest_submit(struct ingest *ig, uint32_t cidx, uint64_t serial, uint8_t *buf, size_t len,
+                  int64_t recv_ns)
+{
+    pthread_mutex_lock(&ig->mu);
+    struct job *sl = &ig->slot[cidx];
+    size_t replaced = sl->buf ? sl->len : 0;
+    if (ig->bytes - replaced + len > SS_INGEST_BUDGET) {
+        pthread_mutex_unlock(&ig->mu);
+        free(buf);
+        return -ENOBUFS;
+    }
+    if (sl->buf) {
+        free(sl->buf);
+        ig->bytes -= sl->len;
+        atomic_fetch_add(&ig->shm->st->session.rollups_superseded, 1);
+    } else {
+        ig->fifo[(ig->fifo_head + ig->fifo_n) % ig->fifo_cap] = cidx;
+        ig->fifo_n++;
+    }
+    *sl = (struct job){buf, len, serial, recv_ns};
+    ig->bytes += len;
+    pthread_cond_signal(&ig->cv);
+    pthread_mutex_unlock(&ig->mu);
+    return 0;
+}
+
+int ingest_take_done(struct ingest *ig, struct ingest_done *out, int max)
+{
+    pthread_mutex_lock(&ig->mu);
+    int n = ig->done_n < max ? ig->done_n : max;
+    memcpy(out, ig->done, (size_t)n * sizeof *out);
+    memmove(ig->done, ig->done + n, (size_t)(ig->done_n - n) * sizeof *out);
+    ig->done_n -= n;
+    pthread_mutex_unlock(&ig->mu);
+    return n;
+}
+
+void ingest_stop(struct ingest *ig)
+{
+    if (!ig)
+        return;
+    if (ig->started) {
+        pthread_mutex_lock(&ig->mu);
+        ig->stop = true;
+        pthread_cond_signal(&ig->cv);
+        pthread_mutex_unlock(&ig->mu);
+        pthread_join(ig->th, NULL);
+    }
+    for (uint32_t i = 0; ig->slot && i < ig->shm->max_clusters; i++)
+        free(ig->slot[i].buf);
+    free(ig->slot);
+    free(ig->fifo);
+    free(ig->last_log);
+    free(ig->suppressed);
+    free(ig->tokens);
+    free(ig->done);
+    free(ig->tmp);
+    bf_rollup_free(&ig->conv);
+    bf_arena_destroy(&ig->arena);
+    pthread_mutex_destroy(&ig->mu);
+    pthread_cond_destroy(&ig->cv);
+    free(ig);
+}

@@ -1,0 +1,547 @@
+/*
+ * rollup.c — ClusterCapacityNeeds -> Need rows (bigfleet/session.h), and
+ * rail 2 (the empty-rollup quarantine).
+ *
+ * Design notes
+ *   - The rollup is walked with the wire scanner (wire.c), not unpacked as a
+ *     whole: a 50K-Need rollup would otherwise cost 50K protobuf-c
+ *     allocations trees. Per Need, the profile-defining fields
+ *     (requirements 1, priority 3, spread 5, buckets 6/7) are concatenated
+ *     byte-exact as a cache key; equal bytes decode to equal values and so
+ *     to the same interned profile. A miss unpacks that one CapacityNeed
+ *     with protobuf-c and interns it through bf_nprofile_intern_need (which
+ *     validates operators, buckets and spreads); a hit reuses the refs.
+ *     Operators resend the same shapes every rollup, so steady-state ingest
+ *     interns nothing. The cache is bounded (cleared when it grows past
+ *     PCACHE_MAX_*), private to the one thread that converts rollups.
+ *   - Resource maps are read from the wire (map entries: key 1, value 2;
+ *     a missing key or value is ""), copied NUL-terminated and handed to
+ *     bf_resources_to_vec; a negative result is rejected here.
+ *   - Duplicate (profile, group) rows are merged (header contract).
+ *   - Nothing is written to shared memory except interned strings and
+ *     dimension names; the caller publishes rows.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "bigfleet/blobs.h"
+#include "bigfleet/session.h"
+#include "bigfleet/v1alpha1/capacity.pb-c.h"
+
+#define ERR(...)                                                                                   \
+    do {                                                                                           \
+        if (err && errlen)                                                                         \
+            snprintf(err, errlen, __VA_ARGS__);                                                    \
+    } while (0)
+
+/* ------------------------------------------------------------ profile cache */
+
+#define PCACHE_MAX_ENTRIES (1u << 20)
+#define PCACHE_MAX_BYTES   (64u << 20)
+
+struct pc_ent {
+    uint64_t hash; /* 0 = empty */
+    uint64_t off;  /* key bytes in store */
+    uint32_t len;
+    uint32_t profile_ref;
+    uint32_t fp_ref;
+    uint32_t pad;
+};
+
+struct pcache {
+    struct pc_ent *t;
+    uint32_t mask, n;
+    uint8_t *store;
+    size_t used, cap;
+};
+
+static void pcache_clear(struct pcache *c)
+{
+    free(c->t);
+    free(c->store);
+    memset(c, 0, sizeof *c);
+}
+
+static bool pcache_get(const struct pcache *c, uint64_t h, const uint8_t *k, size_t len,
+                       uint32_t *pref, uint32_t *fref)
+{
+    if (!c->t)
+        return false;
+    for (uint32_t i = (uint32_t)h & c->mask;; i = (i + 1) & c->mask) {
+        const struct pc_ent *e = &c->t[i];
+        if (e->hash == 0)
+            return false;
+        if (e->hash == h && e->len == len && (len == 0 || memcmp(c->store + e->off, k, len) == 0)) {
+            *pref = e->profile_ref;
+            *fref = e->fp_ref;
+            return true;
+        }
+    }
+}
+
+static void pcache_put(struct pcache *c, uint64_t h, const uint8_t *k, size_t len, uint32_t pref,
+                       uint32_t fref)
+{
+    if (c->n + 1 > PCACHE_MAX_ENTRIES || c->used + len > PCACHE_MAX_BYTES)
+        pcache_clear(c);
+    if (!c->t || (c->n + 1) * 2 > c->mask + 1) {
+        uint32_t ncap = c->t ? (c->mask + 1) * 2 : 1024;
+        struct pc_ent *nt = calloc(ncap, sizeof *nt);
+        if (!nt)
+            return; /* a cache: losing an entry is harmless */
+        for (uint32_t i = 0; c->t && i <= c->mask; i++) {
+            if (!c->t[i].hash)
+                continue;
+            uint32_t j = (uint32_t)c->t[i].hash & (ncap - 1);
+            while (nt[j].hash)
+                j = (j + 1) & (ncap - 1);
+            nt[j] = c->t[i];
+        }
+        free(c->t);
+        c->t = nt;
+        c->mask = ncap - 1;
+    }
+    if (c->used + len > c->cap || !c->store) {
+        size_t ncap = c->cap ? c->cap : 65536;
+        while (ncap < c->used + len)
+            ncap *= 2;
+        uint8_t *ns = realloc(c->store, ncap);
+        if (!ns)
+            return;
+        c->store = ns;
+        c->cap = ncap;
+    }
+    if (len)
+        memcpy(c->store + c->used, k, len);
+    uint32_t i = (uint32_t)h & c->mask;
+    while (c->t[i].hash)
+        i = (i + 1) & c->mask;
+    c->t[i] = (struct pc_ent){h, c->used, (uint32_t)len, pref, fref, 0};
+    c->used += len;
+    c->n++;
+}
+
+/* ------------------------------------------------------------ state */
+
+void bf_rollup_init(struct bf_rollup *r)
+{
+    memset(r, 0, sizeof *r);
+}
+
+void bf_rollup_free(struct bf_rollup *r)
+{
+    free(r->rows);
+    free(r->fp_refs);
+    free(r->dkeys);
+    free(r->dvals);
+    if (r->pcache) {
+        pcache_clear(r->pcache);
+        free(r->pcache);
+    }
+    memset(r, 0, sizeof *r);
+}
+
+static int reserve_rows(struct bf_rollup *r, uint32_t n)
+{
+    if (n <= r->cap)
+        return 0;
+    uint32_t ncap = r->cap ? r->cap : 64;
+    while (ncap < n)
+        ncap = ncap > UINT32_MAX / 2 ? n : ncap * 2;
+    struct bf_need_row *rows = realloc(r->rows, (size_t)ncap * sizeof *rows);
+    if (!rows)
+        return -ENOMEM;
+    r->rows = rows;
+    uint32_t *fp = realloc(r->fp_refs, (size_t)ncap * sizeof *fp);
+    if (!fp)
+        return -ENOMEM;
+    r->fp_refs = fp;
+    r->cap = ncap;
+    return 0;
+}
+
+static int reset_dedup(struct bf_rollup *r, uint32_t n)
+{
+    uint32_t want = 16;
+    while (want < 2u * n + 2 && want < (1u << 30))
+        want *= 2;
+    if (r->dmask + 1 != want || !r->dkeys) {
+        free(r->dkeys);
+        free(r->dvals);
+        r->dkeys = calloc(want, sizeof *r->dkeys);
+        r->dvals = calloc(want, sizeof *r->dvals);
+        if (!r->dkeys || !r->dvals)
+            return -ENOMEM;
+        r->dmask = want - 1;
+    } else {
+        memset(r->dkeys, 0, (size_t)want * sizeof *r->dkeys);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ helpers */
+
+/* Scratch for one resource map: up to MAP_MAX entries, strings copied. */
+#define MAP_MAX 64
+struct kvbuf {
+    struct bf_kv kv[MAP_MAX];
+    uint32_t n;
+    char *strs;
+    size_t used, cap;
+    size_t off[MAP_MAX][2];
+};
+
+static int kv_addstr(struct kvbuf *b, const uint8_t *p, size_t len, size_t *off)
+{
+    if (b->used + len + 1 > b->cap) {
+        size_t ncap = b->cap ? b->cap : 1024;
+        while (ncap < b->used + len + 1)
+            ncap *= 2;
+        char *ns = realloc(b->strs, ncap);
+        if (!ns)
+            return -ENOMEM;
+        b->strs = ns;
+        b->cap = ncap;
+    }
+    memcpy(b->strs + b->used, p, len);
+    b->strs[b->used + len] = 0;
+    *off = b->used;
+    b->used += len + 1;
+    return 0;
+}
+
+/* Parses one map entry (key 1, value 2) into b. */
+static int kv_entry(struct kvbuf *b, const uint8_t *p, size_t len, const char *map, uint32_t need,
+                    char *err, size_t errlen)
+{
+    struct bf_pb_reader r;
+    struct bf_pb_field f;
+    bf_pb_reader_init(&r, p, len);
+    const uint8_t *k = (const uint8_t *)"", *v = (const uint8_t *)"";
+    size_t kl = 0, vl = 0;
+    int rc;
+    while ((rc = bf_pb_next(&r, &f)) == 1) {
+        if (f.num == 1 || f.num == 2) {
+            if (f.wt != BF_PB_LEN) {
+                ERR("need %u: %s: malformed map entry", need, map);
+                return -EBADMSG;
+            }
+            if (f.num == 1) {
+                k = f.p;
+                kl = f.len;
+            } else {
+                v = f.p;
+                vl = f.len;
+            }
+        }
+    }
+    if (rc != 0) {
+        ERR("need %u: %s: malformed map entry", need, map);
+        return -EBADMSG;
+    }
+    if (memchr(k, 0, kl) || memchr(v, 0, vl)) {
+        ERR("need %u: %s: NUL byte in a resource name or quantity", need, map);
+        return -EINVAL;
+    }
+    if (b->n >= MAP_MAX) {
+        ERR("need %u: %s: more than %d entries", need, map, MAP_MAX);
+        return -EINVAL;
+    }
+    if (kv_addstr(b, k, kl, &b->off[b->n][0]) || kv_addstr(b, v, vl, &b->off[b->n][1]))
+        return -ENOMEM;
+    b->n++;
+    return 0;
+}
+
+static int kv_vec(struct bf_shm *s, struct kvbuf *b, bf_vec *out, const char *map, uint32_t need,
+                  char *err, size_t errlen)
+{
+    for (uint32_t i = 0; i < b->n; i++) {
+        b->kv[i].key = b->strs + b->off[i][0];
+        b->kv[i].value = b->strs + b->off[i][1];
+    }
+    char e2[160];
+    int rc = bf_resources_to_vec(s, b->n, b->kv, out, e2, sizeof e2);
+    if (rc) {
+        ERR("need %u: %s: %s", need, map, e2);
+        return rc;
+    }
+    for (int d = 0; d < BF_MAX_DIMS; d++) {
+        if (out->v[d] < 0) {
+            /* name the offending entry */
+            const char *name = "?", *val = "?";
+            for (uint32_t i = 0; i < b->n; i++)
+                if (bf_dim_lookup(s, b->kv[i].key) == d) {
+                    name = b->kv[i].key;
+                    val = b->kv[i].value;
+                }
+            ERR("need %u: %s: negative quantity %s=%s", need, map, name, val);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+static uint64_t dedup_hash(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return k;
+}
+
+/* ------------------------------------------------------------ conversion */
+
+struct scratch {
+    uint8_t *key;
+    size_t klen, kcap;
+    struct kvbuf agg, mu;
+};
+
+static int key_append(struct scratch *sc, const uint8_t *p, size_t len)
+{
+    if (sc->klen + len > sc->kcap) {
+        size_t ncap = sc->kcap ? sc->kcap : 4096;
+        while (ncap < sc->klen + len)
+            ncap *= 2;
+        uint8_t *nk = realloc(sc->key, ncap);
+        if (!nk)
+            return -ENOMEM;
+        sc->key = nk;
+        sc->kcap = ncap;
+    }
+    memcpy(sc->key + sc->klen, p, len);
+    sc->klen += len;
+    return 0;
+}
+
+static int strtab_check(const struct bf_shm *s, uint64_t reserve, uint32_t need, char *err,
+                        size_t errlen)
+{
+    uint64_t used = atomic_load_explicit(&s->inv->strtab.arena_used, memory_order_relaxed);
+    if (used + reserve > s->arena_bytes) {
+        ERR("need %u: the shared string table is nearly full (%llu of %llu bytes used, "
+            "%llu kept in reserve)",
+            need, (unsigned long long)used, (unsigned long long)s->arena_bytes,
+            (unsigned long long)reserve);
+        return -ENOSPC;
+    }
+    return 0;
+}
+
+static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc, const uint8_t *p,
+                        size_t len, uint32_t idx, uint32_t cluster_ref, uint64_t reserve, char *err,
+                        size_t errlen)
+{
+    struct bf_pb_reader rd;
+    struct bf_pb_field f;
+    sc->klen = 0;
+    sc->agg.n = sc->agg.used = 0;
+    sc->mu.n = sc->mu.used = 0;
+    const uint8_t *group = NULL;
+    size_t group_len = 0;
+    int rc;
+    bf_pb_reader_init(&rd, p, len);
+    while ((rc = bf_pb_next(&rd, &f)) == 1) {
+        switch (f.num) {
+        case 1: /* requirements */
+        case 5: /* spread */
+            if (f.wt != BF_PB_LEN)
+                goto bad;
+            if (key_append(sc, f.start, (size_t)(rd.p - f.start)))
+                return -ENOMEM;
+            break;
+        case 3: /* priority */
+        case 6: /* interruption bucket */
+        case 7: /* reclamation bucket */
+            if (f.wt != BF_PB_VARINT)
+                goto bad;
+            if (key_append(sc, f.start, (size_t)(rd.p - f.start)))
+                return -ENOMEM;
+            break;
+        case 2:
+            if (f.wt != BF_PB_LEN)
+                goto bad;
+            if ((rc = kv_entry(&sc->agg, f.p, f.len, "aggregate_resources", idx, err, errlen)))
+                return rc;
+            break;
+        case 8:
+            if (f.wt != BF_PB_LEN)
+                goto bad;
+            if ((rc = kv_entry(&sc->mu, f.p, f.len, "min_unit", idx, err, errlen)))
+                return rc;
+            break;
+        case 9:
+            if (f.wt != BF_PB_LEN)
+                goto bad;
+            group = f.p; /* last one wins */
+            group_len = f.len;
+            break;
+        default:
+            break; /* unknown and reserved fields are skipped */
+        }
+    }
+    if (rc != 0)
+        goto bad;
+
+    /* profile: cache hit, or unpack this Need and intern it */
+    uint32_t pref = 0, fref = 0;
+    uint64_t h = XXH3_64bits(sc->key, sc->klen) | 1; /* 0 marks an empty slot */
+    struct pcache *pc = r->pcache;
+    if (!pcache_get(pc, h, sc->key, sc->klen, &pref, &fref)) {
+        if ((rc = strtab_check(s, reserve, idx, err, errlen)))
+            return rc;
+        Bigfleet__V1alpha1__CapacityNeed *n =
+            bigfleet__v1alpha1__capacity_need__unpack(NULL, len, p);
+        if (!n)
+            goto bad;
+        char e2[200];
+        rc = bf_nprofile_intern_need(s, n, &pref, &fref, e2, sizeof e2);
+        bigfleet__v1alpha1__capacity_need__free_unpacked(n, NULL);
+        if (rc) {
+            ERR("need %u: %s", idx, e2);
+            return rc;
+        }
+        pcache_put(pc, h, sc->key, sc->klen, pref, fref);
+    }
+    uint32_t gref = 0;
+    if (group_len) {
+        if (bf_str_find(s, group, (uint32_t)group_len, &gref) != 0) {
+            if ((rc = strtab_check(s, reserve + group_len, idx, err, errlen)))
+                return rc;
+            if (group_len > (16u << 20) ||
+                (rc = bf_str_intern(s, group, (uint32_t)group_len, &gref)) != 0) {
+                ERR("need %u: cannot intern the group (%zu bytes): %s", idx, group_len,
+                    strerror(group_len > (16u << 20) ? E2BIG : -rc));
+                return group_len > (16u << 20) ? -E2BIG : rc;
+            }
+        }
+    }
+    bf_vec agg, mu;
+    if ((rc = kv_vec(s, &sc->agg, &agg, "aggregate_resources", idx, err, errlen)))
+        return rc;
+    if ((rc = kv_vec(s, &sc->mu, &mu, "min_unit", idx, err, errlen)))
+        return rc;
+
+    /* merge or append */
+    uint64_t dk = (uint64_t)pref << 32 | gref;
+    uint32_t slot = (uint32_t)dedup_hash(dk) & r->dmask;
+    while (r->dkeys[slot] && r->dkeys[slot] != dk + 1)
+        slot = (slot + 1) & r->dmask;
+    if (r->dkeys[slot]) {
+        struct bf_need_row *row = &r->rows[r->dvals[slot]];
+        for (int d = 0; d < BF_MAX_DIMS; d++) {
+            if (__builtin_add_overflow(row->aggregate[d], agg.v[d], &row->aggregate[d])) {
+                ERR("need %u: aggregate overflows when merged with an identical earlier need", idx);
+                return -ERANGE;
+            }
+            if (mu.v[d] > row->min_unit[d])
+                row->min_unit[d] = mu.v[d];
+        }
+        r->merged++;
+        return 0;
+    }
+    r->dkeys[slot] = dk + 1; /* profile refs are never 0xFFFFFFFF:FFFFFFFF */
+    r->dvals[slot] = r->n;
+    struct bf_need_row *row = &r->rows[r->n];
+    memset(row, 0, sizeof *row);
+    row->profile_ref = pref;
+    row->group_ref = gref;
+    row->cluster_ref = cluster_ref;
+    row->arrival_ns = r->timestamp_ns;
+    memcpy(row->aggregate, agg.v, sizeof row->aggregate);
+    memcpy(row->min_unit, mu.v, sizeof row->min_unit);
+    r->fp_refs[r->n] = fref;
+    r->n++;
+    return 0;
+bad:
+    ERR("need %u: malformed CapacityNeed", idx);
+    return -EBADMSG;
+}
+
+int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cluster_id,
+                      uint32_t cluster_ref, uint32_t max_rows, uint64_t strtab_reserve,
+                      struct bf_rollup *r, char *err, size_t errlen)
+{
+    r->n = 0;
+    r->needs_in = 0;
+    r->merged = 0;
+    r->timestamp_ns = 0;
+    if (!r->pcache && !(r->pcache = calloc(1, sizeof(struct pcache))))
+        return -ENOMEM;
+    uint32_t n_needs;
+    if (bf_rollup_count_needs(buf, len, &n_needs) != 0) {
+        ERR("not a ClusterCapacityNeeds message (malformed wire data)");
+        return -EBADMSG;
+    }
+    r->needs_in = n_needs;
+    if (n_needs > max_rows) {
+        ERR("%u needs in one rollup; the shard holds at most %u rows per cluster", n_needs,
+            max_rows);
+        return -E2BIG;
+    }
+    int rc;
+    if ((rc = reserve_rows(r, n_needs ? n_needs : 1)) || (rc = reset_dedup(r, n_needs)))
+        return rc;
+    /* top level: cluster_id and timestamp first (they may follow the needs) */
+    struct bf_pb_reader rd;
+    struct bf_pb_field f;
+    const uint8_t *cid = (const uint8_t *)"";
+    size_t cid_len = 0;
+    bf_pb_reader_init(&rd, buf, len);
+    while (bf_pb_next(&rd, &f) == 1) {
+        if (f.num == 1) {
+            cid = f.p;
+            cid_len = f.len;
+        } else if (f.num == 2) {
+            r->timestamp_ns = (int64_t)f.varint;
+        }
+    }
+    if (cid_len && (cid_len != strlen(cluster_id) || memcmp(cid, cluster_id, cid_len) != 0)) {
+        ERR("rollup cluster_id \"%.*s\" does not match the session's cluster \"%s\"",
+            (int)(cid_len > 64 ? 64 : cid_len), (const char *)cid, cluster_id);
+        return -EINVAL;
+    }
+    struct scratch sc;
+    memset(&sc, 0, sizeof sc);
+    uint32_t idx = 0;
+    rc = 0;
+    bf_pb_reader_init(&rd, buf, len);
+    while (bf_pb_next(&rd, &f) == 1) {
+        if (f.num != 3)
+            continue;
+        rc = convert_need(s, r, &sc, f.p, f.len, idx, cluster_ref, strtab_reserve, err, errlen);
+        if (rc)
+            break;
+        idx++;
+    }
+    free(sc.key);
+    free(sc.agg.strs);
+    free(sc.mu.strs);
+    if (rc)
+        r->n = 0;
+    return rc;
+}
+
+/* ------------------------------------------------------------ rail 2 */
+
+int bf_rail2_admit(bool guard_on, uint32_t *baseline, uint8_t *held, uint32_t new_rows)
+{
+    bool suspicious = guard_on && *baseline >= BF_RAIL2_MIN_ROWS &&
+                      (uint64_t)new_rows * 1000 < (uint64_t)*baseline * BF_RAIL2_KEEP_PER_MILLE;
+    if (!suspicious) {
+        *baseline = new_rows;
+        *held = 0;
+        return BF_RAIL2_ACCEPT;
+    }
+    if (*held + 1 >= BF_RAIL2_CONFIRMATIONS) {
+        *baseline = new_rows;
+        *held = 0;
+        return BF_RAIL2_ACCEPT_CONFIRMED;
+    }
+    (*held)++;
+    return BF_RAIL2_HOLD;
+}

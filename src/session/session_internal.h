@@ -1,0 +1,194 @@
+/*
+ * session_internal.h — private structures of the session process
+ * (bigfleet-shardd --role=session), shared by the src/session sources.
+ *
+ * Threads: the event loop thread (gRPC Shard/Session, HTTP probes, ring
+ * consumers, coordinator client) and one ingest thread (ingest.c). They
+ * share only: the cluster table mirror (struct cluster_tab, under its
+ * mutex), the ingest job slots and completion queue (under the ingest
+ * mutex), the string table (its own CAS lock) and atomic stats.
+ */
+#ifndef BF_SESSION_INTERNAL_H
+#define BF_SESSION_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "bigfleet/blobs.h"
+#include "bigfleet/config.h"
+#include "bigfleet/net.h"
+#include "bigfleet/process.h"
+#include "bigfleet/session.h"
+#include "bigfleet/shm.h"
+
+/* ------------------------------------------------------------ tunables */
+
+#define SS_NET_HWM             (256u << 10) /* transport outbox bytes before we queue */
+#define SS_OUTBOX_FRAME_BYTES  (4u << 20)   /* per-session non-coalescable frames */
+#define SS_OUTBOX_FRAMES       8192u
+#define SS_OUTBOX_MAX_AC_KEYS  65536u                /* distinct fingerprints per session */
+#define SS_OUTBOX_GLOBAL_BYTES (512ull << 20)        /* across sessions */
+#define SS_STALL_NS            (60LL * 1000000000LL) /* an operator not reading for this long is closed */
+#define SS_RESYNC_CHUNK        8192u           /* records read per loop turn during a resync scan */
+#define SS_RING_BUDGET         4096u           /* ring messages per ring per loop turn */
+#define SS_INGEST_BUDGET       (1536ull << 20) /* queued + in-process rollup bytes */
+#define SS_RECLAIM_TRACK_MAX   65536u          /* instructions awaiting an ack */
+#define SS_RECLAIM_TTL_NS      (600LL * 1000000000LL)
+#define SS_BOOT_MAX            65536u /* bootstrap requests in flight */
+
+/* ------------------------------------------------------------ u64 map */
+
+/* Open addressing, linear probing, backward-shift deletion; key 0 is
+ * reserved (never stored). Values are u64 (an index or a pointer). */
+struct u64map {
+    uint64_t *k;
+    uint64_t *v;
+    uint32_t mask, n;
+};
+int u64map_init(struct u64map *m, uint32_t cap_pow2);
+void u64map_free(struct u64map *m);
+bool u64map_get(const struct u64map *m, uint64_t key, uint64_t *val);
+int u64map_put(struct u64map *m, uint64_t key, uint64_t val); /* 0, -ENOMEM */
+bool u64map_del(struct u64map *m, uint64_t key, uint64_t *val);
+/* Iteration: slot i in [0, mask]; key 0 = empty. Deleting during a scan
+ * may move a later entry into an earlier slot: restart or tolerate. */
+
+/* ------------------------------------------------------------ clusters */
+
+/* The cluster rows as this process last wrote them (the mirror is the
+ * source of truth for every field; each write publishes a whole row). */
+struct cluster_tab {
+    pthread_mutex_t mu;
+    struct bf_shm *shm;
+    struct bf_cluster_rec *rec; /* [max_clusters] */
+    uint32_t n;                 /* rows in use */
+};
+/* Loads the published rows, clears `connected` (no stream survives a
+ * restart). 0 or -ENOMEM. */
+int ct_init(struct cluster_tab *ct, struct bf_shm *shm);
+void ct_destroy(struct cluster_tab *ct);
+/* Publishes row idx from the mirror. Caller holds ct->mu. */
+void ct_publish_locked(struct cluster_tab *ct, uint32_t idx);
+
+/* ------------------------------------------------------------ ingest */
+
+enum ingest_outcome {
+    INGEST_ACCEPTED = 0,
+    INGEST_HELD = 1,     /* rail 2 */
+    INGEST_REJECTED = 2, /* malformed or invalid: no ack, last good demand kept */
+    INGEST_SHED = 3      /* not queued (memory budget): no ack */
+};
+
+struct ingest_done {
+    uint32_t cidx;
+    uint64_t serial;
+    int outcome;
+};
+
+struct ingest;
+/* Starts the ingest thread. done_efd is written after each completion. */
+int ingest_start(struct ingest **out, struct bf_shm *shm, const struct bf_config *cfg,
+                 struct cluster_tab *ct, int done_efd);
+/* Hands a rollup (ownership of buf, malloc'd) to the thread. A queued,
+ * unprocessed rollup of the same cluster is superseded. Returns 0 or
+ * -ENOBUFS (over the memory budget: buf freed, nothing queued). */
+int ingest_submit(struct ingest *ig, uint32_t cidx, uint64_t serial, uint8_t *buf, size_t len,
+                  int64_t recv_ns);
+/* Takes up to max completions. */
+int ingest_take_done(struct ingest *ig, struct ingest_done *out, int max);
+/* Stops and joins the thread (a rollup in progress finishes first). */
+void ingest_stop(struct ingest *ig);
+
+/* ------------------------------------------------------------ the loop */
+
+struct ss;
+
+struct sess {
+    struct ss *ss;
+    struct bf_net_call *call;
+    uint64_t serial;
+    int64_t cidx; /* -1 before Hello */
+    uint32_t cluster_ref;
+    bool live;    /* installed as its cluster's session */
+    bool closing; /* finish()ed by us */
+    bool warned_unknown;
+    struct bf_outbox ob;
+    size_t ob_bytes;        /* last bf_outbox_bytes accounted globally */
+    int64_t stalled_since;  /* mono ns since the transport stopped taking our queue */
+    size_t stall_net_bytes; /* transport backlog at the last sweep (progress check) */
+    uint32_t rs_pass;       /* resync pass serving this session (0 none) */
+    bool rs_waiting;        /* on the pending-resync list */
+    struct sess *rs_prev, *rs_next;
+    struct sess *all_prev, *all_next;
+    uint32_t n_boot;
+    char cluster_id[BF_CLUSTER_ID_MAX + 1];
+};
+
+struct local_counters {
+    uint64_t frames_bad;
+    uint64_t slow_closed;
+    uint64_t rollups_shed;
+    uint64_t boot_no_session;
+    uint64_t boot_resp_ring_full;
+    uint64_t reclaim_no_session;
+    uint64_t reclaim_unknown_acks;
+    uint64_t node_no_session;
+    uint64_t ac_no_session;
+    uint64_t resync_passes;
+    uint64_t resync_updates;
+};
+
+struct coord; /* coord.c */
+
+struct ss {
+    struct bf_child ch;
+    struct bf_shm *shm;
+    const struct bf_config *cfg;
+    struct bf_net_loop *loop;
+    struct bf_net_server *srv;
+    struct bf_net_http_server *http;
+    struct bf_net_watch *wake_watch, *ingest_watch;
+    struct bf_net_timer *tick, *resync_timer, *stop_timer;
+    int ingest_efd;
+    struct cluster_tab ct;
+    struct ingest *ig;
+    struct sess **live;     /* [max_clusters]: the cluster's installed session */
+    struct u64map cref_idx; /* cluster name ref -> cluster index */
+    struct bf_blob_cache *cache;
+    struct u64map boots;    /* request id -> struct boot * */
+    struct u64map reclaims; /* instruction id -> sent time (mono ns) */
+    struct sess *all;       /* every open stream */
+    uint64_t next_serial;
+    size_t outbox_total;
+    /* resync */
+    struct sess *rs_pending;
+    uint32_t rs_pass;
+    bool rs_running;
+    uint32_t rs_pos, rs_hwm;
+    bool drain_deferred;
+    bool stopping;
+    struct coord *coord;
+    struct local_counters lc;
+};
+
+/* session.c */
+extern const struct bf_net_method bf_session_method;
+void ss_drain_rings(struct ss *ss);
+void ss_on_ingest_done(struct ss *ss);
+void ss_sweep(struct ss *ss);
+void ss_resync_step(struct ss *ss);
+void ss_close_all(struct ss *ss);
+
+/* http.c */
+int ss_http_start(struct ss *ss);
+
+/* coord.c */
+int coord_start(struct ss *ss);
+void coord_stop(struct ss *ss);
+/* The coordinator term high-water mark (LMDB; 0 when none). */
+int64_t coord_term(const struct ss *ss);
+/* Topology domains assigned by the coordinator (AssignDomain, memory only). */
+uint32_t coord_domains(const struct ss *ss);
+
+#endif /* BF_SESSION_INTERNAL_H */

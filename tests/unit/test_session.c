@@ -1,0 +1,757 @@
+/*
+ * test_session.c — the session's pure parts: wire routing of
+ * OperatorMessages, rollup conversion (profiles incl. Same/MinUnit/Group,
+ * duplicates merged, bad input rejected), rail 2, the need-row arena
+ * allocator, the coalescing outbox.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bigfleet/blobs.h"
+#include "bigfleet/session.h"
+#include "bigfleet/v1alpha1/capacity.pb-c.h"
+#include "bigfleet/v1alpha1/shard.pb-c.h"
+
+/* ------------------------------------------------------------ fixtures */
+
+static char g_id[64];
+static struct bf_shm g_s;
+static struct bf_blob_cache *g_c;
+
+static void setup(void)
+{
+    snprintf(g_id, sizeof g_id, "test-session-%d", (int)getpid());
+    bf_shm_unlink(g_id);
+    struct bf_shm_caps caps = {.max_machines = 1024, .max_needs = 256, .max_clusters = 16};
+    ck_assert_int_eq(bf_shm_create(&g_s, g_id, &caps, 1, 0, NULL, 0), 0);
+    g_c = bf_blob_cache_new();
+}
+
+static void teardown(void)
+{
+    bf_blob_cache_free(g_c);
+    bf_shm_detach(&g_s);
+    bf_shm_unlink(g_id);
+}
+
+/* A builder for CapacityNeeds. */
+struct nb {
+    Bigfleet__V1alpha1__CapacityNeed n;
+    Bigfleet__V1alpha1__NodeSelectorRequirement req[4], *reqp[4];
+    char *vals[4][4];
+    Bigfleet__V1alpha1__CapacityNeed__AggregateResourcesEntry agg[4], *aggp[4];
+    Bigfleet__V1alpha1__CapacityNeed__MinUnitEntry mu[4], *mup[4];
+    Bigfleet__V1alpha1__TopologySpread spr[2], *sprp[2];
+};
+
+static void nb_init(struct nb *b, int prio)
+{
+    memset(b, 0, sizeof *b);
+    bigfleet__v1alpha1__capacity_need__init(&b->n);
+    b->n.priority = prio;
+    b->n.requirements = b->reqp;
+    b->n.aggregate_resources = b->aggp;
+    b->n.min_unit = b->mup;
+    b->n.spread = b->sprp;
+}
+
+static void nb_req(struct nb *b, const char *key, int op, const char *v1, const char *v2)
+{
+    size_t i = b->n.n_requirements++;
+    bigfleet__v1alpha1__node_selector_requirement__init(&b->req[i]);
+    b->req[i].key = (char *)key;
+    b->req[i].operator_ = op;
+    b->req[i].values = b->vals[i];
+    if (v1)
+        b->vals[i][b->req[i].n_values++] = (char *)v1;
+    if (v2)
+        b->vals[i][b->req[i].n_values++] = (char *)v2;
+    b->reqp[i] = &b->req[i];
+}
+
+static void nb_agg(struct nb *b, const char *k, const char *v)
+{
+    size_t i = b->n.n_aggregate_resources++;
+    bigfleet__v1alpha1__capacity_need__aggregate_resources_entry__init(&b->agg[i]);
+    b->agg[i].key = (char *)k;
+    b->agg[i].value = (char *)v;
+    b->aggp[i] = &b->agg[i];
+}
+
+static void nb_mu(struct nb *b, const char *k, const char *v)
+{
+    size_t i = b->n.n_min_unit++;
+    bigfleet__v1alpha1__capacity_need__min_unit_entry__init(&b->mu[i]);
+    b->mu[i].key = (char *)k;
+    b->mu[i].value = (char *)v;
+    b->mup[i] = &b->mu[i];
+}
+
+/* Packs a rollup of the given needs into a malloc'd buffer. */
+static uint8_t *pack_rollup(const char *cluster, int64_t ts, struct nb *needs, size_t n,
+                            size_t *len)
+{
+    Bigfleet__V1alpha1__ClusterCapacityNeeds m = BIGFLEET__V1ALPHA1__CLUSTER_CAPACITY_NEEDS__INIT;
+    Bigfleet__V1alpha1__CapacityNeed **np = calloc(n + 1, sizeof *np);
+    for (size_t i = 0; i < n; i++)
+        np[i] = &needs[i].n;
+    m.cluster_id = (char *)cluster;
+    m.timestamp_unix_nanos = ts;
+    m.n_needs = n;
+    m.needs = np;
+    *len = bigfleet__v1alpha1__cluster_capacity_needs__get_packed_size(&m);
+    uint8_t *buf = malloc(*len + 1);
+    bigfleet__v1alpha1__cluster_capacity_needs__pack(&m, buf);
+    free(np);
+    return buf;
+}
+
+static int dim(const char *name)
+{
+    int d = bf_dim_lookup(&g_s, name);
+    ck_assert_int_ge(d, 0);
+    return d;
+}
+
+/* ------------------------------------------------------------ wire */
+
+START_TEST(classify_routes_on_the_last_oneof_member_like_protobuf)
+{
+    /* hello, then rollup twice, then an unknown field 9 */
+    uint8_t msg[] = {0x0a, 0x03, 0x0a, 0x01, 'a', /* 1: hello{cluster_id "a"} */
+                     0x12, 0x02, 0x10, 0x05,      /* 2: rollup{timestamp 5} */
+                     0x12, 0x02, 0x10, 0x07,      /* 2: rollup{timestamp 7} */
+                     0x48, 0x01};                 /* 9: varint, unknown */
+    int payload;
+    const uint8_t *sub;
+    size_t sublen;
+    uint32_t parts;
+    ck_assert_int_eq(bf_opmsg_classify(msg, sizeof msg, &payload, &sub, &sublen, &parts), 0);
+    ck_assert_int_eq(payload, 2);
+    ck_assert_uint_eq(parts, 2);
+    ck_assert_uint_eq(sublen, 2);
+    ck_assert_int_eq(sub[1], 7);
+    uint8_t *cat;
+    size_t catlen;
+    ck_assert_int_eq(bf_opmsg_member_bytes(msg, sizeof msg, 2, 1, 4, &cat, &catlen), 0);
+    ck_assert_uint_eq(catlen, 4); /* both occurrences merged (concatenated) */
+    ck_assert_int_eq(cat[1], 5);
+    ck_assert_int_eq(cat[3], 7);
+    free(cat);
+    /* the same bytes decode the same way with protobuf-c */
+    Bigfleet__V1alpha1__OperatorMessage *om =
+        bigfleet__v1alpha1__operator_message__unpack(NULL, sizeof msg, msg);
+    ck_assert_ptr_nonnull(om);
+    ck_assert_int_eq(om->payload_case, BIGFLEET__V1ALPHA1__OPERATOR_MESSAGE__PAYLOAD_ROLLUP);
+    ck_assert_int_eq(om->rollup->timestamp_unix_nanos, 7);
+    bigfleet__v1alpha1__operator_message__free_unpacked(om, NULL);
+}
+END_TEST
+
+START_TEST(classify_rejects_truncated_and_wrong_wire_types)
+{
+    int payload;
+    const uint8_t *sub;
+    size_t sublen;
+    uint32_t parts;
+    uint8_t trunc[] = {0x12, 0x05, 0x10};
+    ck_assert_int_eq(bf_opmsg_classify(trunc, sizeof trunc, &payload, &sub, &sublen, &parts),
+                     -EBADMSG);
+    uint8_t wt[] = {0x10, 0x01}; /* field 2 as a varint */
+    ck_assert_int_eq(bf_opmsg_classify(wt, sizeof wt, &payload, &sub, &sublen, &parts), -EBADMSG);
+    uint8_t group[] = {0x0b, 0x0c}; /* start/end group */
+    ck_assert_int_eq(bf_opmsg_classify(group, sizeof group, &payload, &sub, &sublen, &parts),
+                     -EBADMSG);
+    uint8_t longvar[] = {0x48, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
+    ck_assert_int_eq(bf_opmsg_classify(longvar, sizeof longvar, &payload, &sub, &sublen, &parts),
+                     -EBADMSG);
+    uint8_t empty[1];
+    ck_assert_int_eq(bf_opmsg_classify(empty, 0, &payload, &sub, &sublen, &parts), 0);
+    ck_assert_int_eq(payload, 0);
+}
+END_TEST
+
+START_TEST(hello_cluster_id_is_read_byte_exact_and_validated)
+{
+    uint8_t h[] = {0x0a, 0x03, 'a', 0x00, 'b'};
+    const uint8_t *id;
+    size_t l;
+    ck_assert_int_eq(bf_hello_cluster_id(h, sizeof h, &id, &l), 0);
+    ck_assert_uint_eq(l, 3);
+    ck_assert(!bf_cluster_id_valid(id, l)); /* embedded NUL */
+    ck_assert(bf_cluster_id_valid((const uint8_t *)"kwok-cluster-7", 14));
+    ck_assert(!bf_cluster_id_valid((const uint8_t *)"a b", 3));
+    ck_assert(!bf_cluster_id_valid((const uint8_t *)"", 0));
+    char big[300];
+    memset(big, 'x', sizeof big);
+    ck_assert(!bf_cluster_id_valid((const uint8_t *)big, sizeof big));
+    ck_assert(bf_cluster_id_valid((const uint8_t *)big, BF_CLUSTER_ID_MAX));
+}
+END_TEST
+
+/* ------------------------------------------------------------ rollups */
+
+START_TEST(rollup_converts_profile_same_min_unit_group_and_arrival)
+{
+    struct nb b[2];
+    nb_init(&b[0], 1000);
+    nb_req(&b[0], BF_LABEL_INSTANCE_TYPE, 1, "m6i.large", "c6i.4xlarge");
+    nb_req(&b[0], "topology.bigfleet/rack", 5, NULL, NULL); /* Same */
+    nb_agg(&b[0], "cpu", "16");
+    nb_agg(&b[0], "memory", "64Gi");
+    nb_mu(&b[0], "cpu", "2");
+    b[0].n.interruption_penalty_bucket = 16; /* $8192 */
+    b[0].n.reclamation_penalty_bucket = 27;  /* pinned */
+    b[0].n.group.data = (uint8_t *)"topology.bigfleet/rack\0app=x";
+    b[0].n.group.len = 28;
+    nb_init(&b[1], 10);
+    nb_agg(&b[1], "cpu", "500m");
+    size_t len;
+    uint8_t *buf = pack_rollup("c1", 1234567, b, 2, &len);
+    uint32_t cref;
+    ck_assert_int_eq(bf_str_intern_cstr(&g_s, "c1", &cref), 0);
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    char err[256] = "";
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", cref, 100, 0, &r, err, sizeof err), 0);
+    ck_assert_uint_eq(r.n, 2);
+    ck_assert_uint_eq(r.needs_in, 2);
+    ck_assert_int_eq(r.rows[0].arrival_ns, 1234567);
+    ck_assert_uint_eq(r.rows[0].cluster_ref, cref);
+    ck_assert_int_eq(r.rows[0].aggregate[dim("cpu")], 16000);
+    ck_assert_int_eq(r.rows[0].aggregate[dim("memory")], 64LL * 1024 * 1024 * 1024 * 1000);
+    ck_assert_int_eq(r.rows[0].min_unit[dim("cpu")], 2000);
+    ck_assert_int_eq(r.rows[1].aggregate[dim("cpu")], 500);
+    ck_assert_uint_eq(r.rows[1].group_ref, 0);
+    uint32_t glen;
+    const char *g = bf_str(&g_s, r.rows[0].group_ref, &glen);
+    ck_assert_uint_eq(glen, 28);
+    ck_assert_int_eq(memcmp(g, "topology.bigfleet/rack\0app=x", 28), 0);
+    const struct bf_nprofile *p = bf_nprofile_get(g_c, &g_s, r.rows[0].profile_ref);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(p->p.priority, 1000);
+    ck_assert_int_eq(p->p.ipb, 16);
+    ck_assert_int_eq(p->p.rpb, 27);
+    ck_assert_uint_eq(p->fingerprint_ref, r.fp_refs[0]);
+    ck_assert_str_eq(p->fingerprint, "p=1000|ipb=16|rpb=27|reqs=node.kubernetes.io/instance-type:1:"
+                                     "c6i.4xlarge,m6i.large;topology.bigfleet/rack:5:;|spr=");
+    ck_assert_int_eq(bf_profile_same_index(&p->p), 1);
+    ck_assert(bf_bucket_upper_bound(p->p.ipb) == 8192.0);
+    bf_rollup_free(&r);
+    free(buf);
+}
+END_TEST
+
+START_TEST(duplicate_needs_merge_sum_aggregate_and_max_min_unit)
+{
+    struct nb b[4];
+    for (int i = 0; i < 3; i++) {
+        nb_init(&b[i], 7);
+        nb_req(&b[i], "zone", 1, i == 2 ? "b" : "a", i == 2 ? "a" : "b"); /* same set, any order */
+    }
+    nb_agg(&b[0], "cpu", "1");
+    nb_mu(&b[0], "cpu", "1");
+    nb_agg(&b[1], "cpu", "2");
+    nb_mu(&b[1], "cpu", "3");
+    nb_mu(&b[1], "memory", "1Gi");
+    nb_agg(&b[2], "cpu", "4");
+    nb_mu(&b[2], "cpu", "2");
+    /* same profile, another group: a separate gang */
+    nb_init(&b[3], 7);
+    nb_req(&b[3], "zone", 1, "a", "b");
+    nb_agg(&b[3], "cpu", "8");
+    b[3].n.group.data = (uint8_t *)"g";
+    b[3].n.group.len = 1;
+    size_t len;
+    uint8_t *buf = pack_rollup("", 5, b, 4, &len);
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    char err[256];
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 100, 0, &r, err, sizeof err), 0);
+    ck_assert_uint_eq(r.n, 2);
+    ck_assert_uint_eq(r.merged, 2);
+    ck_assert_int_eq(r.rows[0].aggregate[dim("cpu")], 7000);
+    ck_assert_int_eq(r.rows[0].min_unit[dim("cpu")], 3000);
+    ck_assert_int_eq(r.rows[0].min_unit[dim("memory")], 1024LL * 1024 * 1024 * 1000);
+    ck_assert_uint_eq(r.rows[0].profile_ref, r.rows[1].profile_ref);
+    ck_assert_uint_ne(r.rows[1].group_ref, 0);
+    ck_assert_int_eq(r.rows[1].aggregate[dim("cpu")], 8000);
+    bf_rollup_free(&r);
+    free(buf);
+}
+END_TEST
+
+static int convert_one(struct nb *b, char *err, size_t errlen)
+{
+    size_t len;
+    uint8_t *buf = pack_rollup("c1", 1, b, 1, &len);
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    int rc = bf_rollup_convert(&g_s, buf, len, "c1", 1, 100, 0, &r, err, errlen);
+    if (rc)
+        ck_assert_uint_eq(r.n, 0);
+    bf_rollup_free(&r);
+    free(buf);
+    return rc;
+}
+
+START_TEST(rollup_rejects_negative_and_unparseable_quantities_naming_them)
+{
+    struct nb b;
+    char err[256];
+    nb_init(&b, 1);
+    nb_agg(&b, "cpu", "-2");
+    ck_assert_int_eq(convert_one(&b, err, sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "negative"));
+    ck_assert_ptr_nonnull(strstr(err, "cpu=-2"));
+    nb_init(&b, 1);
+    nb_mu(&b, "memory", "lots");
+    ck_assert_int_eq(convert_one(&b, err, sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "min_unit"));
+    ck_assert_ptr_nonnull(strstr(err, "lots"));
+    nb_init(&b, 1);
+    nb_agg(&b, "", "1");
+    ck_assert_int_eq(convert_one(&b, err, sizeof err), -EINVAL);
+}
+END_TEST
+
+START_TEST(rollup_rejects_unknown_enum_values)
+{
+    struct nb b;
+    char err[256];
+    nb_init(&b, 1);
+    nb_req(&b, "k", 6, "v", NULL); /* operator 6 does not exist */
+    ck_assert_int_eq(convert_one(&b, err, sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "operator"));
+    nb_init(&b, 1);
+    b.n.interruption_penalty_bucket = 28;
+    ck_assert_int_eq(convert_one(&b, err, sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "interruption_penalty_bucket"));
+    nb_init(&b, 1);
+    b.n.reclamation_penalty_bucket = -1;
+    ck_assert_int_eq(convert_one(&b, err, sizeof err), -EINVAL);
+    nb_init(&b, 1);
+    bigfleet__v1alpha1__topology_spread__init(&b.spr[0]);
+    b.spr[0].topology_key = "zone";
+    b.spr[0].when_unsatisfiable = 3;
+    b.sprp[0] = &b.spr[0];
+    b.n.n_spread = 1;
+    ck_assert_int_eq(convert_one(&b, err, sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "when_unsatisfiable"));
+}
+END_TEST
+
+START_TEST(rollup_rejects_too_many_needs_malformed_bytes_and_foreign_cluster)
+{
+    struct nb b[3];
+    for (int i = 0; i < 3; i++)
+        nb_init(&b[i], i);
+    size_t len;
+    uint8_t *buf = pack_rollup("c1", 1, b, 3, &len);
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    char err[256];
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 2, 0, &r, err, sizeof err), -E2BIG);
+    ck_assert_ptr_nonnull(strstr(err, "3 needs"));
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c2", 1, 10, 0, &r, err, sizeof err),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "does not match"));
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len - 1, "c1", 1, 10, 0, &r, err, sizeof err),
+                     -EBADMSG);
+    uint8_t junk[] = {0x1a, 0x02, 0x08, 0x80}; /* need whose requirement varint is truncated */
+    ck_assert_int_eq(
+        bf_rollup_convert(&g_s, junk, sizeof junk, "c1", 1, 10, 0, &r, err, sizeof err), -EBADMSG);
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 10, 0, &r, err, sizeof err), 0);
+    ck_assert_uint_eq(r.n, 3);
+    bf_rollup_free(&r);
+    free(buf);
+}
+END_TEST
+
+START_TEST(repeated_rollup_interns_nothing_new_and_reserve_guards_the_string_table)
+{
+    struct nb b;
+    nb_init(&b, 42);
+    nb_req(&b, "k", 1, "v", NULL);
+    nb_agg(&b, "cpu", "1");
+    size_t len;
+    uint8_t *buf = pack_rollup("c1", 1, &b, 1, &len);
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    char err[256];
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 10, 0, &r, err, sizeof err), 0);
+    uint32_t ref = r.rows[0].profile_ref;
+    uint64_t used = atomic_load(&g_s.inv->strtab.arena_used);
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 10, 0, &r, err, sizeof err), 0);
+    ck_assert_uint_eq(r.rows[0].profile_ref, ref);
+    ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.arena_used), used);
+    /* a new profile while the reserve says the table is full: refused */
+    nb_req(&b, "k2", 3, NULL, NULL);
+    free(buf);
+    buf = pack_rollup("c1", 1, &b, 1, &len);
+    ck_assert_int_eq(
+        bf_rollup_convert(&g_s, buf, len, "c1", 1, 10, g_s.arena_bytes, &r, err, sizeof err),
+        -ENOSPC);
+    ck_assert_ptr_nonnull(strstr(err, "string table"));
+    ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.arena_used), used);
+    bf_rollup_free(&r);
+    free(buf);
+}
+END_TEST
+
+START_TEST(empty_rollup_converts_to_zero_rows)
+{
+    size_t len;
+    uint8_t *buf = pack_rollup("c1", 9, NULL, 0, &len);
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    char err[64];
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 10, 0, &r, err, sizeof err), 0);
+    ck_assert_uint_eq(r.n, 0);
+    ck_assert_int_eq(r.timestamp_ns, 9);
+    bf_rollup_free(&r);
+    free(buf);
+}
+END_TEST
+
+/* ------------------------------------------------------------ rail 2 */
+
+START_TEST(rail2_holds_a_collapse_until_three_consecutive_rollups_confirm_it)
+{
+    uint32_t base = 0;
+    uint8_t held = 0;
+    ck_assert_int_eq(bf_rail2_admit(true, &base, &held, 100), BF_RAIL2_ACCEPT);
+    ck_assert_uint_eq(base, 100);
+    ck_assert_int_eq(bf_rail2_admit(true, &base, &held, 5), BF_RAIL2_HOLD);
+    ck_assert_uint_eq(held, 1);
+    ck_assert_uint_eq(base, 100);
+    ck_assert_int_eq(bf_rail2_admit(true, &base, &held, 0), BF_RAIL2_HOLD);
+    ck_assert_uint_eq(held, 2);
+    ck_assert_int_eq(bf_rail2_admit(true, &base, &held, 3), BF_RAIL2_ACCEPT_CONFIRMED);
+    ck_assert_uint_eq(held, 0);
+    ck_assert_uint_eq(base, 3);
+    /* below the 10-row floor nothing is suspicious */
+    ck_assert_int_eq(bf_rail2_admit(true, &base, &held, 0), BF_RAIL2_ACCEPT);
+}
+END_TEST
+
+START_TEST(rail2_a_normal_rollup_resets_the_hold_and_ten_percent_is_kept)
+{
+    uint32_t base = 100;
+    uint8_t held = 0;
+    ck_assert_int_eq(bf_rail2_admit(true, &base, &held, 9), BF_RAIL2_HOLD);
+    ck_assert_int_eq(bf_rail2_admit(true, &base, &held, 10), BF_RAIL2_ACCEPT); /* exactly 10 % */
+    ck_assert_uint_eq(held, 0);
+    ck_assert_uint_eq(base, 10);
+    ck_assert_int_eq(bf_rail2_admit(true, &base, &held, 0), BF_RAIL2_HOLD); /* base 10: floor */
+    base = 9;
+    held = 0;
+    ck_assert_int_eq(bf_rail2_admit(true, &base, &held, 0), BF_RAIL2_ACCEPT);
+    base = 1000;
+    ck_assert_int_eq(bf_rail2_admit(false, &base, &held, 0), BF_RAIL2_ACCEPT); /* guard off */
+    ck_assert_uint_eq(base, 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------ arena */
+
+START_TEST(arena_first_fit_coalesces_and_refuses_double_free)
+{
+    struct bf_arena a;
+    ck_assert_int_eq(bf_arena_init(&a, 100), 0);
+    uint32_t x, y, z;
+    ck_assert_int_eq(bf_arena_alloc(&a, 30, &x), 0);
+    ck_assert_int_eq(bf_arena_alloc(&a, 30, &y), 0);
+    ck_assert_int_eq(bf_arena_alloc(&a, 30, &z), 0);
+    ck_assert_uint_eq(x, 0);
+    ck_assert_uint_eq(y, 30);
+    ck_assert_uint_eq(z, 60);
+    ck_assert_int_eq(bf_arena_alloc(&a, 11, &x), -ENOSPC);
+    ck_assert_int_eq(bf_arena_release(&a, 30, 30), 0);
+    ck_assert_int_eq(bf_arena_release(&a, 30, 30), -EINVAL); /* double free */
+    ck_assert_int_eq(bf_arena_release(&a, 25, 10), -EINVAL); /* overlaps free space */
+    ck_assert_int_eq(bf_arena_alloc(&a, 40, &x), -ENOSPC);   /* 30 + 10 free, not contiguous */
+    ck_assert_int_eq(bf_arena_release(&a, 60, 30), 0);       /* joins 30..60 and 90..100 */
+    ck_assert_uint_eq(a.n_free, 1);
+    ck_assert_uint_eq(bf_arena_largest(&a), 70);
+    ck_assert_int_eq(bf_arena_alloc(&a, 70, &x), 0);
+    ck_assert_uint_eq(x, 30);
+    ck_assert_uint_eq(a.free_rows, 0);
+    ck_assert_int_eq(bf_arena_release(&a, 95, 10), -EINVAL); /* past the end */
+    bf_arena_destroy(&a);
+}
+END_TEST
+
+START_TEST(arena_rebuild_from_published_extents_and_alloc_below)
+{
+    struct bf_arena a;
+    ck_assert_int_eq(bf_arena_init(&a, 100), 0);
+    struct bf_extent live[] = {{50, 10}, {0, 5}, {7, 0}, {80, 20}};
+    ck_assert_int_eq(bf_arena_rebuild(&a, live, 4), 0);
+    ck_assert_uint_eq(a.free_rows, 65);
+    ck_assert_uint_eq(a.n_free, 2); /* 5..50, 60..80 */
+    uint32_t off;
+    ck_assert_int_eq(bf_arena_alloc_below(&a, 20, 10, &off), 0);
+    ck_assert_uint_eq(off, 5);
+    ck_assert_int_eq(bf_arena_alloc_below(&a, 30, 40, &off), -ENOSPC); /* 25..50 is too short */
+    ck_assert_int_eq(bf_arena_alloc_high(&a, 5, &off), 0);
+    ck_assert_uint_eq(off, 75); /* top of 60..80 */
+    ck_assert_int_eq(bf_arena_alloc_high(&a, 20, &off), 0);
+    ck_assert_uint_eq(off, 30); /* 60..75 too short now: top of 25..50 */
+    ck_assert_int_eq(bf_arena_alloc_high(&a, 16, &off), -ENOSPC);
+    struct bf_extent bad[] = {{0, 10}, {5, 10}};
+    ck_assert_int_eq(bf_arena_rebuild(&a, bad, 2), -EINVAL);
+    ck_assert_uint_eq(a.free_rows, 100);
+    struct bf_extent out[] = {{95, 10}};
+    ck_assert_int_eq(bf_arena_rebuild(&a, out, 1), -EINVAL);
+    bf_arena_destroy(&a);
+}
+END_TEST
+
+START_TEST(arena_random_operations_match_a_bitmap_model)
+{
+    enum { CAP = 512 };
+    struct bf_arena a;
+    ck_assert_int_eq(bf_arena_init(&a, CAP), 0);
+    uint8_t used[CAP] = {0};
+    struct bf_extent live[64];
+    int nlive = 0;
+    srand(7);
+    for (int it = 0; it < 20000; it++) {
+        if (nlive < 64 && (rand() & 1)) {
+            uint32_t len = 1 + (uint32_t)(rand() % 40), off;
+            /* model: first run of len free rows */
+            int want = -1;
+            for (int s = 0, run = 0; s < CAP; s++) {
+                run = used[s] ? 0 : run + 1;
+                if (run == (int)len) {
+                    want = s - (int)len + 1;
+                    break;
+                }
+            }
+            int rc = bf_arena_alloc(&a, len, &off);
+            if (want < 0) {
+                ck_assert_int_eq(rc, -ENOSPC);
+            } else {
+                ck_assert_int_eq(rc, 0);
+                ck_assert_uint_eq(off, (uint32_t)want);
+                memset(used + off, 1, len);
+                live[nlive++] = (struct bf_extent){off, len};
+            }
+        } else if (nlive) {
+            int k = rand() % nlive;
+            ck_assert_int_eq(bf_arena_release(&a, live[k].off, live[k].len), 0);
+            memset(used + live[k].off, 0, live[k].len);
+            live[k] = live[--nlive];
+        }
+        uint32_t f = 0;
+        for (int s = 0; s < CAP; s++)
+            f += !used[s];
+        ck_assert_uint_eq(a.free_rows, f);
+    }
+    bf_arena_destroy(&a);
+}
+END_TEST
+
+START_TEST(arena_compaction_moves_extents_down_into_free_space_until_the_run_fits)
+{
+    enum { CAP = 32 };
+    struct bf_arena a;
+    ck_assert_int_eq(bf_arena_init(&a, CAP), 0);
+    /* eight 1-row extents at 0, 4, ..., 28: 24 rows free, no run longer than 3 */
+    struct bf_arena_live live[8];
+    struct bf_extent ext[8];
+    for (uint32_t i = 0; i < 8; i++) {
+        live[i] = (struct bf_arena_live){100 + i, i * 4, 1};
+        ext[i] = (struct bf_extent){i * 4, 1};
+    }
+    ck_assert_int_eq(bf_arena_rebuild(&a, ext, 8), 0);
+    ck_assert_uint_eq(bf_arena_largest(&a), 3);
+    struct bf_arena_move mv[8];
+    uint32_t moved, off;
+    int rc = bf_arena_compact(&a, live, 8, 8, mv, &moved, &off);
+    ck_assert_int_ge(rc, 1);
+    ck_assert_uint_eq((uint32_t)rc, moved);
+    /* execute the plan on an ownership map: every destination must be free
+     * when its move runs, and the final run must be free of every owner */
+    int owner[CAP];
+    for (int i = 0; i < CAP; i++)
+        owner[i] = -1;
+    for (int i = 0; i < 8; i++)
+        owner[i * 4] = 100 + i;
+    for (uint32_t k = 0; k < moved; k++) {
+        ck_assert_uint_lt(mv[k].to, mv[k].from);
+        for (uint32_t r = 0; r < mv[k].len; r++) {
+            ck_assert_int_eq(owner[mv[k].from + r], (int)mv[k].idx);
+            ck_assert_int_eq(owner[mv[k].to + r], -1);
+        }
+        for (uint32_t r = 0; r < mv[k].len; r++) {
+            owner[mv[k].from + r] = -1;
+            owner[mv[k].to + r] = (int)mv[k].idx;
+        }
+    }
+    for (uint32_t r = 0; r < 8; r++)
+        ck_assert_int_eq(owner[off + r], -1);
+    ck_assert_uint_eq(a.free_rows, CAP - 8 - 8);
+    /* nothing left to gain: asking for more than the free space fails cleanly */
+    ck_assert_int_eq(bf_arena_compact(&a, live, 8, 17, mv, &moved, &off), -ENOSPC);
+    bf_arena_destroy(&a);
+}
+END_TEST
+
+/* ------------------------------------------------------------ outbox */
+
+static const struct bf_outbox_limits LIM = {.max_frame_bytes = 100, .max_frames = 4, .max_keys = 3};
+
+START_TEST(outbox_frames_are_fifo_bounded_and_never_dropped_silently)
+{
+    struct bf_outbox o;
+    bf_outbox_init(&o, &LIM);
+    ck_assert_int_eq(bf_outbox_push_frame(&o, "a", 1), 0);
+    ck_assert_int_eq(bf_outbox_push_frame(&o, "bb", 2), 0);
+    ck_assert_int_eq(bf_outbox_push_frame(&o, "ccc", 3), 0);
+    char big[95];
+    memset(big, 'x', sizeof big);
+    ck_assert_int_eq(bf_outbox_push_frame(&o, big, sizeof big), -ENOBUFS); /* bytes */
+    ck_assert_int_eq(bf_outbox_push_frame(&o, "d", 1), 0);
+    ck_assert_int_eq(bf_outbox_push_frame(&o, "e", 1), -ENOBUFS); /* count */
+    ck_assert_uint_eq(bf_outbox_count(&o), 4);
+    struct bf_outbox_item it;
+    const char *want[] = {"a", "bb", "ccc", "d"};
+    for (int i = 0; i < 4; i++) {
+        bf_outbox_peek(&o, &it);
+        ck_assert_int_eq(it.kind, BF_OUTBOX_FRAME);
+        ck_assert_uint_eq(it.len, strlen(want[i]));
+        ck_assert_int_eq(memcmp(it.data, want[i], it.len), 0);
+        bf_outbox_pop(&o);
+    }
+    bf_outbox_peek(&o, &it);
+    ck_assert_int_eq(it.kind, BF_OUTBOX_EMPTY);
+    ck_assert_uint_eq(o.frame_bytes, 0);
+    bf_outbox_reset(&o);
+}
+END_TEST
+
+START_TEST(outbox_coalesces_by_key_in_place_after_frames)
+{
+    struct bf_outbox o;
+    bf_outbox_init(&o, &LIM);
+    ck_assert_int_eq(bf_outbox_put_keyed(&o, 10, "v1", 2), 0);
+    ck_assert_int_eq(bf_outbox_put_keyed(&o, 20, "w1", 2), 0);
+    ck_assert_int_eq(bf_outbox_push_frame(&o, "ack", 3), 0);
+    ck_assert_int_eq(bf_outbox_put_keyed(&o, 10, "v2", 2), 1); /* replaced in place */
+    ck_assert_int_eq(bf_outbox_put_keyed(&o, 30, "x1", 2), 0);
+    ck_assert_int_eq(bf_outbox_put_keyed(&o, 40, "y1", 2), -ENOBUFS); /* max_keys */
+    ck_assert_uint_eq(o.coalesced, 1);
+    ck_assert_uint_eq(o.dropped, 1);
+    struct bf_outbox_item it;
+    bf_outbox_peek(&o, &it);
+    ck_assert_int_eq(it.kind, BF_OUTBOX_FRAME);
+    bf_outbox_pop(&o);
+    uint64_t keys[] = {10, 20, 30};
+    const char *vals[] = {"v2", "w1", "x1"};
+    for (int i = 0; i < 3; i++) {
+        bf_outbox_peek(&o, &it);
+        ck_assert_int_eq(it.kind, BF_OUTBOX_KEYED);
+        ck_assert_uint_eq(it.key, keys[i]);
+        ck_assert_int_eq(memcmp(it.data, vals[i], 2), 0);
+        bf_outbox_pop(&o);
+    }
+    ck_assert_uint_eq(bf_outbox_count(&o), 0);
+    ck_assert_int_eq(bf_outbox_put_keyed(&o, 10, "v3", 2), 0); /* a new key again */
+    bf_outbox_reset(&o);
+}
+END_TEST
+
+START_TEST(outbox_keyed_random_operations_match_a_model)
+{
+    struct bf_outbox_limits lim = {.max_frame_bytes = 1, .max_frames = 1, .max_keys = 5000};
+    struct bf_outbox o;
+    bf_outbox_init(&o, &lim);
+    enum { NK = 700 };
+    static int seq_of[NK]; /* model: queued order stamp per key, 0 = absent */
+    static uint32_t val_of[NK];
+    memset(seq_of, 0, sizeof seq_of);
+    int stamp = 0;
+    srand(11);
+    for (int it = 0; it < 100000; it++) {
+        if (rand() % 3) {
+            int k = rand() % NK;
+            uint32_t v = (uint32_t)rand();
+            int rc = bf_outbox_put_keyed(&o, (uint64_t)k * 0x9E3779B97F4A7C15ULL, &v, 4);
+            ck_assert_int_eq(rc, seq_of[k] ? 1 : 0);
+            if (!seq_of[k])
+                seq_of[k] = ++stamp;
+            val_of[k] = v;
+        } else {
+            struct bf_outbox_item x;
+            bf_outbox_peek(&o, &x);
+            int best = -1;
+            for (int k = 0; k < NK; k++)
+                if (seq_of[k] && (best < 0 || seq_of[k] < seq_of[best]))
+                    best = k;
+            if (best < 0) {
+                ck_assert_int_eq(x.kind, BF_OUTBOX_EMPTY);
+                continue;
+            }
+            ck_assert_int_eq(x.kind, BF_OUTBOX_KEYED);
+            ck_assert_uint_eq(x.key, (uint64_t)best * 0x9E3779B97F4A7C15ULL);
+            uint32_t v;
+            memcpy(&v, x.data, 4);
+            ck_assert_uint_eq(v, val_of[best]);
+            bf_outbox_pop(&o);
+            seq_of[best] = 0;
+        }
+    }
+    bf_outbox_reset(&o);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("session");
+    TCase *w = tcase_create("wire");
+    tcase_add_test(w, classify_routes_on_the_last_oneof_member_like_protobuf);
+    tcase_add_test(w, classify_rejects_truncated_and_wrong_wire_types);
+    tcase_add_test(w, hello_cluster_id_is_read_byte_exact_and_validated);
+    suite_add_tcase(s, w);
+    TCase *r = tcase_create("rollup");
+    tcase_add_checked_fixture(r, setup, teardown);
+    tcase_add_test(r, rollup_converts_profile_same_min_unit_group_and_arrival);
+    tcase_add_test(r, duplicate_needs_merge_sum_aggregate_and_max_min_unit);
+    tcase_add_test(r, rollup_rejects_negative_and_unparseable_quantities_naming_them);
+    tcase_add_test(r, rollup_rejects_unknown_enum_values);
+    tcase_add_test(r, rollup_rejects_too_many_needs_malformed_bytes_and_foreign_cluster);
+    tcase_add_test(r, repeated_rollup_interns_nothing_new_and_reserve_guards_the_string_table);
+    tcase_add_test(r, empty_rollup_converts_to_zero_rows);
+    suite_add_tcase(s, r);
+    TCase *q = tcase_create("rail2");
+    tcase_add_test(q, rail2_holds_a_collapse_until_three_consecutive_rollups_confirm_it);
+    tcase_add_test(q, rail2_a_normal_rollup_resets_the_hold_and_ten_percent_is_kept);
+    suite_add_tcase(s, q);
+    TCase *a = tcase_create("arena");
+    tcase_add_test(a, arena_first_fit_coalesces_and_refuses_double_free);
+    tcase_add_test(a, arena_rebuild_from_published_extents_and_alloc_below);
+    tcase_add_test(a, arena_random_operations_match_a_bitmap_model);
+    tcase_add_test(a, arena_compaction_moves_extents_down_into_free_space_until_the_run_fits);
+    suite_add_tcase(s, a);
+    TCase *o = tcase_create("outbox");
+    tcase_add_test(o, outbox_frames_are_fifo_bounded_and_never_dropped_silently);
+    tcase_add_test(o, outbox_coalesces_by_key_in_place_after_frames);
+    tcase_add_test(o, outbox_keyed_random_operations_match_a_model);
+    suite_add_tcase(s, o);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
