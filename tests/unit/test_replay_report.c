@@ -48,6 +48,9 @@ START_TEST(prometheus_text_parses_sums_labels_and_histograms)
                                     "state=\"Idle\",capacity_type=\"BareMetal\""),
                         2);
     ck_assert_double_eq(rp_prom_sum(&p, "up", NULL), 1);
+    /* not exported at all: NaN, not 0 */
+    ck_assert(isnan(rp_prom_sum(&p, "bigfleet_shard_missing_total", NULL)));
+    ck_assert(isnan(rp_prom_sum(&p, "bigfleet_shard_actions_total", "kind=\"Delete\"")));
     char b[64];
     ck_assert(rp_prom_label(p.v[4].labels, "msg", b, sizeof b));
     ck_assert_str_eq(b, "a,b=\"c}\"");

@@ -358,7 +358,8 @@ struct rp_prom {
 int rp_prom_parse(const char *text, size_t len, struct rp_prom *out);
 void rp_prom_free(struct rp_prom *p);
 /* Sum of the samples called `name` whose labels contain every "k=\"v\"" in
- * `match` (comma separated; NULL or "" = all). */
+ * `match` (comma separated; NULL or "" = all); NaN when there is none (the
+ * shard does not export it). */
 double rp_prom_sum(const struct rp_prom *p, const char *name, const char *match);
 /* Value of label `key` in a labels string, into buf; false when absent. */
 bool rp_prom_label(const char *labels, const char *key, char *buf, size_t n);

@@ -150,6 +150,16 @@ static double metric(const struct rp_run *r, const char *name, const char *match
     return r->have_final_metrics ? rp_prom_sum(&r->final_metrics, name, match) : NAN;
 }
 
+/* "12" or "-" (not exported by the shard) */
+static const char *num_or_dash(double v, char *b, size_t n)
+{
+    if (isnan(v))
+        snprintf(b, n, "-");
+    else
+        snprintf(b, n, "%.0f", v);
+    return b;
+}
+
 void rp_report_print(const struct rp_run *r, const struct rp_summary *s, FILE *f)
 {
     const struct rp_config *cfg = r->cfg;
@@ -210,9 +220,12 @@ void rp_report_print(const struct rp_run *r, const struct rp_summary *s, FILE *f
             (unsigned long long)r->provisioned, (unsigned long long)r->reclaimed,
             (unsigned long long)r->preempted, (unsigned long long)r->drained,
             (unsigned long long)r->failed);
-    if (r->have_final_metrics)
-        fprintf(f, ", released %.0f (shard /metrics)",
-                metric(r, "bigfleet_shard_idle_releases_total", NULL));
+    if (r->have_final_metrics) {
+        char rel[24];
+        fprintf(
+            f, ", released %s (shard /metrics)",
+            num_or_dash(metric(r, "bigfleet_shard_idle_releases_total", NULL), rel, sizeof rel));
+    }
     fprintf(f, "\n");
     if (s->have_peak && r->model->n_types)
         fprintf(f, "  cost         at peak $%.2f/h; lower bound $%.2f/h (%.2fx)%s\n", s->cost_peak,
@@ -226,19 +239,35 @@ void rp_report_print(const struct rp_run *r, const struct rp_summary *s, FILE *f
                 r->still_demanded[i].machine, r->still_demanded[i].type,
                 r->still_demanded[i].cluster);
     if (r->have_final_metrics) {
+        char n1[24], n2[24], n3[24], n4[24], n5[24];
         fprintf(
             f,
-            "  shard        actions: provision %.0f, bootstrap %.0f, reclaim %.0f, preempt %.0f, "
-            "delete %.0f; provisioning latency p50 %.3f s, p99 %.3f s\n",
-            metric(r, "bigfleet_shard_actions_total", "kind=\"Provision\""),
-            metric(r, "bigfleet_shard_actions_total", "kind=\"Bootstrap\""),
-            metric(r, "bigfleet_shard_actions_total", "kind=\"Reclaim\""),
-            metric(r, "bigfleet_shard_actions_total", "kind=\"Preempt\""),
-            metric(r, "bigfleet_shard_actions_total", "kind=\"Delete\""),
-            rp_prom_hist_quantile(&r->final_metrics, "bigfleet_shard_provisioning_latency_seconds",
-                                  0.5),
-            rp_prom_hist_quantile(&r->final_metrics, "bigfleet_shard_provisioning_latency_seconds",
-                                  0.99));
+            "  shard        rollups received %s, accepted %s, rejected %s; actions: provision %s, "
+            "bootstrap %s",
+            num_or_dash(metric(r, "bigfleet_shard_session_rollups_received_total", NULL), n1,
+                        sizeof n1),
+            num_or_dash(metric(r, "bigfleet_shard_session_rollups_accepted_total", NULL), n2,
+                        sizeof n2),
+            num_or_dash(metric(r, "bigfleet_shard_session_rollups_rejected_total", NULL), n3,
+                        sizeof n3),
+            num_or_dash(metric(r, "bigfleet_shard_actions_total", "kind=\"Provision\""), n4,
+                        sizeof n4),
+            num_or_dash(metric(r, "bigfleet_shard_actions_total", "kind=\"Bootstrap\""), n5,
+                        sizeof n5));
+        fprintf(f, ", reclaim %s, preempt %s, delete %s",
+                num_or_dash(metric(r, "bigfleet_shard_actions_total", "kind=\"Reclaim\""), n1,
+                            sizeof n1),
+                num_or_dash(metric(r, "bigfleet_shard_actions_total", "kind=\"Preempt\""), n2,
+                            sizeof n2),
+                num_or_dash(metric(r, "bigfleet_shard_actions_total", "kind=\"Delete\""), n3,
+                            sizeof n3));
+        double p50 = rp_prom_hist_quantile(&r->final_metrics,
+                                           "bigfleet_shard_provisioning_latency_seconds", 0.5);
+        double p99 = rp_prom_hist_quantile(&r->final_metrics,
+                                           "bigfleet_shard_provisioning_latency_seconds", 0.99);
+        if (!isnan(p50))
+            fprintf(f, "; provisioning latency p50 %.3f s, p99 %.3f s", p50, p99);
+        fprintf(f, "\n");
     } else if (cfg->metrics_addr) {
         fprintf(f, "  shard        /metrics not read: %s\n", r->metrics_error);
     }
@@ -454,6 +483,14 @@ static void write_json(FILE *f, const struct rp_run *r, const struct rp_summary 
             fprintf(f, "%s\"%s\": ", st > 1 ? ", " : "", bf_state_name(st));
             jnum(f, rp_prom_sum(p, "bigfleet_shard_inventory_machines", m));
         }
+        fprintf(f, "}, \"session_rollups\": {\"received\": ");
+        jnum(f, rp_prom_sum(p, "bigfleet_shard_session_rollups_received_total", NULL));
+        fprintf(f, ", \"accepted\": ");
+        jnum(f, rp_prom_sum(p, "bigfleet_shard_session_rollups_accepted_total", NULL));
+        fprintf(f, ", \"rejected\": ");
+        jnum(f, rp_prom_sum(p, "bigfleet_shard_session_rollups_rejected_total", NULL));
+        fprintf(f, ", \"quarantined\": ");
+        jnum(f, rp_prom_sum(p, "bigfleet_shard_session_rollups_quarantined_total", NULL));
         fprintf(f, "}, \"idle_releases_total\": ");
         jnum(f, rp_prom_sum(p, "bigfleet_shard_idle_releases_total", NULL));
         fprintf(f, ", \"rollups_rejected_total\": ");
@@ -485,6 +522,22 @@ static void write_json(FILE *f, const struct rp_run *r, const struct rp_summary 
             "\"no_reclaims_of_still_demanded\": %s, \"latency_p99_within_target\": %s},\n",
             s->pass ? "true" : "false", s->pass_satisfied ? "true" : "false",
             s->pass_reclaims ? "true" : "false", s->pass_latency ? "true" : "false");
+    fprintf(f, "  \"clusters\": [");
+    for (uint32_t i = 0; i < r->n_cl; i++) {
+        const struct rp_cluster *c = &r->cl[i];
+        uint64_t configured = 0;
+        for (size_t q = 0; q < c->n_conf; q++)
+            configured += (uint64_t)c->conf[q].n;
+        fprintf(f, "%s\n    {\"id\": ", i ? "," : "");
+        jstr(f, c->id);
+        fprintf(f,
+                ", \"rollups_sent\": %llu, \"rollup_acks\": %llu, \"sessions\": %llu, "
+                "\"last_rollup\": %lld, \"needs\": %zu, \"pods\": %zu, \"configured\": %llu}",
+                (unsigned long long)c->rollups_sent, (unsigned long long)c->acks_rollup,
+                (unsigned long long)c->sessions_started, (long long)c->cur_k, c->n_needs,
+                c->n_alive, (unsigned long long)configured);
+    }
+    fprintf(f, "],\n");
     fprintf(f,
             "  \"timeline\": {\"columns\": [\"rollup\", \"trace_s\", \"clusters\", \"pods\", "
             "\"needs\", "

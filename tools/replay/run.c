@@ -1045,13 +1045,14 @@ static void on_progress(struct bf_net_timer *t, void *arg)
     char inv[160] = "";
     if (r->scrape.running) {
         pthread_mutex_lock(&r->scrape.mu);
-        if (r->scrape.ok) {
+        if (r->scrape.ok && !isnan(r->scrape.actions_rate)) {
             rate = r->scrape.actions_rate;
             rate_what = "act/s";
+        }
+        if (r->scrape.ok && !isnan(r->scrape.inv[BF_STATE_SPECULATIVE]))
             snprintf(inv, sizeof inv, " | shard spec %.0f idle %.0f conf %.0f",
                      r->scrape.inv[BF_STATE_SPECULATIVE], r->scrape.inv[BF_STATE_IDLE],
                      r->scrape.inv[BF_STATE_CONFIGURED]);
-        }
         pthread_mutex_unlock(&r->scrape.mu);
     }
     /* satisfaction of the latest complete timeline point */
@@ -1108,15 +1109,21 @@ static void *scrape_main(void *arg)
         r->scrape.ok = ok;
         if (ok) {
             double total = rp_prom_sum(&p, "bigfleet_shard_actions_total", NULL);
-            if (prev_total >= 0 && t > prev_t)
+            r->scrape.actions_rate = NAN;
+            if (!isnan(total) && prev_total >= 0 && t > prev_t)
                 r->scrape.actions_rate = (total - prev_total) / ((double)(t - prev_t) / 1e9);
-            prev_total = total;
+            prev_total = isnan(total) ? -1 : total;
             prev_t = t;
             r->scrape.actions_total = total;
             for (int s = 1; s < BF_STATE_COUNT; s++) {
                 char m[64];
                 snprintf(m, sizeof m, "state=\"%s\"", bf_state_name(s));
-                r->scrape.inv[s] = rp_prom_sum(&p, "bigfleet_shard_inventory_machines", m);
+                double v = rp_prom_sum(&p, "bigfleet_shard_inventory_machines", m);
+                /* a state with no machine has no series: 0 once the family exists */
+                r->scrape.inv[s] =
+                    isnan(v) && !isnan(rp_prom_sum(&p, "bigfleet_shard_inventory_machines", NULL))
+                        ? 0
+                        : v;
             }
         } else {
             snprintf(r->scrape.last_error, sizeof r->scrape.last_error, "%s",

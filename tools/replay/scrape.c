@@ -194,10 +194,14 @@ static bool labels_match(const char *labels, const char *match)
 double rp_prom_sum(const struct rp_prom *p, const char *name, const char *match)
 {
     double s = 0;
-    for (size_t i = 0; i < p->n; i++)
-        if (!strcmp(p->v[i].name, name) && labels_match(p->v[i].labels, match))
+    bool any = false;
+    for (size_t i = 0; i < p->n; i++) {
+        if (!strcmp(p->v[i].name, name) && labels_match(p->v[i].labels, match)) {
             s += p->v[i].value;
-    return s;
+            any = true;
+        }
+    }
+    return any ? s : NAN;
 }
 
 struct le_count {
