@@ -1262,7 +1262,7 @@ int rp_run_execute(struct rp_run *r)
     bf_net_timer_start(r->connect_timer, cfg->connect_timeout_ns, 0);
     if (cfg->progress)
         bf_net_timer_start(r->progress_timer,
-                           cfg->progress == 2 ? 250 * BF_NS_PER_MS : BF_NS_PER_SEC,
+                           cfg->progress == 2 ? 250 * BF_NS_PER_MS : 2 * BF_NS_PER_SEC,
                            cfg->progress == 2 ? 250 * BF_NS_PER_MS : 10 * BF_NS_PER_SEC);
     r->last_progress_ns = bf_mono_ns();
     for (uint32_t i = 0; i < r->n_cl; i++)
