@@ -59,6 +59,7 @@ const char *const rp_phase_name[RP_PH_COUNT] = {
 static void session_start(struct rp_cluster *c);
 static void flush_rollup(struct rp_cluster *c);
 static void begin_end(struct rp_run *r);
+static void on_progress(struct bf_net_timer *t, void *arg);
 
 /* ------------------------------------------------------------ machines */
 
@@ -929,6 +930,8 @@ static void end_run(struct rp_run *r)
             bf_net_stream_close_send(c->stream);
     }
     bf_net_timer_stop(r->progress_timer);
+    if (r->cfg->progress && r->started)
+        on_progress(NULL, r); /* the final state */
     bf_net_timer_stop(r->watchdog);
     bf_net_timer_start(r->stop_timer, 3 * BF_NS_PER_SEC, 0);
     stop_if_all_closed(r);
