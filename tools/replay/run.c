@@ -609,6 +609,8 @@ static void flush_rollup(struct rp_cluster *c)
     if (c->cur_k < 0)
         return;
     if (c->sess != RP_SESS_READY || !c->stream) {
+        if (c->pending_len)
+            c->rollups_unsent++; /* replaced by a newer one before it could go */
         c->pending_len = 1;
         return;
     }
