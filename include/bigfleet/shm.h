@@ -120,6 +120,15 @@ size_t bf_shm_total_bytes(const struct bf_shm *s);
  */
 int bf_str_intern(struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *ref);
 static inline int bf_str_intern_cstr(struct bf_shm *s, const char *str, uint32_t *ref);
+/*
+ * As bf_str_intern, but for strings that are unique per machine or per
+ * event (host refs, error messages): refuses with -ENOSPC (not counted as a
+ * failure) once the arena or the hash is three-quarters full, so such
+ * strings can never starve the essential ones (ids, profiles, clusters,
+ * fingerprints), which the table never frees. Callers fall back to a
+ * bounded string.
+ */
+int bf_str_intern_soft(struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *ref);
 /* Finds an existing entry without inserting. 0 or -ENOENT. Lock-free. */
 int bf_str_find(const struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *ref);
 /* The bytes of ref (NUL-terminated; *len gets the length, may be NULL).

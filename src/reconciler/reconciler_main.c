@@ -1,28 +1,194 @@
 /*
- * reconciler_main.c — entry point of the reconciler process (bigfleet-shardd --role=reconciler).
+ * reconciler_main.c — entry point of the reconciler process
+ * (bigfleet-shardd --role=reconciler): the provider's view of every machine.
  *
- * Current scope: attach the segments, mark the process slot ACTIVE, and run
- * the wake/heartbeat loop the supervisor watches; the role's work is wired
- * in as its module lands.
+ * Protocol (docs/internals.md "Reconcile handshake"): the cycle stores
+ * st->reconcile_req_seq = N and wakes us; we run one pass (reconciler.h),
+ * then store reconcile_ok_seq = N on success, always reconcile_done_seq = N,
+ * latch first_reconcile_done on the first success (/readyz), and wake the
+ * cycle. Requests that arrive during a pass are coalesced into the next one.
+ * On start-up a pass runs at once (the inventory is current before the first
+ * cycle asks), and until the first success an unsolicited pass is retried
+ * every second so readiness does not wait for a cycle.
+ *
+ * Loop: one bf_net loop (provider client), the wake eventfd watched, a
+ * 100 ms timer that re-checks the request sequence (bounded latency even for
+ * a producer that cannot signal our eventfd) and writes the heartbeat.
+ * SIGTERM: the loop stops after the current iteration; a pass in flight is
+ * cancelled; exit 0.
  */
-#include <poll.h>
+#include <errno.h>
+#include <string.h>
 
 #include "bigfleet/log.h"
 #include "bigfleet/process.h"
+#include "bigfleet/provider.h"
+#include "bigfleet/util.h"
+#include "reconciler/reconciler.h"
+
+struct rmain {
+    struct bf_child ch;
+    struct bf_net_loop *loop;
+    struct bf_prov_client *client;
+    struct bf_recon *recon;
+    uint64_t pass_seq;   /* request being served */
+    bool pass_requested; /* the pass serves a request (else: start-up / readiness retry) */
+    int64_t last_try_ns; /* last unsolicited pass */
+    uint64_t passes;
+    bool closing; /* tearing down: a cancelled pass must not start another */
+};
+
+static void maybe_start(struct rmain *m);
+
+static void pass_done(void *arg, const struct bf_recon_result *r)
+{
+    struct rmain *m = arg;
+    struct bf_state_main *st = m->ch.shm.st;
+    struct bf_stats_reconciler *rs = &st->reconciler;
+    int64_t total = r->list_ns + r->apply_ns;
+    m->passes++;
+    atomic_fetch_add_explicit(&rs->reconciles, 1, memory_order_relaxed);
+    if (r->status == BF_PROV_OK) {
+        atomic_store_explicit(&rs->last_list_machines, r->listed, memory_order_relaxed);
+        atomic_store_explicit(&rs->last_reconcile_ns, bf_now_ns(), memory_order_relaxed);
+        bf_hist_observe(&rs->reconcile_duration, 0.001, 2, 14, total);
+        if (m->pass_requested)
+            atomic_store_explicit(&st->reconcile_ok_seq, m->pass_seq, memory_order_release);
+        if (!atomic_load(&st->first_reconcile_done)) {
+            atomic_store_explicit(&st->first_reconcile_done, 1, memory_order_release);
+            BF_INFO("first reconcile complete (ready)", "machines=%u inserted=%u ms=%.1f",
+                    r->listed, r->inserted, total / 1e6);
+        }
+        int lvl =
+            (r->inserted || r->removed || r->rejected || r->errors) ? BF_LOG_INFO : BF_LOG_DEBUG;
+        bf_log(lvl, "reconciled",
+               "seq=%llu full=%d listed=%u fast=%u updated=%u inserted=%u removed=%u "
+               "skipped_pending=%u rejected=%u errors=%u node_events=%u refreshed=%u list_ms=%.1f "
+               "apply_ms=%.1f",
+               (unsigned long long)m->pass_seq, r->full, r->listed, r->fast, r->updated,
+               r->inserted, r->removed, r->skipped_pending, r->rejected, r->errors, r->node_events,
+               r->refreshed, r->list_ns / 1e6, r->apply_ns / 1e6);
+    } else {
+        atomic_fetch_add_explicit(&rs->reconcile_errors, 1, memory_order_relaxed);
+    }
+    if (m->pass_requested) {
+        atomic_store_explicit(&st->reconcile_done_seq, m->pass_seq, memory_order_release);
+        bf_wake(&m->ch.shm, BF_ROLE_CYCLE);
+    }
+    if (bf_child_stopping())
+        bf_net_loop_stop(m->loop);
+    else
+        maybe_start(m);
+}
+
+static void maybe_start(struct rmain *m)
+{
+    if (m->closing || bf_recon_busy(m->recon) || bf_child_stopping())
+        return;
+    struct bf_state_main *st = m->ch.shm.st;
+    uint64_t req = atomic_load_explicit(&st->reconcile_req_seq, memory_order_acquire);
+    uint64_t done = atomic_load_explicit(&st->reconcile_done_seq, memory_order_relaxed);
+    int64_t now = bf_mono_ns();
+    bool requested = req > done;
+    bool unsolicited = !requested && !atomic_load(&st->first_reconcile_done) &&
+                       (m->last_try_ns == 0 || now - m->last_try_ns >= BF_NS_PER_SEC);
+    if (!requested && !unsolicited)
+        return;
+    m->pass_seq = req;
+    m->pass_requested = requested;
+    if (unsolicited)
+        m->last_try_ns = now;
+    int rc = bf_recon_start(m->recon, pass_done, m);
+    if (rc) {
+        BF_ERROR("cannot start a reconcile pass", "error=\"%s\"", strerror(-rc));
+        if (requested) { /* answer the request: the cycle runs on the current view */
+            atomic_fetch_add_explicit(&st->reconciler.reconcile_errors, 1, memory_order_relaxed);
+            atomic_store_explicit(&st->reconcile_done_seq, req, memory_order_release);
+            bf_wake(&m->ch.shm, BF_ROLE_CYCLE);
+        }
+    }
+}
+
+static void on_wake(struct bf_net_watch *w, uint64_t count, void *arg)
+{
+    (void)w, (void)count;
+    struct rmain *m = arg;
+    if (bf_child_stopping()) {
+        bf_net_loop_stop(m->loop);
+        return;
+    }
+    maybe_start(m);
+}
+
+static void on_tick(struct bf_net_timer *t, void *arg)
+{
+    (void)t;
+    struct rmain *m = arg;
+    bf_child_heartbeat(&m->ch);
+    if (bf_child_stopping()) {
+        bf_net_loop_stop(m->loop);
+        return;
+    }
+    maybe_start(m);
+}
 
 int bf_reconciler_main(const struct bf_config *cfg)
 {
-    struct bf_child ch;
-    if (bf_child_start(&ch, cfg, BF_ROLE_RECONCILER) != 0)
+    static struct rmain m; /* one per process */
+    memset(&m, 0, sizeof m);
+    if (bf_child_start(&m.ch, cfg, BF_ROLE_RECONCILER) != 0)
         return BF_EXIT_ERROR;
-    BF_INFO("started", "id=%s", cfg->id);
-    while (!bf_child_stopping()) {
-        struct pollfd p = {ch.wake_fd, POLLIN, 0};
-        poll(&p, ch.wake_fd >= 0 ? 1 : 0, 1000);
-        bf_wake_clear(&ch.shm, ch.role);
-        bf_child_heartbeat(&ch);
+    int exit_code = BF_EXIT_ERROR;
+    struct bf_net_watch *watch = NULL;
+    struct bf_net_timer *tick = NULL;
+    int rc = bf_net_loop_new(NULL, &m.loop);
+    if (rc) {
+        BF_ERROR("cannot create the event loop", "error=\"%s\"", strerror(-rc));
+        goto out_child;
     }
-    BF_INFO("stopping", "id=%s", cfg->id);
-    bf_child_finish(&ch);
-    return BF_EXIT_OK;
+    struct bf_prov_opts po;
+    bf_prov_opts_from_config(&po, cfg, m.ch.shm.inv_hdr->epoch);
+    if ((rc = bf_prov_client_new(m.loop, &po, &m.client))) {
+        BF_ERROR("cannot create the provider client", "addr=%s error=\"%s\"", cfg->provider_addr,
+                 strerror(-rc));
+        exit_code = rc == -EINVAL ? BF_EXIT_NO_RESPAWN : BF_EXIT_ERROR;
+        goto out_loop;
+    }
+    struct bf_recon_opts ro = {.incremental = cfg->incremental_reconcile,
+                               .list_timeout_ns = cfg->reconcile_timeout_ns};
+    if ((rc = bf_recon_new(&m.ch.shm, m.client, &ro, &m.recon))) {
+        BF_ERROR("cannot create the reconciler", "error=\"%s\"", strerror(-rc));
+        goto out_client;
+    }
+    if (m.ch.wake_fd >= 0 &&
+        (rc = bf_net_watch_eventfd(m.loop, m.ch.wake_fd, on_wake, &m, &watch))) {
+        BF_ERROR("cannot watch the wake eventfd", "error=\"%s\"", strerror(-rc));
+        goto out_recon;
+    }
+    if (!(tick = bf_net_timer_new(m.loop, on_tick, &m))) {
+        BF_ERROR("cannot create a timer", "error=\"%s\"", strerror(ENOMEM));
+        goto out_recon;
+    }
+    bf_net_timer_start(tick, 100 * BF_NS_PER_MS, 100 * BF_NS_PER_MS);
+    BF_INFO("started", "id=%s provider=%s epoch=%lld mode=%s list_timeout=%llds", cfg->id,
+            cfg->provider_addr, (long long)po.epoch,
+            cfg->incremental_reconcile ? "incremental" : "full",
+            (long long)(cfg->reconcile_timeout_ns / BF_NS_PER_SEC));
+    maybe_start(&m); /* the start-up pass */
+    rc = bf_net_loop_run(m.loop);
+    exit_code = rc < 0 ? BF_EXIT_ERROR : BF_EXIT_OK;
+    BF_INFO("stopping", "id=%s passes=%llu", cfg->id, (unsigned long long)m.passes);
+out_recon:
+    m.closing = true;
+    bf_net_timer_free(tick);
+    bf_net_watch_free(watch);
+out_client:
+    m.closing = true;
+    bf_prov_client_free(m.client); /* a pass in flight completes CANCELLED here */
+    bf_recon_free(m.recon);
+out_loop:
+    bf_net_loop_free(m.loop);
+out_child:
+    bf_child_finish(&m.ch);
+    return exit_code;
 }

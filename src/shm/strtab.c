@@ -248,3 +248,20 @@ const char *bf_zone_name(const struct bf_shm *s, uint32_t idx)
         return "";
     return s->inv->zone_names[idx];
 }
+
+int bf_str_intern_soft(struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *ref)
+{
+    if (len == 0) {
+        *ref = 0;
+        return 0;
+    }
+    if (bf_str_find(s, bytes, len, ref) == 0)
+        return 0;
+    struct bf_strtab_meta *m = &s->inv->strtab;
+    uint64_t used = atomic_load_explicit(&m->arena_used, memory_order_relaxed);
+    uint64_t entries = atomic_load_explicit(&m->entries, memory_order_relaxed);
+    if (used + len + 16 > s->arena_bytes / 4 * 3 ||
+        entries + 1 > (uint64_t)(s->index_mask + 1) / 2)
+        return -ENOSPC;
+    return bf_str_intern(s, bytes, len, ref);
+}

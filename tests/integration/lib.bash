@@ -32,3 +32,7 @@ trap cleanup EXIT
 # procs_of ID: pids of appliance processes (comm bf-*) started with --id ID
 procs_of() { ps -eo pid=,comm=,args= | awk -v id="$1" '$2 ~ /^bf-/ && index($0, "--id " id) {print $1}'; }
 no_procs() { [ -z "$(procs_of "$1")" ]; }
+# has_child ROLE SUP_PID: true once the supervisor has a live bf-ROLE child
+has_child() { [ -n "$(child_pid "$1" "$2")" ]; }
+# has_new_child ROLE SUP_PID OLD_PID: a bf-ROLE child other than OLD_PID exists
+has_new_child() { local p; p=$(child_pid "$1" "$2"); [ -n "$p" ] && [ "$p" != "$3" ]; }

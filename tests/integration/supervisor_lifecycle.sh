@@ -8,7 +8,8 @@ ID=$(new_id sup)
 ARGS=(--id "$ID" --data-dir "$TMP/data" --provider-addr 127.0.0.1:1 --listen 127.0.0.1:0
       --metrics-addr 0 --max-machines 20000 --max-needs 4096 --max-clusters 64)
 
-"$BIN/bigfleet-shardd" --help | grep -q -- "--execute-concurrency" || fail "--help lacks flags"
+"$BIN/bigfleet-shardd" --help >"$TMP/help" || fail "--help failed"
+grep -q -- "--execute-concurrency" "$TMP/help" || fail "--help lacks flags"
 "$BIN/bigfleet-shardd" --no-such-flag 2>"$TMP/err"; rc=$?
 [ $rc -eq 2 ] && grep -q -- "--no-such-flag" "$TMP/err" || fail "unknown flag: rc=$rc"
 pass "usage errors exit 2 naming the flag"
@@ -16,7 +17,7 @@ pass "usage errors exit 2 naming the flag"
 "$BIN/bigfleet-shardd" "${ARGS[@]}" >"$TMP/log" 2>&1 &
 SUP=$!; PIDS+=("$SUP")
 for r in session reconciler cycle executor; do
-    wait_for 5 test -n "$(child_pid $r $SUP)" || fail "child $r did not start"
+    wait_for 5 has_child $r $SUP || fail "child $r did not start"
 done
 pass "supervisor $SUP runs bf-session, bf-reconciler, bf-cycle, bf-executor"
 ls /dev/shm | grep -q "bigfleet.$ID.inventory" || fail "no inventory segment"
@@ -30,7 +31,7 @@ for r in session reconciler cycle executor; do
     old=$(child_pid $r $SUP)
     kill -KILL "$old"
     t0=$(date +%s%N)
-    wait_for 1 bash -c "p=\$(ps -o pid=,comm= --ppid $SUP | awk '\$2==\"bf-$r\" {print \$1}'); [ -n \"\$p\" ] && [ \"\$p\" != $old ]" ||
+    wait_for 1 has_new_child $r $SUP "$old" ||
         fail "no new $r within 1 s"
     echo "  $r restarted in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
 done
@@ -42,7 +43,7 @@ wait_for 5 no_procs "$ID" || fail "children outlived the supervisor: $(procs_of 
 ls /dev/shm | grep -q "bigfleet.$ID.inventory" || fail "expected stale segments after a crash"
 "$BIN/bigfleet-shardd" "${ARGS[@]}" >"$TMP/log2" 2>&1 &
 SUP=$!; PIDS+=("$SUP")
-wait_for 5 test -n "$(child_pid executor $SUP)" || fail "restart after crash failed"
+wait_for 5 has_child executor $SUP || fail "restart after crash failed"
 grep -q "reclaimed stale segments" "$TMP/log2" || fail "stale segments not reported as reclaimed"
 grep -q "epoch=2" "$TMP/log2" || fail "epoch did not advance on restart"
 pass "stale segments of a dead appliance are reclaimed; epoch advanced to 2"

@@ -516,6 +516,29 @@ START_TEST(provisioning_stamps_are_observed_once_and_restamped_after)
 }
 END_TEST
 
+START_TEST(soft_interning_stops_at_the_reserve_and_keeps_room_for_essentials)
+{
+    char buf[64];
+    uint32_t r;
+    int n = 0, rc = 0;
+    /* unique per-event strings: the soft variant refuses before the arena is full */
+    for (; rc == 0 && n < 10000000; n++) {
+        snprintf(buf, sizeof buf, "host-ref-%08d-padding-padding-padding", n);
+        rc = bf_str_intern_soft(&g_s, buf, (uint32_t)strlen(buf), &r);
+    }
+    ck_assert_int_eq(rc, -ENOSPC);
+    ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.intern_failures), 0);
+    /* an already interned string is still found through the soft path */
+    ck_assert_int_eq(bf_str_intern_soft(&g_s, "host-ref-00000000-padding-padding-padding",
+                                        41, &r), 0);
+    /* essential strings still fit in the reserve */
+    for (int i = 0; i < 1000; i++) {
+        snprintf(buf, sizeof buf, "machine-%d", i);
+        ck_assert_int_eq(bf_str_intern_cstr(&g_s, buf, &r), 0);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("shm");
@@ -537,6 +560,7 @@ int main(void)
     tcase_add_test(tc, needs_copy_returns_the_published_rows);
     tcase_add_test(tc, registries_assign_stable_indices);
     tcase_add_test(tc, provisioning_stamps_are_observed_once_and_restamped_after);
+    tcase_add_test(tc, soft_interning_stops_at_the_reserve_and_keeps_room_for_essentials);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -1,0 +1,170 @@
+/*
+ * audit.c — the decision audit log line (reference/shard.md §6.7,
+ * docs/audit-log.md): one JSON object per executed, suppressed or dry-run
+ * action, formatted into a caller buffer so the executor writes it with a
+ * single write(2) on an O_APPEND descriptor (lines from one process never
+ * interleave; a torn line can only be the last one of a killed writer).
+ *
+ * JSON strings are escaped as Go's encoding/json does for slog: '"', '\\'
+ * and control characters escaped, invalid UTF-8 replaced by U+FFFD, and
+ * '<', '>', '&' left as they are (slog's JSON handler does not HTML-escape).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "bigfleet/model.h"
+#include "executor/executor.h"
+
+struct out {
+    char *p;
+    size_t n, cap;
+};
+
+static void put(struct out *o, const char *s, size_t l)
+{
+    if (o->n + l >= o->cap) /* keep room for the final "}\n" */
+        l = o->n < o->cap ? o->cap - o->n - 1 : 0;
+    memcpy(o->p + o->n, s, l);
+    o->n += l;
+}
+
+static void putf(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void putf(struct out *o, const char *fmt, ...)
+{
+    char tmp[128];
+    va_list ap;
+    va_start(ap, fmt);
+    int l = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (l > 0)
+        put(o, tmp, (size_t)l < sizeof tmp ? (size_t)l : sizeof tmp - 1);
+}
+
+/* Length of a valid UTF-8 sequence at s (n bytes left), or 0 if invalid. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t l;
+    unsigned min;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf) {
+        l = 2;
+        min = 0x80;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        l = 3;
+        min = 0x800;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        l = 4;
+        min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (n < l)
+        return 0;
+    unsigned cp = c & (0x7f >> l);
+    for (size_t i = 1; i < l; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return l;
+}
+
+/* A JSON string value, at most max bytes of output (a cut never splits an
+ * escape or a UTF-8 sequence). */
+static void put_str(struct out *o, const char *s, size_t len, size_t max)
+{
+    size_t start = o->n;
+    put(o, "\"", 1);
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < len;) {
+        char esc[8];
+        size_t el;
+        const char *ep = esc;
+        size_t adv = 1;
+        unsigned c = u[i];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            el = 2;
+        } else if (c < 0x20) {
+            switch (c) {
+            case '\n':
+                ep = "\\n";
+                el = 2;
+                break;
+            case '\r':
+                ep = "\\r";
+                el = 2;
+                break;
+            case '\t':
+                ep = "\\t";
+                el = 2;
+                break;
+            default:
+                el = (size_t)snprintf(esc, sizeof esc, "\\u%04x", c);
+            }
+        } else if (c < 0x80) {
+            esc[0] = (char)c;
+            el = 1;
+        } else {
+            size_t l = utf8_len(u + i, len - i);
+            if (l) {
+                ep = s + i;
+                el = l;
+                adv = l;
+            } else {
+                ep = "\xef\xbf\xbd"; /* U+FFFD */
+                el = 3;
+            }
+        }
+        if (o->n - start + el + 1 > max)
+            break;
+        put(o, ep, el);
+        i += adv;
+    }
+    put(o, "\"", 1);
+}
+
+size_t bf_exec_audit_format(char *buf, size_t cap, int64_t now_ns, uint64_t cycle,
+                            const struct bf_action_msg *a, const char *machine, size_t machine_len,
+                            const char *cluster, size_t cluster_len, const char *outcome,
+                            double duration_ms, const char *error)
+{
+    struct out o = {buf, 0, cap > 4 ? cap - 3 : 0};
+    time_t secs = (time_t)(now_ns / 1000000000LL);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    char ts[64];
+    snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%09lldZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+             (long long)(now_ns % 1000000000LL));
+    putf(&o, "{\"time\":\"%s\",\"level\":\"INFO\",\"msg\":\"action\",\"cycle\":%llu,\"kind\":", ts,
+         (unsigned long long)cycle);
+    const char *k = bf_action_kind_name(a->kind);
+    put_str(&o, k, strlen(k), 32);
+    put(&o, ",\"machine\":", 11);
+    put_str(&o, machine ? machine : "", machine ? machine_len : 0, 2048);
+    put(&o, ",\"cluster\":", 11);
+    put_str(&o, cluster ? cluster : "", cluster ? cluster_len : 0, 2048);
+    put(&o, ",\"reason\":", 10);
+    const char *r = bf_action_reason_name(a->reason);
+    put_str(&o, r, strlen(r), 64);
+    putf(&o, ",\"grace_seconds\":%u,\"outcome\":", a->grace_seconds);
+    put_str(&o, outcome, strlen(outcome), 64);
+    putf(&o, ",\"serial\":%llu,\"decided_cycle\":%llu,\"duration_ms\":%.3f",
+         (unsigned long long)a->serial, (unsigned long long)a->decided_cycle, duration_ms);
+    if (error && error[0]) {
+        put(&o, ",\"error\":", 9);
+        put_str(&o, error, strlen(error), 1024);
+    }
+    /* the close always fits: the body stopped 3 bytes short of cap */
+    o.cap = cap;
+    put(&o, "}\n", 2);
+    return o.n;
+}

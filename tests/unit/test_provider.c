@@ -1,0 +1,549 @@
+/*
+ * test_provider.c — the provider client (include/bigfleet/provider.h): the
+ * zero-copy decoder against protobuf-c's encoding, the screen of provider
+ * records (Invariant + structural checks), Machine -> record conversion, the
+ * shard_metadata restore, and the client over real gRPC against the
+ * simulated provider: fencing token stamping, the status mapping of
+ * shard.md §3.3, deadlines and a provider that is down.
+ */
+#include "bigfleet/log.h"
+#include "test_provider.h"
+
+/* ------------------------------------------------------------ decoder */
+
+START_TEST(decoder_reads_every_field_protobuf_c_wrote)
+{
+    struct tmach t = tmach_idle("m-1");
+    t.state = BF_STATE_CONFIGURED;
+    t.cluster = "cluster-a";
+    t.labels[1] = (struct tkv){"team", "infra"};
+    t.md[0] = (struct tkv){BF_MD_GROUP, "rack\0gang-7", 11};
+    t.md[1] = (struct tkv){BF_MD_PRIORITY, "900000", 0};
+    size_t len;
+    uint8_t *b = tmach_pack(&t, &len);
+    struct bf_prov_machine m;
+    ck_assert_int_eq(bf_prov_machine_decode(b, len, &m), 0);
+    ck_assert_int_eq(m.id.len, 3);
+    ck_assert(!memcmp(m.id.p, "m-1", 3));
+    ck_assert_int_eq(m.state, BF_STATE_CONFIGURED);
+    ck_assert(m.has_host);
+    ck_assert(m.host_provider.len == 4 && !memcmp(m.host_provider.p, "prov", 4));
+    ck_assert(m.host_ref.len == 3 && !memcmp(m.host_ref.p, "i-1", 3));
+    ck_assert(m.instance_type.len == 9 && !memcmp(m.instance_type.p, "m6i.large", 9));
+    ck_assert(m.zone.len == 6 && !memcmp(m.zone.p, "zone-a", 6));
+    ck_assert_int_eq(m.capacity_type, BF_CT_ON_DEMAND);
+    ck_assert(m.price_per_hour == 0.096 && m.interruption_probability == 0.05);
+    ck_assert(m.cluster.len == 9 && !memcmp(m.cluster.p, "cluster-a", 9));
+    ck_assert_int_eq(m.n_labels, 2);
+    ck_assert_int_eq(m.n_resources, 2);
+    ck_assert_int_eq(m.n_allocatable, 2);
+    ck_assert_int_eq(m.n_metadata, 2);
+    /* maps walk in wire order; metadata values keep embedded NULs */
+    struct bf_prov_map_iter it;
+    struct bf_prov_bytes k, v;
+    bf_prov_map_iter_init(&it, &m, BF_PROV_MAP_METADATA);
+    ck_assert_int_eq(bf_prov_map_next(&it, &k, &v), 1);
+    ck_assert_int_eq(v.len, 11);
+    ck_assert(!memcmp(v.p, "rack\0gang-7", 11));
+    ck_assert_int_eq(bf_prov_map_next(&it, &k, &v), 1);
+    ck_assert(v.len == 6 && !memcmp(v.p, "900000", 6));
+    ck_assert_int_eq(bf_prov_map_next(&it, &k, &v), 0);
+    bf_prov_map_iter_init(&it, &m, BF_PROV_MAP_ALLOCATABLE);
+    int n = 0;
+    while (bf_prov_map_next(&it, &k, &v) == 1)
+        n++;
+    ck_assert_int_eq(n, 2);
+    free(b);
+}
+END_TEST
+
+START_TEST(shape_hash_is_shared_by_equal_shapes_and_differs_otherwise)
+{
+    struct tmach a = tmach_idle("a"), b = tmach_idle("b-with-another-id"), c = tmach_idle("c");
+    b.host_ref = "i-2"; /* host, id, state, price are not part of the shape */
+    b.price = 7;
+    c.labels[0].v = "zone-a-rack-1";
+    size_t la, lb, lc;
+    uint8_t *pa = tmach_pack(&a, &la), *pb = tmach_pack(&b, &lb), *pc = tmach_pack(&c, &lc);
+    struct bf_prov_machine ma, mb, mc;
+    ck_assert_int_eq(bf_prov_machine_decode(pa, la, &ma), 0);
+    ck_assert_int_eq(bf_prov_machine_decode(pb, lb, &mb), 0);
+    ck_assert_int_eq(bf_prov_machine_decode(pc, lc, &mc), 0);
+    ck_assert(ma.shape_hash[0] == mb.shape_hash[0] && ma.shape_hash[1] == mb.shape_hash[1]);
+    ck_assert(ma.shape_hash[0] != mc.shape_hash[0] || ma.shape_hash[1] != mc.shape_hash[1]);
+    free(pa);
+    free(pb);
+    free(pc);
+}
+END_TEST
+
+START_TEST(decoder_never_reads_past_a_truncated_or_corrupted_message)
+{
+    struct tmach t = tmach_idle("truncate-me");
+    t.md[0] = (struct tkv){BF_MD_FINGERPRINT, "p=1|ipb=1|rpb=1|reqs=|spr=", 0};
+    size_t len;
+    uint8_t *b = tmach_pack(&t, &len);
+    int ok = 0, bad = 0;
+    for (size_t cut = 0; cut < len; cut++) {
+        /* an exact-size heap copy: ASan catches any read past the end */
+        uint8_t *c = malloc(cut ? cut : 1);
+        memcpy(c, b, cut);
+        struct bf_prov_machine m;
+        int rc = bf_prov_machine_decode(c, cut, &m);
+        if (rc == 0) {
+            ok++;
+            struct bf_prov_map_iter it;
+            struct bf_prov_bytes k, v;
+            bf_prov_map_iter_init(&it, &m, BF_PROV_MAP_LABELS);
+            while (bf_prov_map_next(&it, &k, &v) == 1)
+                ;
+        } else {
+            ck_assert_int_eq(rc, -EBADMSG);
+            bad++;
+        }
+        free(c);
+    }
+    ck_assert_int_gt(bad, 0);
+    /* flipping every byte of the message: decodes or reports -EBADMSG */
+    for (size_t i = 0; i < len; i++) {
+        uint8_t *c = malloc(len);
+        memcpy(c, b, len);
+        c[i] ^= 0xff;
+        struct bf_prov_machine m;
+        int rc = bf_prov_machine_decode(c, len, &m);
+        ck_assert(rc == 0 || rc == -EBADMSG);
+        free(c);
+    }
+    (void)ok;
+    free(b);
+}
+END_TEST
+
+START_TEST(list_decoder_counts_machines_and_keeps_the_revision_bytes)
+{
+    struct tmach ts[3] = {tmach_idle("x"), tmach_idle("y"), tmach_idle("z")};
+    size_t len;
+    uint8_t *b = tlist_pack(ts, 3, "12345", &len);
+    struct bf_prov_list l;
+    ck_assert_int_eq(bf_prov_list_decode(b, len, &l), 0);
+    ck_assert_int_eq(l.n_machines, 3);
+    ck_assert(l.revision.len == 5 && !memcmp(l.revision.p, "12345", 5));
+    struct bf_prov_list_iter it;
+    struct bf_prov_bytes raw;
+    bf_prov_list_iter_init(&it, &l);
+    const char *ids[] = {"x", "y", "z"};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(bf_prov_list_next(&it, &raw), 1);
+        struct bf_prov_machine m;
+        ck_assert_int_eq(bf_prov_machine_decode(raw.p, raw.len, &m), 0);
+        ck_assert(m.id.len == 1 && m.id.p[0] == ids[i][0]);
+    }
+    ck_assert_int_eq(bf_prov_list_next(&it, &raw), 0);
+    free(b);
+}
+END_TEST
+
+/* ------------------------------------------------------------ screen */
+
+static int screen(const struct tmach *t)
+{
+    size_t len;
+    uint8_t *b = tmach_pack(t, &len);
+    struct bf_prov_machine m;
+    ck_assert_int_eq(bf_prov_machine_decode(b, len, &m), 0);
+    char why[256];
+    int r = bf_prov_machine_check(&m, why, sizeof why);
+    free(b);
+    return r;
+}
+
+START_TEST(screen_rejects_bad_cost_inputs_by_reason)
+{
+    struct tmach t = tmach_idle("ok");
+    ck_assert_int_eq(screen(&t), BF_REJECT_NONE);
+    t.price = -0.01;
+    ck_assert_int_eq(screen(&t), BF_REJECT_PRICE);
+    t.price = NAN;
+    ck_assert_int_eq(screen(&t), BF_REJECT_PRICE);
+    t.price = 1;
+    t.prob = 1.5;
+    ck_assert_int_eq(screen(&t), BF_REJECT_PROBABILITY);
+    t.prob = -0.1;
+    ck_assert_int_eq(screen(&t), BF_REJECT_PROBABILITY);
+    t.prob = NAN;
+    ck_assert_int_eq(screen(&t), BF_REJECT_PROBABILITY);
+    t.prob = 1.0; /* the bounds are inclusive */
+    ck_assert_int_eq(screen(&t), BF_REJECT_NONE);
+}
+END_TEST
+
+START_TEST(screen_rejects_structural_faults)
+{
+    struct tmach t = tmach_idle("");
+    ck_assert_int_eq(screen(&t), BF_REJECT_STRUCTURAL); /* no id */
+    t = tmach_idle("s");
+    t.state = 42;
+    ck_assert_int_eq(screen(&t), BF_REJECT_STRUCTURAL); /* unknown state */
+    t.state = 0;
+    ck_assert_int_eq(screen(&t), BF_REJECT_STRUCTURAL); /* unspecified */
+    t = tmach_idle("s");
+    t.state = BF_STATE_CONFIGURED; /* no cluster */
+    ck_assert_int_eq(screen(&t), BF_REJECT_STRUCTURAL);
+    t = tmach_idle("s");
+    t.host_provider = t.host_ref = NULL; /* Idle without a host */
+    ck_assert_int_eq(screen(&t), BF_REJECT_STRUCTURAL);
+    t = tmach_idle("s");
+    t.state = BF_STATE_FAILED; /* Failed without last_error */
+    ck_assert_int_eq(screen(&t), BF_REJECT_STRUCTURAL);
+    t.last_error = "boom";
+    ck_assert_int_eq(screen(&t), BF_REJECT_NONE);
+}
+END_TEST
+
+/* ------------------------------------------------------------ record build */
+
+START_TEST(build_interns_profile_once_per_shape_and_host_as_provider_and_ref)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, true);
+    struct bf_prov_shape_cache *sc = bf_prov_shape_cache_new();
+    struct tmach a = tmach_idle("m-a"), b = tmach_idle("m-b");
+    b.host_ref = "m-b"; /* ref == id: provider only + HOST_IS_ID */
+    size_t la, lb;
+    uint8_t *pa = tmach_pack(&a, &la), *pb = tmach_pack(&b, &lb);
+    struct bf_prov_machine ma, mb;
+    ck_assert_int_eq(bf_prov_machine_decode(pa, la, &ma), 0);
+    ck_assert_int_eq(bf_prov_machine_decode(pb, lb, &mb), 0);
+    struct bf_machine_rec ra, rb;
+    char why[256];
+    ck_assert_int_eq(bf_prov_machine_build(&f.shm, sc, &ma, 0, &ra, NULL, why, sizeof why), 0);
+    uint64_t entries = atomic_load(&f.shm.inv->strtab.entries);
+    ck_assert_int_eq(bf_prov_machine_build(&f.shm, sc, &mb, 0, &rb, NULL, why, sizeof why), 0);
+    ck_assert_uint_eq(ra.profile, rb.profile);
+    /* the second machine added its id and its provider name only */
+    ck_assert_uint_le(atomic_load(&f.shm.inv->strtab.entries), entries + 2);
+    ck_assert(!(ra.flags & BF_REC_HOST_IS_ID));
+    ck_assert(rb.flags & BF_REC_HOST_IS_ID);
+    uint32_t hl;
+    const char *h = bf_str(&f.shm, ra.host, &hl);
+    ck_assert_int_eq(hl, 8);
+    ck_assert(!memcmp(h, "prov\0i-1", 8));
+    ck_assert_str_eq(bf_str(&f.shm, rb.host, NULL), "prov");
+    ck_assert_str_eq(bf_type_name(&f.shm, ra.type_idx), "m6i.large");
+    ck_assert_str_eq(bf_zone_name(&f.shm, ra.zone_idx), "zone-a");
+    ck_assert_int_eq(ra.state, BF_STATE_IDLE);
+    ck_assert_int_eq(ra.capacity_type, BF_CT_ON_DEMAND);
+    ck_assert(fabsf(ra.price_per_hour - 0.096f) < 1e-6f);
+    struct bf_blob_cache *bc = bf_blob_cache_new();
+    const struct bf_mprofile *mp = bf_mprofile_get(bc, &f.shm, ra.profile);
+    ck_assert_ptr_nonnull(mp);
+    ck_assert_str_eq(mp->instance_type, "m6i.large");
+    ck_assert_str_eq(bf_mprofile_attr(mp, "topology.bigfleet/rack"), "zone-a-rack-0");
+    ck_assert_int_eq(mp->effective.v[bf_dim_lookup(&f.shm, "cpu")], 2000);
+    bf_blob_cache_free(bc);
+    bf_prov_shape_cache_free(sc);
+    free(pa);
+    free(pb);
+    pfx_close(&f);
+}
+END_TEST
+
+START_TEST(build_rejects_unparseable_or_negative_quantities_as_structural)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, true);
+    struct tmach t = tmach_idle("q");
+    t.res[0].v = "two";
+    size_t l;
+    uint8_t *p = tmach_pack(&t, &l);
+    struct bf_prov_machine m;
+    ck_assert_int_eq(bf_prov_machine_decode(p, l, &m), 0);
+    struct bf_machine_rec r;
+    char why[256] = "";
+    ck_assert_int_eq(bf_prov_machine_build(&f.shm, NULL, &m, 0, &r, NULL, why, sizeof why),
+                     BF_REJECT_STRUCTURAL);
+    ck_assert(why[0]);
+    free(p);
+    t.res[0].v = "-2";
+    p = tmach_pack(&t, &l);
+    ck_assert_int_eq(bf_prov_machine_decode(p, l, &m), 0);
+    ck_assert_int_eq(bf_prov_machine_build(&f.shm, NULL, &m, 0, &r, NULL, why, sizeof why),
+                     BF_REJECT_STRUCTURAL);
+    free(p);
+    pfx_close(&f);
+}
+END_TEST
+
+START_TEST(assignment_restores_from_shard_metadata_and_skips_malformed_values)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, true);
+    struct tmach t = tmach_idle("md");
+    t.state = BF_STATE_CONFIGURED;
+    t.cluster = "c";
+    t.md[0] = (struct tkv){BF_MD_PRIORITY, "900000", 0};
+    t.md[1] = (struct tkv){BF_MD_INTERRUPTION, "1.048576e+06", 0};
+    t.md[2] = (struct tkv){BF_MD_RECLAMATION, "not-a-number", 0};
+    t.md[3] = (struct tkv){BF_MD_FINGERPRINT, "p=900000|ipb=23|rpb=3|reqs=|spr=", 0};
+    t.md[4] = (struct tkv){BF_MD_GROUP, "rack\0g7", 7};
+    t.md[5] = (struct tkv){"unknown.example/key", "ignored", 0};
+    size_t l;
+    uint8_t *p = tmach_pack(&t, &l);
+    struct bf_prov_machine m;
+    ck_assert_int_eq(bf_prov_machine_decode(p, l, &m), 0);
+    struct bf_machine_rec r = {0};
+    r.rpb = 9; /* an absent/malformed key leaves the field alone */
+    ck_assert_int_eq(bf_prov_machine_assignment(&f.shm, &m, &r), 1);
+    ck_assert_int_eq(r.assigned_priority, 900000);
+    ck_assert_int_eq(r.ipb, bf_bucket_for_dollars(1048576));
+    ck_assert_int_eq(r.rpb, 9);
+    ck_assert_str_eq(bf_str(&f.shm, r.fingerprint, NULL), "p=900000|ipb=23|rpb=3|reqs=|spr=");
+    uint32_t gl;
+    const char *g = bf_str(&f.shm, r.group, &gl);
+    ck_assert(gl == 7 && !memcmp(g, "rack\0g7", 7));
+    free(p);
+    pfx_close(&f);
+}
+END_TEST
+
+/* ------------------------------------------------------------ client over gRPC */
+
+static struct bf_sim_config cfg_with(const char *name, const char *value)
+{
+    struct bf_sim_config c;
+    bf_sim_config_init(&c);
+    if (name)
+        ck_assert_int_eq(bf_sim_config_set(&c, name, value, NULL, 0), 0);
+    return c;
+}
+
+START_TEST(client_maps_provider_statuses_per_shard_md_3_3)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, false);
+    struct capture c = {0};
+    /* unknown machine -> NOT_FOUND */
+    ck_assert_int_eq(bf_prov_get(f.cl, "nope", 4, 0, cap_machine, &c, NULL), 0);
+    ck_assert(pfx_run_until(&f, &c.done, 5 * SEC));
+    ck_assert_int_eq(c.r.status, BF_PROV_NOT_FOUND);
+    ck_assert_int_eq(c.r.code, BF_NET_NOT_FOUND);
+    /* out-of-position (Configure on a Speculative machine) -> INTERNAL -> ERROR */
+    const char *spec = sim_first_in_state(f.sim, BF_STATE_SPECULATIVE);
+    char id[128];
+    snprintf(id, sizeof id, "%s", spec);
+    memset(&c, 0, sizeof c);
+    ck_assert_int_eq(bf_prov_configure(f.cl, id, strlen(id), "c", 1, (const uint8_t *)"b", 1, NULL,
+                                       0, 0, cap_ack, &c, NULL),
+                     0);
+    ck_assert(pfx_run_until(&f, &c.done, 5 * SEC));
+    ck_assert_int_eq(c.r.status, BF_PROV_ERROR);
+    ck_assert_int_eq(c.r.code, BF_NET_INTERNAL);
+    /* Create -> OK with a decoded ack (instant: already Idle) */
+    memset(&c, 0, sizeof c);
+    ck_assert_int_eq(bf_prov_create(f.cl, id, strlen(id), 0, cap_ack, &c, NULL), 0);
+    ck_assert(pfx_run_until(&f, &c.done, 5 * SEC));
+    ck_assert_int_eq(c.r.status, BF_PROV_OK);
+    ck_assert_int_eq(c.state, BF_STATE_IDLE);
+    ck_assert(c.op_id[0]);
+    /* the same Create again: idempotent, the same operation id */
+    char op[64];
+    snprintf(op, sizeof op, "%s", c.op_id);
+    memset(&c, 0, sizeof c);
+    ck_assert_int_eq(bf_prov_create(f.cl, id, strlen(id), 0, cap_ack, &c, NULL), 0);
+    ck_assert(pfx_run_until(&f, &c.done, 5 * SEC));
+    ck_assert_str_eq(c.op_id, op);
+    /* List: every machine, with a revision cursor */
+    memset(&c, 0, sizeof c);
+    ck_assert_int_eq(bf_prov_list(f.cl, NULL, 0, cap_list, &c, NULL), 0);
+    ck_assert(pfx_run_until(&f, &c.done, 5 * SEC));
+    ck_assert_int_eq(c.r.status, BF_PROV_OK);
+    ck_assert_uint_eq(c.n_machines, bf_sim_machine_count(f.sim));
+    ck_assert(c.revision[0]);
+    /* ids the client refuses to send */
+    ck_assert_int_eq(bf_prov_get(f.cl, "a\0b", 3, 0, cap_machine, &c, NULL), -EINVAL);
+    pfx_close(&f);
+}
+END_TEST
+
+START_TEST(client_reports_unimplemented_delete_as_unsupported)
+{
+    static const struct bf_sim_type bm[1] = {{.name = "metal-1",
+                                              .cpu_milli = 64000,
+                                              .memory_mib = 262144,
+                                              .capacity_type = BF_CT_BARE_METAL,
+                                              .price_per_hour = 3}};
+    struct bf_sim_config cfg = cfg_with("seed-idle", "2");
+    cfg.types = bm;
+    cfg.n_types = 1;
+    struct pfx f;
+    pfx_open(&f, &cfg, false);
+    char id[128];
+    snprintf(id, sizeof id, "%s", sim_first_in_state(f.sim, BF_STATE_IDLE));
+    struct capture c = {0};
+    ck_assert_int_eq(bf_prov_delete(f.cl, id, strlen(id), 0, cap_ack, &c, NULL), 0);
+    ck_assert(pfx_run_until(&f, &c.done, 5 * SEC));
+    ck_assert_int_eq(c.r.status, BF_PROV_UNSUPPORTED);
+    pfx_close(&f);
+}
+END_TEST
+
+START_TEST(every_mutating_attempt_carries_a_fresh_increasing_sequence)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, false);
+    int64_t last = 0;
+    char id[128];
+    snprintf(id, sizeof id, "%s", sim_first_in_state(f.sim, BF_STATE_SPECULATIVE));
+    for (int i = 0; i < 4; i++) { /* retries of one Create: each a new token, all accepted */
+        struct capture c = {0};
+        ck_assert_int_eq(bf_prov_create(f.cl, id, strlen(id), 0, cap_ack, &c, NULL), 0);
+        ck_assert(pfx_run_until(&f, &c.done, 5 * SEC));
+        ck_assert_int_eq(c.r.status, BF_PROV_OK);
+        ck_assert_int_gt(c.r.seq, last);
+        last = c.r.seq;
+    }
+    /* Get and List carry no token */
+    struct capture g = {0};
+    ck_assert_int_eq(bf_prov_get(f.cl, id, strlen(id), 0, cap_machine, &g, NULL), 0);
+    ck_assert(pfx_run_until(&f, &g.done, 5 * SEC));
+    ck_assert_int_eq(g.r.seq, 0);
+    pfx_close(&f);
+}
+END_TEST
+
+START_TEST(a_restarted_client_of_the_same_epoch_is_not_fenced_but_an_older_one_is)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, false);
+    char id[128];
+    snprintf(id, sizeof id, "%s", sim_first_in_state(f.sim, BF_STATE_SPECULATIVE));
+    struct capture c = {0};
+    ck_assert_int_eq(bf_prov_create(f.cl, id, strlen(id), 0, cap_ack, &c, NULL), 0);
+    ck_assert(pfx_run_until(&f, &c.done, 5 * SEC));
+    ck_assert_int_eq(c.r.status, BF_PROV_OK);
+    /* a successor process (same shard, same epoch) starts later: its first
+     * sequence number is above everything the predecessor issued */
+    usleep(1000);
+    struct bf_prov_client *succ;
+    struct bf_prov_opts po = {.addr = f.addr, .shard_id = "ut-shard", .epoch = 1};
+    ck_assert_int_eq(bf_prov_client_new(f.loop, &po, &succ), 0);
+    memset(&c, 0, sizeof c);
+    ck_assert_int_eq(bf_prov_create(succ, id, strlen(id), 0, cap_ack, &c, NULL), 0);
+    ck_assert(pfx_run_until(&f, &c.done, 5 * SEC));
+    ck_assert_int_eq(c.r.status, BF_PROV_OK);
+    /* the predecessor (a zombie now) is fenced: FAILED_PRECONDITION -> FENCED */
+    memset(&c, 0, sizeof c);
+    ck_assert_int_eq(bf_prov_create(f.cl, id, strlen(id), 0, cap_ack, &c, NULL), 0);
+    ck_assert(pfx_run_until(&f, &c.done, 5 * SEC));
+    ck_assert_int_eq(c.r.status, BF_PROV_FENCED);
+    ck_assert_int_eq(c.r.code, BF_NET_FAILED_PRECONDITION);
+    /* a client of an older epoch is fenced whatever its sequence */
+    struct bf_prov_client *old;
+    struct bf_prov_opts oo = {
+        .addr = f.addr, .shard_id = "ut-shard", .epoch = 0, .seq_start = INT64_MAX / 2};
+    ck_assert_int_eq(bf_prov_client_new(f.loop, &oo, &old), 0);
+    memset(&c, 0, sizeof c);
+    ck_assert_int_eq(bf_prov_create(old, id, strlen(id), 0, cap_ack, &c, NULL), 0);
+    ck_assert(pfx_run_until(&f, &c.done, 5 * SEC));
+    ck_assert_int_eq(c.r.status, BF_PROV_FENCED);
+    bf_prov_client_free(old);
+    bf_prov_client_free(succ);
+    pfx_close(&f);
+}
+END_TEST
+
+START_TEST(a_slow_provider_times_out_at_the_call_deadline)
+{
+    struct bf_sim_config cfg = cfg_with("get-reply-latency", "2s");
+    struct pfx f;
+    pfx_open(&f, &cfg, false);
+    char id[128];
+    snprintf(id, sizeof id, "%s", sim_first_in_state(f.sim, BF_STATE_SPECULATIVE));
+    struct capture c = {0};
+    int64_t t0 = bf_mono_ns();
+    ck_assert_int_eq(bf_prov_get(f.cl, id, strlen(id), 200 * MS, cap_machine, &c, NULL), 0);
+    ck_assert(pfx_run_until(&f, &c.done, 5 * SEC));
+    int64_t el = bf_mono_ns() - t0;
+    ck_assert_int_eq(c.r.status, BF_PROV_TIMEOUT);
+    ck_assert(bf_prov_status_transport(c.r.status));
+    ck_assert_int_ge(el, 190 * MS);
+    ck_assert_int_lt(el, 1500 * MS);
+    pfx_close(&f);
+}
+END_TEST
+
+START_TEST(a_provider_that_is_down_fails_fast_as_unavailable)
+{
+    struct bf_net_loop *loop;
+    ck_assert_int_eq(bf_net_loop_new(NULL, &loop), 0);
+    struct bf_prov_client *cl;
+    struct bf_prov_opts po = {.addr = "127.0.0.1:1", .shard_id = "s", .epoch = 1};
+    ck_assert_int_eq(bf_prov_client_new(loop, &po, &cl), 0);
+    struct capture c = {0};
+    ck_assert_int_eq(bf_prov_list(cl, NULL, 30 * SEC, cap_list, &c, NULL), 0);
+    int64_t end = bf_mono_ns() + 5 * SEC;
+    while (!c.done && bf_mono_ns() < end)
+        bf_net_loop_run_once(loop, 5 * MS);
+    ck_assert(c.done);
+    ck_assert_int_eq(c.r.status, BF_PROV_UNAVAILABLE);
+    ck_assert_int_lt(c.r.elapsed_ns, 2 * SEC);
+    bf_prov_client_free(cl);
+    bf_net_loop_free(loop);
+}
+END_TEST
+
+START_TEST(cancel_completes_the_call_once_with_cancelled)
+{
+    struct bf_sim_config cfg = cfg_with("list-reply-latency", "2s");
+    struct pfx f;
+    pfx_open(&f, &cfg, false);
+    struct capture c = {0};
+    struct bf_prov_call *call;
+    ck_assert_int_eq(bf_prov_list(f.cl, NULL, 0, cap_list, &c, &call), 0);
+    pfx_run_for(&f, 50 * MS);
+    ck_assert(!c.done);
+    bf_prov_call_cancel(call);
+    ck_assert(pfx_run_until(&f, &c.done, 2 * SEC));
+    ck_assert_int_eq(c.r.status, BF_PROV_CANCELLED);
+    pfx_close(&f);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("provider");
+    TCase *t = tcase_create("decoder");
+    tcase_add_test(t, decoder_reads_every_field_protobuf_c_wrote);
+    tcase_add_test(t, shape_hash_is_shared_by_equal_shapes_and_differs_otherwise);
+    tcase_add_test(t, decoder_never_reads_past_a_truncated_or_corrupted_message);
+    tcase_add_test(t, list_decoder_counts_machines_and_keeps_the_revision_bytes);
+    suite_add_tcase(s, t);
+    t = tcase_create("screen");
+    tcase_add_test(t, screen_rejects_bad_cost_inputs_by_reason);
+    tcase_add_test(t, screen_rejects_structural_faults);
+    tcase_add_test(t, build_interns_profile_once_per_shape_and_host_as_provider_and_ref);
+    tcase_add_test(t, build_rejects_unparseable_or_negative_quantities_as_structural);
+    tcase_add_test(t, assignment_restores_from_shard_metadata_and_skips_malformed_values);
+    suite_add_tcase(s, t);
+    t = tcase_create("client");
+    tcase_set_timeout(t, 30);
+    tcase_add_test(t, client_maps_provider_statuses_per_shard_md_3_3);
+    tcase_add_test(t, client_reports_unimplemented_delete_as_unsupported);
+    tcase_add_test(t, every_mutating_attempt_carries_a_fresh_increasing_sequence);
+    tcase_add_test(t, a_restarted_client_of_the_same_epoch_is_not_fenced_but_an_older_one_is);
+    tcase_add_test(t, a_slow_provider_times_out_at_the_call_deadline);
+    tcase_add_test(t, a_provider_that_is_down_fails_fast_as_unavailable);
+    tcase_add_test(t, cancel_completes_the_call_once_with_cancelled);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    bf_log_init("test", BF_LOG_ERROR);
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,514 @@
+/*
+ * test_reconciler.c — the reconcile pass (src/reconciler/reconciler.h): the
+ * seed 000 §3 order (in-flight skip, state-match fast path, screen, Assigned*
+ * kept on divergence, shard_metadata restore for new records), removals in
+ * full mode only, rejections that keep the last good record and are never
+ * read as removals, node events routed to the previous cluster, and passes
+ * over real gRPC against the simulated provider (full and incremental).
+ */
+#include "bigfleet/log.h"
+#include "reconciler/reconciler.h"
+#include "test_provider.h"
+
+static void apply_list(struct bf_recon *r, const struct tmach *ts, int n, bool full,
+                       struct bf_recon_result *res)
+{
+    size_t len;
+    uint8_t *b = tlist_pack(ts, n, "1", &len);
+    struct bf_prov_list l;
+    ck_assert_int_eq(bf_prov_list_decode(b, len, &l), 0);
+    memset(res, 0, sizeof *res);
+    bf_recon_apply(r, &l, full, res);
+    free(b);
+}
+
+static bool rec_of(struct bf_shm *s, const char *id, struct bf_machine_rec *rec, uint32_t *slot)
+{
+    uint32_t sl;
+    if (bf_inv_lookup_id(s, id, strlen(id), &sl))
+        return false;
+    if (slot)
+        *slot = sl;
+    return bf_inv_read(s, sl, rec) == 0 && (rec->flags & BF_REC_VALID);
+}
+
+static struct bf_recon *recon_new(struct pfx *f, bool incremental)
+{
+    struct bf_recon *r;
+    struct bf_recon_opts o = {.incremental = incremental};
+    ck_assert_int_eq(bf_recon_new(&f->shm, f->cl, &o, &r), 0);
+    return r;
+}
+
+static struct tmach configured(const char *id, const char *cluster)
+{
+    struct tmach t = tmach_idle(id);
+    t.state = BF_STATE_CONFIGURED;
+    t.cluster = cluster;
+    return t;
+}
+
+static void drain_node_events(struct bf_shm *s, struct bf_node_event_msg *out, int *n, int max)
+{
+    *n = 0;
+    struct bf_node_event_msg ev;
+    while (bf_ring_pop(s, BF_RING_NODE_RECON, &ev) == 0)
+        if (*n < max)
+            out[(*n)++] = ev;
+}
+
+/* ------------------------------------------------------------ ingest order */
+
+START_TEST(new_machines_are_inserted_and_bound_ones_restore_assignment_from_metadata)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, true);
+    struct bf_recon *r = recon_new(&f, false);
+    struct tmach ts[2] = {tmach_idle("idle-1"), configured("conf-1", "cluster-a")};
+    ts[1].md[0] = (struct tkv){BF_MD_PRIORITY, "1000000", 0};
+    ts[1].md[1] = (struct tkv){BF_MD_INTERRUPTION, "8192", 0};
+    ts[1].md[2] = (struct tkv){BF_MD_RECLAMATION, "65536", 0};
+    ts[1].md[3] = (struct tkv){BF_MD_FINGERPRINT, "p=1000000|ipb=16|rpb=19|reqs=|spr=", 0};
+    ts[1].md[4] = (struct tkv){BF_MD_GROUP, "", 0};
+    struct bf_recon_result res;
+    apply_list(r, ts, 2, true, &res);
+    ck_assert_int_eq(res.inserted, 2);
+    struct bf_machine_rec rec;
+    ck_assert(rec_of(&f.shm, "idle-1", &rec, NULL));
+    ck_assert_int_eq(rec.state, BF_STATE_IDLE);
+    ck_assert_uint_ne(rec.idle_since, 0); /* the hold clock starts at discovery */
+    ck_assert(rec_of(&f.shm, "conf-1", &rec, NULL));
+    ck_assert_int_eq(rec.state, BF_STATE_CONFIGURED);
+    ck_assert_str_eq(bf_str(&f.shm, rec.cluster, NULL), "cluster-a");
+    ck_assert_int_eq(rec.assigned_priority, 1000000);
+    ck_assert_int_eq(rec.ipb, bf_bucket_for_dollars(8192));
+    ck_assert_int_eq(rec.rpb, bf_bucket_for_dollars(65536));
+    ck_assert_str_eq(bf_str(&f.shm, rec.fingerprint, NULL), "p=1000000|ipb=16|rpb=19|reqs=|spr=");
+    /* the bound machine was announced to its cluster's operator */
+    struct bf_node_event_msg ev[4];
+    int n;
+    drain_node_events(&f.shm, ev, &n, 4);
+    ck_assert_int_eq(n, 1);
+    ck_assert_uint_eq(ev[0].cluster_ref, rec.cluster);
+    ck_assert_int_eq(ev[0].state, BF_STATE_CONFIGURED);
+    bf_recon_free(r);
+    pfx_close(&f);
+}
+END_TEST
+
+START_TEST(same_state_takes_the_fast_path_and_writes_nothing)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, true);
+    struct bf_recon *r = recon_new(&f, false);
+    struct tmach ts[3] = {tmach_idle("a"), tmach_idle("b"), configured("c", "cl")};
+    struct bf_recon_result res;
+    apply_list(r, ts, 3, true, &res);
+    ck_assert_int_eq(res.inserted, 3);
+    uint64_t head = atomic_load(&f.shm.changelog[BF_CL_RECONCILER].head);
+    ts[0].price = 5;  /* same state: a price change is not ingested (no screen, no write) */
+    ts[1].prob = 2.0; /* not even screened on the fast path */
+    apply_list(r, ts, 3, true, &res);
+    ck_assert_int_eq(res.fast, 3);
+    ck_assert_int_eq(res.updated + res.inserted + res.removed + res.rejected, 0);
+    ck_assert_uint_eq(atomic_load(&f.shm.changelog[BF_CL_RECONCILER].head), head);
+    bf_recon_free(r);
+    pfx_close(&f);
+}
+END_TEST
+
+START_TEST(machines_with_an_action_in_flight_are_skipped)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, true);
+    struct bf_recon *r = recon_new(&f, false);
+    struct tmach t = tmach_idle("busy");
+    struct bf_recon_result res;
+    apply_list(r, &t, 1, true, &res);
+    uint32_t slot;
+    struct bf_machine_rec rec;
+    ck_assert(rec_of(&f.shm, "busy", &rec, &slot));
+    /* the executor moved it to Configuring; the provider still says Idle */
+    struct bf_inv_txn tx;
+    ck_assert_int_eq(bf_inv_begin(&f.shm, slot, &tx), 0);
+    struct bf_machine_rec nr = tx.old;
+    nr.state = BF_STATE_CONFIGURING;
+    bf_inv_commit(&f.shm, &tx, &nr, BF_CL_EXECUTOR);
+    uint8_t tag = bf_pending_mark(&f.shm, slot);
+    apply_list(r, &t, 1, true, &res);
+    ck_assert_int_eq(res.skipped_pending, 1);
+    ck_assert(rec_of(&f.shm, "busy", &rec, NULL));
+    ck_assert_int_eq(rec.state, BF_STATE_CONFIGURING);
+    /* a full pass never removes a machine in flight either */
+    apply_list(r, NULL, 0, true, &res);
+    ck_assert_int_eq(res.removed, 0);
+    ck_assert(rec_of(&f.shm, "busy", &rec, NULL));
+    /* done: the provider's view applies again */
+    bf_pending_done(&f.shm, slot, tag);
+    apply_list(r, &t, 1, true, &res);
+    ck_assert_int_eq(res.updated, 1);
+    ck_assert(rec_of(&f.shm, "busy", &rec, NULL));
+    ck_assert_int_eq(rec.state, BF_STATE_IDLE);
+    bf_recon_free(r);
+    pfx_close(&f);
+}
+END_TEST
+
+START_TEST(a_divergent_bound_state_keeps_shard_assignment_and_unbound_clears_it)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, true);
+    struct bf_recon *r = recon_new(&f, false);
+    struct tmach t = configured("m", "cl-1");
+    struct bf_recon_result res;
+    apply_list(r, &t, 1, true, &res);
+    uint32_t slot, fp;
+    struct bf_machine_rec rec;
+    ck_assert(rec_of(&f.shm, "m", &rec, &slot));
+    ck_assert_int_eq(bf_str_intern_cstr(&f.shm, "p=7|ipb=3|rpb=4|reqs=|spr=", &fp), 0);
+    struct bf_inv_txn tx; /* the executor stamped the assignment at Configure */
+    ck_assert_int_eq(bf_inv_begin(&f.shm, slot, &tx), 0);
+    struct bf_machine_rec nr = tx.old;
+    nr.assigned_priority = 7;
+    nr.ipb = 3;
+    nr.rpb = 4;
+    nr.fingerprint = fp;
+    bf_inv_commit(&f.shm, &tx, &nr, BF_CL_EXECUTOR);
+    /* the provider reports Draining and echoes a DIFFERENT assignment: shard memory wins */
+    t.state = BF_STATE_DRAINING;
+    t.md[0] = (struct tkv){BF_MD_PRIORITY, "999", 0};
+    apply_list(r, &t, 1, true, &res);
+    ck_assert_int_eq(res.updated, 1);
+    ck_assert(rec_of(&f.shm, "m", &rec, NULL));
+    ck_assert_int_eq(rec.state, BF_STATE_DRAINING);
+    ck_assert_int_eq(rec.assigned_priority, 7);
+    ck_assert_uint_eq(rec.fingerprint, fp);
+    /* the drain completed at the provider: Idle, cluster and assignment cleared,
+     * the node event still routed to the cluster it left */
+    struct bf_node_event_msg ev[4];
+    int n;
+    drain_node_events(&f.shm, ev, &n, 4);
+    uint32_t cl = rec.cluster;
+    t = tmach_idle("m");
+    apply_list(r, &t, 1, true, &res);
+    ck_assert(rec_of(&f.shm, "m", &rec, NULL));
+    ck_assert_int_eq(rec.state, BF_STATE_IDLE);
+    ck_assert_uint_eq(rec.cluster, 0);
+    ck_assert_int_eq(rec.assigned_priority, 0);
+    ck_assert_uint_eq(rec.fingerprint, 0);
+    drain_node_events(&f.shm, ev, &n, 4);
+    ck_assert_int_eq(n, 1);
+    ck_assert_uint_eq(ev[0].cluster_ref, cl);
+    ck_assert_int_eq(ev[0].state, BF_STATE_IDLE);
+    bf_recon_free(r);
+    pfx_close(&f);
+}
+END_TEST
+
+START_TEST(configured_without_the_shard_stamp_takes_the_assignment_from_the_echo)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, true);
+    struct bf_recon *r = recon_new(&f, false);
+    struct tmach t = tmach_idle("m");
+    struct bf_recon_result res;
+    apply_list(r, &t, 1, true, &res);
+    uint32_t slot;
+    struct bf_machine_rec rec;
+    ck_assert(rec_of(&f.shm, "m", &rec, &slot));
+    /* the executor entered Configuring (cluster stamped) and died before the
+     * Configured stamp; the record was repaired for refresh */
+    uint32_t cl;
+    ck_assert_int_eq(bf_str_intern_cstr(&f.shm, "cl", &cl), 0);
+    struct bf_inv_txn tx;
+    ck_assert_int_eq(bf_inv_begin(&f.shm, slot, &tx), 0);
+    struct bf_machine_rec nr = tx.old;
+    nr.state = BF_STATE_CONFIGURING;
+    nr.cluster = cl;
+    nr.flags |= BF_REC_NEEDS_REFRESH;
+    bf_inv_commit(&f.shm, &tx, &nr, BF_CL_EXECUTOR);
+    t = configured("m", "cl");
+    t.md[0] = (struct tkv){BF_MD_PRIORITY, "4242", 0};
+    t.md[1] = (struct tkv){BF_MD_FINGERPRINT, "p=4242|ipb=1|rpb=1|reqs=|spr=", 0};
+    apply_list(r, &t, 1, true, &res);
+    ck_assert(rec_of(&f.shm, "m", &rec, NULL));
+    ck_assert_int_eq(rec.state, BF_STATE_CONFIGURED);
+    ck_assert_int_eq(rec.assigned_priority, 4242);
+    ck_assert_str_eq(bf_str(&f.shm, rec.fingerprint, NULL), "p=4242|ipb=1|rpb=1|reqs=|spr=");
+    ck_assert(!(rec.flags & BF_REC_NEEDS_REFRESH));
+    bf_recon_free(r);
+    pfx_close(&f);
+}
+END_TEST
+
+START_TEST(a_record_flagged_for_refresh_is_applied_even_in_the_same_state)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, true);
+    struct bf_recon *r = recon_new(&f, false);
+    struct tmach t = tmach_idle("m");
+    struct bf_recon_result res;
+    apply_list(r, &t, 1, true, &res);
+    uint32_t slot;
+    struct bf_machine_rec rec;
+    ck_assert(rec_of(&f.shm, "m", &rec, &slot));
+    struct bf_inv_txn tx;
+    ck_assert_int_eq(bf_inv_begin(&f.shm, slot, &tx), 0);
+    struct bf_machine_rec nr = tx.old;
+    nr.flags |= BF_REC_NEEDS_REFRESH;
+    nr.price_per_hour = 123; /* a half-written record the supervisor repaired */
+    bf_inv_commit(&f.shm, &tx, &nr, BF_CL_SUPERVISOR);
+    apply_list(r, &t, 1, true, &res);
+    ck_assert_int_eq(res.updated, 1);
+    ck_assert(rec_of(&f.shm, "m", &rec, NULL));
+    ck_assert(!(rec.flags & BF_REC_NEEDS_REFRESH));
+    ck_assert(fabsf(rec.price_per_hour - 0.096f) < 1e-6f);
+    bf_recon_free(r);
+    pfx_close(&f);
+}
+END_TEST
+
+/* ------------------------------------------------------------ bad input */
+
+START_TEST(bad_records_are_rejected_by_reason_and_the_last_good_one_is_kept)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, true);
+    struct bf_recon *r = recon_new(&f, false);
+    struct tmach good[4] = {tmach_idle("p"), tmach_idle("q"), tmach_idle("s"), tmach_idle("t")};
+    struct bf_recon_result res;
+    apply_list(r, good, 4, true, &res);
+    ck_assert_int_eq(res.inserted, 4);
+    /* the provider now reports garbage for all four (in new states, so the
+     * fast path does not hide it), plus a record without id and an unknown one */
+    struct tmach bad[6] = {configured("p", "c"), configured("q", "c"), configured("s", "c"),
+                           configured("t", "c"), tmach_idle(""),       tmach_idle("new-bad")};
+    bad[0].price = -1;
+    bad[1].prob = 1.5;
+    bad[2].price = NAN;
+    bad[3].state = 77;
+    bad[5].prob = NAN;
+    apply_list(r, bad, 6, true, &res);
+    ck_assert_int_eq(res.rejected, 6);
+    ck_assert_int_eq(res.rejected_by[BF_REJECT_PRICE], 2);
+    ck_assert_int_eq(res.rejected_by[BF_REJECT_PROBABILITY], 2);
+    ck_assert_int_eq(res.rejected_by[BF_REJECT_STRUCTURAL], 2);
+    ck_assert_int_eq(res.removed, 0); /* a rejection is never read as a removal */
+    ck_assert_int_eq(res.inserted, 0);
+    struct bf_stats_reconciler *st = &f.shm.st->reconciler;
+    ck_assert_uint_eq(atomic_load(&st->machines_rejected[BF_REJECT_PRICE]), 2);
+    ck_assert_uint_eq(atomic_load(&st->machines_rejected[BF_REJECT_PROBABILITY]), 2);
+    ck_assert_uint_eq(atomic_load(&st->machines_rejected[BF_REJECT_STRUCTURAL]), 2);
+    const char *ids[] = {"p", "q", "s", "t"};
+    for (int i = 0; i < 4; i++) {
+        struct bf_machine_rec rec;
+        ck_assert(rec_of(&f.shm, ids[i], &rec, NULL));
+        ck_assert_int_eq(rec.state, BF_STATE_IDLE);
+        ck_assert(rec.flags & BF_REC_REJECTED);
+        ck_assert(fabsf(rec.price_per_hour - 0.096f) < 1e-6f);
+    }
+    uint32_t none;
+    ck_assert_int_ne(bf_str_find(&f.shm, "new-bad", 7, &none), 0); /* nothing interned */
+    /* good again: applied, flag cleared */
+    apply_list(r, good, 4, true, &res);
+    ck_assert_int_eq(res.updated, 4);
+    struct bf_machine_rec rec;
+    ck_assert(rec_of(&f.shm, "p", &rec, NULL));
+    ck_assert(!(rec.flags & BF_REC_REJECTED));
+    bf_recon_free(r);
+    pfx_close(&f);
+}
+END_TEST
+
+START_TEST(full_passes_remove_what_the_provider_dropped_and_deltas_never_do)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, true);
+    struct bf_recon *r = recon_new(&f, false);
+    struct tmach ts[3] = {tmach_idle("a"), tmach_idle("b"), tmach_idle("c")};
+    struct bf_recon_result res;
+    apply_list(r, ts, 3, true, &res);
+    apply_list(r, ts, 1, false, &res); /* a delta holding only "a" */
+    ck_assert_int_eq(res.removed, 0);
+    struct bf_machine_rec rec;
+    ck_assert(rec_of(&f.shm, "c", &rec, NULL));
+    apply_list(r, ts, 1, true, &res); /* a full list holding only "a" */
+    ck_assert_int_eq(res.removed, 2);
+    ck_assert(rec_of(&f.shm, "a", &rec, NULL));
+    ck_assert(!rec_of(&f.shm, "b", &rec, NULL));
+    ck_assert_uint_eq(atomic_load(&f.shm.inv->n_machines), 1);
+    bf_recon_free(r);
+    pfx_close(&f);
+}
+END_TEST
+
+/* ------------------------------------------------------------ over gRPC */
+
+struct donecap {
+    bool done;
+    struct bf_recon_result r;
+};
+static void on_done(void *arg, const struct bf_recon_result *r)
+{
+    struct donecap *d = arg;
+    d->done = true;
+    d->r = *r;
+}
+
+static struct bf_recon_result pass(struct pfx *f, struct bf_recon *r)
+{
+    struct donecap d = {0};
+    ck_assert_int_eq(bf_recon_start(r, on_done, &d), 0);
+    ck_assert_int_eq(bf_recon_start(r, on_done, &d), -EBUSY);
+    ck_assert(pfx_run_until(f, &d.done, 10 * SEC));
+    return d.r;
+}
+
+START_TEST(passes_over_grpc_full_then_incremental_deltas)
+{
+    struct bf_sim_config cfg;
+    bf_sim_config_init(&cfg);
+    ck_assert_int_eq(bf_sim_config_set(&cfg, "seed-configured", "2", NULL, 0), 0);
+    ck_assert_int_eq(bf_sim_config_set(&cfg, "seed-idle", "2", NULL, 0), 0);
+    struct pfx f;
+    pfx_open(&f, &cfg, true);
+    size_t pool = bf_sim_machine_count(f.sim);
+    struct bf_recon *r = recon_new(&f, true);
+    struct bf_recon_result res = pass(&f, r);
+    ck_assert_int_eq(res.status, BF_PROV_OK);
+    ck_assert(res.full);
+    ck_assert_uint_eq(res.listed, pool);
+    ck_assert_uint_eq(res.inserted, pool);
+    /* seeded Configured machines restored their assignment from the echo */
+    const char *conf = sim_first_in_state(f.sim, BF_STATE_CONFIGURED);
+    struct bf_machine_rec rec;
+    ck_assert(rec_of(&f.shm, conf, &rec, NULL));
+    ck_assert_int_eq(rec.assigned_priority, 1000000);
+    ck_assert_uint_ne(rec.fingerprint, 0);
+    /* nothing changed: the delta is empty */
+    res = pass(&f, r);
+    ck_assert(!res.full);
+    ck_assert_int_eq(res.listed, 0);
+    /* one Create at the provider: the delta holds exactly that machine */
+    char id[128];
+    snprintf(id, sizeof id, "%s", sim_first_in_state(f.sim, BF_STATE_SPECULATIVE));
+    struct capture c = {0};
+    ck_assert_int_eq(bf_prov_create(f.cl, id, strlen(id), 0, cap_ack, &c, NULL), 0);
+    ck_assert(pfx_run_until(&f, &c.done, 5 * SEC));
+    res = pass(&f, r);
+    ck_assert(!res.full);
+    ck_assert_int_eq(res.listed, 1);
+    ck_assert_int_eq(res.updated, 1);
+    ck_assert(rec_of(&f.shm, id, &rec, NULL));
+    ck_assert_int_eq(rec.state, BF_STATE_IDLE);
+    ck_assert_uint_ne(rec.host, 0);
+    bf_recon_free(r);
+    pfx_close(&f);
+}
+END_TEST
+
+START_TEST(incremental_passes_reread_records_flagged_for_refresh_with_get)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, true);
+    struct bf_recon *r = recon_new(&f, true);
+    struct bf_recon_result res = pass(&f, r);
+    ck_assert(res.full);
+    res = pass(&f, r);
+    ck_assert(!res.full);
+    ck_assert_int_eq(res.listed, 0);
+    /* the executor left a machine Creating + NEEDS_REFRESH after a transport
+     * failure; the provider never saw the Create: no delta will carry it */
+    char id[128];
+    snprintf(id, sizeof id, "%s", sim_first_in_state(f.sim, BF_STATE_SPECULATIVE));
+    struct bf_machine_rec rec;
+    uint32_t slot;
+    ck_assert(rec_of(&f.shm, id, &rec, &slot));
+    struct bf_inv_txn t;
+    ck_assert_int_eq(bf_inv_begin(&f.shm, slot, &t), 0);
+    struct bf_machine_rec nr = t.old;
+    nr.state = BF_STATE_CREATING;
+    nr.flags |= BF_REC_NEEDS_REFRESH;
+    bf_inv_commit(&f.shm, &t, &nr, BF_CL_EXECUTOR);
+    /* and a record of a machine the provider does not know at all */
+    struct bf_machine_rec ghost = {.state = BF_STATE_IDLE, .flags = BF_REC_NEEDS_REFRESH};
+    ck_assert_int_eq(bf_str_intern_cstr(&f.shm, "ghost-machine", &ghost.id), 0);
+    uint32_t gslot;
+    ck_assert_int_eq(bf_inv_insert(&f.shm, &ghost, &gslot), 0);
+    bf_cl_append(&f.shm, BF_CL_SUPERVISOR, gslot);
+    res = pass(&f, r);
+    ck_assert(!res.full); /* still a delta pass */
+    ck_assert_int_eq(res.refreshed, 2);
+    ck_assert(rec_of(&f.shm, id, &rec, NULL));
+    ck_assert_int_eq(rec.state, BF_STATE_SPECULATIVE);
+    ck_assert(!(rec.flags & BF_REC_NEEDS_REFRESH));
+    ck_assert(!rec_of(&f.shm, "ghost-machine", &rec, NULL)); /* NOT_FOUND: removed */
+    ck_assert_int_eq(res.removed, 1);
+    /* nothing flagged any more: the next pass is an empty delta again */
+    res = pass(&f, r);
+    ck_assert_int_eq(res.refreshed, 0);
+    ck_assert_int_eq(res.listed, 0);
+    bf_recon_free(r);
+    pfx_close(&f);
+}
+END_TEST
+
+START_TEST(a_failed_list_leaves_the_inventory_untouched)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, true);
+    struct bf_recon *r = recon_new(&f, false);
+    struct bf_recon_result res = pass(&f, r);
+    ck_assert_int_eq(res.status, BF_PROV_OK);
+    uint32_t before = atomic_load(&f.shm.inv->n_machines);
+    ck_assert_uint_gt(before, 0);
+    bf_recon_free(r);
+    /* point a reconciler at a dead provider */
+    struct bf_prov_client *dead;
+    struct bf_prov_opts po = {.addr = "127.0.0.1:1", .shard_id = "s", .epoch = 1};
+    ck_assert_int_eq(bf_prov_client_new(f.loop, &po, &dead), 0);
+    struct bf_recon_opts o = {0};
+    ck_assert_int_eq(bf_recon_new(&f.shm, dead, &o, &r), 0);
+    res = pass(&f, r);
+    ck_assert_int_eq(res.status, BF_PROV_UNAVAILABLE);
+    ck_assert_int_eq(res.removed, 0);
+    ck_assert_uint_eq(atomic_load(&f.shm.inv->n_machines), before);
+    bf_recon_free(r);
+    bf_prov_client_free(dead);
+    pfx_close(&f);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("reconciler");
+    TCase *t = tcase_create("ingest");
+    tcase_add_test(t, new_machines_are_inserted_and_bound_ones_restore_assignment_from_metadata);
+    tcase_add_test(t, same_state_takes_the_fast_path_and_writes_nothing);
+    tcase_add_test(t, machines_with_an_action_in_flight_are_skipped);
+    tcase_add_test(t, a_divergent_bound_state_keeps_shard_assignment_and_unbound_clears_it);
+    tcase_add_test(t, configured_without_the_shard_stamp_takes_the_assignment_from_the_echo);
+    tcase_add_test(t, a_record_flagged_for_refresh_is_applied_even_in_the_same_state);
+    suite_add_tcase(s, t);
+    t = tcase_create("bad_input");
+    tcase_add_test(t, bad_records_are_rejected_by_reason_and_the_last_good_one_is_kept);
+    tcase_add_test(t, full_passes_remove_what_the_provider_dropped_and_deltas_never_do);
+    suite_add_tcase(s, t);
+    t = tcase_create("grpc");
+    tcase_set_timeout(t, 30);
+    tcase_add_test(t, passes_over_grpc_full_then_incremental_deltas);
+    tcase_add_test(t, incremental_passes_reread_records_flagged_for_refresh_with_get);
+    tcase_add_test(t, a_failed_list_leaves_the_inventory_untouched);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    bf_log_init("test", BF_LOG_ERROR);
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
