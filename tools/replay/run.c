@@ -932,8 +932,10 @@ static void end_run(struct rp_run *r)
             bf_net_stream_close_send(c->stream);
     }
     bf_net_timer_stop(r->progress_timer);
-    if (r->cfg->progress && r->started)
-        on_progress(NULL, r); /* the final state */
+    /* the final state (a plain line only if the last one is not fresh) */
+    if (r->started && (r->cfg->progress == 2 ||
+                       (r->cfg->progress == 1 && now - r->last_progress_ns > BF_NS_PER_SEC)))
+        on_progress(NULL, r);
     bf_net_timer_stop(r->watchdog);
     bf_net_timer_start(r->stop_timer, 3 * BF_NS_PER_SEC, 0);
     stop_if_all_closed(r);
