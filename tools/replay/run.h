@@ -1,0 +1,244 @@
+/*
+ * tools/replay/run.h — the running replay: configuration, per-cluster
+ * sessions and state, the machines seen, the timeline and the statistics the
+ * report is made of. Owned by run.c (one event-loop thread); report.c reads
+ * it after the loop has stopped; main.c fills the configuration.
+ */
+#ifndef BIGFLEET_REPLAY_RUN_H
+#define BIGFLEET_REPLAY_RUN_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "bigfleet/net.h"
+#include "replay.h"
+
+struct rp_config {
+    const char *trace_path;
+    const char *catalog_path; /* openb node list or explicit catalog; NULL = none */
+    const char *shard_addr;   /* host:port of Shard/Session */
+    const char *metrics_addr; /* host:port of the shard's /metrics, NULL = none */
+    const char *report_dir;   /* NULL = no files */
+    const char *cluster_prefix;
+    bool skip_bad;
+    bool pin;
+    bool spot_variants;
+    bool check;   /* exit 3 when the acceptance criteria fail */
+    bool explain; /* print the mapping and exit */
+    uint32_t clusters;
+    uint32_t connections; /* 0 = auto */
+    bool from_set, until_set, duration_set;
+    int64_t from, until, duration; /* trace seconds */
+    double speed;                  /* 0 = from wall_ns */
+    int64_t wall_ns;               /* replay the window in this much wall time */
+    int64_t interval_ns;           /* rollup interval, wall */
+    int64_t offset;                /* trace seconds between clusters */
+    int64_t settle_ns;
+    int64_t connect_timeout_ns;
+    int64_t reclaim_window_ns;
+    int64_t session_timeout_ns; /* silent session -> cancelled and re-dialled */
+    int64_t cycle_hint_ns;      /* the shard's --cycle-interval, for the latency target */
+    int progress;               /* 0 off, 1 plain lines, 2 refresh in place */
+    struct bf_net_tls_config tls;
+};
+
+enum rp_phase {
+    RP_PH_PROVISIONING = 0, /* Speculative / Creating */
+    RP_PH_LAUNCHED,         /* Idle */
+    RP_PH_REGISTERED,       /* Configuring */
+    RP_PH_READY,            /* Configured */
+    RP_PH_DRAINING,         /* Draining, or cordoned by a ReclaimInstruction */
+    RP_PH_DRAINED,          /* Idle after Draining (UpcomingNode deleted) */
+    RP_PH_FAILED,
+    RP_PH_DELETING,
+    RP_PH_COUNT
+};
+extern const char *const rp_phase_name[RP_PH_COUNT];
+
+struct rp_machine {
+    char *id;
+    int32_t cluster; /* bound cluster, -1 none */
+    int32_t shape;   /* -1 unknown */
+    uint8_t state;   /* enum bf_state */
+    uint8_t phase;   /* enum rp_phase */
+    bool cordoned;
+};
+
+/* One alive pod of a cluster. */
+enum { RP_POD_PENDING = 0, RP_POD_BOUND = 1, RP_POD_COVERED_AT_ONCE = 2 };
+struct rp_alive {
+    uint32_t pod;
+    uint32_t cls;
+    int64_t first_seen_ns; /* wall (mono) time of the first rollup sent with it; 0 = not yet */
+    uint8_t st;
+};
+
+/* One sent rollup kept for the reclaim check. */
+struct rp_hist {
+    int64_t sent_ns;
+    int64_t k;
+    struct rp_need *needs;
+    size_t n, cap;
+};
+
+enum rp_sess { RP_SESS_DOWN = 0, RP_SESS_HELLO = 1, RP_SESS_READY = 2 };
+
+struct rp_run;
+
+struct rp_cluster {
+    struct rp_run *run;
+    uint32_t idx;
+    char id[64];
+    struct bf_net_client *client;
+    struct bf_net_stream *stream;
+    int sess;
+    bool ever_ready;
+    struct bf_net_timer *tick, *retry;
+    int64_t backoff_ns;
+    int64_t sess_start_ns, last_rx_ns; /* watchdog */
+    uint32_t sent_since_rx;
+    int64_t k_next, k_last, cur_k;
+    bool finished;
+    size_t cursor; /* next entry of trace->by_create */
+    struct rp_alive *alive;
+    size_t n_alive, cap_alive;
+    struct rp_need *needs; /* of the last rollup built */
+    size_t n_needs;
+    uint8_t *pending; /* a built rollup not yet handed to the stream */
+    size_t pending_len;
+    struct rp_hist *hist;
+    uint32_t hist_cap, hist_n, hist_head;
+    struct rp_supply_ent *conf, *cing; /* Configured / Configuring per shape */
+    size_t n_conf, cap_conf, n_cing, cap_cing;
+    struct rp_supply_ent *cord; /* Configured but cordoned by a ReclaimInstruction */
+    size_t n_cord, cap_cord;
+    double bound_cost; /* $/h of machines Configuring, Configured or Draining here */
+    bool dirty;
+    /* counters */
+    uint64_t rollups_sent, rollups_coalesced, rollups_unsent, acks_rollup, acks_hello;
+    uint64_t sessions_started, sessions_ended, sessions_timed_out;
+};
+
+/* One point of the timeline: rollup index k, summed over the clusters. */
+struct rp_tick {
+    double demand[RP_DIMS], covered[RP_DIMS], bound[RP_DIMS];
+    double cost;   /* $/h of the machines bound at the sample */
+    double weight; /* list-price-weighted demand (peak selection) */
+    uint32_t pods, needs, clusters;
+};
+
+struct rp_reclaim_event {
+    int64_t at_ns;
+    char machine[96];
+    char cluster[64];
+    char type[64];
+    int32_t preemptor_priority;
+};
+
+#define RP_RECLAIM_SAMPLES 20
+
+struct rp_scrape_state {
+    pthread_t thread;
+    bool running;
+    pthread_mutex_t mu;
+    bool stop;
+    /* published by the thread */
+    bool ok;
+    double actions_total, actions_rate;
+    double inv[BF_STATE_COUNT];
+    char last_error[160];
+};
+
+struct rp_run {
+    const struct rp_config *cfg;
+    struct rp_trace *trace;
+    struct rp_model *model;
+    struct bf_sim_type *types; /* catalog (owned by main) */
+    size_t n_types;
+    struct rp_clock clock;
+    struct bf_net_loop *loop;
+    struct bf_net_client **clients;
+    uint32_t n_clients;
+    struct rp_cluster *cl;
+    uint32_t n_cl;
+    struct rp_shapes shapes;
+    /* machines */
+    struct rp_machine *m;
+    size_t n_m, cap_m;
+    uint32_t *mh; /* id hash -> machine index + 1 */
+    size_t mh_cap;
+    uint64_t phase_count[RP_PH_COUNT];
+    /* clock */
+    bool started, ending, stopping, interrupted;
+    int64_t t0;       /* mono ns of rollup index 0, phase 0 */
+    int64_t start_ns; /* when the run began (before connecting) */
+    int64_t end_ns;
+    struct bf_net_timer *progress_timer, *settle_timer, *connect_timer, *stop_timer, *watchdog;
+    uint32_t ready, finished;
+    /* deferred coverage */
+    uint32_t *dirty;
+    size_t n_dirty;
+    bool defer_armed;
+    /* timeline */
+    struct rp_tick *ticks;
+    size_t n_ticks;
+    /* latency samples (ns) */
+    int64_t *lat, *e2e;
+    size_t n_lat, cap_lat, n_e2e, cap_e2e;
+    uint64_t pods_covered_at_once, pods_deleted_unbound, pods_never_bound, pods_unobserved,
+        pods_observed;
+    /* machines */
+    uint64_t provisioned, reclaimed, preempted, failed, drained, reclaim_unknown,
+        reclaim_still_demanded;
+    struct rp_reclaim_event still_demanded[RP_RECLAIM_SAMPLES];
+    /* protocol counters */
+    uint64_t nsu, nsu_no_shape, boot_req, boot_cluster_mismatch, reclaim_msgs, ac_updates, bad_msgs,
+        unknown_msgs, send_errors, acks_other;
+    int64_t shard_epoch, coordinator_term;
+    uint64_t ticks_skipped;
+    char last_session_error[256];
+    /* progress */
+    uint64_t nsu_at_last_progress;
+    int64_t last_progress_ns;
+    bool progress_line_open;
+    /* /metrics */
+    struct rp_scrape_state scrape;
+    struct rp_prom final_metrics;
+    bool have_final_metrics;
+    char metrics_error[200];
+    int exit_code;
+};
+
+/* run.c */
+/* Sets up the loop, clients and clusters; runs the replay to its end.
+ * Returns 0 (the report can be written) or a negative errno with a message
+ * already printed. */
+int rp_run_execute(struct rp_run *r);
+void rp_run_free(struct rp_run *r);
+/* Needs of cluster i at its rollup k, recomputed from the trace (the peak's
+ * lower bound). out must hold n_classes entries. */
+size_t rp_run_needs_at(const struct rp_run *r, uint32_t i, int64_t k, struct rp_need *out);
+
+/* report.c */
+struct rp_summary {
+    bool have_peak;
+    size_t peak_k;
+    double peak_trace_s;
+    double sat_peak[RP_DIMS], sat_peak_min, sat_peak_weighted;
+    double sat_mean, sat_min;
+    size_t sat_samples;
+    int64_t lat_p50, lat_p90, lat_p99, lat_max;
+    int64_t e2e_p50, e2e_p99;
+    int64_t lat_target_ns;
+    double cost_peak, lower_bound_peak;
+    uint64_t lb_infeasible_needs;
+    bool pass_satisfied, pass_reclaims, pass_latency, pass;
+};
+void rp_report_summarize(struct rp_run *r, struct rp_summary *s);
+void rp_report_print(const struct rp_run *r, const struct rp_summary *s, FILE *f);
+/* Writes report.json, demand.svg and binding-latency.svg into dir (created).
+ * 0 or -errno (message printed). */
+int rp_report_write(const struct rp_run *r, const struct rp_summary *s, const char *dir);
+
+#endif /* BIGFLEET_REPLAY_RUN_H */
