@@ -638,7 +638,6 @@ static void cconn_schedule_keepalive(struct cconn *cc);
 
 static int on_frame_recv_cb(nghttp2_session *h2, const nghttp2_frame *frame, void *ud)
 {
-    (void)h2;
     struct cconn *cc = ud;
     struct bf_net_client *cl = cc->cl;
     switch (frame->hd.type) {
@@ -661,6 +660,21 @@ static int on_frame_recv_cb(nghttp2_session *h2, const nghttp2_frame *frame, voi
     case NGHTTP2_PING:
         if (frame->hd.flags & NGHTTP2_FLAG_ACK)
             cc->ping_out = false;
+        break;
+    case NGHTTP2_HEADERS:
+    case NGHTTP2_DATA:
+        /* The server ended the call (trailers, or DATA, with END_STREAM) while
+         * we are still sending (a bidi or client-streaming call): gRPC says the
+         * call is over. grpc-js does not follow its trailers with RST_STREAM,
+         * so close our half with RST_STREAM NO_ERROR; the stream then closes
+         * and completes with the server's status (on_stream_close). */
+        if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && frame->hd.stream_id > 0 &&
+            !nghttp2_session_get_stream_local_close(h2, frame->hd.stream_id)) {
+            struct bf_net_stream *s = nghttp2_session_get_stream_user_data(h2, frame->hd.stream_id);
+            if (s && !s->closed)
+                nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                                          NGHTTP2_NO_ERROR);
+        }
         break;
     default:
         break;

@@ -96,10 +96,13 @@ int bf_layout_compute(int kind, const struct bf_shm_caps *caps, struct bf_layout
         return -EINVAL;
     uint64_t m = caps->max_machines;
     L->index_capacity = (uint32_t)pow2_at_least(m + m / 2 > 65536 ? m + m / 2 : 65536);
-    L->changelog_capacity = (uint32_t)pow2_at_least(m / 2 > 65536 ? m / 2 : 65536);
+    L->changelog_capacity = (uint32_t)pow2_at_least(m / 8 > 65536 ? m / 8 : 65536);
     L->stamp_capacity =
         (uint32_t)pow2_at_least(2ull * caps->max_needs > 1024 ? 2ull * caps->max_needs : 1024);
-    L->arena_bytes = bf_align_up((size_t)(m * 40 + (8u << 20)), 8);
+    /* ids of real providers run to ~20-40 bytes, plus host refs and shared
+     * vocabulary; the arena is reserved address space in tmpfs: pages are only
+     * allocated once strings are written (resident, not mapped, is the cost) */
+    L->arena_bytes = bf_align_up((size_t)(m * 64 + (16u << 20)), 8);
     struct acc a = {sizeof(struct bf_seg_header), false};
     switch (kind) {
     case BF_SEG_INVENTORY:
