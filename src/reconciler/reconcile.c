@@ -30,6 +30,11 @@ struct bf_recon {
     struct bf_prov_shape_cache *shapes;
     uint64_t *seen; /* bitmap over slots */
     size_t seen_words;
+    /* slots the executor wrote after this pass's List was issued: the List
+     * may predate those writes, so its view of them is not applied */
+    uint64_t *touched; /* bitmap over slots */
+    uint64_t list_exec_head; /* executor change-log head when the List was issued */
+    bool touched_all;        /* the log lapped in between: trust no divergence */
     uint8_t *cursor;
     size_t cursor_len;
     bool have_cursor;
@@ -65,13 +70,15 @@ int bf_recon_new(struct bf_shm *shm, struct bf_prov_client *client, const struct
     r->shapes = bf_prov_shape_cache_new();
     r->seen_words = (shm->max_machines + 63) / 64;
     r->seen = calloc(r->seen_words, sizeof *r->seen);
-    if (!r->shapes || !r->seen) {
+    r->touched = calloc(r->seen_words, sizeof *r->touched);
+    if (!r->shapes || !r->seen || !r->touched) {
         bf_recon_free(r);
         return -ENOMEM;
     }
     /* the first pass is full: flags set before it are covered */
     for (int w = 0; w < BF_CHANGELOG_WRITERS; w++)
         r->cl_cursor[w] = atomic_load_explicit(&shm->changelog[w].head, memory_order_acquire);
+    r->list_exec_head = r->cl_cursor[BF_CL_EXECUTOR];
     *out = r;
     return 0;
 }
@@ -82,6 +89,7 @@ void bf_recon_free(struct bf_recon *r)
         return;
     bf_prov_shape_cache_free(r->shapes);
     free(r->seen);
+    free(r->touched);
     free(r->cursor);
     free(r->refresh);
     free(r);
@@ -157,6 +165,40 @@ static void reject(struct bf_recon *r, const struct bf_prov_machine *m, int reas
     }
 }
 
+static inline bool touched_since_list(const struct bf_recon *r, uint32_t slot)
+{
+    return r->touched_all || (slot < r->shm->max_machines &&
+                              (r->touched[slot / 64] & (1ull << (slot % 64))));
+}
+
+/*
+ * The executor changes records as its RPCs are acknowledged, concurrently
+ * with a List that may have been answered before those changes: a record
+ * it wrote after the List was issued is newer than the List's view of it.
+ * Collect those slots from the executor's change log (read-only cursor; the
+ * cycle owns the tail). O(executor writes during the List).
+ */
+static void collect_touched(struct bf_recon *r)
+{
+    struct bf_shm *s = r->shm;
+    struct bf_changelog *c = &s->changelog[BF_CL_EXECUTOR];
+    _Atomic uint32_t *e = (_Atomic uint32_t *)((uint8_t *)s->inv_hdr + c->entries_off);
+    uint64_t h = atomic_load_explicit(&c->head, memory_order_acquire);
+    uint64_t cap = (uint64_t)s->changelog_mask + 1;
+    r->touched_all = h - r->list_exec_head > cap;
+    memset(r->touched, 0, r->seen_words * sizeof *r->touched);
+    if (r->touched_all)
+        return;
+    for (uint64_t p = r->list_exec_head; p < h; p++) {
+        uint32_t slot = atomic_load_explicit(&e[p & s->changelog_mask], memory_order_relaxed);
+        if (slot < s->max_machines)
+            r->touched[slot / 64] |= 1ull << (slot % 64);
+    }
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&c->head, memory_order_relaxed) - r->list_exec_head > cap)
+        r->touched_all = true;
+}
+
 static inline void mark_seen(struct bf_recon *r, uint32_t slot)
 {
     if (slot < r->shm->max_machines)
@@ -199,6 +241,13 @@ static void apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int64
         /* 2. the state-match fast path */
         if (cur.state == m.state && !(cur.flags & (BF_REC_NEEDS_REFRESH | BF_REC_REJECTED))) {
             res->fast++;
+            return;
+        }
+        /* 1b. the executor wrote it after the List was issued: the List may be
+         * older than that write (the next pass decides) */
+        if (touched_since_list(r, slot) && !(cur.flags & BF_REC_NEEDS_REFRESH)) {
+            res->skipped_pending++;
+            atomic_fetch_add_explicit(&st->machines_skipped_pending, 1, memory_order_relaxed);
             return;
         }
     }
@@ -322,6 +371,12 @@ static void apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int64
     push_event(r, nslot, &nr, nr.cluster, res);
 }
 
+void bf_recon_list_issued(struct bf_recon *r)
+{
+    r->list_exec_head =
+        atomic_load_explicit(&r->shm->changelog[BF_CL_EXECUTOR].head, memory_order_acquire);
+}
+
 void bf_recon_apply(struct bf_recon *r, const struct bf_prov_list *l, bool full,
                     struct bf_recon_result *res)
 {
@@ -334,6 +389,7 @@ void bf_recon_apply(struct bf_recon *r, const struct bf_prov_list *l, bool full,
     uint32_t hwm = bf_inv_hwm(s);
     if (full)
         memset(r->seen, 0, ((hwm + 63) / 64) * sizeof *r->seen);
+    collect_touched(r);
     struct bf_prov_list_iter it;
     struct bf_prov_bytes raw;
     bf_prov_list_iter_init(&it, l);
@@ -353,8 +409,8 @@ void bf_recon_apply(struct bf_recon *r, const struct bf_prov_list *l, bool full,
             struct bf_machine_rec rec;
             if (bf_inv_read(s, slot, &rec) != 0 || !(rec.flags & BF_REC_VALID))
                 continue;
-            if (bf_pending(s, slot))
-                continue; /* in flight: the executor finishes it; the next pass decides */
+            if (bf_pending(s, slot) || touched_since_list(r, slot))
+                continue; /* in flight or just written: the next pass decides */
             if (bf_inv_remove(s, slot) == 0) {
                 res->removed++;
                 atomic_fetch_add_explicit(&st->machines_removed, 1, memory_order_relaxed);
@@ -557,6 +613,7 @@ int bf_recon_start(struct bf_recon *r, bf_recon_done_fn done, void *arg)
     r->busy = true;
     r->t0 = now;
     r->gets_outstanding = 0;
+    bf_recon_list_issued(r);
     int rc = bf_prov_list(r->client, &q, r->o.list_timeout_ns, on_list, r, NULL);
     if (rc) {
         r->busy = false;

@@ -86,6 +86,13 @@ bool bf_recon_busy(const struct bf_recon *r);
 void bf_recon_reset_cursor(struct bf_recon *r);
 
 /*
+ * Marks the moment a List is issued: records the executor writes after it
+ * are newer than that List's view of them and are left alone by the apply
+ * (the next pass decides). bf_recon_start calls it; tests and benchmarks
+ * that call bf_recon_apply directly call it when their List was "taken".
+ */
+void bf_recon_list_issued(struct bf_recon *r);
+/*
  * Applies a MachineList reply (what a pass does once the List returned):
  * exposed for tests and benchmarks. full: remove what the list lacks.
  */

@@ -18,6 +18,7 @@ static void apply_list(struct bf_recon *r, const struct tmach *ts, int n, bool f
     struct bf_prov_list l;
     ck_assert_int_eq(bf_prov_list_decode(b, len, &l), 0);
     memset(res, 0, sizeof *res);
+    bf_recon_list_issued(r); /* the List is "taken" now, after the test's writes */
     bf_recon_apply(r, &l, full, res);
     free(b);
 }
@@ -148,6 +149,47 @@ START_TEST(machines_with_an_action_in_flight_are_skipped)
     apply_list(r, &t, 1, true, &res);
     ck_assert_int_eq(res.updated, 1);
     ck_assert(rec_of(&f.shm, "busy", &rec, NULL));
+    ck_assert_int_eq(rec.state, BF_STATE_IDLE);
+    bf_recon_free(r);
+    pfx_close(&f);
+}
+END_TEST
+
+START_TEST(a_list_older_than_an_executor_write_does_not_overwrite_it)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, true);
+    struct bf_recon *r = recon_new(&f, false);
+    struct tmach t = tmach_idle("raced");
+    struct bf_recon_result res;
+    apply_list(r, &t, 1, true, &res);
+    uint32_t slot;
+    struct bf_machine_rec rec;
+    ck_assert(rec_of(&f.shm, "raced", &rec, &slot));
+    /* the List is issued; then the executor finishes an action on the machine
+     * (Idle -> Configured, no longer in flight) before the List's reply lands */
+    size_t len;
+    uint8_t *b = tlist_pack(&t, 1, "2", &len);
+    struct bf_prov_list l;
+    ck_assert_int_eq(bf_prov_list_decode(b, len, &l), 0);
+    bf_recon_list_issued(r);
+    struct bf_inv_txn tx;
+    ck_assert_int_eq(bf_inv_begin(&f.shm, slot, &tx), 0);
+    struct bf_machine_rec nr = tx.old;
+    nr.state = BF_STATE_CONFIGURED;
+    ck_assert_int_eq(bf_str_intern_cstr(&f.shm, "cl-1", &nr.cluster), 0);
+    bf_inv_commit(&f.shm, &tx, &nr, BF_CL_EXECUTOR);
+    memset(&res, 0, sizeof res);
+    bf_recon_apply(r, &l, true, &res);
+    free(b);
+    ck_assert_int_eq(res.updated, 0);
+    ck_assert_int_eq(res.removed, 0);
+    ck_assert(rec_of(&f.shm, "raced", &rec, NULL));
+    ck_assert_int_eq(rec.state, BF_STATE_CONFIGURED); /* not reverted to the stale Idle */
+    /* a List issued after the write is applied as usual */
+    apply_list(r, &t, 1, true, &res);
+    ck_assert_int_eq(res.updated, 1);
+    ck_assert(rec_of(&f.shm, "raced", &rec, NULL));
     ck_assert_int_eq(rec.state, BF_STATE_IDLE);
     bf_recon_free(r);
     pfx_close(&f);
@@ -486,6 +528,7 @@ static Suite *suite(void)
     tcase_add_test(t, new_machines_are_inserted_and_bound_ones_restore_assignment_from_metadata);
     tcase_add_test(t, same_state_takes_the_fast_path_and_writes_nothing);
     tcase_add_test(t, machines_with_an_action_in_flight_are_skipped);
+    tcase_add_test(t, a_list_older_than_an_executor_write_does_not_overwrite_it);
     tcase_add_test(t, a_divergent_bound_state_keeps_shard_assignment_and_unbound_clears_it);
     tcase_add_test(t, configured_without_the_shard_stamp_takes_the_assignment_from_the_echo);
     tcase_add_test(t, a_record_flagged_for_refresh_is_applied_even_in_the_same_state);
