@@ -82,6 +82,7 @@ static void local_metrics(struct ss *ss, struct bf_metrics_buf *b)
     bf_metrics_header(b, "bigfleet_shard_session_outbox_bytes", "gauge",
                       "Bytes held in session outboxes (all sessions).");
     bf_metrics_printf(b, "bigfleet_shard_session_outbox_bytes %zu\n", ss->outbox_total);
+    ss_inspect_metrics(b);
 }
 
 static void handler(const struct bf_net_http_request *req, struct bf_net_http_response *resp,
