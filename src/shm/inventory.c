@@ -36,6 +36,8 @@ static inline uint32_t ref_hash(uint32_t ref)
 
 static void count_retry(const struct bf_shm *s, uint64_t retries, int failed)
 {
+    if (s->readonly)
+        return; /* a read-only attachment (inspection) never writes */
     if (retries)
         atomic_fetch_add_explicit(&s->inv->seqlock_retries[s->role], retries,
                                   memory_order_relaxed);

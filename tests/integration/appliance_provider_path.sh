@@ -50,7 +50,7 @@ A wait-quiet --timeout 20 || fail "Reclaim actions still in flight"
 [ "$(A count --state Idle)" = 4 ] || fail "expected 4 Idle after Reclaim: $(dump | grep -v Speculative)"
 dump >/dev/null
 grep "state=Idle" "$TMP/dump" | grep -v "cluster= fp= group= prio=0" && fail "Assigned* not cleared by Drain"
-has stats "ring.reclaim.depth=4" || fail "no reclaim instruction for the operator: $(grep ring "$TMP/view")"
+has stats "ring.reclaim.pushes=4" || fail "no reclaim instruction for the operator: $(grep ring "$TMP/view")"
 pass "4 machines Configured -> Draining -> Idle, assignment cleared, reclaim instructions queued first"
 
 [ "$(A act-state --kind Delete --state Idle --count 4 --reason phase3.release)" = pushed=4 ] || fail "could not push Delete"

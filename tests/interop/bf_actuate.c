@@ -311,6 +311,10 @@ static void stats(void)
     printf("ring.node_exec.depth=%llu\n", (unsigned long long)bf_ring_depth(&S, BF_RING_NODE_EXEC));
     printf("ring.reclaim.depth=%llu\n", (unsigned long long)bf_ring_depth(&S, BF_RING_RECLAIM));
     printf("ring.boot_req.depth=%llu\n", (unsigned long long)bf_ring_depth(&S, BF_RING_BOOT_REQ));
+    printf("ring.reclaim.pushes=%llu\n",
+           (unsigned long long)atomic_load(&S.ring[BF_RING_RECLAIM]->pushes));
+    printf("ring.node_exec.pushes=%llu\n",
+           (unsigned long long)atomic_load(&S.ring[BF_RING_NODE_EXEC]->pushes));
     printf("executor.restarts=%u\n", atomic_load(&st->proc[BF_ROLE_EXECUTOR].restarts));
     printf("cycle.count=%llu\n", (unsigned long long)atomic_load(&st->cycle_count));
     printf("supervisor.records_repaired=%llu\n",
