@@ -46,6 +46,7 @@
 /* Process-local counters (loop thread only), exported by ss_inspect_metrics. */
 static struct {
     uint64_t rows_sent;
+    uint64_t flow_waits; /* pump stopped at the high-water mark, resumed by on_drain */
     uint64_t ledger_retries;
     uint64_t busy;             /* UNAVAILABLE: the ledger moved under every copy */
     uint64_t over_budget;      /* RESOURCE_EXHAUSTED */
@@ -153,6 +154,8 @@ static void pump(struct icall *c)
     if (!c->done && c->pos >= c->snap.n) {
         g_in.completed++;
         finish(c, BF_NET_OK, NULL);
+    } else if (!c->done) {
+        g_in.flow_waits++;
     }
 }
 
@@ -270,6 +273,10 @@ void ss_inspect_metrics(struct bf_metrics_buf *b)
     } m[] = {
         {"bigfleet_shard_inspect_needs_rows_sent_total", "counter",
          "NeedView frames queued on InspectNeeds streams.", &g_in.rows_sent},
+        {"bigfleet_shard_inspect_needs_flow_waits_total", "counter",
+         "Times an InspectNeeds stream waited for the client to read (transport backlog at the "
+         "high-water mark) before queueing more rows.",
+         &g_in.flow_waits},
         {"bigfleet_shard_inspect_needs_ledger_retries_total", "counter",
          "Verdict-ledger copies repeated because the cycle republished during the copy.",
          &g_in.ledger_retries},
