@@ -610,12 +610,14 @@ static void render_processes(const struct bf_shm *s, struct bf_metrics_buf *b)
             bf_metrics_printf(b, "bigfleet_appliance_process_restarts_total{role=\"%s\"} %u\n",
                               bf_role_name(r), atomic_load(&st->proc[r].restarts));
     bf_metrics_header(b, "bigfleet_appliance_process_up", "gauge",
-                      "1 while the role's process is running and attached (its slot is active).");
+                      "1 while the role's process is running and attached (its slot is active; the "
+                      "embedded provider, which does not attach: while it runs).");
     for (int r = 1; r < BF_ROLE_COUNT; r++)
         if (show[r])
             bf_metrics_printf(b, "bigfleet_appliance_process_up{role=\"%s\"} %d\n", bf_role_name(r),
                               atomic_load(&st->proc[r].pid) != 0 &&
-                                  atomic_load(&st->proc[r].child_state) == BF_CHILD_ACTIVE);
+                                  (r == BF_ROLE_SIMPROVIDER || /* not attached to the segments */
+                                   atomic_load(&st->proc[r].child_state) == BF_CHILD_ACTIVE));
     bf_metrics_header(b, "bigfleet_appliance_process_heartbeat_age_seconds", "gauge",
                       "Seconds since the role's process last turned its loop (absent before the "
                       "first heartbeat).");
