@@ -361,7 +361,8 @@ static void render_actions(const struct bf_shm *s, struct bf_metrics_buf *b)
     const struct bf_stats_cycle *cs = &st->cycle;
     const struct bf_stats_executor *xs = &st->executor;
     hist(b, "bigfleet_shard_cycle_duration_seconds",
-         "Duration of one cycle (reconcile to enqueue); not observed during the metrics warm-up.",
+         "Duration of one cycle (reconcile wait through publish); not observed during the "
+         "metrics warm-up.",
          &cs->cycle_duration, 0.001, 2, 14);
     bf_metrics_header(b, "bigfleet_shard_cycle_phase_duration_seconds", "histogram",
                       "Duration of each phase of a cycle.");
@@ -384,7 +385,8 @@ static void render_actions(const struct bf_shm *s, struct bf_metrics_buf *b)
          "Drain call to its end, after a successful Drain call (asynchronous drains included).",
          &xs->drain_phase, 0.01, 2, 16);
     per_kind(b, "bigfleet_shard_actions_total",
-             "Actions decided and enqueued for execution (audit-only dispositions excluded).",
+             "Actions decided for execution after the rails (audit-only dispositions excluded; "
+             "counted before the in-flight dedup).",
              cs->actions_total);
     bf_metrics_header(b, "bigfleet_shard_action_execute_outcomes_total", "counter",
                       "Finished executions by kind and outcome (reference/shard.md §3.7 labels).");
