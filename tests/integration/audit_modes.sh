@@ -130,6 +130,8 @@ run() {
     kill -TERM "$sup"
     wait_for 8 no_procs "$id" || fail "$mode: appliance did not stop"
     curl -sf "$url/metrics" >/dev/null 2>&1 && fail "$mode: still serving"
+    grep -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$TMP/$mode.log" &&
+        fail "$mode: sanitizer report in the appliance log"
     # records written after the scrape (the cycle resumed) are not counted in it
     head -n "$(awk '/^bigfleet_appliance_audit_records_total /{print $2}' "$TMP/$mode.metrics")" \
         "$TMP/$mode.jsonl" >"$TMP/$mode.cut" && mv "$TMP/$mode.jsonl" "$TMP/$mode.all" &&

@@ -165,4 +165,6 @@ pass "a killed executor: restarts{role=\"executor\"} 1, up again"
 kill -TERM "$OP" 2>/dev/null
 kill -TERM "$SUP"
 wait_for 8 no_procs "$ID" || fail "appliance did not stop"
+grep -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$TMP/appliance.log" &&
+    fail "sanitizer report in the appliance log"
 pass "stopped"
