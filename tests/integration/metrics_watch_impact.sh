@@ -12,7 +12,8 @@
 #   off      nothing beside the appliance
 #   watch    bigfleet-inspect --watch --interval INTERVAL (read-only attach;
 #            the summary frame scans every record)
-#   metrics  a tight loop of /metrics scrapes (curl, back to back)
+#   metrics  a tight loop of /metrics scrapes (one keep-alive connection, back
+#            to back; scrapes per window in the output)
 #   scrape1s one /metrics scrape a second (a busy Prometheus)
 #   needs    a tight loop of full ShardRead/InspectNeeds streams (grpc-js)
 # and every cycle (debug log line "cycle=N ms=X", its timestamp) is
@@ -102,8 +103,16 @@ for w in $(seq 1 "$WINDOWS"); do
         "$BIN/bigfleet-inspect" --id "$ID" --watch --interval "$INTERVAL" >/dev/null 2>>"$TMP/werr" &
         R=$!; sleep "$WINDOW_S"; kill -INT "$R"; wait "$R" ;;
     metrics)
-        ( while :; do curl -sf -o /dev/null "$URL/metrics"; done ) &
-        R=$!; sleep "$WINDOW_S"; kill "$R"; wait "$R" 2>/dev/null ;;
+        python3 -c '
+import http.client, sys
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]))
+n = 0
+try:
+    while True:
+        c.request("GET", "/metrics"); c.getresponse().read(); n += 1
+finally:
+    print(n, file=sys.stderr)' "$HTTP" 2>>"$TMP/scrapes" &
+        R=$!; sleep "$WINDOW_S"; kill -INT "$R"; wait "$R" 2>/dev/null ;;
     scrape1s)
         ( while :; do curl -sf -o /dev/null "$URL/metrics"; sleep 1; done ) &
         R=$!; sleep "$WINDOW_S"; kill "$R"; wait "$R" 2>/dev/null ;;
@@ -141,5 +150,6 @@ for s in ['off'] + [x for x in side if x != 'off']:
         print(json.dumps({"side": s, "machines": sys.argv[3], "needs": sys.argv[4], "period": sys.argv[5],
                           **({"interval": sys.argv[6]} if s == 'watch' else {}), **stats(side[s])}))
 EOF
+[ -s "$TMP/scrapes" ] && echo "/metrics loop: $(grep -E '^[0-9]+$' "$TMP/scrapes" | paste -sd' ') scrapes per window"
 [ -s "$TMP/needs.out" ] && echo "InspectNeeds loop: $(tail -1 "$TMP/needs.out")"
 echo "one /metrics scrape: ${scrape_s}s (curl time_total)"
