@@ -103,16 +103,18 @@ for w in $(seq 1 "$WINDOWS"); do
         "$BIN/bigfleet-inspect" --id "$ID" --watch --interval "$INTERVAL" >/dev/null 2>>"$TMP/werr" &
         R=$!; sleep "$WINDOW_S"; kill -INT "$R"; wait "$R" ;;
     metrics)
+        # (a background job of a script ignores SIGINT: stop it with SIGTERM)
         python3 -c '
-import http.client, sys
+import http.client, signal, sys
 c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]))
 n = 0
-try:
-    while True:
-        c.request("GET", "/metrics"); c.getresponse().read(); n += 1
-finally:
-    print(n, file=sys.stderr)' "$HTTP" 2>>"$TMP/scrapes" &
-        R=$!; sleep "$WINDOW_S"; kill -INT "$R"; wait "$R" 2>/dev/null ;;
+def done(*_):
+    print(n, file=sys.stderr)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, done)
+while True:
+    c.request("GET", "/metrics"); c.getresponse().read(); n += 1' "$HTTP" 2>>"$TMP/scrapes" &
+        R=$!; sleep "$WINDOW_S"; kill -TERM "$R"; wait "$R" 2>/dev/null ;;
     scrape1s)
         ( while :; do curl -sf -o /dev/null "$URL/metrics"; sleep 1; done ) &
         R=$!; sleep "$WINDOW_S"; kill "$R"; wait "$R" 2>/dev/null ;;
