@@ -6,11 +6,11 @@
  * The renderer only reads shared memory (every counter it prints has one
  * writer, named in shm_layout.h), so it is safe on a read-only attachment
  * and never blocks a writer. Series names follow reference/shard.md §7
- * (bigfleet_shard_*). This first version covers the session's own series
- * (lifecycle, identity rejections, rollups, outbox, bootstrap/reclaim
- * relays, node and AC updates, rollup ingest latency, per-cluster rollup
- * counters and rail-2 quarantine) and readiness; the full metric set is
- * added in src/session/metrics.c without changing this interface.
+ * (bigfleet_shard_*, the Go original's names, types, labels and buckets);
+ * the appliance's own series are bigfleet_appliance_*. docs/metrics.md
+ * lists every series. Work per render is bounded by the segments'
+ * capacities (clusters, fixed tables, one copy of the published cycle
+ * result), never by the number of machines.
  *
  * A struct bf_metrics_buf is a growable text buffer: append never fails
  * visibly; on allocation failure `oom` is set and further output dropped
@@ -41,12 +41,28 @@ void bf_metrics_header(struct bf_metrics_buf *b, const char *name, const char *t
                        const char *help);
 /* Appends a label value escaped per the exposition format (\\, \", \n). */
 void bf_metrics_label_value(struct bf_metrics_buf *b, const char *v, size_t len);
+/* Appends a sample value the way Go's client does (strconv 'g', shortest
+ * round trip: "0.25", "1e+06", "+Inf", "NaN"). */
+void bf_metrics_float(struct bf_metrics_buf *b, double v);
 /* A histogram with exp(start, factor, n) upper bounds (seconds) from h
- * (non-cumulative buckets, sum in nanoseconds). labels: "" or "k=\"v\"". */
+ * (non-cumulative buckets in shared memory, sum in nanoseconds): cumulative
+ * _bucket lines with le in Go's float spelling, le="+Inf", _sum in seconds,
+ * _count (= the +Inf bucket, so the two always agree). labels: "" or
+ * "k=\"v\"" (already escaped). No HELP/TYPE lines (the caller's). */
 void bf_metrics_hist(struct bf_metrics_buf *b, const char *name, const char *labels,
                      const struct bf_hist *h, double start, double factor, int n);
 
-/* Renders every series this module knows into b. 0 or -ENOMEM. */
+/*
+ * Renders every series this module knows into b. 0 or -ENOMEM.
+ * Not reentrant: it keeps process-local memory of the label combinations
+ * of bigfleet_shard_inventory_machines and
+ * bigfleet_appliance_inventory_machines_by_type it has rendered (a
+ * combination that disappears is rendered as 0 from then on) and a
+ * counter of scrapes that lost every race with the cycle's publish. Call
+ * from one thread per process.
+ */
 int bf_metrics_render(const struct bf_shm *s, struct bf_metrics_buf *b);
+/* Forgets that memory (tests: a fresh process's view). */
+void bf_metrics_forget(void);
 
 #endif /* BIGFLEET_METRICS_H */

@@ -137,6 +137,12 @@ size_t bf_exec_audit_format(char *buf, size_t cap, int64_t now_ns, uint64_t cycl
                             double duration_ms, const char *error)
 {
     struct out o = {buf, 0, cap > 4 ? cap - 3 : 0};
+    /* The cycle stores its counter only after it enqueued and published, so
+     * an action finished (or audited) at once can see the previous cycle's
+     * number: "the cycle counter when written" is never before the cycle
+     * that decided the action (reference/shard.md §6.7). */
+    if (cycle < a->decided_cycle)
+        cycle = a->decided_cycle;
     time_t secs = (time_t)(now_ns / 1000000000LL);
     struct tm tm;
     gmtime_r(&secs, &tm);

@@ -1134,20 +1134,24 @@ static void poll_actions(struct bf_exec *e)
                 pos_done(e, pos);
                 continue;
             }
-            uint8_t enq = atomic_load_explicit(&e->shm->pending_enq[a.slot], memory_order_acquire);
-            uint8_t done =
-                atomic_load_explicit(&e->shm->pending_done[a.slot], memory_order_acquire);
-            if (enq != a.pending_tag || done == a.pending_tag) {
-                pos_done(e, pos); /* finished already, or superseded by a newer action */
-                continue;
-            }
+            /* Audit-only dispositions first: the cycle sends them with pending_tag 0
+             * and no in-flight mark (src/cycle/emit.c), so the in-flight check below
+             * (enq == done == 0) would drop them unaudited. */
             if (a.disposition == BF_DISP_SUPPRESSED || a.disposition == BF_DISP_DRYRUN) {
                 const char *o = a.disposition == BF_DISP_SUPPRESSED ? "suppressed" : "dryrun";
                 audit(e, &a, o, 0, NULL);
                 BF_DEBUG("action not executed", "disposition=%s kind=%s serial=%llu", o,
                          bf_action_kind_name(a.kind), (unsigned long long)a.serial);
-                action_done(e, &a);
+                if (a.pending_tag)
+                    action_done(e, &a);
                 pos_done(e, pos);
+                continue;
+            }
+            uint8_t enq = atomic_load_explicit(&e->shm->pending_enq[a.slot], memory_order_acquire);
+            uint8_t done =
+                atomic_load_explicit(&e->shm->pending_done[a.slot], memory_order_acquire);
+            if (enq != a.pending_tag || done == a.pending_tag) {
+                pos_done(e, pos); /* finished already, or superseded by a newer action */
                 continue;
             }
             struct job *j = calloc(1, sizeof *j);

@@ -17,6 +17,55 @@
 #include "bigfleet/metrics.h"
 #include "session_internal.h"
 
+/* The transport counters struct bf_net_stats has beyond the ones above. */
+static void net_more(struct bf_metrics_buf *b, const char *prefix, const char *what,
+                     const struct bf_net_stats *ns, bool grpc)
+{
+    const struct {
+        const char *suffix, *type, *help;
+        uint64_t v;
+        bool grpc_only;
+    } m[] = {
+        {"accept_errors_total", "counter", "accept() failures (EMFILE, ...)", ns->accept_errors,
+         false},
+        {"bad_messages_total", "counter",
+         "truncated or compressed gRPC messages and bad request headers", ns->bad_messages, true},
+        {"keepalive_timeouts_total", "counter", "connections closed after an unanswered PING",
+         ns->keepalive_timeouts, true},
+        {"streams_started_total", "counter", "calls received", ns->streams_started, true},
+        {"streams_open", "gauge", "calls in progress", ns->streams_open, true},
+        {"messages_received_total", "counter", "gRPC messages received", ns->msgs_in, true},
+        {"messages_sent_total", "counter", "gRPC messages queued for sending", ns->msgs_out, true},
+        {"received_bytes_total", "counter", "bytes read from the wire", ns->bytes_in, false},
+        {"sent_bytes_total", "counter", "bytes written to the wire", ns->bytes_out, false},
+        {"requests_total", "counter", "HTTP requests answered", ns->http_requests, false},
+        {"connections_accepted_total", "counter", "connections accepted", ns->conns_accepted,
+         false},
+        {"connections_open", "gauge", "connections open", ns->conns_open, false},
+    };
+    char name[128], help[256];
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+        if (m[i].grpc_only && !grpc)
+            continue;
+        if (grpc && (strcmp(m[i].suffix, "requests_total") == 0 ||
+                     strcmp(m[i].suffix, "connections_accepted_total") == 0 ||
+                     strcmp(m[i].suffix, "connections_open") == 0))
+            continue; /* the gRPC ones are rendered above under their first names */
+        snprintf(name, sizeof name, "%s_%s", prefix, m[i].suffix);
+        snprintf(help, sizeof help, "%s: %s.", what, m[i].help);
+        bf_metrics_header(b, name, m[i].type, help);
+        bf_metrics_printf(b, "%s %llu\n", name, (unsigned long long)m[i].v);
+    }
+    if (!grpc)
+        return;
+    snprintf(name, sizeof name, "%s_calls_finished_total", prefix);
+    snprintf(help, sizeof help, "%s: calls finished, by final gRPC status.", what);
+    bf_metrics_header(b, name, "counter", help);
+    for (int c = 0; c < BF_NET_CODE_COUNT; c++)
+        bf_metrics_printf(b, "%s{code=\"%s\"} %llu\n", name, bf_net_code_name(c),
+                          (unsigned long long)ns->calls_by_code[c]);
+}
+
 static void local_metrics(struct ss *ss, struct bf_metrics_buf *b)
 {
     struct bf_net_stats ns;
@@ -50,6 +99,16 @@ static void local_metrics(struct ss *ss, struct bf_metrics_buf *b)
     bf_metrics_header(b, "bigfleet_shard_grpc_connections_open", "gauge", "gRPC connections open.");
     bf_metrics_printf(b, "bigfleet_shard_grpc_connections_open %llu\n",
                       (unsigned long long)ns.conns_open);
+    net_more(b, "bigfleet_shard_grpc", "gRPC server (--listen)", &ns, true);
+    if (ss->http) {
+        struct bf_net_stats hs;
+        bf_net_http_server_stats(ss->http, &hs);
+        net_more(b, "bigfleet_appliance_http", "HTTP probes server (--metrics-addr)", &hs, false);
+    }
+    bf_metrics_header(b, "bigfleet_appliance_session_loop_recv_buffer_exhausted_total", "counter",
+                      "Times the session's io_uring loop ran out of provided receive buffers.");
+    bf_metrics_printf(b, "bigfleet_appliance_session_loop_recv_buffer_exhausted_total %llu\n",
+                      (unsigned long long)bf_net_loop_enobufs(ss->loop));
     const struct local_counters *l = &ss->lc;
     struct {
         const char *name, *help;
@@ -82,6 +141,7 @@ static void local_metrics(struct ss *ss, struct bf_metrics_buf *b)
     bf_metrics_header(b, "bigfleet_shard_session_outbox_bytes", "gauge",
                       "Bytes held in session outboxes (all sessions).");
     bf_metrics_printf(b, "bigfleet_shard_session_outbox_bytes %zu\n", ss->outbox_total);
+    ss_inspect_metrics(b);
 }
 
 static void handler(const struct bf_net_http_request *req, struct bf_net_http_response *resp,

@@ -1,12 +1,36 @@
 /*
  * metrics.c — Prometheus text rendering of the shared state
- * (bigfleet/metrics.h). First version: the session's own series, the
- * per-cluster rollup counters and the rail-2 gauge, readiness. The rest of
- * reference/shard.md §7 is added here by the metrics work.
+ * (bigfleet/metrics.h; every series is listed in docs/metrics.md).
  *
- * Reads only: counters with atomic loads, cluster rows with
- * bf_cluster_read (a row that stays mid-write for the whole retry budget is
- * skipped for this scrape).
+ * What is rendered, per scrape, from the shared segments only:
+ *   - reference/shard.md §7, with the Go original's names, types, labels and
+ *     buckets: cycle and phase histograms and action counters (cycle stats),
+ *     execute outcomes, in-flight, idle releases and the executor's latency
+ *     histograms (executor stats), the actions ring depth, the rejected-
+ *     machine counters (reconciler stats), the session series, the rail-2
+ *     gauge and per-cluster rejected rollups (cluster rows), and the gauges
+ *     computed from the cycle's last published result (inventory, demand,
+ *     shortfalls);
+ *   - the appliance's own series (bigfleet_appliance_*): processes, rings,
+ *     seqlocks, change logs, mirror rescans, the string table, the
+ *     supervisor's repairs, reconcile passes, the published result.
+ *
+ * Reads only: counters with relaxed atomic loads (each has one writer,
+ * named in shm_layout.h), the published result with bf_ledger_read_result
+ * (publish_seq rule, bounded retries; a scrape that loses every race omits
+ * the result-derived series and counts it), cluster rows with
+ * bf_cluster_read (a row mid-write for the whole retry budget is skipped
+ * for this scrape). Work per scrape is bounded by the segment capacities,
+ * never by the inventory: one ~150 KiB copy of the result, the cluster
+ * rows (--max-clusters), fixed tables. No machine record is read.
+ *
+ * Label combinations that disappear: inventory_machines (and the
+ * appliance's by-type breakdown) are rendered for every combination
+ * present in the last published counts, and keep being rendered with 0 once
+ * a combination seen earlier by this process is gone (the Go shard leaves
+ * the stale value instead). The memory of seen combinations is process-
+ * local: a restarted session process starts empty. Rendering is therefore
+ * not reentrant: one renderer per process (the session's loop thread).
  */
 #include <errno.h>
 #include <math.h>
@@ -15,7 +39,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bigfleet/ledger.h"
 #include "bigfleet/metrics.h"
+#include "bigfleet/process.h"
+#include "bigfleet/util.h"
 
 void bf_metrics_buf_init(struct bf_metrics_buf *b)
 {
@@ -96,6 +123,13 @@ void bf_metrics_label_value(struct bf_metrics_buf *b, const char *v, size_t len)
     b->data[b->len] = 0;
 }
 
+void bf_metrics_float(struct bf_metrics_buf *b, double v)
+{
+    char t[40];
+    bf_format_float_go(v, t, sizeof t);
+    bf_metrics_printf(b, "%s", t);
+}
+
 void bf_metrics_hist(struct bf_metrics_buf *b, const char *name, const char *labels,
                      const struct bf_hist *h, double start, double factor, int n)
 {
@@ -104,19 +138,21 @@ void bf_metrics_hist(struct bf_metrics_buf *b, const char *name, const char *lab
     const char *sep = labels[0] ? "," : "";
     uint64_t cum = 0;
     double bound = start;
+    char le[40];
     for (int i = 0; i < n; i++) {
         cum += atomic_load_explicit(&h->bucket[i], memory_order_relaxed);
-        bf_metrics_printf(b, "%s_bucket{%s%sle=\"%.6g\"} %llu\n", name, labels, sep, bound,
+        bf_format_float_go(bound, le, sizeof le);
+        bf_metrics_printf(b, "%s_bucket{%s%sle=\"%s\"} %llu\n", name, labels, sep, le,
                           (unsigned long long)cum);
         bound *= factor;
     }
     cum += atomic_load_explicit(&h->bucket[n], memory_order_relaxed);
     bf_metrics_printf(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep,
                       (unsigned long long)cum);
-    const char *lb = labels[0] ? "{" : "", *le = labels[0] ? "}" : "";
-    bf_metrics_printf(b, "%s_sum%s%s%s %.9f\n", name, lb, labels, le,
-                      (double)atomic_load_explicit(&h->sum_ns, memory_order_relaxed) / 1e9);
-    bf_metrics_printf(b, "%s_count%s%s%s %llu\n", name, lb, labels, le, (unsigned long long)cum);
+    const char *lb = labels[0] ? "{" : "", *lbe = labels[0] ? "}" : "";
+    bf_metrics_printf(b, "%s_sum%s%s%s ", name, lb, labels, lbe);
+    bf_metrics_float(b, (double)atomic_load_explicit(&h->sum_ns, memory_order_relaxed) / 1e9);
+    bf_metrics_printf(b, "\n%s_count%s%s%s %llu\n", name, lb, labels, lbe, (unsigned long long)cum);
 }
 
 #define LD(x) ((unsigned long long)atomic_load_explicit(&(x), memory_order_relaxed))
@@ -213,7 +249,7 @@ static void render_clusters(const struct bf_shm *s, struct bf_metrics_buf *b)
     free(ok);
 }
 
-int bf_metrics_render(const struct bf_shm *s, struct bf_metrics_buf *b)
+static void render_session(const struct bf_shm *s, struct bf_metrics_buf *b)
 {
     const struct bf_state_main *st = s->st;
     const struct bf_stats_session *ss = &st->session;
@@ -274,6 +310,518 @@ int bf_metrics_render(const struct bf_shm *s, struct bf_metrics_buf *b)
           (long long)atomic_load_explicit(&s->needs->rows_used, memory_order_relaxed));
     gauge(b, "bigfleet_shard_ready", "1 once the first provider reconcile succeeded (/readyz).",
           (long long)atomic_load_explicit(&st->first_reconcile_done, memory_order_relaxed));
+    counter(b, "bigfleet_shard_inspect_needs_calls_total", "ShardRead/InspectNeeds calls received.",
+            LD(ss->inspect_calls));
+    counter(b, "bigfleet_shard_inspect_needs_denied_total",
+            "InspectNeeds calls refused: under mTLS the peer is neither bigfleet://readonly nor "
+            "bigfleet://admin.",
+            LD(ss->inspect_denied));
+}
+
+/* ------------------------------------------------------------ helpers */
+
+static const char *const phase_names[BF_PHASE_COUNT] = {"reconcile", "snapread", "phase1", "phase2",
+                                                        "phase3",    "emit",     "execute"};
+static const char *const ring_names[BF_RING_COUNT] = {
+    "actions", "boot_req", "boot_resp", "node_exec", "node_recon", "reclaim", "ac_hints"};
+static const char *const cl_names[BF_CHANGELOG_WRITERS] = {"reconciler", "executor", "supervisor"};
+
+/* One sample line: name{labels} value (labels "" or k="v",...). */
+static void sample_f(struct bf_metrics_buf *b, const char *name, const char *labels, double v)
+{
+    if (labels[0])
+        bf_metrics_printf(b, "%s{%s} ", name, labels);
+    else
+        bf_metrics_printf(b, "%s ", name);
+    bf_metrics_float(b, v);
+    bf_metrics_printf(b, "\n");
+}
+
+/* A family over the five action kinds (label kind = Bootstrap ... Delete). */
+static void per_kind(struct bf_metrics_buf *b, const char *name, const char *help,
+                     const _Atomic uint64_t *v)
+{
+    bf_metrics_header(b, name, "counter", help);
+    for (int k = 1; k < BF_ACT_KIND_COUNT; k++)
+        bf_metrics_printf(b, "%s{kind=\"%s\"} %llu\n", name, bf_action_kind_name(k), LD(v[k]));
+}
+
+static void hist(struct bf_metrics_buf *b, const char *name, const char *help,
+                 const struct bf_hist *h, double start, double factor, int n)
+{
+    bf_metrics_header(b, name, "histogram", help);
+    bf_metrics_hist(b, name, "", h, start, factor, n);
+}
+
+/* ------------------------------------------------------------ shard.md §7: counters */
+
+static void render_actions(const struct bf_shm *s, struct bf_metrics_buf *b)
+{
+    const struct bf_state_main *st = s->st;
+    const struct bf_stats_cycle *cs = &st->cycle;
+    const struct bf_stats_executor *xs = &st->executor;
+    hist(b, "bigfleet_shard_cycle_duration_seconds",
+         "Duration of one cycle (reconcile wait through publish); not observed during the "
+         "metrics warm-up.",
+         &cs->cycle_duration, 0.001, 2, 14);
+    bf_metrics_header(b, "bigfleet_shard_cycle_phase_duration_seconds", "histogram",
+                      "Duration of each phase of a cycle.");
+    for (int p = 0; p < BF_PHASE_COUNT; p++) {
+        char lab[32];
+        snprintf(lab, sizeof lab, "phase=\"%s\"", phase_names[p]);
+        bf_metrics_hist(b, "bigfleet_shard_cycle_phase_duration_seconds", lab,
+                        &cs->phase_duration[p], 0.001, 2, 14);
+    }
+    hist(b, "bigfleet_shard_provisioning_latency_seconds",
+         "From a (cluster, fingerprint) first appearing in a rollup to its first Configure "
+         "success; one sample per stamp.",
+         &xs->provisioning_latency, 0.01, 2, 20);
+    hist(b, "bigfleet_shard_configure_phase_seconds",
+         "Configure call to Configured (success path only).", &xs->configure_phase, 0.01, 2, 16);
+    hist(b, "bigfleet_shard_request_bootstrap_seconds",
+         "Time to obtain a bootstrap blob from the operator (every request).",
+         &xs->request_bootstrap, 0.01, 2, 16);
+    hist(b, "bigfleet_shard_drain_phase_seconds",
+         "Drain call to its end, after a successful Drain call (asynchronous drains included).",
+         &xs->drain_phase, 0.01, 2, 16);
+    per_kind(b, "bigfleet_shard_actions_total",
+             "Actions decided for execution after the rails (audit-only dispositions excluded; "
+             "counted before the in-flight dedup).",
+             cs->actions_total);
+    bf_metrics_header(b, "bigfleet_shard_action_execute_outcomes_total", "counter",
+                      "Finished executions by kind and outcome (reference/shard.md §3.7 labels).");
+    static const char *const outcomes[BF_OUT_COUNT] = {"success",
+                                                       "ctx_canceled",
+                                                       "fenced",
+                                                       "no_session",
+                                                       "transition_raced_to_idle",
+                                                       "transition_error",
+                                                       "blob_error",
+                                                       "provider_error",
+                                                       "stale_state",
+                                                       "inventory_miss",
+                                                       "missing_profile",
+                                                       "other"};
+    for (int k = 0; k < BF_ACT_KIND_COUNT; k++)
+        for (int o = 0; o < BF_OUT_COUNT; o++) {
+            unsigned long long v = LD(xs->outcomes[k][o]);
+            if (k == 0 && v == 0)
+                continue; /* malformed actions (no kind): only once there are any */
+            bf_metrics_printf(
+                b,
+                "bigfleet_shard_action_execute_outcomes_total{kind=\"%s\",outcome=\"%s\"} %llu\n",
+                k ? bf_action_kind_name(k) : "unspecified", outcomes[o], v);
+        }
+    counter(b, "bigfleet_shard_actions_deferred_total",
+            "Actions deferred to a later cycle by --max-actions-per-cycle.",
+            LD(cs->actions_deferred));
+    counter(b, "bigfleet_shard_actions_dropped_total",
+            "Actions dropped because the actions ring was full (re-derived next cycle).",
+            LD(cs->actions_dropped));
+    counter(b, "bigfleet_shard_actions_deduped_total",
+            "Actions not enqueued: the machine left the action's start state or already had an "
+            "action in flight.",
+            LD(cs->actions_deduped));
+    /* the ring keeps an action until the executor finished it (and every one
+     * before it); what waits for a worker is that minus the ones in flight */
+    uint64_t depth = bf_ring_depth(s, BF_RING_ACTIONS);
+    int64_t infl = atomic_load_explicit(&xs->inflight, memory_order_relaxed);
+    uint64_t waiting = infl > 0 && (uint64_t)infl < depth ? depth - (uint64_t)infl
+                       : infl > 0                         ? 0
+                                                          : depth;
+    gauge(b, "bigfleet_shard_action_queue_depth",
+          "Actions enqueued and not yet started by an executor worker.", (long long)waiting);
+    gauge(b, "bigfleet_shard_execute_inflight", "Actions being executed.", (long long)infl);
+    counter(b, "bigfleet_shard_reclaims_capped_total",
+            "Reclaims dropped this cycle by the per-cluster reclaim cap (rail 1).",
+            LD(cs->reclaims_capped));
+    counter(b, "bigfleet_shard_idle_releases_total",
+            "Finished Deletes (idle machines released to the provider).", LD(xs->idle_releases));
+    per_kind(b, "bigfleet_shard_actions_suppressed_total",
+             "Actions decided while actuation is paused (--actuation-paused): audited only.",
+             cs->actions_suppressed);
+    per_kind(b, "bigfleet_shard_actions_dryrun_total",
+             "Actions decided in --dry-run: audited only.", cs->actions_dryrun);
+    gauge(b, "bigfleet_shard_actuation_paused", "1 while actuation is paused (kill switch).",
+          (long long)atomic_load_explicit(&st->actuation_paused, memory_order_relaxed));
+    bf_metrics_header(b, "bigfleet_shard_machines_rejected_total", "counter",
+                      "Provider machine records refused by the Invariant screen, by reason.");
+    for (int r = BF_REJECT_STRUCTURAL; r <= BF_REJECT_PROBABILITY; r++)
+        bf_metrics_printf(b, "bigfleet_shard_machines_rejected_total{reason=\"%s\"} %llu\n",
+                          bf_reject_reason_label(r), LD(st->reconciler.machines_rejected[r]));
+}
+
+/* ------------------------------------------------------------ the published result */
+
+/* Label index of a penalty bucket: UNSPECIFIED (0) and ZERO (1) share the
+ * label "0" (bf_bucket_label), so they are one series. */
+#define NLB (BF_BUCKET_COUNT - 1)
+static int lb_of(int bucket)
+{
+    return bucket <= 1 ? 0 : bucket - 1;
+}
+static const char *lb_label(int li)
+{
+    return bf_bucket_label(li == 0 ? 0 : li + 1);
+}
+
+/* Combinations rendered at least once by this process (see the file comment). */
+static uint8_t g_seen_inv[BF_STATE_COUNT][BF_CT_COUNT][NLB];
+static uint8_t g_seen_type[BF_STATE_COUNT][BF_MAX_TYPES][BF_MAX_ZONES];
+static uint64_t g_result_read_failures;
+
+void bf_metrics_forget(void)
+{
+    memset(g_seen_inv, 0, sizeof g_seen_inv);
+    memset(g_seen_type, 0, sizeof g_seen_type);
+    g_result_read_failures = 0;
+}
+
+static void render_result(const struct bf_shm *s, struct bf_metrics_buf *b)
+{
+    struct bf_cycle_result *r = malloc(sizeof *r);
+    if (!r) {
+        b->oom = true;
+        return;
+    }
+    int rc = bf_ledger_read_result(s, r, NULL);
+    if (rc)
+        g_result_read_failures++;
+    counter(b, "bigfleet_appliance_metrics_result_read_failures_total",
+            "Scrapes that omitted the result-derived series: the cycle republished during every "
+            "copy.",
+            g_result_read_failures);
+    if (rc) {
+        free(r);
+        return;
+    }
+    const struct bf_inv_counts *k = &r->counts;
+    bool have = r->cycle > 0;
+    /* inventory_machines{state,capacity_type,interruption_penalty_bucket} */
+    bf_metrics_header(b, "bigfleet_shard_inventory_machines", "gauge",
+                      "Machines by state, capacity type and assigned interruption penalty bucket, "
+                      "as of the last cycle (0 for a combination seen earlier and now gone).");
+    for (int st = 0; st < BF_STATE_COUNT; st++)
+        for (int ct = 0; ct < BF_CT_COUNT; ct++) {
+            uint32_t v[NLB] = {0};
+            if (have)
+                for (int bk = 0; bk < BF_BUCKET_COUNT; bk++)
+                    v[lb_of(bk)] += k->by_state_ct_bucket[st][ct][bk];
+            for (int li = 0; li < NLB; li++) {
+                if (v[li])
+                    g_seen_inv[st][ct][li] = 1;
+                if (!g_seen_inv[st][ct][li])
+                    continue;
+                bf_metrics_printf(b,
+                                  "bigfleet_shard_inventory_machines{state=\"%s\",capacity_type="
+                                  "\"%s\",interruption_penalty_bucket=\"%s\"} %u\n",
+                                  bf_state_name(st), bf_capacity_type_name(ct), lb_label(li),
+                                  v[li]);
+            }
+        }
+    bf_metrics_header(b, "bigfleet_shard_demand_machines", "gauge",
+                      "Need rows by interruption penalty bucket, as of the last cycle.");
+    uint32_t d[NLB] = {0};
+    for (int bk = 0; bk < BF_BUCKET_COUNT && have; bk++)
+        d[lb_of(bk)] += k->demand_rows_by_bucket[bk];
+    for (int li = 0; li < NLB; li++)
+        bf_metrics_printf(b,
+                          "bigfleet_shard_demand_machines{interruption_penalty_bucket=\"%s\"} %u\n",
+                          lb_label(li), d[li]);
+    gauge(b, "bigfleet_shard_shortfalls",
+          "Shortfall ledger size (distinct unmet fingerprints; not capped at 100).",
+          (long long)r->shortfalls_total);
+    uint32_t ns = r->n_shortfalls > BF_SHORTFALL_MAX ? BF_SHORTFALL_MAX : r->n_shortfalls;
+    uint32_t aged[4] = {0}, prio[4] = {0};
+    for (uint32_t i = 0; i < ns; i++) {
+        int32_t a = r->shortfalls[i].age_cycles, p = r->shortfalls[i].priority;
+        aged[a < 10 ? 0 : a < 60 ? 1 : a < 300 ? 2 : 3]++;
+        prio[p >= 1000000 ? 2 : p >= 1000 ? 1 : p >= 100 ? 0 : 3]++;
+    }
+    static const char *const age_l[4] = {"1-9", "10-59", "60-299", "300+"};
+    static const char *const prio_l[4] = {"batch", "service", "critical", "other"};
+    bf_metrics_header(b, "bigfleet_shard_shortfalls_aged", "gauge",
+                      "Top-100 shortfalls by age in cycles.");
+    for (int i = 0; i < 4; i++)
+        bf_metrics_printf(b, "bigfleet_shard_shortfalls_aged{bucket=\"%s\"} %u\n", age_l[i],
+                          aged[i]);
+    bf_metrics_header(b, "bigfleet_shard_shortfalls_by_priority", "gauge",
+                      "Top-100 shortfalls by priority class (batch 100-999, service 1000-999999, "
+                      "critical >= 1000000, other < 100).");
+    for (int i = 0; i < 4; i++)
+        bf_metrics_printf(b, "bigfleet_shard_shortfalls_by_priority{priority_class=\"%s\"} %u\n",
+                          prio_l[i], prio[i]);
+    /* the appliance's view of the same result */
+    gauge(b, "bigfleet_appliance_result_cycle",
+          "Cycle number of the last published result (0: none yet).", (long long)r->cycle);
+    bf_metrics_header(b, "bigfleet_appliance_result_timestamp_seconds", "gauge",
+                      "Wall time the last result was published (0: none yet).");
+    sample_f(b, "bigfleet_appliance_result_timestamp_seconds", "", (double)r->computed_at_ns / 1e9);
+    bf_metrics_header(b, "bigfleet_appliance_result_cycle_duration_seconds", "gauge",
+                      "Duration of the cycle that produced the last result.");
+    sample_f(b, "bigfleet_appliance_result_cycle_duration_seconds", "", (double)r->cycle_ns / 1e9);
+    gauge(b, "bigfleet_appliance_result_needs", "Need rows the last cycle saw.",
+          (long long)k->total_needs);
+    gauge(b, "bigfleet_appliance_result_unsatisfied_needs",
+          "Needs the last cycle left (partly) unsatisfied.", (long long)r->unsatisfied);
+    gauge(b, "bigfleet_appliance_result_verdict_rows",
+          "Rows of the published verdict ledger (what InspectNeeds serves).",
+          (long long)r->n_verdicts);
+    gauge(b, "bigfleet_appliance_result_actions", "Actions the last cycle decided.",
+          (long long)r->actions);
+    gauge(b, "bigfleet_appliance_result_machines", "Machines the last cycle saw.",
+          (long long)k->total_machines);
+    bf_metrics_header(b, "bigfleet_appliance_inventory_machines_by_type", "gauge",
+                      "Machines by state, instance type and zone, as of the last cycle (0 for a "
+                      "combination seen earlier and now gone).");
+    for (int st = 0; st < BF_STATE_COUNT; st++)
+        for (uint32_t t = 0; t < BF_MAX_TYPES; t++)
+            for (uint32_t z = 0; z < BF_MAX_ZONES; z++) {
+                uint32_t v = have ? k->by_state_type_zone[st][t][z] : 0;
+                if (v)
+                    g_seen_type[st][t][z] = 1;
+                if (!g_seen_type[st][t][z])
+                    continue;
+                const char *tn = bf_type_name(s, t), *zn = bf_zone_name(s, z);
+                bf_metrics_printf(
+                    b,
+                    "bigfleet_appliance_inventory_machines_by_type{state=\"%s\",instance_type=\"",
+                    bf_state_name(st));
+                bf_metrics_label_value(b, tn, strlen(tn));
+                bf_metrics_printf(b, "\",zone=\"");
+                bf_metrics_label_value(b, zn, strlen(zn));
+                bf_metrics_printf(b, "\"} %u\n", v);
+            }
+    free(r);
+}
+
+/* ------------------------------------------------------------ the appliance's own */
+
+static void render_processes(const struct bf_shm *s, struct bf_metrics_buf *b)
+{
+    const struct bf_state_main *st = s->st;
+    int64_t now = bf_now_ns();
+    bool show[BF_ROLE_COUNT] = {false};
+    for (int r = BF_ROLE_SESSION; r < BF_ROLE_COUNT; r++)
+        show[r] = r != BF_ROLE_SIMPROVIDER ||
+                  atomic_load_explicit(&st->proc[r].started_ns, memory_order_relaxed) != 0;
+    bf_metrics_header(b, "bigfleet_appliance_process_restarts_total", "counter",
+                      "Restarts of a role's process by the supervisor.");
+    for (int r = 1; r < BF_ROLE_COUNT; r++)
+        if (show[r])
+            bf_metrics_printf(b, "bigfleet_appliance_process_restarts_total{role=\"%s\"} %u\n",
+                              bf_role_name(r), atomic_load(&st->proc[r].restarts));
+    bf_metrics_header(b, "bigfleet_appliance_process_up", "gauge",
+                      "1 while the role's process is running and attached (its slot is active; the "
+                      "embedded provider, which does not attach: while it runs).");
+    for (int r = 1; r < BF_ROLE_COUNT; r++)
+        if (show[r])
+            bf_metrics_printf(b, "bigfleet_appliance_process_up{role=\"%s\"} %d\n", bf_role_name(r),
+                              atomic_load(&st->proc[r].pid) != 0 &&
+                                  (r == BF_ROLE_SIMPROVIDER || /* not attached to the segments */
+                                   atomic_load(&st->proc[r].child_state) == BF_CHILD_ACTIVE));
+    bf_metrics_header(b, "bigfleet_appliance_process_heartbeat_age_seconds", "gauge",
+                      "Seconds since the role's process last turned its loop (absent before the "
+                      "first heartbeat).");
+    for (int r = 1; r < BF_ROLE_COUNT; r++) {
+        int64_t hb = atomic_load(&st->proc[r].heartbeat_ns);
+        if (!show[r] || !hb)
+            continue;
+        char lab[40];
+        snprintf(lab, sizeof lab, "role=\"%s\"", bf_role_name(r));
+        sample_f(b, "bigfleet_appliance_process_heartbeat_age_seconds", lab,
+                 now > hb ? (double)(now - hb) / 1e9 : 0.0);
+    }
+    bf_metrics_header(b, "bigfleet_appliance_process_start_time_seconds", "gauge",
+                      "Start time of the role's current process, Unix seconds.");
+    for (int r = 1; r < BF_ROLE_COUNT; r++) {
+        int64_t t = atomic_load(&st->proc[r].started_ns);
+        if (!show[r] || !t)
+            continue;
+        char lab[40];
+        snprintf(lab, sizeof lab, "role=\"%s\"", bf_role_name(r));
+        sample_f(b, "bigfleet_appliance_process_start_time_seconds", lab, (double)t / 1e9);
+    }
+    const struct bf_stats_supervisor *sv = &st->supervisor;
+    counter(b, "bigfleet_appliance_child_exits_total", "Child processes reaped by the supervisor.",
+            LD(sv->child_exits));
+    counter(b, "bigfleet_appliance_records_repaired_total",
+            "Machine records a dead writer left mid-write, repaired by the supervisor.",
+            LD(sv->records_repaired));
+    counter(b, "bigfleet_appliance_clusters_repaired_total",
+            "Cluster rows a dead session left mid-write, repaired by the supervisor.",
+            LD(sv->clusters_repaired));
+    counter(b, "bigfleet_appliance_locks_recovered_total",
+            "Shared locks (string table) held by a dead process and recovered.",
+            LD(sv->locks_recovered));
+    counter(b, "bigfleet_appliance_full_reinits_total",
+            "Crash loops answered by re-creating every segment.", LD(sv->full_reinits));
+    gauge(b, "bigfleet_appliance_segment_generation",
+          "Full re-initialisations of the segments since the first start.",
+          (long long)s->state_hdr->generation);
+    gauge(b, "bigfleet_appliance_shard_epoch", "Shard epoch (+1 per supervisor start).",
+          (long long)s->state_hdr->epoch);
+    gauge(b, "bigfleet_appliance_dry_run", "1 when started with --dry-run.",
+          (long long)atomic_load_explicit(&st->dry_run, memory_order_relaxed));
+}
+
+static void render_rings(const struct bf_shm *s, struct bf_metrics_buf *b)
+{
+    bf_metrics_header(b, "bigfleet_appliance_ring_depth", "gauge",
+                      "Messages waiting in a fixed-size ring between two processes.");
+    for (int r = 0; r < BF_RING_COUNT; r++)
+        if (s->ring[r]->kind == BF_RING_FIXED)
+            bf_metrics_printf(b, "bigfleet_appliance_ring_depth{ring=\"%s\"} %llu\n", ring_names[r],
+                              (unsigned long long)bf_ring_depth(s, r));
+    bf_metrics_header(b, "bigfleet_appliance_ring_capacity", "gauge",
+                      "Capacity of a fixed-size ring, in messages.");
+    for (int r = 0; r < BF_RING_COUNT; r++)
+        if (s->ring[r]->kind == BF_RING_FIXED)
+            bf_metrics_printf(b, "bigfleet_appliance_ring_capacity{ring=\"%s\"} %llu\n",
+                              ring_names[r], (unsigned long long)s->ring[r]->capacity);
+    bf_metrics_header(b, "bigfleet_appliance_ring_bytes", "gauge",
+                      "Bytes waiting in a byte ring (bootstrap responses).");
+    for (int r = 0; r < BF_RING_COUNT; r++)
+        if (s->ring[r]->kind == BF_RING_BYTES)
+            bf_metrics_printf(b, "bigfleet_appliance_ring_bytes{ring=\"%s\"} %llu\n", ring_names[r],
+                              (unsigned long long)bf_ring_depth(s, r));
+    bf_metrics_header(b, "bigfleet_appliance_ring_capacity_bytes", "gauge",
+                      "Capacity of a byte ring.");
+    for (int r = 0; r < BF_RING_COUNT; r++)
+        if (s->ring[r]->kind == BF_RING_BYTES)
+            bf_metrics_printf(b, "bigfleet_appliance_ring_capacity_bytes{ring=\"%s\"} %llu\n",
+                              ring_names[r], (unsigned long long)s->ring[r]->capacity);
+    bf_metrics_header(b, "bigfleet_appliance_ring_pushes_total", "counter",
+                      "Messages pushed into a ring.");
+    for (int r = 0; r < BF_RING_COUNT; r++)
+        bf_metrics_printf(b, "bigfleet_appliance_ring_pushes_total{ring=\"%s\"} %llu\n",
+                          ring_names[r], LD(s->ring[r]->pushes));
+    bf_metrics_header(b, "bigfleet_appliance_ring_drops_total", "counter",
+                      "Pushes refused because the ring was full.");
+    for (int r = 0; r < BF_RING_COUNT; r++)
+        bf_metrics_printf(b, "bigfleet_appliance_ring_drops_total{ring=\"%s\"} %llu\n",
+                          ring_names[r], LD(s->ring[r]->drops));
+}
+
+static void render_shm(const struct bf_shm *s, struct bf_metrics_buf *b)
+{
+    const struct bf_inv_meta *m = s->inv;
+    bf_metrics_header(b, "bigfleet_appliance_seqlock_retries_total", "counter",
+                      "Machine-record reads repeated because a writer held or moved the record, by "
+                      "reading role.");
+    for (int r = 0; r < BF_ROLE_COUNT; r++)
+        bf_metrics_printf(b, "bigfleet_appliance_seqlock_retries_total{role=\"%s\"} %llu\n",
+                          bf_role_name(r), LD(m->seqlock_retries[r]));
+    bf_metrics_header(b, "bigfleet_appliance_seqlock_giveups_total", "counter",
+                      "Machine-record reads abandoned after the retry budget, by reading role.");
+    for (int r = 0; r < BF_ROLE_COUNT; r++)
+        bf_metrics_printf(b, "bigfleet_appliance_seqlock_giveups_total{role=\"%s\"} %llu\n",
+                          bf_role_name(r), LD(m->seqlock_giveups[r]));
+    bf_metrics_header(b, "bigfleet_appliance_changelog_overflows_total", "counter",
+                      "Full rescans the cycle had to make because a record writer's change log "
+                      "lapped it, by writer.");
+    for (int w = 0; w < BF_CHANGELOG_WRITERS; w++)
+        bf_metrics_printf(b, "bigfleet_appliance_changelog_overflows_total{writer=\"%s\"} %llu\n",
+                          cl_names[w], LD(s->changelog[w].overflows));
+    bf_metrics_header(b, "bigfleet_appliance_changelog_lag", "gauge",
+                      "Change-log entries appended and not yet consumed by the cycle, by writer.");
+    for (int w = 0; w < BF_CHANGELOG_WRITERS; w++) {
+        uint64_t h = atomic_load(&s->changelog[w].head), t = atomic_load(&s->changelog[w].tail);
+        bf_metrics_printf(b, "bigfleet_appliance_changelog_lag{writer=\"%s\"} %llu\n", cl_names[w],
+                          (unsigned long long)(h > t ? h - t : 0));
+    }
+    gauge(b, "bigfleet_appliance_changelog_capacity", "Entries per change log.",
+          (long long)s->changelog_mask + 1);
+    const struct bf_stats_cycle *cs = &s->st->cycle;
+    counter(b, "bigfleet_appliance_mirror_rescans_total",
+            "Full rescans of the records by the cycle's inventory mirror.", LD(cs->mirror_rescans));
+    counter(b, "bigfleet_appliance_cycles_total", "Cycles run.", LD(cs->cycles));
+    counter(b, "bigfleet_appliance_reconcile_waits_timed_out_total",
+            "Cycles that ran on the current view because the reconcile pass they asked for did "
+            "not finish within --reconcile-timeout.",
+            LD(cs->reconcile_waits_timed_out));
+    counter(b, "bigfleet_appliance_ac_hints_sent_total",
+            "AvailableCapacity hints handed to the session.", LD(cs->ac_hints_sent));
+    counter(b, "bigfleet_appliance_ac_hints_dropped_total",
+            "AvailableCapacity hints dropped: the hints ring was full.", LD(cs->ac_hints_dropped));
+    /* string table */
+    gauge(b, "bigfleet_appliance_strings_bytes_used", "String-table arena bytes in use.",
+          (long long)LD(m->strtab.arena_used));
+    gauge(b, "bigfleet_appliance_strings_bytes_capacity", "String-table arena size.",
+          (long long)s->arena_bytes);
+    gauge(b, "bigfleet_appliance_strings_entries", "Strings interned (never freed).",
+          (long long)LD(m->strtab.entries));
+    counter(b, "bigfleet_appliance_strings_intern_failures_total",
+            "Interns refused because the arena or its hash was full.",
+            LD(m->strtab.intern_failures));
+    counter(b, "bigfleet_appliance_strings_lock_steals_total",
+            "String-table locks taken over from a dead owner.", LD(m->strtab.lock_steals));
+    gauge(b, "bigfleet_appliance_id_index_used",
+          "Occupied machine-id index slots (tombstones included).",
+          (long long)atomic_load(&m->index_used));
+    gauge(b, "bigfleet_appliance_id_index_capacity", "Machine-id index slots.",
+          (long long)s->index_mask + 1);
+    gauge(b, "bigfleet_appliance_machines", "Machine records in the inventory segment.",
+          (long long)atomic_load(&m->n_machines));
+    gauge(b, "bigfleet_appliance_machines_capacity", "Machine record slots (--max-machines).",
+          (long long)s->max_machines);
+    gauge(b, "bigfleet_appliance_needs_capacity", "Need rows per cycle (--max-needs).",
+          (long long)s->max_needs);
+    counter(b, "bigfleet_appliance_records_inserted_total", "Machine records inserted.",
+            LD(m->records_inserted));
+    counter(b, "bigfleet_appliance_records_removed_total", "Machine records removed.",
+            LD(m->records_removed));
+}
+
+static void render_reconciler_executor(const struct bf_shm *s, struct bf_metrics_buf *b)
+{
+    const struct bf_stats_reconciler *rs = &s->st->reconciler;
+    counter(b, "bigfleet_appliance_reconcile_passes_total",
+            "Provider reconcile passes finished (successful or not).", LD(rs->reconciles));
+    counter(b, "bigfleet_appliance_reconcile_errors_total",
+            "Reconcile passes that failed or could not start.", LD(rs->reconcile_errors));
+    counter(b, "bigfleet_appliance_reconcile_machines_inserted_total",
+            "Machines added to the inventory by reconcile.", LD(rs->machines_inserted));
+    counter(b, "bigfleet_appliance_reconcile_machines_updated_total",
+            "Machine records updated by reconcile.", LD(rs->machines_updated));
+    counter(b, "bigfleet_appliance_reconcile_machines_removed_total",
+            "Machines removed by reconcile (gone at the provider).", LD(rs->machines_removed));
+    counter(b, "bigfleet_appliance_reconcile_skipped_pending_total",
+            "Machines reconcile left alone because an action was in flight on them.",
+            LD(rs->machines_skipped_pending));
+    counter(b, "bigfleet_appliance_reconcile_metadata_decode_errors_total",
+            "Malformed shard_metadata values skipped while restoring assignments.",
+            LD(rs->metadata_decode_errors));
+    gauge(b, "bigfleet_appliance_reconcile_last_listed_machines",
+          "Machines the provider listed in the last successful pass.",
+          (long long)LD(rs->last_list_machines));
+    bf_metrics_header(b, "bigfleet_appliance_reconcile_last_success_timestamp_seconds", "gauge",
+                      "Wall time of the last successful reconcile pass (0: none yet).");
+    sample_f(b, "bigfleet_appliance_reconcile_last_success_timestamp_seconds", "",
+             (double)atomic_load(&rs->last_reconcile_ns) / 1e9);
+    hist(b, "bigfleet_appliance_reconcile_duration_seconds",
+         "Duration of a successful reconcile pass (list + apply).", &rs->reconcile_duration, 0.001,
+         2, 14);
+    const struct bf_stats_executor *xs = &s->st->executor;
+    counter(b, "bigfleet_appliance_audit_records_total", "Audit-log records written.",
+            LD(xs->audit_records));
+    counter(b, "bigfleet_appliance_audit_errors_total", "Audit-log writes that failed.",
+            LD(xs->audit_errors));
+    counter(b, "bigfleet_appliance_executor_ring_drops_total",
+            "Executor pushes to the session (node events, reclaims, bootstrap requests) refused "
+            "because a ring was full.",
+            LD(xs->ring_drops));
+}
+
+int bf_metrics_render(const struct bf_shm *s, struct bf_metrics_buf *b)
+{
+    render_session(s, b);
+    render_actions(s, b);
+    render_result(s, b);
     render_clusters(s, b);
+    render_processes(s, b);
+    render_rings(s, b);
+    render_shm(s, b);
+    render_reconciler_executor(s, b);
     return b->oom ? -ENOMEM : 0;
 }

@@ -183,6 +183,12 @@ void ss_close_all(struct ss *ss);
 /* http.c */
 int ss_http_start(struct ss *ss);
 
+/* inspect_needs.c: ShardRead/InspectNeeds (arg: struct ss *) and its
+ * process-local counters for /metrics. */
+struct bf_metrics_buf;
+extern const struct bf_net_method bf_inspect_needs_method;
+void ss_inspect_metrics(struct bf_metrics_buf *b);
+
 /* coord.c */
 int coord_start(struct ss *ss);
 void coord_stop(struct ss *ss);

@@ -119,11 +119,13 @@ static void on_resync(struct bf_net_timer *t, void *arg)
 
 static int start_grpc(struct ss *ss)
 {
-    static struct bf_net_method methods[1];
+    static struct bf_net_method methods[2];
     methods[0] = bf_session_method;
     methods[0].arg = ss;
+    methods[1] = bf_inspect_needs_method; /* ShardRead, same server (ADR-0061) */
+    methods[1].arg = ss;
     struct bf_net_server_opts o = {
-        .addr = ss->cfg->listen, .methods = methods, .n_methods = 1, .max_connections = 65536};
+        .addr = ss->cfg->listen, .methods = methods, .n_methods = 2, .max_connections = 65536};
     if (bf_config_tls(ss->cfg)) {
         o.tls.cert_file = ss->cfg->tls_cert;
         o.tls.key_file = ss->cfg->tls_key;

@@ -669,6 +669,45 @@ START_TEST(suppressed_and_dry_run_actions_are_audited_only)
 }
 END_TEST
 
+/* What the cycle really sends for --actuation-paused / --dry-run: pending_tag
+ * 0 and no in-flight mark on the slot (src/cycle/emit.c). */
+START_TEST(untagged_audit_only_actions_from_the_cycle_are_audited)
+{
+    struct xfx x;
+    xfx_open(&x, NULL, NULL);
+    char *a = id_in(&x, BF_STATE_SPECULATIVE);
+    uint32_t slot = slot_of(&x, a);
+    struct bf_machine_rec rec = rec_at(&x, slot);
+    for (int d = 0; d < 2; d++) {
+        struct bf_action_msg m = {
+            .serial = atomic_fetch_add(&x.f.shm.st->action_serial, 1) + 1,
+            .decided_cycle = 5,
+            .slot = slot,
+            .machine_id_ref = rec.id,
+            .cluster_ref = x.cluster_ref,
+            .need_profile_ref = x.need_ref,
+            .kind = BF_ACT_PROVISION,
+            .reason = BF_REASON_P1_SPECULATIVE,
+            .pending_tag = 0,
+            .disposition = (uint8_t)(d ? BF_DISP_DRYRUN : BF_DISP_SUPPRESSED),
+        };
+        ck_assert_int_eq(bf_ring_push(&x.f.shm, BF_RING_ACTIONS, &m), 0);
+    }
+    int64_t end = bf_mono_ns() + 2 * SEC;
+    while (bf_ring_depth(&x.f.shm, BF_RING_ACTIONS) && bf_mono_ns() < end) {
+        bf_exec_poll(x.e);
+        bf_net_loop_run_once(x.f.loop, MS);
+    }
+    ck_assert_uint_eq(bf_ring_depth(&x.f.shm, BF_RING_ACTIONS), 0);
+    ck_assert(!bf_pending(&x.f.shm, slot));
+    char line[8192];
+    ck_assert_int_eq(audit_lines(&x, line, sizeof line), 2);
+    ck_assert_ptr_nonnull(strstr(line, "\"outcome\":\"dryrun\""));
+    ck_assert_int_eq(rec_at(&x, slot).state, BF_STATE_SPECULATIVE);
+    xfx_close(&x);
+}
+END_TEST
+
 START_TEST(audit_lines_are_one_json_object_with_escaped_strings)
 {
     struct bf_action_msg a = {.serial = 7,
@@ -690,6 +729,10 @@ START_TEST(audit_lines_are_one_json_object_with_escaped_strings)
     ck_assert_ptr_nonnull(strstr(buf, "\"reason\":\"phase3.excess\",\"grace_seconds\":600"));
     ck_assert_ptr_nonnull(strstr(buf, "\"serial\":7,\"decided_cycle\":3"));
     ck_assert_ptr_nonnull(strstr(buf, "\"error\":\"x\\ty\"}"));
+    /* the counter lags the deciding cycle (stored after enqueue): never below it */
+    n = bf_exec_audit_format(buf, sizeof buf, 0, 2, &a, "m", 1, "c", 1, "suppressed", 0, NULL);
+    buf[n] = 0;
+    ck_assert_ptr_nonnull(strstr(buf, "\"msg\":\"action\",\"cycle\":3,"));
     /* a tiny buffer still ends the object and the line */
     char small[64];
     n = bf_exec_audit_format(small, sizeof small, 0, 1, &a, machine, sizeof machine - 1, "c", 1,
@@ -727,6 +770,7 @@ static Suite *suite(void)
     tcase_add_test(t, a_slow_head_action_holds_the_ring_release_until_it_finishes);
     tcase_add_test(t, no_more_than_concurrency_actions_are_in_flight);
     tcase_add_test(t, suppressed_and_dry_run_actions_are_audited_only);
+    tcase_add_test(t, untagged_audit_only_actions_from_the_cycle_are_audited);
     tcase_add_test(t, audit_lines_are_one_json_object_with_escaped_strings);
     suite_add_tcase(s, t);
     return s;
