@@ -324,9 +324,10 @@ int bf_stamp_find(const struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref)
  */
 int bf_stamp_touch(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref, int64_t now_ns);
 /*
- * At Configure success: if the stamp's epoch was not observed yet, marks it
- * observed and returns 1 with *latency_ns = now_ns - first_seen (observe
- * once); else 0. [executor]
+ * When a machine for the key reaches Configured: if the stamp's epoch was
+ * not observed yet, marks it observed (compare-and-swap) and returns 1 with
+ * *latency_ns = now_ns - first_seen (observe once, even when executor and
+ * reconciler both see the completion); else 0. [executor, reconciler]
  */
 int bf_stamp_observe(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref, int64_t now_ns,
                      int64_t *latency_ns);

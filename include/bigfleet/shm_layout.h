@@ -317,9 +317,12 @@ struct bf_need_row {
 _Static_assert(sizeof(struct bf_need_row) == 160, "need row layout changed");
 
 /* Provisioning-latency stamps (seed 000 §8): first-seen time of each
- * (cluster, fingerprint) in a rollup. [W: session] The executor observes a
- * stamp once at Configure success by writing observed_epoch[i] = epoch
- * [W: executor]; the session re-stamps (epoch+1, now) on a later rollup. */
+ * (cluster, fingerprint) in a rollup. [W: session] A stamp is observed once,
+ * when a machine for it reaches Configured, by moving observed_epoch[i] to
+ * the stamp's epoch with compare-and-swap [W: executor (synchronous
+ * Configure) or reconciler (asynchronous completion seen by a reconcile);
+ * the CAS makes exactly one of them record the sample]; the session
+ * re-stamps (epoch+1, now) on a later rollup. */
 struct bf_stamp {
     _Atomic uint32_t seq;
     _Atomic uint32_t epoch;        /* 0 = empty slot */
@@ -575,6 +578,10 @@ struct bf_stats_reconciler { /* [W: reconciler] */
     _Atomic uint64_t last_list_machines;
     _Atomic int64_t last_reconcile_ns;
     struct bf_hist reconcile_duration; /* exp(0.001, 2, 14) */
+    /* provisioning latency observed when a reconcile sees an asynchronous
+     * Configure complete (Configuring -> Configured); /metrics sums it with
+     * the executor's (which observes synchronous completions) */
+    struct bf_hist provisioning_latency; /* exp(0.01, 2, 20) */
 };
 
 struct bf_stats_session { /* [W: session] */

@@ -154,6 +154,8 @@ int bf_cycle_run_once(struct bf_cycle *c, int64_t now_ns, struct bf_cycle_report
         return rc;
     c->have_res = true;
     const struct bf_engine_result *r = &c->res;
+    /* published before anything this cycle decided can be executed and audited */
+    atomic_store(&st->cycle_count, r->cycle);
     rep->cycle = r->cycle;
     rep->needs = r->n_needs;
     rep->unsatisfied = r->n_unsatisfied;

@@ -325,6 +325,14 @@ static void apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int64
             return;
         }
         bf_inv_commit(s, &t, &nr, BF_CL_RECONCILER);
+        /* an asynchronous Configure completed: the provisioning-latency sample
+         * (seed 000 §8) for its (cluster, fingerprint), once */
+        if (old->state == BF_STATE_CONFIGURING && nr.state == BF_STATE_CONFIGURED && nr.cluster &&
+            nr.fingerprint) {
+            int64_t lat;
+            if (bf_stamp_observe(s, nr.cluster, nr.fingerprint, bf_now_ns(), &lat) == 1)
+                bf_hist_observe(&st->provisioning_latency, 0.01, 2, 20, lat);
+        }
         res->updated++;
         atomic_fetch_add_explicit(&st->machines_updated, 1, memory_order_relaxed);
         if (old->state != nr.state || old->cluster != nr.cluster)

@@ -372,10 +372,21 @@ static void render_actions(const struct bf_shm *s, struct bf_metrics_buf *b)
         bf_metrics_hist(b, "bigfleet_shard_cycle_phase_duration_seconds", lab,
                         &cs->phase_duration[p], 0.001, 2, 14);
     }
+    /* samples come from the executor (synchronous Configure) and the
+     * reconciler (asynchronous completion): one histogram, summed */
+    struct bf_hist prov;
+    const struct bf_hist *ph[2] = {&xs->provisioning_latency, &st->reconciler.provisioning_latency};
+    for (int k = 0; k < BF_HIST_MAX_BUCKETS; k++)
+        atomic_init(&prov.bucket[k], atomic_load_explicit(&ph[0]->bucket[k], memory_order_relaxed) +
+                                         atomic_load_explicit(&ph[1]->bucket[k], memory_order_relaxed));
+    atomic_init(&prov.count, atomic_load_explicit(&ph[0]->count, memory_order_relaxed) +
+                                 atomic_load_explicit(&ph[1]->count, memory_order_relaxed));
+    atomic_init(&prov.sum_ns, atomic_load_explicit(&ph[0]->sum_ns, memory_order_relaxed) +
+                                  atomic_load_explicit(&ph[1]->sum_ns, memory_order_relaxed));
     hist(b, "bigfleet_shard_provisioning_latency_seconds",
-         "From a (cluster, fingerprint) first appearing in a rollup to its first Configure "
-         "success; one sample per stamp.",
-         &xs->provisioning_latency, 0.01, 2, 20);
+         "From a (cluster, fingerprint) first appearing in a rollup to a machine for it reaching "
+         "Configured; one sample per stamp.",
+         &prov, 0.01, 2, 20);
     hist(b, "bigfleet_shard_configure_phase_seconds",
          "Configure call to Configured (success path only).", &xs->configure_phase, 0.01, 2, 16);
     hist(b, "bigfleet_shard_request_bootstrap_seconds",

@@ -195,9 +195,13 @@ int bf_stamp_observe(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref, in
     int64_t first;
     if (stamp_read(&s->stamps[i], &e, &c, &f, &first) != 0 || e == 0)
         return 0;
-    if (atomic_load_explicit(&s->stamp_observed[i], memory_order_relaxed) == e)
+    uint32_t cur = atomic_load_explicit(&s->stamp_observed[i], memory_order_relaxed);
+    if (cur == e)
         return 0;
-    atomic_store_explicit(&s->stamp_observed[i], e, memory_order_release);
+    /* executor and reconciler may both see the completion: one sample only */
+    if (!atomic_compare_exchange_strong_explicit(&s->stamp_observed[i], &cur, e,
+                                                 memory_order_acq_rel, memory_order_relaxed))
+        return 0;
     *latency_ns = now_ns - first;
     return 1;
 }

@@ -196,6 +196,44 @@ START_TEST(a_list_older_than_an_executor_write_does_not_overwrite_it)
 }
 END_TEST
 
+START_TEST(an_asynchronous_configure_completion_records_provisioning_latency_once)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, true);
+    struct bf_recon *r = recon_new(&f, false);
+    struct tmach t = tmach_idle("async");
+    struct bf_recon_result res;
+    apply_list(r, &t, 1, true, &res);
+    uint32_t slot, cl, fp;
+    struct bf_machine_rec rec;
+    ck_assert(rec_of(&f.shm, "async", &rec, &slot));
+    ck_assert_int_eq(bf_str_intern_cstr(&f.shm, "cl-1", &cl), 0);
+    ck_assert_int_eq(bf_str_intern_cstr(&f.shm, "p=1|ipb=0|rpb=0|reqs=|spr=", &fp), 0);
+    /* the demand was first seen 2 s ago; the executor's Configure left it Configuring */
+    ck_assert_int_eq(bf_stamp_touch(&f.shm, cl, fp, bf_now_ns() - 2 * BF_NS_PER_SEC), 0);
+    struct bf_inv_txn tx;
+    ck_assert_int_eq(bf_inv_begin(&f.shm, slot, &tx), 0);
+    struct bf_machine_rec nr = tx.old;
+    nr.state = BF_STATE_CONFIGURING;
+    nr.cluster = cl;
+    nr.fingerprint = fp;
+    bf_inv_commit(&f.shm, &tx, &nr, BF_CL_EXECUTOR);
+    /* the provider finished it: the reconcile sees Configured */
+    t.state = BF_STATE_CONFIGURED;
+    t.cluster = "cl-1";
+    apply_list(r, &t, 1, true, &res);
+    ck_assert_int_eq(res.updated, 1);
+    const struct bf_hist *h = &f.shm.st->reconciler.provisioning_latency;
+    ck_assert_uint_eq(atomic_load(&h->count), 1);
+    ck_assert_uint_ge(atomic_load(&h->sum_ns), 2 * BF_NS_PER_SEC);
+    /* observed once: the executor (or a later pass) cannot record it again */
+    int64_t lat;
+    ck_assert_int_eq(bf_stamp_observe(&f.shm, cl, fp, bf_now_ns(), &lat), 0);
+    bf_recon_free(r);
+    pfx_close(&f);
+}
+END_TEST
+
 START_TEST(a_divergent_bound_state_keeps_shard_assignment_and_unbound_clears_it)
 {
     struct pfx f;
@@ -529,6 +567,7 @@ static Suite *suite(void)
     tcase_add_test(t, same_state_takes_the_fast_path_and_writes_nothing);
     tcase_add_test(t, machines_with_an_action_in_flight_are_skipped);
     tcase_add_test(t, a_list_older_than_an_executor_write_does_not_overwrite_it);
+    tcase_add_test(t, an_asynchronous_configure_completion_records_provisioning_latency_once);
     tcase_add_test(t, a_divergent_bound_state_keeps_shard_assignment_and_unbound_clears_it);
     tcase_add_test(t, configured_without_the_shard_stamp_takes_the_assignment_from_the_echo);
     tcase_add_test(t, a_record_flagged_for_refresh_is_applied_even_in_the_same_state);
