@@ -181,6 +181,10 @@ static pid_t spawn(struct sup *s, int role)
     }
     args[n] = NULL;
     const char *path = role == BF_ROLE_SIMPROVIDER ? s->sim_path : s->self_path;
+    /* ASSIGNED before the fork: the child marks its slot ACTIVE once attached,
+     * and a store after the fork could land later and undo that */
+    if (s->shm.st)
+        atomic_store(&s->shm.st->proc[role].child_state, BF_CHILD_ASSIGNED);
     pid_t pid = fork();
     if (pid < 0)
         return -errno;
@@ -204,7 +208,6 @@ static pid_t spawn(struct sup *s, int role)
         struct bf_proc_slot *slot = &s->shm.st->proc[role];
         atomic_store(&slot->pid, (uint32_t)pid);
         atomic_store(&slot->started_ns, c->started_ns);
-        atomic_store(&slot->child_state, BF_CHILD_ASSIGNED);
     }
     BF_INFO("child started", "role=%s child_pid=%d", bf_role_name(role), (int)pid);
     return pid;
