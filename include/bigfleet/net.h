@@ -226,8 +226,11 @@ int bf_net_tls_config_check(const struct bf_net_tls_config *tls);
  * connections keep the pair they started with. The CA bundle is read once.
  *
  * Addresses: "host:port", ":port" (all IPv4 interfaces), "[v6addr]:port".
- * host is an IPv4/IPv6 literal or a name (resolved synchronously with
- * getaddrinfo when a listener is created or a client connects). Port 0
+ * host is an IPv4/IPv6 literal or a name. A listener resolves its name
+ * synchronously (getaddrinfo) when it is created; a client resolves at each
+ * connection attempt on a helper thread, bounded by connect_timeout_ns, so
+ * the loop never blocks on DNS; a failed resolution is a failed attempt
+ * (UNAVAILABLE, backoff). bf_net_client_new() only checks the syntax. Port 0
  * binds an ephemeral port (see bf_net_server_port()).
  */
 

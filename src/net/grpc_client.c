@@ -23,9 +23,16 @@
  *     are queued on cl->finishing and run from a zero-delay timer.
  *   - Reentrancy: like the server, loop entry points bump cl->depth and
  *     bf_net_client_free() inside a callback completes afterwards.
+ *   - Host names are resolved at every connection attempt on a helper
+ *     thread (resolve.c) that signals an eventfd the loop watches, bounded
+ *     by the connect timeout: a slow or dead DNS server never stalls the
+ *     loop and the other work it carries (the executor's in-flight
+ *     actions, the session's operators). Literal addresses connect at once.
  */
 #include <errno.h>
 #include <stdio.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,6 +63,11 @@ struct bf_net_client {
     struct bf_net_timer backoff_timer, kick_timer;
     int64_t backoff_cur;
     int last_err;
+    bool last_err_resolve;      /* last_err came from name resolution */
+    struct bf_resolve *resolve; /* name resolution in flight */
+    int res_efd;                /* its completion eventfd (-1 until needed) */
+    struct bf_net_watch *res_watch;
+    struct bf_net_timer resolve_timer; /* bounds it by the connect timeout */
     struct bf_net_stats stats;
     nghttp2_session_callbacks *cbs;
     nghttp2_option *h2opt;
@@ -903,6 +915,7 @@ static void cconn_on_close(struct conn *c, int err)
         } else {
             cl->stats.connect_failures++;
             cl->last_err = err ? -err : ECONNRESET;
+            cl->last_err_resolve = false;
             BF_WARN("gRPC client: connect failed", "addr=\"%s\" err=\"%s\"", cl->addr,
                     strerror(cl->last_err));
             cl->state = BF_NET_CLIENT_BACKOFF;
@@ -956,7 +969,8 @@ static void enter_backoff(struct bf_net_client *cl)
 {
     cl->state = BF_NET_CLIENT_BACKOFF;
     char msg[160];
-    snprintf(msg, sizeof msg, "connection to %s unavailable: %s", cl->addr,
+    snprintf(msg, sizeof msg, "connection to %s unavailable: %s%s", cl->addr,
+             cl->last_err_resolve ? "cannot resolve host name: " : "",
              strerror(cl->last_err ? cl->last_err : ECONNREFUSED));
     /* waiting calls fail; delivered from the loop (we may be inside an API call) */
     while (!bf_list_empty(&cl->pending)) {
@@ -977,22 +991,108 @@ static void enter_backoff(struct bf_net_client *cl)
     cl->backoff_cur = next > cl->o.backoff_max_ns ? cl->o.backoff_max_ns : next;
 }
 
+static void connect_failed(struct bf_net_client *cl, int r, bool resolving)
+{
+    cl->stats.connect_failures++;
+    cl->last_err = -r;
+    cl->last_err_resolve = resolving;
+    if (resolving)
+        BF_WARN("gRPC client: cannot resolve host name", "addr=\"%s\" err=\"%s\"", cl->addr,
+                r == -EHOSTUNREACH ? "no such host or no address" : strerror(-r));
+    else
+        BF_WARN("gRPC client: cannot connect", "addr=\"%s\" err=\"%s\"", cl->addr, strerror(-r));
+    enter_backoff(cl);
+}
+
+static void connect_to(struct bf_net_client *cl, struct sockaddr_storage *ss, socklen_t sl);
+
+static void resolve_done_cb(struct bf_net_watch *w, uint64_t count, void *arg)
+{
+    (void)w;
+    (void)count;
+    struct bf_net_client *cl = arg;
+    if (!cl->resolve || cl->destroying)
+        return;
+    struct sockaddr_storage ss;
+    socklen_t sl = 0;
+    int r = bf_resolve_take(cl->resolve, &ss, &sl);
+    if (r == -EINPROGRESS)
+        return;
+    cl->resolve = NULL;
+    bf_net_timer_stop(&cl->resolve_timer);
+    cl_enter(cl);
+    if (r < 0)
+        connect_failed(cl, r, true);
+    else
+        connect_to(cl, &ss, sl);
+    cl_leave(cl);
+}
+
+static void resolve_timeout_cb(struct bf_net_timer *t, void *arg)
+{
+    (void)t;
+    struct bf_net_client *cl = arg;
+    if (!cl->resolve)
+        return;
+    bf_resolve_abandon(cl->resolve); /* its thread frees it when getaddrinfo returns */
+    cl->resolve = NULL;
+    cl_enter(cl);
+    connect_failed(cl, -ETIMEDOUT, true);
+    cl_leave(cl);
+}
+
+/* Starts resolving `host` off the loop; 0 or a negative errno. */
+static int resolve_begin(struct bf_net_client *cl, const char *host, uint16_t port)
+{
+    if (cl->res_efd < 0) {
+        cl->res_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (cl->res_efd < 0)
+            return -errno;
+        int r = bf_net_watch_eventfd(cl->loop, cl->res_efd, resolve_done_cb, cl, &cl->res_watch);
+        if (r < 0) {
+            close(cl->res_efd);
+            cl->res_efd = -1;
+            return r;
+        }
+    }
+    int r = bf_resolve_start(host, port, cl->res_efd, &cl->resolve);
+    if (r < 0)
+        return r;
+    bf_net_timer_start(&cl->resolve_timer, cl->o.connect_timeout_ns, 0);
+    return 0;
+}
+
 static void client_connect(struct bf_net_client *cl)
 {
-    if (cl->active || cl->destroying)
+    if (cl->active || cl->destroying || cl->resolve)
         return;
     cl->state = BF_NET_CLIENT_CONNECTING;
     cl->stats.connect_attempts++;
     bf_net_timer_stop(&cl->backoff_timer);
+    struct sockaddr_storage ss;
+    socklen_t sl = 0;
+    char host[256];
+    uint16_t port = 0;
+    int r = bf_addr_parse_literal(cl->addr, &ss, &sl, host, sizeof host, &port);
+    if (r == 1) {
+        r = resolve_begin(cl, host, port);
+        if (r < 0)
+            connect_failed(cl, r, true);
+        return;
+    }
+    if (r < 0) {
+        connect_failed(cl, r, false);
+        return;
+    }
+    connect_to(cl, &ss, sl);
+}
+
+static void connect_to(struct bf_net_client *cl, struct sockaddr_storage *ss, socklen_t sl)
+{
     if (cl->tls)
         bf_tls_ctx_maybe_reload(&cl->tls);
-    struct sockaddr_storage ss;
-    socklen_t sl;
-    int r = bf_addr_parse(cl->addr, &ss, &sl, NULL, 0, NULL);
     struct cconn *cc = NULL;
-    if (r < 0)
-        goto out_fail;
-    r = -ENOMEM;
+    int r = -ENOMEM;
     cc = calloc(1, sizeof *cc);
     if (!cc)
         goto out_fail;
@@ -1001,7 +1101,7 @@ static void client_connect(struct bf_net_client *cl)
     bf_list_init(&cc->drain_q);
     if (nghttp2_session_client_new2(&cc->h2, cl->cbs, cc, cl->h2opt) != 0)
         goto out_fail;
-    r = conn_init_connect(&cc->c, cl->loop, (struct sockaddr *)&ss, sl, &cconn_ops, &cl->stats,
+    r = conn_init_connect(&cc->c, cl->loop, (struct sockaddr *)ss, sl, &cconn_ops, &cl->stats,
                           cl->tls, cl->server_name, 0);
     if (r < 0)
         goto out_fail;
@@ -1016,10 +1116,7 @@ out_fail:
             nghttp2_session_del(cc->h2);
         free(cc);
     }
-    cl->stats.connect_failures++;
-    cl->last_err = -r;
-    BF_WARN("gRPC client: cannot connect", "addr=\"%s\" err=\"%s\"", cl->addr, strerror(-r));
-    enter_backoff(cl);
+    connect_failed(cl, r, false);
 }
 
 /* ------------------------------------------------------------ lifecycle */
@@ -1033,12 +1130,14 @@ int bf_net_client_new(struct bf_net_loop *loop, const struct bf_net_client_opts 
     socklen_t sl;
     char host[256];
     uint16_t port;
-    int r = bf_addr_parse(opts->addr, &ss, &sl, host, sizeof host, &port);
+    /* syntax only: a host name is resolved at each connection attempt */
+    int r = bf_addr_parse_literal(opts->addr, &ss, &sl, host, sizeof host, &port);
     if (r < 0)
         return r;
     struct bf_net_client *cl = calloc(1, sizeof *cl);
     if (!cl)
         return -ENOMEM;
+    cl->res_efd = -1;
     cl->loop = loop;
     cl->o = *opts;
     cl->o.addr = NULL;
@@ -1071,6 +1170,7 @@ int bf_net_client_new(struct bf_net_loop *loop, const struct bf_net_client_opts 
     bf_list_init(&cl->finishing);
     bf_timer_init(&cl->backoff_timer, loop, backoff_cb, cl);
     bf_timer_init(&cl->kick_timer, loop, kick_cb, cl);
+    bf_timer_init(&cl->resolve_timer, loop, resolve_timeout_cb, cl);
     r = -ENOMEM;
     cl->addr = strdup(opts->addr);
     cl->server_name =
@@ -1138,6 +1238,12 @@ static void client_destroy(struct bf_net_client *cl)
     cl->depth++;
     bf_net_timer_stop(&cl->backoff_timer);
     bf_net_timer_stop(&cl->kick_timer);
+    bf_net_timer_stop(&cl->resolve_timer);
+    bf_resolve_abandon(cl->resolve);
+    cl->resolve = NULL;
+    bf_net_watch_free(cl->res_watch);
+    if (cl->res_efd >= 0)
+        close(cl->res_efd);
     fail_pending(cl, BF_NET_CANCELLED, "client closed");
     while (!bf_list_empty(&cl->finishing)) {
         struct bf_net_stream *s =

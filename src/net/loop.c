@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -381,8 +382,8 @@ static void watch_handle(struct bf_net_watch *w, int res, unsigned flags)
 
 /* ---------------------------------------------------------------- addresses */
 
-int bf_addr_parse(const char *addr, struct sockaddr_storage *ss, socklen_t *len, char *host_out,
-                  size_t host_cap, uint16_t *port_out)
+int bf_addr_parse_literal(const char *addr, struct sockaddr_storage *ss, socklen_t *len,
+                          char *host_out, size_t host_cap, uint16_t *port_out)
 {
     if (!addr)
         return -EINVAL;
@@ -439,11 +440,29 @@ int bf_addr_parse(const char *addr, struct sockaddr_storage *ss, socklen_t *len,
         *len = sizeof *v6;
         return 0;
     }
-    /* a name: synchronous resolution (localhost, /etc/hosts, DNS) */
+    return 1; /* a name: the caller resolves it (bf_addr_resolve) */
+}
+
+_Atomic int64_t bf_resolve_test_delay_ns;
+
+int bf_addr_resolve(const char *host, uint16_t port, struct sockaddr_storage *ss, socklen_t *len)
+{
+    int64_t delay = atomic_load(&bf_resolve_test_delay_ns);
+    if (delay > 0) {
+        struct timespec ts = {delay / 1000000000, delay % 1000000000};
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+        }
+    }
+    struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
     struct addrinfo *res = NULL;
-    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res)
-        return -EINVAL;
+    int g = getaddrinfo(host, NULL, &hints, &res);
+    if (g != 0 || !res) {
+        if (res)
+            freeaddrinfo(res);
+        return g == EAI_AGAIN ? -EAGAIN : g == EAI_MEMORY ? -ENOMEM : -EHOSTUNREACH;
+    }
     /* prefer IPv4 (":port" listeners are IPv4) */
     struct addrinfo *pick = res;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next)
@@ -459,6 +478,26 @@ int bf_addr_parse(const char *addr, struct sockaddr_storage *ss, socklen_t *len,
         v6->sin6_port = htons((uint16_t)port);
     freeaddrinfo(res);
     return 0;
+}
+
+int bf_addr_parse(const char *addr, struct sockaddr_storage *ss, socklen_t *len, char *host_out,
+                  size_t host_cap, uint16_t *port_out)
+{
+    char host[256];
+    uint16_t port;
+    int r = bf_addr_parse_literal(addr, ss, len, host, sizeof host, &port);
+    if (r < 0)
+        return r;
+    if (host_out) {
+        if (strlen(host) >= host_cap)
+            return -EINVAL;
+        strcpy(host_out, host);
+    }
+    if (port_out)
+        *port_out = port;
+    if (r == 0)
+        return 0;
+    return bf_addr_resolve(host, port, ss, len) < 0 ? -EINVAL : 0;
 }
 
 void bf_addr_format(const struct sockaddr *sa, char *out, size_t cap)

@@ -24,6 +24,7 @@
 
 #include <liburing.h>
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -153,10 +154,45 @@ struct bf_listener {
     struct bf_list link;
 };
 
-/* Parses "host:port" / ":port" / "[v6]:port" into *ss. -EINVAL. host_out
- * (optional) receives the host part ("" for ":port"). */
+/* Parses "host:port" / ":port" / "[v6]:port" into *ss, resolving a host
+ * name synchronously (getaddrinfo: may block; listeners at startup only).
+ * -EINVAL (syntax or resolution). host_out (optional) receives the host part
+ * ("" for ":port"). */
 int bf_addr_parse(const char *addr, struct sockaddr_storage *ss, socklen_t *len, char *host_out,
                   size_t host_cap, uint16_t *port_out);
+/* The same without resolving: 0 = a literal address (or ":port"), *ss and
+ * *len filled; 1 = a host name, *ss untouched, to be resolved with
+ * bf_addr_resolve(host_out, *port_out, ...) (*ss zeroed); -EINVAL = syntax (or host_out
+ * too small). host_out and port_out are filled in both success cases
+ * (host_out optional only when the caller never resolves). Never blocks. */
+int bf_addr_parse_literal(const char *addr, struct sockaddr_storage *ss, socklen_t *len,
+                          char *host_out, size_t host_cap, uint16_t *port_out);
+/* Resolves a host name (getaddrinfo: blocks; call it off the loop thread),
+ * preferring IPv4. 0, -EHOSTUNREACH (no such name / no address), -EAGAIN
+ * (temporary DNS failure), -ENOMEM. Thread-safe. */
+int bf_addr_resolve(const char *host, uint16_t port, struct sockaddr_storage *ss, socklen_t *len);
+
+/*
+ * Asynchronous name resolution (resolve.c), so that a slow or dead DNS
+ * server never stalls an event loop: bf_resolve_start() runs
+ * bf_addr_resolve() on a detached thread and signals `efd` (an eventfd the
+ * caller watches; it is dup'ed, so the caller may close its own copy at any
+ * time) when the result is ready. The loop thread then calls
+ * bf_resolve_take(), which frees the job. A job the caller no longer wants
+ * (timeout, shutdown) is handed back with bf_resolve_abandon(): the thread
+ * frees it when getaddrinfo returns and never signals. Loop-thread only,
+ * except the job's own thread.
+ */
+struct bf_resolve;
+/* 0 and *out; -ENOMEM, -EMFILE (dup), -EAGAIN (no thread). */
+int bf_resolve_start(const char *host, uint16_t port, int efd, struct bf_resolve **out);
+/* -EINPROGRESS while running (spurious wake-up; the job is kept); otherwise
+ * the job is freed and the result returned: 0 with *ss and *len, or the
+ * bf_addr_resolve error. */
+int bf_resolve_take(struct bf_resolve *r, struct sockaddr_storage *ss, socklen_t *len);
+void bf_resolve_abandon(struct bf_resolve *r);
+/* Tests only: bf_addr_resolve() first sleeps this long (a slow DNS server). */
+extern _Atomic int64_t bf_resolve_test_delay_ns;
 /* "ip:port" of a socket address. */
 void bf_addr_format(const struct sockaddr *sa, char *out, size_t cap);
 

@@ -2,7 +2,8 @@
  * test_net_rpc.c — our gRPC client against our gRPC server, in one process
  * over loopback: unary, server streaming, bidi, errors, deadlines,
  * cancellation both ways, large and oversize messages, fail-fast and
- * reconnect, connection loss, graceful shutdown, backpressure info, and
+ * reconnect, connection loss, graceful shutdown, backpressure info, host
+ * names resolved off the loop, and
  * TLS / mTLS with identities (certificates made with the openssl CLI in a
  * temporary directory).
  * Each test creates its own loop (check forks per test).
@@ -20,6 +21,7 @@
 
 #include "bigfleet/net.h"
 #include "bigfleet/util.h"
+#include "net/net_internal.h" /* bf_resolve_test_delay_ns */
 
 /* ------------------------------------------------------------ server side */
 
@@ -1224,6 +1226,132 @@ struct freeer {
     struct bf_net_client *cl;
     int done;
 };
+/* ------------------------------------------------------------ host names */
+
+static int g_ticks;
+static void tick(struct bf_net_timer *t, void *arg)
+{
+    (void)t;
+    (void)arg;
+    g_ticks++;
+}
+
+static struct bf_net_client *name_client(struct bf_net_loop *l, const char *addr,
+                                         int64_t connect_timeout_ns)
+{
+    struct bf_net_client_opts o = {.addr = addr,
+                                   .connect_timeout_ns = connect_timeout_ns,
+                                   .backoff_initial_ns = 50 * BF_NS_PER_MS,
+                                   .backoff_max_ns = 200 * BF_NS_PER_MS};
+    struct bf_net_client *cl = NULL;
+    ck_assert_int_eq(bf_net_client_new(l, &o, &cl), 0);
+    return cl;
+}
+
+/* A DNS answer that takes 300 ms must not stall the loop: a 10 ms timer keeps
+ * firing while the name resolves (a resolution on the loop thread would
+ * freeze it for the whole 300 ms, inside bf_net_client_new). */
+START_TEST(host_name_resolves_off_the_loop_and_the_call_succeeds)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
+    struct bf_net_timer *t = bf_net_timer_new(l, tick, NULL);
+    g_ticks = 0;
+    bf_net_timer_start(t, 10 * BF_NS_PER_MS, 10 * BF_NS_PER_MS);
+    atomic_store(&bf_resolve_test_delay_ns, 300 * BF_NS_PER_MS);
+    char addr[64];
+    snprintf(addr, sizeof addr, "localhost:%u", bf_net_server_port(srv));
+    struct bf_net_client *cl = name_client(l, addr, 5 * BF_NS_PER_SEC);
+    ck_assert_int_eq(bf_net_client_state(cl), BF_NET_CLIENT_CONNECTING);
+    struct result r = {0};
+    ck_assert_ptr_nonnull(unary(cl, "/t.Test/Echo", "hi", 2, 5 * BF_NS_PER_SEC, &r));
+    run_until(l, result_done, &r, 4 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    ck_assert_str_eq((char *)r.resp, "hi");
+    /* ~30 ticks in 300 ms; 10 leaves room for a loaded machine */
+    ck_assert_int_ge(g_ticks, 10);
+    ck_assert_int_eq(bf_net_client_state(cl), BF_NET_CLIENT_READY);
+    atomic_store(&bf_resolve_test_delay_ns, 0);
+    free(r.resp);
+    bf_net_timer_free(t);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+/* A name that cannot be resolved is an unavailable server: queued calls fail
+ * with UNAVAILABLE naming the cause, the attempt counts as a connect failure
+ * and the client keeps retrying with backoff. Creating the client never
+ * resolves (a name that does not resolve yet is not a startup error). */
+START_TEST(unresolvable_host_name_fails_calls_with_unavailable_and_retries)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_client *cl = name_client(l, "no-such-host.invalid:7780", 2 * BF_NS_PER_SEC);
+    struct result r = {0};
+    ck_assert_ptr_nonnull(unary(cl, "/t.Test/Echo", "x", 1, 10 * BF_NS_PER_SEC, &r));
+    run_until(l, result_done, &r, 8 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.done, 1);
+    ck_assert_int_eq(r.code, BF_NET_UNAVAILABLE);
+    ck_assert_msg(strstr(r.msg, "cannot resolve host name"), "message: %s", r.msg);
+    struct bf_net_stats cs;
+    bf_net_client_stats(cl, &cs);
+    ck_assert_uint_ge(cs.connect_failures, 1);
+    /* the backoff timer starts the next attempt by itself */
+    uint64_t first = cs.connect_attempts;
+    int64_t until = bf_mono_ns() + 6 * BF_NS_PER_SEC;
+    while (cs.connect_attempts == first && bf_mono_ns() < until) {
+        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+        bf_net_client_stats(cl, &cs);
+    }
+    ck_assert_uint_gt(cs.connect_attempts, first);
+    bf_net_client_free(cl);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+/* A resolution slower than the connect timeout is abandoned: the call fails
+ * with UNAVAILABLE at about the timeout, and the client can be freed while
+ * the resolver thread still runs (it frees its own job later: ASan build). */
+START_TEST(resolution_past_the_connect_timeout_is_abandoned_and_free_is_safe)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
+    atomic_store(&bf_resolve_test_delay_ns, 1500 * BF_NS_PER_MS);
+    char addr[64];
+    snprintf(addr, sizeof addr, "localhost:%u", bf_net_server_port(srv));
+    struct bf_net_client *cl = name_client(l, addr, 200 * BF_NS_PER_MS);
+    struct result r = {0};
+    int64_t t0 = bf_mono_ns();
+    ck_assert_ptr_nonnull(unary(cl, "/t.Test/Echo", "x", 1, 10 * BF_NS_PER_SEC, &r));
+    run_until(l, result_done, &r, 5 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_UNAVAILABLE);
+    ck_assert_msg(strstr(r.msg, "cannot resolve host name"), "message: %s", r.msg);
+    ck_assert(r.at - t0 < 1400 * BF_NS_PER_MS); /* at the timeout, not when DNS answers */
+    /* the retry (after backoff) is also in flight or abandoned; free now */
+    run_until(l, result_done, &(struct result){0}, 100 * BF_NS_PER_MS);
+    bf_net_client_free(cl);
+    /* the threads finish (1.5 s each) and free their jobs; no signal lands */
+    struct timespec ts = {3, 200000000};
+    nanosleep(&ts, NULL);
+    settle(l);
+    atomic_store(&bf_resolve_test_delay_ns, 0);
+    /* a fresh client to the same name works */
+    struct bf_net_client *c2 = name_client(l, addr, 5 * BF_NS_PER_SEC);
+    struct result ok = {0};
+    unary(c2, "/t.Test/Echo", "ok", 2, 5 * BF_NS_PER_SEC, &ok);
+    run_until(l, result_done, &ok, 4 * BF_NS_PER_SEC);
+    ck_assert_int_eq(ok.code, BF_NET_OK);
+    free(ok.resp);
+    bf_net_client_free(c2);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
 static void free_in_cb(void *arg, int code, const char *m, const uint8_t *resp, size_t len)
 {
     (void)code, (void)m, (void)resp, (void)len;
@@ -1283,6 +1411,9 @@ int main(void)
     tcase_add_test(tc, server_rejects_connections_over_max_connections);
     tcase_add_test(tc, keepalive_pings_keep_an_idle_stream_alive);
     tcase_add_test(tc, client_keepalive_detects_a_server_that_stopped_answering);
+    tcase_add_test(tc, host_name_resolves_off_the_loop_and_the_call_succeeds);
+    tcase_add_test(tc, unresolvable_host_name_fails_calls_with_unavailable_and_retries);
+    tcase_add_test(tc, resolution_past_the_connect_timeout_is_abandoned_and_free_is_safe);
     suite_add_tcase(s, tc);
     TCase *tt = tcase_create("tls");
     tcase_set_timeout(tt, 60);
