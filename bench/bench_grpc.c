@@ -519,8 +519,7 @@ static struct bidi_fig bidi_bench(int streams, int conns, int rounds,
     fg.client_rss_kb = proc_rss_kb(getpid());
     fg.bytes_per_stream =
         fg.opened ? (double)(fg.rss_open_kb - fg.rss_base_kb) * 1024.0 / fg.opened : 0;
-    fg.heap_per_stream =
-        fg.opened ? (double)(fg.heap_open - fg.heap_base) / fg.opened : 0;
+    fg.heap_per_stream = fg.opened ? (double)(fg.heap_open - fg.heap_base) / fg.opened : 0;
     /* message rounds: one rollup per stream in, one ack out */
     double cpu0 = proc_cpu(pid);
     int64_t r0 = bf_mono_ns();
@@ -613,12 +612,15 @@ int main(int argc, char **argv)
     double seconds = 3;
     int streams = 10000;
     const char *out = "results/bench_grpc.json";
-    static const struct option lo[] = {
-        {"seconds", required_argument, 0, 's'},  {"streams", required_argument, 0, 'n'},
-        {"out", required_argument, 0, 'o'},      {"quick", no_argument, 0, 'q'},
-        {"serve-fd", required_argument, 0, 'F'}, {"cert", required_argument, 0, 'C'},
-        {"key", required_argument, 0, 'K'},      {"ca", required_argument, 0, 'A'},
-        {0, 0, 0, 0}};
+    static const struct option lo[] = {{"seconds", required_argument, 0, 's'},
+                                       {"streams", required_argument, 0, 'n'},
+                                       {"out", required_argument, 0, 'o'},
+                                       {"quick", no_argument, 0, 'q'},
+                                       {"serve-fd", required_argument, 0, 'F'},
+                                       {"cert", required_argument, 0, 'C'},
+                                       {"key", required_argument, 0, 'K'},
+                                       {"ca", required_argument, 0, 'A'},
+                                       {0, 0, 0, 0}};
     int c;
     int serve_fd = -1;
     const char *cert = NULL, *key = NULL, *ca_arg = NULL;

@@ -169,11 +169,11 @@ struct bf_md_encoded {
 void bf_shard_metadata_encode(const struct bf_assignment *a, struct bf_md_encoded *out);
 
 /* Which fields a decode found. */
-#define BF_MD_HAS_PRIORITY 0x1u
-#define BF_MD_HAS_IPD 0x2u
-#define BF_MD_HAS_RPD 0x4u
+#define BF_MD_HAS_PRIORITY    0x1u
+#define BF_MD_HAS_IPD         0x2u
+#define BF_MD_HAS_RPD         0x4u
 #define BF_MD_HAS_FINGERPRINT 0x8u
-#define BF_MD_HAS_GROUP 0x10u
+#define BF_MD_HAS_GROUP       0x10u
 /*
  * Decodes a provider-echoed map: each known key on its own (missing keys
  * leave fields alone; unknown keys ignored; a malformed value is skipped and

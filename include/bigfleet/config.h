@@ -27,9 +27,9 @@
 struct bf_config {
     /* identity and endpoints */
     char id[64];
-    char listen[BF_ADDR_MAX];       /* gRPC: Shard/Session + ShardRead */
-    char metrics_addr[BF_ADDR_MAX]; /* HTTP /metrics /healthz /readyz; "0" = off */
-    char data_dir[BF_PATH_MAX];     /* LMDB state (epoch, coordinator term) */
+    char listen[BF_ADDR_MAX];        /* gRPC: Shard/Session + ShardRead */
+    char metrics_addr[BF_ADDR_MAX];  /* HTTP /metrics /healthz /readyz; "0" = off */
+    char data_dir[BF_PATH_MAX];      /* LMDB state (epoch, coordinator term) */
     char provider_addr[BF_ADDR_MAX]; /* "" = start the embedded simulated provider */
     char coordinator_addr[BF_ADDR_MAX];
     char advertise_addr[BF_ADDR_MAX];

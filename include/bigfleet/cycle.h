@@ -46,7 +46,7 @@ struct bf_cycle_opts {
     uint32_t max_actions;         /* 0 = unlimited */
     int64_t ac_min_interval_ns;   /* AvailableCapacity rate limit */
     uint32_t metrics_warmup_cycles;
-    uint32_t engine_flags;        /* BF_ENGINE_F_* */
+    uint32_t engine_flags; /* BF_ENGINE_F_* */
 };
 
 /* Options from the appliance configuration. */
@@ -62,8 +62,8 @@ struct bf_cycle_report {
     uint32_t clusters_reread; /* clusters whose generation moved */
     uint32_t needs;           /* normalized demand rows */
     uint32_t unsatisfied;
-    uint32_t decided;         /* actions the engine decided */
-    uint32_t enqueued;        /* actions pushed for execution */
+    uint32_t decided;  /* actions the engine decided */
+    uint32_t enqueued; /* actions pushed for execution */
     uint32_t deduped, dropped, deferred, capped;
     uint32_t suppressed, dryrun;
     uint32_t ac_hints;

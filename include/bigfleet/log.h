@@ -31,8 +31,8 @@ void bf_log(int level, const char *msg, const char *kv_fmt, ...)
 void bf_vlog(int level, const char *msg, const char *kv_fmt, va_list ap);
 
 #define BF_DEBUG(msg, ...) bf_log(BF_LOG_DEBUG, msg, __VA_ARGS__)
-#define BF_INFO(msg, ...) bf_log(BF_LOG_INFO, msg, __VA_ARGS__)
-#define BF_WARN(msg, ...) bf_log(BF_LOG_WARN, msg, __VA_ARGS__)
+#define BF_INFO(msg, ...)  bf_log(BF_LOG_INFO, msg, __VA_ARGS__)
+#define BF_WARN(msg, ...)  bf_log(BF_LOG_WARN, msg, __VA_ARGS__)
 #define BF_ERROR(msg, ...) bf_log(BF_LOG_ERROR, msg, __VA_ARGS__)
 
 #endif /* BIGFLEET_LOG_H */

@@ -76,7 +76,7 @@ enum bf_capacity_type {
 };
 
 #define BF_ONDEMAND_IDLE_HOLD_S 600 /* DefaultOnDemandIdleHold: 10 minutes */
-#define BF_SPOT_IDLE_HOLD_S 60      /* DefaultSpotIdleHold: 1 minute */
+#define BF_SPOT_IDLE_HOLD_S     60  /* DefaultSpotIdleHold: 1 minute */
 
 /* "BareMetal", "Reserved", "OnDemand", "Spot", "unspecified". */
 const char *bf_capacity_type_name(int ct);
@@ -90,13 +90,13 @@ int64_t bf_idle_hold_seconds(int ct);
 /* ------------------------------------------------------------ penalty buckets */
 
 #define BF_BUCKET_UNSPECIFIED 0
-#define BF_BUCKET_ZERO 1
+#define BF_BUCKET_ZERO        1
 #define BF_BUCKET_HALF_DOLLAR 2
-#define BF_BUCKET_FIRST_POW2 3 /* $1 */
-#define BF_BUCKET_LAST_POW2 26 /* $8,388,608 */
-#define BF_BUCKET_PINNED 27    /* > $8,388,608: +Inf */
-#define BF_BUCKET_MAX 27
-#define BF_BUCKET_COUNT 28
+#define BF_BUCKET_FIRST_POW2  3  /* $1 */
+#define BF_BUCKET_LAST_POW2   26 /* $8,388,608 */
+#define BF_BUCKET_PINNED      27 /* > $8,388,608: +Inf */
+#define BF_BUCKET_MAX         27
+#define BF_BUCKET_COUNT       28
 
 /*
  * BucketForDollars (wire.md §9): d <= 0 -> ZERO; d <= 0.5 -> HALF_DOLLAR;
@@ -137,7 +137,7 @@ enum bf_when_unsat {
 
 /* Well-known attribute keys consulted before labels (engine.md §1.5). */
 #define BF_LABEL_INSTANCE_TYPE "node.kubernetes.io/instance-type"
-#define BF_LABEL_ZONE "topology.kubernetes.io/zone"
+#define BF_LABEL_ZONE          "topology.kubernetes.io/zone"
 
 struct bf_requirement {
     const char *key;
@@ -205,7 +205,7 @@ int bf_profile_pinned_types_index(const struct bf_need_profile *p);
  * the appliance keeps one shared registry in the inventory segment so every
  * process agrees on the indices). A dimension absent from a vector is 0.
  */
-#define BF_MAX_DIMS 8
+#define BF_MAX_DIMS     8
 #define BF_DIM_NAME_MAX 48
 
 typedef struct bf_vec {
@@ -357,7 +357,8 @@ enum bf_reject_reason {
     BF_REJECT_PRICE = 2,
     BF_REJECT_PROBABILITY = 3
 };
-const char *bf_reject_reason_label(int reason); /* "structural", "price", "interruption_probability" */
+const char *
+bf_reject_reason_label(int reason); /* "structural", "price", "interruption_probability" */
 
 struct bf_invariant_input {
     int state;
@@ -381,11 +382,11 @@ int bf_machine_invariant(const struct bf_invariant_input *m, char *msg, size_t m
 /* ------------------------------------------------------------ shard_metadata */
 
 /* The store-and-echo keys written at Configure (wire.md §10). */
-#define BF_MD_PRIORITY "bigfleet.lucy.sh/assigned-priority"
+#define BF_MD_PRIORITY     "bigfleet.lucy.sh/assigned-priority"
 #define BF_MD_INTERRUPTION "bigfleet.lucy.sh/assigned-interruption-penalty-dollars"
-#define BF_MD_RECLAMATION "bigfleet.lucy.sh/assigned-reclamation-penalty-dollars"
-#define BF_MD_FINGERPRINT "bigfleet.lucy.sh/assigned-need-fingerprint"
-#define BF_MD_GROUP "bigfleet.lucy.sh/assigned-group"
+#define BF_MD_RECLAMATION  "bigfleet.lucy.sh/assigned-reclamation-penalty-dollars"
+#define BF_MD_FINGERPRINT  "bigfleet.lucy.sh/assigned-need-fingerprint"
+#define BF_MD_GROUP        "bigfleet.lucy.sh/assigned-group"
 
 /*
  * Formats a double the way Go's strconv.FormatFloat(f, 'g', -1, 64) does:

@@ -21,9 +21,9 @@
 #include "bigfleet/shm.h"
 
 /* Exit codes (aesthetics.md §4.3 item 4). */
-#define BF_EXIT_OK 0       /* orderly */
-#define BF_EXIT_ERROR 1    /* orderly error; shared memory untouched */
-#define BF_EXIT_CRASH 2    /* quick death */
+#define BF_EXIT_OK         0 /* orderly */
+#define BF_EXIT_ERROR      1 /* orderly error; shared memory untouched */
+#define BF_EXIT_CRASH      2 /* quick death */
 #define BF_EXIT_NO_RESPAWN 3 /* fatal configuration problem: do not restart me */
 
 /* "supervisor", "session", "reconciler", "cycle", "executor", "simprovider". */

@@ -33,9 +33,9 @@
 #include "bigfleet/model.h"
 #include "bigfleet/shm_layout.h"
 
-#define BF_SEQLOCK_READ_TRIES 256
-#define BF_SEQLOCK_WRITE_TIMEOUT_NS (50LL * 1000 * 1000) /* 50 ms */
-#define BF_STRLOCK_TIMEOUT_NS (200LL * 1000 * 1000)      /* 200 ms */
+#define BF_SEQLOCK_READ_TRIES       256
+#define BF_SEQLOCK_WRITE_TIMEOUT_NS (50LL * 1000 * 1000)  /* 50 ms */
+#define BF_STRLOCK_TIMEOUT_NS       (200LL * 1000 * 1000) /* 200 ms */
 
 /* Capacities chosen by flags (--max-machines, --max-needs, --max-clusters). */
 struct bf_shm_caps {
@@ -48,8 +48,8 @@ struct bf_shm {
     void *base[BF_SEG_KIND_COUNT];
     size_t len[BF_SEG_KIND_COUNT];
     bool readonly;
-    uint32_t pid;  /* this process, stored as seqlock/lock owner */
-    int role;      /* enum bf_role of this process (stats slots) */
+    uint32_t pid; /* this process, stored as seqlock/lock owner */
+    int role;     /* enum bf_role of this process (stats slots) */
     char shard_id[BF_SHARD_ID_MAX];
     /* typed views (process-local pointers into the mappings) */
     struct bf_seg_header *inv_hdr, *needs_hdr, *rings_hdr, *state_hdr;
@@ -99,8 +99,7 @@ int bf_shm_create(struct bf_shm *s, const char *shard_id, const struct bf_shm_ca
  * -EPROTONOSUPPORT (layout version mismatch), -EAGAIN (not initialised yet),
  * other -errno.
  */
-int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *err,
-                  size_t errlen);
+int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *err, size_t errlen);
 /* Unmaps (does not unlink). Safe on a zeroed handle. */
 void bf_shm_detach(struct bf_shm *s);
 /* Unlinks all four segment names; returns 0 if at least one existed, else -ENOENT. */
@@ -297,8 +296,7 @@ void bf_cluster_write(struct bf_shm *s, uint32_t idx, const struct bf_cluster_re
 int bf_needs_copy(const struct bf_shm *s, uint32_t idx, struct bf_cluster_rec *rec,
                   struct bf_need_row *out, uint32_t max);
 /* Copies rows [off, off+n) of the arena with relaxed atomic word loads. */
-void bf_needs_copy_rows(const struct bf_shm *s, uint32_t off, uint32_t n,
-                        struct bf_need_row *out);
+void bf_needs_copy_rows(const struct bf_shm *s, uint32_t off, uint32_t n, struct bf_need_row *out);
 
 /* --------------------------------------------------------------- stamps */
 
@@ -352,8 +350,7 @@ static inline int bf_str_intern_cstr(struct bf_shm *s, const char *str, uint32_t
 }
 
 /* Converts a record's idle_since to wall seconds (0 when unknown). */
-static inline int64_t bf_rec_idle_since_unix(const struct bf_shm *s,
-                                             const struct bf_machine_rec *r)
+static inline int64_t bf_rec_idle_since_unix(const struct bf_shm *s, const struct bf_machine_rec *r)
 {
     if (!r->idle_since)
         return 0;

@@ -43,9 +43,9 @@
 
 #include "bigfleet/model.h"
 
-#define BF_SHM_MAGIC 0x3148534c46474942ULL /* "BIGFLSH1" little-endian */
+#define BF_SHM_MAGIC          0x3148534c46474942ULL /* "BIGFLSH1" little-endian */
 #define BF_SHM_LAYOUT_VERSION 1u
-#define BF_CACHELINE 64
+#define BF_CACHELINE          64
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "need lock-free 64-bit atomics in shared memory");
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "need lock-free 32-bit atomics in shared memory");
@@ -71,7 +71,7 @@ enum bf_role {
 
 /* ------------------------------------------------------------------ header */
 
-#define BF_SHARD_ID_MAX 64 /* including NUL */
+#define BF_SHARD_ID_MAX   64 /* including NUL */
 #define BF_SEG_MAX_TABLES 16
 
 /* Common header of every segment (512 bytes). [W: supervisor, at creation;
@@ -91,8 +91,8 @@ struct bf_seg_header {
     uint32_t max_clusters;
     uint32_t index_capacity; /* id-index and string-hash slots (power of two) */
     uint64_t strings_arena_bytes;
-    uint32_t changelog_capacity; /* entries per change log (power of two) */
-    uint32_t stamp_capacity;     /* provisioning-latency stamp slots (power of two) */
+    uint32_t changelog_capacity;           /* entries per change log (power of two) */
+    uint32_t stamp_capacity;               /* provisioning-latency stamp slots (power of two) */
     uint64_t table_off[BF_SEG_MAX_TABLES]; /* offsets of the segment's tables */
     uint64_t table_len[BF_SEG_MAX_TABLES]; /* their sizes in bytes */
     _Atomic uint32_t ready;                /* 1 once initialised (release) */
@@ -136,7 +136,7 @@ struct bf_strtab_meta {
  * them (n is published with release). */
 #define BF_MAX_TYPES 256
 #define BF_MAX_ZONES 16
-#define BF_NAME_MAX 64
+#define BF_NAME_MAX  64
 struct bf_inv_meta {
     struct bf_strtab_meta strtab;
     /* [W: any process, under the string lock] */
@@ -159,12 +159,13 @@ struct bf_inv_meta {
 };
 
 /* Machine record flags (bf_machine_rec.flags). */
-#define BF_REC_VALID 0x1u         /* slot holds a machine */
-#define BF_REC_HOST_IS_ID 0x2u    /* host ref = provider only; HostRef.ref = the id */
-#define BF_REC_NEEDS_REFRESH 0x4u /* repaired or in-flight at a crash: the reconciler
-                                     applies the provider's view unconditionally */
-#define BF_REC_REJECTED 0x8u      /* the provider's latest record failed Invariant;
-                                     this is the last good record */
+#define BF_REC_VALID      0x1u /* slot holds a machine */
+#define BF_REC_HOST_IS_ID 0x2u /* host ref = provider only; HostRef.ref = the id */
+/* repaired or in-flight at a crash: the reconciler applies the provider's
+ * view unconditionally */
+#define BF_REC_NEEDS_REFRESH 0x4u
+/* the provider's latest record failed Invariant; this is the last good record */
+#define BF_REC_REJECTED 0x8u
 
 /*
  * One machine, decoded (the seqlock payload: 56 bytes = 7 words). Strings are
@@ -271,10 +272,10 @@ struct bf_cluster_rec {
     uint8_t quarantine_held; /* rail 2: consecutive suspicious rollups held */
     uint32_t rows_off;       /* first row in the arena */
     uint32_t rows_count;
-    uint32_t accepted_rows;  /* rail 2 baseline: rows of the last accepted rollup */
-    uint32_t session_epoch;  /* +1 per installed session (cycle forgets AC cache) */
-    uint64_t generation;     /* +1 per accepted (published) rollup */
-    int64_t last_rollup_ns;  /* arrival of the last rollup (any outcome) */
+    uint32_t accepted_rows; /* rail 2 baseline: rows of the last accepted rollup */
+    uint32_t session_epoch; /* +1 per installed session (cycle forgets AC cache) */
+    uint64_t generation;    /* +1 per accepted (published) rollup */
+    int64_t last_rollup_ns; /* arrival of the last rollup (any outcome) */
     uint64_t rollups_accepted;
     uint64_t rollups_rejected;    /* malformed: rejected at decode, demand kept */
     uint64_t rollups_quarantined; /* held by rail 2 */
@@ -325,7 +326,7 @@ _Static_assert(sizeof(struct bf_need_row) == 160, "need row layout changed");
  * re-stamps (epoch+1, now) on a later rollup. */
 struct bf_stamp {
     _Atomic uint32_t seq;
-    _Atomic uint32_t epoch;        /* 0 = empty slot */
+    _Atomic uint32_t epoch; /* 0 = empty slot */
     _Atomic uint32_t cluster_ref;
     _Atomic uint32_t fingerprint_ref;
     _Atomic int64_t first_seen_ns;
@@ -372,18 +373,18 @@ _Static_assert(sizeof(struct bf_ring_hdr) == 384, "ring header layout changed");
 /* Action kinds and reasons are the model's (enum bf_action_kind and enum
  * bf_action_reason in bigfleet/model.h). Short aliases used by the shared
  * messages and their producers/consumers: */
-#define BF_ACT_UNSPECIFIED BF_ACTION_UNSPECIFIED
-#define BF_ACT_BOOTSTRAP BF_ACTION_BOOTSTRAP
-#define BF_ACT_PROVISION BF_ACTION_PROVISION
-#define BF_ACT_RECLAIM BF_ACTION_RECLAIM
-#define BF_ACT_PREEMPT BF_ACTION_PREEMPT
-#define BF_ACT_DELETE BF_ACTION_DELETE
-#define BF_ACT_KIND_COUNT BF_ACTION_KIND_COUNT
-#define BF_REASON_P1_IDLE BF_REASON_PHASE1_IDLE
+#define BF_ACT_UNSPECIFIED       BF_ACTION_UNSPECIFIED
+#define BF_ACT_BOOTSTRAP         BF_ACTION_BOOTSTRAP
+#define BF_ACT_PROVISION         BF_ACTION_PROVISION
+#define BF_ACT_RECLAIM           BF_ACTION_RECLAIM
+#define BF_ACT_PREEMPT           BF_ACTION_PREEMPT
+#define BF_ACT_DELETE            BF_ACTION_DELETE
+#define BF_ACT_KIND_COUNT        BF_ACTION_KIND_COUNT
+#define BF_REASON_P1_IDLE        BF_REASON_PHASE1_IDLE
 #define BF_REASON_P1_SPECULATIVE BF_REASON_PHASE1_SPECULATIVE
-#define BF_REASON_P2_INVERSION BF_REASON_PHASE2_INVERSION
-#define BF_REASON_P3_EXCESS BF_REASON_PHASE3_EXCESS
-#define BF_REASON_P3_RELEASE BF_REASON_PHASE3_RELEASE
+#define BF_REASON_P2_INVERSION   BF_REASON_PHASE2_INVERSION
+#define BF_REASON_P3_EXCESS      BF_REASON_PHASE3_EXCESS
+#define BF_REASON_P3_RELEASE     BF_REASON_PHASE3_RELEASE
 enum bf_disposition {
     BF_DISP_EXECUTE = 0,    /* run it */
     BF_DISP_SUPPRESSED = 1, /* --actuation-paused: audit only */
@@ -392,14 +393,14 @@ enum bf_disposition {
 
 /* cycle -> executor, 64 bytes. */
 struct bf_action_msg {
-    uint64_t serial;          /* global action serial (cycle), strictly increasing */
-    uint64_t decided_cycle;   /* the cycle that decided it */
-    uint32_t slot;            /* machine slot */
-    uint32_t machine_id_ref;  /* id at decision time (slot reuse check) */
-    uint32_t cluster_ref;     /* destination (Bootstrap/Provision) or source */
+    uint64_t serial;           /* global action serial (cycle), strictly increasing */
+    uint64_t decided_cycle;    /* the cycle that decided it */
+    uint32_t slot;             /* machine slot */
+    uint32_t machine_id_ref;   /* id at decision time (slot reuse check) */
+    uint32_t cluster_ref;      /* destination (Bootstrap/Provision) or source */
     uint32_t need_profile_ref; /* SourceProfile (NeedProfileBlob) for Bootstrap/Provision */
-    uint32_t group_ref;       /* SourceGroup */
-    uint32_t grace_seconds;   /* Reclaim/Preempt */
+    uint32_t group_ref;        /* SourceGroup */
+    uint32_t grace_seconds;    /* Reclaim/Preempt */
     int32_t preemptor_priority;
     uint8_t kind;        /* enum bf_action_kind */
     uint8_t reason;      /* enum bf_action_reason */
@@ -559,7 +560,7 @@ struct bf_stats_executor { /* [W: executor] */
     _Atomic uint64_t idle_releases;
     _Atomic uint64_t audit_records;
     _Atomic uint64_t audit_errors;
-    _Atomic uint64_t ring_drops; /* node/reclaim/boot pushes refused */
+    _Atomic uint64_t ring_drops;         /* node/reclaim/boot pushes refused */
     struct bf_hist provisioning_latency; /* exp(0.01, 2, 20) seconds */
     struct bf_hist configure_phase;      /* exp(0.01, 2, 16) */
     struct bf_hist request_bootstrap;    /* exp(0.01, 2, 16) */
@@ -584,7 +585,7 @@ struct bf_stats_reconciler { /* [W: reconciler] */
     struct bf_hist provisioning_latency; /* exp(0.01, 2, 20) */
 };
 
-struct bf_stats_session { /* [W: session] */
+struct bf_stats_session {          /* [W: session] */
     _Atomic uint64_t lifecycle[3]; /* installed, removed, replaced */
     _Atomic int64_t active_sessions;
     _Atomic uint64_t identity_rejected;
@@ -594,7 +595,7 @@ struct bf_stats_session { /* [W: session] */
     _Atomic uint64_t rollups_rejected;
     _Atomic uint64_t rollups_quarantined;
     _Atomic uint64_t rollups_superseded;
-    _Atomic uint64_t outbox_dropped;   /* coalesced or dropped frames */
+    _Atomic uint64_t outbox_dropped; /* coalesced or dropped frames */
     _Atomic uint64_t outbox_coalesced;
     _Atomic uint64_t boot_requests;
     _Atomic uint64_t boot_late_responses;
@@ -690,7 +691,7 @@ struct bf_state_main {
 
 /* One row of the verdict ledger (NeedView, ADR-0061 + amendment). */
 #define BF_SAME_CANDIDATES_MAX 3
-#define BF_DOMAIN_MAX 64
+#define BF_DOMAIN_MAX          64
 /* unmet_reason values: enum bf_unmet_reason (bigfleet/model.h). */
 struct bf_domain_coverage {
     char domain[BF_DOMAIN_MAX];

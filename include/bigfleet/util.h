@@ -12,7 +12,7 @@
 #include <time.h>
 
 #define BF_NS_PER_SEC 1000000000LL
-#define BF_NS_PER_MS 1000000LL
+#define BF_NS_PER_MS  1000000LL
 
 /* Wall clock, nanoseconds since the Unix epoch (CLOCK_REALTIME). */
 static inline int64_t bf_now_ns(void)

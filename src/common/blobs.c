@@ -20,10 +20,10 @@
 #include "bigfleet/internal/blobs.pb-c.h"
 #include "bigfleet/v1alpha1/capacity.pb-c.h"
 
-#define ERR(...)                                                                                  \
-    do {                                                                                          \
-        if (err && errlen)                                                                        \
-            snprintf(err, errlen, __VA_ARGS__);                                                   \
+#define ERR(...)                                                                                   \
+    do {                                                                                           \
+        if (err && errlen)                                                                         \
+            snprintf(err, errlen, __VA_ARGS__);                                                    \
     } while (0)
 
 /* ------------------------------------------------------------ resources */
@@ -447,8 +447,8 @@ const struct bf_mprofile *bf_mprofile_get(struct bf_blob_cache *c, const struct 
                                           uint32_t ref)
 {
     static const struct bf_kv none[1];
-    static const struct bf_mprofile empty = {.instance_type = "", .zone = "", .labels = none,
-                                             .resources = none, .allocatable = none};
+    static const struct bf_mprofile empty = {
+        .instance_type = "", .zone = "", .labels = none, .resources = none, .allocatable = none};
     if (ref == 0)
         return &empty;
     struct mentry *e = cmap_get(&c->m, ref);

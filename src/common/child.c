@@ -17,7 +17,7 @@
 #include "bigfleet/process.h"
 #include "bigfleet/util.h"
 
-static const char *const role_names[BF_ROLE_COUNT] = {"supervisor", "session", "reconciler",
+static const char *const role_names[BF_ROLE_COUNT] = {"supervisor", "session",  "reconciler",
                                                       "cycle",      "executor", "simprovider"};
 
 const char *bf_role_name(int role)

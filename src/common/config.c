@@ -85,14 +85,13 @@ static const struct opt opts[] = {
      "make bootstrap blobs locally (a stub naming the cluster) instead of asking the operator"},
     {"incremental-reconcile", T_BOOL, F(incremental_reconcile), "false", 0, 0,
      "use the provider's since_revision cursor (deltas only; no removals)"},
-    {"available-capacity-interval", T_DURATION, F(available_capacity_interval_ns), "5s", 0,
-     86400, "minimum gap between AvailableCapacityUpdate emits per (cluster, fingerprint)"},
+    {"available-capacity-interval", T_DURATION, F(available_capacity_interval_ns), "5s", 0, 86400,
+     "minimum gap between AvailableCapacityUpdate emits per (cluster, fingerprint)"},
     {"metrics-warmup-cycles", T_INT, F(metrics_warmup_cycles), "0", 0, 1e9,
      "skip cycle histogram observations for the first N cycles"},
     {"max-machines", T_U32, F(max_machines), "600000", 16, 16777216,
      "inventory capacity (machine records in the shared segment)"},
-    {"max-needs", T_U32, F(max_needs), "65536", 16, 16777216,
-     "Need rows across all clusters"},
+    {"max-needs", T_U32, F(max_needs), "65536", 16, 16777216, "Need rows across all clusters"},
     {"max-clusters", T_U32, F(max_clusters), "4096", 1, 1048576, "operator clusters"},
     {"sim-listen", T_STR, F(sim_listen), "127.0.0.1:7781", 0, 0,
      "listen address of the embedded simulated provider"},
@@ -160,8 +159,8 @@ static int set_value(struct bf_config *c, const struct opt *o, const char *v, ch
     case T_DURATION: {
         int64_t ns;
         if (bf_parse_duration(v, &ns) != 0) {
-            snprintf(err, errlen, "--%s: invalid duration \"%s\" (e.g. 10s, 250ms, 1m30s)",
-                     o->name, v);
+            snprintf(err, errlen, "--%s: invalid duration \"%s\" (e.g. 10s, 250ms, 1m30s)", o->name,
+                     v);
             return -1;
         }
         if ((double)ns < o->min * 1e9 || (double)ns > o->max * 1e9) {
@@ -230,8 +229,7 @@ static bool valid_id(const char *id)
     return true;
 }
 
-int bf_config_parse(struct bf_config *c, int argc, char **argv, FILE *out, char *err,
-                    size_t errlen)
+int bf_config_parse(struct bf_config *c, int argc, char **argv, FILE *out, char *err, size_t errlen)
 {
     bf_config_defaults(c);
     struct option lo[NOPTS + 3];

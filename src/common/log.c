@@ -50,8 +50,8 @@ void bf_vlog(int level, const char *msg, const char *kv_fmt, va_list ap)
     gmtime_r(&ts.tv_sec, &tm);
     int n = snprintf(line, sizeof line,
                      "ts=%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ level=%s role=%s pid=%d msg=\"",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, ts.tv_nsec / 1000, lv[level], g_role, (int)getpid());
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     ts.tv_nsec / 1000, lv[level], g_role, (int)getpid());
     /* message, with quotes and backslashes escaped */
     for (const char *p = msg; *p && n < (int)sizeof line - 8; p++) {
         if (*p == '"' || *p == '\\')

@@ -32,8 +32,8 @@ int bf_cycle_main(const struct bf_config *cfg)
         return BF_EXIT_ERROR;
     }
     BF_INFO("started", "interval_ms=%lld paused=%d dry_run=%d reclaim_cap=%g max_actions=%d",
-            (long long)(cfg->cycle_interval_ns / BF_NS_PER_MS), cfg->actuation_paused,
-            cfg->dry_run, cfg->reclaim_cap_fraction, cfg->max_actions_per_cycle);
+            (long long)(cfg->cycle_interval_ns / BF_NS_PER_MS), cfg->actuation_paused, cfg->dry_run,
+            cfg->reclaim_cap_fraction, cfg->max_actions_per_cycle);
     int64_t next = bf_mono_ns(); /* first cycle at once */
     bool again = false;
     while (!bf_child_stopping()) {

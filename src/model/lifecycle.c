@@ -13,9 +13,9 @@
 
 #include "bigfleet/model.h"
 
-static const char *const state_names[BF_STATE_COUNT] = {
-    "Unspecified", "Speculative", "Creating", "Idle",  "Configuring",
-    "Configured",  "Draining",    "Deleting", "Failed"};
+static const char *const state_names[BF_STATE_COUNT] = {"Unspecified", "Speculative", "Creating",
+                                                        "Idle",        "Configuring", "Configured",
+                                                        "Draining",    "Deleting",    "Failed"};
 
 const char *bf_state_name(int state)
 {
@@ -120,9 +120,9 @@ double bf_bucket_upper_bound(int b)
 }
 
 static const char *const bucket_labels[BF_BUCKET_COUNT] = {
-    "0",      "0",      "0.5",    "1",      "2",       "4",       "8",
-    "16",     "32",     "64",     "128",    "256",     "512",     "1024",
-    "2048",   "4096",   "8192",   "16384",  "32768",   "65536",   "131072",
+    "0",      "0",      "0.5",     "1",       "2",       "4",       "8",
+    "16",     "32",     "64",      "128",     "256",     "512",     "1024",
+    "2048",   "4096",   "8192",    "16384",   "32768",   "65536",   "131072",
     "262144", "524288", "1048576", "2097152", "4194304", "8388608", "pinned"};
 
 const char *bf_bucket_label(int b)
@@ -199,8 +199,7 @@ int bf_machine_invariant(const struct bf_invariant_input *m, char *msg, size_t n
         return reject(BF_REJECT_STRUCTURAL, msg, n, buf);
     }
     if (isnan(m->price_per_hour) || m->price_per_hour < 0) {
-        snprintf(buf, sizeof buf, "price_per_hour %g must be >= 0 and not NaN",
-                 m->price_per_hour);
+        snprintf(buf, sizeof buf, "price_per_hour %g must be >= 0 and not NaN", m->price_per_hour);
         return reject(BF_REJECT_PRICE, msg, n, buf);
     }
     if (isnan(m->interruption_probability) || m->interruption_probability < 0 ||

@@ -32,7 +32,7 @@ struct bf_recon {
     size_t seen_words;
     /* slots the executor wrote after this pass's List was issued: the List
      * may predate those writes, so its view of them is not applied */
-    uint64_t *touched; /* bitmap over slots */
+    uint64_t *touched;       /* bitmap over slots */
     uint64_t list_exec_head; /* executor change-log head when the List was issued */
     bool touched_all;        /* the log lapped in between: trust no divergence */
     uint8_t *cursor;
@@ -167,8 +167,8 @@ static void reject(struct bf_recon *r, const struct bf_prov_machine *m, int reas
 
 static inline bool touched_since_list(const struct bf_recon *r, uint32_t slot)
 {
-    return r->touched_all || (slot < r->shm->max_machines &&
-                              (r->touched[slot / 64] & (1ull << (slot % 64))));
+    return r->touched_all ||
+           (slot < r->shm->max_machines && (r->touched[slot / 64] & (1ull << (slot % 64))));
 }
 
 /*

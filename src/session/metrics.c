@@ -377,8 +377,9 @@ static void render_actions(const struct bf_shm *s, struct bf_metrics_buf *b)
     struct bf_hist prov;
     const struct bf_hist *ph[2] = {&xs->provisioning_latency, &st->reconciler.provisioning_latency};
     for (int k = 0; k < BF_HIST_MAX_BUCKETS; k++)
-        atomic_init(&prov.bucket[k], atomic_load_explicit(&ph[0]->bucket[k], memory_order_relaxed) +
-                                         atomic_load_explicit(&ph[1]->bucket[k], memory_order_relaxed));
+        atomic_init(&prov.bucket[k],
+                    atomic_load_explicit(&ph[0]->bucket[k], memory_order_relaxed) +
+                        atomic_load_explicit(&ph[1]->bucket[k], memory_order_relaxed));
     atomic_init(&prov.count, atomic_load_explicit(&ph[0]->count, memory_order_relaxed) +
                                  atomic_load_explicit(&ph[1]->count, memory_order_relaxed));
     atomic_init(&prov.sum_ns, atomic_load_explicit(&ph[0]->sum_ns, memory_order_relaxed) +

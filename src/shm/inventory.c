@@ -39,8 +39,7 @@ static void count_retry(const struct bf_shm *s, uint64_t retries, int failed)
     if (s->readonly)
         return; /* a read-only attachment (inspection) never writes */
     if (retries)
-        atomic_fetch_add_explicit(&s->inv->seqlock_retries[s->role], retries,
-                                  memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->inv->seqlock_retries[s->role], retries, memory_order_relaxed);
     if (failed)
         atomic_fetch_add_explicit(&s->inv->seqlock_giveups[s->role], 1, memory_order_relaxed);
 }
@@ -150,8 +149,7 @@ void bf_inv_abort(struct bf_shm *s, struct bf_inv_txn *t)
     atomic_store_explicit(&m->writer, 0, memory_order_release);
 }
 
-static int index_find_entry(const struct bf_shm *s, uint32_t id_ref, uint32_t slot,
-                            uint32_t *pos)
+static int index_find_entry(const struct bf_shm *s, uint32_t id_ref, uint32_t slot, uint32_t *pos)
 {
     uint32_t mask = s->index_mask;
     for (uint32_t i = ref_hash(id_ref) & mask, n = 0; n <= mask; i = (i + 1) & mask, n++) {

@@ -37,8 +37,7 @@ static int latch_read(const struct bf_shm_cluster *c, struct bf_cluster_rec *out
     return -EAGAIN;
 }
 
-int bf_cluster_read(const struct bf_shm *s, uint32_t idx, struct bf_cluster_rec *out,
-                    uint32_t *seq)
+int bf_cluster_read(const struct bf_shm *s, uint32_t idx, struct bf_cluster_rec *out, uint32_t *seq)
 {
     if (idx >= s->max_clusters)
         return -ERANGE;

@@ -24,7 +24,7 @@
 #include "shm_internal.h"
 
 #define WRAP_MARK 0xFFFFFFFFu
-#define REC_MARK 0xB1F0C0DEu
+#define REC_MARK  0xB1F0C0DEu
 
 static inline uint8_t *ring_data(const struct bf_shm *s, const struct bf_ring_hdr *r)
 {

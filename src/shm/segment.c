@@ -31,12 +31,12 @@ const uint8_t bf_ring_kind[BF_RING_COUNT] = {
     [BF_RING_NODE_RECON] = BF_RING_FIXED, [BF_RING_RECLAIM] = BF_RING_FIXED,
     [BF_RING_AC_HINTS] = BF_RING_FIXED};
 const uint8_t bf_ring_producer[BF_RING_COUNT] = {
-    [BF_RING_ACTIONS] = BF_ROLE_CYCLE,       [BF_RING_BOOT_REQ] = BF_ROLE_EXECUTOR,
-    [BF_RING_BOOT_RESP] = BF_ROLE_SESSION,   [BF_RING_NODE_EXEC] = BF_ROLE_EXECUTOR,
+    [BF_RING_ACTIONS] = BF_ROLE_CYCLE,         [BF_RING_BOOT_REQ] = BF_ROLE_EXECUTOR,
+    [BF_RING_BOOT_RESP] = BF_ROLE_SESSION,     [BF_RING_NODE_EXEC] = BF_ROLE_EXECUTOR,
     [BF_RING_NODE_RECON] = BF_ROLE_RECONCILER, [BF_RING_RECLAIM] = BF_ROLE_EXECUTOR,
     [BF_RING_AC_HINTS] = BF_ROLE_CYCLE};
 const uint8_t bf_ring_consumer[BF_RING_COUNT] = {
-    [BF_RING_ACTIONS] = BF_ROLE_EXECUTOR,  [BF_RING_BOOT_REQ] = BF_ROLE_SESSION,
+    [BF_RING_ACTIONS] = BF_ROLE_EXECUTOR,   [BF_RING_BOOT_REQ] = BF_ROLE_SESSION,
     [BF_RING_BOOT_RESP] = BF_ROLE_EXECUTOR, [BF_RING_NODE_EXEC] = BF_ROLE_SESSION,
     [BF_RING_NODE_RECON] = BF_ROLE_SESSION, [BF_RING_RECLAIM] = BF_ROLE_SESSION,
     [BF_RING_AC_HINTS] = BF_ROLE_SESSION};
@@ -143,7 +143,8 @@ int bf_layout_compute(int kind, const struct bf_shm_caps *caps, struct bf_layout
         break;
     case BF_SEG_STATE:
         L->len[BF_STATE_T_MAIN] = sizeof(struct bf_state_main);
-        L->len[BF_STATE_T_VERDICTS] = mul(&a, 2ull * caps->max_needs, sizeof(struct bf_verdict_row));
+        L->len[BF_STATE_T_VERDICTS] =
+            mul(&a, 2ull * caps->max_needs, sizeof(struct bf_verdict_row));
         L->off[BF_STATE_T_MAIN] = take(&a, L->len[BF_STATE_T_MAIN], 64);
         L->off[BF_STATE_T_VERDICTS] = take(&a, L->len[BF_STATE_T_VERDICTS], 64);
         break;
@@ -249,8 +250,8 @@ static void init_segment(struct bf_shm *s, int kind, const struct bf_layout *L)
         atomic_store_explicit(&meta->n_types, 1, memory_order_relaxed);
         atomic_store_explicit(&meta->n_zones, 1, memory_order_relaxed);
         uint8_t *cl = b + L->off[BF_INV_T_CHANGELOG];
-        uint64_t entries = L->off[BF_INV_T_CHANGELOG] +
-                           BF_CHANGELOG_WRITERS * sizeof(struct bf_changelog);
+        uint64_t entries =
+            L->off[BF_INV_T_CHANGELOG] + BF_CHANGELOG_WRITERS * sizeof(struct bf_changelog);
         for (int w = 0; w < BF_CHANGELOG_WRITERS; w++) {
             struct bf_changelog *c = (struct bf_changelog *)(cl + w * sizeof(struct bf_changelog));
             c->entries_off = entries + (uint64_t)w * L->changelog_capacity * 4;
@@ -350,8 +351,7 @@ int bf_shm_create(struct bf_shm *s, const char *shard_id, const struct bf_shm_ca
     return 0;
 }
 
-int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *err,
-                  size_t errlen)
+int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
     s->readonly = readonly;
@@ -368,8 +368,8 @@ int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *e
         if (fd < 0) {
             int rc = -errno;
             if (rc == -ENOENT)
-                set_err(err, errlen, "no appliance segments for shard id %s (%s missing)",
-                        shard_id, name);
+                set_err(err, errlen, "no appliance segments for shard id %s (%s missing)", shard_id,
+                        name);
             else
                 set_err(err, errlen, "shm_open %s: %s", name, strerror(-rc));
             bf_shm_detach(s);
@@ -395,8 +395,8 @@ int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *e
         s->len[k] = (size_t)st.st_size;
         const struct bf_seg_header *h = p;
         if (h->magic != BF_SHM_MAGIC || h->kind != (uint32_t)k) {
-            set_err(err, errlen, "segment %s: bad magic or kind%s (not a bigfleet segment)",
-                    name, "");
+            set_err(err, errlen, "segment %s: bad magic or kind%s (not a bigfleet segment)", name,
+                    "");
             bf_shm_detach(s);
             return -EPROTO;
         }

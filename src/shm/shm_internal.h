@@ -41,8 +41,7 @@ static inline void bf_backoff(unsigned attempt)
  * Returns 0, or -EAGAIN after `tries` attempts; *retries counts failed tries.
  */
 static inline int bf_seq_read(const _Atomic uint32_t *seq, const _Atomic uint64_t *w, int n,
-                              uint64_t *out, unsigned tries, uint32_t *seq_out,
-                              uint64_t *retries)
+                              uint64_t *out, unsigned tries, uint32_t *seq_out, uint64_t *retries)
 {
     for (unsigned t = 0; t < tries; t++) {
         uint32_t s0 = atomic_load_explicit(seq, memory_order_acquire); /* R1 */

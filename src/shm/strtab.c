@@ -61,8 +61,8 @@ static void lock_release(struct bf_shm *s)
     atomic_store_explicit(&s->inv->strtab.lock_owner, 0, memory_order_release);
 }
 
-static int find(const struct bf_shm *s, const void *bytes, uint32_t len, uint32_t h,
-                uint32_t *ref, uint32_t *free_slot)
+static int find(const struct bf_shm *s, const void *bytes, uint32_t len, uint32_t h, uint32_t *ref,
+                uint32_t *free_slot)
 {
     uint32_t mask = s->index_mask;
     uint64_t used = atomic_load_explicit(&s->inv->strtab.arena_used, memory_order_acquire);
@@ -260,8 +260,7 @@ int bf_str_intern_soft(struct bf_shm *s, const void *bytes, uint32_t len, uint32
     struct bf_strtab_meta *m = &s->inv->strtab;
     uint64_t used = atomic_load_explicit(&m->arena_used, memory_order_relaxed);
     uint64_t entries = atomic_load_explicit(&m->entries, memory_order_relaxed);
-    if (used + len + 16 > s->arena_bytes / 4 * 3 ||
-        entries + 1 > (uint64_t)(s->index_mask + 1) / 2)
+    if (used + len + 16 > s->arena_bytes / 4 * 3 || entries + 1 > (uint64_t)(s->index_mask + 1) / 2)
         return -ENOSPC;
     return bf_str_intern(s, bytes, len, ref);
 }

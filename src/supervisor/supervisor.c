@@ -47,8 +47,8 @@
 static const int child_roles[NCHILD_ROLES] = {BF_ROLE_SESSION, BF_ROLE_RECONCILER, BF_ROLE_CYCLE,
                                               BF_ROLE_EXECUTOR};
 #define MAX_RESTART_HISTORY 64
-#define STOP_GRACE_NS (4LL * BF_NS_PER_SEC)
-#define HEARTBEAT_STALL_NS (120LL * BF_NS_PER_SEC)
+#define STOP_GRACE_NS       (4LL * BF_NS_PER_SEC)
+#define HEARTBEAT_STALL_NS  (120LL * BF_NS_PER_SEC)
 
 struct child {
     int role;
@@ -116,8 +116,7 @@ static int create_segments(struct sup *s)
     if (bf_shm_unlink(s->cfg->id) == 0)
         BF_WARN("reclaimed stale segments of a dead appliance", "id=%s", s->cfg->id);
     char err[512];
-    int rc = bf_shm_create(&s->shm, s->cfg->id, &s->caps, s->epoch, s->generation, err,
-                           sizeof err);
+    int rc = bf_shm_create(&s->shm, s->cfg->id, &s->caps, s->epoch, s->generation, err, sizeof err);
     if (rc) {
         BF_ERROR("cannot create shared segments", "error=\"%s\"", err);
         return rc;
@@ -133,8 +132,8 @@ static int create_segments(struct sup *s)
     BF_INFO("shared segments created",
             "id=%s epoch=%lld generation=%u max_machines=%u max_needs=%u max_clusters=%u "
             "bytes=%zu inventory_bytes_per_machine=%.1f",
-            s->cfg->id, (long long)s->epoch, s->generation, s->caps.max_machines,
-            s->caps.max_needs, s->caps.max_clusters, total,
+            s->cfg->id, (long long)s->epoch, s->generation, s->caps.max_machines, s->caps.max_needs,
+            s->caps.max_clusters, total,
             (double)s->shm.len[BF_SEG_INVENTORY] / s->caps.max_machines);
     return 0;
 }
@@ -310,8 +309,8 @@ static void stop_children(struct sup *s, int sig_first)
 
 static int full_reinit(struct sup *s)
 {
-    BF_ERROR("crash loop: re-initialising every child and the shared segments",
-             "generation=%u", s->generation + 1);
+    BF_ERROR("crash loop: re-initialising every child and the shared segments", "generation=%u",
+             s->generation + 1);
     stop_children(s, SIGTERM);
     bf_shm_detach(&s->shm);
     s->generation++;
@@ -363,8 +362,8 @@ static void reap(struct sup *s)
             atomic_fetch_add(&s->shm.st->supervisor.child_exits, 1);
         }
         if (WIFEXITED(st))
-            BF_WARN("child exited", "role=%s child_pid=%d status=%d clean_slot=%d",
-                    bf_role_name(r), (int)pid, WEXITSTATUS(st), clean_slot);
+            BF_WARN("child exited", "role=%s child_pid=%d status=%d clean_slot=%d", bf_role_name(r),
+                    (int)pid, WEXITSTATUS(st), clean_slot);
         else
             BF_WARN("child killed", "role=%s child_pid=%d signal=%d", bf_role_name(r), (int)pid,
                     WTERMSIG(st));
@@ -409,8 +408,9 @@ static void watch_heartbeats(struct sup *s)
         int64_t hb = atomic_load(&s->shm.st->proc[r].heartbeat_ns);
         int64_t since = hb ? now - hb : now - c->started_ns;
         if (since > HEARTBEAT_STALL_NS) {
-            BF_ERROR("child stopped heartbeating, killing it", "role=%s child_pid=%d stalled_s=%lld",
-                     bf_role_name(r), (int)c->pid, (long long)(since / BF_NS_PER_SEC));
+            BF_ERROR("child stopped heartbeating, killing it",
+                     "role=%s child_pid=%d stalled_s=%lld", bf_role_name(r), (int)c->pid,
+                     (long long)(since / BF_NS_PER_SEC));
             kill(c->pid, SIGKILL);
         }
     }

@@ -39,10 +39,10 @@ START_TEST(equal_machine_shapes_share_one_ref_regardless_of_order)
     struct bf_kv res2[] = {{"cpu", "32"}, {"memory", "137438953472"}};
     struct bf_kv lab[] = {{"gpu-model", "G2"}, {"topology.bigfleet/rack", "a-rack-1"}};
     struct bf_kv lab2[] = {{"topology.bigfleet/rack", "a-rack-1"}, {"gpu-model", "G2"}};
-    struct bf_mprofile_input a = {"n2-standard-32", "zone-a", BF_CT_ON_DEMAND, 2, res, 2, lab, 0,
-                                  NULL};
-    struct bf_mprofile_input b = {"n2-standard-32", "zone-a", BF_CT_ON_DEMAND, 2, res, 2, lab2, 0,
-                                  NULL};
+    struct bf_mprofile_input a = {
+        "n2-standard-32", "zone-a", BF_CT_ON_DEMAND, 2, res, 2, lab, 0, NULL};
+    struct bf_mprofile_input b = {
+        "n2-standard-32", "zone-a", BF_CT_ON_DEMAND, 2, res, 2, lab2, 0, NULL};
     uint32_t ra, rb, rc;
     char err[128];
     ck_assert_int_eq(bf_mprofile_intern(&g_s, &a, &ra, err, sizeof err), 0);
@@ -68,14 +68,14 @@ START_TEST(attribute_lookup_prefers_type_and_zone_fields_then_labels)
 {
     struct bf_kv lab[] = {{BF_LABEL_INSTANCE_TYPE, "label-type"}, {"empty", ""}, {"k", "v"}};
     struct bf_kv alloc[] = {{"nvidia.com/gpu", "8"}};
-    struct bf_mprofile_input in = {"a3-highgpu-8g", "", BF_CT_BARE_METAL, 0, NULL, 3, lab, 1,
-                                   alloc};
+    struct bf_mprofile_input in = {
+        "a3-highgpu-8g", "", BF_CT_BARE_METAL, 0, NULL, 3, lab, 1, alloc};
     uint32_t r;
     ck_assert_int_eq(bf_mprofile_intern(&g_s, &in, &r, NULL, 0), 0);
     const struct bf_mprofile *p = bf_mprofile_get(g_c, &g_s, r);
     ck_assert_str_eq(bf_mprofile_attr(p, BF_LABEL_INSTANCE_TYPE), "a3-highgpu-8g");
     ck_assert_ptr_null(bf_mprofile_attr(p, BF_LABEL_ZONE)); /* empty zone, no label */
-    ck_assert_str_eq(bf_mprofile_attr(p, "empty"), ""); /* present with an empty value */
+    ck_assert_str_eq(bf_mprofile_attr(p, "empty"), "");     /* present with an empty value */
     ck_assert_str_eq(bf_mprofile_attr(p, "k"), "v");
     ck_assert_ptr_null(bf_mprofile_attr(p, "missing"));
     int gpu = bf_dim_lookup(&g_s, "nvidia.com/gpu");

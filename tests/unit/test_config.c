@@ -74,8 +74,7 @@ START_TEST(usage_errors_name_the_flag)
     ck_assert_ptr_nonnull(strstr(err, "--cycle-interval"));
     ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--execute-concurrency=0"), BF_CONFIG_USAGE);
     ck_assert_ptr_nonnull(strstr(err, "--execute-concurrency"));
-    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--reclaim-cap-fraction=1.5"),
-                     BF_CONFIG_USAGE);
+    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--reclaim-cap-fraction=1.5"), BF_CONFIG_USAGE);
     ck_assert_ptr_nonnull(strstr(err, "--reclaim-cap-fraction"));
     ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--dry-run=maybe"), BF_CONFIG_USAGE);
     ck_assert_ptr_nonnull(strstr(err, "--dry-run"));
@@ -111,14 +110,30 @@ START_TEST(help_lists_every_flag_with_its_default)
     FILE *f = open_memstream(&buf, &len);
     bf_config_usage(f, "bigfleet-shardd");
     fclose(f);
-    const char *must[] = {"--id",          "--listen",           "--metrics-addr",
-                          "--data-dir",    "--state-dir",        "--provider-addr",
-                          "--coordinator-addr", "--tls-cert",    "--tls-key",
-                          "--tls-ca",      "--max-actions-per-cycle", "--actuation-paused",
-                          "--reclaim-cap-fraction", "--empty-rollup-guard", "--dry-run",
-                          "--audit-log",   "--execute-concurrency", "--incremental-reconcile",
-                          "--cycle-interval", "--max-machines", "--max-needs",
-                          "--max-clusters", "(default \"10s\")", "(default \"128\")"};
+    const char *must[] = {"--id",
+                          "--listen",
+                          "--metrics-addr",
+                          "--data-dir",
+                          "--state-dir",
+                          "--provider-addr",
+                          "--coordinator-addr",
+                          "--tls-cert",
+                          "--tls-key",
+                          "--tls-ca",
+                          "--max-actions-per-cycle",
+                          "--actuation-paused",
+                          "--reclaim-cap-fraction",
+                          "--empty-rollup-guard",
+                          "--dry-run",
+                          "--audit-log",
+                          "--execute-concurrency",
+                          "--incremental-reconcile",
+                          "--cycle-interval",
+                          "--max-machines",
+                          "--max-needs",
+                          "--max-clusters",
+                          "(default \"10s\")",
+                          "(default \"128\")"};
     for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
         ck_assert_msg(strstr(buf, must[i]) != NULL, "help lacks %s", must[i]);
     ck_assert_ptr_null(strstr(buf, "--role")); /* internal flag stays hidden */

@@ -43,8 +43,11 @@ END_TEST
 
 static struct bf_invariant_input inv(int state, bool host, bool cluster)
 {
-    struct bf_invariant_input m = {.state = state, .host_set = host, .cluster_set = cluster,
-                                   .has_id = true, .price_per_hour = 1.0,
+    struct bf_invariant_input m = {.state = state,
+                                   .host_set = host,
+                                   .cluster_set = cluster,
+                                   .has_id = true,
+                                   .price_per_hour = 1.0,
                                    .interruption_probability = 0.1};
     return m;
 }
@@ -131,13 +134,11 @@ START_TEST(fingerprint_matches_the_reference_example_exactly)
 {
     const char *v[] = {"a3-highgpu-8g"};
     struct bf_requirement r = {BF_LABEL_INSTANCE_TYPE, BF_OP_IN, 1, v};
-    struct bf_need_profile p = {.priority = 1000000, .ipb = 16, .rpb = 27, .n_reqs = 1,
-                                .reqs = &r};
+    struct bf_need_profile p = {.priority = 1000000, .ipb = 16, .rpb = 27, .n_reqs = 1, .reqs = &r};
     char buf[256];
     bf_profile_fingerprint(&p, buf, sizeof buf);
-    ck_assert_str_eq(buf,
-                     "p=1000000|ipb=16|rpb=27|reqs=node.kubernetes.io/instance-type:1:a3-"
-                     "highgpu-8g;|spr=");
+    ck_assert_str_eq(buf, "p=1000000|ipb=16|rpb=27|reqs=node.kubernetes.io/instance-type:1:a3-"
+                          "highgpu-8g;|spr=");
 }
 END_TEST
 
@@ -151,8 +152,13 @@ START_TEST(fingerprint_is_canonical_under_reordering)
         {"gpu-model", BF_OP_NOT_IN, 1, v2},
     };
     struct bf_spread spr[2] = {{"zone", 1, 1}, {"rack", 2, 2}};
-    struct bf_need_profile p = {.priority = -5, .ipb = 0, .rpb = 3, .n_reqs = 3, .reqs = reqs,
-                                .n_spread = 2, .spread = spr};
+    struct bf_need_profile p = {.priority = -5,
+                                .ipb = 0,
+                                .rpb = 3,
+                                .n_reqs = 3,
+                                .reqs = reqs,
+                                .n_spread = 2,
+                                .spread = spr};
     bf_profile_canonicalize(&p);
     char *fp = bf_profile_fingerprint_dup(&p);
     ck_assert_str_eq(fp, "p=-5|ipb=0|rpb=3|reqs=gpu-model:1:a,b,z;gpu-model:2:G2;"
@@ -286,11 +292,20 @@ START_TEST(go_float_format_matches_strconv_g_shortest)
     struct {
         double v;
         const char *s;
-    } cases[] = {{0, "0"},           {0.5, "0.5"},         {1, "1"},
-                 {524288, "524288"}, {1048576, "1.048576e+06"}, {8388608, "8.388608e+06"},
-                 {1e6, "1e+06"},     {INFINITY, "+Inf"},   {-INFINITY, "-Inf"},
-                 {0.0001, "0.0001"}, {0.00001, "1e-05"},   {123.456, "123.456"},
-                 {100000, "100000"}, {-2.5, "-2.5"}};
+    } cases[] = {{0, "0"},
+                 {0.5, "0.5"},
+                 {1, "1"},
+                 {524288, "524288"},
+                 {1048576, "1.048576e+06"},
+                 {8388608, "8.388608e+06"},
+                 {1e6, "1e+06"},
+                 {INFINITY, "+Inf"},
+                 {-INFINITY, "-Inf"},
+                 {0.0001, "0.0001"},
+                 {0.00001, "1e-05"},
+                 {123.456, "123.456"},
+                 {100000, "100000"},
+                 {-2.5, "-2.5"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         bf_format_float_go(cases[i].v, b, sizeof b);
         ck_assert_str_eq(b, cases[i].s);

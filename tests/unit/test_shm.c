@@ -505,7 +505,7 @@ START_TEST(provisioning_stamps_are_observed_once_and_restamped_after)
     ck_assert_int_eq(bf_stamp_observe(&g_s, c, f, 5000, &lat), 1);
     ck_assert_int_eq(lat, 4000);
     ck_assert_int_eq(bf_stamp_observe(&g_s, c, f, 6000, &lat), 0); /* observe-once */
-    ck_assert_int_eq(bf_stamp_touch(&g_s, c, f, 7000), 0);          /* re-stamped */
+    ck_assert_int_eq(bf_stamp_touch(&g_s, c, f, 7000), 0);         /* re-stamped */
     ck_assert_int_eq(bf_stamp_observe(&g_s, c, f, 7500, &lat), 1);
     ck_assert_int_eq(lat, 500);
     /* other keys are independent */
@@ -529,8 +529,8 @@ START_TEST(soft_interning_stops_at_the_reserve_and_keeps_room_for_essentials)
     ck_assert_int_eq(rc, -ENOSPC);
     ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.intern_failures), 0);
     /* an already interned string is still found through the soft path */
-    ck_assert_int_eq(bf_str_intern_soft(&g_s, "host-ref-00000000-padding-padding-padding",
-                                        41, &r), 0);
+    ck_assert_int_eq(bf_str_intern_soft(&g_s, "host-ref-00000000-padding-padding-padding", 41, &r),
+                     0);
     /* essential strings still fit in the reserve */
     for (int i = 0; i < 1000; i++) {
         snprintf(buf, sizeof buf, "machine-%d", i);

@@ -229,6 +229,3 @@ bool bf_engine_claimed(const struct bf_engine *e, uint32_t slot, uint32_t *need)
     }
     return true;
 }
-
-
-
