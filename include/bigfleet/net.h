@@ -57,6 +57,8 @@ struct ProtobufCMessage; /* <protobuf-c/protobuf-c.h>; only needed for the _pb h
 
 /* 256 MiB: the BigFleet send and receive limit on every edge (wire.md §1). */
 #define BF_NET_MAX_MESSAGE (256u << 20)
+/* Default bound on a server's partially received messages, all calls. */
+#define BF_NET_MAX_INBOUND_BUFFERED ((size_t)1 << 30)
 
 /* ------------------------------------------------------------ status codes */
 
@@ -93,15 +95,20 @@ const char *bf_net_code_name(int code);
  * here and logged (warn) once per connection; the loop carries on.
  */
 struct bf_net_stats {
-    uint64_t conns_accepted;      /* server: accepted TCP connections */
-    uint64_t conns_rejected;      /* server: closed at once (max_connections, shutdown) */
-    uint64_t conns_open;          /* gauge: connections currently open */
-    uint64_t accept_errors;       /* server: accept() failures (EMFILE, ...) */
-    uint64_t connect_attempts;    /* client: TCP connect attempts */
-    uint64_t connect_failures;    /* client: attempts that failed (refused, timeout, TLS) */
-    uint64_t handshake_failures;  /* TLS handshakes that failed or timed out, bad ALPN */
-    uint64_t protocol_errors;     /* bad preface, HTTP/2 connection errors, bad HTTP/1.1 */
-    uint64_t oversize_messages;   /* gRPC messages over the receive limit (RESOURCE_EXHAUSTED) */
+    uint64_t conns_accepted;     /* server: accepted TCP connections */
+    uint64_t conns_rejected;     /* server: closed at once (max_connections, shutdown) */
+    uint64_t conns_open;         /* gauge: connections currently open */
+    uint64_t accept_errors;      /* server: accept() failures (EMFILE, ...) */
+    uint64_t connect_attempts;   /* client: TCP connect attempts */
+    uint64_t connect_failures;   /* client: attempts that failed (refused, timeout, TLS) */
+    uint64_t handshake_failures; /* TLS handshakes that failed or timed out, bad ALPN */
+    uint64_t protocol_errors;    /* bad preface, HTTP/2 connection errors, bad HTTP/1.1 */
+    uint64_t oversize_messages;  /* gRPC messages over the receive limit (RESOURCE_EXHAUSTED) */
+    uint64_t inbound_budget_refusals; /* server: messages refused because partially received
+                                         messages of all calls held max_inbound_buffered
+                                         (RESOURCE_EXHAUSTED) */
+    uint64_t inbound_buffered_bytes;  /* server gauge: bytes held by partially received
+                                         messages */
     uint64_t bad_messages;        /* truncated or compressed gRPC messages, bad request headers */
     uint64_t identity_rejected;   /* calls refused: mTLS peer without exactly one bigfleet:// SAN */
     uint64_t keepalive_timeouts;  /* connections closed because a PING went unanswered */
@@ -286,11 +293,18 @@ struct bf_net_server_opts {
     uint32_t max_concurrent_streams; /* per connection (SETTINGS); 0 = 1024 */
     uint32_t max_recv_message;       /* 0 = BF_NET_MAX_MESSAGE */
     uint32_t max_send_message;       /* 0 = BF_NET_MAX_MESSAGE */
-    uint32_t stream_window;          /* initial per-stream receive window; 0 = 1 MiB */
-    uint32_t conn_window;            /* connection receive window; 0 = 16 MiB */
-    int64_t keepalive_ns;            /* PING after this much silence; 0 = 120 s, < 0 = off */
-    int64_t keepalive_timeout_ns;    /* close if the PING is unanswered; 0 = 20 s */
-    int64_t handshake_timeout_ns;    /* TLS handshake + HTTP/2 preface; 0 = 10 s */
+    /* Bytes all calls together may hold in partially received messages (a
+     * message that arrives whole in one read costs nothing here); a message
+     * whose assembly would go past it ends its call with RESOURCE_EXHAUSTED
+     * ("server inbound buffer budget exhausted"), logged and counted
+     * (inbound_budget_refusals). 0 = BF_NET_MAX_INBOUND_BUFFERED; never
+     * below max_recv_message. */
+    size_t max_inbound_buffered;
+    uint32_t stream_window;       /* initial per-stream receive window; 0 = 1 MiB */
+    uint32_t conn_window;         /* connection receive window; 0 = 16 MiB */
+    int64_t keepalive_ns;         /* PING after this much silence; 0 = 120 s, < 0 = off */
+    int64_t keepalive_timeout_ns; /* close if the PING is unanswered; 0 = 20 s */
+    int64_t handshake_timeout_ns; /* TLS handshake + HTTP/2 preface; 0 = 10 s */
 };
 
 /*

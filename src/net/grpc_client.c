@@ -401,7 +401,7 @@ static struct bf_net_stream *stream_new(struct bf_net_client *cl, const char *pa
     bf_list_init(&s->link);
     bf_list_init(&s->fin_link);
     bf_list_init(&s->drain_link);
-    bf_grpc_parser_init(&s->parser, cl->o.max_recv_message);
+    bf_grpc_parser_init(&s->parser, cl->o.max_recv_message, NULL);
     bf_timer_init(&s->deadline_timer, cl->loop, deadline_cb, s);
     if (timeout_ns > 0) {
         s->deadline = bf_mono_ns() + timeout_ns;

@@ -50,6 +50,7 @@ struct bf_net_server {
     size_t n_methods;
     struct bf_net_server_opts o;
     struct bf_net_stats stats;
+    struct bf_grpc_budget inbound; /* partially received messages, all calls */
     struct bf_list conns;
     uint32_t nconns;
     nghttp2_session_callbacks *cbs;
@@ -537,7 +538,13 @@ static int on_data_chunk_cb(nghttp2_session *h2, uint8_t flags, int32_t sid, con
         struct bf_net_server *srv = call->sc->srv;
         const char *msg = "bad gRPC message";
         char buf[96];
-        if (r == BF_NET_RESOURCE_EXHAUSTED) {
+        if (r == BF_NET_RESOURCE_EXHAUSTED && call->parser.over_budget) {
+            snprintf(buf, sizeof buf,
+                     "server inbound buffer budget exhausted (%zu of %zu bytes in use)",
+                     srv->inbound.used, srv->inbound.max);
+            msg = buf;
+            sconn_log_bad(call->sc, "inbound buffer budget exhausted", msg);
+        } else if (r == BF_NET_RESOURCE_EXHAUSTED) {
             srv->stats.oversize_messages++;
             snprintf(buf, sizeof buf, "received message larger than max (%u vs. %u)",
                      call->parser.msg_len, srv->o.max_recv_message);
@@ -567,7 +574,7 @@ static int on_begin_headers_cb(nghttp2_session *h2, const nghttp2_frame *frame, 
     call->sid = frame->hd.stream_id;
     bf_list_init(&call->drain_link);
     bf_list_add_tail(&sc->calls, &call->link);
-    bf_grpc_parser_init(&call->parser, sc->srv->o.max_recv_message);
+    bf_grpc_parser_init(&call->parser, sc->srv->o.max_recv_message, &sc->srv->inbound);
     bf_timer_init(&call->deadline_timer, sc->c.loop, deadline_cb, call);
     call->unknown_path = true;
     nghttp2_session_set_stream_user_data(h2, call->sid, call);
@@ -968,6 +975,11 @@ int bf_net_server_new(struct bf_net_loop *loop, const struct bf_net_server_opts 
         srv->o.max_recv_message = BF_NET_MAX_MESSAGE;
     if (!srv->o.max_send_message)
         srv->o.max_send_message = BF_NET_MAX_MESSAGE;
+    if (!srv->o.max_inbound_buffered)
+        srv->o.max_inbound_buffered = BF_NET_MAX_INBOUND_BUFFERED;
+    if (srv->o.max_inbound_buffered < srv->o.max_recv_message)
+        srv->o.max_inbound_buffered = srv->o.max_recv_message; /* one largest message fits */
+    srv->inbound.max = srv->o.max_inbound_buffered;
     if (!srv->o.stream_window)
         srv->o.stream_window = 1u << 20;
     if (!srv->o.conn_window)
@@ -1041,6 +1053,8 @@ uint16_t bf_net_server_port(const struct bf_net_server *srv)
 void bf_net_server_stats(const struct bf_net_server *srv, struct bf_net_stats *out)
 {
     *out = srv->stats;
+    out->inbound_budget_refusals = srv->inbound.refused;
+    out->inbound_buffered_bytes = srv->inbound.used;
 }
 
 void bf_net_server_shutdown(struct bf_net_server *srv, int64_t grace_ns, void (*done)(void *),

@@ -15,18 +15,31 @@
 #include "bigfleet/net.h"
 #include "net/grpc_wire.h"
 
-void bf_grpc_parser_init(struct bf_grpc_parser *p, uint32_t max)
+void bf_grpc_parser_init(struct bf_grpc_parser *p, uint32_t max, struct bf_grpc_budget *budget)
 {
     memset(p, 0, sizeof *p);
     p->max = max;
+    p->budget = budget;
+}
+
+/* frees the assembly buffer and refunds its charge */
+static void release_buf(struct bf_grpc_parser *p)
+{
+    if (p->buf && p->budget)
+        p->budget->used -= p->cap;
+    free(p->buf);
+    p->buf = NULL;
+    p->cap = 0;
 }
 
 void bf_grpc_parser_reset(struct bf_grpc_parser *p)
 {
-    free(p->buf);
+    release_buf(p);
     uint32_t max = p->max;
+    struct bf_grpc_budget *budget = p->budget;
     memset(p, 0, sizeof *p);
     p->max = max;
+    p->budget = budget;
 }
 
 bool bf_grpc_parser_idle(const struct bf_grpc_parser *p)
@@ -45,9 +58,8 @@ void bf_grpc_prefix(uint8_t out[BF_GRPC_PREFIX], uint32_t len)
 
 static void end_message(struct bf_grpc_parser *p)
 {
-    free(p->buf);
-    p->buf = NULL;
-    p->have = p->cap = 0;
+    release_buf(p);
+    p->have = 0;
     p->in_body = false;
     p->hdr_len = 0;
 }
@@ -95,9 +107,17 @@ int bf_grpc_parser_feed(struct bf_grpc_parser *p, const uint8_t *data, size_t le
                     nc *= 2;
                 if (nc > p->msg_len)
                     nc = p->msg_len;
+                struct bf_grpc_budget *b = p->budget;
+                if (b && b->max && b->used + (nc - p->cap) > b->max) {
+                    b->refused++;
+                    p->over_budget = true;
+                    return BF_NET_RESOURCE_EXHAUSTED;
+                }
                 uint8_t *nb = realloc(p->buf, nc);
                 if (!nb)
                     return BF_NET_RESOURCE_EXHAUSTED;
+                if (b)
+                    b->used += nc - p->cap;
                 p->buf = nb;
                 p->cap = nc;
             }
@@ -108,11 +128,16 @@ int bf_grpc_parser_feed(struct bf_grpc_parser *p, const uint8_t *data, size_t le
         }
         if (p->have == p->msg_len) {
             uint8_t *b = p->buf;
+            size_t charged = b ? p->cap : 0;
+            struct bf_grpc_budget *bud = p->budget; /* fn may free the parser */
             p->buf = NULL;
+            p->cap = 0;
             size_t n = p->have;
             end_message(p);
             int r = fn(arg, b ? b : (const uint8_t *)"", n, p->compressed);
             free(b);
+            if (bud)
+                bud->used -= charged;
             if (r != 0)
                 return r;
         }

@@ -21,15 +21,31 @@
  * the bytes actually received (never pre-allocated from the declared
  * length, so a 5-byte header cannot make us allocate 256 MiB).
  */
+/*
+ * A budget for assembly buffers shared by many parsers (a server's calls,
+ * all on one loop thread: no locking). Every parser charges its buffer's
+ * capacity while a message is partially received and refunds it when the
+ * message completes or the parser is reset. A growth that would take `used`
+ * past `max` fails the message with RESOURCE_EXHAUSTED and sets the
+ * parser's over_budget, so many peers each sending a large message slowly
+ * cannot together exhaust the host's memory. max 0 = unlimited.
+ */
+struct bf_grpc_budget {
+    size_t used, max; /* bytes */
+    uint64_t refused; /* messages failed for the budget */
+};
+
 struct bf_grpc_parser {
     uint8_t hdr[BF_GRPC_PREFIX];
     uint8_t hdr_len; /* header bytes collected (0..5) */
     bool in_body;
     bool compressed;
+    bool over_budget; /* the last RESOURCE_EXHAUSTED came from the budget */
     uint32_t msg_len;
     uint32_t max; /* receive limit */
     uint8_t *buf;
     size_t have, cap;
+    struct bf_grpc_budget *budget; /* optional, borrowed; kept across resets */
 };
 
 /*
@@ -39,10 +55,12 @@ struct bf_grpc_parser {
  */
 typedef int (*bf_grpc_msg_fn)(void *arg, const uint8_t *msg, size_t len, bool compressed);
 
-void bf_grpc_parser_init(struct bf_grpc_parser *p, uint32_t max);
+/* budget: NULL = none (see struct bf_grpc_budget). */
+void bf_grpc_parser_init(struct bf_grpc_parser *p, uint32_t max, struct bf_grpc_budget *budget);
 /*
  * Feeds bytes. Returns 0, or the first non-zero callback return, or
- * RESOURCE_EXHAUSTED (8) when a message declares more than max bytes,
+ * RESOURCE_EXHAUSTED (8) when a message declares more than max bytes or
+ * its assembly buffer would exceed the shared budget (over_budget set),
  * INTERNAL (13) for a flag byte other than 0/1 or on allocation failure.
  * After a non-zero return the parser must be reset before reuse.
  */

@@ -87,6 +87,10 @@ static void local_metrics(struct ss *ss, struct bf_metrics_buf *b)
         {"bigfleet_shard_grpc_oversize_messages_total",
          "Messages over the 256 MiB receive limit (RESOURCE_EXHAUSTED).",
          offsetof(struct bf_net_stats, oversize_messages)},
+        {"bigfleet_shard_grpc_inbound_budget_refusals_total",
+         "Messages refused (RESOURCE_EXHAUSTED) because partially received messages of all "
+         "calls held the server's inbound buffer budget.",
+         offsetof(struct bf_net_stats, inbound_budget_refusals)},
         {"bigfleet_shard_grpc_identity_rejected_total",
          "Calls refused: mTLS peer without exactly one bigfleet:// SAN.",
          offsetof(struct bf_net_stats, identity_rejected)},
@@ -99,6 +103,10 @@ static void local_metrics(struct ss *ss, struct bf_metrics_buf *b)
     bf_metrics_header(b, "bigfleet_shard_grpc_connections_open", "gauge", "gRPC connections open.");
     bf_metrics_printf(b, "bigfleet_shard_grpc_connections_open %llu\n",
                       (unsigned long long)ns.conns_open);
+    bf_metrics_header(b, "bigfleet_shard_grpc_inbound_buffered_bytes", "gauge",
+                      "Bytes held by partially received gRPC messages (all calls).");
+    bf_metrics_printf(b, "bigfleet_shard_grpc_inbound_buffered_bytes %llu\n",
+                      (unsigned long long)ns.inbound_buffered_bytes);
     net_more(b, "bigfleet_shard_grpc", "gRPC server (--listen)", &ns, true);
     if (ss->http) {
         struct bf_net_stats hs;

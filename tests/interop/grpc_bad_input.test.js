@@ -8,6 +8,7 @@
 //              a declared 2 GiB message, compressed messages, a bad
 //              content-type, GET instead of POST, a grpc-timeout the server
 //              enforces on its own
+//              partially received messages over the server's inbound budget
 //   grpc-js:   a message over the server's limit (RESOURCE_EXHAUSTED)
 //   TLS port:  garbage instead of a ClientHello, a client offering only
 //              http/1.1 in ALPN, a client that never speaks (handshake timeout)
@@ -108,6 +109,37 @@ function grpcFrame(payload, flag = 0) {
 // MachineRef{id: "x"}
 const MREF = Buffer.from([0x0a, 0x01, 0x78]);
 
+// A gRPC call on an existing node http2 session that the test writes to
+// piecemeal; `done` resolves {grpcStatus, grpcMessage, data} at close.
+function openCall(session, path) {
+  const req = session.request({ ':method': 'POST', ':path': path, 'content-type': 'application/grpc', te: 'trailers' });
+  const res = { headers: null, trailers: null, data: [] };
+  req.on('response', h => { res.headers = h; });
+  req.on('trailers', t => { res.trailers = t; });
+  req.on('data', d => res.data.push(d));
+  req.on('error', e => { res.error = e; });
+  const done = new Promise(resolve => req.on('close', () => {
+    const st = (res.trailers && res.trailers['grpc-status']) || (res.headers && res.headers['grpc-status']);
+    res.grpcStatus = st === undefined ? undefined : +st;
+    res.grpcMessage = (res.trailers && res.trailers['grpc-message']) || (res.headers && res.headers['grpc-message']);
+    resolve(res);
+  }));
+  return { req, done };
+}
+function varint(n) {
+  const out = [];
+  while (n >= 0x80) { out.push((n & 0x7f) | 0x80); n = Math.floor(n / 128); }
+  out.push(n);
+  return Buffer.from(out);
+}
+// MachineRef{id: 'y' x ...} of exactly n bytes (n < 2^21)
+function machineRefOf(n) {
+  const idLen = n - 4;
+  const v = varint(idLen);
+  if (v.length !== 3) throw new Error('machineRefOf: size out of range');
+  return Buffer.concat([Buffer.from([0x0a]), v, Buffer.alloc(idLen, 'y')]);
+}
+
 async function waitStat(srv, pred, ms = 3000) {
   const until = Date.now() + ms;
   let s;
@@ -168,6 +200,43 @@ const tests = [
     eq(r.grpcStatus, grpc.status.RESOURCE_EXHAUSTED, 'status');
     eq((await L.stats(h2c)).server.oversize_messages - before, 1, 'counted');
     await healthy(h2c);
+  }],
+  ['partially received messages over the inbound budget: the newcomer gets RESOURCE_EXHAUSTED, the others carry on', async () => {
+    // budget 1.5 MiB, limit 1 MiB: one 1,000,000-byte message held at
+    // 600,000 bytes costs its full assembly buffer (1,000,000); a second one
+    // cannot grow past the budget
+    const srv = await L.startServer(['--max-recv', String(MAX_RECV), '--max-inbound', String(1536 * 1024)]);
+    const session = http2.connect(`http://127.0.0.1:${srv.port}`);
+    session.on('error', () => {});
+    try {
+      const path = '/bigfleet.v1alpha1.CapacityProvider/Get';
+      const fa = grpcFrame(machineRefOf(1000000)), fb = grpcFrame(machineRefOf(1000000));
+      const a = openCall(session, path);
+      a.req.write(fa.subarray(0, 5 + 600000));
+      let st = await waitStat(srv, x => x.server.inbound_buffered_bytes >= 600000);
+      assert(st.server.inbound_buffered_bytes >= 600000, `A is buffered: ${JSON.stringify(st.server)}`);
+      const b = openCall(session, path);
+      b.req.write(fb.subarray(0, 5 + 600000));
+      const rb = await b.done;
+      eq(rb.grpcStatus, grpc.status.RESOURCE_EXHAUSTED, 'B refused');
+      assert(/inbound buffer budget/.test(rb.grpcMessage), rb.grpcMessage);
+      st = await L.stats(srv);
+      eq(st.server.inbound_budget_refusals, 1, 'refusal counted');
+      eq(st.server.oversize_messages, 0, 'not an oversize message');
+      assert(/inbound buffer budget exhausted/.test(srv.stderr()), 'logged');
+      // A was never disturbed: it completes and is answered
+      a.req.end(fa.subarray(5 + 600000));
+      const ra = await a.done;
+      eq(ra.grpcStatus, 0, 'A completes OK');
+      assert(Buffer.concat(ra.data).length > 999000, 'A answered with its echo');
+      st = await waitStat(srv, x => x.server.inbound_buffered_bytes === 0);
+      eq(st.server.inbound_buffered_bytes, 0, 'everything refunded');
+      await healthy(srv);
+    } finally {
+      session.close();
+      const e = await srv.stop();
+      eq(e.code, 0, 'clean exit');
+    }
   }],
   ['grpc-js message over the server limit: RESOURCE_EXHAUSTED; the limit itself passes', async ({ h2c }) => {
     const c = new pkg.CapacityProvider(h2c.addr, grpc.credentials.createInsecure(), L.CHANNEL_OPTS);

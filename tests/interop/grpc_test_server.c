@@ -380,12 +380,15 @@ static void http_handler(const struct bf_net_http_request *req, struct bf_net_ht
             "},\"server\":{\"conns_accepted\":%llu,\"conns_open\":%llu,\"handshake_failures\":%llu,"
             "\"protocol_errors\":%llu,\"oversize_messages\":%llu,\"bad_messages\":%llu,"
             "\"identity_rejected\":%llu,\"streams_open\":%llu,\"conns_rejected\":%llu,"
-            "\"keepalive_timeouts\":%llu}}\n",
+            "\"keepalive_timeouts\":%llu,\"inbound_budget_refusals\":%llu,"
+            "\"inbound_buffered_bytes\":%llu}}\n",
             (unsigned long long)st.conns_accepted, (unsigned long long)st.conns_open,
             (unsigned long long)st.handshake_failures, (unsigned long long)st.protocol_errors,
             (unsigned long long)st.oversize_messages, (unsigned long long)st.bad_messages,
             (unsigned long long)st.identity_rejected, (unsigned long long)st.streams_open,
-            (unsigned long long)st.conns_rejected, (unsigned long long)st.keepalive_timeouts);
+            (unsigned long long)st.conns_rejected, (unsigned long long)st.keepalive_timeouts,
+            (unsigned long long)st.inbound_budget_refusals,
+            (unsigned long long)st.inbound_buffered_bytes);
         return;
     }
     if (strcmp(req->path, "/metrics") == 0) {
@@ -430,6 +433,7 @@ int main(int argc, char **argv)
         {"tls-ca", required_argument, 0, 'r'},
         {"max-recv", required_argument, 0, 'm'},
         {"max-streams", required_argument, 0, 's'},
+        {"max-inbound", required_argument, 0, 'B'},
         {"keepalive-ms", required_argument, 0, 'p'},
         {"handshake-timeout-ms", required_argument, 0, 't'},
         {"keepalive-timeout-ms", required_argument, 0, 'T'},
@@ -459,6 +463,9 @@ int main(int argc, char **argv)
         case 's':
             so.max_concurrent_streams = (uint32_t)atoll(optarg);
             break;
+        case 'B':
+            so.max_inbound_buffered = (size_t)atoll(optarg);
+            break;
         case 'p':
             so.keepalive_ns = atoll(optarg) * BF_NS_PER_MS;
             break;
@@ -471,7 +478,7 @@ int main(int argc, char **argv)
         default:
             fprintf(stderr,
                     "usage: %s [--addr A] [--http-addr A] [--tls-cert F --tls-key F "
-                    "[--tls-ca F]] [--max-recv N] [--max-streams N]\n",
+                    "[--tls-ca F]] [--max-recv N] [--max-streams N] [--max-inbound BYTES]\n",
                     argv[0]);
             return 2;
         }

@@ -61,7 +61,7 @@ START_TEST(parser_delivers_messages_across_every_split_point)
                        11, 12, 13, 14, 15, 100, 40000, total - 1, total};
     for (size_t s = 0; s < sizeof splits / sizeof splits[0]; s++) {
         struct bf_grpc_parser p;
-        bf_grpc_parser_init(&p, 1u << 20);
+        bf_grpc_parser_init(&p, 1u << 20, NULL);
         struct got g = {0};
         ck_assert_int_eq(bf_grpc_parser_feed(&p, b, splits[s], collect, &g), 0);
         ck_assert_int_eq(bf_grpc_parser_feed(&p, b + splits[s], total - splits[s], collect, &g), 0);
@@ -83,7 +83,7 @@ START_TEST(parser_handles_one_byte_at_a_time)
     size_t total;
     uint8_t *b = three_messages(&total);
     struct bf_grpc_parser p;
-    bf_grpc_parser_init(&p, 1u << 20);
+    bf_grpc_parser_init(&p, 1u << 20, NULL);
     struct got g = {0};
     for (size_t i = 0; i < total; i++) {
         ck_assert_int_eq(bf_grpc_parser_feed(&p, b + i, 1, collect, &g), 0);
@@ -103,7 +103,7 @@ START_TEST(truncated_message_leaves_parser_not_idle)
     bf_grpc_prefix(b, 10);
     memset(b + 5, 7, 10);
     struct bf_grpc_parser p;
-    bf_grpc_parser_init(&p, 1024);
+    bf_grpc_parser_init(&p, 1024, NULL);
     struct got g = {0};
     /* header only: stream ending here is a truncated message */
     ck_assert_int_eq(bf_grpc_parser_feed(&p, b, 3, collect, &g), 0);
@@ -118,10 +118,64 @@ START_TEST(truncated_message_leaves_parser_not_idle)
 }
 END_TEST
 
+/* Two parsers share a 100,000-byte budget. A's partial 80,000-byte message
+ * holds 80,000; B's partial 40,000-byte message needs more than is left and
+ * is refused (over_budget, counted) while A carries on; once A completes
+ * (and B is reset) everything is refunded and B's message fits. */
+START_TEST(shared_budget_refuses_a_message_that_would_exceed_it_and_refunds_on_completion)
+{
+    struct bf_grpc_budget bud = {.max = 100000};
+    struct bf_grpc_parser a, b;
+    bf_grpc_parser_init(&a, 1u << 20, &bud);
+    bf_grpc_parser_init(&b, 1u << 20, &bud);
+    size_t la = 5 + 80000, lb = 5 + 40000;
+    uint8_t *ma = malloc(la), *mb = malloc(lb);
+    bf_grpc_prefix(ma, 80000);
+    memset(ma + 5, 1, 80000);
+    bf_grpc_prefix(mb, 40000);
+    memset(mb + 5, 2, 40000);
+    struct got ga = {0}, gb = {0};
+    /* A: header + 70,000 bytes, in two pieces (assembled, charged) */
+    ck_assert_int_eq(bf_grpc_parser_feed(&a, ma, 5 + 100, collect, &ga), 0);
+    ck_assert_int_eq(bf_grpc_parser_feed(&a, ma + 105, 69900, collect, &ga), 0);
+    ck_assert_uint_eq(bud.used, a.cap);
+    ck_assert_uint_eq(a.cap, 80000); /* doubling capped at the declared length */
+    /* B: the header and a first piece, then growth past the budget */
+    int r = bf_grpc_parser_feed(&b, mb, 5 + 100, collect, &gb);
+    ck_assert_int_eq(r, 0);
+    r = bf_grpc_parser_feed(&b, mb + 105, 39900, collect, &gb);
+    ck_assert_int_eq(r, BF_NET_RESOURCE_EXHAUSTED);
+    ck_assert(b.over_budget);
+    ck_assert_uint_eq(bud.refused, 1);
+    ck_assert_uint_le(bud.used, bud.max);
+    bf_grpc_parser_reset(&b);
+    ck_assert_uint_eq(bud.used, 80000);
+    /* A completes: delivered, refunded */
+    ck_assert_int_eq(bf_grpc_parser_feed(&a, ma + 5 + 70000, 10000, collect, &ga), 0);
+    ck_assert_int_eq(ga.n, 1);
+    ck_assert_uint_eq(ga.lens[0], 80000);
+    ck_assert_uint_eq(bud.used, 0);
+    /* B again, now within the budget */
+    ck_assert_int_eq(bf_grpc_parser_feed(&b, mb, 5 + 100, collect, &gb), 0);
+    ck_assert_int_eq(bf_grpc_parser_feed(&b, mb + 105, 39900, collect, &gb), 0);
+    ck_assert_int_eq(gb.n, 1);
+    ck_assert(!b.over_budget);
+    ck_assert_uint_eq(bud.used, 0);
+    /* a reset in the middle of a message refunds too */
+    ck_assert_int_eq(bf_grpc_parser_feed(&a, ma, 5 + 50000, collect, &ga), 0);
+    ck_assert_uint_gt(bud.used, 0);
+    bf_grpc_parser_reset(&a);
+    ck_assert_uint_eq(bud.used, 0);
+    ck_assert_ptr_eq(a.budget, &bud); /* kept across resets */
+    free(ma);
+    free(mb);
+}
+END_TEST
+
 START_TEST(oversize_declared_length_is_resource_exhausted_before_any_allocation)
 {
     struct bf_grpc_parser p;
-    bf_grpc_parser_init(&p, 1000);
+    bf_grpc_parser_init(&p, 1000, NULL);
     uint8_t hdr[5];
     bf_grpc_prefix(hdr, 1001);
     struct got g = {0};
@@ -130,7 +184,7 @@ START_TEST(oversize_declared_length_is_resource_exhausted_before_any_allocation)
     ck_assert_int_eq(g.n, 0);
     bf_grpc_parser_reset(&p);
     /* exactly at the limit is fine */
-    bf_grpc_parser_init(&p, 1000);
+    bf_grpc_parser_init(&p, 1000, NULL);
     uint8_t *b = calloc(1, 1005);
     bf_grpc_prefix(b, 1000);
     ck_assert_int_eq(bf_grpc_parser_feed(&p, b, 1005, collect, &g), 0);
@@ -138,7 +192,7 @@ START_TEST(oversize_declared_length_is_resource_exhausted_before_any_allocation)
     free(b);
     bf_grpc_parser_reset(&p);
     /* a 256 MiB declaration within the limit allocates only what arrives */
-    bf_grpc_parser_init(&p, BF_NET_MAX_MESSAGE);
+    bf_grpc_parser_init(&p, BF_NET_MAX_MESSAGE, NULL);
     uint8_t big[5 + 100];
     bf_grpc_prefix(big, BF_NET_MAX_MESSAGE);
     memset(big + 5, 1, 100);
@@ -151,7 +205,7 @@ END_TEST
 START_TEST(compressed_flag_is_reported_and_bad_flag_is_internal)
 {
     struct bf_grpc_parser p;
-    bf_grpc_parser_init(&p, 1000);
+    bf_grpc_parser_init(&p, 1000, NULL);
     uint8_t b[6] = {1, 0, 0, 0, 1, 9};
     struct got g = {0};
     ck_assert_int_eq(bf_grpc_parser_feed(&p, b, 6, collect, &g), 0);
@@ -168,7 +222,7 @@ START_TEST(callback_stop_halts_feeding)
     size_t total;
     uint8_t *b = three_messages(&total);
     struct bf_grpc_parser p;
-    bf_grpc_parser_init(&p, 1u << 20);
+    bf_grpc_parser_init(&p, 1u << 20, NULL);
     struct got g = {.stop_after = 1};
     ck_assert_int_eq(bf_grpc_parser_feed(&p, b, total, collect, &g), -1);
     ck_assert_int_eq(g.n, 1);
@@ -300,6 +354,8 @@ int main(void)
     tcase_add_test(tc, parser_delivers_messages_across_every_split_point);
     tcase_add_test(tc, parser_handles_one_byte_at_a_time);
     tcase_add_test(tc, truncated_message_leaves_parser_not_idle);
+    tcase_add_test(tc,
+                   shared_budget_refuses_a_message_that_would_exceed_it_and_refunds_on_completion);
     tcase_add_test(tc, oversize_declared_length_is_resource_exhausted_before_any_allocation);
     tcase_add_test(tc, compressed_flag_is_reported_and_bad_flag_is_internal);
     tcase_add_test(tc, callback_stop_halts_feeding);
