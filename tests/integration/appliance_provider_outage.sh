@@ -8,6 +8,9 @@
 # reclaim storm), and after the provider returns one reconcile restores
 # agreement and new actions complete (full recovery). Runs with
 # --incremental-reconcile (the restarted provider invalidates the cursor).
+# The provider is addressed by host name (localhost:PORT), so every
+# reconnect of the reconciler and executor goes through the clients'
+# off-loop name resolution.
 source "$(dirname "$0")/lib.bash"
 source "$(dirname "$0")/provider_lib.bash"
 ID=$(new_id outage)
@@ -18,7 +21,7 @@ EOT
 SIM_PORT=$(free_port)
 SIMARGS=(--catalog "$TMP/cat.csv" --seed-speculative 30 --state "$TMP/simstate")
 start_sim sim "${SIMARGS[@]}"
-start_appliance --provider-addr "$SIM_ADDR" --execute-timeout 8s --reconcile-timeout 5s \
+start_appliance --provider-addr "localhost:${SIM_ADDR##*:}" --execute-timeout 8s --reconcile-timeout 5s \
     --incremental-reconcile
 A wait-ready --timeout 15 || fail "no first reconcile"
 NEED=(--cluster cl-o --priority 500000 --ipb 12 --rpb 14)
