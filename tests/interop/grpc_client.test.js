@@ -6,7 +6,6 @@
 // server is down and reconnection once it is up.
 'use strict';
 const { spawn } = require('child_process');
-const net = require('net');
 const L = require('./grpc_lib');
 const { grpc, eq, assert } = L;
 
@@ -91,12 +90,7 @@ function runClient(args, ms = 60000) {
   });
 }
 
-function freePort() {
-  return new Promise((resolve) => {
-    const s = net.createServer();
-    s.listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => resolve(p)); });
-  });
-}
+const { freePort } = require('./ports');
 
 function expectOk(r, what) {
   if (r.code !== 0) throw new Error(`${what}: exit ${r.code}/${r.sig}\n${r.out}\n${r.err.slice(-3000)}`);

@@ -13,7 +13,6 @@
 
 const fs = require('fs');
 const os = require('os');
-const net = require('net');
 const path = require('path');
 const http = require('http');
 const { spawn } = require('child_process');
@@ -29,9 +28,7 @@ if (!fs.existsSync(shardd) || !fs.existsSync(path.join(BIN, 'bigfleet-simprovide
 }
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'replay-shardd-'));
 
-const freePort = () => new Promise((resolve) => {
-  const s = net.createServer().listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => resolve(p)); });
-});
+const { freePort } = require('./ports');
 const get = (port, p) => new Promise((resolve) => {
   http.get({ host: '127.0.0.1', port, path: p, timeout: 1000 }, (res) => {
     let body = '';

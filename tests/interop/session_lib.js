@@ -34,13 +34,7 @@ const proto = grpc.loadPackageDefinition(pkgDef).bigfleet.v1alpha1;
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => resolve(p)); });
-    s.on('error', reject);
-  });
-}
+const { freePort } = require('./ports');
 
 function httpGet(port, p) {
   return new Promise((resolve) => {
