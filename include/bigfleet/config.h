@@ -57,6 +57,10 @@ struct bf_config {
     uint32_t max_machines;
     uint32_t max_needs;
     uint32_t max_clusters;
+    /* MiB all Shard/Session and ShardRead calls together may hold in partially
+     * received messages (bf_net_server_opts.max_inbound_buffered; never below
+     * one 256 MiB message) */
+    uint32_t grpc_inbound_budget_mib;
     /* embedded simulated provider (when --provider-addr is empty) */
     char sim_listen[BF_ADDR_MAX];
     char sim_args[2048];

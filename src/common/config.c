@@ -93,6 +93,9 @@ static const struct opt opts[] = {
      "inventory capacity (machine records in the shared segment)"},
     {"max-needs", T_U32, F(max_needs), "65536", 16, 16777216, "Need rows across all clusters"},
     {"max-clusters", T_U32, F(max_clusters), "4096", 1, 1048576, "operator clusters"},
+    {"grpc-inbound-budget-mib", T_U32, F(grpc_inbound_budget_mib), "1024", 256, 1048576,
+     "MiB all gRPC calls on --listen may hold in partially received messages; a message "
+     "that would exceed it is refused with RESOURCE_EXHAUSTED"},
     {"sim-listen", T_STR, F(sim_listen), "127.0.0.1:7781", 0, 0,
      "listen address of the embedded simulated provider"},
     {"sim-args", T_STR, F(sim_args), "", 0, 0,

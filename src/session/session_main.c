@@ -124,8 +124,12 @@ static int start_grpc(struct ss *ss)
     methods[0].arg = ss;
     methods[1] = bf_inspect_needs_method; /* ShardRead, same server (ADR-0061) */
     methods[1].arg = ss;
-    struct bf_net_server_opts o = {
-        .addr = ss->cfg->listen, .methods = methods, .n_methods = 2, .max_connections = 65536};
+    struct bf_net_server_opts o = {.addr = ss->cfg->listen,
+                                   .methods = methods,
+                                   .n_methods = 2,
+                                   .max_connections = 65536,
+                                   .max_inbound_buffered = (size_t)ss->cfg->grpc_inbound_budget_mib
+                                                           << 20};
     if (bf_config_tls(ss->cfg)) {
         o.tls.cert_file = ss->cfg->tls_cert;
         o.tls.key_file = ss->cfg->tls_key;

@@ -18,7 +18,7 @@ GRPC=$(free_port); HTTP=$(free_port); SIMP=$(free_port)
 "$BIN/bigfleet-shardd" --id "$ID" --data-dir "$TMP/data" --listen "127.0.0.1:$GRPC" \
     --metrics-addr "127.0.0.1:$HTTP" --sim-listen "127.0.0.1:$SIMP" \
     --sim-args "--seed-idle 1 --seed-configured 1" --cycle-interval 300ms \
-    --max-machines 4096 --max-needs 1024 --max-clusters 16 \
+    --max-machines 4096 --max-needs 1024 --max-clusters 16 --grpc-inbound-budget-mib 512 \
     --audit-log "$TMP/audit.jsonl" >"$TMP/appliance.log" 2>&1 &
 SUP=$!; PIDS+=("$SUP")
 URL="http://127.0.0.1:$HTTP"
@@ -141,6 +141,8 @@ assert val('bigfleet_appliance_result_needs') == 3
 assert val('bigfleet_appliance_result_unsatisfied_needs') == 1
 assert val('bigfleet_appliance_audit_records_total') >= 2
 assert val('bigfleet_shard_grpc_streams_open') >= 1
+assert val('bigfleet_shard_grpc_inbound_budget_refusals_total') == 0
+assert val('bigfleet_shard_grpc_inbound_buffered_bytes') >= 0
 assert val('bigfleet_appliance_http_requests_total') >= 1
 boots = int(val('bigfleet_shard_actions_total{kind="Bootstrap"}'))
 provs = int(val('bigfleet_shard_actions_total{kind="Provision"}'))

@@ -42,6 +42,7 @@ START_TEST(defaults_match_the_documented_values)
     ck_assert(c.empty_rollup_guard);
     ck_assert(!c.actuation_paused && !c.dry_run);
     ck_assert_uint_eq(c.max_machines, 600000);
+    ck_assert_uint_eq(c.grpc_inbound_budget_mib, 1024);
     ck_assert_int_eq(c.available_capacity_interval_ns, 5 * BF_NS_PER_SEC);
     ck_assert_str_eq(c.advertise_addr, ":7780"); /* defaults to --listen */
     ck_assert_str_eq(c.role, "supervisor");
@@ -86,6 +87,12 @@ START_TEST(usage_errors_name_the_flag)
     ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--max-machines"), BF_CONFIG_USAGE);
     ck_assert_ptr_nonnull(strstr(err, "--max-machines"));
     ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--log-level=loud"), BF_CONFIG_USAGE);
+    /* the budget must hold one largest (256 MiB) message */
+    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--grpc-inbound-budget-mib=255"),
+                     BF_CONFIG_USAGE);
+    ck_assert_ptr_nonnull(strstr(err, "--grpc-inbound-budget-mib"));
+    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--grpc-inbound-budget-mib=4096"), BF_CONFIG_OK);
+    ck_assert_uint_eq(c.grpc_inbound_budget_mib, 4096);
 }
 END_TEST
 
@@ -132,6 +139,7 @@ START_TEST(help_lists_every_flag_with_its_default)
                           "--max-machines",
                           "--max-needs",
                           "--max-clusters",
+                          "--grpc-inbound-budget-mib",
                           "(default \"10s\")",
                           "(default \"128\")"};
     for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
