@@ -50,6 +50,10 @@ struct bf_net_client {
     struct bf_net_loop *loop;
     char *addr;
     char host[256];
+    uint16_t port;
+    bool addr_is_name;                /* host is resolved at each attempt */
+    struct sockaddr_storage addr_lit; /* else the literal address, parsed once */
+    socklen_t addr_lit_len;
     char *server_name;
     char *authority;
     struct bf_tls_ctx *tls;
@@ -1004,7 +1008,7 @@ static void connect_failed(struct bf_net_client *cl, int r, bool resolving)
     enter_backoff(cl);
 }
 
-static void connect_to(struct bf_net_client *cl, struct sockaddr_storage *ss, socklen_t sl);
+static void connect_to(struct bf_net_client *cl, const struct sockaddr_storage *ss, socklen_t sl);
 
 static void resolve_done_cb(struct bf_net_watch *w, uint64_t count, void *arg)
 {
@@ -1041,8 +1045,8 @@ static void resolve_timeout_cb(struct bf_net_timer *t, void *arg)
     cl_leave(cl);
 }
 
-/* Starts resolving `host` off the loop; 0 or a negative errno. */
-static int resolve_begin(struct bf_net_client *cl, const char *host, uint16_t port)
+/* Starts resolving cl->host off the loop; 0 or a negative errno. */
+static int resolve_begin(struct bf_net_client *cl)
 {
     if (cl->res_efd < 0) {
         cl->res_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -1055,7 +1059,7 @@ static int resolve_begin(struct bf_net_client *cl, const char *host, uint16_t po
             return r;
         }
     }
-    int r = bf_resolve_start(host, port, cl->res_efd, &cl->resolve);
+    int r = bf_resolve_start(cl->host, cl->port, cl->res_efd, &cl->resolve);
     if (r < 0)
         return r;
     bf_net_timer_start(&cl->resolve_timer, cl->o.connect_timeout_ns, 0);
@@ -1069,25 +1073,16 @@ static void client_connect(struct bf_net_client *cl)
     cl->state = BF_NET_CLIENT_CONNECTING;
     cl->stats.connect_attempts++;
     bf_net_timer_stop(&cl->backoff_timer);
-    struct sockaddr_storage ss;
-    socklen_t sl = 0;
-    char host[256];
-    uint16_t port = 0;
-    int r = bf_addr_parse_literal(cl->addr, &ss, &sl, host, sizeof host, &port);
-    if (r == 1) {
-        r = resolve_begin(cl, host, port);
-        if (r < 0)
-            connect_failed(cl, r, true);
+    if (!cl->addr_is_name) {
+        connect_to(cl, &cl->addr_lit, cl->addr_lit_len);
         return;
     }
-    if (r < 0) {
-        connect_failed(cl, r, false);
-        return;
-    }
-    connect_to(cl, &ss, sl);
+    int r = resolve_begin(cl);
+    if (r < 0)
+        connect_failed(cl, r, true);
 }
 
-static void connect_to(struct bf_net_client *cl, struct sockaddr_storage *ss, socklen_t sl)
+static void connect_to(struct bf_net_client *cl, const struct sockaddr_storage *ss, socklen_t sl)
 {
     if (cl->tls)
         bf_tls_ctx_maybe_reload(&cl->tls);
@@ -1101,7 +1096,7 @@ static void connect_to(struct bf_net_client *cl, struct sockaddr_storage *ss, so
     bf_list_init(&cc->drain_q);
     if (nghttp2_session_client_new2(&cc->h2, cl->cbs, cc, cl->h2opt) != 0)
         goto out_fail;
-    r = conn_init_connect(&cc->c, cl->loop, (struct sockaddr *)ss, sl, &cconn_ops, &cl->stats,
+    r = conn_init_connect(&cc->c, cl->loop, (const struct sockaddr *)ss, sl, &cconn_ops, &cl->stats,
                           cl->tls, cl->server_name, 0);
     if (r < 0)
         goto out_fail;
@@ -1127,7 +1122,7 @@ int bf_net_client_new(struct bf_net_loop *loop, const struct bf_net_client_opts 
     if (!loop || !opts || !opts->addr || !out)
         return -EINVAL;
     struct sockaddr_storage ss;
-    socklen_t sl;
+    socklen_t sl = 0;
     char host[256];
     uint16_t port;
     /* syntax only: a host name is resolved at each connection attempt */
@@ -1138,6 +1133,10 @@ int bf_net_client_new(struct bf_net_loop *loop, const struct bf_net_client_opts 
     if (!cl)
         return -ENOMEM;
     cl->res_efd = -1;
+    cl->port = port;
+    cl->addr_is_name = r == 1;
+    cl->addr_lit = ss;
+    cl->addr_lit_len = sl;
     cl->loop = loop;
     cl->o = *opts;
     cl->o.addr = NULL;

@@ -483,16 +483,12 @@ int bf_addr_resolve(const char *host, uint16_t port, struct sockaddr_storage *ss
 int bf_addr_parse(const char *addr, struct sockaddr_storage *ss, socklen_t *len, char *host_out,
                   size_t host_cap, uint16_t *port_out)
 {
-    char host[256];
+    char buf[256];
+    char *host = host_out ? host_out : buf;
     uint16_t port;
-    int r = bf_addr_parse_literal(addr, ss, len, host, sizeof host, &port);
+    int r = bf_addr_parse_literal(addr, ss, len, host, host_out ? host_cap : sizeof buf, &port);
     if (r < 0)
         return r;
-    if (host_out) {
-        if (strlen(host) >= host_cap)
-            return -EINVAL;
-        strcpy(host_out, host);
-    }
     if (port_out)
         *port_out = port;
     if (r == 0)

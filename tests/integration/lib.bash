@@ -21,29 +21,8 @@ wait_for() {
 # child_pid ROLE SUP_PID: pid of the child bf-ROLE of supervisor SUP_PID
 child_pid() { ps -o pid=,comm= --ppid "$2" 2>/dev/null | awk -v c="bf-$1" '$2==c {print $1}'; }
 new_id() { echo "it-$(basename "$TMP" | tr -dc 'a-zA-Z0-9')-$1"; }
-# A port below the kernel's ephemeral range (an outgoing connection can never
-# be holding it when a server is later started on it), free right now.
-free_port() {
-    python3 - <<'PY'
-import random, socket
-try:
-    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-except Exception:
-    low = 32768
-low = low if low > 12000 else 32768
-for _ in range(500):
-    p = random.randrange(10000, low)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    print(p)
-    break
-PY
-}
+# A port free right now, below the kernel's ephemeral range (scripts/free-port).
+free_port() { "$(dirname "${BASH_SOURCE[0]}")/../../scripts/free-port"; }
 cleanup() {
     for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -TERM "$p" 2>/dev/null; done
     sleep 0.3
