@@ -149,7 +149,12 @@ const tests = [
   ['server cancel (RST_STREAM) reaches the grpc-js client as CANCELLED', async ({ c }) => {
     const call = c.shard.Session();
     const p = L.collect(call);
+    const acked = new Promise((resolve) => call.once('data', resolve));
     call.write({ hello: { cluster_id: 'c1' } });
+    // RST_STREAM discards what the server has not sent yet: when hello and the
+    // cancelling rollup arrive in one read, the queued ack never leaves. Send
+    // the rollup only once the ack is in.
+    await acked;
     call.write({ rollup: { cluster_id: 'cancel-me' } });
     const res = await p;
     eq(res.status.code, grpc.status.CANCELLED, 'status');
