@@ -313,6 +313,138 @@ START_TEST(duplicate_pinned_types_count_a_machine_once_and_preempt_it_once)
 }
 END_TEST
 
+/* ------------------------------------------------------------ verdicts (ADR-0061) */
+
+/* V1 (match): Go's barrier sets MatchingSupplyExists when the Need claimed
+ * anything; its own Configuring machine is matching supply */
+START_TEST(a_need_that_claimed_machines_has_matching_supply_and_is_priority_starved)
+{
+    struct ef *f = ef_new(8, modes[_i]);
+    struct ef_prof p;
+    ef_gpu_profile(&p, 1000);
+    struct ef_machine m = ef_configured("cfg-ing", "c", 1000, 1, 1);
+    ef_bind(&m, "c", &p, NULL);
+    m.state = BF_STATE_CONFIGURING;
+    ef_add(f, &m);
+    struct bf_engine_need n = ef_gpu_need(&p, 2, NULL);
+    ef_set(f, "c", &n, 1);
+    ck_assert_int_eq(ef_cycle(f), 0);
+    const struct bf_engine_verdict *v = ef_verdict(f, "c", 0);
+    ck_assert(!v->satisfied);
+    ck_assert_uint_eq(v->claimed_count, 1);
+    ck_assert_uint_eq(v->matching_supply.idle + v->matching_supply.configured +
+                          v->matching_supply.speculative,
+                      0);
+    ck_assert_int_eq(v->unmet_reason, BF_UNMET_PRIORITY_STARVED);
+    ef_free(f);
+}
+END_TEST
+
+/* V3 (match): Go fills the preemption summary from Phase 2's Unresolved
+ * list only; a Need whose deficit the victims covered shows none */
+START_TEST(preemption_summary_is_shown_only_while_phase2_leaves_a_deficit)
+{
+    struct ef *f = ef_new(8, modes[_i]);
+    struct ef_machine v1 = ef_configured("v-1", "batch", 10, 1, 1);
+    ef_add(f, &v1);
+    struct ef_prof p;
+    ef_gpu_profile(&p, 1000000);
+    struct bf_engine_need n = ef_gpu_need(&p, 1, NULL);
+    ef_set(f, "train", &n, 1);
+    ck_assert_int_eq(ef_cycle(f), 0);
+    ck_assert_uint_eq(ef_count(f, BF_ACTION_PREEMPT), 1);
+    const struct bf_engine_verdict *v = ef_verdict(f, "train", 0);
+    ck_assert(!v->satisfied);
+    ck_assert(!v->has_preemption);
+    ck_assert_int_eq(v->unmet_reason, BF_UNMET_PRIORITY_STARVED);
+    /* two units: one victim, still short -> summary and PREEMPTION_EXHAUSTED */
+    n = ef_gpu_need(&p, 2, NULL);
+    ef_set(f, "train", &n, 1);
+    ck_assert_int_eq(ef_cycle(f), 0);
+    v = ef_verdict(f, "train", 0);
+    ck_assert(v->has_preemption);
+    ck_assert_uint_eq(v->preemption.victims_found, 1);
+    ck_assert_int_eq(v->unmet_reason, BF_UNMET_PREEMPTION_EXHAUSTED);
+    ef_free(f);
+}
+END_TEST
+
+/* V4 (differ): Go joins Phase 2's Unresolved to verdicts by (cluster,
+ * fingerprint, group); a plain Need and a folded gang of the same stripped
+ * profile share that key and the last one written wins for both */
+START_TEST(phase2_outcome_is_joined_to_each_need_not_to_its_fingerprint)
+{
+    struct ef *f = ef_new(8, modes[_i]);
+    struct ef_prof plain, gang;
+    ef_gpu_profile(&plain, 1000000);
+    ef_gpu_profile_same(&gang, 1000000, BF_LABEL_ZONE);
+    struct ef_machine own = ef_configured("own", "c", 1000000, 1, 1);
+    ef_bind(&own, "c", &plain, NULL);
+    ef_add(f, &own);
+    struct ef_machine victim = ef_configured("victim", "batch", 10, 1, 1);
+    ef_add(f, &victim);
+    struct bf_engine_need n[2] = {ef_gpu_need(&plain, 3, NULL), ef_gpu_need(&gang, 1, "g")};
+    ef_set(f, "c", n, 2);
+    ck_assert_int_eq(ef_cycle(f), 0);
+    ck_assert_uint_eq(f->r.n_needs, 2);
+    const struct bf_engine_verdict *a = ef_verdict(f, "c", 0), *b = ef_verdict(f, "c", 1);
+    ck_assert_str_eq(a->fingerprint, b->fingerprint); /* one key in Go's join */
+    ck_assert_uint_eq(b->folded_members, 1);
+    ck_assert_int_eq(a->unmet_reason, BF_UNMET_PREEMPTION_EXHAUSTED);
+    ck_assert_int_eq(b->unmet_reason, BF_UNMET_PRIORITY_STARVED);
+    ef_free(f);
+}
+END_TEST
+
+/* V5 (differ): Go's pre-pass ranks domains for a zero-aggregate Same Need
+ * (every bucket covers a zero deficit) and records one; nothing is wanted,
+ * so we record no domain and no candidates */
+START_TEST(zero_aggregate_same_need_records_no_domain)
+{
+    struct ef *f = ef_new(8, modes[_i]);
+    struct ef_machine m = ef_gpu_in_zone("i-a", "zone-a", 1);
+    ef_add(f, &m);
+    struct ef_prof p;
+    ef_gpu_profile_same(&p, 1000, BF_LABEL_ZONE);
+    struct bf_engine_need n = ef_need(&p, ef_gpu(0), ef_gpu(8), 1, "g");
+    ef_set(f, "c", &n, 1);
+    ck_assert_int_eq(ef_cycle(f), 0);
+    const struct bf_engine_verdict *v = ef_verdict(f, "c", 0);
+    ck_assert(v->satisfied);
+    ck_assert_str_eq(v->same_domain, "");
+    ck_assert_uint_eq(v->n_same_candidates, 0);
+    ck_assert_uint_eq(f->r.n_actions, 0);
+    ef_free(f);
+}
+END_TEST
+
+/* V6 (differ): Go sorts the views with sort.Slice over a map walk, so rows
+ * tying on (priority, arrival, cluster) come out in any order; ours keep the
+ * normalized-demand order */
+START_TEST(verdict_rows_tying_on_priority_arrival_and_cluster_keep_demand_order)
+{
+    struct ef *f = ef_new(8, modes[_i]);
+    struct ef_prof p1, p2, p3;
+    ef_prof_init(&p1, 5, 3, 3);
+    ef_prof_in(&p1, BF_LABEL_INSTANCE_TYPE, "t-z");
+    ef_prof_init(&p2, 5, 3, 3);
+    ef_prof_in(&p2, BF_LABEL_INSTANCE_TYPE, "t-a");
+    ef_prof_init(&p3, 5, 3, 3);
+    ef_prof_in(&p3, BF_LABEL_INSTANCE_TYPE, "t-m");
+    struct bf_engine_need n[3] = {ef_need(&p1, ef_gpu(8), ef_gpu(8), 7, NULL),
+                                  ef_need(&p2, ef_gpu(8), ef_gpu(8), 7, NULL),
+                                  ef_need(&p3, ef_gpu(8), ef_gpu(8), 7, NULL)};
+    ef_set(f, "c", n, 3);
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq(ef_cycle(f), 0);
+        ck_assert_uint_eq(f->r.n_verdicts, 3);
+        for (uint32_t j = 0; j < 3; j++)
+            ck_assert_uint_eq(f->r.verdicts[j].index, j);
+    }
+    ef_free(f);
+}
+END_TEST
+
 /* ------------------------------------------------------------ Go's rail tests */
 
 static uint32_t fixed_configured(void *ctx, const char *cluster)
@@ -572,6 +704,15 @@ static Suite *suite(void)
     tcase_add_loop_test(t, machine_priced_infinity_is_eligible_and_ordered_last, 0, 2);
     tcase_add_loop_test(t, duplicate_pinned_types_count_a_machine_once_and_preempt_it_once, 0, 2);
     suite_add_tcase(s, t);
+    TCase *v = tcase_create("verdicts");
+    tcase_add_loop_test(v, a_need_that_claimed_machines_has_matching_supply_and_is_priority_starved,
+                        0, 2);
+    tcase_add_loop_test(v, preemption_summary_is_shown_only_while_phase2_leaves_a_deficit, 0, 2);
+    tcase_add_loop_test(v, phase2_outcome_is_joined_to_each_need_not_to_its_fingerprint, 0, 2);
+    tcase_add_loop_test(v, zero_aggregate_same_need_records_no_domain, 0, 2);
+    tcase_add_loop_test(v, verdict_rows_tying_on_priority_arrival_and_cluster_keep_demand_order, 0,
+                        2);
+    suite_add_tcase(s, v);
     TCase *g = tcase_create("go_rail_tests");
     tcase_add_test(g, reclaim_cap_arithmetic_matches_go_over_many_sizes);
     tcase_add_loop_test(g, reclaim_cap_rolls_over_across_cycles_until_the_cluster_is_drained, 0, 2);
