@@ -313,8 +313,8 @@ static int verdicts(struct bf_engine *e)
         matching_supply(e, d, v);
         /* Go: a Need that claimed anything trivially has matching supply
          * (occ RunCycle barrier, fidelity.md V1) */
-        bool exists = d->claimed > 0 || v->matching_supply.idle ||
-                      v->matching_supply.configured || v->matching_supply.speculative;
+        bool exists = d->claimed > 0 || v->matching_supply.idle || v->matching_supply.configured ||
+                      v->matching_supply.speculative;
         if (d->cp->has_same && (!d->same_sat || d->parked || !d->has_domain))
             v->unmet_reason = BF_UNMET_TOPOLOGY_UNSATISFIABLE;
         else if (!exists)
