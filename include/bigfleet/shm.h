@@ -356,6 +356,18 @@ static inline int64_t bf_rec_idle_since_unix(const struct bf_shm *s, const struc
         return 0;
     return s->inv_hdr->created_unix_ns / 1000000000LL + (int64_t)r->idle_since - 1;
 }
+/*
+ * The idle-since stamp for a machine entering Idle at unix time `now_ns`:
+ * whole seconds rounded UP, so the stored stamp is never earlier than the
+ * real transition and a release (now - idle_since >= hold) never fires
+ * early; it may fire up to 1 s late. Go keeps the exact time.Time; a
+ * truncated stamp would release up to 1 s early (docs/fidelity.md item 10).
+ */
+static inline int64_t bf_idle_since_stamp_s(int64_t now_ns)
+{
+    int64_t s = now_ns / 1000000000LL;
+    return now_ns % 1000000000LL > 0 ? s + 1 : s;
+}
 static inline uint32_t bf_rec_idle_since_encode(const struct bf_shm *s, int64_t unix_s)
 {
     int64_t base = s->inv_hdr->created_unix_ns / 1000000000LL;
