@@ -101,6 +101,20 @@ void bf_child_heartbeat(struct bf_child *ch)
                           memory_order_relaxed);
 }
 
+bool bf_child_reloaded(struct bf_child *ch, struct bf_live_values *v)
+{
+    uint64_t g = bf_live_generation(&ch->shm);
+    if (g == ch->live_seen)
+        return false;
+    if (bf_live_read(&ch->shm, v) != 0)
+        return false; /* raced a publish 64 times: next tick */
+    if (ch->live_seen && v->log_level != bf_log_level())
+        BF_INFO("log level changed", "level=%d", v->log_level);
+    bf_log_set_level(v->log_level);
+    ch->live_seen = v->generation;
+    return true;
+}
+
 void bf_child_finish(struct bf_child *ch)
 {
     if (ch->shm.st)

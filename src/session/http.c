@@ -191,7 +191,11 @@ int ss_http_start(struct ss *ss)
         BF_INFO("HTTP probes server disabled", "metrics_addr=\"%s\"", addr);
         return 0;
     }
-    struct bf_net_http_server_opts o = {.addr = addr, .handler = handler, .arg = ss};
+    struct bf_net_http_server_opts o = {.addr = addr,
+                                        .handler = handler,
+                                        .arg = ss,
+                                        .listen_fd =
+                                            atomic_load(&ss->shm->st->host.http_listen_fd)};
     int rc;
     int64_t until = bf_mono_ns() + 5 * BF_NS_PER_SEC; /* see start_grpc() */
     while ((rc = bf_net_http_server_new(ss->loop, &o, &ss->http)) == -EADDRINUSE &&
