@@ -122,6 +122,7 @@ int bf_executor_main(const struct bf_config *cfg)
     }
     struct bf_prov_opts po;
     bf_prov_opts_from_config(&po, cfg, m.ch.shm.inv_hdr->epoch);
+    po.latency = &m.ch.shm.st->host.provider_rpc[1];
     if ((rc = bf_prov_client_new(m.loop, &po, &m.client))) {
         BF_ERROR("cannot create the provider client", "addr=%s error=\"%s\"", cfg->provider_addr,
                  strerror(-rc));
