@@ -715,7 +715,8 @@ int bf_config_diff(const struct bf_config *running, const struct bf_config *next
     char a[BF_CONFIG_LINE_MAX + 8], b[BF_CONFIG_LINE_MAX + 8];
     for (size_t i = 0; i < NOPTS; i++) {
         const struct opt *o = &opts[i];
-        if (o->hidden || !o->def || strcmp(o->name, "check-config") == 0)
+        if (o->hidden || !o->def || strcmp(o->name, "check-config") == 0 ||
+            strcmp(o->name, "config") == 0)
             continue;
         if (same_value(running, next, o))
             continue;
