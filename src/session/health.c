@@ -12,7 +12,8 @@
  *   "grpc.health.v1.Health",       SERVING
  *   the reflection services
  *   anything else                  Check: NOT_FOUND; Watch: SERVICE_UNKNOWN
- * Watch sends the current status at once and then every change. Bounds: at
+ * Watch sends the current status at once and then every change; List
+ * returns every service above with its status. Bounds: at
  * most MAX_WATCHES watches at once (RESOURCE_EXHAUSTED beyond), a service
  * name of at most 256 bytes (INVALID_ARGUMENT), and a watcher whose unread
  * updates exceed 64 KiB is ended (it cannot read 4-byte messages).
@@ -109,6 +110,42 @@ static void check_on_message(struct bf_net_call *call, const uint8_t *msg, size_
     bf_net_call_reply_pb(call, &r.base);
 }
 
+static const char *const known[] = {"",
+                                    "bigfleet.v1alpha1.Shard",
+                                    "bigfleet.v1alpha1.ShardRead",
+                                    "grpc.health.v1.Health",
+                                    "grpc.reflection.v1.ServerReflection",
+                                    "grpc.reflection.v1alpha.ServerReflection"};
+#define N_KNOWN (sizeof known / sizeof known[0])
+
+static void list_on_message(struct bf_net_call *call, const uint8_t *msg, size_t len, void *arg)
+{
+    struct ss *ss = arg;
+    atomic_fetch_add_explicit(&ss->shm->st->host.health_checks, 1, memory_order_relaxed);
+    Grpc__Health__V1__HealthListRequest *req =
+        grpc__health__v1__health_list_request__unpack(NULL, len, msg);
+    if (!req) {
+        bf_net_call_finish(call, BF_NET_INVALID_ARGUMENT, "HealthListRequest does not decode");
+        return;
+    }
+    grpc__health__v1__health_list_request__free_unpacked(req, NULL);
+    Grpc__Health__V1__HealthCheckResponse st[N_KNOWN];
+    Grpc__Health__V1__HealthListResponse__StatusesEntry e[N_KNOWN], *ep[N_KNOWN];
+    for (size_t i = 0; i < N_KNOWN; i++) {
+        grpc__health__v1__health_check_response__init(&st[i]);
+        st[i].status =
+            (Grpc__Health__V1__HealthCheckResponse__ServingStatus)status_of(ss, known[i]);
+        grpc__health__v1__health_list_response__statuses_entry__init(&e[i]);
+        e[i].key = (char *)known[i];
+        e[i].value = &st[i];
+        ep[i] = &e[i];
+    }
+    Grpc__Health__V1__HealthListResponse r = GRPC__HEALTH__V1__HEALTH_LIST_RESPONSE__INIT;
+    r.n_statuses = N_KNOWN;
+    r.statuses = ep;
+    bf_net_call_reply_pb(call, &r.base);
+}
+
 static void unlink_watch(struct hwatch *w)
 {
     if (w->prev)
@@ -199,6 +236,12 @@ const struct bf_net_method bf_health_check_method = {
     .path = "/grpc.health.v1.Health/Check",
     .kind = BF_NET_UNARY,
     .on_message = check_on_message,
+};
+
+const struct bf_net_method bf_health_list_method = {
+    .path = "/grpc.health.v1.Health/List",
+    .kind = BF_NET_UNARY,
+    .on_message = list_on_message,
 };
 
 const struct bf_net_method bf_health_watch_method = {

@@ -142,6 +142,7 @@ struct local_counters {
 struct coord; /* health.c: grpc.health.v1.Health (arg: struct ss *) */
 extern const struct bf_net_method bf_health_check_method;
 extern const struct bf_net_method bf_health_watch_method;
+extern const struct bf_net_method bf_health_list_method;
 /* Sends status changes to every Watch (the 1 s tick and at stop). */
 void ss_health_tick(struct ss *ss);
 /* At stop: NOT_SERVING to every watcher, then the streams end UNAVAILABLE. */
@@ -206,6 +207,7 @@ void ss_inspect_metrics(struct bf_metrics_buf *b);
 /* health.c: grpc.health.v1.Health (arg: struct ss *) */
 extern const struct bf_net_method bf_health_check_method;
 extern const struct bf_net_method bf_health_watch_method;
+extern const struct bf_net_method bf_health_list_method;
 /* Sends status changes to every Watch (the 1 s tick and at stop). */
 void ss_health_tick(struct ss *ss);
 /* At stop: NOT_SERVING to every watcher, then the streams end UNAVAILABLE. */

@@ -152,12 +152,15 @@ static void on_resync(struct bf_net_timer *t, void *arg)
 
 static int start_grpc(struct ss *ss)
 {
-    static struct bf_net_method methods[6];
-    const struct bf_net_method *all[6] = {
-        &bf_session_method, /* ShardRead, same server (ADR-0061) */
-        &bf_inspect_needs_method, &bf_health_check_method,      &bf_health_watch_method,
-        &bf_reflection_v1_method, &bf_reflection_v1alpha_method};
-    for (int i = 0; i < 6; i++) {
+    /* Shard/Session; ShardRead on the same server (ADR-0061); the standard
+     * health and reflection services */
+    const struct bf_net_method *all[] = {&bf_session_method,           &bf_inspect_needs_method,
+                                         &bf_health_check_method,      &bf_health_watch_method,
+                                         &bf_health_list_method,       &bf_reflection_v1_method,
+                                         &bf_reflection_v1alpha_method};
+#define N_METHODS (sizeof all / sizeof all[0])
+    static struct bf_net_method methods[N_METHODS];
+    for (size_t i = 0; i < N_METHODS; i++) {
         methods[i] = *all[i];
         methods[i].arg = ss;
     }
@@ -165,7 +168,7 @@ static int start_grpc(struct ss *ss)
     bf_child_reloaded(&ss->ch, &ss->live_cfg);
     struct bf_net_server_opts o = {.addr = ss->cfg->listen,
                                    .methods = methods,
-                                   .n_methods = 6,
+                                   .n_methods = N_METHODS,
                                    .max_connections = 65536,
                                    .max_inbound_buffered = (size_t)ss->cfg->grpc_inbound_budget_mib
                                                            << 20,
