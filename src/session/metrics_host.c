@@ -132,13 +132,13 @@ static void render_config(const struct bf_shm *s, struct bf_metrics_buf *b)
     bf_metrics_printf(b, "%s{result=\"applied\"} %llu\n%s{result=\"needs_restart\"} %llu\n", n,
                       LD(h->reload_changes_applied), n, LD(h->reload_changes_rejected));
     int64_t last = atomic_load_explicit(&h->last_reload_ns, memory_order_relaxed);
-    if (last) {
+    one(b, "bigfleet_appliance_config_last_reload_success", "gauge",
+        "0 when the last SIGHUP's configuration was invalid (nothing changed); 1 otherwise, "
+        "also before any reload.",
+        last ? (double)atomic_load_explicit(&h->last_reload_ok, memory_order_relaxed) : 1.0);
+    if (last)
         one(b, "bigfleet_appliance_config_last_reload_timestamp_seconds", "gauge",
-            "Unix time of the last SIGHUP.", (double)last / 1e9);
-        one(b, "bigfleet_appliance_config_last_reload_success", "gauge",
-            "1 when the last SIGHUP's configuration was valid.",
-            (double)atomic_load_explicit(&h->last_reload_ok, memory_order_relaxed));
-    }
+            "Unix time of the last SIGHUP (absent before the first).", (double)last / 1e9);
     struct bf_live_values v;
     if (bf_live_read(s, &v) == 0) {
         one(b, "bigfleet_appliance_reclaim_cap_fraction", "gauge",

@@ -371,7 +371,8 @@ int bf_shm_set_owner(struct bf_shm *s, const struct bf_shm_owner *o, char *err, 
             return rc;
         }
         int rc = 0;
-        if (fchown(fd, (uid_t)o->uid, (gid_t)o->gid) != 0) {
+        bool chown_needed = o->uid != (uint32_t)-1 || o->gid != (uint32_t)-1;
+        if (chown_needed && fchown(fd, (uid_t)o->uid, (gid_t)o->gid) != 0) {
             rc = -errno;
             set_err(err, errlen, "fchown %s: %s", name, strerror(-rc));
         } else if (fchmod(fd, (mode_t)o->mode) != 0) {

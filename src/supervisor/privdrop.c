@@ -6,8 +6,9 @@
  * segments (created 0600 and handed to the children's account), the data
  * dir (created and handed over), the listening sockets (bound before any
  * fork, inherited by the session). Each child, between fork and exec,
- * drops to --user: supplementary groups, gid, uid (real, effective, saved),
- * an empty capability bounding set, no_new_privs; then it checks that it
+ * drops to --user: no ambient capabilities, no_new_privs, an empty
+ * capability bounding set, supplementary groups, gid, uid (real, effective,
+ * saved); then it checks that it
  * cannot get root back. A non-root binary exec'd with all uids non-zero
  * keeps no capabilities (permitted, effective and ambient sets are cleared
  * by the uid change).
@@ -112,6 +113,12 @@ int bf_priv_resolve(const struct bf_config *cfg, struct bf_priv *p, char *err, s
 
 int bf_priv_drop(const struct bf_priv *p)
 {
+    /* whatever the account: no ambient capabilities survive the exec (a unit
+     * may grant the supervisor CAP_NET_BIND_SERVICE), and no exec may gain
+     * privileges (setuid binaries, file capabilities) */
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        return -errno;
     if (!p->drop)
         return 0;
     /* an empty bounding set first (needs CAP_SETPCAP, which root still has) */
@@ -123,8 +130,6 @@ int bf_priv_drop(const struct bf_priv *p)
     if (setresgid(p->gid, p->gid, p->gid) != 0)
         return -errno;
     if (setresuid(p->uid, p->uid, p->uid) != 0)
-        return -errno;
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
         return -errno;
     /* paranoia: root must be out of reach now */
     uid_t r, e, s;
