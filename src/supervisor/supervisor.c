@@ -597,6 +597,25 @@ static int check_config(struct sup *s)
     return 0;
 }
 
+/* A start refused after the lock was taken: leave nothing behind (the lock
+ * file, segments, listening sockets). */
+static int abandon_start(struct sup *s, int code)
+{
+    if (s->shm.st) {
+        bf_shm_detach(&s->shm);
+        bf_shm_unlink(s->cfg->id);
+    }
+    if (s->grpc_fd >= 0)
+        close(s->grpc_fd);
+    if (s->http_fd >= 0)
+        close(s->http_fd);
+    s->grpc_fd = s->http_fd = -1;
+    unlink(s->lock_path);
+    close(s->lock_fd);
+    s->lock_fd = -1;
+    return code;
+}
+
 int bf_supervisor_main(const struct bf_config *cfg, int argc, char **argv)
 {
     bf_log_init("supervisor", bf_log_level_parse(cfg->log_level));
@@ -657,25 +676,25 @@ int bf_supervisor_main(const struct bf_config *cfg, int argc, char **argv)
     if (bf_epoch_bump(cfg->data_dir, &s->epoch, err, sizeof err) != 0) {
         BF_ERROR("cannot bump the shard epoch", "error=\"%s\"", err);
         fprintf(stderr, "bigfleet-shardd: %s\n", err);
-        return 1;
+        return abandon_start(s, 1);
     }
     if (bf_priv_own_dir(&s->priv, cfg->data_dir, err, sizeof err) != 0) {
         BF_ERROR("fatal configuration", "error=\"%s\"", err);
         fprintf(stderr, "bigfleet-shardd: %s\n", err);
-        return BF_EXIT_CONFIG;
+        return abandon_start(s, BF_EXIT_CONFIG);
     }
     if (bind_listeners(s) != 0)
-        return BF_EXIT_CONFIG;
+        return abandon_start(s, BF_EXIT_CONFIG);
     s->watchdog_ns = bf_sd_watchdog_ns();
     for (int r = 1; r < BF_ROLE_COUNT; r++) {
         s->wake_fd[r] = eventfd(0, EFD_NONBLOCK); /* inherited by the children */
         if (s->wake_fd[r] < 0) {
             BF_ERROR("eventfd", "error=\"%s\"", strerror(errno));
-            return 1;
+            return abandon_start(s, 1);
         }
     }
     if (create_segments(s) != 0)
-        return 1;
+        return abandon_start(s, 1);
 
     sigset_t mask;
     sigemptyset(&mask);
@@ -688,7 +707,7 @@ int bf_supervisor_main(const struct bf_config *cfg, int argc, char **argv)
     int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sfd < 0) {
         BF_ERROR("signalfd", "error=\"%s\"", strerror(errno));
-        return 1;
+        return abandon_start(s, 1);
     }
 
     BF_INFO("starting", "id=%s epoch=%lld listen=%s metrics_addr=%s provider=%s", cfg->id,
