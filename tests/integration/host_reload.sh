@@ -86,15 +86,16 @@ wait_for 5 bash -c "curl -sf '$URL/metrics' | grep -q '^bigfleet_appliance_confi
 grep -q 'configuration reload refused.*unknown setting' "$TMP/log" || fail "refusal not logged"
 pass "an invalid file is refused (logged, counted) and changes nothing"
 
+# rotation: rename, SIGHUP (the file otherwise unchanged but for the log level);
+# the executor reopens at the path within its 100 ms tick
 mv "$AUDIT" "$AUDIT.1"
-cat >"$CONF" <<EOF
-[shardd]
-actuation-paused = false
-cycle-interval = 300ms
-log-level = debug
-EOF
+sed -i 's/^log-level = info/log-level = debug/; /^lisen/d; s/^cycle-interval = 5s/cycle-interval = 300ms/' "$CONF"
 kill -HUP "$SUP"
 wait_for 5 test -e "$AUDIT" || fail "the audit log was not reopened at its path"
+wait_for 5 grep -q 'msg="audit log reopened"' "$TMP/log" || fail "reopen not logged"
+[ "$(metric bigfleet_shard_actuation_paused)" = 1 ] || fail "the rotation reload changed the kill switch"
+sed -i 's/^actuation-paused = true/actuation-paused = false/' "$CONF"
+kill -HUP "$SUP"
 wait_for 20 bash -c "[ \"\$(curl -sf '$URL/metrics' | awk 'index(\$1, \"bigfleet_shard_action_execute_outcomes_total\") == 1 {s += \$2} END {print s + 0}')\" -gt $OUT1 ]" ||
     fail "held demand not executed after un-pausing"
 wait_for 5 grep -q '"outcome":"success"' "$AUDIT" || fail "no executed record in the reopened audit log"

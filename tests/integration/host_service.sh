@@ -69,7 +69,8 @@ grep -q "READY=1.*MAINPID=$SUP" "$TMP/notify.log" || fail "READY=1 without MAINP
 ready_line=$(grep -n 'msg="ready"' "$TMP/log" | head -1 | cut -d: -f1)
 listen_line=$(grep -n 'role=session.*msg="started"' "$TMP/log" | head -1 | cut -d: -f1)
 [ -n "$ready_line" ] && [ -n "$listen_line" ] || fail "ready/started lines missing"
-curl -sf "127.0.0.1:$HTTP/metrics" | grep -q '^bigfleet_appliance_cycles_total' || fail "metrics"
+curl -sf "127.0.0.1:$HTTP/metrics" >"$TMP/m1" || fail "no /metrics after READY=1"
+grep -q '^bigfleet_appliance_cycles_total' "$TMP/m1" || fail "metrics lack cycles_total"
 pass "READY=1 (MAINPID=$SUP) once the listeners accept and the first reconcile is requested"
 
 for r in session reconciler cycle executor; do
@@ -92,8 +93,8 @@ t = [float(l.split()[0]) for l in open(sys.argv[1]) if 'WATCHDOG=1' in l]
 gaps = [b - a for a, b in zip(t, t[1:])]
 assert gaps and max(gaps) < 1.5, gaps
 PY
-curl -sf "127.0.0.1:$HTTP/metrics" | grep -q '^bigfleet_appliance_systemd_watchdog_pings_total [1-9]' ||
-    fail "watchdog pings not counted"
+curl -sf "127.0.0.1:$HTTP/metrics" >"$TMP/m2" || fail "no /metrics"
+grep -q '^bigfleet_appliance_systemd_watchdog_pings_total [1-9]' "$TMP/m2" || fail "watchdog pings not counted"
 pass "WATCHDOG=1 every WatchdogSec/2 or sooner ($pings in 3 s)"
 
 kill -TERM "$SUP"
