@@ -64,6 +64,16 @@ void bf_child_finish(struct bf_child *ch);
  */
 bool bf_child_reloaded(struct bf_child *ch, struct bf_live_values *v);
 
+/*
+ * Installs the seccomp allow-list of role (BF_ROLE_SESSION, _RECONCILER,
+ * _CYCLE, _EXECUTOR; src/common/seccomp.c lists what each may call): any
+ * other system call kills the process. Needs no_new_privs (the supervisor
+ * sets it before exec) or CAP_SYS_ADMIN. Irreversible; threads created
+ * afterwards inherit it. 0, or -errno with a message in err (-EINVAL for a
+ * role without a list).
+ */
+int bf_seccomp_install(int role, char *err, size_t errlen);
+
 /* Entry points of the roles (each returns the process exit code). */
 int bf_supervisor_main(const struct bf_config *cfg, int argc, char **argv);
 int bf_session_main(const struct bf_config *cfg);

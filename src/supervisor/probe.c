@@ -8,7 +8,9 @@
  * buffer ring, exactly the children's set-up) in a forked process carrying
  * the children's credentials — kernel.io_uring_disabled=1 refuses
  * unprivileged users only, so probing as root would not tell — and reports
- * the errno through the exit status. The wait is bounded (5 s).
+ * the errno through the exit status; with --seccomp it loads the session's
+ * allow-list first, so a filter that refused io_uring would show here. The
+ * wait is bounded (5 s).
  */
 #include <errno.h>
 #include <signal.h>
@@ -18,6 +20,7 @@
 #include <unistd.h>
 
 #include "bigfleet/net.h"
+#include "bigfleet/process.h"
 #include "bigfleet/util.h"
 #include "supervisor.h"
 
@@ -35,7 +38,7 @@ static int read_sysctl(const char *path)
     return v;
 }
 
-int bf_probe_io_uring(const struct bf_priv *p, char *err, size_t errlen)
+int bf_probe_io_uring(const struct bf_priv *p, bool seccomp, char *err, size_t errlen)
 {
     pid_t pid = fork();
     if (pid < 0) {
@@ -45,6 +48,9 @@ int bf_probe_io_uring(const struct bf_priv *p, char *err, size_t errlen)
     if (pid == 0) {
         if (bf_priv_drop(p) != 0)
             _exit(125);
+        char e2[256];
+        if (seccomp && bf_seccomp_install(BF_ROLE_SESSION, e2, sizeof e2) != 0)
+            _exit(124);
         struct bf_net_loop *loop;
         int rc = bf_net_loop_new(NULL, &loop);
         if (rc == 0)
@@ -72,6 +78,10 @@ int bf_probe_io_uring(const struct bf_priv *p, char *err, size_t errlen)
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : 120;
     if (code == 0)
         return 0;
+    if (code == 124) {
+        snprintf(err, errlen, "io_uring probe: cannot load the --seccomp allow-list");
+        return -EPERM;
+    }
     if (code == 125) {
         snprintf(err, errlen, "io_uring probe: cannot switch to the children's account %s",
                  p->name);

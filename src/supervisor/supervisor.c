@@ -663,7 +663,7 @@ int bf_supervisor_main(const struct bf_config *cfg, int argc, char **argv)
         BF_ERROR("fatal configuration", "error=\"%s\"", err);
         return BF_EXIT_CONFIG;
     }
-    if (bf_probe_io_uring(&s->priv, err, sizeof err) != 0) {
+    if (bf_probe_io_uring(&s->priv, cfg->seccomp, err, sizeof err) != 0) {
         fprintf(stderr,
                 "bigfleet-shardd: %s (docs/operating.md: kernel and container requirements)\n",
                 err);

@@ -51,11 +51,12 @@ int bf_priv_own_dir(const struct bf_priv *p, const char *dir, char *err, size_t 
 
 /*
  * Creates and frees an io_uring event loop (the children's exact set-up) in
- * a forked process with the children's credentials. 0, or -errno of the
+ * a forked process with the children's credentials (and, with seccomp, the
+ * session's allow-list). 0, or -errno of the
  * refusal (-EPERM, -ENOSYS, -ENOMEM, -ETIMEDOUT) with a message in err that
  * names the likely cause.
  */
-int bf_probe_io_uring(const struct bf_priv *p, char *err, size_t errlen);
+int bf_probe_io_uring(const struct bf_priv *p, bool seccomp, char *err, size_t errlen);
 
 /* --------------------------------------------------------------- usage.c */
 
