@@ -9,7 +9,8 @@
 #     WatchdogSec/2; STOPPING=1 and exit 0 on SIGTERM, segments removed;
 #   - the children run as that account too, segments 0600 owned by it;
 #   - the exit statuses the unit's RestartPreventExitStatus= names: 2 for a
-#     bad configuration file, 78 for a listener that cannot be bound;
+#     bad configuration file, 78 for a listener that cannot be bound, 69 when
+#     a seccomp filter refuses io_uring (tests/interop/deny_io_uring);
 #   - crash loops: full re-initialisations are capped
 #     (--crash-loop-max-reinits), after which the supervisor exits 1.
 source "$(dirname "$0")/lib.bash"
@@ -118,6 +119,18 @@ kill "$HOLD"
 [ $rc = 78 ] && grep -q "cannot listen on --listen" "$TMP/e2" || fail "port in use: rc=$rc $(tail -3 "$TMP/e2")"
 ls /dev/shm/bigfleet."$ID".* >/dev/null 2>&1 && fail "segments left by a refused start"
 pass "exit 2 for an invalid configuration file (file:line named), 78 for a listener that cannot be bound"
+
+# io_uring refused (a container runtime's seccomp profile): exit 69 at once, with the reason
+DENY=$BIN/../tests/interop/deny_io_uring
+if [ -x "$DENY" ]; then
+    "$DENY" "$BIN/bigfleet-shardd" "${FLAGS[@]}" >"$TMP/e3" 2>&1; rc=$?
+    [ $rc = 69 ] && grep -q "io_uring unavailable to account .*: Operation not permitted: a seccomp filter" "$TMP/e3" ||
+        fail "io_uring refused: rc=$rc $(tail -3 "$TMP/e3")"
+    ls /dev/shm/bigfleet."$ID".* >/dev/null 2>&1 && fail "segments left after the io_uring refusal"
+    pass "io_uring refused by seccomp: exit 69 naming the cause ($(grep -o 'io_uring unavailable[^(]*' "$TMP/e3" | head -1)), nothing created, no restart loop"
+else
+    echo "note: $DENY not built; io_uring refusal not tested"
+fi
 
 # crash loops: 2 restarts within the window => reinit; at most 1 reinit => give up, exit 1
 "${AS_U[@]}" "$BIN/bigfleet-shardd" "${FLAGS[@]}" --crash-loop-restarts 2 --crash-loop-window 30s \
