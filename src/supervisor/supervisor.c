@@ -439,9 +439,14 @@ static void reap(struct sup *s)
             s->exit_code = BF_EXIT_CONFIG;
             continue;
         }
-        if (s->shm.st)
-            atomic_fetch_add(&s->shm.st->host.usage[r].cpu_ns_dead,
-                             atomic_load(&s->shm.st->host.usage[r].cpu_ns));
+        if (s->shm.st) {
+            /* the dead instance's last sample moves to the dead total, so the
+             * counter never goes back when the successor's first sample lands */
+            struct bf_proc_usage *u = &s->shm.st->host.usage[r];
+            atomic_fetch_add(&u->cpu_ns_dead, atomic_exchange(&u->cpu_ns, 0));
+            atomic_store(&u->rss_bytes, 0);
+            atomic_store(&u->open_fds, 0);
+        }
         note_restart(c);
         if (s->shm.st)
             atomic_fetch_add(&s->shm.st->proc[r].restarts, 1);
@@ -620,6 +625,16 @@ int bf_supervisor_main(const struct bf_config *cfg, int argc, char **argv)
 {
     bf_log_init("supervisor", bf_log_level_parse(cfg->log_level));
     prctl(PR_SET_NAME, "bf-supervisor", 0, 0, 0);
+    /* blocked from the start: a SIGHUP (reload) or SIGTERM that arrives while
+     * the appliance is being set up waits for the loop instead of killing
+     * the supervisor half-way (children unblock them before exec) */
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
     static struct sup S;
     struct sup *s = &S;
     memset(s, 0, sizeof *s);
@@ -696,13 +711,6 @@ int bf_supervisor_main(const struct bf_config *cfg, int argc, char **argv)
     if (create_segments(s) != 0)
         return abandon_start(s, 1);
 
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGCHLD);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGHUP);
-    sigprocmask(SIG_BLOCK, &mask, NULL);
     signal(SIGPIPE, SIG_IGN);
     int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sfd < 0) {
