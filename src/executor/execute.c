@@ -1154,6 +1154,16 @@ static void poll_actions(struct bf_exec *e)
                 pos_done(e, pos); /* finished already, or superseded by a newer action */
                 continue;
             }
+            /* The kill switch also holds what the cycle queued before it was
+             * flipped (SIGHUP): nothing starts while it is on. */
+            if (atomic_load_explicit(&e->shm->st->actuation_paused, memory_order_acquire)) {
+                audit(e, &a, "suppressed", 0, NULL);
+                atomic_fetch_add_explicit(&e->shm->st->host.actions_held_at_dispatch, 1,
+                                          memory_order_relaxed);
+                action_done(e, &a);
+                pos_done(e, pos);
+                continue;
+            }
             struct job *j = calloc(1, sizeof *j);
             if (!j) {
                 e->next--; /* retried on the next poll */
@@ -1231,6 +1241,13 @@ int bf_exec_new(struct bf_net_loop *loop, struct bf_shm *shm, struct bf_prov_cli
     atomic_store_explicit(&XS(e)->inflight, 0, memory_order_relaxed);
     *out = e;
     return 0;
+}
+
+int bf_exec_set_audit_fd(struct bf_exec *e, int fd)
+{
+    int old = e->o.audit_fd;
+    e->o.audit_fd = fd;
+    return old;
 }
 
 uint32_t bf_exec_inflight(const struct bf_exec *e)
