@@ -245,7 +245,8 @@ int bf_config_parse(struct bf_config *c, int argc, char **argv, FILE *out, char 
     lo[NOPTS] = (struct option){"help", no_argument, NULL, 'h'};
     lo[NOPTS + 1] = (struct option){"version", no_argument, NULL, 'V'};
     lo[NOPTS + 2] = (struct option){NULL, 0, NULL, 0};
-    optind = 1;
+    optind = 0; /* glibc: 0 re-initialises getopt fully (1 keeps the position inside an
+                 * unfinished cluster of short options from an earlier parse) */
     opterr = 0;
     int ch;
     while ((ch = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
@@ -259,6 +260,9 @@ int bf_config_parse(struct bf_config *c, int argc, char **argv, FILE *out, char 
         }
         if (ch == '?' || ch == ':') {
             const char *bad = argv[optind - 1];
+            char shortopt[3] = {'-', (char)optopt, 0};
+            if (optopt > 0 && optopt < 1000) /* a short option (none is defined) */
+                bad = shortopt;
             if (ch == ':')
                 snprintf(err, errlen, "%s: missing value", bad);
             else
