@@ -396,23 +396,45 @@ START_TEST(phase2_outcome_is_joined_to_each_need_not_to_its_fingerprint)
 }
 END_TEST
 
-/* V5 (differ): Go's pre-pass ranks domains for a zero-aggregate Same Need
- * (every bucket covers a zero deficit) and records one; nothing is wanted,
- * so we record no domain and no candidates */
-START_TEST(zero_aggregate_same_need_records_no_domain)
+/* V5 (match): Go's NormalizeDemand folds a zero-aggregate Same Need as soon
+ * as one matching machine exists (a zero aggregate fits every machine;
+ * normalize.go machineCoversPairs skips dimensions <= 0, and the fold
+ * ignores MinUnit), so Go's pre-pass (occ/seed.go seedSameProfile) never
+ * ranks domains for one: the view is the folded plain Need, MinUnit = the
+ * member's (zero) aggregate, no domain. Without any matching machine the
+ * Need stays a Same Need with no bucket anywhere: no domain either. */
+START_TEST(zero_aggregate_same_need_folds_like_go_and_names_no_domain)
 {
     struct ef *f = ef_new(8, modes[_i]);
     struct ef_machine m = ef_gpu_in_zone("i-a", "zone-a", 1);
     ef_add(f, &m);
     struct ef_prof p;
     ef_gpu_profile_same(&p, 1000, BF_LABEL_ZONE);
-    struct bf_engine_need n = ef_need(&p, ef_gpu(0), ef_gpu(8), 1, "g");
+    struct bf_engine_need n = ef_need(&p, ef_gpu(0), ef_gpu(16), 1, "g");
     ef_set(f, "c", &n, 1);
     ck_assert_int_eq(ef_cycle(f), 0);
     const struct bf_engine_verdict *v = ef_verdict(f, "c", 0);
+    ck_assert_uint_eq(v->folded_members, 1); /* the MinUnit the machine misses does not matter */
+    ck_assert_uint_eq(v->group_len, 0);
+    ck_assert(bf_vec_is_zero(&v->min_unit));
     ck_assert(v->satisfied);
     ck_assert_str_eq(v->same_domain, "");
     ck_assert_uint_eq(v->n_same_candidates, 0);
+    ck_assert_uint_eq(f->r.n_actions, 0);
+    ef_free(f);
+    /* no machine carries the Same key: not foldable, still no domain */
+    f = ef_new(8, modes[_i]);
+    struct ef_machine bare = ef_gpu_machine("i-nolabel");
+    ef_add(f, &bare);
+    ef_gpu_profile_same(&p, 1000, "rack");
+    n = ef_need(&p, ef_gpu(0), ef_gpu(8), 1, "g");
+    ef_set(f, "c", &n, 1);
+    ck_assert_int_eq(ef_cycle(f), 0);
+    v = ef_verdict(f, "c", 0);
+    ck_assert_uint_eq(v->folded_members, 0);
+    ck_assert_uint_eq(v->group_len, 1);
+    ck_assert(v->satisfied);
+    ck_assert_str_eq(v->same_domain, "");
     ck_assert_uint_eq(f->r.n_actions, 0);
     ef_free(f);
 }
@@ -709,7 +731,7 @@ static Suite *suite(void)
                         0, 2);
     tcase_add_loop_test(v, preemption_summary_is_shown_only_while_phase2_leaves_a_deficit, 0, 2);
     tcase_add_loop_test(v, phase2_outcome_is_joined_to_each_need_not_to_its_fingerprint, 0, 2);
-    tcase_add_loop_test(v, zero_aggregate_same_need_records_no_domain, 0, 2);
+    tcase_add_loop_test(v, zero_aggregate_same_need_folds_like_go_and_names_no_domain, 0, 2);
     tcase_add_loop_test(v, verdict_rows_tying_on_priority_arrival_and_cluster_keep_demand_order, 0,
                         2);
     suite_add_tcase(s, v);
