@@ -288,6 +288,34 @@ START_TEST(machine_priced_infinity_is_eligible_and_ordered_last)
 }
 END_TEST
 
+/* item 6 (differ): Go's recordUnsatSameAges (shard.go) increments
+ * unsatSameAge[cluster+group+fingerprint] once per unsatisfied ROW, so two
+ * identical gang rows age their class twice a cycle and park after 4
+ * stalled cycles, not the documented 8 (and re-probe every 16, not 32).
+ * The session merges such rows; should the engine still be handed two, it
+ * ages the class once per cycle: parked from the 9th cycle, as one row. */
+START_TEST(duplicate_gang_rows_age_their_parking_class_once_per_cycle)
+{
+    struct ef *f = ef_new(32, modes[_i]);
+    struct ef_prof p;
+    ef_gpu_profile_same(&p, 1000, BF_LABEL_ZONE);
+    struct bf_engine_need n[2] = {ef_gpu_need(&p, 3, "gang"), ef_gpu_need(&p, 3, "gang")};
+    ef_set(f, "c", n, 2);
+    for (int cyc = 1; cyc <= 40; cyc++) {
+        ck_assert_int_eq(ef_cycle(f), 0);
+        uint32_t age = (uint32_t)cyc - 1;
+        bool want = age >= 8 && age % 32 != 0;
+        ck_assert_uint_eq(f->r.n_needs, 2);
+        for (uint32_t k = 0; k < 2; k++) {
+            const struct bf_engine_verdict *v = ef_verdict(f, "c", k);
+            ck_assert(!v->satisfied);
+            ck_assert_msg(v->acquisition_parked == want, "cycle %d row %u", cyc, k);
+        }
+    }
+    ef_free(f);
+}
+END_TEST
+
 /* item 12 (differ): Go concatenates the pinned bucket once per listed value,
  * so `In [a3, a3]` sees every machine twice (and Phase 2 can pick one victim
  * twice). One machine is one machine. */
@@ -725,6 +753,7 @@ static Suite *suite(void)
     tcase_add_loop_test(t, idle_release_never_fires_before_the_hold_with_a_sub_second_stamp, 0, 2);
     tcase_add_loop_test(t, machine_priced_infinity_is_eligible_and_ordered_last, 0, 2);
     tcase_add_loop_test(t, duplicate_pinned_types_count_a_machine_once_and_preempt_it_once, 0, 2);
+    tcase_add_loop_test(t, duplicate_gang_rows_age_their_parking_class_once_per_cycle, 0, 2);
     suite_add_tcase(s, t);
     TCase *v = tcase_create("verdicts");
     tcase_add_loop_test(v, a_need_that_claimed_machines_has_matching_supply_and_is_priority_starved,
