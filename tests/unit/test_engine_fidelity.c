@@ -468,6 +468,36 @@ START_TEST(zero_aggregate_same_need_folds_like_go_and_names_no_domain)
 }
 END_TEST
 
+/* V5 (match): the one place a zero-aggregate Same Need is not folded yet has
+ * a bucket: its only matching machine is its own in-flight Creating machine
+ * (NormalizeDemand does not look at Creating). Go's seedSameProfile ranks the
+ * buckets against the zero deficit and records that domain, claiming
+ * nothing; so do we (the pre-pass used to skip zero-aggregate Needs). */
+START_TEST(zero_aggregate_same_need_names_its_creating_machines_domain_like_go)
+{
+    struct ef *f = ef_new(8, modes[_i]);
+    struct ef_prof p;
+    ef_gpu_profile_same(&p, 1000, "rack");
+    struct ef_machine m = ef_machine("i-creating", BF_STATE_CREATING, EF_A3, "z");
+    m.alloc = ef_gpu(8);
+    ef_label(&m, "rack", "r1");
+    snprintf(m.fp, sizeof m.fp, "%s", ef_fp(&p));
+    snprintf(m.group, sizeof m.group, "g");
+    ef_add(f, &m);
+    struct bf_engine_need n = ef_need(&p, ef_gpu(0), ef_gpu(8), 1, "g");
+    ef_set(f, "c", &n, 1);
+    ck_assert_int_eq(ef_cycle(f), 0);
+    const struct bf_engine_verdict *v = ef_verdict(f, "c", 0);
+    ck_assert_uint_eq(v->folded_members, 0);
+    ck_assert(v->satisfied);
+    ck_assert_str_eq(v->same_domain, "r1");
+    ck_assert(v->same_satisfiable);
+    ck_assert_uint_eq(v->claimed_count, 0);
+    ck_assert_uint_eq(f->r.n_actions, 0);
+    ef_free(f);
+}
+END_TEST
+
 /* V6 (differ): Go sorts the views with sort.Slice over a map walk, so rows
  * tying on (priority, arrival, cluster) come out in any order; ours keep the
  * normalized-demand order */
@@ -761,6 +791,8 @@ static Suite *suite(void)
     tcase_add_loop_test(v, preemption_summary_is_shown_only_while_phase2_leaves_a_deficit, 0, 2);
     tcase_add_loop_test(v, phase2_outcome_is_joined_to_each_need_not_to_its_fingerprint, 0, 2);
     tcase_add_loop_test(v, zero_aggregate_same_need_folds_like_go_and_names_no_domain, 0, 2);
+    tcase_add_loop_test(v, zero_aggregate_same_need_names_its_creating_machines_domain_like_go, 0,
+                        2);
     tcase_add_loop_test(v, verdict_rows_tying_on_priority_arrival_and_cluster_keep_demand_order, 0,
                         2);
     suite_add_tcase(s, v);
