@@ -133,17 +133,29 @@ static void pass_done(void *arg, const struct bf_recon_result *r)
     p->r = *r;
 }
 
+/* One reconcile as the cycle asks for it: a delta, or a whole walk (every
+ * page; list and apply times summed over the pages). */
 static struct bf_recon_result run_pass(struct bf_recon *rc)
 {
-    struct pass p = {0};
-    int e = bf_recon_start(rc, pass_done, &p);
-    if (e)
-        die("reconcile start", e);
-    while (!p.done)
-        bf_net_loop_run_once(loop, 10 * BF_NS_PER_MS);
-    if (p.r.status != BF_PROV_OK)
-        die("reconcile pass", -EIO);
-    return p.r;
+    struct bf_recon_result sum = {0};
+    for (;;) {
+        struct pass p = {0};
+        int e = bf_recon_step(rc, true, bf_mono_ns(), pass_done, &p);
+        if (e != 1)
+            die("reconcile start", e < 0 ? e : -EINVAL);
+        while (!p.done)
+            bf_net_loop_run_once(loop, 10 * BF_NS_PER_MS);
+        if (p.r.status != BF_PROV_OK)
+            die("reconcile pass", -EIO);
+        int64_t l = sum.list_ns + p.r.list_ns, a = sum.apply_ns + p.r.apply_ns;
+        uint32_t listed = sum.listed + p.r.listed;
+        sum = p.r;
+        sum.list_ns = l;
+        sum.apply_ns = a;
+        sum.listed = listed;
+        if (p.r.kind == BF_RECON_DELTA || p.r.full)
+            return sum;
+    }
 }
 
 struct creates {

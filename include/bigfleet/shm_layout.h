@@ -583,6 +583,12 @@ struct bf_stats_reconciler { /* [W: reconciler] */
      * Configure complete (Configuring -> Configured); /metrics sums it with
      * the executor's (which observes synchronous completions) */
     struct bf_hist provisioning_latency; /* exp(0.01, 2, 20) */
+    /* resync walks (full Lists ending in removals; reconciler.h) */
+    _Atomic uint64_t resyncs;       /* completed */
+    _Atomic uint64_t resync_aborts; /* ended without removals (List failed, log lapped) */
+    _Atomic int64_t last_resync_ns; /* wall time of the last completed walk */
+    _Atomic uint64_t incremental;   /* 1: since_revision deltas in use; 0: full Lists */
+    struct bf_hist resync_duration; /* exp(0.001, 2, 16): first page to removals */
 };
 
 struct bf_stats_session {          /* [W: session] */

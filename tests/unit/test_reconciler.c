@@ -438,8 +438,8 @@ static void on_done(void *arg, const struct bf_recon_result *r)
 static struct bf_recon_result pass(struct pfx *f, struct bf_recon *r)
 {
     struct donecap d = {0};
-    ck_assert_int_eq(bf_recon_start(r, on_done, &d), 0);
-    ck_assert_int_eq(bf_recon_start(r, on_done, &d), -EBUSY);
+    ck_assert_int_eq(bf_recon_step(r, true, bf_mono_ns(), on_done, &d), 1);
+    ck_assert_int_eq(bf_recon_step(r, true, bf_mono_ns(), on_done, &d), -EBUSY);
     ck_assert(pfx_run_until(f, &d.done, 10 * SEC));
     return d.r;
 }
