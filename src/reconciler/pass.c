@@ -104,6 +104,13 @@ static bool collect_refresh(struct bf_recon *r)
 
 static void pass_finish(struct bf_recon *r)
 {
+    if (r->kind == BF_RECON_WALK && r->confirm_found) {
+        BF_WARN("the provider still has machines its paged List left out: resync walks go "
+                "unpaged",
+                "found=%u", r->confirm_found);
+        r->no_paging = true;
+        r->confirm_found = 0;
+    }
     if (r->res.status != BF_PROV_OK) {
         r->refresh_lost = true; /* flagged records may not have been re-read */
         r->retry_at_ns = bf_mono_ns() + BF_RECON_RETRY_NS;
@@ -127,6 +134,8 @@ static void on_get(void *arg, const struct bf_prov_result *pr, const struct bf_p
     struct bf_recon *r = g->r;
     int64_t t0 = bf_mono_ns();
     if (pr->status == BF_PROV_OK && m) {
+        if (r->kind == BF_RECON_WALK)
+            r->confirm_found++; /* a paged walk missed a machine that exists */
         struct bf_prov_bytes raw = {m->buf, m->len};
         bf_recon_apply_one(r, &raw, bf_now_ns() / BF_NS_PER_SEC, &r->res);
         if (r->events_pushed) {
@@ -262,7 +271,17 @@ static void on_walk_page(struct bf_recon *r, const struct bf_prov_result *pr,
         return; /* more pages */
     }
     /* the walk is complete */
+    bool confirming = !w->paged && r->confirming;
     bf_recon_walk_finish(r, &r->res);
+    if (confirming) {
+        r->confirming = false;
+        if (r->res.removed * 2 < r->confirm_expect) {
+            BF_WARN("the unpaged List holds most machines the paged walk missed: resync walks "
+                    "go unpaged",
+                    "missed=%u removed=%u", r->confirm_expect, r->res.removed);
+            r->no_paging = true;
+        }
+    }
     int64_t now = bf_mono_ns();
     r->res.walk_pages = w->pages;
     r->res.walk_listed = w->listed;
@@ -274,6 +293,8 @@ static void on_walk_page(struct bf_recon *r, const struct bf_prov_result *pr,
             r->have_cursor = true;
     }
     r->synced = true;
+    if (r->n_refresh) /* removal candidates of a paged walk: confirmed by Get */
+        start_gets(r);
 }
 
 static void on_list(void *arg, const struct bf_prov_result *pr, const struct bf_prov_list *l)
@@ -304,7 +325,7 @@ static bool full_only(const struct bf_recon *r)
 
 static bool walk_due(const struct bf_recon *r, int64_t now)
 {
-    return !r->synced || r->walk.active || r->resync_now || r->refresh_lost ||
+    return !r->synced || r->walk.active || r->resync_now || r->refresh_lost || r->confirm_unpaged ||
            now - r->last_walk_ns >= r->o.resync_interval_ns;
 }
 
@@ -320,8 +341,15 @@ static int start_list(struct bf_recon *r, int kind, int64_t now)
             r->refresh_lost = true; /* too many, or a log lapped: a walk re-reads all */
     } else {
         struct recon_walk *w = &r->walk;
-        bool paged = !full_only(r) && !r->no_paging;
+        /* the first walk of an empty inventory is one List: the whole pool
+         * at once, whatever the provider's paging (a restarted reconciler,
+         * whose inventory is whole, pages like a resync) */
+        bool whole = r->synced || atomic_load_explicit(&r->shm->st->first_reconcile_done,
+                                                        memory_order_acquire);
+        bool paged = !full_only(r) && !r->no_paging && !r->confirm_unpaged && whole;
         if (!w->active) {
+            r->confirming = r->confirm_unpaged;
+            r->confirm_unpaged = false;
             bf_recon_walk_begin(r, paged);
             /* losses from here on are covered by this walk only if they
              * happen before their page: ask for another walk after it */

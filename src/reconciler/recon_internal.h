@@ -46,6 +46,12 @@ struct bf_recon {
     bool no_paging;   /* pages did not advance: unpaged walks only */
     bool synced;      /* a walk completed since start (the delta cursor is valid) */
     bool resync_now;  /* a resync is due at once (lost refresh candidates) */
+    /* a paged walk found more missing machines than Gets confirm: the next
+     * walk is unpaged and removes them if they are really gone */
+    bool confirm_unpaged;
+    uint32_t confirm_expect; /* machines the paged walk missed */
+    bool confirming;         /* the walk under way is that unpaged one */
+    uint32_t confirm_found;  /* Gets of a paged walk's candidates that found the machine */
     int64_t last_walk_ns;  /* monotonic end of the last complete walk */
     int64_t retry_at_ns;   /* background work waits until then after a failure */
     int client_state_seen; /* provider client state at the last step */
@@ -76,7 +82,8 @@ void bf_recon_apply_page(struct bf_recon *r, const struct bf_prov_list *l,
 void bf_recon_walk_begin(struct bf_recon *r, bool paged);
 /* Folds the executor's log into the walk's exec_written set (after each page). */
 void bf_recon_walk_follow(struct bf_recon *r);
-/* Ends a complete walk: removes what no List mentioned (reconciler.h). */
+/* Ends a complete walk: removes what no List mentioned (unpaged walk), or
+ * lists the candidates in refresh[] for Gets (paged walk; reconciler.h). */
 void bf_recon_walk_finish(struct bf_recon *r, struct bf_recon_result *res);
 void bf_recon_walk_abort(struct bf_recon *r);
 /* Applies one machine (a List entry or a Get reply). */

@@ -447,12 +447,30 @@ bool bf_recon_remove_slot(struct bf_recon *r, uint32_t slot, uint32_t id_ref,
     return true;
 }
 
+/* Adds a removal candidate of a paged walk to the Get list; false when full. */
+static bool add_candidate(struct bf_recon *r, uint32_t slot)
+{
+    if (r->n_refresh == BF_RECON_MAX_GETS)
+        return false;
+    if (r->n_refresh == r->refresh_cap) {
+        uint32_t nc = r->refresh_cap ? r->refresh_cap * 2 : 64;
+        uint32_t *nr = realloc(r->refresh, nc * sizeof *nr);
+        if (!nr)
+            return false;
+        r->refresh = nr;
+        r->refresh_cap = nc;
+    }
+    r->refresh[r->n_refresh++] = slot;
+    return true;
+}
+
 void bf_recon_walk_finish(struct bf_recon *r, struct bf_recon_result *res)
 {
     struct recon_walk *w = &r->walk;
     struct bf_shm *s = r->shm;
     bf_recon_walk_follow(r);
     w->active = false;
+    r->n_refresh = 0;
     if (w->exec_lapped) {
         /* which records the executor wrote during the walk is unknown: a
          * removal could hit a machine the walk's older pages missed */
@@ -463,14 +481,35 @@ void bf_recon_walk_finish(struct bf_recon *r, struct bf_recon_result *res)
         return;
     }
     res->full = true;
-    uint32_t hwm = bf_inv_hwm(s);
+    uint32_t hwm = bf_inv_hwm(s), candidates = 0;
+    bool overflow = false;
     for (uint32_t slot = 0; slot < hwm; slot++) {
         uint64_t bit = 1ull << (slot % 64);
         if ((r->seen[slot / 64] & bit) || (w->exec_written[slot / 64] & bit))
             continue; /* listed, or written during the walk: the next walk decides */
         if (touched_since_list(r, slot))
             continue;
-        bf_recon_remove_slot(r, slot, 0, res);
+        if (!w->paged) { /* one List: a complete view */
+            bf_recon_remove_slot(r, slot, 0, res);
+            continue;
+        }
+        /* a paged walk trusts the provider's paging: confirm with Get
+         * (NOT_FOUND removes), or, for many, with an unpaged walk */
+        struct bf_machine_rec rec;
+        if (bf_pending(s, slot) || bf_inv_read(s, slot, &rec) || !(rec.flags & BF_REC_VALID))
+            continue;
+        candidates++;
+        if (!overflow && !add_candidate(r, slot))
+            overflow = true;
+    }
+    if (overflow) {
+        r->n_refresh = 0;
+        r->confirm_unpaged = true;
+        r->confirm_expect = candidates;
+        res->full = false;
+        BF_WARN("resync walk: many machines missing from the paged walk; confirming with one "
+                "unpaged List before removing them",
+                "missing=%u pages=%u listed=%u", candidates, w->pages, w->listed);
     }
 }
 

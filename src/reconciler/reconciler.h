@@ -43,10 +43,16 @@
  *     change), so the provider and the reconciler hold at most one page at
  *     a time and a cycle's delta waits for at most one page. The last
  *     (short) page's revision starts the delta cursor. Unpaged: one List
- *     without a cursor.
+ *     without a cursor. A paged walk does not take its own word for a
+ *     removal: up to BF_RECON_MAX_GETS missing machines are confirmed with
+ *     Get (NOT_FOUND removes; a machine that is found means the provider
+ *     pages wrongly: walks go unpaged), more by one unpaged walk at once
+ *     (which removes them; if it finds most of them, walks go unpaged).
  * Scheduling (bf_recon_step):
- *   - until a walk completed: the start-up walk (its pages are as large as
- *     the start-up page size; see bf_recon_opts);
+ *   - until a walk completed: the start-up walk; one unpaged List when the
+ *     inventory is empty (st->first_reconcile_done not latched: the whole
+ *     pool at once, whatever the provider's paging), else (a restarted
+ *     reconciler) pages of startup_page_size;
  *   - a request (a cycle waits) -> a DELTA page;
  *   - else a pending catch-up -> a DELTA page;
  *   - else a resync walk page, when a walk is under way or
