@@ -89,8 +89,7 @@ static const struct opt opts[] = {
      "--reconcile-resync-interval (removals); false = every cycle waits for a full List of "
      "every machine (the Go shard's default). A provider without cursors gets full Lists "
      "either way (logged)"},
-    {"reconcile-resync-interval", T_DURATION, F(reconcile_resync_interval_ns), "60s", 0.01,
-     86400,
+    {"reconcile-resync-interval", T_DURATION, F(reconcile_resync_interval_ns), "60s", 0.01, 86400,
      "incremental mode: from the end of one full resync walk to the start of the next; a "
      "machine removed at the provider leaves the inventory within about this long"},
     {"reconcile-page-size", T_U32, F(reconcile_page_size), "4096", 1, 16777216,

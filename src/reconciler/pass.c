@@ -344,8 +344,8 @@ static int start_list(struct bf_recon *r, int kind, int64_t now)
         /* the first walk of an empty inventory is one List: the whole pool
          * at once, whatever the provider's paging (a restarted reconciler,
          * whose inventory is whole, pages like a resync) */
-        bool whole = r->synced || atomic_load_explicit(&r->shm->st->first_reconcile_done,
-                                                        memory_order_acquire);
+        bool whole = r->synced ||
+                     atomic_load_explicit(&r->shm->st->first_reconcile_done, memory_order_acquire);
         bool paged = !full_only(r) && !r->no_paging && !r->confirm_unpaged && whole;
         if (!w->active) {
             r->confirming = r->confirm_unpaged;

@@ -13,14 +13,14 @@
  * threaded with since_revision cursors (reconciler.h "Resync walks"). */
 struct recon_walk {
     bool active;
-    bool paged;          /* max_results = page size, pages threaded by cursor */
-    uint8_t *cursor;     /* the previous page's revision; NULL before the first page */
-    size_t cursor_len;   /* 0 before the first page */
-    uint32_t pages;      /* pages applied */
-    uint32_t listed;     /* machines listed over the walk */
-    int64_t started_ns;  /* monotonic */
-    uint64_t exec_head;  /* executor change-log position folded into exec_written so far */
-    bool exec_lapped;    /* the executor's log lapped during the walk: remove nothing */
+    bool paged;             /* max_results = page size, pages threaded by cursor */
+    uint8_t *cursor;        /* the previous page's revision; NULL before the first page */
+    size_t cursor_len;      /* 0 before the first page */
+    uint32_t pages;         /* pages applied */
+    uint32_t listed;        /* machines listed over the walk */
+    int64_t started_ns;     /* monotonic */
+    uint64_t exec_head;     /* executor change-log position folded into exec_written so far */
+    bool exec_lapped;       /* the executor's log lapped during the walk: remove nothing */
     uint64_t *exec_written; /* bitmap: slots the executor wrote since the walk began */
 };
 
@@ -36,25 +36,26 @@ struct bf_recon {
     uint64_t *touched;       /* bitmap over slots */
     uint64_t list_exec_head; /* executor change-log head when the List was issued */
     bool touched_all;        /* the log lapped in between: trust no divergence */
+    uint32_t next_slot;      /* where the next listed machine probably is (predicted()) */
     struct recon_walk walk;
     /* the delta cursor (in memory: a restart starts with a walk) */
     uint8_t *cursor;
     size_t cursor_len;
     bool have_cursor;
-    bool delta_more;  /* the last delta page was truncated: more changes wait */
-    bool no_cursor;   /* the provider returned no revision: full Lists only */
-    bool no_paging;   /* pages did not advance: unpaged walks only */
-    bool synced;      /* a walk completed since start (the delta cursor is valid) */
-    bool resync_now;  /* a resync is due at once (lost refresh candidates) */
+    bool delta_more; /* the last delta page was truncated: more changes wait */
+    bool no_cursor;  /* the provider returned no revision: full Lists only */
+    bool no_paging;  /* pages did not advance: unpaged walks only */
+    bool synced;     /* a walk completed since start (the delta cursor is valid) */
+    bool resync_now; /* a resync is due at once (lost refresh candidates) */
     /* a paged walk found more missing machines than Gets confirm: the next
      * walk is unpaged and removes them if they are really gone */
     bool confirm_unpaged;
     uint32_t confirm_expect; /* machines the paged walk missed */
     bool confirming;         /* the walk under way is that unpaged one */
     uint32_t confirm_found;  /* Gets of a paged walk's candidates that found the machine */
-    int64_t last_walk_ns;  /* monotonic end of the last complete walk */
-    int64_t retry_at_ns;   /* background work waits until then after a failure */
-    int client_state_seen; /* provider client state at the last step */
+    int64_t last_walk_ns;    /* monotonic end of the last complete walk */
+    int64_t retry_at_ns;     /* background work waits until then after a failure */
+    int client_state_seen;   /* provider client state at the last step */
     /* refresh candidates: private read cursors over the executor's and the
      * supervisor's change logs (read only: the cycle owns the logs' tails) */
     uint64_t cl_cursor[BF_CHANGELOG_WRITERS];

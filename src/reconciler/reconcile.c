@@ -174,6 +174,29 @@ static inline void mark_seen(struct bf_recon *r, uint32_t slot)
 
 /* ------------------------------------------------------------ one machine */
 
+/*
+ * Providers list in a stable order and the reconciler inserted the records
+ * in the order of its first List, so the machine after slot k is usually in
+ * slot k + 1: try that slot first, checked by the id bytes (the string table
+ * maps bytes to one ref, and one record holds each id), and fall back to the
+ * hash lookups. Sequential records and arena bytes instead of two random
+ * probes per machine.
+ */
+static bool predicted(struct bf_recon *r, const struct bf_prov_bytes *id, uint32_t *slot,
+                      struct bf_machine_rec *cur)
+{
+    struct bf_shm *s = r->shm;
+    uint32_t p = r->next_slot, l;
+    if (!id->len || p >= bf_inv_hwm(s) || bf_inv_read(s, p, cur) != 0 ||
+        !(cur->flags & BF_REC_VALID))
+        return false;
+    const char *b = bf_str(s, cur->id, &l);
+    if (!b || l != id->len || memcmp(b, id->p, l) != 0)
+        return false;
+    *slot = p;
+    return true;
+}
+
 void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int64_t now_unix_s,
                         struct bf_recon_result *res)
 {
@@ -182,31 +205,38 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
     struct bf_prov_machine m;
     char why[256];
     res->listed++;
-    if (bf_prov_machine_decode(raw->p, raw->len, &m)) {
+    struct bf_prov_bytes pid;
+    int32_t pstate;
+    if (bf_prov_machine_peek(raw->p, raw->len, &pid, &pstate)) {
         reject(r, NULL, BF_REJECT_STRUCTURAL, "Machine message does not decode", -1, res);
         return;
     }
     /* lookup (no insertion: a rejected id must not grow the string table) */
     uint32_t id_ref = 0, slot = 0;
-    bool known = false;
-    if (m.id.len && bf_str_find(s, m.id.p, (uint32_t)m.id.len, &id_ref) == 0 &&
-        bf_inv_lookup(s, id_ref, &slot) == 0)
-        known = true;
     struct bf_machine_rec cur;
+    bool have_cur = predicted(r, &pid, &slot, &cur);
+    bool known = have_cur;
+    if (have_cur)
+        id_ref = cur.id;
+    else if (pid.len && bf_str_find(s, pid.p, (uint32_t)pid.len, &id_ref) == 0 &&
+             bf_inv_lookup(s, id_ref, &slot) == 0)
+        known = true;
     if (known) {
         mark_seen(r, slot);
+        r->next_slot = slot + 1;
         /* 1. an action is in flight: the executor's view is authoritative */
         if (bf_pending(s, slot)) {
             res->skipped_pending++;
             atomic_fetch_add_explicit(&st->machines_skipped_pending, 1, memory_order_relaxed);
             return;
         }
-        if (bf_inv_read(s, slot, &cur) != 0 || !(cur.flags & BF_REC_VALID) || cur.id != id_ref) {
+        if (!have_cur &&
+            (bf_inv_read(s, slot, &cur) != 0 || !(cur.flags & BF_REC_VALID) || cur.id != id_ref)) {
             res->errors++;
             return;
         }
-        /* 2. the state-match fast path */
-        if (cur.state == m.state && !(cur.flags & (BF_REC_NEEDS_REFRESH | BF_REC_REJECTED))) {
+        /* 2. the state-match fast path (nothing is ingested: no full decode) */
+        if (cur.state == pstate && !(cur.flags & (BF_REC_NEEDS_REFRESH | BF_REC_REJECTED))) {
             res->fast++;
             return;
         }
@@ -217,6 +247,12 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
             atomic_fetch_add_explicit(&st->machines_skipped_pending, 1, memory_order_relaxed);
             return;
         }
+    }
+    if (bf_prov_machine_decode(raw->p, raw->len, &m)) {
+        /* a known machine keeps its last good record (and is not read as removed) */
+        reject(r, NULL, BF_REJECT_STRUCTURAL, "Machine message does not decode",
+               known ? (int32_t)slot : -1, res);
+        return;
     }
     /* 3. the screen */
     int reason = bf_prov_machine_check(&m, why, sizeof why);
@@ -341,6 +377,7 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
         return;
     }
     mark_seen(r, nslot);
+    r->next_slot = nslot + 1;
     res->inserted++;
     atomic_fetch_add_explicit(&st->machines_inserted, 1, memory_order_relaxed);
     push_event(r, nslot, &nr, nr.cluster, res);

@@ -91,12 +91,12 @@
 #include "bigfleet/provider.h"
 #include "bigfleet/shm.h"
 
-#define BF_RECON_MAX_GETS      256 /* refresh candidates re-read by Get; more: a resync */
-#define BF_RECON_LOG_REJECTS   10  /* rejection log lines per List (then a summary) */
-#define BF_RECON_RETRY_NS      (1000LL * 1000000LL) /* background retry after a failure */
-#define BF_RECON_RESYNC_NS     (60LL * 1000000000LL) /* default resync period */
-#define BF_RECON_PAGE          4096  /* default machines per page */
-#define BF_RECON_STARTUP_PAGE  65536 /* default page of the start-up walk */
+#define BF_RECON_MAX_GETS     256 /* refresh candidates re-read by Get; more: a resync */
+#define BF_RECON_LOG_REJECTS  10  /* rejection log lines per List (then a summary) */
+#define BF_RECON_RETRY_NS     (1000LL * 1000000LL)  /* background retry after a failure */
+#define BF_RECON_RESYNC_NS    (60LL * 1000000000LL) /* default resync period */
+#define BF_RECON_PAGE         4096                  /* default machines per page */
+#define BF_RECON_STARTUP_PAGE 65536                 /* default page of the start-up walk */
 
 struct bf_recon;
 
@@ -114,9 +114,9 @@ enum bf_recon_kind {
 };
 
 struct bf_recon_result {
-    int status; /* enum bf_prov_status of the List (OK, or why the pass failed) */
-    int kind;   /* enum bf_recon_kind */
-    bool full;  /* a walk completed with this pass: removals were applied */
+    int status;        /* enum bf_prov_status of the List (OK, or why the pass failed) */
+    int kind;          /* enum bf_recon_kind */
+    bool full;         /* a walk completed with this pass: removals were applied */
     bool walk_aborted; /* the walk this page belonged to ended without removals */
     uint32_t listed, inserted, updated, removed, skipped_pending, fast, rejected;
     uint32_t rejected_by[4]; /* enum bf_reject_reason */

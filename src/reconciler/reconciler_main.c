@@ -73,9 +73,9 @@ static void pass_done(void *arg, const struct bf_recon_result *r)
                "skipped_pending=%u rejected=%u errors=%u node_events=%u refreshed=%u list_ms=%.1f "
                "apply_ms=%.1f",
                (unsigned long long)m->pass_seq, r->kind == BF_RECON_DELTA ? "delta" : "walk",
-               r->full, r->listed, r->fast, r->updated, r->inserted, r->removed,
-               r->skipped_pending, r->rejected, r->errors, r->node_events, r->refreshed,
-               r->list_ns / 1e6, r->apply_ns / 1e6);
+               r->full, r->listed, r->fast, r->updated, r->inserted, r->removed, r->skipped_pending,
+               r->rejected, r->errors, r->node_events, r->refreshed, r->list_ns / 1e6,
+               r->apply_ns / 1e6);
         if (r->full)
             BF_INFO("resync walk complete", "pages=%u listed=%u removed=%u ms=%.1f", r->walk_pages,
                     r->walk_listed, r->removed, r->walk_ns / 1e6);
@@ -85,9 +85,8 @@ static void pass_done(void *arg, const struct bf_recon_result *r)
     if (r->walk_aborted)
         atomic_fetch_add_explicit(&rs->resync_aborts, 1, memory_order_relaxed);
     /* a page of an unfinished walk answers only once the inventory is whole */
-    bool answers = m->pass_requested &&
-                   (r->kind == BF_RECON_DELTA || r->full || !ok || r->walk_aborted ||
-                    atomic_load(&st->first_reconcile_done));
+    bool answers = m->pass_requested && (r->kind == BF_RECON_DELTA || r->full || !ok ||
+                                         r->walk_aborted || atomic_load(&st->first_reconcile_done));
     if (answers) {
         if (ok)
             atomic_store_explicit(&st->reconcile_ok_seq, m->pass_seq, memory_order_release);

@@ -21,9 +21,9 @@
 #define FP_MAX 64
 
 enum fp_paging {
-    FP_PAGES_OK = 0,   /* the wire contract */
-    FP_NO_MAX = 1,     /* max_results ignored: every List is whole */
-    FP_PAGES_HEAD = 2  /* a truncated page returns the head revision (wrong) */
+    FP_PAGES_OK = 0,  /* the wire contract */
+    FP_NO_MAX = 1,    /* max_results ignored: every List is whole */
+    FP_PAGES_HEAD = 2 /* a truncated page returns the head revision (wrong) */
 };
 
 struct fakeprov {
@@ -372,10 +372,8 @@ START_TEST(pages_that_return_the_head_revision_never_remove_a_listed_machine)
     struct errcap e;
     errcap_begin(&e);
     struct rfx x;
-    struct bf_recon_opts o = {.incremental = true,
-                              .resync_interval_ns = 10 * MS,
-                              .page_size = 3,
-                              .startup_page_size = 3};
+    struct bf_recon_opts o = {
+        .incremental = true, .resync_interval_ns = 10 * MS, .page_size = 3, .startup_page_size = 3};
     rfx_open(&x, 10, true, FP_PAGES_HEAD, &o);
     struct bf_recon_result res = until_walk_done(&x, 5 * SEC); /* one List */
     ck_assert_uint_eq(atomic_load(&x.f.shm.inv->n_machines), 10);
