@@ -28,11 +28,6 @@ enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
 static int rd_varint(const uint8_t **pp, const uint8_t *end, uint64_t *v)
 {
     const uint8_t *p = *pp;
-    if (p < end && *p < 0x80) { /* one byte: tags, lengths and states, mostly */
-        *v = *p;
-        *pp = p + 1;
-        return 0;
-    }
     uint64_t x = 0;
     for (int shift = 0; shift < 70; shift += 7) {
         if (p >= end)

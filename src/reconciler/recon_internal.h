@@ -37,6 +37,7 @@ struct bf_recon {
     uint64_t list_exec_head; /* executor change-log head when the List was issued */
     bool touched_all;        /* the log lapped in between: trust no divergence */
     uint32_t next_slot;      /* where the next listed machine probably is (predicted()) */
+    bool inserting;          /* the last machine applied was new (decode, do not peek) */
     struct recon_walk walk;
     /* the delta cursor (in memory: a restart starts with a walk) */
     uint8_t *cursor;

@@ -207,7 +207,13 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
     res->listed++;
     struct bf_prov_bytes pid;
     int32_t pstate;
-    if (bf_prov_machine_peek(raw->p, raw->len, &pid, &pstate)) {
+    /* after an insert the next machine is probably new too (a cold start):
+     * decode it at once; otherwise peek (the fast path needs id and state) */
+    bool decoded = r->inserting && bf_prov_machine_decode(raw->p, raw->len, &m) == 0;
+    if (decoded) {
+        pid = m.id;
+        pstate = m.state;
+    } else if (bf_prov_machine_peek(raw->p, raw->len, &pid, &pstate)) {
         reject(r, NULL, BF_REJECT_STRUCTURAL, "Machine message does not decode", -1, res);
         return;
     }
@@ -221,6 +227,7 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
     else if (pid.len && bf_str_find(s, pid.p, (uint32_t)pid.len, &id_ref) == 0 &&
              bf_inv_lookup(s, id_ref, &slot) == 0)
         known = true;
+    r->inserting = !known;
     if (known) {
         mark_seen(r, slot);
         r->next_slot = slot + 1;
@@ -248,7 +255,7 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
             return;
         }
     }
-    if (bf_prov_machine_decode(raw->p, raw->len, &m)) {
+    if (!decoded && bf_prov_machine_decode(raw->p, raw->len, &m)) {
         /* a known machine keeps its last good record (and is not read as removed) */
         reject(r, NULL, BF_REJECT_STRUCTURAL, "Machine message does not decode",
                known ? (int32_t)slot : -1, res);
