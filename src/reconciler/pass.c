@@ -341,12 +341,7 @@ static int start_list(struct bf_recon *r, int kind, int64_t now)
             r->refresh_lost = true; /* too many, or a log lapped: a walk re-reads all */
     } else {
         struct recon_walk *w = &r->walk;
-        /* the first walk of an empty inventory is one List: the whole pool
-         * at once, whatever the provider's paging (a restarted reconciler,
-         * whose inventory is whole, pages like a resync) */
-        bool whole = r->synced ||
-                     atomic_load_explicit(&r->shm->st->first_reconcile_done, memory_order_acquire);
-        bool paged = !full_only(r) && !r->no_paging && !r->confirm_unpaged && whole;
+        bool paged = !full_only(r) && !r->no_paging && !r->confirm_unpaged;
         if (!w->active) {
             r->confirming = r->confirm_unpaged;
             r->confirm_unpaged = false;

@@ -49,10 +49,10 @@
  *     pages wrongly: walks go unpaged), more by one unpaged walk at once
  *     (which removes them; if it finds most of them, walks go unpaged).
  * Scheduling (bf_recon_step):
- *   - until a walk completed: the start-up walk; one unpaged List when the
- *     inventory is empty (st->first_reconcile_done not latched: the whole
- *     pool at once, whatever the provider's paging), else (a restarted
- *     reconciler) pages of startup_page_size;
+ *   - until a walk completed: the start-up walk, in pages of
+ *     startup_page_size (a pool that fits one page is one List, so paging --
+ *     and trust in the provider's paging -- starts above it; a whole
+ *     1M-machine pool does not fit one 256 MiB gRPC message);
  *   - a request (a cycle waits) -> a DELTA page;
  *   - else a pending catch-up -> a DELTA page;
  *   - else a resync walk page, when a walk is under way or

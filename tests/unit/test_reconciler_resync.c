@@ -214,12 +214,12 @@ START_TEST(a_machine_removed_at_the_provider_leaves_within_one_resync_period)
                               .page_size = 3,
                               .startup_page_size = 4};
     rfx_open(&x, 10, true, FP_PAGES_OK, &o);
-    /* the start-up walk of an empty inventory: one List, every machine in */
+    /* the start-up walk: pages of 4 threaded by their revisions, every machine in */
     struct bf_recon_result res = until_walk_done(&x, 5 * SEC);
     ck_assert(res.full);
-    ck_assert_uint_eq(res.walk_pages, 1);
+    ck_assert_uint_eq(res.walk_pages, 3);
     ck_assert_uint_eq(res.walk_listed, 10);
-    ck_assert_uint_eq(x.p.lists_paged, 0);
+    ck_assert_uint_eq(x.p.lists_paged, 3);
     ck_assert(bf_recon_synced(x.r));
     ck_assert(bf_recon_incremental(x.r));
     ck_assert_uint_eq(atomic_load(&x.f.shm.inv->n_machines), 10);
@@ -373,9 +373,9 @@ START_TEST(pages_that_return_the_head_revision_never_remove_a_listed_machine)
     errcap_begin(&e);
     struct rfx x;
     struct bf_recon_opts o = {
-        .incremental = true, .resync_interval_ns = 10 * MS, .page_size = 3, .startup_page_size = 3};
+        .incremental = true, .resync_interval_ns = 10 * MS, .page_size = 3, .startup_page_size = 64};
     rfx_open(&x, 10, true, FP_PAGES_HEAD, &o);
-    struct bf_recon_result res = until_walk_done(&x, 5 * SEC); /* one List */
+    struct bf_recon_result res = until_walk_done(&x, 5 * SEC); /* one page: the whole pool */
     ck_assert_uint_eq(atomic_load(&x.f.shm.inv->n_machines), 10);
     /* a resync: page 1 says "head", page 2 (since head) is empty, so the
      * walk looks complete after 3 machines; the 7 it missed are confirmed
