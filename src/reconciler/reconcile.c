@@ -400,7 +400,7 @@ void bf_recon_apply_page(struct bf_recon *r, const struct bf_prov_list *l,
                          struct bf_recon_result *res)
 {
     int64_t t0 = bf_mono_ns();
-    int64_t now_unix_s = bf_now_ns() / BF_NS_PER_SEC;
+    int64_t now_unix_s = bf_idle_since_stamp_s(bf_now_ns()); /* only stamps idle_since */
     r->rejects_logged = 0;
     collect_touched(r);
     struct bf_prov_list_iter it;
