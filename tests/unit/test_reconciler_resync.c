@@ -372,8 +372,10 @@ START_TEST(pages_that_return_the_head_revision_never_remove_a_listed_machine)
     struct errcap e;
     errcap_begin(&e);
     struct rfx x;
-    struct bf_recon_opts o = {
-        .incremental = true, .resync_interval_ns = 10 * MS, .page_size = 3, .startup_page_size = 64};
+    struct bf_recon_opts o = {.incremental = true,
+                              .resync_interval_ns = 10 * MS,
+                              .page_size = 3,
+                              .startup_page_size = 64};
     rfx_open(&x, 10, true, FP_PAGES_HEAD, &o);
     struct bf_recon_result res = until_walk_done(&x, 5 * SEC); /* one page: the whole pool */
     ck_assert_uint_eq(atomic_load(&x.f.shm.inv->n_machines), 10);
