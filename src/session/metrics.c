@@ -805,7 +805,7 @@ static void render_reconciler_executor(const struct bf_shm *s, struct bf_metrics
             "Malformed shard_metadata values skipped while restoring assignments.",
             LD(rs->metadata_decode_errors));
     gauge(b, "bigfleet_appliance_reconcile_last_listed_machines",
-          "Machines the provider listed in the last successful pass.",
+          "Machines the provider listed in the last complete walk (a full resync).",
           (long long)LD(rs->last_list_machines));
     bf_metrics_header(b, "bigfleet_appliance_reconcile_last_success_timestamp_seconds", "gauge",
                       "Wall time of the last successful reconcile pass (0: none yet).");
