@@ -447,8 +447,7 @@ START_TEST(paused_cycles_keep_deciding_and_reporting_and_execute_nothing)
         ck_assert_uint_eq(res->n_verdicts, 1);
         ck_assert_uint_eq(res->n_shortfalls, 1);
         ck_assert_int_eq(res->shortfalls[0].age_cycles, k); /* the shortfall keeps aging */
-        ck_assert_int_eq(res->shortfalls[0].deficit[bf_dim_lookup(&g_s, "nvidia.com/gpu")],
-                         16000);
+        ck_assert_int_eq(res->shortfalls[0].deficit[bf_dim_lookup(&g_s, "nvidia.com/gpu")], 16000);
         free(res);
         struct bf_ledger_snapshot v = {0};
         struct bf_ledger_filter f = {0};
