@@ -1528,11 +1528,13 @@ static int run(struct world *w, const struct opts *o, struct result *res)
         if (o->trace)
             fprintf(stderr,
                     "%s cycle %u: total %.3f engine %.3f (norm %.3f p1 %.3f credit %.3f "
-                    "p2 %.3f p3 %.3f obs %.3f) upd %.3f changed %u actions %zu\n",
+                    "p2 %.3f p3 %.3f obs %.3f) upd %.3f changed %u actions %zu "
+                    "pre-pass kept %u reranked %u derived %u\n",
                     w->name, k, (double)(c - a) / 1e6, (double)(c - b) / 1e6,
                     r.t.normalize_ns / 1e6, r.t.phase1_ns / 1e6, r.t.phase1_credit_ns / 1e6,
                     r.t.phase2_ns / 1e6, r.t.phase3_ns / 1e6, r.t.verdict_ns / 1e6,
-                    (double)(b - a) / 1e6, changed, r.n_actions);
+                    (double)(b - a) / 1e6, changed, r.n_actions, r.prepass.kept, r.prepass.reranked,
+                    r.prepass.derived);
         execute(w, &r);
         w->now_ns += 1000000000LL;
     }

@@ -614,8 +614,10 @@ static int leaf_list_in(struct bf_engine *e, uint32_t li, int kind, uint32_t lis
 static void leaf_destroy(struct bf_engine *e, uint32_t li)
 {
     struct leaf *l = &e->leaves[li];
-    if (l->list[LL_CLUSTER] != NONE32 && l->cluster_idx != NONE32)
+    if (l->list[LL_CLUSTER] != NONE32 && l->cluster_idx != NONE32) {
         e->clusters[l->cluster_idx].supply_ver++;
+        e->clusters[l->cluster_idx].cver++;
+    }
     leaf_unlist(e, li);
     bfe_idtab_remove(&e->leaf_tab, l->hash, li, leaf_hash_of, e);
     bfe_intern_release(&e->in, l->k.cluster);
@@ -680,6 +682,7 @@ static uint32_t leaf_create(struct bf_engine *e, const struct leafkey *k, uint64
         if (leaf_list_in(e, li, LL_CLUSTER, lid))
             goto fail;
         e->clusters[ci].supply_ver++;
+        e->clusters[ci].cver++;
     }
     if (k->state == BF_STATE_CREATING && k->fp) {
         if (leaf_list_in(e, li, LL_EXTRA, list_get(e, LK_CFP(k->fp))))
@@ -1005,7 +1008,11 @@ static void account(struct bf_engine *e, uint32_t li, int delta)
     c->count[l->k.state] += (uint32_t)delta;
     if (acq && had != (c->count[BF_STATE_IDLE] + c->count[BF_STATE_SPECULATIVE] > 0))
         e->shard_supply_ver++;
+    if (acq)
+        bfe_credit_acq_changed(e, c->itype); /* Same Needs' acquirable fold reads it */
     e->by_state[l->k.state] += (uint32_t)delta;
+    if (l->cluster_idx != NONE32)
+        e->clusters[l->cluster_idx].cver++; /* the cluster's credit reads it */
     if (l->k.state == BF_STATE_CONFIGURED && l->cluster_idx != NONE32)
         e->clusters[l->cluster_idx].conf_count += (uint32_t)delta;
 }

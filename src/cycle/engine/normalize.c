@@ -178,6 +178,7 @@ static int cluster_folds(struct bf_engine *e, uint32_t ci, struct memotab *shard
     if (memo && cl->fg_valid && cl->fg_vs == vs && cl->fg_vc == vc)
         return 0;
     bfe_fold_groups_clear(cl);
+    bool changed = false; /* a fold decision moved: the cluster's rows differ */
     for (uint32_t i = 0; i < cl->n_needs; i++) {
         struct need_in *need = &cl->needs[i];
         struct cprof *cp = need->cp;
@@ -192,6 +193,7 @@ static int cluster_folds(struct bf_engine *e, uint32_t ci, struct memotab *shard
                 rc = memo_get(e, local, ci, cp, &need->agg, &fold);
             if (rc)
                 return rc;
+            changed |= !need->fold_known || need->fold != fold;
             need->fold_known = true;
             need->fold = fold;
             need->fold_vs = vs;
@@ -226,6 +228,10 @@ static int cluster_folds(struct bf_engine *e, uint32_t ci, struct memotab *shard
     cl->fg_valid = true;
     cl->fg_vs = vs;
     cl->fg_vc = vc;
+    /* the same fold decisions over the same Needs make the same groups and
+     * rows; otherwise the pre-pass memo of the cluster no longer applies */
+    if (changed)
+        cl->dver++;
     return 0;
 }
 

@@ -236,11 +236,12 @@ static bool slot_claimed(struct bf_engine *e, uint32_t slot)
     uint32_t li = e->leaf_of[slot];
     if (li == NONE32)
         return false;
-    struct leaf *l = bfe_leaf_cyc(e, li);
-    if (!l->taken)
+    const struct leaf *l = &e->leaves[li];
+    uint32_t taken = bfe_leaf_taken(e, l);
+    if (!taken)
         return false;
     uint32_t r = bfe_sl_rank(&l->sl, slot, bfe_sl_cmp_id, e);
-    return r != NONE32 && r < l->taken;
+    return r != NONE32 && r < taken;
 }
 
 static struct bf_engine *id_sort_e;
@@ -264,10 +265,10 @@ int bfe_phase3(struct bf_engine *e, int64_t now_ns)
     /* 6.1 reclaim */
     for (uint32_t k = 0; k < e->n_clusters; k++) {
         uint32_t ci = e->cluster_order[k];
-        struct cluster *cl = bfe_cluster_cyc(e, ci);
+        struct cluster *cl = &e->clusters[ci];
         if (!cl->conf_count || !cl->first_rollup || !cl->ntl[0])
             continue;
-        if (cl->claimed_conf >= cl->conf_count)
+        if (bfe_credit_cluster_claimed(e, ci) >= cl->conf_count)
             continue;
         uint32_t nl = 0;
         for (uint32_t t = 0; t < cl->ntl[0]; t++)
@@ -283,7 +284,8 @@ int bfe_phase3(struct bf_engine *e, int64_t now_ns)
                 struct leaf *l = bfe_leaf_cyc(e, ll->v[i]);
                 /* Phase 2 victims (the p2taken prefix) already carry a Preempt:
                  * no second action for the same machine */
-                uint32_t from = l->taken > l->p2taken ? l->taken : l->p2taken;
+                uint32_t taken = bfe_leaf_taken(e, l);
+                uint32_t from = taken > l->p2taken ? taken : l->p2taken;
                 bfe_mcur_init(e, &cur[nc++], ll->v[i], from, l->k.price, -l->rp_dollars);
             }
         }
