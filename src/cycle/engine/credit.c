@@ -80,7 +80,7 @@ static void pm_clear(struct bf_engine *e, struct pmemo *pm)
     for (uint32_t i = 0; i < pm->ncands; i++)
         bfe_intern_release(&e->in, pm->cand_ids[i]);
     pm->nrows = pm->nruns = pm->nev = pm->ndep = pm->ncv = pm->nlists = pm->ncands = 0;
-    pm->ncb = pm->waste = 0;
+    pm->ncb = pm->waste = pm->nlv = 0;
     pm->valid = false;
     pm->tot[0] = pm->tot[1] = 0;
 }
@@ -97,6 +97,7 @@ static void pm_free(struct bf_engine *e, struct pmemo *pm)
     free(pm->cands);
     free(pm->cand_ids);
     free(pm->cb);
+    free(pm->lv);
     memset(pm, 0, sizeof *pm);
 }
 
@@ -510,10 +511,7 @@ static int cands_record(struct bf_engine *e, struct pmemo *pm, struct prow *x,
     TRY(GROW(pm->cands, pm->capcands, pm->ncands + d->ncand));
     TRY(GROW(pm->cand_ids, pm->capcand_ids, pm->ncands + d->ncand));
     for (uint32_t i = 0; i < d->ncand; i++) {
-        const char *s = d->cands[i].domain;
-        uint32_t id = bfe_intern_find(&e->in, s, strlen(s));
-        if (id == NONE32)
-            return -EINVAL; /* a domain is always an interned label value */
+        uint32_t id = d->cand_vals[i];
         bfe_intern_retain(&e->in, id);
         pm->cands[pm->ncands] = d->cands[i];
         pm->cand_ids[pm->ncands] = id;
@@ -665,7 +663,18 @@ static int row_derive(struct bf_engine *e, uint32_t ci, uint32_t r, uint32_t di)
 
 /* ------------------------------------------------------------------ driver */
 
-static void memo_seal(struct cluster *cl, struct pmemo *pm)
+/* the versions of the cluster's lists, as the memo's outcomes saw them */
+static int memo_lists(const struct bf_engine *e, const struct cluster *cl, struct pmemo *pm)
+{
+    pm->nlv = 0;
+    TRY(GROW(pm->lv, pm->caplv, cl->ntl[0] + cl->ntl[1] + 1));
+    for (int si = 0; si < 2; si++)
+        for (uint32_t i = 0; i < cl->ntl[si]; i++)
+            pm->lv[pm->nlv++] = (struct lver){cl->tl[si][i], e->lists[cl->tl[si][i]].ver};
+    return 0;
+}
+
+static int memo_seal(const struct bf_engine *e, const struct cluster *cl, struct pmemo *pm)
 {
     pm->valid = true;
     pm->dver = cl->dver;
@@ -675,6 +684,29 @@ static void memo_seal(struct cluster *cl, struct pmemo *pm)
         pm->tot[0] += pm->rows[r].ccount[0];
         pm->tot[1] += pm->rows[r].ccount[1];
     }
+    return memo_lists(e, cl, pm);
+}
+
+/* A list whose leaves changed since the memo: its claims start from none
+ * (the leaves of old claims may be gone) and every Need reading it is
+ * derived (the list counts as rolled back from the first row, diverged). */
+static bool lists_changed(struct bf_engine *e, struct cluster *cl, const struct pmemo *pm)
+{
+    bool any = false;
+    for (uint32_t i = 0; i < pm->nlv; i++) {
+        struct leaflist *ll = &e->lists[pm->lv[i].list];
+        if (ll->ver == pm->lv[i].ver)
+            continue;
+        for (uint32_t k = 0; k < ll->n; k++) {
+            struct leaf *l = &e->leaves[ll->v[k]];
+            l->ctaken = 0;
+            l->cepoch = cl->cepoch;
+        }
+        ll = list_cyc(e, pm->lv[i].list);
+        ll->rolled = ll->diverged = true;
+        any = true;
+    }
+    return any;
 }
 
 static int finish(struct bf_engine *e)
@@ -685,7 +717,9 @@ static int finish(struct bf_engine *e)
         if (cl->pmode != PM_REPLAY) {
             pm_clear(e, memo_of(cl));
             cl->pcur ^= 1;
-            memo_seal(cl, memo_of(cl));
+            TRY(memo_seal(e, cl, memo_of(cl)));
+        } else if (cl->lists_reset) {
+            TRY(memo_lists(e, cl, memo_of(cl))); /* no Need reads the lists that changed */
         }
         struct pmemo *pm = memo_of(cl);
         /* rows re-ranked in place leave entries behind: copy the live ones */
@@ -696,7 +730,7 @@ static int finish(struct bf_engine *e)
                 TRY(row_transfer(e, pm, r, nb));
             pm_clear(e, pm);
             cl->pcur ^= 1;
-            memo_seal(cl, nb);
+            TRY(memo_seal(e, cl, nb));
             pm = nb;
         }
         /* candidates point into the memo (stable until it is replaced) */
@@ -733,9 +767,11 @@ int bfe_credit_prepass(struct bf_engine *e, const uint64_t *ord, uint32_t n)
         cl->pstamp = e->stamp;
         cl->prow_next = 0;
         pm_clear(e, build_of(cl));
+        cl->lists_reset = false;
         if (incr && pm->valid && pm->dver == cl->dver && pm->cver == cl->cver &&
             pm->nrows == cl->nrows_now) {
             cl->pmode = PM_REPLAY;
+            cl->lists_reset = lists_changed(e, cl, pm);
         } else {
             cl->pmode = PM_FRESH;
             cl->cepoch = ++e->epoch_ctr; /* every claim on its leaves is gone */

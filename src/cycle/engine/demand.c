@@ -456,6 +456,7 @@ int bf_engine_set_needs(struct bf_engine *e, const char *cluster, uint64_t gener
     c->n_same = count_same(v, (uint32_t)n);
     e->n_same_total += c->n_same;
     c->snap_changed = true;
+    c->acl_valid = false;
     c->dver++; /* its normalized demand: the pre-pass memo no longer applies */
     e->snap_dirty = true;
     return 0;

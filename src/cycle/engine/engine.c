@@ -87,6 +87,7 @@ void bf_engine_free(struct bf_engine *e)
         free(e->clusters[c].tl[1]);
         bfe_fold_groups_clear(&e->clusters[c]);
         free(e->clusters[c].fg);
+        free(e->clusters[c].acl);
     }
     free(e->clusters);
     free(e->cluster_order);

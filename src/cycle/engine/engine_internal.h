@@ -86,6 +86,13 @@ static inline void bfe_qsort(void *base, size_t n, size_t sz,
         qsort(base, n, sz, cmp);
 }
 
+/* Sorts base[0..n) by cmp (a total order: the result is the sorted array)
+ * in O(n + m log m) when all but the last m elements are already in order,
+ * as the normalized demand is (snapshot rows, then NormalizeDemand's folds).
+ * scratch holds n elements. */
+void bfe_sort_tail(void *base, size_t n, size_t sz, int (*cmp)(const void *, const void *),
+                   void *scratch);
+
 /* ------------------------------------------------------------------ hashing */
 
 uint64_t bfe_hash_bytes(const void *p, size_t n, uint64_t seed);
@@ -256,6 +263,9 @@ struct leaf {
 struct leaflist {
     uint32_t *v;
     uint32_t n, cap;
+    /* bumped when a leaf joins or leaves, and (cluster lists) when a leaf's
+     * machines change: the incremental pre-pass compares it */
+    uint64_t ver;
     /* incremental pre-pass, per cycle (fstamp): the list's credit claims were
      * rolled back to be re-derived, or differ from the previous cycle's */
     uint32_t fstamp;
@@ -327,8 +337,6 @@ struct cprof {
     uint32_t ac_stamp;
     uint32_t ac_idle, ac_spec;
     double ac_cost;
-    uint32_t ac_seen_cluster; /* dedup per cluster within the cycle */
-    uint32_t ac_seen_stamp;
 };
 
 struct snapkey {
@@ -341,6 +349,7 @@ struct snapkey {
 /* a NormalizeDemand fold class of one cluster (cached per cluster) */
 struct fold_group {
     struct cprof *stripped; /* owned through the members' cp->stripped */
+    const char *fps;        /* its fingerprint (the ordering key) */
     bf_vec agg;             /* one member's aggregate */
     uint32_t members;
     int64_t arrival; /* earliest non-zero member arrival */
@@ -386,6 +395,10 @@ struct cdep { /* acquirable supply version of an instance type (NONE32: all type
     uint32_t itype;
     uint64_t ver;
 };
+struct lver { /* a cluster list and its version */
+    uint32_t list;
+    uint64_t ver;
+};
 struct cbk { /* a Same Need's creditable supply in one domain */
     uint32_t value, count;
     bf_vec total, own;
@@ -414,7 +427,9 @@ struct prow {
 struct pmemo {
     bool valid;
     uint64_t dver, cver; /* the cluster's versions it was derived at */
-    uint32_t tot[2];     /* credit claims on Configured / Configuring leaves */
+    struct lver *lv;     /* the cluster lists' versions it was derived at */
+    uint32_t nlv, caplv;
+    uint32_t tot[2]; /* credit claims on Configured / Configuring leaves */
     struct prow *rows;
     uint32_t nrows, caprows;
     struct crun *runs;
@@ -457,14 +472,19 @@ struct cluster {
     bool fg_valid;
     uint64_t fg_vs, fg_vc;
     uint32_t n_same; /* Needs carrying Same */
-    uint32_t rank;   /* position in name order */
+    /* its distinct compiled profiles, first-named first (AvailableCapacity) */
+    struct cprof **acl;
+    uint32_t nacl, capacl;
+    bool acl_valid;
+    uint32_t rank; /* position in name order */
     /* incremental pre-pass (credit.c) */
-    uint64_t dver;      /* bumped when the cluster's normalized demand may have changed */
-    uint64_t cver;      /* bumped when a leaf of its cluster lists changes */
+    uint64_t dver; /* bumped when the cluster's normalized demand may have changed */
+    uint64_t cver; /* bumped when a list joins the cluster lists (leaflist.ver: a list's leaves) */
     uint64_t cepoch;    /* leaves' ctaken is valid while their cepoch equals this */
     struct pmemo pm[2]; /* pm[pcur]: the memo; the other: built during a cycle */
     uint8_t pcur;
     uint8_t pmode;      /* PM_* this cycle */
+    bool lists_reset;   /* some of its lists changed since the memo (this cycle) */
     uint32_t pstamp;    /* cycle stamp of pmode/prow_next/nrows_now */
     uint32_t prow_next; /* next pre-pass row this cycle */
     uint32_t nrows_now; /* normalized Needs this cycle */
@@ -488,6 +508,7 @@ struct dneed {
     bool has_domain, same_sat;
     uint32_t domain;                         /* string id */
     struct bf_engine_domain_coverage *cands; /* same_candidates (cycle arena) */
+    uint32_t *cand_vals;                     /* their domains' string ids (cycle arena) */
     uint32_t ncand;
     /* Phase 2 */
     uint32_t unresolved; /* index into unresolved list or NONE32 */

@@ -345,6 +345,7 @@ static int ll_push(struct leaflist *l, uint32_t v, uint32_t *pos)
         return -ENOMEM;
     *pos = l->n;
     l->v[l->n++] = v;
+    l->ver++;
     return 0;
 }
 
@@ -413,6 +414,7 @@ fail:
 static void ll_swap_remove(struct leaflist *l, uint32_t pos, uint32_t *moved_id)
 {
     uint32_t last = l->v[--l->n];
+    l->ver++;
     if (pos < l->n) {
         l->v[pos] = last;
         *moved_id = last;
@@ -614,10 +616,8 @@ static int leaf_list_in(struct bf_engine *e, uint32_t li, int kind, uint32_t lis
 static void leaf_destroy(struct bf_engine *e, uint32_t li)
 {
     struct leaf *l = &e->leaves[li];
-    if (l->list[LL_CLUSTER] != NONE32 && l->cluster_idx != NONE32) {
+    if (l->list[LL_CLUSTER] != NONE32 && l->cluster_idx != NONE32)
         e->clusters[l->cluster_idx].supply_ver++;
-        e->clusters[l->cluster_idx].cver++;
-    }
     leaf_unlist(e, li);
     bfe_idtab_remove(&e->leaf_tab, l->hash, li, leaf_hash_of, e);
     bfe_intern_release(&e->in, l->k.cluster);
@@ -678,11 +678,11 @@ static uint32_t leaf_create(struct bf_engine *e, const struct leafkey *k, uint64
             if (lid == NONE32 || GROW(cl->tl[si], cl->captl[si], cl->ntl[si] + 1))
                 goto fail;
             cl->tl[si][cl->ntl[si]++] = lid;
+            cl->cver++; /* the lists its Needs read */
         }
         if (leaf_list_in(e, li, LL_CLUSTER, lid))
             goto fail;
         e->clusters[ci].supply_ver++;
-        e->clusters[ci].cver++;
     }
     if (k->state == BF_STATE_CREATING && k->fp) {
         if (leaf_list_in(e, li, LL_EXTRA, list_get(e, LK_CFP(k->fp))))
@@ -1011,8 +1011,8 @@ static void account(struct bf_engine *e, uint32_t li, int delta)
     if (acq)
         bfe_credit_acq_changed(e, c->itype); /* Same Needs' acquirable fold reads it */
     e->by_state[l->k.state] += (uint32_t)delta;
-    if (l->cluster_idx != NONE32)
-        e->clusters[l->cluster_idx].cver++; /* the cluster's credit reads it */
+    if (l->list[LL_CLUSTER] != NONE32)
+        e->lists[l->list[LL_CLUSTER]].ver++; /* its cluster's credit reads it */
     if (l->k.state == BF_STATE_CONFIGURED && l->cluster_idx != NONE32)
         e->clusters[l->cluster_idx].conf_count += (uint32_t)delta;
 }

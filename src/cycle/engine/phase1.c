@@ -570,10 +570,12 @@ static int same_candidates(struct bf_engine *e, struct dneed *d, const struct sa
     }
     d->ncand = m;
     d->cands = m ? ANEW(&e->ar, struct bf_engine_domain_coverage, m) : NULL;
-    if (m && !d->cands)
+    d->cand_vals = m ? ANEW(&e->ar, uint32_t, m) : NULL;
+    if (m && (!d->cands || !d->cand_vals))
         return -ENOMEM;
     for (uint32_t i = 0; i < m; i++) {
         const struct same_bucket *b = &bk[idx[i]];
+        d->cand_vals[i] = b->value;
         d->cands[i].domain = bfe_str(&e->in, b->value);
         d->cands[i].coverage_per_mille = bfe_coverage_per_mille(&b->total, def);
         d->cands[i].satisfiable = keys[idx[i]].sat;
@@ -1119,6 +1121,7 @@ int bfe_phase1(struct bf_engine *e)
         d->has_domain = d->same_sat = false;
         d->domain = 0;
         d->cands = NULL;
+        d->cand_vals = NULL;
         d->ncand = 0;
         d->unresolved = NONE32;
         d->victims = 0;
@@ -1127,13 +1130,14 @@ int bfe_phase1(struct bf_engine *e)
     e->t_credit_ns = 0;
     int64_t t0 = bfe_mono_ns();
     uint64_t *ord = ANEW(&e->ar, uint64_t, n ? n : 1);
-    if (!ord)
+    uint64_t *tmp = ANEW(&e->ar, uint64_t, n ? n : 1);
+    if (!ord || !tmp)
         return -ENOMEM;
     /* 1. pre-pass: priority desc, stable on D (credit.c keeps what did not
      * change since the last cycle and derives the rest here) */
     for (uint32_t i = 0; i < n; i++)
         ord[i] = (prio_desc_key(e->d[i].cp->prio) << 32) | i;
-    bfe_qsort(ord, n, sizeof *ord, u64_cmp);
+    bfe_sort_tail(ord, n, sizeof *ord, u64_cmp, tmp);
     TRY(bfe_credit_prepass(e, ord, n));
     e->t_credit_ns = bfe_mono_ns() - t0;
     if (!n)

@@ -425,7 +425,8 @@ int bfe_same_rank(struct bf_engine *e, struct dneed *d, struct same_bucket *bk, 
     uint32_t want = cap ? cap : 1;
     struct bf_engine_domain_coverage *out =
         cap ? ANEW(&e->ar, struct bf_engine_domain_coverage, cap) : NULL;
-    if (cap && !out)
+    uint32_t *vals = cap ? ANEW(&e->ar, uint32_t, cap) : NULL;
+    if (cap && (!out || !vals))
         return -ENOMEM;
     uint32_t got = 0, i = 0, j = 0;
     d->has_domain = d->same_sat = false;
@@ -445,6 +446,7 @@ int bfe_same_rank(struct bf_engine *e, struct dneed *d, struct same_bucket *bk, 
             d->same_sat = x->k.sat;
         }
         if (got < cap) {
+            vals[got] = x->k.value;
             out[got].domain = bfe_str(&e->in, x->k.value);
             out[got].coverage_per_mille = x->cov;
             out[got].satisfiable = x->k.sat;
@@ -457,6 +459,7 @@ int bfe_same_rank(struct bf_engine *e, struct dneed *d, struct same_bucket *bk, 
     }
     d->ncand = got < cap ? got : cap;
     d->cands = d->ncand ? out : NULL;
+    d->cand_vals = d->ncand ? vals : NULL;
     bfe_arena_release(&e->sc, mk);
     return 0;
 }
