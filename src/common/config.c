@@ -42,7 +42,8 @@ static const struct opt opts[] = {
     {"metrics-addr", T_STR, F(metrics_addr), ":8780", 0, 0,
      "HTTP address for /metrics, /healthz, /readyz; \"0\" disables the HTTP server"},
     {"data-dir", T_STR, F(data_dir), "./data", 0, 0,
-     "state directory (LMDB: shard epoch, coordinator term); alias --state-dir"},
+     "state directory (LMDB: shard epoch, coordinator term, ownership partition); alias "
+     "--state-dir"},
     {"state-dir", T_STR, F(data_dir), NULL, 0, 0, "alias of --data-dir"},
     {"provider-addr", T_STR, F(provider_addr), "", 0, 0,
      "host:port of a CapacityProvider gRPC service; empty starts the embedded "
@@ -53,6 +54,9 @@ static const struct opt opts[] = {
      "address reported to the coordinator; empty = --listen"},
     {"coordinator-heartbeat-interval", T_DURATION, F(coordinator_heartbeat_ns), "10s", 0.1, 86400,
      "ReportShard period"},
+    {"transfer-reservation-ttl", T_DURATION, F(transfer_reservation_ttl_ns), "10m", 0.1, 7 * 86400,
+     "ADR-0055: how long a machine drained by a CrossShardDrain stays reserved for the "
+     "TransferOwnership that should follow, counted after its drain grace"},
     {"tls-cert", T_STR, F(tls_cert), "", 0, 0,
      "PEM certificate; with --tls-key and --tls-ca: mTLS (TLS 1.3) on every gRPC edge"},
     {"tls-key", T_STR, F(tls_key), "", 0, 0, "PEM private key for --tls-cert"},

@@ -56,6 +56,9 @@ struct bf_recon {
     /* per-pass */
     int rejects_logged;
     bool events_pushed;
+    /* ADR-0055: NULL = adopt everything */
+    struct bf_recon_own *own;
+    struct bf_recon_result sweep; /* releases of the sweep before this pass */
 };
 
 int bf_recon_new(struct bf_shm *shm, struct bf_prov_client *client, const struct bf_recon_opts *o,
@@ -68,6 +71,10 @@ int bf_recon_new(struct bf_shm *shm, struct bf_prov_client *client, const struct
     r->client = client;
     r->o = *o;
     r->shapes = bf_prov_shape_cache_new();
+    if (bf_recon_own_new(shm, o->data_dir, o->coordinator, &r->own) != 0) {
+        bf_recon_free(r);
+        return -ENOMEM;
+    }
     r->seen_words = (shm->max_machines + 63) / 64;
     r->seen = calloc(r->seen_words, sizeof *r->seen);
     r->touched = calloc(r->seen_words, sizeof *r->touched);
@@ -88,6 +95,7 @@ void bf_recon_free(struct bf_recon *r)
     if (!r)
         return;
     bf_prov_shape_cache_free(r->shapes);
+    bf_recon_own_free(r->own);
     free(r->seen);
     free(r->touched);
     free(r->cursor);
@@ -226,6 +234,16 @@ static void apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int64
         bf_inv_lookup(s, id_ref, &slot) == 0)
         known = true;
     struct bf_machine_rec cur;
+    int source = 0;
+    if (!known && r->own && m.id.len) {
+        /* ADR-0055: another shard's machine is not adopted (nor screened) */
+        source = bf_recon_own_decide_listed(r->own, &m);
+        if (source == 0) {
+            res->not_owned++;
+            atomic_fetch_add_explicit(&st->machines_not_owned, 1, memory_order_relaxed);
+            return;
+        }
+    }
     if (known) {
         mark_seen(r, slot);
         /* 1. an action is in flight: the executor's view is authoritative */
@@ -374,6 +392,8 @@ static void apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int64
         return;
     }
     mark_seen(r, nslot);
+    if (r->own)
+        bf_recon_own_adopted(r->own, (const char *)m.id.p, m.id.len, source);
     res->inserted++;
     atomic_fetch_add_explicit(&st->machines_inserted, 1, memory_order_relaxed);
     push_event(r, nslot, &nr, nr.cluster, res);
@@ -419,7 +439,11 @@ void bf_recon_apply(struct bf_recon *r, const struct bf_prov_list *l, bool full,
                 continue;
             if (bf_pending(s, slot) || touched_since_list(r, slot))
                 continue; /* in flight or just written: the next pass decides */
+            uint32_t il = 0;
+            const char *id = r->own ? bf_str(s, rec.id, &il) : NULL;
             if (bf_inv_remove(s, slot) == 0) {
+                if (id)
+                    bf_recon_own_removed(r->own, id, il);
                 res->removed++;
                 atomic_fetch_add_explicit(&st->machines_removed, 1, memory_order_relaxed);
             } else {
@@ -494,6 +518,10 @@ static void pass_finish(struct bf_recon *r)
 {
     if (r->res.status != BF_PROV_OK)
         r->refresh_lost = true; /* the flagged records were not re-read */
+    r->res.released += r->sweep.released;
+    memset(&r->sweep, 0, sizeof r->sweep);
+    if (r->own)
+        bf_recon_own_finish(r->own, &r->res, r->res.status == BF_PROV_OK && r->res.full);
     if (r->events_pushed)
         bf_wake(r->shm, BF_ROLE_SESSION);
     r->busy = false;
@@ -520,9 +548,13 @@ static void on_get(void *arg, const struct bf_prov_result *pr, const struct bf_p
     } else if (pr->status == BF_PROV_NOT_FOUND) {
         /* explicit evidence the machine is gone: remove it (unless in flight) */
         struct bf_machine_rec rec;
+        uint32_t il = 0;
+        const char *id = bf_str(r->shm, g->id_ref, &il);
         if (!bf_pending(r->shm, g->slot) && bf_inv_read(r->shm, g->slot, &rec) == 0 &&
             (rec.flags & BF_REC_VALID) && rec.id == g->id_ref &&
             bf_inv_remove(r->shm, g->slot) == 0) {
+            if (r->own && id)
+                bf_recon_own_removed(r->own, id, il);
             r->res.removed++;
             atomic_fetch_add_explicit(&r->shm->st->reconciler.machines_removed, 1,
                                       memory_order_relaxed);
@@ -608,8 +640,16 @@ int bf_recon_start(struct bf_recon *r, bf_recon_done_fn done, void *arg)
         return -EBUSY;
     int64_t now = bf_mono_ns();
     bool complete = collect_refresh(r);
+    /* ADR-0055: the rule inputs changed: release what is no longer ours, and
+     * list everything (a delta would not show machines that became ours) */
+    bool own_changed = false;
+    memset(&r->sweep, 0, sizeof r->sweep);
+    if (r->own && bf_recon_own_refresh(r->own)) {
+        own_changed = true;
+        bf_recon_own_sweep(r->own, &r->sweep);
+    }
     bool full = !r->o.incremental || !r->have_cursor || !complete || r->refresh_lost ||
-                now - r->last_full_ns >= BF_RECON_FULL_EVERY_NS;
+                own_changed || now - r->last_full_ns >= BF_RECON_FULL_EVERY_NS;
     struct bf_prov_list_req q = {0};
     if (!full) {
         q.since = r->cursor;

@@ -19,7 +19,9 @@
  *      (its executor died between Configure and the stamp) takes the
  *      assignment from the provider's shard_metadata echo, which is exactly
  *      what that Configure wrote;
- *   5. unknown -> inserted, Assigned* restored from shard_metadata (M72).
+ *   5. unknown -> adopted only when this shard owns it (ADR-0055 partition
+ *      rule, checked before the screen; counted in not_owned otherwise),
+ *      then inserted, Assigned* restored from shard_metadata (M72).
  * A node-state event goes to the session for every change of a
  * cluster-bound machine (routed to the previous cluster when the new record
  * has none). A full pass (no cursor sent) then removes every machine the
@@ -60,6 +62,11 @@ struct bf_recon;
 struct bf_recon_opts {
     bool incremental;
     int64_t list_timeout_ns; /* 0 = the client's default (2 min) */
+    /* ADR-0055 ownership partition (docs/adr0055.md): the LMDB store under
+     * data_dir decides which listed machines this shard adopts; NULL/"" =
+     * every listed machine (tests, benchmarks) and no owned set written */
+    const char *data_dir;
+    bool coordinator; /* --coordinator-addr set (own-all mode needs it unset) */
 };
 
 struct bf_recon_result {
@@ -70,6 +77,8 @@ struct bf_recon_result {
     uint32_t errors;         /* records we could not write (busy, table full) */
     uint32_t node_events;
     uint32_t refreshed; /* flagged records re-read by Get (incremental passes) */
+    uint32_t not_owned; /* listed machines not adopted: another shard's (ADR-0055) */
+    uint32_t released;  /* removed: no longer owned by this shard (ADR-0055) */
     int64_t list_ns;    /* List RPC (request to reply) */
     int64_t apply_ns;   /* applying the reply */
 };
@@ -98,5 +107,25 @@ void bf_recon_list_issued(struct bf_recon *r);
  */
 void bf_recon_apply(struct bf_recon *r, const struct bf_prov_list *l, bool full,
                     struct bf_recon_result *res);
+
+/*
+ * ownership.c — the ADR-0055 partition on the reconciler's side (the rule
+ * and the store: bigfleet/ownership.h). bf_recon_new creates it from the
+ * options; bf_recon_start reloads the rule inputs when the cycle's
+ * generation moved (then the pass is full and the inventory is swept:
+ * machines no longer owned are removed, or kept while bound or in flight);
+ * apply_one adopts an unknown machine only when the rule owns it; a pass
+ * ends with the release list re-checked and the owned set written.
+ */
+struct bf_recon_own;
+int bf_recon_own_new(struct bf_shm *shm, const char *data_dir, bool coordinator,
+                     struct bf_recon_own **out);
+void bf_recon_own_free(struct bf_recon_own *o);
+bool bf_recon_own_refresh(struct bf_recon_own *o);
+int bf_recon_own_decide_listed(struct bf_recon_own *o, const struct bf_prov_machine *m);
+void bf_recon_own_adopted(struct bf_recon_own *o, const char *id, size_t len, int source);
+void bf_recon_own_removed(struct bf_recon_own *o, const char *id, size_t len);
+void bf_recon_own_sweep(struct bf_recon_own *o, struct bf_recon_result *res);
+void bf_recon_own_finish(struct bf_recon_own *o, struct bf_recon_result *res, bool full_ok);
 
 #endif

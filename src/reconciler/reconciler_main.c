@@ -59,15 +59,16 @@ static void pass_done(void *arg, const struct bf_recon_result *r)
             BF_INFO("first reconcile complete (ready)", "machines=%u inserted=%u ms=%.1f",
                     r->listed, r->inserted, total / 1e6);
         }
-        int lvl =
-            (r->inserted || r->removed || r->rejected || r->errors) ? BF_LOG_INFO : BF_LOG_DEBUG;
+        int lvl = (r->inserted || r->removed || r->rejected || r->errors || r->released)
+                      ? BF_LOG_INFO
+                      : BF_LOG_DEBUG;
         bf_log(lvl, "reconciled",
                "seq=%llu full=%d listed=%u fast=%u updated=%u inserted=%u removed=%u "
-               "skipped_pending=%u rejected=%u errors=%u node_events=%u refreshed=%u list_ms=%.1f "
-               "apply_ms=%.1f",
+               "skipped_pending=%u rejected=%u errors=%u node_events=%u refreshed=%u "
+               "not_owned=%u released=%u list_ms=%.1f apply_ms=%.1f",
                (unsigned long long)m->pass_seq, r->full, r->listed, r->fast, r->updated,
                r->inserted, r->removed, r->skipped_pending, r->rejected, r->errors, r->node_events,
-               r->refreshed, r->list_ns / 1e6, r->apply_ns / 1e6);
+               r->refreshed, r->not_owned, r->released, r->list_ns / 1e6, r->apply_ns / 1e6);
     } else {
         atomic_fetch_add_explicit(&rs->reconcile_errors, 1, memory_order_relaxed);
     }
@@ -155,7 +156,9 @@ int bf_reconciler_main(const struct bf_config *cfg)
         goto out_loop;
     }
     struct bf_recon_opts ro = {.incremental = cfg->incremental_reconcile,
-                               .list_timeout_ns = cfg->reconcile_timeout_ns};
+                               .list_timeout_ns = cfg->reconcile_timeout_ns,
+                               .data_dir = cfg->data_dir,
+                               .coordinator = cfg->coordinator_addr[0] != 0};
     if ((rc = bf_recon_new(&m.ch.shm, m.client, &ro, &m.recon))) {
         BF_ERROR("cannot create the reconciler", "error=\"%s\"", strerror(-rc));
         goto out_client;

@@ -2,7 +2,8 @@
 // session_coordinator.test.js: the shard's coordinator client against a
 // @grpc/grpc-js Coordinator (ReportShard) written for the test: reports with
 // the summary and the shortfall ledger of the cycle's published result,
-// fenced and deduplicated instructions acked on the next report, the term
+// fenced and deduplicated instructions acked on the next report (applied by
+// the cycle; the handlers themselves are tested in adr0055.test.js), the term
 // high-water mark in every Acknowledgement and persisted across restarts,
 // and static stability while the coordinator is down.
 'use strict';
@@ -13,7 +14,7 @@ const path = require('path');
 const L = require('./session_lib');
 const { assert, grpc } = L;
 
-const OUT = { ACCEPTED: 1, REJECTED_STALE: 2, REJECTED_INVALID: 3 };
+const OUT = { ACCEPTED: 1, REJECTED_STALE: 2, REJECTED_INVALID: 3, FAILED: 4 };
 
 class FakeCoordinator {
   constructor() {
@@ -93,11 +94,13 @@ async function helloTerm(s) {
       assert.strictEqual(r.cycle, '2');
       const a = acksOf(r);
       assert.deepStrictEqual(a.i1, [OUT.ACCEPTED, '']);
-      assert.deepStrictEqual(a.i2, [OUT.ACCEPTED, '']);
+      // ADR-0055 handlers are real (tests/interop/adr0055.test.js): a drain of
+      // a machine this shard does not hold fails with a reason
+      assert.deepStrictEqual(a.i2, [OUT.FAILED, "machine m1 is not in this shard's inventory"]);
       assert.strictEqual(a.i3[0], OUT.REJECTED_STALE);
       assert.match(a.i3[1], /stale coordinator term 3 < 5/);
       assert.deepStrictEqual(a.i4, [OUT.REJECTED_INVALID, 'unknown payload']);
-      assert.deepStrictEqual(a.i5, [OUT.ACCEPTED, '']);
+      assert.deepStrictEqual(a.i5, [OUT.ACCEPTED, ''], 'upstream form: a slot not held here is taken over');
       assert.strictEqual(Object.keys(a).length, 5, 'the empty id is ignored');
       // redelivery of a done instruction, and a whole reply from a stale term
       fc.replies.push({ coordinator_term: '5', instructions: [instr('i1', 5, { assign_domain: { topology_key: 'rack', topology_value: 'r1' } })] });
