@@ -55,6 +55,9 @@
 #define BF_OWN_DONE_MAX     65536 /* dedup set: oldest evicted past this */
 #define BF_OWN_DOMAINS_MAX  4096
 #define BF_OWN_RESERVED_MAX 4096 /* reservations held at once */
+/* own.in holds at most --max-machines entries, own.out at most this many
+ * times --max-machines (what a coordinator can make a shard remember) */
+#define BF_OWN_XFER_TABLE_FACTOR 4
 
 /*
  * Opens the LMDB environment of data_dir (which must exist): map size
