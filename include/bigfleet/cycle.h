@@ -59,6 +59,7 @@ struct bf_cycle_opts {
     const char *shard_id;       /* --id: a TransferOwnership's role */
     bool coordinator;           /* --coordinator-addr set (own-all mode needs it unset) */
     int64_t reservation_ttl_ns; /* --transfer-reservation-ttl */
+    uint32_t own_done_max;      /* dedup set bound; 0 = BF_OWN_DONE_MAX (tests set it low) */
 };
 
 /* Options from the appliance configuration. */

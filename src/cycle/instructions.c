@@ -173,12 +173,13 @@ static int done_put(struct bf_cycle *c, MDB_txn *txn, const char *id, const uint
     MDB_stat ms;
     if ((rc = mdb_stat(txn, st->dbi[BF_OWN_DB_DONESEQ], &ms)) != 0)
         return rc;
-    if (ms.ms_entries <= BF_OWN_DONE_MAX)
+    size_t bound = c->o.own_done_max ? c->o.own_done_max : BF_OWN_DONE_MAX;
+    if (ms.ms_entries <= bound)
         return 0;
     MDB_cursor *cur;
     if ((rc = mdb_cursor_open(txn, st->dbi[BF_OWN_DB_DONESEQ], &cur)) != 0)
         return rc;
-    for (size_t extra = ms.ms_entries - BF_OWN_DONE_MAX; extra > 0 && rc == 0; extra--) {
+    for (size_t extra = ms.ms_entries - bound; extra > 0 && rc == 0; extra--) {
         MDB_val ok, ov;
         if ((rc = mdb_cursor_get(cur, &ok, &ov, MDB_FIRST)) != 0)
             break;

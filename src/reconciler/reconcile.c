@@ -399,6 +399,20 @@ static void apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int64
     push_event(r, nslot, &nr, nr.cluster, res);
 }
 
+bool bf_recon_ownership_step(struct bf_recon *r, struct bf_recon_result *res)
+{
+    if (!r->own || !bf_recon_own_refresh(r->own))
+        return false;
+    bf_recon_own_sweep(r->own, res);
+    return true;
+}
+
+void bf_recon_ownership_finish(struct bf_recon *r, struct bf_recon_result *res, bool full_ok)
+{
+    if (r->own)
+        bf_recon_own_finish(r->own, res, full_ok);
+}
+
 void bf_recon_list_issued(struct bf_recon *r)
 {
     r->list_exec_head =
@@ -520,8 +534,7 @@ static void pass_finish(struct bf_recon *r)
         r->refresh_lost = true; /* the flagged records were not re-read */
     r->res.released += r->sweep.released;
     memset(&r->sweep, 0, sizeof r->sweep);
-    if (r->own)
-        bf_recon_own_finish(r->own, &r->res, r->res.status == BF_PROV_OK && r->res.full);
+    bf_recon_ownership_finish(r, &r->res, r->res.status == BF_PROV_OK && r->res.full);
     if (r->events_pushed)
         bf_wake(r->shm, BF_ROLE_SESSION);
     r->busy = false;
@@ -642,12 +655,8 @@ int bf_recon_start(struct bf_recon *r, bf_recon_done_fn done, void *arg)
     bool complete = collect_refresh(r);
     /* ADR-0055: the rule inputs changed: release what is no longer ours, and
      * list everything (a delta would not show machines that became ours) */
-    bool own_changed = false;
     memset(&r->sweep, 0, sizeof r->sweep);
-    if (r->own && bf_recon_own_refresh(r->own)) {
-        own_changed = true;
-        bf_recon_own_sweep(r->own, &r->sweep);
-    }
+    bool own_changed = bf_recon_ownership_step(r, &r->sweep);
     bool full = !r->o.incremental || !r->have_cursor || !complete || r->refresh_lost ||
                 own_changed || now - r->last_full_ns >= BF_RECON_FULL_EVERY_NS;
     struct bf_prov_list_req q = {0};

@@ -109,6 +109,18 @@ void bf_recon_apply(struct bf_recon *r, const struct bf_prov_list *l, bool full,
                     struct bf_recon_result *res);
 
 /*
+ * ADR-0055 steps of a pass, exposed for tests (bf_recon_start and the end
+ * of a pass call them): _step reloads the partition's rule inputs when the
+ * cycle's published generation moved (or on the first call) and sweeps the
+ * inventory, returning true when it did (the pass must then be full);
+ * _finish re-checks machines kept bound or in flight and writes the owned
+ * set (synchronised with the inventory after a full successful pass).
+ * No-ops without a store.
+ */
+bool bf_recon_ownership_step(struct bf_recon *r, struct bf_recon_result *res);
+void bf_recon_ownership_finish(struct bf_recon *r, struct bf_recon_result *res, bool full_ok);
+
+/*
  * ownership.c — the ADR-0055 partition on the reconciler's side (the rule
  * and the store: bigfleet/ownership.h). bf_recon_new creates it from the
  * options; bf_recon_start reloads the rule inputs when the cycle's

@@ -131,6 +131,16 @@ async function helloTerm(s) {
         x.deficit.resources.cpu]), [[1000, 1, 9, '1500m'], [500, 3, 7, '4']]);
       assert.deepStrictEqual(r.shortfalls[0].requirements.map((q) => [q.key, q.operator, q.values]),
         [['node.kubernetes.io/instance-type', 1, ['m6i.large']]]);
+      // extension field 7 (ADR-0055 §2): In pins an attribute, it does not co-locate
+      assert.deepStrictEqual(r.shortfalls.map((x) => x.topology_constrained), [false, false]);
+    }],
+    ['a shortfall whose profile has a Same requirement is reported topology_constrained', async () => {
+      L.shm(S.id, 'cycle-result', 'topology.bigfleet/rack:5');
+      const n = fc.reports.length;
+      const r = await fc.report(n);
+      assert.deepStrictEqual(r.shortfalls.map((x) => x.topology_constrained), [true, true]);
+      assert.deepStrictEqual(r.shortfalls[0].requirements.map((q) => [q.key, q.operator]),
+        [['topology.bigfleet/rack', 5]]);
     }],
     ['a coordinator outage is counted, operators are unaffected, pending acks arrive after it', async () => {
       fc.replies.push({ coordinator_term: '6', instructions: [instr('i6', 6, { unassign_domain: { topology_key: 'rack', topology_value: 'r1' } })] });
