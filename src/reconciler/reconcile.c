@@ -413,6 +413,11 @@ void bf_recon_ownership_finish(struct bf_recon *r, struct bf_recon_result *res, 
         bf_recon_own_finish(r->own, res, full_ok);
 }
 
+bool bf_recon_ownership_idle(struct bf_recon *r)
+{
+    return r->own && !r->busy && bf_recon_own_idle(r->own);
+}
+
 void bf_recon_list_issued(struct bf_recon *r)
 {
     r->list_exec_head =

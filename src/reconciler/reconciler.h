@@ -119,6 +119,10 @@ void bf_recon_apply(struct bf_recon *r, const struct bf_prov_list *l, bool full,
  */
 bool bf_recon_ownership_step(struct bf_recon *r, struct bf_recon_result *res);
 void bf_recon_ownership_finish(struct bf_recon *r, struct bf_recon_result *res, bool full_ok);
+/* Deferred ownership work for an idle moment (no pass in flight): the
+ * owned set's synchronisation with the inventory after the first full pass.
+ * True when it did some. reconciler_main calls it from its tick. */
+bool bf_recon_ownership_idle(struct bf_recon *r);
 
 /*
  * ownership.c — the ADR-0055 partition on the reconciler's side (the rule
@@ -139,5 +143,6 @@ void bf_recon_own_adopted(struct bf_recon_own *o, const char *id, size_t len, in
 void bf_recon_own_removed(struct bf_recon_own *o, const char *id, size_t len);
 void bf_recon_own_sweep(struct bf_recon_own *o, struct bf_recon_result *res);
 void bf_recon_own_finish(struct bf_recon_own *o, struct bf_recon_result *res, bool full_ok);
+bool bf_recon_own_idle(struct bf_recon_own *o);
 
 #endif

@@ -131,6 +131,8 @@ static void on_tick(struct bf_net_timer *t, void *arg)
         return;
     }
     maybe_start(m);
+    if (bf_recon_ownership_idle(m->recon)) /* ADR-0055 owned-set sync, off the readiness path */
+        bf_child_heartbeat(&m->ch);
 }
 
 int bf_reconciler_main(const struct bf_config *cfg)

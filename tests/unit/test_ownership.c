@@ -700,6 +700,7 @@ static void apply_list(struct bf_recon *r, const struct tmach *ts, int n, bool f
     bf_recon_list_issued(r);
     bf_recon_apply(r, &l, full, res);
     bf_recon_ownership_finish(r, res, full);
+    bf_recon_ownership_idle(r);
     free(b);
 }
 
