@@ -670,6 +670,68 @@ START_TEST(reservations_survive_a_cycle_restart)
 }
 END_TEST
 
+START_TEST(hostile_instructions_are_refused_with_a_reason_and_a_good_one_still_applies)
+{
+    struct cfx f;
+    cfx_open(&f, false);
+    add(&f, "i-1", BF_STATE_IDLE, 0, 1.0f, 0);
+    cfx_cycle(&f);
+    static char big[2001];
+    memset(big, 'x', sizeof big - 1);
+    char *one[] = {"i-1"}, *empty[] = {""}, *huge[] = {big};
+    char **many = calloc(1025, sizeof *many);
+    for (int i = 0; i < 1025; i++)
+        many[i] = "i-1";
+    struct {
+        char **ids;
+        size_t n;
+        int32_t count;
+        const char *from, *to, *want;
+    } cases[] = {
+        {NULL, 0, -1, "shard-a", "shard-b", "negative count"},
+        {one, 1, 5, "shard-a", "shard-b", "name machine_ids or a selector (count), not both"},
+        {NULL, 0, 0, "shard-a", "shard-b", "no machine_ids and no selector (count)"},
+        {many, 1025, 0, "shard-a", "shard-b", "at most 1024 machines per instruction"},
+        {NULL, 0, 100000, "shard-a", "shard-b", "at most 1024 machines per instruction"},
+        {empty, 1, 0, "shard-a", "shard-b", "machine id 0 is empty or longer than 1024 bytes"},
+        {huge, 1, 0, "shard-a", "shard-b", "machine id 0 is empty or longer than 1024 bytes"},
+        {one, 1, 0, "", "shard-b", "TransferOwnership needs from_shard_id and to_shard_id"},
+        {one, 1, 0, "shard-a", "shard-a", "from_shard_id equals to_shard_id (\"shard-a\")"},
+        {one, 1, 0, "shard-x", "shard-y",
+         "addressed to shards \"shard-x\" -> \"shard-y\", this shard is \"shard-a\""},
+    };
+    char iid[16];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(iid, sizeof iid, "h%zu", i);
+        Bigfleet__V1alpha1__InstructAck *a =
+            transfer(&f, iid, cases[i].ids, cases[i].n, cases[i].count, cases[i].from, cases[i].to);
+        ck_assert_msg(a->outcome == OUT_INV, "case %zu: outcome %d", i, a->outcome);
+        ck_assert_str_eq(a->reason, cases[i].want);
+        ACK_FREE(a);
+    }
+    free(many);
+    Bigfleet__V1alpha1__InstructAck *a = domain(&f, "hd1", true, big);
+    ck_assert_int_eq(a->outcome, OUT_INV);
+    ACK_FREE(a);
+    Instr in = instr("hp");
+    a = exec(&f, &in); /* no payload */
+    ck_assert_int_eq(a->outcome, OUT_INV);
+    ck_assert_str_eq(a->reason, "unknown payload");
+    ACK_FREE(a);
+    /* an undecodable record is dropped (no id to answer), the next one is served */
+    struct bf_coord_in_hdr h = {.hwm = 5};
+    const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f};
+    ck_assert_int_eq(bf_ring_push_bytes(&f.s, BF_RING_COORD_IN, &h, sizeof h, junk, sizeof junk),
+                     0);
+    a = transfer(&f, "good", one, 1, 0, "shard-a", "shard-b");
+    ck_assert_int_eq(a->outcome, OUT_ACC);
+    ck_assert_uint_eq(a->n_machine_ids, 1);
+    ACK_FREE(a);
+    ck_assert_uint_eq(atomic_load(&f.s.st->own.n_out), 1);
+    cfx_close(&f);
+}
+END_TEST
+
 START_TEST(without_a_store_every_machine_is_owned_and_instructions_fail)
 {
     struct cfx f;
@@ -856,6 +918,7 @@ static Suite *suite(void)
                    unassign_is_refused_while_a_domain_machine_is_bound_and_releases_when_unbound);
     tcase_add_test(t, cross_shard_drain_preempts_the_best_victims_and_reserves_them_until_the_ttl);
     tcase_add_test(t, reservations_survive_a_cycle_restart);
+    tcase_add_test(t, hostile_instructions_are_refused_with_a_reason_and_a_good_one_still_applies);
     tcase_add_test(t, without_a_store_every_machine_is_owned_and_instructions_fail);
     suite_add_tcase(s, t);
     t = tcase_create("reconciler");
