@@ -281,8 +281,11 @@ static int load_xfers(MDB_txn *txn, MDB_dbi dbi, struct bf_idmap *m)
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0 && !err;
          rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         uint8_t kind = BF_OWN_SRC_TRANSFER;
-        if (v.mv_size >= sizeof(struct bf_own_xfer_rec))
-            kind = ((const struct bf_own_xfer_rec *)v.mv_data)->kind;
+        if (v.mv_size >= sizeof(struct bf_own_xfer_rec)) {
+            struct bf_own_xfer_rec r; /* LMDB values are not aligned */
+            memcpy(&r, v.mv_data, sizeof r);
+            kind = r.kind;
+        }
         err = bf_idmap_put(m, k.mv_data, k.mv_size, kind);
     }
     mdb_cursor_close(cur);

@@ -37,6 +37,8 @@
 #include "bigfleet/util.h"
 #include "own_internal.h"
 
+#define OWN_STEP_BUDGET 32 /* instructions applied per cycle */
+
 /* ------------------------------------------------------------ helpers */
 
 static bool bound_state(int st)
@@ -363,6 +365,7 @@ static void expire(struct bf_cycle *c, int64_t now_ns)
     MDB_txn *txn;
     if (mdb_txn_begin(o->st->env, NULL, 0, &txn) != 0) {
         atomic_fetch_add(&c->shm->st->own.store_errors, 1);
+        o->next_expiry = now_ns + BF_NS_PER_SEC; /* retried in a second, not every loop turn */
         return;
     }
     uint32_t n = 0;
@@ -383,6 +386,7 @@ static void expire(struct bf_cycle *c, int64_t now_ns)
     int rc = mdb_txn_commit(txn);
     if (rc) {
         atomic_fetch_add(&c->shm->st->own.store_errors, 1);
+        o->next_expiry = now_ns + BF_NS_PER_SEC;
         BF_ERROR("cannot drop expired transfer reservations", "error=\"%s\"", mdb_strerror(rc));
         return;
     }
@@ -444,8 +448,10 @@ void bf_cycle_own_step(struct bf_cycle *c, int64_t now_ns)
     struct bf_cycle_own *o = c->own;
     if (!o)
         return;
-    /* instructions waiting */
-    for (unsigned n = 0; n < 256; n++) {
+    /* instructions waiting: each accepted one is a synchronous LMDB commit,
+     * so a burst is taken OWN_STEP_BUDGET at a time (bf_cycle_own_due makes
+     * the next cycle start at once while some wait) */
+    for (unsigned n = 0; n < OWN_STEP_BUDGET; n++) {
         size_t len = 0;
         int rc = bf_ring_pop_bytes(c->shm, BF_RING_COORD_IN, o->buf, o->buf_cap, &len);
         if (rc == -EMSGSIZE) {

@@ -326,11 +326,9 @@ static void sync_owned(struct bf_recon_own *o)
 
 /* ------------------------------------------------------------ release */
 
+/* (the sweep visits each slot once: no duplicates) */
 static void keep(struct bf_recon_own *o, uint32_t slot, uint32_t id_ref)
 {
-    for (uint32_t i = 0; i < o->n_kept; i++)
-        if (o->kept[i].slot == slot)
-            return;
     if (o->n_kept == o->cap_kept) {
         uint32_t nc = o->cap_kept ? o->cap_kept * 2 : 64;
         struct kept *n = realloc(o->kept, nc * sizeof *n);

@@ -395,6 +395,15 @@ async function until(fn, what, ms = 20000) {
         break; /* the steps build on each other */
       }
     }
+    // a sanitizer build (BIN=build/san/bin) reports into the logs
+    for (const a of [A, B]) {
+      const log = fs.readFileSync(path.join(a.dir, 'shardd.log'), 'utf8');
+      const bad = /runtime error:|ERROR: (Address|Leak)Sanitizer/.exec(log);
+      if (bad) {
+        failed++;
+        console.log(`FAIL sanitizer report in ${a.id}: ${log.slice(bad.index, bad.index + 2000)}`);
+      }
+    }
     console.log(`${tests.length - failed}/${tests.length} passed`);
   } finally {
     await stopAppliance(A).catch(() => {});
