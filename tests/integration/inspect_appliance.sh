@@ -198,7 +198,9 @@ m = mmap.mmap(fd, 4096)
 m[8:12] = struct.pack("<I", int(sys.argv[2]))
 m.close(); os.close(fd)
 EOF
-[ $rc -eq 1 ] && grep -q "layout version 99 but this binary expects version 1" "$TMP/e2" ||
+LAYOUT=$(sed -n 's/^#define BF_SHM_LAYOUT_VERSION \([0-9]*\)u.*/\1/p' \
+    "$(dirname "$0")/../../include/bigfleet/shm_layout.h")
+[ $rc -eq 1 ] && grep -q "layout version 99 but this binary expects version $LAYOUT" "$TMP/e2" ||
     fail "version mismatch: rc=$rc $(cat "$TMP/e2")"
 "$I" --id "$ID" --no-such-flag 2>/dev/null; [ $? -eq 2 ] || fail "usage error is not exit 2"
 pass "missing shard id and layout mismatch exit 1 with the message (both versions named); usage exit 2"

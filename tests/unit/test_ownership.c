@@ -732,6 +732,64 @@ START_TEST(hostile_instructions_are_refused_with_a_reason_and_a_good_one_still_a
 }
 END_TEST
 
+/* A rollup of cluster-a needing `cpu_milli` of std-4 (the fixture's cluster). */
+static void demand(struct cfx *f, int64_t cpu_milli, uint64_t gen)
+{
+    const char *v[] = {"std-4"};
+    struct bf_requirement r = {BF_LABEL_INSTANCE_TYPE, BF_OP_IN, 1, v};
+    struct bf_need_profile p = {.priority = 1000, .ipb = 3, .rpb = 3, .n_reqs = 1, .reqs = &r};
+    uint32_t prof;
+    ck_assert_int_eq(bf_nprofile_intern(&f->s, &p, &prof, NULL), 0);
+    struct bf_need_row row;
+    memset(&row, 0, sizeof row);
+    row.profile_ref = prof;
+    row.cluster_ref = f->cluster;
+    int cpu = bf_dim_lookup(&f->s, "cpu");
+    ck_assert_int_ge(cpu, 0);
+    row.aggregate[cpu] = cpu_milli;
+    row.min_unit[cpu] = 1000;
+    row.arrival_ns = 1;
+    memcpy(&f->s.rows[0], &row, sizeof row);
+    struct bf_cluster_rec c;
+    memset(&c, 0, sizeof c);
+    c.name_ref = f->cluster;
+    c.in_use = 1;
+    c.first_rollup = 1;
+    c.connected = 1;
+    c.generation = gen;
+    c.rows_count = 1;
+    bf_cluster_write(&f->s, 0, &c);
+    atomic_store(&f->s.needs->n_clusters, 1);
+    atomic_fetch_add(&f->s.needs->change_counter, 1);
+}
+
+START_TEST(a_transferred_in_machine_is_claimed_by_phase1_and_a_held_one_never_is)
+{
+    struct cfx f;
+    cfx_open(&f, true);
+    add(&f, "theirs", BF_STATE_IDLE, 1, 1.0f, 0); /* zone-b: not our domain */
+    cfx_cycle(&f);
+    Bigfleet__V1alpha1__InstructAck *a = domain(&f, "as", true, "zone-a");
+    ACK_FREE(a);
+    demand(&f, 4000, 1); /* one std-4's worth of cpu, unmet */
+    struct bf_cycle_report rep;
+    ck_assert_int_eq(bf_cycle_run_once(f.c, bf_now_ns(), &rep), 0);
+    ck_assert_uint_eq(rep.decided, 0); /* held: not ours, never claimed */
+    struct bf_action_msg m[4];
+    ck_assert_int_eq(bf_ring_pop(&f.s, BF_RING_ACTIONS, &m[0]), -EAGAIN);
+    /* transferred to us: the cycle that applies the transfer claims it in Phase 1 */
+    char *ids[] = {"theirs"};
+    a = transfer(&f, "in", ids, 1, 0, "shard-b", "shard-a");
+    ck_assert_int_eq(a->outcome, OUT_ACC);
+    ACK_FREE(a);
+    ck_assert_int_eq(bf_ring_pop(&f.s, BF_RING_ACTIONS, &m[0]), 0);
+    ck_assert_int_eq(m[0].kind, BF_ACTION_BOOTSTRAP);
+    ck_assert_str_eq(bf_str(&f.s, m[0].machine_id_ref, NULL), "theirs");
+    ck_assert_uint_eq(m[0].cluster_ref, f.cluster);
+    cfx_close(&f);
+}
+END_TEST
+
 START_TEST(without_a_store_every_machine_is_owned_and_instructions_fail)
 {
     struct cfx f;
@@ -919,6 +977,7 @@ static Suite *suite(void)
     tcase_add_test(t, cross_shard_drain_preempts_the_best_victims_and_reserves_them_until_the_ttl);
     tcase_add_test(t, reservations_survive_a_cycle_restart);
     tcase_add_test(t, hostile_instructions_are_refused_with_a_reason_and_a_good_one_still_applies);
+    tcase_add_test(t, a_transferred_in_machine_is_claimed_by_phase1_and_a_held_one_never_is);
     tcase_add_test(t, without_a_store_every_machine_is_owned_and_instructions_fail);
     suite_add_tcase(s, t);
     t = tcase_create("reconciler");
