@@ -44,6 +44,7 @@ struct bf_config {
     char advertise_addr[BF_ADDR_MAX];
     int64_t coordinator_heartbeat_ns;
     int64_t transfer_reservation_ttl_ns; /* ADR-0055 reservation for transfer */
+    char ownership[16];                  /* ADR-0055: auto | all | partitioned */
     char tls_cert[BF_PATH_MAX];
     char tls_key[BF_PATH_MAX];
     char tls_ca[BF_PATH_MAX];

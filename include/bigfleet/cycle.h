@@ -57,7 +57,7 @@ struct bf_cycle_opts {
      * and coordinator instructions are answered FAILED. */
     const char *data_dir;
     const char *shard_id;       /* --id: a TransferOwnership's role */
-    bool coordinator;           /* --coordinator-addr set (own-all mode needs it unset) */
+    int ownership;              /* --ownership: enum bf_own_policy (0 = auto) */
     int64_t reservation_ttl_ns; /* --transfer-reservation-ttl */
     uint32_t own_done_max;      /* dedup set bound; 0 = BF_OWN_DONE_MAX (tests set it low) */
 };

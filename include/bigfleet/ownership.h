@@ -9,8 +9,11 @@
  *     it was not transferred out, and
  *     (it was transferred in, or the shard owns everything, or one of its
  *      attributes equals an assigned domain: attr(topology_key) == value),
- * where "owns everything" (own-all mode) holds iff no --coordinator-addr is
- * configured and no domain is assigned (a single shard behaves as before).
+ * where "owns everything" (own-all mode) follows --ownership: "all" always;
+ * "partitioned" never; "auto" (the default) until the shard is first
+ * assigned a domain (a latch in own.meta: it stays partitioned after). A
+ * shard with no coordinator and no assignment therefore owns everything,
+ * as before; shards sharing one provider run "partitioned".
  * attr() is lookupAttribute (engine.md §1.5): the instance-type and zone
  * keys resolve to the machine's fields, any other key to its label.
  *
@@ -24,7 +27,8 @@
  *   own.done      instruction id -> uint64 seq + packed InstructAck [W: cycle]
  *   own.doneseq   uint64 seq (big-endian) -> instruction id        [W: cycle]
  *   own.meta      "generation" -> uint64 (+1 per change of domains/in/out),
- *                 "done_seq" -> uint64 (next dedup sequence)       [W: cycle]
+ *                 "done_seq" -> uint64 (next dedup sequence),
+ *                 "partitioned" -> "1" once a domain was assigned   [W: cycle]
  *   owned         machine id -> bf_own_owned_rec (the owned set: what the
  *                 reconciler adopted and still holds)             [W: reconciler]
  * Integers are stored in host byte order (the appliance runs on one host),
@@ -58,6 +62,15 @@
 /* own.in holds at most --max-machines entries, own.out at most this many
  * times --max-machines (what a coordinator can make a shard remember) */
 #define BF_OWN_XFER_TABLE_FACTOR 4
+
+/* --ownership (docs/adr0055.md §1). */
+enum bf_own_policy {
+    BF_OWN_POLICY_AUTO = 0,       /* own everything until the first AssignDomain */
+    BF_OWN_POLICY_ALL = 1,        /* own everything not transferred out, always */
+    BF_OWN_POLICY_PARTITIONED = 2 /* domains and transfers only, from the start */
+};
+/* "auto", "all", "partitioned" -> the policy; -1 otherwise. */
+int bf_own_policy_parse(const char *s);
 
 /*
  * Opens the LMDB environment of data_dir (which must exist): map size
@@ -158,17 +171,20 @@ struct bf_own_domain {
 /* The rule inputs as one process loaded them (private copy). */
 struct bf_own_view {
     uint64_t generation;
-    bool coordinator; /* --coordinator-addr configured */
-    bool all_mode;    /* !coordinator && n_domains == 0 */
+    int policy;    /* enum bf_own_policy */
+    bool latched;  /* own.meta "partitioned": a domain was assigned once */
+    bool all_mode; /* ALL, or AUTO while not latched and no domain */
     uint32_t n_domains;
     struct bf_own_domain *domains;
     struct bf_idmap in;  /* value: enum bf_own_source */
     struct bf_idmap out; /* value: enum bf_own_source */
 };
 
-/* Loads domains, transfers in/out and the generation in one read
- * transaction (replacing v's content). 0, -EIO (LMDB), -ENOMEM. */
-int bf_own_view_load(struct bf_own_store *s, bool coordinator, struct bf_own_view *v);
+/* Loads domains, transfers in/out, the latch and the generation in one
+ * read transaction (replacing v's content). 0, -EIO (LMDB), -ENOMEM. */
+int bf_own_view_load(struct bf_own_store *s, int policy, struct bf_own_view *v);
+/* own-all mode for a policy, latch and domain count. */
+bool bf_own_all_mode(int policy, bool latched, uint32_t n_domains);
 void bf_own_view_free(struct bf_own_view *v);
 
 /* A machine's value for a topology key (lookupAttribute), or NULL. */

@@ -121,6 +121,28 @@ uint64_t bf_own_store_count(struct bf_own_store *s, int db)
     return n;
 }
 
+int bf_own_policy_parse(const char *s)
+{
+    if (!s)
+        return -1;
+    if (!strcmp(s, "auto"))
+        return BF_OWN_POLICY_AUTO;
+    if (!strcmp(s, "all"))
+        return BF_OWN_POLICY_ALL;
+    if (!strcmp(s, "partitioned"))
+        return BF_OWN_POLICY_PARTITIONED;
+    return -1;
+}
+
+bool bf_own_all_mode(int policy, bool latched, uint32_t n_domains)
+{
+    if (policy == BF_OWN_POLICY_ALL)
+        return true;
+    if (policy == BF_OWN_POLICY_PARTITIONED)
+        return false;
+    return !latched && n_domains == 0;
+}
+
 const char *bf_own_source_name(int source)
 {
     static const char *const n[BF_OWN_SRC_COUNT] = {"none", "all", "domain", "transfer",
@@ -294,9 +316,9 @@ static int load_xfers(MDB_txn *txn, MDB_dbi dbi, struct bf_idmap *m)
     return rc == MDB_NOTFOUND ? 0 : -EIO;
 }
 
-int bf_own_view_load(struct bf_own_store *s, bool coordinator, struct bf_own_view *v)
+int bf_own_view_load(struct bf_own_store *s, int policy, struct bf_own_view *v)
 {
-    struct bf_own_view n = {.coordinator = coordinator};
+    struct bf_own_view n = {.policy = policy};
     MDB_txn *txn;
     if (mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) != 0)
         return -EIO;
@@ -304,6 +326,8 @@ int bf_own_view_load(struct bf_own_store *s, bool coordinator, struct bf_own_vie
     MDB_val k = {10, (void *)"generation"}, val;
     if (mdb_get(txn, s->dbi[BF_OWN_DB_META], &k, &val) == 0 && val.mv_size == sizeof n.generation)
         memcpy(&n.generation, val.mv_data, sizeof n.generation);
+    MDB_val lk = {11, (void *)"partitioned"};
+    n.latched = mdb_get(txn, s->dbi[BF_OWN_DB_META], &lk, &val) == 0;
     MDB_stat st;
     if (mdb_stat(txn, s->dbi[BF_OWN_DB_DOMAINS], &st) != 0) {
         err = -EIO;
@@ -352,7 +376,7 @@ out:
         bf_own_view_free(&n);
         return err;
     }
-    n.all_mode = !coordinator && n.n_domains == 0;
+    n.all_mode = bf_own_all_mode(policy, n.latched, n.n_domains);
     bf_own_view_free(v);
     *v = n;
     return 0;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "bigfleet/log.h"
+#include "bigfleet/ownership.h"
 #include "bigfleet/process.h"
 #include "bigfleet/util.h"
 #include "cycle_internal.h"
@@ -33,7 +34,9 @@ void bf_cycle_opts_from_config(struct bf_cycle_opts *o, const struct bf_config *
     o->metrics_warmup_cycles = (uint32_t)cfg->metrics_warmup_cycles;
     o->data_dir = cfg->data_dir;
     o->shard_id = cfg->id;
-    o->coordinator = cfg->coordinator_addr[0] != 0;
+    o->ownership = bf_own_policy_parse(cfg->ownership);
+    if (o->ownership < 0)
+        o->ownership = BF_OWN_POLICY_AUTO; /* validated at parse: cannot happen */
     o->reservation_ttl_ns = cfg->transfer_reservation_ttl_ns;
 }
 

@@ -336,6 +336,12 @@ static void do_assign(struct bf_cycle *c, const Instr *in, struct reply *r)
             own_fail_txn(c, txn, rc, r);
             return;
         }
+        /* --ownership=auto: the first domain partitions this shard for good */
+        MDB_val lk = {11, (void *)"partitioned"}, lv = {1, (void *)"1"};
+        if ((rc = mdb_put(txn, o->st->dbi[BF_OWN_DB_META], &lk, &lv, 0)) != 0) {
+            own_fail_txn(c, txn, rc, r);
+            return;
+        }
         if (!(gen = own_bump_generation(c, txn))) {
             own_fail_txn(c, txn, EIO, r);
             return;
@@ -355,11 +361,12 @@ static void do_assign(struct bf_cycle *c, const Instr *in, struct reply *r)
         if (nd)
             o->view.domains = nd;
         /* memory ran out after the commit: reload from the store */
-        bf_own_view_load(o->st, c->o.coordinator, &o->view);
+        bf_own_view_load(o->st, c->o.ownership, &o->view);
     } else {
         o->view.domains = nd;
         o->view.domains[o->view.n_domains++] = (struct bf_own_domain){kc, vc};
-        o->view.all_mode = false;
+        o->view.latched = true;
+        o->view.all_mode = bf_own_all_mode(o->view.policy, true, o->view.n_domains);
         o->view.generation = gen;
     }
     o->changed = true;
@@ -403,7 +410,7 @@ static void do_unassign(struct bf_cycle *c, const Instr *in, struct reply *r)
             rest[nr++] = o->view.domains[i];
     after.domains = rest;
     after.n_domains = nr;
-    after.all_mode = !c->o.coordinator && nr == 0;
+    after.all_mode = bf_own_all_mode(o->view.policy, o->view.latched, nr);
     uint32_t blocked = 0, released = 0;
     char first[BF_OWN_ID_MAX + 64] = "";
     uint32_t hwm = bf_inv_hwm(c->shm);
@@ -463,7 +470,7 @@ static void do_unassign(struct bf_cycle *c, const Instr *in, struct reply *r)
     free(o->view.domains[di].key);
     free(o->view.domains[di].value);
     o->view.domains[di] = o->view.domains[--o->view.n_domains];
-    o->view.all_mode = !c->o.coordinator && o->view.n_domains == 0;
+    o->view.all_mode = bf_own_all_mode(o->view.policy, o->view.latched, o->view.n_domains);
     o->view.generation = gen;
     o->changed = true;
     char d[2 * BF_OWN_ID_MAX + 2];

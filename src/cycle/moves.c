@@ -331,7 +331,7 @@ static void xfer_donor(struct bf_cycle *c, const Instr *in, const struct xfer_ar
                   was_reserved ? "was reserved for transfer" : "", 0, 0);
     }
     if (o->changed)
-        bf_own_view_load(o->st, c->o.coordinator, &o->view);
+        bf_own_view_load(o->st, c->o.ownership, &o->view);
     o->view.generation = gen;
     own_resv_recompute_expiry(o);
     atomic_fetch_add(a->kind == K_TRANSFER ? &c->shm->st->own.transferred_out
@@ -407,7 +407,7 @@ static void xfer_recipient(struct bf_cycle *c, const Instr *in, const struct xfe
         own_audit(c, a->ev_in, a->ids[i], in->instruction_id, a->from, a->to, "", 0, 0);
     }
     if (reload)
-        bf_own_view_load(o->st, c->o.coordinator, &o->view);
+        bf_own_view_load(o->st, c->o.ownership, &o->view);
     o->view.generation = gen;
     atomic_fetch_add(a->kind == K_TRANSFER ? &c->shm->st->own.transferred_in
                                            : &c->shm->st->own.speculative_in,

@@ -310,7 +310,7 @@ int bf_cycle_own_init(struct bf_cycle *c)
             BF_ERROR("ownership store unavailable: this shard owns every machine and answers "
                      "coordinator instructions FAILED",
                      "error=\"%s\"", err);
-        } else if ((rc = bf_own_view_load(o->st, c->o.coordinator, &o->view)) != 0 ||
+        } else if ((rc = bf_own_view_load(o->st, c->o.ownership, &o->view)) != 0 ||
                    (rc = load_reservations(o)) != 0) {
             BF_ERROR("cannot load the ownership partition from LMDB: this shard owns every "
                      "machine and answers coordinator instructions FAILED",

@@ -50,7 +50,7 @@ struct bf_recon_own {
     struct bf_shm *shm;
     struct bf_own_store *st;
     struct bf_own_view view;
-    bool coordinator;
+    int policy; /* enum bf_own_policy */
     bool loaded;
     bool synced;   /* owned set synchronised with the inventory */
     bool sync_due; /* a full pass succeeded: synchronise when idle */
@@ -68,7 +68,7 @@ static bool bound_state(int st)
     return st == BF_STATE_CONFIGURING || st == BF_STATE_CONFIGURED || st == BF_STATE_DRAINING;
 }
 
-int bf_recon_own_new(struct bf_shm *shm, const char *data_dir, bool coordinator,
+int bf_recon_own_new(struct bf_shm *shm, const char *data_dir, int policy,
                      struct bf_recon_own **out)
 {
     *out = NULL;
@@ -78,7 +78,7 @@ int bf_recon_own_new(struct bf_shm *shm, const char *data_dir, bool coordinator,
     if (!o)
         return -ENOMEM;
     o->shm = shm;
-    o->coordinator = coordinator;
+    o->policy = policy;
     o->blobs = bf_blob_cache_new();
     if (!o->blobs) {
         free(o);
@@ -116,7 +116,7 @@ bool bf_recon_own_refresh(struct bf_recon_own *o)
     uint64_t g = atomic_load_explicit(&o->shm->st->own.generation, memory_order_acquire);
     if (o->loaded && (g == 0 || g == o->view.generation))
         return false;
-    int rc = bf_own_view_load(o->st, o->coordinator, &o->view);
+    int rc = bf_own_view_load(o->st, o->policy, &o->view);
     if (rc) {
         BF_ERROR("cannot load the ownership partition; the previous view is kept", "error=\"%s\"",
                  strerror(-rc));

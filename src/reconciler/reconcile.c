@@ -71,7 +71,7 @@ int bf_recon_new(struct bf_shm *shm, struct bf_prov_client *client, const struct
     r->client = client;
     r->o = *o;
     r->shapes = bf_prov_shape_cache_new();
-    if (bf_recon_own_new(shm, o->data_dir, o->coordinator, &r->own) != 0) {
+    if (bf_recon_own_new(shm, o->data_dir, o->ownership, &r->own) != 0) {
         bf_recon_free(r);
         return -ENOMEM;
     }

@@ -66,7 +66,7 @@ struct bf_recon_opts {
      * data_dir decides which listed machines this shard adopts; NULL/"" =
      * every listed machine (tests, benchmarks) and no owned set written */
     const char *data_dir;
-    bool coordinator; /* --coordinator-addr set (own-all mode needs it unset) */
+    int ownership; /* --ownership: enum bf_own_policy (0 = auto) */
 };
 
 struct bf_recon_result {
@@ -134,7 +134,7 @@ bool bf_recon_ownership_idle(struct bf_recon *r);
  * ends with the release list re-checked and the owned set written.
  */
 struct bf_recon_own;
-int bf_recon_own_new(struct bf_shm *shm, const char *data_dir, bool coordinator,
+int bf_recon_own_new(struct bf_shm *shm, const char *data_dir, int policy,
                      struct bf_recon_own **out);
 void bf_recon_own_free(struct bf_recon_own *o);
 bool bf_recon_own_refresh(struct bf_recon_own *o);

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "bigfleet/log.h"
+#include "bigfleet/ownership.h"
 #include "bigfleet/process.h"
 #include "bigfleet/provider.h"
 #include "bigfleet/util.h"
@@ -165,7 +166,7 @@ int bf_reconciler_main(const struct bf_config *cfg)
     struct bf_recon_opts ro = {.incremental = cfg->incremental_reconcile,
                                .list_timeout_ns = cfg->reconcile_timeout_ns,
                                .data_dir = cfg->data_dir,
-                               .coordinator = cfg->coordinator_addr[0] != 0};
+                               .ownership = bf_own_policy_parse(cfg->ownership)};
     if ((rc = bf_recon_new(&m.ch.shm, m.client, &ro, &m.recon))) {
         BF_ERROR("cannot create the reconciler", "error=\"%s\"", strerror(-rc));
         goto out_client;

@@ -851,8 +851,9 @@ static void render_ownership(const struct bf_shm *s, struct bf_metrics_buf *b)
     static const char *const modes[] = {"unknown", "own_all", "partitioned", "no_store"};
     uint32_t mode = atomic_load_explicit(&o->mode, memory_order_relaxed);
     bf_metrics_header(b, "bigfleet_shard_ownership_mode", "gauge",
-                      "1 for the partition mode in force (own_all: no coordinator and no domain; "
-                      "partitioned: domains and transfers decide; no_store: LMDB unavailable).");
+                      "1 for the partition mode in force (own_all: --ownership=all, or auto before "
+                      "the first domain; partitioned: domains and transfers decide; no_store: "
+                      "LMDB unavailable).");
     for (uint32_t m = 1; m < 4; m++)
         bf_metrics_printf(b, "bigfleet_shard_ownership_mode{mode=\"%s\"} %d\n", modes[m],
                           mode == m);

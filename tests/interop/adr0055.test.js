@@ -120,7 +120,9 @@ async function startAppliance(a) {
     // the cycle's and the reconciler's LMDB use fits their allow-lists
     '--seccomp',
     '--max-machines=4096', '--max-needs=1024', '--max-clusters=16',
-    `--audit-log=${a.dir}/audit.jsonl`, '--transfer-reservation-ttl=2s'];
+    `--audit-log=${a.dir}/audit.jsonl`, '--transfer-reservation-ttl=2s',
+    // shards sharing one provider: only domains and transfers, from the start
+    '--ownership=partitioned'];
   const log = fs.openSync(path.join(a.dir, 'shardd.log'), 'a');
   a.proc = spawn(path.join(L.BIN, 'bigfleet-shardd'), args, { stdio: ['ignore', log, log] });
   a.exited = null;
@@ -197,7 +199,7 @@ async function until(fn, what, ms = 20000) {
   await Promise.all([startAppliance(A), startAppliance(B)]);
   let xferIds, drained;
   const tests = [
-    ['a shard with a coordinator and no domain owns nothing; AssignDomain partitions the shared pool by zone', async () => {
+    ['a partitioned shard owns nothing before its first domain; AssignDomain partitions the shared pool by zone', async () => {
       assert.strictEqual((await C.ack(A.id, 'assign-a')).outcome, OUT.ACCEPTED);
       assert.strictEqual((await C.ack(B.id, 'assign-b')).outcome, OUT.ACCEPTED);
       await until(() => Object.keys(inventory(A)).length === PER_ZONE &&
@@ -209,7 +211,7 @@ async function until(fn, what, ms = 20000) {
       const o = ownership(A);
       assert.strictEqual(o.mode, 'partitioned');
       assert.deepStrictEqual(o.assigned_domains, [`${ZONE}=zone-a`]);
-      // a third shard the coordinator has assigned nothing adopts nothing
+      // a third (partitioned) shard the coordinator has assigned nothing adopts nothing
       const N = await startAppliance(mk('n'));
       try {
         await until(async () => (await metric(N, 'bigfleet_shard_reconcile_machines_not_owned_total')) >= TOTAL, 'N listed the pool');

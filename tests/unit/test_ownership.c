@@ -139,7 +139,7 @@ static const char *attr_fn(void *ctx, const char *key)
     return NULL;
 }
 
-START_TEST(rule_owns_everything_only_without_coordinator_and_domains)
+START_TEST(rule_owns_everything_until_partitioned)
 {
     const char *d = tmpdir();
     struct bf_own_store *st;
@@ -147,11 +147,11 @@ START_TEST(rule_owns_everything_only_without_coordinator_and_domains)
     ck_assert_int_eq(bf_own_store_open(d, &st, err, sizeof err), 0);
     struct bf_own_view v = {0};
     struct attrs a = {"zone-a", "r1"};
-    ck_assert_int_eq(bf_own_view_load(st, false, &v), 0);
+    ck_assert_int_eq(bf_own_view_load(st, BF_OWN_POLICY_AUTO, &v), 0);
     ck_assert(v.all_mode);
     ck_assert_int_eq(bf_own_decide(&v, "m1", 2, -2, attr_fn, &a), BF_OWN_SRC_ALL);
-    /* the same empty store with a coordinator configured: nothing is owned */
-    ck_assert_int_eq(bf_own_view_load(st, true, &v), 0);
+    /* the same empty store, --ownership=partitioned: nothing is owned */
+    ck_assert_int_eq(bf_own_view_load(st, BF_OWN_POLICY_PARTITIONED, &v), 0);
     ck_assert(!v.all_mode);
     ck_assert_int_eq(bf_own_decide(&v, "m1", 2, -2, attr_fn, &a), BF_OWN_SRC_NONE);
     bf_own_store_close(st);
@@ -159,10 +159,12 @@ START_TEST(rule_owns_everything_only_without_coordinator_and_domains)
     put_xfer(d, BF_OWN_DB_OUT, "gone", "shard-b");
     put_xfer(d, BF_OWN_DB_IN, "came", "shard-b");
     ck_assert_int_eq(bf_own_store_open(d, &st, err, sizeof err), 0);
-    ck_assert_int_eq(bf_own_view_load(st, false, &v), 0);
+    ck_assert_int_eq(bf_own_view_load(st, BF_OWN_POLICY_AUTO, &v), 0);
     ck_assert_int_eq(bf_own_decide(&v, "gone", 4, -2, attr_fn, &a), BF_OWN_SRC_NONE);
     ck_assert_int_eq(bf_own_decide(&v, "m1", 2, -2, attr_fn, &a), BF_OWN_SRC_ALL);
-    ck_assert_int_eq(bf_own_view_load(st, true, &v), 0);
+    ck_assert_int_eq(bf_own_view_load(st, BF_OWN_POLICY_ALL, &v), 0);
+    ck_assert_int_eq(bf_own_decide(&v, "gone", 4, -2, attr_fn, &a), BF_OWN_SRC_NONE);
+    ck_assert_int_eq(bf_own_view_load(st, BF_OWN_POLICY_PARTITIONED, &v), 0);
     ck_assert_int_eq(bf_own_decide(&v, "came", 4, -2, attr_fn, &a), BF_OWN_SRC_TRANSFER);
     ck_assert_int_eq(v.generation, 2);
     bf_own_view_free(&v);
@@ -180,8 +182,8 @@ START_TEST(a_domain_owns_the_machines_whose_attribute_matches_it)
     char err[256];
     ck_assert_int_eq(bf_own_store_open(d, &st, err, sizeof err), 0);
     struct bf_own_view v = {0};
-    ck_assert_int_eq(bf_own_view_load(st, false, &v), 0);
-    ck_assert(!v.all_mode); /* a domain ends own-all mode even without a coordinator */
+    ck_assert_int_eq(bf_own_view_load(st, BF_OWN_POLICY_AUTO, &v), 0);
+    ck_assert(!v.all_mode); /* a domain ends own-all mode under --ownership=auto */
     ck_assert_int_eq(v.n_domains, 2);
     struct attrs in_a = {"zone-a", "zone-a-rack-0"}, in_rack = {"zone-b", "zone-b-rack-1"},
                  other = {"zone-b", "zone-b-rack-0"}, none = {NULL, NULL};
@@ -239,7 +241,7 @@ static uint32_t intern(struct bf_shm *s, const char *v)
     return r;
 }
 
-static void cfx_open(struct cfx *f, bool coordinator)
+static void cfx_open(struct cfx *f, int policy)
 {
     memset(f, 0, sizeof *f);
     snprintf(f->id, sizeof f->id, "ut-own-%d", (int)getpid());
@@ -256,7 +258,7 @@ static void cfx_open(struct cfx *f, bool coordinator)
     f->dir = tmpdir();
     f->o = (struct bf_cycle_opts){.data_dir = f->dir,
                                   .shard_id = "shard-a",
-                                  .coordinator = coordinator,
+                                  .ownership = policy,
                                   .reservation_ttl_ns = 60 * SEC};
 }
 
@@ -405,7 +407,7 @@ static uint32_t ineligible(struct cfx *f)
 START_TEST(donor_transfer_is_all_or_nothing_and_never_moves_a_configured_machine)
 {
     struct cfx f;
-    cfx_open(&f, false); /* own-all: every machine owned */
+    cfx_open(&f, BF_OWN_POLICY_AUTO); /* own-all: every machine owned */
     add(&f, "idle-1", BF_STATE_IDLE, 0, 1.0f, 0);
     add(&f, "conf-1", BF_STATE_CONFIGURED, 0, 1.0f, 100);
     cfx_cycle(&f);
@@ -442,7 +444,7 @@ END_TEST
 START_TEST(selector_gives_up_reserved_then_lowest_penalty_then_price_then_id)
 {
     struct cfx f;
-    cfx_open(&f, false);
+    cfx_open(&f, BF_OWN_POLICY_AUTO);
     add(&f, "i-c", BF_STATE_IDLE, 0, 1.0f, 0);
     add(&f, "i-b", BF_STATE_IDLE, 0, 1.0f, 0);
     add(&f, "i-cheap", BF_STATE_IDLE, 0, 0.5f, 0);
@@ -478,7 +480,7 @@ END_TEST
 START_TEST(redelivery_after_a_restart_is_reacked_with_the_same_ids_and_the_term_checked_after)
 {
     struct cfx f;
-    cfx_open(&f, false);
+    cfx_open(&f, BF_OWN_POLICY_AUTO);
     add(&f, "i-1", BF_STATE_IDLE, 0, 1.0f, 0);
     add(&f, "i-2", BF_STATE_IDLE, 0, 2.0f, 0);
     cfx_cycle(&f);
@@ -520,7 +522,7 @@ END_TEST
 START_TEST(the_dedup_set_is_bounded_oldest_first)
 {
     struct cfx f;
-    cfx_open(&f, true);
+    cfx_open(&f, BF_OWN_POLICY_PARTITIONED);
     f.o.own_done_max = 3;
     cfx_cycle(&f);
     char id[8];
@@ -544,7 +546,7 @@ END_TEST
 START_TEST(unassign_is_refused_while_a_domain_machine_is_bound_and_releases_when_unbound)
 {
     struct cfx f;
-    cfx_open(&f, true);
+    cfx_open(&f, BF_OWN_POLICY_PARTITIONED);
     uint32_t conf = add(&f, "c-a", BF_STATE_CONFIGURED, 0, 1.0f, 100);
     add(&f, "i-a", BF_STATE_IDLE, 0, 1.0f, 0);
     add(&f, "i-b", BF_STATE_IDLE, 1, 1.0f, 0);
@@ -578,7 +580,7 @@ END_TEST
 START_TEST(cross_shard_drain_preempts_the_best_victims_and_reserves_them_until_the_ttl)
 {
     struct cfx f;
-    cfx_open(&f, false);
+    cfx_open(&f, BF_OWN_POLICY_AUTO);
     f.o.reservation_ttl_ns = 5 * SEC;
     add(&f, "c-hi", BF_STATE_CONFIGURED, 0, 1.0f, 900);
     add(&f, "c-lo", BF_STATE_CONFIGURED, 0, 1.0f, 100);
@@ -649,7 +651,7 @@ END_TEST
 START_TEST(reservations_survive_a_cycle_restart)
 {
     struct cfx f;
-    cfx_open(&f, false);
+    cfx_open(&f, BF_OWN_POLICY_AUTO);
     add(&f, "c-1", BF_STATE_CONFIGURED, 0, 1.0f, 100);
     cfx_cycle(&f);
     Bigfleet__V1alpha1__CrossShardDrain d = BIGFLEET__V1ALPHA1__CROSS_SHARD_DRAIN__INIT;
@@ -670,10 +672,36 @@ START_TEST(reservations_survive_a_cycle_restart)
 }
 END_TEST
 
+START_TEST(auto_ownership_latches_partitioned_at_the_first_domain)
+{
+    struct cfx f;
+    cfx_open(&f, BF_OWN_POLICY_AUTO);
+    add(&f, "i-a", BF_STATE_IDLE, 0, 1.0f, 0);
+    add(&f, "i-b", BF_STATE_IDLE, 1, 1.0f, 0);
+    cfx_cycle(&f);
+    struct bf_cycle_report rep;
+    ck_assert_int_eq(bf_cycle_run_once(f.c, bf_now_ns(), &rep), 0);
+    ck_assert_uint_eq(atomic_load(&f.s.st->own.mode), BF_OWN_MODE_ALL);
+    ck_assert_uint_eq(atomic_load(&f.s.st->own.n_held), 0);
+    ACK_FREE(domain(&f, "as", true, "zone-a"));
+    ck_assert_uint_eq(atomic_load(&f.s.st->own.mode), BF_OWN_MODE_PARTITIONED);
+    ck_assert_uint_eq(atomic_load(&f.s.st->own.n_held), 1); /* i-b */
+    /* the last domain goes: still partitioned (latched), nothing unbound is ours */
+    ACK_FREE(domain(&f, "un", false, "zone-a"));
+    ck_assert_uint_eq(atomic_load(&f.s.st->own.mode), BF_OWN_MODE_PARTITIONED);
+    ck_assert_uint_eq(atomic_load(&f.s.st->own.n_held), 2);
+    cfx_cycle(&f); /* and after a restart of the cycle */
+    ck_assert_int_eq(bf_cycle_run_once(f.c, bf_now_ns(), &rep), 0);
+    ck_assert_uint_eq(atomic_load(&f.s.st->own.mode), BF_OWN_MODE_PARTITIONED);
+    ck_assert_uint_eq(atomic_load(&f.s.st->own.n_held), 2);
+    cfx_close(&f);
+}
+END_TEST
+
 START_TEST(hostile_instructions_are_refused_with_a_reason_and_a_good_one_still_applies)
 {
     struct cfx f;
-    cfx_open(&f, false);
+    cfx_open(&f, BF_OWN_POLICY_AUTO);
     add(&f, "i-1", BF_STATE_IDLE, 0, 1.0f, 0);
     cfx_cycle(&f);
     static char big[2001];
@@ -766,7 +794,7 @@ static void demand(struct cfx *f, int64_t cpu_milli, uint64_t gen)
 START_TEST(a_transferred_in_machine_is_claimed_by_phase1_and_a_held_one_never_is)
 {
     struct cfx f;
-    cfx_open(&f, true);
+    cfx_open(&f, BF_OWN_POLICY_PARTITIONED);
     add(&f, "theirs", BF_STATE_IDLE, 1, 1.0f, 0); /* zone-b: not our domain */
     cfx_cycle(&f);
     Bigfleet__V1alpha1__InstructAck *a = domain(&f, "as", true, "zone-a");
@@ -793,7 +821,7 @@ END_TEST
 START_TEST(without_a_store_every_machine_is_owned_and_instructions_fail)
 {
     struct cfx f;
-    cfx_open(&f, true);
+    cfx_open(&f, BF_OWN_POLICY_PARTITIONED);
     f.o.data_dir = NULL;
     add(&f, "i-1", BF_STATE_IDLE, 0, 1.0f, 0);
     cfx_cycle(&f);
@@ -844,7 +872,7 @@ static void shard_open(struct shard *sh, struct pfx *f, const char *tag)
     struct bf_shm_caps caps = {.max_machines = 1024, .max_needs = 64, .max_clusters = 8};
     ck_assert_int_eq(bf_shm_create(&sh->s, sh->name, &caps, 1, 0, NULL, 0), 0);
     snprintf(sh->dir, sizeof sh->dir, "%s", tmpdir());
-    struct bf_recon_opts o = {.data_dir = sh->dir, .coordinator = true};
+    struct bf_recon_opts o = {.data_dir = sh->dir, .ownership = BF_OWN_POLICY_PARTITIONED};
     ck_assert_int_eq(bf_recon_new(&sh->s, f->cl, &o, &sh->r), 0);
 }
 
@@ -961,7 +989,7 @@ static Suite *suite(void)
 {
     Suite *s = suite_create("ownership");
     TCase *t = tcase_create("rule");
-    tcase_add_test(t, rule_owns_everything_only_without_coordinator_and_domains);
+    tcase_add_test(t, rule_owns_everything_until_partitioned);
     tcase_add_test(t, a_domain_owns_the_machines_whose_attribute_matches_it);
     tcase_add_test(t, idmap_deletions_keep_every_probe_chain);
     suite_add_tcase(s, t);
@@ -976,6 +1004,7 @@ static Suite *suite(void)
                    unassign_is_refused_while_a_domain_machine_is_bound_and_releases_when_unbound);
     tcase_add_test(t, cross_shard_drain_preempts_the_best_victims_and_reserves_them_until_the_ttl);
     tcase_add_test(t, reservations_survive_a_cycle_restart);
+    tcase_add_test(t, auto_ownership_latches_partitioned_at_the_first_domain);
     tcase_add_test(t, hostile_instructions_are_refused_with_a_reason_and_a_good_one_still_applies);
     tcase_add_test(t, a_transferred_in_machine_is_claimed_by_phase1_and_a_held_one_never_is);
     tcase_add_test(t, without_a_store_every_machine_is_owned_and_instructions_fail);
