@@ -155,9 +155,18 @@ tests.push(
       L.shm(S.id, 'ac', 'o-coal', k, 3, 0.5, 'zone:1:a');
     await L.waitFor(() => stats().outbox_coalesced > c0, 10000, 'coalescing');
     op.call.resume();
+    // the frames of a key once they stopped arriving (300 ms quiet): the ~2000
+    // frames the transport held before the pause can take longer than that
+    // to drain on a loaded host, and the coalesced latest one comes after them
     const lastOf = async (pred, what) => {
       await L.waitFor(() => op.msgs.some(pred), 10000, what);
-      await L.sleep(300);
+      const end = Date.now() + 10000;
+      for (let n = -1; Date.now() < end;) {
+        const now = op.msgs.filter(pred).length;
+        if (now === n) break;
+        n = now;
+        await L.sleep(300);
+      }
       return op.msgs.filter(pred);
     };
     const states = [];
