@@ -16,7 +16,8 @@ static const char *parse_err(const char *csv, bool skip, int *rc_out)
     static char err[512];
     struct rp_trace t;
     err[0] = 0;
-    int rc = rp_trace_parse("pods.csv", csv, strlen(csv), skip, &t, err, sizeof err);
+    struct rp_trace_opts o = {.skip_bad = skip, .default_qos = -1};
+    int rc = rp_trace_parse("pods.csv", csv, strlen(csv), &o, &t, err, sizeof err);
     if (rc_out)
         *rc_out = rc;
     if (rc == 0)
@@ -116,7 +117,13 @@ START_TEST(missing_column_is_reported_on_the_header_line)
                               "a,1,1,0,0\n",
                               false, &rc);
     ck_assert_int_eq(rc, -EINVAL);
-    ck_assert_msg(strstr(e, "pods.csv:1: header: missing column qos"), "%s", e);
+    /* every missing column is named, and the way to replay a list without times */
+    ck_assert_msg(strstr(e, "pods.csv:1: header: missing columns qos, creation_time, "
+                            "deletion_time (a pod list needs "),
+                  "%s", e);
+    ck_assert_msg(strstr(e, "--snapshot auto"), "%s", e);
+    e = parse_err("name,cpu_milli,memory_mib,num_gpu,gpu_milli,qos,creation_time\n", false, &rc);
+    ck_assert_msg(strstr(e, "pods.csv:1: header: missing column deletion_time ("), "%s", e);
     e = parse_err("", false, &rc);
     ck_assert_str_eq(e, "pods.csv: empty file (no header line)");
     e = parse_err("name,name,cpu_milli\n", false, &rc);
@@ -165,7 +172,8 @@ START_TEST(skip_bad_rows_skips_counts_and_keeps_the_good_ones)
                                  "c,1,1,0,0,,BE\n"
                                  "a,1,1,0,0,,BE,Running,0,10,0\n"
                                  "d,1,1,0,0,,LS,Running,5,10,0\n";
-    int rc = rp_trace_parse("pods.csv", csv, strlen(csv), true, &t, err, sizeof err);
+    struct rp_trace_opts skip = {.skip_bad = true, .default_qos = -1};
+    int rc = rp_trace_parse("pods.csv", csv, strlen(csv), &skip, &t, err, sizeof err);
     ck_assert_int_eq(rc, 0);
     ck_assert_uint_eq(t.rows, 5);
     ck_assert_uint_eq(t.skipped, 3);
@@ -178,7 +186,7 @@ START_TEST(skip_bad_rows_skips_counts_and_keeps_the_good_ones)
     rp_trace_free(&t);
     /* every row bad: still an error, saying so */
     rc = rp_trace_parse("pods.csv", POD_HEADER "b,x,1,0,0,,BE,Running,0,10,0\n",
-                        strlen(POD_HEADER "b,x,1,0,0,,BE,Running,0,10,0\n"), true, &t, err,
+                        strlen(POD_HEADER "b,x,1,0,0,,BE,Running,0,10,0\n"), &skip, &t, err,
                         sizeof err);
     ck_assert_int_eq(rc, -EINVAL);
     ck_assert_str_eq(err, "pods.csv: no pods (every row was skipped as malformed)");
@@ -189,7 +197,7 @@ START_TEST(missing_file_names_the_path)
 {
     struct rp_trace t;
     char err[512];
-    int rc = rp_trace_load("/nonexistent/dir/pods.csv", false, &t, err, sizeof err);
+    int rc = rp_trace_load("/nonexistent/dir/pods.csv", NULL, &t, err, sizeof err);
     ck_assert_int_eq(rc, -ENOENT);
     ck_assert_str_eq(err, "/nonexistent/dir/pods.csv: No such file or directory");
 }
@@ -237,7 +245,7 @@ START_TEST(real_openb_lists_load_or_fail_with_a_named_line)
         return; /* the shared data is not mounted here */
     struct rp_trace t;
     char err[512];
-    ck_assert_int_eq(rp_trace_load(OPENB "openb_pod_list_default.csv", false, &t, err, sizeof err),
+    ck_assert_int_eq(rp_trace_load(OPENB "openb_pod_list_default.csv", NULL, &t, err, sizeof err),
                      0);
     ck_assert_uint_eq(t.n_pods, 8152);
     ck_assert_uint_eq(t.skipped, 0);
@@ -245,10 +253,11 @@ START_TEST(real_openb_lists_load_or_fail_with_a_named_line)
     ck_assert_int_eq(t.end, 12902960);
     rp_trace_free(&t);
     /* the multigpu20 variant ships without its qos/time columns */
-    int rc = rp_trace_load(OPENB "openb_pod_list_multigpu20.csv", false, &t, err, sizeof err);
+    int rc = rp_trace_load(OPENB "openb_pod_list_multigpu20.csv", NULL, &t, err, sizeof err);
     ck_assert_int_eq(rc, -EINVAL);
-    ck_assert_msg(strstr(err, "openb_pod_list_multigpu20.csv:1: header: missing column qos"), "%s",
-                  err);
+    ck_assert_msg(strstr(err, "openb_pod_list_multigpu20.csv:1: header: missing columns qos, "
+                              "creation_time, deletion_time"),
+                  "%s", err);
 }
 END_TEST
 
