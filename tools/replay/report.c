@@ -246,8 +246,12 @@ static void print_time(const struct rp_run *r, FILE *f)
         snprintf(what, sizeof what, "all of %s", base);
     else
         snprintf(what, sizeof what, "a window of %s", base);
-    fprintf(f, "  time         trace %s .. %s (%s, %s) replayed in %.0f s of wall time\n", a, b, c,
-            what, wall_s);
+    if (r->cfg->busiest || t->snapshot)
+        fprintf(f, "  time         trace %s .. %s (%s) replayed in %.0f s of wall time\n", a, b,
+                what, wall_s);
+    else
+        fprintf(f, "  time         trace %s .. %s (%s, %s) replayed in %.0f s of wall time\n", a, b,
+                c, what, wall_s);
     fmt_span(ck->speed, a, sizeof a);
     fmt_span((double)ck->interval_ns / 1e9 * ck->speed, b, sizeof b);
     fmt_dur(ck->interval_ns, d, sizeof d);
@@ -294,12 +298,18 @@ static const char *const part_short[RP_COST_PARTS] = {
     "configuring",          "draining",     "uncovered demand",
 };
 
+/* rounding noise of the incremental sums (|v| < half a cent) prints as 0.00, not -0.00 */
+static double dollars(double v)
+{
+    return fabs(v) < 0.005 ? 0 : v;
+}
+
 static void print_split(const struct rp_run *r, const struct rp_summary *s, FILE *f)
 {
     const struct rp_cost_split *sp = &s->split_peak;
     fprintf(f, "               gap at peak $%.2f/h =", s->cost_peak - s->lower_bound_peak);
     for (int p = 0; p < RP_COST_PARTS; p++)
-        fprintf(f, "%s %s $%.2f", p ? " +" : "", part_short[p], sp->part[p]);
+        fprintf(f, "%s %s $%.2f", p ? " +" : "", part_short[p], dollars(sp->part[p]));
     fprintf(f, "\n");
     /* over the run: mean of each part, as a share of the mean gap */
     double mean[RP_COST_PARTS] = {0}, gap = 0;
@@ -317,7 +327,7 @@ static void print_split(const struct rp_run *r, const struct rp_summary *s, FILE
         gap += (mean[p] /= (double)n);
     fprintf(f, "               mean gap over the run $%.2f/h =", gap);
     for (int p = 0; p < RP_COST_PARTS; p++)
-        fprintf(f, "%s %s $%.2f", p ? " +" : "", part_short[p], mean[p]);
+        fprintf(f, "%s %s $%.2f", p ? " +" : "", part_short[p], dollars(mean[p]));
     fprintf(f, " (cost.svg)\n");
 }
 
@@ -351,7 +361,7 @@ static void print_preemptions(const struct rp_run *r, FILE *f)
     }
     fprintf(f, "\n               of higher-priority demand: %llu\n",
             (unsigned long long)r->preempt_of_higher);
-    for (uint64_t i = 0; i < r->preempt_of_higher && i < RP_RECLAIM_SAMPLES; i++)
+    for (uint64_t i = 0; i < r->preempt_of_higher && i < 5; i++)
         fprintf(f, "    at +%.3f s: %s (%s) of %s, preemptor priority %d\n",
                 (double)r->preempt_of_higher_ev[i].at_ns / 1e9, r->preempt_of_higher_ev[i].machine,
                 r->preempt_of_higher_ev[i].type, r->preempt_of_higher_ev[i].cluster,
@@ -740,8 +750,9 @@ static void write_json(FILE *f, const struct rp_run *r, const struct rp_summary 
     fprintf(f, "},\n");
     fprintf(f,
             "  \"preemptions\": {\"total\": %llu, \"of_higher_priority_demand\": %llu, "
-            "\"by_preemptor\": {",
-            (unsigned long long)s->preemptions, (unsigned long long)r->preempt_of_higher);
+            "\"judging_s\": %.3f, \"by_preemptor\": {",
+            (unsigned long long)s->preemptions, (unsigned long long)r->preempt_of_higher,
+            (double)r->preempt_judge_ns / 1e9);
     bool pfirst = true;
     for (int p = 0; p <= RP_QOS_COUNT; p++) {
         uint64_t row = 0;

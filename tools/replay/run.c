@@ -737,6 +737,15 @@ static void sample(struct rp_run *r, struct rp_cluster *c, int64_t k)
         return;
     memset(cov, 0, (c->n_needs ? c->n_needs : 0) * sizeof *cov);
     coverage(r, c, now, false, cov);
+    /* per qos class: the shard's own credit order (priority first), so a
+     * class is credited what the shard would give it, not what a better
+     * packing across classes could */
+    rp_res *qcov = t && c->n_needs ? calloc(2 * c->n_needs, sizeof *qcov) : NULL;
+    if (qcov && rp_attribute(&r->shapes, r->model, c->needs, c->n_needs, c->conf, c->n_conf,
+                             RP_ORDER_ENGINE, qcov + c->n_needs, qcov)) {
+        free(qcov);
+        qcov = NULL;
+    }
     if (t) {
         for (size_t i = 0; i < c->n_needs; i++) {
             int q = r->model->classes[c->needs[i].cls].qos;
@@ -744,7 +753,7 @@ static void sample(struct rp_run *r, struct rp_cluster *c, int64_t k)
                 t->demand[d] += (double)c->needs[i].agg.v[d];
                 t->covered[d] += (double)cov[i].v[d];
                 t->demand_q[q][d] += (double)c->needs[i].agg.v[d];
-                t->covered_q[q][d] += (double)cov[i].v[d];
+                t->covered_q[q][d] += (double)(qcov ? qcov[i] : cov[i]).v[d];
             }
             t->weight += c->needs[i].agg.v[RP_CPU] / 1000.0 * 0.033 +
                          c->needs[i].agg.v[RP_MEM] / 1024.0 * 0.00375 +
@@ -760,6 +769,7 @@ static void sample(struct rp_run *r, struct rp_cluster *c, int64_t k)
         t->needs += (uint32_t)c->n_needs;
         t->clusters++;
     }
+    free(qcov);
     if (cov != stack_cov)
         free(cov);
 }

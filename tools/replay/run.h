@@ -231,7 +231,8 @@ struct rp_run {
         reclaim_still_demanded, reused_bindings;
     struct rp_reclaim_event still_demanded[RP_RECLAIM_SAMPLES];
     uint64_t preempt_by[RP_QOS_COUNT + 1][RP_QOS_COUNT + 2];
-    uint64_t preempt_of_higher; /* took a machine demand of >= the preemptor's priority needed */
+    uint64_t preempt_of_higher; /* took a machine demand of > the preemptor's priority needed */
+    int64_t preempt_judge_ns;   /* time spent judging preemptions (contend.c) */
     struct rp_reclaim_event preempt_of_higher_ev[RP_RECLAIM_SAMPLES];
     struct rp_inspect inspect;
     /* protocol counters */
