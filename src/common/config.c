@@ -554,7 +554,8 @@ static int flags_pass(struct bf_config *c, int argc, char **argv, bool apply, FI
 {
     struct option lo[NOPTS + 3];
     long_options(lo);
-    optind = 1;
+    optind = 0; /* glibc: 0 re-initialises getopt fully (1 keeps the position inside an
+                 * unfinished cluster of short options from an earlier parse) */
     opterr = 0;
     int ch;
     while ((ch = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
@@ -572,6 +573,9 @@ static int flags_pass(struct bf_config *c, int argc, char **argv, bool apply, FI
         }
         if (ch == '?' || ch == ':') {
             const char *bad = argv[optind - 1];
+            char shortopt[3] = {'-', (char)optopt, 0};
+            if (optopt > 0 && optopt < 1000) /* a short option (none is defined) */
+                bad = shortopt;
             if (ch == ':')
                 snprintf(err, errlen, "%s: missing value", bad);
             else

@@ -347,6 +347,22 @@ START_TEST(reload_diff_splits_live_settings_from_restart_ones)
 }
 END_TEST
 
+/* Found by fuzz_config: a rejected cluster of short options ("-\nr") left
+ * glibc's getopt inside the cluster (optind = 1 does not reset it), so the
+ * next parse started from there and disagreed with the first. */
+START_TEST(reparse_after_an_unfinished_short_option_cluster_starts_clean)
+{
+    struct bf_config c;
+    char e1[256], e2[256];
+    ck_assert_int_eq(parse(&c, e1, sizeof e1, 2, "-xr"), BF_CONFIG_USAGE);
+    ck_assert_str_eq(e1, "unknown flag -x");
+    ck_assert_int_eq(parse(&c, e2, sizeof e2, 2, "-xr"), BF_CONFIG_USAGE);
+    ck_assert_str_eq(e2, e1);
+    ck_assert_int_eq(parse(&c, e2, sizeof e2, 3, "--id=a", "--listen=127.0.0.1:1"), BF_CONFIG_OK);
+    ck_assert_str_eq(c.id, "a");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("config");
@@ -361,6 +377,7 @@ int main(void)
     tcase_add_test(tc, environment_errors_name_the_variable);
     tcase_add_test(tc, children_get_the_effective_configuration_as_flags_and_ignore_file_and_env);
     tcase_add_test(tc, reload_diff_splits_live_settings_from_restart_ones);
+    tcase_add_test(tc, reparse_after_an_unfinished_short_option_cluster_starts_clean);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
