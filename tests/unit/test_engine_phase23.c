@@ -259,7 +259,7 @@ START_TEST(a_machine_credited_to_higher_priority_demand_is_not_a_victim)
     ef_set(f, "b", &nb, 1);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(ef_count(f, BF_ACTION_PREEMPT), 1);
-    ck_assert(ef_acted(f, "v-1", BF_ACTION_PREEMPT)); /* credited to a's batch Need */
+    ck_assert(ef_acted(f, "v-1", BF_ACTION_PREEMPT));  /* credited to a's batch Need */
     ck_assert(!ef_acted(f, "v-0", BF_ACTION_PREEMPT)); /* credited to a's service Need */
     const struct bf_engine_unresolved *u = unresolved_of(f, 1000);
     ck_assert_ptr_nonnull(u);
