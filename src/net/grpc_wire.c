@@ -22,11 +22,30 @@ void bf_grpc_parser_init(struct bf_grpc_parser *p, uint32_t max, struct bf_grpc_
     p->budget = budget;
 }
 
+struct bf_grpc_budget *bf_grpc_budget_charge(struct bf_grpc_budget *b, size_t n)
+{
+    for (struct bf_grpc_budget *x = b; x; x = x->parent) {
+        if (x->max && x->used + n > x->max) {
+            x->refused++;
+            return x;
+        }
+    }
+    for (struct bf_grpc_budget *x = b; x; x = x->parent)
+        x->used += n;
+    return NULL;
+}
+
+void bf_grpc_budget_refund(struct bf_grpc_budget *b, size_t n)
+{
+    for (struct bf_grpc_budget *x = b; x; x = x->parent)
+        x->used -= n;
+}
+
 /* frees the assembly buffer and refunds its charge */
 static void release_buf(struct bf_grpc_parser *p)
 {
     if (p->buf && p->budget)
-        p->budget->used -= p->cap;
+        bf_grpc_budget_refund(p->budget, p->cap);
     free(p->buf);
     p->buf = NULL;
     p->cap = 0;
@@ -108,16 +127,16 @@ int bf_grpc_parser_feed(struct bf_grpc_parser *p, const uint8_t *data, size_t le
                 if (nc > p->msg_len)
                     nc = p->msg_len;
                 struct bf_grpc_budget *b = p->budget;
-                if (b && b->max && b->used + (nc - p->cap) > b->max) {
-                    b->refused++;
+                if (b && (p->refused_by = bf_grpc_budget_charge(b, nc - p->cap)) != NULL) {
                     p->over_budget = true;
                     return BF_NET_RESOURCE_EXHAUSTED;
                 }
                 uint8_t *nb = realloc(p->buf, nc);
-                if (!nb)
+                if (!nb) {
+                    if (b)
+                        bf_grpc_budget_refund(b, nc - p->cap);
                     return BF_NET_RESOURCE_EXHAUSTED;
-                if (b)
-                    b->used += nc - p->cap;
+                }
                 p->buf = nb;
                 p->cap = nc;
             }
@@ -137,7 +156,7 @@ int bf_grpc_parser_feed(struct bf_grpc_parser *p, const uint8_t *data, size_t le
             int r = fn(arg, b ? b : (const uint8_t *)"", n, p->compressed);
             free(b);
             if (bud)
-                bud->used -= charged;
+                bf_grpc_budget_refund(bud, charged);
             if (r != 0)
                 return r;
         }

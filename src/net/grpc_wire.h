@@ -31,9 +31,20 @@
  * cannot together exhaust the host's memory. max 0 = unlimited.
  */
 struct bf_grpc_budget {
-    size_t used, max; /* bytes */
-    uint64_t refused; /* messages failed for the budget */
+    size_t used, max;              /* bytes */
+    uint64_t refused;              /* messages failed for this budget */
+    struct bf_grpc_budget *parent; /* charged too (a connection's share -> the server's
+                                      total); NULL = top */
 };
+
+/*
+ * Charges n bytes to b and every parent. Returns NULL, or (nothing charged
+ * anywhere) the first budget in the chain that would go over its max; its
+ * `refused` is incremented.
+ */
+struct bf_grpc_budget *bf_grpc_budget_charge(struct bf_grpc_budget *b, size_t n);
+/* Refunds n bytes to b and every parent. */
+void bf_grpc_budget_refund(struct bf_grpc_budget *b, size_t n);
 
 struct bf_grpc_parser {
     uint8_t hdr[BF_GRPC_PREFIX];
@@ -41,6 +52,7 @@ struct bf_grpc_parser {
     bool in_body;
     bool compressed;
     bool over_budget; /* the last RESOURCE_EXHAUSTED came from the budget */
+    const struct bf_grpc_budget *refused_by; /* ... and from this one of the chain */
     uint32_t msg_len;
     uint32_t max; /* receive limit */
     uint8_t *buf;
