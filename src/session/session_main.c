@@ -124,16 +124,30 @@ static int start_grpc(struct ss *ss)
     methods[0].arg = ss;
     methods[1] = bf_inspect_needs_method; /* ShardRead, same server (ADR-0061) */
     methods[1].arg = ss;
-    struct bf_net_server_opts o = {.addr = ss->cfg->listen,
-                                   .methods = methods,
-                                   .n_methods = 2,
-                                   .max_connections = 65536,
-                                   .max_inbound_buffered = (size_t)ss->cfg->grpc_inbound_budget_mib
-                                                           << 20};
+    methods[0].max_recv_message = bf_config_max_rollup_bytes(ss->cfg);
+    struct bf_net_server_opts o = {
+        .addr = ss->cfg->listen,
+        .methods = methods,
+        .n_methods = 2,
+        .max_connections = 65536,
+        .max_concurrent_streams = SS_MAX_STREAMS_PER_CONN,
+        .max_inbound_buffered = (size_t)ss->cfg->grpc_inbound_budget_mib << 20,
+        .max_conns_per_peer = ss->cfg->max_conns_per_peer,
+        .max_conns_per_identity = ss->cfg->max_conns_per_identity,
+        .first_message_timeout_ns = SS_HELLO_TIMEOUT_NS,
+        .stream_idle_timeout_ns = SS_STREAM_IDLE_NS,
+        .conn_idle_timeout_ns = SS_CONN_IDLE_NS,
+    };
     if (bf_config_tls(ss->cfg)) {
         o.tls.cert_file = ss->cfg->tls_cert;
         o.tls.key_file = ss->cfg->tls_key;
         o.tls.ca_file = ss->cfg->tls_ca;
+    } else {
+        BF_WARN("gRPC is PLAINTEXT: no TLS, no client identities; any peer that reaches --listen "
+                "can claim any cluster_id and read every cluster's Needs (use --tls-cert, "
+                "--tls-key and --tls-ca)",
+                "listen=%s insecure_plaintext=%s", ss->cfg->listen,
+                ss->cfg->insecure_plaintext ? "true" : "false");
     }
     int rc;
     /* After a crash the previous instance's io_uring teardown can hold the

@@ -40,6 +40,7 @@
 
 #include "bigfleet/log.h"
 #include "bigfleet/process.h"
+#include "bigfleet/session.h"
 #include "bigfleet/util.h"
 #include "supervisor.h"
 
@@ -122,6 +123,11 @@ static int create_segments(struct sup *s)
         return rc;
     }
     bf_shm_set_role(&s->shm, BF_ROLE_SUPERVISOR);
+    /* the standard Kubernetes resource names own their slots from the start:
+     * no operator's or provider's names can crowd them out (docs/security.md) */
+    for (int i = 0; i < BF_RESERVED_DIMS_N; i++)
+        if (bf_dim_intern(&s->shm, bf_reserved_dims[i]) < 0)
+            BF_WARN("cannot reserve a resource name", "name=%s", bf_reserved_dims[i]);
     struct bf_state_main *st = s->shm.st;
     atomic_store(&st->actuation_paused, s->cfg->actuation_paused ? 1 : 0);
     atomic_store(&st->dry_run, s->cfg->dry_run ? 1 : 0);
