@@ -708,7 +708,14 @@ static int on_parsed(void *arg, const uint8_t *msg, size_t len, bool compressed)
     if (single_request(call)) {
         if (++call->n_req > 1)
             return BF_NET_INTERNAL;
-        /* held until the half-close: charged like a partial message */
+        /* held until the half-close, charged like a partial message: an
+         * assembled message's buffer is taken over with its charge */
+        if (msg && msg == call->parser.msg_owned) {
+            call->req = (uint8_t *)msg;
+            call->req_charged = call->parser.msg_charge;
+            call->req_len = len;
+            return BF_GRPC_MSG_KEPT;
+        }
         size_t charge = len ? len : 1;
         const struct bf_grpc_budget *over = bf_grpc_budget_charge(&call->sc->inbound, charge);
         if (over) {

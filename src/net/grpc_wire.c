@@ -108,7 +108,11 @@ int bf_grpc_parser_feed(struct bf_grpc_parser *p, const uint8_t *data, size_t le
             p->have = 0;
             /* zero-copy: the whole body is in this piece */
             if (len >= p->msg_len) {
+                p->msg_owned = NULL;
+                p->msg_charge = 0;
                 int r = fn(arg, data, p->msg_len, p->compressed);
+                if (r == BF_GRPC_MSG_KEPT)
+                    r = 0; /* nothing to keep: the bytes are the caller's */
                 data += p->msg_len;
                 len -= p->msg_len;
                 end_message(p);
@@ -153,10 +157,18 @@ int bf_grpc_parser_feed(struct bf_grpc_parser *p, const uint8_t *data, size_t le
             p->cap = 0;
             size_t n = p->have;
             end_message(p);
+            p->msg_owned = b;
+            p->msg_charge = charged;
             int r = fn(arg, b ? b : (const uint8_t *)"", n, p->compressed);
-            free(b);
-            if (bud)
-                bf_grpc_budget_refund(bud, charged);
+            if (r == BF_GRPC_MSG_KEPT && b) {
+                r = 0; /* the callback owns b and its charge now */
+            } else {
+                if (r == BF_GRPC_MSG_KEPT)
+                    r = 0;
+                free(b);
+                if (bud)
+                    bf_grpc_budget_refund(bud, charged);
+            }
             if (r != 0)
                 return r;
         }

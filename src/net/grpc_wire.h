@@ -58,13 +58,21 @@ struct bf_grpc_parser {
     uint8_t *buf;
     size_t have, cap;
     struct bf_grpc_budget *budget; /* optional, borrowed; kept across resets */
+    /* During the callback of an assembled message: its buffer and the bytes
+     * charged for it (NULL/0 for a message delivered in place). A callback
+     * that returns BF_GRPC_MSG_KEPT takes both over (frees the buffer with
+     * free() and refunds the charge with bf_grpc_budget_refund itself). */
+    const uint8_t *msg_owned;
+    size_t msg_charge;
 };
 
 /*
  * Message callback: msg/len valid during the call. Return 0 to continue,
- * a gRPC status code > 0 to stop feeding with that status, or < 0 to stop
- * quietly (the caller finished the call itself).
+ * a gRPC status code > 0 to stop feeding with that status, < 0 to stop
+ * quietly (the caller finished the call itself), or BF_GRPC_MSG_KEPT to
+ * continue having taken over an assembled message's buffer (see msg_owned).
  */
+#define BF_GRPC_MSG_KEPT 0x10000
 typedef int (*bf_grpc_msg_fn)(void *arg, const uint8_t *msg, size_t len, bool compressed);
 
 /* budget: NULL = none (see struct bf_grpc_budget). */
