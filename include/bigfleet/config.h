@@ -73,6 +73,10 @@ struct bf_config {
     uint32_t cluster_max_string_kib; /* string-table KiB one cluster may add; 0 = 1/16 arena */
     uint32_t cluster_max_new_dims;   /* resource dimensions one cluster may add */
     int32_t max_priority;            /* Need priorities above are clamped to it */
+    int64_t grpc_handshake_timeout_ns; /* TLS handshake + HTTP/2 preface + SETTINGS */
+    int64_t grpc_stall_timeout_ns;     /* a partial message with no new byte */
+    int64_t session_hello_timeout_ns;  /* Hello (or a request) after a stream opens */
+    int64_t http_head_timeout_ns;      /* an HTTP/1.1 request head after its first byte */
     /* embedded simulated provider (when --provider-addr is empty) */
     char sim_listen[BF_ADDR_MAX];
     char sim_args[2048];

@@ -72,8 +72,12 @@ int bf_pb_next(struct bf_pb_reader *r, struct bf_pb_field *f);
  * repeated occurrences of that member after the last switch are merged by
  * the decoder, so *parts counts them. *payload gets 0 (none), 1 hello,
  * 2 rollup, 3 bootstrap_response, 4 reclaim_ack; *sub and *sublen the LAST
- * occurrence's payload. Returns 0 or -EBADMSG.
+ * occurrence's payload. Returns 0, -EBADMSG, or -E2BIG for more than
+ * BF_OPMSG_MAX_FIELDS top-level fields: padding with millions of unknown
+ * fields would otherwise make this scan hold the event loop (an operator
+ * sends one field; a newer schema a few more).
  */
+#define BF_OPMSG_MAX_FIELDS 1024
 int bf_opmsg_classify(const uint8_t *msg, size_t len, int *payload, const uint8_t **sub,
                       size_t *sublen, uint32_t *parts);
 /*

@@ -121,6 +121,17 @@ static const struct opt opts[] = {
     {"max-priority", T_INT, F(max_priority), "1000000000", -2147483648.0, 2147483647.0,
      "highest Need priority taken from an operator; higher ones are clamped to it (default: "
      "Kubernetes' highest user-definable PriorityClass value)"},
+    {"grpc-handshake-timeout", T_DURATION, F(grpc_handshake_timeout_ns), "10s", 0.01, 3600,
+     "a gRPC connection's TLS handshake, HTTP/2 preface and first SETTINGS must be done within "
+     "this of the accept"},
+    {"grpc-stall-timeout", T_DURATION, F(grpc_stall_timeout_ns), "20s", 0.01, 3600,
+     "a partially received gRPC message that gets no byte for this long (or takes longer than "
+     "this plus 1 s per 64 KiB) ends its call: partial messages hold memory"},
+    {"session-hello-timeout", T_DURATION, F(session_hello_timeout_ns), "10s", 0.01, 3600,
+     "a Shard/Session stream must send its Hello (an InspectNeeds call its request) within this"},
+    {"http-head-timeout", T_DURATION, F(http_head_timeout_ns), "5s", 0.01, 3600,
+     "an HTTP/1.1 request head on --metrics-addr must be complete this long after its first "
+     "byte (not extended by later bytes)"},
     {"sim-listen", T_STR, F(sim_listen), "127.0.0.1:7781", 0, 0,
      "listen address of the embedded simulated provider"},
     {"sim-args", T_STR, F(sim_args), "", 0, 0,

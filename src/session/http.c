@@ -167,7 +167,8 @@ static void local_metrics(struct ss *ss, struct bf_metrics_buf *b)
         {"bigfleet_shard_session_bad_frames_total", "Malformed or unknown OperatorMessages.",
          l->frames_bad},
         {"bigfleet_shard_session_oversize_frames_total",
-         "Hello or ReclaimAck frames over their 64 KiB limit (the stream is ended).",
+         "Hello or ReclaimAck frames over their 64 KiB limit, or OperatorMessages of more than "
+         "1024 top-level fields (the stream is ended).",
          l->frames_oversize},
         {"bigfleet_shard_session_unknown_fields_dropped_total",
          "Unknown protobuf fields counted and dropped (never kept) while decoding small frames.",
@@ -270,7 +271,10 @@ int ss_http_start(struct ss *ss)
         BF_INFO("HTTP probes server disabled", "metrics_addr=\"%s\"", addr);
         return 0;
     }
-    struct bf_net_http_server_opts o = {.addr = addr, .handler = handler, .arg = ss};
+    struct bf_net_http_server_opts o = {.addr = addr,
+                                        .handler = handler,
+                                        .arg = ss,
+                                        .head_timeout_ns = ss->cfg->http_head_timeout_ns};
     int rc;
     int64_t until = bf_mono_ns() + 5 * BF_NS_PER_SEC; /* see start_grpc() */
     while ((rc = bf_net_http_server_new(ss->loop, &o, &ss->http)) == -EADDRINUSE &&

@@ -23,7 +23,7 @@
  *   - Hostile peers (docs/security.md): until its Hello is accepted a
  *     stream may send frames of at most SS_HELLO_MAX bytes (the transport
  *     refuses more at the 5-byte prefix) and must send the Hello within
- *     SS_HELLO_TIMEOUT_NS; after it, a frame is bounded by the rollup limit
+ *     --session-hello-timeout; after it, a frame is bounded by the rollup limit
  *     (--max-rollup-mib), and a Hello or ReclaimAck over SS_SMALL_FRAME_MAX
  *     ends the stream (INVALID_ARGUMENT, counted).
  *   - Outbound: each session has a bounded outbox (session.h) in front of
@@ -1004,7 +1004,19 @@ static void on_message(struct bf_net_call *call, const uint8_t *msg, size_t len,
     const uint8_t *sub;
     size_t sublen;
     uint32_t parts;
-    if (bf_opmsg_classify(msg, len, &payload, &sub, &sublen, &parts) != 0) {
+    int crc = bf_opmsg_classify(msg, len, &payload, &sub, &sublen, &parts);
+    if (crc == -E2BIG) {
+        s->ss->lc.frames_oversize++;
+        BF_WARN("OperatorMessage with more than 1024 top-level fields (unknown-field padding); "
+                "closing the stream",
+                "cluster=%s peer=%s bytes=%zu", s->cluster_id, bf_net_call_peer(call), len);
+        if (s->cidx < 0)
+            atomic_fetch_add(&stats(s->ss)->hello_rejected, 1);
+        sess_close(s, BF_NET_INVALID_ARGUMENT,
+                   "session: an OperatorMessage has more than 1024 top-level fields");
+        return;
+    }
+    if (crc != 0) {
         if (s->cidx < 0) {
             reject_first(s, BF_NET_INVALID_ARGUMENT, "session: malformed OperatorMessage");
         } else {

@@ -40,7 +40,6 @@
 #define SS_SMALL_MESSAGE_MAX   4096u                 /* InspectNeedsRequest */
 #define SS_HELLO_MAX           (64u << 10)           /* a stream's frames until its Hello is in */
 #define SS_SMALL_FRAME_MAX     (64u << 10)           /* Hello, ReclaimAck after the Hello */
-#define SS_HELLO_TIMEOUT_NS    (10LL * 1000000000LL) /* Hello within this of the stream's start */
 #define SS_STREAM_IDLE_NS      (600LL * 1000000000LL) /* a Session without any frame (rollups
                                                         come every cycle, ~10 s) */
 #define SS_CONN_IDLE_NS        (300LL * 1000000000LL) /* a connection without calls */

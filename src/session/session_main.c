@@ -134,7 +134,9 @@ static int start_grpc(struct ss *ss)
         .max_inbound_buffered = (size_t)ss->cfg->grpc_inbound_budget_mib << 20,
         .max_conns_per_peer = ss->cfg->max_conns_per_peer,
         .max_conns_per_identity = ss->cfg->max_conns_per_identity,
-        .first_message_timeout_ns = SS_HELLO_TIMEOUT_NS,
+        .first_message_timeout_ns = ss->cfg->session_hello_timeout_ns,
+        .handshake_timeout_ns = ss->cfg->grpc_handshake_timeout_ns,
+        .msg_stall_timeout_ns = ss->cfg->grpc_stall_timeout_ns,
         .stream_idle_timeout_ns = SS_STREAM_IDLE_NS,
         .conn_idle_timeout_ns = SS_CONN_IDLE_NS,
     };
