@@ -61,7 +61,8 @@ struct bf_net_server {
     uint32_t max_method_recv;        /* largest per-method receive limit */
     struct bf_conn_counts peers;     /* open connections per peer address */
     struct bf_conn_counts idents;    /* open connections per mTLS identity */
-    int64_t peer_log_ns, ident_log_ns, flood_log_ns; /* last limit log lines (rate-limited) */
+    int64_t peer_log_ns, ident_log_ns;           /* last limit log lines (rate-limited) */
+    int64_t flood_log_ns[BF_NET_FLOOD_COUNT];    /* ... per flood kind */
     nghttp2_session_callbacks *cbs;
     nghttp2_option *h2opt;
     int depth;
@@ -175,7 +176,7 @@ static void sconn_flood(struct sconn *sc, int reason)
     uint64_t total = 0;
     for (int i = 0; i < BF_NET_FLOOD_COUNT; i++)
         total += srv->stats.flood_closes[i];
-    srv_log_limited(&srv->flood_log_ns, total, "gRPC connection closed as an HTTP/2 flood (GOAWAY ENHANCE_YOUR_CALM)",
+    srv_log_limited(&srv->flood_log_ns[reason], total, "gRPC connection closed as an HTTP/2 flood (GOAWAY ENHANCE_YOUR_CALM)",
                     sc->c.peer, bf_net_flood_name(reason));
     nghttp2_session_terminate_session(sc->h2, NGHTTP2_ENHANCE_YOUR_CALM);
     conn_mark_dirty(&sc->c);
