@@ -259,13 +259,15 @@ static int convert(struct ingest *ig, uint32_t cidx, const struct job *j, const 
                      "has added %u and may add at most %u (--cluster-max-new-dims)",
                      cv->n_new_dims, names, ig->dims_added[cidx], ig->cfg->cluster_max_new_dims);
             cv->over_quota = "dims";
-            return -EDQUOT;
+            rc = -EDQUOT;
+            goto count;
         }
         if (d.n + cv->n_new_dims > BF_MAX_DIMS) {
             snprintf(err, errlen,
                      "the shard-wide resource table is full (%u of %d names); cannot add %s", d.n,
                      BF_MAX_DIMS, names);
-            return -ENOSPC;
+            rc = -ENOSPC;
+            goto count;
         }
         for (uint32_t i = 0; i < cv->n_new_dims; i++) {
             int di = bf_dim_intern(s, cv->new_dims[i]);
@@ -287,6 +289,7 @@ static int convert(struct ingest *ig, uint32_t cidx, const struct job *j, const 
             return -EINVAL;
         }
     }
+count:
     if (cv->timestamp_clamped) {
         atomic_fetch_add_explicit(&ig->cnt.timestamps_clamped, 1, memory_order_relaxed);
         BF_DEBUG("rollup timestamp outside [receive - 60 s, receive]: receive time used",

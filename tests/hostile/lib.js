@@ -212,6 +212,65 @@ function frame(obj) {
   return Buffer.concat([grpcPrefix(b.length), b]);
 }
 
+// A hostile operator: node's http2 client from 127.0.0.2 speaking
+// Shard/Session with arbitrary (possibly hand-made) frames; decodes what
+// the shard answers.
+class HostileSession {
+  constructor(port, cluster, opts = {}) {
+    this.s = opts.session || h2connect(port);
+    this.cluster = cluster;
+    this.msgs = [];
+    const de = L.proto.Shard.service.Session.responseDeserialize;
+    this.c = grpcCall(this.s, '/bigfleet.v1alpha1.Shard/Session');
+    let buf = Buffer.alloc(0);
+    this.c.req.removeAllListeners('data');
+    this.c.req.on('data', (d) => {
+      buf = Buffer.concat([buf, d]);
+      while (buf.length >= 5 && buf.length >= 5 + buf.readUInt32BE(1)) {
+        const n = buf.readUInt32BE(1);
+        this.msgs.push(de(buf.subarray(5, 5 + n)));
+        buf = buf.subarray(5 + n);
+      }
+    });
+    this.status = null;
+    this.c.done.then((r) => { this.status = r; });
+  }
+
+  send(obj) { this.c.req.write(frame(obj)); }
+
+  sendRaw(bytes) { this.c.req.write(Buffer.concat([grpcPrefix(bytes.length), bytes])); }
+
+  acks(echo) { return this.msgs.filter((m) => m.payload === 'ack' && m.ack.echo === echo).length; }
+
+  async hello() {
+    this.send({ hello: { cluster_id: this.cluster, protocol_version: 'v1alpha1' } });
+    await L.waitFor(() => this.acks('hello') > 0 || this.status, 5000, `hello ack for ${this.cluster}`);
+    assert.ok(!this.status, `${this.cluster}: session ended: ${JSON.stringify(this.status)}`);
+  }
+
+  rollup(needs, ts) {
+    this.send({ rollup: { cluster_id: this.cluster,
+      timestamp_unix_nanos: String(ts === undefined ? BigInt(Date.now()) * 1000000n : ts), needs } });
+  }
+
+  // sends a rollup and waits for its ack (true) or 1 s of silence (false)
+  async rollupAcked(needs, ts, ms = 1500) {
+    const n0 = this.acks('rollup');
+    this.rollup(needs, ts);
+    try {
+      await L.waitFor(() => this.acks('rollup') > n0 || this.status, ms, 'rollup ack');
+    } catch (e) { return false; }
+    return this.acks('rollup') > n0;
+  }
+
+  close() { try { this.c.req.close(); } catch (e) { /* closed */ } if (!this.shared) this.s.close(); }
+}
+
+const need = (o = {}) => ({ requirements: o.requirements || [],
+  aggregate_resources: o.aggregate || { cpu: '1' }, priority: o.priority || 0, spread: [],
+  interruption_penalty_bucket: 0, reclamation_penalty_bucket: 0, min_unit: o.min_unit || {},
+  group: o.group || Buffer.alloc(0) });
+
 // ---- raw HTTP/2 (RFC 9113 framing by hand; HPACK literals without indexing)
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
@@ -394,6 +453,6 @@ function saveFigures(file) {
 
 module.exports = {
   L, assert, sleep, HEAVY, IT, ATTACKER, startAppliance, metrics, parseMetrics, GoodOperator,
-  attack, saveFigures, RssWatch, h2connect, attackerSocket, grpcCall, grpcPrefix, frame, RawH2,
+  attack, saveFigures, RssWatch, h2connect, HostileSession, need, attackerSocket, grpcCall, grpcPrefix, frame, RawH2,
   h2frame, hpackInt, hpackLiteral, grpcHeaderBlock, T, F, H2_ENHANCE_YOUR_CALM, pct,
 };
