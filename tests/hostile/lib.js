@@ -29,8 +29,9 @@ const L = require('../interop/session_lib');
 
 const ATTACKER = '127.0.0.2';
 const HEAVY = process.env.HOSTILE_HEAVY === '1';
-// p99 comparisons on a shared 2-core machine: 2x of before, plus this
-// allowance for scheduler noise (docs/security.md states it)
+// p99 comparisons on a shared 2-core machine: during the attack within 2x
+// of the quiet windows bracketing it (the larger of before and after), plus
+// this allowance for scheduler noise (docs/security.md states it)
 const P99_SLACK_MS = Number(process.env.HOSTILE_P99_SLACK_MS || 25);
 const RESULTS = process.env.HOSTILE_RESULTS ||
   path.join(__dirname, '..', '..', 'results', HEAVY ? 'hostile-heavy.json' : 'hostile.json');
@@ -406,6 +407,11 @@ async function attack(S, op, spec) {
   confDuring = confDuring || op.configured.size > conf0;
   const during = await op.window();
   const peak = rss.stop();
+  // after: the same quiet conditions again; the shared machine's own noise
+  // shows in before/after alike, the attack's effect only in during
+  await sleep(HEAVY ? 3000 : 1500);
+  const afterw = await op.window();
+  const base = Math.max(before.p99, afterw.p99 || 0);
   confDuring = true; // ends the watcher
   await confWatch;
   const m1 = await metrics(S);
@@ -418,6 +424,7 @@ async function attack(S, op, spec) {
     ack_before: { n: before.n, p50_ms: +before.p50.toFixed(2), p99_ms: +before.p99.toFixed(2) },
     ack_during: { n: during.n, unacked: during.unacked, p50_ms: +(during.p50 || NaN).toFixed(2),
       p99_ms: +(during.p99 || NaN).toFixed(2) },
+    ack_after: { n: afterw.n, p50_ms: +(afterw.p50 || NaN).toFixed(2), p99_ms: +(afterw.p99 || NaN).toFixed(2) },
     configured_during: op.configured.size > conf0,
     counters: Object.fromEntries((spec.counters || []).map(([k]) => [k, delta(k)])),
   };
@@ -436,9 +443,9 @@ async function attack(S, op, spec) {
   assert.ok(during.n >= 3, `${spec.name}: only ${during.n} rollups acked during the attack`);
   assert.strictEqual(during.unacked, 0, `${spec.name}: rollups without an ack during the attack`);
   assert.ok(fig.configured_during, `${spec.name}: no new machine reached Configured during the attack`);
-  assert.ok(during.p99 <= 2 * before.p99 + P99_SLACK_MS,
+  assert.ok(during.p99 <= 2 * base + P99_SLACK_MS,
     `${spec.name}: ack p99 ${during.p99.toFixed(2)} ms during vs ${before.p99.toFixed(2)} ms before ` +
-    `(allowed 2x + ${P99_SLACK_MS} ms)`);
+    `and ${(afterw.p99 || NaN).toFixed(2)} ms after (allowed 2x the larger + ${P99_SLACK_MS} ms)`);
   assert.strictEqual(S.proc.exitCode, null, 'the appliance is still running');
   return fig;
 }
