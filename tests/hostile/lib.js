@@ -379,6 +379,21 @@ const figures = [];
 //        run: async (until) => {...}  (repeats the attack until `until`, ms),
 //        minMs, after: async (m0, m1, log) => {}}
 async function attack(S, op, spec) {
+  // The latency criterion gets a second trial when the first misses it:
+  // an attack that slows the operator does so every time; the shared
+  // machine's own spikes (other people's builds) do not repeat on cue.
+  // Every other criterion must hold in every trial.
+  for (let trial = 1; ; trial++) {
+    const r = await attackOnce(S, op, spec, trial);
+    if (r.latencyOk || trial === 2) {
+      assert.ok(r.latencyOk, r.latencyMsg);
+      return r.fig;
+    }
+    console.log(`     (trial ${trial}: ${r.latencyMsg}; once more)`);
+  }
+}
+
+async function attackOnce(S, op, spec, trial) {
   const pid = S.sessionPid();
   // before: the operator's service with nothing else going on
   await op.window();
@@ -404,28 +419,28 @@ async function attack(S, op, spec) {
   })();
   await runP;
   const tAttack = Date.now() - t0;
-  confDuring = confDuring || op.configured.size > conf0;
+  const configuredDuring = confDuring || op.configured.size > conf0;
   const during = await op.window();
   const peak = rss.stop();
+  confDuring = true; // ends the watcher
+  await confWatch;
   // after: the same quiet conditions again; the shared machine's own noise
   // shows in before/after alike, the attack's effect only in during
   await sleep(HEAVY ? 3000 : 1500);
   const afterw = await op.window();
   const base = Math.max(before.p99, afterw.p99 || 0);
-  confDuring = true; // ends the watcher
-  await confWatch;
   const m1 = await metrics(S);
   const log = S.log().slice(logLen);
   const delta = (k) => (m1.get(k) || 0) - (m0.get(k) || 0);
   const fig = {
-    attack: spec.name, sent: spec.what, bound_mb: spec.rssBoundMB,
+    attack: spec.name, sent: spec.what, bound_mb: spec.rssBoundMB, trial,
     peak_rss_mb: +(peak / 1048576).toFixed(1), rss_before_mb: +(rss.start / 1048576).toFixed(1),
     hwm_reset: rss.hwmOk, attack_ms: tAttack,
     ack_before: { n: before.n, p50_ms: +before.p50.toFixed(2), p99_ms: +before.p99.toFixed(2) },
     ack_during: { n: during.n, unacked: during.unacked, p50_ms: +(during.p50 || NaN).toFixed(2),
       p99_ms: +(during.p99 || NaN).toFixed(2) },
     ack_after: { n: afterw.n, p50_ms: +(afterw.p50 || NaN).toFixed(2), p99_ms: +(afterw.p99 || NaN).toFixed(2) },
-    configured_during: op.configured.size > conf0,
+    configured_during: configuredDuring,
     counters: Object.fromEntries((spec.counters || []).map(([k]) => [k, delta(k)])),
   };
   figures.push(fig);
@@ -442,12 +457,13 @@ async function attack(S, op, spec) {
   assert.ok(!op.error, `${spec.name}: the operator's session failed: ${op.error}`);
   assert.ok(during.n >= 3, `${spec.name}: only ${during.n} rollups acked during the attack`);
   assert.strictEqual(during.unacked, 0, `${spec.name}: rollups without an ack during the attack`);
-  assert.ok(fig.configured_during, `${spec.name}: no new machine reached Configured during the attack`);
-  assert.ok(during.p99 <= 2 * base + P99_SLACK_MS,
-    `${spec.name}: ack p99 ${during.p99.toFixed(2)} ms during vs ${before.p99.toFixed(2)} ms before ` +
-    `and ${(afterw.p99 || NaN).toFixed(2)} ms after (allowed 2x the larger + ${P99_SLACK_MS} ms)`);
+  assert.ok(configuredDuring, `${spec.name}: no new machine reached Configured during the attack`);
   assert.strictEqual(S.proc.exitCode, null, 'the appliance is still running');
-  return fig;
+  const latencyOk = during.p99 <= 2 * base + P99_SLACK_MS;
+  const latencyMsg = `${spec.name}: ack p99 ${during.p99.toFixed(2)} ms during vs ` +
+    `${before.p99.toFixed(2)} ms before and ${(afterw.p99 || NaN).toFixed(2)} ms after ` +
+    `(allowed 2x the larger + ${P99_SLACK_MS} ms)`;
+  return { fig, latencyOk, latencyMsg };
 }
 
 function saveFigures(file) {

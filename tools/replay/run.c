@@ -1193,7 +1193,8 @@ int rp_run_execute(struct rp_run *r)
     if (sfd >= 0)
         bf_net_watch_fd(r->loop, sfd, POLLIN, on_signal, r, &sw);
 
-    uint32_t conns = cfg->connections ? cfg->connections : (r->n_cl + 499) / 500;
+    /* the shard serves at most 100 streams per connection (gRPC's default) */
+    uint32_t conns = cfg->connections ? cfg->connections : (r->n_cl + 99) / 100;
     if (conns > r->n_cl)
         conns = r->n_cl;
     if (conns == 0)
