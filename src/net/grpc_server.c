@@ -189,8 +189,8 @@ static void call_drop_req(struct bf_net_call *call)
 {
     if (call->req_charged)
         bf_grpc_budget_refund(&call->sc->inbound, call->req_charged);
+    bf_grpc_buf_free(call->req, call->req_charged);
     call->req_charged = 0;
-    free(call->req);
     call->req = NULL;
 }
 
@@ -685,7 +685,7 @@ static void call_remote_end(struct bf_net_call *call)
         struct sconn *sc = call->sc;
         call->me->m.on_message(call, req ? req : (const uint8_t *)"", call->req_len,
                                call->me->m.arg);
-        free(req);
+        bf_grpc_buf_free(req, charged);
         if (charged)
             bf_grpc_budget_refund(&sc->inbound, charged);
         if (call->done)
@@ -724,7 +724,7 @@ static int on_parsed(void *arg, const uint8_t *msg, size_t len, bool compressed)
             call->parser.refused_by = over;
             return BF_NET_RESOURCE_EXHAUSTED;
         }
-        call->req = malloc(charge);
+        call->req = bf_grpc_buf_alloc(charge);
         if (!call->req) {
             bf_grpc_budget_refund(&call->sc->inbound, charge);
             return BF_NET_RESOURCE_EXHAUSTED;

@@ -5,9 +5,12 @@
  * Design notes: no global state; the parser owns at most one assembly
  * buffer, sized by what has arrived (doubling, capped at the declared
  * length) and freed after each message so idle streams hold nothing.
+ * Buffers of 1 MiB and more are anonymous mappings grown with mremap
+ * (page tables move, bytes do not).
  */
 #include <errno.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -20,6 +23,49 @@ void bf_grpc_parser_init(struct bf_grpc_parser *p, uint32_t max, struct bf_grpc_
     memset(p, 0, sizeof *p);
     p->max = max;
     p->budget = budget;
+}
+
+static size_t page_round(size_t n)
+{
+    return (n + 4095) & ~(size_t)4095;
+}
+
+void *bf_grpc_buf_alloc(size_t cap)
+{
+    if (cap < BF_GRPC_MMAP_MIN)
+        return malloc(cap ? cap : 1);
+    void *p = mmap(NULL, page_round(cap), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                   0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void bf_grpc_buf_free(void *p, size_t cap)
+{
+    if (!p)
+        return;
+    if (cap >= BF_GRPC_MMAP_MIN)
+        munmap(p, page_round(cap));
+    else
+        free(p);
+}
+
+/* Grows a buffer of capacity cap (have bytes used) to ncap > cap. NULL
+ * leaves the old buffer as it was. */
+static void *buf_grow(void *p, size_t cap, size_t have, size_t ncap)
+{
+    if (ncap < BF_GRPC_MMAP_MIN)
+        return realloc(p, ncap);
+    if (p && cap >= BF_GRPC_MMAP_MIN) {
+        void *q = mremap(p, page_round(cap), page_round(ncap), MREMAP_MAYMOVE);
+        return q == MAP_FAILED ? NULL : q;
+    }
+    void *q = bf_grpc_buf_alloc(ncap);
+    if (!q)
+        return NULL;
+    if (have)
+        memcpy(q, p, have);
+    free(p);
+    return q;
 }
 
 struct bf_grpc_budget *bf_grpc_budget_charge(struct bf_grpc_budget *b, size_t n)
@@ -46,7 +92,7 @@ static void release_buf(struct bf_grpc_parser *p)
 {
     if (p->buf && p->budget)
         bf_grpc_budget_refund(p->budget, p->cap);
-    free(p->buf);
+    bf_grpc_buf_free(p->buf, p->cap);
     p->buf = NULL;
     p->cap = 0;
 }
@@ -135,7 +181,7 @@ int bf_grpc_parser_feed(struct bf_grpc_parser *p, const uint8_t *data, size_t le
                     p->over_budget = true;
                     return BF_NET_RESOURCE_EXHAUSTED;
                 }
-                uint8_t *nb = realloc(p->buf, nc);
+                uint8_t *nb = buf_grow(p->buf, p->cap, p->have, nc);
                 if (!nb) {
                     if (b)
                         bf_grpc_budget_refund(b, nc - p->cap);
@@ -151,7 +197,7 @@ int bf_grpc_parser_feed(struct bf_grpc_parser *p, const uint8_t *data, size_t le
         }
         if (p->have == p->msg_len) {
             uint8_t *b = p->buf;
-            size_t charged = b ? p->cap : 0;
+            size_t charged = b ? p->cap : 0; /* also what b was allocated with */
             struct bf_grpc_budget *bud = p->budget; /* fn may free the parser */
             p->buf = NULL;
             p->cap = 0;
@@ -165,7 +211,7 @@ int bf_grpc_parser_feed(struct bf_grpc_parser *p, const uint8_t *data, size_t le
             } else {
                 if (r == BF_GRPC_MSG_KEPT)
                     r = 0;
-                free(b);
+                bf_grpc_buf_free(b, charged);
                 if (bud)
                     bf_grpc_budget_refund(bud, charged);
             }

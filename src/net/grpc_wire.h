@@ -61,7 +61,8 @@ struct bf_grpc_parser {
     /* During the callback of an assembled message: its buffer and the bytes
      * charged for it (NULL/0 for a message delivered in place). A callback
      * that returns BF_GRPC_MSG_KEPT takes both over (frees the buffer with
-     * free() and refunds the charge with bf_grpc_budget_refund itself). */
+     * bf_grpc_buf_free(buf, msg_charge) and refunds the charge with
+     * bf_grpc_budget_refund itself). */
     const uint8_t *msg_owned;
     size_t msg_charge;
 };
@@ -89,6 +90,17 @@ int bf_grpc_parser_feed(struct bf_grpc_parser *p, const uint8_t *data, size_t le
 /* True when no message is partially received (a stream may end here). */
 bool bf_grpc_parser_idle(const struct bf_grpc_parser *p);
 void bf_grpc_parser_reset(struct bf_grpc_parser *p);
+
+/*
+ * Message buffers (assembly buffers, and copies the server keeps): below
+ * 1 MiB from malloc; from 1 MiB on, anonymous mappings grown with mremap,
+ * so a large message is never copied while it grows (a 48 MiB message
+ * used to cost a 32 MiB memcpy in one loop turn). Free with the capacity
+ * it was allocated with.
+ */
+#define BF_GRPC_MMAP_MIN (1u << 20)
+void *bf_grpc_buf_alloc(size_t cap);
+void bf_grpc_buf_free(void *p, size_t cap);
 
 /* Writes the 5-byte prefix for an uncompressed message of len bytes. */
 void bf_grpc_prefix(uint8_t out[BF_GRPC_PREFIX], uint32_t len);
