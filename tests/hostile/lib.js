@@ -161,6 +161,12 @@ class GoodOperator {
     return { n: w.acks.length, unacked: w.unacked, p50: pct(w.acks, 50), p99: pct(w.acks, 99) };
   }
 
+  // HTTP probes (new connection, GET, close) every 100 ms until `until`, from
+  // the operator's thread; resolves with [{status, ms}...]
+  async probe(port, until, p = '/healthz') {
+    return (await this._ask({ cmd: 'probe', port, until, path: p })).rs;
+  }
+
   async stop() {
     await Promise.race([this._ask({ cmd: 'stop' }), sleep(5000)]);
     await this.w.terminate();

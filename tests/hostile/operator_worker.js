@@ -5,8 +5,10 @@
 //
 // workerData: {addr, cluster, tls?: {ca, key, cert} (paths)}
 // messages in:  {cmd: 'start'} | {cmd: 'machines', n} | {cmd: 'window', id} | {cmd: 'stop', id}
+//               | {cmd: 'probe', id, port, until, path?}  (HTTP probes every 100 ms until `until`)
 // messages out: {ev: 'started'} | {ev: 'error', error} | {ev: 'configured', n}
 //               | {ev: 'window', id, acks: [ms...], unacked} | {ev: 'stopped', id}
+//               | {ev: 'probe', id, rs: [{status, ms}...]}
 'use strict';
 const fs = require('fs');
 const { parentPort, workerData } = require('worker_threads');
@@ -44,6 +46,25 @@ const needs = () => [{ requirements: [{ key: IT, operator: 1, values: ['m6i.larg
   interruption_penalty_bucket: 0, reclamation_penalty_bucket: 0, min_unit: { cpu: '1' },
   group: Buffer.alloc(0) }];
 
+// new connection, GET, close; status 0 on error or after 3 s
+function probe(port, p) {
+  const net = require('net');
+  return new Promise((resolve) => {
+    const t0 = Date.now();
+    const s = net.connect({ host: '127.0.0.1', port });
+    let buf = '';
+    const done = (status) => { s.destroy(); resolve({ status, ms: Date.now() - t0 }); };
+    const timer = setTimeout(() => done(0), 3000);
+    s.on('connect', () => s.write(`GET ${p} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`));
+    s.on('data', (d) => {
+      buf += d;
+      const mm = /^HTTP\/1\.1 (\d+)/.exec(buf);
+      if (mm && buf.includes('\r\n\r\n')) { clearTimeout(timer); done(Number(mm[1])); }
+    });
+    s.on('error', () => { clearTimeout(timer); done(0); });
+  });
+}
+
 let loop;
 parentPort.on('message', async (m) => {
   if (m.cmd === 'start') {
@@ -78,6 +99,15 @@ parentPort.on('message', async (m) => {
     parentPort.postMessage({ ev: 'window', id: m.id, acks, unacked });
     acks = [];
     unacked = 0;
+  } else if (m.cmd === 'probe') {
+    /* HTTP probes the way a kubelet liveness check does them, from here
+     * (the operator's thread) so the attacker's thread cannot delay them */
+    const rs = [];
+    while (Date.now() < m.until) {
+      rs.push(await probe(m.port, m.path || '/healthz'));
+      await L.sleep(100);
+    }
+    parentPort.postMessage({ ev: 'probe', id: m.id, rs });
   } else if (m.cmd === 'stop') {
     running = false;
     await loop;
