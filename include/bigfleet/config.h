@@ -65,14 +65,14 @@ struct bf_config {
      * one 256 MiB message) */
     uint32_t grpc_inbound_budget_mib;
     /* hostile peers (docs/security.md) */
-    uint32_t max_rollup_mib;         /* 0 = bf_config_max_rollup_bytes() default */
-    uint32_t max_conns_per_peer;     /* gRPC connections per peer IP; 0 = unlimited */
-    uint32_t max_conns_per_identity; /* mTLS: per bigfleet:// identity; 0 = unlimited */
-    uint32_t cluster_max_needs;      /* Need rows of one cluster; 0 = max_needs / 4 (>= 16) */
-    uint32_t cluster_max_groups;     /* distinct groups in one rollup; 0 = unlimited */
-    uint32_t cluster_max_string_kib; /* string-table KiB one cluster may add; 0 = 1/16 arena */
-    uint32_t cluster_max_new_dims;   /* resource dimensions one cluster may add */
-    int32_t max_priority;            /* Need priorities above are clamped to it */
+    uint32_t max_rollup_mib;           /* 0 = bf_config_max_rollup_bytes() default */
+    uint32_t max_conns_per_peer;       /* gRPC connections per peer IP; 0 = unlimited */
+    uint32_t max_conns_per_identity;   /* mTLS: per bigfleet:// identity; 0 = unlimited */
+    uint32_t cluster_max_needs;        /* Need rows of one cluster; 0 = max_needs / 4 (>= 16) */
+    uint32_t cluster_max_groups;       /* distinct groups in one rollup; 0 = unlimited */
+    uint32_t cluster_max_string_kib;   /* string-table KiB one cluster may add; 0 = 1/16 arena */
+    uint32_t cluster_max_new_dims;     /* resource dimensions one cluster may add */
+    int32_t max_priority;              /* Need priorities above are clamped to it */
     int64_t grpc_handshake_timeout_ns; /* TLS handshake + HTTP/2 preface + SETTINGS */
     int64_t grpc_stall_timeout_ns;     /* a partial message with no new byte */
     int64_t session_hello_timeout_ns;  /* Hello (or a request) after a stream opens */

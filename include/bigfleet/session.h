@@ -142,9 +142,9 @@ bool bf_cluster_id_valid(const uint8_t *id, size_t len);
  * caller decides (quota), registers and converts again, so a rejected
  * rollup never registers a dimension.
  */
-#define BF_ROLLUP_MAX_AGE_NS  (60LL * 1000000000LL) /* oldest timestamp taken as arrival */
-#define BF_ROLLUP_NEED_MAX    (1u << 20)            /* bytes of one CapacityNeed */
-#define BF_ROLLUP_GROUP_MAX   (16u << 10)           /* bytes of one group id */
+#define BF_ROLLUP_MAX_AGE_NS (60LL * 1000000000LL) /* oldest timestamp taken as arrival */
+#define BF_ROLLUP_NEED_MAX   (1u << 20)            /* bytes of one CapacityNeed */
+#define BF_ROLLUP_GROUP_MAX  (16u << 10)           /* bytes of one group id */
 
 /* The Kubernetes resource names every shard registers at start (the
  * supervisor) and that never count against a cluster's dimension quota. */
@@ -165,8 +165,8 @@ struct bf_rollup {
     struct bf_need_row *rows;
     uint32_t *fp_refs; /* fingerprint string ref per row (provisioning-latency stamps) */
     uint32_t n, cap;
-    uint32_t needs_in; /* CapacityNeeds on the wire */
-    uint32_t merged;   /* duplicates folded into an earlier row */
+    uint32_t needs_in;    /* CapacityNeeds on the wire */
+    uint32_t merged;      /* duplicates folded into an earlier row */
     int64_t timestamp_ns; /* as sent */
     int64_t arrival_ns;   /* what the rows carry (see above) */
     bool timestamp_clamped;
@@ -209,8 +209,8 @@ void bf_rollup_free(struct bf_rollup *r);
  * those dimensions: register them (or reject) and convert again.
  */
 int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cluster_id,
-                      uint32_t cluster_ref, const struct bf_rollup_limits *lim,
-                      struct bf_rollup *r, char *err, size_t errlen);
+                      uint32_t cluster_ref, const struct bf_rollup_limits *lim, struct bf_rollup *r,
+                      char *err, size_t errlen);
 
 /* ================================================================ rail 2 */
 

@@ -160,8 +160,8 @@ static int walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uin
             memcpy(out + o, start, taglen);
         o += taglen;
         size_t clen = 0;
-        int rc = walk(f->descriptor, content, p, depth + 1, out ? out + o + pw : NULL, &clen,
-                      unknown);
+        int rc =
+            walk(f->descriptor, content, p, depth + 1, out ? out + o + pw : NULL, &clen, unknown);
         if (rc)
             return rc;
         size_t nw = varint_len(clen); /* <= pw: the content only shrank */

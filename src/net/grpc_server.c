@@ -36,11 +36,11 @@
 #include "net/guard.h"
 #include "net/h2_common.h"
 
-#define SRV_BATCH        (128u * 1024)
-#define MAX_HEADER_LIST  65536u           /* advertised and enforced on decoded request headers */
-#define STALL_RATE       (64u << 10)      /* bytes a second a partial message must at least move */
-#define FLOOD_CLOSE_NS   (1 * BF_NS_PER_SEC) /* GOAWAY flush time before a flood conn is cut */
-#define LIMIT_LOG_NS     (10 * BF_NS_PER_SEC) /* at most one limit log line per this, per reason */
+#define SRV_BATCH       (128u * 1024)
+#define MAX_HEADER_LIST 65536u      /* advertised and enforced on decoded request headers */
+#define STALL_RATE      (64u << 10) /* bytes a second a partial message must at least move */
+#define FLOOD_CLOSE_NS  (1 * BF_NS_PER_SEC)  /* GOAWAY flush time before a flood conn is cut */
+#define LIMIT_LOG_NS    (10 * BF_NS_PER_SEC) /* at most one limit log line per this, per reason */
 
 struct method_ent {
     struct bf_net_method m;
@@ -58,11 +58,11 @@ struct bf_net_server {
     struct bf_grpc_budget inbound; /* partially received messages, all calls */
     struct bf_list conns;
     uint32_t nconns;
-    uint32_t max_method_recv;        /* largest per-method receive limit */
-    struct bf_conn_counts peers;     /* open connections per peer address */
-    struct bf_conn_counts idents;    /* open connections per mTLS identity */
-    int64_t peer_log_ns, ident_log_ns;           /* last limit log lines (rate-limited) */
-    int64_t flood_log_ns[BF_NET_FLOOD_COUNT];    /* ... per flood kind */
+    uint32_t max_method_recv;                 /* largest per-method receive limit */
+    struct bf_conn_counts peers;              /* open connections per peer address */
+    struct bf_conn_counts idents;             /* open connections per mTLS identity */
+    int64_t peer_log_ns, ident_log_ns;        /* last limit log lines (rate-limited) */
+    int64_t flood_log_ns[BF_NET_FLOOD_COUNT]; /* ... per flood kind */
     nghttp2_session_callbacks *cbs;
     nghttp2_option *h2opt;
     int depth;
@@ -85,13 +85,13 @@ struct sconn {
     bool got_settings, goaway_sent, ping_out;
     int64_t ping_sent, last_rx;
     struct bf_net_timer timer;
-    struct bf_list drain_q; /* calls whose outbox emptied (on_drain pending) */
+    struct bf_list drain_q;        /* calls whose outbox emptied (on_drain pending) */
     struct bf_grpc_budget inbound; /* this connection's share (parent: the server's) */
     struct bf_h2_guard guard;      /* frame-level flood accounting */
     int flood;                     /* enum bf_net_flood: closing as a flood */
     int64_t flood_at;
-    uint32_t ncalls;               /* calls not yet done */
-    int64_t idle_since;            /* mono ns since ncalls became 0 */
+    uint32_t ncalls;    /* calls not yet done */
+    int64_t idle_since; /* mono ns since ncalls became 0 */
     struct bf_cc_key peer_key, ident_key;
     bool peer_counted, ident_counted;
 };
@@ -114,11 +114,11 @@ struct bf_net_call {
     uint32_t n_req;
     uint32_t hdr_bytes; /* decoded request header list (name + value + 32 each) */
     bool remote_closed;
-    bool got_msg;         /* the first message arrived */
-    int64_t begun_ns;     /* headers complete */
-    int64_t last_msg_ns;  /* last complete inbound message */
-    int64_t last_rx_ns;   /* last DATA bytes */
-    int64_t part_ns;      /* a partial message started (0 = none) */
+    bool got_msg;                    /* the first message arrived */
+    int64_t begun_ns;                /* headers complete */
+    int64_t last_msg_ns;             /* last complete inbound message */
+    int64_t last_rx_ns;              /* last DATA bytes */
+    int64_t part_ns;                 /* a partial message started (0 = none) */
     struct bf_net_timer guard_timer; /* first message, idle stream, stalled message */
     /* outbound */
     struct outbox out;
@@ -176,7 +176,8 @@ static void sconn_flood(struct sconn *sc, int reason)
     uint64_t total = 0;
     for (int i = 0; i < BF_NET_FLOOD_COUNT; i++)
         total += srv->stats.flood_closes[i];
-    srv_log_limited(&srv->flood_log_ns[reason], total, "gRPC connection closed as an HTTP/2 flood (GOAWAY ENHANCE_YOUR_CALM)",
+    srv_log_limited(&srv->flood_log_ns[reason], total,
+                    "gRPC connection closed as an HTTP/2 flood (GOAWAY ENHANCE_YOUR_CALM)",
                     sc->c.peer, bf_net_flood_name(reason));
     nghttp2_session_terminate_session(sc->h2, NGHTTP2_ENHANCE_YOUR_CALM);
     conn_mark_dirty(&sc->c);
@@ -832,8 +833,8 @@ static int on_header_cb(nghttp2_session *h2, const nghttp2_frame *frame, const u
      * references to a large table entry) */
     if (call->hdr_bytes > MAX_HEADER_LIST)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* refused already */
-    call->hdr_bytes += (uint32_t)(nlen + vlen + 32 > MAX_HEADER_LIST ? MAX_HEADER_LIST + 1
-                                                                      : nlen + vlen + 32);
+    call->hdr_bytes +=
+        (uint32_t)(nlen + vlen + 32 > MAX_HEADER_LIST ? MAX_HEADER_LIST + 1 : nlen + vlen + 32);
     if (call->hdr_bytes > MAX_HEADER_LIST) {
         sc->srv->stats.header_list_refusals++;
         sconn_log_bad(sc, "request header list too large", "over 64 KiB decoded");
@@ -950,8 +951,8 @@ static int on_begin_frame_cb(nghttp2_session *h2, const nghttp2_frame_hd *hd, vo
     struct sconn *sc = ud;
     if (sc->flood)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
-    int r = bf_h2_guard_frame(&sc->guard, hd->type, hd->flags, hd->stream_id, hd->length,
-                              bf_mono_ns());
+    int r =
+        bf_h2_guard_frame(&sc->guard, hd->type, hd->flags, hd->stream_id, hd->length, bf_mono_ns());
     if (r == 0)
         return 0;
     sconn_flood(sc, r);

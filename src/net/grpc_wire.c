@@ -34,8 +34,8 @@ void *bf_grpc_buf_alloc(size_t cap)
 {
     if (cap < BF_GRPC_MMAP_MIN)
         return malloc(cap ? cap : 1);
-    void *p = mmap(NULL, page_round(cap), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-                   0);
+    void *p =
+        mmap(NULL, page_round(cap), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? NULL : p;
 }
 
@@ -197,7 +197,7 @@ int bf_grpc_parser_feed(struct bf_grpc_parser *p, const uint8_t *data, size_t le
         }
         if (p->have == p->msg_len) {
             uint8_t *b = p->buf;
-            size_t charged = b ? p->cap : 0; /* also what b was allocated with */
+            size_t charged = b ? p->cap : 0;        /* also what b was allocated with */
             struct bf_grpc_budget *bud = p->budget; /* fn may free the parser */
             p->buf = NULL;
             p->cap = 0;

@@ -51,7 +51,7 @@ struct bf_grpc_parser {
     uint8_t hdr_len; /* header bytes collected (0..5) */
     bool in_body;
     bool compressed;
-    bool over_budget; /* the last RESOURCE_EXHAUSTED came from the budget */
+    bool over_budget;                        /* the last RESOURCE_EXHAUSTED came from the budget */
     const struct bf_grpc_budget *refused_by; /* ... and from this one of the chain */
     uint32_t msg_len;
     uint32_t max; /* receive limit */

@@ -68,8 +68,8 @@ void bf_h2_guard_init(struct bf_h2_guard *g)
     memset(g, 0, sizeof *g);
 }
 
-int bf_h2_guard_frame(struct bf_h2_guard *g, uint8_t type, uint8_t flags, int32_t sid,
-                      size_t len, int64_t now_ns)
+int bf_h2_guard_frame(struct bf_h2_guard *g, uint8_t type, uint8_t flags, int32_t sid, size_t len,
+                      int64_t now_ns)
 {
     if (g->in_block) {
         /* HTTP/2 allows nothing but CONTINUATION inside a header block;
@@ -78,8 +78,7 @@ int bf_h2_guard_frame(struct bf_h2_guard *g, uint8_t type, uint8_t flags, int32_
             return 0;
         g->block_frames++;
         g->block_bytes += len;
-        if (g->block_frames > BF_H2G_MAX_CONTINUATIONS ||
-            g->block_bytes > BF_H2G_MAX_HEADER_BLOCK)
+        if (g->block_frames > BF_H2G_MAX_CONTINUATIONS || g->block_bytes > BF_H2G_MAX_HEADER_BLOCK)
             return BF_NET_FLOOD_CONTINUATION;
         if (flags & FL_END_HEADERS)
             g->in_block = false;
@@ -126,10 +125,10 @@ int bf_h2_guard_frame(struct bf_h2_guard *g, uint8_t type, uint8_t flags, int32_
         return bf_bucket_take(&g->empty, BF_H2G_EMPTY_BURST, BF_H2G_EMPTY_RATE, now_ns)
                    ? 0
                    : BF_NET_FLOOD_EMPTY_FRAMES;
-    case F_CONTINUATION:   /* outside a block: nghttp2's connection error */
-    case F_PUSH_PROMISE:   /* a client must not push: nghttp2's connection error */
-    case F_GOAWAY:         /* ends the connection */
-    case F_WINDOW_UPDATE:  /* O(1) for nghttp2, and a reading peer sends many */
+    case F_CONTINUATION:  /* outside a block: nghttp2's connection error */
+    case F_PUSH_PROMISE:  /* a client must not push: nghttp2's connection error */
+    case F_GOAWAY:        /* ends the connection */
+    case F_WINDOW_UPDATE: /* O(1) for nghttp2, and a reading peer sends many */
         return 0;
     default:
         return bf_bucket_take(&g->unknown, BF_H2G_UNKNOWN_BURST, BF_H2G_UNKNOWN_RATE, now_ns)
@@ -268,7 +267,7 @@ void bf_cc_key_str(struct bf_cc_key *k, const char *s)
 const char *bf_net_flood_name(int reason)
 {
     static const char *names[BF_NET_FLOOD_COUNT] = {
-        "none",     "rapid_reset", "streams",      "continuation",  "ping",
+        "none",     "rapid_reset", "streams",      "continuation",   "ping",
         "settings", "priority",    "empty_frames", "unknown_frames",
     };
     if (reason < 0 || reason >= BF_NET_FLOOD_COUNT)

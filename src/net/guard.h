@@ -45,27 +45,27 @@ bool bf_bucket_take(struct bf_bucket *b, uint32_t burst, uint32_t rate, int64_t 
  * handful of PINGs/SETTINGS per minute, never PRIORITY, and put request
  * headers (< 1 KiB) in one HEADERS frame.
  */
-#define BF_H2G_RESET_BURST     200 /* RST_STREAM from the peer */
-#define BF_H2G_RESET_RATE      100 /* per second */
-#define BF_H2G_STREAM_BURST    400 /* new streams (HEADERS opening a stream) */
-#define BF_H2G_STREAM_RATE     200
-#define BF_H2G_PING_BURST      100
-#define BF_H2G_PING_RATE       20
-#define BF_H2G_SETTINGS_BURST  50
-#define BF_H2G_SETTINGS_RATE   10
-#define BF_H2G_PRIORITY_BURST  200
-#define BF_H2G_PRIORITY_RATE   100
-#define BF_H2G_EMPTY_BURST     200 /* DATA frames without payload and without END_STREAM */
-#define BF_H2G_EMPTY_RATE      100
-#define BF_H2G_UNKNOWN_BURST   100 /* extension frame types */
-#define BF_H2G_UNKNOWN_RATE    50
-#define BF_H2G_MAX_CONTINUATIONS 4        /* CONTINUATION frames after one HEADERS */
+#define BF_H2G_RESET_BURST       200 /* RST_STREAM from the peer */
+#define BF_H2G_RESET_RATE        100 /* per second */
+#define BF_H2G_STREAM_BURST      400 /* new streams (HEADERS opening a stream) */
+#define BF_H2G_STREAM_RATE       200
+#define BF_H2G_PING_BURST        100
+#define BF_H2G_PING_RATE         20
+#define BF_H2G_SETTINGS_BURST    50
+#define BF_H2G_SETTINGS_RATE     10
+#define BF_H2G_PRIORITY_BURST    200
+#define BF_H2G_PRIORITY_RATE     100
+#define BF_H2G_EMPTY_BURST       200 /* DATA frames without payload and without END_STREAM */
+#define BF_H2G_EMPTY_RATE        100
+#define BF_H2G_UNKNOWN_BURST     100 /* extension frame types */
+#define BF_H2G_UNKNOWN_RATE      50
+#define BF_H2G_MAX_CONTINUATIONS 4           /* CONTINUATION frames after one HEADERS */
 #define BF_H2G_MAX_HEADER_BLOCK  (64u << 10) /* HEADERS + CONTINUATION payload bytes */
 
 struct bf_h2_guard {
     struct bf_bucket resets, streams, pings, settings, priority, empty, unknown;
-    int32_t last_sid;     /* highest client stream id seen in a HEADERS frame */
-    bool in_block;        /* a header block is open (HEADERS without END_HEADERS) */
+    int32_t last_sid;      /* highest client stream id seen in a HEADERS frame */
+    bool in_block;         /* a header block is open (HEADERS without END_HEADERS) */
     uint32_t block_frames; /* CONTINUATION frames of the open block */
     uint64_t block_bytes;
 };
@@ -79,8 +79,8 @@ void bf_h2_guard_init(struct bf_h2_guard *g);
  * a limit: the caller closes the connection (GOAWAY ENHANCE_YOUR_CALM) and
  * feeds nothing more to HTTP/2.
  */
-int bf_h2_guard_frame(struct bf_h2_guard *g, uint8_t type, uint8_t flags, int32_t sid,
-                      size_t len, int64_t now_ns);
+int bf_h2_guard_frame(struct bf_h2_guard *g, uint8_t type, uint8_t flags, int32_t sid, size_t len,
+                      int64_t now_ns);
 
 /* ------------------------------------------------------------ connection counts */
 

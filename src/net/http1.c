@@ -499,7 +499,8 @@ static void hconn_timer_cb(struct bf_net_timer *t, void *arg)
         int64_t now = bf_mono_ns();
         if (!hs->head_log_ns || now - hs->head_log_ns >= 10 * BF_NS_PER_SEC) {
             hs->head_log_ns = now;
-            BF_WARN("HTTP/1.1: request head not complete in time; closing", "peer=%s bytes=%zu "
+            BF_WARN("HTTP/1.1: request head not complete in time; closing",
+                    "peer=%s bytes=%zu "
                     "head_timeout_ms=%lld total=%llu",
                     h->c.peer, h->in_len, (long long)(hs->o.head_timeout_ns / BF_NS_PER_MS),
                     (unsigned long long)hs->stats.head_timeouts);
@@ -536,9 +537,13 @@ static void http_evict_one(struct bf_net_http_server *hs)
     int64_t now = bf_mono_ns();
     if (!hs->evict_log_ns || now - hs->evict_log_ns >= 10 * BF_NS_PER_SEC) {
         hs->evict_log_ns = now;
-        BF_WARN("HTTP/1.1: every connection slot taken; evicting one", "peer=%s why=%s "
+        BF_WARN("HTTP/1.1: every connection slot taken; evicting one",
+                "peer=%s why=%s "
                 "slots=%u total=%llu",
-                v->c.peer, v == slow ? "slowest request head" : v == idle ? "longest idle" : "oldest",
+                v->c.peer,
+                v == slow   ? "slowest request head"
+                : v == idle ? "longest idle"
+                            : "oldest",
                 hs->o.max_connections, (unsigned long long)hs->stats.conns_evicted);
     }
     conn_abort(&v->c, -ECONNRESET);

@@ -49,15 +49,14 @@ static void net_more(struct bf_metrics_buf *b, const char *prefix, const char *w
         {"connections_identity_limited_total", "counter",
          "connections closed after the TLS handshake: --max-conns-per-identity open",
          ns->conns_identity_limited, true},
-        {"connections_idle_closed_total", "counter", "connections closed after 5 min without a call",
-         ns->conns_idle_closed, true},
+        {"connections_idle_closed_total", "counter",
+         "connections closed after 5 min without a call", ns->conns_idle_closed, true},
         {"inbound_connection_refusals_total", "counter",
          "messages refused (RESOURCE_EXHAUSTED): their connection held its share of the inbound "
          "budget",
          ns->inbound_conn_refusals, true},
         {"stalled_messages_total", "counter",
-         "partial messages that stopped arriving (RESOURCE_EXHAUSTED)", ns->stalled_messages,
-         true},
+         "partial messages that stopped arriving (RESOURCE_EXHAUSTED)", ns->stalled_messages, true},
         {"first_message_timeouts_total", "counter",
          "calls without their first message (a Session's Hello) in time (DEADLINE_EXCEEDED)",
          ns->first_message_timeouts, true},
@@ -222,7 +221,8 @@ static void local_metrics(struct ss *ss, struct bf_metrics_buf *b)
     bf_metrics_header(b, "bigfleet_appliance_insecure_plaintext", "gauge",
                       "1 when Shard/Session and ShardRead are served without TLS (--listen "
                       "without --tls-cert/--tls-key/--tls-ca), else 0.");
-    bf_metrics_printf(b, "bigfleet_appliance_insecure_plaintext %d\n", bf_config_tls(ss->cfg) ? 0 : 1);
+    bf_metrics_printf(b, "bigfleet_appliance_insecure_plaintext %d\n",
+                      bf_config_tls(ss->cfg) ? 0 : 1);
     bf_metrics_header(b, "bigfleet_shard_coordinator_assigned_domains", "gauge",
                       "Topology domains assigned to this shard by the coordinator.");
     bf_metrics_printf(b, "bigfleet_shard_coordinator_assigned_domains %u\n", coord_domains(ss));

@@ -277,8 +277,10 @@ static int convert(struct ingest *ig, uint32_t cidx, const struct job *j, const 
                 return di;
             }
             atomic_fetch_add_explicit(&ig->cnt.dims_registered, 1, memory_order_relaxed);
-            BF_INFO("resource name registered for a cluster's rollup", "cluster=%s resource=%s "
-                    "index=%d", cid, cv->new_dims[i], di);
+            BF_INFO("resource name registered for a cluster's rollup",
+                    "cluster=%s resource=%s "
+                    "index=%d",
+                    cid, cv->new_dims[i], di);
         }
         ig->dims_added[cidx] = (uint8_t)(ig->dims_added[cidx] + extra);
         lim = limits_of(ig, cidx, j);
@@ -303,8 +305,8 @@ count:
         atomic_fetch_add_explicit(&ig->cnt.unknown_fields, cv->unknown_fields,
                                   memory_order_relaxed);
     if (rc && cv->over_quota) {
-        int q = strcmp(cv->over_quota, "needs") == 0    ? 0
-                : strcmp(cv->over_quota, "groups") == 0 ? 1
+        int q = strcmp(cv->over_quota, "needs") == 0     ? 0
+                : strcmp(cv->over_quota, "groups") == 0  ? 1
                 : strcmp(cv->over_quota, "strings") == 0 ? 2
                                                          : 3;
         atomic_fetch_add_explicit(&ig->cnt.over_quota[q], 1, memory_order_relaxed);

@@ -594,8 +594,8 @@ bad:
 }
 
 int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cluster_id,
-                      uint32_t cluster_ref, const struct bf_rollup_limits *lim,
-                      struct bf_rollup *r, char *err, size_t errlen)
+                      uint32_t cluster_ref, const struct bf_rollup_limits *lim, struct bf_rollup *r,
+                      char *err, size_t errlen)
 {
     r->n = 0;
     r->needs_in = 0;
@@ -642,8 +642,8 @@ int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const ch
         }
     }
     r->arrival_ns = r->timestamp_ns;
-    if (lim->recv_ns && (r->timestamp_ns > lim->recv_ns ||
-                         r->timestamp_ns < lim->recv_ns - BF_ROLLUP_MAX_AGE_NS)) {
+    if (lim->recv_ns &&
+        (r->timestamp_ns > lim->recv_ns || r->timestamp_ns < lim->recv_ns - BF_ROLLUP_MAX_AGE_NS)) {
         r->arrival_ns = lim->recv_ns; /* in the future or stale: receive time orders it */
         r->timestamp_clamped = true;
     }

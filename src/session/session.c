@@ -972,10 +972,11 @@ static void on_small_frame(struct sess *s, int payload, const uint8_t *msg, size
     }
     ProtobufCMessage *m = NULL;
     struct bf_pb_decode_info info;
-    int rc = sub || !sublen ? bf_pb_unpack(ack ? &bigfleet__v1alpha1__reclaim_ack__descriptor
-                                               : &bigfleet__v1alpha1__bootstrap_blob_response__descriptor,
-                                           sub, sublen, &m, &info)
-                            : -EBADMSG;
+    int rc = sub || !sublen
+                 ? bf_pb_unpack(ack ? &bigfleet__v1alpha1__reclaim_ack__descriptor
+                                    : &bigfleet__v1alpha1__bootstrap_blob_response__descriptor,
+                                sub, sublen, &m, &info)
+                 : -EBADMSG;
     free(joined);
     if (rc == 0)
         ss->lc.unknown_fields += info.unknown_fields;

@@ -37,13 +37,14 @@
 #define SS_RECLAIM_TTL_NS      (600LL * 1000000000LL)
 #define SS_BOOT_MAX            65536u /* bootstrap requests in flight */
 /* hostile peers (docs/security.md) */
-#define SS_SMALL_MESSAGE_MAX   4096u                 /* InspectNeedsRequest */
-#define SS_HELLO_MAX           (64u << 10)           /* a stream's frames until its Hello is in */
-#define SS_SMALL_FRAME_MAX     (64u << 10)           /* Hello, ReclaimAck after the Hello */
-#define SS_STREAM_IDLE_NS      (600LL * 1000000000LL) /* a Session without any frame (rollups
-                                                        come every cycle, ~10 s) */
-#define SS_CONN_IDLE_NS        (300LL * 1000000000LL) /* a connection without calls */
-#define SS_MAX_STREAMS_PER_CONN 100u                 /* gRPC's default; an operator uses 1 */
+#define SS_SMALL_MESSAGE_MAX 4096u       /* InspectNeedsRequest */
+#define SS_HELLO_MAX         (64u << 10) /* a stream's frames until its Hello is in */
+#define SS_SMALL_FRAME_MAX   (64u << 10) /* Hello, ReclaimAck after the Hello */
+#define SS_STREAM_IDLE_NS                                                                          \
+    (600LL * 1000000000LL)                             /* a Session without any frame (rollups     \
+                                                         come every cycle, ~10 s) */
+#define SS_CONN_IDLE_NS         (300LL * 1000000000LL) /* a connection without calls */
+#define SS_MAX_STREAMS_PER_CONN 100u                   /* gRPC's default; an operator uses 1 */
 
 /* ------------------------------------------------------------ u64 map */
 

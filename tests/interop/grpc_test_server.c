@@ -390,8 +390,7 @@ static void http_handler(const struct bf_net_http_request *req, struct bf_net_ht
             (unsigned long long)st.conns_rejected, (unsigned long long)st.keepalive_timeouts,
             (unsigned long long)st.inbound_budget_refusals,
             (unsigned long long)st.inbound_buffered_bytes,
-            (unsigned long long)st.inbound_conn_refusals,
-            (unsigned long long)st.stalled_messages);
+            (unsigned long long)st.inbound_conn_refusals, (unsigned long long)st.stalled_messages);
         return;
     }
     if (strcmp(req->path, "/metrics") == 0) {
@@ -489,7 +488,8 @@ int main(int argc, char **argv)
         default:
             fprintf(stderr,
                     "usage: %s [--addr A] [--http-addr A] [--tls-cert F --tls-key F "
-                    "[--tls-ca F]] [--max-recv N] [--max-streams N] [--max-inbound BYTES] [--max-inbound-per-conn BYTES] [--stall-timeout-ms N]\n",
+                    "[--tls-ca F]] [--max-recv N] [--max-streams N] [--max-inbound BYTES] "
+                    "[--max-inbound-per-conn BYTES] [--stall-timeout-ms N]\n",
                     argv[0]);
             return 2;
         }

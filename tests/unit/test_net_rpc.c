@@ -1385,7 +1385,6 @@ START_TEST(client_can_be_freed_inside_its_own_callback_and_free_cancels_the_rest
 }
 END_TEST
 
-
 static bool stats_idle_closed(void *arg)
 {
     struct bf_net_stats st;

@@ -212,7 +212,10 @@ START_TEST(malformed_wire_data_is_rejected)
         {"field number 0", "\x00\x01", 2},
         {"11-byte varint", "\x10\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 12},
         {"10th varint byte above 1", "\x10\xff\xff\xff\xff\xff\xff\xff\xff\xff\x02", 11},
-        {"length past the end", "\x0a\x05" "abc", 5},
+        {"length past the end",
+         "\x0a\x05"
+         "abc",
+         5},
         {"truncated fixed64 (unknown field)", "\x49\x01\x02", 3},
         {"string field as varint", "\x08\x01", 2},
         {"int32 field as length", "\x12\x01\x00", 3},

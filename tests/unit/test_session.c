@@ -121,8 +121,7 @@ static int dim(const char *name)
 /* The ingest thread's use of bf_rollup_convert without quotas: names the
  * registry lacks are registered after a clean pass, then converted again. */
 static int conv(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cid, uint32_t cref,
-                uint32_t max_rows, uint64_t reserve, struct bf_rollup *r, char *err,
-                size_t errlen)
+                uint32_t max_rows, uint64_t reserve, struct bf_rollup *r, char *err, size_t errlen)
 {
     struct bf_rollup_limits lim = {.max_rows = max_rows,
                                    .strtab_reserve = reserve,
@@ -378,14 +377,11 @@ START_TEST(rollup_rejects_too_many_needs_malformed_bytes_and_foreign_cluster)
     char err[256];
     ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 2, 0, &r, err, sizeof err), -E2BIG);
     ck_assert_ptr_nonnull(strstr(err, "3 needs"));
-    ck_assert_int_eq(conv(&g_s, buf, len, "c2", 1, 10, 0, &r, err, sizeof err),
-                     -EINVAL);
+    ck_assert_int_eq(conv(&g_s, buf, len, "c2", 1, 10, 0, &r, err, sizeof err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "does not match"));
-    ck_assert_int_eq(conv(&g_s, buf, len - 1, "c1", 1, 10, 0, &r, err, sizeof err),
-                     -EBADMSG);
+    ck_assert_int_eq(conv(&g_s, buf, len - 1, "c1", 1, 10, 0, &r, err, sizeof err), -EBADMSG);
     uint8_t junk[] = {0x1a, 0x02, 0x08, 0x80}; /* need whose requirement varint is truncated */
-    ck_assert_int_eq(
-        conv(&g_s, junk, sizeof junk, "c1", 1, 10, 0, &r, err, sizeof err), -EBADMSG);
+    ck_assert_int_eq(conv(&g_s, junk, sizeof junk, "c1", 1, 10, 0, &r, err, sizeof err), -EBADMSG);
     ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 10, 0, &r, err, sizeof err), 0);
     ck_assert_uint_eq(r.n, 3);
     bf_rollup_free(&r);
@@ -414,9 +410,8 @@ START_TEST(repeated_rollup_interns_nothing_new_and_reserve_guards_the_string_tab
     nb_req(&b, "k2", 3, NULL, NULL);
     free(buf);
     buf = pack_rollup("c1", 1, &b, 1, &len);
-    ck_assert_int_eq(
-        conv(&g_s, buf, len, "c1", 1, 10, g_s.arena_bytes, &r, err, sizeof err),
-        -ENOSPC);
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 10, g_s.arena_bytes, &r, err, sizeof err),
+                     -ENOSPC);
     ck_assert_ptr_nonnull(strstr(err, "string table"));
     ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.arena_used), used);
     bf_rollup_free(&r);
@@ -439,14 +434,12 @@ START_TEST(empty_rollup_converts_to_zero_rows)
 }
 END_TEST
 
-
 /* ------------------------------------------------------------ hostile input */
 
 static struct bf_rollup_limits open_limits(void)
 {
-    return (struct bf_rollup_limits){.max_rows = 100,
-                                     .strtab_quota = UINT64_MAX,
-                                     .max_priority = INT32_MAX};
+    return (struct bf_rollup_limits){
+        .max_rows = 100, .strtab_quota = UINT64_MAX, .max_priority = INT32_MAX};
 }
 
 START_TEST(unknown_resource_names_are_listed_never_registered_by_convert)
@@ -504,8 +497,7 @@ START_TEST(group_and_string_table_quotas_reject_with_the_quota_named)
     char err[256];
     struct bf_rollup_limits lim = open_limits();
     lim.max_groups = 2;
-    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &r, err, sizeof err),
-                     -E2BIG);
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &r, err, sizeof err), -E2BIG);
     ck_assert_str_eq(r.over_quota, "groups");
     ck_assert_ptr_nonnull(strstr(err, "--cluster-max-groups"));
     lim.max_groups = 3;
@@ -528,8 +520,7 @@ START_TEST(group_and_string_table_quotas_reject_with_the_quota_named)
     /* too many Needs for the cluster: refused before decoding */
     lim = open_limits();
     lim.max_rows = 2;
-    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &r, err, sizeof err),
-                     -E2BIG);
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &r, err, sizeof err), -E2BIG);
     ck_assert_str_eq(r.over_quota, "needs");
     bf_rollup_free(&r);
     free(buf);
@@ -617,8 +608,7 @@ START_TEST(oversized_needs_and_groups_are_rejected_before_interning)
     char err[256];
     uint64_t used = atomic_load(&g_s.inv->strtab.arena_used);
     struct bf_rollup_limits lim = open_limits();
-    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &r, err, sizeof err),
-                     -E2BIG);
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &r, err, sizeof err), -E2BIG);
     ck_assert_ptr_nonnull(strstr(err, "group id"));
     ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.arena_used), used);
     free(buf);
@@ -629,8 +619,7 @@ START_TEST(oversized_needs_and_groups_are_rejected_before_interning)
     nb_init(&b, 1);
     nb_req(&b, "k", 1, huge, NULL);
     buf = pack_rollup("c1", 1, &b, 1, &len);
-    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &r, err, sizeof err),
-                     -E2BIG);
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &r, err, sizeof err), -E2BIG);
     ck_assert_ptr_nonnull(strstr(err, "CapacityNeed of"));
     ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.arena_used), used);
     bf_rollup_free(&r);
