@@ -2,9 +2,9 @@
  * bigfleet/session.h — the pure, separately testable parts of the session
  * process (the operator protocol, reference/shard.md §4, seed 000 §5):
  *
- *   - a protobuf wire scanner (no allocation) used to route an
- *     OperatorMessage without unpacking a large rollup on the event loop,
- *     and to pre-count a rollup's Needs before decoding it;
+ *   - OperatorMessage routing and a rollup pre-count on the protobuf wire
+ *     reader (bigfleet/pbwire.h, no allocation), so a large rollup is not
+ *     unpacked on the event loop;
  *   - rollup conversion: ClusterCapacityNeeds -> Need rows (profile and
  *     fingerprint interned, group interned, aggregate/min_unit vectors,
  *     duplicates merged, bad input rejected with a message);
@@ -27,44 +27,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bigfleet/pbwire.h"
 #include "bigfleet/shm.h"
 
 /* ================================================================ wire scan */
-
-/* Protobuf wire types. */
-#define BF_PB_VARINT 0
-#define BF_PB_I64    1
-#define BF_PB_LEN    2
-#define BF_PB_I32    5
-
-/* One field as found on the wire. For BF_PB_LEN, p/len are the payload; for
- * the others `varint` holds the value (fixed-width values little-endian). */
-struct bf_pb_field {
-    uint32_t num;
-    uint8_t wt;
-    uint64_t varint;
-    const uint8_t *p;
-    size_t len;
-    const uint8_t *start; /* first byte of the tag */
-};
-
-struct bf_pb_reader {
-    const uint8_t *p;
-    const uint8_t *end;
-};
-
-static inline void bf_pb_reader_init(struct bf_pb_reader *r, const uint8_t *buf, size_t len)
-{
-    r->p = buf;
-    r->end = buf + len;
-}
-/*
- * Reads the next field. Returns 1 with *f filled, 0 at the end of the
- * buffer, -EBADMSG for malformed input (truncated varint or length, a
- * varint longer than 10 bytes, field number 0, groups (wire types 3/4) or
- * wire types 6/7).
- */
-int bf_pb_next(struct bf_pb_reader *r, struct bf_pb_field *f);
 
 /*
  * Classifies an OperatorMessage (shard.proto) without unpacking it: the

@@ -8,10 +8,11 @@
  * Machine is walked once (field numbers of wire.md §4), its strings stay
  * slices of the reply buffer, and its maps are walked again only when the
  * caller needs them (the reconciler's fast path reads id and state only).
- * The walker follows the protobuf encoding rules: varints up to 10 bytes,
- * length-delimited fields bounded by their parent, unknown fields skipped by
- * wire type, last occurrence of a scalar wins, embedded messages (host,
- * resources) merge across occurrences. Group wire types (3, 4) are refused.
+ * The walker runs on the protobuf wire reader (bigfleet/pbwire.h: varints up
+ * to 10 bytes and 64 bits, length-delimited fields bounded by their parent,
+ * groups refused); unknown fields are skipped by wire type, the last
+ * occurrence of a scalar wins, embedded messages (host, resources) merge
+ * across occurrences.
  * The shape hash (XXH3-128 over fields 4, 5, 6, 9, 10, 13 as on the wire)
  * lets the caller cache the interned machine profile per shape.
  */
@@ -21,104 +22,29 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
+#include "bigfleet/pbwire.h"
 #include "bigfleet/provider.h"
-
-enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
-
-static int rd_varint(const uint8_t **pp, const uint8_t *end, uint64_t *v)
-{
-    const uint8_t *p = *pp;
-    uint64_t x = 0;
-    for (int shift = 0; shift < 70; shift += 7) {
-        if (p >= end)
-            return -EBADMSG;
-        uint8_t b = *p++;
-        x |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *pp = p;
-            *v = x;
-            return 0;
-        }
-    }
-    return -EBADMSG;
-}
-
-/* Reads one field header and, for LEN fields, the payload slice; for other
- * wire types the value (varint) or the 8/4 raw bytes (in *v). */
-struct field {
-    uint32_t num;
-    int wt;
-    uint64_t v;
-    const uint8_t *data; /* LEN payload, or the field's first byte */
-    size_t len;
-    const uint8_t *start; /* tag start (for hashing the raw field) */
-    const uint8_t *stop;  /* one past the field */
-};
-
-static int rd_field(const uint8_t **pp, const uint8_t *end, struct field *f)
-{
-    uint64_t tag;
-    f->start = *pp;
-    if (rd_varint(pp, end, &tag))
-        return -EBADMSG;
-    if ((tag >> 3) == 0 || (tag >> 3) > 0x1fffffff)
-        return -EBADMSG;
-    f->num = (uint32_t)(tag >> 3);
-    f->wt = (int)(tag & 7);
-    switch (f->wt) {
-    case WT_VARINT:
-        if (rd_varint(pp, end, &f->v))
-            return -EBADMSG;
-        break;
-    case WT_I64:
-        if (end - *pp < 8)
-            return -EBADMSG;
-        memcpy(&f->v, *pp, 8); /* little-endian host (x86-64/arm64) */
-        *pp += 8;
-        break;
-    case WT_I32: {
-        if (end - *pp < 4)
-            return -EBADMSG;
-        uint32_t x;
-        memcpy(&x, *pp, 4);
-        f->v = x;
-        *pp += 4;
-        break;
-    }
-    case WT_LEN: {
-        uint64_t l;
-        if (rd_varint(pp, end, &l) || l > (uint64_t)(end - *pp))
-            return -EBADMSG;
-        f->data = *pp;
-        f->len = (size_t)l;
-        *pp += l;
-        break;
-    }
-    default:
-        return -EBADMSG; /* groups (3, 4) and 6, 7 */
-    }
-    f->stop = *pp;
-    return 0;
-}
 
 /* Validates a map entry {1: key (LEN), 2: value (LEN)} and returns its parts. */
 static int map_entry(const uint8_t *p, size_t len, struct bf_prov_bytes *k, struct bf_prov_bytes *v)
 {
-    const uint8_t *end = p + len;
+    struct bf_pb_reader r;
+    struct bf_pb_field f;
+    int rc;
     k->p = v->p = NULL;
     k->len = v->len = 0;
-    while (p < end) {
-        struct field f;
-        if (rd_field(&p, end, &f))
-            return -EBADMSG;
+    bf_pb_reader_init(&r, p, len);
+    while ((rc = bf_pb_next(&r, &f)) == 1) {
         if (f.num == 1 || f.num == 2) {
-            if (f.wt != WT_LEN)
+            if (f.wt != BF_PB_LEN)
                 return -EBADMSG;
             struct bf_prov_bytes *t = f.num == 1 ? k : v;
-            t->p = f.data;
+            t->p = f.p;
             t->len = f.len;
         }
     }
+    if (rc)
+        return -EBADMSG;
     if (!k->p)
         k->p = (const uint8_t *)"";
     if (!v->p)
@@ -129,38 +55,38 @@ static int map_entry(const uint8_t *p, size_t len, struct bf_prov_bytes *k, stru
 /* Counts (and validates) the entries of a Resources message. */
 static int resources_count(const uint8_t *p, size_t len, uint32_t *n)
 {
-    const uint8_t *end = p + len;
-    while (p < end) {
-        struct field f;
-        if (rd_field(&p, end, &f))
-            return -EBADMSG;
+    struct bf_pb_reader r;
+    struct bf_pb_field f;
+    int rc;
+    bf_pb_reader_init(&r, p, len);
+    while ((rc = bf_pb_next(&r, &f)) == 1) {
         if (f.num == 1) {
             struct bf_prov_bytes k, v;
-            if (f.wt != WT_LEN || map_entry(f.data, f.len, &k, &v))
+            if (f.wt != BF_PB_LEN || map_entry(f.p, f.len, &k, &v))
                 return -EBADMSG;
             (*n)++;
         }
     }
-    return 0;
+    return rc ? -EBADMSG : 0;
 }
 
 static int host_decode(const uint8_t *p, size_t len, struct bf_prov_machine *m)
 {
-    const uint8_t *end = p + len;
+    struct bf_pb_reader r;
+    struct bf_pb_field f;
+    int rc;
     m->has_host = true;
-    while (p < end) {
-        struct field f;
-        if (rd_field(&p, end, &f))
-            return -EBADMSG;
+    bf_pb_reader_init(&r, p, len);
+    while ((rc = bf_pb_next(&r, &f)) == 1) {
         if (f.num == 1 || f.num == 2) {
-            if (f.wt != WT_LEN)
+            if (f.wt != BF_PB_LEN)
                 return -EBADMSG;
             struct bf_prov_bytes *t = f.num == 1 ? &m->host_provider : &m->host_ref;
-            t->p = f.data;
+            t->p = f.p;
             t->len = f.len;
         }
     }
-    return 0;
+    return rc ? -EBADMSG : 0;
 }
 
 int bf_prov_machine_decode(const uint8_t *p, size_t len, struct bf_prov_machine *m)
@@ -175,11 +101,11 @@ int bf_prov_machine_decode(const uint8_t *p, size_t len, struct bf_prov_machine 
         strs[i]->p = empty;
     XXH3_state_t hs;
     XXH3_128bits_reset(&hs);
-    const uint8_t *end = m->buf + len, *q = m->buf;
-    while (q < end) {
-        struct field f;
-        if (rd_field(&q, end, &f))
-            return -EBADMSG;
+    struct bf_pb_reader r;
+    struct bf_pb_field f;
+    int rc;
+    bf_pb_reader_init(&r, m->buf, len);
+    while ((rc = bf_pb_next(&r, &f)) == 1) {
         struct bf_prov_bytes *s = NULL;
         switch (f.num) {
         case 1:
@@ -199,19 +125,18 @@ int bf_prov_machine_decode(const uint8_t *p, size_t len, struct bf_prov_machine 
             break;
         case 2:
         case 6:
-            if (f.wt != WT_VARINT)
+            if (f.wt != BF_PB_VARINT)
                 return -EBADMSG;
             if (f.num == 2)
-                m->state = (int32_t)(uint32_t)f.v;
+                m->state = (int32_t)(uint32_t)f.varint;
             else
-                m->capacity_type = (int32_t)(uint32_t)f.v;
+                m->capacity_type = (int32_t)(uint32_t)f.varint;
             break;
         case 7:
         case 8: {
-            if (f.wt != WT_I64)
+            if (f.wt != BF_PB_I64)
                 return -EBADMSG;
-            double d;
-            memcpy(&d, &f.v, 8);
+            double d = bf_pb_double(f.varint);
             if (f.num == 7)
                 m->price_per_hour = d;
             else
@@ -219,19 +144,19 @@ int bf_prov_machine_decode(const uint8_t *p, size_t len, struct bf_prov_machine 
             break;
         }
         case 3:
-            if (f.wt != WT_LEN || host_decode(f.data, f.len, m))
+            if (f.wt != BF_PB_LEN || host_decode(f.p, f.len, m))
                 return -EBADMSG;
             break;
         case 9:
         case 13:
-            if (f.wt != WT_LEN ||
-                resources_count(f.data, f.len, f.num == 9 ? &m->n_resources : &m->n_allocatable))
+            if (f.wt != BF_PB_LEN ||
+                resources_count(f.p, f.len, f.num == 9 ? &m->n_resources : &m->n_allocatable))
                 return -EBADMSG;
             break;
         case 10:
         case 15: {
             struct bf_prov_bytes k, v;
-            if (f.wt != WT_LEN || map_entry(f.data, f.len, &k, &v))
+            if (f.wt != BF_PB_LEN || map_entry(f.p, f.len, &k, &v))
                 return -EBADMSG;
             if (f.num == 10)
                 m->n_labels++;
@@ -243,14 +168,16 @@ int bf_prov_machine_decode(const uint8_t *p, size_t len, struct bf_prov_machine 
             break; /* unknown or reserved (11): skipped */
         }
         if (s) {
-            if (f.wt != WT_LEN)
+            if (f.wt != BF_PB_LEN)
                 return -EBADMSG;
-            s->p = f.data;
+            s->p = f.p;
             s->len = f.len;
         }
         if (f.num == 4 || f.num == 5 || f.num == 6 || f.num == 9 || f.num == 10 || f.num == 13)
-            XXH3_128bits_update(&hs, f.start, (size_t)(f.stop - f.start));
+            XXH3_128bits_update(&hs, f.start, (size_t)(f.end - f.start));
     }
+    if (rc)
+        return -EBADMSG;
     XXH128_hash_t h = XXH3_128bits_digest(&hs);
     m->shape_hash[0] = h.low64;
     m->shape_hash[1] = h.high64;
@@ -267,62 +194,69 @@ void bf_prov_map_iter_init(struct bf_prov_map_iter *it, const struct bf_prov_mac
     it->nested = which == BF_PROV_MAP_RESOURCES || which == BF_PROV_MAP_ALLOCATABLE;
 }
 
+/* One field of [*pp, end), advancing *pp: 1, 0 at the end, -EBADMSG. */
+static int next_at(const uint8_t **pp, const uint8_t *end, struct bf_pb_field *f)
+{
+    struct bf_pb_reader r = {*pp, end};
+    int rc = bf_pb_next(&r, f);
+    *pp = r.p;
+    return rc;
+}
+
 int bf_prov_map_next(struct bf_prov_map_iter *it, struct bf_prov_bytes *key,
                      struct bf_prov_bytes *value)
 {
+    struct bf_pb_field f;
+    int rc;
     for (;;) {
         if (it->nested && it->ip && it->ip < it->iend) {
-            struct field f;
-            if (rd_field(&it->ip, it->iend, &f))
+            if ((rc = next_at(&it->ip, it->iend, &f)) < 0)
                 return -EBADMSG;
             if (f.num != 1)
                 continue;
-            if (f.wt != WT_LEN)
+            if (f.wt != BF_PB_LEN)
                 return -EBADMSG;
-            return map_entry(f.data, f.len, key, value) ? -EBADMSG : 1;
+            return map_entry(f.p, f.len, key, value) ? -EBADMSG : 1;
         }
-        if (it->p >= it->end)
-            return 0;
-        struct field f;
-        if (rd_field(&it->p, it->end, &f))
-            return -EBADMSG;
+        if ((rc = next_at(&it->p, it->end, &f)) <= 0)
+            return rc;
         if (f.num != it->field)
             continue;
-        if (f.wt != WT_LEN)
+        if (f.wt != BF_PB_LEN)
             return -EBADMSG;
         if (it->nested) {
-            it->ip = f.data;
-            it->iend = f.data + f.len;
+            it->ip = f.p;
+            it->iend = f.p + f.len;
             continue;
         }
-        return map_entry(f.data, f.len, key, value) ? -EBADMSG : 1;
+        return map_entry(f.p, f.len, key, value) ? -EBADMSG : 1;
     }
 }
 
 int bf_prov_list_decode(const uint8_t *p, size_t len, struct bf_prov_list *l)
 {
     static const uint8_t empty[1] = {0};
+    struct bf_pb_reader r;
+    struct bf_pb_field f;
+    int rc;
     memset(l, 0, sizeof *l);
     l->buf = p ? p : empty;
     l->len = len;
     l->revision.p = empty;
-    const uint8_t *q = l->buf, *end = l->buf + len;
-    while (q < end) {
-        struct field f;
-        if (rd_field(&q, end, &f))
-            return -EBADMSG;
+    bf_pb_reader_init(&r, l->buf, len);
+    while ((rc = bf_pb_next(&r, &f)) == 1) {
         if (f.num == 1 || f.num == 2) {
-            if (f.wt != WT_LEN)
+            if (f.wt != BF_PB_LEN)
                 return -EBADMSG;
             if (f.num == 1) {
                 l->n_machines++;
             } else {
-                l->revision.p = f.data;
+                l->revision.p = f.p;
                 l->revision.len = f.len;
             }
         }
     }
-    return 0;
+    return rc ? -EBADMSG : 0;
 }
 
 void bf_prov_list_iter_init(struct bf_prov_list_iter *it, const struct bf_prov_list *l)
@@ -333,48 +267,49 @@ void bf_prov_list_iter_init(struct bf_prov_list_iter *it, const struct bf_prov_l
 
 int bf_prov_list_next(struct bf_prov_list_iter *it, struct bf_prov_bytes *machine)
 {
-    while (it->p < it->end) {
-        struct field f;
-        if (rd_field(&it->p, it->end, &f))
-            return -EBADMSG;
+    struct bf_pb_field f;
+    int rc;
+    while ((rc = next_at(&it->p, it->end, &f)) == 1) {
         if (f.num == 1) {
-            if (f.wt != WT_LEN)
+            if (f.wt != BF_PB_LEN)
                 return -EBADMSG;
-            machine->p = f.data;
+            machine->p = f.p;
             machine->len = f.len;
             return 1;
         }
     }
-    return 0;
+    return rc;
 }
 
 int bf_prov_ack_decode(const uint8_t *p, size_t len, struct bf_prov_ack *a)
 {
     static const uint8_t empty[1] = {0};
+    struct bf_pb_reader r;
+    struct bf_pb_field f;
+    int rc;
     memset(a, 0, sizeof *a);
     a->operation_id.p = empty;
-    const uint8_t *q = p ? p : empty, *end = q + len;
+    bf_pb_reader_init(&r, p ? p : empty, len);
     const uint8_t *mp = NULL;
     size_t ml = 0;
-    while (q < end) {
-        struct field f;
-        if (rd_field(&q, end, &f))
-            return -EBADMSG;
+    while ((rc = bf_pb_next(&r, &f)) == 1) {
         if (f.num == 1 || f.num == 2) {
-            if (f.wt != WT_LEN)
+            if (f.wt != BF_PB_LEN)
                 return -EBADMSG;
             if (f.num == 1) {
-                a->operation_id.p = f.data;
+                a->operation_id.p = f.p;
                 a->operation_id.len = f.len;
             } else {
                 /* a split sub-message would merge; a provider never splits it, and
                  * the last occurrence is what a TransitionAck means */
-                mp = f.data;
+                mp = f.p;
                 ml = f.len;
                 a->has_machine = true;
             }
         }
     }
+    if (rc)
+        return -EBADMSG;
     if (a->has_machine)
         return bf_prov_machine_decode(mp, ml, &a->machine);
     return 0;

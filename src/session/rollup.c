@@ -441,7 +441,7 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
         case 5: /* spread */
             if (f.wt != BF_PB_LEN)
                 goto bad;
-            if (key_append(sc, f.start, (size_t)(rd.p - f.start)))
+            if (key_append(sc, f.start, (size_t)(f.end - f.start)))
                 return -ENOMEM;
             break;
         case 3: /* priority */
@@ -455,7 +455,7 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
         case 7: /* reclamation bucket */
             if (f.wt != BF_PB_VARINT)
                 goto bad;
-            if (key_append(sc, f.start, (size_t)(rd.p - f.start)))
+            if (key_append(sc, f.start, (size_t)(f.end - f.start)))
                 return -ENOMEM;
             break;
         case 2:

@@ -1,85 +1,18 @@
 /*
- * wire.c — a minimal protobuf wire scanner for the session (see
+ * wire.c — the session's scans of operator messages (see
  * bigfleet/session.h): route an OperatorMessage without unpacking it,
  * pre-count a rollup's Needs, read Hello.cluster_id byte-exact.
  *
- * Design notes: no allocation except bf_opmsg_member_bytes' result; every
- * length is checked against the remaining buffer before use (lengths are
- * 64-bit on the wire), so malformed input yields -EBADMSG, never a read
- * past the end.
+ * Design notes: every scan runs on the protobuf wire reader
+ * (bigfleet/pbwire.h), which bounds every length by the buffer, so malformed
+ * input yields -EBADMSG, never a read past the end. No allocation except
+ * bf_opmsg_member_bytes' result.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bigfleet/session.h"
-
-static int read_varint(struct bf_pb_reader *r, uint64_t *v)
-{
-    uint64_t x = 0;
-    for (int shift = 0; shift < 70; shift += 7) {
-        if (r->p >= r->end)
-            return -EBADMSG;
-        uint8_t b = *r->p++;
-        if (shift == 63 && (b & 0x7e))
-            return -EBADMSG; /* more than 64 bits */
-        x |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *v = x;
-            return 0;
-        }
-    }
-    return -EBADMSG;
-}
-
-int bf_pb_next(struct bf_pb_reader *r, struct bf_pb_field *f)
-{
-    if (r->p >= r->end)
-        return 0;
-    f->start = r->p;
-    uint64_t tag;
-    if (read_varint(r, &tag) != 0)
-        return -EBADMSG;
-    uint64_t num = tag >> 3;
-    if (num == 0 || num > 536870911u)
-        return -EBADMSG;
-    f->num = (uint32_t)num;
-    f->wt = (uint8_t)(tag & 7);
-    f->p = NULL;
-    f->len = 0;
-    f->varint = 0;
-    switch (f->wt) {
-    case BF_PB_VARINT:
-        return read_varint(r, &f->varint) == 0 ? 1 : -EBADMSG;
-    case BF_PB_I64:
-        if (r->end - r->p < 8)
-            return -EBADMSG;
-        for (int i = 7; i >= 0; i--)
-            f->varint = f->varint << 8 | r->p[i];
-        r->p += 8;
-        return 1;
-    case BF_PB_I32:
-        if (r->end - r->p < 4)
-            return -EBADMSG;
-        for (int i = 3; i >= 0; i--)
-            f->varint = f->varint << 8 | r->p[i];
-        r->p += 4;
-        return 1;
-    case BF_PB_LEN: {
-        uint64_t l;
-        if (read_varint(r, &l) != 0)
-            return -EBADMSG;
-        if (l > (uint64_t)(r->end - r->p))
-            return -EBADMSG;
-        f->p = r->p;
-        f->len = (size_t)l;
-        r->p += l;
-        return 1;
-    }
-    default:
-        return -EBADMSG; /* groups and reserved wire types */
-    }
-}
 
 int bf_opmsg_classify(const uint8_t *msg, size_t len, int *payload, const uint8_t **sub,
                       size_t *sublen, uint32_t *parts)

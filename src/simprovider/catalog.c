@@ -121,21 +121,20 @@ int sim_type_validate(const struct bf_sim_type *t, char *err, size_t err_len)
 static uint8_t *put_entry(uint8_t *p, uint32_t field, const char *k, const char *v)
 {
     size_t kl = strlen(k), vl = strlen(v);
-    size_t body = (kl ? sim_ld_len(1, kl) : 0) + (vl ? sim_ld_len(2, vl) : 0);
-    *p++ = (uint8_t)(field << 3 | 2);
-    p = sim_put_varint(p, body);
+    size_t body = (kl ? bf_pb_ld_len(1, kl) : 0) + (vl ? bf_pb_ld_len(2, vl) : 0);
+    p = bf_pb_put_ld_header(p, field, body);
     if (kl)
-        p = sim_put_ld(p, 1, k, kl);
+        p = bf_pb_put_ld(p, 1, k, kl);
     if (vl)
-        p = sim_put_ld(p, 2, v, vl);
+        p = bf_pb_put_ld(p, 2, v, vl);
     return p;
 }
 
 static size_t entry_len(uint32_t field, const char *k, const char *v)
 {
     size_t kl = strlen(k), vl = strlen(v);
-    size_t body = (kl ? sim_ld_len(1, kl) : 0) + (vl ? sim_ld_len(2, vl) : 0);
-    return sim_ld_len(field, body);
+    size_t body = (kl ? bf_pb_ld_len(1, kl) : 0) + (vl ? bf_pb_ld_len(2, vl) : 0);
+    return bf_pb_ld_len(field, body);
 }
 
 int sim_type_prepare(struct sim_type *st)

@@ -658,14 +658,13 @@ static void reply_ack(struct bf_sim *s, uint64_t op, uint32_t i, struct bf_sim_r
     char ops[32];
     size_t ol = (size_t)snprintf(ops, sizeof ops, "op-%llu", (unsigned long long)op);
     size_t n = sim_machine_size(s, i);
-    size_t total = sim_ld_len(1, ol) + sim_ld_len(2, n);
+    size_t total = bf_pb_ld_len(1, ol) + bf_pb_ld_len(2, n);
     if (!n || reply_reserve(r, total)) {
         reply_err(r, BF_SIM_INTERNAL, "simulated provider: out of memory");
         return;
     }
-    uint8_t *p = sim_put_ld(r->body, 1, ops, ol);
-    p = sim_put_varint(p, 2 << 3 | 2);
-    p = sim_put_varint(p, n);
+    uint8_t *p = bf_pb_put_ld(r->body, 1, ops, ol);
+    p = bf_pb_put_ld_header(p, 2, n);
     p = sim_machine_write(s, i, p);
     r->len = (size_t)(p - r->body);
 }
@@ -1013,13 +1012,12 @@ static bool list_emit(struct bf_sim *s, struct list_run *lr, uint32_t i, struct 
     if (!(lr->mask & (1u << s->m[i].state)))
         return true;
     size_t n = sim_machine_size(s, i);
-    if (!n || reply_reserve(r, sim_ld_len(1, n))) {
+    if (!n || reply_reserve(r, bf_pb_ld_len(1, n))) {
         lr->oom = true;
         return false;
     }
     uint8_t *p = r->body + r->len;
-    *p++ = 1 << 3 | 2;
-    p = sim_put_varint(p, n);
+    p = bf_pb_put_ld_header(p, 1, n);
     p = sim_machine_write(s, i, p);
     r->len = (size_t)(p - r->body);
     lr->count++;
@@ -1050,7 +1048,7 @@ static void list_run(struct bf_sim *s, const struct bf_sim_list_args *a, struct 
             if (!n || n > UINT32_MAX)
                 lr.oom = true;
             sz[i] = (uint32_t)n;
-            total += sim_ld_len(1, n);
+            total += bf_pb_ld_len(1, n);
         }
         if (!lr.oom && reply_reserve(r, total + 32))
             lr.oom = true;
@@ -1058,8 +1056,7 @@ static void list_run(struct bf_sim *s, const struct bf_sim_list_args *a, struct 
             if (!sz[i])
                 continue;
             uint8_t *p = r->body + r->len;
-            *p++ = 1 << 3 | 2;
-            p = sim_put_varint(p, sz[i]);
+            p = bf_pb_put_ld_header(p, 1, sz[i]);
             p = sim_machine_write(s, i, p);
             r->len = (size_t)(p - r->body);
         }
@@ -1098,11 +1095,11 @@ static void list_run(struct bf_sim *s, const struct bf_sim_list_args *a, struct 
     char rev[24];
     size_t rl =
         (size_t)snprintf(rev, sizeof rev, "%lld", (long long)(lr.truncated ? lr.last : s->rev));
-    if (reply_reserve(r, sim_ld_len(2, rl))) {
+    if (reply_reserve(r, bf_pb_ld_len(2, rl))) {
         reply_err(r, BF_SIM_INTERNAL, "simulated provider: out of memory");
         return;
     }
-    r->len = (size_t)(sim_put_ld(r->body + r->len, 2, rev, rl) - r->body);
+    r->len = (size_t)(bf_pb_put_ld(r->body + r->len, 2, rev, rl) - r->body);
 }
 
 void bf_sim_list(struct bf_sim *s, const struct bf_sim_list_args *a, int64_t now_ns,

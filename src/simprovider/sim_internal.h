@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "bigfleet/model.h"
+#include "bigfleet/pbwire.h"
 #include "bigfleet/simprovider.h"
 
 /* ------------------------------------------------------------ growable bytes */
@@ -314,14 +315,9 @@ uint32_t sim_type_by_name(const struct bf_sim *s, const char *name, size_t len);
 
 /* ------------------------------------------------------------ wire.c */
 
-/* Wire writer primitives. */
-size_t sim_varint_len(uint64_t v);
-uint8_t *sim_put_varint(uint8_t *p, uint64_t v);
-/* field with wire type 2 (tag, length, bytes) */
-size_t sim_ld_len(uint32_t field, size_t n);
-uint8_t *sim_put_ld(uint8_t *p, uint32_t field, const void *data, size_t n);
-
-/* Request decoders (byte-exact, borrow from the input). 0 or -EINVAL. */
+/* Request decoders (byte-exact, borrow from the input) on the protobuf wire
+ * reader (bigfleet/pbwire.h). 0, -EBADMSG (malformed), or -ENOMEM
+ * (sim_decode_lifecycle's metadata array). */
 int sim_decode_lifecycle(int kind, const uint8_t *p, size_t len, struct bf_sim_request *q,
                          struct bf_sim_md_entry **md_out);
 int sim_decode_ref(const uint8_t *p, size_t len, struct bf_sim_bytes *id);

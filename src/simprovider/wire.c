@@ -6,16 +6,17 @@
  *   - Decoders borrow from the input buffer and keep every string as
  *     (pointer, length), so a NUL inside machine_id, cluster_id or a
  *     shard_metadata key survives (protobuf-c's char * fields cannot carry
- *     it). Unknown fields are skipped (reserved numbers included: older peers
- *     may still send them); a known field with the wrong wire type, a
- *     truncated varint or length, or a group wire type is malformed (-EINVAL).
+ *     it). They run on the protobuf wire reader (bigfleet/pbwire.h). Unknown
+ *     fields are skipped (reserved numbers included: older peers may still
+ *     send them); a known field with the wrong wire type, a truncated varint
+ *     or length, or a group wire type is malformed (-EBADMSG).
  *     Scalars seen twice: the last wins; ListFilter.states is accepted packed
  *     and unpacked (wire.md §12).
  *   - The Machine encoder writes exactly the bytes protobuf-c 1.4 packs for
  *     the same message (proto3: zero scalars, empty strings and NULL
  *     sub-messages omitted; map entries omit an empty key or value; fields in
- *     number order). The parts that depend only on (instance type, rack) —
- *     fields 4 to 10 — and on the type — field 13 — are built once and copied;
+ *     number order), with the writer of bigfleet/pbwire.h. The parts that depend only on (instance
+ * type, rack) — fields 4 to 10 — and on the type — field 13 — are built once and copied;
  *     shard_metadata is pre-encoded per interned map. test_simprovider_wire
  *     checks the identity against protobuf-c over a seeded pool.
  *   - sim_machine_pb() builds the protobuf-c struct of a machine (the
@@ -27,52 +28,6 @@
 #include <string.h>
 
 #include "simprovider/sim_internal.h"
-
-/* ------------------------------------------------------------ writer primitives */
-
-size_t sim_varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-uint8_t *sim_put_varint(uint8_t *p, uint64_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (uint8_t)v;
-    return p;
-}
-
-size_t sim_ld_len(uint32_t field, size_t n)
-{
-    return sim_varint_len((uint64_t)field << 3 | 2) + sim_varint_len(n) + n;
-}
-
-uint8_t *sim_put_ld(uint8_t *p, uint32_t field, const void *data, size_t n)
-{
-    p = sim_put_varint(p, (uint64_t)field << 3 | 2);
-    p = sim_put_varint(p, n);
-    if (n)
-        memcpy(p, data, n);
-    return p + n;
-}
-
-static uint8_t *put_double(uint8_t *p, uint32_t field, double d)
-{
-    uint64_t u;
-    memcpy(&u, &d, 8);
-    p = sim_put_varint(p, (uint64_t)field << 3 | 1);
-    for (int i = 0; i < 8; i++)
-        *p++ = (uint8_t)(u >> (8 * i));
-    return p;
-}
 
 /* ------------------------------------------------------------ labels */
 
@@ -105,18 +60,17 @@ static void labels_of(const struct bf_sim *s, uint32_t type, uint32_t rack, stru
 static size_t entry_body_len(const char *k, const char *v)
 {
     size_t kl = strlen(k), vl = strlen(v);
-    return (kl ? sim_ld_len(1, kl) : 0) + (vl ? sim_ld_len(2, vl) : 0);
+    return (kl ? bf_pb_ld_len(1, kl) : 0) + (vl ? bf_pb_ld_len(2, vl) : 0);
 }
 
 static uint8_t *put_str_entry(uint8_t *p, uint32_t field, const char *k, const char *v)
 {
     size_t kl = strlen(k), vl = strlen(v);
-    p = sim_put_varint(p, (uint64_t)field << 3 | 2);
-    p = sim_put_varint(p, entry_body_len(k, v));
+    p = bf_pb_put_ld_header(p, field, entry_body_len(k, v));
     if (kl)
-        p = sim_put_ld(p, 1, k, kl);
+        p = bf_pb_put_ld(p, 1, k, kl);
     if (vl)
-        p = sim_put_ld(p, 2, v, vl);
+        p = bf_pb_put_ld(p, 2, v, vl);
     return p;
 }
 
@@ -146,11 +100,11 @@ int sim_chunks_ensure(struct bf_sim *s, uint32_t type, uint32_t rack)
     struct sim_type *st = &s->types[type];
     struct sim_chunk *ac = &s->alloc_chunks[type];
     if (!ac->p) {
-        size_t n = sim_ld_len(13, st->res_len);
+        size_t n = bf_pb_ld_len(13, st->res_len);
         ac->p = malloc(n);
         if (!ac->p)
             return -ENOMEM;
-        sim_put_ld(ac->p, 13, st->res_body, st->res_len);
+        bf_pb_put_ld(ac->p, 13, st->res_body, st->res_len);
         ac->len = (uint32_t)n;
     }
     struct sim_chunk *c = &s->chunks[(size_t)type * s->chunks_racks + rack];
@@ -159,30 +113,29 @@ int sim_chunks_ensure(struct bf_sim *s, uint32_t type, uint32_t rack)
     const char *zone = sim_str(&s->zones, s->rack_zone[rack]);
     struct labels l;
     labels_of(s, type, rack, &l);
-    size_t n = sim_ld_len(4, strlen(st->t.name)) + sim_ld_len(5, strlen(zone));
+    size_t n = bf_pb_ld_len(4, strlen(st->t.name)) + bf_pb_ld_len(5, strlen(zone));
     if (st->t.capacity_type)
-        n += 1 + sim_varint_len(st->t.capacity_type);
+        n += 1 + bf_pb_varint_len(st->t.capacity_type);
     if (st->t.price_per_hour != 0)
         n += 9;
     if (st->t.interruption_probability != 0)
         n += 9;
-    n += sim_ld_len(9, st->res_len);
+    n += bf_pb_ld_len(9, st->res_len);
     for (int i = 0; i < l.n; i++)
-        n += sim_ld_len(10, entry_body_len(l.k[i], l.v[i]));
+        n += bf_pb_ld_len(10, entry_body_len(l.k[i], l.v[i]));
     uint8_t *p = malloc(n), *q = p;
     if (!p)
         return -ENOMEM;
-    q = sim_put_ld(q, 4, st->t.name, strlen(st->t.name));
-    q = sim_put_ld(q, 5, zone, strlen(zone));
+    q = bf_pb_put_ld(q, 4, st->t.name, strlen(st->t.name));
+    q = bf_pb_put_ld(q, 5, zone, strlen(zone));
     if (st->t.capacity_type) {
-        *q++ = 6 << 3;
-        q = sim_put_varint(q, st->t.capacity_type);
+        q = bf_pb_put_varint_field(q, 6, st->t.capacity_type);
     }
     if (st->t.price_per_hour != 0)
-        q = put_double(q, 7, st->t.price_per_hour);
+        q = bf_pb_put_double(q, 7, st->t.price_per_hour);
     if (st->t.interruption_probability != 0)
-        q = put_double(q, 8, st->t.interruption_probability);
-    q = sim_put_ld(q, 9, st->res_body, st->res_len);
+        q = bf_pb_put_double(q, 8, st->t.interruption_probability);
+    q = bf_pb_put_ld(q, 9, st->res_body, st->res_len);
     for (int i = 0; i < l.n; i++)
         q = put_str_entry(q, 10, l.k[i], l.v[i]);
     c->p = p;
@@ -218,8 +171,8 @@ int sim_md_encode(struct sim_md *md)
         off += 4 + kl;
         memcpy(&vl, md->raw + off, 4);
         off += 4 + vl;
-        size_t body = (kl ? sim_ld_len(1, kl) : 0) + (vl ? sim_ld_len(2, vl) : 0);
-        n += sim_ld_len(15, body);
+        size_t body = (kl ? bf_pb_ld_len(1, kl) : 0) + (vl ? bf_pb_ld_len(2, vl) : 0);
+        n += bf_pb_ld_len(15, body);
     }
     md->enc = malloc(n ? n : 1);
     if (!md->enc)
@@ -234,13 +187,12 @@ int sim_md_encode(struct sim_md *md)
         memcpy(&vl, md->raw + off, 4);
         const uint8_t *v = md->raw + off + 4;
         off += 4 + vl;
-        size_t body = (kl ? sim_ld_len(1, kl) : 0) + (vl ? sim_ld_len(2, vl) : 0);
-        p = sim_put_varint(p, 15 << 3 | 2);
-        p = sim_put_varint(p, body);
+        size_t body = (kl ? bf_pb_ld_len(1, kl) : 0) + (vl ? bf_pb_ld_len(2, vl) : 0);
+        p = bf_pb_put_ld_header(p, 15, body);
         if (kl)
-            p = sim_put_ld(p, 1, k, kl);
+            p = bf_pb_put_ld(p, 1, k, kl);
         if (vl)
-            p = sim_put_ld(p, 2, v, vl);
+            p = bf_pb_put_ld(p, 2, v, vl);
     }
     md->enc_len = (size_t)(p - md->enc);
     return 0;
@@ -264,7 +216,7 @@ static size_t host_ref(uint64_t serial, char out[24])
 
 static size_t host_body_len(const struct bf_sim *s)
 {
-    return (s->provider_len ? sim_ld_len(1, s->provider_len) : 0) + sim_ld_len(2, 19);
+    return (s->provider_len ? bf_pb_ld_len(1, s->provider_len) : 0) + bf_pb_ld_len(2, 19);
 }
 
 size_t sim_machine_size(struct bf_sim *s, uint32_t i)
@@ -272,14 +224,14 @@ size_t sim_machine_size(struct bf_sim *s, uint32_t i)
     const struct sim_machine *m = &s->m[i];
     if (sim_chunks_ensure(s, m->type, m->rack))
         return 0;
-    size_t n = sim_ld_len(1, sim_midlen(s, i)) + 1 + sim_varint_len(m->state);
+    size_t n = bf_pb_ld_len(1, sim_midlen(s, i)) + 1 + bf_pb_varint_len(m->state);
     if (m->host)
-        n += sim_ld_len(3, host_body_len(s)) + s->alloc_chunks[m->type].len;
+        n += bf_pb_ld_len(3, host_body_len(s)) + s->alloc_chunks[m->type].len;
     n += s->chunks[(size_t)m->type * s->chunks_racks + m->rack].len;
     if (m->err)
-        n += sim_ld_len(12, sim_strlen(&s->errors, m->err));
+        n += bf_pb_ld_len(12, sim_strlen(&s->errors, m->err));
     if (m->cluster)
-        n += sim_ld_len(14, sim_strlen(&s->clusters, m->cluster));
+        n += bf_pb_ld_len(14, sim_strlen(&s->clusters, m->cluster));
     if (m->md)
         n += s->md.v[m->md].enc_len;
     return n;
@@ -289,32 +241,30 @@ size_t sim_machine_size(struct bf_sim *s, uint32_t i)
 uint8_t *sim_machine_write(struct bf_sim *s, uint32_t i, uint8_t *p)
 {
     const struct sim_machine *m = &s->m[i];
-    p = sim_put_ld(p, 1, sim_mid(s, i), sim_midlen(s, i));
-    *p++ = 2 << 3;
-    p = sim_put_varint(p, m->state);
+    p = bf_pb_put_ld(p, 1, sim_mid(s, i), sim_midlen(s, i));
+    p = bf_pb_put_varint_field(p, 2, m->state);
     if (m->host) {
         char ref[24];
         size_t rl = host_ref(m->host, ref);
         size_t pl = s->provider_len;
-        p = sim_put_varint(p, 3 << 3 | 2);
-        p = sim_put_varint(p, host_body_len(s));
+        p = bf_pb_put_ld_header(p, 3, host_body_len(s));
         if (pl)
-            p = sim_put_ld(p, 1, s->provider, pl);
-        p = sim_put_ld(p, 2, ref, rl);
+            p = bf_pb_put_ld(p, 1, s->provider, pl);
+        p = bf_pb_put_ld(p, 2, ref, rl);
     }
     const struct sim_chunk *c = &s->chunks[(size_t)m->type * s->chunks_racks + m->rack];
     memcpy(p, c->p, c->len);
     p += c->len;
     if (m->err)
-        p = sim_put_ld(p, 12, sim_str(&s->errors, m->err), sim_strlen(&s->errors, m->err));
+        p = bf_pb_put_ld(p, 12, sim_str(&s->errors, m->err), sim_strlen(&s->errors, m->err));
     if (m->host) {
         const struct sim_chunk *ac = &s->alloc_chunks[m->type];
         memcpy(p, ac->p, ac->len);
         p += ac->len;
     }
     if (m->cluster)
-        p = sim_put_ld(p, 14, sim_str(&s->clusters, m->cluster),
-                       sim_strlen(&s->clusters, m->cluster));
+        p = bf_pb_put_ld(p, 14, sim_str(&s->clusters, m->cluster),
+                         sim_strlen(&s->clusters, m->cluster));
     if (m->md) {
         const struct sim_md *md = &s->md.v[m->md];
         memcpy(p, md->enc, md->enc_len);
@@ -449,74 +399,10 @@ void sim_machine_pb_free(struct sim_pb_machine *pm)
 
 /* ------------------------------------------------------------ reader */
 
-struct rd {
-    const uint8_t *p, *e;
-};
-
-static int rd_varint(struct rd *r, uint64_t *v)
+static struct bf_sim_bytes bytes_of(const struct bf_pb_field *f)
 {
-    uint64_t x = 0;
-    for (int i = 0; i < 10; i++) {
-        if (r->p >= r->e)
-            return -EINVAL;
-        uint8_t b = *r->p++;
-        if (i == 9 && b > 1)
-            return -EINVAL;
-        x |= (uint64_t)(b & 0x7f) << (7 * i);
-        if (!(b & 0x80)) {
-            *v = x;
-            return 0;
-        }
-    }
-    return -EINVAL;
-}
-
-static int rd_key(struct rd *r, uint32_t *field, int *wt)
-{
-    uint64_t k;
-    if (rd_varint(r, &k))
-        return -EINVAL;
-    *wt = (int)(k & 7);
-    k >>= 3;
-    if (k == 0 || k > 0x1fffffff)
-        return -EINVAL;
-    *field = (uint32_t)k;
-    return 0;
-}
-
-static int rd_bytes(struct rd *r, struct bf_sim_bytes *b)
-{
-    uint64_t n;
-    if (rd_varint(r, &n) || n > (uint64_t)(r->e - r->p))
-        return -EINVAL;
-    b->p = r->p;
-    b->len = (size_t)n;
-    r->p += n;
-    return 0;
-}
-
-static int rd_skip(struct rd *r, int wt)
-{
-    uint64_t v;
-    struct bf_sim_bytes b;
-    switch (wt) {
-    case 0:
-        return rd_varint(r, &v);
-    case 1:
-        if (r->e - r->p < 8)
-            return -EINVAL;
-        r->p += 8;
-        return 0;
-    case 2:
-        return rd_bytes(r, &b);
-    case 5:
-        if (r->e - r->p < 4)
-            return -EINVAL;
-        r->p += 4;
-        return 0;
-    default:
-        return -EINVAL; /* groups (3, 4) and reserved wire types */
-    }
+    struct bf_sim_bytes b = {f->p, f->len};
+    return b;
 }
 
 enum slot { S_NONE, S_ID, S_SHARD, S_EPOCH, S_SEQ, S_CLUSTER, S_BLOB, S_MD, S_GRACE };
@@ -552,23 +438,22 @@ static enum slot slot_of(int kind, uint32_t f)
 
 static int rd_md_entry(struct bf_sim_bytes e, struct bf_sim_md_entry *out)
 {
-    struct rd r = {e.p, e.p + e.len};
+    struct bf_pb_reader r;
+    struct bf_pb_field f;
+    int rc;
     memset(out, 0, sizeof *out);
-    while (r.p < r.e) {
-        uint32_t f;
-        int wt;
-        if (rd_key(&r, &f, &wt))
-            return -EINVAL;
-        if (f == 1 || f == 2) {
-            if (wt != 2)
-                return -EINVAL;
-            if (rd_bytes(&r, f == 1 ? &out->key : &out->value))
-                return -EINVAL;
-        } else if (rd_skip(&r, wt)) {
-            return -EINVAL;
-        }
+    bf_pb_reader_init(&r, e.p, e.len);
+    while ((rc = bf_pb_next(&r, &f)) == 1) {
+        if (f.num != 1 && f.num != 2)
+            continue;
+        if (f.wt != BF_PB_LEN)
+            return -EBADMSG;
+        if (f.num == 1)
+            out->key = bytes_of(&f);
+        else
+            out->value = bytes_of(&f);
     }
-    return 0;
+    return rc ? -EBADMSG : 0;
 }
 
 int sim_decode_lifecycle(int kind, const uint8_t *p, size_t len, struct bf_sim_request *q,
@@ -579,35 +464,30 @@ int sim_decode_lifecycle(int kind, const uint8_t *p, size_t len, struct bf_sim_r
     *md_out = NULL;
     struct bf_sim_md_entry *md = NULL;
     size_t n_md = 0, cap_md = 0;
-    struct rd r = {p, p + len};
-    while (r.p < r.e) {
-        uint32_t f;
-        int wt;
-        if (rd_key(&r, &f, &wt))
-            goto bad;
-        enum slot sl = slot_of(kind, f);
-        uint64_t v;
-        struct bf_sim_bytes b;
+    struct bf_pb_reader r;
+    struct bf_pb_field f;
+    int rc;
+    bf_pb_reader_init(&r, p, len);
+    while ((rc = bf_pb_next(&r, &f)) == 1) {
+        enum slot sl = slot_of(kind, f.num);
         switch (sl) {
         case S_NONE:
-            if (rd_skip(&r, wt))
-                goto bad;
-            break;
+            break; /* unknown or reserved: skipped */
         case S_ID:
         case S_SHARD:
         case S_CLUSTER:
         case S_BLOB:
         case S_MD:
-            if (wt != 2 || rd_bytes(&r, &b))
+            if (f.wt != BF_PB_LEN)
                 goto bad;
             if (sl == S_ID)
-                q->machine_id = b;
+                q->machine_id = bytes_of(&f);
             else if (sl == S_SHARD)
-                q->shard_id = b;
+                q->shard_id = bytes_of(&f);
             else if (sl == S_CLUSTER)
-                q->cluster_id = b;
+                q->cluster_id = bytes_of(&f);
             else if (sl == S_BLOB)
-                q->bootstrap_blob_len = b.len;
+                q->bootstrap_blob_len = f.len;
             else {
                 if (n_md == cap_md) {
                     size_t cap = cap_md ? cap_md * 2 : 16;
@@ -619,7 +499,7 @@ int sim_decode_lifecycle(int kind, const uint8_t *p, size_t len, struct bf_sim_r
                     md = nm;
                     cap_md = cap;
                 }
-                if (rd_md_entry(b, &md[n_md]))
+                if (rd_md_entry(bytes_of(&f), &md[n_md]))
                     goto bad;
                 n_md++;
             }
@@ -627,43 +507,43 @@ int sim_decode_lifecycle(int kind, const uint8_t *p, size_t len, struct bf_sim_r
         case S_EPOCH:
         case S_SEQ:
         case S_GRACE:
-            if (wt != 0 || rd_varint(&r, &v))
+            if (f.wt != BF_PB_VARINT)
                 goto bad;
             if (sl == S_EPOCH)
-                q->shard_epoch = (int64_t)v;
+                q->shard_epoch = (int64_t)f.varint;
             else if (sl == S_SEQ)
-                q->sequence_number = (int64_t)v;
+                q->sequence_number = (int64_t)f.varint;
             else
-                q->grace_period_seconds = (int64_t)v;
+                q->grace_period_seconds = (int64_t)f.varint;
             break;
         }
     }
+    if (rc)
+        goto bad;
     q->metadata = md;
     q->n_metadata = n_md;
     *md_out = md;
     return 0;
 bad:
     free(md);
-    return -EINVAL;
+    return -EBADMSG;
 }
 
 int sim_decode_ref(const uint8_t *p, size_t len, struct bf_sim_bytes *id)
 {
-    struct rd r = {p, p + len};
+    struct bf_pb_reader r;
+    struct bf_pb_field f;
+    int rc;
     memset(id, 0, sizeof *id);
-    while (r.p < r.e) {
-        uint32_t f;
-        int wt;
-        if (rd_key(&r, &f, &wt))
-            return -EINVAL;
-        if (f == 1) {
-            if (wt != 2 || rd_bytes(&r, id))
-                return -EINVAL;
-        } else if (rd_skip(&r, wt)) {
-            return -EINVAL;
-        }
+    bf_pb_reader_init(&r, p, len);
+    while ((rc = bf_pb_next(&r, &f)) == 1) {
+        if (f.num != 1)
+            continue;
+        if (f.wt != BF_PB_LEN)
+            return -EBADMSG;
+        *id = bytes_of(&f);
     }
-    return 0;
+    return rc ? -EBADMSG : 0;
 }
 
 static void list_state(struct bf_sim_list_args *a, uint64_t v)
@@ -677,42 +557,36 @@ static void list_state(struct bf_sim_list_args *a, uint64_t v)
 
 int sim_decode_list(const uint8_t *p, size_t len, struct bf_sim_list_args *a)
 {
-    struct rd r = {p, p + len};
+    struct bf_pb_reader r;
+    struct bf_pb_field f;
+    int rc;
     memset(a, 0, sizeof *a);
-    while (r.p < r.e) {
-        uint32_t f;
-        int wt;
-        if (rd_key(&r, &f, &wt))
-            return -EINVAL;
-        uint64_t v;
-        struct bf_sim_bytes b;
-        if (f == 1) {
-            if (wt == 0) {
-                if (rd_varint(&r, &v))
-                    return -EINVAL;
-                list_state(a, v);
-            } else if (wt == 2) {
-                if (rd_bytes(&r, &b))
-                    return -EINVAL;
-                struct rd pr = {b.p, b.p + b.len};
-                while (pr.p < pr.e) {
-                    if (rd_varint(&pr, &v))
-                        return -EINVAL;
+    bf_pb_reader_init(&r, p, len);
+    while ((rc = bf_pb_next(&r, &f)) == 1) {
+        if (f.num == 1) {
+            if (f.wt == BF_PB_VARINT) {
+                list_state(a, f.varint);
+            } else if (f.wt == BF_PB_LEN) { /* packed */
+                struct bf_pb_reader pr;
+                uint64_t v;
+                int prc;
+                bf_pb_reader_init(&pr, f.p, f.len);
+                while ((prc = bf_pb_packed_next(&pr, &v)) == 1)
                     list_state(a, v);
-                }
+                if (prc)
+                    return -EBADMSG;
             } else {
-                return -EINVAL;
+                return -EBADMSG;
             }
-        } else if (f == 4) {
-            if (wt != 0 || rd_varint(&r, &v))
-                return -EINVAL;
-            a->max_results = (int32_t)(uint32_t)v;
-        } else if (f == 5) {
-            if (wt != 2 || rd_bytes(&r, &a->since_revision))
-                return -EINVAL;
-        } else if (rd_skip(&r, wt)) {
-            return -EINVAL;
+        } else if (f.num == 4) {
+            if (f.wt != BF_PB_VARINT)
+                return -EBADMSG;
+            a->max_results = (int32_t)(uint32_t)f.varint;
+        } else if (f.num == 5) {
+            if (f.wt != BF_PB_LEN)
+                return -EBADMSG;
+            a->since_revision = bytes_of(&f);
         }
     }
-    return 0;
+    return rc ? -EBADMSG : 0;
 }

@@ -1,0 +1,227 @@
+/*
+ * test_pbwire.c — the protobuf wire module (bigfleet/pbwire.h): varint
+ * limits, every wire type read and skipped, groups refused, bounds, the
+ * unknown-field scan and strip, the writer against protobuf-c's bytes, and
+ * the decoders built on it agreeing on the inputs they used to disagree on.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bigfleet/pbwire.h"
+#include "bigfleet/provider.h"
+#include "bigfleet/session.h"
+#include "bigfleet/v1alpha1/provider.pb-c.h"
+
+static int read_one_varint(const uint8_t *b, size_t n, uint64_t *v, size_t *used)
+{
+    const uint8_t *p = b;
+    int rc = bf_pb_read_varint(&p, b + n, v);
+    *used = (size_t)(p - b);
+    return rc;
+}
+
+START_TEST(varint_of_ten_bytes_carries_bit_63_and_no_more)
+{
+    uint64_t v;
+    size_t used;
+    const uint8_t max[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
+    ck_assert_int_eq(read_one_varint(max, sizeof max, &v, &used), 0);
+    ck_assert_uint_eq(v, UINT64_MAX);
+    ck_assert_uint_eq(used, 10);
+    const uint8_t over[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02};
+    ck_assert_int_eq(read_one_varint(over, sizeof over, &v, &used), -EBADMSG);
+    ck_assert_uint_eq(used, 0); /* cursor not advanced */
+    const uint8_t eleven[] = {0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x81, 0x00};
+    ck_assert_int_eq(read_one_varint(eleven, sizeof eleven, &v, &used), -EBADMSG);
+    const uint8_t trunc[] = {0x80, 0x80};
+    ck_assert_int_eq(read_one_varint(trunc, sizeof trunc, &v, &used), -EBADMSG);
+    ck_assert_int_eq(read_one_varint(trunc, 0, &v, &used), -EBADMSG);
+    /* every length class round-trips through the writer */
+    for (int bits = 0; bits <= 64; bits++) {
+        uint64_t x = bits == 64 ? UINT64_MAX : ((uint64_t)1 << bits) - 1;
+        uint8_t buf[16];
+        uint8_t *e = bf_pb_put_varint(buf, x);
+        ck_assert_uint_eq((size_t)(e - buf), bf_pb_varint_len(x));
+        ck_assert_int_eq(read_one_varint(buf, (size_t)(e - buf), &v, &used), 0);
+        ck_assert_uint_eq(v, x);
+        ck_assert_uint_eq(used, (size_t)(e - buf));
+        /* one byte short is truncated */
+        ck_assert_int_eq(read_one_varint(buf, (size_t)(e - buf) - 1, &v, &used), -EBADMSG);
+    }
+}
+END_TEST
+
+START_TEST(every_wire_type_reads_and_skips_and_groups_are_refused)
+{
+    uint8_t buf[64], *p = buf;
+    p = bf_pb_put_varint_field(p, 1, 300);
+    p = bf_pb_put_fixed64(p, 2, 0x0102030405060708ull);
+    p = bf_pb_put_ld(p, 3, "abc", 3);
+    p = bf_pb_put_fixed32(p, 4, 0xdeadbeef);
+    size_t n = (size_t)(p - buf);
+    struct bf_pb_reader r;
+    struct bf_pb_field f;
+    bf_pb_reader_init(&r, buf, n);
+    ck_assert_int_eq(bf_pb_next(&r, &f), 1);
+    ck_assert(f.num == 1 && f.wt == BF_PB_VARINT && f.varint == 300);
+    ck_assert_int_eq(bf_pb_next(&r, &f), 1);
+    ck_assert(f.num == 2 && f.wt == BF_PB_I64 && f.varint == 0x0102030405060708ull);
+    ck_assert_int_eq(bf_pb_next(&r, &f), 1);
+    ck_assert(f.num == 3 && f.wt == BF_PB_LEN && f.len == 3 && memcmp(f.p, "abc", 3) == 0);
+    ck_assert_ptr_eq(f.start, buf + 1 + 2 + 1 + 8);
+    ck_assert_ptr_eq(f.end, f.p + 3);
+    ck_assert_int_eq(bf_pb_next(&r, &f), 1);
+    ck_assert(f.num == 4 && f.wt == BF_PB_I32 && f.varint == 0xdeadbeef);
+    ck_assert_int_eq(bf_pb_next(&r, &f), 0);
+    /* skip: tag by tag */
+    const uint8_t *q = buf, *end = buf + n;
+    for (int i = 0; i < 4; i++) {
+        uint64_t tag;
+        ck_assert_int_eq(bf_pb_read_varint(&q, end, &tag), 0);
+        ck_assert_int_eq(bf_pb_skip(&q, end, (int)(tag & 7)), 0);
+    }
+    ck_assert_ptr_eq(q, end);
+    /* groups, wire types 6/7, field 0, a field number over 2^29-1 */
+    static const uint8_t bad[][6] = {
+        {0x0b, 0x0c},                         /* start group 1, end group 1 */
+        {0x0c},                               /* end group */
+        {0x0e, 0x00},                         /* wire type 6 */
+        {0x0f, 0x00},                         /* wire type 7 */
+        {0x00, 0x00},                         /* field 0 */
+        {0xf8, 0xff, 0xff, 0xff, 0x7f, 0x00}, /* field 2^32 - 1 */
+    };
+    static const size_t badlen[] = {2, 1, 2, 2, 2, 6};
+    for (size_t i = 0; i < sizeof badlen / sizeof badlen[0]; i++) {
+        bf_pb_reader_init(&r, bad[i], badlen[i]);
+        ck_assert_int_eq(bf_pb_next(&r, &f), -EBADMSG);
+        ck_assert_ptr_eq(r.p, bad[i]); /* not advanced */
+    }
+    q = bad[0] + 1;
+    ck_assert_int_eq(bf_pb_skip(&q, bad[0] + 2, BF_PB_SGROUP), -EBADMSG);
+    ck_assert_int_eq(bf_pb_skip(&q, bad[0] + 2, BF_PB_EGROUP), -EBADMSG);
+}
+END_TEST
+
+START_TEST(lengths_are_bounded_by_the_enclosing_buffer)
+{
+    /* field 1, LEN, declared 5 bytes, 4 present */
+    const uint8_t shortlen[] = {0x0a, 0x05, 'a', 'b', 'c', 'd'};
+    struct bf_pb_reader r;
+    struct bf_pb_field f;
+    bf_pb_reader_init(&r, shortlen, sizeof shortlen);
+    ck_assert_int_eq(bf_pb_next(&r, &f), -EBADMSG);
+    /* a length near 2^64 must not wrap the pointer */
+    const uint8_t huge[] = {0x0a, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x00};
+    bf_pb_reader_init(&r, huge, sizeof huge);
+    ck_assert_int_eq(bf_pb_next(&r, &f), -EBADMSG);
+    /* truncated fixed64 / fixed32 */
+    const uint8_t f64[] = {0x09, 1, 2, 3, 4, 5, 6, 7};
+    const uint8_t f32[] = {0x0d, 1, 2, 3};
+    bf_pb_reader_init(&r, f64, sizeof f64);
+    ck_assert_int_eq(bf_pb_next(&r, &f), -EBADMSG);
+    bf_pb_reader_init(&r, f32, sizeof f32);
+    ck_assert_int_eq(bf_pb_next(&r, &f), -EBADMSG);
+    /* an empty buffer is an empty message (NULL allowed) */
+    bf_pb_reader_init(&r, NULL, 0);
+    ck_assert_int_eq(bf_pb_next(&r, &f), 0);
+}
+END_TEST
+
+START_TEST(scan_counts_unknown_fields_and_strip_removes_them_in_place)
+{
+    uint8_t buf[128], *p = buf;
+    p = bf_pb_put_ld(p, 1, "id", 2);
+    p = bf_pb_put_ld(p, 77, "xxxxxxxx", 8); /* unknown, 11 bytes with its 2-byte tag */
+    p = bf_pb_put_varint_field(p, 2, 5);
+    p = bf_pb_put_fixed32(p, 9, 7); /* unknown, 5 bytes */
+    p = bf_pb_put_ld(p, 3, "z", 1);
+    size_t n = (size_t)(p - buf);
+    uint64_t known = BF_PB_KNOWN(1) | BF_PB_KNOWN(2) | BF_PB_KNOWN(3);
+    struct bf_pb_scan st;
+    ck_assert_int_eq(bf_pb_scan(buf, n, known, &st), 0);
+    ck_assert_uint_eq(st.fields, 5);
+    ck_assert_uint_eq(st.unknown, 2);
+    ck_assert_uint_eq(st.first_unknown, 77);
+    ck_assert_uint_eq(st.unknown_bytes, 2 + 1 + 8 + 1 + 4);
+    size_t nl;
+    ck_assert_int_eq(bf_pb_strip_unknown(buf, n, known, &nl, NULL), 0);
+    ck_assert_uint_eq(nl, n - st.unknown_bytes);
+    uint8_t want[64], *w = want;
+    w = bf_pb_put_ld(w, 1, "id", 2);
+    w = bf_pb_put_varint_field(w, 2, 5);
+    w = bf_pb_put_ld(w, 3, "z", 1);
+    ck_assert_uint_eq(nl, (size_t)(w - want));
+    ck_assert_int_eq(memcmp(buf, want, nl), 0);
+    /* a malformed message is refused and left alone */
+    uint8_t bad[] = {0x0a, 0x01, 'a', 0x9b, 0x05}; /* field 83 opens a group */
+    uint8_t copy[sizeof bad];
+    memcpy(copy, bad, sizeof bad);
+    ck_assert_int_eq(bf_pb_strip_unknown(bad, sizeof bad, known, &nl, &st), -EBADMSG);
+    ck_assert_int_eq(memcmp(bad, copy, sizeof bad), 0);
+}
+END_TEST
+
+START_TEST(writer_matches_protobuf_c_packing_of_a_machine)
+{
+    Bigfleet__V1alpha1__Machine m = BIGFLEET__V1ALPHA1__MACHINE__INIT;
+    m.id = "m-1";
+    m.state = BIGFLEET__V1ALPHA1__MACHINE_STATE__MACHINE_STATE_CONFIGURED;
+    m.instance_type = "m6i.large";
+    m.price_per_hour = 0.096;
+    m.cluster = "c-1";
+    uint8_t ref[256];
+    size_t rl = bigfleet__v1alpha1__machine__pack(&m, ref);
+    uint8_t buf[256], *p = buf;
+    p = bf_pb_put_ld(p, 1, "m-1", 3);
+    p = bf_pb_put_varint_field(p, 2, (uint64_t)m.state);
+    p = bf_pb_put_ld(p, 4, "m6i.large", 9);
+    p = bf_pb_put_double(p, 7, 0.096);
+    p = bf_pb_put_ld(p, 14, "c-1", 3);
+    ck_assert_uint_eq((size_t)(p - buf), rl);
+    ck_assert_int_eq(memcmp(buf, ref, rl), 0);
+    /* and the provider decoder reads back what was written */
+    struct bf_prov_machine d;
+    ck_assert_int_eq(bf_prov_machine_decode(buf, rl, &d), 0);
+    ck_assert_int_eq(d.state, (int)m.state);
+    ck_assert(d.price_per_hour == 0.096);
+    ck_assert_uint_eq(d.cluster.len, 3);
+}
+END_TEST
+
+/* The provider decoder used to accept a 10th varint byte over 64 bits that the
+ * session scanner refused: one reader now, one verdict. */
+START_TEST(provider_and_session_decoders_agree_on_a_varint_over_64_bits)
+{
+    const uint8_t msg[] = {0x10, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
+    struct bf_prov_machine m;
+    ck_assert_int_eq(bf_prov_machine_decode(msg, sizeof msg, &m), -EBADMSG);
+    int payload;
+    const uint8_t *sub;
+    size_t sublen;
+    uint32_t parts, n;
+    ck_assert_int_eq(bf_opmsg_classify(msg, sizeof msg, &payload, &sub, &sublen, &parts), -EBADMSG);
+    ck_assert_int_eq(bf_rollup_count_needs(msg, sizeof msg, &n), -EBADMSG);
+    struct bf_prov_list l;
+    ck_assert_int_eq(bf_prov_list_decode(msg, sizeof msg, &l), -EBADMSG);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("pbwire");
+    TCase *tc = tcase_create("pbwire");
+    tcase_add_test(tc, varint_of_ten_bytes_carries_bit_63_and_no_more);
+    tcase_add_test(tc, every_wire_type_reads_and_skips_and_groups_are_refused);
+    tcase_add_test(tc, lengths_are_bounded_by_the_enclosing_buffer);
+    tcase_add_test(tc, scan_counts_unknown_fields_and_strip_removes_them_in_place);
+    tcase_add_test(tc, writer_matches_protobuf_c_packing_of_a_machine);
+    tcase_add_test(tc, provider_and_session_decoders_agree_on_a_varint_over_64_bits);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
