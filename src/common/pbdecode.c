@@ -3,6 +3,8 @@
  * bigfleet/pbdecode.h).
  *
  * Design notes
+ *   - The bytes are read with the one protobuf wire reader
+ *     (bigfleet/pbwire.h: bf_pb_next, its 10th-byte check and bounds).
  *   - One recursive walker does both passes: with out == NULL it only
  *     counts unknown fields (the common case has none, and then protobuf-c
  *     reads the caller's bytes directly); with out set it writes the
@@ -22,45 +24,7 @@
 #include <string.h>
 
 #include "bigfleet/pbdecode.h"
-
-enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_SGROUP = 3, WT_EGROUP = 4, WT_I32 = 5 };
-
-static int rd_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
-{
-    uint64_t x = 0;
-    for (int i = 0; i < 10; i++) {
-        if (*p >= end)
-            return -EBADMSG;
-        uint8_t b = *(*p)++;
-        if (i == 9 && b > 1)
-            return -EBADMSG; /* more than 64 bits */
-        x |= (uint64_t)(b & 0x7f) << (7 * i);
-        if (!(b & 0x80)) {
-            *v = x;
-            return 0;
-        }
-    }
-    return -EBADMSG;
-}
-
-static size_t varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static void wr_varint(uint8_t *o, uint64_t v, size_t width)
-{
-    for (size_t i = 0; i + 1 < width; i++) {
-        o[i] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    o[width - 1] = (uint8_t)v;
-}
+#include "bigfleet/pbwire.h"
 
 /* The wire types a field of this type may arrive with (packed repeated
  * numerics also as LEN). */
@@ -76,19 +40,19 @@ static bool wt_ok(const ProtobufCFieldDescriptor *f, unsigned wt)
     case PROTOBUF_C_TYPE_UINT64:
     case PROTOBUF_C_TYPE_BOOL:
     case PROTOBUF_C_TYPE_ENUM:
-        return wt == WT_VARINT || (repeated && wt == WT_LEN);
+        return wt == BF_PB_VARINT || (repeated && wt == BF_PB_LEN);
     case PROTOBUF_C_TYPE_FIXED32:
     case PROTOBUF_C_TYPE_SFIXED32:
     case PROTOBUF_C_TYPE_FLOAT:
-        return wt == WT_I32 || (repeated && wt == WT_LEN);
+        return wt == BF_PB_I32 || (repeated && wt == BF_PB_LEN);
     case PROTOBUF_C_TYPE_FIXED64:
     case PROTOBUF_C_TYPE_SFIXED64:
     case PROTOBUF_C_TYPE_DOUBLE:
-        return wt == WT_I64 || (repeated && wt == WT_LEN);
+        return wt == BF_PB_I64 || (repeated && wt == BF_PB_LEN);
     case PROTOBUF_C_TYPE_STRING:
     case PROTOBUF_C_TYPE_BYTES:
     case PROTOBUF_C_TYPE_MESSAGE:
-        return wt == WT_LEN;
+        return wt == BF_PB_LEN;
     }
     return false;
 }
@@ -103,75 +67,51 @@ static int walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uin
 {
     if (depth > BF_PB_DECODE_MAX_DEPTH)
         return -EBADMSG;
+    struct bf_pb_reader r;
+    struct bf_pb_field f;
+    bf_pb_reader_init(&r, p, (size_t)(end - p));
     size_t o = 0;
-    while (p < end) {
-        const uint8_t *start = p;
-        uint64_t tag;
-        if (rd_varint(&p, end, &tag) != 0)
-            return -EBADMSG;
-        uint64_t num = tag >> 3;
-        unsigned wt = (unsigned)(tag & 7);
-        if (num == 0 || num > 536870911u)
-            return -EBADMSG;
-        const uint8_t *body = p; /* after the tag */
-        uint64_t v = 0;
-        switch (wt) {
-        case WT_VARINT:
-            if (rd_varint(&p, end, &v) != 0)
-                return -EBADMSG;
-            break;
-        case WT_I64:
-            if (end - p < 8)
-                return -EBADMSG;
-            p += 8;
-            break;
-        case WT_I32:
-            if (end - p < 4)
-                return -EBADMSG;
-            p += 4;
-            break;
-        case WT_LEN:
-            if (rd_varint(&p, end, &v) != 0 || v > (uint64_t)(end - p))
-                return -EBADMSG;
-            p += v;
-            break;
-        default:
-            return -EBADMSG; /* groups (3, 4) and the reserved types */
-        }
-        const ProtobufCFieldDescriptor *f =
-            protobuf_c_message_descriptor_get_field(d, (unsigned)num);
-        if (!f) {
+    int rc;
+    while ((rc = bf_pb_next(&r, &f)) == 1) {
+        const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field(d, f.num);
+        if (!fd) {
             (*unknown)++;
             continue; /* skipped: not copied, not kept */
         }
-        if (!wt_ok(f, wt))
+        if (!wt_ok(fd, f.wt))
             return -EBADMSG;
-        if (f->type != PROTOBUF_C_TYPE_MESSAGE) {
+        size_t whole = (size_t)(f.end - f.start);
+        if (fd->type != PROTOBUF_C_TYPE_MESSAGE) {
             if (out)
-                memcpy(out + o, start, (size_t)(p - start));
-            o += (size_t)(p - start);
+                memcpy(out + o, f.start, whole);
+            o += whole;
             continue;
         }
-        /* a nested message: strip it too */
-        const uint8_t *content = p - v;
-        size_t taglen = (size_t)(body - start);
-        size_t pw = (size_t)(content - body); /* the input prefix's width */
+        /* a nested message: strip it too; its tag is kept, its length prefix
+         * rewritten (never wider than the input's: the content only shrinks) */
+        const uint8_t *q = f.start; /* the tag as sent (it may be non-minimal) */
+        uint64_t tag;
+        bf_pb_read_varint(&q, f.end, &tag);
+        size_t taglen = (size_t)(q - f.start);
+        size_t pw = (size_t)(f.p - q); /* the input prefix's width */
         if (out)
-            memcpy(out + o, start, taglen);
+            memcpy(out + o, f.start, taglen);
         o += taglen;
         size_t clen = 0;
-        int rc =
-            walk(f->descriptor, content, p, depth + 1, out ? out + o + pw : NULL, &clen, unknown);
+        rc = walk(fd->descriptor, f.p, f.p + f.len, depth + 1, out ? out + o + pw : NULL, &clen,
+                  unknown);
         if (rc)
             return rc;
-        size_t nw = varint_len(clen); /* <= pw: the content only shrank */
+        size_t nw = bf_pb_varint_len(clen);
         if (out) {
-            wr_varint(out + o, clen, nw);
+            bf_pb_put_varint(out + o, clen);
             if (nw < pw)
                 memmove(out + o + nw, out + o + pw, clen);
         }
         o += nw + clen;
     }
+    if (rc < 0)
+        return -EBADMSG;
     *olen = o;
     return 0;
 }

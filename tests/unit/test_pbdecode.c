@@ -153,8 +153,25 @@ START_TEST(nested_unknown_fields_are_dropped_and_prefixes_shrink)
     ck_assert_int_eq(m->requirements[0]->operator_, 3);
     ck_assert_uint_eq(m->requirements[0]->base.n_unknown_fields, 0);
     ck_assert_int_eq(m->priority, 77);
+
     ck_assert_uint_eq(m->group.len, 2);
     ck_assert_int_eq(memcmp(m->group.data, "g1", 2), 0);
+    bigfleet__v1alpha1__capacity_need__free_unpacked(m, NULL);
+    /* the same with the requirement's tag and length written non-minimally
+     * (0x8a 0x00 = field 1 LEN; 0x8e 0x80 0x00 = 14): decoded the same */
+    struct buf odd = {0};
+    put(&odd, "\x8a\x00\x8e\x80\x00", 5);
+    put_len(&odd, 1, "zone", 4);
+    put(&odd, "\x78\x01\x78\x01\x78\x01", 6); /* unknown */
+    put(&odd, "\x10\x03", 2);
+    m = (Bigfleet__V1alpha1__CapacityNeed *)decode(&bigfleet__v1alpha1__capacity_need__descriptor,
+                                                   &odd, &info, &rc);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_uint_eq(info.unknown_fields, 3);
+    ck_assert_uint_eq(m->n_requirements, 1);
+    ck_assert_str_eq(m->requirements[0]->key, "zone");
+    ck_assert_int_eq(m->requirements[0]->operator_, 3);
+    free(odd.p);
     bigfleet__v1alpha1__capacity_need__free_unpacked(m, NULL);
     free(req.p);
     free(need.p);
