@@ -388,8 +388,8 @@ static int hconn_on_data_inner(struct hconn *h, const uint8_t *p, size_t n)
     struct conn *c = &h->c;
     struct bf_net_http_server *hs = h->hs;
     int64_t now = bf_mono_ns();
-    if (h->in_len == 0 && !h->close_after)
-        h->head_start = now;
+    if (h->in_len == 0 && !h->close_after && !h->head_start)
+        h->head_start = now; /* a new connection's clock runs from the accept */
     while (n > 0 && !h->close_after) {
         size_t take = sizeof h->in - h->in_len;
         if (take > n)
