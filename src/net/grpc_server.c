@@ -753,7 +753,8 @@ static int on_data_chunk_cb(nghttp2_session *h2, uint8_t flags, int32_t sid, con
     if (r == 0 && !call->done) {
         if (bf_grpc_parser_idle(&call->parser)) {
             call->part_ns = 0;
-        } else if (!call->part_ns) {
+        } else if (!call->part_ns || call->last_msg_ns >= call->part_ns) {
+            /* a partial message began here (maybe right after one completed) */
             call->part_ns = call->last_rx_ns;
             call_guard_arm(call);
         }

@@ -157,7 +157,13 @@ tests.push(
     op.call.resume();
     const lastOf = async (pred, what) => {
       await L.waitFor(() => op.msgs.some(pred), 10000, what);
-      await L.sleep(300);
+      // the backlog keeps arriving after the first match: wait until the
+      // stream has been quiet for 500 ms (bounded), not a fixed 300 ms that a
+      // loaded machine overruns
+      for (let t = 0, n = -1; t < 30 && op.msgs.length !== n; t++) {
+        n = op.msgs.length;
+        await L.sleep(500);
+      }
       return op.msgs.filter(pred);
     };
     const states = [];
