@@ -4,6 +4,15 @@
  * supervisor and every child (children are re-executed with the same
  * arguments plus --role).
  *
+ * Layers, in increasing precedence: the defaults of the table, the file
+ * named by --config (or BIGFLEET_SHARDD_CONFIG), BIGFLEET_SHARDD_<NAME>
+ * environment variables (NAME = the flag name upper-cased, '-' as '_'),
+ * the command line. The file holds "name = value" lines with the flag names
+ * (libinih; '#' or ';' comments; an optional [shardd] section); an unknown
+ * name, a name given twice, an indented continuation line or a bad value is
+ * an error naming the file and line. Children (--role) read neither the
+ * file nor the environment: the supervisor passes them every value.
+ *
  * Flag names follow the Go original where it has one (reference/shard.md
  * §1.1): --id, --listen, --metrics-addr, --data-dir (alias --state-dir),
  * --provider-addr, --coordinator-addr, --tls-cert/--tls-key/--tls-ca, the
@@ -83,10 +92,24 @@ struct bf_config {
     /* supervisor */
     int32_t crash_loop_restarts; /* restarts of one role within the window => full reinit */
     int64_t crash_loop_window_ns;
+    int32_t crash_loop_max_reinits; /* full reinits within the reinit window => give up */
+    int64_t crash_loop_reinit_window_ns;
     char log_level[16];
+    /* host: configuration file, least privilege (docs/operating.md) */
+    char config_file[BF_PATH_MAX]; /* the file actually read ("" = none) */
+    bool check_config;             /* validate and exit */
+    char user[64];                 /* children's account; "" = see --help */
+    bool allow_root;               /* children may run as uid 0 */
+    char inspect_group[64];        /* group that may read the segments ("" = none: 0600) */
+    bool seccomp;                  /* per-role seccomp allow-list in every child */
     /* internal: set by the supervisor when it re-executes a child */
     char role[16];
 };
+
+/* Limits of the configuration file (bytes). */
+#define BF_CONFIG_FILE_MAX   (1u << 20)
+#define BF_CONFIG_LINE_MAX   4096u
+#define BF_CONFIG_ENV_PREFIX "BIGFLEET_SHARDD_"
 
 /* Result of bf_config_parse. */
 enum bf_config_result {
@@ -106,6 +129,47 @@ void bf_config_defaults(struct bf_config *c);
  */
 int bf_config_parse(struct bf_config *c, int argc, char **argv, FILE *out, char *err,
                     size_t errlen);
+/* As bf_config_parse() with an explicit environment (NULL-terminated
+ * "NAME=value" array; bf_config_parse passes environ). File errors name the
+ * file and line ("/etc/bigfleet/shardd.conf:7: unknown setting \"lisen\""),
+ * environment errors the variable. */
+int bf_config_load(struct bf_config *c, int argc, char **argv, char *const *envp, FILE *out,
+                   char *err, size_t errlen);
+/*
+ * The file layer alone: applies "name = value" text (len bytes, need not be
+ * NUL-terminated; at most BF_CONFIG_FILE_MAX bytes, lines at most
+ * BF_CONFIG_LINE_MAX) over c. origin names the text in messages. 0, or
+ * -EINVAL/-EFBIG/-ENOMEM with err set; on error c may hold some of the
+ * text's values (callers parse into a scratch copy). Not thread-safe (sets
+ * libinih's process-wide options). The fuzz target's entry point.
+ */
+int bf_config_apply_text(struct bf_config *c, const char *text, size_t len, const char *origin,
+                         char *err, size_t errlen);
+/* Cross-field validation (id, --listen, TLS all-or-none, log level, role);
+ * fills advertise_addr from listen. BF_CONFIG_OK or BF_CONFIG_USAGE. */
+int bf_config_validate(struct bf_config *c, char *err, size_t errlen);
+/*
+ * The argv of a child: prog, then every setting of c as an explicit flag
+ * ("--name value", booleans "--name=true"), then --role=<role>. Strings are
+ * packed into buf (cap bytes); argv gets at most max_argv entries including
+ * the terminating NULL. Returns argc, or -E2BIG.
+ */
+int bf_config_child_argv(const struct bf_config *c, const char *prog, const char *role, char *buf,
+                         size_t cap, char **argv, int max_argv);
+/*
+ * Calls fn for every setting whose value differs between running and next
+ * (values as flag text; live = a SIGHUP may apply it). Returns the number
+ * of differences.
+ */
+typedef void (*bf_config_diff_fn)(const char *name, const char *running, const char *next,
+                                  bool live, void *arg);
+int bf_config_diff(const struct bf_config *running, const struct bf_config *next,
+                   bf_config_diff_fn fn, void *arg);
+/* Copies every live setting (actuation-paused, dry-run, reclaim-cap-fraction,
+ * max-actions-per-cycle, log-level, tls-cert/key/ca, audit-log) from next. */
+void bf_config_copy_live(struct bf_config *running, const struct bf_config *next);
+/* True when SIGHUP may change the setting named (flag name without "--"). */
+bool bf_config_is_live(const char *name);
 /* Prints the usage text: every flag, its default and its meaning. */
 void bf_config_usage(FILE *f, const char *prog);
 /* True when TLS flags are set (all three). */

@@ -80,6 +80,10 @@ struct bf_cycle;
  */
 int bf_cycle_new(struct bf_shm *shm, const struct bf_cycle_opts *o, struct bf_cycle **out);
 void bf_cycle_free(struct bf_cycle *c);
+/* Changes the rails of the next cycles (a SIGHUP reload through the live
+ * configuration): kill switch, dry-run, rail 1 fraction, actions cap. */
+void bf_cycle_set_rails(struct bf_cycle *c, bool actuation_paused, bool dry_run,
+                        double reclaim_cap_fraction, uint32_t max_actions);
 /* Runs one cycle now. 0, or -ENOMEM (the engine could not run; nothing emitted). */
 int bf_cycle_run_once(struct bf_cycle *c, int64_t now_ns, struct bf_cycle_report *rep);
 /* True when demand changed since the last cycle (needs change counter moved). */

@@ -36,7 +36,9 @@
  *   - Invalid machine records (NaN or negative price, probability NaN or
  *     outside [0,1], state outside 1..8, empty id, Configured/Draining without
  *     a cluster) are stored but ineligible: no index, no credit, no action.
+ *     A +Inf price is valid (Go's invariant) and orders last.
  *     Negative allocatable entries are clamped to 0.
+ *   - docs/fidelity.md lists every decision checked against the Go engine.
  *   - Duplicate values in a pinned instance-type list are de-duplicated.
  *   - DrainGrace uses the exact 64-bit gap (no int32 wrap).
  *   - Caps: matching_supply 256 per state, same_candidates 8 (configurable).

@@ -25,6 +25,8 @@ void bf_log_init(const char *role, int min_level);
 /* Parses "debug", "info", "warn", "error"; -1 if unknown. */
 int bf_log_level_parse(const char *s);
 int bf_log_level(void);
+/* Changes the minimum level (a SIGHUP reload); out-of-range values are ignored. */
+void bf_log_set_level(int min_level);
 
 void bf_log(int level, const char *msg, const char *kv_fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -62,6 +62,9 @@ void bf_metrics_hist(struct bf_metrics_buf *b, const char *name, const char *lab
  * from one thread per process.
  */
 int bf_metrics_render(const struct bf_shm *s, struct bf_metrics_buf *b);
+/* The host series (src/session/metrics_host.c; docs/metrics.md "Host,
+ * configuration and RPC latency"); part of bf_metrics_render(). */
+void bf_metrics_render_host(const struct bf_shm *s, struct bf_metrics_buf *b);
 /* Forgets that memory (tests: a fresh process's view). */
 void bf_metrics_forget(void);
 

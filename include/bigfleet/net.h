@@ -378,6 +378,11 @@ struct bf_net_server_opts {
     /* A connection without calls for this long gets GOAWAY(NO_ERROR) and is
      * closed (conns_idle_closed). 0 = off. */
     int64_t conn_idle_timeout_ns;
+    /* > 0: accept on this already bound and listening socket instead of
+     * binding addr (an fd inherited from the supervisor, which keeps its own
+     * copy: the server closes its copy and never shuts the socket down);
+     * addr then only names it in logs. 0 = bind addr. */
+    int listen_fd;
 };
 
 /*
@@ -400,6 +405,24 @@ int bf_net_server_new(struct bf_net_loop *loop, const struct bf_net_server_opts 
                       struct bf_net_server **out);
 /* The bound port (host byte order); useful with port 0. */
 uint16_t bf_net_server_port(const struct bf_net_server *srv);
+/*
+ * Re-reads the certificate, key and CA files (a SIGHUP): new connections use
+ * them, open ones keep the pair they started with. 0; -EINVAL for a
+ * plaintext server or a change between TLS and mTLS (needs a restart);
+ * -EIO (unreadable or mismatched files: the running files stay).
+ */
+int bf_net_server_reload_tls(struct bf_net_server *srv, const struct bf_net_tls_config *tls);
+/*
+ * Binds and listens (backlog 4096, SO_REUSEADDR, close-on-exec) on addr
+ * ("host:port", ":port", "[v6]:port"; a name is resolved synchronously):
+ * for a supervisor that binds before it forks. 0 and *fd_out, -EINVAL (bad
+ * address), -errno from socket/bind/listen.
+ */
+int bf_net_listen_socket(const char *addr, int *fd_out);
+/* Syntax check of a listen or dial address, without resolving: 0 or -EINVAL. */
+int bf_net_addr_check(const char *addr);
+/* The local port of a bound socket, or -errno. */
+int bf_net_socket_port(int fd);
 void bf_net_server_stats(const struct bf_net_server *srv, struct bf_net_stats *out);
 /*
  * Graceful shutdown: stops accepting, sends GOAWAY (NO_ERROR, last stream
@@ -582,6 +605,7 @@ struct bf_net_http_server_opts {
     int64_t head_timeout_ns;  /* a request head must be complete this long after its
                                  first byte (absolute: not reset by later bytes);
                                  else 408 and close; 0 = 5 s */
+    int listen_fd;            /* > 0: an inherited listening socket (see bf_net_server_opts) */
 };
 
 /*

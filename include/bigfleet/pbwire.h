@@ -75,7 +75,7 @@ struct bf_pb_reader {
 static inline void bf_pb_reader_init(struct bf_pb_reader *r, const uint8_t *buf, size_t len)
 {
     r->p = buf;
-    r->end = buf + len;
+    r->end = buf ? buf + len : buf; /* NULL + 0 is undefined behaviour */
 }
 
 /* Out-of-line part of bf_pb_read_varint (values of three bytes or more). */

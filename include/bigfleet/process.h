@@ -25,6 +25,11 @@
 #define BF_EXIT_ERROR      1 /* orderly error; shared memory untouched */
 #define BF_EXIT_CRASH      2 /* quick death */
 #define BF_EXIT_NO_RESPAWN 3 /* fatal configuration problem: do not restart me */
+/* Exit codes of the supervisor (the service's status; deploy/bigfleet-shardd.service
+ * lists them in RestartPreventExitStatus=). 2 is a usage error (flags, environment,
+ * configuration file). */
+#define BF_EXIT_UNAVAILABLE 69 /* EX_UNAVAILABLE: io_uring refused (docs/operating.md) */
+#define BF_EXIT_CONFIG      78 /* EX_CONFIG: fatal configuration found at start or a child's exit 3 */
 
 /* "supervisor", "session", "reconciler", "cycle", "executor", "simprovider". */
 const char *bf_role_name(int role);
@@ -34,7 +39,8 @@ struct bf_child {
     struct bf_shm shm;
     const struct bf_config *cfg;
     int role;
-    int wake_fd; /* this role's eventfd (readable when woken), -1 if none */
+    int wake_fd;        /* this role's eventfd (readable when woken), -1 if none */
+    uint64_t live_seen; /* live configuration generation last applied (bf_child_reloaded) */
 };
 
 /*
@@ -49,6 +55,24 @@ void bf_child_heartbeat(struct bf_child *ch);
 bool bf_child_stopping(void);
 /* Orderly exit: slot back to ASSIGNED, detach. */
 void bf_child_finish(struct bf_child *ch);
+/*
+ * Call on every periodic tick: when the supervisor published a new live
+ * configuration (SIGHUP) since the last call, applies the log level, copies
+ * the live settings into *v and returns true (the role then does its part:
+ * audit log reopen, TLS files, rails). False otherwise (v untouched). The
+ * first call after bf_child_start() returns true.
+ */
+bool bf_child_reloaded(struct bf_child *ch, struct bf_live_values *v);
+
+/*
+ * Installs the seccomp allow-list of role (BF_ROLE_SESSION, _RECONCILER,
+ * _CYCLE, _EXECUTOR; src/common/seccomp.c lists what each may call): any
+ * other system call kills the process. Needs no_new_privs (the supervisor
+ * sets it before exec) or CAP_SYS_ADMIN. Irreversible; threads created
+ * afterwards inherit it. 0, or -errno with a message in err (-EINVAL for a
+ * role without a list).
+ */
+int bf_seccomp_install(int role, char *err, size_t errlen);
 
 /* Entry points of the roles (each returns the process exit code). */
 int bf_supervisor_main(const struct bf_config *cfg, int argc, char **argv);

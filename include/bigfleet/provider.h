@@ -191,6 +191,9 @@ struct bf_prov_opts {
     int64_t backoff_max_ns;       /* reconnect backoff cap; 0 = 5 s (recovery after an outage) */
     int64_t keepalive_ns;         /* 0 = 10 s (a hung provider is detected); < 0 = off */
     int64_t seq_start;            /* first sequence number; 0 = the monotonic clock rule above */
+    /* Latency histograms by RPC and final gRPC status in the state segment
+     * (st->host.provider_rpc[i], written only by this process), or NULL. */
+    struct bf_rpc_provider_latency *latency;
 };
 
 struct bf_config;

@@ -82,8 +82,8 @@ void bf_shm_name(const char *shard_id, int kind, char *buf, size_t n);
 size_t bf_shm_segment_size(int kind, const struct bf_shm_caps *caps);
 
 /*
- * Creates (O_EXCL) and initialises the four segments, then maps them
- * read-write into s. Existing segments of the same id must have been
+ * Creates (O_EXCL, mode 0600) and initialises the four segments, then maps
+ * them read-write into s. Existing segments of the same id must have been
  * unlinked first (bf_shm_unlink). [supervisor]
  * Errors: -EEXIST (segments exist), -EINVAL (bad id or capacities),
  * -ENOMEM/-ENOSPC (tmpfs full), other -errno from shm_open/ftruncate/mmap.
@@ -95,15 +95,59 @@ int bf_shm_create(struct bf_shm *s, const char *shard_id, const struct bf_shm_ca
  * Attaches to existing segments; readonly maps PROT_READ (inspection).
  * Validates each header: magic, kind, layout version (a mismatch names both
  * versions in err), size, ready flag.
- * Errors: -ENOENT (no segments for this id), -EPROTO (bad magic/kind/size),
+ * Ownership is checked first (least privilege): read-write needs segments
+ * owned by the caller's effective uid (or a root caller), read-only needs
+ * segments no one but their owner can write; all four must have one owner.
+ * Errors: -ENOENT (no segments for this id), -EPERM (ownership or mode, the
+ * uids named in err), -EACCES (not readable by this user),
+ * -EPROTO (bad magic/kind/size),
  * -EPROTONOSUPPORT (layout version mismatch), -EAGAIN (not initialised yet),
  * other -errno.
  */
 int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *err, size_t errlen);
+/*
+ * Ownership and mode of the segments (least privilege, docs/operating.md):
+ * the supervisor creates them 0600 (0640 with an inspect group) and hands
+ * them to the children's account. owner_uid/owner_gid (uid_t)-1 keep the
+ * creator's. [supervisor, before forking]. 0 or -errno (fchown/fchmod);
+ * message in err.
+ */
+struct bf_shm_owner {
+    uint32_t uid;  /* (uint32_t)-1 = the creator */
+    uint32_t gid;  /* (uint32_t)-1 = the creator's */
+    uint32_t mode; /* 0600 or 0640 */
+};
+int bf_shm_set_owner(struct bf_shm *s, const struct bf_shm_owner *o, char *err, size_t errlen);
 /* Unmaps (does not unlink). Safe on a zeroed handle. */
 void bf_shm_detach(struct bf_shm *s);
 /* Unlinks all four segment names; returns 0 if at least one existed, else -ENOENT. */
 int bf_shm_unlink(const char *shard_id);
+
+/* ---------------------------------------------------- live configuration */
+
+/* The settings a SIGHUP may change (struct bf_live_config, shm_layout.h). */
+struct bf_live_values {
+    bool actuation_paused;
+    bool dry_run;
+    double reclaim_cap_fraction;
+    uint32_t max_actions_per_cycle;
+    int log_level; /* enum bf_log_level */
+    char tls_cert[BF_LIVE_PATH_WORDS * 8];
+    char tls_key[BF_LIVE_PATH_WORDS * 8];
+    char tls_ca[BF_LIVE_PATH_WORDS * 8];
+    char audit_log[BF_LIVE_PATH_WORDS * 8];
+    uint64_t generation; /* filled by bf_live_read */
+};
+struct bf_config;
+/* The live settings of a parsed configuration (paths truncated to 1023 bytes). */
+void bf_live_from_config(struct bf_live_values *v, const struct bf_config *c);
+/* Publishes v (generation + 1). [supervisor] */
+void bf_live_publish(struct bf_shm *s, const struct bf_live_values *v);
+/* Copies the live settings. 0, or -EAGAIN when 64 attempts all raced a
+ * publish (the caller keeps what it has and tries again later). Lock-free. */
+int bf_live_read(const struct bf_shm *s, struct bf_live_values *v);
+/* The current generation (acquire); cheap: compare it on every tick. */
+uint64_t bf_live_generation(const struct bf_shm *s);
 /* Sets the role used for per-role counters (seqlock retries). */
 void bf_shm_set_role(struct bf_shm *s, int role);
 /* Total bytes mapped across the four segments. */
@@ -355,6 +399,18 @@ static inline int64_t bf_rec_idle_since_unix(const struct bf_shm *s, const struc
     if (!r->idle_since)
         return 0;
     return s->inv_hdr->created_unix_ns / 1000000000LL + (int64_t)r->idle_since - 1;
+}
+/*
+ * The idle-since stamp for a machine entering Idle at unix time `now_ns`:
+ * whole seconds rounded UP, so the stored stamp is never earlier than the
+ * real transition and a release (now - idle_since >= hold) never fires
+ * early; it may fire up to 1 s late. Go keeps the exact time.Time; a
+ * truncated stamp would release up to 1 s early (docs/fidelity.md item 10).
+ */
+static inline int64_t bf_idle_since_stamp_s(int64_t now_ns)
+{
+    int64_t s = now_ns / 1000000000LL;
+    return now_ns % 1000000000LL > 0 ? s + 1 : s;
 }
 static inline uint32_t bf_rec_idle_since_encode(const struct bf_shm *s, int64_t unix_s)
 {

@@ -44,7 +44,7 @@
 #include "bigfleet/model.h"
 
 #define BF_SHM_MAGIC          0x3148534c46474942ULL /* "BIGFLSH1" little-endian */
-#define BF_SHM_LAYOUT_VERSION 1u
+#define BF_SHM_LAYOUT_VERSION 2u
 #define BF_CACHELINE          64
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "need lock-free 64-bit atomics in shared memory");
@@ -660,8 +660,81 @@ struct bf_cycle_result {
     struct bf_inv_counts counts;
 };
 
+/*
+ * Live configuration: what a SIGHUP may change without a restart
+ * (docs/operating.md "Reload"). [W: supervisor] at start and on SIGHUP.
+ * The kill switch and dry-run stay in bf_state_main (same writer).
+ * Readers (bf_live_read): load seq (acquire), copy, re-load seq; retry
+ * while it is odd or moved. `generation` moves once per publish: children
+ * compare it on their periodic tick to act once per reload (log level,
+ * audit log reopen, TLS files).
+ */
+#define BF_LIVE_PATH_WORDS 128 /* a 1024-byte path as 8-byte words */
+struct bf_live_config {
+    _Atomic uint64_t seq;
+    _Atomic uint64_t generation;
+    _Atomic uint64_t reclaim_cap_bits; /* IEEE-754 double (--reclaim-cap-fraction) */
+    _Atomic uint32_t max_actions_per_cycle;
+    _Atomic int32_t log_level; /* enum bf_log_level */
+    _Atomic uint64_t tls_cert[BF_LIVE_PATH_WORDS];
+    _Atomic uint64_t tls_key[BF_LIVE_PATH_WORDS];
+    _Atomic uint64_t tls_ca[BF_LIVE_PATH_WORDS];
+    _Atomic uint64_t audit_log[BF_LIVE_PATH_WORDS];
+};
+
+/* Resource use of one process, sampled from /proc about once a second.
+ * [W: supervisor] */
+struct bf_proc_usage {
+    _Atomic uint64_t cpu_ns;    /* user + system time of the current instance */
+    _Atomic uint64_t rss_bytes; /* resident set */
+    _Atomic uint32_t open_fds;
+    _Atomic uint32_t pad;
+    _Atomic uint64_t cpu_ns_dead; /* CPU time of the role's previous instances (reaped) */
+};
+
+/* Latency histograms of outbound RPCs by method and final gRPC status,
+ * exp(0.001, 2, 16) seconds. [W: the process that makes the calls] */
+#define BF_RPC_PROVIDER_METHODS    6 /* enum bf_prov_rpc */
+#define BF_RPC_COORDINATOR_METHODS 1 /* ReportShard */
+#define BF_RPC_CODES               17
+struct bf_rpc_provider_latency {
+    struct bf_hist h[BF_RPC_PROVIDER_METHODS][BF_RPC_CODES];
+};
+
+/* The host side of the appliance (issue 15). */
+struct bf_host_state {
+    /* [W: supervisor] */
+    _Atomic int32_t grpc_listen_fd; /* listening socket for --listen, inherited by the session */
+    _Atomic int32_t http_listen_fd; /* for --metrics-addr; -1 = disabled */
+    _Atomic uint32_t embedded_provider; /* 1: the embedded simulated provider is in use */
+    _Atomic uint32_t children_uid;      /* uid the children run as */
+    _Atomic uint64_t reloads;           /* SIGHUPs whose configuration was valid */
+    _Atomic uint64_t reload_failures;   /* SIGHUPs refused (file/environment invalid) */
+    _Atomic uint64_t reload_changes_applied;
+    _Atomic uint64_t reload_changes_rejected; /* changed settings that need a restart */
+    _Atomic int64_t last_reload_ns;           /* wall clock of the last SIGHUP */
+    _Atomic uint32_t last_reload_ok;
+    _Atomic uint32_t watchdog_enabled;
+    _Atomic uint64_t watchdog_pings;
+    _Atomic uint64_t reinits_refused; /* crash loops beyond --crash-loop-max-reinits */
+    struct bf_proc_usage usage[BF_ROLE_COUNT];
+    /* [W: session] */
+    _Atomic uint32_t session_listening; /* 1 while the session accepts on every listener */
+    _Atomic uint32_t pad0;
+    _Atomic uint64_t health_checks;  /* grpc.health.v1 Check calls */
+    _Atomic uint64_t health_watches; /* Watch calls started */
+    _Atomic uint64_t reflection_calls;
+    struct bf_hist coordinator_rpc[BF_RPC_COORDINATOR_METHODS][BF_RPC_CODES];
+    /* [W: executor] actions the cycle queued for execution but found the kill
+     * switch on when it took them (audited "suppressed", not executed) */
+    _Atomic uint64_t actions_held_at_dispatch;
+    /* [W: reconciler] index 0, [W: executor] index 1 */
+    struct bf_rpc_provider_latency provider_rpc[2];
+    struct bf_live_config live;
+};
+
 struct bf_state_main {
-    /* appliance flags [W: supervisor, at start] */
+    /* appliance flags [W: supervisor, at start and on SIGHUP] */
     _Atomic uint32_t actuation_paused;
     _Atomic uint32_t dry_run;
     _Atomic uint32_t shutting_down;
@@ -687,6 +760,7 @@ struct bf_state_main {
     struct bf_stats_reconciler reconciler;
     struct bf_stats_session session;
     struct bf_stats_supervisor supervisor;
+    struct bf_host_state host;
 };
 
 /* One row of the verdict ledger (NeedView, ADR-0061 + amendment). */

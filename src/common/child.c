@@ -2,6 +2,9 @@
  * child.c — start-up, heartbeat and orderly shutdown of an appliance child
  * process (see bigfleet/process.h).
  *
+ * Confinement: with --seccomp the role's system-call allow-list is loaded
+ * last, once the segments are attached (src/common/seccomp.c).
+ *
  * Signal handling: handlers only set a sig_atomic_t flag and poke the
  * process's own wake eventfd (write(2) is async-signal-safe), so every loop
  * notices a stop request at its next wake-up.
@@ -90,6 +93,14 @@ int bf_child_start(struct bf_child *ch, const struct bf_config *cfg, int role)
     uint32_t fd = atomic_load(&slot->wake_fd);
     ch->wake_fd = fd ? (int)fd : -1;
     g_wake_fd = ch->wake_fd;
+    if (cfg->seccomp) {
+        rc = bf_seccomp_install(role, err, sizeof err);
+        if (rc) {
+            BF_ERROR("cannot confine the process", "error=\"%s\"", err);
+            bf_shm_detach(&ch->shm);
+            return rc;
+        }
+    }
     atomic_store(&slot->child_state, BF_CHILD_ACTIVE);
     bf_child_heartbeat(ch);
     return 0;
@@ -99,6 +110,20 @@ void bf_child_heartbeat(struct bf_child *ch)
 {
     atomic_store_explicit(&ch->shm.st->proc[ch->role].heartbeat_ns, bf_now_ns(),
                           memory_order_relaxed);
+}
+
+bool bf_child_reloaded(struct bf_child *ch, struct bf_live_values *v)
+{
+    uint64_t g = bf_live_generation(&ch->shm);
+    if (g == ch->live_seen)
+        return false;
+    if (bf_live_read(&ch->shm, v) != 0)
+        return false; /* raced a publish 64 times: next tick */
+    if (ch->live_seen && v->log_level != bf_log_level())
+        BF_INFO("log level changed", "level=%d", v->log_level);
+    bf_log_set_level(v->log_level);
+    ch->live_seen = v->generation;
+    return true;
 }
 
 void bf_child_finish(struct bf_child *ch)

@@ -1,22 +1,38 @@
 /*
- * config.c — the flag table of bigfleet-shardd and its parser.
+ * config.c — the flag table of bigfleet-shardd and its parser: defaults, an
+ * optional configuration file (--config, libinih), BIGFLEET_SHARDD_*
+ * environment variables and the command line, in increasing precedence.
  *
  * One table: name, type, field offset, default (as the text --help shows and
- * the parser applies), bounds and help. Defaults are applied by parsing the
+ * the parser applies), bounds, help, and whether SIGHUP may change the value
+ * of a running appliance (`live`). Defaults are applied by parsing the
  * default text with the same code as a flag value, so --help can never
- * disagree with behaviour.
+ * disagree with behaviour; the file and the environment go through the same
+ * set_value() as a flag, so every layer has the same rules and messages.
+ *
+ * Children never read the file or the environment: the supervisor passes
+ * them its effective configuration as explicit flags (bf_config_child_argv),
+ * so a child restarted after the file changed still runs the configuration
+ * the appliance runs (a SIGHUP reload reaches children through the state
+ * segment, bigfleet/shm.h bf_live_*).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <ini.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "bigfleet/config.h"
 #include "bigfleet/log.h"
 #include "bigfleet/util.h"
+
+extern char **environ;
 
 enum opt_type { T_STR, T_BOOL, T_INT, T_U32, T_DOUBLE, T_DURATION };
 
@@ -28,7 +44,8 @@ struct opt {
     const char *def;
     double min, max;
     const char *help;
-    bool hidden;
+    bool hidden; /* internal: not in --help, not settable from a file or the environment */
+    bool live;   /* a SIGHUP reload applies a new value without a restart */
 };
 
 #define F(field) offsetof(struct bf_config, field), sizeof(((struct bf_config *)0)->field)
@@ -55,28 +72,34 @@ static const struct opt opts[] = {
     {"coordinator-heartbeat-interval", T_DURATION, F(coordinator_heartbeat_ns), "10s", 0.1, 86400,
      "ReportShard period"},
     {"tls-cert", T_STR, F(tls_cert), "", 0, 0,
-     "PEM certificate; with --tls-key and --tls-ca: mTLS (TLS 1.3) on every gRPC edge"},
-    {"tls-key", T_STR, F(tls_key), "", 0, 0, "PEM private key for --tls-cert"},
+     "PEM certificate; with --tls-key and --tls-ca: mTLS (TLS 1.3) on every gRPC edge; "
+     "SIGHUP re-reads the three files",
+     false, true},
+    {"tls-key", T_STR, F(tls_key), "", 0, 0, "PEM private key for --tls-cert", false, true},
     {"tls-ca", T_STR, F(tls_ca), "", 0, 0,
-     "PEM CA bundle: clients must present a certificate it signed (bigfleet:// URI SAN)"},
+     "PEM CA bundle: clients must present a certificate it signed (bigfleet:// URI SAN)", false,
+     true},
     {"insecure-plaintext", T_BOOL, F(insecure_plaintext), "false", 0, 0,
      "serve gRPC without TLS on a --listen address that is not loopback: anyone who reaches it "
      "can claim any cluster_id and read every cluster's Needs"},
     {"cycle-interval", T_DURATION, F(cycle_interval_ns), "10s", 0.001, 86400,
      "decision cycle period (an accepted rollup also wakes a cycle)"},
     {"max-actions-per-cycle", T_INT, F(max_actions_per_cycle), "0", 0, 1e9,
-     "cap on actions handed to execution per cycle (0 = unlimited); the tail is deferred"},
+     "cap on actions handed to execution per cycle (0 = unlimited); the tail is deferred", false,
+     true},
     {"actuation-paused", T_BOOL, F(actuation_paused), "false", 0, 0,
-     "kill switch (ADR-0046 rail 3): cycles run in full, nothing executes"},
+     "kill switch (ADR-0046 rail 3): cycles run in full, nothing executes", false, true},
     {"reclaim-cap-fraction", T_DOUBLE, F(reclaim_cap_fraction), "0.05", 0, 1,
-     "rail 1: at most max(1, floor(f x Configured)) reclaims per cluster per cycle; 0 disables"},
+     "rail 1: at most max(1, floor(f x Configured)) reclaims per cluster per cycle; 0 disables",
+     false, true},
     {"empty-rollup-guard", T_BOOL, F(empty_rollup_guard), "true", 0, 0,
      "rail 2: hold a rollup keeping < 10% of >= 10 prior rows until 3 confirm it"},
     {"dry-run", T_BOOL, F(dry_run), "false", 0, 0,
-     "shadow mode: decided actions are logged and audited, never executed"},
+     "shadow mode: decided actions are logged and audited, never executed", false, true},
     {"audit-log", T_STR, F(audit_log), "", 0, 0,
      "path of the JSONL decision audit log (one record per executed/suppressed/dry-run "
-     "action); empty = off"},
+     "action); empty = off; SIGHUP reopens it (log rotation)",
+     false, true},
     {"execute-concurrency", T_INT, F(execute_concurrency), "128", 1, 65536,
      "actions in flight at once (concurrent provider RPCs)"},
     {"execute-timeout", T_DURATION, F(execute_timeout_ns), "30s", 0.001, 86400,
@@ -140,7 +163,31 @@ static const struct opt opts[] = {
      "restarts of one child within --crash-loop-window that trigger a full re-initialisation"},
     {"crash-loop-window", T_DURATION, F(crash_loop_window_ns), "30s", 1, 86400,
      "window for --crash-loop-restarts"},
-    {"log-level", T_STR, F(log_level), "info", 0, 0, "debug, info, warn or error"},
+    {"log-level", T_STR, F(log_level), "info", 0, 0, "debug, info, warn or error", false, true},
+    {"config", T_STR, F(config_file), "", 0, 0,
+     "configuration file: \"name = value\" lines with the flag names (INI syntax, optional "
+     "[shardd] section); flags override BIGFLEET_SHARDD_<NAME> environment variables, which "
+     "override the file; SIGHUP re-reads it"},
+    {"check-config", T_BOOL, F(check_config), "false", 0, 0,
+     "validate the configuration (flags, environment, file, user, TLS files, addresses), "
+     "print the result and exit: 0 valid, 2 invalid"},
+    {"user", T_STR, F(user), "", 0, 0,
+     "account the child processes run as (the supervisor keeps only the lock, the segments, "
+     "the data dir and the listeners); empty: \"bigfleet\" when started as root and that "
+     "account exists, else the starting user"},
+    {"allow-root", T_BOOL, F(allow_root), "false", 0, 0,
+     "allow the child processes to run as root (refused otherwise)"},
+    {"inspect-group", T_STR, F(inspect_group), "", 0, 0,
+     "group allowed to read the shared segments (mode 0640, for bigfleet-inspect); empty: "
+     "segments are 0600, readable by --user only"},
+    {"seccomp", T_BOOL, F(seccomp), "false", 0, 0,
+     "confine each child with a seccomp allow-list of the system calls its role makes "
+     "(io_uring included; docs/operating.md lists them)"},
+    {"crash-loop-max-reinits", T_INT, F(crash_loop_max_reinits), "3", 1, 1000,
+     "full re-initialisations within --crash-loop-reinit-window after which the supervisor "
+     "gives up and exits 1"},
+    {"crash-loop-reinit-window", T_DURATION, F(crash_loop_reinit_window_ns), "1h", 1, 604800,
+     "window for --crash-loop-max-reinits"},
     {"role", T_STR, F(role), "supervisor", 0, 0, "internal: child role", true},
 };
 #define NOPTS (sizeof opts / sizeof opts[0])
@@ -254,7 +301,10 @@ void bf_config_usage(FILE *f, const char *prog)
             "Usage: %s [flags]\n\n"
             "The BigFleet shard appliance: a supervisor that creates the shared segments and\n"
             "runs the session, reconciler, cycle and executor processes (and, without\n"
-            "--provider-addr, the embedded simulated provider).\n\nFlags:\n",
+            "--provider-addr, the embedded simulated provider).\n\n"
+            "Every flag can also be set as BIGFLEET_SHARDD_<NAME> in the environment (dashes\n"
+            "as underscores: BIGFLEET_SHARDD_DATA_DIR) or as \"name = value\" in the --config\n"
+            "file; flags override the environment, which overrides the file.\n\nFlags:\n",
             prog);
     for (size_t i = 0; i < NOPTS; i++) {
         const struct opt *o = &opts[i];
@@ -288,10 +338,257 @@ static bool valid_id(const char *id)
     return true;
 }
 
-int bf_config_parse(struct bf_config *c, int argc, char **argv, FILE *out, char *err, size_t errlen)
+static const struct opt *find_opt(const char *name)
 {
-    bf_config_defaults(c);
-    struct option lo[NOPTS + 3];
+    for (size_t i = 0; i < NOPTS; i++)
+        if (strcmp(opts[i].name, name) == 0)
+            return &opts[i];
+    return NULL;
+}
+
+/* Formats the value of o in c as its flag text (parses back to the same value). */
+static void format_value(const struct bf_config *c, const struct opt *o, char *buf, size_t n)
+{
+    const void *p = (const char *)c + o->off;
+    switch (o->type) {
+    case T_STR:
+        snprintf(buf, n, "%s", (const char *)p);
+        return;
+    case T_BOOL:
+        snprintf(buf, n, "%s", *(const bool *)p ? "true" : "false");
+        return;
+    case T_INT:
+        snprintf(buf, n, "%d", *(const int32_t *)p);
+        return;
+    case T_U32:
+        snprintf(buf, n, "%u", *(const uint32_t *)p);
+        return;
+    case T_DOUBLE:
+        snprintf(buf, n, "%.17g", *(const double *)p);
+        return;
+    case T_DURATION: {
+        int64_t ns = *(const int64_t *)p, back;
+        bf_format_duration(ns, buf, n);
+        if (bf_parse_duration(buf, &back) != 0 || back != ns)
+            snprintf(buf, n, "%lldns", (long long)ns);
+        return;
+    }
+    }
+    snprintf(buf, n, "?");
+}
+
+static bool same_value(const struct bf_config *a, const struct bf_config *b, const struct opt *o)
+{
+    const char *pa = (const char *)a + o->off, *pb = (const char *)b + o->off;
+    if (o->type == T_STR)
+        return strcmp(pa, pb) == 0;
+    return memcmp(pa, pb, o->size) == 0;
+}
+
+/* --------------------------------------------------------- the file layer */
+
+struct file_ctx {
+    struct bf_config *c;
+    const char *origin;
+    char *err;
+    size_t errlen;
+    bool seen[NOPTS];
+    bool failed;
+};
+
+static int ini_cb(void *user, const char *section, const char *name, const char *value)
+{
+    struct file_ctx *fx = user;
+    if (fx->failed)
+        return 0;
+    if (section[0] && strcmp(section, "shardd") != 0 && strcmp(section, "bigfleet-shardd") != 0) {
+        snprintf(fx->err, fx->errlen, "%s: unknown section [%s] (use no section or [shardd])",
+                 fx->origin, section);
+        fx->failed = true;
+        return 0;
+    }
+    char key[64];
+    size_t l = strlen(name);
+    if (l >= sizeof key)
+        l = sizeof key - 1;
+    for (size_t i = 0; i < l; i++)
+        key[i] = name[i] == '_' ? '-'
+                                : (char)(name[i] >= 'A' && name[i] <= 'Z' ? name[i] + 32 : name[i]);
+    key[l] = 0;
+    const struct opt *o = find_opt(key);
+    if (!o || o->hidden || strcmp(key, "config") == 0 || strcmp(key, "check-config") == 0) {
+        snprintf(fx->err, fx->errlen, "%s: unknown setting \"%s\"", fx->origin, name);
+        fx->failed = true;
+        return 0;
+    }
+    size_t idx = (size_t)(o - opts);
+    if (fx->seen[idx]) {
+        snprintf(fx->err, fx->errlen, "%s: \"%s\" is set twice", fx->origin, key);
+        fx->failed = true;
+        return 0;
+    }
+    fx->seen[idx] = true;
+    char e[384];
+    if (set_value(fx->c, o, value, e, sizeof e) != 0) {
+        snprintf(fx->err, fx->errlen, "%s: %s", fx->origin, e + 2); /* drop the "--" */
+        fx->failed = true;
+        return 0;
+    }
+    return 1;
+}
+
+int bf_config_apply_text(struct bf_config *c, const char *text, size_t len, const char *origin,
+                         char *err, size_t errlen)
+{
+    if (len > BF_CONFIG_FILE_MAX) {
+        snprintf(err, errlen, "%s: larger than %u bytes", origin, BF_CONFIG_FILE_MAX);
+        return -EFBIG;
+    }
+    /* libinih splits a line longer than its buffer into two "lines" and reads
+     * NUL as the end of the text: refuse both before it sees them */
+    size_t line = 1, col = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == 0) {
+            snprintf(err, errlen, "%s:%zu: NUL byte", origin, line);
+            return -EINVAL;
+        }
+        if (text[i] == '\n') {
+            line++;
+            col = 0;
+        } else if (++col > BF_CONFIG_LINE_MAX) {
+            snprintf(err, errlen, "%s:%zu: line longer than %u bytes", origin, line,
+                     BF_CONFIG_LINE_MAX);
+            return -EINVAL;
+        }
+    }
+    char *copy = malloc(len + 1);
+    if (!copy) {
+        snprintf(err, errlen, "%s: out of memory", origin);
+        return -ENOMEM;
+    }
+    memcpy(copy, text, len);
+    copy[len] = 0;
+    /* libinih's runtime knobs (Debian's build exports them): no continuation
+     * lines (an indented line is an error, not a silent append), whole-line
+     * comments with # or ;, inline comments only after whitespace, a heap
+     * line buffer as long as our longest accepted line, stop at the first
+     * error. Process-wide: config parsing is single-threaded (start-up and
+     * the supervisor's SIGHUP). */
+    ini_allow_multiline = false;
+    ini_allow_inline_comments = true;
+    ini_inline_comment_prefixes = (char *)";#";
+    ini_use_stack = false;
+    ini_allow_realloc = true;
+    ini_max_line = BF_CONFIG_LINE_MAX + 3;
+    ini_stop_on_first_error = true;
+    ini_allow_no_value = false;
+    static struct file_ctx fx; /* NOPTS bools; static keeps the stack small for fuzzing */
+    memset(&fx, 0, sizeof fx);
+    fx.c = c;
+    fx.origin = origin;
+    fx.err = err;
+    fx.errlen = errlen;
+    char inner[400] = "";
+    fx.err = inner;
+    fx.errlen = sizeof inner;
+    int r = ini_parse_string(copy, ini_cb, &fx);
+    free(copy);
+    if (r == 0 && !fx.failed)
+        return 0;
+    if (fx.failed && r > 0) {
+        /* "<origin>: msg" -> "<origin>:<line>: msg" */
+        size_t ol = strlen(origin);
+        snprintf(err, errlen, "%s:%d:%s", origin, r,
+                 inner + (strncmp(inner, origin, ol) ? 0 : ol + 1));
+    } else if (fx.failed) {
+        snprintf(err, errlen, "%s", inner);
+    } else if (r > 0) {
+        snprintf(err, errlen, "%s:%d: syntax error (expected \"name = value\" or [section])",
+                 origin, r);
+    } else {
+        snprintf(err, errlen, "%s: cannot parse (error %d)", origin, r);
+    }
+    return -EINVAL;
+}
+
+static int apply_file(struct bf_config *c, const char *path, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        snprintf(err, errlen, "--config %s: %s", path, strerror(errno));
+        return -errno;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        snprintf(err, errlen, "--config %s: not a regular file", path);
+        return -EINVAL;
+    }
+    if (st.st_size > BF_CONFIG_FILE_MAX) {
+        close(fd);
+        snprintf(err, errlen, "--config %s: larger than %u bytes", path, BF_CONFIG_FILE_MAX);
+        return -EFBIG;
+    }
+    char *buf = malloc((size_t)st.st_size + 1);
+    size_t got = 0;
+    while (buf && got < (size_t)st.st_size) {
+        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fd);
+    if (!buf) {
+        snprintf(err, errlen, "--config %s: out of memory", path);
+        return -ENOMEM;
+    }
+    int r = bf_config_apply_text(c, buf, got, path, err, errlen);
+    free(buf);
+    return r;
+}
+
+/* ------------------------------------------------------ the environment layer */
+
+static int apply_env(struct bf_config *c, char *const *envp, char *err, size_t errlen)
+{
+    static const char prefix[] = BF_CONFIG_ENV_PREFIX;
+    for (size_t e = 0; envp && envp[e]; e++) {
+        const char *kv = envp[e];
+        if (strncmp(kv, prefix, sizeof prefix - 1) != 0)
+            continue;
+        const char *eq = strchr(kv, '=');
+        if (!eq)
+            continue;
+        const char *n0 = kv + sizeof prefix - 1;
+        char key[64];
+        size_t l = (size_t)(eq - n0);
+        if (l == 0 || l >= sizeof key) {
+            snprintf(err, errlen, "%.*s: unknown setting", (int)(eq - kv), kv);
+            return -EINVAL;
+        }
+        for (size_t i = 0; i < l; i++)
+            key[i] = n0[i] == '_' ? '-' : (char)(n0[i] >= 'A' && n0[i] <= 'Z' ? n0[i] + 32 : n0[i]);
+        key[l] = 0;
+        const struct opt *o = find_opt(key);
+        if (!o || o->hidden || strcmp(key, "check-config") == 0) {
+            snprintf(err, errlen, "%.*s: unknown setting (no flag --%s)", (int)(eq - kv), kv, key);
+            return -EINVAL;
+        }
+        char e2[384];
+        if (set_value(c, o, eq + 1, e2, sizeof e2) != 0) {
+            snprintf(err, errlen, "%.*s: %s", (int)(eq - kv), kv, e2);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ flags, all */
+
+static void long_options(struct option *lo)
+{
     for (size_t i = 0; i < NOPTS; i++) {
         lo[i].name = opts[i].name;
         lo[i].has_arg = opts[i].type == T_BOOL ? optional_argument : required_argument;
@@ -301,20 +598,40 @@ int bf_config_parse(struct bf_config *c, int argc, char **argv, FILE *out, char 
     lo[NOPTS] = (struct option){"help", no_argument, NULL, 'h'};
     lo[NOPTS + 1] = (struct option){"version", no_argument, NULL, 'V'};
     lo[NOPTS + 2] = (struct option){NULL, 0, NULL, 0};
-    optind = 1;
+}
+
+/*
+ * One getopt pass over argv. apply = false: only syntax, --help/--version,
+ * and the two values the layers depend on (--config, --role). apply = true:
+ * every flag's value over c.
+ */
+static int flags_pass(struct bf_config *c, int argc, char **argv, bool apply, FILE *out,
+                      char *config_path, size_t cp_len, bool *is_child, char *err, size_t errlen)
+{
+    struct option lo[NOPTS + 3];
+    long_options(lo);
+    optind = 0; /* glibc: 0 re-initialises getopt fully (1 keeps the position inside an
+                 * unfinished cluster of short options from an earlier parse) */
     opterr = 0;
     int ch;
     while ((ch = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
         if (ch == 'h') {
+            if (!apply)
+                continue;
             bf_config_usage(out ? out : stdout, "bigfleet-shardd");
             return BF_CONFIG_EXIT_OK;
         }
         if (ch == 'V') {
+            if (!apply)
+                continue;
             fprintf(out ? out : stdout, "bigfleet-shardd %s\n", BF_VERSION);
             return BF_CONFIG_EXIT_OK;
         }
         if (ch == '?' || ch == ':') {
             const char *bad = argv[optind - 1];
+            char shortopt[3] = {'-', (char)optopt, 0};
+            if (optopt > 0 && optopt < 1000) /* a short option (none is defined) */
+                bad = shortopt;
             if (ch == ':')
                 snprintf(err, errlen, "%s: missing value", bad);
             else
@@ -325,6 +642,13 @@ int bf_config_parse(struct bf_config *c, int argc, char **argv, FILE *out, char 
         const char *v = optarg;
         if (o->type == T_BOOL && !v)
             v = "true";
+        if (!apply) {
+            if (strcmp(o->name, "config") == 0)
+                snprintf(config_path, cp_len, "%s", v);
+            if (strcmp(o->name, "role") == 0)
+                *is_child = strcmp(v, "supervisor") != 0;
+            continue;
+        }
         if (set_value(c, o, v, err, errlen) != 0)
             return BF_CONFIG_USAGE;
     }
@@ -332,6 +656,11 @@ int bf_config_parse(struct bf_config *c, int argc, char **argv, FILE *out, char 
         snprintf(err, errlen, "unexpected argument \"%s\" (flags only)", argv[optind]);
         return BF_CONFIG_USAGE;
     }
+    return BF_CONFIG_OK;
+}
+
+int bf_config_validate(struct bf_config *c, char *err, size_t errlen)
+{
     if (!valid_id(c->id)) {
         snprintf(err, errlen, "--id: invalid shard id \"%s\" (1-63 of [A-Za-z0-9._-])", c->id);
         return BF_CONFIG_USAGE;
@@ -375,4 +704,111 @@ int bf_config_parse(struct bf_config *c, int argc, char **argv, FILE *out, char 
     if (!c->advertise_addr[0])
         snprintf(c->advertise_addr, sizeof c->advertise_addr, "%s", c->listen);
     return BF_CONFIG_OK;
+}
+
+int bf_config_load(struct bf_config *c, int argc, char **argv, char *const *envp, FILE *out,
+                   char *err, size_t errlen)
+{
+    char path[BF_PATH_MAX] = "";
+    bool child = false;
+    bf_config_defaults(c);
+    int rc = flags_pass(c, argc, argv, false, out, path, sizeof path, &child, err, errlen);
+    if (rc != BF_CONFIG_OK)
+        return rc;
+    if (!child) {
+        /* the file named by the flag, else by BIGFLEET_SHARDD_CONFIG */
+        static const char cfg_env[] = BF_CONFIG_ENV_PREFIX "CONFIG=";
+        for (size_t e = 0; !path[0] && envp && envp[e]; e++)
+            if (strncmp(envp[e], cfg_env, sizeof cfg_env - 1) == 0)
+                snprintf(path, sizeof path, "%s", envp[e] + sizeof cfg_env - 1);
+        if (path[0] && apply_file(c, path, err, errlen) != 0)
+            return BF_CONFIG_USAGE;
+        if (apply_env(c, envp, err, errlen) != 0)
+            return BF_CONFIG_USAGE;
+    }
+    rc = flags_pass(c, argc, argv, true, out, NULL, 0, NULL, err, errlen);
+    if (rc != BF_CONFIG_OK)
+        return rc;
+    snprintf(c->config_file, sizeof c->config_file, "%s", path);
+    return bf_config_validate(c, err, errlen);
+}
+
+int bf_config_parse(struct bf_config *c, int argc, char **argv, FILE *out, char *err, size_t errlen)
+{
+    return bf_config_load(c, argc, argv, environ, out, err, errlen);
+}
+
+int bf_config_child_argv(const struct bf_config *c, const char *prog, const char *role, char *buf,
+                         size_t cap, char **argv, int max_argv)
+{
+    int n = 0;
+    size_t used = 0;
+#define PUSH(str)                                                                                  \
+    do {                                                                                           \
+        size_t l_ = strlen(str) + 1;                                                               \
+        if (n >= max_argv - 1 || used + l_ > cap)                                                  \
+            return -E2BIG;                                                                         \
+        memcpy(buf + used, str, l_);                                                               \
+        argv[n++] = buf + used;                                                                    \
+        used += l_;                                                                                \
+    } while (0)
+    PUSH(prog);
+    char v[BF_CONFIG_LINE_MAX + 8];
+    for (size_t i = 0; i < NOPTS; i++) {
+        const struct opt *o = &opts[i];
+        if (o->hidden || !o->def || strcmp(o->name, "config") == 0 ||
+            strcmp(o->name, "check-config") == 0)
+            continue;
+        format_value(c, o, v, sizeof v);
+        if (o->type == T_BOOL) {
+            char f[96];
+            snprintf(f, sizeof f, "--%s=%s", o->name, v);
+            PUSH(f);
+        } else {
+            char f[96];
+            snprintf(f, sizeof f, "--%s", o->name);
+            PUSH(f);
+            PUSH(v);
+        }
+    }
+    char r[48];
+    snprintf(r, sizeof r, "--role=%s", role);
+    PUSH(r);
+#undef PUSH
+    argv[n] = NULL;
+    return n;
+}
+
+int bf_config_diff(const struct bf_config *running, const struct bf_config *next,
+                   bf_config_diff_fn fn, void *arg)
+{
+    int changed = 0;
+    char a[BF_CONFIG_LINE_MAX + 8], b[BF_CONFIG_LINE_MAX + 8];
+    for (size_t i = 0; i < NOPTS; i++) {
+        const struct opt *o = &opts[i];
+        if (o->hidden || !o->def || strcmp(o->name, "check-config") == 0 ||
+            strcmp(o->name, "config") == 0)
+            continue;
+        if (same_value(running, next, o))
+            continue;
+        format_value(running, o, a, sizeof a);
+        format_value(next, o, b, sizeof b);
+        changed++;
+        if (fn)
+            fn(o->name, a, b, o->live, arg);
+    }
+    return changed;
+}
+
+void bf_config_copy_live(struct bf_config *running, const struct bf_config *next)
+{
+    for (size_t i = 0; i < NOPTS; i++)
+        if (opts[i].live)
+            memcpy((char *)running + opts[i].off, (const char *)next + opts[i].off, opts[i].size);
+}
+
+bool bf_config_is_live(const char *name)
+{
+    const struct opt *o = find_opt(name);
+    return o && o->live;
 }

@@ -1,6 +1,7 @@
 /*
  * log.c — logfmt structured logging to stderr (see bigfleet/log.h).
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -11,18 +12,24 @@
 #include "bigfleet/log.h"
 
 static char g_role[32] = "bigfleet";
-static int g_level = BF_LOG_INFO;
+static _Atomic int g_level = BF_LOG_INFO; /* relaxed: threads read, SIGHUP writes */
 
 void bf_log_init(const char *role, int min_level)
 {
     snprintf(g_role, sizeof g_role, "%s", role ? role : "bigfleet");
     if (min_level >= BF_LOG_DEBUG && min_level <= BF_LOG_ERROR)
-        g_level = min_level;
+        atomic_store_explicit(&g_level, min_level, memory_order_relaxed);
+}
+
+void bf_log_set_level(int min_level)
+{
+    if (min_level >= BF_LOG_DEBUG && min_level <= BF_LOG_ERROR)
+        atomic_store_explicit(&g_level, min_level, memory_order_relaxed);
 }
 
 int bf_log_level(void)
 {
-    return g_level;
+    return atomic_load_explicit(&g_level, memory_order_relaxed);
 }
 
 int bf_log_level_parse(const char *s)
@@ -39,7 +46,7 @@ int bf_log_level_parse(const char *s)
 void bf_vlog(int level, const char *msg, const char *kv_fmt, va_list ap)
 {
     static const char *lv[] = {"debug", "info", "warn", "error"};
-    if (level < g_level)
+    if (level < atomic_load_explicit(&g_level, memory_order_relaxed))
         return;
     if (level < 0 || level > 3)
         level = BF_LOG_ERROR;

@@ -87,6 +87,15 @@ void bf_cycle_free(struct bf_cycle *c)
     free(c);
 }
 
+void bf_cycle_set_rails(struct bf_cycle *c, bool actuation_paused, bool dry_run,
+                        double reclaim_cap_fraction, uint32_t max_actions)
+{
+    c->o.actuation_paused = actuation_paused;
+    c->o.dry_run = dry_run;
+    c->o.reclaim_cap_fraction = reclaim_cap_fraction;
+    c->o.max_actions = max_actions;
+}
+
 struct bf_engine *bf_cycle_engine(struct bf_cycle *c)
 {
     return c->engine;

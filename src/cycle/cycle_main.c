@@ -7,6 +7,11 @@
  * cycles the process sleeps on its wake eventfd. A restarted cycle process
  * rebuilds its mirror with one full rescan; the in-flight markers, the action
  * serial and every published result live in shared memory and carry over.
+ *
+ * The rails (kill switch, dry-run, reclaim cap, actions cap) come from the
+ * live configuration in the state segment, re-read before every cycle: a
+ * SIGHUP that flips --actuation-paused takes effect at the next cycle, with
+ * no restart (bf_child_reloaded).
  */
 #include <errno.h>
 #include <poll.h>
@@ -31,9 +36,15 @@ int bf_cycle_main(const struct bf_config *cfg)
         bf_child_finish(&ch);
         return BF_EXIT_ERROR;
     }
-    BF_INFO("started", "interval_ms=%lld paused=%d dry_run=%d reclaim_cap=%g max_actions=%d",
-            (long long)(cfg->cycle_interval_ns / BF_NS_PER_MS), cfg->actuation_paused, cfg->dry_run,
-            cfg->reclaim_cap_fraction, cfg->max_actions_per_cycle);
+    struct bf_live_values live;
+    if (bf_child_reloaded(&ch, &live))
+        bf_cycle_set_rails(c, live.actuation_paused, live.dry_run, live.reclaim_cap_fraction,
+                           live.max_actions_per_cycle);
+    else
+        bf_live_from_config(&live, cfg); /* bf_cycle_opts_from_config already applied it */
+    BF_INFO("started", "interval_ms=%lld paused=%d dry_run=%d reclaim_cap=%g max_actions=%u",
+            (long long)(cfg->cycle_interval_ns / BF_NS_PER_MS), live.actuation_paused, live.dry_run,
+            live.reclaim_cap_fraction, live.max_actions_per_cycle);
     int64_t next = bf_mono_ns(); /* first cycle at once */
     bool again = false;
     while (!bf_child_stopping()) {
@@ -49,6 +60,13 @@ int bf_cycle_main(const struct bf_config *cfg)
             bf_wake_clear(&ch.shm, BF_ROLE_CYCLE);
             bf_child_heartbeat(&ch);
             continue;
+        }
+        if (bf_child_reloaded(&ch, &live)) {
+            bf_cycle_set_rails(c, live.actuation_paused, live.dry_run, live.reclaim_cap_fraction,
+                               live.max_actions_per_cycle);
+            BF_INFO("rails reloaded", "paused=%d dry_run=%d reclaim_cap=%g max_actions=%u",
+                    live.actuation_paused, live.dry_run, live.reclaim_cap_fraction,
+                    live.max_actions_per_cycle);
         }
         struct bf_cycle_report rep;
         rc = bf_cycle_run_once(c, bf_now_ns(), &rep);

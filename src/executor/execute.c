@@ -388,7 +388,7 @@ static void rollback_idle(struct job *j, int outcome, const char *msg)
         nr.cluster = nr.fingerprint = nr.group = nr.last_error = 0;
         nr.assigned_priority = 0;
         nr.ipb = nr.rpb = 0;
-        nr.idle_since = bf_rec_idle_since_encode(j->e->shm, bf_now_ns() / BF_NS_PER_SEC);
+        nr.idle_since = bf_rec_idle_since_encode(j->e->shm, bf_idle_since_stamp_s(bf_now_ns()));
         tx_commit(j, &t, &nr);
     }
     set_outcome(j, outcome, "%s", msg);
@@ -600,7 +600,7 @@ static void on_configure_ack(void *arg, const struct bf_prov_result *r,
             struct bf_machine_rec nr = t.old;
             nr.state = BF_STATE_IDLE;
             nr.cluster = nr.fingerprint = nr.group = 0;
-            nr.idle_since = bf_rec_idle_since_encode(e->shm, bf_now_ns() / BF_NS_PER_SEC);
+            nr.idle_since = bf_rec_idle_since_encode(e->shm, bf_idle_since_stamp_s(bf_now_ns()));
             tx_commit(j, &t, &nr);
         }
         set_outcome(j, BF_OUT_RACED_TO_IDLE,
@@ -701,7 +701,7 @@ static void on_create_ack(void *arg, const struct bf_prov_result *r, const struc
         nr.last_error = 0;
         nr.flags &= ~BF_REC_NEEDS_REFRESH;
         if (st == BF_STATE_IDLE)
-            nr.idle_since = bf_rec_idle_since_encode(e->shm, bf_now_ns() / BF_NS_PER_SEC);
+            nr.idle_since = bf_rec_idle_since_encode(e->shm, bf_idle_since_stamp_s(bf_now_ns()));
         tx_commit(j, &t, &nr);
         if (st == BF_STATE_IDLE) {
             do_bootstrap(j); /* Provision continues into Bootstrap */
@@ -787,7 +787,7 @@ static void on_drain_ack(void *arg, const struct bf_prov_result *r, const struct
             nr.ipb = nr.rpb = 0;
             nr.last_error = 0;
             nr.flags &= ~BF_REC_NEEDS_REFRESH;
-            nr.idle_since = bf_rec_idle_since_encode(e->shm, bf_now_ns() / BF_NS_PER_SEC);
+            nr.idle_since = bf_rec_idle_since_encode(e->shm, bf_idle_since_stamp_s(bf_now_ns()));
             tx_commit(j, &t, &nr);
             bf_hist_observe(&XS(e)->drain_phase, 0.01, 2, 16, bf_mono_ns() - j->phase_t0);
             set_outcome(j, BF_OUT_SUCCESS, NULL);
@@ -1154,6 +1154,16 @@ static void poll_actions(struct bf_exec *e)
                 pos_done(e, pos); /* finished already, or superseded by a newer action */
                 continue;
             }
+            /* The kill switch also holds what the cycle queued before it was
+             * flipped (SIGHUP): nothing starts while it is on. */
+            if (atomic_load_explicit(&e->shm->st->actuation_paused, memory_order_acquire)) {
+                audit(e, &a, "suppressed", 0, NULL);
+                atomic_fetch_add_explicit(&e->shm->st->host.actions_held_at_dispatch, 1,
+                                          memory_order_relaxed);
+                action_done(e, &a);
+                pos_done(e, pos);
+                continue;
+            }
             struct job *j = calloc(1, sizeof *j);
             if (!j) {
                 e->next--; /* retried on the next poll */
@@ -1231,6 +1241,13 @@ int bf_exec_new(struct bf_net_loop *loop, struct bf_shm *shm, struct bf_prov_cli
     atomic_store_explicit(&XS(e)->inflight, 0, memory_order_relaxed);
     *out = e;
     return 0;
+}
+
+int bf_exec_set_audit_fd(struct bf_exec *e, int fd)
+{
+    int old = e->o.audit_fd;
+    e->o.audit_fd = fd;
+    return old;
 }
 
 uint32_t bf_exec_inflight(const struct bf_exec *e)

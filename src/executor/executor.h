@@ -76,6 +76,9 @@ int bf_exec_new(struct bf_net_loop *loop, struct bf_shm *shm, struct bf_prov_cli
 /* Drains BOOT_RESP and starts ring actions up to the concurrency. Call on
  * every wake (and periodically). */
 void bf_exec_poll(struct bf_exec *e);
+/* Replaces the audit log fd (a SIGHUP reopen; -1 = off) and returns the
+ * previous one for the caller to close. */
+int bf_exec_set_audit_fd(struct bf_exec *e, int fd);
 /* Actions in flight now. */
 uint32_t bf_exec_inflight(const struct bf_exec *e);
 /* Ring positions read but not yet released. */

@@ -1390,8 +1390,12 @@ int bf_net_server_new(struct bf_net_loop *loop, const struct bf_net_server_opts 
         goto out_fail;
     nghttp2_option_set_no_closed_streams(srv->h2opt, 1);
     nghttp2_option_set_max_send_header_block_length(srv->h2opt, 65536);
-    r = bf_listener_open(loop, opts->addr, srv_on_accept, srv, &srv->stats.accept_errors,
-                         &srv->listener);
+    if (opts->listen_fd > 0)
+        r = bf_listener_adopt(loop, opts->listen_fd, true, srv_on_accept, srv,
+                              &srv->stats.accept_errors, &srv->listener);
+    else
+        r = bf_listener_open(loop, opts->addr, srv_on_accept, srv, &srv->stats.accept_errors,
+                             &srv->listener);
     if (r < 0) {
         BF_ERROR("gRPC server: cannot listen", "addr=\"%s\" err=\"%s\"", opts->addr, strerror(-r));
         goto out_fail;
@@ -1412,6 +1416,25 @@ out_fail:
     free(srv->methods);
     free(srv);
     return r;
+}
+
+int bf_net_server_reload_tls(struct bf_net_server *srv, const struct bf_net_tls_config *tls)
+{
+    if (!srv->tls)
+        return -EINVAL; /* plaintext stays plaintext: a restart changes the mode */
+    struct bf_tls_ctx *n;
+    int r = bf_tls_ctx_new(tls, BF_TLS_SERVER, &n);
+    if (r < 0)
+        return r;
+    if (bf_tls_ctx_mtls(n) != bf_tls_ctx_mtls(srv->tls)) {
+        bf_tls_ctx_unref(n);
+        return -EINVAL;
+    }
+    bf_tls_ctx_unref(srv->tls); /* open connections hold their own reference */
+    srv->tls = n;
+    BF_INFO("TLS files re-read", "cert=\"%s\" ca=\"%s\"", tls->cert_file,
+            tls->ca_file ? tls->ca_file : "");
+    return 0;
 }
 
 uint16_t bf_net_server_port(const struct bf_net_server *srv)

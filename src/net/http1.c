@@ -603,8 +603,10 @@ int bf_net_http_server_new(struct bf_net_loop *loop, const struct bf_net_http_se
     if (!hs->o.head_timeout_ns)
         hs->o.head_timeout_ns = 5 * BF_NS_PER_SEC;
     bf_list_init(&hs->conns);
-    int r = bf_listener_open(loop, opts->addr, http_on_accept, hs, &hs->stats.accept_errors,
-                             &hs->listener);
+    int r = opts->listen_fd > 0 ? bf_listener_adopt(loop, opts->listen_fd, true, http_on_accept, hs,
+                                                    &hs->stats.accept_errors, &hs->listener)
+                                : bf_listener_open(loop, opts->addr, http_on_accept, hs,
+                                                   &hs->stats.accept_errors, &hs->listener);
     if (r < 0) {
         BF_ERROR("HTTP server: cannot listen", "addr=\"%s\" err=\"%s\"", opts->addr, strerror(-r));
         free(hs);

@@ -533,8 +533,17 @@ static void listener_retry(struct bf_net_timer *t, void *arg)
         listener_arm(l);
 }
 
-int bf_listener_open(struct bf_net_loop *loop, const char *addr, void (*on_accept)(void *, int),
-                     void *owner, uint64_t *accept_errors, struct bf_listener **out)
+int bf_net_addr_check(const char *addr)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    char host[256];
+    uint16_t port;
+    int r = bf_addr_parse_literal(addr, &ss, &sl, host, sizeof host, &port);
+    return r < 0 ? r : 0;
+}
+
+int bf_net_listen_socket(const char *addr, int *fd_out)
 {
     struct sockaddr_storage ss;
     socklen_t sl;
@@ -551,18 +560,41 @@ int bf_listener_open(struct bf_net_loop *loop, const char *addr, void (*on_accep
         close(fd);
         return r;
     }
+    *fd_out = fd;
+    return 0;
+}
+
+int bf_net_socket_port(int fd)
+{
     struct sockaddr_storage bound;
     socklen_t bl = sizeof bound;
-    getsockname(fd, (struct sockaddr *)&bound, &bl);
+    if (getsockname(fd, (struct sockaddr *)&bound, &bl) != 0)
+        return -errno;
+    if (bound.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&bound)->sin_port);
+    if (bound.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&bound)->sin6_port);
+    return -EAFNOSUPPORT;
+}
+
+int bf_listener_adopt(struct bf_net_loop *loop, int fd, bool shared, void (*on_accept)(void *, int),
+                      void *owner, uint64_t *accept_errors, struct bf_listener **out)
+{
+    int type = 0, acc = 0;
+    socklen_t tl = sizeof type, al = sizeof acc;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_STREAM ||
+        getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &al) != 0 || !acc)
+        return -ENOTSOCK;
+    int port = bf_net_socket_port(fd);
+    if (port < 0)
+        return port;
     struct bf_listener *l = calloc(1, sizeof *l);
-    if (!l) {
-        close(fd);
+    if (!l)
         return -ENOMEM;
-    }
     l->loop = loop;
     l->fd = fd;
-    l->port = ntohs(bound.ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
-                                               : ((struct sockaddr_in6 *)&bound)->sin6_port);
+    l->shared = shared;
+    l->port = (uint16_t)port;
     l->on_accept = on_accept;
     l->owner = owner;
     l->accept_errors = accept_errors;
@@ -571,6 +603,18 @@ int bf_listener_open(struct bf_net_loop *loop, const char *addr, void (*on_accep
     listener_arm(l);
     *out = l;
     return 0;
+}
+
+int bf_listener_open(struct bf_net_loop *loop, const char *addr, void (*on_accept)(void *, int),
+                     void *owner, uint64_t *accept_errors, struct bf_listener **out)
+{
+    int fd, r = bf_net_listen_socket(addr, &fd);
+    if (r < 0)
+        return r;
+    r = bf_listener_adopt(loop, fd, false, on_accept, owner, accept_errors, out);
+    if (r < 0)
+        close(fd);
+    return r;
 }
 
 static void listener_destroy(struct bf_listener *l)
@@ -591,8 +635,10 @@ void bf_listener_close(struct bf_listener *l)
     bf_net_timer_stop(&l->retry);
     if (l->armed) {
         bf_loop_cancel(l->loop, BF_UD(l, BF_OP_ACCEPT));
-        /* shutdown wakes the accept too, on kernels where cancel races */
-        shutdown(l->fd, SHUT_RDWR);
+        /* shutdown wakes the accept too, on kernels where cancel races; never
+         * on a socket other processes hold: it would stop their listening */
+        if (!l->shared)
+            shutdown(l->fd, SHUT_RDWR);
         return;
     }
     listener_destroy(l);

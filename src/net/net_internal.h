@@ -147,6 +147,7 @@ struct bf_listener {
     uint16_t port;
     bool armed;   /* multishot accept outstanding */
     bool closing; /* owner gone; freed when the accept op ends */
+    bool shared;  /* inherited socket other processes also hold: never shut down */
     void (*on_accept)(void *owner, int fd);
     void *owner;
     uint64_t *accept_errors;
@@ -198,6 +199,12 @@ void bf_addr_format(const struct sockaddr *sa, char *out, size_t cap);
 
 int bf_listener_open(struct bf_net_loop *loop, const char *addr, void (*on_accept)(void *, int),
                      void *owner, uint64_t *accept_errors, struct bf_listener **out);
+/* Accepts on an already bound and listening socket (adopted: closed with
+ * the listener). shared: other processes hold it too (inherited from the
+ * supervisor), so closing never shuts it down. -ENOTSOCK if fd is not a
+ * listening stream socket, -ENOMEM. */
+int bf_listener_adopt(struct bf_net_loop *loop, int fd, bool shared, void (*on_accept)(void *, int),
+                      void *owner, uint64_t *accept_errors, struct bf_listener **out);
 /* Stops accepting and closes the socket; the memory goes when the kernel
  * returns the accept operation. */
 void bf_listener_close(struct bf_listener *l);

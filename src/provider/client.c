@@ -25,6 +25,7 @@
 #include "bigfleet/config.h"
 #include "bigfleet/log.h"
 #include "bigfleet/provider.h"
+#include "bigfleet/shm.h"
 #include "bigfleet/util.h"
 #include "bigfleet/v1alpha1/provider.pb-c.h"
 
@@ -80,6 +81,7 @@ struct bf_prov_client {
     int64_t epoch;
     int64_t seq; /* last issued */
     struct bf_prov_stats stats;
+    struct bf_rpc_provider_latency *latency; /* shared memory, or NULL */
 };
 
 struct bf_prov_call {
@@ -122,6 +124,7 @@ int bf_prov_client_new(struct bf_net_loop *loop, const struct bf_prov_opts *o,
         return -ENOMEM;
     }
     c->epoch = o->epoch;
+    c->latency = o->latency;
     int64_t start = o->seq_start > 0 ? o->seq_start : bf_mono_ns();
     c->seq = (start > 1 ? start : 1) - 1;
     struct bf_net_client_opts no = {
@@ -199,6 +202,9 @@ static void on_reply(void *arg, int code, const char *message, const uint8_t *re
             ok = true;
         }
     }
+    if (c->latency)
+        bf_hist_observe(&c->latency->h[k->rpc][code >= 0 && code < BF_RPC_CODES ? code : 2], 0.001,
+                        2, 16, r.elapsed_ns);
     c->stats.by_status[k->rpc][r.status]++;
     c->stats.inflight--;
     if (k->rpc == BF_PROV_GET)

@@ -390,7 +390,7 @@ void bf_recon_apply(struct bf_recon *r, const struct bf_prov_list *l, bool full,
 {
     struct bf_shm *s = r->shm;
     int64_t t0 = bf_mono_ns();
-    int64_t now_unix_s = bf_now_ns() / BF_NS_PER_SEC;
+    int64_t now_unix_s = bf_idle_since_stamp_s(bf_now_ns()); /* only stamps idle_since */
     r->rejects_logged = 0;
     r->events_pushed = false;
     res->full = full;

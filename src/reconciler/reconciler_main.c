@@ -125,6 +125,8 @@ static void on_tick(struct bf_net_timer *t, void *arg)
     (void)t;
     struct rmain *m = arg;
     bf_child_heartbeat(&m->ch);
+    struct bf_live_values v;
+    bf_child_reloaded(&m->ch, &v); /* SIGHUP: the log level */
     if (bf_child_stopping()) {
         bf_net_loop_stop(m->loop);
         return;
@@ -144,10 +146,13 @@ int bf_reconciler_main(const struct bf_config *cfg)
     int rc = bf_net_loop_new(NULL, &m.loop);
     if (rc) {
         BF_ERROR("cannot create the event loop", "error=\"%s\"", strerror(-rc));
+        if (rc == -EPERM || rc == -ENOSYS || rc == -EACCES)
+            exit_code = BF_EXIT_NO_RESPAWN; /* io_uring refused: restarting cannot help */
         goto out_child;
     }
     struct bf_prov_opts po;
     bf_prov_opts_from_config(&po, cfg, m.ch.shm.inv_hdr->epoch);
+    po.latency = &m.ch.shm.st->host.provider_rpc[0];
     if ((rc = bf_prov_client_new(m.loop, &po, &m.client))) {
         BF_ERROR("cannot create the provider client", "addr=%s error=\"%s\"", cfg->provider_addr,
                  strerror(-rc));

@@ -59,6 +59,7 @@ struct coord {
     struct bf_net_client *cl;
     struct bf_net_timer *timer;
     bool inflight;
+    int64_t sent_ns; /* monotonic: when the ReportShard in flight was sent */
     int64_t cycle;
     MDB_env *env;
     MDB_dbi dbi;
@@ -396,6 +397,7 @@ static void send_report(struct coord *c)
     int64_t timeout = ss->cfg->coordinator_heartbeat_ns;
     if (timeout > 10 * BF_NS_PER_SEC)
         timeout = 10 * BF_NS_PER_SEC;
+    c->sent_ns = bf_mono_ns();
     struct bf_net_stream *st = bf_net_client_unary_pb(
         c->cl, "/bigfleet.v1alpha1.Coordinator/ReportShard", &rep.base, timeout, on_reply, c);
     if (st) {
@@ -471,6 +473,9 @@ static void on_reply(void *arg, int code, const char *message, const uint8_t *re
     struct coord *c = arg;
     struct bf_stats_session *st = &c->ss->shm->st->session;
     c->inflight = false;
+    bf_hist_observe(
+        &c->ss->shm->st->host.coordinator_rpc[0][code >= 0 && code < BF_RPC_CODES ? code : 2],
+        0.001, 2, 16, bf_mono_ns() - c->sent_ns);
     if (code != BF_NET_OK) {
         atomic_fetch_add(&st->coordinator_errors, 1);
         BF_WARN("ReportShard failed", "code=%s message=\"%s\"", bf_net_code_name(code),

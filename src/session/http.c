@@ -229,6 +229,14 @@ static void local_metrics(struct ss *ss, struct bf_metrics_buf *b)
     bf_metrics_header(b, "bigfleet_shard_session_outbox_bytes", "gauge",
                       "Bytes held in session outboxes (all sessions).");
     bf_metrics_printf(b, "bigfleet_shard_session_outbox_bytes %zu\n", ss->outbox_total);
+    bf_metrics_header(b, "bigfleet_appliance_cycle_interval_seconds", "gauge",
+                      "--cycle-interval (a cycle also runs as soon as demand changes).");
+    bf_metrics_printf(b, "bigfleet_appliance_cycle_interval_seconds ");
+    bf_metrics_float(b, (double)ss->cfg->cycle_interval_ns / 1e9);
+    bf_metrics_printf(b, "\n");
+    bf_metrics_header(b, "bigfleet_shard_grpc_health_watches_open", "gauge",
+                      "grpc.health.v1.Health/Watch streams open.");
+    bf_metrics_printf(b, "bigfleet_shard_grpc_health_watches_open %u\n", ss_health_watches_open());
     ss_inspect_metrics(b);
 }
 
@@ -274,7 +282,9 @@ int ss_http_start(struct ss *ss)
     struct bf_net_http_server_opts o = {.addr = addr,
                                         .handler = handler,
                                         .arg = ss,
-                                        .head_timeout_ns = ss->cfg->http_head_timeout_ns};
+                                        .head_timeout_ns = ss->cfg->http_head_timeout_ns,
+                                        .listen_fd =
+                                            atomic_load(&ss->shm->st->host.http_listen_fd)};
     int rc;
     int64_t until = bf_mono_ns() + 5 * BF_NS_PER_SEC; /* see start_grpc() */
     while ((rc = bf_net_http_server_new(ss->loop, &o, &ss->http)) == -EADDRINUSE &&

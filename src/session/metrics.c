@@ -835,5 +835,6 @@ int bf_metrics_render(const struct bf_shm *s, struct bf_metrics_buf *b)
     render_rings(s, b);
     render_shm(s, b);
     render_reconciler_executor(s, b);
+    bf_metrics_render_host(s, b);
     return b->oom ? -ENOMEM : 0;
 }

@@ -162,7 +162,21 @@ struct local_counters {
     uint64_t resync_updates;
 };
 
-struct coord; /* coord.c */
+struct coord; /* health.c: grpc.health.v1.Health (arg: struct ss *) */
+extern const struct bf_net_method bf_health_check_method;
+extern const struct bf_net_method bf_health_watch_method;
+extern const struct bf_net_method bf_health_list_method;
+/* Sends status changes to every Watch (the 1 s tick and at stop). */
+void ss_health_tick(struct ss *ss);
+/* At stop: NOT_SERVING to every watcher, then the streams end UNAVAILABLE. */
+void ss_health_stop(struct ss *ss);
+uint32_t ss_health_watches_open(void);
+
+/* reflection.c: grpc.reflection.v1 and v1alpha ServerReflectionInfo (arg: struct ss *) */
+extern const struct bf_net_method bf_reflection_v1_method;
+extern const struct bf_net_method bf_reflection_v1alpha_method;
+
+/* coord.c */
 
 struct ss {
     struct bf_child ch;
@@ -193,6 +207,7 @@ struct ss {
     bool stopping;
     struct coord *coord;
     struct local_counters lc;
+    struct bf_live_values live_cfg; /* the live configuration last applied (SIGHUP) */
 };
 
 /* session.c */
@@ -211,6 +226,20 @@ int ss_http_start(struct ss *ss);
 struct bf_metrics_buf;
 extern const struct bf_net_method bf_inspect_needs_method;
 void ss_inspect_metrics(struct bf_metrics_buf *b);
+
+/* health.c: grpc.health.v1.Health (arg: struct ss *) */
+extern const struct bf_net_method bf_health_check_method;
+extern const struct bf_net_method bf_health_watch_method;
+extern const struct bf_net_method bf_health_list_method;
+/* Sends status changes to every Watch (the 1 s tick and at stop). */
+void ss_health_tick(struct ss *ss);
+/* At stop: NOT_SERVING to every watcher, then the streams end UNAVAILABLE. */
+void ss_health_stop(struct ss *ss);
+uint32_t ss_health_watches_open(void);
+
+/* reflection.c: grpc.reflection.v1 and v1alpha ServerReflectionInfo (arg: struct ss *) */
+extern const struct bf_net_method bf_reflection_v1_method;
+extern const struct bf_net_method bf_reflection_v1alpha_method;
 
 /* coord.c */
 int coord_start(struct ss *ss);

@@ -14,10 +14,21 @@
  * ingest completion eventfd, a 1 s tick (heartbeat, sweeps, a ring drain
  * that bounds any lost wake-up), the gRPC and HTTP servers.
  *
+ * Listeners: the supervisor binds --listen and --metrics-addr before it
+ * forks and this process accepts on the inherited sockets (their numbers in
+ * st->host), so a restarted session never races its predecessor for the
+ * port and connections that arrive meanwhile wait in the backlog. The gRPC
+ * server answers Shard/Session, ShardRead/InspectNeeds, grpc.health.v1
+ * (health.c) and server reflection v1/v1alpha (reflection.c).
+ * st->host.session_listening tells the supervisor (READY=1) once both accept.
+ *
+ * SIGHUP (live configuration, bigfleet/shm.h): the 1 s tick applies the log
+ * level and re-reads the TLS files of the gRPC server.
+ *
  * Exit: SIGTERM -> every stream finished (UNAVAILABLE), server shutdown with
  * a short grace, loop stop, ingest thread joined, rows marked disconnected.
- * A --listen/--metrics-addr that cannot be bound is a configuration error:
- * exit 3 (do not respawn).
+ * A --listen/--metrics-addr that cannot be used is a configuration error:
+ * exit 3 (do not respawn); so is an io_uring that refuses to start.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -69,7 +80,9 @@ static void begin_stop(struct ss *ss)
     if (ss->stopping)
         return;
     ss->stopping = true;
+    atomic_store(&ss->shm->st->host.session_listening, 0);
     BF_INFO("stopping", "id=%s", ss->cfg->id);
+    ss_health_stop(ss);
     coord_stop(ss);
     ss_close_all(ss);
     bf_net_timer_start(ss->stop_timer, 2 * BF_NS_PER_SEC, 0);
@@ -98,6 +111,24 @@ static void on_ingest(struct bf_net_watch *w, uint64_t count, void *arg)
     ss_on_ingest_done(arg);
 }
 
+/* A SIGHUP reload: the log level (bf_child_reloaded) and the TLS files. */
+static void apply_live(struct ss *ss)
+{
+    struct bf_live_values v;
+    bool first = ss->live_cfg.generation == 0;
+    if (!bf_child_reloaded(&ss->ch, &v))
+        return;
+    ss->live_cfg = v;
+    if (first || !ss->srv || !bf_config_tls(ss->cfg))
+        return;
+    struct bf_net_tls_config tls = {v.tls_cert, v.tls_key, v.tls_ca};
+    int rc = bf_net_server_reload_tls(ss->srv, &tls);
+    if (rc)
+        BF_ERROR("TLS files not reloaded; the server keeps the previous ones",
+                 "cert=\"%s\" key=\"%s\" ca=\"%s\" error=\"%s\"", v.tls_cert, v.tls_key, v.tls_ca,
+                 strerror(-rc));
+}
+
 static void on_tick(struct bf_net_timer *t, void *arg)
 {
     (void)t;
@@ -109,6 +140,8 @@ static void on_tick(struct bf_net_timer *t, void *arg)
     }
     ss_drain_rings(ss);
     ss_sweep(ss);
+    apply_live(ss);
+    ss_health_tick(ss);
 }
 
 static void on_resync(struct bf_net_timer *t, void *arg)
@@ -119,16 +152,28 @@ static void on_resync(struct bf_net_timer *t, void *arg)
 
 static int start_grpc(struct ss *ss)
 {
-    static struct bf_net_method methods[2];
-    methods[0] = bf_session_method;
-    methods[0].arg = ss;
-    methods[1] = bf_inspect_needs_method; /* ShardRead, same server (ADR-0061) */
-    methods[1].arg = ss;
+    /* Shard/Session; ShardRead on the same server (ADR-0061); the standard
+     * health and reflection services */
+    const struct bf_net_method *all[] = {&bf_session_method,           &bf_inspect_needs_method,
+                                         &bf_health_check_method,      &bf_health_watch_method,
+                                         &bf_health_list_method,       &bf_reflection_v1_method,
+                                         &bf_reflection_v1alpha_method};
+#define N_METHODS (sizeof all / sizeof all[0])
+    static struct bf_net_method methods[N_METHODS];
+    for (size_t i = 0; i < N_METHODS; i++) {
+        methods[i] = *all[i];
+        methods[i].arg = ss;
+        /* every request but a rollup is small (docs/security.md) */
+        if (i > 0 && !methods[i].max_recv_message)
+            methods[i].max_recv_message = SS_SMALL_MESSAGE_MAX;
+    }
     methods[0].max_recv_message = bf_config_max_rollup_bytes(ss->cfg);
+    /* the live TLS files: a restarted session uses what the last SIGHUP set */
+    bf_child_reloaded(&ss->ch, &ss->live_cfg);
     struct bf_net_server_opts o = {
         .addr = ss->cfg->listen,
         .methods = methods,
-        .n_methods = 2,
+        .n_methods = N_METHODS,
         .max_connections = 65536,
         .max_concurrent_streams = SS_MAX_STREAMS_PER_CONN,
         .max_inbound_buffered = (size_t)ss->cfg->grpc_inbound_budget_mib << 20,
@@ -139,11 +184,13 @@ static int start_grpc(struct ss *ss)
         .msg_stall_timeout_ns = ss->cfg->grpc_stall_timeout_ns,
         .stream_idle_timeout_ns = SS_STREAM_IDLE_NS,
         .conn_idle_timeout_ns = SS_CONN_IDLE_NS,
+        .listen_fd = atomic_load(&ss->shm->st->host.grpc_listen_fd),
     };
     if (bf_config_tls(ss->cfg)) {
-        o.tls.cert_file = ss->cfg->tls_cert;
-        o.tls.key_file = ss->cfg->tls_key;
-        o.tls.ca_file = ss->cfg->tls_ca;
+        bool live = ss->live_cfg.generation != 0;
+        o.tls.cert_file = live ? ss->live_cfg.tls_cert : ss->cfg->tls_cert;
+        o.tls.key_file = live ? ss->live_cfg.tls_key : ss->cfg->tls_key;
+        o.tls.ca_file = live ? ss->live_cfg.tls_ca : ss->cfg->tls_ca;
     } else {
         BF_WARN("gRPC is PLAINTEXT: no TLS, no client identities; any peer that reaches --listen "
                 "can claim any cluster_id and read every cluster's Needs (use --tls-cert, "
@@ -152,8 +199,9 @@ static int start_grpc(struct ss *ss)
                 ss->cfg->insecure_plaintext ? "true" : "false");
     }
     int rc;
-    /* After a crash the previous instance's io_uring teardown can hold the
-     * listening socket for a moment: retry EADDRINUSE for a bounded time. */
+    /* Without an inherited socket (tests that run the session alone): after a
+     * crash the previous instance's io_uring teardown can hold the port for a
+     * moment: retry EADDRINUSE for a bounded time. */
     int64_t until = bf_mono_ns() + BIND_RETRY_NS;
     while ((rc = bf_net_server_new(ss->loop, &o, &ss->srv)) == -EADDRINUSE &&
            bf_mono_ns() < until && !bf_child_stopping())
@@ -189,6 +237,8 @@ int bf_session_main(const struct bf_config *cfg)
     int rc = bf_net_loop_new(NULL, &ss->loop);
     if (rc) {
         BF_ERROR("cannot create the event loop", "error=\"%s\"", strerror(-rc));
+        if (rc == -EPERM || rc == -ENOSYS || rc == -EACCES)
+            code = BF_EXIT_NO_RESPAWN; /* io_uring refused: restarting cannot help */
         goto out;
     }
     ss->ingest_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -211,6 +261,7 @@ int bf_session_main(const struct bf_config *cfg)
         code = BF_EXIT_NO_RESPAWN;
         goto out;
     }
+    atomic_store(&ss->shm->st->host.session_listening, 1);
     coord_start(ss);
     ss_drain_rings(ss);
     BF_INFO("started", "id=%s listen=%s grpc_port=%u metrics_addr=%s clusters=%u epoch=%lld",

@@ -7,6 +7,14 @@
  * header and the few non-zero initial values, and finally stores ready = 1
  * with release. Attachers validate the header before touching anything else.
  *
+ * Permissions: created 0600 (the demand, inventory and operators' bootstrap
+ * blobs are private); the supervisor then hands them to the children's
+ * account and, with an inspect group, makes them 0640 (bf_shm_set_owner).
+ * An attacher checks ownership before it trusts a segment: a read-write
+ * attach needs a segment owned by its own effective uid (or runs as root),
+ * a read-only attach a segment nobody but its owner can write, and all four
+ * segments must have one owner.
+ *
  * Error reporting: negative errno plus a message naming the segment and, for
  * a layout mismatch, both versions.
  */
@@ -295,7 +303,7 @@ int bf_shm_create(struct bf_shm *s, const char *shard_id, const struct bf_shm_ca
         }
         char name[128];
         bf_shm_name(shard_id, k, name, sizeof name);
-        int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0644);
+        int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
         if (fd < 0) {
             rc = -errno;
             set_err(err, errlen, "shm_open %s: %s", name, strerror(-rc));
@@ -351,6 +359,65 @@ int bf_shm_create(struct bf_shm *s, const char *shard_id, const struct bf_shm_ca
     return 0;
 }
 
+int bf_shm_set_owner(struct bf_shm *s, const struct bf_shm_owner *o, char *err, size_t errlen)
+{
+    for (int k = 1; k < BF_SEG_KIND_COUNT; k++) {
+        char name[128];
+        bf_shm_name(s->shard_id, k, name, sizeof name);
+        int fd = shm_open(name, O_RDWR | O_NOFOLLOW, 0);
+        if (fd < 0) {
+            int rc = -errno;
+            set_err(err, errlen, "shm_open %s: %s", name, strerror(-rc));
+            return rc;
+        }
+        int rc = 0;
+        bool chown_needed = o->uid != (uint32_t)-1 || o->gid != (uint32_t)-1;
+        if (chown_needed && fchown(fd, (uid_t)o->uid, (gid_t)o->gid) != 0) {
+            rc = -errno;
+            set_err(err, errlen, "fchown %s: %s", name, strerror(-rc));
+        } else if (fchmod(fd, (mode_t)o->mode) != 0) {
+            rc = -errno;
+            set_err(err, errlen, "fchmod %s: %s", name, strerror(-rc));
+        }
+        close(fd);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* The ownership rules of the header comment; 0 or -EPERM with err set. */
+static int check_owner(const struct stat *st, bool readonly, uint32_t *first_uid, const char *name,
+                       char *err, size_t errlen)
+{
+    if (*first_uid == (uint32_t)-1)
+        *first_uid = st->st_uid;
+    if (st->st_uid != *first_uid) {
+        if (err && errlen)
+            snprintf(err, errlen, "segment %s is owned by uid %u, the others by uid %u", name,
+                     (unsigned)st->st_uid, (unsigned)*first_uid);
+        return -EPERM;
+    }
+    if (readonly) {
+        if (st->st_mode & 022) {
+            if (err && errlen)
+                snprintf(err, errlen,
+                         "segment %s is writable by users other than its owner (mode %04o)", name,
+                         (unsigned)(st->st_mode & 07777));
+            return -EPERM;
+        }
+        return 0;
+    }
+    uid_t me = geteuid();
+    if (me != 0 && st->st_uid != me) {
+        if (err && errlen)
+            snprintf(err, errlen, "segment %s is owned by uid %u, not by this process (uid %u)",
+                     name, (unsigned)st->st_uid, (unsigned)me);
+        return -EPERM;
+    }
+    return 0;
+}
+
 int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
@@ -361,10 +428,11 @@ int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *e
         return -EINVAL;
     }
     snprintf(s->shard_id, sizeof s->shard_id, "%s", shard_id);
+    uint32_t owner = (uint32_t)-1;
     for (int k = 1; k < BF_SEG_KIND_COUNT; k++) {
         char name[128];
         bf_shm_name(shard_id, k, name, sizeof name);
-        int fd = shm_open(name, readonly ? O_RDONLY : O_RDWR, 0);
+        int fd = shm_open(name, (readonly ? O_RDONLY : O_RDWR) | O_NOFOLLOW, 0);
         if (fd < 0) {
             int rc = -errno;
             if (rc == -ENOENT)
@@ -381,6 +449,12 @@ int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *e
             set_err(err, errlen, "segment %s is truncated%s", name, "");
             bf_shm_detach(s);
             return -EPROTO;
+        }
+        int orc = check_owner(&st, readonly, &owner, name, err, errlen);
+        if (orc) {
+            close(fd);
+            bf_shm_detach(s);
+            return orc;
         }
         void *p = mmap(NULL, (size_t)st.st_size, readonly ? PROT_READ : PROT_READ | PROT_WRITE,
                        MAP_SHARED, fd, 0);

@@ -28,7 +28,7 @@ static int mkdir_p(const char *path)
             *p = '/';
         }
     }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+    if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
         return -errno;
     return 0;
 }

@@ -1,6 +1,8 @@
 /*
  * notify.c — systemd readiness notification without libsystemd: one AF_UNIX
  * datagram to $NOTIFY_SOCKET (a path, or an abstract name starting '@').
+ * The watchdog period comes from $WATCHDOG_USEC when $WATCHDOG_PID is unset
+ * or names this process (sd_watchdog_enabled(3)).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,4 +34,19 @@ int bf_sd_notify(const char *state)
                        (socklen_t)(offsetof(struct sockaddr_un, sun_path) + l));
     close(fd);
     return n < 0 ? -1 : 1;
+}
+
+int64_t bf_sd_watchdog_ns(void)
+{
+    const char *us = getenv("WATCHDOG_USEC");
+    if (!us || !*us)
+        return 0;
+    const char *wp = getenv("WATCHDOG_PID");
+    if (wp && *wp && strtol(wp, NULL, 10) != (long)getpid())
+        return 0;
+    char *end;
+    long long v = strtoll(us, &end, 10);
+    if (*end || v <= 0)
+        return 0;
+    return (int64_t)v * 1000;
 }

@@ -1,12 +1,17 @@
 /*
  * test_config.c — flag parsing: defaults as documented, Go-style durations,
- * booleans, usage errors that name the flag, TLS all-or-none.
+ * booleans, usage errors that name the flag, TLS all-or-none; the
+ * configuration file and environment layers and their precedence, errors
+ * that name the file and line or the variable, the child argv that carries
+ * the effective configuration, and the live/restart split of a reload.
  */
 #include <check.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <unistd.h>
 
 #include "bigfleet/config.h"
 #include "bigfleet/util.h"
@@ -22,7 +27,8 @@ static int parse(struct bf_config *c, char *err, size_t n, int argc, ...)
     va_end(ap);
     argv[argc] = NULL;
     FILE *devnull = fopen("/dev/null", "w");
-    int rc = bf_config_parse(c, argc, argv, devnull, err, n);
+    char *env[] = {NULL}; /* the test runner's BIGFLEET_SHARDD_* must not leak in */
+    int rc = bf_config_load(c, argc, argv, env, devnull, err, n);
     fclose(devnull);
     return rc;
 }
@@ -200,6 +206,214 @@ START_TEST(help_lists_every_flag_with_its_default)
 }
 END_TEST
 
+static char *write_file(const char *text)
+{
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/bf-test-config-%d.conf", (int)getpid());
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static int load(struct bf_config *c, char *err, size_t n, char **env, int argc, ...)
+{
+    char *argv[32];
+    va_list ap;
+    va_start(ap, argc);
+    argv[0] = "bigfleet-shardd";
+    for (int i = 1; i < argc; i++)
+        argv[i] = va_arg(ap, char *);
+    va_end(ap);
+    argv[argc] = NULL;
+    return bf_config_load(c, argc, argv, env, NULL, err, n);
+}
+
+START_TEST(file_then_env_then_flags_in_increasing_precedence)
+{
+    char *path = write_file("# shard settings\n"
+                            "[shardd]\n"
+                            "id = from-file\n"
+                            "listen = 127.0.0.1:9000\n"
+                            "cycle_interval = 2s  ; underscores work like dashes\n"
+                            "max-actions-per-cycle = 7\n"
+                            "dry-run = true\n");
+    char cfgflag[96];
+    snprintf(cfgflag, sizeof cfgflag, "--config=%s", path);
+    struct bf_config c;
+    char err[512] = "";
+    char *env[] = {"BIGFLEET_SHARDD_LISTEN=127.0.0.1:9100", "BIGFLEET_SHARDD_MAX_ACTIONS_PER_CYCLE=8",
+                   "UNRELATED=1", NULL};
+    ck_assert_msg(load(&c, err, sizeof err, env, 3, cfgflag, "--max-actions-per-cycle=9") ==
+                      BF_CONFIG_OK,
+                  "%s", err);
+    ck_assert_str_eq(c.id, "from-file"); /* file only */
+    ck_assert_int_eq(c.cycle_interval_ns, 2 * BF_NS_PER_SEC);
+    ck_assert(c.dry_run);
+    ck_assert_str_eq(c.listen, "127.0.0.1:9100"); /* env over file */
+    ck_assert_int_eq(c.max_actions_per_cycle, 9); /* flag over env over file */
+    ck_assert_str_eq(c.config_file, path);
+    ck_assert_str_eq(c.advertise_addr, "127.0.0.1:9100");
+    /* the file named by the environment */
+    char cfgenv[96];
+    snprintf(cfgenv, sizeof cfgenv, "BIGFLEET_SHARDD_CONFIG=%s", path);
+    char *env2[] = {cfgenv, NULL};
+    ck_assert_int_eq(load(&c, err, sizeof err, env2, 1), BF_CONFIG_OK);
+    ck_assert_str_eq(c.id, "from-file");
+    unlink(path);
+}
+END_TEST
+
+START_TEST(file_errors_name_the_file_and_line)
+{
+    struct bf_config c;
+    char err[512];
+    char cfgflag[96];
+    const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"id = a\nlisten = :1\nlisen = :2\n", ":3: unknown setting \"lisen\""},
+        {"id = a\nid = b\n", ":2: \"id\" is set twice"},
+        {"cycle-interval = soon\n", ":1: cycle-interval: invalid duration"},
+        {"[other]\nid = a\n", "unknown section [other]"},
+        {"id = a\n  continued\n", ":2:"},
+        {"just words\n", ":1: syntax error"},
+        {"role = cycle\n", "unknown setting \"role\""},
+        {"config = /etc/x\n", "unknown setting \"config\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *path = write_file(bad[i].text);
+        snprintf(cfgflag, sizeof cfgflag, "--config=%s", path);
+        err[0] = 0;
+        ck_assert_int_eq(load(&c, err, sizeof err, NULL, 2, cfgflag), BF_CONFIG_USAGE);
+        ck_assert_msg(strstr(err, path) && strstr(err, bad[i].want), "case %zu: \"%s\"", i, err);
+        unlink(path);
+    }
+    ck_assert_int_eq(load(&c, err, sizeof err, NULL, 2, "--config=/nonexistent/bf.conf"),
+                     BF_CONFIG_USAGE);
+    ck_assert_ptr_nonnull(strstr(err, "/nonexistent/bf.conf"));
+    /* a line longer than the limit is refused, not split into two */
+    char *longline = malloc(BF_CONFIG_LINE_MAX + 64);
+    memset(longline, 'x', BF_CONFIG_LINE_MAX + 32);
+    memcpy(longline, "sim-args = ", 11);
+    strcpy(longline + BF_CONFIG_LINE_MAX + 32, "\n");
+    ck_assert_int_eq(bf_config_apply_text(&c, longline, strlen(longline), "t", err, sizeof err),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "longer than"));
+    free(longline);
+    ck_assert_int_eq(bf_config_apply_text(&c, "id = a\0b\n", 9, "t", err, sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "NUL"));
+}
+END_TEST
+
+START_TEST(environment_errors_name_the_variable)
+{
+    struct bf_config c;
+    char err[512];
+    char *env[] = {"BIGFLEET_SHARDD_CYCLE_INTERVAL=ten", NULL};
+    ck_assert_int_eq(load(&c, err, sizeof err, env, 1), BF_CONFIG_USAGE);
+    ck_assert_ptr_nonnull(strstr(err, "BIGFLEET_SHARDD_CYCLE_INTERVAL"));
+    char *env2[] = {"BIGFLEET_SHARDD_LISTN=:1", NULL};
+    ck_assert_int_eq(load(&c, err, sizeof err, env2, 1), BF_CONFIG_USAGE);
+    ck_assert_ptr_nonnull(strstr(err, "BIGFLEET_SHARDD_LISTN"));
+    char *env3[] = {"BIGFLEET_SHARDD_ROLE=cycle", NULL};
+    ck_assert_int_eq(load(&c, err, sizeof err, env3, 1), BF_CONFIG_USAGE);
+}
+END_TEST
+
+START_TEST(children_get_the_effective_configuration_as_flags_and_ignore_file_and_env)
+{
+    char *path = write_file("id = filed\nreclaim-cap-fraction = 0.125\n");
+    char cfgflag[96];
+    snprintf(cfgflag, sizeof cfgflag, "--config=%s", path);
+    struct bf_config sup, child;
+    char err[512];
+    char *env[] = {"BIGFLEET_SHARDD_AUDIT_LOG=/var/log/x y.jsonl", NULL};
+    ck_assert_int_eq(load(&sup, err, sizeof err, env, 4, cfgflag, "--execute-timeout=1m30s",
+                          "--sim-args=--seed-idle 3 --seed-configured 0"),
+                     BF_CONFIG_OK);
+    static char buf[65536];
+    char *argv[256];
+    int argc =
+        bf_config_child_argv(&sup, "bigfleet-shardd: cycle", "cycle", buf, sizeof buf, argv, 256);
+    ck_assert_int_gt(argc, 10);
+    for (int i = 0; i < argc; i++)
+        ck_assert_msg(strncmp(argv[i], "--config", 8) != 0, "--config passed to a child");
+    /* a child sees a different file and environment: neither may matter */
+    char *other = write_file("id = other\n");
+    (void)other;
+    char *env2[] = {"BIGFLEET_SHARDD_ID=envid", NULL};
+    ck_assert_msg(bf_config_load(&child, argc, argv, env2, NULL, err, sizeof err) == BF_CONFIG_OK,
+                  "%s", err);
+    ck_assert_str_eq(child.role, "cycle");
+    ck_assert_int_eq(bf_config_diff(&sup, &child, NULL, NULL), 0);
+    ck_assert_str_eq(child.id, "filed");
+    ck_assert(child.reclaim_cap_fraction == 0.125);
+    ck_assert_str_eq(child.audit_log, "/var/log/x y.jsonl");
+    ck_assert_int_eq(child.execute_timeout_ns, 90 * BF_NS_PER_SEC);
+    ck_assert_str_eq(child.sim_args, "--seed-idle 3 --seed-configured 0");
+    unlink(path);
+}
+END_TEST
+
+struct seen {
+    int live, restart;
+    char names[512];
+};
+
+static void note_diff(const char *name, const char *running, const char *next, bool live, void *arg)
+{
+    (void)running, (void)next;
+    struct seen *s = arg;
+    if (live)
+        s->live++;
+    else
+        s->restart++;
+    strncat(s->names, name, sizeof s->names - strlen(s->names) - 2);
+    strcat(s->names, " ");
+}
+
+START_TEST(reload_diff_splits_live_settings_from_restart_ones)
+{
+    struct bf_config a, b;
+    char err[256];
+    ck_assert_int_eq(load(&a, err, sizeof err, NULL, 1), BF_CONFIG_OK);
+    ck_assert_int_eq(load(&b, err, sizeof err, NULL, 7, "--actuation-paused", "--dry-run",
+                          "--reclaim-cap-fraction=0.2", "--max-actions-per-cycle=5",
+                          "--log-level=debug", "--cycle-interval=3s"),
+                     BF_CONFIG_OK);
+    struct seen s = {0};
+    ck_assert_int_eq(bf_config_diff(&a, &b, note_diff, &s), 6);
+    ck_assert_int_eq(s.live, 5);
+    ck_assert_int_eq(s.restart, 1);
+    ck_assert_ptr_nonnull(strstr(s.names, "cycle-interval"));
+    bf_config_copy_live(&a, &b);
+    ck_assert(a.actuation_paused && a.dry_run && a.reclaim_cap_fraction == 0.2);
+    ck_assert_int_eq(a.max_actions_per_cycle, 5);
+    ck_assert_str_eq(a.log_level, "debug");
+    ck_assert_int_eq(a.cycle_interval_ns, 10 * BF_NS_PER_SEC); /* not live: unchanged */
+    ck_assert(bf_config_is_live("audit-log") && bf_config_is_live("tls-cert"));
+    ck_assert(!bf_config_is_live("listen") && !bf_config_is_live("max-machines"));
+}
+END_TEST
+
+/* Found by fuzz_config: a rejected cluster of short options ("-\nr") left
+ * glibc's getopt inside the cluster (optind = 1 does not reset it), so the
+ * next parse started from there and disagreed with the first. */
+START_TEST(reparse_after_an_unfinished_short_option_cluster_starts_clean)
+{
+    struct bf_config c;
+    char e1[256], e2[256];
+    ck_assert_int_eq(parse(&c, e1, sizeof e1, 2, "-xr"), BF_CONFIG_USAGE);
+    ck_assert_str_eq(e1, "unknown flag -x");
+    ck_assert_int_eq(parse(&c, e2, sizeof e2, 2, "-xr"), BF_CONFIG_USAGE);
+    ck_assert_str_eq(e2, e1);
+    ck_assert_int_eq(parse(&c, e2, sizeof e2, 3, "--id=a", "--listen=127.0.0.1:1"), BF_CONFIG_OK);
+    ck_assert_str_eq(c.id, "a");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("config");
@@ -210,6 +424,12 @@ int main(void)
     tcase_add_test(tc, partial_tls_flags_are_rejected);
     tcase_add_test(tc, plaintext_off_loopback_is_refused_naming_both_ways_out);
     tcase_add_test(tc, help_lists_every_flag_with_its_default);
+    tcase_add_test(tc, file_then_env_then_flags_in_increasing_precedence);
+    tcase_add_test(tc, file_errors_name_the_file_and_line);
+    tcase_add_test(tc, environment_errors_name_the_variable);
+    tcase_add_test(tc, children_get_the_effective_configuration_as_flags_and_ignore_file_and_env);
+    tcase_add_test(tc, reload_diff_splits_live_settings_from_restart_ones);
+    tcase_add_test(tc, reparse_after_an_unfinished_short_option_cluster_starts_clean);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -212,6 +212,8 @@ static void rand_machine(struct world *w, struct ef_machine *m)
         m->price = NAN;
     else if (chance(w, 1))
         m->prob = 2.0;
+    else if (chance(w, 1))
+        m->price = INFINITY; /* valid (Go's invariant), orders last */
 }
 
 static void propagate(struct world *w)

@@ -208,6 +208,23 @@ START_TEST(provider_and_session_decoders_agree_on_a_varint_over_64_bits)
 }
 END_TEST
 
+/* Found by fuzz_provider: an empty message with a NULL buffer computed
+ * NULL + 0 (undefined behaviour, UBSan pointer-overflow). */
+START_TEST(reader_over_a_null_empty_buffer_is_defined)
+{
+    struct bf_pb_reader r;
+    struct bf_pb_field f;
+    bf_pb_reader_init(&r, NULL, 0);
+    ck_assert_ptr_null(r.end);
+    ck_assert_int_eq(bf_pb_next(&r, &f), 0);
+    struct bf_pb_scan st;
+    ck_assert_int_eq(bf_pb_scan(NULL, 0, 0, &st), 0);
+    ck_assert_uint_eq(st.fields, 0);
+    struct bf_prov_list l;
+    ck_assert_int_eq(bf_prov_list_decode(NULL, 0, &l), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("pbwire");
@@ -218,6 +235,7 @@ int main(void)
     tcase_add_test(tc, scan_counts_unknown_fields_and_strip_removes_them_in_place);
     tcase_add_test(tc, writer_matches_protobuf_c_packing_of_a_machine);
     tcase_add_test(tc, provider_and_session_decoders_agree_on_a_varint_over_64_bits);
+    tcase_add_test(tc, reader_over_a_null_empty_buffer_is_defined);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -631,6 +631,69 @@ END_TEST
 
 /* ------------------------------------------------------------ rail 2 */
 
+/* docs/fidelity.md item 5 (differ): Go's NormalizeDemand keys fold classes
+ * on "name=milli;" including zero entries, so {cpu 8, memory 0} and {cpu 8}
+ * fold apart. Equal vectors are equal demand: the explicit zero converts to
+ * exactly the vector of the absent dimension, so the engine folds them. */
+START_TEST(explicit_zero_dimension_converts_like_an_absent_one)
+{
+    struct nb b[2];
+    for (int i = 0; i < 2; i++) {
+        nb_init(&b[i], 7);
+        nb_req(&b[i], "zone", 5, NULL, NULL); /* a Same gang */
+        nb_agg(&b[i], "cpu", "8");
+        b[i].n.group.data = (uint8_t *)(i ? "g1" : "g0");
+        b[i].n.group.len = 2;
+    }
+    nb_agg(&b[1], "memory", "0");
+    size_t len;
+    uint8_t *buf = pack_rollup("c1", 5, b, 2, &len);
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    char err[256];
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 100, 0, &r, err, sizeof err), 0);
+    ck_assert_uint_eq(r.n, 2);
+    ck_assert_uint_eq(r.rows[0].profile_ref, r.rows[1].profile_ref);
+    ck_assert(memcmp(r.rows[0].aggregate, r.rows[1].aggregate, sizeof r.rows[0].aggregate) == 0);
+    bf_rollup_free(&r);
+    free(buf);
+}
+END_TEST
+
+/* docs/fidelity.md item 6 (differ): Go's Table.Replace keeps duplicate
+ * (profile, group) rows apart and rail 2 counts len(ns), so 20 copies of one
+ * Need followed by that one Need looks like a 95 % wipe and is held. We
+ * merge duplicates (what needs.Aggregate builds) and rail 2 counts rows. */
+START_TEST(duplicate_rows_merge_so_rail2_sees_no_drop_when_they_stop)
+{
+    struct nb b[20];
+    for (int i = 0; i < 20; i++) {
+        nb_init(&b[i], 7);
+        nb_req(&b[i], "zone", 1, "a", NULL);
+        nb_agg(&b[i], "cpu", "1");
+    }
+    size_t len;
+    uint8_t *buf = pack_rollup("c1", 5, b, 20, &len);
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    char err[256];
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 100, 0, &r, err, sizeof err), 0);
+    ck_assert_uint_eq(r.needs_in, 20);
+    ck_assert_uint_eq(r.n, 1);
+    ck_assert_int_eq(r.rows[0].aggregate[dim("cpu")], 20000);
+    uint32_t base = 0;
+    uint8_t held = 0;
+    ck_assert_int_eq(bf_rail2_admit(true, &base, &held, r.n), BF_RAIL2_ACCEPT);
+    free(buf);
+    buf = pack_rollup("c1", 6, b, 1, &len);
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 100, 0, &r, err, sizeof err), 0);
+    ck_assert_int_eq(bf_rail2_admit(true, &base, &held, r.n), BF_RAIL2_ACCEPT);
+    ck_assert_uint_eq(held, 0);
+    bf_rollup_free(&r);
+    free(buf);
+}
+END_TEST
+
 START_TEST(rail2_holds_a_collapse_until_three_consecutive_rollups_confirm_it)
 {
     uint32_t base = 0;
@@ -944,10 +1007,13 @@ static Suite *suite(void)
     tcase_add_test(r, priorities_above_the_cap_are_clamped_and_counted);
     tcase_add_test(r, timestamps_in_the_future_or_stale_give_way_to_the_receive_time);
     tcase_add_test(r, oversized_needs_and_groups_are_rejected_before_interning);
+    tcase_add_test(r, explicit_zero_dimension_converts_like_an_absent_one);
+    tcase_add_test(r, duplicate_rows_merge_so_rail2_sees_no_drop_when_they_stop);
     suite_add_tcase(s, r);
     TCase *q = tcase_create("rail2");
     tcase_add_test(q, rail2_holds_a_collapse_until_three_consecutive_rollups_confirm_it);
     tcase_add_test(q, rail2_a_normal_rollup_resets_the_hold_and_ten_percent_is_kept);
+
     suite_add_tcase(s, q);
     TCase *a = tcase_create("arena");
     tcase_add_test(a, arena_first_fit_coalesces_and_refuses_double_free);

@@ -3,7 +3,10 @@
  * forked writer (no torn read), a writer killed mid-write and repaired, ring
  * wrap/full/empty and redelivery after a consumer restart, change-log
  * overflow signalling, the id index, the string table (dedup, NUL bytes, a
- * dead lock owner), cluster latches.
+ * dead lock owner), cluster latches; segment modes and the owner check on
+ * attach (another user cannot read a segment; a segment others can write is
+ * refused), and the live-configuration block (SIGHUP values reach readers
+ * whole, with a generation that moves once per publish).
  */
 #include <check.h>
 #include <errno.h>
@@ -11,10 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bigfleet/config.h"
+#include "bigfleet/log.h"
 #include "bigfleet/shm.h"
 
 static char g_id[64];
@@ -539,6 +546,134 @@ START_TEST(soft_interning_stops_at_the_reserve_and_keeps_room_for_essentials)
 }
 END_TEST
 
+START_TEST(segments_are_private_and_another_user_cannot_attach)
+{
+    for (int k = 1; k < BF_SEG_KIND_COUNT; k++) {
+        char name[128], path[160];
+        bf_shm_name(g_id, k, name, sizeof name);
+        snprintf(path, sizeof path, "/dev/shm%s", name);
+        struct stat st;
+        ck_assert_int_eq(stat(path, &st), 0);
+        ck_assert_msg((st.st_mode & 0777) == 0600, "%s mode %o", path, st.st_mode & 0777);
+    }
+    if (geteuid() != 0)
+        return; /* needs root to become another user */
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (setresgid(65534, 65534, 65534) || setresuid(65534, 65534, 65534))
+            _exit(10);
+        struct bf_shm x;
+        char err[256];
+        int ro = bf_shm_attach(&x, g_id, true, err, sizeof err);
+        int rw = bf_shm_attach(&x, g_id, false, err, sizeof err);
+        _exit(ro == -EACCES && rw == -EACCES ? 0 : 11);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "nobody could attach (%d)", st);
+}
+END_TEST
+
+START_TEST(attach_refuses_segments_others_can_write_or_another_uid_owns)
+{
+    char err[256];
+    struct bf_shm x;
+    /* hand the segments to nobody: a root read-write attach is still allowed,
+     * a non-root one must refuse (checked by a forked uid below) */
+    struct bf_shm_owner own = {.uid = 65534, .gid = 65534, .mode = 0640};
+    ck_assert_int_eq(bf_shm_set_owner(&g_s, &own, err, sizeof err), 0);
+    ck_assert_int_eq(bf_shm_attach(&x, g_id, true, err, sizeof err), 0);
+    bf_shm_detach(&x);
+    if (geteuid() == 0) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            if (setresgid(1, 1, 1) || setresuid(1, 1, 1)) /* daemon: not the owner */
+                _exit(10);
+            struct bf_shm y;
+            char e2[256];
+            _exit(bf_shm_attach(&y, g_id, false, e2, sizeof e2) == -EACCES ? 0 : 11);
+        }
+        int st;
+        waitpid(pid, &st, 0);
+        ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    /* a segment writable by the group: a read-only attacher cannot trust it */
+    own.mode = 0660;
+    ck_assert_int_eq(bf_shm_set_owner(&g_s, &own, err, sizeof err), 0);
+    ck_assert_int_eq(bf_shm_attach(&x, g_id, true, err, sizeof err), -EPERM);
+    ck_assert_ptr_nonnull(strstr(err, "writable by users other than its owner"));
+    /* two owners among the four segments */
+    own.mode = 0600;
+    ck_assert_int_eq(bf_shm_set_owner(&g_s, &own, err, sizeof err), 0);
+    char name[128];
+    bf_shm_name(g_id, BF_SEG_STATE, name, sizeof name);
+    int fd = shm_open(name, O_RDWR, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(fchown(fd, 1, 1), 0);
+    close(fd);
+    ck_assert_int_eq(bf_shm_attach(&x, g_id, true, err, sizeof err), -EPERM);
+    ck_assert_ptr_nonnull(strstr(err, "owned by uid 1, the others by uid 65534"));
+}
+END_TEST
+
+START_TEST(live_configuration_reaches_readers_whole_once_per_publish)
+{
+    struct bf_config c;
+    bf_config_defaults(&c);
+    c.actuation_paused = true;
+    c.reclaim_cap_fraction = 0.25;
+    c.max_actions_per_cycle = 11;
+    snprintf(c.log_level, sizeof c.log_level, "warn");
+    snprintf(c.audit_log, sizeof c.audit_log, "/var/log/bigfleet/audit.jsonl");
+    snprintf(c.tls_cert, sizeof c.tls_cert, "/etc/bigfleet/shard.pem");
+    struct bf_live_values v, r;
+    bf_live_from_config(&v, &c);
+    uint64_t g0 = bf_live_generation(&g_s);
+    bf_live_publish(&g_s, &v);
+    ck_assert_uint_eq(bf_live_generation(&g_s), g0 + 1);
+    struct bf_shm ro;
+    char err[256];
+    ck_assert_int_eq(bf_shm_attach(&ro, g_id, true, err, sizeof err), 0);
+    ck_assert_int_eq(bf_live_read(&ro, &r), 0);
+    ck_assert(r.actuation_paused && !r.dry_run);
+    ck_assert(r.reclaim_cap_fraction == 0.25);
+    ck_assert_uint_eq(r.max_actions_per_cycle, 11);
+    ck_assert_int_eq(r.log_level, BF_LOG_WARN);
+    ck_assert_str_eq(r.audit_log, "/var/log/bigfleet/audit.jsonl");
+    ck_assert_str_eq(r.tls_cert, "/etc/bigfleet/shard.pem");
+    ck_assert_uint_eq(r.generation, g0 + 1);
+    ck_assert_int_eq(atomic_load(&ro.st->actuation_paused), 1);
+    /* a forked publisher flipping two full path values: never a mix */
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct bf_live_values a = v, b = v;
+        memset(a.audit_log, 'a', 1000);
+        a.audit_log[1000] = 0;
+        memset(b.audit_log, 'b', 1000);
+        b.audit_log[1000] = 0;
+        for (int i = 0; i < 20000; i++)
+            bf_live_publish(&g_s, (i & 1) ? &a : &b);
+        _exit(0);
+    }
+    int torn = 0, reads = 0;
+    for (int i = 0; i < 20000; i++) {
+        if (bf_live_read(&ro, &r) != 0)
+            continue;
+        reads++;
+        char first = r.audit_log[0];
+        if (first == 'a' || first == 'b')
+            for (int k = 0; k < 1000; k++)
+                torn += r.audit_log[k] != first;
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    ck_assert_int_gt(reads, 0);
+    ck_assert_int_eq(torn, 0);
+    bf_shm_detach(&ro);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("shm");
@@ -561,6 +696,9 @@ int main(void)
     tcase_add_test(tc, registries_assign_stable_indices);
     tcase_add_test(tc, provisioning_stamps_are_observed_once_and_restamped_after);
     tcase_add_test(tc, soft_interning_stops_at_the_reserve_and_keeps_room_for_essentials);
+    tcase_add_test(tc, segments_are_private_and_another_user_cannot_attach);
+    tcase_add_test(tc, attach_refuses_segments_others_can_write_or_another_uid_owns);
+    tcase_add_test(tc, live_configuration_reaches_readers_whole_once_per_publish);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

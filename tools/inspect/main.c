@@ -24,6 +24,8 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include "bigfleet/config.h"
+
 #include "bigfleet/log.h"
 #include "bigfleet/util.h"
 #include "inspect.h"
@@ -73,6 +75,7 @@ static const char USAGE[] =
     "  --interval D            --watch period (Go duration, default 1s, minimum 50ms)\n"
     "  --frames N              --watch: stop after N frames (0 = until quit)\n"
     "  -h, --help              this text\n"
+    "  --version               print the version and exit\n"
     "\n"
     "exit status: 0 ok; 1 runtime error (no segments for the shard id, layout version\n"
     "mismatch, segments torn down, appliance gone, unknown machine or cluster, RPC error);\n"
@@ -149,6 +152,10 @@ static int parse(int argc, char **argv, struct insp_opts *o)
         }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             fputs(USAGE, stdout);
+            return -1;
+        }
+        if (strcmp(a, "--version") == 0) {
+            printf("bigfleet-inspect %s\n", BF_VERSION);
             return -1;
         }
         /* --name=value or --name value */

@@ -710,7 +710,9 @@ static bool machine_eligible(const struct bf_engine_machine *m)
         return false;
     if (m->state < BF_STATE_SPECULATIVE || m->state > BF_STATE_FAILED)
         return false;
-    if (isnan(m->price_per_hour) || m->price_per_hour < 0 || isinf(m->price_per_hour))
+    /* Go's machine.Invariant: price >= 0 and not NaN. +Inf passes (it sorts
+     * last everywhere a price orders machines; docs/fidelity.md item 11). */
+    if (isnan(m->price_per_hour) || m->price_per_hour < 0)
         return false;
     if (isnan(m->interruption_probability) || m->interruption_probability < 0 ||
         m->interruption_probability > 1)

@@ -83,6 +83,7 @@ int bfe_park_record(struct bf_engine *e)
         if (d->nboot + d->nprov > 0 || d->same_sat) {
             if (pi != NONE32)
                 e->park[pi].seen = 0; /* progress: forget the age */
+            d->park_age = 0;          /* the verdict reports the forgotten age */
             continue;
         }
         if (pi == NONE32) {
@@ -98,6 +99,10 @@ int bfe_park_record(struct bf_engine *e)
             e->park[pi].age++;
             e->park[pi].seen = e->stamp;
         }
+        /* the verdict's parked_age_cycles is the age after this cycle's
+         * update, as Go's recordNeedViews reads it (docs/fidelity.md V2);
+         * the parking decision itself used the age before it */
+        d->park_age = e->park[pi].age;
     }
     /* forget every class not seen this cycle (resolved, progressed or gone) */
     uint32_t k = 0;
@@ -289,7 +294,9 @@ static int verdicts(struct bf_engine *e)
         v->acquisition_parked = d->parked;
         v->n_same_candidates = d->ncand;
         v->same_candidates = d->cands;
-        if (d->victims) {
+        /* Go joins Phase 2's summary from its Unresolved list only: a Need
+         * whose deficit Phase 2 covered shows no summary (fidelity.md V3) */
+        if (d->victims && d->unresolved != NONE32) {
             v->has_preemption = true;
             v->preemption.victims_found = d->victims;
             v->preemption.capacity_freed = d->freed;
@@ -304,7 +311,9 @@ static int verdicts(struct bf_engine *e)
         if (si != NONE32)
             v->age_cycles_unmet = e->shortl[si].age;
         matching_supply(e, d, v);
-        bool exists = v->matching_supply.idle || v->matching_supply.configured ||
+        /* Go: a Need that claimed anything trivially has matching supply
+         * (occ RunCycle barrier, fidelity.md V1) */
+        bool exists = d->claimed > 0 || v->matching_supply.idle || v->matching_supply.configured ||
                       v->matching_supply.speculative;
         if (d->cp->has_same && (!d->same_sat || d->parked || !d->has_domain))
             v->unmet_reason = BF_UNMET_TOPOLOGY_UNSATISFIABLE;

@@ -1004,18 +1004,23 @@ static int find_spread(struct bf_engine *e, uint32_t di, int si)
         for (uint32_t k = 0; k < ng; k++)
             if (cnt[k] < mn)
                 mn = cnt[k];
+        /* Each domain's head is its next machine in pool order (price for
+         * Idle, effective cost for Speculative), but domains compete on the
+         * head's price per hour, as Go's FindSpread does (docs/fidelity.md
+         * item 1). */
         int best = -1;
-        double bk1 = 0;
+        double bprice = 0;
         for (uint32_t k = 0; k < ng; k++) {
-            double k1;
-            if (!bfe_merge_peek(&m[k], NULL, NULL, &k1))
+            uint32_t hl;
+            if (!bfe_merge_peek(&m[k], NULL, &hl, NULL))
                 continue; /* exhausted */
             if (cnt[k] > mn + skew - 1)
                 continue;
-            if (best < 0 || k1 < bk1 ||
-                (k1 == bk1 && bfe_strcmp_id(&e->in, dom[k], dom[best]) < 0)) {
+            double hp = e->leaves[hl].k.price;
+            if (best < 0 || hp < bprice ||
+                (hp == bprice && bfe_strcmp_id(&e->in, dom[k], dom[best]) < 0)) {
                 best = (int)k;
-                bk1 = k1;
+                bprice = hp;
             }
         }
         if (best < 0)
