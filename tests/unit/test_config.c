@@ -243,8 +243,8 @@ START_TEST(file_then_env_then_flags_in_increasing_precedence)
     snprintf(cfgflag, sizeof cfgflag, "--config=%s", path);
     struct bf_config c;
     char err[512] = "";
-    char *env[] = {"BIGFLEET_SHARDD_LISTEN=127.0.0.1:9100", "BIGFLEET_SHARDD_MAX_ACTIONS_PER_CYCLE=8",
-                   "UNRELATED=1", NULL};
+    char *env[] = {"BIGFLEET_SHARDD_LISTEN=127.0.0.1:9100",
+                   "BIGFLEET_SHARDD_MAX_ACTIONS_PER_CYCLE=8", "UNRELATED=1", NULL};
     ck_assert_msg(load(&c, err, sizeof err, env, 3, cfgflag, "--max-actions-per-cycle=9") ==
                       BF_CONFIG_OK,
                   "%s", err);
