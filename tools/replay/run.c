@@ -7,7 +7,7 @@
  *  - One io_uring event loop (bigfleet/net.h), one thread. Every cluster
  *    owns one bidi stream (the Go operator's one long-lived session), a
  *    periodic rollup timer and a reconnect timer. Clusters are spread over
- *    the connections round-robin (a connection carries at most ~1000
+ *    the connections round-robin (a connection carries at most 100
  *    concurrent streams: SETTINGS_MAX_CONCURRENT_STREAMS of our server).
  *  - Session protocol (shard.md §4): Hello first; the shard's Ack{"hello"}
  *    makes the session ready. Once every cluster is ready the clock starts
