@@ -53,7 +53,7 @@ static void usage(FILE *f)
         "1s)\n"
         "clusters\n"
         "  --clusters K            copies of the trace, one operator each (default 1)\n"
-        "  --connections N         HTTP/2 connections carrying the K sessions (default K/500)\n"
+        "  --connections N         HTTP/2 connections carrying the K sessions (default K/100)\n"
         "  --cluster-prefix S      cluster ids S0, S1, ... (default openb-)\n"
         "  --cluster-offset T      trace time between two copies (default 1h)\n"
         "time\n"

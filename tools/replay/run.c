@@ -7,7 +7,7 @@
  *  - One io_uring event loop (bigfleet/net.h), one thread. Every cluster
  *    owns one bidi stream (the Go operator's one long-lived session), a
  *    periodic rollup timer and a reconnect timer. Clusters are spread over
- *    the connections round-robin (a connection carries at most ~1000
+ *    the connections round-robin (a connection carries at most 100
  *    concurrent streams: SETTINGS_MAX_CONCURRENT_STREAMS of our server).
  *  - Session protocol (shard.md §4): Hello first; the shard's Ack{"hello"}
  *    makes the session ready. Once every cluster is ready the clock starts
@@ -1284,7 +1284,8 @@ int rp_run_execute(struct rp_run *r)
     if (sfd >= 0)
         bf_net_watch_fd(r->loop, sfd, POLLIN, on_signal, r, &sw);
 
-    uint32_t conns = cfg->connections ? cfg->connections : (r->n_cl + 499) / 500;
+    /* the shard serves at most 100 streams per connection (gRPC's default) */
+    uint32_t conns = cfg->connections ? cfg->connections : (r->n_cl + 99) / 100;
     if (conns > r->n_cl)
         conns = r->n_cl;
     if (conns == 0)
