@@ -41,7 +41,7 @@ static const char USAGE[] =
     "commands:\n"
     "  summary                 (default) machines by state x type x zone (an exact scan of\n"
     "                          every record), clusters, Needs, actions in flight, the last\n"
-    "                          cycle, rings and processes\n"
+    "                          cycle, ownership, rings and processes\n"
     "  machines [--state S] [--cluster C] [--type T] [--zone Z] [--limit N]\n"
     "                          machine records matching every filter (--limit default 100,\n"
     "                          0 = all); S is a state name (Idle, Configured, ...)\n"
@@ -64,6 +64,9 @@ static const char USAGE[] =
     "  procs                   pid, role, state, restarts, uptime, last heartbeat, last exit\n"
     "  histogram [--all]       cycle-latency and per-phase histograms (count, mean, p50, p90,\n"
     "                          p99, buckets); --all adds executor/reconciler/session ones\n"
+    "  ownership               the ADR-0055 partition: mode, owned-set size, assigned\n"
+    "                          domains, transfers in/out, machines reserved for transfer\n"
+    "                          (until when), held machines, instruction outcomes\n"
     "\n"
     "global flags:\n"
     "  --id SHARD              shard id (default shard-0)\n"
@@ -81,9 +84,9 @@ static const char USAGE[] =
     "mismatch, segments torn down, appliance gone, unknown machine or cluster, RPC error);\n"
     "2 usage error.\n";
 
-static const char *const cmd_names[CMD_COUNT] = {"summary",  "machines", "machine",
-                                                 "clusters", "needs",    "shortfalls",
-                                                 "rings",    "procs",    "histogram"};
+static const char *const cmd_names[CMD_COUNT] = {"summary",   "machines",   "machine", "clusters",
+                                                 "needs",     "shortfalls", "rings",   "procs",
+                                                 "histogram", "ownership"};
 
 static volatile sig_atomic_t g_stop;
 static struct termios g_tio;
@@ -362,15 +365,21 @@ static int wait_interval(const struct insp_opts *o, bool keys)
     return 1;
 }
 
-static void watch_setup(const struct insp_opts *o, bool *tty, bool *keys)
+/* --watch quits cleanly on SIGINT/SIGTERM: installed before the segments are
+ * attached, so a signal that arrives while attaching is not fatal (exit 130). */
+static void stop_signals_install(void)
 {
-    *tty = o->watch && !o->json && isatty(1); /* --json --watch: one document per line */
-    *keys = o->watch && isatty(0);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+}
+
+static void watch_setup(const struct insp_opts *o, bool *tty, bool *keys)
+{
+    *tty = o->watch && !o->json && isatty(1); /* --json --watch: one document per line */
+    *keys = o->watch && isatty(0);
     if (*keys && tcgetattr(0, &g_tio) == 0) {
         struct termios t = g_tio;
         t.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
@@ -524,6 +533,8 @@ int main(int argc, char **argv)
     if (rc > 0)
         return rc;
     bf_log_init("inspect", BF_LOG_ERROR);
+    if (o.watch)
+        stop_signals_install();
     if (o.cmd == CMD_NEEDS && o.addr)
         return run_remote(&o);
     return run_local(&o);
