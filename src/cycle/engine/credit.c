@@ -826,6 +826,29 @@ uint32_t bfe_credit_owner(const struct bf_engine *e, uint32_t li, uint32_t r)
     return NONE32;
 }
 
+int bfe_credit_load_runs(struct bf_engine *e, uint32_t ci)
+{
+    struct cluster *cl = &e->clusters[ci];
+    if (cl->rstamp == e->stamp)
+        return 0;
+    const struct pmemo *pm = &cl->pm[cl->pcur];
+    uint32_t n = 0;
+    for (uint32_t q = 0; pm->valid && q < pm->nrows; q++)
+        n += pm->rows[q].nrun;
+    TRY(GROW(e->runs, e->cap_runs, e->n_runs + n));
+    for (uint32_t q = 0; pm->valid && q < pm->nrows; q++) {
+        const struct prow *m = &pm->rows[q];
+        for (uint32_t i = 0; i < m->nrun; i++) {
+            const struct crun *x = &pm->runs[m->run0 + i];
+            struct leaf *l = bfe_leaf_cyc(e, x->leaf);
+            e->runs[e->n_runs] = (struct run){x->start, x->count, m->dindex, l->runs};
+            l->runs = e->n_runs++;
+        }
+    }
+    cl->rstamp = e->stamp;
+    return 0;
+}
+
 uint32_t bfe_credit_cluster_claimed(const struct bf_engine *e, uint32_t ci)
 {
     const struct cluster *cl = &e->clusters[ci];

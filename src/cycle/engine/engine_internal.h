@@ -488,6 +488,7 @@ struct cluster {
     uint32_t pstamp;    /* cycle stamp of pmode/prow_next/nrows_now */
     uint32_t prow_next; /* next pre-pass row this cycle */
     uint32_t nrows_now; /* normalized Needs this cycle */
+    uint32_t rstamp;    /* cycle stamp: its credit claims are on its leaves' runs */
 };
 
 /* One row of normalized demand (D) with its per-cycle working state. */
@@ -766,6 +767,9 @@ void bfe_credit_creating_read(struct bf_engine *e, uint32_t list);
 /* claims of the last cycle on a cluster leaf: the owner of rank r (NONE32) */
 uint32_t bfe_credit_owner(const struct bf_engine *e, uint32_t li, uint32_t r);
 uint32_t bfe_credit_cluster_claimed(const struct bf_engine *e, uint32_t ci);
+/* this cycle's credit claims on cluster ci's leaves as per-cycle runs
+ * (leaf.runs, e->runs), once per cycle, for Phase 2 (-ENOMEM) */
+int bfe_credit_load_runs(struct bf_engine *e, uint32_t ci);
 void bfe_credit_free(struct bf_engine *e);
 /* mirror hooks: a cluster leaf / an Idle or Speculative leaf of itype changed */
 void bfe_credit_acq_changed(struct bf_engine *e, uint32_t itype);

@@ -138,15 +138,20 @@ static int victims_of(struct bf_engine *e, struct cprof *cp, int32_t P, struct u
  * for a lower-priority Need (its assigned priority) but credited this cycle
  * to a Need of priority >= p of its cluster would be taken from that Need.
  */
-static uint32_t credited_at_or_above(const struct bf_engine *e, const struct leaf *l, int32_t p)
+static int credited_at_or_above(struct bf_engine *e, const struct leaf *l, int32_t p,
+                                uint32_t *out)
 {
     uint32_t end = 0;
+    /* a cluster leaf's credit claims are kept by credit.c: onto the runs first */
+    if (l->cluster_idx != NONE32)
+        TRY(bfe_credit_load_runs(e, l->cluster_idx));
     for (uint32_t r = l->runs; r != NONE32; r = e->runs[r].next) {
         const struct run *ru = &e->runs[r];
         if (e->d[ru->need].cp->prio >= p && ru->start + ru->count > end)
             end = ru->start + ru->count;
     }
-    return end;
+    *out = end;
+    return 0;
 }
 
 static int add_unresolved(struct bf_engine *e, uint32_t di, bool preempted)
@@ -211,7 +216,9 @@ int bfe_phase2(struct bf_engine *e)
         uint32_t nc = 0;
         for (uint32_t i = 0; i < c->n; i++) {
             struct leaf *l = bfe_leaf_cyc(e, c->leaves[i]);
-            uint32_t kept = credited_at_or_above(e, l, cp->prio);
+            uint32_t kept;
+            if ((rc = credited_at_or_above(e, l, cp->prio, &kept)))
+                break;
             if (l->p2taken < kept)
                 l->p2taken = kept; /* Needs come by priority desc: kept only grows */
             if (l->p2taken >= l->sl.n)
@@ -222,6 +229,10 @@ int bfe_phase2(struct bf_engine *e)
             if (cp->has_same && bfe_class_attr(e, cl, cp->same_kind, cp->same_key) != d->domain)
                 continue;
             bfe_mcur_init(e, &cur[nc++], c->leaves[i], l->p2taken, -c->score[i], 0);
+        }
+        if (rc) {
+            bfe_arena_release(&e->sc, mk);
+            break;
         }
         struct merge m;
         bfe_merge_init(&m, e, cur, nc);
