@@ -138,8 +138,7 @@ static int victims_of(struct bf_engine *e, struct cprof *cp, int32_t P, struct u
  * for a lower-priority Need (its assigned priority) but credited this cycle
  * to a Need of priority >= p of its cluster would be taken from that Need.
  */
-static int credited_at_or_above(struct bf_engine *e, const struct leaf *l, int32_t p,
-                                uint32_t *out)
+static int credited_at_or_above(struct bf_engine *e, const struct leaf *l, int32_t p, uint32_t *out)
 {
     uint32_t end = 0;
     /* a cluster leaf's credit claims are kept by credit.c: onto the runs first */
