@@ -94,13 +94,19 @@ int bf_shm_create(struct bf_shm *s, const char *shard_id, const struct bf_shm_ca
 /*
  * Attaches to existing segments; readonly maps PROT_READ (inspection).
  * Validates each header: magic, kind, layout version (a mismatch names both
- * versions in err), size, ready flag.
+ * versions in err), size (the file's, the header's), ready flag; then every
+ * capacity, derived capacity, table offset and length (offset + length
+ * overflow-checked against the file size) and every offset stored inside a
+ * table (pending arrays, change-log entries, ring kind/slot/capacity/data)
+ * against the layout recomputed from the capacities, which must agree in
+ * all four segments. Nothing is read through a header offset before that.
  * Ownership is checked first (least privilege): read-write needs segments
  * owned by the caller's effective uid (or a root caller), read-only needs
  * segments no one but their owner can write; all four must have one owner.
  * Errors: -ENOENT (no segments for this id), -EPERM (ownership or mode, the
  * uids named in err), -EACCES (not readable by this user),
- * -EPROTO (bad magic/kind/size),
+ * -EPROTO (bad magic/kind/size, truncated file, a capacity, table or inner
+ * offset that does not match the layout: err names the segment and field),
  * -EPROTONOSUPPORT (layout version mismatch), -EAGAIN (not initialised yet),
  * other -errno.
  */

@@ -5,7 +5,9 @@
  * overflow signalling, the id index, the string table (dedup, NUL bytes, a
  * dead lock owner), cluster latches; segment modes and the owner check on
  * attach (another user cannot read a segment; a segment others can write is
- * refused), and the live-configuration block (SIGHUP values reach readers
+ * refused), attach's validation of every header field, table and inner
+ * offset of a corrupted or truncated file (one test per check), and the
+ * live-configuration block (SIGHUP values reach readers
  * whole, with a generation that moves once per publish).
  */
 #include <check.h>
@@ -617,6 +619,203 @@ START_TEST(attach_refuses_segments_others_can_write_or_another_uid_owns)
 }
 END_TEST
 
+/* ---- attach validates every header field against the file (corrupted or
+ * truncated segments, bigfleet-inspect's input) ---- */
+
+/* bf_shm_attach must refuse with -EPROTO, name the field (needle) and map
+ * nothing; `kind` names the segment the message must name. */
+static void attach_refused(int kind, const char *needle)
+{
+    struct bf_shm ro;
+    char err[512] = "";
+    int rc = bf_shm_attach(&ro, g_id, true, err, sizeof err);
+    ck_assert_msg(rc == -EPROTO, "attach returned %d (%s), expected -EPROTO for %s", rc, err,
+                  needle);
+    ck_assert_msg(strstr(err, needle) != NULL, "message \"%s\" does not name \"%s\"", err, needle);
+    char name[128];
+    bf_shm_name(g_id, kind, name, sizeof name);
+    ck_assert_msg(strstr(err, name) != NULL, "message \"%s\" does not name segment %s", err, name);
+    for (int k = 1; k < BF_SEG_KIND_COUNT; k++)
+        ck_assert_ptr_null(ro.base[k]); /* a refused attach keeps no mapping */
+}
+
+static void attach_accepted(void)
+{
+    struct bf_shm ro;
+    char err[512] = "";
+    int rc = bf_shm_attach(&ro, g_id, true, err, sizeof err);
+    ck_assert_msg(rc == 0, "attach after the repair: %d %s", rc, err);
+    bf_shm_detach(&ro);
+}
+
+static void resize_segment(int kind, off_t size)
+{
+    char name[128];
+    bf_shm_name(g_id, kind, name, sizeof name);
+    int fd = shm_open(name, O_RDWR, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(ftruncate(fd, size), 0);
+    close(fd);
+}
+
+START_TEST(attach_refuses_a_file_shorter_than_its_header)
+{
+    resize_segment(BF_SEG_NEEDS, 100);
+    attach_refused(BF_SEG_NEEDS, "truncated (100 bytes, shorter than its 512-byte header)");
+}
+END_TEST
+
+START_TEST(attach_refuses_a_file_whose_size_differs_from_its_header)
+{
+    uint64_t size = g_s.rings_hdr->size;
+    resize_segment(BF_SEG_RINGS, (off_t)(size - 4096));
+    char want[128];
+    snprintf(want, sizeof want, "is %llu bytes but its header says %llu",
+             (unsigned long long)(size - 4096), (unsigned long long)size);
+    attach_refused(BF_SEG_RINGS, want);
+}
+END_TEST
+
+START_TEST(attach_refuses_capacities_that_differ_between_segments)
+{
+    g_s.needs_hdr->max_needs += 1;
+    attach_refused(BF_SEG_NEEDS, "differ from the inventory segment's");
+    g_s.needs_hdr->max_needs -= 1;
+    g_s.state_hdr->max_clusters = 0;
+    attach_refused(BF_SEG_STATE, "differ from the inventory segment's");
+    g_s.state_hdr->max_clusters = g_s.inv_hdr->max_clusters;
+    attach_accepted();
+}
+END_TEST
+
+START_TEST(attach_refuses_capacities_out_of_range)
+{
+    struct bf_seg_header *h[] = {g_s.inv_hdr, g_s.needs_hdr, g_s.rings_hdr, g_s.state_hdr};
+    uint32_t was = h[0]->max_machines;
+    for (int i = 0; i < 4; i++)
+        h[i]->max_machines = 0; /* all four agree: the range check must catch it */
+    attach_refused(BF_SEG_INVENTORY, "capacities out of range (machines 0,");
+    for (int i = 0; i < 4; i++)
+        h[i]->max_machines = 1u << 30;
+    attach_refused(BF_SEG_INVENTORY, "capacities out of range");
+    for (int i = 0; i < 4; i++)
+        h[i]->max_machines = was;
+    attach_accepted();
+}
+END_TEST
+
+START_TEST(attach_refuses_a_header_size_its_capacities_do_not_need)
+{
+    /* a consistent but foreign size: file and header both 4 KiB larger */
+    uint64_t size = g_s.state_hdr->size;
+    resize_segment(BF_SEG_STATE, (off_t)(size + 4096));
+    g_s.state_hdr->size = size + 4096;
+    attach_refused(BF_SEG_STATE, "the header's size is");
+    g_s.state_hdr->size = size;
+    resize_segment(BF_SEG_STATE, (off_t)size);
+    attach_accepted();
+}
+END_TEST
+
+START_TEST(attach_refuses_derived_capacities_that_do_not_match)
+{
+    struct bf_seg_header *h = g_s.inv_hdr;
+    h->index_capacity *= 2;
+    attach_refused(BF_SEG_INVENTORY, "index_capacity is");
+    h->index_capacity /= 2;
+    h->strings_arena_bytes += 8;
+    attach_refused(BF_SEG_INVENTORY, "strings_arena_bytes is");
+    h->strings_arena_bytes -= 8;
+    g_s.needs_hdr->changelog_capacity = 0;
+    attach_refused(BF_SEG_NEEDS, "changelog_capacity is 0");
+    g_s.needs_hdr->changelog_capacity = h->changelog_capacity;
+    g_s.state_hdr->stamp_capacity += 1;
+    attach_refused(BF_SEG_STATE, "stamp_capacity is");
+    g_s.state_hdr->stamp_capacity -= 1;
+    attach_accepted();
+}
+END_TEST
+
+START_TEST(attach_refuses_a_table_outside_the_file_even_when_offset_plus_length_overflows)
+{
+    struct bf_seg_header *h = g_s.needs_hdr;
+    uint64_t off = h->table_off[BF_NEEDS_T_ROWS], len = h->table_len[BF_NEEDS_T_ROWS];
+    h->table_off[BF_NEEDS_T_ROWS] = UINT64_MAX - 8; /* offset + length wraps around */
+    attach_refused(BF_SEG_NEEDS, "table 2 (offset 18446744073709551607,");
+    h->table_off[BF_NEEDS_T_ROWS] = h->size - 8; /* starts inside, ends outside */
+    attach_refused(BF_SEG_NEEDS, "lies outside the");
+    h->table_off[BF_NEEDS_T_ROWS] = off;
+    h->table_len[BF_NEEDS_T_ROWS] = h->size; /* too long */
+    attach_refused(BF_SEG_NEEDS, "lies outside the");
+    h->table_len[BF_NEEDS_T_ROWS] = len;
+    /* an unused table slot is checked too */
+    g_s.state_hdr->table_len[BF_SEG_MAX_TABLES - 1] = g_s.state_hdr->size + 1;
+    attach_refused(BF_SEG_STATE, "table 15 (offset 0,");
+    g_s.state_hdr->table_len[BF_SEG_MAX_TABLES - 1] = 0;
+    attach_accepted();
+}
+END_TEST
+
+START_TEST(attach_refuses_a_table_moved_inside_the_file)
+{
+    struct bf_seg_header *h = g_s.inv_hdr;
+    h->table_off[BF_INV_T_RECORDS] += 64;
+    attach_refused(BF_SEG_INVENTORY, "table 3 is at offset");
+    h->table_off[BF_INV_T_RECORDS] -= 64;
+    h->table_len[BF_INV_T_META] -= 8;
+    attach_refused(BF_SEG_INVENTORY, "table 0 is at offset");
+    h->table_len[BF_INV_T_META] += 8;
+    attach_accepted();
+}
+END_TEST
+
+START_TEST(attach_refuses_pending_offsets_off_the_layout)
+{
+    struct bf_pending_hdr *ph = (struct bf_pending_hdr *)((uint8_t *)g_s.inv_hdr +
+                                                          g_s.inv_hdr->table_off[BF_INV_T_PENDING]);
+    ph->enq_off += g_s.inv_hdr->size; /* would point past the file */
+    attach_refused(BF_SEG_INVENTORY, "the pending enq offset is");
+    ph->enq_off -= g_s.inv_hdr->size;
+    ph->done_off = 0;
+    attach_refused(BF_SEG_INVENTORY, "the pending done offset is 0");
+    ph->done_off = ph->enq_off + g_s.max_machines;
+    attach_accepted();
+}
+END_TEST
+
+START_TEST(attach_refuses_change_log_entries_offsets_off_the_layout)
+{
+    uint64_t was = g_s.changelog[2].entries_off;
+    g_s.changelog[2].entries_off = UINT64_MAX;
+    attach_refused(BF_SEG_INVENTORY, "change log 2's entries offset is");
+    g_s.changelog[2].entries_off = was;
+    attach_accepted();
+}
+END_TEST
+
+START_TEST(attach_refuses_ring_geometry_off_the_layout)
+{
+    struct bf_ring_hdr *r = g_s.ring[BF_RING_BOOT_RESP];
+    r->capacity *= 2; /* the byte area would run past the file */
+    attach_refused(BF_SEG_RINGS, "ring 2's capacity is");
+    r->capacity /= 2;
+    r->data_off = 0;
+    attach_refused(BF_SEG_RINGS, "ring 2's data offset is 0");
+    r->data_off = g_s.rings_hdr->table_off[BF_RING_BOOT_RESP] + sizeof(struct bf_ring_hdr);
+    r = g_s.ring[BF_RING_ACTIONS];
+    r->slot_size += 1;
+    attach_refused(BF_SEG_RINGS, "ring 0's slot size is");
+    r->slot_size -= 1;
+    r->kind = BF_RING_BYTES;
+    attach_refused(BF_SEG_RINGS, "ring 0's kind is");
+    r->kind = BF_RING_FIXED;
+    g_s.ring[BF_RING_RECLAIM]->consumer = BF_ROLE_CYCLE;
+    attach_refused(BF_SEG_RINGS, "ring 5's consumer is");
+    g_s.ring[BF_RING_RECLAIM]->consumer = BF_ROLE_SESSION;
+    attach_accepted();
+}
+END_TEST
+
 START_TEST(live_configuration_reaches_readers_whole_once_per_publish)
 {
     struct bf_config c;
@@ -698,6 +897,18 @@ int main(void)
     tcase_add_test(tc, soft_interning_stops_at_the_reserve_and_keeps_room_for_essentials);
     tcase_add_test(tc, segments_are_private_and_another_user_cannot_attach);
     tcase_add_test(tc, attach_refuses_segments_others_can_write_or_another_uid_owns);
+    tcase_add_test(tc, attach_refuses_a_file_shorter_than_its_header);
+    tcase_add_test(tc, attach_refuses_a_file_whose_size_differs_from_its_header);
+    tcase_add_test(tc, attach_refuses_capacities_that_differ_between_segments);
+    tcase_add_test(tc, attach_refuses_capacities_out_of_range);
+    tcase_add_test(tc, attach_refuses_a_header_size_its_capacities_do_not_need);
+    tcase_add_test(tc, attach_refuses_derived_capacities_that_do_not_match);
+    tcase_add_test(tc,
+                   attach_refuses_a_table_outside_the_file_even_when_offset_plus_length_overflows);
+    tcase_add_test(tc, attach_refuses_a_table_moved_inside_the_file);
+    tcase_add_test(tc, attach_refuses_pending_offsets_off_the_layout);
+    tcase_add_test(tc, attach_refuses_change_log_entries_offsets_off_the_layout);
+    tcase_add_test(tc, attach_refuses_ring_geometry_off_the_layout);
     tcase_add_test(tc, live_configuration_reaches_readers_whole_once_per_publish);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
