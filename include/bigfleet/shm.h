@@ -178,6 +178,9 @@ static inline int bf_str_intern_cstr(struct bf_shm *s, const char *str, uint32_t
  * bounded string.
  */
 int bf_str_intern_soft(struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *ref);
+/* Bytes of the string arena a new string of len bytes takes (entry header,
+ * the bytes, a NUL, 8-byte alignment): for reserve checks before interning. */
+uint64_t bf_str_cost(uint32_t len);
 /* Finds an existing entry without inserting. 0 or -ENOENT. Lock-free. */
 int bf_str_find(const struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *ref);
 /* The bytes of ref (NUL-terminated; *len gets the length, may be NULL).

@@ -15,11 +15,16 @@
  *     interns nothing. The cache is bounded (cleared when it grows past
  *     PCACHE_MAX_*), private to the one thread that converts rollups.
  *   - Resource maps are read from the wire (map entries: key 1, value 2;
- *     a missing key or value is ""), copied NUL-terminated and handed to
- *     bf_resources_to_vec; a negative result is rejected here.
+ *     a missing key or value is ""), copied NUL-terminated and parsed with
+ *     the rules of bf_resources_to_vec; a negative result is rejected here.
+ *     New resource names get provisional columns and are registered in the
+ *     shard's dimension registry only when the whole rollup converted
+ *     (struct dimset): a rejected rollup registers nothing.
  *   - Duplicate (profile, group) rows are merged (header contract).
- *   - Nothing is written to shared memory except interned strings and
- *     dimension names; the caller publishes rows.
+ *   - Nothing is written to shared memory except interned strings (a
+ *     rejected rollup may leave profile strings interned: the table is a
+ *     dedup cache that never frees, bounded by the reserve) and, for an
+ *     accepted rollup, dimension names; the caller publishes rows.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -256,30 +261,115 @@ static int kv_entry(struct kvbuf *b, const uint8_t *p, size_t len, const char *m
     return 0;
 }
 
-static int kv_vec(struct bf_shm *s, struct kvbuf *b, bf_vec *out, const char *map, uint32_t need,
-                  char *err, size_t errlen)
+/*
+ * Resource names of one rollup that are not in the shared dimension
+ * registry yet. They get provisional columns n0, n0 + 1, ... (n0: the
+ * registry's size when the conversion began) and are registered only once
+ * the whole rollup converted (commit_dims), so a rejected rollup registers
+ * no name: the registry holds only BF_MAX_DIMS names for the shard's life.
+ * A name another process registers meanwhile (index >= n0) is treated as
+ * pending too; commit_dims maps every provisional column to its real index.
+ */
+struct dimset {
+    uint32_t n0, n;
+    char names[BF_MAX_DIMS][BF_DIM_NAME_MAX];
+};
+
+static int dim_column(const struct bf_shm *s, struct dimset *ds, const char *key)
 {
+    size_t l = strlen(key);
+    if (l >= BF_DIM_NAME_MAX)
+        return -EINVAL;
+    int d = bf_dim_lookup(s, key);
+    if (d >= 0 && (uint32_t)d < ds->n0)
+        return d;
+    for (uint32_t i = 0; i < ds->n; i++)
+        if (strcmp(ds->names[i], key) == 0)
+            return (int)(ds->n0 + i);
+    if (ds->n0 + ds->n >= BF_MAX_DIMS)
+        return -ENOSPC;
+    memcpy(ds->names[ds->n], key, l + 1);
+    return (int)(ds->n0 + ds->n++);
+}
+
+/* One resource map into a vector over the registry's columns plus the
+ * rollup's provisional ones (same rules and messages as
+ * bf_resources_to_vec: a duplicate key keeps the last value). */
+static int kv_vec(struct bf_shm *s, struct dimset *ds, struct kvbuf *b, bf_vec *out,
+                  const char *map, uint32_t need, char *err, size_t errlen)
+{
+    int col[MAP_MAX];
+    bf_vec_zero(out);
     for (uint32_t i = 0; i < b->n; i++) {
-        b->kv[i].key = b->strs + b->off[i][0];
-        b->kv[i].value = b->strs + b->off[i][1];
-    }
-    char e2[160];
-    int rc = bf_resources_to_vec(s, b->n, b->kv, out, e2, sizeof e2);
-    if (rc) {
-        ERR("need %u: %s: %s", need, map, e2);
-        return rc;
+        const char *key = b->strs + b->off[i][0], *val = b->strs + b->off[i][1];
+        if (!key[0]) {
+            ERR("need %u: %s: empty resource name", need, map);
+            return -EINVAL;
+        }
+        int64_t milli;
+        int rc = bf_quantity_parse(val, strlen(val), &milli);
+        if (rc) {
+            ERR("need %u: %s: resource %s: invalid quantity \"%s\"", need, map, key, val);
+            return rc == -ERANGE ? -ERANGE : -EINVAL;
+        }
+        int d = dim_column(s, ds, key);
+        if (d < 0) {
+            if (d == -ENOSPC)
+                ERR("need %u: %s: resource %s: more than %d distinct resource names", need, map,
+                    key, BF_MAX_DIMS);
+            else
+                ERR("need %u: %s: resource %s: cannot register the dimension", need, map, key);
+            return d;
+        }
+        out->v[d] = milli; /* a duplicate key: last wins */
+        col[i] = d;
     }
     for (int d = 0; d < BF_MAX_DIMS; d++) {
         if (out->v[d] < 0) {
-            /* name the offending entry */
+            /* name the offending entry (the last one with that column) */
             const char *name = "?", *val = "?";
             for (uint32_t i = 0; i < b->n; i++)
-                if (bf_dim_lookup(s, b->kv[i].key) == d) {
-                    name = b->kv[i].key;
-                    val = b->kv[i].value;
+                if (col[i] == d) {
+                    name = b->strs + b->off[i][0];
+                    val = b->strs + b->off[i][1];
                 }
             ERR("need %u: %s: negative quantity %s=%s", need, map, name, val);
             return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* Registers the rollup's pending names and moves each provisional column to
+ * the name's real index in every row. 0, or the registry's error (another
+ * process filled it since the conversion began). */
+static int commit_dims(struct bf_shm *s, const struct dimset *ds, struct bf_rollup *r, char *err,
+                       size_t errlen)
+{
+    int real[BF_MAX_DIMS];
+    bool moved = false;
+    for (uint32_t i = 0; i < ds->n; i++) {
+        real[i] = bf_dim_intern(s, ds->names[i]);
+        if (real[i] < 0) {
+            ERR("resource %s: %s", ds->names[i],
+                real[i] == -ENOSPC ? "more than the shard's distinct resource names"
+                                   : "cannot register the dimension");
+            return real[i];
+        }
+        moved |= (uint32_t)real[i] != ds->n0 + i;
+    }
+    if (!moved)
+        return 0;
+    for (uint32_t k = 0; k < r->n; k++) {
+        struct bf_need_row *row = &r->rows[k];
+        int64_t agg[BF_MAX_DIMS], mu[BF_MAX_DIMS];
+        memcpy(agg, row->aggregate, sizeof agg);
+        memcpy(mu, row->min_unit, sizeof mu);
+        for (uint32_t d = ds->n0; d < BF_MAX_DIMS; d++)
+            row->aggregate[d] = row->min_unit[d] = 0;
+        for (uint32_t i = 0; i < ds->n; i++) {
+            row->aggregate[real[i]] = agg[ds->n0 + i];
+            row->min_unit[real[i]] = mu[ds->n0 + i];
         }
     }
     return 0;
@@ -299,6 +389,7 @@ struct scratch {
     uint8_t *key;
     size_t klen, kcap;
     struct kvbuf agg, mu;
+    struct dimset dims;
 };
 
 static int key_append(struct scratch *sc, const uint8_t *p, size_t len)
@@ -399,7 +490,7 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
         if (!n)
             goto bad;
         char e2[200];
-        rc = bf_nprofile_intern_need(s, n, &pref, &fref, e2, sizeof e2);
+        rc = bf_nprofile_intern_need(s, n, reserve, &pref, &fref, e2, sizeof e2);
         bigfleet__v1alpha1__capacity_need__free_unpacked(n, NULL);
         if (rc) {
             ERR("need %u: %s", idx, e2);
@@ -410,7 +501,8 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
     uint32_t gref = 0;
     if (group_len) {
         if (bf_str_find(s, group, (uint32_t)group_len, &gref) != 0) {
-            if ((rc = strtab_check(s, reserve + group_len, idx, err, errlen)))
+            if ((rc = strtab_check(s, reserve + bf_str_cost((uint32_t)group_len), idx, err,
+                                   errlen)))
                 return rc;
             if (group_len > (16u << 20) ||
                 (rc = bf_str_intern(s, group, (uint32_t)group_len, &gref)) != 0) {
@@ -421,9 +513,9 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
         }
     }
     bf_vec agg, mu;
-    if ((rc = kv_vec(s, &sc->agg, &agg, "aggregate_resources", idx, err, errlen)))
+    if ((rc = kv_vec(s, &sc->dims, &sc->agg, &agg, "aggregate_resources", idx, err, errlen)))
         return rc;
-    if ((rc = kv_vec(s, &sc->mu, &mu, "min_unit", idx, err, errlen)))
+    if ((rc = kv_vec(s, &sc->dims, &sc->mu, &mu, "min_unit", idx, err, errlen)))
         return rc;
 
     /* merge or append */
@@ -507,6 +599,9 @@ int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const ch
     }
     struct scratch sc;
     memset(&sc, 0, sizeof sc);
+    sc.dims.n0 = atomic_load_explicit(&s->inv->n_dims, memory_order_acquire);
+    if (sc.dims.n0 > BF_MAX_DIMS)
+        sc.dims.n0 = BF_MAX_DIMS;
     uint32_t idx = 0;
     rc = 0;
     bf_pb_reader_init(&rd, buf, len);
@@ -518,6 +613,8 @@ int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const ch
             break;
         idx++;
     }
+    if (rc == 0)
+        rc = commit_dims(s, &sc.dims, r, err, errlen);
     free(sc.key);
     free(sc.agg.strs);
     free(sc.mu.strs);

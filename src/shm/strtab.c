@@ -28,6 +28,11 @@ struct str_entry {
     uint32_t hash;
 };
 
+uint64_t bf_str_cost(uint32_t len)
+{
+    return bf_align_up(sizeof(struct str_entry) + (size_t)len + 1, 8);
+}
+
 static inline const struct str_entry *entry_at(const struct bf_shm *s, uint32_t ref)
 {
     return (const struct str_entry *)(s->arena + (uint64_t)ref * 8);
@@ -120,7 +125,7 @@ int bf_str_intern(struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *r
     struct bf_strtab_meta *m = &s->inv->strtab;
     uint64_t entries = atomic_load_explicit(&m->entries, memory_order_relaxed);
     uint64_t used = atomic_load_explicit(&m->arena_used, memory_order_relaxed);
-    uint64_t need = bf_align_up(sizeof(struct str_entry) + (size_t)len + 1, 8);
+    uint64_t need = bf_str_cost(len);
     if (slot == UINT32_MAX || entries + 1 > (uint64_t)(s->index_mask + 1) * 3 / 4 ||
         used + need > s->arena_bytes || (used / 8) > UINT32_MAX - 1) {
         atomic_fetch_add_explicit(&m->intern_failures, 1, memory_order_relaxed);

@@ -110,6 +110,11 @@ static uint8_t *pack_rollup(const char *cluster, int64_t ts, struct nb *needs, s
     return buf;
 }
 
+static uint32_t n_dims(void)
+{
+    return atomic_load(&g_s.inv->n_dims);
+}
+
 static int dim(const char *name)
 {
     int d = bf_dim_lookup(&g_s, name);
@@ -319,6 +324,70 @@ START_TEST(rollup_rejects_negative_and_unparseable_quantities_naming_them)
 }
 END_TEST
 
+/* Found by fuzz_rollup: the converter registered every resource name it
+ * met in the shard's dimension registry (BF_MAX_DIMS names for the life of
+ * the segments) before the rollup was accepted, so a rejected rollup left
+ * names behind, and one malformed rollup naming eight resources locked every
+ * later new resource out with ENOSPC. */
+START_TEST(rejected_rollup_registers_no_resource_dimension)
+{
+    static const char *names[BF_MAX_DIMS] = {"x.example/a", "x.example/b", "x.example/c",
+                                             "x.example/d", "x.example/e", "x.example/f",
+                                             "x.example/g", "x.example/h"};
+    uint32_t n0 = n_dims();
+    struct nb b[3];
+    nb_init(&b[0], 1);
+    for (int i = 0; i < 4; i++)
+        nb_agg(&b[0], names[i], "1");
+    nb_init(&b[1], 2);
+    for (int i = 4; i < 7; i++)
+        nb_agg(&b[1], names[i], "1");
+    nb_init(&b[2], 3);
+    nb_agg(&b[2], "cpu", "-1"); /* the third Need is refused: the whole rollup is */
+    size_t len;
+    uint8_t *buf = pack_rollup("c1", 1, b, 3, &len);
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    char err[256] = "";
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 100, 0, &r, err, sizeof err),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "negative quantity cpu=-1"));
+    ck_assert_uint_eq(n_dims(), n0);
+    for (int i = 0; i < 8; i++)
+        ck_assert_int_eq(bf_dim_lookup(&g_s, names[i]), -1);
+    ck_assert_int_eq(bf_dim_lookup(&g_s, "cpu"), -1);
+    free(buf);
+    /* a well-behaved rollup with new names afterwards converts, its values in
+     * the columns the registry gives the names */
+    nb_init(&b[0], 1);
+    nb_agg(&b[0], "nvidia.com/gpu", "2");
+    nb_agg(&b[0], "cpu", "500m");
+    nb_mu(&b[0], "cpu", "250m");
+    buf = pack_rollup("c1", 2, b, 1, &len);
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 100, 0, &r, err, sizeof err), 0);
+    ck_assert_uint_eq(n_dims(), n0 + 2);
+    ck_assert_int_eq(r.rows[0].aggregate[dim("nvidia.com/gpu")], 2000);
+    ck_assert_int_eq(r.rows[0].aggregate[dim("cpu")], 500);
+    ck_assert_int_eq(r.rows[0].min_unit[dim("cpu")], 250);
+    ck_assert_int_eq(r.rows[0].min_unit[dim("nvidia.com/gpu")], 0);
+    free(buf);
+    /* more new names than the registry holds: refused, nothing registered */
+    nb_init(&b[0], 1);
+    for (int i = 0; i < 4; i++)
+        nb_agg(&b[0], names[i], "1");
+    nb_init(&b[1], 1);
+    for (int i = 4; i < 8; i++)
+        nb_agg(&b[1], names[i], "1");
+    buf = pack_rollup("c1", 3, b, 2, &len);
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 100, 0, &r, err, sizeof err),
+                     -ENOSPC);
+    ck_assert_ptr_nonnull(strstr(err, "distinct resource names"));
+    ck_assert_uint_eq(n_dims(), n0 + 2);
+    bf_rollup_free(&r);
+    free(buf);
+}
+END_TEST
+
 START_TEST(rollup_rejects_unknown_enum_values)
 {
     struct nb b;
@@ -398,6 +467,44 @@ START_TEST(repeated_rollup_interns_nothing_new_and_reserve_guards_the_string_tab
         -ENOSPC);
     ck_assert_ptr_nonnull(strstr(err, "string table"));
     ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.arena_used), used);
+    bf_rollup_free(&r);
+    free(buf);
+}
+END_TEST
+
+/* Found by fuzz_rollup: the reserve was checked before a profile was
+ * interned but without the profile's own size, so one large new profile
+ * took the string table below its reserve (by up to the size of the Need). */
+START_TEST(a_large_new_profile_cannot_eat_into_the_string_table_reserve)
+{
+    static char big[4][1001];
+    struct nb b;
+    nb_init(&b, 7);
+    for (int i = 0; i < 4; i++) {
+        memset(big[i], 'a' + i, 1000);
+        big[i][1000] = 0;
+    }
+    nb_req(&b, "k", 1, big[0], big[1]);
+    nb_req(&b, "k2", 1, big[2], big[3]);
+    nb_agg(&b, "cpu", "1");
+    size_t len;
+    uint8_t *buf = pack_rollup("c1", 1, &b, 1, &len);
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    char err[256] = "";
+    uint64_t used = atomic_load(&g_s.inv->strtab.arena_used);
+    /* 256 bytes above the reserve: the ~8 KB of blob and fingerprint do not fit */
+    uint64_t reserve = g_s.arena_bytes - used - 256;
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 10, reserve, &r, err, sizeof err),
+                     -ENOSPC);
+    ck_assert_ptr_nonnull(strstr(err, "string table is nearly full"));
+    ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.arena_used), used);
+    /* with room for it, the same rollup converts and the reserve still holds */
+    reserve = g_s.arena_bytes - used - 65536;
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 10, reserve, &r, err, sizeof err),
+                     0);
+    ck_assert_uint_le(atomic_load(&g_s.inv->strtab.arena_used) + reserve, g_s.arena_bytes);
+    ck_assert_uint_gt(atomic_load(&g_s.inv->strtab.arena_used), used + 4000);
     bf_rollup_free(&r);
     free(buf);
 }
@@ -788,8 +895,10 @@ static Suite *suite(void)
     tcase_add_test(r, duplicate_needs_merge_sum_aggregate_and_max_min_unit);
     tcase_add_test(r, rollup_rejects_negative_and_unparseable_quantities_naming_them);
     tcase_add_test(r, rollup_rejects_unknown_enum_values);
+    tcase_add_test(r, rejected_rollup_registers_no_resource_dimension);
     tcase_add_test(r, rollup_rejects_too_many_needs_malformed_bytes_and_foreign_cluster);
     tcase_add_test(r, repeated_rollup_interns_nothing_new_and_reserve_guards_the_string_table);
+    tcase_add_test(r, a_large_new_profile_cannot_eat_into_the_string_table_reserve);
     tcase_add_test(r, empty_rollup_converts_to_zero_rows);
     tcase_add_test(r, explicit_zero_dimension_converts_like_an_absent_one);
     tcase_add_test(r, duplicate_rows_merge_so_rail2_sees_no_drop_when_they_stop);
