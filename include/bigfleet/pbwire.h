@@ -49,9 +49,9 @@
 #define BF_PB_EGROUP 4 /* refused */
 #define BF_PB_I32    5
 
-#define BF_PB_FIELD_MAX  536870911u /* 2^29 - 1 */
-#define BF_PB_VARINT_MAX 10         /* bytes */
-#define BF_PB_VARINT32_MAX 5        /* bytes of a tag or a length */
+#define BF_PB_FIELD_MAX    536870911u /* 2^29 - 1 */
+#define BF_PB_VARINT_MAX   10         /* bytes */
+#define BF_PB_VARINT32_MAX 5          /* bytes of a tag or a length */
 
 /* ================================================================ reader */
 

@@ -501,8 +501,8 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
     uint32_t gref = 0;
     if (group_len) {
         if (bf_str_find(s, group, (uint32_t)group_len, &gref) != 0) {
-            if ((rc = strtab_check(s, reserve + bf_str_cost((uint32_t)group_len), idx, err,
-                                   errlen)))
+            if ((rc =
+                     strtab_check(s, reserve + bf_str_cost((uint32_t)group_len), idx, err, errlen)))
                 return rc;
             if (group_len > (16u << 20) ||
                 (rc = bf_str_intern(s, group, (uint32_t)group_len, &gref)) != 0) {

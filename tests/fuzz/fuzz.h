@@ -26,7 +26,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 #define FUZZ_CHECK(cond)                                                                           \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz property failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__);     \
+            fprintf(stderr, "fuzz property failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__);      \
             abort();                                                                               \
         }                                                                                          \
     } while (0)
@@ -43,8 +43,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
  * fuzz_pb_stricter(p, end) reads the field at p with those relaxed rules,
  * independently of the wire module, and says whether it is one of them.
  */
-static inline int fuzz_raw_varint(const uint8_t **pp, const uint8_t *end, uint64_t *v,
-                                  bool *over)
+static inline int fuzz_raw_varint(const uint8_t **pp, const uint8_t *end, uint64_t *v, bool *over)
 {
     uint64_t x = 0;
     const uint8_t *p = *pp;

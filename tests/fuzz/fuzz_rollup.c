@@ -74,8 +74,8 @@ static void oracle_vec(size_t n, char *const *keys, char *const *vals, int64_t v
         FUZZ_CHECK(v[d] >= 0);
 }
 
-static void check_accepted(const struct bf_rollup *r, const Bigfleet__V1alpha1__ClusterCapacityNeeds *m,
-                           uint32_t cref)
+static void check_accepted(const struct bf_rollup *r,
+                           const Bigfleet__V1alpha1__ClusterCapacityNeeds *m, uint32_t cref)
 {
     FUZZ_CHECK(r->needs_in == m->n_needs);
     FUZZ_CHECK(r->n + r->merged == r->needs_in);
@@ -91,8 +91,8 @@ static void check_accepted(const struct bf_rollup *r, const Bigfleet__V1alpha1__
         FUZZ_CHECK(bf_nprofile_intern_need(&g_s, n, 0, &pref, &fref, e, sizeof e) == 0);
         if (n->group.len)
             FUZZ_CHECK(bf_str_find(&g_s, n->group.data, (uint32_t)n->group.len, &gref) == 0);
-        size_t nk = n->n_aggregate_resources > n->n_min_unit ? n->n_aggregate_resources
-                                                             : n->n_min_unit;
+        size_t nk =
+            n->n_aggregate_resources > n->n_min_unit ? n->n_aggregate_resources : n->n_min_unit;
         keys = realloc(keys, (nk + 1) * sizeof *keys);
         vals = realloc(vals, (nk + 1) * sizeof *vals);
         FUZZ_CHECK(keys && vals);

@@ -15,6 +15,8 @@
 #include "bigfleet/session.h"
 #include "bigfleet/v1alpha1/capacity.pb-c.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"
+#include "grpc/reflection/v1/reflection.pb-c.h"
+#include "session/session_internal.h"
 
 /* ------------------------------------------------------------ fixtures */
 
@@ -324,7 +326,9 @@ START_TEST(rollup_rejects_negative_and_unparseable_quantities_naming_them)
 }
 END_TEST
 
-/* Found by fuzz_rollup: the converter registered every resource name it
+/* Found writing fuzz_rollup's "a rejected rollup leaves no state behind"
+ * property (its corpus keeps an input that fails it on the old code): the
+ * converter registered every resource name it
  * met in the shard's dimension registry (BF_MAX_DIMS names for the life of
  * the segments) before the rollup was accepted, so a rejected rollup left
  * names behind, and one malformed rollup naming eight resources locked every
@@ -472,9 +476,10 @@ START_TEST(repeated_rollup_interns_nothing_new_and_reserve_guards_the_string_tab
 }
 END_TEST
 
-/* Found by fuzz_rollup: the reserve was checked before a profile was
- * interned but without the profile's own size, so one large new profile
- * took the string table below its reserve (by up to the size of the Need). */
+/* Found writing fuzz_rollup's "no rollup takes the string arena below its
+ * reserve" property: the reserve was checked before a profile was interned
+ * but without the profile's own size, so one large new profile took the
+ * string table below its reserve (by up to the size of the Need). */
 START_TEST(a_large_new_profile_cannot_eat_into_the_string_table_reserve)
 {
     static char big[4][1001];
@@ -881,6 +886,42 @@ START_TEST(outbox_keyed_random_operations_match_a_model)
 }
 END_TEST
 
+/* ------------------------------------------------------------ reflection */
+
+/* Found by fuzz_health_reflection: a request carrying an unknown field
+ * numbered 0 (protobuf-c accepts one written in two bytes) was echoed as
+ * original_request with that field, which protobuf-c packs as a one-byte
+ * tag 0: the response decoded nowhere (grpcurl, grpc-js, protobuf-c). */
+START_TEST(reflection_echo_of_a_request_with_an_unknown_field_zero_decodes)
+{
+    /* host "h", list_services "", then field 0 (wire type 1) in two bytes */
+    const uint8_t req[] = {0x0a, 0x01, 'h', 0x3a, 0x00, 0x81, 0x00, 1, 2, 3, 4, 5, 6, 7, 8};
+    uint8_t *out;
+    size_t outlen;
+    struct ss_reflection_info info;
+    ck_assert_int_eq(ss_reflection_answer(req, sizeof req, &out, &outlen, &info), 0);
+    Grpc__Reflection__V1__ServerReflectionResponse *r =
+        grpc__reflection__v1__server_reflection_response__unpack(NULL, outlen, out);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(
+        r->message_response_case,
+        GRPC__REFLECTION__V1__SERVER_REFLECTION_RESPONSE__MESSAGE_RESPONSE_LIST_SERVICES_RESPONSE);
+    ck_assert_str_eq(r->valid_host, "h");
+    ck_assert_ptr_nonnull(r->original_request);
+    ck_assert_str_eq(r->original_request->host, "h");
+    ck_assert_int_eq(
+        r->original_request->message_request_case,
+        GRPC__REFLECTION__V1__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_LIST_SERVICES);
+    ck_assert_uint_eq(r->original_request->base.n_unknown_fields, 0);
+    grpc__reflection__v1__server_reflection_response__free_unpacked(r, NULL);
+    free(out);
+    /* a request that does not decode is refused, nothing allocated */
+    const uint8_t bad[] = {0x0a, 0x05, 'h'};
+    ck_assert_int_eq(ss_reflection_answer(bad, sizeof bad, &out, &outlen, &info), -EBADMSG);
+    ck_assert_ptr_null(out);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("session");
@@ -919,6 +960,9 @@ static Suite *suite(void)
     tcase_add_test(o, outbox_coalesces_by_key_in_place_after_frames);
     tcase_add_test(o, outbox_keyed_random_operations_match_a_model);
     suite_add_tcase(s, o);
+    TCase *rf = tcase_create("reflection");
+    tcase_add_test(rf, reflection_echo_of_a_request_with_an_unknown_field_zero_decodes);
+    suite_add_tcase(s, rf);
     return s;
 }
 
