@@ -184,8 +184,10 @@ uint64_t bf_str_cost(uint32_t len);
 /* Finds an existing entry without inserting. 0 or -ENOENT. Lock-free. */
 int bf_str_find(const struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *ref);
 /* The bytes of ref (NUL-terminated; *len gets the length, may be NULL).
- * Returns NULL for a ref outside the published arena. The pointer stays
- * valid while the segment is mapped. Lock-free. */
+ * Returns NULL for a ref whose entry or bytes lie outside the published
+ * arena (the published end bounded by the arena's size: a corrupted segment
+ * never leads a reader outside it). The pointer stays valid while the
+ * segment is mapped. Lock-free. */
 const char *bf_str(const struct bf_shm *s, uint32_t ref, uint32_t *len);
 
 /* Registries (dimensions, instance types, zones): index of name, adding it

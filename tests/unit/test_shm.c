@@ -136,6 +136,38 @@ static struct bf_machine_rec mk(uint32_t id, uint8_t state)
     return r;
 }
 
+/* Found with fuzz_inspect_segment (the input is in its corpus): on a
+ * segment whose arena_used was corrupted past the arena, bf_str trusted any
+ * ref below it and bigfleet-inspect read 2 GiB past its mapping (SIGSEGV);
+ * an entry whose length ran past the published end was returned whole. */
+START_TEST(string_lookups_stay_inside_the_arena_when_its_counts_are_corrupted)
+{
+    uint32_t ref = intern("abc"), len;
+    _Atomic uint64_t *used = &g_s.inv->strtab.arena_used;
+    uint64_t was = atomic_load(used);
+    atomic_store(used, UINT64_MAX);
+    ck_assert_ptr_null(bf_str(&g_s, 0x0fffffffu, &len)); /* 2 GiB in: outside the arena */
+    ck_assert_uint_eq(len, 0);
+    ck_assert_ptr_null(bf_str(&g_s, (uint32_t)(g_s.arena_bytes / 8), NULL));
+    const char *p = bf_str(&g_s, ref, &len);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq(len, 3);
+    ck_assert_str_eq(p, "abc");
+    uint32_t found;
+    ck_assert_int_eq(bf_str_find(&g_s, "abc", 3, &found), 0);
+    ck_assert_uint_eq(found, ref);
+    atomic_store(used, was);
+    /* an entry whose length runs past the published end is not returned */
+    uint32_t *elen = (uint32_t *)(g_s.arena + (uint64_t)ref * 8);
+    uint32_t l0 = *elen;
+    *elen = 0x7fffffff;
+    ck_assert_ptr_null(bf_str(&g_s, ref, &len));
+    ck_assert_int_eq(bf_str_find(&g_s, "abc", 3, &found), -ENOENT);
+    *elen = l0;
+    ck_assert_ptr_nonnull(bf_str(&g_s, ref, NULL));
+}
+END_TEST
+
 START_TEST(id_index_inserts_looks_up_removes_and_reuses_slots)
 {
     uint32_t slots[500];
@@ -882,6 +914,7 @@ int main(void)
     tcase_add_test(tc, attach_validates_header_and_names_both_versions_on_mismatch);
     tcase_add_test(tc, string_table_dedups_and_keeps_embedded_nul);
     tcase_add_test(tc, string_lock_held_by_a_dead_process_is_stolen);
+    tcase_add_test(tc, string_lookups_stay_inside_the_arena_when_its_counts_are_corrupted);
     tcase_add_test(tc, id_index_inserts_looks_up_removes_and_reuses_slots);
     tcase_add_test(tc, inventory_full_reports_enospc);
     tcase_add_test(tc, seqlock_forked_writer_never_yields_a_torn_read);
