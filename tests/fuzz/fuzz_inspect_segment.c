@@ -365,7 +365,8 @@ static void views_inside(const struct bf_shm *s)
 static void json_ok(const struct insp_buf *b)
 {
     json_error_t e;
-    json_t *j = json_loadb(b->p, b->len, JSON_ALLOW_NUL, &e); /* \u0000 is valid JSON */
+    /* \u0000 and integers past int64 (uint64 counters) are valid JSON */
+    json_t *j = json_loadb(b->p, b->len, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &e);
     if (!j)
         fprintf(stderr, "inspect JSON does not parse: %s (line %d col %d)\n%.*s\n", e.text, e.line,
                 e.column, (int)(b->len > 4000 ? 4000 : b->len), b->p);
