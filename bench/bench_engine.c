@@ -2135,7 +2135,7 @@ static int run_shm(struct world *w, const struct opts *o, struct result *res)
     rss_kb(&res->rss_kb, &res->hwm_kb);
     res->rss_shmem_kb = proc_status_kb("RssShmem");
     res->rss_anon_kb = proc_status_kb("RssAnon");
-    res->shm_inv_bytes = x.s.len[BF_SEG_INVENTORY];
+    res->shm_inv_bytes = bf_shm_segment_bytes(&x.s, BF_SEG_INVENTORY);
     res->shm_total_bytes = bf_shm_total_bytes(&x.s);
     res->shm_inv_bpm = (double)res->shm_inv_bytes / w->n;
     res->shm_total_bpm = (double)res->shm_total_bytes / w->n;

@@ -19,6 +19,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -28,6 +29,9 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <wolfssl/options.h>
+#include <wolfssl/wolfcrypt/memory.h>
 
 #include "bigfleet/log.h"
 #include "bigfleet/net.h"
@@ -107,6 +111,31 @@ static void on_usr1(int sig)
 
 /* On SIGUSR1: return freed pages to the kernel (so RSS shows live memory, not
  * jemalloc's dirty-page cache) and report the live heap bytes on the pipe. */
+/* wolfSSL's own live heap bytes (its allocators counted in the server): what
+ * a TLS session holds, apart from the connection and HTTP/2 state */
+static uint64_t g_wolf_live;
+static void *wolf_malloc(size_t n)
+{
+    void *p = malloc(n);
+    if (p)
+        g_wolf_live += malloc_usable_size(p);
+    return p;
+}
+static void wolf_free(void *p)
+{
+    if (p)
+        g_wolf_live -= malloc_usable_size(p);
+    free(p);
+}
+static void *wolf_realloc(void *p, size_t n)
+{
+    size_t old = p ? malloc_usable_size(p) : 0;
+    void *q = realloc(p, n);
+    if (q || !n)
+        g_wolf_live += (q ? malloc_usable_size(q) : 0) - old;
+    return q;
+}
+
 static void report_tick(struct bf_net_timer *t, void *arg)
 {
     (void)t, (void)arg;
@@ -124,12 +153,14 @@ static void report_tick(struct bf_net_timer *t, void *arg)
         if (mallctl("stats.allocated", &a, &sz, NULL, 0) == 0)
             allocated = a;
     }
-    if (write(g_report_fd, &allocated, sizeof allocated) != (ssize_t)sizeof allocated)
+    uint64_t rep[2] = {allocated, g_wolf_live};
+    if (write(g_report_fd, rep, sizeof rep) != (ssize_t)sizeof rep)
         g_report_fd = -1;
 }
 
 static int serve_main(int fd, const char *cert, const char *key, const char *ca)
 {
+    wolfSSL_SetAllocators(wolf_malloc, wolf_free, wolf_realloc);
     signal(SIGUSR1, on_usr1);
     pin(0);
     raise_nofile();
@@ -206,13 +237,16 @@ static void stop_server(pid_t pid)
 
 static long proc_rss_kb(pid_t pid);
 
-/* The server's RSS after it purged freed pages, and its live heap bytes. */
-static void server_mem(pid_t pid, long *rss_kb, uint64_t *heap)
+/* The server's RSS after it purged freed pages, its live heap bytes, and
+ * the part of them wolfSSL holds. */
+static void server_mem(pid_t pid, long *rss_kb, uint64_t *heap, uint64_t *wolf)
 {
-    *heap = 0;
+    uint64_t rep[2] = {0, 0};
     kill(pid, SIGUSR1);
-    if (read(g_server_rfd, heap, sizeof *heap) != (ssize_t)sizeof *heap)
-        *heap = 0;
+    if (read(g_server_rfd, rep, sizeof rep) != (ssize_t)sizeof rep)
+        rep[0] = rep[1] = 0;
+    *heap = rep[0];
+    *wolf = rep[1];
     usleep(20000);
     *rss_kb = proc_rss_kb(pid);
 }
@@ -454,8 +488,8 @@ static const uint8_t ROLLUP[] = {0x12, 0x04, 0x0a, 0x02, 'c', '1'};
 struct bidi_fig {
     int streams, conns, opened;
     long rss_base_kb, rss_open_kb, rss_raw_kb, client_rss_kb;
-    uint64_t heap_base, heap_open;
-    double open_secs, bytes_per_stream, heap_per_stream;
+    uint64_t heap_base, heap_open, wolf_base, wolf_open;
+    double open_secs, bytes_per_stream, heap_per_stream, wolf_per_stream;
     double cpu_ms_per_1k_msgs;
     double msgs_per_sec;
     int rounds;
@@ -479,7 +513,7 @@ static struct bidi_fig bidi_bench(int streams, int conns, int rounds,
     if (pid < 0 || !port)
         return fg;
     usleep(100000);
-    server_mem(pid, &fg.rss_base_kb, &fg.heap_base);
+    server_mem(pid, &fg.rss_base_kb, &fg.heap_base, &fg.wolf_base);
     struct bf_net_loop_opts lo = {.recv_buffers = 2048};
     struct bf_net_loop *l;
     bf_net_loop_new(&lo, &l);
@@ -515,11 +549,12 @@ static struct bidi_fig bidi_bench(int streams, int conns, int rounds,
     for (int i = 0; i < 20; i++)
         bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
     fg.rss_raw_kb = proc_rss_kb(pid); /* before purging jemalloc's dirty pages */
-    server_mem(pid, &fg.rss_open_kb, &fg.heap_open);
+    server_mem(pid, &fg.rss_open_kb, &fg.heap_open, &fg.wolf_open);
     fg.client_rss_kb = proc_rss_kb(getpid());
     fg.bytes_per_stream =
         fg.opened ? (double)(fg.rss_open_kb - fg.rss_base_kb) * 1024.0 / fg.opened : 0;
     fg.heap_per_stream = fg.opened ? (double)(fg.heap_open - fg.heap_base) / fg.opened : 0;
+    fg.wolf_per_stream = fg.opened ? ((double)fg.wolf_open - (double)fg.wolf_base) / fg.opened : 0;
     /* message rounds: one rollup per stream in, one ack out */
     double cpu0 = proc_cpu(pid);
     int64_t r0 = bf_mono_ns();
@@ -600,11 +635,12 @@ static void print_bidi(FILE *f, const char *name, const struct bidi_fig *b, bool
             "    \"%s\": {\"streams\": %d, \"connections\": %d, \"opened\": %d, \"open_seconds\": "
             "%.2f, \"server_rss_base_kib\": %ld, \"server_rss_open_kib\": %ld, "
             "\"server_rss_open_before_purge_kib\": %ld, \"server_rss_bytes_per_stream\": %.0f, "
-            "\"server_heap_bytes_per_stream\": %.0f, \"client_rss_kib\": %ld, \"rounds\": %d, "
+            "\"server_heap_bytes_per_stream\": %.0f, \"server_wolfssl_bytes_per_stream\": %.0f, "
+            "\"client_rss_kib\": %ld, \"rounds\": %d, "
             "\"messages_per_sec\": %.0f, \"server_cpu_ms_per_1000_messages\": %.3f}%s\n",
             name, b->streams, b->conns, b->opened, b->open_secs, b->rss_base_kb, b->rss_open_kb,
-            b->rss_raw_kb, b->bytes_per_stream, b->heap_per_stream, b->client_rss_kb, b->rounds,
-            b->msgs_per_sec, b->cpu_ms_per_1k_msgs, last ? "" : ",");
+            b->rss_raw_kb, b->bytes_per_stream, b->heap_per_stream, b->wolf_per_stream,
+            b->client_rss_kb, b->rounds, b->msgs_per_sec, b->cpu_ms_per_1k_msgs, last ? "" : ",");
 }
 
 int main(int argc, char **argv)
@@ -711,11 +747,12 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < nb; i++)
         printf("bidi %s: %d/%d streams open on %d connections in %.2fs; server RSS %ld -> %ld KiB "
-               "(%ld before purge; %.0f RSS bytes, %.0f heap bytes per stream); %.0f msgs/s, "
+               "(%ld before purge; %.0f RSS bytes, %.0f heap bytes (wolfSSL %.0f) per stream); "
+               "%.0f msgs/s, "
                "%.3f ms server CPU per 1000 messages\n",
                bname[i], b[i].opened, b[i].streams, b[i].conns, b[i].open_secs, b[i].rss_base_kb,
                b[i].rss_open_kb, b[i].rss_raw_kb, b[i].bytes_per_stream, b[i].heap_per_stream,
-               b[i].msgs_per_sec, b[i].cpu_ms_per_1k_msgs);
+               b[i].wolf_per_stream, b[i].msgs_per_sec, b[i].cpu_ms_per_1k_msgs);
     if (pki) {
         char rm[128];
         snprintf(rm, sizeof rm, "rm -rf %s", g_pki);

@@ -17,7 +17,8 @@
  * and the session (it drains the NODE_EXEC and RECLAIM rings). Speed is
  * reported, never asserted. Usage:
  *   bench_provider [--results DIR] [--machines N] [--actions N]
- *                  [--latency-actions N] [--concurrency N]
+ *                  [--latency-actions N] [--concurrency N] [--page N]
+ * (--page: machines per page of the paged resync walk, default BF_RECON_PAGE)
  * Prints a table and writes DIR/bench_provider.json (default results/).
  */
 #include <errno.h>
@@ -133,17 +134,44 @@ static void pass_done(void *arg, const struct bf_recon_result *r)
     p->r = *r;
 }
 
+/* One reconcile as the cycle asks for it: a delta, or a whole walk (every
+ * page; list and apply times summed over the pages). */
 static struct bf_recon_result run_pass(struct bf_recon *rc)
 {
-    struct pass p = {0};
-    int e = bf_recon_start(rc, pass_done, &p);
-    if (e)
-        die("reconcile start", e);
-    while (!p.done)
-        bf_net_loop_run_once(loop, 10 * BF_NS_PER_MS);
-    if (p.r.status != BF_PROV_OK)
-        die("reconcile pass", -EIO);
-    return p.r;
+    struct bf_recon_result sum = {0};
+    for (;;) {
+        struct pass p = {0};
+        int e = bf_recon_step(rc, true, bf_mono_ns(), pass_done, &p);
+        if (e != 1)
+            die("reconcile start", e < 0 ? e : -EINVAL);
+        while (!p.done)
+            bf_net_loop_run_once(loop, 10 * BF_NS_PER_MS);
+        if (p.r.status != BF_PROV_OK)
+            die("reconcile pass", -EIO);
+        int64_t l = sum.list_ns + p.r.list_ns, a = sum.apply_ns + p.r.apply_ns;
+        uint32_t listed = sum.listed + p.r.listed;
+        sum = p.r;
+        sum.list_ns = l;
+        sum.apply_ns = a;
+        sum.listed = listed;
+        if (p.r.kind == BF_RECON_DELTA || p.r.full)
+            return sum;
+    }
+}
+
+/* index of the median of three passes by list + apply */
+static int median3(const struct bf_recon_result *r)
+{
+    int idx[3] = {0, 1, 2};
+    for (int i = 1; i < 3; i++)
+        for (int j = i; j > 0 && r[idx[j]].list_ns + r[idx[j]].apply_ns <
+                                     r[idx[j - 1]].list_ns + r[idx[j - 1]].apply_ns;
+             j--) {
+            int t = idx[j];
+            idx[j] = idx[j - 1];
+            idx[j - 1] = t;
+        }
+    return idx[1];
 }
 
 struct creates {
@@ -298,11 +326,14 @@ int main(int argc, char **argv)
 {
     const char *results = "results";
     int machines = 500000, actions = 20000, lat_actions = 2000;
-    uint32_t conc = 128;
-    static const struct option lo[] = {
-        {"results", required_argument, 0, 'r'},     {"machines", required_argument, 0, 'm'},
-        {"actions", required_argument, 0, 'a'},     {"latency-actions", required_argument, 0, 'l'},
-        {"concurrency", required_argument, 0, 'c'}, {0, 0, 0, 0}};
+    uint32_t conc = 128, page = BF_RECON_PAGE;
+    static const struct option lo[] = {{"results", required_argument, 0, 'r'},
+                                       {"machines", required_argument, 0, 'm'},
+                                       {"actions", required_argument, 0, 'a'},
+                                       {"latency-actions", required_argument, 0, 'l'},
+                                       {"concurrency", required_argument, 0, 'c'},
+                                       {"page", required_argument, 0, 'p'},
+                                       {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (o) {
@@ -321,10 +352,13 @@ int main(int argc, char **argv)
         case 'c':
             conc = (uint32_t)atoi(optarg);
             break;
+        case 'p':
+            page = (uint32_t)atoi(optarg);
+            break;
         default:
             fprintf(stderr,
                     "usage: %s [--results DIR] [--machines N] [--actions N] "
-                    "[--latency-actions N] [--concurrency N]\n",
+                    "[--latency-actions N] [--concurrency N] [--page N]\n",
                     argv[0]);
             return 2;
         }
@@ -351,14 +385,24 @@ int main(int argc, char **argv)
     if ((rc = bf_prov_client_new(loop, &po, &cl)) || (rc = bf_prov_client_new(loop, &co, &changer)))
         die("client", rc);
     struct bf_recon *rcn;
-    struct bf_recon_opts ro = {.incremental = true};
+    struct bf_recon_opts ro = {.incremental = true, .page_size = page, .startup_page_size = page};
     if ((rc = bf_recon_new(s, cl, &ro, &rcn)))
         die("recon", rc);
+    /* cold: the start-up walk of an empty inventory (one List, every machine inserted) */
     struct bf_recon_result cold = run_pass(rcn);
-    struct bf_recon_result steady[3];
+    /* steady, unpaged: the same one-List walk over a whole inventory (fast path) */
+    struct bf_recon_result steady[3], paged[3];
     for (int i = 0; i < 3; i++) {
+        atomic_store(&s->st->first_reconcile_done, 0);
         bf_recon_reset_cursor(rcn);
         steady[i] = run_pass(rcn);
+    }
+    /* steady, paged: the resync walk the appliance runs beside its cycles
+     * (pages of BF_RECON_PAGE; list and apply summed over the pages) */
+    atomic_store(&s->st->first_reconcile_done, 1);
+    for (int i = 0; i < 3; i++) {
+        bf_recon_reset_cursor(rcn);
+        paged[i] = run_pass(rcn);
     }
     int ks[4] = {0, 100, 1000, 10000};
     struct bf_recon_result inc[4];
@@ -368,19 +412,23 @@ int main(int argc, char **argv)
         provider_changes(s, changer, off, ks[i]);
         off += (uint32_t)ks[i] * 2;
         inc[i] = run_pass(rcn);
+        while (1) { /* a truncated delta: the rest, as the background catch-up */
+            struct pass p = {0};
+            if (bf_recon_step(rcn, false, bf_mono_ns(), pass_done, &p) != 1)
+                break;
+            while (!p.done)
+                bf_net_loop_run_once(loop, 10 * BF_NS_PER_MS);
+            if (p.r.kind != BF_RECON_DELTA) { /* a walk page: not part of this figure */
+                while (bf_recon_step(rcn, false, bf_mono_ns(), pass_done, &p) == 1 && !p.r.full)
+                    ;
+                break;
+            }
+            inc[i].listed += p.r.listed;
+            inc[i].list_ns += p.r.list_ns;
+            inc[i].apply_ns += p.r.apply_ns;
+        }
     }
-    /* median steady pass */
-    int mi = 0;
-    double tot[3];
-    for (int i = 0; i < 3; i++)
-        tot[i] = (steady[i].list_ns + steady[i].apply_ns) / 1e6;
-    for (int i = 0; i < 3; i++) {
-        int below = 0;
-        for (int j = 0; j < 3; j++)
-            below += tot[j] < tot[i];
-        if (below == 1)
-            mi = i;
-    }
+    int mi = median3(steady), mp = median3(paged);
     bf_recon_free(rcn);
     bf_prov_client_free(changer);
     bf_prov_client_free(cl);
@@ -402,6 +450,10 @@ int main(int argc, char **argv)
            cold.listed, cold.list_ns / 1e6, cold.apply_ns / 1e6);
     printf("  reconcile, full, steady (fast path)   listed %7u  list %8.1f ms  apply %8.1f ms\n",
            steady[mi].listed, steady[mi].list_ns / 1e6, steady[mi].apply_ns / 1e6);
+    printf("  reconcile, resync walk, pages of %u  listed %7u  list %8.1f ms  apply %8.1f ms"
+           "  (%u pages, %.1f ms wall)\n",
+           page, paged[mp].listed, paged[mp].list_ns / 1e6, paged[mp].apply_ns / 1e6,
+           paged[mp].walk_pages, paged[mp].walk_ns / 1e6);
     for (int i = 0; i < 4; i++)
         printf("  reconcile, incremental, %5d changes listed %7u  list %8.3f ms  apply %8.3f ms\n",
                ks[i], inc[i].listed, inc[i].list_ns / 1e6, inc[i].apply_ns / 1e6);
@@ -431,9 +483,12 @@ int main(int argc, char **argv)
             f,
             "  \"reconcile\": {\"full_cold\": {\"listed\": %u, \"list_ms\": %.1f, \"apply_ms\": "
             "%.1f},\n    \"full_steady\": {\"listed\": %u, \"list_ms\": %.1f, \"apply_ms\": "
-            "%.1f},\n    \"incremental\": [",
+            "%.1f},\n    \"walk_paged\": {\"page\": %u, \"listed\": %u, \"pages\": %u, "
+            "\"list_ms\": %.1f, \"apply_ms\": %.1f, \"wall_ms\": %.1f},\n    \"incremental\": [",
             cold.listed, cold.list_ns / 1e6, cold.apply_ns / 1e6, steady[mi].listed,
-            steady[mi].list_ns / 1e6, steady[mi].apply_ns / 1e6);
+            steady[mi].list_ns / 1e6, steady[mi].apply_ns / 1e6, page, paged[mp].listed,
+            paged[mp].walk_pages, paged[mp].list_ns / 1e6, paged[mp].apply_ns / 1e6,
+            paged[mp].walk_ns / 1e6);
         for (int i = 0; i < 4; i++)
             fprintf(f, "%s{\"changes\": %d, \"listed\": %u, \"list_ms\": %.3f, \"apply_ms\": %.3f}",
                     i ? ", " : "", ks[i], inc[i].listed, inc[i].list_ns / 1e6,

@@ -16,7 +16,8 @@
  * Flag names follow the Go original where it has one (reference/shard.md
  * §1.1): --id, --listen, --metrics-addr, --data-dir (alias --state-dir),
  * --provider-addr, --coordinator-addr, --tls-cert/--tls-key/--tls-ca, the
- * rail flags, --execute-concurrency, --incremental-reconcile, --audit-log,
+ * rail flags, --execute-concurrency, --incremental-reconcile (default true
+ * here, false in Go), --audit-log,
  * --cycle-interval, ... Durations use Go syntax ("10s", "250ms", "1m30s").
  * Booleans accept --flag, --flag=true|false|1|0.
  *
@@ -59,7 +60,9 @@ struct bf_config {
     int64_t bootstrap_timeout_ns;
     int64_t reconcile_timeout_ns;
     bool local_bootstrap;
-    bool incremental_reconcile;
+    bool incremental_reconcile;           /* default true (the Go shard: false) */
+    int64_t reconcile_resync_interval_ns; /* incremental: period of the full resync walk */
+    uint32_t reconcile_page_size;         /* incremental: List max_results per page */
     int64_t available_capacity_interval_ns;
     int32_t metrics_warmup_cycles;
     /* capacities of the shared segments */

@@ -133,6 +133,15 @@ struct bf_prov_machine {
  * known field, group wire types, a malformed map entry).
  */
 int bf_prov_machine_decode(const uint8_t *p, size_t len, struct bf_prov_machine *m);
+/*
+ * The reconciler's fast path: the id (field 1, the last one wins) and the
+ * state (field 2) of a Machine message, after checking its top-level
+ * structure and the wire types of the known fields; nested messages (host,
+ * maps) are not looked into -- bf_prov_machine_decode does that before
+ * anything is ingested. Returns 0 or -EBADMSG; *id points into p (empty when
+ * absent), *state is 0 when absent.
+ */
+int bf_prov_machine_peek(const uint8_t *p, size_t len, struct bf_prov_bytes *id, int32_t *state);
 
 enum bf_prov_map_which {
     BF_PROV_MAP_RESOURCES = 9,    /* Machine.resources.resources */

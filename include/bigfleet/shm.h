@@ -71,7 +71,9 @@ struct bf_shm {
     struct bf_verdict_row *verdicts; /* [2][max_needs] */
     /* copies of header fields */
     uint32_t max_machines, max_needs, max_clusters, index_mask, changelog_mask, stamp_mask;
-    uint64_t arena_bytes;
+    uint64_t arena_bytes; /* the arena's reserve (strings_arena_bytes) */
+    uint64_t arena_off;   /* the arena's offset in the inventory segment */
+    int inv_fd;           /* the inventory segment (read-write attachments): arena growth */
 };
 
 /* --------------------------------------------------------------- segments */
@@ -156,8 +158,12 @@ int bf_live_read(const struct bf_shm *s, struct bf_live_values *v);
 uint64_t bf_live_generation(const struct bf_shm *s);
 /* Sets the role used for per-role counters (seqlock retries). */
 void bf_shm_set_role(struct bf_shm *s, int role);
-/* Total bytes mapped across the four segments. */
+/* Bytes of the four segments' files (see bf_shm_segment_bytes). */
 size_t bf_shm_total_bytes(const struct bf_shm *s);
+/* Bytes of one segment's file (what tmpfs may hold): the mapping, except
+ * for the inventory, whose string arena is backed only as far as it grew
+ * (strtab.arena_committed). bf_shm_total_bytes is their sum. */
+size_t bf_shm_segment_bytes(const struct bf_shm *s, int kind);
 
 /* --------------------------------------------------------------- strings */
 

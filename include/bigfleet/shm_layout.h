@@ -80,7 +80,9 @@ struct bf_seg_header {
     uint64_t magic;          /* BF_SHM_MAGIC */
     uint32_t layout_version; /* BF_SHM_LAYOUT_VERSION */
     uint32_t kind;           /* enum bf_seg_kind */
-    uint64_t size;           /* total mapped bytes */
+    uint64_t size;           /* bytes every process maps; the inventory's includes its
+                                string arena's reserve, of which the file backs only
+                                strtab.arena_committed (the file grows with the arena) */
     int64_t created_unix_ns; /* creation wall time */
     int64_t epoch;           /* shard epoch (LMDB, +1 per supervisor start) */
     uint32_t supervisor_pid;
@@ -89,8 +91,8 @@ struct bf_seg_header {
     uint32_t max_machines; /* capacities (flags --max-machines etc.) */
     uint32_t max_needs;
     uint32_t max_clusters;
-    uint32_t index_capacity; /* id-index and string-hash slots (power of two) */
-    uint64_t strings_arena_bytes;
+    uint32_t index_capacity;               /* id-index and string-hash slots (power of two) */
+    uint64_t strings_arena_bytes;          /* the arena's reserve: the most it may grow to */
     uint32_t changelog_capacity;           /* entries per change log (power of two) */
     uint32_t stamp_capacity;               /* provisioning-latency stamp slots (power of two) */
     uint64_t table_off[BF_SEG_MAX_TABLES]; /* offsets of the segment's tables */
@@ -106,7 +108,7 @@ _Static_assert(sizeof(struct bf_seg_header) == 512, "segment header layout chang
 enum bf_inv_table {
     BF_INV_T_META = 0,      /* struct bf_inv_meta */
     BF_INV_T_STRHASH = 1,   /* _Atomic uint32_t[index_capacity]: string refs */
-    BF_INV_T_ARENA = 2,     /* string arena, strings_arena_bytes */
+    BF_INV_T_ARENA = 2,     /* string arena: the last table, grown in place (strtab) */
     BF_INV_T_RECORDS = 3,   /* struct bf_shm_machine[max_machines] */
     BF_INV_T_IDINDEX = 4,   /* _Atomic uint32_t[index_capacity]: slot+1, 0 empty */
     BF_INV_T_CHANGELOG = 5, /* struct bf_changelog[BF_CHANGELOG_WRITERS] (+ entries) */
@@ -115,6 +117,12 @@ enum bf_inv_table {
 
 /* The string table (arena + hash). Entries are appended, deduplicated, never
  * freed while the segments live; a ref is the entry's byte offset / 8.
+ * The arena is the inventory segment's last table: every process maps its
+ * whole reserve (strings_arena_bytes, address space only), and the writer
+ * that needs room extends the segment file under the lock (ftruncate) before
+ * it writes, so the file -- what tmpfs can hold -- is the arena in use plus
+ * one growth step (arena_committed), not a reservation. A ref is published
+ * only after its bytes are written, so no reader touches unbacked pages.
  * Entry layout at offset 8*ref: uint32 len, uint32 hash, len bytes, NUL,
  * padding to 8. Ref 0 is the empty string. Bytes may contain NUL (groups).
  * Writers serialise on `lock` (owner pid, CAS 0 -> pid; a dead owner is
@@ -128,6 +136,7 @@ struct bf_strtab_meta {
     _Atomic uint64_t entries;         /* published entries */
     _Atomic uint64_t lock_steals;     /* dead owners recovered */
     _Atomic uint64_t intern_failures; /* arena/hash full */
+    _Atomic uint64_t arena_committed; /* arena bytes the file backs (>= arena_used) */
 };
 
 /* Registries of small shared vocabularies, appended under the string lock:
@@ -583,6 +592,12 @@ struct bf_stats_reconciler { /* [W: reconciler] */
      * Configure complete (Configuring -> Configured); /metrics sums it with
      * the executor's (which observes synchronous completions) */
     struct bf_hist provisioning_latency; /* exp(0.01, 2, 20) */
+    /* resync walks (full Lists ending in removals; reconciler.h) */
+    _Atomic uint64_t resyncs;       /* completed */
+    _Atomic uint64_t resync_aborts; /* ended without removals (List failed, log lapped) */
+    _Atomic int64_t last_resync_ns; /* wall time of the last completed walk */
+    _Atomic uint64_t incremental;   /* 1: since_revision deltas in use; 0: full Lists */
+    struct bf_hist resync_duration; /* exp(0.001, 2, 16): first page to removals */
 };
 
 struct bf_stats_session {          /* [W: session] */

@@ -106,8 +106,18 @@ static const struct opt opts[] = {
      "deadline of one provider reconcile pass (the cycle waits at most this long)"},
     {"local-bootstrap", T_BOOL, F(local_bootstrap), "false", 0, 0,
      "make bootstrap blobs locally (a stub naming the cluster) instead of asking the operator"},
-    {"incremental-reconcile", T_BOOL, F(incremental_reconcile), "false", 0, 0,
-     "use the provider's since_revision cursor (deltas only; no removals)"},
+    {"incremental-reconcile", T_BOOL, F(incremental_reconcile), "true", 0, 0,
+     "reconcile with the provider's since_revision cursor: a cycle waits only for the changes "
+     "since the last pass, and a paged full resync runs beside the cycles every "
+     "--reconcile-resync-interval (removals); false = every cycle waits for a full List of "
+     "every machine (the Go shard's default). A provider without cursors gets full Lists "
+     "either way (logged)"},
+    {"reconcile-resync-interval", T_DURATION, F(reconcile_resync_interval_ns), "60s", 0.01, 86400,
+     "incremental mode: from the end of one full resync walk to the start of the next; a "
+     "machine removed at the provider leaves the inventory within about this long"},
+    {"reconcile-page-size", T_U32, F(reconcile_page_size), "4096", 1, 16777216,
+     "incremental mode: machines per provider List page (max_results) of deltas and resync "
+     "walks; a cycle waits for at most one page of a resync"},
     {"available-capacity-interval", T_DURATION, F(available_capacity_interval_ns), "5s", 0, 86400,
      "minimum gap between AvailableCapacityUpdate emits per (cluster, fingerprint)"},
     {"metrics-warmup-cycles", T_INT, F(metrics_warmup_cycles), "0", 0, 1e9,

@@ -46,7 +46,7 @@ int bf_cycle_main(const struct bf_config *cfg)
             (long long)(cfg->cycle_interval_ns / BF_NS_PER_MS), live.actuation_paused, live.dry_run,
             live.reclaim_cap_fraction, live.max_actions_per_cycle);
     int64_t next = bf_mono_ns(); /* first cycle at once */
-    bool again = false;
+    bool again = false, first_done = false;
     while (!bf_child_stopping()) {
         int64_t now = bf_mono_ns();
         bool due = now >= next || again || bf_cycle_demand_changed(c);
@@ -79,6 +79,19 @@ int bf_cycle_main(const struct bf_config *cfg)
         }
         again = rep.wake_again;
         next = bf_mono_ns() + cfg->cycle_interval_ns;
+        if (!first_done) {
+            /* the time from this process's spawn to its first decision (a
+             * restarted cycle process rebuilds its mirror here) */
+            first_done = true;
+            int64_t spawned = atomic_load(&ch.shm.st->proc[BF_ROLE_CYCLE].started_ns);
+            BF_INFO("first cycle",
+                    "since_spawn_ms=%.1f ms=%.1f reconcile_ms=%.1f snapread_ms=%.1f "
+                    "rescan=%d changed=%u needs=%u",
+                    spawned ? (double)(bf_now_ns() - spawned) / 1e6 : -1.0,
+                    (double)rep.total_ns / 1e6, (double)rep.phase_ns[BF_PHASE_RECONCILE] / 1e6,
+                    (double)rep.phase_ns[BF_PHASE_SNAPREAD] / 1e6, rep.rescanned, rep.changed_slots,
+                    rep.needs);
+        }
         int lvl = (rep.enqueued || rep.capped || rep.deferred || rep.reconcile_timed_out)
                       ? BF_LOG_INFO
                       : BF_LOG_DEBUG;

@@ -131,7 +131,9 @@ int bf_prov_client_new(struct bf_net_loop *loop, const struct bf_prov_opts *o,
         .addr = o->addr,
         .tls = o->tls,
         .connect_timeout_ns = o->connect_timeout_ns ? o->connect_timeout_ns : 5 * BF_NS_PER_SEC,
-        .backoff_initial_ns = 200 * BF_NS_PER_MS,
+        /* short first retry: at appliance start the embedded provider is a
+         * sibling child that listens a few hundred ms later (readiness) */
+        .backoff_initial_ns = 50 * BF_NS_PER_MS,
         .backoff_max_ns = o->backoff_max_ns ? o->backoff_max_ns : 5 * BF_NS_PER_SEC,
         .keepalive_ns = o->keepalive_ns == 0  ? 10 * BF_NS_PER_SEC
                         : o->keepalive_ns < 0 ? 0

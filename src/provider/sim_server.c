@@ -85,10 +85,16 @@ static void send_reply(struct bf_net_call *call, int code, const char *message, 
 {
     if (bf_net_call_finished(call))
         return;
-    if (code == 0)
-        bf_net_call_reply(call, body, len);
-    else
+    if (code != 0) {
         bf_net_call_finish(call, code, message);
+        return;
+    }
+    int rc = bf_net_call_reply(call, body, len);
+    if (rc == -EMSGSIZE) /* a List of a huge pool: say so (the client pages) */
+        bf_net_call_finish(call, BF_NET_RESOURCE_EXHAUSTED,
+                           "reply larger than the largest message this server sends");
+    else if (rc < 0)
+        bf_net_call_finish(call, BF_NET_INTERNAL, "cannot send the reply");
 }
 
 static void held_free(struct held *h)

@@ -184,6 +184,54 @@ int bf_prov_machine_decode(const uint8_t *p, size_t len, struct bf_prov_machine 
     return 0;
 }
 
+int bf_prov_machine_peek(const uint8_t *p, size_t len, struct bf_prov_bytes *id, int32_t *state)
+{
+    static const uint8_t empty[1] = {0};
+    id->p = empty;
+    id->len = 0;
+    *state = 0;
+    struct bf_pb_reader r;
+    struct bf_pb_field f;
+    int rc;
+    bf_pb_reader_init(&r, p ? p : empty, len);
+    while ((rc = bf_pb_next(&r, &f)) == 1) {
+        switch (f.num) {
+        case 1:
+        case 3:
+        case 4:
+        case 5:
+        case 9:
+        case 10:
+        case 12:
+        case 13:
+        case 14:
+        case 15:
+            if (f.wt != BF_PB_LEN)
+                return -EBADMSG;
+            if (f.num == 1) {
+                id->p = f.p;
+                id->len = f.len;
+            }
+            break;
+        case 2:
+        case 6:
+            if (f.wt != BF_PB_VARINT)
+                return -EBADMSG;
+            if (f.num == 2)
+                *state = (int32_t)(uint32_t)f.varint;
+            break;
+        case 7:
+        case 8:
+            if (f.wt != BF_PB_I64)
+                return -EBADMSG;
+            break;
+        default:
+            break;
+        }
+    }
+    return rc ? -EBADMSG : 0;
+}
+
 void bf_prov_map_iter_init(struct bf_prov_map_iter *it, const struct bf_prov_machine *m,
                            enum bf_prov_map_which which)
 {

@@ -1,13 +1,15 @@
 /*
- * reconcile.c — one reconcile pass: provider List -> shared inventory
+ * reconcile.c — applying provider Lists to the shared inventory
  * (reconciler.h describes the order and the rules; seed 000 §3,
- * reference/shard.md §3.4–§3.6).
+ * reference/shard.md §3.4–§3.6): one machine, one List page, and the walk's
+ * seen set and removals. The passes that fetch the Lists are in pass.c.
  *
  * Design notes
  *   - The fast path (known machine, same state) costs one id lookup and one
  *     seqlock read: no decode of the maps, no interning, no write.
- *   - "Seen" is a bitmap over slots, cleared at the start of each full pass;
- *     removal walks [0, hwm) once at the end.
+ *   - "Seen" is a bitmap over slots, cleared when a walk begins; every
+ *     applied List (walk pages and deltas alike) marks what it mentions, and
+ *     the walk's end walks [0, hwm) once for the removals.
  *   - Writes go through bf_inv_begin/commit (the reconciler side of the
  *     record seqlock, bounded); a record another writer holds past the
  *     timeout is skipped this pass and counted in errors.
@@ -21,42 +23,7 @@
 
 #include "bigfleet/log.h"
 #include "bigfleet/util.h"
-#include "reconciler/reconciler.h"
-
-struct bf_recon {
-    struct bf_shm *shm;
-    struct bf_prov_client *client;
-    struct bf_recon_opts o;
-    struct bf_prov_shape_cache *shapes;
-    uint64_t *seen; /* bitmap over slots */
-    size_t seen_words;
-    /* slots the executor wrote after this pass's List was issued: the List
-     * may predate those writes, so its view of them is not applied */
-    uint64_t *touched;       /* bitmap over slots */
-    uint64_t list_exec_head; /* executor change-log head when the List was issued */
-    bool touched_all;        /* the log lapped in between: trust no divergence */
-    uint8_t *cursor;
-    size_t cursor_len;
-    bool have_cursor;
-    int64_t last_full_ns;
-    /* refresh candidates: private read cursors over the executor's and the
-     * supervisor's change logs (read only: the cycle owns the logs' tails) */
-    uint64_t cl_cursor[BF_CHANGELOG_WRITERS];
-    bool refresh_lost; /* a log lapped our cursor, or a pass failed: go full */
-    uint32_t *refresh; /* slots flagged NEEDS_REFRESH, for targeted Gets */
-    uint32_t n_refresh, refresh_cap;
-    /* the pass in flight */
-    bool busy;
-    bool pass_full;
-    int64_t t0;
-    uint32_t gets_outstanding;
-    struct bf_recon_result res; /* accumulated over the List and the Gets */
-    bf_recon_done_fn done;
-    void *done_arg;
-    /* per-pass */
-    int rejects_logged;
-    bool events_pushed;
-};
+#include "reconciler/recon_internal.h"
 
 int bf_recon_new(struct bf_shm *shm, struct bf_prov_client *client, const struct bf_recon_opts *o,
                  struct bf_recon **out)
@@ -67,18 +34,26 @@ int bf_recon_new(struct bf_shm *shm, struct bf_prov_client *client, const struct
     r->shm = shm;
     r->client = client;
     r->o = *o;
+    if (r->o.resync_interval_ns <= 0)
+        r->o.resync_interval_ns = BF_RECON_RESYNC_NS;
+    if (!r->o.page_size)
+        r->o.page_size = BF_RECON_PAGE;
+    if (!r->o.startup_page_size)
+        r->o.startup_page_size = BF_RECON_STARTUP_PAGE;
     r->shapes = bf_prov_shape_cache_new();
-    r->seen_words = (shm->max_machines + 63) / 64;
-    r->seen = calloc(r->seen_words, sizeof *r->seen);
-    r->touched = calloc(r->seen_words, sizeof *r->touched);
-    if (!r->shapes || !r->seen || !r->touched) {
+    r->words = (shm->max_machines + 63) / 64;
+    r->seen = calloc(r->words, sizeof *r->seen);
+    r->touched = calloc(r->words, sizeof *r->touched);
+    r->walk.exec_written = calloc(r->words, sizeof *r->walk.exec_written);
+    if (!r->shapes || !r->seen || !r->touched || !r->walk.exec_written) {
         bf_recon_free(r);
         return -ENOMEM;
     }
-    /* the first pass is full: flags set before it are covered */
+    /* the first pass is a walk: flags set before it are covered */
     for (int w = 0; w < BF_CHANGELOG_WRITERS; w++)
         r->cl_cursor[w] = atomic_load_explicit(&shm->changelog[w].head, memory_order_acquire);
     r->list_exec_head = r->cl_cursor[BF_CL_EXECUTOR];
+    r->client_state_seen = -1;
     *out = r;
     return 0;
 }
@@ -90,19 +65,11 @@ void bf_recon_free(struct bf_recon *r)
     bf_prov_shape_cache_free(r->shapes);
     free(r->seen);
     free(r->touched);
+    free(r->walk.exec_written);
+    free(r->walk.cursor);
     free(r->cursor);
     free(r->refresh);
     free(r);
-}
-
-bool bf_recon_busy(const struct bf_recon *r)
-{
-    return r->busy;
-}
-
-void bf_recon_reset_cursor(struct bf_recon *r)
-{
-    r->have_cursor = false;
 }
 
 /* ------------------------------------------------------------ helpers */
@@ -186,7 +153,7 @@ static void collect_touched(struct bf_recon *r)
     uint64_t h = atomic_load_explicit(&c->head, memory_order_acquire);
     uint64_t cap = (uint64_t)s->changelog_mask + 1;
     r->touched_all = h - r->list_exec_head > cap;
-    memset(r->touched, 0, r->seen_words * sizeof *r->touched);
+    memset(r->touched, 0, r->words * sizeof *r->touched);
     if (r->touched_all)
         return;
     for (uint64_t p = r->list_exec_head; p < h; p++) {
@@ -207,39 +174,76 @@ static inline void mark_seen(struct bf_recon *r, uint32_t slot)
 
 /* ------------------------------------------------------------ one machine */
 
-static void apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int64_t now_unix_s,
-                      struct bf_recon_result *res)
+/*
+ * Providers list in a stable order and the reconciler inserted the records
+ * in the order of its first List, so the machine after slot k is usually in
+ * slot k + 1: try that slot first, checked by the id bytes (the string table
+ * maps bytes to one ref, and one record holds each id), and fall back to the
+ * hash lookups. Sequential records and arena bytes instead of two random
+ * probes per machine.
+ */
+static bool predicted(struct bf_recon *r, const struct bf_prov_bytes *id, uint32_t *slot,
+                      struct bf_machine_rec *cur)
+{
+    struct bf_shm *s = r->shm;
+    uint32_t p = r->next_slot, l;
+    if (!id->len || p >= bf_inv_hwm(s) || bf_inv_read(s, p, cur) != 0 ||
+        !(cur->flags & BF_REC_VALID))
+        return false;
+    const char *b = bf_str(s, cur->id, &l);
+    if (!b || l != id->len || memcmp(b, id->p, l) != 0)
+        return false;
+    *slot = p;
+    return true;
+}
+
+void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int64_t now_unix_s,
+                        struct bf_recon_result *res)
 {
     struct bf_shm *s = r->shm;
     struct bf_stats_reconciler *st = &s->st->reconciler;
     struct bf_prov_machine m;
     char why[256];
     res->listed++;
-    if (bf_prov_machine_decode(raw->p, raw->len, &m)) {
+    struct bf_prov_bytes pid;
+    int32_t pstate;
+    /* after an insert the next machine is probably new too (a cold start):
+     * decode it at once; otherwise peek (the fast path needs id and state) */
+    bool decoded = r->inserting && bf_prov_machine_decode(raw->p, raw->len, &m) == 0;
+    if (decoded) {
+        pid = m.id;
+        pstate = m.state;
+    } else if (bf_prov_machine_peek(raw->p, raw->len, &pid, &pstate)) {
         reject(r, NULL, BF_REJECT_STRUCTURAL, "Machine message does not decode", -1, res);
         return;
     }
     /* lookup (no insertion: a rejected id must not grow the string table) */
     uint32_t id_ref = 0, slot = 0;
-    bool known = false;
-    if (m.id.len && bf_str_find(s, m.id.p, (uint32_t)m.id.len, &id_ref) == 0 &&
-        bf_inv_lookup(s, id_ref, &slot) == 0)
-        known = true;
     struct bf_machine_rec cur;
+    bool have_cur = predicted(r, &pid, &slot, &cur);
+    bool known = have_cur;
+    if (have_cur)
+        id_ref = cur.id;
+    else if (pid.len && bf_str_find(s, pid.p, (uint32_t)pid.len, &id_ref) == 0 &&
+             bf_inv_lookup(s, id_ref, &slot) == 0)
+        known = true;
+    r->inserting = !known;
     if (known) {
         mark_seen(r, slot);
+        r->next_slot = slot + 1;
         /* 1. an action is in flight: the executor's view is authoritative */
         if (bf_pending(s, slot)) {
             res->skipped_pending++;
             atomic_fetch_add_explicit(&st->machines_skipped_pending, 1, memory_order_relaxed);
             return;
         }
-        if (bf_inv_read(s, slot, &cur) != 0 || !(cur.flags & BF_REC_VALID) || cur.id != id_ref) {
+        if (!have_cur &&
+            (bf_inv_read(s, slot, &cur) != 0 || !(cur.flags & BF_REC_VALID) || cur.id != id_ref)) {
             res->errors++;
             return;
         }
-        /* 2. the state-match fast path */
-        if (cur.state == m.state && !(cur.flags & (BF_REC_NEEDS_REFRESH | BF_REC_REJECTED))) {
+        /* 2. the state-match fast path (nothing is ingested: no full decode) */
+        if (cur.state == pstate && !(cur.flags & (BF_REC_NEEDS_REFRESH | BF_REC_REJECTED))) {
             res->fast++;
             return;
         }
@@ -250,6 +254,12 @@ static void apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int64
             atomic_fetch_add_explicit(&st->machines_skipped_pending, 1, memory_order_relaxed);
             return;
         }
+    }
+    if (!decoded && bf_prov_machine_decode(raw->p, raw->len, &m)) {
+        /* a known machine keeps its last good record (and is not read as removed) */
+        reject(r, NULL, BF_REJECT_STRUCTURAL, "Machine message does not decode",
+               known ? (int32_t)slot : -1, res);
+        return;
     }
     /* 3. the screen */
     int reason = bf_prov_machine_check(&m, why, sizeof why);
@@ -374,6 +384,7 @@ static void apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int64
         return;
     }
     mark_seen(r, nslot);
+    r->next_slot = nslot + 1;
     res->inserted++;
     atomic_fetch_add_explicit(&st->machines_inserted, 1, memory_order_relaxed);
     push_event(r, nslot, &nr, nr.cluster, res);
@@ -385,249 +396,177 @@ void bf_recon_list_issued(struct bf_recon *r)
         atomic_load_explicit(&r->shm->changelog[BF_CL_EXECUTOR].head, memory_order_acquire);
 }
 
-void bf_recon_apply(struct bf_recon *r, const struct bf_prov_list *l, bool full,
-                    struct bf_recon_result *res)
+void bf_recon_apply_page(struct bf_recon *r, const struct bf_prov_list *l,
+                         struct bf_recon_result *res)
 {
-    struct bf_shm *s = r->shm;
     int64_t t0 = bf_mono_ns();
     int64_t now_unix_s = bf_idle_since_stamp_s(bf_now_ns()); /* only stamps idle_since */
     r->rejects_logged = 0;
-    r->events_pushed = false;
-    res->full = full;
-    uint32_t hwm = bf_inv_hwm(s);
-    if (full)
-        memset(r->seen, 0, ((hwm + 63) / 64) * sizeof *r->seen);
     collect_touched(r);
     struct bf_prov_list_iter it;
     struct bf_prov_bytes raw;
     bf_prov_list_iter_init(&it, l);
+    uint32_t before = res->rejected;
     int rc;
     while ((rc = bf_prov_list_next(&it, &raw)) == 1)
-        apply_one(r, &raw, now_unix_s, res);
-    if (rc < 0) { /* structure was validated by the decoder: cannot happen */
+        bf_recon_apply_one(r, &raw, now_unix_s, res);
+    if (rc < 0) /* structure was validated by the decoder: cannot happen */
         res->errors++;
-        full = res->full = false;
-    }
-    if (full) {
-        struct bf_stats_reconciler *st = &s->st->reconciler;
-        hwm = bf_inv_hwm(s);
-        for (uint32_t slot = 0; slot < hwm; slot++) {
-            if (r->seen[slot / 64] & (1ull << (slot % 64)))
-                continue;
-            struct bf_machine_rec rec;
-            if (bf_inv_read(s, slot, &rec) != 0 || !(rec.flags & BF_REC_VALID))
-                continue;
-            if (bf_pending(s, slot) || touched_since_list(r, slot))
-                continue; /* in flight or just written: the next pass decides */
-            if (bf_inv_remove(s, slot) == 0) {
-                res->removed++;
-                atomic_fetch_add_explicit(&st->machines_removed, 1, memory_order_relaxed);
-            } else {
-                res->errors++;
-            }
-        }
-    }
-    if (res->rejected > (uint32_t)BF_RECON_LOG_REJECTS)
-        BF_WARN("provider machines rejected this pass (last good records kept)",
-                "rejected=%u structural=%u price=%u interruption_probability=%u", res->rejected,
+    uint32_t rejected = res->rejected - before;
+    if (rejected > (uint32_t)BF_RECON_LOG_REJECTS)
+        BF_WARN("provider machines rejected in one List (last good records kept)",
+                "rejected=%u structural=%u price=%u interruption_probability=%u", rejected,
                 res->rejected_by[BF_REJECT_STRUCTURAL], res->rejected_by[BF_REJECT_PRICE],
                 res->rejected_by[BF_REJECT_PROBABILITY]);
-    if (r->events_pushed)
-        bf_wake(s, BF_ROLE_SESSION);
-    res->apply_ns = bf_mono_ns() - t0;
-}
-
-/* ------------------------------------------------------------ the pass */
-
-/*
- * Records flagged BF_REC_NEEDS_REFRESH since the last pass (an executor's
- * transport failure or redelivered mid-flight action; a supervisor repair):
- * the slots the executor and supervisor change logs name after our cursors,
- * re-read for the flag. O(writes since the last pass). Returns false when a
- * log lapped a cursor (entries lost: the caller goes full).
- */
-static bool collect_refresh(struct bf_recon *r)
-{
-    struct bf_shm *s = r->shm;
-    static const int logs[2] = {BF_CL_EXECUTOR, BF_CL_SUPERVISOR};
-    uint64_t cap = (uint64_t)s->changelog_mask + 1;
-    bool ok = true;
-    r->n_refresh = 0;
-    for (int i = 0; i < 2; i++) {
-        struct bf_changelog *c = &s->changelog[logs[i]];
-        _Atomic uint32_t *e = (_Atomic uint32_t *)((uint8_t *)s->inv_hdr + c->entries_off);
-        uint64_t h = atomic_load_explicit(&c->head, memory_order_acquire);
-        uint64_t from = r->cl_cursor[logs[i]];
-        r->cl_cursor[logs[i]] = h;
-        if (h - from > cap) {
-            ok = false;
-            continue;
-        }
-        for (uint64_t p = from; p < h; p++) {
-            uint32_t slot = atomic_load_explicit(&e[p & s->changelog_mask], memory_order_relaxed);
-            struct bf_machine_rec rec;
-            if (slot >= s->max_machines || bf_inv_read(s, slot, &rec) ||
-                !(rec.flags & BF_REC_VALID) || !(rec.flags & BF_REC_NEEDS_REFRESH))
-                continue;
-            uint32_t k;
-            for (k = 0; k < r->n_refresh && r->refresh[k] != slot; k++)
-                ;
-            if (k < r->n_refresh)
-                continue; /* already listed */
-            if (r->n_refresh == BF_RECON_MAX_GETS)
-                return false; /* too many for targeted Gets: a full pass is cheaper */
-            if (r->n_refresh == r->refresh_cap) {
-                uint32_t nc = r->refresh_cap ? r->refresh_cap * 2 : 64;
-                uint32_t *nr = realloc(r->refresh, nc * sizeof *nr);
-                if (!nr)
-                    return false;
-                r->refresh = nr;
-                r->refresh_cap = nc;
-            }
-            r->refresh[r->n_refresh++] = slot;
-        }
-    }
-    return ok;
-}
-
-static void pass_finish(struct bf_recon *r)
-{
-    if (r->res.status != BF_PROV_OK)
-        r->refresh_lost = true; /* the flagged records were not re-read */
-    if (r->events_pushed)
+    if (r->events_pushed) {
         bf_wake(r->shm, BF_ROLE_SESSION);
-    r->busy = false;
-    bf_recon_done_fn done = r->done;
-    r->done = NULL;
-    struct bf_recon_result res = r->res;
-    if (done)
-        done(r->done_arg, &res);
-}
-
-struct get_ctx {
-    struct bf_recon *r;
-    uint32_t slot, id_ref;
-};
-
-static void on_get(void *arg, const struct bf_prov_result *pr, const struct bf_prov_machine *m)
-{
-    struct get_ctx *g = arg;
-    struct bf_recon *r = g->r;
-    int64_t t0 = bf_mono_ns();
-    if (pr->status == BF_PROV_OK && m) {
-        struct bf_prov_bytes raw = {m->buf, m->len};
-        apply_one(r, &raw, bf_now_ns() / BF_NS_PER_SEC, &r->res);
-    } else if (pr->status == BF_PROV_NOT_FOUND) {
-        /* explicit evidence the machine is gone: remove it (unless in flight) */
-        struct bf_machine_rec rec;
-        if (!bf_pending(r->shm, g->slot) && bf_inv_read(r->shm, g->slot, &rec) == 0 &&
-            (rec.flags & BF_REC_VALID) && rec.id == g->id_ref &&
-            bf_inv_remove(r->shm, g->slot) == 0) {
-            r->res.removed++;
-            atomic_fetch_add_explicit(&r->shm->st->reconciler.machines_removed, 1,
-                                      memory_order_relaxed);
-        }
-    } else {
-        r->refresh_lost = true; /* retried by a full pass next time */
+        r->events_pushed = false;
     }
-    r->res.apply_ns += bf_mono_ns() - t0;
-    free(g);
-    if (--r->gets_outstanding == 0)
-        pass_finish(r);
+    res->apply_ns += bf_mono_ns() - t0;
 }
 
-/* Targeted re-reads of the flagged records (incremental passes). */
-static void start_gets(struct bf_recon *r)
+/* ------------------------------------------------------------ walks */
+
+void bf_recon_walk_begin(struct bf_recon *r, bool paged)
 {
-    for (uint32_t i = 0; i < r->n_refresh; i++) {
-        struct bf_machine_rec rec;
-        uint32_t slot = r->refresh[i], l;
-        if (bf_inv_read(r->shm, slot, &rec) || !(rec.flags & BF_REC_VALID))
+    struct recon_walk *w = &r->walk;
+    w->active = true;
+    w->paged = paged;
+    free(w->cursor);
+    w->cursor = NULL;
+    w->cursor_len = 0;
+    w->pages = 0;
+    w->listed = 0;
+    w->started_ns = bf_mono_ns();
+    w->exec_head =
+        atomic_load_explicit(&r->shm->changelog[BF_CL_EXECUTOR].head, memory_order_acquire);
+    w->exec_lapped = false;
+    memset(w->exec_written, 0, r->words * sizeof *w->exec_written);
+    memset(r->seen, 0, r->words * sizeof *r->seen);
+}
+
+void bf_recon_walk_follow(struct bf_recon *r)
+{
+    struct recon_walk *w = &r->walk;
+    struct bf_shm *s = r->shm;
+    if (!w->active || w->exec_lapped)
+        return;
+    struct bf_changelog *c = &s->changelog[BF_CL_EXECUTOR];
+    _Atomic uint32_t *e = (_Atomic uint32_t *)((uint8_t *)s->inv_hdr + c->entries_off);
+    uint64_t h = atomic_load_explicit(&c->head, memory_order_acquire);
+    uint64_t cap = (uint64_t)s->changelog_mask + 1;
+    if (h - w->exec_head > cap) {
+        w->exec_lapped = true;
+        return;
+    }
+    for (uint64_t p = w->exec_head; p < h; p++) {
+        uint32_t slot = atomic_load_explicit(&e[p & s->changelog_mask], memory_order_relaxed);
+        if (slot < s->max_machines)
+            w->exec_written[slot / 64] |= 1ull << (slot % 64);
+    }
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&c->head, memory_order_relaxed) - w->exec_head > cap)
+        w->exec_lapped = true;
+    w->exec_head = h;
+}
+
+void bf_recon_walk_abort(struct bf_recon *r)
+{
+    r->walk.active = false;
+}
+
+bool bf_recon_remove_slot(struct bf_recon *r, uint32_t slot, uint32_t id_ref,
+                          struct bf_recon_result *res)
+{
+    struct bf_machine_rec rec;
+    if (bf_pending(r->shm, slot) || bf_inv_read(r->shm, slot, &rec) != 0 ||
+        !(rec.flags & BF_REC_VALID) || (id_ref && rec.id != id_ref))
+        return false;
+    if (bf_inv_remove(r->shm, slot) != 0) {
+        res->errors++;
+        return false;
+    }
+    res->removed++;
+    atomic_fetch_add_explicit(&r->shm->st->reconciler.machines_removed, 1, memory_order_relaxed);
+    return true;
+}
+
+/* Adds a removal candidate of a paged walk to the Get list; false when full. */
+static bool add_candidate(struct bf_recon *r, uint32_t slot)
+{
+    if (r->n_refresh == BF_RECON_MAX_GETS)
+        return false;
+    if (r->n_refresh == r->refresh_cap) {
+        uint32_t nc = r->refresh_cap ? r->refresh_cap * 2 : 64;
+        uint32_t *nr = realloc(r->refresh, nc * sizeof *nr);
+        if (!nr)
+            return false;
+        r->refresh = nr;
+        r->refresh_cap = nc;
+    }
+    r->refresh[r->n_refresh++] = slot;
+    return true;
+}
+
+void bf_recon_walk_finish(struct bf_recon *r, struct bf_recon_result *res)
+{
+    struct recon_walk *w = &r->walk;
+    struct bf_shm *s = r->shm;
+    bf_recon_walk_follow(r);
+    w->active = false;
+    r->n_refresh = 0;
+    if (w->exec_lapped) {
+        /* which records the executor wrote during the walk is unknown: a
+         * removal could hit a machine the walk's older pages missed */
+        BF_WARN("resync walk: the executor's change log lapped during the walk; no removals "
+                "this time",
+                "pages=%u listed=%u", w->pages, w->listed);
+        res->walk_aborted = true;
+        return;
+    }
+    res->full = true;
+    uint32_t hwm = bf_inv_hwm(s), candidates = 0;
+    bool overflow = false;
+    for (uint32_t slot = 0; slot < hwm; slot++) {
+        uint64_t bit = 1ull << (slot % 64);
+        if ((r->seen[slot / 64] & bit) || (w->exec_written[slot / 64] & bit))
+            continue; /* listed, or written during the walk: the next walk decides */
+        if (touched_since_list(r, slot))
             continue;
-        const char *id = bf_str(r->shm, rec.id, &l);
-        struct get_ctx *g = malloc(sizeof *g);
-        if (!g || !id) {
-            free(g);
-            r->refresh_lost = true;
+        if (!w->paged) { /* one List: a complete view */
+            bf_recon_remove_slot(r, slot, 0, res);
             continue;
         }
-        *g = (struct get_ctx){r, slot, rec.id};
-        r->gets_outstanding++;
-        if (bf_prov_get(r->client, id, l, r->o.list_timeout_ns, on_get, g, NULL)) {
-            r->gets_outstanding--;
-            free(g);
-            r->refresh_lost = true;
-        }
+        /* a paged walk trusts the provider's paging: confirm with Get
+         * (NOT_FOUND removes), or, for many, with an unpaged walk */
+        struct bf_machine_rec rec;
+        if (bf_pending(s, slot) || bf_inv_read(s, slot, &rec) || !(rec.flags & BF_REC_VALID))
+            continue;
+        candidates++;
+        if (!overflow && !add_candidate(r, slot))
+            overflow = true;
     }
-    r->res.refreshed = r->gets_outstanding;
+    if (overflow) {
+        r->n_refresh = 0;
+        r->confirm_unpaged = true;
+        r->confirm_expect = candidates;
+        res->full = false;
+        BF_WARN("resync walk: many machines missing from the paged walk; confirming with one "
+                "unpaged List before removing them",
+                "missing=%u pages=%u listed=%u", candidates, w->pages, w->listed);
+    }
 }
 
-static void on_list(void *arg, const struct bf_prov_result *pr, const struct bf_prov_list *l)
+void bf_recon_apply(struct bf_recon *r, const struct bf_prov_list *l, bool full,
+                    struct bf_recon_result *res)
 {
-    struct bf_recon *r = arg;
-    memset(&r->res, 0, sizeof r->res);
-    r->res.status = pr->status;
-    r->res.list_ns = pr->elapsed_ns;
-    r->res.full = r->pass_full;
-    if (pr->status == BF_PROV_OK && l) {
-        bf_recon_apply(r, l, r->pass_full, &r->res);
-        if (r->o.incremental) {
-            if (l->revision.len) {
-                uint8_t *c = realloc(r->cursor, l->revision.len);
-                if (c) {
-                    memcpy(c, l->revision.p, l->revision.len);
-                    r->cursor = c;
-                    r->cursor_len = l->revision.len;
-                    r->have_cursor = true;
-                } else {
-                    r->have_cursor = false;
-                }
-            } else {
-                r->have_cursor = false; /* no deltas from this provider: every pass full */
-            }
-        }
-        if (r->res.full) {
-            r->last_full_ns = bf_mono_ns();
-            r->refresh_lost = false;
-        } else if (r->n_refresh) {
-            start_gets(r);
-            if (r->gets_outstanding)
-                return; /* the pass ends when the last Get answered */
-        }
-    } else {
-        BF_WARN("reconcile: provider List failed; the inventory is kept as it is",
-                "status=%s code=%s message=\"%s\" elapsed_ms=%.1f", bf_prov_status_name(pr->status),
-                bf_net_code_name(pr->code), pr->message, pr->elapsed_ns / 1e6);
+    res->kind = full ? BF_RECON_WALK : BF_RECON_DELTA;
+    if (full)
+        bf_recon_walk_begin(r, false);
+    bf_recon_apply_page(r, l, res);
+    if (full) {
+        r->walk.pages++;
+        r->walk.listed += l->n_machines;
+        bf_recon_walk_finish(r, res);
     }
-    pass_finish(r);
-}
-
-int bf_recon_start(struct bf_recon *r, bf_recon_done_fn done, void *arg)
-{
-    if (r->busy)
-        return -EBUSY;
-    int64_t now = bf_mono_ns();
-    bool complete = collect_refresh(r);
-    bool full = !r->o.incremental || !r->have_cursor || !complete || r->refresh_lost ||
-                now - r->last_full_ns >= BF_RECON_FULL_EVERY_NS;
-    struct bf_prov_list_req q = {0};
-    if (!full) {
-        q.since = r->cursor;
-        q.since_len = r->cursor_len;
-    }
-    r->pass_full = full;
-    r->done = done;
-    r->done_arg = arg;
-    r->busy = true;
-    r->t0 = now;
-    r->gets_outstanding = 0;
-    bf_recon_list_issued(r);
-    int rc = bf_prov_list(r->client, &q, r->o.list_timeout_ns, on_list, r, NULL);
-    if (rc) {
-        r->busy = false;
-        r->done = NULL;
-        r->refresh_lost = true;
-        return rc;
-    }
-    return 0;
 }

@@ -1,17 +1,17 @@
 /*
  * reconciler.h — the reconciler's engine (private to src/reconciler, tests
- * and benchmarks): one provider List applied to the shared inventory in the
- * order of seed 000 §3 / reference/shard.md §3.6.
+ * and benchmarks): the provider's view of every machine, kept in the shared
+ * inventory in the order of seed 000 §3 / reference/shard.md §3.4–§3.6,
+ * without ever making a decision cycle wait for a List of the whole pool.
  *
- * A pass: List (full, or incremental with the since_revision cursor), then
- * for each machine, in this order:
+ * Applying one machine of a List (or a Get reply), in this order:
  *   1. an action is in flight on it (pending marker) -> skip;
  *   2. known, same state, not flagged NEEDS_REFRESH/REJECTED -> nothing
  *      (the fast path: no screen, no interning, no write);
  *   3. the screen (bf_prov_machine_check / _build) rejects it -> counted by
- *      reason, logged (first few per pass + a summary), the last good record
- *      kept (flagged BF_REC_REJECTED); in a full pass it still counts as seen,
- *      so a rejection is never read as a removal;
+ *      reason, logged (first few per List + a summary), the last good record
+ *      kept (flagged BF_REC_REJECTED); it still counts as seen, so a
+ *      rejection is never read as a removal;
  *   4. known, new state -> the provider's view, with the shard's Assigned*
  *      kept for Configuring/Configured/Draining and cleared otherwise
  *      (shard memory is authoritative); one refinement: a machine that
@@ -20,27 +20,67 @@
  *      assignment from the provider's shard_metadata echo, which is exactly
  *      what that Configure wrote;
  *   5. unknown -> inserted, Assigned* restored from shard_metadata (M72).
- * A node-state event goes to the session for every change of a
+ * A record the executor wrote after the List was issued is left alone when
+ * the List disagrees with it (the List may predate the write; the next pass
+ * decides). A node-state event goes to the session for every change of a
  * cluster-bound machine (routed to the previous cluster when the new record
- * has none). A full pass (no cursor sent) then removes every machine the
- * provider no longer lists, unless an action is in flight on it.
+ * has none).
  *
- * Incremental mode keeps the cursor in memory (a restart starts full).
- * Records flagged NEEDS_REFRESH (the executor after a transport failure or a
- * redelivered mid-flight action, the supervisor after a repair) must be
- * re-read even when the provider did not change them, which a delta would
- * not show: the reconciler follows the executor's and supervisor's change
- * logs with private read-only cursors (O(writes)), and re-reads up to
- * BF_RECON_MAX_GETS flagged records with Get after the delta (NOT_FOUND
- * removes the record). A pass is made full instead when: there is no cursor;
- * the provider returned an empty revision last time (it does not do deltas);
- * a change log lapped our cursor, there are more flagged records than that,
- * or a previous pass or Get failed; or BF_RECON_FULL_EVERY_NS passed since
- * the last full pass (deltas carry no deletions).
+ * Passes (one List in flight at a time, so every List's view is newer than
+ * every List applied before it):
+ *   - DELTA: List(since_revision = the cursor, max_results = page size);
+ *     the reply's revision is the next cursor. Deltas carry no deletions.
+ *     A truncated delta (exactly page-size machines) is followed at once by
+ *     the next page (catch-up); a request is answered by the first delta
+ *     page that started after it, never by a whole chain.
+ *   - WALK: a full walk over every machine, after which every machine no
+ *     List mentioned since the walk began (deltas count) is removed, unless
+ *     an action is in flight on it or the executor wrote it during the walk.
+ *     Paged: List(max_results = page size), each next page asked with the
+ *     previous page's revision (the wire contract: threading a truncated
+ *     reply's revision back pages the set with no gap and no duplicate; a
+ *     machine that changes during the walk is listed again after its
+ *     change), so the provider and the reconciler hold at most one page at
+ *     a time and a cycle's delta waits for at most one page. The last
+ *     (short) page's revision starts the delta cursor. Unpaged: one List
+ *     without a cursor. A paged walk does not take its own word for a
+ *     removal: up to BF_RECON_MAX_GETS missing machines are confirmed with
+ *     Get (NOT_FOUND removes; a machine that is found means the provider
+ *     pages wrongly: walks go unpaged), more by one unpaged walk at once
+ *     (which removes them; if it finds most of them, walks go unpaged).
+ * Scheduling (bf_recon_step):
+ *   - until a walk completed: the start-up walk, in pages of
+ *     startup_page_size (a pool that fits one page is one List, so paging --
+ *     and trust in the provider's paging -- starts above it; a whole
+ *     1M-machine pool does not fit one 256 MiB gRPC message);
+ *   - a request (a cycle waits) -> a DELTA page;
+ *   - else a pending catch-up -> a DELTA page;
+ *   - else a resync walk page, when a walk is under way or
+ *     resync_interval_ns passed since the last one ended, or at once when
+ *     refresh candidates were lost (a change log lapped, more flagged
+ *     records than BF_RECON_MAX_GETS, a Get failed).
+ *   Records flagged NEEDS_REFRESH (the executor after a transport failure
+ *   or a redelivered mid-flight action, the supervisor after a repair) must
+ *   be re-read even when the provider did not change them, which a delta
+ *   would not show: the reconciler follows the executor's and supervisor's
+ *   change logs with private read-only cursors (O(writes)) and re-reads up
+ *   to BF_RECON_MAX_GETS flagged records with Get after each delta
+ *   (NOT_FOUND removes the record).
+ * Fallbacks (each logged once as a warning):
+ *   - the provider returns an empty revision (no since_revision support):
+ *     every pass is an unpaged full List serving the request, with
+ *     removals (the cycle waits for it: the Go shard's default behaviour);
+ *   - a truncated page whose revision does not advance: walks go unpaged;
+ *   - incremental = false (--incremental-reconcile=false): every request is
+ *     an unpaged full List with removals, as above.
+ * Failures: a failed List leaves the inventory untouched (a failed pass is
+ * never an empty list) and ends the walk it belonged to without removals;
+ * background work is retried after BF_RECON_RETRY_NS, or as soon as the
+ * provider connection comes up.
  *
  * Process rules: runs on the reconciler's loop; writes machine records
  * (reconciler side of the seqlock), the id index, ring NODE_RECON and its
- * stats (st->reconciler); reads pending markers.
+ * stats (st->reconciler); reads pending markers and the change logs.
  */
 #ifndef BF_RECONCILER_H
 #define BF_RECONCILER_H
@@ -51,50 +91,78 @@
 #include "bigfleet/provider.h"
 #include "bigfleet/shm.h"
 
-#define BF_RECON_FULL_EVERY_NS (600LL * 1000000000LL)
-#define BF_RECON_MAX_GETS      256 /* refresh candidates re-read by Get; more: a full pass */
-#define BF_RECON_LOG_REJECTS   10  /* rejection log lines per pass (then a summary) */
+#define BF_RECON_MAX_GETS     256 /* refresh candidates re-read by Get; more: a resync */
+#define BF_RECON_LOG_REJECTS  10  /* rejection log lines per List (then a summary) */
+#define BF_RECON_RETRY_NS     (1000LL * 1000000LL)  /* background retry after a failure */
+#define BF_RECON_RESYNC_NS    (60LL * 1000000000LL) /* default resync period */
+#define BF_RECON_PAGE         4096                  /* default machines per page */
+#define BF_RECON_STARTUP_PAGE 65536                 /* default page of the start-up walk */
 
 struct bf_recon;
 
 struct bf_recon_opts {
-    bool incremental;
-    int64_t list_timeout_ns; /* 0 = the client's default (2 min) */
+    bool incremental;           /* deltas + background resync walks; false: full List per request */
+    int64_t list_timeout_ns;    /* 0 = the client's default (2 min) */
+    int64_t resync_interval_ns; /* from the end of one walk to the start of the next; 0 = default */
+    uint32_t page_size;         /* max_results of deltas and resync pages; 0 = default */
+    uint32_t startup_page_size; /* max_results of the start-up walk's pages; 0 = default */
+};
+
+enum bf_recon_kind {
+    BF_RECON_DELTA = 1, /* since_revision page */
+    BF_RECON_WALK = 2   /* a page of a full walk (the only page when unpaged) */
 };
 
 struct bf_recon_result {
-    int status; /* enum bf_prov_status of the List (OK, or why the pass failed) */
-    bool full;  /* no cursor was sent: removals were applied */
+    int status;        /* enum bf_prov_status of the List (OK, or why the pass failed) */
+    int kind;          /* enum bf_recon_kind */
+    bool full;         /* a walk completed with this pass: removals were applied */
+    bool walk_aborted; /* the walk this page belonged to ended without removals */
     uint32_t listed, inserted, updated, removed, skipped_pending, fast, rejected;
     uint32_t rejected_by[4]; /* enum bf_reject_reason */
     uint32_t errors;         /* records we could not write (busy, table full) */
     uint32_t node_events;
-    uint32_t refreshed; /* flagged records re-read by Get (incremental passes) */
-    int64_t list_ns;    /* List RPC (request to reply) */
-    int64_t apply_ns;   /* applying the reply */
+    uint32_t refreshed;   /* flagged records re-read by Get (delta passes) */
+    uint32_t walk_pages;  /* full: pages of the walk */
+    uint32_t walk_listed; /* full: machines listed over the walk */
+    int64_t walk_ns;      /* full: first page issued to the removals done */
+    int64_t list_ns;      /* List RPC (request to reply) */
+    int64_t apply_ns;     /* applying the reply */
 };
 
 typedef void (*bf_recon_done_fn)(void *arg, const struct bf_recon_result *r);
 
+/* 0, -ENOMEM. The client is borrowed. */
 int bf_recon_new(struct bf_shm *shm, struct bf_prov_client *client, const struct bf_recon_opts *o,
                  struct bf_recon **out);
 void bf_recon_free(struct bf_recon *r);
-/* Starts one pass; done runs once (on the loop). -EBUSY while a pass runs. */
-int bf_recon_start(struct bf_recon *r, bf_recon_done_fn done, void *arg);
+/*
+ * Starts the next pass by the rules above, now_ns = bf_mono_ns(). requested:
+ * a cycle waits for a view at least as new as this call. Returns 1 (a pass
+ * started; done runs once, on the loop, never inside this call), 0 (nothing
+ * to do now), -EBUSY (a pass runs), or the -errno of bf_prov_list.
+ */
+int bf_recon_step(struct bf_recon *r, bool requested, int64_t now_ns, bf_recon_done_fn done,
+                  void *arg);
 bool bf_recon_busy(const struct bf_recon *r);
-/* Forgets the cursor: the next pass is full. */
+/* True once a walk completed (the first full view; /readyz). */
+bool bf_recon_synced(const struct bf_recon *r);
+/* True while deltas are in use (false: every pass is a full List). */
+bool bf_recon_incremental(const struct bf_recon *r);
+/* Forgets the delta cursor: the next pass starts a walk (tests). */
 void bf_recon_reset_cursor(struct bf_recon *r);
 
 /*
  * Marks the moment a List is issued: records the executor writes after it
  * are newer than that List's view of them and are left alone by the apply
- * (the next pass decides). bf_recon_start calls it; tests and benchmarks
- * that call bf_recon_apply directly call it when their List was "taken".
+ * (the next pass decides). The passes call it; tests and benchmarks that
+ * call bf_recon_apply directly call it when their List was "taken".
  */
 void bf_recon_list_issued(struct bf_recon *r);
 /*
- * Applies a MachineList reply (what a pass does once the List returned):
- * exposed for tests and benchmarks. full: remove what the list lacks.
+ * Applies a MachineList reply directly (tests and benchmarks): full = the
+ * list is a complete view (an unpaged walk: remove what it lacks); else a
+ * delta.
  */
 void bf_recon_apply(struct bf_recon *r, const struct bf_prov_list *l, bool full,
                     struct bf_recon_result *res);

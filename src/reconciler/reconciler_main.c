@@ -3,19 +3,22 @@
  * (bigfleet-shardd --role=reconciler): the provider's view of every machine.
  *
  * Protocol (docs/internals.md "Reconcile handshake"): the cycle stores
- * st->reconcile_req_seq = N and wakes us; we run one pass (reconciler.h),
- * then store reconcile_ok_seq = N on success, always reconcile_done_seq = N,
- * latch first_reconcile_done on the first success (/readyz), and wake the
- * cycle. Requests that arrive during a pass are coalesced into the next one.
- * On start-up a pass runs at once (the inventory is current before the first
- * cycle asks), and until the first success an unsolicited pass is retried
- * every second so readiness does not wait for a cycle.
+ * st->reconcile_req_seq = N and wakes us; the next pass that starts serves
+ * it (reconciler.h: a delta page, or, before the first complete walk or
+ * with a provider that has no cursors, a full List); then we store
+ * reconcile_ok_seq = N on success, always reconcile_done_seq = N, and wake
+ * the cycle. Requests that arrive during a pass are served by the next one.
+ * A page of a background resync walk serves no request; a page of the
+ * start-up walk serves one only once /readyz is latched (a restarted
+ * reconciler: the inventory is already whole) or when it fails, so the first
+ * cycles of a new appliance see the whole pool. first_reconcile_done is
+ * latched when the first walk completes (/readyz).
  *
  * Loop: one bf_net loop (provider client), the wake eventfd watched, a
  * 100 ms timer that re-checks the request sequence (bounded latency even for
- * a producer that cannot signal our eventfd) and writes the heartbeat.
- * SIGTERM: the loop stops after the current iteration; a pass in flight is
- * cancelled; exit 0.
+ * a producer that cannot signal our eventfd), starts background work when
+ * it is due (bf_recon_step) and writes the heartbeat. SIGTERM: the loop
+ * stops after the current iteration; a pass in flight is cancelled; exit 0.
  */
 #include <errno.h>
 #include <string.h>
@@ -32,8 +35,7 @@ struct rmain {
     struct bf_prov_client *client;
     struct bf_recon *recon;
     uint64_t pass_seq;   /* request being served */
-    bool pass_requested; /* the pass serves a request (else: start-up / readiness retry) */
-    int64_t last_try_ns; /* last unsolicited pass */
+    bool pass_requested; /* a request was pending when the pass started */
     uint64_t passes;
     bool closing; /* tearing down: a cancelled pass must not start another */
 };
@@ -46,32 +48,48 @@ static void pass_done(void *arg, const struct bf_recon_result *r)
     struct bf_state_main *st = m->ch.shm.st;
     struct bf_stats_reconciler *rs = &st->reconciler;
     int64_t total = r->list_ns + r->apply_ns;
+    bool ok = r->status == BF_PROV_OK;
     m->passes++;
     atomic_fetch_add_explicit(&rs->reconciles, 1, memory_order_relaxed);
-    if (r->status == BF_PROV_OK) {
-        atomic_store_explicit(&rs->last_list_machines, r->listed, memory_order_relaxed);
+    atomic_store_explicit(&rs->incremental, bf_recon_incremental(m->recon) ? 1 : 0,
+                          memory_order_relaxed);
+    if (ok) {
         atomic_store_explicit(&rs->last_reconcile_ns, bf_now_ns(), memory_order_relaxed);
         bf_hist_observe(&rs->reconcile_duration, 0.001, 2, 14, total);
-        if (m->pass_requested)
-            atomic_store_explicit(&st->reconcile_ok_seq, m->pass_seq, memory_order_release);
-        if (!atomic_load(&st->first_reconcile_done)) {
-            atomic_store_explicit(&st->first_reconcile_done, 1, memory_order_release);
-            BF_INFO("first reconcile complete (ready)", "machines=%u inserted=%u ms=%.1f",
-                    r->listed, r->inserted, total / 1e6);
+        if (r->full) {
+            atomic_store_explicit(&rs->last_list_machines, r->walk_listed, memory_order_relaxed);
+            atomic_fetch_add_explicit(&rs->resyncs, 1, memory_order_relaxed);
+            atomic_store_explicit(&rs->last_resync_ns, bf_now_ns(), memory_order_relaxed);
+            bf_hist_observe(&rs->resync_duration, 0.001, 2, 16, r->walk_ns);
         }
-        int lvl =
-            (r->inserted || r->removed || r->rejected || r->errors) ? BF_LOG_INFO : BF_LOG_DEBUG;
-        bf_log(lvl, "reconciled",
-               "seq=%llu full=%d listed=%u fast=%u updated=%u inserted=%u removed=%u "
+        if (r->full && !atomic_load(&st->first_reconcile_done)) {
+            atomic_store_explicit(&st->first_reconcile_done, 1, memory_order_release);
+            BF_INFO("first reconcile complete (ready)", "machines=%u pages=%u ms=%.1f",
+                    r->walk_listed, r->walk_pages, r->walk_ns / 1e6);
+        }
+        bool loud = r->inserted || r->removed || r->rejected || r->errors || r->walk_aborted;
+        bf_log(loud ? BF_LOG_INFO : BF_LOG_DEBUG, "reconciled",
+               "seq=%llu kind=%s full=%d listed=%u fast=%u updated=%u inserted=%u removed=%u "
                "skipped_pending=%u rejected=%u errors=%u node_events=%u refreshed=%u list_ms=%.1f "
                "apply_ms=%.1f",
-               (unsigned long long)m->pass_seq, r->full, r->listed, r->fast, r->updated,
-               r->inserted, r->removed, r->skipped_pending, r->rejected, r->errors, r->node_events,
-               r->refreshed, r->list_ns / 1e6, r->apply_ns / 1e6);
+               (unsigned long long)m->pass_seq, r->kind == BF_RECON_DELTA ? "delta" : "walk",
+               r->full, r->listed, r->fast, r->updated, r->inserted, r->removed, r->skipped_pending,
+               r->rejected, r->errors, r->node_events, r->refreshed, r->list_ns / 1e6,
+               r->apply_ns / 1e6);
+        if (r->full)
+            BF_INFO("resync walk complete", "pages=%u listed=%u removed=%u ms=%.1f", r->walk_pages,
+                    r->walk_listed, r->removed, r->walk_ns / 1e6);
     } else {
         atomic_fetch_add_explicit(&rs->reconcile_errors, 1, memory_order_relaxed);
     }
-    if (m->pass_requested) {
+    if (r->walk_aborted)
+        atomic_fetch_add_explicit(&rs->resync_aborts, 1, memory_order_relaxed);
+    /* a page of an unfinished walk answers only once the inventory is whole */
+    bool answers = m->pass_requested && (r->kind == BF_RECON_DELTA || r->full || !ok ||
+                                         r->walk_aborted || atomic_load(&st->first_reconcile_done));
+    if (answers) {
+        if (ok)
+            atomic_store_explicit(&st->reconcile_ok_seq, m->pass_seq, memory_order_release);
         atomic_store_explicit(&st->reconcile_done_seq, m->pass_seq, memory_order_release);
         bf_wake(&m->ch.shm, BF_ROLE_CYCLE);
     }
@@ -88,18 +106,14 @@ static void maybe_start(struct rmain *m)
     struct bf_state_main *st = m->ch.shm.st;
     uint64_t req = atomic_load_explicit(&st->reconcile_req_seq, memory_order_acquire);
     uint64_t done = atomic_load_explicit(&st->reconcile_done_seq, memory_order_relaxed);
-    int64_t now = bf_mono_ns();
     bool requested = req > done;
-    bool unsolicited = !requested && !atomic_load(&st->first_reconcile_done) &&
-                       (m->last_try_ns == 0 || now - m->last_try_ns >= BF_NS_PER_SEC);
-    if (!requested && !unsolicited)
+    int rc = bf_recon_step(m->recon, requested, bf_mono_ns(), pass_done, m);
+    if (rc == 1) {
+        m->pass_seq = req;
+        m->pass_requested = requested;
         return;
-    m->pass_seq = req;
-    m->pass_requested = requested;
-    if (unsolicited)
-        m->last_try_ns = now;
-    int rc = bf_recon_start(m->recon, pass_done, m);
-    if (rc) {
+    }
+    if (rc < 0) {
         BF_ERROR("cannot start a reconcile pass", "error=\"%s\"", strerror(-rc));
         if (requested) { /* answer the request: the cycle runs on the current view */
             atomic_fetch_add_explicit(&st->reconciler.reconcile_errors, 1, memory_order_relaxed);
@@ -160,7 +174,9 @@ int bf_reconciler_main(const struct bf_config *cfg)
         goto out_loop;
     }
     struct bf_recon_opts ro = {.incremental = cfg->incremental_reconcile,
-                               .list_timeout_ns = cfg->reconcile_timeout_ns};
+                               .list_timeout_ns = cfg->reconcile_timeout_ns,
+                               .resync_interval_ns = cfg->reconcile_resync_interval_ns,
+                               .page_size = cfg->reconcile_page_size};
     if ((rc = bf_recon_new(&m.ch.shm, m.client, &ro, &m.recon))) {
         BF_ERROR("cannot create the reconciler", "error=\"%s\"", strerror(-rc));
         goto out_client;
@@ -175,10 +191,14 @@ int bf_reconciler_main(const struct bf_config *cfg)
         goto out_recon;
     }
     bf_net_timer_start(tick, 100 * BF_NS_PER_MS, 100 * BF_NS_PER_MS);
-    BF_INFO("started", "id=%s provider=%s epoch=%lld mode=%s list_timeout=%llds", cfg->id,
-            cfg->provider_addr, (long long)po.epoch,
+    BF_INFO("started",
+            "id=%s provider=%s epoch=%lld mode=%s list_timeout=%llds resync_interval=%llds "
+            "page_size=%u",
+            cfg->id, cfg->provider_addr, (long long)po.epoch,
             cfg->incremental_reconcile ? "incremental" : "full",
-            (long long)(cfg->reconcile_timeout_ns / BF_NS_PER_SEC));
+            (long long)(cfg->reconcile_timeout_ns / BF_NS_PER_SEC),
+            (long long)(cfg->reconcile_resync_interval_ns / BF_NS_PER_SEC),
+            cfg->reconcile_page_size);
     maybe_start(&m); /* the start-up pass */
     rc = bf_net_loop_run(m.loop);
     exit_code = rc < 0 ? BF_EXIT_ERROR : BF_EXIT_OK;

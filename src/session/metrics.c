@@ -805,15 +805,33 @@ static void render_reconciler_executor(const struct bf_shm *s, struct bf_metrics
             "Malformed shard_metadata values skipped while restoring assignments.",
             LD(rs->metadata_decode_errors));
     gauge(b, "bigfleet_appliance_reconcile_last_listed_machines",
-          "Machines the provider listed in the last successful pass.",
+          "Machines the provider listed in the last complete walk (a full resync).",
           (long long)LD(rs->last_list_machines));
     bf_metrics_header(b, "bigfleet_appliance_reconcile_last_success_timestamp_seconds", "gauge",
                       "Wall time of the last successful reconcile pass (0: none yet).");
     sample_f(b, "bigfleet_appliance_reconcile_last_success_timestamp_seconds", "",
              (double)atomic_load(&rs->last_reconcile_ns) / 1e9);
     hist(b, "bigfleet_appliance_reconcile_duration_seconds",
-         "Duration of a successful reconcile pass (list + apply).", &rs->reconcile_duration, 0.001,
-         2, 14);
+         "Duration of a successful reconcile pass (one List page or delta: list + apply).",
+         &rs->reconcile_duration, 0.001, 2, 14);
+    counter(b, "bigfleet_appliance_reconcile_resyncs_total",
+            "Full resync walks completed (every machine listed, removals applied).",
+            LD(rs->resyncs));
+    counter(b, "bigfleet_appliance_reconcile_resync_aborts_total",
+            "Resync walks that ended without removals (a List failed or the executor's change "
+            "log lapped during the walk).",
+            LD(rs->resync_aborts));
+    bf_metrics_header(b, "bigfleet_appliance_reconcile_last_resync_timestamp_seconds", "gauge",
+                      "Wall time of the last completed resync walk (0: none yet).");
+    sample_f(b, "bigfleet_appliance_reconcile_last_resync_timestamp_seconds", "",
+             (double)atomic_load(&rs->last_resync_ns) / 1e9);
+    hist(b, "bigfleet_appliance_reconcile_resync_duration_seconds",
+         "Duration of a completed resync walk, first page asked to removals done.",
+         &rs->resync_duration, 0.001, 2, 16);
+    gauge(b, "bigfleet_appliance_reconcile_incremental",
+          "1 while reconcile uses the provider's since_revision deltas; 0 when every pass is a "
+          "full List (--incremental-reconcile=false, or a provider without cursors).",
+          (long long)LD(rs->incremental));
     const struct bf_stats_executor *xs = &s->st->executor;
     counter(b, "bigfleet_appliance_audit_records_total", "Audit-log records written.",
             LD(xs->audit_records));

@@ -113,10 +113,13 @@ int bf_layout_compute(int kind, const struct bf_shm_caps *caps, struct bf_layout
     L->changelog_capacity = (uint32_t)pow2_at_least(m / 8 > 65536 ? m / 8 : 65536);
     L->stamp_capacity =
         (uint32_t)pow2_at_least(2ull * caps->max_needs > 1024 ? 2ull * caps->max_needs : 1024);
-    /* ids of real providers run to ~20-40 bytes, plus host refs and shared
-     * vocabulary; the arena is reserved address space in tmpfs: pages are only
-     * allocated once strings are written (resident, not mapped, is the cost) */
-    L->arena_bytes = bf_align_up((size_t)(m * 64 + (16u << 20)), 8);
+    /* The string arena grows with use (strtab.c): its file backing is what
+     * the strings take (measured: 24-28 B per machine with 12-character ids,
+     * ~46 B with the openb simulator's 25-character ids, + ~32 B per
+     * distinct host ref), and this is only its reserve, address space that
+     * costs nothing until written: room for 200-byte ids plus host refs. */
+    L->arena_bytes = bf_align_up((size_t)(m * 512 + (64u << 20)), 4096);
+    L->arena_commit = BF_ARENA_STEP;
     struct acc a = {sizeof(struct bf_seg_header), false};
     switch (kind) {
     case BF_SEG_INVENTORY:
@@ -130,8 +133,13 @@ int bf_layout_compute(int kind, const struct bf_shm_caps *caps, struct bf_layout
             mul(&a, BF_CHANGELOG_WRITERS, mul(&a, L->changelog_capacity, 4));
         L->len[BF_INV_T_PENDING] = sizeof(struct bf_pending_hdr) + 2 * m;
         for (int t = 0; t <= BF_INV_T_PENDING; t++)
-            L->off[t] = take(&a, L->len[t], t == BF_INV_T_RECORDS ? 4096 : 64);
-        break;
+            if (t != BF_INV_T_ARENA)
+                L->off[t] = take(&a, L->len[t], t == BF_INV_T_RECORDS ? 4096 : 64);
+        /* the arena last, page-aligned: the file ends inside it and grows */
+        L->off[BF_INV_T_ARENA] = take(&a, 0, 4096);
+        L->total = L->off[BF_INV_T_ARENA] + L->arena_commit;
+        L->map = L->off[BF_INV_T_ARENA] + L->arena_bytes;
+        return a.overflow ? -EOVERFLOW : 0;
     case BF_SEG_NEEDS:
         L->len[BF_NEEDS_T_META] = sizeof(struct bf_needs_meta);
         L->len[BF_NEEDS_T_CLUSTERS] = mul(&a, caps->max_clusters, sizeof(struct bf_shm_cluster));
@@ -144,7 +152,9 @@ int bf_layout_compute(int kind, const struct bf_shm_caps *caps, struct bf_layout
     case BF_SEG_RINGS:
         L->ring_cap[BF_RING_ACTIONS] = 65536;
         L->ring_cap[BF_RING_BOOT_REQ] = 8192;
-        L->ring_cap[BF_RING_BOOT_RESP] = 32u << 20; /* bytes */
+        /* bytes; a record may take a quarter: bootstrap blobs up to 4 MiB
+         * (cloud user data is capped at 16-256 KiB) */
+        L->ring_cap[BF_RING_BOOT_RESP] = 16u << 20;
         L->ring_cap[BF_RING_NODE_EXEC] = 65536;
         L->ring_cap[BF_RING_NODE_RECON] = pow2_at_least(m / 2 > 65536 ? m / 2 : 65536);
         L->ring_cap[BF_RING_RECLAIM] = 8192;
@@ -165,7 +175,7 @@ int bf_layout_compute(int kind, const struct bf_shm_caps *caps, struct bf_layout
     default:
         return -EINVAL;
     }
-    L->total = bf_align_up(a.at, 4096);
+    L->total = L->map = bf_align_up(a.at, 4096);
     return a.overflow ? -EOVERFLOW : 0;
 }
 
@@ -180,7 +190,7 @@ size_t bf_shm_segment_size(int kind, const struct bf_shm_caps *caps)
     struct bf_layout L;
     if (bf_layout_compute(kind, caps, &L) != 0)
         return 0;
-    return L.total;
+    return L.total; /* the inventory: with its arena's first step */
 }
 
 static bool valid_id(const char *id)
@@ -239,6 +249,7 @@ static void bind_views(struct bf_shm *s, const struct bf_layout L[BF_SEG_KIND_CO
     s->changelog_mask = l->changelog_capacity - 1;
     s->stamp_mask = l->stamp_capacity - 1;
     s->arena_bytes = l->arena_bytes;
+    s->arena_off = l->off[BF_INV_T_ARENA];
 
     l = &L[BF_SEG_NEEDS];
     s->needs_hdr = s->base[BF_SEG_NEEDS];
@@ -272,6 +283,7 @@ static void init_segment(struct bf_shm *s, int kind, const struct bf_layout *L)
         /* index 0 of the type and zone registries is "" (unset) */
         atomic_store_explicit(&meta->n_types, 1, memory_order_relaxed);
         atomic_store_explicit(&meta->n_zones, 1, memory_order_relaxed);
+        atomic_store_explicit(&meta->strtab.arena_committed, L->arena_commit, memory_order_relaxed);
         uint8_t *cl = b + L->off[BF_INV_T_CHANGELOG];
         uint64_t entries =
             L->off[BF_INV_T_CHANGELOG] + BF_CHANGELOG_WRITERS * sizeof(struct bf_changelog);
@@ -299,6 +311,7 @@ int bf_shm_create(struct bf_shm *s, const char *shard_id, const struct bf_shm_ca
                   int64_t epoch, uint32_t generation, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
+    s->inv_fd = -1;
     if (!valid_id(shard_id)) {
         set_err(err, errlen, "invalid shard id %s%s (use [A-Za-z0-9._-], < 64 bytes)", shard_id,
                 "");
@@ -335,22 +348,26 @@ int bf_shm_create(struct bf_shm *s, const char *shard_id, const struct bf_shm_ca
             bf_shm_detach(s);
             return rc;
         }
-        void *p = mmap(NULL, L.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        close(fd);
+        void *p = mmap(NULL, L.map, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (p == MAP_FAILED) {
             rc = -errno;
+            close(fd);
             shm_unlink(name);
             set_err(err, errlen, "mmap %s: %s", name, strerror(-rc));
             bf_shm_detach(s);
             return rc;
         }
+        if (k == BF_SEG_INVENTORY)
+            s->inv_fd = fd; /* kept: the arena grows the file */
+        else
+            close(fd);
         s->base[k] = p;
-        s->len[k] = L.total;
+        s->len[k] = L.map;
         struct bf_seg_header *h = p;
         h->magic = BF_SHM_MAGIC;
         h->layout_version = BF_SHM_LAYOUT_VERSION;
         h->kind = (uint32_t)k;
-        h->size = L.total;
+        h->size = L.map;
         h->created_unix_ns = now;
         h->epoch = epoch;
         h->supervisor_pid = s->pid;
@@ -494,7 +511,7 @@ static int check_layout(const struct bf_shm *s, int k, const char *name, struct 
              h->max_machines, h->max_needs, h->max_clusters);
         return -EPROTO;
     }
-    if ((rc = expect(name, "the header's size", h->size, L->total, err, errlen)) ||
+    if ((rc = expect(name, "the header's size", h->size, L->map, err, errlen)) ||
         (rc = expect(name, "index_capacity", h->index_capacity, L->index_capacity, err, errlen)) ||
         (rc = expect(name, "strings_arena_bytes", h->strings_arena_bytes, L->arena_bytes, err,
                      errlen)) ||
@@ -506,7 +523,8 @@ static int check_layout(const struct bf_shm *s, int k, const char *name, struct 
         size_t end;
         if (!bf_add_size(h->table_off[t], h->table_len[t], &end) || end > size) {
             errf(err, errlen,
-                 "segment %s: table %d (offset %llu, %llu bytes) lies outside the %llu-byte file",
+                 "segment %s: table %d (offset %llu, %llu bytes) lies outside the %llu-byte "
+                 "segment",
                  name, t, (unsigned long long)h->table_off[t], (unsigned long long)h->table_len[t],
                  (unsigned long long)size);
             return -EPROTO;
@@ -522,6 +540,32 @@ static int check_layout(const struct bf_shm *s, int k, const char *name, struct 
     }
     char what[64];
     if (k == BF_SEG_INVENTORY) {
+        /* the file holds every table but the arena, and the arena as far as
+         * it is committed (strtab.c grows the file first, then publishes) */
+        struct stat st;
+        if (fstat(s->inv_fd, &st) != 0 || (uint64_t)st.st_size < L->total) {
+            errf(err, errlen,
+                 "segment %s is %lld bytes, shorter than its tables and first arena step (%llu)",
+                 name, (long long)st.st_size, (unsigned long long)L->total);
+            return -EPROTO;
+        }
+        const struct bf_inv_meta *meta = (const struct bf_inv_meta *)(b + L->off[BF_INV_T_META]);
+        uint64_t committed =
+            atomic_load_explicit(&meta->strtab.arena_committed, memory_order_acquire);
+        if (committed > L->arena_bytes || committed < L->arena_commit ||
+            L->off[BF_INV_T_ARENA] + committed > (uint64_t)st.st_size) {
+            /* the file may have grown since: look again */
+            if (fstat(s->inv_fd, &st) != 0 || committed > L->arena_bytes ||
+                committed < L->arena_commit ||
+                L->off[BF_INV_T_ARENA] + committed > (uint64_t)st.st_size) {
+                errf(err, errlen,
+                     "segment %s: the string arena's committed %llu bytes do not fit its reserve "
+                     "(%llu) or its %lld-byte file (truncated or corrupted)",
+                     name, (unsigned long long)committed, (unsigned long long)L->arena_bytes,
+                     (long long)st.st_size);
+                return -EPROTO;
+            }
+        }
         const struct bf_pending_hdr *ph =
             (const struct bf_pending_hdr *)(b + L->off[BF_INV_T_PENDING]);
         uint64_t enq = L->off[BF_INV_T_PENDING] + sizeof(struct bf_pending_hdr);
@@ -565,6 +609,7 @@ static int check_layout(const struct bf_shm *s, int k, const char *name, struct 
 int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
+    s->inv_fd = -1;
     s->readonly = readonly;
     s->pid = (uint32_t)getpid();
     if (!valid_id(shard_id)) {
@@ -588,11 +633,32 @@ int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *e
             return rc;
         }
         struct stat st;
-        if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(struct bf_seg_header)) {
+        struct bf_seg_header hd;
+        if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof hd ||
+            pread(fd, &hd, sizeof hd, 0) != (ssize_t)sizeof hd) {
             close(fd);
             errf(err, errlen,
                  "segment %s is truncated (%lld bytes, shorter than its %zu-byte header)", name,
                  (long long)st.st_size, sizeof(struct bf_seg_header));
+            bf_shm_detach(s);
+            return -EPROTO;
+        }
+        if (hd.magic != BF_SHM_MAGIC || hd.kind != (uint32_t)k) {
+            close(fd);
+            set_err(err, errlen, "segment %s: bad magic or kind%s (not a bigfleet segment)", name,
+                    "");
+            bf_shm_detach(s);
+            return -EPROTO;
+        }
+        /* the mapping is the header's size: the inventory's file may be
+         * shorter (its arena grows; check_layout holds the file to what the
+         * arena committed); other files are exactly that size */
+        if (hd.size < (uint64_t)st.st_size ||
+            (k != BF_SEG_INVENTORY && hd.size != (uint64_t)st.st_size)) {
+            close(fd);
+            errf(err, errlen,
+                 "segment %s is %llu bytes but its header says %llu (truncated or corrupted)", name,
+                 (unsigned long long)st.st_size, (unsigned long long)hd.size);
             bf_shm_detach(s);
             return -EPROTO;
         }
@@ -602,17 +668,21 @@ int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *e
             bf_shm_detach(s);
             return orc;
         }
-        void *p = mmap(NULL, (size_t)st.st_size, readonly ? PROT_READ : PROT_READ | PROT_WRITE,
+        void *p = mmap(NULL, (size_t)hd.size, readonly ? PROT_READ : PROT_READ | PROT_WRITE,
                        MAP_SHARED, fd, 0);
-        close(fd);
         if (p == MAP_FAILED) {
             int rc = -errno;
+            close(fd);
             set_err(err, errlen, "mmap %s: %s", name, strerror(-rc));
             bf_shm_detach(s);
             return rc;
         }
+        if (k == BF_SEG_INVENTORY)
+            s->inv_fd = fd; /* read-only: closed once the layout is checked */
+        else
+            close(fd);
         s->base[k] = p;
-        s->len[k] = (size_t)st.st_size;
+        s->len[k] = (size_t)hd.size;
         const struct bf_seg_header *h = p;
         if (h->magic != BF_SHM_MAGIC || h->kind != (uint32_t)k) {
             set_err(err, errlen, "segment %s: bad magic or kind%s (not a bigfleet segment)", name,
@@ -627,13 +697,6 @@ int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *e
                          name, h->layout_version, BF_SHM_LAYOUT_VERSION);
             bf_shm_detach(s);
             return -EPROTONOSUPPORT;
-        }
-        if (h->size != (uint64_t)st.st_size) {
-            errf(err, errlen,
-                 "segment %s is %llu bytes but its header says %llu (truncated or corrupted)", name,
-                 (unsigned long long)st.st_size, (unsigned long long)h->size);
-            bf_shm_detach(s);
-            return -EPROTO;
         }
         if (atomic_load_explicit(&((struct bf_seg_header *)p)->ready, memory_order_acquire) != 1) {
             set_err(err, errlen, "segment %s is not initialised yet%s", name, "");
@@ -656,6 +719,10 @@ int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *e
                                .max_needs = inv->max_needs,
                                .max_clusters = inv->max_clusters};
     bind_views(s, layouts, &caps);
+    if (readonly) {
+        close(s->inv_fd);
+        s->inv_fd = -1;
+    }
     return 0;
 }
 
@@ -667,6 +734,9 @@ void bf_shm_detach(struct bf_shm *s)
         s->base[k] = NULL;
         s->len[k] = 0;
     }
+    if (s->inv_fd > 0)
+        close(s->inv_fd);
+    s->inv_fd = -1;
 }
 
 int bf_shm_unlink(const char *shard_id)
@@ -686,11 +756,21 @@ void bf_shm_set_role(struct bf_shm *s, int role)
     s->role = (role >= 0 && role < BF_ROLE_COUNT) ? role : 0;
 }
 
+size_t bf_shm_segment_bytes(const struct bf_shm *s, int kind)
+{
+    if (kind <= 0 || kind >= BF_SEG_KIND_COUNT || !s->base[kind])
+        return 0;
+    if (kind != BF_SEG_INVENTORY || !s->inv)
+        return s->len[kind];
+    return (size_t)(s->arena_off +
+                    atomic_load_explicit(&s->inv->strtab.arena_committed, memory_order_acquire));
+}
+
 size_t bf_shm_total_bytes(const struct bf_shm *s)
 {
     size_t t = 0;
     for (int k = 1; k < BF_SEG_KIND_COUNT; k++)
-        t += s->len[k];
+        t += bf_shm_segment_bytes(s, k);
     return t;
 }
 

@@ -85,6 +85,9 @@ static inline void bf_store_payload(_Atomic uint64_t *w, const uint64_t *in, int
         atomic_store_explicit(&w[i], in[i], memory_order_relaxed);
 }
 
+/* Arena growth: at least this much, or an eighth of what is backed. */
+#define BF_ARENA_STEP (1u << 20)
+
 /* Is the process alive? (kill(pid, 0) != ESRCH) */
 int bf_pid_alive(uint32_t pid);
 
@@ -92,9 +95,11 @@ int bf_pid_alive(uint32_t pid);
 struct bf_layout {
     uint64_t off[BF_SEG_MAX_TABLES];
     uint64_t len[BF_SEG_MAX_TABLES];
-    uint64_t total;
+    uint64_t total; /* the file at creation */
+    uint64_t map;   /* the mapping (the inventory's: with the arena's reserve) */
     uint32_t index_capacity, changelog_capacity, stamp_capacity;
-    uint64_t arena_bytes;
+    uint64_t arena_bytes;  /* the arena's reserve */
+    uint64_t arena_commit; /* the arena's first backed bytes */
     uint64_t ring_cap[BF_RING_COUNT];
     uint32_t ring_slot[BF_RING_COUNT];
 };

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "bigfleet/util.h"
@@ -66,11 +67,16 @@ static void lock_release(struct bf_shm *s)
     atomic_store_explicit(&s->inv->strtab.lock_owner, 0, memory_order_release);
 }
 
-/* The arena's published end, never past the arena: readers of a corrupted
- * segment (bigfleet-inspect on a damaged file) must not be led outside it. */
+/* The arena's published end, never past what the file backs (committed,
+ * published before any entry it holds) nor the reserve: readers of a
+ * corrupted segment (bigfleet-inspect on a damaged file) must not be led
+ * outside it. */
 static inline uint64_t published_end(const struct bf_shm *s)
 {
     uint64_t used = atomic_load_explicit(&s->inv->strtab.arena_used, memory_order_acquire);
+    uint64_t committed = atomic_load_explicit(&s->inv->strtab.arena_committed, memory_order_acquire);
+    if (used > committed)
+        used = committed;
     return used < s->arena_bytes ? used : s->arena_bytes;
 }
 
@@ -110,6 +116,29 @@ static int find(const struct bf_shm *s, const void *bytes, uint32_t len, uint32_
     return -ENOENT;
 }
 
+/*
+ * Makes the arena's first `upto` bytes backed by the segment file, growing
+ * the file (under the string lock) by at least BF_ARENA_STEP or an eighth of
+ * what it backs, capped at the reserve. Every process maps the whole
+ * reserve, so the new pages are visible to all at once. 0 or -ENOSPC (no
+ * file descriptor to grow with, or tmpfs refused).
+ */
+static int arena_reserve(struct bf_shm *s, uint64_t upto)
+{
+    struct bf_strtab_meta *m = &s->inv->strtab;
+    uint64_t have = atomic_load_explicit(&m->arena_committed, memory_order_relaxed);
+    if (upto <= have)
+        return 0;
+    uint64_t step = have / 8 > BF_ARENA_STEP ? have / 8 : BF_ARENA_STEP;
+    uint64_t want = bf_align_up(upto + step, 4096);
+    if (want > s->arena_bytes)
+        want = s->arena_bytes;
+    if (s->inv_fd <= 0 || ftruncate(s->inv_fd, (off_t)(s->arena_off + want)) != 0)
+        return -ENOSPC;
+    atomic_store_explicit(&m->arena_committed, want, memory_order_release);
+    return 0;
+}
+
 int bf_str_find(const struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *ref)
 {
     if (len == 0) {
@@ -146,7 +175,8 @@ int bf_str_intern(struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *r
     uint64_t used = atomic_load_explicit(&m->arena_used, memory_order_relaxed);
     uint64_t need = bf_str_cost(len);
     if (slot == UINT32_MAX || entries + 1 > (uint64_t)(s->index_mask + 1) * 3 / 4 ||
-        used + need > s->arena_bytes || (used / 8) > UINT32_MAX - 1) {
+        used + need > s->arena_bytes || (used / 8) > UINT32_MAX - 1 ||
+        arena_reserve(s, used + need) != 0) {
         atomic_fetch_add_explicit(&m->intern_failures, 1, memory_order_relaxed);
         lock_release(s);
         return -ENOSPC;

@@ -159,8 +159,8 @@ static int create_segments(struct sup *s)
             "bytes=%zu inventory_bytes_per_machine=%.1f owner=%s mode=%04o",
             s->cfg->id, (long long)s->epoch, s->generation, s->caps.max_machines, s->caps.max_needs,
             s->caps.max_clusters, total,
-            (double)s->shm.len[BF_SEG_INVENTORY] / s->caps.max_machines, s->priv.name,
-            s->priv.seg_mode);
+            (double)bf_shm_segment_bytes(&s->shm, BF_SEG_INVENTORY) / s->caps.max_machines,
+            s->priv.name, s->priv.seg_mode);
     return 0;
 }
 

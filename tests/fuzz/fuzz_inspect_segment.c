@@ -18,12 +18,15 @@
  * Truncations apply after every patch (a patch past a new end would fault
  * in the harness, not in the product).
  *
+ * Patches stay inside the file (the inventory's ends inside its arena).
+ *
  * Properties:
  *   - attach succeeds, or fails with a documented error and a message,
  *     leaving nothing mapped;
- *   - an input that changes no header byte and no offset stored inside a
- *     table (pending arrays, change logs, ring geometry) never makes attach
- *     fail: the validation refuses corrupted layouts, not corrupted data;
+ *   - an input that changes no header byte, no offset stored inside a table
+ *     (pending arrays, change logs, ring geometry), not the arena's committed
+ *     size and no file's size never makes attach fail: the validation
+ *     refuses corrupted layouts, not corrupted data;
  *   - after a successful attach every view lies inside its mapping;
  *   - every reader, and the subcommand asked for, run to completion within
  *     the mapping (no
@@ -47,8 +50,9 @@
 #define MAX_OPS 16
 
 static struct bf_shm g_s;                  /* read-write, the harness's own handle */
-static uint8_t *g_snap[BF_SEG_KIND_COUNT]; /* the pristine segments */
-static size_t g_len[BF_SEG_KIND_COUNT];
+static uint8_t *g_snap[BF_SEG_KIND_COUNT]; /* the pristine segment files */
+static size_t g_len[BF_SEG_KIND_COUNT];     /* their sizes (the inventory's file is
+                                               shorter than its mapping: the arena grows) */
 
 static uint32_t str_ref(const char *s)
 {
@@ -184,7 +188,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     fuzz_shm_create(&g_s, "fuzz-inspect", &caps);
     populate();
     for (int k = 1; k < BF_SEG_KIND_COUNT; k++) {
-        g_len[k] = g_s.len[k];
+        g_len[k] = bf_shm_segment_bytes(&g_s, k);
         g_snap[k] = malloc(g_len[k]);
         FUZZ_CHECK(g_snap[k]);
         memcpy(g_snap[k], g_s.base[k], g_len[k]);
@@ -215,6 +219,9 @@ static bool structural(int kind, size_t off, size_t len)
         return true;
     const struct bf_seg_header *h = (const struct bf_seg_header *)g_snap[kind];
     if (kind == BF_SEG_INVENTORY) {
+        size_t m = h->table_off[BF_INV_T_META] + offsetof(struct bf_inv_meta, strtab.arena_committed);
+        if (end > m && off < m + 8)
+            return true;
         size_t p = h->table_off[BF_INV_T_PENDING];
         if (end > p && off < p + sizeof(struct bf_pending_hdr))
             return true;
@@ -282,6 +289,10 @@ static int apply(const uint8_t *d, size_t n, struct op *ops, bool *structural_ch
             base = h->table_off[r - 1];
             rlen = h->table_len[r - 1];
         }
+        if (base + rlen > g_len[kind]) /* the arena: the file ends inside it */
+            rlen = base < g_len[kind] ? g_len[kind] - base : 0;
+        if (rlen == 0)
+            rlen = 1, base = 0;
         size_t off = base + le32(d + i) % rlen;
         i += 4;
         size_t len = d[i++] % 65;

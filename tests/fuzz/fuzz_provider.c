@@ -11,6 +11,8 @@
  *     is canonical (each known field once, in number order), and the same
  *     scalars and strings otherwise;
  *   - an accepted MachineList iterates exactly n_machines machines;
+ *   - the reconciler's peek (id and state only) accepts whatever the decoder
+ *     accepts, with the same id slice and state;
  *   - decoding is deterministic (twice -> identical view).
  */
 #include "bigfleet/pbwire.h"
@@ -161,6 +163,17 @@ static void check_machine(const uint8_t *data, size_t size)
     int rc = bf_prov_machine_decode(data, size, &m);
     FUZZ_CHECK(rc == 0 || rc == -EBADMSG);
     FUZZ_CHECK(bf_prov_machine_decode(data, size, &m2) == rc);
+    /* the reconciler's peek: never stricter than the decoder, same id and state */
+    struct bf_prov_bytes pid;
+    int32_t pstate;
+    int prc = bf_prov_machine_peek(data, size, &pid, &pstate);
+    FUZZ_CHECK(prc == 0 || prc == -EBADMSG);
+    if (prc == 0)
+        in_input(pid);
+    if (rc == 0) {
+        FUZZ_CHECK(prc == 0 && pstate == m.state && pid.len == m.id.len &&
+                   (pid.len == 0 || pid.p == m.id.p));
+    }
     if (rc)
         return;
     FUZZ_CHECK(memcmp(&m, &m2, sizeof m) == 0);

@@ -97,6 +97,10 @@ const metric = (text, re) => {
   T.eq(j.acceptance.pass, true, `acceptance (satisfied at peak ${j.satisfied.at_peak && j.satisfied.at_peak.min}, ` +
     `binding p99 ${j.binding_latency_s.p99} s)`);
   T.ok('the appliance provisions the replayed demand and meets the acceptance criteria');
+  const txt = fs.readFileSync(path.join(rep, 'report.txt'), 'utf8');
+  const cyc = /^ {2}shard cycle {2}p50 [\d.]+ [mu]?s, p99 [\d.]+ [mu]?s \((\d+) cycles/m.exec(txt);
+  T.check(cyc && Number(cyc[1]) === j.shard_metrics.cycle_duration_s.count && Number(cyc[1]) > 0,
+    `the report prints the shard's cycle p50/p99 next to binding latency (${cyc && cyc[0]})`);
   fs.rmSync(tmp, { recursive: true, force: true });
   T.finish();
 })().catch((e) => { console.error(e); process.exit(1); });

@@ -155,18 +155,26 @@ tests.push(
       L.shm(S.id, 'ac', 'o-coal', k, 3, 0.5, 'zone:1:a');
     await L.waitFor(() => stats().outbox_coalesced > c0, 10000, 'coalescing');
     op.call.resume();
+    // Frames received before the pause (the resync) are in op.msgs too: wait
+    // for frames that arrived after the resume, then let the stream settle.
+    const seenBefore = op.msgs.length;
     const lastOf = async (pred, what) => {
-      await L.waitFor(() => op.msgs.some(pred), 10000, what);
+      await L.waitFor(() => op.msgs.slice(seenBefore).some(pred), 10000, what);
       await L.sleep(300);
       return op.msgs.filter(pred);
     };
-    const states = [];
+    const lastStates = () => [0, 1, 2, 3].map((i) => {
+      const us = op.msgs.filter(isNode(`m-co-${i}`));
+      return us.length ? us[us.length - 1].node_state_update.state : -1;
+    });
     for (let i = 0; i < 4; i++) {
       const us = await lastOf(isNode(`m-co-${i}`), `updates of m-co-${i}`);
-      states.push(us[us.length - 1].node_state_update.state);
       assert.ok(us.length < 12000, `m-co-${i}: ${us.length} frames for 12000 events`);
     }
-    assert.deepStrictEqual(states, [5, 5, 5, 8], 'the latest state of every machine arrived');
+    // The queue drains at the client's pace: wait (bounded) for the latest
+    // state of every machine rather than assume 300 ms is enough.
+    await L.waitFor(() => lastStates().join() === '5,5,5,8', 10000, 'latest states').catch(() => {});
+    assert.deepStrictEqual(lastStates(), [5, 5, 5, 8], 'the latest state of every machine arrived');
     const acs = await lastOf((m) => m.payload === 'available_capacity', 'AC');
     assert.strictEqual(acs[acs.length - 1].available_capacity.available_count, 50);
     assert.ok(acs.length < 50);

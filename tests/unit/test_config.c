@@ -50,6 +50,10 @@ START_TEST(defaults_match_the_documented_values)
     ck_assert_uint_eq(c.max_machines, 600000);
     ck_assert_uint_eq(c.grpc_inbound_budget_mib, 1024);
     ck_assert_int_eq(c.available_capacity_interval_ns, 5 * BF_NS_PER_SEC);
+    /* incremental reconcile by default, a full resync walk every minute */
+    ck_assert(c.incremental_reconcile);
+    ck_assert_int_eq(c.reconcile_resync_interval_ns, 60 * BF_NS_PER_SEC);
+    ck_assert_uint_eq(c.reconcile_page_size, 4096);
     ck_assert_str_eq(c.advertise_addr, ":7780"); /* defaults to --listen */
     ck_assert_str_eq(c.role, "supervisor");
 }
@@ -68,6 +72,15 @@ START_TEST(flags_parse_durations_booleans_and_aliases)
     ck_assert(!c.empty_rollup_guard);
     ck_assert_str_eq(c.data_dir, "/tmp/x");
     ck_assert_str_eq(c.id, "shard-7");
+    /* the old behaviour (a full List per cycle) stays one flag away */
+    ck_assert_int_eq(parse(&c, err, sizeof err, 4, "--incremental-reconcile=false",
+                           "--reconcile-resync-interval=250ms", "--reconcile-page-size=100"),
+                     BF_CONFIG_OK);
+    ck_assert(!c.incremental_reconcile);
+    ck_assert_int_eq(c.reconcile_resync_interval_ns, 250 * BF_NS_PER_MS);
+    ck_assert_uint_eq(c.reconcile_page_size, 100);
+    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--reconcile-page-size=0"), BF_CONFIG_USAGE);
+    ck_assert_ptr_nonnull(strstr(err, "--reconcile-page-size"));
 }
 END_TEST
 
@@ -141,6 +154,8 @@ START_TEST(help_lists_every_flag_with_its_default)
                           "--audit-log",
                           "--execute-concurrency",
                           "--incremental-reconcile",
+                          "--reconcile-resync-interval",
+                          "--reconcile-page-size",
                           "--cycle-interval",
                           "--max-machines",
                           "--max-needs",

@@ -74,6 +74,53 @@ START_TEST(invalid_cost_inputs_make_a_machine_ineligible)
 }
 END_TEST
 
+START_TEST(upserts_through_a_reused_buffer_resolve_by_content)
+{
+    struct ef *f = ef_new(16, 0);
+    char type[16], id[8];
+    struct bf_engine_label lab = {"topology.bigfleet/rack", "r-0"};
+    struct bf_engine_machine m = {.id = id,
+                                  .state = BF_STATE_IDLE,
+                                  .instance_type = type,
+                                  .zone = "z",
+                                  .n_labels = 1,
+                                  .labels = &lab,
+                                  .allocatable = {{4000, 1024}},
+                                  .cluster = "",
+                                  .price_per_hour = 1,
+                                  .assigned_fingerprint = ""};
+    struct bf_engine_mirror_stats st;
+    /* the same buffers, new bytes: a new class each time the bytes differ */
+    const char *types[4] = {"t-a", "t-b", "t-a", "t-b"};
+    for (uint32_t i = 0; i < 4; i++) {
+        snprintf(type, sizeof type, "%s", types[i]);
+        snprintf(id, sizeof id, "m-%u", i);
+        ck_assert_int_eq(bf_engine_upsert(f->e, i, &m), 0);
+    }
+    bf_engine_mirror_stats(f->e, &st);
+    ck_assert_uint_eq(st.classes, 2);
+    ck_assert_uint_eq(st.leaves, 2);
+    /* the last leaf empties and goes; an identical machine then gets a new one */
+    ck_assert_int_eq(bf_engine_remove(f->e, 1), 0);
+    ck_assert_int_eq(bf_engine_remove(f->e, 3), 0);
+    bf_engine_mirror_stats(f->e, &st);
+    ck_assert_uint_eq(st.leaves, 1);
+    snprintf(id, sizeof id, "m-5");
+    ck_assert_int_eq(bf_engine_upsert(f->e, 5, &m), 0);
+    bf_engine_mirror_stats(f->e, &st);
+    ck_assert_uint_eq(st.classes, 2);
+    ck_assert_uint_eq(st.leaves, 2);
+    ck_assert_uint_eq(st.by_state[BF_STATE_IDLE], 3);
+    /* a label value changed in place is a different class too */
+    lab.value = "r-1";
+    snprintf(id, sizeof id, "m-6");
+    ck_assert_int_eq(bf_engine_upsert(f->e, 6, &m), 0);
+    bf_engine_mirror_stats(f->e, &st);
+    ck_assert_uint_eq(st.classes, 3);
+    ef_free(f);
+}
+END_TEST
+
 START_TEST(invalid_states_empty_ids_and_unbound_configured_are_screened)
 {
     struct ef *f = ef_new(16, 0);
@@ -368,6 +415,7 @@ static Suite *suite(void)
     TCase *t = tcase_create("badinput");
     tcase_add_test(t, min_unit_no_machine_can_hold_is_no_matching_supply);
     tcase_add_test(t, invalid_cost_inputs_make_a_machine_ineligible);
+    tcase_add_test(t, upserts_through_a_reused_buffer_resolve_by_content);
     tcase_add_test(t, invalid_states_empty_ids_and_unbound_configured_are_screened);
     tcase_add_test(t, unknown_operator_matches_nothing);
     tcase_add_test(t, profile_without_requirements_matches_any_machine);

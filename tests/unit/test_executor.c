@@ -74,7 +74,7 @@ static void rdone_cb(void *arg, const struct bf_recon_result *r)
 static void reconcile_now(struct xfx *x)
 {
     struct rdone d = {0};
-    ck_assert_int_eq(bf_recon_start(x->r, rdone_cb, &d), 0);
+    ck_assert_int_eq(bf_recon_step(x->r, true, bf_mono_ns(), rdone_cb, &d), 1);
     ck_assert(pfx_run_until(&x->f, &d.done, 10 * SEC));
 }
 

@@ -848,7 +848,7 @@ static uint64_t seg_hash(void)
 {
     uint64_t h = 0;
     for (int k = 1; k < BF_SEG_KIND_COUNT; k++)
-        h ^= XXH3_64bits(g_s.base[k], g_s.len[k]) * (uint64_t)(2 * k + 1);
+        h ^= XXH3_64bits(g_s.base[k], bf_shm_segment_bytes(&g_s, k)) * (uint64_t)(2 * k + 1);
     return h;
 }
 

@@ -119,6 +119,54 @@ START_TEST(decoder_never_reads_past_a_truncated_or_corrupted_message)
 }
 END_TEST
 
+START_TEST(peek_agrees_with_the_decoder_on_id_and_state_and_is_never_stricter)
+{
+    struct tmach t = tmach_idle("peek-me");
+    t.state = BF_STATE_CONFIGURED;
+    t.cluster = "c";
+    t.md[0] = (struct tkv){BF_MD_FINGERPRINT, "p=1|ipb=1|rpb=1|reqs=|spr=", 0};
+    size_t len;
+    uint8_t *b = tmach_pack(&t, &len);
+    struct bf_prov_bytes id;
+    int32_t state;
+    ck_assert_int_eq(bf_prov_machine_peek(b, len, &id, &state), 0);
+    ck_assert_int_eq(state, BF_STATE_CONFIGURED);
+    ck_assert_int_eq(id.len, 7);
+    ck_assert_int_eq(memcmp(id.p, "peek-me", 7), 0);
+    /* every truncation and every flipped byte: where the decoder accepts the
+     * message, peek accepts it with the same id and state; peek never reads
+     * past the end (exact-size copies under ASan) */
+    int peek_only = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < len; i++) {
+            size_t n = pass == 0 ? i : len;
+            uint8_t *c = malloc(n ? n : 1);
+            memcpy(c, b, n);
+            if (pass == 1)
+                c[i] ^= 0xff;
+            struct bf_prov_machine m;
+            int drc = bf_prov_machine_decode(c, n, &m);
+            int prc = bf_prov_machine_peek(c, n, &id, &state);
+            ck_assert(prc == 0 || prc == -EBADMSG);
+            if (drc == 0) {
+                ck_assert_int_eq(prc, 0);
+                ck_assert_int_eq(state, m.state);
+                ck_assert_uint_eq(id.len, m.id.len);
+                ck_assert(id.len == 0 || memcmp(id.p, m.id.p, id.len) == 0);
+            } else if (prc == 0) {
+                peek_only++; /* a fault inside a nested message: decode's to find */
+            }
+            free(c);
+        }
+    }
+    ck_assert_int_gt(peek_only, 0);
+    /* a wrong wire type for a top-level field is a fault for both */
+    uint8_t wrong[] = {0x10 | 2, 1, 'x'}; /* field 2 (state) as LEN */
+    ck_assert_int_eq(bf_prov_machine_peek(wrong, sizeof wrong, &id, &state), -EBADMSG);
+    free(b);
+}
+END_TEST
+
 START_TEST(list_decoder_counts_machines_and_keeps_the_revision_bytes)
 {
     struct tmach ts[3] = {tmach_idle("x"), tmach_idle("y"), tmach_idle("z")};
@@ -516,6 +564,7 @@ static Suite *suite(void)
     tcase_add_test(t, decoder_reads_every_field_protobuf_c_wrote);
     tcase_add_test(t, shape_hash_is_shared_by_equal_shapes_and_differs_otherwise);
     tcase_add_test(t, decoder_never_reads_past_a_truncated_or_corrupted_message);
+    tcase_add_test(t, peek_agrees_with_the_decoder_on_id_and_state_and_is_never_stricter);
     tcase_add_test(t, list_decoder_counts_machines_and_keeps_the_revision_bytes);
     suite_add_tcase(s, t);
     t = tcase_create("screen");

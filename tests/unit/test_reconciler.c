@@ -400,6 +400,101 @@ START_TEST(bad_records_are_rejected_by_reason_and_the_last_good_one_is_kept)
 }
 END_TEST
 
+static uint8_t *put_varint(uint8_t *p, size_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+START_TEST(a_known_machine_whose_record_stops_decoding_is_kept_and_not_removed)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, true);
+    struct bf_recon *r = recon_new(&f, false);
+    struct tmach ts[2] = {tmach_idle("a"), tmach_idle("b")};
+    struct bf_recon_result res;
+    apply_list(r, ts, 2, true, &res);
+    /* "b" now carries a label map entry whose key is a varint (malformed
+     * inside a nested message), in a new state so the fast path does not
+     * hide it: spliced into a real List by hand */
+    ts[1].state = BF_STATE_CONFIGURING;
+    ts[1].cluster = "c";
+    size_t la, lb;
+    uint8_t *ma = tmach_pack(&ts[0], &la), *mb = tmach_pack(&ts[1], &lb);
+    static const uint8_t bad_label[] = {0x52, 0x02, 0x08, 0x01}; /* field 10 {1: varint 1} */
+    size_t len = 6 + la + 6 + lb + sizeof bad_label;
+    uint8_t *buf = malloc(len), *p = buf;
+    *p++ = 0x0a;
+    p = put_varint(p, la);
+    memcpy(p, ma, la);
+    p += la;
+    *p++ = 0x0a;
+    p = put_varint(p, lb + sizeof bad_label);
+    memcpy(p, mb, lb);
+    p += lb;
+    memcpy(p, bad_label, sizeof bad_label);
+    p += sizeof bad_label;
+    len = (size_t)(p - buf);
+    struct bf_prov_list l;
+    ck_assert_int_eq(bf_prov_list_decode(buf, len, &l), 0);
+    memset(&res, 0, sizeof res);
+    bf_recon_list_issued(r);
+    bf_recon_apply(r, &l, true, &res);
+    ck_assert_int_eq(res.rejected_by[BF_REJECT_STRUCTURAL], 1);
+    ck_assert_int_eq(res.removed, 0); /* a rejection is never read as a removal */
+    struct bf_machine_rec rec;
+    ck_assert(rec_of(&f.shm, "b", &rec, NULL));
+    ck_assert_int_eq(rec.state, BF_STATE_IDLE); /* the last good record */
+    ck_assert(rec.flags & BF_REC_REJECTED);
+    free(buf);
+    free(ma);
+    free(mb);
+    bf_recon_free(r);
+    pfx_close(&f);
+}
+END_TEST
+
+START_TEST(machines_listed_out_of_slot_order_are_all_found)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, true);
+    struct bf_recon *r = recon_new(&f, false);
+    char names[40][8];
+    struct tmach ts[40], rev[40];
+    for (int i = 0; i < 40; i++) {
+        snprintf(names[i], sizeof names[i], "m-%02d", i);
+        ts[i] = tmach_idle(names[i]);
+    }
+    struct bf_recon_result res;
+    apply_list(r, ts, 40, true, &res);
+    ck_assert_int_eq(res.inserted, 40);
+    /* reversed, then shuffled by a stride: every machine is found (the slot
+     * guess misses and the hash lookup answers), none inserted twice */
+    for (int i = 0; i < 40; i++)
+        rev[i] = ts[39 - i];
+    apply_list(r, rev, 40, true, &res);
+    ck_assert_int_eq(res.fast, 40);
+    ck_assert_int_eq(res.inserted + res.removed + res.updated, 0);
+    for (int i = 0; i < 40; i++)
+        rev[i] = ts[(i * 7) % 40];
+    rev[5].state = BF_STATE_DELETING;
+    apply_list(r, rev, 40, true, &res);
+    ck_assert_int_eq(res.fast, 39);
+    ck_assert_int_eq(res.updated, 1);
+    ck_assert_int_eq(res.inserted + res.removed, 0);
+    ck_assert_uint_eq(atomic_load(&f.shm.inv->n_machines), 40);
+    struct bf_machine_rec rec;
+    ck_assert(rec_of(&f.shm, rev[5].id, &rec, NULL));
+    ck_assert_int_eq(rec.state, BF_STATE_DELETING);
+    bf_recon_free(r);
+    pfx_close(&f);
+}
+END_TEST
+
 START_TEST(full_passes_remove_what_the_provider_dropped_and_deltas_never_do)
 {
     struct pfx f;
@@ -438,8 +533,8 @@ static void on_done(void *arg, const struct bf_recon_result *r)
 static struct bf_recon_result pass(struct pfx *f, struct bf_recon *r)
 {
     struct donecap d = {0};
-    ck_assert_int_eq(bf_recon_start(r, on_done, &d), 0);
-    ck_assert_int_eq(bf_recon_start(r, on_done, &d), -EBUSY);
+    ck_assert_int_eq(bf_recon_step(r, true, bf_mono_ns(), on_done, &d), 1);
+    ck_assert_int_eq(bf_recon_step(r, true, bf_mono_ns(), on_done, &d), -EBUSY);
     ck_assert(pfx_run_until(f, &d.done, 10 * SEC));
     return d.r;
 }
@@ -575,6 +670,8 @@ static Suite *suite(void)
     t = tcase_create("bad_input");
     tcase_add_test(t, bad_records_are_rejected_by_reason_and_the_last_good_one_is_kept);
     tcase_add_test(t, full_passes_remove_what_the_provider_dropped_and_deltas_never_do);
+    tcase_add_test(t, a_known_machine_whose_record_stops_decoding_is_kept_and_not_removed);
+    tcase_add_test(t, machines_listed_out_of_slot_order_are_all_found);
     suite_add_tcase(s, t);
     t = tcase_create("grpc");
     tcase_set_timeout(t, 30);

@@ -3,11 +3,11 @@
  * forked writer (no torn read), a writer killed mid-write and repaired, ring
  * wrap/full/empty and redelivery after a consumer restart, change-log
  * overflow signalling, the id index, the string table (dedup, NUL bytes, a
- * dead lock owner), cluster latches; segment modes and the owner check on
- * attach (another user cannot read a segment; a segment others can write is
- * refused), attach's validation of every header field, table and inner
- * offset of a corrupted or truncated file (one test per check), and the
- * live-configuration block (SIGHUP values reach readers
+ * dead lock owner, an arena that grows its file), cluster latches; segment
+ * modes and the owner check on attach (another user cannot read a segment; a
+ * segment others can write is refused), attach's validation of every header
+ * field, table and inner offset of a corrupted or truncated file (one test
+ * per check), and the live-configuration block (SIGHUP values reach readers
  * whole, with a generation that moves once per publish).
  */
 #include <check.h>
@@ -557,6 +557,72 @@ START_TEST(provisioning_stamps_are_observed_once_and_restamped_after)
 }
 END_TEST
 
+static off_t inventory_file_size(void)
+{
+    char name[128];
+    bf_shm_name(g_id, BF_SEG_INVENTORY, name, sizeof name);
+    int fd = shm_open(name, O_RDONLY, 0);
+    ck_assert_int_ge(fd, 0);
+    struct stat st;
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    close(fd);
+    return st.st_size;
+}
+
+START_TEST(the_string_arena_grows_its_file_with_use_and_every_process_sees_it)
+{
+    struct bf_strtab_meta *m = &g_s.inv->strtab;
+    /* created backed by one step, far below the reserve */
+    off_t f0 = inventory_file_size();
+    ck_assert_uint_eq((uint64_t)f0, g_s.arena_off + atomic_load(&m->arena_committed));
+    ck_assert_uint_lt(atomic_load(&m->arena_committed), g_s.arena_bytes / 8);
+    ck_assert_uint_eq(bf_shm_segment_bytes(&g_s, BF_SEG_INVENTORY), (size_t)f0);
+    ck_assert_uint_eq(g_s.len[BF_SEG_INVENTORY], g_s.arena_off + g_s.arena_bytes);
+    /* ~2.4 MB of strings: the file grows, always ahead of what is used */
+    char buf[160];
+    uint32_t r = 0;
+    for (int i = 0; i < 20000; i++) {
+        snprintf(buf, sizeof buf, "i-%08d-%0110d", i, i);
+        r = intern(buf);
+        ck_assert_uint_le(atomic_load(&m->arena_used), atomic_load(&m->arena_committed));
+    }
+    off_t f1 = inventory_file_size();
+    ck_assert_int_gt(f1, f0 + (2 << 20));
+    ck_assert_uint_eq((uint64_t)f1, g_s.arena_off + atomic_load(&m->arena_committed));
+    ck_assert_uint_le(atomic_load(&m->arena_committed),
+                      atomic_load(&m->arena_used) + atomic_load(&m->arena_used) / 8 + (2u << 20));
+    /* another process maps the segments and reads the newest string */
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct bf_shm c;
+        if (bf_shm_attach(&c, g_id, true, NULL, 0) != 0)
+            _exit(2);
+        uint32_t l;
+        const char *p = bf_str(&c, r, &l);
+        _exit(p && strcmp(p, buf) == 0 ? 0 : 3);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* the file cannot grow (no descriptor here): refused, counted, nothing
+     * published, and interning works again once it can */
+    int fd = g_s.inv_fd;
+    g_s.inv_fd = -1;
+    uint64_t fails = atomic_load(&m->intern_failures);
+    uint32_t x;
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < 100000; i++) {
+        snprintf(buf, sizeof buf, "j-%08d-%0110d", i, i);
+        rc = bf_str_intern_cstr(&g_s, buf, &x);
+    }
+    ck_assert_int_eq(rc, -ENOSPC);
+    ck_assert_uint_eq(atomic_load(&m->intern_failures), fails + 1);
+    ck_assert_int_ne(bf_str_find(&g_s, buf, (uint32_t)strlen(buf), &x), 0);
+    g_s.inv_fd = fd;
+    ck_assert_int_eq(bf_str_intern_cstr(&g_s, buf, &x), 0);
+}
+END_TEST
+
 START_TEST(soft_interning_stops_at_the_reserve_and_keeps_room_for_essentials)
 {
     char buf[64];
@@ -848,6 +914,36 @@ START_TEST(attach_refuses_ring_geometry_off_the_layout)
 }
 END_TEST
 
+START_TEST(attach_refuses_an_inventory_file_shorter_than_its_committed_arena)
+{
+    uint64_t arena_off = g_s.inv_hdr->table_off[BF_INV_T_ARENA];
+    /* grow the arena past its first step: 3 MiB of strings */
+    char buf[1024];
+    for (int i = 0; i < 3000; i++) {
+        memset(buf, 'a' + i % 26, sizeof buf);
+        snprintf(buf, 16, "%d", i);
+        uint32_t r;
+        ck_assert_int_eq(bf_str_intern(&g_s, buf, sizeof buf, &r), 0);
+    }
+    uint64_t committed = atomic_load(&g_s.inv->strtab.arena_committed);
+    ck_assert_uint_gt(committed, 2u << 20);
+    attach_accepted();
+    /* a file cut inside the committed arena */
+    resize_segment(BF_SEG_INVENTORY, (off_t)(arena_off + committed - 4096));
+    attach_refused(BF_SEG_INVENTORY, "the string arena's committed");
+    /* cut before the tables end */
+    resize_segment(BF_SEG_INVENTORY, (off_t)(arena_off - 4096));
+    attach_refused(BF_SEG_INVENTORY, "shorter than its tables and first arena step");
+    resize_segment(BF_SEG_INVENTORY, (off_t)(arena_off + committed));
+    attach_accepted();
+    /* a committed count past the reserve */
+    atomic_store(&g_s.inv->strtab.arena_committed, g_s.arena_bytes + 4096);
+    attach_refused(BF_SEG_INVENTORY, "do not fit its reserve");
+    atomic_store(&g_s.inv->strtab.arena_committed, committed);
+    attach_accepted();
+}
+END_TEST
+
 START_TEST(live_configuration_reaches_readers_whole_once_per_publish)
 {
     struct bf_config c;
@@ -928,6 +1024,7 @@ int main(void)
     tcase_add_test(tc, registries_assign_stable_indices);
     tcase_add_test(tc, provisioning_stamps_are_observed_once_and_restamped_after);
     tcase_add_test(tc, soft_interning_stops_at_the_reserve_and_keeps_room_for_essentials);
+    tcase_add_test(tc, the_string_arena_grows_its_file_with_use_and_every_process_sees_it);
     tcase_add_test(tc, segments_are_private_and_another_user_cannot_attach);
     tcase_add_test(tc, attach_refuses_segments_others_can_write_or_another_uid_owns);
     tcase_add_test(tc, attach_refuses_a_file_shorter_than_its_header);
@@ -942,6 +1039,7 @@ int main(void)
     tcase_add_test(tc, attach_refuses_pending_offsets_off_the_layout);
     tcase_add_test(tc, attach_refuses_change_log_entries_offsets_off_the_layout);
     tcase_add_test(tc, attach_refuses_ring_geometry_off_the_layout);
+    tcase_add_test(tc, attach_refuses_an_inventory_file_shorter_than_its_committed_arena);
     tcase_add_test(tc, live_configuration_reaches_readers_whole_once_per_publish);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

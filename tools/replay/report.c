@@ -207,6 +207,19 @@ void rp_report_print(const struct rp_run *r, const struct rp_summary *s, FILE *f
             "  binding      first rollup -> Configured: p50 %s, p99 %s, max %s (%zu pods; "
             "target p99 <= %s)\n",
             a, b, c, r->n_lat, d);
+    if (r->have_final_metrics) { /* the shard's own cycle, next to the binding it drives */
+        const char *h = "bigfleet_shard_cycle_duration_seconds";
+        double c50 = rp_prom_hist_quantile(&r->final_metrics, h, 0.5);
+        double c99 = rp_prom_hist_quantile(&r->final_metrics, h, 0.99);
+        double cn =
+            rp_prom_sum(&r->final_metrics, "bigfleet_shard_cycle_duration_seconds_count", NULL);
+        if (!isnan(c50) && !isnan(c99)) {
+            fmt_dur((int64_t)(c50 * 1e9), a, sizeof a);
+            fmt_dur((int64_t)(c99 * 1e9), b, sizeof b);
+            fprintf(f, "  shard cycle  p50 %s, p99 %s (%.0f cycles; /metrics histogram)\n", a, b,
+                    cn);
+        }
+    }
     fmt_dur(s->e2e_p50, a, sizeof a);
     fmt_dur(s->e2e_p99, b, sizeof b);
     fprintf(f,

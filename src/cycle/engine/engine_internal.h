@@ -245,6 +245,7 @@ struct leaf {
     uint32_t list[LL_N];  /* list ids or NONE32 */
     uint32_t pos[LL_N];   /* position in each list */
     bool live;
+    uint32_t serial; /* distinct for every leaf created (the resolve memo's check) */
 };
 
 struct leaflist {
@@ -434,6 +435,18 @@ struct short_entry {
     bool used;
 };
 
+/* Recent upserts' leaf-determining inputs, serialized, and the leaf they
+ * resolved to (mirror.c "resolve memo"): direct-mapped by key hash. */
+#define RMEMO_SLOTS 512
+#define RMEMO_BYTES 488
+struct rmemo_entry {
+    uint64_t hash;
+    uint32_t leaf;   /* valid while leaves[leaf] is live with this serial */
+    uint32_t serial; /* 0 = empty */
+    uint32_t len;
+    uint8_t key[RMEMO_BYTES];
+};
+
 /* the engine */
 struct bf_engine {
     struct bf_engine_config cfg;
@@ -476,6 +489,8 @@ struct bf_engine {
     uint32_t n_type_classes, cap_type_classes;
 
     /* leaves */
+    struct rmemo_entry memo[RMEMO_SLOTS];
+    uint32_t leaf_serial; /* last serial given to a new leaf */
     struct leaf *leaves;
     uint32_t n_leaves, cap_leaves;
     uint32_t *leaf_free;

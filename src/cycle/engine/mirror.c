@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "cycle/engine/engine_internal.h"
 
@@ -649,6 +650,7 @@ static uint32_t leaf_create(struct bf_engine *e, const struct leafkey *k, uint64
     l->cluster_idx = NONE32;
     l->runs = NONE32;
     l->live = true;
+    l->serial = ++e->leaf_serial ? e->leaf_serial : ++e->leaf_serial; /* never 0 */
     for (int i = 0; i < LL_N; i++)
         l->list[i] = NONE32;
     if (bfe_idtab_insert(&e->leaf_tab, h, li, leaf_hash_of, e))
@@ -777,8 +779,164 @@ static void make_key(struct bf_engine *e, const struct bf_engine_machine *m, uin
     }
 }
 
+/* ------------------------------------------------------------------ resolve memo */
+
+/*
+ * A mirror rebuild (a restarted cycle process upserts every record) feeds
+ * 500K machines that fall into a few hundred (profile, assignment) shapes.
+ * Everything leaf_resolve reads is kept as a byte key (scalars by bit
+ * pattern, strings by length and bytes, labels in the order given: a
+ * conservative key, equal only when the inputs are) in a direct-mapped
+ * table, with the leaf it resolved to; a machine whose inputs equal an
+ * entry's key takes that leaf without interning anything -- what
+ * leaf_resolve would find, with the same (zero) net references. The slot is
+ * chosen by the scalars and the input addresses (one probe for a caller
+ * that keeps its strings in place, as the cycle does), but a hit is decided
+ * by the bytes alone, compared in place: callers may reuse their buffers.
+ * An entry is good while its leaf is live with the serial it had (leaf
+ * indices are reused).
+ */
+static bool memo_put(uint8_t *buf, uint32_t *at, const void *p, size_t n)
+{
+    if (*at + n > RMEMO_BYTES)
+        return false;
+    memcpy(buf + *at, p, n);
+    *at += (uint32_t)n;
+    return true;
+}
+
+static bool memo_str(uint8_t *buf, uint32_t *at, const void *s, size_t n)
+{
+    uint32_t l = (uint32_t)n;
+    return n <= RMEMO_BYTES && memo_put(buf, at, &l, sizeof l) && memo_put(buf, at, s, n);
+}
+
+struct memo_fixed {
+    uint8_t state, ct, ipb, rpb;
+    int32_t prio;
+    uint32_t n_labels;
+    double price, prob;
+    bf_vec alloc;
+};
+
+static void memo_fixed_of(const struct bf_engine_machine *m, struct memo_fixed *f)
+{
+    memset(f, 0, sizeof *f);
+    f->state = m->state;
+    f->ct = m->capacity_type;
+    f->ipb = m->assigned_ipb;
+    f->rpb = m->assigned_rpb;
+    f->prio = m->assigned_priority;
+    f->n_labels = m->n_labels;
+    f->price = m->price_per_hour;
+    f->prob = m->interruption_probability;
+    f->alloc = m->allocatable;
+}
+
+/* The content key of m into buf; false when it does not fit (no memo for m). */
+static bool memo_key(const struct bf_engine_machine *m, uint8_t *buf, uint32_t *len)
+{
+    uint32_t at = 0;
+    struct memo_fixed fixed;
+    memo_fixed_of(m, &fixed);
+    const char *it = nz(m->instance_type), *zn = nz(m->zone), *cl = nz(m->cluster),
+               *fp = nz(m->assigned_fingerprint);
+    bool ok = memo_put(buf, &at, &fixed, sizeof fixed) && memo_str(buf, &at, it, strlen(it)) &&
+              memo_str(buf, &at, zn, strlen(zn)) && memo_str(buf, &at, cl, strlen(cl)) &&
+              memo_str(buf, &at, fp, strlen(fp)) &&
+              memo_str(buf, &at, m->assigned_group ? m->assigned_group : "",
+                       m->assigned_group ? m->assigned_group_len : 0);
+    for (uint32_t i = 0; ok && i < m->n_labels; i++) {
+        const char *k = nz(m->labels[i].key), *v = nz(m->labels[i].value);
+        ok = memo_str(buf, &at, k, strlen(k)) && memo_str(buf, &at, v, strlen(v));
+    }
+    *len = at;
+    return ok;
+}
+
+/* One stored string equals s (NUL-terminated when term, else exactly n bytes). */
+static bool memo_same(const uint8_t *key, uint32_t len, uint32_t *at, const char *s, size_t n,
+                      bool term)
+{
+    uint32_t l;
+    if (*at + sizeof l > len)
+        return false;
+    memcpy(&l, key + *at, sizeof l);
+    *at += sizeof l;
+    if (*at + l > len || (!term && n != l) || memcmp(key + *at, s, l) != 0 || (term && s[l]))
+        return false;
+    *at += l;
+    return true;
+}
+
+/* The stored content key equals m's (what memo_key would write), read in place. */
+static bool memo_verify(const uint8_t *key, uint32_t len, const struct bf_engine_machine *m)
+{
+    struct memo_fixed fixed;
+    memo_fixed_of(m, &fixed);
+    uint32_t at = sizeof fixed;
+    if (len < at || memcmp(key, &fixed, sizeof fixed) != 0)
+        return false;
+    bool ok = memo_same(key, len, &at, nz(m->instance_type), 0, true) &&
+              memo_same(key, len, &at, nz(m->zone), 0, true) &&
+              memo_same(key, len, &at, nz(m->cluster), 0, true) &&
+              memo_same(key, len, &at, nz(m->assigned_fingerprint), 0, true) &&
+              memo_same(key, len, &at, m->assigned_group ? m->assigned_group : "",
+                        m->assigned_group ? m->assigned_group_len : 0, false);
+    for (uint32_t i = 0; ok && i < m->n_labels; i++)
+        ok = memo_same(key, len, &at, nz(m->labels[i].key), 0, true) &&
+             memo_same(key, len, &at, nz(m->labels[i].value), 0, true);
+    return ok && at == len;
+}
+
+/* Where m's entry is looked for: the scalars and the input addresses (a
+ * caller that keeps its strings where they are finds its entries in one
+ * probe; the content check decides either way). */
+static uint64_t memo_slot_hash(const struct bf_engine_machine *m)
+{
+    struct {
+        struct memo_fixed f;
+        const void *p[6];
+        size_t glen;
+    } k;
+    memset(&k, 0, sizeof k);
+    memo_fixed_of(m, &k.f);
+    k.p[0] = m->instance_type;
+    k.p[1] = m->zone;
+    k.p[2] = m->cluster;
+    k.p[3] = m->assigned_fingerprint;
+    k.p[4] = m->assigned_group;
+    k.p[5] = m->labels;
+    k.glen = m->assigned_group_len;
+    return XXH3_64bits(&k, sizeof k);
+}
+
 /* Resolves the machine's leaf, creating class and leaf as needed. */
+static uint32_t leaf_resolve_slow(struct bf_engine *e, const struct bf_engine_machine *m, int *err);
+
 static uint32_t leaf_resolve(struct bf_engine *e, const struct bf_engine_machine *m, int *err)
+{
+    uint64_t h = memo_slot_hash(m);
+    struct rmemo_entry *me = &e->memo[h & (RMEMO_SLOTS - 1)];
+    if (me->serial && me->hash == h && me->leaf < e->n_leaves && e->leaves[me->leaf].live &&
+        e->leaves[me->leaf].serial == me->serial && memo_verify(me->key, me->len, m)) {
+        *err = 0;
+        return me->leaf;
+    }
+    uint32_t li = leaf_resolve_slow(e, m, err);
+    uint32_t len;
+    if (!*err && li != NONE32 && memo_key(m, me->key, &len)) {
+        me->hash = h;
+        me->leaf = li;
+        me->serial = e->leaves[li].serial;
+        me->len = len;
+    } else if (!*err && li != NONE32) {
+        me->serial = 0; /* the key did not fit: the slot holds nothing */
+    }
+    return li;
+}
+
+static uint32_t leaf_resolve_slow(struct bf_engine *e, const struct bf_engine_machine *m, int *err)
 {
     *err = 0;
     bf_vec alloc = m->allocatable;

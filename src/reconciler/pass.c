@@ -1,0 +1,417 @@
+/*
+ * pass.c — the reconciler's passes and their scheduling (reconciler.h):
+ * delta pages (since_revision), resync walks (paged full Lists ending in
+ * removals), targeted Gets of records flagged for refresh, and the
+ * fallbacks for providers without cursors or paging.
+ *
+ * Design notes
+ *   - One List in flight at a time: every List's view is newer than every
+ *     List applied before it, so a delta never races a walk page. A cycle's
+ *     request waits for at most the page in flight plus its own delta.
+ *   - The walk follows the executor's change log after every page
+ *     (bf_recon_walk_follow), so a log that wraps over the whole walk still
+ *     leaves an exact set of records written during it.
+ *   - Failures: a failed List ends the walk it belonged to (no removals),
+ *     keeps the delta cursor, and marks refresh candidates lost (the next
+ *     walk re-reads everything); background work waits BF_RECON_RETRY_NS or
+ *     until the provider connection comes up.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bigfleet/log.h"
+#include "bigfleet/util.h"
+#include "reconciler/recon_internal.h"
+
+bool bf_recon_busy(const struct bf_recon *r)
+{
+    return r->busy;
+}
+
+bool bf_recon_synced(const struct bf_recon *r)
+{
+    return r->synced;
+}
+
+bool bf_recon_incremental(const struct bf_recon *r)
+{
+    return r->o.incremental && !r->no_cursor;
+}
+
+void bf_recon_reset_cursor(struct bf_recon *r)
+{
+    r->have_cursor = false;
+    r->synced = false;
+    r->delta_more = false;
+}
+
+/* ------------------------------------------------------------ refresh candidates */
+
+/*
+ * Records flagged BF_REC_NEEDS_REFRESH since the last delta (an executor's
+ * transport failure or redelivered mid-flight action; a supervisor repair):
+ * the slots the executor and supervisor change logs name after our cursors,
+ * re-read for the flag. O(writes since the last delta). Returns false when a
+ * log lapped a cursor or there are more than BF_RECON_MAX_GETS (a walk
+ * re-reads them all).
+ */
+static bool collect_refresh(struct bf_recon *r)
+{
+    struct bf_shm *s = r->shm;
+    static const int logs[2] = {BF_CL_EXECUTOR, BF_CL_SUPERVISOR};
+    uint64_t cap = (uint64_t)s->changelog_mask + 1;
+    bool ok = true;
+    r->n_refresh = 0;
+    for (int i = 0; i < 2; i++) {
+        struct bf_changelog *c = &s->changelog[logs[i]];
+        _Atomic uint32_t *e = (_Atomic uint32_t *)((uint8_t *)s->inv_hdr + c->entries_off);
+        uint64_t h = atomic_load_explicit(&c->head, memory_order_acquire);
+        uint64_t from = r->cl_cursor[logs[i]];
+        r->cl_cursor[logs[i]] = h;
+        if (h - from > cap) {
+            ok = false;
+            continue;
+        }
+        for (uint64_t p = from; p < h; p++) {
+            uint32_t slot = atomic_load_explicit(&e[p & s->changelog_mask], memory_order_relaxed);
+            struct bf_machine_rec rec;
+            if (slot >= s->max_machines || bf_inv_read(s, slot, &rec) ||
+                !(rec.flags & BF_REC_VALID) || !(rec.flags & BF_REC_NEEDS_REFRESH))
+                continue;
+            uint32_t k;
+            for (k = 0; k < r->n_refresh && r->refresh[k] != slot; k++)
+                ;
+            if (k < r->n_refresh)
+                continue; /* already listed */
+            if (r->n_refresh == BF_RECON_MAX_GETS)
+                return false; /* too many for targeted Gets: a walk is cheaper */
+            if (r->n_refresh == r->refresh_cap) {
+                uint32_t nc = r->refresh_cap ? r->refresh_cap * 2 : 64;
+                uint32_t *nr = realloc(r->refresh, nc * sizeof *nr);
+                if (!nr)
+                    return false;
+                r->refresh = nr;
+                r->refresh_cap = nc;
+            }
+            r->refresh[r->n_refresh++] = slot;
+        }
+    }
+    return ok;
+}
+
+/* ------------------------------------------------------------ finishing a pass */
+
+static void pass_finish(struct bf_recon *r)
+{
+    if (r->kind == BF_RECON_WALK && r->confirm_found) {
+        BF_WARN("the provider still has machines its paged List left out: resync walks go "
+                "unpaged",
+                "found=%u", r->confirm_found);
+        r->no_paging = true;
+        r->confirm_found = 0;
+    }
+    if (r->res.status != BF_PROV_OK) {
+        r->refresh_lost = true; /* flagged records may not have been re-read */
+        r->retry_at_ns = bf_mono_ns() + BF_RECON_RETRY_NS;
+    }
+    r->busy = false;
+    bf_recon_done_fn done = r->done;
+    r->done = NULL;
+    struct bf_recon_result res = r->res;
+    if (done)
+        done(r->done_arg, &res);
+}
+
+struct get_ctx {
+    struct bf_recon *r;
+    uint32_t slot, id_ref;
+};
+
+static void on_get(void *arg, const struct bf_prov_result *pr, const struct bf_prov_machine *m)
+{
+    struct get_ctx *g = arg;
+    struct bf_recon *r = g->r;
+    int64_t t0 = bf_mono_ns();
+    if (pr->status == BF_PROV_OK && m) {
+        if (r->kind == BF_RECON_WALK)
+            r->confirm_found++; /* a paged walk missed a machine that exists */
+        struct bf_prov_bytes raw = {m->buf, m->len};
+        bf_recon_apply_one(r, &raw, bf_now_ns() / BF_NS_PER_SEC, &r->res);
+        if (r->events_pushed) {
+            bf_wake(r->shm, BF_ROLE_SESSION);
+            r->events_pushed = false;
+        }
+    } else if (pr->status == BF_PROV_NOT_FOUND) {
+        /* explicit evidence the machine is gone: remove it (unless in flight) */
+        bf_recon_remove_slot(r, g->slot, g->id_ref, &r->res);
+    } else {
+        r->refresh_lost = true; /* re-read by the next walk */
+    }
+    r->res.apply_ns += bf_mono_ns() - t0;
+    free(g);
+    if (--r->gets_outstanding == 0)
+        pass_finish(r);
+}
+
+/* Targeted re-reads of the flagged records (after a delta). */
+static void start_gets(struct bf_recon *r)
+{
+    for (uint32_t i = 0; i < r->n_refresh; i++) {
+        struct bf_machine_rec rec;
+        uint32_t slot = r->refresh[i], l;
+        if (bf_inv_read(r->shm, slot, &rec) || !(rec.flags & BF_REC_VALID))
+            continue;
+        const char *id = bf_str(r->shm, rec.id, &l);
+        struct get_ctx *g = malloc(sizeof *g);
+        if (!g || !id) {
+            free(g);
+            r->refresh_lost = true;
+            continue;
+        }
+        *g = (struct get_ctx){r, slot, rec.id};
+        r->gets_outstanding++;
+        if (bf_prov_get(r->client, id, l, r->o.list_timeout_ns, on_get, g, NULL)) {
+            r->gets_outstanding--;
+            free(g);
+            r->refresh_lost = true;
+        }
+    }
+    r->res.refreshed = r->gets_outstanding;
+}
+
+static bool set_bytes(uint8_t **dst, size_t *dst_len, const struct bf_prov_bytes *b)
+{
+    uint8_t *c = realloc(*dst, b->len ? b->len : 1);
+    if (!c)
+        return false;
+    memcpy(c, b->p, b->len);
+    *dst = c;
+    *dst_len = b->len;
+    return true;
+}
+
+static void no_cursor_support(struct bf_recon *r, const char *why)
+{
+    if (!r->no_cursor)
+        BF_WARN("provider does not support since_revision: falling back to a full List of every "
+                "machine for each reconcile (each cycle waits for it)",
+                "reason=\"%s\"", why);
+    r->no_cursor = true;
+    r->have_cursor = false;
+    r->delta_more = false;
+}
+
+/* ------------------------------------------------------------ List replies */
+
+static void on_delta(struct bf_recon *r, const struct bf_prov_result *pr,
+                     const struct bf_prov_list *l)
+{
+    if (pr->status != BF_PROV_OK || !l) {
+        if (pr->status == BF_PROV_UNSUPPORTED || pr->status == BF_PROV_INVALID)
+            no_cursor_support(r, "a List with since_revision was refused");
+        return;
+    }
+    bf_recon_apply_page(r, l, &r->res);
+    if (!l->revision.len) {
+        no_cursor_support(r, "a delta List returned no revision");
+        return;
+    }
+    if (!set_bytes(&r->cursor, &r->cursor_len, &l->revision)) {
+        r->have_cursor = r->synced = false; /* out of memory: start over with a walk */
+        return;
+    }
+    r->delta_more = l->n_machines == r->o.page_size;
+    if (r->n_refresh)
+        start_gets(r);
+}
+
+static void on_walk_page(struct bf_recon *r, const struct bf_prov_result *pr,
+                         const struct bf_prov_list *l, uint32_t page)
+{
+    struct recon_walk *w = &r->walk;
+    if (pr->status != BF_PROV_OK || !l) {
+        if (w->paged && (pr->status == BF_PROV_UNSUPPORTED || pr->status == BF_PROV_INVALID)) {
+            BF_WARN("provider refused a paged List: resync walks go unpaged", "status=%s",
+                    bf_prov_status_name(pr->status));
+            r->no_paging = true;
+        }
+        bf_recon_walk_abort(r);
+        r->res.walk_aborted = true;
+        return;
+    }
+    bf_recon_apply_page(r, l, &r->res);
+    w->pages++;
+    w->listed += l->n_machines;
+    bf_recon_walk_follow(r);
+    bool truncated = w->paged && l->n_machines == page;
+    if (!l->revision.len) {
+        if (r->o.incremental)
+            no_cursor_support(r, "a full List returned no revision");
+        if (truncated) { /* the rest cannot be asked for: walk again, unpaged */
+            bf_recon_walk_abort(r);
+            r->res.walk_aborted = true;
+            return;
+        }
+    } else if (truncated) {
+        if (w->cursor && w->cursor_len == l->revision.len &&
+            memcmp(w->cursor, l->revision.p, l->revision.len) == 0) {
+            BF_WARN("provider's List pages do not advance (the same revision twice): resync "
+                    "walks go unpaged",
+                    "pages=%u", w->pages);
+            r->no_paging = true;
+            bf_recon_walk_abort(r);
+            r->res.walk_aborted = true;
+            return;
+        }
+        if (!set_bytes(&w->cursor, &w->cursor_len, &l->revision)) {
+            bf_recon_walk_abort(r);
+            r->res.walk_aborted = true;
+        }
+        return; /* more pages */
+    }
+    /* the walk is complete */
+    bool confirming = !w->paged && r->confirming;
+    bf_recon_walk_finish(r, &r->res);
+    if (confirming) {
+        r->confirming = false;
+        if (r->res.removed * 2 < r->confirm_expect) {
+            BF_WARN("the unpaged List holds most machines the paged walk missed: resync walks "
+                    "go unpaged",
+                    "missed=%u removed=%u", r->confirm_expect, r->res.removed);
+            r->no_paging = true;
+        }
+    }
+    int64_t now = bf_mono_ns();
+    r->res.walk_pages = w->pages;
+    r->res.walk_listed = w->listed;
+    r->res.walk_ns = now - w->started_ns;
+    r->last_walk_ns = now;
+    if (r->o.incremental && !r->no_cursor && !r->have_cursor && l->revision.len) {
+        /* the last page's view is the newest: deltas continue from it */
+        if (set_bytes(&r->cursor, &r->cursor_len, &l->revision))
+            r->have_cursor = true;
+    }
+    r->synced = true;
+    if (r->n_refresh) /* removal candidates of a paged walk: confirmed by Get */
+        start_gets(r);
+}
+
+static void on_list(void *arg, const struct bf_prov_result *pr, const struct bf_prov_list *l)
+{
+    struct bf_recon *r = arg;
+    r->res.status = pr->status;
+    r->res.list_ns = pr->elapsed_ns;
+    if (pr->status != BF_PROV_OK)
+        BF_WARN("reconcile: provider List failed; the inventory is kept as it is",
+                "kind=%s status=%s code=%s message=\"%s\" elapsed_ms=%.1f",
+                r->kind == BF_RECON_DELTA ? "delta" : "walk", bf_prov_status_name(pr->status),
+                bf_net_code_name(pr->code), pr->message, pr->elapsed_ns / 1e6);
+    if (r->kind == BF_RECON_DELTA)
+        on_delta(r, pr, l);
+    else
+        on_walk_page(r, pr, l, r->pass_page);
+    if (r->gets_outstanding)
+        return; /* the pass ends when the last Get answered */
+    pass_finish(r);
+}
+
+/* ------------------------------------------------------------ scheduling */
+
+static bool full_only(const struct bf_recon *r)
+{
+    return !r->o.incremental || r->no_cursor;
+}
+
+static bool walk_due(const struct bf_recon *r, int64_t now)
+{
+    return !r->synced || r->walk.active || r->resync_now || r->refresh_lost || r->confirm_unpaged ||
+           now - r->last_walk_ns >= r->o.resync_interval_ns;
+}
+
+static int start_list(struct bf_recon *r, int kind, int64_t now)
+{
+    struct bf_prov_list_req q = {0};
+    uint32_t page = 0;
+    if (kind == BF_RECON_DELTA) {
+        q.since = r->cursor;
+        q.since_len = r->cursor_len;
+        page = r->o.page_size;
+        if (!collect_refresh(r))
+            r->refresh_lost = true; /* too many, or a log lapped: a walk re-reads all */
+    } else {
+        struct recon_walk *w = &r->walk;
+        bool paged = !full_only(r) && !r->no_paging && !r->confirm_unpaged;
+        if (!w->active) {
+            r->confirming = r->confirm_unpaged;
+            r->confirm_unpaged = false;
+            bf_recon_walk_begin(r, paged);
+            /* losses from here on are covered by this walk only if they
+             * happen before their page: ask for another walk after it */
+            r->resync_now = r->refresh_lost = false;
+            /* the walk re-reads every flagged record: skip them in deltas */
+            for (int i = 0; i < BF_CHANGELOG_WRITERS; i++)
+                r->cl_cursor[i] =
+                    atomic_load_explicit(&r->shm->changelog[i].head, memory_order_acquire);
+        }
+        if (w->paged) {
+            page = r->synced ? r->o.page_size : r->o.startup_page_size;
+            q.since = w->cursor;
+            q.since_len = w->cursor_len;
+        }
+    }
+    q.max_results = (int32_t)(page > INT32_MAX ? INT32_MAX : page);
+    memset(&r->res, 0, sizeof r->res);
+    r->res.kind = kind;
+    r->kind = kind;
+    r->pass_page = page;
+    r->t0 = now;
+    r->gets_outstanding = 0;
+    if (kind != BF_RECON_DELTA)
+        r->n_refresh = 0;
+    bf_recon_list_issued(r);
+    int rc = bf_prov_list(r->client, &q, r->o.list_timeout_ns, on_list, r, NULL);
+    if (rc) {
+        r->refresh_lost = true;
+        r->retry_at_ns = now + BF_RECON_RETRY_NS;
+        if (kind == BF_RECON_WALK)
+            bf_recon_walk_abort(r);
+        return rc;
+    }
+    r->busy = true;
+    return 1;
+}
+
+int bf_recon_step(struct bf_recon *r, bool requested, int64_t now_ns, bf_recon_done_fn done,
+                  void *arg)
+{
+    if (r->busy)
+        return -EBUSY;
+    /* background work after a failure waits, unless the connection just came up */
+    int cs = bf_prov_client_state(r->client);
+    bool came_up = cs == BF_NET_CLIENT_READY && r->client_state_seen != BF_NET_CLIENT_READY;
+    r->client_state_seen = cs;
+    bool may_background = now_ns >= r->retry_at_ns || came_up;
+    int kind = 0;
+    if (full_only(r)) {
+        if (requested || (!r->synced && may_background))
+            kind = BF_RECON_WALK;
+    } else if (!r->synced || !r->have_cursor) {
+        if (requested || may_background)
+            kind = BF_RECON_WALK;
+    } else if (requested) {
+        kind = BF_RECON_DELTA;
+    } else if (may_background && r->delta_more) {
+        kind = BF_RECON_DELTA;
+    } else if (may_background && walk_due(r, now_ns)) {
+        kind = BF_RECON_WALK;
+    }
+    if (!kind)
+        return 0;
+    r->done = done;
+    r->done_arg = arg;
+    int rc = start_list(r, kind, now_ns);
+    if (rc < 0)
+        r->done = NULL;
+    return rc;
+}
