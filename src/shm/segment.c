@@ -662,6 +662,25 @@ int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *e
             bf_shm_detach(s);
             return -EPROTO;
         }
+        /* never map a size the header's capacities do not give */
+        struct bf_shm_caps hc = {.max_machines = hd.max_machines,
+                                 .max_needs = hd.max_needs,
+                                 .max_clusters = hd.max_clusters};
+        struct bf_layout hl;
+        if (bf_layout_compute(k, &hc, &hl) != 0) {
+            close(fd);
+            errf(err, errlen,
+                 "segment %s: capacities out of range (machines %u, needs %u, clusters %u)", name,
+                 hd.max_machines, hd.max_needs, hd.max_clusters);
+            bf_shm_detach(s);
+            return -EPROTO;
+        }
+        int src = expect(name, "the header's size", hd.size, hl.map, err, errlen);
+        if (src) {
+            close(fd);
+            bf_shm_detach(s);
+            return src;
+        }
         int orc = check_owner(&st, readonly, &owner, name, err, errlen);
         if (orc) {
             close(fd);

@@ -74,7 +74,8 @@ static void lock_release(struct bf_shm *s)
 static inline uint64_t published_end(const struct bf_shm *s)
 {
     uint64_t used = atomic_load_explicit(&s->inv->strtab.arena_used, memory_order_acquire);
-    uint64_t committed = atomic_load_explicit(&s->inv->strtab.arena_committed, memory_order_acquire);
+    uint64_t committed =
+        atomic_load_explicit(&s->inv->strtab.arena_committed, memory_order_acquire);
     if (used > committed)
         used = committed;
     return used < s->arena_bytes ? used : s->arena_bytes;

@@ -51,8 +51,8 @@
 
 static struct bf_shm g_s;                  /* read-write, the harness's own handle */
 static uint8_t *g_snap[BF_SEG_KIND_COUNT]; /* the pristine segment files */
-static size_t g_len[BF_SEG_KIND_COUNT];     /* their sizes (the inventory's file is
-                                               shorter than its mapping: the arena grows) */
+static size_t g_len[BF_SEG_KIND_COUNT];    /* their sizes (the inventory's file is
+                                              shorter than its mapping: the arena grows) */
 
 static uint32_t str_ref(const char *s)
 {
@@ -219,7 +219,8 @@ static bool structural(int kind, size_t off, size_t len)
         return true;
     const struct bf_seg_header *h = (const struct bf_seg_header *)g_snap[kind];
     if (kind == BF_SEG_INVENTORY) {
-        size_t m = h->table_off[BF_INV_T_META] + offsetof(struct bf_inv_meta, strtab.arena_committed);
+        size_t m =
+            h->table_off[BF_INV_T_META] + offsetof(struct bf_inv_meta, strtab.arena_committed);
         if (end > m && off < m + 8)
             return true;
         size_t p = h->table_off[BF_INV_T_PENDING];

@@ -776,12 +776,17 @@ END_TEST
 
 START_TEST(attach_refuses_capacities_that_differ_between_segments)
 {
-    g_s.needs_hdr->max_needs += 1;
+    /* capacities a segment's own size does not depend on (a change that
+     * moves its size is refused by the size check first) */
+    g_s.needs_hdr->max_machines += 1;
     attach_refused(BF_SEG_NEEDS, "differ from the inventory segment's");
-    g_s.needs_hdr->max_needs -= 1;
-    g_s.state_hdr->max_clusters = 0;
+    g_s.needs_hdr->max_machines -= 1;
+    g_s.state_hdr->max_clusters += 1;
     attach_refused(BF_SEG_STATE, "differ from the inventory segment's");
-    g_s.state_hdr->max_clusters = g_s.inv_hdr->max_clusters;
+    g_s.state_hdr->max_clusters -= 1;
+    g_s.needs_hdr->max_needs += 1;
+    attach_refused(BF_SEG_NEEDS, "the header's size is");
+    g_s.needs_hdr->max_needs -= 1;
     attach_accepted();
 }
 END_TEST
@@ -811,6 +816,13 @@ START_TEST(attach_refuses_a_header_size_its_capacities_do_not_need)
     attach_refused(BF_SEG_STATE, "the header's size is");
     g_s.state_hdr->size = size;
     resize_segment(BF_SEG_STATE, (off_t)size);
+    /* found by fuzz_inspect_segment: a huge size in the inventory's header
+     * (its file is legitimately shorter than its mapping) reached mmap and
+     * came back as -ENOMEM; it is refused from the header, before mapping */
+    uint64_t inv = g_s.inv_hdr->size;
+    g_s.inv_hdr->size = INT64_MAX;
+    attach_refused(BF_SEG_INVENTORY, "the header's size is 9223372036854775807");
+    g_s.inv_hdr->size = inv;
     attach_accepted();
 }
 END_TEST
