@@ -423,6 +423,27 @@ static int strtab_check(const struct bf_shm *s, uint64_t reserve, uint32_t need,
     return 0;
 }
 
+/* Whether a string of the Need's profile (a requirement's key or values, a
+ * spread's topology key) holds a NUL byte: protobuf-c cuts a string there,
+ * so "a\0b" would silently become "a" (Kubernetes label keys and values
+ * hold none). Malformed nested bytes are left to the unpack. */
+static bool profile_has_nul(const uint8_t *p, size_t len)
+{
+    struct bf_pb_reader rd, in;
+    struct bf_pb_field f, g;
+    bf_pb_reader_init(&rd, p, len);
+    while (bf_pb_next(&rd, &f) == 1) {
+        if ((f.num != 1 && f.num != 5) || f.wt != BF_PB_LEN)
+            continue;
+        bf_pb_reader_init(&in, f.p, f.len);
+        while (bf_pb_next(&in, &g) == 1)
+            if (g.wt == BF_PB_LEN && (g.num == 1 || (f.num == 1 && g.num == 3)) &&
+                memchr(g.p, 0, g.len))
+                return true;
+    }
+    return false;
+}
+
 static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc, const uint8_t *p,
                         size_t len, uint32_t idx, uint32_t cluster_ref, uint64_t reserve, char *err,
                         size_t errlen)
@@ -483,6 +504,10 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
     uint64_t h = XXH3_64bits(sc->key, sc->klen) | 1; /* 0 marks an empty slot */
     struct pcache *pc = r->pcache;
     if (!pcache_get(pc, h, sc->key, sc->klen, &pref, &fref)) {
+        if (profile_has_nul(p, len)) {
+            ERR("need %u: NUL byte in a requirement key or value or a spread's topology_key", idx);
+            return -EINVAL;
+        }
         if ((rc = strtab_check(s, reserve, idx, err, errlen)))
             return rc;
         Bigfleet__V1alpha1__CapacityNeed *n =

@@ -14,7 +14,8 @@
  *   - a rejected rollup leaves no state behind: no rows in r, no resource
  *     dimension registered, the Need tables untouched;
  *   - no rollup, accepted or not, takes the string arena below its reserve;
- *   - accepted: protobuf-c unpacks the same bytes; needs_in is its n_needs
+ *   - accepted: protobuf-c unpacks the same bytes (and cuts no requirement
+ *     or spread string at a NUL: such a rollup is refused); needs_in is its n_needs
  *     and n + merged = needs_in; an oracle built from protobuf-c's decode
  *     (each Need's profile interned by bf_nprofile_intern_need, its group
  *     looked up, its maps parsed by bf_quantity_parse, last key wins; equal
@@ -145,6 +146,30 @@ static void check_accepted(const struct bf_rollup *r,
     free(o);
 }
 
+/* A requirement's key or values, or a spread's topology key, with a NUL byte
+ * (protobuf-c would cut it there: the converter must refuse it instead). */
+static bool nul_in_profile(const uint8_t *msg, size_t len)
+{
+    struct bf_pb_reader a, b, c;
+    struct bf_pb_field f, g, h;
+    bf_pb_reader_init(&a, msg, len);
+    while (bf_pb_next(&a, &f) == 1) {
+        if (f.num != 3 || f.wt != BF_PB_LEN)
+            continue;
+        bf_pb_reader_init(&b, f.p, f.len);
+        while (bf_pb_next(&b, &g) == 1) {
+            if ((g.num != 1 && g.num != 5) || g.wt != BF_PB_LEN)
+                continue;
+            bf_pb_reader_init(&c, g.p, g.len);
+            while (bf_pb_next(&c, &h) == 1)
+                if (h.wt == BF_PB_LEN && (h.num == 1 || (g.num == 1 && h.num == 3)) &&
+                    memchr(h.p, 0, h.len))
+                    return true;
+        }
+    }
+    return false;
+}
+
 static bool documented(int rc)
 {
     return rc == 0 || rc == -EBADMSG || rc == -EINVAL || rc == -E2BIG || rc == -ERANGE ||
@@ -207,7 +232,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (rc == -EBADMSG && m) /* protobuf-c took it: one of our stricter encodings */
             FUZZ_CHECK(fuzz_pb_stricter_anywhere(msg, len, 6));
     } else {
-        FUZZ_CHECK(m != NULL); /* what we accept, protobuf-c accepts */
+        FUZZ_CHECK(m != NULL);                 /* what we accept, protobuf-c accepts */
+        FUZZ_CHECK(!nul_in_profile(msg, len)); /* ... and does not cut */
         check_accepted(&r, m, cref);
         rows = malloc((r.n + 1) * sizeof *rows);
         fps = malloc((r.n + 1) * sizeof *fps);

@@ -418,6 +418,41 @@ START_TEST(rollup_rejects_unknown_enum_values)
 }
 END_TEST
 
+/* Found reading the converter against fuzz_rollup's oracle (protobuf-c, which
+ * cuts a string at a NUL): a requirement key or value with a NUL byte was
+ * silently cut there, so "zone=a\0x" and "zone=a\0y" became one profile. */
+START_TEST(rollup_rejects_a_nul_byte_in_a_requirement_instead_of_cutting_it)
+{
+    /* ClusterCapacityNeeds{needs: [{requirements: [{key: "zone", operator: In,
+     * values: ["a\0x"]}], aggregate_resources: {cpu: "1"}}]} */
+    const uint8_t req[] = {0x0a, 0x04, 'z', 'o', 'n', 'e', 0x10, 0x01, 0x1a, 0x03, 'a', 0, 'x'};
+    uint8_t need[64], msg[80], *q = need;
+    q = bf_pb_put_ld(q, 1, req, sizeof req);
+    uint8_t ent[16], *e = ent;
+    e = bf_pb_put_ld(e, 1, "cpu", 3);
+    e = bf_pb_put_ld(e, 2, "1", 1);
+    q = bf_pb_put_ld(q, 2, ent, (size_t)(e - ent));
+    uint8_t *m = bf_pb_put_ld(msg, 3, need, (size_t)(q - need));
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    char err[256] = "";
+    ck_assert_int_eq(
+        bf_rollup_convert(&g_s, msg, (size_t)(m - msg), "c1", 1, 10, 0, &r, err, sizeof err),
+        -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "need 0: NUL byte in a requirement"));
+    ck_assert_uint_eq(r.n, 0);
+    /* the same value without the NUL converts */
+    const uint8_t ok[] = {0x0a, 0x04, 'z', 'o', 'n', 'e', 0x10, 0x01, 0x1a, 0x03, 'a', '.', 'x'};
+    q = bf_pb_put_ld(need, 1, ok, sizeof ok);
+    q = bf_pb_put_ld(q, 2, ent, (size_t)(e - ent));
+    m = bf_pb_put_ld(msg, 3, need, (size_t)(q - need));
+    ck_assert_int_eq(
+        bf_rollup_convert(&g_s, msg, (size_t)(m - msg), "c1", 1, 10, 0, &r, err, sizeof err), 0);
+    ck_assert_uint_eq(r.n, 1);
+    bf_rollup_free(&r);
+}
+END_TEST
+
 START_TEST(rollup_rejects_too_many_needs_malformed_bytes_and_foreign_cluster)
 {
     struct nb b[3];
@@ -937,6 +972,7 @@ static Suite *suite(void)
     tcase_add_test(r, rollup_rejects_negative_and_unparseable_quantities_naming_them);
     tcase_add_test(r, rollup_rejects_unknown_enum_values);
     tcase_add_test(r, rejected_rollup_registers_no_resource_dimension);
+    tcase_add_test(r, rollup_rejects_a_nul_byte_in_a_requirement_instead_of_cutting_it);
     tcase_add_test(r, rollup_rejects_too_many_needs_malformed_bytes_and_foreign_cluster);
     tcase_add_test(r, repeated_rollup_interns_nothing_new_and_reserve_guards_the_string_table);
     tcase_add_test(r, a_large_new_profile_cannot_eat_into_the_string_table_reserve);
