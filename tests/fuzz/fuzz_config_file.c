@@ -156,7 +156,7 @@ static void env_layer(const uint8_t *data, size_t size)
     char *envp[MAX_ENV + 1];
     char *owned[MAX_ENV];
     int ne = 0, no = 0;
-    for (char *p = s; ne < MAX_ENV && p < s + size; p += strlen(p) + 1) {
+    for (char *p = s; ne < MAX_ENV && no < MAX_ENV && p < s + size; p += strlen(p) + 1) {
         char *e;
         if (p[0] == '!') {
             e = p + 1;
