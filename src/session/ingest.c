@@ -21,7 +21,9 @@
  *     free arena extent, then the cluster row is published with the new
  *     extent and generation + 1 (bf_cluster_write), then the old extent is
  *     freed, needs->rows_used and change_counter move, stamps are touched
- *     for the accepted fingerprints and the cycle is woken. A held (rail 2)
+ *     for the accepted fingerprints (first-seen kept) and pruned for the
+ *     replaced rows' fingerprints the rollup no longer carries (Go's
+ *     observeRolledUpDemand), and the cycle is woken. A held (rail 2)
  *     rollup publishes only its counters and the first-rollup gate.
  *     Rejected rollups publish rollups_rejected and leave demand untouched.
  *   - The allocator is private to this thread and rebuilt from the
@@ -32,6 +34,13 @@
  *   - Completions go to the loop through a queue and an eventfd; the loop
  *     sends the "rollup" Acknowledgement if the sending session still holds
  *     the stream.
+ *   - Per-cluster quotas (docs/security.md): Need rows, distinct groups,
+ *     string-table bytes (cumulative per cluster while this process runs:
+ *     interned strings are never freed) and resource names the cluster
+ *     adds to the shard-wide dimension table. A new name is registered only
+ *     once the whole rollup converted cleanly and the cluster's quota has
+ *     room; then the rollup is converted again with it. The quota counters
+ *     live in this thread; the loop reads the totals (atomics) for /metrics.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -39,6 +48,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bigfleet/blobs.h"
 #include "bigfleet/log.h"
 #include "bigfleet/util.h"
 #include "session_internal.h"
@@ -76,6 +86,16 @@ struct ingest {
     struct bf_need_row *tmp;
     uint32_t tmp_cap;
     bool stamps_full_logged;
+    /* per-cluster quotas (thread-private) */
+    uint64_t *str_charged; /* string-table bytes added by the cluster's rollups */
+    uint8_t *dims_added;   /* resource names the cluster added */
+    uint32_t cluster_max_needs;
+    uint64_t str_quota;
+    struct ingest_counters cnt; /* atomics: read by the loop */
+    bool prune_failed_logged;
+    struct bf_blob_cache *cache; /* need profiles of replaced rows (stamp pruning) */
+    uint32_t *fps;               /* sorted fingerprint refs of the accepted rollup */
+    uint32_t fps_cap;
 };
 
 /* logfmt-safe copy of a message (quotes would break the key=value line) */
@@ -143,6 +163,52 @@ static int ensure_tmp(struct ingest *ig, uint32_t n)
     return 0;
 }
 
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Go's observeRolledUpDemand prunes the first-seen stamps of fingerprints a
+ * cluster no longer demands: the fingerprints of the rows being replaced
+ * (old_off, old_n; still intact until the extent is released) that the
+ * accepted rollup (ig->conv) does not carry lose their stamp. */
+static void prune_absent_stamps(struct ingest *ig, uint32_t cluster_ref, uint32_t old_off,
+                                uint32_t old_n)
+{
+    const struct bf_rollup *cv = &ig->conv;
+    if (!old_n)
+        return;
+    if (cv->n > ig->fps_cap) {
+        uint32_t *f = realloc(ig->fps, (size_t)cv->n * sizeof *f);
+        if (f) {
+            ig->fps = f;
+            ig->fps_cap = cv->n;
+        }
+    }
+    if (!ig->cache)
+        ig->cache = bf_blob_cache_new();
+    if (cv->n > ig->fps_cap || !ig->cache || ensure_tmp(ig, old_n) != 0) {
+        if (!ig->prune_failed_logged)
+            BF_ERROR("provisioning-latency stamps of withdrawn demand not pruned (out of memory)",
+                     "rows=%u", old_n);
+        ig->prune_failed_logged = true;
+        return;
+    }
+    if (cv->n)
+        memcpy(ig->fps, cv->fp_refs, (size_t)cv->n * sizeof *ig->fps);
+    qsort(ig->fps, cv->n, sizeof *ig->fps, cmp_u32);
+    bf_needs_copy_rows(ig->shm, old_off, old_n, ig->tmp);
+    for (uint32_t i = 0; i < old_n; i++) {
+        const struct bf_nprofile *np = bf_nprofile_get(ig->cache, ig->shm, ig->tmp[i].profile_ref);
+        if (!np || !np->fingerprint_ref)
+            continue;
+        uint32_t fp = np->fingerprint_ref;
+        if (!cv->n || !bsearch(&fp, ig->fps, cv->n, sizeof fp, cmp_u32))
+            bf_stamp_prune(ig->shm, cluster_ref, fp);
+    }
+}
+
 /* Allocates n rows for cluster `self`, on the side of the arena away from
  * its current extent (old_off, old_n) — the two extents then sit at
  * opposite ends — or, failing both ends, by relocating live extents
@@ -203,6 +269,104 @@ static int alloc_rows(struct ingest *ig, uint32_t self, uint32_t old_off, uint32
     return rc >= 0 ? 0 : rc;
 }
 
+static struct bf_rollup_limits limits_of(struct ingest *ig, uint32_t cidx, const struct job *j)
+{
+    uint64_t used = ig->str_charged[cidx];
+    return (struct bf_rollup_limits){
+        .max_rows = ig->cluster_max_needs,
+        .max_groups = ig->cfg->cluster_max_groups,
+        .strtab_reserve = ig->shm->arena_bytes / 4,
+        .strtab_quota = ig->str_quota > used ? ig->str_quota - used : 0,
+        .max_priority = ig->cfg->max_priority,
+        .recv_ns = j->recv_ns,
+    };
+}
+
+/* Converts the rollup under the cluster's quotas; registers the resource
+ * names it adds only when everything else passed and the quota has room,
+ * then converts again with them. */
+static int convert(struct ingest *ig, uint32_t cidx, const struct job *j, const char *cid,
+                   uint32_t name_ref, char *err, size_t errlen)
+{
+    struct bf_shm *s = ig->shm;
+    struct bf_rollup *cv = &ig->conv;
+    struct bf_rollup_limits lim = limits_of(ig, cidx, j);
+    int rc = bf_rollup_convert(s, j->buf, j->len, cid, name_ref, &lim, cv, err, errlen);
+    ig->str_charged[cidx] += cv->strtab_added; /* interned even when rejected */
+    if (rc == 0 && cv->n_new_dims) {
+        uint32_t extra = 0;
+        char names[200] = "";
+        size_t at = 0;
+        for (uint32_t i = 0; i < cv->n_new_dims; i++) {
+            if (!bf_dim_is_reserved(cv->new_dims[i]))
+                extra++;
+            int w = snprintf(names + at, sizeof names - at, "%s%s", i ? "," : "", cv->new_dims[i]);
+            if (w > 0 && (size_t)w < sizeof names - at)
+                at += (size_t)w;
+        }
+        struct bf_dims d;
+        bf_shm_dims(s, &d);
+        if (ig->dims_added[cidx] + extra > ig->cfg->cluster_max_new_dims) {
+            snprintf(err, errlen,
+                     "the rollup names %u resource(s) the shard does not know (%s); the cluster "
+                     "has added %u and may add at most %u (--cluster-max-new-dims)",
+                     cv->n_new_dims, names, ig->dims_added[cidx], ig->cfg->cluster_max_new_dims);
+            cv->over_quota = "dims";
+            rc = -EDQUOT;
+            goto count;
+        }
+        if (d.n + cv->n_new_dims > BF_MAX_DIMS) {
+            snprintf(err, errlen,
+                     "the shard-wide resource table is full (%u of %d names); cannot add %s", d.n,
+                     BF_MAX_DIMS, names);
+            rc = -ENOSPC;
+            goto count;
+        }
+        for (uint32_t i = 0; i < cv->n_new_dims; i++) {
+            int di = bf_dim_intern(s, cv->new_dims[i]);
+            if (di < 0) {
+                snprintf(err, errlen, "cannot register resource %s: %s", cv->new_dims[i],
+                         strerror(-di));
+                return di;
+            }
+            atomic_fetch_add_explicit(&ig->cnt.dims_registered, 1, memory_order_relaxed);
+            BF_INFO("resource name registered for a cluster's rollup",
+                    "cluster=%s resource=%s "
+                    "index=%d",
+                    cid, cv->new_dims[i], di);
+        }
+        ig->dims_added[cidx] = (uint8_t)(ig->dims_added[cidx] + extra);
+        lim = limits_of(ig, cidx, j);
+        rc = bf_rollup_convert(s, j->buf, j->len, cid, name_ref, &lim, cv, err, errlen);
+        ig->str_charged[cidx] += cv->strtab_added;
+        if (rc == 0 && cv->n_new_dims) {
+            snprintf(err, errlen, "resource names still unknown after registering them");
+            return -EINVAL;
+        }
+    }
+count:
+    if (cv->timestamp_clamped) {
+        atomic_fetch_add_explicit(&ig->cnt.timestamps_clamped, 1, memory_order_relaxed);
+        BF_DEBUG("rollup timestamp outside [receive - 60 s, receive]: receive time used",
+                 "cluster=%s timestamp_ns=%lld recv_ns=%lld", cid, (long long)cv->timestamp_ns,
+                 (long long)j->recv_ns);
+    }
+    if (cv->priorities_clamped)
+        atomic_fetch_add_explicit(&ig->cnt.priorities_clamped, cv->priorities_clamped,
+                                  memory_order_relaxed);
+    if (cv->unknown_fields)
+        atomic_fetch_add_explicit(&ig->cnt.unknown_fields, cv->unknown_fields,
+                                  memory_order_relaxed);
+    if (rc && cv->over_quota) {
+        int q = strcmp(cv->over_quota, "needs") == 0     ? 0
+                : strcmp(cv->over_quota, "groups") == 0  ? 1
+                : strcmp(cv->over_quota, "strings") == 0 ? 2
+                                                         : 3;
+        atomic_fetch_add_explicit(&ig->cnt.over_quota[q], 1, memory_order_relaxed);
+    }
+    return rc;
+}
+
 static void process(struct ingest *ig, uint32_t cidx, struct job *j)
 {
     struct bf_shm *s = ig->shm;
@@ -213,17 +377,17 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
     pthread_mutex_unlock(&ct->mu);
     const char *cid = cluster_name(ig, rec.name_ref);
     char err[512] = "";
-    uint64_t reserve = s->arena_bytes / 4;
-    int rc = bf_rollup_convert(s, j->buf, j->len, cid, rec.name_ref, s->max_needs, reserve,
-                               &ig->conv, err, sizeof err);
+    struct bf_rollup *cv = &ig->conv;
+    int rc = convert(ig, cidx, j, cid, rec.name_ref, err, sizeof err);
     if (rc) {
         reject(ig, cidx, j, rc, err);
         goto out;
     }
-    struct bf_rollup *cv = &ig->conv;
     uint32_t baseline = rec.accepted_rows;
     uint8_t held = rec.quarantine_held;
-    int v = bf_rail2_admit(ig->cfg->empty_rollup_guard, &baseline, &held, cv->n);
+    /* rail 2 counts the Needs the operator sent, before duplicates merge
+     * (Go's ApplyRollup admits len(ns); docs/fidelity.md item 6) */
+    int v = bf_rail2_admit(ig->cfg->empty_rollup_guard, &baseline, &held, cv->needs_in);
     if (v == BF_RAIL2_HOLD) {
         pthread_mutex_lock(&ct->mu);
         struct bf_cluster_rec *r = &ct->rec[cidx];
@@ -236,7 +400,7 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
         pthread_mutex_unlock(&ct->mu);
         atomic_fetch_add(&stats(ig)->rollups_quarantined, 1);
         BF_WARN("rollup quarantined (rail 2): it would drop most of the cluster's demand",
-                "cluster=%s rows=%u accepted_rows=%u held=%u confirm_at=%d", cid, cv->n,
+                "cluster=%s rows=%u accepted_rows=%u held=%u confirm_at=%d", cid, cv->needs_in,
                 rec.accepted_rows, held, BF_RAIL2_CONFIRMATIONS);
         rc = 1;
         goto out;
@@ -275,6 +439,7 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
     r->rollups_accepted++;
     ct_publish_locked(ct, cidx);
     pthread_mutex_unlock(&ct->mu);
+    prune_absent_stamps(ig, rec.name_ref, old_off, old_n);
     if (bf_arena_release(&ig->arena, old_off, old_n) != 0)
         BF_ERROR("need-row arena: releasing a published extent failed (allocator state "
                  "inconsistent)",
@@ -295,7 +460,7 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
     atomic_fetch_add(&stats(ig)->rollups_accepted, 1);
     if (v == BF_RAIL2_ACCEPT_CONFIRMED)
         BF_WARN("quarantined rollup accepted: confirmed by consecutive rollups (rail 2)",
-                "cluster=%s rows=%u previous_rows=%u", cid, cv->n, rec.accepted_rows);
+                "cluster=%s rows=%u previous_rows=%u", cid, cv->needs_in, rec.accepted_rows);
     if (cv->merged)
         BF_DEBUG("rollup had duplicate needs; merged", "cluster=%s merged=%u", cid, cv->merged);
     rc = 0;
@@ -391,11 +556,17 @@ int ingest_start(struct ingest **out, struct bf_shm *shm, const struct bf_config
     ig->last_log = calloc(shm->max_clusters, sizeof *ig->last_log);
     ig->suppressed = calloc(shm->max_clusters, sizeof *ig->suppressed);
     ig->tokens = calloc(shm->max_clusters, sizeof *ig->tokens);
+    ig->str_charged = calloc(shm->max_clusters, sizeof *ig->str_charged);
+    ig->dims_added = calloc(shm->max_clusters, sizeof *ig->dims_added);
+    ig->cluster_max_needs = bf_config_cluster_max_needs(cfg);
+    ig->str_quota = cfg->cluster_max_string_kib ? (uint64_t)cfg->cluster_max_string_kib << 10
+                                                : shm->arena_bytes / 16;
     bf_rollup_init(&ig->conv);
     pthread_mutex_init(&ig->mu, NULL);
     pthread_cond_init(&ig->cv, NULL);
     int rc = -ENOMEM;
-    if (!ig->slot || !ig->fifo || !ig->last_log || !ig->suppressed || !ig->tokens)
+    if (!ig->slot || !ig->fifo || !ig->last_log || !ig->suppressed || !ig->tokens ||
+        !ig->str_charged || !ig->dims_added)
         goto fail;
     if ((rc = rebuild_arena(ig)) != 0)
         goto fail;
@@ -435,6 +606,16 @@ int ingest_submit(struct ingest *ig, uint32_t cidx, uint64_t serial, uint8_t *bu
     return 0;
 }
 
+void ingest_read_counters(struct ingest *ig, struct ingest_counters *out)
+{
+    out->timestamps_clamped = atomic_load(&ig->cnt.timestamps_clamped);
+    out->priorities_clamped = atomic_load(&ig->cnt.priorities_clamped);
+    out->unknown_fields = atomic_load(&ig->cnt.unknown_fields);
+    out->dims_registered = atomic_load(&ig->cnt.dims_registered);
+    for (int i = 0; i < 4; i++)
+        out->over_quota[i] = atomic_load(&ig->cnt.over_quota[i]);
+}
+
 int ingest_take_done(struct ingest *ig, struct ingest_done *out, int max)
 {
     pthread_mutex_lock(&ig->mu);
@@ -464,8 +645,13 @@ void ingest_stop(struct ingest *ig)
     free(ig->last_log);
     free(ig->suppressed);
     free(ig->tokens);
+    free(ig->str_charged);
+    free(ig->dims_added);
     free(ig->done);
     free(ig->tmp);
+    free(ig->fps);
+    if (ig->cache)
+        bf_blob_cache_free(ig->cache);
     bf_rollup_free(&ig->conv);
     bf_arena_destroy(&ig->arena);
     pthread_mutex_destroy(&ig->mu);

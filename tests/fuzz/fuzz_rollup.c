@@ -8,11 +8,17 @@
  *             cluster_id as protobuf-c reads it, so real seeds convert)
  *   bits 3-4  string-arena reserve {0, 1 MiB, all but 256 of the free
  *             bytes, the whole arena}
+ *   bit 5     priorities clamped at 10^9 (else not)
+ *   bit 6     a receive time (2001-09-09): timestamps outside the minute
+ *             before it arrive at it
+ * New resource names are handled as the ingest thread does: the converter
+ * lists them, the harness registers them and converts again.
  *
  * Properties:
  *   - the result is 0 or a documented error, with a message when not 0;
- *   - a rejected rollup leaves no state behind: no rows in r, no resource
- *     dimension registered, the Need tables untouched;
+ *   - a rejected rollup leaves no state behind: no rows in r, the Need
+ *     tables untouched; the converter never registers a resource name,
+ *     accepted or not (it lists new ones);
  *   - no rollup, accepted or not, takes the string arena below its reserve;
  *   - accepted: protobuf-c unpacks the same bytes (and cuts no requirement
  *     or spread string at a NUL: such a rollup is refused); needs_in is its n_needs
@@ -21,8 +27,9 @@
  *     looked up, its maps parsed by bf_quantity_parse, last key wins; equal
  *     (profile, group) merged in order of first appearance: aggregates
  *     summed, min_unit the per-dimension maximum) gives exactly the rows;
- *     every quantity is non-negative and every resource name registered;
- *     rows carry the cluster ref and the timestamp; fp_refs name the
+ *     every quantity is non-negative; priorities above the cap are clamped
+ *     (and counted); rows carry the cluster ref and the arrival (the
+ *     timestamp unless the receive time clamps it); fp_refs name the
  *     profile's own fingerprint;
  *   - converting the same bytes again (profile cache warm) gives the same
  *     result, byte for byte, or the same error and message.
@@ -76,20 +83,28 @@ static void oracle_vec(size_t n, char *const *keys, char *const *vals, int64_t v
 }
 
 static void check_accepted(const struct bf_rollup *r,
-                           const Bigfleet__V1alpha1__ClusterCapacityNeeds *m, uint32_t cref)
+                           const Bigfleet__V1alpha1__ClusterCapacityNeeds *m, uint32_t cref,
+                           int32_t max_priority)
 {
     FUZZ_CHECK(r->needs_in == m->n_needs);
     FUZZ_CHECK(r->n + r->merged == r->needs_in);
     FUZZ_CHECK(r->timestamp_ns == m->timestamp_unix_nanos);
+    uint32_t clamped = 0;
     struct orow *o = calloc(m->n_needs + 1, sizeof *o);
     FUZZ_CHECK(o);
     uint32_t no = 0;
     char **keys = NULL, **vals = NULL;
     for (size_t i = 0; i < m->n_needs; i++) {
-        const Bigfleet__V1alpha1__CapacityNeed *n = m->needs[i];
+        Bigfleet__V1alpha1__CapacityNeed *n = m->needs[i];
         uint32_t pref, fref, gref = 0;
         char e[256];
+        int32_t prio = n->priority;
+        if (n->priority > max_priority) { /* the clamped profile is the one interned */
+            n->priority = max_priority;
+            clamped++;
+        }
         FUZZ_CHECK(bf_nprofile_intern_need(&g_s, n, 0, &pref, &fref, e, sizeof e) == 0);
+        n->priority = prio;
         if (n->group.len)
             FUZZ_CHECK(bf_str_find(&g_s, n->group.data, (uint32_t)n->group.len, &gref) == 0);
         size_t nk =
@@ -122,13 +137,13 @@ static void check_accepted(const struct bf_rollup *r,
                 o[j].mu[d] = mu[d];
         }
     }
-    FUZZ_CHECK(no == r->n);
+    FUZZ_CHECK(no == r->n && clamped == r->priorities_clamped);
     struct bf_blob_cache *cache = bf_blob_cache_new();
     FUZZ_CHECK(cache);
     for (uint32_t j = 0; j < r->n; j++) {
         const struct bf_need_row *row = &r->rows[j];
         FUZZ_CHECK(row->profile_ref == o[j].pref && row->group_ref == o[j].gref);
-        FUZZ_CHECK(row->cluster_ref == cref && row->arrival_ns == r->timestamp_ns);
+        FUZZ_CHECK(row->cluster_ref == cref && row->arrival_ns == r->arrival_ns);
         for (int d = 0; d < BF_MAX_DIMS; d++) {
             FUZZ_CHECK(o[j].agg[d] <= INT64_MAX); /* else the merge must have refused */
             FUZZ_CHECK(row->aggregate[d] == (int64_t)o[j].agg[d]);
@@ -173,7 +188,7 @@ static bool nul_in_profile(const uint8_t *msg, size_t len)
 static bool documented(int rc)
 {
     return rc == 0 || rc == -EBADMSG || rc == -EINVAL || rc == -E2BIG || rc == -ERANGE ||
-           rc == -ENOSPC || rc == -ENOMEM;
+           rc == -ENOSPC || rc == -EDQUOT || rc == -ENOMEM;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -205,6 +220,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         reserve = g_s.arena_bytes;
         break;
     }
+    struct bf_rollup_limits lim = {.max_rows = max_rows[knob & 3],
+                                   .strtab_reserve = reserve,
+                                   .strtab_quota = UINT64_MAX,
+                                   .max_priority = (knob & 0x20) ? 1000000000 : INT32_MAX,
+                                   .recv_ns = (knob & 0x40) ? 1000000000000000000LL : 0};
     uint32_t dims0 = atomic_load(&g_s.inv->n_dims);
     char names0[BF_MAX_DIMS][BF_DIM_NAME_MAX];
     memcpy(names0, g_s.inv->dim_names, sizeof names0);
@@ -214,9 +234,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct bf_rollup r;
     bf_rollup_init(&r);
     char e1[512] = "", e2[512] = "";
-    int rc = bf_rollup_convert(&g_s, msg, len, cluster, cref, max_rows[knob & 3], reserve, &r, e1,
-                               sizeof e1);
+    int rc = bf_rollup_convert(&g_s, msg, len, cluster, cref, &lim, &r, e1, sizeof e1);
     FUZZ_CHECK(documented(rc));
+    /* the converter itself never registers a resource name, accepted or not */
+    FUZZ_CHECK(atomic_load(&g_s.inv->n_dims) == dims0 &&
+               memcmp(names0, g_s.inv->dim_names, sizeof names0) == 0);
+    /* the caller's part (src/session/ingest.c): register the names it lists,
+     * then convert again */
+    bool registered = true;
+    if (rc == 0 && r.n_new_dims) {
+        FUZZ_CHECK(r.n_new_dims <= BF_MAX_DIMS);
+        for (uint32_t i = 0; i < r.n_new_dims && registered; i++)
+            registered = bf_dim_intern(&g_s, r.new_dims[i]) >= 0;
+        if (registered) {
+            rc = bf_rollup_convert(&g_s, msg, len, cluster, cref, &lim, &r, e1, sizeof e1);
+            FUZZ_CHECK(rc != 0 || r.n_new_dims == 0);
+        }
+    }
     uint64_t used1 = atomic_load(&g_s.inv->strtab.arena_used);
     if (used1 > used0)
         FUZZ_CHECK(used1 + reserve <= g_s.arena_bytes); /* the reserve is kept */
@@ -227,14 +261,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct bf_rollup first = r;
     if (rc) {
         FUZZ_CHECK(e1[0] != 0 && r.n == 0);
-        FUZZ_CHECK(atomic_load(&g_s.inv->n_dims) == dims0 &&
-                   memcmp(names0, g_s.inv->dim_names, sizeof names0) == 0);
         if (rc == -EBADMSG && m) /* protobuf-c took it: one of our stricter encodings */
             FUZZ_CHECK(fuzz_pb_stricter_anywhere(msg, len, 6));
-    } else {
+    } else if (registered) {
         FUZZ_CHECK(m != NULL);                 /* what we accept, protobuf-c accepts */
         FUZZ_CHECK(!nul_in_profile(msg, len)); /* ... and does not cut */
-        check_accepted(&r, m, cref);
+        /* arrival: the timestamp, unless the receive time clamps it */
+        int64_t ts = m->timestamp_unix_nanos, recv = lim.recv_ns;
+        FUZZ_CHECK(r.arrival_ns == ((recv && (ts > recv || ts < recv - BF_ROLLUP_MAX_AGE_NS))
+                                        ? recv
+                                        : ts));
+        check_accepted(&r, m, cref, lim.max_priority);
         rows = malloc((r.n + 1) * sizeof *rows);
         fps = malloc((r.n + 1) * sizeof *fps);
         FUZZ_CHECK(rows && fps);
@@ -242,16 +279,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         memcpy(fps, r.fp_refs, r.n * sizeof *fps);
     }
     /* again, the profile cache warm: the same result */
-    int rc2 = bf_rollup_convert(&g_s, msg, len, cluster, cref, max_rows[knob & 3], reserve, &r, e2,
-                                sizeof e2);
-    FUZZ_CHECK(rc2 == rc);
-    if (rc) {
-        FUZZ_CHECK(strcmp(e1, e2) == 0);
+    int rc2 = bf_rollup_convert(&g_s, msg, len, cluster, cref, &lim, &r, e2, sizeof e2);
+    if (rc == 0 && !registered) {
+        FUZZ_CHECK(rc2 == 0 && r.n_new_dims == first.n_new_dims);
     } else {
-        FUZZ_CHECK(r.n == first.n && r.merged == first.merged && r.needs_in == first.needs_in &&
-                   r.timestamp_ns == first.timestamp_ns);
-        FUZZ_CHECK(memcmp(rows, r.rows, r.n * sizeof *rows) == 0);
-        FUZZ_CHECK(memcmp(fps, r.fp_refs, r.n * sizeof *fps) == 0);
+        FUZZ_CHECK(rc2 == rc);
+        if (rc) {
+            FUZZ_CHECK(strcmp(e1, e2) == 0);
+        } else {
+            FUZZ_CHECK(r.n == first.n && r.merged == first.merged &&
+                       r.needs_in == first.needs_in && r.timestamp_ns == first.timestamp_ns &&
+                       r.n_new_dims == 0);
+            FUZZ_CHECK(memcmp(rows, r.rows, r.n * sizeof *rows) == 0);
+            FUZZ_CHECK(memcmp(fps, r.fp_refs, r.n * sizeof *fps) == 0);
+        }
     }
     free(rows);
     free(fps);
