@@ -115,6 +115,11 @@ static void pass_finish(struct bf_recon *r)
         r->refresh_lost = true; /* flagged records may not have been re-read */
         r->retry_at_ns = bf_mono_ns() + BF_RECON_RETRY_NS;
     }
+    /* ADR-0055: machines released by the sweep before this pass; the kept
+     * ones re-checked and the owned set written */
+    r->res.released += r->sweep.released;
+    memset(&r->sweep, 0, sizeof r->sweep);
+    bf_recon_ownership_finish(r, &r->res, r->res.status == BF_PROV_OK && r->res.full);
     r->busy = false;
     bf_recon_done_fn done = r->done;
     r->done = NULL;
@@ -392,6 +397,11 @@ int bf_recon_step(struct bf_recon *r, bool requested, int64_t now_ns, bf_recon_d
     bool came_up = cs == BF_NET_CLIENT_READY && r->client_state_seen != BF_NET_CLIENT_READY;
     r->client_state_seen = cs;
     bool may_background = now_ns >= r->retry_at_ns || came_up;
+    /* ADR-0055: the partition's rule inputs changed: release what is no
+     * longer ours now, and walk at once (a delta would not list machines
+     * that just became ours) */
+    if (bf_recon_ownership_step(r, &r->sweep))
+        r->resync_now = true;
     int kind = 0;
     if (full_only(r)) {
         if (requested || (!r->synced && may_background))

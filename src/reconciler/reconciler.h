@@ -19,7 +19,9 @@
  *      (its executor died between Configure and the stamp) takes the
  *      assignment from the provider's shard_metadata echo, which is exactly
  *      what that Configure wrote;
- *   5. unknown -> inserted, Assigned* restored from shard_metadata (M72).
+ *   5. unknown -> adopted only when this shard owns it (ADR-0055 partition
+ *      rule, checked before the screen; counted in not_owned otherwise),
+ *      then inserted, Assigned* restored from shard_metadata (M72).
  * A record the executor wrote after the List was issued is left alone when
  * the List disagrees with it (the List may predate the write; the next pass
  * decides). A node-state event goes to the session for every change of a
@@ -106,6 +108,11 @@ struct bf_recon_opts {
     int64_t resync_interval_ns; /* from the end of one walk to the start of the next; 0 = default */
     uint32_t page_size;         /* max_results of deltas and resync pages; 0 = default */
     uint32_t startup_page_size; /* max_results of the start-up walk's pages; 0 = default */
+    /* ADR-0055 ownership partition (docs/adr0055.md): the LMDB store under
+     * data_dir decides which listed machines this shard adopts; NULL/"" =
+     * every listed machine (tests, benchmarks) and no owned set written */
+    const char *data_dir;
+    int ownership; /* --ownership: enum bf_own_policy (0 = auto) */
 };
 
 enum bf_recon_kind {
@@ -128,6 +135,8 @@ struct bf_recon_result {
     int64_t walk_ns;      /* full: first page issued to the removals done */
     int64_t list_ns;      /* List RPC (request to reply) */
     int64_t apply_ns;     /* applying the reply */
+    uint32_t not_owned;   /* listed machines not adopted: another shard's (ADR-0055) */
+    uint32_t released;    /* removed: no longer owned by this shard (ADR-0055) */
 };
 
 typedef void (*bf_recon_done_fn)(void *arg, const struct bf_recon_result *r);
@@ -166,5 +175,21 @@ void bf_recon_list_issued(struct bf_recon *r);
  */
 void bf_recon_apply(struct bf_recon *r, const struct bf_prov_list *l, bool full,
                     struct bf_recon_result *res);
+
+/*
+ * ADR-0055 (src/reconciler/ownership.c), exposed for tests (bf_recon_step,
+ * the end of a pass and the reconciler's tick call them): _step reloads the
+ * partition's rule inputs when the cycle's published generation moved (or
+ * on the first call) and sweeps the inventory (machines no longer owned are
+ * removed, or kept while bound or in flight), returning true when it did —
+ * a resync walk then starts at once (a delta would not list machines that
+ * just became ours); _finish re-checks the kept machines and writes the
+ * owned set; _idle synchronises the owned set with the inventory after the
+ * first complete walk (O(machines), off the readiness path). No-ops
+ * without a store.
+ */
+bool bf_recon_ownership_step(struct bf_recon *r, struct bf_recon_result *res);
+void bf_recon_ownership_finish(struct bf_recon *r, struct bf_recon_result *res, bool full_ok);
+bool bf_recon_ownership_idle(struct bf_recon *r);
 
 #endif

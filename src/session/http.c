@@ -223,8 +223,9 @@ static void local_metrics(struct ss *ss, struct bf_metrics_buf *b)
                       "without --tls-cert/--tls-key/--tls-ca), else 0.");
     bf_metrics_printf(b, "bigfleet_appliance_insecure_plaintext %d\n",
                       bf_config_tls(ss->cfg) ? 0 : 1);
-    bf_metrics_header(b, "bigfleet_shard_coordinator_assigned_domains", "gauge",
-                      "Topology domains assigned to this shard by the coordinator.");
+    bf_metrics_header(
+        b, "bigfleet_shard_coordinator_assigned_domains", "gauge",
+        "Topology domains assigned to this shard by the coordinator (persisted in LMDB).");
     bf_metrics_printf(b, "bigfleet_shard_coordinator_assigned_domains %u\n", coord_domains(ss));
     bf_metrics_header(b, "bigfleet_shard_session_outbox_bytes", "gauge",
                       "Bytes held in session outboxes (all sessions).");
