@@ -268,9 +268,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(!nul_in_profile(msg, len)); /* ... and does not cut */
         /* arrival: the timestamp, unless the receive time clamps it */
         int64_t ts = m->timestamp_unix_nanos, recv = lim.recv_ns;
-        FUZZ_CHECK(r.arrival_ns == ((recv && (ts > recv || ts < recv - BF_ROLLUP_MAX_AGE_NS))
-                                        ? recv
-                                        : ts));
+        FUZZ_CHECK(r.arrival_ns ==
+                   ((recv && (ts > recv || ts < recv - BF_ROLLUP_MAX_AGE_NS)) ? recv : ts));
         check_accepted(&r, m, cref, lim.max_priority);
         rows = malloc((r.n + 1) * sizeof *rows);
         fps = malloc((r.n + 1) * sizeof *fps);
@@ -287,9 +286,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (rc) {
             FUZZ_CHECK(strcmp(e1, e2) == 0);
         } else {
-            FUZZ_CHECK(r.n == first.n && r.merged == first.merged &&
-                       r.needs_in == first.needs_in && r.timestamp_ns == first.timestamp_ns &&
-                       r.n_new_dims == 0);
+            FUZZ_CHECK(r.n == first.n && r.merged == first.merged && r.needs_in == first.needs_in &&
+                       r.timestamp_ns == first.timestamp_ns && r.n_new_dims == 0);
             FUZZ_CHECK(memcmp(rows, r.rows, r.n * sizeof *rows) == 0);
             FUZZ_CHECK(memcmp(fps, r.fp_refs, r.n * sizeof *fps) == 0);
         }

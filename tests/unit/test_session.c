@@ -385,9 +385,8 @@ START_TEST(rollup_rejects_a_nul_byte_in_a_requirement_instead_of_cutting_it)
     struct bf_rollup r;
     bf_rollup_init(&r);
     char err[256] = "";
-    ck_assert_int_eq(
-        conv(&g_s, msg, (size_t)(m - msg), "c1", 1, 10, 0, &r, err, sizeof err),
-        -EINVAL);
+    ck_assert_int_eq(conv(&g_s, msg, (size_t)(m - msg), "c1", 1, 10, 0, &r, err, sizeof err),
+                     -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "need 0: NUL byte in a requirement"));
     ck_assert_uint_eq(r.n, 0);
     /* the same value without the NUL converts */
@@ -395,8 +394,7 @@ START_TEST(rollup_rejects_a_nul_byte_in_a_requirement_instead_of_cutting_it)
     q = bf_pb_put_ld(need, 1, ok, sizeof ok);
     q = bf_pb_put_ld(q, 2, ent, (size_t)(e - ent));
     m = bf_pb_put_ld(msg, 3, need, (size_t)(q - need));
-    ck_assert_int_eq(
-        conv(&g_s, msg, (size_t)(m - msg), "c1", 1, 10, 0, &r, err, sizeof err), 0);
+    ck_assert_int_eq(conv(&g_s, msg, (size_t)(m - msg), "c1", 1, 10, 0, &r, err, sizeof err), 0);
     ck_assert_uint_eq(r.n, 1);
     bf_rollup_free(&r);
 }
@@ -480,14 +478,12 @@ START_TEST(a_large_new_profile_cannot_eat_into_the_string_table_reserve)
     uint64_t used = atomic_load(&g_s.inv->strtab.arena_used);
     /* 256 bytes above the reserve: the ~8 KB of blob and fingerprint do not fit */
     uint64_t reserve = g_s.arena_bytes - used - 256;
-    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 10, reserve, &r, err, sizeof err),
-                     -ENOSPC);
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 10, reserve, &r, err, sizeof err), -ENOSPC);
     ck_assert_ptr_nonnull(strstr(err, "string table is nearly full"));
     ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.arena_used), used);
     /* with room for it, the same rollup converts and the reserve still holds */
     reserve = g_s.arena_bytes - used - 65536;
-    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 10, reserve, &r, err, sizeof err),
-                     0);
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 10, reserve, &r, err, sizeof err), 0);
     ck_assert_uint_le(atomic_load(&g_s.inv->strtab.arena_used) + reserve, g_s.arena_bytes);
     ck_assert_uint_gt(atomic_load(&g_s.inv->strtab.arena_used), used + 4000);
     bf_rollup_free(&r);
