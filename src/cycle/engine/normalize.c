@@ -291,7 +291,9 @@ int bfe_normalize(struct bf_engine *e)
     for (uint32_t i = 0; i < n; i++) {
         uint32_t ci = (uint32_t)(e->snap[i] >> 32), ni = (uint32_t)e->snap[i];
         const struct need_in *need = &e->clusters[ci].needs[ni];
-        if (need->cp->has_same && need->fold)
+        /* fold is set only on Same Needs (cluster_folds): test it first, so
+         * the other Needs' profiles stay out of the cache */
+        if (need->fold && need->cp->has_same)
             continue;
         dneed_from(&e->d[e->n_d++], ci, need);
     }
