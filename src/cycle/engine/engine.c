@@ -83,6 +83,7 @@ void bf_engine_free(struct bf_engine *e)
     bfe_u64map_free(&e->victim_map);
     for (uint32_t c = 0; c < e->n_clusters; c++) {
         free(e->clusters[c].needs);
+        free(e->clusters[c].fold);
         free(e->clusters[c].tl[0]);
         free(e->clusters[c].tl[1]);
         bfe_fold_groups_clear(&e->clusters[c]);

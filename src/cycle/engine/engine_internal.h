@@ -459,6 +459,8 @@ struct cluster {
     uint64_t generation;
     struct need_in *needs;
     uint32_t n_needs;
+    uint8_t *fold;       /* needs[i].fold, contiguous: NormalizeDemand's pass-through
+                            loop reads this instead of every Need's row */
     uint32_t conf_count; /* eligible Configured machines bound here */
     /* leaf lists of the cluster's Configured (0) and Configuring (1) machines,
      * one per instance type (type 0: no InstanceType, label only) */

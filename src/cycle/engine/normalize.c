@@ -203,6 +203,7 @@ static int cluster_folds(struct bf_engine *e, uint32_t ci, struct memotab *shard
             changed |= !need->fold_known || need->fold != fold;
             need->fold_known = true;
             need->fold = fold;
+            cl->fold[i] = fold;
             need->fold_vs = vs;
             need->fold_vc = vc;
         }
@@ -290,12 +291,11 @@ int bfe_normalize(struct bf_engine *e)
     /* pass-through Needs in snapshot order */
     for (uint32_t i = 0; i < n; i++) {
         uint32_t ci = (uint32_t)(e->snap[i] >> 32), ni = (uint32_t)e->snap[i];
-        const struct need_in *need = &e->clusters[ci].needs[ni];
-        /* fold is set only on Same Needs (cluster_folds): test it first, so
-         * the other Needs' profiles stay out of the cache */
-        if (need->fold && need->cp->has_same)
+        /* fold is set only on Same Needs (cluster_folds); the flags are
+         * contiguous per cluster, so a folded Need's row is not read */
+        if (e->clusters[ci].fold[ni])
             continue;
-        dneed_from(&e->d[e->n_d++], ci, need);
+        dneed_from(&e->d[e->n_d++], ci, &e->clusters[ci].needs[ni]);
     }
     if (!nf)
         return 0;
