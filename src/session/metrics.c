@@ -16,7 +16,7 @@
  *     supervisor's repairs, reconcile passes, the published result.
  *
  * Reads only: counters with relaxed atomic loads (each has one writer,
- * named in shm_layout.h), the published result with bf_ledger_read_result
+ * named in shm_layout.h), the published result with bf_result_read
  * (publish_seq rule, bounded retries; a scrape that loses every race omits
  * the result-derived series and counts it), cluster rows with
  * bf_cluster_read (a row mid-write for the whole retry budget is skipped
@@ -497,7 +497,7 @@ static void render_result(const struct bf_shm *s, struct bf_metrics_buf *b)
         b->oom = true;
         return;
     }
-    int rc = bf_ledger_read_result(s, r, NULL);
+    int rc = bf_result_read(s, r, NULL);
     if (rc)
         g_result_read_failures++;
     counter(b, "bigfleet_appliance_metrics_result_read_failures_total",

@@ -1042,6 +1042,76 @@ START_TEST(live_configuration_reaches_readers_whole_once_per_publish)
 }
 END_TEST
 
+/* The cycle-result publish protocol (src/shm/result.c): a random
+ * interleaving of one writer's steps (begin, store into the buffer it
+ * fills, end) and one reader's (begin, copy, validate) against a model of
+ * which buffer each writer store hit. Whenever bf_result_read_valid accepts
+ * a copy, no writer store touched the buffer being copied between the
+ * reader's begin and its validation; a copy with no publish step in between
+ * is always accepted. */
+START_TEST(result_read_accepts_a_copy_only_if_its_buffer_was_not_rewritten)
+{
+    uint32_t seed = 12345;
+    uint64_t accepted = 0, refused = 0;
+    for (int round = 0; round < 20000; round++) {
+        int wstate = 0; /* 0 idle, 1 begun (filling wbuf) */
+        uint32_t wbuf = 0;
+        uint64_t wseq = 0;
+        struct bf_result_read r;
+        bool reading = false, torn = false, quiet = true;
+        for (int step = 0; step < 12; step++) {
+            seed = seed * 1103515245u + 12345u;
+            int what = (int)((seed >> 16) % 3);
+            if (what == 0) { /* writer: next step */
+                if (wstate == 0) {
+                    wbuf = bf_result_publish_begin(&g_s, &wseq);
+                    wstate = 1;
+                } else if ((seed >> 20) & 1) {
+                    if (reading && wbuf == r.buffer)
+                        torn = true; /* a store into the buffer being copied */
+                    atomic_store(&g_s.st->result[wbuf].cycle, (uint64_t)step);
+                } else {
+                    bf_result_publish_end(&g_s, wbuf, wseq);
+                    wstate = 0;
+                }
+                if (reading)
+                    quiet = false;
+            } else if (!reading) {
+                bf_result_read_begin(&g_s, &r);
+                reading = true;
+                torn = false;
+                quiet = true;
+                ck_assert_uint_eq(r.buffer, atomic_load(&g_s.st->published) & 1u);
+            } else {
+                bool ok = bf_result_read_valid(&g_s, &r);
+                if (ok)
+                    ck_assert_msg(!torn, "round %d: a copy of a rewritten buffer was accepted",
+                                  round);
+                if (quiet)
+                    ck_assert_msg(ok, "round %d: a copy with no publish step was refused", round);
+                ok ? accepted++ : refused++;
+                reading = false;
+            }
+        }
+        if (wstate == 1)
+            bf_result_publish_end(&g_s, wbuf, wseq);
+    }
+    ck_assert_uint_gt(accepted, 1000);
+    ck_assert_uint_gt(refused, 100);
+    /* bf_result_read copies the published buffer whole */
+    struct bf_cycle_result *out = malloc(sizeof *out);
+    uint64_t seq;
+    uint32_t b = bf_result_publish_begin(&g_s, &seq);
+    atomic_store(&g_s.st->result[b].cycle, 4242);
+    bf_result_publish_end(&g_s, b, seq);
+    uint32_t retries = 99;
+    ck_assert_int_eq(bf_result_read(&g_s, out, &retries), 0);
+    ck_assert_uint_eq(out->cycle, 4242);
+    ck_assert_uint_eq(retries, 0);
+    free(out);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("shm");
@@ -1083,6 +1153,7 @@ int main(void)
     tcase_add_test(tc, attach_refuses_ring_geometry_off_the_layout);
     tcase_add_test(tc, attach_refuses_an_inventory_file_shorter_than_its_committed_arena);
     tcase_add_test(tc, live_configuration_reaches_readers_whole_once_per_publish);
+    tcase_add_test(tc, result_read_accepts_a_copy_only_if_its_buffer_was_not_rewritten);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

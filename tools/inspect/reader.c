@@ -15,9 +15,9 @@
  * address lies inside one of our mappings into a clear error (siglongjmp
  * back to the frame, exit 1); a fault anywhere else keeps the default action.
  *
- * Cycle results are double-buffered with a publish sequence: copy the
- * published buffer, accept the copy when publish_seq moved by less than 2
- * (the cycle's documented reader rule), retry a few times; the cycle never
+ * Cycle results are double-buffered with a publish sequence (the protocol of
+ * bigfleet/shm.h, src/shm/result.c): copy the published buffer, accept the
+ * copy when bf_result_read_valid says so, retry a few times; the cycle never
  * waits for us.
  */
 #include <dirent.h>
@@ -286,16 +286,12 @@ int insp_cycle_read(const struct bf_shm *s, struct insp_cycle *c, bool want_verd
         if (!c->v)
             return -ENOMEM;
     }
-    /*
-     * The cycle (src/cycle/emit.c) makes publish_seq odd, fills the
-     * UNpublished buffer, flips `published`, makes publish_seq even. The
-     * published buffer is therefore stable while the seq is odd; it is next
-     * overwritten by the publish after the next one, which begins with a
-     * second odd store. A copy is good when publish_seq moved by less than 2.
-     */
+    /* the publish protocol of bigfleet/shm.h ("Cycle results"), with more
+     * tries than bf_result_read: inspect also copies the verdict rows */
     for (unsigned t = 0; t < 64; t++) {
-        uint64_t q0 = atomic_load_explicit(&st->publish_seq, memory_order_acquire);
-        uint32_t p = atomic_load_explicit(&st->published, memory_order_acquire) & 1u;
+        struct bf_result_read rd;
+        bf_result_read_begin(s, &rd);
+        uint32_t p = rd.buffer;
         bf_shm_load_words(&c->r, &st->result[p], sizeof c->r);
         uint32_t nv = c->r.n_verdicts;
         if (nv > s->max_needs)
@@ -303,12 +299,10 @@ int insp_cycle_read(const struct bf_shm *s, struct insp_cycle *c, bool want_verd
         if (want_verdicts && nv)
             bf_shm_load_words(c->v, &s->verdicts[(size_t)p * s->max_needs],
                               (size_t)nv * sizeof *c->v);
-        atomic_thread_fence(memory_order_acquire);
-        uint64_t q1 = atomic_load_explicit(&st->publish_seq, memory_order_relaxed);
-        if (q1 - q0 < 2) {
+        if (bf_result_read_valid(s, &rd)) {
             c->consistent = true;
             c->buffer = p;
-            c->publish_seq = q0;
+            c->publish_seq = rd.seq;
             c->nv = want_verdicts ? nv : 0;
             break;
         }
