@@ -2,11 +2,10 @@
  * reader.c — the read-only side of bigfleet-inspect.
  *
  * Never a store into a mapping: the segments are mapped PROT_READ and every
- * read here is a load. In particular the records are read with our own
- * bounded seqlock loop (the recipe of src/shm/shm_internal.h: acquire load
- * of seq, relaxed payload loads, acquire fence, re-load) because
- * bf_inv_read() adds its retries to counters inside the inventory segment.
- * A record that stays odd for INSP_SEQ_TRIES attempts is reported busy.
+ * read here is a load. Machine records are read with bf_inv_read_seq (the
+ * one seqlock reader, src/shm; on a read-only attachment it counts no
+ * retries into the segment); a record that stays write-locked for its
+ * BF_SEQLOCK_READ_TRIES attempts is reported busy.
  *
  * Torn-down segments: unlinking a segment leaves our mapping intact (tmpfs
  * keeps the object while mapped), so removal and re-creation are detected
@@ -134,39 +133,6 @@ static inline void relax(unsigned t)
     }
 }
 
-static inline int rec_read(const struct bf_shm_machine *m, uint64_t *w, uint32_t *seq)
-{
-    for (unsigned t = 0; t < INSP_SEQ_TRIES; t++) {
-        uint32_t s0 = atomic_load_explicit(&m->seq, memory_order_acquire);
-        if (s0 & 1u) {
-            relax(t);
-            continue;
-        }
-        for (int i = 0; i < BF_REC_WORDS; i++)
-            w[i] = atomic_load_explicit(&m->w[i], memory_order_relaxed);
-        atomic_thread_fence(memory_order_acquire);
-        if (atomic_load_explicit(&m->seq, memory_order_relaxed) == s0) {
-            if (seq)
-                *seq = s0;
-            return 0;
-        }
-        relax(t);
-    }
-    return -EAGAIN;
-}
-
-int insp_rec_read(const struct bf_shm *s, uint32_t slot, struct bf_machine_rec *out, uint32_t *seq)
-{
-    if (slot >= s->max_machines)
-        return -ERANGE;
-    uint64_t w[BF_REC_WORDS];
-    int rc = rec_read(&s->records[slot], w, seq);
-    if (rc)
-        return rc;
-    memcpy(out, w, sizeof *out);
-    return 0;
-}
-
 const char *insp_str(const struct bf_shm *s, uint32_t ref, uint32_t *len)
 {
     uint32_t l = 0;
@@ -191,13 +157,11 @@ void insp_scan(const struct bf_shm *s, struct insp_scan *o)
         hwm = s->max_machines;
     o->hwm = hwm;
     for (uint32_t i = 0; i < hwm; i++) {
-        uint64_t w[BF_REC_WORDS];
-        if (rec_read(&s->records[i], w, NULL) != 0) {
+        struct bf_machine_rec r;
+        if (bf_inv_read(s, i, &r) != 0) {
             o->busy++;
             continue;
         }
-        struct bf_machine_rec r;
-        memcpy(&r, w, sizeof r);
         if (!(r.flags & BF_REC_VALID))
             continue;
         o->total++;

@@ -984,7 +984,7 @@ static int render_machines(struct insp_ctx *c, struct insp_buf *b)
     }
     for (uint32_t i = 0; i < hwm && !nomatch; i++) {
         struct bf_machine_rec r;
-        if (insp_rec_read(s, i, &r, NULL) != 0) {
+        if (bf_inv_read_seq(s, i, &r, NULL) != 0) {
             busy++;
             continue;
         }
@@ -1062,7 +1062,7 @@ static int render_machine(struct insp_ctx *c, struct insp_buf *b, char *err, siz
             return 1;
         }
         slot = o->slot;
-        if (insp_rec_read(s, (uint32_t)slot, &r, &seq) != 0) {
+        if (bf_inv_read_seq(s, (uint32_t)slot, &r, &seq) != 0) {
             snprintf(err, errlen, "machine record in slot %lld is busy (a writer holds it)",
                      (long long)slot);
             return 1;
@@ -1084,7 +1084,7 @@ static int render_machine(struct insp_ctx *c, struct insp_buf *b, char *err, siz
         for (uint32_t i = 0; i < hwm; i++) {
             struct bf_machine_rec t;
             uint32_t sq;
-            if (insp_rec_read(s, i, &t, &sq) != 0) {
+            if (bf_inv_read_seq(s, i, &t, &sq) != 0) {
                 uint64_t w0 = atomic_load_explicit(&s->records[i].w[0], memory_order_relaxed);
                 if ((uint32_t)w0 == ref)
                     busy = true;
