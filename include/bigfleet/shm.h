@@ -447,6 +447,15 @@ bool bf_result_read_valid(const struct bf_shm *s, const struct bf_result_read *r
  */
 int bf_result_read(const struct bf_shm *s, struct bf_cycle_result *out, uint32_t *retries);
 
+/* ---------------------------------------------------------------- labels
+ * The names metrics, bigfleet-inspect and the audit log print for the
+ * enums of shm_layout.h (reference/shard.md §3.7 for the outcomes), defined
+ * next to nothing else (src/shm/labels.c). Out-of-range values give
+ * "other" (outcomes) or "unknown". Static strings; any process. */
+const char *bf_outcome_label(int outcome); /* enum bf_outcome */
+const char *bf_ring_label(int ring);       /* enum bf_ring_id */
+const char *bf_phase_label(int phase);     /* enum bf_phase */
+
 /* --------------------------------------------------------------- helpers */
 
 /* Relaxed atomic word copy from shared memory (n multiple of 8, 8-aligned). */

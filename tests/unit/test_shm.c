@@ -1112,6 +1112,33 @@ START_TEST(result_read_accepts_a_copy_only_if_its_buffer_was_not_rewritten)
 }
 END_TEST
 
+/* Labels are defined next to their enums by value (src/shm/labels.c):
+ * every value has its own name, the reference names hold, and out-of-range
+ * values fall back instead of reading past the table. */
+START_TEST(every_enum_value_has_its_own_label)
+{
+    const char *(*fn[3])(int) = {bf_outcome_label, bf_ring_label, bf_phase_label};
+    const int n[3] = {BF_OUT_COUNT, BF_RING_COUNT, BF_PHASE_COUNT};
+    for (int f = 0; f < 3; f++)
+        for (int i = 0; i < n[f]; i++) {
+            ck_assert_ptr_nonnull(fn[f](i));
+            for (int j = 0; j < i; j++)
+                ck_assert_str_ne(fn[f](i), fn[f](j));
+        }
+    ck_assert_str_eq(bf_outcome_label(BF_OUT_SUCCESS), "success");
+    ck_assert_str_eq(bf_outcome_label(BF_OUT_RACED_TO_IDLE), "transition_raced_to_idle");
+    ck_assert_str_eq(bf_outcome_label(BF_OUT_MISSING_PROFILE), "missing_profile");
+    ck_assert_str_eq(bf_outcome_label(BF_OUT_COUNT), "other");
+    ck_assert_str_eq(bf_outcome_label(-1), "other");
+    ck_assert_str_eq(bf_ring_label(BF_RING_BOOT_RESP), "boot_resp");
+    ck_assert_str_eq(bf_ring_label(BF_RING_OWN_AUDIT), "own_audit");
+    ck_assert_str_eq(bf_ring_label(BF_RING_COUNT), "unknown");
+    ck_assert_str_eq(bf_phase_label(BF_PHASE_SNAPREAD), "snapread");
+    ck_assert_str_eq(bf_phase_label(BF_PHASE_EXECUTE), "execute");
+    ck_assert_str_eq(bf_phase_label(BF_PHASE_COUNT), "unknown");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("shm");
@@ -1154,6 +1181,7 @@ int main(void)
     tcase_add_test(tc, attach_refuses_an_inventory_file_shorter_than_its_committed_arena);
     tcase_add_test(tc, live_configuration_reaches_readers_whole_once_per_publish);
     tcase_add_test(tc, result_read_accepts_a_copy_only_if_its_buffer_was_not_rewritten);
+    tcase_add_test(tc, every_enum_value_has_its_own_label);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
