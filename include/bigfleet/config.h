@@ -39,11 +39,13 @@ struct bf_config {
     char id[64];
     char listen[BF_ADDR_MAX];        /* gRPC: Shard/Session + ShardRead */
     char metrics_addr[BF_ADDR_MAX];  /* HTTP /metrics /healthz /readyz; "0" = off */
-    char data_dir[BF_PATH_MAX];      /* LMDB state (epoch, coordinator term) */
+    char data_dir[BF_PATH_MAX];      /* LMDB state (epoch, term, ownership partition) */
     char provider_addr[BF_ADDR_MAX]; /* "" = start the embedded simulated provider */
     char coordinator_addr[BF_ADDR_MAX];
     char advertise_addr[BF_ADDR_MAX];
     int64_t coordinator_heartbeat_ns;
+    int64_t transfer_reservation_ttl_ns; /* ADR-0055 reservation for transfer */
+    char ownership[16];                  /* ADR-0055: auto | all | partitioned */
     char tls_cert[BF_PATH_MAX];
     char tls_key[BF_PATH_MAX];
     char tls_ca[BF_PATH_MAX];

@@ -18,6 +18,11 @@
  *   5. execute (enqueue): the in-flight dedup and the live-record re-check
  *      (actionStillApplicable) before each action goes on the actions ring;
  *      a full ring drops the action (re-derived next cycle, counted);
+ *   2b. ownership (ADR-0055, docs/adr0055.md): expired transfer
+ *      reservations are dropped and the coordinator instructions waiting on
+ *      ring COORD_IN are applied (against the fresh mirror) and answered
+ *      on ring COORD_OUT; machines reserved for a transfer, or unbound and
+ *      no longer owned, are handed to the engine as held;
  *   6. emit: AvailableCapacity hints to the session; the verdict ledger,
  *      shortfall ledger and inventory counts published double-buffered in
  *      the state segment; stats and histograms.
@@ -47,6 +52,14 @@ struct bf_cycle_opts {
     int64_t ac_min_interval_ns;   /* AvailableCapacity rate limit */
     uint32_t metrics_warmup_cycles;
     uint32_t engine_flags; /* BF_ENGINE_F_* */
+    /* ADR-0055 (docs/adr0055.md): the ownership store under data_dir (LMDB).
+     * NULL or "": no store (benchmarks, tests): the shard owns every machine
+     * and coordinator instructions are answered FAILED. */
+    const char *data_dir;
+    const char *shard_id;       /* --id: a TransferOwnership's role */
+    int ownership;              /* --ownership: enum bf_own_policy (0 = auto) */
+    int64_t reservation_ttl_ns; /* --transfer-reservation-ttl */
+    uint32_t own_done_max;      /* dedup set bound; 0 = BF_OWN_DONE_MAX (tests set it low) */
 };
 
 /* Options from the appliance configuration. */
@@ -84,6 +97,9 @@ void bf_cycle_free(struct bf_cycle *c);
  * configuration): kill switch, dry-run, rail 1 fraction, actions cap. */
 void bf_cycle_set_rails(struct bf_cycle *c, bool actuation_paused, bool dry_run,
                         double reclaim_cap_fraction, uint32_t max_actions);
+/* True when the cycle has ownership work waiting (instructions on ring
+ * COORD_IN, an expired reservation): run a cycle now. */
+bool bf_cycle_ownership_due(const struct bf_cycle *c, int64_t now_ns);
 /* Runs one cycle now. 0, or -ENOMEM (the engine could not run; nothing emitted). */
 int bf_cycle_run_once(struct bf_cycle *c, int64_t now_ns, struct bf_cycle_report *rep);
 /* True when demand changed since the last cycle (needs change counter moved). */

@@ -149,6 +149,11 @@ struct bf_engine_machine {
     const void *assigned_group; /* bytes (may contain NUL) */
     size_t assigned_group_len;
     int64_t idle_since_s; /* time the machine entered Idle; 0 = unknown */
+    /* Held out of every decision (ADR-0055, docs/adr0055.md): reserved for a
+     * cross-shard transfer, or no longer owned by this shard and waiting to
+     * leave the inventory. Stored like an ineligible record: counted, never
+     * credited, claimed, preempted or released. */
+    bool held;
 };
 
 /*

@@ -327,7 +327,9 @@ enum bf_action_reason {
     BF_REASON_PHASE1_SPECULATIVE = 2, /* "phase1.speculative" */
     BF_REASON_PHASE2_INVERSION = 3,   /* "phase2.inversion" */
     BF_REASON_PHASE3_EXCESS = 4,      /* "phase3.excess" */
-    BF_REASON_PHASE3_RELEASE = 5      /* "phase3.release" */
+    BF_REASON_PHASE3_RELEASE = 5,     /* "phase3.release" */
+    /* a Preempt the coordinator asked for (ADR-0055 CrossShardDrain) */
+    BF_REASON_CROSS_SHARD_DRAIN = 6 /* "cross_shard.drain" */
 };
 
 /* ADR-0061 reason taxonomy; values equal shardread.proto UnmetReason. */

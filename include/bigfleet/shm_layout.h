@@ -44,7 +44,7 @@
 #include "bigfleet/model.h"
 
 #define BF_SHM_MAGIC          0x3148534c46474942ULL /* "BIGFLSH1" little-endian */
-#define BF_SHM_LAYOUT_VERSION 2u
+#define BF_SHM_LAYOUT_VERSION 3u
 #define BF_CACHELINE          64
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "need lock-free 64-bit atomics in shared memory");
@@ -351,7 +351,12 @@ enum bf_ring_id {
     BF_RING_NODE_RECON = 4, /* reconciler -> session: struct bf_node_event_msg */
     BF_RING_RECLAIM = 5,    /* executor -> session: struct bf_reclaim_msg */
     BF_RING_AC_HINTS = 6,   /* cycle -> session: struct bf_ac_hint_msg */
-    BF_RING_COUNT = 7
+    /* ADR-0055 (docs/adr0055.md): coordinator instructions are applied by
+     * the cycle, which owns the ownership partition's rule inputs */
+    BF_RING_COORD_IN = 7,  /* session -> cycle: bytes, bf_coord_in_hdr + instruction */
+    BF_RING_COORD_OUT = 8, /* cycle -> session: bytes, one packed InstructAck */
+    BF_RING_OWN_AUDIT = 9, /* cycle -> executor: bytes, bf_own_audit_hdr + strings */
+    BF_RING_COUNT = 10
 };
 
 #define BF_RING_FIXED 1
@@ -486,6 +491,47 @@ struct bf_ac_hint_msg {
 };
 _Static_assert(sizeof(struct bf_ac_hint_msg) == 64, "AC hint changed");
 
+/* session -> cycle (ring COORD_IN): one coordinator instruction, as the
+ * packed bigfleet.v1alpha1.CoordinatorInstruction that follows the header,
+ * with the session's term high-water mark when it arrived. */
+struct bf_coord_in_hdr {
+    int64_t hwm;         /* coordinator-term high-water mark (LMDB, session) */
+    int64_t received_ns; /* wall clock of the ReportAck that carried it */
+};
+
+/* cycle -> executor (ring OWN_AUDIT): one ownership audit-log record
+ * (docs/audit-log.md "ownership records"): the header, then the strings
+ * named by len[] in enum bf_own_audit_str order, not NUL-terminated. */
+enum bf_own_event {
+    BF_OWN_EV_TRANSFER_OUT = 1,        /* TransferOwnership, this shard the donor */
+    BF_OWN_EV_TRANSFER_IN = 2,         /* TransferOwnership, this shard the recipient */
+    BF_OWN_EV_SPECULATIVE_OUT = 3,     /* ReassignSpeculative, donor */
+    BF_OWN_EV_SPECULATIVE_IN = 4,      /* ReassignSpeculative, recipient */
+    BF_OWN_EV_RESERVED = 5,            /* CrossShardDrain: reserved for transfer */
+    BF_OWN_EV_RESERVATION_EXPIRED = 6, /* the reservation's TTL passed */
+    BF_OWN_EV_DOMAIN_ASSIGNED = 7,
+    BF_OWN_EV_DOMAIN_UNASSIGNED = 8,
+    BF_OWN_EV_COUNT = 9
+};
+enum bf_own_audit_str {
+    BF_OWN_AS_MACHINE = 0,
+    BF_OWN_AS_INSTRUCTION = 1,
+    BF_OWN_AS_FROM = 2,
+    BF_OWN_AS_TO = 3,
+    BF_OWN_AS_DETAIL = 4, /* domain "key=value", or a note */
+    BF_OWN_AS_COUNT = 5
+};
+struct bf_own_audit_hdr {
+    int64_t at_ns;    /* when the cycle applied it */
+    int64_t until_ns; /* RESERVED: the reservation's expiry; else 0 */
+    uint64_t cycle;   /* the cycle that applied it */
+    uint32_t event;   /* enum bf_own_event */
+    int32_t preemptor_priority;
+    uint16_t len[BF_OWN_AS_COUNT];
+    uint8_t pad[6];
+};
+_Static_assert(sizeof(struct bf_own_audit_hdr) == 48, "ownership audit header changed");
+
 /* ==================================================================== state */
 
 enum bf_state_table {
@@ -586,6 +632,12 @@ struct bf_stats_reconciler { /* [W: reconciler] */
     _Atomic uint64_t machines_skipped_pending;
     _Atomic uint64_t metadata_decode_errors;
     _Atomic uint64_t last_list_machines;
+    /* ADR-0055 ownership partition (docs/adr0055.md) */
+    _Atomic uint64_t owned_machines;     /* gauge: entries of the LMDB owned set */
+    _Atomic uint64_t machines_not_owned; /* listed machines not adopted (not ours) */
+    _Atomic uint64_t machines_released;  /* removed because no longer owned */
+    _Atomic uint64_t release_blocked;    /* gauge: not owned, kept while bound/in flight */
+    _Atomic uint64_t owned_store_errors; /* LMDB writes of the owned set that failed */
     _Atomic int64_t last_reconcile_ns;
     struct bf_hist reconcile_duration; /* exp(0.001, 2, 14) */
     /* provisioning latency observed when a reconcile sees an asynchronous
@@ -624,6 +676,51 @@ struct bf_stats_session {          /* [W: session] */
     _Atomic uint64_t coordinator_errors;
     _Atomic int64_t coordinator_term;
     struct bf_hist rollup_ingest; /* exp(0.0001, 2, 20) seconds */
+};
+
+/*
+ * The ownership partition as the cycle holds it (ADR-0055, docs/adr0055.md):
+ * its rule inputs live in LMDB under --data-dir; these are counts and
+ * bounded copies for /metrics and bigfleet-inspect. [W: cycle]
+ * The tables after `seq` are written between seq odd and even (readers copy
+ * them with word loads and retry when seq moved); the counters are atomics.
+ */
+#define BF_OWN_KINDS            6 /* 0 other, 1 assign, 2 unassign, 3 reassign, 4 drain, 5 transfer */
+#define BF_OWN_OUTCOMES         5 /* InstructAck.Outcome 0..4 */
+#define BF_OWN_PUB_RESERVATIONS 256
+#define BF_OWN_PUB_DOMAINS      32
+#define BF_OWN_DOMAIN_TEXT      128
+enum bf_own_mode {
+    BF_OWN_MODE_UNKNOWN = 0,     /* not loaded yet */
+    BF_OWN_MODE_ALL = 1,         /* no coordinator, no domain: owns every listed machine */
+    BF_OWN_MODE_PARTITIONED = 2, /* domains + transfers decide */
+    BF_OWN_MODE_NO_STORE = 3     /* LMDB unavailable: owns all, instructions fail */
+};
+struct bf_own_reservation {
+    uint32_t id_ref; /* machine id (string ref; 0 when not interned) */
+    int32_t preemptor_priority;
+    int64_t since_ns; /* accepted */
+    int64_t until_ns; /* expiry (wall clock) */
+};
+struct bf_ownership_state {
+    _Atomic uint64_t generation; /* +1 per committed change of the rule inputs */
+    _Atomic uint32_t mode;       /* enum bf_own_mode */
+    _Atomic uint32_t n_domains;
+    _Atomic uint64_t n_in;  /* transfers in (machines) */
+    _Atomic uint64_t n_out; /* transfers out (machines) */
+    _Atomic uint32_t n_reserved;
+    _Atomic uint32_t n_held; /* machines held out of every decision */
+    _Atomic uint64_t instructions[BF_OWN_KINDS][BF_OWN_OUTCOMES];
+    _Atomic uint64_t transferred_out, transferred_in; /* machines, lifetime */
+    _Atomic uint64_t speculative_out, speculative_in;
+    _Atomic uint64_t drained;              /* Preempts issued for CrossShardDrain */
+    _Atomic uint64_t reservations_expired; /* TTL passed without a transfer */
+    _Atomic uint64_t store_errors;         /* LMDB failures (instruction FAILED) */
+    _Atomic uint64_t seq;                  /* odd while the tables below are written */
+    uint32_t n_pub_reservations;
+    uint32_t n_pub_domains;
+    struct bf_own_reservation reservations[BF_OWN_PUB_RESERVATIONS];
+    char domains[BF_OWN_PUB_DOMAINS][BF_OWN_DOMAIN_TEXT]; /* "key=value", cut */
 };
 
 struct bf_stats_supervisor { /* [W: supervisor] */
@@ -776,6 +873,7 @@ struct bf_state_main {
     struct bf_stats_session session;
     struct bf_stats_supervisor supervisor;
     struct bf_host_state host;
+    struct bf_ownership_state own; /* [W: cycle] */
 };
 
 /* One row of the verdict ledger (NeedView, ADR-0061 + amendment). */

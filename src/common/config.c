@@ -30,6 +30,7 @@
 
 #include "bigfleet/config.h"
 #include "bigfleet/log.h"
+#include "bigfleet/ownership.h"
 #include "bigfleet/util.h"
 
 extern char **environ;
@@ -59,7 +60,8 @@ static const struct opt opts[] = {
     {"metrics-addr", T_STR, F(metrics_addr), ":8780", 0, 0,
      "HTTP address for /metrics, /healthz, /readyz; \"0\" disables the HTTP server"},
     {"data-dir", T_STR, F(data_dir), "./data", 0, 0,
-     "state directory (LMDB: shard epoch, coordinator term); alias --state-dir"},
+     "state directory (LMDB: shard epoch, coordinator term, ownership partition); alias "
+     "--state-dir"},
     {"state-dir", T_STR, F(data_dir), NULL, 0, 0, "alias of --data-dir"},
     {"provider-addr", T_STR, F(provider_addr), "", 0, 0,
      "host:port of a CapacityProvider gRPC service; empty starts the embedded "
@@ -70,6 +72,14 @@ static const struct opt opts[] = {
      "address reported to the coordinator; empty = --listen"},
     {"coordinator-heartbeat-interval", T_DURATION, F(coordinator_heartbeat_ns), "10s", 0.1, 86400,
      "ReportShard period"},
+    {"ownership", T_STR, F(ownership), "auto", 0, 0,
+     "ADR-0055 partition of a provider shared by several shards: auto (own every listed "
+     "machine until the coordinator first assigns a domain), all (always), partitioned "
+     "(only assigned domains and transfers in, from the start: for shards sharing one "
+     "provider)"},
+    {"transfer-reservation-ttl", T_DURATION, F(transfer_reservation_ttl_ns), "10m", 0.1, 7 * 86400,
+     "ADR-0055: how long a machine drained by a CrossShardDrain stays reserved for the "
+     "TransferOwnership that should follow, counted after its drain grace"},
     {"tls-cert", T_STR, F(tls_cert), "", 0, 0,
      "PEM certificate; with --tls-key and --tls-ca: mTLS (TLS 1.3) on every gRPC edge; "
      "SIGHUP re-reads the three files",
@@ -634,6 +644,11 @@ int bf_config_validate(struct bf_config *c, char *err, size_t errlen)
     if (bf_log_level_parse(c->log_level) < 0) {
         snprintf(err, errlen, "--log-level: invalid level \"%s\" (debug, info, warn, error)",
                  c->log_level);
+        return BF_CONFIG_USAGE;
+    }
+    if (bf_own_policy_parse(c->ownership) < 0) {
+        snprintf(err, errlen, "--ownership: invalid value \"%s\" (auto, all, partitioned)",
+                 c->ownership);
         return BF_CONFIG_USAGE;
     }
     static const char *roles[] = {"supervisor", "session", "reconciler", "cycle", "executor"};

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "bigfleet/log.h"
+#include "bigfleet/ownership.h"
 #include "bigfleet/process.h"
 #include "bigfleet/util.h"
 #include "cycle_internal.h"
@@ -31,6 +32,12 @@ void bf_cycle_opts_from_config(struct bf_cycle_opts *o, const struct bf_config *
     o->max_actions = (uint32_t)cfg->max_actions_per_cycle;
     o->ac_min_interval_ns = cfg->available_capacity_interval_ns;
     o->metrics_warmup_cycles = (uint32_t)cfg->metrics_warmup_cycles;
+    o->data_dir = cfg->data_dir;
+    o->shard_id = cfg->id;
+    o->ownership = bf_own_policy_parse(cfg->ownership);
+    if (o->ownership < 0)
+        o->ownership = BF_OWN_POLICY_AUTO; /* validated at parse: cannot happen */
+    o->reservation_ttl_ns = cfg->transfer_reservation_ttl_ns;
 }
 
 int bf_cycle_new(struct bf_shm *shm, const struct bf_cycle_opts *o, struct bf_cycle **out)
@@ -56,6 +63,8 @@ int bf_cycle_new(struct bf_shm *shm, const struct bf_cycle_opts *o, struct bf_cy
     int rc = -ENOMEM;
     if (c->slots && c->clusters && c->blobs)
         rc = bf_engine_new(&ec, &c->engine);
+    if (rc == 0)
+        rc = bf_cycle_own_init(c);
     if (rc) {
         bf_cycle_free(c);
         return rc;
@@ -69,6 +78,7 @@ void bf_cycle_free(struct bf_cycle *c)
 {
     if (!c)
         return;
+    bf_cycle_own_free(c);
     bf_engine_free(c->engine);
     bf_blob_cache_free(c->blobs);
     for (uint32_t i = 0; i < c->fps.cap; i++)
@@ -104,6 +114,11 @@ struct bf_engine *bf_cycle_engine(struct bf_cycle *c)
 const struct bf_engine_result *bf_cycle_last_result(const struct bf_cycle *c)
 {
     return c->have_res ? &c->res : NULL;
+}
+
+bool bf_cycle_ownership_due(const struct bf_cycle *c, int64_t now_ns)
+{
+    return bf_cycle_own_due(c, now_ns);
 }
 
 bool bf_cycle_demand_changed(const struct bf_cycle *c)
@@ -156,6 +171,9 @@ int bf_cycle_run_once(struct bf_cycle *c, int64_t now_ns, struct bf_cycle_report
         rc = bf_cycle_feed_needs(c, rep);
     if (rc)
         return rc;
+    /* ADR-0055: instructions and reservations against the fresh mirror,
+     * before the engine decides (held machines are never decided on) */
+    bf_cycle_own_step(c, now_ns);
     int64_t t1 = bf_mono_ns();
     rep->phase_ns[BF_PHASE_SNAPREAD] = t1 - t;
     rc = bf_engine_cycle(c->engine, now_ns, &c->res);

@@ -21,6 +21,7 @@ struct slotinfo {
     uint8_t ipb;
     uint16_t type_idx;
     uint16_t zone_idx;
+    uint8_t held; /* ADR-0055: handed to the engine as held (ownership.c) */
 };
 
 /* Per cluster row: what the engine has. */
@@ -99,6 +100,8 @@ struct u32set {
     uint32_t cap, n;
 };
 
+struct bf_cycle_own; /* ownership.c */
+
 struct bf_cycle {
     struct bf_shm *shm;
     struct bf_cycle_opts o;
@@ -131,10 +134,30 @@ struct bf_cycle {
     struct bf_engine_result res;
     bool have_res;
     uint64_t cycles_run;
+    /* ADR-0055: the ownership partition and the coordinator instructions */
+    struct bf_cycle_own *own;
+    uint32_t n_held;
 };
 
 /* feed.c */
 int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep);
+/* Re-reads one slot's record and upserts it (or removes it) in the engine. */
+void bf_cycle_refresh_slot(struct bf_cycle *c, uint32_t slot);
+
+/* ownership.c (ADR-0055, docs/adr0055.md): the partition rule inputs and
+ * reservations (LMDB, loaded at start), the held decision for a record,
+ * and the per-cycle step: reservation expiry, the coordinator instructions
+ * from ring COORD_IN (instructions.c), re-evaluation after a change,
+ * publishing to st->own. */
+int bf_cycle_own_init(struct bf_cycle *c);
+void bf_cycle_own_free(struct bf_cycle *c);
+/* Whether the machine in `rec` (id string, decoded profile) is held out of
+ * every engine decision: reserved for transfer, or unbound and not owned. */
+bool bf_cycle_own_held(struct bf_cycle *c, const char *id, const struct bf_mprofile *p,
+                       const struct bf_machine_rec *rec);
+void bf_cycle_own_step(struct bf_cycle *c, int64_t now_ns);
+/* True when instructions wait on ring COORD_IN or a reservation expired. */
+bool bf_cycle_own_due(const struct bf_cycle *c, int64_t now_ns);
 int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep);
 /* emit.c */
 void bf_cycle_enqueue(struct bf_cycle *c, const struct bf_engine_result *r,

@@ -49,7 +49,8 @@ int bf_cycle_main(const struct bf_config *cfg)
     bool again = false, first_done = false;
     while (!bf_child_stopping()) {
         int64_t now = bf_mono_ns();
-        bool due = now >= next || again || bf_cycle_demand_changed(c);
+        bool due = now >= next || again || bf_cycle_demand_changed(c) ||
+                   bf_cycle_ownership_due(c, bf_now_ns());
         if (!due) {
             int64_t wait = next - now;
             int ms = (int)(wait / BF_NS_PER_MS) + 1;

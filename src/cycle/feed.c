@@ -109,7 +109,7 @@ static void retry_later(struct bf_cycle *c, uint32_t slot)
     c->retry[c->n_retry++] = slot;
 }
 
-static void refresh_slot(struct bf_cycle *c, uint32_t slot)
+void bf_cycle_refresh_slot(struct bf_cycle *c, uint32_t slot)
 {
     struct bf_machine_rec r;
     struct slotinfo *si = &c->slots[slot];
@@ -121,6 +121,7 @@ static void refresh_slot(struct bf_cycle *c, uint32_t slot)
     if (rc != 0 || !(r.flags & BF_REC_VALID)) {
         if (si->present) {
             count(c, si, -1);
+            c->n_held -= si->held;
             bf_engine_remove(c->engine, slot);
             memset(si, 0, sizeof *si);
         }
@@ -131,6 +132,7 @@ static void refresh_slot(struct bf_cycle *c, uint32_t slot)
         /* a profile that does not decode cannot be matched: keep it out */
         if (si->present) {
             count(c, si, -1);
+            c->n_held -= si->held;
             bf_engine_remove(c->engine, slot);
             memset(si, 0, sizeof *si);
         }
@@ -165,11 +167,15 @@ static void refresh_slot(struct bf_cycle *c, uint32_t slot)
         m.cluster = "";
     if (!m.assigned_fingerprint)
         m.assigned_fingerprint = "";
+    m.held = id && bf_cycle_own_held(c, id, p, &r);
     if (bf_engine_upsert(c->engine, slot, &m) != 0) {
         retry_later(c, slot);
         return;
     }
     count(c, si, -1);
+    c->n_held -= si->held;
+    si->held = m.held;
+    c->n_held += si->held;
     si->id_ref = r.id;
     si->present = 1;
     si->state = r.state;
@@ -182,7 +188,7 @@ static void refresh_slot(struct bf_cycle *c, uint32_t slot)
 
 static void on_logged(void *arg, uint32_t slot)
 {
-    refresh_slot(arg, slot);
+    bf_cycle_refresh_slot(arg, slot);
 }
 
 int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
@@ -194,7 +200,7 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
     c->retry = NULL;
     c->n_retry = c->cap_retry = 0;
     for (uint32_t i = 0; i < nr; i++)
-        refresh_slot(c, old[i]);
+        bf_cycle_refresh_slot(c, old[i]);
     free(old);
     changed += nr;
     for (int w = 0; w < BF_CHANGELOG_WRITERS && !c->need_rescan; w++) {
@@ -215,7 +221,7 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
         }
         uint32_t hwm = bf_inv_hwm(c->shm);
         for (uint32_t s = 0; s < hwm && s < c->capacity; s++)
-            refresh_slot(c, s);
+            bf_cycle_refresh_slot(c, s);
         /* slots beyond the high-water mark cannot hold machines */
         changed += hwm;
         c->need_rescan = false;

@@ -8,8 +8,13 @@
  * JSON strings are escaped as Go's encoding/json does for slog: '"', '\\'
  * and control characters escaped, invalid UTF-8 replaced by U+FFFD, and
  * '<', '>', '&' left as they are (slog's JSON handler does not HTML-escape).
+ *
+ * Ownership records (ADR-0055, docs/audit-log.md): one line per machine a
+ * coordinator instruction moved or reserved, and per domain change, sent by
+ * the cycle on ring OWN_AUDIT; "msg":"ownership" tells them apart.
  */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -170,6 +175,68 @@ size_t bf_exec_audit_format(char *buf, size_t cap, int64_t now_ns, uint64_t cycl
         put_str(&o, error, strlen(error), 1024);
     }
     /* the close always fits: the body stopped 3 bytes short of cap */
+    o.cap = cap;
+    put(&o, "}\n", 2);
+    return o.n;
+}
+
+static const char *const own_event_names[BF_OWN_EV_COUNT] = {
+    [BF_OWN_EV_TRANSFER_OUT] = "transfer_out",
+    [BF_OWN_EV_TRANSFER_IN] = "transfer_in",
+    [BF_OWN_EV_SPECULATIVE_OUT] = "speculative_out",
+    [BF_OWN_EV_SPECULATIVE_IN] = "speculative_in",
+    [BF_OWN_EV_RESERVED] = "reserved_for_transfer",
+    [BF_OWN_EV_RESERVATION_EXPIRED] = "reservation_expired",
+    [BF_OWN_EV_DOMAIN_ASSIGNED] = "domain_assigned",
+    [BF_OWN_EV_DOMAIN_UNASSIGNED] = "domain_unassigned",
+};
+
+const char *bf_exec_own_event_name(int event)
+{
+    return event > 0 && event < BF_OWN_EV_COUNT ? own_event_names[event] : "unknown";
+}
+
+/* ,"key":"RFC 3339 with nanoseconds" (the leading comma unless first) */
+static void put_time(struct out *o, const char *key, int64_t ns, bool first)
+{
+    time_t secs = (time_t)(ns / 1000000000LL);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    putf(o, "%s\"%s\":\"%04d-%02d-%02dT%02d:%02d:%02d.%09lldZ\"", first ? "" : ",", key,
+         tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+         (long long)(ns % 1000000000LL));
+}
+
+size_t bf_exec_audit_format_ownership(char *buf, size_t cap, const struct bf_own_audit_hdr *h,
+                                      const char *strings, size_t strings_len)
+{
+    struct out o = {buf, 0, cap > 4 ? cap - 3 : 0};
+    const char *sv[BF_OWN_AS_COUNT];
+    size_t sl[BF_OWN_AS_COUNT], at = 0;
+    for (int i = 0; i < BF_OWN_AS_COUNT; i++) {
+        sl[i] = h->len[i];
+        if (at + sl[i] > strings_len)
+            sl[i] = at < strings_len ? strings_len - at : 0;
+        sv[i] = strings + at;
+        at += sl[i];
+    }
+    put(&o, "{", 1);
+    put_time(&o, "time", h->at_ns, true);
+    putf(&o, ",\"level\":\"INFO\",\"msg\":\"ownership\",\"cycle\":%llu,\"event\":",
+         (unsigned long long)h->cycle);
+    const char *ev = bf_exec_own_event_name((int)h->event);
+    put_str(&o, ev, strlen(ev), 64);
+    static const char *const keys[BF_OWN_AS_COUNT] = {
+        ",\"machine\":", ",\"instruction_id\":", ",\"from_shard\":", ",\"to_shard\":",
+        ",\"detail\":"};
+    for (int i = 0; i < BF_OWN_AS_COUNT; i++) {
+        put(&o, keys[i], strlen(keys[i]));
+        put_str(&o, sv[i], sl[i], 2048);
+    }
+    if (h->until_ns)
+        put_time(&o, "reserved_until", h->until_ns, false);
+    if (h->preemptor_priority)
+        putf(&o, ",\"preemptor_priority\":%d", h->preemptor_priority);
     o.cap = cap;
     put(&o, "}\n", 2);
     return o.n;

@@ -1190,11 +1190,51 @@ static void poll_actions(struct bf_exec *e)
     e->in_poll = false;
 }
 
+/* Ownership records from the cycle (ADR-0055): written to the audit log,
+ * or dropped when there is none. */
+static void drain_own_audit(struct bf_exec *e)
+{
+    char rec[sizeof(struct bf_own_audit_hdr) + BF_OWN_AS_COUNT * 1024 + 64];
+    char line[16384];
+    for (int n = 0; n < 4096; n++) {
+        size_t len = 0;
+        int rc = bf_ring_pop_bytes(e->shm, BF_RING_OWN_AUDIT, rec, sizeof rec, &len);
+        if (rc == -EMSGSIZE) {
+            /* larger than the cycle ever writes: skip it (read into a heap copy) */
+            char *big = malloc(len);
+            if (!big || bf_ring_pop_bytes(e->shm, BF_RING_OWN_AUDIT, big, len, &len) != 0) {
+                free(big);
+                return;
+            }
+            free(big);
+            continue;
+        }
+        if (rc)
+            return;
+        if (e->o.audit_fd < 0 || len < sizeof(struct bf_own_audit_hdr))
+            continue;
+        struct bf_own_audit_hdr h;
+        memcpy(&h, rec, sizeof h);
+        size_t n_out =
+            bf_exec_audit_format_ownership(line, sizeof line, &h, rec + sizeof h, len - sizeof h);
+        ssize_t w = write(e->o.audit_fd, line, n_out);
+        if (w == (ssize_t)n_out) {
+            atomic_fetch_add_explicit(&XS(e)->audit_records, 1, memory_order_relaxed);
+        } else {
+            atomic_fetch_add_explicit(&XS(e)->audit_errors, 1, memory_order_relaxed);
+            if (warn_ok(e))
+                BF_ERROR("audit log write failed", "error=\"%s\" written=%zd of=%zu",
+                         w < 0 ? strerror(errno) : "short write", w, n_out);
+        }
+    }
+}
+
 void bf_exec_poll(struct bf_exec *e)
 {
     if (e->closing)
         return;
     drain_boot_responses(e);
+    drain_own_audit(e);
     poll_actions(e);
 }
 

@@ -46,7 +46,10 @@
  *
  * Every transition of a cluster-bound machine pushes a node event (route:
  * the cluster after the mutation, else the one before it); every executed,
- * suppressed or dry-run action writes one audit line (docs/audit-log.md).
+ * suppressed or dry-run action writes one audit line (docs/audit-log.md),
+ * and so does every ownership record the cycle sends on ring OWN_AUDIT
+ * (ADR-0055: transfers, reservations, domain changes), so the executor
+ * stays the audit log's only writer.
  */
 #ifndef BF_EXECUTOR_H
 #define BF_EXECUTOR_H
@@ -101,5 +104,17 @@ size_t bf_exec_audit_format(char *buf, size_t cap, int64_t now_ns, uint64_t cycl
                             const struct bf_action_msg *a, const char *machine, size_t machine_len,
                             const char *cluster, size_t cluster_len, const char *outcome,
                             double duration_ms, const char *error);
+
+/* "transfer_out", "transfer_in", "speculative_out", "speculative_in",
+ * "reserved_for_transfer", "reservation_expired", "domain_assigned",
+ * "domain_unassigned" (enum bf_own_event); "unknown" otherwise. */
+const char *bf_exec_own_event_name(int event);
+/*
+ * One ownership audit line (docs/audit-log.md "Ownership records") from a
+ * ring OWN_AUDIT record: the header and the strings that follow it (len[]
+ * bytes each, in enum bf_own_audit_str order). Returns its length.
+ */
+size_t bf_exec_audit_format_ownership(char *buf, size_t cap, const struct bf_own_audit_hdr *h,
+                                      const char *strings, size_t strings_len);
 
 #endif

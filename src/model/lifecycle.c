@@ -227,8 +227,9 @@ const char *bf_action_reason_name(int reason)
                                     "phase1.speculative",
                                     "phase2.inversion",
                                     "phase3.excess",
-                                    "phase3.release"};
-    return (reason > 0 && reason <= BF_REASON_PHASE3_RELEASE) ? n[reason] : "";
+                                    "phase3.release",
+                                    "cross_shard.drain"};
+    return (reason > 0 && reason <= BF_REASON_CROSS_SHARD_DRAIN) ? n[reason] : "";
 }
 
 const char *bf_unmet_reason_name(int reason)

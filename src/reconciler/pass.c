@@ -115,6 +115,10 @@ static void pass_finish(struct bf_recon *r)
         r->refresh_lost = true; /* flagged records may not have been re-read */
         r->retry_at_ns = bf_mono_ns() + BF_RECON_RETRY_NS;
     }
+    /* ADR-0055: the sweep's releases, kept machines re-checked, the owned set */
+    r->res.released += r->sweep.released;
+    memset(&r->sweep, 0, sizeof r->sweep);
+    bf_recon_ownership_finish(r, &r->res, r->res.status == BF_PROV_OK && r->res.full);
     r->busy = false;
     bf_recon_done_fn done = r->done;
     r->done = NULL;
@@ -326,7 +330,7 @@ static bool full_only(const struct bf_recon *r)
 static bool walk_due(const struct bf_recon *r, int64_t now)
 {
     return !r->synced || r->walk.active || r->resync_now || r->refresh_lost || r->confirm_unpaged ||
-           now - r->last_walk_ns >= r->o.resync_interval_ns;
+           r->own_walk || now - r->last_walk_ns >= r->o.resync_interval_ns;
 }
 
 static int start_list(struct bf_recon *r, int kind, int64_t now)
@@ -346,6 +350,7 @@ static int start_list(struct bf_recon *r, int kind, int64_t now)
             r->confirming = r->confirm_unpaged;
             r->confirm_unpaged = false;
             bf_recon_walk_begin(r, paged);
+            r->own_walk = false; /* this walk lists what the new rule inputs give us */
             /* losses from here on are covered by this walk only if they
              * happen before their page: ask for another walk after it */
             r->resync_now = r->refresh_lost = false;
@@ -387,6 +392,11 @@ int bf_recon_step(struct bf_recon *r, bool requested, int64_t now_ns, bf_recon_d
 {
     if (r->busy)
         return -EBUSY;
+    /* ADR-0055: the rule inputs changed: release what is no longer ours, and
+     * walk in the background (a delta would not list machines that just
+     * became ours; a cycle's requested delta is not held up for it) */
+    if (bf_recon_ownership_step(r, &r->sweep))
+        r->own_walk = true;
     /* background work after a failure waits, unless the connection just came up */
     int cs = bf_prov_client_state(r->client);
     bool came_up = cs == BF_NET_CLIENT_READY && r->client_state_seen != BF_NET_CLIENT_READY;

@@ -41,6 +41,10 @@ int bf_recon_new(struct bf_shm *shm, struct bf_prov_client *client, const struct
     if (!r->o.startup_page_size)
         r->o.startup_page_size = BF_RECON_STARTUP_PAGE;
     r->shapes = bf_prov_shape_cache_new();
+    if (bf_recon_own_new(shm, o->data_dir, o->ownership, &r->own) != 0) {
+        bf_recon_free(r);
+        return -ENOMEM;
+    }
     r->words = (shm->max_machines + 63) / 64;
     r->seen = calloc(r->words, sizeof *r->seen);
     r->touched = calloc(r->words, sizeof *r->touched);
@@ -63,6 +67,7 @@ void bf_recon_free(struct bf_recon *r)
     if (!r)
         return;
     bf_prov_shape_cache_free(r->shapes);
+    bf_recon_own_free(r->own);
     free(r->seen);
     free(r->touched);
     free(r->walk.exec_written);
@@ -261,6 +266,16 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
                known ? (int32_t)slot : -1, res);
         return;
     }
+    int source = 0;
+    if (!known && r->own && m.id.len) {
+        /* ADR-0055: another shard's machine is not adopted (nor screened) */
+        source = bf_recon_own_decide_listed(r->own, &m);
+        if (source == 0) {
+            res->not_owned++;
+            atomic_fetch_add_explicit(&st->machines_not_owned, 1, memory_order_relaxed);
+            return;
+        }
+    }
     /* 3. the screen */
     int reason = bf_prov_machine_check(&m, why, sizeof why);
     if (reason != BF_REJECT_NONE) {
@@ -385,9 +400,30 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
     }
     mark_seen(r, nslot);
     r->next_slot = nslot + 1;
+    if (r->own)
+        bf_recon_own_adopted(r->own, (const char *)m.id.p, m.id.len, source);
     res->inserted++;
     atomic_fetch_add_explicit(&st->machines_inserted, 1, memory_order_relaxed);
     push_event(r, nslot, &nr, nr.cluster, res);
+}
+
+bool bf_recon_ownership_step(struct bf_recon *r, struct bf_recon_result *res)
+{
+    if (!r->own || !bf_recon_own_refresh(r->own))
+        return false;
+    bf_recon_own_sweep(r->own, res);
+    return true;
+}
+
+void bf_recon_ownership_finish(struct bf_recon *r, struct bf_recon_result *res, bool full_ok)
+{
+    if (r->own)
+        bf_recon_own_finish(r->own, res, full_ok);
+}
+
+bool bf_recon_ownership_idle(struct bf_recon *r)
+{
+    return r->own && !r->busy && bf_recon_own_idle(r->own);
 }
 
 void bf_recon_list_issued(struct bf_recon *r)
@@ -482,10 +518,14 @@ bool bf_recon_remove_slot(struct bf_recon *r, uint32_t slot, uint32_t id_ref,
     if (bf_pending(r->shm, slot) || bf_inv_read(r->shm, slot, &rec) != 0 ||
         !(rec.flags & BF_REC_VALID) || (id_ref && rec.id != id_ref))
         return false;
+    uint32_t il = 0;
+    const char *id = r->own ? bf_str(r->shm, rec.id, &il) : NULL;
     if (bf_inv_remove(r->shm, slot) != 0) {
         res->errors++;
         return false;
     }
+    if (id)
+        bf_recon_own_removed(r->own, id, il);
     res->removed++;
     atomic_fetch_add_explicit(&r->shm->st->reconciler.machines_removed, 1, memory_order_relaxed);
     return true;

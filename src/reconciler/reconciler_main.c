@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "bigfleet/log.h"
+#include "bigfleet/ownership.h"
 #include "bigfleet/process.h"
 #include "bigfleet/provider.h"
 #include "bigfleet/util.h"
@@ -67,15 +68,16 @@ static void pass_done(void *arg, const struct bf_recon_result *r)
             BF_INFO("first reconcile complete (ready)", "machines=%u pages=%u ms=%.1f",
                     r->walk_listed, r->walk_pages, r->walk_ns / 1e6);
         }
-        bool loud = r->inserted || r->removed || r->rejected || r->errors || r->walk_aborted;
+        bool loud =
+            r->inserted || r->removed || r->rejected || r->errors || r->walk_aborted || r->released;
         bf_log(loud ? BF_LOG_INFO : BF_LOG_DEBUG, "reconciled",
                "seq=%llu kind=%s full=%d listed=%u fast=%u updated=%u inserted=%u removed=%u "
-               "skipped_pending=%u rejected=%u errors=%u node_events=%u refreshed=%u list_ms=%.1f "
-               "apply_ms=%.1f",
+               "skipped_pending=%u rejected=%u errors=%u node_events=%u refreshed=%u "
+               "not_owned=%u released=%u list_ms=%.1f apply_ms=%.1f",
                (unsigned long long)m->pass_seq, r->kind == BF_RECON_DELTA ? "delta" : "walk",
                r->full, r->listed, r->fast, r->updated, r->inserted, r->removed, r->skipped_pending,
-               r->rejected, r->errors, r->node_events, r->refreshed, r->list_ns / 1e6,
-               r->apply_ns / 1e6);
+               r->rejected, r->errors, r->node_events, r->refreshed, r->not_owned, r->released,
+               r->list_ns / 1e6, r->apply_ns / 1e6);
         if (r->full)
             BF_INFO("resync walk complete", "pages=%u listed=%u removed=%u ms=%.1f", r->walk_pages,
                     r->walk_listed, r->removed, r->walk_ns / 1e6);
@@ -146,6 +148,8 @@ static void on_tick(struct bf_net_timer *t, void *arg)
         return;
     }
     maybe_start(m);
+    if (bf_recon_ownership_idle(m->recon)) /* ADR-0055 owned-set sync, off the readiness path */
+        bf_child_heartbeat(&m->ch);
 }
 
 int bf_reconciler_main(const struct bf_config *cfg)
@@ -176,7 +180,9 @@ int bf_reconciler_main(const struct bf_config *cfg)
     struct bf_recon_opts ro = {.incremental = cfg->incremental_reconcile,
                                .list_timeout_ns = cfg->reconcile_timeout_ns,
                                .resync_interval_ns = cfg->reconcile_resync_interval_ns,
-                               .page_size = cfg->reconcile_page_size};
+                               .page_size = cfg->reconcile_page_size,
+                               .data_dir = cfg->data_dir,
+                               .ownership = bf_own_policy_parse(cfg->ownership)};
     if ((rc = bf_recon_new(&m.ch.shm, m.client, &ro, &m.recon))) {
         BF_ERROR("cannot create the reconciler", "error=\"%s\"", strerror(-rc));
         goto out_client;

@@ -1,6 +1,7 @@
 /*
  * coord.c — the coordinator client (reference/shard.md §4.7, seed 000 §6,
- * wire.md §6) and the coordinator-term high-water mark.
+ * wire.md §6), the coordinator-term high-water mark, and the transport of
+ * coordinator instructions to the cycle (ADR-0055, docs/adr0055.md).
  *
  * Design notes
  *   - Static stability: nothing in the appliance waits on the coordinator.
@@ -20,16 +21,19 @@
  *     timestamp, shard_epoch, shard_address (--advertise-addr, else
  *     --listen), the summary and shortfall ledger from the cycle's last
  *     published result (copied under its publish_seq protocol; all zero
- *     before the first cycle), and every pending instruction ack.
- *   - Instructions (in the order received): an empty id is ignored; an id
- *     already done is re-acked ACCEPTED "duplicate-redelivery"; a term below
- *     the mark is REJECTED_STALE; Assign/UnassignDomain add/remove
- *     (key, value) in the domain set; ReassignSpeculative, CrossShardDrain
- *     and TransferOwnership are accepted as no-ops (ADR-0055 is Proposed);
- *     no payload is REJECTED_INVALID "unknown payload". A reply whose term
- *     is below the mark is ignored whole. The done set (bounded FIFO,
- *     65536 ids) and the domain set are memory only: a restarted session
- *     may re-apply a redelivered Assign/Unassign, which is idempotent.
+ *     before the first cycle; each shortfall's topology_constrained says
+ *     whether its profile has a Same requirement), and every pending ack.
+ *   - Instructions: a reply whose term is below the mark is ignored whole
+ *     (and a higher term raises the mark first). Every instruction with a
+ *     non-empty id is forwarded, packed, to the cycle on ring COORD_IN
+ *     with the mark; the cycle owns the partition's state and the dedup set
+ *     (LMDB) and answers each one with a packed InstructAck on ring
+ *     COORD_OUT, which waits here for the next report. An instruction
+ *     already forwarded is not forwarded again for COORD_RETRY_NS (the
+ *     coordinator redelivers it on every reply until it is acked); after
+ *     that a redelivery is forwarded again, which the cycle answers from
+ *     its dedup set when it had applied it. The in-flight table is bounded
+ *     (COORD_INFLIGHT_MAX): past it, instructions wait for a redelivery.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -39,18 +43,20 @@
 #include <string.h>
 
 #include "bigfleet/log.h"
+#include "bigfleet/ownership.h"
 #include "bigfleet/util.h"
 #include "bigfleet/v1alpha1/coordinator.pb-c.h"
 #include "session_internal.h"
 
-#define DONE_MAX    65536u
-#define ACKS_MAX    4096u
-#define DOMAINS_MAX 4096u
+#define ACKS_MAX           4096u
+#define COORD_INFLIGHT_MAX 4096u
+#define COORD_RETRY_NS     (30LL * BF_NS_PER_SEC)  /* re-forward a redelivered instruction */
+#define COORD_FORGET_NS    (600LL * BF_NS_PER_SEC) /* drop in-flight entries never answered */
 
+/* An ack waiting for the next report: a packed InstructAck. */
 struct ack {
-    char *id;
-    int outcome;
-    char *reason;
+    uint8_t *buf;
+    size_t len;
 };
 
 struct coord {
@@ -65,13 +71,10 @@ struct coord {
     /* acks waiting for the next report; `sent` of them are in flight */
     struct ack *acks;
     uint32_t n_acks, sent;
-    /* done set: FIFO ring of ids + a hash of their 64-bit hashes */
-    char **done_ring;
-    uint32_t done_head, done_n;
-    struct u64map done;
-    /* assigned domains "key\0value" */
-    char **domains;
-    uint32_t n_domains;
+    /* instructions forwarded to the cycle and not answered yet:
+     * hash of the id -> mono ns of the forward */
+    struct u64map fwd;
+    uint64_t forwarded, refused;
     /* last good cycle result (summary and shortfalls) */
     struct bf_cycle_result *res;
     bool have_res;
@@ -89,14 +92,12 @@ static const char TERM_KEY[] = "coordinator_term";
 static int term_open(struct coord *c)
 {
     const char *dir = c->ss->cfg->data_dir;
-    int rc = mdb_env_create(&c->env);
-    if (rc)
-        goto fail;
-    mdb_env_set_mapsize(c->env, 64u << 20);
-    if ((rc = mdb_env_open(c->env, dir, 0, 0600)) != 0) {
-        mdb_env_close(c->env);
-        c->env = NULL;
-        goto fail;
+    char err[256];
+    int rc = bf_lmdb_open(dir, &c->env, err, sizeof err);
+    if (rc) {
+        BF_ERROR("cannot open the LMDB state for the coordinator term (kept in memory only)",
+                 "data_dir=%s error=\"%s\"", dir, err);
+        return rc;
     }
     MDB_txn *txn;
     if ((rc = mdb_txn_begin(c->env, NULL, MDB_RDONLY, &txn)) != 0)
@@ -150,7 +151,7 @@ static void term_raise(struct coord *c, int64_t term)
                  mdb_strerror(rc));
 }
 
-/* ------------------------------------------------------------ sets */
+/* ------------------------------------------------------------ acks */
 
 static uint64_t hash_str(const char *s)
 {
@@ -160,77 +161,44 @@ static uint64_t hash_str(const char *s)
     return h ? h : 1;
 }
 
-static bool done_has(struct coord *c, const char *id)
+static void ack_free(struct ack *a)
 {
-    uint64_t v;
-    if (!u64map_get(&c->done, hash_str(id), &v))
-        return false;
-    return strcmp(c->done_ring[v], id) == 0;
+    free(a->buf);
+    a->buf = NULL;
 }
 
-static void done_add(struct coord *c, const char *id)
-{
-    uint32_t slot;
-    if (c->done_n == DONE_MAX) {
-        slot = c->done_head;
-        u64map_del(&c->done, hash_str(c->done_ring[slot]), NULL);
-        free(c->done_ring[slot]);
-        c->done_head = (c->done_head + 1) % DONE_MAX;
-    } else {
-        slot = (c->done_head + c->done_n++) % DONE_MAX;
-    }
-    c->done_ring[slot] = strdup(id);
-    if (c->done_ring[slot])
-        u64map_put(&c->done, hash_str(id), slot);
-}
-
-static int domain_find(struct coord *c, const char *k, const char *v)
-{
-    for (uint32_t i = 0; i < c->n_domains; i++) {
-        const char *d = c->domains[i];
-        if (strcmp(d, k) == 0 && strcmp(d + strlen(d) + 1, v) == 0)
-            return (int)i;
-    }
-    return -1;
-}
-
-static int domain_set(struct coord *c, const char *k, const char *v, bool add)
-{
-    int i = domain_find(c, k, v);
-    if (!add) {
-        if (i >= 0) {
-            free(c->domains[i]);
-            c->domains[i] = c->domains[--c->n_domains];
-        }
-        return 0;
-    }
-    if (i >= 0)
-        return 0;
-    if (c->n_domains >= DOMAINS_MAX)
-        return -ENOSPC;
-    size_t kl = strlen(k), vl = strlen(v);
-    char *d = malloc(kl + vl + 2);
-    if (!d)
-        return -ENOMEM;
-    memcpy(d, k, kl + 1);
-    memcpy(d + kl + 1, v, vl + 1);
-    c->domains[c->n_domains++] = d;
-    return 0;
-}
-
-static void ack_push(struct coord *c, const char *id, int outcome, const char *reason)
+/* Queues a packed InstructAck (copied) for the next report. */
+static void ack_push_packed(struct coord *c, const uint8_t *p, size_t len)
 {
     if (c->n_acks >= ACKS_MAX) {
         BF_WARN("coordinator instruction acks over their bound; dropping the oldest", "bound=%u",
                 ACKS_MAX);
-        free(c->acks[0].id);
-        free(c->acks[0].reason);
+        ack_free(&c->acks[0]);
         memmove(c->acks, c->acks + 1, (c->n_acks - 1) * sizeof *c->acks);
         c->n_acks--;
         if (c->sent)
             c->sent--;
     }
-    c->acks[c->n_acks++] = (struct ack){strdup(id), outcome, strdup(reason ? reason : "")};
+    uint8_t *b = malloc(len ? len : 1);
+    if (!b)
+        return; /* the coordinator redelivers; the cycle re-acks from its dedup set */
+    memcpy(b, p, len);
+    c->acks[c->n_acks++] = (struct ack){b, len};
+}
+
+static void ack_push(struct coord *c, const char *id, int outcome, const char *reason)
+{
+    Bigfleet__V1alpha1__InstructAck a = BIGFLEET__V1ALPHA1__INSTRUCT_ACK__INIT;
+    a.instruction_id = (char *)id;
+    a.outcome = outcome;
+    a.reason = (char *)(reason ? reason : "");
+    size_t n = bigfleet__v1alpha1__instruct_ack__get_packed_size(&a);
+    uint8_t *b = malloc(n ? n : 1);
+    if (!b)
+        return;
+    bigfleet__v1alpha1__instruct_ack__pack(&a, b);
+    ack_push_packed(c, b, n);
+    free(b);
 }
 
 /* ------------------------------------------------------------ report */
@@ -349,6 +317,8 @@ static void send_report(struct coord *c)
                 sf[i].n_requirements = np->p.n_reqs;
                 sf[i].requirements = reqp[i];
             }
+            /* extension field 7 (ADR-0055 §2): served only within the shard */
+            sf[i].topology_constrained = bf_profile_same_index(&np->p) >= 0;
         }
         struct bf_kv kv[BF_MAX_DIMS];
         bf_vec dv;
@@ -369,17 +339,13 @@ static void send_report(struct coord *c)
         sf[i].interruption_penalty_bucket = row->ipb;
         sfp[i] = &sf[i];
     }
-    /* ----- acks */
-    Bigfleet__V1alpha1__InstructAck *ia = calloc(c->n_acks + 1, sizeof *ia);
+    /* ----- acks (stored packed; unpacked for this report only) */
     Bigfleet__V1alpha1__InstructAck **iap = calloc(c->n_acks + 1, sizeof *iap);
     uint32_t na = 0;
-    for (uint32_t i = 0; ia && iap && i < c->n_acks; i++) {
-        bigfleet__v1alpha1__instruct_ack__init(&ia[i]);
-        ia[i].instruction_id = c->acks[i].id ? c->acks[i].id : "";
-        ia[i].outcome = c->acks[i].outcome;
-        ia[i].reason = c->acks[i].reason ? c->acks[i].reason : "";
-        iap[i] = &ia[i];
-        na++;
+    for (uint32_t i = 0; iap && i < c->n_acks; i++) {
+        iap[na] = bigfleet__v1alpha1__instruct_ack__unpack(NULL, c->acks[i].len, c->acks[i].buf);
+        if (iap[na])
+            na++;
     }
     Bigfleet__V1alpha1__ShardReport rep = BIGFLEET__V1ALPHA1__SHARD_REPORT__INIT;
     rep.shard_id = (char *)ss->cfg->id;
@@ -401,7 +367,7 @@ static void send_report(struct coord *c)
         c->cl, "/bigfleet.v1alpha1.Coordinator/ReportShard", &rep.base, timeout, on_reply, c);
     if (st) {
         c->inflight = true;
-        c->sent = na;
+        c->sent = iap ? c->n_acks : 0;
     } else {
         atomic_fetch_add(&shm->st->session.coordinator_errors, 1);
         BF_WARN("ReportShard not sent", "error=\"%s\"", strerror(errno));
@@ -410,61 +376,85 @@ static void send_report(struct coord *c)
         free(reqs[i]);
         free(reqp[i]);
     }
-    free(ia);
+    for (uint32_t i = 0; i < na; i++)
+        bigfleet__v1alpha1__instruct_ack__free_unpacked(iap[i], NULL);
     free(iap);
 }
 
-static void handle_instruction(struct coord *c,
-                               const Bigfleet__V1alpha1__CoordinatorInstruction *in, int64_t hwm)
+/* An answer of the cycle (ring COORD_OUT): queued for the next report. */
+static void coord_take_ack(struct coord *c, const uint8_t *p, size_t len)
+{
+    if (!c->acks)
+        return; /* no coordinator client: nobody to tell */
+    Bigfleet__V1alpha1__InstructAck *a = bigfleet__v1alpha1__instruct_ack__unpack(NULL, len, p);
+    if (!a) {
+        BF_ERROR("undecodable instruction ack from the cycle dropped", "bytes=%zu", len);
+        return;
+    }
+    if (a->instruction_id && a->instruction_id[0])
+        u64map_del(&c->fwd, hash_str(a->instruction_id), NULL);
+    bigfleet__v1alpha1__instruct_ack__free_unpacked(a, NULL);
+    ack_push_packed(c, p, len);
+}
+
+/* Forwards one instruction to the cycle (ring COORD_IN). true when pushed. */
+static bool forward(struct coord *c, const Bigfleet__V1alpha1__CoordinatorInstruction *in,
+                    int64_t hwm, int64_t now_mono)
 {
     const char *id = in->instruction_id;
-    if (!id || !id[0])
-        return;
-    if (done_has(c, id)) {
-        ack_push(c, id, BIGFLEET__V1ALPHA1__INSTRUCT_ACK__OUTCOME__OUTCOME_ACCEPTED,
-                 "duplicate-redelivery");
-        return;
+    uint64_t h = hash_str(id), at;
+    if (u64map_get(&c->fwd, h, &at) && now_mono - (int64_t)at < COORD_RETRY_NS)
+        return false; /* the cycle has it; its answer comes on COORD_OUT */
+    if (c->fwd.n >= COORD_INFLIGHT_MAX && !u64map_get(&c->fwd, h, NULL)) {
+        c->refused++;
+        return false; /* redelivered on the next reply */
     }
-    if (in->coordinator_term < hwm) {
+    size_t n = bigfleet__v1alpha1__coordinator_instruction__get_packed_size(in);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf)
+        return false;
+    bigfleet__v1alpha1__coordinator_instruction__pack(in, buf);
+    struct bf_coord_in_hdr hdr = {.hwm = hwm, .received_ns = bf_now_ns()};
+    int rc = bf_ring_push_bytes(c->ss->shm, BF_RING_COORD_IN, &hdr, sizeof hdr, buf, n);
+    free(buf);
+    if (rc == -E2BIG) {
         char why[96];
-        snprintf(why, sizeof why, "stale coordinator term %" PRId64 " < %" PRId64,
-                 in->coordinator_term, hwm);
-        ack_push(c, id, BIGFLEET__V1ALPHA1__INSTRUCT_ACK__OUTCOME__OUTCOME_REJECTED_STALE, why);
-        BF_WARN("coordinator instruction rejected: stale term", "instruction_id=%s reason=\"%s\"",
-                id, why);
-        return;
-    }
-    int rc = 0;
-    switch (in->payload_case) {
-    case BIGFLEET__V1ALPHA1__COORDINATOR_INSTRUCTION__PAYLOAD_ASSIGN_DOMAIN:
-        rc =
-            domain_set(c, in->assign_domain->topology_key, in->assign_domain->topology_value, true);
-        BF_INFO("domain assigned", "key=%s value=%s", in->assign_domain->topology_key,
-                in->assign_domain->topology_value);
-        break;
-    case BIGFLEET__V1ALPHA1__COORDINATOR_INSTRUCTION__PAYLOAD_UNASSIGN_DOMAIN:
-        rc = domain_set(c, in->unassign_domain->topology_key, in->unassign_domain->topology_value,
-                        false);
-        BF_INFO("domain unassigned", "key=%s value=%s", in->unassign_domain->topology_key,
-                in->unassign_domain->topology_value);
-        break;
-    case BIGFLEET__V1ALPHA1__COORDINATOR_INSTRUCTION__PAYLOAD_REASSIGN_SPECULATIVE:
-    case BIGFLEET__V1ALPHA1__COORDINATOR_INSTRUCTION__PAYLOAD_CROSS_SHARD_DRAIN:
-    case BIGFLEET__V1ALPHA1__COORDINATOR_INSTRUCTION__PAYLOAD_TRANSFER_OWNERSHIP:
-        BF_INFO("coordinator rebalancing instruction accepted as a no-op (ADR-0055 is Proposed)",
-                "instruction_id=%s payload=%d", id, (int)in->payload_case);
-        break;
-    default:
-        ack_push(c, id, BIGFLEET__V1ALPHA1__INSTRUCT_ACK__OUTCOME__OUTCOME_REJECTED_INVALID,
-                 "unknown payload");
-        return;
+        snprintf(why, sizeof why, "instruction too large (%zu bytes)", n);
+        ack_push(c, id, BIGFLEET__V1ALPHA1__INSTRUCT_ACK__OUTCOME__OUTCOME_REJECTED_INVALID, why);
+        BF_WARN("coordinator instruction rejected", "instruction_id=%.128s reason=\"%s\"", id, why);
+        return false;
     }
     if (rc) {
-        ack_push(c, id, BIGFLEET__V1ALPHA1__INSTRUCT_ACK__OUTCOME__OUTCOME_FAILED, strerror(-rc));
-        return;
+        c->refused++;
+        return false; /* ring full: redelivered on the next reply */
     }
-    done_add(c, id);
-    ack_push(c, id, BIGFLEET__V1ALPHA1__INSTRUCT_ACK__OUTCOME__OUTCOME_ACCEPTED, "");
+    u64map_put(&c->fwd, h, (uint64_t)now_mono);
+    c->forwarded++;
+    return true;
+}
+
+void coord_drain_acks(struct ss *ss)
+{
+    struct coord *c = ss->coord;
+    uint8_t buf[64 << 10];
+    for (unsigned n = 0; n < SS_RING_BUDGET; n++) {
+        size_t len = 0;
+        int rc = bf_ring_pop_bytes(ss->shm, BF_RING_COORD_OUT, buf, sizeof buf, &len);
+        if (rc == -EAGAIN)
+            return;
+        if (rc == -EMSGSIZE) {
+            uint8_t *big = malloc(len);
+            if (!big)
+                return; /* left on the ring: the next drain retries */
+            rc = bf_ring_pop_bytes(ss->shm, BF_RING_COORD_OUT, big, len, &len);
+            if (rc == 0 && c)
+                coord_take_ack(c, big, len);
+            free(big);
+            continue;
+        }
+        if (rc == 0 && c)
+            coord_take_ack(c, buf, len);
+    }
 }
 
 static void on_reply(void *arg, int code, const char *message, const uint8_t *resp, size_t len)
@@ -483,10 +473,8 @@ static void on_reply(void *arg, int code, const char *message, const uint8_t *re
         return;
     }
     /* the acks that went out are delivered */
-    for (uint32_t i = 0; i < c->sent; i++) {
-        free(c->acks[i].id);
-        free(c->acks[i].reason);
-    }
+    for (uint32_t i = 0; i < c->sent; i++)
+        ack_free(&c->acks[i]);
     memmove(c->acks, c->acks + c->sent, (c->n_acks - c->sent) * sizeof *c->acks);
     c->n_acks -= c->sent;
     c->sent = 0;
@@ -512,15 +500,36 @@ static void on_reply(void *arg, int code, const char *message, const uint8_t *re
             term_raise(c, hwm);
         }
     }
-    for (size_t i = 0; i < ack->n_instructions; i++)
-        handle_instruction(c, ack->instructions[i], hwm);
+    int64_t now = bf_mono_ns();
+    bool pushed = false;
+    for (size_t i = 0; i < ack->n_instructions; i++) {
+        const Bigfleet__V1alpha1__CoordinatorInstruction *in = ack->instructions[i];
+        if (in->instruction_id && in->instruction_id[0])
+            pushed |= forward(c, in, hwm, now);
+    }
+    if (pushed)
+        bf_wake(c->ss->shm, BF_ROLE_CYCLE);
     bigfleet__v1alpha1__report_ack__free_unpacked(ack, NULL);
+}
+
+/* Drops in-flight entries the cycle never answered (it restarted, or the
+ * coordinator stopped redelivering): the next redelivery is forwarded. */
+static void forget_stale(struct coord *c, int64_t now)
+{
+    for (uint32_t i = 0; c->fwd.n && i <= c->fwd.mask;) {
+        if (c->fwd.k[i] && now - (int64_t)c->fwd.v[i] > COORD_FORGET_NS) {
+            u64map_del(&c->fwd, c->fwd.k[i], NULL);
+            continue; /* backward shift may have moved a later entry here */
+        }
+        i++;
+    }
 }
 
 static void on_timer(struct bf_net_timer *t, void *arg)
 {
     (void)t;
     struct coord *c = arg;
+    forget_stale(c, bf_mono_ns());
     send_report(c);
 }
 
@@ -537,10 +546,8 @@ int coord_start(struct ss *ss)
     if (!ss->cfg->coordinator_addr[0])
         return 0; /* single-shard / dev: no coordinator client at all */
     c->acks = calloc(ACKS_MAX, sizeof *c->acks);
-    c->done_ring = calloc(DONE_MAX, sizeof *c->done_ring);
-    c->domains = calloc(DOMAINS_MAX, sizeof *c->domains);
     c->res = malloc(sizeof *c->res);
-    if (!c->acks || !c->done_ring || !c->domains || !c->res || u64map_init(&c->done, 1024))
+    if (!c->acks || !c->res || u64map_init(&c->fwd, 1024))
         return -ENOMEM;
     struct bf_net_client_opts o = {.addr = ss->cfg->coordinator_addr};
     if (bf_config_tls(ss->cfg)) {
@@ -572,18 +579,10 @@ void coord_stop(struct ss *ss)
     bf_net_timer_free(c->timer);
     if (c->cl)
         bf_net_client_free(c->cl); /* an in-flight report completes CANCELLED here */
-    for (uint32_t i = 0; c->acks && i < c->n_acks; i++) {
-        free(c->acks[i].id);
-        free(c->acks[i].reason);
-    }
+    for (uint32_t i = 0; c->acks && i < c->n_acks; i++)
+        ack_free(&c->acks[i]);
     free(c->acks);
-    for (uint32_t i = 0; c->done_ring && i < c->done_n; i++)
-        free(c->done_ring[(c->done_head + i) % DONE_MAX]);
-    free(c->done_ring);
-    u64map_free(&c->done);
-    for (uint32_t i = 0; c->domains && i < c->n_domains; i++)
-        free(c->domains[i]);
-    free(c->domains);
+    u64map_free(&c->fwd);
     free(c->res);
     if (c->env)
         mdb_env_close(c->env);
@@ -592,5 +591,5 @@ void coord_stop(struct ss *ss)
 
 uint32_t coord_domains(const struct ss *ss)
 {
-    return ss->coord ? ss->coord->n_domains : 0;
+    return atomic_load_explicit(&ss->shm->st->own.n_domains, memory_order_relaxed);
 }

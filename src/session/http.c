@@ -143,8 +143,9 @@ static void local_metrics(struct ss *ss, struct bf_metrics_buf *b)
         bf_metrics_header(b, x[i].name, "counter", x[i].help);
         bf_metrics_printf(b, "%s %llu\n", x[i].name, (unsigned long long)x[i].v);
     }
-    bf_metrics_header(b, "bigfleet_shard_coordinator_assigned_domains", "gauge",
-                      "Topology domains assigned to this shard by the coordinator.");
+    bf_metrics_header(
+        b, "bigfleet_shard_coordinator_assigned_domains", "gauge",
+        "Topology domains assigned to this shard by the coordinator (persisted in LMDB).");
     bf_metrics_printf(b, "bigfleet_shard_coordinator_assigned_domains %u\n", coord_domains(ss));
     bf_metrics_header(b, "bigfleet_shard_session_outbox_bytes", "gauge",
                       "Bytes held in session outboxes (all sessions).");

@@ -323,7 +323,8 @@ static void render_session(const struct bf_shm *s, struct bf_metrics_buf *b)
 static const char *const phase_names[BF_PHASE_COUNT] = {"reconcile", "snapread", "phase1", "phase2",
                                                         "phase3",    "emit",     "execute"};
 static const char *const ring_names[BF_RING_COUNT] = {
-    "actions", "boot_req", "boot_resp", "node_exec", "node_recon", "reclaim", "ac_hints"};
+    "actions", "boot_req", "boot_resp", "node_exec", "node_recon",
+    "reclaim", "ac_hints", "coord_in",  "coord_out", "own_audit"};
 static const char *const cl_names[BF_CHANGELOG_WRITERS] = {"reconciler", "executor", "supervisor"};
 
 /* One sample line: name{labels} value (labels "" or k="v",...). */
@@ -843,6 +844,88 @@ static void render_reconciler_executor(const struct bf_shm *s, struct bf_metrics
             LD(xs->ring_drops));
 }
 
+/* ADR-0055 ownership partition (docs/adr0055.md, docs/metrics.md). */
+static void render_ownership(const struct bf_shm *s, struct bf_metrics_buf *b)
+{
+    const struct bf_ownership_state *o = &s->st->own;
+    const struct bf_stats_reconciler *rs = &s->st->reconciler;
+    static const char *const kinds[BF_OWN_KINDS] = {"unknown",           "assign_domain",
+                                                    "unassign_domain",   "reassign_speculative",
+                                                    "cross_shard_drain", "transfer_ownership"};
+    static const char *const outcomes[BF_OWN_OUTCOMES] = {
+        "unspecified", "accepted", "rejected_stale", "rejected_invalid", "failed"};
+    bf_metrics_header(b, "bigfleet_shard_coordinator_instructions_total", "counter",
+                      "Coordinator instructions answered, by payload kind and InstructAck outcome "
+                      "(a redelivery re-acked from the dedup set counts as accepted).");
+    for (int k = 0; k < BF_OWN_KINDS; k++)
+        for (int x = 0; x < BF_OWN_OUTCOMES; x++) {
+            unsigned long long v = LD(o->instructions[k][x]);
+            if (v || (k && (x == 1 || x == 4)))
+                bf_metrics_printf(b,
+                                  "bigfleet_shard_coordinator_instructions_total{kind=\"%s\","
+                                  "outcome=\"%s\"} %llu\n",
+                                  kinds[k], outcomes[x], v);
+        }
+    static const char *const modes[] = {"unknown", "own_all", "partitioned", "no_store"};
+    uint32_t mode = atomic_load_explicit(&o->mode, memory_order_relaxed);
+    bf_metrics_header(b, "bigfleet_shard_ownership_mode", "gauge",
+                      "1 for the partition mode in force (own_all: --ownership=all, or auto before "
+                      "the first domain; partitioned: domains and transfers decide; no_store: "
+                      "LMDB unavailable).");
+    for (uint32_t m = 1; m < 4; m++)
+        bf_metrics_printf(b, "bigfleet_shard_ownership_mode{mode=\"%s\"} %d\n", modes[m],
+                          mode == m);
+    gauge(b, "bigfleet_shard_owned_machines",
+          "Machines in the owned set (LMDB under --data-dir): what this shard adopted and holds.",
+          (long long)LD(rs->owned_machines));
+    gauge(b, "bigfleet_shard_reserved_for_transfer_machines",
+          "Machines drained by a CrossShardDrain and reserved for the TransferOwnership that "
+          "should follow (cleared at the TTL).",
+          (long long)atomic_load_explicit(&o->n_reserved, memory_order_relaxed));
+    gauge(b, "bigfleet_shard_ownership_held_machines",
+          "Machines in the inventory held out of every decision: reserved for a transfer, or "
+          "unbound and no longer owned.",
+          (long long)atomic_load_explicit(&o->n_held, memory_order_relaxed));
+    gauge(b, "bigfleet_shard_ownership_transfers_in",
+          "Machines transferred (or reassigned) to this shard, remembered in LMDB.",
+          (long long)LD(o->n_in));
+    gauge(b, "bigfleet_shard_ownership_transfers_out",
+          "Machines transferred (or reassigned) away from this shard, never adopted again "
+          "unless transferred back.",
+          (long long)LD(o->n_out));
+    gauge(b, "bigfleet_shard_ownership_generation",
+          "Changes committed to the partition's rule inputs (domains, transfers).",
+          (long long)LD(o->generation));
+    counter(b, "bigfleet_shard_ownership_machines_transferred_out_total",
+            "Idle machines given to another shard by TransferOwnership.", LD(o->transferred_out));
+    counter(b, "bigfleet_shard_ownership_machines_transferred_in_total",
+            "Machines taken over from another shard by TransferOwnership.", LD(o->transferred_in));
+    counter(b, "bigfleet_shard_ownership_speculative_out_total",
+            "Speculative slots given away by ReassignSpeculative.", LD(o->speculative_out));
+    counter(b, "bigfleet_shard_ownership_speculative_in_total",
+            "Speculative slots taken over by ReassignSpeculative.", LD(o->speculative_in));
+    counter(b, "bigfleet_shard_ownership_cross_shard_drains_total",
+            "Preempt actions issued for CrossShardDrain.", LD(o->drained));
+    counter(b, "bigfleet_shard_ownership_reservations_expired_total",
+            "Transfer reservations that reached their TTL without a transfer.",
+            LD(o->reservations_expired));
+    counter(b, "bigfleet_shard_ownership_store_errors_total",
+            "LMDB failures of the ownership store (the instruction was answered FAILED).",
+            LD(o->store_errors));
+    counter(b, "bigfleet_shard_reconcile_machines_not_owned_total",
+            "Listed machines not adopted because another shard owns them.",
+            LD(rs->machines_not_owned));
+    counter(b, "bigfleet_shard_reconcile_machines_released_total",
+            "Machines removed from the inventory because this shard no longer owns them.",
+            LD(rs->machines_released));
+    gauge(b, "bigfleet_shard_ownership_release_blocked_machines",
+          "Machines no longer owned but kept while bound to a cluster or in flight.",
+          (long long)LD(rs->release_blocked));
+    counter(b, "bigfleet_shard_owned_set_store_errors_total",
+            "Failed writes of the owned set (retried by the next synchronisation).",
+            LD(rs->owned_store_errors));
+}
+
 int bf_metrics_render(const struct bf_shm *s, struct bf_metrics_buf *b)
 {
     render_session(s, b);
@@ -853,6 +936,7 @@ int bf_metrics_render(const struct bf_shm *s, struct bf_metrics_buf *b)
     render_rings(s, b);
     render_shm(s, b);
     render_reconciler_executor(s, b);
+    render_ownership(s, b);
     bf_metrics_render_host(s, b);
     return b->oom ? -ENOMEM : 0;
 }

@@ -653,6 +653,7 @@ void ss_drain_rings(struct ss *ss)
     for (n = 0; n < SS_RING_BUDGET && bf_ring_pop(ss->shm, BF_RING_AC_HINTS, &h) == 0; n++)
         on_ac_hint(ss, &h);
     more |= n == SS_RING_BUDGET;
+    coord_drain_acks(ss);
     if (more && !ss->drain_deferred && bf_net_loop_defer(ss->loop, drain_again, ss) == 0)
         ss->drain_deferred = true;
 }

@@ -223,7 +223,10 @@ int coord_start(struct ss *ss);
 void coord_stop(struct ss *ss);
 /* The coordinator term high-water mark (LMDB; 0 when none). */
 int64_t coord_term(const struct ss *ss);
-/* Topology domains assigned by the coordinator (AssignDomain, memory only). */
+/* Topology domains assigned to this shard (the cycle's count, LMDB-backed). */
 uint32_t coord_domains(const struct ss *ss);
+/* Takes the cycle's instruction acks off ring COORD_OUT (queued for the
+ * next report). Called from ss_drain_rings. */
+void coord_drain_acks(struct ss *ss);
 
 #endif /* BF_SESSION_INTERNAL_H */

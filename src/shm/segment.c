@@ -37,17 +37,20 @@ const uint8_t bf_ring_kind[BF_RING_COUNT] = {
     [BF_RING_ACTIONS] = BF_RING_FIXED,    [BF_RING_BOOT_REQ] = BF_RING_FIXED,
     [BF_RING_BOOT_RESP] = BF_RING_BYTES,  [BF_RING_NODE_EXEC] = BF_RING_FIXED,
     [BF_RING_NODE_RECON] = BF_RING_FIXED, [BF_RING_RECLAIM] = BF_RING_FIXED,
-    [BF_RING_AC_HINTS] = BF_RING_FIXED};
+    [BF_RING_AC_HINTS] = BF_RING_FIXED,   [BF_RING_COORD_IN] = BF_RING_BYTES,
+    [BF_RING_COORD_OUT] = BF_RING_BYTES,  [BF_RING_OWN_AUDIT] = BF_RING_BYTES};
 const uint8_t bf_ring_producer[BF_RING_COUNT] = {
     [BF_RING_ACTIONS] = BF_ROLE_CYCLE,         [BF_RING_BOOT_REQ] = BF_ROLE_EXECUTOR,
     [BF_RING_BOOT_RESP] = BF_ROLE_SESSION,     [BF_RING_NODE_EXEC] = BF_ROLE_EXECUTOR,
     [BF_RING_NODE_RECON] = BF_ROLE_RECONCILER, [BF_RING_RECLAIM] = BF_ROLE_EXECUTOR,
-    [BF_RING_AC_HINTS] = BF_ROLE_CYCLE};
+    [BF_RING_AC_HINTS] = BF_ROLE_CYCLE,        [BF_RING_COORD_IN] = BF_ROLE_SESSION,
+    [BF_RING_COORD_OUT] = BF_ROLE_CYCLE,       [BF_RING_OWN_AUDIT] = BF_ROLE_CYCLE};
 const uint8_t bf_ring_consumer[BF_RING_COUNT] = {
     [BF_RING_ACTIONS] = BF_ROLE_EXECUTOR,   [BF_RING_BOOT_REQ] = BF_ROLE_SESSION,
     [BF_RING_BOOT_RESP] = BF_ROLE_EXECUTOR, [BF_RING_NODE_EXEC] = BF_ROLE_SESSION,
     [BF_RING_NODE_RECON] = BF_ROLE_SESSION, [BF_RING_RECLAIM] = BF_ROLE_SESSION,
-    [BF_RING_AC_HINTS] = BF_ROLE_SESSION};
+    [BF_RING_AC_HINTS] = BF_ROLE_SESSION,   [BF_RING_COORD_IN] = BF_ROLE_CYCLE,
+    [BF_RING_COORD_OUT] = BF_ROLE_SESSION,  [BF_RING_OWN_AUDIT] = BF_ROLE_EXECUTOR};
 static const uint32_t ring_slot_size[BF_RING_COUNT] = {
     [BF_RING_ACTIONS] = sizeof(struct bf_action_msg),
     [BF_RING_BOOT_REQ] = sizeof(struct bf_boot_req_msg),
@@ -55,7 +58,10 @@ static const uint32_t ring_slot_size[BF_RING_COUNT] = {
     [BF_RING_NODE_EXEC] = sizeof(struct bf_node_event_msg),
     [BF_RING_NODE_RECON] = sizeof(struct bf_node_event_msg),
     [BF_RING_RECLAIM] = sizeof(struct bf_reclaim_msg),
-    [BF_RING_AC_HINTS] = sizeof(struct bf_ac_hint_msg)};
+    [BF_RING_AC_HINTS] = sizeof(struct bf_ac_hint_msg),
+    [BF_RING_COORD_IN] = 1,
+    [BF_RING_COORD_OUT] = 1,
+    [BF_RING_OWN_AUDIT] = 1};
 
 static uint64_t pow2_at_least(uint64_t v)
 {
@@ -153,6 +159,9 @@ int bf_layout_compute(int kind, const struct bf_shm_caps *caps, struct bf_layout
         L->ring_cap[BF_RING_NODE_RECON] = pow2_at_least(m / 2 > 65536 ? m / 2 : 65536);
         L->ring_cap[BF_RING_RECLAIM] = 8192;
         L->ring_cap[BF_RING_AC_HINTS] = 16384;
+        L->ring_cap[BF_RING_COORD_IN] = 4u << 20;  /* bytes: > 4 largest instructions */
+        L->ring_cap[BF_RING_COORD_OUT] = 4u << 20; /* bytes */
+        L->ring_cap[BF_RING_OWN_AUDIT] = 1u << 20; /* bytes */
         for (int r = 0; r < BF_RING_COUNT; r++) {
             L->ring_slot[r] = ring_slot_size[r];
             L->len[r] = sizeof(struct bf_ring_hdr) + mul(&a, L->ring_cap[r], ring_slot_size[r]);

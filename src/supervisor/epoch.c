@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "bigfleet/log.h"
+#include "bigfleet/ownership.h"
 #include "supervisor.h"
 
 static int mkdir_p(const char *path)
@@ -43,13 +44,9 @@ int bf_epoch_bump(const char *data_dir, int64_t *epoch, char *err, size_t errlen
     MDB_env *env;
     MDB_txn *txn = NULL;
     MDB_dbi dbi;
-    if ((rc = mdb_env_create(&env)) != 0)
-        goto fail;
-    mdb_env_set_mapsize(env, 64u << 20);
-    if ((rc = mdb_env_open(env, data_dir, 0, 0600)) != 0)
-        goto fail_env;
-    int dead = 0;
-    mdb_reader_check(env, &dead);
+    /* the environment every process opens (shared map size; stale readers cleared) */
+    if ((rc = bf_lmdb_open(data_dir, &env, err, errlen)) != 0)
+        return rc;
     if ((rc = mdb_txn_begin(env, NULL, 0, &txn)) != 0)
         goto fail_env;
     if ((rc = mdb_dbi_open(txn, NULL, 0, &dbi)) != 0)
@@ -91,7 +88,6 @@ fail_txn:
     mdb_txn_abort(txn);
 fail_env:
     mdb_env_close(env);
-fail:
     snprintf(err, errlen, "LMDB epoch in %s: %s", data_dir, mdb_strerror(rc));
     return rc > 0 ? -rc : -EIO;
 }

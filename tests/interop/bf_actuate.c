@@ -90,7 +90,7 @@ static int kind_from_name(const char *n)
 
 static int reason_from_name(const char *n)
 {
-    for (int r = 1; r <= BF_REASON_P3_RELEASE; r++)
+    for (int r = 1; r <= BF_REASON_CROSS_SHARD_DRAIN; r++)
         if (!strcmp(n, bf_action_reason_name(r)))
             return r;
     return -1;

@@ -2,7 +2,8 @@
 // session_coordinator.test.js: the shard's coordinator client against a
 // @grpc/grpc-js Coordinator (ReportShard) written for the test: reports with
 // the summary and the shortfall ledger of the cycle's published result,
-// fenced and deduplicated instructions acked on the next report, the term
+// fenced and deduplicated instructions acked on the next report (applied by
+// the cycle; the handlers themselves are tested in adr0055.test.js), the term
 // high-water mark in every Acknowledgement and persisted across restarts,
 // and static stability while the coordinator is down.
 'use strict';
@@ -13,7 +14,7 @@ const path = require('path');
 const L = require('./session_lib');
 const { assert, grpc } = L;
 
-const OUT = { ACCEPTED: 1, REJECTED_STALE: 2, REJECTED_INVALID: 3 };
+const OUT = { ACCEPTED: 1, REJECTED_STALE: 2, REJECTED_INVALID: 3, FAILED: 4 };
 
 class FakeCoordinator {
   constructor() {
@@ -93,11 +94,13 @@ async function helloTerm(s) {
       assert.strictEqual(r.cycle, '2');
       const a = acksOf(r);
       assert.deepStrictEqual(a.i1, [OUT.ACCEPTED, '']);
-      assert.deepStrictEqual(a.i2, [OUT.ACCEPTED, '']);
+      // ADR-0055 handlers are real (tests/interop/adr0055.test.js): a drain of
+      // a machine this shard does not hold fails with a reason
+      assert.deepStrictEqual(a.i2, [OUT.FAILED, "machine m1 is not in this shard's inventory"]);
       assert.strictEqual(a.i3[0], OUT.REJECTED_STALE);
       assert.match(a.i3[1], /stale coordinator term 3 < 5/);
       assert.deepStrictEqual(a.i4, [OUT.REJECTED_INVALID, 'unknown payload']);
-      assert.deepStrictEqual(a.i5, [OUT.ACCEPTED, '']);
+      assert.deepStrictEqual(a.i5, [OUT.ACCEPTED, ''], 'upstream form: a slot not held here is taken over');
       assert.strictEqual(Object.keys(a).length, 5, 'the empty id is ignored');
       // redelivery of a done instruction, and a whole reply from a stale term
       fc.replies.push({ coordinator_term: '5', instructions: [instr('i1', 5, { assign_domain: { topology_key: 'rack', topology_value: 'r1' } })] });
@@ -128,6 +131,16 @@ async function helloTerm(s) {
         x.deficit.resources.cpu]), [[1000, 1, 9, '1500m'], [500, 3, 7, '4']]);
       assert.deepStrictEqual(r.shortfalls[0].requirements.map((q) => [q.key, q.operator, q.values]),
         [['node.kubernetes.io/instance-type', 1, ['m6i.large']]]);
+      // extension field 7 (ADR-0055 §2): In pins an attribute, it does not co-locate
+      assert.deepStrictEqual(r.shortfalls.map((x) => x.topology_constrained), [false, false]);
+    }],
+    ['a shortfall whose profile has a Same requirement is reported topology_constrained', async () => {
+      L.shm(S.id, 'cycle-result', 'topology.bigfleet/rack:5');
+      const n = fc.reports.length;
+      const r = await fc.report(n);
+      assert.deepStrictEqual(r.shortfalls.map((x) => x.topology_constrained), [true, true]);
+      assert.deepStrictEqual(r.shortfalls[0].requirements.map((q) => [q.key, q.operator]),
+        [['topology.bigfleet/rack', 5]]);
     }],
     ['a coordinator outage is counted, operators are unaffected, pending acks arrive after it', async () => {
       fc.replies.push({ coordinator_term: '6', instructions: [instr('i6', 6, { unassign_domain: { topology_key: 'rack', topology_value: 'r1' } })] });

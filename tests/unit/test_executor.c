@@ -742,6 +742,40 @@ START_TEST(audit_lines_are_one_json_object_with_escaped_strings)
 }
 END_TEST
 
+START_TEST(ownership_audit_records_carry_the_event_the_instruction_and_both_shards)
+{
+    struct bf_own_audit_hdr h = {.at_ns = 1763788546123456789LL,
+                                 .until_ns = 1763788606000000000LL,
+                                 .cycle = 9,
+                                 .event = BF_OWN_EV_RESERVED,
+                                 .preemptor_priority = 1000000};
+    const char *sv[] = {"m-1", "instr\"7", "", "", "victim priority 1000, grace 10s"};
+    char strings[256];
+    size_t at = 0;
+    for (int i = 0; i < BF_OWN_AS_COUNT; i++) {
+        h.len[i] = (uint16_t)strlen(sv[i]);
+        memcpy(strings + at, sv[i], h.len[i]);
+        at += h.len[i];
+    }
+    char buf[4096];
+    size_t n = bf_exec_audit_format_ownership(buf, sizeof buf, &h, strings, at);
+    buf[n] = 0;
+    ck_assert_str_eq(buf,
+                     "{\"time\":\"2025-11-22T05:15:46.123456789Z\",\"level\":\"INFO\","
+                     "\"msg\":\"ownership\",\"cycle\":9,\"event\":\"reserved_for_transfer\","
+                     "\"machine\":\"m-1\",\"instruction_id\":\"instr\\\"7\",\"from_shard\":\"\","
+                     "\"to_shard\":\"\",\"detail\":\"victim priority 1000, grace 10s\","
+                     "\"reserved_until\":\"2025-11-22T05:16:46.000000000Z\","
+                     "\"preemptor_priority\":1000000}\n");
+    /* lengths past the record are clamped, never read beyond it */
+    h.len[BF_OWN_AS_DETAIL] = 60000;
+    n = bf_exec_audit_format_ownership(buf, sizeof buf, &h, strings, at);
+    ck_assert(buf[n - 2] == '}' && buf[n - 1] == '\n');
+    ck_assert_str_eq(bf_exec_own_event_name(BF_OWN_EV_TRANSFER_IN), "transfer_in");
+    ck_assert_str_eq(bf_exec_own_event_name(99), "unknown");
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("executor");
@@ -772,6 +806,7 @@ static Suite *suite(void)
     tcase_add_test(t, suppressed_and_dry_run_actions_are_audited_only);
     tcase_add_test(t, untagged_audit_only_actions_from_the_cycle_are_audited);
     tcase_add_test(t, audit_lines_are_one_json_object_with_escaped_strings);
+    tcase_add_test(t, ownership_audit_records_carry_the_event_the_instruction_and_both_shards);
     suite_add_tcase(s, t);
     return s;
 }

@@ -152,6 +152,26 @@ struct insp_cycle {
 int insp_cycle_read(const struct bf_shm *s, struct insp_cycle *out, bool want_verdicts);
 void insp_cycle_free(struct insp_cycle *c);
 
+/* The ADR-0055 ownership partition as the cycle and the reconciler
+ * published it (st->own, st->reconciler). */
+struct insp_own {
+    bool consistent; /* the bounded tables were copied between two cycle writes */
+    uint32_t mode;   /* enum bf_own_mode */
+    uint64_t generation;
+    uint32_t n_domains, n_reserved, n_held;
+    uint64_t n_in, n_out;
+    uint64_t owned;           /* the reconciler's owned-set size (LMDB) */
+    uint64_t release_blocked; /* not owned, kept while bound or in flight */
+    uint64_t not_owned, released;
+    uint64_t transferred_out, transferred_in, speculative_out, speculative_in, drained, expired,
+        store_errors;
+    uint64_t instructions[BF_OWN_KINDS][BF_OWN_OUTCOMES];
+    uint32_t n_pub_reservations, n_pub_domains;
+    struct bf_own_reservation reservations[BF_OWN_PUB_RESERVATIONS];
+    char domains[BF_OWN_PUB_DOMAINS][BF_OWN_DOMAIN_TEXT];
+};
+void insp_own_read(const struct bf_shm *s, struct insp_own *out);
+
 /* One cluster row. */
 struct insp_cluster {
     uint32_t idx;
@@ -267,6 +287,7 @@ enum insp_cmd {
     CMD_RINGS,
     CMD_PROCS,
     CMD_HISTOGRAM,
+    CMD_OWNERSHIP,
     CMD_COUNT
 };
 

@@ -41,7 +41,7 @@ static const char USAGE[] =
     "commands:\n"
     "  summary                 (default) machines by state x type x zone (an exact scan of\n"
     "                          every record), clusters, Needs, actions in flight, the last\n"
-    "                          cycle, rings and processes\n"
+    "                          cycle, ownership, rings and processes\n"
     "  machines [--state S] [--cluster C] [--type T] [--zone Z] [--limit N]\n"
     "                          machine records matching every filter (--limit default 100,\n"
     "                          0 = all); S is a state name (Idle, Configured, ...)\n"
@@ -64,6 +64,9 @@ static const char USAGE[] =
     "  procs                   pid, role, state, restarts, uptime, last heartbeat, last exit\n"
     "  histogram [--all]       cycle-latency and per-phase histograms (count, mean, p50, p90,\n"
     "                          p99, buckets); --all adds executor/reconciler/session ones\n"
+    "  ownership               the ADR-0055 partition: mode, owned-set size, assigned\n"
+    "                          domains, transfers in/out, machines reserved for transfer\n"
+    "                          (until when), held machines, instruction outcomes\n"
     "\n"
     "global flags:\n"
     "  --id SHARD              shard id (default shard-0)\n"
@@ -81,9 +84,9 @@ static const char USAGE[] =
     "mismatch, segments torn down, appliance gone, unknown machine or cluster, RPC error);\n"
     "2 usage error.\n";
 
-static const char *const cmd_names[CMD_COUNT] = {"summary",  "machines", "machine",
-                                                 "clusters", "needs",    "shortfalls",
-                                                 "rings",    "procs",    "histogram"};
+static const char *const cmd_names[CMD_COUNT] = {"summary",   "machines",   "machine", "clusters",
+                                                 "needs",     "shortfalls", "rings",   "procs",
+                                                 "histogram", "ownership"};
 
 static volatile sig_atomic_t g_stop;
 static struct termios g_tio;

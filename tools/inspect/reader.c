@@ -22,6 +22,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <stddef.h>
 #include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -219,6 +220,61 @@ void insp_scan(const struct bf_shm *s, struct insp_scan *o)
 }
 
 /* ------------------------------------------------------------ cycle result */
+
+void insp_own_read(const struct bf_shm *s, struct insp_own *out)
+{
+    const struct bf_ownership_state *o = &s->st->own;
+    const struct bf_stats_reconciler *rs = &s->st->reconciler;
+    memset(out, 0, sizeof *out);
+#define L(x) atomic_load_explicit(&(x), memory_order_relaxed)
+    out->mode = L(o->mode);
+    out->generation = L(o->generation);
+    out->n_domains = L(o->n_domains);
+    out->n_reserved = L(o->n_reserved);
+    out->n_held = L(o->n_held);
+    out->n_in = L(o->n_in);
+    out->n_out = L(o->n_out);
+    out->owned = L(rs->owned_machines);
+    out->release_blocked = L(rs->release_blocked);
+    out->not_owned = L(rs->machines_not_owned);
+    out->released = L(rs->machines_released);
+    out->transferred_out = L(o->transferred_out);
+    out->transferred_in = L(o->transferred_in);
+    out->speculative_out = L(o->speculative_out);
+    out->speculative_in = L(o->speculative_in);
+    out->drained = L(o->drained);
+    out->expired = L(o->reservations_expired);
+    out->store_errors = L(o->store_errors);
+    for (int k = 0; k < BF_OWN_KINDS; k++)
+        for (int x = 0; x < BF_OWN_OUTCOMES; x++)
+            out->instructions[k][x] = L(o->instructions[k][x]);
+#undef L
+    /* the tables: written by the cycle between seq odd and even */
+    size_t off = offsetof(struct bf_ownership_state, n_pub_reservations);
+    size_t len = sizeof *o - off;
+    _Static_assert(sizeof(struct insp_own) - offsetof(struct insp_own, n_pub_reservations) ==
+                       sizeof(struct bf_ownership_state) -
+                           offsetof(struct bf_ownership_state, n_pub_reservations),
+                   "insp_own tables must mirror bf_ownership_state");
+    for (unsigned t = 0; t < 64; t++) {
+        uint64_t q0 = atomic_load_explicit(&o->seq, memory_order_acquire);
+        if (!(q0 & 1)) {
+            bf_shm_load_words(&out->n_pub_reservations, (const uint8_t *)o + off, len);
+            atomic_thread_fence(memory_order_acquire);
+            if (atomic_load_explicit(&o->seq, memory_order_relaxed) == q0) {
+                out->consistent = true;
+                break;
+            }
+        }
+        relax(t);
+    }
+    if (out->n_pub_reservations > BF_OWN_PUB_RESERVATIONS)
+        out->n_pub_reservations = BF_OWN_PUB_RESERVATIONS;
+    if (out->n_pub_domains > BF_OWN_PUB_DOMAINS)
+        out->n_pub_domains = BF_OWN_PUB_DOMAINS;
+    for (uint32_t i = 0; i < out->n_pub_domains; i++)
+        out->domains[i][BF_OWN_DOMAIN_TEXT - 1] = 0;
+}
 
 int insp_cycle_read(const struct bf_shm *s, struct insp_cycle *c, bool want_verdicts)
 {

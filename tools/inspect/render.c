@@ -21,7 +21,8 @@
 #include "inspect.h"
 
 static const char *const ring_names[BF_RING_COUNT] = {
-    "actions", "boot_req", "boot_resp", "node_exec", "node_recon", "reclaim", "ac_hints"};
+    "actions", "boot_req", "boot_resp", "node_exec", "node_recon",
+    "reclaim", "ac_hints", "coord_in",  "coord_out", "own_audit"};
 static const char *const phase_names[BF_PHASE_COUNT] = {"reconcile", "snapread", "phase1", "phase2",
                                                         "phase3",    "emit",     "execute"};
 static const char *const child_state_names[] = {"unused", "assigned", "active"};
@@ -306,6 +307,154 @@ static void clusters_text(struct insp_ctx *c, struct insp_buf *b, const struct i
     }
 }
 
+/* ------------------------------------------------------------ ownership */
+
+static const char *own_mode_name(uint32_t m)
+{
+    static const char *const n[] = {"unknown", "own-all", "partitioned", "no-store"};
+    return m < 4 ? n[m] : "unknown";
+}
+
+static const char *const own_kind_names[BF_OWN_KINDS] = {"unknown",         "AssignDomain",
+                                                         "UnassignDomain",  "ReassignSpeculative",
+                                                         "CrossShardDrain", "TransferOwnership"};
+static const char *const own_outcome_names[BF_OWN_OUTCOMES] = {
+    "unspecified", "accepted", "rejected_stale", "rejected_invalid", "failed"};
+
+static void own_json(struct insp_ctx *c, struct jw *w, const struct insp_own *o)
+{
+    jw_obj(w, "ownership");
+    jw_str(w, "mode", own_mode_name(o->mode));
+    jw_uint(w, "generation", o->generation);
+    jw_uint(w, "owned_machines", o->owned);
+    jw_uint(w, "domains", o->n_domains);
+    jw_uint(w, "transfers_in", o->n_in);
+    jw_uint(w, "transfers_out", o->n_out);
+    jw_uint(w, "reserved", o->n_reserved);
+    jw_uint(w, "held", o->n_held);
+    jw_uint(w, "release_blocked", o->release_blocked);
+    jw_uint(w, "not_owned_listed_total", o->not_owned);
+    jw_uint(w, "released_total", o->released);
+    jw_uint(w, "transferred_out_total", o->transferred_out);
+    jw_uint(w, "transferred_in_total", o->transferred_in);
+    jw_uint(w, "speculative_out_total", o->speculative_out);
+    jw_uint(w, "speculative_in_total", o->speculative_in);
+    jw_uint(w, "cross_shard_drains_total", o->drained);
+    jw_uint(w, "reservations_expired_total", o->expired);
+    jw_uint(w, "store_errors_total", o->store_errors);
+    jw_bool(w, "consistent", o->consistent);
+    jw_arr(w, "assigned_domains");
+    for (uint32_t i = 0; i < o->n_pub_domains; i++)
+        jw_str(w, NULL, o->domains[i]);
+    jw_arr_end(w);
+    jw_arr(w, "reservations");
+    for (uint32_t i = 0; i < o->n_pub_reservations; i++) {
+        const struct bf_own_reservation *r = &o->reservations[i];
+        uint32_t l = 0;
+        const char *id = r->id_ref ? insp_str(&c->shm, r->id_ref, &l) : NULL;
+        jw_obj(w, NULL);
+        if (id)
+            jw_strn(w, "machine", id, l);
+        else
+            jw_null(w, "machine");
+        jw_int(w, "preemptor_priority", r->preemptor_priority);
+        jw_int(w, "since_unix_nanos", r->since_ns);
+        jw_int(w, "until_unix_nanos", r->until_ns);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+    jw_obj(w, "instructions");
+    for (int k = 1; k < BF_OWN_KINDS; k++) {
+        jw_obj(w, own_kind_names[k]);
+        for (int x = 1; x < BF_OWN_OUTCOMES; x++)
+            jw_uint(w, own_outcome_names[x], o->instructions[k][x]);
+        jw_obj_end(w);
+    }
+    jw_obj_end(w);
+    jw_obj_end(w);
+}
+
+static void own_text(struct insp_ctx *c, struct insp_buf *b, const struct insp_own *o,
+                     uint32_t max_rows)
+{
+    ib_printf(b,
+              "\nOWNERSHIP  mode %s  owned %llu  domains %u  transfers in %llu / out %llu  "
+              "reserved %u  held %u  release-blocked %llu  generation %llu\n",
+              own_mode_name(o->mode), (unsigned long long)o->owned, o->n_domains,
+              (unsigned long long)o->n_in, (unsigned long long)o->n_out, o->n_reserved, o->n_held,
+              (unsigned long long)o->release_blocked, (unsigned long long)o->generation);
+    if (o->n_pub_domains) {
+        ib_puts(b, "  domains:");
+        for (uint32_t i = 0; i < o->n_pub_domains && i < max_rows; i++)
+            ib_printf(b, " %s", o->domains[i]);
+        if (o->n_domains > o->n_pub_domains || o->n_pub_domains > max_rows)
+            ib_puts(b, " ...");
+        ib_puts(b, "\n");
+    }
+    if (o->n_pub_reservations) {
+        ib_printf(b, "  %-36s %10s %-26s %s\n", "RESERVED FOR TRANSFER", "PREEMPTOR", "UNTIL",
+                  "LEFT");
+        for (uint32_t i = 0; i < o->n_pub_reservations && i < max_rows; i++) {
+            const struct bf_own_reservation *r = &o->reservations[i];
+            uint32_t l = 0;
+            const char *id = r->id_ref ? insp_str(&c->shm, r->id_ref, &l) : NULL;
+            char t[48], left[32];
+            fmt_time(t, sizeof t, r->until_ns);
+            if (r->until_ns > c->now_ns)
+                fmt_age(left, sizeof left, r->until_ns - c->now_ns);
+            else
+                snprintf(left, sizeof left, "expired");
+            ib_printf(b, "  %-36.*s %10d %-26s %s\n", id ? (int)(l < 36 ? l : 36) : 1,
+                      id ? id : "?", r->preemptor_priority, t, left);
+        }
+        if (o->n_reserved > o->n_pub_reservations || o->n_pub_reservations > max_rows)
+            ib_printf(b, "  ... %u reserved in all\n", o->n_reserved);
+    }
+    uint64_t any = 0;
+    for (int k = 1; k < BF_OWN_KINDS; k++)
+        for (int x = 1; x < BF_OWN_OUTCOMES; x++)
+            any += o->instructions[k][x];
+    if (any) {
+        ib_puts(b, "  instructions (accepted/stale/invalid/failed):");
+        for (int k = 1; k < BF_OWN_KINDS; k++)
+            ib_printf(b, "  %s %llu/%llu/%llu/%llu", own_kind_names[k],
+                      (unsigned long long)o->instructions[k][1],
+                      (unsigned long long)o->instructions[k][2],
+                      (unsigned long long)o->instructions[k][3],
+                      (unsigned long long)o->instructions[k][4]);
+        ib_puts(b, "\n");
+    }
+    ib_printf(b,
+              "  machines: transferred out %llu, in %llu; speculative out %llu, in %llu; "
+              "cross-shard drains %llu; reservations expired %llu; not adopted (another "
+              "shard's) %llu; released %llu\n",
+              (unsigned long long)o->transferred_out, (unsigned long long)o->transferred_in,
+              (unsigned long long)o->speculative_out, (unsigned long long)o->speculative_in,
+              (unsigned long long)o->drained, (unsigned long long)o->expired,
+              (unsigned long long)o->not_owned, (unsigned long long)o->released);
+}
+
+static int render_ownership(struct insp_ctx *c, struct insp_buf *b)
+{
+    struct insp_own *o = malloc(sizeof *o);
+    if (!o)
+        return -ENOMEM;
+    insp_own_read(&c->shm, o);
+    if (c->o->json) {
+        struct jw w;
+        jw_init(&w, b);
+        jw_obj(&w, NULL);
+        jw_str(&w, "shard_id", c->shm.shard_id);
+        own_json(c, &w, o);
+        jw_obj_end(&w);
+        ib_puts(b, "\n");
+    } else {
+        own_text(c, b, o, c->o->watch ? 16 : BF_OWN_PUB_RESERVATIONS);
+    }
+    free(o);
+    return 0;
+}
+
 /* ------------------------------------------------------------ summary */
 
 struct stz_row {
@@ -363,6 +512,13 @@ static int render_summary(struct insp_ctx *c, struct insp_buf *b)
     }
     insp_scan(s, sc);
     insp_cycle_read(s, cy, false);
+    struct insp_own *own = malloc(sizeof *own);
+    if (!own) {
+        free(sc);
+        free(cy);
+        return -ENOMEM;
+    }
+    insp_own_read(s, own);
     struct insp_cluster *cl = NULL;
     int ncl = insp_clusters(s, &cl);
     if (ncl < 0)
@@ -468,6 +624,7 @@ static int render_summary(struct insp_ctx *c, struct insp_buf *b)
         jw_obj_end(&w);
         jw_obj_end(&w);
         jw_obj_end(&w);
+        own_json(c, &w, own);
         rings_json(c, &w);
         procs_json(c, &w);
         jw_obj_end(&w);
@@ -527,11 +684,13 @@ static int render_summary(struct insp_ctx *c, struct insp_buf *b)
         } else {
             ib_puts(b, "\nLAST CYCLE  none yet (no cycle has published results)\n");
         }
+        own_text(c, b, own, c->o->watch ? 4 : 8);
         ib_puts(b, "\nRINGS\n");
         rings_text(c, b);
         ib_puts(b, "\nPROCESSES\n");
         procs_text(c, b);
     }
+    free(own);
     free(rows);
     free(cl);
     free(sc);
@@ -1525,6 +1684,9 @@ int insp_render(struct insp_ctx *c, struct insp_buf *b, char *err, size_t errlen
         break;
     case CMD_HISTOGRAM:
         rc = render_histogram(c, b);
+        break;
+    case CMD_OWNERSHIP:
+        rc = render_ownership(c, b);
         break;
     default:
         rc = -EINVAL;

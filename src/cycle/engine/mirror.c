@@ -708,7 +708,7 @@ fail_refs:
 
 static bool machine_eligible(const struct bf_engine_machine *m)
 {
-    if (!m->id || !m->id[0])
+    if (!m->id || !m->id[0] || m->held)
         return false;
     if (m->state < BF_STATE_SPECULATIVE || m->state > BF_STATE_FAILED)
         return false;
