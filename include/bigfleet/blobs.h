@@ -177,9 +177,12 @@ void bf_shard_metadata_encode(const struct bf_assignment *a, struct bf_md_encode
 /*
  * Decodes a provider-echoed map: each known key on its own (missing keys
  * leave fields alone; unknown keys ignored; a malformed value is skipped and
- * counted). Dollar values map to buckets with bf_bucket_for_dollars.
+ * counted). Dollar values map to buckets with bf_bucket_for_dollars; a
+ * dollar value that is not exactly a bucket's upper bound (no shard writes
+ * one: wire.md §10) is applied as the bucket covering it and also counted
+ * (docs/fidelity.md item 4: Go would order victims by the raw dollars).
  * fingerprint/group point into the entries. Returns the number of malformed
- * values; *found gets BF_MD_HAS_* bits.
+ * or off-bucket values; *found gets BF_MD_HAS_* bits.
  */
 int bf_shard_metadata_decode(const struct bf_md_entry *e, size_t n, struct bf_assignment *a,
                              uint32_t *found);

@@ -143,7 +143,10 @@ enum bf_rail2_verdict {
 };
 
 /*
- * ADR-0046 rail 2 (reference/shard.md §6.3). State per cluster: the
+ * ADR-0046 rail 2 (reference/shard.md §6.3). Rows are the CapacityNeeds of
+ * the rollup as received (struct bf_rollup.needs_in), before duplicates
+ * merge, as Go's ApplyRollup admits len(ns) (docs/fidelity.md item 6).
+ * State per cluster: the
  * accepted baseline (rows of the last accepted rollup) and the count of
  * consecutive held rollups. A rollup is suspicious iff the guard is on,
  * baseline >= 10 and new_rows * 1000 < baseline * 100. Accept: baseline =

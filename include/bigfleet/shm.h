@@ -354,8 +354,12 @@ void bf_needs_copy_rows(const struct bf_shm *s, uint32_t off, uint32_t n, struct
  * Provisioning-latency stamps (seed 000 §8): first-seen time of each
  * (cluster, fingerprint) in a rollup, keyed by the two string refs in an
  * open-addressing table (linear probing from bf_stamp_hash; an empty slot
- * has epoch 0). Stamps are never deleted, only re-stamped, so probing needs
- * no tombstones; the table holds stamp_capacity keys.
+ * has epoch 0). Stamps are never deleted, only re-stamped or marked absent
+ * (first_seen 0, bf_stamp_prune), so probing needs no tombstones; the table
+ * holds stamp_capacity keys. Go's demandObservedAt map (provisioning_latency.go
+ * observeRolledUpDemand / observeProvisioningLatency) with the same rules:
+ * first-seen kept across rollups, pruned when a rollup stops demanding it,
+ * observed once.
  */
 static inline uint32_t bf_stamp_hash(uint32_t cluster_ref, uint32_t fp_ref)
 {
@@ -367,15 +371,26 @@ int bf_stamp_find(const struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref)
 /*
  * At rollup ingest: creates the stamp (epoch 1, first_seen = now_ns) if the
  * key is new; if the executor already observed the current epoch
- * (observed_epoch == epoch) re-stamps it (epoch + 1, now_ns); otherwise
- * leaves it. 0, or -ENOSPC when the table is full. [session]
+ * (observed_epoch == epoch) or the stamp was pruned, re-stamps it
+ * (epoch + 1, now_ns); otherwise leaves it (first-seen preserved). 0, or
+ * -ENOSPC when the table is full. [session]
  */
 int bf_stamp_touch(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref, int64_t now_ns);
 /*
- * When a machine for the key reaches Configured: if the stamp's epoch was
- * not observed yet, marks it observed (compare-and-swap) and returns 1 with
- * *latency_ns = now_ns - first_seen (observe once, even when executor and
- * reconciler both see the completion); else 0. [executor, reconciler]
+ * At rollup ingest, for a fingerprint the cluster's previous accepted
+ * rollup demanded and the newly accepted one does not: marks the stamp
+ * absent (epoch + 1, first_seen 0), so no completion observes it and a
+ * later rollup demanding the fingerprint again stamps it afresh. Returns 1
+ * when a live stamp was pruned, 0 otherwise (none, or already absent).
+ * [session]
+ */
+int bf_stamp_prune(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref);
+/*
+ * When a machine for the key reaches Configured: if the stamp is live and
+ * its epoch was not observed yet, marks it observed (compare-and-swap) and
+ * returns 1 with *latency_ns = now_ns - first_seen (observe once, even when
+ * executor and reconciler both see the completion); else 0 (no stamp, a
+ * pruned one, or already observed). [executor, reconciler]
  */
 int bf_stamp_observe(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref, int64_t now_ns,
                      int64_t *latency_ns);

@@ -601,11 +601,17 @@ int bf_shard_metadata_decode(const struct bf_md_entry *e, size_t n, struct bf_as
                 bad++;
                 continue;
             }
+            /* Shards write only a bucket's upper bound (wire.md §10); another
+             * value breaks store-and-echo: applied as the bucket covering it,
+             * and counted (docs/fidelity.md item 4) */
+            uint8_t b = bf_bucket_for_dollars(d);
+            if (d != bf_bucket_upper_bound(b))
+                bad++;
             if (k[strlen("bigfleet.lucy.sh/assigned-")] == 'i') {
-                a->ipb = bf_bucket_for_dollars(d);
+                a->ipb = b;
                 *found |= BF_MD_HAS_IPD;
             } else {
-                a->rpb = bf_bucket_for_dollars(d);
+                a->rpb = b;
                 *found |= BF_MD_HAS_RPD;
             }
         } else if (strcmp(k, BF_MD_FINGERPRINT) == 0) {

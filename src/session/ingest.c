@@ -21,7 +21,9 @@
  *     free arena extent, then the cluster row is published with the new
  *     extent and generation + 1 (bf_cluster_write), then the old extent is
  *     freed, needs->rows_used and change_counter move, stamps are touched
- *     for the accepted fingerprints and the cycle is woken. A held (rail 2)
+ *     for the accepted fingerprints (first-seen kept) and pruned for the
+ *     replaced rows' fingerprints the rollup no longer carries (Go's
+ *     observeRolledUpDemand), and the cycle is woken. A held (rail 2)
  *     rollup publishes only its counters and the first-rollup gate.
  *     Rejected rollups publish rollups_rejected and leave demand untouched.
  *   - The allocator is private to this thread and rebuilt from the
@@ -39,6 +41,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bigfleet/blobs.h"
 #include "bigfleet/log.h"
 #include "bigfleet/util.h"
 #include "session_internal.h"
@@ -76,6 +79,10 @@ struct ingest {
     struct bf_need_row *tmp;
     uint32_t tmp_cap;
     bool stamps_full_logged;
+    bool prune_failed_logged;
+    struct bf_blob_cache *cache; /* need profiles of replaced rows (stamp pruning) */
+    uint32_t *fps;               /* sorted fingerprint refs of the accepted rollup */
+    uint32_t fps_cap;
 };
 
 /* logfmt-safe copy of a message (quotes would break the key=value line) */
@@ -141,6 +148,52 @@ static int ensure_tmp(struct ingest *ig, uint32_t n)
     ig->tmp = t;
     ig->tmp_cap = n;
     return 0;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Go's observeRolledUpDemand prunes the first-seen stamps of fingerprints a
+ * cluster no longer demands: the fingerprints of the rows being replaced
+ * (old_off, old_n; still intact until the extent is released) that the
+ * accepted rollup (ig->conv) does not carry lose their stamp. */
+static void prune_absent_stamps(struct ingest *ig, uint32_t cluster_ref, uint32_t old_off,
+                                uint32_t old_n)
+{
+    const struct bf_rollup *cv = &ig->conv;
+    if (!old_n)
+        return;
+    if (cv->n > ig->fps_cap) {
+        uint32_t *f = realloc(ig->fps, (size_t)cv->n * sizeof *f);
+        if (f) {
+            ig->fps = f;
+            ig->fps_cap = cv->n;
+        }
+    }
+    if (!ig->cache)
+        ig->cache = bf_blob_cache_new();
+    if (cv->n > ig->fps_cap || !ig->cache || ensure_tmp(ig, old_n) != 0) {
+        if (!ig->prune_failed_logged)
+            BF_ERROR("provisioning-latency stamps of withdrawn demand not pruned (out of memory)",
+                     "rows=%u", old_n);
+        ig->prune_failed_logged = true;
+        return;
+    }
+    if (cv->n)
+        memcpy(ig->fps, cv->fp_refs, (size_t)cv->n * sizeof *ig->fps);
+    qsort(ig->fps, cv->n, sizeof *ig->fps, cmp_u32);
+    bf_needs_copy_rows(ig->shm, old_off, old_n, ig->tmp);
+    for (uint32_t i = 0; i < old_n; i++) {
+        const struct bf_nprofile *np = bf_nprofile_get(ig->cache, ig->shm, ig->tmp[i].profile_ref);
+        if (!np || !np->fingerprint_ref)
+            continue;
+        uint32_t fp = np->fingerprint_ref;
+        if (!cv->n || !bsearch(&fp, ig->fps, cv->n, sizeof fp, cmp_u32))
+            bf_stamp_prune(ig->shm, cluster_ref, fp);
+    }
 }
 
 /* Allocates n rows for cluster `self`, on the side of the arena away from
@@ -223,7 +276,9 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
     struct bf_rollup *cv = &ig->conv;
     uint32_t baseline = rec.accepted_rows;
     uint8_t held = rec.quarantine_held;
-    int v = bf_rail2_admit(ig->cfg->empty_rollup_guard, &baseline, &held, cv->n);
+    /* rail 2 counts the Needs the operator sent, before duplicates merge
+     * (Go's ApplyRollup admits len(ns); docs/fidelity.md item 6) */
+    int v = bf_rail2_admit(ig->cfg->empty_rollup_guard, &baseline, &held, cv->needs_in);
     if (v == BF_RAIL2_HOLD) {
         pthread_mutex_lock(&ct->mu);
         struct bf_cluster_rec *r = &ct->rec[cidx];
@@ -236,7 +291,7 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
         pthread_mutex_unlock(&ct->mu);
         atomic_fetch_add(&stats(ig)->rollups_quarantined, 1);
         BF_WARN("rollup quarantined (rail 2): it would drop most of the cluster's demand",
-                "cluster=%s rows=%u accepted_rows=%u held=%u confirm_at=%d", cid, cv->n,
+                "cluster=%s rows=%u accepted_rows=%u held=%u confirm_at=%d", cid, cv->needs_in,
                 rec.accepted_rows, held, BF_RAIL2_CONFIRMATIONS);
         rc = 1;
         goto out;
@@ -275,6 +330,7 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
     r->rollups_accepted++;
     ct_publish_locked(ct, cidx);
     pthread_mutex_unlock(&ct->mu);
+    prune_absent_stamps(ig, rec.name_ref, old_off, old_n);
     if (bf_arena_release(&ig->arena, old_off, old_n) != 0)
         BF_ERROR("need-row arena: releasing a published extent failed (allocator state "
                  "inconsistent)",
@@ -295,7 +351,7 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
     atomic_fetch_add(&stats(ig)->rollups_accepted, 1);
     if (v == BF_RAIL2_ACCEPT_CONFIRMED)
         BF_WARN("quarantined rollup accepted: confirmed by consecutive rollups (rail 2)",
-                "cluster=%s rows=%u previous_rows=%u", cid, cv->n, rec.accepted_rows);
+                "cluster=%s rows=%u previous_rows=%u", cid, cv->needs_in, rec.accepted_rows);
     if (cv->merged)
         BF_DEBUG("rollup had duplicate needs; merged", "cluster=%s merged=%u", cid, cv->merged);
     rc = 0;
@@ -466,6 +522,9 @@ void ingest_stop(struct ingest *ig)
     free(ig->tokens);
     free(ig->done);
     free(ig->tmp);
+    free(ig->fps);
+    if (ig->cache)
+        bf_blob_cache_free(ig->cache);
     bf_rollup_free(&ig->conv);
     bf_arena_destroy(&ig->arena);
     pthread_mutex_destroy(&ig->mu);

@@ -803,7 +803,8 @@ static void render_reconciler_executor(const struct bf_shm *s, struct bf_metrics
             "Machines reconcile left alone because an action was in flight on them.",
             LD(rs->machines_skipped_pending));
     counter(b, "bigfleet_appliance_reconcile_metadata_decode_errors_total",
-            "Malformed shard_metadata values skipped while restoring assignments.",
+            "shard_metadata values skipped as malformed, or penalty dollars that are not a "
+            "bucket bound (applied as the covering bucket), while restoring assignments.",
             LD(rs->metadata_decode_errors));
     gauge(b, "bigfleet_appliance_reconcile_last_listed_machines",
           "Machines the provider listed in the last complete walk (a full resync).",

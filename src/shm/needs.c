@@ -177,11 +177,26 @@ int bf_stamp_touch(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref, int6
         if (atomic_load_explicit(&st->cluster_ref, memory_order_relaxed) != cluster_ref ||
             atomic_load_explicit(&st->fingerprint_ref, memory_order_relaxed) != fp_ref)
             continue;
-        if (atomic_load_explicit(&s->stamp_observed[i], memory_order_acquire) == e)
+        if (atomic_load_explicit(&s->stamp_observed[i], memory_order_acquire) == e ||
+            atomic_load_explicit(&st->first_seen_ns, memory_order_relaxed) == 0)
             stamp_write(st, e + 1, cluster_ref, fp_ref, now_ns);
         return 0;
     }
     return -ENOSPC;
+}
+
+int bf_stamp_prune(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref)
+{
+    int i = bf_stamp_find(s, cluster_ref, fp_ref);
+    if (i < 0)
+        return 0;
+    /* the session is the only writer: its own fields read back stably */
+    struct bf_stamp *st = &s->stamps[i];
+    uint32_t e = atomic_load_explicit(&st->epoch, memory_order_relaxed);
+    if (atomic_load_explicit(&st->first_seen_ns, memory_order_relaxed) == 0)
+        return 0;
+    stamp_write(st, e + 1, cluster_ref, fp_ref, 0);
+    return 1;
 }
 
 int bf_stamp_observe(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref, int64_t now_ns,
@@ -192,7 +207,7 @@ int bf_stamp_observe(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref, in
         return 0;
     uint32_t e, c, f;
     int64_t first;
-    if (stamp_read(&s->stamps[i], &e, &c, &f, &first) != 0 || e == 0)
+    if (stamp_read(&s->stamps[i], &e, &c, &f, &first) != 0 || e == 0 || first == 0)
         return 0;
     uint32_t cur = atomic_load_explicit(&s->stamp_observed[i], memory_order_relaxed);
     if (cur == e)

@@ -159,6 +159,13 @@ const tests = [
       assert.strictEqual(c.rows_count, 20, 'held: demand unchanged');
       assert.strictEqual(c.generation, 1);
       assert.strictEqual(c.rollups_quarantined, held);
+      // Go's TestRollupGuard_LogsLoudly: every held rollup is a loud line
+      // naming the cluster, the rows it carried, the baseline and the count
+      const lines = S.log().split('\n').filter((l) => /rollup quarantined \(rail 2\)/.test(l) &&
+        /cluster=r-rail2 /.test(l));
+      assert.strictEqual(lines.length, held, `quarantine log lines: ${lines.join('\n')}`);
+      assert.match(lines[held - 1], /level=warn/);
+      assert.match(lines[held - 1], new RegExp(`rows=1 accepted_rows=20 held=${held} confirm_at=3`));
     }
     const m = await L.httpGet(S.metricsPort, '/metrics');
     assert.match(m.body, /bigfleet_shard_rollup_quarantined\{cluster="r-rail2"\} 2/);
@@ -168,7 +175,72 @@ const tests = [
     assert.strictEqual(c.quarantine_held, 0);
     assert.strictEqual(c.rows_count, 1);
     assert.strictEqual(c.accepted_rows, 1);
-    assert.match(S.log(), /quarantined rollup accepted: confirmed/);
+    assert.match(S.log(), /level=warn [^\n]*msg="quarantined rollup accepted: confirmed[^\n]*cluster=r-rail2 rows=1 previous_rows=20/);
+    op.close();
+  }],
+  ['provisioning-latency first-seen: kept while demanded, pruned when withdrawn, restarted on return (Go observeRolledUpDemand)', async () => {
+    const op = await connect('r-stamp');
+    const A = L.need({ priority: 11 }), B = L.need({ priority: 12 });
+    const fpA = 'p=11|ipb=0|rpb=0|reqs=|spr=', fpB = 'p=12|ipb=0|rpb=0|reqs=|spr=';
+    const stamp = (fp) => L.shm(S.id, 'stamp', 'r-stamp', fp);
+    op.rollup('r-stamp', [A, B]);
+    await op.ack('rollup');
+    const a0 = stamp(fpA), b0 = stamp(fpB);
+    assert.ok(a0.found && a0.first_seen_ns > 0 && b0.found && b0.first_seen_ns > 0, JSON.stringify([a0, b0]));
+    await L.sleep(20);
+    // TestObserveRolledUpDemand_PreservesFirstSeen: a repeat (larger) rollup keeps first-seen
+    op.rollup('r-stamp', [L.need({ priority: 11, aggregate: { cpu: '5' } }), B]);
+    await op.ack('rollup');
+    assert.strictEqual(stamp(fpA).first_seen_ns, a0.first_seen_ns);
+    assert.strictEqual(stamp(fpB).first_seen_ns, b0.first_seen_ns);
+    // TestObserveRolledUpDemand_PrunesAbsent: B withdrawn -> pruned, A kept
+    op.rollup('r-stamp', [A]);
+    await op.ack('rollup');
+    assert.strictEqual(stamp(fpA).first_seen_ns, a0.first_seen_ns);
+    assert.strictEqual(stamp(fpB).first_seen_ns, 0, 'withdrawn demand is pruned');
+    // B demanded again: timed from its return
+    await L.sleep(20);
+    op.rollup('r-stamp', [A, B]);
+    await op.ack('rollup');
+    const b2 = stamp(fpB);
+    assert.ok(b2.first_seen_ns > b0.first_seen_ns + 20e6, `restamped on return: ${b0.first_seen_ns} -> ${b2.first_seen_ns}`);
+    // a held rollup (rail 2) prunes nothing, like Go's ApplyRollup returning false
+    op.rollup('r-stamp', Array.from({ length: 12 }, (_, i) => L.need({ priority: 100 + i })));
+    await op.ack('rollup');
+    op.rollup('r-stamp', []);
+    await op.ack('rollup');
+    assert.strictEqual(cl('r-stamp').quarantine_held, 1);
+    assert.ok(stamp('p=100|ipb=0|rpb=0|reqs=|spr=').first_seen_ns > 0, 'held: stamps kept');
+    op.close();
+  }],
+  ['rail 2 counts the Needs sent, before duplicates merge (docs/fidelity.md item 6, as Go)', async () => {
+    const op = await connect('r-dup');
+    // 20 copies of one Need: one merged row carrying 20x the demand
+    const one = () => L.need({ priority: 7, aggregate: { cpu: '1' } });
+    op.rollup('r-dup', Array.from({ length: 20 }, one));
+    await op.ack('rollup');
+    let c = cl('r-dup');
+    assert.strictEqual(c.rows_count, 1, 'duplicates merge into one row');
+    assert.deepStrictEqual(c.rows[0].aggregate, { cpu: 20000 });
+    assert.strictEqual(c.accepted_rows, 20, 'the baseline is the Needs received');
+    const gen = c.generation;
+    // one copy: 1/20 of the demand, below 10 % of 20 Needs: held
+    op.rollup('r-dup', [one()]);
+    await op.ack('rollup');
+    c = cl('r-dup');
+    assert.strictEqual(c.quarantine_held, 1);
+    assert.strictEqual(c.generation, gen, 'held: demand unchanged');
+    assert.deepStrictEqual(c.rows[0].aggregate, { cpu: 20000 });
+    op.rollup('r-dup', [one()]);
+    await op.ack('rollup');
+    assert.strictEqual(cl('r-dup').quarantine_held, 2);
+    // the third consecutive collapse is accepted
+    op.rollup('r-dup', [one()]);
+    await op.ack('rollup');
+    c = cl('r-dup');
+    assert.strictEqual(c.quarantine_held, 0);
+    assert.strictEqual(c.accepted_rows, 1);
+    assert.deepStrictEqual(c.rows[0].aggregate, { cpu: 1000 });
     op.close();
   }],
   ['a large rollup never delays another cluster, and a newer rollup supersedes a queued one', async () => {

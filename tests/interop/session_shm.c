@@ -19,6 +19,8 @@
  *   session_shm ac ID CLUSTER COUNT CONF COST [key:op:v1,v2 ...]
  *   session_shm cycle-result ID [key:op:v1,v2 ...]
  *                                            publish a synthetic cycle result (as the cycle)
+ *   session_shm stamp ID CLUSTER FINGERPRINT the provisioning-latency stamp of the key
+ *                                            (read-only JSON: found, epoch, first_seen_ns)
  *
  * Exit 0 on success, 1 with a message on stderr otherwise.
  */
@@ -474,14 +476,35 @@ static int cmd_cycle_result(int argc, char **argv)
     return 0;
 }
 
+static int cmd_stamp(int argc, char **argv)
+{
+    if (argc < 5)
+        die("%s", "usage: stamp ID CLUSTER FINGERPRINT");
+    uint32_t c = 0, f = 0;
+    int i = -1;
+    if (bf_str_find(&S, argv[3], (uint32_t)strlen(argv[3]), &c) == 0 &&
+        bf_str_find(&S, argv[4], (uint32_t)strlen(argv[4]), &f) == 0)
+        i = bf_stamp_find(&S, c, f);
+    if (i < 0) {
+        printf("{\"found\":false}\n");
+        return 0;
+    }
+    printf("{\"found\":true,\"epoch\":%u,\"first_seen_ns\":%lld}\n",
+           (unsigned)atomic_load(&S.stamps[i].epoch),
+           (long long)atomic_load(&S.stamps[i].first_seen_ns));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3)
-        die("%s", "usage: session_shm dump|machine|node|nodes|reclaim|boot|ac ID ...");
+        die("%s", "usage: session_shm dump|stamp|machine|node|nodes|reclaim|boot|ac ID ...");
     const char *cmd = argv[1];
-    bool ro = strcmp(cmd, "dump") == 0;
+    bool ro = strcmp(cmd, "dump") == 0 || strcmp(cmd, "stamp") == 0;
     attach(argv[2], ro);
     bf_shm_set_role(&S, ro ? BF_ROLE_SUPERVISOR : BF_ROLE_EXECUTOR);
+    if (strcmp(cmd, "stamp") == 0)
+        return cmd_stamp(argc, argv);
     if (ro)
         return cmd_dump(argc > 3 ? argv[3] : NULL);
     if (strcmp(cmd, "machine") == 0)

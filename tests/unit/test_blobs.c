@@ -202,6 +202,35 @@ START_TEST(shard_metadata_decode_skips_malformed_values_and_unknown_keys)
 }
 END_TEST
 
+/* docs/fidelity.md item 4: the engine keeps buckets, so a dollar echo is
+ * exact only for the 28 bucket bounds (what every shard writes); another
+ * value (a provider breaking store-and-echo) is applied as the bucket that
+ * covers it, and counted so the difference from Go (which orders victims by
+ * the raw dollars) is visible */
+START_TEST(shard_metadata_off_bucket_dollars_apply_the_covering_bucket_and_count)
+{
+    for (uint8_t b = 0; b <= 27; b++) {
+        struct bf_assignment in = {.priority = 5, .ipb = b, .rpb = b}, out = {0};
+        struct bf_md_encoded enc;
+        bf_shard_metadata_encode(&in, &enc);
+        uint32_t found;
+        ck_assert_int_eq(bf_shard_metadata_decode(enc.e, 5, &out, &found), 0);
+        ck_assert_uint_eq(out.ipb, b == 0 ? 1 : b); /* Unspecified and Zero both write "0" */
+        ck_assert_uint_eq(out.rpb, b == 0 ? 1 : b);
+    }
+    struct bf_md_entry e[] = {
+        {BF_MD_INTERRUPTION, (const uint8_t *)"3", 1},
+        {BF_MD_RECLAMATION, (const uint8_t *)"-2", 2},
+    };
+    struct bf_assignment a = {0};
+    uint32_t found;
+    ck_assert_int_eq(bf_shard_metadata_decode(e, 2, &a, &found), 2);
+    ck_assert_uint_eq(found, BF_MD_HAS_IPD | BF_MD_HAS_RPD);
+    ck_assert_uint_eq(a.ipb, 5); /* $3 -> the $4 bucket */
+    ck_assert_uint_eq(a.rpb, 1); /* <= 0 -> Zero */
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("blobs");
@@ -213,6 +242,7 @@ int main(void)
     tcase_add_test(tc, need_profile_is_canonical_with_its_fingerprint);
     tcase_add_test(tc, need_profile_rejects_unknown_operator_and_bucket);
     tcase_add_test(tc, shard_metadata_round_trips_with_go_spellings_and_nul_group);
+    tcase_add_test(tc, shard_metadata_off_bucket_dollars_apply_the_covering_bucket_and_count);
     tcase_add_test(tc, shard_metadata_decode_skips_malformed_values_and_unknown_keys);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -12,6 +12,7 @@
 
 #include "bigfleet/blobs.h"
 #include "bigfleet/cycle.h"
+#include "bigfleet/ledger.h"
 
 static char g_id[64];
 static struct bf_shm g_s;
@@ -421,6 +422,87 @@ START_TEST(a_full_actions_ring_drops_the_rest_and_undoes_their_marks)
 }
 END_TEST
 
+/* Go's TestActuationPaused_ReportingContinues (and the rest of rail 3's
+ * contract): with the kill switch on, every cycle still decides, publishes
+ * its verdicts and shortfall ledger (the shortfall ages), counts the
+ * suppressed actions, and nothing executes (no action for the executor, no
+ * in-flight mark, the Idle machine stays Idle). */
+START_TEST(paused_cycles_keep_deciding_and_reporting_and_execute_nothing)
+{
+    uint32_t slot = add_machine("i-00", BF_STATE_IDLE, 0);
+    publish_rollup(3, 1); /* 3 GPU machines wanted, 1 exists */
+    struct bf_cycle *c = new_cycle(true);
+    for (int k = 1; k <= 3; k++) {
+        struct bf_cycle_report rep;
+        ck_assert_int_eq(bf_cycle_run_once(c, k * 1000000000LL, &rep), 0);
+        ck_assert_uint_eq(rep.decided, 1); /* Bootstrap i-00, every cycle */
+        ck_assert_uint_eq(rep.suppressed, 1);
+        ck_assert_uint_eq(rep.enqueued, 0);
+        ck_assert_uint_eq(rep.unsatisfied, 1);
+        struct bf_cycle_result *res = malloc(sizeof *res);
+        ck_assert_ptr_nonnull(res);
+        ck_assert_int_eq(bf_ledger_read_result(&g_s, res, NULL), 0);
+        ck_assert_uint_eq(res->cycle, rep.cycle);
+        ck_assert_uint_eq(res->unsatisfied, 1);
+        ck_assert_uint_eq(res->n_verdicts, 1);
+        ck_assert_uint_eq(res->n_shortfalls, 1);
+        ck_assert_int_eq(res->shortfalls[0].age_cycles, k); /* the shortfall keeps aging */
+        ck_assert_int_eq(res->shortfalls[0].deficit[bf_dim_lookup(&g_s, "nvidia.com/gpu")], 16000);
+        free(res);
+        struct bf_ledger_snapshot v = {0};
+        struct bf_ledger_filter f = {0};
+        ck_assert_int_eq(bf_ledger_snapshot(&g_s, &f, &v, NULL), 0);
+        ck_assert_uint_eq(v.n, 1);
+        ck_assert(!v.rows[0].satisfied);
+        ck_assert_int_eq(v.rows[0].bootstrap_count, 1);
+        bf_ledger_snapshot_free(&v);
+        struct bf_machine_rec r;
+        ck_assert_int_eq(bf_inv_read(&g_s, slot, &r), 0);
+        ck_assert_uint_eq(r.state, BF_STATE_IDLE);
+        ck_assert(!bf_pending(&g_s, slot));
+        struct bf_action_msg m[4];
+        int n = drain_actions(m, 4);
+        ck_assert_int_eq(n, 1); /* for the audit log only */
+        ck_assert_uint_eq(m[0].disposition, BF_DISP_SUPPRESSED);
+    }
+    ck_assert_uint_eq(atomic_load(&g_s.st->cycle.actions_suppressed[BF_ACTION_BOOTSTRAP]), 3);
+    ck_assert_uint_eq(atomic_load(&g_s.st->cycle.actions_total[BF_ACTION_BOOTSTRAP]), 0);
+    ck_assert_uint_eq(atomic_load(&g_s.st->cycle.cycles), 3);
+    bf_cycle_free(c);
+}
+END_TEST
+
+/* Go's TestMetricsWarmup_SkipsCyclesUntilCount: with --metrics-warmup-cycles
+ * N the first N cycles are not observed in the cycle and phase duration
+ * histograms; the cycle counter and everything else count every cycle. */
+START_TEST(warm_up_cycles_are_not_observed_in_the_duration_histograms)
+{
+    add_machine("i-00", BF_STATE_IDLE, 0);
+    publish_rollup(1, 1);
+    struct bf_cycle_opts o = {.reclaim_cap_fraction = 0.05, .metrics_warmup_cycles = 3};
+    struct bf_cycle *c;
+    ck_assert_int_eq(bf_cycle_new(&g_s, &o, &c), 0);
+    struct bf_stats_cycle *st = &g_s.st->cycle;
+    for (int k = 1; k <= 5; k++) {
+        struct bf_cycle_report rep;
+        ck_assert_int_eq(bf_cycle_run_once(c, k * 1000000000LL, &rep), 0);
+        uint64_t want = k > 3 ? (uint64_t)(k - 3) : 0;
+        ck_assert_uint_eq(atomic_load(&st->cycle_duration.count), want);
+        for (int p = 0; p < BF_PHASE_COUNT; p++)
+            ck_assert_uint_eq(atomic_load(&st->phase_duration[p].count), want);
+        ck_assert_uint_eq(atomic_load(&st->cycles), (uint64_t)k);
+    }
+    bf_cycle_free(c);
+    /* without a warm-up every cycle is observed */
+    o.metrics_warmup_cycles = 0;
+    ck_assert_int_eq(bf_cycle_new(&g_s, &o, &c), 0);
+    struct bf_cycle_report rep;
+    ck_assert_int_eq(bf_cycle_run_once(c, 6000000000LL, &rep), 0);
+    ck_assert_uint_eq(atomic_load(&st->cycle_duration.count), 3);
+    bf_cycle_free(c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cycle");
@@ -435,6 +517,8 @@ int main(void)
     tcase_add_test(tc, ledger_refs_stay_exact_while_groups_are_replaced);
     tcase_add_test(tc, max_actions_defers_the_tail_and_asks_for_another_cycle);
     tcase_add_test(tc, a_full_actions_ring_drops_the_rest_and_undoes_their_marks);
+    tcase_add_test(tc, paused_cycles_keep_deciding_and_reporting_and_execute_nothing);
+    tcase_add_test(tc, warm_up_cycles_are_not_observed_in_the_duration_histograms);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

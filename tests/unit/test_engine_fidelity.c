@@ -288,6 +288,34 @@ START_TEST(machine_priced_infinity_is_eligible_and_ordered_last)
 }
 END_TEST
 
+/* item 6 (differ): Go's recordUnsatSameAges (shard.go) increments
+ * unsatSameAge[cluster+group+fingerprint] once per unsatisfied ROW, so two
+ * identical gang rows age their class twice a cycle and park after 4
+ * stalled cycles, not the documented 8 (and re-probe every 16, not 32).
+ * The session merges such rows; should the engine still be handed two, it
+ * ages the class once per cycle: parked from the 9th cycle, as one row. */
+START_TEST(duplicate_gang_rows_age_their_parking_class_once_per_cycle)
+{
+    struct ef *f = ef_new(32, modes[_i]);
+    struct ef_prof p;
+    ef_gpu_profile_same(&p, 1000, BF_LABEL_ZONE);
+    struct bf_engine_need n[2] = {ef_gpu_need(&p, 3, "gang"), ef_gpu_need(&p, 3, "gang")};
+    ef_set(f, "c", n, 2);
+    for (int cyc = 1; cyc <= 40; cyc++) {
+        ck_assert_int_eq(ef_cycle(f), 0);
+        uint32_t age = (uint32_t)cyc - 1;
+        bool want = age >= 8 && age % 32 != 0;
+        ck_assert_uint_eq(f->r.n_needs, 2);
+        for (uint32_t k = 0; k < 2; k++) {
+            const struct bf_engine_verdict *v = ef_verdict(f, "c", k);
+            ck_assert(!v->satisfied);
+            ck_assert_msg(v->acquisition_parked == want, "cycle %d row %u", cyc, k);
+        }
+    }
+    ef_free(f);
+}
+END_TEST
+
 /* item 12 (differ): Go concatenates the pinned bucket once per listed value,
  * so `In [a3, a3]` sees every machine twice (and Phase 2 can pick one victim
  * twice). One machine is one machine. */
@@ -396,23 +424,75 @@ START_TEST(phase2_outcome_is_joined_to_each_need_not_to_its_fingerprint)
 }
 END_TEST
 
-/* V5 (differ): Go's pre-pass ranks domains for a zero-aggregate Same Need
- * (every bucket covers a zero deficit) and records one; nothing is wanted,
- * so we record no domain and no candidates */
-START_TEST(zero_aggregate_same_need_records_no_domain)
+/* V5 (match): Go's NormalizeDemand folds a zero-aggregate Same Need as soon
+ * as one matching machine exists (a zero aggregate fits every machine;
+ * normalize.go machineCoversPairs skips dimensions <= 0, and the fold
+ * ignores MinUnit), so Go's pre-pass (occ/seed.go seedSameProfile) never
+ * ranks domains for one: the view is the folded plain Need, MinUnit = the
+ * member's (zero) aggregate, no domain. Without any matching machine the
+ * Need stays a Same Need with no bucket anywhere: no domain either. */
+START_TEST(zero_aggregate_same_need_folds_like_go_and_names_no_domain)
 {
     struct ef *f = ef_new(8, modes[_i]);
     struct ef_machine m = ef_gpu_in_zone("i-a", "zone-a", 1);
     ef_add(f, &m);
     struct ef_prof p;
     ef_gpu_profile_same(&p, 1000, BF_LABEL_ZONE);
+    struct bf_engine_need n = ef_need(&p, ef_gpu(0), ef_gpu(16), 1, "g");
+    ef_set(f, "c", &n, 1);
+    ck_assert_int_eq(ef_cycle(f), 0);
+    const struct bf_engine_verdict *v = ef_verdict(f, "c", 0);
+    ck_assert_uint_eq(v->folded_members, 1); /* the MinUnit the machine misses does not matter */
+    ck_assert_uint_eq(v->group_len, 0);
+    ck_assert(bf_vec_is_zero(&v->min_unit));
+    ck_assert(v->satisfied);
+    ck_assert_str_eq(v->same_domain, "");
+    ck_assert_uint_eq(v->n_same_candidates, 0);
+    ck_assert_uint_eq(f->r.n_actions, 0);
+    ef_free(f);
+    /* no machine carries the Same key: not foldable, still no domain */
+    f = ef_new(8, modes[_i]);
+    struct ef_machine bare = ef_gpu_machine("i-nolabel");
+    ef_add(f, &bare);
+    ef_gpu_profile_same(&p, 1000, "rack");
+    n = ef_need(&p, ef_gpu(0), ef_gpu(8), 1, "g");
+    ef_set(f, "c", &n, 1);
+    ck_assert_int_eq(ef_cycle(f), 0);
+    v = ef_verdict(f, "c", 0);
+    ck_assert_uint_eq(v->folded_members, 0);
+    ck_assert_uint_eq(v->group_len, 1);
+    ck_assert(v->satisfied);
+    ck_assert_str_eq(v->same_domain, "");
+    ck_assert_uint_eq(f->r.n_actions, 0);
+    ef_free(f);
+}
+END_TEST
+
+/* V5 (match): the one place a zero-aggregate Same Need is not folded yet has
+ * a bucket: its only matching machine is its own in-flight Creating machine
+ * (NormalizeDemand does not look at Creating). Go's seedSameProfile ranks the
+ * buckets against the zero deficit and records that domain, claiming
+ * nothing; so do we (the pre-pass used to skip zero-aggregate Needs). */
+START_TEST(zero_aggregate_same_need_names_its_creating_machines_domain_like_go)
+{
+    struct ef *f = ef_new(8, modes[_i]);
+    struct ef_prof p;
+    ef_gpu_profile_same(&p, 1000, "rack");
+    struct ef_machine m = ef_machine("i-creating", BF_STATE_CREATING, EF_A3, "z");
+    m.alloc = ef_gpu(8);
+    ef_label(&m, "rack", "r1");
+    snprintf(m.fp, sizeof m.fp, "%s", ef_fp(&p));
+    snprintf(m.group, sizeof m.group, "g");
+    ef_add(f, &m);
     struct bf_engine_need n = ef_need(&p, ef_gpu(0), ef_gpu(8), 1, "g");
     ef_set(f, "c", &n, 1);
     ck_assert_int_eq(ef_cycle(f), 0);
     const struct bf_engine_verdict *v = ef_verdict(f, "c", 0);
+    ck_assert_uint_eq(v->folded_members, 0);
     ck_assert(v->satisfied);
-    ck_assert_str_eq(v->same_domain, "");
-    ck_assert_uint_eq(v->n_same_candidates, 0);
+    ck_assert_str_eq(v->same_domain, "r1");
+    ck_assert(v->same_satisfiable);
+    ck_assert_uint_eq(v->claimed_count, 0);
     ck_assert_uint_eq(f->r.n_actions, 0);
     ef_free(f);
 }
@@ -703,13 +783,16 @@ static Suite *suite(void)
     tcase_add_loop_test(t, idle_release_never_fires_before_the_hold_with_a_sub_second_stamp, 0, 2);
     tcase_add_loop_test(t, machine_priced_infinity_is_eligible_and_ordered_last, 0, 2);
     tcase_add_loop_test(t, duplicate_pinned_types_count_a_machine_once_and_preempt_it_once, 0, 2);
+    tcase_add_loop_test(t, duplicate_gang_rows_age_their_parking_class_once_per_cycle, 0, 2);
     suite_add_tcase(s, t);
     TCase *v = tcase_create("verdicts");
     tcase_add_loop_test(v, a_need_that_claimed_machines_has_matching_supply_and_is_priority_starved,
                         0, 2);
     tcase_add_loop_test(v, preemption_summary_is_shown_only_while_phase2_leaves_a_deficit, 0, 2);
     tcase_add_loop_test(v, phase2_outcome_is_joined_to_each_need_not_to_its_fingerprint, 0, 2);
-    tcase_add_loop_test(v, zero_aggregate_same_need_records_no_domain, 0, 2);
+    tcase_add_loop_test(v, zero_aggregate_same_need_folds_like_go_and_names_no_domain, 0, 2);
+    tcase_add_loop_test(v, zero_aggregate_same_need_names_its_creating_machines_domain_like_go, 0,
+                        2);
     tcase_add_loop_test(v, verdict_rows_tying_on_priority_arrival_and_cluster_keep_demand_order, 0,
                         2);
     suite_add_tcase(s, v);

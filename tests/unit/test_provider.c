@@ -250,6 +250,34 @@ END_TEST
 
 /* ------------------------------------------------------------ record build */
 
+/* docs/fidelity.md O1 (differ, representation): the machine record holds
+ * price and interruption probability in single precision (one 64-byte cache
+ * line per record), where Go keeps float64: prices closer than the float's
+ * resolution tie in every order (then the id decides) */
+START_TEST(record_keeps_price_and_probability_in_single_precision)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, true);
+    struct tmach a = tmach_idle("m-a"), b = tmach_idle("m-b");
+    a.price = 1.00000001;
+    b.price = 1.00000003; /* distinct doubles, the same float */
+    size_t la, lb;
+    uint8_t *pa = tmach_pack(&a, &la), *pb = tmach_pack(&b, &lb);
+    struct bf_prov_machine ma, mb;
+    ck_assert_int_eq(bf_prov_machine_decode(pa, la, &ma), 0);
+    ck_assert_int_eq(bf_prov_machine_decode(pb, lb, &mb), 0);
+    ck_assert(ma.price_per_hour != mb.price_per_hour);
+    struct bf_machine_rec ra, rb;
+    char why[256];
+    ck_assert_int_eq(bf_prov_machine_build(&f.shm, NULL, &ma, 0, &ra, NULL, why, sizeof why), 0);
+    ck_assert_int_eq(bf_prov_machine_build(&f.shm, NULL, &mb, 0, &rb, NULL, why, sizeof why), 0);
+    ck_assert(ra.price_per_hour == rb.price_per_hour);
+    free(pa);
+    free(pb);
+    pfx_close(&f);
+}
+END_TEST
+
 START_TEST(build_interns_profile_once_per_shape_and_host_as_provider_and_ref)
 {
     struct pfx f;
@@ -570,6 +598,7 @@ static Suite *suite(void)
     t = tcase_create("screen");
     tcase_add_test(t, screen_rejects_bad_cost_inputs_by_reason);
     tcase_add_test(t, screen_rejects_structural_faults);
+    tcase_add_test(t, record_keeps_price_and_probability_in_single_precision);
     tcase_add_test(t, build_interns_profile_once_per_shape_and_host_as_provider_and_ref);
     tcase_add_test(t, build_rejects_unparseable_or_negative_quantities_as_structural);
     tcase_add_test(t, assignment_restores_from_shard_metadata_and_skips_malformed_values);

@@ -449,11 +449,13 @@ START_TEST(explicit_zero_dimension_converts_like_an_absent_one)
 }
 END_TEST
 
-/* docs/fidelity.md item 6 (differ): Go's Table.Replace keeps duplicate
- * (profile, group) rows apart and rail 2 counts len(ns), so 20 copies of one
- * Need followed by that one Need looks like a 95 % wipe and is held. We
- * merge duplicates (what needs.Aggregate builds) and rail 2 counts rows. */
-START_TEST(duplicate_rows_merge_so_rail2_sees_no_drop_when_they_stop)
+/* docs/fidelity.md item 6: duplicate (profile, group) rows merge into one
+ * row (differ: Go's Table.Replace keeps them apart), but rail 2 counts the
+ * Needs received, as Go's ApplyRollup admits len(ns) (match): 20 copies of
+ * a Need (20x its demand) followed by one copy is a 95 % collapse and is
+ * held. The session feeds needs_in to rail 2 (ingest.c; the interop test
+ * session_rollup.test.js proves it through the real session). */
+START_TEST(duplicate_rows_merge_but_rail2_counts_the_needs_received)
 {
     struct nb b[20];
     for (int i = 0; i < 20; i++) {
@@ -469,15 +471,20 @@ START_TEST(duplicate_rows_merge_so_rail2_sees_no_drop_when_they_stop)
     ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 100, 0, &r, err, sizeof err), 0);
     ck_assert_uint_eq(r.needs_in, 20);
     ck_assert_uint_eq(r.n, 1);
+    ck_assert_uint_eq(r.merged, 19);
     ck_assert_int_eq(r.rows[0].aggregate[dim("cpu")], 20000);
     uint32_t base = 0;
     uint8_t held = 0;
-    ck_assert_int_eq(bf_rail2_admit(true, &base, &held, r.n), BF_RAIL2_ACCEPT);
+    ck_assert_int_eq(bf_rail2_admit(true, &base, &held, r.needs_in), BF_RAIL2_ACCEPT);
+    ck_assert_uint_eq(base, 20);
     free(buf);
     buf = pack_rollup("c1", 6, b, 1, &len);
     ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 100, 0, &r, err, sizeof err), 0);
-    ck_assert_int_eq(bf_rail2_admit(true, &base, &held, r.n), BF_RAIL2_ACCEPT);
-    ck_assert_uint_eq(held, 0);
+    ck_assert_uint_eq(r.needs_in, 1);
+    ck_assert_int_eq(r.rows[0].aggregate[dim("cpu")], 1000);
+    ck_assert_int_eq(bf_rail2_admit(true, &base, &held, r.needs_in), BF_RAIL2_HOLD);
+    ck_assert_uint_eq(held, 1);
+    ck_assert_uint_eq(base, 20);
     bf_rollup_free(&r);
     free(buf);
 }
@@ -792,7 +799,7 @@ static Suite *suite(void)
     tcase_add_test(r, repeated_rollup_interns_nothing_new_and_reserve_guards_the_string_table);
     tcase_add_test(r, empty_rollup_converts_to_zero_rows);
     tcase_add_test(r, explicit_zero_dimension_converts_like_an_absent_one);
-    tcase_add_test(r, duplicate_rows_merge_so_rail2_sees_no_drop_when_they_stop);
+    tcase_add_test(r, duplicate_rows_merge_but_rail2_counts_the_needs_received);
     suite_add_tcase(s, r);
     TCase *q = tcase_create("rail2");
     tcase_add_test(q, rail2_holds_a_collapse_until_three_consecutive_rollups_confirm_it);

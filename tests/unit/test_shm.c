@@ -524,6 +524,35 @@ START_TEST(provisioning_stamps_are_observed_once_and_restamped_after)
 }
 END_TEST
 
+/* Go's TestObserveRolledUpDemand_PrunesAbsent, in the stamp table: a pruned
+ * (cluster, fingerprint) gives no latency sample, other keys keep theirs,
+ * and demand that comes back is timed from its return, not its first
+ * appearance (Go deletes the map entry; we mark it absent). */
+START_TEST(provisioning_stamps_pruned_when_withdrawn_restart_on_return)
+{
+    uint32_t c = intern("cluster-p"), f1 = intern("p=1|ipb=0|rpb=0|reqs=|spr="),
+             f2 = intern("p=2|ipb=0|rpb=0|reqs=|spr=");
+    int64_t lat = 0;
+    ck_assert_int_eq(bf_stamp_prune(&g_s, c, f1), 0); /* nothing to prune */
+    ck_assert_int_eq(bf_stamp_touch(&g_s, c, f1, 1000), 0);
+    ck_assert_int_eq(bf_stamp_touch(&g_s, c, f2, 1000), 0);
+    ck_assert_int_eq(bf_stamp_prune(&g_s, c, f2), 1);
+    ck_assert_int_eq(bf_stamp_prune(&g_s, c, f2), 0); /* already absent */
+    ck_assert_int_eq(bf_stamp_observe(&g_s, c, f2, 3000, &lat), 0);
+    ck_assert_int_eq(bf_stamp_observe(&g_s, c, f1, 3000, &lat), 1); /* the other key kept */
+    ck_assert_int_eq(lat, 2000);
+    ck_assert_int_eq(bf_stamp_touch(&g_s, c, f2, 5000), 0); /* demanded again */
+    ck_assert_int_eq(bf_stamp_touch(&g_s, c, f2, 6000), 0); /* first-seen kept from 5000 */
+    ck_assert_int_eq(bf_stamp_observe(&g_s, c, f2, 8000, &lat), 1);
+    ck_assert_int_eq(lat, 3000);
+    /* an observed stamp pruned then demanded again is also timed afresh */
+    ck_assert_int_eq(bf_stamp_prune(&g_s, c, f1), 1);
+    ck_assert_int_eq(bf_stamp_touch(&g_s, c, f1, 9000), 0);
+    ck_assert_int_eq(bf_stamp_observe(&g_s, c, f1, 9100, &lat), 1);
+    ck_assert_int_eq(lat, 100);
+}
+END_TEST
+
 static off_t inventory_file_size(void)
 {
     char name[128];
@@ -762,6 +791,7 @@ int main(void)
     tcase_add_test(tc, needs_copy_returns_the_published_rows);
     tcase_add_test(tc, registries_assign_stable_indices);
     tcase_add_test(tc, provisioning_stamps_are_observed_once_and_restamped_after);
+    tcase_add_test(tc, provisioning_stamps_pruned_when_withdrawn_restart_on_return);
     tcase_add_test(tc, soft_interning_stops_at_the_reserve_and_keeps_room_for_essentials);
     tcase_add_test(tc, the_string_arena_grows_its_file_with_use_and_every_process_sees_it);
     tcase_add_test(tc, segments_are_private_and_another_user_cannot_attach);

@@ -1110,7 +1110,9 @@ int bfe_phase1(struct bf_engine *e)
     bfe_qsort(ord, n, sizeof *ord, u64_cmp);
     for (uint32_t k = 0; k < n; k++) {
         uint32_t di = (uint32_t)ord[k];
-        if (bf_vec_is_zero(&e->d[di].rem))
+        /* a zero-aggregate Same Need still ranks its domains (Go's
+         * seedSameProfile does; docs/fidelity.md V5): it claims nothing */
+        if (bf_vec_is_zero(&e->d[di].rem) && !e->d[di].cp->has_same)
             continue;
         if (e->d[di].cp->has_same)
             TRY(prepass_same(e, di));
