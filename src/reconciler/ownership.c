@@ -33,7 +33,7 @@
 #include "bigfleet/log.h"
 #include "bigfleet/ownership.h"
 #include "bigfleet/util.h"
-#include "reconciler/reconciler.h"
+#include "reconciler/recon_internal.h"
 
 struct owned_op {
     char *id;

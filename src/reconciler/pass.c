@@ -115,7 +115,8 @@ static void pass_finish(struct bf_recon *r)
         r->refresh_lost = true; /* flagged records may not have been re-read */
         r->retry_at_ns = bf_mono_ns() + BF_RECON_RETRY_NS;
     }
-    /* ADR-0055: the sweep's releases, kept machines re-checked, the owned set */
+    /* ADR-0055: machines released by the sweep before this pass; the kept
+     * ones re-checked and the owned set written */
     r->res.released += r->sweep.released;
     memset(&r->sweep, 0, sizeof r->sweep);
     bf_recon_ownership_finish(r, &r->res, r->res.status == BF_PROV_OK && r->res.full);
@@ -330,7 +331,7 @@ static bool full_only(const struct bf_recon *r)
 static bool walk_due(const struct bf_recon *r, int64_t now)
 {
     return !r->synced || r->walk.active || r->resync_now || r->refresh_lost || r->confirm_unpaged ||
-           r->own_walk || now - r->last_walk_ns >= r->o.resync_interval_ns;
+           now - r->last_walk_ns >= r->o.resync_interval_ns;
 }
 
 static int start_list(struct bf_recon *r, int kind, int64_t now)
@@ -350,7 +351,6 @@ static int start_list(struct bf_recon *r, int kind, int64_t now)
             r->confirming = r->confirm_unpaged;
             r->confirm_unpaged = false;
             bf_recon_walk_begin(r, paged);
-            r->own_walk = false; /* this walk lists what the new rule inputs give us */
             /* losses from here on are covered by this walk only if they
              * happen before their page: ask for another walk after it */
             r->resync_now = r->refresh_lost = false;
@@ -392,16 +392,16 @@ int bf_recon_step(struct bf_recon *r, bool requested, int64_t now_ns, bf_recon_d
 {
     if (r->busy)
         return -EBUSY;
-    /* ADR-0055: the rule inputs changed: release what is no longer ours, and
-     * walk in the background (a delta would not list machines that just
-     * became ours; a cycle's requested delta is not held up for it) */
-    if (bf_recon_ownership_step(r, &r->sweep))
-        r->own_walk = true;
     /* background work after a failure waits, unless the connection just came up */
     int cs = bf_prov_client_state(r->client);
     bool came_up = cs == BF_NET_CLIENT_READY && r->client_state_seen != BF_NET_CLIENT_READY;
     r->client_state_seen = cs;
     bool may_background = now_ns >= r->retry_at_ns || came_up;
+    /* ADR-0055: the partition's rule inputs changed: release what is no
+     * longer ours now, and walk at once (a delta would not list machines
+     * that just became ours) */
+    if (bf_recon_ownership_step(r, &r->sweep))
+        r->resync_now = true;
     int kind = 0;
     if (full_only(r)) {
         if (requested || (!r->synced && may_background))

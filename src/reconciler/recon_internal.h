@@ -98,4 +98,18 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
 bool bf_recon_remove_slot(struct bf_recon *r, uint32_t slot, uint32_t id_ref,
                           struct bf_recon_result *res);
 
+/* ownership.c — the ADR-0055 partition on the reconciler's side (the rule
+ * and the store: bigfleet/ownership.h). */
+struct bf_recon_own;
+int bf_recon_own_new(struct bf_shm *shm, const char *data_dir, int policy,
+                     struct bf_recon_own **out);
+void bf_recon_own_free(struct bf_recon_own *o);
+bool bf_recon_own_refresh(struct bf_recon_own *o);
+int bf_recon_own_decide_listed(struct bf_recon_own *o, const struct bf_prov_machine *m);
+void bf_recon_own_adopted(struct bf_recon_own *o, const char *id, size_t len, int source);
+void bf_recon_own_removed(struct bf_recon_own *o, const char *id, size_t len);
+void bf_recon_own_sweep(struct bf_recon_own *o, struct bf_recon_result *res);
+void bf_recon_own_finish(struct bf_recon_own *o, struct bf_recon_result *res, bool full_ok);
+bool bf_recon_own_idle(struct bf_recon_own *o);
+
 #endif

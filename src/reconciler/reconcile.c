@@ -266,9 +266,9 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
                known ? (int32_t)slot : -1, res);
         return;
     }
+    /* ADR-0055: another shard's machine is neither adopted nor screened */
     int source = 0;
     if (!known && r->own && m.id.len) {
-        /* ADR-0055: another shard's machine is not adopted (nor screened) */
         source = bf_recon_own_decide_listed(r->own, &m);
         if (source == 0) {
             res->not_owned++;
@@ -370,8 +370,7 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
         if (bad > 0) {
             atomic_fetch_add_explicit(&st->metadata_decode_errors, (uint64_t)bad,
                                       memory_order_relaxed);
-            BF_WARN("shard_metadata decode: values malformed (skipped) or not a penalty bucket's "
-                    "bound (applied as its bucket); the other keys were restored",
+            BF_WARN("shard_metadata decode failed; the other keys were restored",
                     "machine=\"%.*s\" malformed=%d", (int)(m.id.len < 200 ? m.id.len : 200),
                     (const char *)m.id.p, bad);
         } else if (bad < 0) {
@@ -406,25 +405,6 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
     res->inserted++;
     atomic_fetch_add_explicit(&st->machines_inserted, 1, memory_order_relaxed);
     push_event(r, nslot, &nr, nr.cluster, res);
-}
-
-bool bf_recon_ownership_step(struct bf_recon *r, struct bf_recon_result *res)
-{
-    if (!r->own || !bf_recon_own_refresh(r->own))
-        return false;
-    bf_recon_own_sweep(r->own, res);
-    return true;
-}
-
-void bf_recon_ownership_finish(struct bf_recon *r, struct bf_recon_result *res, bool full_ok)
-{
-    if (r->own)
-        bf_recon_own_finish(r->own, res, full_ok);
-}
-
-bool bf_recon_ownership_idle(struct bf_recon *r)
-{
-    return r->own && !r->busy && bf_recon_own_idle(r->own);
 }
 
 void bf_recon_list_issued(struct bf_recon *r)
@@ -526,7 +506,7 @@ bool bf_recon_remove_slot(struct bf_recon *r, uint32_t slot, uint32_t id_ref,
         return false;
     }
     if (id)
-        bf_recon_own_removed(r->own, id, il);
+        bf_recon_own_removed(r->own, id, il); /* the owned set follows the inventory */
     res->removed++;
     atomic_fetch_add_explicit(&r->shm->st->reconciler.machines_removed, 1, memory_order_relaxed);
     return true;
@@ -596,6 +576,25 @@ void bf_recon_walk_finish(struct bf_recon *r, struct bf_recon_result *res)
                 "unpaged List before removing them",
                 "missing=%u pages=%u listed=%u", candidates, w->pages, w->listed);
     }
+}
+
+bool bf_recon_ownership_step(struct bf_recon *r, struct bf_recon_result *res)
+{
+    if (!r->own || !bf_recon_own_refresh(r->own))
+        return false;
+    bf_recon_own_sweep(r->own, res);
+    return true;
+}
+
+void bf_recon_ownership_finish(struct bf_recon *r, struct bf_recon_result *res, bool full_ok)
+{
+    if (r->own)
+        bf_recon_own_finish(r->own, res, full_ok);
+}
+
+bool bf_recon_ownership_idle(struct bf_recon *r)
+{
+    return r->own && !r->busy && bf_recon_own_idle(r->own);
 }
 
 void bf_recon_apply(struct bf_recon *r, const struct bf_prov_list *l, bool full,

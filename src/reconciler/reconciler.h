@@ -60,9 +60,7 @@
  *   - else a resync walk page, when a walk is under way or
  *     resync_interval_ns passed since the last one ended, or at once when
  *     refresh candidates were lost (a change log lapped, more flagged
- *     records than BF_RECON_MAX_GETS, a Get failed), or when the ADR-0055
- *     rule inputs changed since the last walk began (a transfer in or a
- *     new domain: a delta would not list the machines that became ours).
+ *     records than BF_RECON_MAX_GETS, a Get failed).
  *   Records flagged NEEDS_REFRESH (the executor after a transport failure
  *   or a redelivered mid-flight action, the supervisor after a repair) must
  *   be re-read even when the provider did not change them, which a delta
@@ -134,11 +132,11 @@ struct bf_recon_result {
     uint32_t refreshed;   /* flagged records re-read by Get (delta passes) */
     uint32_t walk_pages;  /* full: pages of the walk */
     uint32_t walk_listed; /* full: machines listed over the walk */
-    uint32_t not_owned;   /* listed machines not adopted: another shard's (ADR-0055) */
-    uint32_t released;    /* removed: no longer owned by this shard (ADR-0055) */
     int64_t walk_ns;      /* full: first page issued to the removals done */
     int64_t list_ns;      /* List RPC (request to reply) */
     int64_t apply_ns;     /* applying the reply */
+    uint32_t not_owned;   /* listed machines not adopted: another shard's (ADR-0055) */
+    uint32_t released;    /* removed: no longer owned by this shard (ADR-0055) */
 };
 
 typedef void (*bf_recon_done_fn)(void *arg, const struct bf_recon_result *r);
@@ -179,41 +177,19 @@ void bf_recon_apply(struct bf_recon *r, const struct bf_prov_list *l, bool full,
                     struct bf_recon_result *res);
 
 /*
- * ADR-0055 steps of a pass, exposed for tests (bf_recon_step and the end
- * of a pass call them): _step reloads the partition's rule inputs when the
- * cycle's published generation moved (or on the first call) and sweeps the
- * inventory, returning true when it did (a walk is then due: a delta
- * would not list the machines that became ours);
- * _finish re-checks machines kept bound or in flight and writes the owned
- * set (synchronised with the inventory after a full successful pass).
- * No-ops without a store.
+ * ADR-0055 (src/reconciler/ownership.c), exposed for tests (bf_recon_step,
+ * the end of a pass and the reconciler's tick call them): _step reloads the
+ * partition's rule inputs when the cycle's published generation moved (or
+ * on the first call) and sweeps the inventory (machines no longer owned are
+ * removed, or kept while bound or in flight), returning true when it did —
+ * a resync walk then starts at once (a delta would not list machines that
+ * just became ours); _finish re-checks the kept machines and writes the
+ * owned set; _idle synchronises the owned set with the inventory after the
+ * first complete walk (O(machines), off the readiness path). No-ops
+ * without a store.
  */
 bool bf_recon_ownership_step(struct bf_recon *r, struct bf_recon_result *res);
 void bf_recon_ownership_finish(struct bf_recon *r, struct bf_recon_result *res, bool full_ok);
-/* Deferred ownership work for an idle moment (no pass in flight): the
- * owned set's synchronisation with the inventory after the first full pass.
- * True when it did some. reconciler_main calls it from its tick. */
 bool bf_recon_ownership_idle(struct bf_recon *r);
-
-/*
- * ownership.c — the ADR-0055 partition on the reconciler's side (the rule
- * and the store: bigfleet/ownership.h). bf_recon_new creates it from the
- * options; bf_recon_step reloads the rule inputs when the cycle's
- * generation moved (then a background walk is due and the inventory is swept:
- * machines no longer owned are removed, or kept while bound or in flight);
- * apply_one adopts an unknown machine only when the rule owns it; a pass
- * ends with the release list re-checked and the owned set written.
- */
-struct bf_recon_own;
-int bf_recon_own_new(struct bf_shm *shm, const char *data_dir, int policy,
-                     struct bf_recon_own **out);
-void bf_recon_own_free(struct bf_recon_own *o);
-bool bf_recon_own_refresh(struct bf_recon_own *o);
-int bf_recon_own_decide_listed(struct bf_recon_own *o, const struct bf_prov_machine *m);
-void bf_recon_own_adopted(struct bf_recon_own *o, const char *id, size_t len, int source);
-void bf_recon_own_removed(struct bf_recon_own *o, const char *id, size_t len);
-void bf_recon_own_sweep(struct bf_recon_own *o, struct bf_recon_result *res);
-void bf_recon_own_finish(struct bf_recon_own *o, struct bf_recon_result *res, bool full_ok);
-bool bf_recon_own_idle(struct bf_recon_own *o);
 
 #endif
