@@ -48,7 +48,6 @@ struct bf_recon {
     bool no_paging;  /* pages did not advance: unpaged walks only */
     bool synced;     /* a walk completed since start (the delta cursor is valid) */
     bool resync_now; /* a resync is due at once (lost refresh candidates) */
-    bool own_walk;   /* ADR-0055 rule inputs changed: walk before the next delta */
     /* a paged walk found more missing machines than Gets confirm: the next
      * walk is unpaged and removes them if they are really gone */
     bool confirm_unpaged;
