@@ -299,8 +299,7 @@ static void send_report(struct coord *c)
     sum.per_zone_counts = zp;
     /* extension field 7 (issue 17): per (type, zone) Idle / Speculative / bound */
     Bigfleet__V1alpha1__FreeCount *fc = calloc((size_t)BF_MAX_TYPES * BF_MAX_ZONES, sizeof *fc);
-    Bigfleet__V1alpha1__FreeCount **fcp =
-        calloc((size_t)BF_MAX_TYPES * BF_MAX_ZONES, sizeof *fcp);
+    Bigfleet__V1alpha1__FreeCount **fcp = calloc((size_t)BF_MAX_TYPES * BF_MAX_ZONES, sizeof *fcp);
     size_t nf = 0;
     for (uint32_t t = 1; fc && fcp && t < BF_MAX_TYPES; t++) {
         const char *tname = bf_type_name(shm, t);
@@ -515,9 +514,9 @@ static void on_reply(void *arg, int code, const char *message, const uint8_t *re
         BF_WARN("ReportShard failed", "code=%s message=\"%s\" addr=%s", bf_net_code_name(code),
                 message ? message : "", c->addrs[c->cur]);
         c->sent = 0; /* the acks stay queued, in front */
-        c->rotate = c->n_addrs > 1 &&
-                    (code == BF_NET_FAILED_PRECONDITION || code == BF_NET_UNAVAILABLE ||
-                     code == BF_NET_DEADLINE_EXCEEDED);
+        c->rotate =
+            c->n_addrs > 1 && (code == BF_NET_FAILED_PRECONDITION || code == BF_NET_UNAVAILABLE ||
+                               code == BF_NET_DEADLINE_EXCEEDED);
         return;
     }
     /* the acks that went out are delivered */

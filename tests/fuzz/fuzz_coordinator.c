@@ -28,8 +28,7 @@ static void report(const uint8_t *p, size_t n)
     static struct coord c;
     struct co_soft s = {0};
     for (int round = 0; round < 2; round++) {
-        Bigfleet__V1alpha1__ShardReport *rep =
-            bigfleet__v1alpha1__shard_report__unpack(NULL, n, p);
+        Bigfleet__V1alpha1__ShardReport *rep = bigfleet__v1alpha1__shard_report__unpack(NULL, n, p);
         if (!rep)
             break;
         if (co_soft_ingest(&c, &s, rep) != 0) {

@@ -453,9 +453,8 @@ START_TEST(etcd_keys_that_do_not_decode_or_match_their_value_are_skipped)
 {
     struct co_store st = {0};
     const char *p = "/bf/";
-    ck_assert_int_eq(co_store_apply_kv(&st, p, (const uint8_t *)"/other/x", 8,
-                                       (const uint8_t *)"", 0),
-                     -EINVAL);
+    ck_assert_int_eq(
+        co_store_apply_kv(&st, p, (const uint8_t *)"/other/x", 8, (const uint8_t *)"", 0), -EINVAL);
     ck_assert_int_eq(co_store_apply_kv(&st, p, (const uint8_t *)"/bf/shards/a", 12,
                                        (const uint8_t *)"\xff\xff", 2),
                      -EINVAL);
@@ -469,12 +468,11 @@ START_TEST(etcd_keys_that_do_not_decode_or_match_their_value_are_skipped)
                      -EINVAL);
     ck_assert_int_eq(co_store_apply_kv(&st, p, (const uint8_t *)"/bf/shards/b", 12, buf, n), 0);
     ck_assert_uint_eq(st.n_shards, 1);
-    ck_assert_int_eq(co_store_apply_kv(&st, p, (const uint8_t *)"/bf/seq", 7,
-                                       (const uint8_t *)"-5", 2),
-                     -EINVAL);
-    ck_assert_int_eq(co_store_apply_kv(&st, p, (const uint8_t *)"/bf/seq", 7,
-                                       (const uint8_t *)"200000", 6),
-                     0);
+    ck_assert_int_eq(
+        co_store_apply_kv(&st, p, (const uint8_t *)"/bf/seq", 7, (const uint8_t *)"-5", 2),
+        -EINVAL);
+    ck_assert_int_eq(
+        co_store_apply_kv(&st, p, (const uint8_t *)"/bf/seq", 7, (const uint8_t *)"200000", 6), 0);
     ck_assert_int_eq(st.seq_durable, 200000);
     ck_assert_uint_eq(st.rejected, 4);
     co_store_clear(&st);
@@ -486,7 +484,8 @@ static Suite *suite(void)
     Suite *s = suite_create("coordinator");
     TCase *t = tcase_create("rebalance");
     tcase_add_test(t, young_and_topology_constrained_shortfalls_are_not_eligible);
-    tcase_add_test(t, tier1_transfers_idle_sized_to_the_deficit_then_names_the_ids_to_the_recipient);
+    tcase_add_test(t,
+                   tier1_transfers_idle_sized_to_the_deficit_then_names_the_ids_to_the_recipient);
     tcase_add_test(t, donor_keeps_its_margin_and_its_own_demand);
     tcase_add_test(t, min_benefit_refuses_a_move_that_covers_too_little);
     tcase_add_test(t, priority_then_age_orders_the_shortfalls_and_a_donor_is_not_counted_twice);

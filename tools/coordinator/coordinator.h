@@ -27,10 +27,10 @@
 #define CO_MAX_SHARDS    1024
 #define CO_MAX_DOMAINS   4096
 #define CO_MAX_CLUSTERS  65536
-#define CO_MAX_PENDING   4096 /* instructions waiting for one shard's ack */
-#define CO_MAX_SHORTFALL 100  /* per report (wire.md: at most 100) */
-#define CO_MAX_FREE      4096 /* free_counts rows per report */
-#define CO_ID_MAX        256  /* shard, cluster ids; domain key/value parts */
+#define CO_MAX_PENDING   4096       /* instructions waiting for one shard's ack */
+#define CO_MAX_SHORTFALL 100        /* per report (wire.md: at most 100) */
+#define CO_MAX_FREE      4096       /* free_counts rows per report */
+#define CO_ID_MAX        256        /* shard, cluster ids; domain key/value parts */
 #define CO_REPORT_MAX    (4u << 20) /* bytes of one ShardReport */
 #define CO_SEQ_BLOCK     100000     /* sequence numbers reserved per etcd write */
 
@@ -40,20 +40,20 @@ struct bf_net_http_server;
 struct bf_net_timer;
 
 struct co_config {
-    char id[CO_ID_MAX];        /* --id: this replica's name (the leader key's value) */
-    char listen[256];          /* --listen */
-    char metrics[256];         /* --metrics-addr ("0" = none) */
-    char advertise[256];       /* --advertise-addr (else --listen) */
-    char etcd[1024];           /* --etcd-endpoints */
-    char prefix[128];          /* --etcd-prefix */
-    char catalog[1024];        /* --catalog */
-    char quota_provider[128];  /* --quota-provider */
-    char quota_region[128];    /* --quota-region */
-    int64_t lease_ttl_s;       /* --lease-ttl */
-    int64_t rebalance_ns;      /* --rebalance-interval */
-    int64_t etcd_timeout_ns;   /* --etcd-timeout */
-    struct rb_config rb;       /* --min-age, --preempt-min-age, --cooldown-passes, ... */
-    bool rebalance;            /* --rebalance */
+    char id[CO_ID_MAX];       /* --id: this replica's name (the leader key's value) */
+    char listen[256];         /* --listen */
+    char metrics[256];        /* --metrics-addr ("0" = none) */
+    char advertise[256];      /* --advertise-addr (else --listen) */
+    char etcd[1024];          /* --etcd-endpoints */
+    char prefix[128];         /* --etcd-prefix */
+    char catalog[1024];       /* --catalog */
+    char quota_provider[128]; /* --quota-provider */
+    char quota_region[128];   /* --quota-region */
+    int64_t lease_ttl_s;      /* --lease-ttl */
+    int64_t rebalance_ns;     /* --rebalance-interval */
+    int64_t etcd_timeout_ns;  /* --etcd-timeout */
+    struct rb_config rb;      /* --min-age, --preempt-min-age, --cooldown-passes, ... */
+    bool rebalance;           /* --rebalance */
 };
 
 /* ----- store.c: durable state (etcd) */
@@ -148,9 +148,9 @@ struct coord {
     struct bf_net_timer *tick, *rebal;
     /* leader.c */
     enum co_role role;
-    int64_t term;            /* create revision of the leader key (when leader) */
-    int64_t lease;           /* our lease id (0 = none) */
-    int64_t lease_ok_ns;     /* mono: send time of the last keepalive that succeeded */
+    int64_t term;        /* create revision of the leader key (when leader) */
+    int64_t lease;       /* our lease id (0 = none) */
+    int64_t lease_ok_ns; /* mono: send time of the last keepalive that succeeded */
     bool lease_busy, campaign_busy;
     char leader_seen[CO_ID_MAX]; /* the current leader's value, as last read */
     uint64_t elections, stepdowns, etcd_errors;

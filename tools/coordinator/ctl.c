@@ -112,7 +112,8 @@ int co_ctl_main(int argc, char **argv)
         q.topology_value = a[1];
         rc = call(addrs, "UnassignDomain", &q.base, &r);
     } else if (!strcmp(cmd, "assign-cluster") && na == 2) {
-        Bigfleet__V1alpha1__AssignClusterRequest q = BIGFLEET__V1ALPHA1__ASSIGN_CLUSTER_REQUEST__INIT;
+        Bigfleet__V1alpha1__AssignClusterRequest q =
+            BIGFLEET__V1ALPHA1__ASSIGN_CLUSTER_REQUEST__INIT;
         q.cluster_id = a[0];
         q.shard_id = a[1];
         rc = call(addrs, "AssignCluster", &q.base, &r);

@@ -175,8 +175,8 @@ static void on_unary(void *arg, int code, const char *message, const uint8_t *re
     free(p);
 }
 
-static int start_unary(struct etcd *e, int kind, const char *path,
-                       const ProtobufCMessage *req, void *cb, void *arg)
+static int start_unary(struct etcd *e, int kind, const char *path, const ProtobufCMessage *req,
+                       void *cb, void *arg)
 {
     struct bf_net_client *cl = client(e);
     if (!cl)

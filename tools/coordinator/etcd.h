@@ -38,7 +38,8 @@ typedef void (*etcd_txn_fn)(void *arg, int code, const char *message,
 typedef void (*etcd_lease_fn)(void *arg, int code, const char *message, int64_t id, int64_t ttl);
 
 /* endpoints: comma-separated. 0, -EINVAL (syntax), -ENOMEM. */
-int etcd_new(struct bf_net_loop *loop, const char *endpoints, int64_t timeout_ns, struct etcd **out);
+int etcd_new(struct bf_net_loop *loop, const char *endpoints, int64_t timeout_ns,
+             struct etcd **out);
 void etcd_free(struct etcd *e);
 const char *etcd_endpoint(const struct etcd *e);
 

@@ -19,9 +19,11 @@ static int cmp_d(const void *a, const void *b)
 static void metrics(struct coord *c, struct bf_net_http_response *r)
 {
     const struct rb_stats *st = rb_stats(c->rb);
-    bf_net_http_printf(r, "# TYPE bigfleet_coordinator_leader gauge\nbigfleet_coordinator_leader %d\n",
+    bf_net_http_printf(r,
+                       "# TYPE bigfleet_coordinator_leader gauge\nbigfleet_coordinator_leader %d\n",
                        co_is_leader(c));
-    bf_net_http_printf(r, "# TYPE bigfleet_coordinator_term gauge\nbigfleet_coordinator_term %lld\n",
+    bf_net_http_printf(r,
+                       "# TYPE bigfleet_coordinator_term gauge\nbigfleet_coordinator_term %lld\n",
                        (long long)c->term);
     bf_net_http_printf(r,
                        "# TYPE bigfleet_coordinator_elections_total counter\n"
@@ -48,14 +50,16 @@ static void metrics(struct coord *c, struct bf_net_http_response *r)
                        (unsigned long long)c->reports, (unsigned long long)c->reports_rejected,
                        (unsigned long long)c->stale_reports, (unsigned long long)c->instr_sent,
                        (unsigned long long)c->acks);
-    bf_net_http_printf(r, "# TYPE bigfleet_coordinator_shards gauge\nbigfleet_coordinator_shards %u\n",
+    bf_net_http_printf(r,
+                       "# TYPE bigfleet_coordinator_shards gauge\nbigfleet_coordinator_shards %u\n",
                        c->st.n_shards);
     bf_net_http_printf(r, "# TYPE bigfleet_coordinator_pending_instructions gauge\n");
     for (uint32_t i = 0; i < c->n_soft; i++)
         bf_net_http_printf(r, "bigfleet_coordinator_pending_instructions{shard=\"%s\"} %u\n",
                            c->soft[i].id, c->soft[i].n_pend);
-    bf_net_http_printf(r, "# TYPE bigfleet_coordinator_rebalance_passes_total counter\n"
-                          "bigfleet_coordinator_rebalance_passes_total %llu\n",
+    bf_net_http_printf(r,
+                       "# TYPE bigfleet_coordinator_rebalance_passes_total counter\n"
+                       "bigfleet_coordinator_rebalance_passes_total %llu\n",
                        (unsigned long long)st->passes);
     static const char *metric[4] = {"moves_started_total", "moves_completed_total",
                                     "machines_moved_total", "moves_failed_total"};
@@ -66,21 +70,20 @@ static void metrics(struct coord *c, struct bf_net_http_response *r)
             bf_net_http_printf(r, "bigfleet_coordinator_%s{tier=\"%d\"} %llu\n", metric[m], t,
                                (unsigned long long)vals[m][t]);
     }
-    bf_net_http_printf(r,
-                       "# TYPE bigfleet_coordinator_moves_blocked_total counter\n"
-                       "bigfleet_coordinator_moves_blocked_total{reason=\"cooldown\"} %llu\n"
-                       "bigfleet_coordinator_moves_blocked_total{reason=\"donor_margin\"} %llu\n"
-                       "bigfleet_coordinator_moves_blocked_total{reason=\"min_benefit\"} %llu\n"
-                       "bigfleet_coordinator_moves_blocked_total{reason=\"demand_gone\"} %llu\n"
-                       "# TYPE bigfleet_coordinator_moves_in_flight gauge\n"
-                       "bigfleet_coordinator_moves_in_flight %u\n"
-                       "# TYPE bigfleet_coordinator_shortfalls_satisfied_total counter\n"
-                       "bigfleet_coordinator_shortfalls_satisfied_total %llu\n",
-                       (unsigned long long)st->blocked_cooldown,
-                       (unsigned long long)st->blocked_margin,
-                       (unsigned long long)st->blocked_benefit,
-                       (unsigned long long)st->abandoned_pull, rb_moves_in_flight(c->rb),
-                       (unsigned long long)st->satisfied);
+    bf_net_http_printf(
+        r,
+        "# TYPE bigfleet_coordinator_moves_blocked_total counter\n"
+        "bigfleet_coordinator_moves_blocked_total{reason=\"cooldown\"} %llu\n"
+        "bigfleet_coordinator_moves_blocked_total{reason=\"donor_margin\"} %llu\n"
+        "bigfleet_coordinator_moves_blocked_total{reason=\"min_benefit\"} %llu\n"
+        "bigfleet_coordinator_moves_blocked_total{reason=\"demand_gone\"} %llu\n"
+        "# TYPE bigfleet_coordinator_moves_in_flight gauge\n"
+        "bigfleet_coordinator_moves_in_flight %u\n"
+        "# TYPE bigfleet_coordinator_shortfalls_satisfied_total counter\n"
+        "bigfleet_coordinator_shortfalls_satisfied_total %llu\n",
+        (unsigned long long)st->blocked_cooldown, (unsigned long long)st->blocked_margin,
+        (unsigned long long)st->blocked_benefit, (unsigned long long)st->abandoned_pull,
+        rb_moves_in_flight(c->rb), (unsigned long long)st->satisfied);
     size_t nf;
     const struct rb_flow_count *f = rb_flows(c->rb, &nf);
     bf_net_http_printf(r, "# TYPE bigfleet_coordinator_flow_machines_total counter\n");
@@ -101,10 +104,11 @@ static void metrics(struct coord *c, struct bf_net_http_response *r)
             sum += sorted[i];
         static const double qs[3] = {0.5, 0.9, 0.99};
         for (int i = 0; i < 3; i++)
-            bf_net_http_printf(r,
-                               "bigfleet_coordinator_shortfall_to_satisfied_seconds{quantile=\"%g\"} "
-                               "%.3f\n",
-                               qs[i], sorted[(size_t)(qs[i] * (double)(nl - 1))] / 1e3);
+            bf_net_http_printf(
+                r,
+                "bigfleet_coordinator_shortfall_to_satisfied_seconds{quantile=\"%g\"} "
+                "%.3f\n",
+                qs[i], sorted[(size_t)(qs[i] * (double)(nl - 1))] / 1e3);
         bf_net_http_printf(r, "bigfleet_coordinator_shortfall_to_satisfied_seconds_sum %.3f\n",
                            sum / 1e3);
         free(sorted);

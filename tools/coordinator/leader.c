@@ -142,7 +142,8 @@ static void on_campaign(void *arg, int code, const char *message,
         c->leader_seen[0] = 0;
         return;
     }
-    size_t n = kv->value.len < sizeof c->leader_seen - 1 ? kv->value.len : sizeof c->leader_seen - 1;
+    size_t n =
+        kv->value.len < sizeof c->leader_seen - 1 ? kv->value.len : sizeof c->leader_seen - 1;
     memcpy(c->leader_seen, kv->value.data, n);
     c->leader_seen[n] = 0;
     bool mine = lease && kv->lease == lease && lease == c->lease;

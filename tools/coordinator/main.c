@@ -170,9 +170,26 @@ int main(int argc, char **argv)
     rb_config_defaults(&cfg->rb);
     const char *log_level = "info";
     enum {
-        O_ID = 256, O_LISTEN, O_METRICS, O_ETCD, O_PREFIX, O_ETCD_TIMEOUT, O_TTL, O_INTERVAL,
-        O_REBALANCE, O_MIN_AGE, O_PMIN_AGE, O_COOL, O_MARGIN, O_BENEFIT, O_TIER3, O_CATALOG,
-        O_QP, O_QR, O_LOG, O_HELP
+        O_ID = 256,
+        O_LISTEN,
+        O_METRICS,
+        O_ETCD,
+        O_PREFIX,
+        O_ETCD_TIMEOUT,
+        O_TTL,
+        O_INTERVAL,
+        O_REBALANCE,
+        O_MIN_AGE,
+        O_PMIN_AGE,
+        O_COOL,
+        O_MARGIN,
+        O_BENEFIT,
+        O_TIER3,
+        O_CATALOG,
+        O_QP,
+        O_QR,
+        O_LOG,
+        O_HELP
     };
     static const struct option opts[] = {
         {"id", 1, NULL, O_ID},
@@ -202,13 +219,19 @@ int main(int argc, char **argv)
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         bool ok = true;
         switch (o) {
-        case O_ID: ok = optarg[0] && set_str(cfg->id, sizeof cfg->id, optarg); break;
-        case O_LISTEN: ok = !bf_net_addr_check(optarg) && set_str(cfg->listen, sizeof cfg->listen, optarg); break;
+        case O_ID:
+            ok = optarg[0] && set_str(cfg->id, sizeof cfg->id, optarg);
+            break;
+        case O_LISTEN:
+            ok = !bf_net_addr_check(optarg) && set_str(cfg->listen, sizeof cfg->listen, optarg);
+            break;
         case O_METRICS:
             ok = (!strcmp(optarg, "0") || !bf_net_addr_check(optarg)) &&
                  set_str(cfg->metrics, sizeof cfg->metrics, optarg);
             break;
-        case O_ETCD: ok = set_str(cfg->etcd, sizeof cfg->etcd, optarg); break;
+        case O_ETCD:
+            ok = set_str(cfg->etcd, sizeof cfg->etcd, optarg);
+            break;
         case O_PREFIX:
             ok = optarg[0] && optarg[strlen(optarg) - 1] == '/' &&
                  set_str(cfg->prefix, sizeof cfg->prefix, optarg);
@@ -216,13 +239,19 @@ int main(int argc, char **argv)
         case O_ETCD_TIMEOUT:
             ok = !bf_parse_duration(optarg, &cfg->etcd_timeout_ns) && cfg->etcd_timeout_ns > 0;
             break;
-        case O_TTL: ok = parse_int(optarg, 2, 3600, &cfg->lease_ttl_s); break;
+        case O_TTL:
+            ok = parse_int(optarg, 2, 3600, &cfg->lease_ttl_s);
+            break;
         case O_INTERVAL:
             ok = !bf_parse_duration(optarg, &cfg->rebalance_ns) &&
                  cfg->rebalance_ns >= 10 * BF_NS_PER_MS;
             break;
-        case O_REBALANCE: ok = parse_bool(optarg, &cfg->rebalance); break;
-        case O_MIN_AGE: ok = parse_int(optarg, 0, 1000000, &v) && ((cfg->rb.min_age = (int32_t)v), 1); break;
+        case O_REBALANCE:
+            ok = parse_bool(optarg, &cfg->rebalance);
+            break;
+        case O_MIN_AGE:
+            ok = parse_int(optarg, 0, 1000000, &v) && ((cfg->rb.min_age = (int32_t)v), 1);
+            break;
         case O_PMIN_AGE:
             ok = parse_int(optarg, 0, 1000000, &v) && ((cfg->rb.preempt_min_age = (int32_t)v), 1);
             break;
@@ -238,13 +267,28 @@ int main(int argc, char **argv)
             ok = !*e && cfg->rb.min_benefit >= 0 && cfg->rb.min_benefit <= 1;
             break;
         }
-        case O_TIER3: ok = parse_bool(optarg, &cfg->rb.tier3); break;
-        case O_CATALOG: ok = set_str(cfg->catalog, sizeof cfg->catalog, optarg); break;
-        case O_QP: ok = optarg[0] && set_str(cfg->quota_provider, sizeof cfg->quota_provider, optarg); break;
-        case O_QR: ok = set_str(cfg->quota_region, sizeof cfg->quota_region, optarg); break;
-        case O_LOG: log_level = optarg; ok = bf_log_level_parse(optarg) >= 0; break;
-        case O_HELP: usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case O_TIER3:
+            ok = parse_bool(optarg, &cfg->rb.tier3);
+            break;
+        case O_CATALOG:
+            ok = set_str(cfg->catalog, sizeof cfg->catalog, optarg);
+            break;
+        case O_QP:
+            ok = optarg[0] && set_str(cfg->quota_provider, sizeof cfg->quota_provider, optarg);
+            break;
+        case O_QR:
+            ok = set_str(cfg->quota_region, sizeof cfg->quota_region, optarg);
+            break;
+        case O_LOG:
+            log_level = optarg;
+            ok = bf_log_level_parse(optarg) >= 0;
+            break;
+        case O_HELP:
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
         if (!ok) {
             fprintf(stderr, "bigfleet-coordinator: bad value for --%s: \"%s\"\n",

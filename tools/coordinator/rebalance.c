@@ -344,8 +344,9 @@ static void end_move(struct rb *r, uint32_t i)
 static void fail_move(struct rb *r, uint32_t i, const char *why)
 {
     struct move *m = &r->moves[i];
-    BF_INFO("rebalance: move ended", "tier=%d donor=%s recipient=%s type=%s zone=%s count=%d why=\"%s\"",
-            m->tier, m->donor, m->recip, m->type, m->zone, m->count, why);
+    BF_INFO("rebalance: move ended",
+            "tier=%d donor=%s recipient=%s type=%s zone=%s count=%d why=\"%s\"", m->tier, m->donor,
+            m->recip, m->type, m->zone, m->count, why);
     r->st.failed[m->tier]++;
     end_move(r, i);
 }
@@ -557,8 +558,8 @@ static int32_t avail(const struct rb_free *f, int tier)
 }
 
 /* Tries one tier for candidate c; returns the share of its need covered. */
-static double try_tier(struct rb *r, const struct cand *c, const struct rb_shard *shards,
-                       size_t n, int32_t **used, int tier, double covered)
+static double try_tier(struct rb *r, const struct cand *c, const struct rb_shard *shards, size_t n,
+                       int32_t **used, int tier, double covered)
 {
     const struct rb_shortfall *s = c->sf;
     for (size_t di = 0; di < n && covered < 1.0; di++) {
@@ -617,7 +618,7 @@ static double try_tier(struct rb *r, const struct cand *c, const struct rb_shard
             m->key = s->key;
             m->first_seen_ns = s->first_seen_ns;
             m->started_pass = r->pass;
-            enum rb_kind kind = tier == RB_TIER1 ? RB_TRANSFER
+            enum rb_kind kind = tier == RB_TIER1   ? RB_TRANSFER
                                 : tier == RB_TIER2 ? RB_REASSIGN
                                                    : RB_DRAIN;
             if (send_to(r, m, d->id, kind, true) != 0) {
@@ -660,8 +661,8 @@ static void follow_ups(struct rb *r, const struct rb_shard *shards, size_t n)
                     m->phase = PH_FOLLOW_SENT;
             }
         } else if (m->phase == PH_RECIP_RETRY) {
-            if (send_to(r, m, m->recip,
-                        m->tier == RB_TIER2 ? RB_REASSIGN : RB_TRANSFER, false) == 0)
+            if (send_to(r, m, m->recip, m->tier == RB_TIER2 ? RB_REASSIGN : RB_TRANSFER, false) ==
+                0)
                 m->phase = PH_RECIP;
         } else if (waited > r->cfg.move_timeout_passes && m->phase == PH_DONOR) {
             fail_move(r, i, "no answer from the donor");

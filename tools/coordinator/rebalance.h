@@ -87,9 +87,9 @@ struct rb_free {
 struct rb_shortfall {
     uint64_t key; /* identity across reports: hash of requirements, priority, bucket */
     int32_t priority, age, ipb;
-    bool topo;                 /* topology_constrained */
-    int64_t deficit[RB_DIMS];  /* cpu milli, memory MiB, gpu milli; <= 0 = none */
-    const char *const *types;  /* instance-type In values (NULL/0 = any) */
+    bool topo;                /* topology_constrained */
+    int64_t deficit[RB_DIMS]; /* cpu milli, memory MiB, gpu milli; <= 0 = none */
+    const char *const *types; /* instance-type In values (NULL/0 = any) */
     uint32_t n_types;
     const char *const *zones; /* zone In values (NULL/0 = any) */
     uint32_t n_zones;
@@ -135,11 +135,11 @@ struct rb_ops {
 };
 
 struct rb_config {
-    int32_t min_age;         /* cheap tiers need age > this (5) */
-    int32_t preempt_min_age; /* Tier 3 needs age > this (12) */
-    uint32_t cooldown_passes;   /* reverse-flow block after a move (8) */
-    int32_t donor_margin;       /* machines of a flow a donor keeps (1) */
-    double min_benefit;         /* fraction of the need a move must cover (0.25) */
+    int32_t min_age;              /* cheap tiers need age > this (5) */
+    int32_t preempt_min_age;      /* Tier 3 needs age > this (12) */
+    uint32_t cooldown_passes;     /* reverse-flow block after a move (8) */
+    int32_t donor_margin;         /* machines of a flow a donor keeps (1) */
+    double min_benefit;           /* fraction of the need a move must cover (0.25) */
     uint32_t drain_follow_passes; /* Tier 3: give up the follow-up after (120) */
     uint32_t move_timeout_passes; /* a phase not acked within this ends the move (60) */
     bool tier3;                   /* Tier 3 allowed (true) */
@@ -148,17 +148,17 @@ void rb_config_defaults(struct rb_config *c);
 
 struct rb_stats {
     uint64_t passes;
-    uint64_t eligible;          /* eligible shortfalls seen over all passes */
-    uint64_t started[4];        /* moves started by tier */
-    uint64_t completed[4];      /* moves whose recipient accepted */
-    uint64_t machines[4];       /* machines moved (recipient accepted) by tier */
-    uint64_t failed[4];         /* moves ended by a non-ACCEPTED outcome or timeout */
-    uint64_t blocked_cooldown;  /* candidate flows skipped by the cooldown */
-    uint64_t blocked_margin;    /* donors skipped by the margin / their own demand */
-    uint64_t blocked_benefit;   /* moves below min_benefit */
-    uint64_t abandoned_pull;    /* drain follow-ups dropped: the demand was gone */
-    uint64_t satisfied;         /* shortfalls gone after a completed move */
-    uint64_t dropped;           /* bounds hit (moves, cooldowns, ids, names) */
+    uint64_t eligible;         /* eligible shortfalls seen over all passes */
+    uint64_t started[4];       /* moves started by tier */
+    uint64_t completed[4];     /* moves whose recipient accepted */
+    uint64_t machines[4];      /* machines moved (recipient accepted) by tier */
+    uint64_t failed[4];        /* moves ended by a non-ACCEPTED outcome or timeout */
+    uint64_t blocked_cooldown; /* candidate flows skipped by the cooldown */
+    uint64_t blocked_margin;   /* donors skipped by the margin / their own demand */
+    uint64_t blocked_benefit;  /* moves below min_benefit */
+    uint64_t abandoned_pull;   /* drain follow-ups dropped: the demand was gone */
+    uint64_t satisfied;        /* shortfalls gone after a completed move */
+    uint64_t dropped;          /* bounds hit (moves, cooldowns, ids, names) */
 };
 
 /* Per shard pair and tier: machines moved (for the report). */

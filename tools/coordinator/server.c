@@ -146,9 +146,9 @@ int co_soft_ingest(struct coord *c, struct co_soft *s, Bigfleet__V1alpha1__Shard
         const Bigfleet__V1alpha1__FreeCount *f = sum->free_counts[i];
         if (!f || !f->instance_type || !f->zone || !f->instance_type[0])
             continue;
-        fr[kf++] = (struct rb_free){f->instance_type, f->zone, f->idle > 0 ? f->idle : 0,
-                                    f->speculative > 0 ? f->speculative : 0,
-                                    f->bound > 0 ? f->bound : 0};
+        fr[kf++] =
+            (struct rb_free){f->instance_type, f->zone, f->idle > 0 ? f->idle : 0,
+                             f->speculative > 0 ? f->speculative : 0, f->bound > 0 ? f->bound : 0};
     }
     uint32_t ks = 0;
     size_t used = 0;
@@ -174,7 +174,8 @@ int co_soft_ingest(struct coord *c, struct co_soft *s, Bigfleet__V1alpha1__Shard
         }
         for (size_t j = 0; j < f->n_requirements; j++) {
             const Bigfleet__V1alpha1__NodeSelectorRequirement *q = f->requirements[j];
-            if (!q || q->operator_ != BIGFLEET__V1ALPHA1__NODE_SELECTOR_REQUIREMENT__OPERATOR__OPERATOR_IN)
+            if (!q || q->operator_ !=
+                          BIGFLEET__V1ALPHA1__NODE_SELECTOR_REQUIREMENT__OPERATOR__OPERATOR_IN)
                 continue;
             bool is_type = !strcmp(q->key, "node.kubernetes.io/instance-type");
             bool is_zone = !strcmp(q->key, "topology.kubernetes.io/zone");
@@ -234,8 +235,8 @@ static void pend_remove(struct co_soft *s, const char *id)
 }
 
 /* Queues `in` (term, sequence and id filled here) for `shard`. */
-static int enqueue(struct coord *c, const char *shard, Bigfleet__V1alpha1__CoordinatorInstruction *in,
-                   char id[RB_INSTR_ID])
+static int enqueue(struct coord *c, const char *shard,
+                   Bigfleet__V1alpha1__CoordinatorInstruction *in, char id[RB_INSTR_ID])
 {
     if (!co_is_leader(c))
         return -ESTALE;
@@ -273,7 +274,8 @@ static int enqueue(struct coord *c, const char *shard, Bigfleet__V1alpha1__Coord
 static int rb_send(void *arg, const char *shard, const struct rb_instr *ri, char id[RB_INSTR_ID])
 {
     struct coord *c = arg;
-    Bigfleet__V1alpha1__CoordinatorInstruction in = BIGFLEET__V1ALPHA1__COORDINATOR_INSTRUCTION__INIT;
+    Bigfleet__V1alpha1__CoordinatorInstruction in =
+        BIGFLEET__V1ALPHA1__COORDINATOR_INSTRUCTION__INIT;
     Bigfleet__V1alpha1__TransferOwnership t = BIGFLEET__V1ALPHA1__TRANSFER_OWNERSHIP__INIT;
     Bigfleet__V1alpha1__ReassignSpeculative r = BIGFLEET__V1ALPHA1__REASSIGN_SPECULATIVE__INIT;
     Bigfleet__V1alpha1__CrossShardDrain d = BIGFLEET__V1ALPHA1__CROSS_SHARD_DRAIN__INIT;
@@ -422,7 +424,8 @@ static void rb_quota(void *arg, const char *from, const char *to, int32_t n)
 
 static void dop_send(struct coord *c, struct co_domain_op *d)
 {
-    Bigfleet__V1alpha1__CoordinatorInstruction in = BIGFLEET__V1ALPHA1__COORDINATOR_INSTRUCTION__INIT;
+    Bigfleet__V1alpha1__CoordinatorInstruction in =
+        BIGFLEET__V1ALPHA1__COORDINATOR_INSTRUCTION__INIT;
     Bigfleet__V1alpha1__AssignDomain a = BIGFLEET__V1ALPHA1__ASSIGN_DOMAIN__INIT;
     Bigfleet__V1alpha1__UnassignDomain u = BIGFLEET__V1ALPHA1__UNASSIGN_DOMAIN__INIT;
     if (d->assign) {
@@ -594,7 +597,8 @@ static void report_finish(struct coord *c, struct bf_net_call *call,
                     (const char *const *)a->machine_ids, a->n_machine_ids))
             dop_ack(c, s->id, a->instruction_id, a->outcome, a->reason);
     }
-    bool stale = s->last && s->last->shard_epoch == rep->shard_epoch && rep->cycle <= s->last->cycle;
+    bool stale =
+        s->last && s->last->shard_epoch == rep->shard_epoch && rep->cycle <= s->last->cycle;
     int64_t spec_total = 0;
     if (rep->summary)
         for (size_t i = 0; i < rep->summary->n_free_counts && i < CO_MAX_FREE; i++)
@@ -612,8 +616,8 @@ static void report_finish(struct coord *c, struct bf_net_call *call,
         bool has = false;
         quota_get(quota_of(c), s->id, &has);
         if (!has)
-            quota_adjust(c, s->id, (int32_t)(spec_total > INT32_MAX ? INT32_MAX : spec_total),
-                         NULL, 0, true);
+            quota_adjust(c, s->id, (int32_t)(spec_total > INT32_MAX ? INT32_MAX : spec_total), NULL,
+                         0, true);
     }
     c->reports++;
     Bigfleet__V1alpha1__ReportAck ack = BIGFLEET__V1ALPHA1__REPORT_ACK__INIT;
@@ -725,7 +729,8 @@ static void on_written(struct coord *c, void *arg, int rc)
     struct rpc *r = arg;
     if (r->call) {
         if (rc) {
-            bf_net_call_finish(r->call, commit_code(rc), rc == -ESTALE ? NOT_LEADER : "etcd write failed");
+            bf_net_call_finish(r->call, commit_code(rc),
+                               rc == -ESTALE ? NOT_LEADER : "etcd write failed");
         } else {
             /* the empty response message of every write RPC */
             bf_net_call_reply(r->call, "", 0);
@@ -818,7 +823,8 @@ static void on_unassign_domain(struct bf_net_call *call, const uint8_t *msg, siz
     Bigfleet__V1alpha1__UnassignDomainRequest *q =
         bigfleet__v1alpha1__unassign_domain_request__unpack(NULL, len, msg);
     if (!q || !q->topology_key[0] || !q->topology_value[0]) {
-        bf_net_call_finish(call, BF_NET_INVALID_ARGUMENT, "topology_key and topology_value required");
+        bf_net_call_finish(call, BF_NET_INVALID_ARGUMENT,
+                           "topology_key and topology_value required");
         goto out;
     }
     struct co_domain *d = co_store_domain(&c->st, q->topology_key, q->topology_value);
@@ -1130,8 +1136,10 @@ static void on_etcd_only(struct bf_net_call *call, const uint8_t *msg, size_t le
 
 /* ------------------------------------------------------------ lifecycle */
 
-#define M(name, fn, kind)                                                                         \
-    {"/bigfleet.v1alpha1.Coordinator/" name, kind, NULL, fn, NULL, NULL, on_done, NULL}
+#define M(name, fn, kind)                                                                          \
+    {                                                                                              \
+        "/bigfleet.v1alpha1.Coordinator/" name, kind, NULL, fn, NULL, NULL, on_done, NULL          \
+    }
 
 int co_server_start(struct coord *c)
 {

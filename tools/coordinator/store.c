@@ -154,8 +154,8 @@ static bool grow(void **arr, uint32_t n, uint32_t max, size_t el)
 static int reject(struct co_store *s, const char *what, const uint8_t *key, size_t klen)
 {
     s->rejected++;
-    BF_WARN("etcd: key skipped (does not decode or does not match its value)", "what=%s key=\"%.*s\"",
-            what, (int)(klen > 200 ? 200 : klen), (const char *)key);
+    BF_WARN("etcd: key skipped (does not decode or does not match its value)",
+            "what=%s key=\"%.*s\"", what, (int)(klen > 200 ? 200 : klen), (const char *)key);
     return -EINVAL;
 }
 
@@ -232,10 +232,10 @@ int co_store_apply_kv(struct co_store *s, const char *prefix, const uint8_t *key
     if (!strncmp(rest, "domains/", 8)) {
         Bigfleet__V1alpha1__DomainAssignment *d =
             bigfleet__v1alpha1__domain_assignment__unpack(NULL, vlen, val);
-        char *want = d && ok_str(d->topology_key) && ok_str(d->topology_value) &&
-                             ok_str(d->shard_id)
-                         ? co_key_domain(prefix, d->topology_key, d->topology_value)
-                         : NULL;
+        char *want =
+            d && ok_str(d->topology_key) && ok_str(d->topology_value) && ok_str(d->shard_id)
+                ? co_key_domain(prefix, d->topology_key, d->topology_value)
+                : NULL;
         if (!want || strcmp(want, kp)) {
             free(want);
             if (d)
@@ -272,8 +272,7 @@ int co_store_apply_kv(struct co_store *s, const char *prefix, const uint8_t *key
         for (i = 0; i < s->n_clusters && strcmp(s->clusters[i].cluster, a->cluster_id); i++)
             ;
         if (i == s->n_clusters) {
-            if (!grow((void **)&s->clusters, s->n_clusters, CO_MAX_CLUSTERS,
-                      sizeof *s->clusters)) {
+            if (!grow((void **)&s->clusters, s->n_clusters, CO_MAX_CLUSTERS, sizeof *s->clusters)) {
                 bigfleet__v1alpha1__cluster_assignment__free_unpacked(a, NULL);
                 return reject(s, "too many clusters", key, klen);
             }
@@ -425,8 +424,7 @@ static void on_commit(void *arg, int code, const char *message,
         for (size_t i = 0; i < k->n; i++) {
             const struct co_op *o = &k->ops[i];
             if (o->del)
-                co_store_delete_key(&c->st, c->cfg.prefix, (const uint8_t *)o->key,
-                                    strlen(o->key));
+                co_store_delete_key(&c->st, c->cfg.prefix, (const uint8_t *)o->key, strlen(o->key));
             else
                 co_store_apply_kv(&c->st, c->cfg.prefix, (const uint8_t *)o->key, strlen(o->key),
                                   o->value, o->vlen);
@@ -596,8 +594,8 @@ static void on_load(void *arg, int code, const char *message,
     }
     BF_INFO("coordinator state loaded from etcd",
             "shards=%u domains=%u clusters=%u quotas=%u seq=%" PRId64 " skipped=%" PRIu64,
-            c->st.n_shards, c->st.n_domains, c->st.n_clusters, c->st.n_quotas,
-            c->st.seq_durable, c->st.rejected);
+            c->st.n_shards, c->st.n_domains, c->st.n_clusters, c->st.n_quotas, c->st.seq_durable,
+            c->st.rejected);
     c->seq_next = c->seq_limit = 0;
     if (reserve_seq(c, l)) {
         if (l->cb)
