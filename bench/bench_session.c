@@ -89,11 +89,12 @@ static void shard_start(struct shard *s, const char *max_needs)
     }
     snprintf(s->id, sizeof s->id, "bench-session-%d", (int)getpid());
     snprintf(s->addr, sizeof s->addr, "127.0.0.1:%d", free_port());
-    char a_id[96], a_listen[96], a_data[300], a_needs[64], a_log[300];
+    char a_id[96], a_listen[96], a_data[300], a_needs[64], a_cneeds[64], a_log[300];
     snprintf(a_id, sizeof a_id, "--id=%s", s->id);
     snprintf(a_listen, sizeof a_listen, "--listen=%s", s->addr);
     snprintf(a_data, sizeof a_data, "--data-dir=%s/data", s->dir);
     snprintf(a_needs, sizeof a_needs, "--max-needs=%s", max_needs);
+    snprintf(a_cneeds, sizeof a_cneeds, "--cluster-max-needs=%s", max_needs);
     snprintf(a_log, sizeof a_log, "%s/shardd.log", s->dir);
     s->pid = fork();
     if (s->pid == 0) {
@@ -103,6 +104,8 @@ static void shard_start(struct shard *s, const char *max_needs)
         execl(exe, "bigfleet-shardd", a_id, a_listen, a_data, a_needs, "--metrics-addr=0",
               "--provider-addr=127.0.0.1:1", "--log-level=warn", "--max-clusters=16384",
               "--empty-rollup-guard=false" /* the bench empties clusters between cases */,
+              /* one loopback peer holds every session, and one cluster the whole table */
+              "--max-conns-per-peer=0", a_cneeds, "--cluster-max-string-kib=16777216",
               (char *)NULL);
         _exit(127);
     }

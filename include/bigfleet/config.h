@@ -49,6 +49,9 @@ struct bf_config {
     char tls_cert[BF_PATH_MAX];
     char tls_key[BF_PATH_MAX];
     char tls_ca[BF_PATH_MAX];
+    /* plaintext gRPC on a --listen address that is not loopback (else a
+     * usage error, exit 2: docs/security.md "Secure by default") */
+    bool insecure_plaintext;
     /* cycle and rails */
     int64_t cycle_interval_ns;
     int32_t max_actions_per_cycle; /* 0 = unlimited */
@@ -75,6 +78,19 @@ struct bf_config {
      * received messages (bf_net_server_opts.max_inbound_buffered; never below
      * one 256 MiB message) */
     uint32_t grpc_inbound_budget_mib;
+    /* hostile peers (docs/security.md) */
+    uint32_t max_rollup_mib;           /* 0 = bf_config_max_rollup_bytes() default */
+    uint32_t max_conns_per_peer;       /* gRPC connections per peer IP; 0 = unlimited */
+    uint32_t max_conns_per_identity;   /* mTLS: per bigfleet:// identity; 0 = unlimited */
+    uint32_t cluster_max_needs;        /* Need rows of one cluster; 0 = max_needs / 4 (>= 16) */
+    uint32_t cluster_max_groups;       /* distinct groups in one rollup; 0 = unlimited */
+    uint32_t cluster_max_string_kib;   /* string-table KiB one cluster may add; 0 = 1/16 arena */
+    uint32_t cluster_max_new_dims;     /* resource dimensions one cluster may add */
+    int32_t max_priority;              /* Need priorities above are clamped to it */
+    int64_t grpc_handshake_timeout_ns; /* TLS handshake + HTTP/2 preface + SETTINGS */
+    int64_t grpc_stall_timeout_ns;     /* a partial message with no new byte */
+    int64_t session_hello_timeout_ns;  /* Hello (or a request) after a stream opens */
+    int64_t http_head_timeout_ns;      /* an HTTP/1.1 request head after its first byte */
     /* embedded simulated provider (when --provider-addr is empty) */
     char sim_listen[BF_ADDR_MAX];
     char sim_args[2048];
@@ -163,6 +179,12 @@ bool bf_config_is_live(const char *name);
 void bf_config_usage(FILE *f, const char *prog);
 /* True when TLS flags are set (all three). */
 bool bf_config_tls(const struct bf_config *c);
+/* The rollup (Shard/Session message) receive limit in bytes: --max-rollup-mib,
+ * or by default 2 KiB per --max-needs row, at least 4 MiB, at most 256 MiB. */
+uint32_t bf_config_max_rollup_bytes(const struct bf_config *c);
+/* One cluster's Need-row quota: --cluster-max-needs, or by default a quarter
+ * of --max-needs (at least 16, at most --max-needs). */
+uint32_t bf_config_cluster_max_needs(const struct bf_config *c);
 
 #define BF_VERSION "0.1.0"
 

@@ -90,6 +90,31 @@ const char *bf_net_code_name(int code);
 /* ------------------------------------------------------------------ stats */
 
 /*
+ * Why the gRPC server closed a connection as a flood (GOAWAY
+ * ENHANCE_YOUR_CALM, then close): the peer went over a per-connection limit
+ * of the HTTP/2 frame guard (src/net/guard.h has the figures). Counted in
+ * bf_net_stats.flood_closes[reason]; the limits hold whatever libnghttp2
+ * version is installed.
+ */
+enum bf_net_flood {
+    BF_NET_FLOOD_NONE = 0,
+    BF_NET_FLOOD_RAPID_RESET = 1,    /* RST_STREAM over its rate (CVE-2023-44487) */
+    BF_NET_FLOOD_STREAMS = 2,        /* new streams over their rate */
+    BF_NET_FLOOD_CONTINUATION = 3,   /* header block over 4 CONTINUATIONs or 64 KiB
+                                        (CVE-2024-28182) */
+    BF_NET_FLOOD_PING = 4,           /* PINGs over their rate (CVE-2019-9512) */
+    BF_NET_FLOOD_SETTINGS = 5,       /* SETTINGS over their rate (CVE-2019-9515) */
+    BF_NET_FLOOD_PRIORITY = 6,       /* PRIORITY frames over their rate */
+    BF_NET_FLOOD_EMPTY_FRAMES = 7,   /* empty DATA frames over their rate (CVE-2019-9518) */
+    BF_NET_FLOOD_UNKNOWN_FRAMES = 8, /* extension frames over their rate */
+    BF_NET_FLOOD_COUNT = 9
+};
+/* "rapid_reset", "streams", "continuation", "ping", "settings", "priority",
+ * "empty_frames", "unknown_frames" ("none" for 0, "unknown" out of range):
+ * the metric label values. */
+const char *bf_net_flood_name(int reason);
+
+/*
  * Counters of one server, client or HTTP server (monotonic unless marked
  * gauge). Exported by the owning process as metrics. Bad input is counted
  * here and logged (warn) once per connection; the loop carries on.
@@ -118,6 +143,26 @@ struct bf_net_stats {
     uint64_t bytes_in, bytes_out; /* bytes on the wire (TLS: ciphertext) */
     uint64_t http_requests;       /* HTTP/1.1 requests answered */
     uint64_t calls_by_code[BF_NET_CODE_COUNT]; /* finished calls by final status */
+    /* hostile peers (docs/security.md); each is also logged (warn, rate-limited) */
+    uint64_t conns_peer_limited;     /* server: refused at accept, max_conns_per_peer */
+    uint64_t conns_identity_limited; /* server: closed after the TLS handshake,
+                                        max_conns_per_identity */
+    uint64_t conns_idle_closed;      /* server: no call for conn_idle_timeout_ns (GOAWAY) */
+    uint64_t conns_evicted;          /* HTTP server: slow or idle connections closed to
+                                        admit a new one when every slot was taken */
+    uint64_t head_timeouts;          /* HTTP server: request head not complete within
+                                        head_timeout_ns of its first byte (408) */
+    uint64_t inbound_conn_refusals;  /* server: messages refused because their connection
+                                        held its share of the inbound budget */
+    uint64_t stalled_messages;       /* server: partial messages that stopped arriving
+                                        (RESOURCE_EXHAUSTED) */
+    uint64_t first_message_timeouts; /* server: calls without a first message within
+                                        first_message_timeout_ns (DEADLINE_EXCEEDED) */
+    uint64_t idle_stream_timeouts;   /* server: calls without an inbound message for
+                                        stream_idle_timeout_ns (DEADLINE_EXCEEDED) */
+    uint64_t header_list_refusals;   /* server: streams reset: decoded request headers
+                                        over 64 KiB (an HPACK bomb) */
+    uint64_t flood_closes[BF_NET_FLOOD_COUNT]; /* server: connections closed as floods */
 };
 
 /* -------------------------------------------------------------- the loop */
@@ -282,6 +327,11 @@ struct bf_net_method {
     void (*on_drain)(struct bf_net_call *call, void *arg);
     void (*on_done)(struct bf_net_call *call, int code, void *arg);
     void *arg;
+    /* Receive limit of this method's messages in bytes; 0 = the server's
+     * max_recv_message (never above it). A message declaring more ends the
+     * call with RESOURCE_EXHAUSTED at its 5-byte prefix, before any of it is
+     * buffered. bf_net_call_set_max_recv() narrows it per call. */
+    uint32_t max_recv_message;
 };
 
 struct bf_net_server_opts {
@@ -304,7 +354,30 @@ struct bf_net_server_opts {
     uint32_t conn_window;         /* connection receive window; 0 = 16 MiB */
     int64_t keepalive_ns;         /* PING after this much silence; 0 = 120 s, < 0 = off */
     int64_t keepalive_timeout_ns; /* close if the PING is unanswered; 0 = 20 s */
-    int64_t handshake_timeout_ns; /* TLS handshake + HTTP/2 preface; 0 = 10 s */
+    int64_t handshake_timeout_ns; /* TLS handshake + HTTP/2 preface + first SETTINGS,
+                                     absolute from accept; 0 = 10 s */
+    /* One connection's share of max_inbound_buffered; 0 = a quarter of it,
+     * never below the largest method limit. */
+    size_t max_inbound_per_conn;
+    uint32_t max_conns_per_peer;     /* open connections per peer IP address; 0 = unlimited;
+                                        beyond: closed at accept, counted */
+    uint32_t max_conns_per_identity; /* mTLS: open connections per bigfleet:// identity;
+                                        0 = unlimited; beyond: closed after the handshake */
+    /* A partially received message that gets no new byte for this long, or
+     * takes longer than this plus 1 s per 64 KiB declared, ends its call
+     * with RESOURCE_EXHAUSTED (stalled_messages). 0 = 20 s, < 0 = off. */
+    int64_t msg_stall_timeout_ns;
+    /* A call whose first message (unary / server-streaming: the request and
+     * the half-close) has not arrived this long after its headers ends with
+     * DEADLINE_EXCEEDED (first_message_timeouts). 0 = off. */
+    int64_t first_message_timeout_ns;
+    /* A client-/bidi-streaming call with no inbound message for this long
+     * (after its first) ends with DEADLINE_EXCEEDED (idle_stream_timeouts).
+     * 0 = off. */
+    int64_t stream_idle_timeout_ns;
+    /* A connection without calls for this long gets GOAWAY(NO_ERROR) and is
+     * closed (conns_idle_closed). 0 = off. */
+    int64_t conn_idle_timeout_ns;
     /* > 0: accept on this already bound and listening socket instead of
      * binding addr (an fd inherited from the supervisor, which keeps its own
      * copy: the server closes its copy and never shuts the socket down);
@@ -378,6 +451,12 @@ int bf_net_call_finish(struct bf_net_call *call, int code, const char *message);
 /* send(msg) then finish(OK): the usual unary reply. */
 int bf_net_call_reply(struct bf_net_call *call, const void *msg, size_t len);
 int bf_net_call_reply_pb(struct bf_net_call *call, const struct ProtobufCMessage *m);
+/*
+ * Sets this call's receive limit for messages whose prefix arrives after
+ * this call (bytes; 0 = the method's limit; clamped to the method's limit).
+ * The session keeps a stream small until its Hello is accepted.
+ */
+void bf_net_call_set_max_recv(struct bf_net_call *call, uint32_t max);
 /* Resets the stream (RST_STREAM CANCEL): the client sees CANCELLED. on_done(CANCELLED) follows. */
 void bf_net_call_cancel(struct bf_net_call *call);
 /*
@@ -521,16 +600,22 @@ struct bf_net_http_server_opts {
     const char *addr;
     bf_net_http_fn handler;
     void *arg;
-    uint32_t max_connections; /* 0 = 256 */
-    int64_t idle_timeout_ns;  /* keep-alive idle / slow request limit; 0 = 30 s */
+    uint32_t max_connections; /* slots; 0 = 256 */
+    int64_t idle_timeout_ns;  /* keep-alive idle limit between requests; 0 = 30 s */
+    int64_t head_timeout_ns;  /* a request head must be complete this long after its
+                                 first byte (absolute: not reset by later bytes);
+                                 else 408 and close; 0 = 5 s */
     int listen_fd;            /* > 0: an inherited listening socket (see bf_net_server_opts) */
 };
 
 /*
  * A plaintext HTTP/1.1 server (persistent connections, pipelining, GET and
  * HEAD only, no request bodies, request head <= 8 KiB: else 431/400 and
- * the connection is closed). Returns 0 and *out or -errno as
- * bf_net_server_new().
+ * the connection is closed). Slots: when all max_connections are taken, a
+ * new connection evicts the connection that has waited longest inside a
+ * request head (a slow client), else the longest idle keep-alive one, else
+ * the oldest (conns_evicted): a flood of slow clients cannot keep a probe
+ * out. Returns 0 and *out or -errno as bf_net_server_new().
  */
 int bf_net_http_server_new(struct bf_net_loop *loop, const struct bf_net_http_server_opts *opts,
                            struct bf_net_http_server **out);

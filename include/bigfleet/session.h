@@ -38,8 +38,12 @@
  * repeated occurrences of that member after the last switch are merged by
  * the decoder, so *parts counts them. *payload gets 0 (none), 1 hello,
  * 2 rollup, 3 bootstrap_response, 4 reclaim_ack; *sub and *sublen the LAST
- * occurrence's payload. Returns 0 or -EBADMSG.
+ * occurrence's payload. Returns 0, -EBADMSG, or -E2BIG for more than
+ * BF_OPMSG_MAX_FIELDS top-level fields: padding with millions of unknown
+ * fields would otherwise make this scan hold the event loop (an operator
+ * sends one field; a newer schema a few more).
  */
+#define BF_OPMSG_MAX_FIELDS 1024
 int bf_opmsg_classify(const uint8_t *msg, size_t len, int *payload, const uint8_t **sub,
                       size_t *sublen, uint32_t *parts);
 /*
@@ -81,9 +85,12 @@ bool bf_cluster_id_valid(const uint8_t *id, size_t len);
  *                 whose dollar value is the bucket's upper bound; unknown
  *                 operators, when_unsatisfiable values or buckets reject);
  *   group_ref     the group bytes interned (0 = a plain Need);
- *   aggregate     bf_resources_to_vec(aggregate_resources);
- *   min_unit      bf_resources_to_vec(min_unit);
- *   arrival_ns    ClusterCapacityNeeds.timestamp_unix_nanos;
+ *   aggregate     aggregate_resources as a vector (quantities parsed);
+ *   min_unit      min_unit as a vector;
+ *   arrival_ns    ClusterCapacityNeeds.timestamp_unix_nanos when it lies in
+ *                 [recv - BF_ROLLUP_MAX_AGE_NS, recv], else the receive time
+ *                 (a peer cannot buy seniority with a timestamp in the past
+ *                 or the future: docs/security.md);
  *   cluster_ref   the session's cluster.
  * Negative or unparseable quantities reject the whole rollup.
  *
@@ -92,18 +99,57 @@ bool bf_cluster_id_valid(const uint8_t *id, size_t len);
  * aggregates summed (overflow rejects), min_unit the per-dimension maximum,
  * the earliest arrival (all rows of one rollup share it). Rows keep the
  * order of each key's first appearance. `merged` counts folded Needs.
+ *
+ * Shared tables are charged to the cluster (reference: docs/security.md
+ * "Per-cluster quotas"): the rollup's Needs (max_rows), its distinct
+ * groups, the bytes it adds to the shared string table, and resource
+ * names: a name missing from the shard-wide dimension registry is NOT
+ * registered here; it is listed in new_dims (its values ignored) and the
+ * caller decides (quota), registers and converts again, so a rejected
+ * rollup never registers a dimension.
  */
+#define BF_ROLLUP_MAX_AGE_NS (60LL * 1000000000LL) /* oldest timestamp taken as arrival */
+#define BF_ROLLUP_NEED_MAX   (1u << 20)            /* bytes of one CapacityNeed */
+#define BF_ROLLUP_GROUP_MAX  (16u << 10)           /* bytes of one group id */
+
+/* The Kubernetes resource names every shard registers at start (the
+ * supervisor) and that never count against a cluster's dimension quota. */
+#define BF_RESERVED_DIMS_N 4
+extern const char *const bf_reserved_dims[BF_RESERVED_DIMS_N];
+bool bf_dim_is_reserved(const char *name);
+
+struct bf_rollup_limits {
+    uint32_t max_rows;       /* Needs on the wire above this reject before decoding (-E2BIG) */
+    uint32_t max_groups;     /* distinct non-empty groups; 0 = unlimited (-E2BIG) */
+    uint64_t strtab_reserve; /* abandon when the string arena would keep less free (-ENOSPC) */
+    uint64_t strtab_quota;   /* string-table bytes this rollup may add (-EDQUOT) */
+    int32_t max_priority;    /* priorities above are clamped to it (counted) */
+    int64_t recv_ns;         /* wall-clock receive time (arrival clamp); 0 = no clamp */
+};
+
 struct bf_rollup {
     struct bf_need_row *rows;
     uint32_t *fp_refs; /* fingerprint string ref per row (provisioning-latency stamps) */
     uint32_t n, cap;
-    uint32_t needs_in; /* CapacityNeeds on the wire */
-    uint32_t merged;   /* duplicates folded into an earlier row */
-    int64_t timestamp_ns;
+    uint32_t needs_in;    /* CapacityNeeds on the wire */
+    uint32_t merged;      /* duplicates folded into an earlier row */
+    int64_t timestamp_ns; /* as sent */
+    int64_t arrival_ns;   /* what the rows carry (see above) */
+    bool timestamp_clamped;
+    uint32_t priorities_clamped; /* Needs whose priority was above max_priority */
+    uint32_t groups;             /* distinct non-empty groups */
+    uint64_t strtab_added;       /* bytes this conversion added to the string table */
+    uint64_t unknown_fields;     /* dropped while decoding Needs (bf_pb_unpack) */
+    const char *over_quota;      /* on a quota rejection: "needs", "groups" or "strings" */
+    uint32_t n_new_dims;         /* resource names not in the registry (values ignored) */
+    char new_dims[BF_MAX_DIMS][BF_DIM_NAME_MAX];
     /* private: dedup table (profile_ref, group_ref) -> row */
     uint64_t *dkeys;
     uint32_t *dvals;
     uint32_t dmask;
+    /* private: distinct groups of this rollup */
+    uint32_t *gset;
+    uint32_t gmask;
     /* private: decode cache of wire profile bytes -> (profile_ref, fp_ref) */
     void *pcache;
 };
@@ -115,20 +161,22 @@ void bf_rollup_free(struct bf_rollup *r);
  * Decodes and converts a serialized ClusterCapacityNeeds into r (reset
  * first; its buffers are reused between calls). cluster_id: the session's
  * cluster; a rollup whose own cluster_id is set and differs is rejected.
- * max_rows: more Needs on the wire than this rejects before decoding.
- * strtab_reserve: the conversion is abandoned when the shared string arena
- * would be left with less than this many free bytes (interning never
- * frees; the rest of the appliance must keep room). err names the
- * offending Need (index) and field.
- * Errors: -EBADMSG (not a ClusterCapacityNeeds), -EINVAL (validation:
- * unknown enum value, bad or negative quantity, empty key, cluster id
- * mismatch), -E2BIG (more Needs than max_rows), -ERANGE (an aggregate
- * overflows int64 milli-units), -ENOSPC (string table, dimension registry
- * or reserve exhausted), -ETIMEDOUT (string lock), -ENOMEM.
+ * lim: the cluster's quotas and the clamps (above). err names the
+ * offending Need (index) and field, or the quota.
+ * Errors: -EBADMSG (not a ClusterCapacityNeeds, or a Need that does not
+ * decode), -EINVAL (validation: unknown enum value, bad or negative
+ * quantity, empty or too long key, cluster id mismatch), -E2BIG (more
+ * Needs than max_rows, more groups than max_groups, more than
+ * BF_MAX_DIMS new resource names, a Need over BF_ROLLUP_NEED_MAX or a group
+ * over BF_ROLLUP_GROUP_MAX, a Need that decodes past its allocation bound),
+ * -EDQUOT (the string-table quota), -ERANGE (an aggregate overflows int64
+ * milli-units), -ENOSPC (string table or reserve exhausted), -ETIMEDOUT
+ * (string lock), -ENOMEM. On success with n_new_dims > 0 the rows lack
+ * those dimensions: register them (or reject) and convert again.
  */
 int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cluster_id,
-                      uint32_t cluster_ref, uint32_t max_rows, uint64_t strtab_reserve,
-                      struct bf_rollup *r, char *err, size_t errlen);
+                      uint32_t cluster_ref, const struct bf_rollup_limits *lim, struct bf_rollup *r,
+                      char *err, size_t errlen);
 
 /* ================================================================ rail 2 */
 

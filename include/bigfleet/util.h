@@ -59,4 +59,13 @@ uint64_t bf_random_u64(void);
  * (the request_id / instruction_id format). */
 void bf_random_hex16(char out[17]);
 
+/*
+ * Whether a listen address ("host:port", ":port", "[v6]:port") binds only
+ * loopback: 1 for 127.0.0.0/8, ::1 (also IPv4-mapped) or a name all of whose
+ * addresses are loopback (resolved with getaddrinfo: may block, startup
+ * only); 0 for ":port" (every interface) or any other address; -EINVAL when
+ * it does not parse or resolve.
+ */
+int bf_addr_is_loopback(const char *addr);
+
 #endif /* BIGFLEET_UTIL_H */

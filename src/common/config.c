@@ -55,8 +55,9 @@ static const struct opt opts[] = {
     {"id", T_STR, F(id), "shard-0", 0, 0,
      "stable shard id: names the shared segments (/dev/shm/bigfleet.<id>.*), the fencing "
      "token and the coordinator reports"},
-    {"listen", T_STR, F(listen), ":7780", 0, 0,
-     "gRPC address for Shard/Session and ShardRead (host:port or :port)"},
+    {"listen", T_STR, F(listen), "127.0.0.1:7780", 0, 0,
+     "gRPC address for Shard/Session and ShardRead (host:port, or :port for every interface); "
+     "plaintext is refused off loopback unless --insecure-plaintext"},
     {"metrics-addr", T_STR, F(metrics_addr), ":8780", 0, 0,
      "HTTP address for /metrics, /healthz, /readyz; \"0\" disables the HTTP server"},
     {"data-dir", T_STR, F(data_dir), "./data", 0, 0,
@@ -90,6 +91,9 @@ static const struct opt opts[] = {
     {"tls-ca", T_STR, F(tls_ca), "", 0, 0,
      "PEM CA bundle: clients must present a certificate it signed (bigfleet:// URI SAN)", false,
      true},
+    {"insecure-plaintext", T_BOOL, F(insecure_plaintext), "false", 0, 0,
+     "serve gRPC without TLS on a --listen address that is not loopback: anyone who reaches it "
+     "can claim any cluster_id and read every cluster's Needs"},
     {"cycle-interval", T_DURATION, F(cycle_interval_ns), "10s", 0.001, 86400,
      "decision cycle period (an accepted rollup also wakes a cycle)"},
     {"max-actions-per-cycle", T_INT, F(max_actions_per_cycle), "0", 0, 1e9,
@@ -141,6 +145,38 @@ static const struct opt opts[] = {
     {"grpc-inbound-budget-mib", T_U32, F(grpc_inbound_budget_mib), "1024", 256, 1048576,
      "MiB all gRPC calls on --listen may hold in partially received messages; a message "
      "that would exceed it is refused with RESOURCE_EXHAUSTED"},
+    {"max-rollup-mib", T_U32, F(max_rollup_mib), "0", 0, 256,
+     "largest Shard/Session message (a rollup) in MiB; 0 = 2 KiB per --max-needs row, at least "
+     "4, at most 256"},
+    {"max-conns-per-peer", T_U32, F(max_conns_per_peer), "256", 0, 1048576,
+     "open gRPC connections from one IP address (0 = unlimited); more are closed at accept"},
+    {"max-conns-per-identity", T_U32, F(max_conns_per_identity), "16", 0, 1048576,
+     "open gRPC connections per mTLS client identity (0 = unlimited)"},
+    {"cluster-max-needs", T_U32, F(cluster_max_needs), "0", 0, 16777216,
+     "Need rows one cluster may hold; 0 = a quarter of --max-needs (at least 16); a rollup "
+     "over it is rejected"},
+    {"cluster-max-groups", T_U32, F(cluster_max_groups), "1024", 0, 16777216,
+     "distinct co-location groups in one cluster's rollup (0 = unlimited)"},
+    {"cluster-max-string-kib", T_U32, F(cluster_max_string_kib), "0", 0, 16777216,
+     "KiB of the shared string table one cluster's rollups may add (while the session runs); "
+     "0 = 1/16 of the string arena"},
+    {"cluster-max-new-dims", T_U32, F(cluster_max_new_dims), "2", 0, 8,
+     "resource names one cluster may add to the shard-wide dimension table beyond the "
+     "reserved Kubernetes ones"},
+    {"max-priority", T_INT, F(max_priority), "1000000000", -2147483648.0, 2147483647.0,
+     "highest Need priority taken from an operator; higher ones are clamped to it (default: "
+     "Kubernetes' highest user-definable PriorityClass value)"},
+    {"grpc-handshake-timeout", T_DURATION, F(grpc_handshake_timeout_ns), "10s", 0.01, 3600,
+     "a gRPC connection's TLS handshake, HTTP/2 preface and first SETTINGS must be done within "
+     "this of the accept"},
+    {"grpc-stall-timeout", T_DURATION, F(grpc_stall_timeout_ns), "20s", 0.01, 3600,
+     "a partially received gRPC message that gets no byte for this long (or takes longer than "
+     "this plus 1 s per 64 KiB) ends its call: partial messages hold memory"},
+    {"session-hello-timeout", T_DURATION, F(session_hello_timeout_ns), "10s", 0.01, 3600,
+     "a Shard/Session stream must send its Hello (an InspectNeeds call its request) within this"},
+    {"http-head-timeout", T_DURATION, F(http_head_timeout_ns), "5s", 0.01, 3600,
+     "an HTTP/1.1 request head on --metrics-addr must be complete this long after its first "
+     "byte (not extended by later bytes)"},
     {"sim-listen", T_STR, F(sim_listen), "127.0.0.1:7781", 0, 0,
      "listen address of the embedded simulated provider"},
     {"sim-args", T_STR, F(sim_args), "", 0, 0,
@@ -259,6 +295,26 @@ void bf_config_defaults(struct bf_config *c)
 bool bf_config_tls(const struct bf_config *c)
 {
     return c->tls_cert[0] && c->tls_key[0] && c->tls_ca[0];
+}
+
+uint32_t bf_config_max_rollup_bytes(const struct bf_config *c)
+{
+    if (c->max_rollup_mib)
+        return c->max_rollup_mib << 20;
+    uint64_t b = (uint64_t)c->max_needs * 2048;
+    if (b < (4u << 20))
+        b = 4u << 20;
+    if (b > (256u << 20))
+        b = 256u << 20;
+    return (uint32_t)b;
+}
+
+uint32_t bf_config_cluster_max_needs(const struct bf_config *c)
+{
+    uint32_t n = c->cluster_max_needs ? c->cluster_max_needs : c->max_needs / 4;
+    if (n < 16)
+        n = 16;
+    return n > c->max_needs ? c->max_needs : n;
 }
 
 void bf_config_usage(FILE *f, const char *prog)
@@ -642,6 +698,17 @@ int bf_config_validate(struct bf_config *c, char *err, size_t errlen)
                  c->tls_cert[0] ? "--tls-cert " : "", c->tls_key[0] ? "--tls-key " : "",
                  c->tls_ca[0] ? "--tls-ca" : "");
         return BF_CONFIG_USAGE;
+    }
+    if (tls == 0 && !c->insecure_plaintext) {
+        int lb = bf_addr_is_loopback(c->listen);
+        if (lb <= 0) {
+            snprintf(err, errlen,
+                     "--listen %s: plaintext gRPC off loopback would let anyone who reaches it "
+                     "claim any cluster and read every cluster's Needs; give --tls-cert, "
+                     "--tls-key and --tls-ca (mTLS), or --insecure-plaintext to accept that%s",
+                     c->listen, lb < 0 ? " (the address does not parse or resolve)" : "");
+            return BF_CONFIG_USAGE;
+        }
     }
     if (bf_log_level_parse(c->log_level) < 0) {
         snprintf(err, errlen, "--log-level: invalid level \"%s\" (debug, info, warn, error)",

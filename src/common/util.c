@@ -6,7 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 
 #include "bigfleet/util.h"
 
@@ -107,4 +111,50 @@ void bf_random_hex16(char out[17])
 {
     uint64_t v = bf_random_u64();
     snprintf(out, 17, "%016llx", (unsigned long long)v);
+}
+
+static bool sa_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(a))
+            return true;
+        return IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127;
+    }
+    return false;
+}
+
+int bf_addr_is_loopback(const char *addr)
+{
+    char host[256];
+    const char *colon;
+    if (addr[0] == '[') {
+        const char *close = strchr(addr, ']');
+        if (!close || close[1] != ':' || (size_t)(close - addr - 1) >= sizeof host)
+            return -EINVAL;
+        memcpy(host, addr + 1, (size_t)(close - addr - 1));
+        host[close - addr - 1] = 0;
+        colon = close + 1;
+    } else {
+        colon = strrchr(addr, ':');
+        if (!colon || (size_t)(colon - addr) >= sizeof host)
+            return -EINVAL;
+        memcpy(host, addr, (size_t)(colon - addr));
+        host[colon - addr] = 0;
+    }
+    if (!colon[1])
+        return -EINVAL;
+    if (!host[0])
+        return 0; /* ":port": every interface */
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res)
+        return -EINVAL;
+    int lb = 1;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next)
+        if (!sa_loopback(ai->ai_addr))
+            lb = 0;
+    freeaddrinfo(res);
+    return lb;
 }

@@ -33,9 +33,14 @@
 
 #include "bigfleet/log.h"
 #include "bigfleet/util.h"
+#include "net/guard.h"
 #include "net/h2_common.h"
 
-#define SRV_BATCH (128u * 1024)
+#define SRV_BATCH       (128u * 1024)
+#define MAX_HEADER_LIST 65536u      /* advertised and enforced on decoded request headers */
+#define STALL_RATE      (64u << 10) /* bytes a second a partial message must at least move */
+#define FLOOD_CLOSE_NS  (1 * BF_NS_PER_SEC)  /* GOAWAY flush time before a flood conn is cut */
+#define LIMIT_LOG_NS    (10 * BF_NS_PER_SEC) /* at most one limit log line per this, per reason */
 
 struct method_ent {
     struct bf_net_method m;
@@ -53,6 +58,11 @@ struct bf_net_server {
     struct bf_grpc_budget inbound; /* partially received messages, all calls */
     struct bf_list conns;
     uint32_t nconns;
+    uint32_t max_method_recv;                 /* largest per-method receive limit */
+    struct bf_conn_counts peers;              /* open connections per peer address */
+    struct bf_conn_counts idents;             /* open connections per mTLS identity */
+    int64_t peer_log_ns, ident_log_ns;        /* last limit log lines (rate-limited) */
+    int64_t flood_log_ns[BF_NET_FLOOD_COUNT]; /* ... per flood kind */
     nghttp2_session_callbacks *cbs;
     nghttp2_option *h2opt;
     int depth;
@@ -75,7 +85,15 @@ struct sconn {
     bool got_settings, goaway_sent, ping_out;
     int64_t ping_sent, last_rx;
     struct bf_net_timer timer;
-    struct bf_list drain_q; /* calls whose outbox emptied (on_drain pending) */
+    struct bf_list drain_q;        /* calls whose outbox emptied (on_drain pending) */
+    struct bf_grpc_budget inbound; /* this connection's share (parent: the server's) */
+    struct bf_h2_guard guard;      /* frame-level flood accounting */
+    int flood;                     /* enum bf_net_flood: closing as a flood */
+    int64_t flood_at;
+    uint32_t ncalls;    /* calls not yet done */
+    int64_t idle_since; /* mono ns since ncalls became 0 */
+    struct bf_cc_key peer_key, ident_key;
+    bool peer_counted, ident_counted;
 };
 
 struct bf_net_call {
@@ -92,8 +110,16 @@ struct bf_net_call {
     struct bf_grpc_parser parser;
     uint8_t *req;
     size_t req_len;
+    size_t req_charged; /* bytes of req charged to the inbound budgets */
     uint32_t n_req;
+    uint32_t hdr_bytes; /* decoded request header list (name + value + 32 each) */
     bool remote_closed;
+    bool got_msg;                    /* the first message arrived */
+    int64_t begun_ns;                /* headers complete */
+    int64_t last_msg_ns;             /* last complete inbound message */
+    int64_t last_rx_ns;              /* last DATA bytes */
+    int64_t part_ns;                 /* a partial message started (0 = none) */
+    struct bf_net_timer guard_timer; /* first message, idle stream, stalled message */
     /* outbound */
     struct outbox out;
     bool headers_sent, deferred, trailers_sent, rst_sent, had_bytes;
@@ -126,17 +152,61 @@ static void sconn_log_bad(struct sconn *sc, const char *what, const char *detail
             detail ? detail : "");
 }
 
+/* A warn line at most every LIMIT_LOG_NS per *last (a flood of refused
+ * connections must not flood the log); the count since the last line is in it. */
+static void srv_log_limited(int64_t *last, uint64_t count, const char *what, const char *peer,
+                            const char *detail)
+{
+    int64_t now = bf_mono_ns();
+    if (*last && now - *last < LIMIT_LOG_NS)
+        return;
+    *last = now;
+    BF_WARN(what, "peer=%s detail=\"%s\" total=%llu", peer, detail, (unsigned long long)count);
+}
+
+/* The peer went over a frame limit: GOAWAY(ENHANCE_YOUR_CALM), feed nothing
+ * more to HTTP/2, cut the connection if the GOAWAY is not flushed in time. */
+static void sconn_flood(struct sconn *sc, int reason)
+{
+    struct bf_net_server *srv = sc->srv;
+    if (sc->flood)
+        return;
+    sc->flood = reason;
+    srv->stats.flood_closes[reason]++;
+    uint64_t total = 0;
+    for (int i = 0; i < BF_NET_FLOOD_COUNT; i++)
+        total += srv->stats.flood_closes[i];
+    srv_log_limited(&srv->flood_log_ns[reason], total,
+                    "gRPC connection closed as an HTTP/2 flood (GOAWAY ENHANCE_YOUR_CALM)",
+                    sc->c.peer, bf_net_flood_name(reason));
+    nghttp2_session_terminate_session(sc->h2, NGHTTP2_ENHANCE_YOUR_CALM);
+    conn_mark_dirty(&sc->c);
+    bf_net_timer_start(&sc->timer, FLOOD_CLOSE_NS, 0);
+}
+
 /* ------------------------------------------------------------ call end */
+
+static void call_drop_req(struct bf_net_call *call)
+{
+    if (call->req_charged)
+        bf_grpc_budget_refund(&call->sc->inbound, call->req_charged);
+    bf_grpc_buf_free(call->req, call->req_charged);
+    call->req_charged = 0;
+    call->req = NULL;
+}
 
 static void call_free(struct bf_net_call *call)
 {
     bf_net_timer_stop(&call->deadline_timer);
+    bf_net_timer_stop(&call->guard_timer);
     bf_grpc_parser_reset(&call->parser);
     outbox_clear(&call->out);
-    free(call->req);
+    call_drop_req(call);
     free(call->status_msg);
     free(call);
 }
+
+static void sconn_idle_arm(struct sconn *sc);
 
 /* The stream is gone (closed, reset, or the connection died). */
 static void call_done(struct bf_net_call *call, int code)
@@ -149,6 +219,11 @@ static void call_done(struct bf_net_call *call, int code)
     bf_list_del(&call->link);
     bf_list_del(&call->drain_link);
     bf_net_timer_stop(&call->deadline_timer);
+    bf_net_timer_stop(&call->guard_timer);
+    if (sc->ncalls && --sc->ncalls == 0) {
+        sc->idle_since = bf_mono_ns();
+        sconn_idle_arm(sc);
+    }
     if (sc->h2)
         nghttp2_session_set_stream_user_data(sc->h2, call->sid, NULL);
     bf_stats_done(&srv->stats, code);
@@ -373,6 +448,19 @@ void bf_net_call_cancel(struct bf_net_call *call)
     conn_mark_dirty(&call->sc->c);
 }
 
+static uint32_t method_max(const struct bf_net_call *call)
+{
+    uint32_t smax = call->sc->srv->o.max_recv_message;
+    uint32_t m = call->me ? call->me->m.max_recv_message : 0;
+    return m && m < smax ? m : smax;
+}
+
+void bf_net_call_set_max_recv(struct bf_net_call *call, uint32_t max)
+{
+    uint32_t mm = method_max(call);
+    call->parser.max = max && max < mm ? max : mm;
+}
+
 size_t bf_net_call_outbox_bytes(const struct bf_net_call *call)
 {
     return call->out.bytes;
@@ -421,6 +509,108 @@ static void deadline_cb(struct bf_net_timer *t, void *arg)
     srv_leave(srv);
 }
 
+static bool single_request(const struct bf_net_call *call)
+{
+    return call->me->m.kind == BF_NET_UNARY || call->me->m.kind == BF_NET_SERVER_STREAMING;
+}
+
+/*
+ * The call's time limits on inbound traffic (first message, idle stream,
+ * stalled message). Returns the next instant one could fire (0 = none) and,
+ * if one fired, finishes the call.
+ */
+static int64_t call_guard_check(struct bf_net_call *call, int64_t now)
+{
+    struct bf_net_server *srv = call->sc->srv;
+    const struct bf_net_server_opts *o = &srv->o;
+    if (call->finished || call->done || !call->engaged)
+        return 0;
+    int64_t next = 0;
+#define NEXT(t)                                                                                    \
+    do {                                                                                           \
+        if (!next || (t) < next)                                                                   \
+            next = (t);                                                                            \
+    } while (0)
+    bool single = single_request(call);
+    bool first_done = single ? call->remote_closed : call->got_msg;
+    if (o->first_message_timeout_ns > 0 && !first_done) {
+        int64_t at = call->begun_ns + o->first_message_timeout_ns;
+        if (now >= at) {
+            srv->stats.first_message_timeouts++;
+            char m[96];
+            snprintf(m, sizeof m, "no request message within %lld ms of the call's start",
+                     (long long)(o->first_message_timeout_ns / BF_NS_PER_MS));
+            sconn_log_bad(call->sc, "first message timeout", bf_net_call_path(call));
+            bf_grpc_parser_reset(&call->parser);
+            call_finish_internal(call, BF_NET_DEADLINE_EXCEEDED, m, true);
+            return 0;
+        }
+        NEXT(at);
+    }
+    if (o->stream_idle_timeout_ns > 0 && !single && call->got_msg && !call->remote_closed) {
+        int64_t at = call->last_msg_ns + o->stream_idle_timeout_ns;
+        if (now >= at) {
+            srv->stats.idle_stream_timeouts++;
+            char m[96];
+            snprintf(m, sizeof m, "no message on the stream for %lld s",
+                     (long long)(o->stream_idle_timeout_ns / BF_NS_PER_SEC));
+            BF_INFO("gRPC call: idle stream ended", "peer=%s path=%s", call->sc->c.peer,
+                    bf_net_call_path(call));
+            bf_grpc_parser_reset(&call->parser);
+            call_finish_internal(call, BF_NET_DEADLINE_EXCEEDED, m, true);
+            return 0;
+        }
+        NEXT(at);
+    }
+    if (o->msg_stall_timeout_ns > 0 && call->part_ns) {
+        int64_t stall_at = call->last_rx_ns + o->msg_stall_timeout_ns;
+        int64_t total_at = call->part_ns + o->msg_stall_timeout_ns +
+                           (int64_t)(call->parser.msg_len / STALL_RATE) * BF_NS_PER_SEC;
+        int64_t at = stall_at < total_at ? stall_at : total_at;
+        if (now >= at) {
+            srv->stats.stalled_messages++;
+            char m[160];
+            snprintf(m, sizeof m,
+                     "message stopped arriving (%zu of %u bytes after %lld ms; partial messages "
+                     "hold server memory)",
+                     call->parser.have, call->parser.msg_len,
+                     (long long)((now - call->part_ns) / BF_NS_PER_MS));
+            sconn_log_bad(call->sc, "stalled gRPC message", m);
+            bf_grpc_parser_reset(&call->parser);
+            call->part_ns = 0;
+            call_finish_internal(call, BF_NET_RESOURCE_EXHAUSTED, m, true);
+            return 0;
+        }
+        NEXT(at);
+    }
+#undef NEXT
+    return next;
+}
+
+static void guard_cb(struct bf_net_timer *t, void *arg)
+{
+    (void)t;
+    struct bf_net_call *call = arg;
+    struct bf_net_server *srv = call->sc->srv;
+    srv_enter(srv);
+    int64_t now = bf_mono_ns();
+    int64_t next = call_guard_check(call, now);
+    if (next && !call->done)
+        bf_net_timer_start(&call->guard_timer, next - now, 0);
+    srv_leave(srv);
+}
+
+/* (Re)arms the guard timer if a limit may now fire earlier than it is set for. */
+static void call_guard_arm(struct bf_net_call *call)
+{
+    int64_t now = bf_mono_ns();
+    int64_t next = call_guard_check(call, now);
+    if (!next || call->done)
+        return;
+    if (!bf_net_timer_active(&call->guard_timer) || call->guard_timer.expiry > next)
+        bf_net_timer_start(&call->guard_timer, next - now, 0);
+}
+
 static void call_begin(struct bf_net_call *call)
 {
     struct sconn *sc = call->sc;
@@ -456,17 +646,16 @@ static void call_begin(struct bf_net_call *call)
         return;
     }
     call->engaged = true;
+    call->parser.max = method_max(call);
+    call->begun_ns = bf_mono_ns();
     if (call->deadline) {
         int64_t left = call->deadline - bf_mono_ns();
         bf_net_timer_start(&call->deadline_timer, left, 0);
     }
     if (call->me->m.on_call)
         call->me->m.on_call(call, call->me->m.arg);
-}
-
-static bool single_request(const struct bf_net_call *call)
-{
-    return call->me->m.kind == BF_NET_UNARY || call->me->m.kind == BF_NET_SERVER_STREAMING;
+    if (!call->done)
+        call_guard_arm(call);
 }
 
 static void call_remote_end(struct bf_net_call *call)
@@ -491,10 +680,15 @@ static void call_remote_end(struct bf_net_call *call)
             return;
         }
         uint8_t *req = call->req;
+        size_t charged = call->req_charged;
         call->req = NULL;
+        call->req_charged = 0;
+        struct sconn *sc = call->sc;
         call->me->m.on_message(call, req ? req : (const uint8_t *)"", call->req_len,
                                call->me->m.arg);
-        free(req);
+        bf_grpc_buf_free(req, charged);
+        if (charged)
+            bf_grpc_budget_refund(&sc->inbound, charged);
         if (call->done)
             return;
     }
@@ -507,6 +701,8 @@ static int on_parsed(void *arg, const uint8_t *msg, size_t len, bool compressed)
     struct bf_net_call *call = arg;
     struct bf_net_server *srv = call->sc->srv;
     srv->stats.msgs_in++;
+    call->got_msg = true;
+    call->last_msg_ns = bf_mono_ns();
     if (compressed) {
         srv->stats.bad_messages++;
         return call->encoded ? BF_NET_UNIMPLEMENTED : BF_NET_INTERNAL;
@@ -514,9 +710,27 @@ static int on_parsed(void *arg, const uint8_t *msg, size_t len, bool compressed)
     if (single_request(call)) {
         if (++call->n_req > 1)
             return BF_NET_INTERNAL;
-        call->req = malloc(len ? len : 1);
-        if (!call->req)
+        /* held until the half-close, charged like a partial message: an
+         * assembled message's buffer is taken over with its charge */
+        if (msg && msg == call->parser.msg_owned) {
+            call->req = (uint8_t *)msg;
+            call->req_charged = call->parser.msg_charge;
+            call->req_len = len;
+            return BF_GRPC_MSG_KEPT;
+        }
+        size_t charge = len ? len : 1;
+        const struct bf_grpc_budget *over = bf_grpc_budget_charge(&call->sc->inbound, charge);
+        if (over) {
+            call->parser.over_budget = true;
+            call->parser.refused_by = over;
             return BF_NET_RESOURCE_EXHAUSTED;
+        }
+        call->req = bf_grpc_buf_alloc(charge);
+        if (!call->req) {
+            bf_grpc_budget_refund(&call->sc->inbound, charge);
+            return BF_NET_RESOURCE_EXHAUSTED;
+        }
+        call->req_charged = charge;
         memcpy(call->req, msg, len);
         call->req_len = len;
         return 0;
@@ -533,21 +747,41 @@ static int on_data_chunk_cb(nghttp2_session *h2, uint8_t flags, int32_t sid, con
     struct bf_net_call *call = nghttp2_session_get_stream_user_data(h2, sid);
     if (!call || !call->engaged || call->finished || call->done)
         return 0;
+    struct sconn *sc = call->sc;
+    call->last_rx_ns = bf_mono_ns();
     int r = bf_grpc_parser_feed(&call->parser, data, len, on_parsed, call);
-    if (r > 0) {
-        struct bf_net_server *srv = call->sc->srv;
+    if (r == 0 && !call->done) {
+        if (bf_grpc_parser_idle(&call->parser)) {
+            call->part_ns = 0;
+        } else if (!call->part_ns || call->last_msg_ns >= call->part_ns) {
+            /* a partial message began here (maybe right after one completed) */
+            call->part_ns = call->last_rx_ns;
+            call_guard_arm(call);
+        }
+    }
+    if (r > 0 && !call->done) {
+        struct bf_net_server *srv = sc->srv;
         const char *msg = "bad gRPC message";
-        char buf[96];
-        if (r == BF_NET_RESOURCE_EXHAUSTED && call->parser.over_budget) {
+        char buf[128];
+        if (r == BF_NET_RESOURCE_EXHAUSTED && call->parser.over_budget &&
+            call->parser.refused_by == &sc->inbound) {
+            srv->stats.inbound_conn_refusals++;
+            snprintf(buf, sizeof buf,
+                     "connection's share of the inbound buffer budget exhausted (%zu of %zu "
+                     "bytes in use)",
+                     sc->inbound.used, sc->inbound.max);
+            msg = buf;
+            sconn_log_bad(sc, "connection inbound budget exhausted", msg);
+        } else if (r == BF_NET_RESOURCE_EXHAUSTED && call->parser.over_budget) {
             snprintf(buf, sizeof buf,
                      "server inbound buffer budget exhausted (%zu of %zu bytes in use)",
                      srv->inbound.used, srv->inbound.max);
             msg = buf;
-            sconn_log_bad(call->sc, "inbound buffer budget exhausted", msg);
+            sconn_log_bad(sc, "inbound buffer budget exhausted", msg);
         } else if (r == BF_NET_RESOURCE_EXHAUSTED) {
             srv->stats.oversize_messages++;
             snprintf(buf, sizeof buf, "received message larger than max (%u vs. %u)",
-                     call->parser.msg_len, srv->o.max_recv_message);
+                     call->parser.msg_len, call->parser.max);
             msg = buf;
             sconn_log_bad(call->sc, "oversize gRPC message", msg);
         } else if (r == BF_NET_UNIMPLEMENTED || (r == BF_NET_INTERNAL && call->n_req <= 1)) {
@@ -557,6 +791,7 @@ static int on_data_chunk_cb(nghttp2_session *h2, uint8_t flags, int32_t sid, con
             msg = "too many request messages for a unary method";
         }
         bf_grpc_parser_reset(&call->parser);
+        call->part_ns = 0;
         call_finish_internal(call, r, msg, true);
     }
     return 0;
@@ -574,9 +809,11 @@ static int on_begin_headers_cb(nghttp2_session *h2, const nghttp2_frame *frame, 
     call->sid = frame->hd.stream_id;
     bf_list_init(&call->drain_link);
     bf_list_add_tail(&sc->calls, &call->link);
-    bf_grpc_parser_init(&call->parser, sc->srv->o.max_recv_message, &sc->srv->inbound);
+    bf_grpc_parser_init(&call->parser, sc->srv->o.max_recv_message, &sc->inbound);
     bf_timer_init(&call->deadline_timer, sc->c.loop, deadline_cb, call);
+    bf_timer_init(&call->guard_timer, sc->c.loop, guard_cb, call);
     call->unknown_path = true;
+    sc->ncalls++;
     nghttp2_session_set_stream_user_data(h2, call->sid, call);
     sc->srv->stats.streams_started++;
     sc->srv->stats.streams_open++;
@@ -593,6 +830,17 @@ static int on_header_cb(nghttp2_session *h2, const nghttp2_frame *frame, const u
     struct bf_net_call *call = nghttp2_session_get_stream_user_data(h2, frame->hd.stream_id);
     if (!call)
         return 0;
+    /* the decoded list is bounded as advertised (an HPACK bomb: small
+     * references to a large table entry) */
+    if (call->hdr_bytes > MAX_HEADER_LIST)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* refused already */
+    call->hdr_bytes +=
+        (uint32_t)(nlen + vlen + 32 > MAX_HEADER_LIST ? MAX_HEADER_LIST + 1 : nlen + vlen + 32);
+    if (call->hdr_bytes > MAX_HEADER_LIST) {
+        sc->srv->stats.header_list_refusals++;
+        sconn_log_bad(sc, "request header list too large", "over 64 KiB decoded");
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM; the connection goes on */
+    }
     if (h2_name_is(name, nlen, ":method")) {
         call->is_post = vlen == 4 && memcmp(value, "POST", 4) == 0;
     } else if (h2_name_is(name, nlen, ":path")) {
@@ -644,11 +892,8 @@ static int on_frame_recv_cb(nghttp2_session *h2, const nghttp2_frame *frame, voi
     case NGHTTP2_SETTINGS:
         if (!(frame->hd.flags & NGHTTP2_FLAG_ACK) && !sc->got_settings) {
             sc->got_settings = true;
-            int64_t ka = sc->srv->o.keepalive_ns;
-            if (ka > 0)
-                bf_net_timer_start(&sc->timer, ka, 0);
-            else
-                bf_net_timer_stop(&sc->timer);
+            /* the handshake limit is met: the timer now serves keepalive and idleness */
+            bf_net_timer_start(&sc->timer, 0, 0);
         }
         break;
     case NGHTTP2_PING:
@@ -701,6 +946,20 @@ static int on_stream_close_cb(nghttp2_session *h2, int32_t sid, uint32_t error_c
     return 0;
 }
 
+static int on_begin_frame_cb(nghttp2_session *h2, const nghttp2_frame_hd *hd, void *ud)
+{
+    (void)h2;
+    struct sconn *sc = ud;
+    if (sc->flood)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    int r =
+        bf_h2_guard_frame(&sc->guard, hd->type, hd->flags, hd->stream_id, hd->length, bf_mono_ns());
+    if (r == 0)
+        return 0;
+    sconn_flood(sc, r);
+    return NGHTTP2_ERR_CALLBACK_FAILURE; /* stop before nghttp2 acts on the frame */
+}
+
 static int on_invalid_frame_cb(nghttp2_session *h2, const nghttp2_frame *frame, int lib_error,
                                void *ud)
 {
@@ -720,6 +979,11 @@ static void sconn_timer_cb(struct bf_net_timer *t, void *arg)
     struct bf_net_server *srv = sc->srv;
     srv_enter(srv);
     int64_t now = bf_mono_ns();
+    int64_t next = 0;
+    if (sc->flood) {
+        conn_abort(&sc->c, -ECONNRESET); /* the GOAWAY did not flush in time */
+        goto out;
+    }
     if (!sc->got_settings) {
         if (sc->c.ssl && !sc->c.tls_done)
             srv->stats.handshake_failures++;
@@ -727,24 +991,56 @@ static void sconn_timer_cb(struct bf_net_timer *t, void *arg)
             srv->stats.protocol_errors++;
         sconn_log_bad(sc, "handshake timeout", "no HTTP/2 preface in time");
         conn_abort(&sc->c, -ETIMEDOUT);
-    } else if (sc->ping_out) {
-        if (now - sc->ping_sent >= srv->o.keepalive_timeout_ns) {
-            srv->stats.keepalive_timeouts++;
-            BF_INFO("gRPC connection: keepalive timeout", "peer=%s", sc->c.peer);
-            conn_abort(&sc->c, -ETIMEDOUT);
-        } else {
-            bf_net_timer_start(&sc->timer, sc->ping_sent + srv->o.keepalive_timeout_ns - now, 0);
-        }
-    } else if (now - sc->last_rx >= srv->o.keepalive_ns) {
-        sc->ping_out = true;
-        sc->ping_sent = now;
-        nghttp2_submit_ping(sc->h2, NGHTTP2_FLAG_NONE, NULL);
-        conn_mark_dirty(&sc->c);
-        bf_net_timer_start(&sc->timer, srv->o.keepalive_timeout_ns, 0);
-    } else {
-        bf_net_timer_start(&sc->timer, sc->last_rx + srv->o.keepalive_ns - now, 0);
+        goto out;
     }
+    if (srv->o.keepalive_ns > 0) {
+        if (sc->ping_out) {
+            if (now - sc->ping_sent >= srv->o.keepalive_timeout_ns) {
+                srv->stats.keepalive_timeouts++;
+                BF_INFO("gRPC connection: keepalive timeout", "peer=%s", sc->c.peer);
+                conn_abort(&sc->c, -ETIMEDOUT);
+                goto out;
+            }
+            next = sc->ping_sent + srv->o.keepalive_timeout_ns;
+        } else if (now - sc->last_rx >= srv->o.keepalive_ns) {
+            sc->ping_out = true;
+            sc->ping_sent = now;
+            nghttp2_submit_ping(sc->h2, NGHTTP2_FLAG_NONE, NULL);
+            conn_mark_dirty(&sc->c);
+            next = now + srv->o.keepalive_timeout_ns;
+        } else {
+            next = sc->last_rx + srv->o.keepalive_ns;
+        }
+    }
+    if (srv->o.conn_idle_timeout_ns > 0 && sc->ncalls == 0 && !sc->goaway_sent) {
+        int64_t at = sc->idle_since + srv->o.conn_idle_timeout_ns;
+        if (now >= at) {
+            srv->stats.conns_idle_closed++;
+            BF_INFO("gRPC connection closed: no call for the idle timeout", "peer=%s idle_s=%lld",
+                    sc->c.peer, (long long)(srv->o.conn_idle_timeout_ns / BF_NS_PER_SEC));
+            sc->goaway_sent = true;
+            nghttp2_session_terminate_session(sc->h2, NGHTTP2_NO_ERROR);
+            conn_mark_dirty(&sc->c);
+        } else if (!next || at < next) {
+            next = at;
+        }
+    }
+    if (next)
+        bf_net_timer_start(&sc->timer, next - now, 0);
+out:
     srv_leave(srv);
+}
+
+/* The connection just became idle: make sure the timer looks at it in time. */
+static void sconn_idle_arm(struct sconn *sc)
+{
+    struct bf_net_server *srv = sc->srv;
+    if (srv->o.conn_idle_timeout_ns <= 0 || !sc->got_settings || sc->flood || sc->goaway_sent ||
+        sc->c.state != C_OPEN)
+        return;
+    int64_t at = sc->idle_since + srv->o.conn_idle_timeout_ns;
+    if (!bf_net_timer_active(&sc->timer) || sc->timer.expiry > at)
+        bf_net_timer_start(&sc->timer, at - bf_mono_ns(), 0);
 }
 
 /* ------------------------------------------------------------ conn ops */
@@ -763,6 +1059,23 @@ static int sconn_on_ready(struct conn *c)
         if (n != 1) {
             sc->identity_bad = true;
             BF_WARN("mTLS peer identity invalid", "peer=%s bigfleet_uris=%d", c->peer, n);
+        } else if (srv->o.max_conns_per_identity) {
+            struct bf_cc_key k;
+            bf_cc_key_str(&k, sc->identity);
+            if (bf_cc_get(&srv->idents, &k) >= srv->o.max_conns_per_identity) {
+                srv->stats.conns_identity_limited++;
+                char d[200];
+                snprintf(d, sizeof d, "%s already holds %u connections", sc->identity,
+                         srv->o.max_conns_per_identity);
+                srv_log_limited(&srv->ident_log_ns, srv->stats.conns_identity_limited,
+                                "gRPC connection refused: per-identity connection limit", c->peer,
+                                d);
+                return -EPERM;
+            }
+            if (bf_cc_inc(&srv->idents, &k) > 0) {
+                sc->ident_key = k;
+                sc->ident_counted = true;
+            }
         }
     }
     return 0;
@@ -772,11 +1085,15 @@ static int sconn_on_data(struct conn *c, const uint8_t *p, size_t n)
 {
     struct sconn *sc = BF_CONTAINER_OF(c, struct sconn, c);
     struct bf_net_server *srv = sc->srv;
+    if (sc->flood)
+        return 0; /* closing as a flood: nothing more reaches HTTP/2 */
     sc->last_rx = bf_mono_ns();
     srv_enter(srv);
     ssize_t r = nghttp2_session_mem_recv(sc->h2, p, n);
     int ret = 0;
-    if (r < 0) {
+    if (r < 0 && sc->flood) {
+        conn_mark_dirty(c); /* flush the GOAWAY; sconn_done() then closes */
+    } else if (r < 0) {
         srv->stats.protocol_errors++;
         sconn_log_bad(sc,
                       r == NGHTTP2_ERR_BAD_CLIENT_MAGIC ? "bad HTTP/2 connection preface"
@@ -827,6 +1144,11 @@ static void sconn_on_close(struct conn *c, int err)
     }
     nghttp2_session_del(sc->h2);
     sc->h2 = NULL;
+    if (sc->peer_counted)
+        bf_cc_dec(&srv->peers, &sc->peer_key);
+    if (sc->ident_counted)
+        bf_cc_dec(&srv->idents, &sc->ident_key);
+    sc->peer_counted = sc->ident_counted = false;
     bf_list_del(&sc->link);
     srv->nconns--;
     server_check_shutdown(srv);
@@ -860,6 +1182,28 @@ static void srv_on_accept(void *owner, int fd)
         close(fd);
         return;
     }
+    struct bf_cc_key pk;
+    bool have_pk = false;
+    if (srv->o.max_conns_per_peer) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
+            bf_cc_key_addr(&pk, (struct sockaddr *)&ss);
+            have_pk = true;
+            if (bf_cc_get(&srv->peers, &pk) >= srv->o.max_conns_per_peer) {
+                srv->stats.conns_rejected++;
+                srv->stats.conns_peer_limited++;
+                char peer[64], d[96];
+                bf_addr_format((struct sockaddr *)&ss, peer, sizeof peer);
+                snprintf(d, sizeof d, "%u connections open from this address",
+                         srv->o.max_conns_per_peer);
+                srv_log_limited(&srv->peer_log_ns, srv->stats.conns_peer_limited,
+                                "gRPC connection refused: per-peer connection limit", peer, d);
+                close(fd);
+                return;
+            }
+        }
+    }
     struct sconn *sc = calloc(1, sizeof *sc);
     if (!sc) {
         srv->stats.conns_rejected++;
@@ -880,7 +1224,7 @@ static void srv_on_accept(void *owner, int fd)
     nghttp2_settings_entry iv[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, srv->o.max_concurrent_streams},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, srv->o.stream_window},
-        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 65536},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST},
     };
     nghttp2_submit_settings(sc->h2, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
     nghttp2_session_set_local_window_size(sc->h2, NGHTTP2_FLAG_NONE, 0,
@@ -894,7 +1238,15 @@ static void srv_on_accept(void *owner, int fd)
     }
     bf_list_add_tail(&srv->conns, &sc->link);
     srv->nconns++;
+    if (have_pk && bf_cc_inc(&srv->peers, &pk) > 0) {
+        sc->peer_key = pk;
+        sc->peer_counted = true;
+    }
+    sc->inbound.max = srv->o.max_inbound_per_conn;
+    sc->inbound.parent = &srv->inbound;
+    bf_h2_guard_init(&sc->guard);
     sc->last_rx = bf_mono_ns();
+    sc->idle_since = sc->last_rx;
     bf_timer_init(&sc->timer, srv->loop, sconn_timer_cb, sc);
     bf_net_timer_start(&sc->timer, srv->o.handshake_timeout_ns, 0);
     conn_mark_dirty(&sc->c);
@@ -907,6 +1259,7 @@ static int make_callbacks(nghttp2_session_callbacks **out)
     nghttp2_session_callbacks *cbs;
     if (nghttp2_session_callbacks_new(&cbs) != 0)
         return -ENOMEM;
+    nghttp2_session_callbacks_set_on_begin_frame_callback(cbs, on_begin_frame_cb);
     nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers_cb);
     nghttp2_session_callbacks_set_on_header_callback(cbs, on_header_cb);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv_cb);
@@ -980,6 +1333,22 @@ int bf_net_server_new(struct bf_net_loop *loop, const struct bf_net_server_opts 
     if (srv->o.max_inbound_buffered < srv->o.max_recv_message)
         srv->o.max_inbound_buffered = srv->o.max_recv_message; /* one largest message fits */
     srv->inbound.max = srv->o.max_inbound_buffered;
+    for (size_t i = 0; i < opts->n_methods; i++) {
+        uint32_t m = opts->methods[i].max_recv_message;
+        m = m && m < srv->o.max_recv_message ? m : srv->o.max_recv_message;
+        if (m > srv->max_method_recv)
+            srv->max_method_recv = m;
+    }
+    if (!srv->o.max_inbound_per_conn)
+        srv->o.max_inbound_per_conn = srv->o.max_inbound_buffered / 4;
+    if (srv->o.max_inbound_per_conn < srv->max_method_recv)
+        srv->o.max_inbound_per_conn = srv->max_method_recv;
+    if (srv->o.max_inbound_per_conn > srv->o.max_inbound_buffered)
+        srv->o.max_inbound_per_conn = srv->o.max_inbound_buffered;
+    if (!srv->o.msg_stall_timeout_ns)
+        srv->o.msg_stall_timeout_ns = 20 * BF_NS_PER_SEC;
+    bf_cc_init(&srv->peers);
+    bf_cc_init(&srv->idents);
     if (!srv->o.stream_window)
         srv->o.stream_window = 1u << 20;
     if (!srv->o.conn_window)
@@ -1125,6 +1494,8 @@ static void server_destroy(struct bf_net_server *srv)
     nghttp2_option_del(srv->h2opt);
     nghttp2_session_callbacks_del(srv->cbs);
     bf_tls_ctx_unref(srv->tls);
+    bf_cc_free(&srv->peers);
+    bf_cc_free(&srv->idents);
     free(srv->methods);
     free(srv);
 }

@@ -5,9 +5,12 @@
  * Design notes: no global state; the parser owns at most one assembly
  * buffer, sized by what has arrived (doubling, capped at the declared
  * length) and freed after each message so idle streams hold nothing.
+ * Buffers of 1 MiB and more are anonymous mappings grown with mremap
+ * (page tables move, bytes do not).
  */
 #include <errno.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -22,12 +25,74 @@ void bf_grpc_parser_init(struct bf_grpc_parser *p, uint32_t max, struct bf_grpc_
     p->budget = budget;
 }
 
+static size_t page_round(size_t n)
+{
+    return (n + 4095) & ~(size_t)4095;
+}
+
+void *bf_grpc_buf_alloc(size_t cap)
+{
+    if (cap < BF_GRPC_MMAP_MIN)
+        return malloc(cap ? cap : 1);
+    void *p =
+        mmap(NULL, page_round(cap), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void bf_grpc_buf_free(void *p, size_t cap)
+{
+    if (!p)
+        return;
+    if (cap >= BF_GRPC_MMAP_MIN)
+        munmap(p, page_round(cap));
+    else
+        free(p);
+}
+
+/* Grows a buffer of capacity cap (have bytes used) to ncap > cap. NULL
+ * leaves the old buffer as it was. */
+static void *buf_grow(void *p, size_t cap, size_t have, size_t ncap)
+{
+    if (ncap < BF_GRPC_MMAP_MIN)
+        return realloc(p, ncap);
+    if (p && cap >= BF_GRPC_MMAP_MIN) {
+        void *q = mremap(p, page_round(cap), page_round(ncap), MREMAP_MAYMOVE);
+        return q == MAP_FAILED ? NULL : q;
+    }
+    void *q = bf_grpc_buf_alloc(ncap);
+    if (!q)
+        return NULL;
+    if (have)
+        memcpy(q, p, have);
+    free(p);
+    return q;
+}
+
+struct bf_grpc_budget *bf_grpc_budget_charge(struct bf_grpc_budget *b, size_t n)
+{
+    for (struct bf_grpc_budget *x = b; x; x = x->parent) {
+        if (x->max && x->used + n > x->max) {
+            x->refused++;
+            return x;
+        }
+    }
+    for (struct bf_grpc_budget *x = b; x; x = x->parent)
+        x->used += n;
+    return NULL;
+}
+
+void bf_grpc_budget_refund(struct bf_grpc_budget *b, size_t n)
+{
+    for (struct bf_grpc_budget *x = b; x; x = x->parent)
+        x->used -= n;
+}
+
 /* frees the assembly buffer and refunds its charge */
 static void release_buf(struct bf_grpc_parser *p)
 {
     if (p->buf && p->budget)
-        p->budget->used -= p->cap;
-    free(p->buf);
+        bf_grpc_budget_refund(p->budget, p->cap);
+    bf_grpc_buf_free(p->buf, p->cap);
     p->buf = NULL;
     p->cap = 0;
 }
@@ -89,7 +154,11 @@ int bf_grpc_parser_feed(struct bf_grpc_parser *p, const uint8_t *data, size_t le
             p->have = 0;
             /* zero-copy: the whole body is in this piece */
             if (len >= p->msg_len) {
+                p->msg_owned = NULL;
+                p->msg_charge = 0;
                 int r = fn(arg, data, p->msg_len, p->compressed);
+                if (r == BF_GRPC_MSG_KEPT)
+                    r = 0; /* nothing to keep: the bytes are the caller's */
                 data += p->msg_len;
                 len -= p->msg_len;
                 end_message(p);
@@ -108,16 +177,16 @@ int bf_grpc_parser_feed(struct bf_grpc_parser *p, const uint8_t *data, size_t le
                 if (nc > p->msg_len)
                     nc = p->msg_len;
                 struct bf_grpc_budget *b = p->budget;
-                if (b && b->max && b->used + (nc - p->cap) > b->max) {
-                    b->refused++;
+                if (b && (p->refused_by = bf_grpc_budget_charge(b, nc - p->cap)) != NULL) {
                     p->over_budget = true;
                     return BF_NET_RESOURCE_EXHAUSTED;
                 }
-                uint8_t *nb = realloc(p->buf, nc);
-                if (!nb)
+                uint8_t *nb = buf_grow(p->buf, p->cap, p->have, nc);
+                if (!nb) {
+                    if (b)
+                        bf_grpc_budget_refund(b, nc - p->cap);
                     return BF_NET_RESOURCE_EXHAUSTED;
-                if (b)
-                    b->used += nc - p->cap;
+                }
                 p->buf = nb;
                 p->cap = nc;
             }
@@ -128,16 +197,24 @@ int bf_grpc_parser_feed(struct bf_grpc_parser *p, const uint8_t *data, size_t le
         }
         if (p->have == p->msg_len) {
             uint8_t *b = p->buf;
-            size_t charged = b ? p->cap : 0;
+            size_t charged = b ? p->cap : 0;        /* also what b was allocated with */
             struct bf_grpc_budget *bud = p->budget; /* fn may free the parser */
             p->buf = NULL;
             p->cap = 0;
             size_t n = p->have;
             end_message(p);
+            p->msg_owned = b;
+            p->msg_charge = charged;
             int r = fn(arg, b ? b : (const uint8_t *)"", n, p->compressed);
-            free(b);
-            if (bud)
-                bud->used -= charged;
+            if (r == BF_GRPC_MSG_KEPT && b) {
+                r = 0; /* the callback owns b and its charge now */
+            } else {
+                if (r == BF_GRPC_MSG_KEPT)
+                    r = 0;
+                bf_grpc_buf_free(b, charged);
+                if (bud)
+                    bf_grpc_budget_refund(bud, charged);
+            }
             if (r != 0)
                 return r;
         }

@@ -31,28 +31,49 @@
  * cannot together exhaust the host's memory. max 0 = unlimited.
  */
 struct bf_grpc_budget {
-    size_t used, max; /* bytes */
-    uint64_t refused; /* messages failed for the budget */
+    size_t used, max;              /* bytes */
+    uint64_t refused;              /* messages failed for this budget */
+    struct bf_grpc_budget *parent; /* charged too (a connection's share -> the server's
+                                      total); NULL = top */
 };
+
+/*
+ * Charges n bytes to b and every parent. Returns NULL, or (nothing charged
+ * anywhere) the first budget in the chain that would go over its max; its
+ * `refused` is incremented.
+ */
+struct bf_grpc_budget *bf_grpc_budget_charge(struct bf_grpc_budget *b, size_t n);
+/* Refunds n bytes to b and every parent. */
+void bf_grpc_budget_refund(struct bf_grpc_budget *b, size_t n);
 
 struct bf_grpc_parser {
     uint8_t hdr[BF_GRPC_PREFIX];
     uint8_t hdr_len; /* header bytes collected (0..5) */
     bool in_body;
     bool compressed;
-    bool over_budget; /* the last RESOURCE_EXHAUSTED came from the budget */
+    bool over_budget;                        /* the last RESOURCE_EXHAUSTED came from the budget */
+    const struct bf_grpc_budget *refused_by; /* ... and from this one of the chain */
     uint32_t msg_len;
     uint32_t max; /* receive limit */
     uint8_t *buf;
     size_t have, cap;
     struct bf_grpc_budget *budget; /* optional, borrowed; kept across resets */
+    /* During the callback of an assembled message: its buffer and the bytes
+     * charged for it (NULL/0 for a message delivered in place). A callback
+     * that returns BF_GRPC_MSG_KEPT takes both over (frees the buffer with
+     * bf_grpc_buf_free(buf, msg_charge) and refunds the charge with
+     * bf_grpc_budget_refund itself). */
+    const uint8_t *msg_owned;
+    size_t msg_charge;
 };
 
 /*
  * Message callback: msg/len valid during the call. Return 0 to continue,
- * a gRPC status code > 0 to stop feeding with that status, or < 0 to stop
- * quietly (the caller finished the call itself).
+ * a gRPC status code > 0 to stop feeding with that status, < 0 to stop
+ * quietly (the caller finished the call itself), or BF_GRPC_MSG_KEPT to
+ * continue having taken over an assembled message's buffer (see msg_owned).
  */
+#define BF_GRPC_MSG_KEPT 0x10000
 typedef int (*bf_grpc_msg_fn)(void *arg, const uint8_t *msg, size_t len, bool compressed);
 
 /* budget: NULL = none (see struct bf_grpc_budget). */
@@ -69,6 +90,17 @@ int bf_grpc_parser_feed(struct bf_grpc_parser *p, const uint8_t *data, size_t le
 /* True when no message is partially received (a stream may end here). */
 bool bf_grpc_parser_idle(const struct bf_grpc_parser *p);
 void bf_grpc_parser_reset(struct bf_grpc_parser *p);
+
+/*
+ * Message buffers (assembly buffers, and copies the server keeps): below
+ * 1 MiB from malloc; from 1 MiB on, anonymous mappings grown with mremap,
+ * so a large message is never copied while it grows (a 48 MiB message
+ * used to cost a 32 MiB memcpy in one loop turn). Free with the capacity
+ * it was allocated with.
+ */
+#define BF_GRPC_MMAP_MIN (1u << 20)
+void *bf_grpc_buf_alloc(size_t cap);
+void bf_grpc_buf_free(void *p, size_t cap);
 
 /* Writes the 5-byte prefix for an uncompressed message of len bytes. */
 void bf_grpc_prefix(uint8_t out[BF_GRPC_PREFIX], uint32_t len);

@@ -10,8 +10,14 @@
  *     beyond that 431 and close. Responses queue in `out` until produce();
  *     more than 4 MiB unsent (a client pipelining without reading) closes
  *     the connection.
- *   - An idle / slow-request timer (idle_timeout_ns) closes quiet
- *     connections.
+ *   - Time limits: a request head must be complete head_timeout_ns after
+ *     its first byte (absolute: a client sending a byte now and then does
+ *     not extend it; 408 and close), and a connection waiting for its next
+ *     request is closed after idle_timeout_ns.
+ *   - Slots: when max_connections are open, an accept evicts one to make
+ *     room: the connection stuck longest inside a request head, else the
+ *     one idle longest, else the oldest. A probe (/healthz) therefore always
+ *     gets in, however many slow clients hold slots.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -182,6 +188,7 @@ struct bf_net_http_server {
     uint16_t port;
     int depth; /* handler calls on the stack; a free inside one is deferred */
     bool free_pending;
+    int64_t evict_log_ns, head_log_ns; /* rate-limited log lines */
 };
 
 struct hconn {
@@ -192,6 +199,8 @@ struct hconn {
     size_t in_len;
     struct obuf out; /* unsent responses */
     bool close_after;
+    int64_t head_start; /* mono ns of the first byte of the pending request head; 0 = none */
+    int64_t idle_since; /* mono ns since the connection waits for a request */
     struct bf_net_timer timer;
 };
 
@@ -264,6 +273,8 @@ static const char *reason(int st)
         return "Not Found";
     case 405:
         return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
     case 414:
         return "URI Too Long";
     case 431:
@@ -360,11 +371,25 @@ static int hconn_on_data(struct conn *c, const uint8_t *p, size_t n)
     return r;
 }
 
+/* One timer per connection: the head deadline while a request head is
+ * pending (never moved by its bytes), else the idle limit. */
+static void hconn_arm(struct hconn *h)
+{
+    struct bf_net_http_server *hs = h->hs;
+    if (!hs)
+        return;
+    int64_t at = h->head_start ? h->head_start + hs->o.head_timeout_ns
+                               : h->idle_since + hs->o.idle_timeout_ns;
+    bf_net_timer_start(&h->timer, at - bf_mono_ns(), 0);
+}
+
 static int hconn_on_data_inner(struct hconn *h, const uint8_t *p, size_t n)
 {
     struct conn *c = &h->c;
     struct bf_net_http_server *hs = h->hs;
-    bf_net_timer_start(&h->timer, hs->o.idle_timeout_ns, 0);
+    int64_t now = bf_mono_ns();
+    if (h->in_len == 0 && !h->close_after && !h->head_start)
+        h->head_start = now; /* a new connection's clock runs from the accept */
     while (n > 0 && !h->close_after) {
         size_t take = sizeof h->in - h->in_len;
         if (take > n)
@@ -399,10 +424,17 @@ static int hconn_on_data_inner(struct hconn *h, const uint8_t *p, size_t n)
                 return 0;
             memmove(h->in, h->in + r, h->in_len - (size_t)r);
             h->in_len -= (size_t)r;
+            /* a pipelined request already begun: its clock starts now */
+            h->head_start = h->in_len ? now : 0;
+            h->idle_since = now;
             if (h->out.len > HTTP_MAX_UNSENT)
                 return -ENOBUFS;
         }
     }
+    if (h->in_len == 0)
+        h->head_start = 0;
+    if (!h->close_after)
+        hconn_arm(h);
     return 0;
 }
 
@@ -461,13 +493,68 @@ static void hconn_timer_cb(struct bf_net_timer *t, void *arg)
 {
     (void)t;
     struct hconn *h = arg;
+    struct bf_net_http_server *hs = h->hs;
+    if (hs && h->head_start && !h->close_after) {
+        hs->stats.head_timeouts++;
+        int64_t now = bf_mono_ns();
+        if (!hs->head_log_ns || now - hs->head_log_ns >= 10 * BF_NS_PER_SEC) {
+            hs->head_log_ns = now;
+            BF_WARN("HTTP/1.1: request head not complete in time; closing",
+                    "peer=%s bytes=%zu "
+                    "head_timeout_ms=%lld total=%llu",
+                    h->c.peer, h->in_len, (long long)(hs->o.head_timeout_ns / BF_NS_PER_MS),
+                    (unsigned long long)hs->stats.head_timeouts);
+        }
+        h->in_len = 0;
+        if (error_response(h, 408, "request head not received in time\n") == 0) {
+            conn_mark_dirty(&h->c); /* 408, then close (the linger bounds a non-reader) */
+            return;
+        }
+    }
     conn_abort(&h->c, -ETIMEDOUT);
+}
+
+/* Every slot is taken: close the connection a new one is most entitled to replace. */
+static void http_evict_one(struct bf_net_http_server *hs)
+{
+    struct hconn *slow = NULL, *idle = NULL, *oldest = NULL;
+    for (struct bf_list *it = hs->conns.next; it != &hs->conns; it = it->next) {
+        struct hconn *h = BF_CONTAINER_OF(it, struct hconn, link);
+        if (!oldest)
+            oldest = h;
+        if (h->head_start) {
+            if (!slow || h->head_start < slow->head_start)
+                slow = h;
+        } else if (h->out.len == 0 && !h->close_after && conn_queued(&h->c) == 0) {
+            if (!idle || h->idle_since < idle->idle_since)
+                idle = h;
+        }
+    }
+    struct hconn *v = slow ? slow : idle ? idle : oldest;
+    if (!v)
+        return;
+    hs->stats.conns_evicted++;
+    int64_t now = bf_mono_ns();
+    if (!hs->evict_log_ns || now - hs->evict_log_ns >= 10 * BF_NS_PER_SEC) {
+        hs->evict_log_ns = now;
+        BF_WARN("HTTP/1.1: every connection slot taken; evicting one",
+                "peer=%s why=%s "
+                "slots=%u total=%llu",
+                v->c.peer,
+                v == slow   ? "slowest request head"
+                : v == idle ? "longest idle"
+                            : "oldest",
+                hs->o.max_connections, (unsigned long long)hs->stats.conns_evicted);
+    }
+    conn_abort(&v->c, -ECONNRESET);
 }
 
 static void http_on_accept(void *owner, int fd)
 {
     struct bf_net_http_server *hs = owner;
     hs->stats.conns_accepted++;
+    if (hs->nconns >= hs->o.max_connections)
+        http_evict_one(hs);
     if (hs->nconns >= hs->o.max_connections) {
         hs->stats.conns_rejected++;
         close(fd);
@@ -493,7 +580,9 @@ static void http_on_accept(void *owner, int fd)
     bf_list_add_tail(&hs->conns, &h->link);
     hs->nconns++;
     bf_timer_init(&h->timer, hs->loop, hconn_timer_cb, h);
-    bf_net_timer_start(&h->timer, hs->o.idle_timeout_ns, 0);
+    /* a new connection's first request head is timed from the accept */
+    h->idle_since = h->head_start = bf_mono_ns();
+    hconn_arm(h);
 }
 
 int bf_net_http_server_new(struct bf_net_loop *loop, const struct bf_net_http_server_opts *opts,
@@ -511,6 +600,8 @@ int bf_net_http_server_new(struct bf_net_loop *loop, const struct bf_net_http_se
         hs->o.max_connections = 256;
     if (!hs->o.idle_timeout_ns)
         hs->o.idle_timeout_ns = 30 * BF_NS_PER_SEC;
+    if (!hs->o.head_timeout_ns)
+        hs->o.head_timeout_ns = 5 * BF_NS_PER_SEC;
     bf_list_init(&hs->conns);
     int r = opts->listen_fd > 0 ? bf_listener_adopt(loop, opts->listen_fd, true, http_on_accept, hs,
                                                     &hs->stats.accept_errors, &hs->listener)

@@ -370,7 +370,8 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
         if (bad > 0) {
             atomic_fetch_add_explicit(&st->metadata_decode_errors, (uint64_t)bad,
                                       memory_order_relaxed);
-            BF_WARN("shard_metadata decode failed; the other keys were restored",
+            BF_WARN("shard_metadata decode: values malformed (skipped) or not a penalty bucket's "
+                    "bound (applied as its bucket); the other keys were restored",
                     "machine=\"%.*s\" malformed=%d", (int)(m.id.len < 200 ? m.id.len : 200),
                     (const char *)m.id.p, bad);
         } else if (bad < 0) {

@@ -53,6 +53,7 @@
 
 #include "bigfleet/log.h"
 #include "bigfleet/ownership.h"
+#include "bigfleet/pbdecode.h"
 #include "bigfleet/util.h"
 #include "bigfleet/v1alpha1/coordinator.pb-c.h"
 #include "session_internal.h"
@@ -526,8 +527,9 @@ static void on_reply(void *arg, int code, const char *message, const uint8_t *re
     c->n_acks -= c->sent;
     c->sent = 0;
     atomic_fetch_add(&st->coordinator_reports, 1);
-    Bigfleet__V1alpha1__ReportAck *ack = bigfleet__v1alpha1__report_ack__unpack(NULL, len, resp);
-    if (!ack) {
+    Bigfleet__V1alpha1__ReportAck *ack = NULL;
+    if (bf_pb_unpack(&bigfleet__v1alpha1__report_ack__descriptor, resp, len,
+                     (ProtobufCMessage **)&ack, NULL) != 0) {
         atomic_fetch_add(&st->coordinator_errors, 1);
         BF_WARN("undecodable ReportAck ignored", "bytes=%zu", len);
         return;

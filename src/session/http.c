@@ -25,6 +25,7 @@ static void net_more(struct bf_metrics_buf *b, const char *prefix, const char *w
         const char *suffix, *type, *help;
         uint64_t v;
         bool grpc_only;
+        bool http_only;
     } m[] = {
         {"accept_errors_total", "counter", "accept() failures (EMFILE, ...)", ns->accept_errors,
          false},
@@ -42,10 +43,39 @@ static void net_more(struct bf_metrics_buf *b, const char *prefix, const char *w
         {"connections_accepted_total", "counter", "connections accepted", ns->conns_accepted,
          false},
         {"connections_open", "gauge", "connections open", ns->conns_open, false},
+        {"connections_peer_limited_total", "counter",
+         "connections refused at accept: --max-conns-per-peer open from that address",
+         ns->conns_peer_limited, true},
+        {"connections_identity_limited_total", "counter",
+         "connections closed after the TLS handshake: --max-conns-per-identity open",
+         ns->conns_identity_limited, true},
+        {"connections_idle_closed_total", "counter",
+         "connections closed after 5 min without a call", ns->conns_idle_closed, true},
+        {"inbound_connection_refusals_total", "counter",
+         "messages refused (RESOURCE_EXHAUSTED): their connection held its share of the inbound "
+         "budget",
+         ns->inbound_conn_refusals, true},
+        {"stalled_messages_total", "counter",
+         "partial messages that stopped arriving (RESOURCE_EXHAUSTED)", ns->stalled_messages, true},
+        {"first_message_timeouts_total", "counter",
+         "calls without their first message (a Session's Hello) in time (DEADLINE_EXCEEDED)",
+         ns->first_message_timeouts, true},
+        {"idle_stream_timeouts_total", "counter",
+         "streams without an inbound message for 10 min (DEADLINE_EXCEEDED)",
+         ns->idle_stream_timeouts, true},
+        {"header_list_refusals_total", "counter",
+         "streams reset: decoded request headers over 64 KiB", ns->header_list_refusals, true},
+        {"connections_evicted_total", "counter",
+         "connections closed to admit a new one when every slot was taken (slowest request head "
+         "first)",
+         ns->conns_evicted, false, true},
+        {"request_head_timeouts_total", "counter",
+         "request heads not complete within 5 s of their first byte (408)", ns->head_timeouts,
+         false, true},
     };
     char name[128], help[256];
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
-        if (m[i].grpc_only && !grpc)
+        if ((m[i].grpc_only && !grpc) || (m[i].http_only && grpc))
             continue;
         if (grpc && (strcmp(m[i].suffix, "requests_total") == 0 ||
                      strcmp(m[i].suffix, "connections_accepted_total") == 0 ||
@@ -58,6 +88,14 @@ static void net_more(struct bf_metrics_buf *b, const char *prefix, const char *w
     }
     if (!grpc)
         return;
+    snprintf(name, sizeof name, "%s_flood_closes_total", prefix);
+    snprintf(help, sizeof help,
+             "%s: connections closed as HTTP/2 floods (GOAWAY ENHANCE_YOUR_CALM), by reason.",
+             what);
+    bf_metrics_header(b, name, "counter", help);
+    for (int r = 1; r < BF_NET_FLOOD_COUNT; r++)
+        bf_metrics_printf(b, "%s{reason=\"%s\"} %llu\n", name, bf_net_flood_name(r),
+                          (unsigned long long)ns->flood_closes[r]);
     snprintf(name, sizeof name, "%s_calls_finished_total", prefix);
     snprintf(help, sizeof help, "%s: calls finished, by final gRPC status.", what);
     bf_metrics_header(b, name, "counter", help);
@@ -127,6 +165,13 @@ static void local_metrics(struct ss *ss, struct bf_metrics_buf *b)
          l->slow_closed},
         {"bigfleet_shard_session_bad_frames_total", "Malformed or unknown OperatorMessages.",
          l->frames_bad},
+        {"bigfleet_shard_session_oversize_frames_total",
+         "Hello or ReclaimAck frames over their 64 KiB limit, or OperatorMessages of more than "
+         "1024 top-level fields (the stream is ended).",
+         l->frames_oversize},
+        {"bigfleet_shard_session_unknown_fields_dropped_total",
+         "Unknown protobuf fields counted and dropped (never kept) while decoding small frames.",
+         l->unknown_fields},
         {"bigfleet_shard_session_rollups_shed_total",
          "Rollups not queued: queued rollups were over their memory budget.", l->rollups_shed},
         {"bigfleet_shard_session_bootstrap_no_session_total",
@@ -143,6 +188,41 @@ static void local_metrics(struct ss *ss, struct bf_metrics_buf *b)
         bf_metrics_header(b, x[i].name, "counter", x[i].help);
         bf_metrics_printf(b, "%s %llu\n", x[i].name, (unsigned long long)x[i].v);
     }
+    struct ingest_counters ic;
+    ingest_read_counters(ss->ig, &ic);
+    struct {
+        const char *name, *help;
+        uint64_t v;
+    } y[] = {
+        {"bigfleet_shard_session_rollup_timestamps_clamped_total",
+         "Rollups whose timestamp_unix_nanos was in the future or over 60 s old: the receive time "
+         "orders their Needs instead.",
+         ic.timestamps_clamped},
+        {"bigfleet_shard_session_priorities_clamped_total",
+         "Needs whose priority was above --max-priority and was clamped to it.",
+         ic.priorities_clamped},
+        {"bigfleet_shard_session_need_unknown_fields_dropped_total",
+         "Unknown protobuf fields counted and dropped while decoding CapacityNeeds.",
+         ic.unknown_fields},
+        {"bigfleet_shard_session_resource_names_registered_total",
+         "Resource names added to the shard-wide dimension table for operators' rollups.",
+         ic.dims_registered},
+    };
+    for (size_t i = 0; i < sizeof y / sizeof y[0]; i++) {
+        bf_metrics_header(b, y[i].name, "counter", y[i].help);
+        bf_metrics_printf(b, "%s %llu\n", y[i].name, (unsigned long long)y[i].v);
+    }
+    static const char *quotas[4] = {"needs", "groups", "strings", "dims"};
+    bf_metrics_header(b, "bigfleet_shard_session_rollups_over_quota_total", "counter",
+                      "Rollups rejected by a per-cluster quota (--cluster-max-*), by quota.");
+    for (int i = 0; i < 4; i++)
+        bf_metrics_printf(b, "bigfleet_shard_session_rollups_over_quota_total{quota=\"%s\"} %llu\n",
+                          quotas[i], (unsigned long long)ic.over_quota[i]);
+    bf_metrics_header(b, "bigfleet_appliance_insecure_plaintext", "gauge",
+                      "1 when Shard/Session and ShardRead are served without TLS (--listen "
+                      "without --tls-cert/--tls-key/--tls-ca), else 0.");
+    bf_metrics_printf(b, "bigfleet_appliance_insecure_plaintext %d\n",
+                      bf_config_tls(ss->cfg) ? 0 : 1);
     bf_metrics_header(
         b, "bigfleet_shard_coordinator_assigned_domains", "gauge",
         "Topology domains assigned to this shard by the coordinator (persisted in LMDB).");
@@ -203,6 +283,7 @@ int ss_http_start(struct ss *ss)
     struct bf_net_http_server_opts o = {.addr = addr,
                                         .handler = handler,
                                         .arg = ss,
+                                        .head_timeout_ns = ss->cfg->http_head_timeout_ns,
                                         .listen_fd =
                                             atomic_load(&ss->shm->st->host.http_listen_fd)};
     int rc;

@@ -34,6 +34,13 @@
  *   - Completions go to the loop through a queue and an eventfd; the loop
  *     sends the "rollup" Acknowledgement if the sending session still holds
  *     the stream.
+ *   - Per-cluster quotas (docs/security.md): Need rows, distinct groups,
+ *     string-table bytes (cumulative per cluster while this process runs:
+ *     interned strings are never freed) and resource names the cluster
+ *     adds to the shard-wide dimension table. A new name is registered only
+ *     once the whole rollup converted cleanly and the cluster's quota has
+ *     room; then the rollup is converted again with it. The quota counters
+ *     live in this thread; the loop reads the totals (atomics) for /metrics.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -79,6 +86,12 @@ struct ingest {
     struct bf_need_row *tmp;
     uint32_t tmp_cap;
     bool stamps_full_logged;
+    /* per-cluster quotas (thread-private) */
+    uint64_t *str_charged; /* string-table bytes added by the cluster's rollups */
+    uint8_t *dims_added;   /* resource names the cluster added */
+    uint32_t cluster_max_needs;
+    uint64_t str_quota;
+    struct ingest_counters cnt; /* atomics: read by the loop */
     bool prune_failed_logged;
     struct bf_blob_cache *cache; /* need profiles of replaced rows (stamp pruning) */
     uint32_t *fps;               /* sorted fingerprint refs of the accepted rollup */
@@ -256,6 +269,104 @@ static int alloc_rows(struct ingest *ig, uint32_t self, uint32_t old_off, uint32
     return rc >= 0 ? 0 : rc;
 }
 
+static struct bf_rollup_limits limits_of(struct ingest *ig, uint32_t cidx, const struct job *j)
+{
+    uint64_t used = ig->str_charged[cidx];
+    return (struct bf_rollup_limits){
+        .max_rows = ig->cluster_max_needs,
+        .max_groups = ig->cfg->cluster_max_groups,
+        .strtab_reserve = ig->shm->arena_bytes / 4,
+        .strtab_quota = ig->str_quota > used ? ig->str_quota - used : 0,
+        .max_priority = ig->cfg->max_priority,
+        .recv_ns = j->recv_ns,
+    };
+}
+
+/* Converts the rollup under the cluster's quotas; registers the resource
+ * names it adds only when everything else passed and the quota has room,
+ * then converts again with them. */
+static int convert(struct ingest *ig, uint32_t cidx, const struct job *j, const char *cid,
+                   uint32_t name_ref, char *err, size_t errlen)
+{
+    struct bf_shm *s = ig->shm;
+    struct bf_rollup *cv = &ig->conv;
+    struct bf_rollup_limits lim = limits_of(ig, cidx, j);
+    int rc = bf_rollup_convert(s, j->buf, j->len, cid, name_ref, &lim, cv, err, errlen);
+    ig->str_charged[cidx] += cv->strtab_added; /* interned even when rejected */
+    if (rc == 0 && cv->n_new_dims) {
+        uint32_t extra = 0;
+        char names[200] = "";
+        size_t at = 0;
+        for (uint32_t i = 0; i < cv->n_new_dims; i++) {
+            if (!bf_dim_is_reserved(cv->new_dims[i]))
+                extra++;
+            int w = snprintf(names + at, sizeof names - at, "%s%s", i ? "," : "", cv->new_dims[i]);
+            if (w > 0 && (size_t)w < sizeof names - at)
+                at += (size_t)w;
+        }
+        struct bf_dims d;
+        bf_shm_dims(s, &d);
+        if (ig->dims_added[cidx] + extra > ig->cfg->cluster_max_new_dims) {
+            snprintf(err, errlen,
+                     "the rollup names %u resource(s) the shard does not know (%s); the cluster "
+                     "has added %u and may add at most %u (--cluster-max-new-dims)",
+                     cv->n_new_dims, names, ig->dims_added[cidx], ig->cfg->cluster_max_new_dims);
+            cv->over_quota = "dims";
+            rc = -EDQUOT;
+            goto count;
+        }
+        if (d.n + cv->n_new_dims > BF_MAX_DIMS) {
+            snprintf(err, errlen,
+                     "the shard-wide resource table is full (%u of %d names); cannot add %s", d.n,
+                     BF_MAX_DIMS, names);
+            rc = -ENOSPC;
+            goto count;
+        }
+        for (uint32_t i = 0; i < cv->n_new_dims; i++) {
+            int di = bf_dim_intern(s, cv->new_dims[i]);
+            if (di < 0) {
+                snprintf(err, errlen, "cannot register resource %s: %s", cv->new_dims[i],
+                         strerror(-di));
+                return di;
+            }
+            atomic_fetch_add_explicit(&ig->cnt.dims_registered, 1, memory_order_relaxed);
+            BF_INFO("resource name registered for a cluster's rollup",
+                    "cluster=%s resource=%s "
+                    "index=%d",
+                    cid, cv->new_dims[i], di);
+        }
+        ig->dims_added[cidx] = (uint8_t)(ig->dims_added[cidx] + extra);
+        lim = limits_of(ig, cidx, j);
+        rc = bf_rollup_convert(s, j->buf, j->len, cid, name_ref, &lim, cv, err, errlen);
+        ig->str_charged[cidx] += cv->strtab_added;
+        if (rc == 0 && cv->n_new_dims) {
+            snprintf(err, errlen, "resource names still unknown after registering them");
+            return -EINVAL;
+        }
+    }
+count:
+    if (cv->timestamp_clamped) {
+        atomic_fetch_add_explicit(&ig->cnt.timestamps_clamped, 1, memory_order_relaxed);
+        BF_DEBUG("rollup timestamp outside [receive - 60 s, receive]: receive time used",
+                 "cluster=%s timestamp_ns=%lld recv_ns=%lld", cid, (long long)cv->timestamp_ns,
+                 (long long)j->recv_ns);
+    }
+    if (cv->priorities_clamped)
+        atomic_fetch_add_explicit(&ig->cnt.priorities_clamped, cv->priorities_clamped,
+                                  memory_order_relaxed);
+    if (cv->unknown_fields)
+        atomic_fetch_add_explicit(&ig->cnt.unknown_fields, cv->unknown_fields,
+                                  memory_order_relaxed);
+    if (rc && cv->over_quota) {
+        int q = strcmp(cv->over_quota, "needs") == 0     ? 0
+                : strcmp(cv->over_quota, "groups") == 0  ? 1
+                : strcmp(cv->over_quota, "strings") == 0 ? 2
+                                                         : 3;
+        atomic_fetch_add_explicit(&ig->cnt.over_quota[q], 1, memory_order_relaxed);
+    }
+    return rc;
+}
+
 static void process(struct ingest *ig, uint32_t cidx, struct job *j)
 {
     struct bf_shm *s = ig->shm;
@@ -266,14 +377,12 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
     pthread_mutex_unlock(&ct->mu);
     const char *cid = cluster_name(ig, rec.name_ref);
     char err[512] = "";
-    uint64_t reserve = s->arena_bytes / 4;
-    int rc = bf_rollup_convert(s, j->buf, j->len, cid, rec.name_ref, s->max_needs, reserve,
-                               &ig->conv, err, sizeof err);
+    struct bf_rollup *cv = &ig->conv;
+    int rc = convert(ig, cidx, j, cid, rec.name_ref, err, sizeof err);
     if (rc) {
         reject(ig, cidx, j, rc, err);
         goto out;
     }
-    struct bf_rollup *cv = &ig->conv;
     uint32_t baseline = rec.accepted_rows;
     uint8_t held = rec.quarantine_held;
     /* rail 2 counts the Needs the operator sent, before duplicates merge
@@ -447,11 +556,17 @@ int ingest_start(struct ingest **out, struct bf_shm *shm, const struct bf_config
     ig->last_log = calloc(shm->max_clusters, sizeof *ig->last_log);
     ig->suppressed = calloc(shm->max_clusters, sizeof *ig->suppressed);
     ig->tokens = calloc(shm->max_clusters, sizeof *ig->tokens);
+    ig->str_charged = calloc(shm->max_clusters, sizeof *ig->str_charged);
+    ig->dims_added = calloc(shm->max_clusters, sizeof *ig->dims_added);
+    ig->cluster_max_needs = bf_config_cluster_max_needs(cfg);
+    ig->str_quota = cfg->cluster_max_string_kib ? (uint64_t)cfg->cluster_max_string_kib << 10
+                                                : shm->arena_bytes / 16;
     bf_rollup_init(&ig->conv);
     pthread_mutex_init(&ig->mu, NULL);
     pthread_cond_init(&ig->cv, NULL);
     int rc = -ENOMEM;
-    if (!ig->slot || !ig->fifo || !ig->last_log || !ig->suppressed || !ig->tokens)
+    if (!ig->slot || !ig->fifo || !ig->last_log || !ig->suppressed || !ig->tokens ||
+        !ig->str_charged || !ig->dims_added)
         goto fail;
     if ((rc = rebuild_arena(ig)) != 0)
         goto fail;
@@ -491,6 +606,16 @@ int ingest_submit(struct ingest *ig, uint32_t cidx, uint64_t serial, uint8_t *bu
     return 0;
 }
 
+void ingest_read_counters(struct ingest *ig, struct ingest_counters *out)
+{
+    out->timestamps_clamped = atomic_load(&ig->cnt.timestamps_clamped);
+    out->priorities_clamped = atomic_load(&ig->cnt.priorities_clamped);
+    out->unknown_fields = atomic_load(&ig->cnt.unknown_fields);
+    out->dims_registered = atomic_load(&ig->cnt.dims_registered);
+    for (int i = 0; i < 4; i++)
+        out->over_quota[i] = atomic_load(&ig->cnt.over_quota[i]);
+}
+
 int ingest_take_done(struct ingest *ig, struct ingest_done *out, int max)
 {
     pthread_mutex_lock(&ig->mu);
@@ -520,6 +645,8 @@ void ingest_stop(struct ingest *ig)
     free(ig->last_log);
     free(ig->suppressed);
     free(ig->tokens);
+    free(ig->str_charged);
+    free(ig->dims_added);
     free(ig->done);
     free(ig->tmp);
     free(ig->fps);

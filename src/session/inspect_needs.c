@@ -37,6 +37,7 @@
 #include "bigfleet/ledger.h"
 #include "bigfleet/log.h"
 #include "bigfleet/metrics.h"
+#include "bigfleet/pbdecode.h"
 #include "bigfleet/v1alpha1/shardread.pb-c.h"
 #include "session_internal.h"
 
@@ -166,9 +167,11 @@ static void on_message(struct bf_net_call *call, const uint8_t *msg, size_t len,
     if (!c || c->done || c->started)
         return;
     c->started = true;
-    Bigfleet__V1alpha1__InspectNeedsRequest *req =
-        bigfleet__v1alpha1__inspect_needs_request__unpack(NULL, len, msg);
-    if (!req) {
+    /* the method's 4 KiB receive limit already bounds len; unknown fields
+     * are dropped and the decode is bounded (bigfleet/pbdecode.h) */
+    Bigfleet__V1alpha1__InspectNeedsRequest *req = NULL;
+    if (bf_pb_unpack(&bigfleet__v1alpha1__inspect_needs_request__descriptor, msg, len,
+                     (ProtobufCMessage **)&req, NULL) != 0) {
         g_in.bad_requests++;
         finish(c, BF_NET_INVALID_ARGUMENT, "shard: malformed InspectNeedsRequest");
         return;
@@ -263,6 +266,7 @@ const struct bf_net_method bf_inspect_needs_method = {
     .on_message = on_message,
     .on_drain = on_drain,
     .on_done = on_done,
+    .max_recv_message = SS_SMALL_MESSAGE_MAX, /* cluster_id (<= 253 bytes) and a limit */
 };
 
 void ss_inspect_metrics(struct bf_metrics_buf *b)

@@ -15,11 +15,22 @@
  *     interns nothing. The cache is bounded (cleared when it grows past
  *     PCACHE_MAX_*), private to the one thread that converts rollups.
  *   - Resource maps are read from the wire (map entries: key 1, value 2;
- *     a missing key or value is ""), copied NUL-terminated and handed to
- *     bf_resources_to_vec; a negative result is rejected here.
+ *     a missing key or value is ""), copied NUL-terminated, parsed as
+ *     Kubernetes quantities (negative ones reject) and placed at their
+ *     registered dimension.
  *   - Duplicate (profile, group) rows are merged (header contract).
- *   - Nothing is written to shared memory except interned strings and
- *     dimension names; the caller publishes rows.
+ *   - Nothing is written to shared memory except interned strings; the
+ *     caller publishes rows. Dimension names the registry lacks are only
+ *     listed (new_dims): the caller applies the cluster's quota, registers
+ *     them and converts again, so a rejected rollup never registers one.
+ *   - Per-cluster quotas (docs/security.md): Needs, distinct groups and
+ *     the string-table bytes this conversion adds (the arena's growth
+ *     across our own interning calls) are limited by the caller's
+ *     bf_rollup_limits; priorities above max_priority are clamped (the
+ *     clamped profile is what gets interned and cached).
+ *   - A cache miss decodes its one CapacityNeed with bf_pb_unpack
+ *     (unknown fields dropped, bounded allocation); a Need is at most
+ *     BF_ROLLUP_NEED_MAX bytes.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -28,6 +39,7 @@
 #include <xxhash.h>
 
 #include "bigfleet/blobs.h"
+#include "bigfleet/pbdecode.h"
 #include "bigfleet/session.h"
 #include "bigfleet/v1alpha1/capacity.pb-c.h"
 
@@ -137,6 +149,7 @@ void bf_rollup_free(struct bf_rollup *r)
     free(r->fp_refs);
     free(r->dkeys);
     free(r->dvals);
+    free(r->gset);
     if (r->pcache) {
         pcache_clear(r->pcache);
         free(r->pcache);
@@ -179,7 +192,40 @@ static int reset_dedup(struct bf_rollup *r, uint32_t n)
     } else {
         memset(r->dkeys, 0, (size_t)want * sizeof *r->dkeys);
     }
+    if (r->gmask + 1 != want || !r->gset) {
+        free(r->gset);
+        r->gset = calloc(want, sizeof *r->gset);
+        if (!r->gset)
+            return -ENOMEM;
+        r->gmask = want - 1;
+    } else {
+        memset(r->gset, 0, (size_t)want * sizeof *r->gset);
+    }
     return 0;
+}
+
+/* Adds a group ref to this rollup's set; true when it was new. */
+static bool group_add(struct bf_rollup *r, uint32_t gref)
+{
+    uint32_t i = (uint32_t)(gref * 0x9e3779b1u) & r->gmask;
+    while (r->gset[i]) {
+        if (r->gset[i] == gref)
+            return false;
+        i = (i + 1) & r->gmask;
+    }
+    r->gset[i] = gref;
+    return true;
+}
+
+const char *const bf_reserved_dims[BF_RESERVED_DIMS_N] = {"cpu", "memory", "nvidia.com/gpu",
+                                                          "ephemeral-storage"};
+
+bool bf_dim_is_reserved(const char *name)
+{
+    for (int i = 0; i < BF_RESERVED_DIMS_N; i++)
+        if (strcmp(name, bf_reserved_dims[i]) == 0)
+            return true;
+    return false;
 }
 
 /* ------------------------------------------------------------ helpers */
@@ -187,7 +233,6 @@ static int reset_dedup(struct bf_rollup *r, uint32_t n)
 /* Scratch for one resource map: up to MAP_MAX entries, strings copied. */
 #define MAP_MAX 64
 struct kvbuf {
-    struct bf_kv kv[MAP_MAX];
     uint32_t n;
     char *strs;
     size_t used, cap;
@@ -256,31 +301,51 @@ static int kv_entry(struct kvbuf *b, const uint8_t *p, size_t len, const char *m
     return 0;
 }
 
-static int kv_vec(struct bf_shm *s, struct kvbuf *b, bf_vec *out, const char *map, uint32_t need,
-                  char *err, size_t errlen)
+/* The map as a vector over the registered dimensions; names the registry
+ * lacks go to r->new_dims (their values are still validated). */
+static int kv_vec(struct bf_shm *s, struct bf_rollup *r, struct kvbuf *b, bf_vec *out,
+                  const char *map, uint32_t need, char *err, size_t errlen)
 {
+    bf_vec_zero(out);
     for (uint32_t i = 0; i < b->n; i++) {
-        b->kv[i].key = b->strs + b->off[i][0];
-        b->kv[i].value = b->strs + b->off[i][1];
-    }
-    char e2[160];
-    int rc = bf_resources_to_vec(s, b->n, b->kv, out, e2, sizeof e2);
-    if (rc) {
-        ERR("need %u: %s: %s", need, map, e2);
-        return rc;
-    }
-    for (int d = 0; d < BF_MAX_DIMS; d++) {
-        if (out->v[d] < 0) {
-            /* name the offending entry */
-            const char *name = "?", *val = "?";
-            for (uint32_t i = 0; i < b->n; i++)
-                if (bf_dim_lookup(s, b->kv[i].key) == d) {
-                    name = b->kv[i].key;
-                    val = b->kv[i].value;
-                }
-            ERR("need %u: %s: negative quantity %s=%s", need, map, name, val);
+        const char *key = b->strs + b->off[i][0];
+        const char *val = b->strs + b->off[i][1];
+        size_t kl = strlen(key);
+        if (kl == 0) {
+            ERR("need %u: %s: empty resource name", need, map);
             return -EINVAL;
         }
+        if (kl >= BF_DIM_NAME_MAX) {
+            ERR("need %u: %s: resource name of %zu bytes (at most %d)", need, map, kl,
+                BF_DIM_NAME_MAX - 1);
+            return -EINVAL;
+        }
+        int64_t milli;
+        int rc = bf_quantity_parse(val, strlen(val), &milli);
+        if (rc) {
+            ERR("need %u: %s: resource %s: invalid quantity \"%s\"", need, map, key, val);
+            return rc == -ERANGE ? -ERANGE : -EINVAL;
+        }
+        if (milli < 0) {
+            ERR("need %u: %s: negative quantity %s=%s", need, map, key, val);
+            return -EINVAL;
+        }
+        int d = bf_dim_lookup(s, key);
+        if (d >= 0) {
+            out->v[d] = milli; /* a duplicate key: last wins */
+            continue;
+        }
+        bool listed = false;
+        for (uint32_t k = 0; k < r->n_new_dims && !listed; k++)
+            listed = strcmp(r->new_dims[k], key) == 0;
+        if (listed)
+            continue;
+        if (r->n_new_dims >= BF_MAX_DIMS) {
+            ERR("need %u: %s: more than %d resource names the shard does not know yet", need, map,
+                BF_MAX_DIMS);
+            return -E2BIG;
+        }
+        memcpy(r->new_dims[r->n_new_dims++], key, kl + 1);
     }
     return 0;
 }
@@ -332,9 +397,29 @@ static int strtab_check(const struct bf_shm *s, uint64_t reserve, uint32_t need,
     return 0;
 }
 
+/* The string arena's growth across one of our interning calls (another
+ * process interning at the same instant is charged to us: an over-count
+ * only, and a rare one). */
+static uint64_t arena_used(const struct bf_shm *s)
+{
+    return atomic_load_explicit(&s->inv->strtab.arena_used, memory_order_acquire);
+}
+
+static int quota_check(struct bf_rollup *r, const struct bf_rollup_limits *lim, uint32_t need,
+                       char *err, size_t errlen)
+{
+    if (r->strtab_added <= lim->strtab_quota)
+        return 0;
+    r->over_quota = "strings";
+    ERR("need %u: the cluster's string-table quota is used up (%llu bytes would be added, "
+        "%llu allowed; --cluster-max-string-kib)",
+        need, (unsigned long long)r->strtab_added, (unsigned long long)lim->strtab_quota);
+    return -EDQUOT;
+}
+
 static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc, const uint8_t *p,
-                        size_t len, uint32_t idx, uint32_t cluster_ref, uint64_t reserve, char *err,
-                        size_t errlen)
+                        size_t len, uint32_t idx, uint32_t cluster_ref,
+                        const struct bf_rollup_limits *lim, char *err, size_t errlen)
 {
     struct bf_pb_reader rd;
     struct bf_pb_field f;
@@ -343,7 +428,12 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
     sc->mu.n = sc->mu.used = 0;
     const uint8_t *group = NULL;
     size_t group_len = 0;
+    bool prio_over = false;
     int rc;
+    if (len > BF_ROLLUP_NEED_MAX) {
+        ERR("need %u: a CapacityNeed of %zu bytes (at most %u)", idx, len, BF_ROLLUP_NEED_MAX);
+        return -E2BIG;
+    }
     bf_pb_reader_init(&rd, p, len);
     while ((rc = bf_pb_next(&rd, &f)) == 1) {
         switch (f.num) {
@@ -355,6 +445,12 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
                 return -ENOMEM;
             break;
         case 3: /* priority */
+            if (f.wt != BF_PB_VARINT)
+                goto bad;
+            prio_over = (int32_t)(uint32_t)f.varint > lim->max_priority; /* last one wins */
+            if (key_append(sc, f.start, (size_t)(rd.p - f.start)))
+                return -ENOMEM;
+            break;
         case 6: /* interruption bucket */
         case 7: /* reclamation bucket */
             if (f.wt != BF_PB_VARINT)
@@ -386,45 +482,75 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
     }
     if (rc != 0)
         goto bad;
+    if (group_len > BF_ROLLUP_GROUP_MAX) {
+        ERR("need %u: a group id of %zu bytes (at most %u)", idx, group_len, BF_ROLLUP_GROUP_MAX);
+        return -E2BIG;
+    }
+    /* the vectors first: a bad quantity rejects before anything is interned */
+    bf_vec agg, mu;
+    if ((rc = kv_vec(s, r, &sc->agg, &agg, "aggregate_resources", idx, err, errlen)))
+        return rc;
+    if ((rc = kv_vec(s, r, &sc->mu, &mu, "min_unit", idx, err, errlen)))
+        return rc;
+    if (prio_over)
+        r->priorities_clamped++;
 
     /* profile: cache hit, or unpack this Need and intern it */
     uint32_t pref = 0, fref = 0;
     uint64_t h = XXH3_64bits(sc->key, sc->klen) | 1; /* 0 marks an empty slot */
     struct pcache *pc = r->pcache;
     if (!pcache_get(pc, h, sc->key, sc->klen, &pref, &fref)) {
-        if ((rc = strtab_check(s, reserve, idx, err, errlen)))
+        if ((rc = strtab_check(s, lim->strtab_reserve, idx, err, errlen)))
             return rc;
-        Bigfleet__V1alpha1__CapacityNeed *n =
-            bigfleet__v1alpha1__capacity_need__unpack(NULL, len, p);
-        if (!n)
+        Bigfleet__V1alpha1__CapacityNeed *n = NULL;
+        struct bf_pb_decode_info info;
+        rc = bf_pb_unpack(&bigfleet__v1alpha1__capacity_need__descriptor, p, len,
+                          (ProtobufCMessage **)&n, &info);
+        r->unknown_fields += info.unknown_fields;
+        if (rc == -E2BIG) {
+            ERR("need %u: decodes to more than %zu bytes (%zu on the wire)", idx,
+                (size_t)3 * len + BF_PB_DECODE_SLACK, len);
+            return rc;
+        }
+        if (rc)
             goto bad;
+        if (n->priority > lim->max_priority)
+            n->priority = lim->max_priority; /* the clamped profile is the one interned */
         char e2[200];
+        uint64_t before = arena_used(s);
         rc = bf_nprofile_intern_need(s, n, &pref, &fref, e2, sizeof e2);
+        r->strtab_added += arena_used(s) - before;
         bigfleet__v1alpha1__capacity_need__free_unpacked(n, NULL);
         if (rc) {
             ERR("need %u: %s", idx, e2);
             return rc;
         }
+        if ((rc = quota_check(r, lim, idx, err, errlen)))
+            return rc;
         pcache_put(pc, h, sc->key, sc->klen, pref, fref);
     }
     uint32_t gref = 0;
     if (group_len) {
         if (bf_str_find(s, group, (uint32_t)group_len, &gref) != 0) {
-            if ((rc = strtab_check(s, reserve + group_len, idx, err, errlen)))
+            /* new to the table, so new to this rollup: refuse before interning */
+            if (lim->max_groups && r->groups + 1 > lim->max_groups)
+                goto too_many_groups;
+            if ((rc = strtab_check(s, lim->strtab_reserve + group_len, idx, err, errlen)))
                 return rc;
-            if (group_len > (16u << 20) ||
-                (rc = bf_str_intern(s, group, (uint32_t)group_len, &gref)) != 0) {
+            uint64_t before = arena_used(s);
+            rc = bf_str_intern(s, group, (uint32_t)group_len, &gref);
+            r->strtab_added += arena_used(s) - before;
+            if (rc) {
                 ERR("need %u: cannot intern the group (%zu bytes): %s", idx, group_len,
-                    strerror(group_len > (16u << 20) ? E2BIG : -rc));
-                return group_len > (16u << 20) ? -E2BIG : rc;
+                    strerror(-rc));
+                return rc;
             }
+            if ((rc = quota_check(r, lim, idx, err, errlen)))
+                return rc;
         }
+        if (group_add(r, gref) && ++r->groups > lim->max_groups && lim->max_groups)
+            goto too_many_groups;
     }
-    bf_vec agg, mu;
-    if ((rc = kv_vec(s, &sc->agg, &agg, "aggregate_resources", idx, err, errlen)))
-        return rc;
-    if ((rc = kv_vec(s, &sc->mu, &mu, "min_unit", idx, err, errlen)))
-        return rc;
 
     /* merge or append */
     uint64_t dk = (uint64_t)pref << 32 | gref;
@@ -451,25 +577,39 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
     row->profile_ref = pref;
     row->group_ref = gref;
     row->cluster_ref = cluster_ref;
-    row->arrival_ns = r->timestamp_ns;
+    row->arrival_ns = r->arrival_ns;
     memcpy(row->aggregate, agg.v, sizeof row->aggregate);
     memcpy(row->min_unit, mu.v, sizeof row->min_unit);
     r->fp_refs[r->n] = fref;
     r->n++;
     return 0;
+too_many_groups:
+    ERR("need %u: more than %u distinct groups in one rollup (--cluster-max-groups)", idx,
+        lim->max_groups);
+    r->over_quota = "groups";
+    return -E2BIG;
 bad:
     ERR("need %u: malformed CapacityNeed", idx);
     return -EBADMSG;
 }
 
 int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cluster_id,
-                      uint32_t cluster_ref, uint32_t max_rows, uint64_t strtab_reserve,
-                      struct bf_rollup *r, char *err, size_t errlen)
+                      uint32_t cluster_ref, const struct bf_rollup_limits *lim, struct bf_rollup *r,
+                      char *err, size_t errlen)
 {
     r->n = 0;
     r->needs_in = 0;
     r->merged = 0;
     r->timestamp_ns = 0;
+    r->arrival_ns = 0;
+    r->timestamp_clamped = false;
+    r->priorities_clamped = 0;
+    r->groups = 0;
+    r->strtab_added = 0;
+    r->unknown_fields = 0;
+    r->n_new_dims = 0;
+    r->over_quota = NULL;
+    uint32_t max_rows = lim->max_rows;
     if (!r->pcache && !(r->pcache = calloc(1, sizeof(struct pcache))))
         return -ENOMEM;
     uint32_t n_needs;
@@ -479,8 +619,9 @@ int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const ch
     }
     r->needs_in = n_needs;
     if (n_needs > max_rows) {
-        ERR("%u needs in one rollup; the shard holds at most %u rows per cluster", n_needs,
-            max_rows);
+        ERR("%u needs in one rollup; the cluster may hold at most %u rows (--cluster-max-needs)",
+            n_needs, max_rows);
+        r->over_quota = "needs";
         return -E2BIG;
     }
     int rc;
@@ -500,6 +641,12 @@ int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const ch
             r->timestamp_ns = (int64_t)f.varint;
         }
     }
+    r->arrival_ns = r->timestamp_ns;
+    if (lim->recv_ns &&
+        (r->timestamp_ns > lim->recv_ns || r->timestamp_ns < lim->recv_ns - BF_ROLLUP_MAX_AGE_NS)) {
+        r->arrival_ns = lim->recv_ns; /* in the future or stale: receive time orders it */
+        r->timestamp_clamped = true;
+    }
     if (cid_len && (cid_len != strlen(cluster_id) || memcmp(cid, cluster_id, cid_len) != 0)) {
         ERR("rollup cluster_id \"%.*s\" does not match the session's cluster \"%s\"",
             (int)(cid_len > 64 ? 64 : cid_len), (const char *)cid, cluster_id);
@@ -513,7 +660,7 @@ int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const ch
     while (bf_pb_next(&rd, &f) == 1) {
         if (f.num != 3)
             continue;
-        rc = convert_need(s, r, &sc, f.p, f.len, idx, cluster_ref, strtab_reserve, err, errlen);
+        rc = convert_need(s, r, &sc, f.p, f.len, idx, cluster_ref, lim, err, errlen);
         if (rc)
             break;
         idx++;

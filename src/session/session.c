@@ -18,7 +18,14 @@
  *     are copied to the ingest thread untouched (ingest.c): the loop never
  *     decodes a large rollup, so bootstrap responses are never delayed by
  *     one. Small frames (Hello, BootstrapBlobResponse, ReclaimAck) are
- *     unpacked and handled inline.
+ *     handled inline: only their own sub-message is decoded, through
+ *     bf_pb_unpack (unknown fields dropped, bounded allocation).
+ *   - Hostile peers (docs/security.md): until its Hello is accepted a
+ *     stream may send frames of at most SS_HELLO_MAX bytes (the transport
+ *     refuses more at the 5-byte prefix) and must send the Hello within
+ *     --session-hello-timeout; after it, a frame is bounded by the rollup limit
+ *     (--max-rollup-mib), and a Hello or ReclaimAck over SS_SMALL_FRAME_MAX
+ *     ends the stream (INVALID_ARGUMENT, counted).
  *   - Outbound: each session has a bounded outbox (session.h) in front of
  *     the transport. Frames go straight to the transport while its own
  *     queue (bf_net_call_outbox_bytes) is under SS_NET_HWM; beyond it they
@@ -49,6 +56,7 @@
 #include <string.h>
 
 #include "bigfleet/log.h"
+#include "bigfleet/pbdecode.h"
 #include "bigfleet/util.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"
 #include "session_internal.h"
@@ -839,6 +847,7 @@ static void install(struct sess *s, const uint8_t *id, size_t idlen)
     }
     ss->live[cidx] = s;
     s->live = true;
+    bf_net_call_set_max_recv(s->call, 0); /* the method's limit: the rollup limit */
     atomic_fetch_add(&stats(ss)->active_sessions, 1);
     set_connected(ss, (uint32_t)cidx, true);
     BF_INFO("session installed", "cluster=%s peer=%s", s->cluster_id, bf_net_call_peer(s->call));
@@ -924,6 +933,69 @@ static void on_rollup(struct sess *s, const uint8_t *msg, size_t len, const uint
     }
 }
 
+/* A frame kind that is small by nature arrived large: the peer is hostile
+ * or broken; its stream ends (it may reconnect). */
+static void oversize(struct sess *s, const char *kind, size_t len)
+{
+    s->ss->lc.frames_oversize++;
+    BF_WARN("oversize OperatorMessage; closing the stream", "cluster=%s kind=%s bytes=%zu max=%u",
+            s->cluster_id, kind, len, SS_SMALL_FRAME_MAX);
+    char m[128];
+    snprintf(m, sizeof m, "session: a %s of %zu bytes exceeds its %u-byte limit", kind, len,
+             SS_SMALL_FRAME_MAX);
+    sess_close(s, BF_NET_INVALID_ARGUMENT, m);
+}
+
+/* BootstrapBlobResponse / ReclaimAck: only the sub-message is decoded, with
+ * unknown fields dropped and the allocation bounded (bigfleet/pbdecode.h). */
+static void on_small_frame(struct sess *s, int payload, const uint8_t *msg, size_t len,
+                           const uint8_t *sub, size_t sublen, uint32_t parts)
+{
+    struct ss *ss = s->ss;
+    bool ack = payload == BIGFLEET__V1ALPHA1__OPERATOR_MESSAGE__PAYLOAD_RECLAIM_ACK;
+    const char *kind = ack ? "ReclaimAck" : "BootstrapBlobResponse";
+    if (ack && len > SS_SMALL_FRAME_MAX) {
+        oversize(s, kind, len);
+        return;
+    }
+    uint8_t *joined = NULL;
+    if (parts > 1) { /* a message field seen twice merges: decode the concatenation */
+        size_t jl = 0;
+        if (bf_opmsg_member_bytes(msg, len, (uint32_t)payload, 1, 4, &joined, &jl) != 0 ||
+            !joined) {
+            free(joined);
+            joined = NULL;
+            sub = NULL;
+        } else {
+            sub = joined;
+            sublen = jl;
+        }
+    }
+    ProtobufCMessage *m = NULL;
+    struct bf_pb_decode_info info;
+    int rc = sub || !sublen
+                 ? bf_pb_unpack(ack ? &bigfleet__v1alpha1__reclaim_ack__descriptor
+                                    : &bigfleet__v1alpha1__bootstrap_blob_response__descriptor,
+                                sub, sublen, &m, &info)
+                 : -EBADMSG;
+    free(joined);
+    if (rc == 0)
+        ss->lc.unknown_fields += info.unknown_fields;
+    if (rc) {
+        ss->lc.frames_bad++;
+        BF_WARN("undecodable OperatorMessage; closing the stream",
+                "cluster=%s kind=%s bytes=%zu reason=\"%s\"", s->cluster_id, kind, len,
+                rc == -E2BIG ? "decodes to more than its allocation bound" : "malformed");
+        sess_close(s, BF_NET_INVALID_ARGUMENT, "session: malformed OperatorMessage");
+        return;
+    }
+    if (ack)
+        on_reclaim_ack(s, (Bigfleet__V1alpha1__ReclaimAck *)m);
+    else
+        on_boot_resp(s, (Bigfleet__V1alpha1__BootstrapBlobResponse *)m);
+    protobuf_c_message_free_unpacked(m, NULL);
+}
+
 static void on_message(struct bf_net_call *call, const uint8_t *msg, size_t len, void *arg)
 {
     (void)arg;
@@ -934,7 +1006,19 @@ static void on_message(struct bf_net_call *call, const uint8_t *msg, size_t len,
     const uint8_t *sub;
     size_t sublen;
     uint32_t parts;
-    if (bf_opmsg_classify(msg, len, &payload, &sub, &sublen, &parts) != 0) {
+    int crc = bf_opmsg_classify(msg, len, &payload, &sub, &sublen, &parts);
+    if (crc == -E2BIG) {
+        s->ss->lc.frames_oversize++;
+        BF_WARN("OperatorMessage with more than 1024 top-level fields (unknown-field padding); "
+                "closing the stream",
+                "cluster=%s peer=%s bytes=%zu", s->cluster_id, bf_net_call_peer(call), len);
+        if (s->cidx < 0)
+            atomic_fetch_add(&stats(s->ss)->hello_rejected, 1);
+        sess_close(s, BF_NET_INVALID_ARGUMENT,
+                   "session: an OperatorMessage has more than 1024 top-level fields");
+        return;
+    }
+    if (crc != 0) {
         if (s->cidx < 0) {
             reject_first(s, BF_NET_INVALID_ARGUMENT, "session: malformed OperatorMessage");
         } else {
@@ -956,29 +1040,19 @@ static void on_message(struct bf_net_call *call, const uint8_t *msg, size_t len,
     }
     switch (payload) {
     case BIGFLEET__V1ALPHA1__OPERATOR_MESSAGE__PAYLOAD_HELLO:
+        if (len > SS_SMALL_FRAME_MAX) {
+            oversize(s, "Hello", len);
+            return;
+        }
         send_ack(s, "hello");
         break;
     case BIGFLEET__V1ALPHA1__OPERATOR_MESSAGE__PAYLOAD_ROLLUP:
         on_rollup(s, msg, len, sub, sublen, parts);
         break;
     case BIGFLEET__V1ALPHA1__OPERATOR_MESSAGE__PAYLOAD_BOOTSTRAP_RESPONSE:
-    case BIGFLEET__V1ALPHA1__OPERATOR_MESSAGE__PAYLOAD_RECLAIM_ACK: {
-        Bigfleet__V1alpha1__OperatorMessage *om =
-            bigfleet__v1alpha1__operator_message__unpack(NULL, len, msg);
-        if (!om) {
-            s->ss->lc.frames_bad++;
-            BF_WARN("undecodable OperatorMessage; closing the stream", "cluster=%s bytes=%zu",
-                    s->cluster_id, len);
-            sess_close(s, BF_NET_INVALID_ARGUMENT, "session: malformed OperatorMessage");
-            return;
-        }
-        if (om->payload_case == BIGFLEET__V1ALPHA1__OPERATOR_MESSAGE__PAYLOAD_BOOTSTRAP_RESPONSE)
-            on_boot_resp(s, om->bootstrap_response);
-        else if (om->payload_case == BIGFLEET__V1ALPHA1__OPERATOR_MESSAGE__PAYLOAD_RECLAIM_ACK)
-            on_reclaim_ack(s, om->reclaim_ack);
-        bigfleet__v1alpha1__operator_message__free_unpacked(om, NULL);
+    case BIGFLEET__V1ALPHA1__OPERATOR_MESSAGE__PAYLOAD_RECLAIM_ACK:
+        on_small_frame(s, payload, msg, len, sub, sublen, parts);
         break;
-    }
     default:
         s->ss->lc.frames_bad++;
         if (!s->warned_unknown) { /* once per stream: a flood must not flood the log */
@@ -1002,6 +1076,7 @@ static void on_call(struct bf_net_call *call, void *arg)
     s->call = call;
     s->serial = ++ss->next_serial;
     s->cidx = -1;
+    bf_net_call_set_max_recv(call, SS_HELLO_MAX); /* raised to the rollup limit by the Hello */
     static const struct bf_outbox_limits lim = {
         .max_frame_bytes = SS_OUTBOX_FRAME_BYTES, .max_frames = SS_OUTBOX_FRAMES, .max_keys = 0};
     struct bf_outbox_limits l = lim;

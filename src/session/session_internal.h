@@ -36,6 +36,15 @@
 #define SS_RECLAIM_TRACK_MAX   65536u          /* instructions awaiting an ack */
 #define SS_RECLAIM_TTL_NS      (600LL * 1000000000LL)
 #define SS_BOOT_MAX            65536u /* bootstrap requests in flight */
+/* hostile peers (docs/security.md) */
+#define SS_SMALL_MESSAGE_MAX 4096u       /* InspectNeedsRequest */
+#define SS_HELLO_MAX         (64u << 10) /* a stream's frames until its Hello is in */
+#define SS_SMALL_FRAME_MAX   (64u << 10) /* Hello, ReclaimAck after the Hello */
+#define SS_STREAM_IDLE_NS                                                                          \
+    (600LL * 1000000000LL)                             /* a Session without any frame (rollups     \
+                                                         come every cycle, ~10 s) */
+#define SS_CONN_IDLE_NS         (300LL * 1000000000LL) /* a connection without calls */
+#define SS_MAX_STREAMS_PER_CONN 100u                   /* gRPC's default; an operator uses 1 */
 
 /* ------------------------------------------------------------ u64 map */
 
@@ -86,7 +95,19 @@ struct ingest_done {
     int outcome;
 };
 
+/* Hostile-input counters of the ingest thread (atomics; read with
+ * ingest_read_counters). over_quota: needs, groups, strings, dims. */
+struct ingest_counters {
+    _Atomic uint64_t timestamps_clamped; /* rollups whose timestamp was not taken as arrival */
+    _Atomic uint64_t priorities_clamped; /* Needs above --max-priority */
+    _Atomic uint64_t unknown_fields;     /* dropped while decoding Needs */
+    _Atomic uint64_t dims_registered;    /* resource names added for rollups */
+    _Atomic uint64_t over_quota[4];      /* rollups rejected by a per-cluster quota */
+};
+
 struct ingest;
+/* A snapshot of the counters (any thread). */
+void ingest_read_counters(struct ingest *ig, struct ingest_counters *out);
 /* Starts the ingest thread. done_efd is written after each completion. */
 int ingest_start(struct ingest **out, struct bf_shm *shm, const struct bf_config *cfg,
                  struct cluster_tab *ct, int done_efd);
@@ -127,6 +148,8 @@ struct sess {
 
 struct local_counters {
     uint64_t frames_bad;
+    uint64_t frames_oversize; /* Hello / ReclaimAck over SS_SMALL_FRAME_MAX */
+    uint64_t unknown_fields;  /* dropped by bf_pb_unpack in small frames */
     uint64_t slow_closed;
     uint64_t rollups_shed;
     uint64_t boot_no_session;

@@ -163,21 +163,40 @@ static int start_grpc(struct ss *ss)
     for (size_t i = 0; i < N_METHODS; i++) {
         methods[i] = *all[i];
         methods[i].arg = ss;
+        /* every request but a rollup is small (docs/security.md) */
+        if (i > 0 && !methods[i].max_recv_message)
+            methods[i].max_recv_message = SS_SMALL_MESSAGE_MAX;
     }
+    methods[0].max_recv_message = bf_config_max_rollup_bytes(ss->cfg);
     /* the live TLS files: a restarted session uses what the last SIGHUP set */
     bf_child_reloaded(&ss->ch, &ss->live_cfg);
-    struct bf_net_server_opts o = {.addr = ss->cfg->listen,
-                                   .methods = methods,
-                                   .n_methods = N_METHODS,
-                                   .max_connections = 65536,
-                                   .max_inbound_buffered = (size_t)ss->cfg->grpc_inbound_budget_mib
-                                                           << 20,
-                                   .listen_fd = atomic_load(&ss->shm->st->host.grpc_listen_fd)};
+    struct bf_net_server_opts o = {
+        .addr = ss->cfg->listen,
+        .methods = methods,
+        .n_methods = N_METHODS,
+        .max_connections = 65536,
+        .max_concurrent_streams = SS_MAX_STREAMS_PER_CONN,
+        .max_inbound_buffered = (size_t)ss->cfg->grpc_inbound_budget_mib << 20,
+        .max_conns_per_peer = ss->cfg->max_conns_per_peer,
+        .max_conns_per_identity = ss->cfg->max_conns_per_identity,
+        .first_message_timeout_ns = ss->cfg->session_hello_timeout_ns,
+        .handshake_timeout_ns = ss->cfg->grpc_handshake_timeout_ns,
+        .msg_stall_timeout_ns = ss->cfg->grpc_stall_timeout_ns,
+        .stream_idle_timeout_ns = SS_STREAM_IDLE_NS,
+        .conn_idle_timeout_ns = SS_CONN_IDLE_NS,
+        .listen_fd = atomic_load(&ss->shm->st->host.grpc_listen_fd),
+    };
     if (bf_config_tls(ss->cfg)) {
         bool live = ss->live_cfg.generation != 0;
         o.tls.cert_file = live ? ss->live_cfg.tls_cert : ss->cfg->tls_cert;
         o.tls.key_file = live ? ss->live_cfg.tls_key : ss->cfg->tls_key;
         o.tls.ca_file = live ? ss->live_cfg.tls_ca : ss->cfg->tls_ca;
+    } else {
+        BF_WARN("gRPC is PLAINTEXT: no TLS, no client identities; any peer that reaches --listen "
+                "can claim any cluster_id and read every cluster's Needs (use --tls-cert, "
+                "--tls-key and --tls-ca)",
+                "listen=%s insecure_plaintext=%s", ss->cfg->listen,
+                ss->cfg->insecure_plaintext ? "true" : "false");
     }
     int rc;
     /* Without an inherited socket (tests that run the session alone): after a

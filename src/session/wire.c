@@ -25,7 +25,10 @@ int bf_opmsg_classify(const uint8_t *msg, size_t len, int *payload, const uint8_
     *sublen = 0;
     *parts = 0;
     int rc;
+    uint32_t fields = 0;
     while ((rc = bf_pb_next(&r, &f)) == 1) {
+        if (++fields > BF_OPMSG_MAX_FIELDS)
+            return -E2BIG; /* see session.h: bounded work per message */
         if (f.num < 1 || f.num > 4)
             continue; /* unknown field: skipped, as every decoder does */
         if (f.wt != BF_PB_LEN)

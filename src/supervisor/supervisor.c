@@ -60,6 +60,7 @@
 #include "bigfleet/log.h"
 #include "bigfleet/net.h"
 #include "bigfleet/process.h"
+#include "bigfleet/session.h"
 #include "bigfleet/util.h"
 #include "supervisor.h"
 #include "supervisor_internal.h"
@@ -141,6 +142,11 @@ static int create_segments(struct sup *s)
         BF_ERROR("cannot hand the shared segments to the children's account", "error=\"%s\"", err);
         return rc;
     }
+    /* the standard Kubernetes resource names own their slots from the start:
+     * no operator's or provider's names can crowd them out (docs/security.md) */
+    for (int i = 0; i < BF_RESERVED_DIMS_N; i++)
+        if (bf_dim_intern(&s->shm, bf_reserved_dims[i]) < 0)
+            BF_WARN("cannot reserve a resource name", "name=%s", bf_reserved_dims[i]);
     struct bf_state_main *st = s->shm.st;
     struct bf_live_values live;
     bf_live_from_config(&live, &s->run);

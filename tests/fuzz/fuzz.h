@@ -18,6 +18,7 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "bigfleet/pbdecode.h"
 #include "bigfleet/pbwire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -26,7 +27,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 #define FUZZ_CHECK(cond)                                                                           \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz property failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__);     \
+            fprintf(stderr, "fuzz property failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__);      \
             abort();                                                                               \
         }                                                                                          \
     } while (0)
@@ -43,8 +44,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
  * fuzz_pb_stricter(p, end) reads the field at p with those relaxed rules,
  * independently of the wire module, and says whether it is one of them.
  */
-static inline int fuzz_raw_varint(const uint8_t **pp, const uint8_t *end, uint64_t *v,
-                                  bool *over)
+static inline int fuzz_raw_varint(const uint8_t **pp, const uint8_t *end, uint64_t *v, bool *over)
 {
     uint64_t x = 0;
     const uint8_t *p = *pp;
@@ -167,6 +167,73 @@ static inline ProtobufCMessage *fuzz_pb_roundtrip(const ProtobufCMessageDescript
     free(b1);
     free(b2);
     return m;
+}
+
+/* Unknown fields kept anywhere in m (0 after bf_pb_unpack, always). */
+static inline size_t fuzz_pb_unknown_count(const ProtobufCMessage *m)
+{
+    if (!m)
+        return 0;
+    size_t n = m->n_unknown_fields;
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    const char *base = (const char *)m;
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        if (f->type != PROTOBUF_C_TYPE_MESSAGE)
+            continue;
+        if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+            size_t k = *(const size_t *)(base + f->quantifier_offset);
+            ProtobufCMessage *const *v = *(ProtobufCMessage *const *const *)(base + f->offset);
+            for (size_t j = 0; j < k; j++)
+                n += fuzz_pb_unknown_count(v[j]);
+        } else if (!(f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) ||
+                   *(const uint32_t *)(base + f->quantifier_offset) == f->id) {
+            n += fuzz_pb_unknown_count(*(ProtobufCMessage *const *)(base + f->offset));
+        }
+    }
+    return n;
+}
+
+/*
+ * The session's decode of peer bytes (bigfleet/pbdecode.h, bf_pb_unpack) next
+ * to protobuf-c's plain unpack `plain` of the same bytes (may be NULL).
+ * Properties: a documented result only; an accepted message keeps no
+ * unknown field at any depth and its encoding unpacks with protobuf-c to
+ * the same encoding; when protobuf-c kept no unknown field either, both
+ * decoded the same message (equal encodings); the allocation bound holds.
+ */
+static inline void fuzz_pb_bounded(const ProtobufCMessageDescriptor *d, const uint8_t *data,
+                                   size_t size, const ProtobufCMessage *plain)
+{
+    ProtobufCMessage *m = NULL;
+    struct bf_pb_decode_info info;
+    int rc = bf_pb_unpack(d, data, size, &m, &info);
+    FUZZ_CHECK(rc == 0 || rc == -EBADMSG || rc == -E2BIG || rc == -ENOMEM);
+    FUZZ_CHECK(info.charged <= 3 * size + BF_PB_DECODE_SLACK);
+    if (rc != 0) {
+        FUZZ_CHECK(m == NULL);
+        return;
+    }
+    FUZZ_CHECK(m != NULL && fuzz_pb_unknown_count(m) == 0);
+    size_t n1 = protobuf_c_message_get_packed_size(m);
+    uint8_t *b1 = malloc(n1 + 1);
+    FUZZ_CHECK(b1 && protobuf_c_message_pack(m, b1) == n1);
+    ProtobufCMessage *m2 = protobuf_c_message_unpack(d, NULL, n1, b1);
+    FUZZ_CHECK(m2 != NULL);
+    uint8_t *b2 = malloc(n1 + 1);
+    FUZZ_CHECK(b2 && protobuf_c_message_get_packed_size(m2) == n1 &&
+               protobuf_c_message_pack(m2, b2) == n1 && memcmp(b1, b2, n1) == 0);
+    if (plain && fuzz_pb_unknown_count(plain) == 0) {
+        size_t n3 = protobuf_c_message_get_packed_size(plain);
+        uint8_t *b3 = malloc(n3 + 1);
+        FUZZ_CHECK(b3 && protobuf_c_message_pack(plain, b3) == n3);
+        FUZZ_CHECK(n3 == n1 && memcmp(b1, b3, n1) == 0);
+        free(b3);
+    }
+    protobuf_c_message_free_unpacked(m2, NULL);
+    protobuf_c_message_free_unpacked(m, NULL); /* plain malloc blocks */
+    free(b1);
+    free(b2);
 }
 
 /* A NUL-terminated copy of the input (for text parsers). */

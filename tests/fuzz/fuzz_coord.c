@@ -61,6 +61,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (ack) {
         Bigfleet__V1alpha1__ReportAck *a = (Bigfleet__V1alpha1__ReportAck *)fuzz_pb_roundtrip(
             &bigfleet__v1alpha1__report_ack__descriptor, data, size);
+        fuzz_pb_bounded(&bigfleet__v1alpha1__report_ack__descriptor, data, size,
+                        a ? &a->base : NULL); /* the session's decode */
         if (a) {
             for (size_t i = 0; i < a->n_instructions; i++)
                 check_instruction(a->instructions[i]);

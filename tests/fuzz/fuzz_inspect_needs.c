@@ -22,6 +22,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         Bigfleet__V1alpha1__InspectNeedsRequest *r =
             (Bigfleet__V1alpha1__InspectNeedsRequest *)fuzz_pb_roundtrip(
                 &bigfleet__v1alpha1__inspect_needs_request__descriptor, data, size);
+        fuzz_pb_bounded(&bigfleet__v1alpha1__inspect_needs_request__descriptor, data, size,
+                        r ? &r->base : NULL); /* the session's decode */
         if (r) {
             FUZZ_CHECK(r->cluster_id != NULL);
             protobuf_c_message_free_unpacked(&r->base, NULL);

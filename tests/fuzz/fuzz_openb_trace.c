@@ -8,6 +8,9 @@
  * offset inside the string table, create <= delete, a spec index inside
  * the spec table, by_create ordered by creation time, first_create and end
  * consistent with the pods; nothing leaks (a rejected parse frees all).
+ * A third parse with --snapshot auto: whatever the strict parse accepts it
+ * accepts alike (a list with times is not a snapshot); a snapshot's pods
+ * arrive within the ramp and are never deleted before the end.
  */
 #include <errno.h>
 
@@ -35,20 +38,43 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
     err[0] = err2[0] = 0;
-    int ra = rp_trace_parse("fuzz.csv", (const char *)data, size, false, &a, err, sizeof err);
+    const struct rp_trace_opts strict = {.default_qos = -1};
+    const struct rp_trace_opts skip = {.skip_bad = true, .default_qos = -1};
+    const struct rp_trace_opts snap = {
+        .snapshot = RP_SNAP_AUTO, .ramp = 1000, .hold = 500, .default_qos = -1};
+    int ra = rp_trace_parse("fuzz.csv", (const char *)data, size, &strict, &a, err, sizeof err);
     FUZZ_CHECK(ra == 0 || ra == -EINVAL || ra == -ENOMEM);
-    int rb = rp_trace_parse("fuzz.csv", (const char *)data, size, true, &b, err2, sizeof err2);
+    int rb = rp_trace_parse("fuzz.csv", (const char *)data, size, &skip, &b, err2, sizeof err2);
     FUZZ_CHECK(rb == 0 || rb == -EINVAL || rb == -ENOMEM);
+    if (rb == 0) {
+        check_trace(&b);
+        rp_trace_free(&b);
+    }
+    int rc = rp_trace_parse("fuzz.csv", (const char *)data, size, &snap, &b, err2, sizeof err2);
+    FUZZ_CHECK(rc == 0 || rc == -EINVAL || rc == -ENOMEM);
+    if (rc == 0) {
+        check_trace(&b);
+        if (b.snapshot) {
+            FUZZ_CHECK(b.end == 1500 && b.first_create == 0);
+            for (size_t i = 0; i < b.n_pods; i++)
+                FUZZ_CHECK(b.pods[i].create < 1000 && b.pods[i].delete_ == RP_LIVES_FOREVER);
+        }
+    }
     if (ra == 0) {
         check_trace(&a);
-        FUZZ_CHECK(rb == 0 && b.skipped == 0 && b.n_pods == a.n_pods);
+        FUZZ_CHECK(rc == 0 && !b.snapshot && b.n_pods == a.n_pods);
         rp_trace_free(&a);
     } else {
         FUZZ_CHECK(err[0] != 0);
     }
-    if (rb == 0) {
-        check_trace(&b);
+    if (rc == 0)
         rp_trace_free(&b);
+    /* the skipping parse accepts what the strict one does, skipping nothing */
+    if (ra == 0) {
+        rb = rp_trace_parse("fuzz.csv", (const char *)data, size, &skip, &b, err2, sizeof err2);
+        FUZZ_CHECK(rb == 0 && b.skipped == 0);
+        if (rb == 0)
+            rp_trace_free(&b);
     }
     return 0;
 }

@@ -204,10 +204,13 @@ const tests = [
   ['partially received messages over the inbound budget: the newcomer gets RESOURCE_EXHAUSTED, the others carry on', async () => {
     // budget 1.5 MiB, limit 1 MiB: one 1,000,000-byte message held at
     // 600,000 bytes costs its full assembly buffer (1,000,000); a second one
+    // (on another connection: each connection's own share is 1 MiB here)
     // cannot grow past the budget
     const srv = await L.startServer(['--max-recv', String(MAX_RECV), '--max-inbound', String(1536 * 1024)]);
     const session = http2.connect(`http://127.0.0.1:${srv.port}`);
     session.on('error', () => {});
+    const session2 = http2.connect(`http://127.0.0.1:${srv.port}`);
+    session2.on('error', () => {});
     try {
       const path = '/bigfleet.v1alpha1.CapacityProvider/Get';
       const fa = grpcFrame(machineRefOf(1000000)), fb = grpcFrame(machineRefOf(1000000));
@@ -215,7 +218,7 @@ const tests = [
       a.req.write(fa.subarray(0, 5 + 600000));
       let st = await waitStat(srv, x => x.server.inbound_buffered_bytes >= 600000);
       assert(st.server.inbound_buffered_bytes >= 600000, `A is buffered: ${JSON.stringify(st.server)}`);
-      const b = openCall(session, path);
+      const b = openCall(session2, path);
       b.req.write(fb.subarray(0, 5 + 600000));
       const rb = await b.done;
       eq(rb.grpcStatus, grpc.status.RESOURCE_EXHAUSTED, 'B refused');
@@ -234,6 +237,67 @@ const tests = [
       await healthy(srv);
     } finally {
       session.close();
+      session2.close();
+      const e = await srv.stop();
+      eq(e.code, 0, 'clean exit');
+    }
+  }],
+  ['one connection cannot take more than its share of the inbound budget; another connection can', async () => {
+    // budget 4 MiB, share 1.5 MiB per connection, limit 1 MiB
+    const srv = await L.startServer(['--max-recv', String(MAX_RECV), '--max-inbound', String(4 << 20),
+      '--max-inbound-per-conn', String(1536 * 1024)]);
+    const s1 = http2.connect(`http://127.0.0.1:${srv.port}`);
+    s1.on('error', () => {});
+    const s2 = http2.connect(`http://127.0.0.1:${srv.port}`);
+    s2.on('error', () => {});
+    try {
+      const path = '/bigfleet.v1alpha1.CapacityProvider/Get';
+      const f = grpcFrame(machineRefOf(1000000));
+      const a = openCall(s1, path);
+      a.req.write(f.subarray(0, 5 + 600000));
+      await waitStat(srv, x => x.server.inbound_buffered_bytes >= 600000);
+      const b = openCall(s1, path); // the same connection: over its share
+      b.req.write(f.subarray(0, 5 + 600000));
+      const rb = await b.done;
+      eq(rb.grpcStatus, grpc.status.RESOURCE_EXHAUSTED, 'B refused');
+      assert(/connection's share of the inbound buffer budget/.test(rb.grpcMessage), rb.grpcMessage);
+      const c = openCall(s2, path); // another connection: room in the total
+      c.req.end(f);
+      const rc = await c.done;
+      eq(rc.grpcStatus, 0, 'C on another connection completes');
+      const st = await L.stats(srv);
+      eq(st.server.inbound_conn_refusals, 1, 'the connection refusal counted');
+      eq(st.server.inbound_budget_refusals, 0, 'not a server-wide refusal');
+      a.req.end(f.subarray(5 + 600000));
+      eq((await a.done).grpcStatus, 0, 'A completes OK');
+      await healthy(srv);
+    } finally {
+      s1.close();
+      s2.close();
+      const e = await srv.stop();
+      eq(e.code, 0, 'clean exit');
+    }
+  }],
+  ['a message that stops arriving is ended after the stall timeout and its memory returned', async () => {
+    const srv = await L.startServer(['--max-recv', String(MAX_RECV), '--stall-timeout-ms', '800']);
+    const s1 = http2.connect(`http://127.0.0.1:${srv.port}`);
+    s1.on('error', () => {});
+    try {
+      const f = grpcFrame(machineRefOf(1000000));
+      const a = openCall(s1, '/bigfleet.v1alpha1.CapacityProvider/Get');
+      a.req.write(f.subarray(0, 5 + 300000));
+      await waitStat(srv, x => x.server.inbound_buffered_bytes >= 300000);
+      const t0 = Date.now();
+      const ra = await a.done;
+      eq(ra.grpcStatus, grpc.status.RESOURCE_EXHAUSTED, 'ended');
+      assert(/stopped arriving/.test(ra.grpcMessage), ra.grpcMessage);
+      assert(Date.now() - t0 < 5000, 'within the stall timeout (plus slack)');
+      const st = await waitStat(srv, x => x.server.inbound_buffered_bytes === 0);
+      eq(st.server.stalled_messages, 1, 'counted');
+      assert(/stalled gRPC message/.test(srv.stderr()), 'logged');
+      await healthy(srv);
+    } finally {
+      s1.close();
       const e = await srv.stop();
       eq(e.code, 0, 'clean exit');
     }

@@ -381,14 +381,16 @@ static void http_handler(const struct bf_net_http_request *req, struct bf_net_ht
             "\"protocol_errors\":%llu,\"oversize_messages\":%llu,\"bad_messages\":%llu,"
             "\"identity_rejected\":%llu,\"streams_open\":%llu,\"conns_rejected\":%llu,"
             "\"keepalive_timeouts\":%llu,\"inbound_budget_refusals\":%llu,"
-            "\"inbound_buffered_bytes\":%llu}}\n",
+            "\"inbound_buffered_bytes\":%llu,\"inbound_conn_refusals\":%llu,"
+            "\"stalled_messages\":%llu}}\n",
             (unsigned long long)st.conns_accepted, (unsigned long long)st.conns_open,
             (unsigned long long)st.handshake_failures, (unsigned long long)st.protocol_errors,
             (unsigned long long)st.oversize_messages, (unsigned long long)st.bad_messages,
             (unsigned long long)st.identity_rejected, (unsigned long long)st.streams_open,
             (unsigned long long)st.conns_rejected, (unsigned long long)st.keepalive_timeouts,
             (unsigned long long)st.inbound_budget_refusals,
-            (unsigned long long)st.inbound_buffered_bytes);
+            (unsigned long long)st.inbound_buffered_bytes,
+            (unsigned long long)st.inbound_conn_refusals, (unsigned long long)st.stalled_messages);
         return;
     }
     if (strcmp(req->path, "/metrics") == 0) {
@@ -434,6 +436,8 @@ int main(int argc, char **argv)
         {"max-recv", required_argument, 0, 'm'},
         {"max-streams", required_argument, 0, 's'},
         {"max-inbound", required_argument, 0, 'B'},
+        {"max-inbound-per-conn", required_argument, 0, 'C'},
+        {"stall-timeout-ms", required_argument, 0, 'S'},
         {"keepalive-ms", required_argument, 0, 'p'},
         {"handshake-timeout-ms", required_argument, 0, 't'},
         {"keepalive-timeout-ms", required_argument, 0, 'T'},
@@ -466,6 +470,12 @@ int main(int argc, char **argv)
         case 'B':
             so.max_inbound_buffered = (size_t)atoll(optarg);
             break;
+        case 'C':
+            so.max_inbound_per_conn = (size_t)atoll(optarg);
+            break;
+        case 'S':
+            so.msg_stall_timeout_ns = atoll(optarg) * BF_NS_PER_MS;
+            break;
         case 'p':
             so.keepalive_ns = atoll(optarg) * BF_NS_PER_MS;
             break;
@@ -478,7 +488,8 @@ int main(int argc, char **argv)
         default:
             fprintf(stderr,
                     "usage: %s [--addr A] [--http-addr A] [--tls-cert F --tls-key F "
-                    "[--tls-ca F]] [--max-recv N] [--max-streams N] [--max-inbound BYTES]\n",
+                    "[--tls-ca F]] [--max-recv N] [--max-streams N] [--max-inbound BYTES] "
+                    "[--max-inbound-per-conn BYTES] [--stall-timeout-ms N]\n",
                     argv[0]);
             return 2;
         }

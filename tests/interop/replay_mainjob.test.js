@@ -100,7 +100,7 @@ function runJob(env, extra = []) {
   const get = (f) => a[a.indexOf(f) + 1];
   T.check(/^mainjob-\d+-\d+$/.test(get('--id')), `unique --id ${get('--id')}`);
   T.check(get('--data-dir').includes('bigfleet-main-job.'), 'private --data-dir');
-  T.eq(get('--cycle-interval'), '1s', '--cycle-interval');
+  T.eq(get('--cycle-interval'), '250ms', '--cycle-interval (the default CYCLE_INTERVAL)');
   const ports = ['--listen', '--metrics-addr', '--sim-listen'].map((f) => get(f));
   T.check(ports.every((x) => /^127\.0\.0\.1:\d+$/.test(x)) && new Set(ports).size === 3, `three ports ${ports}`);
   const sim = get('--sim-args');

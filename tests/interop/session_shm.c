@@ -129,6 +129,14 @@ static int cmd_dump(const char *only)
     const struct bf_cycle_result *cr = &S.st->result[atomic_load(&S.st->published) & 1];
     printf("\"cycle\":{\"cycle\":%llu,\"total_needs\":%u,\"unsatisfied\":%u},",
            (unsigned long long)cr->cycle, cr->counts.total_needs, cr->unsatisfied);
+    struct bf_dims dims;
+    bf_shm_dims(&S, &dims);
+    printf("\"dims\":[");
+    for (uint32_t i = 0; i < dims.n; i++)
+        printf("%s\"%s\"", i ? "," : "", dims.names[i]);
+    printf("],\"strtab_used\":%llu,\"strtab_bytes\":%llu,",
+           (unsigned long long)atomic_load(&S.inv->strtab.arena_used),
+           (unsigned long long)S.arena_bytes);
     printf("\"session_pid\":%u,\"clusters\":[", atomic_load(&S.st->proc[BF_ROLE_SESSION].pid));
     struct bf_need_row *rows = malloc(sizeof *rows * 2 * S.max_needs);
     for (uint32_t i = 0; i < n; i++) {

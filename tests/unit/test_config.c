@@ -39,7 +39,7 @@ START_TEST(defaults_match_the_documented_values)
     char err[256];
     ck_assert_int_eq(parse(&c, err, sizeof err, 1), BF_CONFIG_OK);
     ck_assert_str_eq(c.id, "shard-0");
-    ck_assert_str_eq(c.listen, ":7780");
+    ck_assert_str_eq(c.listen, "127.0.0.1:7780"); /* loopback: plaintext is safe there */
     ck_assert_str_eq(c.metrics_addr, ":8780");
     ck_assert_str_eq(c.data_dir, "./data");
     ck_assert_int_eq(c.cycle_interval_ns, 10 * BF_NS_PER_SEC);
@@ -54,7 +54,22 @@ START_TEST(defaults_match_the_documented_values)
     ck_assert(c.incremental_reconcile);
     ck_assert_int_eq(c.reconcile_resync_interval_ns, 60 * BF_NS_PER_SEC);
     ck_assert_uint_eq(c.reconcile_page_size, 4096);
-    ck_assert_str_eq(c.advertise_addr, ":7780"); /* defaults to --listen */
+    ck_assert_str_eq(c.advertise_addr, "127.0.0.1:7780"); /* defaults to --listen */
+    ck_assert(!c.insecure_plaintext);
+    ck_assert_uint_eq(c.max_conns_per_peer, 256);
+    ck_assert_uint_eq(c.max_conns_per_identity, 16);
+    ck_assert_int_eq(c.max_priority, 1000000000);
+    ck_assert_uint_eq(c.cluster_max_new_dims, 2);
+    /* derived defaults: 2 KiB per Need row within [4, 256] MiB; a quarter of the rows */
+    ck_assert_uint_eq(bf_config_max_rollup_bytes(&c), 65536u * 2048);
+    ck_assert_uint_eq(bf_config_cluster_max_needs(&c), 65536 / 4);
+    c.max_needs = 16;
+    ck_assert_uint_eq(bf_config_max_rollup_bytes(&c), 4u << 20);
+    ck_assert_uint_eq(bf_config_cluster_max_needs(&c), 16);
+    c.max_needs = 16777216;
+    ck_assert_uint_eq(bf_config_max_rollup_bytes(&c), 256u << 20);
+    c.max_rollup_mib = 8;
+    ck_assert_uint_eq(bf_config_max_rollup_bytes(&c), 8u << 20);
     ck_assert_str_eq(c.role, "supervisor");
 }
 END_TEST
@@ -129,6 +144,33 @@ START_TEST(partial_tls_flags_are_rejected)
 }
 END_TEST
 
+START_TEST(plaintext_off_loopback_is_refused_naming_both_ways_out)
+{
+    struct bf_config c;
+    char err[512];
+    const char *off[] = {"--listen=0.0.0.0:7780", "--listen=:7780", "--listen=[::]:7780",
+                         "--listen=192.0.2.1:7780"};
+    for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) {
+        ck_assert_int_eq(parse(&c, err, sizeof err, 2, off[i]), BF_CONFIG_USAGE);
+        ck_assert_ptr_nonnull(strstr(err, "--insecure-plaintext"));
+        ck_assert_ptr_nonnull(strstr(err, "--tls-cert"));
+    }
+    const char *lo[] = {"--listen=127.0.0.1:7780", "--listen=127.9.9.9:1", "--listen=[::1]:7780",
+                        "--listen=localhost:7780"};
+    for (size_t i = 0; i < sizeof lo / sizeof lo[0]; i++)
+        ck_assert_msg(parse(&c, err, sizeof err, 2, lo[i]) == BF_CONFIG_OK, "%s: %s", lo[i], err);
+    ck_assert_int_eq(parse(&c, err, sizeof err, 3, "--listen=0.0.0.0:7780", "--insecure-plaintext"),
+                     BF_CONFIG_OK);
+    ck_assert(c.insecure_plaintext);
+    ck_assert_int_eq(parse(&c, err, sizeof err, 5, "--listen=:7780", "--tls-cert=a.pem",
+                           "--tls-key=a.key", "--tls-ca=ca.pem"),
+                     BF_CONFIG_OK);
+    ck_assert_int_eq(bf_addr_is_loopback("0.0.0.0:1"), 0);
+    ck_assert_int_eq(bf_addr_is_loopback("[::ffff:127.0.0.1]:1"), 1);
+    ck_assert_int_lt(bf_addr_is_loopback("no-port"), 0);
+}
+END_TEST
+
 START_TEST(help_lists_every_flag_with_its_default)
 {
     char *buf = NULL;
@@ -161,6 +203,15 @@ START_TEST(help_lists_every_flag_with_its_default)
                           "--max-needs",
                           "--max-clusters",
                           "--grpc-inbound-budget-mib",
+                          "--insecure-plaintext",
+                          "--max-rollup-mib",
+                          "--max-conns-per-peer",
+                          "--max-conns-per-identity",
+                          "--cluster-max-needs",
+                          "--cluster-max-groups",
+                          "--cluster-max-string-kib",
+                          "--cluster-max-new-dims",
+                          "--max-priority",
                           "(default \"10s\")",
                           "(default \"128\")"};
     for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
@@ -199,7 +250,7 @@ START_TEST(file_then_env_then_flags_in_increasing_precedence)
     char *path = write_file("# shard settings\n"
                             "[shardd]\n"
                             "id = from-file\n"
-                            "listen = :9000\n"
+                            "listen = 127.0.0.1:9000\n"
                             "cycle_interval = 2s  ; underscores work like dashes\n"
                             "max-actions-per-cycle = 7\n"
                             "dry-run = true\n");
@@ -207,18 +258,18 @@ START_TEST(file_then_env_then_flags_in_increasing_precedence)
     snprintf(cfgflag, sizeof cfgflag, "--config=%s", path);
     struct bf_config c;
     char err[512] = "";
-    char *env[] = {"BIGFLEET_SHARDD_LISTEN=:9100", "BIGFLEET_SHARDD_MAX_ACTIONS_PER_CYCLE=8",
-                   "UNRELATED=1", NULL};
+    char *env[] = {"BIGFLEET_SHARDD_LISTEN=127.0.0.1:9100",
+                   "BIGFLEET_SHARDD_MAX_ACTIONS_PER_CYCLE=8", "UNRELATED=1", NULL};
     ck_assert_msg(load(&c, err, sizeof err, env, 3, cfgflag, "--max-actions-per-cycle=9") ==
                       BF_CONFIG_OK,
                   "%s", err);
     ck_assert_str_eq(c.id, "from-file"); /* file only */
     ck_assert_int_eq(c.cycle_interval_ns, 2 * BF_NS_PER_SEC);
     ck_assert(c.dry_run);
-    ck_assert_str_eq(c.listen, ":9100");          /* env over file */
+    ck_assert_str_eq(c.listen, "127.0.0.1:9100"); /* env over file */
     ck_assert_int_eq(c.max_actions_per_cycle, 9); /* flag over env over file */
     ck_assert_str_eq(c.config_file, path);
-    ck_assert_str_eq(c.advertise_addr, ":9100");
+    ck_assert_str_eq(c.advertise_addr, "127.0.0.1:9100");
     /* the file named by the environment */
     char cfgenv[96];
     snprintf(cfgenv, sizeof cfgenv, "BIGFLEET_SHARDD_CONFIG=%s", path);
@@ -386,6 +437,7 @@ int main(void)
     tcase_add_test(tc, flags_parse_durations_booleans_and_aliases);
     tcase_add_test(tc, usage_errors_name_the_flag);
     tcase_add_test(tc, partial_tls_flags_are_rejected);
+    tcase_add_test(tc, plaintext_off_loopback_is_refused_naming_both_ways_out);
     tcase_add_test(tc, help_lists_every_flag_with_its_default);
     tcase_add_test(tc, file_then_env_then_flags_in_increasing_precedence);
     tcase_add_test(tc, file_errors_name_the_file_and_line);

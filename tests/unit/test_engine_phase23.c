@@ -237,6 +237,46 @@ START_TEST(multiple_preemptors_are_resolved_by_priority)
 }
 END_TEST
 
+/*
+ * Victims are chosen by the priority a machine was configured for, but a
+ * machine this cycle's credit pass gave to a Need of the preemptor's
+ * priority or higher is serving that demand now: it is not a victim. Two
+ * machines configured for batch work (100) in cluster a; a's service Need
+ * (10,000) is credited one of them, a's batch Need the other; b's Need of
+ * priority 1,000 may take only the one still serving batch work.
+ */
+START_TEST(a_machine_credited_to_higher_priority_demand_is_not_a_victim)
+{
+    struct ef *f = ef_new(32, modes[_i]);
+    victims(f, "v", 2, "a", 100, 1, 1, NULL);
+    struct ef_prof svc, batch, mid;
+    ef_gpu_profile(&svc, 10000);
+    ef_gpu_profile(&batch, 100);
+    ef_gpu_profile(&mid, 1000);
+    struct bf_engine_need na[2] = {ef_gpu_need(&svc, 1, NULL), ef_gpu_need(&batch, 1, NULL)};
+    struct bf_engine_need nb = ef_gpu_need(&mid, 2, NULL);
+    ef_set(f, "a", na, 2);
+    ef_set(f, "b", &nb, 1);
+    ck_assert_int_eq(ef_cycle(f), 0);
+    ck_assert_uint_eq(ef_count(f, BF_ACTION_PREEMPT), 1);
+    ck_assert(ef_acted(f, "v-1", BF_ACTION_PREEMPT));  /* credited to a's batch Need */
+    ck_assert(!ef_acted(f, "v-0", BF_ACTION_PREEMPT)); /* credited to a's service Need */
+    const struct bf_engine_unresolved *u = unresolved_of(f, 1000);
+    ck_assert_ptr_nonnull(u);
+    ck_assert_int_eq(u->deficit.v[EF_GPU], 8000);
+    ck_assert(u->preempted);
+    /* a service preemptor (10,000) may not take v-0 either: equal priority */
+    struct ef_prof top;
+    ef_gpu_profile(&top, 10000);
+    struct bf_engine_need nt = ef_gpu_need(&top, 2, NULL);
+    ef_set(f, "b", &nt, 1);
+    ck_assert_int_eq(ef_cycle(f), 0);
+    ck_assert(!ef_acted(f, "v-0", BF_ACTION_PREEMPT));
+    ck_assert(ef_acted(f, "v-1", BF_ACTION_PREEMPT));
+    ef_free(f);
+}
+END_TEST
+
 /* 20 */
 START_TEST(same_gang_behind_lower_priority_holders_preempts_in_domain)
 {
@@ -646,6 +686,7 @@ static Suite *suite(void)
     tcase_add_loop_test(t, priority_inversion_preempts_four_lower_priority_victims, 0, 2);
     tcase_add_loop_test(t, refuses_to_preempt_equal_or_higher_priority, 0, 2);
     tcase_add_loop_test(t, prefers_the_victim_with_the_lower_interruption_penalty, 0, 2);
+    tcase_add_loop_test(t, a_machine_credited_to_higher_priority_demand_is_not_a_victim, 0, 2);
     tcase_add_test(t, drain_grace_matches_the_priority_gap);
     tcase_add_loop_test(t, victim_below_min_unit_is_never_selected, 0, 2);
     tcase_add_loop_test(t, same_preemption_is_confined_to_the_chosen_domain, 0, 2);

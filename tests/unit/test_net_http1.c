@@ -279,6 +279,67 @@ START_TEST(server_can_be_freed_from_inside_its_own_handler)
 }
 END_TEST
 
+START_TEST(dribbling_heads_get_408_at_an_absolute_deadline_and_full_slots_evict_the_slowest)
+{
+    struct bf_net_loop *l;
+    ck_assert_int_eq(bf_net_loop_new(NULL, &l), 0);
+    int count = 0;
+    struct bf_net_http_server *hs;
+    struct bf_net_http_server_opts o = {.addr = "127.0.0.1:0",
+                                        .handler = handler,
+                                        .arg = &count,
+                                        .max_connections = 3,
+                                        .head_timeout_ns = 300 * BF_NS_PER_MS};
+    ck_assert_int_eq(bf_net_http_server_new(l, &o, &hs), 0);
+    uint16_t port = bf_net_http_server_port(hs);
+    /* a client that sends a byte every 50 ms: the deadline runs from its
+     * first byte and is not pushed back by the others */
+    int d = connect_to(port);
+    const char *head = "GET /healthz HTTP/1.1\r\n";
+    int64_t t0 = bf_mono_ns();
+    char buf[4096] = "";
+    size_t have = 0;
+    for (size_t i = 0; bf_mono_ns() - t0 < 2 * BF_NS_PER_SEC && !strstr(buf, "408"); i++) {
+        if (i < strlen(head))
+            send(d, head + i, 1, MSG_NOSIGNAL);
+        int64_t until = bf_mono_ns() + 50 * BF_NS_PER_MS;
+        while (bf_mono_ns() < until)
+            bf_net_loop_run_once(l, 5 * BF_NS_PER_MS);
+        ssize_t n = recv(d, buf + have, sizeof buf - 1 - have, MSG_DONTWAIT);
+        if (n > 0)
+            have += (size_t)n;
+        buf[have] = 0;
+    }
+    int64_t took = bf_mono_ns() - t0;
+    ck_assert_ptr_nonnull(strstr(buf, "HTTP/1.1 408 Request Timeout"));
+    ck_assert_int_ge(took, 250 * BF_NS_PER_MS);
+    ck_assert_int_lt(took, 900 * BF_NS_PER_MS);
+    close(d);
+    /* three silent connections fill the slots; a fourth (a probe) evicts
+     * the one that has waited longest and is answered */
+    int s1 = connect_to(port), s2 = connect_to(port), s3 = connect_to(port);
+    for (int i = 0; i < 5; i++)
+        bf_net_loop_run_once(l, 5 * BF_NS_PER_MS);
+    int p = connect_to(port);
+    const char *get = "GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n";
+    ck_assert_int_eq(send(p, get, strlen(get), 0), (ssize_t)strlen(get));
+    read_until(l, p, buf, sizeof buf, NULL, 1);
+    ck_assert_ptr_nonnull(strstr(buf, "HTTP/1.1 200 OK"));
+    struct bf_net_stats st;
+    bf_net_http_server_stats(hs, &st);
+    ck_assert_uint_eq(st.conns_evicted, 1);
+    ck_assert_uint_ge(st.head_timeouts, 1);
+    char one;
+    ck_assert_int_eq(recv(s1, &one, 1, MSG_DONTWAIT), 0); /* the oldest was the one evicted */
+    close(s1);
+    close(s2);
+    close(s3);
+    close(p);
+    bf_net_http_server_free(hs);
+    bf_net_loop_free(l);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("net_http1");
@@ -294,6 +355,8 @@ int main(void)
     tcase_set_timeout(tl, 20);
     tcase_add_test(tl, server_answers_pipelined_keep_alive_requests_in_order);
     tcase_add_test(tl, server_rejects_garbage_and_huge_heads_then_keeps_serving);
+    tcase_add_test(
+        tl, dribbling_heads_get_408_at_an_absolute_deadline_and_full_slots_evict_the_slowest);
     tcase_add_test(tl, server_can_be_freed_from_inside_its_own_handler);
     suite_add_tcase(s, tl);
     SRunner *sr = srunner_create(s);

@@ -1385,6 +1385,105 @@ START_TEST(client_can_be_freed_inside_its_own_callback_and_free_cancels_the_rest
 }
 END_TEST
 
+static bool stats_idle_closed(void *arg)
+{
+    struct bf_net_stats st;
+    bf_net_server_stats(arg, &st);
+    return st.conns_idle_closed > 0;
+}
+
+START_TEST(silent_and_idle_calls_and_idle_connections_are_ended_by_their_limits)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server_opts o = {.addr = "127.0.0.1:0",
+                                   .first_message_timeout_ns = 150 * BF_NS_PER_MS,
+                                   .stream_idle_timeout_ns = 300 * BF_NS_PER_MS,
+                                   .conn_idle_timeout_ns = 300 * BF_NS_PER_MS};
+    struct bf_net_server *srv = start_server_opts(l, &o);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    /* a bidi call that never sends: its first message is overdue */
+    struct sres silent = {0};
+    int64_t t0 = bf_mono_ns();
+    ck_assert_ptr_nonnull(bf_net_client_call(cl, "/t.Test/Bidi", 0, &SCBS, &silent));
+    run_until(l, sres_done, &silent, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(silent.code, BF_NET_DEADLINE_EXCEEDED);
+    ck_assert_ptr_nonnull(strstr(silent.msg, "no request message within 150 ms"));
+    ck_assert_int_ge(bf_mono_ns() - t0, 140 * BF_NS_PER_MS);
+    /* a bidi call that sends once, then goes quiet: the idle-stream limit */
+    struct sres idle = {0};
+    struct bf_net_stream *st = bf_net_client_call(cl, "/t.Test/Bidi", 0, &SCBS, &idle);
+    ck_assert_int_eq(bf_net_stream_send(st, "hi", 2), 0);
+    t0 = bf_mono_ns();
+    run_until(l, sres_done, &idle, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(idle.code, BF_NET_DEADLINE_EXCEEDED);
+    ck_assert_int_eq(idle.msgs, 1); /* the echo came first */
+    ck_assert_int_ge(bf_mono_ns() - t0, 250 * BF_NS_PER_MS);
+    /* a unary request inside the limit is served */
+    struct result r = {0};
+    unary(cl, "/t.Test/Echo", "ok", 2, 0, &r);
+    run_until(l, result_done, &r, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    /* nothing open: the connection goes after the idle limit */
+    run_until(l, stats_idle_closed, srv, 3 * BF_NS_PER_SEC);
+    struct bf_net_stats ss;
+    bf_net_server_stats(srv, &ss);
+    ck_assert_uint_eq(ss.first_message_timeouts, 1);
+    ck_assert_uint_eq(ss.idle_stream_timeouts, 1);
+    ck_assert_uint_eq(ss.conns_idle_closed, 1);
+    free(r.resp);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+static void small_call(struct bf_net_call *call, void *arg)
+{
+    (void)arg;
+    bf_net_call_set_max_recv(call, 4); /* narrower than the method's 16 */
+}
+
+static const struct bf_net_method LIMITED[] = {
+    {"/t.Test/Small", BF_NET_UNARY, NULL, echo_msg, NULL, NULL, NULL, NULL, 16},
+    {"/t.Test/Tiny", BF_NET_UNARY, small_call, echo_msg, NULL, NULL, NULL, NULL, 16},
+    {"/t.Test/Echo", BF_NET_UNARY, NULL, echo_msg, NULL, NULL, NULL, NULL, 0},
+};
+
+START_TEST(per_method_and_per_call_receive_limits_refuse_at_the_prefix)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server_opts o = {.addr = "127.0.0.1:0", .methods = LIMITED, .n_methods = 3};
+    struct bf_net_server *srv = NULL;
+    ck_assert_int_eq(bf_net_server_new(l, &o, &srv), 0);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct result a = {0}, b = {0}, c = {0}, d = {0};
+    unary(cl, "/t.Test/Small", "0123456789abcdef", 16, 0, &a);  /* at the limit */
+    unary(cl, "/t.Test/Small", "0123456789abcdefg", 17, 0, &b); /* over it */
+    unary(cl, "/t.Test/Tiny", "01234", 5, 0, &c);               /* over the call's 4 */
+    unary(cl, "/t.Test/Echo", "0123456789abcdefg", 17, 0, &d);  /* the server's limit */
+    run_until(l, result_done, &a, 3 * BF_NS_PER_SEC);
+    run_until(l, result_done, &b, 3 * BF_NS_PER_SEC);
+    run_until(l, result_done, &c, 3 * BF_NS_PER_SEC);
+    run_until(l, result_done, &d, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(a.code, BF_NET_OK);
+    ck_assert_int_eq(b.code, BF_NET_RESOURCE_EXHAUSTED);
+    ck_assert_ptr_nonnull(strstr(b.msg, "(17 vs. 16)"));
+    ck_assert_int_eq(c.code, BF_NET_RESOURCE_EXHAUSTED);
+    ck_assert_ptr_nonnull(strstr(c.msg, "(5 vs. 4)"));
+    ck_assert_int_eq(d.code, BF_NET_OK);
+    struct bf_net_stats ss;
+    bf_net_server_stats(srv, &ss);
+    ck_assert_uint_eq(ss.oversize_messages, 2);
+    free(a.resp);
+    free(d.resp);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("net_rpc");
@@ -1409,6 +1508,8 @@ int main(void)
     tcase_add_test(tc, server_can_be_freed_inside_a_handler);
     tcase_add_test(tc, deadline_of_a_call_queued_behind_max_concurrent_streams_frees_its_slot);
     tcase_add_test(tc, server_rejects_connections_over_max_connections);
+    tcase_add_test(tc, silent_and_idle_calls_and_idle_connections_are_ended_by_their_limits);
+    tcase_add_test(tc, per_method_and_per_call_receive_limits_refuse_at_the_prefix);
     tcase_add_test(tc, keepalive_pings_keep_an_idle_stream_alive);
     tcase_add_test(tc, client_keepalive_detects_a_server_that_stopped_answering);
     tcase_add_test(tc, host_name_resolves_off_the_loop_and_the_call_succeeds);

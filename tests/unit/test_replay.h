@@ -14,6 +14,8 @@
 #include <string.h>
 
 #include "../../tools/replay/bound.c"
+#include "../../tools/replay/contend.c"
+#include "../../tools/replay/cost.c"
 #include "../../tools/replay/model.c"
 #include "../../tools/replay/report.c"
 #include "../../tools/replay/run.c"
@@ -29,7 +31,7 @@
 static inline void load_trace(struct rp_trace *t, const char *csv)
 {
     char err[512] = "";
-    int rc = rp_trace_parse("t.csv", csv, strlen(csv), false, t, err, sizeof err);
+    int rc = rp_trace_parse("t.csv", csv, strlen(csv), NULL, t, err, sizeof err);
     ck_assert_msg(rc == 0, "parse failed: %s", err);
 }
 

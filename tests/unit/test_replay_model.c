@@ -320,7 +320,7 @@ START_TEST(every_pinned_openb_class_fits_each_of_its_types_with_all_pods_at_once
         snprintf(path, sizeof path, OPENB "%s", files[f]);
         struct rp_trace t;
         struct rp_model m;
-        ck_assert_int_eq(rp_trace_load(path, false, &t, err, sizeof err), 0);
+        ck_assert_int_eq(rp_trace_load(path, NULL, &t, err, sizeof err), 0);
         ck_assert_int_eq(rp_model_build(&m, &t, types, nt, true), 0);
         ck_assert_uint_eq(m.unfittable_pods, 0);
         uint32_t *all = malloc(t.n_pods * sizeof *all);

@@ -182,6 +182,53 @@ START_TEST(acceptance_fails_on_a_reclaim_of_a_still_demanded_machine_or_slow_bin
 }
 END_TEST
 
+START_TEST(contended_acceptance_wants_preemptions_none_of_higher_demand_and_qos_order)
+{
+    struct frun f;
+    frun_init(&f);
+    f.cfg.contended = true;
+    /* per qos over the run: LS 3/4 of its GPUs, Burstable 1/2, BE 1/4 */
+    for (int k = 0; k < 3; k++) {
+        f.ticks[k].demand_q[RP_QOS_LS][RP_GPU] = 4000;
+        f.ticks[k].covered_q[RP_QOS_LS][RP_GPU] = 3000;
+        f.ticks[k].demand_q[RP_QOS_BURSTABLE][RP_GPU] = 2000;
+        f.ticks[k].covered_q[RP_QOS_BURSTABLE][RP_GPU] = 1000;
+        f.ticks[k].demand_q[RP_QOS_BE][RP_GPU] = 4000;
+        f.ticks[k].covered_q[RP_QOS_BE][RP_GPU] = 1000;
+    }
+    struct rp_summary s;
+    rp_report_summarize(&f.r, &s);
+    ck_assert_double_eq_tol(s.sat_q[RP_QOS_LS], 0.75, 1e-12);
+    ck_assert_double_eq_tol(s.sat_q[RP_QOS_BURSTABLE], 0.5, 1e-12);
+    ck_assert_double_eq_tol(s.sat_q[RP_QOS_BE], 0.25, 1e-12);
+    ck_assert(isnan(s.sat_q[RP_QOS_GUARANTEED])); /* no demand: not a class of the run */
+    ck_assert(s.pass_qos_order);
+    /* no preemption at all: a contended run that never contended fails */
+    ck_assert(!s.pass_preempted);
+    ck_assert(!s.pass);
+    /* the satisfied share at peak (90%) and the latency are not criteria here */
+    f.r.preempt_by[RP_QOS_LS][RP_QOS_BE] = 3;
+    f.r.lat[0] = 60 * BF_NS_PER_SEC;
+    rp_report_summarize(&f.r, &s);
+    ck_assert_uint_eq(s.preemptions, 3);
+    ck_assert(s.pass);
+    /* one preemption of higher-priority demand fails it */
+    f.r.preempt_by[RP_QOS_BURSTABLE][RP_QOS_LS] = 1;
+    f.r.preempt_of_higher = 1;
+    rp_report_summarize(&f.r, &s);
+    ck_assert(!s.pass_no_higher);
+    ck_assert(!s.pass);
+    f.r.preempt_of_higher = 0;
+    /* BE better served than Burstable: out of order */
+    for (int k = 0; k < 3; k++)
+        f.ticks[k].covered_q[RP_QOS_BE][RP_GPU] = 3000;
+    rp_report_summarize(&f.r, &s);
+    ck_assert(!s.pass_qos_order);
+    ck_assert(!s.pass);
+    frun_free(&f);
+}
+END_TEST
+
 static char *slurp(const char *path)
 {
     FILE *fp = fopen(path, "r");
@@ -232,9 +279,18 @@ START_TEST(report_files_are_written_with_the_figures)
     ck_assert_ptr_nonnull(strstr(svg, "</svg>"));
     snprintf(p, sizeof p, "%s/binding-latency.svg", sub);
     ck_assert_ptr_nonnull(slurp(p));
+    snprintf(p, sizeof p, "%s/cost.svg", sub); /* no catalog: says so */
+    svg = slurp(p);
+    ck_assert_ptr_nonnull(svg);
+    ck_assert_ptr_nonnull(strstr(svg, "no catalog"));
     snprintf(p, sizeof p, "%s/report.txt", sub);
     const char *txt = slurp(p);
     ck_assert_ptr_nonnull(strstr(txt, "acceptance   FAIL"));
+    /* the first lines map wall time to trace time */
+    ck_assert_ptr_nonnull(strstr(txt,
+                                 "\nbigfleet-replay report\n  time         trace day 0 00:00 .. "
+                                 "day 0 00:01 (100 s, all of t.csv) replayed in 2 s of wall time\n"
+                                 "               1 s of wall time = 50 s of trace (speed 50x)"));
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     ck_assert_int_eq(system(cmd), 0);
@@ -252,6 +308,7 @@ int main(void)
     tcase_add_test(tc, prometheus_text_parses_sums_labels_and_histograms);
     tcase_add_test(tc, summary_picks_the_price_weighted_peak_and_its_shares);
     tcase_add_test(tc, acceptance_fails_on_a_reclaim_of_a_still_demanded_machine_or_slow_binding);
+    tcase_add_test(tc, contended_acceptance_wants_preemptions_none_of_higher_demand_and_qos_order);
     tcase_add_test(tc, report_files_are_written_with_the_figures);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

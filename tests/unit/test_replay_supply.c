@@ -218,11 +218,11 @@ START_TEST(simplex_finds_known_optima_and_detects_unbounded)
 {
     /* max 3x + 2y  s.t. x + y <= 4, x + 3y <= 6, x <= 3  ->  x=3, y=1, 11 */
     double A[6] = {1, 1, 1, 3, 1, 0}, b[3] = {4, 6, 3}, c[2] = {3, 2}, opt = 0;
-    ck_assert_int_eq(rp_simplex_max(3, 2, A, b, c, &opt), 0);
+    ck_assert_int_eq(rp_simplex_max(3, 2, A, b, c, &opt, NULL), 0);
     ck_assert_double_eq_tol(opt, 11.0, 1e-9);
     /* max x  s.t. -x + y <= 1  ->  unbounded */
     double A2[2] = {-1, 1}, b2[1] = {1}, c2[2] = {1, 0};
-    ck_assert_int_eq(rp_simplex_max(1, 2, A2, b2, c2, &opt), 1);
+    ck_assert_int_eq(rp_simplex_max(1, 2, A2, b2, c2, &opt, NULL), 1);
 }
 END_TEST
 

@@ -16,7 +16,8 @@ static const char *parse_err(const char *csv, bool skip, int *rc_out)
     static char err[512];
     struct rp_trace t;
     err[0] = 0;
-    int rc = rp_trace_parse("pods.csv", csv, strlen(csv), skip, &t, err, sizeof err);
+    struct rp_trace_opts o = {.skip_bad = skip, .default_qos = -1};
+    int rc = rp_trace_parse("pods.csv", csv, strlen(csv), &o, &t, err, sizeof err);
     if (rc_out)
         *rc_out = rc;
     if (rc == 0)
@@ -116,7 +117,13 @@ START_TEST(missing_column_is_reported_on_the_header_line)
                               "a,1,1,0,0\n",
                               false, &rc);
     ck_assert_int_eq(rc, -EINVAL);
-    ck_assert_msg(strstr(e, "pods.csv:1: header: missing column qos"), "%s", e);
+    /* every missing column is named, and the way to replay a list without times */
+    ck_assert_msg(strstr(e, "pods.csv:1: header: missing columns qos, creation_time, "
+                            "deletion_time (a pod list needs "),
+                  "%s", e);
+    ck_assert_msg(strstr(e, "--snapshot auto"), "%s", e);
+    e = parse_err("name,cpu_milli,memory_mib,num_gpu,gpu_milli,qos,creation_time\n", false, &rc);
+    ck_assert_msg(strstr(e, "pods.csv:1: header: missing column deletion_time ("), "%s", e);
     e = parse_err("", false, &rc);
     ck_assert_str_eq(e, "pods.csv: empty file (no header line)");
     e = parse_err("name,name,cpu_milli\n", false, &rc);
@@ -165,7 +172,8 @@ START_TEST(skip_bad_rows_skips_counts_and_keeps_the_good_ones)
                                  "c,1,1,0,0,,BE\n"
                                  "a,1,1,0,0,,BE,Running,0,10,0\n"
                                  "d,1,1,0,0,,LS,Running,5,10,0\n";
-    int rc = rp_trace_parse("pods.csv", csv, strlen(csv), true, &t, err, sizeof err);
+    struct rp_trace_opts skip = {.skip_bad = true, .default_qos = -1};
+    int rc = rp_trace_parse("pods.csv", csv, strlen(csv), &skip, &t, err, sizeof err);
     ck_assert_int_eq(rc, 0);
     ck_assert_uint_eq(t.rows, 5);
     ck_assert_uint_eq(t.skipped, 3);
@@ -178,7 +186,7 @@ START_TEST(skip_bad_rows_skips_counts_and_keeps_the_good_ones)
     rp_trace_free(&t);
     /* every row bad: still an error, saying so */
     rc = rp_trace_parse("pods.csv", POD_HEADER "b,x,1,0,0,,BE,Running,0,10,0\n",
-                        strlen(POD_HEADER "b,x,1,0,0,,BE,Running,0,10,0\n"), true, &t, err,
+                        strlen(POD_HEADER "b,x,1,0,0,,BE,Running,0,10,0\n"), &skip, &t, err,
                         sizeof err);
     ck_assert_int_eq(rc, -EINVAL);
     ck_assert_str_eq(err, "pods.csv: no pods (every row was skipped as malformed)");
@@ -189,7 +197,7 @@ START_TEST(missing_file_names_the_path)
 {
     struct rp_trace t;
     char err[512];
-    int rc = rp_trace_load("/nonexistent/dir/pods.csv", false, &t, err, sizeof err);
+    int rc = rp_trace_load("/nonexistent/dir/pods.csv", NULL, &t, err, sizeof err);
     ck_assert_int_eq(rc, -ENOENT);
     ck_assert_str_eq(err, "/nonexistent/dir/pods.csv: No such file or directory");
 }
@@ -229,6 +237,112 @@ START_TEST(equal_gpu_specs_share_one_entry)
 }
 END_TEST
 
+START_TEST(a_list_without_times_replays_as_a_snapshot_ramp_only_when_asked)
+{
+    const char *csv = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+                      "p0,1000,1024,0,0\n"
+                      "p1,2000,1024,1,500\n"
+                      "p2,3000,1024,2,1000\n"
+                      "p3,4000,1024,0,0\n";
+    struct rp_trace t;
+    char err[512] = "";
+    /* off (the default): an error naming every missing column */
+    ck_assert_int_eq(rp_trace_parse("snap.csv", csv, strlen(csv), NULL, &t, err, sizeof err),
+                     -EINVAL);
+    ck_assert_msg(strstr(err, "snap.csv:1: header: missing columns qos, creation_time, "
+                              "deletion_time"),
+                  "%s", err);
+    /* auto: pods arrive in file order over the ramp and stay to the end */
+    struct rp_trace_opts o = {
+        .snapshot = RP_SNAP_AUTO, .ramp = 400, .hold = 100, .default_qos = -1};
+    ck_assert_int_eq(rp_trace_parse("snap.csv", csv, strlen(csv), &o, &t, err, sizeof err), 0);
+    ck_assert(t.snapshot);
+    ck_assert_uint_eq(t.n_pods, 4);
+    for (size_t i = 0; i < 4; i++) {
+        ck_assert_int_eq(t.pods[i].create, (int64_t)(100 * i));
+        ck_assert_int_eq(t.pods[i].delete_, RP_LIVES_FOREVER);
+        ck_assert_int_eq(t.pods[i].qos, RP_QOS_LS); /* no qos column: LS */
+    }
+    ck_assert_int_eq(t.first_create, 0);
+    ck_assert_int_eq(t.end, 500);
+    ck_assert_int_eq(t.qos_default, RP_QOS_LS);
+    ck_assert(rp_pod_alive(&t, &t.pods[3], 500));
+    ck_assert(!rp_pod_alive(&t, &t.pods[3], 299));
+    ck_assert_msg(strstr(t.snap_why, "no creation_time/deletion_time"), "%s", t.snap_why);
+    rp_trace_free(&t);
+    /* --default-qos wins over LS */
+    o.default_qos = RP_QOS_BE;
+    ck_assert_int_eq(rp_trace_parse("snap.csv", csv, strlen(csv), &o, &t, err, sizeof err), 0);
+    ck_assert_int_eq(t.pods[0].qos, RP_QOS_BE);
+    rp_trace_free(&t);
+    /* auto leaves a list with times alone; ramp makes a snapshot of it, keeping its qos */
+    o.default_qos = -1;
+    const char *timed = POD_HEADER "a,1,1,0,0,,BE,Running,50,900,50\n"
+                                   "b,1,1,0,0,,LS,Running,10,20,10\n";
+    ck_assert_int_eq(rp_trace_parse("t.csv", timed, strlen(timed), &o, &t, err, sizeof err), 0);
+    ck_assert(!t.snapshot);
+    ck_assert_int_eq(t.pods[0].create, 50);
+    rp_trace_free(&t);
+    o.snapshot = RP_SNAP_RAMP;
+    ck_assert_int_eq(rp_trace_parse("t.csv", timed, strlen(timed), &o, &t, err, sizeof err), 0);
+    ck_assert(t.snapshot);
+    ck_assert_int_eq(t.pods[1].create, 200);
+    ck_assert_int_eq(t.pods[1].delete_, RP_LIVES_FOREVER);
+    ck_assert_int_eq(t.pods[0].qos, RP_QOS_BE);
+    rp_trace_free(&t);
+    /* only one time column: not a snapshot under auto, and the other one is named */
+    o.snapshot = RP_SNAP_AUTO;
+    const char *half = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,qos,creation_time\n"
+                       "a,1,1,0,0,LS,5\n";
+    ck_assert_int_eq(rp_trace_parse("h.csv", half, strlen(half), &o, &t, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "h.csv:1: header: missing column deletion_time ("), "%s", err);
+}
+END_TEST
+
+START_TEST(a_timed_list_without_qos_needs_default_qos)
+{
+    const char *csv = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time\n"
+                      "a,1000,1024,0,0,0,10\n";
+    struct rp_trace t;
+    char err[512] = "";
+    ck_assert_int_eq(rp_trace_parse("q.csv", csv, strlen(csv), NULL, &t, err, sizeof err), -EINVAL);
+    ck_assert_msg(strstr(err, "q.csv:1: header: missing column qos (") &&
+                      strstr(err, "--default-qos"),
+                  "%s", err);
+    struct rp_trace_opts o = {.default_qos = RP_QOS_BURSTABLE};
+    ck_assert_int_eq(rp_trace_parse("q.csv", csv, strlen(csv), &o, &t, err, sizeof err), 0);
+    ck_assert_int_eq(t.pods[0].qos, RP_QOS_BURSTABLE);
+    ck_assert(!t.snapshot);
+    rp_trace_free(&t);
+}
+END_TEST
+
+START_TEST(busiest_window_holds_the_most_pods_and_window_pods_count_them)
+{
+    struct rp_trace t;
+    /* quiet until 1000, then five pods in [1000, 1100], one long pod */
+    load_trace(&t, POD_HEADER "a,1,1,0,0,,BE,Running,0,10,0\n"
+                              "b,1,1,0,0,,BE,Running,500,510,0\n"
+                              "c,1,1,0,0,,BE,Running,1000,1010,0\n"
+                              "d,1,1,0,0,,BE,Running,1020,1030,0\n"
+                              "e,1,1,0,0,,BE,Running,1040,1050,0\n"
+                              "f,1,1,0,0,,BE,Running,1090,1095,0\n"
+                              "g,1,1,0,0,,BE,Running,1100,5000,0\n"
+                              "h,1,1,0,0,,BE,Running,3000,3000,0\n");
+    int64_t from = rp_trace_busiest(&t, 100);
+    ck_assert_int_eq(from, 1000);
+    ck_assert_uint_eq(rp_trace_window_pods(&t, from, from + 100), 5);
+    /* a pod that dies at the window's start is not one of its pods; a pod
+     * created and deleted at the same second never lives */
+    ck_assert_uint_eq(rp_trace_window_pods(&t, 10, 500), 1);
+    ck_assert_uint_eq(rp_trace_window_pods(&t, 2999, 3001), 1);
+    /* a window as long as the trace starts at its start */
+    ck_assert_int_eq(rp_trace_busiest(&t, 10000), 0);
+    ck_assert_uint_eq(rp_trace_window_pods(&t, 0, t.end), 7);
+    rp_trace_free(&t);
+}
+END_TEST
+
 #define OPENB "../shared/data/openb/"
 
 START_TEST(real_openb_lists_load_or_fail_with_a_named_line)
@@ -237,7 +351,7 @@ START_TEST(real_openb_lists_load_or_fail_with_a_named_line)
         return; /* the shared data is not mounted here */
     struct rp_trace t;
     char err[512];
-    ck_assert_int_eq(rp_trace_load(OPENB "openb_pod_list_default.csv", false, &t, err, sizeof err),
+    ck_assert_int_eq(rp_trace_load(OPENB "openb_pod_list_default.csv", NULL, &t, err, sizeof err),
                      0);
     ck_assert_uint_eq(t.n_pods, 8152);
     ck_assert_uint_eq(t.skipped, 0);
@@ -245,10 +359,11 @@ START_TEST(real_openb_lists_load_or_fail_with_a_named_line)
     ck_assert_int_eq(t.end, 12902960);
     rp_trace_free(&t);
     /* the multigpu20 variant ships without its qos/time columns */
-    int rc = rp_trace_load(OPENB "openb_pod_list_multigpu20.csv", false, &t, err, sizeof err);
+    int rc = rp_trace_load(OPENB "openb_pod_list_multigpu20.csv", NULL, &t, err, sizeof err);
     ck_assert_int_eq(rc, -EINVAL);
-    ck_assert_msg(strstr(err, "openb_pod_list_multigpu20.csv:1: header: missing column qos"), "%s",
-                  err);
+    ck_assert_msg(strstr(err, "openb_pod_list_multigpu20.csv:1: header: missing columns qos, "
+                              "creation_time, deletion_time"),
+                  "%s", err);
 }
 END_TEST
 
@@ -269,6 +384,9 @@ int main(void)
     tcase_add_test(tc, crlf_bom_quotes_and_blank_lines_are_accepted);
     tcase_add_test(tc, equal_gpu_specs_share_one_entry);
     tcase_add_test(tc, real_openb_lists_load_or_fail_with_a_named_line);
+    tcase_add_test(tc, a_list_without_times_replays_as_a_snapshot_ramp_only_when_asked);
+    tcase_add_test(tc, a_timed_list_without_qos_needs_default_qos);
+    tcase_add_test(tc, busiest_window_holds_the_most_pods_and_window_pods_count_them);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -13,6 +13,7 @@
 
 #include "bigfleet/blobs.h"
 #include "bigfleet/session.h"
+#include "bigfleet/util.h"
 #include "bigfleet/v1alpha1/capacity.pb-c.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"
 
@@ -117,6 +118,25 @@ static int dim(const char *name)
     return d;
 }
 
+/* The ingest thread's use of bf_rollup_convert without quotas: names the
+ * registry lacks are registered after a clean pass, then converted again. */
+static int conv(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cid, uint32_t cref,
+                uint32_t max_rows, uint64_t reserve, struct bf_rollup *r, char *err, size_t errlen)
+{
+    struct bf_rollup_limits lim = {.max_rows = max_rows,
+                                   .strtab_reserve = reserve,
+                                   .strtab_quota = UINT64_MAX,
+                                   .max_priority = INT32_MAX};
+    int rc = bf_rollup_convert(s, buf, len, cid, cref, &lim, r, err, errlen);
+    if (rc == 0 && r->n_new_dims) {
+        for (uint32_t i = 0; i < r->n_new_dims; i++)
+            ck_assert_int_ge(bf_dim_intern(s, r->new_dims[i]), 0);
+        rc = bf_rollup_convert(s, buf, len, cid, cref, &lim, r, err, errlen);
+        ck_assert_uint_eq(r->n_new_dims, 0);
+    }
+    return rc;
+}
+
 /* ------------------------------------------------------------ wire */
 
 START_TEST(classify_routes_on_the_last_oneof_member_like_protobuf)
@@ -217,7 +237,7 @@ START_TEST(rollup_converts_profile_same_min_unit_group_and_arrival)
     struct bf_rollup r;
     bf_rollup_init(&r);
     char err[256] = "";
-    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", cref, 100, 0, &r, err, sizeof err), 0);
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", cref, 100, 0, &r, err, sizeof err), 0);
     ck_assert_uint_eq(r.n, 2);
     ck_assert_uint_eq(r.needs_in, 2);
     ck_assert_int_eq(r.rows[0].arrival_ns, 1234567);
@@ -271,7 +291,7 @@ START_TEST(duplicate_needs_merge_sum_aggregate_and_max_min_unit)
     struct bf_rollup r;
     bf_rollup_init(&r);
     char err[256];
-    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 100, 0, &r, err, sizeof err), 0);
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 100, 0, &r, err, sizeof err), 0);
     ck_assert_uint_eq(r.n, 2);
     ck_assert_uint_eq(r.merged, 2);
     ck_assert_int_eq(r.rows[0].aggregate[dim("cpu")], 7000);
@@ -291,7 +311,7 @@ static int convert_one(struct nb *b, char *err, size_t errlen)
     uint8_t *buf = pack_rollup("c1", 1, b, 1, &len);
     struct bf_rollup r;
     bf_rollup_init(&r);
-    int rc = bf_rollup_convert(&g_s, buf, len, "c1", 1, 100, 0, &r, err, errlen);
+    int rc = conv(&g_s, buf, len, "c1", 1, 100, 0, &r, err, errlen);
     if (rc)
         ck_assert_uint_eq(r.n, 0);
     bf_rollup_free(&r);
@@ -355,17 +375,14 @@ START_TEST(rollup_rejects_too_many_needs_malformed_bytes_and_foreign_cluster)
     struct bf_rollup r;
     bf_rollup_init(&r);
     char err[256];
-    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 2, 0, &r, err, sizeof err), -E2BIG);
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 2, 0, &r, err, sizeof err), -E2BIG);
     ck_assert_ptr_nonnull(strstr(err, "3 needs"));
-    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c2", 1, 10, 0, &r, err, sizeof err),
-                     -EINVAL);
+    ck_assert_int_eq(conv(&g_s, buf, len, "c2", 1, 10, 0, &r, err, sizeof err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "does not match"));
-    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len - 1, "c1", 1, 10, 0, &r, err, sizeof err),
-                     -EBADMSG);
+    ck_assert_int_eq(conv(&g_s, buf, len - 1, "c1", 1, 10, 0, &r, err, sizeof err), -EBADMSG);
     uint8_t junk[] = {0x1a, 0x02, 0x08, 0x80}; /* need whose requirement varint is truncated */
-    ck_assert_int_eq(
-        bf_rollup_convert(&g_s, junk, sizeof junk, "c1", 1, 10, 0, &r, err, sizeof err), -EBADMSG);
-    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 10, 0, &r, err, sizeof err), 0);
+    ck_assert_int_eq(conv(&g_s, junk, sizeof junk, "c1", 1, 10, 0, &r, err, sizeof err), -EBADMSG);
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 10, 0, &r, err, sizeof err), 0);
     ck_assert_uint_eq(r.n, 3);
     bf_rollup_free(&r);
     free(buf);
@@ -383,19 +400,18 @@ START_TEST(repeated_rollup_interns_nothing_new_and_reserve_guards_the_string_tab
     struct bf_rollup r;
     bf_rollup_init(&r);
     char err[256];
-    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 10, 0, &r, err, sizeof err), 0);
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 10, 0, &r, err, sizeof err), 0);
     uint32_t ref = r.rows[0].profile_ref;
     uint64_t used = atomic_load(&g_s.inv->strtab.arena_used);
-    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 10, 0, &r, err, sizeof err), 0);
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 10, 0, &r, err, sizeof err), 0);
     ck_assert_uint_eq(r.rows[0].profile_ref, ref);
     ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.arena_used), used);
     /* a new profile while the reserve says the table is full: refused */
     nb_req(&b, "k2", 3, NULL, NULL);
     free(buf);
     buf = pack_rollup("c1", 1, &b, 1, &len);
-    ck_assert_int_eq(
-        bf_rollup_convert(&g_s, buf, len, "c1", 1, 10, g_s.arena_bytes, &r, err, sizeof err),
-        -ENOSPC);
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 10, g_s.arena_bytes, &r, err, sizeof err),
+                     -ENOSPC);
     ck_assert_ptr_nonnull(strstr(err, "string table"));
     ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.arena_used), used);
     bf_rollup_free(&r);
@@ -410,11 +426,206 @@ START_TEST(empty_rollup_converts_to_zero_rows)
     struct bf_rollup r;
     bf_rollup_init(&r);
     char err[64];
-    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 10, 0, &r, err, sizeof err), 0);
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 10, 0, &r, err, sizeof err), 0);
     ck_assert_uint_eq(r.n, 0);
     ck_assert_int_eq(r.timestamp_ns, 9);
     bf_rollup_free(&r);
     free(buf);
+}
+END_TEST
+
+/* ------------------------------------------------------------ hostile input */
+
+static struct bf_rollup_limits open_limits(void)
+{
+    return (struct bf_rollup_limits){
+        .max_rows = 100, .strtab_quota = UINT64_MAX, .max_priority = INT32_MAX};
+}
+
+START_TEST(unknown_resource_names_are_listed_never_registered_by_convert)
+{
+    struct nb b[2];
+    nb_init(&b[0], 1);
+    nb_agg(&b[0], "cpu", "1");
+    nb_agg(&b[0], "example.com/fpga", "2");
+    nb_init(&b[1], 2);
+    nb_mu(&b[1], "example.com/fpga", "1");
+    nb_mu(&b[1], "example.com/asic", "1");
+    size_t len;
+    uint8_t *buf = pack_rollup("c1", 1, b, 2, &len);
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    char err[256];
+    ck_assert_int_ge(bf_dim_intern(&g_s, "cpu"), 0);
+    struct bf_dims d0, d1;
+    bf_shm_dims(&g_s, &d0);
+    struct bf_rollup_limits lim = open_limits();
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &r, err, sizeof err), 0);
+    ck_assert_uint_eq(r.n_new_dims, 2);
+    ck_assert_str_eq(r.new_dims[0], "example.com/fpga");
+    ck_assert_str_eq(r.new_dims[1], "example.com/asic");
+    bf_shm_dims(&g_s, &d1);
+    ck_assert_uint_eq(d1.n, d0.n); /* nothing registered */
+    /* a rejected rollup naming a new resource registers nothing either */
+    nb_agg(&b[1], "cpu", "lots");
+    free(buf);
+    buf = pack_rollup("c1", 1, b, 2, &len);
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &r, err, sizeof err),
+                     -EINVAL);
+    bf_shm_dims(&g_s, &d1);
+    ck_assert_uint_eq(d1.n, d0.n);
+    ck_assert(bf_dim_is_reserved("nvidia.com/gpu") && !bf_dim_is_reserved("example.com/fpga"));
+    bf_rollup_free(&r);
+    free(buf);
+}
+END_TEST
+
+START_TEST(group_and_string_table_quotas_reject_with_the_quota_named)
+{
+    struct nb b[3];
+    char gid[3][8];
+    for (int i = 0; i < 3; i++) {
+        nb_init(&b[i], 1);
+        snprintf(gid[i], sizeof gid[i], "gang-%d", i);
+        b[i].n.group.data = (uint8_t *)gid[i];
+        b[i].n.group.len = strlen(gid[i]);
+    }
+    size_t len;
+    uint8_t *buf = pack_rollup("c1", 1, b, 3, &len);
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    char err[256];
+    struct bf_rollup_limits lim = open_limits();
+    lim.max_groups = 2;
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &r, err, sizeof err), -E2BIG);
+    ck_assert_str_eq(r.over_quota, "groups");
+    ck_assert_ptr_nonnull(strstr(err, "--cluster-max-groups"));
+    lim.max_groups = 3;
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &r, err, sizeof err), 0);
+    ck_assert_uint_eq(r.groups, 3);
+    ck_assert_uint_gt(r.strtab_added, 0); /* the groups and the profile were new */
+    /* everything known now: a repeat adds nothing and fits a zero quota */
+    lim.strtab_quota = 0;
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &r, err, sizeof err), 0);
+    ck_assert_uint_eq(r.strtab_added, 0);
+    /* a new group does not */
+    b[2].n.group.data = (uint8_t *)"another-gang";
+    b[2].n.group.len = 12;
+    free(buf);
+    buf = pack_rollup("c1", 1, b, 3, &len);
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &r, err, sizeof err),
+                     -EDQUOT);
+    ck_assert_str_eq(r.over_quota, "strings");
+    ck_assert_ptr_nonnull(strstr(err, "--cluster-max-string-kib"));
+    /* too many Needs for the cluster: refused before decoding */
+    lim = open_limits();
+    lim.max_rows = 2;
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &r, err, sizeof err), -E2BIG);
+    ck_assert_str_eq(r.over_quota, "needs");
+    bf_rollup_free(&r);
+    free(buf);
+}
+END_TEST
+
+START_TEST(priorities_above_the_cap_are_clamped_and_counted)
+{
+    struct nb b[2];
+    nb_init(&b[0], 2000001000); /* system-node-critical */
+    nb_init(&b[1], 500);
+    size_t len;
+    uint8_t *buf = pack_rollup("c1", 1, b, 2, &len);
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    char err[256];
+    struct bf_rollup_limits lim = open_limits();
+    lim.max_priority = 1000000000;
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &r, err, sizeof err), 0);
+    ck_assert_uint_eq(r.priorities_clamped, 1);
+    const struct bf_nprofile *p0 = bf_nprofile_get(g_c, &g_s, r.rows[0].profile_ref);
+    const struct bf_nprofile *p1 = bf_nprofile_get(g_c, &g_s, r.rows[1].profile_ref);
+    ck_assert_ptr_nonnull(p0);
+    ck_assert_ptr_nonnull(p1);
+    ck_assert_int_eq(p0->p.priority, 1000000000);
+    ck_assert_int_eq(p1->p.priority, 500);
+    /* the cached profile keeps the clamp on the next rollup */
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &r, err, sizeof err), 0);
+    ck_assert_uint_eq(r.priorities_clamped, 1);
+    ck_assert_int_eq(bf_nprofile_get(g_c, &g_s, r.rows[0].profile_ref)->p.priority, 1000000000);
+    bf_rollup_free(&r);
+    free(buf);
+}
+END_TEST
+
+START_TEST(timestamps_in_the_future_or_stale_give_way_to_the_receive_time)
+{
+    int64_t recv = 1800000000000000000LL;
+    const struct {
+        int64_t ts, arrival;
+        bool clamped;
+    } cases[] = {
+        {recv - 5 * BF_NS_PER_SEC, recv - 5 * BF_NS_PER_SEC, false},
+        {recv, recv, false},
+        {recv - BF_ROLLUP_MAX_AGE_NS, recv - BF_ROLLUP_MAX_AGE_NS, false},
+        {recv - BF_ROLLUP_MAX_AGE_NS - 1, recv, true},
+        {recv + 1, recv, true},
+        {INT64_MAX, recv, true},
+        {0, recv, true},
+        {-5, recv, true},
+    };
+    struct nb b;
+    nb_init(&b, 1);
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    char err[256];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t len;
+        uint8_t *buf = pack_rollup("c1", cases[i].ts, &b, 1, &len);
+        struct bf_rollup_limits lim = open_limits();
+        lim.recv_ns = recv;
+        ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &r, err, sizeof err), 0);
+        ck_assert_int_eq(r.timestamp_ns, cases[i].ts);
+        ck_assert_int_eq(r.rows[0].arrival_ns, cases[i].arrival);
+        ck_assert_int_eq(r.timestamp_clamped, cases[i].clamped);
+        free(buf);
+    }
+    bf_rollup_free(&r);
+}
+END_TEST
+
+START_TEST(oversized_needs_and_groups_are_rejected_before_interning)
+{
+    struct nb b;
+    nb_init(&b, 1);
+    char *big = malloc(BF_ROLLUP_GROUP_MAX + 2);
+    memset(big, 'g', BF_ROLLUP_GROUP_MAX + 1);
+    big[BF_ROLLUP_GROUP_MAX + 1] = 0;
+    b.n.group.data = (uint8_t *)big;
+    b.n.group.len = BF_ROLLUP_GROUP_MAX + 1;
+    size_t len;
+    uint8_t *buf = pack_rollup("c1", 1, &b, 1, &len);
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    char err[256];
+    uint64_t used = atomic_load(&g_s.inv->strtab.arena_used);
+    struct bf_rollup_limits lim = open_limits();
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &r, err, sizeof err), -E2BIG);
+    ck_assert_ptr_nonnull(strstr(err, "group id"));
+    ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.arena_used), used);
+    free(buf);
+    /* a CapacityNeed over 1 MiB (a huge requirement value) */
+    char *huge = malloc(BF_ROLLUP_NEED_MAX + 1);
+    memset(huge, 'v', BF_ROLLUP_NEED_MAX);
+    huge[BF_ROLLUP_NEED_MAX] = 0;
+    nb_init(&b, 1);
+    nb_req(&b, "k", 1, huge, NULL);
+    buf = pack_rollup("c1", 1, &b, 1, &len);
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &r, err, sizeof err), -E2BIG);
+    ck_assert_ptr_nonnull(strstr(err, "CapacityNeed of"));
+    ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.arena_used), used);
+    bf_rollup_free(&r);
+    free(buf);
+    free(big);
+    free(huge);
 }
 END_TEST
 
@@ -440,7 +651,7 @@ START_TEST(explicit_zero_dimension_converts_like_an_absent_one)
     struct bf_rollup r;
     bf_rollup_init(&r);
     char err[256];
-    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 100, 0, &r, err, sizeof err), 0);
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 100, 0, &r, err, sizeof err), 0);
     ck_assert_uint_eq(r.n, 2);
     ck_assert_uint_eq(r.rows[0].profile_ref, r.rows[1].profile_ref);
     ck_assert(memcmp(r.rows[0].aggregate, r.rows[1].aggregate, sizeof r.rows[0].aggregate) == 0);
@@ -468,7 +679,7 @@ START_TEST(duplicate_rows_merge_but_rail2_counts_the_needs_received)
     struct bf_rollup r;
     bf_rollup_init(&r);
     char err[256];
-    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 100, 0, &r, err, sizeof err), 0);
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 100, 0, &r, err, sizeof err), 0);
     ck_assert_uint_eq(r.needs_in, 20);
     ck_assert_uint_eq(r.n, 1);
     ck_assert_uint_eq(r.merged, 19);
@@ -479,7 +690,7 @@ START_TEST(duplicate_rows_merge_but_rail2_counts_the_needs_received)
     ck_assert_uint_eq(base, 20);
     free(buf);
     buf = pack_rollup("c1", 6, b, 1, &len);
-    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, len, "c1", 1, 100, 0, &r, err, sizeof err), 0);
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 100, 0, &r, err, sizeof err), 0);
     ck_assert_uint_eq(r.needs_in, 1);
     ck_assert_int_eq(r.rows[0].aggregate[dim("cpu")], 1000);
     ck_assert_int_eq(bf_rail2_admit(true, &base, &held, r.needs_in), BF_RAIL2_HOLD);
@@ -798,6 +1009,11 @@ static Suite *suite(void)
     tcase_add_test(r, rollup_rejects_too_many_needs_malformed_bytes_and_foreign_cluster);
     tcase_add_test(r, repeated_rollup_interns_nothing_new_and_reserve_guards_the_string_table);
     tcase_add_test(r, empty_rollup_converts_to_zero_rows);
+    tcase_add_test(r, unknown_resource_names_are_listed_never_registered_by_convert);
+    tcase_add_test(r, group_and_string_table_quotas_reject_with_the_quota_named);
+    tcase_add_test(r, priorities_above_the_cap_are_clamped_and_counted);
+    tcase_add_test(r, timestamps_in_the_future_or_stale_give_way_to_the_receive_time);
+    tcase_add_test(r, oversized_needs_and_groups_are_rejected_before_interning);
     tcase_add_test(r, explicit_zero_dimension_converts_like_an_absent_one);
     tcase_add_test(r, duplicate_rows_merge_but_rail2_counts_the_needs_received);
     suite_add_tcase(s, r);

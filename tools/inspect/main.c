@@ -365,15 +365,21 @@ static int wait_interval(const struct insp_opts *o, bool keys)
     return 1;
 }
 
-static void watch_setup(const struct insp_opts *o, bool *tty, bool *keys)
+/* --watch quits cleanly on SIGINT/SIGTERM: installed before the segments are
+ * attached, so a signal that arrives while attaching is not fatal (exit 130). */
+static void stop_signals_install(void)
 {
-    *tty = o->watch && !o->json && isatty(1); /* --json --watch: one document per line */
-    *keys = o->watch && isatty(0);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+}
+
+static void watch_setup(const struct insp_opts *o, bool *tty, bool *keys)
+{
+    *tty = o->watch && !o->json && isatty(1); /* --json --watch: one document per line */
+    *keys = o->watch && isatty(0);
     if (*keys && tcgetattr(0, &g_tio) == 0) {
         struct termios t = g_tio;
         t.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
@@ -527,6 +533,8 @@ int main(int argc, char **argv)
     if (rc > 0)
         return rc;
     bf_log_init("inspect", BF_LOG_ERROR);
+    if (o.watch)
+        stop_signals_install();
     if (o.cmd == CMD_NEEDS && o.addr)
         return run_remote(&o);
     return run_local(&o);

@@ -28,7 +28,7 @@
 #define EPS 1e-9
 
 int rp_simplex_max(size_t rows, size_t cols, const double *A, const double *b, const double *c,
-                   double *opt)
+                   double *opt, double *x)
 {
     size_t w = cols + rows + 1; /* variables, slacks, rhs */
     double *t = calloc((rows + 1) * w, sizeof *t);
@@ -65,6 +65,12 @@ int rp_simplex_max(size_t rows, size_t cols, const double *A, const double *b, c
         }
         if (enter == w) {
             *opt = T(rows, w - 1);
+            if (x) {
+                memset(x, 0, cols * sizeof *x);
+                for (size_t r = 0; r < rows; r++)
+                    if (basis[r] < cols)
+                        x[basis[r]] = T(r, w - 1);
+            }
             rc = 0;
             break;
         }
@@ -105,8 +111,16 @@ int rp_simplex_max(size_t rows, size_t cols, const double *A, const double *b, c
 double rp_lp_bound(const struct bf_sim_type *types, const uint32_t *idx, size_t n,
                    const rp_res *agg)
 {
+    return rp_lp_bound_dual(types, idx, n, agg, NULL);
+}
+
+double rp_lp_bound_dual(const struct bf_sim_type *types, const uint32_t *idx, size_t n,
+                        const rp_res *agg, double *y)
+{
     double c[RP_DIMS] = {agg->v[RP_CPU] / 1000.0, agg->v[RP_MEM] / 1024.0, agg->v[RP_GPU] / 1000.0};
     bool any = false;
+    if (y)
+        memset(y, 0, RP_DIMS * sizeof *y);
     for (int d = 0; d < RP_DIMS; d++)
         any |= c[d] > 0;
     if (!any)
@@ -128,7 +142,7 @@ double rp_lp_bound(const struct bf_sim_type *types, const uint32_t *idx, size_t 
         b[r] = ty->price_per_hour;
     }
     double opt = -1;
-    int rc = rp_simplex_max(n, RP_DIMS, A, b, c, &opt);
+    int rc = rp_simplex_max(n, RP_DIMS, A, b, c, &opt, y);
     free(A);
     free(b);
     return rc == 0 ? opt : -1;

@@ -36,6 +36,15 @@ static void usage(FILE *f)
         "  --spot-variants         the catalog has -spot twins (as the simprovider flag)\n"
         "  --no-pin                do not pin each pod to the catalog types that can host it\n"
         "  --skip-bad-rows         skip and count malformed rows instead of failing\n"
+        "  --snapshot MODE         a pod list without creation/deletion times: off (default:\n"
+        "                          an error), auto (replay it as a snapshot), ramp (every list,\n"
+        "                          times or not): pods arrive in file order over --snapshot-ramp\n"
+        "                          and stay --snapshot-hold more (defaults 1d and 1d)\n"
+        "  --default-qos Q         qos of every pod when the list has no qos column (LS, "
+        "Burstable,\n"
+        "                          BE, Guaranteed; a snapshot defaults to LS)\n"
+        "  --check-input           load and check the pod list and the catalog, print a summary\n"
+        "                          and exit (0, or 2 with the error)\n"
         "shard\n"
         "  --shard-addr ADDR       Shard/Session address (default 127.0.0.1:7780)\n"
         "  --metrics-addr ADDR     the shard's /metrics (progress, report); default none\n"
@@ -44,12 +53,14 @@ static void usage(FILE *f)
         "1s)\n"
         "clusters\n"
         "  --clusters K            copies of the trace, one operator each (default 1)\n"
-        "  --connections N         HTTP/2 connections carrying the K sessions (default K/500)\n"
+        "  --connections N         HTTP/2 connections carrying the K sessions (default K/100)\n"
         "  --cluster-prefix S      cluster ids S0, S1, ... (default openb-)\n"
         "  --cluster-offset T      trace time between two copies (default 1h)\n"
         "time\n"
         "  --from T --until T      trace window (default: the whole trace); T = seconds or\n"
         "  --duration T            2d12h / 36h / 90m / 45s; --duration = until - from\n"
+        "  --busiest T             the window is the T-long stretch of the trace with the most\n"
+        "                          pods alive in it (excludes --from/--until/--duration)\n"
         "  --speed X               trace seconds per wall second (default 1)\n"
         "  --wall DUR              replay the window in this wall time (sets --speed)\n"
         "  --rollup-interval DUR   WALL time between two rollups of a cluster (default 10s);\n"
@@ -60,9 +71,15 @@ static void usage(FILE *f)
         "  --session-timeout DUR   re-dial a session silent that long (no Hello ack, or no\n"
         "                          frame while rollups go unacknowledged; default 10s)\n"
         "output\n"
-        "  --report DIR            write report.json, report.txt, demand.svg, binding-latency.svg\n"
+        "  --report DIR            write report.json, report.txt, demand.svg, cost.svg,\n"
+        "                          binding-latency.svg\n"
         "  --progress MODE         auto (default), tty (refresh in place), plain, off\n"
         "  --check                 exit 3 unless the acceptance criteria hold\n"
+        "  --contended             the supply is meant to be short: acceptance = at least one\n"
+        "                          preemption, none taken from demand of the preemptor's\n"
+        "                          priority or higher, satisfaction ordered by qos class\n"
+        "  --inspect-interval DUR  poll ShardRead/InspectNeeds for the shard's verdicts (unmet\n"
+        "                          reasons, parked Needs) this often; 0 = never (default 5s)\n"
         "  --explain               print the pod -> CapacityRequest mapping and exit\n"
         "  --print-catalog         print --catalog as an explicit catalog CSV and exit\n"
         "  --log-level LEVEL       debug, info, warn (default), error\n"
@@ -102,7 +119,15 @@ enum {
     O_HELP,
     O_VERSION,
     O_STIMEOUT,
-    O_PRINTCAT
+    O_PRINTCAT,
+    O_SNAPSHOT,
+    O_SNAPRAMP,
+    O_SNAPHOLD,
+    O_DEFQOS,
+    O_CHECKIN,
+    O_BUSIEST,
+    O_CONTENDED,
+    O_INSPECT
 };
 
 static const struct option longopts[] = {
@@ -111,6 +136,14 @@ static const struct option longopts[] = {
     {"spot-variants", no_argument, 0, O_SPOT},
     {"no-pin", no_argument, 0, O_NOPIN},
     {"skip-bad-rows", no_argument, 0, O_SKIP},
+    {"snapshot", required_argument, 0, O_SNAPSHOT},
+    {"snapshot-ramp", required_argument, 0, O_SNAPRAMP},
+    {"snapshot-hold", required_argument, 0, O_SNAPHOLD},
+    {"default-qos", required_argument, 0, O_DEFQOS},
+    {"check-input", no_argument, 0, O_CHECKIN},
+    {"busiest", required_argument, 0, O_BUSIEST},
+    {"contended", no_argument, 0, O_CONTENDED},
+    {"inspect-interval", required_argument, 0, O_INSPECT},
     {"shard-addr", required_argument, 0, O_SHARD},
     {"metrics-addr", required_argument, 0, O_METRICS},
     {"tls-cert", required_argument, 0, O_CERT},
@@ -214,6 +247,8 @@ int main(int argc, char **argv)
         .session_timeout_ns = 10 * BF_NS_PER_SEC,
         .cycle_hint_ns = BF_NS_PER_SEC,
         .progress = -1,
+        .trace_opts = {.default_qos = -1},
+        .inspect_interval_ns = 5 * BF_NS_PER_SEC,
     };
     int log_level = BF_LOG_WARN;
     bool print_catalog = false;
@@ -239,7 +274,43 @@ int main(int argc, char **argv)
             cfg.pin = false;
             break;
         case O_SKIP:
-            cfg.skip_bad = true;
+            cfg.trace_opts.skip_bad = true;
+            break;
+        case O_SNAPSHOT:
+            if (!strcmp(optarg, "off"))
+                cfg.trace_opts.snapshot = RP_SNAP_OFF;
+            else if (!strcmp(optarg, "auto"))
+                cfg.trace_opts.snapshot = RP_SNAP_AUTO;
+            else if (!strcmp(optarg, "ramp"))
+                cfg.trace_opts.snapshot = RP_SNAP_RAMP;
+            else
+                return bad(name, optarg, "want off, auto or ramp, got");
+            break;
+        case O_SNAPRAMP:
+        case O_SNAPHOLD: {
+            int64_t v;
+            if (rp_parse_trace_seconds(optarg, &v) || v <= 0)
+                return bad(name, optarg, "want a positive trace span, got");
+            *(opt == O_SNAPRAMP ? &cfg.trace_opts.ramp : &cfg.trace_opts.hold) = v;
+            break;
+        }
+        case O_DEFQOS:
+            if ((cfg.trace_opts.default_qos = rp_qos_parse(optarg, strlen(optarg))) < 0)
+                return bad(name, optarg, "want LS, Burstable, BE or Guaranteed, got");
+            break;
+        case O_CHECKIN:
+            cfg.check_input = true;
+            break;
+        case O_BUSIEST:
+            if (rp_parse_trace_seconds(optarg, &cfg.busiest) || cfg.busiest <= 0)
+                return bad(name, optarg, "invalid trace span");
+            break;
+        case O_CONTENDED:
+            cfg.contended = true;
+            break;
+        case O_INSPECT:
+            if (parse_dur(optarg, 0, &cfg.inspect_interval_ns))
+                return bad(name, optarg, "invalid duration");
             break;
         case O_SHARD:
             cfg.shard_addr = optarg;
@@ -371,8 +442,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "bigfleet-replay: unexpected argument \"%s\"\n", argv[optind]);
         return 2;
     }
-    if (!cfg.trace_path) {
+    if (!cfg.trace_path && !print_catalog) {
         fprintf(stderr, "bigfleet-replay: --trace is required (see --help)\n");
+        return 2;
+    }
+    if (cfg.busiest && (cfg.from_set || cfg.until_set || cfg.duration_set)) {
+        fprintf(stderr, "bigfleet-replay: --busiest excludes --from, --until and --duration\n");
         return 2;
     }
     if (speed > 0 && cfg.wall_ns) {
@@ -403,8 +478,10 @@ int main(int argc, char **argv)
     bool have_model = false;
     memset(&model, 0, sizeof model);
     memset(&run, 0, sizeof run);
-    int rc = rp_trace_load(cfg.trace_path, cfg.skip_bad, &trace, err, sizeof err);
-    if (rc) {
+    memset(&trace, 0, sizeof trace);
+    int rc = 0;
+    if (cfg.trace_path &&
+        (rc = rp_trace_load(cfg.trace_path, &cfg.trace_opts, &trace, err, sizeof err))) {
         fprintf(stderr, "bigfleet-replay: %s\n", err);
         return 2;
     }
@@ -447,8 +524,27 @@ int main(int argc, char **argv)
                 "bigfleet-replay: warning: %zu pods fit no instance type of %s (they are "
                 "sent unpinned and cannot be satisfied)\n",
                 model.unfittable_pods, cfg.catalog_path);
+    if (trace.snapshot)
+        fprintf(stderr,
+                "bigfleet-replay: %s is replayed as a snapshot (%s): its %zu pods arrive in "
+                "file order over %lld s of trace and stay %lld s more%s%s\n",
+                trace.path, trace.snap_why, trace.n_pods, (long long)trace.snap_ramp,
+                (long long)trace.snap_hold, trace.qos_default >= 0 ? "; no qos column: all " : "",
+                trace.qos_default >= 0 ? rp_qos_table[trace.qos_default].name : "");
+    else if (trace.qos_default >= 0)
+        fprintf(stderr, "bigfleet-replay: %s has no qos column: every pod is %s (--default-qos)\n",
+                trace.path, rp_qos_table[trace.qos_default].name);
     if (cfg.explain) {
         explain(&model, &trace);
+        goto out;
+    }
+    if (cfg.check_input) {
+        printf("%s: %zu pods (%zu rows, %zu skipped), %zu classes, trace %lld..%lld s%s; "
+               "catalog %s: %zu instance types\n",
+               trace.path, trace.n_pods, trace.rows, trace.skipped, model.n_classes,
+               (long long)trace.first_create, (long long)trace.end,
+               trace.snapshot ? " (snapshot)" : "", cfg.catalog_path ? cfg.catalog_path : "none",
+               n_types);
         goto out;
     }
 
@@ -459,8 +555,15 @@ int main(int argc, char **argv)
     run.n_types = n_types;
     run.n_cl = cfg.clusters;
     struct rp_clock *ck = &run.clock;
-    ck->from = cfg.from_set ? cfg.from : trace.first_create;
-    ck->until = cfg.until_set ? cfg.until : cfg.duration_set ? ck->from + cfg.duration : trace.end;
+    if (cfg.busiest) {
+        ck->from = rp_trace_busiest(&trace, cfg.busiest);
+        ck->until = ck->from + cfg.busiest < trace.end ? ck->from + cfg.busiest : trace.end;
+    } else {
+        ck->from = cfg.from_set ? cfg.from : trace.first_create;
+        ck->until = cfg.until_set      ? cfg.until
+                    : cfg.duration_set ? ck->from + cfg.duration
+                                       : trace.end;
+    }
     if (ck->until <= ck->from) {
         fprintf(stderr, "bigfleet-replay: empty window: --from %lld is not before --until %lld\n",
                 (long long)ck->from, (long long)ck->until);
@@ -490,7 +593,8 @@ int main(int argc, char **argv)
         rp_report_print(&run, &sum, stdout);
         fflush(stdout);
         if (cfg.report_dir && rp_report_write(&run, &sum, cfg.report_dir) == 0)
-            printf("  report       %s/report.json, report.txt, demand.svg, binding-latency.svg\n",
+            printf("  report       %s/report.json, report.txt, demand.svg, cost.svg, "
+                   "binding-latency.svg\n",
                    cfg.report_dir);
         if (run.interrupted)
             code = 130;

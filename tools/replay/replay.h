@@ -87,6 +87,25 @@ struct rp_spec {
 
 #define RP_SKIP_SAMPLES 8
 
+/* How a pod list without creation/deletion times (a snapshot of what runs,
+ * like openb_pod_list_multigpu20.csv) is replayed (docs/replay.md §2). */
+enum rp_snapshot {
+    RP_SNAP_OFF = 0,  /* times are required: a list without them is an error */
+    RP_SNAP_AUTO = 1, /* a header with neither time column is a snapshot */
+    RP_SNAP_RAMP = 2, /* always a snapshot, even when the list has times */
+};
+
+/* Options of rp_trace_load / rp_trace_parse (NULL = all defaults). */
+struct rp_trace_opts {
+    bool skip_bad;   /* skip and count malformed rows instead of failing */
+    int snapshot;    /* enum rp_snapshot (default RP_SNAP_OFF) */
+    int64_t ramp;    /* snapshot: pods arrive in file order over [0, ramp) s (default 1 d) */
+    int64_t hold;    /* snapshot: then all stay until ramp + hold s (default 1 d) */
+    int default_qos; /* enum rp_qos for a missing qos column; -1 = required, except in a
+                      * snapshot, where it defaults to LS */
+};
+#define RP_SNAPSHOT_DEFAULT_S 86400
+
 struct rp_trace {
     char *path;
     struct rp_pod *pods;
@@ -101,20 +120,39 @@ struct rp_trace {
     int64_t first_create; /* smallest creation time */
     int64_t end;          /* trace end: the largest finite time in the file */
     uint32_t *by_create;  /* pod indices ordered by (create, index) */
+    /* snapshot: times were made up (arrival i at ramp * i / n, never deleted,
+     * end = ramp + hold); snap_why says which columns were missing, or that
+     * --snapshot ramp was asked for */
+    bool snapshot;
+    int64_t snap_ramp, snap_hold;
+    char snap_why[160];
+    int qos_default; /* the qos every pod got (no qos column), or -1 */
 };
 
 /*
  * Loads a pod list (header-driven: name, cpu_milli, memory_mib, num_gpu,
  * gpu_milli, qos, creation_time, deletion_time required; gpu_spec,
- * pod_phase, scheduled_time and unknown columns optional). A malformed row
- * is an error "<path>:<line>: <what>" unless skip_bad, which skips and
- * counts it. Returns 0, -ENOENT/-EACCES/-EIO (file), -EINVAL (content; err
- * says where), -ENOMEM.
+ * pod_phase, scheduled_time and unknown columns optional). A header missing
+ * required columns is an error "<path>:<line>: header: missing columns a,
+ * b (...)" naming every one of them. In a snapshot (o->snapshot) the time
+ * columns are not needed and qos defaults to o->default_qos or LS. A
+ * malformed row is an error "<path>:<line>: <what>" unless o->skip_bad,
+ * which skips and counts it. Returns 0, -ENOENT/-EACCES/-EIO (file),
+ * -EINVAL (content; err says where), -ENOMEM.
  */
-int rp_trace_load(const char *path, bool skip_bad, struct rp_trace *t, char *err, size_t err_len);
+int rp_trace_load(const char *path, const struct rp_trace_opts *o, struct rp_trace *t, char *err,
+                  size_t err_len);
 /* The same from a memory buffer (tests); `name` is used in messages. */
-int rp_trace_parse(const char *name, const char *buf, size_t len, bool skip_bad, struct rp_trace *t,
-                   char *err, size_t err_len);
+int rp_trace_parse(const char *name, const char *buf, size_t len, const struct rp_trace_opts *o,
+                   struct rp_trace *t, char *err, size_t err_len);
+/*
+ * The window of `len` trace seconds (clamped to [first_create, end]) in
+ * which the most pods are alive at some point: the busiest stretch of the
+ * trace. Returns its start; ties keep the earliest.
+ */
+int64_t rp_trace_busiest(const struct rp_trace *t, int64_t len);
+/* Pods alive at some point of [from, until]: the pods of that window. */
+size_t rp_trace_window_pods(const struct rp_trace *t, int64_t from, int64_t until);
 void rp_trace_free(struct rp_trace *t);
 static inline const char *rp_pod_name(const struct rp_trace *t, const struct rp_pod *p)
 {
@@ -124,6 +162,14 @@ static inline const char *rp_pod_name(const struct rp_trace *t, const struct rp_
 static inline bool rp_pod_alive(const struct rp_trace *t, const struct rp_pod *p, int64_t tau)
 {
     return p->create <= tau && (tau < p->delete_ || p->delete_ >= t->end);
+}
+
+/* Pod p alive at some trace time in [from, until] (rp_pod_alive at some tau). */
+static inline bool rp_pod_alive_in(const struct rp_trace *t, const struct rp_pod *p, int64_t from,
+                                   int64_t until)
+{
+    int64_t lo = p->create > from ? p->create : from;
+    return lo <= until && (lo < p->delete_ || p->delete_ >= t->end);
 }
 
 /* ------------------------------------------------------------ model */
@@ -292,6 +338,12 @@ enum rp_order {
 int rp_attribute(struct rp_shapes *s, const struct rp_model *m, const struct rp_need *needs,
                  size_t n_needs, const struct rp_supply_ent *sup, size_t n_sup, int order,
                  rp_res *residual, rp_res *covered);
+/* The same, and take (may be NULL; n_needs x max(n_sup, 1) entries) receives
+ * the claim itself: take[i * n_sup + j] machines of supply entry j went to
+ * Need i. */
+int rp_attribute_take(struct rp_shapes *s, const struct rp_model *m, const struct rp_need *needs,
+                      size_t n_needs, const struct rp_supply_ent *sup, size_t n_sup, int order,
+                      rp_res *residual, rp_res *covered, int64_t *take_out);
 /*
  * The largest share of the demand the supply can cover when machines may be
  * split across Needs (the LP relaxation of the claim problem): the sum over
@@ -319,11 +371,12 @@ int rp_machine_needed(struct rp_shapes *s, const struct rp_model *m, const struc
 
 /*
  * Dense simplex: maximize c.x subject to A x <= b, x >= 0, with b >= 0 (the
- * origin is feasible). A is rows x cols, row-major. Returns 0 with *opt, 1
- * when unbounded, -ENOMEM.
+ * origin is feasible). A is rows x cols, row-major. Returns 0 with *opt and,
+ * when x is not NULL, an optimal point in x[0..cols); 1 when unbounded,
+ * -ENOMEM.
  */
 int rp_simplex_max(size_t rows, size_t cols, const double *A, const double *b, const double *c,
-                   double *opt);
+                   double *opt, double *x);
 
 /*
  * LP lower bound (dollars per hour) of covering `agg` with machines of the
@@ -334,9 +387,65 @@ int rp_simplex_max(size_t rows, size_t cols, const double *A, const double *b, c
  */
 double rp_lp_bound(const struct bf_sim_type *types, const uint32_t *idx, size_t n,
                    const rp_res *agg);
+/* The same, and y (may be NULL) receives the dual solution: the marginal
+ * price of each dimension in dollars per hour per core, per GiB and per
+ * GPU, with y.alloc_t <= price_t for every type listed and y.agg = the
+ * bound (strong duality). y is zero when the bound is -1 or 0. */
+double rp_lp_bound_dual(const struct bf_sim_type *types, const uint32_t *idx, size_t n,
+                        const rp_res *agg, double *y);
 /* Catalog types eligible for a Need: class requirements matched against the
  * type's labels and Covers(type shape, MinUnit). Writes up to cap indices. */
 size_t rp_need_types(const struct rp_model *m, const struct rp_need *n, uint32_t *out, size_t cap);
+
+/* ------------------------------------------------------------ where the cost goes */
+
+/*
+ * The gap between what the bound machines cost and the lower bound, split
+ * into parts that add up to it exactly (cost.c; docs/replay.md §5). With
+ * y_n the dual prices of Need n's bound (rp_lp_bound_dual: y_n.agg_n =
+ * LB_n, y_n.alloc_t <= price_t for every type eligible for n), every
+ * machine credited to n costs y_n.alloc + (price - y_n.alloc), so
+ *
+ *   cost = draining + configuring + unclaimed
+ *        + sum_n [ LB_n + y_n.(cap_n - agg_n)+ - y_n.(agg_n - cap_n)+ + premium_n ]
+ *
+ * where cap_n is the allocatable credited to n.
+ */
+enum rp_cost_part {
+    RP_COST_IDLE_INSIDE = 0, /* y.(cap - agg)+: capacity bound to a Need but idle inside its
+                              * machines (whole machines: MinUnit, no packing across Needs) */
+    RP_COST_TYPE_PREMIUM,    /* price - y.alloc of credited machines first bound here: a dearer
+                              * type than the Need's cheapest mix */
+    RP_COST_IDLE_REUSE,      /* the same premium on machines bound before, re-used from Idle
+                              * (Phase 1 takes Idle before Speculative) */
+    RP_COST_UNCLAIMED,       /* Configured machines no Need of their cluster claims */
+    RP_COST_CONFIGURING,     /* machines still being configured */
+    RP_COST_DRAINING,        /* machines reclaimed or preempted and still draining */
+    RP_COST_UNCOVERED,       /* -y.(agg - cap)+: demand not yet covered (negative) */
+    RP_COST_PARTS
+};
+extern const char *const rp_cost_part_key[RP_COST_PARTS];   /* JSON keys */
+extern const char *const rp_cost_part_label[RP_COST_PARTS]; /* report text, plot legend */
+
+struct rp_cost_split {
+    double cost;                 /* $/h: configured + configuring + draining machines */
+    double lower_bound;          /* $/h: sum of the Needs' LP bounds */
+    double part[RP_COST_PARTS];  /* $/h; sums to cost - lower_bound */
+    uint64_t needs_without_type; /* Needs no catalog type can host (bound 0) */
+};
+
+/*
+ * Adds one cluster's split to *acc. sup: its Configured machines that are
+ * not draining, per shape (tier ignored); reused[j] (may be NULL) how many
+ * of sup[j] were bound before; configuring / draining: the $/h of its
+ * machines in those phases. Needs a catalog (m->n_types > 0). 0 or -ENOMEM.
+ */
+int rp_cost_split_add(struct rp_shapes *s, const struct rp_model *m, const struct rp_need *needs,
+                      size_t n_needs, const struct rp_supply_ent *sup, size_t n_sup,
+                      const int32_t *reused, double configuring, double draining,
+                      struct rp_cost_split *acc);
+/* Sum of the parts (= cost - lower_bound up to rounding). */
+double rp_cost_split_gap(const struct rp_cost_split *c);
 
 /* ------------------------------------------------------------ statistics */
 

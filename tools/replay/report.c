@@ -48,16 +48,54 @@ static double point_min_share(const struct rp_tick *t, double *per_dim)
     return m;
 }
 
+/* min over the dimensions with demand of covered / demand; NaN without demand */
+static double share_of(const double *demand, const double *covered)
+{
+    double m = NAN;
+    for (int d = 0; d < RP_DIMS; d++) {
+        if (demand[d] <= 0)
+            continue;
+        double x = covered[d] / demand[d];
+        if (isnan(m) || x < m)
+            m = x;
+    }
+    return m;
+}
+
+/* The acceptance order of a contended run: LS >= Burstable >= BE among the
+ * classes with demand, within 0.1 percentage point (equal shares at 100%
+ * are equal, not an inversion). */
+static bool qos_ordered(const double *sat)
+{
+    static const int order[] = {RP_QOS_LS, RP_QOS_BURSTABLE, RP_QOS_BE};
+    double above = NAN;
+    for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
+        double v = sat[order[i]];
+        if (isnan(v))
+            continue;
+        if (!isnan(above) && v > above + 0.001)
+            return false;
+        above = v;
+    }
+    return true;
+}
+
 void rp_report_summarize(struct rp_run *r, struct rp_summary *s)
 {
     memset(s, 0, sizeof *s);
     double best = -1;
     double sum = 0;
+    double dq[RP_QOS_COUNT][RP_DIMS] = {{0}}, cq[RP_QOS_COUNT][RP_DIMS] = {{0}};
     s->sat_min = 1;
     for (size_t k = 0; k < r->n_ticks; k++) {
         const struct rp_tick *t = &r->ticks[k];
         if (t->clusters == 0)
             continue;
+        for (int q = 0; q < RP_QOS_COUNT; q++)
+            for (int d = 0; d < RP_DIMS; d++) {
+                dq[q][d] += t->demand_q[q][d];
+                cq[q][d] += t->covered_q[q][d];
+            }
         if (t->weight > 0) {
             double m = point_min_share(t, NULL);
             sum += m;
@@ -86,27 +124,23 @@ void rp_report_summarize(struct rp_run *r, struct rp_summary *s)
         }
         s->sat_peak_weighted = wd > 0 ? wc / wd : 1;
         s->cost_peak = t->cost;
-        if (r->model->n_types) {
-            struct rp_need *needs =
-                calloc(r->model->n_classes ? r->model->n_classes : 1, sizeof *needs);
-            uint32_t *idx = calloc(r->model->n_types, sizeof *idx);
-            for (uint32_t i = 0; needs && idx && i < r->n_cl; i++) {
-                if ((int64_t)s->peak_k > r->cl[i].k_last)
-                    continue;
-                size_t nn = rp_run_needs_at(r, i, (int64_t)s->peak_k, needs);
-                for (size_t j = 0; j < nn; j++) {
-                    size_t nt = rp_need_types(r->model, &needs[j], idx, r->model->n_types);
-                    double b = rp_lp_bound(r->model->types, idx, nt, &needs[j].agg);
-                    if (b < 0)
-                        s->lb_infeasible_needs++;
-                    else
-                        s->lower_bound_peak += b;
-                }
-            }
-            free(needs);
-            free(idx);
-        }
+        /* the bound of the peak's Needs and the split of the gap, both taken
+         * at the sample itself (cost.c) */
+        s->split_peak = t->split;
+        s->lower_bound_peak = t->split.lower_bound;
+        s->lb_infeasible_needs = t->split.needs_without_type;
+        for (int q = 0; q < RP_QOS_COUNT; q++)
+            s->sat_q_peak[q] = share_of(t->demand_q[q], t->covered_q[q]);
+    } else {
+        for (int q = 0; q < RP_QOS_COUNT; q++)
+            s->sat_q_peak[q] = NAN;
     }
+    for (int q = 0; q < RP_QOS_COUNT; q++)
+        s->sat_q[q] = share_of(dq[q], cq[q]);
+    s->pods_window = r->pods_observed + r->pods_unobserved;
+    for (int p = 0; p <= RP_QOS_COUNT; p++)
+        for (int v = 0; v < RP_QOS_COUNT + 2; v++)
+            s->preemptions += r->preempt_by[p][v];
     if (r->n_lat) {
         qsort(r->lat, r->n_lat, sizeof *r->lat, cmp_i64);
         s->lat_p50 = rp_percentile(r->lat, r->n_lat, 50);
@@ -123,7 +157,14 @@ void rp_report_summarize(struct rp_run *r, struct rp_summary *s)
     s->pass_satisfied = s->have_peak && s->sat_peak_min >= 0.99;
     s->pass_reclaims = r->reclaim_still_demanded == 0;
     s->pass_latency = s->lat_p99 <= s->lat_target_ns;
-    s->pass = s->pass_satisfied && s->pass_reclaims && s->pass_latency && !r->interrupted;
+    s->pass_preempted = s->preemptions > 0;
+    s->pass_no_higher = r->preempt_of_higher == 0;
+    s->pass_qos_order = qos_ordered(s->sat_q);
+    if (r->cfg->contended)
+        s->pass = s->pass_preempted && s->pass_no_higher && s->pass_qos_order && s->pass_reclaims &&
+                  !r->interrupted;
+    else
+        s->pass = s->pass_satisfied && s->pass_reclaims && s->pass_latency && !r->interrupted;
 }
 
 /* ------------------------------------------------------------ text */
@@ -160,14 +201,217 @@ static const char *num_or_dash(double v, char *b, size_t n)
     return b;
 }
 
+/* A span of trace seconds the way a person says it: "45 s", "7.2 min", "20 h", "3 d". */
+static void fmt_span(double sec, char *b, size_t n)
+{
+    if (sec < 120)
+        snprintf(b, n, "%.3g s", sec);
+    else if (sec < 2 * 3600)
+        snprintf(b, n, "%.3g min", sec / 60);
+    else if (sec < 2 * 86400)
+        snprintf(b, n, "%.3g h", sec / 3600);
+    else
+        snprintf(b, n, "%.3g d", sec / 86400);
+}
+
+/* "day 146 06:00" */
+static void fmt_day(int64_t t, char *b, size_t n)
+{
+    if (t < 0)
+        t = 0;
+    snprintf(b, n, "day %lld %02d:%02d", (long long)(t / 86400), (int)(t % 86400 / 3600),
+             (int)(t % 3600 / 60));
+}
+
+/* The first lines: how wall time maps to trace time. */
+static void print_time(const struct rp_run *r, FILE *f)
+{
+    const struct rp_clock *ck = &r->clock;
+    const struct rp_trace *t = r->trace;
+    const char *base = strrchr(t->path, '/');
+    base = base ? base + 1 : t->path;
+    char a[48], b[48], c[48], d[48], e[48];
+    fmt_day(ck->from, a, sizeof a);
+    fmt_day(ck->until, b, sizeof b);
+    fmt_span((double)(ck->until - ck->from), c, sizeof c);
+    double wall_s =
+        ((double)(ck->until - ck->from) + (double)(r->n_cl - 1) * (double)ck->offset) / ck->speed;
+    char what[160];
+    if (t->snapshot)
+        snprintf(what, sizeof what, "a snapshot: %zu pods arriving over %s, then held", t->n_pods,
+                 (fmt_span((double)t->snap_ramp, e, sizeof e), e));
+    else if (r->cfg->busiest)
+        snprintf(what, sizeof what, "the busiest %s of %s", c, base);
+    else if (ck->from == t->first_create && ck->until == t->end)
+        snprintf(what, sizeof what, "all of %s", base);
+    else
+        snprintf(what, sizeof what, "a window of %s", base);
+    if (r->cfg->busiest || t->snapshot)
+        fprintf(f, "  time         trace %s .. %s (%s) replayed in %.0f s of wall time\n", a, b,
+                what, wall_s);
+    else
+        fprintf(f, "  time         trace %s .. %s (%s, %s) replayed in %.0f s of wall time\n", a, b,
+                c, what, wall_s);
+    fmt_span(ck->speed, a, sizeof a);
+    fmt_span((double)ck->interval_ns / 1e9 * ck->speed, b, sizeof b);
+    fmt_dur(ck->interval_ns, d, sizeof d);
+    fprintf(
+        f,
+        "               1 s of wall time = %s of trace (speed %.0fx); a rollup every %s of wall "
+        "time = every %s of trace\n",
+        a, ck->speed, d, b);
+    if (r->n_cl > 1) {
+        fmt_span((double)ck->offset, a, sizeof a);
+        fmt_dur((int64_t)((double)ck->offset / ck->speed * 1e9), b, sizeof b);
+        fprintf(f,
+                "               %u clusters: copy i replays the same window %s of trace (%s of "
+                "wall time) after copy i-1\n",
+                r->n_cl, a, b);
+    }
+}
+
+/* "LS 97.1%, Burstable 80.0%, BE 41.2%" over the classes with demand */
+static void qos_list(const double *sat, char *b, size_t n)
+{
+    static const int order[] = {RP_QOS_GUARANTEED, RP_QOS_LS, RP_QOS_BURSTABLE, RP_QOS_BE};
+    size_t l = 0;
+    b[0] = 0;
+    for (size_t i = 0; i < sizeof order / sizeof *order && l < n; i++) {
+        if (isnan(sat[order[i]]))
+            continue;
+        l += (size_t)snprintf(b + l, n - l, "%s%s %.1f%%", l ? ", " : "",
+                              rp_qos_table[order[i]].name, 100 * sat[order[i]]);
+    }
+}
+
+static void print_qos(const struct rp_summary *s, FILE *f)
+{
+    char a[160], b[160];
+    qos_list(s->sat_q, a, sizeof a);
+    qos_list(s->sat_q_peak, b, sizeof b);
+    fprintf(f, "               by qos over the run: %s; at peak: %s\n", a, b);
+}
+
+/* short names of the parts of the gap, for the text report */
+static const char *const part_short[RP_COST_PARTS] = {
+    "idle inside machines", "dearer types", "re-used from Idle", "unclaimed",
+    "configuring",          "draining",     "uncovered demand",
+};
+
+/* rounding noise of the incremental sums (|v| < half a cent) prints as 0.00, not -0.00 */
+static double dollars(double v)
+{
+    return fabs(v) < 0.005 ? 0 : v;
+}
+
+static void print_split(const struct rp_run *r, const struct rp_summary *s, FILE *f)
+{
+    const struct rp_cost_split *sp = &s->split_peak;
+    fprintf(f, "               gap at peak $%.2f/h =", s->cost_peak - s->lower_bound_peak);
+    for (int p = 0; p < RP_COST_PARTS; p++)
+        fprintf(f, "%s %s $%.2f", p ? " +" : "", part_short[p], dollars(sp->part[p]));
+    fprintf(f, "\n");
+    /* over the run: mean of each part, as a share of the mean gap */
+    double mean[RP_COST_PARTS] = {0}, gap = 0;
+    size_t n = 0;
+    for (size_t k = 0; k < r->n_ticks; k++) {
+        if (!r->ticks[k].clusters)
+            continue;
+        n++;
+        for (int p = 0; p < RP_COST_PARTS; p++)
+            mean[p] += r->ticks[k].split.part[p];
+    }
+    if (!n)
+        return;
+    for (int p = 0; p < RP_COST_PARTS; p++)
+        gap += (mean[p] /= (double)n);
+    fprintf(f, "               mean gap over the run $%.2f/h =", gap);
+    for (int p = 0; p < RP_COST_PARTS; p++)
+        fprintf(f, "%s %s $%.2f", p ? " +" : "", part_short[p], dollars(mean[p]));
+    fprintf(f, " (cost.svg)\n");
+}
+
+static void print_preemptions(const struct rp_run *r, FILE *f)
+{
+    uint64_t total = 0;
+    for (int p = 0; p <= RP_QOS_COUNT; p++)
+        for (int v = 0; v < RP_QOS_COUNT + 2; v++)
+            total += r->preempt_by[p][v];
+    fprintf(f, "  preemptions  %llu", (unsigned long long)total);
+    for (int p = RP_QOS_COUNT; p >= 0; p--) {
+        uint64_t row = 0;
+        for (int v = 0; v < RP_QOS_COUNT + 2; v++)
+            row += r->preempt_by[p][v];
+        if (!row)
+            continue;
+        fprintf(f, "; by %s %llu (of demand", p < RP_QOS_COUNT ? rp_qos_table[p].name : "other",
+                (unsigned long long)row);
+        bool first = true;
+        for (int v = RP_QOS_COUNT + 1; v >= 0; v--) {
+            if (!r->preempt_by[p][v])
+                continue;
+            fprintf(f, "%s %s %llu", first ? "" : ",",
+                    v == RP_VICTIM_UNKNOWN ? "unjudged"
+                    : v == RP_VICTIM_SPARE ? "none (spare)"
+                                           : rp_qos_table[v].name,
+                    (unsigned long long)r->preempt_by[p][v]);
+            first = false;
+        }
+        fprintf(f, ")");
+    }
+    fprintf(f, "\n               of higher-priority demand: %llu\n",
+            (unsigned long long)r->preempt_of_higher);
+    for (uint64_t i = 0; i < r->preempt_of_higher && i < 5; i++)
+        fprintf(f, "    at +%.3f s: %s (%s) of %s, preemptor priority %d\n",
+                (double)r->preempt_of_higher_ev[i].at_ns / 1e9, r->preempt_of_higher_ev[i].machine,
+                r->preempt_of_higher_ev[i].type, r->preempt_of_higher_ev[i].cluster,
+                (int)r->preempt_of_higher_ev[i].preemptor_priority);
+}
+
+static void print_verdicts(const struct rp_run *r, FILE *f)
+{
+    const struct rp_inspect *in = &r->inspect;
+    if (!in->calls)
+        return;
+    if (!in->have_last) {
+        fprintf(f, "  verdicts     ShardRead/InspectNeeds: %llu calls, none answered (%s)\n",
+                (unsigned long long)in->calls, in->last_error);
+        return;
+    }
+    const struct rp_inspect_poll *w = &in->worst;
+    fprintf(f,
+            "  verdicts     the shard's own (InspectNeeds, %llu polls): at most %u of %u Needs "
+            "unsatisfied (at +%.0f s: priority starved %u, no matching supply %u, preemption "
+            "exhausted %u, topology %u), parked %u, %u with Phase 2 victims",
+            (unsigned long long)in->calls, w->unsatisfied, w->needs, (double)w->at_ns / 1e9,
+            w->unmet_reason[1], w->unmet_reason[2], w->unmet_reason[4], w->unmet_reason[3],
+            w->parked, w->preempting);
+    if (w->unsatisfied) {
+        fprintf(f, "; unsatisfied by qos:");
+        for (int q = RP_QOS_COUNT; q >= 0; q--)
+            if (w->unsatisfied_q[q])
+                fprintf(f, " %s %u", q < RP_QOS_COUNT ? rp_qos_table[q].name : "other",
+                        w->unsatisfied_q[q]);
+    }
+    fprintf(f, "\n               last poll: %u of %u unsatisfied, parked %u%s%s\n",
+            in->last.unsatisfied, in->last.needs, in->last.parked, in->errors ? "; errors: " : "",
+            in->errors ? in->last_error : "");
+}
+
 void rp_report_print(const struct rp_run *r, const struct rp_summary *s, FILE *f)
 {
     const struct rp_config *cfg = r->cfg;
     char a[64], b[64], c[64], d[64];
-    fprintf(f, "\nbigfleet-replay report%s\n", r->interrupted ? " (INTERRUPTED: partial)" : "");
-    fprintf(f, "  trace        %s: %zu pods (%zu rows, %zu skipped), window %lld..%lld s\n",
+    fprintf(f, "\nbigfleet-replay report%s%s\n", cfg->contended ? " (contended run)" : "",
+            r->interrupted ? " (INTERRUPTED: partial)" : "");
+    print_time(r, f);
+    fprintf(f, "  trace        %s: %zu pods (%zu rows, %zu skipped), window %lld..%lld s%s%s\n",
             r->trace->path, r->trace->n_pods, r->trace->rows, r->trace->skipped,
-            (long long)r->clock.from, (long long)r->clock.until);
+            (long long)r->clock.from, (long long)r->clock.until,
+            r->trace->snapshot ? "; snapshot: " : "", r->trace->snapshot ? r->trace->snap_why : "");
+    if (r->trace->qos_default >= 0)
+        fprintf(f, "               no qos column: every pod is %s\n",
+                rp_qos_table[r->trace->qos_default].name);
     fprintf(f,
             "  replay       %u cluster%s over %u connection%s, speed %.0fx, rollup every %s "
             "(= %.0f s of trace), %.1f s wall\n",
@@ -182,9 +426,11 @@ void rp_report_print(const struct rp_run *r, const struct rp_summary *s, FILE *f
         coalesced += r->cl[i].rollups_coalesced;
     }
     fprintf(f,
-            "  pods         %llu seen in a rollup, %llu lived between two rollups; classes %zu\n",
-            (unsigned long long)r->pods_observed, (unsigned long long)r->pods_unobserved,
-            r->model->n_classes);
+            "  pods         %llu of the window's %llu seen in a rollup (%.1f%%), %llu lived and "
+            "died between two rollups; classes %zu\n",
+            (unsigned long long)r->pods_observed, (unsigned long long)s->pods_window,
+            s->pods_window ? 100.0 * (double)r->pods_observed / (double)s->pods_window : 0,
+            (unsigned long long)r->pods_unobserved, r->model->n_classes);
     fprintf(f, "  rollups      %llu sent, %llu acked, %llu coalesced\n", (unsigned long long)sent,
             (unsigned long long)acked, (unsigned long long)coalesced);
     if (s->have_peak) {
@@ -196,6 +442,7 @@ void rp_report_print(const struct rp_run *r, const struct rp_summary *s, FILE *f
                 100 * s->sat_peak[RP_GPU], 100 * s->sat_peak_weighted);
         fprintf(f, "               over time: mean %.2f%%, min %.2f%% (%zu points)\n",
                 100 * s->sat_mean, 100 * s->sat_min, s->sat_samples);
+        print_qos(s, f);
     } else {
         fprintf(f, "  satisfied    no demand was replayed\n");
     }
@@ -240,11 +487,15 @@ void rp_report_print(const struct rp_run *r, const struct rp_summary *s, FILE *f
             num_or_dash(metric(r, "bigfleet_shard_idle_releases_total", NULL), rel, sizeof rel));
     }
     fprintf(f, "\n");
-    if (s->have_peak && r->model->n_types)
+    if (s->have_peak && r->model->n_types) {
         fprintf(f, "  cost         at peak $%.2f/h; lower bound $%.2f/h (%.2fx)%s\n", s->cost_peak,
                 s->lower_bound_peak,
                 s->lower_bound_peak > 0 ? s->cost_peak / s->lower_bound_peak : 0,
                 s->lb_infeasible_needs ? " [some Needs fit no catalog type]" : "");
+        print_split(r, s, f);
+    }
+    if (s->preemptions || cfg->contended)
+        print_preemptions(r, f);
     fprintf(f, "  reclaims of still-demanded machines: %llu\n",
             (unsigned long long)r->reclaim_still_demanded);
     for (uint64_t i = 0; i < r->reclaim_still_demanded && i < RP_RECLAIM_SAMPLES; i++)
@@ -284,6 +535,7 @@ void rp_report_print(const struct rp_run *r, const struct rp_summary *s, FILE *f
     } else if (cfg->metrics_addr) {
         fprintf(f, "  shard        /metrics not read: %s\n", r->metrics_error);
     }
+    print_verdicts(r, f);
     if (r->ticks_skipped || r->send_errors || r->bad_msgs || r->nsu_no_shape || r->reclaim_unknown)
         fprintf(f,
                 "  anomalies    ticks skipped %llu, send errors %llu, bad frames %llu, "
@@ -291,11 +543,20 @@ void rp_report_print(const struct rp_run *r, const struct rp_summary *s, FILE *f
                 (unsigned long long)r->ticks_skipped, (unsigned long long)r->send_errors,
                 (unsigned long long)r->bad_msgs, (unsigned long long)r->nsu_no_shape,
                 (unsigned long long)r->reclaim_unknown);
-    fprintf(f,
-            "  acceptance   %s (satisfied at peak >= 99%%: %s; 0 reclaims of still-demanded "
-            "machines: %s; binding p99 <= rollup interval + 2 cycles: %s)\n",
-            s->pass ? "PASS" : "FAIL", s->pass_satisfied ? "yes" : "no",
-            s->pass_reclaims ? "yes" : "no", s->pass_latency ? "yes" : "no");
+    if (cfg->contended)
+        fprintf(f,
+                "  acceptance   %s (contended: >= 1 preemption: %s; 0 preemptions of "
+                "higher-priority demand: %s; satisfied LS >= Burstable >= BE: %s; 0 reclaims of "
+                "still-demanded machines: %s)\n",
+                s->pass ? "PASS" : "FAIL", s->pass_preempted ? "yes" : "no",
+                s->pass_no_higher ? "yes" : "no", s->pass_qos_order ? "yes" : "no",
+                s->pass_reclaims ? "yes" : "no");
+    else
+        fprintf(f,
+                "  acceptance   %s (satisfied at peak >= 99%%: %s; 0 reclaims of still-demanded "
+                "machines: %s; binding p99 <= rollup interval + 2 cycles: %s)\n",
+                s->pass ? "PASS" : "FAIL", s->pass_satisfied ? "yes" : "no",
+                s->pass_reclaims ? "yes" : "no", s->pass_latency ? "yes" : "no");
 }
 
 /* ------------------------------------------------------------ JSON */
@@ -343,21 +604,35 @@ static void write_json(FILE *f, const struct rp_run *r, const struct rp_summary 
         fputs("null", f);
     fprintf(f,
             ", \"instance_types\": %zu, \"classes\": %zu, \"pinned\": %s, "
-            "\"unfittable_pods\": %zu},\n",
+            "\"unfittable_pods\": %zu, \"snapshot\": ",
             r->model->n_types, r->model->n_classes, r->model->pin ? "true" : "false",
             r->model->unfittable_pods);
+    if (r->trace->snapshot) {
+        fprintf(f, "{\"ramp_s\": %lld, \"hold_s\": %lld, \"why\": ", (long long)r->trace->snap_ramp,
+                (long long)r->trace->snap_hold);
+        jstr(f, r->trace->snap_why);
+        fputc('}', f);
+    } else {
+        fputs("null", f);
+    }
+    fprintf(f, ", \"qos_default\": ");
+    if (r->trace->qos_default >= 0)
+        jstr(f, rp_qos_table[r->trace->qos_default].name);
+    else
+        fputs("null", f);
+    fprintf(f, "},\n");
     fprintf(f, "  \"replay\": {\"shard_addr\": ");
     jstr(f, cfg->shard_addr);
     fprintf(f,
             ", \"clusters\": %u, \"connections\": %u, \"from_s\": %lld, \"until_s\": %lld, "
             "\"speed\": %.10g, \"rollup_interval_s\": %.6g, \"trace_s_per_rollup\": %.6g, "
             "\"cluster_offset_s\": %lld, \"cycle_interval_hint_s\": %.6g, \"wall_s\": %.3f, "
-            "\"shard_epoch\": %lld},\n",
+            "\"shard_epoch\": %lld, \"busiest_s\": %lld, \"contended\": %s},\n",
             r->n_cl, r->n_clients, (long long)r->clock.from, (long long)r->clock.until,
             r->clock.speed, (double)r->clock.interval_ns / 1e9,
             (double)r->clock.interval_ns / 1e9 * r->clock.speed, (long long)r->clock.offset,
             (double)cfg->cycle_hint_ns / 1e9, (double)(r->end_ns - r->start_ns) / 1e9,
-            (long long)r->shard_epoch);
+            (long long)r->shard_epoch, (long long)cfg->busiest, cfg->contended ? "true" : "false");
     uint64_t sent = 0, acked = 0, coalesced = 0, unsent = 0, restarts = 0, timeouts = 0;
     for (uint32_t i = 0; i < r->n_cl; i++) {
         sent += r->cl[i].rollups_sent;
@@ -383,9 +658,12 @@ static void write_json(FILE *f, const struct rp_run *r, const struct rp_summary 
         (unsigned long long)r->bad_msgs, (unsigned long long)r->send_errors,
         (unsigned long long)r->ticks_skipped);
     fprintf(f,
-            "  \"pods\": {\"observed\": %llu, \"between_rollups\": %llu, \"latency_samples\": %zu, "
+            "  \"pods\": {\"window\": %llu, \"observed\": %llu, \"observed_share\": %.6f, "
+            "\"between_rollups\": %llu, \"latency_samples\": %zu, "
             "\"covered_at_once\": %llu, \"deleted_before_bound\": %llu, \"never_bound\": %llu},\n",
-            (unsigned long long)r->pods_observed, (unsigned long long)r->pods_unobserved, r->n_lat,
+            (unsigned long long)s->pods_window, (unsigned long long)r->pods_observed,
+            s->pods_window ? (double)r->pods_observed / (double)s->pods_window : 0.0,
+            (unsigned long long)r->pods_unobserved, r->n_lat,
             (unsigned long long)r->pods_covered_at_once,
             (unsigned long long)r->pods_deleted_unbound, (unsigned long long)r->pods_never_bound);
     fprintf(f, "  \"satisfied\": {\"at_peak\": ");
@@ -411,7 +689,15 @@ static void write_json(FILE *f, const struct rp_run *r, const struct rp_summary 
     jnum(f, s->sat_mean);
     fprintf(f, ", \"min\": ");
     jnum(f, s->sat_min);
-    fprintf(f, ", \"points\": %zu},\n", s->sat_samples);
+    fprintf(f, ", \"points\": %zu, \"by_qos\": {", s->sat_samples);
+    for (int q = 0; q < RP_QOS_COUNT; q++) {
+        fprintf(f, "%s\"%s\": {\"over_run\": ", q ? ", " : "", rp_qos_table[q].name);
+        jnum(f, s->sat_q[q]);
+        fprintf(f, ", \"at_peak\": ");
+        jnum(f, s->sat_q_peak[q]);
+        fputc('}', f);
+    }
+    fprintf(f, "}},\n");
     fprintf(
         f,
         "  \"binding_latency_s\": {\"definition\": \"first rollup carrying the pod -> its Need "
@@ -459,7 +745,83 @@ static void write_json(FILE *f, const struct rp_run *r, const struct rp_summary 
     jnum(f, s->have_peak && r->model->n_types ? s->lower_bound_peak : NAN);
     fprintf(f, ", \"ratio\": ");
     jnum(f, s->lower_bound_peak > 0 ? s->cost_peak / s->lower_bound_peak : NAN);
-    fprintf(f, ", \"needs_fitting_no_type\": %llu},\n", (unsigned long long)s->lb_infeasible_needs);
+    fprintf(f, ", \"needs_fitting_no_type\": %llu, \"gap_at_peak\": ",
+            (unsigned long long)s->lb_infeasible_needs);
+    jnum(f, s->have_peak && r->model->n_types ? s->cost_peak - s->lower_bound_peak : NAN);
+    fprintf(f, ", \"split_at_peak\": ");
+    if (s->have_peak && r->model->n_types) {
+        fputc('{', f);
+        for (int p = 0; p < RP_COST_PARTS; p++) {
+            fprintf(f, "%s\"%s\": ", p ? ", " : "", rp_cost_part_key[p]);
+            jnum(f, s->split_peak.part[p]);
+        }
+        fprintf(f, "}, \"split_sum_at_peak\": ");
+        jnum(f, rp_cost_split_gap(&s->split_peak));
+    } else {
+        fputs("null, \"split_sum_at_peak\": null", f);
+    }
+    fprintf(f, "},\n");
+    fprintf(f,
+            "  \"preemptions\": {\"total\": %llu, \"of_higher_priority_demand\": %llu, "
+            "\"judging_s\": %.3f, \"by_preemptor\": {",
+            (unsigned long long)s->preemptions, (unsigned long long)r->preempt_of_higher,
+            (double)r->preempt_judge_ns / 1e9);
+    bool pfirst = true;
+    for (int p = 0; p <= RP_QOS_COUNT; p++) {
+        uint64_t row = 0;
+        for (int v = 0; v < RP_QOS_COUNT + 2; v++)
+            row += r->preempt_by[p][v];
+        if (!row)
+            continue;
+        fprintf(f, "%s\"%s\": {", pfirst ? "" : ", ",
+                p < RP_QOS_COUNT ? rp_qos_table[p].name : "other");
+        for (int v = 0; v < RP_QOS_COUNT + 2; v++)
+            fprintf(f, "%s\"%s\": %llu", v ? ", " : "",
+                    v == RP_VICTIM_UNKNOWN ? "unjudged"
+                    : v == RP_VICTIM_SPARE ? "spare"
+                                           : rp_qos_table[v].name,
+                    (unsigned long long)r->preempt_by[p][v]);
+        fputc('}', f);
+        pfirst = false;
+    }
+    fprintf(f, "}, \"samples\": [");
+    for (uint64_t i = 0; i < r->preempt_of_higher && i < RP_RECLAIM_SAMPLES; i++) {
+        const struct rp_reclaim_event *e = &r->preempt_of_higher_ev[i];
+        fprintf(f, "%s{\"at_s\": %.6f, \"machine\": ", i ? ", " : "", (double)e->at_ns / 1e9);
+        jstr(f, e->machine);
+        fputs(", \"cluster\": ", f);
+        jstr(f, e->cluster);
+        fprintf(f, ", \"preemptor_priority\": %d}", (int)e->preemptor_priority);
+    }
+    fprintf(f, "]},\n");
+    fprintf(f, "  \"shard_verdicts\": ");
+    if (r->inspect.have_last) {
+        const struct rp_inspect_poll *ps[2] = {&r->inspect.worst, &r->inspect.last};
+        fprintf(f, "{\"polls\": %llu, \"errors\": %llu", (unsigned long long)r->inspect.calls,
+                (unsigned long long)r->inspect.errors);
+        for (int i = 0; i < 2; i++) {
+            const struct rp_inspect_poll *w = ps[i];
+            fprintf(f,
+                    ", \"%s\": {\"at_s\": %.3f, \"needs\": %u, \"unsatisfied\": %u, "
+                    "\"parked\": %u, \"with_victims\": %u, \"priority_starved\": %u, "
+                    "\"no_matching_supply\": %u, \"topology_unsatisfiable\": %u, "
+                    "\"preemption_exhausted\": %u, \"unsatisfied_by_qos\": {",
+                    i ? "last" : "most_unsatisfied", (double)w->at_ns / 1e9, w->needs,
+                    w->unsatisfied, w->parked, w->preempting, w->unmet_reason[1],
+                    w->unmet_reason[2], w->unmet_reason[3], w->unmet_reason[4]);
+            for (int q = 0; q <= RP_QOS_COUNT; q++)
+                fprintf(f, "%s\"%s\": %u", q ? ", " : "",
+                        q < RP_QOS_COUNT ? rp_qos_table[q].name : "other", w->unsatisfied_q[q]);
+            fputs("}}", f);
+        }
+        fputs("},\n", f);
+    } else if (r->inspect.calls) {
+        fputs("{\"error\": ", f);
+        jstr(f, r->inspect.last_error);
+        fputs("},\n", f);
+    } else {
+        fputs("null,\n", f);
+    }
     fprintf(f, "  \"shard_metrics\": ");
     if (r->have_final_metrics) {
         const struct rp_prom *p = &r->final_metrics;
@@ -530,11 +892,16 @@ static void write_json(FILE *f, const struct rp_run *r, const struct rp_summary 
     } else {
         fputs("null", f);
     }
-    fprintf(f,
-            ",\n  \"acceptance\": {\"pass\": %s, \"satisfied_at_peak_ge_99pct\": %s, "
-            "\"no_reclaims_of_still_demanded\": %s, \"latency_p99_within_target\": %s},\n",
-            s->pass ? "true" : "false", s->pass_satisfied ? "true" : "false",
-            s->pass_reclaims ? "true" : "false", s->pass_latency ? "true" : "false");
+    fprintf(
+        f,
+        ",\n  \"acceptance\": {\"pass\": %s, \"contended\": %s, \"satisfied_at_peak_ge_99pct\": "
+        "%s, \"no_reclaims_of_still_demanded\": %s, \"latency_p99_within_target\": %s, "
+        "\"preempted\": %s, \"no_preemption_of_higher_priority\": %s, "
+        "\"satisfied_ordered_by_qos\": %s},\n",
+        s->pass ? "true" : "false", cfg->contended ? "true" : "false",
+        s->pass_satisfied ? "true" : "false", s->pass_reclaims ? "true" : "false",
+        s->pass_latency ? "true" : "false", s->pass_preempted ? "true" : "false",
+        s->pass_no_higher ? "true" : "false", s->pass_qos_order ? "true" : "false");
     fprintf(f, "  \"clusters\": [");
     for (uint32_t i = 0; i < r->n_cl; i++) {
         const struct rp_cluster *c = &r->cl[i];
@@ -545,10 +912,21 @@ static void write_json(FILE *f, const struct rp_run *r, const struct rp_summary 
         jstr(f, c->id);
         fprintf(f,
                 ", \"rollups_sent\": %llu, \"rollup_acks\": %llu, \"sessions\": %llu, "
-                "\"last_rollup\": %lld, \"needs\": %zu, \"pods\": %zu, \"configured\": %llu}",
+                "\"last_rollup\": %lld, \"needs\": %zu, \"pods\": %zu, \"configured\": %llu, "
+                "\"mean_cost_split\": ",
                 (unsigned long long)c->rollups_sent, (unsigned long long)c->acks_rollup,
                 (unsigned long long)c->sessions_started, (long long)c->cur_k, c->n_needs,
                 c->n_alive, (unsigned long long)configured);
+        if (c->split_n) {
+            fprintf(f, "{\"cost\": %.4f, \"lower_bound\": %.4f", c->split_sum.cost / c->split_n,
+                    c->split_sum.lower_bound / c->split_n);
+            for (int p = 0; p < RP_COST_PARTS; p++)
+                fprintf(f, ", \"%s\": %.4f", rp_cost_part_key[p],
+                        c->split_sum.part[p] / c->split_n);
+            fputs("}}", f);
+        } else {
+            fputs("null}", f);
+        }
     }
     fprintf(f, "],\n");
     fprintf(f,
@@ -556,7 +934,12 @@ static void write_json(FILE *f, const struct rp_run *r, const struct rp_summary 
             "\"needs\", "
             "\"demand_cpu_cores\", \"demand_memory_gib\", \"demand_gpus\", \"covered_cpu_cores\", "
             "\"covered_memory_gib\", \"covered_gpus\", \"bound_cpu_cores\", \"bound_memory_gib\", "
-            "\"bound_gpus\", \"cost_per_hour\"], \"rows\": [");
+            "\"bound_gpus\", \"cost_per_hour\", \"lower_bound_per_hour\"");
+    for (int p = 0; p < RP_COST_PARTS; p++)
+        fprintf(f, ", \"%s\"", rp_cost_part_key[p]);
+    for (int q = 0; q < RP_QOS_COUNT; q++)
+        fprintf(f, ", \"satisfied_%s\"", rp_qos_table[q].name);
+    fprintf(f, "], \"rows\": [");
     bool first = true;
     for (size_t k = 0; k < r->n_ticks; k++) {
         const struct rp_tick *t = &r->ticks[k];
@@ -566,11 +949,18 @@ static void write_json(FILE *f, const struct rp_run *r, const struct rp_summary 
             (double)r->clock.from + (double)k * (double)r->clock.interval_ns / 1e9 * r->clock.speed;
         fprintf(f,
                 "%s\n    [%zu, %.0f, %u, %u, %u, %.3f, %.3f, %.3f, %.3f, %.3f, %.3f, %.3f, %.3f, "
-                "%.3f, %.4f]",
+                "%.3f, %.4f, %.4f",
                 first ? "" : ",", k, ts, t->clusters, t->pods, t->needs, t->demand[RP_CPU] / 1000,
                 t->demand[RP_MEM] / 1024, t->demand[RP_GPU] / 1000, t->covered[RP_CPU] / 1000,
                 t->covered[RP_MEM] / 1024, t->covered[RP_GPU] / 1000, t->bound[RP_CPU] / 1000,
-                t->bound[RP_MEM] / 1024, t->bound[RP_GPU] / 1000, t->cost);
+                t->bound[RP_MEM] / 1024, t->bound[RP_GPU] / 1000, t->cost, t->split.lower_bound);
+        for (int p = 0; p < RP_COST_PARTS; p++)
+            fprintf(f, ", %.4f", t->split.part[p]);
+        for (int q = 0; q < RP_QOS_COUNT; q++) {
+            fputs(", ", f);
+            jnum(f, share_of(t->demand_q[q], t->covered_q[q]));
+        }
+        fputc(']', f);
         first = false;
     }
     fprintf(f, "]}\n}\n");
@@ -861,6 +1251,11 @@ static void latency_fn(FILE *f, const struct rp_run *r, const struct rp_summary 
 {
     write_latency_svg(f, r, s);
 }
+static void cost_fn(FILE *f, const struct rp_run *r, const struct rp_summary *s)
+{
+    (void)s;
+    rp_cost_svg(f, r);
+}
 static void text_fn(FILE *f, const struct rp_run *r, const struct rp_summary *s)
 {
     rp_report_print(r, s, f);
@@ -890,6 +1285,7 @@ int rp_report_write(const struct rp_run *r, const struct rp_summary *s, const ch
     if ((rc = write_file(dir, "report.json", json_fn, r, s)) ||
         (rc = write_file(dir, "report.txt", text_fn, r, s)) ||
         (rc = write_file(dir, "demand.svg", demand_fn, r, s)) ||
+        (rc = write_file(dir, "cost.svg", cost_fn, r, s)) ||
         (rc = write_file(dir, "binding-latency.svg", latency_fn, r, s)))
         return rc;
     return 0;

@@ -7,7 +7,7 @@
  *  - One io_uring event loop (bigfleet/net.h), one thread. Every cluster
  *    owns one bidi stream (the Go operator's one long-lived session), a
  *    periodic rollup timer and a reconnect timer. Clusters are spread over
- *    the connections round-robin (a connection carries at most ~1000
+ *    the connections round-robin (a connection carries at most 100
  *    concurrent streams: SETTINGS_MAX_CONCURRENT_STREAMS of our server).
  *  - Session protocol (shard.md §4): Hello first; the shard's Ack{"hello"}
  *    makes the session ready. Once every cluster is ready the clock starts
@@ -164,18 +164,25 @@ static void contrib(struct rp_run *r, struct rp_machine *m, int sign)
         return;
     struct rp_cluster *c = &r->cl[m->cluster];
     uint32_t sh = (uint32_t)m->shape;
+    double price = r->shapes.v[sh].price;
     if (m->state == BF_STATE_CONFIGURED) {
         if (sup_add(&c->conf, &c->n_conf, &c->cap_conf, sh, sign) ||
-            (m->cordoned && sup_add(&c->cord, &c->n_cord, &c->cap_cord, sh, sign)))
+            (m->cordoned && sup_add(&c->cord, &c->n_cord, &c->cap_cord, sh, sign)) ||
+            (!m->cordoned && m->reused && sup_add(&c->reuse, &c->n_reuse, &c->cap_reuse, sh, sign)))
             BF_ERROR("out of memory", "what=supply");
         mark_dirty(r, c);
+        if (m->cordoned)
+            c->cost_drain += sign * price;
     } else if (m->state == BF_STATE_CONFIGURING) {
         if (sup_add(&c->cing, &c->n_cing, &c->cap_cing, sh, sign))
             BF_ERROR("out of memory", "what=supply");
+        c->cost_cing += sign * price;
+    } else if (m->state == BF_STATE_DRAINING) {
+        c->cost_drain += sign * price;
     }
     if (m->state == BF_STATE_CONFIGURING || m->state == BF_STATE_CONFIGURED ||
         m->state == BF_STATE_DRAINING)
-        c->bound_cost += sign * r->shapes.v[sh].price;
+        c->bound_cost += sign * price;
 }
 
 static uint8_t phase_of(int state, uint8_t prev_phase, bool cordoned)
@@ -264,8 +271,12 @@ static void on_node_state(struct rp_run *r, struct rp_cluster *c,
     m->shape = shape;
     m->state = (uint8_t)st;
     if (st == BF_STATE_CONFIGURED &&
-        !(prev_state == BF_STATE_CONFIGURED && prev_cluster == (int32_t)c->idx))
+        !(prev_state == BF_STATE_CONFIGURED && prev_cluster == (int32_t)c->idx)) {
         m->cordoned = false; /* a new binding */
+        m->reused = m->ever_bound;
+        m->ever_bound = true;
+        r->reused_bindings += m->reused;
+    }
     switch (st) {
     case BF_STATE_IDLE:
     case BF_STATE_SPECULATIVE:
@@ -398,18 +409,13 @@ static void mark_dirty(struct rp_run *r, struct rp_cluster *c)
 
 /* ------------------------------------------------------------ reclaims */
 
-static void check_reclaim(struct rp_run *r, struct rp_cluster *c, struct rp_machine *m,
-                          int32_t prio, int64_t now)
+struct rp_supply_ent *rp_run_supply_without(const struct rp_run *r, const struct rp_cluster *c,
+                                            const struct rp_machine *m, size_t *n_out)
 {
-    if (prio != 0 || m->shape < 0 || c->hist_n == 0)
-        return;
-    /* the supply the shard credits (ADR-0045: Configured, then Configuring),
-     * without the machine being reclaimed nor those already cordoned for a
-     * reclaim (they are leaving) */
     size_t n = 0;
     struct rp_supply_ent *sup = malloc((c->n_conf + c->n_cing + 1) * sizeof *sup);
     if (!sup)
-        return;
+        return NULL;
     for (size_t i = 0; i < c->n_conf; i++) {
         int32_t cnt = c->conf[i].n;
         for (size_t j = 0; j < c->n_cord; j++)
@@ -420,7 +426,7 @@ static void check_reclaim(struct rp_run *r, struct rp_cluster *c, struct rp_mach
     }
     for (size_t i = 0; i < c->n_cing; i++)
         sup[n++] = (struct rp_supply_ent){c->cing[i].shape, c->cing[i].n, 1};
-    if (m->cluster == (int32_t)c->idx && !m->cordoned &&
+    if (m && m->shape >= 0 && m->cluster == (int32_t)c->idx && !m->cordoned &&
         (m->state == BF_STATE_CONFIGURED || m->state == BF_STATE_CONFIGURING)) {
         uint8_t tier = m->state == BF_STATE_CONFIGURED ? 0 : 1;
         for (size_t i = 0; i < n; i++) {
@@ -430,27 +436,54 @@ static void check_reclaim(struct rp_run *r, struct rp_cluster *c, struct rp_mach
             }
         }
     }
-    /* candidate demands: every rollup sent within the window, and the last
-     * one before it (a cycle may have acted on any of them) */
-    int64_t cutoff = now - r->cfg->reclaim_window_ns;
-    bool needed_all = true, any = false, older_taken = false;
-    for (uint32_t j = 0; j < c->hist_n && needed_all; j++) {
+    (void)r;
+    *n_out = n;
+    return sup;
+}
+
+size_t rp_run_candidate_demands(const struct rp_cluster *c, const struct rp_config *cfg,
+                                int64_t now, const struct rp_hist **out, size_t cap)
+{
+    int64_t cutoff = now - cfg->reclaim_window_ns;
+    bool older_taken = false;
+    size_t n = 0;
+    for (uint32_t j = 0; j < c->hist_n && n < cap; j++) {
         /* newest first */
         uint32_t h = (c->hist_head + c->hist_cap - 1 - j) % c->hist_cap;
-        struct rp_hist *e = &c->hist[h];
+        const struct rp_hist *e = &c->hist[h];
         if (e->sent_ns < cutoff) {
             if (older_taken)
                 break;
             older_taken = true;
         }
-        any = true;
-        int rc =
-            rp_machine_needed(&r->shapes, r->model, e->needs, e->n, sup, n, (uint32_t)m->shape);
-        if (rc <= 0)
-            needed_all = false;
+        out[n++] = e;
     }
+    return n;
+}
+
+static void check_reclaim(struct rp_run *r, struct rp_cluster *c, struct rp_machine *m,
+                          int32_t prio, int64_t now)
+{
+    if (prio != 0 || m->shape < 0 || c->hist_n == 0)
+        return;
+    /* the supply the shard credits (ADR-0045: Configured, then Configuring),
+     * without the machine being reclaimed nor those already cordoned for a
+     * reclaim (they are leaving) */
+    size_t n;
+    struct rp_supply_ent *sup = rp_run_supply_without(r, c, m, &n);
+    if (!sup)
+        return;
+    /* candidate demands: every rollup sent within the window, and the last
+     * one before it (a cycle may have acted on any of them) */
+    const struct rp_hist *cand[64];
+    size_t nc = rp_run_candidate_demands(c, r->cfg, now, cand, 64);
+    bool needed_all = nc > 0;
+    for (size_t j = 0; j < nc && needed_all; j++)
+        if (rp_machine_needed(&r->shapes, r->model, cand[j]->needs, cand[j]->n, sup, n,
+                              (uint32_t)m->shape) <= 0)
+            needed_all = false;
     free(sup);
-    if (!any || !needed_all)
+    if (!needed_all)
         return;
     if (r->reclaim_still_demanded < RP_RECLAIM_SAMPLES) {
         struct rp_reclaim_event *ev = &r->still_demanded[r->reclaim_still_demanded];
@@ -476,11 +509,13 @@ static void on_reclaim(struct rp_run *r, struct rp_cluster *c,
             r->reclaim_unknown++;
             continue;
         }
-        if (ri->preemptor_priority > 0)
+        if (ri->preemptor_priority > 0) {
             r->preempted++;
-        else
+            rp_contend_preempt(r, c, m, ri->preemptor_priority, now);
+        } else {
             r->reclaimed++;
-        check_reclaim(r, c, m, ri->preemptor_priority, now);
+            check_reclaim(r, c, m, ri->preemptor_priority, now);
+        }
         contrib(r, m, -1);
         m->cordoned = true;
         if (m->state == BF_STATE_CONFIGURED)
@@ -561,9 +596,9 @@ static int advance_to(struct rp_run *r, struct rp_cluster *c, int64_t tau)
                 if (alive_push(c, p, t->pods[p].cls))
                     return -ENOMEM;
                 r->pods_observed++;
-            } else {
-                r->pods_unobserved++;
-            }
+            } else if (rp_pod_alive_in(t, &t->pods[p], r->clock.from, tau)) {
+                r->pods_unobserved++; /* lived and died between two rollups */
+            }                         /* else: gone before the window: not one of its pods */
         }
     }
     if (c->n_alive == 0) {
@@ -651,6 +686,46 @@ static struct rp_tick *tick_at(struct rp_run *r, int64_t k)
     return &r->ticks[k];
 }
 
+/* Adds c's cost split (cost.c) to the point t and to c's running sum. */
+static void split_sample(struct rp_run *r, struct rp_cluster *c, struct rp_tick *t)
+{
+    size_t n = 0;
+    struct rp_supply_ent *sup = malloc((c->n_conf + 1) * sizeof *sup);
+    int32_t *reused = malloc((c->n_conf + 1) * sizeof *reused);
+    if (!sup || !reused)
+        goto out;
+    for (size_t i = 0; i < c->n_conf; i++) {
+        int32_t cnt = c->conf[i].n, re = 0;
+        for (size_t j = 0; j < c->n_cord; j++)
+            if (c->cord[j].shape == c->conf[i].shape)
+                cnt -= c->cord[j].n;
+        for (size_t j = 0; j < c->n_reuse; j++)
+            if (c->reuse[j].shape == c->conf[i].shape)
+                re = c->reuse[j].n;
+        if (cnt > 0) {
+            reused[n] = re;
+            sup[n++] = (struct rp_supply_ent){c->conf[i].shape, cnt, 0};
+        }
+    }
+    struct rp_cost_split one = {0};
+    if (rp_cost_split_add(&r->shapes, r->model, c->needs, c->n_needs, sup, n, reused, c->cost_cing,
+                          c->cost_drain, &one) == 0) {
+        t->split.cost += one.cost;
+        t->split.lower_bound += one.lower_bound;
+        t->split.needs_without_type += one.needs_without_type;
+        c->split_sum.cost += one.cost;
+        c->split_sum.lower_bound += one.lower_bound;
+        for (int p = 0; p < RP_COST_PARTS; p++) {
+            t->split.part[p] += one.part[p];
+            c->split_sum.part[p] += one.part[p];
+        }
+        c->split_n++;
+    }
+out:
+    free(sup);
+    free(reused);
+}
+
 /* The sample of rollup k: its demand against the Configured supply now. */
 static void sample(struct rp_run *r, struct rp_cluster *c, int64_t k)
 {
@@ -662,11 +737,23 @@ static void sample(struct rp_run *r, struct rp_cluster *c, int64_t k)
         return;
     memset(cov, 0, (c->n_needs ? c->n_needs : 0) * sizeof *cov);
     coverage(r, c, now, false, cov);
+    /* per qos class: the shard's own credit order (priority first), so a
+     * class is credited what the shard would give it, not what a better
+     * packing across classes could */
+    rp_res *qcov = t && c->n_needs ? calloc(2 * c->n_needs, sizeof *qcov) : NULL;
+    if (qcov && rp_attribute(&r->shapes, r->model, c->needs, c->n_needs, c->conf, c->n_conf,
+                             RP_ORDER_ENGINE, qcov + c->n_needs, qcov)) {
+        free(qcov);
+        qcov = NULL;
+    }
     if (t) {
         for (size_t i = 0; i < c->n_needs; i++) {
+            int q = r->model->classes[c->needs[i].cls].qos;
             for (int d = 0; d < RP_DIMS; d++) {
                 t->demand[d] += (double)c->needs[i].agg.v[d];
                 t->covered[d] += (double)cov[i].v[d];
+                t->demand_q[q][d] += (double)c->needs[i].agg.v[d];
+                t->covered_q[q][d] += (double)(qcov ? qcov[i] : cov[i]).v[d];
             }
             t->weight += c->needs[i].agg.v[RP_CPU] / 1000.0 * 0.033 +
                          c->needs[i].agg.v[RP_MEM] / 1024.0 * 0.00375 +
@@ -676,10 +763,13 @@ static void sample(struct rp_run *r, struct rp_cluster *c, int64_t k)
             for (int d = 0; d < RP_DIMS; d++)
                 t->bound[d] += (double)r->shapes.v[c->conf[i].shape].alloc.v[d] * c->conf[i].n;
         t->cost += c->bound_cost;
+        if (r->model->n_types)
+            split_sample(r, c, t);
         t->pods += (uint32_t)c->n_alive;
         t->needs += (uint32_t)c->n_needs;
         t->clusters++;
     }
+    free(qcov);
     if (cov != stack_cov)
         free(cov);
 }
@@ -932,6 +1022,7 @@ static void end_run(struct rp_run *r)
             bf_net_stream_close_send(c->stream);
     }
     bf_net_timer_stop(r->progress_timer);
+    rp_contend_inspect_stop(r);
     /* the final state (a plain line only if the last one is not fresh) */
     if (r->started && (r->cfg->progress == 2 ||
                        (r->cfg->progress == 1 && now - r->last_progress_ns > BF_NS_PER_SEC)))
@@ -1193,7 +1284,8 @@ int rp_run_execute(struct rp_run *r)
     if (sfd >= 0)
         bf_net_watch_fd(r->loop, sfd, POLLIN, on_signal, r, &sw);
 
-    uint32_t conns = cfg->connections ? cfg->connections : (r->n_cl + 499) / 500;
+    /* the shard serves at most 100 streams per connection (gRPC's default) */
+    uint32_t conns = cfg->connections ? cfg->connections : (r->n_cl + 99) / 100;
     if (conns > r->n_cl)
         conns = r->n_cl;
     if (conns == 0)
@@ -1274,6 +1366,8 @@ int rp_run_execute(struct rp_run *r)
     r->last_progress_ns = bf_mono_ns();
     for (uint32_t i = 0; i < r->n_cl; i++)
         session_start(&r->cl[i]);
+    if (rp_contend_inspect_start(r))
+        return -ENOMEM;
     if (cfg->metrics_addr) {
         pthread_mutex_init(&r->scrape.mu, NULL);
         if (pthread_create(&r->scrape.thread, NULL, scrape_main, r) == 0)
@@ -1347,12 +1441,14 @@ void rp_run_free(struct rp_run *r)
         free(c->conf);
         free(c->cing);
         free(c->cord);
+        free(c->reuse);
     }
     bf_net_timer_free(r->progress_timer);
     bf_net_timer_free(r->settle_timer);
     bf_net_timer_free(r->connect_timer);
     bf_net_timer_free(r->stop_timer);
     bf_net_timer_free(r->watchdog);
+    bf_net_timer_free(r->inspect.timer);
     for (uint32_t i = 0; r->clients && i < r->n_clients; i++)
         bf_net_client_free(r->clients[i]);
     free(r->clients);

@@ -21,15 +21,19 @@ struct rp_config {
     const char *metrics_addr; /* host:port of the shard's /metrics, NULL = none */
     const char *report_dir;   /* NULL = no files */
     const char *cluster_prefix;
-    bool skip_bad;
+    struct rp_trace_opts trace_opts; /* skip_bad, snapshot, default qos */
     bool pin;
     bool spot_variants;
     bool check;   /* exit 3 when the acceptance criteria fail */
     bool explain; /* print the mapping and exit */
     uint32_t clusters;
     uint32_t connections; /* 0 = auto */
+    bool check_input;     /* load and validate the inputs, print a summary, exit */
+    bool contended;       /* a contended run: its own acceptance criteria (docs/replay.md §5) */
     bool from_set, until_set, duration_set;
     int64_t from, until, duration; /* trace seconds */
+    int64_t busiest;               /* > 0: the window is the busiest stretch this long */
+    int64_t inspect_interval_ns;   /* ShardRead/InspectNeeds poll period, 0 = never */
     double speed;                  /* 0 = from wall_ns */
     int64_t wall_ns;               /* replay the window in this much wall time */
     int64_t interval_ns;           /* rollup interval, wall */
@@ -63,6 +67,8 @@ struct rp_machine {
     uint8_t state;   /* enum bf_state */
     uint8_t phase;   /* enum rp_phase */
     bool cordoned;
+    bool ever_bound; /* has been Configured for some cluster */
+    bool reused;     /* its current binding is not its first (re-used from Idle) */
 };
 
 /* One alive pod of a cluster. */
@@ -113,7 +119,13 @@ struct rp_cluster {
     size_t n_conf, cap_conf, n_cing, cap_cing;
     struct rp_supply_ent *cord; /* Configured but cordoned by a ReclaimInstruction */
     size_t n_cord, cap_cord;
-    double bound_cost; /* $/h of machines Configuring, Configured or Draining here */
+    struct rp_supply_ent *reuse; /* Configured, not cordoned, bound before (rp_machine.reused) */
+    size_t n_reuse, cap_reuse;
+    double bound_cost;              /* $/h of machines Configuring, Configured or Draining here */
+    double cost_cing;               /* $/h of those Configuring */
+    double cost_drain;              /* $/h of those Draining, or Configured and cordoned */
+    struct rp_cost_split split_sum; /* sum over this cluster's timeline samples */
+    uint32_t split_n;
     bool dirty;
     /* counters */
     uint64_t rollups_sent, rollups_coalesced, rollups_unsent, acks_rollup, acks_hello;
@@ -123,9 +135,35 @@ struct rp_cluster {
 /* One point of the timeline: rollup index k, summed over the clusters. */
 struct rp_tick {
     double demand[RP_DIMS], covered[RP_DIMS], bound[RP_DIMS];
-    double cost;   /* $/h of the machines bound at the sample */
-    double weight; /* list-price-weighted demand (peak selection) */
+    double demand_q[RP_QOS_COUNT][RP_DIMS], covered_q[RP_QOS_COUNT][RP_DIMS]; /* per qos */
+    double cost;                /* $/h of the machines bound at the sample */
+    double weight;              /* list-price-weighted demand (peak selection) */
+    struct rp_cost_split split; /* where the cost goes (with a catalog) */
     uint32_t pods, needs, clusters;
+};
+
+/* Preemptions by the preemptor's qos class (RP_QOS_COUNT = a priority of
+ * no class) and the class of the demand the machine was still serving
+ * (RP_QOS_COUNT = none: the machine was not needed; RP_QOS_COUNT + 1 = not
+ * judged: no shape or no rollup yet). */
+#define RP_VICTIM_SPARE   RP_QOS_COUNT
+#define RP_VICTIM_UNKNOWN (RP_QOS_COUNT + 1)
+
+/* What the shard's own verdicts (ShardRead/InspectNeeds) said. */
+struct rp_inspect_poll {
+    int64_t at_ns; /* since t0 */
+    uint32_t needs, unsatisfied, parked;
+    uint32_t unmet_reason[5];                 /* by UnmetReason 0..4 */
+    uint32_t unsatisfied_q[RP_QOS_COUNT + 1]; /* by qos class of the priority */
+    uint32_t preempting;                      /* Needs whose Phase 2 found victims */
+};
+struct rp_inspect {
+    struct bf_net_timer *timer;
+    struct bf_net_stream *stream;            /* a call in flight */
+    struct rp_inspect_poll cur, last, worst; /* worst: most unsatisfied Needs */
+    bool got_header, have_last;
+    uint64_t calls, errors;
+    char last_error[200];
 };
 
 struct rp_reclaim_event {
@@ -190,8 +228,13 @@ struct rp_run {
         pods_observed;
     /* machines */
     uint64_t provisioned, reclaimed, preempted, failed, drained, reclaim_unknown,
-        reclaim_still_demanded;
+        reclaim_still_demanded, reused_bindings;
     struct rp_reclaim_event still_demanded[RP_RECLAIM_SAMPLES];
+    uint64_t preempt_by[RP_QOS_COUNT + 1][RP_QOS_COUNT + 2];
+    uint64_t preempt_of_higher; /* took a machine demand of > the preemptor's priority needed */
+    int64_t preempt_judge_ns;   /* time spent judging preemptions (contend.c) */
+    struct rp_reclaim_event preempt_of_higher_ev[RP_RECLAIM_SAMPLES];
+    struct rp_inspect inspect;
     /* protocol counters */
     uint64_t nsu, nsu_no_shape, boot_req, boot_cluster_mismatch, reclaim_msgs, ac_updates, bad_msgs,
         unknown_msgs, send_errors, acks_other;
@@ -216,9 +259,37 @@ struct rp_run {
  * already printed. */
 int rp_run_execute(struct rp_run *r);
 void rp_run_free(struct rp_run *r);
-/* Needs of cluster i at its rollup k, recomputed from the trace (the peak's
- * lower bound). out must hold n_classes entries. */
+/* Needs of cluster i at its rollup k, recomputed from the trace. out must
+ * hold n_classes entries. */
 size_t rp_run_needs_at(const struct rp_run *r, uint32_t i, int64_t k, struct rp_need *out);
+/* The supply the shard credits to cluster c (Configured, then Configuring),
+ * without the machines cordoned for a reclaim and without m (may be NULL):
+ * a malloc'd array, its length in *n; NULL when out of memory. */
+struct rp_supply_ent *rp_run_supply_without(const struct rp_run *r, const struct rp_cluster *c,
+                                            const struct rp_machine *m, size_t *n);
+/* The rollups of c a cycle may have acted on at `now`: every one sent in
+ * [now - --reclaim-window, now] and the last one before; newest first.
+ * Returns how many (at most cap) pointers were written. */
+size_t rp_run_candidate_demands(const struct rp_cluster *c, const struct rp_config *cfg,
+                                int64_t now, const struct rp_hist **out, size_t cap);
+
+/* contend.c */
+/* The qos class of a priority (RP_QOS_COUNT when no class has it). */
+int rp_qos_of_priority(int32_t priority);
+/* A ReclaimInstruction with preemptor priority > 0 for machine m of c:
+ * classifies the demand the machine served and counts a preemption of
+ * demand at or above the preemptor's priority (docs/replay.md §5). */
+void rp_contend_preempt(struct rp_run *r, struct rp_cluster *c, struct rp_machine *m,
+                        int32_t preemptor_priority, int64_t now);
+/* Starts the periodic ShardRead/InspectNeeds poll (cfg->inspect_interval_ns
+ * > 0); stop with rp_contend_inspect_stop. 0 or -ENOMEM. */
+int rp_contend_inspect_start(struct rp_run *r);
+void rp_contend_inspect_stop(struct rp_run *r);
+
+/* cost.c */
+/* Writes cost.svg: the lower bound and the parts of the gap stacked over
+ * trace time, the cost as a line. */
+void rp_cost_svg(FILE *f, const struct rp_run *r);
 
 /* report.c */
 struct rp_summary {
@@ -233,7 +304,15 @@ struct rp_summary {
     int64_t lat_target_ns;
     double cost_peak, lower_bound_peak;
     uint64_t lb_infeasible_needs;
+    struct rp_cost_split split_peak; /* where the cost goes at the peak */
+    /* per qos class: sum over the timeline of covered / demand, min over the
+     * dimensions with demand; NaN when the class had no demand */
+    double sat_q[RP_QOS_COUNT], sat_q_peak[RP_QOS_COUNT];
+    uint64_t pods_window; /* pods the clusters went through (seen + between rollups) */
     bool pass_satisfied, pass_reclaims, pass_latency, pass;
+    /* --contended */
+    uint64_t preemptions;
+    bool pass_preempted, pass_no_higher, pass_qos_order;
 };
 void rp_report_summarize(struct rp_run *r, struct rp_summary *s);
 void rp_report_print(const struct rp_run *r, const struct rp_summary *s, FILE *f);

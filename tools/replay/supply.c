@@ -482,6 +482,13 @@ int rp_attribute(struct rp_shapes *s, const struct rp_model *m, const struct rp_
                  size_t n_needs, const struct rp_supply_ent *sup, size_t n_sup, int order,
                  rp_res *residual, rp_res *covered)
 {
+    return rp_attribute_take(s, m, needs, n_needs, sup, n_sup, order, residual, covered, NULL);
+}
+
+int rp_attribute_take(struct rp_shapes *s, const struct rp_model *m, const struct rp_need *needs,
+                      size_t n_needs, const struct rp_supply_ent *sup, size_t n_sup, int order,
+                      rp_res *residual, rp_res *covered, int64_t *take_out)
+{
     if (n_needs == 0)
         return 0;
     size_t nt = n_needs * (n_sup ? n_sup : 1);
@@ -512,9 +519,13 @@ int rp_attribute(struct rp_shapes *s, const struct rp_model *m, const struct rp_
     if (rc)
         goto out;
     repair(s, m, needs, n_needs, sup, n_sup, take2, cov2);
-    if (score_cov(needs, n_needs, cov2) > score_cov(needs, n_needs, cov))
+    if (score_cov(needs, n_needs, cov2) > score_cov(needs, n_needs, cov)) {
         memcpy(cov, cov2, n_needs * sizeof *cov);
+        memcpy(take, take2, nt * sizeof *take);
+    }
 done:
+    if (take_out)
+        memcpy(take_out, take, nt * sizeof *take);
     for (size_t i = 0; i < n_needs; i++) {
         for (int d = 0; d < RP_DIMS; d++) {
             int64_t left = needs[i].agg.v[d] - cov[i].v[d];
@@ -642,7 +653,7 @@ double rp_max_coverage(struct rp_shapes *s, const struct rp_model *m, const stru
     for (size_t k = 0; k < ns; k++)
         b[k] = (double)count[k];
     double opt;
-    if (rp_simplex_max(rows, cols, A, b, c, &opt) == 0)
+    if (rp_simplex_max(rows, cols, A, b, c, &opt, NULL) == 0)
         result = opt;
 out:
     free(shape);

@@ -11,6 +11,15 @@
  * CSV: comma separated, optional double-quoted fields ("" escapes a quote),
  * CRLF or LF, an optional UTF-8 BOM, blank lines ignored. The whole file is
  * read into memory (the openb lists are ~500 KB).
+ *
+ * Snapshots (docs/replay.md §2): a pod list without creation/deletion times
+ * (openb_pod_list_multigpu20.csv) is what runs at one moment, not a
+ * history. With opts->snapshot it is replayed as a ramp: the n pods arrive
+ * in file order, pod i at trace second floor(ramp * i / n), and none is
+ * deleted before the end, ramp + hold; without a qos column every pod gets
+ * opts->default_qos (LS unless set). Without the option, or when only one
+ * of the two time columns is there, the header is an error naming every
+ * missing column.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -27,6 +36,7 @@ static const char *const col_name[C_COUNT] = {
     "gpu_spec", "qos",       "creation_time", "deletion_time",
 };
 static const bool col_required[C_COUNT] = {true, true, true, true, true, false, true, true, true};
+static const struct rp_trace_opts opts_default = {.default_qos = -1};
 
 #define MAX_FIELDS     64
 #define MAX_MEMORY_MIB (INT64_C(1) << 40) /* 1 EiB: keeps byte math in int64 */
@@ -278,6 +288,8 @@ static int parse_row(struct rp_trace *t, char **f, int nf, const int *col, struc
         return -EINVAL;
     }
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) {
+        if (t->snapshot && ints[i] == C_CREATE)
+            continue; /* made up after the last row */
         const char *s = f[col[ints[i]]];
         int rc = parse_int(s, 0, hi[i], &v[ints[i]]);
         if (rc) {
@@ -290,7 +302,7 @@ static int parse_row(struct rp_trace *t, char **f, int nf, const int *col, struc
             return -EINVAL;
         }
     }
-    const char *del = f[col[C_DELETE]];
+    const char *del = t->snapshot ? "" : f[col[C_DELETE]];
     if (!*del) {
         v[C_DELETE] = RP_LIVES_FOREVER;
     } else {
@@ -314,8 +326,8 @@ static int parse_row(struct rp_trace *t, char **f, int nf, const int *col, struc
                  (long long)v[C_NGPU]);
         return -EINVAL;
     }
-    const char *q = f[col[C_QOS]];
-    int qos = rp_qos_parse(q, strlen(q));
+    const char *q = col[C_QOS] >= 0 ? f[col[C_QOS]] : NULL;
+    int qos = q ? rp_qos_parse(q, strlen(q)) : t->qos_default;
     if (qos < 0) {
         snprintf(why, why_len, "qos: \"%s\" is not LS, Burstable, BE or Guaranteed", q);
         return -EINVAL;
@@ -356,9 +368,56 @@ static int cmp_create(const void *a, const void *b, void *ctx)
     return x < y ? -1 : (x > y);
 }
 
-int rp_trace_parse(const char *name, const char *buf, size_t len, bool skip_bad, struct rp_trace *t,
-                   char *err, size_t err_len)
+/* Checks the header's columns against what the options need; decides
+ * whether this is a snapshot. 0 or -EINVAL with the message in err. */
+static int header_check(struct rp_trace *t, const char *name, size_t lineno, const int *col,
+                        const struct rp_trace_opts *o, char *err, size_t err_len)
 {
+    bool no_times = col[C_CREATE] < 0 && col[C_DELETE] < 0;
+    t->snapshot = o->snapshot == RP_SNAP_RAMP || (o->snapshot == RP_SNAP_AUTO && no_times);
+    if (t->snapshot)
+        snprintf(t->snap_why, sizeof t->snap_why, "%s",
+                 no_times ? "the list has no creation_time/deletion_time columns"
+                          : "--snapshot ramp");
+    t->qos_default = -1;
+    if (col[C_QOS] < 0 && (o->default_qos >= 0 || t->snapshot))
+        t->qos_default = o->default_qos >= 0 ? o->default_qos : RP_QOS_LS;
+    char miss[256] = "";
+    size_t ml = 0;
+    int n_miss = 0;
+    for (int c = 0; c < C_COUNT; c++) {
+        if (col[c] >= 0 || !col_required[c])
+            continue;
+        if ((c == C_QOS && t->qos_default >= 0) ||
+            ((c == C_CREATE || c == C_DELETE) && t->snapshot))
+            continue;
+        ml +=
+            (size_t)snprintf(miss + ml, sizeof miss - ml, "%s%s", n_miss ? ", " : "", col_name[c]);
+        if (ml >= sizeof miss)
+            ml = sizeof miss - 1;
+        n_miss++;
+    }
+    if (!n_miss)
+        return 0;
+    const char *hint = "";
+    if (no_times && !t->snapshot)
+        hint = "; a snapshot pod list without times replays with --snapshot auto or --snapshot "
+               "ramp";
+    else if (col[C_QOS] < 0 && t->qos_default < 0)
+        hint = "; --default-qos fills a missing qos column";
+    errf(err, err_len,
+         "%s:%zu: header: missing column%s %s (a pod list needs name, cpu_milli, memory_mib, "
+         "num_gpu, gpu_milli, qos, creation_time, deletion_time%s)",
+         name, lineno, n_miss == 1 ? "" : "s", miss, hint);
+    return -EINVAL;
+}
+
+int rp_trace_parse(const char *name, const char *buf, size_t len, const struct rp_trace_opts *o,
+                   struct rp_trace *t, char *err, size_t err_len)
+{
+    if (!o)
+        o = &opts_default;
+    bool skip_bad = o->skip_bad;
     memset(t, 0, sizeof *t);
     struct nameset ns = {0};
     char *copy = NULL;
@@ -433,16 +492,8 @@ int rp_trace_parse(const char *name, const char *buf, size_t len, bool skip_bad,
                     col[c] = i;
                 }
             }
-            for (int c = 0; c < C_COUNT; c++) {
-                if (col[c] < 0 && col_required[c]) {
-                    errf(err, err_len,
-                         "%s:%zu: header: missing column %s (a pod list needs name, cpu_milli, "
-                         "memory_mib, num_gpu, gpu_milli, qos, creation_time, deletion_time)",
-                         name, lineno, col_name[c]);
-                    rc = -EINVAL;
-                    goto fail;
-                }
-            }
+            if ((rc = header_check(t, name, lineno, col, o, err, err_len)))
+                goto fail;
             ncols = nf;
             have_header = true;
             continue;
@@ -532,6 +583,16 @@ int rp_trace_parse(const char *name, const char *buf, size_t len, bool skip_bad,
         rc = -EINVAL;
         goto fail;
     }
+    if (t->snapshot) {
+        t->snap_ramp = o->ramp > 0 ? o->ramp : RP_SNAPSHOT_DEFAULT_S;
+        t->snap_hold = o->hold > 0 ? o->hold : RP_SNAPSHOT_DEFAULT_S;
+        for (size_t i = 0; i < t->n_pods; i++) {
+            t->pods[i].create = (int64_t)((__int128)t->snap_ramp * (int64_t)i / (int64_t)t->n_pods);
+            t->pods[i].delete_ = RP_LIVES_FOREVER;
+        }
+        t->first_create = 0;
+        t->end = t->snap_ramp + t->snap_hold;
+    }
     t->by_create = malloc(t->n_pods * sizeof *t->by_create);
     if (!t->by_create) {
         rc = -ENOMEM;
@@ -552,7 +613,8 @@ fail:
     return rc;
 }
 
-int rp_trace_load(const char *path, bool skip_bad, struct rp_trace *t, char *err, size_t err_len)
+int rp_trace_load(const char *path, const struct rp_trace_opts *o, struct rp_trace *t, char *err,
+                  size_t err_len)
 {
     memset(t, 0, sizeof *t);
     FILE *f = fopen(path, "rb");
@@ -589,7 +651,7 @@ int rp_trace_load(const char *path, bool skip_bad, struct rp_trace *t, char *err
         return -EIO;
     }
     fclose(f);
-    int rc = rp_trace_parse(path, buf ? buf : "", len, skip_bad, t, err, err_len);
+    int rc = rp_trace_parse(path, buf ? buf : "", len, o, t, err, err_len);
     free(buf);
     return rc;
 }
@@ -609,4 +671,86 @@ void rp_trace_free(struct rp_trace *t)
     free(t->by_create);
     free(t->path);
     memset(t, 0, sizeof *t);
+}
+
+/* ---------------------------------------------------------- windows */
+
+/* The first second a pod is no longer alive (its deletion), INT64_MAX when
+ * it lives to the end; a pod created and deleted at the same second before
+ * the end is never alive (its end equals its creation). */
+static int64_t pod_gone(const struct rp_trace *t, const struct rp_pod *p)
+{
+    return p->delete_ >= t->end ? INT64_MAX : p->delete_;
+}
+
+size_t rp_trace_window_pods(const struct rp_trace *t, int64_t from, int64_t until)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < t->n_pods; i++)
+        n += rp_pod_alive_in(t, &t->pods[i], from, until);
+    return n;
+}
+
+static int cmp_time(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : (x > y);
+}
+
+/* Elements of a sorted array that are <= x. */
+static size_t count_le(const int64_t *v, size_t n, int64_t x)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (v[mid] <= x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/*
+ * Pods alive somewhere in [s, s + len] = (creations <= s + len) - (ends
+ * <= s), over the pods that are alive at all. That count only rises where
+ * s + len reaches a creation, so the best start is the trace start or a
+ * creation time minus len.
+ */
+int64_t rp_trace_busiest(const struct rp_trace *t, int64_t len)
+{
+    int64_t lo = t->first_create, hi = t->end - len;
+    if (len <= 0 || hi <= lo || t->n_pods == 0)
+        return lo;
+    int64_t *cr = malloc(t->n_pods * sizeof *cr), *gone = malloc(t->n_pods * sizeof *gone);
+    if (!cr || !gone) {
+        free(cr);
+        free(gone);
+        return lo;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < t->n_pods; i++) {
+        int64_t g = pod_gone(t, &t->pods[i]);
+        if (g <= t->pods[i].create)
+            continue; /* never alive */
+        cr[n] = t->pods[i].create;
+        gone[n++] = g;
+    }
+    qsort(cr, n, sizeof *cr, cmp_time);
+    qsort(gone, n, sizeof *gone, cmp_time);
+    int64_t best_s = lo;
+    size_t best = count_le(cr, n, lo + len) - count_le(gone, n, lo);
+    for (size_t i = 0; i < n; i++) {
+        int64_t s = cr[i] - len;
+        if (s <= lo || s > hi)
+            continue;
+        size_t c = count_le(cr, n, s + len) - count_le(gone, n, s);
+        if (c > best || (c == best && s < best_s)) {
+            best = c;
+            best_s = s;
+        }
+    }
+    free(cr);
+    free(gone);
+    return best_s;
 }

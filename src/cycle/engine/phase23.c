@@ -4,7 +4,9 @@
  *
  * Phase 2: Phase 1's unsatisfied Needs by priority desc (stable); victims are
  * Configured machines of strictly lower assigned priority that pass
- * MatchProfile (any cluster), ranked by VictimScore desc then id; a Phase-2
+ * MatchProfile (any cluster), ranked by VictimScore desc then id, minus the
+ * machines this cycle's credit pass gave to Needs of the preemptor's
+ * priority or higher (a prefix of each leaf; docs/engine.md §3); a Phase-2
  * local claimed set (per-leaf prefix counter); MinUnit and the Same domain
  * filter per Need. Candidate leaves are cached per (profile, preemptor
  * priority) for the cycle; only the priority lists below P are visited.
@@ -128,6 +130,25 @@ static int victims_of(struct bf_engine *e, struct cprof *cp, int32_t P, struct u
     return 0;
 }
 
+/*
+ * How much of leaf l this cycle's credit pass gave to Needs of priority >= p.
+ * Credit runs in priority order and claims each leaf as a prefix in id order
+ * (one run per Need and leaf), so that part is a prefix too: a preemptor of
+ * priority p starts its victims after it. Without this, a machine configured
+ * for a lower-priority Need (its assigned priority) but credited this cycle
+ * to a Need of priority >= p of its cluster would be taken from that Need.
+ */
+static uint32_t credited_at_or_above(const struct bf_engine *e, const struct leaf *l, int32_t p)
+{
+    uint32_t end = 0;
+    for (uint32_t r = l->runs; r != NONE32; r = e->runs[r].next) {
+        const struct run *ru = &e->runs[r];
+        if (e->d[ru->need].cp->prio >= p && ru->start + ru->count > end)
+            end = ru->start + ru->count;
+    }
+    return end;
+}
+
 static int add_unresolved(struct bf_engine *e, uint32_t di, bool preempted)
 {
     struct dneed *d = &e->d[di];
@@ -190,6 +211,9 @@ int bfe_phase2(struct bf_engine *e)
         uint32_t nc = 0;
         for (uint32_t i = 0; i < c->n; i++) {
             struct leaf *l = bfe_leaf_cyc(e, c->leaves[i]);
+            uint32_t kept = credited_at_or_above(e, l, cp->prio);
+            if (l->p2taken < kept)
+                l->p2taken = kept; /* Needs come by priority desc: kept only grows */
             if (l->p2taken >= l->sl.n)
                 continue;
             const struct mclass *cl = &e->cls[l->k.cls];

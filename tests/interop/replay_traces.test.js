@@ -1,0 +1,103 @@
+#!/usr/bin/env node
+// replay_traces.test.js: `make run TRACE=<file>` for every pod list shipped in
+// ../shared/data/openb (found by name, so a new list gets its test), each a
+// short window through scripts/run-main-job against the real appliance
+// (bigfleet-shardd + embedded simulated provider). Proves, per file:
+//   - the job passes (exit 0: the replay's acceptance criteria hold and the
+//     appliance stops cleanly), the report names the file and states the
+//     wall -> trace time mapping in its first lines;
+//   - pods reached the shard (seen in a rollup) and machines were bound;
+//   - a list without times (the multigpu snapshots) replays as a snapshot.
+// Then, through the same script: a pod list whose header the replay cannot
+// use fails with exit 2 and the replay's own message (file, line 1, every
+// missing column), before any appliance is started; and a short contended
+// run (CONTENDED=1) preempts, judges every preemption and reads the shard's
+// verdicts.
+'use strict';
+
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const { spawn } = require('child_process');
+const { harness, BIN } = require('./replay_fakeshard.js');
+
+const T = harness('replay_traces');
+const repo = path.resolve(__dirname, '..', '..');
+const shared = path.resolve(repo, '..', 'shared');
+const openb = path.join(shared, 'data', 'openb');
+if (!fs.existsSync(path.join(openb, 'openb_node_list_all_node.csv')) ||
+    !fs.existsSync(path.join(BIN, 'bigfleet-shardd')) || !fs.existsSync(path.join(BIN, 'bigfleet-simprovider'))) {
+  console.log('replay_traces: skipped (no ../shared/data/openb, or the appliance is not built)');
+  process.exit(0);
+}
+const build = path.dirname(BIN);
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'replay-traces-'));
+
+function runJob(env, extra = [], timeoutMs = 240000) {
+  return new Promise((resolve) => {
+    const p = spawn('bash', [path.join(repo, 'scripts', 'run-main-job'), build, ...extra],
+      { env: Object.assign({}, process.env, env), stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '', stderr = '';
+    p.stdout.on('data', (d) => { stdout += d; });
+    p.stderr.on('data', (d) => { stderr += d; });
+    const timer = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
+    p.on('exit', (code) => { clearTimeout(timer); resolve({ code, stdout, stderr }); });
+  });
+}
+
+(async () => {
+  const lists = fs.readdirSync(openb).filter((f) => /^openb_pod_list_.*\.csv$/.test(f)).sort();
+  T.check(lists.length >= 5, `the shipped pod lists: ${lists}`);
+  for (const trace of lists) {
+    const results = path.join(tmp, trace);
+    const r = await runJob({ TRACE: trace, RESULTS: results, CLUSTERS: '1', WALL: '6s', WINDOW: '12h',
+      ROLLUP_INTERVAL: '200ms', CYCLE_INTERVAL: '200ms' }, ['--settle', '1s', '--progress', 'off']);
+    T.eq(r.code, 0, `make run TRACE=${trace}: exit status (${r.stdout.slice(-600)} ${r.stderr.slice(-800)})`);
+    if (!fs.existsSync(path.join(results, 'report.json'))) continue;
+    const j = JSON.parse(fs.readFileSync(path.join(results, 'report.json'), 'utf8'));
+    T.check(j.input.trace.endsWith(trace), `${trace}: the report names it`);
+    T.check(j.pods.observed > 0 && j.pods.window >= j.pods.observed, `${trace}: pods seen ${j.pods.observed} of ${j.pods.window}`);
+    T.check(j.machines.provisioned > 0, `${trace}: machines bound (${j.machines.provisioned})`);
+    const head = r.stdout.split('\n').filter((l) => l.trim()).slice(1, 3).join('\n');
+    T.check(/^ {2}time {9}trace day \d+ \d\d:\d\d \.\. day \d+ \d\d:\d\d .* replayed in \d+ s of wall time\n {15}1 s of wall time = .* of trace/.test(head),
+      `${trace}: the first lines map wall time to trace time:\n${head}`);
+    const timed = fs.readFileSync(path.join(openb, trace), 'utf8').split('\n')[0].includes('creation_time');
+    T.eq(j.input.snapshot !== null, !timed, `${trace}: replayed as a snapshot iff it has no times`);
+    T.ok(`make run TRACE=${trace} passes`);
+  }
+
+  // a header the replay cannot use: the replay's own message, nothing started
+  const bad = path.join(tmp, 'shared');
+  fs.mkdirSync(path.join(bad, 'data', 'openb'), { recursive: true });
+  fs.copyFileSync(path.join(openb, 'openb_node_list_all_node.csv'), path.join(bad, 'data', 'openb', 'openb_node_list_all_node.csv'));
+  fs.writeFileSync(path.join(bad, 'data', 'openb', 'pods.csv'), 'name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_tme\np,1,1,0,0,5\n');
+  let r = await runJob({ SHARED: bad, TRACE: 'pods.csv', RESULTS: path.join(tmp, 'bad'), SNAPSHOT: 'off' });
+  T.eq(r.code, 2, `a pod list with an unusable header: exit 2 (${r.stderr})`);
+  T.check(r.stderr.includes(`${path.join(bad, 'data', 'openb', 'pods.csv')}:1: header: missing columns qos, creation_time, deletion_time`),
+    `the replay names the file, the line and every missing column: ${r.stderr}`);
+  T.check(!/catalog/.test(r.stderr) && !/starting bigfleet-shardd/.test(r.stderr),
+    `no message about the catalog, and no appliance started: ${r.stderr}`);
+  T.ok('an unusable header fails with the replay\'s own message, before anything starts');
+
+  // contended: the production fleet only, demand above it
+  const cres = path.join(tmp, 'contended');
+  r = await runJob({ CONTENDED: '1', RESULTS: cres, WALL: '20s' }, ['--settle', '1s', '--progress', 'off',
+    '--inspect-interval', '1s']);
+  T.check(r.code === 0 || r.code === 3, `contended run: exit 0 or 3 (${r.stdout.slice(-800)} ${r.stderr.slice(-600)})`);
+  if (fs.existsSync(path.join(cres, 'report.json'))) {
+    const j = JSON.parse(fs.readFileSync(path.join(cres, 'report.json'), 'utf8'));
+    T.eq(j.acceptance.contended, true, 'the contended criteria were applied');
+    T.eq(r.code === 0, j.acceptance.pass, 'the exit status is the verdict');
+    T.check(j.preemptions.total >= 1, `preemptions: ${j.preemptions.total}`);
+    const judged = Object.values(j.preemptions.by_preemptor).reduce((a, v) => a + Object.values(v).reduce((x, y) => x + y, 0), 0);
+    T.eq(judged, j.preemptions.total, 'every preemption is classified by preemptor and victim class');
+    T.check(j.shard_verdicts && j.shard_verdicts.polls > 0 && j.shard_verdicts.most_unsatisfied.unsatisfied > 0,
+      `the shard's verdicts show unsatisfied Needs: ${JSON.stringify(j.shard_verdicts)}`);
+    T.check(j.satisfied.by_qos.LS.over_run !== null && j.satisfied.by_qos.BE.over_run !== null, 'satisfaction per qos class');
+    T.check(/preemptions {2}\d+; by /.test(r.stdout), 'the report prints the preemptions');
+  }
+  T.ok('a contended run preempts, and every preemption is judged');
+
+  fs.rmSync(tmp, { recursive: true, force: true });
+  T.finish();
+})().catch((e) => { console.error(e); process.exit(1); });
