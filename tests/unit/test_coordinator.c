@@ -181,13 +181,15 @@ START_TEST(donor_keeps_its_margin_and_its_own_demand)
     struct rb_shard s[2] = {shard("A", 1, NULL, 0, sa, 1), shard("B", 1, fb, 1, NULL, 0)};
     rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 0);
+    ck_assert_uint_eq(rb_stats(r)->blocked_margin, 1);
     /* B has 10 but needs gpu8 itself: still nothing */
     struct rb_free fb2[] = {{"gpu8", "z1", 10, 0, 0}};
     struct rb_shortfall sb[] = {sf_gpu(9, 500, 2, 8)};
     s[1] = shard("B", 2, fb2, 1, sb, 1);
     rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 0);
-    ck_assert_uint_ge(rb_stats(r)->blocked_margin, 2);
+    ck_assert_uint_eq(rb_stats(r)->blocked_margin, 1);
+    ck_assert_uint_eq(rb_stats(r)->blocked_demand, 1);
     rb_free(r);
 }
 END_TEST

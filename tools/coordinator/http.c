@@ -75,15 +75,29 @@ static void metrics(struct coord *c, struct bf_net_http_response *r)
         "# TYPE bigfleet_coordinator_moves_blocked_total counter\n"
         "bigfleet_coordinator_moves_blocked_total{reason=\"cooldown\"} %llu\n"
         "bigfleet_coordinator_moves_blocked_total{reason=\"donor_margin\"} %llu\n"
+        "bigfleet_coordinator_moves_blocked_total{reason=\"donor_short_itself\"} %llu\n"
         "bigfleet_coordinator_moves_blocked_total{reason=\"min_benefit\"} %llu\n"
         "bigfleet_coordinator_moves_blocked_total{reason=\"demand_gone\"} %llu\n"
+        "# TYPE bigfleet_coordinator_shortfalls_passed_over_total counter\n"
+        "bigfleet_coordinator_shortfalls_passed_over_total{reason=\"young\"} %llu\n"
+        "bigfleet_coordinator_shortfalls_passed_over_total{reason=\"topology_constrained\"} "
+        "%llu\n"
+        "bigfleet_coordinator_shortfalls_passed_over_total{reason=\"move_in_flight\"} %llu\n"
+        "bigfleet_coordinator_shortfalls_passed_over_total{reason=\"settling\"} %llu\n"
+        "bigfleet_coordinator_shortfalls_passed_over_total{reason=\"too_young_to_preempt\"} "
+        "%llu\n"
+        "bigfleet_coordinator_shortfalls_passed_over_total{reason=\"no_donor\"} %llu\n"
         "# TYPE bigfleet_coordinator_moves_in_flight gauge\n"
         "bigfleet_coordinator_moves_in_flight %u\n"
         "# TYPE bigfleet_coordinator_shortfalls_satisfied_total counter\n"
         "bigfleet_coordinator_shortfalls_satisfied_total %llu\n",
         (unsigned long long)st->blocked_cooldown, (unsigned long long)st->blocked_margin,
-        (unsigned long long)st->blocked_benefit, (unsigned long long)st->abandoned_pull,
-        rb_moves_in_flight(c->rb), (unsigned long long)st->satisfied);
+        (unsigned long long)st->blocked_demand, (unsigned long long)st->blocked_benefit,
+        (unsigned long long)st->abandoned_pull, (unsigned long long)st->young,
+        (unsigned long long)st->topo, (unsigned long long)st->in_flight,
+        (unsigned long long)st->settling, (unsigned long long)st->tier3_young,
+        (unsigned long long)st->uncovered, rb_moves_in_flight(c->rb),
+        (unsigned long long)st->satisfied);
     size_t nf;
     const struct rb_flow_count *f = rb_flows(c->rb, &nf);
     bf_net_http_printf(r, "# TYPE bigfleet_coordinator_flow_machines_total counter\n");

@@ -557,7 +557,14 @@ static int32_t avail(const struct rb_free *f, int tier)
     return tier == RB_TIER1 ? f->idle : tier == RB_TIER2 ? f->spec : f->bound;
 }
 
-/* Tries one tier for candidate c; returns the share of its need covered. */
+static const char *tier_name(int tier)
+{
+    return tier == RB_TIER1 ? "idle" : tier == RB_TIER2 ? "speculative" : "drain";
+}
+
+/* Tries one tier for candidate c; returns the share of its need covered.
+ * Every donor row that serves the shortfall and is passed over says why at
+ * debug level (the loop's decisions are reconstructible from the log). */
 static double try_tier(struct rb *r, const struct cand *c, const struct rb_shard *shards, size_t n,
                        int32_t **used, int tier, double covered)
 {
@@ -573,31 +580,39 @@ static double try_tier(struct rb *r, const struct cand *c, const struct rb_shard
                 continue;
             int32_t *u = &used[di][fi * 3 + (tier - 1)];
             int32_t have = avail(f, tier) - *u;
+            const char *why = NULL;
             if (have <= 0)
-                continue;
-            if (cooled(r, d->id, c->sh->id, f->type, f->zone)) {
-                r->st.blocked_cooldown++;
-                continue;
-            }
+                continue; /* nothing of this tier there (not a gate) */
             int32_t margin = tier == RB_TIER3 ? 0 : r->cfg.donor_margin;
-            if (tier != RB_TIER3 && donor_needs(r, d, f->type, f->zone)) {
-                r->st.blocked_margin++;
-                continue;
-            }
-            int32_t surplus = have - margin;
-            if (surplus <= 0) {
-                r->st.blocked_margin++;
-                continue;
-            }
             int32_t need = need_of(r, s, f->type);
             int32_t want = (int32_t)ceil((1.0 - covered) * need - 1e-9);
-            if (want <= 0)
+            int32_t k = 0;
+            if (cooled(r, d->id, c->sh->id, f->type, f->zone)) {
+                r->st.blocked_cooldown++;
+                why = "cooldown";
+            } else if (tier != RB_TIER3 && donor_needs(r, d, f->type, f->zone)) {
+                r->st.blocked_demand++;
+                why = "donor_short_itself";
+            } else if (have - margin <= 0) {
+                r->st.blocked_margin++;
+                why = "donor_margin";
+            } else if (want <= 0) {
                 break;
-            int32_t k = want < surplus ? want : surplus;
-            if (k > RB_MAX_IDS)
-                k = RB_MAX_IDS;
-            if (k < want && (double)k < r->cfg.min_benefit * need) {
-                r->st.blocked_benefit++;
+            } else {
+                k = want < have - margin ? want : have - margin;
+                if (k > RB_MAX_IDS)
+                    k = RB_MAX_IDS;
+                if (k < want && (double)k < r->cfg.min_benefit * need) {
+                    r->st.blocked_benefit++;
+                    why = "min_benefit";
+                }
+            }
+            if (why) {
+                BF_DEBUG("rebalance: donor row passed over",
+                         "tier=%s recipient=%s key=%016llx donor=%s type=%s zone=%s have=%d "
+                         "margin=%d need=%d why=%s",
+                         tier_name(tier), c->sh->id, (unsigned long long)s->key, d->id, f->type,
+                         f->zone, have, margin, need, why);
                 continue;
             }
             if (r->n_moves == RB_MAX_MOVES) {
@@ -631,8 +646,9 @@ static double try_tier(struct rb *r, const struct cand *c, const struct rb_shard
             covered += (double)k / need;
             BF_INFO("rebalance: move started",
                     "tier=%d donor=%s recipient=%s type=%s zone=%s count=%d need=%d priority=%d "
-                    "age=%d",
-                    tier, d->id, c->sh->id, f->type, f->zone, k, need, s->priority, s->age);
+                    "age=%d key=%016llx",
+                    tier, d->id, c->sh->id, f->type, f->zone, k, need, s->priority, s->age,
+                    (unsigned long long)s->key);
         }
     }
     return covered;
@@ -719,13 +735,32 @@ void rb_pass(struct rb *r, const struct rb_shard *shards, size_t n, int64_t now_
     for (size_t i = 0; i < n; i++) {
         for (uint32_t j = 0; j < shards[i].n_sf; j++) {
             const struct rb_shortfall *s = &shards[i].sf[j];
-            if (s->age <= r->cfg.min_age || s->topo || move_for(r, shards[i].id, s->key))
-                continue;
+            const char *why = NULL;
             struct done *d = done_for(r, shards[i].id, s->key);
-            if (d && (d->report_seq == UINT64_MAX || shards[i].report_seq <= d->report_seq + 1 ||
-                      r->pass - d->pass < RB_SETTLE))
-                continue; /* its last move has not shown in the recipient's reports yet */
-            cs[nc++] = (struct cand){&shards[i], s};
+            if (s->age <= r->cfg.min_age) {
+                r->st.young++;
+                why = "young";
+            } else if (s->topo) {
+                r->st.topo++;
+                why = "topology_constrained";
+            } else if (move_for(r, shards[i].id, s->key)) {
+                r->st.in_flight++;
+                why = "move_in_flight";
+            } else if (d &&
+                       (d->report_seq == UINT64_MAX || shards[i].report_seq <= d->report_seq + 1 ||
+                        r->pass - d->pass < RB_SETTLE)) {
+                r->st.settling++; /* its last move has not shown in the reports yet */
+                why = "settling";
+            }
+            BF_DEBUG("rebalance: shortfall",
+                     "pass=%llu shard=%s key=%016llx priority=%d age=%d "
+                     "ipb=%d cpu_m=%lld mem_mib=%lld gpu_m=%lld types=%u verdict=%s",
+                     (unsigned long long)r->pass, shards[i].id, (unsigned long long)s->key,
+                     s->priority, s->age, s->ipb, (long long)s->deficit[0],
+                     (long long)s->deficit[1], (long long)s->deficit[2], s->n_types,
+                     why ? why : "eligible");
+            if (!why)
+                cs[nc++] = (struct cand){&shards[i], s};
         }
     }
     r->st.eligible += nc;
@@ -736,9 +771,18 @@ void rb_pass(struct rb *r, const struct rb_shard *shards, size_t n, int64_t now_
         double covered = try_tier(r, &cs[i], shards, n, used, RB_TIER1, 0.0);
         if (covered < 1.0)
             covered = try_tier(r, &cs[i], shards, n, used, RB_TIER2, covered);
-        if (covered <= 0.0 && r->cfg.tier3 && cs[i].sf->age > r->cfg.preempt_min_age &&
-            cs[i].sf->ipb > 0)
-            try_tier(r, &cs[i], shards, n, used, RB_TIER3, 0.0);
+        if (covered <= 0.0 && r->cfg.tier3 && cs[i].sf->ipb > 0) {
+            if (cs[i].sf->age > r->cfg.preempt_min_age)
+                covered = try_tier(r, &cs[i], shards, n, used, RB_TIER3, 0.0);
+            else
+                r->st.tier3_young++;
+        }
+        if (covered <= 0.0) {
+            r->st.uncovered++;
+            BF_DEBUG("rebalance: no move for an eligible shortfall",
+                     "pass=%llu shard=%s key=%016llx age=%d", (unsigned long long)r->pass,
+                     cs[i].sh->id, (unsigned long long)cs[i].sf->key, cs[i].sf->age);
+        }
     }
 out:
     for (size_t i = 0; used && i < n; i++)

@@ -154,11 +154,18 @@ struct rb_stats {
     uint64_t machines[4];      /* machines moved (recipient accepted) by tier */
     uint64_t failed[4];        /* moves ended by a non-ACCEPTED outcome or timeout */
     uint64_t blocked_cooldown; /* candidate flows skipped by the cooldown */
-    uint64_t blocked_margin;   /* donors skipped by the margin / their own demand */
+    uint64_t blocked_margin;   /* donor rows with no surplus above the margin */
+    uint64_t blocked_demand;   /* donor rows of a type the donor is short of itself */
     uint64_t blocked_benefit;  /* moves below min_benefit */
-    uint64_t abandoned_pull;   /* drain follow-ups dropped: the demand was gone */
-    uint64_t satisfied;        /* shortfalls gone after a completed move */
-    uint64_t dropped;          /* bounds hit (moves, cooldowns, ids, names) */
+    /* shortfalls not eligible, summed over passes, by reason: age <= min_age,
+     * topology-constrained, a move for it in flight, its last move not yet
+     * visible in the recipient's reports */
+    uint64_t young, topo, in_flight, settling;
+    uint64_t tier3_young;    /* uncovered by Tiers 1-2, age <= preempt_min_age */
+    uint64_t uncovered;      /* eligible shortfalls no tier could start a move for */
+    uint64_t abandoned_pull; /* drain follow-ups dropped: the demand was gone */
+    uint64_t satisfied;      /* shortfalls gone after a completed move */
+    uint64_t dropped;        /* bounds hit (moves, cooldowns, ids, names) */
 };
 
 /* Per shard pair and tier: machines moved (for the report). */
