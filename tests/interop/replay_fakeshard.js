@@ -9,7 +9,10 @@
 // (BootstrapRequest -> wait for the blob -> NodeStateUpdates Creating,
 // Configuring, Configured) and reclaims surplus machines (ReclaimInstruction
 // -> wait for the ack -> Draining, Idle). Options let a test inject a
-// reclaim of a machine that is still needed.
+// reclaim of a machine that is still needed: badReclaimWhen(rollup) says
+// from which rollup on (by its content, not by a count of rollups: the
+// replay skips the ticks it was too late for on a loaded machine) the fake
+// looks for a victim, at every rollup until it found one.
 'use strict';
 
 const path = require('path');
@@ -86,7 +89,7 @@ function needKey(n) {
 
 class FakeShard {
   constructor(opts = {}) {
-    this.opts = Object.assign({ autoscale: false, catalog: [], badReclaimAfter: -1,
+    this.opts = Object.assign({ autoscale: false, catalog: [], badReclaimWhen: null,
       reclaimGraceSeconds: 600 }, opts);
     this.pkg = loadProto();
     this.streams = [];       // {cluster, peer, call, rollups: [{t, msg}], frames: []}
@@ -98,6 +101,7 @@ class FakeShard {
     this.pendingReclaim = new Map();
     this.errors = [];
     this.badReclaimsSent = 0;
+    this.badReclaimArmed = false;
     this.rollupsTotal = 0;
   }
 
@@ -245,11 +249,12 @@ class FakeShard {
         r.cpu -= t.cpu; r.mem -= t.mem; r.gpu -= t.gpus * 1000;
       }
     }
-    // fault injection: once, after N rollups, reclaim a Configured machine
-    // without which a Need it can serve is short even if that Need had every
-    // other eligible machine of the cluster (so no claim order could cover it)
-    if (this.opts.badReclaimAfter >= 0 && this.rollupsTotal > this.opts.badReclaimAfter &&
-        this.badReclaimsSent === 0) {
+    // fault injection: once, from the rollup badReclaimWhen picks on, reclaim
+    // a Configured machine without which a Need it can serve is short even if
+    // that Need had every other eligible machine of the cluster (so no claim
+    // order could cover it)
+    if (this.opts.badReclaimWhen && !this.badReclaimArmed) this.badReclaimArmed = this.opts.badReclaimWhen(rollup);
+    if (this.badReclaimArmed && this.badReclaimsSent === 0) {
       const live = mine.filter((m) => m.state === 5 || m.state === 4);
       for (const n of order) {
         const victim = live.find((m) => {

@@ -3,16 +3,25 @@
 // ../shared/data/openb (found by name, so a new list gets its test), each a
 // short window through scripts/run-main-job against the real appliance
 // (bigfleet-shardd + embedded simulated provider). Proves, per file:
-//   - the job passes (exit 0: the replay's acceptance criteria hold and the
-//     appliance stops cleanly), the report names the file and states the
-//     wall -> trace time mapping in its first lines;
-//   - pods reached the shard (seen in a rollup) and machines were bound;
+//   - the job runs end to end: the appliance starts, the replay finishes
+//     with a verdict (exit 0 = acceptance met, 3 = not met, and the exit
+//     status is the report's verdict), the appliance stops cleanly (else
+//     exit 1); the report names the file and states the wall -> trace time
+//     mapping in its first lines;
+//   - pods reached the shard (seen in a rollup), machines were bound, and no
+//     machine was reclaimed while its Need still required it;
 //   - a list without times (the multigpu snapshots) replays as a snapshot.
 // Then, through the same script: a pod list whose header the replay cannot
 // use fails with exit 2 and the replay's own message (file, line 1, every
 // missing column), before any appliance is started; and a short contended
 // run (CONTENDED=1) preempts, judges every preemption and reads the shard's
 // verdicts.
+//
+// Speed is measured in benchmarks, not asserted here: the acceptance
+// criteria about how fast the shard keeps up in a 6 s window (satisfied at
+// the peak >= 99 %, binding p99 <= rollup interval + 2 cycles) depend on how
+// loaded the machine is, so they are printed with each file's result, and
+// `make run` (the benchmark of the main job) is where they are judged.
 'use strict';
 
 const fs = require('fs');
@@ -52,9 +61,13 @@ function runJob(env, extra = [], timeoutMs = 240000) {
     const results = path.join(tmp, trace);
     const r = await runJob({ TRACE: trace, RESULTS: results, CLUSTERS: '1', WALL: '6s', WINDOW: '12h',
       ROLLUP_INTERVAL: '200ms', CYCLE_INTERVAL: '200ms' }, ['--settle', '1s', '--progress', 'off']);
-    T.eq(r.code, 0, `make run TRACE=${trace}: exit status (${r.stdout.slice(-600)} ${r.stderr.slice(-800)})`);
-    if (!fs.existsSync(path.join(results, 'report.json'))) continue;
+    T.check(r.code === 0 || r.code === 3,
+      `make run TRACE=${trace}: exit 0 or 3 (${r.code}: ${r.stdout.slice(-600)} ${r.stderr.slice(-800)})`);
+    if (!T.check(fs.existsSync(path.join(results, 'report.json')), `${trace}: report.json written`)) continue;
     const j = JSON.parse(fs.readFileSync(path.join(results, 'report.json'), 'utf8'));
+    T.eq(r.code === 0, j.acceptance.pass, `${trace}: the exit status is the report's verdict`);
+    T.eq(j.acceptance.no_reclaims_of_still_demanded, true,
+      `${trace}: no reclaim of a still-demanded machine (${JSON.stringify(j.reclaims_still_demanded)})`);
     T.check(j.input.trace.endsWith(trace), `${trace}: the report names it`);
     T.check(j.pods.observed > 0 && j.pods.window >= j.pods.observed, `${trace}: pods seen ${j.pods.observed} of ${j.pods.window}`);
     T.check(j.machines.provisioned > 0, `${trace}: machines bound (${j.machines.provisioned})`);
@@ -63,7 +76,9 @@ function runJob(env, extra = [], timeoutMs = 240000) {
       `${trace}: the first lines map wall time to trace time:\n${head}`);
     const timed = fs.readFileSync(path.join(openb, trace), 'utf8').split('\n')[0].includes('creation_time');
     T.eq(j.input.snapshot !== null, !timed, `${trace}: replayed as a snapshot iff it has no times`);
-    T.ok(`make run TRACE=${trace} passes`);
+    T.ok(`make run TRACE=${trace} runs end to end (figures, not asserted: satisfied at peak ` +
+      `${j.satisfied.at_peak ? j.satisfied.at_peak.min : null}, binding p99 ${j.binding_latency_s.p99} s ` +
+      `(target ${j.binding_latency_s.target_p99} s), acceptance ${j.acceptance.pass ? 'PASS' : 'FAIL'})`);
   }
 
   // a header the replay cannot use: the replay's own message, nothing started

@@ -911,10 +911,11 @@ static void write_json(FILE *f, const struct rp_run *r, const struct rp_summary 
         fprintf(f, "%s\n    {\"id\": ", i ? "," : "");
         jstr(f, c->id);
         fprintf(f,
-                ", \"rollups_sent\": %llu, \"rollup_acks\": %llu, \"sessions\": %llu, "
-                "\"last_rollup\": %lld, \"needs\": %zu, \"pods\": %zu, \"configured\": %llu, "
-                "\"mean_cost_split\": ",
-                (unsigned long long)c->rollups_sent, (unsigned long long)c->acks_rollup,
+                ", \"rollups_sent\": %llu, \"ticks_skipped\": %llu, \"rollup_acks\": %llu, "
+                "\"sessions\": %llu, \"last_rollup\": %lld, \"needs\": %zu, \"pods\": %zu, "
+                "\"configured\": %llu, \"mean_cost_split\": ",
+                (unsigned long long)c->rollups_sent, (unsigned long long)c->ticks_skipped,
+                (unsigned long long)c->acks_rollup,
                 (unsigned long long)c->sessions_started, (long long)c->cur_k, c->n_needs,
                 c->n_alive, (unsigned long long)configured);
         if (c->split_n) {

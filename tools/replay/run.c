@@ -796,10 +796,8 @@ static void on_tick(struct bf_net_timer *tm, void *arg)
     int64_t rel = now - r->t0 - rp_clock_phase_ns(&r->clock, c->idx);
     int64_t due = (rel + r->clock.interval_ns / 2) / r->clock.interval_ns;
     int64_t k = c->k_next;
-    if (due > k) {
-        r->ticks_skipped += (uint64_t)(due - k);
+    if (due > k)
         k = due;
-    }
     if (c->cur_k >= 0)
         sample(r, c, c->cur_k);
     if (k > c->k_last && c->cur_k < c->k_last)
@@ -807,6 +805,10 @@ static void on_tick(struct bf_net_timer *tm, void *arg)
     if (k > c->k_last) {
         cluster_finish(c);
         return;
+    }
+    if (k > c->k_next) { /* too late for rollups k_next..k-1: skipped */
+        r->ticks_skipped += (uint64_t)(k - c->k_next);
+        c->ticks_skipped += (uint64_t)(k - c->k_next);
     }
     if (advance_to(r, c, rp_clock_tau(&r->clock, c->idx, k))) {
         BF_ERROR("out of memory", "what=pods");

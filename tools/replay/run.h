@@ -129,6 +129,7 @@ struct rp_cluster {
     bool dirty;
     /* counters */
     uint64_t rollups_sent, rollups_coalesced, rollups_unsent, acks_rollup, acks_hello;
+    uint64_t ticks_skipped; /* rollups k the replay was too late for (never built) */
     uint64_t sessions_started, sessions_ended, sessions_timed_out;
 };
 
