@@ -136,10 +136,16 @@ START_TEST(young_and_topology_constrained_shortfalls_are_not_eligible)
     sa[1].topo = true;
     struct rb_shard s[2] = {shard("A", 1, NULL, 0, sa, 2), shard("B", 1, fb, 1, NULL, 0)};
     rb_pass(r, s, 2, 0);
-    ck_assert_int_eq(n_log, 0); /* age 5 is not > 5; the Same one never moves */
+    ck_assert_int_eq(n_log, 0);               /* age 5 is not > 5; the Same one never moves */
+    ck_assert_uint_eq(rb_stats(r)->young, 1); /* each passed over, and why */
+    ck_assert_uint_eq(rb_stats(r)->topo, 1);
+    ck_assert_uint_eq(rb_stats(r)->eligible, 0);
     sa[0].age = 6;
     rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 1);
+    ck_assert_uint_eq(rb_stats(r)->young, 1);
+    ck_assert_uint_eq(rb_stats(r)->topo, 2);
+    ck_assert_uint_eq(rb_stats(r)->eligible, 1);
     rb_free(r);
 }
 END_TEST
@@ -256,6 +262,8 @@ START_TEST(tier3_drains_only_past_age_12_with_the_bucket_gate_then_transfers_whe
     struct rb_shard s[2] = {shard("A", 1, NULL, 0, sa, 1), shard("B", 1, fb, 1, NULL, 0)};
     rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 0); /* age 12 is not > 12 */
+    ck_assert_uint_eq(rb_stats(r)->tier3_young, 1);
+    ck_assert_uint_eq(rb_stats(r)->uncovered, 1);
     sa[0].age = 13;
     rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 1);
@@ -393,6 +401,7 @@ START_TEST(oscillation_escalation_churn_waits_for_moves_in_flight_and_their_effe
     rb_pass(r, s, 2, 0);
     rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 1); /* in flight: nothing more for it */
+    ck_assert_uint_eq(rb_stats(r)->in_flight, 2);
     const char *ids[] = {"m1", "m2"};
     ck_assert(acks_ok(r, 0, ids, 2));
     ck_assert(acks_ok(r, 1, NULL, 0));
@@ -401,6 +410,7 @@ START_TEST(oscillation_escalation_churn_waits_for_moves_in_flight_and_their_effe
     s[0] = shard("A", 2, NULL, 0, sa, 1);
     rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, before);
+    ck_assert_uint_eq(rb_stats(r)->settling, 2);
     s[0] = shard("A", 3, NULL, 0, sa, 1);
     s[1] = shard("B", 3, (struct rb_free[]){{"gpu8", "z1", 0, 0, 5}}, 1, NULL, 0);
     rb_pass(r, s, 2, 0);
