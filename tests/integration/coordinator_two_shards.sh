@@ -33,10 +33,13 @@ j=$out/multi-shard.json
 q() { jq -r "$1" "$j"; }
 
 [ "$(q '.double_owned.checks')" -ge 3 ] || fail "fewer than 3 double-ownership checks during the run"
+# the checks saw both inventories (an empty listing would prove nothing)
+[ "$(q '.double_owned.listed_min_during_run')" -gt 0 ] && [ "$(q '.double_owned.listed_at_end')" -gt 0 ] ||
+    fail "a double-ownership check listed no machine: $(q '.double_owned')"
 [ "$(q '.double_owned.max_during_run')" = 0 ] ||
     fail "$(q '.double_owned.max_during_run') machines in both inventories during the run"
 [ "$(q '.double_owned.at_end')" = 0 ] || fail "$(q '.double_owned.at_end') machines in both inventories at the end"
-pass "no machine in two inventories ($(q '.double_owned.checks') checks and at the end)"
+pass "no machine in two inventories ($(q '.double_owned.checks') checks of >= $(q '.double_owned.listed_min_during_run') machines, and at the end)"
 
 in1=$(q '.shards[1].transferred_in + .shards[1].speculative_in')
 out0=$(q '.shards[0].transferred_out + .shards[0].speculative_out')
