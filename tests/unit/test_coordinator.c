@@ -216,6 +216,35 @@ START_TEST(min_benefit_refuses_a_move_that_covers_too_little)
 }
 END_TEST
 
+START_TEST(min_benefit_counts_the_rows_of_a_tier_together)
+{
+    struct rb *r = mk(NULL); /* min_benefit 0.25, margin 1 */
+    /* Idle over three zones, 3 to give in each: 3 of 20 machines a row (15 %),
+     * 9 of 20 together (45 %) */
+    struct rb_free fb[] = {
+        {"gpu8", "z1", 4, 0, 0}, {"gpu8", "z2", 4, 0, 0}, {"gpu8", "z3", 4, 0, 0}};
+    struct rb_shortfall sa[] = {sf_gpu(1, 1000, 6, 160)};
+    struct rb_shard s[2] = {shard("A", 1, NULL, 0, sa, 1), shard("B", 1, fb, 3, NULL, 0)};
+    rb_pass(r, s, 2, 0);
+    ck_assert_int_eq(n_log, 3);
+    int total = 0;
+    for (int i = 0; i < n_log; i++) {
+        ck_assert_int_eq(log_[i].in.kind, RB_TRANSFER);
+        total += log_[i].in.count;
+    }
+    ck_assert_int_eq(total, 9);
+    ck_assert_uint_eq(rb_stats(r)->blocked_benefit, 0);
+    rb_free(r);
+    /* one such row alone is still refused */
+    r = mk(NULL);
+    s[1] = shard("B", 1, fb, 1, NULL, 0);
+    rb_pass(r, s, 2, 0);
+    ck_assert_int_eq(n_log, 0);
+    ck_assert_uint_eq(rb_stats(r)->blocked_benefit, 1);
+    rb_free(r);
+}
+END_TEST
+
 START_TEST(priority_then_age_orders_the_shortfalls_and_a_donor_is_not_counted_twice)
 {
     struct rb *r = mk(NULL);
@@ -500,6 +529,7 @@ static Suite *suite(void)
                    tier1_transfers_idle_sized_to_the_deficit_then_names_the_ids_to_the_recipient);
     tcase_add_test(t, donor_keeps_its_margin_and_its_own_demand);
     tcase_add_test(t, min_benefit_refuses_a_move_that_covers_too_little);
+    tcase_add_test(t, min_benefit_counts_the_rows_of_a_tier_together);
     tcase_add_test(t, priority_then_age_orders_the_shortfalls_and_a_donor_is_not_counted_twice);
     tcase_add_test(t, tier2_reassigns_speculative_when_no_idle_and_commits_the_quota);
     tcase_add_test(t, tier3_drains_only_past_age_12_with_the_bucket_gate_then_transfers_when_idle);

@@ -562,11 +562,28 @@ static const char *tier_name(int tier)
     return tier == RB_TIER1 ? "idle" : tier == RB_TIER2 ? "speculative" : "drain";
 }
 
+static double tier_pass(struct rb *r, const struct cand *c, const struct rb_shard *shards, size_t n,
+                        int32_t **used, int tier, double covered, bool dry, bool pooled);
+
 /* Tries one tier for candidate c; returns the share of its need covered.
- * Every donor row that serves the shortfall and is passed over says why at
- * debug level (the loop's decisions are reconstructible from the log). */
+ * Minimum benefit is judged on what the tier's donor rows cover together
+ * this pass (a dry run first): Idle spread over three zones, a few machines
+ * a row, serves a shortfall no single row could cover a quarter of. */
 static double try_tier(struct rb *r, const struct cand *c, const struct rb_shard *shards, size_t n,
                        int32_t **used, int tier, double covered)
+{
+    double reach = tier_pass(r, c, shards, n, used, tier, covered, true, false);
+    bool pooled = reach >= 1.0 - 1e-9 || reach - covered >= r->cfg.min_benefit - 1e-9;
+    return tier_pass(r, c, shards, n, used, tier, covered, false, pooled);
+}
+
+/* One walk over the donor rows of a tier. dry: only sums the share the rows
+ * would cover (no instruction, no statistic, no log, nothing used). pooled:
+ * the rows together pass the minimum benefit, so a small row may move.
+ * Every donor row that serves the shortfall and is passed over says why at
+ * debug level (the loop's decisions are reconstructible from the log). */
+static double tier_pass(struct rb *r, const struct cand *c, const struct rb_shard *shards, size_t n,
+                        int32_t **used, int tier, double covered, bool dry, bool pooled)
 {
     const struct rb_shortfall *s = c->sf;
     for (size_t di = 0; di < n && covered < 1.0; di++) {
@@ -588,13 +605,13 @@ static double try_tier(struct rb *r, const struct cand *c, const struct rb_shard
             int32_t want = (int32_t)ceil((1.0 - covered) * need - 1e-9);
             int32_t k = 0;
             if (cooled(r, d->id, c->sh->id, f->type, f->zone)) {
-                r->st.blocked_cooldown++;
+                r->st.blocked_cooldown += !dry;
                 why = "cooldown";
             } else if (tier != RB_TIER3 && donor_needs(r, d, f->type, f->zone)) {
-                r->st.blocked_demand++;
+                r->st.blocked_demand += !dry;
                 why = "donor_short_itself";
             } else if (have - margin <= 0) {
-                r->st.blocked_margin++;
+                r->st.blocked_margin += !dry;
                 why = "donor_margin";
             } else if (want <= 0) {
                 break;
@@ -602,10 +619,16 @@ static double try_tier(struct rb *r, const struct cand *c, const struct rb_shard
                 k = want < have - margin ? want : have - margin;
                 if (k > RB_MAX_IDS)
                     k = RB_MAX_IDS;
-                if (k < want && (double)k < r->cfg.min_benefit * need) {
+                if (!dry && !pooled && k < want && (double)k < r->cfg.min_benefit * need) {
                     r->st.blocked_benefit++;
                     why = "min_benefit";
                 }
+            }
+            if (why && dry)
+                continue;
+            if (dry) {
+                covered += (double)k / need;
+                continue;
             }
             if (why) {
                 BF_DEBUG("rebalance: donor row passed over",

@@ -37,8 +37,9 @@
  *     direction is demand-pull and waits for the recipient's next report;
  *   - donor margin and minimum benefit: a donor keeps donor_margin machines
  *     of the flow after donating, donates nothing of a type it has an
- *     unserved shortfall for itself, and a move must cover at least
- *     min_benefit of what the shortfall needs (or all of it);
+ *     unserved shortfall for itself, and the moves one tier starts for a
+ *     shortfall in one pass (every donor row, e.g. one per zone) must
+ *     together cover at least min_benefit of what it needs (or all of it);
  *   - demand-pull: instructions only ever go to cover a reported eligible
  *     shortfall, sized to at most its deficit minus what is already in
  *     flight for it; Idle is never pushed; a drain's follow-up transfer is
@@ -156,7 +157,7 @@ struct rb_stats {
     uint64_t blocked_cooldown; /* candidate flows skipped by the cooldown */
     uint64_t blocked_margin;   /* donor rows with no surplus above the margin */
     uint64_t blocked_demand;   /* donor rows of a type the donor is short of itself */
-    uint64_t blocked_benefit;  /* moves below min_benefit */
+    uint64_t blocked_benefit;  /* rows below min_benefit, the tier's rows together too */
     /* shortfalls not eligible, summed over passes, by reason: age <= min_age,
      * topology-constrained, a move for it in flight, its last move not yet
      * visible in the recipient's reports */
