@@ -96,13 +96,19 @@ int bf_shm_create(struct bf_shm *s, const char *shard_id, const struct bf_shm_ca
 /*
  * Attaches to existing segments; readonly maps PROT_READ (inspection).
  * Validates each header: magic, kind, layout version (a mismatch names both
- * versions in err), size, ready flag.
+ * versions in err), size (the file's, the header's), ready flag; then every
+ * capacity, derived capacity, table offset and length (offset + length
+ * overflow-checked against the file size) and every offset stored inside a
+ * table (pending arrays, change-log entries, ring kind/slot/capacity/data)
+ * against the layout recomputed from the capacities, which must agree in
+ * all four segments. Nothing is read through a header offset before that.
  * Ownership is checked first (least privilege): read-write needs segments
  * owned by the caller's effective uid (or a root caller), read-only needs
  * segments no one but their owner can write; all four must have one owner.
  * Errors: -ENOENT (no segments for this id), -EPERM (ownership or mode, the
  * uids named in err), -EACCES (not readable by this user),
- * -EPROTO (bad magic/kind/size),
+ * -EPROTO (bad magic/kind/size, truncated file, a capacity, table or inner
+ * offset that does not match the layout: err names the segment and field),
  * -EPROTONOSUPPORT (layout version mismatch), -EAGAIN (not initialised yet),
  * other -errno.
  */
@@ -178,11 +184,16 @@ static inline int bf_str_intern_cstr(struct bf_shm *s, const char *str, uint32_t
  * bounded string.
  */
 int bf_str_intern_soft(struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *ref);
+/* Bytes of the string arena a new string of len bytes takes (entry header,
+ * the bytes, a NUL, 8-byte alignment): for reserve checks before interning. */
+uint64_t bf_str_cost(uint32_t len);
 /* Finds an existing entry without inserting. 0 or -ENOENT. Lock-free. */
 int bf_str_find(const struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *ref);
 /* The bytes of ref (NUL-terminated; *len gets the length, may be NULL).
- * Returns NULL for a ref outside the published arena. The pointer stays
- * valid while the segment is mapped. Lock-free. */
+ * Returns NULL for a ref whose entry or bytes lie outside the published
+ * arena (the published end bounded by the arena's size: a corrupted segment
+ * never leads a reader outside it). The pointer stays valid while the
+ * segment is mapped. Lock-free. */
 const char *bf_str(const struct bf_shm *s, uint32_t ref, uint32_t *len);
 
 /* Registries (dimensions, instance types, zones): index of name, adding it

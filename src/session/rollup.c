@@ -417,6 +417,27 @@ static int quota_check(struct bf_rollup *r, const struct bf_rollup_limits *lim, 
     return -EDQUOT;
 }
 
+/* Whether a string of the Need's profile (a requirement's key or values, a
+ * spread's topology key) holds a NUL byte: protobuf-c cuts a string there,
+ * so "a\0b" would silently become "a" (Kubernetes label keys and values
+ * hold none). Malformed nested bytes are left to the decoder. */
+static bool profile_has_nul(const uint8_t *p, size_t len)
+{
+    struct bf_pb_reader rd, in;
+    struct bf_pb_field f, g;
+    bf_pb_reader_init(&rd, p, len);
+    while (bf_pb_next(&rd, &f) == 1) {
+        if ((f.num != 1 && f.num != 5) || f.wt != BF_PB_LEN)
+            continue;
+        bf_pb_reader_init(&in, f.p, f.len);
+        while (bf_pb_next(&in, &g) == 1)
+            if (g.wt == BF_PB_LEN && (g.num == 1 || (f.num == 1 && g.num == 3)) &&
+                memchr(g.p, 0, g.len))
+                return true;
+    }
+    return false;
+}
+
 static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc, const uint8_t *p,
                         size_t len, uint32_t idx, uint32_t cluster_ref,
                         const struct bf_rollup_limits *lim, char *err, size_t errlen)
@@ -500,6 +521,10 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
     uint64_t h = XXH3_64bits(sc->key, sc->klen) | 1; /* 0 marks an empty slot */
     struct pcache *pc = r->pcache;
     if (!pcache_get(pc, h, sc->key, sc->klen, &pref, &fref)) {
+        if (profile_has_nul(p, len)) {
+            ERR("need %u: NUL byte in a requirement key or value or a spread's topology_key", idx);
+            return -EINVAL;
+        }
         if ((rc = strtab_check(s, lim->strtab_reserve, idx, err, errlen)))
             return rc;
         Bigfleet__V1alpha1__CapacityNeed *n = NULL;
@@ -518,7 +543,7 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
             n->priority = lim->max_priority; /* the clamped profile is the one interned */
         char e2[200];
         uint64_t before = arena_used(s);
-        rc = bf_nprofile_intern_need(s, n, &pref, &fref, e2, sizeof e2);
+        rc = bf_nprofile_intern_need(s, n, lim->strtab_reserve, &pref, &fref, e2, sizeof e2);
         r->strtab_added += arena_used(s) - before;
         bigfleet__v1alpha1__capacity_need__free_unpacked(n, NULL);
         if (rc) {
@@ -535,7 +560,8 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
             /* new to the table, so new to this rollup: refuse before interning */
             if (lim->max_groups && r->groups + 1 > lim->max_groups)
                 goto too_many_groups;
-            if ((rc = strtab_check(s, lim->strtab_reserve + group_len, idx, err, errlen)))
+            if ((rc = strtab_check(s, lim->strtab_reserve + bf_str_cost((uint32_t)group_len), idx,
+                                   err, errlen)))
                 return rc;
             uint64_t before = arena_used(s);
             rc = bf_str_intern(s, group, (uint32_t)group_len, &gref);

@@ -854,6 +854,26 @@ static uint64_t seg_hash(void)
 
 /* ================================================================ tests: pure helpers */
 
+/* Found by fuzz_inspect_segment: `machine` on a record whose idle stamp
+ * (or a header's creation time) was corrupted computed now - stamp * 1e9 in
+ * int64 (signed overflow, undefined behaviour); every age and stamp the
+ * renderers print now saturates. */
+START_TEST(ages_and_stamps_from_a_corrupted_segment_saturate_instead_of_overflowing)
+{
+    ck_assert_int_eq(age_ns(INT64_MAX, INT64_MIN), INT64_MAX);
+    ck_assert_int_eq(age_ns(INT64_MIN, 1), INT64_MIN);
+    ck_assert_int_eq(age_ns(5000, 2000), 3000);
+    ck_assert_int_eq(sec_to_ns(9223372037LL), INT64_MAX); /* 2^63 / 1e9 rounded up */
+    ck_assert_int_eq(sec_to_ns(-9223372037LL), INT64_MIN);
+    ck_assert_int_eq(sec_to_ns(2), 2000000000LL);
+    char t[48], a[32];
+    fmt_time(t, sizeof t, INT64_MAX);
+    ck_assert_str_eq(t, "2262-04-11T23:47:16.854Z");
+    fmt_age(a, sizeof a, age_ns(0, INT64_MIN));
+    ck_assert_ptr_nonnull(strstr(a, "d"));
+}
+END_TEST
+
 START_TEST(json_escape_keeps_nul_control_and_invalid_utf8_parseable)
 {
     struct insp_buf b = {0};
@@ -2024,6 +2044,7 @@ int main(int argc, char **argv)
     Suite *s = suite_create("inspect");
     TCase *pure = tcase_create("helpers");
     tcase_add_test(pure, json_escape_keeps_nul_control_and_invalid_utf8_parseable);
+    tcase_add_test(pure, ages_and_stamps_from_a_corrupted_segment_saturate_instead_of_overflowing);
     tcase_add_test(pure, histogram_quantile_interpolates_within_exponential_buckets);
     suite_add_tcase(s, pure);
     TCase *tc = tcase_create("binary");

@@ -16,6 +16,8 @@
 #include "bigfleet/util.h"
 #include "bigfleet/v1alpha1/capacity.pb-c.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"
+#include "grpc/reflection/v1/reflection.pb-c.h"
+#include "session/session_internal.h"
 
 /* ------------------------------------------------------------ fixtures */
 
@@ -365,6 +367,39 @@ START_TEST(rollup_rejects_unknown_enum_values)
 }
 END_TEST
 
+/* Found reading the converter against fuzz_rollup's oracle (protobuf-c, which
+ * cuts a string at a NUL): a requirement key or value with a NUL byte was
+ * silently cut there, so "zone=a\0x" and "zone=a\0y" became one profile. */
+START_TEST(rollup_rejects_a_nul_byte_in_a_requirement_instead_of_cutting_it)
+{
+    /* ClusterCapacityNeeds{needs: [{requirements: [{key: "zone", operator: In,
+     * values: ["a\0x"]}], aggregate_resources: {cpu: "1"}}]} */
+    const uint8_t req[] = {0x0a, 0x04, 'z', 'o', 'n', 'e', 0x10, 0x01, 0x1a, 0x03, 'a', 0, 'x'};
+    uint8_t need[64], msg[80], *q = need;
+    q = bf_pb_put_ld(q, 1, req, sizeof req);
+    uint8_t ent[16], *e = ent;
+    e = bf_pb_put_ld(e, 1, "cpu", 3);
+    e = bf_pb_put_ld(e, 2, "1", 1);
+    q = bf_pb_put_ld(q, 2, ent, (size_t)(e - ent));
+    uint8_t *m = bf_pb_put_ld(msg, 3, need, (size_t)(q - need));
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    char err[256] = "";
+    ck_assert_int_eq(conv(&g_s, msg, (size_t)(m - msg), "c1", 1, 10, 0, &r, err, sizeof err),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "need 0: NUL byte in a requirement"));
+    ck_assert_uint_eq(r.n, 0);
+    /* the same value without the NUL converts */
+    const uint8_t ok[] = {0x0a, 0x04, 'z', 'o', 'n', 'e', 0x10, 0x01, 0x1a, 0x03, 'a', '.', 'x'};
+    q = bf_pb_put_ld(need, 1, ok, sizeof ok);
+    q = bf_pb_put_ld(q, 2, ent, (size_t)(e - ent));
+    m = bf_pb_put_ld(msg, 3, need, (size_t)(q - need));
+    ck_assert_int_eq(conv(&g_s, msg, (size_t)(m - msg), "c1", 1, 10, 0, &r, err, sizeof err), 0);
+    ck_assert_uint_eq(r.n, 1);
+    bf_rollup_free(&r);
+}
+END_TEST
+
 START_TEST(rollup_rejects_too_many_needs_malformed_bytes_and_foreign_cluster)
 {
     struct nb b[3];
@@ -414,6 +449,43 @@ START_TEST(repeated_rollup_interns_nothing_new_and_reserve_guards_the_string_tab
                      -ENOSPC);
     ck_assert_ptr_nonnull(strstr(err, "string table"));
     ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.arena_used), used);
+    bf_rollup_free(&r);
+    free(buf);
+}
+END_TEST
+
+/* Found writing fuzz_rollup's "no rollup takes the string arena below its
+ * reserve" property: the reserve was checked before a profile was interned
+ * but without the profile's own size, so one large new profile took the
+ * string table below its reserve (by up to the size of the Need). */
+START_TEST(a_large_new_profile_cannot_eat_into_the_string_table_reserve)
+{
+    static char big[4][1001];
+    struct nb b;
+    nb_init(&b, 7);
+    for (int i = 0; i < 4; i++) {
+        memset(big[i], 'a' + i, 1000);
+        big[i][1000] = 0;
+    }
+    nb_req(&b, "k", 1, big[0], big[1]);
+    nb_req(&b, "k2", 1, big[2], big[3]);
+    nb_agg(&b, "cpu", "1");
+    size_t len;
+    uint8_t *buf = pack_rollup("c1", 1, &b, 1, &len);
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    char err[256] = "";
+    uint64_t used = atomic_load(&g_s.inv->strtab.arena_used);
+    /* 256 bytes above the reserve: the ~8 KB of blob and fingerprint do not fit */
+    uint64_t reserve = g_s.arena_bytes - used - 256;
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 10, reserve, &r, err, sizeof err), -ENOSPC);
+    ck_assert_ptr_nonnull(strstr(err, "string table is nearly full"));
+    ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.arena_used), used);
+    /* with room for it, the same rollup converts and the reserve still holds */
+    reserve = g_s.arena_bytes - used - 65536;
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 10, reserve, &r, err, sizeof err), 0);
+    ck_assert_uint_le(atomic_load(&g_s.inv->strtab.arena_used) + reserve, g_s.arena_bytes);
+    ck_assert_uint_gt(atomic_load(&g_s.inv->strtab.arena_used), used + 4000);
     bf_rollup_free(&r);
     free(buf);
 }
@@ -992,6 +1064,42 @@ START_TEST(outbox_keyed_random_operations_match_a_model)
 }
 END_TEST
 
+/* ------------------------------------------------------------ reflection */
+
+/* Found by fuzz_health_reflection: a request carrying an unknown field
+ * numbered 0 (protobuf-c accepts one written in two bytes) was echoed as
+ * original_request with that field, which protobuf-c packs as a one-byte
+ * tag 0: the response decoded nowhere (grpcurl, grpc-js, protobuf-c). */
+START_TEST(reflection_echo_of_a_request_with_an_unknown_field_zero_decodes)
+{
+    /* host "h", list_services "", then field 0 (wire type 1) in two bytes */
+    const uint8_t req[] = {0x0a, 0x01, 'h', 0x3a, 0x00, 0x81, 0x00, 1, 2, 3, 4, 5, 6, 7, 8};
+    uint8_t *out;
+    size_t outlen;
+    struct ss_reflection_info info;
+    ck_assert_int_eq(ss_reflection_answer(req, sizeof req, &out, &outlen, &info), 0);
+    Grpc__Reflection__V1__ServerReflectionResponse *r =
+        grpc__reflection__v1__server_reflection_response__unpack(NULL, outlen, out);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(
+        r->message_response_case,
+        GRPC__REFLECTION__V1__SERVER_REFLECTION_RESPONSE__MESSAGE_RESPONSE_LIST_SERVICES_RESPONSE);
+    ck_assert_str_eq(r->valid_host, "h");
+    ck_assert_ptr_nonnull(r->original_request);
+    ck_assert_str_eq(r->original_request->host, "h");
+    ck_assert_int_eq(
+        r->original_request->message_request_case,
+        GRPC__REFLECTION__V1__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_LIST_SERVICES);
+    ck_assert_uint_eq(r->original_request->base.n_unknown_fields, 0);
+    grpc__reflection__v1__server_reflection_response__free_unpacked(r, NULL);
+    free(out);
+    /* a request that does not decode is refused, nothing allocated */
+    const uint8_t bad[] = {0x0a, 0x05, 'h'};
+    ck_assert_int_eq(ss_reflection_answer(bad, sizeof bad, &out, &outlen, &info), -EBADMSG);
+    ck_assert_ptr_null(out);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("session");
@@ -1006,8 +1114,10 @@ static Suite *suite(void)
     tcase_add_test(r, duplicate_needs_merge_sum_aggregate_and_max_min_unit);
     tcase_add_test(r, rollup_rejects_negative_and_unparseable_quantities_naming_them);
     tcase_add_test(r, rollup_rejects_unknown_enum_values);
+    tcase_add_test(r, rollup_rejects_a_nul_byte_in_a_requirement_instead_of_cutting_it);
     tcase_add_test(r, rollup_rejects_too_many_needs_malformed_bytes_and_foreign_cluster);
     tcase_add_test(r, repeated_rollup_interns_nothing_new_and_reserve_guards_the_string_table);
+    tcase_add_test(r, a_large_new_profile_cannot_eat_into_the_string_table_reserve);
     tcase_add_test(r, empty_rollup_converts_to_zero_rows);
     tcase_add_test(r, unknown_resource_names_are_listed_never_registered_by_convert);
     tcase_add_test(r, group_and_string_table_quotas_reject_with_the_quota_named);
@@ -1033,6 +1143,9 @@ static Suite *suite(void)
     tcase_add_test(o, outbox_coalesces_by_key_in_place_after_frames);
     tcase_add_test(o, outbox_keyed_random_operations_match_a_model);
     suite_add_tcase(s, o);
+    TCase *rf = tcase_create("reflection");
+    tcase_add_test(rf, reflection_echo_of_a_request_with_an_unknown_field_zero_decodes);
+    suite_add_tcase(s, rf);
     return s;
 }
 

@@ -85,6 +85,10 @@ void json_escape(struct insp_buf *b, const char *s, size_t n);
 void base64_put(struct insp_buf *b, const uint8_t *s, size_t n);
 
 /* "1h02m", "3.2s", "850ms" for a non-negative nanosecond span. */
+/* now - then, saturated (stamps read from a corrupted segment may be anything). */
+int64_t age_ns(int64_t now_ns, int64_t then_ns);
+/* Seconds to nanoseconds, saturated. */
+int64_t sec_to_ns(int64_t s);
 void fmt_age(char *buf, size_t n, int64_t ns);
 /* "2026-07-01T12:00:00.123Z" (UTC), or "-" for 0. */
 void fmt_time(char *buf, size_t n, int64_t unix_ns);

@@ -102,7 +102,7 @@ static void shard_text(struct insp_ctx *c, struct insp_buf *b)
     const struct bf_state_main *st = s->st;
     char t[48], age[32];
     fmt_time(t, sizeof t, h->created_unix_ns);
-    fmt_age(age, sizeof age, c->now_ns - h->created_unix_ns);
+    fmt_age(age, sizeof age, age_ns(c->now_ns, h->created_unix_ns));
     bool run = insp_supervisor_running(s);
     ib_printf(b,
               "shard %s  layout v%u  epoch %lld  generation %u  supervisor pid %u (%s)  "
@@ -161,7 +161,7 @@ static void procs_json(struct insp_ctx *c, struct jw *w)
         jw_int(w, "started_unix_nanos", atomic_load(&p->started_ns));
         jw_int(w, "heartbeat_unix_nanos", hb);
         if (hb)
-            jw_double(w, "heartbeat_age_seconds", (double)(c->now_ns - hb) / 1e9);
+            jw_double(w, "heartbeat_age_seconds", (double)age_ns(c->now_ns, hb) / 1e9);
         else
             jw_null(w, "heartbeat_age_seconds");
         jw_int(w, "last_exit_status", atomic_load(&p->last_exit_status));
@@ -186,9 +186,9 @@ static void procs_text(struct insp_ctx *c, struct insp_buf *b)
             continue;
         char up[32] = "-", hbs[32] = "-", ex[64];
         if (started)
-            fmt_age(up, sizeof up, c->now_ns - started);
+            fmt_age(up, sizeof up, age_ns(c->now_ns, started));
         if (hb) {
-            fmt_age(hbs, sizeof hbs, c->now_ns - hb);
+            fmt_age(hbs, sizeof hbs, age_ns(c->now_ns, hb));
             strncat(hbs, " ago", sizeof hbs - strlen(hbs) - 1);
         }
         uint32_t rs = atomic_load(&p->restarts);
@@ -263,7 +263,7 @@ static void cluster_json(struct insp_ctx *c, struct jw *w, const struct insp_clu
     jw_uint(w, "session_epoch", r->session_epoch);
     jw_int(w, "last_rollup_unix_nanos", r->last_rollup_ns);
     if (r->last_rollup_ns)
-        jw_double(w, "last_rollup_age_seconds", (double)(c->now_ns - r->last_rollup_ns) / 1e9);
+        jw_double(w, "last_rollup_age_seconds", (double)age_ns(c->now_ns, r->last_rollup_ns) / 1e9);
     else
         jw_null(w, "last_rollup_age_seconds");
     jw_int(w, "last_rollup_timestamp_unix_nanos", r->last_rollup_timestamp_ns);
@@ -295,7 +295,7 @@ static void clusters_text(struct insp_ctx *c, struct insp_buf *b, const struct i
         ib_bytes_text(&nm, k[i].name, k[i].name_len, 24);
         char age[32] = "never";
         if (r->last_rollup_ns) {
-            fmt_age(age, sizeof age, c->now_ns - r->last_rollup_ns);
+            fmt_age(age, sizeof age, age_ns(c->now_ns, r->last_rollup_ns));
             strncat(age, " ago", sizeof age - strlen(age) - 1);
         }
         ib_printf(b, "  %-24s %-4s %-5s %6u %10llu %4u %-12s %9llu %8llu %8llu\n", nm.p,
@@ -673,7 +673,7 @@ static int render_summary(struct insp_ctx *c, struct insp_buf *b)
         if (r->cycle) {
             char t[48], age[32], dur[32];
             fmt_time(t, sizeof t, r->computed_at_ns);
-            fmt_age(age, sizeof age, c->now_ns - r->computed_at_ns);
+            fmt_age(age, sizeof age, age_ns(c->now_ns, r->computed_at_ns));
             ms_str(dur, sizeof dur, (double)r->cycle_ns);
             ib_printf(b,
                       "\nLAST CYCLE  #%llu at %s (%s ago) took %s: %u verdicts, %u unsatisfied, "
@@ -887,8 +887,8 @@ static void machine_text_full(struct insp_ctx *c, struct insp_buf *b, uint32_t s
     FIELD("idle since");
     if (idle) {
         char t[48], age[32];
-        fmt_time(t, sizeof t, idle * 1000000000LL);
-        fmt_age(age, sizeof age, c->now_ns - idle * 1000000000LL);
+        fmt_time(t, sizeof t, sec_to_ns(idle));
+        fmt_age(age, sizeof age, age_ns(c->now_ns, sec_to_ns(idle)));
         ib_printf(b, "%s (%s ago)\n", t, age);
     } else {
         ib_puts(b, "-\n");
@@ -1281,7 +1281,7 @@ static void nv_text(struct insp_buf *b, const struct insp_nv *v, uint32_t i, int
 {
     char t[48], age[32];
     fmt_time(t, sizeof t, v->arrival_ns);
-    fmt_age(age, sizeof age, now_ns - v->arrival_ns);
+    fmt_age(age, sizeof age, age_ns(now_ns, v->arrival_ns));
     ib_printf(b, "[%u] cluster ", i + 1);
     ib_bytes_text(b, v->cluster_id, v->cluster_len, 0);
     char ib[32], rb[32];
