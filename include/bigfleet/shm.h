@@ -406,6 +406,56 @@ int bf_stamp_prune(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref);
 int bf_stamp_observe(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref, int64_t now_ns,
                      int64_t *latency_ns);
 
+/* -------------------------------------------------------- cycle results
+ * The state segment holds two struct bf_cycle_result buffers and, in the
+ * verdicts table, two runs of max_needs verdict rows (buffer b's rows start
+ * at s->verdicts + b * max_needs). One protocol, implemented here only
+ * (src/shm/result.c explains why it is safe):
+ *   writer [cycle]: b = bf_result_publish_begin(s, &seq) (publish_seq made
+ *     odd); fill result[b] and buffer b's verdict rows; then
+ *     bf_result_publish_end(s, b, seq) (flips `published`, publish_seq even);
+ *   reader [session, bigfleet-inspect; safe on a read-only attachment]:
+ *     bf_result_read_begin(s, &r); copy what is needed from r.buffer with
+ *     relaxed loads (bf_shm_load_words); the copy is consistent iff
+ *     bf_result_read_valid(s, &r) (publish_seq moved by less than 2 since
+ *     begin); else retry, a bounded number of times (BF_RESULT_READ_TRIES).
+ * A reader never blocks the writer ("build then swap"). */
+
+/* Copy attempts of bf_result_read before it gives up. */
+#define BF_RESULT_READ_TRIES 16
+
+struct bf_result_read {
+    uint64_t seq;    /* publish_seq at begin */
+    uint32_t buffer; /* the published buffer (0 or 1) to copy from */
+};
+
+/* Starts a publish; returns the buffer to fill. *seq is for _end. [cycle] */
+uint32_t bf_result_publish_begin(struct bf_shm *s, uint64_t *seq);
+/* Makes `buffer` the published one. [cycle] */
+void bf_result_publish_end(struct bf_shm *s, uint32_t buffer, uint64_t seq);
+/* Starts a copy of the published buffer. [any reader] */
+void bf_result_read_begin(const struct bf_shm *s, struct bf_result_read *r);
+/* After the copy: true when it is consistent. [any reader] */
+bool bf_result_read_valid(const struct bf_shm *s, const struct bf_result_read *r);
+/*
+ * Copies the published cycle result (header fields, shortfall ledger,
+ * inventory counts; ~150 KiB) into *out under the protocol above.
+ * out->cycle == 0 means no cycle has published yet (everything zero).
+ * *retries (may be NULL) gets the number of copies that had to be repeated.
+ * Returns 0 or -EAGAIN (the cycle published during every one of
+ * BF_RESULT_READ_TRIES copies; *out zeroed). [any reader]
+ */
+int bf_result_read(const struct bf_shm *s, struct bf_cycle_result *out, uint32_t *retries);
+
+/* ---------------------------------------------------------------- labels
+ * The names metrics, bigfleet-inspect and the audit log print for the
+ * enums of shm_layout.h (reference/shard.md §3.7 for the outcomes), defined
+ * next to nothing else (src/shm/labels.c). Out-of-range values give
+ * "other" (outcomes) or "unknown". Static strings; any process. */
+const char *bf_outcome_label(int outcome); /* enum bf_outcome */
+const char *bf_ring_label(int ring);       /* enum bf_ring_id */
+const char *bf_phase_label(int phase);     /* enum bf_phase */
+
 /* --------------------------------------------------------------- helpers */
 
 /* Relaxed atomic word copy from shared memory (n multiple of 8, 8-aligned). */

@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
 #include "bigfleet/blobs.h"
@@ -619,9 +620,7 @@ bad:
     return -EBADMSG;
 }
 
-int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cluster_id,
-                      uint32_t cluster_ref, const struct bf_rollup_limits *lim, struct bf_rollup *r,
-                      char *err, size_t errlen)
+static void reset_result(struct bf_rollup *r)
 {
     r->n = 0;
     r->needs_in = 0;
@@ -635,6 +634,66 @@ int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const ch
     r->unknown_fields = 0;
     r->n_new_dims = 0;
     r->over_quota = NULL;
+    r->repeated = false;
+}
+
+int64_t bf_rollup_arrival(int64_t timestamp_ns, int64_t recv_ns, bool *clamped)
+{
+    *clamped = recv_ns && (timestamp_ns > recv_ns || timestamp_ns < recv_ns - BF_ROLLUP_MAX_AGE_NS);
+    return *clamped ? recv_ns : timestamp_ns; /* in the future or stale: receive time orders it */
+}
+
+int bf_rollup_digest(const uint8_t *buf, size_t len, const struct bf_rollup_digest_key *key,
+                     struct bf_rollup_digest *d)
+{
+    XXH3_state_t st;
+    if (XXH3_128bits_reset_withSecret(&st, key->secret, sizeof key->secret) != XXH_OK)
+        return -EINVAL;
+    struct bf_pb_reader rd;
+    struct bf_pb_field f;
+    int rc;
+    d->timestamp_ns = 0;
+    bf_pb_reader_init(&rd, buf, len);
+    while ((rc = bf_pb_next(&rd, &f)) == 1) {
+        if (f.num == 2) {
+            d->timestamp_ns = (int64_t)f.varint; /* the last one wins, as in the converter */
+            continue;
+        }
+        XXH3_128bits_update(&st, f.start, (size_t)(f.end - f.start));
+    }
+    if (rc < 0)
+        return -EBADMSG;
+    XXH128_hash_t h = XXH3_128bits_digest(&st);
+    d->lo = h.low64;
+    d->hi = h.high64 | 1; /* never the all-zero "no digest" */
+    return 0;
+}
+
+int bf_rollup_repeat(const struct bf_shm *s, uint32_t rows_off, uint32_t n, const uint32_t *fp_refs,
+                     int64_t timestamp_ns, const struct bf_rollup_limits *lim, struct bf_rollup *r)
+{
+    reset_result(r);
+    int rc = reserve_rows(r, n ? n : 1);
+    if (rc)
+        return rc;
+    r->timestamp_ns = timestamp_ns;
+    r->arrival_ns = bf_rollup_arrival(timestamp_ns, lim->recv_ns, &r->timestamp_clamped);
+    if (n) {
+        bf_needs_copy_rows(s, rows_off, n, r->rows);
+        memcpy(r->fp_refs, fp_refs, (size_t)n * sizeof *fp_refs);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        r->rows[i].arrival_ns = r->arrival_ns;
+    r->n = n;
+    r->repeated = true;
+    return 0;
+}
+
+int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cluster_id,
+                      uint32_t cluster_ref, const struct bf_rollup_limits *lim, struct bf_rollup *r,
+                      char *err, size_t errlen)
+{
+    reset_result(r);
     uint32_t max_rows = lim->max_rows;
     if (!r->pcache && !(r->pcache = calloc(1, sizeof(struct pcache))))
         return -ENOMEM;
@@ -667,12 +726,7 @@ int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const ch
             r->timestamp_ns = (int64_t)f.varint;
         }
     }
-    r->arrival_ns = r->timestamp_ns;
-    if (lim->recv_ns &&
-        (r->timestamp_ns > lim->recv_ns || r->timestamp_ns < lim->recv_ns - BF_ROLLUP_MAX_AGE_NS)) {
-        r->arrival_ns = lim->recv_ns; /* in the future or stale: receive time orders it */
-        r->timestamp_clamped = true;
-    }
+    r->arrival_ns = bf_rollup_arrival(r->timestamp_ns, lim->recv_ns, &r->timestamp_clamped);
     if (cid_len && (cid_len != strlen(cluster_id) || memcmp(cid, cluster_id, cid_len) != 0)) {
         ERR("rollup cluster_id \"%.*s\" does not match the session's cluster \"%s\"",
             (int)(cid_len > 64 ? 64 : cid_len), (const char *)cid, cluster_id);

@@ -930,9 +930,9 @@ START_TEST(reader_reports_a_record_held_by_a_writer_as_busy_without_writing)
         before[r] = atomic_load(&g_s.inv->seqlock_retries[r]);
     struct bf_machine_rec rec;
     int64_t t0 = bf_mono_ns();
-    ck_assert_int_eq(insp_rec_read(&ro, 3, &rec, NULL), -EAGAIN);
+    ck_assert_int_eq(bf_inv_read_seq(&ro, 3, &rec, NULL), -EAGAIN);
     ck_assert_int_lt(bf_mono_ns() - t0, BF_NS_PER_SEC); /* bounded */
-    ck_assert_int_eq(insp_rec_read(&ro, 4, &rec, NULL), 0);
+    ck_assert_int_eq(bf_inv_read_seq(&ro, 4, &rec, NULL), 0);
     struct insp_scan *sc = malloc(sizeof *sc);
     insp_scan(&ro, sc);
     ck_assert_uint_eq(sc->busy, 1);
@@ -1739,7 +1739,7 @@ static int mode_cycle_proxy(int argc, char **argv)
         uint32_t hwm = bf_inv_hwm(&s), valid = 0;
         for (uint32_t i = 0; i < hwm; i++) {
             struct bf_machine_rec r;
-            if (insp_rec_read(&s, i, &r, NULL) != 0 || !(r.flags & BF_REC_VALID))
+            if (bf_inv_read_seq(&s, i, &r, NULL) != 0 || !(r.flags & BF_REC_VALID))
                 continue;
             valid++;
             tally[r.state % BF_STATE_COUNT][r.type_idx % BF_MAX_TYPES][r.zone_idx % BF_MAX_ZONES]++;

@@ -664,6 +664,122 @@ START_TEST(timestamps_in_the_future_or_stale_give_way_to_the_receive_time)
 }
 END_TEST
 
+static void random_key(struct bf_rollup_digest_key *k, uint8_t seed)
+{
+    for (size_t i = 0; i < sizeof k->secret; i++)
+        k->secret[i] = (uint8_t)(seed * 131 + i * 7 + (i * i) % 251);
+}
+
+START_TEST(unchanged_rollup_digest_ignores_only_the_timestamp)
+{
+    struct nb b[2];
+    nb_init(&b[0], 100);
+    nb_req(&b[0], BF_LABEL_INSTANCE_TYPE, 1, "m6i.large", NULL);
+    nb_agg(&b[0], "cpu", "4");
+    nb_init(&b[1], 10);
+    nb_agg(&b[1], "cpu", "500m");
+    struct bf_rollup_digest_key k1, k2;
+    random_key(&k1, 1);
+    random_key(&k2, 2);
+    size_t la, lb, lc, ld;
+    uint8_t *a = pack_rollup("c1", 100, b, 2, &la);
+    uint8_t *a2 = pack_rollup("c1", 987654321, b, 2, &lb);
+    struct bf_rollup_digest da, da2, dx;
+    ck_assert_int_eq(bf_rollup_digest(a, la, &k1, &da), 0);
+    ck_assert_int_eq(bf_rollup_digest(a2, lb, &k1, &da2), 0);
+    ck_assert_int_eq(da.timestamp_ns, 100);
+    ck_assert_int_eq(da2.timestamp_ns, 987654321);
+    ck_assert(da.lo == da2.lo && da.hi == da2.hi && da.hi != 0); /* same but for the timestamp */
+    /* one quantity changed: a different digest */
+    b[1].agg[0].value = "600m";
+    uint8_t *c = pack_rollup("c1", 100, b, 2, &lc);
+    ck_assert_int_eq(bf_rollup_digest(c, lc, &k1, &dx), 0);
+    ck_assert(dx.lo != da.lo || dx.hi != da.hi);
+    /* another cluster id: a different digest */
+    b[1].agg[0].value = "500m";
+    uint8_t *d = pack_rollup("c2", 100, b, 2, &ld);
+    ck_assert_int_eq(bf_rollup_digest(d, ld, &k1, &dx), 0);
+    ck_assert(dx.lo != da.lo || dx.hi != da.hi);
+    /* the Needs in another order: a different digest (it converts in full) */
+    struct nb swapped[2] = {b[1], b[0]}; /* copies point into b: still alive */
+    uint8_t *e = pack_rollup("c1", 100, swapped, 2, &ld);
+    ck_assert_int_eq(bf_rollup_digest(e, ld, &k1, &dx), 0);
+    ck_assert(dx.lo != da.lo || dx.hi != da.hi);
+    /* another key: another digest of the same bytes */
+    ck_assert_int_eq(bf_rollup_digest(a, la, &k2, &dx), 0);
+    ck_assert(dx.lo != da.lo || dx.hi != da.hi);
+    /* a top level that does not parse */
+    ck_assert_int_eq(bf_rollup_digest(a, la - 1, &k1, &dx), -EBADMSG);
+    free(a);
+    free(a2);
+    free(c);
+    free(d);
+    free(e);
+}
+END_TEST
+
+START_TEST(repeat_rebuilds_the_published_rows_with_the_new_arrival)
+{
+    struct nb b[3];
+    nb_init(&b[0], 100);
+    nb_req(&b[0], BF_LABEL_INSTANCE_TYPE, 1, "m6i.large", NULL);
+    nb_agg(&b[0], "cpu", "4");
+    nb_mu(&b[0], "cpu", "2");
+    nb_init(&b[1], 10);
+    nb_agg(&b[1], "cpu", "500m");
+    nb_init(&b[2], 100); /* merges into the first */
+    nb_req(&b[2], BF_LABEL_INSTANCE_TYPE, 1, "m6i.large", NULL);
+    nb_agg(&b[2], "cpu", "2");
+    size_t la, lb;
+    int64_t t1 = 1800000000000000000LL, t2 = t1 + 5 * BF_NS_PER_SEC;
+    uint8_t *a = pack_rollup("c1", t1, b, 3, &la);
+    uint8_t *a2 = pack_rollup("c1", t2, b, 3, &lb);
+    struct bf_rollup full, rep, again;
+    bf_rollup_init(&full);
+    bf_rollup_init(&rep);
+    bf_rollup_init(&again);
+    char err[256] = "";
+    struct bf_rollup_limits lim = open_limits();
+    lim.recv_ns = t2;
+    ck_assert_int_eq(conv(&g_s, a, la, "c1", 1, 100, 0, &full, err, sizeof err), 0);
+    ck_assert_uint_eq(full.n, 2);
+    ck_assert_uint_eq(full.merged, 1);
+    /* published at row 7, as the ingest thread would */
+    bf_shm_store_words(&g_s.rows[7], full.rows, (size_t)full.n * sizeof(struct bf_need_row));
+    ck_assert_int_eq(bf_rollup_repeat(&g_s, 7, full.n, full.fp_refs, t2, &lim, &rep), 0);
+    ck_assert(rep.repeated);
+    ck_assert(!full.repeated);
+    ck_assert_uint_eq(rep.n, full.n);
+    ck_assert_int_eq(rep.timestamp_ns, t2);
+    ck_assert_int_eq(rep.arrival_ns, t2);
+    ck_assert(!rep.timestamp_clamped);
+    /* the full conversion of the repeated bytes gives exactly these rows */
+    ck_assert_int_eq(bf_rollup_convert(&g_s, a2, lb, "c1", 1, &lim, &again, err, sizeof err), 0);
+    ck_assert_uint_eq(again.n, rep.n);
+    ck_assert_int_eq(memcmp(again.rows, rep.rows, rep.n * sizeof *rep.rows), 0);
+    ck_assert_int_eq(memcmp(again.fp_refs, rep.fp_refs, rep.n * sizeof *rep.fp_refs), 0);
+    for (uint32_t i = 0; i < rep.n; i++) {
+        ck_assert_int_eq(rep.rows[i].arrival_ns, t2);
+        struct bf_need_row x = rep.rows[i];
+        x.arrival_ns = full.rows[i].arrival_ns; /* nothing else differs */
+        ck_assert_int_eq(memcmp(&x, &full.rows[i], sizeof x), 0);
+    }
+    /* a stale timestamp gives way to the receive time, as in the conversion */
+    lim.recv_ns = t2 + BF_ROLLUP_MAX_AGE_NS + 1;
+    ck_assert_int_eq(bf_rollup_repeat(&g_s, 7, full.n, full.fp_refs, t2, &lim, &rep), 0);
+    ck_assert(rep.timestamp_clamped);
+    ck_assert_int_eq(rep.rows[1].arrival_ns, lim.recv_ns);
+    /* an empty rollup repeats to no rows */
+    ck_assert_int_eq(bf_rollup_repeat(&g_s, 0, 0, NULL, t2, &lim, &rep), 0);
+    ck_assert_uint_eq(rep.n, 0);
+    bf_rollup_free(&full);
+    bf_rollup_free(&rep);
+    bf_rollup_free(&again);
+    free(a);
+    free(a2);
+}
+END_TEST
+
 START_TEST(oversized_needs_and_groups_are_rejected_before_interning)
 {
     struct nb b;
@@ -1123,6 +1239,8 @@ static Suite *suite(void)
     tcase_add_test(r, group_and_string_table_quotas_reject_with_the_quota_named);
     tcase_add_test(r, priorities_above_the_cap_are_clamped_and_counted);
     tcase_add_test(r, timestamps_in_the_future_or_stale_give_way_to_the_receive_time);
+    tcase_add_test(r, unchanged_rollup_digest_ignores_only_the_timestamp);
+    tcase_add_test(r, repeat_rebuilds_the_published_rows_with_the_new_arrival);
     tcase_add_test(r, oversized_needs_and_groups_are_rejected_before_interning);
     tcase_add_test(r, explicit_zero_dimension_converts_like_an_absent_one);
     tcase_add_test(r, duplicate_rows_merge_but_rail2_counts_the_needs_received);

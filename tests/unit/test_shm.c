@@ -1042,6 +1042,103 @@ START_TEST(live_configuration_reaches_readers_whole_once_per_publish)
 }
 END_TEST
 
+/* The cycle-result publish protocol (src/shm/result.c): a random
+ * interleaving of one writer's steps (begin, store into the buffer it
+ * fills, end) and one reader's (begin, copy, validate) against a model of
+ * which buffer each writer store hit. Whenever bf_result_read_valid accepts
+ * a copy, no writer store touched the buffer being copied between the
+ * reader's begin and its validation; a copy with no publish step in between
+ * is always accepted. */
+START_TEST(result_read_accepts_a_copy_only_if_its_buffer_was_not_rewritten)
+{
+    uint32_t seed = 12345;
+    uint64_t accepted = 0, refused = 0;
+    for (int round = 0; round < 20000; round++) {
+        int wstate = 0; /* 0 idle, 1 begun (filling wbuf) */
+        uint32_t wbuf = 0;
+        uint64_t wseq = 0;
+        struct bf_result_read r;
+        bool reading = false, torn = false, quiet = true;
+        for (int step = 0; step < 12; step++) {
+            seed = seed * 1103515245u + 12345u;
+            int what = (int)((seed >> 16) % 3);
+            if (what == 0) { /* writer: next step */
+                if (wstate == 0) {
+                    wbuf = bf_result_publish_begin(&g_s, &wseq);
+                    wstate = 1;
+                } else if ((seed >> 20) & 1) {
+                    if (reading && wbuf == r.buffer)
+                        torn = true; /* a store into the buffer being copied */
+                    atomic_store(&g_s.st->result[wbuf].cycle, (uint64_t)step);
+                } else {
+                    bf_result_publish_end(&g_s, wbuf, wseq);
+                    wstate = 0;
+                }
+                if (reading)
+                    quiet = false;
+            } else if (!reading) {
+                bf_result_read_begin(&g_s, &r);
+                reading = true;
+                torn = false;
+                quiet = true;
+                ck_assert_uint_eq(r.buffer, atomic_load(&g_s.st->published) & 1u);
+            } else {
+                bool ok = bf_result_read_valid(&g_s, &r);
+                if (ok)
+                    ck_assert_msg(!torn, "round %d: a copy of a rewritten buffer was accepted",
+                                  round);
+                if (quiet)
+                    ck_assert_msg(ok, "round %d: a copy with no publish step was refused", round);
+                ok ? accepted++ : refused++;
+                reading = false;
+            }
+        }
+        if (wstate == 1)
+            bf_result_publish_end(&g_s, wbuf, wseq);
+    }
+    ck_assert_uint_gt(accepted, 1000);
+    ck_assert_uint_gt(refused, 100);
+    /* bf_result_read copies the published buffer whole */
+    struct bf_cycle_result *out = malloc(sizeof *out);
+    uint64_t seq;
+    uint32_t b = bf_result_publish_begin(&g_s, &seq);
+    atomic_store(&g_s.st->result[b].cycle, 4242);
+    bf_result_publish_end(&g_s, b, seq);
+    uint32_t retries = 99;
+    ck_assert_int_eq(bf_result_read(&g_s, out, &retries), 0);
+    ck_assert_uint_eq(out->cycle, 4242);
+    ck_assert_uint_eq(retries, 0);
+    free(out);
+}
+END_TEST
+
+/* Labels are defined next to their enums by value (src/shm/labels.c):
+ * every value has its own name, the reference names hold, and out-of-range
+ * values fall back instead of reading past the table. */
+START_TEST(every_enum_value_has_its_own_label)
+{
+    const char *(*fn[3])(int) = {bf_outcome_label, bf_ring_label, bf_phase_label};
+    const int n[3] = {BF_OUT_COUNT, BF_RING_COUNT, BF_PHASE_COUNT};
+    for (int f = 0; f < 3; f++)
+        for (int i = 0; i < n[f]; i++) {
+            ck_assert_ptr_nonnull(fn[f](i));
+            for (int j = 0; j < i; j++)
+                ck_assert_str_ne(fn[f](i), fn[f](j));
+        }
+    ck_assert_str_eq(bf_outcome_label(BF_OUT_SUCCESS), "success");
+    ck_assert_str_eq(bf_outcome_label(BF_OUT_RACED_TO_IDLE), "transition_raced_to_idle");
+    ck_assert_str_eq(bf_outcome_label(BF_OUT_MISSING_PROFILE), "missing_profile");
+    ck_assert_str_eq(bf_outcome_label(BF_OUT_COUNT), "other");
+    ck_assert_str_eq(bf_outcome_label(-1), "other");
+    ck_assert_str_eq(bf_ring_label(BF_RING_BOOT_RESP), "boot_resp");
+    ck_assert_str_eq(bf_ring_label(BF_RING_OWN_AUDIT), "own_audit");
+    ck_assert_str_eq(bf_ring_label(BF_RING_COUNT), "unknown");
+    ck_assert_str_eq(bf_phase_label(BF_PHASE_SNAPREAD), "snapread");
+    ck_assert_str_eq(bf_phase_label(BF_PHASE_EXECUTE), "execute");
+    ck_assert_str_eq(bf_phase_label(BF_PHASE_COUNT), "unknown");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("shm");
@@ -1083,6 +1180,8 @@ int main(void)
     tcase_add_test(tc, attach_refuses_ring_geometry_off_the_layout);
     tcase_add_test(tc, attach_refuses_an_inventory_file_shorter_than_its_committed_arena);
     tcase_add_test(tc, live_configuration_reaches_readers_whole_once_per_publish);
+    tcase_add_test(tc, result_read_accepts_a_copy_only_if_its_buffer_was_not_rewritten);
+    tcase_add_test(tc, every_enum_value_has_its_own_label);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

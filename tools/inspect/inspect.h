@@ -41,7 +41,6 @@
 
 /* Seqlock read budget of the inspector (spin, then yield): a record still
  * locked after this many attempts is reported as busy. */
-#define INSP_SEQ_TRIES 64
 
 /* ------------------------------------------------------------------ out.c */
 
@@ -120,9 +119,6 @@ void insp_fault_arm(void *sigjmp_buf_ptr); /* NULL disarms */
 /* After the jump: a message describing the fault. */
 const char *insp_fault_message(void);
 
-/* Consistent copy of record `slot` without writing anything: 0, -EAGAIN
- * (the record stayed write-locked: "busy"), -ERANGE. */
-int insp_rec_read(const struct bf_shm *s, uint32_t slot, struct bf_machine_rec *out, uint32_t *seq);
 /* String of ref with its length checked against the published arena;
  * NULL for an out-of-range ref. ref 0 is "". */
 const char *insp_str(const struct bf_shm *s, uint32_t ref, uint32_t *len);
