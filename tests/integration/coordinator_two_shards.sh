@@ -22,7 +22,8 @@ done
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 out=$TMP/run
 # run-multi-shard cleans up what it started (processes, its shards' segments)
-RESULTS=$out SHARED=$SHARED SHARDS=2 CLUSTERS=1 WALL=45s WINDOW=3d KILL_LEADER_AT=15 \
+# the heaviest imbalance (every GPU type on shard 0): transfers must happen
+RESULTS=$out SHARED=$SHARED SHARDS=2 CLUSTERS=1 WALL=45s WINDOW=3d KILL_LEADER_AT=15 STARVED_TYPES=all-gpu \
     bash "$repo/scripts/run-multi-shard" "$BIN/.." >"$TMP/job.out" 2>&1
 rc=$?
 cat "$TMP/job.out"
