@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bigfleet/config.h"
 #include "bigfleet/log.h"
 #include "bigfleet/net.h"
 #include "bigfleet/simprovider.h"
@@ -65,6 +66,7 @@ static void usage(FILE *f)
             "  --quota-provider NAME      quota ledger key (default default)\n"
             "  --quota-region NAME        (default default)\n"
             "  --log-level LEVEL          debug|info|warn|error (default info)\n"
+            "  --help, --version\n"
             "\n"
             "ctl commands: assign-domain KEY VALUE SHARD | unassign-domain KEY VALUE |\n"
             "  assign-cluster CLUSTER SHARD | remove-shard SHARD | list-shards | list-domains |\n"
@@ -189,7 +191,8 @@ int main(int argc, char **argv)
         O_QP,
         O_QR,
         O_LOG,
-        O_HELP
+        O_HELP,
+        O_VERSION
     };
     static const struct option opts[] = {
         {"id", 1, NULL, O_ID},
@@ -212,6 +215,7 @@ int main(int argc, char **argv)
         {"quota-region", 1, NULL, O_QR},
         {"log-level", 1, NULL, O_LOG},
         {"help", 0, NULL, O_HELP},
+        {"version", 0, NULL, O_VERSION},
         {0},
     };
     int o;
@@ -285,6 +289,9 @@ int main(int argc, char **argv)
             break;
         case O_HELP:
             usage(stdout);
+            return 0;
+        case O_VERSION:
+            printf("bigfleet-coordinator %s\n", BF_VERSION);
             return 0;
         default:
             usage(stderr);
