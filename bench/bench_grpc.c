@@ -15,7 +15,9 @@
  *      (one operator per cluster), 100 streams per connection, and one mTLS
  *      connection per stream (client certificate bigfleet://cluster/c1).
  *
- *   bench_grpc [--seconds S] [--streams N] [--out FILE] [--quick]
+ *   bench_grpc [--seconds S] [--streams N] [--out FILE] [--quick] [--bidi-only]
+ *
+ *   --bidi-only skips 1 and 2 (the connection-memory figures alone).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -29,9 +31,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <wolfssl/options.h>
-#include <wolfssl/wolfcrypt/memory.h>
 
 #include "bigfleet/log.h"
 #include "bigfleet/net.h"
@@ -111,31 +110,6 @@ static void on_usr1(int sig)
 
 /* On SIGUSR1: return freed pages to the kernel (so RSS shows live memory, not
  * jemalloc's dirty-page cache) and report the live heap bytes on the pipe. */
-/* wolfSSL's own live heap bytes (its allocators counted in the server): what
- * a TLS session holds, apart from the connection and HTTP/2 state */
-static uint64_t g_wolf_live;
-static void *wolf_malloc(size_t n)
-{
-    void *p = malloc(n);
-    if (p)
-        g_wolf_live += malloc_usable_size(p);
-    return p;
-}
-static void wolf_free(void *p)
-{
-    if (p)
-        g_wolf_live -= malloc_usable_size(p);
-    free(p);
-}
-static void *wolf_realloc(void *p, size_t n)
-{
-    size_t old = p ? malloc_usable_size(p) : 0;
-    void *q = realloc(p, n);
-    if (q || !n)
-        g_wolf_live += (q ? malloc_usable_size(q) : 0) - old;
-    return q;
-}
-
 static void report_tick(struct bf_net_timer *t, void *arg)
 {
     (void)t, (void)arg;
@@ -153,14 +127,13 @@ static void report_tick(struct bf_net_timer *t, void *arg)
         if (mallctl("stats.allocated", &a, &sz, NULL, 0) == 0)
             allocated = a;
     }
-    uint64_t rep[2] = {allocated, g_wolf_live};
+    uint64_t rep[2] = {allocated, bf_net_tls_heap_bytes()};
     if (write(g_report_fd, rep, sizeof rep) != (ssize_t)sizeof rep)
         g_report_fd = -1;
 }
 
 static int serve_main(int fd, const char *cert, const char *key, const char *ca)
 {
-    wolfSSL_SetAllocators(wolf_malloc, wolf_free, wolf_realloc);
     signal(SIGUSR1, on_usr1);
     pin(0);
     raise_nofile();
@@ -648,17 +621,15 @@ int main(int argc, char **argv)
     double seconds = 3;
     int streams = 10000;
     const char *out = "results/bench_grpc.json";
-    static const struct option lo[] = {{"seconds", required_argument, 0, 's'},
-                                       {"streams", required_argument, 0, 'n'},
-                                       {"out", required_argument, 0, 'o'},
-                                       {"quick", no_argument, 0, 'q'},
-                                       {"serve-fd", required_argument, 0, 'F'},
-                                       {"cert", required_argument, 0, 'C'},
-                                       {"key", required_argument, 0, 'K'},
-                                       {"ca", required_argument, 0, 'A'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {
+        {"seconds", required_argument, 0, 's'}, {"streams", required_argument, 0, 'n'},
+        {"out", required_argument, 0, 'o'},     {"quick", no_argument, 0, 'q'},
+        {"bidi-only", no_argument, 0, 'b'},     {"serve-fd", required_argument, 0, 'F'},
+        {"cert", required_argument, 0, 'C'},    {"key", required_argument, 0, 'K'},
+        {"ca", required_argument, 0, 'A'},      {0, 0, 0, 0}};
     int c;
     int serve_fd = -1;
+    bool bidi_only = false;
     const char *cert = NULL, *key = NULL, *ca_arg = NULL;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
@@ -683,12 +654,17 @@ int main(int argc, char **argv)
         case 'o':
             out = optarg;
             break;
+        case 'b':
+            bidi_only = true;
+            break;
         case 'q':
             seconds = 1;
             streams = 1000;
             break;
         default:
-            fprintf(stderr, "usage: %s [--seconds S] [--streams N] [--out FILE] [--quick]\n",
+            fprintf(stderr,
+                    "usage: %s [--seconds S] [--streams N] [--out FILE] [--quick] "
+                    "[--bidi-only]\n",
                     argv[0]);
             return 2;
         }
@@ -703,17 +679,8 @@ int main(int argc, char **argv)
     printf("bench_grpc: %ld CPUs; server pinned to CPU 0, client to CPU 1\n",
            sysconf(_SC_NPROCESSORS_ONLN));
     struct bf_net_client_opts plain = {0};
-    struct unary_fig h2c1 = unary_bench(NULL, &plain, 1, 128, seconds);
-    printf("unary h2c, 1 conn x 128 in flight: %.0f RPC/s, server CPU %.0f%%, %.0f RPC per "
-           "server-CPU-second, %.2f ms CPU per 1000 RPCs (errors %llu)\n",
-           h2c1.rps, h2c1.server_util * 100, h2c1.rps_per_core, h2c1.cpu_ms_per_1k,
-           (unsigned long long)h2c1.errors);
-    struct unary_fig h2c4 = unary_bench(NULL, &plain, 4, 64, seconds);
-    printf("unary h2c, 4 conns x 64 in flight: %.0f RPC/s, server CPU %.0f%%, %.0f RPC per "
-           "server-CPU-second, %.2f ms CPU per 1000 RPCs (errors %llu)\n",
-           h2c4.rps, h2c4.server_util * 100, h2c4.rps_per_core, h2c4.cpu_ms_per_1k,
-           (unsigned long long)h2c4.errors);
-    struct unary_fig tls1 = {0};
+    struct unary_fig h2c1 = {0}, h2c4 = {0}, tls1 = {0};
+    struct h2load_fig hl = {0};
     bool pki = make_pki();
     char crt[128], keyf[128], ca[128], ccrt[128], ckey[128];
     snprintf(crt, sizeof crt, "%s/s.crt", g_pki);
@@ -721,19 +688,31 @@ int main(int argc, char **argv)
     snprintf(ca, sizeof ca, "%s/ca.crt", g_pki);
     snprintf(ccrt, sizeof ccrt, "%s/c.crt", g_pki);
     snprintf(ckey, sizeof ckey, "%s/c.key", g_pki);
-    if (pki) {
-        struct bf_net_tls_config stls = {crt, keyf, NULL};
-        struct bf_net_client_opts ctls = {.tls = {NULL, NULL, ca}};
-        tls1 = unary_bench(&stls, &ctls, 1, 128, seconds);
-        printf("unary TLS 1.3, 1 conn x 128 in flight: %.0f RPC/s, server CPU %.0f%%, %.0f RPC "
-               "per server-CPU-second, %.2f ms CPU per 1000 RPCs (errors %llu)\n",
-               tls1.rps, tls1.server_util * 100, tls1.rps_per_core, tls1.cpu_ms_per_1k,
-               (unsigned long long)tls1.errors);
+    if (!bidi_only) {
+        h2c1 = unary_bench(NULL, &plain, 1, 128, seconds);
+        printf("unary h2c, 1 conn x 128 in flight: %.0f RPC/s, server CPU %.0f%%, %.0f RPC per "
+               "server-CPU-second, %.2f ms CPU per 1000 RPCs (errors %llu)\n",
+               h2c1.rps, h2c1.server_util * 100, h2c1.rps_per_core, h2c1.cpu_ms_per_1k,
+               (unsigned long long)h2c1.errors);
+        h2c4 = unary_bench(NULL, &plain, 4, 64, seconds);
+        printf("unary h2c, 4 conns x 64 in flight: %.0f RPC/s, server CPU %.0f%%, %.0f RPC per "
+               "server-CPU-second, %.2f ms CPU per 1000 RPCs (errors %llu)\n",
+               h2c4.rps, h2c4.server_util * 100, h2c4.rps_per_core, h2c4.cpu_ms_per_1k,
+               (unsigned long long)h2c4.errors);
+        if (pki) {
+            struct bf_net_tls_config stls = {crt, keyf, NULL};
+            struct bf_net_client_opts ctls = {.tls = {NULL, NULL, ca}};
+            tls1 = unary_bench(&stls, &ctls, 1, 128, seconds);
+            printf("unary TLS 1.3, 1 conn x 128 in flight: %.0f RPC/s, server CPU %.0f%%, %.0f RPC "
+                   "per server-CPU-second, %.2f ms CPU per 1000 RPCs (errors %llu)\n",
+                   tls1.rps, tls1.server_util * 100, tls1.rps_per_core, tls1.cpu_ms_per_1k,
+                   (unsigned long long)tls1.errors);
+        }
+        hl = h2load_bench((uint64_t)(200000 * seconds));
+        if (hl.ran)
+            printf("h2load h2c, 4 conns x 64 streams: %.0f req/s, %.0f req per server-CPU-second\n",
+                   hl.rps, hl.rps_per_core);
     }
-    struct h2load_fig hl = h2load_bench((uint64_t)(200000 * seconds));
-    if (hl.ran)
-        printf("h2load h2c, 4 conns x 64 streams: %.0f req/s, %.0f req per server-CPU-second\n",
-               hl.rps, hl.rps_per_core);
 
     struct bidi_fig b[3];
     const char *bname[3] = {"one_stream_per_connection", "hundred_streams_per_connection",
@@ -773,12 +752,14 @@ int main(int argc, char **argv)
     }
     fprintf(f, "{\n  \"benchmark\": \"bench_grpc\",\n  \"cpus\": %ld,\n  \"seconds\": %.1f,\n",
             sysconf(_SC_NPROCESSORS_ONLN), seconds);
-    fprintf(f, "  \"unary\": {\n");
-    print_unary(f, "h2c_1conn", &h2c1, 1, 128, false);
-    print_unary(f, "h2c_4conn", &h2c4, 4, 64, !pki);
-    if (pki)
-        print_unary(f, "tls13_1conn", &tls1, 1, 128, true);
-    fprintf(f, "  },\n");
+    if (!bidi_only) {
+        fprintf(f, "  \"unary\": {\n");
+        print_unary(f, "h2c_1conn", &h2c1, 1, 128, false);
+        print_unary(f, "h2c_4conn", &h2c4, 4, 64, !pki);
+        if (pki)
+            print_unary(f, "tls13_1conn", &tls1, 1, 128, true);
+        fprintf(f, "  },\n");
+    }
     if (hl.ran)
         fprintf(f,
                 "  \"h2load_h2c\": {\"connections\": 4, \"streams_per_connection\": 64, "

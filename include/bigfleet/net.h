@@ -271,6 +271,9 @@ struct bf_net_tls_config {
 };
 /* 1 = all three set (mTLS), 0 = none (plaintext), -EINVAL = partial. */
 int bf_net_tls_config_check(const struct bf_net_tls_config *tls);
+/* Bytes wolfSSL holds on the heap in this process right now (all its
+ * allocations go through src/net's counting allocator). Any thread. */
+uint64_t bf_net_tls_heap_bytes(void);
 
 /*
  * Certificates and keys are re-read when their file mtime changes (checked
