@@ -9,7 +9,9 @@
  *   2. the same unary load from h2load (nghttp2-client), if installed
  *      (h2c only; h2load cannot see grpc-status, the server counts OKs);
  *   3. concurrent open bidi streams held (Shard/Session, Hello + Ack each):
- *      the server's RSS before and after, per stream, then rounds of one
+ *      the server's RSS before and after (the connections quiet for 1.5 s:
+ *      idle), per stream, and what the second half of the connections
+ *      adds (without per-process costs), then rounds of one
  *      rollup per stream (one message in, one ack out) with the server's
  *      CPU time per 1,000 messages. Two shapes: one connection per stream
  *      (one operator per cluster), 100 streams per connection, and one mTLS
@@ -460,9 +462,11 @@ static const uint8_t ROLLUP[] = {0x12, 0x04, 0x0a, 0x02, 'c', '1'};
 
 struct bidi_fig {
     int streams, conns, opened;
-    long rss_base_kb, rss_open_kb, rss_raw_kb, client_rss_kb;
+    long rss_base_kb, rss_open_kb, rss_raw_kb, client_rss_kb, rss_half_kb;
+    int opened_half;
     uint64_t heap_base, heap_open, wolf_base, wolf_open;
     double open_secs, bytes_per_stream, heap_per_stream, wolf_per_stream;
+    double marginal_bytes_per_stream; /* second half of the connections only */
     double cpu_ms_per_1k_msgs;
     double msgs_per_sec;
     int rounds;
@@ -474,6 +478,15 @@ static bool wait_acks(struct bf_net_loop *l, int want, int64_t max_ns)
     while (g_acks < want && bf_mono_ns() < until)
         bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
     return g_acks >= want;
+}
+
+#define IDLE_SETTLE_MS 1500
+
+static void settle(struct bf_net_loop *l)
+{
+    int64_t until = bf_mono_ns() + IDLE_SETTLE_MS * BF_NS_PER_MS;
+    while (bf_mono_ns() < until)
+        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
 }
 
 static struct bidi_fig bidi_bench(int streams, int conns, int rounds,
@@ -514,19 +527,35 @@ static struct bidi_fig bidi_bench(int streams, int conns, int rounds,
         }
         if (c % 250 == 249)
             wait_acks(l, (c + 1) * per, 30 * BF_NS_PER_SEC);
+        if (c + 1 == conns / 2 && conns >= 2) {
+            /* the marginal cost: what the second half adds, without the
+             * per-process costs the first connections pay (recv buffer
+             * ring pages, wolfSSL's ECC fixed-point cache, allocator
+             * metadata) */
+            wait_acks(l, (c + 1) * per, 60 * BF_NS_PER_SEC);
+            settle(l);
+            uint64_t h, w;
+            server_mem(pid, &fg.rss_half_kb, &h, &w);
+            fg.opened_half = g_acks;
+        }
     }
     wait_acks(l, streams, 60 * BF_NS_PER_SEC);
     fg.open_secs = (double)(bf_mono_ns() - t0) / BF_NS_PER_SEC;
     fg.opened = g_acks;
-    /* let the server settle, then its RSS */
-    for (int i = 0; i < 20; i++)
-        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+    /* let the connections go idle (quiet for IDLE_SETTLE_MS: the server
+     * gives idle connections' frame buffer pages back after 1 s), then the
+     * server's RSS */
+    settle(l);
     fg.rss_raw_kb = proc_rss_kb(pid); /* before purging jemalloc's dirty pages */
     server_mem(pid, &fg.rss_open_kb, &fg.heap_open, &fg.wolf_open);
     fg.client_rss_kb = proc_rss_kb(getpid());
     fg.bytes_per_stream =
         fg.opened ? (double)(fg.rss_open_kb - fg.rss_base_kb) * 1024.0 / fg.opened : 0;
     fg.heap_per_stream = fg.opened ? (double)(fg.heap_open - fg.heap_base) / fg.opened : 0;
+    fg.marginal_bytes_per_stream =
+        fg.opened > fg.opened_half && fg.opened_half > 0
+            ? (double)(fg.rss_open_kb - fg.rss_half_kb) * 1024.0 / (fg.opened - fg.opened_half)
+            : 0;
     fg.wolf_per_stream = fg.opened ? ((double)fg.wolf_open - (double)fg.wolf_base) / fg.opened : 0;
     /* message rounds: one rollup per stream in, one ack out */
     double cpu0 = proc_cpu(pid);
@@ -608,12 +637,14 @@ static void print_bidi(FILE *f, const char *name, const struct bidi_fig *b, bool
             "    \"%s\": {\"streams\": %d, \"connections\": %d, \"opened\": %d, \"open_seconds\": "
             "%.2f, \"server_rss_base_kib\": %ld, \"server_rss_open_kib\": %ld, "
             "\"server_rss_open_before_purge_kib\": %ld, \"server_rss_bytes_per_stream\": %.0f, "
+            "\"server_rss_marginal_bytes_per_stream\": %.0f, "
             "\"server_heap_bytes_per_stream\": %.0f, \"server_wolfssl_bytes_per_stream\": %.0f, "
             "\"client_rss_kib\": %ld, \"rounds\": %d, "
             "\"messages_per_sec\": %.0f, \"server_cpu_ms_per_1000_messages\": %.3f}%s\n",
             name, b->streams, b->conns, b->opened, b->open_secs, b->rss_base_kb, b->rss_open_kb,
-            b->rss_raw_kb, b->bytes_per_stream, b->heap_per_stream, b->wolf_per_stream,
-            b->client_rss_kb, b->rounds, b->msgs_per_sec, b->cpu_ms_per_1k_msgs, last ? "" : ",");
+            b->rss_raw_kb, b->bytes_per_stream, b->marginal_bytes_per_stream, b->heap_per_stream,
+            b->wolf_per_stream, b->client_rss_kb, b->rounds, b->msgs_per_sec, b->cpu_ms_per_1k_msgs,
+            last ? "" : ",");
 }
 
 int main(int argc, char **argv)
@@ -726,12 +757,14 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < nb; i++)
         printf("bidi %s: %d/%d streams open on %d connections in %.2fs; server RSS %ld -> %ld KiB "
-               "(%ld before purge; %.0f RSS bytes, %.0f heap bytes (wolfSSL %.0f) per stream); "
+               "(%ld before purge; %.0f RSS bytes (second half: %.0f), %.0f heap bytes (wolfSSL "
+               "%.0f) per stream); "
                "%.0f msgs/s, "
                "%.3f ms server CPU per 1000 messages\n",
                bname[i], b[i].opened, b[i].streams, b[i].conns, b[i].open_secs, b[i].rss_base_kb,
-               b[i].rss_open_kb, b[i].rss_raw_kb, b[i].bytes_per_stream, b[i].heap_per_stream,
-               b[i].wolf_per_stream, b[i].msgs_per_sec, b[i].cpu_ms_per_1k_msgs);
+               b[i].rss_open_kb, b[i].rss_raw_kb, b[i].bytes_per_stream,
+               b[i].marginal_bytes_per_stream, b[i].heap_per_stream, b[i].wolf_per_stream,
+               b[i].msgs_per_sec, b[i].cpu_ms_per_1k_msgs);
     if (pki) {
         char rm[128];
         snprintf(rm, sizeof rm, "rm -rf %s", g_pki);

@@ -525,7 +525,6 @@ size_t bf_tls_session_trim(struct conn *c)
     WOLFSSL *ssl = (WOLFSSL *)c->ssl;
     if (!ssl)
         return 0;
-    wolfSSL_FreeHandshakeResources(ssl);
     size_t freed = 0;
     const void *mine[2] = {ssl, wolfSSL_get_session(ssl)};
     for (int i = 0; i < 2; i++) {
