@@ -50,7 +50,7 @@
 #define STALL_RATE      (64u << 10) /* bytes a second a partial message must at least move */
 #define FLOOD_CLOSE_NS  (1 * BF_NS_PER_SEC)  /* GOAWAY flush time before a flood conn is cut */
 #define LIMIT_LOG_NS    (10 * BF_NS_PER_SEC) /* at most one limit log line per this, per reason */
-#define HPACK_TABLE     0u /* HPACK dynamic tables, both ways (idle memory, see the top) */
+#define HPACK_TABLE     0u /* our HPACK encoder's dynamic table (idle memory, see the top) */
 #define FB_IDLE_NS      (1 * BF_NS_PER_SEC) /* quiet this long: frame buffer pages back */
 #define FB_PAGE         4096u
 
@@ -1331,7 +1331,6 @@ static void srv_on_accept(void *owner, int fd)
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, srv->o.max_concurrent_streams},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, srv->o.stream_window},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST},
-        {NGHTTP2_SETTINGS_HEADER_TABLE_SIZE, HPACK_TABLE},
     };
     nghttp2_submit_settings(sc->h2, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
     nghttp2_session_set_local_window_size(sc->h2, NGHTTP2_FLAG_NONE, 0,
