@@ -163,6 +163,8 @@ struct bf_net_stats {
     uint64_t header_list_refusals;   /* server: streams reset: decoded request headers
                                         over 64 KiB (an HPACK bomb) */
     uint64_t flood_closes[BF_NET_FLOOD_COUNT]; /* server: connections closed as floods */
+    uint64_t idle_buffer_releases;             /* server: times an idle connection's HTTP/2 frame
+                                                  buffer pages went back to the kernel */
 };
 
 /* -------------------------------------------------------------- the loop */

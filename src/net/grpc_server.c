@@ -1040,8 +1040,10 @@ static void sconn_fb_release(struct sconn *sc)
     if (!sc->fb || sc->fb_released || !sc->h2 || nghttp2_session_want_write(sc->h2))
         return;
     size_t len = sc->fb_len & ~(size_t)(FB_PAGE - 1);
-    if (len && madvise(sc->fb, len, MADV_DONTNEED) == 0)
+    if (len && madvise(sc->fb, len, MADV_DONTNEED) == 0) {
         sc->fb_released = true;
+        sc->srv->stats.idle_buffer_releases++;
+    }
 }
 
 /* Something was received or is to be sent: the frame buffer is in use
