@@ -50,8 +50,7 @@
 #define STALL_RATE      (64u << 10) /* bytes a second a partial message must at least move */
 #define FLOOD_CLOSE_NS  (1 * BF_NS_PER_SEC)  /* GOAWAY flush time before a flood conn is cut */
 #define LIMIT_LOG_NS    (10 * BF_NS_PER_SEC) /* at most one limit log line per this, per reason */
-#define HPACK_TABLE     0u /* our HPACK encoder's dynamic table (idle memory, see the top) */
-#define FB_IDLE_NS      (1 * BF_NS_PER_SEC) /* quiet this long: frame buffer pages back */
+#define FB_IDLE_NS      (1 * BF_NS_PER_SEC)  /* quiet this long: frame buffer pages back */
 #define FB_PAGE         4096u
 
 struct method_ent {
@@ -95,24 +94,24 @@ struct sconn {
     char *identity;
     bool identity_bad, identity_logged, bad_logged;
     bool got_settings, goaway_sent, ping_out;
+    bool peer_counted, ident_counted;
     int64_t ping_sent, last_rx;
     struct bf_net_timer timer;
     struct bf_list drain_q;        /* calls whose outbox emptied (on_drain pending) */
     struct bf_grpc_budget inbound; /* this connection's share (parent: the server's) */
     struct bf_h2_guard guard;      /* frame-level flood accounting */
-    int flood;                     /* enum bf_net_flood: closing as a flood */
-    int64_t flood_at;
-    uint32_t ncalls;    /* calls not yet done */
-    int64_t idle_since; /* mono ns since ncalls became 0 */
-    struct bf_cc_key peer_key, ident_key;
-    bool peer_counted, ident_counted;
+    uint32_t ncalls;               /* calls not yet done */
+    uint8_t flood;                 /* enum bf_net_flood: closing as a flood */
     /* nghttp2's frame buffer (sconn_mem): page-aligned, released when quiet */
-    uint8_t *fb;
-    size_t fb_len;
+    uint8_t fb_pages; /* whole pages of it */
     bool fb_creating; /* inside nghttp2_session_server_new3 */
     bool fb_released; /* pages given back since the last activity */
-    int64_t last_tx;  /* mono ns nghttp2 last had something to write */
-};
+    int64_t flood_at;
+    int64_t idle_since; /* mono ns since ncalls became 0 */
+    int64_t last_tx;    /* mono ns nghttp2 last had something to write */
+    struct bf_cc_key peer_key, ident_key;
+    uint8_t *fb;
+}; /* 896 bytes: one jemalloc size class; keep it there */
 
 struct bf_net_call {
     struct sconn *sc;
@@ -189,7 +188,7 @@ static void sconn_flood(struct sconn *sc, int reason)
     struct bf_net_server *srv = sc->srv;
     if (sc->flood)
         return;
-    sc->flood = reason;
+    sc->flood = (uint8_t)reason;
     srv->stats.flood_closes[reason]++;
     uint64_t total = 0;
     for (int i = 0; i < BF_NET_FLOOD_COUNT; i++)
@@ -995,11 +994,11 @@ static int on_invalid_frame_cb(nghttp2_session *h2, const nghttp2_frame *frame, 
 static void *sconn_mem_malloc(size_t n, void *ud)
 {
     struct sconn *sc = ud;
-    if (sc->fb_creating && !sc->fb && n >= 4 * FB_PAGE) {
+    if (sc->fb_creating && !sc->fb && n >= 4 * FB_PAGE && n < 255 * FB_PAGE) {
         /* the frame buffer chunk: pages of its own so that they can be released */
         size_t sz = (n + FB_PAGE - 1) & ~(size_t)(FB_PAGE - 1);
         sc->fb = aligned_alloc(FB_PAGE, sz);
-        sc->fb_len = sc->fb ? n : 0;
+        sc->fb_pages = sc->fb ? (uint8_t)(n / FB_PAGE) : 0;
         return sc->fb;
     }
     return malloc(n);
@@ -1010,7 +1009,7 @@ static void sconn_mem_free(void *p, void *ud)
     struct sconn *sc = ud;
     if (p && p == sc->fb) {
         sc->fb = NULL;
-        sc->fb_len = 0;
+        sc->fb_pages = 0;
     }
     free(p);
 }
@@ -1028,7 +1027,7 @@ static void *sconn_mem_realloc(void *p, size_t n, void *ud)
         return sconn_mem_malloc(n, ud);
     if (p == sc->fb) { /* nghttp2 does not resize it; if it ever does, forget it */
         sc->fb = NULL;
-        sc->fb_len = 0;
+        sc->fb_pages = 0;
     }
     return realloc(p, n);
 }
@@ -1039,7 +1038,7 @@ static void sconn_fb_release(struct sconn *sc)
 {
     if (!sc->fb || sc->fb_released || !sc->h2 || nghttp2_session_want_write(sc->h2))
         return;
-    size_t len = sc->fb_len & ~(size_t)(FB_PAGE - 1);
+    size_t len = (size_t)sc->fb_pages * FB_PAGE;
     if (len && madvise(sc->fb, len, MADV_DONTNEED) == 0) {
         sc->fb_released = true;
         sc->srv->stats.idle_buffer_releases++;
@@ -1498,7 +1497,6 @@ int bf_net_server_new(struct bf_net_loop *loop, const struct bf_net_server_opts 
         goto out_fail;
     nghttp2_option_set_no_closed_streams(srv->h2opt, 1);
     nghttp2_option_set_max_send_header_block_length(srv->h2opt, 65536);
-    nghttp2_option_set_max_deflate_dynamic_table_size(srv->h2opt, HPACK_TABLE);
     if (opts->listen_fd > 0)
         r = bf_listener_adopt(loop, opts->listen_fd, true, srv_on_accept, srv,
                               &srv->stats.accept_errors, &srv->listener);
