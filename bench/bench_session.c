@@ -390,7 +390,9 @@ static double pct(double *v, uint32_t n, double p)
 
 struct ingest_fig {
     uint32_t rows, ops;
+    bool unchanged; /* every rollup repeats the previous one apart from its timestamp */
     double cold_ms, rps, p50, p99, ping_p99;
+    double ingest_us; /* mean time inside the session's ingest thread (its own histogram) */
     uint32_t rollups;
     size_t bytes;
 };
@@ -407,11 +409,12 @@ static bool all_done(void *a)
 }
 
 static void bench_ingest(struct shard *sh, uint32_t rows, int nops, double seconds, bool ping,
-                         struct ingest_fig *f)
+                         bool unchanged, struct ingest_fig *f)
 {
     memset(f, 0, sizeof *f);
     f->rows = rows;
     f->ops = (uint32_t)nops;
+    f->unchanged = unchanged;
     int total = nops + (ping ? 1 : 0);
     struct op *ops = calloc((size_t)total, sizeof *ops);
     uint8_t *msgs[8][2];
@@ -429,7 +432,9 @@ static void bench_ingest(struct shard *sh, uint32_t rows, int nops, double secon
             char cluster[32];
             snprintf(cluster, sizeof cluster, "bench-%d", base + i);
             msgs[i][0] = build_rollup(cluster, rows, "4", &lens[i][0]);
-            msgs[i][1] = build_rollup(cluster, rows, "5", &lens[i][1]);
+            /* changed: the two alternate (one quantity differs in every row);
+             * unchanged: the same demand, built again (a later timestamp) */
+            msgs[i][1] = build_rollup(cluster, rows, unchanged ? "4" : "5", &lens[i][1]);
             ops[i].msg = (const uint8_t *const *)msgs[i];
             ops[i].msg_len = lens[i];
             f->bytes = lens[i][0];
@@ -470,6 +475,8 @@ static void bench_ingest(struct shard *sh, uint32_t rows, int nops, double secon
     uint32_t a0 = 0;
     for (int i = 0; i < nops; i++)
         a0 += ops[i].acks;
+    struct bf_hist *ih = &sh->shm.st->session.rollup_ingest;
+    uint64_t ic0 = atomic_load(&ih->count), is0 = atomic_load(&ih->sum_ns);
     t0 = bf_mono_ns();
     for (int i = 0; i < nops; i++)
         op_send(&ops[i]);
@@ -484,6 +491,8 @@ static void bench_ingest(struct shard *sh, uint32_t rows, int nops, double secon
         a1 += ops[i].acks;
     f->rollups = a1 - a0;
     f->rps = f->rollups / el;
+    uint64_t ic1 = atomic_load(&ih->count), is1 = atomic_load(&ih->sum_ns);
+    f->ingest_us = ic1 > ic0 ? (double)(is1 - is0) / (double)(ic1 - ic0) / 1e3 : 0;
     double *all = calloc(f->rollups + 16, sizeof *all);
     uint32_t n = 0;
     for (int i = 0; i < nops; i++)
@@ -517,6 +526,17 @@ static void bench_ingest(struct shard *sh, uint32_t rows, int nops, double secon
     for (int i = 0; i < nops; i++)
         free(msgs[i][0]);
     free(ops);
+}
+
+static void print_fig(const struct ingest_fig *x)
+{
+    char ping[16] = "-";
+    if (x->ping_p99 > 0)
+        snprintf(ping, sizeof ping, "%.2fms", x->ping_p99);
+    printf("%7u %4u %9s %10zu %10.1f %8.2fms %8.2fms %10.1f %8s %10.1f\n", x->rows, x->ops,
+           x->unchanged ? "unchanged" : "changed", x->bytes, x->rps, x->p50, x->p99, x->cold_ms,
+           ping, x->ingest_us);
+    fflush(stdout);
 }
 
 /* ------------------------------------------------------------ sessions */
@@ -625,19 +645,19 @@ int main(int argc, char **argv)
     struct shard sh;
     shard_start(&sh, "262144");
     static const uint32_t sizes[] = {1000, 10000, 50000};
-    struct ingest_fig one[3], four[3];
+    struct ingest_fig one[3], four[3], same[2];
     printf("rollup ingest (bigfleet-shardd over loopback, every row a distinct profile)\n");
-    printf("%7s %4s %10s %10s %9s %9s %10s %8s\n", "rows", "ops", "bytes", "rollups/s", "ack_p50",
-           "ack_p99", "cold_ms", "ping_p99");
+    printf("%7s %4s %9s %10s %10s %9s %9s %10s %8s %10s\n", "rows", "ops", "rollups", "bytes",
+           "rollups/s", "ack_p50", "ack_p99", "cold_ms", "ping_p99", "ingest_us");
     for (int k = 0; k < 3; k++) {
-        bench_ingest(&sh, sizes[k], 1, seconds, k == 2, &one[k]);
-        printf("%7u %4u %10zu %10.1f %8.2fms %8.2fms %10.1f %7.2fms\n", one[k].rows, one[k].ops,
-               one[k].bytes, one[k].rps, one[k].p50, one[k].p99, one[k].cold_ms, one[k].ping_p99);
-        fflush(stdout);
-        bench_ingest(&sh, sizes[k], 4, seconds, false, &four[k]);
-        printf("%7u %4u %10zu %10.1f %8.2fms %8.2fms %10.1f %8s\n", four[k].rows, four[k].ops,
-               four[k].bytes, four[k].rps, four[k].p50, four[k].p99, four[k].cold_ms, "-");
-        fflush(stdout);
+        bench_ingest(&sh, sizes[k], 1, seconds, k == 2, false, &one[k]);
+        print_fig(&one[k]);
+        bench_ingest(&sh, sizes[k], 4, seconds, false, false, &four[k]);
+        print_fig(&four[k]);
+        if (k != 1) { /* the unchanged-rollup path at 1K and 50K rows */
+            bench_ingest(&sh, sizes[k], 1, seconds, false, true, &same[k / 2]);
+            print_fig(&same[k / 2]);
+        }
     }
     shard_stop(&sh);
 
@@ -665,14 +685,16 @@ int main(int argc, char **argv)
     uname(&u);
     fprintf(f, "{\n  \"host\": \"%s %s\", \"cpus\": %ld,\n  \"ingest\": [\n", u.sysname, u.release,
             sysconf(_SC_NPROCESSORS_ONLN));
-    for (int k = 0; k < 6; k++) {
-        struct ingest_fig *x = k % 2 ? &four[k / 2] : &one[k / 2];
-        fprintf(f,
-                "    {\"rows\": %u, \"operators\": %u, \"rollup_bytes\": %zu, \"rollups\": %u, "
-                "\"rollups_per_s\": %.2f, \"ack_p50_ms\": %.3f, \"ack_p99_ms\": %.3f, "
-                "\"cold_first_ms\": %.1f, \"hello_ping_p99_ms\": %.3f}%s\n",
-                x->rows, x->ops, x->bytes, x->rollups, x->rps, x->p50, x->p99, x->cold_ms,
-                x->ping_p99, k < 5 ? "," : "");
+    for (int k = 0; k < 8; k++) {
+        struct ingest_fig *x = k < 6 ? (k % 2 ? &four[k / 2] : &one[k / 2]) : &same[k - 6];
+        fprintf(
+            f,
+            "    {\"rows\": %u, \"operators\": %u, \"rollups_kind\": \"%s\", "
+            "\"rollup_bytes\": %zu, \"rollups\": %u, "
+            "\"rollups_per_s\": %.2f, \"ack_p50_ms\": %.3f, \"ack_p99_ms\": %.3f, "
+            "\"cold_first_ms\": %.1f, \"hello_ping_p99_ms\": %.3f, \"ingest_mean_us\": %.1f}%s\n",
+            x->rows, x->ops, x->unchanged ? "unchanged" : "changed", x->bytes, x->rollups, x->rps,
+            x->p50, x->p99, x->cold_ms, x->ping_p99, x->ingest_us, k < 7 ? "," : "");
     }
     fprintf(f,
             "  ],\n  \"sessions\": {\"target\": %d, \"held\": %d, \"connect_s\": %.3f, "

@@ -99,11 +99,15 @@ struct Bigfleet__V1alpha1__CapacityNeed;
  * Validates a wire CapacityNeed's profile part (operators 0..5, spread
  * when_unsatisfiable 0..2, penalty buckets 0..27, non-empty requirement
  * keys), canonicalises it, computes the fingerprint, encodes and interns the
- * NeedProfileBlob and the fingerprint string. Errors: -EINVAL (message in
- * err names the field), -ENOSPC, -ETIMEDOUT.
+ * NeedProfileBlob and the fingerprint string. reserve: refused with -ENOSPC
+ * (nothing interned) when the blob and the fingerprint would leave fewer than
+ * this many bytes of the string arena free (strings already interned cost
+ * nothing; 0 = no reserve). Errors: -EINVAL (message in err names the
+ * field), -ENOSPC, -ETIMEDOUT.
  */
 int bf_nprofile_intern_need(struct bf_shm *s, const struct Bigfleet__V1alpha1__CapacityNeed *n,
-                            uint32_t *ref, uint32_t *fingerprint_ref, char *err, size_t errlen);
+                            uint64_t reserve, uint32_t *ref, uint32_t *fingerprint_ref, char *err,
+                            size_t errlen);
 /* Same from an in-memory profile (canonicalised in place). */
 int bf_nprofile_intern(struct bf_shm *s, struct bf_need_profile *p, uint32_t *ref,
                        uint32_t *fingerprint_ref);

@@ -69,6 +69,12 @@ enum {
      * incrementally. Slow; used by tests to prove the fast path makes
      * identical decisions. */
     BF_ENGINE_F_REFERENCE = 1u << 1,
+    /* Derive the whole Phase 1 credit pre-pass every cycle instead of keeping
+     * the outcomes whose inputs provably did not change since the last cycle
+     * (docs/engine.md §4). Identical decisions; the reference the randomized
+     * suite and `bench_engine --check` hold the incremental pre-pass to.
+     * BF_ENGINE_F_REFERENCE implies it. */
+    BF_ENGINE_F_NO_INCREMENTAL = 1u << 2,
 };
 
 struct bf_engine_config {
@@ -371,6 +377,13 @@ struct bf_engine_result {
     uint32_t n_needs;                 /* normalized demand rows */
     uint32_t n_unsatisfied;           /* Phase 1 unsatisfied */
     uint32_t claimed[BF_STATE_COUNT]; /* Phase 1's claimed set, per machine state */
+    /* Phase 1 credit pre-pass this cycle (docs/engine.md §4): normalized Needs
+     * whose outcome was kept (inputs unchanged), re-ranked (only the shard's
+     * acquirable supply moved: a Same Need's domains ranked again, its claims
+     * kept) and derived; they add up to n_needs */
+    struct {
+        uint32_t kept, reranked, derived;
+    } prepass;
     struct bf_engine_timings t;
 };
 

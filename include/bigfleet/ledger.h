@@ -4,15 +4,9 @@
  * encoding the verdict ledger as ShardRead/InspectNeeds frames
  * (seeds/003 ADR-0061 + amendment, reference/shard.md §5, wire.md §5).
  *
- * The publish protocol (src/cycle/emit.c, shm_layout.h struct
- * bf_cycle_result): the cycle owns two result buffers and two verdict-row
- * buffers; it bumps st->publish_seq to odd, fills buffer `published ^ 1`,
- * flips `published` (release) and bumps publish_seq to even. A reader
- * loads publish_seq (acquire) and `published` (acquire), copies what it
- * needs from that buffer with relaxed word loads, then re-checks that
- * publish_seq moved by less than 2 (the next publish, which would rewrite
- * the buffer being copied, has not started); otherwise it retries, at most
- * BF_LEDGER_READ_TRIES times. The reader never writes anything and never
+ * The publish protocol is bigfleet/shm.h's "Cycle results" (one
+ * implementation, src/shm/result.c): copies are retried at most
+ * BF_RESULT_READ_TRIES times. The reader never writes anything and never
  * makes the cycle wait ("build then swap; a reader never blocks the
  * cycle").
  *
@@ -32,18 +26,7 @@
 #include "bigfleet/blobs.h"
 #include "bigfleet/shm.h"
 
-/* Copy attempts before a reader gives up (-EAGAIN). */
-#define BF_LEDGER_READ_TRIES 16
-
-/*
- * Copies the current published cycle result (header fields, shortfall
- * ledger, inventory counts; ~150 KiB) into *out under the publish rule.
- * out->cycle == 0 means no cycle has published yet (everything zero).
- * *retries (may be NULL) gets the number of copies that had to be
- * repeated. Returns 0 or -EAGAIN (the cycle published twice during every
- * one of BF_LEDGER_READ_TRIES copies).
- */
-int bf_ledger_read_result(const struct bf_shm *s, struct bf_cycle_result *out, uint32_t *retries);
+/* The published cycle result itself: bf_result_read (bigfleet/shm.h). */
 
 /* A private copy of (part of) one published verdict ledger. */
 struct bf_ledger_snapshot {
@@ -74,7 +57,7 @@ struct bf_ledger_filter {
  * stay valid for the life of the segments.
  * Work: one pass over the published rows (a 4-byte load per row when
  * filtering), copying only the rows kept.
- * Returns 0, -EAGAIN (BF_LEDGER_READ_TRIES copies all overlapped two
+ * Returns 0, -EAGAIN (BF_RESULT_READ_TRIES copies all overlapped two
  * publishes), -ENOBUFS (more than f->max_rows rows to copy), -ENOMEM.
  * snap is reset first; free it with bf_ledger_snapshot_free (also after
  * an error). *retries (may be NULL) gets the repeated copies.

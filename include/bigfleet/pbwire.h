@@ -11,7 +11,10 @@
  *     carry only bit 63 (0x00 or 0x01): anything more is over 64 bits and
  *     malformed (protobuf-c 1.4 drops the extra bits and accepts it: the
  *     one place this reader is stricter, see docs/fuzzing.md);
- *   - a tag is a varint: field number (1 .. 2^29-1) << 3 | wire type;
+ *   - a tag is a varint: field number (1 .. 2^29-1) << 3 | wire type, at
+ *     most 5 bytes; a length is a varint of at most 5 bytes too (both are
+ *     32-bit varints: C++ protobuf and protobuf-c refuse a longer encoding,
+ *     even a zero-padded one, so this reader does as well);
  *   - wire types 0 varint, 1 fixed 8 bytes, 2 length-delimited (a varint
  *     length, bounded by the enclosing buffer), 5 fixed 4 bytes. Groups (3, 4)
  *     are deprecated and refused, 6 and 7 do not exist;
@@ -46,8 +49,9 @@
 #define BF_PB_EGROUP 4 /* refused */
 #define BF_PB_I32    5
 
-#define BF_PB_FIELD_MAX  536870911u /* 2^29 - 1 */
-#define BF_PB_VARINT_MAX 10         /* bytes */
+#define BF_PB_FIELD_MAX    536870911u /* 2^29 - 1 */
+#define BF_PB_VARINT_MAX   10         /* bytes */
+#define BF_PB_VARINT32_MAX 5          /* bytes of a tag or a length */
 
 /* ================================================================ reader */
 
@@ -126,9 +130,10 @@ static inline uint32_t bf_pb_le32(const uint8_t *p)
 /*
  * Reads the next field and advances the reader past it. Returns 1 with *f
  * filled, 0 at the end of the buffer, -EBADMSG for malformed input
- * (truncated tag, value or length; a varint over 10 bytes or 64 bits; field
- * number 0 or above BF_PB_FIELD_MAX; groups (wire types 3/4) or wire types
- * 6/7). After -EBADMSG the reader is not advanced.
+ * (truncated tag, value or length; a varint over 10 bytes or 64 bits; a tag
+ * or a length over 5 bytes; field number 0 or above BF_PB_FIELD_MAX; groups
+ * (wire types 3/4) or wire types 6/7). After -EBADMSG the reader is not
+ * advanced.
  *
  * Inline: the provider's List decoder reads ~20 fields per Machine, 500K
  * Machines per full List.
@@ -140,7 +145,7 @@ static inline __attribute__((always_inline)) int bf_pb_next(struct bf_pb_reader 
     if (p >= end)
         return 0;
     uint64_t tag;
-    if (bf_pb_read_varint(&p, end, &tag))
+    if (bf_pb_read_varint(&p, end, &tag) || p - r->p > BF_PB_VARINT32_MAX)
         return -EBADMSG;
     uint64_t num = tag >> 3;
     if (num == 0 || num > BF_PB_FIELD_MAX)
@@ -169,7 +174,9 @@ static inline __attribute__((always_inline)) int bf_pb_next(struct bf_pb_reader 
         break;
     case BF_PB_LEN: {
         uint64_t l;
-        if (bf_pb_read_varint(&p, end, &l) || l > (uint64_t)(end - p))
+        const uint8_t *lp = p;
+        if (bf_pb_read_varint(&p, end, &l) || p - lp > BF_PB_VARINT32_MAX ||
+            l > (uint64_t)(end - p))
             return -EBADMSG;
         f->varint = 0;
         f->p = p;

@@ -141,6 +141,7 @@ struct bf_rollup {
     uint64_t strtab_added;       /* bytes this conversion added to the string table */
     uint64_t unknown_fields;     /* dropped while decoding Needs (bf_pb_unpack) */
     const char *over_quota;      /* on a quota rejection: "needs", "groups" or "strings" */
+    bool repeated;               /* filled by bf_rollup_repeat (no conversion ran) */
     uint32_t n_new_dims;         /* resource names not in the registry (values ignored) */
     char new_dims[BF_MAX_DIMS][BF_DIM_NAME_MAX];
     /* private: dedup table (profile_ref, group_ref) -> row */
@@ -177,6 +178,59 @@ void bf_rollup_free(struct bf_rollup *r);
 int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cluster_id,
                       uint32_t cluster_ref, const struct bf_rollup_limits *lim, struct bf_rollup *r,
                       char *err, size_t errlen);
+
+/*
+ * Arrival of a rollup's Needs: timestamp_ns, or recv_ns when the timestamp
+ * is in the future or older than BF_ROLLUP_MAX_AGE_NS before recv_ns
+ * (*clamped set). recv_ns 0 = no clamp. Pure.
+ */
+int64_t bf_rollup_arrival(int64_t timestamp_ns, int64_t recv_ns, bool *clamped);
+
+/* ------------------------------------------------ the unchanged-rollup path
+ * Operators resend their whole demand every interval, and most rollups
+ * repeat the previous one (nothing changed in the cluster; issue 18 target
+ * 3: such a rollup costs <= 50 us to ingest). The ingest thread keeps, per
+ * cluster, the digest of the last accepted rollup; a rollup with the same
+ * digest converts to the same rows, so bf_rollup_repeat copies the published
+ * rows instead of decoding and interning every Need again. Only the arrival
+ * (the new timestamp) differs. */
+
+/* A per-process random key: digests cannot be predicted by a peer, so a
+ * peer cannot craft a rollup that collides with another of its own and
+ * (the only effect) keep its previous rows. */
+struct bf_rollup_digest_key {
+    uint8_t secret[192]; /* XXH3 secret (>= XXH3_SECRET_SIZE_MIN bytes of entropy) */
+};
+
+struct bf_rollup_digest {
+    uint64_t lo, hi;      /* 128-bit keyed XXH3; hi is never 0 for a computed digest */
+    int64_t timestamp_ns; /* the rollup's timestamp_unix_nanos (last occurrence) */
+};
+
+/*
+ * Digest of a serialized ClusterCapacityNeeds over every top-level field
+ * except timestamp_unix_nanos (2), byte for byte in wire order: equal
+ * digests mean equal bytes apart from the timestamp (up to a keyed 128-bit
+ * hash collision). A different encoding of the same content is a different
+ * digest (it then takes the full conversion, never a wrong result).
+ * Errors: -EBADMSG (the top level does not parse), -EINVAL (bad key).
+ * Pure; ~1 GB/s of scanning plus the hash.
+ */
+int bf_rollup_digest(const uint8_t *buf, size_t len, const struct bf_rollup_digest_key *key,
+                     struct bf_rollup_digest *d);
+
+/*
+ * Fills r (reset first) with the n rows published at rows_off (the rows of
+ * the cluster's last accepted rollup, which the caller proved this one
+ * repeats) and their fingerprint refs (fp_refs, n entries, copied), every
+ * row carrying the arrival of timestamp_ns under lim->recv_ns (see
+ * bf_rollup_arrival; timestamp_clamped set as the conversion would).
+ * needs_in, merged, priorities_clamped and unknown_fields are left 0: the
+ * caller restores the figures of the conversion it repeats. Sets repeated.
+ * Reads the rows segment only (s: the session's mapping). Errors: -ENOMEM.
+ */
+int bf_rollup_repeat(const struct bf_shm *s, uint32_t rows_off, uint32_t n, const uint32_t *fp_refs,
+                     int64_t timestamp_ns, const struct bf_rollup_limits *lim, struct bf_rollup *r);
 
 /* ================================================================ rail 2 */
 

@@ -96,13 +96,19 @@ int bf_shm_create(struct bf_shm *s, const char *shard_id, const struct bf_shm_ca
 /*
  * Attaches to existing segments; readonly maps PROT_READ (inspection).
  * Validates each header: magic, kind, layout version (a mismatch names both
- * versions in err), size, ready flag.
+ * versions in err), size (the file's, the header's), ready flag; then every
+ * capacity, derived capacity, table offset and length (offset + length
+ * overflow-checked against the file size) and every offset stored inside a
+ * table (pending arrays, change-log entries, ring kind/slot/capacity/data)
+ * against the layout recomputed from the capacities, which must agree in
+ * all four segments. Nothing is read through a header offset before that.
  * Ownership is checked first (least privilege): read-write needs segments
  * owned by the caller's effective uid (or a root caller), read-only needs
  * segments no one but their owner can write; all four must have one owner.
  * Errors: -ENOENT (no segments for this id), -EPERM (ownership or mode, the
  * uids named in err), -EACCES (not readable by this user),
- * -EPROTO (bad magic/kind/size),
+ * -EPROTO (bad magic/kind/size, truncated file, a capacity, table or inner
+ * offset that does not match the layout: err names the segment and field),
  * -EPROTONOSUPPORT (layout version mismatch), -EAGAIN (not initialised yet),
  * other -errno.
  */
@@ -178,11 +184,16 @@ static inline int bf_str_intern_cstr(struct bf_shm *s, const char *str, uint32_t
  * bounded string.
  */
 int bf_str_intern_soft(struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *ref);
+/* Bytes of the string arena a new string of len bytes takes (entry header,
+ * the bytes, a NUL, 8-byte alignment): for reserve checks before interning. */
+uint64_t bf_str_cost(uint32_t len);
 /* Finds an existing entry without inserting. 0 or -ENOENT. Lock-free. */
 int bf_str_find(const struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *ref);
 /* The bytes of ref (NUL-terminated; *len gets the length, may be NULL).
- * Returns NULL for a ref outside the published arena. The pointer stays
- * valid while the segment is mapped. Lock-free. */
+ * Returns NULL for a ref whose entry or bytes lie outside the published
+ * arena (the published end bounded by the arena's size: a corrupted segment
+ * never leads a reader outside it). The pointer stays valid while the
+ * segment is mapped. Lock-free. */
 const char *bf_str(const struct bf_shm *s, uint32_t ref, uint32_t *len);
 
 /* Registries (dimensions, instance types, zones): index of name, adding it
@@ -394,6 +405,56 @@ int bf_stamp_prune(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref);
  */
 int bf_stamp_observe(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref, int64_t now_ns,
                      int64_t *latency_ns);
+
+/* -------------------------------------------------------- cycle results
+ * The state segment holds two struct bf_cycle_result buffers and, in the
+ * verdicts table, two runs of max_needs verdict rows (buffer b's rows start
+ * at s->verdicts + b * max_needs). One protocol, implemented here only
+ * (src/shm/result.c explains why it is safe):
+ *   writer [cycle]: b = bf_result_publish_begin(s, &seq) (publish_seq made
+ *     odd); fill result[b] and buffer b's verdict rows; then
+ *     bf_result_publish_end(s, b, seq) (flips `published`, publish_seq even);
+ *   reader [session, bigfleet-inspect; safe on a read-only attachment]:
+ *     bf_result_read_begin(s, &r); copy what is needed from r.buffer with
+ *     relaxed loads (bf_shm_load_words); the copy is consistent iff
+ *     bf_result_read_valid(s, &r) (publish_seq moved by less than 2 since
+ *     begin); else retry, a bounded number of times (BF_RESULT_READ_TRIES).
+ * A reader never blocks the writer ("build then swap"). */
+
+/* Copy attempts of bf_result_read before it gives up. */
+#define BF_RESULT_READ_TRIES 16
+
+struct bf_result_read {
+    uint64_t seq;    /* publish_seq at begin */
+    uint32_t buffer; /* the published buffer (0 or 1) to copy from */
+};
+
+/* Starts a publish; returns the buffer to fill. *seq is for _end. [cycle] */
+uint32_t bf_result_publish_begin(struct bf_shm *s, uint64_t *seq);
+/* Makes `buffer` the published one. [cycle] */
+void bf_result_publish_end(struct bf_shm *s, uint32_t buffer, uint64_t seq);
+/* Starts a copy of the published buffer. [any reader] */
+void bf_result_read_begin(const struct bf_shm *s, struct bf_result_read *r);
+/* After the copy: true when it is consistent. [any reader] */
+bool bf_result_read_valid(const struct bf_shm *s, const struct bf_result_read *r);
+/*
+ * Copies the published cycle result (header fields, shortfall ledger,
+ * inventory counts; ~150 KiB) into *out under the protocol above.
+ * out->cycle == 0 means no cycle has published yet (everything zero).
+ * *retries (may be NULL) gets the number of copies that had to be repeated.
+ * Returns 0 or -EAGAIN (the cycle published during every one of
+ * BF_RESULT_READ_TRIES copies; *out zeroed). [any reader]
+ */
+int bf_result_read(const struct bf_shm *s, struct bf_cycle_result *out, uint32_t *retries);
+
+/* ---------------------------------------------------------------- labels
+ * The names metrics, bigfleet-inspect and the audit log print for the
+ * enums of shm_layout.h (reference/shard.md §3.7 for the outcomes), defined
+ * next to nothing else (src/shm/labels.c). Out-of-range values give
+ * "other" (outcomes) or "unknown". Static strings; any process. */
+const char *bf_outcome_label(int outcome); /* enum bf_outcome */
+const char *bf_ring_label(int ring);       /* enum bf_ring_id */
+const char *bf_phase_label(int phase);     /* enum bf_phase */
 
 /* --------------------------------------------------------------- helpers */
 

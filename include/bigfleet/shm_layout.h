@@ -32,7 +32,7 @@
  *  3. Only 4- and 8-byte lock-free atomics are used in shared memory.
  *  4. Readers never block writers; every cross-process wait is bounded.
  *
- * Memory-ordering recipes live in src/shm/ (seqlock.h, ring.c); this header
+ * Memory-ordering recipes live in src/shm/ (shm_internal.h, ring.c, result.c); this header
  * only fixes the layout. All offsets are from the start of the segment.
  */
 #ifndef BIGFLEET_SHM_LAYOUT_H
@@ -577,7 +577,7 @@ enum bf_outcome {
 };
 
 /* Process slot. [W: supervisor] fields pid..last_exit; [W: the child]
- * child_state, heartbeat_ns, working_slot. */
+ * child_state, heartbeat_ns. */
 enum bf_child_state { BF_CHILD_UNUSED = 0, BF_CHILD_ASSIGNED = 1, BF_CHILD_ACTIVE = 2 };
 struct bf_proc_slot {
     _Atomic uint32_t pid;

@@ -193,8 +193,9 @@ const char *bf_mprofile_attr(const struct bf_mprofile *p, const char *key)
 
 /* ------------------------------------------------------------ need profiles */
 
-int bf_nprofile_intern(struct bf_shm *s, struct bf_need_profile *p, uint32_t *ref,
-                       uint32_t *fingerprint_ref)
+/* bf_nprofile_intern with a string-arena reserve (bf_nprofile_intern_need). */
+static int nprofile_intern(struct bf_shm *s, struct bf_need_profile *p, uint64_t reserve,
+                           uint32_t *ref, uint32_t *fingerprint_ref)
 {
     bf_profile_canonicalize(p);
     char *fp = bf_profile_fingerprint_dup(p);
@@ -238,6 +239,20 @@ int bf_nprofile_intern(struct bf_shm *s, struct bf_need_profile *p, uint32_t *re
     if (!buf)
         goto out;
     bigfleet__internal__need_profile_blob__pack(&b, buf);
+    if (reserve) {
+        uint32_t have;
+        uint64_t cost = 0;
+        size_t fl = strlen(fp);
+        if (bf_str_find(s, buf, (uint32_t)len, &have) != 0)
+            cost += bf_str_cost((uint32_t)len);
+        if (fingerprint_ref && bf_str_find(s, fp, (uint32_t)fl, &have) != 0)
+            cost += bf_str_cost((uint32_t)fl);
+        uint64_t used = atomic_load_explicit(&s->inv->strtab.arena_used, memory_order_relaxed);
+        if (used + reserve + cost > s->arena_bytes) {
+            rc = -ENOSPC;
+            goto out;
+        }
+    }
     rc = bf_str_intern(s, buf, (uint32_t)len, ref);
     if (rc == 0 && fingerprint_ref)
         rc = bf_str_intern_cstr(s, fp, fingerprint_ref);
@@ -251,8 +266,15 @@ out:
     return rc;
 }
 
+int bf_nprofile_intern(struct bf_shm *s, struct bf_need_profile *p, uint32_t *ref,
+                       uint32_t *fingerprint_ref)
+{
+    return nprofile_intern(s, p, 0, ref, fingerprint_ref);
+}
+
 int bf_nprofile_intern_need(struct bf_shm *s, const Bigfleet__V1alpha1__CapacityNeed *n,
-                            uint32_t *ref, uint32_t *fingerprint_ref, char *err, size_t errlen)
+                            uint64_t reserve, uint32_t *ref, uint32_t *fingerprint_ref, char *err,
+                            size_t errlen)
 {
     if ((int)n->interruption_penalty_bucket < 0 ||
         (int)n->interruption_penalty_bucket > BF_BUCKET_MAX) {
@@ -317,8 +339,12 @@ int bf_nprofile_intern_need(struct bf_shm *s, const Bigfleet__V1alpha1__Capacity
                                 .reqs = reqs,
                                 .n_spread = (uint32_t)n->n_spread,
                                 .spread = spr};
-    rc = bf_nprofile_intern(s, &p, ref, fingerprint_ref);
-    if (rc)
+    rc = nprofile_intern(s, &p, reserve, ref, fingerprint_ref);
+    if (rc == -ENOSPC && reserve)
+        ERR("the shared string table is nearly full (%llu bytes kept in reserve): cannot intern "
+            "a need profile",
+            (unsigned long long)reserve);
+    else if (rc)
         ERR("cannot intern a need profile: %s", strerror(-rc));
 out:
     free(reqs);

@@ -168,17 +168,19 @@ int bf_pb_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *data, si
     if (!data && len)
         return -EBADMSG;
     const uint8_t *end = data + len;
-    size_t slen = len;
-    int rc = walk(desc, data, end, 0, NULL, &slen, &info->unknown_fields);
+    size_t stripped = 0; /* the stripped length: shorter than len also when a nested
+                            message's length prefix is wider than needed */
+    int rc = walk(desc, data, end, 0, NULL, &stripped, &info->unknown_fields);
     if (rc)
         return rc;
+    size_t slen = len; /* nothing to strip: protobuf-c reads the caller's bytes, all of them */
     const uint8_t *src = data;
     uint8_t *copy = NULL;
     if (info->unknown_fields) {
         /* the stripped message (slen <= len bytes); while writing, each open
          * nesting level may sit up to 9 bytes (a wider input prefix) further
          * out before its content moves down */
-        size_t cap = slen + 10 * (BF_PB_DECODE_MAX_DEPTH + 2);
+        size_t cap = stripped + 10 * (BF_PB_DECODE_MAX_DEPTH + 2);
         copy = malloc(cap ? cap : 1);
         if (!copy)
             return -ENOMEM;

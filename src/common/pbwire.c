@@ -53,7 +53,8 @@ int bf_pb_skip(const uint8_t **pp, const uint8_t *end, int wt)
         p += 4;
         break;
     case BF_PB_LEN:
-        if (bf_pb_read_varint(&p, end, &v) || v > (uint64_t)(end - p))
+        if (bf_pb_read_varint(&p, end, &v) || p - *pp > BF_PB_VARINT32_MAX ||
+            v > (uint64_t)(end - p))
             return -EBADMSG;
         p += v;
         break;

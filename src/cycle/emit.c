@@ -400,10 +400,8 @@ void bf_cycle_publish(struct bf_cycle *c, const struct bf_engine_result *r, int6
 {
     struct bf_shm *s = c->shm;
     struct bf_state_main *st = s->st;
-    uint64_t seq = atomic_load_explicit(&st->publish_seq, memory_order_relaxed);
-    atomic_store_explicit(&st->publish_seq, seq + 1, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
-    uint32_t b = atomic_load_explicit(&st->published, memory_order_relaxed) ^ 1u;
+    uint64_t seq;
+    uint32_t b = bf_result_publish_begin(s, &seq);
     struct bf_cycle_result *out = &st->result[b];
     out->cycle = r->cycle;
     out->computed_at_ns = now_ns;
@@ -473,6 +471,5 @@ void bf_cycle_publish(struct bf_cycle *c, const struct bf_engine_result *r, int6
     out->n_shortfalls = ns;
     out->shortfalls_total = (uint32_t)r->n_shortfalls;
     out->counts = c->counts;
-    atomic_store_explicit(&st->published, b, memory_order_release);
-    atomic_store_explicit(&st->publish_seq, seq + 2, memory_order_release);
+    bf_result_publish_end(s, b, seq);
 }

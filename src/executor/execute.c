@@ -31,24 +31,9 @@
 #include "bigfleet/util.h"
 #include "executor/executor.h"
 
-static const char *const outcome_names[BF_OUT_COUNT] = {
-    [BF_OUT_SUCCESS] = "success",
-    [BF_OUT_CTX_CANCELED] = "ctx_canceled",
-    [BF_OUT_FENCED] = "fenced",
-    [BF_OUT_NO_SESSION] = "no_session",
-    [BF_OUT_RACED_TO_IDLE] = "transition_raced_to_idle",
-    [BF_OUT_TRANSITION_ERROR] = "transition_error",
-    [BF_OUT_BLOB_ERROR] = "blob_error",
-    [BF_OUT_PROVIDER_ERROR] = "provider_error",
-    [BF_OUT_STALE_STATE] = "stale_state",
-    [BF_OUT_INVENTORY_MISS] = "inventory_miss",
-    [BF_OUT_MISSING_PROFILE] = "missing_profile",
-    [BF_OUT_OTHER] = "other",
-};
-
 const char *bf_exec_outcome_name(int o)
 {
-    return o >= 0 && o < BF_OUT_COUNT ? outcome_names[o] : "other";
+    return bf_outcome_label(o);
 }
 
 #define BOOT_IDX_BITS      24

@@ -206,18 +206,7 @@ static void ack_push(struct coord *c, const char *id, int outcome, const char *r
 
 static bool read_result(struct coord *c)
 {
-    const struct bf_state_main *st = c->ss->shm->st;
-    for (int t = 0; t < 16; t++) {
-        uint64_t s0 = atomic_load_explicit(&st->publish_seq, memory_order_acquire);
-        if (s0 & 1)
-            continue;
-        uint32_t idx = atomic_load_explicit(&st->published, memory_order_acquire) & 1;
-        bf_shm_load_words(c->res, &st->result[idx], sizeof *c->res);
-        atomic_thread_fence(memory_order_acquire);
-        if (atomic_load_explicit(&st->publish_seq, memory_order_relaxed) == s0)
-            return c->res->cycle > 0;
-    }
-    return false;
+    return bf_result_read(c->ss->shm, c->res, NULL) == 0 && c->res->cycle > 0;
 }
 
 static int cmp_shortfall(const void *a, const void *b)

@@ -26,7 +26,7 @@
 #include "session_internal.h"
 
 #define MAX_WATCHES      1024
-#define MAX_SERVICE_NAME 256
+#define MAX_SERVICE_NAME SS_HEALTH_SERVICE_MAX
 #define MAX_UNREAD_BYTES (64u << 10)
 
 enum { ST_UNKNOWN = 0, ST_SERVING = 1, ST_NOT_SERVING = 2, ST_SERVICE_UNKNOWN = 3 };
@@ -75,22 +75,28 @@ static int send_status(struct bf_net_call *call, int status)
     return bf_net_call_send_pb(call, &r.base);
 }
 
-/* Decodes the request's service name into out; false (call finished) if bad. */
-static bool read_service(struct bf_net_call *call, const uint8_t *msg, size_t len, char *out)
+int ss_health_service(const uint8_t *msg, size_t len, char out[SS_HEALTH_SERVICE_MAX + 1])
 {
     Grpc__Health__V1__HealthCheckRequest *req =
         grpc__health__v1__health_check_request__unpack(NULL, len, msg);
-    if (!req) {
-        bf_net_call_finish(call, BF_NET_INVALID_ARGUMENT, "HealthCheckRequest does not decode");
-        return false;
-    }
-    bool ok = strlen(req->service) <= MAX_SERVICE_NAME;
+    if (!req)
+        return -EBADMSG;
+    bool ok = strlen(req->service) <= SS_HEALTH_SERVICE_MAX;
     if (ok)
-        snprintf(out, MAX_SERVICE_NAME + 1, "%s", req->service);
+        snprintf(out, SS_HEALTH_SERVICE_MAX + 1, "%s", req->service);
     grpc__health__v1__health_check_request__free_unpacked(req, NULL);
-    if (!ok)
+    return ok ? 0 : -ENAMETOOLONG;
+}
+
+/* Decodes the request's service name into out; false (call finished) if bad. */
+static bool read_service(struct bf_net_call *call, const uint8_t *msg, size_t len, char *out)
+{
+    int rc = ss_health_service(msg, len, out);
+    if (rc == -EBADMSG)
+        bf_net_call_finish(call, BF_NET_INVALID_ARGUMENT, "HealthCheckRequest does not decode");
+    else if (rc)
         bf_net_call_finish(call, BF_NET_INVALID_ARGUMENT, "service name over 256 bytes");
-    return ok;
+    return rc == 0;
 }
 
 static void check_on_message(struct bf_net_call *call, const uint8_t *msg, size_t len, void *arg)

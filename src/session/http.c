@@ -204,6 +204,11 @@ static void local_metrics(struct ss *ss, struct bf_metrics_buf *b)
         {"bigfleet_shard_session_need_unknown_fields_dropped_total",
          "Unknown protobuf fields counted and dropped while decoding CapacityNeeds.",
          ic.unknown_fields},
+        {"bigfleet_shard_session_rollups_unchanged_total",
+         "Accepted rollups that repeated the cluster's previous accepted rollup apart from its "
+         "timestamp: their published Need rows were reused (with the new arrival) instead of "
+         "decoding every Need again.",
+         ic.rollups_unchanged},
         {"bigfleet_shard_session_resource_names_registered_total",
          "Resource names added to the shard-wide dimension table for operators' rollups.",
          ic.dims_registered},

@@ -46,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "bigfleet/blobs.h"
@@ -58,6 +59,21 @@ struct job {
     size_t len;
     uint64_t serial;
     int64_t recv_ns;
+};
+
+/* Per cluster: the last accepted rollup, for the unchanged-rollup path
+ * (bf_rollup_repeat). Valid while the cluster's published rows are the ones
+ * that rollup produced (same name, same generation, same row count) and the
+ * limits that shaped them are unchanged. */
+struct repeat_memo {
+    uint64_t lo, hi; /* bf_rollup_digest; hi 0 = none */
+    uint32_t name_ref, generation, n;
+    uint32_t needs_in, merged, priorities_clamped;
+    uint64_t unknown_fields;
+    uint32_t max_rows, max_groups;
+    int32_t max_priority;
+    uint32_t *fp_refs; /* n fingerprint refs (malloc'd; capacity fp_cap) */
+    uint32_t fp_cap;
 };
 
 struct ingest {
@@ -96,6 +112,8 @@ struct ingest {
     struct bf_blob_cache *cache; /* need profiles of replaced rows (stamp pruning) */
     uint32_t *fps;               /* sorted fingerprint refs of the accepted rollup */
     uint32_t fps_cap;
+    struct repeat_memo **memo; /* [max_clusters], allocated at a cluster's first accept */
+    struct bf_rollup_digest_key key;
 };
 
 /* logfmt-safe copy of a message (quotes would break the key=value line) */
@@ -367,6 +385,79 @@ count:
     return rc;
 }
 
+/* The unchanged-rollup path: when this rollup's digest equals the last
+ * accepted one's and the cluster's published rows are still the rows that
+ * rollup produced under the same limits, fill ig->conv from those rows (new
+ * arrival) instead of converting. The figures of the repeated conversion
+ * are counted again, as a conversion would. */
+static bool repeat(struct ingest *ig, uint32_t cidx, const struct job *j,
+                   const struct bf_cluster_rec *rec, const struct bf_rollup_digest *dg)
+{
+    const struct repeat_memo *m = ig->memo[cidx];
+    struct bf_rollup_limits lim = limits_of(ig, cidx, j);
+    if (!m || !dg->hi || m->hi != dg->hi || m->lo != dg->lo || m->name_ref != rec->name_ref ||
+        m->generation != rec->generation || m->n != rec->rows_count ||
+        lim.max_rows != m->max_rows || lim.max_groups != m->max_groups ||
+        lim.max_priority != m->max_priority)
+        return false;
+    struct bf_rollup *cv = &ig->conv;
+    if (bf_rollup_repeat(ig->shm, rec->rows_off, m->n, m->fp_refs, dg->timestamp_ns, &lim, cv))
+        return false; /* out of memory: the conversion reports it */
+    cv->needs_in = m->needs_in;
+    cv->merged = m->merged;
+    cv->priorities_clamped = m->priorities_clamped;
+    cv->unknown_fields = m->unknown_fields;
+    atomic_fetch_add_explicit(&ig->cnt.rollups_unchanged, 1, memory_order_relaxed);
+    if (cv->timestamp_clamped)
+        atomic_fetch_add_explicit(&ig->cnt.timestamps_clamped, 1, memory_order_relaxed);
+    if (cv->priorities_clamped)
+        atomic_fetch_add_explicit(&ig->cnt.priorities_clamped, cv->priorities_clamped,
+                                  memory_order_relaxed);
+    if (cv->unknown_fields)
+        atomic_fetch_add_explicit(&ig->cnt.unknown_fields, cv->unknown_fields,
+                                  memory_order_relaxed);
+    return true;
+}
+
+/* After an accepted rollup: what the next one must repeat to take the
+ * unchanged-rollup path. */
+static void remember(struct ingest *ig, uint32_t cidx, const struct job *j,
+                     const struct bf_cluster_rec *rec, const struct bf_rollup_digest *dg,
+                     uint32_t generation)
+{
+    struct repeat_memo *m = ig->memo[cidx];
+    const struct bf_rollup *cv = &ig->conv;
+    if (!m && !(m = ig->memo[cidx] = calloc(1, sizeof *m)))
+        return; /* no memo: the next rollup converts */
+    m->hi = 0;
+    if (!dg->hi)
+        return;
+    if (!cv->repeated) {
+        if (cv->n > m->fp_cap) {
+            uint32_t *f = realloc(m->fp_refs, (size_t)cv->n * sizeof *f);
+            if (!f)
+                return; /* no memo: the next rollup converts */
+            m->fp_refs = f;
+            m->fp_cap = cv->n;
+        }
+        if (cv->n)
+            memcpy(m->fp_refs, cv->fp_refs, (size_t)cv->n * sizeof *m->fp_refs);
+        m->n = cv->n;
+        m->needs_in = cv->needs_in;
+        m->merged = cv->merged;
+        m->priorities_clamped = cv->priorities_clamped;
+        m->unknown_fields = cv->unknown_fields;
+        struct bf_rollup_limits lim = limits_of(ig, cidx, j);
+        m->max_rows = lim.max_rows;
+        m->max_groups = lim.max_groups;
+        m->max_priority = lim.max_priority;
+    }
+    m->name_ref = rec->name_ref;
+    m->generation = generation;
+    m->lo = dg->lo;
+    m->hi = dg->hi;
+}
+
 static void process(struct ingest *ig, uint32_t cidx, struct job *j)
 {
     struct bf_shm *s = ig->shm;
@@ -378,7 +469,12 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
     const char *cid = cluster_name(ig, rec.name_ref);
     char err[512] = "";
     struct bf_rollup *cv = &ig->conv;
-    int rc = convert(ig, cidx, j, cid, rec.name_ref, err, sizeof err);
+    struct bf_rollup_digest dg = {0};
+    if (bf_rollup_digest(j->buf, j->len, &ig->key, &dg) != 0)
+        dg.hi = 0; /* the conversion rejects it with its own message */
+    int rc = repeat(ig, cidx, j, &rec, &dg)
+                 ? 0
+                 : convert(ig, cidx, j, cid, rec.name_ref, err, sizeof err);
     if (rc) {
         reject(ig, cidx, j, rc, err);
         goto out;
@@ -437,9 +533,12 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
     r->last_rollup_ns = j->recv_ns;
     r->last_rollup_timestamp_ns = cv->timestamp_ns;
     r->rollups_accepted++;
+    uint32_t generation = r->generation;
     ct_publish_locked(ct, cidx);
     pthread_mutex_unlock(&ct->mu);
-    prune_absent_stamps(ig, rec.name_ref, old_off, old_n);
+    remember(ig, cidx, j, &rec, &dg, generation);
+    if (!cv->repeated) /* a repeat carries the same fingerprints */
+        prune_absent_stamps(ig, rec.name_ref, old_off, old_n);
     if (bf_arena_release(&ig->arena, old_off, old_n) != 0)
         BF_ERROR("need-row arena: releasing a published extent failed (allocator state "
                  "inconsistent)",
@@ -558,6 +657,7 @@ int ingest_start(struct ingest **out, struct bf_shm *shm, const struct bf_config
     ig->tokens = calloc(shm->max_clusters, sizeof *ig->tokens);
     ig->str_charged = calloc(shm->max_clusters, sizeof *ig->str_charged);
     ig->dims_added = calloc(shm->max_clusters, sizeof *ig->dims_added);
+    ig->memo = calloc(shm->max_clusters, sizeof *ig->memo);
     ig->cluster_max_needs = bf_config_cluster_max_needs(cfg);
     ig->str_quota = cfg->cluster_max_string_kib ? (uint64_t)cfg->cluster_max_string_kib << 10
                                                 : shm->arena_bytes / 16;
@@ -566,8 +666,13 @@ int ingest_start(struct ingest **out, struct bf_shm *shm, const struct bf_config
     pthread_cond_init(&ig->cv, NULL);
     int rc = -ENOMEM;
     if (!ig->slot || !ig->fifo || !ig->last_log || !ig->suppressed || !ig->tokens ||
-        !ig->str_charged || !ig->dims_added)
+        !ig->str_charged || !ig->dims_added || !ig->memo)
         goto fail;
+    if (getrandom(ig->key.secret, sizeof ig->key.secret, 0) != (ssize_t)sizeof ig->key.secret) {
+        rc = -errno;
+        BF_ERROR("no random key for rollup digests", "err=%s", strerror(errno));
+        goto fail;
+    }
     if ((rc = rebuild_arena(ig)) != 0)
         goto fail;
     if ((rc = -pthread_create(&ig->th, NULL, thread_main, ig)) != 0)
@@ -612,6 +717,7 @@ void ingest_read_counters(struct ingest *ig, struct ingest_counters *out)
     out->priorities_clamped = atomic_load(&ig->cnt.priorities_clamped);
     out->unknown_fields = atomic_load(&ig->cnt.unknown_fields);
     out->dims_registered = atomic_load(&ig->cnt.dims_registered);
+    out->rollups_unchanged = atomic_load(&ig->cnt.rollups_unchanged);
     for (int i = 0; i < 4; i++)
         out->over_quota[i] = atomic_load(&ig->cnt.over_quota[i]);
 }
@@ -647,6 +753,12 @@ void ingest_stop(struct ingest *ig)
     free(ig->tokens);
     free(ig->str_charged);
     free(ig->dims_added);
+    for (uint32_t i = 0; ig->memo && i < ig->shm->max_clusters; i++)
+        if (ig->memo[i]) {
+            free(ig->memo[i]->fp_refs);
+            free(ig->memo[i]);
+        }
+    free(ig->memo);
     free(ig->done);
     free(ig->tmp);
     free(ig->fps);

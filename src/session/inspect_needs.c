@@ -205,7 +205,7 @@ static void on_message(struct bf_net_call *call, const uint8_t *msg, size_t len,
     if (rc == -EAGAIN) {
         g_in.busy++;
         BF_WARN("InspectNeeds: the verdict ledger changed under every copy", "tries=%d",
-                BF_LEDGER_READ_TRIES);
+                BF_RESULT_READ_TRIES);
         finish(c, BF_NET_UNAVAILABLE, "shard: the verdict ledger is being republished; retry");
         return;
     }

@@ -3,13 +3,9 @@
  * verdict ledger as ShardRead/InspectNeeds frames (bigfleet/ledger.h).
  *
  * Design notes
- *   - Read side of the publish protocol only: publish_seq and `published`
- *     with acquire loads, the buffer with relaxed word loads
- *     (bf_shm_load_words), an acquire fence, publish_seq again. A copy is
- *     kept when publish_seq moved by less than 2: the buffer a reader
- *     copies is rewritten only by the publish after the one in progress (or
- *     the next one), which first makes publish_seq odd again, at least 2
- *     past the value read at the start.
+ *   - Read side of the publish protocol only, through the one
+ *     implementation in src/shm/result.c (bf_result_read_begin/_valid);
+ *     the rows are copied with relaxed word loads (bf_shm_load_words).
  *   - No sorting: the cycle publishes the rows in the engine's verdict
  *     order, which is the order InspectNeeds promises.
  *   - Encoding builds protobuf-c structs on the stack pointing at the
@@ -25,34 +21,6 @@
 
 _Static_assert(sizeof(struct bf_verdict_row) % 8 == 0, "verdict rows are copied in words");
 _Static_assert(sizeof(struct bf_cycle_result) % 8 == 0, "results are copied in words");
-
-static bool copy_ok(const struct bf_state_main *st, uint64_t s0)
-{
-    atomic_thread_fence(memory_order_acquire);
-    uint64_t s1 = atomic_load_explicit(&st->publish_seq, memory_order_relaxed);
-    return s1 - s0 < 2;
-}
-
-int bf_ledger_read_result(const struct bf_shm *s, struct bf_cycle_result *out, uint32_t *retries)
-{
-    const struct bf_state_main *st = s->st;
-    uint32_t again = 0;
-    for (int t = 0; t < BF_LEDGER_READ_TRIES; t++) {
-        uint64_t s0 = atomic_load_explicit(&st->publish_seq, memory_order_acquire);
-        uint32_t b = atomic_load_explicit(&st->published, memory_order_acquire) & 1u;
-        bf_shm_load_words(out, &st->result[b], sizeof *out);
-        if (copy_ok(st, s0)) {
-            if (retries)
-                *retries = again;
-            return 0;
-        }
-        again++;
-    }
-    if (retries)
-        *retries = again;
-    memset(out, 0, sizeof *out);
-    return -EAGAIN;
-}
 
 void bf_ledger_snapshot_free(struct bf_ledger_snapshot *snap)
 {
@@ -82,9 +50,10 @@ int bf_ledger_snapshot(const struct bf_shm *s, const struct bf_ledger_filter *f,
     memset(snap, 0, sizeof *snap);
     uint32_t again = 0;
     int rc = -EAGAIN;
-    for (int t = 0; t < BF_LEDGER_READ_TRIES; t++) {
-        uint64_t s0 = atomic_load_explicit(&st->publish_seq, memory_order_acquire);
-        uint32_t b = atomic_load_explicit(&st->published, memory_order_acquire) & 1u;
+    for (int t = 0; t < BF_RESULT_READ_TRIES; t++) {
+        struct bf_result_read rd;
+        bf_result_read_begin(s, &rd);
+        uint32_t b = rd.buffer;
         const struct bf_cycle_result *r = &st->result[b];
         uint64_t cycle = __atomic_load_n(&r->cycle, __ATOMIC_RELAXED);
         int64_t at = __atomic_load_n(&r->computed_at_ns, __ATOMIC_RELAXED);
@@ -125,7 +94,7 @@ int bf_ledger_snapshot(const struct bf_shm *s, const struct bf_ledger_filter *f,
                 bf_shm_load_words(&snap->rows[n++], &rows[i], sizeof *rows);
             }
         }
-        if (!copy_ok(st, s0)) {
+        if (!bf_result_read_valid(s, &rd)) {
             again++;
             continue;
         }

@@ -16,7 +16,7 @@
  *     supervisor's repairs, reconcile passes, the published result.
  *
  * Reads only: counters with relaxed atomic loads (each has one writer,
- * named in shm_layout.h), the published result with bf_ledger_read_result
+ * named in shm_layout.h), the published result with bf_result_read
  * (publish_seq rule, bounded retries; a scrape that loses every race omits
  * the result-derived series and counts it), cluster rows with
  * bf_cluster_read (a row mid-write for the whole retry budget is skipped
@@ -320,11 +320,6 @@ static void render_session(const struct bf_shm *s, struct bf_metrics_buf *b)
 
 /* ------------------------------------------------------------ helpers */
 
-static const char *const phase_names[BF_PHASE_COUNT] = {"reconcile", "snapread", "phase1", "phase2",
-                                                        "phase3",    "emit",     "execute"};
-static const char *const ring_names[BF_RING_COUNT] = {
-    "actions", "boot_req", "boot_resp", "node_exec", "node_recon",
-    "reclaim", "ac_hints", "coord_in",  "coord_out", "own_audit"};
 static const char *const cl_names[BF_CHANGELOG_WRITERS] = {"reconciler", "executor", "supervisor"};
 
 /* One sample line: name{labels} value (labels "" or k="v",...). */
@@ -369,7 +364,7 @@ static void render_actions(const struct bf_shm *s, struct bf_metrics_buf *b)
                       "Duration of each phase of a cycle.");
     for (int p = 0; p < BF_PHASE_COUNT; p++) {
         char lab[32];
-        snprintf(lab, sizeof lab, "phase=\"%s\"", phase_names[p]);
+        snprintf(lab, sizeof lab, "phase=\"%s\"", bf_phase_label(p));
         bf_metrics_hist(b, "bigfleet_shard_cycle_phase_duration_seconds", lab,
                         &cs->phase_duration[p], 0.001, 2, 14);
     }
@@ -403,18 +398,6 @@ static void render_actions(const struct bf_shm *s, struct bf_metrics_buf *b)
              cs->actions_total);
     bf_metrics_header(b, "bigfleet_shard_action_execute_outcomes_total", "counter",
                       "Finished executions by kind and outcome (reference/shard.md §3.7 labels).");
-    static const char *const outcomes[BF_OUT_COUNT] = {"success",
-                                                       "ctx_canceled",
-                                                       "fenced",
-                                                       "no_session",
-                                                       "transition_raced_to_idle",
-                                                       "transition_error",
-                                                       "blob_error",
-                                                       "provider_error",
-                                                       "stale_state",
-                                                       "inventory_miss",
-                                                       "missing_profile",
-                                                       "other"};
     for (int k = 0; k < BF_ACT_KIND_COUNT; k++)
         for (int o = 0; o < BF_OUT_COUNT; o++) {
             unsigned long long v = LD(xs->outcomes[k][o]);
@@ -423,7 +406,7 @@ static void render_actions(const struct bf_shm *s, struct bf_metrics_buf *b)
             bf_metrics_printf(
                 b,
                 "bigfleet_shard_action_execute_outcomes_total{kind=\"%s\",outcome=\"%s\"} %llu\n",
-                k ? bf_action_kind_name(k) : "unspecified", outcomes[o], v);
+                k ? bf_action_kind_name(k) : "unspecified", bf_outcome_label(o), v);
         }
     counter(b, "bigfleet_shard_actions_deferred_total",
             "Actions deferred to a later cycle by --max-actions-per-cycle.",
@@ -497,7 +480,7 @@ static void render_result(const struct bf_shm *s, struct bf_metrics_buf *b)
         b->oom = true;
         return;
     }
-    int rc = bf_ledger_read_result(s, r, NULL);
+    int rc = bf_result_read(s, r, NULL);
     if (rc)
         g_result_read_failures++;
     counter(b, "bigfleet_appliance_metrics_result_read_failures_total",
@@ -684,36 +667,36 @@ static void render_rings(const struct bf_shm *s, struct bf_metrics_buf *b)
                       "Messages waiting in a fixed-size ring between two processes.");
     for (int r = 0; r < BF_RING_COUNT; r++)
         if (s->ring[r]->kind == BF_RING_FIXED)
-            bf_metrics_printf(b, "bigfleet_appliance_ring_depth{ring=\"%s\"} %llu\n", ring_names[r],
-                              (unsigned long long)bf_ring_depth(s, r));
+            bf_metrics_printf(b, "bigfleet_appliance_ring_depth{ring=\"%s\"} %llu\n",
+                              bf_ring_label(r), (unsigned long long)bf_ring_depth(s, r));
     bf_metrics_header(b, "bigfleet_appliance_ring_capacity", "gauge",
                       "Capacity of a fixed-size ring, in messages.");
     for (int r = 0; r < BF_RING_COUNT; r++)
         if (s->ring[r]->kind == BF_RING_FIXED)
             bf_metrics_printf(b, "bigfleet_appliance_ring_capacity{ring=\"%s\"} %llu\n",
-                              ring_names[r], (unsigned long long)s->ring[r]->capacity);
+                              bf_ring_label(r), (unsigned long long)s->ring[r]->capacity);
     bf_metrics_header(b, "bigfleet_appliance_ring_bytes", "gauge",
                       "Bytes waiting in a byte ring (bootstrap responses).");
     for (int r = 0; r < BF_RING_COUNT; r++)
         if (s->ring[r]->kind == BF_RING_BYTES)
-            bf_metrics_printf(b, "bigfleet_appliance_ring_bytes{ring=\"%s\"} %llu\n", ring_names[r],
-                              (unsigned long long)bf_ring_depth(s, r));
+            bf_metrics_printf(b, "bigfleet_appliance_ring_bytes{ring=\"%s\"} %llu\n",
+                              bf_ring_label(r), (unsigned long long)bf_ring_depth(s, r));
     bf_metrics_header(b, "bigfleet_appliance_ring_capacity_bytes", "gauge",
                       "Capacity of a byte ring.");
     for (int r = 0; r < BF_RING_COUNT; r++)
         if (s->ring[r]->kind == BF_RING_BYTES)
             bf_metrics_printf(b, "bigfleet_appliance_ring_capacity_bytes{ring=\"%s\"} %llu\n",
-                              ring_names[r], (unsigned long long)s->ring[r]->capacity);
+                              bf_ring_label(r), (unsigned long long)s->ring[r]->capacity);
     bf_metrics_header(b, "bigfleet_appliance_ring_pushes_total", "counter",
                       "Messages pushed into a ring.");
     for (int r = 0; r < BF_RING_COUNT; r++)
         bf_metrics_printf(b, "bigfleet_appliance_ring_pushes_total{ring=\"%s\"} %llu\n",
-                          ring_names[r], LD(s->ring[r]->pushes));
+                          bf_ring_label(r), LD(s->ring[r]->pushes));
     bf_metrics_header(b, "bigfleet_appliance_ring_drops_total", "counter",
                       "Pushes refused because the ring was full.");
     for (int r = 0; r < BF_RING_COUNT; r++)
         bf_metrics_printf(b, "bigfleet_appliance_ring_drops_total{ring=\"%s\"} %llu\n",
-                          ring_names[r], LD(s->ring[r]->drops));
+                          bf_ring_label(r), LD(s->ring[r]->drops));
 }
 
 static void render_shm(const struct bf_shm *s, struct bf_metrics_buf *b)

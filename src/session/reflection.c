@@ -23,6 +23,7 @@
  * ended with RESOURCE_EXHAUSTED.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -200,30 +201,19 @@ static void reply_error(Grpc__Reflection__V1__ServerReflectionResponse *resp,
     resp->error_response = er;
 }
 
-static void on_message(struct bf_net_call *call, const uint8_t *msg, size_t len, void *arg)
+int ss_reflection_answer(const uint8_t *msg, size_t len, uint8_t **out, size_t *outlen,
+                         struct ss_reflection_info *info)
 {
-    struct ss *ss = arg;
-    if (len > MAX_REQUEST_BYTES) {
-        bf_net_call_finish(call, BF_NET_RESOURCE_EXHAUSTED, "reflection request over 64 KiB");
-        return;
-    }
-    if (bf_net_call_outbox_bytes(call) > MAX_UNREAD_BYTES) {
-        bf_net_call_finish(call, BF_NET_RESOURCE_EXHAUSTED,
-                           "reflection responses not read (over 4 MiB queued)");
-        return;
-    }
+    memset(info, 0, sizeof *info);
+    *out = NULL;
+    *outlen = 0;
     Grpc__Reflection__V1__ServerReflectionRequest *req =
         grpc__reflection__v1__server_reflection_request__unpack(NULL, len, msg);
-    if (!req) {
-        bf_net_call_finish(call, BF_NET_INVALID_ARGUMENT,
-                           "ServerReflectionRequest does not decode");
-        return;
-    }
-    atomic_fetch_add_explicit(&ss->shm->st->host.reflection_calls, 1, memory_order_relaxed);
+    if (!req)
+        return -EBADMSG;
     if (build_index() != 0) {
         grpc__reflection__v1__server_reflection_request__free_unpacked(req, NULL);
-        bf_net_call_finish(call, BF_NET_INTERNAL, "the compiled-in descriptor set does not decode");
-        return;
+        return -EIO;
     }
     Grpc__Reflection__V1__ServerReflectionResponse resp =
         GRPC__REFLECTION__V1__SERVER_REFLECTION_RESPONSE__INIT;
@@ -238,8 +228,23 @@ static void on_message(struct bf_net_call *call, const uint8_t *msg, size_t len,
         GRPC__REFLECTION__V1__EXTENSION_NUMBER_RESPONSE__INIT;
     ProtobufCBinaryData *files = calloc(R.n_files ? R.n_files : 1, sizeof *files);
     bool *seen = calloc(R.n_files ? R.n_files : 1, sizeof *seen);
+    /* the echo carries the request's known fields only: protobuf-c keeps an
+     * unknown field numbered 0 (invalid protobuf) that it would pack into a
+     * response no client could decode */
+    Grpc__Reflection__V1__ServerReflectionRequest echo = *req;
+    Grpc__Reflection__V1__ExtensionRequest ext;
+    echo.base.n_unknown_fields = 0;
+    echo.base.unknown_fields = NULL;
+    if (req->message_request_case ==
+            GRPC__REFLECTION__V1__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_FILE_CONTAINING_EXTENSION &&
+        req->file_containing_extension) {
+        ext = *req->file_containing_extension;
+        ext.base.n_unknown_fields = 0;
+        ext.base.unknown_fields = NULL;
+        echo.file_containing_extension = &ext;
+    }
     resp.valid_host = req->host;
-    resp.original_request = req;
+    resp.original_request = &echo;
     int file = -1;
     const char *what = NULL;
     switch (req->message_request_case) {
@@ -294,14 +299,54 @@ static void on_message(struct bf_net_call *call, const uint8_t *msg, size_t len,
     } else if (file >= 0) {
         rc = -ENOMEM;
     }
-    if (!rc)
-        rc = bf_net_call_send_pb(call, &resp.base);
-    BF_DEBUG("server reflection", "peer=%s request=%d subject=\"%s\" files=%zu rc=%d",
-             bf_net_call_peer(call), (int)req->message_request_case, what ? what : "",
-             fd.n_file_descriptor_proto, rc);
+    if (!rc) {
+        size_t n = protobuf_c_message_get_packed_size(&resp.base);
+        *out = malloc(n ? n : 1);
+        if (*out)
+            *outlen = protobuf_c_message_pack(&resp.base, *out);
+        else
+            rc = -ENOMEM;
+    }
+    info->request_case = (int)req->message_request_case;
+    info->files = fd.n_file_descriptor_proto;
+    snprintf(info->subject, sizeof info->subject, "%s", what ? what : "");
     free(files);
     free(seen);
     grpc__reflection__v1__server_reflection_request__free_unpacked(req, NULL);
+    return rc;
+}
+
+static void on_message(struct bf_net_call *call, const uint8_t *msg, size_t len, void *arg)
+{
+    struct ss *ss = arg;
+    if (len > MAX_REQUEST_BYTES) {
+        bf_net_call_finish(call, BF_NET_RESOURCE_EXHAUSTED, "reflection request over 64 KiB");
+        return;
+    }
+    if (bf_net_call_outbox_bytes(call) > MAX_UNREAD_BYTES) {
+        bf_net_call_finish(call, BF_NET_RESOURCE_EXHAUSTED,
+                           "reflection responses not read (over 4 MiB queued)");
+        return;
+    }
+    uint8_t *out;
+    size_t outlen;
+    struct ss_reflection_info info;
+    int rc = ss_reflection_answer(msg, len, &out, &outlen, &info);
+    if (rc == -EBADMSG) {
+        bf_net_call_finish(call, BF_NET_INVALID_ARGUMENT,
+                           "ServerReflectionRequest does not decode");
+        return;
+    }
+    atomic_fetch_add_explicit(&ss->shm->st->host.reflection_calls, 1, memory_order_relaxed);
+    if (rc == -EIO) {
+        bf_net_call_finish(call, BF_NET_INTERNAL, "the compiled-in descriptor set does not decode");
+        return;
+    }
+    if (!rc)
+        rc = bf_net_call_send(call, out, outlen);
+    BF_DEBUG("server reflection", "peer=%s request=%d subject=\"%s\" files=%zu rc=%d",
+             bf_net_call_peer(call), info.request_case, info.subject, info.files, rc);
+    free(out);
     if (rc)
         bf_net_call_finish(call, BF_NET_RESOURCE_EXHAUSTED, "cannot queue the response");
 }

@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
 #include "bigfleet/blobs.h"
@@ -417,6 +418,27 @@ static int quota_check(struct bf_rollup *r, const struct bf_rollup_limits *lim, 
     return -EDQUOT;
 }
 
+/* Whether a string of the Need's profile (a requirement's key or values, a
+ * spread's topology key) holds a NUL byte: protobuf-c cuts a string there,
+ * so "a\0b" would silently become "a" (Kubernetes label keys and values
+ * hold none). Malformed nested bytes are left to the decoder. */
+static bool profile_has_nul(const uint8_t *p, size_t len)
+{
+    struct bf_pb_reader rd, in;
+    struct bf_pb_field f, g;
+    bf_pb_reader_init(&rd, p, len);
+    while (bf_pb_next(&rd, &f) == 1) {
+        if ((f.num != 1 && f.num != 5) || f.wt != BF_PB_LEN)
+            continue;
+        bf_pb_reader_init(&in, f.p, f.len);
+        while (bf_pb_next(&in, &g) == 1)
+            if (g.wt == BF_PB_LEN && (g.num == 1 || (f.num == 1 && g.num == 3)) &&
+                memchr(g.p, 0, g.len))
+                return true;
+    }
+    return false;
+}
+
 static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc, const uint8_t *p,
                         size_t len, uint32_t idx, uint32_t cluster_ref,
                         const struct bf_rollup_limits *lim, char *err, size_t errlen)
@@ -500,6 +522,10 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
     uint64_t h = XXH3_64bits(sc->key, sc->klen) | 1; /* 0 marks an empty slot */
     struct pcache *pc = r->pcache;
     if (!pcache_get(pc, h, sc->key, sc->klen, &pref, &fref)) {
+        if (profile_has_nul(p, len)) {
+            ERR("need %u: NUL byte in a requirement key or value or a spread's topology_key", idx);
+            return -EINVAL;
+        }
         if ((rc = strtab_check(s, lim->strtab_reserve, idx, err, errlen)))
             return rc;
         Bigfleet__V1alpha1__CapacityNeed *n = NULL;
@@ -518,7 +544,7 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
             n->priority = lim->max_priority; /* the clamped profile is the one interned */
         char e2[200];
         uint64_t before = arena_used(s);
-        rc = bf_nprofile_intern_need(s, n, &pref, &fref, e2, sizeof e2);
+        rc = bf_nprofile_intern_need(s, n, lim->strtab_reserve, &pref, &fref, e2, sizeof e2);
         r->strtab_added += arena_used(s) - before;
         bigfleet__v1alpha1__capacity_need__free_unpacked(n, NULL);
         if (rc) {
@@ -535,7 +561,8 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
             /* new to the table, so new to this rollup: refuse before interning */
             if (lim->max_groups && r->groups + 1 > lim->max_groups)
                 goto too_many_groups;
-            if ((rc = strtab_check(s, lim->strtab_reserve + group_len, idx, err, errlen)))
+            if ((rc = strtab_check(s, lim->strtab_reserve + bf_str_cost((uint32_t)group_len), idx,
+                                   err, errlen)))
                 return rc;
             uint64_t before = arena_used(s);
             rc = bf_str_intern(s, group, (uint32_t)group_len, &gref);
@@ -593,9 +620,7 @@ bad:
     return -EBADMSG;
 }
 
-int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cluster_id,
-                      uint32_t cluster_ref, const struct bf_rollup_limits *lim, struct bf_rollup *r,
-                      char *err, size_t errlen)
+static void reset_result(struct bf_rollup *r)
 {
     r->n = 0;
     r->needs_in = 0;
@@ -609,6 +634,66 @@ int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const ch
     r->unknown_fields = 0;
     r->n_new_dims = 0;
     r->over_quota = NULL;
+    r->repeated = false;
+}
+
+int64_t bf_rollup_arrival(int64_t timestamp_ns, int64_t recv_ns, bool *clamped)
+{
+    *clamped = recv_ns && (timestamp_ns > recv_ns || timestamp_ns < recv_ns - BF_ROLLUP_MAX_AGE_NS);
+    return *clamped ? recv_ns : timestamp_ns; /* in the future or stale: receive time orders it */
+}
+
+int bf_rollup_digest(const uint8_t *buf, size_t len, const struct bf_rollup_digest_key *key,
+                     struct bf_rollup_digest *d)
+{
+    XXH3_state_t st;
+    if (XXH3_128bits_reset_withSecret(&st, key->secret, sizeof key->secret) != XXH_OK)
+        return -EINVAL;
+    struct bf_pb_reader rd;
+    struct bf_pb_field f;
+    int rc;
+    d->timestamp_ns = 0;
+    bf_pb_reader_init(&rd, buf, len);
+    while ((rc = bf_pb_next(&rd, &f)) == 1) {
+        if (f.num == 2) {
+            d->timestamp_ns = (int64_t)f.varint; /* the last one wins, as in the converter */
+            continue;
+        }
+        XXH3_128bits_update(&st, f.start, (size_t)(f.end - f.start));
+    }
+    if (rc < 0)
+        return -EBADMSG;
+    XXH128_hash_t h = XXH3_128bits_digest(&st);
+    d->lo = h.low64;
+    d->hi = h.high64 | 1; /* never the all-zero "no digest" */
+    return 0;
+}
+
+int bf_rollup_repeat(const struct bf_shm *s, uint32_t rows_off, uint32_t n, const uint32_t *fp_refs,
+                     int64_t timestamp_ns, const struct bf_rollup_limits *lim, struct bf_rollup *r)
+{
+    reset_result(r);
+    int rc = reserve_rows(r, n ? n : 1);
+    if (rc)
+        return rc;
+    r->timestamp_ns = timestamp_ns;
+    r->arrival_ns = bf_rollup_arrival(timestamp_ns, lim->recv_ns, &r->timestamp_clamped);
+    if (n) {
+        bf_needs_copy_rows(s, rows_off, n, r->rows);
+        memcpy(r->fp_refs, fp_refs, (size_t)n * sizeof *fp_refs);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        r->rows[i].arrival_ns = r->arrival_ns;
+    r->n = n;
+    r->repeated = true;
+    return 0;
+}
+
+int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cluster_id,
+                      uint32_t cluster_ref, const struct bf_rollup_limits *lim, struct bf_rollup *r,
+                      char *err, size_t errlen)
+{
+    reset_result(r);
     uint32_t max_rows = lim->max_rows;
     if (!r->pcache && !(r->pcache = calloc(1, sizeof(struct pcache))))
         return -ENOMEM;
@@ -641,12 +726,7 @@ int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const ch
             r->timestamp_ns = (int64_t)f.varint;
         }
     }
-    r->arrival_ns = r->timestamp_ns;
-    if (lim->recv_ns &&
-        (r->timestamp_ns > lim->recv_ns || r->timestamp_ns < lim->recv_ns - BF_ROLLUP_MAX_AGE_NS)) {
-        r->arrival_ns = lim->recv_ns; /* in the future or stale: receive time orders it */
-        r->timestamp_clamped = true;
-    }
+    r->arrival_ns = bf_rollup_arrival(r->timestamp_ns, lim->recv_ns, &r->timestamp_clamped);
     if (cid_len && (cid_len != strlen(cluster_id) || memcmp(cid, cluster_id, cid_len) != 0)) {
         ERR("rollup cluster_id \"%.*s\" does not match the session's cluster \"%s\"",
             (int)(cid_len > 64 ? 64 : cid_len), (const char *)cid, cluster_id);

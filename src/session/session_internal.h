@@ -103,6 +103,7 @@ struct ingest_counters {
     _Atomic uint64_t unknown_fields;     /* dropped while decoding Needs */
     _Atomic uint64_t dims_registered;    /* resource names added for rollups */
     _Atomic uint64_t over_quota[4];      /* rollups rejected by a per-cluster quota */
+    _Atomic uint64_t rollups_unchanged;  /* took the unchanged-rollup path (bf_rollup_repeat) */
 };
 
 struct ingest;
@@ -162,22 +163,6 @@ struct local_counters {
     uint64_t resync_updates;
 };
 
-struct coord; /* health.c: grpc.health.v1.Health (arg: struct ss *) */
-extern const struct bf_net_method bf_health_check_method;
-extern const struct bf_net_method bf_health_watch_method;
-extern const struct bf_net_method bf_health_list_method;
-/* Sends status changes to every Watch (the 1 s tick and at stop). */
-void ss_health_tick(struct ss *ss);
-/* At stop: NOT_SERVING to every watcher, then the streams end UNAVAILABLE. */
-void ss_health_stop(struct ss *ss);
-uint32_t ss_health_watches_open(void);
-
-/* reflection.c: grpc.reflection.v1 and v1alpha ServerReflectionInfo (arg: struct ss *) */
-extern const struct bf_net_method bf_reflection_v1_method;
-extern const struct bf_net_method bf_reflection_v1alpha_method;
-
-/* coord.c */
-
 struct ss {
     struct bf_child ch;
     struct bf_shm *shm;
@@ -236,10 +221,32 @@ void ss_health_tick(struct ss *ss);
 /* At stop: NOT_SERVING to every watcher, then the streams end UNAVAILABLE. */
 void ss_health_stop(struct ss *ss);
 uint32_t ss_health_watches_open(void);
+/* The service name of a HealthCheckRequest (msg, len) into out (NUL-ended).
+ * 0, -EBADMSG (does not decode), -ENAMETOOLONG (over SS_HEALTH_SERVICE_MAX
+ * bytes). Pure: the fuzz target's entry point. */
+#define SS_HEALTH_SERVICE_MAX 256
+int ss_health_service(const uint8_t *msg, size_t len, char out[SS_HEALTH_SERVICE_MAX + 1]);
 
 /* reflection.c: grpc.reflection.v1 and v1alpha ServerReflectionInfo (arg: struct ss *) */
 extern const struct bf_net_method bf_reflection_v1_method;
 extern const struct bf_net_method bf_reflection_v1alpha_method;
+/* What one reflection request asked (for the log line). */
+struct ss_reflection_info {
+    int request_case; /* the request's oneof case */
+    size_t files;     /* file descriptors in the answer */
+    char subject[128];
+};
+/*
+ * The ServerReflectionResponse to one ServerReflectionRequest (msg, len),
+ * packed into a malloc'd buffer (*out, *outlen; the caller frees): list of
+ * services, a file and its dependencies, or an ErrorResponse (NOT_FOUND,
+ * INVALID_ARGUMENT). 0, -EBADMSG (the request does not decode), -EIO (the
+ * compiled-in descriptor set does not decode), -ENOMEM. No size limit here
+ * (the call handler refuses requests over 64 KiB). Pure but for the index
+ * it builds once; the fuzz target's entry point.
+ */
+int ss_reflection_answer(const uint8_t *msg, size_t len, uint8_t **out, size_t *outlen,
+                         struct ss_reflection_info *info);
 
 /* coord.c */
 int coord_start(struct ss *ss);

@@ -5,7 +5,12 @@
  * overflow-checked arithmetic (bf_layout_compute), creates each segment with
  * shm_open(O_EXCL) + ftruncate (zero-filled by tmpfs), maps it, fills the
  * header and the few non-zero initial values, and finally stores ready = 1
- * with release. Attachers validate the header before touching anything else.
+ * with release. Attachers validate the header before touching anything else:
+ * magic, kind, version, the file's size, then (check_layout) every
+ * capacity, table offset and length and every offset stored inside a table
+ * against the layout recomputed from the header's capacities, so a
+ * corrupted or truncated file is refused with the field named instead of
+ * being read out of bounds; the views are bound from the computed layout.
  *
  * Permissions: created 0600 (the demand, inventory and operators' bootstrap
  * blobs are private); the supervisor then hands them to the children's
@@ -21,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -225,46 +231,55 @@ int bf_pid_alive(uint32_t pid)
     return errno != ESRCH;
 }
 
-static void bind_views(struct bf_shm *s)
+/*
+ * Typed views from the layouts the capacities give (L[kind]); bf_shm_attach
+ * binds only after check_layout() found every header field equal to them,
+ * so nothing here is read from a header or an inner offset of the file.
+ */
+static void bind_views(struct bf_shm *s, const struct bf_layout L[BF_SEG_KIND_COUNT],
+                       const struct bf_shm_caps *caps)
 {
-    struct bf_seg_header *h;
-    h = s->inv_hdr = s->base[BF_SEG_INVENTORY];
-    uint8_t *b = (uint8_t *)h;
-    s->inv = (struct bf_inv_meta *)(b + h->table_off[BF_INV_T_META]);
-    s->strhash = (_Atomic uint32_t *)(b + h->table_off[BF_INV_T_STRHASH]);
-    s->arena = b + h->table_off[BF_INV_T_ARENA];
-    s->records = (struct bf_shm_machine *)(b + h->table_off[BF_INV_T_RECORDS]);
-    s->idindex = (_Atomic uint32_t *)(b + h->table_off[BF_INV_T_IDINDEX]);
-    s->changelog = (struct bf_changelog *)(b + h->table_off[BF_INV_T_CHANGELOG]);
-    struct bf_pending_hdr *ph = (struct bf_pending_hdr *)(b + h->table_off[BF_INV_T_PENDING]);
-    s->pending_enq = (_Atomic uint8_t *)(b + ph->enq_off);
-    s->pending_done = (_Atomic uint8_t *)(b + ph->done_off);
-    s->max_machines = h->max_machines;
-    s->max_needs = h->max_needs;
-    s->max_clusters = h->max_clusters;
-    s->index_mask = h->index_capacity - 1;
-    s->changelog_mask = h->changelog_capacity - 1;
-    s->stamp_mask = h->stamp_capacity - 1;
-    s->arena_bytes = h->strings_arena_bytes;
-    s->arena_off = h->table_off[BF_INV_T_ARENA];
+    const struct bf_layout *l = &L[BF_SEG_INVENTORY];
+    s->inv_hdr = s->base[BF_SEG_INVENTORY];
+    uint8_t *b = (uint8_t *)s->inv_hdr;
+    s->inv = (struct bf_inv_meta *)(b + l->off[BF_INV_T_META]);
+    s->strhash = (_Atomic uint32_t *)(b + l->off[BF_INV_T_STRHASH]);
+    s->arena = b + l->off[BF_INV_T_ARENA];
+    s->records = (struct bf_shm_machine *)(b + l->off[BF_INV_T_RECORDS]);
+    s->idindex = (_Atomic uint32_t *)(b + l->off[BF_INV_T_IDINDEX]);
+    s->changelog = (struct bf_changelog *)(b + l->off[BF_INV_T_CHANGELOG]);
+    uint64_t enq = l->off[BF_INV_T_PENDING] + sizeof(struct bf_pending_hdr);
+    s->pending_enq = (_Atomic uint8_t *)(b + enq);
+    s->pending_done = (_Atomic uint8_t *)(b + enq + caps->max_machines);
+    s->max_machines = caps->max_machines;
+    s->max_needs = caps->max_needs;
+    s->max_clusters = caps->max_clusters;
+    s->index_mask = l->index_capacity - 1;
+    s->changelog_mask = l->changelog_capacity - 1;
+    s->stamp_mask = l->stamp_capacity - 1;
+    s->arena_bytes = l->arena_bytes;
+    s->arena_off = l->off[BF_INV_T_ARENA];
 
-    h = s->needs_hdr = s->base[BF_SEG_NEEDS];
-    b = (uint8_t *)h;
-    s->needs = (struct bf_needs_meta *)(b + h->table_off[BF_NEEDS_T_META]);
-    s->clusters = (struct bf_shm_cluster *)(b + h->table_off[BF_NEEDS_T_CLUSTERS]);
-    s->rows = (struct bf_need_row *)(b + h->table_off[BF_NEEDS_T_ROWS]);
-    s->stamps = (struct bf_stamp *)(b + h->table_off[BF_NEEDS_T_STAMPS]);
-    s->stamp_observed = (_Atomic uint32_t *)(b + h->table_off[BF_NEEDS_T_OBSERVED]);
+    l = &L[BF_SEG_NEEDS];
+    s->needs_hdr = s->base[BF_SEG_NEEDS];
+    b = (uint8_t *)s->needs_hdr;
+    s->needs = (struct bf_needs_meta *)(b + l->off[BF_NEEDS_T_META]);
+    s->clusters = (struct bf_shm_cluster *)(b + l->off[BF_NEEDS_T_CLUSTERS]);
+    s->rows = (struct bf_need_row *)(b + l->off[BF_NEEDS_T_ROWS]);
+    s->stamps = (struct bf_stamp *)(b + l->off[BF_NEEDS_T_STAMPS]);
+    s->stamp_observed = (_Atomic uint32_t *)(b + l->off[BF_NEEDS_T_OBSERVED]);
 
-    h = s->rings_hdr = s->base[BF_SEG_RINGS];
-    b = (uint8_t *)h;
+    l = &L[BF_SEG_RINGS];
+    s->rings_hdr = s->base[BF_SEG_RINGS];
+    b = (uint8_t *)s->rings_hdr;
     for (int r = 0; r < BF_RING_COUNT; r++)
-        s->ring[r] = (struct bf_ring_hdr *)(b + h->table_off[r]);
+        s->ring[r] = (struct bf_ring_hdr *)(b + l->off[r]);
 
-    h = s->state_hdr = s->base[BF_SEG_STATE];
-    b = (uint8_t *)h;
-    s->st = (struct bf_state_main *)(b + h->table_off[BF_STATE_T_MAIN]);
-    s->verdicts = (struct bf_verdict_row *)(b + h->table_off[BF_STATE_T_VERDICTS]);
+    l = &L[BF_SEG_STATE];
+    s->state_hdr = s->base[BF_SEG_STATE];
+    b = (uint8_t *)s->state_hdr;
+    s->st = (struct bf_state_main *)(b + l->off[BF_STATE_T_MAIN]);
+    s->verdicts = (struct bf_verdict_row *)(b + l->off[BF_STATE_T_VERDICTS]);
 }
 
 static void init_segment(struct bf_shm *s, int kind, const struct bf_layout *L)
@@ -315,9 +330,11 @@ int bf_shm_create(struct bf_shm *s, const char *shard_id, const struct bf_shm_ca
     s->pid = (uint32_t)getpid();
     s->max_machines = caps->max_machines;
     int64_t now = bf_now_ns();
+    struct bf_layout layouts[BF_SEG_KIND_COUNT];
     for (int k = 1; k < BF_SEG_KIND_COUNT; k++) {
         struct bf_layout L;
         int rc = bf_layout_compute(k, caps, &L);
+        layouts[k] = L;
         if (rc) {
             set_err(err, errlen, "invalid capacities for segment %s%s", kind_names[k], "");
             bf_shm_detach(s);
@@ -378,7 +395,7 @@ int bf_shm_create(struct bf_shm *s, const char *shard_id, const struct bf_shm_ca
         }
         init_segment(s, k, &L);
     }
-    bind_views(s);
+    bind_views(s, layouts, caps);
     for (int k = 1; k < BF_SEG_KIND_COUNT; k++)
         atomic_store_explicit(&((struct bf_seg_header *)s->base[k])->ready, 1,
                               memory_order_release);
@@ -444,6 +461,160 @@ static int check_owner(const struct stat *st, bool readonly, uint32_t *first_uid
     return 0;
 }
 
+static void __attribute__((format(printf, 3, 4))) errf(char *err, size_t n, const char *fmt, ...)
+{
+    if (!err || !n)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+}
+
+/* One value of a segment against the layout: 0, or -EPROTO naming it. */
+static int expect(const char *seg, const char *what, uint64_t got, uint64_t want, char *err,
+                  size_t errlen)
+{
+    if (got == want)
+        return 0;
+    errf(err, errlen, "segment %s: %s is %llu but its capacities give %llu (corrupted file)", seg,
+         what, (unsigned long long)got, (unsigned long long)want);
+    return -EPROTO;
+}
+
+/*
+ * Every header field, table and inner offset of segment k (mapped, `size`
+ * bytes, magic/kind/version/size/ready already checked) against the layout
+ * its capacities give, before anything else reads it: the capacities agree
+ * with the inventory segment's and are in range, the header's size is the
+ * layout's total, the derived capacities (index, string arena, change log,
+ * stamps) are the computed ones, every table lies inside the file
+ * (offset + length, overflow-checked) at its computed place, and the
+ * offsets and ring geometry stored inside the tables (pending arrays,
+ * change-log entries, ring kind/slot/capacity/data) are the ones
+ * init_segment wrote. Fills *L. 0, or -EPROTO with err naming the field.
+ */
+static int check_layout(const struct bf_shm *s, int k, const char *name, struct bf_layout *L,
+                        char *err, size_t errlen)
+{
+    const struct bf_seg_header *h = s->base[k];
+    const struct bf_seg_header *inv = s->base[BF_SEG_INVENTORY];
+    const uint8_t *b = s->base[k];
+    uint64_t size = s->len[k];
+    int rc;
+    if (h->max_machines != inv->max_machines || h->max_needs != inv->max_needs ||
+        h->max_clusters != inv->max_clusters) {
+        errf(err, errlen,
+             "segment %s: capacities (machines %u, needs %u, clusters %u) differ from the "
+             "inventory segment's (%u, %u, %u)",
+             name, h->max_machines, h->max_needs, h->max_clusters, inv->max_machines,
+             inv->max_needs, inv->max_clusters);
+        return -EPROTO;
+    }
+    struct bf_shm_caps caps = {.max_machines = h->max_machines,
+                               .max_needs = h->max_needs,
+                               .max_clusters = h->max_clusters};
+    if (bf_layout_compute(k, &caps, L) != 0) {
+        errf(err, errlen,
+             "segment %s: capacities out of range (machines %u, needs %u, clusters %u)", name,
+             h->max_machines, h->max_needs, h->max_clusters);
+        return -EPROTO;
+    }
+    if ((rc = expect(name, "the header's size", h->size, L->map, err, errlen)) ||
+        (rc = expect(name, "index_capacity", h->index_capacity, L->index_capacity, err, errlen)) ||
+        (rc = expect(name, "strings_arena_bytes", h->strings_arena_bytes, L->arena_bytes, err,
+                     errlen)) ||
+        (rc = expect(name, "changelog_capacity", h->changelog_capacity, L->changelog_capacity, err,
+                     errlen)) ||
+        (rc = expect(name, "stamp_capacity", h->stamp_capacity, L->stamp_capacity, err, errlen)))
+        return rc;
+    for (int t = 0; t < BF_SEG_MAX_TABLES; t++) {
+        size_t end;
+        if (!bf_add_size(h->table_off[t], h->table_len[t], &end) || end > size) {
+            errf(err, errlen,
+                 "segment %s: table %d (offset %llu, %llu bytes) lies outside the %llu-byte "
+                 "segment",
+                 name, t, (unsigned long long)h->table_off[t], (unsigned long long)h->table_len[t],
+                 (unsigned long long)size);
+            return -EPROTO;
+        }
+        if (h->table_off[t] != L->off[t] || h->table_len[t] != L->len[t]) {
+            errf(err, errlen,
+                 "segment %s: table %d is at offset %llu, %llu bytes, but its capacities place "
+                 "it at %llu, %llu bytes (corrupted file)",
+                 name, t, (unsigned long long)h->table_off[t], (unsigned long long)h->table_len[t],
+                 (unsigned long long)L->off[t], (unsigned long long)L->len[t]);
+            return -EPROTO;
+        }
+    }
+    char what[64];
+    if (k == BF_SEG_INVENTORY) {
+        /* the file holds every table but the arena, and the arena as far as
+         * it is committed (strtab.c grows the file first, then publishes) */
+        struct stat st;
+        if (fstat(s->inv_fd, &st) != 0 || (uint64_t)st.st_size < L->total) {
+            errf(err, errlen,
+                 "segment %s is %lld bytes, shorter than its tables and first arena step (%llu)",
+                 name, (long long)st.st_size, (unsigned long long)L->total);
+            return -EPROTO;
+        }
+        const struct bf_inv_meta *meta = (const struct bf_inv_meta *)(b + L->off[BF_INV_T_META]);
+        uint64_t committed =
+            atomic_load_explicit(&meta->strtab.arena_committed, memory_order_acquire);
+        if (committed > L->arena_bytes || committed < L->arena_commit ||
+            L->off[BF_INV_T_ARENA] + committed > (uint64_t)st.st_size) {
+            /* the file may have grown since: look again */
+            if (fstat(s->inv_fd, &st) != 0 || committed > L->arena_bytes ||
+                committed < L->arena_commit ||
+                L->off[BF_INV_T_ARENA] + committed > (uint64_t)st.st_size) {
+                errf(err, errlen,
+                     "segment %s: the string arena's committed %llu bytes do not fit its reserve "
+                     "(%llu) or its %lld-byte file (truncated or corrupted)",
+                     name, (unsigned long long)committed, (unsigned long long)L->arena_bytes,
+                     (long long)st.st_size);
+                return -EPROTO;
+            }
+        }
+        const struct bf_pending_hdr *ph =
+            (const struct bf_pending_hdr *)(b + L->off[BF_INV_T_PENDING]);
+        uint64_t enq = L->off[BF_INV_T_PENDING] + sizeof(struct bf_pending_hdr);
+        if ((rc = expect(name, "the pending enq offset", ph->enq_off, enq, err, errlen)) ||
+            (rc = expect(name, "the pending done offset", ph->done_off, enq + h->max_machines, err,
+                         errlen)))
+            return rc;
+        uint64_t entries =
+            L->off[BF_INV_T_CHANGELOG] + BF_CHANGELOG_WRITERS * sizeof(struct bf_changelog);
+        for (int w = 0; w < BF_CHANGELOG_WRITERS; w++) {
+            const struct bf_changelog *c =
+                (const struct bf_changelog *)(b + L->off[BF_INV_T_CHANGELOG] +
+                                              (size_t)w * sizeof(struct bf_changelog));
+            snprintf(what, sizeof what, "change log %d's entries offset", w);
+            if ((rc = expect(name, what, c->entries_off,
+                             entries + (uint64_t)w * L->changelog_capacity * 4, err, errlen)))
+                return rc;
+        }
+    } else if (k == BF_SEG_RINGS) {
+        for (int r = 0; r < BF_RING_COUNT; r++) {
+            const struct bf_ring_hdr *rh = (const struct bf_ring_hdr *)(b + L->off[r]);
+            const struct {
+                const char *what;
+                uint64_t got, want;
+            } f[] = {{"kind", rh->kind, bf_ring_kind[r]},
+                     {"slot size", rh->slot_size, L->ring_slot[r]},
+                     {"capacity", rh->capacity, L->ring_cap[r]},
+                     {"producer", rh->producer, bf_ring_producer[r]},
+                     {"consumer", rh->consumer, bf_ring_consumer[r]},
+                     {"data offset", rh->data_off, L->off[r] + sizeof(struct bf_ring_hdr)}};
+            for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+                snprintf(what, sizeof what, "ring %d's %s", r, f[i].what);
+                if ((rc = expect(name, what, f[i].got, f[i].want, err, errlen)))
+                    return rc;
+            }
+        }
+    }
+    return 0;
+}
+
 int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
@@ -475,19 +646,49 @@ int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *e
         if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof hd ||
             pread(fd, &hd, sizeof hd, 0) != (ssize_t)sizeof hd) {
             close(fd);
-            set_err(err, errlen, "segment %s is truncated%s", name, "");
+            errf(err, errlen,
+                 "segment %s is truncated (%lld bytes, shorter than its %zu-byte header)", name,
+                 (long long)st.st_size, sizeof(struct bf_seg_header));
+            bf_shm_detach(s);
+            return -EPROTO;
+        }
+        if (hd.magic != BF_SHM_MAGIC || hd.kind != (uint32_t)k) {
+            close(fd);
+            set_err(err, errlen, "segment %s: bad magic or kind%s (not a bigfleet segment)", name,
+                    "");
             bf_shm_detach(s);
             return -EPROTO;
         }
         /* the mapping is the header's size: the inventory's file may be
-         * shorter (its arena grows); other files are exactly that size */
-        if (hd.magic != BF_SHM_MAGIC || hd.kind != (uint32_t)k || hd.size < (uint64_t)st.st_size ||
+         * shorter (its arena grows; check_layout holds the file to what the
+         * arena committed); other files are exactly that size */
+        if (hd.size < (uint64_t)st.st_size ||
             (k != BF_SEG_INVENTORY && hd.size != (uint64_t)st.st_size)) {
             close(fd);
-            set_err(err, errlen, "segment %s: bad magic, kind or size%s (not a bigfleet segment)",
-                    name, "");
+            errf(err, errlen,
+                 "segment %s is %llu bytes but its header says %llu (truncated or corrupted)", name,
+                 (unsigned long long)st.st_size, (unsigned long long)hd.size);
             bf_shm_detach(s);
             return -EPROTO;
+        }
+        /* never map a size the header's capacities do not give */
+        struct bf_shm_caps hc = {.max_machines = hd.max_machines,
+                                 .max_needs = hd.max_needs,
+                                 .max_clusters = hd.max_clusters};
+        struct bf_layout hl;
+        if (bf_layout_compute(k, &hc, &hl) != 0) {
+            close(fd);
+            errf(err, errlen,
+                 "segment %s: capacities out of range (machines %u, needs %u, clusters %u)", name,
+                 hd.max_machines, hd.max_needs, hd.max_clusters);
+            bf_shm_detach(s);
+            return -EPROTO;
+        }
+        int src = expect(name, "the header's size", hd.size, hl.map, err, errlen);
+        if (src) {
+            close(fd);
+            bf_shm_detach(s);
+            return src;
         }
         int orc = check_owner(&st, readonly, &owner, name, err, errlen);
         if (orc) {
@@ -504,8 +705,8 @@ int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *e
             bf_shm_detach(s);
             return rc;
         }
-        if (k == BF_SEG_INVENTORY && !readonly)
-            s->inv_fd = fd;
+        if (k == BF_SEG_INVENTORY)
+            s->inv_fd = fd; /* read-only: closed once the layout is checked */
         else
             close(fd);
         s->base[k] = p;
@@ -531,7 +732,25 @@ int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *e
             return -EAGAIN;
         }
     }
-    bind_views(s);
+    struct bf_layout layouts[BF_SEG_KIND_COUNT];
+    for (int k = 1; k < BF_SEG_KIND_COUNT; k++) {
+        char name[128];
+        bf_shm_name(shard_id, k, name, sizeof name);
+        int rc = check_layout(s, k, name, &layouts[k], err, errlen);
+        if (rc) {
+            bf_shm_detach(s);
+            return rc;
+        }
+    }
+    const struct bf_seg_header *inv = s->base[BF_SEG_INVENTORY];
+    struct bf_shm_caps caps = {.max_machines = inv->max_machines,
+                               .max_needs = inv->max_needs,
+                               .max_clusters = inv->max_clusters};
+    bind_views(s, layouts, &caps);
+    if (readonly) {
+        close(s->inv_fd);
+        s->inv_fd = -1;
+    }
     return 0;
 }
 

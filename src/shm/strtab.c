@@ -29,6 +29,11 @@ struct str_entry {
     uint32_t hash;
 };
 
+uint64_t bf_str_cost(uint32_t len)
+{
+    return bf_align_up(sizeof(struct str_entry) + (size_t)len + 1, 8);
+}
+
 static inline const struct str_entry *entry_at(const struct bf_shm *s, uint32_t ref)
 {
     return (const struct str_entry *)(s->arena + (uint64_t)ref * 8);
@@ -62,11 +67,36 @@ static void lock_release(struct bf_shm *s)
     atomic_store_explicit(&s->inv->strtab.lock_owner, 0, memory_order_release);
 }
 
+/* The arena's published end, never past what the file backs (committed,
+ * published before any entry it holds) nor the reserve: readers of a
+ * corrupted segment (bigfleet-inspect on a damaged file) must not be led
+ * outside it. */
+static inline uint64_t published_end(const struct bf_shm *s)
+{
+    uint64_t used = atomic_load_explicit(&s->inv->strtab.arena_used, memory_order_acquire);
+    uint64_t committed =
+        atomic_load_explicit(&s->inv->strtab.arena_committed, memory_order_acquire);
+    if (used > committed)
+        used = committed;
+    return used < s->arena_bytes ? used : s->arena_bytes;
+}
+
+/* The entry of ref when it and its bytes lie inside [0, used), else NULL. */
+static inline const struct str_entry *entry_in(const struct bf_shm *s, uint32_t ref, uint64_t used)
+{
+    if ((uint64_t)ref * 8 + sizeof(struct str_entry) > used)
+        return NULL;
+    const struct str_entry *e = entry_at(s, ref);
+    if ((uint64_t)ref * 8 + sizeof(struct str_entry) + e->len + 1 > used)
+        return NULL;
+    return e;
+}
+
 static int find(const struct bf_shm *s, const void *bytes, uint32_t len, uint32_t h, uint32_t *ref,
                 uint32_t *free_slot)
 {
     uint32_t mask = s->index_mask;
-    uint64_t used = atomic_load_explicit(&s->inv->strtab.arena_used, memory_order_acquire);
+    uint64_t used = published_end(s);
     for (uint32_t i = h & mask, n = 0; n <= mask; i = (i + 1) & mask, n++) {
         uint32_t r = atomic_load_explicit(&s->strhash[i], memory_order_acquire); /* S2 */
         if (r == 0) {
@@ -74,9 +104,9 @@ static int find(const struct bf_shm *s, const void *bytes, uint32_t len, uint32_
                 *free_slot = i;
             return -ENOENT;
         }
-        if ((uint64_t)r * 8 >= used)
+        const struct str_entry *e = entry_in(s, r, used);
+        if (!e)
             continue; /* cannot happen for published refs; be defensive */
-        const struct str_entry *e = entry_at(s, r);
         if (e->hash == h && e->len == len && memcmp(e + 1, bytes, len) == 0) {
             *ref = r;
             return 0;
@@ -144,7 +174,7 @@ int bf_str_intern(struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *r
     struct bf_strtab_meta *m = &s->inv->strtab;
     uint64_t entries = atomic_load_explicit(&m->entries, memory_order_relaxed);
     uint64_t used = atomic_load_explicit(&m->arena_used, memory_order_relaxed);
-    uint64_t need = bf_align_up(sizeof(struct str_entry) + (size_t)len + 1, 8);
+    uint64_t need = bf_str_cost(len);
     if (slot == UINT32_MAX || entries + 1 > (uint64_t)(s->index_mask + 1) * 3 / 4 ||
         used + need > s->arena_bytes || (used / 8) > UINT32_MAX - 1 ||
         arena_reserve(s, used + need) != 0) {
@@ -168,13 +198,12 @@ int bf_str_intern(struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *r
 
 const char *bf_str(const struct bf_shm *s, uint32_t ref, uint32_t *len)
 {
-    uint64_t used = atomic_load_explicit(&s->inv->strtab.arena_used, memory_order_acquire);
-    if ((uint64_t)ref * 8 + sizeof(struct str_entry) > used) {
+    const struct str_entry *e = entry_in(s, ref, published_end(s));
+    if (!e) {
         if (len)
             *len = 0;
         return NULL;
     }
-    const struct str_entry *e = entry_at(s, ref);
     if (len)
         *len = e->len;
     return (const char *)(e + 1);

@@ -88,6 +88,49 @@ static inline bool fuzz_pb_stricter(const uint8_t *p, const uint8_t *end)
     return false;
 }
 
+/* True when p..p+len read as a message, and every length-delimited payload
+ * in it read as a message too (down to `depth` levels), holds one of the
+ * encodings fuzz_pb_stricter names: for decoders that walk nested messages
+ * with the wire module. */
+static inline bool fuzz_pb_stricter_anywhere(const uint8_t *p, size_t len, int depth)
+{
+    const uint8_t *end = p + len;
+    while (p < end) {
+        if (fuzz_pb_stricter(p, end))
+            return true;
+        uint64_t tag, v;
+        bool over = false;
+        if (fuzz_raw_varint(&p, end, &tag, &over))
+            return false;
+        switch (tag & 7) {
+        case 0:
+            if (fuzz_raw_varint(&p, end, &v, &over))
+                return false;
+            break;
+        case 1:
+            if (end - p < 8)
+                return false;
+            p += 8;
+            break;
+        case 5:
+            if (end - p < 4)
+                return false;
+            p += 4;
+            break;
+        case 2:
+            if (fuzz_raw_varint(&p, end, &v, &over) || v > (uint64_t)(end - p))
+                return false;
+            if (depth > 0 && fuzz_pb_stricter_anywhere(p, (size_t)v, depth - 1))
+                return true;
+            p += v;
+            break;
+        default:
+            return false;
+        }
+    }
+    return false;
+}
+
 /* Where bf_pb_next first fails on one message level (NULL: it does not). */
 static inline const uint8_t *fuzz_pb_first_error(const uint8_t *p, size_t len)
 {

@@ -13,9 +13,13 @@
  *     purpose (fuzz_pb_stricter);
  *   - a single Hello: the byte-exact cluster_id equals protobuf-c's (when it
  *     holds no NUL, which protobuf-c cannot carry);
- *   - a rollup: bf_rollup_count_needs over the merged member bytes equals
- *     protobuf-c's n_needs, and the merged bytes unpack as the same
- *     ClusterCapacityNeeds protobuf-c built;
+ *   - a rollup: bf_rollup_count_needs over the merged member bytes (every
+ *     occurrence of the member after the last switch, concatenated: the
+ *     protobuf merge) equals protobuf-c's n_needs for those bytes; with one
+ *     occurrence they are that occurrence's bytes and unpack as the
+ *     ClusterCapacityNeeds protobuf-c built inside the OperatorMessage; with
+ *     several, protobuf-c's OperatorMessage holds the last one only (its
+ *     oneof handling does not merge: docs/fuzzing.md);
  *   - decode -> encode -> decode -> encode is a fixed point (protobuf-c);
  *   - more than BF_OPMSG_MAX_FIELDS top-level fields: -E2BIG, nothing else;
  *   - bf_pb_unpack (the session's decode of BootstrapBlobResponse and
@@ -81,19 +85,36 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (om && nrc != 0)
                 FUZZ_CHECK(fuzz_pb_stricter(fuzz_pb_first_error(rb, rl), rb + rl));
             if (om && nrc == 0 && !fuzz_pb_has_unknown0(&om->base)) {
-                FUZZ_CHECK(n == om->rollup->n_needs);
+                /* protobuf-c's own merge of the member: the merged bytes as one
+                 * ClusterCapacityNeeds (a field stream: needs append, scalars
+                 * last-wins, which is the protobuf merge) */
                 Bigfleet__V1alpha1__ClusterCapacityNeeds *r =
                     bigfleet__v1alpha1__cluster_capacity_needs__unpack(NULL, rl, rb);
                 FUZZ_CHECK(r != NULL);
-                size_t a = bigfleet__v1alpha1__cluster_capacity_needs__get_packed_size(r);
+                FUZZ_CHECK(n == r->n_needs);
+                /* protobuf-c 1.4 keeps only the LAST occurrence of a oneof
+                 * message member given more than once (parse_oneof_member
+                 * frees the earlier one; C++ and Go protobuf merge them, as
+                 * the session does): om->rollup is that occurrence alone */
+                const uint8_t *ob = parts == 1 ? rb : sub;
+                size_t ol = parts == 1 ? rl : sublen;
+                if (parts == 1)
+                    FUZZ_CHECK(rl == sublen && memcmp(rb, sub, rl) == 0);
+                Bigfleet__V1alpha1__ClusterCapacityNeeds *last =
+                    bigfleet__v1alpha1__cluster_capacity_needs__unpack(NULL, ol, ob);
+                FUZZ_CHECK(last != NULL);
+                FUZZ_CHECK(last->n_needs == om->rollup->n_needs);
+                size_t a = bigfleet__v1alpha1__cluster_capacity_needs__get_packed_size(last);
                 size_t b = bigfleet__v1alpha1__cluster_capacity_needs__get_packed_size(om->rollup);
                 FUZZ_CHECK(a == b);
                 uint8_t *pa = malloc(a + 1), *pb = malloc(b + 1);
-                bigfleet__v1alpha1__cluster_capacity_needs__pack(r, pa);
+                FUZZ_CHECK(pa && pb);
+                bigfleet__v1alpha1__cluster_capacity_needs__pack(last, pa);
                 bigfleet__v1alpha1__cluster_capacity_needs__pack(om->rollup, pb);
                 FUZZ_CHECK(memcmp(pa, pb, a) == 0);
                 free(pa);
                 free(pb);
+                bigfleet__v1alpha1__cluster_capacity_needs__free_unpacked(last, NULL);
                 bigfleet__v1alpha1__cluster_capacity_needs__free_unpacked(r, NULL);
             }
         } else if (mrc == 0) {

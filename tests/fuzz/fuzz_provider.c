@@ -68,100 +68,88 @@ static uint32_t count_map(const struct bf_prov_machine *m, enum bf_prov_map_whic
     return n;
 }
 
+/* A growable output buffer for the re-encoder. */
+struct obuf {
+    uint8_t *b;
+    size_t n, cap;
+};
+
+static uint8_t *room(struct obuf *o, size_t more)
+{
+    if (o->n + more > o->cap) {
+        o->cap = (o->n + more) * 2;
+        o->b = realloc(o->b, o->cap);
+        FUZZ_CHECK(o->b);
+    }
+    return o->b + o->n;
+}
+
+static void put_str(struct obuf *o, uint32_t field, struct bf_prov_bytes s)
+{
+    if (s.len)
+        o->n =
+            (size_t)(bf_pb_put_ld(room(o, bf_pb_ld_len(field, s.len)), field, s.p, s.len) - o->b);
+}
+
+/* One map's entries, each as field `field`; nested (Resources{1: entry}) when asked. */
+static void put_map(struct obuf *o, const struct bf_prov_machine *m, enum bf_prov_map_which w,
+                    uint32_t field, bool nested)
+{
+    uint8_t *e = NULL;
+    size_t el = 0, ec = 0;
+    count_map(m, w, &e, &el, &ec);
+    if (nested) {
+        /* no entries: the view cannot tell an empty Resources from none */
+        if (el)
+            o->n = (size_t)(bf_pb_put_ld(room(o, bf_pb_ld_len(field, el)), field, e, el) - o->b);
+    } else { /* entries were written with tag 1: rewrite each with the map's field number */
+        struct bf_pb_reader r;
+        struct bf_pb_field f;
+        bf_pb_reader_init(&r, e, el);
+        while (bf_pb_next(&r, &f) == 1)
+            o->n = (size_t)(bf_pb_put_ld(room(o, bf_pb_ld_len(field, f.len)), field, f.p, f.len) -
+                            o->b);
+    }
+    free(e);
+}
+
 /* The known fields of a decoded view, re-encoded in number order. */
 static uint8_t *encode_view(const struct bf_prov_machine *m, size_t *len)
 {
-    size_t cap = 256 + 2 * m->len, n = 0;
-    uint8_t *b = malloc(cap), *p = b;
-    FUZZ_CHECK(b);
-    p = m->id.len ? bf_pb_put_ld(p, 1, m->id.p, m->id.len) : p;
+    struct obuf o = {0};
+    put_str(&o, 1, m->id);
     if (m->state)
-        p = bf_pb_put_varint_field(p, 2, (uint64_t)(int64_t)m->state);
+        o.n = (size_t)(bf_pb_put_varint_field(room(&o, 16), 2, (uint64_t)(int64_t)m->state) - o.b);
     if (m->has_host) {
         size_t hb = (m->host_provider.len ? bf_pb_ld_len(1, m->host_provider.len) : 0) +
                     (m->host_ref.len ? bf_pb_ld_len(2, m->host_ref.len) : 0);
-        p = bf_pb_put_ld_header(p, 3, hb);
-        if (m->host_provider.len)
-            p = bf_pb_put_ld(p, 1, m->host_provider.p, m->host_provider.len);
-        if (m->host_ref.len)
-            p = bf_pb_put_ld(p, 2, m->host_ref.p, m->host_ref.len);
+        o.n = (size_t)(bf_pb_put_ld_header(room(&o, bf_pb_ld_len(3, hb)), 3, hb) - o.b);
+        put_str(&o, 1, m->host_provider);
+        put_str(&o, 2, m->host_ref);
     }
-    p = m->instance_type.len ? bf_pb_put_ld(p, 4, m->instance_type.p, m->instance_type.len) : p;
-    p = m->zone.len ? bf_pb_put_ld(p, 5, m->zone.p, m->zone.len) : p;
+    put_str(&o, 4, m->instance_type);
+    put_str(&o, 5, m->zone);
     if (m->capacity_type)
-        p = bf_pb_put_varint_field(p, 6, (uint64_t)(int64_t)m->capacity_type);
+        o.n =
+            (size_t)(bf_pb_put_varint_field(room(&o, 16), 6, (uint64_t)(int64_t)m->capacity_type) -
+                     o.b);
     uint64_t u;
     memcpy(&u, &m->price_per_hour, 8);
     if (u)
-        p = bf_pb_put_double(p, 7, m->price_per_hour);
+        o.n = (size_t)(bf_pb_put_double(room(&o, 16), 7, m->price_per_hour) - o.b);
     memcpy(&u, &m->interruption_probability, 8);
     if (u)
-        p = bf_pb_put_double(p, 8, m->interruption_probability);
-    n = (size_t)(p - b);
+        o.n = (size_t)(bf_pb_put_double(room(&o, 16), 8, m->interruption_probability) - o.b);
     /* resources (9) and allocatable (13) are Resources{1: entries}, labels 10, metadata 15 */
-    static const struct {
-        enum bf_prov_map_which w;
-        uint32_t field;
-        bool nested;
-    } maps[] = {{BF_PROV_MAP_RESOURCES, 9, true},
-                {BF_PROV_MAP_LABELS, 10, false},
-                {BF_PROV_MAP_ALLOCATABLE, 13, true},
-                {BF_PROV_MAP_METADATA, 15, false}};
-    for (size_t i = 0; i < 4; i++) {
-        uint8_t *e = NULL;
-        size_t el = 0, ec = 0;
-        count_map(m, maps[i].w, &e, &el, &ec);
-        if (maps[i].nested) {
-            if (!el) { /* no entries: the view cannot tell an empty Resources from none */
-                free(e);
-                continue;
-            }
-            size_t need = bf_pb_ld_len(maps[i].field, el);
-            if (n + need > cap) {
-                cap = (n + need) * 2;
-                b = realloc(b, cap);
-                FUZZ_CHECK(b);
-            }
-            p = bf_pb_put_ld(b + n, maps[i].field, e, el);
-        } else {
-            /* entries were written with tag 1: rewrite each with the map's field number */
-            struct bf_pb_reader r;
-            struct bf_pb_field f;
-            if (n + 2 * el + 16 > cap) {
-                cap = (n + 2 * el + 16) * 2;
-                b = realloc(b, cap);
-                FUZZ_CHECK(b);
-            }
-            p = b + n;
-            bf_pb_reader_init(&r, e, el);
-            while (bf_pb_next(&r, &f) == 1)
-                p = bf_pb_put_ld(p, maps[i].field, f.p, f.len);
-        }
-        n = (size_t)(p - b);
-        free(e);
-        if (maps[i].field == 10) { /* 12 last_error goes between labels and allocatable */
-            if (n + m->last_error.len + 16 > cap) {
-                cap = (n + m->last_error.len + 16) * 2;
-                b = realloc(b, cap);
-                FUZZ_CHECK(b);
-            }
-            p = b + n;
-            p = m->last_error.len ? bf_pb_put_ld(p, 12, m->last_error.p, m->last_error.len) : p;
-            n = (size_t)(p - b);
-        }
-        if (maps[i].field == 13) {
-            if (n + m->cluster.len + 16 > cap) {
-                cap = (n + m->cluster.len + 16) * 2;
-                b = realloc(b, cap);
-                FUZZ_CHECK(b);
-            }
-            p = b + n;
-            p = m->cluster.len ? bf_pb_put_ld(p, 14, m->cluster.p, m->cluster.len) : p;
-            n = (size_t)(p - b);
-        }
-    }
-    *len = n;
-    return b;
+    put_map(&o, m, BF_PROV_MAP_RESOURCES, 9, true);
+    put_map(&o, m, BF_PROV_MAP_LABELS, 10, false);
+    put_str(&o, 12, m->last_error);
+    put_map(&o, m, BF_PROV_MAP_ALLOCATABLE, 13, true);
+    put_str(&o, 14, m->cluster);
+    put_map(&o, m, BF_PROV_MAP_METADATA, 15, false);
+    room(&o, 1); /* never NULL, even for an empty view */
+    *len = o.n;
+    return o.b;
 }
 
 static bool same_bytes(struct bf_prov_bytes a, struct bf_prov_bytes b)

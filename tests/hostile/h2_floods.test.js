@@ -16,23 +16,35 @@ const flood = (r) => `bigfleet_shard_grpc_flood_closes_total{reason="${r}"}`;
 
 // Opens raw connections one after another until `until`, each sending
 // frames from make(c, i) until the server answers GOAWAY; every connection
-// must end with GOAWAY(ENHANCE_YOUR_CALM).
+// must be closed by the server, with GOAWAY(ENHANCE_YOUR_CALM) read first.
+// One exception, a property of TCP rather than of the server: the server
+// sends the GOAWAY, shuts its side down and lingers at most 1 s discarding
+// input, then resets a peer that is still flooding; a reset discards what
+// the client had received and not yet read, so on a loaded machine the
+// attacker can see the reset without the GOAWAY. That connection must then
+// end in ECONNRESET, and at least one connection of the attack must have
+// read its GOAWAY (the flood-close counters are checked by H.attack).
 async function floodConnections(port, until, make, { n = 5000, open } = {}) {
-  let conns = 0;
+  let conns = 0, goaways = 0;
   do {
     const c = new H.RawH2(port);
     await c.connected;
     if (open) c.write(open(c));
     await c.burst((i) => make(c, i), n);
     const g = await c.waitGoaway(5000);
-    assert.ok(g, 'the server answered with GOAWAY');
-    assert.strictEqual(g.code, H2_ENHANCE_YOUR_CALM, `GOAWAY code ${g.code}`);
     await Promise.race([c.ended, sleep(2000)]);
     assert.ok(c.closed, 'the server closed the connection');
+    if (g) {
+      assert.strictEqual(g.code, H2_ENHANCE_YOUR_CALM, `GOAWAY code ${g.code}`);
+      goaways++;
+    } else {
+      assert.strictEqual(c.error, 'ECONNRESET', `closed without GOAWAY and without a reset (${c.error})`);
+    }
     c.close();
     conns++;
     await sleep(100);
   } while (Date.now() < until);
+  assert.ok(goaways >= 1, `the server answered with GOAWAY (${goaways} of ${conns} connections read it)`);
   return conns;
 }
 

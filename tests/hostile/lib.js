@@ -327,7 +327,8 @@ class RawH2 {
     let buf = Buffer.alloc(0);
     this.connected = new Promise((resolve) => this.sock.on('connect', resolve));
     this.ended = new Promise((resolve) => this.sock.on('close', () => { this.closed = true; resolve(); }));
-    this.sock.on('error', () => {});
+    this.error = null;    // the socket's error code (ECONNRESET: reset by the server)
+    this.sock.on('error', (e) => { this.error = e.code || String(e); });
     this.sock.on('data', (d) => {
       buf = Buffer.concat([buf, d]);
       while (buf.length >= 9) {

@@ -55,10 +55,15 @@ pass "a sane provider: 5 Idle machines"
 echo garbage >"$PHASE_FILE"
 out=$(A reconcile --timeout 10); echo "$out" | grep -q ok=1 || fail "the pass itself must succeed: $out"
 view stats
-for kv in rejected.price=2 rejected.interruption_probability=2 rejected.structural=2 reconciler.removed=0; do
-    grep -q "reconciler.${kv#reconciler.}" "$TMP/view" || grep -q "$kv" "$TMP/view" ||
-        fail "expected $kv: $(grep reconciler "$TMP/view")"
-done
+# Each pass over the garbage List rejects 2 records per reason. The manual
+# pass may not be the only one: a scheduled pass can run between the phase
+# flip and it on a loaded machine, so the counters are 2 per garbage pass,
+# equal across reasons, and at least one pass happened.
+stat() { sed -n "s/^reconciler\.$1=//p" "$TMP/view"; }
+rp=$(stat rejected.price) ri=$(stat rejected.interruption_probability) rs=$(stat rejected.structural)
+[ -n "$rp" ] && [ "$rp" -ge 2 ] && [ $((rp % 2)) = 0 ] && [ "$ri" = "$rp" ] && [ "$rs" = "$rp" ] ||
+    fail "expected 2 rejections per reason per garbage pass: $(grep reconciler "$TMP/view")"
+[ "$(stat removed)" = 0 ] || fail "expected reconciler.removed=0: $(grep reconciler "$TMP/view")"
 view dump
 [ "$(grep -c "state=Idle" "$TMP/view")" = 4 ] && [ "$(grep -c "state=Configured" "$TMP/view")" = 1 ] ||
     fail "last good records not kept: $(cat "$TMP/view")"
@@ -69,7 +74,7 @@ done
 grep -q "^m6 " "$TMP/view" && fail "a rejected new machine was inserted"
 grep -q 'msg="provider machine rejected; last good record kept" machine="m2" reason=price' "$TMP/appliance.log" ||
     fail "rejection not logged with its reason"
-pass "garbage rejected by reason (price 2, probability 2, structural 2), last good records kept, none removed or inserted"
+pass "garbage rejected by reason (price $rp, probability $ri, structural $rs: 2 each per pass), last good records kept, none removed or inserted"
 
 echo good >"$PHASE_FILE"
 A reconcile --timeout 10 | grep -q ok=1 || fail "recovery pass failed"

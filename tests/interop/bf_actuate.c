@@ -254,24 +254,12 @@ static void dump(void)
 static void stats(void)
 {
     struct bf_state_main *st = S.st;
-    static const char *const outs[BF_OUT_COUNT] = {"success",
-                                                   "ctx_canceled",
-                                                   "fenced",
-                                                   "no_session",
-                                                   "transition_raced_to_idle",
-                                                   "transition_error",
-                                                   "blob_error",
-                                                   "provider_error",
-                                                   "stale_state",
-                                                   "inventory_miss",
-                                                   "missing_profile",
-                                                   "other"};
     for (int k = 0; k < BF_ACT_KIND_COUNT; k++)
         for (int o = 0; o < BF_OUT_COUNT; o++) {
             uint64_t v = atomic_load(&st->executor.outcomes[k][o]);
             if (v)
-                printf("outcome.%s.%s=%llu\n", k ? bf_action_kind_name(k) : "invalid", outs[o],
-                       (unsigned long long)v);
+                printf("outcome.%s.%s=%llu\n", k ? bf_action_kind_name(k) : "invalid",
+                       bf_outcome_label(o), (unsigned long long)v);
         }
     printf("executor.inflight=%lld\n", (long long)atomic_load(&st->executor.inflight));
     printf("executor.idle_releases=%llu\n",

@@ -66,6 +66,49 @@ const tests = [
     assert.deepStrictEqual(b.aggregate, { cpu: 500 });
     op.close();
   }],
+  ['an unchanged rollup (only its timestamp differs) republishes the same rows with the new arrival; a change converts in full', async () => {
+    const unchanged = async () => {
+      const m = await L.httpGet(S.metricsPort, '/metrics');
+      const x = /^bigfleet_shard_session_rollups_unchanged_total (\d+)$/m.exec(m.body);
+      assert.ok(x, 'bigfleet_shard_session_rollups_unchanged_total exported');
+      return Number(x[1]);
+    };
+    const op = await connect('r-same');
+    const needs = (cpu) => [L.need({ priority: 5, aggregate: { cpu } }),
+      L.need({ priority: 6, aggregate: { cpu: '1' }, min_unit: { cpu: '1' },
+        requirements: [{ key: IT, operator: 1, values: ['m6i.large'] }] }),
+      L.need({ priority: 5, aggregate: { cpu: '1' } })]; /* merges into the first */
+    const now = BigInt(Date.now() - 10000) * 1000000n;
+    const ts = (k) => String(now + BigInt(k) * 1000000000n);
+    const u0 = await unchanged();
+    op.rollup('r-same', needs('2'), ts(0));
+    await op.ack('rollup');
+    const c1 = cl('r-same');
+    assert.strictEqual(await unchanged(), u0, 'a first rollup is converted');
+    op.rollup('r-same', needs('2'), ts(1));
+    await op.ack('rollup');
+    const c2 = cl('r-same');
+    assert.strictEqual(await unchanged(), u0 + 1, 'the repeat took the unchanged-rollup path');
+    assert.strictEqual(c2.generation, c1.generation + 1, 'republished: the cycle sees the new arrival');
+    assert.strictEqual(c2.rows_count, 2);
+    assert.strictEqual(c2.accepted_rows, 3, 'rail 2 counts the Needs received, as the conversion did');
+    assert.strictEqual(c2.last_rollup_timestamp_ns, Number(ts(1)));
+    const strip = (rows) => rows.map((r) => Object.assign({}, r, { arrival_ns: 0, stamp_first_seen_ns: 0 }));
+    assert.deepStrictEqual(strip(c2.rows), strip(c1.rows), 'the same rows apart from the arrival');
+    assert.ok(c2.rows.every((r) => r.arrival_ns === Number(ts(1))), 'every row carries the new arrival');
+    assert.deepStrictEqual(c2.rows.map((r) => r.aggregate), [{ cpu: 3000 }, { cpu: 1000 }]);
+    // one quantity changed: converted in full, the new figures published
+    op.rollup('r-same', needs('4'), ts(2));
+    await op.ack('rollup');
+    assert.strictEqual(await unchanged(), u0 + 1, 'a changed rollup is converted');
+    const c3 = cl('r-same');
+    assert.deepStrictEqual(c3.rows.map((r) => r.aggregate), [{ cpu: 5000 }, { cpu: 1000 }]);
+    op.rollup('r-same', needs('4'), ts(3));
+    await op.ack('rollup');
+    assert.strictEqual(await unchanged(), u0 + 2);
+    assert.deepStrictEqual(cl('r-same').rows.map((r) => r.aggregate), [{ cpu: 5000 }, { cpu: 1000 }]);
+    op.close();
+  }],
   ['each rollup fully replaces the cluster\'s demand and moves its generation', async () => {
     const op = await connect('r-replace');
     op.rollup('r-replace', [L.need({ priority: 1 }), L.need({ priority: 2 }), L.need({ priority: 3 })]);

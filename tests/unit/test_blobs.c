@@ -132,8 +132,8 @@ START_TEST(need_profile_is_canonical_with_its_fingerprint)
 {
     uint32_t ref, fref;
     char err[128];
-    ck_assert_int_eq(bf_nprofile_intern_need(&g_s, need_with(5, 16), &ref, &fref, err, sizeof err),
-                     0);
+    ck_assert_int_eq(
+        bf_nprofile_intern_need(&g_s, need_with(5, 16), 0, &ref, &fref, err, sizeof err), 0);
     const struct bf_nprofile *p = bf_nprofile_get(g_c, &g_s, ref);
     ck_assert_ptr_nonnull(p);
     ck_assert_str_eq(p->fingerprint,
@@ -141,8 +141,8 @@ START_TEST(need_profile_is_canonical_with_its_fingerprint)
     ck_assert_uint_eq(p->fingerprint_ref, fref);
     ck_assert_int_eq(bf_profile_same_index(&p->p), 1);
     uint32_t ref2;
-    ck_assert_int_eq(bf_nprofile_intern_need(&g_s, need_with(5, 16), &ref2, NULL, err, sizeof err),
-                     0);
+    ck_assert_int_eq(
+        bf_nprofile_intern_need(&g_s, need_with(5, 16), 0, &ref2, NULL, err, sizeof err), 0);
     ck_assert_uint_eq(ref, ref2);
 }
 END_TEST
@@ -151,11 +151,11 @@ START_TEST(need_profile_rejects_unknown_operator_and_bucket)
 {
     uint32_t ref;
     char err[128];
-    ck_assert_int_eq(bf_nprofile_intern_need(&g_s, need_with(9, 16), &ref, NULL, err, sizeof err),
-                     -EINVAL);
+    ck_assert_int_eq(
+        bf_nprofile_intern_need(&g_s, need_with(9, 16), 0, &ref, NULL, err, sizeof err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "operator 9"));
-    ck_assert_int_eq(bf_nprofile_intern_need(&g_s, need_with(1, 28), &ref, NULL, err, sizeof err),
-                     -EINVAL);
+    ck_assert_int_eq(
+        bf_nprofile_intern_need(&g_s, need_with(1, 28), 0, &ref, NULL, err, sizeof err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "interruption_penalty_bucket 28"));
 }
 END_TEST

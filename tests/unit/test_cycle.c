@@ -441,7 +441,7 @@ START_TEST(paused_cycles_keep_deciding_and_reporting_and_execute_nothing)
         ck_assert_uint_eq(rep.unsatisfied, 1);
         struct bf_cycle_result *res = malloc(sizeof *res);
         ck_assert_ptr_nonnull(res);
-        ck_assert_int_eq(bf_ledger_read_result(&g_s, res, NULL), 0);
+        ck_assert_int_eq(bf_result_read(&g_s, res, NULL), 0);
         ck_assert_uint_eq(res->cycle, rep.cycle);
         ck_assert_uint_eq(res->unsatisfied, 1);
         ck_assert_uint_eq(res->n_verdicts, 1);

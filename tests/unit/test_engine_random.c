@@ -18,7 +18,14 @@
  *   - verdict instrumentation on vs off (the ADR-0061 golden test): identical
  *     actions, unresolved list and shortfalls;
  *   - an engine fed the same changes in shuffled order with junk intermediate
- *     states and remove/re-insert churn (index history independence).
+ *     states and remove/re-insert churn (index history independence);
+ *   - the incremental credit pre-pass vs BF_ENGINE_F_NO_INCREMENTAL (every
+ *     outcome derived every cycle): identical actions, verdicts, unresolved
+ *     list and owner of every claimed machine, both in the busy worlds above
+ *     and in quiet worlds where a cycle changes little (one rollup, a gang
+ *     replaced, a priority, a few machine transitions, a price, Creating
+ *     machines, parking), so that most outcomes are kept or re-ranked and the
+ *     dependency tracking decides which.
  * Run under ASan/UBSan by `make check-san`.
  */
 #include <check.h>
@@ -31,12 +38,12 @@
 #include "engine_fixtures.h"
 
 #define CAP  400
-#define NCL  5
+#define NCL  10 /* quiet worlds use all; busy worlds the first 5 */
 #define MAXN 7
 
 static const char *types[4] = {"gpu8", "cpu16", "cpu4", "mix32"};
 static const char *zones[3] = {"z-a", "z-b", "z-c"};
-static const char *clusters[NCL] = {"c0", "c1", "c2", "c3", "c4"};
+static const char *clusters[NCL] = {"c0", "c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8", "c9"};
 static const int32_t prios[5] = {0, 100, 1000, 5000, 1000000};
 
 static bf_vec type_alloc(int t)
@@ -63,14 +70,17 @@ struct wneed {
 
 struct world {
     struct ef *f;
-    struct bf_engine *ref, *nov, *hist;
+    struct bf_engine *ref, *nov, *hist, *full;
     uint64_t rng;
     uint64_t gen;
     struct wneed needs[NCL][MAXN];
     int nneeds[NCL];
     bool first[NCL], live[NCL];
     bool dirty[CAP];
-    uint32_t next_id;
+    uint32_t next_id, next_group;
+    int ncl;                          /* clusters in use */
+    bool gangs;                       /* some Needs are gangs of one shared profile */
+    uint64_t kept, reranked, derived; /* the incremental engine's pre-pass rows */
 };
 
 static uint32_t rnd(struct world *w, uint32_t n)
@@ -96,8 +106,28 @@ static void need_req(struct wneed *n, const char *key, uint8_t op, const char **
     ef_prof_req(&n->p, key, op, ptrs, (uint32_t)nv);
 }
 
+/* a gang of the one shared gang profile (quiet worlds): Same Needs that rank
+ * the same acquirable supply and consume it one after another */
+static void gang_need(struct world *w, struct wneed *n, int ci, int k)
+{
+    memset(n, 0, sizeof *n);
+    ef_prof_init(&n->p, 1000, 14, 15);
+    const char *v[1] = {types[0]};
+    need_req(n, BF_LABEL_INSTANCE_TYPE, BF_OP_IN, v, 1);
+    need_req(n, "rack", BF_OP_SAME, NULL, 0);
+    n->minu = type_alloc(0);
+    n->agg = n->minu;
+    bf_vec_scale(&n->agg, 2 + rnd(w, 5));
+    n->arrival = rnd(w, 20);
+    snprintf(n->group, sizeof n->group, "gang%d-%d", ci, k);
+}
+
 static void rand_need(struct world *w, struct wneed *n, int ci, int k)
 {
+    if (w->gangs && chance(w, 25)) {
+        gang_need(w, n, ci, k);
+        return;
+    }
     memset(n, 0, sizeof *n);
     ef_prof_init(&n->p, prios[rnd(w, 5)], (uint8_t)rnd(w, 28), (uint8_t)rnd(w, 28));
     int t = (int)rnd(w, 4);
@@ -143,16 +173,16 @@ static void push_needs(struct world *w, int ci)
         v[k] = ef_need(&n->p, n->agg, n->minu, n->arrival, n->group[0] ? n->group : NULL);
     }
     w->gen++;
-    struct bf_engine *es[4] = {w->f->e, w->ref, w->nov, w->hist};
-    for (int e = 0; e < 4; e++)
+    struct bf_engine *es[5] = {w->f->e, w->ref, w->nov, w->hist, w->full};
+    for (int e = 0; e < 5; e++)
         ck_assert_int_eq(bf_engine_set_needs(es[e], clusters[ci], w->gen, v, (size_t)w->nneeds[ci]),
                          0);
 }
 
 static void push_flags(struct world *w, int ci)
 {
-    struct bf_engine *es[4] = {w->f->e, w->ref, w->nov, w->hist};
-    for (int e = 0; e < 4; e++)
+    struct bf_engine *es[5] = {w->f->e, w->ref, w->nov, w->hist, w->full};
+    for (int e = 0; e < 5; e++)
         ck_assert_int_eq(
             bf_engine_set_cluster_flags(es[e], clusters[ci], w->first[ci], w->live[ci]), 0);
 }
@@ -193,7 +223,7 @@ static void rand_machine(struct world *w, struct ef_machine *m)
     static const double probs[3] = {0, 0.05, 0.3};
     m->price = prices[rnd(w, 4)];
     m->prob = probs[rnd(w, 3)];
-    int ci = (int)rnd(w, NCL);
+    int ci = (int)rnd(w, (uint32_t)w->ncl);
     if (m->state == BF_STATE_CONFIGURED || m->state == BF_STATE_DRAINING ||
         (m->state == BF_STATE_CONFIGURING && chance(w, 85))) {
         snprintf(m->cluster, sizeof m->cluster, "%s", clusters[ci]);
@@ -225,6 +255,7 @@ static void propagate(struct world *w)
             ck_assert_int_eq(ef_sync_to(w->f->e, s, &w->f->m[s]), 0);
             ck_assert_int_eq(ef_sync_to(w->ref, s, &w->f->m[s]), 0);
             ck_assert_int_eq(ef_sync_to(w->nov, s, &w->f->m[s]), 0);
+            ck_assert_int_eq(ef_sync_to(w->full, s, &w->f->m[s]), 0);
             w->dirty[s] = false;
         }
     /* the history engine: shuffled, with junk states and remove/re-insert */
@@ -246,14 +277,14 @@ static void propagate(struct world *w)
     }
 }
 
-static void mutate(struct world *w)
+/* the executor completes some actions, leaves others in flight */
+static void execute(struct world *w, int pct)
 {
     struct ef *f = w->f;
     int64_t now_s = f->now_ns / 1000000000LL;
-    /* the executor completes some actions, leaves others in flight */
     for (size_t i = 0; i < f->r.n_actions; i++) {
         const struct bf_engine_action *a = &f->r.actions[i];
-        if (!chance(w, 70))
+        if (!chance(w, pct))
             continue;
         struct ef_machine *m = &f->m[a->slot];
         switch (a->kind) {
@@ -292,6 +323,13 @@ static void mutate(struct world *w)
         }
         w->dirty[a->slot] = true;
     }
+}
+
+static void mutate(struct world *w)
+{
+    struct ef *f = w->f;
+    int64_t now_s = f->now_ns / 1000000000LL;
+    execute(w, 70);
     /* transitions complete, failures, arrivals, departures */
     for (uint32_t s = 0; s < f->next; s++) {
         struct ef_machine *m = &f->m[s];
@@ -340,7 +378,7 @@ static void mutate(struct world *w)
         w->dirty[s] = true;
     }
     propagate(w);
-    for (int ci = 0; ci < NCL; ci++) {
+    for (int ci = 0; ci < w->ncl; ci++) {
         if (chance(w, 15)) {
             w->nneeds[ci] = (int)rnd(w, MAXN + 1);
             for (int k = 0; k < w->nneeds[ci]; k++)
@@ -357,6 +395,125 @@ static void mutate(struct world *w)
         }
     }
     f->now_ns += (int64_t)(1 + rnd(w, 120)) * 1000000000LL;
+}
+
+/* a used slot in one of the given states, from a random start (UINT32_MAX: none) */
+static uint32_t pick_slot(struct world *w, const uint8_t *states, int n)
+{
+    struct ef *f = w->f;
+    if (!f->next)
+        return UINT32_MAX;
+    uint32_t start = rnd(w, f->next);
+    for (uint32_t k = 0; k < f->next; k++) {
+        uint32_t s = (start + k) % f->next;
+        if (!f->m[s].used)
+            continue;
+        for (int i = 0; i < n; i++)
+            if (f->m[s].state == states[i])
+                return s;
+    }
+    return UINT32_MAX;
+}
+
+/*
+ * A quiet cycle: the executor completes a few of the actions (the others stay
+ * in flight and are decided again) and at most two other things change, each one of the inputs the
+ * incremental pre-pass tracks: one Need's aggregate or priority, a gang replaced by a new one, a
+ * whole rollup, an Idle/Speculative machine arriving, leaving or changing price (the acquirable
+ * supply Same Needs rank), a Configured machine changing its assigned priority or going Idle, a
+ * Creating machine of some Need's fingerprint appearing or finishing, a Configuring machine
+ * finishing.
+ */
+static void mutate_sparse(struct world *w)
+{
+    struct ef *f = w->f;
+    int64_t now_s = f->now_ns / 1000000000LL;
+    execute(w, 5);
+    static const uint8_t acq[2] = {BF_STATE_IDLE, BF_STATE_SPECULATIVE};
+    static const uint8_t conf[1] = {BF_STATE_CONFIGURED};
+    static const uint8_t creating[1] = {BF_STATE_CREATING};
+    static const uint8_t configuring[1] = {BF_STATE_CONFIGURING};
+    int events = (int)rnd(w, 3);
+    for (int k = 0; k < events; k++) {
+        int ci = (int)rnd(w, (uint32_t)w->ncl);
+        struct wneed *n = w->nneeds[ci] ? &w->needs[ci][rnd(w, (uint32_t)w->nneeds[ci])] : NULL;
+        uint32_t s;
+        switch (rnd(w, 9)) {
+        case 0: /* a Need's aggregate */
+            if (!n)
+                break;
+            n->agg = n->minu;
+            bf_vec_scale(&n->agg, 1 + rnd(w, 12));
+            push_needs(w, ci);
+            break;
+        case 1: /* a gang replaced by a new one, or a Need's priority */
+            if (!n)
+                break;
+            if (chance(w, 50))
+                snprintf(n->group, sizeof n->group, "gx%u", w->next_group++);
+            else
+                n->p.p.priority = prios[rnd(w, 5)];
+            push_needs(w, ci);
+            break;
+        case 2: /* a whole rollup */
+            w->nneeds[ci] = (int)rnd(w, MAXN + 1);
+            for (int q = 0; q < w->nneeds[ci]; q++)
+                rand_need(w, &w->needs[ci][q], ci, q);
+            push_needs(w, ci);
+            break;
+        case 3: /* acquirable supply: an arrival, a departure or a price */
+            if (chance(w, 40) && f->next < CAP) {
+                s = f->next++;
+                rand_machine(w, &f->m[s]);
+                f->m[s].state = acq[rnd(w, 2)];
+                f->m[s].cluster[0] = f->m[s].fp[0] = f->m[s].group[0] = 0;
+                f->m[s].idle_since = now_s;
+                w->dirty[s] = true;
+            } else if ((s = pick_slot(w, acq, 2)) != UINT32_MAX) {
+                if (chance(w, 50))
+                    f->m[s].used = false;
+                else
+                    f->m[s].price = f->m[s].price == 0 ? 2.5 : 0;
+                w->dirty[s] = true;
+            }
+            break;
+        case 4: /* a Configured machine: its assigned priority, or it goes Idle */
+            if ((s = pick_slot(w, conf, 1)) == UINT32_MAX)
+                break;
+            if (chance(w, 50)) {
+                f->m[s].prio = prios[rnd(w, 5)];
+            } else {
+                f->m[s].state = BF_STATE_IDLE;
+                f->m[s].cluster[0] = f->m[s].fp[0] = f->m[s].group[0] = 0;
+                f->m[s].idle_since = now_s;
+            }
+            w->dirty[s] = true;
+            break;
+        case 5: /* a Creating machine of a Need's fingerprint, or one finishing */
+            if (n && chance(w, 30) && (s = pick_slot(w, acq, 2)) != UINT32_MAX) {
+                f->m[s].state = BF_STATE_CREATING;
+                snprintf(f->m[s].fp, sizeof f->m[s].fp, "%s", ef_fp(&n->p));
+                snprintf(f->m[s].group, sizeof f->m[s].group, "%s", n->group);
+                w->dirty[s] = true;
+            } else if ((s = pick_slot(w, creating, 1)) != UINT32_MAX) {
+                f->m[s].state = BF_STATE_IDLE;
+                f->m[s].fp[0] = f->m[s].group[0] = 0;
+                f->m[s].idle_since = now_s;
+                w->dirty[s] = true;
+            }
+            break;
+        case 6: /* Configuring finishes */
+            if ((s = pick_slot(w, configuring, 1)) != UINT32_MAX) {
+                f->m[s].state = f->m[s].cluster[0] ? BF_STATE_CONFIGURED : BF_STATE_IDLE;
+                w->dirty[s] = true;
+            }
+            break;
+        default: /* nothing */
+            break;
+        }
+    }
+    propagate(w);
+    f->now_ns += (int64_t)(1 + rnd(w, 30)) * 1000000000LL;
 }
 
 /* ------------------------------------------------------------------ checks */
@@ -419,6 +576,18 @@ static void same_verdicts(const struct bf_engine_result *a, const struct bf_engi
             ck_assert_int_eq(x->same_candidates[k].coverage_per_mille,
                              y->same_candidates[k].coverage_per_mille);
         }
+    }
+}
+
+/* every machine has the same owner (or none) in both engines */
+static void same_claims(struct world *w, const struct bf_engine *a, const struct bf_engine *b,
+                        int cyc)
+{
+    for (uint32_t s = 0; s < w->f->next; s++) {
+        uint32_t oa = UINT32_MAX, ob = UINT32_MAX;
+        bool ca = bf_engine_claimed(a, s, &oa), cb = bf_engine_claimed(b, s, &ob);
+        ck_assert_msg(ca == cb && oa == ob, "cycle %d slot %u (%s): claimed %d by %u vs %d by %u",
+                      cyc, s, w->f->m[s].id, ca, oa, cb, ob);
     }
 }
 
@@ -530,23 +699,32 @@ static void invariants(struct world *w, int cyc)
     ck_assert_uint_eq(sum, total);
 }
 
-enum { CMP_REF = 1, CMP_NOV = 2, CMP_HIST = 4 };
+enum { CMP_REF = 1, CMP_NOV = 2, CMP_HIST = 4, CMP_FULL = 8, QUIET = 16 };
 
-static void run_world(uint64_t seed, int cycles, int cmp)
+static void run_world_stats(uint64_t seed, int cycles, int cmp, uint64_t stats[3])
 {
     struct world *w = calloc(1, sizeof *w);
     w->rng = seed;
-    w->f = ef_new(CAP, 0);
     struct bf_engine_config c;
     bf_engine_config_defaults(&c);
     c.capacity = CAP;
+    if (cmp & QUIET) {
+        /* parking and re-probing within a quiet world's cycles */
+        c.park_after_cycles = 3;
+        c.reprobe_every_cycles = 5;
+    }
+    w->f = ef_new_cfg(&c);
     c.flags = BF_ENGINE_F_REFERENCE;
     ck_assert_int_eq(bf_engine_new(&c, &w->ref), 0);
     c.flags = BF_ENGINE_F_NO_VERDICTS;
     ck_assert_int_eq(bf_engine_new(&c, &w->nov), 0);
     c.flags = 0;
     ck_assert_int_eq(bf_engine_new(&c, &w->hist), 0);
-    for (int ci = 0; ci < NCL; ci++) {
+    c.flags = BF_ENGINE_F_NO_INCREMENTAL;
+    ck_assert_int_eq(bf_engine_new(&c, &w->full), 0);
+    w->ncl = (cmp & QUIET) ? NCL : 5;
+    w->gangs = (cmp & QUIET) != 0;
+    for (int ci = 0; ci < w->ncl; ci++) {
         w->nneeds[ci] = (int)rnd(w, MAXN + 1);
         for (int k = 0; k < w->nneeds[ci]; k++)
             rand_need(w, &w->needs[ci][k], ci, k);
@@ -558,19 +736,33 @@ static void run_world(uint64_t seed, int cycles, int cmp)
     uint32_t n0 = 120 + rnd(w, 160);
     for (uint32_t s = 0; s < n0; s++) {
         rand_machine(w, &w->f->m[s]);
+        if ((cmp & QUIET) && w->f->m[s].state == BF_STATE_CREATING)
+            w->f->m[s].state = BF_STATE_IDLE; /* Creating comes and goes by events */
         w->dirty[s] = true;
     }
     w->f->next = n0;
     propagate(w);
-    struct bf_engine_result rr, rn, rh;
+    struct bf_engine_result rr, rn, rh, rf;
     for (int cyc = 1; cyc <= cycles; cyc++) {
         ck_assert_int_eq(ef_cycle(w->f), 0);
         invariants(w, cyc);
+        const struct bf_engine_result *r = &w->f->r;
+        ck_assert_uint_eq(r->prepass.kept + r->prepass.reranked + r->prepass.derived, r->n_needs);
+        w->kept += r->prepass.kept;
+        w->reranked += r->prepass.reranked;
+        w->derived += r->prepass.derived;
         /* every engine runs every cycle (their cross-cycle state must advance
          * in step); only the selected comparisons are asserted */
         ck_assert_int_eq(bf_engine_cycle(w->ref, w->f->now_ns, &rr), 0);
         ck_assert_int_eq(bf_engine_cycle(w->nov, w->f->now_ns, &rn), 0);
         ck_assert_int_eq(bf_engine_cycle(w->hist, w->f->now_ns, &rh), 0);
+        ck_assert_int_eq(bf_engine_cycle(w->full, w->f->now_ns, &rf), 0);
+        ck_assert_uint_eq(rf.prepass.derived, rf.n_needs); /* the full derivation */
+        if (cmp & CMP_FULL) {
+            same_actions(&w->f->r, &rf, "incremental vs full pre-pass", cyc);
+            same_verdicts(&w->f->r, &rf, cyc);
+            same_claims(w, w->f->e, w->full, cyc);
+        }
         if (cmp & CMP_REF) {
             same_actions(&w->f->r, &rr, "fast vs reference", cyc);
             same_verdicts(&w->f->r, &rr, cyc);
@@ -583,13 +775,27 @@ static void run_world(uint64_t seed, int cycles, int cmp)
             same_actions(&w->f->r, &rh, "history", cyc);
             same_verdicts(&w->f->r, &rh, cyc);
         }
-        mutate(w);
+        if (cmp & QUIET)
+            mutate_sparse(w);
+        else
+            mutate(w);
+    }
+    if (stats) {
+        stats[0] += w->kept;
+        stats[1] += w->reranked;
+        stats[2] += w->derived;
     }
     bf_engine_free(w->ref);
     bf_engine_free(w->nov);
     bf_engine_free(w->hist);
+    bf_engine_free(w->full);
     ef_free(w->f);
     free(w);
+}
+
+static void run_world(uint64_t seed, int cycles, int cmp)
+{
+    run_world_stats(seed, cycles, cmp, NULL);
 }
 
 /* invariants only (the other engines still run to keep the world identical) */
@@ -626,6 +832,33 @@ START_TEST(index_history_does_not_change_decisions)
 }
 END_TEST
 
+/* the incremental pre-pass decides like deriving every outcome every cycle,
+ * in busy worlds (most outcomes derived) */
+START_TEST(incremental_prepass_decides_like_the_full_derivation)
+{
+    for (uint64_t seed = 1; seed <= 12; seed++)
+        run_world(seed * 7237 + (uint64_t)_i * 51599, 40, CMP_FULL);
+}
+END_TEST
+
+/* ... and in quiet worlds, where a cycle changes one or a few inputs and most
+ * outcomes are kept or re-ranked: every kind of change the dependency
+ * tracking must notice (rollups, gangs, priorities, acquirable supply and
+ * prices, Configured and Creating transitions, parking) occurs, and the
+ * three paths (kept, re-ranked, derived) are all taken */
+START_TEST(incremental_prepass_decides_like_the_full_derivation_under_quiet_churn)
+{
+    uint64_t stats[3] = {0, 0, 0};
+    for (uint64_t seed = 1; seed <= 24; seed++)
+        run_world_stats(seed * 3833 + (uint64_t)_i * 700001, 80, CMP_FULL | CMP_REF | QUIET, stats);
+    uint64_t rows = stats[0] + stats[1] + stats[2];
+    ck_assert_msg(stats[0] * 5 >= rows * 2, "kept %llu of %llu: the worlds were not quiet",
+                  (unsigned long long)stats[0], (unsigned long long)rows);
+    ck_assert_msg(stats[1] > 0 && stats[2] > 0, "re-ranked %llu, derived %llu",
+                  (unsigned long long)stats[1], (unsigned long long)stats[2]);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("engine_random");
@@ -635,6 +868,9 @@ static Suite *suite(void)
     tcase_add_loop_test(t, memoized_fast_path_decides_like_the_reference_path, 0, 2);
     tcase_add_loop_test(t, verdict_instrumentation_changes_no_action, 0, 2);
     tcase_add_loop_test(t, index_history_does_not_change_decisions, 0, 2);
+    tcase_add_loop_test(t, incremental_prepass_decides_like_the_full_derivation, 0, 2);
+    tcase_add_loop_test(t, incremental_prepass_decides_like_the_full_derivation_under_quiet_churn,
+                        0, 2);
     suite_add_tcase(s, t);
     return s;
 }

@@ -854,6 +854,26 @@ static uint64_t seg_hash(void)
 
 /* ================================================================ tests: pure helpers */
 
+/* Found by fuzz_inspect_segment: `machine` on a record whose idle stamp
+ * (or a header's creation time) was corrupted computed now - stamp * 1e9 in
+ * int64 (signed overflow, undefined behaviour); every age and stamp the
+ * renderers print now saturates. */
+START_TEST(ages_and_stamps_from_a_corrupted_segment_saturate_instead_of_overflowing)
+{
+    ck_assert_int_eq(age_ns(INT64_MAX, INT64_MIN), INT64_MAX);
+    ck_assert_int_eq(age_ns(INT64_MIN, 1), INT64_MIN);
+    ck_assert_int_eq(age_ns(5000, 2000), 3000);
+    ck_assert_int_eq(sec_to_ns(9223372037LL), INT64_MAX); /* 2^63 / 1e9 rounded up */
+    ck_assert_int_eq(sec_to_ns(-9223372037LL), INT64_MIN);
+    ck_assert_int_eq(sec_to_ns(2), 2000000000LL);
+    char t[48], a[32];
+    fmt_time(t, sizeof t, INT64_MAX);
+    ck_assert_str_eq(t, "2262-04-11T23:47:16.854Z");
+    fmt_age(a, sizeof a, age_ns(0, INT64_MIN));
+    ck_assert_ptr_nonnull(strstr(a, "d"));
+}
+END_TEST
+
 START_TEST(json_escape_keeps_nul_control_and_invalid_utf8_parseable)
 {
     struct insp_buf b = {0};
@@ -910,9 +930,9 @@ START_TEST(reader_reports_a_record_held_by_a_writer_as_busy_without_writing)
         before[r] = atomic_load(&g_s.inv->seqlock_retries[r]);
     struct bf_machine_rec rec;
     int64_t t0 = bf_mono_ns();
-    ck_assert_int_eq(insp_rec_read(&ro, 3, &rec, NULL), -EAGAIN);
+    ck_assert_int_eq(bf_inv_read_seq(&ro, 3, &rec, NULL), -EAGAIN);
     ck_assert_int_lt(bf_mono_ns() - t0, BF_NS_PER_SEC); /* bounded */
-    ck_assert_int_eq(insp_rec_read(&ro, 4, &rec, NULL), 0);
+    ck_assert_int_eq(bf_inv_read_seq(&ro, 4, &rec, NULL), 0);
     struct insp_scan *sc = malloc(sizeof *sc);
     insp_scan(&ro, sc);
     ck_assert_uint_eq(sc->busy, 1);
@@ -1719,7 +1739,7 @@ static int mode_cycle_proxy(int argc, char **argv)
         uint32_t hwm = bf_inv_hwm(&s), valid = 0;
         for (uint32_t i = 0; i < hwm; i++) {
             struct bf_machine_rec r;
-            if (insp_rec_read(&s, i, &r, NULL) != 0 || !(r.flags & BF_REC_VALID))
+            if (bf_inv_read_seq(&s, i, &r, NULL) != 0 || !(r.flags & BF_REC_VALID))
                 continue;
             valid++;
             tally[r.state % BF_STATE_COUNT][r.type_idx % BF_MAX_TYPES][r.zone_idx % BF_MAX_ZONES]++;
@@ -2024,6 +2044,7 @@ int main(int argc, char **argv)
     Suite *s = suite_create("inspect");
     TCase *pure = tcase_create("helpers");
     tcase_add_test(pure, json_escape_keeps_nul_control_and_invalid_utf8_parseable);
+    tcase_add_test(pure, ages_and_stamps_from_a_corrupted_segment_saturate_instead_of_overflowing);
     tcase_add_test(pure, histogram_quantile_interpolates_within_exponential_buckets);
     suite_add_tcase(s, pure);
     TCase *tc = tcase_create("binary");

@@ -246,7 +246,7 @@ START_TEST(a_copy_is_never_torn_while_the_cycle_publishes_continuously)
             ok++;
         }
         bf_ledger_snapshot_free(&s);
-        rc = bf_ledger_read_result(&g_s, r, NULL);
+        rc = bf_result_read(&g_s, r, NULL);
         if (rc == 0 && r->cycle) {
             ck_assert_uint_eq(r->counts.total_machines, (uint32_t)r->cycle);
             ck_assert_uint_eq(r->counts.by_state[4], (uint32_t)r->cycle);

@@ -13,6 +13,7 @@
 
 #include "bigfleet/pbdecode.h"
 #include "bigfleet/v1alpha1/capacity.pb-c.h"
+#include "bigfleet/v1alpha1/coordinator.pb-c.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"
 
 struct buf {
@@ -180,6 +181,36 @@ END_TEST
 
 /* Known fields that protobuf-c would blow up 10-30x (empty strings in a
  * repeated field, empty repeated messages) are refused, not decoded. */
+/* Found by the fuzz_coord long run: with no unknown field to strip, the
+ * decoder handed protobuf-c the caller's bytes but the stripped length,
+ * which is shorter when a nested message's length prefix is wider than
+ * needed (a valid encoding): the trailing fields were silently cut. */
+START_TEST(a_wide_length_prefix_on_a_nested_message_loses_no_trailing_field)
+{
+    /* ReportAck{instructions: [{}, {}, {}]}, each length 0 written as 80 00,
+     * then acknowledged = true */
+    static const uint8_t in[] = {0x1a, 0x80, 0x00, 0x1a, 0x80, 0x00, 0x1a, 0x80, 0x00, 0x10, 0x01};
+    ProtobufCMessage *m = NULL;
+    struct bf_pb_decode_info info;
+    ck_assert_int_eq(
+        bf_pb_unpack(&bigfleet__v1alpha1__report_ack__descriptor, in, sizeof in, &m, &info), 0);
+    const Bigfleet__V1alpha1__ReportAck *a = (const Bigfleet__V1alpha1__ReportAck *)m;
+    ck_assert_uint_eq(info.unknown_fields, 0);
+    ck_assert_uint_eq(a->n_instructions, 3);
+    ck_assert(a->acknowledged);
+    protobuf_c_message_free_unpacked(m, NULL);
+    /* the same with an unknown field to strip: the rewritten copy is read */
+    static const uint8_t in2[] = {0x1a, 0x80, 0x00, 0x1a, 0x80, 0x00, 0x78, 0x05, 0x10, 0x01};
+    ck_assert_int_eq(
+        bf_pb_unpack(&bigfleet__v1alpha1__report_ack__descriptor, in2, sizeof in2, &m, &info), 0);
+    a = (const Bigfleet__V1alpha1__ReportAck *)m;
+    ck_assert_uint_eq(info.unknown_fields, 1);
+    ck_assert_uint_eq(a->n_instructions, 2);
+    ck_assert(a->acknowledged);
+    protobuf_c_message_free_unpacked(m, NULL);
+}
+END_TEST
+
 START_TEST(repeated_field_amplification_is_refused)
 {
     struct buf req = {0};
@@ -257,6 +288,7 @@ int main(void)
     tcase_add_test(tc, known_fields_decode_as_protobuf_c_does);
     tcase_add_test(tc, unknown_fields_are_counted_and_dropped_without_amplification);
     tcase_add_test(tc, nested_unknown_fields_are_dropped_and_prefixes_shrink);
+    tcase_add_test(tc, a_wide_length_prefix_on_a_nested_message_loses_no_trailing_field);
     tcase_add_test(tc, repeated_field_amplification_is_refused);
     tcase_add_test(tc, malformed_wire_data_is_rejected);
     suite_add_tcase(s, tc);

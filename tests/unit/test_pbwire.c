@@ -12,6 +12,7 @@
 #include "bigfleet/pbwire.h"
 #include "bigfleet/provider.h"
 #include "bigfleet/session.h"
+#include "bigfleet/v1alpha1/capacity.pb-c.h"
 #include "bigfleet/v1alpha1/provider.pb-c.h"
 
 static int read_one_varint(const uint8_t *b, size_t n, uint64_t *v, size_t *used)
@@ -225,6 +226,52 @@ START_TEST(reader_over_a_null_empty_buffer_is_defined)
 }
 END_TEST
 
+/* Found by fuzz_rollup: the reader took a tag or a length written in six
+ * or more (zero-padded) bytes, which protobuf-c and C++ protobuf (protoc
+ * --decode) both refuse: the session accepted rollups every other
+ * implementation rejects. */
+START_TEST(tags_and_lengths_over_five_bytes_are_refused_like_protobuf_c_and_cpp)
+{
+    struct bf_pb_reader r;
+    struct bf_pb_field f;
+    /* field 10, fixed64: the tag in 5 bytes is read, in 6 refused */
+    const uint8_t t5[] = {0xd1, 0x80, 0x80, 0x80, 0x00, 1, 2, 3, 4, 5, 6, 7, 8};
+    const uint8_t t6[] = {0xd1, 0x80, 0x80, 0x80, 0x80, 0x00, 1, 2, 3, 4, 5, 6, 7, 8};
+    bf_pb_reader_init(&r, t5, sizeof t5);
+    ck_assert_int_eq(bf_pb_next(&r, &f), 1);
+    ck_assert_uint_eq(f.num, 10);
+    bf_pb_reader_init(&r, t6, sizeof t6);
+    ck_assert_int_eq(bf_pb_next(&r, &f), -EBADMSG);
+    ck_assert_ptr_eq(r.p, t6); /* not advanced */
+    /* field 1, LEN 1: the length in 5 bytes is read, in 6 refused */
+    const uint8_t l5[] = {0x0a, 0x81, 0x80, 0x80, 0x80, 0x00, 'A'};
+    const uint8_t l6[] = {0x0a, 0x81, 0x80, 0x80, 0x80, 0x80, 0x00, 'A'};
+    bf_pb_reader_init(&r, l5, sizeof l5);
+    ck_assert_int_eq(bf_pb_next(&r, &f), 1);
+    ck_assert_uint_eq(f.len, 1);
+    bf_pb_reader_init(&r, l6, sizeof l6);
+    ck_assert_int_eq(bf_pb_next(&r, &f), -EBADMSG);
+    const uint8_t *q = l6 + 1;
+    ck_assert_int_eq(bf_pb_skip(&q, l6 + sizeof l6, BF_PB_LEN), -EBADMSG);
+    q = l5 + 1;
+    ck_assert_int_eq(bf_pb_skip(&q, l5 + sizeof l5, BF_PB_LEN), 0);
+    /* protobuf-c agrees on all four */
+    ProtobufCMessage *ok = protobuf_c_message_unpack(
+        &bigfleet__v1alpha1__cluster_capacity_needs__descriptor, NULL, sizeof t5, t5);
+    ck_assert_ptr_nonnull(ok);
+    protobuf_c_message_free_unpacked(ok, NULL);
+    ck_assert_ptr_null(protobuf_c_message_unpack(
+        &bigfleet__v1alpha1__cluster_capacity_needs__descriptor, NULL, sizeof t6, t6));
+    ck_assert_ptr_null(protobuf_c_message_unpack(
+        &bigfleet__v1alpha1__cluster_capacity_needs__descriptor, NULL, sizeof l6, l6));
+    /* the decoders on top refuse them */
+    uint32_t n;
+    ck_assert_int_eq(bf_rollup_count_needs(t6, sizeof t6, &n), -EBADMSG);
+    struct bf_prov_machine m;
+    ck_assert_int_eq(bf_prov_machine_decode(l6, sizeof l6, &m), -EBADMSG);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("pbwire");
@@ -236,6 +283,7 @@ int main(void)
     tcase_add_test(tc, writer_matches_protobuf_c_packing_of_a_machine);
     tcase_add_test(tc, provider_and_session_decoders_agree_on_a_varint_over_64_bits);
     tcase_add_test(tc, reader_over_a_null_empty_buffer_is_defined);
+    tcase_add_test(tc, tags_and_lengths_over_five_bytes_are_refused_like_protobuf_c_and_cpp);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -16,6 +16,8 @@
 #include "bigfleet/util.h"
 #include "bigfleet/v1alpha1/capacity.pb-c.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"
+#include "grpc/reflection/v1/reflection.pb-c.h"
+#include "session/session_internal.h"
 
 /* ------------------------------------------------------------ fixtures */
 
@@ -365,6 +367,39 @@ START_TEST(rollup_rejects_unknown_enum_values)
 }
 END_TEST
 
+/* Found reading the converter against fuzz_rollup's oracle (protobuf-c, which
+ * cuts a string at a NUL): a requirement key or value with a NUL byte was
+ * silently cut there, so "zone=a\0x" and "zone=a\0y" became one profile. */
+START_TEST(rollup_rejects_a_nul_byte_in_a_requirement_instead_of_cutting_it)
+{
+    /* ClusterCapacityNeeds{needs: [{requirements: [{key: "zone", operator: In,
+     * values: ["a\0x"]}], aggregate_resources: {cpu: "1"}}]} */
+    const uint8_t req[] = {0x0a, 0x04, 'z', 'o', 'n', 'e', 0x10, 0x01, 0x1a, 0x03, 'a', 0, 'x'};
+    uint8_t need[64], msg[80], *q = need;
+    q = bf_pb_put_ld(q, 1, req, sizeof req);
+    uint8_t ent[16], *e = ent;
+    e = bf_pb_put_ld(e, 1, "cpu", 3);
+    e = bf_pb_put_ld(e, 2, "1", 1);
+    q = bf_pb_put_ld(q, 2, ent, (size_t)(e - ent));
+    uint8_t *m = bf_pb_put_ld(msg, 3, need, (size_t)(q - need));
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    char err[256] = "";
+    ck_assert_int_eq(conv(&g_s, msg, (size_t)(m - msg), "c1", 1, 10, 0, &r, err, sizeof err),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "need 0: NUL byte in a requirement"));
+    ck_assert_uint_eq(r.n, 0);
+    /* the same value without the NUL converts */
+    const uint8_t ok[] = {0x0a, 0x04, 'z', 'o', 'n', 'e', 0x10, 0x01, 0x1a, 0x03, 'a', '.', 'x'};
+    q = bf_pb_put_ld(need, 1, ok, sizeof ok);
+    q = bf_pb_put_ld(q, 2, ent, (size_t)(e - ent));
+    m = bf_pb_put_ld(msg, 3, need, (size_t)(q - need));
+    ck_assert_int_eq(conv(&g_s, msg, (size_t)(m - msg), "c1", 1, 10, 0, &r, err, sizeof err), 0);
+    ck_assert_uint_eq(r.n, 1);
+    bf_rollup_free(&r);
+}
+END_TEST
+
 START_TEST(rollup_rejects_too_many_needs_malformed_bytes_and_foreign_cluster)
 {
     struct nb b[3];
@@ -414,6 +449,43 @@ START_TEST(repeated_rollup_interns_nothing_new_and_reserve_guards_the_string_tab
                      -ENOSPC);
     ck_assert_ptr_nonnull(strstr(err, "string table"));
     ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.arena_used), used);
+    bf_rollup_free(&r);
+    free(buf);
+}
+END_TEST
+
+/* Found writing fuzz_rollup's "no rollup takes the string arena below its
+ * reserve" property: the reserve was checked before a profile was interned
+ * but without the profile's own size, so one large new profile took the
+ * string table below its reserve (by up to the size of the Need). */
+START_TEST(a_large_new_profile_cannot_eat_into_the_string_table_reserve)
+{
+    static char big[4][1001];
+    struct nb b;
+    nb_init(&b, 7);
+    for (int i = 0; i < 4; i++) {
+        memset(big[i], 'a' + i, 1000);
+        big[i][1000] = 0;
+    }
+    nb_req(&b, "k", 1, big[0], big[1]);
+    nb_req(&b, "k2", 1, big[2], big[3]);
+    nb_agg(&b, "cpu", "1");
+    size_t len;
+    uint8_t *buf = pack_rollup("c1", 1, &b, 1, &len);
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    char err[256] = "";
+    uint64_t used = atomic_load(&g_s.inv->strtab.arena_used);
+    /* 256 bytes above the reserve: the ~8 KB of blob and fingerprint do not fit */
+    uint64_t reserve = g_s.arena_bytes - used - 256;
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 10, reserve, &r, err, sizeof err), -ENOSPC);
+    ck_assert_ptr_nonnull(strstr(err, "string table is nearly full"));
+    ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.arena_used), used);
+    /* with room for it, the same rollup converts and the reserve still holds */
+    reserve = g_s.arena_bytes - used - 65536;
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 10, reserve, &r, err, sizeof err), 0);
+    ck_assert_uint_le(atomic_load(&g_s.inv->strtab.arena_used) + reserve, g_s.arena_bytes);
+    ck_assert_uint_gt(atomic_load(&g_s.inv->strtab.arena_used), used + 4000);
     bf_rollup_free(&r);
     free(buf);
 }
@@ -589,6 +661,122 @@ START_TEST(timestamps_in_the_future_or_stale_give_way_to_the_receive_time)
         free(buf);
     }
     bf_rollup_free(&r);
+}
+END_TEST
+
+static void random_key(struct bf_rollup_digest_key *k, uint8_t seed)
+{
+    for (size_t i = 0; i < sizeof k->secret; i++)
+        k->secret[i] = (uint8_t)(seed * 131 + i * 7 + (i * i) % 251);
+}
+
+START_TEST(unchanged_rollup_digest_ignores_only_the_timestamp)
+{
+    struct nb b[2];
+    nb_init(&b[0], 100);
+    nb_req(&b[0], BF_LABEL_INSTANCE_TYPE, 1, "m6i.large", NULL);
+    nb_agg(&b[0], "cpu", "4");
+    nb_init(&b[1], 10);
+    nb_agg(&b[1], "cpu", "500m");
+    struct bf_rollup_digest_key k1, k2;
+    random_key(&k1, 1);
+    random_key(&k2, 2);
+    size_t la, lb, lc, ld;
+    uint8_t *a = pack_rollup("c1", 100, b, 2, &la);
+    uint8_t *a2 = pack_rollup("c1", 987654321, b, 2, &lb);
+    struct bf_rollup_digest da, da2, dx;
+    ck_assert_int_eq(bf_rollup_digest(a, la, &k1, &da), 0);
+    ck_assert_int_eq(bf_rollup_digest(a2, lb, &k1, &da2), 0);
+    ck_assert_int_eq(da.timestamp_ns, 100);
+    ck_assert_int_eq(da2.timestamp_ns, 987654321);
+    ck_assert(da.lo == da2.lo && da.hi == da2.hi && da.hi != 0); /* same but for the timestamp */
+    /* one quantity changed: a different digest */
+    b[1].agg[0].value = "600m";
+    uint8_t *c = pack_rollup("c1", 100, b, 2, &lc);
+    ck_assert_int_eq(bf_rollup_digest(c, lc, &k1, &dx), 0);
+    ck_assert(dx.lo != da.lo || dx.hi != da.hi);
+    /* another cluster id: a different digest */
+    b[1].agg[0].value = "500m";
+    uint8_t *d = pack_rollup("c2", 100, b, 2, &ld);
+    ck_assert_int_eq(bf_rollup_digest(d, ld, &k1, &dx), 0);
+    ck_assert(dx.lo != da.lo || dx.hi != da.hi);
+    /* the Needs in another order: a different digest (it converts in full) */
+    struct nb swapped[2] = {b[1], b[0]}; /* copies point into b: still alive */
+    uint8_t *e = pack_rollup("c1", 100, swapped, 2, &ld);
+    ck_assert_int_eq(bf_rollup_digest(e, ld, &k1, &dx), 0);
+    ck_assert(dx.lo != da.lo || dx.hi != da.hi);
+    /* another key: another digest of the same bytes */
+    ck_assert_int_eq(bf_rollup_digest(a, la, &k2, &dx), 0);
+    ck_assert(dx.lo != da.lo || dx.hi != da.hi);
+    /* a top level that does not parse */
+    ck_assert_int_eq(bf_rollup_digest(a, la - 1, &k1, &dx), -EBADMSG);
+    free(a);
+    free(a2);
+    free(c);
+    free(d);
+    free(e);
+}
+END_TEST
+
+START_TEST(repeat_rebuilds_the_published_rows_with_the_new_arrival)
+{
+    struct nb b[3];
+    nb_init(&b[0], 100);
+    nb_req(&b[0], BF_LABEL_INSTANCE_TYPE, 1, "m6i.large", NULL);
+    nb_agg(&b[0], "cpu", "4");
+    nb_mu(&b[0], "cpu", "2");
+    nb_init(&b[1], 10);
+    nb_agg(&b[1], "cpu", "500m");
+    nb_init(&b[2], 100); /* merges into the first */
+    nb_req(&b[2], BF_LABEL_INSTANCE_TYPE, 1, "m6i.large", NULL);
+    nb_agg(&b[2], "cpu", "2");
+    size_t la, lb;
+    int64_t t1 = 1800000000000000000LL, t2 = t1 + 5 * BF_NS_PER_SEC;
+    uint8_t *a = pack_rollup("c1", t1, b, 3, &la);
+    uint8_t *a2 = pack_rollup("c1", t2, b, 3, &lb);
+    struct bf_rollup full, rep, again;
+    bf_rollup_init(&full);
+    bf_rollup_init(&rep);
+    bf_rollup_init(&again);
+    char err[256] = "";
+    struct bf_rollup_limits lim = open_limits();
+    lim.recv_ns = t2;
+    ck_assert_int_eq(conv(&g_s, a, la, "c1", 1, 100, 0, &full, err, sizeof err), 0);
+    ck_assert_uint_eq(full.n, 2);
+    ck_assert_uint_eq(full.merged, 1);
+    /* published at row 7, as the ingest thread would */
+    bf_shm_store_words(&g_s.rows[7], full.rows, (size_t)full.n * sizeof(struct bf_need_row));
+    ck_assert_int_eq(bf_rollup_repeat(&g_s, 7, full.n, full.fp_refs, t2, &lim, &rep), 0);
+    ck_assert(rep.repeated);
+    ck_assert(!full.repeated);
+    ck_assert_uint_eq(rep.n, full.n);
+    ck_assert_int_eq(rep.timestamp_ns, t2);
+    ck_assert_int_eq(rep.arrival_ns, t2);
+    ck_assert(!rep.timestamp_clamped);
+    /* the full conversion of the repeated bytes gives exactly these rows */
+    ck_assert_int_eq(bf_rollup_convert(&g_s, a2, lb, "c1", 1, &lim, &again, err, sizeof err), 0);
+    ck_assert_uint_eq(again.n, rep.n);
+    ck_assert_int_eq(memcmp(again.rows, rep.rows, rep.n * sizeof *rep.rows), 0);
+    ck_assert_int_eq(memcmp(again.fp_refs, rep.fp_refs, rep.n * sizeof *rep.fp_refs), 0);
+    for (uint32_t i = 0; i < rep.n; i++) {
+        ck_assert_int_eq(rep.rows[i].arrival_ns, t2);
+        struct bf_need_row x = rep.rows[i];
+        x.arrival_ns = full.rows[i].arrival_ns; /* nothing else differs */
+        ck_assert_int_eq(memcmp(&x, &full.rows[i], sizeof x), 0);
+    }
+    /* a stale timestamp gives way to the receive time, as in the conversion */
+    lim.recv_ns = t2 + BF_ROLLUP_MAX_AGE_NS + 1;
+    ck_assert_int_eq(bf_rollup_repeat(&g_s, 7, full.n, full.fp_refs, t2, &lim, &rep), 0);
+    ck_assert(rep.timestamp_clamped);
+    ck_assert_int_eq(rep.rows[1].arrival_ns, lim.recv_ns);
+    /* an empty rollup repeats to no rows */
+    ck_assert_int_eq(bf_rollup_repeat(&g_s, 0, 0, NULL, t2, &lim, &rep), 0);
+    ck_assert_uint_eq(rep.n, 0);
+    bf_rollup_free(&full);
+    bf_rollup_free(&rep);
+    bf_rollup_free(&again);
+    free(a);
+    free(a2);
 }
 END_TEST
 
@@ -992,6 +1180,42 @@ START_TEST(outbox_keyed_random_operations_match_a_model)
 }
 END_TEST
 
+/* ------------------------------------------------------------ reflection */
+
+/* Found by fuzz_health_reflection: a request carrying an unknown field
+ * numbered 0 (protobuf-c accepts one written in two bytes) was echoed as
+ * original_request with that field, which protobuf-c packs as a one-byte
+ * tag 0: the response decoded nowhere (grpcurl, grpc-js, protobuf-c). */
+START_TEST(reflection_echo_of_a_request_with_an_unknown_field_zero_decodes)
+{
+    /* host "h", list_services "", then field 0 (wire type 1) in two bytes */
+    const uint8_t req[] = {0x0a, 0x01, 'h', 0x3a, 0x00, 0x81, 0x00, 1, 2, 3, 4, 5, 6, 7, 8};
+    uint8_t *out;
+    size_t outlen;
+    struct ss_reflection_info info;
+    ck_assert_int_eq(ss_reflection_answer(req, sizeof req, &out, &outlen, &info), 0);
+    Grpc__Reflection__V1__ServerReflectionResponse *r =
+        grpc__reflection__v1__server_reflection_response__unpack(NULL, outlen, out);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(
+        r->message_response_case,
+        GRPC__REFLECTION__V1__SERVER_REFLECTION_RESPONSE__MESSAGE_RESPONSE_LIST_SERVICES_RESPONSE);
+    ck_assert_str_eq(r->valid_host, "h");
+    ck_assert_ptr_nonnull(r->original_request);
+    ck_assert_str_eq(r->original_request->host, "h");
+    ck_assert_int_eq(
+        r->original_request->message_request_case,
+        GRPC__REFLECTION__V1__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_LIST_SERVICES);
+    ck_assert_uint_eq(r->original_request->base.n_unknown_fields, 0);
+    grpc__reflection__v1__server_reflection_response__free_unpacked(r, NULL);
+    free(out);
+    /* a request that does not decode is refused, nothing allocated */
+    const uint8_t bad[] = {0x0a, 0x05, 'h'};
+    ck_assert_int_eq(ss_reflection_answer(bad, sizeof bad, &out, &outlen, &info), -EBADMSG);
+    ck_assert_ptr_null(out);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("session");
@@ -1006,13 +1230,17 @@ static Suite *suite(void)
     tcase_add_test(r, duplicate_needs_merge_sum_aggregate_and_max_min_unit);
     tcase_add_test(r, rollup_rejects_negative_and_unparseable_quantities_naming_them);
     tcase_add_test(r, rollup_rejects_unknown_enum_values);
+    tcase_add_test(r, rollup_rejects_a_nul_byte_in_a_requirement_instead_of_cutting_it);
     tcase_add_test(r, rollup_rejects_too_many_needs_malformed_bytes_and_foreign_cluster);
     tcase_add_test(r, repeated_rollup_interns_nothing_new_and_reserve_guards_the_string_table);
+    tcase_add_test(r, a_large_new_profile_cannot_eat_into_the_string_table_reserve);
     tcase_add_test(r, empty_rollup_converts_to_zero_rows);
     tcase_add_test(r, unknown_resource_names_are_listed_never_registered_by_convert);
     tcase_add_test(r, group_and_string_table_quotas_reject_with_the_quota_named);
     tcase_add_test(r, priorities_above_the_cap_are_clamped_and_counted);
     tcase_add_test(r, timestamps_in_the_future_or_stale_give_way_to_the_receive_time);
+    tcase_add_test(r, unchanged_rollup_digest_ignores_only_the_timestamp);
+    tcase_add_test(r, repeat_rebuilds_the_published_rows_with_the_new_arrival);
     tcase_add_test(r, oversized_needs_and_groups_are_rejected_before_interning);
     tcase_add_test(r, explicit_zero_dimension_converts_like_an_absent_one);
     tcase_add_test(r, duplicate_rows_merge_but_rail2_counts_the_needs_received);
@@ -1033,6 +1261,9 @@ static Suite *suite(void)
     tcase_add_test(o, outbox_coalesces_by_key_in_place_after_frames);
     tcase_add_test(o, outbox_keyed_random_operations_match_a_model);
     suite_add_tcase(s, o);
+    TCase *rf = tcase_create("reflection");
+    tcase_add_test(rf, reflection_echo_of_a_request_with_an_unknown_field_zero_decodes);
+    suite_add_tcase(s, rf);
     return s;
 }
 

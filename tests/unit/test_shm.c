@@ -5,9 +5,10 @@
  * overflow signalling, the id index, the string table (dedup, NUL bytes, a
  * dead lock owner, an arena that grows its file), cluster latches; segment
  * modes and the owner check on attach (another user cannot read a segment; a
- * segment others can write is refused), and the live-configuration block
- * (SIGHUP values reach readers whole, with a generation that moves once per
- * publish).
+ * segment others can write is refused), attach's validation of every header
+ * field, table and inner offset of a corrupted or truncated file (one test
+ * per check), and the live-configuration block (SIGHUP values reach readers
+ * whole, with a generation that moves once per publish).
  */
 #include <check.h>
 #include <errno.h>
@@ -134,6 +135,38 @@ static struct bf_machine_rec mk(uint32_t id, uint8_t state)
     r.price_per_hour = 1.5f;
     return r;
 }
+
+/* Found with fuzz_inspect_segment (the input is in its corpus): on a
+ * segment whose arena_used was corrupted past the arena, bf_str trusted any
+ * ref below it and bigfleet-inspect read 2 GiB past its mapping (SIGSEGV);
+ * an entry whose length ran past the published end was returned whole. */
+START_TEST(string_lookups_stay_inside_the_arena_when_its_counts_are_corrupted)
+{
+    uint32_t ref = intern("abc"), len;
+    _Atomic uint64_t *used = &g_s.inv->strtab.arena_used;
+    uint64_t was = atomic_load(used);
+    atomic_store(used, UINT64_MAX);
+    ck_assert_ptr_null(bf_str(&g_s, 0x0fffffffu, &len)); /* 2 GiB in: outside the arena */
+    ck_assert_uint_eq(len, 0);
+    ck_assert_ptr_null(bf_str(&g_s, (uint32_t)(g_s.arena_bytes / 8), NULL));
+    const char *p = bf_str(&g_s, ref, &len);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq(len, 3);
+    ck_assert_str_eq(p, "abc");
+    uint32_t found;
+    ck_assert_int_eq(bf_str_find(&g_s, "abc", 3, &found), 0);
+    ck_assert_uint_eq(found, ref);
+    atomic_store(used, was);
+    /* an entry whose length runs past the published end is not returned */
+    uint32_t *elen = (uint32_t *)(g_s.arena + (uint64_t)ref * 8);
+    uint32_t l0 = *elen;
+    *elen = 0x7fffffff;
+    ck_assert_ptr_null(bf_str(&g_s, ref, &len));
+    ck_assert_int_eq(bf_str_find(&g_s, "abc", 3, &found), -ENOENT);
+    *elen = l0;
+    ck_assert_ptr_nonnull(bf_str(&g_s, ref, NULL));
+}
+END_TEST
 
 START_TEST(id_index_inserts_looks_up_removes_and_reuses_slots)
 {
@@ -713,6 +746,245 @@ START_TEST(attach_refuses_segments_others_can_write_or_another_uid_owns)
 }
 END_TEST
 
+/* ---- attach validates every header field against the file (corrupted or
+ * truncated segments, bigfleet-inspect's input) ---- */
+
+/* bf_shm_attach must refuse with -EPROTO, name the field (needle) and map
+ * nothing; `kind` names the segment the message must name. */
+static void attach_refused(int kind, const char *needle)
+{
+    struct bf_shm ro;
+    char err[512] = "";
+    int rc = bf_shm_attach(&ro, g_id, true, err, sizeof err);
+    ck_assert_msg(rc == -EPROTO, "attach returned %d (%s), expected -EPROTO for %s", rc, err,
+                  needle);
+    ck_assert_msg(strstr(err, needle) != NULL, "message \"%s\" does not name \"%s\"", err, needle);
+    char name[128];
+    bf_shm_name(g_id, kind, name, sizeof name);
+    ck_assert_msg(strstr(err, name) != NULL, "message \"%s\" does not name segment %s", err, name);
+    for (int k = 1; k < BF_SEG_KIND_COUNT; k++)
+        ck_assert_ptr_null(ro.base[k]); /* a refused attach keeps no mapping */
+}
+
+static void attach_accepted(void)
+{
+    struct bf_shm ro;
+    char err[512] = "";
+    int rc = bf_shm_attach(&ro, g_id, true, err, sizeof err);
+    ck_assert_msg(rc == 0, "attach after the repair: %d %s", rc, err);
+    bf_shm_detach(&ro);
+}
+
+static void resize_segment(int kind, off_t size)
+{
+    char name[128];
+    bf_shm_name(g_id, kind, name, sizeof name);
+    int fd = shm_open(name, O_RDWR, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(ftruncate(fd, size), 0);
+    close(fd);
+}
+
+START_TEST(attach_refuses_a_file_shorter_than_its_header)
+{
+    resize_segment(BF_SEG_NEEDS, 100);
+    attach_refused(BF_SEG_NEEDS, "truncated (100 bytes, shorter than its 512-byte header)");
+}
+END_TEST
+
+START_TEST(attach_refuses_a_file_whose_size_differs_from_its_header)
+{
+    uint64_t size = g_s.rings_hdr->size;
+    resize_segment(BF_SEG_RINGS, (off_t)(size - 4096));
+    char want[128];
+    snprintf(want, sizeof want, "is %llu bytes but its header says %llu",
+             (unsigned long long)(size - 4096), (unsigned long long)size);
+    attach_refused(BF_SEG_RINGS, want);
+}
+END_TEST
+
+START_TEST(attach_refuses_capacities_that_differ_between_segments)
+{
+    /* capacities a segment's own size does not depend on (a change that
+     * moves its size is refused by the size check first) */
+    g_s.needs_hdr->max_machines += 1;
+    attach_refused(BF_SEG_NEEDS, "differ from the inventory segment's");
+    g_s.needs_hdr->max_machines -= 1;
+    g_s.state_hdr->max_clusters += 1;
+    attach_refused(BF_SEG_STATE, "differ from the inventory segment's");
+    g_s.state_hdr->max_clusters -= 1;
+    g_s.needs_hdr->max_needs += 1;
+    attach_refused(BF_SEG_NEEDS, "the header's size is");
+    g_s.needs_hdr->max_needs -= 1;
+    attach_accepted();
+}
+END_TEST
+
+START_TEST(attach_refuses_capacities_out_of_range)
+{
+    struct bf_seg_header *h[] = {g_s.inv_hdr, g_s.needs_hdr, g_s.rings_hdr, g_s.state_hdr};
+    uint32_t was = h[0]->max_machines;
+    for (int i = 0; i < 4; i++)
+        h[i]->max_machines = 0; /* all four agree: the range check must catch it */
+    attach_refused(BF_SEG_INVENTORY, "capacities out of range (machines 0,");
+    for (int i = 0; i < 4; i++)
+        h[i]->max_machines = 1u << 30;
+    attach_refused(BF_SEG_INVENTORY, "capacities out of range");
+    for (int i = 0; i < 4; i++)
+        h[i]->max_machines = was;
+    attach_accepted();
+}
+END_TEST
+
+START_TEST(attach_refuses_a_header_size_its_capacities_do_not_need)
+{
+    /* a consistent but foreign size: file and header both 4 KiB larger */
+    uint64_t size = g_s.state_hdr->size;
+    resize_segment(BF_SEG_STATE, (off_t)(size + 4096));
+    g_s.state_hdr->size = size + 4096;
+    attach_refused(BF_SEG_STATE, "the header's size is");
+    g_s.state_hdr->size = size;
+    resize_segment(BF_SEG_STATE, (off_t)size);
+    /* found by fuzz_inspect_segment: a huge size in the inventory's header
+     * (its file is legitimately shorter than its mapping) reached mmap and
+     * came back as -ENOMEM; it is refused from the header, before mapping */
+    uint64_t inv = g_s.inv_hdr->size;
+    g_s.inv_hdr->size = INT64_MAX;
+    attach_refused(BF_SEG_INVENTORY, "the header's size is 9223372036854775807");
+    g_s.inv_hdr->size = inv;
+    attach_accepted();
+}
+END_TEST
+
+START_TEST(attach_refuses_derived_capacities_that_do_not_match)
+{
+    struct bf_seg_header *h = g_s.inv_hdr;
+    h->index_capacity *= 2;
+    attach_refused(BF_SEG_INVENTORY, "index_capacity is");
+    h->index_capacity /= 2;
+    h->strings_arena_bytes += 8;
+    attach_refused(BF_SEG_INVENTORY, "strings_arena_bytes is");
+    h->strings_arena_bytes -= 8;
+    g_s.needs_hdr->changelog_capacity = 0;
+    attach_refused(BF_SEG_NEEDS, "changelog_capacity is 0");
+    g_s.needs_hdr->changelog_capacity = h->changelog_capacity;
+    g_s.state_hdr->stamp_capacity += 1;
+    attach_refused(BF_SEG_STATE, "stamp_capacity is");
+    g_s.state_hdr->stamp_capacity -= 1;
+    attach_accepted();
+}
+END_TEST
+
+START_TEST(attach_refuses_a_table_outside_the_file_even_when_offset_plus_length_overflows)
+{
+    struct bf_seg_header *h = g_s.needs_hdr;
+    uint64_t off = h->table_off[BF_NEEDS_T_ROWS], len = h->table_len[BF_NEEDS_T_ROWS];
+    h->table_off[BF_NEEDS_T_ROWS] = UINT64_MAX - 8; /* offset + length wraps around */
+    attach_refused(BF_SEG_NEEDS, "table 2 (offset 18446744073709551607,");
+    h->table_off[BF_NEEDS_T_ROWS] = h->size - 8; /* starts inside, ends outside */
+    attach_refused(BF_SEG_NEEDS, "lies outside the");
+    h->table_off[BF_NEEDS_T_ROWS] = off;
+    h->table_len[BF_NEEDS_T_ROWS] = h->size; /* too long */
+    attach_refused(BF_SEG_NEEDS, "lies outside the");
+    h->table_len[BF_NEEDS_T_ROWS] = len;
+    /* an unused table slot is checked too */
+    g_s.state_hdr->table_len[BF_SEG_MAX_TABLES - 1] = g_s.state_hdr->size + 1;
+    attach_refused(BF_SEG_STATE, "table 15 (offset 0,");
+    g_s.state_hdr->table_len[BF_SEG_MAX_TABLES - 1] = 0;
+    attach_accepted();
+}
+END_TEST
+
+START_TEST(attach_refuses_a_table_moved_inside_the_file)
+{
+    struct bf_seg_header *h = g_s.inv_hdr;
+    h->table_off[BF_INV_T_RECORDS] += 64;
+    attach_refused(BF_SEG_INVENTORY, "table 3 is at offset");
+    h->table_off[BF_INV_T_RECORDS] -= 64;
+    h->table_len[BF_INV_T_META] -= 8;
+    attach_refused(BF_SEG_INVENTORY, "table 0 is at offset");
+    h->table_len[BF_INV_T_META] += 8;
+    attach_accepted();
+}
+END_TEST
+
+START_TEST(attach_refuses_pending_offsets_off_the_layout)
+{
+    struct bf_pending_hdr *ph = (struct bf_pending_hdr *)((uint8_t *)g_s.inv_hdr +
+                                                          g_s.inv_hdr->table_off[BF_INV_T_PENDING]);
+    ph->enq_off += g_s.inv_hdr->size; /* would point past the file */
+    attach_refused(BF_SEG_INVENTORY, "the pending enq offset is");
+    ph->enq_off -= g_s.inv_hdr->size;
+    ph->done_off = 0;
+    attach_refused(BF_SEG_INVENTORY, "the pending done offset is 0");
+    ph->done_off = ph->enq_off + g_s.max_machines;
+    attach_accepted();
+}
+END_TEST
+
+START_TEST(attach_refuses_change_log_entries_offsets_off_the_layout)
+{
+    uint64_t was = g_s.changelog[2].entries_off;
+    g_s.changelog[2].entries_off = UINT64_MAX;
+    attach_refused(BF_SEG_INVENTORY, "change log 2's entries offset is");
+    g_s.changelog[2].entries_off = was;
+    attach_accepted();
+}
+END_TEST
+
+START_TEST(attach_refuses_ring_geometry_off_the_layout)
+{
+    struct bf_ring_hdr *r = g_s.ring[BF_RING_BOOT_RESP];
+    r->capacity *= 2; /* the byte area would run past the file */
+    attach_refused(BF_SEG_RINGS, "ring 2's capacity is");
+    r->capacity /= 2;
+    r->data_off = 0;
+    attach_refused(BF_SEG_RINGS, "ring 2's data offset is 0");
+    r->data_off = g_s.rings_hdr->table_off[BF_RING_BOOT_RESP] + sizeof(struct bf_ring_hdr);
+    r = g_s.ring[BF_RING_ACTIONS];
+    r->slot_size += 1;
+    attach_refused(BF_SEG_RINGS, "ring 0's slot size is");
+    r->slot_size -= 1;
+    r->kind = BF_RING_BYTES;
+    attach_refused(BF_SEG_RINGS, "ring 0's kind is");
+    r->kind = BF_RING_FIXED;
+    g_s.ring[BF_RING_RECLAIM]->consumer = BF_ROLE_CYCLE;
+    attach_refused(BF_SEG_RINGS, "ring 5's consumer is");
+    g_s.ring[BF_RING_RECLAIM]->consumer = BF_ROLE_SESSION;
+    attach_accepted();
+}
+END_TEST
+
+START_TEST(attach_refuses_an_inventory_file_shorter_than_its_committed_arena)
+{
+    uint64_t arena_off = g_s.inv_hdr->table_off[BF_INV_T_ARENA];
+    /* grow the arena past its first step: 3 MiB of strings */
+    char buf[1024];
+    for (int i = 0; i < 3000; i++) {
+        memset(buf, 'a' + i % 26, sizeof buf);
+        snprintf(buf, 16, "%d", i);
+        uint32_t r;
+        ck_assert_int_eq(bf_str_intern(&g_s, buf, sizeof buf, &r), 0);
+    }
+    uint64_t committed = atomic_load(&g_s.inv->strtab.arena_committed);
+    ck_assert_uint_gt(committed, 2u << 20);
+    attach_accepted();
+    /* a file cut inside the committed arena */
+    resize_segment(BF_SEG_INVENTORY, (off_t)(arena_off + committed - 4096));
+    attach_refused(BF_SEG_INVENTORY, "the string arena's committed");
+    /* cut before the tables end */
+    resize_segment(BF_SEG_INVENTORY, (off_t)(arena_off - 4096));
+    attach_refused(BF_SEG_INVENTORY, "shorter than its tables and first arena step");
+    resize_segment(BF_SEG_INVENTORY, (off_t)(arena_off + committed));
+    attach_accepted();
+    /* a committed count past the reserve */
+    atomic_store(&g_s.inv->strtab.arena_committed, g_s.arena_bytes + 4096);
+    attach_refused(BF_SEG_INVENTORY, "do not fit its reserve");
+    atomic_store(&g_s.inv->strtab.arena_committed, committed);
+    attach_accepted();
+}
+END_TEST
+
 START_TEST(live_configuration_reaches_readers_whole_once_per_publish)
 {
     struct bf_config c;
@@ -770,6 +1042,103 @@ START_TEST(live_configuration_reaches_readers_whole_once_per_publish)
 }
 END_TEST
 
+/* The cycle-result publish protocol (src/shm/result.c): a random
+ * interleaving of one writer's steps (begin, store into the buffer it
+ * fills, end) and one reader's (begin, copy, validate) against a model of
+ * which buffer each writer store hit. Whenever bf_result_read_valid accepts
+ * a copy, no writer store touched the buffer being copied between the
+ * reader's begin and its validation; a copy with no publish step in between
+ * is always accepted. */
+START_TEST(result_read_accepts_a_copy_only_if_its_buffer_was_not_rewritten)
+{
+    uint32_t seed = 12345;
+    uint64_t accepted = 0, refused = 0;
+    for (int round = 0; round < 20000; round++) {
+        int wstate = 0; /* 0 idle, 1 begun (filling wbuf) */
+        uint32_t wbuf = 0;
+        uint64_t wseq = 0;
+        struct bf_result_read r;
+        bool reading = false, torn = false, quiet = true;
+        for (int step = 0; step < 12; step++) {
+            seed = seed * 1103515245u + 12345u;
+            int what = (int)((seed >> 16) % 3);
+            if (what == 0) { /* writer: next step */
+                if (wstate == 0) {
+                    wbuf = bf_result_publish_begin(&g_s, &wseq);
+                    wstate = 1;
+                } else if ((seed >> 20) & 1) {
+                    if (reading && wbuf == r.buffer)
+                        torn = true; /* a store into the buffer being copied */
+                    atomic_store(&g_s.st->result[wbuf].cycle, (uint64_t)step);
+                } else {
+                    bf_result_publish_end(&g_s, wbuf, wseq);
+                    wstate = 0;
+                }
+                if (reading)
+                    quiet = false;
+            } else if (!reading) {
+                bf_result_read_begin(&g_s, &r);
+                reading = true;
+                torn = false;
+                quiet = true;
+                ck_assert_uint_eq(r.buffer, atomic_load(&g_s.st->published) & 1u);
+            } else {
+                bool ok = bf_result_read_valid(&g_s, &r);
+                if (ok)
+                    ck_assert_msg(!torn, "round %d: a copy of a rewritten buffer was accepted",
+                                  round);
+                if (quiet)
+                    ck_assert_msg(ok, "round %d: a copy with no publish step was refused", round);
+                ok ? accepted++ : refused++;
+                reading = false;
+            }
+        }
+        if (wstate == 1)
+            bf_result_publish_end(&g_s, wbuf, wseq);
+    }
+    ck_assert_uint_gt(accepted, 1000);
+    ck_assert_uint_gt(refused, 100);
+    /* bf_result_read copies the published buffer whole */
+    struct bf_cycle_result *out = malloc(sizeof *out);
+    uint64_t seq;
+    uint32_t b = bf_result_publish_begin(&g_s, &seq);
+    atomic_store(&g_s.st->result[b].cycle, 4242);
+    bf_result_publish_end(&g_s, b, seq);
+    uint32_t retries = 99;
+    ck_assert_int_eq(bf_result_read(&g_s, out, &retries), 0);
+    ck_assert_uint_eq(out->cycle, 4242);
+    ck_assert_uint_eq(retries, 0);
+    free(out);
+}
+END_TEST
+
+/* Labels are defined next to their enums by value (src/shm/labels.c):
+ * every value has its own name, the reference names hold, and out-of-range
+ * values fall back instead of reading past the table. */
+START_TEST(every_enum_value_has_its_own_label)
+{
+    const char *(*fn[3])(int) = {bf_outcome_label, bf_ring_label, bf_phase_label};
+    const int n[3] = {BF_OUT_COUNT, BF_RING_COUNT, BF_PHASE_COUNT};
+    for (int f = 0; f < 3; f++)
+        for (int i = 0; i < n[f]; i++) {
+            ck_assert_ptr_nonnull(fn[f](i));
+            for (int j = 0; j < i; j++)
+                ck_assert_str_ne(fn[f](i), fn[f](j));
+        }
+    ck_assert_str_eq(bf_outcome_label(BF_OUT_SUCCESS), "success");
+    ck_assert_str_eq(bf_outcome_label(BF_OUT_RACED_TO_IDLE), "transition_raced_to_idle");
+    ck_assert_str_eq(bf_outcome_label(BF_OUT_MISSING_PROFILE), "missing_profile");
+    ck_assert_str_eq(bf_outcome_label(BF_OUT_COUNT), "other");
+    ck_assert_str_eq(bf_outcome_label(-1), "other");
+    ck_assert_str_eq(bf_ring_label(BF_RING_BOOT_RESP), "boot_resp");
+    ck_assert_str_eq(bf_ring_label(BF_RING_OWN_AUDIT), "own_audit");
+    ck_assert_str_eq(bf_ring_label(BF_RING_COUNT), "unknown");
+    ck_assert_str_eq(bf_phase_label(BF_PHASE_SNAPREAD), "snapread");
+    ck_assert_str_eq(bf_phase_label(BF_PHASE_EXECUTE), "execute");
+    ck_assert_str_eq(bf_phase_label(BF_PHASE_COUNT), "unknown");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("shm");
@@ -779,6 +1148,7 @@ int main(void)
     tcase_add_test(tc, attach_validates_header_and_names_both_versions_on_mismatch);
     tcase_add_test(tc, string_table_dedups_and_keeps_embedded_nul);
     tcase_add_test(tc, string_lock_held_by_a_dead_process_is_stolen);
+    tcase_add_test(tc, string_lookups_stay_inside_the_arena_when_its_counts_are_corrupted);
     tcase_add_test(tc, id_index_inserts_looks_up_removes_and_reuses_slots);
     tcase_add_test(tc, inventory_full_reports_enospc);
     tcase_add_test(tc, seqlock_forked_writer_never_yields_a_torn_read);
@@ -796,7 +1166,22 @@ int main(void)
     tcase_add_test(tc, the_string_arena_grows_its_file_with_use_and_every_process_sees_it);
     tcase_add_test(tc, segments_are_private_and_another_user_cannot_attach);
     tcase_add_test(tc, attach_refuses_segments_others_can_write_or_another_uid_owns);
+    tcase_add_test(tc, attach_refuses_a_file_shorter_than_its_header);
+    tcase_add_test(tc, attach_refuses_a_file_whose_size_differs_from_its_header);
+    tcase_add_test(tc, attach_refuses_capacities_that_differ_between_segments);
+    tcase_add_test(tc, attach_refuses_capacities_out_of_range);
+    tcase_add_test(tc, attach_refuses_a_header_size_its_capacities_do_not_need);
+    tcase_add_test(tc, attach_refuses_derived_capacities_that_do_not_match);
+    tcase_add_test(tc,
+                   attach_refuses_a_table_outside_the_file_even_when_offset_plus_length_overflows);
+    tcase_add_test(tc, attach_refuses_a_table_moved_inside_the_file);
+    tcase_add_test(tc, attach_refuses_pending_offsets_off_the_layout);
+    tcase_add_test(tc, attach_refuses_change_log_entries_offsets_off_the_layout);
+    tcase_add_test(tc, attach_refuses_ring_geometry_off_the_layout);
+    tcase_add_test(tc, attach_refuses_an_inventory_file_shorter_than_its_committed_arena);
     tcase_add_test(tc, live_configuration_reaches_readers_whole_once_per_publish);
+    tcase_add_test(tc, result_read_accepts_a_copy_only_if_its_buffer_was_not_rewritten);
+    tcase_add_test(tc, every_enum_value_has_its_own_label);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

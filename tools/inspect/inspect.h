@@ -41,7 +41,6 @@
 
 /* Seqlock read budget of the inspector (spin, then yield): a record still
  * locked after this many attempts is reported as busy. */
-#define INSP_SEQ_TRIES 64
 
 /* ------------------------------------------------------------------ out.c */
 
@@ -85,6 +84,10 @@ void json_escape(struct insp_buf *b, const char *s, size_t n);
 void base64_put(struct insp_buf *b, const uint8_t *s, size_t n);
 
 /* "1h02m", "3.2s", "850ms" for a non-negative nanosecond span. */
+/* now - then, saturated (stamps read from a corrupted segment may be anything). */
+int64_t age_ns(int64_t now_ns, int64_t then_ns);
+/* Seconds to nanoseconds, saturated. */
+int64_t sec_to_ns(int64_t s);
 void fmt_age(char *buf, size_t n, int64_t ns);
 /* "2026-07-01T12:00:00.123Z" (UTC), or "-" for 0. */
 void fmt_time(char *buf, size_t n, int64_t unix_ns);
@@ -116,9 +119,6 @@ void insp_fault_arm(void *sigjmp_buf_ptr); /* NULL disarms */
 /* After the jump: a message describing the fault. */
 const char *insp_fault_message(void);
 
-/* Consistent copy of record `slot` without writing anything: 0, -EAGAIN
- * (the record stayed write-locked: "busy"), -ERANGE. */
-int insp_rec_read(const struct bf_shm *s, uint32_t slot, struct bf_machine_rec *out, uint32_t *seq);
 /* String of ref with its length checked against the published arena;
  * NULL for an out-of-range ref. ref 0 is "". */
 const char *insp_str(const struct bf_shm *s, uint32_t ref, uint32_t *len);

@@ -295,6 +295,22 @@ void jw_null(struct jw *w, const char *key)
 
 /* ------------------------------------------------------------ times */
 
+int64_t age_ns(int64_t now_ns, int64_t then_ns)
+{
+    int64_t d;
+    if (__builtin_sub_overflow(now_ns, then_ns, &d))
+        return then_ns < 0 ? INT64_MAX : INT64_MIN;
+    return d;
+}
+
+int64_t sec_to_ns(int64_t s)
+{
+    int64_t ns;
+    if (__builtin_mul_overflow(s, 1000000000LL, &ns))
+        return s < 0 ? INT64_MIN : INT64_MAX;
+    return ns;
+}
+
 void fmt_age(char *buf, size_t n, int64_t ns)
 {
     if (ns < 0)
@@ -320,9 +336,11 @@ void fmt_time(char *buf, size_t n, int64_t unix_ns)
     }
     time_t t = (time_t)(unix_ns / 1000000000LL);
     struct tm tm;
-    gmtime_r(&t, &tm);
     char d[32];
-    strftime(d, sizeof d, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (!gmtime_r(&t, &tm) || strftime(d, sizeof d, "%Y-%m-%dT%H:%M:%S", &tm) == 0) {
+        snprintf(buf, n, "?"); /* a year past what struct tm holds: a corrupted stamp */
+        return;
+    }
     snprintf(buf, n, "%s.%03dZ", d, (int)(unix_ns % 1000000000LL / 1000000));
 }
 

@@ -2,11 +2,10 @@
  * reader.c — the read-only side of bigfleet-inspect.
  *
  * Never a store into a mapping: the segments are mapped PROT_READ and every
- * read here is a load. In particular the records are read with our own
- * bounded seqlock loop (the recipe of src/shm/shm_internal.h: acquire load
- * of seq, relaxed payload loads, acquire fence, re-load) because
- * bf_inv_read() adds its retries to counters inside the inventory segment.
- * A record that stays odd for INSP_SEQ_TRIES attempts is reported busy.
+ * read here is a load. Machine records are read with bf_inv_read_seq (the
+ * one seqlock reader, src/shm; on a read-only attachment it counts no
+ * retries into the segment); a record that stays write-locked for its
+ * BF_SEQLOCK_READ_TRIES attempts is reported busy.
  *
  * Torn-down segments: unlinking a segment leaves our mapping intact (tmpfs
  * keeps the object while mapped), so removal and re-creation are detected
@@ -15,9 +14,9 @@
  * address lies inside one of our mappings into a clear error (siglongjmp
  * back to the frame, exit 1); a fault anywhere else keeps the default action.
  *
- * Cycle results are double-buffered with a publish sequence: copy the
- * published buffer, accept the copy when publish_seq moved by less than 2
- * (the cycle's documented reader rule), retry a few times; the cycle never
+ * Cycle results are double-buffered with a publish sequence (the protocol of
+ * bigfleet/shm.h, src/shm/result.c): copy the published buffer, accept the
+ * copy when bf_result_read_valid says so, retry a few times; the cycle never
  * waits for us.
  */
 #include <dirent.h>
@@ -134,39 +133,6 @@ static inline void relax(unsigned t)
     }
 }
 
-static inline int rec_read(const struct bf_shm_machine *m, uint64_t *w, uint32_t *seq)
-{
-    for (unsigned t = 0; t < INSP_SEQ_TRIES; t++) {
-        uint32_t s0 = atomic_load_explicit(&m->seq, memory_order_acquire);
-        if (s0 & 1u) {
-            relax(t);
-            continue;
-        }
-        for (int i = 0; i < BF_REC_WORDS; i++)
-            w[i] = atomic_load_explicit(&m->w[i], memory_order_relaxed);
-        atomic_thread_fence(memory_order_acquire);
-        if (atomic_load_explicit(&m->seq, memory_order_relaxed) == s0) {
-            if (seq)
-                *seq = s0;
-            return 0;
-        }
-        relax(t);
-    }
-    return -EAGAIN;
-}
-
-int insp_rec_read(const struct bf_shm *s, uint32_t slot, struct bf_machine_rec *out, uint32_t *seq)
-{
-    if (slot >= s->max_machines)
-        return -ERANGE;
-    uint64_t w[BF_REC_WORDS];
-    int rc = rec_read(&s->records[slot], w, seq);
-    if (rc)
-        return rc;
-    memcpy(out, w, sizeof *out);
-    return 0;
-}
-
 const char *insp_str(const struct bf_shm *s, uint32_t ref, uint32_t *len)
 {
     uint32_t l = 0;
@@ -191,13 +157,11 @@ void insp_scan(const struct bf_shm *s, struct insp_scan *o)
         hwm = s->max_machines;
     o->hwm = hwm;
     for (uint32_t i = 0; i < hwm; i++) {
-        uint64_t w[BF_REC_WORDS];
-        if (rec_read(&s->records[i], w, NULL) != 0) {
+        struct bf_machine_rec r;
+        if (bf_inv_read(s, i, &r) != 0) {
             o->busy++;
             continue;
         }
-        struct bf_machine_rec r;
-        memcpy(&r, w, sizeof r);
         if (!(r.flags & BF_REC_VALID))
             continue;
         o->total++;
@@ -286,16 +250,12 @@ int insp_cycle_read(const struct bf_shm *s, struct insp_cycle *c, bool want_verd
         if (!c->v)
             return -ENOMEM;
     }
-    /*
-     * The cycle (src/cycle/emit.c) makes publish_seq odd, fills the
-     * UNpublished buffer, flips `published`, makes publish_seq even. The
-     * published buffer is therefore stable while the seq is odd; it is next
-     * overwritten by the publish after the next one, which begins with a
-     * second odd store. A copy is good when publish_seq moved by less than 2.
-     */
+    /* the publish protocol of bigfleet/shm.h ("Cycle results"), with more
+     * tries than bf_result_read: inspect also copies the verdict rows */
     for (unsigned t = 0; t < 64; t++) {
-        uint64_t q0 = atomic_load_explicit(&st->publish_seq, memory_order_acquire);
-        uint32_t p = atomic_load_explicit(&st->published, memory_order_acquire) & 1u;
+        struct bf_result_read rd;
+        bf_result_read_begin(s, &rd);
+        uint32_t p = rd.buffer;
         bf_shm_load_words(&c->r, &st->result[p], sizeof c->r);
         uint32_t nv = c->r.n_verdicts;
         if (nv > s->max_needs)
@@ -303,12 +263,10 @@ int insp_cycle_read(const struct bf_shm *s, struct insp_cycle *c, bool want_verd
         if (want_verdicts && nv)
             bf_shm_load_words(c->v, &s->verdicts[(size_t)p * s->max_needs],
                               (size_t)nv * sizeof *c->v);
-        atomic_thread_fence(memory_order_acquire);
-        uint64_t q1 = atomic_load_explicit(&st->publish_seq, memory_order_relaxed);
-        if (q1 - q0 < 2) {
+        if (bf_result_read_valid(s, &rd)) {
             c->consistent = true;
             c->buffer = p;
-            c->publish_seq = q0;
+            c->publish_seq = rd.seq;
             c->nv = want_verdicts ? nv : 0;
             break;
         }

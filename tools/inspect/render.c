@@ -20,11 +20,6 @@
 #include "bigfleet/util.h"
 #include "inspect.h"
 
-static const char *const ring_names[BF_RING_COUNT] = {
-    "actions", "boot_req", "boot_resp", "node_exec", "node_recon",
-    "reclaim", "ac_hints", "coord_in",  "coord_out", "own_audit"};
-static const char *const phase_names[BF_PHASE_COUNT] = {"reconcile", "snapread", "phase1", "phase2",
-                                                        "phase3",    "emit",     "execute"};
 static const char *const child_state_names[] = {"unused", "assigned", "active"};
 
 static const char *yesno(bool b)
@@ -102,7 +97,7 @@ static void shard_text(struct insp_ctx *c, struct insp_buf *b)
     const struct bf_state_main *st = s->st;
     char t[48], age[32];
     fmt_time(t, sizeof t, h->created_unix_ns);
-    fmt_age(age, sizeof age, c->now_ns - h->created_unix_ns);
+    fmt_age(age, sizeof age, age_ns(c->now_ns, h->created_unix_ns));
     bool run = insp_supervisor_running(s);
     ib_printf(b,
               "shard %s  layout v%u  epoch %lld  generation %u  supervisor pid %u (%s)  "
@@ -161,7 +156,7 @@ static void procs_json(struct insp_ctx *c, struct jw *w)
         jw_int(w, "started_unix_nanos", atomic_load(&p->started_ns));
         jw_int(w, "heartbeat_unix_nanos", hb);
         if (hb)
-            jw_double(w, "heartbeat_age_seconds", (double)(c->now_ns - hb) / 1e9);
+            jw_double(w, "heartbeat_age_seconds", (double)age_ns(c->now_ns, hb) / 1e9);
         else
             jw_null(w, "heartbeat_age_seconds");
         jw_int(w, "last_exit_status", atomic_load(&p->last_exit_status));
@@ -186,9 +181,9 @@ static void procs_text(struct insp_ctx *c, struct insp_buf *b)
             continue;
         char up[32] = "-", hbs[32] = "-", ex[64];
         if (started)
-            fmt_age(up, sizeof up, c->now_ns - started);
+            fmt_age(up, sizeof up, age_ns(c->now_ns, started));
         if (hb) {
-            fmt_age(hbs, sizeof hbs, c->now_ns - hb);
+            fmt_age(hbs, sizeof hbs, age_ns(c->now_ns, hb));
             strncat(hbs, " ago", sizeof hbs - strlen(hbs) - 1);
         }
         uint32_t rs = atomic_load(&p->restarts);
@@ -206,7 +201,7 @@ static void rings_json(struct insp_ctx *c, struct jw *w)
     for (int r = 0; r < BF_RING_COUNT; r++) {
         const struct bf_ring_hdr *h = s->ring[r];
         jw_obj(w, NULL);
-        jw_str(w, "name", ring_names[r]);
+        jw_str(w, "name", bf_ring_label(r));
         jw_str(w, "producer", bf_role_name((int)h->producer));
         jw_str(w, "consumer", bf_role_name((int)h->consumer));
         jw_str(w, "kind", h->kind == BF_RING_BYTES ? "bytes" : "fixed");
@@ -232,8 +227,8 @@ static void rings_text(struct insp_ctx *c, struct insp_buf *b)
         snprintf(pc, sizeof pc, "%s -> %s", bf_role_name((int)h->producer),
                  bf_role_name((int)h->consumer));
         uint64_t d = bf_ring_depth(s, r);
-        ib_printf(b, "  %-11s %-24s %-6s %10llu %10llu %5.1f%% %12llu %10llu\n", ring_names[r], pc,
-                  h->kind == BF_RING_BYTES ? "bytes" : "fixed", (unsigned long long)d,
+        ib_printf(b, "  %-11s %-24s %-6s %10llu %10llu %5.1f%% %12llu %10llu\n", bf_ring_label(r),
+                  pc, h->kind == BF_RING_BYTES ? "bytes" : "fixed", (unsigned long long)d,
                   (unsigned long long)h->capacity,
                   h->capacity ? 100.0 * (double)d / (double)h->capacity : 0.0,
                   (unsigned long long)atomic_load(&h->pushes),
@@ -263,7 +258,7 @@ static void cluster_json(struct insp_ctx *c, struct jw *w, const struct insp_clu
     jw_uint(w, "session_epoch", r->session_epoch);
     jw_int(w, "last_rollup_unix_nanos", r->last_rollup_ns);
     if (r->last_rollup_ns)
-        jw_double(w, "last_rollup_age_seconds", (double)(c->now_ns - r->last_rollup_ns) / 1e9);
+        jw_double(w, "last_rollup_age_seconds", (double)age_ns(c->now_ns, r->last_rollup_ns) / 1e9);
     else
         jw_null(w, "last_rollup_age_seconds");
     jw_int(w, "last_rollup_timestamp_unix_nanos", r->last_rollup_timestamp_ns);
@@ -295,7 +290,7 @@ static void clusters_text(struct insp_ctx *c, struct insp_buf *b, const struct i
         ib_bytes_text(&nm, k[i].name, k[i].name_len, 24);
         char age[32] = "never";
         if (r->last_rollup_ns) {
-            fmt_age(age, sizeof age, c->now_ns - r->last_rollup_ns);
+            fmt_age(age, sizeof age, age_ns(c->now_ns, r->last_rollup_ns));
             strncat(age, " ago", sizeof age - strlen(age) - 1);
         }
         ib_printf(b, "  %-24s %-4s %-5s %6u %10llu %4u %-12s %9llu %8llu %8llu\n", nm.p,
@@ -613,7 +608,7 @@ static int render_summary(struct insp_ctx *c, struct insp_buf *b)
         jw_uint(&w, "actions", r->actions);
         jw_obj(&w, "phase_ns");
         for (int i = 0; i < BF_PHASE_COUNT; i++)
-            jw_int(&w, phase_names[i], r->phase_ns[i]);
+            jw_int(&w, bf_phase_label(i), r->phase_ns[i]);
         jw_obj_end(&w);
         jw_obj(&w, "counts");
         jw_uint(&w, "total_machines", r->counts.total_machines);
@@ -673,7 +668,7 @@ static int render_summary(struct insp_ctx *c, struct insp_buf *b)
         if (r->cycle) {
             char t[48], age[32], dur[32];
             fmt_time(t, sizeof t, r->computed_at_ns);
-            fmt_age(age, sizeof age, c->now_ns - r->computed_at_ns);
+            fmt_age(age, sizeof age, age_ns(c->now_ns, r->computed_at_ns));
             ms_str(dur, sizeof dur, (double)r->cycle_ns);
             ib_printf(b,
                       "\nLAST CYCLE  #%llu at %s (%s ago) took %s: %u verdicts, %u unsatisfied, "
@@ -887,8 +882,8 @@ static void machine_text_full(struct insp_ctx *c, struct insp_buf *b, uint32_t s
     FIELD("idle since");
     if (idle) {
         char t[48], age[32];
-        fmt_time(t, sizeof t, idle * 1000000000LL);
-        fmt_age(age, sizeof age, c->now_ns - idle * 1000000000LL);
+        fmt_time(t, sizeof t, sec_to_ns(idle));
+        fmt_age(age, sizeof age, age_ns(c->now_ns, sec_to_ns(idle)));
         ib_printf(b, "%s (%s ago)\n", t, age);
     } else {
         ib_puts(b, "-\n");
@@ -984,7 +979,7 @@ static int render_machines(struct insp_ctx *c, struct insp_buf *b)
     }
     for (uint32_t i = 0; i < hwm && !nomatch; i++) {
         struct bf_machine_rec r;
-        if (insp_rec_read(s, i, &r, NULL) != 0) {
+        if (bf_inv_read_seq(s, i, &r, NULL) != 0) {
             busy++;
             continue;
         }
@@ -1062,7 +1057,7 @@ static int render_machine(struct insp_ctx *c, struct insp_buf *b, char *err, siz
             return 1;
         }
         slot = o->slot;
-        if (insp_rec_read(s, (uint32_t)slot, &r, &seq) != 0) {
+        if (bf_inv_read_seq(s, (uint32_t)slot, &r, &seq) != 0) {
             snprintf(err, errlen, "machine record in slot %lld is busy (a writer holds it)",
                      (long long)slot);
             return 1;
@@ -1084,7 +1079,7 @@ static int render_machine(struct insp_ctx *c, struct insp_buf *b, char *err, siz
         for (uint32_t i = 0; i < hwm; i++) {
             struct bf_machine_rec t;
             uint32_t sq;
-            if (insp_rec_read(s, i, &t, &sq) != 0) {
+            if (bf_inv_read_seq(s, i, &t, &sq) != 0) {
                 uint64_t w0 = atomic_load_explicit(&s->records[i].w[0], memory_order_relaxed);
                 if ((uint32_t)w0 == ref)
                     busy = true;
@@ -1281,7 +1276,7 @@ static void nv_text(struct insp_buf *b, const struct insp_nv *v, uint32_t i, int
 {
     char t[48], age[32];
     fmt_time(t, sizeof t, v->arrival_ns);
-    fmt_age(age, sizeof age, now_ns - v->arrival_ns);
+    fmt_age(age, sizeof age, age_ns(now_ns, v->arrival_ns));
     ib_printf(b, "[%u] cluster ", i + 1);
     ib_bytes_text(b, v->cluster_id, v->cluster_len, 0);
     char ib[32], rb[32];
@@ -1611,7 +1606,7 @@ static int render_histogram(struct insp_ctx *c, struct insp_buf *b)
         hist_json(&w, "cycle_duration", &cyc);
         for (int i = 0; i < BF_PHASE_COUNT; i++) {
             char nm[48];
-            snprintf(nm, sizeof nm, "phase_duration.%s", phase_names[i]);
+            snprintf(nm, sizeof nm, "phase_duration.%s", bf_phase_label(i));
             hist_json(&w, nm, &ph[i]);
         }
         for (int i = 0; i < no; i++)
@@ -1628,7 +1623,7 @@ static int render_histogram(struct insp_ctx *c, struct insp_buf *b)
         hist_line(b, "cycle", &cyc, cy->r.cycle ? cy->r.cycle_ns : -1);
         for (int i = 0; i < BF_PHASE_COUNT; i++) {
             char nm[48];
-            snprintf(nm, sizeof nm, "  %s", phase_names[i]);
+            snprintf(nm, sizeof nm, "  %s", bf_phase_label(i));
             hist_line(b, nm, &ph[i], cy->r.cycle ? cy->r.phase_ns[i] : -1);
         }
         for (int i = 0; i < no; i++)

@@ -915,9 +915,8 @@ static void write_json(FILE *f, const struct rp_run *r, const struct rp_summary 
                 "\"sessions\": %llu, \"last_rollup\": %lld, \"needs\": %zu, \"pods\": %zu, "
                 "\"configured\": %llu, \"mean_cost_split\": ",
                 (unsigned long long)c->rollups_sent, (unsigned long long)c->ticks_skipped,
-                (unsigned long long)c->acks_rollup,
-                (unsigned long long)c->sessions_started, (long long)c->cur_k, c->n_needs,
-                c->n_alive, (unsigned long long)configured);
+                (unsigned long long)c->acks_rollup, (unsigned long long)c->sessions_started,
+                (long long)c->cur_k, c->n_needs, c->n_alive, (unsigned long long)configured);
         if (c->split_n) {
             fprintf(f, "{\"cost\": %.4f, \"lower_bound\": %.4f", c->split_sum.cost / c->split_n,
                     c->split_sum.lower_bound / c->split_n);

@@ -33,6 +33,37 @@ int bfe_grow(void **p, uint32_t *cap, uint32_t need, size_t elsz)
     return 0;
 }
 
+/* ------------------------------------------------------------------ sorting */
+
+void bfe_sort_tail(void *base, size_t n, size_t sz, int (*cmp)(const void *, const void *),
+                   void *scratch)
+{
+    char *v = base, *out = scratch;
+    size_t p = 1;
+    while (p < n && cmp(v + (p - 1) * sz, v + p * sz) <= 0)
+        p++;
+    if (p >= n)
+        return;
+    qsort(v + p * sz, n - p, sz, cmp);
+    size_t i = 0, j = p, k = 0;
+    while (i < p && j < n) {
+        const char *x = v + i * sz, *y = v + j * sz;
+        if (cmp(y, x) < 0) {
+            memcpy(out + k * sz, y, sz);
+            j++;
+        } else {
+            memcpy(out + k * sz, x, sz);
+            i++;
+        }
+        k++;
+    }
+    if (i < p)
+        memcpy(out + k * sz, v + i * sz, (p - i) * sz);
+    else if (j < n)
+        memcpy(out + k * sz, v + j * sz, (n - j) * sz);
+    memcpy(v, out, n * sz);
+}
+
 /* ------------------------------------------------------------------ arena */
 
 void *bfe_arena_alloc(struct arena *a, size_t n)

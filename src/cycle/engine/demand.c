@@ -435,6 +435,11 @@ int bf_engine_set_needs(struct bf_engine *e, const char *cluster, uint64_t gener
         v[i].minu = needs[i].min_unit;
         v[i].arrival = needs[i].arrival_ns;
     }
+    uint8_t *fold = n ? calloc(n, 1) : NULL;
+    if (n && !fold) {
+        needs_release(e, v, (uint32_t)n);
+        return -ENOMEM;
+    }
     c = &e->clusters[ci];
     c->has_gen = true;
     c->generation = generation;
@@ -446,8 +451,11 @@ int bf_engine_set_needs(struct bf_engine *e, const char *cluster, uint64_t gener
     }
     if (same) {
         needs_release(e, v, (uint32_t)n);
+        free(fold);
         return 0;
     }
+    free(c->fold);
+    c->fold = fold;
     e->n_same_total -= c->n_same;
     bfe_fold_groups_clear(c); /* its stripped profiles may go with the old needs */
     needs_release(e, c->needs, c->n_needs);
@@ -456,6 +464,8 @@ int bf_engine_set_needs(struct bf_engine *e, const char *cluster, uint64_t gener
     c->n_same = count_same(v, (uint32_t)n);
     e->n_same_total += c->n_same;
     c->snap_changed = true;
+    c->acl_valid = false;
+    c->dver++; /* its normalized demand: the pre-pass memo no longer applies */
     e->snap_dirty = true;
     return 0;
 }

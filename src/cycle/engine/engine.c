@@ -76,16 +76,19 @@ void bf_engine_free(struct bf_engine *e)
 {
     if (!e)
         return;
+    bfe_credit_free(e);
     bfe_demand_free(e);
     for (int k = 0; k < 3; k++)
         bfe_u64map_free(&e->norm_map[k]);
     bfe_u64map_free(&e->victim_map);
     for (uint32_t c = 0; c < e->n_clusters; c++) {
         free(e->clusters[c].needs);
+        free(e->clusters[c].fold);
         free(e->clusters[c].tl[0]);
         free(e->clusters[c].tl[1]);
         bfe_fold_groups_clear(&e->clusters[c]);
         free(e->clusters[c].fg);
+        free(e->clusters[c].acl);
     }
     free(e->clusters);
     free(e->cluster_order);
@@ -203,6 +206,9 @@ int bf_engine_cycle(struct bf_engine *e, int64_t now_ns, struct bf_engine_result
         uns += !bf_vec_is_zero(&e->d[i].rem);
     out->n_unsatisfied = uns;
     memcpy(out->claimed, e->claimed_state, sizeof out->claimed);
+    out->prepass.kept = e->pp_kept;
+    out->prepass.reranked = e->pp_reranked;
+    out->prepass.derived = e->pp_derived;
     return 0;
 }
 
@@ -214,12 +220,15 @@ bool bf_engine_claimed(const struct bf_engine *e, uint32_t slot, uint32_t *need)
     if (li == NONE32)
         return false;
     const struct leaf *l = &e->leaves[li];
-    if (l->stamp != e->stamp || !l->taken)
+    uint32_t taken = bfe_leaf_taken(e, l);
+    if (!taken)
         return false;
     uint32_t r = bfe_sl_rank(&l->sl, slot, bfe_sl_cmp_id, e);
-    if (r == NONE32 || r >= l->taken)
+    if (r == NONE32 || r >= taken)
         return false;
-    if (need) {
+    if (need && l->cluster_idx != NONE32) {
+        *need = bfe_credit_owner(e, li, r);
+    } else if (need) {
         *need = NONE32;
         for (uint32_t x = l->runs; x != NONE32; x = e->runs[x].next)
             if (r >= e->runs[x].start && r < e->runs[x].start + e->runs[x].count) {

@@ -86,6 +86,13 @@ static inline void bfe_qsort(void *base, size_t n, size_t sz,
         qsort(base, n, sz, cmp);
 }
 
+/* Sorts base[0..n) by cmp (a total order: the result is the sorted array)
+ * in O(n + m log m) when all but the last m elements are already in order,
+ * as the normalized demand is (snapshot rows, then NormalizeDemand's folds).
+ * scratch holds n elements. */
+void bfe_sort_tail(void *base, size_t n, size_t sz, int (*cmp)(const void *, const void *),
+                   void *scratch);
+
 /* ------------------------------------------------------------------ hashing */
 
 uint64_t bfe_hash_bytes(const void *p, size_t n, uint64_t seed);
@@ -232,18 +239,23 @@ struct leafkey {
 struct leaf {
     /* per cycle (stamp) */
     uint32_t stamp;
-    uint32_t taken;    /* Phase 1 claimed prefix */
+    uint32_t taken;    /* Phase 1 claimed prefix (leaves outside cluster lists) */
     uint32_t consumed; /* virtual consumption prefix (Same pre-pass rider) */
     uint32_t p2taken;  /* Phase 2 victims prefix */
+    /* Phase 1 credit claimed prefix of a leaf in a cluster list (Configured or
+     * Configuring with a cluster): kept across cycles by the incremental
+     * pre-pass (credit.c), valid while cepoch equals the cluster's epoch */
+    uint32_t ctaken;
+    uint32_t cluster_idx; /* index in e->clusters, NONE32 */
+    uint64_t cepoch;
     struct slotlist sl;
     double rp_dollars;
     struct leafkey k;
     double ip_dollars;
     uint64_t hash;
-    uint32_t cluster_idx; /* index in e->clusters, NONE32 */
-    uint32_t runs;        /* first claim run (index into e->runs) or NONE32 */
-    uint32_t list[LL_N];  /* list ids or NONE32 */
-    uint32_t pos[LL_N];   /* position in each list */
+    uint32_t runs;       /* first claim run (index into e->runs) or NONE32 */
+    uint32_t list[LL_N]; /* list ids or NONE32 */
+    uint32_t pos[LL_N];  /* position in each list */
     bool live;
     uint32_t serial; /* distinct for every leaf created (the resolve memo's check) */
 };
@@ -251,6 +263,13 @@ struct leaf {
 struct leaflist {
     uint32_t *v;
     uint32_t n, cap;
+    /* bumped when a leaf joins or leaves, and (cluster lists) when a leaf's
+     * machines change: the incremental pre-pass compares it */
+    uint64_t ver;
+    /* incremental pre-pass, per cycle (fstamp): the list's credit claims were
+     * rolled back to be re-derived, or differ from the previous cycle's */
+    uint32_t fstamp;
+    bool rolled, diverged;
 };
 
 /* leaf list keys (e->list_map) */
@@ -318,8 +337,6 @@ struct cprof {
     uint32_t ac_stamp;
     uint32_t ac_idle, ac_spec;
     double ac_cost;
-    uint32_t ac_seen_cluster; /* dedup per cluster within the cycle */
-    uint32_t ac_seen_stamp;
 };
 
 struct snapkey {
@@ -332,6 +349,7 @@ struct snapkey {
 /* a NormalizeDemand fold class of one cluster (cached per cluster) */
 struct fold_group {
     struct cprof *stripped; /* owned through the members' cp->stripped */
+    const char *fps;        /* its fingerprint (the ordering key) */
     bf_vec agg;             /* one member's aggregate */
     uint32_t members;
     int64_t arrival; /* earliest non-zero member arrival */
@@ -358,6 +376,82 @@ struct ac_entry {
     bool used;
 };
 
+/* ------------------------------------------------------------------ incremental credit */
+
+/*
+ * The credit pre-pass memo (credit.c). One per cluster: the outcome of each of
+ * the cluster's normalized Needs in the pre-pass (in the cluster's pre-pass
+ * order) and everything that outcome was derived from outside the cluster's
+ * own Configured/Configuring leaves, so that a later cycle can prove the
+ * outcome unchanged and keep it instead of deriving it again.
+ */
+struct crun { /* a credit claim on a cluster leaf: positions [start, start + count) */
+    uint32_t leaf, start, count;
+};
+struct cons_ent { /* virtual consumption of an Idle/Speculative leaf */
+    uint32_t leaf, n;
+};
+struct cdep { /* acquirable supply version of an instance type (NONE32: all types) */
+    uint32_t itype;
+    uint64_t ver;
+};
+struct lver { /* a cluster list and its version */
+    uint32_t list;
+    uint64_t ver;
+};
+struct cbk { /* a Same Need's creditable supply in one domain */
+    uint32_t value, count;
+    bf_vec total, own;
+};
+
+struct prow {
+    bf_vec rem;          /* the deficit after the pre-pass */
+    uint32_t claimed;    /* credit claims */
+    uint32_t ccount[2];  /* of which on Configured / Configuring cluster leaves */
+    uint32_t domain;     /* Same: the chosen domain (string id, retained) */
+    uint32_t run0, nrun; /* claims (pmemo.runs), in claim order */
+    uint32_t ev0, nev;   /* virtual consumption (pmemo.ev) */
+    uint32_t dep0, ndep; /* Same: acquirable supply versions read (pmemo.dep) */
+    uint32_t cv0, ncv;   /* Same: the consumption this Need saw (pmemo.cv) */
+    uint32_t l0, nl;     /* the cluster lists it read (pmemo.lists) */
+    uint32_t cand0, ncand;
+    uint32_t cb0, ncb; /* Same: creditable buckets (pmemo.cb), for re-ranking */
+    uint32_t dindex;   /* normalized-demand index in the current cycle */
+    bool has_domain, same_sat, parked;
+    bool reach_creat; /* read the Creating list of its fingerprint */
+    bool creat_busy;  /* ... and it was not empty: Creating leaves are credited to any
+                         cluster demanding the fingerprint, so the row is derived
+                         again every cycle while they exist */
+};
+
+struct pmemo {
+    bool valid;
+    uint64_t dver, cver; /* the cluster's versions it was derived at */
+    struct lver *lv;     /* the cluster lists' versions it was derived at */
+    uint32_t nlv, caplv;
+    uint32_t tot[2]; /* credit claims on Configured / Configuring leaves */
+    struct prow *rows;
+    uint32_t nrows, caprows;
+    struct crun *runs;
+    uint32_t nruns, capruns;
+    struct cons_ent *ev;
+    uint32_t nev, capev;
+    struct cdep *dep;
+    uint32_t ndep, capdep;
+    struct cons_ent *cv;
+    uint32_t ncv, capcv;
+    uint32_t *lists;
+    uint32_t nlists, caplists;
+    struct bf_engine_domain_coverage *cands; /* same_candidates, domains retained */
+    uint32_t *cand_ids;
+    uint32_t ncands, capcands, capcand_ids;
+    struct cbk *cb;
+    uint32_t ncb, capcb;
+    uint32_t waste; /* entries no row refers to any more (rows re-ranked in place) */
+};
+
+enum { PM_FRESH = 0, PM_REPLAY = 1, PM_PARTIAL = 2 };
+
 struct cluster {
     uint32_t name; /* string id (retained) */
     bool first_rollup, session_live;
@@ -365,6 +459,8 @@ struct cluster {
     uint64_t generation;
     struct need_in *needs;
     uint32_t n_needs;
+    uint8_t *fold;       /* needs[i].fold, contiguous: NormalizeDemand's pass-through
+                            loop reads this instead of every Need's row */
     uint32_t conf_count; /* eligible Configured machines bound here */
     /* leaf lists of the cluster's Configured (0) and Configuring (1) machines,
      * one per instance type (type 0: no InstanceType, label only) */
@@ -378,10 +474,23 @@ struct cluster {
     bool fg_valid;
     uint64_t fg_vs, fg_vc;
     uint32_t n_same; /* Needs carrying Same */
-    uint32_t rank;   /* position in name order */
-    /* per cycle */
-    uint32_t stamp;
-    uint32_t claimed_conf;
+    /* its distinct compiled profiles, first-named first (AvailableCapacity) */
+    struct cprof **acl;
+    uint32_t nacl, capacl;
+    bool acl_valid;
+    uint32_t rank; /* position in name order */
+    /* incremental pre-pass (credit.c) */
+    uint64_t dver; /* bumped when the cluster's normalized demand may have changed */
+    uint64_t cver; /* bumped when a list joins the cluster lists (leaflist.ver: a list's leaves) */
+    uint64_t cepoch;    /* leaves' ctaken is valid while their cepoch equals this */
+    struct pmemo pm[2]; /* pm[pcur]: the memo; the other: built during a cycle */
+    uint8_t pcur;
+    uint8_t pmode;      /* PM_* this cycle */
+    bool lists_reset;   /* some of its lists changed since the memo (this cycle) */
+    uint32_t pstamp;    /* cycle stamp of pmode/prow_next/nrows_now */
+    uint32_t prow_next; /* next pre-pass row this cycle */
+    uint32_t nrows_now; /* normalized Needs this cycle */
+    uint32_t rstamp;    /* cycle stamp: its credit claims are on its leaves' runs */
 };
 
 /* One row of normalized demand (D) with its per-cycle working state. */
@@ -402,6 +511,7 @@ struct dneed {
     bool has_domain, same_sat;
     uint32_t domain;                         /* string id */
     struct bf_engine_domain_coverage *cands; /* same_candidates (cycle arena) */
+    uint32_t *cand_vals;                     /* their domains' string ids (cycle arena) */
     uint32_t ncand;
     /* Phase 2 */
     uint32_t unresolved; /* index into unresolved list or NONE32 */
@@ -535,6 +645,27 @@ struct bf_engine {
     bool any_same; /* some Need carries Same */
     /* bumped when a class's Idle + Speculative count moves between 0 and > 0 */
     uint64_t shard_supply_ver;
+    /* incremental pre-pass (credit.c): acquirable supply versions (a clock:
+     * every change of an Idle/Speculative count takes the next value, for all
+     * types and for the machine's instance type) */
+    uint64_t acq_clock, acq_ver_all;
+    struct u64map tver_map; /* itype string id -> index into tver */
+    uint64_t *tver;
+    uint32_t n_tver, cap_tver;
+    uint64_t epoch_ctr;    /* cluster credit epochs */
+    bool memo_broken;      /* a cycle failed part-way: every memo is dropped */
+    struct cons_ent *cons; /* this cycle's virtual consumption, by leaf id */
+    uint32_t n_cons, cap_cons;
+    struct pmemo *rec_pm; /* the pre-pass row being derived or re-ranked (NULL: none) */
+    uint32_t rec_ci, rec_row;
+    bool rec_creat_read;                       /* it read its fingerprint's Creating list */
+    bool rec_creat_busy;                       /* ... a non-empty one */
+    uint32_t pp_kept, pp_reranked, pp_derived; /* this cycle's pre-pass rows */
+    /* same.c: this cycle's acquirable pools and rankings (cycle arena) */
+    struct apool *apools;
+    struct u64map amap;
+    void **aobj;
+    uint32_t n_aobj, cap_aobj;
     struct u64map norm_map[3]; /* NormalizeDemand's per-cycle maps (kept allocated) */
     struct u64map victim_map;  /* Phase 2's per-cycle candidate cache index */
 
@@ -603,9 +734,12 @@ static inline struct leaf *bfe_leaf_cyc(struct bf_engine *e, uint32_t li)
     }
     return l;
 }
-/* read-only views of the per-cycle counters (no write to untouched leaves) */
+/* read-only views of the per-cycle counters (no write to untouched leaves);
+ * a cluster leaf's claims are the credit claims kept by credit.c */
 static inline uint32_t bfe_leaf_taken(const struct bf_engine *e, const struct leaf *l)
 {
+    if (l->cluster_idx != NONE32)
+        return l->cepoch == e->clusters[l->cluster_idx].cepoch ? l->ctaken : 0;
     return l->stamp == e->stamp ? l->taken : 0;
 }
 
@@ -618,20 +752,47 @@ static inline struct mclass *bfe_class_cyc(struct bf_engine *e, uint32_t ci)
     }
     return c;
 }
-static inline struct cluster *bfe_cluster_cyc(struct bf_engine *e, uint32_t ci)
-{
-    struct cluster *c = &e->clusters[ci];
-    if (c->stamp != e->stamp) {
-        c->stamp = e->stamp;
-        c->claimed_conf = 0;
-    }
-    return c;
-}
 
 /* the cluster leaf lists (state index si: 0 Configured, 1 Configuring) that a
  * profile can match: its pinned types plus type 0, or all of them */
 uint32_t bfe_cluster_lists(const struct bf_engine *e, uint32_t ci, int si, const struct cprof *cp,
                            uint32_t *out, uint32_t cap);
+
+struct same_bucket;
+
+/* credit.c: the incremental credit pre-pass */
+int bfe_credit_prepass(struct bf_engine *e, const uint64_t *ord, uint32_t n);
+/* hooks for the pre-pass code (phase1.c) */
+int bfe_credit_claim(struct bf_engine *e, uint32_t di, uint32_t li, uint32_t count);
+int bfe_credit_consume(struct bf_engine *e, uint32_t li, uint32_t count);
+void bfe_credit_creating_read(struct bf_engine *e, uint32_t list);
+/* claims of the last cycle on a cluster leaf: the owner of rank r (NONE32) */
+uint32_t bfe_credit_owner(const struct bf_engine *e, uint32_t li, uint32_t r);
+uint32_t bfe_credit_cluster_claimed(const struct bf_engine *e, uint32_t ci);
+/* this cycle's credit claims on cluster ci's leaves as per-cycle runs
+ * (leaf.runs, e->runs), once per cycle, for Phase 2 (-ENOMEM) */
+int bfe_credit_load_runs(struct bf_engine *e, uint32_t ci);
+void bfe_credit_free(struct bf_engine *e);
+/* mirror hooks: a cluster leaf / an Idle or Speculative leaf of itype changed */
+void bfe_credit_acq_changed(struct bf_engine *e, uint32_t itype);
+/* the pre-pass of one normalized Need (phase1.c) */
+int bfe_prepass_need(struct bf_engine *e, uint32_t di);
+/* its consumption rider (phase1.c): virtually consumes the chosen domain's
+ * acquirable supply for the Need's remaining deficit */
+int bfe_same_consume(struct bf_engine *e, uint32_t di);
+/* records a Same Need's creditable buckets (credit.c) */
+int bfe_credit_cbk(struct bf_engine *e, const struct same_bucket *bk, uint32_t nb);
+
+/* same.c: Same domain ranking over the shared acquirable supply */
+struct apool;
+/* Chooses d's domain from its creditable buckets bk[0..nb) (distinct
+ * domains; their acquirable supply is added in place) and, unless d is
+ * parked, the acquirable-only domains: sets has_domain, domain, same_sat and
+ * the candidates (cycle arena), exactly as ranking every bucket. */
+int bfe_same_rank(struct bf_engine *e, struct dneed *d, struct same_bucket *bk, uint32_t nb);
+void bfe_acq_reset(struct bf_engine *e);
+/* class ci's virtual consumption moved: pools and rankings follow */
+void bfe_acq_consumed(struct bf_engine *e, uint32_t ci);
 
 /* demand.c */
 int bfe_demand_snapshot(struct bf_engine *e);
@@ -716,6 +877,19 @@ struct same_bucket {
     uint32_t count, cred_count;
     bf_vec total, cred_total, own_total;
 };
+/* The per-bucket quantities ChooseSameBucket compares (phase1.c). */
+struct rank_key {
+    bool sat;
+    double cred, own, score;
+    uint32_t count, value;
+};
+void bfe_rank_key_of(const struct same_bucket *b, const bf_vec *d, struct rank_key *k);
+/* ChooseSameBucket's replacement rules 2-8 (engine.md §4.3): does c beat b?
+ * A strict total order over buckets of distinct domains. */
+bool bfe_key_better(const struct bf_engine *e, const struct rank_key *c, const struct rank_key *b);
+/* floor(1000 x min over positive deficit dimensions of min(1, total/d)) */
+int32_t bfe_coverage_per_mille(const bf_vec *total, const bf_vec *d);
+
 /* Returns true when candidate `c` should replace current best `b` for deficit d. */
 bool bfe_same_better(const struct bf_engine *e, const struct same_bucket *c,
                      const struct same_bucket *b, const bf_vec *d);

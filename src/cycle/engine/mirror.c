@@ -345,6 +345,7 @@ static int ll_push(struct leaflist *l, uint32_t v, uint32_t *pos)
         return -ENOMEM;
     *pos = l->n;
     l->v[l->n++] = v;
+    l->ver++;
     return 0;
 }
 
@@ -413,6 +414,7 @@ fail:
 static void ll_swap_remove(struct leaflist *l, uint32_t pos, uint32_t *moved_id)
 {
     uint32_t last = l->v[--l->n];
+    l->ver++;
     if (pos < l->n) {
         l->v[pos] = last;
         *moved_id = last;
@@ -676,6 +678,7 @@ static uint32_t leaf_create(struct bf_engine *e, const struct leafkey *k, uint64
             if (lid == NONE32 || GROW(cl->tl[si], cl->captl[si], cl->ntl[si] + 1))
                 goto fail;
             cl->tl[si][cl->ntl[si]++] = lid;
+            cl->cver++; /* the lists its Needs read */
         }
         if (leaf_list_in(e, li, LL_CLUSTER, lid))
             goto fail;
@@ -1005,7 +1008,11 @@ static void account(struct bf_engine *e, uint32_t li, int delta)
     c->count[l->k.state] += (uint32_t)delta;
     if (acq && had != (c->count[BF_STATE_IDLE] + c->count[BF_STATE_SPECULATIVE] > 0))
         e->shard_supply_ver++;
+    if (acq)
+        bfe_credit_acq_changed(e, c->itype); /* Same Needs' acquirable fold reads it */
     e->by_state[l->k.state] += (uint32_t)delta;
+    if (l->list[LL_CLUSTER] != NONE32)
+        e->lists[l->list[LL_CLUSTER]].ver++; /* its cluster's credit reads it */
     if (l->k.state == BF_STATE_CONFIGURED && l->cluster_idx != NONE32)
         e->clusters[l->cluster_idx].conf_count += (uint32_t)delta;
 }

@@ -167,6 +167,13 @@ static char *aggkey_dup(struct bf_engine *e, const bf_vec *agg)
     return d;
 }
 
+static int fold_group_cmp(const void *a, const void *b)
+{
+    const struct fold_group *x = a, *y = b;
+    int c = strcmp(x->fps, y->fps);
+    return c ? c : strcmp(x->aggkey, y->aggkey);
+}
+
 /* (Re)computes one cluster's fold decisions and groups when its demand or
  * the supply they depend on changed (every cycle in reference mode). */
 static int cluster_folds(struct bf_engine *e, uint32_t ci, struct memotab *shard,
@@ -178,6 +185,7 @@ static int cluster_folds(struct bf_engine *e, uint32_t ci, struct memotab *shard
     if (memo && cl->fg_valid && cl->fg_vs == vs && cl->fg_vc == vc)
         return 0;
     bfe_fold_groups_clear(cl);
+    bool changed = false; /* a fold decision moved: the cluster's rows differ */
     for (uint32_t i = 0; i < cl->n_needs; i++) {
         struct need_in *need = &cl->needs[i];
         struct cprof *cp = need->cp;
@@ -192,8 +200,10 @@ static int cluster_folds(struct bf_engine *e, uint32_t ci, struct memotab *shard
                 rc = memo_get(e, local, ci, cp, &need->agg, &fold);
             if (rc)
                 return rc;
+            changed |= !need->fold_known || need->fold != fold;
             need->fold_known = true;
             need->fold = fold;
+            cl->fold[i] = fold;
             need->fold_vs = vs;
             need->fold_vc = vc;
         }
@@ -212,6 +222,7 @@ static int cluster_folds(struct bf_engine *e, uint32_t ci, struct memotab *shard
             struct fold_group *x = &cl->fg[cl->nfg];
             memset(x, 0, sizeof *x);
             x->stripped = st;
+            x->fps = bfe_str(&e->in, st->fp);
             x->agg = need->agg;
             x->aggkey = aggkey_dup(e, &need->agg);
             if (!x->aggkey)
@@ -223,29 +234,17 @@ static int cluster_folds(struct bf_engine *e, uint32_t ci, struct memotab *shard
         if (need->arrival && (!x->arrival || need->arrival < x->arrival))
             x->arrival = need->arrival;
     }
+    /* the cluster's groups in their D order: stripped fingerprint, then the
+     * aggregate key (distinct per group) */
+    bfe_qsort(cl->fg, cl->nfg, sizeof *cl->fg, fold_group_cmp);
     cl->fg_valid = true;
     cl->fg_vs = vs;
     cl->fg_vc = vc;
+    /* the same fold decisions over the same Needs make the same groups and
+     * rows; otherwise the pre-pass memo of the cluster no longer applies */
+    if (changed)
+        cl->dver++;
     return 0;
-}
-
-struct fold_ref {
-    uint32_t cluster, g;
-};
-
-static struct bf_engine *fold_e;
-static int fold_cmp(const void *a, const void *b)
-{
-    const struct fold_ref *x = a, *y = b;
-    const struct bf_engine *e = fold_e;
-    const struct cluster *cx = &e->clusters[x->cluster], *cy = &e->clusters[y->cluster];
-    if (cx->rank != cy->rank)
-        return cx->rank < cy->rank ? -1 : 1; /* cluster id order */
-    const struct fold_group *gx = &cx->fg[x->g], *gy = &cy->fg[y->g];
-    int c = bfe_strcmp_id(&e->in, gx->stripped->fp, gy->stripped->fp);
-    if (c)
-        return c;
-    return strcmp(gx->aggkey, gy->aggkey);
 }
 
 static void dneed_from(struct dneed *d, uint32_t ci, const struct need_in *n)
@@ -292,36 +291,33 @@ int bfe_normalize(struct bf_engine *e)
     /* pass-through Needs in snapshot order */
     for (uint32_t i = 0; i < n; i++) {
         uint32_t ci = (uint32_t)(e->snap[i] >> 32), ni = (uint32_t)e->snap[i];
-        const struct need_in *need = &e->clusters[ci].needs[ni];
-        if (need->cp->has_same && need->fold)
+        /* fold is set only on Same Needs (cluster_folds); the flags are
+         * contiguous per cluster, so a folded Need's row is not read */
+        if (e->clusters[ci].fold[ni])
             continue;
-        dneed_from(&e->d[e->n_d++], ci, need);
+        dneed_from(&e->d[e->n_d++], ci, &e->clusters[ci].needs[ni]);
     }
     if (!nf)
         return 0;
-    /* then one Need per fold class, ordered by (cluster, stripped fp, aggregate key) */
-    struct fold_ref *refs = ANEW(&e->ar, struct fold_ref, nf);
-    if (!refs || GROW(e->d, e->cap_d, e->n_d + nf))
+    /* then one Need per fold class, ordered by (cluster id, stripped fp,
+     * aggregate key): clusters in name order, each cluster's groups sorted */
+    if (GROW(e->d, e->cap_d, e->n_d + nf))
         return -ENOMEM;
-    uint32_t k = 0;
-    for (uint32_t ci = 0; ci < e->n_clusters; ci++)
-        for (uint32_t g = 0; g < e->clusters[ci].nfg; g++)
-            refs[k++] = (struct fold_ref){ci, g};
-    fold_e = e;
-    bfe_qsort(refs, nf, sizeof *refs, fold_cmp);
-    fold_e = NULL;
-    for (uint32_t f = 0; f < nf; f++) {
-        const struct fold_group *x = &e->clusters[refs[f].cluster].fg[refs[f].g];
-        struct dneed *d = &e->d[e->n_d++];
-        memset(d, 0, sizeof *d);
-        d->cluster = refs[f].cluster;
-        d->cp = x->stripped;
-        d->agg = x->agg;
-        bf_vec_scale(&d->agg, x->members);
-        d->minu = x->agg;
-        d->arrival = x->arrival;
-        d->group = 0;
-        d->folded = x->members;
+    for (uint32_t k = 0; k < e->n_clusters; k++) {
+        uint32_t ci = e->cluster_order[k];
+        for (uint32_t g = 0; g < e->clusters[ci].nfg; g++) {
+            const struct fold_group *x = &e->clusters[ci].fg[g];
+            struct dneed *d = &e->d[e->n_d++];
+            memset(d, 0, sizeof *d);
+            d->cluster = ci;
+            d->cp = x->stripped;
+            d->agg = x->agg;
+            bf_vec_scale(&d->agg, x->members);
+            d->minu = x->agg;
+            d->arrival = x->arrival;
+            d->group = 0;
+            d->folded = x->members;
+        }
     }
     return 0;
 }

@@ -262,12 +262,14 @@ static int verdicts(struct bf_engine *e)
     e->n_verdicts = 0;
     TRY(GROW(e->verdicts, e->cap_verdicts, n ? n : 1));
     struct vkey *k = ANEW(&e->ar, struct vkey, n ? n : 1);
-    if (!k)
+    struct vkey *tmp = ANEW(&e->ar, struct vkey, n ? n : 1);
+    if (!k || !tmp)
         return -ENOMEM;
     for (uint32_t i = 0; i < n; i++)
         k[i] =
             (struct vkey){e->d[i].cp->prio, e->clusters[e->d[i].cluster].rank, e->d[i].arrival, i};
-    bfe_qsort(k, n, sizeof *k, vkey_cmp);
+    /* the snapshot rows are in this order already; the folded rows follow */
+    bfe_sort_tail(k, n, sizeof *k, vkey_cmp, tmp);
     for (uint32_t j = 0; j < n; j++) {
         uint32_t i = k[j].idx;
         const struct dneed *d = &e->d[i];
@@ -375,20 +377,38 @@ static void ac_figures(struct bf_engine *e, struct cprof *cp)
     cp->ac_cost = have ? cost : 0;
 }
 
+/* the cluster's distinct compiled profiles in the order its Needs first name
+ * them (kept until its demand changes) */
+static int ac_profiles(struct bf_engine *e, struct cluster *cl)
+{
+    if (cl->acl_valid)
+        return 0;
+    struct u64map *seen = &e->norm_map[2];
+    bfe_u64map_clear(seen);
+    cl->nacl = 0;
+    for (uint32_t i = 0; i < cl->n_needs; i++) {
+        struct cprof *cp = cl->needs[i].cp;
+        if (bfe_u64map_get(seen, cp->idx) != NONE32)
+            continue;
+        TRY(bfe_u64map_put(seen, cp->idx, i));
+        TRY(GROW(cl->acl, cl->capacl, cl->nacl + 1));
+        cl->acl[cl->nacl++] = cp;
+    }
+    cl->acl_valid = true;
+    return 0;
+}
+
 static int ac_hints(struct bf_engine *e, int64_t now_ns)
 {
     e->n_hints = 0;
     for (uint32_t k = 0; k < e->n_clusters; k++) {
         uint32_t ci = e->cluster_order[k];
-        const struct cluster *cl = &e->clusters[ci];
+        struct cluster *cl = &e->clusters[ci];
         if (!cl->session_live || !cl->n_needs)
             continue;
-        for (uint32_t i = 0; i < cl->n_needs; i++) {
-            struct cprof *cp = cl->needs[i].cp;
-            if (cp->ac_seen_stamp == e->stamp && cp->ac_seen_cluster == ci)
-                continue; /* one hint per distinct fingerprint */
-            cp->ac_seen_stamp = e->stamp;
-            cp->ac_seen_cluster = ci;
+        TRY(ac_profiles(e, cl));
+        for (uint32_t i = 0; i < cl->nacl; i++) {
+            struct cprof *cp = cl->acl[i]; /* one hint per distinct fingerprint */
             ac_figures(e, cp);
             uint64_t total = (uint64_t)cp->ac_idle + cp->ac_spec;
             int32_t count = total > INT32_MAX ? INT32_MAX : (int32_t)total;

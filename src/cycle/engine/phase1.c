@@ -49,6 +49,8 @@ static int claim(struct bf_engine *e, uint32_t di, uint32_t li, uint32_t count)
 {
     if (!count)
         return 0;
+    if (e->leaves[li].cluster_idx != NONE32)
+        return bfe_credit_claim(e, di, li, count); /* kept across cycles (credit.c) */
     struct leaf *l = bfe_leaf_cyc(e, li);
     uint32_t start = l->taken;
     if (l->runs != NONE32 && e->runs[l->runs].need == di &&
@@ -62,8 +64,6 @@ static int claim(struct bf_engine *e, uint32_t di, uint32_t li, uint32_t count)
     l->taken += count;
     e->d[di].claimed += count;
     e->claimed_state[l->k.state] += count;
-    if (l->k.state == BF_STATE_CONFIGURED && l->cluster_idx != NONE32)
-        bfe_cluster_cyc(e, l->cluster_idx)->claimed_conf += count;
     return 0;
 }
 
@@ -156,10 +156,9 @@ static int walk_take(struct bf_engine *e, uint32_t di, const struct cand *c, uin
     struct mcur *cur = ANEW(&e->sc, struct mcur, n);
     if (!cur)
         return -ENOMEM;
-    for (uint32_t i = 0; i < n; i++) {
-        struct leaf *l = bfe_leaf_cyc(e, c[i].leaf);
-        bfe_mcur_init(e, &cur[i], c[i].leaf, l->taken, c[i].k1, c[i].k2);
-    }
+    for (uint32_t i = 0; i < n; i++)
+        bfe_mcur_init(e, &cur[i], c[i].leaf, bfe_leaf_taken(e, &e->leaves[c[i].leaf]), c[i].k1,
+                      c[i].k2);
     struct merge m;
     bfe_merge_init(&m, e, cur, n);
     uint32_t slot, li;
@@ -410,8 +409,13 @@ static int prepass_plain(struct bf_engine *e, uint32_t di)
             (rc = credit_walk(e, di, g.c, g.n, &d->rem)))
             goto out;
     }
-    if (!bf_vec_is_zero(&d->rem) && e->by_state[BF_STATE_CREATING] > 0) {
+    if (!bf_vec_is_zero(&d->rem)) {
+        /* read even when nothing is Creating: the incremental pre-pass keeps
+         * this outcome only while the list stays empty */
         uint32_t lid = bfe_u64map_get(&e->list_map, LK_CFP(d->cp->fp));
+        bfe_credit_creating_read(e, lid);
+        if (e->by_state[BF_STATE_CREATING] == 0)
+            goto out;
         g.n = 0;
         if ((rc = gather_list(e, d, lid, &g, 2, 0, 0, false)) ||
             (rc = credit_walk(e, di, g.c, g.n, &d->rem)))
@@ -438,14 +442,7 @@ double bfe_same_score(const bf_vec *total, const bf_vec *deficit, bool capped)
     return s;
 }
 
-/* The per-bucket quantities ChooseSameBucket compares, computed once. */
-struct rank_key {
-    bool sat;
-    double cred, own, score;
-    uint32_t count, value;
-};
-
-static void rank_key_of(const struct same_bucket *b, const bf_vec *d, struct rank_key *k)
+void bfe_rank_key_of(const struct same_bucket *b, const bf_vec *d, struct rank_key *k)
 {
     k->sat = bf_vec_covers(&b->total, d);
     k->cred = bfe_same_score(&b->cred_total, d, true);
@@ -456,8 +453,7 @@ static void rank_key_of(const struct same_bucket *b, const bf_vec *d, struct ran
 }
 
 /* ChooseSameBucket's replacement rules 2-8 (engine.md §4.3): does c beat b? */
-static bool key_better(const struct bf_engine *e, const struct rank_key *c,
-                       const struct rank_key *b)
+bool bfe_key_better(const struct bf_engine *e, const struct rank_key *c, const struct rank_key *b)
 {
     if (c->sat != b->sat)
         return c->sat;
@@ -480,9 +476,9 @@ bool bfe_same_better(const struct bf_engine *e, const struct same_bucket *c,
                      const struct same_bucket *b, const bf_vec *d)
 {
     struct rank_key kc, kb;
-    rank_key_of(c, d, &kc);
-    rank_key_of(b, d, &kb);
-    return key_better(e, &kc, &kb);
+    bfe_rank_key_of(c, d, &kc);
+    bfe_rank_key_of(b, d, &kb);
+    return bfe_key_better(e, &kc, &kb);
 }
 
 static int choose_keys(const struct bf_engine *e, const struct rank_key *k, uint32_t n)
@@ -491,7 +487,7 @@ static int choose_keys(const struct bf_engine *e, const struct rank_key *k, uint
     for (uint32_t i = 0; i < n; i++) {
         if (k[i].count == 0)
             continue;
-        if (best < 0 || key_better(e, &k[i], &k[best]))
+        if (best < 0 || bfe_key_better(e, &k[i], &k[best]))
             best = (int)i;
     }
     return best;
@@ -505,8 +501,8 @@ int bfe_same_choose(const struct bf_engine *e, const struct same_bucket *bk, uin
     for (uint32_t i = 0; i < n; i++) {
         if (bk[i].count == 0)
             continue;
-        rank_key_of(&bk[i], d, &kc);
-        if (best < 0 || key_better(e, &kc, &kb)) {
+        bfe_rank_key_of(&bk[i], d, &kc);
+        if (best < 0 || bfe_key_better(e, &kc, &kb)) {
             best = (int)i;
             kb = kc;
         }
@@ -520,14 +516,14 @@ static const struct rank_key *rank_k;
 static int bucket_rank_cmp(const void *a, const void *b)
 {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    if (key_better(rank_e, &rank_k[x], &rank_k[y]))
+    if (bfe_key_better(rank_e, &rank_k[x], &rank_k[y]))
         return -1;
-    if (key_better(rank_e, &rank_k[y], &rank_k[x]))
+    if (bfe_key_better(rank_e, &rank_k[y], &rank_k[x]))
         return 1;
     return 0;
 }
 
-static int32_t coverage_per_mille(const bf_vec *total, const bf_vec *d)
+int32_t bfe_coverage_per_mille(const bf_vec *total, const bf_vec *d)
 {
     double worst = 1.0;
     for (int i = 0; i < BF_MAX_DIMS; i++) {
@@ -559,7 +555,7 @@ static int same_candidates(struct bf_engine *e, struct dneed *d, const struct sa
         for (uint32_t t = 0; t < cap; t++) {
             uint32_t b = t;
             for (uint32_t q = t + 1; q < m; q++)
-                if (key_better(e, &keys[idx[q]], &keys[idx[b]]))
+                if (bfe_key_better(e, &keys[idx[q]], &keys[idx[b]]))
                     b = q;
             uint32_t x = idx[t];
             idx[t] = idx[b];
@@ -574,12 +570,14 @@ static int same_candidates(struct bf_engine *e, struct dneed *d, const struct sa
     }
     d->ncand = m;
     d->cands = m ? ANEW(&e->ar, struct bf_engine_domain_coverage, m) : NULL;
-    if (m && !d->cands)
+    d->cand_vals = m ? ANEW(&e->ar, uint32_t, m) : NULL;
+    if (m && (!d->cands || !d->cand_vals))
         return -ENOMEM;
     for (uint32_t i = 0; i < m; i++) {
         const struct same_bucket *b = &bk[idx[i]];
+        d->cand_vals[i] = b->value;
         d->cands[i].domain = bfe_str(&e->in, b->value);
-        d->cands[i].coverage_per_mille = coverage_per_mille(&b->total, def);
+        d->cands[i].coverage_per_mille = bfe_coverage_per_mille(&b->total, def);
         d->cands[i].satisfiable = keys[idx[i]].sat;
     }
     return 0;
@@ -653,13 +651,18 @@ static int consume_domain(struct bf_engine *e, struct dneed *d, uint32_t v, bf_v
             struct merge m;
             bfe_merge_init(&m, e, cur, nc);
             uint32_t slot, li;
+            int rc = 0;
             while (!bf_vec_is_zero(r) && bfe_merge_next(&m, &slot, &li)) {
                 struct leaf *l = &e->leaves[li];
                 l->consumed++;
                 bfe_class_cyc(e, l->k.cls)->consumed[si]++;
                 bfe_vec_sub_scaled(r, leaf_alloc(e, li), 1);
+                if ((rc = bfe_credit_consume(e, li, 1)))
+                    break;
             }
             bfe_arena_release(&e->sc, mk);
+            if (rc)
+                return rc;
         }
     }
     return 0;
@@ -686,6 +689,7 @@ static int prepass_same(struct bf_engine *e, uint32_t di)
     {
         uint32_t n0 = g.n;
         uint32_t lid = bfe_u64map_get(&e->list_map, LK_CFP(cp->fp));
+        bfe_credit_creating_read(e, lid);
         if ((rc = gather_list(e, d, lid, &g, 2, cp->same_kind, cp->same_key, true)))
             goto out;
         /* Creating is creditable only when gang-own (group and fingerprint) */
@@ -708,64 +712,73 @@ static int prepass_same(struct bf_engine *e, uint32_t di)
         if (g.c[i].own)
             bfe_vec_add_scaled(&x->own_total, a, g.c[i].avail);
     }
-    /* 2. acquirable fold (not when parked): shard-wide Idle + Speculative */
-    if (!d->parked) {
-        static const uint8_t states[2] = {BF_STATE_IDLE, BF_STATE_SPECULATIVE};
-        uint32_t ntypes = cp->pinned ? cp->npin : 1;
-        for (uint32_t t = 0; t < ntypes; t++) {
-            const struct leaflist *cls_list;
-            if (cp->pinned) {
-                uint32_t idx = bfe_u64map_get(&e->type_classes_map, cp->pin[t]);
-                cls_list = idx == NONE32 ? NULL : &e->type_classes[idx];
-            } else {
-                cls_list = &e->all_classes;
-            }
-            if (!cls_list)
-                continue;
-            for (uint32_t i = 0; i < cls_list->n; i++) {
-                uint32_t ci = cls_list->v[i];
-                struct mclass *c = &e->cls[ci];
-                if (!c->count[BF_STATE_IDLE] && !c->count[BF_STATE_SPECULATIVE])
+    if (!(e->cfg.flags & (BF_ENGINE_F_REFERENCE | BF_ENGINE_F_NO_INCREMENTAL))) {
+        /* 2.-4. over the shared acquirable supply (same.c); the creditable
+         * buckets are recorded for a later cycle's re-ranking (credit.c) */
+        if ((rc = bfe_credit_cbk(e, bk, nb)) || (rc = bfe_same_rank(e, d, bk, nb)))
+            goto out;
+        if (!d->has_domain)
+            goto out;
+    } else {
+        /* 2. acquirable fold (not when parked): shard-wide Idle + Speculative */
+        if (!d->parked) {
+            static const uint8_t states[2] = {BF_STATE_IDLE, BF_STATE_SPECULATIVE};
+            uint32_t ntypes = cp->pinned ? cp->npin : 1;
+            for (uint32_t t = 0; t < ntypes; t++) {
+                const struct leaflist *cls_list;
+                if (cp->pinned) {
+                    uint32_t idx = bfe_u64map_get(&e->type_classes_map, cp->pin[t]);
+                    cls_list = idx == NONE32 ? NULL : &e->type_classes[idx];
+                } else {
+                    cls_list = &e->all_classes;
+                }
+                if (!cls_list)
                     continue;
-                if (!bfe_match_class(e, cp, ci) || !bf_vec_covers(&c->alloc, &d->minu))
-                    continue;
-                uint32_t v = bfe_class_attr(e, c, cp->same_kind, cp->same_key);
-                if (v == NONE32)
-                    continue;
-                c = bfe_class_cyc(e, ci);
-                uint32_t avail = 0;
-                for (int si = 0; si < 2; si++)
-                    avail += c->count[states[si]] - c->consumed[si];
-                if (!avail)
-                    continue;
-                uint32_t b;
-                if ((rc = bucket_of(e, &bk, &nb, &capb, v, &b)))
-                    goto out;
-                bk[b].count += avail;
-                bfe_vec_add_scaled(&bk[b].total, &c->alloc, avail);
+                for (uint32_t i = 0; i < cls_list->n; i++) {
+                    uint32_t ci = cls_list->v[i];
+                    struct mclass *c = &e->cls[ci];
+                    if (!c->count[BF_STATE_IDLE] && !c->count[BF_STATE_SPECULATIVE])
+                        continue;
+                    if (!bfe_match_class(e, cp, ci) || !bf_vec_covers(&c->alloc, &d->minu))
+                        continue;
+                    uint32_t v = bfe_class_attr(e, c, cp->same_kind, cp->same_key);
+                    if (v == NONE32)
+                        continue;
+                    c = bfe_class_cyc(e, ci);
+                    uint32_t avail = 0;
+                    for (int si = 0; si < 2; si++)
+                        avail += c->count[states[si]] - c->consumed[si];
+                    if (!avail)
+                        continue;
+                    uint32_t b;
+                    if ((rc = bucket_of(e, &bk, &nb, &capb, v, &b)))
+                        goto out;
+                    bk[b].count += avail;
+                    bfe_vec_add_scaled(&bk[b].total, &c->alloc, avail);
+                }
             }
         }
+        /* 3./4. choose the domain */
+        struct rank_key *keys = ANEW(&e->sc, struct rank_key, nb ? nb : 1);
+        if (!keys) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        for (uint32_t i = 0; i < nb; i++)
+            bfe_rank_key_of(&bk[i], &d->agg, &keys[i]);
+        int best = choose_keys(e, keys, nb);
+        if (!(e->cfg.flags & BF_ENGINE_F_NO_VERDICTS) && nb &&
+            (rc = same_candidates(e, d, bk, keys, nb, &d->agg)))
+            goto out;
+        if (best < 0) {
+            d->has_domain = false;
+            d->same_sat = false;
+            goto out;
+        }
+        d->has_domain = true;
+        d->domain = bk[best].value;
+        d->same_sat = keys[best].sat;
     }
-    /* 3./4. choose the domain */
-    struct rank_key *keys = ANEW(&e->sc, struct rank_key, nb ? nb : 1);
-    if (!keys) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    for (uint32_t i = 0; i < nb; i++)
-        rank_key_of(&bk[i], &d->agg, &keys[i]);
-    int best = choose_keys(e, keys, nb);
-    if (!(e->cfg.flags & BF_ENGINE_F_NO_VERDICTS) && nb &&
-        (rc = same_candidates(e, d, bk, keys, nb, &d->agg)))
-        goto out;
-    if (best < 0) {
-        d->has_domain = false;
-        d->same_sat = false;
-        goto out;
-    }
-    d->has_domain = true;
-    d->domain = bk[best].value;
-    d->same_sat = keys[best].sat;
     /* 5. claim the chosen domain's creditable members, incumbent first */
     {
         struct cand *seg = ANEW(&e->sc, struct cand, g.n ? g.n : 1);
@@ -792,6 +805,13 @@ static int prepass_same(struct bf_engine *e, uint32_t di)
 out:
     bfe_arena_release(&e->sc, mk);
     return rc;
+}
+
+int bfe_same_consume(struct bf_engine *e, uint32_t di)
+{
+    struct dneed *d = &e->d[di];
+    bf_vec r = d->rem;
+    return consume_domain(e, d, d->domain, &r);
 }
 
 /* ------------------------------------------------------------------ worker phase */
@@ -1058,6 +1078,15 @@ static int worker(struct bf_engine *e, uint32_t di)
 
 /* ------------------------------------------------------------------ driver */
 
+int bfe_prepass_need(struct bf_engine *e, uint32_t di)
+{
+    /* a zero-aggregate Same Need still ranks its domains (Go's
+     * seedSameProfile does; docs/fidelity.md V5): it claims nothing */
+    if (bf_vec_is_zero(&e->d[di].rem) && !e->d[di].cp->has_same)
+        return 0;
+    return e->d[di].cp->has_same ? prepass_same(e, di) : prepass_plain(e, di);
+}
+
 static int u64_cmp(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -1092,34 +1121,27 @@ int bfe_phase1(struct bf_engine *e)
         d->has_domain = d->same_sat = false;
         d->domain = 0;
         d->cands = NULL;
+        d->cand_vals = NULL;
         d->ncand = 0;
         d->unresolved = NONE32;
         d->victims = 0;
         bf_vec_zero(&d->freed);
     }
     e->t_credit_ns = 0;
-    if (!n)
-        return 0;
     int64_t t0 = bfe_mono_ns();
-    uint64_t *ord = ANEW(&e->ar, uint64_t, n);
-    if (!ord)
+    uint64_t *ord = ANEW(&e->ar, uint64_t, n ? n : 1);
+    uint64_t *tmp = ANEW(&e->ar, uint64_t, n ? n : 1);
+    if (!ord || !tmp)
         return -ENOMEM;
-    /* 1. pre-pass: priority desc, stable on D */
+    /* 1. pre-pass: priority desc, stable on D (credit.c keeps what did not
+     * change since the last cycle and derives the rest here) */
     for (uint32_t i = 0; i < n; i++)
         ord[i] = (prio_desc_key(e->d[i].cp->prio) << 32) | i;
-    bfe_qsort(ord, n, sizeof *ord, u64_cmp);
-    for (uint32_t k = 0; k < n; k++) {
-        uint32_t di = (uint32_t)ord[k];
-        /* a zero-aggregate Same Need still ranks its domains (Go's
-         * seedSameProfile does; docs/fidelity.md V5): it claims nothing */
-        if (bf_vec_is_zero(&e->d[di].rem) && !e->d[di].cp->has_same)
-            continue;
-        if (e->d[di].cp->has_same)
-            TRY(prepass_same(e, di));
-        else
-            TRY(prepass_plain(e, di));
-    }
+    bfe_sort_tail(ord, n, sizeof *ord, u64_cmp, tmp);
+    TRY(bfe_credit_prepass(e, ord, n));
     e->t_credit_ns = bfe_mono_ns() - t0;
+    if (!n)
+        return 0;
     /* 2. worker phase: precedence (priority, ipb, rpb) desc, stable on D */
     uint32_t q = 0;
     unsigned __int128 *qk = ANEW(&e->ar, unsigned __int128, n);

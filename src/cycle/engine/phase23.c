@@ -138,15 +138,19 @@ static int victims_of(struct bf_engine *e, struct cprof *cp, int32_t P, struct u
  * for a lower-priority Need (its assigned priority) but credited this cycle
  * to a Need of priority >= p of its cluster would be taken from that Need.
  */
-static uint32_t credited_at_or_above(const struct bf_engine *e, const struct leaf *l, int32_t p)
+static int credited_at_or_above(struct bf_engine *e, const struct leaf *l, int32_t p, uint32_t *out)
 {
     uint32_t end = 0;
+    /* a cluster leaf's credit claims are kept by credit.c: onto the runs first */
+    if (l->cluster_idx != NONE32)
+        TRY(bfe_credit_load_runs(e, l->cluster_idx));
     for (uint32_t r = l->runs; r != NONE32; r = e->runs[r].next) {
         const struct run *ru = &e->runs[r];
         if (e->d[ru->need].cp->prio >= p && ru->start + ru->count > end)
             end = ru->start + ru->count;
     }
-    return end;
+    *out = end;
+    return 0;
 }
 
 static int add_unresolved(struct bf_engine *e, uint32_t di, bool preempted)
@@ -211,7 +215,9 @@ int bfe_phase2(struct bf_engine *e)
         uint32_t nc = 0;
         for (uint32_t i = 0; i < c->n; i++) {
             struct leaf *l = bfe_leaf_cyc(e, c->leaves[i]);
-            uint32_t kept = credited_at_or_above(e, l, cp->prio);
+            uint32_t kept;
+            if ((rc = credited_at_or_above(e, l, cp->prio, &kept)))
+                break;
             if (l->p2taken < kept)
                 l->p2taken = kept; /* Needs come by priority desc: kept only grows */
             if (l->p2taken >= l->sl.n)
@@ -222,6 +228,10 @@ int bfe_phase2(struct bf_engine *e)
             if (cp->has_same && bfe_class_attr(e, cl, cp->same_kind, cp->same_key) != d->domain)
                 continue;
             bfe_mcur_init(e, &cur[nc++], c->leaves[i], l->p2taken, -c->score[i], 0);
+        }
+        if (rc) {
+            bfe_arena_release(&e->sc, mk);
+            break;
         }
         struct merge m;
         bfe_merge_init(&m, e, cur, nc);
@@ -260,11 +270,12 @@ static bool slot_claimed(struct bf_engine *e, uint32_t slot)
     uint32_t li = e->leaf_of[slot];
     if (li == NONE32)
         return false;
-    struct leaf *l = bfe_leaf_cyc(e, li);
-    if (!l->taken)
+    const struct leaf *l = &e->leaves[li];
+    uint32_t taken = bfe_leaf_taken(e, l);
+    if (!taken)
         return false;
     uint32_t r = bfe_sl_rank(&l->sl, slot, bfe_sl_cmp_id, e);
-    return r != NONE32 && r < l->taken;
+    return r != NONE32 && r < taken;
 }
 
 static struct bf_engine *id_sort_e;
@@ -288,10 +299,10 @@ int bfe_phase3(struct bf_engine *e, int64_t now_ns)
     /* 6.1 reclaim */
     for (uint32_t k = 0; k < e->n_clusters; k++) {
         uint32_t ci = e->cluster_order[k];
-        struct cluster *cl = bfe_cluster_cyc(e, ci);
+        struct cluster *cl = &e->clusters[ci];
         if (!cl->conf_count || !cl->first_rollup || !cl->ntl[0])
             continue;
-        if (cl->claimed_conf >= cl->conf_count)
+        if (bfe_credit_cluster_claimed(e, ci) >= cl->conf_count)
             continue;
         uint32_t nl = 0;
         for (uint32_t t = 0; t < cl->ntl[0]; t++)
@@ -307,7 +318,8 @@ int bfe_phase3(struct bf_engine *e, int64_t now_ns)
                 struct leaf *l = bfe_leaf_cyc(e, ll->v[i]);
                 /* Phase 2 victims (the p2taken prefix) already carry a Preempt:
                  * no second action for the same machine */
-                uint32_t from = l->taken > l->p2taken ? l->taken : l->p2taken;
+                uint32_t taken = bfe_leaf_taken(e, l);
+                uint32_t from = taken > l->p2taken ? taken : l->p2taken;
                 bfe_mcur_init(e, &cur[nc++], ll->v[i], from, l->k.price, -l->rp_dollars);
             }
         }
