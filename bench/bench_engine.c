@@ -2149,6 +2149,7 @@ static int run_shm(struct world *w, const struct opts *o, struct result *res)
     struct bf_cycle_opts co;
     bf_cycle_opts_from_config(&co, &cfg);
     co.wait_reconcile = false;
+    co.data_dir = NULL; /* no ownership store: a shard without a coordinator owns every machine */
     if (o->reclaim_cap >= 0)
         co.reclaim_cap_fraction = o->reclaim_cap;
     struct bf_cycle *cy;

@@ -80,6 +80,7 @@ struct bf_cycle_report {
     uint32_t deduped, dropped, deferred, capped;
     uint32_t suppressed, dryrun;
     uint32_t ac_hints;
+    uint32_t no_session; /* Bootstraps held back: the cluster has no operator session */
     bool reconcile_timed_out;
     bool wake_again; /* deferred actions: run another cycle soon */
 };

@@ -68,4 +68,23 @@ void bf_random_hex16(char out[17]);
  */
 int bf_addr_is_loopback(const char *addr);
 
+/*
+ * Length of the valid UTF-8 sequence at s (n >= 1 bytes available): 1-4,
+ * or 0 when it is not one (an overlong form, a surrogate, a code point over
+ * U+10FFFF, a bad continuation byte, or a sequence cut by n). Pure. Used by
+ * every writer that escapes untrusted bytes into JSON (audit log, inspect).
+ */
+size_t bf_utf8_len(const unsigned char *s, size_t n);
+
+/*
+ * Splits one CSV line (RFC 4180 fields; NUL-terminated, no line break;
+ * modified in place) on commas into at most max fields: a field that starts
+ * with '"' runs to the matching quote, with "" for a quote inside it. No
+ * trimming. Returns the field count, max + 1 when the line has more fields,
+ * or -1 for an unterminated quote or text after a closing quote. Pure.
+ * The one CSV reader of the openb files (the simulated provider's catalog,
+ * bigfleet-replay's pod lists).
+ */
+int bf_csv_split(char *line, char **fields, int max);
+
 #endif /* BIGFLEET_UTIL_H */

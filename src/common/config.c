@@ -68,7 +68,9 @@ static const struct opt opts[] = {
      "host:port of a CapacityProvider gRPC service; empty starts the embedded "
      "bigfleet-simprovider child"},
     {"coordinator-addr", T_STR, F(coordinator_addr), "", 0, 0,
-     "coordinator gRPC address; empty = no coordinator client (the shard runs identically)"},
+     "coordinator gRPC address, or up to 8 comma-separated replica addresses (the report "
+     "goes to the next one when a replica is not the leader or unreachable); empty = no "
+     "coordinator client (the shard runs identically)"},
     {"advertise-addr", T_STR, F(advertise_addr), "", 0, 0,
      "address reported to the coordinator; empty = --listen"},
     {"coordinator-heartbeat-interval", T_DURATION, F(coordinator_heartbeat_ns), "10s", 0.1, 86400,

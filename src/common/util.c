@@ -158,3 +158,77 @@ int bf_addr_is_loopback(const char *addr)
     freeaddrinfo(res);
     return lb;
 }
+
+size_t bf_utf8_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t l;
+    uint32_t min;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf) {
+        l = 2;
+        min = 0x80;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        l = 3;
+        min = 0x800;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        l = 4;
+        min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (n < l)
+        return 0;
+    uint32_t cp = c & (0x7fu >> l);
+    for (size_t i = 1; i < l; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i] & 0x3fu);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return l;
+}
+
+int bf_csv_split(char *line, char **f, int max)
+{
+    int n = 0;
+    char *p = line;
+    for (;;) {
+        if (n == max)
+            return max + 1;
+        if (*p == '"') {
+            char *w = ++p;
+            f[n++] = w;
+            for (;;) {
+                if (!*p)
+                    return -1;
+                if (*p == '"') {
+                    if (p[1] == '"') {
+                        *w++ = '"';
+                        p += 2;
+                        continue;
+                    }
+                    p++;
+                    break;
+                }
+                *w++ = *p++;
+            }
+            *w = 0;
+            if (*p == ',') {
+                p++;
+                continue;
+            }
+            if (*p)
+                return -1; /* text after a closing quote */
+            return n;
+        }
+        f[n++] = p;
+        char *c = strchr(p, ',');
+        if (!c)
+            return n;
+        *c = 0;
+        p = c + 1;
+    }
+}

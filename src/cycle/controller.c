@@ -92,6 +92,7 @@ void bf_cycle_free(struct bf_cycle *c)
     free(c->clusters);
     free(c->retry);
     free(c->rows);
+    free(c->offline);
     free(c->eneeds);
     free(c->acts);
     free(c);

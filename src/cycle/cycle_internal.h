@@ -122,6 +122,11 @@ struct bf_cycle {
     uint32_t n_retry, cap_retry;
     bool need_rescan;
     uint64_t needs_counter_seen;
+    /* name refs of the clusters with demand and no operator session, sorted
+     * (rebuilt by bf_cycle_feed_needs every cycle): their Bootstraps are
+     * held back (emit.c) */
+    uint32_t *offline;
+    uint32_t n_offline, offline_cap;
     /* published counts (maintained incrementally) */
     struct bf_inv_counts counts;
     /* scratch */

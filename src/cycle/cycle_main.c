@@ -98,10 +98,12 @@ int bf_cycle_main(const struct bf_config *cfg)
                       : BF_LOG_DEBUG;
         bf_log(lvl, "cycle",
                "cycle=%llu ms=%.3f needs=%u unsatisfied=%u decided=%u enqueued=%u deduped=%u "
-               "dropped=%u deferred=%u capped=%u changed=%u rescan=%d reconcile_timeout=%d",
+               "dropped=%u deferred=%u capped=%u changed=%u rescan=%d reconcile_timeout=%d "
+               "no_session=%u",
                (unsigned long long)rep.cycle, (double)rep.total_ns / 1e6, rep.needs,
                rep.unsatisfied, rep.decided, rep.enqueued, rep.deduped, rep.dropped, rep.deferred,
-               rep.capped, rep.changed_slots, rep.rescanned, rep.reconcile_timed_out);
+               rep.capped, rep.changed_slots, rep.rescanned, rep.reconcile_timed_out,
+               rep.no_session);
     }
     BF_INFO("stopping", "%s", "");
     bf_cycle_free(c);

@@ -9,6 +9,9 @@
  *     named ones must each qualify (all or nothing), a selector takes the
  *     best Phase 2 victims first (VictimScore with the engine's default
  *     weights, then id). The drain grace is DrainGrace(preemptor, victim).
+ *     With max_victim_penalty_bucket > 0 (issue 17's extension: seed 002's
+ *     Tier 3 cost gate) a victim must also serve an interruption penalty
+ *     bucket below it.
  *   - Under --actuation-paused or --dry-run nothing is drained: the
  *     instruction fails with that reason.
  *   - The reservations (until = now + grace + --transfer-reservation-ttl)
@@ -54,6 +57,7 @@ void own_do_drain(struct bf_cycle *c, const Instr *in, struct reply *r)
         return;
     }
     int32_t P = d->preemptor_priority;
+    int32_t MB = d->max_victim_penalty_bucket; /* issue 17: cheaper work only */
     struct bf_engine_config ec;
     bf_engine_config_defaults(&ec);
     struct picks ps = {0};
@@ -68,7 +72,8 @@ void own_do_drain(struct bf_cycle *c, const Instr *in, struct reply *r)
                 continue;
             struct bf_machine_rec rec;
             if (bf_inv_read(s, slot, &rec) != 0 || !(rec.flags & BF_REC_VALID) ||
-                rec.state != BF_STATE_CONFIGURED || !rec.cluster || rec.assigned_priority >= P)
+                rec.state != BF_STATE_CONFIGURED || !rec.cluster || rec.assigned_priority >= P ||
+                (MB > 0 && rec.ipb >= MB))
                 continue;
             if (own_source_of_slot(c, slot, &o->view) == BF_OWN_SRC_NONE)
                 continue; /* bound but no longer owned: not ours to give */
@@ -92,9 +97,10 @@ void own_do_drain(struct bf_cycle *c, const Instr *in, struct reply *r)
         if (!ps.n) {
             own_set_reason(
                 r, OUT_FAILED,
-                "no Configured machine of priority below %d matches instance_type=\"%s\" "
+                "no Configured machine of priority below %d%s matches instance_type=\"%s\" "
                 "zone=\"%s\" (owned, not in flight, not reserved)",
-                P, own_str(d->instance_type), own_str(d->zone));
+                P, MB > 0 ? " and interruption penalty bucket below the requester's" : "",
+                own_str(d->instance_type), own_str(d->zone));
             goto out;
         }
         qsort(ps.p, ps.n, sizeof *ps.p, cmp_victim);
@@ -133,6 +139,13 @@ void own_do_drain(struct bf_cycle *c, const Instr *in, struct reply *r)
                 own_set_reason(r, OUT_FAILED,
                                "machine %s serves priority %d, not below the preemptor's %d", id,
                                rec.assigned_priority, P);
+                goto out;
+            }
+            if (MB > 0 && rec.ipb >= MB) {
+                own_set_reason(r, OUT_FAILED,
+                               "machine %s serves interruption penalty bucket %d, not below "
+                               "the requester's %d",
+                               id, rec.ipb, MB);
                 goto out;
             }
             if (bf_pending(s, (uint32_t)slot)) {

@@ -134,6 +134,29 @@ static uint32_t cluster_ref(struct bf_cycle *c, const char *name)
     return name ? bytes_ref(c, name, (uint32_t)strlen(name)) : 0;
 }
 
+static int cmp_ref(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A Bootstrap asks the cluster's operator for the blob over its Session
+ * stream; with no stream it fails at once ("no active operator session",
+ * reference/shard.md §3) and rolls the machine back to Idle. Go retries it
+ * every cycle; here cycles also run on every accepted rollup, so a cluster
+ * that left demand and disconnected would make the executor churn through
+ * the same failing Bootstraps many times a second (seen: 273 per 11 ms
+ * cycle in the hostile suite), resetting the machines' Idle age and
+ * crowding out connected clusters. Its Bootstraps are held back until its
+ * session is back (docs/fidelity.md). */
+static bool offline_cluster(struct bf_cycle *c, const char *name)
+{
+    if (!c->n_offline)
+        return false;
+    uint32_t ref = cluster_ref(c, name);
+    return ref && bsearch(&ref, c->offline, c->n_offline, sizeof ref, cmp_ref) != NULL;
+}
+
 /* NeedProfileBlob ref of a fingerprint (bf_cycle_profile_ref, cached) */
 static uint32_t fp_profile_ref(struct bf_cycle *c, const char *fp, const struct bf_need_profile *p)
 {
@@ -304,10 +327,16 @@ void bf_cycle_enqueue(struct bf_cycle *c, const struct bf_engine_result *r,
     } else {
         uint64_t per_kind[BF_ACTION_KIND_COUNT] = {0};
         bool full = false;
+        if (c->n_offline > 1)
+            qsort(c->offline, c->n_offline, sizeof *c->offline, cmp_ref);
         for (size_t i = 0; i < n; i++) {
             const struct bf_engine_action *a = &acts[i];
             if (a->kind < BF_ACTION_KIND_COUNT)
                 per_kind[a->kind]++;
+            if (a->kind == BF_ACTION_BOOTSTRAP && offline_cluster(c, a->cluster)) {
+                rep->no_session++;
+                continue;
+            }
             /* in-flight dedup */
             if (a->slot >= c->capacity || bf_pending(s, a->slot)) {
                 rep->deduped++;

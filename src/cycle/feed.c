@@ -248,6 +248,7 @@ int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
     uint32_t n = atomic_load_explicit(&s->needs->n_clusters, memory_order_acquire);
     if (n > c->max_clusters)
         n = c->max_clusters;
+    c->n_offline = 0;
     for (uint32_t i = 0; i < n; i++) {
         struct bf_cluster_rec rec;
         if (bf_cluster_read(s, i, &rec, NULL) != 0 || !rec.in_use)
@@ -255,6 +256,18 @@ int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
         const char *name = bf_str(s, rec.name_ref, NULL);
         if (!name || !name[0])
             continue;
+        if (!rec.connected && rec.rows_count) {
+            if (c->n_offline == c->offline_cap) {
+                uint32_t nc = c->offline_cap ? c->offline_cap * 2 : 16;
+                uint32_t *no = realloc(c->offline, (size_t)nc * sizeof *no);
+                if (no) {
+                    c->offline = no;
+                    c->offline_cap = nc;
+                }
+            }
+            if (c->n_offline < c->offline_cap) /* out of memory: its Bootstraps go out */
+                c->offline[c->n_offline++] = rec.name_ref;
+        }
         struct clusterinfo *ci = &c->clusters[i];
         if (!ci->known || ci->first_rollup != rec.first_rollup || ci->connected != rec.connected) {
             bf_engine_set_cluster_flags(c->engine, name, rec.first_rollup, rec.connected);

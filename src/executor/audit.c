@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bigfleet/util.h"
 #include "bigfleet/model.h"
 #include "executor/executor.h"
 
@@ -45,39 +46,6 @@ static void putf(struct out *o, const char *fmt, ...)
     va_end(ap);
     if (l > 0)
         put(o, tmp, (size_t)l < sizeof tmp ? (size_t)l : sizeof tmp - 1);
-}
-
-/* Length of a valid UTF-8 sequence at s (n bytes left), or 0 if invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t l;
-    unsigned min;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf) {
-        l = 2;
-        min = 0x80;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        l = 3;
-        min = 0x800;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        l = 4;
-        min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (n < l)
-        return 0;
-    unsigned cp = c & (0x7f >> l);
-    for (size_t i = 1; i < l; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return l;
 }
 
 /* A JSON string value, at most max bytes of output (a cut never splits an
@@ -118,7 +86,7 @@ static void put_str(struct out *o, const char *s, size_t len, size_t max)
             esc[0] = (char)c;
             el = 1;
         } else {
-            size_t l = utf8_len(u + i, len - i);
+            size_t l = bf_utf8_len(u + i, len - i);
             if (l) {
                 ep = s + i;
                 el = l;

@@ -23,6 +23,15 @@
  *     published result (copied under its publish_seq protocol; all zero
  *     before the first cycle; each shortfall's topology_constrained says
  *     whether its profile has a Same requirement), and every pending ack.
+ *     The summary carries this project's free_counts extension (issue 17):
+ *     Idle, Speculative and bound machines per (instance type, zone), from
+ *     the same counts.
+ *   - Several coordinator replicas (issue 17): --coordinator-addr may list
+ *     up to COORD_ADDRS_MAX comma-separated addresses. Only the leader
+ *     answers ReportShard; a replica that answers FAILED_PRECONDITION ("not
+ *     leader") or cannot be reached (UNAVAILABLE, DEADLINE_EXCEEDED) makes
+ *     the next report go to the next address (a new client), so the shard
+ *     finds a new leader within one heartbeat per replica.
  *   - Instructions: a reply whose term is below the mark is ignored whole
  *     (and a higher term raises the mark first). Every instruction with a
  *     non-empty id is forwarded, packed, to the cycle on ring COORD_IN
@@ -53,6 +62,7 @@
 #define COORD_INFLIGHT_MAX 4096u
 #define COORD_RETRY_NS     (30LL * BF_NS_PER_SEC)  /* re-forward a redelivered instruction */
 #define COORD_FORGET_NS    (600LL * BF_NS_PER_SEC) /* drop in-flight entries never answered */
+#define COORD_ADDRS_MAX    8u
 
 /* An ack waiting for the next report: a packed InstructAck. */
 struct ack {
@@ -63,6 +73,10 @@ struct ack {
 struct coord {
     struct ss *ss;
     struct bf_net_client *cl;
+    /* the replicas of --coordinator-addr; cl talks to addrs[cur] */
+    char addrs[COORD_ADDRS_MAX][BF_ADDR_MAX];
+    uint32_t n_addrs, cur;
+    bool rotate; /* the last report failed as a non-leader would: next address */
     struct bf_net_timer *timer;
     bool inflight;
     int64_t sent_ns; /* monotonic: when the ReportShard in flight was sent */
@@ -273,6 +287,34 @@ static void send_report(struct coord *c)
     sum.per_instance_type_counts = tp;
     sum.n_per_zone_counts = nz;
     sum.per_zone_counts = zp;
+    /* extension field 7 (issue 17): per (type, zone) Idle / Speculative / bound */
+    Bigfleet__V1alpha1__FreeCount *fc = calloc((size_t)BF_MAX_TYPES * BF_MAX_ZONES, sizeof *fc);
+    Bigfleet__V1alpha1__FreeCount **fcp = calloc((size_t)BF_MAX_TYPES * BF_MAX_ZONES, sizeof *fcp);
+    size_t nf = 0;
+    for (uint32_t t = 1; fc && fcp && t < BF_MAX_TYPES; t++) {
+        const char *tname = bf_type_name(shm, t);
+        if (!tname[0])
+            continue;
+        for (uint32_t z = 0; z < BF_MAX_ZONES; z++) {
+            uint32_t idle = k->by_state_type_zone[BF_STATE_IDLE][t][z];
+            uint32_t spec = k->by_state_type_zone[BF_STATE_SPECULATIVE][t][z];
+            uint32_t bound = k->by_state_type_zone[BF_STATE_CONFIGURING][t][z] +
+                             k->by_state_type_zone[BF_STATE_CONFIGURED][t][z] +
+                             k->by_state_type_zone[BF_STATE_DRAINING][t][z];
+            if (!idle && !spec && !bound)
+                continue;
+            bigfleet__v1alpha1__free_count__init(&fc[nf]);
+            fc[nf].instance_type = (char *)tname;
+            fc[nf].zone = (char *)(z ? bf_zone_name(shm, z) : "");
+            fc[nf].idle = (int32_t)idle;
+            fc[nf].speculative = (int32_t)spec;
+            fc[nf].bound = (int32_t)bound;
+            fcp[nf] = &fc[nf];
+            nf++;
+        }
+    }
+    sum.n_free_counts = nf;
+    sum.free_counts = fcp;
     /* ----- shortfalls (top 100, priority desc then age desc) */
     uint32_t ns = r->n_shortfalls > BF_SHORTFALL_MAX ? BF_SHORTFALL_MAX : r->n_shortfalls;
     const struct bf_shortfall_row *order[BF_SHORTFALL_MAX];
@@ -369,6 +411,8 @@ static void send_report(struct coord *c)
     for (uint32_t i = 0; i < na; i++)
         bigfleet__v1alpha1__instruct_ack__free_unpacked(iap[i], NULL);
     free(iap);
+    free(fc);
+    free(fcp);
 }
 
 /* An answer of the cycle (ring COORD_OUT): queued for the next report. */
@@ -457,9 +501,12 @@ static void on_reply(void *arg, int code, const char *message, const uint8_t *re
         0.001, 2, 16, bf_mono_ns() - c->sent_ns);
     if (code != BF_NET_OK) {
         atomic_fetch_add(&st->coordinator_errors, 1);
-        BF_WARN("ReportShard failed", "code=%s message=\"%s\"", bf_net_code_name(code),
-                message ? message : "");
+        BF_WARN("ReportShard failed", "code=%s message=\"%s\" addr=%s", bf_net_code_name(code),
+                message ? message : "", c->addrs[c->cur]);
         c->sent = 0; /* the acks stay queued, in front */
+        c->rotate =
+            c->n_addrs > 1 && (code == BF_NET_FAILED_PRECONDITION || code == BF_NET_UNAVAILABLE ||
+                               code == BF_NET_DEADLINE_EXCEEDED);
         return;
     }
     /* the acks that went out are delivered */
@@ -516,12 +563,67 @@ static void forget_stale(struct coord *c, int64_t now)
     }
 }
 
+/* A client for addrs[cur] (the previous one, if any, is freed). */
+static int coord_connect(struct coord *c)
+{
+    struct ss *ss = c->ss;
+    struct bf_net_client_opts o = {.addr = c->addrs[c->cur]};
+    if (bf_config_tls(ss->cfg)) {
+        o.tls.cert_file = ss->cfg->tls_cert;
+        o.tls.key_file = ss->cfg->tls_key;
+        o.tls.ca_file = ss->cfg->tls_ca;
+    }
+    if (c->cl)
+        bf_net_client_free(c->cl);
+    c->cl = NULL;
+    return bf_net_client_new(ss->loop, &o, &c->cl);
+}
+
 static void on_timer(struct bf_net_timer *t, void *arg)
 {
     (void)t;
     struct coord *c = arg;
     forget_stale(c, bf_mono_ns());
+    if (c->rotate && !c->inflight) {
+        c->rotate = false;
+        c->cur = (c->cur + 1) % c->n_addrs;
+        int rc = coord_connect(c);
+        BF_INFO("trying the next coordinator replica", "addr=%s", c->addrs[c->cur]);
+        if (rc) {
+            BF_ERROR("cannot create the coordinator client", "addr=%s error=\"%s\"",
+                     c->addrs[c->cur], strerror(-rc));
+            c->rotate = true;
+            return;
+        }
+    }
     send_report(c);
+}
+
+/* Splits --coordinator-addr at commas (spaces around them ignored). */
+static int parse_addrs(struct coord *c, const char *list)
+{
+    const char *p = list;
+    while (*p) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        if (!*p)
+            break;
+        const char *e = p;
+        while (*e && *e != ',')
+            e++;
+        size_t n = (size_t)(e - p);
+        while (n && p[n - 1] == ' ')
+            n--;
+        if (c->n_addrs == COORD_ADDRS_MAX || n >= BF_ADDR_MAX)
+            return -EINVAL;
+        memcpy(c->addrs[c->n_addrs], p, n);
+        c->addrs[c->n_addrs][n] = 0;
+        if (bf_net_addr_check(c->addrs[c->n_addrs]))
+            return -EINVAL;
+        c->n_addrs++;
+        p = e;
+    }
+    return c->n_addrs ? 0 : -EINVAL;
 }
 
 /* ------------------------------------------------------------ lifecycle */
@@ -540,13 +642,14 @@ int coord_start(struct ss *ss)
     c->res = malloc(sizeof *c->res);
     if (!c->acks || !c->res || u64map_init(&c->fwd, 1024))
         return -ENOMEM;
-    struct bf_net_client_opts o = {.addr = ss->cfg->coordinator_addr};
-    if (bf_config_tls(ss->cfg)) {
-        o.tls.cert_file = ss->cfg->tls_cert;
-        o.tls.key_file = ss->cfg->tls_key;
-        o.tls.ca_file = ss->cfg->tls_ca;
+    int rc = parse_addrs(c, ss->cfg->coordinator_addr);
+    if (rc) {
+        BF_ERROR("bad --coordinator-addr (up to 8 comma-separated host:port); the shard runs "
+                 "without a coordinator",
+                 "addr=\"%s\"", ss->cfg->coordinator_addr);
+        return rc;
     }
-    int rc = bf_net_client_new(ss->loop, &o, &c->cl);
+    rc = coord_connect(c);
     if (rc) {
         BF_ERROR("cannot create the coordinator client; the shard runs without it",
                  "addr=%s error=\"%s\"", ss->cfg->coordinator_addr, strerror(-rc));

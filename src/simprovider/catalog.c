@@ -16,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "bigfleet/util.h"
 #include "simprovider/sim_internal.h"
 
 /* ------------------------------------------------------------ price formula */
@@ -196,23 +197,12 @@ static int tvec_push(struct tvec *tv, const struct bf_sim_type *t)
     return 0;
 }
 
-/* Splits line in place on commas; returns the field count (up to max). */
+/* Splits line in place (bf_csv_split) and trims spaces and tabs around each
+ * field; returns the field count (max + 1 when more), or -1 for a bad quote. */
 static int split_csv(char *line, char **f, int max)
 {
-    int n = 0;
-    char *p = line;
-    for (;;) {
-        if (n == max)
-            return max + 1;
-        f[n++] = p;
-        char *c = strchr(p, ',');
-        if (!c)
-            break;
-        *c = 0;
-        p = c + 1;
-    }
-    for (int i = 0; i < n; i++) {
-        /* trim spaces */
+    int n = bf_csv_split(line, f, max);
+    for (int i = 0; i < n && i < max; i++) {
         while (*f[i] == ' ' || *f[i] == '\t')
             f[i]++;
         size_t l = strlen(f[i]);

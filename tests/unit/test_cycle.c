@@ -161,6 +161,48 @@ START_TEST(idle_supply_is_bootstrapped_once_with_in_flight_marks)
 }
 END_TEST
 
+static void set_connected(bool on)
+{
+    struct bf_cluster_rec c;
+    ck_assert_int_eq(bf_cluster_read(&g_s, 0, &c, NULL), 0);
+    c.connected = on;
+    bf_cluster_write(&g_s, 0, &c);
+}
+
+/* A Bootstrap needs the operator's Session stream for its blob: for a
+ * cluster that left demand and has no session it would fail at once and
+ * roll back, every cycle; it is held back until the session is back. */
+START_TEST(bootstraps_of_a_cluster_without_a_session_are_held_back_until_it_returns)
+{
+    for (int i = 0; i < 4; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "i-%02d", i);
+        add_machine(id, BF_STATE_IDLE, 0);
+    }
+    publish_rollup(3, 1);
+    set_connected(false);
+    struct bf_cycle *c = new_cycle(false);
+    struct bf_cycle_report rep;
+    ck_assert_int_eq(bf_cycle_run_once(c, 1000000000LL, &rep), 0);
+    ck_assert_uint_eq(rep.decided, 3); /* decided (the verdicts say so) */
+    ck_assert_uint_eq(rep.no_session, 3);
+    ck_assert_uint_eq(rep.enqueued, 0);
+    struct bf_action_msg m[16];
+    ck_assert_int_eq(drain_actions(m, 16), 0);
+    for (uint32_t s = 0; s < 4; s++)
+        ck_assert(!bf_pending(&g_s, s));
+    /* the session is back: the same decisions go out */
+    set_connected(true);
+    ck_assert_int_eq(bf_cycle_run_once(c, 2000000000LL, &rep), 0);
+    ck_assert_uint_eq(rep.no_session, 0);
+    ck_assert_uint_eq(rep.enqueued, 3);
+    ck_assert_int_eq(drain_actions(m, 16), 3);
+    for (int i = 0; i < 3; i++)
+        ck_assert_uint_eq(m[i].kind, BF_ACTION_BOOTSTRAP);
+    bf_cycle_free(c);
+}
+END_TEST
+
 START_TEST(mirror_follows_executor_changes_without_rescanning)
 {
     uint32_t s0 = add_machine("i-00", BF_STATE_IDLE, 0);
@@ -513,6 +555,7 @@ int main(void)
     tcase_add_test(tc, mirror_follows_executor_changes_without_rescanning);
     tcase_add_test(tc, change_log_overflow_forces_one_counted_rescan);
     tcase_add_test(tc, no_reclaim_before_first_rollup_then_capped_after_an_empty_one);
+    tcase_add_test(tc, bootstraps_of_a_cluster_without_a_session_are_held_back_until_it_returns);
     tcase_add_test(tc, kill_switch_suppresses_every_action_without_in_flight_marks);
     tcase_add_test(tc, ledger_refs_stay_exact_while_groups_are_replaced);
     tcase_add_test(tc, max_actions_defers_the_tail_and_asks_for_another_cycle);

@@ -345,6 +345,45 @@ START_TEST(durations_parse_go_syntax)
 }
 END_TEST
 
+START_TEST(csv_split_handles_quotes_and_reports_bad_lines)
+{
+    char a[] = "sn,cpu_milli,,model";
+    char *f[8];
+    ck_assert_int_eq(bf_csv_split(a, f, 8), 4);
+    ck_assert_str_eq(f[0], "sn");
+    ck_assert_str_eq(f[2], "");
+    ck_assert_str_eq(f[3], "model");
+    char b[] = "\"a,b\",\"say \"\"hi\"\"\",c";
+    ck_assert_int_eq(bf_csv_split(b, f, 8), 3);
+    ck_assert_str_eq(f[0], "a,b");
+    ck_assert_str_eq(f[1], "say \"hi\"");
+    ck_assert_str_eq(f[2], "c");
+    char c[] = "\"open,x";
+    ck_assert_int_eq(bf_csv_split(c, f, 8), -1); /* unterminated quote */
+    char d[] = "\"q\"x,y";
+    ck_assert_int_eq(bf_csv_split(d, f, 8), -1); /* text after a closing quote */
+    char e[] = "1,2,3";
+    ck_assert_int_eq(bf_csv_split(e, f, 2), 3); /* more fields than max: max + 1 */
+}
+END_TEST
+
+START_TEST(utf8_len_accepts_only_valid_shortest_sequences)
+{
+    ck_assert_uint_eq(bf_utf8_len((const unsigned char *)"a", 1), 1);
+    ck_assert_uint_eq(bf_utf8_len((const unsigned char *)"\xc3\xa9", 2), 2);         /* é */
+    ck_assert_uint_eq(bf_utf8_len((const unsigned char *)"\xe2\x82\xac", 3), 3);     /* € */
+    ck_assert_uint_eq(bf_utf8_len((const unsigned char *)"\xf0\x9f\x98\x80", 4), 4); /* 😀 */
+    ck_assert_uint_eq(bf_utf8_len((const unsigned char *)"\xc0\xaf", 2), 0);         /* overlong */
+    ck_assert_uint_eq(bf_utf8_len((const unsigned char *)"\xe0\x80\xaf", 3), 0);     /* overlong */
+    ck_assert_uint_eq(bf_utf8_len((const unsigned char *)"\xed\xa0\x80", 3), 0);     /* surrogate */
+    ck_assert_uint_eq(bf_utf8_len((const unsigned char *)"\xf4\x90\x80\x80", 4),
+                      0);                                                    /* > U+10FFFF */
+    ck_assert_uint_eq(bf_utf8_len((const unsigned char *)"\xe2\x82", 2), 0); /* cut */
+    ck_assert_uint_eq(bf_utf8_len((const unsigned char *)"\xc3\x28", 2), 0); /* bad continuation */
+    ck_assert_uint_eq(bf_utf8_len((const unsigned char *)"\x80", 1), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("model");
@@ -363,6 +402,8 @@ int main(void)
     tcase_add_test(tc, effective_cost_follows_locked_formula_and_never_nan);
     tcase_add_test(tc, go_float_format_matches_strconv_g_shortest);
     tcase_add_test(tc, durations_parse_go_syntax);
+    tcase_add_test(tc, csv_split_handles_quotes_and_reports_bad_lines);
+    tcase_add_test(tc, utf8_len_accepts_only_valid_shortest_sequences);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

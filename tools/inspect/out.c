@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bigfleet/util.h"
 #include "inspect.h"
 
 static void ib_grow(struct insp_buf *b, size_t need)
@@ -105,37 +106,6 @@ void ib_bytes_text(struct insp_buf *b, const char *s, size_t n, size_t max)
 
 /* ------------------------------------------------------------------ JSON */
 
-/* Length of a valid UTF-8 sequence at s (n bytes left), or 0. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-    unsigned char c = s[0];
-    size_t l;
-    uint32_t cp;
-    if (c >= 0xc2 && c <= 0xdf) {
-        l = 2;
-        cp = c & 0x1f;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        l = 3;
-        cp = c & 0x0f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        l = 4;
-        cp = c & 0x07;
-    } else {
-        return 0;
-    }
-    if (n < l)
-        return 0;
-    for (size_t i = 1; i < l; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    if ((l == 3 && cp < 0x800) || (l == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-        (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return l;
-}
-
 void json_escape(struct insp_buf *b, const char *str, size_t n)
 {
     const unsigned char *s = (const unsigned char *)str;
@@ -148,7 +118,7 @@ void json_escape(struct insp_buf *b, const char *str, size_t n)
             continue;
         }
         if (c >= 0x80) {
-            size_t l = utf8_len(s + i, n - i);
+            size_t l = bf_utf8_len(s + i, n - i);
             if (l) {
                 i += l;
                 continue;

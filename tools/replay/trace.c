@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bigfleet/util.h"
 #include "replay.h"
 
 enum col { C_NAME, C_CPU, C_MEM, C_NGPU, C_GPUMILLI, C_SPEC, C_QOS, C_CREATE, C_DELETE, C_COUNT };
@@ -52,50 +53,6 @@ static void errf(char *err, size_t n, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err, n, fmt, ap);
     va_end(ap);
-}
-
-/* Splits one line (NUL-terminated, modified in place) into fields. Returns
- * the count, or -1 for an unterminated quote. */
-static int split_csv(char *line, char **f, int max)
-{
-    int n = 0;
-    char *p = line;
-    for (;;) {
-        if (n == max)
-            return max + 1;
-        if (*p == '"') {
-            char *w = ++p;
-            f[n++] = w;
-            for (;;) {
-                if (!*p)
-                    return -1;
-                if (*p == '"') {
-                    if (p[1] == '"') {
-                        *w++ = '"';
-                        p += 2;
-                        continue;
-                    }
-                    p++;
-                    break;
-                }
-                *w++ = *p++;
-            }
-            *w = 0;
-            if (*p == ',') {
-                p++;
-                continue;
-            }
-            if (*p)
-                return -1; /* text after a closing quote */
-            return n;
-        }
-        f[n++] = p;
-        char *c = strchr(p, ',');
-        if (!c)
-            return n;
-        *c = 0;
-        p = c + 1;
-    }
 }
 
 static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
@@ -471,7 +428,7 @@ int rp_trace_parse(const char *name, const char *buf, size_t len, const struct r
         if (blank)
             continue;
         char *f[MAX_FIELDS + 1];
-        int nf = split_csv(line, f, MAX_FIELDS);
+        int nf = bf_csv_split(line, f, MAX_FIELDS);
         if (!have_header) {
             if (nf < 0 || nf > MAX_FIELDS) {
                 errf(err, err_len, "%s:%zu: header: %s", name, lineno,
