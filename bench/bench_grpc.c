@@ -9,13 +9,17 @@
  *   2. the same unary load from h2load (nghttp2-client), if installed
  *      (h2c only; h2load cannot see grpc-status, the server counts OKs);
  *   3. concurrent open bidi streams held (Shard/Session, Hello + Ack each):
- *      the server's RSS before and after, per stream, then rounds of one
+ *      the server's RSS before and after (the connections quiet for 1.5 s:
+ *      idle), per stream, and what the second half of the connections
+ *      adds (without per-process costs), then rounds of one
  *      rollup per stream (one message in, one ack out) with the server's
  *      CPU time per 1,000 messages. Two shapes: one connection per stream
  *      (one operator per cluster), 100 streams per connection, and one mTLS
  *      connection per stream (client certificate bigfleet://cluster/c1).
  *
- *   bench_grpc [--seconds S] [--streams N] [--out FILE] [--quick]
+ *   bench_grpc [--seconds S] [--streams N] [--out FILE] [--quick] [--bidi-only]
+ *
+ *   --bidi-only skips 1 and 2 (the connection-memory figures alone).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -29,9 +33,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <wolfssl/options.h>
-#include <wolfssl/wolfcrypt/memory.h>
 
 #include "bigfleet/log.h"
 #include "bigfleet/net.h"
@@ -111,31 +112,6 @@ static void on_usr1(int sig)
 
 /* On SIGUSR1: return freed pages to the kernel (so RSS shows live memory, not
  * jemalloc's dirty-page cache) and report the live heap bytes on the pipe. */
-/* wolfSSL's own live heap bytes (its allocators counted in the server): what
- * a TLS session holds, apart from the connection and HTTP/2 state */
-static uint64_t g_wolf_live;
-static void *wolf_malloc(size_t n)
-{
-    void *p = malloc(n);
-    if (p)
-        g_wolf_live += malloc_usable_size(p);
-    return p;
-}
-static void wolf_free(void *p)
-{
-    if (p)
-        g_wolf_live -= malloc_usable_size(p);
-    free(p);
-}
-static void *wolf_realloc(void *p, size_t n)
-{
-    size_t old = p ? malloc_usable_size(p) : 0;
-    void *q = realloc(p, n);
-    if (q || !n)
-        g_wolf_live += (q ? malloc_usable_size(q) : 0) - old;
-    return q;
-}
-
 static void report_tick(struct bf_net_timer *t, void *arg)
 {
     (void)t, (void)arg;
@@ -153,14 +129,13 @@ static void report_tick(struct bf_net_timer *t, void *arg)
         if (mallctl("stats.allocated", &a, &sz, NULL, 0) == 0)
             allocated = a;
     }
-    uint64_t rep[2] = {allocated, g_wolf_live};
+    uint64_t rep[2] = {allocated, bf_net_tls_heap_bytes()};
     if (write(g_report_fd, rep, sizeof rep) != (ssize_t)sizeof rep)
         g_report_fd = -1;
 }
 
 static int serve_main(int fd, const char *cert, const char *key, const char *ca)
 {
-    wolfSSL_SetAllocators(wolf_malloc, wolf_free, wolf_realloc);
     signal(SIGUSR1, on_usr1);
     pin(0);
     raise_nofile();
@@ -487,9 +462,11 @@ static const uint8_t ROLLUP[] = {0x12, 0x04, 0x0a, 0x02, 'c', '1'};
 
 struct bidi_fig {
     int streams, conns, opened;
-    long rss_base_kb, rss_open_kb, rss_raw_kb, client_rss_kb;
+    long rss_base_kb, rss_open_kb, rss_raw_kb, client_rss_kb, rss_half_kb;
+    int opened_half;
     uint64_t heap_base, heap_open, wolf_base, wolf_open;
     double open_secs, bytes_per_stream, heap_per_stream, wolf_per_stream;
+    double marginal_bytes_per_stream; /* second half of the connections only */
     double cpu_ms_per_1k_msgs;
     double msgs_per_sec;
     int rounds;
@@ -501,6 +478,15 @@ static bool wait_acks(struct bf_net_loop *l, int want, int64_t max_ns)
     while (g_acks < want && bf_mono_ns() < until)
         bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
     return g_acks >= want;
+}
+
+#define IDLE_SETTLE_MS 1500
+
+static void settle(struct bf_net_loop *l)
+{
+    int64_t until = bf_mono_ns() + IDLE_SETTLE_MS * BF_NS_PER_MS;
+    while (bf_mono_ns() < until)
+        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
 }
 
 static struct bidi_fig bidi_bench(int streams, int conns, int rounds,
@@ -541,19 +527,35 @@ static struct bidi_fig bidi_bench(int streams, int conns, int rounds,
         }
         if (c % 250 == 249)
             wait_acks(l, (c + 1) * per, 30 * BF_NS_PER_SEC);
+        if (c + 1 == conns / 2 && conns >= 2) {
+            /* the marginal cost: what the second half adds, without the
+             * per-process costs the first connections pay (recv buffer
+             * ring pages, wolfSSL's ECC fixed-point cache, allocator
+             * metadata) */
+            wait_acks(l, (c + 1) * per, 60 * BF_NS_PER_SEC);
+            settle(l);
+            uint64_t h, w;
+            server_mem(pid, &fg.rss_half_kb, &h, &w);
+            fg.opened_half = g_acks;
+        }
     }
     wait_acks(l, streams, 60 * BF_NS_PER_SEC);
     fg.open_secs = (double)(bf_mono_ns() - t0) / BF_NS_PER_SEC;
     fg.opened = g_acks;
-    /* let the server settle, then its RSS */
-    for (int i = 0; i < 20; i++)
-        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+    /* let the connections go idle (quiet for IDLE_SETTLE_MS: the server
+     * gives idle connections' frame buffer pages back after 1 s), then the
+     * server's RSS */
+    settle(l);
     fg.rss_raw_kb = proc_rss_kb(pid); /* before purging jemalloc's dirty pages */
     server_mem(pid, &fg.rss_open_kb, &fg.heap_open, &fg.wolf_open);
     fg.client_rss_kb = proc_rss_kb(getpid());
     fg.bytes_per_stream =
         fg.opened ? (double)(fg.rss_open_kb - fg.rss_base_kb) * 1024.0 / fg.opened : 0;
     fg.heap_per_stream = fg.opened ? (double)(fg.heap_open - fg.heap_base) / fg.opened : 0;
+    fg.marginal_bytes_per_stream =
+        fg.opened > fg.opened_half && fg.opened_half > 0
+            ? (double)(fg.rss_open_kb - fg.rss_half_kb) * 1024.0 / (fg.opened - fg.opened_half)
+            : 0;
     fg.wolf_per_stream = fg.opened ? ((double)fg.wolf_open - (double)fg.wolf_base) / fg.opened : 0;
     /* message rounds: one rollup per stream in, one ack out */
     double cpu0 = proc_cpu(pid);
@@ -635,12 +637,14 @@ static void print_bidi(FILE *f, const char *name, const struct bidi_fig *b, bool
             "    \"%s\": {\"streams\": %d, \"connections\": %d, \"opened\": %d, \"open_seconds\": "
             "%.2f, \"server_rss_base_kib\": %ld, \"server_rss_open_kib\": %ld, "
             "\"server_rss_open_before_purge_kib\": %ld, \"server_rss_bytes_per_stream\": %.0f, "
+            "\"server_rss_marginal_bytes_per_stream\": %.0f, "
             "\"server_heap_bytes_per_stream\": %.0f, \"server_wolfssl_bytes_per_stream\": %.0f, "
             "\"client_rss_kib\": %ld, \"rounds\": %d, "
             "\"messages_per_sec\": %.0f, \"server_cpu_ms_per_1000_messages\": %.3f}%s\n",
             name, b->streams, b->conns, b->opened, b->open_secs, b->rss_base_kb, b->rss_open_kb,
-            b->rss_raw_kb, b->bytes_per_stream, b->heap_per_stream, b->wolf_per_stream,
-            b->client_rss_kb, b->rounds, b->msgs_per_sec, b->cpu_ms_per_1k_msgs, last ? "" : ",");
+            b->rss_raw_kb, b->bytes_per_stream, b->marginal_bytes_per_stream, b->heap_per_stream,
+            b->wolf_per_stream, b->client_rss_kb, b->rounds, b->msgs_per_sec, b->cpu_ms_per_1k_msgs,
+            last ? "" : ",");
 }
 
 int main(int argc, char **argv)
@@ -648,17 +652,15 @@ int main(int argc, char **argv)
     double seconds = 3;
     int streams = 10000;
     const char *out = "results/bench_grpc.json";
-    static const struct option lo[] = {{"seconds", required_argument, 0, 's'},
-                                       {"streams", required_argument, 0, 'n'},
-                                       {"out", required_argument, 0, 'o'},
-                                       {"quick", no_argument, 0, 'q'},
-                                       {"serve-fd", required_argument, 0, 'F'},
-                                       {"cert", required_argument, 0, 'C'},
-                                       {"key", required_argument, 0, 'K'},
-                                       {"ca", required_argument, 0, 'A'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {
+        {"seconds", required_argument, 0, 's'}, {"streams", required_argument, 0, 'n'},
+        {"out", required_argument, 0, 'o'},     {"quick", no_argument, 0, 'q'},
+        {"bidi-only", no_argument, 0, 'b'},     {"serve-fd", required_argument, 0, 'F'},
+        {"cert", required_argument, 0, 'C'},    {"key", required_argument, 0, 'K'},
+        {"ca", required_argument, 0, 'A'},      {0, 0, 0, 0}};
     int c;
     int serve_fd = -1;
+    bool bidi_only = false;
     const char *cert = NULL, *key = NULL, *ca_arg = NULL;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
@@ -683,12 +685,17 @@ int main(int argc, char **argv)
         case 'o':
             out = optarg;
             break;
+        case 'b':
+            bidi_only = true;
+            break;
         case 'q':
             seconds = 1;
             streams = 1000;
             break;
         default:
-            fprintf(stderr, "usage: %s [--seconds S] [--streams N] [--out FILE] [--quick]\n",
+            fprintf(stderr,
+                    "usage: %s [--seconds S] [--streams N] [--out FILE] [--quick] "
+                    "[--bidi-only]\n",
                     argv[0]);
             return 2;
         }
@@ -703,17 +710,8 @@ int main(int argc, char **argv)
     printf("bench_grpc: %ld CPUs; server pinned to CPU 0, client to CPU 1\n",
            sysconf(_SC_NPROCESSORS_ONLN));
     struct bf_net_client_opts plain = {0};
-    struct unary_fig h2c1 = unary_bench(NULL, &plain, 1, 128, seconds);
-    printf("unary h2c, 1 conn x 128 in flight: %.0f RPC/s, server CPU %.0f%%, %.0f RPC per "
-           "server-CPU-second, %.2f ms CPU per 1000 RPCs (errors %llu)\n",
-           h2c1.rps, h2c1.server_util * 100, h2c1.rps_per_core, h2c1.cpu_ms_per_1k,
-           (unsigned long long)h2c1.errors);
-    struct unary_fig h2c4 = unary_bench(NULL, &plain, 4, 64, seconds);
-    printf("unary h2c, 4 conns x 64 in flight: %.0f RPC/s, server CPU %.0f%%, %.0f RPC per "
-           "server-CPU-second, %.2f ms CPU per 1000 RPCs (errors %llu)\n",
-           h2c4.rps, h2c4.server_util * 100, h2c4.rps_per_core, h2c4.cpu_ms_per_1k,
-           (unsigned long long)h2c4.errors);
-    struct unary_fig tls1 = {0};
+    struct unary_fig h2c1 = {0}, h2c4 = {0}, tls1 = {0};
+    struct h2load_fig hl = {0};
     bool pki = make_pki();
     char crt[128], keyf[128], ca[128], ccrt[128], ckey[128];
     snprintf(crt, sizeof crt, "%s/s.crt", g_pki);
@@ -721,19 +719,31 @@ int main(int argc, char **argv)
     snprintf(ca, sizeof ca, "%s/ca.crt", g_pki);
     snprintf(ccrt, sizeof ccrt, "%s/c.crt", g_pki);
     snprintf(ckey, sizeof ckey, "%s/c.key", g_pki);
-    if (pki) {
-        struct bf_net_tls_config stls = {crt, keyf, NULL};
-        struct bf_net_client_opts ctls = {.tls = {NULL, NULL, ca}};
-        tls1 = unary_bench(&stls, &ctls, 1, 128, seconds);
-        printf("unary TLS 1.3, 1 conn x 128 in flight: %.0f RPC/s, server CPU %.0f%%, %.0f RPC "
-               "per server-CPU-second, %.2f ms CPU per 1000 RPCs (errors %llu)\n",
-               tls1.rps, tls1.server_util * 100, tls1.rps_per_core, tls1.cpu_ms_per_1k,
-               (unsigned long long)tls1.errors);
+    if (!bidi_only) {
+        h2c1 = unary_bench(NULL, &plain, 1, 128, seconds);
+        printf("unary h2c, 1 conn x 128 in flight: %.0f RPC/s, server CPU %.0f%%, %.0f RPC per "
+               "server-CPU-second, %.2f ms CPU per 1000 RPCs (errors %llu)\n",
+               h2c1.rps, h2c1.server_util * 100, h2c1.rps_per_core, h2c1.cpu_ms_per_1k,
+               (unsigned long long)h2c1.errors);
+        h2c4 = unary_bench(NULL, &plain, 4, 64, seconds);
+        printf("unary h2c, 4 conns x 64 in flight: %.0f RPC/s, server CPU %.0f%%, %.0f RPC per "
+               "server-CPU-second, %.2f ms CPU per 1000 RPCs (errors %llu)\n",
+               h2c4.rps, h2c4.server_util * 100, h2c4.rps_per_core, h2c4.cpu_ms_per_1k,
+               (unsigned long long)h2c4.errors);
+        if (pki) {
+            struct bf_net_tls_config stls = {crt, keyf, NULL};
+            struct bf_net_client_opts ctls = {.tls = {NULL, NULL, ca}};
+            tls1 = unary_bench(&stls, &ctls, 1, 128, seconds);
+            printf("unary TLS 1.3, 1 conn x 128 in flight: %.0f RPC/s, server CPU %.0f%%, %.0f RPC "
+                   "per server-CPU-second, %.2f ms CPU per 1000 RPCs (errors %llu)\n",
+                   tls1.rps, tls1.server_util * 100, tls1.rps_per_core, tls1.cpu_ms_per_1k,
+                   (unsigned long long)tls1.errors);
+        }
+        hl = h2load_bench((uint64_t)(200000 * seconds));
+        if (hl.ran)
+            printf("h2load h2c, 4 conns x 64 streams: %.0f req/s, %.0f req per server-CPU-second\n",
+                   hl.rps, hl.rps_per_core);
     }
-    struct h2load_fig hl = h2load_bench((uint64_t)(200000 * seconds));
-    if (hl.ran)
-        printf("h2load h2c, 4 conns x 64 streams: %.0f req/s, %.0f req per server-CPU-second\n",
-               hl.rps, hl.rps_per_core);
 
     struct bidi_fig b[3];
     const char *bname[3] = {"one_stream_per_connection", "hundred_streams_per_connection",
@@ -747,12 +757,14 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < nb; i++)
         printf("bidi %s: %d/%d streams open on %d connections in %.2fs; server RSS %ld -> %ld KiB "
-               "(%ld before purge; %.0f RSS bytes, %.0f heap bytes (wolfSSL %.0f) per stream); "
+               "(%ld before purge; %.0f RSS bytes (second half: %.0f), %.0f heap bytes (wolfSSL "
+               "%.0f) per stream); "
                "%.0f msgs/s, "
                "%.3f ms server CPU per 1000 messages\n",
                bname[i], b[i].opened, b[i].streams, b[i].conns, b[i].open_secs, b[i].rss_base_kb,
-               b[i].rss_open_kb, b[i].rss_raw_kb, b[i].bytes_per_stream, b[i].heap_per_stream,
-               b[i].wolf_per_stream, b[i].msgs_per_sec, b[i].cpu_ms_per_1k_msgs);
+               b[i].rss_open_kb, b[i].rss_raw_kb, b[i].bytes_per_stream,
+               b[i].marginal_bytes_per_stream, b[i].heap_per_stream, b[i].wolf_per_stream,
+               b[i].msgs_per_sec, b[i].cpu_ms_per_1k_msgs);
     if (pki) {
         char rm[128];
         snprintf(rm, sizeof rm, "rm -rf %s", g_pki);
@@ -773,12 +785,14 @@ int main(int argc, char **argv)
     }
     fprintf(f, "{\n  \"benchmark\": \"bench_grpc\",\n  \"cpus\": %ld,\n  \"seconds\": %.1f,\n",
             sysconf(_SC_NPROCESSORS_ONLN), seconds);
-    fprintf(f, "  \"unary\": {\n");
-    print_unary(f, "h2c_1conn", &h2c1, 1, 128, false);
-    print_unary(f, "h2c_4conn", &h2c4, 4, 64, !pki);
-    if (pki)
-        print_unary(f, "tls13_1conn", &tls1, 1, 128, true);
-    fprintf(f, "  },\n");
+    if (!bidi_only) {
+        fprintf(f, "  \"unary\": {\n");
+        print_unary(f, "h2c_1conn", &h2c1, 1, 128, false);
+        print_unary(f, "h2c_4conn", &h2c4, 4, 64, !pki);
+        if (pki)
+            print_unary(f, "tls13_1conn", &tls1, 1, 128, true);
+        fprintf(f, "  },\n");
+    }
     if (hl.ran)
         fprintf(f,
                 "  \"h2load_h2c\": {\"connections\": 4, \"streams_per_connection\": 64, "

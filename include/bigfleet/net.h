@@ -163,6 +163,8 @@ struct bf_net_stats {
     uint64_t header_list_refusals;   /* server: streams reset: decoded request headers
                                         over 64 KiB (an HPACK bomb) */
     uint64_t flood_closes[BF_NET_FLOOD_COUNT]; /* server: connections closed as floods */
+    uint64_t idle_buffer_releases;             /* server: times an idle connection's HTTP/2 frame
+                                                  buffer pages went back to the kernel */
 };
 
 /* -------------------------------------------------------------- the loop */
@@ -271,6 +273,9 @@ struct bf_net_tls_config {
 };
 /* 1 = all three set (mTLS), 0 = none (plaintext), -EINVAL = partial. */
 int bf_net_tls_config_check(const struct bf_net_tls_config *tls);
+/* Bytes wolfSSL holds on the heap in this process right now (all its
+ * allocations go through src/net's counting allocator). Any thread. */
+uint64_t bf_net_tls_heap_bytes(void);
 
 /*
  * Certificates and keys are re-read when their file mtime changes (checked

@@ -360,6 +360,7 @@ static void conn_input_tls(struct conn *c, const uint8_t *data, size_t n)
             conn_abort(c, r);
             return;
         }
+        bf_tls_session_trim(c); /* handshake state and zero pages back */
         if (c->state != C_OPEN)
             goto keep;
     }

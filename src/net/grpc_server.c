@@ -21,12 +21,21 @@
  *     the loop bump srv->depth; bf_net_server_free() inside a callback is
  *     finished when the depth returns to zero.
  *   - Bad input is counted in srv->stats and logged once per connection.
+ *   - Idle memory (issue 18): each session allocates through sconn_mem,
+ *     which gives nghttp2's frame buffer (the one 16 KiB chunk the session
+ *     allocates when it is created and keeps until it is deleted) pages of
+ *     its own. Once a connection has been quiet for FB_IDLE_NS and nghttp2
+ *     has nothing to write (so no frame is being serialised in it), those
+ *     pages go back to the kernel (MADV_DONTNEED); the next frame faults a
+ *     fresh zero page in. The buffer's contents between frames are dead:
+ *     nghttp2 writes every frame into it from its start before reading it.
  */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <protobuf-c/protobuf-c.h>
@@ -41,6 +50,8 @@
 #define STALL_RATE      (64u << 10) /* bytes a second a partial message must at least move */
 #define FLOOD_CLOSE_NS  (1 * BF_NS_PER_SEC)  /* GOAWAY flush time before a flood conn is cut */
 #define LIMIT_LOG_NS    (10 * BF_NS_PER_SEC) /* at most one limit log line per this, per reason */
+#define FB_IDLE_NS      (1 * BF_NS_PER_SEC)  /* quiet this long: frame buffer pages back */
+#define FB_PAGE         4096u
 
 struct method_ent {
     struct bf_net_method m;
@@ -83,18 +94,24 @@ struct sconn {
     char *identity;
     bool identity_bad, identity_logged, bad_logged;
     bool got_settings, goaway_sent, ping_out;
+    bool peer_counted, ident_counted;
     int64_t ping_sent, last_rx;
     struct bf_net_timer timer;
     struct bf_list drain_q;        /* calls whose outbox emptied (on_drain pending) */
     struct bf_grpc_budget inbound; /* this connection's share (parent: the server's) */
     struct bf_h2_guard guard;      /* frame-level flood accounting */
-    int flood;                     /* enum bf_net_flood: closing as a flood */
+    uint32_t ncalls;               /* calls not yet done */
+    uint8_t flood;                 /* enum bf_net_flood: closing as a flood */
+    /* nghttp2's frame buffer (sconn_mem): page-aligned, released when quiet */
+    uint8_t fb_pages; /* whole pages of it */
+    bool fb_creating; /* inside nghttp2_session_server_new3 */
+    bool fb_released; /* pages given back since the last activity */
     int64_t flood_at;
-    uint32_t ncalls;    /* calls not yet done */
     int64_t idle_since; /* mono ns since ncalls became 0 */
+    int64_t last_tx;    /* mono ns nghttp2 last had something to write */
     struct bf_cc_key peer_key, ident_key;
-    bool peer_counted, ident_counted;
-};
+    uint8_t *fb;
+}; /* 896 bytes: one jemalloc size class; keep it there */
 
 struct bf_net_call {
     struct sconn *sc;
@@ -171,7 +188,7 @@ static void sconn_flood(struct sconn *sc, int reason)
     struct bf_net_server *srv = sc->srv;
     if (sc->flood)
         return;
-    sc->flood = reason;
+    sc->flood = (uint8_t)reason;
     srv->stats.flood_closes[reason]++;
     uint64_t total = 0;
     for (int i = 0; i < BF_NET_FLOOD_COUNT; i++)
@@ -972,6 +989,77 @@ static int on_invalid_frame_cb(nghttp2_session *h2, const nghttp2_frame *frame, 
 
 /* ------------------------------------------------------------ keepalive */
 
+/* ------------------------------------------------------------ nghttp2 memory */
+
+static void *sconn_mem_malloc(size_t n, void *ud)
+{
+    struct sconn *sc = ud;
+    if (sc->fb_creating && !sc->fb && n >= 4 * FB_PAGE && n < 255 * FB_PAGE) {
+        /* the frame buffer chunk: pages of its own so that they can be released */
+        size_t sz = (n + FB_PAGE - 1) & ~(size_t)(FB_PAGE - 1);
+        sc->fb = aligned_alloc(FB_PAGE, sz);
+        sc->fb_pages = sc->fb ? (uint8_t)(n / FB_PAGE) : 0;
+        return sc->fb;
+    }
+    return malloc(n);
+}
+
+static void sconn_mem_free(void *p, void *ud)
+{
+    struct sconn *sc = ud;
+    if (p && p == sc->fb) {
+        sc->fb = NULL;
+        sc->fb_pages = 0;
+    }
+    free(p);
+}
+
+static void *sconn_mem_calloc(size_t n, size_t sz, void *ud)
+{
+    (void)ud;
+    return calloc(n, sz);
+}
+
+static void *sconn_mem_realloc(void *p, size_t n, void *ud)
+{
+    struct sconn *sc = ud;
+    if (!p) /* nghttp2 allocates its buffers with realloc(NULL, n) */
+        return sconn_mem_malloc(n, ud);
+    if (p == sc->fb) { /* nghttp2 does not resize it; if it ever does, forget it */
+        sc->fb = NULL;
+        sc->fb_pages = 0;
+    }
+    return realloc(p, n);
+}
+
+/* Gives the frame buffer's whole pages back when nghttp2 has nothing to
+ * write (no frame lives in it). */
+static void sconn_fb_release(struct sconn *sc)
+{
+    if (!sc->fb || sc->fb_released || !sc->h2 || nghttp2_session_want_write(sc->h2))
+        return;
+    size_t len = (size_t)sc->fb_pages * FB_PAGE;
+    if (len && madvise(sc->fb, len, MADV_DONTNEED) == 0) {
+        sc->fb_released = true;
+        sc->srv->stats.idle_buffer_releases++;
+    }
+}
+
+/* Something was received or is to be sent: the frame buffer is in use
+ * again; release it after FB_IDLE_NS of quiet (sconn_timer_cb). */
+static void sconn_fb_active(struct sconn *sc, int64_t now)
+{
+    sc->last_tx = now;
+    if (!sc->fb_released)
+        return;
+    sc->fb_released = false;
+    if (!sc->got_settings || sc->flood || sc->c.state != C_OPEN)
+        return;
+    int64_t at = now + FB_IDLE_NS;
+    if (!bf_net_timer_active(&sc->timer) || sc->timer.expiry > at)
+        bf_net_timer_start(&sc->timer, FB_IDLE_NS, 0);
+}
+
 static void sconn_timer_cb(struct bf_net_timer *t, void *arg)
 {
     (void)t;
@@ -1010,6 +1098,18 @@ static void sconn_timer_cb(struct bf_net_timer *t, void *arg)
             next = now + srv->o.keepalive_timeout_ns;
         } else {
             next = sc->last_rx + srv->o.keepalive_ns;
+        }
+    }
+    if (sc->fb && !sc->fb_released) {
+        int64_t quiet = sc->last_rx > sc->last_tx ? sc->last_rx : sc->last_tx;
+        int64_t at = quiet + FB_IDLE_NS;
+        if (now >= at)
+            sconn_fb_release(sc);
+        if (!sc->fb_released) {
+            if (now >= at)
+                at = now + FB_IDLE_NS; /* output pending: look again later */
+            if (!next || at < next)
+                next = at;
         }
     }
     if (srv->o.conn_idle_timeout_ns > 0 && sc->ncalls == 0 && !sc->goaway_sent) {
@@ -1088,6 +1188,7 @@ static int sconn_on_data(struct conn *c, const uint8_t *p, size_t n)
     if (sc->flood)
         return 0; /* closing as a flood: nothing more reaches HTTP/2 */
     sc->last_rx = bf_mono_ns();
+    sconn_fb_active(sc, sc->last_rx);
     srv_enter(srv);
     ssize_t r = nghttp2_session_mem_recv(sc->h2, p, n);
     int ret = 0;
@@ -1110,6 +1211,8 @@ static int sconn_produce(struct conn *c)
     struct sconn *sc = BF_CONTAINER_OF(c, struct sconn, c);
     struct bf_net_server *srv = sc->srv;
     srv_enter(srv);
+    if (nghttp2_session_want_write(sc->h2))
+        sconn_fb_active(sc, bf_mono_ns());
     int r = h2_produce(c, sc->h2, SRV_BATCH);
     /* on_drain: outside nghttp2, after the output step */
     while (r == 0 && !bf_list_empty(&sc->drain_q) && c->state == C_OPEN) {
@@ -1215,7 +1318,11 @@ static void srv_on_accept(void *owner, int fd)
     sc->srv = srv;
     bf_list_init(&sc->calls);
     bf_list_init(&sc->drain_q);
-    if (nghttp2_session_server_new2(&sc->h2, srv->cbs, sc, srv->h2opt) != 0) {
+    nghttp2_mem mem = {sc, sconn_mem_malloc, sconn_mem_free, sconn_mem_calloc, sconn_mem_realloc};
+    sc->fb_creating = true;
+    int hr = nghttp2_session_server_new3(&sc->h2, srv->cbs, sc, srv->h2opt, &mem);
+    sc->fb_creating = false;
+    if (hr != 0) {
         free(sc);
         srv->stats.conns_rejected++;
         close(fd);

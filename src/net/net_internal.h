@@ -258,7 +258,8 @@ struct conn {
     bool tls_done;
     int busy;
     struct WOLFSSL *ssl;
-    struct bf_tls_ctx *tls; /* reference held while ssl lives */
+    struct bf_tls_ctx *tls;    /* reference held while ssl lives */
+    struct bf_list tls_blocks; /* wolfSSL's large blocks for this conn (tls.c) */
     /* TLS ciphertext being fed to wolfSSL */
     const uint8_t *tin;
     size_t tin_len;
@@ -320,6 +321,13 @@ bool bf_tls_ctx_mtls(const struct bf_tls_ctx *t);
 /* Per-connection session, I/O callbacks bound to c. -ENOMEM / -EIO. */
 int bf_tls_session_new(struct conn *c, struct bf_tls_ctx *t, const char *sni);
 void bf_tls_session_free(struct conn *c);
+/*
+ * After the handshake (and the peer checks that read the certificate):
+ * frees wolfSSL's handshake resources and returns to the kernel the
+ * all-zero pages of the connection's WOLFSSL object and session (contents
+ * unchanged). Returns the bytes given back. Loop thread of c only.
+ */
+size_t bf_tls_session_trim(struct conn *c);
 /* Drives the handshake. 1 done, 0 in progress (wants input), <0 failed. */
 int bf_tls_handshake(struct conn *c);
 /* Decrypts what is buffered: calls emit(c, p, n) per chunk; stops when

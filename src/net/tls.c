@@ -16,6 +16,20 @@
  *     (wire.md §7: exactly one with scheme bigfleet).
  *   - wolfSSL_Init/Cleanup are reference counted by wolfSSL itself; every
  *     context does one Init and one Cleanup.
+ *   - Memory (issue 18): wolfSSL allocates through tls_malloc/tls_free (set
+ *     once, before the first wolfSSL_Init), which count its live bytes
+ *     (bf_net_tls_heap_bytes) and remember the large blocks (>= one page)
+ *     allocated on behalf of a connection (c->tls_blocks). Once the
+ *     handshake is done, bf_tls_session_trim() releases the handshake
+ *     resources and gives the kernel back the pages of the connection's
+ *     WOLFSSL object and of its session that hold only zeros
+ *     (MADV_DONTNEED on private anonymous memory reads back as zeros, so the
+ *     contents do not change). The Debian build's session object
+ *     (SESSION_CERTS: a 9-deep certificate chain of 4 KiB slots) is ~37 KiB
+ *     of which ~32 KiB stays zero on a server; that is most of what an idle
+ *     mTLS connection held. Only blocks known to be this connection's are
+ *     touched: the WOLFSSL itself and wolfSSL_get_session(ssl), each
+ *     checked against c->tls_blocks.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -23,7 +37,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <wolfssl/options.h>
 #include <wolfssl/ssl.h>
@@ -35,6 +53,153 @@
 #include "net/net_internal.h"
 
 #define BF_GEN_URI 6 /* GeneralName uniformResourceIdentifier */
+
+/* ------------------------------------------------------------ wolfSSL heap */
+
+#define TLS_BLK_MAGIC 0x7b15u
+#define TLS_PAGE      4096u
+
+/* In front of every block wolfSSL gets (16 bytes: malloc's alignment kept). */
+struct tls_blk {
+    uint32_t size; /* bytes wolfSSL asked for */
+    uint16_t magic;
+    uint16_t large; /* a struct tls_large precedes this header */
+    uint32_t pad[2];
+};
+/* Large blocks also sit on their connection's list (c->tls_blocks). */
+struct tls_large {
+    struct bf_list link; /* empty when the block belongs to no connection */
+    struct tls_blk h;
+};
+
+static _Atomic uint64_t g_tls_heap;                              /* live bytes wolfSSL holds */
+static pthread_mutex_t g_tls_blk_mu = PTHREAD_MUTEX_INITIALIZER; /* the lists */
+static _Thread_local struct conn *g_tls_owner; /* connection inside a wolfSSL call */
+static pthread_once_t g_tls_alloc_once = PTHREAD_ONCE_INIT;
+
+static void *tls_malloc(size_t n)
+{
+    if (n > UINT32_MAX - TLS_PAGE)
+        return NULL;
+    bool large = n >= TLS_PAGE;
+    size_t pre = large ? sizeof(struct tls_large) : sizeof(struct tls_blk);
+    uint8_t *base = malloc(pre + n);
+    if (!base)
+        return NULL;
+    struct tls_blk *h = (struct tls_blk *)(base + pre) - 1;
+    h->size = (uint32_t)n;
+    h->magic = TLS_BLK_MAGIC;
+    h->large = large;
+    if (large) {
+        struct tls_large *l = (struct tls_large *)base;
+        bf_list_init(&l->link);
+        if (g_tls_owner) {
+            pthread_mutex_lock(&g_tls_blk_mu);
+            bf_list_add_tail(&g_tls_owner->tls_blocks, &l->link);
+            pthread_mutex_unlock(&g_tls_blk_mu);
+        }
+    }
+    atomic_fetch_add_explicit(&g_tls_heap, n, memory_order_relaxed);
+    return h + 1;
+}
+
+static void tls_free(void *p)
+{
+    if (!p)
+        return;
+    struct tls_blk *h = (struct tls_blk *)p - 1;
+    if (h->magic != TLS_BLK_MAGIC)
+        abort(); /* not ours: a heap corruption or a block from before the allocator */
+    atomic_fetch_sub_explicit(&g_tls_heap, h->size, memory_order_relaxed);
+    h->magic = 0;
+    if (h->large) {
+        struct tls_large *l = BF_CONTAINER_OF(h, struct tls_large, h);
+        pthread_mutex_lock(&g_tls_blk_mu);
+        bf_list_del(&l->link);
+        pthread_mutex_unlock(&g_tls_blk_mu);
+        free(l);
+    } else {
+        free(h);
+    }
+}
+
+static void *tls_realloc(void *p, size_t n)
+{
+    if (!p)
+        return tls_malloc(n);
+    if (n == 0) {
+        tls_free(p);
+        return NULL;
+    }
+    struct tls_blk *h = (struct tls_blk *)p - 1;
+    void *q = tls_malloc(n);
+    if (!q)
+        return NULL;
+    memcpy(q, p, h->size < n ? h->size : n);
+    tls_free(p);
+    return q;
+}
+
+static void tls_alloc_install(void)
+{
+    wolfSSL_SetAllocators(tls_malloc, tls_free, tls_realloc);
+}
+
+/* Before every wolfSSL_Init: the allocators must be in place before
+ * wolfSSL allocates anything. */
+static int tls_init(void)
+{
+    pthread_once(&g_tls_alloc_once, tls_alloc_install);
+    return wolfSSL_Init() == WOLFSSL_SUCCESS ? 0 : -EIO;
+}
+
+uint64_t bf_net_tls_heap_bytes(void)
+{
+    return atomic_load_explicit(&g_tls_heap, memory_order_relaxed);
+}
+
+/* The large block p of connection c, or NULL if p is not one. */
+static struct tls_large *tls_conn_block(struct conn *c, const void *p)
+{
+    struct tls_large *found = NULL;
+    pthread_mutex_lock(&g_tls_blk_mu);
+    for (struct bf_list *e = c->tls_blocks.next; e != &c->tls_blocks; e = e->next) {
+        struct tls_large *l = BF_CONTAINER_OF(e, struct tls_large, link);
+        if ((const void *)(&l->h + 1) == p) {
+            found = l;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g_tls_blk_mu);
+    return found;
+}
+
+/* Detaches whatever is still on c's list (blocks wolfSSL keeps beyond the
+ * session, if any: they stay allocated, just no longer c's). */
+static void tls_blocks_forget(struct conn *c)
+{
+    pthread_mutex_lock(&g_tls_blk_mu);
+    while (!bf_list_empty(&c->tls_blocks))
+        bf_list_del(c->tls_blocks.next);
+    pthread_mutex_unlock(&g_tls_blk_mu);
+}
+
+/* Gives back the whole pages of block l that hold only zeros. */
+static size_t tls_block_trim(struct tls_large *l)
+{
+    static const uint8_t zero[TLS_PAGE];
+    uintptr_t a = (uintptr_t)(&l->h + 1), e = a + l->h.size;
+    a = (a + TLS_PAGE - 1) & ~(uintptr_t)(TLS_PAGE - 1);
+    e &= ~(uintptr_t)(TLS_PAGE - 1);
+    size_t freed = 0;
+    for (; a < e; a += TLS_PAGE) {
+        if (memcmp((const void *)a, zero, TLS_PAGE) != 0)
+            continue;
+        if (madvise((void *)a, TLS_PAGE, MADV_DONTNEED) == 0)
+            freed += TLS_PAGE;
+    }
+    return freed;
+}
 
 struct bf_tls_ctx {
     WOLFSSL_CTX *ctx;
@@ -202,7 +367,7 @@ int bf_tls_ctx_new(const struct bf_net_tls_config *cfg, enum bf_tls_role role,
         return -EINVAL;
     if (role == BF_TLS_CLIENT && !ca)
         return -EINVAL;
-    if (wolfSSL_Init() != WOLFSSL_SUCCESS)
+    if (tls_init() < 0)
         return -EIO;
     struct bf_tls_ctx *t = calloc(1, sizeof *t);
     if (!t) {
@@ -268,7 +433,7 @@ int bf_tls_ctx_maybe_reload(struct bf_tls_ctx **pt)
     n->ctx = build_ctx(n, &r);
     if (!n->ctx)
         goto out_fail;
-    if (wolfSSL_Init() != WOLFSSL_SUCCESS) {
+    if (tls_init() < 0) {
         wolfSSL_CTX_free(n->ctx);
         r = -EIO;
         goto out_fail;
@@ -318,14 +483,20 @@ static bool is_ip_literal(const char *s)
 
 int bf_tls_session_new(struct conn *c, struct bf_tls_ctx *t, const char *sni)
 {
+    bf_list_init(&c->tls_blocks);
+    g_tls_owner = c;
     WOLFSSL *ssl = wolfSSL_new(t->ctx);
-    if (!ssl)
+    g_tls_owner = NULL;
+    if (!ssl) {
+        tls_blocks_forget(c);
         return -ENOMEM;
+    }
     wolfSSL_SetIOReadCtx(ssl, c);
     wolfSSL_SetIOWriteCtx(ssl, c);
     char alpn[] = "h2";
     if (wolfSSL_UseALPN(ssl, alpn, 2, WOLFSSL_ALPN_FAILED_ON_MISMATCH) != WOLFSSL_SUCCESS) {
         wolfSSL_free(ssl);
+        tls_blocks_forget(c);
         return -EIO;
     }
     if (t->role == BF_TLS_CLIENT && sni && *sni && !is_ip_literal(sni))
@@ -341,6 +512,7 @@ void bf_tls_session_free(struct conn *c)
     if (c->ssl) {
         wolfSSL_free((WOLFSSL *)c->ssl);
         c->ssl = NULL;
+        tls_blocks_forget(c);
     }
     if (c->tls) {
         bf_tls_ctx_unref(c->tls);
@@ -348,10 +520,27 @@ void bf_tls_session_free(struct conn *c)
     }
 }
 
+size_t bf_tls_session_trim(struct conn *c)
+{
+    WOLFSSL *ssl = (WOLFSSL *)c->ssl;
+    if (!ssl)
+        return 0;
+    size_t freed = 0;
+    const void *mine[2] = {ssl, wolfSSL_get_session(ssl)};
+    for (int i = 0; i < 2; i++) {
+        struct tls_large *l = mine[i] ? tls_conn_block(c, mine[i]) : NULL;
+        if (l)
+            freed += tls_block_trim(l);
+    }
+    return freed;
+}
+
 int bf_tls_handshake(struct conn *c)
 {
     WOLFSSL *ssl = (WOLFSSL *)c->ssl;
+    g_tls_owner = c;
     int r = c->is_client ? wolfSSL_connect(ssl) : wolfSSL_accept(ssl);
+    g_tls_owner = NULL;
     if (r == WOLFSSL_SUCCESS)
         return 1;
     int e = wolfSSL_get_error(ssl, r);

@@ -1148,6 +1148,53 @@ START_TEST(tls_without_client_certificates_has_no_identity)
 }
 END_TEST
 
+/* Issue 18: after the handshake the server gives back the TLS session's zero
+ * pages, and after 1 s of quiet the frame buffer's pages; the stream must
+ * carry on as if nothing happened, in both directions. */
+START_TEST(idle_mtls_stream_keeps_working_after_its_memory_is_given_back)
+{
+    make_pki();
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_tls_config st = {path_of("server.crt"), path_of("server.key"), path_of("ca.crt")};
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", &st, 0);
+    struct bf_net_tls_config good = {path_of("cluster.crt"), path_of("cluster.key"),
+                                     path_of("ca.crt")};
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), &good, NULL);
+    struct sres r = {0};
+    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Bidi", 0, &SCBS, &r);
+    bf_net_stream_send(s, "first", 5);
+    int64_t until = bf_mono_ns() + 5 * BF_NS_PER_SEC;
+    while (r.msgs < 1 && bf_mono_ns() < until)
+        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+    ck_assert_int_eq(r.msgs, 1);
+    ck_assert_uint_gt(bf_net_tls_heap_bytes(), 0); /* wolfSSL allocates through our counter */
+    struct bf_net_stats ss;
+    bf_net_server_stats(srv, &ss);
+    ck_assert_uint_eq(ss.idle_buffer_releases, 0);
+    /* quiet past the release (1 s) */
+    until = bf_mono_ns() + 1500 * BF_NS_PER_MS;
+    while (bf_mono_ns() < until)
+        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+    bf_net_server_stats(srv, &ss);
+    ck_assert_uint_eq(ss.idle_buffer_releases, 1);
+    bf_net_stream_send(s, "second, after the release", 25);
+    until = bf_mono_ns() + 5 * BF_NS_PER_SEC;
+    while (r.msgs < 2 && bf_mono_ns() < until)
+        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+    ck_assert_int_eq(r.msgs, 2);
+    ck_assert_str_eq(r.last, "second, after the release");
+    bf_net_stream_close_send(s);
+    run_until(l, sres_done, &r, 5 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    ck_assert_str_eq(S.identity, "bigfleet://cluster/c1");
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+    drop_pki();
+}
+END_TEST
+
 START_TEST(rotated_server_certificate_is_used_by_new_connections)
 {
     make_pki();
@@ -1521,6 +1568,7 @@ int main(void)
     tcase_add_test(tt, mtls_exposes_the_single_bigfleet_identity_and_rejects_bad_certificates);
     tcase_add_test(tt, tls_without_client_certificates_has_no_identity);
     tcase_add_test(tt, rotated_server_certificate_is_used_by_new_connections);
+    tcase_add_test(tt, idle_mtls_stream_keeps_working_after_its_memory_is_given_back);
     tcase_add_test(tt, partial_or_unreadable_tls_config_is_rejected);
     suite_add_tcase(s, tt);
     SRunner *sr = srunner_create(s);
