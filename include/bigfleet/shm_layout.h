@@ -44,7 +44,7 @@
 #include "bigfleet/model.h"
 
 #define BF_SHM_MAGIC          0x3148534c46474942ULL /* "BIGFLSH1" little-endian */
-#define BF_SHM_LAYOUT_VERSION 3u
+#define BF_SHM_LAYOUT_VERSION 4u
 #define BF_CACHELINE          64
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "need lock-free 64-bit atomics in shared memory");
@@ -674,6 +674,10 @@ struct bf_stats_session {          /* [W: session] */
     _Atomic uint64_t inspect_denied;
     _Atomic uint64_t coordinator_reports;
     _Atomic uint64_t coordinator_errors;
+    /* ReportAcks whose coordinator_term was below the high-water mark (a
+     * deposed leader's), skipped whole, and the instructions they carried */
+    _Atomic uint64_t coordinator_stale_replies;
+    _Atomic uint64_t coordinator_stale_reply_instructions;
     _Atomic int64_t coordinator_term;
     struct bf_hist rollup_ingest; /* exp(0.0001, 2, 20) seconds */
 };

@@ -33,7 +33,10 @@
  *     the next report go to the next address (a new client), so the shard
  *     finds a new leader within one heartbeat per replica.
  *   - Instructions: a reply whose term is below the mark is ignored whole
- *     (and a higher term raises the mark first). Every instruction with a
+ *     (and a higher term raises the mark first), and counted
+ *     (bigfleet_shard_coordinator_stale_replies_total and
+ *     _stale_reply_instructions_total: a deposed leader's answers never reach
+ *     the cycle, so they are not in _instructions_total). Every instruction with a
  *     non-empty id is forwarded, packed, to the cycle on ring COORD_IN
  *     with the mark; the cycle owns the partition's state and the dedup set
  *     (LMDB) and answers each one with a packed InstructAck on ring
@@ -526,8 +529,11 @@ static void on_reply(void *arg, int code, const char *message, const uint8_t *re
     int64_t hwm = coord_term(c->ss);
     if (ack->coordinator_term > 0) {
         if (ack->coordinator_term < hwm) {
+            atomic_fetch_add(&st->coordinator_stale_replies, 1);
+            atomic_fetch_add(&st->coordinator_stale_reply_instructions, ack->n_instructions);
             BF_WARN("ReportAck from a stale coordinator term; its instructions are skipped",
-                    "term=%" PRId64 " high_water_mark=%" PRId64, ack->coordinator_term, hwm);
+                    "term=%" PRId64 " high_water_mark=%" PRId64 " instructions=%zu",
+                    ack->coordinator_term, hwm, ack->n_instructions);
             bigfleet__v1alpha1__report_ack__free_unpacked(ack, NULL);
             return;
         }

@@ -300,6 +300,13 @@ static void render_session(const struct bf_shm *s, struct bf_metrics_buf *b)
             LD(ss->coordinator_reports));
     counter(b, "bigfleet_shard_coordinator_report_errors_total", "ReportShard calls that failed.",
             LD(ss->coordinator_errors));
+    counter(b, "bigfleet_shard_coordinator_stale_replies_total",
+            "ReportAcks from a coordinator term below the high-water mark (a deposed "
+            "leader's), ignored whole.",
+            LD(ss->coordinator_stale_replies));
+    counter(b, "bigfleet_shard_coordinator_stale_reply_instructions_total",
+            "Instructions carried by those stale ReportAcks, rejected unapplied.",
+            LD(ss->coordinator_stale_reply_instructions));
     gauge(b, "bigfleet_shard_coordinator_term", "Coordinator term high-water mark.",
           (long long)atomic_load_explicit(&ss->coordinator_term, memory_order_relaxed));
     bf_metrics_header(b, "bigfleet_shard_session_rollup_ingest_seconds", "histogram",

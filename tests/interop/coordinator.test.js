@@ -8,7 +8,10 @@
 // donor, the echoed ids to the recipient), the quota ledger, and then the
 // leader killed with SIGKILL: a new leader with a strictly higher term, the
 // durable state (shards, domains, clusters, quotas) intact, instructions
-// re-asserted under the new term with higher sequence numbers.
+// re-asserted under the new term with higher sequence numbers; and a
+// leader paused (SIGSTOP) past its lease: once resumed (SIGCONT) the deposed
+// "zombie" answers a ReportShard that waited in its socket "not leader",
+// never with its old term.
 'use strict';
 
 const fs = require('fs');
@@ -101,7 +104,7 @@ function killed(r, sig) {
 async function leader() {
   return waitFor(async () => {
     for (const r of replicas) {
-      if (r.proc.exitCode !== null || r.proc.signalCode !== null) continue;
+      if (r.paused || r.proc.exitCode !== null || r.proc.signalCode !== null) continue;
       const h = await httpGet(r.http, '/readyz').catch(() => null);
       if (h && h.status === 200) return r;
     }
@@ -264,5 +267,34 @@ run([
     const L3 = await leader();
     assert.notStrictEqual(L3, L2);
     assert.ok(Date.now() - t0 < 2000, `took ${Date.now() - t0} ms`);
+  }],
+  ['a leader paused past its lease answers "not leader" once resumed, never with its old term', async () => {
+    await startReplica('c4');
+    const Z = await leader();
+    const zt = metric((await httpGet(Z.http, '/metrics')).body, 'bigfleet_coordinator_term');
+    assert.ifError((await call(Z.client, 'ListShards', {})).err); // the connection is up
+    Z.paused = true;
+    Z.proc.kill('SIGSTOP');
+    try {
+      const N = await leader();
+      assert.notStrictEqual(N, Z);
+      const nt = metric((await httpGet(N.http, '/metrics')).body, 'bigfleet_coordinator_term');
+      assert.ok(nt > zt, `term ${nt} > ${zt}`);
+      // a shard's report reaches the zombie while it is stopped; it is
+      // handled when it runs again, possibly before its overdue tick
+      const pending = call(Z.client, 'ReportShard', report('s1', cycles.s1++));
+      await sleep(300);
+      Z.proc.kill('SIGCONT');
+      Z.paused = false;
+      const r = await pending;
+      assert.ok(r.err, `the zombie answered with term ${r.resp && r.resp.coordinator_term}`);
+      assert.strictEqual(r.err.code, grpc.status.FAILED_PRECONDITION);
+      assert.match(r.err.details, /coordinator: not leader/);
+      const m = (await httpGet(Z.http, '/metrics')).body;
+      assert.strictEqual(metric(m, 'bigfleet_coordinator_leader'), 0);
+      console.log(`     (zombie term ${zt}, new leader term ${nt})`);
+    } finally {
+      if (Z.paused) Z.proc.kill('SIGCONT');
+    }
   }],
 ]);

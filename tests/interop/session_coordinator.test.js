@@ -114,6 +114,9 @@ async function helloTerm(s) {
       assert.deepStrictEqual(r3.instruction_acks, []);
       const m = await L.httpGet(S.metricsPort, '/metrics');
       assert.match(m.body, /bigfleet_shard_coordinator_term 5/);
+      // the stale reply is counted, with the one instruction it carried
+      assert.match(m.body, /^bigfleet_shard_coordinator_stale_replies_total 1$/m);
+      assert.match(m.body, /^bigfleet_shard_coordinator_stale_reply_instructions_total 1$/m);
       assert.match(m.body, /bigfleet_shard_coordinator_assigned_domains 1/);
     }],
     ['every Acknowledgement carries the term high-water mark', async () => {

@@ -171,6 +171,8 @@ struct coord {
 
 /* leader.c */
 void co_leader_tick(struct coord *c);
+/* Leader and its lease renewed within TTL minus one tick (checked at every
+ * call: a replica resumed after a stall refuses before its tick steps it down). */
 bool co_is_leader(const struct coord *c);
 void co_step_down(struct coord *c, const char *why);
 void co_leader_stop(struct coord *c); /* orderly exit: revoke the lease */

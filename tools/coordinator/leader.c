@@ -17,7 +17,9 @@
  *     fails its compare, or when no keepalive succeeded within the lease
  *     TTL minus one tick, measured from when the last successful
  *     keepalive was sent: after that etcd may have expired the lease and
- *     another replica may lead.
+ *     another replica may lead. The same test runs at every RPC
+ *     (co_is_leader), so a leader resumed after a stall longer than that
+ *     (a deposed "zombie") refuses at once, before its overdue tick.
  *   - A new leader loads the state (store.c) before it answers anything.
  */
 #include <errno.h>
@@ -30,9 +32,26 @@
 #include "bigfleet/util.h"
 #include "coordinator.h"
 
+static int64_t tick_ns(const struct coord *c)
+{
+    int64_t t = c->cfg.lease_ttl_s * BF_NS_PER_SEC / 3;
+    return t < 200 * BF_NS_PER_MS ? 200 * BF_NS_PER_MS : t;
+}
+
+/* Whether etcd may have expired our lease by `now`: no keepalive sent in the
+ * last TTL minus one tick succeeded. */
+static bool lease_maybe_expired(const struct coord *c, int64_t now)
+{
+    return now - c->lease_ok_ns > c->cfg.lease_ttl_s * BF_NS_PER_SEC - tick_ns(c);
+}
+
+/* Checked at every RPC and rebalance pass, not only on the tick: a leader
+ * that was stopped (SIGSTOP, a VM or GC stall) past its lease answers "not
+ * leader" from the moment it runs again, even when a request is handled
+ * before its overdue tick steps it down. */
 bool co_is_leader(const struct coord *c)
 {
-    return c->role == CO_LEADER;
+    return c->role == CO_LEADER && !lease_maybe_expired(c, bf_mono_ns());
 }
 
 void co_step_down(struct coord *c, const char *why)
@@ -44,12 +63,6 @@ void co_step_down(struct coord *c, const char *why)
     c->stepdowns++;
     co_lost_leadership(c);
     c->term = 0;
-}
-
-static int64_t tick_ns(const struct coord *c)
-{
-    int64_t t = c->cfg.lease_ttl_s * BF_NS_PER_SEC / 3;
-    return t < 200 * BF_NS_PER_MS ? 200 * BF_NS_PER_MS : t;
 }
 
 /* ------------------------------------------------------------ lease */
@@ -219,8 +232,7 @@ void co_leader_tick(struct coord *c)
 {
     int64_t now = bf_mono_ns();
     /* a leader whose lease may have expired is no longer the leader */
-    if (c->role != CO_FOLLOWER &&
-        now - c->lease_ok_ns > c->cfg.lease_ttl_s * BF_NS_PER_SEC - tick_ns(c))
+    if (c->role != CO_FOLLOWER && lease_maybe_expired(c, now))
         co_step_down(c, "the etcd lease was not renewed in time");
     if (c->lease_busy)
         return;
