@@ -150,7 +150,7 @@ struct coord {
     enum co_role role;
     int64_t term;        /* create revision of the leader key (when leader) */
     int64_t lease;       /* our lease id (0 = none) */
-    int64_t lease_ok_ns; /* mono: send time of the last keepalive that succeeded */
+    int64_t lease_ok_ns; /* CLOCK_BOOTTIME ns: send time of the last keepalive that succeeded */
     bool lease_busy, campaign_busy;
     char leader_seen[CO_ID_MAX]; /* the current leader's value, as last read */
     uint64_t elections, stepdowns, etcd_errors;

@@ -19,13 +19,15 @@
  *     keepalive was sent: after that etcd may have expired the lease and
  *     another replica may lead. The same test runs at every RPC
  *     (co_is_leader), so a leader resumed after a stall longer than that
- *     (a deposed "zombie") refuses at once, before its overdue tick.
+ *     (a deposed "zombie") refuses at once, before its overdue tick. The
+ *     lease is timed on CLOCK_BOOTTIME, which counts a host suspend too.
  *   - A new leader loads the state (store.c) before it answers anything.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bigfleet/log.h"
 #include "bigfleet/net.h"
@@ -38,8 +40,18 @@ static int64_t tick_ns(const struct coord *c)
     return t < 200 * BF_NS_PER_MS ? 200 * BF_NS_PER_MS : t;
 }
 
-/* Whether etcd may have expired our lease by `now`: no keepalive sent in the
- * last TTL minus one tick succeeded. */
+/* The lease clock: CLOCK_BOOTTIME, which keeps counting while the host is
+ * suspended (CLOCK_MONOTONIC does not), as etcd's lease expiry does: a
+ * replica whose host slept past its lease must not think it still leads. */
+static int64_t lease_clock_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (int64_t)ts.tv_sec * BF_NS_PER_SEC + ts.tv_nsec;
+}
+
+/* Whether etcd may have expired our lease by `now` (lease_clock_ns): no
+ * keepalive sent in the last TTL minus one tick succeeded. */
 static bool lease_maybe_expired(const struct coord *c, int64_t now)
 {
     return now - c->lease_ok_ns > c->cfg.lease_ttl_s * BF_NS_PER_SEC - tick_ns(c);
@@ -51,7 +63,7 @@ static bool lease_maybe_expired(const struct coord *c, int64_t now)
  * before its overdue tick steps it down. */
 bool co_is_leader(const struct coord *c)
 {
-    return c->role == CO_LEADER && !lease_maybe_expired(c, bf_mono_ns());
+    return c->role == CO_LEADER && !lease_maybe_expired(c, lease_clock_ns());
 }
 
 void co_step_down(struct coord *c, const char *why)
@@ -230,7 +242,7 @@ static void campaign(struct coord *c)
 
 void co_leader_tick(struct coord *c)
 {
-    int64_t now = bf_mono_ns();
+    int64_t now = lease_clock_ns();
     /* a leader whose lease may have expired is no longer the leader */
     if (c->role != CO_FOLLOWER && lease_maybe_expired(c, now))
         co_step_down(c, "the etcd lease was not renewed in time");
