@@ -16,18 +16,8 @@ const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
   const S = await H.startAppliance({ args: ['--grpc-handshake-timeout=1s',
     '--session-hello-timeout=1s', '--max-conns-per-peer=64'] });
   const op = new H.GoodOperator(S);
-  let failed = 0;
-  const test = async (name, fn) => {
-    const t0 = Date.now();
-    try {
-      await fn();
-      console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-    } catch (e) {
-      failed++;
-      console.log(`FAIL ${name}: ${e.stack || e}`);
-      console.log(S.log().split('\n').slice(-15).join('\n'));
-    }
-  };
+  const R = H.runner(S);
+  const { test } = R;
   try {
     await op.start();
     await H.L.waitFor(() => op.configured.size >= 1, 20000, 'the operator\'s first machine Configured');
@@ -117,8 +107,8 @@ const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
     await op.stop().catch(() => {});
     H.saveFigures('conn_limits');
     const ex = await S.stop();
-    if (ex.code !== 0) { failed++; console.log(`FAIL appliance exit ${JSON.stringify(ex)}`); }
+    if (ex.code !== 0) { R.failed++; console.log(`FAIL appliance exit ${JSON.stringify(ex)}`); }
   }
-  console.log(failed ? `conn_limits: ${failed} failed` : 'conn_limits: every limit held');
-  process.exit(failed ? 1 : 0);
+  console.log(R.failed ? `conn_limits: ${R.failed} failed` : 'conn_limits: every limit held');
+  process.exit(R.failed ? 1 : 0);
 })().catch((e) => { console.error(e); process.exit(1); });

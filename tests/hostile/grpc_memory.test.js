@@ -44,18 +44,8 @@ function paddedReclaimAck(size) {
   const S = await H.startAppliance({ args: [`--grpc-inbound-budget-mib=${budgetMiB}`,
     `--max-rollup-mib=${rollupMiB}`, '--grpc-stall-timeout=2s'] });
   const op = new H.GoodOperator(S);
-  let failed = 0;
-  const test = async (name, fn) => {
-    const t0 = Date.now();
-    try {
-      await fn();
-      console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-    } catch (e) {
-      failed++;
-      console.log(`FAIL ${name}: ${e.stack || e}`);
-      console.log(S.log().split('\n').slice(-15).join('\n'));
-    }
-  };
+  const R = H.runner(S);
+  const { test } = R;
   try {
     await op.start();
     await H.L.waitFor(() => op.configured.size >= 1, 20000, 'the operator\'s first machine Configured');
@@ -222,8 +212,8 @@ function paddedReclaimAck(size) {
     await op.stop().catch(() => {});
     H.saveFigures('grpc_memory');
     const ex = await S.stop();
-    if (ex.code !== 0) { failed++; console.log(`FAIL appliance exit ${JSON.stringify(ex)}`); }
+    if (ex.code !== 0) { R.failed++; console.log(`FAIL appliance exit ${JSON.stringify(ex)}`); }
   }
-  console.log(failed ? `grpc_memory: ${failed} failed` : 'grpc_memory: all attacks refused or absorbed');
-  process.exit(failed ? 1 : 0);
+  console.log(R.failed ? `grpc_memory: ${R.failed} failed` : 'grpc_memory: all attacks refused or absorbed');
+  process.exit(R.failed ? 1 : 0);
 })().catch((e) => { console.error(e); process.exit(1); });

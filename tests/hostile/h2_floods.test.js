@@ -51,18 +51,8 @@ async function floodConnections(port, until, make, { n = 5000, open } = {}) {
 (async () => {
   const S = await H.startAppliance();
   const op = new H.GoodOperator(S);
-  let failed = 0;
-  const test = async (name, fn) => {
-    const t0 = Date.now();
-    try {
-      await fn();
-      console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-    } catch (e) {
-      failed++;
-      console.log(`FAIL ${name}: ${e.stack || e}`);
-      console.log(S.log().split('\n').slice(-15).join('\n'));
-    }
-  };
+  const R = H.runner(S);
+  const { test } = R;
   try {
     await op.start();
     await H.L.waitFor(() => op.configured.size >= 1, 20000, 'the operator\'s first machine Configured');
@@ -204,8 +194,8 @@ async function floodConnections(port, until, make, { n = 5000, open } = {}) {
     await op.stop().catch(() => {});
     H.saveFigures('h2_floods');
     const ex = await S.stop();
-    if (ex.code !== 0) { failed++; console.log(`FAIL appliance exit ${JSON.stringify(ex)}`); }
+    if (ex.code !== 0) { R.failed++; console.log(`FAIL appliance exit ${JSON.stringify(ex)}`); }
   }
-  console.log(failed ? `h2_floods: ${failed} failed` : 'h2_floods: every flood refused by our own accounting');
-  process.exit(failed ? 1 : 0);
+  console.log(R.failed ? `h2_floods: ${R.failed} failed` : 'h2_floods: every flood refused by our own accounting');
+  process.exit(R.failed ? 1 : 0);
 })().catch((e) => { console.error(e); process.exit(1); });

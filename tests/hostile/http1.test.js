@@ -48,18 +48,8 @@ function slowClients(port, n, everyMs, head, until) {
 (async () => {
   const S = await H.startAppliance();
   const op = new H.GoodOperator(S);
-  let failed = 0;
-  const test = async (name, fn) => {
-    const t0 = Date.now();
-    try {
-      await fn();
-      console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-    } catch (e) {
-      failed++;
-      console.log(`FAIL ${name}: ${e.stack || e}`);
-      console.log(S.log().split('\n').slice(-15).join('\n'));
-    }
-  };
+  const R = H.runner(S);
+  const { test } = R;
   const port = S.metricsPort;
   try {
     await op.start();
@@ -106,8 +96,8 @@ function slowClients(port, n, everyMs, head, until) {
     await op.stop().catch(() => {});
     H.saveFigures('http1');
     const ex = await S.stop();
-    if (ex.code !== 0) { failed++; console.log(`FAIL appliance exit ${JSON.stringify(ex)}`); }
+    if (ex.code !== 0) { R.failed++; console.log(`FAIL appliance exit ${JSON.stringify(ex)}`); }
   }
-  console.log(failed ? `http1: ${failed} failed` : 'http1: the probes were answered throughout');
-  process.exit(failed ? 1 : 0);
+  console.log(R.failed ? `http1: ${R.failed} failed` : 'http1: the probes were answered throughout');
+  process.exit(R.failed ? 1 : 0);
 })().catch((e) => { console.error(e); process.exit(1); });

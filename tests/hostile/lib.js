@@ -491,8 +491,30 @@ function saveFigures(file) {
   fs.writeFileSync(RESULTS, JSON.stringify(all, null, 1));
 }
 
+// The runner of one hostile script's checks: test(name, fn) runs fn, prints
+// "ok"/"FAIL" with its time and, on a failure, the appliance log's last 15
+// lines; R.failed counts the failures (the script adds its own, e.g. an
+// unclean appliance exit, and exits with it).
+function runner(S) {
+  const R = {
+    failed: 0,
+    test: async (name, fn) => {
+      const t0 = Date.now();
+      try {
+        await fn();
+        console.log(`ok   ${name} (${Date.now() - t0} ms)`);
+      } catch (e) {
+        R.failed++;
+        console.log(`FAIL ${name}: ${e.stack || e}`);
+        console.log(S.log().split('\n').slice(-15).join('\n'));
+      }
+    },
+  };
+  return R;
+}
+
 module.exports = {
-  L, assert, sleep, HEAVY, IT, ATTACKER, startAppliance, metrics, parseMetrics, GoodOperator,
+  runner, L, assert, sleep, HEAVY, IT, ATTACKER, startAppliance, metrics, parseMetrics, GoodOperator,
   attack, saveFigures, RssWatch, h2connect, HostileSession, need, attackerSocket, grpcCall, grpcPrefix, frame, RawH2,
   h2frame, hpackInt, hpackLiteral, grpcHeaderBlock, T, F, H2_ENHANCE_YOUR_CALM, pct,
 };

@@ -18,18 +18,8 @@ const quota = (q) => `bigfleet_shard_session_rollups_over_quota_total{quota="${q
 (async () => {
   const S = await H.startAppliance({ args: ['--cluster-max-string-kib=512', '--cluster-max-groups=100'] });
   const op = new H.GoodOperator(S);
-  let failed = 0;
-  const test = async (name, fn) => {
-    const t0 = Date.now();
-    try {
-      await fn();
-      console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-    } catch (e) {
-      failed++;
-      console.log(`FAIL ${name}: ${e.stack || e}`);
-      console.log(S.log().split('\n').slice(-15).join('\n'));
-    }
-  };
+  const R = H.runner(S);
+  const { test } = R;
   try {
     await test('plaintext is announced: a warn line and bigfleet_appliance_insecure_plaintext 1', async () => {
       assert.match(S.log(), /level=warn role=session .*gRPC is PLAINTEXT/);
@@ -160,8 +150,8 @@ const quota = (q) => `bigfleet_shard_session_rollups_over_quota_total{quota="${q
     await op.stop().catch(() => {});
     H.saveFigures('quotas');
     const ex = await S.stop();
-    if (ex.code !== 0) { failed++; console.log(`FAIL appliance exit ${JSON.stringify(ex)}`); }
+    if (ex.code !== 0) { R.failed++; console.log(`FAIL appliance exit ${JSON.stringify(ex)}`); }
   }
-  console.log(failed ? `quotas: ${failed} failed` : 'quotas: every quota held');
-  process.exit(failed ? 1 : 0);
+  console.log(R.failed ? `quotas: ${R.failed} failed` : 'quotas: every quota held');
+  process.exit(R.failed ? 1 : 0);
 })().catch((e) => { console.error(e); process.exit(1); });
