@@ -32,6 +32,7 @@
 
 #include "bigfleet/model.h"
 #include "bigfleet/shm_layout.h"
+#include "bigfleet/shm_stat.h"
 
 #define BF_SEQLOCK_READ_TRIES       256
 #define BF_SEQLOCK_WRITE_TIMEOUT_NS (50LL * 1000 * 1000)  /* 50 ms */
@@ -187,6 +188,10 @@ int bf_str_intern_soft(struct bf_shm *s, const void *bytes, uint32_t len, uint32
 /* Bytes of the string arena a new string of len bytes takes (entry header,
  * the bytes, a NUL, 8-byte alignment): for reserve checks before interning. */
 uint64_t bf_str_cost(uint32_t len);
+/* Bytes of the string arena in use (published end, acquire: every entry
+ * below it is complete). For reserve checks and growth accounting. Any
+ * process. */
+uint64_t bf_str_arena_used(const struct bf_shm *s);
 /* Finds an existing entry without inserting. 0 or -ENOENT. Lock-free. */
 int bf_str_find(const struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *ref);
 /* The bytes of ref (NUL-terminated; *len gets the length, may be NULL).
@@ -264,11 +269,37 @@ static inline uint32_t bf_inv_hwm(const struct bf_shm *s)
     return atomic_load_explicit(&s->inv->slot_hwm, memory_order_acquire);
 }
 
-/* Supervisor repair after reaping `dead_pid`: every record left odd by it is
- * made even with BF_REC_NEEDS_REFRESH set (and logged to the supervisor's
- * change log); a string lock it held is released. Returns the number of
- * records repaired. [supervisor, only after waitpid() reaped dead_pid] */
+/* ------------------------------------------------- dead-writer repair
+ * Everything a writer killed mid-write can leave behind, repaired in one
+ * place (src/shm/repair.c explains each case). [supervisor, only after
+ * waitpid() reaped dead_pid: the dead writer can store nothing more] */
+
+/* What one repair found (the supervisor counts and logs it). */
+struct bf_repair_report {
+    int records;      /* machine records left odd (bf_inv_repair_dead_writer) */
+    int cluster_rows; /* cluster rows left mid-write (bf_cluster_repair_dead_writer) */
+    int stamps;       /* latency stamps left odd (bf_stamp_repair_dead_writer) */
+};
+/*
+ * The whole repair after reaping `dead_pid`, whose role was `dead_role`
+ * (enum bf_role): its records, its string lock, its cluster rows, and, when
+ * it was the session (the stamps' only writer), the stamps. Never fails;
+ * *out gets the counts.
+ */
+void bf_shm_repair_dead_writer(struct bf_shm *s, uint32_t dead_pid, int dead_role,
+                               struct bf_repair_report *out);
+/* Every record left odd by dead_pid is made even with BF_REC_NEEDS_REFRESH
+ * set (and logged to the supervisor's change log); every writer word naming
+ * it is cleared; a string lock it held is released. Returns the number of
+ * records repaired. */
 int bf_inv_repair_dead_writer(struct bf_shm *s, uint32_t dead_pid);
+/* Every cluster row whose writer word names dead_pid: the copy readers were
+ * reading (seq & 1) is copied over the other, an odd seq made even, the
+ * writer word cleared. Returns the number of rows repaired. */
+int bf_cluster_repair_dead_writer(struct bf_shm *s, uint32_t dead_pid);
+/* Every stamp left odd is made even, keeping its fields. Only after the
+ * session (their sole writer) died. Returns the number repaired. */
+int bf_stamp_repair_dead_writer(struct bf_shm *s);
 
 /* --------------------------------------------------------------- change log */
 
@@ -282,6 +313,27 @@ typedef void (*bf_cl_fn)(void *arg, uint32_t slot);
  * is reset to the head and the overflow counted). [cycle]
  */
 int bf_cl_drain(struct bf_shm *s, int cl_writer, bf_cl_fn fn, void *arg);
+/* Empties change log `cl_writer` without reading it (tail = head): before a
+ * full rescan, so entries appended during the scan are seen next time. [cycle] */
+void bf_cl_skip(struct bf_shm *s, int cl_writer);
+/* The log's head: the position after its last entry (acquire: the entries
+ * before it are readable). Any process; a cursor for bf_cl_peek. */
+uint64_t bf_cl_head(const struct bf_shm *s, int cl_writer);
+/* Returns nonzero to stop bf_cl_peek early. */
+typedef int (*bf_cl_peek_fn)(void *arg, uint32_t slot);
+/*
+ * Reads change log `cl_writer` from absolute position `from` without
+ * consuming it (the cycle owns the tail): a second consumer's private
+ * cursor (the reconciler). *head gets the head the read stopped at (the
+ * next `from`); fn is called per entry naming a slot below max_machines,
+ * until it returns nonzero. Returns the number of entries passed to fn, or
+ * -EOVERFLOW when the producer was already more than the log's capacity
+ * past `from` (entries lost; fn not called), or -ESTALE when it lapped
+ * `from` while the entries were read (fn may have seen overwritten
+ * entries: some were lost). Lock-free; never writes. [any process]
+ */
+int bf_cl_peek(const struct bf_shm *s, int cl_writer, uint64_t from, uint64_t *head,
+               bf_cl_peek_fn fn, void *arg);
 
 /* --------------------------------------------------------------- pending */
 
@@ -302,6 +354,24 @@ static inline uint8_t bf_pending_mark(struct bf_shm *s, uint32_t slot)
 static inline void bf_pending_done(struct bf_shm *s, uint32_t slot, uint8_t tag)
 {
     atomic_store_explicit(&s->pending_done[slot], tag, memory_order_release);
+}
+/* Takes back the mark bf_pending_mark returned (`tag`) when the action
+ * carrying it was never enqueued (ring full). [cycle: pending_enq's only
+ * writer] */
+static inline void bf_pending_unmark(struct bf_shm *s, uint32_t slot, uint8_t tag)
+{
+    atomic_store_explicit(&s->pending_enq[slot], (uint8_t)(tag - 1), memory_order_release);
+}
+/* The tag of the latest action marked on slot, and of the latest finished
+ * (acquire: pairs with bf_pending_mark / bf_pending_done). An action with
+ * tag t is live while enq == t and done != t. Any reader. */
+static inline uint8_t bf_pending_enq_tag(const struct bf_shm *s, uint32_t slot)
+{
+    return atomic_load_explicit(&s->pending_enq[slot], memory_order_acquire);
+}
+static inline uint8_t bf_pending_done_tag(const struct bf_shm *s, uint32_t slot)
+{
+    return atomic_load_explicit(&s->pending_done[slot], memory_order_acquire);
 }
 
 /* --------------------------------------------------------------- rings */
@@ -447,6 +517,26 @@ bool bf_result_read_valid(const struct bf_shm *s, const struct bf_result_read *r
  */
 int bf_result_read(const struct bf_shm *s, struct bf_cycle_result *out, uint32_t *retries);
 
+/* -------------------------------------------------- ownership tables
+ * The bounded tables of st->own (struct bf_ownership_state from
+ * n_pub_reservations to its end: BF_OWN_TABLES_BYTES bytes laid out as
+ * those fields), published by the cycle under st->own.seq and copied by
+ * bigfleet-inspect (src/shm/own.c). */
+#define BF_OWN_TABLES_OFF   offsetof(struct bf_ownership_state, n_pub_reservations)
+#define BF_OWN_TABLES_BYTES (sizeof(struct bf_ownership_state) - BF_OWN_TABLES_OFF)
+/* Copy attempts of bf_own_tables_read before it gives up. */
+#define BF_OWN_READ_TRIES 64
+/* Publishes BF_OWN_TABLES_BYTES bytes from `tables` (8-aligned). [cycle] */
+void bf_own_tables_publish(struct bf_shm *s, const void *tables);
+/*
+ * Copies the published tables into `out` (BF_OWN_TABLES_BYTES bytes,
+ * 8-aligned). 0 when the copy is consistent; -EAGAIN when a publish
+ * overlapped every one of BF_OWN_READ_TRIES attempts: `out` then holds the
+ * last attempt's copy, which may be torn (bound its counts before use).
+ * Never writes; safe on a read-only attachment. [any reader]
+ */
+int bf_own_tables_read(const struct bf_shm *s, void *out);
+
 /* ---------------------------------------------------------------- labels
  * The names metrics, bigfleet-inspect and the audit log print for the
  * enums of shm_layout.h (reference/shard.md §3.7 for the outcomes), defined
@@ -462,6 +552,9 @@ const char *bf_phase_label(int phase);     /* enum bf_phase */
 void bf_shm_load_words(void *dst, const void *src, size_t n);
 /* Relaxed atomic word store into shared memory (n multiple of 8, 8-aligned). */
 void bf_shm_store_words(void *dst, const void *src, size_t n);
+/* The pause between two attempts of a bounded shared-memory retry loop
+ * (attempt counts from 0): a CPU pause for the first 32, then sched_yield. */
+void bf_shm_backoff(unsigned attempt);
 
 /* Histogram observation with exp(start, factor, n) buckets: value in
  * nanoseconds-of-base-unit (e.g. seconds x 1e9). [owning process] */

@@ -247,7 +247,7 @@ static int nprofile_intern(struct bf_shm *s, struct bf_need_profile *p, uint64_t
             cost += bf_str_cost((uint32_t)len);
         if (fingerprint_ref && bf_str_find(s, fp, (uint32_t)fl, &have) != 0)
             cost += bf_str_cost((uint32_t)fl);
-        uint64_t used = atomic_load_explicit(&s->inv->strtab.arena_used, memory_order_relaxed);
+        uint64_t used = bf_str_arena_used(s);
         if (used + reserve + cost > s->arena_bytes) {
             rc = -ENOSPC;
             goto out;

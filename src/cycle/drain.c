@@ -241,8 +241,7 @@ void own_do_drain(struct bf_cycle *c, const Instr *in, struct reply *r)
         m.pending_tag = bf_pending_mark(s, p->slot);
         if (bf_ring_push(s, BF_RING_ACTIONS, &m) != 0) {
             /* cannot happen (space checked, we are the only producer) */
-            atomic_store_explicit(&s->pending_enq[p->slot], (uint8_t)(m.pending_tag - 1),
-                                  memory_order_release);
+            bf_pending_unmark(s, p->slot, m.pending_tag);
             serial--;
             BF_ERROR("cross-shard drain not enqueued (ring full); the reservation expires",
                      "machine=%s", p->id);

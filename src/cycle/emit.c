@@ -364,8 +364,7 @@ void bf_cycle_enqueue(struct bf_cycle *c, const struct bf_engine_result *r,
             m.disposition = BF_DISP_EXECUTE;
             if (bf_ring_push(s, BF_RING_ACTIONS, &m) != 0) {
                 /* undo the mark: we are the only writer of pending_enq */
-                atomic_store_explicit(&s->pending_enq[a->slot], (uint8_t)(tag - 1),
-                                      memory_order_release);
+                bf_pending_unmark(s, a->slot, tag);
                 rep->dropped++;
                 full = true;
                 continue;

@@ -214,11 +214,8 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
     }
     if (c->need_rescan) {
         /* empty the logs first so entries appended during the scan are seen next cycle */
-        for (int w = 0; w < BF_CHANGELOG_WRITERS; w++) {
-            struct bf_changelog *cl = &c->shm->changelog[w];
-            atomic_store_explicit(&cl->tail, atomic_load_explicit(&cl->head, memory_order_acquire),
-                                  memory_order_release);
-        }
+        for (int w = 0; w < BF_CHANGELOG_WRITERS; w++)
+            bf_cl_skip(c->shm, w);
         uint32_t hwm = bf_inv_hwm(c->shm);
         for (uint32_t s = 0; s < hwm && s < c->capacity; s++)
             bf_cycle_refresh_slot(c, s);

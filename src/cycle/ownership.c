@@ -260,11 +260,7 @@ static void publish(struct bf_cycle *c)
     for (uint32_t i = 0; i < o->view.n_domains && t.n_dom < BF_OWN_PUB_DOMAINS; i++)
         snprintf(t.dom[t.n_dom++], BF_OWN_DOMAIN_TEXT, "%s=%s", o->view.domains[i].key,
                  o->view.domains[i].value);
-    uint64_t seq = atomic_load_explicit(&s->seq, memory_order_relaxed);
-    atomic_store_explicit(&s->seq, seq + 1, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
-    bf_shm_store_words(&s->n_pub_reservations, &t, sizeof t);
-    atomic_store_explicit(&s->seq, seq + 2, memory_order_release);
+    bf_own_tables_publish(c->shm, &t);
 }
 
 /* ------------------------------------------------------------ lifecycle */

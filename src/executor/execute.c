@@ -258,7 +258,7 @@ static void action_done(struct bf_exec *e, const struct bf_action_msg *a)
 {
     if (a->slot >= e->shm->max_machines)
         return;
-    if (atomic_load_explicit(&e->shm->pending_enq[a->slot], memory_order_acquire) == a->pending_tag)
+    if (bf_pending_enq_tag(e->shm, a->slot) == a->pending_tag)
         bf_pending_done(e->shm, a->slot, a->pending_tag);
 }
 
@@ -273,7 +273,8 @@ static void finish(struct job *j)
     }
     double ms = (bf_mono_ns() - j->t0) / 1e6;
     int kind = j->a.kind < BF_ACT_KIND_COUNT ? j->a.kind : 0;
-    atomic_fetch_add_explicit(&XS(e)->outcomes[kind][j->outcome], 1, memory_order_release);
+    /* release: a reader that sees the outcome counted sees what the action wrote */
+    BF_SHARED_BUMP(XS(e)->outcomes[kind][j->outcome]);
     audit(e, &j->a, bf_exec_outcome_name(j->outcome), ms, j->err);
     if (j->outcome != BF_OUT_SUCCESS && warn_ok(e)) {
         if (j->outcome == BF_OUT_FENCED)
@@ -1132,9 +1133,8 @@ static void poll_actions(struct bf_exec *e)
                 pos_done(e, pos);
                 continue;
             }
-            uint8_t enq = atomic_load_explicit(&e->shm->pending_enq[a.slot], memory_order_acquire);
-            uint8_t done =
-                atomic_load_explicit(&e->shm->pending_done[a.slot], memory_order_acquire);
+            uint8_t enq = bf_pending_enq_tag(e->shm, a.slot);
+            uint8_t done = bf_pending_done_tag(e->shm, a.slot);
             if (enq != a.pending_tag || done == a.pending_tag) {
                 pos_done(e, pos); /* finished already, or superseded by a newer action */
                 continue;

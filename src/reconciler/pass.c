@@ -56,46 +56,55 @@ void bf_recon_reset_cursor(struct bf_recon *r)
  * log lapped a cursor or there are more than BF_RECON_MAX_GETS (a walk
  * re-reads them all).
  */
+struct refresh_ctx {
+    struct bf_recon *r;
+    bool full; /* too many, or out of memory: a walk re-reads them all */
+};
+
+static int refresh_candidate(void *arg, uint32_t slot)
+{
+    struct refresh_ctx *x = arg;
+    struct bf_recon *r = x->r;
+    struct bf_machine_rec rec;
+    if (bf_inv_read(r->shm, slot, &rec) || !(rec.flags & BF_REC_VALID) ||
+        !(rec.flags & BF_REC_NEEDS_REFRESH))
+        return 0;
+    uint32_t k;
+    for (k = 0; k < r->n_refresh && r->refresh[k] != slot; k++)
+        ;
+    if (k < r->n_refresh)
+        return 0; /* already listed */
+    if (r->n_refresh == BF_RECON_MAX_GETS) {
+        x->full = true; /* too many for targeted Gets: a walk is cheaper */
+        return 1;
+    }
+    if (r->n_refresh == r->refresh_cap) {
+        uint32_t nc = r->refresh_cap ? r->refresh_cap * 2 : 64;
+        uint32_t *nr = realloc(r->refresh, nc * sizeof *nr);
+        if (!nr) {
+            x->full = true;
+            return 1;
+        }
+        r->refresh = nr;
+        r->refresh_cap = nc;
+    }
+    r->refresh[r->n_refresh++] = slot;
+    return 0;
+}
+
 static bool collect_refresh(struct bf_recon *r)
 {
-    struct bf_shm *s = r->shm;
     static const int logs[2] = {BF_CL_EXECUTOR, BF_CL_SUPERVISOR};
-    uint64_t cap = (uint64_t)s->changelog_mask + 1;
     bool ok = true;
     r->n_refresh = 0;
     for (int i = 0; i < 2; i++) {
-        struct bf_changelog *c = &s->changelog[logs[i]];
-        _Atomic uint32_t *e = (_Atomic uint32_t *)((uint8_t *)s->inv_hdr + c->entries_off);
-        uint64_t h = atomic_load_explicit(&c->head, memory_order_acquire);
+        struct refresh_ctx x = {r, false};
         uint64_t from = r->cl_cursor[logs[i]];
-        r->cl_cursor[logs[i]] = h;
-        if (h - from > cap) {
-            ok = false;
-            continue;
-        }
-        for (uint64_t p = from; p < h; p++) {
-            uint32_t slot = atomic_load_explicit(&e[p & s->changelog_mask], memory_order_relaxed);
-            struct bf_machine_rec rec;
-            if (slot >= s->max_machines || bf_inv_read(s, slot, &rec) ||
-                !(rec.flags & BF_REC_VALID) || !(rec.flags & BF_REC_NEEDS_REFRESH))
-                continue;
-            uint32_t k;
-            for (k = 0; k < r->n_refresh && r->refresh[k] != slot; k++)
-                ;
-            if (k < r->n_refresh)
-                continue; /* already listed */
-            if (r->n_refresh == BF_RECON_MAX_GETS)
-                return false; /* too many for targeted Gets: a walk is cheaper */
-            if (r->n_refresh == r->refresh_cap) {
-                uint32_t nc = r->refresh_cap ? r->refresh_cap * 2 : 64;
-                uint32_t *nr = realloc(r->refresh, nc * sizeof *nr);
-                if (!nr)
-                    return false;
-                r->refresh = nr;
-                r->refresh_cap = nc;
-            }
-            r->refresh[r->n_refresh++] = slot;
-        }
+        int n = bf_cl_peek(r->shm, logs[i], from, &r->cl_cursor[logs[i]], refresh_candidate, &x);
+        if (x.full)
+            return false;
+        if (n == -EOVERFLOW)
+            ok = false; /* -ESTALE: the entries read were still slots to re-check */
     }
     return ok;
 }
@@ -356,8 +365,7 @@ static int start_list(struct bf_recon *r, int kind, int64_t now)
             r->resync_now = r->refresh_lost = false;
             /* the walk re-reads every flagged record: skip them in deltas */
             for (int i = 0; i < BF_CHANGELOG_WRITERS; i++)
-                r->cl_cursor[i] =
-                    atomic_load_explicit(&r->shm->changelog[i].head, memory_order_acquire);
+                r->cl_cursor[i] = bf_cl_head(r->shm, i);
         }
         if (w->paged) {
             page = r->synced ? r->o.page_size : r->o.startup_page_size;

@@ -55,7 +55,7 @@ int bf_recon_new(struct bf_shm *shm, struct bf_prov_client *client, const struct
     }
     /* the first pass is a walk: flags set before it are covered */
     for (int w = 0; w < BF_CHANGELOG_WRITERS; w++)
-        r->cl_cursor[w] = atomic_load_explicit(&shm->changelog[w].head, memory_order_acquire);
+        r->cl_cursor[w] = bf_cl_head(shm, w);
     r->list_exec_head = r->cl_cursor[BF_CL_EXECUTOR];
     r->client_state_seen = -1;
     *out = r;
@@ -150,25 +150,18 @@ static inline bool touched_since_list(const struct bf_recon *r, uint32_t slot)
  * Collect those slots from the executor's change log (read-only cursor; the
  * cycle owns the tail). O(executor writes during the List).
  */
+static int mark_bit(void *bits, uint32_t slot)
+{
+    ((uint64_t *)bits)[slot / 64] |= 1ull << (slot % 64);
+    return 0;
+}
+
 static void collect_touched(struct bf_recon *r)
 {
-    struct bf_shm *s = r->shm;
-    struct bf_changelog *c = &s->changelog[BF_CL_EXECUTOR];
-    _Atomic uint32_t *e = (_Atomic uint32_t *)((uint8_t *)s->inv_hdr + c->entries_off);
-    uint64_t h = atomic_load_explicit(&c->head, memory_order_acquire);
-    uint64_t cap = (uint64_t)s->changelog_mask + 1;
-    r->touched_all = h - r->list_exec_head > cap;
+    uint64_t h;
     memset(r->touched, 0, r->words * sizeof *r->touched);
-    if (r->touched_all)
-        return;
-    for (uint64_t p = r->list_exec_head; p < h; p++) {
-        uint32_t slot = atomic_load_explicit(&e[p & s->changelog_mask], memory_order_relaxed);
-        if (slot < s->max_machines)
-            r->touched[slot / 64] |= 1ull << (slot % 64);
-    }
-    atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&c->head, memory_order_relaxed) - r->list_exec_head > cap)
-        r->touched_all = true;
+    int n = bf_cl_peek(r->shm, BF_CL_EXECUTOR, r->list_exec_head, &h, mark_bit, r->touched);
+    r->touched_all = n == -EOVERFLOW || n == -ESTALE;
 }
 
 static inline void mark_seen(struct bf_recon *r, uint32_t slot)
@@ -410,8 +403,7 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
 
 void bf_recon_list_issued(struct bf_recon *r)
 {
-    r->list_exec_head =
-        atomic_load_explicit(&r->shm->changelog[BF_CL_EXECUTOR].head, memory_order_acquire);
+    r->list_exec_head = bf_cl_head(r->shm, BF_CL_EXECUTOR);
 }
 
 void bf_recon_apply_page(struct bf_recon *r, const struct bf_prov_list *l,
@@ -456,8 +448,7 @@ void bf_recon_walk_begin(struct bf_recon *r, bool paged)
     w->pages = 0;
     w->listed = 0;
     w->started_ns = bf_mono_ns();
-    w->exec_head =
-        atomic_load_explicit(&r->shm->changelog[BF_CL_EXECUTOR].head, memory_order_acquire);
+    w->exec_head = bf_cl_head(r->shm, BF_CL_EXECUTOR);
     w->exec_lapped = false;
     memset(w->exec_written, 0, r->words * sizeof *w->exec_written);
     memset(r->seen, 0, r->words * sizeof *r->seen);
@@ -466,25 +457,12 @@ void bf_recon_walk_begin(struct bf_recon *r, bool paged)
 void bf_recon_walk_follow(struct bf_recon *r)
 {
     struct recon_walk *w = &r->walk;
-    struct bf_shm *s = r->shm;
     if (!w->active || w->exec_lapped)
         return;
-    struct bf_changelog *c = &s->changelog[BF_CL_EXECUTOR];
-    _Atomic uint32_t *e = (_Atomic uint32_t *)((uint8_t *)s->inv_hdr + c->entries_off);
-    uint64_t h = atomic_load_explicit(&c->head, memory_order_acquire);
-    uint64_t cap = (uint64_t)s->changelog_mask + 1;
-    if (h - w->exec_head > cap) {
-        w->exec_lapped = true;
-        return;
-    }
-    for (uint64_t p = w->exec_head; p < h; p++) {
-        uint32_t slot = atomic_load_explicit(&e[p & s->changelog_mask], memory_order_relaxed);
-        if (slot < s->max_machines)
-            w->exec_written[slot / 64] |= 1ull << (slot % 64);
-    }
-    atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&c->head, memory_order_relaxed) - w->exec_head > cap)
-        w->exec_lapped = true;
+    uint64_t h;
+    int n = bf_cl_peek(r->shm, BF_CL_EXECUTOR, w->exec_head, &h, mark_bit, w->exec_written);
+    if (n == -EOVERFLOW || n == -ESTALE)
+        w->exec_lapped = true; /* sticky until the next walk begins */
     w->exec_head = h;
 }
 

@@ -387,7 +387,7 @@ static int key_append(struct scratch *sc, const uint8_t *p, size_t len)
 static int strtab_check(const struct bf_shm *s, uint64_t reserve, uint32_t need, char *err,
                         size_t errlen)
 {
-    uint64_t used = atomic_load_explicit(&s->inv->strtab.arena_used, memory_order_relaxed);
+    uint64_t used = bf_str_arena_used(s);
     if (used + reserve > s->arena_bytes) {
         ERR("need %u: the shared string table is nearly full (%llu of %llu bytes used, "
             "%llu kept in reserve)",
@@ -396,14 +396,6 @@ static int strtab_check(const struct bf_shm *s, uint64_t reserve, uint32_t need,
         return -ENOSPC;
     }
     return 0;
-}
-
-/* The string arena's growth across one of our interning calls (another
- * process interning at the same instant is charged to us: an over-count
- * only, and a rare one). */
-static uint64_t arena_used(const struct bf_shm *s)
-{
-    return atomic_load_explicit(&s->inv->strtab.arena_used, memory_order_acquire);
 }
 
 static int quota_check(struct bf_rollup *r, const struct bf_rollup_limits *lim, uint32_t need,
@@ -543,9 +535,11 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
         if (n->priority > lim->max_priority)
             n->priority = lim->max_priority; /* the clamped profile is the one interned */
         char e2[200];
-        uint64_t before = arena_used(s);
+        /* the arena's growth across our interning (another process interning
+         * at the same instant is charged to us: an over-count only, and rare) */
+        uint64_t before = bf_str_arena_used(s);
         rc = bf_nprofile_intern_need(s, n, lim->strtab_reserve, &pref, &fref, e2, sizeof e2);
-        r->strtab_added += arena_used(s) - before;
+        r->strtab_added += bf_str_arena_used(s) - before;
         bigfleet__v1alpha1__capacity_need__free_unpacked(n, NULL);
         if (rc) {
             ERR("need %u: %s", idx, e2);
@@ -564,9 +558,9 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
             if ((rc = strtab_check(s, lim->strtab_reserve + bf_str_cost((uint32_t)group_len), idx,
                                    err, errlen)))
                 return rc;
-            uint64_t before = arena_used(s);
+            uint64_t before = bf_str_arena_used(s);
             rc = bf_str_intern(s, group, (uint32_t)group_len, &gref);
-            r->strtab_added += arena_used(s) - before;
+            r->strtab_added += bf_str_arena_used(s) - before;
             if (rc) {
                 ERR("need %u: cannot intern the group (%zu bytes): %s", idx, group_len,
                     strerror(-rc));

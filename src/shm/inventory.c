@@ -1,7 +1,7 @@
 /*
  * inventory.c — machine records (seqlock per record), the id -> slot index,
- * slot allocation, change logs, and the supervisor's repair of records a
- * dead writer left half-written.
+ * slot allocation and change logs (the supervisor's repair of records a
+ * dead writer left half-written is in repair.c).
  *
  * Synchronisation:
  *  - Writer ownership of a record is taken by CAS on its `writer` word
@@ -251,39 +251,6 @@ int bf_inv_remove(struct bf_shm *s, uint32_t slot)
     return 0;
 }
 
-int bf_inv_repair_dead_writer(struct bf_shm *s, uint32_t dead_pid)
-{
-    int repaired = 0;
-    uint32_t hwm = bf_inv_hwm(s);
-    for (uint32_t i = 0; i < hwm; i++) {
-        struct bf_shm_machine *m = &s->records[i];
-        if (atomic_load_explicit(&m->writer, memory_order_acquire) != dead_pid)
-            continue;
-        uint32_t seq = atomic_load_explicit(&m->seq, memory_order_relaxed);
-        if (seq & 1u) {
-            /* half-written: keep what is there but force a fresh provider read */
-            struct bf_machine_rec r;
-            uint64_t words[BF_REC_WORDS];
-            for (int k = 0; k < BF_REC_WORDS; k++)
-                words[k] = atomic_load_explicit(&m->w[k], memory_order_relaxed);
-            memcpy(&r, words, sizeof r);
-            if (r.flags & BF_REC_VALID)
-                r.flags |= BF_REC_NEEDS_REFRESH;
-            memcpy(words, &r, sizeof r);
-            bf_store_payload(m->w, words, BF_REC_WORDS);
-            bf_seq_write_end(&m->seq, seq);
-            bf_cl_append(s, BF_CL_SUPERVISOR, i);
-            repaired++;
-        }
-        atomic_store_explicit(&m->writer, 0, memory_order_release);
-    }
-    /* the string lock */
-    uint32_t owner = dead_pid;
-    atomic_compare_exchange_strong_explicit(&s->inv->strtab.lock_owner, &owner, 0,
-                                            memory_order_release, memory_order_relaxed);
-    return repaired;
-}
-
 void bf_cl_append(struct bf_shm *s, int w, uint32_t slot)
 {
     struct bf_changelog *c = &s->changelog[w];
@@ -320,4 +287,43 @@ int bf_cl_drain(struct bf_shm *s, int w, bf_cl_fn fn, void *arg)
     }
     atomic_store_explicit(&c->tail, h, memory_order_release);
     return (int)(h - t);
+}
+
+uint64_t bf_cl_head(const struct bf_shm *s, int w)
+{
+    return atomic_load_explicit(&s->changelog[w].head, memory_order_acquire); /* C2 */
+}
+
+int bf_cl_peek(const struct bf_shm *s, int w, uint64_t from, uint64_t *head, bf_cl_peek_fn fn,
+               void *arg)
+{
+    const struct bf_changelog *c = &s->changelog[w];
+    const _Atomic uint32_t *e =
+        (const _Atomic uint32_t *)((const uint8_t *)s->inv_hdr + c->entries_off);
+    uint64_t cap = (uint64_t)s->changelog_mask + 1;
+    uint64_t h = atomic_load_explicit(&c->head, memory_order_acquire); /* C2 */
+    *head = h;
+    if (h - from > cap)
+        return -EOVERFLOW;
+    int n = 0;
+    for (uint64_t i = from; i < h; i++) {
+        uint32_t slot = atomic_load_explicit(&e[i & s->changelog_mask], memory_order_relaxed);
+        if (slot >= s->max_machines)
+            continue;
+        n++;
+        if (fn(arg, slot))
+            return n;
+    }
+    /* lapped while reading: some entries read were overwritten */
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&c->head, memory_order_relaxed) - from > cap)
+        return -ESTALE;
+    return n;
+}
+
+void bf_cl_skip(struct bf_shm *s, int w)
+{
+    struct bf_changelog *c = &s->changelog[w];
+    atomic_store_explicit(&c->tail, atomic_load_explicit(&c->head, memory_order_acquire),
+                          memory_order_release);
 }

@@ -835,3 +835,8 @@ void bf_hist_observe(struct bf_hist *h, double start, double factor, int n, int6
     atomic_fetch_add_explicit(&h->sum_ns, (uint64_t)(value_ns > 0 ? value_ns : 0),
                               memory_order_relaxed);
 }
+
+void bf_shm_backoff(unsigned attempt)
+{
+    bf_backoff(attempt);
+}

@@ -7,6 +7,7 @@
 #ifndef BF_SHM_INTERNAL_H
 #define BF_SHM_INTERNAL_H
 
+#include <errno.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>

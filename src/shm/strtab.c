@@ -318,3 +318,8 @@ int bf_str_intern_soft(struct bf_shm *s, const void *bytes, uint32_t len, uint32
         return -ENOSPC;
     return bf_str_intern(s, bytes, len, ref);
 }
+
+uint64_t bf_str_arena_used(const struct bf_shm *s)
+{
+    return atomic_load_explicit(&s->inv->strtab.arena_used, memory_order_acquire);
+}

@@ -287,38 +287,17 @@ static void repair_after(struct sup *s, int role, pid_t pid)
 {
     if (!s->shm.st || role == BF_ROLE_SIMPROVIDER)
         return;
-    int n = bf_inv_repair_dead_writer(&s->shm, (uint32_t)pid);
-    if (n > 0) {
-        atomic_fetch_add(&s->shm.st->supervisor.records_repaired, (uint64_t)n);
+    struct bf_repair_report rep;
+    bf_shm_repair_dead_writer(&s->shm, (uint32_t)pid, role, &rep);
+    if (rep.records > 0) {
+        BF_STAT_ADD(s->shm.st->supervisor.records_repaired, (uint64_t)rep.records);
         BF_WARN("repaired machine records left half-written", "role=%s dead_pid=%d records=%d",
-                bf_role_name(role), (int)pid, n);
+                bf_role_name(role), (int)pid, rep.records);
     }
-    /* cluster rows are latches: readers are unaffected; clear the writer word and
-     * make the seq even by copying the intact copy over the torn one */
-    uint32_t nc = atomic_load(&s->shm.needs->n_clusters);
-    for (uint32_t i = 0; i < nc && i < s->shm.max_clusters; i++) {
-        struct bf_shm_cluster *c = &s->shm.clusters[i];
-        if (atomic_load(&c->writer) != (uint32_t)pid)
-            continue;
-        uint32_t seq = atomic_load(&c->seq);
-        int good = (int)(seq & 1u); /* readers were reading this copy */
-        for (int w = 0; w < BF_CLUSTER_WORDS; w++)
-            atomic_store(&c->w[!good][w], atomic_load(&c->w[good][w]));
-        if (seq & 1u) {
-            /* copy 1 is intact and now also in copy 0: publish even */
-            atomic_store_explicit(&c->seq, seq + 1, memory_order_release);
-        }
-        atomic_store(&c->writer, 0);
-        atomic_fetch_add(&s->shm.st->supervisor.clusters_repaired, 1);
-        BF_WARN("repaired a cluster row left mid-write", "dead_pid=%d cluster_row=%u", (int)pid, i);
-    }
-    /* stamps written by the session: make any odd stamp even */
-    if (role == BF_ROLE_SESSION) {
-        for (uint32_t i = 0; i <= s->shm.stamp_mask; i++) {
-            uint32_t seq = atomic_load(&s->shm.stamps[i].seq);
-            if (seq & 1u)
-                atomic_store(&s->shm.stamps[i].seq, seq + 1);
-        }
+    if (rep.cluster_rows > 0) {
+        BF_STAT_ADD(s->shm.st->supervisor.clusters_repaired, (uint64_t)rep.cluster_rows);
+        BF_WARN("repaired cluster rows left mid-write", "dead_pid=%d cluster_rows=%d", (int)pid,
+                rep.cluster_rows);
     }
 }
 

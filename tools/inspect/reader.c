@@ -22,7 +22,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <stddef.h>
-#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -120,24 +119,11 @@ const char *insp_fault_message(void)
 
 /* ------------------------------------------------------------ records */
 
-static inline void relax(unsigned t)
-{
-    if (t < 16) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#else
-        atomic_signal_fence(memory_order_seq_cst);
-#endif
-    } else {
-        sched_yield();
-    }
-}
-
 const char *insp_str(const struct bf_shm *s, uint32_t ref, uint32_t *len)
 {
     uint32_t l = 0;
     const char *p = bf_str(s, ref, &l);
-    uint64_t used = atomic_load_explicit(&s->inv->strtab.arena_used, memory_order_acquire);
+    uint64_t used = bf_str_arena_used(s);
     if (!p || (uint64_t)ref * 8 + 8 + (uint64_t)l + 1 > used || used > s->arena_bytes) {
         if (len)
             *len = 0;
@@ -190,7 +176,7 @@ void insp_own_read(const struct bf_shm *s, struct insp_own *out)
     const struct bf_ownership_state *o = &s->st->own;
     const struct bf_stats_reconciler *rs = &s->st->reconciler;
     memset(out, 0, sizeof *out);
-#define L(x) atomic_load_explicit(&(x), memory_order_relaxed)
+#define L(x) BF_STAT_GET(x)
     out->mode = L(o->mode);
     out->generation = L(o->generation);
     out->n_domains = L(o->n_domains);
@@ -214,24 +200,11 @@ void insp_own_read(const struct bf_shm *s, struct insp_own *out)
             out->instructions[k][x] = L(o->instructions[k][x]);
 #undef L
     /* the tables: written by the cycle between seq odd and even */
-    size_t off = offsetof(struct bf_ownership_state, n_pub_reservations);
-    size_t len = sizeof *o - off;
     _Static_assert(sizeof(struct insp_own) - offsetof(struct insp_own, n_pub_reservations) ==
                        sizeof(struct bf_ownership_state) -
                            offsetof(struct bf_ownership_state, n_pub_reservations),
                    "insp_own tables must mirror bf_ownership_state");
-    for (unsigned t = 0; t < 64; t++) {
-        uint64_t q0 = atomic_load_explicit(&o->seq, memory_order_acquire);
-        if (!(q0 & 1)) {
-            bf_shm_load_words(&out->n_pub_reservations, (const uint8_t *)o + off, len);
-            atomic_thread_fence(memory_order_acquire);
-            if (atomic_load_explicit(&o->seq, memory_order_relaxed) == q0) {
-                out->consistent = true;
-                break;
-            }
-        }
-        relax(t);
-    }
+    out->consistent = bf_own_tables_read(s, &out->n_pub_reservations) == 0;
     if (out->n_pub_reservations > BF_OWN_PUB_RESERVATIONS)
         out->n_pub_reservations = BF_OWN_PUB_RESERVATIONS;
     if (out->n_pub_domains > BF_OWN_PUB_DOMAINS)
@@ -270,7 +243,7 @@ int insp_cycle_read(const struct bf_shm *s, struct insp_cycle *c, bool want_verd
             c->nv = want_verdicts ? nv : 0;
             break;
         }
-        relax(t);
+        bf_shm_backoff(t);
     }
     /* if the cycle kept publishing faster than we copy, the last copy is
      * kept and flagged inconsistent */

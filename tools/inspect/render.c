@@ -805,8 +805,8 @@ static void machine_json(struct insp_ctx *c, struct jw *w, uint32_t slot,
         int64_t idle = bf_rec_idle_since_unix(s, r);
         jw_int(w, "idle_since_unix", idle);
         jw_uint(w, "flags_raw", r->flags);
-        jw_uint(w, "pending_enq", atomic_load(&s->pending_enq[slot]));
-        jw_uint(w, "pending_done", atomic_load(&s->pending_done[slot]));
+        jw_uint(w, "pending_enq", bf_pending_enq_tag(s, slot));
+        jw_uint(w, "pending_done", bf_pending_done_tag(s, slot));
         jw_uint(w, "profile_ref", r->profile);
         const struct bf_mprofile *p =
             insp_str(s, r->profile, NULL) ? bf_mprofile_get(c->cache, s, r->profile) : NULL;
@@ -894,7 +894,7 @@ static void machine_text_full(struct insp_ctx *c, struct insp_buf *b, uint32_t s
     ib_printf(b, " (%#x)\n", r->flags);
     FIELD("pending action");
     ib_printf(b, "%s (enq %u, done %u)\n", bf_pending(s, slot) ? "yes" : "no",
-              atomic_load(&s->pending_enq[slot]), atomic_load(&s->pending_done[slot]));
+              bf_pending_enq_tag(s, slot), bf_pending_done_tag(s, slot));
     const struct bf_mprofile *p =
         insp_str(s, r->profile, NULL) ? bf_mprofile_get(c->cache, s, r->profile) : NULL;
     FIELD("profile");
