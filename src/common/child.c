@@ -90,7 +90,7 @@ int bf_child_start(struct bf_child *ch, const struct bf_config *cfg, int role)
     }
     bf_shm_set_role(&ch->shm, role);
     struct bf_proc_slot *slot = &ch->shm.st->proc[role];
-    uint32_t fd = atomic_load(&slot->wake_fd);
+    uint32_t fd = BF_SHARED_LOAD(slot->wake_fd);
     ch->wake_fd = fd ? (int)fd : -1;
     g_wake_fd = ch->wake_fd;
     if (cfg->seccomp) {
@@ -101,15 +101,14 @@ int bf_child_start(struct bf_child *ch, const struct bf_config *cfg, int role)
             return rc;
         }
     }
-    atomic_store(&slot->child_state, BF_CHILD_ACTIVE);
+    BF_SHARED_STORE(slot->child_state, BF_CHILD_ACTIVE);
     bf_child_heartbeat(ch);
     return 0;
 }
 
 void bf_child_heartbeat(struct bf_child *ch)
 {
-    atomic_store_explicit(&ch->shm.st->proc[ch->role].heartbeat_ns, bf_now_ns(),
-                          memory_order_relaxed);
+    BF_STAT_SET(ch->shm.st->proc[ch->role].heartbeat_ns, bf_now_ns());
 }
 
 bool bf_child_reloaded(struct bf_child *ch, struct bf_live_values *v)
@@ -129,6 +128,6 @@ bool bf_child_reloaded(struct bf_child *ch, struct bf_live_values *v)
 void bf_child_finish(struct bf_child *ch)
 {
     if (ch->shm.st)
-        atomic_store(&ch->shm.st->proc[ch->role].child_state, BF_CHILD_ASSIGNED);
+        BF_SHARED_STORE(ch->shm.st->proc[ch->role].child_state, BF_CHILD_ASSIGNED);
     bf_shm_detach(&ch->shm);
 }

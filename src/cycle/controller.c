@@ -124,25 +124,24 @@ bool bf_cycle_ownership_due(const struct bf_cycle *c, int64_t now_ns)
 
 bool bf_cycle_demand_changed(const struct bf_cycle *c)
 {
-    return atomic_load_explicit(&c->shm->needs->change_counter, memory_order_acquire) !=
-           c->needs_counter_seen;
+    return BF_SHARED_LOAD(c->shm->needs->change_counter) != c->needs_counter_seen;
 }
 
 /* Ask the reconciler for a pass and wait for it (bounded). */
 static bool reconcile(struct bf_cycle *c)
 {
     struct bf_state_main *st = c->shm->st;
-    uint64_t req = atomic_load(&st->reconcile_req_seq) + 1;
-    atomic_store_explicit(&st->reconcile_req_seq, req, memory_order_release);
+    uint64_t req = BF_SHARED_LOAD(st->reconcile_req_seq) + 1;
+    BF_SHARED_STORE(st->reconcile_req_seq, req);
     bf_wake(c->shm, BF_ROLE_RECONCILER);
     int64_t deadline = bf_mono_ns() + c->o.reconcile_timeout_ns;
-    int fd = (int)atomic_load(&st->proc[BF_ROLE_CYCLE].wake_fd);
-    while (atomic_load_explicit(&st->reconcile_done_seq, memory_order_acquire) < req) {
+    int fd = (int)BF_SHARED_LOAD(st->proc[BF_ROLE_CYCLE].wake_fd);
+    while (BF_SHARED_LOAD(st->reconcile_done_seq) < req) {
         int64_t left = deadline - bf_mono_ns();
         if (bf_child_stopping())
             return false;
         if (left <= 0) {
-            atomic_fetch_add(&st->cycle.reconcile_waits_timed_out, 1);
+            BF_STAT_INC(st->cycle.reconcile_waits_timed_out);
             return false;
         }
         if (fd > 0) {
@@ -183,7 +182,7 @@ int bf_cycle_run_once(struct bf_cycle *c, int64_t now_ns, struct bf_cycle_report
     c->have_res = true;
     const struct bf_engine_result *r = &c->res;
     /* published before anything this cycle decided can be executed and audited */
-    atomic_store(&st->cycle_count, r->cycle);
+    BF_SHARED_STORE(st->cycle_count, r->cycle);
     rep->cycle = r->cycle;
     rep->needs = r->n_needs;
     rep->unsatisfied = r->n_unsatisfied;
@@ -201,8 +200,8 @@ int bf_cycle_run_once(struct bf_cycle *c, int64_t now_ns, struct bf_cycle_report
     rep->phase_ns[BF_PHASE_EMIT] += t4 - t3;
     rep->total_ns = t4 - t0;
     c->cycles_run++;
-    atomic_store(&st->cycle_count, r->cycle);
-    atomic_fetch_add(&st->cycle.cycles, 1);
+    BF_SHARED_STORE(st->cycle_count, r->cycle);
+    BF_STAT_INC(st->cycle.cycles);
     if (c->cycles_run > c->o.metrics_warmup_cycles) {
         bf_hist_observe(&st->cycle.cycle_duration, 0.001, 2, 14, rep->total_ns);
         for (int p = 0; p < BF_PHASE_COUNT; p++)

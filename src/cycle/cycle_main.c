@@ -84,7 +84,7 @@ int bf_cycle_main(const struct bf_config *cfg)
             /* the time from this process's spawn to its first decision (a
              * restarted cycle process rebuilds its mirror here) */
             first_done = true;
-            int64_t spawned = atomic_load(&ch.shm.st->proc[BF_ROLE_CYCLE].started_ns);
+            int64_t spawned = BF_SHARED_LOAD(ch.shm.st->proc[BF_ROLE_CYCLE].started_ns);
             BF_INFO("first cycle",
                     "since_spawn_ms=%.1f ms=%.1f reconcile_ms=%.1f snapread_ms=%.1f "
                     "rescan=%d changed=%u needs=%u",

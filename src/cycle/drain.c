@@ -220,8 +220,8 @@ void own_do_drain(struct bf_cycle *c, const Instr *in, struct reply *r)
         goto out_free;
     r->outcome = OUT_ACCEPTED;
     /* the Preempts, as the engine's own would be enqueued (in flight first) */
-    uint64_t serial = atomic_load(&s->st->action_serial);
-    uint64_t cycle = atomic_load(&s->st->cycle_count) + 1;
+    uint64_t serial = BF_STAT_GET(s->st->action_serial);
+    uint64_t cycle = BF_STAT_GET(s->st->cycle_count) + 1;
     for (size_t i = 0; i < ps.n; i++) {
         const struct pick *p = &ps.p[i];
         int64_t until = now + grace[i] * BF_NS_PER_SEC + c->o.reservation_ttl_ns;
@@ -246,8 +246,8 @@ void own_do_drain(struct bf_cycle *c, const Instr *in, struct reply *r)
             BF_ERROR("cross-shard drain not enqueued (ring full); the reservation expires",
                      "machine=%s", p->id);
         } else {
-            atomic_fetch_add(&s->st->cycle.actions_total[BF_ACTION_PREEMPT], 1);
-            atomic_fetch_add(&s->st->own.drained, 1);
+            BF_STAT_INC(s->st->cycle.actions_total[BF_ACTION_PREEMPT]);
+            BF_STAT_INC(s->st->own.drained);
         }
         own_touch(c, p->slot);
         char detail[64];
@@ -255,7 +255,7 @@ void own_do_drain(struct bf_cycle *c, const Instr *in, struct reply *r)
                  (long long)grace[i]);
         own_audit(c, BF_OWN_EV_RESERVED, p->id, in->instruction_id, "", "", detail, until, P);
     }
-    atomic_store(&s->st->action_serial, serial);
+    BF_STAT_SET(s->st->action_serial, serial);
     if (ps.n)
         bf_wake(s, BF_ROLE_EXECUTOR);
     own_resv_recompute_expiry(o);

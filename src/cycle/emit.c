@@ -296,10 +296,10 @@ void bf_cycle_enqueue(struct bf_cycle *c, const struct bf_engine_result *r,
     rep->deferred = (uint32_t)out.deferred;
     rep->wake_again = out.wake;
     if (out.capped)
-        atomic_fetch_add(&st->reclaims_capped, out.capped);
+        BF_STAT_ADD(st->reclaims_capped, out.capped);
     if (out.deferred)
-        atomic_fetch_add(&st->actions_deferred, out.deferred);
-    uint64_t serial = atomic_load(&s->st->action_serial);
+        BF_STAT_ADD(st->actions_deferred, out.deferred);
+    uint64_t serial = BF_STAT_GET(s->st->action_serial);
     bool audit_only = c->o.actuation_paused || c->o.dry_run;
     size_t n = audit_only ? r->n_actions : out.n_execute;
     int pushed = 0;
@@ -307,9 +307,9 @@ void bf_cycle_enqueue(struct bf_cycle *c, const struct bf_engine_result *r,
         uint8_t disp = c->o.actuation_paused ? BF_DISP_SUPPRESSED : BF_DISP_DRYRUN;
         for (int k = 0; k < BF_ACTION_KIND_COUNT; k++) {
             if (out.suppressed[k])
-                atomic_fetch_add(&st->actions_suppressed[k], out.suppressed[k]);
+                BF_STAT_ADD(st->actions_suppressed[k], out.suppressed[k]);
             if (out.dryrun[k])
-                atomic_fetch_add(&st->actions_dryrun[k], out.dryrun[k]);
+                BF_STAT_ADD(st->actions_dryrun[k], out.dryrun[k]);
             rep->suppressed += out.suppressed[k];
             rep->dryrun += out.dryrun[k];
         }
@@ -374,13 +374,13 @@ void bf_cycle_enqueue(struct bf_cycle *c, const struct bf_engine_result *r,
         }
         for (int k = 0; k < BF_ACTION_KIND_COUNT; k++)
             if (per_kind[k])
-                atomic_fetch_add(&st->actions_total[k], per_kind[k]);
+                BF_STAT_ADD(st->actions_total[k], per_kind[k]);
         if (rep->deduped)
-            atomic_fetch_add(&st->actions_deduped, rep->deduped);
+            BF_STAT_ADD(st->actions_deduped, rep->deduped);
         if (rep->dropped)
-            atomic_fetch_add(&st->actions_dropped, rep->dropped);
+            BF_STAT_ADD(st->actions_dropped, rep->dropped);
     }
-    atomic_store(&s->st->action_serial, serial);
+    BF_STAT_SET(s->st->action_serial, serial);
     rep->enqueued = audit_only ? 0 : (uint32_t)pushed;
     if (pushed)
         bf_wake(s, BF_ROLE_EXECUTOR);
@@ -398,11 +398,11 @@ void bf_cycle_enqueue(struct bf_cycle *c, const struct bf_engine_result *r,
         if (bf_ring_push(s, BF_RING_AC_HINTS, &m) == 0) {
             hints++;
         } else {
-            atomic_fetch_add(&st->ac_hints_dropped, 1);
+            BF_STAT_INC(st->ac_hints_dropped);
         }
     }
     if (hints) {
-        atomic_fetch_add(&st->ac_hints_sent, (uint64_t)hints);
+        BF_STAT_ADD(st->ac_hints_sent, (uint64_t)hints);
         bf_wake(s, BF_ROLE_SESSION);
     }
     rep->ac_hints = (uint32_t)hints;

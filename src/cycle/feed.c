@@ -206,7 +206,7 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
     for (int w = 0; w < BF_CHANGELOG_WRITERS && !c->need_rescan; w++) {
         int n = bf_cl_drain(c->shm, w, on_logged, c);
         if (n == -EOVERFLOW) {
-            atomic_fetch_add(&c->shm->st->cycle.changelog_overflows, 1);
+            BF_STAT_INC(c->shm->st->cycle.changelog_overflows);
             c->need_rescan = true;
         } else if (n > 0) {
             changed += (uint32_t)n;
@@ -223,7 +223,7 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
         changed += hwm;
         c->need_rescan = false;
         rep->rescanned = true;
-        atomic_fetch_add(&c->shm->st->cycle.mirror_rescans, 1);
+        BF_STAT_INC(c->shm->st->cycle.mirror_rescans);
     }
     rep->changed_slots = changed;
     return 0;
@@ -241,8 +241,8 @@ static void u32set_clear(struct u32set *s)
 int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
 {
     struct bf_shm *s = c->shm;
-    c->needs_counter_seen = atomic_load_explicit(&s->needs->change_counter, memory_order_acquire);
-    uint32_t n = atomic_load_explicit(&s->needs->n_clusters, memory_order_acquire);
+    c->needs_counter_seen = BF_SHARED_LOAD(s->needs->change_counter);
+    uint32_t n = BF_SHARED_LOAD(s->needs->n_clusters);
     if (n > c->max_clusters)
         n = c->max_clusters;
     c->n_offline = 0;

@@ -92,8 +92,7 @@ static void count(struct bf_cycle *c, int kind, int outcome)
 {
     if (outcome < 0 || outcome >= BF_OWN_OUTCOMES)
         outcome = 0;
-    atomic_fetch_add_explicit(&c->shm->st->own.instructions[kind][outcome], 1,
-                              memory_order_relaxed);
+    BF_STAT_INC(c->shm->st->own.instructions[kind][outcome]);
 }
 
 static void send_ack_bytes(struct bf_cycle *c, const uint8_t *b, size_t n)
@@ -240,7 +239,7 @@ bool own_commit_accept(struct bf_cycle *c, MDB_txn *txn, const Instr *in, int ki
         mdb_txn_abort(txn);
     if (rc) {
         free(ack);
-        atomic_fetch_add(&c->shm->st->own.store_errors, 1);
+        BF_STAT_INC(c->shm->st->own.store_errors);
         own_set_reason(r, OUT_FAILED, "state store: %s", mdb_strerror(rc));
         BF_ERROR("cannot commit a coordinator instruction", "instruction_id=%.128s error=\"%s\"",
                  in->instruction_id, mdb_strerror(rc));
@@ -257,7 +256,7 @@ bool own_begin(struct bf_cycle *c, MDB_txn **txn, struct reply *r)
 {
     int rc = mdb_txn_begin(c->own->st->env, NULL, 0, txn);
     if (rc) {
-        atomic_fetch_add(&c->shm->st->own.store_errors, 1);
+        BF_STAT_INC(c->shm->st->own.store_errors);
         own_set_reason(r, OUT_FAILED, "state store: %s", mdb_strerror(rc));
         return false;
     }
@@ -267,7 +266,7 @@ bool own_begin(struct bf_cycle *c, MDB_txn **txn, struct reply *r)
 bool own_fail_txn(struct bf_cycle *c, MDB_txn *txn, int rc, struct reply *r)
 {
     mdb_txn_abort(txn);
-    atomic_fetch_add(&c->shm->st->own.store_errors, 1);
+    BF_STAT_INC(c->shm->st->own.store_errors);
     own_set_reason(r, OUT_FAILED, "state store: %s", mdb_strerror(rc));
     return false;
 }

@@ -48,7 +48,7 @@ int own_type_idx(const struct bf_shm *s, const char *name)
 {
     if (!name || !name[0])
         return -1;
-    uint32_t n = atomic_load_explicit(&s->inv->n_types, memory_order_acquire);
+    uint32_t n = BF_SHARED_LOAD(s->inv->n_types);
     for (uint32_t i = 1; i < n && i < BF_MAX_TYPES; i++)
         if (!strcmp(bf_type_name(s, i), name))
             return (int)i;
@@ -59,7 +59,7 @@ int own_zone_idx(const struct bf_shm *s, const char *name)
 {
     if (!name || !name[0])
         return -1;
-    uint32_t n = atomic_load_explicit(&s->inv->n_zones, memory_order_acquire);
+    uint32_t n = BF_SHARED_LOAD(s->inv->n_zones);
     for (uint32_t i = 1; i < n && i < BF_MAX_ZONES; i++)
         if (!strcmp(bf_zone_name(s, i), name))
             return (int)i;
@@ -334,9 +334,9 @@ static void xfer_donor(struct bf_cycle *c, const Instr *in, const struct xfer_ar
         bf_own_view_load(o->st, c->o.ownership, &o->view);
     o->view.generation = gen;
     own_resv_recompute_expiry(o);
-    atomic_fetch_add(a->kind == K_TRANSFER ? &c->shm->st->own.transferred_out
-                                           : &c->shm->st->own.speculative_out,
-                     ps.n);
+    BF_STAT_ADD(*(a->kind == K_TRANSFER ? &c->shm->st->own.transferred_out
+                                        : &c->shm->st->own.speculative_out),
+                ps.n);
     BF_INFO("machines released to another shard",
             "instruction=%s instruction_id=%.128s "
             "machines=%zu to=%s",
@@ -409,9 +409,9 @@ static void xfer_recipient(struct bf_cycle *c, const Instr *in, const struct xfe
     if (reload)
         bf_own_view_load(o->st, c->o.ownership, &o->view);
     o->view.generation = gen;
-    atomic_fetch_add(a->kind == K_TRANSFER ? &c->shm->st->own.transferred_in
-                                           : &c->shm->st->own.speculative_in,
-                     a->n_ids);
+    BF_STAT_ADD(*(a->kind == K_TRANSFER ? &c->shm->st->own.transferred_in
+                                        : &c->shm->st->own.speculative_in),
+                a->n_ids);
     BF_INFO("machines taken over from another shard",
             "instruction=%s instruction_id=%.128s "
             "machines=%zu from=%s",

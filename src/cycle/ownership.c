@@ -181,12 +181,11 @@ void own_audit(struct bf_cycle *c, int event, const char *machine, const char *i
                int32_t preemptor_priority)
 {
     const char *sv[BF_OWN_AS_COUNT] = {machine, instruction, from, to, detail};
-    struct bf_own_audit_hdr h = {
-        .at_ns = bf_now_ns(),
-        .until_ns = until_ns,
-        .cycle = atomic_load_explicit(&c->shm->st->cycle_count, memory_order_relaxed) + 1,
-        .event = (uint32_t)event,
-        .preemptor_priority = preemptor_priority};
+    struct bf_own_audit_hdr h = {.at_ns = bf_now_ns(),
+                                 .until_ns = until_ns,
+                                 .cycle = BF_STAT_GET(c->shm->st->cycle_count) + 1,
+                                 .event = (uint32_t)event,
+                                 .preemptor_priority = preemptor_priority};
     char buf[BF_OWN_AS_COUNT * BF_OWN_ID_MAX];
     size_t n = 0;
     for (int i = 0; i < BF_OWN_AS_COUNT; i++) {
@@ -211,13 +210,13 @@ static void publish(struct bf_cycle *c)
     uint32_t mode =
         !o->st ? (c->o.data_dir && c->o.data_dir[0] ? BF_OWN_MODE_NO_STORE : BF_OWN_MODE_ALL)
                : (o->view.all_mode ? BF_OWN_MODE_ALL : BF_OWN_MODE_PARTITIONED);
-    atomic_store_explicit(&s->mode, mode, memory_order_relaxed);
-    atomic_store_explicit(&s->n_domains, o->view.n_domains, memory_order_relaxed);
-    atomic_store_explicit(&s->n_in, o->view.in.n, memory_order_relaxed);
-    atomic_store_explicit(&s->n_out, o->view.out.n, memory_order_relaxed);
-    atomic_store_explicit(&s->n_reserved, o->resv.n, memory_order_relaxed);
-    atomic_store_explicit(&s->n_held, c->n_held, memory_order_relaxed);
-    atomic_store_explicit(&s->generation, o->view.generation, memory_order_release);
+    BF_STAT_SET(s->mode, mode);
+    BF_STAT_SET(s->n_domains, o->view.n_domains);
+    BF_STAT_SET(s->n_in, o->view.in.n);
+    BF_STAT_SET(s->n_out, o->view.out.n);
+    BF_STAT_SET(s->n_reserved, o->resv.n);
+    BF_STAT_SET(s->n_held, c->n_held);
+    BF_SHARED_STORE(s->generation, o->view.generation);
     if (!o->publish)
         return;
     o->publish = false;
@@ -360,7 +359,7 @@ static void expire(struct bf_cycle *c, int64_t now_ns)
         return;
     MDB_txn *txn;
     if (mdb_txn_begin(o->st->env, NULL, 0, &txn) != 0) {
-        atomic_fetch_add(&c->shm->st->own.store_errors, 1);
+        BF_STAT_INC(c->shm->st->own.store_errors);
         o->next_expiry = now_ns + BF_NS_PER_SEC; /* retried in a second, not every loop turn */
         return;
     }
@@ -373,7 +372,7 @@ static void expire(struct bf_cycle *c, int64_t now_ns)
         int rc = mdb_del(txn, o->st->dbi[BF_OWN_DB_RESERVED], &k, NULL);
         if (rc && rc != MDB_NOTFOUND) {
             mdb_txn_abort(txn);
-            atomic_fetch_add(&c->shm->st->own.store_errors, 1);
+            BF_STAT_INC(c->shm->st->own.store_errors);
             BF_ERROR("cannot drop expired transfer reservations", "error=\"%s\"", mdb_strerror(rc));
             return;
         }
@@ -381,7 +380,7 @@ static void expire(struct bf_cycle *c, int64_t now_ns)
     }
     int rc = mdb_txn_commit(txn);
     if (rc) {
-        atomic_fetch_add(&c->shm->st->own.store_errors, 1);
+        BF_STAT_INC(c->shm->st->own.store_errors);
         o->next_expiry = now_ns + BF_NS_PER_SEC;
         BF_ERROR("cannot drop expired transfer reservations", "error=\"%s\"", mdb_strerror(rc));
         return;
@@ -410,7 +409,7 @@ static void expire(struct bf_cycle *c, int64_t now_ns)
             break;
         }
     }
-    atomic_fetch_add(&c->shm->st->own.reservations_expired, n);
+    BF_STAT_ADD(c->shm->st->own.reservations_expired, n);
     own_resv_recompute_expiry(o);
     o->publish = true;
 }

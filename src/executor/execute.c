@@ -144,7 +144,7 @@ static void push_node_event(struct bf_exec *e, uint32_t slot, const struct bf_ma
     if (bf_ring_push(e->shm, BF_RING_NODE_EXEC, &ev) == 0)
         bf_wake(e->shm, BF_ROLE_SESSION);
     else
-        atomic_fetch_add_explicit(&XS(e)->ring_drops, 1, memory_order_relaxed);
+        BF_STAT_INC(XS(e)->ring_drops);
 }
 
 /* Takes the record if it is still the action's machine in state `from`.
@@ -239,14 +239,13 @@ static void audit(struct bf_exec *e, const struct bf_action_msg *a, const char *
     const char *m = bf_str(e->shm, a->machine_id_ref, &ml);
     const char *c = a->cluster_ref ? bf_str(e->shm, a->cluster_ref, &cl) : NULL;
     size_t n =
-        bf_exec_audit_format(buf, sizeof buf, bf_now_ns(),
-                             atomic_load_explicit(&e->shm->st->cycle_count, memory_order_relaxed),
-                             a, m, m ? ml : 0, c, c ? cl : 0, outcome, duration_ms, error);
+        bf_exec_audit_format(buf, sizeof buf, bf_now_ns(), BF_STAT_GET(e->shm->st->cycle_count), a,
+                             m, m ? ml : 0, c, c ? cl : 0, outcome, duration_ms, error);
     ssize_t w = write(e->o.audit_fd, buf, n);
     if (w == (ssize_t)n) {
-        atomic_fetch_add_explicit(&XS(e)->audit_records, 1, memory_order_relaxed);
+        BF_STAT_INC(XS(e)->audit_records);
     } else {
-        atomic_fetch_add_explicit(&XS(e)->audit_errors, 1, memory_order_relaxed);
+        BF_STAT_INC(XS(e)->audit_errors);
         if (warn_ok(e))
             BF_ERROR("audit log write failed", "error=\"%s\" written=%zd of=%zu",
                      w < 0 ? strerror(errno) : "short write", w, n);
@@ -289,7 +288,7 @@ static void finish(struct job *j)
     e->jobs[j->idx] = NULL;
     e->free_idx[e->n_free++] = j->idx;
     e->inflight--;
-    atomic_store_explicit(&XS(e)->inflight, e->inflight, memory_order_relaxed);
+    BF_STAT_SET(XS(e)->inflight, e->inflight);
     free(j->blob);
     free(j);
     poll_actions(e);
@@ -450,7 +449,7 @@ static void do_bootstrap(struct job *j)
     };
     j->boot_t0 = bf_mono_ns();
     if (bf_ring_push(e->shm, BF_RING_BOOT_REQ, &q) != 0) {
-        atomic_fetch_add_explicit(&XS(e)->ring_drops, 1, memory_order_relaxed);
+        BF_STAT_INC(XS(e)->ring_drops);
         j->boot_id = 0;
         rollback_idle(j, BF_OUT_NO_SESSION,
                       "requestBootstrap: the bootstrap request ring is full; back to Idle");
@@ -827,7 +826,7 @@ static void do_drain(struct job *j, const struct bf_machine_rec *rec)
     if (bf_ring_push(e->shm, BF_RING_RECLAIM, &rm) == 0)
         bf_wake(e->shm, BF_ROLE_SESSION);
     else
-        atomic_fetch_add_explicit(&XS(e)->ring_drops, 1, memory_order_relaxed);
+        BF_STAT_INC(XS(e)->ring_drops);
     struct bf_inv_txn t;
     int found = 0, rc = tx_begin(j, BF_STATE_CONFIGURED, &t, &found);
     if (rc) {
@@ -879,7 +878,7 @@ static void on_delete_ack(void *arg, const struct bf_prov_result *r, const struc
             nr.last_error = 0;
             nr.idle_since = 0;
             tx_commit(j, &t, &nr);
-            atomic_fetch_add_explicit(&XS(e)->idle_releases, 1, memory_order_relaxed);
+            BF_STAT_INC(XS(e)->idle_releases);
             set_outcome(j, BF_OUT_SUCCESS, NULL);
         }
     } else if (st == BF_STATE_DELETING) {
@@ -1115,8 +1114,7 @@ static void poll_actions(struct bf_exec *e)
             if (a.slot >= e->shm->max_machines) {
                 BF_ERROR("malformed action dropped", "slot=%u kind=%u serial=%llu", a.slot, a.kind,
                          (unsigned long long)a.serial);
-                atomic_fetch_add_explicit(&XS(e)->outcomes[0][BF_OUT_OTHER], 1,
-                                          memory_order_relaxed);
+                BF_STAT_INC(XS(e)->outcomes[0][BF_OUT_OTHER]);
                 pos_done(e, pos);
                 continue;
             }
@@ -1141,10 +1139,9 @@ static void poll_actions(struct bf_exec *e)
             }
             /* The kill switch also holds what the cycle queued before it was
              * flipped (SIGHUP): nothing starts while it is on. */
-            if (atomic_load_explicit(&e->shm->st->actuation_paused, memory_order_acquire)) {
+            if (BF_SHARED_LOAD(e->shm->st->actuation_paused)) {
                 audit(e, &a, "suppressed", 0, NULL);
-                atomic_fetch_add_explicit(&e->shm->st->host.actions_held_at_dispatch, 1,
-                                          memory_order_relaxed);
+                BF_STAT_INC(e->shm->st->host.actions_held_at_dispatch);
                 action_done(e, &a);
                 pos_done(e, pos);
                 continue;
@@ -1162,7 +1159,7 @@ static void poll_actions(struct bf_exec *e)
             j->t0 = bf_mono_ns();
             j->deadline = j->t0 + e->o.execute_timeout_ns;
             e->inflight++;
-            atomic_store_explicit(&XS(e)->inflight, e->inflight, memory_order_relaxed);
+            BF_STAT_SET(XS(e)->inflight, e->inflight);
             if (bf_prov_client_state(e->client) != BF_NET_CLIENT_READY) {
                 j->parked = true; /* started once the provider answers again */
                 e->n_parked++;
@@ -1204,9 +1201,9 @@ static void drain_own_audit(struct bf_exec *e)
             bf_exec_audit_format_ownership(line, sizeof line, &h, rec + sizeof h, len - sizeof h);
         ssize_t w = write(e->o.audit_fd, line, n_out);
         if (w == (ssize_t)n_out) {
-            atomic_fetch_add_explicit(&XS(e)->audit_records, 1, memory_order_relaxed);
+            BF_STAT_INC(XS(e)->audit_records);
         } else {
-            atomic_fetch_add_explicit(&XS(e)->audit_errors, 1, memory_order_relaxed);
+            BF_STAT_INC(XS(e)->audit_errors);
             if (warn_ok(e))
                 BF_ERROR("audit log write failed", "error=\"%s\" written=%zd of=%zu",
                          w < 0 ? strerror(errno) : "short write", w, n_out);
@@ -1263,7 +1260,7 @@ int bf_exec_new(struct bf_net_loop *loop, struct bf_shm *shm, struct bf_prov_cli
     /* request ids: a per-process random prefix, so a predecessor's late
      * responses never match one of ours */
     e->boot_prefix = (bf_random_u64() | 1ull << 63) & ~((1ull << (BOOT_IDX_BITS + 16)) - 1);
-    atomic_store_explicit(&XS(e)->inflight, 0, memory_order_relaxed);
+    BF_STAT_SET(XS(e)->inflight, 0);
     *out = e;
     return 0;
 }

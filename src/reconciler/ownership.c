@@ -113,7 +113,7 @@ void bf_recon_own_free(struct bf_recon_own *o)
 
 bool bf_recon_own_refresh(struct bf_recon_own *o)
 {
-    uint64_t g = atomic_load_explicit(&o->shm->st->own.generation, memory_order_acquire);
+    uint64_t g = BF_SHARED_LOAD(o->shm->st->own.generation);
     if (o->loaded && (g == 0 || g == o->view.generation))
         return false;
     int rc = bf_own_view_load(o->st, o->policy, &o->view);
@@ -255,7 +255,7 @@ static void flush(struct bf_recon_own *o)
     else
         mdb_txn_abort(txn);
     if (rc) {
-        atomic_fetch_add(&o->shm->st->reconciler.owned_store_errors, 1);
+        BF_STAT_INC(o->shm->st->reconciler.owned_store_errors);
         BF_ERROR("cannot write the owned set; re-synchronised after the next full pass",
                  "error=\"%s\"", mdb_strerror(rc));
         o->synced = false;
@@ -314,7 +314,7 @@ static void sync_owned(struct bf_recon_own *o)
     else
         mdb_txn_abort(txn);
     if (rc) {
-        atomic_fetch_add(&s->st->reconciler.owned_store_errors, 1);
+        BF_STAT_INC(s->st->reconciler.owned_store_errors);
         BF_ERROR("cannot synchronise the owned set with the inventory", "error=\"%s\"",
                  mdb_strerror(rc));
         return;
@@ -357,7 +357,7 @@ static int try_release(struct bf_recon_own *o, uint32_t slot, uint32_t id_ref,
     if (bf_inv_remove(o->shm, slot) != 0)
         return 0;
     res->released++;
-    atomic_fetch_add_explicit(&o->shm->st->reconciler.machines_released, 1, memory_order_relaxed);
+    BF_STAT_INC(o->shm->st->reconciler.machines_released);
     if (id)
         bf_recon_own_removed(o, id, len);
     return 1;
@@ -376,7 +376,7 @@ void bf_recon_own_sweep(struct bf_recon_own *o, struct bf_recon_result *res)
         if (try_release(o, slot, rec.id, res) == 0)
             keep(o, slot, rec.id);
     }
-    atomic_store_explicit(&o->shm->st->reconciler.release_blocked, o->n_kept, memory_order_relaxed);
+    BF_STAT_SET(o->shm->st->reconciler.release_blocked, o->n_kept);
     if (res->released || o->n_kept)
         BF_INFO("machines no longer owned by this shard", "released=%u kept_bound_or_in_flight=%u",
                 res->released, o->n_kept);
@@ -390,13 +390,12 @@ void bf_recon_own_finish(struct bf_recon_own *o, struct bf_recon_result *res, bo
         else
             i++;
     }
-    atomic_store_explicit(&o->shm->st->reconciler.release_blocked, o->n_kept, memory_order_relaxed);
+    BF_STAT_SET(o->shm->st->reconciler.release_blocked, o->n_kept);
     if (full_ok && !o->synced)
         o->sync_due = true; /* O(machines): done when idle, off the readiness path */
     else
         flush(o);
-    atomic_store_explicit(&o->shm->st->reconciler.owned_machines,
-                          bf_own_store_count(o->st, BF_OWN_DB_OWNED), memory_order_relaxed);
+    BF_STAT_SET(o->shm->st->reconciler.owned_machines, bf_own_store_count(o->st, BF_OWN_DB_OWNED));
 }
 
 bool bf_recon_own_idle(struct bf_recon_own *o)
@@ -406,7 +405,6 @@ bool bf_recon_own_idle(struct bf_recon_own *o)
     o->sync_due = false;
     if (!o->synced)
         sync_owned(o);
-    atomic_store_explicit(&o->shm->st->reconciler.owned_machines,
-                          bf_own_store_count(o->st, BF_OWN_DB_OWNED), memory_order_relaxed);
+    BF_STAT_SET(o->shm->st->reconciler.owned_machines, bf_own_store_count(o->st, BF_OWN_DB_OWNED));
     return true;
 }

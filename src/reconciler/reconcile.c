@@ -112,7 +112,7 @@ static void reject(struct bf_recon *r, const struct bf_prov_machine *m, int reas
     struct bf_stats_reconciler *st = &r->shm->st->reconciler;
     if (reason < 1 || reason > 3)
         reason = BF_REJECT_STRUCTURAL;
-    atomic_fetch_add_explicit(&st->machines_rejected[reason], 1, memory_order_relaxed);
+    BF_STAT_INC(st->machines_rejected[reason]);
     res->rejected++;
     res->rejected_by[reason]++;
     if (r->rejects_logged++ < BF_RECON_LOG_REJECTS) {
@@ -232,7 +232,7 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
         /* 1. an action is in flight: the executor's view is authoritative */
         if (bf_pending(s, slot)) {
             res->skipped_pending++;
-            atomic_fetch_add_explicit(&st->machines_skipped_pending, 1, memory_order_relaxed);
+            BF_STAT_INC(st->machines_skipped_pending);
             return;
         }
         if (!have_cur &&
@@ -249,7 +249,7 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
          * older than that write (the next pass decides) */
         if (touched_since_list(r, slot) && !(cur.flags & BF_REC_NEEDS_REFRESH)) {
             res->skipped_pending++;
-            atomic_fetch_add_explicit(&st->machines_skipped_pending, 1, memory_order_relaxed);
+            BF_STAT_INC(st->machines_skipped_pending);
             return;
         }
     }
@@ -265,7 +265,7 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
         source = bf_recon_own_decide_listed(r->own, &m);
         if (source == 0) {
             res->not_owned++;
-            atomic_fetch_add_explicit(&st->machines_not_owned, 1, memory_order_relaxed);
+            BF_STAT_INC(st->machines_not_owned);
             return;
         }
     }
@@ -314,7 +314,7 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
         if (bf_pending(s, slot)) {
             bf_inv_abort(s, &t);
             res->skipped_pending++;
-            atomic_fetch_add_explicit(&st->machines_skipped_pending, 1, memory_order_relaxed);
+            BF_STAT_INC(st->machines_skipped_pending);
             return;
         }
         if (bound_state(nr.state)) {
@@ -327,8 +327,7 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
                 old->state != BF_STATE_DRAINING && m.n_metadata) {
                 int bad = bf_prov_machine_assignment(s, &m, &nr);
                 if (bad > 0)
-                    atomic_fetch_add_explicit(&st->metadata_decode_errors, (uint64_t)bad,
-                                              memory_order_relaxed);
+                    BF_STAT_ADD(st->metadata_decode_errors, (uint64_t)bad);
             }
         }
         if (nr.state == BF_STATE_IDLE)
@@ -352,7 +351,7 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
                 bf_hist_observe(&st->provisioning_latency, 0.01, 2, 20, lat);
         }
         res->updated++;
-        atomic_fetch_add_explicit(&st->machines_updated, 1, memory_order_relaxed);
+        BF_STAT_INC(st->machines_updated);
         if (old->state != nr.state || old->cluster != nr.cluster)
             push_event(r, slot, &nr, route, res);
         return;
@@ -361,8 +360,7 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
     if (m.n_metadata) {
         int bad = bf_prov_machine_assignment(s, &m, &nr);
         if (bad > 0) {
-            atomic_fetch_add_explicit(&st->metadata_decode_errors, (uint64_t)bad,
-                                      memory_order_relaxed);
+            BF_STAT_ADD(st->metadata_decode_errors, (uint64_t)bad);
             BF_WARN("shard_metadata decode: values malformed (skipped) or not a penalty bucket's "
                     "bound (applied as its bucket); the other keys were restored",
                     "machine=\"%.*s\" malformed=%d", (int)(m.id.len < 200 ? m.id.len : 200),
@@ -397,7 +395,7 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
     if (r->own)
         bf_recon_own_adopted(r->own, (const char *)m.id.p, m.id.len, source);
     res->inserted++;
-    atomic_fetch_add_explicit(&st->machines_inserted, 1, memory_order_relaxed);
+    BF_STAT_INC(st->machines_inserted);
     push_event(r, nslot, &nr, nr.cluster, res);
 }
 
@@ -487,7 +485,7 @@ bool bf_recon_remove_slot(struct bf_recon *r, uint32_t slot, uint32_t id_ref,
     if (id)
         bf_recon_own_removed(r->own, id, il); /* the owned set follows the inventory */
     res->removed++;
-    atomic_fetch_add_explicit(&r->shm->st->reconciler.machines_removed, 1, memory_order_relaxed);
+    BF_STAT_INC(r->shm->st->reconciler.machines_removed);
     return true;
 }
 

@@ -51,20 +51,19 @@ static void pass_done(void *arg, const struct bf_recon_result *r)
     int64_t total = r->list_ns + r->apply_ns;
     bool ok = r->status == BF_PROV_OK;
     m->passes++;
-    atomic_fetch_add_explicit(&rs->reconciles, 1, memory_order_relaxed);
-    atomic_store_explicit(&rs->incremental, bf_recon_incremental(m->recon) ? 1 : 0,
-                          memory_order_relaxed);
+    BF_STAT_INC(rs->reconciles);
+    BF_STAT_SET(rs->incremental, bf_recon_incremental(m->recon) ? 1 : 0);
     if (ok) {
-        atomic_store_explicit(&rs->last_reconcile_ns, bf_now_ns(), memory_order_relaxed);
+        BF_STAT_SET(rs->last_reconcile_ns, bf_now_ns());
         bf_hist_observe(&rs->reconcile_duration, 0.001, 2, 14, total);
         if (r->full) {
-            atomic_store_explicit(&rs->last_list_machines, r->walk_listed, memory_order_relaxed);
-            atomic_fetch_add_explicit(&rs->resyncs, 1, memory_order_relaxed);
-            atomic_store_explicit(&rs->last_resync_ns, bf_now_ns(), memory_order_relaxed);
+            BF_STAT_SET(rs->last_list_machines, r->walk_listed);
+            BF_STAT_INC(rs->resyncs);
+            BF_STAT_SET(rs->last_resync_ns, bf_now_ns());
             bf_hist_observe(&rs->resync_duration, 0.001, 2, 16, r->walk_ns);
         }
-        if (r->full && !atomic_load(&st->first_reconcile_done)) {
-            atomic_store_explicit(&st->first_reconcile_done, 1, memory_order_release);
+        if (r->full && !BF_SHARED_LOAD(st->first_reconcile_done)) {
+            BF_SHARED_STORE(st->first_reconcile_done, 1);
             BF_INFO("first reconcile complete (ready)", "machines=%u pages=%u ms=%.1f",
                     r->walk_listed, r->walk_pages, r->walk_ns / 1e6);
         }
@@ -82,17 +81,18 @@ static void pass_done(void *arg, const struct bf_recon_result *r)
             BF_INFO("resync walk complete", "pages=%u listed=%u removed=%u ms=%.1f", r->walk_pages,
                     r->walk_listed, r->removed, r->walk_ns / 1e6);
     } else {
-        atomic_fetch_add_explicit(&rs->reconcile_errors, 1, memory_order_relaxed);
+        BF_STAT_INC(rs->reconcile_errors);
     }
     if (r->walk_aborted)
-        atomic_fetch_add_explicit(&rs->resync_aborts, 1, memory_order_relaxed);
+        BF_STAT_INC(rs->resync_aborts);
     /* a page of an unfinished walk answers only once the inventory is whole */
-    bool answers = m->pass_requested && (r->kind == BF_RECON_DELTA || r->full || !ok ||
-                                         r->walk_aborted || atomic_load(&st->first_reconcile_done));
+    bool answers =
+        m->pass_requested && (r->kind == BF_RECON_DELTA || r->full || !ok || r->walk_aborted ||
+                              BF_SHARED_LOAD(st->first_reconcile_done));
     if (answers) {
         if (ok)
-            atomic_store_explicit(&st->reconcile_ok_seq, m->pass_seq, memory_order_release);
-        atomic_store_explicit(&st->reconcile_done_seq, m->pass_seq, memory_order_release);
+            BF_SHARED_STORE(st->reconcile_ok_seq, m->pass_seq);
+        BF_SHARED_STORE(st->reconcile_done_seq, m->pass_seq);
         bf_wake(&m->ch.shm, BF_ROLE_CYCLE);
     }
     if (bf_child_stopping())
@@ -106,8 +106,8 @@ static void maybe_start(struct rmain *m)
     if (m->closing || bf_recon_busy(m->recon) || bf_child_stopping())
         return;
     struct bf_state_main *st = m->ch.shm.st;
-    uint64_t req = atomic_load_explicit(&st->reconcile_req_seq, memory_order_acquire);
-    uint64_t done = atomic_load_explicit(&st->reconcile_done_seq, memory_order_relaxed);
+    uint64_t req = BF_SHARED_LOAD(st->reconcile_req_seq);
+    uint64_t done = BF_STAT_GET(st->reconcile_done_seq);
     bool requested = req > done;
     int rc = bf_recon_step(m->recon, requested, bf_mono_ns(), pass_done, m);
     if (rc == 1) {
@@ -118,8 +118,8 @@ static void maybe_start(struct rmain *m)
     if (rc < 0) {
         BF_ERROR("cannot start a reconcile pass", "error=\"%s\"", strerror(-rc));
         if (requested) { /* answer the request: the cycle runs on the current view */
-            atomic_fetch_add_explicit(&st->reconciler.reconcile_errors, 1, memory_order_relaxed);
-            atomic_store_explicit(&st->reconcile_done_seq, req, memory_order_release);
+            BF_STAT_INC(st->reconciler.reconcile_errors);
+            BF_SHARED_STORE(st->reconcile_done_seq, req);
             bf_wake(&m->ch.shm, BF_ROLE_CYCLE);
         }
     }

@@ -100,7 +100,7 @@ struct coord {
 
 int64_t coord_term(const struct ss *ss)
 {
-    return atomic_load_explicit(&ss->shm->st->session.coordinator_term, memory_order_relaxed);
+    return BF_STAT_GET(ss->shm->st->session.coordinator_term);
 }
 
 /* ------------------------------------------------------------ LMDB term */
@@ -138,7 +138,7 @@ static int term_open(struct coord *c)
             term = t;
     }
     mdb_txn_commit(txn);
-    atomic_store(&c->ss->shm->st->session.coordinator_term, term);
+    BF_STAT_SET(c->ss->shm->st->session.coordinator_term, term);
     return 0;
 fail:
     BF_ERROR("cannot open the LMDB state for the coordinator term (kept in memory only)",
@@ -152,7 +152,7 @@ fail:
 
 static void term_raise(struct coord *c, int64_t term)
 {
-    atomic_store(&c->ss->shm->st->session.coordinator_term, term);
+    BF_STAT_SET(c->ss->shm->st->session.coordinator_term, term);
     if (!c->env)
         return;
     MDB_txn *txn;
@@ -404,7 +404,7 @@ static void send_report(struct coord *c)
         c->inflight = true;
         c->sent = iap ? c->n_acks : 0;
     } else {
-        atomic_fetch_add(&shm->st->session.coordinator_errors, 1);
+        BF_STAT_INC(shm->st->session.coordinator_errors);
         BF_WARN("ReportShard not sent", "error=\"%s\"", strerror(errno));
     }
     for (uint32_t i = 0; i < ns; i++) {
@@ -503,7 +503,7 @@ static void on_reply(void *arg, int code, const char *message, const uint8_t *re
         &c->ss->shm->st->host.coordinator_rpc[0][code >= 0 && code < BF_RPC_CODES ? code : 2],
         0.001, 2, 16, bf_mono_ns() - c->sent_ns);
     if (code != BF_NET_OK) {
-        atomic_fetch_add(&st->coordinator_errors, 1);
+        BF_STAT_INC(st->coordinator_errors);
         BF_WARN("ReportShard failed", "code=%s message=\"%s\" addr=%s", bf_net_code_name(code),
                 message ? message : "", c->addrs[c->cur]);
         c->sent = 0; /* the acks stay queued, in front */
@@ -518,19 +518,19 @@ static void on_reply(void *arg, int code, const char *message, const uint8_t *re
     memmove(c->acks, c->acks + c->sent, (c->n_acks - c->sent) * sizeof *c->acks);
     c->n_acks -= c->sent;
     c->sent = 0;
-    atomic_fetch_add(&st->coordinator_reports, 1);
+    BF_STAT_INC(st->coordinator_reports);
     Bigfleet__V1alpha1__ReportAck *ack = NULL;
     if (bf_pb_unpack(&bigfleet__v1alpha1__report_ack__descriptor, resp, len,
                      (ProtobufCMessage **)&ack, NULL) != 0) {
-        atomic_fetch_add(&st->coordinator_errors, 1);
+        BF_STAT_INC(st->coordinator_errors);
         BF_WARN("undecodable ReportAck ignored", "bytes=%zu", len);
         return;
     }
     int64_t hwm = coord_term(c->ss);
     if (ack->coordinator_term > 0) {
         if (ack->coordinator_term < hwm) {
-            atomic_fetch_add(&st->coordinator_stale_replies, 1);
-            atomic_fetch_add(&st->coordinator_stale_reply_instructions, ack->n_instructions);
+            BF_STAT_INC(st->coordinator_stale_replies);
+            BF_STAT_ADD(st->coordinator_stale_reply_instructions, ack->n_instructions);
             BF_WARN("ReportAck from a stale coordinator term; its instructions are skipped",
                     "term=%" PRId64 " high_water_mark=%" PRId64 " instructions=%zu",
                     ack->coordinator_term, hwm, ack->n_instructions);
@@ -691,5 +691,5 @@ void coord_stop(struct ss *ss)
 
 uint32_t coord_domains(const struct ss *ss)
 {
-    return atomic_load_explicit(&ss->shm->st->own.n_domains, memory_order_relaxed);
+    return BF_STAT_GET(ss->shm->st->own.n_domains);
 }

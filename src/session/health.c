@@ -51,15 +51,12 @@ static int status_of(const struct ss *ss, const char *service)
     if (!service[0] || strcmp(service, "bigfleet.v1alpha1.Shard") == 0) {
         if (stopping)
             return ST_NOT_SERVING;
-        return atomic_load_explicit(&st->first_reconcile_done, memory_order_acquire)
-                   ? ST_SERVING
-                   : ST_NOT_SERVING;
+        return BF_SHARED_LOAD(st->first_reconcile_done) ? ST_SERVING : ST_NOT_SERVING;
     }
     if (strcmp(service, "bigfleet.v1alpha1.ShardRead") == 0) {
         if (stopping)
             return ST_NOT_SERVING;
-        return atomic_load_explicit(&st->publish_seq, memory_order_acquire) > 0 ? ST_SERVING
-                                                                                : ST_NOT_SERVING;
+        return BF_SHARED_LOAD(st->publish_seq) > 0 ? ST_SERVING : ST_NOT_SERVING;
     }
     if (strcmp(service, "grpc.health.v1.Health") == 0 ||
         strcmp(service, "grpc.reflection.v1.ServerReflection") == 0 ||
@@ -103,7 +100,7 @@ static void check_on_message(struct bf_net_call *call, const uint8_t *msg, size_
 {
     struct ss *ss = arg;
     char service[MAX_SERVICE_NAME + 1];
-    atomic_fetch_add_explicit(&ss->shm->st->host.health_checks, 1, memory_order_relaxed);
+    BF_STAT_INC(ss->shm->st->host.health_checks);
     if (!read_service(call, msg, len, service))
         return;
     int st = status_of(ss, service);
@@ -127,7 +124,7 @@ static const char *const known[] = {"",
 static void list_on_message(struct bf_net_call *call, const uint8_t *msg, size_t len, void *arg)
 {
     struct ss *ss = arg;
-    atomic_fetch_add_explicit(&ss->shm->st->host.health_checks, 1, memory_order_relaxed);
+    BF_STAT_INC(ss->shm->st->host.health_checks);
     Grpc__Health__V1__HealthListRequest *req =
         grpc__health__v1__health_list_request__unpack(NULL, len, msg);
     if (!req) {
@@ -166,7 +163,7 @@ static void unlink_watch(struct hwatch *w)
 static void watch_on_message(struct bf_net_call *call, const uint8_t *msg, size_t len, void *arg)
 {
     struct ss *ss = arg;
-    atomic_fetch_add_explicit(&ss->shm->st->host.health_watches, 1, memory_order_relaxed);
+    BF_STAT_INC(ss->shm->st->host.health_watches);
     if (W.n >= MAX_WATCHES) {
         bf_net_call_finish(call, BF_NET_RESOURCE_EXHAUSTED, "too many health watches");
         return;

@@ -253,7 +253,7 @@ static void handler(const struct bf_net_http_request *req, struct bf_net_http_re
     if (strcmp(req->path, "/healthz") == 0) {
         bf_net_http_printf(resp, "ok\n");
     } else if (strcmp(req->path, "/readyz") == 0) {
-        if (atomic_load_explicit(&ss->shm->st->first_reconcile_done, memory_order_acquire)) {
+        if (BF_SHARED_LOAD(ss->shm->st->first_reconcile_done)) {
             bf_net_http_printf(resp, "ok\n");
         } else {
             bf_net_http_set_status(resp, 503, NULL);
@@ -290,7 +290,7 @@ int ss_http_start(struct ss *ss)
                                         .arg = ss,
                                         .head_timeout_ns = ss->cfg->http_head_timeout_ns,
                                         .listen_fd =
-                                            atomic_load(&ss->shm->st->host.http_listen_fd)};
+                                            BF_SHARED_LOAD(ss->shm->st->host.http_listen_fd)};
     int rc;
     int64_t until = bf_mono_ns() + 5 * BF_NS_PER_SEC; /* see start_grpc() */
     while ((rc = bf_net_http_server_new(ss->loop, &o, &ss->http)) == -EADDRINUSE &&

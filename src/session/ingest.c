@@ -147,7 +147,7 @@ static void reject(struct ingest *ig, uint32_t cidx, const struct job *j, int rc
     ct_publish_locked(ct, cidx);
     uint32_t name_ref = r->name_ref;
     pthread_mutex_unlock(&ct->mu);
-    atomic_fetch_add(&stats(ig)->rollups_rejected, 1);
+    BF_STAT_INC(stats(ig)->rollups_rejected);
     int64_t now = bf_mono_ns();
     int64_t refill = (now - ig->last_log[cidx]) / BF_NS_PER_SEC;
     if (refill > 0) {
@@ -347,7 +347,7 @@ static int convert(struct ingest *ig, uint32_t cidx, const struct job *j, const 
                          strerror(-di));
                 return di;
             }
-            atomic_fetch_add_explicit(&ig->cnt.dims_registered, 1, memory_order_relaxed);
+            BF_STAT_INC(ig->cnt.dims_registered);
             BF_INFO("resource name registered for a cluster's rollup",
                     "cluster=%s resource=%s "
                     "index=%d",
@@ -364,23 +364,21 @@ static int convert(struct ingest *ig, uint32_t cidx, const struct job *j, const 
     }
 count:
     if (cv->timestamp_clamped) {
-        atomic_fetch_add_explicit(&ig->cnt.timestamps_clamped, 1, memory_order_relaxed);
+        BF_STAT_INC(ig->cnt.timestamps_clamped);
         BF_DEBUG("rollup timestamp outside [receive - 60 s, receive]: receive time used",
                  "cluster=%s timestamp_ns=%lld recv_ns=%lld", cid, (long long)cv->timestamp_ns,
                  (long long)j->recv_ns);
     }
     if (cv->priorities_clamped)
-        atomic_fetch_add_explicit(&ig->cnt.priorities_clamped, cv->priorities_clamped,
-                                  memory_order_relaxed);
+        BF_STAT_ADD(ig->cnt.priorities_clamped, cv->priorities_clamped);
     if (cv->unknown_fields)
-        atomic_fetch_add_explicit(&ig->cnt.unknown_fields, cv->unknown_fields,
-                                  memory_order_relaxed);
+        BF_STAT_ADD(ig->cnt.unknown_fields, cv->unknown_fields);
     if (rc && cv->over_quota) {
         int q = strcmp(cv->over_quota, "needs") == 0     ? 0
                 : strcmp(cv->over_quota, "groups") == 0  ? 1
                 : strcmp(cv->over_quota, "strings") == 0 ? 2
                                                          : 3;
-        atomic_fetch_add_explicit(&ig->cnt.over_quota[q], 1, memory_order_relaxed);
+        BF_STAT_INC(ig->cnt.over_quota[q]);
     }
     return rc;
 }
@@ -407,15 +405,13 @@ static bool repeat(struct ingest *ig, uint32_t cidx, const struct job *j,
     cv->merged = m->merged;
     cv->priorities_clamped = m->priorities_clamped;
     cv->unknown_fields = m->unknown_fields;
-    atomic_fetch_add_explicit(&ig->cnt.rollups_unchanged, 1, memory_order_relaxed);
+    BF_STAT_INC(ig->cnt.rollups_unchanged);
     if (cv->timestamp_clamped)
-        atomic_fetch_add_explicit(&ig->cnt.timestamps_clamped, 1, memory_order_relaxed);
+        BF_STAT_INC(ig->cnt.timestamps_clamped);
     if (cv->priorities_clamped)
-        atomic_fetch_add_explicit(&ig->cnt.priorities_clamped, cv->priorities_clamped,
-                                  memory_order_relaxed);
+        BF_STAT_ADD(ig->cnt.priorities_clamped, cv->priorities_clamped);
     if (cv->unknown_fields)
-        atomic_fetch_add_explicit(&ig->cnt.unknown_fields, cv->unknown_fields,
-                                  memory_order_relaxed);
+        BF_STAT_ADD(ig->cnt.unknown_fields, cv->unknown_fields);
     return true;
 }
 
@@ -494,7 +490,7 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
         r->rollups_quarantined++;
         ct_publish_locked(ct, cidx);
         pthread_mutex_unlock(&ct->mu);
-        atomic_fetch_add(&stats(ig)->rollups_quarantined, 1);
+        BF_STAT_INC(stats(ig)->rollups_quarantined);
         BF_WARN("rollup quarantined (rail 2): it would drop most of the cluster's demand",
                 "cluster=%s rows=%u accepted_rows=%u held=%u confirm_at=%d", cid, cv->needs_in,
                 rec.accepted_rows, held, BF_RAIL2_CONFIRMATIONS);
@@ -544,8 +540,8 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
                  "inconsistent)",
                  "cluster=%s off=%u rows=%u", cid, old_off, old_n);
     ig->total_rows = after;
-    atomic_store_explicit(&s->needs->rows_used, (uint32_t)after, memory_order_release);
-    atomic_fetch_add_explicit(&s->needs->change_counter, 1, memory_order_release);
+    BF_SHARED_STORE(s->needs->rows_used, (uint32_t)after);
+    BF_SHARED_BUMP(s->needs->change_counter);
     int64_t now = bf_now_ns();
     for (uint32_t i = 0; i < cv->n; i++) {
         if (bf_stamp_touch(s, rec.name_ref, cv->fp_refs[i], now) != 0 && !ig->stamps_full_logged) {
@@ -556,7 +552,7 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
         }
     }
     bf_wake(s, BF_ROLE_CYCLE);
-    atomic_fetch_add(&stats(ig)->rollups_accepted, 1);
+    BF_STAT_INC(stats(ig)->rollups_accepted);
     if (v == BF_RAIL2_ACCEPT_CONFIRMED)
         BF_WARN("quarantined rollup accepted: confirmed by consecutive rollups (rail 2)",
                 "cluster=%s rows=%u previous_rows=%u", cid, cv->needs_in, rec.accepted_rows);
@@ -609,7 +605,7 @@ static int rebuild_arena(struct ingest *ig)
         return rc;
     }
     ig->total_rows = total;
-    atomic_store_explicit(&ig->shm->needs->rows_used, (uint32_t)total, memory_order_release);
+    BF_SHARED_STORE(ig->shm->needs->rows_used, (uint32_t)total);
     if (total)
         BF_INFO("need-row arena rebuilt from published clusters", "clusters=%u live_rows=%llu", n,
                 (unsigned long long)total);
@@ -699,7 +695,7 @@ int ingest_submit(struct ingest *ig, uint32_t cidx, uint64_t serial, uint8_t *bu
     if (sl->buf) {
         free(sl->buf);
         ig->bytes -= sl->len;
-        atomic_fetch_add(&ig->shm->st->session.rollups_superseded, 1);
+        BF_STAT_INC(ig->shm->st->session.rollups_superseded);
     } else {
         ig->fifo[(ig->fifo_head + ig->fifo_n) % ig->fifo_cap] = cidx;
         ig->fifo_n++;
@@ -713,13 +709,13 @@ int ingest_submit(struct ingest *ig, uint32_t cidx, uint64_t serial, uint8_t *bu
 
 void ingest_read_counters(struct ingest *ig, struct ingest_counters *out)
 {
-    out->timestamps_clamped = atomic_load(&ig->cnt.timestamps_clamped);
-    out->priorities_clamped = atomic_load(&ig->cnt.priorities_clamped);
-    out->unknown_fields = atomic_load(&ig->cnt.unknown_fields);
-    out->dims_registered = atomic_load(&ig->cnt.dims_registered);
-    out->rollups_unchanged = atomic_load(&ig->cnt.rollups_unchanged);
+    out->timestamps_clamped = BF_STAT_GET(ig->cnt.timestamps_clamped);
+    out->priorities_clamped = BF_STAT_GET(ig->cnt.priorities_clamped);
+    out->unknown_fields = BF_STAT_GET(ig->cnt.unknown_fields);
+    out->dims_registered = BF_STAT_GET(ig->cnt.dims_registered);
+    out->rollups_unchanged = BF_STAT_GET(ig->cnt.rollups_unchanged);
     for (int i = 0; i < 4; i++)
-        out->over_quota[i] = atomic_load(&ig->cnt.over_quota[i]);
+        out->over_quota[i] = BF_STAT_GET(ig->cnt.over_quota[i]);
 }
 
 int ingest_take_done(struct ingest *ig, struct ingest_done *out, int max)

@@ -97,7 +97,7 @@ static bool identity_ok(const char *ident)
 static void on_call(struct bf_net_call *call, void *arg)
 {
     struct ss *ss = arg;
-    atomic_fetch_add_explicit(&stats(ss)->inspect_calls, 1, memory_order_relaxed);
+    BF_STAT_INC(stats(ss)->inspect_calls);
     struct icall *c = calloc(1, sizeof *c);
     if (!c) {
         bf_net_call_finish(call, BF_NET_RESOURCE_EXHAUSTED, "shard: out of memory");
@@ -110,7 +110,7 @@ static void on_call(struct bf_net_call *call, void *arg)
     const char *ident = bf_net_call_identity(call);
     if (ident || bf_config_tls(ss->cfg)) {
         if (!ident || !identity_ok(ident)) {
-            atomic_fetch_add_explicit(&stats(ss)->inspect_denied, 1, memory_order_relaxed);
+            BF_STAT_INC(stats(ss)->inspect_denied);
             BF_ERROR("InspectNeeds refused: the client certificate is neither readonly nor admin",
                      "peer=%s identity=%s", bf_net_call_peer(call), ident ? ident : "");
             char msg[512];

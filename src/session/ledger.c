@@ -55,9 +55,9 @@ int bf_ledger_snapshot(const struct bf_shm *s, const struct bf_ledger_filter *f,
         bf_result_read_begin(s, &rd);
         uint32_t b = rd.buffer;
         const struct bf_cycle_result *r = &st->result[b];
-        uint64_t cycle = __atomic_load_n(&r->cycle, __ATOMIC_RELAXED);
-        int64_t at = __atomic_load_n(&r->computed_at_ns, __ATOMIC_RELAXED);
-        uint32_t nv = __atomic_load_n(&r->n_verdicts, __ATOMIC_RELAXED);
+        uint64_t cycle = BF_SHM_PEEK(r->cycle);
+        int64_t at = BF_SHM_PEEK(r->computed_at_ns);
+        uint32_t nv = BF_SHM_PEEK(r->n_verdicts);
         if (nv > s->max_needs)
             nv = s->max_needs; /* a torn header; the re-check below discards it */
         if (cycle == 0)
@@ -78,7 +78,7 @@ int bf_ledger_snapshot(const struct bf_shm *s, const struct bf_ledger_filter *f,
             }
         } else {
             for (uint32_t i = 0; i < nv; i++) {
-                if (__atomic_load_n(&rows[i].cluster_ref, __ATOMIC_RELAXED) != f->cluster_ref)
+                if (BF_SHM_PEEK(rows[i].cluster_ref) != f->cluster_ref)
                     continue;
                 total++;
                 if ((f->limit && n >= f->limit) || overflow)

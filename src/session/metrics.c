@@ -140,22 +140,22 @@ void bf_metrics_hist(struct bf_metrics_buf *b, const char *name, const char *lab
     double bound = start;
     char le[40];
     for (int i = 0; i < n; i++) {
-        cum += atomic_load_explicit(&h->bucket[i], memory_order_relaxed);
+        cum += BF_STAT_GET(h->bucket[i]);
         bf_format_float_go(bound, le, sizeof le);
         bf_metrics_printf(b, "%s_bucket{%s%sle=\"%s\"} %llu\n", name, labels, sep, le,
                           (unsigned long long)cum);
         bound *= factor;
     }
-    cum += atomic_load_explicit(&h->bucket[n], memory_order_relaxed);
+    cum += BF_STAT_GET(h->bucket[n]);
     bf_metrics_printf(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep,
                       (unsigned long long)cum);
     const char *lb = labels[0] ? "{" : "", *lbe = labels[0] ? "}" : "";
     bf_metrics_printf(b, "%s_sum%s%s%s ", name, lb, labels, lbe);
-    bf_metrics_float(b, (double)atomic_load_explicit(&h->sum_ns, memory_order_relaxed) / 1e9);
+    bf_metrics_float(b, (double)BF_STAT_GET(h->sum_ns) / 1e9);
     bf_metrics_printf(b, "\n%s_count%s%s%s %llu\n", name, lb, labels, lbe, (unsigned long long)cum);
 }
 
-#define LD(x) ((unsigned long long)atomic_load_explicit(&(x), memory_order_relaxed))
+#define LD(x) ((unsigned long long)BF_STAT_GET(x))
 
 static void counter(struct bf_metrics_buf *b, const char *name, const char *help,
                     unsigned long long v)
@@ -172,7 +172,7 @@ static void gauge(struct bf_metrics_buf *b, const char *name, const char *help, 
 
 static void render_clusters(const struct bf_shm *s, struct bf_metrics_buf *b)
 {
-    uint32_t n = atomic_load_explicit(&s->needs->n_clusters, memory_order_acquire);
+    uint32_t n = BF_SHARED_LOAD(s->needs->n_clusters);
     if (n > s->max_clusters)
         n = s->max_clusters;
     struct bf_cluster_rec *r = calloc(n ? n : 1, sizeof *r);
@@ -260,7 +260,7 @@ static void render_session(const struct bf_shm *s, struct bf_metrics_buf *b)
         bf_metrics_printf(b, "bigfleet_shard_session_lifecycle_total{event=\"%s\"} %llu\n", ev[i],
                           LD(ss->lifecycle[i]));
     gauge(b, "bigfleet_shard_active_sessions", "Operator sessions currently installed.",
-          (long long)atomic_load_explicit(&ss->active_sessions, memory_order_relaxed));
+          (long long)BF_STAT_GET(ss->active_sessions));
     counter(b, "bigfleet_shard_session_identity_rejected_total",
             "Sessions refused because the client certificate does not authorize the cluster.",
             LD(ss->identity_rejected));
@@ -308,15 +308,15 @@ static void render_session(const struct bf_shm *s, struct bf_metrics_buf *b)
             "Instructions carried by those stale ReportAcks, rejected unapplied.",
             LD(ss->coordinator_stale_reply_instructions));
     gauge(b, "bigfleet_shard_coordinator_term", "Coordinator term high-water mark.",
-          (long long)atomic_load_explicit(&ss->coordinator_term, memory_order_relaxed));
+          (long long)BF_STAT_GET(ss->coordinator_term));
     bf_metrics_header(b, "bigfleet_shard_session_rollup_ingest_seconds", "histogram",
                       "Time to decode, convert and publish one rollup.");
     bf_metrics_hist(b, "bigfleet_shard_session_rollup_ingest_seconds", "", &ss->rollup_ingest,
                     0.0001, 2, 20);
     gauge(b, "bigfleet_shard_needs_rows", "Need rows live across clusters.",
-          (long long)atomic_load_explicit(&s->needs->rows_used, memory_order_relaxed));
+          (long long)BF_STAT_GET(s->needs->rows_used));
     gauge(b, "bigfleet_shard_ready", "1 once the first provider reconcile succeeded (/readyz).",
-          (long long)atomic_load_explicit(&st->first_reconcile_done, memory_order_relaxed));
+          (long long)BF_STAT_GET(st->first_reconcile_done));
     counter(b, "bigfleet_shard_inspect_needs_calls_total", "ShardRead/InspectNeeds calls received.",
             LD(ss->inspect_calls));
     counter(b, "bigfleet_shard_inspect_needs_denied_total",
@@ -380,13 +380,9 @@ static void render_actions(const struct bf_shm *s, struct bf_metrics_buf *b)
     struct bf_hist prov;
     const struct bf_hist *ph[2] = {&xs->provisioning_latency, &st->reconciler.provisioning_latency};
     for (int k = 0; k < BF_HIST_MAX_BUCKETS; k++)
-        atomic_init(&prov.bucket[k],
-                    atomic_load_explicit(&ph[0]->bucket[k], memory_order_relaxed) +
-                        atomic_load_explicit(&ph[1]->bucket[k], memory_order_relaxed));
-    atomic_init(&prov.count, atomic_load_explicit(&ph[0]->count, memory_order_relaxed) +
-                                 atomic_load_explicit(&ph[1]->count, memory_order_relaxed));
-    atomic_init(&prov.sum_ns, atomic_load_explicit(&ph[0]->sum_ns, memory_order_relaxed) +
-                                  atomic_load_explicit(&ph[1]->sum_ns, memory_order_relaxed));
+        BF_STAT_SET(prov.bucket[k], BF_STAT_GET(ph[0]->bucket[k]) + BF_STAT_GET(ph[1]->bucket[k]));
+    BF_STAT_SET(prov.count, BF_STAT_GET(ph[0]->count) + BF_STAT_GET(ph[1]->count));
+    BF_STAT_SET(prov.sum_ns, BF_STAT_GET(ph[0]->sum_ns) + BF_STAT_GET(ph[1]->sum_ns));
     hist(b, "bigfleet_shard_provisioning_latency_seconds",
          "From a (cluster, fingerprint) first appearing in a rollup to a machine for it reaching "
          "Configured; one sample per stamp.",
@@ -428,7 +424,7 @@ static void render_actions(const struct bf_shm *s, struct bf_metrics_buf *b)
     /* the ring keeps an action until the executor finished it (and every one
      * before it); what waits for a worker is that minus the ones in flight */
     uint64_t depth = bf_ring_depth(s, BF_RING_ACTIONS);
-    int64_t infl = atomic_load_explicit(&xs->inflight, memory_order_relaxed);
+    int64_t infl = BF_STAT_GET(xs->inflight);
     uint64_t waiting = infl > 0 && (uint64_t)infl < depth ? depth - (uint64_t)infl
                        : infl > 0                         ? 0
                                                           : depth;
@@ -446,7 +442,7 @@ static void render_actions(const struct bf_shm *s, struct bf_metrics_buf *b)
     per_kind(b, "bigfleet_shard_actions_dryrun_total",
              "Actions decided in --dry-run: audited only.", cs->actions_dryrun);
     gauge(b, "bigfleet_shard_actuation_paused", "1 while actuation is paused (kill switch).",
-          (long long)atomic_load_explicit(&st->actuation_paused, memory_order_relaxed));
+          (long long)BF_STAT_GET(st->actuation_paused));
     bf_metrics_header(b, "bigfleet_shard_machines_rejected_total", "counter",
                       "Provider machine records refused by the Invariant screen, by reason.");
     for (int r = BF_REJECT_STRUCTURAL; r <= BF_REJECT_PROBABILITY; r++)
@@ -606,28 +602,27 @@ static void render_processes(const struct bf_shm *s, struct bf_metrics_buf *b)
     int64_t now = bf_now_ns();
     bool show[BF_ROLE_COUNT] = {false};
     for (int r = BF_ROLE_SESSION; r < BF_ROLE_COUNT; r++)
-        show[r] = r != BF_ROLE_SIMPROVIDER ||
-                  atomic_load_explicit(&st->proc[r].started_ns, memory_order_relaxed) != 0;
+        show[r] = r != BF_ROLE_SIMPROVIDER || BF_STAT_GET(st->proc[r].started_ns) != 0;
     bf_metrics_header(b, "bigfleet_appliance_process_restarts_total", "counter",
                       "Restarts of a role's process by the supervisor.");
     for (int r = 1; r < BF_ROLE_COUNT; r++)
         if (show[r])
             bf_metrics_printf(b, "bigfleet_appliance_process_restarts_total{role=\"%s\"} %u\n",
-                              bf_role_name(r), atomic_load(&st->proc[r].restarts));
+                              bf_role_name(r), BF_STAT_GET(st->proc[r].restarts));
     bf_metrics_header(b, "bigfleet_appliance_process_up", "gauge",
                       "1 while the role's process is running and attached (its slot is active; the "
                       "embedded provider, which does not attach: while it runs).");
     for (int r = 1; r < BF_ROLE_COUNT; r++)
         if (show[r])
             bf_metrics_printf(b, "bigfleet_appliance_process_up{role=\"%s\"} %d\n", bf_role_name(r),
-                              atomic_load(&st->proc[r].pid) != 0 &&
+                              BF_STAT_GET(st->proc[r].pid) != 0 &&
                                   (r == BF_ROLE_SIMPROVIDER || /* not attached to the segments */
-                                   atomic_load(&st->proc[r].child_state) == BF_CHILD_ACTIVE));
+                                   BF_STAT_GET(st->proc[r].child_state) == BF_CHILD_ACTIVE));
     bf_metrics_header(b, "bigfleet_appliance_process_heartbeat_age_seconds", "gauge",
                       "Seconds since the role's process last turned its loop (absent before the "
                       "first heartbeat).");
     for (int r = 1; r < BF_ROLE_COUNT; r++) {
-        int64_t hb = atomic_load(&st->proc[r].heartbeat_ns);
+        int64_t hb = BF_STAT_GET(st->proc[r].heartbeat_ns);
         if (!show[r] || !hb)
             continue;
         char lab[40];
@@ -638,7 +633,7 @@ static void render_processes(const struct bf_shm *s, struct bf_metrics_buf *b)
     bf_metrics_header(b, "bigfleet_appliance_process_start_time_seconds", "gauge",
                       "Start time of the role's current process, Unix seconds.");
     for (int r = 1; r < BF_ROLE_COUNT; r++) {
-        int64_t t = atomic_load(&st->proc[r].started_ns);
+        int64_t t = BF_STAT_GET(st->proc[r].started_ns);
         if (!show[r] || !t)
             continue;
         char lab[40];
@@ -665,7 +660,7 @@ static void render_processes(const struct bf_shm *s, struct bf_metrics_buf *b)
     gauge(b, "bigfleet_appliance_shard_epoch", "Shard epoch (+1 per supervisor start).",
           (long long)s->state_hdr->epoch);
     gauge(b, "bigfleet_appliance_dry_run", "1 when started with --dry-run.",
-          (long long)atomic_load_explicit(&st->dry_run, memory_order_relaxed));
+          (long long)BF_STAT_GET(st->dry_run));
 }
 
 static void render_rings(const struct bf_shm *s, struct bf_metrics_buf *b)
@@ -729,7 +724,7 @@ static void render_shm(const struct bf_shm *s, struct bf_metrics_buf *b)
     bf_metrics_header(b, "bigfleet_appliance_changelog_lag", "gauge",
                       "Change-log entries appended and not yet consumed by the cycle, by writer.");
     for (int w = 0; w < BF_CHANGELOG_WRITERS; w++) {
-        uint64_t h = atomic_load(&s->changelog[w].head), t = atomic_load(&s->changelog[w].tail);
+        uint64_t h = BF_STAT_GET(s->changelog[w].head), t = BF_STAT_GET(s->changelog[w].tail);
         bf_metrics_printf(b, "bigfleet_appliance_changelog_lag{writer=\"%s\"} %llu\n", cl_names[w],
                           (unsigned long long)(h > t ? h - t : 0));
     }
@@ -761,11 +756,11 @@ static void render_shm(const struct bf_shm *s, struct bf_metrics_buf *b)
             "String-table locks taken over from a dead owner.", LD(m->strtab.lock_steals));
     gauge(b, "bigfleet_appliance_id_index_used",
           "Occupied machine-id index slots (tombstones included).",
-          (long long)atomic_load(&m->index_used));
+          (long long)BF_STAT_GET(m->index_used));
     gauge(b, "bigfleet_appliance_id_index_capacity", "Machine-id index slots.",
           (long long)s->index_mask + 1);
     gauge(b, "bigfleet_appliance_machines", "Machine records in the inventory segment.",
-          (long long)atomic_load(&m->n_machines));
+          (long long)BF_STAT_GET(m->n_machines));
     gauge(b, "bigfleet_appliance_machines_capacity", "Machine record slots (--max-machines).",
           (long long)s->max_machines);
     gauge(b, "bigfleet_appliance_needs_capacity", "Need rows per cycle (--max-needs).",
@@ -802,7 +797,7 @@ static void render_reconciler_executor(const struct bf_shm *s, struct bf_metrics
     bf_metrics_header(b, "bigfleet_appliance_reconcile_last_success_timestamp_seconds", "gauge",
                       "Wall time of the last successful reconcile pass (0: none yet).");
     sample_f(b, "bigfleet_appliance_reconcile_last_success_timestamp_seconds", "",
-             (double)atomic_load(&rs->last_reconcile_ns) / 1e9);
+             (double)BF_STAT_GET(rs->last_reconcile_ns) / 1e9);
     hist(b, "bigfleet_appliance_reconcile_duration_seconds",
          "Duration of a successful reconcile pass (one List page or delta: list + apply).",
          &rs->reconcile_duration, 0.001, 2, 14);
@@ -816,7 +811,7 @@ static void render_reconciler_executor(const struct bf_shm *s, struct bf_metrics
     bf_metrics_header(b, "bigfleet_appliance_reconcile_last_resync_timestamp_seconds", "gauge",
                       "Wall time of the last completed resync walk (0: none yet).");
     sample_f(b, "bigfleet_appliance_reconcile_last_resync_timestamp_seconds", "",
-             (double)atomic_load(&rs->last_resync_ns) / 1e9);
+             (double)BF_STAT_GET(rs->last_resync_ns) / 1e9);
     hist(b, "bigfleet_appliance_reconcile_resync_duration_seconds",
          "Duration of a completed resync walk, first page asked to removals done.",
          &rs->resync_duration, 0.001, 2, 16);
@@ -858,7 +853,7 @@ static void render_ownership(const struct bf_shm *s, struct bf_metrics_buf *b)
                                   kinds[k], outcomes[x], v);
         }
     static const char *const modes[] = {"unknown", "own_all", "partitioned", "no_store"};
-    uint32_t mode = atomic_load_explicit(&o->mode, memory_order_relaxed);
+    uint32_t mode = BF_STAT_GET(o->mode);
     bf_metrics_header(b, "bigfleet_shard_ownership_mode", "gauge",
                       "1 for the partition mode in force (own_all: --ownership=all, or auto before "
                       "the first domain; partitioned: domains and transfers decide; no_store: "
@@ -872,11 +867,11 @@ static void render_ownership(const struct bf_shm *s, struct bf_metrics_buf *b)
     gauge(b, "bigfleet_shard_reserved_for_transfer_machines",
           "Machines drained by a CrossShardDrain and reserved for the TransferOwnership that "
           "should follow (cleared at the TTL).",
-          (long long)atomic_load_explicit(&o->n_reserved, memory_order_relaxed));
+          (long long)BF_STAT_GET(o->n_reserved));
     gauge(b, "bigfleet_shard_ownership_held_machines",
           "Machines in the inventory held out of every decision: reserved for a transfer, or "
           "unbound and no longer owned.",
-          (long long)atomic_load_explicit(&o->n_held, memory_order_relaxed));
+          (long long)BF_STAT_GET(o->n_held));
     gauge(b, "bigfleet_shard_ownership_transfers_in",
           "Machines transferred (or reassigned) to this shard, remembered in LMDB.",
           (long long)LD(o->n_in));

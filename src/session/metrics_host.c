@@ -24,7 +24,7 @@
 #include "bigfleet/provider.h"
 #include "build_info.h"
 
-#define LD(x) ((unsigned long long)atomic_load_explicit(&(x), memory_order_relaxed))
+#define LD(x) ((unsigned long long)BF_STAT_GET(x))
 
 static void one(struct bf_metrics_buf *b, const char *name, const char *type, const char *help,
                 double v)
@@ -38,14 +38,10 @@ static void one(struct bf_metrics_buf *b, const char *name, const char *type, co
 static void sum_hist(struct bf_hist *out, const struct bf_hist *a, const struct bf_hist *c)
 {
     for (int i = 0; i < BF_HIST_MAX_BUCKETS; i++)
-        atomic_store_explicit(
-            &out->bucket[i],
-            atomic_load_explicit(&a->bucket[i], memory_order_relaxed) +
-                (c ? atomic_load_explicit(&c->bucket[i], memory_order_relaxed) : 0),
-            memory_order_relaxed);
-    atomic_store_explicit(&out->count, LD(a->count) + (c ? LD(c->count) : 0), memory_order_relaxed);
-    atomic_store_explicit(&out->sum_ns, LD(a->sum_ns) + (c ? LD(c->sum_ns) : 0),
-                          memory_order_relaxed);
+        BF_STAT_SET(out->bucket[i],
+                    BF_STAT_GET(a->bucket[i]) + (c ? BF_STAT_GET(c->bucket[i]) : 0));
+    BF_STAT_SET(out->count, LD(a->count) + (c ? LD(c->count) : 0));
+    BF_STAT_SET(out->sum_ns, LD(a->sum_ns) + (c ? LD(c->sum_ns) : 0));
 }
 
 static void render_usage(const struct bf_state_main *st, struct bf_metrics_buf *b)
@@ -65,7 +61,7 @@ static void render_usage(const struct bf_state_main *st, struct bf_metrics_buf *
         bf_metrics_header(b, fam[f].name, fam[f].type, fam[f].help);
         for (int r = 0; r < BF_ROLE_COUNT; r++) {
             const struct bf_proc_usage *u = &st->host.usage[r];
-            if (r != BF_ROLE_SUPERVISOR && !atomic_load(&st->proc[r].started_ns))
+            if (r != BF_ROLE_SUPERVISOR && !BF_STAT_GET(st->proc[r].started_ns))
                 continue; /* the embedded provider when a real one is used */
             if (!LD(u->cpu_ns) && !LD(u->rss_bytes) && !LD(u->cpu_ns_dead))
                 continue; /* not sampled yet */
@@ -77,8 +73,7 @@ static void render_usage(const struct bf_state_main *st, struct bf_metrics_buf *
             else if (f == 1)
                 bf_metrics_printf(b, "%llu", LD(u->rss_bytes));
             else
-                bf_metrics_printf(b, "%u",
-                                  atomic_load_explicit(&u->open_fds, memory_order_relaxed));
+                bf_metrics_printf(b, "%u", BF_STAT_GET(u->open_fds));
             bf_metrics_printf(b, "\n");
         }
     }
@@ -131,11 +126,11 @@ static void render_config(const struct bf_shm *s, struct bf_metrics_buf *b)
                       "a restart.");
     bf_metrics_printf(b, "%s{result=\"applied\"} %llu\n%s{result=\"needs_restart\"} %llu\n", n,
                       LD(h->reload_changes_applied), n, LD(h->reload_changes_rejected));
-    int64_t last = atomic_load_explicit(&h->last_reload_ns, memory_order_relaxed);
+    int64_t last = BF_STAT_GET(h->last_reload_ns);
     one(b, "bigfleet_appliance_config_last_reload_success", "gauge",
         "0 when the last SIGHUP's configuration was invalid (nothing changed); 1 otherwise, "
         "also before any reload.",
-        last ? (double)atomic_load_explicit(&h->last_reload_ok, memory_order_relaxed) : 1.0);
+        last ? (double)BF_STAT_GET(h->last_reload_ok) : 1.0);
     if (last)
         one(b, "bigfleet_appliance_config_last_reload_timestamp_seconds", "gauge",
             "Unix time of the last SIGHUP (absent before the first).", (double)last / 1e9);
@@ -158,11 +153,11 @@ static void render_config(const struct bf_shm *s, struct bf_metrics_buf *b)
     }
     one(b, "bigfleet_appliance_children_run_as_root", "gauge",
         "1 when the child processes run as root (--allow-root).",
-        atomic_load_explicit(&h->children_uid, memory_order_relaxed) == 0 ? 1.0 : 0.0);
+        BF_STAT_GET(h->children_uid) == 0 ? 1.0 : 0.0);
     one(b, "bigfleet_appliance_embedded_provider", "gauge",
         "1 when the shard provisions from the embedded simulated provider (no --provider-addr): "
         "not a production set-up.",
-        (double)atomic_load_explicit(&h->embedded_provider, memory_order_relaxed));
+        (double)BF_STAT_GET(h->embedded_provider));
     one(b, "bigfleet_appliance_systemd_watchdog_pings_total", "counter",
         "WATCHDOG=1 notifications sent by the supervisor (WatchdogSec=).",
         (double)LD(h->watchdog_pings));

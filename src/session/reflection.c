@@ -337,7 +337,7 @@ static void on_message(struct bf_net_call *call, const uint8_t *msg, size_t len,
                            "ServerReflectionRequest does not decode");
         return;
     }
-    atomic_fetch_add_explicit(&ss->shm->st->host.reflection_calls, 1, memory_order_relaxed);
+    BF_STAT_INC(ss->shm->st->host.reflection_calls);
     if (rc == -EIO) {
         bf_net_call_finish(call, BF_NET_INTERNAL, "the compiled-in descriptor set does not decode");
         return;

@@ -236,9 +236,9 @@ static void put_keyed(struct sess *s, uint64_t key, const void *val, size_t len)
     }
     int rc = bf_outbox_put_keyed(&s->ob, key, val, len);
     if (rc == 1)
-        atomic_fetch_add(&stats(s->ss)->outbox_coalesced, 1);
+        BF_STAT_INC(stats(s->ss)->outbox_coalesced);
     else if (rc == -ENOBUFS)
-        atomic_fetch_add(&stats(s->ss)->outbox_dropped, 1);
+        BF_STAT_INC(stats(s->ss)->outbox_dropped);
     account(s);
     flush(s);
 }
@@ -349,7 +349,7 @@ static int encode_node(struct ss *ss, struct sess *s, const struct bf_node_event
     free(re_arr);
     free(re_p);
     if (rc == 0)
-        atomic_fetch_add(&stats(ss)->node_updates, 1);
+        BF_STAT_INC(stats(ss)->node_updates);
     return rc;
 }
 
@@ -380,7 +380,7 @@ static int encode_ac(struct ss *ss, const struct bf_ac_hint_msg *h, size_t *len)
     reqs_free(&rq);
     free(key);
     if (rc == 0)
-        atomic_fetch_add(&stats(ss)->ac_updates, 1);
+        BF_STAT_INC(stats(ss)->ac_updates);
     return rc;
 }
 
@@ -512,7 +512,7 @@ static void on_boot_req(struct ss *ss, const struct bf_boot_req_msg *m)
     Bigfleet__V1alpha1__ShardMessage sm = BIGFLEET__V1ALPHA1__SHARD_MESSAGE__INIT;
     sm.payload_case = BIGFLEET__V1ALPHA1__SHARD_MESSAGE__PAYLOAD_BOOTSTRAP_REQUEST;
     sm.bootstrap_request = &r;
-    atomic_fetch_add(&stats(ss)->boot_requests, 1);
+    BF_STAT_INC(stats(ss)->boot_requests);
     send_msg(s, &sm); /* a failure closes the session, which cancels the request */
     reqs_free(&rq);
 }
@@ -542,7 +542,7 @@ static void on_boot_resp(struct sess *s, const Bigfleet__V1alpha1__BootstrapBlob
     uint64_t id, v;
     if (!parse_hex16(r->request_id, &id) || !u64map_get(&ss->boots, id, &v) ||
         ((struct boot *)(uintptr_t)v)->s != s) {
-        atomic_fetch_add(&stats(ss)->boot_late_responses, 1);
+        BF_STAT_INC(stats(ss)->boot_late_responses);
         BF_DEBUG("bootstrap response for an unknown or expired request dropped",
                  "cluster=%s request_id=%.32s", s->cluster_id, r->request_id);
         return;
@@ -590,7 +590,7 @@ static void on_reclaim(struct ss *ss, const struct bf_reclaim_msg *m)
     sm.reclaim_instruction = &ri;
     if (ss->reclaims.n < SS_RECLAIM_TRACK_MAX)
         u64map_put(&ss->reclaims, id, (uint64_t)bf_mono_ns());
-    atomic_fetch_add(&stats(ss)->reclaim_instructions, 1);
+    BF_STAT_INC(stats(ss)->reclaim_instructions);
     send_msg(s, &sm);
 }
 
@@ -599,7 +599,7 @@ static void on_reclaim_ack(struct sess *s, const Bigfleet__V1alpha1__ReclaimAck 
     struct ss *ss = s->ss;
     uint64_t id;
     if (parse_hex16(a->instruction_id, &id) && u64map_del(&ss->reclaims, id, NULL)) {
-        atomic_fetch_add(&stats(ss)->reclaim_acks, 1);
+        BF_STAT_INC(stats(ss)->reclaim_acks);
         BF_DEBUG("reclaim acknowledged", "cluster=%s instruction_id=%s nodes_started=%d",
                  s->cluster_id, a->instruction_id, a->nodes_started);
     } else {
@@ -785,7 +785,7 @@ static int64_t cluster_index(struct ss *ss, uint32_t ref)
     ct->rec[n].in_use = 1;
     ct_publish_locked(ct, n);
     ct->n = n + 1;
-    atomic_store_explicit(&ss->shm->needs->n_clusters, n + 1, memory_order_release);
+    BF_SHARED_STORE(ss->shm->needs->n_clusters, n + 1);
     pthread_mutex_unlock(&ct->mu);
     if (u64map_put(&ss->cref_idx, ref, n) != 0)
         return -ENOMEM;
@@ -799,7 +799,7 @@ static void detach(struct sess *s)
         return;
     s->live = false;
     ss->live[s->cidx] = NULL;
-    atomic_fetch_sub(&stats(ss)->active_sessions, 1);
+    BF_STAT_SUB(stats(ss)->active_sessions, 1);
 }
 
 static void sess_close(struct sess *s, int code, const char *msg)
@@ -828,7 +828,7 @@ static void install(struct sess *s, const uint8_t *id, size_t idlen)
     if (cidx < 0) {
         BF_ERROR("cannot register the cluster; refusing the session", "cluster=%s error=\"%s\"",
                  s->cluster_id, strerror((int)-cidx));
-        atomic_fetch_add(&stats(ss)->hello_rejected, 1);
+        BF_STAT_INC(stats(ss)->hello_rejected);
         sess_close(s, BF_NET_RESOURCE_EXHAUSTED, "session: the shard cannot register the cluster");
         return;
     }
@@ -837,18 +837,18 @@ static void install(struct sess *s, const uint8_t *id, size_t idlen)
     struct sess *old = ss->live[cidx];
     if (old) {
         detach(old);
-        atomic_fetch_add(&stats(ss)->lifecycle[2], 1); /* replaced */
+        BF_STAT_INC(stats(ss)->lifecycle[2]); /* replaced */
         BF_INFO("session replaced by a newer stream for the same cluster",
                 "cluster=%s old_peer=%s new_peer=%s", s->cluster_id, bf_net_call_peer(old->call),
                 bf_net_call_peer(s->call));
         sess_close(old, BF_NET_ABORTED, "session: replaced by a newer session for this cluster");
     } else {
-        atomic_fetch_add(&stats(ss)->lifecycle[0], 1); /* installed */
+        BF_STAT_INC(stats(ss)->lifecycle[0]); /* installed */
     }
     ss->live[cidx] = s;
     s->live = true;
     bf_net_call_set_max_recv(s->call, 0); /* the method's limit: the rollup limit */
-    atomic_fetch_add(&stats(ss)->active_sessions, 1);
+    BF_STAT_INC(stats(ss)->active_sessions);
     set_connected(ss, (uint32_t)cidx, true);
     BF_INFO("session installed", "cluster=%s peer=%s", s->cluster_id, bf_net_call_peer(s->call));
     send_ack(s, "hello");
@@ -859,7 +859,7 @@ static void install(struct sess *s, const uint8_t *id, size_t idlen)
 
 static void reject_first(struct sess *s, int code, const char *msg)
 {
-    atomic_fetch_add(&stats(s->ss)->hello_rejected, 1);
+    BF_STAT_INC(stats(s->ss)->hello_rejected);
     BF_WARN("session refused", "peer=%s code=%s reason=\"%s\"", bf_net_call_peer(s->call),
             bf_net_code_name(code), msg);
     sess_close(s, code, msg);
@@ -891,7 +891,7 @@ static void on_hello(struct sess *s, const uint8_t *sub, size_t sublen)
         char want[BF_CLUSTER_ID_MAX + 32];
         snprintf(want, sizeof want, "bigfleet://cluster/%s", s->cluster_id);
         if (strcmp(ident, want) != 0) {
-            atomic_fetch_add(&stats(ss)->identity_rejected, 1);
+            BF_STAT_INC(stats(ss)->identity_rejected);
             BF_ERROR("session identity mismatch: the client certificate does not authorize the "
                      "claimed cluster",
                      "peer=%s identity=%s cluster=%s", bf_net_call_peer(s->call), ident,
@@ -911,7 +911,7 @@ static void on_rollup(struct sess *s, const uint8_t *msg, size_t len, const uint
                       size_t sublen, uint32_t parts)
 {
     struct ss *ss = s->ss;
-    atomic_fetch_add(&stats(ss)->rollups_received, 1);
+    BF_STAT_INC(stats(ss)->rollups_received);
     uint8_t *buf = NULL;
     size_t blen = 0;
     if (parts > 1) {
@@ -1013,7 +1013,7 @@ static void on_message(struct bf_net_call *call, const uint8_t *msg, size_t len,
                 "closing the stream",
                 "cluster=%s peer=%s bytes=%zu", s->cluster_id, bf_net_call_peer(call), len);
         if (s->cidx < 0)
-            atomic_fetch_add(&stats(s->ss)->hello_rejected, 1);
+            BF_STAT_INC(stats(s->ss)->hello_rejected);
         sess_close(s, BF_NET_INVALID_ARGUMENT,
                    "session: an OperatorMessage has more than 1024 top-level fields");
         return;
@@ -1119,7 +1119,7 @@ static void on_done(struct bf_net_call *call, int code, void *arg)
         uint32_t cidx = (uint32_t)s->cidx;
         detach(s);
         set_connected(ss, cidx, false);
-        atomic_fetch_add(&stats(ss)->lifecycle[1], 1); /* removed */
+        BF_STAT_INC(stats(ss)->lifecycle[1]); /* removed */
         BF_INFO("session ended", "cluster=%s peer=%s code=%s", s->cluster_id,
                 bf_net_call_peer(call), bf_net_code_name(code));
     }

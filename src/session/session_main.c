@@ -80,7 +80,7 @@ static void begin_stop(struct ss *ss)
     if (ss->stopping)
         return;
     ss->stopping = true;
-    atomic_store(&ss->shm->st->host.session_listening, 0);
+    BF_SHARED_STORE(ss->shm->st->host.session_listening, 0);
     BF_INFO("stopping", "id=%s", ss->cfg->id);
     ss_health_stop(ss);
     coord_stop(ss);
@@ -184,7 +184,7 @@ static int start_grpc(struct ss *ss)
         .msg_stall_timeout_ns = ss->cfg->grpc_stall_timeout_ns,
         .stream_idle_timeout_ns = SS_STREAM_IDLE_NS,
         .conn_idle_timeout_ns = SS_CONN_IDLE_NS,
-        .listen_fd = atomic_load(&ss->shm->st->host.grpc_listen_fd),
+        .listen_fd = BF_SHARED_LOAD(ss->shm->st->host.grpc_listen_fd),
     };
     if (bf_config_tls(ss->cfg)) {
         bool live = ss->live_cfg.generation != 0;
@@ -261,7 +261,7 @@ int bf_session_main(const struct bf_config *cfg)
         code = BF_EXIT_NO_RESPAWN;
         goto out;
     }
-    atomic_store(&ss->shm->st->host.session_listening, 1);
+    BF_SHARED_STORE(ss->shm->st->host.session_listening, 1);
     coord_start(ss);
     ss_drain_rings(ss);
     BF_INFO("started", "id=%s listen=%s grpc_port=%u metrics_addr=%s clusters=%u epoch=%lld",

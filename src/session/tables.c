@@ -161,7 +161,7 @@ int ct_init(struct cluster_tab *ct, struct bf_shm *shm)
     if (!ct->rec)
         return -ENOMEM;
     pthread_mutex_init(&ct->mu, NULL);
-    uint32_t n = atomic_load_explicit(&shm->needs->n_clusters, memory_order_acquire);
+    uint32_t n = BF_SHARED_LOAD(shm->needs->n_clusters);
     if (n > shm->max_clusters)
         n = shm->max_clusters;
     ct->n = n;

@@ -68,9 +68,9 @@ void bf_sup_reload(struct sup *s)
         BF_ERROR("configuration reload refused: the configuration is invalid; nothing changed",
                  "error=\"%s\"", rc == BF_CONFIG_USAGE ? err : "--help/--version given");
         if (st) {
-            atomic_fetch_add(&st->host.reload_failures, 1);
-            atomic_store(&st->host.last_reload_ns, now);
-            atomic_store(&st->host.last_reload_ok, 0);
+            BF_STAT_INC(st->host.reload_failures);
+            BF_STAT_SET(st->host.last_reload_ns, now);
+            BF_STAT_SET(st->host.last_reload_ok, 0);
         }
         return;
     }
@@ -94,11 +94,11 @@ void bf_sup_reload(struct sup *s)
         struct bf_live_values v;
         bf_live_from_config(&v, &s->run);
         bf_live_publish(&s->shm, &v);
-        atomic_fetch_add(&st->host.reloads, 1);
-        atomic_fetch_add(&st->host.reload_changes_applied, (uint64_t)d.applied);
-        atomic_fetch_add(&st->host.reload_changes_rejected, (uint64_t)d.rejected);
-        atomic_store(&st->host.last_reload_ns, now);
-        atomic_store(&st->host.last_reload_ok, 1);
+        BF_STAT_INC(st->host.reloads);
+        BF_STAT_ADD(st->host.reload_changes_applied, (uint64_t)d.applied);
+        BF_STAT_ADD(st->host.reload_changes_rejected, (uint64_t)d.rejected);
+        BF_STAT_SET(st->host.last_reload_ns, now);
+        BF_STAT_SET(st->host.last_reload_ok, 1);
     }
     BF_INFO("configuration reloaded",
             "applied=%d needs_restart=%d paused=%d dry_run=%d "

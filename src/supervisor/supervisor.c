@@ -153,12 +153,12 @@ static int create_segments(struct sup *s)
     bf_live_publish(&s->shm, &live);
     for (int r = 0; r < BF_ROLE_COUNT; r++)
         if (s->wake_fd[r] >= 0)
-            atomic_store(&st->proc[r].wake_fd, (uint32_t)s->wake_fd[r]);
-    atomic_store(&st->host.grpc_listen_fd, s->grpc_fd);
-    atomic_store(&st->host.http_listen_fd, s->http_fd);
-    atomic_store(&st->host.embedded_provider, s->with_sim ? 1 : 0);
-    atomic_store(&st->host.children_uid, (uint32_t)s->priv.uid);
-    atomic_store(&st->host.watchdog_enabled, s->watchdog_ns > 0 ? 1 : 0);
+            BF_SHARED_STORE(st->proc[r].wake_fd, (uint32_t)s->wake_fd[r]);
+    BF_SHARED_STORE(st->host.grpc_listen_fd, s->grpc_fd);
+    BF_SHARED_STORE(st->host.http_listen_fd, s->http_fd);
+    BF_SHARED_STORE(st->host.embedded_provider, s->with_sim ? 1 : 0);
+    BF_SHARED_STORE(st->host.children_uid, (uint32_t)s->priv.uid);
+    BF_SHARED_STORE(st->host.watchdog_enabled, s->watchdog_ns > 0 ? 1 : 0);
     size_t total = bf_shm_total_bytes(&s->shm);
     BF_INFO("shared segments created",
             "id=%s epoch=%lld generation=%u max_machines=%u max_needs=%u max_clusters=%u "
@@ -216,7 +216,7 @@ static pid_t spawn(struct sup *s, int role)
     /* ASSIGNED before the fork: the child marks its slot ACTIVE once attached,
      * and a store after the fork could land later and undo that */
     if (s->shm.st)
-        atomic_store(&s->shm.st->proc[role].child_state, BF_CHILD_ASSIGNED);
+        BF_SHARED_STORE(s->shm.st->proc[role].child_state, BF_CHILD_ASSIGNED);
     pid_t pid = fork();
     if (pid < 0)
         return -errno;
@@ -250,8 +250,8 @@ static pid_t spawn(struct sup *s, int role)
     c->started_ns = bf_now_ns();
     if (s->shm.st) {
         struct bf_proc_slot *slot = &s->shm.st->proc[role];
-        atomic_store(&slot->pid, (uint32_t)pid);
-        atomic_store(&slot->started_ns, c->started_ns);
+        BF_SHARED_STORE(slot->pid, (uint32_t)pid);
+        BF_SHARED_STORE(slot->started_ns, c->started_ns);
     }
     BF_INFO("child started", "role=%s child_pid=%d user=%s", bf_role_name(role), (int)pid,
             s->priv.name);
@@ -315,7 +315,7 @@ static void stop_children(struct sup *s, int sig_first)
             if (r >= 0) {
                 s->kids[r].pid = 0;
                 if (s->shm.st)
-                    atomic_store(&s->shm.st->proc[r].pid, 0);
+                    BF_SHARED_STORE(s->shm.st->proc[r].pid, 0);
             }
             continue;
         }
@@ -350,7 +350,7 @@ static int full_reinit(struct sup *s)
                  "reinits=%d window_s=%lld", s->cfg->crash_loop_max_reinits,
                  (long long)(s->cfg->crash_loop_reinit_window_ns / BF_NS_PER_SEC));
         if (s->shm.st)
-            atomic_fetch_add(&s->shm.st->host.reinits_refused, 1);
+            BF_STAT_INC(s->shm.st->host.reinits_refused);
         return -ELOOP;
     }
     s->reinit_at[s->n_reinits % MAX_RESTART_HISTORY] = bf_mono_ns();
@@ -363,7 +363,7 @@ static int full_reinit(struct sup *s)
     int rc = create_segments(s);
     if (rc)
         return rc;
-    atomic_store(&s->shm.st->supervisor.full_reinits, s->generation);
+    BF_STAT_SET(s->shm.st->supervisor.full_reinits, s->generation);
     for (int r = 0; r < BF_ROLE_COUNT; r++)
         s->kids[r].n_restarts = 0;
     start_all(s);
@@ -402,10 +402,10 @@ static void reap(struct sup *s)
         bool clean_slot = true;
         if (s->shm.st) {
             struct bf_proc_slot *slot = &s->shm.st->proc[r];
-            clean_slot = atomic_load(&slot->child_state) != BF_CHILD_ACTIVE;
-            atomic_store(&slot->pid, 0);
-            atomic_store(&slot->last_exit_status, st);
-            atomic_fetch_add(&s->shm.st->supervisor.child_exits, 1);
+            clean_slot = BF_SHARED_LOAD(slot->child_state) != BF_CHILD_ACTIVE;
+            BF_SHARED_STORE(slot->pid, 0);
+            BF_SHARED_STORE(slot->last_exit_status, st);
+            BF_STAT_INC(s->shm.st->supervisor.child_exits);
         }
         if (WIFEXITED(st))
             BF_WARN("child exited", "role=%s child_pid=%d status=%d clean_slot=%d", bf_role_name(r),
@@ -428,13 +428,13 @@ static void reap(struct sup *s)
             /* the dead instance's last sample moves to the dead total, so the
              * counter never goes back when the successor's first sample lands */
             struct bf_proc_usage *u = &s->shm.st->host.usage[r];
-            atomic_fetch_add(&u->cpu_ns_dead, atomic_exchange(&u->cpu_ns, 0));
-            atomic_store(&u->rss_bytes, 0);
-            atomic_store(&u->open_fds, 0);
+            BF_STAT_ADD(u->cpu_ns_dead, BF_STAT_TAKE(u->cpu_ns));
+            BF_STAT_SET(u->rss_bytes, 0);
+            BF_STAT_SET(u->open_fds, 0);
         }
         note_restart(c);
         if (s->shm.st)
-            atomic_fetch_add(&s->shm.st->proc[r].restarts, 1);
+            BF_STAT_INC(s->shm.st->proc[r].restarts);
         if (crash_looping(s, c)) {
             reinit = true;
             continue;
@@ -459,7 +459,7 @@ static void watch_heartbeats(struct sup *s)
         struct child *c = &s->kids[r];
         if (c->pid <= 0)
             continue;
-        int64_t hb = atomic_load(&s->shm.st->proc[r].heartbeat_ns);
+        int64_t hb = BF_STAT_GET(s->shm.st->proc[r].heartbeat_ns);
         int64_t since = hb ? now - hb : now - c->started_ns;
         if (since > HEARTBEAT_STALL_NS) {
             BF_ERROR("child stopped heartbeating, killing it",
@@ -490,7 +490,7 @@ static void maybe_ready(struct sup *s)
     if (s->ready_sent || !s->shm.st)
         return;
     struct bf_state_main *st = s->shm.st;
-    if (!atomic_load(&st->host.session_listening) || atomic_load(&st->reconcile_req_seq) == 0)
+    if (!BF_SHARED_LOAD(st->host.session_listening) || BF_SHARED_LOAD(st->reconcile_req_seq) == 0)
         return;
     s->ready_sent = true;
     char msg[256];
@@ -509,7 +509,7 @@ static void feed_watchdog(struct sup *s)
         return;
     s->last_watchdog_ns = now;
     if (bf_sd_notify("WATCHDOG=1") > 0 && s->shm.st)
-        atomic_fetch_add(&s->shm.st->host.watchdog_pings, 1);
+        BF_STAT_INC(s->shm.st->host.watchdog_pings);
 }
 
 /* Binds --listen and --metrics-addr before any child exists. */
@@ -734,7 +734,7 @@ int bf_supervisor_main(const struct bf_config *cfg, int argc, char **argv)
 
     bf_sd_notify("STOPPING=1\nSTATUS=stopping");
     if (s->shm.st)
-        atomic_store(&s->shm.st->shutting_down, 1);
+        BF_SHARED_STORE(s->shm.st->shutting_down, 1);
     stop_children(s, SIGTERM);
     bf_shm_detach(&s->shm);
     bf_shm_unlink(cfg->id);

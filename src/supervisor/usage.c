@@ -56,10 +56,8 @@ int bf_usage_sample(pid_t pid, struct bf_proc_usage *u)
         hz = 100;
     if (page <= 0)
         page = 4096;
-    atomic_store_explicit(&u->cpu_ns, (utime + stime) * (1000000000ULL / (unsigned long long)hz),
-                          memory_order_relaxed);
-    atomic_store_explicit(&u->rss_bytes, (uint64_t)(rss > 0 ? rss : 0) * (uint64_t)page,
-                          memory_order_relaxed);
+    BF_STAT_SET(u->cpu_ns, (utime + stime) * (1000000000ULL / (unsigned long long)hz));
+    BF_STAT_SET(u->rss_bytes, (uint64_t)(rss > 0 ? rss : 0) * (uint64_t)page);
     snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
     DIR *d = opendir(path);
     if (d) {
@@ -72,7 +70,7 @@ int bf_usage_sample(pid_t pid, struct bf_proc_usage *u)
         /* our own listing holds one fd of ours while it reads */
         if (pid == getpid() && fds > 0)
             fds--;
-        atomic_store_explicit(&u->open_fds, fds, memory_order_relaxed);
+        BF_STAT_SET(u->open_fds, fds);
     }
     return 0;
 }

@@ -262,7 +262,7 @@ void insp_cycle_free(struct insp_cycle *c)
 
 int insp_clusters(const struct bf_shm *s, struct insp_cluster **out)
 {
-    uint32_t n = atomic_load_explicit(&s->needs->n_clusters, memory_order_acquire);
+    uint32_t n = BF_SHARED_LOAD(s->needs->n_clusters);
     if (n > s->max_clusters)
         n = s->max_clusters;
     struct insp_cluster *v = calloc(n ? n : 1, sizeof *v);
@@ -753,7 +753,7 @@ bool insp_supervisor_running(const struct bf_shm *s)
 
 int insp_alive(const struct bf_shm *s, const struct insp_ident *id, char *msg, size_t n)
 {
-    if (atomic_load_explicit(&s->st->shutting_down, memory_order_acquire)) {
+    if (BF_SHARED_LOAD(s->st->shutting_down)) {
         snprintf(msg, n, "the appliance for shard id %s is shutting down", s->shard_id);
         return -1;
     }

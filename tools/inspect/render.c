@@ -81,10 +81,10 @@ static void shard_json(struct insp_ctx *c, struct jw *w)
     jw_uint(w, "max_needs", s->max_needs);
     jw_uint(w, "max_clusters", s->max_clusters);
     jw_obj(w, "flags");
-    jw_bool(w, "actuation_paused", atomic_load(&st->actuation_paused) != 0);
-    jw_bool(w, "dry_run", atomic_load(&st->dry_run) != 0);
-    jw_bool(w, "shutting_down", atomic_load(&st->shutting_down) != 0);
-    jw_bool(w, "first_reconcile_done", atomic_load(&st->first_reconcile_done) != 0);
+    jw_bool(w, "actuation_paused", BF_STAT_GET(st->actuation_paused) != 0);
+    jw_bool(w, "dry_run", BF_STAT_GET(st->dry_run) != 0);
+    jw_bool(w, "shutting_down", BF_STAT_GET(st->shutting_down) != 0);
+    jw_bool(w, "first_reconcile_done", BF_STAT_GET(st->first_reconcile_done) != 0);
     jw_obj_end(w);
     jw_int(w, "now_unix_nanos", c->now_ns);
     jw_obj_end(w);
@@ -106,9 +106,8 @@ static void shard_text(struct insp_ctx *c, struct insp_buf *b)
               run ? "running" : "NOT RUNNING: stale segments", t, age,
               (double)bf_shm_total_bytes(s) / (1 << 20));
     ib_printf(b, "flags: actuation_paused=%s dry_run=%s shutting_down=%s first_reconcile_done=%s\n",
-              yesno(atomic_load(&st->actuation_paused)), yesno(atomic_load(&st->dry_run)),
-              yesno(atomic_load(&st->shutting_down)),
-              yesno(atomic_load(&st->first_reconcile_done)));
+              yesno(BF_STAT_GET(st->actuation_paused)), yesno(BF_STAT_GET(st->dry_run)),
+              yesno(BF_STAT_GET(st->shutting_down)), yesno(BF_STAT_GET(st->first_reconcile_done)));
 }
 
 /* ------------------------------------------------------------ procs, rings */
@@ -138,11 +137,11 @@ static void procs_json(struct insp_ctx *c, struct jw *w)
     jw_arr(w, "processes");
     for (int r = 0; r < BF_ROLE_COUNT; r++) {
         const struct bf_proc_slot *p = &s->st->proc[r];
-        uint32_t pid = atomic_load(&p->pid);
+        uint32_t pid = BF_STAT_GET(p->pid);
         if (r == BF_ROLE_SUPERVISOR && !pid)
             pid = s->state_hdr->supervisor_pid;
-        uint32_t cs = atomic_load(&p->child_state);
-        int64_t hb = atomic_load(&p->heartbeat_ns);
+        uint32_t cs = BF_STAT_GET(p->child_state);
+        int64_t hb = BF_STAT_GET(p->heartbeat_ns);
         if (r == BF_ROLE_SIMPROVIDER && !pid && !hb)
             continue;
         jw_obj(w, NULL);
@@ -152,14 +151,14 @@ static void procs_json(struct insp_ctx *c, struct jw *w)
         jw_str(w, "state",
                r == BF_ROLE_SUPERVISOR ? "supervisor"
                                        : (cs < 3 ? child_state_names[cs] : "unknown"));
-        jw_uint(w, "restarts", atomic_load(&p->restarts));
-        jw_int(w, "started_unix_nanos", atomic_load(&p->started_ns));
+        jw_uint(w, "restarts", BF_STAT_GET(p->restarts));
+        jw_int(w, "started_unix_nanos", BF_STAT_GET(p->started_ns));
         jw_int(w, "heartbeat_unix_nanos", hb);
         if (hb)
             jw_double(w, "heartbeat_age_seconds", (double)age_ns(c->now_ns, hb) / 1e9);
         else
             jw_null(w, "heartbeat_age_seconds");
-        jw_int(w, "last_exit_status", atomic_load(&p->last_exit_status));
+        jw_int(w, "last_exit_status", BF_STAT_GET(p->last_exit_status));
         jw_obj_end(w);
     }
     jw_arr_end(w);
@@ -172,11 +171,11 @@ static void procs_text(struct insp_ctx *c, struct insp_buf *b)
               "RESTARTS", "UP", "HEARTBEAT", "LAST EXIT");
     for (int r = 0; r < BF_ROLE_COUNT; r++) {
         const struct bf_proc_slot *p = &s->st->proc[r];
-        uint32_t pid = atomic_load(&p->pid);
+        uint32_t pid = BF_STAT_GET(p->pid);
         if (r == BF_ROLE_SUPERVISOR && !pid)
             pid = s->state_hdr->supervisor_pid;
-        uint32_t cs = atomic_load(&p->child_state);
-        int64_t hb = atomic_load(&p->heartbeat_ns), started = atomic_load(&p->started_ns);
+        uint32_t cs = BF_STAT_GET(p->child_state);
+        int64_t hb = BF_STAT_GET(p->heartbeat_ns), started = BF_STAT_GET(p->started_ns);
         if (r == BF_ROLE_SIMPROVIDER && !pid && !hb)
             continue;
         char up[32] = "-", hbs[32] = "-", ex[64];
@@ -186,8 +185,8 @@ static void procs_text(struct insp_ctx *c, struct insp_buf *b)
             fmt_age(hbs, sizeof hbs, age_ns(c->now_ns, hb));
             strncat(hbs, " ago", sizeof hbs - strlen(hbs) - 1);
         }
-        uint32_t rs = atomic_load(&p->restarts);
-        exit_str(ex, sizeof ex, atomic_load(&p->last_exit_status), rs);
+        uint32_t rs = BF_STAT_GET(p->restarts);
+        exit_str(ex, sizeof ex, BF_STAT_GET(p->last_exit_status), rs);
         ib_printf(b, "  %-11s %8u  %-8s %-5s %8u  %-10s %-10s %s\n", bf_role_name(r), pid,
                   r == BF_ROLE_SUPERVISOR ? "-" : (cs < 3 ? child_state_names[cs] : "?"),
                   yesno(pid_alive(pid)), rs, up, hbs, ex);
@@ -207,10 +206,10 @@ static void rings_json(struct insp_ctx *c, struct jw *w)
         jw_str(w, "kind", h->kind == BF_RING_BYTES ? "bytes" : "fixed");
         jw_uint(w, "capacity", h->capacity);
         jw_uint(w, "depth", bf_ring_depth(s, r));
-        jw_uint(w, "pushes", atomic_load(&h->pushes));
-        jw_uint(w, "drops", atomic_load(&h->drops));
-        jw_uint(w, "produced", atomic_load(&h->prod));
-        jw_uint(w, "consumed", atomic_load(&h->cons));
+        jw_uint(w, "pushes", BF_STAT_GET(h->pushes));
+        jw_uint(w, "drops", BF_STAT_GET(h->drops));
+        jw_uint(w, "produced", BF_STAT_GET(h->prod));
+        jw_uint(w, "consumed", BF_STAT_GET(h->cons));
         jw_obj_end(w);
     }
     jw_arr_end(w);
@@ -231,8 +230,8 @@ static void rings_text(struct insp_ctx *c, struct insp_buf *b)
                   pc, h->kind == BF_RING_BYTES ? "bytes" : "fixed", (unsigned long long)d,
                   (unsigned long long)h->capacity,
                   h->capacity ? 100.0 * (double)d / (double)h->capacity : 0.0,
-                  (unsigned long long)atomic_load(&h->pushes),
-                  (unsigned long long)atomic_load(&h->drops));
+                  (unsigned long long)BF_STAT_GET(h->pushes),
+                  (unsigned long long)BF_STAT_GET(h->drops));
     }
 }
 
@@ -535,7 +534,7 @@ static int render_summary(struct insp_ctx *c, struct insp_buf *b)
     const struct bf_state_main *st = s->st;
     const struct bf_cycle_result *r = &cy->r;
     uint64_t actions_depth = bf_ring_depth(s, BF_RING_ACTIONS);
-    int64_t exec_inflight = atomic_load(&st->executor.inflight);
+    int64_t exec_inflight = BF_STAT_GET(st->executor.inflight);
 
     if (c->o->json) {
         struct jw w;
@@ -577,7 +576,7 @@ static int render_summary(struct insp_ctx *c, struct insp_buf *b)
         jw_uint(&w, "pending", sc->in_flight);
         jw_uint(&w, "actions_ring_depth", actions_depth);
         jw_int(&w, "executor_inflight", exec_inflight);
-        jw_uint(&w, "action_serial", atomic_load(&st->action_serial));
+        jw_uint(&w, "action_serial", BF_STAT_GET(st->action_serial));
         jw_obj_end(&w);
         jw_obj(&w, "clusters");
         jw_uint(&w, "total", (uint64_t)ncl);
@@ -592,13 +591,13 @@ static int render_summary(struct insp_ctx *c, struct insp_buf *b)
         jw_obj_end(&w);
         jw_obj(&w, "needs");
         jw_uint(&w, "total", need_rows);
-        jw_uint(&w, "arena_rows_used", atomic_load(&s->needs->rows_used));
-        jw_uint(&w, "change_counter", atomic_load(&s->needs->change_counter));
+        jw_uint(&w, "arena_rows_used", BF_STAT_GET(s->needs->rows_used));
+        jw_uint(&w, "change_counter", BF_STAT_GET(s->needs->change_counter));
         jw_obj_end(&w);
         jw_obj(&w, "last_cycle");
         jw_uint(&w, "cycle", r->cycle);
         jw_bool(&w, "consistent", cy->consistent);
-        jw_uint(&w, "cycles_run", atomic_load(&st->cycle.cycles));
+        jw_uint(&w, "cycles_run", BF_STAT_GET(st->cycle.cycles));
         jw_int(&w, "computed_at_unix_nanos", r->computed_at_ns);
         jw_int(&w, "cycle_ns", r->cycle_ns);
         jw_uint(&w, "verdicts", r->n_verdicts);
@@ -664,7 +663,7 @@ static int render_summary(struct insp_ctx *c, struct insp_buf *b)
         if (ncl)
             clusters_text(c, b, cl, ncl, c->o->watch ? 8 : 32);
         ib_printf(b, "\nNEEDS  %llu rows across %d clusters (arena rows in use %u)\n",
-                  (unsigned long long)need_rows, ncl, atomic_load(&s->needs->rows_used));
+                  (unsigned long long)need_rows, ncl, BF_STAT_GET(s->needs->rows_used));
         if (r->cycle) {
             char t[48], age[32], dur[32];
             fmt_time(t, sizeof t, r->computed_at_ns);
@@ -675,7 +674,7 @@ static int render_summary(struct insp_ctx *c, struct insp_buf *b)
                       "%u shortfalls (ledger %u), %u actions; %llu cycles run\n",
                       (unsigned long long)r->cycle, t, age, dur, r->n_verdicts, r->unsatisfied,
                       r->n_shortfalls, r->shortfalls_total, r->actions,
-                      (unsigned long long)atomic_load(&st->cycle.cycles));
+                      (unsigned long long)BF_STAT_GET(st->cycle.cycles));
         } else {
             ib_puts(b, "\nLAST CYCLE  none yet (no cycle has published results)\n");
         }
@@ -922,7 +921,7 @@ static void machine_text_full(struct insp_ctx *c, struct insp_buf *b, uint32_t s
 
 static int find_type(const struct bf_shm *s, const char *name)
 {
-    uint32_t n = atomic_load(&s->inv->n_types);
+    uint32_t n = BF_STAT_GET(s->inv->n_types);
     for (uint32_t i = 0; i < n && i < BF_MAX_TYPES; i++)
         if (strcmp(bf_type_name(s, i), name) == 0)
             return (int)i;
@@ -931,7 +930,7 @@ static int find_type(const struct bf_shm *s, const char *name)
 
 static int find_zone(const struct bf_shm *s, const char *name)
 {
-    uint32_t n = atomic_load(&s->inv->n_zones);
+    uint32_t n = BF_STAT_GET(s->inv->n_zones);
     for (uint32_t i = 0; i < n && i < BF_MAX_ZONES; i++)
         if (strcmp(bf_zone_name(s, i), name) == 0)
             return (int)i;
@@ -1080,7 +1079,7 @@ static int render_machine(struct insp_ctx *c, struct insp_buf *b, char *err, siz
             struct bf_machine_rec t;
             uint32_t sq;
             if (bf_inv_read_seq(s, i, &t, &sq) != 0) {
-                uint64_t w0 = atomic_load_explicit(&s->records[i].w[0], memory_order_relaxed);
+                uint64_t w0 = BF_STAT_GET(s->records[i].w[0]);
                 if ((uint32_t)w0 == ref)
                     busy = true;
                 continue;
@@ -1497,9 +1496,9 @@ static void hist_load(struct insp_hist *h, const struct bf_hist *src, double sta
                       int nb)
 {
     for (int i = 0; i < BF_HIST_MAX_BUCKETS; i++)
-        h->bucket[i] = atomic_load_explicit(&src->bucket[i], memory_order_relaxed);
-    h->count = atomic_load_explicit(&src->count, memory_order_relaxed);
-    h->sum_ns = atomic_load_explicit(&src->sum_ns, memory_order_relaxed);
+        h->bucket[i] = BF_STAT_GET(src->bucket[i]);
+    h->count = BF_STAT_GET(src->count);
+    h->sum_ns = BF_STAT_GET(src->sum_ns);
     h->start = start;
     h->factor = factor;
     h->nb = nb > BF_HIST_MAX_BUCKETS - 1 ? BF_HIST_MAX_BUCKETS - 1 : nb;
@@ -1599,7 +1598,7 @@ static int render_histogram(struct insp_ctx *c, struct insp_buf *b)
         jw_init(&w, b);
         jw_obj(&w, NULL);
         jw_str(&w, "shard_id", c->shm.shard_id);
-        jw_uint(&w, "cycles", atomic_load(&st->cycle.cycles));
+        jw_uint(&w, "cycles", BF_STAT_GET(st->cycle.cycles));
         jw_uint(&w, "last_cycle", cy->r.cycle);
         jw_int(&w, "last_cycle_ns", cy->r.cycle_ns);
         jw_arr(&w, "histograms");
@@ -1616,7 +1615,7 @@ static int render_histogram(struct insp_ctx *c, struct insp_buf *b)
         ib_puts(b, "\n");
     } else {
         ib_printf(b, "cycle latency: %llu cycles run; last cycle #%llu\n",
-                  (unsigned long long)atomic_load(&st->cycle.cycles),
+                  (unsigned long long)BF_STAT_GET(st->cycle.cycles),
                   (unsigned long long)cy->r.cycle);
         ib_printf(b, "  %-22s %10s %9s %9s %9s %9s %9s\n", "HISTOGRAM", "COUNT", "MEAN", "P50",
                   "P90", "P99", "LAST");
