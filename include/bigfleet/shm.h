@@ -226,6 +226,10 @@ int bf_inv_read(const struct bf_shm *s, uint32_t slot, struct bf_machine_rec *ou
 int bf_inv_read_seq(const struct bf_shm *s, uint32_t slot, struct bf_machine_rec *out,
                     uint32_t *seq);
 
+/* The id ref in slot's first payload word as it is now, without the
+ * seqlock: a hint for a record a writer holds (bf_inv_read gave -EAGAIN),
+ * possibly torn or stale, never a value to act on. Any reader. */
+uint32_t bf_inv_peek_id(const struct bf_shm *s, uint32_t slot);
 /* Slot of the machine whose id ref is id_ref: 0 or -ENOENT. Lock-free. */
 int bf_inv_lookup(const struct bf_shm *s, uint32_t id_ref, uint32_t *slot);
 /* Same by id string (finds the ref first). */

@@ -327,3 +327,8 @@ void bf_cl_skip(struct bf_shm *s, int w)
     atomic_store_explicit(&c->tail, atomic_load_explicit(&c->head, memory_order_acquire),
                           memory_order_release);
 }
+
+uint32_t bf_inv_peek_id(const struct bf_shm *s, uint32_t slot)
+{
+    return (uint32_t)atomic_load_explicit(&s->records[slot].w[0], memory_order_relaxed);
+}

@@ -8,7 +8,10 @@
  * segment others can write is refused), attach's validation of every header
  * field, table and inner offset of a corrupted or truncated file (one test
  * per check), and the live-configuration block (SIGHUP values reach readers
- * whole, with a generation that moves once per publish).
+ * whole, with a generation that moves once per publish); the supervisor's
+ * repair of cluster rows and stamps a dead session left mid-write, the
+ * reconciler's non-consuming change-log peek, and the ownership tables'
+ * publish.
  */
 #include <check.h>
 #include <errno.h>
@@ -485,6 +488,203 @@ START_TEST(cluster_latch_readers_never_stall_on_a_dead_writer)
     bf_cluster_write(&g_s, 0, &r);
     ck_assert_int_eq(bf_cluster_read(&g_s, 0, &got, NULL), 0);
     ck_assert_uint_eq(got.generation, 6);
+}
+END_TEST
+
+/* A session killed inside bf_cluster_write, at either half: the row the
+ * readers were reading is intact, and the repair makes both copies and the
+ * seq as after a complete write. */
+static pid_t die_mid_cluster_write(uint32_t idx, bool second_half, uint64_t new_generation)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct bf_shm c;
+        if (bf_shm_attach(&c, g_id, false, NULL, 0) != 0)
+            _exit(3);
+        struct bf_shm_cluster *cl = &c.clusters[idx];
+        atomic_store(&cl->writer, (uint32_t)getpid());
+        uint32_t seq = atomic_load(&cl->seq);
+        atomic_store(&cl->seq, seq + 1); /* readers on copy 1 */
+        if (!second_half) {
+            atomic_store(&cl->w[0][1], 0xffffffffffffffffull); /* copy 0 torn */
+            raise(SIGKILL);
+        }
+        struct bf_cluster_rec r;
+        uint64_t w[BF_CLUSTER_WORDS];
+        for (int i = 0; i < BF_CLUSTER_WORDS; i++)
+            w[i] = atomic_load(&cl->w[1][i]);
+        memcpy(&r, w, sizeof r);
+        r.generation = new_generation;
+        memcpy(w, &r, sizeof r);
+        for (int i = 0; i < BF_CLUSTER_WORDS; i++)
+            atomic_store(&cl->w[0][i], w[i]);
+        atomic_store(&cl->seq, seq + 2);                   /* readers on copy 0 */
+        atomic_store(&cl->w[1][1], 0xffffffffffffffffull); /* copy 1 torn */
+        raise(SIGKILL);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    ck_assert(WIFSIGNALED(st));
+    return pid;
+}
+
+static void assert_cluster_copies_equal(uint32_t idx)
+{
+    struct bf_shm_cluster *cl = &g_s.clusters[idx];
+    for (int i = 0; i < BF_CLUSTER_WORDS; i++)
+        ck_assert_uint_eq(atomic_load(&cl->w[0][i]), atomic_load(&cl->w[1][i]));
+    ck_assert_uint_eq(atomic_load(&cl->seq) & 1u, 0);
+    ck_assert_uint_eq(atomic_load(&cl->writer), 0);
+}
+
+START_TEST(cluster_row_left_mid_write_is_repaired_from_the_copy_readers_used)
+{
+    struct bf_cluster_rec r, got;
+    memset(&r, 0, sizeof r);
+    r.name_ref = intern("cluster-a");
+    r.in_use = 1;
+    r.generation = 5;
+    r.rows_count = 3;
+    bf_cluster_write(&g_s, 0, &r);
+    bf_cluster_write(&g_s, 1, &r);
+    atomic_store(&g_s.needs->n_clusters, 2);
+    /* died in the first half: copy 0 torn, readers on the old copy 1 */
+    pid_t pid = die_mid_cluster_write(0, false, 0);
+    ck_assert_int_eq(bf_cluster_repair_dead_writer(&g_s, 999999), 0); /* an innocent pid */
+    ck_assert_uint_eq(atomic_load(&g_s.clusters[0].seq) & 1u, 1);
+    ck_assert_int_eq(bf_cluster_repair_dead_writer(&g_s, (uint32_t)pid), 1);
+    assert_cluster_copies_equal(0);
+    ck_assert_int_eq(bf_cluster_read(&g_s, 0, &got, NULL), 0);
+    ck_assert_uint_eq(got.generation, 5);
+    ck_assert_uint_eq(got.rows_count, 3);
+    /* died in the second half: copy 0 holds the new row, copy 1 torn */
+    pid = die_mid_cluster_write(1, true, 6);
+    ck_assert_int_eq(bf_cluster_read(&g_s, 1, &got, NULL), 0);
+    ck_assert_uint_eq(got.generation, 6);
+    uint32_t seq = atomic_load(&g_s.clusters[1].seq);
+    ck_assert_int_eq(bf_cluster_repair_dead_writer(&g_s, (uint32_t)pid), 1);
+    assert_cluster_copies_equal(1);
+    ck_assert_uint_eq(atomic_load(&g_s.clusters[1].seq), seq); /* already even: kept */
+    ck_assert_int_eq(bf_cluster_read(&g_s, 1, &got, NULL), 0);
+    ck_assert_uint_eq(got.generation, 6);
+    /* the rows stay writable, and a second repair finds nothing */
+    r.generation = 7;
+    bf_cluster_write(&g_s, 1, &r);
+    ck_assert_int_eq(bf_cluster_read(&g_s, 1, &got, NULL), 0);
+    ck_assert_uint_eq(got.generation, 7);
+    ck_assert_int_eq(bf_cluster_repair_dead_writer(&g_s, (uint32_t)pid), 0);
+}
+END_TEST
+
+START_TEST(stamp_left_odd_by_a_dead_session_is_repaired_only_for_the_session)
+{
+    uint32_t c = intern("cluster-a"), f = intern("p=1|ipb=0|rpb=0|reqs=|spr=");
+    ck_assert_int_eq(bf_stamp_touch(&g_s, c, f, 1000), 0);
+    int i = bf_stamp_find(&g_s, c, f);
+    ck_assert_int_ge(i, 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct bf_shm s;
+        if (bf_shm_attach(&s, g_id, false, NULL, 0) != 0)
+            _exit(3);
+        atomic_fetch_add(&s.stamps[i].seq, 1); /* a stamp write begun */
+        raise(SIGKILL);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    ck_assert_int_eq(bf_stamp_find(&g_s, c, f), -1); /* unreadable (bounded), not a hang */
+    struct bf_repair_report rep;
+    bf_shm_repair_dead_writer(&g_s, (uint32_t)pid, BF_ROLE_EXECUTOR, &rep);
+    ck_assert_int_eq(rep.stamps, 0); /* the executor never writes a stamp */
+    ck_assert_int_eq(bf_stamp_find(&g_s, c, f), -1);
+    bf_shm_repair_dead_writer(&g_s, (uint32_t)pid, BF_ROLE_SESSION, &rep);
+    ck_assert_int_eq(rep.stamps, 1);
+    ck_assert_int_eq(rep.records, 0);
+    ck_assert_int_eq(rep.cluster_rows, 0);
+    ck_assert_int_eq(bf_stamp_find(&g_s, c, f), i);
+    int64_t lat = 0;
+    ck_assert_int_eq(bf_stamp_observe(&g_s, c, f, 4000, &lat), 1); /* first-seen kept */
+    ck_assert_int_eq(lat, 3000);
+}
+END_TEST
+
+struct peek_ctx {
+    int calls, stop_at, lap;
+    uint32_t last;
+};
+static int peek_cb(void *arg, uint32_t slot)
+{
+    struct peek_ctx *x = arg;
+    x->calls++;
+    x->last = slot;
+    for (int i = 0; i < x->lap; i++) /* the producer laps us mid-read */
+        bf_cl_append(&g_s, BF_CL_EXECUTOR, 7);
+    x->lap = 0;
+    return x->calls == x->stop_at;
+}
+
+START_TEST(changelog_peek_reads_without_consuming_and_reports_laps)
+{
+    uint64_t cap = (uint64_t)g_s.changelog_mask + 1, head;
+    uint64_t h0 = bf_cl_head(&g_s, BF_CL_EXECUTOR);
+    for (uint32_t i = 0; i < 10; i++)
+        bf_cl_append(&g_s, BF_CL_EXECUTOR, i);
+    bf_cl_append(&g_s, BF_CL_EXECUTOR, g_s.max_machines); /* not a slot: skipped */
+    struct peek_ctx x = {0};
+    ck_assert_int_eq(bf_cl_peek(&g_s, BF_CL_EXECUTOR, h0, &head, peek_cb, &x), 10);
+    ck_assert_int_eq(x.calls, 10);
+    ck_assert_uint_eq(x.last, 9);
+    ck_assert_uint_eq(head, h0 + 11);
+    ck_assert_uint_eq(bf_cl_head(&g_s, BF_CL_EXECUTOR), head);
+    /* early stop */
+    x = (struct peek_ctx){.stop_at = 3};
+    ck_assert_int_eq(bf_cl_peek(&g_s, BF_CL_EXECUTOR, h0, &head, peek_cb, &x), 3);
+    /* nothing was consumed: the cycle still drains every entry */
+    int n = 0;
+    ck_assert_int_eq(bf_cl_drain(&g_s, BF_CL_EXECUTOR, count_cb, &n), 11);
+    ck_assert_int_eq(n, 10);
+    /* lapped before the read: nothing passed, the head reported */
+    uint64_t from = bf_cl_head(&g_s, BF_CL_EXECUTOR);
+    for (uint64_t i = 0; i < cap + 1; i++)
+        bf_cl_append(&g_s, BF_CL_EXECUTOR, 1);
+    x = (struct peek_ctx){0};
+    ck_assert_int_eq(bf_cl_peek(&g_s, BF_CL_EXECUTOR, from, &head, peek_cb, &x), -EOVERFLOW);
+    ck_assert_int_eq(x.calls, 0);
+    ck_assert_uint_eq(head, from + cap + 1);
+    /* lapped during the read */
+    from = bf_cl_head(&g_s, BF_CL_EXECUTOR);
+    bf_cl_append(&g_s, BF_CL_EXECUTOR, 2);
+    x = (struct peek_ctx){.lap = (int)cap};
+    ck_assert_int_eq(bf_cl_peek(&g_s, BF_CL_EXECUTOR, from, &head, peek_cb, &x), -ESTALE);
+    ck_assert_int_eq(x.calls, 1);
+    ck_assert_uint_eq(head, from + 1);
+    /* skip empties the log for the consumer */
+    bf_cl_skip(&g_s, BF_CL_EXECUTOR);
+    n = 0;
+    ck_assert_int_eq(bf_cl_drain(&g_s, BF_CL_EXECUTOR, count_cb, &n), 0);
+}
+END_TEST
+
+START_TEST(ownership_tables_are_read_whole_or_refused_while_written)
+{
+    static uint64_t in[(BF_OWN_TABLES_BYTES + 7) / 8], out[(BF_OWN_TABLES_BYTES + 7) / 8];
+    _Static_assert(BF_OWN_TABLES_BYTES % 8 == 0, "word copies");
+    for (size_t i = 0; i < sizeof in / 8; i++)
+        in[i] = 0x0101010101010101ull * (i % 251);
+    bf_own_tables_publish(&g_s, in);
+    ck_assert_uint_eq(atomic_load(&g_s.st->own.seq), 2);
+    ck_assert_int_eq(bf_own_tables_read(&g_s, out), 0);
+    ck_assert_int_eq(memcmp(in, out, BF_OWN_TABLES_BYTES), 0);
+    struct bf_shm ro;
+    char err[256];
+    ck_assert_int_eq(bf_shm_attach(&ro, g_id, true, err, sizeof err), 0);
+    memset(out, 0, sizeof out);
+    ck_assert_int_eq(bf_own_tables_read(&ro, out), 0); /* read-only attachment */
+    ck_assert_int_eq(memcmp(in, out, BF_OWN_TABLES_BYTES), 0);
+    /* a write in progress (seq odd): bounded refusal */
+    atomic_store(&g_s.st->own.seq, 3);
+    ck_assert_int_eq(bf_own_tables_read(&ro, out), -EAGAIN);
+    bf_shm_detach(&ro);
 }
 END_TEST
 
@@ -1182,6 +1382,10 @@ int main(void)
     tcase_add_test(tc, live_configuration_reaches_readers_whole_once_per_publish);
     tcase_add_test(tc, result_read_accepts_a_copy_only_if_its_buffer_was_not_rewritten);
     tcase_add_test(tc, every_enum_value_has_its_own_label);
+    tcase_add_test(tc, cluster_row_left_mid_write_is_repaired_from_the_copy_readers_used);
+    tcase_add_test(tc, stamp_left_odd_by_a_dead_session_is_repaired_only_for_the_session);
+    tcase_add_test(tc, changelog_peek_reads_without_consuming_and_reports_laps);
+    tcase_add_test(tc, ownership_tables_are_read_whole_or_refused_while_written);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

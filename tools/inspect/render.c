@@ -1079,8 +1079,7 @@ static int render_machine(struct insp_ctx *c, struct insp_buf *b, char *err, siz
             struct bf_machine_rec t;
             uint32_t sq;
             if (bf_inv_read_seq(s, i, &t, &sq) != 0) {
-                uint64_t w0 = BF_STAT_GET(s->records[i].w[0]);
-                if ((uint32_t)w0 == ref)
+                if (bf_inv_peek_id(s, i) == ref)
                     busy = true;
                 continue;
             }
