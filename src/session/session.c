@@ -548,8 +548,9 @@ static void on_boot_resp(struct sess *s, const Bigfleet__V1alpha1__BootstrapBlob
                  "cluster=%s request_id=%.32s", s->cluster_id, r->request_id);
         return;
     }
-    u64map_del(&ss->boots, id, NULL);
-    struct boot *b = (struct boot *)(uintptr_t)v;
+    uint64_t bv = 0;
+    u64map_del(&ss->boots, id, &bv);
+    struct boot *b = (struct boot *)(uintptr_t)bv;
     s->n_boot--;
     bool err = r->error && r->error[0];
     boot_respond(ss, b->exec_id, err ? BF_BOOT_OPERATOR_ERROR : BF_BOOT_OK, err ? r->error : NULL,
