@@ -18,6 +18,7 @@
 #ifndef BIGFLEET_STRBUF_H
 #define BIGFLEET_STRBUF_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -31,6 +32,8 @@ struct bf_strbuf {
 void bf_sb_put(struct bf_strbuf *b, const void *s, size_t n);
 void bf_sb_puts(struct bf_strbuf *b, const char *s);
 void bf_sb_printf(struct bf_strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void bf_sb_vprintf(struct bf_strbuf *b, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 /* Empties the buffer (keeps the memory; clears `failed`). */
 void bf_sb_reset(struct bf_strbuf *b);
 /* Releases the memory; b is an empty buffer again. */

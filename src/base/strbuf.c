@@ -77,25 +77,27 @@ void bf_sb_puts(struct bf_strbuf *b, const char *s)
     bf_sb_put(b, s, strlen(s));
 }
 
+void bf_sb_vprintf(struct bf_strbuf *b, const char *fmt, va_list ap)
+{
+    va_list again;
+    va_copy(again, ap);
+    char tmp[512];
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    if (n >= 0 && (size_t)n < sizeof tmp)
+        bf_sb_put(b, tmp, (size_t)n);
+    else if (n >= 0 && sb_room(b, (size_t)n)) {
+        vsnprintf(b->p + b->len, (size_t)n + 1, fmt, again);
+        b->len += (size_t)n;
+    }
+    va_end(again);
+}
+
 void bf_sb_printf(struct bf_strbuf *b, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    char tmp[512];
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    bf_sb_vprintf(b, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t)n < sizeof tmp) {
-        bf_sb_put(b, tmp, (size_t)n);
-        return;
-    }
-    if (!sb_room(b, (size_t)n))
-        return;
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
 }
 
 void bf_sb_reset(struct bf_strbuf *b)

@@ -200,9 +200,9 @@ int ss_http_start(struct ss *ss);
 
 /* inspect_needs.c: ShardRead/InspectNeeds (arg: struct ss *) and its
  * process-local counters for /metrics. */
-struct bf_metrics_buf;
+struct bf_strbuf;
 extern const struct bf_net_method bf_inspect_needs_method;
-void ss_inspect_metrics(struct bf_metrics_buf *b);
+void ss_inspect_metrics(struct bf_strbuf *b);
 
 /* health.c: grpc.health.v1.Health (arg: struct ss *) */
 extern const struct bf_net_method bf_health_check_method;
