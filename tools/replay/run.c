@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "bigfleet/log.h"
+#include "bigfleet/strbuf.h"
 #include "bigfleet/util.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"
 #include "run.h"
@@ -105,14 +106,8 @@ static struct rp_machine *machine_get(struct rp_run *r, const char *id)
         r->mh = nh;
         r->mh_cap = nc;
     }
-    if (r->n_m == r->cap_m) {
-        size_t nc = r->cap_m ? r->cap_m * 2 : 4096;
-        struct rp_machine *nm = realloc(r->m, nc * sizeof *nm);
-        if (!nm)
-            return NULL;
-        r->m = nm;
-        r->cap_m = nc;
-    }
+    if (r->n_m == r->cap_m && bf_grow((void **)&r->m, &r->cap_m, r->n_m + 1, sizeof *r->m))
+        return NULL;
     m = &r->m[r->n_m];
     memset(m, 0, sizeof *m);
     m->id = strdup(id);
@@ -141,14 +136,8 @@ static int sup_add(struct rp_supply_ent **v, size_t *n, size_t *cap, uint32_t sh
     }
     if (delta <= 0)
         return 0;
-    if (*n == *cap) {
-        size_t nc = *cap ? *cap * 2 : 8;
-        struct rp_supply_ent *nv = realloc(*v, nc * sizeof *nv);
-        if (!nv)
-            return -ENOMEM;
-        *v = nv;
-        *cap = nc;
-    }
+    if (*n == *cap && bf_grow((void **)v, cap, *n + 1, sizeof **v))
+        return -ENOMEM;
     (*v)[(*n)++] = (struct rp_supply_ent){shape, delta};
     return 0;
 }
@@ -322,14 +311,8 @@ static const struct rp_need *need_of(const struct rp_cluster *c, uint32_t cls, s
 
 static int push_sample(int64_t **v, size_t *n, size_t *cap, int64_t x)
 {
-    if (*n == *cap) {
-        size_t nc = *cap ? *cap * 2 : 4096;
-        int64_t *nv = realloc(*v, nc * sizeof *nv);
-        if (!nv)
-            return -ENOMEM;
-        *v = nv;
-        *cap = nc;
-    }
+    if (*n == *cap && bf_grow((void **)v, cap, *n + 1, sizeof **v))
+        return -ENOMEM;
     (*v)[(*n)++] = x;
     return 0;
 }
@@ -563,14 +546,9 @@ static void on_bootstrap(struct rp_run *r, struct rp_cluster *c,
 
 static int alive_push(struct rp_cluster *c, uint32_t pod, uint32_t cls)
 {
-    if (c->n_alive == c->cap_alive) {
-        size_t nc = c->cap_alive ? c->cap_alive * 2 : 64;
-        struct rp_alive *na = realloc(c->alive, nc * sizeof *na);
-        if (!na)
-            return -ENOMEM;
-        c->alive = na;
-        c->cap_alive = nc;
-    }
+    if (c->n_alive == c->cap_alive &&
+        bf_grow((void **)&c->alive, &c->cap_alive, c->n_alive + 1, sizeof *c->alive))
+        return -ENOMEM;
     c->alive[c->n_alive++] = (struct rp_alive){pod, cls, 0, RP_POD_PENDING};
     return 0;
 }

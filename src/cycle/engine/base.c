@@ -12,24 +12,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bigfleet/strbuf.h"
 #include "cycle/engine/engine_internal.h"
 
+/* bf_grow (bigfleet/strbuf.h) for the engine's uint32_t capacities */
 int bfe_grow(void **p, uint32_t *cap, uint32_t need, size_t elsz)
 {
-    if (need <= *cap)
-        return 0;
-    uint64_t nc = *cap ? *cap : 8;
-    while (nc < need)
-        nc *= 2;
-    if (nc > UINT32_MAX)
-        nc = UINT32_MAX;
-    if (nc < need)
-        return -ENOMEM;
-    void *q = realloc(*p, (size_t)nc * elsz);
-    if (!q)
-        return -ENOMEM;
-    *p = q;
-    *cap = (uint32_t)nc;
+    size_t c = *cap;
+    int rc = bf_grow(p, &c, need, elsz);
+    if (rc)
+        return rc;
+    *cap = c > UINT32_MAX ? UINT32_MAX : (uint32_t)c;
     return 0;
 }
 
