@@ -48,16 +48,16 @@ BF_HMAP_DEFINE(t_strmap, struct t_str, int, str_hash, str_eq)
     ({                                                                                             \
         uint32_t k_ = 0;                                                                           \
         const slot_t *s_;                                                                          \
-        BF_HMAP_FOREACH(m, s_)                                                                     \
-        k_++;                                                                                      \
+        BF_HMAP_FOREACH (m, s_)                                                                    \
+            k_++;                                                                                  \
         k_;                                                                                        \
     })
 static uint32_t occupied(const struct t_idmap *m)
 {
     uint32_t k = 0;
     const struct t_idmap_slot *s;
-    BF_HMAP_FOREACH(m, s)
-    k++;
+    BF_HMAP_FOREACH (m, s)
+        k++;
     return k;
 }
 
