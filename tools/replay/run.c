@@ -64,26 +64,10 @@ static void on_progress(struct bf_net_timer *t, void *arg);
 
 /* ------------------------------------------------------------ machines */
 
-static uint64_t hash_id(const char *s)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h ^ (h >> 29);
-}
-
 static struct rp_machine *machine_find(struct rp_run *r, const char *id)
 {
-    if (!r->mh_cap)
-        return NULL;
-    size_t j = hash_id(id) & (r->mh_cap - 1);
-    while (r->mh[j]) {
-        struct rp_machine *m = &r->m[r->mh[j] - 1];
-        if (!strcmp(m->id, id))
-            return m;
-        j = (j + 1) & (r->mh_cap - 1);
-    }
-    return NULL;
+    const uint32_t *i = rp_idmap_ref(&r->mh, id);
+    return i ? &r->m[*i] : NULL;
 }
 
 static struct rp_machine *machine_get(struct rp_run *r, const char *id)
@@ -91,21 +75,8 @@ static struct rp_machine *machine_get(struct rp_run *r, const char *id)
     struct rp_machine *m = machine_find(r, id);
     if (m)
         return m;
-    if ((r->n_m + 1) * 2 > r->mh_cap) {
-        size_t nc = r->mh_cap ? r->mh_cap * 2 : 4096;
-        uint32_t *nh = calloc(nc, sizeof *nh);
-        if (!nh)
-            return NULL;
-        for (size_t i = 0; i < r->n_m; i++) {
-            size_t j = hash_id(r->m[i].id) & (nc - 1);
-            while (nh[j])
-                j = (j + 1) & (nc - 1);
-            nh[j] = (uint32_t)i + 1;
-        }
-        free(r->mh);
-        r->mh = nh;
-        r->mh_cap = nc;
-    }
+    if (rp_idmap_reserve(&r->mh, (uint32_t)r->n_m + 1)) /* the put below cannot fail */
+        return NULL;
     if (r->n_m == r->cap_m && bf_grow((void **)&r->m, &r->cap_m, r->n_m + 1, sizeof *r->m))
         return NULL;
     m = &r->m[r->n_m];
@@ -117,10 +88,7 @@ static struct rp_machine *machine_get(struct rp_run *r, const char *id)
     m->shape = -1;
     m->state = BF_STATE_UNSPECIFIED;
     m->phase = RP_PH_PROVISIONING;
-    size_t j = hash_id(id) & (r->mh_cap - 1);
-    while (r->mh[j])
-        j = (j + 1) & (r->mh_cap - 1);
-    r->mh[j] = (uint32_t)++r->n_m;
+    rp_idmap_put(&r->mh, m->id, (uint32_t)r->n_m++);
     return m;
 }
 
@@ -1439,7 +1407,7 @@ void rp_run_free(struct rp_run *r)
     for (size_t i = 0; i < r->n_m; i++)
         free(r->m[i].id);
     free(r->m);
-    free(r->mh);
+    rp_idmap_free(&r->mh);
     rp_shapes_free(&r->shapes);
     free(r->ticks);
     free(r->lat);
