@@ -12,7 +12,7 @@
  * capacities (clusters, fixed tables, one copy of the published cycle
  * result), never by the number of machines.
  *
- * A struct bf_metrics_buf is a growable text buffer: append never fails
+ * A struct bf_strbuf is a growable text buffer: append never fails
  * visibly; on allocation failure `oom` is set and further output dropped
  * (the caller answers 500).
  */
@@ -24,32 +24,27 @@
 #include <stdint.h>
 
 #include "bigfleet/shm.h"
+#include "bigfleet/strbuf.h"
 
-struct bf_metrics_buf {
-    char *data;
-    size_t len, cap;
-    bool oom;
-};
-
-void bf_metrics_buf_init(struct bf_metrics_buf *b);
-void bf_metrics_buf_free(struct bf_metrics_buf *b);
-void bf_metrics_printf(struct bf_metrics_buf *b, const char *fmt, ...)
+/* Output goes into a bf_strbuf (bigfleet/strbuf.h): a scrape whose buffer
+ * ran out of memory has `failed` set and is not served. */
+/* bf_sb_printf under the name every render function of metrics*.c uses */
+void bf_metrics_printf(struct bf_strbuf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* "# HELP name help\n# TYPE name type\n" */
-void bf_metrics_header(struct bf_metrics_buf *b, const char *name, const char *type,
-                       const char *help);
+void bf_metrics_header(struct bf_strbuf *b, const char *name, const char *type, const char *help);
 /* Appends a label value escaped per the exposition format (\\, \", \n). */
-void bf_metrics_label_value(struct bf_metrics_buf *b, const char *v, size_t len);
+void bf_metrics_label_value(struct bf_strbuf *b, const char *v, size_t len);
 /* Appends a sample value the way Go's client does (strconv 'g', shortest
  * round trip: "0.25", "1e+06", "+Inf", "NaN"). */
-void bf_metrics_float(struct bf_metrics_buf *b, double v);
+void bf_metrics_float(struct bf_strbuf *b, double v);
 /* A histogram with exp(start, factor, n) upper bounds (seconds) from h
  * (non-cumulative buckets in shared memory, sum in nanoseconds): cumulative
  * _bucket lines with le in Go's float spelling, le="+Inf", _sum in seconds,
  * _count (= the +Inf bucket, so the two always agree). labels: "" or
  * "k=\"v\"" (already escaped). No HELP/TYPE lines (the caller's). */
-void bf_metrics_hist(struct bf_metrics_buf *b, const char *name, const char *labels,
+void bf_metrics_hist(struct bf_strbuf *b, const char *name, const char *labels,
                      const struct bf_hist *h, double start, double factor, int n);
 
 /*
@@ -61,10 +56,10 @@ void bf_metrics_hist(struct bf_metrics_buf *b, const char *name, const char *lab
  * counter of scrapes that lost every race with the cycle's publish. Call
  * from one thread per process.
  */
-int bf_metrics_render(const struct bf_shm *s, struct bf_metrics_buf *b);
+int bf_metrics_render(const struct bf_shm *s, struct bf_strbuf *b);
 /* The host series (src/session/metrics_host.c; docs/metrics.md "Host,
  * configuration and RPC latency"); part of bf_metrics_render(). */
-void bf_metrics_render_host(const struct bf_shm *s, struct bf_metrics_buf *b);
+void bf_metrics_render_host(const struct bf_shm *s, struct bf_strbuf *b);
 /* Forgets that memory (tests: a fresh process's view). */
 void bf_metrics_forget(void);
 

@@ -81,13 +81,15 @@ void bf_cycle_free(struct bf_cycle *c)
     bf_cycle_own_free(c);
     bf_engine_free(c->engine);
     bf_blob_cache_free(c->blobs);
-    for (uint32_t i = 0; i < c->fps.cap; i++)
-        free((char *)c->fps.e[i].key);
-    free(c->fps.e);
+    const struct fpmap_slot *f;
+    BF_HMAP_FOREACH (&c->fps, f)
+        free((char *)f->key);
+    fpmap_free(&c->fps);
     bf_cycle_caches_free(c);
-    for (uint32_t i = 0; i < c->labels.cap; i++)
-        free(c->labels.e[i].labels);
-    free(c->labels.e);
+    const struct labelcache_slot *l;
+    BF_HMAP_FOREACH (&c->labels, l)
+        free(l->val.labels);
+    labelcache_free(&c->labels);
     free(c->slots);
     free(c->clusters);
     free(c->retry);

@@ -6,10 +6,12 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "bigfleet/blobs.h"
 #include "bigfleet/cycle.h"
 #include "bigfleet/engine.h"
+#include "bigfleet/hmap.h"
 #include "bigfleet/shm.h"
 
 /* What the mirror holds for each slot (for incremental counts and ids). */
@@ -35,27 +37,23 @@ struct clusterinfo {
     uint32_t bucket_rows[BF_BUCKET_COUNT];
 };
 
-/* string -> ref map for fingerprints (profile refs) */
-struct fpmap_entry {
-    uint64_t hash;
-    const char *key; /* owned copy */
-    uint32_t profile_ref;
-};
-struct fpmap {
-    struct fpmap_entry *e;
-    uint32_t cap, n;
-};
+/* fingerprint (an owned copy) -> profile ref (bigfleet/hmap.h) */
+static inline uint64_t bf_cycle_str_hash(const char *s)
+{
+    return bf_hash_bytes(s, strlen(s));
+}
+static inline bool bf_cycle_str_eq(const char *a, const char *b)
+{
+    return strcmp(a, b) == 0;
+}
+BF_HMAP_DEFINE(fpmap, const char *, uint32_t, bf_cycle_str_hash, bf_cycle_str_eq)
 
-/* profile ref -> engine label array */
-struct labelcache_entry {
-    uint32_t ref;
+/* MachineProfileBlob ref -> its engine label array (owned) */
+struct labelcache_val {
     uint32_t n;
     struct bf_engine_label *labels;
 };
-struct labelcache {
-    struct labelcache_entry *e;
-    uint32_t cap, n;
-};
+BF_HMAP_DEFINE(labelcache, uint32_t, struct labelcache_val, bf_hash_u64, BF_HMAP_EQ)
 
 /*
  * Engine-owned string (by address) -> string-table ref, so publishing a
@@ -94,11 +92,9 @@ struct rowmemo {
     char bytes[ROWMEMO_INLINE];
 };
 
-/* set of u32 keys (NeedProfileBlob refs whose fingerprint is registered) */
-struct u32set {
-    uint32_t *k; /* 0 = empty */
-    uint32_t cap, n;
-};
+/* set of u32 keys (NeedProfileBlob refs whose fingerprint is registered);
+ * the value is unused */
+BF_HMAP_DEFINE(u32set, uint32_t, uint8_t, bf_hash_u64, BF_HMAP_EQ)
 
 struct bf_cycle_own; /* ownership.c */
 

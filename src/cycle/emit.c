@@ -200,8 +200,7 @@ void bf_cycle_caches_free(struct bf_cycle *c)
     c->rowmemo_cap = 0;
     free(c->strrefs.e);
     memset(&c->strrefs, 0, sizeof c->strrefs);
-    free(c->fp_seen.k);
-    memset(&c->fp_seen, 0, sizeof c->fp_seen);
+    u32set_free(&c->fp_seen);
 }
 
 /* ------------------------------------------------------------ actions */

@@ -31,32 +31,10 @@ static const struct bf_engine_label *labels_for(struct bf_cycle *c, const struct
         *n = 0;
         return NULL;
     }
-    if (lc->cap) {
-        for (uint32_t i = (p->ref * 2654435761u) & (lc->cap - 1);; i = (i + 1) & (lc->cap - 1)) {
-            if (!lc->e[i].labels && lc->e[i].ref == 0)
-                break;
-            if (lc->e[i].ref == p->ref) {
-                *n = lc->e[i].n;
-                return lc->e[i].labels;
-            }
-        }
-    }
-    if ((lc->n + 1) * 2 > lc->cap) {
-        uint32_t nc = lc->cap ? lc->cap * 2 : 256;
-        struct labelcache_entry *ne = calloc(nc, sizeof *ne);
-        if (!ne)
-            return NULL;
-        for (uint32_t i = 0; i < lc->cap; i++) {
-            if (!lc->e[i].ref)
-                continue;
-            uint32_t j = (lc->e[i].ref * 2654435761u) & (nc - 1);
-            while (ne[j].ref)
-                j = (j + 1) & (nc - 1);
-            ne[j] = lc->e[i];
-        }
-        free(lc->e);
-        lc->e = ne;
-        lc->cap = nc;
+    const struct labelcache_val *hit = labelcache_ref(lc, p->ref);
+    if (hit) {
+        *n = hit->n;
+        return hit->labels;
     }
     struct bf_engine_label *arr = calloc(p->n_labels + 1, sizeof *arr);
     if (!arr)
@@ -65,11 +43,10 @@ static const struct bf_engine_label *labels_for(struct bf_cycle *c, const struct
         arr[i].key = p->labels[i].key;
         arr[i].value = p->labels[i].value;
     }
-    uint32_t j = (p->ref * 2654435761u) & (lc->cap - 1);
-    while (lc->e[j].ref)
-        j = (j + 1) & (lc->cap - 1);
-    lc->e[j] = (struct labelcache_entry){p->ref, p->n_labels, arr};
-    lc->n++;
+    if (labelcache_put(lc, p->ref, (struct labelcache_val){p->n_labels, arr})) {
+        free(arr);
+        return NULL;
+    }
     *n = p->n_labels;
     return arr;
 }
@@ -231,13 +208,6 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
 
 /* ------------------------------------------------------------ demand */
 
-static void u32set_clear(struct u32set *s)
-{
-    if (s->cap)
-        memset(s->k, 0, s->cap * sizeof *s->k);
-    s->n = 0;
-}
-
 int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
 {
     struct bf_shm *s = c->shm;
@@ -346,114 +316,33 @@ int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
 
 /* ------------------------------------------------------------ fingerprint map */
 
-static uint64_t fphash(const char *s)
-{
-    return XXH3_64bits(s, strlen(s));
-}
-
 int bf_cycle_fpmap_put(struct bf_cycle *c, const char *fp, uint32_t ref)
 {
-    struct fpmap *m = &c->fps;
-    uint64_t h = fphash(fp);
-    if (m->cap) {
-        for (uint32_t i = (uint32_t)h & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-            if (!m->e[i].key)
-                break;
-            if (m->e[i].hash == h && strcmp(m->e[i].key, fp) == 0)
-                return 0;
-        }
-    }
-    if ((m->n + 1) * 2 > m->cap) {
-        uint32_t nc = m->cap ? m->cap * 2 : 256;
-        struct fpmap_entry *ne = calloc(nc, sizeof *ne);
-        if (!ne)
-            return -ENOMEM;
-        for (uint32_t i = 0; i < m->cap; i++) {
-            if (!m->e[i].key)
-                continue;
-            uint32_t j = (uint32_t)m->e[i].hash & (nc - 1);
-            while (ne[j].key)
-                j = (j + 1) & (nc - 1);
-            ne[j] = m->e[i];
-        }
-        free(m->e);
-        m->e = ne;
-        m->cap = nc;
-    }
+    if (fpmap_ref(&c->fps, fp))
+        return 0;
+    if (fpmap_reserve(&c->fps, c->fps.n + 1))
+        return -ENOMEM;
     char *key = strdup(fp);
     if (!key)
         return -ENOMEM;
-    uint32_t j = (uint32_t)h & (m->cap - 1);
-    while (m->e[j].key)
-        j = (j + 1) & (m->cap - 1);
-    m->e[j] = (struct fpmap_entry){h, key, ref};
-    m->n++;
+    fpmap_put(&c->fps, key, ref); /* cannot fail: reserved */
     return 0;
 }
 
 /* ------------------------------------------------------------ u32 set */
 
-static inline uint32_t u32_hash(uint32_t x)
-{
-    return (uint32_t)(((uint64_t)x * 0x9E3779B97F4A7C15ULL) >> 32);
-}
-
 bool bf_cycle_u32set_add(struct u32set *s, uint32_t key)
 {
-    if (key == 0)
+    if (key == 0 || u32set_ref(s, key))
         return false;
-    if (s->cap) {
-        for (uint32_t i = u32_hash(key) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
-            if (s->k[i] == key)
-                return false;
-            if (s->k[i] == 0)
-                break;
-        }
-    }
-    if ((s->n + 1) * 2 > s->cap) {
-        uint32_t nc = s->cap ? s->cap * 2 : 256;
-        uint32_t *nk = calloc(nc, sizeof *nk);
-        if (!nk)
-            return false;
-        for (uint32_t i = 0; i < s->cap; i++) {
-            if (!s->k[i])
-                continue;
-            uint32_t j = u32_hash(s->k[i]) & (nc - 1);
-            while (nk[j])
-                j = (j + 1) & (nc - 1);
-            nk[j] = s->k[i];
-        }
-        free(s->k);
-        s->k = nk;
-        s->cap = nc;
-    }
-    uint32_t j = u32_hash(key) & (s->cap - 1);
-    while (s->k[j])
-        j = (j + 1) & (s->cap - 1);
-    s->k[j] = key;
-    s->n++;
-    return true;
-}
-
-static uint32_t fpmap_get(struct bf_cycle *c, const char *fp)
-{
-    struct fpmap *m = &c->fps;
-    if (!m->cap)
-        return 0;
-    uint64_t h = fphash(fp);
-    for (uint32_t i = (uint32_t)h & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-        if (!m->e[i].key)
-            return 0;
-        if (m->e[i].hash == h && strcmp(m->e[i].key, fp) == 0)
-            return m->e[i].profile_ref;
-    }
+    return u32set_put(s, key, 1) == 0;
 }
 
 uint32_t bf_cycle_profile_ref(struct bf_cycle *c, const char *fp, const struct bf_need_profile *p)
 {
     if (!fp || !fp[0])
         return 0;
-    uint32_t ref = fpmap_get(c, fp);
+    uint32_t ref = fpmap_get(&c->fps, fp, 0);
     if (ref || !p)
         return ref;
     /* a profile the engine made (NormalizeDemand folded a Same gang): intern it */

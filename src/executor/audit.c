@@ -8,6 +8,9 @@
  * JSON strings are escaped as Go's encoding/json does for slog: '"', '\\'
  * and control characters escaped, invalid UTF-8 replaced by U+FFFD, and
  * '<', '>', '&' left as they are (slog's JSON handler does not HTML-escape).
+ * That is why this file keeps its own writer instead of the base layer's
+ * (bigfleet/json.h copies valid UTF-8 and writes other bytes as \u00XX, and
+ * writes into a growable buffer, where a line here must fit one fixed one).
  *
  * Ownership records (ADR-0055, docs/audit-log.md): one line per machine a
  * coordinator instruction moved or reserved, and per domain change, sent by

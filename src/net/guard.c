@@ -139,11 +139,6 @@ int bf_h2_guard_frame(struct bf_h2_guard *g, uint8_t type, uint8_t flags, int32_
 
 /* ------------------------------------------------------------ connection counts */
 
-struct bf_cc_ent {
-    struct bf_cc_key k;
-    uint32_t n; /* 0 = empty slot */
-};
-
 void bf_cc_init(struct bf_conn_counts *cc)
 {
     memset(cc, 0, sizeof *cc);
@@ -151,97 +146,27 @@ void bf_cc_init(struct bf_conn_counts *cc)
 
 void bf_cc_free(struct bf_conn_counts *cc)
 {
-    free(cc->t);
-    memset(cc, 0, sizeof *cc);
-}
-
-static uint32_t cc_hash(const struct bf_cc_key *k)
-{
-    return (uint32_t)XXH3_64bits(k->b, sizeof k->b);
-}
-
-static uint32_t cc_find(const struct bf_conn_counts *cc, const struct bf_cc_key *k, bool *found)
-{
-    uint32_t i = cc_hash(k) & cc->mask;
-    while (cc->t[i].n) {
-        if (memcmp(&cc->t[i].k, k, sizeof *k) == 0) {
-            *found = true;
-            return i;
-        }
-        i = (i + 1) & cc->mask;
-    }
-    *found = false;
-    return i;
+    bf_conn_counts_free(cc);
 }
 
 uint32_t bf_cc_get(const struct bf_conn_counts *cc, const struct bf_cc_key *k)
 {
-    if (!cc->t)
-        return 0;
-    bool f;
-    uint32_t i = cc_find(cc, k, &f);
-    return f ? cc->t[i].n : 0;
-}
-
-static int cc_grow(struct bf_conn_counts *cc)
-{
-    uint32_t ncap = cc->t ? (cc->mask + 1) * 2 : 64;
-    struct bf_cc_ent *nt = calloc(ncap, sizeof *nt);
-    if (!nt)
-        return -ENOMEM;
-    for (uint32_t i = 0; cc->t && i <= cc->mask; i++) {
-        if (!cc->t[i].n)
-            continue;
-        uint32_t j = cc_hash(&cc->t[i].k) & (ncap - 1);
-        while (nt[j].n)
-            j = (j + 1) & (ncap - 1);
-        nt[j] = cc->t[i];
-    }
-    free(cc->t);
-    cc->t = nt;
-    cc->mask = ncap - 1;
-    return 0;
+    return bf_conn_counts_get(cc, *k, 0);
 }
 
 int bf_cc_inc(struct bf_conn_counts *cc, const struct bf_cc_key *k)
 {
-    if ((!cc->t || (cc->n + 1) * 2 > cc->mask + 1) && cc_grow(cc) < 0)
-        return -ENOMEM;
-    bool f;
-    uint32_t i = cc_find(cc, k, &f);
-    if (!f) {
-        cc->t[i].k = *k;
-        cc->t[i].n = 0;
-        cc->n++;
-    }
-    return (int)++cc->t[i].n;
+    uint32_t *n = bf_conn_counts_ref(cc, *k);
+    if (n)
+        return (int)++*n;
+    return bf_conn_counts_put(cc, *k, 1) ? -ENOMEM : 1;
 }
 
 void bf_cc_dec(struct bf_conn_counts *cc, const struct bf_cc_key *k)
 {
-    if (!cc->t)
-        return;
-    bool f;
-    uint32_t i = cc_find(cc, k, &f);
-    if (!f)
-        return;
-    if (--cc->t[i].n > 0)
-        return;
-    /* backward-shift deletion */
-    cc->n--;
-    uint32_t j = i;
-    for (;;) {
-        j = (j + 1) & cc->mask;
-        if (!cc->t[j].n)
-            break;
-        uint32_t home = cc_hash(&cc->t[j].k) & cc->mask;
-        /* move j into the hole at i if its home is not in (i, j] */
-        if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
-            cc->t[i] = cc->t[j];
-            i = j;
-        }
-    }
-    cc->t[i].n = 0;
+    uint32_t *n = bf_conn_counts_ref(cc, *k);
+    if (n && --*n == 0)
+        bf_conn_counts_del(cc, *k, NULL);
 }
 
 void bf_cc_key_addr(struct bf_cc_key *k, const struct sockaddr *sa)

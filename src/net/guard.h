@@ -18,7 +18,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
+#include "bigfleet/hmap.h"
 #include "bigfleet/net.h"
 
 /* ------------------------------------------------------------ token bucket */
@@ -86,16 +88,21 @@ int bf_h2_guard_frame(struct bf_h2_guard *g, uint8_t type, uint8_t flags, int32_
 
 /*
  * Counts of open connections keyed by 16 bytes (an IPv6 address, an IPv4
- * address mapped into it, or a 64-bit hash of an identity). Open addressing
- * with backward-shift deletion; grows by doubling. Loop thread only.
+ * address mapped into it, or a 64-bit hash of an identity), in a
+ * bigfleet/hmap.h map (n = keys with a count > 0). Loop thread only.
  */
-struct bf_conn_counts {
-    struct bf_cc_ent *t;
-    uint32_t mask, n;
-};
 struct bf_cc_key {
     uint8_t b[16];
 };
+static inline uint64_t bf_cc_hash(struct bf_cc_key k)
+{
+    return bf_hash_bytes(k.b, sizeof k.b);
+}
+static inline bool bf_cc_eq(struct bf_cc_key a, struct bf_cc_key b)
+{
+    return memcmp(a.b, b.b, sizeof a.b) == 0;
+}
+BF_HMAP_DEFINE(bf_conn_counts, struct bf_cc_key, uint32_t, bf_cc_hash, bf_cc_eq)
 void bf_cc_init(struct bf_conn_counts *cc);
 void bf_cc_free(struct bf_conn_counts *cc);
 /* The count for key (0 when absent). */

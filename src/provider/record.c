@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "bigfleet/blobs.h"
+#include "bigfleet/hmap.h"
 #include "bigfleet/provider.h"
 
 #define WHY(...)                                                                                   \
@@ -65,27 +66,34 @@ int bf_prov_machine_check(const struct bf_prov_machine *m, char *why, size_t why
 
 /* ------------------------------------------------------------ shape cache */
 
-struct shape_ent {
+/* the machine's shape hash (XXH3-128, provider/wire.c) -> its interned
+ * profile and indexes (bigfleet/hmap.h) */
+struct shape_key {
     uint64_t h0, h1;
+};
+struct shape_ent {
     uint32_t profile;
     uint16_t type_idx, zone_idx;
     uint8_t ct;
-    uint8_t used;
 };
+static inline uint64_t shape_hash(struct shape_key k)
+{
+    return k.h0; /* already a hash */
+}
+static inline bool shape_eq(struct shape_key a, struct shape_key b)
+{
+    return a.h0 == b.h0 && a.h1 == b.h1;
+}
+BF_HMAP_DEFINE(shape_map, struct shape_key, struct shape_ent, shape_hash, shape_eq)
 
 struct bf_prov_shape_cache {
-    struct shape_ent *t;
-    size_t cap, n;
+    struct shape_map t;
 };
 
 struct bf_prov_shape_cache *bf_prov_shape_cache_new(void)
 {
     struct bf_prov_shape_cache *c = calloc(1, sizeof *c);
-    if (!c)
-        return NULL;
-    c->cap = 256;
-    c->t = calloc(c->cap, sizeof *c->t);
-    if (!c->t) {
+    if (!c || shape_map_reserve(&c->t, 128)) {
         free(c);
         return NULL;
     }
@@ -96,40 +104,8 @@ void bf_prov_shape_cache_free(struct bf_prov_shape_cache *c)
 {
     if (!c)
         return;
-    free(c->t);
+    shape_map_free(&c->t);
     free(c);
-}
-
-static struct shape_ent *shape_find(struct bf_prov_shape_cache *c, uint64_t h0, uint64_t h1)
-{
-    for (size_t i = h0 & (c->cap - 1);; i = (i + 1) & (c->cap - 1)) {
-        struct shape_ent *e = &c->t[i];
-        if (!e->used || (e->h0 == h0 && e->h1 == h1))
-            return e;
-    }
-}
-
-static void shape_put(struct bf_prov_shape_cache *c, const struct shape_ent *v)
-{
-    if ((c->n + 1) * 2 > c->cap) {
-        size_t ncap = c->cap * 2;
-        struct shape_ent *nt = calloc(ncap, sizeof *nt);
-        if (!nt)
-            return; /* a cache miss costs time, not correctness */
-        struct shape_ent *old = c->t;
-        size_t ocap = c->cap;
-        c->t = nt;
-        c->cap = ncap;
-        for (size_t i = 0; i < ocap; i++)
-            if (old[i].used)
-                *shape_find(c, old[i].h0, old[i].h1) = old[i];
-        free(old);
-    }
-    struct shape_ent *e = shape_find(c, v->h0, v->h1);
-    if (!e->used)
-        c->n++;
-    *e = *v;
-    e->used = 1;
 }
 
 /* ------------------------------------------------------------ conversion */
@@ -304,16 +280,17 @@ int bf_prov_machine_build(struct bf_shm *s, struct bf_prov_shape_cache *c,
     memset(out, 0, sizeof *out);
     if (host_degraded)
         *host_degraded = false;
-    struct shape_ent e = {.h0 = m->shape_hash[0], .h1 = m->shape_hash[1]};
-    struct shape_ent *hit = c ? shape_find(c, e.h0, e.h1) : NULL;
-    if (hit && hit->used) {
+    struct shape_key key = {m->shape_hash[0], m->shape_hash[1]};
+    struct shape_ent e = {0};
+    const struct shape_ent *hit = c ? shape_map_ref(&c->t, key) : NULL;
+    if (hit) {
         e = *hit;
     } else {
         int rc = shape_intern(s, m, &e, why, why_len);
         if (rc)
             return rc;
         if (c)
-            shape_put(c, &e);
+            shape_map_put(&c->t, key, e); /* a cache: a failed put costs time only */
     }
     int rc;
     if (!id_ref && (rc = intern_bytes(s, &m->id, &id_ref)))

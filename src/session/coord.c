@@ -439,10 +439,11 @@ static bool forward(struct coord *c, const Bigfleet__V1alpha1__CoordinatorInstru
                     int64_t hwm, int64_t now_mono)
 {
     const char *id = in->instruction_id;
-    uint64_t h = hash_str(id), at;
-    if (u64map_get(&c->fwd, h, &at) && now_mono - (int64_t)at < COORD_RETRY_NS)
+    uint64_t h = hash_str(id);
+    const uint64_t *at = u64map_ref(&c->fwd, h);
+    if (at && now_mono - (int64_t)*at < COORD_RETRY_NS)
         return false; /* the cycle has it; its answer comes on COORD_OUT */
-    if (c->fwd.n >= COORD_INFLIGHT_MAX && !u64map_get(&c->fwd, h, NULL)) {
+    if (c->fwd.n >= COORD_INFLIGHT_MAX && !at) {
         c->refused++;
         return false; /* redelivered on the next reply */
     }
@@ -561,8 +562,8 @@ static void on_reply(void *arg, int code, const char *message, const uint8_t *re
 static void forget_stale(struct coord *c, int64_t now)
 {
     for (uint32_t i = 0; c->fwd.n && i <= c->fwd.mask;) {
-        if (c->fwd.k[i] && now - (int64_t)c->fwd.v[i] > COORD_FORGET_NS) {
-            u64map_del(&c->fwd, c->fwd.k[i], NULL);
+        if (c->fwd.slots[i].h && now - (int64_t)c->fwd.slots[i].val > COORD_FORGET_NS) {
+            u64map_del(&c->fwd, c->fwd.slots[i].key, NULL);
             continue; /* backward shift may have moved a later entry here */
         }
         i++;
@@ -646,7 +647,7 @@ int coord_start(struct ss *ss)
         return 0; /* single-shard / dev: no coordinator client at all */
     c->acks = calloc(ACKS_MAX, sizeof *c->acks);
     c->res = malloc(sizeof *c->res);
-    if (!c->acks || !c->res || u64map_init(&c->fwd, 1024))
+    if (!c->acks || !c->res || u64map_reserve(&c->fwd, 1024))
         return -ENOMEM;
     int rc = parse_addrs(c, ss->cfg->coordinator_addr);
     if (rc) {

@@ -18,7 +18,7 @@
 #include "session_internal.h"
 
 /* The transport counters struct bf_net_stats has beyond the ones above. */
-static void net_more(struct bf_metrics_buf *b, const char *prefix, const char *what,
+static void net_more(struct bf_strbuf *b, const char *prefix, const char *what,
                      const struct bf_net_stats *ns, bool grpc)
 {
     const struct {
@@ -104,7 +104,7 @@ static void net_more(struct bf_metrics_buf *b, const char *prefix, const char *w
                           (unsigned long long)ns->calls_by_code[c]);
 }
 
-static void local_metrics(struct ss *ss, struct bf_metrics_buf *b)
+static void local_metrics(struct ss *ss, struct bf_strbuf *b)
 {
     struct bf_net_stats ns;
     if (!ss->srv)
@@ -260,18 +260,17 @@ static void handler(const struct bf_net_http_request *req, struct bf_net_http_re
             bf_net_http_printf(resp, "first provider reconcile not yet complete\n");
         }
     } else if (strcmp(req->path, "/metrics") == 0) {
-        struct bf_metrics_buf b;
-        bf_metrics_buf_init(&b);
+        struct bf_strbuf b = {0};
         bf_metrics_render(ss->shm, &b);
         local_metrics(ss, &b);
-        if (b.oom) {
+        if (b.failed) {
             bf_net_http_set_status(resp, 500, NULL);
             bf_net_http_printf(resp, "out of memory rendering metrics\n");
         } else {
             bf_net_http_set_status(resp, 200, "text/plain; version=0.0.4; charset=utf-8");
-            bf_net_http_append(resp, b.data, b.len);
+            bf_net_http_append(resp, b.p, b.len);
         }
-        bf_metrics_buf_free(&b);
+        bf_sb_free(&b);
     } else {
         bf_net_http_set_status(resp, 404, NULL);
         bf_net_http_printf(resp, "not found\n");

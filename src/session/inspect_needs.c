@@ -269,7 +269,7 @@ const struct bf_net_method bf_inspect_needs_method = {
     .max_recv_message = SS_SMALL_MESSAGE_MAX, /* cluster_id (<= 253 bytes) and a limit */
 };
 
-void ss_inspect_metrics(struct bf_metrics_buf *b)
+void ss_inspect_metrics(struct bf_strbuf *b)
 {
     static const struct {
         const char *name, *type, *help;

@@ -44,93 +44,41 @@
 #include "bigfleet/process.h"
 #include "bigfleet/util.h"
 
-void bf_metrics_buf_init(struct bf_metrics_buf *b)
-{
-    memset(b, 0, sizeof *b);
-}
-
-void bf_metrics_buf_free(struct bf_metrics_buf *b)
-{
-    free(b->data);
-    memset(b, 0, sizeof *b);
-}
-
-static bool reserve(struct bf_metrics_buf *b, size_t extra)
-{
-    if (b->oom)
-        return false;
-    if (b->len + extra + 1 <= b->cap)
-        return true;
-    size_t c = b->cap ? b->cap : 16384;
-    while (c < b->len + extra + 1)
-        c *= 2;
-    char *d = realloc(b->data, c);
-    if (!d) {
-        b->oom = true;
-        return false;
-    }
-    b->data = d;
-    b->cap = c;
-    return true;
-}
-
-void bf_metrics_printf(struct bf_metrics_buf *b, const char *fmt, ...)
+void bf_metrics_printf(struct bf_strbuf *b, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    char tmp[512];
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    bf_sb_vprintf(b, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t)n < sizeof tmp) {
-        if (reserve(b, (size_t)n)) {
-            memcpy(b->data + b->len, tmp, (size_t)n + 1);
-            b->len += (size_t)n;
-        }
-        return;
-    }
-    if (!reserve(b, (size_t)n))
-        return;
-    va_start(ap, fmt);
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
 }
 
-void bf_metrics_header(struct bf_metrics_buf *b, const char *name, const char *type,
-                       const char *help)
+void bf_metrics_header(struct bf_strbuf *b, const char *name, const char *type, const char *help)
 {
     bf_metrics_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-void bf_metrics_label_value(struct bf_metrics_buf *b, const char *v, size_t len)
+void bf_metrics_label_value(struct bf_strbuf *b, const char *v, size_t len)
 {
-    if (!reserve(b, len * 2))
-        return;
+    size_t run = 0; /* start of the bytes copied as they are */
     for (size_t i = 0; i < len; i++) {
         char c = v[i];
-        if (c == '\\' || c == '"') {
-            b->data[b->len++] = '\\';
-            b->data[b->len++] = c;
-        } else if (c == '\n') {
-            b->data[b->len++] = '\\';
-            b->data[b->len++] = 'n';
-        } else {
-            b->data[b->len++] = c;
-        }
+        if (c != '\\' && c != '"' && c != '\n')
+            continue;
+        bf_sb_put(b, v + run, i - run);
+        bf_sb_put(b, c == '\n' ? "\\n" : c == '"' ? "\\\"" : "\\\\", 2);
+        run = i + 1;
     }
-    b->data[b->len] = 0;
+    bf_sb_put(b, v + run, len - run);
 }
 
-void bf_metrics_float(struct bf_metrics_buf *b, double v)
+void bf_metrics_float(struct bf_strbuf *b, double v)
 {
     char t[40];
     bf_format_float_go(v, t, sizeof t);
     bf_metrics_printf(b, "%s", t);
 }
 
-void bf_metrics_hist(struct bf_metrics_buf *b, const char *name, const char *labels,
+void bf_metrics_hist(struct bf_strbuf *b, const char *name, const char *labels,
                      const struct bf_hist *h, double start, double factor, int n)
 {
     if (n > BF_HIST_MAX_BUCKETS - 1)
@@ -157,20 +105,19 @@ void bf_metrics_hist(struct bf_metrics_buf *b, const char *name, const char *lab
 
 #define LD(x) ((unsigned long long)BF_STAT_GET(x))
 
-static void counter(struct bf_metrics_buf *b, const char *name, const char *help,
-                    unsigned long long v)
+static void counter(struct bf_strbuf *b, const char *name, const char *help, unsigned long long v)
 {
     bf_metrics_header(b, name, "counter", help);
     bf_metrics_printf(b, "%s %llu\n", name, v);
 }
 
-static void gauge(struct bf_metrics_buf *b, const char *name, const char *help, long long v)
+static void gauge(struct bf_strbuf *b, const char *name, const char *help, long long v)
 {
     bf_metrics_header(b, name, "gauge", help);
     bf_metrics_printf(b, "%s %lld\n", name, v);
 }
 
-static void render_clusters(const struct bf_shm *s, struct bf_metrics_buf *b)
+static void render_clusters(const struct bf_shm *s, struct bf_strbuf *b)
 {
     uint32_t n = BF_SHARED_LOAD(s->needs->n_clusters);
     if (n > s->max_clusters)
@@ -180,7 +127,7 @@ static void render_clusters(const struct bf_shm *s, struct bf_metrics_buf *b)
     if (!r || !ok) {
         free(r);
         free(ok);
-        b->oom = true;
+        b->failed = true;
         return;
     }
     for (uint32_t i = 0; i < n; i++)
@@ -249,7 +196,7 @@ static void render_clusters(const struct bf_shm *s, struct bf_metrics_buf *b)
     free(ok);
 }
 
-static void render_session(const struct bf_shm *s, struct bf_metrics_buf *b)
+static void render_session(const struct bf_shm *s, struct bf_strbuf *b)
 {
     const struct bf_state_main *st = s->st;
     const struct bf_stats_session *ss = &st->session;
@@ -330,7 +277,7 @@ static void render_session(const struct bf_shm *s, struct bf_metrics_buf *b)
 static const char *const cl_names[BF_CHANGELOG_WRITERS] = {"reconciler", "executor", "supervisor"};
 
 /* One sample line: name{labels} value (labels "" or k="v",...). */
-static void sample_f(struct bf_metrics_buf *b, const char *name, const char *labels, double v)
+static void sample_f(struct bf_strbuf *b, const char *name, const char *labels, double v)
 {
     if (labels[0])
         bf_metrics_printf(b, "%s{%s} ", name, labels);
@@ -341,7 +288,7 @@ static void sample_f(struct bf_metrics_buf *b, const char *name, const char *lab
 }
 
 /* A family over the five action kinds (label kind = Bootstrap ... Delete). */
-static void per_kind(struct bf_metrics_buf *b, const char *name, const char *help,
+static void per_kind(struct bf_strbuf *b, const char *name, const char *help,
                      const _Atomic uint64_t *v)
 {
     bf_metrics_header(b, name, "counter", help);
@@ -349,8 +296,8 @@ static void per_kind(struct bf_metrics_buf *b, const char *name, const char *hel
         bf_metrics_printf(b, "%s{kind=\"%s\"} %llu\n", name, bf_action_kind_name(k), LD(v[k]));
 }
 
-static void hist(struct bf_metrics_buf *b, const char *name, const char *help,
-                 const struct bf_hist *h, double start, double factor, int n)
+static void hist(struct bf_strbuf *b, const char *name, const char *help, const struct bf_hist *h,
+                 double start, double factor, int n)
 {
     bf_metrics_header(b, name, "histogram", help);
     bf_metrics_hist(b, name, "", h, start, factor, n);
@@ -358,7 +305,7 @@ static void hist(struct bf_metrics_buf *b, const char *name, const char *help,
 
 /* ------------------------------------------------------------ shard.md §7: counters */
 
-static void render_actions(const struct bf_shm *s, struct bf_metrics_buf *b)
+static void render_actions(const struct bf_shm *s, struct bf_strbuf *b)
 {
     const struct bf_state_main *st = s->st;
     const struct bf_stats_cycle *cs = &st->cycle;
@@ -476,11 +423,11 @@ void bf_metrics_forget(void)
     g_result_read_failures = 0;
 }
 
-static void render_result(const struct bf_shm *s, struct bf_metrics_buf *b)
+static void render_result(const struct bf_shm *s, struct bf_strbuf *b)
 {
     struct bf_cycle_result *r = malloc(sizeof *r);
     if (!r) {
-        b->oom = true;
+        b->failed = true;
         return;
     }
     int rc = bf_result_read(s, r, NULL);
@@ -596,7 +543,7 @@ static void render_result(const struct bf_shm *s, struct bf_metrics_buf *b)
 
 /* ------------------------------------------------------------ the appliance's own */
 
-static void render_processes(const struct bf_shm *s, struct bf_metrics_buf *b)
+static void render_processes(const struct bf_shm *s, struct bf_strbuf *b)
 {
     const struct bf_state_main *st = s->st;
     int64_t now = bf_now_ns();
@@ -663,7 +610,7 @@ static void render_processes(const struct bf_shm *s, struct bf_metrics_buf *b)
           (long long)BF_STAT_GET(st->dry_run));
 }
 
-static void render_rings(const struct bf_shm *s, struct bf_metrics_buf *b)
+static void render_rings(const struct bf_shm *s, struct bf_strbuf *b)
 {
     bf_metrics_header(b, "bigfleet_appliance_ring_depth", "gauge",
                       "Messages waiting in a fixed-size ring between two processes.");
@@ -701,7 +648,7 @@ static void render_rings(const struct bf_shm *s, struct bf_metrics_buf *b)
                           bf_ring_label(r), LD(s->ring[r]->drops));
 }
 
-static void render_shm(const struct bf_shm *s, struct bf_metrics_buf *b)
+static void render_shm(const struct bf_shm *s, struct bf_strbuf *b)
 {
     const struct bf_inv_meta *m = s->inv;
     bf_metrics_header(b, "bigfleet_appliance_seqlock_retries_total", "counter",
@@ -771,7 +718,7 @@ static void render_shm(const struct bf_shm *s, struct bf_metrics_buf *b)
             LD(m->records_removed));
 }
 
-static void render_reconciler_executor(const struct bf_shm *s, struct bf_metrics_buf *b)
+static void render_reconciler_executor(const struct bf_shm *s, struct bf_strbuf *b)
 {
     const struct bf_stats_reconciler *rs = &s->st->reconciler;
     counter(b, "bigfleet_appliance_reconcile_passes_total",
@@ -831,7 +778,7 @@ static void render_reconciler_executor(const struct bf_shm *s, struct bf_metrics
 }
 
 /* ADR-0055 ownership partition (docs/adr0055.md, docs/metrics.md). */
-static void render_ownership(const struct bf_shm *s, struct bf_metrics_buf *b)
+static void render_ownership(const struct bf_shm *s, struct bf_strbuf *b)
 {
     const struct bf_ownership_state *o = &s->st->own;
     const struct bf_stats_reconciler *rs = &s->st->reconciler;
@@ -912,7 +859,7 @@ static void render_ownership(const struct bf_shm *s, struct bf_metrics_buf *b)
             LD(rs->owned_store_errors));
 }
 
-int bf_metrics_render(const struct bf_shm *s, struct bf_metrics_buf *b)
+int bf_metrics_render(const struct bf_shm *s, struct bf_strbuf *b)
 {
     render_session(s, b);
     render_actions(s, b);
@@ -924,5 +871,5 @@ int bf_metrics_render(const struct bf_shm *s, struct bf_metrics_buf *b)
     render_reconciler_executor(s, b);
     render_ownership(s, b);
     bf_metrics_render_host(s, b);
-    return b->oom ? -ENOMEM : 0;
+    return b->failed ? -ENOMEM : 0;
 }

@@ -26,8 +26,7 @@
 
 #define LD(x) ((unsigned long long)BF_STAT_GET(x))
 
-static void one(struct bf_metrics_buf *b, const char *name, const char *type, const char *help,
-                double v)
+static void one(struct bf_strbuf *b, const char *name, const char *type, const char *help, double v)
 {
     bf_metrics_header(b, name, type, help);
     bf_metrics_printf(b, "%s ", name);
@@ -44,7 +43,7 @@ static void sum_hist(struct bf_hist *out, const struct bf_hist *a, const struct 
     BF_STAT_SET(out->sum_ns, LD(a->sum_ns) + (c ? LD(c->sum_ns) : 0));
 }
 
-static void render_usage(const struct bf_state_main *st, struct bf_metrics_buf *b)
+static void render_usage(const struct bf_state_main *st, struct bf_strbuf *b)
 {
     static const struct {
         const char *name, *type, *help;
@@ -79,7 +78,7 @@ static void render_usage(const struct bf_state_main *st, struct bf_metrics_buf *
     }
 }
 
-static void render_rpc(const struct bf_state_main *st, struct bf_metrics_buf *b)
+static void render_rpc(const struct bf_state_main *st, struct bf_strbuf *b)
 {
     const char *name = "bigfleet_appliance_provider_rpc_duration_seconds";
     bf_metrics_header(b, name, "histogram",
@@ -110,7 +109,7 @@ static void render_rpc(const struct bf_state_main *st, struct bf_metrics_buf *b)
     }
 }
 
-static void render_config(const struct bf_shm *s, struct bf_metrics_buf *b)
+static void render_config(const struct bf_shm *s, struct bf_strbuf *b)
 {
     const struct bf_state_main *st = s->st;
     const struct bf_host_state *h = &st->host;
@@ -167,7 +166,7 @@ static void render_config(const struct bf_shm *s, struct bf_metrics_buf *b)
         (double)LD(h->actions_held_at_dispatch));
 }
 
-void bf_metrics_render_host(const struct bf_shm *s, struct bf_metrics_buf *b)
+void bf_metrics_render_host(const struct bf_shm *s, struct bf_strbuf *b)
 {
     const struct bf_state_main *st = s->st;
     bf_metrics_header(b, "bigfleet_appliance_build_info", "gauge",

@@ -4,9 +4,8 @@
  *
  * Design notes
  *   - Frames: a singly linked FIFO of malloc'd frames (length + bytes).
- *   - Keyed: entries live in a pool array; an open-addressing index
- *     (linear probing, backward-shift deletion: no tombstones) maps key ->
- *     entry; entries are chained in first-queued order (a doubly linked
+ *   - Keyed: entries live in a pool array; an index (bigfleet/hmap.h)
+ *     maps key -> entry; entries are chained in first-queued order (a doubly linked
  *     list through the pool), so replacing a value keeps its place.
  *   - Nothing is allocated for a session that never queues (10,000 idle
  *     sessions cost only the struct).
@@ -15,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bigfleet/hmap.h"
 #include "bigfleet/session.h"
 
 struct bf_outbox_frame {
@@ -32,11 +32,13 @@ struct kent {
     uint8_t val[BF_OUTBOX_VAL_MAX];
 };
 
+/* supersedes_key -> pool index */
+BF_HMAP_DEFINE(kd_index, uint64_t, uint32_t, bf_hash_u64, BF_HMAP_EQ)
+
 struct bf_outbox_keyed {
     struct kent *pool;
     uint32_t pool_cap, pool_used, free_head; /* free list through .next */
-    uint32_t *idx;                           /* entry index + 1, 0 = empty */
-    uint32_t mask;
+    struct kd_index idx;
     uint32_t n;
     uint32_t head, tail;
 };
@@ -59,7 +61,7 @@ void bf_outbox_reset(struct bf_outbox *o)
     o->n_frames = 0;
     if (o->kd) {
         free(o->kd->pool);
-        free(o->kd->idx);
+        kd_index_free(&o->kd->idx);
         free(o->kd);
         o->kd = NULL;
     }
@@ -86,46 +88,6 @@ int bf_outbox_push_frame(struct bf_outbox *o, const void *data, size_t len)
     return 0;
 }
 
-static uint32_t khash(uint64_t k)
-{
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    return (uint32_t)k;
-}
-
-static int kd_rehash(struct bf_outbox_keyed *kd, uint32_t ncap)
-{
-    uint32_t *ni = calloc(ncap, sizeof *ni);
-    if (!ni)
-        return -ENOMEM;
-    for (uint32_t e = kd->head; e != NIL; e = kd->pool[e].next) {
-        uint32_t i = khash(kd->pool[e].key) & (ncap - 1);
-        while (ni[i])
-            i = (i + 1) & (ncap - 1);
-        ni[i] = e + 1;
-    }
-    free(kd->idx);
-    kd->idx = ni;
-    kd->mask = ncap - 1;
-    return 0;
-}
-
-/* index slot holding key, or the empty slot where it would go */
-static uint32_t kd_find(const struct bf_outbox_keyed *kd, uint64_t key, bool *found)
-{
-    uint32_t i = khash(key) & kd->mask;
-    while (kd->idx[i]) {
-        if (kd->pool[kd->idx[i] - 1].key == key) {
-            *found = true;
-            return i;
-        }
-        i = (i + 1) & kd->mask;
-    }
-    *found = false;
-    return i;
-}
-
 int bf_outbox_put_keyed(struct bf_outbox *o, uint64_t key, const void *val, size_t len)
 {
     if (len > BF_OUTBOX_VAL_MAX)
@@ -135,17 +97,11 @@ int bf_outbox_put_keyed(struct bf_outbox *o, uint64_t key, const void *val, size
         if (!o->kd)
             return -ENOMEM;
         o->kd->head = o->kd->tail = o->kd->free_head = NIL;
-        if (kd_rehash(o->kd, 16)) {
-            free(o->kd);
-            o->kd = NULL;
-            return -ENOMEM;
-        }
     }
     struct bf_outbox_keyed *kd = o->kd;
-    bool found;
-    uint32_t slot = kd_find(kd, key, &found);
-    if (found) {
-        struct kent *e = &kd->pool[kd->idx[slot] - 1];
+    const uint32_t *at = kd_index_ref(&kd->idx, key);
+    if (at) {
+        struct kent *e = &kd->pool[*at];
         memcpy(e->val, val, len);
         e->len = (uint32_t)len;
         o->coalesced++;
@@ -155,11 +111,8 @@ int bf_outbox_put_keyed(struct bf_outbox *o, uint64_t key, const void *val, size
         o->dropped++;
         return -ENOBUFS;
     }
-    if ((kd->n + 1) * 2 > kd->mask + 1) {
-        if (kd_rehash(kd, (kd->mask + 1) * 2))
-            return -ENOMEM;
-        slot = kd_find(kd, key, &found);
-    }
+    if (kd_index_reserve(&kd->idx, kd->n + 1)) /* the put below cannot fail */
+        return -ENOMEM;
     uint32_t e;
     if (kd->free_head != NIL) {
         e = kd->free_head;
@@ -186,7 +139,7 @@ int bf_outbox_put_keyed(struct bf_outbox *o, uint64_t key, const void *val, size
     else
         kd->head = e;
     kd->tail = e;
-    kd->idx[slot] = e + 1;
+    kd_index_put(&kd->idx, key, e);
     kd->n++;
     return 0;
 }
@@ -214,25 +167,7 @@ void bf_outbox_peek(const struct bf_outbox *o, struct bf_outbox_item *it)
 static void kd_remove_head(struct bf_outbox_keyed *kd)
 {
     uint32_t e = kd->head;
-    bool found;
-    uint32_t i = kd_find(kd, kd->pool[e].key, &found);
-    /* backward-shift deletion */
-    uint32_t j = i;
-    for (;;) {
-        kd->idx[i] = 0;
-        for (;;) {
-            j = (j + 1) & kd->mask;
-            if (!kd->idx[j])
-                goto unlinked;
-            uint32_t home = khash(kd->pool[kd->idx[j] - 1].key) & kd->mask;
-            /* can the entry at j move to i? (i lies cyclically in [home, j)) */
-            if (i <= j ? (home <= i || home > j) : (home <= i && home > j))
-                break;
-        }
-        kd->idx[i] = kd->idx[j];
-        i = j;
-    }
-unlinked:
+    kd_index_del(&kd->idx, kd->pool[e].key, NULL);
     kd->head = kd->pool[e].next;
     if (kd->head != NIL)
         kd->pool[kd->head].prev = NIL;
@@ -260,7 +195,7 @@ void bf_outbox_pop(struct bf_outbox *o)
         if (o->kd->n == 0 && o->kd->pool_cap > 64) {
             /* release the memory of a drained burst (resync of a large cluster) */
             free(o->kd->pool);
-            free(o->kd->idx);
+            kd_index_free(&o->kd->idx);
             free(o->kd);
             o->kd = NULL;
         }
@@ -277,6 +212,6 @@ size_t bf_outbox_bytes(const struct bf_outbox *o)
     size_t b = o->frame_bytes + (size_t)o->n_frames * sizeof(struct bf_outbox_frame);
     if (o->kd)
         b += sizeof *o->kd + (size_t)o->kd->pool_cap * sizeof(struct kent) +
-             (size_t)(o->kd->mask + 1) * sizeof(uint32_t);
+             (o->kd->idx.slots ? (size_t)(o->kd->idx.mask + 1) * sizeof *o->kd->idx.slots : 0);
     return b;
 }

@@ -40,6 +40,7 @@
 #include <xxhash.h>
 
 #include "bigfleet/blobs.h"
+#include "bigfleet/hmap.h"
 #include "bigfleet/pbdecode.h"
 #include "bigfleet/session.h"
 #include "bigfleet/v1alpha1/capacity.pb-c.h"
@@ -55,25 +56,30 @@
 #define PCACHE_MAX_ENTRIES (1u << 20)
 #define PCACHE_MAX_BYTES   (64u << 20)
 
+/* XXH3-64 of the key bytes -> where the bytes are and what they interned
+ * to (bigfleet/hmap.h keyed by the hash; the bytes are compared on a hit, so
+ * two keys with one hash only evict each other: a miss, never a wrong hit) */
 struct pc_ent {
-    uint64_t hash; /* 0 = empty */
-    uint64_t off;  /* key bytes in store */
+    uint64_t off; /* key bytes in store */
     uint32_t len;
     uint32_t profile_ref;
     uint32_t fp_ref;
-    uint32_t pad;
 };
+static inline uint64_t pc_hash(uint64_t h)
+{
+    return h; /* already XXH3 */
+}
+BF_HMAP_DEFINE(pc_map, uint64_t, struct pc_ent, pc_hash, BF_HMAP_EQ)
 
 struct pcache {
-    struct pc_ent *t;
-    uint32_t mask, n;
+    struct pc_map t;
     uint8_t *store;
     size_t used, cap;
 };
 
 static void pcache_clear(struct pcache *c)
 {
-    free(c->t);
+    pc_map_free(&c->t);
     free(c->store);
     memset(c, 0, sizeof *c);
 }
@@ -81,42 +87,21 @@ static void pcache_clear(struct pcache *c)
 static bool pcache_get(const struct pcache *c, uint64_t h, const uint8_t *k, size_t len,
                        uint32_t *pref, uint32_t *fref)
 {
-    if (!c->t)
+    const struct pc_ent *e = pc_map_ref(&c->t, h);
+    if (!e || e->len != len || (len && memcmp(c->store + e->off, k, len) != 0))
         return false;
-    for (uint32_t i = (uint32_t)h & c->mask;; i = (i + 1) & c->mask) {
-        const struct pc_ent *e = &c->t[i];
-        if (e->hash == 0)
-            return false;
-        if (e->hash == h && e->len == len && (len == 0 || memcmp(c->store + e->off, k, len) == 0)) {
-            *pref = e->profile_ref;
-            *fref = e->fp_ref;
-            return true;
-        }
-    }
+    *pref = e->profile_ref;
+    *fref = e->fp_ref;
+    return true;
 }
 
 static void pcache_put(struct pcache *c, uint64_t h, const uint8_t *k, size_t len, uint32_t pref,
                        uint32_t fref)
 {
-    if (c->n + 1 > PCACHE_MAX_ENTRIES || c->used + len > PCACHE_MAX_BYTES)
+    if (c->t.n + 1 > PCACHE_MAX_ENTRIES || c->used + len > PCACHE_MAX_BYTES)
         pcache_clear(c);
-    if (!c->t || (c->n + 1) * 2 > c->mask + 1) {
-        uint32_t ncap = c->t ? (c->mask + 1) * 2 : 1024;
-        struct pc_ent *nt = calloc(ncap, sizeof *nt);
-        if (!nt)
-            return; /* a cache: losing an entry is harmless */
-        for (uint32_t i = 0; c->t && i <= c->mask; i++) {
-            if (!c->t[i].hash)
-                continue;
-            uint32_t j = (uint32_t)c->t[i].hash & (ncap - 1);
-            while (nt[j].hash)
-                j = (j + 1) & (ncap - 1);
-            nt[j] = c->t[i];
-        }
-        free(c->t);
-        c->t = nt;
-        c->mask = ncap - 1;
-    }
+    if (pc_map_reserve(&c->t, c->t.n + 1))
+        return; /* a cache: losing an entry is harmless */
     if (c->used + len > c->cap || !c->store) {
         size_t ncap = c->cap ? c->cap : 65536;
         while (ncap < c->used + len)
@@ -129,12 +114,8 @@ static void pcache_put(struct pcache *c, uint64_t h, const uint8_t *k, size_t le
     }
     if (len)
         memcpy(c->store + c->used, k, len);
-    uint32_t i = (uint32_t)h & c->mask;
-    while (c->t[i].hash)
-        i = (i + 1) & c->mask;
-    c->t[i] = (struct pc_ent){h, c->used, (uint32_t)len, pref, fref, 0};
+    pc_map_put(&c->t, h, (struct pc_ent){c->used, (uint32_t)len, pref, fref});
     c->used += len;
-    c->n++;
 }
 
 /* ------------------------------------------------------------ state */
@@ -511,7 +492,7 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
 
     /* profile: cache hit, or unpack this Need and intern it */
     uint32_t pref = 0, fref = 0;
-    uint64_t h = XXH3_64bits(sc->key, sc->klen) | 1; /* 0 marks an empty slot */
+    uint64_t h = XXH3_64bits(sc->key, sc->klen);
     struct pcache *pc = r->pcache;
     if (!pcache_get(pc, h, sc->key, sc->klen, &pref, &fref)) {
         if (profile_has_nul(p, len)) {

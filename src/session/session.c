@@ -438,11 +438,11 @@ static void boots_cancel_of(struct ss *ss, struct sess *s)
     uint64_t *ids = malloc((size_t)s->n_boot * sizeof *ids);
     uint32_t n = 0;
     for (uint32_t i = 0; ids && i <= ss->boots.mask && n < s->n_boot; i++) {
-        if (!ss->boots.k[i])
+        if (!ss->boots.slots[i].h)
             continue;
-        struct boot *b = (struct boot *)(uintptr_t)ss->boots.v[i];
+        struct boot *b = (struct boot *)(uintptr_t)ss->boots.slots[i].val;
         if (b->s == s)
-            ids[n++] = ss->boots.k[i];
+            ids[n++] = ss->boots.slots[i].key;
     }
     for (uint32_t i = 0; i < n; i++) {
         uint64_t v;
@@ -458,10 +458,10 @@ static void boots_cancel_of(struct ss *ss, struct sess *s)
 
 static struct sess *session_of(struct ss *ss, uint32_t cluster_ref)
 {
-    uint64_t v;
-    if (!cluster_ref || !u64map_get(&ss->cref_idx, cluster_ref, &v))
+    const uint64_t *v;
+    if (!cluster_ref || !(v = u64map_ref(&ss->cref_idx, cluster_ref)))
         return NULL;
-    struct sess *s = ss->live[v];
+    struct sess *s = ss->live[*v];
     return (s && !s->closing) ? s : NULL;
 }
 
@@ -487,7 +487,7 @@ static void on_boot_req(struct ss *ss, const struct bf_boot_req_msg *m)
         return;
     do
         b->id = bf_random_u64();
-    while (!b->id || u64map_get(&ss->boots, b->id, NULL));
+    while (!b->id || u64map_ref(&ss->boots, b->id));
     b->exec_id = m->request_id;
     b->s = s;
     b->deadline_ns = m->deadline_ns;
@@ -539,16 +539,18 @@ static bool parse_hex16(const char *s, uint64_t *out)
 static void on_boot_resp(struct sess *s, const Bigfleet__V1alpha1__BootstrapBlobResponse *r)
 {
     struct ss *ss = s->ss;
-    uint64_t id, v;
-    if (!parse_hex16(r->request_id, &id) || !u64map_get(&ss->boots, id, &v) ||
-        ((struct boot *)(uintptr_t)v)->s != s) {
+    uint64_t id;
+    const uint64_t *v;
+    if (!parse_hex16(r->request_id, &id) || !(v = u64map_ref(&ss->boots, id)) ||
+        ((struct boot *)(uintptr_t)*v)->s != s) {
         BF_STAT_INC(stats(ss)->boot_late_responses);
         BF_DEBUG("bootstrap response for an unknown or expired request dropped",
                  "cluster=%s request_id=%.32s", s->cluster_id, r->request_id);
         return;
     }
-    u64map_del(&ss->boots, id, NULL);
-    struct boot *b = (struct boot *)(uintptr_t)v;
+    uint64_t bv = 0;
+    u64map_del(&ss->boots, id, &bv);
+    struct boot *b = (struct boot *)(uintptr_t)bv;
     s->n_boot--;
     bool err = r->error && r->error[0];
     boot_respond(ss, b->exec_id, err ? BF_BOOT_OPERATOR_ERROR : BF_BOOT_OK, err ? r->error : NULL,
@@ -770,9 +772,9 @@ static void set_connected(struct ss *ss, uint32_t cidx, bool on)
  * -ENOSPC when the cluster table is full. */
 static int64_t cluster_index(struct ss *ss, uint32_t ref)
 {
-    uint64_t v;
-    if (u64map_get(&ss->cref_idx, ref, &v))
-        return (int64_t)v;
+    const uint64_t *v = u64map_ref(&ss->cref_idx, ref);
+    if (v)
+        return (int64_t)*v;
     struct cluster_tab *ct = &ss->ct;
     pthread_mutex_lock(&ct->mu);
     uint32_t n = ct->n;
@@ -1171,11 +1173,11 @@ void ss_sweep(struct ss *ss)
     for (;;) {
         uint32_t n = 0;
         for (uint32_t i = 0; i <= ss->boots.mask && n < 256; i++) {
-            if (!ss->boots.k[i])
+            if (!ss->boots.slots[i].h)
                 continue;
-            struct boot *b = (struct boot *)(uintptr_t)ss->boots.v[i];
+            struct boot *b = (struct boot *)(uintptr_t)ss->boots.slots[i].val;
             if (b->deadline_ns && b->deadline_ns < now - BF_NS_PER_SEC)
-                ids[n++] = ss->boots.k[i];
+                ids[n++] = ss->boots.slots[i].key;
         }
         for (uint32_t i = 0; i < n; i++) {
             uint64_t v;
@@ -1191,8 +1193,9 @@ void ss_sweep(struct ss *ss)
     for (;;) {
         uint32_t n = 0;
         for (uint32_t i = 0; i <= ss->reclaims.mask && n < 256; i++)
-            if (ss->reclaims.k[i] && (int64_t)ss->reclaims.v[i] + SS_RECLAIM_TTL_NS < mono)
-                ids[n++] = ss->reclaims.k[i];
+            if (ss->reclaims.slots[i].h &&
+                (int64_t)ss->reclaims.slots[i].val + SS_RECLAIM_TTL_NS < mono)
+                ids[n++] = ss->reclaims.slots[i].key;
         for (uint32_t i = 0; i < n; i++)
             u64map_del(&ss->reclaims, ids[i], NULL);
         if (n < 256)

@@ -17,6 +17,7 @@
 
 #include "bigfleet/blobs.h"
 #include "bigfleet/config.h"
+#include "bigfleet/hmap.h"
 #include "bigfleet/net.h"
 #include "bigfleet/process.h"
 #include "bigfleet/session.h"
@@ -48,20 +49,11 @@
 
 /* ------------------------------------------------------------ u64 map */
 
-/* Open addressing, linear probing, backward-shift deletion; key 0 is
- * reserved (never stored). Values are u64 (an index or a pointer). */
-struct u64map {
-    uint64_t *k;
-    uint64_t *v;
-    uint32_t mask, n;
-};
-int u64map_init(struct u64map *m, uint32_t cap_pow2);
-void u64map_free(struct u64map *m);
-bool u64map_get(const struct u64map *m, uint64_t key, uint64_t *val);
-int u64map_put(struct u64map *m, uint64_t key, uint64_t val); /* 0, -ENOMEM */
-bool u64map_del(struct u64map *m, uint64_t key, uint64_t *val);
-/* Iteration: slot i in [0, mask]; key 0 = empty. Deleting during a scan
- * may move a later entry into an earlier slot: restart or tolerate. */
+/* u64 -> u64 (bigfleet/hmap.h): request and instruction ids, cluster refs
+ * to an index or a pointer. Iterate over m.slots[0 .. m.mask] where .h != 0;
+ * deleting during a scan may move a later entry into an earlier slot:
+ * restart or tolerate. */
+BF_HMAP_DEFINE(u64map, uint64_t, uint64_t, bf_hash_u64, BF_HMAP_EQ)
 
 /* ------------------------------------------------------------ clusters */
 
@@ -208,9 +200,9 @@ int ss_http_start(struct ss *ss);
 
 /* inspect_needs.c: ShardRead/InspectNeeds (arg: struct ss *) and its
  * process-local counters for /metrics. */
-struct bf_metrics_buf;
+struct bf_strbuf;
 extern const struct bf_net_method bf_inspect_needs_method;
-void ss_inspect_metrics(struct bf_metrics_buf *b);
+void ss_inspect_metrics(struct bf_strbuf *b);
 
 /* health.c: grpc.health.v1.Health (arg: struct ss *) */
 extern const struct bf_net_method bf_health_check_method;

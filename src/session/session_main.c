@@ -228,8 +228,8 @@ int bf_session_main(const struct bf_config *cfg)
         goto out;
     ss->live = calloc(ss->shm->max_clusters, sizeof *ss->live);
     ss->cache = bf_blob_cache_new();
-    if (!ss->live || !ss->cache || u64map_init(&ss->cref_idx, ss->ct.n * 2 + 64) ||
-        u64map_init(&ss->boots, 256) || u64map_init(&ss->reclaims, 256))
+    if (!ss->live || !ss->cache || u64map_reserve(&ss->cref_idx, ss->ct.n * 2 + 64) ||
+        u64map_reserve(&ss->boots, 256) || u64map_reserve(&ss->reclaims, 256))
         goto out;
     for (uint32_t i = 0; i < ss->ct.n; i++)
         if (ss->ct.rec[i].in_use && ss->ct.rec[i].name_ref)
@@ -286,9 +286,9 @@ out:
         bf_net_loop_free(ss->loop);
     if (ss->ingest_efd >= 0)
         close(ss->ingest_efd);
-    for (uint32_t i = 0; ss->boots.k && i <= ss->boots.mask; i++)
-        if (ss->boots.k[i])
-            free((void *)(uintptr_t)ss->boots.v[i]);
+    for (uint32_t i = 0; ss->boots.slots && i <= ss->boots.mask; i++)
+        if (ss->boots.slots[i].h)
+            free((void *)(uintptr_t)ss->boots.slots[i].val);
     u64map_free(&ss->boots);
     u64map_free(&ss->reclaims);
     u64map_free(&ss->cref_idx);

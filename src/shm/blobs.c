@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "bigfleet/blobs.h"
+#include "bigfleet/hmap.h"
 #include "bigfleet/internal/blobs.pb-c.h"
 #include "bigfleet/v1alpha1/capacity.pb-c.h"
 
@@ -355,64 +356,12 @@ out:
 
 /* ------------------------------------------------------------ caches */
 
-struct centry {
-    uint32_t ref;
-    void *val;
-};
-
-struct cmap {
-    struct centry *e;
-    uint32_t cap, n;
-};
+/* blob ref -> its decoded entry (bigfleet/hmap.h) */
+BF_HMAP_DEFINE(cmap, uint32_t, void *, bf_hash_u64, BF_HMAP_EQ)
 
 struct bf_blob_cache {
     struct cmap m, np;
 };
-
-static uint32_t hash32(uint32_t x)
-{
-    return (uint32_t)(((uint64_t)x * 0x9E3779B97F4A7C15ULL) >> 32);
-}
-
-static void *cmap_get(struct cmap *m, uint32_t ref)
-{
-    if (!m->cap)
-        return NULL;
-    for (uint32_t i = hash32(ref) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-        if (!m->e[i].val)
-            return NULL;
-        if (m->e[i].ref == ref)
-            return m->e[i].val;
-    }
-}
-
-static int cmap_put(struct cmap *m, uint32_t ref, void *val)
-{
-    if ((m->n + 1) * 2 > m->cap) {
-        uint32_t nc = m->cap ? m->cap * 2 : 64;
-        struct centry *ne = calloc(nc, sizeof *ne);
-        if (!ne)
-            return -ENOMEM;
-        for (uint32_t i = 0; i < m->cap; i++) {
-            if (!m->e[i].val)
-                continue;
-            uint32_t j = hash32(m->e[i].ref) & (nc - 1);
-            while (ne[j].val)
-                j = (j + 1) & (nc - 1);
-            ne[j] = m->e[i];
-        }
-        free(m->e);
-        m->e = ne;
-        m->cap = nc;
-    }
-    uint32_t j = hash32(ref) & (m->cap - 1);
-    while (m->e[j].val)
-        j = (j + 1) & (m->cap - 1);
-    m->e[j].ref = ref;
-    m->e[j].val = val;
-    m->n++;
-    return 0;
-}
 
 struct mentry {
     struct bf_mprofile p;
@@ -436,25 +385,22 @@ void bf_blob_cache_free(struct bf_blob_cache *c)
 {
     if (!c)
         return;
-    for (uint32_t i = 0; i < c->m.cap; i++) {
-        struct mentry *e = c->m.e[i].val;
-        if (!e)
-            continue;
+    const struct cmap_slot *sl;
+    BF_HMAP_FOREACH (&c->m, sl) {
+        struct mentry *e = sl->val;
         bigfleet__internal__machine_profile_blob__free_unpacked(e->msg, NULL);
         free(e->kvs);
         free(e);
     }
-    for (uint32_t i = 0; i < c->np.cap; i++) {
-        struct nentry *e = c->np.e[i].val;
-        if (!e)
-            continue;
+    BF_HMAP_FOREACH (&c->np, sl) {
+        struct nentry *e = sl->val;
         bigfleet__internal__need_profile_blob__free_unpacked(e->msg, NULL);
         free(e->reqs);
         free(e->spread);
         free(e);
     }
-    free(c->m.e);
-    free(c->np.e);
+    cmap_free(&c->m);
+    cmap_free(&c->np);
     free(c);
 }
 
@@ -477,7 +423,7 @@ const struct bf_mprofile *bf_mprofile_get(struct bf_blob_cache *c, const struct 
         .instance_type = "", .zone = "", .labels = none, .resources = none, .allocatable = none};
     if (ref == 0)
         return &empty;
-    struct mentry *e = cmap_get(&c->m, ref);
+    struct mentry *e = cmap_get(&c->m, ref, NULL);
     if (e)
         return &e->p;
     uint32_t len;
@@ -527,7 +473,7 @@ const struct bf_mprofile *bf_mprofile_get(struct bf_blob_cache *c, const struct 
 const struct bf_nprofile *bf_nprofile_get(struct bf_blob_cache *c, const struct bf_shm *s,
                                           uint32_t ref)
 {
-    struct nentry *e = cmap_get(&c->np, ref);
+    struct nentry *e = cmap_get(&c->np, ref, NULL);
     if (e)
         return &e->p;
     uint32_t len;

@@ -17,6 +17,7 @@
 #include <strings.h>
 
 #include "bigfleet/util.h"
+#include "bigfleet/strbuf.h"
 #include "simprovider/sim_internal.h"
 
 /* ------------------------------------------------------------ price formula */
@@ -185,14 +186,8 @@ struct tvec {
 
 static int tvec_push(struct tvec *tv, const struct bf_sim_type *t)
 {
-    if (tv->n == tv->cap) {
-        size_t cap = tv->cap ? tv->cap * 2 : 32;
-        struct bf_sim_type *v = realloc(tv->v, cap * sizeof *v);
-        if (!v)
-            return -ENOMEM;
-        tv->v = v;
-        tv->cap = cap;
-    }
+    if (tv->n == tv->cap && bf_grow((void **)&tv->v, &tv->cap, tv->n + 1, sizeof *tv->v))
+        return -ENOMEM;
     tv->v[tv->n++] = *t;
     return 0;
 }

@@ -374,7 +374,7 @@ static void views_inside(const struct bf_shm *s)
         inside(s, BF_SEG_STATE, s->verdicts, 2 * (size_t)s->max_needs * sizeof *s->verdicts));
 }
 
-static void json_ok(const struct insp_buf *b)
+static void json_ok(const struct bf_strbuf *b)
 {
     json_error_t e;
     /* \u0000 and integers past int64 (uint64 counters) are valid JSON */
@@ -424,14 +424,14 @@ static void run_tool(struct insp_ctx *c, uint8_t render)
     o.json = render & 0x10;
     o.slot = (render >> 5) & 1; /* machine --slot 0 or 1 */
     c->o = &o;
-    struct insp_buf b = {0};
+    struct bf_strbuf b = {0};
     char err[256] = "";
     rc = insp_render(c, &b, err, sizeof err);
     if (rc == 0 && o.json)
         json_ok(&b);
     if (rc)
         FUZZ_CHECK(err[0] != 0);
-    ib_free(&b);
+    bf_sb_free(&b);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

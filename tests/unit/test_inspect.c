@@ -876,9 +876,9 @@ END_TEST
 
 START_TEST(json_escape_keeps_nul_control_and_invalid_utf8_parseable)
 {
-    struct insp_buf b = {0};
+    struct bf_strbuf b = {0};
     static const char in[] = "a\0b\x01\x1f\"\\\n\x7f\xc3\xa9\xff\xe2\x82";
-    json_escape(&b, in, sizeof in - 1);
+    bf_json_escape(&b, in, sizeof in - 1);
     ck_assert_ptr_null(memchr(b.p, 0, b.len));
     ck_assert_ptr_nonnull(strstr(b.p, "a\\u0000b\\u0001\\u001f\\\"\\\\\\n\\u007f"));
     ck_assert_ptr_nonnull(strstr(b.p, "\xc3\xa9")); /* valid UTF-8 kept */
@@ -889,7 +889,7 @@ START_TEST(json_escape_keeps_nul_control_and_invalid_utf8_parseable)
     ck_assert_uint_eq(v->slen, 17);
     ck_assert(memcmp(v->s, "a\0b\x01\x1f\"\\\n\x7f\xc3\xa9", 11) == 0);
     jfree(v);
-    ib_free(&b);
+    bf_sb_free(&b);
 }
 END_TEST
 

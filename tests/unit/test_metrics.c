@@ -40,13 +40,12 @@ static void teardown(void)
 
 static char *render(void)
 {
-    struct bf_metrics_buf b;
-    bf_metrics_buf_init(&b);
+    struct bf_strbuf b = {0};
     ck_assert_int_eq(bf_metrics_render(&g_s, &b), 0);
-    ck_assert(!b.oom);
+    ck_assert(!b.failed);
     ck_assert_uint_gt(b.len, 0);
-    ck_assert_int_eq(b.data[b.len - 1], '\n');
-    return b.data; /* caller frees */
+    ck_assert_int_eq(b.p[b.len - 1], '\n');
+    return b.p; /* caller frees */
 }
 
 /* The value of the sample line that starts with `series ` (exact name and
@@ -289,11 +288,10 @@ START_TEST(label_values_are_escaped)
         5);
     free(t);
     /* the primitive itself */
-    struct bf_metrics_buf b;
-    bf_metrics_buf_init(&b);
+    struct bf_strbuf b = {0};
     bf_metrics_label_value(&b, "a\\b\"c\nd", 7);
-    ck_assert_str_eq(b.data, "a\\\\b\\\"c\\nd");
-    bf_metrics_buf_free(&b);
+    ck_assert_str_eq(b.p, "a\\\\b\\\"c\\nd");
+    bf_sb_free(&b);
 }
 END_TEST
 
@@ -505,8 +503,7 @@ END_TEST
 
 START_TEST(the_float_spelling_is_gos)
 {
-    struct bf_metrics_buf b;
-    bf_metrics_buf_init(&b);
+    struct bf_strbuf b = {0};
     bf_metrics_float(&b, 0.25);
     bf_metrics_printf(&b, " ");
     bf_metrics_float(&b, 1e6);
@@ -514,8 +511,8 @@ START_TEST(the_float_spelling_is_gos)
     bf_metrics_float(&b, 1.0 / 0.0);
     bf_metrics_printf(&b, " ");
     bf_metrics_float(&b, 0);
-    ck_assert_str_eq(b.data, "0.25 1e+06 +Inf 0");
-    bf_metrics_buf_free(&b);
+    ck_assert_str_eq(b.p, "0.25 1e+06 +Inf 0");
+    bf_sb_free(&b);
 }
 END_TEST
 

@@ -30,9 +30,11 @@
 #include <stdint.h>
 
 #include "bigfleet/blobs.h"
+#include "bigfleet/json.h"
 #include "bigfleet/model.h"
 #include "bigfleet/shm.h"
 #include "bigfleet/shm_layout.h"
+#include "bigfleet/strbuf.h"
 
 /* Exit codes. */
 #define INSP_EXIT_OK      0
@@ -44,44 +46,14 @@
 
 /* ------------------------------------------------------------------ out.c */
 
-struct insp_buf {
-    char *p;
-    size_t len, cap;
-};
-void ib_put(struct insp_buf *b, const void *s, size_t n);
-void ib_puts(struct insp_buf *b, const char *s);
-void ib_printf(struct insp_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void ib_reset(struct insp_buf *b);
-void ib_free(struct insp_buf *b);
+/* the output buffer is bigfleet/strbuf.h's, the JSON writer bigfleet/json.h's */
 
 /* Text: bytes with non-printables escaped (\0, \n, \xNN); at most max
  * bytes of input (0 = all) with "..." appended when cut. */
-void ib_bytes_text(struct insp_buf *b, const char *s, size_t n, size_t max);
+void ib_bytes_text(struct bf_strbuf *b, const char *s, size_t n, size_t max);
 
-/* JSON writer: one document into a buffer. Keys may be NULL inside arrays. */
-#define JW_MAX_DEPTH 32
-struct jw {
-    struct insp_buf *b;
-    int depth;
-    bool first[JW_MAX_DEPTH];
-};
-void jw_init(struct jw *w, struct insp_buf *b);
-void jw_obj(struct jw *w, const char *key);
-void jw_obj_end(struct jw *w);
-void jw_arr(struct jw *w, const char *key);
-void jw_arr_end(struct jw *w);
-void jw_str(struct jw *w, const char *key, const char *s);
-void jw_strn(struct jw *w, const char *key, const char *s, size_t n);
-void jw_int(struct jw *w, const char *key, int64_t v);
-void jw_uint(struct jw *w, const char *key, uint64_t v);
-void jw_double(struct jw *w, const char *key, double v); /* NaN/Inf -> null */
-void jw_float(struct jw *w, const char *key, float v);   /* 7 significant digits */
-void jw_bool(struct jw *w, const char *key, bool v);
-void jw_null(struct jw *w, const char *key);
-/* A JSON string literal of n bytes (escaped) appended to b. */
-void json_escape(struct insp_buf *b, const char *s, size_t n);
 /* Standard base64 of n bytes appended to b. */
-void base64_put(struct insp_buf *b, const uint8_t *s, size_t n);
+void base64_put(struct bf_strbuf *b, const uint8_t *s, size_t n);
 
 /* "1h02m", "3.2s", "850ms" for a non-negative nanosecond span. */
 /* now - then, saturated (stamps read from a corrupted segment may be anything). */
@@ -319,10 +291,10 @@ struct insp_ctx {
 
 /* Renders one frame of o->cmd into b (text or JSON). Returns 0, or 1 with
  * an error message in err (runtime error: unknown machine or cluster). */
-int insp_render(struct insp_ctx *c, struct insp_buf *b, char *err, size_t errlen);
+int insp_render(struct insp_ctx *c, struct bf_strbuf *b, char *err, size_t errlen);
 /* needs output (shared by local and remote). */
 void render_needs(const struct insp_opts *o, const struct insp_needs *n, const char *source,
-                  int64_t now_ns, struct insp_buf *b);
+                  int64_t now_ns, struct bf_strbuf *b);
 
 /* --------------------------------------------------------------- remote.c */
 

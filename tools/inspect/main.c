@@ -305,10 +305,21 @@ static int write_all(const char *p, size_t n)
     return 0;
 }
 
+/* A frame whose buffer ran out of memory is never written (it would be a
+ * cut document): the process exits, as a CLI tool with nothing to undo. */
+static void exit_if_failed(const struct bf_strbuf *b)
+{
+    if (b->failed) {
+        fputs("bigfleet-inspect: out of memory\n", stderr);
+        exit(INSP_EXIT_RUNTIME);
+    }
+}
+
 /* Emits one frame: on a terminal in --watch, redraw in place, clipped to the
  * window; otherwise as is (with a separator line between text frames). */
-static int emit(const struct insp_opts *o, bool tty, int64_t frame, const struct insp_buf *b)
+static int emit(const struct insp_opts *o, bool tty, int64_t frame, const struct bf_strbuf *b)
 {
+    exit_if_failed(b);
     if (!o->watch || !tty) {
         if (o->watch && !o->json) {
             char t[48], hdr[128];
@@ -320,25 +331,26 @@ static int emit(const struct insp_opts *o, bool tty, int64_t frame, const struct
         }
         return write_all(b->p ? b->p : "", b->len);
     }
-    struct insp_buf out = {0};
+    struct bf_strbuf out = {0};
     char t[48];
     fmt_time(t, sizeof t, bf_now_ns());
-    ib_puts(&out, "\x1b[H");
-    ib_printf(&out, "bigfleet-inspect %s -- shard %s -- every %.1fs -- %s -- q to quit\x1b[K\n",
-              cmd_names[o->cmd], o->id, (double)o->interval_ns / 1e9, t);
+    bf_sb_puts(&out, "\x1b[H");
+    bf_sb_printf(&out, "bigfleet-inspect %s -- shard %s -- every %.1fs -- %s -- q to quit\x1b[K\n",
+                 cmd_names[o->cmd], o->id, (double)o->interval_ns / 1e9, t);
     int rows = term_rows(), line = 1;
     const char *p = b->p ? b->p : "";
     while (*p && (!rows || line < rows - 1)) {
         const char *nl = strchr(p, '\n');
         size_t l = nl ? (size_t)(nl - p) : strlen(p);
-        ib_put(&out, p, l);
-        ib_puts(&out, "\x1b[K\n");
+        bf_sb_put(&out, p, l);
+        bf_sb_puts(&out, "\x1b[K\n");
         line++;
         p += l + (nl ? 1 : 0);
     }
-    ib_puts(&out, "\x1b[J");
+    bf_sb_puts(&out, "\x1b[J");
+    exit_if_failed(&out);
     int rc = write_all(out.p, out.len);
-    ib_free(&out);
+    bf_sb_free(&out);
     return rc;
 }
 
@@ -412,7 +424,7 @@ static int run_remote(const struct insp_opts *o)
         watch_setup(o, &tty, &keys);
     else
         tty = keys = false;
-    struct insp_buf b = {0};
+    struct bf_strbuf b = {0};
     char src[300];
     snprintf(src, sizeof src, "InspectNeeds %s", o->addr);
     for (int64_t frame = 0;; frame++) {
@@ -420,10 +432,10 @@ static int run_remote(const struct insp_opts *o)
         char err[700];
         if (insp_needs_remote(o, &n, err, sizeof err) != 0) {
             insp_needs_free(&n);
-            ib_free(&b);
+            bf_sb_free(&b);
             return fail(err);
         }
-        ib_reset(&b);
+        bf_sb_reset(&b);
         render_needs(o, &n, src, bf_now_ns(), &b);
         insp_needs_free(&n);
         if (emit(o, tty, frame, &b) != 0)
@@ -433,7 +445,7 @@ static int run_remote(const struct insp_opts *o)
         if (wait_interval(o, keys))
             break;
     }
-    ib_free(&b);
+    bf_sb_free(&b);
     tty_restore();
     return INSP_EXIT_OK;
 }
@@ -484,7 +496,7 @@ static int run_local(const struct insp_opts *o)
     bool tty = false, keys = false;
     if (o->watch)
         watch_setup(o, &tty, &keys);
-    static struct insp_buf b;
+    static struct bf_strbuf b;
     static sigjmp_buf jb;
     if (sigsetjmp(jb, 1)) {
         insp_fault_arm(NULL);
@@ -498,7 +510,7 @@ static int run_local(const struct insp_opts *o)
             break;
         }
         g_ctx.now_ns = bf_now_ns();
-        ib_reset(&b);
+        bf_sb_reset(&b);
         if (insp_render(&g_ctx, &b, err, sizeof err) != 0) {
             code = fail(err);
             break;
@@ -512,7 +524,7 @@ static int run_local(const struct insp_opts *o)
     }
     insp_fault_arm(NULL);
     tty_restore();
-    ib_free(&b);
+    bf_sb_free(&b);
     bf_blob_cache_free(g_ctx.cache);
     bf_shm_detach(&g_ctx.shm);
     return code;

@@ -63,34 +63,34 @@ static void ms_str(char *buf, size_t n, double ns)
 
 /* ------------------------------------------------------------ shard header */
 
-static void shard_json(struct insp_ctx *c, struct jw *w)
+static void shard_json(struct insp_ctx *c, struct bf_jw *w)
 {
     const struct bf_shm *s = &c->shm;
     const struct bf_seg_header *h = s->state_hdr;
     const struct bf_state_main *st = s->st;
-    jw_obj(w, "shard");
-    jw_str(w, "id", s->shard_id);
-    jw_uint(w, "layout_version", h->layout_version);
-    jw_int(w, "epoch", h->epoch);
-    jw_uint(w, "generation", h->generation);
-    jw_uint(w, "supervisor_pid", h->supervisor_pid);
-    jw_bool(w, "supervisor_running", insp_supervisor_running(s));
-    jw_int(w, "created_unix_nanos", h->created_unix_ns);
-    jw_uint(w, "segment_bytes", bf_shm_total_bytes(s));
-    jw_uint(w, "max_machines", s->max_machines);
-    jw_uint(w, "max_needs", s->max_needs);
-    jw_uint(w, "max_clusters", s->max_clusters);
-    jw_obj(w, "flags");
-    jw_bool(w, "actuation_paused", BF_STAT_GET(st->actuation_paused) != 0);
-    jw_bool(w, "dry_run", BF_STAT_GET(st->dry_run) != 0);
-    jw_bool(w, "shutting_down", BF_STAT_GET(st->shutting_down) != 0);
-    jw_bool(w, "first_reconcile_done", BF_STAT_GET(st->first_reconcile_done) != 0);
-    jw_obj_end(w);
-    jw_int(w, "now_unix_nanos", c->now_ns);
-    jw_obj_end(w);
+    bf_jw_obj(w, "shard");
+    bf_jw_str(w, "id", s->shard_id);
+    bf_jw_uint(w, "layout_version", h->layout_version);
+    bf_jw_int(w, "epoch", h->epoch);
+    bf_jw_uint(w, "generation", h->generation);
+    bf_jw_uint(w, "supervisor_pid", h->supervisor_pid);
+    bf_jw_bool(w, "supervisor_running", insp_supervisor_running(s));
+    bf_jw_int(w, "created_unix_nanos", h->created_unix_ns);
+    bf_jw_uint(w, "segment_bytes", bf_shm_total_bytes(s));
+    bf_jw_uint(w, "max_machines", s->max_machines);
+    bf_jw_uint(w, "max_needs", s->max_needs);
+    bf_jw_uint(w, "max_clusters", s->max_clusters);
+    bf_jw_obj(w, "flags");
+    bf_jw_bool(w, "actuation_paused", BF_STAT_GET(st->actuation_paused) != 0);
+    bf_jw_bool(w, "dry_run", BF_STAT_GET(st->dry_run) != 0);
+    bf_jw_bool(w, "shutting_down", BF_STAT_GET(st->shutting_down) != 0);
+    bf_jw_bool(w, "first_reconcile_done", BF_STAT_GET(st->first_reconcile_done) != 0);
+    bf_jw_obj_end(w);
+    bf_jw_int(w, "now_unix_nanos", c->now_ns);
+    bf_jw_obj_end(w);
 }
 
-static void shard_text(struct insp_ctx *c, struct insp_buf *b)
+static void shard_text(struct insp_ctx *c, struct bf_strbuf *b)
 {
     const struct bf_shm *s = &c->shm;
     const struct bf_seg_header *h = s->state_hdr;
@@ -99,15 +99,16 @@ static void shard_text(struct insp_ctx *c, struct insp_buf *b)
     fmt_time(t, sizeof t, h->created_unix_ns);
     fmt_age(age, sizeof age, age_ns(c->now_ns, h->created_unix_ns));
     bool run = insp_supervisor_running(s);
-    ib_printf(b,
-              "shard %s  layout v%u  epoch %lld  generation %u  supervisor pid %u (%s)  "
-              "created %s (%s ago)  %.1f MiB mapped\n",
-              s->shard_id, h->layout_version, (long long)h->epoch, h->generation, h->supervisor_pid,
-              run ? "running" : "NOT RUNNING: stale segments", t, age,
-              (double)bf_shm_total_bytes(s) / (1 << 20));
-    ib_printf(b, "flags: actuation_paused=%s dry_run=%s shutting_down=%s first_reconcile_done=%s\n",
-              yesno(BF_STAT_GET(st->actuation_paused)), yesno(BF_STAT_GET(st->dry_run)),
-              yesno(BF_STAT_GET(st->shutting_down)), yesno(BF_STAT_GET(st->first_reconcile_done)));
+    bf_sb_printf(b,
+                 "shard %s  layout v%u  epoch %lld  generation %u  supervisor pid %u (%s)  "
+                 "created %s (%s ago)  %.1f MiB mapped\n",
+                 s->shard_id, h->layout_version, (long long)h->epoch, h->generation,
+                 h->supervisor_pid, run ? "running" : "NOT RUNNING: stale segments", t, age,
+                 (double)bf_shm_total_bytes(s) / (1 << 20));
+    bf_sb_printf(
+        b, "flags: actuation_paused=%s dry_run=%s shutting_down=%s first_reconcile_done=%s\n",
+        yesno(BF_STAT_GET(st->actuation_paused)), yesno(BF_STAT_GET(st->dry_run)),
+        yesno(BF_STAT_GET(st->shutting_down)), yesno(BF_STAT_GET(st->first_reconcile_done)));
 }
 
 /* ------------------------------------------------------------ procs, rings */
@@ -131,10 +132,10 @@ static bool pid_alive(uint32_t pid)
     return pid && (kill((pid_t)pid, 0) == 0 || errno != ESRCH);
 }
 
-static void procs_json(struct insp_ctx *c, struct jw *w)
+static void procs_json(struct insp_ctx *c, struct bf_jw *w)
 {
     const struct bf_shm *s = &c->shm;
-    jw_arr(w, "processes");
+    bf_jw_arr(w, "processes");
     for (int r = 0; r < BF_ROLE_COUNT; r++) {
         const struct bf_proc_slot *p = &s->st->proc[r];
         uint32_t pid = BF_STAT_GET(p->pid);
@@ -144,31 +145,31 @@ static void procs_json(struct insp_ctx *c, struct jw *w)
         int64_t hb = BF_STAT_GET(p->heartbeat_ns);
         if (r == BF_ROLE_SIMPROVIDER && !pid && !hb)
             continue;
-        jw_obj(w, NULL);
-        jw_str(w, "role", bf_role_name(r));
-        jw_uint(w, "pid", pid);
-        jw_bool(w, "alive", pid_alive(pid));
-        jw_str(w, "state",
-               r == BF_ROLE_SUPERVISOR ? "supervisor"
-                                       : (cs < 3 ? child_state_names[cs] : "unknown"));
-        jw_uint(w, "restarts", BF_STAT_GET(p->restarts));
-        jw_int(w, "started_unix_nanos", BF_STAT_GET(p->started_ns));
-        jw_int(w, "heartbeat_unix_nanos", hb);
+        bf_jw_obj(w, NULL);
+        bf_jw_str(w, "role", bf_role_name(r));
+        bf_jw_uint(w, "pid", pid);
+        bf_jw_bool(w, "alive", pid_alive(pid));
+        bf_jw_str(w, "state",
+                  r == BF_ROLE_SUPERVISOR ? "supervisor"
+                                          : (cs < 3 ? child_state_names[cs] : "unknown"));
+        bf_jw_uint(w, "restarts", BF_STAT_GET(p->restarts));
+        bf_jw_int(w, "started_unix_nanos", BF_STAT_GET(p->started_ns));
+        bf_jw_int(w, "heartbeat_unix_nanos", hb);
         if (hb)
-            jw_double(w, "heartbeat_age_seconds", (double)age_ns(c->now_ns, hb) / 1e9);
+            bf_jw_double(w, "heartbeat_age_seconds", (double)age_ns(c->now_ns, hb) / 1e9);
         else
-            jw_null(w, "heartbeat_age_seconds");
-        jw_int(w, "last_exit_status", BF_STAT_GET(p->last_exit_status));
-        jw_obj_end(w);
+            bf_jw_null(w, "heartbeat_age_seconds");
+        bf_jw_int(w, "last_exit_status", BF_STAT_GET(p->last_exit_status));
+        bf_jw_obj_end(w);
     }
-    jw_arr_end(w);
+    bf_jw_arr_end(w);
 }
 
-static void procs_text(struct insp_ctx *c, struct insp_buf *b)
+static void procs_text(struct insp_ctx *c, struct bf_strbuf *b)
 {
     const struct bf_shm *s = &c->shm;
-    ib_printf(b, "  %-11s %8s  %-8s %-5s %8s  %-10s %-10s %s\n", "ROLE", "PID", "STATE", "ALIVE",
-              "RESTARTS", "UP", "HEARTBEAT", "LAST EXIT");
+    bf_sb_printf(b, "  %-11s %8s  %-8s %-5s %8s  %-10s %-10s %s\n", "ROLE", "PID", "STATE", "ALIVE",
+                 "RESTARTS", "UP", "HEARTBEAT", "LAST EXIT");
     for (int r = 0; r < BF_ROLE_COUNT; r++) {
         const struct bf_proc_slot *p = &s->st->proc[r];
         uint32_t pid = BF_STAT_GET(p->pid);
@@ -187,117 +188,120 @@ static void procs_text(struct insp_ctx *c, struct insp_buf *b)
         }
         uint32_t rs = BF_STAT_GET(p->restarts);
         exit_str(ex, sizeof ex, BF_STAT_GET(p->last_exit_status), rs);
-        ib_printf(b, "  %-11s %8u  %-8s %-5s %8u  %-10s %-10s %s\n", bf_role_name(r), pid,
-                  r == BF_ROLE_SUPERVISOR ? "-" : (cs < 3 ? child_state_names[cs] : "?"),
-                  yesno(pid_alive(pid)), rs, up, hbs, ex);
+        bf_sb_printf(b, "  %-11s %8u  %-8s %-5s %8u  %-10s %-10s %s\n", bf_role_name(r), pid,
+                     r == BF_ROLE_SUPERVISOR ? "-" : (cs < 3 ? child_state_names[cs] : "?"),
+                     yesno(pid_alive(pid)), rs, up, hbs, ex);
     }
 }
 
-static void rings_json(struct insp_ctx *c, struct jw *w)
+static void rings_json(struct insp_ctx *c, struct bf_jw *w)
 {
     const struct bf_shm *s = &c->shm;
-    jw_arr(w, "rings");
+    bf_jw_arr(w, "rings");
     for (int r = 0; r < BF_RING_COUNT; r++) {
         const struct bf_ring_hdr *h = s->ring[r];
-        jw_obj(w, NULL);
-        jw_str(w, "name", bf_ring_label(r));
-        jw_str(w, "producer", bf_role_name((int)h->producer));
-        jw_str(w, "consumer", bf_role_name((int)h->consumer));
-        jw_str(w, "kind", h->kind == BF_RING_BYTES ? "bytes" : "fixed");
-        jw_uint(w, "capacity", h->capacity);
-        jw_uint(w, "depth", bf_ring_depth(s, r));
-        jw_uint(w, "pushes", BF_STAT_GET(h->pushes));
-        jw_uint(w, "drops", BF_STAT_GET(h->drops));
-        jw_uint(w, "produced", BF_STAT_GET(h->prod));
-        jw_uint(w, "consumed", BF_STAT_GET(h->cons));
-        jw_obj_end(w);
+        bf_jw_obj(w, NULL);
+        bf_jw_str(w, "name", bf_ring_label(r));
+        bf_jw_str(w, "producer", bf_role_name((int)h->producer));
+        bf_jw_str(w, "consumer", bf_role_name((int)h->consumer));
+        bf_jw_str(w, "kind", h->kind == BF_RING_BYTES ? "bytes" : "fixed");
+        bf_jw_uint(w, "capacity", h->capacity);
+        bf_jw_uint(w, "depth", bf_ring_depth(s, r));
+        bf_jw_uint(w, "pushes", BF_STAT_GET(h->pushes));
+        bf_jw_uint(w, "drops", BF_STAT_GET(h->drops));
+        bf_jw_uint(w, "produced", BF_STAT_GET(h->prod));
+        bf_jw_uint(w, "consumed", BF_STAT_GET(h->cons));
+        bf_jw_obj_end(w);
     }
-    jw_arr_end(w);
+    bf_jw_arr_end(w);
 }
 
-static void rings_text(struct insp_ctx *c, struct insp_buf *b)
+static void rings_text(struct insp_ctx *c, struct bf_strbuf *b)
 {
     const struct bf_shm *s = &c->shm;
-    ib_printf(b, "  %-11s %-24s %-6s %10s %10s %6s %12s %10s\n", "RING", "PRODUCER -> CONSUMER",
-              "KIND", "DEPTH", "CAPACITY", "FILL", "PUSHES", "DROPS");
+    bf_sb_printf(b, "  %-11s %-24s %-6s %10s %10s %6s %12s %10s\n", "RING", "PRODUCER -> CONSUMER",
+                 "KIND", "DEPTH", "CAPACITY", "FILL", "PUSHES", "DROPS");
     for (int r = 0; r < BF_RING_COUNT; r++) {
         const struct bf_ring_hdr *h = s->ring[r];
         char pc[48];
         snprintf(pc, sizeof pc, "%s -> %s", bf_role_name((int)h->producer),
                  bf_role_name((int)h->consumer));
         uint64_t d = bf_ring_depth(s, r);
-        ib_printf(b, "  %-11s %-24s %-6s %10llu %10llu %5.1f%% %12llu %10llu\n", bf_ring_label(r),
-                  pc, h->kind == BF_RING_BYTES ? "bytes" : "fixed", (unsigned long long)d,
-                  (unsigned long long)h->capacity,
-                  h->capacity ? 100.0 * (double)d / (double)h->capacity : 0.0,
-                  (unsigned long long)BF_STAT_GET(h->pushes),
-                  (unsigned long long)BF_STAT_GET(h->drops));
+        bf_sb_printf(b, "  %-11s %-24s %-6s %10llu %10llu %5.1f%% %12llu %10llu\n",
+                     bf_ring_label(r), pc, h->kind == BF_RING_BYTES ? "bytes" : "fixed",
+                     (unsigned long long)d, (unsigned long long)h->capacity,
+                     h->capacity ? 100.0 * (double)d / (double)h->capacity : 0.0,
+                     (unsigned long long)BF_STAT_GET(h->pushes),
+                     (unsigned long long)BF_STAT_GET(h->drops));
     }
 }
 
 /* ------------------------------------------------------------ clusters */
 
-static void cluster_json(struct insp_ctx *c, struct jw *w, const struct insp_cluster *k)
+static void cluster_json(struct insp_ctx *c, struct bf_jw *w, const struct insp_cluster *k)
 {
-    jw_obj(w, NULL);
-    jw_uint(w, "index", k->idx);
+    bf_jw_obj(w, NULL);
+    bf_jw_uint(w, "index", k->idx);
     if (k->busy) {
-        jw_bool(w, "busy", true);
-        jw_obj_end(w);
+        bf_jw_bool(w, "busy", true);
+        bf_jw_obj_end(w);
         return;
     }
     const struct bf_cluster_rec *r = &k->r;
-    jw_strn(w, "cluster_id", k->name, k->name_len);
-    jw_bool(w, "connected", r->connected);
-    jw_bool(w, "first_rollup", r->first_rollup);
-    jw_uint(w, "rows", r->rows_count);
-    jw_uint(w, "accepted_rows", r->accepted_rows);
-    jw_uint(w, "generation", r->generation);
-    jw_uint(w, "quarantine_held", r->quarantine_held);
-    jw_uint(w, "session_epoch", r->session_epoch);
-    jw_int(w, "last_rollup_unix_nanos", r->last_rollup_ns);
+    bf_jw_strn(w, "cluster_id", k->name, k->name_len);
+    bf_jw_bool(w, "connected", r->connected);
+    bf_jw_bool(w, "first_rollup", r->first_rollup);
+    bf_jw_uint(w, "rows", r->rows_count);
+    bf_jw_uint(w, "accepted_rows", r->accepted_rows);
+    bf_jw_uint(w, "generation", r->generation);
+    bf_jw_uint(w, "quarantine_held", r->quarantine_held);
+    bf_jw_uint(w, "session_epoch", r->session_epoch);
+    bf_jw_int(w, "last_rollup_unix_nanos", r->last_rollup_ns);
     if (r->last_rollup_ns)
-        jw_double(w, "last_rollup_age_seconds", (double)age_ns(c->now_ns, r->last_rollup_ns) / 1e9);
+        bf_jw_double(w, "last_rollup_age_seconds",
+                     (double)age_ns(c->now_ns, r->last_rollup_ns) / 1e9);
     else
-        jw_null(w, "last_rollup_age_seconds");
-    jw_int(w, "last_rollup_timestamp_unix_nanos", r->last_rollup_timestamp_ns);
-    jw_int(w, "connected_since_unix_nanos", r->connected_since_ns);
-    jw_uint(w, "rollups_accepted", r->rollups_accepted);
-    jw_uint(w, "rollups_rejected", r->rollups_rejected);
-    jw_uint(w, "rollups_quarantined", r->rollups_quarantined);
-    jw_obj_end(w);
+        bf_jw_null(w, "last_rollup_age_seconds");
+    bf_jw_int(w, "last_rollup_timestamp_unix_nanos", r->last_rollup_timestamp_ns);
+    bf_jw_int(w, "connected_since_unix_nanos", r->connected_since_ns);
+    bf_jw_uint(w, "rollups_accepted", r->rollups_accepted);
+    bf_jw_uint(w, "rollups_rejected", r->rollups_rejected);
+    bf_jw_uint(w, "rollups_quarantined", r->rollups_quarantined);
+    bf_jw_obj_end(w);
 }
 
-static void clusters_text(struct insp_ctx *c, struct insp_buf *b, const struct insp_cluster *k,
+static void clusters_text(struct insp_ctx *c, struct bf_strbuf *b, const struct insp_cluster *k,
                           int n, int max)
 {
-    ib_printf(b, "  %-24s %-4s %-5s %6s %10s %4s %-12s %9s %8s %8s\n", "CLUSTER", "CONN", "FIRST",
-              "ROWS", "GENERATION", "QUAR", "LAST ROLLUP", "ACCEPTED", "REJECTED", "HELD");
+    bf_sb_printf(b, "  %-24s %-4s %-5s %6s %10s %4s %-12s %9s %8s %8s\n", "CLUSTER", "CONN",
+                 "FIRST", "ROWS", "GENERATION", "QUAR", "LAST ROLLUP", "ACCEPTED", "REJECTED",
+                 "HELD");
     int shown = 0;
     for (int i = 0; i < n; i++) {
         if (max && shown >= max) {
-            ib_printf(b, "  ... %d more clusters (bigfleet-inspect clusters)\n", n - shown);
+            bf_sb_printf(b, "  ... %d more clusters (bigfleet-inspect clusters)\n", n - shown);
             break;
         }
         shown++;
         if (k[i].busy) {
-            ib_printf(b, "  %-24s (row %u busy)\n", "?", k[i].idx);
+            bf_sb_printf(b, "  %-24s (row %u busy)\n", "?", k[i].idx);
             continue;
         }
         const struct bf_cluster_rec *r = &k[i].r;
-        struct insp_buf nm = {0};
+        struct bf_strbuf nm = {0};
         ib_bytes_text(&nm, k[i].name, k[i].name_len, 24);
         char age[32] = "never";
         if (r->last_rollup_ns) {
             fmt_age(age, sizeof age, age_ns(c->now_ns, r->last_rollup_ns));
             strncat(age, " ago", sizeof age - strlen(age) - 1);
         }
-        ib_printf(b, "  %-24s %-4s %-5s %6u %10llu %4u %-12s %9llu %8llu %8llu\n", nm.p,
-                  yesno(r->connected), yesno(r->first_rollup), r->rows_count,
-                  (unsigned long long)r->generation, r->quarantine_held, age,
-                  (unsigned long long)r->rollups_accepted, (unsigned long long)r->rollups_rejected,
-                  (unsigned long long)r->rollups_quarantined);
-        ib_free(&nm);
+        bf_sb_printf(b, "  %-24s %-4s %-5s %6u %10llu %4u %-12s %9llu %8llu %8llu\n", nm.p,
+                     yesno(r->connected), yesno(r->first_rollup), r->rows_count,
+                     (unsigned long long)r->generation, r->quarantine_held, age,
+                     (unsigned long long)r->rollups_accepted,
+                     (unsigned long long)r->rollups_rejected,
+                     (unsigned long long)r->rollups_quarantined);
+        bf_sb_free(&nm);
     }
 }
 
@@ -315,79 +319,80 @@ static const char *const own_kind_names[BF_OWN_KINDS] = {"unknown",         "Ass
 static const char *const own_outcome_names[BF_OWN_OUTCOMES] = {
     "unspecified", "accepted", "rejected_stale", "rejected_invalid", "failed"};
 
-static void own_json(struct insp_ctx *c, struct jw *w, const struct insp_own *o)
+static void own_json(struct insp_ctx *c, struct bf_jw *w, const struct insp_own *o)
 {
-    jw_obj(w, "ownership");
-    jw_str(w, "mode", own_mode_name(o->mode));
-    jw_uint(w, "generation", o->generation);
-    jw_uint(w, "owned_machines", o->owned);
-    jw_uint(w, "domains", o->n_domains);
-    jw_uint(w, "transfers_in", o->n_in);
-    jw_uint(w, "transfers_out", o->n_out);
-    jw_uint(w, "reserved", o->n_reserved);
-    jw_uint(w, "held", o->n_held);
-    jw_uint(w, "release_blocked", o->release_blocked);
-    jw_uint(w, "not_owned_listed_total", o->not_owned);
-    jw_uint(w, "released_total", o->released);
-    jw_uint(w, "transferred_out_total", o->transferred_out);
-    jw_uint(w, "transferred_in_total", o->transferred_in);
-    jw_uint(w, "speculative_out_total", o->speculative_out);
-    jw_uint(w, "speculative_in_total", o->speculative_in);
-    jw_uint(w, "cross_shard_drains_total", o->drained);
-    jw_uint(w, "reservations_expired_total", o->expired);
-    jw_uint(w, "store_errors_total", o->store_errors);
-    jw_bool(w, "consistent", o->consistent);
-    jw_arr(w, "assigned_domains");
+    bf_jw_obj(w, "ownership");
+    bf_jw_str(w, "mode", own_mode_name(o->mode));
+    bf_jw_uint(w, "generation", o->generation);
+    bf_jw_uint(w, "owned_machines", o->owned);
+    bf_jw_uint(w, "domains", o->n_domains);
+    bf_jw_uint(w, "transfers_in", o->n_in);
+    bf_jw_uint(w, "transfers_out", o->n_out);
+    bf_jw_uint(w, "reserved", o->n_reserved);
+    bf_jw_uint(w, "held", o->n_held);
+    bf_jw_uint(w, "release_blocked", o->release_blocked);
+    bf_jw_uint(w, "not_owned_listed_total", o->not_owned);
+    bf_jw_uint(w, "released_total", o->released);
+    bf_jw_uint(w, "transferred_out_total", o->transferred_out);
+    bf_jw_uint(w, "transferred_in_total", o->transferred_in);
+    bf_jw_uint(w, "speculative_out_total", o->speculative_out);
+    bf_jw_uint(w, "speculative_in_total", o->speculative_in);
+    bf_jw_uint(w, "cross_shard_drains_total", o->drained);
+    bf_jw_uint(w, "reservations_expired_total", o->expired);
+    bf_jw_uint(w, "store_errors_total", o->store_errors);
+    bf_jw_bool(w, "consistent", o->consistent);
+    bf_jw_arr(w, "assigned_domains");
     for (uint32_t i = 0; i < o->n_pub_domains; i++)
-        jw_str(w, NULL, o->domains[i]);
-    jw_arr_end(w);
-    jw_arr(w, "reservations");
+        bf_jw_str(w, NULL, o->domains[i]);
+    bf_jw_arr_end(w);
+    bf_jw_arr(w, "reservations");
     for (uint32_t i = 0; i < o->n_pub_reservations; i++) {
         const struct bf_own_reservation *r = &o->reservations[i];
         uint32_t l = 0;
         const char *id = r->id_ref ? insp_str(&c->shm, r->id_ref, &l) : NULL;
-        jw_obj(w, NULL);
+        bf_jw_obj(w, NULL);
         if (id)
-            jw_strn(w, "machine", id, l);
+            bf_jw_strn(w, "machine", id, l);
         else
-            jw_null(w, "machine");
-        jw_int(w, "preemptor_priority", r->preemptor_priority);
-        jw_int(w, "since_unix_nanos", r->since_ns);
-        jw_int(w, "until_unix_nanos", r->until_ns);
-        jw_obj_end(w);
+            bf_jw_null(w, "machine");
+        bf_jw_int(w, "preemptor_priority", r->preemptor_priority);
+        bf_jw_int(w, "since_unix_nanos", r->since_ns);
+        bf_jw_int(w, "until_unix_nanos", r->until_ns);
+        bf_jw_obj_end(w);
     }
-    jw_arr_end(w);
-    jw_obj(w, "instructions");
+    bf_jw_arr_end(w);
+    bf_jw_obj(w, "instructions");
     for (int k = 1; k < BF_OWN_KINDS; k++) {
-        jw_obj(w, own_kind_names[k]);
+        bf_jw_obj(w, own_kind_names[k]);
         for (int x = 1; x < BF_OWN_OUTCOMES; x++)
-            jw_uint(w, own_outcome_names[x], o->instructions[k][x]);
-        jw_obj_end(w);
+            bf_jw_uint(w, own_outcome_names[x], o->instructions[k][x]);
+        bf_jw_obj_end(w);
     }
-    jw_obj_end(w);
-    jw_obj_end(w);
+    bf_jw_obj_end(w);
+    bf_jw_obj_end(w);
 }
 
-static void own_text(struct insp_ctx *c, struct insp_buf *b, const struct insp_own *o,
+static void own_text(struct insp_ctx *c, struct bf_strbuf *b, const struct insp_own *o,
                      uint32_t max_rows)
 {
-    ib_printf(b,
-              "\nOWNERSHIP  mode %s  owned %llu  domains %u  transfers in %llu / out %llu  "
-              "reserved %u  held %u  release-blocked %llu  generation %llu\n",
-              own_mode_name(o->mode), (unsigned long long)o->owned, o->n_domains,
-              (unsigned long long)o->n_in, (unsigned long long)o->n_out, o->n_reserved, o->n_held,
-              (unsigned long long)o->release_blocked, (unsigned long long)o->generation);
+    bf_sb_printf(b,
+                 "\nOWNERSHIP  mode %s  owned %llu  domains %u  transfers in %llu / out %llu  "
+                 "reserved %u  held %u  release-blocked %llu  generation %llu\n",
+                 own_mode_name(o->mode), (unsigned long long)o->owned, o->n_domains,
+                 (unsigned long long)o->n_in, (unsigned long long)o->n_out, o->n_reserved,
+                 o->n_held, (unsigned long long)o->release_blocked,
+                 (unsigned long long)o->generation);
     if (o->n_pub_domains) {
-        ib_puts(b, "  domains:");
+        bf_sb_puts(b, "  domains:");
         for (uint32_t i = 0; i < o->n_pub_domains && i < max_rows; i++)
-            ib_printf(b, " %s", o->domains[i]);
+            bf_sb_printf(b, " %s", o->domains[i]);
         if (o->n_domains > o->n_pub_domains || o->n_pub_domains > max_rows)
-            ib_puts(b, " ...");
-        ib_puts(b, "\n");
+            bf_sb_puts(b, " ...");
+        bf_sb_puts(b, "\n");
     }
     if (o->n_pub_reservations) {
-        ib_printf(b, "  %-36s %10s %-26s %s\n", "RESERVED FOR TRANSFER", "PREEMPTOR", "UNTIL",
-                  "LEFT");
+        bf_sb_printf(b, "  %-36s %10s %-26s %s\n", "RESERVED FOR TRANSFER", "PREEMPTOR", "UNTIL",
+                     "LEFT");
         for (uint32_t i = 0; i < o->n_pub_reservations && i < max_rows; i++) {
             const struct bf_own_reservation *r = &o->reservations[i];
             uint32_t l = 0;
@@ -398,50 +403,50 @@ static void own_text(struct insp_ctx *c, struct insp_buf *b, const struct insp_o
                 fmt_age(left, sizeof left, r->until_ns - c->now_ns);
             else
                 snprintf(left, sizeof left, "expired");
-            ib_printf(b, "  %-36.*s %10d %-26s %s\n", id ? (int)(l < 36 ? l : 36) : 1,
-                      id ? id : "?", r->preemptor_priority, t, left);
+            bf_sb_printf(b, "  %-36.*s %10d %-26s %s\n", id ? (int)(l < 36 ? l : 36) : 1,
+                         id ? id : "?", r->preemptor_priority, t, left);
         }
         if (o->n_reserved > o->n_pub_reservations || o->n_pub_reservations > max_rows)
-            ib_printf(b, "  ... %u reserved in all\n", o->n_reserved);
+            bf_sb_printf(b, "  ... %u reserved in all\n", o->n_reserved);
     }
     uint64_t any = 0;
     for (int k = 1; k < BF_OWN_KINDS; k++)
         for (int x = 1; x < BF_OWN_OUTCOMES; x++)
             any += o->instructions[k][x];
     if (any) {
-        ib_puts(b, "  instructions (accepted/stale/invalid/failed):");
+        bf_sb_puts(b, "  instructions (accepted/stale/invalid/failed):");
         for (int k = 1; k < BF_OWN_KINDS; k++)
-            ib_printf(b, "  %s %llu/%llu/%llu/%llu", own_kind_names[k],
-                      (unsigned long long)o->instructions[k][1],
-                      (unsigned long long)o->instructions[k][2],
-                      (unsigned long long)o->instructions[k][3],
-                      (unsigned long long)o->instructions[k][4]);
-        ib_puts(b, "\n");
+            bf_sb_printf(b, "  %s %llu/%llu/%llu/%llu", own_kind_names[k],
+                         (unsigned long long)o->instructions[k][1],
+                         (unsigned long long)o->instructions[k][2],
+                         (unsigned long long)o->instructions[k][3],
+                         (unsigned long long)o->instructions[k][4]);
+        bf_sb_puts(b, "\n");
     }
-    ib_printf(b,
-              "  machines: transferred out %llu, in %llu; speculative out %llu, in %llu; "
-              "cross-shard drains %llu; reservations expired %llu; not adopted (another "
-              "shard's) %llu; released %llu\n",
-              (unsigned long long)o->transferred_out, (unsigned long long)o->transferred_in,
-              (unsigned long long)o->speculative_out, (unsigned long long)o->speculative_in,
-              (unsigned long long)o->drained, (unsigned long long)o->expired,
-              (unsigned long long)o->not_owned, (unsigned long long)o->released);
+    bf_sb_printf(b,
+                 "  machines: transferred out %llu, in %llu; speculative out %llu, in %llu; "
+                 "cross-shard drains %llu; reservations expired %llu; not adopted (another "
+                 "shard's) %llu; released %llu\n",
+                 (unsigned long long)o->transferred_out, (unsigned long long)o->transferred_in,
+                 (unsigned long long)o->speculative_out, (unsigned long long)o->speculative_in,
+                 (unsigned long long)o->drained, (unsigned long long)o->expired,
+                 (unsigned long long)o->not_owned, (unsigned long long)o->released);
 }
 
-static int render_ownership(struct insp_ctx *c, struct insp_buf *b)
+static int render_ownership(struct insp_ctx *c, struct bf_strbuf *b)
 {
     struct insp_own *o = malloc(sizeof *o);
     if (!o)
         return -ENOMEM;
     insp_own_read(&c->shm, o);
     if (c->o->json) {
-        struct jw w;
-        jw_init(&w, b);
-        jw_obj(&w, NULL);
-        jw_str(&w, "shard_id", c->shm.shard_id);
+        struct bf_jw w;
+        bf_jw_init(&w, b);
+        bf_jw_obj(&w, NULL);
+        bf_jw_str(&w, "shard_id", c->shm.shard_id);
         own_json(c, &w, o);
-        jw_obj_end(&w);
-        ib_puts(b, "\n");
+        bf_jw_obj_end(&w);
+        bf_sb_puts(b, "\n");
     } else {
         own_text(c, b, o, c->o->watch ? 16 : BF_OWN_PUB_RESERVATIONS);
     }
@@ -494,7 +499,7 @@ static struct stz_row *stz_rows(const struct insp_scan *sc, size_t *n)
     return v;
 }
 
-static int render_summary(struct insp_ctx *c, struct insp_buf *b)
+static int render_summary(struct insp_ctx *c, struct bf_strbuf *b)
 {
     const struct bf_shm *s = &c->shm;
     struct insp_scan *sc = malloc(sizeof *sc);
@@ -537,151 +542,152 @@ static int render_summary(struct insp_ctx *c, struct insp_buf *b)
     int64_t exec_inflight = BF_STAT_GET(st->executor.inflight);
 
     if (c->o->json) {
-        struct jw w;
-        jw_init(&w, b);
-        jw_obj(&w, NULL);
+        struct bf_jw w;
+        bf_jw_init(&w, b);
+        bf_jw_obj(&w, NULL);
         shard_json(c, &w);
-        jw_obj(&w, "machines");
-        jw_uint(&w, "total", sc->total);
-        jw_uint(&w, "slots_used", sc->hwm);
-        jw_uint(&w, "capacity", s->max_machines);
-        jw_uint(&w, "busy", sc->busy);
-        jw_uint(&w, "bound", sc->bound);
-        jw_uint(&w, "needs_refresh", sc->needs_refresh);
-        jw_uint(&w, "rejected", sc->rejected);
-        jw_double(&w, "scan_ms", (double)sc->scan_ns / 1e6);
-        jw_obj(&w, "by_state");
+        bf_jw_obj(&w, "machines");
+        bf_jw_uint(&w, "total", sc->total);
+        bf_jw_uint(&w, "slots_used", sc->hwm);
+        bf_jw_uint(&w, "capacity", s->max_machines);
+        bf_jw_uint(&w, "busy", sc->busy);
+        bf_jw_uint(&w, "bound", sc->bound);
+        bf_jw_uint(&w, "needs_refresh", sc->needs_refresh);
+        bf_jw_uint(&w, "rejected", sc->rejected);
+        bf_jw_double(&w, "scan_ms", (double)sc->scan_ns / 1e6);
+        bf_jw_obj(&w, "by_state");
         for (int i = 1; i < BF_STATE_COUNT; i++)
-            jw_uint(&w, bf_state_name(i), sc->by_state[i]);
+            bf_jw_uint(&w, bf_state_name(i), sc->by_state[i]);
         if (sc->by_state[0])
-            jw_uint(&w, "Unspecified", sc->by_state[0]);
-        jw_obj_end(&w);
-        jw_obj(&w, "by_capacity_type");
+            bf_jw_uint(&w, "Unspecified", sc->by_state[0]);
+        bf_jw_obj_end(&w);
+        bf_jw_obj(&w, "by_capacity_type");
         for (int i = 0; i < BF_CT_COUNT; i++)
             if (sc->by_ct[i] || i)
-                jw_uint(&w, bf_capacity_type_name(i), sc->by_ct[i]);
-        jw_obj_end(&w);
-        jw_arr(&w, "by_state_type_zone");
+                bf_jw_uint(&w, bf_capacity_type_name(i), sc->by_ct[i]);
+        bf_jw_obj_end(&w);
+        bf_jw_arr(&w, "by_state_type_zone");
         for (size_t i = 0; i < nrows; i++) {
-            jw_obj(&w, NULL);
-            jw_str(&w, "state", bf_state_name(rows[i].st));
-            jw_str(&w, "type", type_name(s, rows[i].ty));
-            jw_str(&w, "zone", bf_zone_name(s, rows[i].zo));
-            jw_uint(&w, "count", rows[i].n);
-            jw_obj_end(&w);
+            bf_jw_obj(&w, NULL);
+            bf_jw_str(&w, "state", bf_state_name(rows[i].st));
+            bf_jw_str(&w, "type", type_name(s, rows[i].ty));
+            bf_jw_str(&w, "zone", bf_zone_name(s, rows[i].zo));
+            bf_jw_uint(&w, "count", rows[i].n);
+            bf_jw_obj_end(&w);
         }
-        jw_arr_end(&w);
-        jw_obj_end(&w);
-        jw_obj(&w, "in_flight");
-        jw_uint(&w, "pending", sc->in_flight);
-        jw_uint(&w, "actions_ring_depth", actions_depth);
-        jw_int(&w, "executor_inflight", exec_inflight);
-        jw_uint(&w, "action_serial", BF_STAT_GET(st->action_serial));
-        jw_obj_end(&w);
-        jw_obj(&w, "clusters");
-        jw_uint(&w, "total", (uint64_t)ncl);
-        jw_uint(&w, "connected", connected);
-        jw_uint(&w, "first_rollup", first);
-        jw_uint(&w, "quarantined", quarantined);
-        jw_uint(&w, "busy", busy_cl);
-        jw_arr(&w, "rows");
+        bf_jw_arr_end(&w);
+        bf_jw_obj_end(&w);
+        bf_jw_obj(&w, "in_flight");
+        bf_jw_uint(&w, "pending", sc->in_flight);
+        bf_jw_uint(&w, "actions_ring_depth", actions_depth);
+        bf_jw_int(&w, "executor_inflight", exec_inflight);
+        bf_jw_uint(&w, "action_serial", BF_STAT_GET(st->action_serial));
+        bf_jw_obj_end(&w);
+        bf_jw_obj(&w, "clusters");
+        bf_jw_uint(&w, "total", (uint64_t)ncl);
+        bf_jw_uint(&w, "connected", connected);
+        bf_jw_uint(&w, "first_rollup", first);
+        bf_jw_uint(&w, "quarantined", quarantined);
+        bf_jw_uint(&w, "busy", busy_cl);
+        bf_jw_arr(&w, "rows");
         for (int i = 0; i < ncl; i++)
             cluster_json(c, &w, &cl[i]);
-        jw_arr_end(&w);
-        jw_obj_end(&w);
-        jw_obj(&w, "needs");
-        jw_uint(&w, "total", need_rows);
-        jw_uint(&w, "arena_rows_used", BF_STAT_GET(s->needs->rows_used));
-        jw_uint(&w, "change_counter", BF_STAT_GET(s->needs->change_counter));
-        jw_obj_end(&w);
-        jw_obj(&w, "last_cycle");
-        jw_uint(&w, "cycle", r->cycle);
-        jw_bool(&w, "consistent", cy->consistent);
-        jw_uint(&w, "cycles_run", BF_STAT_GET(st->cycle.cycles));
-        jw_int(&w, "computed_at_unix_nanos", r->computed_at_ns);
-        jw_int(&w, "cycle_ns", r->cycle_ns);
-        jw_uint(&w, "verdicts", r->n_verdicts);
-        jw_uint(&w, "unsatisfied", r->unsatisfied);
-        jw_uint(&w, "shortfalls", r->n_shortfalls);
-        jw_uint(&w, "shortfalls_total", r->shortfalls_total);
-        jw_uint(&w, "actions", r->actions);
-        jw_obj(&w, "phase_ns");
+        bf_jw_arr_end(&w);
+        bf_jw_obj_end(&w);
+        bf_jw_obj(&w, "needs");
+        bf_jw_uint(&w, "total", need_rows);
+        bf_jw_uint(&w, "arena_rows_used", BF_STAT_GET(s->needs->rows_used));
+        bf_jw_uint(&w, "change_counter", BF_STAT_GET(s->needs->change_counter));
+        bf_jw_obj_end(&w);
+        bf_jw_obj(&w, "last_cycle");
+        bf_jw_uint(&w, "cycle", r->cycle);
+        bf_jw_bool(&w, "consistent", cy->consistent);
+        bf_jw_uint(&w, "cycles_run", BF_STAT_GET(st->cycle.cycles));
+        bf_jw_int(&w, "computed_at_unix_nanos", r->computed_at_ns);
+        bf_jw_int(&w, "cycle_ns", r->cycle_ns);
+        bf_jw_uint(&w, "verdicts", r->n_verdicts);
+        bf_jw_uint(&w, "unsatisfied", r->unsatisfied);
+        bf_jw_uint(&w, "shortfalls", r->n_shortfalls);
+        bf_jw_uint(&w, "shortfalls_total", r->shortfalls_total);
+        bf_jw_uint(&w, "actions", r->actions);
+        bf_jw_obj(&w, "phase_ns");
         for (int i = 0; i < BF_PHASE_COUNT; i++)
-            jw_int(&w, bf_phase_label(i), r->phase_ns[i]);
-        jw_obj_end(&w);
-        jw_obj(&w, "counts");
-        jw_uint(&w, "total_machines", r->counts.total_machines);
-        jw_uint(&w, "total_needs", r->counts.total_needs);
-        jw_obj(&w, "by_state");
+            bf_jw_int(&w, bf_phase_label(i), r->phase_ns[i]);
+        bf_jw_obj_end(&w);
+        bf_jw_obj(&w, "counts");
+        bf_jw_uint(&w, "total_machines", r->counts.total_machines);
+        bf_jw_uint(&w, "total_needs", r->counts.total_needs);
+        bf_jw_obj(&w, "by_state");
         for (int i = 1; i < BF_STATE_COUNT; i++)
-            jw_uint(&w, bf_state_name(i), r->counts.by_state[i]);
-        jw_obj_end(&w);
-        jw_obj_end(&w);
-        jw_obj_end(&w);
+            bf_jw_uint(&w, bf_state_name(i), r->counts.by_state[i]);
+        bf_jw_obj_end(&w);
+        bf_jw_obj_end(&w);
+        bf_jw_obj_end(&w);
         own_json(c, &w, own);
         rings_json(c, &w);
         procs_json(c, &w);
-        jw_obj_end(&w);
-        ib_puts(b, "\n");
+        bf_jw_obj_end(&w);
+        bf_sb_puts(b, "\n");
     } else {
         shard_text(c, b);
-        ib_printf(b,
-                  "\nMACHINES  %u  (slots used %u of %u; bound %u; busy %u; needs refresh %u; "
-                  "rejected %u)  scan %.1f ms\n",
-                  sc->total, sc->hwm, s->max_machines, sc->bound, sc->busy, sc->needs_refresh,
-                  sc->rejected, (double)sc->scan_ns / 1e6);
-        ib_puts(b, "  by state:");
+        bf_sb_printf(b,
+                     "\nMACHINES  %u  (slots used %u of %u; bound %u; busy %u; needs refresh %u; "
+                     "rejected %u)  scan %.1f ms\n",
+                     sc->total, sc->hwm, s->max_machines, sc->bound, sc->busy, sc->needs_refresh,
+                     sc->rejected, (double)sc->scan_ns / 1e6);
+        bf_sb_puts(b, "  by state:");
         for (int i = 1; i < BF_STATE_COUNT; i++)
-            ib_printf(b, "  %s %u", bf_state_name(i), sc->by_state[i]);
+            bf_sb_printf(b, "  %s %u", bf_state_name(i), sc->by_state[i]);
         if (sc->by_state[0])
-            ib_printf(b, "  Unspecified %u", sc->by_state[0]);
-        ib_puts(b, "\n  by capacity type:");
+            bf_sb_printf(b, "  Unspecified %u", sc->by_state[0]);
+        bf_sb_puts(b, "\n  by capacity type:");
         for (int i = 0; i < BF_CT_COUNT; i++)
             if (sc->by_ct[i])
-                ib_printf(b, "  %s %u", bf_capacity_type_name(i), sc->by_ct[i]);
-        ib_printf(b, "\n  %-12s %-28s %-20s %8s\n", "STATE", "TYPE", "ZONE", "COUNT");
+                bf_sb_printf(b, "  %s %u", bf_capacity_type_name(i), sc->by_ct[i]);
+        bf_sb_printf(b, "\n  %-12s %-28s %-20s %8s\n", "STATE", "TYPE", "ZONE", "COUNT");
         size_t max_rows = c->o->watch ? 16 : 64;
         for (size_t i = 0; i < nrows && i < max_rows; i++)
-            ib_printf(b, "  %-12s %-28s %-20s %8u\n", bf_state_name(rows[i].st),
-                      dash(type_name(s, rows[i].ty)), dash(bf_zone_name(s, rows[i].zo)), rows[i].n);
+            bf_sb_printf(b, "  %-12s %-28s %-20s %8u\n", bf_state_name(rows[i].st),
+                         dash(type_name(s, rows[i].ty)), dash(bf_zone_name(s, rows[i].zo)),
+                         rows[i].n);
         if (nrows > max_rows)
-            ib_printf(b, "  ... %zu more rows (--json has all)\n", nrows - max_rows);
+            bf_sb_printf(b, "  ... %zu more rows (--json has all)\n", nrows - max_rows);
         if (r->cycle) {
             bool same = r->counts.total_machines == sc->total;
             for (int i = 0; i < BF_STATE_COUNT && same; i++)
                 same = r->counts.by_state[i] == sc->by_state[i];
-            ib_printf(b, "  published by cycle %llu: %u machines%s\n", (unsigned long long)r->cycle,
-                      r->counts.total_machines,
-                      same ? " (same as the scan)" : " (the inventory changed since)");
+            bf_sb_printf(b, "  published by cycle %llu: %u machines%s\n",
+                         (unsigned long long)r->cycle, r->counts.total_machines,
+                         same ? " (same as the scan)" : " (the inventory changed since)");
         }
-        ib_printf(b,
-                  "\nIN FLIGHT  %u machines with a pending action; actions ring depth %llu; "
-                  "executor in flight %lld\n",
-                  sc->in_flight, (unsigned long long)actions_depth, (long long)exec_inflight);
-        ib_printf(b, "\nCLUSTERS  %d  (connected %u, first rollup %u, quarantined %u%s)\n", ncl,
-                  connected, first, quarantined, busy_cl ? ", some rows busy" : "");
+        bf_sb_printf(b,
+                     "\nIN FLIGHT  %u machines with a pending action; actions ring depth %llu; "
+                     "executor in flight %lld\n",
+                     sc->in_flight, (unsigned long long)actions_depth, (long long)exec_inflight);
+        bf_sb_printf(b, "\nCLUSTERS  %d  (connected %u, first rollup %u, quarantined %u%s)\n", ncl,
+                     connected, first, quarantined, busy_cl ? ", some rows busy" : "");
         if (ncl)
             clusters_text(c, b, cl, ncl, c->o->watch ? 8 : 32);
-        ib_printf(b, "\nNEEDS  %llu rows across %d clusters (arena rows in use %u)\n",
-                  (unsigned long long)need_rows, ncl, BF_STAT_GET(s->needs->rows_used));
+        bf_sb_printf(b, "\nNEEDS  %llu rows across %d clusters (arena rows in use %u)\n",
+                     (unsigned long long)need_rows, ncl, BF_STAT_GET(s->needs->rows_used));
         if (r->cycle) {
             char t[48], age[32], dur[32];
             fmt_time(t, sizeof t, r->computed_at_ns);
             fmt_age(age, sizeof age, age_ns(c->now_ns, r->computed_at_ns));
             ms_str(dur, sizeof dur, (double)r->cycle_ns);
-            ib_printf(b,
-                      "\nLAST CYCLE  #%llu at %s (%s ago) took %s: %u verdicts, %u unsatisfied, "
-                      "%u shortfalls (ledger %u), %u actions; %llu cycles run\n",
-                      (unsigned long long)r->cycle, t, age, dur, r->n_verdicts, r->unsatisfied,
-                      r->n_shortfalls, r->shortfalls_total, r->actions,
-                      (unsigned long long)BF_STAT_GET(st->cycle.cycles));
+            bf_sb_printf(b,
+                         "\nLAST CYCLE  #%llu at %s (%s ago) took %s: %u verdicts, %u unsatisfied, "
+                         "%u shortfalls (ledger %u), %u actions; %llu cycles run\n",
+                         (unsigned long long)r->cycle, t, age, dur, r->n_verdicts, r->unsatisfied,
+                         r->n_shortfalls, r->shortfalls_total, r->actions,
+                         (unsigned long long)BF_STAT_GET(st->cycle.cycles));
         } else {
-            ib_puts(b, "\nLAST CYCLE  none yet (no cycle has published results)\n");
+            bf_sb_puts(b, "\nLAST CYCLE  none yet (no cycle has published results)\n");
         }
         own_text(c, b, own, c->o->watch ? 4 : 8);
-        ib_puts(b, "\nRINGS\n");
+        bf_sb_puts(b, "\nRINGS\n");
         rings_text(c, b);
-        ib_puts(b, "\nPROCESSES\n");
+        bf_sb_puts(b, "\nPROCESSES\n");
         procs_text(c, b);
     }
     free(own);
@@ -694,7 +700,7 @@ static int render_summary(struct insp_ctx *c, struct insp_buf *b)
 
 /* ------------------------------------------------------------ machines */
 
-static void flags_text(struct insp_buf *b, uint32_t f)
+static void flags_text(struct bf_strbuf *b, uint32_t f)
 {
     bool any = false;
     static const struct {
@@ -705,25 +711,25 @@ static void flags_text(struct insp_buf *b, uint32_t f)
                  {BF_REC_REJECTED, "rejected"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (f & names[i].bit) {
-            ib_printf(b, "%s%s", any ? "," : "", names[i].name);
+            bf_sb_printf(b, "%s%s", any ? "," : "", names[i].name);
             any = true;
         }
     if (!any)
-        ib_puts(b, "-");
+        bf_sb_puts(b, "-");
 }
 
-static void flags_json(struct jw *w, uint32_t f)
+static void flags_json(struct bf_jw *w, uint32_t f)
 {
-    jw_arr(w, "flags");
+    bf_jw_arr(w, "flags");
     if (f & BF_REC_VALID)
-        jw_str(w, NULL, "valid");
+        bf_jw_str(w, NULL, "valid");
     if (f & BF_REC_HOST_IS_ID)
-        jw_str(w, NULL, "host-is-id");
+        bf_jw_str(w, NULL, "host-is-id");
     if (f & BF_REC_NEEDS_REFRESH)
-        jw_str(w, NULL, "needs-refresh");
+        bf_jw_str(w, NULL, "needs-refresh");
     if (f & BF_REC_REJECTED)
-        jw_str(w, NULL, "rejected");
-    jw_arr_end(w);
+        bf_jw_str(w, NULL, "rejected");
+    bf_jw_arr_end(w);
 }
 
 struct host {
@@ -754,68 +760,68 @@ static struct host host_of(const struct bf_shm *s, const struct bf_machine_rec *
     return h;
 }
 
-static void str_json(struct jw *w, const struct bf_shm *s, const char *key, uint32_t ref)
+static void str_json(struct bf_jw *w, const struct bf_shm *s, const char *key, uint32_t ref)
 {
     uint32_t l;
     const char *p = insp_str(s, ref, &l);
     if (p)
-        jw_strn(w, key, p, l);
+        bf_jw_strn(w, key, p, l);
     else
-        jw_null(w, key);
+        bf_jw_null(w, key);
 }
 
-static void machine_json(struct insp_ctx *c, struct jw *w, uint32_t slot,
+static void machine_json(struct insp_ctx *c, struct bf_jw *w, uint32_t slot,
                          const struct bf_machine_rec *r, uint32_t seq, bool full)
 {
     const struct bf_shm *s = &c->shm;
-    jw_obj(w, full ? "machine" : NULL);
-    jw_uint(w, "slot", slot);
+    bf_jw_obj(w, full ? "machine" : NULL);
+    bf_jw_uint(w, "slot", slot);
     str_json(w, s, "id", r->id);
-    jw_str(w, "state", bf_state_name(r->state));
-    jw_str(w, "capacity_type", bf_capacity_type_name(r->capacity_type));
-    jw_str(w, "instance_type", type_name(s, r->type_idx));
-    jw_str(w, "zone", bf_zone_name(s, r->zone_idx));
+    bf_jw_str(w, "state", bf_state_name(r->state));
+    bf_jw_str(w, "capacity_type", bf_capacity_type_name(r->capacity_type));
+    bf_jw_str(w, "instance_type", type_name(s, r->type_idx));
+    bf_jw_str(w, "zone", bf_zone_name(s, r->zone_idx));
     str_json(w, s, "cluster", r->cluster);
     struct host h = host_of(s, r);
-    jw_obj(w, "host");
-    jw_strn(w, "provider", h.provider, h.plen);
-    jw_strn(w, "ref", h.ref, h.rlen);
-    jw_obj_end(w);
-    jw_float(w, "price_per_hour", r->price_per_hour);
-    jw_float(w, "interruption_probability", r->interruption_probability);
-    jw_int(w, "assigned_priority", r->assigned_priority);
+    bf_jw_obj(w, "host");
+    bf_jw_strn(w, "provider", h.provider, h.plen);
+    bf_jw_strn(w, "ref", h.ref, h.rlen);
+    bf_jw_obj_end(w);
+    bf_jw_float(w, "price_per_hour", r->price_per_hour);
+    bf_jw_float(w, "interruption_probability", r->interruption_probability);
+    bf_jw_int(w, "assigned_priority", r->assigned_priority);
     flags_json(w, r->flags);
-    jw_bool(w, "pending", bf_pending(s, slot));
+    bf_jw_bool(w, "pending", bf_pending(s, slot));
     if (full) {
-        jw_uint(w, "seq", seq);
+        bf_jw_uint(w, "seq", seq);
         str_json(w, s, "assigned_fingerprint", r->fingerprint);
         uint32_t gl = 0;
         const char *g = insp_str(s, r->group, &gl);
-        jw_strn(w, "assigned_group", g ? g : "", g ? gl : 0);
-        struct insp_buf tmp = {0};
+        bf_jw_strn(w, "assigned_group", g ? g : "", g ? gl : 0);
+        struct bf_strbuf tmp = {0};
         base64_put(&tmp, (const uint8_t *)(g ? g : ""), g ? gl : 0);
-        jw_strn(w, "assigned_group_base64", tmp.p ? tmp.p : "", tmp.len);
-        ib_free(&tmp);
-        jw_uint(w, "interruption_penalty_bucket", r->ipb);
-        jw_double(w, "interruption_penalty_dollars", bf_bucket_upper_bound(r->ipb));
-        jw_uint(w, "reclamation_penalty_bucket", r->rpb);
-        jw_double(w, "reclamation_penalty_dollars", bf_bucket_upper_bound(r->rpb));
+        bf_jw_strn(w, "assigned_group_base64", tmp.p ? tmp.p : "", tmp.len);
+        bf_sb_free(&tmp);
+        bf_jw_uint(w, "interruption_penalty_bucket", r->ipb);
+        bf_jw_double(w, "interruption_penalty_dollars", bf_bucket_upper_bound(r->ipb));
+        bf_jw_uint(w, "reclamation_penalty_bucket", r->rpb);
+        bf_jw_double(w, "reclamation_penalty_dollars", bf_bucket_upper_bound(r->rpb));
         str_json(w, s, "last_error", r->last_error);
         int64_t idle = bf_rec_idle_since_unix(s, r);
-        jw_int(w, "idle_since_unix", idle);
-        jw_uint(w, "flags_raw", r->flags);
-        jw_uint(w, "pending_enq", bf_pending_enq_tag(s, slot));
-        jw_uint(w, "pending_done", bf_pending_done_tag(s, slot));
-        jw_uint(w, "profile_ref", r->profile);
+        bf_jw_int(w, "idle_since_unix", idle);
+        bf_jw_uint(w, "flags_raw", r->flags);
+        bf_jw_uint(w, "pending_enq", bf_pending_enq_tag(s, slot));
+        bf_jw_uint(w, "pending_done", bf_pending_done_tag(s, slot));
+        bf_jw_uint(w, "profile_ref", r->profile);
         const struct bf_mprofile *p =
             insp_str(s, r->profile, NULL) ? bf_mprofile_get(c->cache, s, r->profile) : NULL;
         if (!p) {
-            jw_null(w, "profile");
+            bf_jw_null(w, "profile");
         } else {
-            jw_obj(w, "profile");
-            jw_str(w, "instance_type", p->instance_type);
-            jw_str(w, "zone", p->zone);
-            jw_str(w, "capacity_type", bf_capacity_type_name(p->capacity_type));
+            bf_jw_obj(w, "profile");
+            bf_jw_str(w, "instance_type", p->instance_type);
+            bf_jw_str(w, "zone", p->zone);
+            bf_jw_str(w, "capacity_type", bf_capacity_type_name(p->capacity_type));
             const struct {
                 const char *key;
                 uint32_t n;
@@ -824,22 +830,22 @@ static void machine_json(struct insp_ctx *c, struct jw *w, uint32_t slot,
                         {"resources", p->n_resources, p->resources},
                         {"allocatable", p->n_allocatable, p->allocatable}};
             for (size_t m = 0; m < 3; m++) {
-                jw_obj(w, maps[m].key);
+                bf_jw_obj(w, maps[m].key);
                 for (uint32_t i = 0; i < maps[m].n; i++)
-                    jw_str(w, maps[m].kv[i].key, maps[m].kv[i].value);
-                jw_obj_end(w);
+                    bf_jw_str(w, maps[m].kv[i].key, maps[m].kv[i].value);
+                bf_jw_obj_end(w);
             }
-            jw_obj_end(w);
+            bf_jw_obj_end(w);
         }
     }
-    jw_obj_end(w);
+    bf_jw_obj_end(w);
 }
 
-static void machine_text_full(struct insp_ctx *c, struct insp_buf *b, uint32_t slot,
+static void machine_text_full(struct insp_ctx *c, struct bf_strbuf *b, uint32_t slot,
                               const struct bf_machine_rec *r, uint32_t seq)
 {
     const struct bf_shm *s = &c->shm;
-#define FIELD(name) ib_printf(b, "  %-28s ", name)
+#define FIELD(name) bf_sb_printf(b, "  %-28s ", name)
 #define STRF(name, ref)                                                                            \
     do {                                                                                           \
         uint32_t l_;                                                                               \
@@ -848,61 +854,62 @@ static void machine_text_full(struct insp_ctx *c, struct insp_buf *b, uint32_t s
         if (p_ && l_)                                                                              \
             ib_bytes_text(b, p_, l_, 0);                                                           \
         else                                                                                       \
-            ib_puts(b, p_ ? "-" : "<bad string ref>");                                             \
-        ib_puts(b, "\n");                                                                          \
+            bf_sb_puts(b, p_ ? "-" : "<bad string ref>");                                          \
+        bf_sb_puts(b, "\n");                                                                       \
     } while (0)
     STRF("id", r->id);
     FIELD("slot");
-    ib_printf(b, "%u (seq %u)\n", slot, seq);
+    bf_sb_printf(b, "%u (seq %u)\n", slot, seq);
     FIELD("state");
-    ib_printf(b, "%s\n", bf_state_name(r->state));
+    bf_sb_printf(b, "%s\n", bf_state_name(r->state));
     FIELD("capacity type");
-    ib_printf(b, "%s\n", bf_capacity_type_name(r->capacity_type));
+    bf_sb_printf(b, "%s\n", bf_capacity_type_name(r->capacity_type));
     FIELD("instance type / zone");
-    ib_printf(b, "%s / %s\n", dash(type_name(s, r->type_idx)), dash(bf_zone_name(s, r->zone_idx)));
+    bf_sb_printf(b, "%s / %s\n", dash(type_name(s, r->type_idx)),
+                 dash(bf_zone_name(s, r->zone_idx)));
     struct host h = host_of(s, r);
     FIELD("host");
     ib_bytes_text(b, h.provider, h.plen, 0);
-    ib_puts(b, " / ");
+    bf_sb_puts(b, " / ");
     ib_bytes_text(b, h.ref, h.rlen, 0);
-    ib_puts(b, (r->flags & BF_REC_HOST_IS_ID) ? " (ref = machine id)\n" : "\n");
+    bf_sb_puts(b, (r->flags & BF_REC_HOST_IS_ID) ? " (ref = machine id)\n" : "\n");
     STRF("cluster", r->cluster);
     STRF("assigned fingerprint", r->fingerprint);
     STRF("assigned group", r->group);
     FIELD("assigned priority");
-    ib_printf(b, "%d\n", r->assigned_priority);
+    bf_sb_printf(b, "%d\n", r->assigned_priority);
     FIELD("penalties (ipb / rpb)");
     char ib[32], rb[32];
-    ib_printf(b, "bucket %s / bucket %s\n", bucket_str(ib, sizeof ib, r->ipb),
-              bucket_str(rb, sizeof rb, r->rpb));
+    bf_sb_printf(b, "bucket %s / bucket %s\n", bucket_str(ib, sizeof ib, r->ipb),
+                 bucket_str(rb, sizeof rb, r->rpb));
     FIELD("price / interruption prob.");
-    ib_printf(b, "$%.4f/h / %.4f\n", r->price_per_hour, r->interruption_probability);
+    bf_sb_printf(b, "$%.4f/h / %.4f\n", r->price_per_hour, r->interruption_probability);
     int64_t idle = bf_rec_idle_since_unix(s, r);
     FIELD("idle since");
     if (idle) {
         char t[48], age[32];
         fmt_time(t, sizeof t, sec_to_ns(idle));
         fmt_age(age, sizeof age, age_ns(c->now_ns, sec_to_ns(idle)));
-        ib_printf(b, "%s (%s ago)\n", t, age);
+        bf_sb_printf(b, "%s (%s ago)\n", t, age);
     } else {
-        ib_puts(b, "-\n");
+        bf_sb_puts(b, "-\n");
     }
     STRF("last error", r->last_error);
     FIELD("flags");
     flags_text(b, r->flags);
-    ib_printf(b, " (%#x)\n", r->flags);
+    bf_sb_printf(b, " (%#x)\n", r->flags);
     FIELD("pending action");
-    ib_printf(b, "%s (enq %u, done %u)\n", bf_pending(s, slot) ? "yes" : "no",
-              bf_pending_enq_tag(s, slot), bf_pending_done_tag(s, slot));
+    bf_sb_printf(b, "%s (enq %u, done %u)\n", bf_pending(s, slot) ? "yes" : "no",
+                 bf_pending_enq_tag(s, slot), bf_pending_done_tag(s, slot));
     const struct bf_mprofile *p =
         insp_str(s, r->profile, NULL) ? bf_mprofile_get(c->cache, s, r->profile) : NULL;
     FIELD("profile");
     if (!p) {
-        ib_printf(b, "<undecodable profile ref %u>\n", r->profile);
+        bf_sb_printf(b, "<undecodable profile ref %u>\n", r->profile);
         return;
     }
-    ib_printf(b, "ref %u: %s / %s / %s\n", r->profile, dash(p->instance_type), dash(p->zone),
-              bf_capacity_type_name(p->capacity_type));
+    bf_sb_printf(b, "ref %u: %s / %s / %s\n", r->profile, dash(p->instance_type), dash(p->zone),
+                 bf_capacity_type_name(p->capacity_type));
     const struct {
         const char *name;
         uint32_t n;
@@ -911,9 +918,9 @@ static void machine_text_full(struct insp_ctx *c, struct insp_buf *b, uint32_t s
                 {"allocatable", p->n_allocatable, p->allocatable},
                 {"labels", p->n_labels, p->labels}};
     for (size_t m = 0; m < 3; m++) {
-        ib_printf(b, "  %s:%s\n", maps[m].name, maps[m].n ? "" : " -");
+        bf_sb_printf(b, "  %s:%s\n", maps[m].name, maps[m].n ? "" : " -");
         for (uint32_t i = 0; i < maps[m].n; i++)
-            ib_printf(b, "    %s=%s\n", maps[m].kv[i].key, maps[m].kv[i].value);
+            bf_sb_printf(b, "    %s=%s\n", maps[m].kv[i].key, maps[m].kv[i].value);
     }
 #undef STRF
 #undef FIELD
@@ -937,7 +944,7 @@ static int find_zone(const struct bf_shm *s, const char *name)
     return -1;
 }
 
-static int render_machines(struct insp_ctx *c, struct insp_buf *b)
+static int render_machines(struct insp_ctx *c, struct bf_strbuf *b)
 {
     const struct bf_shm *s = &c->shm;
     const struct insp_opts *o = c->o;
@@ -956,25 +963,25 @@ static int render_machines(struct insp_ctx *c, struct insp_buf *b)
     if (hwm > s->max_machines)
         hwm = s->max_machines;
     uint64_t matched = 0, busy = 0;
-    struct jw w;
+    struct bf_jw w;
     if (o->json) {
-        jw_init(&w, b);
-        jw_obj(&w, NULL);
-        jw_str(&w, "shard_id", s->shard_id);
-        jw_obj(&w, "filter");
+        bf_jw_init(&w, b);
+        bf_jw_obj(&w, NULL);
+        bf_jw_str(&w, "shard_id", s->shard_id);
+        bf_jw_obj(&w, "filter");
         if (o->state >= 0)
-            jw_str(&w, "state", bf_state_name(o->state));
+            bf_jw_str(&w, "state", bf_state_name(o->state));
         if (o->cluster)
-            jw_str(&w, "cluster", o->cluster);
+            bf_jw_str(&w, "cluster", o->cluster);
         if (o->type)
-            jw_str(&w, "type", o->type);
+            bf_jw_str(&w, "type", o->type);
         if (o->zone)
-            jw_str(&w, "zone", o->zone);
-        jw_obj_end(&w);
-        jw_arr(&w, "machines");
+            bf_jw_str(&w, "zone", o->zone);
+        bf_jw_obj_end(&w);
+        bf_jw_arr(&w, "machines");
     } else {
-        ib_printf(b, "%8s  %-28s %-12s %-9s %-20s %-12s %-20s %5s %9s %-4s %s\n", "SLOT", "ID",
-                  "STATE", "CT", "TYPE", "ZONE", "CLUSTER", "PRIO", "$/H", "PEND", "FLAGS");
+        bf_sb_printf(b, "%8s  %-28s %-12s %-9s %-20s %-12s %-20s %5s %9s %-4s %s\n", "SLOT", "ID",
+                     "STATE", "CT", "TYPE", "ZONE", "CLUSTER", "PRIO", "$/H", "PEND", "FLAGS");
     }
     for (uint32_t i = 0; i < hwm && !nomatch; i++) {
         struct bf_machine_rec r;
@@ -1002,44 +1009,44 @@ static int render_machines(struct insp_ctx *c, struct insp_buf *b)
         uint32_t l, cl;
         const char *id = insp_str(s, r.id, &l);
         const char *cn = insp_str(s, r.cluster, &cl);
-        struct insp_buf idb = {0}, cb = {0};
+        struct bf_strbuf idb = {0}, cb = {0};
         ib_bytes_text(&idb, id ? id : "?", id ? l : 1, 28);
         if (cn && cl)
             ib_bytes_text(&cb, cn, cl, 20);
         else
-            ib_puts(&cb, "-");
-        ib_printf(b, "%8u  %-28s %-12s %-9s %-20.20s %-12.12s %-20s %5d %9.4f %-4s ", i, idb.p,
-                  bf_state_name(r.state), bf_capacity_type_name(r.capacity_type),
-                  dash(type_name(s, r.type_idx)), dash(bf_zone_name(s, r.zone_idx)), cb.p,
-                  r.assigned_priority, r.price_per_hour, bf_pending(s, i) ? "yes" : "-");
+            bf_sb_puts(&cb, "-");
+        bf_sb_printf(b, "%8u  %-28s %-12s %-9s %-20.20s %-12.12s %-20s %5d %9.4f %-4s ", i, idb.p,
+                     bf_state_name(r.state), bf_capacity_type_name(r.capacity_type),
+                     dash(type_name(s, r.type_idx)), dash(bf_zone_name(s, r.zone_idx)), cb.p,
+                     r.assigned_priority, r.price_per_hour, bf_pending(s, i) ? "yes" : "-");
         flags_text(b, r.flags);
-        ib_puts(b, "\n");
-        ib_free(&idb);
-        ib_free(&cb);
+        bf_sb_puts(b, "\n");
+        bf_sb_free(&idb);
+        bf_sb_free(&cb);
     }
     bool truncated = limit && matched > (uint64_t)limit;
     if (o->json) {
-        jw_arr_end(&w);
-        jw_uint(&w, "matched", matched);
-        jw_int(&w, "limit", limit);
-        jw_bool(&w, "truncated", truncated);
-        jw_uint(&w, "busy", busy);
-        jw_obj_end(&w);
-        ib_puts(b, "\n");
+        bf_jw_arr_end(&w);
+        bf_jw_uint(&w, "matched", matched);
+        bf_jw_int(&w, "limit", limit);
+        bf_jw_bool(&w, "truncated", truncated);
+        bf_jw_uint(&w, "busy", busy);
+        bf_jw_obj_end(&w);
+        bf_sb_puts(b, "\n");
     } else {
-        ib_printf(b, "%llu machines matched", (unsigned long long)matched);
+        bf_sb_printf(b, "%llu machines matched", (unsigned long long)matched);
         if (truncated)
-            ib_printf(b, ", %lld shown (--limit N, 0 = all)", (long long)limit);
+            bf_sb_printf(b, ", %lld shown (--limit N, 0 = all)", (long long)limit);
         if (busy)
-            ib_printf(b, "; %llu records busy (a writer held them)", (unsigned long long)busy);
+            bf_sb_printf(b, "; %llu records busy (a writer held them)", (unsigned long long)busy);
         if (nomatch)
-            ib_puts(b, " (a filter names a cluster, type or zone the shard does not know)");
-        ib_puts(b, "\n");
+            bf_sb_puts(b, " (a filter names a cluster, type or zone the shard does not know)");
+        bf_sb_puts(b, "\n");
     }
     return 0;
 }
 
-static int render_machine(struct insp_ctx *c, struct insp_buf *b, char *err, size_t errlen)
+static int render_machine(struct insp_ctx *c, struct bf_strbuf *b, char *err, size_t errlen)
 {
     const struct bf_shm *s = &c->shm;
     const struct insp_opts *o = c->o;
@@ -1099,13 +1106,13 @@ static int render_machine(struct insp_ctx *c, struct insp_buf *b, char *err, siz
         }
     }
     if (o->json) {
-        struct jw w;
-        jw_init(&w, b);
-        jw_obj(&w, NULL);
-        jw_str(&w, "shard_id", s->shard_id);
+        struct bf_jw w;
+        bf_jw_init(&w, b);
+        bf_jw_obj(&w, NULL);
+        bf_jw_str(&w, "shard_id", s->shard_id);
         machine_json(c, &w, (uint32_t)slot, &r, seq, true);
-        jw_obj_end(&w);
-        ib_puts(b, "\n");
+        bf_jw_obj_end(&w);
+        bf_sb_puts(b, "\n");
     } else {
         machine_text_full(c, b, (uint32_t)slot, &r, seq);
     }
@@ -1114,25 +1121,25 @@ static int render_machine(struct insp_ctx *c, struct insp_buf *b, char *err, siz
 
 /* ------------------------------------------------------------ clusters cmd */
 
-static int render_clusters(struct insp_ctx *c, struct insp_buf *b)
+static int render_clusters(struct insp_ctx *c, struct bf_strbuf *b)
 {
     struct insp_cluster *cl = NULL;
     int n = insp_clusters(&c->shm, &cl);
     if (n < 0)
         return n;
     if (c->o->json) {
-        struct jw w;
-        jw_init(&w, b);
-        jw_obj(&w, NULL);
-        jw_str(&w, "shard_id", c->shm.shard_id);
-        jw_arr(&w, "clusters");
+        struct bf_jw w;
+        bf_jw_init(&w, b);
+        bf_jw_obj(&w, NULL);
+        bf_jw_str(&w, "shard_id", c->shm.shard_id);
+        bf_jw_arr(&w, "clusters");
         for (int i = 0; i < n; i++)
             cluster_json(c, &w, &cl[i]);
-        jw_arr_end(&w);
-        jw_obj_end(&w);
-        ib_puts(b, "\n");
+        bf_jw_arr_end(&w);
+        bf_jw_obj_end(&w);
+        bf_sb_puts(b, "\n");
     } else {
-        ib_printf(b, "%d clusters\n", n);
+        bf_sb_printf(b, "%d clusters\n", n);
         clusters_text(c, b, cl, n, 0);
     }
     free(cl);
@@ -1153,22 +1160,22 @@ static const char *when_name(int w)
     return (w >= 0 && w <= 2) ? n[w] : "?";
 }
 
-static void res_json(struct jw *w, const char *key, const struct insp_res *r)
+static void res_json(struct bf_jw *w, const char *key, const struct insp_res *r)
 {
-    jw_obj(w, key);
+    bf_jw_obj(w, key);
     for (uint32_t i = 0; i < r->n; i++)
-        jw_str(w, r->kv[i].key, r->kv[i].value);
-    jw_obj_end(w);
+        bf_jw_str(w, r->kv[i].key, r->kv[i].value);
+    bf_jw_obj_end(w);
 }
 
-static void res_text(struct insp_buf *b, const struct insp_res *r)
+static void res_text(struct bf_strbuf *b, const struct insp_res *r)
 {
     if (!r->n) {
-        ib_puts(b, "-");
+        bf_sb_puts(b, "-");
         return;
     }
     for (uint32_t i = 0; i < r->n; i++)
-        ib_printf(b, "%s%s=%s", i ? " " : "", r->kv[i].key, r->kv[i].value);
+        bf_sb_printf(b, "%s%s=%s", i ? " " : "", r->kv[i].key, r->kv[i].value);
 }
 
 static const char *reason_json(int r)
@@ -1180,228 +1187,228 @@ static const char *reason_json(int r)
     return (r >= 0 && r <= 4) ? n[r] : "UNMET_REASON_UNKNOWN";
 }
 
-static void nv_json(struct jw *w, const struct insp_nv *v, bool remote)
+static void nv_json(struct bf_jw *w, const struct insp_nv *v, bool remote)
 {
-    jw_obj(w, NULL);
-    jw_obj(w, "need");
-    jw_arr(w, "requirements");
+    bf_jw_obj(w, NULL);
+    bf_jw_obj(w, "need");
+    bf_jw_arr(w, "requirements");
     for (uint32_t i = 0; i < v->n_reqs; i++) {
-        jw_obj(w, NULL);
-        jw_str(w, "key", v->reqs[i].key);
-        jw_str(w, "operator", op_name(v->reqs[i].op));
-        jw_arr(w, "values");
+        bf_jw_obj(w, NULL);
+        bf_jw_str(w, "key", v->reqs[i].key);
+        bf_jw_str(w, "operator", op_name(v->reqs[i].op));
+        bf_jw_arr(w, "values");
         for (uint32_t k = 0; k < v->reqs[i].n_values; k++)
-            jw_str(w, NULL, v->reqs[i].values[k]);
-        jw_arr_end(w);
-        jw_obj_end(w);
+            bf_jw_str(w, NULL, v->reqs[i].values[k]);
+        bf_jw_arr_end(w);
+        bf_jw_obj_end(w);
     }
-    jw_arr_end(w);
+    bf_jw_arr_end(w);
     res_json(w, "aggregate_resources", &v->aggregate);
-    jw_int(w, "priority", v->priority);
-    jw_arr(w, "spread");
+    bf_jw_int(w, "priority", v->priority);
+    bf_jw_arr(w, "spread");
     for (uint32_t i = 0; i < v->n_spread; i++) {
-        jw_obj(w, NULL);
-        jw_str(w, "topology_key", v->spread[i].topology_key);
-        jw_int(w, "max_skew", v->spread[i].max_skew);
-        jw_str(w, "when_unsatisfiable", when_name(v->spread[i].when));
-        jw_obj_end(w);
+        bf_jw_obj(w, NULL);
+        bf_jw_str(w, "topology_key", v->spread[i].topology_key);
+        bf_jw_int(w, "max_skew", v->spread[i].max_skew);
+        bf_jw_str(w, "when_unsatisfiable", when_name(v->spread[i].when));
+        bf_jw_obj_end(w);
     }
-    jw_arr_end(w);
-    jw_int(w, "interruption_penalty_bucket", v->ipb);
-    jw_int(w, "reclamation_penalty_bucket", v->rpb);
+    bf_jw_arr_end(w);
+    bf_jw_int(w, "interruption_penalty_bucket", v->ipb);
+    bf_jw_int(w, "reclamation_penalty_bucket", v->rpb);
     res_json(w, "min_unit", &v->min_unit);
-    jw_strn(w, "group", v->group, v->group_len);
+    bf_jw_strn(w, "group", v->group, v->group_len);
     {
-        struct insp_buf t = {0};
+        struct bf_strbuf t = {0};
         base64_put(&t, (const uint8_t *)v->group, v->group_len);
-        jw_strn(w, "group_base64", t.p ? t.p : "", t.len);
-        ib_free(&t);
+        bf_jw_strn(w, "group_base64", t.p ? t.p : "", t.len);
+        bf_sb_free(&t);
     }
-    jw_obj_end(w);
-    jw_strn(w, "cluster_id", v->cluster_id, v->cluster_len);
-    jw_int(w, "arrival_unix_nanos", v->arrival_ns);
-    jw_str(w, "profile_fingerprint", v->fingerprint);
+    bf_jw_obj_end(w);
+    bf_jw_strn(w, "cluster_id", v->cluster_id, v->cluster_len);
+    bf_jw_int(w, "arrival_unix_nanos", v->arrival_ns);
+    bf_jw_str(w, "profile_fingerprint", v->fingerprint);
     if (!remote) {
-        jw_bool(w, "has_verdict", v->has_verdict);
-        jw_bool(w, "in_needs_table", v->in_table);
-        jw_bool(w, "folded", v->folded);
-        jw_uint(w, "table_rows", v->table_rows);
+        bf_jw_bool(w, "has_verdict", v->has_verdict);
+        bf_jw_bool(w, "in_needs_table", v->in_table);
+        bf_jw_bool(w, "folded", v->folded);
+        bf_jw_uint(w, "table_rows", v->table_rows);
     }
     if (v->has_verdict) {
-        jw_bool(w, "satisfied", v->satisfied);
+        bf_jw_bool(w, "satisfied", v->satisfied);
         res_json(w, "residual_deficit", &v->residual);
-        jw_int(w, "claimed_machine_count", v->claimed);
-        jw_int(w, "bootstrap_count", v->bootstrap);
-        jw_int(w, "provision_count", v->provision);
-        jw_str(w, "same_domain", v->same_domain);
-        jw_bool(w, "same_satisfiable", v->same_satisfiable);
-        jw_bool(w, "acquisition_parked", v->parked);
-        jw_int(w, "parked_age_cycles", v->parked_age);
-        jw_int(w, "age_cycles_unmet", v->age_unmet);
-        jw_str(w, "unmet_reason", reason_json(v->unmet_reason));
+        bf_jw_int(w, "claimed_machine_count", v->claimed);
+        bf_jw_int(w, "bootstrap_count", v->bootstrap);
+        bf_jw_int(w, "provision_count", v->provision);
+        bf_jw_str(w, "same_domain", v->same_domain);
+        bf_jw_bool(w, "same_satisfiable", v->same_satisfiable);
+        bf_jw_bool(w, "acquisition_parked", v->parked);
+        bf_jw_int(w, "parked_age_cycles", v->parked_age);
+        bf_jw_int(w, "age_cycles_unmet", v->age_unmet);
+        bf_jw_str(w, "unmet_reason", reason_json(v->unmet_reason));
         if (v->has_matching) {
-            jw_obj(w, "matching_supply");
-            jw_int(w, "idle", v->m_idle);
-            jw_int(w, "configured", v->m_configured);
-            jw_int(w, "speculative", v->m_speculative);
-            jw_bool(w, "capped", v->m_capped);
-            jw_obj_end(w);
+            bf_jw_obj(w, "matching_supply");
+            bf_jw_int(w, "idle", v->m_idle);
+            bf_jw_int(w, "configured", v->m_configured);
+            bf_jw_int(w, "speculative", v->m_speculative);
+            bf_jw_bool(w, "capped", v->m_capped);
+            bf_jw_obj_end(w);
         } else {
-            jw_null(w, "matching_supply");
+            bf_jw_null(w, "matching_supply");
         }
         if (v->has_preemption) {
-            jw_obj(w, "preemption");
-            jw_int(w, "victims_found", v->victims);
+            bf_jw_obj(w, "preemption");
+            bf_jw_int(w, "victims_found", v->victims);
             res_json(w, "capacity_freed", &v->freed);
-            jw_obj_end(w);
+            bf_jw_obj_end(w);
         } else {
-            jw_null(w, "preemption");
+            bf_jw_null(w, "preemption");
         }
-        jw_arr(w, "same_candidates");
+        bf_jw_arr(w, "same_candidates");
         for (uint32_t i = 0; i < v->n_cand; i++) {
-            jw_obj(w, NULL);
-            jw_str(w, "domain", v->cand[i].domain);
-            jw_int(w, "coverage_per_mille", v->cand[i].per_mille);
-            jw_bool(w, "satisfiable", v->cand[i].satisfiable);
-            jw_obj_end(w);
+            bf_jw_obj(w, NULL);
+            bf_jw_str(w, "domain", v->cand[i].domain);
+            bf_jw_int(w, "coverage_per_mille", v->cand[i].per_mille);
+            bf_jw_bool(w, "satisfiable", v->cand[i].satisfiable);
+            bf_jw_obj_end(w);
         }
-        jw_arr_end(w);
+        bf_jw_arr_end(w);
     }
-    jw_obj_end(w);
+    bf_jw_obj_end(w);
 }
 
-static void nv_text(struct insp_buf *b, const struct insp_nv *v, uint32_t i, int64_t now_ns)
+static void nv_text(struct bf_strbuf *b, const struct insp_nv *v, uint32_t i, int64_t now_ns)
 {
     char t[48], age[32];
     fmt_time(t, sizeof t, v->arrival_ns);
     fmt_age(age, sizeof age, age_ns(now_ns, v->arrival_ns));
-    ib_printf(b, "[%u] cluster ", i + 1);
+    bf_sb_printf(b, "[%u] cluster ", i + 1);
     ib_bytes_text(b, v->cluster_id, v->cluster_len, 0);
     char ib[32], rb[32];
-    ib_printf(b, "  priority %d  ipb %s  rpb %s  arrived %s", v->priority,
-              bucket_str(ib, sizeof ib, v->ipb), bucket_str(rb, sizeof rb, v->rpb), t);
+    bf_sb_printf(b, "  priority %d  ipb %s  rpb %s  arrived %s", v->priority,
+                 bucket_str(ib, sizeof ib, v->ipb), bucket_str(rb, sizeof rb, v->rpb), t);
     if (v->arrival_ns > 0)
-        ib_printf(b, " (%s ago)", age);
+        bf_sb_printf(b, " (%s ago)", age);
     if (v->group_len) {
-        ib_puts(b, "  group ");
+        bf_sb_puts(b, "  group ");
         ib_bytes_text(b, v->group, v->group_len, 48);
     }
-    ib_printf(b, "\n    fingerprint %s\n", v->fingerprint ? v->fingerprint : "-");
+    bf_sb_printf(b, "\n    fingerprint %s\n", v->fingerprint ? v->fingerprint : "-");
     if (v->n_reqs) {
-        ib_puts(b, "    requirements");
+        bf_sb_puts(b, "    requirements");
         for (uint32_t k = 0; k < v->n_reqs; k++) {
-            ib_printf(b, " %s %s", v->reqs[k].key, op_name(v->reqs[k].op));
+            bf_sb_printf(b, " %s %s", v->reqs[k].key, op_name(v->reqs[k].op));
             for (uint32_t j = 0; j < v->reqs[k].n_values; j++)
-                ib_printf(b, "%s%s", j ? "," : " ", v->reqs[k].values[j]);
-            ib_puts(b, k + 1 < v->n_reqs ? ";" : "\n");
+                bf_sb_printf(b, "%s%s", j ? "," : " ", v->reqs[k].values[j]);
+            bf_sb_puts(b, k + 1 < v->n_reqs ? ";" : "\n");
         }
     }
     for (uint32_t k = 0; k < v->n_spread; k++)
-        ib_printf(b, "    spread %s maxSkew %d %s\n", v->spread[k].topology_key,
-                  v->spread[k].max_skew, when_name(v->spread[k].when));
-    ib_puts(b, "    aggregate ");
+        bf_sb_printf(b, "    spread %s maxSkew %d %s\n", v->spread[k].topology_key,
+                     v->spread[k].max_skew, when_name(v->spread[k].when));
+    bf_sb_puts(b, "    aggregate ");
     res_text(b, &v->aggregate);
-    ib_puts(b, "  min unit ");
+    bf_sb_puts(b, "  min unit ");
     res_text(b, &v->min_unit);
-    ib_puts(b, "\n");
+    bf_sb_puts(b, "\n");
     if (!v->has_verdict) {
-        ib_puts(b, "    verdict: none yet (the row arrived after the last cycle)\n");
+        bf_sb_puts(b, "    verdict: none yet (the row arrived after the last cycle)\n");
         return;
     }
-    ib_printf(b, "    verdict: %s  claimed %d (bootstrap %d, provision %d)",
-              v->satisfied ? "SATISFIED" : bf_unmet_reason_name(v->unmet_reason), v->claimed,
-              v->bootstrap, v->provision);
+    bf_sb_printf(b, "    verdict: %s  claimed %d (bootstrap %d, provision %d)",
+                 v->satisfied ? "SATISFIED" : bf_unmet_reason_name(v->unmet_reason), v->claimed,
+                 v->bootstrap, v->provision);
     if (v->folded)
-        ib_printf(b, "  [NormalizeDemand folded %u Same-gang row%s into this Need]", v->table_rows,
-                  v->table_rows == 1 ? "" : "s");
+        bf_sb_printf(b, "  [NormalizeDemand folded %u Same-gang row%s into this Need]",
+                     v->table_rows, v->table_rows == 1 ? "" : "s");
     else if (!v->in_table && v->cluster_id)
-        ib_puts(b, "  [row no longer in the needs table]");
-    ib_puts(b, "\n");
+        bf_sb_puts(b, "  [row no longer in the needs table]");
+    bf_sb_puts(b, "\n");
     if (!v->satisfied) {
-        ib_printf(b, "    residual deficit ");
+        bf_sb_printf(b, "    residual deficit ");
         res_text(b, &v->residual);
-        ib_printf(b, "  unmet for %d cycles", v->age_unmet);
-        ib_puts(b, "\n");
+        bf_sb_printf(b, "  unmet for %d cycles", v->age_unmet);
+        bf_sb_puts(b, "\n");
     }
     if (v->has_matching)
-        ib_printf(b, "    matching supply: idle %d, configured %d, speculative %d%s\n", v->m_idle,
-                  v->m_configured, v->m_speculative, v->m_capped ? " (capped)" : "");
+        bf_sb_printf(b, "    matching supply: idle %d, configured %d, speculative %d%s\n",
+                     v->m_idle, v->m_configured, v->m_speculative, v->m_capped ? " (capped)" : "");
     if (v->has_preemption) {
-        ib_printf(b, "    preemption: %d victims found, capacity freed ", v->victims);
+        bf_sb_printf(b, "    preemption: %d victims found, capacity freed ", v->victims);
         res_text(b, &v->freed);
-        ib_puts(b, "\n");
+        bf_sb_puts(b, "\n");
     }
     if ((v->same_domain && *v->same_domain) || v->n_cand || v->parked) {
-        ib_printf(b, "    same domain %s (%s)", dash(v->same_domain),
-                  v->same_satisfiable ? "satisfiable" : "not satisfiable");
+        bf_sb_printf(b, "    same domain %s (%s)", dash(v->same_domain),
+                     v->same_satisfiable ? "satisfiable" : "not satisfiable");
         if (v->parked)
-            ib_printf(b, "  PARKED for %d cycles", v->parked_age);
+            bf_sb_printf(b, "  PARKED for %d cycles", v->parked_age);
         if (v->n_cand) {
-            ib_puts(b, "  candidates:");
+            bf_sb_puts(b, "  candidates:");
             for (uint32_t k = 0; k < v->n_cand; k++)
-                ib_printf(b, " %s %d.%d%%%s", v->cand[k].domain, v->cand[k].per_mille / 10,
-                          v->cand[k].per_mille % 10, v->cand[k].satisfiable ? " ok" : "");
+                bf_sb_printf(b, " %s %d.%d%%%s", v->cand[k].domain, v->cand[k].per_mille / 10,
+                             v->cand[k].per_mille % 10, v->cand[k].satisfiable ? " ok" : "");
         }
-        ib_puts(b, "\n");
+        bf_sb_puts(b, "\n");
     }
 }
 
 void render_needs(const struct insp_opts *o, const struct insp_needs *n, const char *source,
-                  int64_t now_ns, struct insp_buf *b)
+                  int64_t now_ns, struct bf_strbuf *b)
 {
     if (o->json) {
-        struct jw w;
-        jw_init(&w, b);
-        jw_obj(&w, NULL);
-        jw_str(&w, "source", source);
+        struct bf_jw w;
+        bf_jw_init(&w, b);
+        bf_jw_obj(&w, NULL);
+        bf_jw_str(&w, "source", source);
         if (o->cluster)
-            jw_str(&w, "cluster_filter", o->cluster);
-        jw_obj(&w, "header");
-        jw_int(&w, "cycle", n->cycle);
-        jw_int(&w, "computed_at_unix_nanos", n->computed_at_ns);
-        jw_int(&w, "total_needs", n->total);
-        jw_obj_end(&w);
+            bf_jw_str(&w, "cluster_filter", o->cluster);
+        bf_jw_obj(&w, "header");
+        bf_jw_int(&w, "cycle", n->cycle);
+        bf_jw_int(&w, "computed_at_unix_nanos", n->computed_at_ns);
+        bf_jw_int(&w, "total_needs", n->total);
+        bf_jw_obj_end(&w);
         if (!n->remote) {
-            jw_uint(&w, "rows_without_verdict", n->rows_only);
-            jw_uint(&w, "rows_folded", n->rows_folded);
-            jw_uint(&w, "verdicts_without_row", n->verdicts_only);
-            jw_uint(&w, "busy_clusters", n->busy_clusters);
+            bf_jw_uint(&w, "rows_without_verdict", n->rows_only);
+            bf_jw_uint(&w, "rows_folded", n->rows_folded);
+            bf_jw_uint(&w, "verdicts_without_row", n->verdicts_only);
+            bf_jw_uint(&w, "busy_clusters", n->busy_clusters);
         }
-        jw_arr(&w, "needs");
+        bf_jw_arr(&w, "needs");
         for (uint32_t i = 0; i < n->n; i++)
             nv_json(&w, &n->v[i], n->remote);
-        jw_arr_end(&w);
-        jw_obj_end(&w);
-        ib_puts(b, "\n");
+        bf_jw_arr_end(&w);
+        bf_jw_obj_end(&w);
+        bf_sb_puts(b, "\n");
         return;
     }
     char t[48];
     fmt_time(t, sizeof t, n->computed_at_ns);
     if (n->cycle == 0)
-        ib_printf(b, "needs from %s: no cycle result yet (not yet computed, not \"no demand\")",
-                  source);
+        bf_sb_printf(b, "needs from %s: no cycle result yet (not yet computed, not \"no demand\")",
+                     source);
     else
-        ib_printf(b, "needs from %s: cycle %lld computed %s", source, (long long)n->cycle, t);
-    ib_printf(b, "; %lld needs%s%s", (long long)n->total, o->cluster ? " in cluster " : "",
-              o->cluster ? o->cluster : "");
+        bf_sb_printf(b, "needs from %s: cycle %lld computed %s", source, (long long)n->cycle, t);
+    bf_sb_printf(b, "; %lld needs%s%s", (long long)n->total, o->cluster ? " in cluster " : "",
+                 o->cluster ? o->cluster : "");
     if (n->n < n->total)
-        ib_printf(b, ", %u shown (--limit)", n->n);
-    ib_puts(b, "\n");
+        bf_sb_printf(b, ", %u shown (--limit)", n->n);
+    bf_sb_puts(b, "\n");
     if (!n->remote && (n->rows_only || n->verdicts_only || n->busy_clusters || n->rows_folded))
-        ib_printf(b,
-                  "  (rows without a verdict yet: %u; verdicts whose row has left the table: "
-                  "%u; Same-gang rows folded into plain Needs: %u; busy clusters: %u)\n",
-                  n->rows_only, n->verdicts_only, n->rows_folded, n->busy_clusters);
+        bf_sb_printf(b,
+                     "  (rows without a verdict yet: %u; verdicts whose row has left the table: "
+                     "%u; Same-gang rows folded into plain Needs: %u; busy clusters: %u)\n",
+                     n->rows_only, n->verdicts_only, n->rows_folded, n->busy_clusters);
     uint32_t unsat = 0;
     for (uint32_t i = 0; i < n->n; i++)
         unsat += n->v[i].has_verdict && !n->v[i].satisfied;
     if (n->n)
-        ib_printf(b, "  %u shown: %u unsatisfied\n", n->n, unsat);
+        bf_sb_printf(b, "  %u shown: %u unsatisfied\n", n->n, unsat);
     for (uint32_t i = 0; i < n->n; i++)
         nv_text(b, &n->v[i], i, now_ns);
 }
 
-static int render_needs_local(struct insp_ctx *c, struct insp_buf *b, char *err, size_t errlen)
+static int render_needs_local(struct insp_ctx *c, struct bf_strbuf *b, char *err, size_t errlen)
 {
     struct insp_needs n;
     int64_t limit = c->o->limit < 0 ? 0 : c->o->limit;
@@ -1425,7 +1432,7 @@ static int render_needs_local(struct insp_ctx *c, struct insp_buf *b, char *err,
 
 /* ------------------------------------------------------------ shortfalls */
 
-static int render_shortfalls(struct insp_ctx *c, struct insp_buf *b)
+static int render_shortfalls(struct insp_ctx *c, struct bf_strbuf *b)
 {
     const struct bf_shm *s = &c->shm;
     struct insp_cycle *cy = calloc(1, sizeof *cy);
@@ -1434,25 +1441,25 @@ static int render_shortfalls(struct insp_ctx *c, struct insp_buf *b)
     insp_cycle_read(s, cy, false);
     const struct bf_cycle_result *r = &cy->r;
     struct insp_arena a = {0};
-    struct jw w;
+    struct bf_jw w;
     if (c->o->json) {
-        jw_init(&w, b);
-        jw_obj(&w, NULL);
-        jw_str(&w, "shard_id", s->shard_id);
-        jw_uint(&w, "cycle", r->cycle);
-        jw_int(&w, "computed_at_unix_nanos", r->computed_at_ns);
-        jw_uint(&w, "shortfalls_total", r->shortfalls_total);
-        jw_arr(&w, "shortfalls");
+        bf_jw_init(&w, b);
+        bf_jw_obj(&w, NULL);
+        bf_jw_str(&w, "shard_id", s->shard_id);
+        bf_jw_uint(&w, "cycle", r->cycle);
+        bf_jw_int(&w, "computed_at_unix_nanos", r->computed_at_ns);
+        bf_jw_uint(&w, "shortfalls_total", r->shortfalls_total);
+        bf_jw_arr(&w, "shortfalls");
     } else {
         if (!r->cycle)
-            ib_puts(b, "no cycle result yet\n");
+            bf_sb_puts(b, "no cycle result yet\n");
         else
-            ib_printf(b, "shortfall ledger of cycle %llu: %u shown of %u (top %d)\n",
-                      (unsigned long long)r->cycle, r->n_shortfalls, r->shortfalls_total,
-                      BF_SHORTFALL_MAX);
+            bf_sb_printf(b, "shortfall ledger of cycle %llu: %u shown of %u (top %d)\n",
+                         (unsigned long long)r->cycle, r->n_shortfalls, r->shortfalls_total,
+                         BF_SHORTFALL_MAX);
         if (r->n_shortfalls)
-            ib_printf(b, "  %6s %8s %-12s %-32s %s\n", "AGE", "PRIORITY", "IPB", "DEFICIT",
-                      "FINGERPRINT");
+            bf_sb_printf(b, "  %6s %8s %-12s %-32s %s\n", "AGE", "PRIORITY", "IPB", "DEFICIT",
+                         "FINGERPRINT");
     }
     for (uint32_t i = 0; i < r->n_shortfalls; i++) {
         const struct bf_shortfall_row *sf = &r->shortfalls[i];
@@ -1462,27 +1469,27 @@ static int render_shortfalls(struct insp_ctx *c, struct insp_buf *b)
         struct insp_res d;
         insp_vec_res(&c->dims, sf->deficit, &a, &d);
         if (c->o->json) {
-            jw_obj(&w, NULL);
-            jw_str(&w, "profile_fingerprint", np ? np->fingerprint : "");
-            jw_int(&w, "priority", sf->priority);
-            jw_int(&w, "age_cycles", sf->age_cycles);
-            jw_int(&w, "interruption_penalty_bucket", sf->ipb);
+            bf_jw_obj(&w, NULL);
+            bf_jw_str(&w, "profile_fingerprint", np ? np->fingerprint : "");
+            bf_jw_int(&w, "priority", sf->priority);
+            bf_jw_int(&w, "age_cycles", sf->age_cycles);
+            bf_jw_int(&w, "interruption_penalty_bucket", sf->ipb);
             res_json(&w, "deficit", &d);
-            jw_obj_end(&w);
+            bf_jw_obj_end(&w);
         } else {
-            struct insp_buf db = {0};
+            struct bf_strbuf db = {0};
             res_text(&db, &d);
             char ipb[32];
             bucket_str(ipb, sizeof ipb, sf->ipb);
-            ib_printf(b, "  %6d %8d %-12s %-32s %s\n", sf->age_cycles, sf->priority, ipb, db.p,
-                      np ? np->fingerprint : "<undecodable>");
-            ib_free(&db);
+            bf_sb_printf(b, "  %6d %8d %-12s %-32s %s\n", sf->age_cycles, sf->priority, ipb, db.p,
+                         np ? np->fingerprint : "<undecodable>");
+            bf_sb_free(&db);
         }
     }
     if (c->o->json) {
-        jw_arr_end(&w);
-        jw_obj_end(&w);
-        ib_puts(b, "\n");
+        bf_jw_arr_end(&w);
+        bf_jw_obj_end(&w);
+        bf_sb_puts(b, "\n");
     }
     arena_free(&a);
     free(cy);
@@ -1503,32 +1510,32 @@ static void hist_load(struct insp_hist *h, const struct bf_hist *src, double sta
     h->nb = nb > BF_HIST_MAX_BUCKETS - 1 ? BF_HIST_MAX_BUCKETS - 1 : nb;
 }
 
-static void hist_json(struct jw *w, const char *name, const struct insp_hist *h)
+static void hist_json(struct bf_jw *w, const char *name, const struct insp_hist *h)
 {
-    jw_obj(w, NULL);
-    jw_str(w, "name", name);
-    jw_uint(w, "count", h->count);
-    jw_double(w, "sum_seconds", (double)h->sum_ns / 1e9);
-    jw_double(w, "mean_seconds", h->count ? (double)h->sum_ns / 1e9 / (double)h->count : NAN);
-    jw_double(w, "p50_seconds", insp_hist_quantile(h, 0.5));
-    jw_double(w, "p90_seconds", insp_hist_quantile(h, 0.9));
-    jw_double(w, "p99_seconds", insp_hist_quantile(h, 0.99));
-    jw_arr(w, "buckets");
+    bf_jw_obj(w, NULL);
+    bf_jw_str(w, "name", name);
+    bf_jw_uint(w, "count", h->count);
+    bf_jw_double(w, "sum_seconds", (double)h->sum_ns / 1e9);
+    bf_jw_double(w, "mean_seconds", h->count ? (double)h->sum_ns / 1e9 / (double)h->count : NAN);
+    bf_jw_double(w, "p50_seconds", insp_hist_quantile(h, 0.5));
+    bf_jw_double(w, "p90_seconds", insp_hist_quantile(h, 0.9));
+    bf_jw_double(w, "p99_seconds", insp_hist_quantile(h, 0.99));
+    bf_jw_arr(w, "buckets");
     for (int i = 0; i <= h->nb; i++) {
-        jw_obj(w, NULL);
+        bf_jw_obj(w, NULL);
         double le = insp_hist_bound(h, i);
         if (isinf(le))
-            jw_str(w, "le", "+Inf");
+            bf_jw_str(w, "le", "+Inf");
         else
-            jw_double(w, "le", le);
-        jw_uint(w, "count", h->bucket[i]);
-        jw_obj_end(w);
+            bf_jw_double(w, "le", le);
+        bf_jw_uint(w, "count", h->bucket[i]);
+        bf_jw_obj_end(w);
     }
-    jw_arr_end(w);
-    jw_obj_end(w);
+    bf_jw_arr_end(w);
+    bf_jw_obj_end(w);
 }
 
-static void hist_line(struct insp_buf *b, const char *name, const struct insp_hist *h,
+static void hist_line(struct bf_strbuf *b, const char *name, const struct insp_hist *h,
                       int64_t last_ns)
 {
     char mean[32], p50[32], p90[32], p99[32], last[32];
@@ -1537,11 +1544,11 @@ static void hist_line(struct insp_buf *b, const char *name, const struct insp_hi
     ms_str(p90, sizeof p90, insp_hist_quantile(h, 0.9) * 1e9);
     ms_str(p99, sizeof p99, insp_hist_quantile(h, 0.99) * 1e9);
     ms_str(last, sizeof last, last_ns >= 0 ? (double)last_ns : NAN);
-    ib_printf(b, "  %-22s %10llu %9s %9s %9s %9s %9s\n", name, (unsigned long long)h->count, mean,
-              p50, p90, p99, last);
+    bf_sb_printf(b, "  %-22s %10llu %9s %9s %9s %9s %9s\n", name, (unsigned long long)h->count,
+                 mean, p50, p90, p99, last);
 }
 
-static void hist_bars(struct insp_buf *b, const struct insp_hist *h)
+static void hist_bars(struct bf_strbuf *b, const struct insp_hist *h)
 {
     uint64_t max = 0;
     for (int i = 0; i <= h->nb; i++)
@@ -1555,14 +1562,14 @@ static void hist_bars(struct insp_buf *b, const struct insp_hist *h)
         else
             ms_str(ls, sizeof ls, le * 1e9);
         int bar = max ? (int)(40.0 * (double)h->bucket[i] / (double)max + 0.5) : 0;
-        ib_printf(b, "    le %-8s %10llu  ", ls, (unsigned long long)h->bucket[i]);
+        bf_sb_printf(b, "    le %-8s %10llu  ", ls, (unsigned long long)h->bucket[i]);
         for (int k = 0; k < bar; k++)
-            ib_put(b, "#", 1);
-        ib_puts(b, "\n");
+            bf_sb_put(b, "#", 1);
+        bf_sb_puts(b, "\n");
     }
 }
 
-static int render_histogram(struct insp_ctx *c, struct insp_buf *b)
+static int render_histogram(struct insp_ctx *c, struct bf_strbuf *b)
 {
     const struct bf_state_main *st = c->shm.st;
     struct insp_hist cyc, ph[BF_PHASE_COUNT];
@@ -1593,14 +1600,14 @@ static int render_histogram(struct insp_ctx *c, struct insp_buf *b)
         return -ENOMEM;
     insp_cycle_read(&c->shm, cy, false);
     if (c->o->json) {
-        struct jw w;
-        jw_init(&w, b);
-        jw_obj(&w, NULL);
-        jw_str(&w, "shard_id", c->shm.shard_id);
-        jw_uint(&w, "cycles", BF_STAT_GET(st->cycle.cycles));
-        jw_uint(&w, "last_cycle", cy->r.cycle);
-        jw_int(&w, "last_cycle_ns", cy->r.cycle_ns);
-        jw_arr(&w, "histograms");
+        struct bf_jw w;
+        bf_jw_init(&w, b);
+        bf_jw_obj(&w, NULL);
+        bf_jw_str(&w, "shard_id", c->shm.shard_id);
+        bf_jw_uint(&w, "cycles", BF_STAT_GET(st->cycle.cycles));
+        bf_jw_uint(&w, "last_cycle", cy->r.cycle);
+        bf_jw_int(&w, "last_cycle_ns", cy->r.cycle_ns);
+        bf_jw_arr(&w, "histograms");
         hist_json(&w, "cycle_duration", &cyc);
         for (int i = 0; i < BF_PHASE_COUNT; i++) {
             char nm[48];
@@ -1609,15 +1616,15 @@ static int render_histogram(struct insp_ctx *c, struct insp_buf *b)
         }
         for (int i = 0; i < no; i++)
             hist_json(&w, other[i].name, &other[i].h);
-        jw_arr_end(&w);
-        jw_obj_end(&w);
-        ib_puts(b, "\n");
+        bf_jw_arr_end(&w);
+        bf_jw_obj_end(&w);
+        bf_sb_puts(b, "\n");
     } else {
-        ib_printf(b, "cycle latency: %llu cycles run; last cycle #%llu\n",
-                  (unsigned long long)BF_STAT_GET(st->cycle.cycles),
-                  (unsigned long long)cy->r.cycle);
-        ib_printf(b, "  %-22s %10s %9s %9s %9s %9s %9s\n", "HISTOGRAM", "COUNT", "MEAN", "P50",
-                  "P90", "P99", "LAST");
+        bf_sb_printf(b, "cycle latency: %llu cycles run; last cycle #%llu\n",
+                     (unsigned long long)BF_STAT_GET(st->cycle.cycles),
+                     (unsigned long long)cy->r.cycle);
+        bf_sb_printf(b, "  %-22s %10s %9s %9s %9s %9s %9s\n", "HISTOGRAM", "COUNT", "MEAN", "P50",
+                     "P90", "P99", "LAST");
         hist_line(b, "cycle", &cyc, cy->r.cycle ? cy->r.cycle_ns : -1);
         for (int i = 0; i < BF_PHASE_COUNT; i++) {
             char nm[48];
@@ -1626,7 +1633,7 @@ static int render_histogram(struct insp_ctx *c, struct insp_buf *b)
         }
         for (int i = 0; i < no; i++)
             hist_line(b, other[i].name, &other[i].h, -1);
-        ib_puts(b, "\n  cycle duration buckets (exp(1ms, x2, 14)):\n");
+        bf_sb_puts(b, "\n  cycle duration buckets (exp(1ms, x2, 14)):\n");
         hist_bars(b, &cyc);
     }
     free(cy);
@@ -1635,7 +1642,7 @@ static int render_histogram(struct insp_ctx *c, struct insp_buf *b)
 
 /* ------------------------------------------------------------ dispatch */
 
-int insp_render(struct insp_ctx *c, struct insp_buf *b, char *err, size_t errlen)
+int insp_render(struct insp_ctx *c, struct bf_strbuf *b, char *err, size_t errlen)
 {
     bf_shm_dims(&c->shm, &c->dims);
     int rc = 0;
@@ -1659,16 +1666,16 @@ int insp_render(struct insp_ctx *c, struct insp_buf *b, char *err, size_t errlen
     case CMD_RINGS:
     case CMD_PROCS:
         if (c->o->json) {
-            struct jw w;
-            jw_init(&w, b);
-            jw_obj(&w, NULL);
-            jw_str(&w, "shard_id", c->shm.shard_id);
+            struct bf_jw w;
+            bf_jw_init(&w, b);
+            bf_jw_obj(&w, NULL);
+            bf_jw_str(&w, "shard_id", c->shm.shard_id);
             if (c->o->cmd == CMD_RINGS)
                 rings_json(c, &w);
             else
                 procs_json(c, &w);
-            jw_obj_end(&w);
-            ib_puts(b, "\n");
+            bf_jw_obj_end(&w);
+            bf_sb_puts(b, "\n");
         } else if (c->o->cmd == CMD_RINGS) {
             rings_text(c, b);
         } else {

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "bigfleet/json.h"
 #include "bigfleet/util.h"
 #include "run.h"
 
@@ -561,18 +562,13 @@ void rp_report_print(const struct rp_run *r, const struct rp_summary *s, FILE *f
 
 /* ------------------------------------------------------------ JSON */
 
+/* a string literal escaped by the base layer's JSON writer (bigfleet/json.h) */
 static void jstr(FILE *f, const char *s)
 {
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
+    struct bf_strbuf b = {0};
+    bf_json_escape(&b, s, strlen(s));
+    fputs(b.failed || !b.p ? "null" : b.p, f);
+    bf_sb_free(&b);
 }
 
 static void jnum(FILE *f, double v)

@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "bigfleet/log.h"
+#include "bigfleet/strbuf.h"
 #include "bigfleet/util.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"
 #include "run.h"
@@ -63,26 +64,10 @@ static void on_progress(struct bf_net_timer *t, void *arg);
 
 /* ------------------------------------------------------------ machines */
 
-static uint64_t hash_id(const char *s)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h ^ (h >> 29);
-}
-
 static struct rp_machine *machine_find(struct rp_run *r, const char *id)
 {
-    if (!r->mh_cap)
-        return NULL;
-    size_t j = hash_id(id) & (r->mh_cap - 1);
-    while (r->mh[j]) {
-        struct rp_machine *m = &r->m[r->mh[j] - 1];
-        if (!strcmp(m->id, id))
-            return m;
-        j = (j + 1) & (r->mh_cap - 1);
-    }
-    return NULL;
+    const uint32_t *i = rp_idmap_ref(&r->mh, id);
+    return i ? &r->m[*i] : NULL;
 }
 
 static struct rp_machine *machine_get(struct rp_run *r, const char *id)
@@ -90,29 +75,10 @@ static struct rp_machine *machine_get(struct rp_run *r, const char *id)
     struct rp_machine *m = machine_find(r, id);
     if (m)
         return m;
-    if ((r->n_m + 1) * 2 > r->mh_cap) {
-        size_t nc = r->mh_cap ? r->mh_cap * 2 : 4096;
-        uint32_t *nh = calloc(nc, sizeof *nh);
-        if (!nh)
-            return NULL;
-        for (size_t i = 0; i < r->n_m; i++) {
-            size_t j = hash_id(r->m[i].id) & (nc - 1);
-            while (nh[j])
-                j = (j + 1) & (nc - 1);
-            nh[j] = (uint32_t)i + 1;
-        }
-        free(r->mh);
-        r->mh = nh;
-        r->mh_cap = nc;
-    }
-    if (r->n_m == r->cap_m) {
-        size_t nc = r->cap_m ? r->cap_m * 2 : 4096;
-        struct rp_machine *nm = realloc(r->m, nc * sizeof *nm);
-        if (!nm)
-            return NULL;
-        r->m = nm;
-        r->cap_m = nc;
-    }
+    if (rp_idmap_reserve(&r->mh, (uint32_t)r->n_m + 1)) /* the put below cannot fail */
+        return NULL;
+    if (r->n_m == r->cap_m && bf_grow((void **)&r->m, &r->cap_m, r->n_m + 1, sizeof *r->m))
+        return NULL;
     m = &r->m[r->n_m];
     memset(m, 0, sizeof *m);
     m->id = strdup(id);
@@ -122,10 +88,7 @@ static struct rp_machine *machine_get(struct rp_run *r, const char *id)
     m->shape = -1;
     m->state = BF_STATE_UNSPECIFIED;
     m->phase = RP_PH_PROVISIONING;
-    size_t j = hash_id(id) & (r->mh_cap - 1);
-    while (r->mh[j])
-        j = (j + 1) & (r->mh_cap - 1);
-    r->mh[j] = (uint32_t)++r->n_m;
+    rp_idmap_put(&r->mh, m->id, (uint32_t)r->n_m++);
     return m;
 }
 
@@ -141,14 +104,8 @@ static int sup_add(struct rp_supply_ent **v, size_t *n, size_t *cap, uint32_t sh
     }
     if (delta <= 0)
         return 0;
-    if (*n == *cap) {
-        size_t nc = *cap ? *cap * 2 : 8;
-        struct rp_supply_ent *nv = realloc(*v, nc * sizeof *nv);
-        if (!nv)
-            return -ENOMEM;
-        *v = nv;
-        *cap = nc;
-    }
+    if (*n == *cap && bf_grow((void **)v, cap, *n + 1, sizeof **v))
+        return -ENOMEM;
     (*v)[(*n)++] = (struct rp_supply_ent){shape, delta};
     return 0;
 }
@@ -322,14 +279,8 @@ static const struct rp_need *need_of(const struct rp_cluster *c, uint32_t cls, s
 
 static int push_sample(int64_t **v, size_t *n, size_t *cap, int64_t x)
 {
-    if (*n == *cap) {
-        size_t nc = *cap ? *cap * 2 : 4096;
-        int64_t *nv = realloc(*v, nc * sizeof *nv);
-        if (!nv)
-            return -ENOMEM;
-        *v = nv;
-        *cap = nc;
-    }
+    if (*n == *cap && bf_grow((void **)v, cap, *n + 1, sizeof **v))
+        return -ENOMEM;
     (*v)[(*n)++] = x;
     return 0;
 }
@@ -563,14 +514,9 @@ static void on_bootstrap(struct rp_run *r, struct rp_cluster *c,
 
 static int alive_push(struct rp_cluster *c, uint32_t pod, uint32_t cls)
 {
-    if (c->n_alive == c->cap_alive) {
-        size_t nc = c->cap_alive ? c->cap_alive * 2 : 64;
-        struct rp_alive *na = realloc(c->alive, nc * sizeof *na);
-        if (!na)
-            return -ENOMEM;
-        c->alive = na;
-        c->cap_alive = nc;
-    }
+    if (c->n_alive == c->cap_alive &&
+        bf_grow((void **)&c->alive, &c->cap_alive, c->n_alive + 1, sizeof *c->alive))
+        return -ENOMEM;
     c->alive[c->n_alive++] = (struct rp_alive){pod, cls, 0, RP_POD_PENDING};
     return 0;
 }
@@ -1461,7 +1407,7 @@ void rp_run_free(struct rp_run *r)
     for (size_t i = 0; i < r->n_m; i++)
         free(r->m[i].id);
     free(r->m);
-    free(r->mh);
+    rp_idmap_free(&r->mh);
     rp_shapes_free(&r->shapes);
     free(r->ticks);
     free(r->lat);

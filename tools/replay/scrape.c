@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "bigfleet/util.h"
+#include "bigfleet/strbuf.h"
 #include "replay.h"
 
 /* ------------------------------------------------------------ parser */
@@ -31,14 +32,8 @@ static bool isalnum_ascii(char c)
 static int push(struct rp_prom *p, const char *name, size_t nl, const char *lab, size_t ll,
                 double v)
 {
-    if (p->n == p->cap) {
-        size_t nc = p->cap ? p->cap * 2 : 256;
-        struct rp_prom_sample *ns = realloc(p->v, nc * sizeof *ns);
-        if (!ns)
-            return -ENOMEM;
-        p->v = ns;
-        p->cap = nc;
-    }
+    if (p->n == p->cap && bf_grow((void **)&p->v, &p->cap, p->n + 1, sizeof *p->v))
+        return -ENOMEM;
     struct rp_prom_sample *s = &p->v[p->n];
     s->name = strndup(name, nl);
     s->labels = strndup(lab, ll);

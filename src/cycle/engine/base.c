@@ -1,7 +1,7 @@
 /*
  * base.c — the engine's containers: growable arrays, the per-cycle arena,
- * hashing, a u64 -> u32 map, callback-keyed id tables, the refcounted string
- * interner and chunked sorted slot lists.
+ * hashing (the u64 -> u32 map is bigfleet/hmap.h's), callback-keyed id tables, the refcounted
+ * string interner and chunked sorted slot lists.
  *
  * Design notes: no global state; every structure belongs to one engine and is
  * touched by one thread. Allocation failures surface as -ENOMEM / NONE32 and
@@ -12,24 +12,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bigfleet/strbuf.h"
 #include "cycle/engine/engine_internal.h"
 
+/* bf_grow (bigfleet/strbuf.h) for the engine's uint32_t capacities */
 int bfe_grow(void **p, uint32_t *cap, uint32_t need, size_t elsz)
 {
-    if (need <= *cap)
-        return 0;
-    uint64_t nc = *cap ? *cap : 8;
-    while (nc < need)
-        nc *= 2;
-    if (nc > UINT32_MAX)
-        nc = UINT32_MAX;
-    if (nc < need)
-        return -ENOMEM;
-    void *q = realloc(*p, (size_t)nc * elsz);
-    if (!q)
-        return -ENOMEM;
-    *p = q;
-    *cap = (uint32_t)nc;
+    size_t c = *cap;
+    int rc = bf_grow(p, &c, need, elsz);
+    if (rc)
+        return rc;
+    *cap = c > UINT32_MAX ? UINT32_MAX : (uint32_t)c;
     return 0;
 }
 
@@ -139,121 +132,6 @@ uint64_t bfe_hash_bytes(const void *p, size_t n, uint64_t seed)
         h *= 0x100000001b3ULL;
     }
     return bfe_mix64(h);
-}
-
-/* ------------------------------------------------------------------ u64map */
-
-static int u64map_rehash(struct u64map *m, uint32_t ncap)
-{
-    uint64_t *keys = malloc((size_t)ncap * sizeof *keys);
-    uint32_t *vals = malloc((size_t)ncap * sizeof *vals);
-    if (!keys || !vals) {
-        free(keys);
-        free(vals);
-        return -ENOMEM;
-    }
-    for (uint32_t i = 0; i < ncap; i++)
-        vals[i] = NONE32;
-    uint32_t nmask = ncap - 1;
-    if (m->keys) {
-        for (uint32_t i = 0; i <= m->mask; i++) {
-            if (m->vals[i] == NONE32)
-                continue;
-            uint32_t j = (uint32_t)bfe_mix64(m->keys[i]) & nmask;
-            while (vals[j] != NONE32)
-                j = (j + 1) & nmask;
-            keys[j] = m->keys[i];
-            vals[j] = m->vals[i];
-        }
-    }
-    free(m->keys);
-    free(m->vals);
-    m->keys = keys;
-    m->vals = vals;
-    m->mask = nmask;
-    return 0;
-}
-
-uint32_t bfe_u64map_get(const struct u64map *m, uint64_t key)
-{
-    if (!m->keys)
-        return NONE32;
-    uint32_t j = (uint32_t)bfe_mix64(key) & m->mask;
-    while (m->vals[j] != NONE32) {
-        if (m->keys[j] == key)
-            return m->vals[j];
-        j = (j + 1) & m->mask;
-    }
-    return NONE32;
-}
-
-int bfe_u64map_put(struct u64map *m, uint64_t key, uint32_t val)
-{
-    if (!m->keys || (m->used + 1) * 4 > (m->mask + 1) * 3) {
-        uint32_t ncap = m->keys ? (m->mask + 1) * 2 : 16;
-        int rc = u64map_rehash(m, ncap);
-        if (rc)
-            return rc;
-    }
-    uint32_t j = (uint32_t)bfe_mix64(key) & m->mask;
-    while (m->vals[j] != NONE32) {
-        if (m->keys[j] == key) {
-            m->vals[j] = val;
-            return 0;
-        }
-        j = (j + 1) & m->mask;
-    }
-    m->keys[j] = key;
-    m->vals[j] = val;
-    m->used++;
-    return 0;
-}
-
-void bfe_u64map_del(struct u64map *m, uint64_t key)
-{
-    if (!m->keys)
-        return;
-    uint32_t j = (uint32_t)bfe_mix64(key) & m->mask;
-    while (m->vals[j] != NONE32) {
-        if (m->keys[j] == key)
-            break;
-        j = (j + 1) & m->mask;
-    }
-    if (m->vals[j] == NONE32)
-        return;
-    m->vals[j] = NONE32;
-    m->used--;
-    uint32_t i = j;
-    for (;;) {
-        i = (i + 1) & m->mask;
-        if (m->vals[i] == NONE32)
-            return;
-        uint32_t home = (uint32_t)bfe_mix64(m->keys[i]) & m->mask;
-        /* move i back to j if its home is not in the cyclic range (j, i] */
-        bool move = (j <= i) ? (home <= j || home > i) : (home <= j && home > i);
-        if (move) {
-            m->keys[j] = m->keys[i];
-            m->vals[j] = m->vals[i];
-            m->vals[i] = NONE32;
-            j = i;
-        }
-    }
-}
-
-void bfe_u64map_clear(struct u64map *m)
-{
-    if (!m->keys)
-        return;
-    for (uint32_t i = 0; i <= m->mask; i++)
-        m->vals[i] = NONE32;
-    m->used = 0;
-}
-
-void bfe_u64map_free(struct u64map *m)
-{
-    free(m->keys);
-    free(m->vals);
-    memset(m, 0, sizeof *m);
 }
 
 /* ------------------------------------------------------------------ idtab */

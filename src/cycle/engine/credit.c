@@ -131,7 +131,7 @@ void bfe_credit_acq_changed(struct bf_engine *e, uint32_t itype)
     e->acq_ver_all = ++e->acq_clock;
     if (!itype)
         return;
-    uint32_t idx = bfe_u64map_get(&e->tver_map, itype);
+    uint32_t idx = bfe_u64map_get(&e->tver_map, itype, NONE32);
     if (idx == NONE32) {
         if (GROW(e->tver, e->cap_tver, e->n_tver + 1) ||
             bfe_u64map_put(&e->tver_map, itype, e->n_tver)) {
@@ -147,7 +147,7 @@ static uint64_t tver_of(const struct bf_engine *e, uint32_t itype)
 {
     if (itype == NONE32)
         return e->acq_ver_all;
-    uint32_t idx = bfe_u64map_get(&e->tver_map, itype);
+    uint32_t idx = bfe_u64map_get(&e->tver_map, itype, NONE32);
     return idx == NONE32 ? 0 : e->tver[idx];
 }
 
@@ -289,7 +289,7 @@ int bfe_credit_cbk(struct bf_engine *e, const struct same_bucket *bk, uint32_t n
 
 static bool creating_nonempty(const struct bf_engine *e, uint32_t fp)
 {
-    uint32_t lid = bfe_u64map_get(&e->list_map, LK_CFP(fp));
+    uint32_t lid = bfe_u64map_get(&e->list_map, LK_CFP(fp), NONE32);
     return lid != NONE32 && e->lists[lid].n > 0;
 }
 

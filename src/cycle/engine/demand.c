@@ -135,7 +135,7 @@ static void cprof_destroy(struct bf_engine *e, struct cprof *cp)
     free(cp->mcache);
     free(cp->prof_mem);
     if (cp->fp != NONE32) {
-        bfe_u64map_del(&e->cprof_map, cp->fp);
+        bfe_u64map_del(&e->cprof_map, cp->fp, NULL);
         bfe_intern_release(&e->in, cp->fp);
     }
     if (cp->idx != NONE32) {
@@ -254,7 +254,7 @@ static struct cprof *cprof_get_ex(struct bf_engine *e, const struct bf_need_prof
     }
     uint32_t fid = bfe_intern_find(&e->in, fps, fl);
     if (fid != NONE32) {
-        uint32_t idx = bfe_u64map_get(&e->cprof_map, fid);
+        uint32_t idx = bfe_u64map_get(&e->cprof_map, fid, NONE32);
         if (idx != NONE32) {
             struct cprof *cp = e->cprofs[idx];
             cp->refs++;

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "bigfleet/engine.h"
+#include "bigfleet/hmap.h"
 
 #define NONE32 UINT32_MAX
 
@@ -98,25 +99,12 @@ void bfe_sort_tail(void *base, size_t n, size_t sz, int (*cmp)(const void *, con
 uint64_t bfe_hash_bytes(const void *p, size_t n, uint64_t seed);
 static inline uint64_t bfe_mix64(uint64_t x)
 {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
+    return bf_hash_u64(x); /* fmix64, bigfleet/hmap.h */
 }
 
-/* u64 -> u32 open-addressing map (linear probing, backward-shift delete). */
-struct u64map {
-    uint64_t *keys;
-    uint32_t *vals;
-    uint32_t mask, used; /* capacity = mask + 1 (power of two) or 0 */
-};
-uint32_t bfe_u64map_get(const struct u64map *m, uint64_t key); /* NONE32 if absent */
-int bfe_u64map_put(struct u64map *m, uint64_t key, uint32_t val);
-void bfe_u64map_del(struct u64map *m, uint64_t key);
-void bfe_u64map_free(struct u64map *m);
-void bfe_u64map_clear(struct u64map *m);
+/* u64 -> u32 map (bigfleet/hmap.h): string ids, fingerprints and packed keys
+ * to indexes; bfe_u64map_get(m, key, NONE32) for "absent". */
+BF_HMAP_DEFINE(bfe_u64map, uint64_t, uint32_t, bf_hash_u64, BF_HMAP_EQ)
 
 /* Id table: open addressing over object ids whose hash and equality are
  * provided by callbacks (class, leaf, label-set and string tables). */
@@ -593,8 +581,8 @@ struct bf_engine {
     uint32_t n_cls_free, cap_cls_free;
     struct idtab cls_tab;
     uint32_t live_classes;
-    struct leaflist all_classes;    /* class ids (reusing leaflist) */
-    struct u64map type_classes_map; /* itype string id -> index in type_classes */
+    struct leaflist all_classes;        /* class ids (reusing leaflist) */
+    struct bfe_u64map type_classes_map; /* itype string id -> index in type_classes */
     struct leaflist *type_classes;
     uint32_t n_type_classes, cap_type_classes;
 
@@ -609,7 +597,7 @@ struct bf_engine {
     uint32_t live_leaves;
     struct leaflist *lists;
     uint32_t n_lists, cap_lists;
-    struct u64map list_map;
+    struct bfe_u64map list_map;
     /* Configured leaves by assigned priority: sorted (prio, list id) */
     int32_t *prio_keys;
     uint32_t *prio_lists;
@@ -622,15 +610,15 @@ struct bf_engine {
     /* clusters */
     struct cluster *clusters;
     uint32_t n_clusters, cap_clusters;
-    struct u64map cluster_map; /* name string id -> index */
-    uint32_t *cluster_order;   /* indices sorted by name */
+    struct bfe_u64map cluster_map; /* name string id -> index */
+    uint32_t *cluster_order;       /* indices sorted by name */
     uint32_t cap_corder;
     bool cluster_order_dirty;
 
     /* compiled profiles */
     struct cprof **cprofs;
     uint32_t n_cprofs, cap_cprofs;
-    struct u64map cprof_map; /* fp string id -> index */
+    struct bfe_u64map cprof_map; /* fp string id -> index */
     uint32_t *cprof_free;
     uint32_t n_cprof_free, cap_cprof_free;
 
@@ -649,7 +637,7 @@ struct bf_engine {
      * every change of an Idle/Speculative count takes the next value, for all
      * types and for the machine's instance type) */
     uint64_t acq_clock, acq_ver_all;
-    struct u64map tver_map; /* itype string id -> index into tver */
+    struct bfe_u64map tver_map; /* itype string id -> index into tver */
     uint64_t *tver;
     uint32_t n_tver, cap_tver;
     uint64_t epoch_ctr;    /* cluster credit epochs */
@@ -663,11 +651,11 @@ struct bf_engine {
     uint32_t pp_kept, pp_reranked, pp_derived; /* this cycle's pre-pass rows */
     /* same.c: this cycle's acquirable pools and rankings (cycle arena) */
     struct apool *apools;
-    struct u64map amap;
+    struct bfe_u64map amap;
     void **aobj;
     uint32_t n_aobj, cap_aobj;
-    struct u64map norm_map[3]; /* NormalizeDemand's per-cycle maps (kept allocated) */
-    struct u64map victim_map;  /* Phase 2's per-cycle candidate cache index */
+    struct bfe_u64map norm_map[3]; /* NormalizeDemand's per-cycle maps (kept allocated) */
+    struct bfe_u64map victim_map;  /* Phase 2's per-cycle candidate cache index */
 
     /* cycle */
     uint64_t cycle;
@@ -702,13 +690,14 @@ struct bf_engine {
     /* cross-cycle ledgers */
     struct park_entry *park;
     uint32_t n_park, cap_park;
-    struct u64map park_map; /* hash(cluster, group, fp) -> index (collisions chained by probe) */
+    struct bfe_u64map
+        park_map; /* hash(cluster, group, fp) -> index (collisions chained by probe) */
     struct short_entry *shortl;
     uint32_t n_shortl, cap_shortl;
-    struct u64map short_map; /* fp string id -> index */
+    struct bfe_u64map short_map; /* fp string id -> index */
     struct ac_entry *ac;
     uint32_t n_ac, cap_ac;
-    struct u64map ac_map; /* (cluster id << 32 | fp id) -> index */
+    struct bfe_u64map ac_map; /* (cluster id << 32 | fp id) -> index */
 };
 
 /* mirror.c */

@@ -324,7 +324,7 @@ static bool cls_eq(const void *ctx, uint32_t id, const void *key)
 
 static struct leaflist *type_class_list(struct bf_engine *e, uint32_t itype, bool create)
 {
-    uint32_t idx = bfe_u64map_get(&e->type_classes_map, itype);
+    uint32_t idx = bfe_u64map_get(&e->type_classes_map, itype, NONE32);
     if (idx != NONE32)
         return &e->type_classes[idx];
     if (!create)
@@ -475,7 +475,7 @@ uint32_t bfe_class_attr(const struct bf_engine *e, const struct mclass *c, uint8
 
 uint32_t bfe_cluster_get(struct bf_engine *e, uint32_t name_id, bool create)
 {
-    uint32_t idx = bfe_u64map_get(&e->cluster_map, name_id);
+    uint32_t idx = bfe_u64map_get(&e->cluster_map, name_id, NONE32);
     if (idx != NONE32 || !create)
         return idx;
     if (e->n_clusters >= BF_MAX_CLUSTERS)
@@ -509,7 +509,7 @@ uint32_t bfe_cluster_lists(const struct bf_engine *e, uint32_t ci, int si, const
     uint8_t state = si == 0 ? BF_STATE_CONFIGURED : BF_STATE_CONFIGURING;
     for (uint32_t t = 0; t <= cp->npin && n < cap; t++) {
         uint32_t itype = t < cp->npin ? cp->pin[t] : 0;
-        uint32_t lid = bfe_u64map_get(&e->list_map, LK_CLUSTER(state, ci, itype));
+        uint32_t lid = bfe_u64map_get(&e->list_map, LK_CLUSTER(state, ci, itype), NONE32);
         if (lid != NONE32)
             out[n++] = lid;
     }
@@ -520,7 +520,7 @@ uint32_t bfe_cluster_lists(const struct bf_engine *e, uint32_t ci, int si, const
 
 static uint32_t list_get(struct bf_engine *e, uint64_t key)
 {
-    uint32_t id = bfe_u64map_get(&e->list_map, key);
+    uint32_t id = bfe_u64map_get(&e->list_map, key, NONE32);
     if (id != NONE32)
         return id;
     if (GROW(e->lists, e->cap_lists, e->n_lists + 1))
@@ -671,7 +671,7 @@ static uint32_t leaf_create(struct bf_engine *e, const struct leafkey *k, uint64
         l->cluster_idx = ci;
         int si = k->state == BF_STATE_CONFIGURED ? 0 : 1;
         uint64_t key = LK_CLUSTER(k->state, ci, c->itype);
-        uint32_t lid = bfe_u64map_get(&e->list_map, key);
+        uint32_t lid = bfe_u64map_get(&e->list_map, key, NONE32);
         if (lid == NONE32) {
             lid = list_get(e, key);
             struct cluster *cl = &e->clusters[ci];
@@ -1205,7 +1205,7 @@ uint32_t bf_engine_cluster_configured(const struct bf_engine *e, const char *clu
     uint32_t id = bfe_intern_find(&e->in, cluster, strlen(cluster));
     if (id == NONE32)
         return 0;
-    uint32_t ci = bfe_u64map_get(&e->cluster_map, id);
+    uint32_t ci = bfe_u64map_get(&e->cluster_map, id, NONE32);
     return ci == NONE32 ? 0 : e->clusters[ci].conf_count;
 }
 

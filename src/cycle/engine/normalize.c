@@ -55,7 +55,7 @@ static bool fits_shard(struct bf_engine *e, struct cprof *cp, const bf_vec *agg)
     for (uint32_t t = 0; t < ntypes; t++) {
         const struct leaflist *cls_list;
         if (cp->pinned) {
-            uint32_t idx = bfe_u64map_get(&e->type_classes_map, cp->pin[t]);
+            uint32_t idx = bfe_u64map_get(&e->type_classes_map, cp->pin[t], NONE32);
             cls_list = idx == NONE32 ? NULL : &e->type_classes[idx];
         } else {
             cls_list = &e->all_classes;
@@ -80,14 +80,14 @@ static uint64_t memo_hash(uint32_t cluster, const struct cprof *cp, const bf_vec
 struct memotab {
     struct memo *v;
     uint32_t n, cap;
-    struct u64map *map;
+    struct bfe_u64map *map;
 };
 
 static int memo_get(struct bf_engine *e, struct memotab *mt, uint32_t cluster, struct cprof *cp,
                     const bf_vec *agg, bool *out)
 {
     uint64_t h = memo_hash(cluster, cp, agg);
-    uint32_t i = bfe_u64map_get(mt->map, h);
+    uint32_t i = bfe_u64map_get(mt->map, h, NONE32);
     uint32_t head = i;
     for (; i != NONE32; i = mt->v[i].next) {
         const struct memo *m = &mt->v[i];

@@ -36,7 +36,7 @@ static uint32_t park_find(const struct bf_engine *e, uint32_t cluster, uint32_t 
 {
     uint64_t h = park_hash(cluster, group, fp);
     for (;; h++) {
-        uint32_t i = bfe_u64map_get(&e->park_map, h);
+        uint32_t i = bfe_u64map_get(&e->park_map, h, NONE32);
         if (i == NONE32)
             return NONE32;
         const struct park_entry *p = &e->park[i];
@@ -49,7 +49,7 @@ static int park_insert(struct bf_engine *e, uint32_t idx)
 {
     const struct park_entry *p = &e->park[idx];
     uint64_t h = park_hash(p->cluster, p->group, p->fp);
-    while (bfe_u64map_get(&e->park_map, h) != NONE32)
+    while (bfe_u64map_get(&e->park_map, h, NONE32) != NONE32)
         h++;
     return bfe_u64map_put(&e->park_map, h, idx);
 }
@@ -116,7 +116,7 @@ int bfe_park_record(struct bf_engine *e)
         bfe_intern_release(&e->in, p->group);
         bfe_intern_release(&e->in, p->fp);
     }
-    if (k != e->n_park || e->park_map.used != k) {
+    if (k != e->n_park || e->park_map.n != k) {
         e->n_park = k;
         bfe_u64map_clear(&e->park_map);
         for (uint32_t i = 0; i < k; i++)
@@ -143,7 +143,7 @@ static int shortfalls(struct bf_engine *e)
     for (uint32_t u = 0; u < e->n_unres; u++) {
         const struct dneed *d = &e->d[e->unres[u].need];
         uint32_t fp = d->cp->fp;
-        uint32_t si = bfe_u64map_get(&e->short_map, fp);
+        uint32_t si = bfe_u64map_get(&e->short_map, fp, NONE32);
         if (si == NONE32) {
             TRY(GROW(e->shortl, e->cap_shortl, e->n_shortl + 1));
             si = e->n_shortl;
@@ -211,7 +211,7 @@ static void matching_supply(struct bf_engine *e, const struct dneed *d, struct b
     for (uint32_t t = 0; t < ntypes; t++) {
         const struct leaflist *cls_list;
         if (cp->pinned) {
-            uint32_t idx = bfe_u64map_get(&e->type_classes_map, cp->pin[t]);
+            uint32_t idx = bfe_u64map_get(&e->type_classes_map, cp->pin[t], NONE32);
             cls_list = idx == NONE32 ? NULL : &e->type_classes[idx];
         } else {
             cls_list = &e->all_classes;
@@ -309,7 +309,7 @@ static int verdicts(struct bf_engine *e)
         }
         if (d->parked)
             v->parked_age_cycles = d->park_age;
-        uint32_t si = bfe_u64map_get(&e->short_map, d->cp->fp);
+        uint32_t si = bfe_u64map_get(&e->short_map, d->cp->fp, NONE32);
         if (si != NONE32)
             v->age_cycles_unmet = e->shortl[si].age;
         matching_supply(e, d, v);
@@ -352,7 +352,7 @@ static void ac_figures(struct bf_engine *e, struct cprof *cp)
     double cost = 0;
     bool have = false;
     for (uint32_t t = 0; t < cp->npin; t++) {
-        uint32_t idx = bfe_u64map_get(&e->type_classes_map, cp->pin[t]);
+        uint32_t idx = bfe_u64map_get(&e->type_classes_map, cp->pin[t], NONE32);
         if (idx != NONE32) {
             const struct leaflist *cl = &e->type_classes[idx];
             for (uint32_t i = 0; i < cl->n; i++) {
@@ -360,7 +360,7 @@ static void ac_figures(struct bf_engine *e, struct cprof *cp)
                 spec += e->cls[cl->v[i]].count[BF_STATE_SPECULATIVE];
             }
         }
-        uint32_t lid = bfe_u64map_get(&e->list_map, LK_TYPE(BF_STATE_IDLE, cp->pin[t]));
+        uint32_t lid = bfe_u64map_get(&e->list_map, LK_TYPE(BF_STATE_IDLE, cp->pin[t]), NONE32);
         if (lid == NONE32)
             continue;
         const struct leaflist *ll = &e->lists[lid];
@@ -383,12 +383,12 @@ static int ac_profiles(struct bf_engine *e, struct cluster *cl)
 {
     if (cl->acl_valid)
         return 0;
-    struct u64map *seen = &e->norm_map[2];
+    struct bfe_u64map *seen = &e->norm_map[2];
     bfe_u64map_clear(seen);
     cl->nacl = 0;
     for (uint32_t i = 0; i < cl->n_needs; i++) {
         struct cprof *cp = cl->needs[i].cp;
-        if (bfe_u64map_get(seen, cp->idx) != NONE32)
+        if (bfe_u64map_get(seen, cp->idx, NONE32) != NONE32)
             continue;
         TRY(bfe_u64map_put(seen, cp->idx, i));
         TRY(GROW(cl->acl, cl->capacl, cl->nacl + 1));
@@ -417,7 +417,7 @@ static int ac_hints(struct bf_engine *e, int64_t now_ns)
                                          : BF_AC_CONFIDENCE_NONE;
             double cost = cp->ac_cost;
             uint64_t key = ac_key(cl->name, cp->fp);
-            uint32_t ai = bfe_u64map_get(&e->ac_map, key);
+            uint32_t ai = bfe_u64map_get(&e->ac_map, key, NONE32);
             if (ai == NONE32) {
                 TRY(GROW(e->ac, e->cap_ac, e->n_ac + 1));
                 ai = e->n_ac;

@@ -36,7 +36,7 @@
 
 static inline const struct leaflist *list_at(const struct bf_engine *e, uint64_t key)
 {
-    uint32_t id = bfe_u64map_get(&e->list_map, key);
+    uint32_t id = bfe_u64map_get(&e->list_map, key, NONE32);
     return id == NONE32 ? NULL : &e->lists[id];
 }
 
@@ -412,7 +412,7 @@ static int prepass_plain(struct bf_engine *e, uint32_t di)
     if (!bf_vec_is_zero(&d->rem)) {
         /* read even when nothing is Creating: the incremental pre-pass keeps
          * this outcome only while the list stays empty */
-        uint32_t lid = bfe_u64map_get(&e->list_map, LK_CFP(d->cp->fp));
+        uint32_t lid = bfe_u64map_get(&e->list_map, LK_CFP(d->cp->fp), NONE32);
         bfe_credit_creating_read(e, lid);
         if (e->by_state[BF_STATE_CREATING] == 0)
             goto out;
@@ -688,7 +688,7 @@ static int prepass_same(struct bf_engine *e, uint32_t di)
         goto out;
     {
         uint32_t n0 = g.n;
-        uint32_t lid = bfe_u64map_get(&e->list_map, LK_CFP(cp->fp));
+        uint32_t lid = bfe_u64map_get(&e->list_map, LK_CFP(cp->fp), NONE32);
         bfe_credit_creating_read(e, lid);
         if ((rc = gather_list(e, d, lid, &g, 2, cp->same_kind, cp->same_key, true)))
             goto out;
@@ -727,7 +727,7 @@ static int prepass_same(struct bf_engine *e, uint32_t di)
             for (uint32_t t = 0; t < ntypes; t++) {
                 const struct leaflist *cls_list;
                 if (cp->pinned) {
-                    uint32_t idx = bfe_u64map_get(&e->type_classes_map, cp->pin[t]);
+                    uint32_t idx = bfe_u64map_get(&e->type_classes_map, cp->pin[t], NONE32);
                     cls_list = idx == NONE32 ? NULL : &e->type_classes[idx];
                 } else {
                     cls_list = &e->all_classes;

@@ -83,11 +83,11 @@ static bool pinned_has(const struct cprof *cp, uint32_t itype)
     return false;
 }
 
-static int victims_of(struct bf_engine *e, struct cprof *cp, int32_t P, struct u64map *vmap,
+static int victims_of(struct bf_engine *e, struct cprof *cp, int32_t P, struct bfe_u64map *vmap,
                       struct vcache **vc, uint32_t *nvc, uint32_t *capvc, struct vcache **out)
 {
     uint64_t key = ((uint64_t)cp->idx << 32) | (uint32_t)P;
-    uint32_t idx = bfe_u64map_get(vmap, key);
+    uint32_t idx = bfe_u64map_get(vmap, key, NONE32);
     if (idx != NONE32) {
         *out = &(*vc)[idx];
         return 0;
@@ -189,7 +189,7 @@ int bfe_phase2(struct bf_engine *e)
         if (!bf_vec_is_zero(&e->d[i].rem))
             ord[n++] = ((uint64_t)((int64_t)INT32_MAX - e->d[i].cp->prio) << 32) | i;
     bfe_qsort(ord, n, sizeof *ord, u64_cmp);
-    struct u64map *vmap = &e->victim_map;
+    struct bfe_u64map *vmap = &e->victim_map;
     bfe_u64map_clear(vmap);
     struct vcache *vc = NULL;
     uint32_t nvc = 0, capvc = 0;

@@ -7,8 +7,8 @@
  * truncation). They change what executes, never what the engine decided.
  *
  * Design notes: no engine state is read; the Configured count per cluster
- * comes from a caller callback (bf_engine_cluster_configured fits). A small
- * open-addressing table keyed by the cluster string counts Reclaims.
+ * comes from a caller callback (bf_engine_cluster_configured fits). A map
+ * keyed by the cluster string (bigfleet/hmap.h) counts Reclaims.
  */
 #include <errno.h>
 #include <math.h>
@@ -17,15 +17,18 @@
 
 #include "cycle/engine/engine_internal.h"
 
-struct capslot {
-    const char *cluster;
+struct capcount {
     uint64_t kept, limit;
 };
-
-static uint64_t str_hash(const char *s)
+static inline uint64_t str_hash(const char *s)
 {
-    return bfe_hash_bytes(s, strlen(s), 13);
+    return bf_hash_bytes(s, strlen(s));
 }
+static inline bool str_eq(const char *a, const char *b)
+{
+    return strcmp(a, b) == 0;
+}
+BF_HMAP_DEFINE(capmap, const char *, struct capcount, str_hash, str_eq)
 
 size_t bf_engine_rail_reclaim_cap(struct bf_engine_action *a, size_t n, double fraction,
                                   uint32_t (*configured)(void *ctx, const char *cluster), void *ctx,
@@ -40,14 +43,9 @@ size_t bf_engine_rail_reclaim_cap(struct bf_engine_action *a, size_t n, double f
         nrec += a[i].kind == BF_ACTION_RECLAIM;
     if (!nrec)
         return n;
-    size_t cap = 16;
-    while (cap < nrec * 2)
-        cap *= 2;
-    struct capslot stackt[64];
-    struct capslot *t = cap <= 64 ? stackt : calloc(cap, sizeof *t);
-    if (!t)
+    struct capmap t = {0};
+    if (nrec > UINT32_MAX || capmap_reserve(&t, (uint32_t)nrec)) /* no put below grows */
         return n; /* cannot count: cap nothing rather than everything */
-    memset(t, 0, cap * sizeof *t);
     size_t k = 0, dropped = 0;
     for (size_t i = 0; i < n; i++) {
         if (a[i].kind != BF_ACTION_RECLAIM) {
@@ -55,24 +53,23 @@ size_t bf_engine_rail_reclaim_cap(struct bf_engine_action *a, size_t n, double f
             continue;
         }
         const char *c = a[i].cluster ? a[i].cluster : "";
-        size_t j = (size_t)str_hash(c) & (cap - 1);
-        while (t[j].cluster && strcmp(t[j].cluster, c) != 0)
-            j = (j + 1) & (cap - 1);
-        if (!t[j].cluster) {
-            t[j].cluster = c;
+        struct capcount *cc = capmap_ref(&t, c);
+        if (!cc) {
             uint32_t conf = configured ? configured(ctx, c) : 0;
             double lim = floor(fraction * (double)conf);
-            t[j].limit = lim < 1 ? 1 : (lim > 1e18 ? (uint64_t)1e18 : (uint64_t)lim);
+            struct capcount nc = {.limit =
+                                      lim < 1 ? 1 : (lim > 1e18 ? (uint64_t)1e18 : (uint64_t)lim)};
+            capmap_put(&t, c, nc); /* cannot fail: reserved for nrec clusters */
+            cc = capmap_ref(&t, c);
         }
-        if (t[j].kept < t[j].limit) {
-            t[j].kept++;
+        if (cc->kept < cc->limit) {
+            cc->kept++;
             a[k++] = a[i];
         } else {
             dropped++;
         }
     }
-    if (t != stackt)
-        free(t);
+    capmap_free(&t);
     if (capped)
         *capped = dropped;
     return k;

@@ -133,7 +133,7 @@ static int pool_build(struct bf_engine *e, struct cprof *cp, const bf_vec *minu,
     for (uint32_t t = 0; t < ntypes; t++) {
         const struct leaflist *cl = NULL;
         if (cp->pinned) {
-            uint32_t idx = bfe_u64map_get(&e->type_classes_map, cp->pin[t]);
+            uint32_t idx = bfe_u64map_get(&e->type_classes_map, cp->pin[t], NONE32);
             cl = idx == NONE32 ? NULL : &e->type_classes[idx];
         } else {
             cl = &e->all_classes;
@@ -153,7 +153,7 @@ static int pool_build(struct bf_engine *e, struct cprof *cp, const bf_vec *minu,
     for (uint32_t t = 0; t < ntypes; t++) {
         const struct leaflist *cl = NULL;
         if (cp->pinned) {
-            uint32_t idx = bfe_u64map_get(&e->type_classes_map, cp->pin[t]);
+            uint32_t idx = bfe_u64map_get(&e->type_classes_map, cp->pin[t], NONE32);
             cl = idx == NONE32 ? NULL : &e->type_classes[idx];
         } else {
             cl = &e->all_classes;
@@ -220,16 +220,16 @@ static int obj_put(struct bf_engine *e, uint64_t key, void *obj, uint32_t *chain
     TRY(GROW(e->aobj, e->cap_aobj, e->n_aobj + 1));
     uint32_t idx = e->n_aobj++;
     e->aobj[idx] = obj;
-    *chain = bfe_u64map_get(&e->amap, key);
+    *chain = bfe_u64map_get(&e->amap, key, NONE32);
     if (*chain != NONE32)
-        bfe_u64map_del(&e->amap, key);
+        bfe_u64map_del(&e->amap, key, NULL);
     return bfe_u64map_put(&e->amap, key, idx);
 }
 
 static int pool_get(struct bf_engine *e, struct cprof *cp, const bf_vec *minu, struct apool **out)
 {
     uint64_t key = pool_key(cp, minu);
-    for (uint32_t i = bfe_u64map_get(&e->amap, key); i != NONE32;) {
+    for (uint32_t i = bfe_u64map_get(&e->amap, key, NONE32); i != NONE32;) {
         struct apool *p = e->aobj[i];
         if (p->cp == cp && bf_vec_eq(&p->minu, minu)) {
             *out = p;
@@ -289,7 +289,7 @@ static int rank_get(struct bf_engine *e, struct apool *p, const bf_vec *agg,
                     const struct arank **out)
 {
     uint64_t key = rank_key_hash(p, agg);
-    for (uint32_t i = bfe_u64map_get(&e->amap, key); i != NONE32;) {
+    for (uint32_t i = bfe_u64map_get(&e->amap, key, NONE32); i != NONE32;) {
         struct arank *r = e->aobj[i];
         if (r->pool == p && bf_vec_eq(&r->agg, agg)) {
             *out = r;
