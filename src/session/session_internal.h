@@ -19,7 +19,10 @@
 #include "bigfleet/config.h"
 #include "bigfleet/net.h"
 #include "bigfleet/process.h"
-#include "bigfleet/session.h"
+#include "bigfleet/arena.h"
+#include "bigfleet/opmsg.h"
+#include "bigfleet/outbox.h"
+#include "bigfleet/rollup.h"
 #include "bigfleet/shm.h"
 
 /* ------------------------------------------------------------ tunables */
