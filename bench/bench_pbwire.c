@@ -24,7 +24,7 @@
 #include <time.h>
 
 #include "bigfleet/provider.h"
-#include "bigfleet/session.h"
+#include "bigfleet/opmsg.h"
 #include "bigfleet/simprovider.h"
 #include "bigfleet/util.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"

@@ -22,9 +22,14 @@
  *     linger (discard input until EOF, at most 1 s) -> conn_abort(0).
  *     conn_abort() shuts the socket down, cancels recv/send/connect, runs
  *     ops->on_close once, and ops->release runs when the last CQE is back.
+ *   - Layering: conn.c is above loop.c and tls.c. The loop reaches a conn
+ *     only through its struct bf_loop_endpoint (completion callback, flush,
+ *     free with the loop), tls.c only through its struct bf_tls_io
+ *     (ciphertext in, tls_out); neither calls into this file.
  */
 #include <errno.h>
 #include <netinet/tcp.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -59,9 +64,36 @@ static void obuf_release(struct obuf *b)
     memset(b, 0, sizeof *b);
 }
 
-int bf_conn_pending_append(struct conn *c, const void *p, size_t n)
+/* The TLS layer's output (struct bf_tls_io.out): records to the pending
+ * output, refused once the connection is closed. */
+static int tls_out(struct bf_tls_io *io, const void *p, size_t n)
 {
-    return obuf_append(&c->pending, p, n);
+    struct conn *c = BF_CONTAINER_OF(io, struct conn, tio);
+    if (c->state == C_CLOSED)
+        return -EPIPE;
+    return obuf_append(&c->pending, p, n) < 0 ? -ENOMEM : 0;
+}
+
+static void conn_complete(struct bf_loop_handler *h, unsigned op, int res, unsigned flags);
+static void conn_flush_ep(struct bf_loop_endpoint *ep);
+static void conn_free_leftover(struct bf_loop_endpoint *ep);
+
+static const struct bf_loop_endpoint_ops conn_ep_ops = {
+    .flush = conn_flush_ep,
+    .free_leftover = conn_free_leftover,
+};
+
+/* The loop's completions reach the conn through its first member. */
+_Static_assert(offsetof(struct conn, ep) == 0 && offsetof(struct bf_loop_endpoint, h) == 0,
+               "BF_UD(c, op) must be the address of c's handler");
+
+/* Binds c to the loop's callbacks and the TLS layer's output. */
+static void conn_bind(struct conn *c)
+{
+    c->ep.h.complete = conn_complete;
+    c->ep.ops = &conn_ep_ops;
+    c->tio.is_client = c->is_client;
+    c->tio.out = tls_out;
 }
 
 static void linger_cb(struct bf_net_timer *t, void *arg)
@@ -78,8 +110,8 @@ static void conn_common_init(struct conn *c, struct bf_net_loop *loop, int fd,
     c->ops = ops;
     c->stats = stats;
     c->fd = fd;
-    bf_list_init(&c->dirty_link);
-    bf_list_add_tail(&loop->conns, &c->link);
+    bf_list_init(&c->ep.dirty_link);
+    bf_list_add_tail(&loop->conns, &c->ep.link);
     bf_timer_init(&c->timer, loop, linger_cb, c);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -101,8 +133,9 @@ int conn_init_accepted(struct conn *c, struct bf_net_loop *loop, int fd, const s
 {
     c->fd = fd;
     c->is_client = false;
+    conn_bind(c);
     if (tls) {
-        int r = bf_tls_session_new(c, tls, NULL);
+        int r = bf_tls_session_new(&c->tio, tls, NULL);
         if (r < 0)
             return r;
         c->state = C_HANDSHAKE;
@@ -130,8 +163,9 @@ int conn_init_connect(struct conn *c, struct bf_net_loop *loop, const struct soc
         return -errno;
     c->fd = fd;
     c->is_client = true;
+    conn_bind(c);
     if (tls) {
-        int r = bf_tls_session_new(c, tls, sni);
+        int r = bf_tls_session_new(&c->tio, tls, sni);
         if (r < 0) {
             close(fd);
             c->fd = -1;
@@ -162,23 +196,23 @@ size_t conn_queued(const struct conn *c)
 
 void conn_mark_dirty(struct conn *c)
 {
-    if (c->dirty || c->state == C_CLOSED)
+    if (c->ep.dirty || c->state == C_CLOSED)
         return;
-    c->dirty = true;
-    bf_list_add_tail(&c->loop->dirty, &c->dirty_link);
+    c->ep.dirty = true;
+    bf_list_add_tail(&c->loop->dirty, &c->ep.dirty_link);
 }
 
 static void maybe_release(struct conn *c)
 {
     if (c->state != C_CLOSED || c->busy || c->recv_armed || c->send_inflight || c->connect_inflight)
         return;
-    bf_list_del(&c->link);
+    bf_list_del(&c->ep.link);
     if (c->fd >= 0) {
         close(c->fd);
         c->fd = -1;
     }
-    if (c->ssl)
-        bf_tls_session_free(c);
+    if (c->tio.ssl)
+        bf_tls_session_free(&c->tio);
     obuf_release(&c->inflight);
     obuf_release(&c->pending);
     obuf_release(&c->spill);
@@ -190,9 +224,9 @@ void conn_abort(struct conn *c, int err)
     if (c->state == C_CLOSED)
         return;
     c->state = C_CLOSED;
-    if (c->dirty) {
-        bf_list_del(&c->dirty_link);
-        c->dirty = false;
+    if (c->ep.dirty) {
+        bf_list_del(&c->ep.dirty_link);
+        c->ep.dirty = false;
     }
     bf_net_timer_stop(&c->timer);
     if (c->fd >= 0)
@@ -222,15 +256,15 @@ void conn_close(struct conn *c)
         conn_abort(c, 0);
         return;
     }
-    if (c->ssl && c->tls_done)
-        bf_tls_shutdown(c);
+    if (c->tio.ssl && c->tls_done)
+        bf_tls_shutdown(&c->tio);
     c->state = C_DRAIN;
     conn_mark_dirty(c);
 }
 
 int conn_write(struct conn *c, const void *p, size_t n)
 {
-    if (!c->ssl)
+    if (!c->tio.ssl)
         return obuf_append(&c->pending, p, n);
     struct bf_net_loop *l = c->loop;
     const uint8_t *s = p;
@@ -242,7 +276,7 @@ int conn_write(struct conn *c, const void *p, size_t n)
         s += take;
         n -= take;
         if (l->tls_stage_len == BF_TLS_STAGE) {
-            int r = bf_tls_write(c, l->tls_stage, l->tls_stage_len);
+            int r = bf_tls_write(&c->tio, l->tls_stage, l->tls_stage_len);
             l->tls_stage_len = 0;
             if (r < 0)
                 return r;
@@ -254,9 +288,9 @@ int conn_write(struct conn *c, const void *p, size_t n)
 static int conn_write_end(struct conn *c)
 {
     struct bf_net_loop *l = c->loop;
-    if (!c->ssl || l->tls_stage_len == 0)
+    if (!c->tio.ssl || l->tls_stage_len == 0)
         return 0;
-    int r = bf_tls_write(c, l->tls_stage, l->tls_stage_len);
+    int r = bf_tls_write(&c->tio, l->tls_stage, l->tls_stage_len);
     l->tls_stage_len = 0;
     return r;
 }
@@ -270,7 +304,7 @@ static void submit_send(struct conn *c)
     c->send_inflight = true;
 }
 
-void conn_flush(struct conn *c)
+static void conn_flush(struct conn *c)
 {
     if (c->send_inflight || c->state == C_CLOSED || c->state == C_CONNECTING)
         return;
@@ -315,9 +349,14 @@ out:
     maybe_release(c);
 }
 
-static int tls_emit(struct conn *c, const uint8_t *p, size_t n)
+/* Plaintext from bf_tls_read: to the upper layer; stop once it closed us. */
+static int tls_emit(struct bf_tls_io *io, const uint8_t *p, size_t n)
 {
-    return c->ops->on_data(c, p, n);
+    struct conn *c = BF_CONTAINER_OF(io, struct conn, tio);
+    int r = c->ops->on_data(c, p, n);
+    if (r < 0)
+        return r;
+    return c->state != C_OPEN;
 }
 
 static void conn_input_tls(struct conn *c, const uint8_t *data, size_t n)
@@ -328,23 +367,23 @@ static void conn_input_tls(struct conn *c, const uint8_t *data, size_t n)
             conn_abort(c, -ENOMEM);
             return;
         }
-        c->tin = c->spill.p + c->spill.off;
-        c->tin_len = c->spill.len - c->spill.off;
+        c->tio.in = c->spill.p + c->spill.off;
+        c->tio.in_len = c->spill.len - c->spill.off;
         from_spill = true;
     } else {
-        c->tin = data;
-        c->tin_len = n;
+        c->tio.in = data;
+        c->tio.in_len = n;
     }
-    size_t offered = c->tin_len;
+    size_t offered = c->tio.in_len;
     if (!c->tls_done) {
-        int r = bf_tls_handshake(c);
+        int r = bf_tls_handshake(&c->tio);
         if (r < 0) {
             char eb[128];
             c->stats->handshake_failures++;
             BF_WARN("TLS handshake failed", "peer=%s err=\"%s\"", c->peer,
-                    bf_tls_error_string(c, r, eb, sizeof eb));
-            c->tin = NULL;
-            c->tin_len = 0;
+                    bf_tls_error_string(r, eb, sizeof eb));
+            c->tio.in = NULL;
+            c->tio.in_len = 0;
             if (c->is_client)
                 conn_abort(c, -EPROTO); /* the caller wants the failure now */
             else
@@ -360,12 +399,12 @@ static void conn_input_tls(struct conn *c, const uint8_t *data, size_t n)
             conn_abort(c, r);
             return;
         }
-        bf_tls_session_trim(c); /* handshake state and zero pages back */
+        bf_tls_session_trim(&c->tio); /* handshake state and zero pages back */
         if (c->state != C_OPEN)
             goto keep;
     }
     {
-        int r = bf_tls_read(c, tls_emit);
+        int r = bf_tls_read(&c->tio, c->loop->tls_read, sizeof c->loop->tls_read, tls_emit);
         if (c->state == C_CLOSED)
             return;
         if (r == 1) { /* close_notify */
@@ -376,7 +415,7 @@ static void conn_input_tls(struct conn *c, const uint8_t *data, size_t n)
             char eb[128];
             c->stats->protocol_errors++;
             BF_WARN("TLS read failed", "peer=%s err=\"%s\"", c->peer,
-                    bf_tls_error_string(c, r, eb, sizeof eb));
+                    bf_tls_error_string(r, eb, sizeof eb));
             conn_abort(c, -EPROTO);
             return;
         }
@@ -385,17 +424,17 @@ keep:
     if (c->state == C_CLOSED)
         return;
     if (from_spill) {
-        c->spill.off += offered - c->tin_len;
+        c->spill.off += offered - c->tio.in_len;
         if (c->spill.off == c->spill.len)
             obuf_release(&c->spill);
-    } else if (c->tin_len > 0) {
-        if (obuf_append(&c->spill, c->tin, c->tin_len) < 0) {
+    } else if (c->tio.in_len > 0) {
+        if (obuf_append(&c->spill, c->tio.in, c->tio.in_len) < 0) {
             conn_abort(c, -ENOMEM);
             return;
         }
     }
-    c->tin = NULL;
-    c->tin_len = 0;
+    c->tio.in = NULL;
+    c->tio.in_len = 0;
 }
 
 static void conn_input(struct conn *c, const uint8_t *data, size_t n)
@@ -403,7 +442,7 @@ static void conn_input(struct conn *c, const uint8_t *data, size_t n)
     c->stats->bytes_in += n;
     if (c->state == C_LINGER || c->state == C_DRAIN)
         return;
-    if (c->ssl) {
+    if (c->tio.ssl) {
         conn_input_tls(c, data, n);
     } else {
         int r = c->ops->on_data(c, data, n);
@@ -468,9 +507,9 @@ static void handle_connect(struct conn *c, int res)
         return;
     }
     arm_recv(c);
-    if (c->ssl) {
+    if (c->tio.ssl) {
         c->state = C_HANDSHAKE;
-        int r = bf_tls_handshake(c); /* ClientHello into pending */
+        int r = bf_tls_handshake(&c->tio); /* ClientHello into pending */
         if (r < 0) {
             c->stats->handshake_failures++;
             conn_abort(c, -EPROTO);
@@ -488,8 +527,10 @@ static void handle_connect(struct conn *c, int res)
     conn_mark_dirty(c);
 }
 
-void conn_handle_cqe(struct conn *c, unsigned op, int res, unsigned flags)
+/* The loop's completion callback for c's recv, send and connect. */
+static void conn_complete(struct bf_loop_handler *h, unsigned op, int res, unsigned flags)
 {
+    struct conn *c = BF_CONTAINER_OF(h, struct conn, ep.h);
     c->busy++;
     switch (op) {
     case BF_OP_RECV:
@@ -508,8 +549,14 @@ void conn_handle_cqe(struct conn *c, unsigned op, int res, unsigned flags)
     maybe_release(c);
 }
 
-void conn_free_leftover(struct conn *c)
+static void conn_flush_ep(struct bf_loop_endpoint *ep)
 {
+    conn_flush(BF_CONTAINER_OF(ep, struct conn, ep));
+}
+
+static void conn_free_leftover(struct bf_loop_endpoint *ep)
+{
+    struct conn *c = BF_CONTAINER_OF(ep, struct conn, ep);
     /* the ring is gone: no operation will come back */
     c->recv_armed = c->send_inflight = c->connect_inflight = false;
     c->busy = 0;

@@ -828,13 +828,13 @@ static int cconn_on_ready(struct conn *c)
 {
     struct cconn *cc = BF_CONTAINER_OF(c, struct cconn, c);
     struct bf_net_client *cl = cc->cl;
-    if (c->ssl) {
-        if (bf_tls_alpn_h2(c) != 1) {
+    if (c->tio.ssl) {
+        if (bf_tls_alpn_h2(&c->tio) != 1) {
             cl->stats.handshake_failures++;
             BF_WARN("gRPC client: server did not negotiate h2", "addr=\"%s\"", cl->addr);
             return -EPROTO;
         }
-        if (bf_tls_verify_name(c, cl->server_name) < 0) {
+        if (bf_tls_verify_name(&c->tio, cl->server_name) < 0) {
             cl->stats.handshake_failures++;
             BF_WARN("gRPC client: server certificate does not match name",
                     "addr=\"%s\" name=\"%s\"", cl->addr, cl->server_name);

@@ -1073,7 +1073,7 @@ static void sconn_timer_cb(struct bf_net_timer *t, void *arg)
         goto out;
     }
     if (!sc->got_settings) {
-        if (sc->c.ssl && !sc->c.tls_done)
+        if (sc->c.tio.ssl && !sc->c.tls_done)
             srv->stats.handshake_failures++;
         else
             srv->stats.protocol_errors++;
@@ -1149,13 +1149,13 @@ static int sconn_on_ready(struct conn *c)
 {
     struct sconn *sc = BF_CONTAINER_OF(c, struct sconn, c);
     struct bf_net_server *srv = sc->srv;
-    if (bf_tls_alpn_h2(c) < 0) {
+    if (bf_tls_alpn_h2(&c->tio) < 0) {
         srv->stats.handshake_failures++;
         sconn_log_bad(sc, "TLS ALPN", "peer did not negotiate h2");
         return -EPROTO;
     }
     if (bf_tls_ctx_mtls(srv->tls)) {
-        int n = bf_tls_peer_identity(c, &sc->identity);
+        int n = bf_tls_peer_identity(&c->tio, &sc->identity);
         if (n != 1) {
             sc->identity_bad = true;
             BF_WARN("mTLS peer identity invalid", "peer=%s bigfleet_uris=%d", c->peer, n);

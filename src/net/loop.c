@@ -27,6 +27,7 @@
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,7 @@
 /* ---------------------------------------------------------------- watches */
 
 struct bf_net_watch {
+    struct bf_loop_handler h; /* first: BF_OP_POLL completions */
     struct bf_net_loop *loop;
     int fd;
     unsigned events;
@@ -54,6 +56,12 @@ struct bf_net_watch {
     void *arg;
     struct bf_list link;
 };
+
+/* the loop's completion callbacks of watches and listeners (bf_loop_handler) */
+static void watch_complete(struct bf_loop_handler *h, unsigned op, int res, unsigned flags);
+static void listener_complete(struct bf_loop_handler *h, unsigned op, int res, unsigned flags);
+_Static_assert(offsetof(struct bf_net_watch, h) == 0 && offsetof(struct bf_listener, h) == 0,
+               "BF_UD(object, op) must be the address of the object's handler");
 
 /* ------------------------------------------------------------------ SQEs */
 
@@ -297,6 +305,7 @@ static int watch_new(struct bf_net_loop *l, int fd, unsigned events, bool is_eve
     struct bf_net_watch *w = calloc(1, sizeof *w);
     if (!w)
         return -ENOMEM;
+    w->h.complete = watch_complete;
     w->loop = l;
     w->fd = fd;
     w->events = events;
@@ -378,6 +387,12 @@ static void watch_handle(struct bf_net_watch *w, int res, unsigned flags)
     }
     if (res >= 0 || res == -ECANCELED || res == -ENOMEM || res == -EAGAIN)
         watch_arm(w); /* multishot poll ended (overflow etc.): re-arm */
+}
+
+static void watch_complete(struct bf_loop_handler *h, unsigned op, int res, unsigned flags)
+{
+    (void)op; /* BF_OP_POLL */
+    watch_handle(BF_CONTAINER_OF(h, struct bf_net_watch, h), res, flags);
 }
 
 /* ---------------------------------------------------------------- addresses */
@@ -591,6 +606,7 @@ int bf_listener_adopt(struct bf_net_loop *loop, int fd, bool shared, void (*on_a
     struct bf_listener *l = calloc(1, sizeof *l);
     if (!l)
         return -ENOMEM;
+    l->h.complete = listener_complete;
     l->loop = loop;
     l->fd = fd;
     l->shared = shared;
@@ -669,6 +685,12 @@ static void listener_handle(struct bf_listener *l, int res, unsigned flags)
         bf_net_timer_start(&l->retry, 100 * BF_NS_PER_MS, 0);
     else
         listener_arm(l);
+}
+
+static void listener_complete(struct bf_loop_handler *h, unsigned op, int res, unsigned flags)
+{
+    (void)op; /* BF_OP_ACCEPT */
+    listener_handle(BF_CONTAINER_OF(h, struct bf_listener, h), res, flags);
 }
 
 /* ---------------------------------------------------------------- the loop */
@@ -795,8 +817,8 @@ void bf_net_loop_free(struct bf_net_loop *l)
         l->ring_ok = false;
     }
     while (!bf_list_empty(&l->conns)) {
-        struct conn *c = BF_CONTAINER_OF(l->conns.next, struct conn, link);
-        conn_free_leftover(c);
+        struct bf_loop_endpoint *ep = BF_CONTAINER_OF(l->conns.next, struct bf_loop_endpoint, link);
+        ep->ops->free_leftover(ep);
     }
     while (!bf_list_empty(&l->listeners)) {
         struct bf_listener *li = BF_CONTAINER_OF(l->listeners.next, struct bf_listener, link);
@@ -851,25 +873,14 @@ const uint8_t *bf_loop_buffer(struct bf_net_loop *l, unsigned bid)
 static void dispatch(struct bf_net_loop *l, uint64_t ud, int res, unsigned flags)
 {
     unsigned op = (unsigned)(ud & BF_OP_MASK);
-    void *p = (void *)(uintptr_t)(ud & ~(uint64_t)BF_OP_MASK);
-    switch (op) {
-    case BF_OP_ACCEPT:
-        listener_handle(p, res, flags);
-        break;
-    case BF_OP_RECV:
-    case BF_OP_SEND:
-    case BF_OP_CONNECT:
-        conn_handle_cqe(p, op, res, flags);
-        break;
-    case BF_OP_POLL:
-        watch_handle(p, res, flags);
-        break;
-    default:
-        /* a recv buffer picked by an op we no longer track still goes back */
-        if (res > 0 && (flags & IORING_CQE_F_BUFFER))
-            recycle_buffer(l, flags >> IORING_CQE_BUFFER_SHIFT);
-        break;
+    struct bf_loop_handler *h = (void *)(uintptr_t)(ud & ~(uint64_t)BF_OP_MASK);
+    if (op != BF_OP_IGNORE) {
+        h->complete(h, op, res, flags); /* the submitter's own callback */
+        return;
     }
+    /* a recv buffer picked by an op we no longer track still goes back */
+    if (res > 0 && (flags & IORING_CQE_F_BUFFER))
+        recycle_buffer(l, flags >> IORING_CQE_BUFFER_SHIFT);
 }
 
 void bf_loop_recycle(struct bf_net_loop *l, unsigned bid)
@@ -890,10 +901,11 @@ static void flush_dirty(struct bf_net_loop *l)
         batch.prev->next = &batch;
         bf_list_init(&l->dirty);
         while (!bf_list_empty(&batch)) {
-            struct conn *c = BF_CONTAINER_OF(batch.next, struct conn, dirty_link);
-            bf_list_del(&c->dirty_link);
-            c->dirty = false;
-            conn_flush(c);
+            struct bf_loop_endpoint *ep =
+                BF_CONTAINER_OF(batch.next, struct bf_loop_endpoint, dirty_link);
+            bf_list_del(&ep->dirty_link);
+            ep->dirty = false;
+            ep->ops->flush(ep);
         }
     }
 }

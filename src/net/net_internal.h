@@ -92,6 +92,39 @@ enum {
 #define BF_OP_MASK      7u
 #define BF_UD(ptr, tag) ((uint64_t)(uintptr_t)(ptr) | (uint64_t)(tag))
 
+/*
+ * Completion callbacks. Every object that submits operations (a listener,
+ * a watch, a connection) starts with a struct bf_loop_handler and submits
+ * BF_UD(object, BF_OP_*): the loop hands each completion to the object's
+ * own complete() with the tag, never knowing what the object is. A
+ * BF_OP_IGNORE completion goes to nobody (its recv buffer, if any, back to
+ * the ring). Loop thread only.
+ */
+struct bf_loop_handler {
+    void (*complete)(struct bf_loop_handler *h, unsigned op, int res, unsigned flags);
+};
+
+/*
+ * A connection as the loop sees it: a handler, on the loop's list of
+ * endpoints (freed with the loop) and, when it asked for a flush, on its
+ * dirty list. The owner embeds it as its first member (so its address is
+ * the operation's user_data) and sets ops before any operation.
+ */
+struct bf_loop_endpoint;
+struct bf_loop_endpoint_ops {
+    /* send what is queued (the loop calls it before it next waits) */
+    void (*flush)(struct bf_loop_endpoint *ep);
+    /* the loop is being freed and its ring is gone: no operation comes back */
+    void (*free_leftover)(struct bf_loop_endpoint *ep);
+};
+struct bf_loop_endpoint {
+    struct bf_loop_handler h; /* first */
+    const struct bf_loop_endpoint_ops *ops;
+    bool dirty;                /* on loop->dirty */
+    struct bf_list link;       /* loop->conns */
+    struct bf_list dirty_link; /* loop->dirty */
+};
+
 #define BF_NET_BGID  7
 #define BF_TLS_STAGE 16384
 
@@ -142,6 +175,7 @@ void bf_loop_recycle(struct bf_net_loop *loop, unsigned bid);
 /* ------------------------------------------------------------ listeners */
 
 struct bf_listener {
+    struct bf_loop_handler h; /* first: BF_OP_ACCEPT completions */
     struct bf_net_loop *loop;
     int fd;
     uint16_t port;
@@ -245,7 +279,25 @@ struct obuf {
 struct WOLFSSL;
 struct bf_tls_ctx;
 
+/*
+ * The TLS layer's in/out interface (tls.c sees nothing else of a
+ * connection): ciphertext comes in through in/in_len (the caller points
+ * them at what it received; wolfSSL consumes from the front), ciphertext
+ * goes out through out() (0, -EPIPE when the transport is closed, other
+ * -errno). The owner fills is_client and out before bf_tls_session_new().
+ */
+struct bf_tls_io {
+    struct WOLFSSL *ssl;    /* NULL: no TLS on this connection */
+    struct bf_tls_ctx *ctx; /* reference held while ssl lives */
+    struct bf_list blocks;  /* wolfSSL's large blocks for this session (tls.c) */
+    const uint8_t *in;      /* TLS ciphertext being fed to wolfSSL */
+    size_t in_len;
+    bool is_client;
+    int (*out)(struct bf_tls_io *io, const void *p, size_t n);
+};
+
 struct conn {
+    struct bf_loop_endpoint ep; /* first: the loop's completions and flushes */
     struct bf_net_loop *loop;
     const struct conn_ops *ops;
     struct bf_net_stats *stats;
@@ -253,20 +305,13 @@ struct conn {
     uint8_t state;
     bool is_client;
     bool recv_armed, send_inflight, connect_inflight;
-    bool dirty;
     bool up_closed; /* on_close ran */
     bool tls_done;
     int busy;
-    struct WOLFSSL *ssl;
-    struct bf_tls_ctx *tls;    /* reference held while ssl lives */
-    struct bf_list tls_blocks; /* wolfSSL's large blocks for this conn (tls.c) */
-    /* TLS ciphertext being fed to wolfSSL */
-    const uint8_t *tin;
-    size_t tin_len;
-    struct obuf spill; /* ciphertext wolfSSL did not take yet (rare) */
+    struct bf_tls_io tio; /* TLS state (tio.ssl NULL: plaintext) */
+    struct obuf spill;    /* ciphertext wolfSSL did not take yet (rare) */
     struct obuf inflight, pending;
     struct bf_net_timer timer; /* connect timeout / linger */
-    struct bf_list link, dirty_link;
     char peer[56];
     /* client connect */
     struct sockaddr_storage addr;
@@ -282,8 +327,6 @@ int conn_init_connect(struct conn *c, struct bf_net_loop *loop, const struct soc
                       struct bf_tls_ctx *tls, const char *sni, int64_t timeout_ns);
 /* Append output (only inside ops->produce). -ENOMEM. */
 int conn_write(struct conn *c, const void *p, size_t n);
-/* Raw append to the pending output (TLS records from wolfSSL). */
-int bf_conn_pending_append(struct conn *c, const void *p, size_t n);
 /* Bytes queued for the socket (pending + in flight). */
 size_t conn_queued(const struct conn *c);
 /* Ask for a flush before the loop next waits. */
@@ -294,11 +337,6 @@ void conn_close(struct conn *c);
 void conn_abort(struct conn *c, int err);
 bool conn_is_open(const struct conn *c);
 /* The peer certificate's bigfleet identity, see tls.c. */
-
-/* loop.c dispatch into conn.c */
-void conn_handle_cqe(struct conn *c, unsigned op, int res, unsigned flags);
-void conn_flush(struct conn *c);
-void conn_free_leftover(struct conn *c); /* bf_net_loop_free only */
 
 /* ---------------------------------------------------------------- TLS */
 
@@ -318,37 +356,41 @@ int bf_tls_ctx_maybe_reload(struct bf_tls_ctx **t);
 void bf_tls_ctx_unref(struct bf_tls_ctx *t);
 /* true when the context verifies client certificates (mTLS server). */
 bool bf_tls_ctx_mtls(const struct bf_tls_ctx *t);
-/* Per-connection session, I/O callbacks bound to c. -ENOMEM / -EIO. */
-int bf_tls_session_new(struct conn *c, struct bf_tls_ctx *t, const char *sni);
-void bf_tls_session_free(struct conn *c);
+/* Per-connection session, I/O callbacks bound to io (io->is_client and
+ * io->out filled first). -ENOMEM / -EIO. */
+int bf_tls_session_new(struct bf_tls_io *io, struct bf_tls_ctx *t, const char *sni);
+void bf_tls_session_free(struct bf_tls_io *io);
 /*
  * After the handshake (and the peer checks that read the certificate):
  * frees wolfSSL's handshake resources and returns to the kernel the
  * all-zero pages of the connection's WOLFSSL object and session (contents
  * unchanged). Returns the bytes given back. Loop thread of c only.
  */
-size_t bf_tls_session_trim(struct conn *c);
+size_t bf_tls_session_trim(struct bf_tls_io *io);
 /* Drives the handshake. 1 done, 0 in progress (wants input), <0 failed. */
-int bf_tls_handshake(struct conn *c);
-/* Decrypts what is buffered: calls emit(c, p, n) per chunk; stops when
- * the conn closes. 0 ok / wants more, 1 peer sent close_notify, <0 error. */
-int bf_tls_read(struct conn *c, int (*emit)(struct conn *c, const uint8_t *p, size_t n));
-/* Encrypts n bytes into c->pending. -EIO. */
-int bf_tls_write(struct conn *c, const void *p, size_t n);
-/* close_notify into c->pending. */
-void bf_tls_shutdown(struct conn *c);
+int bf_tls_handshake(struct bf_tls_io *io);
+/* Decrypts what is buffered into buf (cap bytes at a time): calls
+ * emit(io, p, n) per chunk, which returns <0 (error: returned), 0 (more) or
+ * 1 (stop: the connection is no longer open; 0 returned). 0 ok / wants
+ * more, 1 peer sent close_notify, <0 error. */
+int bf_tls_read(struct bf_tls_io *io, uint8_t *buf, size_t cap,
+                int (*emit)(struct bf_tls_io *io, const uint8_t *p, size_t n));
+/* Encrypts n bytes and hands the records to io->out. -EIO. */
+int bf_tls_write(struct bf_tls_io *io, const void *p, size_t n);
+/* close_notify to io->out. */
+void bf_tls_shutdown(struct bf_tls_io *io);
 /*
  * Collects the peer certificate's URI SANs with scheme bigfleet.
  * Returns the number found (0, 1, 2+), or -1 if the peer sent no
  * certificate; *ident gets a malloc'd copy of the first one (caller frees).
  */
-int bf_tls_peer_identity(struct conn *c, char **ident);
+int bf_tls_peer_identity(struct bf_tls_io *io, char **ident);
 /* Client: the peer certificate matches name (DNS SAN or IP SAN). 0 / -EPERM. */
-int bf_tls_verify_name(struct conn *c, const char *name);
+int bf_tls_verify_name(struct bf_tls_io *io, const char *name);
 /* Negotiated ALPN is "h2" (1), none (0), or something else (-1). */
-int bf_tls_alpn_h2(struct conn *c);
+int bf_tls_alpn_h2(struct bf_tls_io *io);
 /* Last wolfSSL error text for logs. */
-const char *bf_tls_error_string(struct conn *c, int ret, char *buf, size_t cap);
+const char *bf_tls_error_string(int ret, char *buf, size_t cap);
 
 /* ---------------------------------------------------------------- misc */
 

@@ -3,10 +3,12 @@
  * by the io_uring loop (reference/ecosystem.md §3.2).
  *
  * Design notes
- *   - The recv callback hands wolfSSL the ciphertext the loop just received
- *     (conn->tin); it answers WANT_READ when that is used up. The send
- *     callback appends records to conn->pending and never blocks; conn.c
- *     sends them with one outstanding io_uring send per connection.
+ *   - Only the in/out interface (struct bf_tls_io, net_internal.h) is seen
+ *     of a connection. The recv callback hands wolfSSL the ciphertext the
+ *     loop just received (io->in); it answers WANT_READ when that is used
+ *     up. The send callback hands records to io->out, which conn.c queues
+ *     without blocking and sends with one outstanding io_uring send per
+ *     connection.
  *   - Contexts are reference counted: every session holds one, so a server
  *     can drop its context while connections still use it.
  *   - TLS 1.3 only (wolfTLSv1_3_*_method), ALPN "h2" offered by clients and
@@ -19,7 +21,7 @@
  *   - Memory (issue 18): wolfSSL allocates through tls_malloc/tls_free (set
  *     once, before the first wolfSSL_Init), which count its live bytes
  *     (bf_net_tls_heap_bytes) and remember the large blocks (>= one page)
- *     allocated on behalf of a connection (c->tls_blocks). Once the
+ *     allocated on behalf of a connection (io->blocks). Once the
  *     handshake is done, bf_tls_session_trim() releases the handshake
  *     resources and gives the kernel back the pages of the connection's
  *     WOLFSSL object and of its session that hold only zeros
@@ -29,7 +31,7 @@
  *     of which ~32 KiB stays zero on a server; that is most of what an idle
  *     mTLS connection held. Only blocks known to be this connection's are
  *     touched: the WOLFSSL itself and wolfSSL_get_session(ssl), each
- *     checked against c->tls_blocks.
+ *     checked against io->blocks.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -66,7 +68,7 @@ struct tls_blk {
     uint16_t large; /* a struct tls_large precedes this header */
     uint32_t pad[2];
 };
-/* Large blocks also sit on their connection's list (c->tls_blocks). */
+/* Large blocks also sit on their connection's list (io->blocks). */
 struct tls_large {
     struct bf_list link; /* empty when the block belongs to no connection */
     struct tls_blk h;
@@ -74,7 +76,7 @@ struct tls_large {
 
 static _Atomic uint64_t g_tls_heap;                              /* live bytes wolfSSL holds */
 static pthread_mutex_t g_tls_blk_mu = PTHREAD_MUTEX_INITIALIZER; /* the lists */
-static _Thread_local struct conn *g_tls_owner; /* connection inside a wolfSSL call */
+static _Thread_local struct bf_tls_io *g_tls_owner;              /* session inside a wolfSSL call */
 static pthread_once_t g_tls_alloc_once = PTHREAD_ONCE_INIT;
 
 static void *tls_malloc(size_t n)
@@ -95,7 +97,7 @@ static void *tls_malloc(size_t n)
         bf_list_init(&l->link);
         if (g_tls_owner) {
             pthread_mutex_lock(&g_tls_blk_mu);
-            bf_list_add_tail(&g_tls_owner->tls_blocks, &l->link);
+            bf_list_add_tail(&g_tls_owner->blocks, &l->link);
             pthread_mutex_unlock(&g_tls_blk_mu);
         }
     }
@@ -158,12 +160,12 @@ uint64_t bf_net_tls_heap_bytes(void)
     return atomic_load_explicit(&g_tls_heap, memory_order_relaxed);
 }
 
-/* The large block p of connection c, or NULL if p is not one. */
-static struct tls_large *tls_conn_block(struct conn *c, const void *p)
+/* The large block p of session io, or NULL if p is not one. */
+static struct tls_large *tls_conn_block(struct bf_tls_io *io, const void *p)
 {
     struct tls_large *found = NULL;
     pthread_mutex_lock(&g_tls_blk_mu);
-    for (struct bf_list *e = c->tls_blocks.next; e != &c->tls_blocks; e = e->next) {
+    for (struct bf_list *e = io->blocks.next; e != &io->blocks; e = e->next) {
         struct tls_large *l = BF_CONTAINER_OF(e, struct tls_large, link);
         if ((const void *)(&l->h + 1) == p) {
             found = l;
@@ -174,13 +176,13 @@ static struct tls_large *tls_conn_block(struct conn *c, const void *p)
     return found;
 }
 
-/* Detaches whatever is still on c's list (blocks wolfSSL keeps beyond the
- * session, if any: they stay allocated, just no longer c's). */
-static void tls_blocks_forget(struct conn *c)
+/* Detaches whatever is still on io's list (blocks wolfSSL keeps beyond the
+ * session, if any: they stay allocated, just no longer io's). */
+static void tls_blocks_forget(struct bf_tls_io *io)
 {
     pthread_mutex_lock(&g_tls_blk_mu);
-    while (!bf_list_empty(&c->tls_blocks))
-        bf_list_del(c->tls_blocks.next);
+    while (!bf_list_empty(&io->blocks))
+        bf_list_del(io->blocks.next);
     pthread_mutex_unlock(&g_tls_blk_mu);
 }
 
@@ -218,23 +220,24 @@ struct bf_tls_ctx {
 static int io_recv(WOLFSSL *ssl, char *buf, int sz, void *ctx)
 {
     (void)ssl;
-    struct conn *c = ctx;
-    if (c->tin_len == 0)
+    struct bf_tls_io *io = ctx;
+    if (io->in_len == 0)
         return WOLFSSL_CBIO_ERR_WANT_READ;
-    size_t n = (size_t)sz < c->tin_len ? (size_t)sz : c->tin_len;
-    memcpy(buf, c->tin, n);
-    c->tin += n;
-    c->tin_len -= n;
+    size_t n = (size_t)sz < io->in_len ? (size_t)sz : io->in_len;
+    memcpy(buf, io->in, n);
+    io->in += n;
+    io->in_len -= n;
     return (int)n;
 }
 
 static int io_send(WOLFSSL *ssl, char *buf, int sz, void *ctx)
 {
     (void)ssl;
-    struct conn *c = ctx;
-    if (c->state == C_CLOSED)
+    struct bf_tls_io *io = ctx;
+    int r = io->out(io, buf, (size_t)sz);
+    if (r == -EPIPE)
         return WOLFSSL_CBIO_ERR_CONN_CLOSE;
-    if (bf_conn_pending_append(c, buf, (size_t)sz) < 0)
+    if (r < 0)
         return WOLFSSL_CBIO_ERR_GENERAL;
     return sz;
 }
@@ -481,65 +484,65 @@ static bool is_ip_literal(const char *s)
     return inet_pton(AF_INET, s, b) == 1 || inet_pton(AF_INET6, s, b) == 1;
 }
 
-int bf_tls_session_new(struct conn *c, struct bf_tls_ctx *t, const char *sni)
+int bf_tls_session_new(struct bf_tls_io *io, struct bf_tls_ctx *t, const char *sni)
 {
-    bf_list_init(&c->tls_blocks);
-    g_tls_owner = c;
+    bf_list_init(&io->blocks);
+    g_tls_owner = io;
     WOLFSSL *ssl = wolfSSL_new(t->ctx);
     g_tls_owner = NULL;
     if (!ssl) {
-        tls_blocks_forget(c);
+        tls_blocks_forget(io);
         return -ENOMEM;
     }
-    wolfSSL_SetIOReadCtx(ssl, c);
-    wolfSSL_SetIOWriteCtx(ssl, c);
+    wolfSSL_SetIOReadCtx(ssl, io);
+    wolfSSL_SetIOWriteCtx(ssl, io);
     char alpn[] = "h2";
     if (wolfSSL_UseALPN(ssl, alpn, 2, WOLFSSL_ALPN_FAILED_ON_MISMATCH) != WOLFSSL_SUCCESS) {
         wolfSSL_free(ssl);
-        tls_blocks_forget(c);
+        tls_blocks_forget(io);
         return -EIO;
     }
     if (t->role == BF_TLS_CLIENT && sni && *sni && !is_ip_literal(sni))
         wolfSSL_UseSNI(ssl, WOLFSSL_SNI_HOST_NAME, sni, (unsigned short)strlen(sni));
-    c->ssl = (struct WOLFSSL *)ssl;
-    c->tls = t;
+    io->ssl = (struct WOLFSSL *)ssl;
+    io->ctx = t;
     bf_tls_ctx_ref(t);
     return 0;
 }
 
-void bf_tls_session_free(struct conn *c)
+void bf_tls_session_free(struct bf_tls_io *io)
 {
-    if (c->ssl) {
-        wolfSSL_free((WOLFSSL *)c->ssl);
-        c->ssl = NULL;
-        tls_blocks_forget(c);
+    if (io->ssl) {
+        wolfSSL_free((WOLFSSL *)io->ssl);
+        io->ssl = NULL;
+        tls_blocks_forget(io);
     }
-    if (c->tls) {
-        bf_tls_ctx_unref(c->tls);
-        c->tls = NULL;
+    if (io->ctx) {
+        bf_tls_ctx_unref(io->ctx);
+        io->ctx = NULL;
     }
 }
 
-size_t bf_tls_session_trim(struct conn *c)
+size_t bf_tls_session_trim(struct bf_tls_io *io)
 {
-    WOLFSSL *ssl = (WOLFSSL *)c->ssl;
+    WOLFSSL *ssl = (WOLFSSL *)io->ssl;
     if (!ssl)
         return 0;
     size_t freed = 0;
     const void *mine[2] = {ssl, wolfSSL_get_session(ssl)};
     for (int i = 0; i < 2; i++) {
-        struct tls_large *l = mine[i] ? tls_conn_block(c, mine[i]) : NULL;
+        struct tls_large *l = mine[i] ? tls_conn_block(io, mine[i]) : NULL;
         if (l)
             freed += tls_block_trim(l);
     }
     return freed;
 }
 
-int bf_tls_handshake(struct conn *c)
+int bf_tls_handshake(struct bf_tls_io *io)
 {
-    WOLFSSL *ssl = (WOLFSSL *)c->ssl;
-    g_tls_owner = c;
-    int r = c->is_client ? wolfSSL_connect(ssl) : wolfSSL_accept(ssl);
+    WOLFSSL *ssl = (WOLFSSL *)io->ssl;
+    g_tls_owner = io;
+    int r = io->is_client ? wolfSSL_connect(ssl) : wolfSSL_accept(ssl);
     g_tls_owner = NULL;
     if (r == WOLFSSL_SUCCESS)
         return 1;
@@ -549,16 +552,17 @@ int bf_tls_handshake(struct conn *c)
     return e < 0 ? e : -EIO;
 }
 
-int bf_tls_read(struct conn *c, int (*emit)(struct conn *c, const uint8_t *p, size_t n))
+int bf_tls_read(struct bf_tls_io *io, uint8_t *buf, size_t cap,
+                int (*emit)(struct bf_tls_io *io, const uint8_t *p, size_t n))
 {
-    WOLFSSL *ssl = (WOLFSSL *)c->ssl;
+    WOLFSSL *ssl = (WOLFSSL *)io->ssl;
     for (;;) {
-        int n = wolfSSL_read(ssl, c->loop->tls_read, (int)sizeof c->loop->tls_read);
+        int n = wolfSSL_read(ssl, buf, (int)cap);
         if (n > 0) {
-            int r = emit(c, c->loop->tls_read, (size_t)n);
+            int r = emit(io, buf, (size_t)n);
             if (r < 0)
                 return r;
-            if (c->state != C_OPEN)
+            if (r > 0)
                 return 0;
             continue;
         }
@@ -571,9 +575,9 @@ int bf_tls_read(struct conn *c, int (*emit)(struct conn *c, const uint8_t *p, si
     }
 }
 
-int bf_tls_write(struct conn *c, const void *p, size_t n)
+int bf_tls_write(struct bf_tls_io *io, const void *p, size_t n)
 {
-    WOLFSSL *ssl = (WOLFSSL *)c->ssl;
+    WOLFSSL *ssl = (WOLFSSL *)io->ssl;
     const uint8_t *s = p;
     while (n > 0) {
         int chunk = n > (1u << 30) ? (1 << 30) : (int)n;
@@ -586,15 +590,15 @@ int bf_tls_write(struct conn *c, const void *p, size_t n)
     return 0;
 }
 
-void bf_tls_shutdown(struct conn *c)
+void bf_tls_shutdown(struct bf_tls_io *io)
 {
-    wolfSSL_shutdown((WOLFSSL *)c->ssl);
+    wolfSSL_shutdown((WOLFSSL *)io->ssl);
 }
 
-int bf_tls_peer_identity(struct conn *c, char **ident)
+int bf_tls_peer_identity(struct bf_tls_io *io, char **ident)
 {
     *ident = NULL;
-    WOLFSSL_X509 *peer = wolfSSL_get_peer_certificate((WOLFSSL *)c->ssl);
+    WOLFSSL_X509 *peer = wolfSSL_get_peer_certificate((WOLFSSL *)io->ssl);
     if (!peer)
         return -1;
     int found = 0;
@@ -630,9 +634,9 @@ int bf_tls_peer_identity(struct conn *c, char **ident)
     return found;
 }
 
-int bf_tls_verify_name(struct conn *c, const char *name)
+int bf_tls_verify_name(struct bf_tls_io *io, const char *name)
 {
-    WOLFSSL_X509 *peer = wolfSSL_get_peer_certificate((WOLFSSL *)c->ssl);
+    WOLFSSL_X509 *peer = wolfSSL_get_peer_certificate((WOLFSSL *)io->ssl);
     if (!peer)
         return -EPERM;
     int ok;
@@ -644,19 +648,18 @@ int bf_tls_verify_name(struct conn *c, const char *name)
     return ok ? 0 : -EPERM;
 }
 
-int bf_tls_alpn_h2(struct conn *c)
+int bf_tls_alpn_h2(struct bf_tls_io *io)
 {
     char *name = NULL;
     unsigned short len = 0;
-    int r = wolfSSL_ALPN_GetProtocol((WOLFSSL *)c->ssl, &name, &len);
+    int r = wolfSSL_ALPN_GetProtocol((WOLFSSL *)io->ssl, &name, &len);
     if (r != WOLFSSL_SUCCESS || !name)
         return 0;
     return (len == 2 && memcmp(name, "h2", 2) == 0) ? 1 : -1;
 }
 
-const char *bf_tls_error_string(struct conn *c, int ret, char *buf, size_t cap)
+const char *bf_tls_error_string(int ret, char *buf, size_t cap)
 {
-    (void)c;
     /* wolfSSL codes are negative ints; the API takes them cast to unsigned long */
     wolfSSL_ERR_error_string_n((unsigned long)(long)ret, buf, cap);
     return buf;

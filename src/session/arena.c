@@ -1,5 +1,5 @@
 /*
- * arena.c — first-fit allocator of need-row extents (bigfleet/session.h).
+ * arena.c — first-fit allocator of need-row extents (bigfleet/arena.h).
  *
  * Design notes: the free list is a sorted array of disjoint, non-adjacent
  * extents (coalesced on release). The number of free runs is bounded by
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bigfleet/session.h"
+#include "bigfleet/arena.h"
 
 static int grow(struct bf_arena *a, uint32_t need)
 {

@@ -1,6 +1,6 @@
 /*
  * outbox.c — a session's bounded outbox: FIFO of encoded frames plus a
- * coalescing map keyed by supersedes_key (bigfleet/session.h).
+ * coalescing map keyed by supersedes_key (bigfleet/outbox.h).
  *
  * Design notes
  *   - Frames: a singly linked FIFO of malloc'd frames (length + bytes).
@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "bigfleet/hmap.h"
-#include "bigfleet/session.h"
+#include "bigfleet/outbox.h"
 
 struct bf_outbox_frame {
     struct bf_outbox_frame *next;

@@ -1,5 +1,5 @@
 /*
- * rollup.c — ClusterCapacityNeeds -> Need rows (bigfleet/session.h), and
+ * rollup.c — ClusterCapacityNeeds -> Need rows (bigfleet/rollup.h), and
  * rail 2 (the empty-rollup quarantine).
  *
  * Design notes
@@ -42,7 +42,8 @@
 #include "bigfleet/blobs.h"
 #include "bigfleet/hmap.h"
 #include "bigfleet/pbdecode.h"
-#include "bigfleet/session.h"
+#include "bigfleet/opmsg.h"
+#include "bigfleet/rollup.h"
 #include "bigfleet/v1alpha1/capacity.pb-c.h"
 
 #define ERR(...)                                                                                   \

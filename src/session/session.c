@@ -26,7 +26,7 @@
  *     --session-hello-timeout; after it, a frame is bounded by the rollup limit
  *     (--max-rollup-mib), and a Hello or ReclaimAck over SS_SMALL_FRAME_MAX
  *     ends the stream (INVALID_ARGUMENT, counted).
- *   - Outbound: each session has a bounded outbox (session.h) in front of
+ *   - Outbound: each session has a bounded outbox (bigfleet/outbox.h) in front of
  *     the transport. Frames go straight to the transport while its own
  *     queue (bf_net_call_outbox_bytes) is under SS_NET_HWM; beyond it they
  *     wait in the outbox and are flushed from on_drain. NodeStateUpdates

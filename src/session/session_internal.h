@@ -20,7 +20,10 @@
 #include "bigfleet/hmap.h"
 #include "bigfleet/net.h"
 #include "bigfleet/process.h"
-#include "bigfleet/session.h"
+#include "bigfleet/arena.h"
+#include "bigfleet/opmsg.h"
+#include "bigfleet/outbox.h"
+#include "bigfleet/rollup.h"
 #include "bigfleet/shm.h"
 
 /* ------------------------------------------------------------ tunables */

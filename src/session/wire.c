@@ -1,6 +1,6 @@
 /*
  * wire.c — the session's scans of operator messages (see
- * bigfleet/session.h): route an OperatorMessage without unpacking it,
+ * bigfleet/opmsg.h): route an OperatorMessage without unpacking it,
  * pre-count a rollup's Needs, read Hello.cluster_id byte-exact.
  *
  * Design notes: every scan runs on the protobuf wire reader
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bigfleet/session.h"
+#include "bigfleet/opmsg.h"
 
 int bf_opmsg_classify(const uint8_t *msg, size_t len, int *payload, const uint8_t **sub,
                       size_t *sublen, uint32_t *parts)
@@ -28,7 +28,7 @@ int bf_opmsg_classify(const uint8_t *msg, size_t len, int *payload, const uint8_
     uint32_t fields = 0;
     while ((rc = bf_pb_next(&r, &f)) == 1) {
         if (++fields > BF_OPMSG_MAX_FIELDS)
-            return -E2BIG; /* see session.h: bounded work per message */
+            return -E2BIG; /* see opmsg.h: bounded work per message */
         if (f.num < 1 || f.num > 4)
             continue; /* unknown field: skipped, as every decoder does */
         if (f.wt != BF_PB_LEN)

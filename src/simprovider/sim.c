@@ -30,8 +30,7 @@
 #include "bigfleet/util.h"
 #include "simprovider/sim_internal.h"
 
-#define SIM_ID_MAX       1024 /* bytes: machine_id, shard_id, cluster_id */
-#define SIM_MAX_MACHINES (1u << 26)
+#define SIM_ID_MAX 1024 /* bytes: machine_id, shard_id, cluster_id */
 
 static const uint8_t k_source[BF_SIM_KIND_COUNT] = {BF_STATE_SPECULATIVE, BF_STATE_IDLE,
                                                     BF_STATE_CONFIGURED, BF_STATE_IDLE};
@@ -63,14 +62,6 @@ int bf_sim_rpc_from_path(const char *path, size_t len)
 }
 
 /* ------------------------------------------------------------ rng (xoshiro256**) */
-
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
 
 static inline uint64_t rotl(uint64_t x, int k)
 {
@@ -219,178 +210,6 @@ static int pr_len(size_t len)
     return len > 128 ? 128 : (int)len;
 }
 
-/* ------------------------------------------------------------ pool primitives */
-
-static bool id_eq(const void *ctx, uint32_t idx, const void *key, size_t klen)
-{
-    const struct sim_strpool *sp = ctx;
-    return sp->len[idx] == klen && memcmp(sp->arena.p + sp->off[idx], key, klen) == 0;
-}
-
-uint32_t sim_find_machine(const struct bf_sim *s, const void *id, size_t len)
-{
-    if (len == 0)
-        return UINT32_MAX;
-    uint32_t i = sim_index_find(&s->ids.ix, sim_hash(id, len), id_eq, &s->ids, id, len);
-    return i == UINT32_MAX ? UINT32_MAX : i - 1;
-}
-
-uint32_t sim_zone(struct bf_sim *s, const char *name, size_t len)
-{
-    return sim_str_intern(&s->zones, name, len);
-}
-
-uint32_t sim_rack(struct bf_sim *s, uint32_t zone, const char *name, size_t len)
-{
-    uint32_t had = (uint32_t)s->racks.n;
-    uint32_t r = sim_str_intern(&s->racks, name, len);
-    if (r == UINT32_MAX || r < had)
-        return r;
-    if (s->rack_zone_cap <= r) {
-        size_t cap = s->rack_zone_cap ? s->rack_zone_cap * 2 : 64;
-        while (cap <= r)
-            cap *= 2;
-        uint32_t *v = realloc(s->rack_zone, cap * sizeof *v);
-        if (!v)
-            return UINT32_MAX;
-        s->rack_zone = v;
-        s->rack_zone_cap = cap;
-    }
-    s->rack_zone[r] = zone;
-    return r;
-}
-
-uint32_t sim_type_by_name(const struct bf_sim *s, const char *name, size_t len)
-{
-    for (size_t t = 0; t < s->n_types; t++)
-        if (strlen(s->types[t].t.name) == len && memcmp(s->types[t].t.name, name, len) == 0)
-            return (uint32_t)t;
-    return UINT32_MAX;
-}
-
-static bool spot_eligible(const struct bf_sim *s, const struct sim_machine *m)
-{
-    return s->types[m->type].t.capacity_type == BF_CT_SPOT &&
-           (m->state == BF_STATE_IDLE || m->state == BF_STATE_CONFIGURED);
-}
-
-static void spot_update(struct bf_sim *s, uint32_t i)
-{
-    if (!s->spot_pos)
-        return;
-    bool want = spot_eligible(s, &s->m[i]);
-    int32_t pos = s->spot_pos[i];
-    if (want && pos < 0) {
-        s->spot_pos[i] = (int32_t)s->n_spot;
-        s->spot_set[s->n_spot++] = i;
-    } else if (!want && pos >= 0) {
-        uint32_t last = s->spot_set[--s->n_spot];
-        s->spot_set[pos] = last;
-        s->spot_pos[last] = pos;
-        s->spot_pos[i] = -1;
-    }
-}
-
-static int grow_machines(struct bf_sim *s, size_t want)
-{
-    if (want <= s->cap)
-        return 0;
-    size_t cap = s->cap ? s->cap : 1024;
-    while (cap < want)
-        cap *= 2;
-    struct sim_machine *m = realloc(s->m, cap * sizeof *m);
-    if (!m)
-        return -ENOMEM;
-    s->m = m;
-    if (s->spot_pos) {
-        int32_t *sp = realloc(s->spot_pos, cap * sizeof *sp);
-        if (!sp)
-            return -ENOMEM;
-        s->spot_pos = sp;
-        uint32_t *ss = realloc(s->spot_set, cap * sizeof *ss);
-        if (!ss)
-            return -ENOMEM;
-        s->spot_set = ss;
-    }
-    s->cap = cap;
-    return 0;
-}
-
-uint32_t sim_add_machine(struct bf_sim *s, const char *id, size_t id_len, uint16_t type,
-                         uint32_t rack, uint8_t state)
-{
-    if (s->n >= SIM_MAX_MACHINES || grow_machines(s, s->n + 1))
-        return UINT32_MAX;
-    uint32_t k = sim_str_append(&s->ids, id, id_len);
-    if (k == UINT32_MAX)
-        return UINT32_MAX;
-    uint32_t i = (uint32_t)s->n;
-    struct sim_machine *m = &s->m[i];
-    memset(m, 0, sizeof *m);
-    m->type = type;
-    m->rack = rack;
-    m->state = state;
-    if (s->spot_pos)
-        s->spot_pos[i] = -1;
-    s->count[state]++;
-    s->n++;
-    return i;
-}
-
-int sim_ops_slot(struct bf_sim *s, uint32_t i)
-{
-    if (s->m[i].ops)
-        return 0;
-    if (s->n_ops == s->cap_ops) {
-        size_t cap = s->cap_ops ? s->cap_ops * 2 : 1024;
-        uint64_t(*v)[BF_SIM_KIND_COUNT] = realloc(s->ops, cap * sizeof *v);
-        if (!v)
-            return -ENOMEM;
-        s->ops = v;
-        s->cap_ops = cap;
-    }
-    memset(s->ops[s->n_ops], 0, sizeof s->ops[0]);
-    s->m[i].ops = (uint32_t)++s->n_ops;
-    return 0;
-}
-
-void sim_mark_dirty(struct bf_sim *s, uint32_t i)
-{
-    if (!s->store || (s->m[i].flags & SIM_F_DIRTY))
-        return;
-    if (s->n_dirty == s->cap_dirty) {
-        size_t cap = s->cap_dirty ? s->cap_dirty * 2 : 1024;
-        uint32_t *d = realloc(s->dirty, cap * sizeof *d);
-        if (!d) {
-            s->dirty_all = true; /* flush writes every machine instead */
-            return;
-        }
-        s->dirty = d;
-        s->cap_dirty = cap;
-    }
-    s->m[i].flags |= SIM_F_DIRTY;
-    s->dirty[s->n_dirty++] = i;
-}
-
-static void fence_mark_dirty(struct bf_sim *s, uint32_t f)
-{
-    s->meta_dirty = true;
-    if (!s->store || s->fences[f].dirty)
-        return;
-    if (s->n_dirty_f == s->cap_dirty_f) {
-        size_t cap = s->cap_dirty_f ? s->cap_dirty_f * 2 : 256;
-        uint32_t *d = realloc(s->dirty_f, cap * sizeof *d);
-        if (!d) {
-            s->dirty_all = true;
-            return;
-        }
-        s->dirty_f = d;
-        s->cap_dirty_f = cap;
-    }
-    s->fences[f].dirty = 1;
-    s->dirty_f[s->n_dirty_f++] = f;
-}
-
 /* ------------------------------------------------------------ revisions */
 
 static int64_t base_floor(const struct bf_sim *s)
@@ -457,7 +276,7 @@ static void set_state(struct bf_sim *s, uint32_t i, uint8_t st)
     s->count[m->state]--;
     s->count[st]++;
     m->state = st;
-    spot_update(s, i);
+    sim_spot_update(s, i);
 }
 
 static void hold(struct bf_sim *s, uint32_t i)
@@ -688,59 +507,6 @@ static void reply_delay(struct bf_sim *s, int rpc, struct bf_sim_reply *r)
 
 /* ------------------------------------------------------------ fencing */
 
-struct fence_key {
-    uint32_t shard, mref;
-};
-
-static bool fence_eq(const void *ctx, uint32_t idx, const void *key, size_t klen)
-{
-    (void)klen;
-    const struct bf_sim *s = ctx;
-    const struct fence_key *k = key;
-    return s->fences[idx].shard == k->shard && s->fences[idx].mref == k->mref;
-}
-
-static uint64_t fence_hash(uint32_t shard, uint32_t mref)
-{
-    uint64_t x = ((uint64_t)shard << 32 | mref) + 0x9e3779b97f4a7c15ULL;
-    return splitmix64(&x);
-}
-
-static uint32_t fence_find(const struct bf_sim *s, uint32_t shard, uint32_t mref)
-{
-    struct fence_key k = {shard, mref};
-    return sim_index_find(&s->fence_ix, fence_hash(shard, mref), fence_eq, s, &k, sizeof k);
-}
-
-uint32_t sim_fence_put(struct bf_sim *s, uint32_t shard, uint32_t mref, int64_t epoch, int64_t seq,
-                       uint64_t no)
-{
-    uint32_t f = fence_find(s, shard, mref);
-    if (f == UINT32_MAX) {
-        if (s->n_fences == s->cap_fences) {
-            size_t cap = s->cap_fences ? s->cap_fences * 2 : 256;
-            struct sim_fence *v = realloc(s->fences, cap * sizeof *v);
-            if (!v)
-                return UINT32_MAX;
-            s->fences = v;
-            s->cap_fences = cap;
-        }
-        f = (uint32_t)s->n_fences;
-        if (sim_index_insert(&s->fence_ix, fence_hash(shard, mref), f))
-            return UINT32_MAX;
-        s->n_fences++;
-        memset(&s->fences[f], 0, sizeof s->fences[f]);
-        s->fences[f].shard = shard;
-        s->fences[f].mref = mref;
-        s->fences[f].no = no;
-        if (no > s->next_fence_no)
-            s->next_fence_no = no;
-    }
-    s->fences[f].epoch = epoch;
-    s->fences[f].seq = seq;
-    return f;
-}
-
 /* Returns true when the request may proceed; otherwise *r holds the error. */
 static bool fence_check(struct bf_sim *s, const struct bf_sim_request *q, uint32_t mi,
                         struct bf_sim_reply *r)
@@ -753,12 +519,12 @@ static bool fence_check(struct bf_sim *s, const struct bf_sim_request *q, uint32
     uint32_t mref, f = UINT32_MAX;
     if (mi != UINT32_MAX) {
         mref = mi;
-        f = fence_find(s, shard, mref);
+        f = sim_fence_find(s, shard, mref);
     } else {
         uint32_t g = sim_str_find(&s->ghosts, q->machine_id.p, q->machine_id.len);
         if (g) {
             mref = g | SIM_GHOST_BIT;
-            f = fence_find(s, shard, mref);
+            f = sim_fence_find(s, shard, mref);
         } else {
             g = sim_str_append(&s->ghosts, q->machine_id.p, q->machine_id.len);
             if (g == UINT32_MAX || g >= SIM_GHOST_BIT)
@@ -786,7 +552,7 @@ static bool fence_check(struct bf_sim *s, const struct bf_sim_request *q, uint32
                       f == UINT32_MAX ? s->next_fence_no + 1 : s->fences[f].no);
     if (f == UINT32_MAX)
         goto oom;
-    fence_mark_dirty(s, f);
+    sim_fence_mark_dirty(s, f);
     return true;
 oom:
     reply_err(r, BF_SIM_INTERNAL, "simulated provider: out of memory");
@@ -1596,7 +1362,7 @@ static int seed(struct bf_sim *s, const uint32_t *zone_idx, uint32_t nz, const u
                  (unsigned long long)total, SIM_MAX_MACHINES);
         return -EINVAL;
     }
-    if (grow_machines(s, (size_t)total) || sim_index_reserve(&s->ids.ix, (size_t)total) ||
+    if (sim_grow_machines(s, (size_t)total) || sim_index_reserve(&s->ids.ix, (size_t)total) ||
         sim_buf_reserve(&s->ids.arena, (size_t)total * 40))
         return -ENOMEM;
     uint32_t *clusters = NULL;
@@ -1653,7 +1419,7 @@ static int seed(struct bf_sim *s, const uint32_t *zone_idx, uint32_t nz, const u
                 sim_md_ref(&s->md, md);
                 s->m[i].md = md;
             }
-            spot_update(s, i);
+            sim_spot_update(s, i);
             sim_mark_dirty(s, i);
         }
         sim_md_unref(&s->md, md); /* drop the reference seed_md() took */
@@ -1789,7 +1555,7 @@ int bf_sim_open(const struct bf_sim_config *cfg, struct bf_sim **out, char *err,
     }
     uint64_t seedv = cfg->rng_seed;
     for (int k = 0; k < 4; k++)
-        s->rng[k] = splitmix64(&seedv);
+        s->rng[k] = sim_splitmix64(&seedv);
     if ((rc = setup_topology(s, &zone_idx, &nz, &rack_idx, err, err_len)))
         goto fail;
     /* pool: load or seed */

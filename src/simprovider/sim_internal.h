@@ -296,7 +296,10 @@ static inline uint32_t sim_midlen(const struct bf_sim *s, uint32_t i)
 /* machine index by id, or UINT32_MAX */
 uint32_t sim_find_machine(const struct bf_sim *s, const void *id, size_t len);
 
-/* ------------------------------------------------------------ sim.c helpers used by store.c */
+/* ------------------------------------------------------------ pool.c (used by sim.c and store.c)
+ */
+
+#define SIM_MAX_MACHINES (1u << 26)
 
 /* Appends a machine (id unique) with no mutation bookkeeping. Returns the
  * index or UINT32_MAX on ENOMEM. */
@@ -310,8 +313,29 @@ int sim_ops_slot(struct bf_sim *s, uint32_t i);
 /* Adds/updates a fence entry (no dirty marking). Index or UINT32_MAX. */
 uint32_t sim_fence_put(struct bf_sim *s, uint32_t shard, uint32_t mref, int64_t epoch, int64_t seq,
                        uint64_t no);
+/* Puts machine i on the dirty set store.c writes at the end of the batch
+ * (no-op without a store; on ENOMEM the next flush writes every machine). */
 void sim_mark_dirty(struct bf_sim *s, uint32_t i);
+/* The same for fence f (and the metadata record). */
+void sim_fence_mark_dirty(struct bf_sim *s, uint32_t f);
+/* Fence index of (shard, mref), or UINT32_MAX. */
+uint32_t sim_fence_find(const struct bf_sim *s, uint32_t shard, uint32_t mref);
+/* Catalog index of the machine type called name, or UINT32_MAX. */
 uint32_t sim_type_by_name(const struct bf_sim *s, const char *name, size_t len);
+/* Machine arrays (and the spot set's) grown to hold want. 0 or -ENOMEM. */
+int sim_grow_machines(struct bf_sim *s, size_t want);
+/* Keeps machine i's membership of the spot set (spot-interruption
+ * candidates: spot capacity, Idle or Configured) in step with its state. */
+void sim_spot_update(struct bf_sim *s, uint32_t i);
+
+/* SplitMix64 step (seeds the RNG; hashes fence keys). */
+static inline uint64_t sim_splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
 
 /* ------------------------------------------------------------ wire.c */
 

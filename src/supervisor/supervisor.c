@@ -60,7 +60,7 @@
 #include "bigfleet/log.h"
 #include "bigfleet/net.h"
 #include "bigfleet/process.h"
-#include "bigfleet/session.h"
+#include "bigfleet/rollup.h"
 #include "bigfleet/util.h"
 #include "supervisor.h"
 #include "supervisor_internal.h"

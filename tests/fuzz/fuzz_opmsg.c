@@ -27,7 +27,7 @@
  */
 #include <errno.h>
 
-#include "bigfleet/session.h"
+#include "bigfleet/opmsg.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"
 #include "fuzz.h"
 

@@ -35,7 +35,7 @@
  *     result, byte for byte, or the same error and message.
  */
 #include "bigfleet/blobs.h"
-#include "bigfleet/session.h"
+#include "bigfleet/rollup.h"
 #include "bigfleet/v1alpha1/capacity.pb-c.h"
 #include "fuzz_shm.h"
 

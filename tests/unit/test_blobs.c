@@ -184,6 +184,23 @@ START_TEST(shard_metadata_round_trips_with_go_spellings_and_nul_group)
 }
 END_TEST
 
+/* docs/fidelity.md item 4: every value a shard stamps is a bucket bound and
+ * round-trips exactly (unspecified is read back as the zero bucket). */
+START_TEST(shard_metadata_round_trips_every_penalty_bucket)
+{
+    for (int b = 0; b <= BF_BUCKET_MAX; b++) {
+        struct bf_assignment in = {.priority = 7, .ipb = (uint8_t)b, .rpb = (uint8_t)b};
+        struct bf_md_encoded enc;
+        bf_shard_metadata_encode(&in, &enc);
+        struct bf_assignment out = {0};
+        uint32_t found;
+        ck_assert_int_eq(bf_shard_metadata_decode(enc.e, 3, &out, &found), 0);
+        ck_assert_uint_eq(out.ipb, b == BF_BUCKET_UNSPECIFIED ? BF_BUCKET_ZERO : (uint8_t)b);
+        ck_assert_uint_eq(out.rpb, b == BF_BUCKET_UNSPECIFIED ? BF_BUCKET_ZERO : (uint8_t)b);
+    }
+}
+END_TEST
+
 START_TEST(shard_metadata_decode_skips_malformed_values_and_unknown_keys)
 {
     struct bf_md_entry e[] = {
@@ -244,6 +261,7 @@ int main(void)
     tcase_add_test(tc, shard_metadata_round_trips_with_go_spellings_and_nul_group);
     tcase_add_test(tc, shard_metadata_off_bucket_dollars_apply_the_covering_bucket_and_count);
     tcase_add_test(tc, shard_metadata_decode_skips_malformed_values_and_unknown_keys);
+    tcase_add_test(tc, shard_metadata_round_trips_every_penalty_bucket);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

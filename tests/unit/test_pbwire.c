@@ -11,7 +11,7 @@
 
 #include "bigfleet/pbwire.h"
 #include "bigfleet/provider.h"
-#include "bigfleet/session.h"
+#include "bigfleet/opmsg.h"
 #include "bigfleet/v1alpha1/capacity.pb-c.h"
 #include "bigfleet/v1alpha1/provider.pb-c.h"
 

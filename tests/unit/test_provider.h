@@ -5,7 +5,7 @@
  *
  * A fixture is everything the provider path needs, in one process and on one
  * event loop: a simulated provider core served over real gRPC on 127.0.0.1
- * (src/provider/sim_server.c), a provider client to it, and (optionally) a
+ * (src/simprovider/sim_server.c), a provider client to it, and (optionally) a
  * private set of shared segments. check forks each test: everything is
  * created inside the test (io_uring rings and LMDB must not cross fork()).
  * Machines and lists for the decoder and the reconciler are packed with
@@ -30,7 +30,7 @@
 #include "bigfleet/simprovider.h"
 #include "bigfleet/util.h"
 #include "bigfleet/v1alpha1/provider.pb-c.h"
-#include "provider/sim_server.h"
+#include "simprovider/sim_server.h"
 
 #define PT_UNUSED __attribute__((unused))
 #define MS        BF_NS_PER_MS

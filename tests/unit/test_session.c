@@ -12,7 +12,10 @@
 #include <unistd.h>
 
 #include "bigfleet/blobs.h"
-#include "bigfleet/session.h"
+#include "bigfleet/arena.h"
+#include "bigfleet/opmsg.h"
+#include "bigfleet/outbox.h"
+#include "bigfleet/rollup.h"
 #include "bigfleet/util.h"
 #include "bigfleet/v1alpha1/capacity.pb-c.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"

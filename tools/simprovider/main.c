@@ -4,7 +4,7 @@
  * and the provider of the conformance suite, the integration tests and the
  * benchmarks). The core is libbfsim (include/bigfleet/simprovider.h,
  * docs/simprovider.md); this file only parses flags, serves it on a bf_net
- * loop (src/provider/sim_server.c) and stops cleanly.
+ * loop (src/simprovider/sim_server.c) and stops cleanly.
  *
  * Flags: --addr (default :9000), --tls-cert/--tls-key/--tls-ca (all three:
  * mTLS; none: h2c), --http-addr (optional HTTP/1.1: /healthz, /stats JSON,
@@ -32,7 +32,7 @@
 #include "bigfleet/net.h"
 #include "bigfleet/simprovider.h"
 #include "bigfleet/util.h"
-#include "provider/sim_server.h"
+#include "simprovider/sim_server.h"
 
 /* Options of bf_sim_config_set(); 1 = the value is optional (booleans). */
 static const struct {

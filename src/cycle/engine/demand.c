@@ -384,6 +384,16 @@ bool bfe_match_class(struct bf_engine *e, struct cprof *cp, uint32_t cls)
 
 /* ------------------------------------------------------------------ rollups */
 
+/* The fold groups are normalize.c's cache over a cluster's needs: cleared
+ * here, below it, where the needs change (and by the driver on free). */
+void bfe_fold_groups_clear(struct cluster *cl)
+{
+    for (uint32_t i = 0; i < cl->nfg; i++)
+        free(cl->fg[i].aggkey);
+    cl->nfg = 0;
+    cl->fg_valid = false;
+}
+
 static void needs_release(struct bf_engine *e, struct need_in *v, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++) {

@@ -111,16 +111,6 @@ void bf_engine_free(struct bf_engine *e)
     free(e);
 }
 
-int bfe_emit(struct bf_engine *e, const struct bf_engine_action *a)
-{
-    if (GROW(e->acts, e->cap_acts, e->n_acts + 1))
-        return -ENOMEM;
-    struct bf_engine_action *x = &e->acts[e->n_acts++];
-    *x = *a;
-    x->machine_id = bfe_machine_id(e, a->slot);
-    return 0;
-}
-
 static int run_cycle(struct bf_engine *e, int64_t now_ns, struct bf_engine_result *out)
 {
     int64_t t0 = mono_ns(), t;

@@ -150,14 +150,6 @@ static char *aggkey_of(struct bf_engine *e, const bf_vec *agg)
     return s;
 }
 
-void bfe_fold_groups_clear(struct cluster *cl)
-{
-    for (uint32_t i = 0; i < cl->nfg; i++)
-        free(cl->fg[i].aggkey);
-    cl->nfg = 0;
-    cl->fg_valid = false;
-}
-
 static char *aggkey_dup(struct bf_engine *e, const bf_vec *agg)
 {
     struct arena_mark mk = bfe_arena_mark(&e->ar);

@@ -17,7 +17,7 @@
 
 #include "bigfleet/log.h"
 #include "bigfleet/util.h"
-#include "provider/sim_server.h"
+#include "simprovider/sim_server.h"
 
 struct bf_simsrv {
     struct bf_net_loop *loop;

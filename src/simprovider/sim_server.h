@@ -10,8 +10,8 @@
  * closes it) and owns its bf_net server, timer and held replies. Everything
  * runs on the loop thread. The sim clock is bf_mono_ns().
  */
-#ifndef BF_PROVIDER_SIM_SERVER_H
-#define BF_PROVIDER_SIM_SERVER_H
+#ifndef BF_SIMPROVIDER_SIM_SERVER_H
+#define BF_SIMPROVIDER_SIM_SERVER_H
 
 #include <stdint.h>
 

@@ -1,0 +1,203 @@
+/*
+ * bigfleet/rollup.h — rollup conversion: ClusterCapacityNeeds -> Need rows
+ * (profile and fingerprint interned, group interned, aggregate/min_unit
+ * vectors, duplicates merged, bad input rejected with a message), the
+ * unchanged-rollup path, and rail 2, the empty-rollup quarantine (ADR-0046,
+ * shard.md §6.3). Implemented in src/session/rollup.c. The functions that
+ * take a struct bf_shm only intern strings and register resource
+ * dimensions (both safe from any thread of the session process: the string
+ * lock is a CAS on the shared lock word).
+ *
+ * Part of the session module (src/session/, docs/internals.md "Layers");
+ * single-threaded state owned by its caller. Errors are negative errno
+ * values, listed per function.
+ */
+#ifndef BIGFLEET_ROLLUP_H
+#define BIGFLEET_ROLLUP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bigfleet/shm.h"
+
+/*
+ * Conversion of one rollup (reference/shard.md §4.2 item 6, wire.md §3).
+ *
+ * Every CapacityNeed becomes a Need row:
+ *   profile_ref   bf_nprofile_intern_need (requirements incl. Same and
+ *                 spread canonicalised; priority; both penalty buckets,
+ *                 whose dollar value is the bucket's upper bound; unknown
+ *                 operators, when_unsatisfiable values or buckets reject);
+ *   group_ref     the group bytes interned (0 = a plain Need);
+ *   aggregate     aggregate_resources as a vector (quantities parsed);
+ *   min_unit      min_unit as a vector;
+ *   arrival_ns    ClusterCapacityNeeds.timestamp_unix_nanos when it lies in
+ *                 [recv - BF_ROLLUP_MAX_AGE_NS, recv], else the receive time
+ *                 (a peer cannot buy seniority with a timestamp in the past
+ *                 or the future: docs/security.md);
+ *   cluster_ref   the session's cluster.
+ * Negative or unparseable quantities reject the whole rollup.
+ *
+ * Duplicate Needs (the same profile and group twice in one rollup) are
+ * MERGED the way the operator's own aggregation would have built them:
+ * aggregates summed (overflow rejects), min_unit the per-dimension maximum,
+ * the earliest arrival (all rows of one rollup share it). Rows keep the
+ * order of each key's first appearance. `merged` counts folded Needs.
+ *
+ * Shared tables are charged to the cluster (reference: docs/security.md
+ * "Per-cluster quotas"): the rollup's Needs (max_rows), its distinct
+ * groups, the bytes it adds to the shared string table, and resource
+ * names: a name missing from the shard-wide dimension registry is NOT
+ * registered here; it is listed in new_dims (its values ignored) and the
+ * caller decides (quota), registers and converts again, so a rejected
+ * rollup never registers a dimension.
+ */
+#define BF_ROLLUP_MAX_AGE_NS (60LL * 1000000000LL) /* oldest timestamp taken as arrival */
+#define BF_ROLLUP_NEED_MAX   (1u << 20)            /* bytes of one CapacityNeed */
+#define BF_ROLLUP_GROUP_MAX  (16u << 10)           /* bytes of one group id */
+
+/* The Kubernetes resource names every shard registers at start (the
+ * supervisor) and that never count against a cluster's dimension quota. */
+#define BF_RESERVED_DIMS_N 4
+extern const char *const bf_reserved_dims[BF_RESERVED_DIMS_N];
+bool bf_dim_is_reserved(const char *name);
+
+struct bf_rollup_limits {
+    uint32_t max_rows;       /* Needs on the wire above this reject before decoding (-E2BIG) */
+    uint32_t max_groups;     /* distinct non-empty groups; 0 = unlimited (-E2BIG) */
+    uint64_t strtab_reserve; /* abandon when the string arena would keep less free (-ENOSPC) */
+    uint64_t strtab_quota;   /* string-table bytes this rollup may add (-EDQUOT) */
+    int32_t max_priority;    /* priorities above are clamped to it (counted) */
+    int64_t recv_ns;         /* wall-clock receive time (arrival clamp); 0 = no clamp */
+};
+
+struct bf_rollup {
+    struct bf_need_row *rows;
+    uint32_t *fp_refs; /* fingerprint string ref per row (provisioning-latency stamps) */
+    uint32_t n, cap;
+    uint32_t needs_in;    /* CapacityNeeds on the wire */
+    uint32_t merged;      /* duplicates folded into an earlier row */
+    int64_t timestamp_ns; /* as sent */
+    int64_t arrival_ns;   /* what the rows carry (see above) */
+    bool timestamp_clamped;
+    uint32_t priorities_clamped; /* Needs whose priority was above max_priority */
+    uint32_t groups;             /* distinct non-empty groups */
+    uint64_t strtab_added;       /* bytes this conversion added to the string table */
+    uint64_t unknown_fields;     /* dropped while decoding Needs (bf_pb_unpack) */
+    const char *over_quota;      /* on a quota rejection: "needs", "groups" or "strings" */
+    bool repeated;               /* filled by bf_rollup_repeat (no conversion ran) */
+    uint32_t n_new_dims;         /* resource names not in the registry (values ignored) */
+    char new_dims[BF_MAX_DIMS][BF_DIM_NAME_MAX];
+    /* private: dedup table (profile_ref, group_ref) -> row */
+    uint64_t *dkeys;
+    uint32_t *dvals;
+    uint32_t dmask;
+    /* private: distinct groups of this rollup */
+    uint32_t *gset;
+    uint32_t gmask;
+    /* private: decode cache of wire profile bytes -> (profile_ref, fp_ref) */
+    void *pcache;
+};
+
+void bf_rollup_init(struct bf_rollup *r);
+void bf_rollup_free(struct bf_rollup *r);
+
+/*
+ * Decodes and converts a serialized ClusterCapacityNeeds into r (reset
+ * first; its buffers are reused between calls). cluster_id: the session's
+ * cluster; a rollup whose own cluster_id is set and differs is rejected.
+ * lim: the cluster's quotas and the clamps (above). err names the
+ * offending Need (index) and field, or the quota.
+ * Errors: -EBADMSG (not a ClusterCapacityNeeds, or a Need that does not
+ * decode), -EINVAL (validation: unknown enum value, bad or negative
+ * quantity, empty or too long key, cluster id mismatch), -E2BIG (more
+ * Needs than max_rows, more groups than max_groups, more than
+ * BF_MAX_DIMS new resource names, a Need over BF_ROLLUP_NEED_MAX or a group
+ * over BF_ROLLUP_GROUP_MAX, a Need that decodes past its allocation bound),
+ * -EDQUOT (the string-table quota), -ERANGE (an aggregate overflows int64
+ * milli-units), -ENOSPC (string table or reserve exhausted), -ETIMEDOUT
+ * (string lock), -ENOMEM. On success with n_new_dims > 0 the rows lack
+ * those dimensions: register them (or reject) and convert again.
+ */
+int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cluster_id,
+                      uint32_t cluster_ref, const struct bf_rollup_limits *lim, struct bf_rollup *r,
+                      char *err, size_t errlen);
+
+/*
+ * Arrival of a rollup's Needs: timestamp_ns, or recv_ns when the timestamp
+ * is in the future or older than BF_ROLLUP_MAX_AGE_NS before recv_ns
+ * (*clamped set). recv_ns 0 = no clamp. Pure.
+ */
+int64_t bf_rollup_arrival(int64_t timestamp_ns, int64_t recv_ns, bool *clamped);
+
+/* ------------------------------------------------ the unchanged-rollup path
+ * Operators resend their whole demand every interval, and most rollups
+ * repeat the previous one (nothing changed in the cluster; issue 18 target
+ * 3: such a rollup costs <= 50 us to ingest). The ingest thread keeps, per
+ * cluster, the digest of the last accepted rollup; a rollup with the same
+ * digest converts to the same rows, so bf_rollup_repeat copies the published
+ * rows instead of decoding and interning every Need again. Only the arrival
+ * (the new timestamp) differs. */
+
+/* A per-process random key: digests cannot be predicted by a peer, so a
+ * peer cannot craft a rollup that collides with another of its own and
+ * (the only effect) keep its previous rows. */
+struct bf_rollup_digest_key {
+    uint8_t secret[192]; /* XXH3 secret (>= XXH3_SECRET_SIZE_MIN bytes of entropy) */
+};
+
+struct bf_rollup_digest {
+    uint64_t lo, hi;      /* 128-bit keyed XXH3; hi is never 0 for a computed digest */
+    int64_t timestamp_ns; /* the rollup's timestamp_unix_nanos (last occurrence) */
+};
+
+/*
+ * Digest of a serialized ClusterCapacityNeeds over every top-level field
+ * except timestamp_unix_nanos (2), byte for byte in wire order: equal
+ * digests mean equal bytes apart from the timestamp (up to a keyed 128-bit
+ * hash collision). A different encoding of the same content is a different
+ * digest (it then takes the full conversion, never a wrong result).
+ * Errors: -EBADMSG (the top level does not parse), -EINVAL (bad key).
+ * Pure; ~1 GB/s of scanning plus the hash.
+ */
+int bf_rollup_digest(const uint8_t *buf, size_t len, const struct bf_rollup_digest_key *key,
+                     struct bf_rollup_digest *d);
+
+/*
+ * Fills r (reset first) with the n rows published at rows_off (the rows of
+ * the cluster's last accepted rollup, which the caller proved this one
+ * repeats) and their fingerprint refs (fp_refs, n entries, copied), every
+ * row carrying the arrival of timestamp_ns under lim->recv_ns (see
+ * bf_rollup_arrival; timestamp_clamped set as the conversion would).
+ * needs_in, merged, priorities_clamped and unknown_fields are left 0: the
+ * caller restores the figures of the conversion it repeats. Sets repeated.
+ * Reads the rows segment only (s: the session's mapping). Errors: -ENOMEM.
+ */
+int bf_rollup_repeat(const struct bf_shm *s, uint32_t rows_off, uint32_t n, const uint32_t *fp_refs,
+                     int64_t timestamp_ns, const struct bf_rollup_limits *lim, struct bf_rollup *r);
+
+#define BF_RAIL2_MIN_ROWS       10  /* baseline floor (accepted rows) */
+#define BF_RAIL2_KEEP_PER_MILLE 100 /* suspicious when new < 10 % of the baseline */
+#define BF_RAIL2_CONFIRMATIONS  3   /* consecutive suspicious rollups that confirm */
+
+enum bf_rail2_verdict {
+    BF_RAIL2_ACCEPT = 0,          /* not suspicious (or the guard is off) */
+    BF_RAIL2_HOLD = 1,            /* suspicious: held, demand unchanged */
+    BF_RAIL2_ACCEPT_CONFIRMED = 2 /* the 3rd consecutive suspicious rollup: accepted */
+};
+
+/*
+ * ADR-0046 rail 2 (reference/shard.md §6.3). Rows are the CapacityNeeds of
+ * the rollup as received (struct bf_rollup.needs_in), before duplicates
+ * merge, as Go's ApplyRollup admits len(ns) (docs/fidelity.md item 6).
+ * State per cluster: the
+ * accepted baseline (rows of the last accepted rollup) and the count of
+ * consecutive held rollups. A rollup is suspicious iff the guard is on,
+ * baseline >= 10 and new_rows * 1000 < baseline * 100. Accept: baseline =
+ * new_rows, held = 0. Suspicious: held + 1; at 3 accept (baseline reset,
+ * held = 0), else hold. Returns the verdict and updates the state.
+ */
+int bf_rail2_admit(bool guard_on, uint32_t *baseline, uint8_t *held, uint32_t new_rows);
+
+#endif /* BIGFLEET_ROLLUP_H */

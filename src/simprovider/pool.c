@@ -1,0 +1,242 @@
+/*
+ * pool.c — the simulated provider's pool tables: machines (id index, zone
+ * and rack names, the spot set), per-machine operation slots, fences, and
+ * the dirty sets that store.c writes through to LMDB.
+ *
+ * Design notes. The bottom of the simulated provider: sim.c (the RPCs) and
+ * store.c (LMDB load and write-through) both build on these primitives, so
+ * the three files depend one way: sim.c -> store.c -> pool.c, and sim.c ->
+ * pool.c (scripts/lint-includes). Nothing here does mutation bookkeeping
+ * (revisions, the log, timers): that is sim.c's. Allocation failures return
+ * UINT32_MAX / -ENOMEM and leave the tables as they were.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "simprovider/sim_internal.h"
+
+static bool id_eq(const void *ctx, uint32_t idx, const void *key, size_t klen)
+{
+    const struct sim_strpool *sp = ctx;
+    return sp->len[idx] == klen && memcmp(sp->arena.p + sp->off[idx], key, klen) == 0;
+}
+
+uint32_t sim_find_machine(const struct bf_sim *s, const void *id, size_t len)
+{
+    if (len == 0)
+        return UINT32_MAX;
+    uint32_t i = sim_index_find(&s->ids.ix, sim_hash(id, len), id_eq, &s->ids, id, len);
+    return i == UINT32_MAX ? UINT32_MAX : i - 1;
+}
+
+uint32_t sim_zone(struct bf_sim *s, const char *name, size_t len)
+{
+    return sim_str_intern(&s->zones, name, len);
+}
+
+uint32_t sim_rack(struct bf_sim *s, uint32_t zone, const char *name, size_t len)
+{
+    uint32_t had = (uint32_t)s->racks.n;
+    uint32_t r = sim_str_intern(&s->racks, name, len);
+    if (r == UINT32_MAX || r < had)
+        return r;
+    if (s->rack_zone_cap <= r) {
+        size_t cap = s->rack_zone_cap ? s->rack_zone_cap * 2 : 64;
+        while (cap <= r)
+            cap *= 2;
+        uint32_t *v = realloc(s->rack_zone, cap * sizeof *v);
+        if (!v)
+            return UINT32_MAX;
+        s->rack_zone = v;
+        s->rack_zone_cap = cap;
+    }
+    s->rack_zone[r] = zone;
+    return r;
+}
+
+uint32_t sim_type_by_name(const struct bf_sim *s, const char *name, size_t len)
+{
+    for (size_t t = 0; t < s->n_types; t++)
+        if (strlen(s->types[t].t.name) == len && memcmp(s->types[t].t.name, name, len) == 0)
+            return (uint32_t)t;
+    return UINT32_MAX;
+}
+
+static bool spot_eligible(const struct bf_sim *s, const struct sim_machine *m)
+{
+    return s->types[m->type].t.capacity_type == BF_CT_SPOT &&
+           (m->state == BF_STATE_IDLE || m->state == BF_STATE_CONFIGURED);
+}
+
+void sim_spot_update(struct bf_sim *s, uint32_t i)
+{
+    if (!s->spot_pos)
+        return;
+    bool want = spot_eligible(s, &s->m[i]);
+    int32_t pos = s->spot_pos[i];
+    if (want && pos < 0) {
+        s->spot_pos[i] = (int32_t)s->n_spot;
+        s->spot_set[s->n_spot++] = i;
+    } else if (!want && pos >= 0) {
+        uint32_t last = s->spot_set[--s->n_spot];
+        s->spot_set[pos] = last;
+        s->spot_pos[last] = pos;
+        s->spot_pos[i] = -1;
+    }
+}
+
+int sim_grow_machines(struct bf_sim *s, size_t want)
+{
+    if (want <= s->cap)
+        return 0;
+    size_t cap = s->cap ? s->cap : 1024;
+    while (cap < want)
+        cap *= 2;
+    struct sim_machine *m = realloc(s->m, cap * sizeof *m);
+    if (!m)
+        return -ENOMEM;
+    s->m = m;
+    if (s->spot_pos) {
+        int32_t *sp = realloc(s->spot_pos, cap * sizeof *sp);
+        if (!sp)
+            return -ENOMEM;
+        s->spot_pos = sp;
+        uint32_t *ss = realloc(s->spot_set, cap * sizeof *ss);
+        if (!ss)
+            return -ENOMEM;
+        s->spot_set = ss;
+    }
+    s->cap = cap;
+    return 0;
+}
+
+uint32_t sim_add_machine(struct bf_sim *s, const char *id, size_t id_len, uint16_t type,
+                         uint32_t rack, uint8_t state)
+{
+    if (s->n >= SIM_MAX_MACHINES || sim_grow_machines(s, s->n + 1))
+        return UINT32_MAX;
+    uint32_t k = sim_str_append(&s->ids, id, id_len);
+    if (k == UINT32_MAX)
+        return UINT32_MAX;
+    uint32_t i = (uint32_t)s->n;
+    struct sim_machine *m = &s->m[i];
+    memset(m, 0, sizeof *m);
+    m->type = type;
+    m->rack = rack;
+    m->state = state;
+    if (s->spot_pos)
+        s->spot_pos[i] = -1;
+    s->count[state]++;
+    s->n++;
+    return i;
+}
+
+int sim_ops_slot(struct bf_sim *s, uint32_t i)
+{
+    if (s->m[i].ops)
+        return 0;
+    if (s->n_ops == s->cap_ops) {
+        size_t cap = s->cap_ops ? s->cap_ops * 2 : 1024;
+        uint64_t(*v)[BF_SIM_KIND_COUNT] = realloc(s->ops, cap * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        s->ops = v;
+        s->cap_ops = cap;
+    }
+    memset(s->ops[s->n_ops], 0, sizeof s->ops[0]);
+    s->m[i].ops = (uint32_t)++s->n_ops;
+    return 0;
+}
+
+void sim_mark_dirty(struct bf_sim *s, uint32_t i)
+{
+    if (!s->store || (s->m[i].flags & SIM_F_DIRTY))
+        return;
+    if (s->n_dirty == s->cap_dirty) {
+        size_t cap = s->cap_dirty ? s->cap_dirty * 2 : 1024;
+        uint32_t *d = realloc(s->dirty, cap * sizeof *d);
+        if (!d) {
+            s->dirty_all = true; /* flush writes every machine instead */
+            return;
+        }
+        s->dirty = d;
+        s->cap_dirty = cap;
+    }
+    s->m[i].flags |= SIM_F_DIRTY;
+    s->dirty[s->n_dirty++] = i;
+}
+
+void sim_fence_mark_dirty(struct bf_sim *s, uint32_t f)
+{
+    s->meta_dirty = true;
+    if (!s->store || s->fences[f].dirty)
+        return;
+    if (s->n_dirty_f == s->cap_dirty_f) {
+        size_t cap = s->cap_dirty_f ? s->cap_dirty_f * 2 : 256;
+        uint32_t *d = realloc(s->dirty_f, cap * sizeof *d);
+        if (!d) {
+            s->dirty_all = true;
+            return;
+        }
+        s->dirty_f = d;
+        s->cap_dirty_f = cap;
+    }
+    s->fences[f].dirty = 1;
+    s->dirty_f[s->n_dirty_f++] = f;
+}
+
+/* ------------------------------------------------------------ fences */
+
+struct fence_key {
+    uint32_t shard, mref;
+};
+
+static bool fence_eq(const void *ctx, uint32_t idx, const void *key, size_t klen)
+{
+    (void)klen;
+    const struct bf_sim *s = ctx;
+    const struct fence_key *k = key;
+    return s->fences[idx].shard == k->shard && s->fences[idx].mref == k->mref;
+}
+
+static uint64_t fence_hash(uint32_t shard, uint32_t mref)
+{
+    uint64_t x = ((uint64_t)shard << 32 | mref) + 0x9e3779b97f4a7c15ULL;
+    return sim_splitmix64(&x);
+}
+
+uint32_t sim_fence_find(const struct bf_sim *s, uint32_t shard, uint32_t mref)
+{
+    struct fence_key k = {shard, mref};
+    return sim_index_find(&s->fence_ix, fence_hash(shard, mref), fence_eq, s, &k, sizeof k);
+}
+
+uint32_t sim_fence_put(struct bf_sim *s, uint32_t shard, uint32_t mref, int64_t epoch, int64_t seq,
+                       uint64_t no)
+{
+    uint32_t f = sim_fence_find(s, shard, mref);
+    if (f == UINT32_MAX) {
+        if (s->n_fences == s->cap_fences) {
+            size_t cap = s->cap_fences ? s->cap_fences * 2 : 256;
+            struct sim_fence *v = realloc(s->fences, cap * sizeof *v);
+            if (!v)
+                return UINT32_MAX;
+            s->fences = v;
+            s->cap_fences = cap;
+        }
+        f = (uint32_t)s->n_fences;
+        if (sim_index_insert(&s->fence_ix, fence_hash(shard, mref), f))
+            return UINT32_MAX;
+        s->n_fences++;
+        memset(&s->fences[f], 0, sizeof s->fences[f]);
+        s->fences[f].shard = shard;
+        s->fences[f].mref = mref;
+        s->fences[f].no = no;
+        if (no > s->next_fence_no)
+            s->next_fence_no = no;
+    }
+    s->fences[f].epoch = epoch;
+    s->fences[f].seq = seq;
+    return f;
+}
