@@ -23,7 +23,7 @@ const assert = require('assert');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 const { freePort } = require('./ports');
-const { run } = require('./session_lib');
+const { register } = require('./register');
 
 const BIN = process.env.BIN || path.resolve(__dirname, '../../build/bin');
 const PROTO_DIR = process.env.PROTO_DIR || path.resolve(__dirname, '../../proto');
@@ -133,7 +133,7 @@ async function rep(shard, opts) {
   return r.resp;
 }
 
-run([
+register([
   ['etcd and three replicas elect exactly one leader; /readyz says who', async () => {
     await startEtcd();
     for (const id of ['c1', 'c2', 'c3']) await startReplica(id);

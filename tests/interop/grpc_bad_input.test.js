@@ -18,6 +18,7 @@ const net = require('net');
 const tls = require('tls');
 const http2 = require('http2');
 const L = require('./grpc_lib');
+const { register } = require('./register');
 const { grpc, eq, assert } = L;
 
 const pkg = L.loadPkg();
@@ -414,8 +415,8 @@ const tests = [
   }],
 ];
 
-L.run('grpc_bad_input', tests, {
-  perTestMs: 20000,
+register(tests, {
+  timeout: 20000,
   before: async () => {
     pki = L.makePki({ server: 'DNS:localhost,IP:127.0.0.1' });
     const h2c = await L.startServer(['--max-recv', String(MAX_RECV), '--keepalive-ms', '200',

@@ -5,6 +5,7 @@
 // directions, the HTTP/1.1 endpoints, graceful shutdown with a clean exit.
 'use strict';
 const L = require('./grpc_lib');
+const { register } = require('./register');
 const { grpc, eq, assert } = L;
 
 const pkg = L.loadPkg();
@@ -186,7 +187,8 @@ const tests = [
   }],
 ];
 
-L.run('grpc_server_h2c', tests, {
+register(tests, {
+  timeout: 30000,
   before: async () => {
     const srv = await L.startServer();
     return { srv, c: clients(srv.addr) };

@@ -13,6 +13,7 @@ const os = require('os');
 const path = require('path');
 const { execFileSync } = require('child_process');
 const L = require('./session_lib');
+const { register } = require('./register');
 const { assert, grpc, waitFor } = L;
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bf-tlsreload-'));
@@ -60,7 +61,7 @@ async function helloAcked(addr, n) {
 }
 
 let S;
-L.run([
+register([
   ['start with authority 1 from the --config file', async () => {
     authority(1);
     authority(2);

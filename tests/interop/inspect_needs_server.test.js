@@ -17,6 +17,7 @@ const path = require('path');
 const { execFileSync } = require('child_process');
 const protoLoader = require('@grpc/proto-loader');
 const L = require('./session_lib');
+const { register } = require('./register');
 const { assert } = L;
 
 const G = L.grpc.status;
@@ -359,17 +360,15 @@ const isolated = [
   }],
 ];
 
-(async () => {
-  const simPort = await L.freePort();
-  S = await L.startShard({ args: ['--provider-addr=', `--sim-listen=127.0.0.1:${simPort}`,
-    '--sim-args=--seed-idle 2 --zones 3', '--cycle-interval=200ms', '--local-bootstrap',
-    '--max-needs=8192', '--cluster-max-needs=8192'] });
-  const all = [...tests.map(([n, f]) => [n, async () => {
-    try { await f(); } catch (e) { console.log(S.log().split('\n').slice(-30).join('\n')); throw e; }
-  }]), ['(stop the shared appliance)', async () => {
-    for (const op of ops) op.close();
-    const ex = await S.stop();
-    assert.strictEqual(ex.code, 0);
-  }], ...isolated];
-  await L.run(all);
-})();
+register([...L.logOnFail(tests, () => S, 30), ['(stop the shared appliance)', async () => {
+  for (const op of ops) op.close();
+  const ex = await S.stop();
+  assert.strictEqual(ex.code, 0);
+}], ...isolated], {
+  before: async () => {
+    const simPort = await L.freePort();
+    S = await L.startShard({ args: ['--provider-addr=', `--sim-listen=127.0.0.1:${simPort}`,
+      '--sim-args=--seed-idle 2 --zones 3', '--cycle-interval=200ms', '--local-bootstrap',
+      '--max-needs=8192', '--cluster-max-needs=8192'] });
+  },
+});

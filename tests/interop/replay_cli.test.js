@@ -24,7 +24,7 @@ fs.writeFileSync(bad, `${HDR}a,1000,1024,0,0,,LS,Running,0,100,0\nb,x,1024,0,0,,
 const badcat = path.join(tmp, 'badcat.csv');
 fs.writeFileSync(badcat, 'sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,0,\nn1,lots,65536,0,\n');
 
-(async () => {
+T.run(async () => {
   let r = await runReplay(['--trace', path.join(tmp, 'nope.csv')]);
   T.eq(r.code, 2, 'missing trace: exit 2');
   T.check(r.stderr.includes(`${path.join(tmp, 'nope.csv')}: No such file or directory`), `names the file: ${r.stderr}`);
@@ -96,4 +96,4 @@ fs.writeFileSync(badcat, 'sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,0,\n
 
   fs.rmSync(tmp, { recursive: true, force: true });
   T.finish();
-})().catch((e) => { console.error(e); process.exit(1); });
+});

@@ -26,8 +26,7 @@ const T = harness('replay_mainjob');
 const repo = path.resolve(__dirname, '..', '..');
 const shared = path.resolve(repo, '..', 'shared');
 if (!fs.existsSync(path.join(shared, 'data', 'openb', 'openb_pod_list_default.csv'))) {
-  console.log('replay_mainjob: skipped (no ../shared/data/openb)');
-  process.exit(77); // a skip, reported as one by scripts/run-interop-tests
+  T.skip('no ../shared/data/openb');
 }
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'replay-mainjob-'));
 
@@ -80,7 +79,7 @@ function runJob(env, extra = []) {
   });
 }
 
-(async () => {
+T.run(async () => {
   const build = path.join(tmp, 'build');
   fs.mkdirSync(path.join(build, 'bin'), { recursive: true });
   fs.writeFileSync(path.join(build, 'bin', 'bigfleet-shardd'), STANDIN, { mode: 0o755 });
@@ -134,4 +133,4 @@ function runJob(env, extra = []) {
 
   fs.rmSync(tmp, { recursive: true, force: true });
   T.finish();
-})().catch((e) => { console.error(e); process.exit(1); });
+});

@@ -65,7 +65,7 @@ async function replay(shardOpts, extra, dir) {
   return { r, rep, shard };
 }
 
-(async () => {
+T.run(async () => {
   // 1. a shard that keeps up
   {
     const { r, rep, shard } = await replay({}, [], path.join(tmp, 'good'));
@@ -139,4 +139,4 @@ async function replay(shardOpts, extra, dir) {
   }
   fs.rmSync(tmp, { recursive: true, force: true });
   T.finish();
-})().catch((e) => { console.error(e); process.exit(1); });
+});

@@ -108,7 +108,7 @@ function tau(i, k) {
 
 // ------------------------------------------------------------ run
 
-(async () => {
+T.run(async () => {
   const shard = new FakeShard();
   const port = await shard.start();
   // the shard's own frames, sent once the replay is under way
@@ -254,4 +254,4 @@ function tau(i, k) {
     'plots written');
   fs.rmSync(tmp, { recursive: true, force: true });
   T.finish();
-})().catch((e) => { console.error(e); process.exit(1); });
+});

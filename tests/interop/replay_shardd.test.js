@@ -30,8 +30,7 @@ const shardd = path.join(BIN, 'bigfleet-shardd');
 const openb = path.resolve(__dirname, '..', '..', '..', 'shared', 'data', 'openb');
 if (!fs.existsSync(shardd) || !fs.existsSync(path.join(BIN, 'bigfleet-simprovider')) ||
     !fs.existsSync(path.join(openb, 'openb_pod_list_default.csv'))) {
-  console.log('replay_shardd: skipped (no bigfleet-shardd / bigfleet-simprovider, or no ../shared/data/openb)');
-  process.exit(77); // a skip, reported as one by scripts/run-interop-tests
+  T.skip('no bigfleet-shardd / bigfleet-simprovider, or no ../shared/data/openb');
 }
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'replay-shardd-'));
 
@@ -48,7 +47,7 @@ const metric = (text, re) => {
   return m.length ? m.reduce((a, b) => a + b, 0) : NaN;
 };
 
-(async () => {
+T.run(async () => {
   const listen = await freePort(), metrics = await freePort();
   const id = `replay-it-${process.pid}`;
   const sim = await freePort();
@@ -103,4 +102,4 @@ const metric = (text, re) => {
     `the report prints the shard's cycle p50/p99 next to binding latency (${cyc && cyc[0]})`);
   fs.rmSync(tmp, { recursive: true, force: true });
   T.finish();
-})().catch((e) => { console.error(e); process.exit(1); });
+});

@@ -36,8 +36,7 @@ const shared = path.resolve(repo, '..', 'shared');
 const openb = path.join(shared, 'data', 'openb');
 if (!fs.existsSync(path.join(openb, 'openb_node_list_all_node.csv')) ||
     !fs.existsSync(path.join(BIN, 'bigfleet-shardd')) || !fs.existsSync(path.join(BIN, 'bigfleet-simprovider'))) {
-  console.log('replay_traces: skipped (no ../shared/data/openb, or the appliance is not built)');
-  process.exit(77); // a skip, reported as one by scripts/run-interop-tests
+  T.skip('no ../shared/data/openb, or the appliance is not built');
 }
 const build = path.dirname(BIN);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'replay-traces-'));
@@ -54,7 +53,7 @@ function runJob(env, extra = [], timeoutMs = 240000) {
   });
 }
 
-(async () => {
+T.run(async () => {
   const lists = fs.readdirSync(openb).filter((f) => /^openb_pod_list_.*\.csv$/.test(f)).sort();
   T.check(lists.length >= 5, `the shipped pod lists: ${lists}`);
   for (const trace of lists) {
@@ -115,4 +114,4 @@ function runJob(env, extra = [], timeoutMs = 240000) {
 
   fs.rmSync(tmp, { recursive: true, force: true });
   T.finish();
-})().catch((e) => { console.error(e); process.exit(1); });
+});

@@ -6,7 +6,8 @@
 //   shm(id, ...args)   runs the C helper tests/interop/session_shm (JSON out)
 //   Operator           a grpc-js Shard/Session client: send(), next(pred),
 //                      status; written the way a BigFleet operator talks
-//   run(tests)         runs named async tests in order, prints ok/FAIL
+//   logOnFail(tests, () => S, n)  the tests, each printing the appliance
+//                      log's last n lines when it fails
 'use strict';
 
 // The appliance refuses to run its children as root unless told (docs/operating.md
@@ -270,23 +271,20 @@ const need = (o = {}) => ({
   group: o.group || Buffer.alloc(0),
 });
 
-async function run(tests) {
-  let failed = 0;
-  for (const [name, fn] of tests) {
-    const t0 = Date.now();
+// The table of named tests with each one printing the last `lines` lines of
+// the appliance log when it fails (appliance() is read at failure time).
+function logOnFail(tests, appliance, lines) {
+  return tests.map(([n, f]) => [n, async (...a) => {
     try {
-      await fn();
-      console.log(`ok   ${name} (${Date.now() - t0} ms)`);
+      await f(...a);
     } catch (e) {
-      failed++;
-      console.log(`FAIL ${name}: ${e.stack || e}`);
+      console.log(appliance().log().split('\n').slice(-lines).join('\n'));
+      throw e;
     }
-  }
-  console.log(`${tests.length - failed}/${tests.length} passed`);
-  process.exit(failed ? 1 : 0);
+  }]);
 }
 
 module.exports = {
   assert, grpc, proto, sleep, waitFor, freePort, httpGet, startShard, shm, shmAsync, cluster,
-  Operator, RawOperator, need, run, HELPER, BIN,
+  Operator, RawOperator, need, logOnFail, HELPER, BIN,
 };

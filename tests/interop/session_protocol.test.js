@@ -10,6 +10,7 @@ const os = require('os');
 const path = require('path');
 const { execFileSync } = require('child_process');
 const L = require('./session_lib');
+const { register } = require('./register');
 const { assert } = L;
 
 const G = L.grpc.status;
@@ -221,13 +222,7 @@ const tlsTests = [
   }],
 ];
 
-(async () => {
-  S = await L.startShard();
-  const all = [...tests.map(([n, f]) => [n, async () => {
-    try { await f(); } catch (e) { console.log(S.log().split('\n').slice(-30).join('\n')); throw e; }
-  }]), ['(stop the shared appliance)', async () => {
-    const ex = await S.stop();
-    assert.strictEqual(ex.code, 0);
-  }], ...tlsTests];
-  await L.run(all);
-})().catch((e) => { console.error(e); process.exit(1); });
+register([...L.logOnFail(tests, () => S, 30), ['(stop the shared appliance)', async () => {
+  const ex = await S.stop();
+  assert.strictEqual(ex.code, 0);
+}], ...tlsTests], { before: async () => { S = await L.startShard(); } });
