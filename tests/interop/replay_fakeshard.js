@@ -305,7 +305,7 @@ function runReplay(args, { timeoutMs = 60000 } = {}) {
 // A tiny test harness: named checks, a summary, exit status.
 // harness(name): soft checks on node:test. T.run(fn) registers one test,
 // `name`, whose body is fn. T.check / T.eq record a failed check and go on;
-// T.ok(msg) closes a step: a subtest named msg that fails with every check
+// await T.ok(msg) closes a step: a subtest named msg that fails with every check
 // that failed since the previous step; T.finish() throws (failing the test)
 // if a check failed since the last step, so it also ends the test early
 // when what follows cannot run. T.skip(reason), before T.run, reports the
@@ -321,9 +321,9 @@ function harness(name) {
       if (!ok) failures.push(`${msg}: got ${JSON.stringify(a)}, want ${JSON.stringify(b)}`);
       return ok;
     },
-    ok(msg) {
+    ok(msg) { /* awaited: the step is reported before the next one runs */
       const failed = failures.splice(0);
-      ctx.test(msg, () => { if (failed.length) throw new Error(failed.join('\n')); });
+      return ctx.test(msg, () => { if (failed.length) throw new Error(failed.join('\n')); });
     },
     finish() {
       const failed = failures.splice(0);

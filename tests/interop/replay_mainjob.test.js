@@ -115,21 +115,21 @@ T.run(async () => {
   T.check(/appliance ready/.test(r.stderr) && /stopped cleanly/.test(r.stderr), 'ready, then stopped cleanly');
   T.check(/replay +\d+\.\d%.*act\/s/.test(r.stderr), 'the progress line shows actions/s from /metrics');
   T.check(/acceptance   PASS/.test(r.stdout), 'the report is printed');
-  T.ok('run-main-job: starts, waits for /readyz, replays, reports, stops cleanly');
+  await T.ok('run-main-job: starts, waits for /readyz, replays, reports, stops cleanly');
 
   // 2. an appliance that ignores SIGTERM is killed and the job fails
   r = await runJob(Object.assign({ RESULTS: path.join(tmp, 'r2'), STANDIN_MODE: 'stubborn', WALL: '1s', STOP_TIMEOUT: '1' }, base),
     ['--settle', '0s', '--progress', 'off']);
   T.eq(r.code, 1, 'a stubborn appliance fails the job');
   T.check(/still running 1 s after SIGTERM; killing it/.test(r.stderr), `says so: ${r.stderr.slice(-400)}`);
-  T.ok('an appliance that does not stop is killed and reported');
+  await T.ok('an appliance that does not stop is killed and reported');
 
   // 3. an appliance that dies before /readyz
   r = await runJob(Object.assign({ RESULTS: path.join(tmp, 'r3'), STANDIN_MODE: 'die' }, base));
   T.eq(r.code, 1, 'a dead appliance fails the job');
   T.check(/exited with status 3 before it was ready/.test(r.stderr) && /cannot start \(as asked\)/.test(r.stderr),
     `shows the log: ${r.stderr.slice(-400)}`);
-  T.ok('an appliance that dies at start fails the job with its log');
+  await T.ok('an appliance that dies at start fails the job with its log');
 
   fs.rmSync(tmp, { recursive: true, force: true });
   T.finish();

@@ -88,14 +88,14 @@ T.run(async () => {
     T.eq(metric(m, new RegExp(`^bigfleet_shard_cluster_need_rows\\{cluster="${c.id}"\\}`)), c.needs,
       `the shard holds the Needs of ${c.id}'s last rollup`);
   T.check(j.timeline.rows.some((row) => row[4] > 0), 'the rollups carried Needs');
-  T.ok('the real session ingests every rollup the replay sends');
+  await T.ok('the real session ingests every rollup the replay sends');
   T.check(j.protocol.bootstrap_requests > 0 && j.machines.provisioned > 0,
     `the shard provisioned through the session (${j.protocol.bootstrap_requests} blobs, ${j.machines.provisioned} bindings)`);
   T.eq(j.protocol.bootstrap_cluster_mismatch, 0, 'bootstrap requests name the session\'s cluster');
   T.eq(j.reclaims_still_demanded.count, 0, 'no reclaim of a still-demanded machine');
   T.eq(j.acceptance.pass, true, `acceptance (satisfied at peak ${j.satisfied.at_peak && j.satisfied.at_peak.min}, ` +
     `binding p99 ${j.binding_latency_s.p99} s)`);
-  T.ok('the appliance provisions the replayed demand and meets the acceptance criteria');
+  await T.ok('the appliance provisions the replayed demand and meets the acceptance criteria');
   const txt = fs.readFileSync(path.join(rep, 'report.txt'), 'utf8');
   const cyc = /^ {2}shard cycle {2}p50 [\d.]+ [mu]?s, p99 [\d.]+ [mu]?s \((\d+) cycles/m.exec(txt);
   T.check(cyc && Number(cyc[1]) === j.shard_metrics.cycle_duration_s.count && Number(cyc[1]) > 0,

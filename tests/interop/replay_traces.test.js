@@ -75,7 +75,7 @@ T.run(async () => {
       `${trace}: the first lines map wall time to trace time:\n${head}`);
     const timed = fs.readFileSync(path.join(openb, trace), 'utf8').split('\n')[0].includes('creation_time');
     T.eq(j.input.snapshot !== null, !timed, `${trace}: replayed as a snapshot iff it has no times`);
-    T.ok(`make run TRACE=${trace} runs end to end (figures, not asserted: satisfied at peak ` +
+    await T.ok(`make run TRACE=${trace} runs end to end (figures, not asserted: satisfied at peak ` +
       `${j.satisfied.at_peak ? j.satisfied.at_peak.min : null}, binding p99 ${j.binding_latency_s.p99} s ` +
       `(target ${j.binding_latency_s.target_p99} s), acceptance ${j.acceptance.pass ? 'PASS' : 'FAIL'})`);
   }
@@ -91,7 +91,7 @@ T.run(async () => {
     `the replay names the file, the line and every missing column: ${r.stderr}`);
   T.check(!/catalog/.test(r.stderr) && !/starting bigfleet-shardd/.test(r.stderr),
     `no message about the catalog, and no appliance started: ${r.stderr}`);
-  T.ok('an unusable header fails with the replay\'s own message, before anything starts');
+  await T.ok('an unusable header fails with the replay\'s own message, before anything starts');
 
   // contended: the production fleet only, demand above it
   const cres = path.join(tmp, 'contended');
@@ -110,7 +110,7 @@ T.run(async () => {
     T.check(j.satisfied.by_qos.LS.over_run !== null && j.satisfied.by_qos.BE.over_run !== null, 'satisfaction per qos class');
     T.check(/preemptions {2}\d+; by /.test(r.stdout), 'the report prints the preemptions');
   }
-  T.ok('a contended run preempts, and every preemption is judged');
+  await T.ok('a contended run preempts, and every preemption is judged');
 
   fs.rmSync(tmp, { recursive: true, force: true });
   T.finish();
