@@ -123,6 +123,15 @@ enum bf_config_result {
     BF_CONFIG_USAGE = 2    /* usage error: message in err, exit 2 */
 };
 
+/* --ownership (docs/adr0055.md §1; the rule is in bigfleet/ownership.h). */
+enum bf_own_policy {
+    BF_OWN_POLICY_AUTO = 0,       /* own everything until the first AssignDomain */
+    BF_OWN_POLICY_ALL = 1,        /* own everything not transferred out, always */
+    BF_OWN_POLICY_PARTITIONED = 2 /* domains and transfers only, from the start */
+};
+/* "auto", "all", "partitioned" -> the policy; -1 otherwise. */
+int bf_own_policy_parse(const char *s);
+
 /* Fills every field with its documented default. */
 void bf_config_defaults(struct bf_config *c);
 /*

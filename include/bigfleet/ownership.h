@@ -48,6 +48,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bigfleet/config.h"
+
 /* Every opener of the --data-dir environment uses the same map size (a
  * smaller one would fail with MDB_MAP_RESIZED once the file grew past it).
  * The map is reserved address space; the file grows with the data. */
@@ -63,14 +65,9 @@
  * times --max-machines (what a coordinator can make a shard remember) */
 #define BF_OWN_XFER_TABLE_FACTOR 4
 
-/* --ownership (docs/adr0055.md §1). */
-enum bf_own_policy {
-    BF_OWN_POLICY_AUTO = 0,       /* own everything until the first AssignDomain */
-    BF_OWN_POLICY_ALL = 1,        /* own everything not transferred out, always */
-    BF_OWN_POLICY_PARTITIONED = 2 /* domains and transfers only, from the start */
-};
-/* "auto", "all", "partitioned" -> the policy; -1 otherwise. */
-int bf_own_policy_parse(const char *s);
+/* enum bf_own_policy and bf_own_policy_parse (the --ownership values)
+ * are in bigfleet/config.h: the flag parser validates them, and the base
+ * layer does not depend on this one. */
 
 /*
  * Opens the LMDB environment of data_dir (which must exist): map size

@@ -66,7 +66,7 @@ bool bf_child_reloaded(struct bf_child *ch, struct bf_live_values *v);
 
 /*
  * Installs the seccomp allow-list of role (BF_ROLE_SESSION, _RECONCILER,
- * _CYCLE, _EXECUTOR; src/common/seccomp.c lists what each may call): any
+ * _CYCLE, _EXECUTOR; src/supervisor/seccomp.c lists what each may call): any
  * other system call kills the process. Needs no_new_privs (the supervisor
  * sets it before exec) or CAP_SYS_ADMIN. Irreversible; threads created
  * afterwards inherit it. 0, or -errno with a message in err (-EINVAL for a

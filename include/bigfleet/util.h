@@ -87,4 +87,21 @@ size_t bf_utf8_len(const unsigned char *s, size_t n);
  */
 int bf_csv_split(char *line, char **fields, int max);
 
+/*
+ * Parses an unsigned decimal integer: one or more ASCII digits and nothing
+ * else (no sign, no space, no base prefix). Returns 0 with *out set, -EINVAL
+ * for anything that is not such a number, -ERANGE when it exceeds max (*out
+ * untouched on error). Pure. Used by every parser of untrusted numbers in
+ * files and flags that take plain counts (openb CSV, simulated-provider
+ * config, replay trace).
+ */
+int bf_parse_digits(const char *s, uint64_t max, uint64_t *out);
+
+/*
+ * vsnprintf into a caller's error buffer: does nothing when err is NULL or
+ * n is 0, truncates to n - 1 bytes otherwise. The one error-text helper of
+ * functions that take (char *err, size_t errlen).
+ */
+void bf_errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #endif /* BIGFLEET_UTIL_H */

@@ -461,24 +461,14 @@ static int check_owner(const struct stat *st, bool readonly, uint32_t *first_uid
     return 0;
 }
 
-static void __attribute__((format(printf, 3, 4))) errf(char *err, size_t n, const char *fmt, ...)
-{
-    if (!err || !n)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
-
 /* One value of a segment against the layout: 0, or -EPROTO naming it. */
 static int expect(const char *seg, const char *what, uint64_t got, uint64_t want, char *err,
                   size_t errlen)
 {
     if (got == want)
         return 0;
-    errf(err, errlen, "segment %s: %s is %llu but its capacities give %llu (corrupted file)", seg,
-         what, (unsigned long long)got, (unsigned long long)want);
+    bf_errf(err, errlen, "segment %s: %s is %llu but its capacities give %llu (corrupted file)",
+            seg, what, (unsigned long long)got, (unsigned long long)want);
     return -EPROTO;
 }
 
@@ -504,20 +494,20 @@ static int check_layout(const struct bf_shm *s, int k, const char *name, struct 
     int rc;
     if (h->max_machines != inv->max_machines || h->max_needs != inv->max_needs ||
         h->max_clusters != inv->max_clusters) {
-        errf(err, errlen,
-             "segment %s: capacities (machines %u, needs %u, clusters %u) differ from the "
-             "inventory segment's (%u, %u, %u)",
-             name, h->max_machines, h->max_needs, h->max_clusters, inv->max_machines,
-             inv->max_needs, inv->max_clusters);
+        bf_errf(err, errlen,
+                "segment %s: capacities (machines %u, needs %u, clusters %u) differ from the "
+                "inventory segment's (%u, %u, %u)",
+                name, h->max_machines, h->max_needs, h->max_clusters, inv->max_machines,
+                inv->max_needs, inv->max_clusters);
         return -EPROTO;
     }
     struct bf_shm_caps caps = {.max_machines = h->max_machines,
                                .max_needs = h->max_needs,
                                .max_clusters = h->max_clusters};
     if (bf_layout_compute(k, &caps, L) != 0) {
-        errf(err, errlen,
-             "segment %s: capacities out of range (machines %u, needs %u, clusters %u)", name,
-             h->max_machines, h->max_needs, h->max_clusters);
+        bf_errf(err, errlen,
+                "segment %s: capacities out of range (machines %u, needs %u, clusters %u)", name,
+                h->max_machines, h->max_needs, h->max_clusters);
         return -EPROTO;
     }
     if ((rc = expect(name, "the header's size", h->size, L->map, err, errlen)) ||
@@ -531,19 +521,20 @@ static int check_layout(const struct bf_shm *s, int k, const char *name, struct 
     for (int t = 0; t < BF_SEG_MAX_TABLES; t++) {
         size_t end;
         if (!bf_add_size(h->table_off[t], h->table_len[t], &end) || end > size) {
-            errf(err, errlen,
-                 "segment %s: table %d (offset %llu, %llu bytes) lies outside the %llu-byte "
-                 "segment",
-                 name, t, (unsigned long long)h->table_off[t], (unsigned long long)h->table_len[t],
-                 (unsigned long long)size);
+            bf_errf(err, errlen,
+                    "segment %s: table %d (offset %llu, %llu bytes) lies outside the %llu-byte "
+                    "segment",
+                    name, t, (unsigned long long)h->table_off[t],
+                    (unsigned long long)h->table_len[t], (unsigned long long)size);
             return -EPROTO;
         }
         if (h->table_off[t] != L->off[t] || h->table_len[t] != L->len[t]) {
-            errf(err, errlen,
-                 "segment %s: table %d is at offset %llu, %llu bytes, but its capacities place "
-                 "it at %llu, %llu bytes (corrupted file)",
-                 name, t, (unsigned long long)h->table_off[t], (unsigned long long)h->table_len[t],
-                 (unsigned long long)L->off[t], (unsigned long long)L->len[t]);
+            bf_errf(err, errlen,
+                    "segment %s: table %d is at offset %llu, %llu bytes, but its capacities place "
+                    "it at %llu, %llu bytes (corrupted file)",
+                    name, t, (unsigned long long)h->table_off[t],
+                    (unsigned long long)h->table_len[t], (unsigned long long)L->off[t],
+                    (unsigned long long)L->len[t]);
             return -EPROTO;
         }
     }
@@ -553,9 +544,9 @@ static int check_layout(const struct bf_shm *s, int k, const char *name, struct 
          * it is committed (strtab.c grows the file first, then publishes) */
         struct stat st;
         if (fstat(s->inv_fd, &st) != 0 || (uint64_t)st.st_size < L->total) {
-            errf(err, errlen,
-                 "segment %s is %lld bytes, shorter than its tables and first arena step (%llu)",
-                 name, (long long)st.st_size, (unsigned long long)L->total);
+            bf_errf(err, errlen,
+                    "segment %s is %lld bytes, shorter than its tables and first arena step (%llu)",
+                    name, (long long)st.st_size, (unsigned long long)L->total);
             return -EPROTO;
         }
         const struct bf_inv_meta *meta = (const struct bf_inv_meta *)(b + L->off[BF_INV_T_META]);
@@ -567,11 +558,12 @@ static int check_layout(const struct bf_shm *s, int k, const char *name, struct 
             if (fstat(s->inv_fd, &st) != 0 || committed > L->arena_bytes ||
                 committed < L->arena_commit ||
                 L->off[BF_INV_T_ARENA] + committed > (uint64_t)st.st_size) {
-                errf(err, errlen,
-                     "segment %s: the string arena's committed %llu bytes do not fit its reserve "
-                     "(%llu) or its %lld-byte file (truncated or corrupted)",
-                     name, (unsigned long long)committed, (unsigned long long)L->arena_bytes,
-                     (long long)st.st_size);
+                bf_errf(
+                    err, errlen,
+                    "segment %s: the string arena's committed %llu bytes do not fit its reserve "
+                    "(%llu) or its %lld-byte file (truncated or corrupted)",
+                    name, (unsigned long long)committed, (unsigned long long)L->arena_bytes,
+                    (long long)st.st_size);
                 return -EPROTO;
             }
         }
@@ -646,9 +638,9 @@ int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *e
         if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof hd ||
             pread(fd, &hd, sizeof hd, 0) != (ssize_t)sizeof hd) {
             close(fd);
-            errf(err, errlen,
-                 "segment %s is truncated (%lld bytes, shorter than its %zu-byte header)", name,
-                 (long long)st.st_size, sizeof(struct bf_seg_header));
+            bf_errf(err, errlen,
+                    "segment %s is truncated (%lld bytes, shorter than its %zu-byte header)", name,
+                    (long long)st.st_size, sizeof(struct bf_seg_header));
             bf_shm_detach(s);
             return -EPROTO;
         }
@@ -665,9 +657,9 @@ int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *e
         if (hd.size < (uint64_t)st.st_size ||
             (k != BF_SEG_INVENTORY && hd.size != (uint64_t)st.st_size)) {
             close(fd);
-            errf(err, errlen,
-                 "segment %s is %llu bytes but its header says %llu (truncated or corrupted)", name,
-                 (unsigned long long)st.st_size, (unsigned long long)hd.size);
+            bf_errf(err, errlen,
+                    "segment %s is %llu bytes but its header says %llu (truncated or corrupted)",
+                    name, (unsigned long long)st.st_size, (unsigned long long)hd.size);
             bf_shm_detach(s);
             return -EPROTO;
         }
@@ -678,9 +670,9 @@ int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *e
         struct bf_layout hl;
         if (bf_layout_compute(k, &hc, &hl) != 0) {
             close(fd);
-            errf(err, errlen,
-                 "segment %s: capacities out of range (machines %u, needs %u, clusters %u)", name,
-                 hd.max_machines, hd.max_needs, hd.max_clusters);
+            bf_errf(err, errlen,
+                    "segment %s: capacities out of range (machines %u, needs %u, clusters %u)",
+                    name, hd.max_machines, hd.max_needs, hd.max_clusters);
             bf_shm_detach(s);
             return -EPROTO;
         }

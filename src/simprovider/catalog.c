@@ -212,23 +212,6 @@ static int split_csv(char *line, char **f, int max)
     return n;
 }
 
-static int parse_i64(const char *s, int64_t *out)
-{
-    if (!*s)
-        return -EINVAL;
-    int64_t v = 0;
-    for (const char *p = s; *p; p++) {
-        if (*p < '0' || *p > '9')
-            return -EINVAL;
-        int d = *p - '0';
-        if (v > (INT64_MAX - d) / 10)
-            return -EINVAL;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return 0;
-}
-
 static int parse_f64(const char *s, double *out)
 {
     if (!*s)
@@ -426,11 +409,12 @@ int bf_sim_catalog_load(const char *path, bool spot_variants, struct bf_sim_type
             continue;
         }
         struct bf_sim_type t = {0};
-        int64_t cpu, mem, gpu;
+        uint64_t cpu, mem, gpu;
         int want = fmt == FMT_OPENB ? 5 : 8;
         int nf = split_csv(l, fl, 8);
-        if (nf != want || parse_i64(fl[1], &cpu) || parse_i64(fl[2], &mem) ||
-            parse_i64(fl[3], &gpu) || gpu > 1024 || strlen(fl[4]) >= BF_SIM_MODEL_MAX) {
+        if (nf != want || bf_parse_digits(fl[1], INT64_MAX, &cpu) ||
+            bf_parse_digits(fl[2], INT64_MAX, &mem) || bf_parse_digits(fl[3], INT64_MAX, &gpu) ||
+            gpu > 1024 || strlen(fl[4]) >= BF_SIM_MODEL_MAX) {
             sim_errf(err, err_len,
                      "catalog %s:%ld: want %d fields with integer cpu_milli, "
                      "memory_mib, gpu",

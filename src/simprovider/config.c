@@ -94,35 +94,16 @@ int bf_sim_dist_parse(const char *s, struct bf_sim_dist *out)
 
 static int parse_u32(const char *v, uint32_t *out)
 {
-    if (!*v)
+    uint64_t x;
+    if (bf_parse_digits(v, UINT32_MAX, &x))
         return -EINVAL;
-    uint64_t x = 0;
-    for (const char *p = v; *p; p++) {
-        if (*p < '0' || *p > '9')
-            return -EINVAL;
-        x = x * 10 + (uint64_t)(*p - '0');
-        if (x > UINT32_MAX)
-            return -EINVAL;
-    }
     *out = (uint32_t)x;
     return 0;
 }
 
 static int parse_u64(const char *v, uint64_t *out)
 {
-    if (!*v)
-        return -EINVAL;
-    uint64_t x = 0;
-    for (const char *p = v; *p; p++) {
-        if (*p < '0' || *p > '9')
-            return -EINVAL;
-        uint64_t d = (uint64_t)(*p - '0');
-        if (x > (UINT64_MAX - d) / 10)
-            return -EINVAL;
-        x = x * 10 + d;
-    }
-    *out = x;
-    return 0;
+    return bf_parse_digits(v, UINT64_MAX, out) ? -EINVAL : 0;
 }
 
 static int parse_double(const char *v, double *out)

@@ -1,5 +1,5 @@
 /*
- * fuzz_blobs.c — the blob codecs of src/common/blobs.c over a scratch shared
+ * fuzz_blobs.c — the blob codecs of src/shm/blobs.c over a scratch shared
  * segment (fresh whenever an input interned something). Input: a selector
  * byte (low two bits), then:
  *   0  Machine bytes (protobuf-c): its instance type, zone, capacity type,

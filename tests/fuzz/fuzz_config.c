@@ -1,5 +1,5 @@
 /*
- * fuzz_config.c — bigfleet-shardd's flag parser (src/common/config.c).
+ * fuzz_config.c — bigfleet-shardd's flag parser (src/base/config.c).
  * Input: NUL-separated arguments (argv[0] is added).
  *
  * Properties: the result is 0, BF_CONFIG_EXIT_OK (--help/--version) or

@@ -1,6 +1,6 @@
 /*
  * fuzz_config_file.c — bigfleet-shardd's configuration file and environment
- * layers (src/common/config.c, libinih). Input: a selector byte (low bit),
+ * layers (src/base/config.c, libinih). Input: a selector byte (low bit),
  * then:
  *   0  the text of a configuration file, to bf_config_apply_text;
  *   1  NUL-separated environment entries "NAME=value", each given the

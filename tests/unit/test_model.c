@@ -367,6 +367,41 @@ START_TEST(csv_split_handles_quotes_and_reports_bad_lines)
 }
 END_TEST
 
+START_TEST(parse_digits_takes_only_plain_decimal_within_its_maximum)
+{
+    uint64_t v = 7;
+    ck_assert_int_eq(bf_parse_digits("0", 10, &v), 0);
+    ck_assert_uint_eq(v, 0);
+    ck_assert_int_eq(bf_parse_digits("4294967295", UINT32_MAX, &v), 0);
+    ck_assert_uint_eq(v, UINT32_MAX);
+    ck_assert_int_eq(bf_parse_digits("18446744073709551615", UINT64_MAX, &v), 0);
+    ck_assert_uint_eq(v, UINT64_MAX);
+    v = 7;
+    /* over the maximum, or over 64 bits: -ERANGE, *out untouched */
+    ck_assert_int_eq(bf_parse_digits("4294967296", UINT32_MAX, &v), -ERANGE);
+    ck_assert_int_eq(bf_parse_digits("18446744073709551616", UINT64_MAX, &v), -ERANGE);
+    ck_assert_int_eq(bf_parse_digits("99999999999999999999999", UINT64_MAX, &v), -ERANGE);
+    /* not a plain number: -EINVAL */
+    const char *bad[] = {"", "-1", "+1", " 1", "1 ", "0x10", "1e3", "1.0", "١"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        ck_assert_msg(bf_parse_digits(bad[i], UINT64_MAX, &v) == -EINVAL, "\"%s\"", bad[i]);
+    ck_assert_int_eq(bf_parse_digits(NULL, 1, &v), -EINVAL);
+    ck_assert_uint_eq(v, 7);
+}
+END_TEST
+
+START_TEST(errf_truncates_into_the_callers_buffer_and_accepts_none)
+{
+    char b[8];
+    bf_errf(b, sizeof b, "value %d is bad", 12345);
+    ck_assert_str_eq(b, "value 1");
+    bf_errf(NULL, 0, "ignored %s", "x");
+    b[0] = 'q';
+    bf_errf(b, 0, "ignored");
+    ck_assert_int_eq(b[0], 'q');
+}
+END_TEST
+
 START_TEST(utf8_len_accepts_only_valid_shortest_sequences)
 {
     ck_assert_uint_eq(bf_utf8_len((const unsigned char *)"a", 1), 1);
@@ -404,6 +439,8 @@ int main(void)
     tcase_add_test(tc, durations_parse_go_syntax);
     tcase_add_test(tc, csv_split_handles_quotes_and_reports_bad_lines);
     tcase_add_test(tc, utf8_len_accepts_only_valid_shortest_sequences);
+    tcase_add_test(tc, parse_digits_takes_only_plain_decimal_within_its_maximum);
+    tcase_add_test(tc, errf_truncates_into_the_callers_buffer_and_accepts_none);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

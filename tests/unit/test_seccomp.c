@@ -1,5 +1,5 @@
 /*
- * test_seccomp.c — the --seccomp allow-lists (src/common/seccomp.c): each
+ * test_seccomp.c — the --seccomp allow-lists (src/supervisor/seccomp.c): each
  * role keeps what it needs (the session and the executor run an io_uring
  * loop and threads) and loses the rest (the cycle cannot open a socket; no
  * role can fork or exec). Every case runs in a forked child, which sets

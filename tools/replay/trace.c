@@ -44,35 +44,6 @@ static const struct rp_trace_opts opts_default = {.default_qos = -1};
 #define MAX_GPUS       1024
 #define MAX_TIME       (INT64_C(1) << 53)
 
-static void errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void errf(char *err, size_t n, const char *fmt, ...)
-{
-    if (!err || !n)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
-
-static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
-{
-    if (!*s)
-        return -EINVAL;
-    int64_t v = 0;
-    for (const char *p = s; *p; p++) {
-        if (*p < '0' || *p > '9')
-            return -EINVAL;
-        if (v > (INT64_MAX - (*p - '0')) / 10)
-            return -ERANGE;
-        v = v * 10 + (*p - '0');
-    }
-    if (v < lo || v > hi)
-        return -ERANGE;
-    *out = v;
-    return 0;
-}
-
 static int str_push(struct rp_trace *t, const char *s, uint32_t *off)
 {
     size_t l = strlen(s) + 1;
@@ -248,7 +219,9 @@ static int parse_row(struct rp_trace *t, char **f, int nf, const int *col, struc
         if (t->snapshot && ints[i] == C_CREATE)
             continue; /* made up after the last row */
         const char *s = f[col[ints[i]]];
-        int rc = parse_int(s, 0, hi[i], &v[ints[i]]);
+        uint64_t u = 0;
+        int rc = bf_parse_digits(s, (uint64_t)hi[i], &u);
+        v[ints[i]] = (int64_t)u;
         if (rc) {
             if (rc == -ERANGE)
                 snprintf(why, why_len, "%s: %s is out of range 0..%lld", col_name[ints[i]], s,
@@ -263,7 +236,9 @@ static int parse_row(struct rp_trace *t, char **f, int nf, const int *col, struc
     if (!*del) {
         v[C_DELETE] = RP_LIVES_FOREVER;
     } else {
-        int rc = parse_int(del, 0, MAX_TIME, &v[C_DELETE]);
+        uint64_t u = 0;
+        int rc = bf_parse_digits(del, (uint64_t)MAX_TIME, &u);
+        v[C_DELETE] = (int64_t)u;
         if (rc) {
             snprintf(why, why_len, "deletion_time: \"%s\" is not a non-negative integer", del);
             return -EINVAL;
@@ -362,10 +337,10 @@ static int header_check(struct rp_trace *t, const char *name, size_t lineno, con
                "ramp";
     else if (col[C_QOS] < 0 && t->qos_default < 0)
         hint = "; --default-qos fills a missing qos column";
-    errf(err, err_len,
-         "%s:%zu: header: missing column%s %s (a pod list needs name, cpu_milli, memory_mib, "
-         "num_gpu, gpu_milli, qos, creation_time, deletion_time%s)",
-         name, lineno, n_miss == 1 ? "" : "s", miss, hint);
+    bf_errf(err, err_len,
+            "%s:%zu: header: missing column%s %s (a pod list needs name, cpu_milli, memory_mib, "
+            "num_gpu, gpu_milli, qos, creation_time, deletion_time%s)",
+            name, lineno, n_miss == 1 ? "" : "s", miss, hint);
     return -EINVAL;
 }
 
@@ -394,7 +369,7 @@ int rp_trace_parse(const char *name, const char *buf, size_t len, const struct r
         size_t ln = 1;
         for (const char *c = copy; *c; c++)
             ln += *c == '\n';
-        errf(err, err_len, "%s:%zu: NUL byte in the file", name, ln);
+        bf_errf(err, err_len, "%s:%zu: NUL byte in the file", name, ln);
         rc = -EINVAL;
         goto fail;
     }
@@ -431,8 +406,8 @@ int rp_trace_parse(const char *name, const char *buf, size_t len, const struct r
         int nf = bf_csv_split(line, f, MAX_FIELDS);
         if (!have_header) {
             if (nf < 0 || nf > MAX_FIELDS) {
-                errf(err, err_len, "%s:%zu: header: %s", name, lineno,
-                     nf < 0 ? "unterminated quote" : "more than 64 columns");
+                bf_errf(err, err_len, "%s:%zu: header: %s", name, lineno,
+                        nf < 0 ? "unterminated quote" : "more than 64 columns");
                 rc = -EINVAL;
                 goto fail;
             }
@@ -441,8 +416,8 @@ int rp_trace_parse(const char *name, const char *buf, size_t len, const struct r
                     if (strcmp(f[i], col_name[c]))
                         continue;
                     if (col[c] >= 0) {
-                        errf(err, err_len, "%s:%zu: header: column %s appears twice", name, lineno,
-                             col_name[c]);
+                        bf_errf(err, err_len, "%s:%zu: header: column %s appears twice", name,
+                                lineno, col_name[c]);
                         rc = -EINVAL;
                         goto fail;
                     }
@@ -475,7 +450,7 @@ int rp_trace_parse(const char *name, const char *buf, size_t len, const struct r
         }
         if (prc == 0) {
             if (t->n_pods >= UINT32_MAX - 1) {
-                errf(err, err_len, "%s:%zu: too many pods", name, lineno);
+                bf_errf(err, err_len, "%s:%zu: too many pods", name, lineno);
                 rc = -EINVAL;
                 goto fail;
             }
@@ -515,7 +490,7 @@ int rp_trace_parse(const char *name, const char *buf, size_t len, const struct r
         }
         if (prc) {
             if (!skip_bad) {
-                errf(err, err_len, "%s:%zu: %s", name, lineno, why);
+                bf_errf(err, err_len, "%s:%zu: %s", name, lineno, why);
                 rc = -EINVAL;
                 goto fail;
             }
@@ -530,13 +505,13 @@ int rp_trace_parse(const char *name, const char *buf, size_t len, const struct r
         }
     }
     if (!have_header) {
-        errf(err, err_len, "%s: empty file (no header line)", name);
+        bf_errf(err, err_len, "%s: empty file (no header line)", name);
         rc = -EINVAL;
         goto fail;
     }
     if (t->n_pods == 0) {
-        errf(err, err_len, "%s: no pods%s", name,
-             t->skipped ? " (every row was skipped as malformed)" : "");
+        bf_errf(err, err_len, "%s: no pods%s", name,
+                t->skipped ? " (every row was skipped as malformed)" : "");
         rc = -EINVAL;
         goto fail;
     }
@@ -563,7 +538,7 @@ int rp_trace_parse(const char *name, const char *buf, size_t len, const struct r
     return 0;
 fail:
     if (rc == -ENOMEM)
-        errf(err, err_len, "%s: out of memory", name);
+        bf_errf(err, err_len, "%s: out of memory", name);
     free(ns.slot);
     free(copy);
     rp_trace_free(t);
@@ -577,7 +552,7 @@ int rp_trace_load(const char *path, const struct rp_trace_opts *o, struct rp_tra
     FILE *f = fopen(path, "rb");
     if (!f) {
         int e = errno;
-        errf(err, err_len, "%s: %s", path, strerror(e));
+        bf_errf(err, err_len, "%s: %s", path, strerror(e));
         return -e;
     }
     char *buf = NULL;
@@ -589,7 +564,7 @@ int rp_trace_load(const char *path, const struct rp_trace_opts *o, struct rp_tra
             if (!nb) {
                 free(buf);
                 fclose(f);
-                errf(err, err_len, "%s: out of memory", path);
+                bf_errf(err, err_len, "%s: out of memory", path);
                 return -ENOMEM;
             }
             buf = nb;
@@ -604,7 +579,7 @@ int rp_trace_load(const char *path, const struct rp_trace_opts *o, struct rp_tra
         int e = errno ? errno : EIO;
         free(buf);
         fclose(f);
-        errf(err, err_len, "%s: read error: %s", path, strerror(e));
+        bf_errf(err, err_len, "%s: read error: %s", path, strerror(e));
         return -EIO;
     }
     fclose(f);

@@ -121,19 +121,6 @@ uint64_t bf_own_store_count(struct bf_own_store *s, int db)
     return n;
 }
 
-int bf_own_policy_parse(const char *s)
-{
-    if (!s)
-        return -1;
-    if (!strcmp(s, "auto"))
-        return BF_OWN_POLICY_AUTO;
-    if (!strcmp(s, "all"))
-        return BF_OWN_POLICY_ALL;
-    if (!strcmp(s, "partitioned"))
-        return BF_OWN_POLICY_PARTITIONED;
-    return -1;
-}
-
 bool bf_own_all_mode(int policy, bool latched, uint32_t n_domains)
 {
     if (policy == BF_OWN_POLICY_ALL)

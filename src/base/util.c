@@ -3,6 +3,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,4 +232,35 @@ int bf_csv_split(char *line, char **f, int max)
         *c = 0;
         p = c + 1;
     }
+}
+
+int bf_parse_digits(const char *s, uint64_t max, uint64_t *out)
+{
+    if (!s || !*s)
+        return -EINVAL;
+    uint64_t v = 0;
+    bool over = false;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return -EINVAL;
+        uint64_t d = (uint64_t)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            over = true;
+        else
+            v = v * 10 + d;
+    }
+    if (over || v > max)
+        return -ERANGE;
+    *out = v;
+    return 0;
+}
+
+void bf_errf(char *err, size_t n, const char *fmt, ...)
+{
+    if (!err || !n)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
 }

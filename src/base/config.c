@@ -30,10 +30,22 @@
 
 #include "bigfleet/config.h"
 #include "bigfleet/log.h"
-#include "bigfleet/ownership.h"
 #include "bigfleet/util.h"
 
 extern char **environ;
+
+int bf_own_policy_parse(const char *s)
+{
+    if (!s)
+        return -1;
+    if (!strcmp(s, "auto"))
+        return BF_OWN_POLICY_AUTO;
+    if (!strcmp(s, "all"))
+        return BF_OWN_POLICY_ALL;
+    if (!strcmp(s, "partitioned"))
+        return BF_OWN_POLICY_PARTITIONED;
+    return -1;
+}
 
 enum opt_type { T_STR, T_BOOL, T_INT, T_U32, T_DOUBLE, T_DURATION };
 

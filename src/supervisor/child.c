@@ -3,7 +3,7 @@
  * process (see bigfleet/process.h).
  *
  * Confinement: with --seccomp the role's system-call allow-list is loaded
- * last, once the segments are attached (src/common/seccomp.c).
+ * last, once the segments are attached (seccomp.c).
  *
  * Signal handling: handlers only set a sig_atomic_t flag and poke the
  * process's own wake eventfd (write(2) is async-signal-safe), so every loop
