@@ -63,7 +63,7 @@ async function helloTerm(s) {
   return a.ack.coordinator_term;
 }
 
-let dir, fc, S;
+let dir, fc, cport, S; /* set by the before hook */
 const tests = [
   ['the first report carries identity, epoch and an empty summary before any cycle', async () => {
     const r = await fc.report(0);
@@ -171,7 +171,7 @@ register(L.logOnFail(tests, () => S, 20), {
   before: async () => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bf-coord-'));
     fc = new FakeCoordinator();
-    const cport = await fc.start();
+    cport = await fc.start();
     // the reply to the first report (queued before the shard starts: it reports at once)
     fc.replies.push({ coordinator_term: '5', acknowledged: true, instructions: [
       instr('i1', 5, { assign_domain: { topology_key: 'rack', topology_value: 'r1' } }),
