@@ -12,8 +12,8 @@ struct bf_shm g_s;
 
 void shm_fixture_create(const char *name, const struct bf_shm_caps *caps, int64_t epoch)
 {
-    static const struct bf_shm_caps small = {.max_machines = 1024, .max_needs = 256,
-                                             .max_clusters = 16};
+    static const struct bf_shm_caps small = {
+        .max_machines = 1024, .max_needs = 256, .max_clusters = 16};
     char err[256] = "";
     snprintf(g_id, sizeof g_id, "test-%s-%d", name, (int)getpid());
     bf_shm_unlink(g_id);

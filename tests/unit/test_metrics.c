@@ -22,7 +22,6 @@
 
 #include "shm_fixture.h"
 
-
 static void setup(void)
 {
     shm_fixture_create("metrics", NULL, 3);
