@@ -58,6 +58,7 @@
 #include "bigfleet/v1alpha1/provider.pb-c.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"
 #include "bigfleet/v1alpha1/shardread.pb-c.h"
+#include "pbc_fields.h"
 
 /* ------------------------------------------------------------ type table */
 
@@ -348,36 +349,6 @@ static bool is_map_entry(const ProtobufCMessageDescriptor *d)
            strcmp(d->fields[1].name, "value") == 0;
 }
 
-static size_t elem_size(ProtobufCType t)
-{
-    switch (t) {
-    case PROTOBUF_C_TYPE_INT32:
-    case PROTOBUF_C_TYPE_SINT32:
-    case PROTOBUF_C_TYPE_SFIXED32:
-    case PROTOBUF_C_TYPE_UINT32:
-    case PROTOBUF_C_TYPE_FIXED32:
-    case PROTOBUF_C_TYPE_FLOAT:
-    case PROTOBUF_C_TYPE_ENUM:
-        return 4;
-    case PROTOBUF_C_TYPE_INT64:
-    case PROTOBUF_C_TYPE_SINT64:
-    case PROTOBUF_C_TYPE_SFIXED64:
-    case PROTOBUF_C_TYPE_UINT64:
-    case PROTOBUF_C_TYPE_FIXED64:
-    case PROTOBUF_C_TYPE_DOUBLE:
-        return 8;
-    case PROTOBUF_C_TYPE_BOOL:
-        return sizeof(protobuf_c_boolean);
-    case PROTOBUF_C_TYPE_STRING:
-        return sizeof(char *);
-    case PROTOBUF_C_TYPE_BYTES:
-        return sizeof(ProtobufCBinaryData);
-    case PROTOBUF_C_TYPE_MESSAGE:
-        return sizeof(ProtobufCMessage *);
-    }
-    return 0;
-}
-
 static bool bad(const char *path, const char *what)
 {
     fprintf(stderr, "wire_identity: fixture %s: %s\n", path, what);
@@ -547,7 +518,7 @@ static bool set_field(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f, co
                                                                               : NULL;
         if (entry ? v->t != J_OBJ : v->t != J_ARR)
             return bad(path, entry ? "expected an object (map)" : "expected an array");
-        size_t es = elem_size(f->type);
+        size_t es = pbc_elem_size(f->type);
         void *arr = v->n ? calloc(v->n, es) : NULL;
         if (v->n && !arr)
             return bad(path, "out of memory");
@@ -742,7 +713,7 @@ static void dump_message(FILE *o, const ProtobufCMessage *m)
                 dump_value(o, &ed->fields[1], (const char *)e + ed->fields[1].offset);
                 fputc(']', o);
             } else {
-                dump_value(o, f, arr + k * elem_size(f->type));
+                dump_value(o, f, arr + k * pbc_elem_size(f->type));
             }
         }
         fputc(']', o);
