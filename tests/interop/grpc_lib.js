@@ -82,6 +82,19 @@ async function stats(srv) {
   return JSON.parse(r.body);
 }
 
+// Polls the server's /stats every 20 ms until pred(stats) holds or ms pass;
+// resolves the last stats read (the caller asserts on them).
+async function waitStat(srv, pred, ms = 3000) {
+  const until = Date.now() + ms;
+  let s;
+  while (Date.now() < until) {
+    s = await stats(srv);
+    if (pred(s)) return s;
+    await sleep(20);
+  }
+  return s;
+}
+
 // ---------------------------------------------------------------- PKI
 
 // Makes a CA and leaf certificates (ECDSA P-256) in a fresh temp dir.
@@ -147,6 +160,6 @@ function eq(a, b, msg) {
 }
 
 module.exports = {
-  grpc, loadPkg, CHANNEL_OPTS, BIG, startServer, httpGet, stats, makePki, unary, collect, sleep,
+  grpc, loadPkg, CHANNEL_OPTS, BIG, startServer, httpGet, stats, waitStat, makePki, unary, collect, sleep,
   assert, eq, SERVER_BIN, CLIENT_BIN, BUILD_DIR, PROTO_DIR,
 };

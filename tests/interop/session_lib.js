@@ -6,6 +6,7 @@
 //   shm(id, ...args)   runs the C helper tests/interop/session_shm (JSON out)
 //   Operator           a grpc-js Shard/Session client: send(), next(pred),
 //                      status; written the way a BigFleet operator talks
+//   makeCerts(dir, leaves), certCreds(dir, who)  a throwaway mTLS PKI
 //   logOnFail(tests, () => S, n)  the tests, each printing the appliance
 //                      log's last n lines when it fails
 'use strict';
@@ -271,6 +272,30 @@ const need = (o = {}) => ({
   group: o.group || Buffer.alloc(0),
 });
 
+// An ECDSA P-256 test PKI in dir (openssl): the authority opts.ca
+// ('ca': ca.pem / ca.key, subject CN opts.cn) and, for each name -> SAN of
+// `leaves`, name.pem / name.key signed by it (serverAuth and clientAuth).
+function makeCerts(dir, leaves, { ca = 'ca', cn = 'bigfleet-test-ca' } = {}) {
+  const ossl = (...a) => execFileSync('openssl', a, { cwd: dir, stdio: 'pipe' });
+  ossl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+    '-keyout', `${ca}.key`, '-out', `${ca}.pem`, '-days', '2', '-subj', `/CN=${cn}`);
+  for (const [name, san] of Object.entries(leaves)) {
+    fs.writeFileSync(path.join(dir, `${name}.ext`),
+      `subjectAltName=${san}\nbasicConstraints=CA:FALSE\n` +
+      'keyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n');
+    ossl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+      '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=${name}`);
+    ossl('x509', '-req', '-in', `${name}.csr`, '-CA', `${ca}.pem`, '-CAkey', `${ca}.key`,
+      '-CAcreateserial', '-out', `${name}.pem`, '-days', '2', '-extfile', `${name}.ext`);
+  }
+}
+
+// grpc-js mTLS credentials of makeCerts' leaf `who` (trusting authority `ca`).
+function certCreds(dir, who, ca = 'ca') {
+  const r = (f) => fs.readFileSync(path.join(dir, f));
+  return grpc.credentials.createSsl(r(`${ca}.pem`), r(`${who}.key`), r(`${who}.pem`));
+}
+
 // The table of named tests with each one printing the last `lines` lines of
 // the appliance log when it fails (appliance() is read at failure time).
 function logOnFail(tests, appliance, lines) {
@@ -286,5 +311,5 @@ function logOnFail(tests, appliance, lines) {
 
 module.exports = {
   assert, grpc, proto, sleep, waitFor, freePort, httpGet, startShard, shm, shmAsync, cluster,
-  Operator, RawOperator, need, logOnFail, HELPER, BIN,
+  Operator, RawOperator, need, logOnFail, makeCerts, certCreds, HELPER, BIN,
 };
