@@ -25,6 +25,7 @@
 #include "bigfleet/config.h"
 #include "bigfleet/log.h"
 #include "bigfleet/shm.h"
+#include "shm/shm_internal.h"
 
 #include "shm_fixture.h"
 
@@ -312,6 +313,65 @@ START_TEST(seqlock_forked_writer_never_yields_a_torn_read)
     ck_assert_msg(torn == 0, "%ld torn reads of %ld (%ld busy)", torn, torn + ok, busy);
     ck_assert_msg(back == 0, "%ld reads went back to an older version", back);
     ck_assert_int_gt(ok, 1000);
+}
+END_TEST
+
+/* The seqlock recipe itself (bf_seq_read / bf_seq_write_begin/_end) on a
+ * long payload, so that a read overlaps a write often: a forked writer
+ * stores k in every one of 512 words per write, k = 1, 2, ...; every read
+ * that succeeds must be uniform. A reader that skips the re-check of seq
+ * (R2) or the odd test (R1) fails this within the run. */
+#define SEQ_WORDS 512
+struct seq_page {
+    _Atomic uint32_t seq;
+    _Atomic uint32_t stop;
+    _Atomic uint64_t w[SEQ_WORDS];
+};
+
+START_TEST(seqlock_read_of_a_long_payload_is_never_torn)
+{
+    struct seq_page *pg =
+        mmap(NULL, sizeof *pg, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(pg, MAP_FAILED);
+    pid_t w = fork();
+    if (w == 0) {
+        for (uint64_t k = 1; !atomic_load_explicit(&pg->stop, memory_order_relaxed); k++) {
+            uint32_t odd = bf_seq_write_begin(&pg->seq);
+            for (int i = 0; i < SEQ_WORDS; i++)
+                atomic_store_explicit(&pg->w[i], k, memory_order_relaxed);
+            bf_seq_write_end(&pg->seq, odd);
+            for (int d = 0; d < 256; d++) /* a stable window between writes */
+                bf_cpu_relax();
+        }
+        _exit(0);
+    }
+    static uint64_t out[SEQ_WORDS];
+    long torn = 0, ok = 0, busy = 0;
+    uint64_t retries = 0, last = 0;
+    for (int i = 0; i < 1000000 && (ok < 100000 || last == 0); i++) {
+        if (bf_seq_read(&pg->seq, pg->w, SEQ_WORDS, out, BF_SEQLOCK_READ_TRIES, NULL, &retries) !=
+            0) {
+            busy++;
+            continue;
+        }
+        bool uniform = true;
+        for (int j = 1; j < SEQ_WORDS; j++)
+            uniform = uniform && out[j] == out[0];
+        if (!uniform)
+            torn++;
+        else
+            ok++;
+        last = out[0];
+    }
+    atomic_store_explicit(&pg->stop, 1, memory_order_relaxed);
+    int st;
+    waitpid(w, &st, 0);
+    munmap(pg, sizeof *pg);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    ck_assert_msg(torn == 0, "%ld torn reads of %ld (%ld busy)", torn, torn + ok, busy);
+    ck_assert_msg(ok > 1000 && last > 0,
+                  "%ld reads, last version %llu: the reads never overlapped the writer", ok,
+                  (unsigned long long)last);
 }
 END_TEST
 
@@ -1172,6 +1232,7 @@ int main(void)
     tcase_add_test(tc, id_index_inserts_looks_up_removes_and_reuses_slots);
     tcase_add_test(tc, inventory_full_reports_enospc);
     tcase_add_test(tc, seqlock_forked_writer_never_yields_a_torn_read);
+    tcase_add_test(tc, seqlock_read_of_a_long_payload_is_never_torn);
     tcase_add_test(tc, writer_killed_mid_write_is_repaired_and_marked_for_refresh);
     tcase_add_test(tc, changelog_overflow_is_signalled_then_recovers);
     tcase_add_test(tc, ring_wraps_reports_full_and_empty_in_order);
