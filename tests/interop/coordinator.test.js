@@ -177,9 +177,14 @@ register([
     const { resp } = await call(L1.client, 'ListShards', {});
     assert.deepStrictEqual(resp.shards.map((s) => s.shard_id).sort(), ['s1', 's2']);
     assert.strictEqual(resp.shards.find((s) => s.shard_id === 's1').address, 's1:1');
-    const q = await call(L1.client, 'ListQuotas', {});
-    const per = q.resp.allocations[0].per_shard;
-    assert.strictEqual(per.s1, 3); // the ledger starts from the Speculative slots reported
+    // the ledger starts from the Speculative slots reported; it is written
+    // to etcd after the reply (a fenced Txn), so it may show a moment later
+    const per = await waitFor(async () => {
+      const q = await call(L1.client, 'ListQuotas', {});
+      const p = q.resp && q.resp.allocations[0] && q.resp.allocations[0].per_shard;
+      return p && p.s1 !== undefined && p.s2 !== undefined ? p : null;
+    }, 5000, 'both shards in the quota ledger');
+    assert.strictEqual(per.s1, 3);
     assert.strictEqual(per.s2, 7);
   }],
   ['AssignDomain is committed, refused for another shard or an unknown one, and delivered until acked', async () => {
@@ -271,8 +276,19 @@ register([
   ['a leader paused past its lease answers "not leader" once resumed, never with its old term', async () => {
     await startReplica('c4');
     const Z = await leader();
-    const zt = metric((await httpGet(Z.http, '/metrics')).body, 'bigfleet_coordinator_term');
+    const zm = (await httpGet(Z.http, '/metrics')).body;
+    const zt = metric(zm, 'bigfleet_coordinator_term');
     assert.ifError((await call(Z.client, 'ListShards', {})).err); // the connection is up
+    // the zombie holds an instruction: s1's domain, re-asserted when it was
+    // elected and never acked (delivered once here, then the shard goes quiet)
+    const held = await call(Z.client, 'ReportShard', report('s1', cycles.s1++));
+    assert.ifError(held.err);
+    const heldIns = held.resp.instructions.find((i) => i.assign_domain);
+    assert.ok(heldIns, 'the zombie holds the re-asserted AssignDomain');
+    assert.strictEqual(Number(heldIns.coordinator_term), zt);
+    const zp = metric((await httpGet(Z.http, '/metrics')).body, 'bigfleet_coordinator_pending_instructions{shard="s1"}');
+    assert.ok(zp >= 1, `pending for s1 ${zp}`);
+    const zr = metric((await httpGet(Z.http, '/metrics')).body, 'bigfleet_coordinator_reports_total');
     Z.paused = true;
     Z.proc.kill('SIGSTOP');
     try {
@@ -290,9 +306,25 @@ register([
       assert.ok(r.err, `the zombie answered with term ${r.resp && r.resp.coordinator_term}`);
       assert.strictEqual(r.err.code, grpc.status.FAILED_PRECONDITION);
       assert.match(r.err.details, /coordinator: not leader/);
-      const m = (await httpGet(Z.http, '/metrics')).body;
+      const m = await waitFor(async () => {
+        const b = (await httpGet(Z.http, '/metrics')).body;
+        return metric(b, 'bigfleet_coordinator_stepdowns_total') >= 1 ? b : null;
+      }, 5000, 'the zombie to step down');
       assert.strictEqual(metric(m, 'bigfleet_coordinator_leader'), 0);
-      console.log(`     (zombie term ${zt}, new leader term ${nt})`);
+      // what it held is dropped with its soft state, and it answered no
+      // report since the pause: nothing it held was delivered again
+      assert.ok(metric(m, 'bigfleet_coordinator_instructions_dropped_on_stepdown_total') >= zp,
+        `dropped ${metric(m, 'bigfleet_coordinator_instructions_dropped_on_stepdown_total')} < held ${zp}`);
+      assert.strictEqual(metric(m, 'bigfleet_coordinator_reports_total'), zr);
+      // the shard hears the domain again only from the new leader, under its term
+      const a = await rep('s1');
+      assert.strictEqual(Number(a.coordinator_term), nt);
+      for (const i of a.instructions) {
+        assert.strictEqual(Number(i.coordinator_term), nt);
+        assert.notStrictEqual(i.instruction_id, heldIns.instruction_id);
+      }
+      assert.ok(a.instructions.find((i) => i.assign_domain), 'AssignDomain re-asserted by the new leader');
+      console.log(`     (zombie term ${zt} held ${zp} instruction(s), dropped on step-down; new leader term ${nt})`);
     } finally {
       if (Z.paused) Z.proc.kill('SIGCONT');
     }

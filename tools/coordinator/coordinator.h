@@ -137,6 +137,13 @@ struct co_domain_op {
     uint64_t retry_pass;
 };
 
+/* A quota ledger change waiting for the one before it to commit. */
+struct co_quota_adj {
+    char *a, *b; /* shards (b may be NULL) */
+    int32_t da, db;
+    bool set; /* per_shard[a] = da instead of += */
+};
+
 enum co_role { CO_FOLLOWER = 0, CO_LOADING = 1, CO_LEADER = 2 };
 
 struct coord {
@@ -165,6 +172,19 @@ struct coord {
     uint32_t n_dops;
     struct rb *rb;
     uint64_t reports, reports_rejected, stale_reports, instr_sent, acks;
+    /* instructions still queued (unacked) and rebalance moves still in
+     * flight when leadership was lost: dropped with the soft state, never
+     * delivered by this replica again (seed 002: the new leader re-derives) */
+    uint64_t instr_dropped_stepdown, moves_dropped_stepdown;
+    int64_t last_report_ns; /* wall: when a ReportShard was last answered (0 = never) */
+    /* the quota ledger is one etcd value rewritten whole: one write in
+     * flight at a time, each computed from the value the previous one
+     * committed (two at once would lose one's change); leader-local */
+    struct co_quota_adj *qadj;
+    uint32_t n_qadj;
+    bool quota_busy;
+    uint64_t quota_gen; /* bumped on step-down: a late answer is ignored */
+    uint64_t quota_dropped;
     struct rb_type *types;
     size_t n_types;
 };

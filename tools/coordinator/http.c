@@ -50,6 +50,25 @@ static void metrics(struct coord *c, struct bf_net_http_response *r)
                        (unsigned long long)c->reports, (unsigned long long)c->reports_rejected,
                        (unsigned long long)c->stale_reports, (unsigned long long)c->instr_sent,
                        (unsigned long long)c->acks);
+    bf_net_http_printf(
+        r,
+        "# TYPE bigfleet_coordinator_instructions_dropped_on_stepdown_total counter\n"
+        "bigfleet_coordinator_instructions_dropped_on_stepdown_total %llu\n"
+        "# TYPE bigfleet_coordinator_moves_dropped_on_stepdown_total counter\n"
+        "bigfleet_coordinator_moves_dropped_on_stepdown_total %llu\n"
+        "# TYPE bigfleet_coordinator_quota_updates_queued gauge\n"
+        "bigfleet_coordinator_quota_updates_queued %u\n"
+        "# TYPE bigfleet_coordinator_quota_updates_dropped_total counter\n"
+        "bigfleet_coordinator_quota_updates_dropped_total %llu\n",
+        (unsigned long long)c->instr_dropped_stepdown,
+        (unsigned long long)c->moves_dropped_stepdown, c->n_qadj,
+        (unsigned long long)c->quota_dropped);
+    /* a deposed leader's last answer is older than its resumption (the
+     * multi-shard job's zombie check) */
+    bf_net_http_printf(r,
+                       "# TYPE bigfleet_coordinator_last_report_answered_timestamp_seconds gauge\n"
+                       "bigfleet_coordinator_last_report_answered_timestamp_seconds %.3f\n",
+                       (double)c->last_report_ns / 1e9);
     bf_net_http_printf(r,
                        "# TYPE bigfleet_coordinator_shards gauge\nbigfleet_coordinator_shards %u\n",
                        c->st.n_shards);

@@ -342,18 +342,26 @@ static int32_t quota_get(const Bigfleet__V1alpha1__QuotaAllocation *q, const cha
     return 0;
 }
 
+#define CO_MAX_QUOTA_QUEUE 4096
+
+static void quota_next(struct coord *c);
+
 static void quota_done(struct coord *c, void *arg, int rc)
 {
-    (void)arg;
+    if ((uint64_t)(uintptr_t)arg != c->quota_gen)
+        return; /* written under an earlier leadership */
+    c->quota_busy = false;
     if (rc)
         BF_WARN("quota update not committed", "error=\"%s\"", strerror(-rc));
-    (void)c;
+    quota_next(c);
 }
 
-/* Commits the quota entry with per_shard[a] += da and per_shard[b] += db. */
-static void quota_adjust(struct coord *c, const char *a, int32_t da, const char *b, int32_t db,
-                         bool set)
+/* Starts the Txn of per_shard[a] += da (or = da) and per_shard[b] += db,
+ * from the value committed so far. true when a write is in flight. */
+static bool quota_write(struct coord *c, const char *a, int32_t da, const char *b, int32_t db,
+                        bool set)
 {
+    bool started = false;
     Bigfleet__V1alpha1__QuotaAllocation *cur = quota_of(c);
     size_t n = cur ? cur->n_per_shard : 0;
     Bigfleet__V1alpha1__QuotaAllocation__PerShardEntry *e = calloc(n + 2, sizeof *e);
@@ -409,10 +417,57 @@ static void quota_adjust(struct coord *c, const char *a, int32_t da, const char 
         goto out;
     }
     bigfleet__v1alpha1__quota_allocation__pack(&q, op->value);
-    co_commit(c, op, 1, quota_done, NULL);
+    started = co_commit(c, op, 1, quota_done, (void *)(uintptr_t)c->quota_gen) == 0;
 out:
     free(e);
     free(ep);
+    return started;
+}
+
+static void quota_next(struct coord *c)
+{
+    while (!c->quota_busy && c->n_qadj) {
+        struct co_quota_adj j = c->qadj[0];
+        memmove(c->qadj, c->qadj + 1, (c->n_qadj - 1) * sizeof *c->qadj);
+        c->n_qadj--;
+        c->quota_busy = quota_write(c, j.a, j.da, j.b, j.db, j.set);
+        free(j.a);
+        free(j.b);
+    }
+}
+
+static void quota_forget(struct coord *c)
+{
+    for (uint32_t i = 0; i < c->n_qadj; i++) {
+        free(c->qadj[i].a);
+        free(c->qadj[i].b);
+    }
+    free(c->qadj);
+    c->qadj = NULL;
+    c->n_qadj = 0;
+    c->quota_busy = false;
+    c->quota_gen++;
+}
+
+/* Queues the quota change per_shard[a] += da (or = da when set) and
+ * per_shard[b] += db; written in order, one Txn at a time. */
+static void quota_adjust(struct coord *c, const char *a, int32_t da, const char *b, int32_t db,
+                         bool set)
+{
+    struct co_quota_adj *n =
+        c->n_qadj < CO_MAX_QUOTA_QUEUE ? realloc(c->qadj, (c->n_qadj + 1) * sizeof *n) : NULL;
+    if (n)
+        c->qadj = n;
+    char *ac = a ? strdup(a) : NULL, *bc = b ? strdup(b) : NULL;
+    if (!n || (a && !ac) || (b && !bc)) {
+        free(ac);
+        free(bc);
+        c->quota_dropped++;
+        BF_WARN("quota update dropped (queue full or out of memory)", "queued=%u", c->n_qadj);
+        return;
+    }
+    c->qadj[c->n_qadj++] = (struct co_quota_adj){ac, bc, da, db, set};
+    quota_next(c);
 }
 
 static void rb_quota(void *arg, const char *from, const char *to, int32_t n)
@@ -634,6 +689,7 @@ static void report_finish(struct coord *c, struct bf_net_call *call,
     ack.n_instructions = s->n_pend;
     ack.instructions = ins;
     bf_net_call_reply_pb(call, &ack.base);
+    c->last_report_ns = bf_now_ns();
     free(ins);
 }
 
@@ -1203,8 +1259,18 @@ void co_became_leader(struct coord *c)
 
 void co_lost_leadership(struct coord *c)
 {
-    for (uint32_t i = 0; i < c->n_soft; i++)
+    uint64_t dropped = 0;
+    for (uint32_t i = 0; i < c->n_soft; i++) {
+        dropped += c->soft[i].n_pend;
         co_soft_free(&c->soft[i]);
+    }
+    quota_forget(c);
+    uint32_t moves = c->rb ? rb_moves_in_flight(c->rb) : 0;
+    c->instr_dropped_stepdown += dropped;
+    c->moves_dropped_stepdown += moves;
+    if (dropped || moves)
+        BF_WARN("coordinator: soft state dropped on step-down",
+                "instructions_pending=%llu moves_in_flight=%u", (unsigned long long)dropped, moves);
     c->n_soft = 0;
     while (c->n_dops)
         dop_end(c, 0);
