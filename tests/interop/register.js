@@ -19,11 +19,12 @@
 //   opts.onFail(e, name, ctx)  called before a failure is reported (e.g. to
 //                    print the appliance log's last lines)
 //
-// Run a file as scripts/run-interop-tests does:
-//   node --test-force-exit --test-reporter=tap tests/interop/X.test.js
-// (--test-force-exit ends the process once the last test has finished even
-// if a child process or socket would keep it alive; without it a leaked
-// handle keeps node waiting).
+// Run a file as scripts/run-node-tests does:
+//   node [--test-force-exit] --test-reporter=tap tests/interop/X.test.js
+// (--test-force-exit, node >= 20.14, ends the process once the last test
+// has finished even if a child process or socket would keep it alive; on
+// older nodes, Debian 12's 18 included, a file must close what it opened,
+// as the suites do: a leaked handle keeps node waiting until the timeout).
 'use strict';
 const nodeTest = require('node:test');
 
