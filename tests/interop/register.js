@@ -19,6 +19,9 @@
 //   opts.onFail(e, name, ctx)  called before a failure is reported (e.g. to
 //                    print the appliance log's last lines)
 //
+// onEnd(fn): fn runs after the file's last test and hook (the first
+// register() call adds the node:test hook that runs them).
+//
 // Run a file as scripts/run-node-tests does:
 //   node [--test-force-exit] --test-reporter=tap tests/interop/X.test.js
 // (--test-force-exit, node >= 20.14, ends the process once the last test
@@ -27,6 +30,11 @@
 // as the suites do: a leaked handle keeps node waiting until the timeout).
 'use strict';
 const nodeTest = require('node:test');
+
+// Cleanups that run after every other hook of the file (registered by the
+// first register() call, after the file's own hooks): see onEnd.
+const ends = [];
+let endsHooked = false;
 
 function register(tests, opts = {}) {
   let ctx = {};
@@ -49,6 +57,18 @@ function register(tests, opts = {}) {
     });
   }
   if (live && opts.after) nodeTest.after(() => opts.after(ctx));
+  if (!endsHooked) {
+    endsHooked = true;
+    nodeTest.after(async () => {
+      for (const fn of ends) await fn();
+    });
+  }
 }
 
-module.exports = { register };
+// onEnd(fn): fn runs once the file's tests and hooks are done, e.g. to kill
+// what a failed test left running (a child keeps node 18 from ending).
+function onEnd(fn) {
+  ends.push(fn);
+}
+
+module.exports = { register, onEnd };

@@ -27,6 +27,7 @@ const path = require('path');
 const { spawn, execFileSync, execFile } = require('child_process');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
+const { onEnd } = require('./register');
 
 const repo = path.resolve(__dirname, '..', '..');
 const BUILD_DIR = process.env.BUILD_DIR || path.join(repo, 'build');
@@ -68,6 +69,19 @@ async function waitFor(fn, ms, what) {
   throw new Error(`timed out waiting for ${what}`);
 }
 
+// Appliances still running when the file's tests and hooks are done (a test
+// failed before stopping its own) are killed then, so that node can end.
+const live = new Set();
+onEnd(async () => {
+  if (!live.size) return;
+  console.log(`     stopping ${live.size} appliance(s) a failed test left running`);
+  const gone = [...live].map((p) => new Promise((resolve) => p.once('exit', resolve)));
+  for (const p of live) p.kill('SIGTERM');
+  const killer = setTimeout(() => { for (const p of live) p.kill('SIGKILL'); }, 8000);
+  await Promise.all(gone);
+  clearTimeout(killer);
+});
+
 async function startShard(opts = {}) {
   const id = `it-sess-${process.pid}-${Math.floor(Math.random() * 1e6)}`;
   const dir = opts.dir || fs.mkdtempSync(path.join(os.tmpdir(), 'bf-sess-'));
@@ -83,7 +97,8 @@ async function startShard(opts = {}) {
   const proc = spawn(path.join(BIN, 'bigfleet-shardd'), args,
     { stdio: ['ignore', log, log] });
   let exited = null;
-  proc.on('exit', (code, sig) => { exited = { code, sig }; });
+  live.add(proc);
+  proc.on('exit', (code, sig) => { exited = { code, sig }; live.delete(proc); });
   const shard = {
     id, port, metricsPort, dir, proc, logPath, args,
     log: () => fs.readFileSync(logPath, 'utf8'),
