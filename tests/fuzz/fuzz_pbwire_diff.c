@@ -35,6 +35,7 @@
 #include "bigfleet/v1alpha1/provider.pb-c.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"
 #include "bigfleet/v1alpha1/shardread.pb-c.h"
+#include "../interop/pbc_fields.h"
 #include "fuzz.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "grpc/reflection/v1/reflection.pb-c.h"
@@ -70,45 +71,6 @@ static const ProtobufCMessageDescriptor *const types[] = {
 static bool g_stricter;
 
 /* ------------------------------------------------------------ field access */
-
-static void *member(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f)
-{
-    return (char *)m + f->offset;
-}
-
-static size_t count_of(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f)
-{
-    return *(const size_t *)((const char *)m + f->quantifier_offset);
-}
-
-static size_t elt_size(ProtobufCType t)
-{
-    switch (t) {
-    case PROTOBUF_C_TYPE_INT32:
-    case PROTOBUF_C_TYPE_SINT32:
-    case PROTOBUF_C_TYPE_SFIXED32:
-    case PROTOBUF_C_TYPE_UINT32:
-    case PROTOBUF_C_TYPE_FIXED32:
-    case PROTOBUF_C_TYPE_FLOAT:
-    case PROTOBUF_C_TYPE_ENUM:
-        return 4;
-    case PROTOBUF_C_TYPE_INT64:
-    case PROTOBUF_C_TYPE_SINT64:
-    case PROTOBUF_C_TYPE_SFIXED64:
-    case PROTOBUF_C_TYPE_UINT64:
-    case PROTOBUF_C_TYPE_FIXED64:
-    case PROTOBUF_C_TYPE_DOUBLE:
-        return 8;
-    case PROTOBUF_C_TYPE_BOOL:
-        return sizeof(protobuf_c_boolean);
-    case PROTOBUF_C_TYPE_STRING:
-    case PROTOBUF_C_TYPE_MESSAGE:
-        return sizeof(void *);
-    case PROTOBUF_C_TYPE_BYTES:
-        return sizeof(ProtobufCBinaryData);
-    }
-    return 0;
-}
 
 /* The wire type a field's values come with (not packed). */
 static int wire_type_of(ProtobufCType t)
@@ -202,7 +164,7 @@ static bool packed(ProtobufCType t, const uint8_t *p, size_t len, uint8_t *out, 
 {
     struct bf_pb_reader r;
     bf_pb_reader_init(&r, p, len);
-    size_t es = elt_size(t);
+    size_t es = pbc_elem_size(t);
     int wt = wire_type_of(t);
     if (wt == BF_PB_I32 || wt == BF_PB_I64) {
         size_t w = wt == BF_PB_I32 ? 4 : 8;
@@ -301,13 +263,14 @@ static bool decode_cmp(const ProtobufCMessageDescriptor *d, const uint8_t *p, si
         size_t k = seen[i]++;
         const ProtobufCMessageDescriptor *sd = fd->descriptor;
         if (m && fd->label == PROTOBUF_C_LABEL_REPEATED) {
-            ProtobufCMessage **arr = *(ProtobufCMessage ***)member(m, fd);
-            FUZZ_CHECK(k < count_of(m, fd));
+            ProtobufCMessage **arr = *(ProtobufCMessage ***)pbc_member(m, fd);
+            FUZZ_CHECK(k < pbc_count(m, fd));
             nested_ok = decode_cmp(sd, f.p, f.len, arr[k], depth + 1);
         } else if (m && occ[i] == 1 &&
                    (!(fd->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) ||
                     *(const uint32_t *)((const char *)m + fd->quantifier_offset) == fd->id)) {
-            nested_ok = decode_cmp(sd, f.p, f.len, *(ProtobufCMessage **)member(m, fd), depth + 1);
+            nested_ok =
+                decode_cmp(sd, f.p, f.len, *(ProtobufCMessage **)pbc_member(m, fd), depth + 1);
         } else {
             nested_ok = sub_alone(sd, f.p, f.len, depth);
         }
@@ -329,10 +292,10 @@ static bool decode_cmp(const ProtobufCMessageDescriptor *d, const uint8_t *p, si
     for (size_t i = 0; i < nf; i++) {
         const ProtobufCFieldDescriptor *fd = &d->fields[i];
         if (fd->label == PROTOBUF_C_LABEL_REPEATED) {
-            FUZZ_CHECK(count_of(m, fd) == elts[i]);
+            FUZZ_CHECK(pbc_count(m, fd) == elts[i]);
             if (fd->type == PROTOBUF_C_TYPE_MESSAGE || !elts[i])
                 continue;
-            size_t es = elt_size(fd->type), n = 0;
+            size_t es = pbc_elem_size(fd->type), n = 0;
             uint8_t *want = calloc(elts[i] + 1, es);
             FUZZ_CHECK(want);
             bf_pb_reader_init(&r, p, len);
@@ -342,14 +305,14 @@ static bool decode_cmp(const ProtobufCMessageDescriptor *d, const uint8_t *p, si
                 if (f.wt == BF_PB_LEN && wire_type_of(fd->type) != BF_PB_LEN) {
                     FUZZ_CHECK(packed(fd->type, f.p, f.len, want, &n));
                 } else if (fd->type == PROTOBUF_C_TYPE_STRING) {
-                    const char *s = ((char **)*(void **)member(m, fd))[n];
+                    const char *s = ((char **)*(void **)pbc_member(m, fd))[n];
                     const uint8_t *nul = memchr(f.p, 0, f.len);
                     size_t l = nul ? (size_t)(nul - f.p) : f.len;
                     FUZZ_CHECK(strlen(s) == l && memcmp(s, f.p, l) == 0);
                     n++;
                 } else if (fd->type == PROTOBUF_C_TYPE_BYTES) {
                     const ProtobufCBinaryData *b =
-                        &((ProtobufCBinaryData *)*(void **)member(m, fd))[n];
+                        &((ProtobufCBinaryData *)*(void **)pbc_member(m, fd))[n];
                     FUZZ_CHECK(b->len == f.len && (f.len == 0 || memcmp(b->data, f.p, f.len) == 0));
                     n++;
                 } else {
@@ -361,7 +324,7 @@ static bool decode_cmp(const ProtobufCMessageDescriptor *d, const uint8_t *p, si
             }
             FUZZ_CHECK(n == elts[i]);
             if (fd->type != PROTOBUF_C_TYPE_STRING && fd->type != PROTOBUF_C_TYPE_BYTES)
-                FUZZ_CHECK(memcmp(want, *(void **)member(m, fd), es * n) == 0);
+                FUZZ_CHECK(memcmp(want, *(void **)pbc_member(m, fd), es * n) == 0);
             free(want);
             continue;
         }
@@ -388,19 +351,19 @@ static bool decode_cmp(const ProtobufCMessageDescriptor *d, const uint8_t *p, si
                 continue;
             /* absent: protobuf-c holds the default */
             if (fd->type == PROTOBUF_C_TYPE_STRING)
-                FUZZ_CHECK(*(char **)member(m, fd) && (*(char **)member(m, fd))[0] == 0);
+                FUZZ_CHECK(*(char **)pbc_member(m, fd) && (*(char **)pbc_member(m, fd))[0] == 0);
             else if (fd->type == PROTOBUF_C_TYPE_BYTES)
-                FUZZ_CHECK(((ProtobufCBinaryData *)member(m, fd))->len == 0);
+                FUZZ_CHECK(((ProtobufCBinaryData *)pbc_member(m, fd))->len == 0);
             else if (fd->type == PROTOBUF_C_TYPE_MESSAGE)
-                FUZZ_CHECK(*(void **)member(m, fd) == NULL);
+                FUZZ_CHECK(*(void **)pbc_member(m, fd) == NULL);
             else {
                 uint8_t zero[8] = {0};
-                FUZZ_CHECK(memcmp(member(m, fd), zero, elt_size(fd->type)) == 0);
+                FUZZ_CHECK(memcmp(pbc_member(m, fd), zero, pbc_elem_size(fd->type)) == 0);
             }
             continue;
         }
         if (fd->type == PROTOBUF_C_TYPE_MESSAGE) {
-            FUZZ_CHECK(*(void **)member(m, fd) != NULL);
+            FUZZ_CHECK(*(void **)pbc_member(m, fd) != NULL);
             continue; /* compared in the nested pass */
         }
         /* the last occurrence's value */
@@ -410,19 +373,19 @@ static bool decode_cmp(const ProtobufCMessageDescriptor *d, const uint8_t *p, si
             if (f.num == fd->id)
                 lastf = f;
         if (fd->type == PROTOBUF_C_TYPE_STRING) {
-            const char *s = *(char **)member(m, fd);
+            const char *s = *(char **)pbc_member(m, fd);
             const uint8_t *nul = memchr(lastf.p, 0, lastf.len);
             size_t l = nul ? (size_t)(nul - lastf.p) : lastf.len;
             FUZZ_CHECK(s && strlen(s) == l && (l == 0 || memcmp(s, lastf.p, l) == 0));
         } else if (fd->type == PROTOBUF_C_TYPE_BYTES) {
-            const ProtobufCBinaryData *b = member(m, fd);
+            const ProtobufCBinaryData *b = pbc_member(m, fd);
             FUZZ_CHECK(b->len == lastf.len &&
                        (b->len == 0 || memcmp(b->data, lastf.p, b->len) == 0));
         } else {
             uint8_t want[8] = {0};
             scalar_from_wire(
                 fd->type, fd->type == PROTOBUF_C_TYPE_BOOL ? bool_of(&lastf) : lastf.varint, want);
-            FUZZ_CHECK(memcmp(member(m, fd), want, elt_size(fd->type)) == 0);
+            FUZZ_CHECK(memcmp(pbc_member(m, fd), want, pbc_elem_size(fd->type)) == 0);
         }
     }
     /* unknown fields: number, wire type and the bytes after the tag, in order */

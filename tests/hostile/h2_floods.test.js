@@ -7,6 +7,7 @@
 // attack is bounded and stops by itself while a well-behaved operator on
 // its own connection keeps working.
 'use strict';
+const { before, after } = require('node:test');
 const H = require('./lib');
 
 const { assert, sleep, T, F, h2frame, hpackLiteral, H2_ENHANCE_YOUR_CALM } = H;
@@ -48,154 +49,141 @@ async function floodConnections(port, until, make, { n = 5000, open } = {}) {
   return conns;
 }
 
-(async () => {
-  const S = await H.startAppliance();
-  const op = new H.GoodOperator(S);
-  const R = H.runner(S);
-  const { test } = R;
-  try {
-    await op.start();
-    await H.L.waitFor(() => op.configured.size >= 1, 20000, 'the operator\'s first machine Configured');
+let S, op;
+before(async () => ({ S, op } = await H.setUp()));
+after(() => H.tearDown('h2_floods', S, op));
+const test = H.checks(() => S);
 
-    await test('rapid reset (HEADERS + RST_STREAM, CVE-2023-44487): GOAWAY ENHANCE_YOUR_CALM', () =>
-      H.attack(S, op, {
-        name: 'rapid-reset',
-        what: 'connections each sending up to 5,000 x (HEADERS Shard/Session + RST_STREAM CANCEL)',
-        rssBoundMB: 100,
-        counters: [[flood('rapid_reset'), 1]],
-        log: /closed as an HTTP\/2 flood .*detail="rapid_reset"/,
-        run: (until) => floodConnections(S.port, until, (c) => {
-          const sid = c.nextSid();
-          return Buffer.concat([c.headers(sid, SESSION),
-            h2frame(T.RST_STREAM, 0, sid, Buffer.from([0, 0, 0, 8]))]);
-        }),
-      }));
+test('rapid reset (HEADERS + RST_STREAM, CVE-2023-44487): GOAWAY ENHANCE_YOUR_CALM', () =>
+  H.attack(S, op, {
+    name: 'rapid-reset',
+    what: 'connections each sending up to 5,000 x (HEADERS Shard/Session + RST_STREAM CANCEL)',
+    rssBoundMB: 100,
+    counters: [[flood('rapid_reset'), 1]],
+    log: /closed as an HTTP\/2 flood .*detail="rapid_reset"/,
+    run: (until) => floodConnections(S.port, until, (c) => {
+      const sid = c.nextSid();
+      return Buffer.concat([c.headers(sid, SESSION),
+        h2frame(T.RST_STREAM, 0, sid, Buffer.from([0, 0, 0, 8]))]);
+    }),
+  }));
 
-    await test('CONTINUATION flood (CVE-2024-28182): cut after 4 CONTINUATION frames', () =>
-      H.attack(S, op, {
-        name: 'continuation-flood',
-        what: 'connections each sending HEADERS without END_HEADERS, then up to 5,000 CONTINUATION frames of valid header fields',
-        rssBoundMB: 100,
-        counters: [[flood('continuation'), 1]],
-        log: /closed as an HTTP\/2 flood .*detail="continuation"/,
-        run: (until) => floodConnections(S.port, until,
-          () => h2frame(T.CONTINUATION, 0, 1, hpackLiteral('x-pad', 'a'.repeat(40))),
-          { open: (c) => h2frame(T.HEADERS, 0, c.nextSid(), H.grpcHeaderBlock(SESSION)) }),
-      }));
+test('CONTINUATION flood (CVE-2024-28182): cut after 4 CONTINUATION frames', () =>
+  H.attack(S, op, {
+    name: 'continuation-flood',
+    what: 'connections each sending HEADERS without END_HEADERS, then up to 5,000 CONTINUATION frames of valid header fields',
+    rssBoundMB: 100,
+    counters: [[flood('continuation'), 1]],
+    log: /closed as an HTTP\/2 flood .*detail="continuation"/,
+    run: (until) => floodConnections(S.port, until,
+      () => h2frame(T.CONTINUATION, 0, 1, hpackLiteral('x-pad', 'a'.repeat(40))),
+      { open: (c) => h2frame(T.HEADERS, 0, c.nextSid(), H.grpcHeaderBlock(SESSION)) }),
+  }));
 
-    await test('PING flood: GOAWAY ENHANCE_YOUR_CALM', () =>
-      H.attack(S, op, {
-        name: 'ping-flood',
-        what: 'connections each sending up to 5,000 PINGs',
-        rssBoundMB: 100,
-        counters: [[flood('ping'), 1]],
-        log: /closed as an HTTP\/2 flood .*detail="ping"/,
-        run: (until) => floodConnections(S.port, until, (c, i) => {
-          const p = Buffer.alloc(8);
-          p.writeUInt32BE(i, 4);
-          return h2frame(T.PING, 0, 0, p);
-        }),
-      }));
+test('PING flood: GOAWAY ENHANCE_YOUR_CALM', () =>
+  H.attack(S, op, {
+    name: 'ping-flood',
+    what: 'connections each sending up to 5,000 PINGs',
+    rssBoundMB: 100,
+    counters: [[flood('ping'), 1]],
+    log: /closed as an HTTP\/2 flood .*detail="ping"/,
+    run: (until) => floodConnections(S.port, until, (c, i) => {
+      const p = Buffer.alloc(8);
+      p.writeUInt32BE(i, 4);
+      return h2frame(T.PING, 0, 0, p);
+    }),
+  }));
 
-    await test('SETTINGS flood: GOAWAY ENHANCE_YOUR_CALM', () =>
-      H.attack(S, op, {
-        name: 'settings-flood',
-        what: 'connections each sending up to 5,000 SETTINGS frames',
-        rssBoundMB: 100,
-        counters: [[flood('settings'), 1]],
-        log: /closed as an HTTP\/2 flood .*detail="settings"/,
-        run: (until) => floodConnections(S.port, until,
-          () => h2frame(T.SETTINGS, 0, 0, Buffer.from([0, 4, 0, 0x10, 0, 0]))),
-      }));
+test('SETTINGS flood: GOAWAY ENHANCE_YOUR_CALM', () =>
+  H.attack(S, op, {
+    name: 'settings-flood',
+    what: 'connections each sending up to 5,000 SETTINGS frames',
+    rssBoundMB: 100,
+    counters: [[flood('settings'), 1]],
+    log: /closed as an HTTP\/2 flood .*detail="settings"/,
+    run: (until) => floodConnections(S.port, until,
+      () => h2frame(T.SETTINGS, 0, 0, Buffer.from([0, 4, 0, 0x10, 0, 0]))),
+  }));
 
-    await test('empty DATA flood on an open stream: GOAWAY ENHANCE_YOUR_CALM', () =>
-      H.attack(S, op, {
-        name: 'empty-data-flood',
-        what: 'connections each opening a Session stream, then up to 5,000 empty DATA frames without END_STREAM',
-        rssBoundMB: 100,
-        counters: [[flood('empty_frames'), 1]],
-        log: /closed as an HTTP\/2 flood .*detail="empty_frames"/,
-        run: (until) => floodConnections(S.port, until, () => h2frame(T.DATA, 0, 1),
-          { open: (c) => c.headers(c.nextSid(), SESSION) }),
-      }));
+test('empty DATA flood on an open stream: GOAWAY ENHANCE_YOUR_CALM', () =>
+  H.attack(S, op, {
+    name: 'empty-data-flood',
+    what: 'connections each opening a Session stream, then up to 5,000 empty DATA frames without END_STREAM',
+    rssBoundMB: 100,
+    counters: [[flood('empty_frames'), 1]],
+    log: /closed as an HTTP\/2 flood .*detail="empty_frames"/,
+    run: (until) => floodConnections(S.port, until, () => h2frame(T.DATA, 0, 1),
+      { open: (c) => c.headers(c.nextSid(), SESSION) }),
+  }));
 
-    await test('new-stream churn (HEADERS with END_STREAM, no reset): GOAWAY ENHANCE_YOUR_CALM', () =>
-      H.attack(S, op, {
-        name: 'stream-churn',
-        what: 'connections each opening up to 5,000 InspectNeeds streams that end at once (no request)',
-        rssBoundMB: 100,
-        counters: [[flood('streams'), 1]],
-        log: /closed as an HTTP\/2 flood .*detail="streams"/,
-        run: (until) => floodConnections(S.port, until, (c) => c.headers(c.nextSid(), INSPECT, true)),
-      }));
+test('new-stream churn (HEADERS with END_STREAM, no reset): GOAWAY ENHANCE_YOUR_CALM', () =>
+  H.attack(S, op, {
+    name: 'stream-churn',
+    what: 'connections each opening up to 5,000 InspectNeeds streams that end at once (no request)',
+    rssBoundMB: 100,
+    counters: [[flood('streams'), 1]],
+    log: /closed as an HTTP\/2 flood .*detail="streams"/,
+    run: (until) => floodConnections(S.port, until, (c) => c.headers(c.nextSid(), INSPECT, true)),
+  }));
 
-    await test('an HPACK header-list bomb resets its stream; the connection lives on', () =>
-      H.attack(S, op, {
-        name: 'hpack-header-list-bomb',
-        what: 'HEADERS adding a 4,000-byte header to the HPACK table and referencing it 1,000 times (4 MB decoded from 5 KB)',
-        rssBoundMB: 100,
-        counters: [['bigfleet_shard_grpc_header_list_refusals_total', 1]],
-        log: /request header list too large/,
-        run: async (until) => {
-          let n = 0;
-          do {
-            const c = new H.RawH2(S.port);
-            await c.connected;
-            const name = Buffer.from('x-bomb');
-            const add = Buffer.concat([Buffer.from([0x40]), H.hpackInt(name.length, 7, 0), name,
-              H.hpackInt(4000, 7, 0), Buffer.alloc(4000, 0x62)]); /* literal, incremental indexing */
-            const refs = Buffer.alloc(1000, 0xbe); /* indexed field 62, 1,000 times */
-            const sid = c.nextSid();
-            c.write(h2frame(T.HEADERS, F.END_HEADERS, sid,
-              Buffer.concat([H.grpcHeaderBlock(SESSION), add, refs])));
-            await H.L.waitFor(() => c.rst.has(sid) || c.goaway || c.closed, 5000, 'the stream reset');
-            assert.ok(c.rst.has(sid), `stream ${sid} reset (goaway ${JSON.stringify(c.goaway)})`);
-            /* the same connection still works: a PING is answered */
-            const f0 = c.frames;
-            c.write(h2frame(T.PING, 0, 0, Buffer.alloc(8)));
-            await H.L.waitFor(() => c.frames > f0, 3000, 'PING ACK');
-            c.close();
-            n++;
-            await sleep(100);
-          } while (Date.now() < until);
-        },
-      }));
+test('an HPACK header-list bomb resets its stream; the connection lives on', () =>
+  H.attack(S, op, {
+    name: 'hpack-header-list-bomb',
+    what: 'HEADERS adding a 4,000-byte header to the HPACK table and referencing it 1,000 times (4 MB decoded from 5 KB)',
+    rssBoundMB: 100,
+    counters: [['bigfleet_shard_grpc_header_list_refusals_total', 1]],
+    log: /request header list too large/,
+    run: async (until) => {
+      let n = 0;
+      do {
+        const c = new H.RawH2(S.port);
+        await c.connected;
+        const name = Buffer.from('x-bomb');
+        const add = Buffer.concat([Buffer.from([0x40]), H.hpackInt(name.length, 7, 0), name,
+          H.hpackInt(4000, 7, 0), Buffer.alloc(4000, 0x62)]); /* literal, incremental indexing */
+        const refs = Buffer.alloc(1000, 0xbe); /* indexed field 62, 1,000 times */
+        const sid = c.nextSid();
+        c.write(h2frame(T.HEADERS, F.END_HEADERS, sid,
+          Buffer.concat([H.grpcHeaderBlock(SESSION), add, refs])));
+        await H.L.waitFor(() => c.rst.has(sid) || c.goaway || c.closed, 5000, 'the stream reset');
+        assert.ok(c.rst.has(sid), `stream ${sid} reset (goaway ${JSON.stringify(c.goaway)})`);
+        /* the same connection still works: a PING is answered */
+        const f0 = c.frames;
+        c.write(h2frame(T.PING, 0, 0, Buffer.alloc(8)));
+        await H.L.waitFor(() => c.frames > f0, 3000, 'PING ACK');
+        c.close();
+        n++;
+        await sleep(100);
+      } while (Date.now() < until);
+    },
+  }));
 
-    await test('more than 100 concurrent streams on one connection: the excess refused', () =>
-      H.attack(S, op, {
-        name: 'concurrent-streams-150',
-        what: 'connections each opening 150 Session streams that stay open (no Hello), after acknowledging MAX_CONCURRENT_STREAMS 100',
-        rssBoundMB: 100,
-        counters: [['bigfleet_shard_grpc_protocol_errors_total', 1]],
-        log: /invalid HTTP\/2 frame|HTTP\/2 connection error/,
-        run: async (until) => {
-          do {
-            const c = new H.RawH2(S.port);
-            await c.connected;
-            await sleep(100); /* the server's SETTINGS (MAX_CONCURRENT_STREAMS 100), acknowledged */
-            const sids = [];
-            for (let i = 0; i < 150; i++) sids.push(c.nextSid());
-            c.write(Buffer.concat(sids.map((sid) => c.headers(sid, SESSION))));
-            /* nghttp2 answers the 101st with GOAWAY(PROTOCOL_ERROR, last stream = the 100th);
-             * a REFUSED_STREAM per extra stream is the RFC's other allowed answer */
-            await H.L.waitFor(() => c.goaway || c.rst.size >= 50, 5000, 'the excess refused');
-            if (c.goaway) {
-              assert.strictEqual(c.goaway.code, 1, `GOAWAY code ${c.goaway.code}`);
-              assert.strictEqual(c.goaway.lastSid, sids[99], 'the first 100 streams were accepted');
-            } else {
-              assert.ok([...c.rst.entries()].every(([sid, code]) => sid > sids[99] && code === 7));
-            }
-            c.close();
-            await sleep(200);
-          } while (Date.now() < until);
-        },
-      }));
-  } finally {
-    await op.stop().catch(() => {});
-    H.saveFigures('h2_floods');
-    const ex = await S.stop();
-    if (ex.code !== 0) { R.failed++; console.log(`FAIL appliance exit ${JSON.stringify(ex)}`); }
-  }
-  console.log(R.failed ? `h2_floods: ${R.failed} failed` : 'h2_floods: every flood refused by our own accounting');
-  process.exit(R.failed ? 1 : 0);
-})().catch((e) => { console.error(e); process.exit(1); });
+test('more than 100 concurrent streams on one connection: the excess refused', () =>
+  H.attack(S, op, {
+    name: 'concurrent-streams-150',
+    what: 'connections each opening 150 Session streams that stay open (no Hello), after acknowledging MAX_CONCURRENT_STREAMS 100',
+    rssBoundMB: 100,
+    counters: [['bigfleet_shard_grpc_protocol_errors_total', 1]],
+    log: /invalid HTTP\/2 frame|HTTP\/2 connection error/,
+    run: async (until) => {
+      do {
+        const c = new H.RawH2(S.port);
+        await c.connected;
+        await sleep(100); /* the server's SETTINGS (MAX_CONCURRENT_STREAMS 100), acknowledged */
+        const sids = [];
+        for (let i = 0; i < 150; i++) sids.push(c.nextSid());
+        c.write(Buffer.concat(sids.map((sid) => c.headers(sid, SESSION))));
+        /* nghttp2 answers the 101st with GOAWAY(PROTOCOL_ERROR, last stream = the 100th);
+         * a REFUSED_STREAM per extra stream is the RFC's other allowed answer */
+        await H.L.waitFor(() => c.goaway || c.rst.size >= 50, 5000, 'the excess refused');
+        if (c.goaway) {
+          assert.strictEqual(c.goaway.code, 1, `GOAWAY code ${c.goaway.code}`);
+          assert.strictEqual(c.goaway.lastSid, sids[99], 'the first 100 streams were accepted');
+        } else {
+          assert.ok([...c.rst.entries()].every(([sid, code]) => sid > sids[99] && code === 7));
+        }
+        c.close();
+        await sleep(200);
+      } while (Date.now() < until);
+    },
+  }));

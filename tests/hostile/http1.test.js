@@ -8,6 +8,7 @@
 // own connection gets 200 within 1 s throughout, while the well-behaved
 // operator keeps working.
 'use strict';
+const { before, after } = require('node:test');
 const H = require('./lib');
 
 const { assert, sleep, HEAVY } = H;
@@ -45,59 +46,49 @@ function slowClients(port, n, everyMs, head, until) {
   return { stats: () => ({ opened, closed }) };
 }
 
-(async () => {
-  const S = await H.startAppliance();
-  const op = new H.GoodOperator(S);
-  const R = H.runner(S);
-  const { test } = R;
-  const port = S.metricsPort;
-  try {
-    await op.start();
-    await H.L.waitFor(() => op.configured.size >= 1, 20000, 'the operator\'s first machine Configured');
-    const nSlow = HEAVY ? 1000 : 300;
-    const every = HEAVY ? 20000 : 2000;
+let S, op, port; /* port: the metrics (HTTP/1) port */
+const nSlow = HEAVY ? 1000 : 300;
+const every = HEAVY ? 20000 : 2000;
+before(async () => {
+  ({ S, op } = await H.setUp());
+  port = S.metricsPort;
+});
+after(() => H.tearDown('http1', S, op));
+const test = H.checks(() => S);
 
-    await test(`${nSlow} slow HTTP/1 clients leave /healthz answering 200 within 1 s`, () =>
-      H.attack(S, op, {
-        name: `http1-${nSlow}-slow-clients`,
-        what: `${nSlow} connections sending "GET /healthz HTTP/1.1\\r\\n" then one byte every ${every / 1000} s; probes every 100 ms`,
-        rssBoundMB: 100,
-        minMs: 7000,
-        counters: [['bigfleet_appliance_http_connections_evicted_total', 1],
-          ['bigfleet_appliance_http_request_head_timeouts_total', 1]],
-        log: /every connection slot taken; evicting one/,
-        run: async (until) => {
-          const a = slowClients(port, nSlow, every, 'GET /healthz HTTP/1.1\r\n', until);
-          await sleep(300);
-          const rs = await probeUntil(op, port, until);
-          console.log(`     probes: ${rs.length}, slowest ${Math.max(...rs.map((r) => r.ms))} ms; attacker ${JSON.stringify(a.stats())}`);
-        },
-        after: async (m0, m1, log) => {
-          assert.match(log, /request head not complete in time; closing/);
-        },
-      }));
 
-    await test('a flood of silent connections leaves /healthz answering 200 within 1 s', () =>
-      H.attack(S, op, {
-        name: 'http1-silent-connection-flood',
-        what: `${HEAVY ? 5000 : 1000} connections that send nothing; probes every 100 ms`,
-        minMs: 7000,
-        rssBoundMB: 100,
-        counters: [['bigfleet_appliance_http_connections_evicted_total', 1],
-          ['bigfleet_appliance_http_request_head_timeouts_total', 1]],
-        run: async (until) => {
-          slowClients(port, HEAVY ? 5000 : 1000, 3600000, '', until);
-          await sleep(300);
-          const rs = await probeUntil(op, port, until);
-          console.log(`     probes: ${rs.length}, slowest ${Math.max(...rs.map((r) => r.ms))} ms`);
-        },
-      }));
-  } finally {
-    await op.stop().catch(() => {});
-    H.saveFigures('http1');
-    const ex = await S.stop();
-    if (ex.code !== 0) { R.failed++; console.log(`FAIL appliance exit ${JSON.stringify(ex)}`); }
-  }
-  console.log(R.failed ? `http1: ${R.failed} failed` : 'http1: the probes were answered throughout');
-  process.exit(R.failed ? 1 : 0);
-})().catch((e) => { console.error(e); process.exit(1); });
+test(`${nSlow} slow HTTP/1 clients leave /healthz answering 200 within 1 s`, () =>
+  H.attack(S, op, {
+    name: `http1-${nSlow}-slow-clients`,
+    what: `${nSlow} connections sending "GET /healthz HTTP/1.1\\r\\n" then one byte every ${every / 1000} s; probes every 100 ms`,
+    rssBoundMB: 100,
+    minMs: 7000,
+    counters: [['bigfleet_appliance_http_connections_evicted_total', 1],
+      ['bigfleet_appliance_http_request_head_timeouts_total', 1]],
+    log: /every connection slot taken; evicting one/,
+    run: async (until) => {
+      const a = slowClients(port, nSlow, every, 'GET /healthz HTTP/1.1\r\n', until);
+      await sleep(300);
+      const rs = await probeUntil(op, port, until);
+      console.log(`     probes: ${rs.length}, slowest ${Math.max(...rs.map((r) => r.ms))} ms; attacker ${JSON.stringify(a.stats())}`);
+    },
+    after: async (m0, m1, log) => {
+      assert.match(log, /request head not complete in time; closing/);
+    },
+  }));
+
+test('a flood of silent connections leaves /healthz answering 200 within 1 s', () =>
+  H.attack(S, op, {
+    name: 'http1-silent-connection-flood',
+    what: `${HEAVY ? 5000 : 1000} connections that send nothing; probes every 100 ms`,
+    minMs: 7000,
+    rssBoundMB: 100,
+    counters: [['bigfleet_appliance_http_connections_evicted_total', 1],
+      ['bigfleet_appliance_http_request_head_timeouts_total', 1]],
+    run: async (until) => {
+      slowClients(port, HEAVY ? 5000 : 1000, 3600000, '', until);
+      await sleep(300);
+      const rs = await probeUntil(op, port, until);
+      console.log(`     probes: ${rs.length}, slowest ${Math.max(...rs.map((r) => r.ms))} ms`);
+    },
+  }));

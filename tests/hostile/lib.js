@@ -26,6 +26,7 @@ const net = require('net');
 const path = require('path');
 
 const L = require('../interop/session_lib');
+const { register } = require('../interop/register');
 
 const ATTACKER = '127.0.0.2';
 const HEAVY = process.env.HOSTILE_HEAVY === '1';
@@ -491,30 +492,40 @@ function saveFigures(file) {
   fs.writeFileSync(RESULTS, JSON.stringify(all, null, 1));
 }
 
-// The runner of one hostile script's checks: test(name, fn) runs fn, prints
-// "ok"/"FAIL" with its time and, on a failure, the appliance log's last 15
-// lines; R.failed counts the failures (the script adds its own, e.g. an
-// unclean appliance exit, and exits with it).
-function runner(S) {
-  const R = {
-    failed: 0,
-    test: async (name, fn) => {
-      const t0 = Date.now();
-      try {
-        await fn();
-        console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-      } catch (e) {
-        R.failed++;
-        console.log(`FAIL ${name}: ${e.stack || e}`);
-        console.log(S.log().split('\n').slice(-15).join('\n'));
-      }
-    },
-  };
-  return R;
+// One hostile script on node:test (tests/interop/register.js):
+//   let S, op;
+//   before(async () => ({ S, op } = await H.setUp(opts, ...operatorArgs)));
+//   after(() => H.tearDown('name', S, op));
+//   const test = H.checks(() => S);
+// setUp starts the appliance (startAppliance(opts)) and the well-behaved
+// operator (new GoodOperator(S, ...operatorArgs)), and waits for its first Configured machine; tearDown stops
+// both, saves the figures under `name` and fails (the file) unless the
+// appliance exited 0; checks(appliance) is node:test's test(name, fn) that
+// also prints the appliance log's last 15 lines when fn fails.
+async function setUp(opts, ...operatorArgs) {
+  const S = await startAppliance(opts);
+  const op = new GoodOperator(S, ...operatorArgs);
+  await op.start();
+  await L.waitFor(() => op.configured.size >= 1, 20000, 'the operator\'s first machine Configured');
+  return { S, op };
+}
+
+async function tearDown(name, S, op) {
+  if (op) await op.stop().catch(() => {});
+  saveFigures(name);
+  if (!S) return;
+  const ex = await S.stop();
+  assert.strictEqual(ex.code, 0, `the appliance exits cleanly: ${JSON.stringify(ex)}`);
+}
+
+function checks(appliance) {
+  return (name, fn) => register([[name, fn]], {
+    onFail: () => console.log(appliance().log().split('\n').slice(-15).join('\n')),
+  });
 }
 
 module.exports = {
-  runner, L, assert, sleep, HEAVY, IT, ATTACKER, startAppliance, metrics, parseMetrics, GoodOperator,
+  setUp, tearDown, checks, L, assert, sleep, HEAVY, IT, ATTACKER, startAppliance, metrics, parseMetrics, GoodOperator,
   attack, saveFigures, RssWatch, h2connect, HostileSession, need, attackerSocket, grpcCall, grpcPrefix, frame, RawH2,
   h2frame, hpackInt, hpackLiteral, grpcHeaderBlock, T, F, H2_ENHANCE_YOUR_CALM, pct,
 };

@@ -17,6 +17,7 @@ const os = require('os');
 const path = require('path');
 const { spawn, execFileSync } = require('child_process');
 const L = require('./session_lib');
+const { register } = require('./register');
 const { assert, grpc } = L;
 
 const OUT = { ACCEPTED: 1, REJECTED_STALE: 2, REJECTED_INVALID: 3, FAILED: 4 };
@@ -186,235 +187,228 @@ async function until(fn, what, ms = 20000) {
 
 // ------------------------------------------------------------ the tests
 
-(async () => {
-  SIM = await startSim();
-  const C = new Coordinator();
-  const cport = await C.start();
-  const mk = (n) => ({ id: `it-adr55-${n}-${process.pid}`, dir: fs.mkdtempSync(path.join(TMP, n)), cport });
-  const A = mk('a'), B = mk('b');
-  const TOTAL = 2 * PER_ZONE;
-  // the domains are the coordinator's first words to each shard
-  C.send(A.id, 'assign-a', { assign_domain: { topology_key: ZONE, topology_value: 'zone-a' } });
-  C.send(B.id, 'assign-b', { assign_domain: { topology_key: ZONE, topology_value: 'zone-b' } });
-  await Promise.all([startAppliance(A), startAppliance(B)]);
-  let xferIds, drained;
-  const tests = [
-    ['a partitioned shard owns nothing before its first domain; AssignDomain partitions the shared pool by zone', async () => {
-      assert.strictEqual((await C.ack(A.id, 'assign-a')).outcome, OUT.ACCEPTED);
-      assert.strictEqual((await C.ack(B.id, 'assign-b')).outcome, OUT.ACCEPTED);
-      await until(() => Object.keys(inventory(A)).length === PER_ZONE &&
-        Object.keys(inventory(B)).length === PER_ZONE, 'each shard holds its zone');
-      const { a, b } = assertPartition(A, B, TOTAL);
-      assert.ok(Object.keys(a).every((id) => id.includes('-zone-a-')), JSON.stringify(a));
-      assert.ok(Object.keys(b).every((id) => id.includes('-zone-b-')), JSON.stringify(b));
-      await until(async () => (await metric(A, 'bigfleet_shard_owned_machines')) === PER_ZONE, 'owned gauge');
-      const o = ownership(A);
-      assert.strictEqual(o.mode, 'partitioned');
-      assert.deepStrictEqual(o.assigned_domains, [`${ZONE}=zone-a`]);
-      // a third (partitioned) shard the coordinator has assigned nothing adopts nothing
-      const N = await startAppliance(mk('n'));
-      try {
-        await until(async () => (await metric(N, 'bigfleet_shard_reconcile_machines_not_owned_total')) >= TOTAL, 'N listed the pool');
-        assert.deepStrictEqual(inventory(N), {});
-        assert.strictEqual(ownership(N).mode, 'partitioned');
-      } finally {
-        await stopAppliance(N);
-      }
-      assert.strictEqual(o.owned_machines, PER_ZONE);
-      assert.ok(o.not_owned_listed_total >= PER_ZONE, 'the other zone was listed and not adopted');
-    }],
-    ['TransferOwnership: the donor resolves a selector (Idle, lowest penalty, then price and id) and echoes the ids; the recipient adopts them', async () => {
-      const sel = { count: 2, instance_type: 'std-4', zone: 'zone-a', from_shard_id: A.id, to_shard_id: B.id };
-      const ack = await C.exec(A.id, 'xfer-1', { transfer_ownership: sel });
-      assert.strictEqual(ack.outcome, OUT.ACCEPTED, ack.reason);
-      xferIds = ack.machine_ids;
-      assert.deepStrictEqual(xferIds, ['std-4-zone-a-2', 'std-4-zone-a-3']);
-      // the donor let them go at once: never in both inventories
-      await until(() => xferIds.every((id) => !(id in inventory(A))), 'donor released them');
-      assertPartition(A, B, TOTAL - 2);
-      const ack2 = await C.exec(B.id, 'xfer-1-in', { transfer_ownership: { machine_ids: xferIds,
-        from_shard_id: A.id, to_shard_id: B.id } });
-      assert.strictEqual(ack2.outcome, OUT.ACCEPTED, ack2.reason);
-      assert.deepStrictEqual(ack2.machine_ids, xferIds);
-      await until(() => xferIds.every((id) => inventory(B)[id] === 'Idle'), 'recipient holds them Idle');
-      assertPartition(A, B, TOTAL);
-      assert.strictEqual(ownership(A).transfers_out, 2);
-      assert.strictEqual(ownership(B).transfers_in, 2);
-      await until(() => audit(A).filter((r) => r.msg === 'ownership' && r.event === 'transfer_out').length === 2, 'donor audit');
-      await until(() => audit(B).filter((r) => r.msg === 'ownership' && r.event === 'transfer_in').length === 2, 'recipient audit');
-      const rec = audit(A).find((r) => r.event === 'transfer_out');
-      assert.strictEqual(rec.instruction_id, 'xfer-1');
-      assert.strictEqual(rec.from_shard, A.id);
-      assert.strictEqual(rec.to_shard, B.id);
-    }],
-    ['a transfer of a Configured machine fails with a reason and touches nothing', async () => {
-      const ack = await C.exec(A.id, 'xfer-bad', { transfer_ownership: { machine_ids: ['std-4-zone-a-4', 'std-4-zone-a-0'],
-        from_shard_id: A.id, to_shard_id: B.id } });
-      assert.strictEqual(ack.outcome, OUT.FAILED);
-      assert.match(ack.reason, /std-4-zone-a-0 is Configured/);
-      assert.deepStrictEqual(ack.machine_ids, []);
-      const a = inventory(A);
-      assert.strictEqual(a['std-4-zone-a-0'], 'Configured');
-      assert.strictEqual(a['std-4-zone-a-4'], 'Idle', 'all or nothing: the Idle one stays too');
-      assert.strictEqual(ownership(A).transfers_out, 2);
-    }],
-    ['an instruction from a stale coordinator term is rejected', async () => {
-      const ack = await C.exec(A.id, 'old-term', { transfer_ownership: { machine_ids: ['std-4-zone-a-4'],
-        from_shard_id: A.id, to_shard_id: B.id } }, 3);
-      assert.strictEqual(ack.outcome, OUT.REJECTED_STALE);
-      assert.match(ack.reason, /stale coordinator term 3 < 7/);
-      assert.strictEqual(inventory(A)['std-4-zone-a-4'], 'Idle');
-    }],
-    ['CrossShardDrain drains the best Phase 2 victim as a Preempt and reserves it; the transfer that follows moves it', async () => {
-      const ack = await C.exec(A.id, 'drain-1', { cross_shard_drain: { count: 1, instance_type: 'std-4',
-        zone: 'zone-a', preemptor_priority: 1000000 } });
-      assert.strictEqual(ack.outcome, OUT.ACCEPTED, ack.reason);
-      assert.strictEqual(ack.machine_ids.length, 1);
-      drained = ack.machine_ids[0];
-      await until(() => inventory(A)[drained] === 'Idle', 'drained to Idle');
-      const o = ownership(A);
-      assert.strictEqual(o.reserved, 1);
-      assert.strictEqual(o.reservations[0].machine, drained);
-      assert.strictEqual(o.reservations[0].preemptor_priority, 1000000);
-      const pre = await until(() => audit(A).find((r) => r.msg === 'action' && r.kind === 'Preempt'
-        && r.machine === drained), 'Preempt audited');
-      assert.strictEqual(pre.reason, 'cross_shard.drain');
-      assert.strictEqual(pre.grace_seconds, 10, 'DrainGrace(1000000, 1000)');
-      assert.strictEqual(pre.outcome, 'success');
-      assert.ok(audit(A).find((r) => r.msg === 'ownership' && r.event === 'reserved_for_transfer' && r.machine === drained));
-      // a transfer names it: the donor first, then the recipient
-      const t1 = await C.exec(A.id, 'drain-1-xfer', { transfer_ownership: { machine_ids: [drained], from_shard_id: A.id, to_shard_id: B.id } });
-      assert.strictEqual(t1.outcome, OUT.ACCEPTED, t1.reason);
-      const t2 = await C.exec(B.id, 'drain-1-xfer', { transfer_ownership: { machine_ids: [drained], from_shard_id: A.id, to_shard_id: B.id } });
-      assert.strictEqual(t2.outcome, OUT.ACCEPTED, t2.reason);
-      await until(() => inventory(B)[drained] === 'Idle' && !(drained in inventory(A)), 'moved to B');
-      assert.strictEqual(ownership(A).reserved, 0);
-      assertPartition(A, B, TOTAL);
-    }],
-    ['a reservation with no transfer after it expires at its TTL and the machine returns to the donor\'s pool', async () => {
-      const ack = await C.exec(A.id, 'drain-2', { cross_shard_drain: { machine_ids: ['std-4-zone-a-1'], preemptor_priority: 1000000 } });
-      assert.strictEqual(ack.outcome, OUT.ACCEPTED, ack.reason);
-      assert.deepStrictEqual(ack.machine_ids, ['std-4-zone-a-1']);
-      await until(() => ownership(A).reserved === 1 && inventory(A)['std-4-zone-a-1'] === 'Idle', 'reserved and Idle');
-      assert.strictEqual(ownership(A).held, 1, 'held out of the engine while reserved');
-      // grace 10 s + TTL 2 s
-      await until(() => ownership(A).reserved === 0, 'reservation expired', 30000);
-      const o = ownership(A);
-      assert.strictEqual(o.reservations_expired_total, 1);
-      assert.strictEqual(o.held, 0);
-      assert.strictEqual(inventory(A)['std-4-zone-a-1'], 'Idle');
-      await until(() => audit(A).find((r) => r.event === 'reservation_expired' && r.machine === 'std-4-zone-a-1'), 'expiry audited');
-      // it is an ordinary Idle machine of A again: a selector may give it away
-      const t = await C.exec(A.id, 'xfer-after-ttl', { transfer_ownership: { machine_ids: ['std-4-zone-a-1'], from_shard_id: A.id, to_shard_id: B.id } });
-      assert.strictEqual(t.outcome, OUT.ACCEPTED, t.reason);
-      const t2 = await C.exec(B.id, 'xfer-after-ttl', { transfer_ownership: { machine_ids: ['std-4-zone-a-1'], from_shard_id: A.id, to_shard_id: B.id } });
-      assert.strictEqual(t2.outcome, OUT.ACCEPTED, t2.reason);
-      await until(() => 'std-4-zone-a-1' in inventory(B), 'moved to B');
-      assertPartition(A, B, TOTAL);
-    }],
-    ['ReassignSpeculative moves a Speculative slot the donor picks', async () => {
-      const ack = await C.exec(A.id, 'spec-1', { reassign_speculative: { count: 1, zone: 'zone-a', from_shard_id: A.id, to_shard_id: B.id } });
-      assert.strictEqual(ack.outcome, OUT.ACCEPTED, ack.reason);
-      assert.deepStrictEqual(ack.machine_ids, ['std-4-zone-a-5']);
-      const ack2 = await C.exec(B.id, 'spec-1', { reassign_speculative: { machine_ids: ack.machine_ids, from_shard_id: A.id, to_shard_id: B.id } });
-      assert.strictEqual(ack2.outcome, OUT.ACCEPTED, ack2.reason);
-      await until(() => inventory(B)['std-4-zone-a-5'] === 'Speculative' && !('std-4-zone-a-5' in inventory(A)), 'slot moved');
-      assertPartition(A, B, TOTAL);
-    }],
-    ['a redelivery after kill -9 of the session is re-acked with the same ids, never re-applied', async () => {
-      const ack = await C.exec(A.id, 'xfer-redeliver', { transfer_ownership: { count: 1, zone: 'zone-a',
-        from_shard_id: A.id, to_shard_id: B.id } });
-      assert.strictEqual(ack.outcome, OUT.ACCEPTED, ack.reason);
-      assert.deepStrictEqual(ack.machine_ids, ['std-4-zone-a-4']);
-      const out0 = ownership(A).transfers_out;
-      const sup = A.proc.pid;
-      const sess = execFileSync('ps', ['-o', 'pid=,comm=', '--ppid', String(sup)], { encoding: 'utf8' })
+// the coordinator, the two shards (A: zone-a, B: zone-b), what the steps hand on
+let C, A, B, mk, xferIds, drained;
+const TOTAL = 2 * PER_ZONE;
+const tests = [
+  ['a partitioned shard owns nothing before its first domain; AssignDomain partitions the shared pool by zone', async () => {
+    assert.strictEqual((await C.ack(A.id, 'assign-a')).outcome, OUT.ACCEPTED);
+    assert.strictEqual((await C.ack(B.id, 'assign-b')).outcome, OUT.ACCEPTED);
+    await until(() => Object.keys(inventory(A)).length === PER_ZONE &&
+      Object.keys(inventory(B)).length === PER_ZONE, 'each shard holds its zone');
+    const { a, b } = assertPartition(A, B, TOTAL);
+    assert.ok(Object.keys(a).every((id) => id.includes('-zone-a-')), JSON.stringify(a));
+    assert.ok(Object.keys(b).every((id) => id.includes('-zone-b-')), JSON.stringify(b));
+    await until(async () => (await metric(A, 'bigfleet_shard_owned_machines')) === PER_ZONE, 'owned gauge');
+    const o = ownership(A);
+    assert.strictEqual(o.mode, 'partitioned');
+    assert.deepStrictEqual(o.assigned_domains, [`${ZONE}=zone-a`]);
+    // a third (partitioned) shard the coordinator has assigned nothing adopts nothing
+    const N = await startAppliance(mk('n'));
+    try {
+      await until(async () => (await metric(N, 'bigfleet_shard_reconcile_machines_not_owned_total')) >= TOTAL, 'N listed the pool');
+      assert.deepStrictEqual(inventory(N), {});
+      assert.strictEqual(ownership(N).mode, 'partitioned');
+    } finally {
+      await stopAppliance(N);
+    }
+    assert.strictEqual(o.owned_machines, PER_ZONE);
+    assert.ok(o.not_owned_listed_total >= PER_ZONE, 'the other zone was listed and not adopted');
+  }],
+  ['TransferOwnership: the donor resolves a selector (Idle, lowest penalty, then price and id) and echoes the ids; the recipient adopts them', async () => {
+    const sel = { count: 2, instance_type: 'std-4', zone: 'zone-a', from_shard_id: A.id, to_shard_id: B.id };
+    const ack = await C.exec(A.id, 'xfer-1', { transfer_ownership: sel });
+    assert.strictEqual(ack.outcome, OUT.ACCEPTED, ack.reason);
+    xferIds = ack.machine_ids;
+    assert.deepStrictEqual(xferIds, ['std-4-zone-a-2', 'std-4-zone-a-3']);
+    // the donor let them go at once: never in both inventories
+    await until(() => xferIds.every((id) => !(id in inventory(A))), 'donor released them');
+    assertPartition(A, B, TOTAL - 2);
+    const ack2 = await C.exec(B.id, 'xfer-1-in', { transfer_ownership: { machine_ids: xferIds,
+      from_shard_id: A.id, to_shard_id: B.id } });
+    assert.strictEqual(ack2.outcome, OUT.ACCEPTED, ack2.reason);
+    assert.deepStrictEqual(ack2.machine_ids, xferIds);
+    await until(() => xferIds.every((id) => inventory(B)[id] === 'Idle'), 'recipient holds them Idle');
+    assertPartition(A, B, TOTAL);
+    assert.strictEqual(ownership(A).transfers_out, 2);
+    assert.strictEqual(ownership(B).transfers_in, 2);
+    await until(() => audit(A).filter((r) => r.msg === 'ownership' && r.event === 'transfer_out').length === 2, 'donor audit');
+    await until(() => audit(B).filter((r) => r.msg === 'ownership' && r.event === 'transfer_in').length === 2, 'recipient audit');
+    const rec = audit(A).find((r) => r.event === 'transfer_out');
+    assert.strictEqual(rec.instruction_id, 'xfer-1');
+    assert.strictEqual(rec.from_shard, A.id);
+    assert.strictEqual(rec.to_shard, B.id);
+  }],
+  ['a transfer of a Configured machine fails with a reason and touches nothing', async () => {
+    const ack = await C.exec(A.id, 'xfer-bad', { transfer_ownership: { machine_ids: ['std-4-zone-a-4', 'std-4-zone-a-0'],
+      from_shard_id: A.id, to_shard_id: B.id } });
+    assert.strictEqual(ack.outcome, OUT.FAILED);
+    assert.match(ack.reason, /std-4-zone-a-0 is Configured/);
+    assert.deepStrictEqual(ack.machine_ids, []);
+    const a = inventory(A);
+    assert.strictEqual(a['std-4-zone-a-0'], 'Configured');
+    assert.strictEqual(a['std-4-zone-a-4'], 'Idle', 'all or nothing: the Idle one stays too');
+    assert.strictEqual(ownership(A).transfers_out, 2);
+  }],
+  ['an instruction from a stale coordinator term is rejected', async () => {
+    const ack = await C.exec(A.id, 'old-term', { transfer_ownership: { machine_ids: ['std-4-zone-a-4'],
+      from_shard_id: A.id, to_shard_id: B.id } }, 3);
+    assert.strictEqual(ack.outcome, OUT.REJECTED_STALE);
+    assert.match(ack.reason, /stale coordinator term 3 < 7/);
+    assert.strictEqual(inventory(A)['std-4-zone-a-4'], 'Idle');
+  }],
+  ['CrossShardDrain drains the best Phase 2 victim as a Preempt and reserves it; the transfer that follows moves it', async () => {
+    const ack = await C.exec(A.id, 'drain-1', { cross_shard_drain: { count: 1, instance_type: 'std-4',
+      zone: 'zone-a', preemptor_priority: 1000000 } });
+    assert.strictEqual(ack.outcome, OUT.ACCEPTED, ack.reason);
+    assert.strictEqual(ack.machine_ids.length, 1);
+    drained = ack.machine_ids[0];
+    await until(() => inventory(A)[drained] === 'Idle', 'drained to Idle');
+    const o = ownership(A);
+    assert.strictEqual(o.reserved, 1);
+    assert.strictEqual(o.reservations[0].machine, drained);
+    assert.strictEqual(o.reservations[0].preemptor_priority, 1000000);
+    const pre = await until(() => audit(A).find((r) => r.msg === 'action' && r.kind === 'Preempt'
+      && r.machine === drained), 'Preempt audited');
+    assert.strictEqual(pre.reason, 'cross_shard.drain');
+    assert.strictEqual(pre.grace_seconds, 10, 'DrainGrace(1000000, 1000)');
+    assert.strictEqual(pre.outcome, 'success');
+    assert.ok(audit(A).find((r) => r.msg === 'ownership' && r.event === 'reserved_for_transfer' && r.machine === drained));
+    // a transfer names it: the donor first, then the recipient
+    const t1 = await C.exec(A.id, 'drain-1-xfer', { transfer_ownership: { machine_ids: [drained], from_shard_id: A.id, to_shard_id: B.id } });
+    assert.strictEqual(t1.outcome, OUT.ACCEPTED, t1.reason);
+    const t2 = await C.exec(B.id, 'drain-1-xfer', { transfer_ownership: { machine_ids: [drained], from_shard_id: A.id, to_shard_id: B.id } });
+    assert.strictEqual(t2.outcome, OUT.ACCEPTED, t2.reason);
+    await until(() => inventory(B)[drained] === 'Idle' && !(drained in inventory(A)), 'moved to B');
+    assert.strictEqual(ownership(A).reserved, 0);
+    assertPartition(A, B, TOTAL);
+  }],
+  ['a reservation with no transfer after it expires at its TTL and the machine returns to the donor\'s pool', async () => {
+    const ack = await C.exec(A.id, 'drain-2', { cross_shard_drain: { machine_ids: ['std-4-zone-a-1'], preemptor_priority: 1000000 } });
+    assert.strictEqual(ack.outcome, OUT.ACCEPTED, ack.reason);
+    assert.deepStrictEqual(ack.machine_ids, ['std-4-zone-a-1']);
+    await until(() => ownership(A).reserved === 1 && inventory(A)['std-4-zone-a-1'] === 'Idle', 'reserved and Idle');
+    assert.strictEqual(ownership(A).held, 1, 'held out of the engine while reserved');
+    // grace 10 s + TTL 2 s
+    await until(() => ownership(A).reserved === 0, 'reservation expired', 30000);
+    const o = ownership(A);
+    assert.strictEqual(o.reservations_expired_total, 1);
+    assert.strictEqual(o.held, 0);
+    assert.strictEqual(inventory(A)['std-4-zone-a-1'], 'Idle');
+    await until(() => audit(A).find((r) => r.event === 'reservation_expired' && r.machine === 'std-4-zone-a-1'), 'expiry audited');
+    // it is an ordinary Idle machine of A again: a selector may give it away
+    const t = await C.exec(A.id, 'xfer-after-ttl', { transfer_ownership: { machine_ids: ['std-4-zone-a-1'], from_shard_id: A.id, to_shard_id: B.id } });
+    assert.strictEqual(t.outcome, OUT.ACCEPTED, t.reason);
+    const t2 = await C.exec(B.id, 'xfer-after-ttl', { transfer_ownership: { machine_ids: ['std-4-zone-a-1'], from_shard_id: A.id, to_shard_id: B.id } });
+    assert.strictEqual(t2.outcome, OUT.ACCEPTED, t2.reason);
+    await until(() => 'std-4-zone-a-1' in inventory(B), 'moved to B');
+    assertPartition(A, B, TOTAL);
+  }],
+  ['ReassignSpeculative moves a Speculative slot the donor picks', async () => {
+    const ack = await C.exec(A.id, 'spec-1', { reassign_speculative: { count: 1, zone: 'zone-a', from_shard_id: A.id, to_shard_id: B.id } });
+    assert.strictEqual(ack.outcome, OUT.ACCEPTED, ack.reason);
+    assert.deepStrictEqual(ack.machine_ids, ['std-4-zone-a-5']);
+    const ack2 = await C.exec(B.id, 'spec-1', { reassign_speculative: { machine_ids: ack.machine_ids, from_shard_id: A.id, to_shard_id: B.id } });
+    assert.strictEqual(ack2.outcome, OUT.ACCEPTED, ack2.reason);
+    await until(() => inventory(B)['std-4-zone-a-5'] === 'Speculative' && !('std-4-zone-a-5' in inventory(A)), 'slot moved');
+    assertPartition(A, B, TOTAL);
+  }],
+  ['a redelivery after kill -9 of the session is re-acked with the same ids, never re-applied', async () => {
+    const ack = await C.exec(A.id, 'xfer-redeliver', { transfer_ownership: { count: 1, zone: 'zone-a',
+      from_shard_id: A.id, to_shard_id: B.id } });
+    assert.strictEqual(ack.outcome, OUT.ACCEPTED, ack.reason);
+    assert.deepStrictEqual(ack.machine_ids, ['std-4-zone-a-4']);
+    const out0 = ownership(A).transfers_out;
+    const sup = A.proc.pid;
+    const sess = execFileSync('ps', ['-o', 'pid=,comm=', '--ppid', String(sup)], { encoding: 'utf8' })
+      .split('\n').map((l) => l.trim().split(/\s+/)).find((p) => p[1] === 'bf-session');
+    assert.ok(sess, 'session child found');
+    process.kill(Number(sess[0]), 'SIGKILL');
+    await until(() => {
+      const now = execFileSync('ps', ['-o', 'pid=,comm=', '--ppid', String(sup)], { encoding: 'utf8' })
         .split('\n').map((l) => l.trim().split(/\s+/)).find((p) => p[1] === 'bf-session');
-      assert.ok(sess, 'session child found');
-      process.kill(Number(sess[0]), 'SIGKILL');
-      await until(() => {
-        const now = execFileSync('ps', ['-o', 'pid=,comm=', '--ppid', String(sup)], { encoding: 'utf8' })
-          .split('\n').map((l) => l.trim().split(/\s+/)).find((p) => p[1] === 'bf-session');
-        return now && now[0] !== sess[0];
-      }, 'session restarted');
-      const again = await C.exec(A.id, 'xfer-redeliver', { transfer_ownership: { count: 1, zone: 'zone-a',
-        from_shard_id: A.id, to_shard_id: B.id } });
-      assert.strictEqual(again.outcome, OUT.ACCEPTED);
-      assert.strictEqual(again.reason, 'duplicate-redelivery');
-      assert.deepStrictEqual(again.machine_ids, ['std-4-zone-a-4'], 'the same resolution, not a new one');
-      assert.strictEqual(ownership(A).transfers_out, out0, 'nothing re-applied');
-      const t2 = await C.exec(B.id, 'xfer-redeliver', { transfer_ownership: { machine_ids: again.machine_ids, from_shard_id: A.id, to_shard_id: B.id } });
-      assert.strictEqual(t2.outcome, OUT.ACCEPTED, t2.reason);
-      await until(() => 'std-4-zone-a-4' in inventory(B), 'moved to B');
-      assertPartition(A, B, TOTAL);
-    }],
-    ['after a full restart of both appliances: domains, transfers and the dedup set survive (LMDB); still no machine in both', async () => {
-      const a0 = inventory(A), b0 = inventory(B);
-      const ownedA = ownership(A).owned_machines;
-      assert.strictEqual(ownedA, Object.keys(a0).length);
-      assert.strictEqual((await stopAppliance(A)).code, 0);
-      assert.strictEqual((await stopAppliance(B)).code, 0);
-      // the coordinator does not repeat AssignDomain: the partition comes from LMDB
-      await Promise.all([startAppliance(A), startAppliance(B)]);
-      await until(() => Object.keys(inventory(A)).length === Object.keys(a0).length &&
-        Object.keys(inventory(B)).length === Object.keys(b0).length, 'the same inventories rebuilt');
-      const { a, b } = assertPartition(A, B, TOTAL);
-      assert.deepStrictEqual(Object.keys(a).sort(), Object.keys(a0).sort());
-      assert.deepStrictEqual(Object.keys(b).sort(), Object.keys(b0).sort());
-      const o = ownership(A);
-      assert.deepStrictEqual(o.assigned_domains, [`${ZONE}=zone-a`]);
-      assert.strictEqual(o.transfers_out, 6);
-      await until(async () => (await metric(A, 'bigfleet_shard_owned_machines')) === Object.keys(a0).length, 'owned set');
-      // redelivered after the restart: re-acked, not re-applied
-      const again = await C.exec(A.id, 'xfer-1', { transfer_ownership: { count: 2, instance_type: 'std-4', zone: 'zone-a',
-        from_shard_id: A.id, to_shard_id: B.id } });
-      assert.strictEqual(again.reason, 'duplicate-redelivery');
-      assert.deepStrictEqual(again.machine_ids, xferIds);
-      assert.strictEqual(ownership(A).transfers_out, 6);
-      assertPartition(A, B, TOTAL);
-    }],
-    ['instruction counters per kind and outcome', async () => {
-      const body = (await L.httpGet(A.metricsPort, '/metrics')).body;
-      assert.match(body, /bigfleet_shard_coordinator_instructions_total\{kind="transfer_ownership",outcome="accepted"\} [1-9]/);
-      assert.match(body, /bigfleet_shard_coordinator_instructions_total\{kind="transfer_ownership",outcome="accepted"\} 1\n/,
-        'per process: the one redelivery since the restart');
-      assert.match(body, /bigfleet_shard_coordinator_instructions_total\{kind="transfer_ownership",outcome="failed"\} 0\n/);
-      const bodyB = (await L.httpGet(B.metricsPort, '/metrics')).body;
-      assert.match(bodyB, /bigfleet_shard_owned_machines 13\n/);
-      assert.match(body, /bigfleet_shard_reserved_for_transfer_machines 0/);
-      assert.match(body, /bigfleet_shard_ownership_mode\{mode="partitioned"\} 1/);
-    }],
-  ];
-  let failed = 0;
-  try {
-    for (const [name, fn] of tests) {
-      const t0 = Date.now();
-      try {
-        await fn();
-        console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-      } catch (e) {
-        failed++;
-        console.log(`FAIL ${name}: ${e.stack || e}`);
-        console.log(`--- ${A.id}\n${tail(A)}\n--- ${B.id}\n${tail(B)}`);
-        break; /* the steps build on each other */
+      return now && now[0] !== sess[0];
+    }, 'session restarted');
+    const again = await C.exec(A.id, 'xfer-redeliver', { transfer_ownership: { count: 1, zone: 'zone-a',
+      from_shard_id: A.id, to_shard_id: B.id } });
+    assert.strictEqual(again.outcome, OUT.ACCEPTED);
+    assert.strictEqual(again.reason, 'duplicate-redelivery');
+    assert.deepStrictEqual(again.machine_ids, ['std-4-zone-a-4'], 'the same resolution, not a new one');
+    assert.strictEqual(ownership(A).transfers_out, out0, 'nothing re-applied');
+    const t2 = await C.exec(B.id, 'xfer-redeliver', { transfer_ownership: { machine_ids: again.machine_ids, from_shard_id: A.id, to_shard_id: B.id } });
+    assert.strictEqual(t2.outcome, OUT.ACCEPTED, t2.reason);
+    await until(() => 'std-4-zone-a-4' in inventory(B), 'moved to B');
+    assertPartition(A, B, TOTAL);
+  }],
+  ['after a full restart of both appliances: domains, transfers and the dedup set survive (LMDB); still no machine in both', async () => {
+    const a0 = inventory(A), b0 = inventory(B);
+    const ownedA = ownership(A).owned_machines;
+    assert.strictEqual(ownedA, Object.keys(a0).length);
+    assert.strictEqual((await stopAppliance(A)).code, 0);
+    assert.strictEqual((await stopAppliance(B)).code, 0);
+    // the coordinator does not repeat AssignDomain: the partition comes from LMDB
+    await Promise.all([startAppliance(A), startAppliance(B)]);
+    await until(() => Object.keys(inventory(A)).length === Object.keys(a0).length &&
+      Object.keys(inventory(B)).length === Object.keys(b0).length, 'the same inventories rebuilt');
+    const { a, b } = assertPartition(A, B, TOTAL);
+    assert.deepStrictEqual(Object.keys(a).sort(), Object.keys(a0).sort());
+    assert.deepStrictEqual(Object.keys(b).sort(), Object.keys(b0).sort());
+    const o = ownership(A);
+    assert.deepStrictEqual(o.assigned_domains, [`${ZONE}=zone-a`]);
+    assert.strictEqual(o.transfers_out, 6);
+    await until(async () => (await metric(A, 'bigfleet_shard_owned_machines')) === Object.keys(a0).length, 'owned set');
+    // redelivered after the restart: re-acked, not re-applied
+    const again = await C.exec(A.id, 'xfer-1', { transfer_ownership: { count: 2, instance_type: 'std-4', zone: 'zone-a',
+      from_shard_id: A.id, to_shard_id: B.id } });
+    assert.strictEqual(again.reason, 'duplicate-redelivery');
+    assert.deepStrictEqual(again.machine_ids, xferIds);
+    assert.strictEqual(ownership(A).transfers_out, 6);
+    assertPartition(A, B, TOTAL);
+  }],
+  ['instruction counters per kind and outcome', async () => {
+    const body = (await L.httpGet(A.metricsPort, '/metrics')).body;
+    assert.match(body, /bigfleet_shard_coordinator_instructions_total\{kind="transfer_ownership",outcome="accepted"\} [1-9]/);
+    assert.match(body, /bigfleet_shard_coordinator_instructions_total\{kind="transfer_ownership",outcome="accepted"\} 1\n/,
+      'per process: the one redelivery since the restart');
+    assert.match(body, /bigfleet_shard_coordinator_instructions_total\{kind="transfer_ownership",outcome="failed"\} 0\n/);
+    const bodyB = (await L.httpGet(B.metricsPort, '/metrics')).body;
+    assert.match(bodyB, /bigfleet_shard_owned_machines 13\n/);
+    assert.match(body, /bigfleet_shard_reserved_for_transfer_machines 0/);
+    assert.match(body, /bigfleet_shard_ownership_mode\{mode="partitioned"\} 1/);
+  }],
+];
+
+register(tests, {
+  bail: true, /* the steps build on each other */
+  before: async () => {
+    SIM = await startSim();
+    C = new Coordinator();
+    const cport = await C.start();
+    mk = (n) => ({ id: `it-adr55-${n}-${process.pid}`, dir: fs.mkdtempSync(path.join(TMP, n)), cport });
+    A = mk('a');
+    B = mk('b');
+    // the domains are the coordinator's first words to each shard
+    C.send(A.id, 'assign-a', { assign_domain: { topology_key: ZONE, topology_value: 'zone-a' } });
+    C.send(B.id, 'assign-b', { assign_domain: { topology_key: ZONE, topology_value: 'zone-b' } });
+    await Promise.all([startAppliance(A), startAppliance(B)]);
+  },
+  onFail: () => console.log(`--- ${A.id}\n${tail(A)}\n--- ${B.id}\n${tail(B)}`),
+  after: async () => {
+    const reports = [];
+    try {
+      // a sanitizer build (BIN=build/san/bin) reports into the logs
+      for (const a of [A, B]) {
+        const log = fs.readFileSync(path.join(a.dir, 'shardd.log'), 'utf8');
+        const bad = /runtime error:|ERROR: (Address|Leak)Sanitizer/.exec(log);
+        if (bad) reports.push(`sanitizer report in ${a.id}: ${log.slice(bad.index, bad.index + 2000)}`);
       }
+    } finally {
+      await stopAppliance(A).catch(() => {});
+      await stopAppliance(B).catch(() => {});
+      SIM.kill('SIGKILL');
+      await C.stop();
+      if (!process.env.KEEP) fs.rmSync(TMP, { recursive: true, force: true });
     }
-    // a sanitizer build (BIN=build/san/bin) reports into the logs
-    for (const a of [A, B]) {
-      const log = fs.readFileSync(path.join(a.dir, 'shardd.log'), 'utf8');
-      const bad = /runtime error:|ERROR: (Address|Leak)Sanitizer/.exec(log);
-      if (bad) {
-        failed++;
-        console.log(`FAIL sanitizer report in ${a.id}: ${log.slice(bad.index, bad.index + 2000)}`);
-      }
-    }
-    console.log(`${tests.length - failed}/${tests.length} passed`);
-  } finally {
-    await stopAppliance(A).catch(() => {});
-    await stopAppliance(B).catch(() => {});
-    SIM.kill('SIGKILL');
-    await C.stop();
-    if (!process.env.KEEP) fs.rmSync(TMP, { recursive: true, force: true });
-  }
-  process.exit(failed ? 1 : 0);
-})().catch((e) => { console.error(e); process.exit(1); });
+    assert.deepStrictEqual(reports, [], 'no sanitizer report in the shards\' logs');
+  },
+});

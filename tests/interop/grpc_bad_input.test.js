@@ -18,6 +18,7 @@ const net = require('net');
 const tls = require('tls');
 const http2 = require('http2');
 const L = require('./grpc_lib');
+const { register } = require('./register');
 const { grpc, eq, assert } = L;
 
 const pkg = L.loadPkg();
@@ -140,23 +141,12 @@ function machineRefOf(n) {
   return Buffer.concat([Buffer.from([0x0a]), v, Buffer.alloc(idLen, 'y')]);
 }
 
-async function waitStat(srv, pred, ms = 3000) {
-  const until = Date.now() + ms;
-  let s;
-  while (Date.now() < until) {
-    s = await L.stats(srv);
-    if (pred(s)) return s;
-    await L.sleep(20);
-  }
-  return s;
-}
-
 const tests = [
   ['garbage bytes: connection closed, counted, server carries on', async ({ h2c }) => {
     const before = (await L.stats(h2c)).server.protocol_errors;
     const r = await rawExchange(h2c.port, [Buffer.from('\x16\x03\x01\x00\xff\x01\x00 garbage garbage garbage garbage\r\n\r\n', 'latin1')]);
     assert(r.closed, 'server closed the connection');
-    await waitStat(h2c, s => s.server.protocol_errors > before);
+    await L.waitStat(h2c, s => s.server.protocol_errors > before);
     eq((await L.stats(h2c)).server.protocol_errors - before, 1, 'protocol error counted');
     await healthy(h2c);
   }],
@@ -164,7 +154,7 @@ const tests = [
     const before = (await L.stats(h2c)).server.protocol_errors;
     const r = await rawExchange(h2c.port, [Buffer.from('GET / HTTP/1.1\r\nHost: x\r\n\r\n')]);
     assert(r.closed, 'closed');
-    const s = await waitStat(h2c, s => s.server.protocol_errors > before);
+    const s = await L.waitStat(h2c, s => s.server.protocol_errors > before);
     eq(s.server.protocol_errors - before, 1, 'counted');
     await healthy(h2c);
   }],
@@ -216,7 +206,7 @@ const tests = [
       const fa = grpcFrame(machineRefOf(1000000)), fb = grpcFrame(machineRefOf(1000000));
       const a = openCall(session, path);
       a.req.write(fa.subarray(0, 5 + 600000));
-      let st = await waitStat(srv, x => x.server.inbound_buffered_bytes >= 600000);
+      let st = await L.waitStat(srv, x => x.server.inbound_buffered_bytes >= 600000);
       assert(st.server.inbound_buffered_bytes >= 600000, `A is buffered: ${JSON.stringify(st.server)}`);
       const b = openCall(session2, path);
       b.req.write(fb.subarray(0, 5 + 600000));
@@ -232,7 +222,7 @@ const tests = [
       const ra = await a.done;
       eq(ra.grpcStatus, 0, 'A completes OK');
       assert(Buffer.concat(ra.data).length > 999000, 'A answered with its echo');
-      st = await waitStat(srv, x => x.server.inbound_buffered_bytes === 0);
+      st = await L.waitStat(srv, x => x.server.inbound_buffered_bytes === 0);
       eq(st.server.inbound_buffered_bytes, 0, 'everything refunded');
       await healthy(srv);
     } finally {
@@ -255,7 +245,7 @@ const tests = [
       const f = grpcFrame(machineRefOf(1000000));
       const a = openCall(s1, path);
       a.req.write(f.subarray(0, 5 + 600000));
-      await waitStat(srv, x => x.server.inbound_buffered_bytes >= 600000);
+      await L.waitStat(srv, x => x.server.inbound_buffered_bytes >= 600000);
       const b = openCall(s1, path); // the same connection: over its share
       b.req.write(f.subarray(0, 5 + 600000));
       const rb = await b.done;
@@ -286,13 +276,13 @@ const tests = [
       const f = grpcFrame(machineRefOf(1000000));
       const a = openCall(s1, '/bigfleet.v1alpha1.CapacityProvider/Get');
       a.req.write(f.subarray(0, 5 + 300000));
-      await waitStat(srv, x => x.server.inbound_buffered_bytes >= 300000);
+      await L.waitStat(srv, x => x.server.inbound_buffered_bytes >= 300000);
       const t0 = Date.now();
       const ra = await a.done;
       eq(ra.grpcStatus, grpc.status.RESOURCE_EXHAUSTED, 'ended');
       assert(/stopped arriving/.test(ra.grpcMessage), ra.grpcMessage);
       assert(Date.now() - t0 < 5000, 'within the stall timeout (plus slack)');
-      const st = await waitStat(srv, x => x.server.inbound_buffered_bytes === 0);
+      const st = await L.waitStat(srv, x => x.server.inbound_buffered_bytes === 0);
       eq(st.server.stalled_messages, 1, 'counted');
       assert(/stalled gRPC message/.test(srv.stderr()), 'logged');
       await healthy(srv);
@@ -351,7 +341,7 @@ const tests = [
       });
     }
     for (const s of socks) s.destroy();
-    const st = await waitStat(h2c, s => s.server.conns_open === 0, 5000);
+    const st = await L.waitStat(h2c, s => s.server.conns_open === 0, 5000);
     eq(st.server.conns_open, 0, 'all closed');
     eq(st.server.streams_open, 0, 'no streams');
     await healthy(h2c);
@@ -384,7 +374,7 @@ const tests = [
     const before = (await L.stats(tlsSrv)).server.handshake_failures;
     const r = await rawExchange(tlsSrv.port, [Buffer.from('this is not TLS at all\r\n'.repeat(10))]);
     assert(r.closed, 'closed');
-    const s = await waitStat(tlsSrv, s => s.server.handshake_failures > before);
+    const s = await L.waitStat(tlsSrv, s => s.server.handshake_failures > before);
     eq(s.server.handshake_failures - before, 1, 'counted');
     await healthyTls(tlsSrv);
   }],
@@ -414,8 +404,8 @@ const tests = [
   }],
 ];
 
-L.run('grpc_bad_input', tests, {
-  perTestMs: 20000,
+register(tests, {
+  timeout: 20000,
   before: async () => {
     pki = L.makePki({ server: 'DNS:localhost,IP:127.0.0.1' });
     const h2c = await L.startServer(['--max-recv', String(MAX_RECV), '--keepalive-ms', '200',

@@ -7,6 +7,7 @@
 'use strict';
 const { spawn } = require('child_process');
 const L = require('./grpc_lib');
+const { register } = require('./register');
 const { grpc, eq, assert } = L;
 
 const pkg = L.loadPkg();
@@ -189,8 +190,8 @@ const tests = [
   }],
 ];
 
-L.run('grpc_client', tests, {
-  perTestMs: 60000,
+register(tests, {
+  timeout: 60000,
   before: async () => {
     pki = L.makePki({
       server: 'DNS:localhost,IP:127.0.0.1',

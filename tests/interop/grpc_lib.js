@@ -1,7 +1,8 @@
 // grpc_lib.js — shared helpers for the grpc_*.test.js interop tests (not a
 // test itself): load the bigfleet protos into @grpc/grpc-js, start/stop the C
 // test server (build/tests/interop/grpc_test_server), make a throwaway PKI
-// with openssl, a tiny sequential test runner.
+// with openssl, two assertion helpers. The tests themselves are registered
+// with node:test through register.js.
 //
 // Environment (scripts/run-interop-tests): BUILD_DIR, PROTO_DIR.
 // GRPC_TEST_SERVER overrides the server binary (e.g. the ASan build).
@@ -81,6 +82,19 @@ async function stats(srv) {
   return JSON.parse(r.body);
 }
 
+// Polls the server's /stats every 20 ms until pred(stats) holds or ms pass;
+// resolves the last stats read (the caller asserts on them).
+async function waitStat(srv, pred, ms = 3000) {
+  const until = Date.now() + ms;
+  let s;
+  while (Date.now() < until) {
+    s = await stats(srv);
+    if (pred(s)) return s;
+    await sleep(20);
+  }
+  return s;
+}
+
 // ---------------------------------------------------------------- PKI
 
 // Makes a CA and leaf certificates (ECDSA P-256) in a fresh temp dir.
@@ -136,7 +150,7 @@ function collect(call, { onData } = {}) {
 
 const sleep = (ms) => new Promise(r => setTimeout(r, ms));
 
-// ---------------------------------------------------------------- runner
+// ---------------------------------------------------------------- assertions
 
 function assert(cond, msg) {
   if (!cond) throw new Error('assertion failed: ' + msg);
@@ -145,37 +159,7 @@ function eq(a, b, msg) {
   if (a !== b) throw new Error(`${msg}: expected ${JSON.stringify(b)}, got ${JSON.stringify(a)}`);
 }
 
-// Runs the tests in order; exits 0 if all passed. Each test is bounded.
-async function run(name, tests, { before, after, perTestMs = 30000 } = {}) {
-  let failed = 0, ctx = {};
-  const t0 = Date.now();
-  try {
-    if (before) ctx = (await before()) || {};
-    for (const [tname, fn] of tests) {
-      const s = Date.now();
-      try {
-        await Promise.race([fn(ctx), sleep(perTestMs).then(() => { throw new Error('timed out'); })]);
-        console.log(`ok - ${tname} (${Date.now() - s} ms)`);
-      } catch (e) {
-        failed++;
-        console.log(`not ok - ${tname}: ${e && e.stack || e}`);
-      }
-    }
-  } catch (e) {
-    failed++;
-    console.log(`not ok - setup: ${e && e.stack || e}`);
-  }
-  try {
-    if (after) await after(ctx, failed);
-  } catch (e) {
-    failed++;
-    console.log(`not ok - teardown: ${e && e.stack || e}`);
-  }
-  console.log(`${name}: ${tests.length} tests, ${failed} failed (${Date.now() - t0} ms)`);
-  process.exit(failed ? 1 : 0);
-}
-
 module.exports = {
-  grpc, loadPkg, CHANNEL_OPTS, BIG, startServer, httpGet, stats, makePki, unary, collect, sleep,
-  assert, eq, run, SERVER_BIN, CLIENT_BIN, BUILD_DIR, PROTO_DIR,
+  grpc, loadPkg, CHANNEL_OPTS, BIG, startServer, httpGet, stats, waitStat, makePki, unary, collect, sleep,
+  assert, eq, SERVER_BIN, CLIENT_BIN, BUILD_DIR, PROTO_DIR,
 };

@@ -5,6 +5,7 @@
 // directions, the HTTP/1.1 endpoints, graceful shutdown with a clean exit.
 'use strict';
 const L = require('./grpc_lib');
+const { register } = require('./register');
 const { grpc, eq, assert } = L;
 
 const pkg = L.loadPkg();
@@ -16,17 +17,6 @@ function clients(addr) {
     read: new pkg.ShardRead(addr, creds, L.CHANNEL_OPTS),
     shard: new pkg.Shard(addr, creds, L.CHANNEL_OPTS),
   };
-}
-
-async function waitStat(srv, pred, ms = 3000) {
-  const until = Date.now() + ms;
-  let s;
-  while (Date.now() < until) {
-    s = await L.stats(srv);
-    if (pred(s)) return s;
-    await L.sleep(20);
-  }
-  return s;
 }
 
 const tests = [
@@ -126,14 +116,14 @@ const tests = [
     const r = await L.unary(c.provider, 'Drain', { machine_id: 'x' }, { deadlineMs: 300 });
     eq(r.err.code, grpc.status.DEADLINE_EXCEEDED, 'code');
     assert(r.ms >= 290 && r.ms < 2000, `took ${r.ms} ms`);
-    const s = await waitStat(srv, s => Object.values(s.done.Drain).reduce((a, b) => a + b, 0) > n0);
+    const s = await L.waitStat(srv, s => Object.values(s.done.Drain).reduce((a, b) => a + b, 0) > n0);
     const d = s.done.Drain;
     eq((d.DEADLINE_EXCEEDED || 0) + (d.CANCELLED || 0) - (before.DEADLINE_EXCEEDED || 0) - (before.CANCELLED || 0), 1, 'server call ended');
   }],
   ['server deadline: a slow handler past grpc-timeout is cut off', async ({ c, srv }) => {
     const r = await L.unary(c.provider, 'Get', { id: 'slow:3000' }, { deadlineMs: 400 });
     eq(r.err.code, grpc.status.DEADLINE_EXCEEDED, 'code');
-    const s = await waitStat(srv, s => (s.done.Get.DEADLINE_EXCEEDED || 0) + (s.done.Get.CANCELLED || 0) >= 1);
+    const s = await L.waitStat(srv, s => (s.done.Get.DEADLINE_EXCEEDED || 0) + (s.done.Get.CANCELLED || 0) >= 1);
     assert((s.done.Get.DEADLINE_EXCEEDED || 0) + (s.done.Get.CANCELLED || 0) >= 1, 'server saw it end');
   }],
   ['client cancel of an endless stream reaches the server as CANCELLED', async ({ c, srv }) => {
@@ -142,7 +132,7 @@ const tests = [
     const res = await L.collect(call, { onData: (d, n, cl) => { if (n === 4) cl.cancel(); } });
     eq(res.status.code, grpc.status.CANCELLED, 'client status');
     assert(res.msgs.length >= 4, 'got messages first');
-    const s = await waitStat(srv, s => (s.done.InspectNeeds.CANCELLED || 0) > before);
+    const s = await L.waitStat(srv, s => (s.done.InspectNeeds.CANCELLED || 0) > before);
     eq((s.done.InspectNeeds.CANCELLED || 0) - before, 1, 'server saw CANCELLED');
     eq(s.server.streams_open, 0, 'no stream left open');
   }],
@@ -186,7 +176,8 @@ const tests = [
   }],
 ];
 
-L.run('grpc_server_h2c', tests, {
+register(tests, {
+  timeout: 30000,
   before: async () => {
     const srv = await L.startServer();
     return { srv, c: clients(srv.addr) };

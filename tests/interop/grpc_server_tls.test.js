@@ -7,6 +7,7 @@
 // port — and after every failure the server still serves.
 'use strict';
 const L = require('./grpc_lib');
+const { register } = require('./register');
 const { grpc, eq, assert } = L;
 
 const pkg = L.loadPkg();
@@ -116,7 +117,8 @@ const tests = [
   }],
 ];
 
-L.run('grpc_server_tls', tests, {
+register(tests, {
+  timeout: 30000,
   before: async () => {
     pki = L.makePki({
       server: 'DNS:localhost,IP:127.0.0.1',

@@ -14,6 +14,7 @@
 'use strict';
 const path = require('path');
 const L = require('./session_lib');
+const { register } = require('./register');
 const { assert, grpc, waitFor, freePort } = L;
 const protoLoader = require('@grpc/proto-loader');
 const health = require('grpc-health-check');
@@ -55,7 +56,7 @@ let unready; // a shard whose provider never answers
 let ready; // a shard with the embedded simulated provider
 let watching; // a Watch("") on `ready`, kept open until the shard stops
 
-L.run([
+register([
   ['start two shards: one without a reachable provider, one with the embedded provider', async () => {
     unready = await L.startShard();
     const sim = await freePort();

@@ -11,27 +11,17 @@
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const { execFileSync } = require('child_process');
 const L = require('./session_lib');
+const { register } = require('./register');
 const { assert, grpc, waitFor } = L;
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bf-tlsreload-'));
-const ossl = (...a) => execFileSync('openssl', a, { cwd: dir, stdio: 'pipe' });
-
+// authority n: ca<n>.pem, the shard's certificate shard<n>.pem, the operator's op<n>.pem
 function authority(n) {
-  ossl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
-    '-keyout', `ca${n}.key`, '-out', `ca${n}.pem`, '-days', '2', '-subj', `/CN=bigfleet-test-ca-${n}`);
-  const leaf = (name, san) => {
-    fs.writeFileSync(path.join(dir, `${name}.ext`),
-      `subjectAltName=${san}\nbasicConstraints=CA:FALSE\n` +
-      'keyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n');
-    ossl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
-      '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=${name}`);
-    ossl('x509', '-req', '-in', `${name}.csr`, '-CA', `ca${n}.pem`, '-CAkey', `ca${n}.key`,
-      '-CAcreateserial', '-out', `${name}.pem`, '-days', '2', '-extfile', `${name}.ext`);
-  };
-  leaf(`shard${n}`, 'DNS:localhost,IP:127.0.0.1,URI:bigfleet://shard/s1');
-  leaf(`op${n}`, 'URI:bigfleet://cluster/c1');
+  L.makeCerts(dir, {
+    [`shard${n}`]: 'DNS:localhost,IP:127.0.0.1,URI:bigfleet://shard/s1',
+    [`op${n}`]: 'URI:bigfleet://cluster/c1',
+  }, { ca: `ca${n}`, cn: `bigfleet-test-ca-${n}` });
 }
 
 function writeConfig(n) {
@@ -40,10 +30,7 @@ function writeConfig(n) {
     `tls-cert = ${p(`shard${n}.pem`)}\ntls-key = ${p(`shard${n}.key`)}\ntls-ca = ${p(`ca${n}.pem`)}\n`);
 }
 
-const creds = (n) => {
-  const r = (f) => fs.readFileSync(path.join(dir, f));
-  return grpc.credentials.createSsl(r(`ca${n}.pem`), r(`op${n}.key`), r(`op${n}.pem`));
-};
+const creds = (n) => L.certCreds(dir, `op${n}`, `ca${n}`);
 
 // Hello as c1 with authority n's credentials: true when the shard acks it
 async function helloAcked(addr, n) {
@@ -60,7 +47,7 @@ async function helloAcked(addr, n) {
 }
 
 let S;
-L.run([
+register([
   ['start with authority 1 from the --config file', async () => {
     authority(1);
     authority(2);

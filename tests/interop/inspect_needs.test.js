@@ -10,7 +10,8 @@
 'use strict';
 const path = require('path');
 const { execFile } = require('child_process');
-const { grpc, loadPkg, makePki, run, assert, eq } = require('./grpc_lib');
+const { grpc, loadPkg, makePki, assert, eq } = require('./grpc_lib');
+const { register } = require('./register');
 
 const BIN = process.env.BIN || path.resolve(__dirname, '../../build/bin');
 const INSPECT = process.env.BF_INSPECT || path.join(BIN, 'bigfleet-inspect');
@@ -102,7 +103,7 @@ function inspect(args) {
   });
 }
 
-run('inspect_needs', [
+register([
   ['filter and limit are sent; header first, then the rows, printed as text', async (ctx) => {
     const r = await inspect(['needs', '--addr', `127.0.0.1:${ctx.plain.port}`, '--cluster', 'alpha', '--limit', '2']);
     eq(r.code, 0, `exit (stderr: ${r.stderr})`);
@@ -191,6 +192,7 @@ run('inspect_needs', [
     eq(r2.code, 1, 'untrusted server: exit 1');
   }],
 ], {
+  timeout: 30000,
   before: async () => {
     const insecure = grpc.ServerCredentials.createInsecure();
     const pki = makePki({ server: 'DNS:localhost,IP:127.0.0.1', readonly: 'URI:bigfleet://readonly' }, ['other-ca']);

@@ -14,9 +14,9 @@
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const { execFileSync } = require('child_process');
 const protoLoader = require('@grpc/proto-loader');
 const L = require('./session_lib');
+const { register } = require('./register');
 const { assert } = L;
 
 const G = L.grpc.status;
@@ -278,29 +278,16 @@ async function withShard(opts, fn) {
 }
 
 function makeCerts(dir) {
-  const ossl = (...a) => execFileSync('openssl', a, { cwd: dir, stdio: 'pipe' });
-  ossl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
-    '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=bigfleet-test-ca');
-  const leaf = (name, san) => {
-    fs.writeFileSync(path.join(dir, `${name}.ext`),
-      `subjectAltName=${san}\nbasicConstraints=CA:FALSE\n` +
-      'keyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n');
-    ossl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
-      '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=${name}`);
-    ossl('x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.pem', '-CAkey', 'ca.key',
-      '-CAcreateserial', '-out', `${name}.pem`, '-days', '2', '-extfile', `${name}.ext`);
-  };
-  leaf('shard', 'DNS:localhost,IP:127.0.0.1,URI:bigfleet://shard/s1');
-  leaf('readonly', 'URI:bigfleet://readonly');
-  leaf('admin', 'URI:bigfleet://admin');
-  leaf('c1', 'URI:bigfleet://cluster/c1');
-  leaf('two', 'URI:bigfleet://readonly,URI:bigfleet://admin');
+  L.makeCerts(dir, {
+    shard: 'DNS:localhost,IP:127.0.0.1,URI:bigfleet://shard/s1',
+    readonly: 'URI:bigfleet://readonly',
+    admin: 'URI:bigfleet://admin',
+    c1: 'URI:bigfleet://cluster/c1',
+    two: 'URI:bigfleet://readonly,URI:bigfleet://admin',
+  });
 }
 
-function creds(dir, who) {
-  const r = (f) => fs.readFileSync(path.join(dir, f));
-  return L.grpc.credentials.createSsl(r('ca.pem'), r(`${who}.key`), r(`${who}.pem`));
-}
+const creds = (dir, who) => L.certCreds(dir, who);
 
 const isolated = [
   ['before the first cycle: a header with cycle 0, timestamp 0 and no rows ("not yet computed")', async () => {
@@ -359,17 +346,15 @@ const isolated = [
   }],
 ];
 
-(async () => {
-  const simPort = await L.freePort();
-  S = await L.startShard({ args: ['--provider-addr=', `--sim-listen=127.0.0.1:${simPort}`,
-    '--sim-args=--seed-idle 2 --zones 3', '--cycle-interval=200ms', '--local-bootstrap',
-    '--max-needs=8192', '--cluster-max-needs=8192'] });
-  const all = [...tests.map(([n, f]) => [n, async () => {
-    try { await f(); } catch (e) { console.log(S.log().split('\n').slice(-30).join('\n')); throw e; }
-  }]), ['(stop the shared appliance)', async () => {
-    for (const op of ops) op.close();
-    const ex = await S.stop();
-    assert.strictEqual(ex.code, 0);
-  }], ...isolated];
-  await L.run(all);
-})();
+register([...L.logOnFail(tests, () => S, 30), ['(stop the shared appliance)', async () => {
+  for (const op of ops) op.close();
+  const ex = await S.stop();
+  assert.strictEqual(ex.code, 0);
+}], ...isolated], {
+  before: async () => {
+    const simPort = await L.freePort();
+    S = await L.startShard({ args: ['--provider-addr=', `--sim-listen=127.0.0.1:${simPort}`,
+      '--sim-args=--seed-idle 2 --zones 3', '--cycle-interval=200ms', '--local-bootstrap',
+      '--max-needs=8192', '--cluster-max-needs=8192'] });
+  },
+});

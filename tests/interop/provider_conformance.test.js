@@ -21,6 +21,7 @@ const os = require('os');
 const { spawn } = require('child_process');
 const grpc = require('@grpc/grpc-js');
 const loader = require('@grpc/proto-loader');
+const { register } = require('./register');
 
 const repo = path.resolve(__dirname, '..', '..');
 const BIN = process.env.BIN || path.join(repo, 'build', 'bin');
@@ -757,40 +758,21 @@ B('B1101-B1102', '10k machines: the full List passes the field-shape rules; delt
   await kill9(X);
 });
 
-// ------------------------------------------------------------------ runner
+// ------------------------------------------------------------------ the tests on node:test
 
-async function main() {
-  P = await startSim({ flags: ['--catalog=' + CATALOG, '--seed-count=60', '--seed-idle=20', '--seed-configured=12'] }, 'instant');
-  L = await startSim({ flags: ['--catalog=' + CATALOG, '--seed-count=8', '--seed-idle=4',
-    '--create-latency=150ms', '--configure-latency=150ms', '--drain-latency=150ms', '--delete-latency=150ms'] }, 'latency');
-  F = await startSim({ flags: ['--catalog=' + CATALOG, '--seed-count=6', '--seed-idle=4',
-    '--create-failure=1', '--configure-failure=1'] }, 'fault');
-  const only = process.env.CONF_ONLY ? new RegExp(process.env.CONF_ONLY) : null;
-  let pass = 0, fail = 0;
-  const t0 = Date.now();
-  for (const t of T) {
-    if (only && !only.test(t.id)) continue;
-    const s = Date.now();
-    try {
-      await Promise.race([t.fn(), sleep(60000).then(() => { throw new Error('timeout (60 s)'); })]);
-      pass++;
-      console.log(`ok   ${t.id} ${t.name} (${Date.now() - s} ms)`);
-    } catch (e) {
-      fail++;
-      console.log(`FAIL ${t.id} ${t.name}: ${e.message}`);
-    }
-  }
-  console.log(`provider conformance: ${pass} passed, ${fail} failed (${T.length} behaviour groups, ${Date.now() - t0} ms)`);
-  [P, L, F].forEach((p) => p.client.close());
-  return fail;
-}
-
-main().then((fail) => {
-  procs.forEach((p) => { try { p.kill('SIGTERM'); } catch (e) { /* gone */ } });
-  fs.rmSync(TMP, { recursive: true, force: true });
-  process.exit(fail ? 1 : 0);
-}, (e) => {
-  console.error(e);
-  procs.forEach((p) => { try { p.kill('SIGKILL'); } catch (x) { /* gone */ } });
-  process.exit(1);
+const only = process.env.CONF_ONLY ? new RegExp(process.env.CONF_ONLY) : null; /* e.g. CONF_ONLY=B1 */
+register(T.filter((t) => !only || only.test(t.id)).map((t) => [`${t.id} ${t.name}`, t.fn]), {
+  timeout: 60000,
+  before: async () => {
+    P = await startSim({ flags: ['--catalog=' + CATALOG, '--seed-count=60', '--seed-idle=20', '--seed-configured=12'] }, 'instant');
+    L = await startSim({ flags: ['--catalog=' + CATALOG, '--seed-count=8', '--seed-idle=4',
+      '--create-latency=150ms', '--configure-latency=150ms', '--drain-latency=150ms', '--delete-latency=150ms'] }, 'latency');
+    F = await startSim({ flags: ['--catalog=' + CATALOG, '--seed-count=6', '--seed-idle=4',
+      '--create-failure=1', '--configure-failure=1'] }, 'fault');
+  },
+  after: async () => {
+    [P, L, F].forEach((p) => p && p.client.close());
+    procs.forEach((p) => { try { p.kill('SIGTERM'); } catch (e) { /* gone */ } });
+    fs.rmSync(TMP, { recursive: true, force: true });
+  },
 });

@@ -24,7 +24,7 @@ fs.writeFileSync(bad, `${HDR}a,1000,1024,0,0,,LS,Running,0,100,0\nb,x,1024,0,0,,
 const badcat = path.join(tmp, 'badcat.csv');
 fs.writeFileSync(badcat, 'sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,0,\nn1,lots,65536,0,\n');
 
-(async () => {
+T.run(async () => {
   let r = await runReplay(['--trace', path.join(tmp, 'nope.csv')]);
   T.eq(r.code, 2, 'missing trace: exit 2');
   T.check(r.stderr.includes(`${path.join(tmp, 'nope.csv')}: No such file or directory`), `names the file: ${r.stderr}`);
@@ -40,7 +40,7 @@ fs.writeFileSync(badcat, 'sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,0,\n
   r = await runReplay(['--trace', good, '--catalog', path.join(tmp, 'nocat.csv')]);
   T.eq(r.code, 2, 'missing catalog: exit 2');
   T.check(r.stderr.includes('nocat.csv'), `names the catalog: ${r.stderr}`);
-  T.ok('bad input: exit 2 naming the file and line');
+  await T.ok('bad input: exit 2 naming the file and line');
 
   r = await runReplay(['--trace', good, '--speed', 'fast']);
   T.eq(r.code, 2, 'bad --speed');
@@ -53,13 +53,13 @@ fs.writeFileSync(badcat, 'sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,0,\n
   r = await runReplay(['--trace', good, '--from', '200', '--until', '100']);
   T.eq(r.code, 2, 'empty window');
   T.check(r.stderr.includes('empty window'), r.stderr);
-  T.ok('usage errors: exit 2 naming the flag');
+  await T.ok('usage errors: exit 2 naming the flag');
 
   r = await runReplay(['--trace', good, '--explain']);
   T.eq(r.code, 0, '--explain');
   T.check(/2 pods -> 2 classes/.test(r.stdout) && r.stdout.includes('p=10000|ipb=15|rpb=16|reqs=nvidia.com/gpu.product:4:;|spr='),
     `--explain prints the classes: ${r.stdout}`);
-  T.ok('--explain prints the mapping without a shard');
+  await T.ok('--explain prints the mapping without a shard');
 
   // nothing listens on this port
   const s0 = new FakeShard();
@@ -72,7 +72,7 @@ fs.writeFileSync(badcat, 'sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,0,\n
   T.check(r.stderr.includes(`only 0 of 1 sessions to 127.0.0.1:${deadPort} were accepted within 1 s`) &&
     r.stderr.includes('last error: openb-0: UNAVAILABLE'), `says why: ${r.stderr}`);
   T.check(Date.now() - t0 < 5000, 'gives up after --connect-timeout');
-  T.ok('an unreachable shard: exit 1 after --connect-timeout, with the last error');
+  await T.ok('an unreachable shard: exit 1 after --connect-timeout, with the last error');
 
   // --skip-bad-rows: replays, and the report counts the skipped row
   const shard = new FakeShard();
@@ -92,8 +92,8 @@ fs.writeFileSync(badcat, 'sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,0,\n
   T.eq(shard.rollupsTotal, j.protocol.rollups_sent, 'the shard got every rollup sent');
   T.check(j.protocol.rollups_sent + j.protocol.ticks_skipped >= 11 && j.protocol.rollups_sent >= 2,
     `the rest of the trace was replayed (${j.protocol.rollups_sent} sent, ${j.protocol.ticks_skipped} skipped)`);
-  T.ok('--skip-bad-rows skips, counts and replays the rest');
+  await T.ok('--skip-bad-rows skips, counts and replays the rest');
 
   fs.rmSync(tmp, { recursive: true, force: true });
   T.finish();
-})().catch((e) => { console.error(e); process.exit(1); });
+});

@@ -15,6 +15,7 @@
 // looks for a victim, at every rollup until it found one.
 'use strict';
 
+const nodeTest = require('node:test');
 const path = require('path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
@@ -302,26 +303,42 @@ function runReplay(args, { timeoutMs = 60000 } = {}) {
 }
 
 // A tiny test harness: named checks, a summary, exit status.
+// harness(name): soft checks on node:test. T.run(fn) registers one test,
+// `name`, whose body is fn. T.check / T.eq record a failed check and go on;
+// await T.ok(msg) closes a step: a subtest named msg that fails with every check
+// that failed since the previous step; T.finish() throws (failing the test)
+// if a check failed since the last step, so it also ends the test early
+// when what follows cannot run. T.skip(reason), before T.run, reports the
+// test as skipped (what it needs is missing).
 function harness(name) {
-  const failures = [];
-  return {
+  let failures = [];
+  let ctx = null;
+  let skip = false;
+  const T = {
     check(cond, msg) { if (!cond) failures.push(msg); return cond; },
     eq(a, b, msg) {
       const ok = JSON.stringify(a) === JSON.stringify(b);
       if (!ok) failures.push(`${msg}: got ${JSON.stringify(a)}, want ${JSON.stringify(b)}`);
       return ok;
     },
-    ok(msg) { console.log(`ok: ${msg}`); },
+    ok(msg) { /* awaited: the step is reported before the next one runs */
+      const failed = failures.splice(0);
+      return ctx.test(msg, () => { if (failed.length) throw new Error(failed.join('\n')); });
+    },
     finish() {
-      if (failures.length) {
-        for (const f of failures) console.log(`FAIL: ${f}`);
-        console.log(`${name}: ${failures.length} failure(s)`);
-        process.exit(1);
-      }
-      console.log(`${name}: all checks passed`);
-      process.exit(0);
+      const failed = failures.splice(0);
+      if (failed.length) throw new Error(`${failed.length} check(s) failed:\n${failed.join('\n')}`);
+    },
+    skip(reason) { skip = reason; },
+    run(fn) {
+      nodeTest.test(name, { skip }, async (t) => {
+        ctx = t;
+        await fn();
+        T.finish();
+      });
     },
   };
+  return T;
 }
 
 module.exports = { FakeShard, milli, vec, loadProto, loadCatalog, runReplay, harness, BIN };

@@ -26,8 +26,7 @@ const T = harness('replay_mainjob');
 const repo = path.resolve(__dirname, '..', '..');
 const shared = path.resolve(repo, '..', 'shared');
 if (!fs.existsSync(path.join(shared, 'data', 'openb', 'openb_pod_list_default.csv'))) {
-  console.log('replay_mainjob: skipped (no ../shared/data/openb)');
-  process.exit(77); // a skip, reported as one by scripts/run-interop-tests
+  T.skip('no ../shared/data/openb');
 }
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'replay-mainjob-'));
 
@@ -80,7 +79,7 @@ function runJob(env, extra = []) {
   });
 }
 
-(async () => {
+T.run(async () => {
   const build = path.join(tmp, 'build');
   fs.mkdirSync(path.join(build, 'bin'), { recursive: true });
   fs.writeFileSync(path.join(build, 'bin', 'bigfleet-shardd'), STANDIN, { mode: 0o755 });
@@ -116,22 +115,22 @@ function runJob(env, extra = []) {
   T.check(/appliance ready/.test(r.stderr) && /stopped cleanly/.test(r.stderr), 'ready, then stopped cleanly');
   T.check(/replay +\d+\.\d%.*act\/s/.test(r.stderr), 'the progress line shows actions/s from /metrics');
   T.check(/acceptance   PASS/.test(r.stdout), 'the report is printed');
-  T.ok('run-main-job: starts, waits for /readyz, replays, reports, stops cleanly');
+  await T.ok('run-main-job: starts, waits for /readyz, replays, reports, stops cleanly');
 
   // 2. an appliance that ignores SIGTERM is killed and the job fails
   r = await runJob(Object.assign({ RESULTS: path.join(tmp, 'r2'), STANDIN_MODE: 'stubborn', WALL: '1s', STOP_TIMEOUT: '1' }, base),
     ['--settle', '0s', '--progress', 'off']);
   T.eq(r.code, 1, 'a stubborn appliance fails the job');
   T.check(/still running 1 s after SIGTERM; killing it/.test(r.stderr), `says so: ${r.stderr.slice(-400)}`);
-  T.ok('an appliance that does not stop is killed and reported');
+  await T.ok('an appliance that does not stop is killed and reported');
 
   // 3. an appliance that dies before /readyz
   r = await runJob(Object.assign({ RESULTS: path.join(tmp, 'r3'), STANDIN_MODE: 'die' }, base));
   T.eq(r.code, 1, 'a dead appliance fails the job');
   T.check(/exited with status 3 before it was ready/.test(r.stderr) && /cannot start \(as asked\)/.test(r.stderr),
     `shows the log: ${r.stderr.slice(-400)}`);
-  T.ok('an appliance that dies at start fails the job with its log');
+  await T.ok('an appliance that dies at start fails the job with its log');
 
   fs.rmSync(tmp, { recursive: true, force: true });
   T.finish();
-})().catch((e) => { console.error(e); process.exit(1); });
+});

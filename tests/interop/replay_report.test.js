@@ -65,7 +65,7 @@ async function replay(shardOpts, extra, dir) {
   return { r, rep, shard };
 }
 
-(async () => {
+T.run(async () => {
   // 1. a shard that keeps up
   {
     const { r, rep, shard } = await replay({}, [], path.join(tmp, 'good'));
@@ -89,7 +89,7 @@ async function replay(shardOpts, extra, dir) {
       T.eq(rep.acceptance.pass, true, 'acceptance');
       T.check(/acceptance   PASS/.test(r.stdout), 'the text report says PASS');
     } else T.check(false, 'report.json written');
-    T.ok('a shard that keeps up: 100% satisfied, 0 bad reclaims, fast binding, PASS');
+    await T.ok('a shard that keeps up: 100% satisfied, 0 bad reclaims, fast binding, PASS');
   }
   // 2. a shard that reclaims a machine its Need still requires
   {
@@ -105,7 +105,7 @@ async function replay(shardOpts, extra, dir) {
       T.eq(rep.acceptance.no_reclaims_of_still_demanded, false, 'acceptance flag');
     } else T.check(false, 'report.json written');
     T.check(/reclaims of still-demanded machines: 1/.test(r.stdout), 'the text report names it');
-    T.ok('a reclaim of a still-demanded machine is caught, and only that one');
+    await T.ok('a reclaim of a still-demanded machine is caught, and only that one');
   }
   // 3. the real trace, compressed, two clusters
   const openb = path.resolve(__dirname, '..', '..', '..', 'shared', 'data', 'openb');
@@ -135,8 +135,8 @@ async function replay(shardOpts, extra, dir) {
     T.eq(rep.input.pods, 8152, 'openb pods');
     T.eq(rep.input.classes, 26, 'openb classes');
     T.check(rep.satisfied.at_peak.demand.gpus > 50, `peak GPU demand ${rep.satisfied.at_peak.demand.gpus}`);
-    T.ok('the openb default trace replays end to end (2 clusters, 6 s)');
+    await T.ok('the openb default trace replays end to end (2 clusters, 6 s)');
   }
   fs.rmSync(tmp, { recursive: true, force: true });
   T.finish();
-})().catch((e) => { console.error(e); process.exit(1); });
+});

@@ -108,7 +108,7 @@ function tau(i, k) {
 
 // ------------------------------------------------------------ run
 
-(async () => {
+T.run(async () => {
   const shard = new FakeShard();
   const port = await shard.start();
   // the shard's own frames, sent once the replay is under way
@@ -155,7 +155,7 @@ function tau(i, k) {
   const peers = new Set(shard.streams.filter((s) => s.cluster !== 'openb-2').map((s) => s.peer));
   T.check(new Set(shard.streams.map((s) => s.peer)).size <= 2 && peers.size === 2,
     `3 clusters over --connections 2 (peers ${[...peers]})`);
-  T.ok('sessions: Hello first, 3 clusters over 2 connections');
+  await T.ok('sessions: Hello first, 3 clusters over 2 connections');
 
   if (!T.check(fs.existsSync(path.join(report, 'report.json')), 'report.json written')) T.finish();
   const rep = JSON.parse(fs.readFileSync(path.join(report, 'report.json'), 'utf8'));
@@ -217,7 +217,7 @@ function tau(i, k) {
     T.check(ts.every((x, j) => j === 0 || x >= ts[j - 1]) && Math.abs(ts[0] - Date.now()) < 60000,
       `${id}: timestamps are increasing wall-clock nanoseconds`);
   }
-  T.ok('rollups: full replacement, aggregation, MinUnit, buckets, pins, timing under --speed (ticks skipped: ' +
+  await T.ok('rollups: full replacement, aggregation, MinUnit, buckets, pins, timing under --speed (ticks skipped: ' +
     `${(rep.clusters || []).map((c) => `${c.id} ${c.ticks_skipped}`).join(', ')})`);
   // the sub-interval pod (1 s of trace inside a 100 s step) never shows up
   T.check(shard.streams.every((s) => s.rollups.every((ro) => ro.msg.needs.every((n) => n.priority !== 1000))),
@@ -229,7 +229,7 @@ function tau(i, k) {
   T.check(b.request_id === '00000000deadbeef' && b.user_data && b.user_data.length > 0 &&
     Number(b.ttl_seconds) > 0 && b.error === '', `BootstrapBlobResponse echoes the id with a blob: ${JSON.stringify(b)}`);
   T.eq(shard.reclaimAcks.map((a) => [a.instruction_id, a.nodes_started]), [['feedfacefeedface', 1]], 'ReclaimAck');
-  T.ok('BootstrapRequest answered, ReclaimInstruction acked');
+  await T.ok('BootstrapRequest answered, ReclaimInstruction acked');
 
   // re-dial: new Hello, current rollup at once
   const s2 = shard.streams.filter((s) => s.cluster === 'openb-2');
@@ -241,7 +241,7 @@ function tau(i, k) {
     T.check(down < 1500, `re-dialled ${down} ms after the shard ended the stream`);
     T.check(s2[1].rollups.length >= 5, 'rollups continue on the new stream');
   }
-  T.ok('a re-dialled session says Hello and gets its rollup at once');
+  await T.ok('a re-dialled session says Hello and gets its rollup at once');
 
   // the report accounts for what the shard said
   T.eq([rep.protocol.bootstrap_requests, rep.protocol.reclaim_instructions, rep.protocol.node_state_updates,
@@ -254,4 +254,4 @@ function tau(i, k) {
     'plots written');
   fs.rmSync(tmp, { recursive: true, force: true });
   T.finish();
-})().catch((e) => { console.error(e); process.exit(1); });
+});

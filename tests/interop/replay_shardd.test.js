@@ -30,8 +30,7 @@ const shardd = path.join(BIN, 'bigfleet-shardd');
 const openb = path.resolve(__dirname, '..', '..', '..', 'shared', 'data', 'openb');
 if (!fs.existsSync(shardd) || !fs.existsSync(path.join(BIN, 'bigfleet-simprovider')) ||
     !fs.existsSync(path.join(openb, 'openb_pod_list_default.csv'))) {
-  console.log('replay_shardd: skipped (no bigfleet-shardd / bigfleet-simprovider, or no ../shared/data/openb)');
-  process.exit(77); // a skip, reported as one by scripts/run-interop-tests
+  T.skip('no bigfleet-shardd / bigfleet-simprovider, or no ../shared/data/openb');
 }
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'replay-shardd-'));
 
@@ -48,7 +47,7 @@ const metric = (text, re) => {
   return m.length ? m.reduce((a, b) => a + b, 0) : NaN;
 };
 
-(async () => {
+T.run(async () => {
   const listen = await freePort(), metrics = await freePort();
   const id = `replay-it-${process.pid}`;
   const sim = await freePort();
@@ -89,18 +88,18 @@ const metric = (text, re) => {
     T.eq(metric(m, new RegExp(`^bigfleet_shard_cluster_need_rows\\{cluster="${c.id}"\\}`)), c.needs,
       `the shard holds the Needs of ${c.id}'s last rollup`);
   T.check(j.timeline.rows.some((row) => row[4] > 0), 'the rollups carried Needs');
-  T.ok('the real session ingests every rollup the replay sends');
+  await T.ok('the real session ingests every rollup the replay sends');
   T.check(j.protocol.bootstrap_requests > 0 && j.machines.provisioned > 0,
     `the shard provisioned through the session (${j.protocol.bootstrap_requests} blobs, ${j.machines.provisioned} bindings)`);
   T.eq(j.protocol.bootstrap_cluster_mismatch, 0, 'bootstrap requests name the session\'s cluster');
   T.eq(j.reclaims_still_demanded.count, 0, 'no reclaim of a still-demanded machine');
   T.eq(j.acceptance.pass, true, `acceptance (satisfied at peak ${j.satisfied.at_peak && j.satisfied.at_peak.min}, ` +
     `binding p99 ${j.binding_latency_s.p99} s)`);
-  T.ok('the appliance provisions the replayed demand and meets the acceptance criteria');
+  await T.ok('the appliance provisions the replayed demand and meets the acceptance criteria');
   const txt = fs.readFileSync(path.join(rep, 'report.txt'), 'utf8');
   const cyc = /^ {2}shard cycle {2}p50 [\d.]+ [mu]?s, p99 [\d.]+ [mu]?s \((\d+) cycles/m.exec(txt);
   T.check(cyc && Number(cyc[1]) === j.shard_metrics.cycle_duration_s.count && Number(cyc[1]) > 0,
     `the report prints the shard's cycle p50/p99 next to binding latency (${cyc && cyc[0]})`);
   fs.rmSync(tmp, { recursive: true, force: true });
   T.finish();
-})().catch((e) => { console.error(e); process.exit(1); });
+});

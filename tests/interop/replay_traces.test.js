@@ -36,8 +36,7 @@ const shared = path.resolve(repo, '..', 'shared');
 const openb = path.join(shared, 'data', 'openb');
 if (!fs.existsSync(path.join(openb, 'openb_node_list_all_node.csv')) ||
     !fs.existsSync(path.join(BIN, 'bigfleet-shardd')) || !fs.existsSync(path.join(BIN, 'bigfleet-simprovider'))) {
-  console.log('replay_traces: skipped (no ../shared/data/openb, or the appliance is not built)');
-  process.exit(77); // a skip, reported as one by scripts/run-interop-tests
+  T.skip('no ../shared/data/openb, or the appliance is not built');
 }
 const build = path.dirname(BIN);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'replay-traces-'));
@@ -54,7 +53,7 @@ function runJob(env, extra = [], timeoutMs = 240000) {
   });
 }
 
-(async () => {
+T.run(async () => {
   const lists = fs.readdirSync(openb).filter((f) => /^openb_pod_list_.*\.csv$/.test(f)).sort();
   T.check(lists.length >= 5, `the shipped pod lists: ${lists}`);
   for (const trace of lists) {
@@ -76,7 +75,7 @@ function runJob(env, extra = [], timeoutMs = 240000) {
       `${trace}: the first lines map wall time to trace time:\n${head}`);
     const timed = fs.readFileSync(path.join(openb, trace), 'utf8').split('\n')[0].includes('creation_time');
     T.eq(j.input.snapshot !== null, !timed, `${trace}: replayed as a snapshot iff it has no times`);
-    T.ok(`make run TRACE=${trace} runs end to end (figures, not asserted: satisfied at peak ` +
+    await T.ok(`make run TRACE=${trace} runs end to end (figures, not asserted: satisfied at peak ` +
       `${j.satisfied.at_peak ? j.satisfied.at_peak.min : null}, binding p99 ${j.binding_latency_s.p99} s ` +
       `(target ${j.binding_latency_s.target_p99} s), acceptance ${j.acceptance.pass ? 'PASS' : 'FAIL'})`);
   }
@@ -92,7 +91,7 @@ function runJob(env, extra = [], timeoutMs = 240000) {
     `the replay names the file, the line and every missing column: ${r.stderr}`);
   T.check(!/catalog/.test(r.stderr) && !/starting bigfleet-shardd/.test(r.stderr),
     `no message about the catalog, and no appliance started: ${r.stderr}`);
-  T.ok('an unusable header fails with the replay\'s own message, before anything starts');
+  await T.ok('an unusable header fails with the replay\'s own message, before anything starts');
 
   // contended: the production fleet only, demand above it
   const cres = path.join(tmp, 'contended');
@@ -111,8 +110,8 @@ function runJob(env, extra = [], timeoutMs = 240000) {
     T.check(j.satisfied.by_qos.LS.over_run !== null && j.satisfied.by_qos.BE.over_run !== null, 'satisfaction per qos class');
     T.check(/preemptions {2}\d+; by /.test(r.stdout), 'the report prints the preemptions');
   }
-  T.ok('a contended run preempts, and every preemption is judged');
+  await T.ok('a contended run preempts, and every preemption is judged');
 
   fs.rmSync(tmp, { recursive: true, force: true });
   T.finish();
-})().catch((e) => { console.error(e); process.exit(1); });
+});

@@ -6,7 +6,9 @@
 //   shm(id, ...args)   runs the C helper tests/interop/session_shm (JSON out)
 //   Operator           a grpc-js Shard/Session client: send(), next(pred),
 //                      status; written the way a BigFleet operator talks
-//   run(tests)         runs named async tests in order, prints ok/FAIL
+//   makeCerts(dir, leaves), certCreds(dir, who)  a throwaway mTLS PKI
+//   logOnFail(tests, () => S, n)  the tests, each printing the appliance
+//                      log's last n lines when it fails
 'use strict';
 
 // The appliance refuses to run its children as root unless told (docs/operating.md
@@ -25,6 +27,7 @@ const path = require('path');
 const { spawn, execFileSync, execFile } = require('child_process');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
+const { onEnd } = require('./register');
 
 const repo = path.resolve(__dirname, '..', '..');
 const BUILD_DIR = process.env.BUILD_DIR || path.join(repo, 'build');
@@ -66,6 +69,19 @@ async function waitFor(fn, ms, what) {
   throw new Error(`timed out waiting for ${what}`);
 }
 
+// Appliances still running when the file's tests and hooks are done (a test
+// failed before stopping its own) are killed then, so that node can end.
+const live = new Set();
+onEnd(async () => {
+  if (!live.size) return;
+  console.log(`     stopping ${live.size} appliance(s) a failed test left running`);
+  const gone = [...live].map((p) => new Promise((resolve) => p.once('exit', resolve)));
+  for (const p of live) p.kill('SIGTERM');
+  const killer = setTimeout(() => { for (const p of live) p.kill('SIGKILL'); }, 8000);
+  await Promise.all(gone);
+  clearTimeout(killer);
+});
+
 async function startShard(opts = {}) {
   const id = `it-sess-${process.pid}-${Math.floor(Math.random() * 1e6)}`;
   const dir = opts.dir || fs.mkdtempSync(path.join(os.tmpdir(), 'bf-sess-'));
@@ -81,7 +97,8 @@ async function startShard(opts = {}) {
   const proc = spawn(path.join(BIN, 'bigfleet-shardd'), args,
     { stdio: ['ignore', log, log] });
   let exited = null;
-  proc.on('exit', (code, sig) => { exited = { code, sig }; });
+  live.add(proc);
+  proc.on('exit', (code, sig) => { exited = { code, sig }; live.delete(proc); });
   const shard = {
     id, port, metricsPort, dir, proc, logPath, args,
     log: () => fs.readFileSync(logPath, 'utf8'),
@@ -270,23 +287,44 @@ const need = (o = {}) => ({
   group: o.group || Buffer.alloc(0),
 });
 
-async function run(tests) {
-  let failed = 0;
-  for (const [name, fn] of tests) {
-    const t0 = Date.now();
-    try {
-      await fn();
-      console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-    } catch (e) {
-      failed++;
-      console.log(`FAIL ${name}: ${e.stack || e}`);
-    }
+// An ECDSA P-256 test PKI in dir (openssl): the authority opts.ca
+// ('ca': ca.pem / ca.key, subject CN opts.cn) and, for each name -> SAN of
+// `leaves`, name.pem / name.key signed by it (serverAuth and clientAuth).
+function makeCerts(dir, leaves, { ca = 'ca', cn = 'bigfleet-test-ca' } = {}) {
+  const ossl = (...a) => execFileSync('openssl', a, { cwd: dir, stdio: 'pipe' });
+  ossl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+    '-keyout', `${ca}.key`, '-out', `${ca}.pem`, '-days', '2', '-subj', `/CN=${cn}`);
+  for (const [name, san] of Object.entries(leaves)) {
+    fs.writeFileSync(path.join(dir, `${name}.ext`),
+      `subjectAltName=${san}\nbasicConstraints=CA:FALSE\n` +
+      'keyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n');
+    ossl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+      '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=${name}`);
+    ossl('x509', '-req', '-in', `${name}.csr`, '-CA', `${ca}.pem`, '-CAkey', `${ca}.key`,
+      '-CAcreateserial', '-out', `${name}.pem`, '-days', '2', '-extfile', `${name}.ext`);
   }
-  console.log(`${tests.length - failed}/${tests.length} passed`);
-  process.exit(failed ? 1 : 0);
+}
+
+// grpc-js mTLS credentials of makeCerts' leaf `who` (trusting authority `ca`).
+function certCreds(dir, who, ca = 'ca') {
+  const r = (f) => fs.readFileSync(path.join(dir, f));
+  return grpc.credentials.createSsl(r(`${ca}.pem`), r(`${who}.key`), r(`${who}.pem`));
+}
+
+// The table of named tests with each one printing the last `lines` lines of
+// the appliance log when it fails (appliance() is read at failure time).
+function logOnFail(tests, appliance, lines) {
+  return tests.map(([n, f]) => [n, async (...a) => {
+    try {
+      await f(...a);
+    } catch (e) {
+      console.log(appliance().log().split('\n').slice(-lines).join('\n'));
+      throw e;
+    }
+  }]);
 }
 
 module.exports = {
   assert, grpc, proto, sleep, waitFor, freePort, httpGet, startShard, shm, shmAsync, cluster,
-  Operator, RawOperator, need, run, HELPER, BIN,
+  Operator, RawOperator, need, logOnFail, makeCerts, certCreds, HELPER, BIN,
 };

@@ -13,6 +13,7 @@
 
 const http2 = require('http2');
 const L = require('./session_lib');
+const { register } = require('./register');
 const { assert } = L;
 
 let S;
@@ -238,12 +239,7 @@ tests.push(
   }],
 );
 
-(async () => {
-  S = await L.startShard();
-  await L.run([...tests.map(([n, f]) => [n, async () => {
-    try { await f(); } catch (e) { console.log(S.log().split('\n').slice(-25).join('\n')); throw e; }
-  }]), ['(stop the appliance)', async () => {
-    const ex = await S.stop();
-    assert.strictEqual(ex.code, 0);
-  }]]);
-})().catch((e) => { console.error(e); process.exit(1); });
+register([...L.logOnFail(tests, () => S, 25), ['(stop the appliance)', async () => {
+  const ex = await S.stop();
+  assert.strictEqual(ex.code, 0);
+}]], { before: async () => { S = await L.startShard(); } });

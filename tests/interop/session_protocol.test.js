@@ -8,8 +8,8 @@
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const { execFileSync } = require('child_process');
 const L = require('./session_lib');
+const { register } = require('./register');
 const { assert } = L;
 
 const G = L.grpc.status;
@@ -163,27 +163,14 @@ const tests = [
 // ------------------------------------------------------------------ mTLS
 
 function makeCerts(dir) {
-  const ossl = (...a) => execFileSync('openssl', a, { cwd: dir, stdio: 'pipe' });
-  ossl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
-    '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=bigfleet-test-ca');
-  const leaf = (name, san) => {
-    fs.writeFileSync(path.join(dir, `${name}.ext`),
-      `subjectAltName=${san}\nbasicConstraints=CA:FALSE\n` +
-      'keyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n');
-    ossl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
-      '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=${name}`);
-    ossl('x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.pem', '-CAkey', 'ca.key',
-      '-CAcreateserial', '-out', `${name}.pem`, '-days', '2', '-extfile', `${name}.ext`);
-  };
-  leaf('shard', 'DNS:localhost,IP:127.0.0.1,URI:bigfleet://shard/s1');
-  leaf('c1', 'URI:bigfleet://cluster/c1');
-  leaf('two', 'URI:bigfleet://cluster/c1,URI:bigfleet://cluster/c2');
+  L.makeCerts(dir, {
+    shard: 'DNS:localhost,IP:127.0.0.1,URI:bigfleet://shard/s1',
+    c1: 'URI:bigfleet://cluster/c1',
+    two: 'URI:bigfleet://cluster/c1,URI:bigfleet://cluster/c2',
+  });
 }
 
-function creds(dir, who) {
-  const r = (f) => fs.readFileSync(path.join(dir, f));
-  return L.grpc.credentials.createSsl(r('ca.pem'), r(`${who}.key`), r(`${who}.pem`));
-}
+const creds = (dir, who) => L.certCreds(dir, who);
 
 const tlsTests = [
   ['mTLS: the certificate\'s bigfleet://cluster/<id> must equal Hello.cluster_id', async () => {
@@ -221,13 +208,7 @@ const tlsTests = [
   }],
 ];
 
-(async () => {
-  S = await L.startShard();
-  const all = [...tests.map(([n, f]) => [n, async () => {
-    try { await f(); } catch (e) { console.log(S.log().split('\n').slice(-30).join('\n')); throw e; }
-  }]), ['(stop the shared appliance)', async () => {
-    const ex = await S.stop();
-    assert.strictEqual(ex.code, 0);
-  }], ...tlsTests];
-  await L.run(all);
-})().catch((e) => { console.error(e); process.exit(1); });
+register([...L.logOnFail(tests, () => S, 30), ['(stop the shared appliance)', async () => {
+  const ex = await S.stop();
+  assert.strictEqual(ex.code, 0);
+}], ...tlsTests], { before: async () => { S = await L.startShard(); } });

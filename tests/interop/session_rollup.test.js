@@ -9,6 +9,7 @@
 'use strict';
 
 const L = require('./session_lib');
+const { register } = require('./register');
 const { assert } = L;
 
 const G = L.grpc.status;
@@ -424,14 +425,13 @@ const arenaTest = ['random rollup sizes across clusters never disturb another cl
   }
 }];
 
-(async () => {
+register([...L.logOnFail(tests, () => S, 25), ['(stop the appliance)', async () => {
+  const ex = await S.stop();
+  assert.strictEqual(ex.code, 0);
+}], arenaTest], {
   // one cluster may hold the whole needs table here (the default quota is a
   // quarter of it: docs/security.md); these tests are about large rollups
-  S = await L.startShard({ args: ['--cluster-max-needs=65536', '--cluster-max-string-kib=1048576'] });
-  await L.run([...tests.map(([n, f]) => [n, async () => {
-    try { await f(); } catch (e) { console.log(S.log().split('\n').slice(-25).join('\n')); throw e; }
-  }]), ['(stop the appliance)', async () => {
-    const ex = await S.stop();
-    assert.strictEqual(ex.code, 0);
-  }], arenaTest]);
-})().catch((e) => { console.error(e); process.exit(1); });
+  before: async () => {
+    S = await L.startShard({ args: ['--cluster-max-needs=65536', '--cluster-max-string-kib=1048576'] });
+  },
+});

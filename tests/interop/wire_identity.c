@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
 #include <protobuf-c/protobuf-c.h>
 
 #include "bigfleet/v1alpha1/capacity.pb-c.h"
@@ -57,6 +58,7 @@
 #include "bigfleet/v1alpha1/provider.pb-c.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"
 #include "bigfleet/v1alpha1/shardread.pb-c.h"
+#include "pbc_fields.h"
 
 /* ------------------------------------------------------------ type table */
 
@@ -156,23 +158,18 @@ static const ProtobufCMessageDescriptor *find_type(const char *full, size_t len)
     return NULL;
 }
 
-/* ------------------------------------------------------------ small JSON reader */
+/* ------------------------------------------------------------ the fixture, parsed by jansson */
 
 enum jtype { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ };
 
 struct jval {
     enum jtype t;
     bool b;
-    char *s; /* J_STR: decoded bytes (NUL-terminated, may hold NUL); J_NUM: the text */
+    char *s; /* J_STR: decoded bytes (NUL-terminated, may hold NUL); J_NUM: the number's text */
     size_t len;
     size_t n; /* J_ARR / J_OBJ */
     struct jval **items;
     char **keys; /* J_OBJ: NUL-terminated keys (a key with NUL is rejected) */
-};
-
-struct jparser {
-    const char *p, *end, *start;
-    char err[160];
 };
 
 static void jfree(struct jval *v)
@@ -190,17 +187,78 @@ static void jfree(struct jval *v)
     free(v);
 }
 
-static void jws(struct jparser *jp)
+/* The tree build_message walks, from jansson's parse. A number keeps its
+ * text: an integer as jansson read it (within int64: a larger uint64 must be
+ * a decimal string in the fixture), a real with enough digits to read back
+ * the same double, always with a '.' or an exponent (so it never passes as
+ * an integer field's value). NULL when out of memory. */
+static struct jval *jfrom(const json_t *x)
 {
-    while (jp->p < jp->end && (*jp->p == ' ' || *jp->p == '\t' || *jp->p == '\n' || *jp->p == '\r'))
-        jp->p++;
-}
-
-static bool jfail(struct jparser *jp, const char *what)
-{
-    if (!jp->err[0])
-        snprintf(jp->err, sizeof(jp->err), "JSON: %s at byte %td", what, jp->p - jp->start);
-    return false;
+    struct jval *v = calloc(1, sizeof(*v));
+    if (!v)
+        return NULL;
+    char num[64];
+    switch (json_typeof(x)) {
+    case JSON_NULL:
+        v->t = J_NULL;
+        return v;
+    case JSON_TRUE:
+    case JSON_FALSE:
+        v->t = J_BOOL;
+        v->b = json_is_true(x);
+        return v;
+    case JSON_INTEGER:
+    case JSON_REAL:
+        v->t = J_NUM;
+        if (json_is_integer(x))
+            snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(x));
+        else if (snprintf(num, sizeof(num), "%.17g", json_real_value(x)) > 0 &&
+                 !strpbrk(num, ".eEn"))
+            strcat(num, ".0");
+        v->len = strlen(num);
+        v->s = strdup(num);
+        break;
+    case JSON_STRING:
+        v->t = J_STR;
+        v->len = json_string_length(x);
+        v->s = malloc(v->len + 1);
+        if (v->s)
+            memcpy(v->s, json_string_value(x), v->len + 1);
+        break;
+    case JSON_ARRAY:
+    case JSON_OBJECT: {
+        bool obj = json_is_object(x);
+        size_t n = obj ? json_object_size(x) : json_array_size(x);
+        v->t = obj ? J_OBJ : J_ARR;
+        v->items = calloc(n + 1, sizeof(*v->items));
+        v->keys = obj ? calloc(n + 1, sizeof(*v->keys)) : NULL;
+        if (!v->items || (obj && !v->keys))
+            break;
+        const char *k;
+        json_t *e;
+        if (obj) {
+            json_object_foreach((json_t *)x, k, e)
+            {
+                if (!(v->keys[v->n] = strdup(k)) || !(v->items[v->n++] = jfrom(e))) {
+                    jfree(v);
+                    return NULL;
+                }
+            }
+        } else {
+            for (size_t i = 0; i < n; i++)
+                if (!(v->items[v->n++] = jfrom(json_array_get(x, i)))) {
+                    jfree(v);
+                    return NULL;
+                }
+        }
+        return v;
+    }
+    }
+    if (!v->s || (v->t != J_STR && v->t != J_NUM)) {
+        jfree(v);
+        return NULL;
+    }
+    return v;
 }
 
 static int hexval(int c)
@@ -212,258 +270,6 @@ static int hexval(int c)
     if (c >= 'A' && c <= 'F')
         return c - 'A' + 10;
     return -1;
-}
-
-static bool jhex4(struct jparser *jp, unsigned *out)
-{
-    if (jp->end - jp->p < 4)
-        return jfail(jp, "short \\u escape");
-    unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        int h = hexval((unsigned char)jp->p[i]);
-        if (h < 0)
-            return jfail(jp, "bad \\u escape");
-        v = v << 4 | (unsigned)h;
-    }
-    jp->p += 4;
-    *out = v;
-    return true;
-}
-
-static size_t utf8_put(char *o, unsigned cp)
-{
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xC0 | cp >> 6);
-        o[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | cp >> 12);
-        o[1] = (char)(0x80 | (cp >> 6 & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | cp >> 18);
-    o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-    o[2] = (char)(0x80 | (cp >> 6 & 0x3F));
-    o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-/* Parses a string token (jp->p at the opening quote) into malloc'd bytes. */
-static bool jstring(struct jparser *jp, char **out, size_t *outlen)
-{
-    jp->p++;
-    const char *q = jp->p;
-    while (q < jp->end && *q != '"') /* decoded length <= raw length */
-        q += (*q == '\\' && q + 1 < jp->end) ? 2 : 1;
-    char *buf = malloc((size_t)(q - jp->p) + 1);
-    if (!buf)
-        return jfail(jp, "out of memory");
-    size_t n = 0;
-    for (;;) {
-        if (jp->p >= jp->end) {
-            free(buf);
-            return jfail(jp, "unterminated string");
-        }
-        unsigned char c = (unsigned char)*jp->p++;
-        if (c == '"')
-            break;
-        if (c < 0x20) {
-            free(buf);
-            return jfail(jp, "control character in string");
-        }
-        if (c != '\\') {
-            buf[n++] = (char)c;
-            continue;
-        }
-        if (jp->p >= jp->end) {
-            free(buf);
-            return jfail(jp, "bad escape");
-        }
-        c = (unsigned char)*jp->p++;
-        unsigned cp, lo;
-        switch (c) {
-        case '"':
-        case '\\':
-        case '/':
-            buf[n++] = (char)c;
-            break;
-        case 'b':
-            buf[n++] = '\b';
-            break;
-        case 'f':
-            buf[n++] = '\f';
-            break;
-        case 'n':
-            buf[n++] = '\n';
-            break;
-        case 'r':
-            buf[n++] = '\r';
-            break;
-        case 't':
-            buf[n++] = '\t';
-            break;
-        case 'u':
-            if (!jhex4(jp, &cp)) {
-                free(buf);
-                return false;
-            }
-            if (cp >= 0xD800 && cp < 0xDC00) {
-                if (jp->end - jp->p < 6 || jp->p[0] != '\\' || jp->p[1] != 'u') {
-                    free(buf);
-                    return jfail(jp, "lone high surrogate");
-                }
-                jp->p += 2;
-                if (!jhex4(jp, &lo) || lo < 0xDC00 || lo > 0xDFFF) {
-                    free(buf);
-                    return jfail(jp, "bad low surrogate");
-                }
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            } else if (cp >= 0xDC00 && cp < 0xE000) {
-                free(buf);
-                return jfail(jp, "lone low surrogate");
-            }
-            n += utf8_put(buf + n, cp); /* \uXXXX (6 raw bytes) never decodes to more */
-            break;
-        default:
-            free(buf);
-            return jfail(jp, "bad escape");
-        }
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *outlen = n;
-    return true;
-}
-
-static struct jval *jparse_value(struct jparser *jp, int depth);
-
-static bool jappend(struct jval *v, struct jval *item, char *key)
-{
-    struct jval **items = realloc(v->items, (v->n + 1) * sizeof(*items));
-    if (!items)
-        return false;
-    v->items = items;
-    if (v->t == J_OBJ) {
-        char **keys = realloc(v->keys, (v->n + 1) * sizeof(*keys));
-        if (!keys)
-            return false;
-        v->keys = keys;
-        v->keys[v->n] = key;
-    }
-    v->items[v->n++] = item;
-    return true;
-}
-
-static struct jval *jparse_value(struct jparser *jp, int depth)
-{
-    if (depth > 64) {
-        jfail(jp, "nesting too deep");
-        return NULL;
-    }
-    jws(jp);
-    if (jp->p >= jp->end) {
-        jfail(jp, "unexpected end");
-        return NULL;
-    }
-    struct jval *v = calloc(1, sizeof(*v));
-    if (!v) {
-        jfail(jp, "out of memory");
-        return NULL;
-    }
-    char c = *jp->p;
-    if (c == '{' || c == '[') {
-        char close = c == '{' ? '}' : ']';
-        v->t = c == '{' ? J_OBJ : J_ARR;
-        jp->p++;
-        jws(jp);
-        if (jp->p < jp->end && *jp->p == close) {
-            jp->p++;
-            return v;
-        }
-        for (;;) {
-            char *key = NULL;
-            size_t klen = 0;
-            jws(jp);
-            if (v->t == J_OBJ) {
-                if (jp->p >= jp->end || *jp->p != '"' || !jstring(jp, &key, &klen)) {
-                    jfail(jp, "expected object key");
-                    goto fail;
-                }
-                if (strlen(key) != klen) {
-                    free(key);
-                    jfail(jp, "NUL in object key");
-                    goto fail;
-                }
-                jws(jp);
-                if (jp->p >= jp->end || *jp->p != ':') {
-                    free(key);
-                    jfail(jp, "expected ':'");
-                    goto fail;
-                }
-                jp->p++;
-            }
-            struct jval *item = jparse_value(jp, depth + 1);
-            if (!item || !jappend(v, item, key)) {
-                jfree(item);
-                free(key);
-                jfail(jp, "bad value");
-                goto fail;
-            }
-            jws(jp);
-            if (jp->p < jp->end && *jp->p == ',') {
-                jp->p++;
-                continue;
-            }
-            if (jp->p < jp->end && *jp->p == close) {
-                jp->p++;
-                return v;
-            }
-            jfail(jp, "expected ',' or closing bracket");
-            goto fail;
-        }
-    }
-    if (c == '"') {
-        v->t = J_STR;
-        if (!jstring(jp, &v->s, &v->len))
-            goto fail;
-        return v;
-    }
-    static const struct {
-        const char *word;
-        enum jtype t;
-        bool b;
-    } words[] = {{"true", J_BOOL, true}, {"false", J_BOOL, false}, {"null", J_NULL, false}};
-    for (size_t i = 0; i < 3; i++) {
-        size_t wl = strlen(words[i].word);
-        if ((size_t)(jp->end - jp->p) >= wl && memcmp(jp->p, words[i].word, wl) == 0) {
-            jp->p += wl;
-            v->t = words[i].t;
-            v->b = words[i].b;
-            return v;
-        }
-    }
-    const char *s = jp->p;
-    while (jp->p < jp->end && (isdigit((unsigned char)*jp->p) || strchr("+-.eE", *jp->p)))
-        jp->p++;
-    if (jp->p == s) {
-        jfail(jp, "unexpected character");
-        goto fail;
-    }
-    v->t = J_NUM;
-    v->len = (size_t)(jp->p - s);
-    v->s = strndup(s, v->len);
-    if (!v->s)
-        goto fail;
-    return v;
-fail:
-    jfree(v);
-    return NULL;
 }
 
 static bool read_file(const char *path, char **buf, size_t *len)
@@ -508,19 +314,18 @@ static struct jval *jparse_file(const char *path)
     size_t len;
     if (!read_file(path, &text, &len))
         return NULL;
-    struct jparser jp = {.p = text, .end = text + len, .start = text};
-    struct jval *v = jparse_value(&jp, 0);
-    if (v) {
-        jws(&jp);
-        if (jp.p != jp.end) {
-            jfail(&jp, "trailing data");
-            jfree(v);
-            v = NULL;
-        }
-    }
-    if (!v)
-        fprintf(stderr, "wire_identity: %s: %s\n", path, jp.err);
+    json_error_t e;
+    json_t *x = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
     free(text);
+    if (!x) {
+        fprintf(stderr, "wire_identity: %s: JSON: %s at line %d column %d\n", path, e.text, e.line,
+                e.column);
+        return NULL;
+    }
+    struct jval *v = jfrom(x);
+    json_decref(x);
+    if (!v)
+        fprintf(stderr, "wire_identity: %s: out of memory\n", path);
     return v;
 }
 
@@ -542,36 +347,6 @@ static bool is_map_entry(const ProtobufCMessageDescriptor *d)
     return nl > 5 && strcmp(d->name + nl - 5, "Entry") == 0 && d->n_fields == 2 &&
            d->fields[0].id == 1 && strcmp(d->fields[0].name, "key") == 0 && d->fields[1].id == 2 &&
            strcmp(d->fields[1].name, "value") == 0;
-}
-
-static size_t elem_size(ProtobufCType t)
-{
-    switch (t) {
-    case PROTOBUF_C_TYPE_INT32:
-    case PROTOBUF_C_TYPE_SINT32:
-    case PROTOBUF_C_TYPE_SFIXED32:
-    case PROTOBUF_C_TYPE_UINT32:
-    case PROTOBUF_C_TYPE_FIXED32:
-    case PROTOBUF_C_TYPE_FLOAT:
-    case PROTOBUF_C_TYPE_ENUM:
-        return 4;
-    case PROTOBUF_C_TYPE_INT64:
-    case PROTOBUF_C_TYPE_SINT64:
-    case PROTOBUF_C_TYPE_SFIXED64:
-    case PROTOBUF_C_TYPE_UINT64:
-    case PROTOBUF_C_TYPE_FIXED64:
-    case PROTOBUF_C_TYPE_DOUBLE:
-        return 8;
-    case PROTOBUF_C_TYPE_BOOL:
-        return sizeof(protobuf_c_boolean);
-    case PROTOBUF_C_TYPE_STRING:
-        return sizeof(char *);
-    case PROTOBUF_C_TYPE_BYTES:
-        return sizeof(ProtobufCBinaryData);
-    case PROTOBUF_C_TYPE_MESSAGE:
-        return sizeof(ProtobufCMessage *);
-    }
-    return 0;
 }
 
 static bool bad(const char *path, const char *what)
@@ -743,7 +518,7 @@ static bool set_field(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f, co
                                                                               : NULL;
         if (entry ? v->t != J_OBJ : v->t != J_ARR)
             return bad(path, entry ? "expected an object (map)" : "expected an array");
-        size_t es = elem_size(f->type);
+        size_t es = pbc_elem_size(f->type);
         void *arr = v->n ? calloc(v->n, es) : NULL;
         if (v->n && !arr)
             return bad(path, "out of memory");
@@ -938,7 +713,7 @@ static void dump_message(FILE *o, const ProtobufCMessage *m)
                 dump_value(o, &ed->fields[1], (const char *)e + ed->fields[1].offset);
                 fputc(']', o);
             } else {
-                dump_value(o, f, arr + k * elem_size(f->type));
+                dump_value(o, f, arr + k * pbc_elem_size(f->type));
             }
         }
         fputc(']', o);

@@ -29,6 +29,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { execFileSync } = require('child_process');
+const { test } = require('node:test');
 
 const repo = path.resolve(__dirname, '..', '..');
 const BUILD_DIR = process.env.BUILD_DIR || path.join(repo, 'build');
@@ -427,8 +428,7 @@ function runHelper(args, what) {
   try {
     return execFileSync(HELPER, args, { encoding: 'utf8', maxBuffer: 256 << 20, stdio: ['ignore', 'pipe', 'pipe'] });
   } catch (e) {
-    console.error(`wire_identity ${what} failed (status ${e.status}):\n${e.stderr || e.message}`);
-    process.exit(1);
+    throw new Error(`wire_identity ${what} failed (status ${e.status}):\n${e.stderr || e.message}`);
   }
 }
 
@@ -442,10 +442,7 @@ const stripUnknown = (v) => {
 // ------------------------------------------------------------------ main
 
 function main() {
-  if (!fs.existsSync(HELPER)) {
-    console.error(`missing ${HELPER}: build it with make`);
-    process.exit(1);
-  }
+  if (!fs.existsSync(HELPER)) throw new Error(`missing ${HELPER}: build it with make`);
   const fixture = JSON.parse(fs.readFileSync(FIXTURE, 'utf8'));
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'wire-identity-'));
   const cDir = path.join(tmp, 'c');
@@ -586,10 +583,7 @@ function main() {
 function finish(tmp, n) {
   for (const n2 of notes) console.log(`  note: ${n2}`);
   if (failures.length) {
-    console.error(`\nFAIL: ${failures.length} problem(s)`);
-    for (const f of failures) console.error(`- ${f}`);
-    console.error(`(files kept in ${tmp})`);
-    process.exit(1);
+    throw new Error(`${failures.length} problem(s):\n${failures.map((f) => `- ${f}`).join('\n')}\n(files kept in ${tmp})`);
   }
   if (process.env.WIRE_KEEP) console.log(`  files kept in ${tmp}`);
   else fs.rmSync(tmp, { recursive: true, force: true });
@@ -788,4 +782,4 @@ function buildProbes(msgs, dir, cBytes) {
   return probes;
 }
 
-main();
+test('protobuf-c and protobufjs read and write every fixture and probe alike (wire identity)', () => main());

@@ -14,8 +14,8 @@
 #include "bigfleet/cycle.h"
 #include "bigfleet/ledger.h"
 
-static char g_id[64];
-static struct bf_shm g_s;
+#include "shm_fixture.h"
+
 static uint32_t g_prof_gpu, g_need_prof, g_cluster;
 
 static uint32_t intern(const char *s)
@@ -27,10 +27,8 @@ static uint32_t intern(const char *s)
 
 static void setup(void)
 {
-    snprintf(g_id, sizeof g_id, "test-cycle-%d", (int)getpid());
-    bf_shm_unlink(g_id);
     struct bf_shm_caps caps = {.max_machines = 4096, .max_needs = 256, .max_clusters = 16};
-    ck_assert_int_eq(bf_shm_create(&g_s, g_id, &caps, 1, 0, NULL, 0), 0);
+    shm_fixture_create("cycle", &caps, 1);
     struct bf_kv alloc[] = {{"nvidia.com/gpu", "8"}};
     struct bf_mprofile_input in = {
         "a3-highgpu-8g", "zone-a", BF_CT_BARE_METAL, 0, NULL, 0, NULL, 1, alloc};
@@ -44,8 +42,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    bf_shm_detach(&g_s);
-    bf_shm_unlink(g_id);
+    shm_fixture_remove();
 }
 
 static uint32_t add_machine(const char *id, int state, uint32_t cluster)

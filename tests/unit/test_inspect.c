@@ -7,7 +7,7 @@
  *
  *   - the summary (text and --json) carries exactly what was put in: counts
  *     by state, by state x type x zone, clusters, Needs, in-flight;
- *   - --json always parses (a small JSON parser below), and strings with NUL
+ *   - --json always parses (jansson, strict), and strings with NUL
  *     and control bytes round-trip;
  *   - one machine's record is complete (profile labels/allocatable,
  *     assignment, flags, seq, pending);
@@ -41,6 +41,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <libgen.h>
 #include <math.h>
 #include <poll.h>
@@ -415,7 +416,7 @@ static void fx_fill(struct bf_shm *s, uint32_t machines, struct fx_expect *e, un
         fx_fake_cycle(s, &p, e, (flags & FX_F_PROCS) != 0);
 }
 
-/* ================================================================ JSON parser */
+/* ================================================================ JSON (jansson) */
 
 enum jt { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ };
 struct jv {
@@ -429,209 +430,55 @@ struct jv {
     struct jv **items;
 };
 
-struct jp {
-    const char *p, *end;
-    int err;
-};
-
-static void jws(struct jp *j)
+/* The tree the tests walk, built from jansson's parse. */
+static struct jv *jfrom(const json_t *x)
 {
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\n' || *j->p == '\t' || *j->p == '\r'))
-        j->p++;
-}
-
-static void put_utf8(char *o, size_t *k, uint32_t cp)
-{
-    if (cp < 0x80) {
-        o[(*k)++] = (char)cp;
-    } else if (cp < 0x800) {
-        o[(*k)++] = (char)(0xc0 | cp >> 6);
-        o[(*k)++] = (char)(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-        o[(*k)++] = (char)(0xe0 | cp >> 12);
-        o[(*k)++] = (char)(0x80 | (cp >> 6 & 0x3f));
-        o[(*k)++] = (char)(0x80 | (cp & 0x3f));
-    } else {
-        o[(*k)++] = (char)(0xf0 | cp >> 18);
-        o[(*k)++] = (char)(0x80 | (cp >> 12 & 0x3f));
-        o[(*k)++] = (char)(0x80 | (cp >> 6 & 0x3f));
-        o[(*k)++] = (char)(0x80 | (cp & 0x3f));
-    }
-}
-
-static int hex4(const char *p, uint32_t *v)
-{
-    *v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        *v <<= 4;
-        if (c >= '0' && c <= '9')
-            *v |= (uint32_t)(c - '0');
-        else if (c >= 'a' && c <= 'f')
-            *v |= (uint32_t)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F')
-            *v |= (uint32_t)(c - 'A' + 10);
-        else
-            return -1;
-    }
-    return 0;
-}
-
-/* Strict: control bytes must be escaped; \u0000 decodes to a NUL byte. */
-static char *jstr(struct jp *j, size_t *len)
-{
-    if (j->p >= j->end || *j->p != '"') {
-        j->err = 1;
-        return NULL;
-    }
-    j->p++;
-    char *o = malloc((size_t)(j->end - j->p) + 1);
-    size_t k = 0;
-    while (j->p < j->end && *j->p != '"') {
-        unsigned char c = (unsigned char)*j->p;
-        if (c < 0x20) {
-            j->err = 1;
-            break;
-        }
-        if (c != '\\') {
-            o[k++] = (char)c;
-            j->p++;
-            continue;
-        }
-        j->p++;
-        if (j->p >= j->end) {
-            j->err = 1;
-            break;
-        }
-        char e = *j->p++;
-        switch (e) {
-        case '"':
-            o[k++] = '"';
-            break;
-        case '\\':
-            o[k++] = '\\';
-            break;
-        case '/':
-            o[k++] = '/';
-            break;
-        case 'b':
-            o[k++] = '\b';
-            break;
-        case 'f':
-            o[k++] = '\f';
-            break;
-        case 'n':
-            o[k++] = '\n';
-            break;
-        case 'r':
-            o[k++] = '\r';
-            break;
-        case 't':
-            o[k++] = '\t';
-            break;
-        case 'u': {
-            uint32_t cp;
-            if (j->end - j->p < 4 || hex4(j->p, &cp)) {
-                j->err = 1;
-                break;
-            }
-            j->p += 4;
-            if (cp >= 0xd800 && cp < 0xdc00 && j->end - j->p >= 6 && j->p[0] == '\\' &&
-                j->p[1] == 'u') {
-                uint32_t lo;
-                if (hex4(j->p + 2, &lo) == 0 && lo >= 0xdc00 && lo < 0xe000) {
-                    cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-                    j->p += 6;
-                }
-            }
-            put_utf8(o, &k, cp);
-            break;
-        }
-        default:
-            j->err = 1;
-        }
-        if (j->err)
-            break;
-    }
-    if (j->p >= j->end)
-        j->err = 1;
-    else
-        j->p++;
-    o[k] = 0;
-    *len = k;
-    return o;
-}
-
-static struct jv *jval(struct jp *j, int depth)
-{
-    jws(j);
     struct jv *v = calloc(1, sizeof *v);
-    if (depth > 64 || j->p >= j->end) {
-        j->err = 1;
-        return v;
-    }
-    char c = *j->p;
-    if (c == '{' || c == '[') {
-        v->t = c == '{' ? J_OBJ : J_ARR;
-        j->p++;
-        jws(j);
-        if (j->p < j->end && *j->p == (c == '{' ? '}' : ']')) {
-            j->p++;
-            return v;
-        }
-        for (;;) {
-            v->items = realloc(v->items, (v->n + 1) * sizeof *v->items);
-            v->keys = realloc(v->keys, (v->n + 1) * sizeof *v->keys);
-            v->keys[v->n] = NULL;
-            if (v->t == J_OBJ) {
-                jws(j);
-                size_t kl;
-                v->keys[v->n] = jstr(j, &kl);
-                jws(j);
-                if (j->err || j->p >= j->end || *j->p != ':') {
-                    j->err = 1;
-                    v->items[v->n++] = calloc(1, sizeof(struct jv));
-                    return v;
-                }
-                j->p++;
-            }
-            v->items[v->n++] = jval(j, depth + 1);
-            if (j->err)
-                return v;
-            jws(j);
-            if (j->p < j->end && *j->p == ',') {
-                j->p++;
-                continue;
-            }
-            if (j->p < j->end && *j->p == (v->t == J_OBJ ? '}' : ']')) {
-                j->p++;
-                return v;
-            }
-            j->err = 1;
-            return v;
-        }
-    }
-    if (c == '"') {
-        v->t = J_STR;
-        v->s = jstr(j, &v->slen);
-        return v;
-    }
-    if (strncmp(j->p, "true", 4) == 0 || strncmp(j->p, "false", 5) == 0) {
+    ck_assert_ptr_nonnull(v);
+    switch (json_typeof(x)) {
+    case JSON_NULL:
+        v->t = J_NULL;
+        break;
+    case JSON_TRUE:
+    case JSON_FALSE:
         v->t = J_BOOL;
-        v->b = c == 't';
-        j->p += v->b ? 4 : 5;
-        return v;
+        v->b = json_is_true(x);
+        break;
+    case JSON_INTEGER:
+    case JSON_REAL:
+        v->t = J_NUM;
+        v->num = json_number_value(x);
+        break;
+    case JSON_STRING:
+        v->t = J_STR;
+        v->slen = json_string_length(x);
+        v->s = malloc(v->slen + 1);
+        ck_assert_ptr_nonnull(v->s);
+        memcpy(v->s, json_string_value(x), v->slen + 1);
+        break;
+    case JSON_ARRAY:
+    case JSON_OBJECT: {
+        bool obj = json_is_object(x);
+        size_t n = obj ? json_object_size(x) : json_array_size(x);
+        v->t = obj ? J_OBJ : J_ARR;
+        v->items = calloc(n ? n : 1, sizeof *v->items);
+        v->keys = calloc(n ? n : 1, sizeof *v->keys);
+        ck_assert(v->items && v->keys);
+        if (obj) {
+            const char *k;
+            json_t *e;
+            json_object_foreach((json_t *)x, k, e)
+            {
+                v->keys[v->n] = strdup(k);
+                v->items[v->n++] = jfrom(e);
+            }
+        } else {
+            for (; v->n < n; v->n++)
+                v->items[v->n] = jfrom(json_array_get(x, v->n));
+        }
+        break;
     }
-    if (strncmp(j->p, "null", 4) == 0) {
-        j->p += 4;
-        return v;
     }
-    char *end;
-    v->t = J_NUM;
-    v->num = strtod(j->p, &end);
-    if (end == j->p)
-        j->err = 1;
-    j->p = end;
     return v;
 }
 
@@ -649,16 +496,17 @@ static void jfree(struct jv *v)
     free(v);
 }
 
-/* Parses exactly one document (trailing whitespace allowed). NULL on error. */
+/* Parses exactly one document (trailing whitespace allowed) with jansson:
+ * strict RFC 8259 and UTF-8, \u0000 allowed (a NUL in the string), every
+ * number a double. NULL on error. */
 static struct jv *jparse(const char *s, size_t n)
 {
-    struct jp j = {s, s + n, 0};
-    struct jv *v = jval(&j, 0);
-    jws(&j);
-    if (j.err || j.p != j.end) {
-        jfree(v);
+    json_error_t e;
+    json_t *x = json_loadb(s, n, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &e);
+    if (!x)
         return NULL;
-    }
+    struct jv *v = jfrom(x);
+    json_decref(x);
     return v;
 }
 

@@ -18,24 +18,20 @@
 #include "bigfleet/ledger.h"
 #include "bigfleet/v1alpha1/shardread.pb-c.h"
 
-static char g_id[64];
-static struct bf_shm g_s;
+#include "shm_fixture.h"
+
 static struct bf_blob_cache *g_c;
 
 static void setup(void)
 {
-    snprintf(g_id, sizeof g_id, "test-inspect-needs-%d", (int)getpid());
-    bf_shm_unlink(g_id);
-    struct bf_shm_caps caps = {.max_machines = 1024, .max_needs = 256, .max_clusters = 16};
-    ck_assert_int_eq(bf_shm_create(&g_s, g_id, &caps, 1, 0, NULL, 0), 0);
+    shm_fixture_create("inspect-needs", NULL, 1);
     g_c = bf_blob_cache_new();
 }
 
 static void teardown(void)
 {
     bf_blob_cache_free(g_c);
-    bf_shm_detach(&g_s);
-    bf_shm_unlink(g_id);
+    shm_fixture_remove();
 }
 
 static uint32_t ref_of(const void *b, uint32_t len)

@@ -20,22 +20,17 @@
 #include "bigfleet/process.h"
 #include "bigfleet/util.h"
 
-static char g_id[64];
-static struct bf_shm g_s;
+#include "shm_fixture.h"
 
 static void setup(void)
 {
-    snprintf(g_id, sizeof g_id, "test-metrics-%d", (int)getpid());
-    bf_shm_unlink(g_id);
-    struct bf_shm_caps caps = {.max_machines = 1024, .max_needs = 256, .max_clusters = 16};
-    ck_assert_int_eq(bf_shm_create(&g_s, g_id, &caps, 3, 0, NULL, 0), 0);
+    shm_fixture_create("metrics", NULL, 3);
     bf_metrics_forget();
 }
 
 static void teardown(void)
 {
-    bf_shm_detach(&g_s);
-    bf_shm_unlink(g_id);
+    shm_fixture_remove();
 }
 
 static char *render(void)

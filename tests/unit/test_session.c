@@ -19,29 +19,25 @@
 #include "bigfleet/util.h"
 #include "bigfleet/v1alpha1/capacity.pb-c.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"
+
+#include "shm_fixture.h"
 #include "grpc/reflection/v1/reflection.pb-c.h"
 #include "session/session_internal.h"
 
 /* ------------------------------------------------------------ fixtures */
 
-static char g_id[64];
-static struct bf_shm g_s;
 static struct bf_blob_cache *g_c;
 
 static void setup(void)
 {
-    snprintf(g_id, sizeof g_id, "test-session-%d", (int)getpid());
-    bf_shm_unlink(g_id);
-    struct bf_shm_caps caps = {.max_machines = 1024, .max_needs = 256, .max_clusters = 16};
-    ck_assert_int_eq(bf_shm_create(&g_s, g_id, &caps, 1, 0, NULL, 0), 0);
+    shm_fixture_create("session", NULL, 1);
     g_c = bf_blob_cache_new();
 }
 
 static void teardown(void)
 {
     bf_blob_cache_free(g_c);
-    bf_shm_detach(&g_s);
-    bf_shm_unlink(g_id);
+    shm_fixture_remove();
 }
 
 /* A builder for CapacityNeeds. */

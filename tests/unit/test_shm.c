@@ -28,24 +28,19 @@
 #include "bigfleet/config.h"
 #include "bigfleet/log.h"
 #include "bigfleet/shm.h"
+#include "shm/shm_internal.h"
 
-static char g_id[64];
-static struct bf_shm g_s;
+#include "shm_fixture.h"
 
 static void setup(void)
 {
-    snprintf(g_id, sizeof g_id, "test-shm-%d", (int)getpid());
-    bf_shm_unlink(g_id);
     struct bf_shm_caps caps = {.max_machines = 4096, .max_needs = 1024, .max_clusters = 64};
-    char err[256];
-    int rc = bf_shm_create(&g_s, g_id, &caps, 7, 0, err, sizeof err);
-    ck_assert_msg(rc == 0, "create: %s", err);
+    shm_fixture_create("shm", &caps, 7);
 }
 
 static void teardown(void)
 {
-    bf_shm_detach(&g_s);
-    bf_shm_unlink(g_id);
+    shm_fixture_remove();
 }
 
 static uint32_t intern(const char *s)
@@ -233,7 +228,9 @@ START_TEST(inventory_full_reports_enospc)
 }
 END_TEST
 
-/* every payload word carries the same value k: a torn read shows mixed values */
+/* Every payload word carries the same value k, so every field of the record
+ * (ids, state, priority, flags, price, ...) is derived from the one counter
+ * k: a torn read shows mixed values in some word, whichever field it hits. */
 static struct bf_machine_rec uniform(uint32_t k)
 {
     struct bf_machine_rec r;
@@ -257,6 +254,12 @@ START_TEST(seqlock_forked_writer_never_yields_a_torn_read)
     struct bf_machine_rec r0 = mk(intern("torn-test"), BF_STATE_IDLE);
     uint32_t slot;
     ck_assert_int_eq(bf_inv_insert(&g_s, &r0, &slot), 0);
+    /* from here on every stable version of the record is uniform (k = 0, 1, ...):
+     * any read that is not uniform is torn, in whatever field */
+    struct bf_inv_txn t0;
+    ck_assert_int_eq(bf_inv_begin(&g_s, slot, &t0), 0);
+    struct bf_machine_rec u0 = uniform(0);
+    bf_inv_commit(&g_s, &t0, &u0, -1);
     pid_t w = fork();
     if (w == 0) {
         struct bf_shm c;
@@ -271,9 +274,18 @@ START_TEST(seqlock_forked_writer_never_yields_a_torn_read)
         }
         _exit(0);
     }
-    /* two readers: this process and a forked one */
+    /* two readers: this process and a forked one; each also checks that the
+     * versions it reads never go back (k only grows) */
+    struct bf_machine_rec first;
+    for (int i = 0; i < 10000; i++) { /* the writer has started: bounded, 10 s */
+        if (bf_inv_read(&g_s, slot, &first) == 0 && first.id != 0)
+            break;
+        usleep(1000);
+    }
+    ck_assert_msg(first.id != 0, "the writer never committed");
     pid_t rd = fork();
-    long torn = 0, ok = 0, busy = 0;
+    long torn = 0, back = 0, ok = 0, busy = 0;
+    uint32_t last = 0;
     for (int i = 0; i < 300000; i++) {
         struct bf_machine_rec r;
         int rc = bf_inv_read(&g_s, slot, &r);
@@ -281,20 +293,88 @@ START_TEST(seqlock_forked_writer_never_yields_a_torn_read)
             busy++;
             continue;
         }
-        if (rc == 0 && !is_uniform(&r) && r.id != r0.id)
+        ck_assert_int_eq(rc, 0);
+        if (!is_uniform(&r)) {
             torn++;
-        else
-            ok++;
+            continue;
+        }
+        if (r.id < last)
+            back++;
+        last = r.id;
+        ok++;
     }
-    if (rd == 0)
-        _exit(torn ? 1 : 0);
+    if (rd == 0) {
+        if (torn || back)
+            fprintf(stderr, "forked reader: %ld torn, %ld went back, %ld ok\n", torn, back, ok);
+        _exit(torn || back ? 1 : 0);
+    }
     int st;
     waitpid(rd, &st, 0);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "forked reader saw a torn record");
     waitpid(w, &st, 0);
     ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    ck_assert_int_eq(torn, 0);
+    ck_assert_msg(torn == 0, "%ld torn reads of %ld (%ld busy)", torn, torn + ok, busy);
+    ck_assert_msg(back == 0, "%ld reads went back to an older version", back);
     ck_assert_int_gt(ok, 1000);
+}
+END_TEST
+
+/* The seqlock recipe itself (bf_seq_read / bf_seq_write_begin/_end) on a
+ * long payload, so that a read overlaps a write often: a forked writer
+ * stores k in every one of 512 words per write, k = 1, 2, ...; every read
+ * that succeeds must be uniform. A reader that skips the re-check of seq
+ * (R2) or the odd test (R1) fails this within the run. */
+#define SEQ_WORDS 512
+struct seq_page {
+    _Atomic uint32_t seq;
+    _Atomic uint32_t stop;
+    _Atomic uint64_t w[SEQ_WORDS];
+};
+
+START_TEST(seqlock_read_of_a_long_payload_is_never_torn)
+{
+    struct seq_page *pg =
+        mmap(NULL, sizeof *pg, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(pg, MAP_FAILED);
+    pid_t w = fork();
+    if (w == 0) {
+        for (uint64_t k = 1; !atomic_load_explicit(&pg->stop, memory_order_relaxed); k++) {
+            uint32_t odd = bf_seq_write_begin(&pg->seq);
+            for (int i = 0; i < SEQ_WORDS; i++)
+                atomic_store_explicit(&pg->w[i], k, memory_order_relaxed);
+            bf_seq_write_end(&pg->seq, odd);
+            for (int d = 0; d < 256; d++) /* a stable window between writes */
+                bf_cpu_relax();
+        }
+        _exit(0);
+    }
+    static uint64_t out[SEQ_WORDS];
+    long torn = 0, ok = 0, busy = 0;
+    uint64_t retries = 0, last = 0;
+    for (int i = 0; i < 1000000 && (ok < 100000 || last == 0); i++) {
+        if (bf_seq_read(&pg->seq, pg->w, SEQ_WORDS, out, BF_SEQLOCK_READ_TRIES, NULL, &retries) !=
+            0) {
+            busy++;
+            continue;
+        }
+        bool uniform = true;
+        for (int j = 1; j < SEQ_WORDS; j++)
+            uniform = uniform && out[j] == out[0];
+        if (!uniform)
+            torn++;
+        else
+            ok++;
+        last = out[0];
+    }
+    atomic_store_explicit(&pg->stop, 1, memory_order_relaxed);
+    int st;
+    waitpid(w, &st, 0);
+    munmap(pg, sizeof *pg);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    ck_assert_msg(torn == 0, "%ld torn reads of %ld (%ld busy)", torn, torn + ok, busy);
+    ck_assert_msg(ok > 1000 && last > 0,
+                  "%ld reads, last version %llu: the reads never overlapped the writer", ok,
+                  (unsigned long long)last);
 }
 END_TEST
 
@@ -1352,6 +1432,7 @@ int main(void)
     tcase_add_test(tc, id_index_inserts_looks_up_removes_and_reuses_slots);
     tcase_add_test(tc, inventory_full_reports_enospc);
     tcase_add_test(tc, seqlock_forked_writer_never_yields_a_torn_read);
+    tcase_add_test(tc, seqlock_read_of_a_long_payload_is_never_torn);
     tcase_add_test(tc, writer_killed_mid_write_is_repaired_and_marked_for_refresh);
     tcase_add_test(tc, changelog_overflow_is_signalled_then_recovers);
     tcase_add_test(tc, ring_wraps_reports_full_and_empty_in_order);
