@@ -73,46 +73,46 @@ static bool name_ok(const char *s, size_t max)
 int sim_type_validate(const struct bf_sim_type *t, char *err, size_t err_len)
 {
     if (!name_ok(t->name, BF_SIM_NAME_MAX)) {
-        sim_errf(err, err_len, "instance type name %.80s: want 1..%d characters of [A-Za-z0-9._-]",
-                 t->name, BF_SIM_NAME_MAX - 1);
+        bf_errf(err, err_len, "instance type name %.80s: want 1..%d characters of [A-Za-z0-9._-]",
+                t->name, BF_SIM_NAME_MAX - 1);
         return -EINVAL;
     }
     if (t->cpu_milli <= 0 || t->cpu_milli > 1000000000LL) {
-        sim_errf(err, err_len, "%s: cpu_milli %lld out of range", t->name, (long long)t->cpu_milli);
+        bf_errf(err, err_len, "%s: cpu_milli %lld out of range", t->name, (long long)t->cpu_milli);
         return -EINVAL;
     }
     if (t->memory_mib <= 0 || t->memory_mib > 8000000LL) {
-        sim_errf(err, err_len, "%s: memory_mib %lld out of range", t->name,
-                 (long long)t->memory_mib);
+        bf_errf(err, err_len, "%s: memory_mib %lld out of range", t->name,
+                (long long)t->memory_mib);
         return -EINVAL;
     }
     if (t->gpus < 0 || t->gpus > 1024) {
-        sim_errf(err, err_len, "%s: gpu count %d out of range", t->name, t->gpus);
+        bf_errf(err, err_len, "%s: gpu count %d out of range", t->name, t->gpus);
         return -EINVAL;
     }
     if (t->gpus == 0 && t->gpu_model[0]) {
-        sim_errf(err, err_len, "%s: GPU model %s without GPUs", t->name, t->gpu_model);
+        bf_errf(err, err_len, "%s: GPU model %s without GPUs", t->name, t->gpu_model);
         return -EINVAL;
     }
     if (t->gpu_model[0] && !name_ok(t->gpu_model, BF_SIM_MODEL_MAX)) {
-        sim_errf(err, err_len, "%s: bad GPU model name", t->name);
+        bf_errf(err, err_len, "%s: bad GPU model name", t->name);
         return -EINVAL;
     }
     if (t->capacity_type < BF_CT_BARE_METAL || t->capacity_type > BF_CT_SPOT) {
-        sim_errf(err, err_len, "%s: capacity type is required", t->name);
+        bf_errf(err, err_len, "%s: capacity type is required", t->name);
         return -EINVAL;
     }
     if (!isfinite(t->price_per_hour) || t->price_per_hour < 0) {
-        sim_errf(err, err_len, "%s: price_per_hour must be finite and >= 0", t->name);
+        bf_errf(err, err_len, "%s: price_per_hour must be finite and >= 0", t->name);
         return -EINVAL;
     }
     if (isnan(t->interruption_probability) || t->interruption_probability < 0 ||
         t->interruption_probability > 1) {
-        sim_errf(err, err_len, "%s: interruption_probability must be in [0,1]", t->name);
+        bf_errf(err, err_len, "%s: interruption_probability must be in [0,1]", t->name);
         return -EINVAL;
     }
     if (t->capacity_type == BF_CT_SPOT && !(t->interruption_probability > 0)) {
-        sim_errf(err, err_len, "%s: a SPOT type needs interruption_probability > 0", t->name);
+        bf_errf(err, err_len, "%s: a SPOT type needs interruption_probability > 0", t->name);
         return -EINVAL;
     }
     return 0;
@@ -295,7 +295,7 @@ static int add_spot_variants(struct tvec *tv, char *err, size_t err_len)
             continue;
         struct bf_sim_type s = tv->v[i];
         if (strlen(s.name) + 5 >= sizeof s.name) {
-            sim_errf(err, err_len, "%s: name too long for a spot variant", s.name);
+            bf_errf(err, err_len, "%s: name too long for a spot variant", s.name);
             return -EINVAL;
         }
         strcat(s.name, "-spot");
@@ -317,8 +317,8 @@ static int validate_all(const struct tvec *tv, const char *what, char *err, size
             return rc;
         for (size_t j = 0; j < i; j++) {
             if (!strcmp(tv->v[i].name, tv->v[j].name)) {
-                sim_errf(err, err_len, "catalog %s: duplicate instance type %s", what,
-                         tv->v[i].name);
+                bf_errf(err, err_len, "catalog %s: duplicate instance type %s", what,
+                        tv->v[i].name);
                 return -EINVAL;
             }
         }
@@ -336,13 +336,13 @@ int sim_catalog_build(const struct bf_sim_type *in, size_t n, bool spot_variants
     if (!rc && spot_variants)
         rc = add_spot_variants(&tv, err, err_len);
     if (!rc && tv.n == 0) {
-        sim_errf(err, err_len, "catalog: no instance types");
+        bf_errf(err, err_len, "catalog: no instance types");
         rc = -EINVAL;
     }
     if (!rc)
         rc = validate_all(&tv, "(config)", err, err_len);
     if (!rc && tv.n > 65535) {
-        sim_errf(err, err_len, "catalog: more than 65535 instance types");
+        bf_errf(err, err_len, "catalog: more than 65535 instance types");
         rc = -EINVAL;
     }
     if (rc) {
@@ -364,7 +364,7 @@ int bf_sim_catalog_load(const char *path, bool spot_variants, struct bf_sim_type
     FILE *f = fopen(path, "r");
     if (!f) {
         rc = -errno;
-        sim_errf(err, err_len, "catalog %s: %s", path, strerror(errno));
+        bf_errf(err, err_len, "catalog %s: %s", path, strerror(errno));
         return rc;
     }
     enum { FMT_NONE, FMT_OPENB, FMT_EXPLICIT } fmt = FMT_NONE;
@@ -393,11 +393,11 @@ int bf_sim_catalog_load(const char *path, bool spot_variants, struct bf_sim_type
                        !strcmp(fl[7], "interruption_probability")) {
                 fmt = FMT_EXPLICIT;
             } else {
-                sim_errf(err, err_len,
-                         "catalog %s:%ld: unknown header (want the openb node list "
-                         "\"sn,cpu_milli,memory_mib,gpu,model\" or \"type,cpu_milli,memory_mib,gpu,"
-                         "model,capacity_type,price_per_hour,interruption_probability\")",
-                         path, lineno);
+                bf_errf(err, err_len,
+                        "catalog %s:%ld: unknown header (want the openb node list "
+                        "\"sn,cpu_milli,memory_mib,gpu,model\" or \"type,cpu_milli,memory_mib,gpu,"
+                        "model,capacity_type,price_per_hour,interruption_probability\")",
+                        path, lineno);
                 rc = -EINVAL;
                 goto out;
             }
@@ -410,10 +410,10 @@ int bf_sim_catalog_load(const char *path, bool spot_variants, struct bf_sim_type
         if (nf != want || bf_parse_digits(fl[1], INT64_MAX, &cpu) ||
             bf_parse_digits(fl[2], INT64_MAX, &mem) || bf_parse_digits(fl[3], INT64_MAX, &gpu) ||
             gpu > 1024 || strlen(fl[4]) >= BF_SIM_MODEL_MAX) {
-            sim_errf(err, err_len,
-                     "catalog %s:%ld: want %d fields with integer cpu_milli, "
-                     "memory_mib, gpu",
-                     path, lineno, want);
+            bf_errf(err, err_len,
+                    "catalog %s:%ld: want %d fields with integer cpu_milli, "
+                    "memory_mib, gpu",
+                    path, lineno, want);
             rc = -EINVAL;
             goto out;
         }
@@ -425,7 +425,7 @@ int bf_sim_catalog_load(const char *path, bool spot_variants, struct bf_sim_type
             if (t.gpus > 0 && !t.gpu_model[0])
                 snprintf(t.gpu_model, sizeof t.gpu_model, "unknown");
             if (t.gpus == 0 && t.gpu_model[0]) {
-                sim_errf(err, err_len, "catalog %s:%ld: GPU model without GPUs", path, lineno);
+                bf_errf(err, err_len, "catalog %s:%ld: GPU model without GPUs", path, lineno);
                 rc = -EINVAL;
                 goto out;
             }
@@ -449,7 +449,7 @@ int bf_sim_catalog_load(const char *path, bool spot_variants, struct bf_sim_type
             t.interruption_probability = 0;
         } else {
             if (strlen(fl[0]) >= sizeof t.name) {
-                sim_errf(err, err_len, "catalog %s:%ld: type name too long", path, lineno);
+                bf_errf(err, err_len, "catalog %s:%ld: type name too long", path, lineno);
                 rc = -EINVAL;
                 goto out;
             }
@@ -457,15 +457,15 @@ int bf_sim_catalog_load(const char *path, bool spot_variants, struct bf_sim_type
             int ct = parse_ct(fl[5]);
             if (ct < 0 || parse_f64(fl[6], &t.price_per_hour) ||
                 parse_f64(fl[7], &t.interruption_probability)) {
-                sim_errf(err, err_len, "catalog %s:%ld: bad capacity_type, price or probability",
-                         path, lineno);
+                bf_errf(err, err_len, "catalog %s:%ld: bad capacity_type, price or probability",
+                        path, lineno);
                 rc = -EINVAL;
                 goto out;
             }
             t.capacity_type = (uint8_t)ct;
             char e2[160];
             if (sim_type_validate(&t, e2, sizeof e2)) {
-                sim_errf(err, err_len, "catalog %s:%ld: %s", path, lineno, e2);
+                bf_errf(err, err_len, "catalog %s:%ld: %s", path, lineno, e2);
                 rc = -EINVAL;
                 goto out;
             }
@@ -474,12 +474,12 @@ int bf_sim_catalog_load(const char *path, bool spot_variants, struct bf_sim_type
             goto out;
     }
     if (ferror(f)) {
-        sim_errf(err, err_len, "catalog %s: read error", path);
+        bf_errf(err, err_len, "catalog %s: read error", path);
         rc = -EIO;
         goto out;
     }
     if (fmt == FMT_NONE || tv.n == 0) {
-        sim_errf(err, err_len, "catalog %s: no instance types", path);
+        bf_errf(err, err_len, "catalog %s: no instance types", path);
         rc = -EINVAL;
         goto out;
     }
@@ -487,8 +487,8 @@ int bf_sim_catalog_load(const char *path, bool spot_variants, struct bf_sim_type
         qsort(tv.v, tv.n, sizeof *tv.v, shape_cmp);
         for (size_t i = 0; i < tv.n; i++) {
             if (openb_name(&tv.v[i])) {
-                sim_errf(err, err_len, "catalog %s: a shape's type name exceeds %d bytes", path,
-                         BF_SIM_NAME_MAX - 1);
+                bf_errf(err, err_len, "catalog %s: a shape's type name exceeds %d bytes", path,
+                        BF_SIM_NAME_MAX - 1);
                 rc = -EINVAL;
                 goto out;
             }

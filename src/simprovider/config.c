@@ -244,11 +244,11 @@ int bf_sim_config_set(struct bf_sim_config *c, const char *name, const char *v, 
     } else if (!strcmp(name, "rng-seed"))
         rc = parse_u64(v, &c->rng_seed);
     else {
-        sim_errf(err, err_len, "unknown option --%s", name);
+        bf_errf(err, err_len, "unknown option --%s", name);
         return -ENOENT;
     }
     if (rc) {
-        sim_errf(err, err_len, "--%s: bad value \"%s\"", name, v);
+        bf_errf(err, err_len, "--%s: bad value \"%s\"", name, v);
         return -EINVAL;
     }
     return 0;

@@ -1159,7 +1159,7 @@ static int intern_msg(struct bf_sim *s, uint32_t *out, const char *fmt, ...)
 static int check_prob(double p, const char *what, char *err, size_t err_len)
 {
     if (isnan(p) || p < 0 || p > 1) {
-        sim_errf(err, err_len, "%s must be a probability in [0,1]", what);
+        bf_errf(err, err_len, "%s must be a probability in [0,1]", what);
         return -EINVAL;
     }
     return 0;
@@ -1169,7 +1169,7 @@ static int check_dist(const struct bf_sim_dist *d, const char *what, char *err, 
 {
     if (d->kind > BF_SIM_DIST_NORMAL || d->a_ns < 0 || d->b_ns < 0 ||
         (d->kind == BF_SIM_DIST_UNIFORM && d->b_ns < d->a_ns)) {
-        sim_errf(err, err_len, "%s: bad latency distribution", what);
+        bf_errf(err, err_len, "%s: bad latency distribution", what);
         return -EINVAL;
     }
     return 0;
@@ -1179,15 +1179,15 @@ static int validate_config(const struct bf_sim_config *c, char *err, size_t err_
 {
     int rc;
     if (c->provider_name && strlen(c->provider_name) >= BF_SIM_NAME_MAX * 2) {
-        sim_errf(err, err_len, "provider name too long");
+        bf_errf(err, err_len, "provider name too long");
         return -EINVAL;
     }
     if (!c->zone_names && (c->zones < 1 || c->zones > 1024)) {
-        sim_errf(err, err_len, "zones must be in 1..1024");
+        bf_errf(err, err_len, "zones must be in 1..1024");
         return -EINVAL;
     }
     if (c->racks_per_zone < 1 || c->racks_per_zone > 4096) {
-        sim_errf(err, err_len, "racks_per_zone must be in 1..4096");
+        bf_errf(err, err_len, "racks_per_zone must be in 1..4096");
         return -EINVAL;
     }
     for (int k = 0; k < BF_SIM_KIND_COUNT; k++) {
@@ -1201,24 +1201,24 @@ static int validate_config(const struct bf_sim_config *c, char *err, size_t err_
             return rc;
     }
     if (!isfinite(c->spot_interruption_rate) || c->spot_interruption_rate < 0) {
-        sim_errf(err, err_len, "spot interruption rate must be finite and >= 0");
+        bf_errf(err, err_len, "spot interruption rate must be finite and >= 0");
         return -EINVAL;
     }
     if (c->spot_tick_ns <= 0) {
-        sim_errf(err, err_len, "spot tick must be > 0");
+        bf_errf(err, err_len, "spot tick must be > 0");
         return -EINVAL;
     }
     if (c->max_metadata_bytes == 0) {
-        sim_errf(err, err_len, "max metadata bytes must be > 0");
+        bf_errf(err, err_len, "max metadata bytes must be > 0");
         return -EINVAL;
     }
     if (c->seed_configured && c->seed_clusters == 0) {
-        sim_errf(err, err_len, "seeding Configured machines needs seed_clusters >= 1");
+        bf_errf(err, err_len, "seeding Configured machines needs seed_clusters >= 1");
         return -EINVAL;
     }
     if (!isfinite(c->seed_interruption_penalty) || !isfinite(c->seed_reclamation_penalty) ||
         c->seed_interruption_penalty < 0 || c->seed_reclamation_penalty < 0) {
-        sim_errf(err, err_len, "seed penalties must be finite and >= 0");
+        bf_errf(err, err_len, "seed penalties must be finite and >= 0");
         return -EINVAL;
     }
     return 0;
@@ -1238,7 +1238,7 @@ static int setup_topology(struct bf_sim *s, uint32_t **zone_idx, uint32_t *n_zon
             const char *e = strchr(p, ',');
             size_t l = e ? (size_t)(e - p) : strlen(p);
             if (l == 0 || l >= BF_SIM_NAME_MAX) {
-                sim_errf(err, err_len, "zone names: empty or too long name");
+                bf_errf(err, err_len, "zone names: empty or too long name");
                 free(z);
                 return -EINVAL;
             }
@@ -1258,7 +1258,7 @@ static int setup_topology(struct bf_sim *s, uint32_t **zone_idx, uint32_t *n_zon
             }
             for (uint32_t k = 0; k < n; k++) {
                 if (z[k] == zi) {
-                    sim_errf(err, err_len, "zone names: duplicate %.*s", (int)l, p);
+                    bf_errf(err, err_len, "zone names: duplicate %.*s", (int)l, p);
                     free(z);
                     return -EINVAL;
                 }
@@ -1358,8 +1358,8 @@ static int seed(struct bf_sim *s, const uint32_t *zone_idx, uint32_t nz, const u
         total += (uint64_t)c->seed_speculative + c->seed_idle + c->seed_configured +
                  (uint64_t)c->seed_speculative_per_node * s->types[t].t.trace_nodes;
     if (total > SIM_MAX_MACHINES) {
-        sim_errf(err, err_len, "seeding %llu machines exceeds the limit of %u",
-                 (unsigned long long)total, SIM_MAX_MACHINES);
+        bf_errf(err, err_len, "seeding %llu machines exceeds the limit of %u",
+                (unsigned long long)total, SIM_MAX_MACHINES);
         return -EINVAL;
     }
     if (sim_grow_machines(s, (size_t)total) || sim_index_reserve(&s->ids.ix, (size_t)total) ||
@@ -1596,7 +1596,7 @@ int bf_sim_open(const struct bf_sim_config *cfg, struct bf_sim **out, char *err,
     s->meta_dirty = true;
     s->call_rev = s->rev;
     if (flush(s)) {
-        sim_errf(err, err_len, "writing the state to %s failed", cfg->state_path);
+        bf_errf(err, err_len, "writing the state to %s failed", cfg->state_path);
         rc = -EIO;
         goto fail;
     }
@@ -1607,7 +1607,7 @@ int bf_sim_open(const struct bf_sim_config *cfg, struct bf_sim **out, char *err,
     return 0;
 fail:
     if (rc == -ENOMEM)
-        sim_errf(err, err_len, "out of memory");
+        bf_errf(err, err_len, "out of memory");
     free(cat);
     free(zone_idx);
     free(rack_idx);

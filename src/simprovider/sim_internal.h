@@ -381,6 +381,5 @@ void sim_store_close(struct bf_sim *s);
 /* Labels and names used by the catalog and the encoder. */
 void sim_zone_default_name(uint32_t z, char *buf, size_t n);
 const char *sim_kind_lower(int kind); /* "create", ... */
-void sim_errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif /* BF_SIM_INTERNAL_H */

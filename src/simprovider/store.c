@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "bigfleet/util.h"
 #include "simprovider/sim_internal.h"
 
 #define META_VERSION 1u
@@ -66,7 +67,7 @@ int sim_store_open(struct bf_sim *s, char *err, size_t err_len)
     int rc;
     if (mkdir(path, 0755) && errno != EEXIST) {
         rc = -errno;
-        sim_errf(err, err_len, "state %s: %s", path, strerror(errno));
+        bf_errf(err, err_len, "state %s: %s", path, strerror(errno));
         free(st);
         return rc;
     }
@@ -96,7 +97,7 @@ int sim_store_open(struct bf_sim *s, char *err, size_t err_len)
 fail_env:
     mdb_env_close(st->env);
 fail:
-    sim_errf(err, err_len, "state %s: %s", path, mdb_strerror(rc));
+    bf_errf(err, err_len, "state %s: %s", path, mdb_strerror(rc));
     free(st);
     return map_err(rc);
 }
@@ -316,16 +317,16 @@ static long load_machines(struct bf_sim *s, MDB_txn *txn, char *err, size_t err_
                       *errs = take_s(&r, 4, &el), *md = take_s(&r, 4, &ml);
         if (r.bad || h[0] != REC_VERSION || h[1] < BF_STATE_SPECULATIVE || h[1] > BF_STATE_FAILED ||
             k.mv_size == 0 || zl == 0 || rl == 0) {
-            sim_errf(err, err_len, "state: malformed machine record %.*s", (int)k.mv_size,
-                     (const char *)k.mv_data);
+            bf_errf(err, err_len, "state: malformed machine record %.*s", (int)k.mv_size,
+                    (const char *)k.mv_data);
             rc = -EINVAL;
             goto out;
         }
         uint32_t t = sim_type_by_name(s, (const char *)type, tl);
         if (t == UINT32_MAX) {
-            sim_errf(err, err_len,
-                     "state: machine %.*s has instance type %.*s, which the catalog lacks",
-                     (int)k.mv_size, (const char *)k.mv_data, (int)tl, (const char *)type);
+            bf_errf(err, err_len,
+                    "state: machine %.*s has instance type %.*s, which the catalog lacks",
+                    (int)k.mv_size, (const char *)k.mv_data, (int)tl, (const char *)type);
             rc = -EINVAL;
             goto out;
         }
@@ -359,8 +360,8 @@ static long load_machines(struct bf_sim *s, MDB_txn *txn, char *err, size_t err_
             goto out;
         }
         if (ml && (m->md = sim_md_intern_raw(&s->md, md, ml)) == UINT32_MAX) {
-            sim_errf(err, err_len, "state: bad shard_metadata in %.*s", (int)k.mv_size,
-                     (const char *)k.mv_data);
+            bf_errf(err, err_len, "state: bad shard_metadata in %.*s", (int)k.mv_size,
+                    (const char *)k.mv_data);
             rc = -EINVAL;
             goto out;
         }
@@ -401,7 +402,7 @@ static int load_fences(struct bf_sim *s, MDB_txn *txn, char *err, size_t err_len
         size_t sl = 0, ml = 0;
         const uint8_t *shard = take_s(&r, 4, &sl), *mid = take_s(&r, 4, &ml);
         if (r.bad || k.mv_size != 8 || ml == 0) {
-            sim_errf(err, err_len, "state: malformed fence record");
+            bf_errf(err, err_len, "state: malformed fence record");
             rc = -EINVAL;
             goto out;
         }
@@ -440,7 +441,7 @@ long sim_store_load(struct bf_sim *s, char *err, size_t err_len)
     MDB_txn *txn;
     int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
     if (rc) {
-        sim_errf(err, err_len, "state: %s", mdb_strerror(rc));
+        bf_errf(err, err_len, "state: %s", mdb_strerror(rc));
         return map_err(rc);
     }
     MDB_val k = {5, "state"}, v;
@@ -451,19 +452,19 @@ long sim_store_load(struct bf_sim *s, char *err, size_t err_len)
         return 0; /* fresh state */
     }
     if (rc) {
-        sim_errf(err, err_len, "state: %s", mdb_strerror(rc));
+        bf_errf(err, err_len, "state: %s", mdb_strerror(rc));
         mdb_txn_abort(txn);
         return map_err(rc);
     }
     struct meta_rec mr;
     if (v.mv_size != sizeof mr) {
-        sim_errf(err, err_len, "state: malformed meta record");
+        bf_errf(err, err_len, "state: malformed meta record");
         mdb_txn_abort(txn);
         return -EINVAL;
     }
     memcpy(&mr, v.mv_data, sizeof mr);
     if (mr.version != META_VERSION || mr.rev < 0) {
-        sim_errf(err, err_len, "state: unsupported meta version %u", mr.version);
+        bf_errf(err, err_len, "state: unsupported meta version %u", mr.version);
         mdb_txn_abort(txn);
         return -EINVAL;
     }

@@ -465,16 +465,6 @@ void sim_md_unref(struct sim_mdpool *mp, uint32_t i)
 
 /* ------------------------------------------------------------ misc */
 
-void sim_errf(char *err, size_t n, const char *fmt, ...)
-{
-    if (!err || !n)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
-
 const char *sim_kind_lower(int kind)
 {
     static const char *const k[] = {"create", "configure", "drain", "delete"};
