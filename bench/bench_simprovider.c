@@ -73,11 +73,11 @@ static size_t pack_with_protobuf_c(struct bf_sim *s, const struct bf_sim_reply *
     Bigfleet__V1alpha1__Machine **msgs = calloc(n + 1, sizeof *msgs);
     uint32_t *idx = calloc(n + 1, sizeof *idx);
     for (size_t i = 0; i < n; i++)
-        idx[i] = sim_find_machine(s, parsed->machines[i]->id, strlen(parsed->machines[i]->id));
+        idx[i] = bf_sim_find_machine(s, parsed->machines[i]->id, strlen(parsed->machines[i]->id));
     ml.revision = parsed->revision;
     for (size_t i = 0; i < n; i++) {
-        pm[i] = sim_machine_pb(s, idx[i]);
-        msgs[i] = sim_machine_pb_msg(pm[i]);
+        pm[i] = bf_sim_machine_pb(s, idx[i]);
+        msgs[i] = bf_sim_machine_pb_msg(pm[i]);
     }
     ml.n_machines = n;
     ml.machines = msgs;
@@ -89,7 +89,7 @@ static size_t pack_with_protobuf_c(struct bf_sim *s, const struct bf_sim_reply *
         exit(1);
     }
     for (size_t i = 0; i < n; i++)
-        sim_machine_pb_free(pm[i]);
+        bf_sim_machine_pb_free(pm[i]);
     free(pm);
     free(msgs);
     free(idx);
@@ -106,15 +106,15 @@ static double time_protobuf_c(struct bf_sim *s, const struct bf_sim_reply *r)
     size_t n = parsed->n_machines;
     uint32_t *idx = calloc(n + 1, sizeof *idx);
     for (size_t i = 0; i < n; i++)
-        idx[i] = sim_find_machine(s, parsed->machines[i]->id, strlen(parsed->machines[i]->id));
+        idx[i] = bf_sim_find_machine(s, parsed->machines[i]->id, strlen(parsed->machines[i]->id));
     Bigfleet__V1alpha1__MachineList ml = BIGFLEET__V1ALPHA1__MACHINE_LIST__INIT;
     ml.revision = parsed->revision;
     struct sim_pb_machine **pm = calloc(n + 1, sizeof *pm);
     Bigfleet__V1alpha1__Machine **msgs = calloc(n + 1, sizeof *msgs);
     double t = now_s();
     for (size_t i = 0; i < n; i++) {
-        pm[i] = sim_machine_pb(s, idx[i]);
-        msgs[i] = sim_machine_pb_msg(pm[i]);
+        pm[i] = bf_sim_machine_pb(s, idx[i]);
+        msgs[i] = bf_sim_machine_pb_msg(pm[i]);
     }
     ml.n_machines = n;
     ml.machines = msgs;
@@ -123,7 +123,7 @@ static double time_protobuf_c(struct bf_sim *s, const struct bf_sim_reply *r)
     protobuf_c_message_pack(&ml.base, buf);
     t = now_s() - t;
     for (size_t i = 0; i < n; i++)
-        sim_machine_pb_free(pm[i]);
+        bf_sim_machine_pb_free(pm[i]);
     free(pm);
     free(msgs);
     free(idx);

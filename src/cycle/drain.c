@@ -43,17 +43,17 @@ static int cmp_victim(const void *a, const void *b)
 
 /* ------------------------------------------------------------ cross-shard drain */
 
-void own_do_drain(struct bf_cycle *c, const Instr *in, struct reply *r)
+void bf_own_do_drain(struct bf_cycle *c, const Instr *in, struct reply *r)
 {
     struct bf_cycle_own *o = c->own;
     struct bf_shm *s = c->shm;
     const Bigfleet__V1alpha1__CrossShardDrain *d = in->cross_shard_drain;
-    if (!own_check_shape(d->n_machine_ids, d->machine_ids, d->count, r))
+    if (!bf_own_check_shape(d->n_machine_ids, d->machine_ids, d->count, r))
         return;
     if (c->o.actuation_paused || c->o.dry_run) {
-        own_set_reason(r, OUT_FAILED, "%s: no drain is executed",
-                       c->o.actuation_paused ? "actuation paused (--actuation-paused)"
-                                             : "dry-run mode (--dry-run)");
+        bf_own_set_reason(r, OUT_FAILED, "%s: no drain is executed",
+                          c->o.actuation_paused ? "actuation paused (--actuation-paused)"
+                                                : "dry-run mode (--dry-run)");
         return;
     }
     int32_t P = d->preemptor_priority;
@@ -62,7 +62,7 @@ void own_do_drain(struct bf_cycle *c, const Instr *in, struct reply *r)
     bf_engine_config_defaults(&ec);
     struct picks ps = {0};
     if (d->count > 0) {
-        int ti = own_type_idx(s, d->instance_type), zi = own_zone_idx(s, d->zone);
+        int ti = bf_own_type_idx(s, d->instance_type), zi = bf_own_zone_idx(s, d->zone);
         uint32_t hwm = bf_inv_hwm(s);
         for (uint32_t slot = 0; ti != -2 && zi != -2 && slot < hwm && slot < c->capacity; slot++) {
             const struct slotinfo *si = &c->slots[slot];
@@ -75,7 +75,7 @@ void own_do_drain(struct bf_cycle *c, const Instr *in, struct reply *r)
                 rec.state != BF_STATE_CONFIGURED || !rec.cluster || rec.assigned_priority >= P ||
                 (MB > 0 && rec.ipb >= MB))
                 continue;
-            if (own_source_of_slot(c, slot, &o->view) == BF_OWN_SRC_NONE)
+            if (bf_own_source_of_slot(c, slot, &o->view) == BF_OWN_SRC_NONE)
                 continue; /* bound but no longer owned: not ours to give */
             uint32_t il = 0;
             const char *id = bf_str(s, rec.id, &il);
@@ -89,18 +89,18 @@ void own_do_drain(struct bf_cycle *c, const Instr *in, struct reply *r)
                 rec.rpb,
                 rec.price_per_hour,
                 bf_engine_victim_score(&ec, P, rec.assigned_priority, rec.ipb, rec.rpb)};
-            if (!own_picks_add(&ps, &p)) {
-                own_set_reason(r, OUT_FAILED, "out of memory");
+            if (!bf_own_picks_add(&ps, &p)) {
+                bf_own_set_reason(r, OUT_FAILED, "out of memory");
                 goto out;
             }
         }
         if (!ps.n) {
-            own_set_reason(
+            bf_own_set_reason(
                 r, OUT_FAILED,
                 "no Configured machine of priority below %d%s matches instance_type=\"%s\" "
                 "zone=\"%s\" (owned, not in flight, not reserved)",
                 P, MB > 0 ? " and interruption penalty bucket below the requester's" : "",
-                own_str(d->instance_type), own_str(d->zone));
+                bf_own_str(d->instance_type), bf_own_str(d->zone));
             goto out;
         }
         qsort(ps.p, ps.n, sizeof *ps.p, cmp_victim);
@@ -115,62 +115,63 @@ void own_do_drain(struct bf_cycle *c, const Instr *in, struct reply *r)
                 dup = ps.p[j].len == il && !memcmp(ps.p[j].id, id, il);
             if (dup)
                 continue;
-            int64_t slot = own_slot_of(c, id, il);
+            int64_t slot = bf_own_slot_of(c, id, il);
             struct bf_machine_rec rec;
             if (slot < 0 || bf_inv_read(s, (uint32_t)slot, &rec) != 0 ||
                 !(rec.flags & BF_REC_VALID)) {
-                own_set_reason(r, OUT_FAILED, "machine %s is not in this shard's inventory", id);
+                bf_own_set_reason(r, OUT_FAILED, "machine %s is not in this shard's inventory", id);
                 goto out;
             }
             uint32_t sl = 0;
             const char *sid = bf_str(s, rec.id, &sl);
             if (sid && bf_idmap_get(&o->resv, sid, sl, NULL)) {
-                own_set_reason(r, OUT_FAILED, "machine %s is already reserved for a transfer", id);
+                bf_own_set_reason(r, OUT_FAILED, "machine %s is already reserved for a transfer",
+                                  id);
                 goto out;
             }
             if (rec.state != BF_STATE_CONFIGURED || !rec.cluster) {
-                own_set_reason(r, OUT_FAILED,
-                               "machine %s is %s; a cross-shard drain takes "
-                               "Configured machines",
-                               id, bf_state_name(rec.state));
+                bf_own_set_reason(r, OUT_FAILED,
+                                  "machine %s is %s; a cross-shard drain takes "
+                                  "Configured machines",
+                                  id, bf_state_name(rec.state));
                 goto out;
             }
             if (rec.assigned_priority >= P) {
-                own_set_reason(r, OUT_FAILED,
-                               "machine %s serves priority %d, not below the preemptor's %d", id,
-                               rec.assigned_priority, P);
+                bf_own_set_reason(r, OUT_FAILED,
+                                  "machine %s serves priority %d, not below the preemptor's %d", id,
+                                  rec.assigned_priority, P);
                 goto out;
             }
             if (MB > 0 && rec.ipb >= MB) {
-                own_set_reason(r, OUT_FAILED,
-                               "machine %s serves interruption penalty bucket %d, not below "
-                               "the requester's %d",
-                               id, rec.ipb, MB);
+                bf_own_set_reason(r, OUT_FAILED,
+                                  "machine %s serves interruption penalty bucket %d, not below "
+                                  "the requester's %d",
+                                  id, rec.ipb, MB);
                 goto out;
             }
             if (bf_pending(s, (uint32_t)slot)) {
-                own_set_reason(r, OUT_FAILED, "machine %s has an action in flight", id);
+                bf_own_set_reason(r, OUT_FAILED, "machine %s has an action in flight", id);
                 goto out;
             }
-            if (own_source_of_slot(c, (uint32_t)slot, &o->view) == BF_OWN_SRC_NONE) {
-                own_set_reason(r, OUT_FAILED, "machine %s is not owned by this shard", id);
+            if (bf_own_source_of_slot(c, (uint32_t)slot, &o->view) == BF_OWN_SRC_NONE) {
+                bf_own_set_reason(r, OUT_FAILED, "machine %s is not owned by this shard", id);
                 goto out;
             }
             struct pick p = {(uint32_t)slot, sid, sl, false, rec.rpb, rec.price_per_hour, 0};
-            if (!sid || !own_picks_add(&ps, &p)) {
-                own_set_reason(r, OUT_FAILED, "out of memory");
+            if (!sid || !bf_own_picks_add(&ps, &p)) {
+                bf_own_set_reason(r, OUT_FAILED, "out of memory");
                 goto out;
             }
         }
     }
     if (o->resv.n + ps.n > BF_OWN_RESERVED_MAX) {
-        own_set_reason(r, OUT_FAILED, "reservation table full (%u held, at most %d)", o->resv.n,
-                       BF_OWN_RESERVED_MAX);
+        bf_own_set_reason(r, OUT_FAILED, "reservation table full (%u held, at most %d)", o->resv.n,
+                          BF_OWN_RESERVED_MAX);
         goto out;
     }
     struct bf_ring_hdr *rh = s->ring[BF_RING_ACTIONS];
     if (bf_ring_depth(s, BF_RING_ACTIONS) + ps.n > rh->capacity) {
-        own_set_reason(r, OUT_FAILED, "actions ring full; retry");
+        bf_own_set_reason(r, OUT_FAILED, "actions ring full; retry");
         goto out;
     }
     /* victims' graces, then the reservations and the dedup entry, committed */
@@ -181,10 +182,10 @@ void own_do_drain(struct bf_cycle *c, const Instr *in, struct reply *r)
     char **echo = calloc(ps.n + 1, sizeof *echo);
     MDB_txn *txn = NULL;
     if (!grace || !vprio || !vcl || !echo) {
-        own_set_reason(r, OUT_FAILED, "out of memory");
+        bf_own_set_reason(r, OUT_FAILED, "out of memory");
         goto out_free;
     }
-    if (!own_begin(c, &txn, r))
+    if (!bf_own_begin(c, &txn, r))
         goto out_free;
     size_t il = strlen(in->instruction_id);
     uint8_t *val = malloc(sizeof(struct bf_own_resv_rec) + il);
@@ -210,13 +211,13 @@ void own_do_drain(struct bf_cycle *c, const Instr *in, struct reply *r)
     }
     free(val);
     if (rc) {
-        own_fail_txn(c, txn, rc, r);
+        bf_own_fail_txn(c, txn, rc, r);
         goto out_free;
     }
     char reason[96] = "";
     if (d->count > 0 && ps.n < (size_t)d->count)
         snprintf(reason, sizeof reason, "resolved %zu of %d requested", ps.n, d->count);
-    if (!own_commit_accept(c, txn, in, K_DRAIN, reason, own_pick_ids(&ps, echo), ps.n, r))
+    if (!bf_own_commit_accept(c, txn, in, K_DRAIN, reason, bf_own_pick_ids(&ps, echo), ps.n, r))
         goto out_free;
     r->outcome = OUT_ACCEPTED;
     /* the Preempts, as the engine's own would be enqueued (in flight first) */
@@ -249,16 +250,16 @@ void own_do_drain(struct bf_cycle *c, const Instr *in, struct reply *r)
             BF_STAT_INC(s->st->cycle.actions_total[BF_ACTION_PREEMPT]);
             BF_STAT_INC(s->st->own.drained);
         }
-        own_touch(c, p->slot);
+        bf_own_touch(c, p->slot);
         char detail[64];
         snprintf(detail, sizeof detail, "victim priority %d, grace %llds", vprio[i],
                  (long long)grace[i]);
-        own_audit(c, BF_OWN_EV_RESERVED, p->id, in->instruction_id, "", "", detail, until, P);
+        bf_own_audit(c, BF_OWN_EV_RESERVED, p->id, in->instruction_id, "", "", detail, until, P);
     }
     BF_STAT_SET(s->st->action_serial, serial);
     if (ps.n)
         bf_wake(s, BF_ROLE_EXECUTOR);
-    own_resv_recompute_expiry(o);
+    bf_own_resv_recompute_expiry(o);
     BF_INFO("cross-shard drain: machines drained and reserved for transfer",
             "instruction_id=%.128s machines=%zu preemptor_priority=%d", in->instruction_id, ps.n,
             P);

@@ -56,12 +56,12 @@ static const char *const kind_names[] = {"unknown",         "AssignDomain",
                                          "UnassignDomain",  "ReassignSpeculative",
                                          "CrossShardDrain", "TransferOwnership"};
 
-const char *own_kind_name(int kind)
+const char *bf_own_kind_name(int kind)
 {
     return kind >= 0 && kind <= K_TRANSFER ? kind_names[kind] : "unknown";
 }
 
-void own_set_reason(struct reply *r, int outcome, const char *fmt, ...)
+void bf_own_set_reason(struct reply *r, int outcome, const char *fmt, ...)
 {
     r->outcome = outcome;
     va_list ap;
@@ -121,7 +121,7 @@ static void answer(struct bf_cycle *c, const Instr *in, int kind, const struct r
                 in->instruction_id, kind_names[kind], r->outcome, r->reason);
 }
 
-void own_fail_instruction(struct bf_cycle *c, const uint8_t *rec, size_t len, const char *why)
+void bf_own_fail_instruction(struct bf_cycle *c, const uint8_t *rec, size_t len, const char *why)
 {
     if (len < sizeof(struct bf_coord_in_hdr))
         return;
@@ -130,7 +130,7 @@ void own_fail_instruction(struct bf_cycle *c, const uint8_t *rec, size_t len, co
     if (!in)
         return;
     struct reply r;
-    own_set_reason(&r, OUT_FAILED, "%s", why);
+    bf_own_set_reason(&r, OUT_FAILED, "%s", why);
     answer(c, in, kind_of(in), &r);
     bigfleet__v1alpha1__coordinator_instruction__free_unpacked(in, NULL);
 }
@@ -227,8 +227,8 @@ static bool redelivered(struct bf_cycle *c, const Instr *in, int kind)
  * sends the ack. On failure the transaction is aborted, the reply becomes
  * FAILED and false is returned (nothing was applied).
  */
-bool own_commit_accept(struct bf_cycle *c, MDB_txn *txn, const Instr *in, int kind,
-                       const char *reason, char **ids, size_t n_ids, struct reply *r)
+bool bf_own_commit_accept(struct bf_cycle *c, MDB_txn *txn, const Instr *in, int kind,
+                          const char *reason, char **ids, size_t n_ids, struct reply *r)
 {
     size_t n;
     uint8_t *ack = pack_ack(in->instruction_id, OUT_ACCEPTED, reason, ids, n_ids, &n);
@@ -240,7 +240,7 @@ bool own_commit_accept(struct bf_cycle *c, MDB_txn *txn, const Instr *in, int ki
     if (rc) {
         free(ack);
         BF_STAT_INC(c->shm->st->own.store_errors);
-        own_set_reason(r, OUT_FAILED, "state store: %s", mdb_strerror(rc));
+        bf_own_set_reason(r, OUT_FAILED, "state store: %s", mdb_strerror(rc));
         BF_ERROR("cannot commit a coordinator instruction", "instruction_id=%.128s error=\"%s\"",
                  in->instruction_id, mdb_strerror(rc));
         return false;
@@ -252,22 +252,22 @@ bool own_commit_accept(struct bf_cycle *c, MDB_txn *txn, const Instr *in, int ki
     return true;
 }
 
-bool own_begin(struct bf_cycle *c, MDB_txn **txn, struct reply *r)
+bool bf_own_begin(struct bf_cycle *c, MDB_txn **txn, struct reply *r)
 {
     int rc = mdb_txn_begin(c->own->st->env, NULL, 0, txn);
     if (rc) {
         BF_STAT_INC(c->shm->st->own.store_errors);
-        own_set_reason(r, OUT_FAILED, "state store: %s", mdb_strerror(rc));
+        bf_own_set_reason(r, OUT_FAILED, "state store: %s", mdb_strerror(rc));
         return false;
     }
     return true;
 }
 
-bool own_fail_txn(struct bf_cycle *c, MDB_txn *txn, int rc, struct reply *r)
+bool bf_own_fail_txn(struct bf_cycle *c, MDB_txn *txn, int rc, struct reply *r)
 {
     mdb_txn_abort(txn);
     BF_STAT_INC(c->shm->st->own.store_errors);
-    own_set_reason(r, OUT_FAILED, "state store: %s", mdb_strerror(rc));
+    bf_own_set_reason(r, OUT_FAILED, "state store: %s", mdb_strerror(rc));
     return false;
 }
 
@@ -297,11 +297,12 @@ static int domain_index(const struct bf_own_view *v, const char *k, const char *
 static bool valid_domain(const char *k, const char *v, struct reply *r)
 {
     if (!k || !k[0]) {
-        own_set_reason(r, OUT_INVALID, "empty topology_key");
+        bf_own_set_reason(r, OUT_INVALID, "empty topology_key");
         return false;
     }
     if (strlen(k) > BF_OWN_ID_MAX || strlen(v ? v : "") > BF_OWN_ID_MAX) {
-        own_set_reason(r, OUT_INVALID, "topology key or value longer than %d bytes", BF_OWN_ID_MAX);
+        bf_own_set_reason(r, OUT_INVALID, "topology key or value longer than %d bytes",
+                          BF_OWN_ID_MAX);
         return false;
     }
     return true;
@@ -317,11 +318,11 @@ static void do_assign(struct bf_cycle *c, const Instr *in, struct reply *r)
         return;
     bool have = domain_index(&o->view, k, v) >= 0;
     if (!have && o->view.n_domains >= BF_OWN_DOMAINS_MAX) {
-        own_set_reason(r, OUT_FAILED, "domain table full (%d domains)", BF_OWN_DOMAINS_MAX);
+        bf_own_set_reason(r, OUT_FAILED, "domain table full (%d domains)", BF_OWN_DOMAINS_MAX);
         return;
     }
     MDB_txn *txn;
-    if (!own_begin(c, &txn, r))
+    if (!bf_own_begin(c, &txn, r))
         return;
     uint64_t gen = o->view.generation;
     if (!have) {
@@ -332,21 +333,21 @@ static void do_assign(struct bf_cycle *c, const Instr *in, struct reply *r)
         int rc = key ? mdb_put(txn, o->st->dbi[BF_OWN_DB_DOMAINS], &mk, &mv, 0) : ENOMEM;
         free(key);
         if (rc) {
-            own_fail_txn(c, txn, rc, r);
+            bf_own_fail_txn(c, txn, rc, r);
             return;
         }
         /* --ownership=auto: the first domain partitions this shard for good */
         MDB_val lk = {11, (void *)"partitioned"}, lv = {1, (void *)"1"};
         if ((rc = mdb_put(txn, o->st->dbi[BF_OWN_DB_META], &lk, &lv, 0)) != 0) {
-            own_fail_txn(c, txn, rc, r);
+            bf_own_fail_txn(c, txn, rc, r);
             return;
         }
-        if (!(gen = own_bump_generation(c, txn))) {
-            own_fail_txn(c, txn, EIO, r);
+        if (!(gen = bf_own_bump_generation(c, txn))) {
+            bf_own_fail_txn(c, txn, EIO, r);
             return;
         }
     }
-    if (!own_commit_accept(c, txn, in, K_ASSIGN, "", NULL, 0, r))
+    if (!bf_own_commit_accept(c, txn, in, K_ASSIGN, "", NULL, 0, r))
         return;
     r->outcome = OUT_ACCEPTED;
     if (have)
@@ -371,7 +372,7 @@ static void do_assign(struct bf_cycle *c, const Instr *in, struct reply *r)
     o->changed = true;
     char d[2 * BF_OWN_ID_MAX + 2];
     snprintf(d, sizeof d, "%s=%s", k, v);
-    own_audit(c, BF_OWN_EV_DOMAIN_ASSIGNED, "", in->instruction_id, "", "", d, 0, 0);
+    bf_own_audit(c, BF_OWN_EV_DOMAIN_ASSIGNED, "", in->instruction_id, "", "", d, 0, 0);
     BF_INFO("domain assigned", "domain=\"%s\" instruction_id=%.128s", d, in->instruction_id);
 }
 
@@ -391,7 +392,8 @@ static void do_unassign(struct bf_cycle *c, const Instr *in, struct reply *r)
     int di = domain_index(&o->view, k, v);
     MDB_txn *txn;
     if (di < 0) { /* not assigned: nothing to release */
-        if (own_begin(c, &txn, r) && own_commit_accept(c, txn, in, K_UNASSIGN, "", NULL, 0, r))
+        if (bf_own_begin(c, &txn, r) &&
+            bf_own_commit_accept(c, txn, in, K_UNASSIGN, "", NULL, 0, r))
             r->outcome = OUT_ACCEPTED;
         return;
     }
@@ -400,7 +402,7 @@ static void do_unassign(struct bf_cycle *c, const Instr *in, struct reply *r)
     struct bf_own_view after = o->view;
     struct bf_own_domain *rest = malloc((o->view.n_domains ? o->view.n_domains : 1) * sizeof *rest);
     if (!rest) {
-        own_set_reason(r, OUT_FAILED, "out of memory");
+        bf_own_set_reason(r, OUT_FAILED, "out of memory");
         return;
     }
     uint32_t nr = 0;
@@ -416,8 +418,8 @@ static void do_unassign(struct bf_cycle *c, const Instr *in, struct reply *r)
     for (uint32_t slot = 0; slot < hwm && slot < c->capacity; slot++) {
         if (!c->slots[slot].present)
             continue;
-        if (own_source_of_slot(c, slot, &o->view) != BF_OWN_SRC_DOMAIN ||
-            own_source_of_slot(c, slot, &after) != BF_OWN_SRC_NONE)
+        if (bf_own_source_of_slot(c, slot, &o->view) != BF_OWN_SRC_DOMAIN ||
+            bf_own_source_of_slot(c, slot, &after) != BF_OWN_SRC_NONE)
             continue;
         struct bf_machine_rec rec;
         if (bf_inv_read(c->shm, slot, &rec) != 0)
@@ -438,13 +440,14 @@ static void do_unassign(struct bf_cycle *c, const Instr *in, struct reply *r)
     }
     free(rest);
     if (blocked) {
-        own_set_reason(r, OUT_FAILED,
-                       "domain %s=%s still holds %u machines bound, in flight or reserved on this "
-                       "shard (first: %s); drain or transfer them first",
-                       k, v, blocked, first);
+        bf_own_set_reason(
+            r, OUT_FAILED,
+            "domain %s=%s still holds %u machines bound, in flight or reserved on this "
+            "shard (first: %s); drain or transfer them first",
+            k, v, blocked, first);
         return;
     }
-    if (!own_begin(c, &txn, r))
+    if (!bf_own_begin(c, &txn, r))
         return;
     size_t kl;
     char *key = domain_key(k, v, &kl);
@@ -453,17 +456,17 @@ static void do_unassign(struct bf_cycle *c, const Instr *in, struct reply *r)
     free(key);
     uint64_t gen = 0;
     if (rc && rc != MDB_NOTFOUND) {
-        own_fail_txn(c, txn, rc, r);
+        bf_own_fail_txn(c, txn, rc, r);
         return;
     }
-    if (!(gen = own_bump_generation(c, txn))) {
-        own_fail_txn(c, txn, EIO, r);
+    if (!(gen = bf_own_bump_generation(c, txn))) {
+        bf_own_fail_txn(c, txn, EIO, r);
         return;
     }
     char reason[96] = "";
     if (released)
         snprintf(reason, sizeof reason, "released %u unbound machines", released);
-    if (!own_commit_accept(c, txn, in, K_UNASSIGN, reason, NULL, 0, r))
+    if (!bf_own_commit_accept(c, txn, in, K_UNASSIGN, reason, NULL, 0, r))
         return;
     r->outcome = OUT_ACCEPTED;
     free(o->view.domains[di].key);
@@ -474,14 +477,14 @@ static void do_unassign(struct bf_cycle *c, const Instr *in, struct reply *r)
     o->changed = true;
     char d[2 * BF_OWN_ID_MAX + 2];
     snprintf(d, sizeof d, "%s=%s", k, v);
-    own_audit(c, BF_OWN_EV_DOMAIN_UNASSIGNED, "", in->instruction_id, "", "", d, 0, 0);
+    bf_own_audit(c, BF_OWN_EV_DOMAIN_UNASSIGNED, "", in->instruction_id, "", "", d, 0, 0);
     BF_INFO("domain unassigned", "domain=\"%s\" released=%u instruction_id=%.128s", d, released,
             in->instruction_id);
 }
 
 /* ------------------------------------------------------------ entry */
 
-void own_handle_instruction(struct bf_cycle *c, const uint8_t *rec, size_t len, int64_t now_ns)
+void bf_own_handle_instruction(struct bf_cycle *c, const uint8_t *rec, size_t len, int64_t now_ns)
 {
     (void)now_ns;
     struct bf_coord_in_hdr h;
@@ -502,8 +505,8 @@ void own_handle_instruction(struct bf_cycle *c, const uint8_t *rec, size_t len, 
     if (!in->instruction_id || !in->instruction_id[0] || redelivered(c, in, kind))
         goto out;
     if (in->coordinator_term < h.hwm) {
-        own_set_reason(&r, OUT_STALE, "stale coordinator term %lld < %lld",
-                       (long long)in->coordinator_term, (long long)h.hwm);
+        bf_own_set_reason(&r, OUT_STALE, "stale coordinator term %lld < %lld",
+                          (long long)in->coordinator_term, (long long)h.hwm);
         answer(c, in, kind, &r);
         goto out;
     }
@@ -515,16 +518,16 @@ void own_handle_instruction(struct bf_cycle *c, const uint8_t *rec, size_t len, 
         do_unassign(c, in, &r);
         break;
     case K_TRANSFER:
-        own_do_transfer(c, in, &r);
+        bf_own_do_transfer(c, in, &r);
         break;
     case K_REASSIGN:
-        own_do_reassign(c, in, &r);
+        bf_own_do_reassign(c, in, &r);
         break;
     case K_DRAIN:
-        own_do_drain(c, in, &r);
+        bf_own_do_drain(c, in, &r);
         break;
     default:
-        own_set_reason(&r, OUT_INVALID, "unknown payload");
+        bf_own_set_reason(&r, OUT_INVALID, "unknown payload");
         break;
     }
     if (r.outcome != OUT_ACCEPTED)

@@ -44,7 +44,7 @@ static int cmp_give_up(const void *a, const void *b)
 }
 
 /* Registry index of a type or zone name; -1 = "" (any); -2 = unknown. */
-int own_type_idx(const struct bf_shm *s, const char *name)
+int bf_own_type_idx(const struct bf_shm *s, const char *name)
 {
     if (!name || !name[0])
         return -1;
@@ -55,7 +55,7 @@ int own_type_idx(const struct bf_shm *s, const char *name)
     return -2;
 }
 
-int own_zone_idx(const struct bf_shm *s, const char *name)
+int bf_own_zone_idx(const struct bf_shm *s, const char *name)
 {
     if (!name || !name[0])
         return -1;
@@ -66,7 +66,7 @@ int own_zone_idx(const struct bf_shm *s, const char *name)
     return -2;
 }
 
-bool own_picks_add(struct picks *ps, const struct pick *p)
+bool bf_own_picks_add(struct picks *ps, const struct pick *p)
 {
     if (ps->n == ps->cap) {
         size_t nc = ps->cap ? ps->cap * 2 : 64;
@@ -80,7 +80,7 @@ bool own_picks_add(struct picks *ps, const struct pick *p)
     return true;
 }
 
-const char *own_str(const char *s)
+const char *bf_own_str(const char *s)
 {
     return s ? s : "";
 }
@@ -105,29 +105,29 @@ static void out_peer(struct bf_cycle *c, const char *id, char *peer, size_t n)
 }
 
 /* The selector and id-list checks common to the three machine instructions. */
-bool own_check_shape(size_t n_ids, char **ids, int32_t count, struct reply *r)
+bool bf_own_check_shape(size_t n_ids, char **ids, int32_t count, struct reply *r)
 {
     if (count < 0) {
-        own_set_reason(r, OUT_INVALID, "negative count");
+        bf_own_set_reason(r, OUT_INVALID, "negative count");
         return false;
     }
     if (count > 0 && n_ids > 0) {
-        own_set_reason(r, OUT_INVALID, "name machine_ids or a selector (count), not both");
+        bf_own_set_reason(r, OUT_INVALID, "name machine_ids or a selector (count), not both");
         return false;
     }
     if (count == 0 && n_ids == 0) {
-        own_set_reason(r, OUT_INVALID, "no machine_ids and no selector (count)");
+        bf_own_set_reason(r, OUT_INVALID, "no machine_ids and no selector (count)");
         return false;
     }
     if ((size_t)count > BF_OWN_MAX_IDS || n_ids > BF_OWN_MAX_IDS) {
-        own_set_reason(r, OUT_INVALID, "at most %d machines per instruction", BF_OWN_MAX_IDS);
+        bf_own_set_reason(r, OUT_INVALID, "at most %d machines per instruction", BF_OWN_MAX_IDS);
         return false;
     }
     for (size_t i = 0; i < n_ids; i++) {
         size_t l = ids[i] ? strlen(ids[i]) : 0;
         if (l == 0 || l > BF_OWN_ID_MAX) {
-            own_set_reason(r, OUT_INVALID, "machine id %zu is empty or longer than %d bytes", i,
-                           BF_OWN_ID_MAX);
+            bf_own_set_reason(r, OUT_INVALID, "machine id %zu is empty or longer than %d bytes", i,
+                              BF_OWN_ID_MAX);
             return false;
         }
     }
@@ -148,7 +148,7 @@ static bool donor_picks(struct bf_cycle *c, int want, char **ids, size_t n_ids, 
     struct bf_cycle_own *o = c->own;
     struct bf_shm *s = c->shm;
     if (count > 0) {
-        int ti = own_type_idx(s, itype), zi = own_zone_idx(s, zone);
+        int ti = bf_own_type_idx(s, itype), zi = bf_own_zone_idx(s, zone);
         uint32_t hwm = bf_inv_hwm(s);
         for (uint32_t slot = 0; ti != -2 && zi != -2 && slot < hwm && slot < c->capacity; slot++) {
             const struct slotinfo *si = &c->slots[slot];
@@ -167,16 +167,16 @@ static bool donor_picks(struct bf_cycle *c, int want, char **ids, size_t n_ids, 
             if (si->held && !reserved)
                 continue; /* not owned: leaving this shard */
             struct pick p = {slot, id, il, reserved, rec.rpb, rec.price_per_hour, 0};
-            if (!own_picks_add(out, &p)) {
-                own_set_reason(r, OUT_FAILED, "out of memory");
+            if (!bf_own_picks_add(out, &p)) {
+                bf_own_set_reason(r, OUT_FAILED, "out of memory");
                 return false;
             }
         }
         if (!out->n) {
-            own_set_reason(r, OUT_FAILED,
-                           "no %s unbound machine owned by this shard matches "
-                           "instance_type=\"%s\" zone=\"%s\" (none in flight)",
-                           bf_state_name(want), own_str(itype), own_str(zone));
+            bf_own_set_reason(r, OUT_FAILED,
+                              "no %s unbound machine owned by this shard matches "
+                              "instance_type=\"%s\" zone=\"%s\" (none in flight)",
+                              bf_state_name(want), bf_own_str(itype), bf_own_str(zone));
             return false;
         }
         qsort(out->p, out->n, sizeof *out->p, cmp_give_up);
@@ -197,48 +197,50 @@ static bool donor_picks(struct bf_cycle *c, int want, char **ids, size_t n_ids, 
             out_peer(c, id, peer, sizeof peer);
             if (!strcmp(peer, to))
                 continue; /* already transferred there: idempotent */
-            own_set_reason(r, OUT_FAILED, "machine %s was transferred to shard \"%s\"", id, peer);
+            bf_own_set_reason(r, OUT_FAILED, "machine %s was transferred to shard \"%s\"", id,
+                              peer);
             return false;
         }
-        int64_t slot = own_slot_of(c, id, il);
+        int64_t slot = bf_own_slot_of(c, id, il);
         if (slot < 0) {
-            own_set_reason(r, OUT_FAILED, "machine %s is not in this shard's inventory", id);
+            bf_own_set_reason(r, OUT_FAILED, "machine %s is not in this shard's inventory", id);
             return false;
         }
         struct bf_machine_rec rec;
         if (bf_inv_read(s, (uint32_t)slot, &rec) != 0 || !(rec.flags & BF_REC_VALID)) {
-            own_set_reason(r, OUT_FAILED, "machine %s: record busy; retry", id);
+            bf_own_set_reason(r, OUT_FAILED, "machine %s: record busy; retry", id);
             return false;
         }
         uint32_t sl = 0;
         const char *sid = bf_str(s, rec.id, &sl);
         bool reserved = sid && bf_idmap_get(&o->resv, sid, sl, NULL);
         if (c->slots[slot].held && !reserved) {
-            own_set_reason(r, OUT_FAILED, "machine %s is not owned by this shard", id);
+            bf_own_set_reason(r, OUT_FAILED, "machine %s is not owned by this shard", id);
             return false;
         }
         if (rec.state != want || rec.cluster) {
-            own_set_reason(r, OUT_FAILED,
-                           "machine %s is %s%s; only %s, unbound machines move (a transfer never "
-                           "drains)",
-                           id, bf_state_name(rec.state),
-                           rec.cluster ? " and bound to a cluster" : "", bf_state_name(want));
+            bf_own_set_reason(
+                r, OUT_FAILED,
+                "machine %s is %s%s; only %s, unbound machines move (a transfer never "
+                "drains)",
+                id, bf_state_name(rec.state), rec.cluster ? " and bound to a cluster" : "",
+                bf_state_name(want));
             return false;
         }
         if (bf_pending(s, (uint32_t)slot)) {
-            own_set_reason(r, OUT_FAILED, "machine %s has an action in flight", id);
+            bf_own_set_reason(r, OUT_FAILED, "machine %s has an action in flight", id);
             return false;
         }
         struct pick p = {(uint32_t)slot, sid, sl, reserved, rec.rpb, rec.price_per_hour, 0};
-        if (!sid || !own_picks_add(out, &p)) {
-            own_set_reason(r, OUT_FAILED, "out of memory");
+        if (!sid || !bf_own_picks_add(out, &p)) {
+            bf_own_set_reason(r, OUT_FAILED, "out of memory");
             return false;
         }
     }
     return true;
 }
 
-char **own_pick_ids(const struct picks *ps, char **store)
+char **bf_own_pick_ids(const struct picks *ps, char **store)
 {
     for (size_t i = 0; i < ps->n; i++)
         store[i] = (char *)ps->p[i].id; /* NUL-terminated in the string table */
@@ -266,17 +268,17 @@ static void xfer_donor(struct bf_cycle *c, const Instr *in, const struct xfer_ar
     if (!donor_picks(c, a->want, a->ids, a->n_ids, a->count, a->itype, a->zone, a->to, &ps, r))
         goto out;
     if ((uint64_t)o->view.out.n + ps.n > BF_OWN_XFER_TABLE_FACTOR * (uint64_t)c->capacity) {
-        own_set_reason(r, OUT_FAILED, "transfer-out table full (%u machines)", o->view.out.n);
+        bf_own_set_reason(r, OUT_FAILED, "transfer-out table full (%u machines)", o->view.out.n);
         goto out;
     }
     MDB_txn *txn;
-    if (!own_begin(c, &txn, r))
+    if (!bf_own_begin(c, &txn, r))
         goto out;
     int64_t now = bf_now_ns();
     size_t tl = strlen(a->to);
     uint8_t *val = malloc(sizeof(struct bf_own_xfer_rec) + tl);
     if (!val) {
-        own_fail_txn(c, txn, ENOMEM, r);
+        bf_own_fail_txn(c, txn, ENOMEM, r);
         goto out;
     }
     struct bf_own_xfer_rec xr = {.kind = (uint8_t)a->src, .at_ns = now};
@@ -295,12 +297,12 @@ static void xfer_donor(struct bf_cycle *c, const Instr *in, const struct xfer_ar
     }
     free(val);
     if (rc) {
-        own_fail_txn(c, txn, rc, r);
+        bf_own_fail_txn(c, txn, rc, r);
         goto out;
     }
-    uint64_t gen = ps.n ? own_bump_generation(c, txn) : o->view.generation;
+    uint64_t gen = ps.n ? bf_own_bump_generation(c, txn) : o->view.generation;
     if (!gen && ps.n) {
-        own_fail_txn(c, txn, EIO, r);
+        bf_own_fail_txn(c, txn, EIO, r);
         goto out;
     }
     char reason[96] = "";
@@ -310,12 +312,12 @@ static void xfer_donor(struct bf_cycle *c, const Instr *in, const struct xfer_ar
      * have been transferred by an earlier instruction: idempotent) */
     char **echo = calloc(ps.n + 1, sizeof *echo);
     if (!echo) {
-        own_fail_txn(c, txn, ENOMEM, r);
+        bf_own_fail_txn(c, txn, ENOMEM, r);
         goto out;
     }
-    bool ok = a->count > 0
-                  ? own_commit_accept(c, txn, in, a->kind, reason, own_pick_ids(&ps, echo), ps.n, r)
-                  : own_commit_accept(c, txn, in, a->kind, reason, a->ids, a->n_ids, r);
+    bool ok = a->count > 0 ? bf_own_commit_accept(c, txn, in, a->kind, reason,
+                                                  bf_own_pick_ids(&ps, echo), ps.n, r)
+                           : bf_own_commit_accept(c, txn, in, a->kind, reason, a->ids, a->n_ids, r);
     free(echo);
     if (!ok)
         goto out;
@@ -326,21 +328,21 @@ static void xfer_donor(struct bf_cycle *c, const Instr *in, const struct xfer_ar
         if (bf_idmap_put(&o->view.out, p->id, p->len, a->src) != 0)
             o->changed = true; /* cannot remember it here: re-evaluated from a reload */
         bf_idmap_del(&o->view.in, p->id, p->len);
-        own_touch(c, p->slot);
-        own_audit(c, a->ev_out, p->id, in->instruction_id, a->from, a->to,
-                  was_reserved ? "was reserved for transfer" : "", 0, 0);
+        bf_own_touch(c, p->slot);
+        bf_own_audit(c, a->ev_out, p->id, in->instruction_id, a->from, a->to,
+                     was_reserved ? "was reserved for transfer" : "", 0, 0);
     }
     if (o->changed)
         bf_own_view_load(o->st, c->o.ownership, &o->view);
     o->view.generation = gen;
-    own_resv_recompute_expiry(o);
+    bf_own_resv_recompute_expiry(o);
     BF_STAT_ADD(*(a->kind == K_TRANSFER ? &c->shm->st->own.transferred_out
                                         : &c->shm->st->own.speculative_out),
                 ps.n);
     BF_INFO("machines released to another shard",
             "instruction=%s instruction_id=%.128s "
             "machines=%zu to=%s",
-            own_kind_name(a->kind), in->instruction_id, ps.n, a->to);
+            bf_own_kind_name(a->kind), in->instruction_id, ps.n, a->to);
 out:
     free(ps.p);
 }
@@ -350,25 +352,25 @@ static void xfer_recipient(struct bf_cycle *c, const Instr *in, const struct xfe
 {
     struct bf_cycle_own *o = c->own;
     if (a->count > 0) {
-        own_set_reason(r, OUT_INVALID,
-                       "a selector is resolved by the donor; name the machine_ids "
-                       "for the recipient");
+        bf_own_set_reason(r, OUT_INVALID,
+                          "a selector is resolved by the donor; name the machine_ids "
+                          "for the recipient");
         return;
     }
     /* a recipient holds at most its inventory's capacity in transfers in */
     if ((uint64_t)o->view.in.n + a->n_ids > (uint64_t)c->capacity) {
-        own_set_reason(r, OUT_FAILED, "transfer-in table full (%u machines, capacity %u)",
-                       o->view.in.n, c->capacity);
+        bf_own_set_reason(r, OUT_FAILED, "transfer-in table full (%u machines, capacity %u)",
+                          o->view.in.n, c->capacity);
         return;
     }
     MDB_txn *txn;
-    if (!own_begin(c, &txn, r))
+    if (!bf_own_begin(c, &txn, r))
         return;
     int64_t now = bf_now_ns();
     size_t fl = strlen(a->from);
     uint8_t *val = malloc(sizeof(struct bf_own_xfer_rec) + fl);
     if (!val) {
-        own_fail_txn(c, txn, ENOMEM, r);
+        bf_own_fail_txn(c, txn, ENOMEM, r);
         return;
     }
     struct bf_own_xfer_rec xr = {.kind = (uint8_t)a->src, .at_ns = now};
@@ -384,15 +386,15 @@ static void xfer_recipient(struct bf_cycle *c, const Instr *in, const struct xfe
     }
     free(val);
     if (rc) {
-        own_fail_txn(c, txn, rc, r);
+        bf_own_fail_txn(c, txn, rc, r);
         return;
     }
-    uint64_t gen = own_bump_generation(c, txn);
+    uint64_t gen = bf_own_bump_generation(c, txn);
     if (!gen) {
-        own_fail_txn(c, txn, EIO, r);
+        bf_own_fail_txn(c, txn, EIO, r);
         return;
     }
-    if (!own_commit_accept(c, txn, in, a->kind, "", a->ids, a->n_ids, r))
+    if (!bf_own_commit_accept(c, txn, in, a->kind, "", a->ids, a->n_ids, r))
         return;
     r->outcome = OUT_ACCEPTED;
     bool reload = false;
@@ -401,10 +403,10 @@ static void xfer_recipient(struct bf_cycle *c, const Instr *in, const struct xfe
         if (bf_idmap_put(&o->view.in, a->ids[i], l, a->src) != 0)
             reload = true;
         bf_idmap_del(&o->view.out, a->ids[i], l);
-        int64_t slot = own_slot_of(c, a->ids[i], l);
+        int64_t slot = bf_own_slot_of(c, a->ids[i], l);
         if (slot >= 0)
-            own_touch(c, (uint32_t)slot);
-        own_audit(c, a->ev_in, a->ids[i], in->instruction_id, a->from, a->to, "", 0, 0);
+            bf_own_touch(c, (uint32_t)slot);
+        bf_own_audit(c, a->ev_in, a->ids[i], in->instruction_id, a->from, a->to, "", 0, 0);
     }
     if (reload)
         bf_own_view_load(o->st, c->o.ownership, &o->view);
@@ -415,22 +417,22 @@ static void xfer_recipient(struct bf_cycle *c, const Instr *in, const struct xfe
     BF_INFO("machines taken over from another shard",
             "instruction=%s instruction_id=%.128s "
             "machines=%zu from=%s",
-            own_kind_name(a->kind), in->instruction_id, a->n_ids, a->from);
+            bf_own_kind_name(a->kind), in->instruction_id, a->n_ids, a->from);
 }
 
-void own_do_transfer(struct bf_cycle *c, const Instr *in, struct reply *r)
+void bf_own_do_transfer(struct bf_cycle *c, const Instr *in, struct reply *r)
 {
     const Bigfleet__V1alpha1__TransferOwnership *t = in->transfer_ownership;
     const char *me = c->o.shard_id ? c->o.shard_id : "";
-    const char *from = own_str(t->from_shard_id), *to = own_str(t->to_shard_id);
-    if (!own_check_shape(t->n_machine_ids, t->machine_ids, t->count, r))
+    const char *from = bf_own_str(t->from_shard_id), *to = bf_own_str(t->to_shard_id);
+    if (!bf_own_check_shape(t->n_machine_ids, t->machine_ids, t->count, r))
         return;
     if (!from[0] || !to[0]) {
-        own_set_reason(r, OUT_INVALID, "TransferOwnership needs from_shard_id and to_shard_id");
+        bf_own_set_reason(r, OUT_INVALID, "TransferOwnership needs from_shard_id and to_shard_id");
         return;
     }
     if (!strcmp(from, to)) {
-        own_set_reason(r, OUT_INVALID, "from_shard_id equals to_shard_id (\"%s\")", from);
+        bf_own_set_reason(r, OUT_INVALID, "from_shard_id equals to_shard_id (\"%s\")", from);
         return;
     }
     struct xfer_args a = {K_TRANSFER,
@@ -450,19 +452,20 @@ void own_do_transfer(struct bf_cycle *c, const Instr *in, struct reply *r)
     else if (!strcmp(me, to))
         xfer_recipient(c, in, &a, r);
     else
-        own_set_reason(r, OUT_INVALID, "addressed to shards \"%s\" -> \"%s\", this shard is \"%s\"",
-                       from, to, me);
+        bf_own_set_reason(r, OUT_INVALID,
+                          "addressed to shards \"%s\" -> \"%s\", this shard is \"%s\"", from, to,
+                          me);
 }
 
-void own_do_reassign(struct bf_cycle *c, const Instr *in, struct reply *r)
+void bf_own_do_reassign(struct bf_cycle *c, const Instr *in, struct reply *r)
 {
     const Bigfleet__V1alpha1__ReassignSpeculative *t = in->reassign_speculative;
     const char *me = c->o.shard_id ? c->o.shard_id : "";
-    const char *from = own_str(t->from_shard_id), *to = own_str(t->to_shard_id);
-    if (!own_check_shape(t->n_machine_ids, t->machine_ids, t->count, r))
+    const char *from = bf_own_str(t->from_shard_id), *to = bf_own_str(t->to_shard_id);
+    if (!bf_own_check_shape(t->n_machine_ids, t->machine_ids, t->count, r))
         return;
     if (!from[0] != !to[0]) {
-        own_set_reason(r, OUT_INVALID, "set both from_shard_id and to_shard_id, or neither");
+        bf_own_set_reason(r, OUT_INVALID, "set both from_shard_id and to_shard_id, or neither");
         return;
     }
     struct xfer_args a = {K_REASSIGN,
@@ -480,13 +483,13 @@ void own_do_reassign(struct bf_cycle *c, const Instr *in, struct reply *r)
     bool donor;
     if (from[0]) {
         if (!strcmp(from, to)) {
-            own_set_reason(r, OUT_INVALID, "from_shard_id equals to_shard_id (\"%s\")", from);
+            bf_own_set_reason(r, OUT_INVALID, "from_shard_id equals to_shard_id (\"%s\")", from);
             return;
         }
         if (strcmp(me, from) && strcmp(me, to)) {
-            own_set_reason(r, OUT_INVALID,
-                           "addressed to shards \"%s\" -> \"%s\", this shard is \"%s\"", from, to,
-                           me);
+            bf_own_set_reason(r, OUT_INVALID,
+                              "addressed to shards \"%s\" -> \"%s\", this shard is \"%s\"", from,
+                              to, me);
             return;
         }
         donor = !strcmp(me, from);
@@ -495,7 +498,7 @@ void own_do_reassign(struct bf_cycle *c, const Instr *in, struct reply *r)
          * slots; a selector is always the donor's to resolve */
         donor = t->count > 0;
         for (size_t i = 0; i < t->n_machine_ids && !donor; i++)
-            donor = own_slot_of(c, t->machine_ids[i], strlen(t->machine_ids[i])) >= 0;
+            donor = bf_own_slot_of(c, t->machine_ids[i], strlen(t->machine_ids[i])) >= 0;
         if (donor)
             a.to = "";
         else

@@ -37,19 +37,19 @@ struct bf_cycle_own {
 };
 
 /* ownership.c */
-void own_touch(struct bf_cycle *c, uint32_t slot);
+void bf_own_touch(struct bf_cycle *c, uint32_t slot);
 /* Slot of a machine id present in the mirror, or -1. */
-int64_t own_slot_of(struct bf_cycle *c, const char *id, size_t len);
+int64_t bf_own_slot_of(struct bf_cycle *c, const char *id, size_t len);
 /* The rule for the machine in `slot` (reads its record and profile):
  * enum bf_own_source, BF_OWN_SRC_NONE when not owned or unreadable. */
-int own_source_of_slot(struct bf_cycle *c, uint32_t slot, const struct bf_own_view *v);
+int bf_own_source_of_slot(struct bf_cycle *c, uint32_t slot, const struct bf_own_view *v);
 /* One ownership audit record to the executor (ring OWN_AUDIT). */
-void own_audit(struct bf_cycle *c, int event, const char *machine, const char *instruction,
-               const char *from, const char *to, const char *detail, int64_t until_ns,
-               int32_t preemptor_priority);
+void bf_own_audit(struct bf_cycle *c, int event, const char *machine, const char *instruction,
+                  const char *from, const char *to, const char *detail, int64_t until_ns,
+                  int32_t preemptor_priority);
 /* Bumps own.meta generation inside txn; returns the new value (0 on error). */
-uint64_t own_bump_generation(struct bf_cycle *c, MDB_txn *txn);
-void own_resv_recompute_expiry(struct bf_cycle_own *o);
+uint64_t bf_own_bump_generation(struct bf_cycle *c, MDB_txn *txn);
+void bf_own_resv_recompute_expiry(struct bf_cycle_own *o);
 
 /* ------------------------------------------------------------ handlers */
 
@@ -63,25 +63,25 @@ typedef Bigfleet__V1alpha1__CoordinatorInstruction Instr;
 /* Instruction kinds (index of st->own.instructions). */
 enum { K_OTHER = 0, K_ASSIGN = 1, K_UNASSIGN = 2, K_REASSIGN = 3, K_DRAIN = 4, K_TRANSFER = 5 };
 /* "AssignDomain", ..., "TransferOwnership" ("unknown" for K_OTHER). */
-const char *own_kind_name(int kind);
+const char *bf_own_kind_name(int kind);
 
 /* What an instruction answers (an accepted one is answered at its commit). */
 struct reply {
     int outcome;
     char reason[512];
 };
-void own_set_reason(struct reply *r, int outcome, const char *fmt, ...)
+void bf_own_set_reason(struct reply *r, int outcome, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* instructions.c: LMDB write transactions of the handlers. own_begin and
- * own_fail_txn set a FAILED reply on error. own_commit_accept commits txn
+/* instructions.c: LMDB write transactions of the handlers. bf_own_begin and
+ * bf_own_fail_txn set a FAILED reply on error. bf_own_commit_accept commits txn
  * together with the instruction's dedup entry (an ACCEPTED ack echoing
  * ids), then sends that ack; on failure nothing was applied, the reply is
  * FAILED and false is returned. */
-bool own_begin(struct bf_cycle *c, MDB_txn **txn, struct reply *r);
-bool own_fail_txn(struct bf_cycle *c, MDB_txn *txn, int rc, struct reply *r);
-bool own_commit_accept(struct bf_cycle *c, MDB_txn *txn, const Instr *in, int kind,
-                       const char *reason, char **ids, size_t n_ids, struct reply *r);
+bool bf_own_begin(struct bf_cycle *c, MDB_txn **txn, struct reply *r);
+bool bf_own_fail_txn(struct bf_cycle *c, MDB_txn *txn, int rc, struct reply *r);
+bool bf_own_commit_accept(struct bf_cycle *c, MDB_txn *txn, const Instr *in, int kind,
+                          const char *reason, char **ids, size_t n_ids, struct reply *r);
 
 /* moves.c: machine picks shared with drain.c. */
 struct pick {
@@ -97,23 +97,23 @@ struct picks {
     struct pick *p;
     size_t n, cap;
 };
-bool own_picks_add(struct picks *ps, const struct pick *p); /* false: out of memory */
-char **own_pick_ids(const struct picks *ps, char **store);  /* store[i] = p[i].id */
+bool bf_own_picks_add(struct picks *ps, const struct pick *p); /* false: out of memory */
+char **bf_own_pick_ids(const struct picks *ps, char **store);  /* store[i] = p[i].id */
 /* Registry index of an instance type / zone name: -1 for "" (any), -2 unknown. */
-int own_type_idx(const struct bf_shm *s, const char *name);
-int own_zone_idx(const struct bf_shm *s, const char *name);
+int bf_own_type_idx(const struct bf_shm *s, const char *name);
+int bf_own_zone_idx(const struct bf_shm *s, const char *name);
 /* The selector / id-list shape shared by the three machine instructions. */
-bool own_check_shape(size_t n_ids, char **ids, int32_t count, struct reply *r);
-const char *own_str(const char *s); /* NULL -> "" */
+bool bf_own_check_shape(size_t n_ids, char **ids, int32_t count, struct reply *r);
+const char *bf_own_str(const char *s); /* NULL -> "" */
 
-void own_do_transfer(struct bf_cycle *c, const Instr *in, struct reply *r);
-void own_do_reassign(struct bf_cycle *c, const Instr *in, struct reply *r);
+void bf_own_do_transfer(struct bf_cycle *c, const Instr *in, struct reply *r);
+void bf_own_do_reassign(struct bf_cycle *c, const Instr *in, struct reply *r);
 /* drain.c */
-void own_do_drain(struct bf_cycle *c, const Instr *in, struct reply *r);
+void bf_own_do_drain(struct bf_cycle *c, const Instr *in, struct reply *r);
 
 /* instructions.c: applies one COORD_IN record and answers it on COORD_OUT. */
-void own_handle_instruction(struct bf_cycle *c, const uint8_t *rec, size_t len, int64_t now_ns);
+void bf_own_handle_instruction(struct bf_cycle *c, const uint8_t *rec, size_t len, int64_t now_ns);
 /* Answers a record with FAILED (no store). */
-void own_fail_instruction(struct bf_cycle *c, const uint8_t *rec, size_t len, const char *why);
+void bf_own_fail_instruction(struct bf_cycle *c, const uint8_t *rec, size_t len, const char *why);
 
 #endif

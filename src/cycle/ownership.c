@@ -51,7 +51,7 @@ static const char *mprofile_attr(void *ctx, const char *key)
     return bf_mprofile_attr(ctx, key);
 }
 
-void own_touch(struct bf_cycle *c, uint32_t slot)
+void bf_own_touch(struct bf_cycle *c, uint32_t slot)
 {
     struct bf_cycle_own *o = c->own;
     if (o->n_touched == o->cap_touched) {
@@ -67,7 +67,7 @@ void own_touch(struct bf_cycle *c, uint32_t slot)
     o->touched[o->n_touched++] = slot;
 }
 
-int64_t own_slot_of(struct bf_cycle *c, const char *id, size_t len)
+int64_t bf_own_slot_of(struct bf_cycle *c, const char *id, size_t len)
 {
     uint32_t slot;
     if (!len || bf_inv_lookup_id(c->shm, id, len, &slot) != 0 || slot >= c->capacity ||
@@ -123,7 +123,7 @@ static void pdom_clear(struct bf_cycle_own *o)
     o->pdom_n = 0;
 }
 
-int own_source_of_slot(struct bf_cycle *c, uint32_t slot, const struct bf_own_view *v)
+int bf_own_source_of_slot(struct bf_cycle *c, uint32_t slot, const struct bf_own_view *v)
 {
     struct bf_machine_rec r;
     if (bf_inv_read(c->shm, slot, &r) != 0 || !(r.flags & BF_REC_VALID))
@@ -153,7 +153,7 @@ bool bf_cycle_own_held(struct bf_cycle *c, const char *id, const struct bf_mprof
     return bf_own_decide(&o->view, id, len, dom, NULL, NULL) == BF_OWN_SRC_NONE;
 }
 
-void own_resv_recompute_expiry(struct bf_cycle_own *o)
+void bf_own_resv_recompute_expiry(struct bf_cycle_own *o)
 {
     o->next_expiry = INT64_MAX;
     for (uint32_t i = 0; i < o->resv.cap; i++)
@@ -161,7 +161,7 @@ void own_resv_recompute_expiry(struct bf_cycle_own *o)
             o->next_expiry = o->resv.e[i].val;
 }
 
-uint64_t own_bump_generation(struct bf_cycle *c, MDB_txn *txn)
+uint64_t bf_own_bump_generation(struct bf_cycle *c, MDB_txn *txn)
 {
     struct bf_own_store *st = c->own->st;
     MDB_val k = {10, (void *)"generation"}, v;
@@ -176,9 +176,9 @@ uint64_t own_bump_generation(struct bf_cycle *c, MDB_txn *txn)
 
 /* ------------------------------------------------------------ audit */
 
-void own_audit(struct bf_cycle *c, int event, const char *machine, const char *instruction,
-               const char *from, const char *to, const char *detail, int64_t until_ns,
-               int32_t preemptor_priority)
+void bf_own_audit(struct bf_cycle *c, int event, const char *machine, const char *instruction,
+                  const char *from, const char *to, const char *detail, int64_t until_ns,
+                  int32_t preemptor_priority)
 {
     const char *sv[BF_OWN_AS_COUNT] = {machine, instruction, from, to, detail};
     struct bf_own_audit_hdr h = {.at_ns = bf_now_ns(),
@@ -286,7 +286,7 @@ static int load_reservations(struct bf_cycle_own *o)
     }
     mdb_cursor_close(cur);
     mdb_txn_abort(txn);
-    own_resv_recompute_expiry(o);
+    bf_own_resv_recompute_expiry(o);
     return err;
 }
 
@@ -398,11 +398,11 @@ static void expire(struct bf_cycle *c, int64_t now_ns)
             id[l] = 0;
             int64_t until = e->val;
             bf_idmap_del(&o->resv, id, l);
-            int64_t slot = own_slot_of(c, id, l);
+            int64_t slot = bf_own_slot_of(c, id, l);
             if (slot >= 0)
-                own_touch(c, (uint32_t)slot);
-            own_audit(c, BF_OWN_EV_RESERVATION_EXPIRED, id, "", "", "", "no transfer followed",
-                      until, 0);
+                bf_own_touch(c, (uint32_t)slot);
+            bf_own_audit(c, BF_OWN_EV_RESERVATION_EXPIRED, id, "", "", "", "no transfer followed",
+                         until, 0);
             BF_INFO("transfer reservation expired; the machine returns to this shard's pool",
                     "machine=%s", id);
             again = true;
@@ -410,7 +410,7 @@ static void expire(struct bf_cycle *c, int64_t now_ns)
         }
     }
     BF_STAT_ADD(c->shm->st->own.reservations_expired, n);
-    own_resv_recompute_expiry(o);
+    bf_own_resv_recompute_expiry(o);
     o->publish = true;
 }
 
@@ -426,7 +426,7 @@ static void reevaluate(struct bf_cycle *c)
             continue;
         struct bf_machine_rec r;
         if (bf_inv_read(c->shm, slot, &r) != 0 || !(r.flags & BF_REC_VALID)) {
-            own_touch(c, slot);
+            bf_own_touch(c, slot);
             continue;
         }
         const char *id = bf_str(c->shm, r.id, NULL);
@@ -434,7 +434,7 @@ static void reevaluate(struct bf_cycle *c)
         if (!id || !p)
             continue;
         if (bf_cycle_own_held(c, id, p, &r) != (si->held != 0))
-            own_touch(c, slot);
+            bf_own_touch(c, slot);
     }
 }
 
@@ -460,10 +460,10 @@ void bf_cycle_own_step(struct bf_cycle *c, int64_t now_ns)
         if (rc)
             break;
         if (!o->st)
-            own_fail_instruction(c, o->buf, len,
-                                 "ownership store unavailable (LMDB under --data-dir)");
+            bf_own_fail_instruction(c, o->buf, len,
+                                    "ownership store unavailable (LMDB under --data-dir)");
         else
-            own_handle_instruction(c, o->buf, len, now_ns);
+            bf_own_handle_instruction(c, o->buf, len, now_ns);
     }
     if (o->st)
         expire(c, now_ns);

@@ -18,9 +18,9 @@
  *     ops->on_data; TLS ciphertext is offered to wolfSSL from the provided
  *     buffer and anything it did not take is copied to `spill`. The buffer
  *     is returned to the ring before the CQE handler returns.
- *   - Close: conn_close() = drain (TLS close_notify, flush) -> SHUT_WR ->
- *     linger (discard input until EOF, at most 1 s) -> conn_abort(0).
- *     conn_abort() shuts the socket down, cancels recv/send/connect, runs
+ *   - Close: bf_conn_close() = drain (TLS close_notify, flush) -> SHUT_WR ->
+ *     linger (discard input until EOF, at most 1 s) -> bf_conn_abort(0).
+ *     bf_conn_abort() shuts the socket down, cancels recv/send/connect, runs
  *     ops->on_close once, and ops->release runs when the last CQE is back.
  *   - Layering: conn.c is above loop.c and tls.c. The loop reaches a conn
  *     only through its struct bf_loop_endpoint (completion callback, flush,
@@ -100,7 +100,7 @@ static void linger_cb(struct bf_net_timer *t, void *arg)
 {
     (void)t;
     struct conn *c = arg;
-    conn_abort(c, 0);
+    bf_conn_abort(c, 0);
 }
 
 static void conn_common_init(struct conn *c, struct bf_net_loop *loop, int fd,
@@ -128,8 +128,9 @@ static void arm_recv(struct conn *c)
     c->recv_armed = true;
 }
 
-int conn_init_accepted(struct conn *c, struct bf_net_loop *loop, int fd, const struct conn_ops *ops,
-                       struct bf_net_stats *stats, struct bf_tls_ctx *tls)
+int bf_conn_init_accepted(struct conn *c, struct bf_net_loop *loop, int fd,
+                          const struct conn_ops *ops, struct bf_net_stats *stats,
+                          struct bf_tls_ctx *tls)
 {
     c->fd = fd;
     c->is_client = false;
@@ -153,9 +154,9 @@ int conn_init_accepted(struct conn *c, struct bf_net_loop *loop, int fd, const s
     return 0;
 }
 
-int conn_init_connect(struct conn *c, struct bf_net_loop *loop, const struct sockaddr *sa,
-                      socklen_t salen, const struct conn_ops *ops, struct bf_net_stats *stats,
-                      struct bf_tls_ctx *tls, const char *sni, int64_t timeout_ns)
+int bf_conn_init_connect(struct conn *c, struct bf_net_loop *loop, const struct sockaddr *sa,
+                         socklen_t salen, const struct conn_ops *ops, struct bf_net_stats *stats,
+                         struct bf_tls_ctx *tls, const char *sni, int64_t timeout_ns)
 {
     (void)timeout_ns;
     int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -184,17 +185,17 @@ int conn_init_connect(struct conn *c, struct bf_net_loop *loop, const struct soc
     return 0;
 }
 
-bool conn_is_open(const struct conn *c)
+bool bf_conn_is_open(const struct conn *c)
 {
     return c->state == C_OPEN;
 }
 
-size_t conn_queued(const struct conn *c)
+size_t bf_conn_queued(const struct conn *c)
 {
     return (c->pending.len) + (c->inflight.len - c->inflight.off);
 }
 
-void conn_mark_dirty(struct conn *c)
+void bf_conn_mark_dirty(struct conn *c)
 {
     if (c->ep.dirty || c->state == C_CLOSED)
         return;
@@ -219,7 +220,7 @@ static void maybe_release(struct conn *c)
     c->ops->release(c);
 }
 
-void conn_abort(struct conn *c, int err)
+void bf_conn_abort(struct conn *c, int err)
 {
     if (c->state == C_CLOSED)
         return;
@@ -248,21 +249,21 @@ void conn_abort(struct conn *c, int err)
     maybe_release(c);
 }
 
-void conn_close(struct conn *c)
+void bf_conn_close(struct conn *c)
 {
     if (c->state >= C_DRAIN)
         return;
     if (c->state == C_CONNECTING) {
-        conn_abort(c, 0);
+        bf_conn_abort(c, 0);
         return;
     }
     if (c->tio.ssl && c->tls_done)
         bf_tls_shutdown(&c->tio);
     c->state = C_DRAIN;
-    conn_mark_dirty(c);
+    bf_conn_mark_dirty(c);
 }
 
-int conn_write(struct conn *c, const void *p, size_t n)
+int bf_conn_write(struct conn *c, const void *p, size_t n)
 {
     if (!c->tio.ssl)
         return obuf_append(&c->pending, p, n);
@@ -313,7 +314,7 @@ static void conn_flush(struct conn *c)
         int r = c->ops->produce(c);
         int r2 = conn_write_end(c);
         if (r < 0 || r2 < 0) {
-            conn_abort(c, r < 0 ? r : r2);
+            bf_conn_abort(c, r < 0 ? r : r2);
             goto out;
         }
         if (c->state == C_CLOSED)
@@ -334,10 +335,10 @@ static void conn_flush(struct conn *c)
     obuf_release(&c->inflight);
     obuf_release(&c->pending);
     if (c->state == C_OPEN && c->ops->done(c))
-        conn_close(c);
+        bf_conn_close(c);
     if (c->state == C_DRAIN) {
         if (c->pending.len > 0) { /* close_notify just queued */
-            conn_mark_dirty(c);
+            bf_conn_mark_dirty(c);
         } else {
             shutdown(c->fd, SHUT_WR);
             c->state = C_LINGER;
@@ -364,7 +365,7 @@ static void conn_input_tls(struct conn *c, const uint8_t *data, size_t n)
     bool from_spill = false;
     if (c->spill.len > c->spill.off) {
         if (obuf_append(&c->spill, data, n) < 0) {
-            conn_abort(c, -ENOMEM);
+            bf_conn_abort(c, -ENOMEM);
             return;
         }
         c->tio.in = c->spill.p + c->spill.off;
@@ -385,9 +386,9 @@ static void conn_input_tls(struct conn *c, const uint8_t *data, size_t n)
             c->tio.in = NULL;
             c->tio.in_len = 0;
             if (c->is_client)
-                conn_abort(c, -EPROTO); /* the caller wants the failure now */
+                bf_conn_abort(c, -EPROTO); /* the caller wants the failure now */
             else
-                conn_close(c); /* flush the alert wolfSSL queued, then close */
+                bf_conn_close(c); /* flush the alert wolfSSL queued, then close */
             return;
         }
         if (r == 0)
@@ -396,7 +397,7 @@ static void conn_input_tls(struct conn *c, const uint8_t *data, size_t n)
         c->state = C_OPEN;
         r = c->ops->on_ready(c);
         if (r < 0) {
-            conn_abort(c, r);
+            bf_conn_abort(c, r);
             return;
         }
         bf_tls_session_trim(&c->tio); /* handshake state and zero pages back */
@@ -408,7 +409,7 @@ static void conn_input_tls(struct conn *c, const uint8_t *data, size_t n)
         if (c->state == C_CLOSED)
             return;
         if (r == 1) { /* close_notify */
-            conn_abort(c, 0);
+            bf_conn_abort(c, 0);
             return;
         }
         if (r < 0) {
@@ -416,7 +417,7 @@ static void conn_input_tls(struct conn *c, const uint8_t *data, size_t n)
             c->stats->protocol_errors++;
             BF_WARN("TLS read failed", "peer=%s err=\"%s\"", c->peer,
                     bf_tls_error_string(r, eb, sizeof eb));
-            conn_abort(c, -EPROTO);
+            bf_conn_abort(c, -EPROTO);
             return;
         }
     }
@@ -429,7 +430,7 @@ keep:
             obuf_release(&c->spill);
     } else if (c->tio.in_len > 0) {
         if (obuf_append(&c->spill, c->tio.in, c->tio.in_len) < 0) {
-            conn_abort(c, -ENOMEM);
+            bf_conn_abort(c, -ENOMEM);
             return;
         }
     }
@@ -447,11 +448,11 @@ static void conn_input(struct conn *c, const uint8_t *data, size_t n)
     } else {
         int r = c->ops->on_data(c, data, n);
         if (r < 0) {
-            conn_abort(c, r);
+            bf_conn_abort(c, r);
             return;
         }
     }
-    conn_mark_dirty(c);
+    bf_conn_mark_dirty(c);
 }
 
 static void handle_recv(struct conn *c, int res, unsigned flags)
@@ -465,13 +466,13 @@ static void handle_recv(struct conn *c, int res, unsigned flags)
         bf_loop_recycle(c->loop, bid);
     } else if (res == 0) {
         if (c->state != C_CLOSED)
-            conn_abort(c, 0); /* peer closed */
+            bf_conn_abort(c, 0); /* peer closed */
         return;
     } else if (res == -ENOBUFS) {
         c->loop->enobufs++;
     } else if (res != -ECANCELED) {
         if (c->state != C_CLOSED)
-            conn_abort(c, res);
+            bf_conn_abort(c, res);
         return;
     }
     if (!c->recv_armed && c->state != C_CLOSED && res != -ECANCELED)
@@ -484,7 +485,7 @@ static void handle_send(struct conn *c, int res)
     if (c->state == C_CLOSED)
         return;
     if (res < 0) {
-        conn_abort(c, res);
+        bf_conn_abort(c, res);
         return;
     }
     c->stats->bytes_out += (uint64_t)res;
@@ -503,7 +504,7 @@ static void handle_connect(struct conn *c, int res)
     if (c->state == C_CLOSED)
         return;
     if (res < 0) {
-        conn_abort(c, res);
+        bf_conn_abort(c, res);
         return;
     }
     arm_recv(c);
@@ -512,19 +513,19 @@ static void handle_connect(struct conn *c, int res)
         int r = bf_tls_handshake(&c->tio); /* ClientHello into pending */
         if (r < 0) {
             c->stats->handshake_failures++;
-            conn_abort(c, -EPROTO);
+            bf_conn_abort(c, -EPROTO);
             return;
         }
-        conn_mark_dirty(c);
+        bf_conn_mark_dirty(c);
         return;
     }
     c->state = C_OPEN;
     int r = c->ops->on_ready(c);
     if (r < 0) {
-        conn_abort(c, r);
+        bf_conn_abort(c, r);
         return;
     }
-    conn_mark_dirty(c);
+    bf_conn_mark_dirty(c);
 }
 
 /* The loop's completion callback for c's recv, send and connect. */
@@ -561,7 +562,7 @@ static void conn_free_leftover(struct bf_loop_endpoint *ep)
     c->recv_armed = c->send_inflight = c->connect_inflight = false;
     c->busy = 0;
     if (c->state != C_CLOSED)
-        conn_abort(c, -ECANCELED);
+        bf_conn_abort(c, -ECANCELED);
     else
         maybe_release(c);
 }

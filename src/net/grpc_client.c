@@ -217,7 +217,7 @@ static void stream_rst(struct bf_net_stream *s)
 {
     if (s->where == S_ACTIVE && !s->closed && s->cc && s->cc->h2) {
         nghttp2_submit_rst_stream(s->cc->h2, NGHTTP2_FLAG_NONE, s->sid, NGHTTP2_CANCEL);
-        conn_mark_dirty(&s->cc->c);
+        bf_conn_mark_dirty(&s->cc->c);
     }
 }
 
@@ -286,7 +286,7 @@ static int send_data_cb(nghttp2_session *h2, nghttp2_frame *frame, const uint8_t
     (void)frame;
     struct cconn *cc = ud;
     struct bf_net_stream *s = src->ptr;
-    if (conn_write(&cc->c, framehd, 9) < 0)
+    if (bf_conn_write(&cc->c, framehd, 9) < 0)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     if (outbox_to_conn(&s->out, &cc->c, length) != (ssize_t)length)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -306,7 +306,7 @@ static void stream_kick(struct bf_net_stream *s)
         s->deferred = false;
         nghttp2_session_resume_data(s->cc->h2, s->sid);
     }
-    conn_mark_dirty(&s->cc->c);
+    bf_conn_mark_dirty(&s->cc->c);
 }
 
 static void client_connect(struct bf_net_client *cl);
@@ -361,7 +361,7 @@ static void stream_submit(struct bf_net_stream *s, struct cconn *cc)
     s->where = S_ACTIVE;
     bf_list_add_tail(&cc->streams, &s->link);
     cc->nstreams++;
-    conn_mark_dirty(&cc->c);
+    bf_conn_mark_dirty(&cc->c);
 }
 
 static void flush_pending(struct bf_net_client *cl)
@@ -802,12 +802,12 @@ static void cconn_timer_cb(struct bf_net_timer *t, void *arg)
     int64_t now = bf_mono_ns();
     if (!cc->got_settings) {
         BF_WARN("gRPC client: connect timeout", "addr=\"%s\"", cl->addr);
-        conn_abort(&cc->c, -ETIMEDOUT);
+        bf_conn_abort(&cc->c, -ETIMEDOUT);
     } else if (cc->ping_out) {
         if (now - cc->ping_sent >= cl->o.keepalive_timeout_ns) {
             cl->stats.keepalive_timeouts++;
             BF_WARN("gRPC client: keepalive timeout", "addr=\"%s\"", cl->addr);
-            conn_abort(&cc->c, -ETIMEDOUT);
+            bf_conn_abort(&cc->c, -ETIMEDOUT);
         } else {
             bf_net_timer_start(&cc->timer, cc->ping_sent + cl->o.keepalive_timeout_ns - now, 0);
         }
@@ -815,7 +815,7 @@ static void cconn_timer_cb(struct bf_net_timer *t, void *arg)
         cc->ping_out = true;
         cc->ping_sent = now;
         nghttp2_submit_ping(cc->h2, NGHTTP2_FLAG_NONE, NULL);
-        conn_mark_dirty(&cc->c);
+        bf_conn_mark_dirty(&cc->c);
         bf_net_timer_start(&cc->timer, cl->o.keepalive_timeout_ns, 0);
     } else {
         int64_t next = cc->last_rx + cl->o.keepalive_ns - now;
@@ -1096,8 +1096,8 @@ static void connect_to(struct bf_net_client *cl, const struct sockaddr_storage *
     bf_list_init(&cc->drain_q);
     if (nghttp2_session_client_new2(&cc->h2, cl->cbs, cc, cl->h2opt) != 0)
         goto out_fail;
-    r = conn_init_connect(&cc->c, cl->loop, (const struct sockaddr *)ss, sl, &cconn_ops, &cl->stats,
-                          cl->tls, cl->server_name, 0);
+    r = bf_conn_init_connect(&cc->c, cl->loop, (const struct sockaddr *)ss, sl, &cconn_ops,
+                             &cl->stats, cl->tls, cl->server_name, 0);
     if (r < 0)
         goto out_fail;
     bf_list_add_tail(&cl->cconns, &cc->link);
@@ -1252,7 +1252,7 @@ static void client_destroy(struct bf_net_client *cl)
     }
     while (!bf_list_empty(&cl->cconns)) {
         struct cconn *cc = BF_CONTAINER_OF(cl->cconns.next, struct cconn, link);
-        conn_abort(&cc->c, -ECANCELED);
+        bf_conn_abort(&cc->c, -ECANCELED);
     }
     nghttp2_option_del(cl->h2opt);
     nghttp2_session_callbacks_del(cl->cbs);

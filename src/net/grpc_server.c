@@ -197,7 +197,7 @@ static void sconn_flood(struct sconn *sc, int reason)
                     "gRPC connection closed as an HTTP/2 flood (GOAWAY ENHANCE_YOUR_CALM)",
                     sc->c.peer, bf_net_flood_name(reason));
     nghttp2_session_terminate_session(sc->h2, NGHTTP2_ENHANCE_YOUR_CALM);
-    conn_mark_dirty(&sc->c);
+    bf_conn_mark_dirty(&sc->c);
     bf_net_timer_start(&sc->timer, FLOOD_CLOSE_NS, 0);
 }
 
@@ -291,7 +291,7 @@ static int send_data_cb(nghttp2_session *h2, nghttp2_frame *frame, const uint8_t
     (void)frame;
     struct sconn *sc = ud;
     struct bf_net_call *call = src->ptr;
-    if (conn_write(&sc->c, framehd, 9) < 0)
+    if (bf_conn_write(&sc->c, framehd, 9) < 0)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     if (outbox_to_conn(&call->out, &sc->c, length) != (ssize_t)length)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -325,7 +325,7 @@ static void call_kick(struct bf_net_call *call)
         call->deferred = false;
         nghttp2_session_resume_data(sc->h2, call->sid);
     }
-    conn_mark_dirty(&sc->c);
+    bf_conn_mark_dirty(&sc->c);
 }
 
 /* Trailers-Only (or a plain HTTP error when http_status != 200). */
@@ -347,7 +347,7 @@ static void submit_trailers_only(struct bf_net_call *call, int http_status)
         call->headers_sent = true;
         call->trailers_sent = true;
     }
-    conn_mark_dirty(&call->sc->c);
+    bf_conn_mark_dirty(&call->sc->c);
 }
 
 static int call_set_status(struct bf_net_call *call, int code, const char *msg)
@@ -462,7 +462,7 @@ void bf_net_call_cancel(struct bf_net_call *call)
     if (!call->finished)
         call_set_status(call, BF_NET_CANCELLED, NULL);
     nghttp2_submit_rst_stream(call->sc->h2, NGHTTP2_FLAG_NONE, call->sid, NGHTTP2_CANCEL);
-    conn_mark_dirty(&call->sc->c);
+    bf_conn_mark_dirty(&call->sc->c);
 }
 
 static uint32_t method_max(const struct bf_net_call *call)
@@ -1069,7 +1069,7 @@ static void sconn_timer_cb(struct bf_net_timer *t, void *arg)
     int64_t now = bf_mono_ns();
     int64_t next = 0;
     if (sc->flood) {
-        conn_abort(&sc->c, -ECONNRESET); /* the GOAWAY did not flush in time */
+        bf_conn_abort(&sc->c, -ECONNRESET); /* the GOAWAY did not flush in time */
         goto out;
     }
     if (!sc->got_settings) {
@@ -1078,7 +1078,7 @@ static void sconn_timer_cb(struct bf_net_timer *t, void *arg)
         else
             srv->stats.protocol_errors++;
         sconn_log_bad(sc, "handshake timeout", "no HTTP/2 preface in time");
-        conn_abort(&sc->c, -ETIMEDOUT);
+        bf_conn_abort(&sc->c, -ETIMEDOUT);
         goto out;
     }
     if (srv->o.keepalive_ns > 0) {
@@ -1086,7 +1086,7 @@ static void sconn_timer_cb(struct bf_net_timer *t, void *arg)
             if (now - sc->ping_sent >= srv->o.keepalive_timeout_ns) {
                 srv->stats.keepalive_timeouts++;
                 BF_INFO("gRPC connection: keepalive timeout", "peer=%s", sc->c.peer);
-                conn_abort(&sc->c, -ETIMEDOUT);
+                bf_conn_abort(&sc->c, -ETIMEDOUT);
                 goto out;
             }
             next = sc->ping_sent + srv->o.keepalive_timeout_ns;
@@ -1094,7 +1094,7 @@ static void sconn_timer_cb(struct bf_net_timer *t, void *arg)
             sc->ping_out = true;
             sc->ping_sent = now;
             nghttp2_submit_ping(sc->h2, NGHTTP2_FLAG_NONE, NULL);
-            conn_mark_dirty(&sc->c);
+            bf_conn_mark_dirty(&sc->c);
             next = now + srv->o.keepalive_timeout_ns;
         } else {
             next = sc->last_rx + srv->o.keepalive_ns;
@@ -1120,7 +1120,7 @@ static void sconn_timer_cb(struct bf_net_timer *t, void *arg)
                     sc->c.peer, (long long)(srv->o.conn_idle_timeout_ns / BF_NS_PER_SEC));
             sc->goaway_sent = true;
             nghttp2_session_terminate_session(sc->h2, NGHTTP2_NO_ERROR);
-            conn_mark_dirty(&sc->c);
+            bf_conn_mark_dirty(&sc->c);
         } else if (!next || at < next) {
             next = at;
         }
@@ -1193,7 +1193,7 @@ static int sconn_on_data(struct conn *c, const uint8_t *p, size_t n)
     ssize_t r = nghttp2_session_mem_recv(sc->h2, p, n);
     int ret = 0;
     if (r < 0 && sc->flood) {
-        conn_mark_dirty(c); /* flush the GOAWAY; sconn_done() then closes */
+        bf_conn_mark_dirty(c); /* flush the GOAWAY; sconn_done() then closes */
     } else if (r < 0) {
         srv->stats.protocol_errors++;
         sconn_log_bad(sc,
@@ -1336,7 +1336,7 @@ static void srv_on_accept(void *owner, int fd)
     nghttp2_submit_settings(sc->h2, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
     nghttp2_session_set_local_window_size(sc->h2, NGHTTP2_FLAG_NONE, 0,
                                           (int32_t)srv->o.conn_window);
-    if (conn_init_accepted(&sc->c, srv->loop, fd, &sconn_ops, &srv->stats, srv->tls) < 0) {
+    if (bf_conn_init_accepted(&sc->c, srv->loop, fd, &sconn_ops, &srv->stats, srv->tls) < 0) {
         nghttp2_session_del(sc->h2);
         free(sc);
         srv->stats.conns_rejected++;
@@ -1356,7 +1356,7 @@ static void srv_on_accept(void *owner, int fd)
     sc->idle_since = sc->last_rx;
     bf_timer_init(&sc->timer, srv->loop, sconn_timer_cb, sc);
     bf_net_timer_start(&sc->timer, srv->o.handshake_timeout_ns, 0);
-    conn_mark_dirty(&sc->c);
+    bf_conn_mark_dirty(&sc->c);
 }
 
 /* ------------------------------------------------------------ lifecycle */
@@ -1403,7 +1403,7 @@ static void grace_cb(struct bf_net_timer *t, void *arg)
     srv_enter(srv);
     while (!bf_list_empty(&srv->conns)) {
         struct sconn *sc = BF_CONTAINER_OF(srv->conns.next, struct sconn, link);
-        conn_abort(&sc->c, -ECANCELED);
+        bf_conn_abort(&sc->c, -ECANCELED);
     }
     server_check_shutdown(srv);
     srv_leave(srv);
@@ -1576,9 +1576,9 @@ void bf_net_server_shutdown(struct bf_net_server *srv, int64_t grace_ns, void (*
                                   nghttp2_session_get_last_proc_stream_id(sc->h2), NGHTTP2_NO_ERROR,
                                   NULL, 0);
             sc->goaway_sent = true;
-            conn_mark_dirty(&sc->c);
+            bf_conn_mark_dirty(&sc->c);
         } else {
-            conn_abort(&sc->c, -ECANCELED); /* never got going */
+            bf_conn_abort(&sc->c, -ECANCELED); /* never got going */
         }
     }
     bf_net_timer_start(&srv->grace_timer, grace_ns > 0 ? grace_ns : 0, 0);
@@ -1596,7 +1596,7 @@ static void server_destroy(struct bf_net_server *srv)
     bf_net_timer_stop(&srv->done_timer);
     while (!bf_list_empty(&srv->conns)) {
         struct sconn *sc = BF_CONTAINER_OF(srv->conns.next, struct sconn, link);
-        conn_abort(&sc->c, -ECANCELED);
+        bf_conn_abort(&sc->c, -ECANCELED);
     }
     nghttp2_option_del(srv->h2opt);
     nghttp2_session_callbacks_del(srv->cbs);

@@ -78,7 +78,7 @@ static inline void outbox_drop_unsent(struct outbox *o)
     o->tail = o->head;
 }
 
-/* Moves up to n bytes from the outbox into conn (conn_write). Returns
+/* Moves up to n bytes from the outbox into conn (bf_conn_write). Returns
  * bytes moved or -ENOMEM. */
 static inline ssize_t outbox_to_conn(struct outbox *o, struct conn *c, size_t n)
 {
@@ -87,7 +87,7 @@ static inline ssize_t outbox_to_conn(struct outbox *o, struct conn *c, size_t n)
         struct omsg *m = o->head;
         size_t avail = m->len - o->off;
         size_t take = n - done < avail ? n - done : avail;
-        if (conn_write(c, m->data + o->off, take) < 0)
+        if (bf_conn_write(c, m->data + o->off, take) < 0)
             return -ENOMEM;
         o->off += take;
         done += take;
@@ -113,14 +113,14 @@ static inline ssize_t outbox_to_conn(struct outbox *o, struct conn *c, size_t n)
 /* Pulls output from the session into the conn until it has ~batch bytes. */
 static inline int h2_produce(struct conn *c, nghttp2_session *h2, size_t batch)
 {
-    while (conn_queued(c) < batch) {
+    while (bf_conn_queued(c) < batch) {
         const uint8_t *p;
         ssize_t n = nghttp2_session_mem_send(h2, &p);
         if (n < 0)
             return -EPROTO;
         if (n == 0)
             break;
-        if (conn_write(c, p, (size_t)n) < 0)
+        if (bf_conn_write(c, p, (size_t)n) < 0)
             return -ENOMEM;
     }
     return 0;

@@ -443,7 +443,7 @@ static int hconn_produce(struct conn *c)
     struct hconn *h = BF_CONTAINER_OF(c, struct hconn, c);
     if (h->out.len == 0)
         return 0;
-    int r = conn_write(c, h->out.p, h->out.len);
+    int r = bf_conn_write(c, h->out.p, h->out.len);
     free(h->out.p);
     memset(&h->out, 0, sizeof h->out);
     return r;
@@ -507,11 +507,11 @@ static void hconn_timer_cb(struct bf_net_timer *t, void *arg)
         }
         h->in_len = 0;
         if (error_response(h, 408, "request head not received in time\n") == 0) {
-            conn_mark_dirty(&h->c); /* 408, then close (the linger bounds a non-reader) */
+            bf_conn_mark_dirty(&h->c); /* 408, then close (the linger bounds a non-reader) */
             return;
         }
     }
-    conn_abort(&h->c, -ETIMEDOUT);
+    bf_conn_abort(&h->c, -ETIMEDOUT);
 }
 
 /* Every slot is taken: close the connection a new one is most entitled to replace. */
@@ -525,7 +525,7 @@ static void http_evict_one(struct bf_net_http_server *hs)
         if (h->head_start) {
             if (!slow || h->head_start < slow->head_start)
                 slow = h;
-        } else if (h->out.len == 0 && !h->close_after && conn_queued(&h->c) == 0) {
+        } else if (h->out.len == 0 && !h->close_after && bf_conn_queued(&h->c) == 0) {
             if (!idle || h->idle_since < idle->idle_since)
                 idle = h;
         }
@@ -546,7 +546,7 @@ static void http_evict_one(struct bf_net_http_server *hs)
                             : "oldest",
                 hs->o.max_connections, (unsigned long long)hs->stats.conns_evicted);
     }
-    conn_abort(&v->c, -ECONNRESET);
+    bf_conn_abort(&v->c, -ECONNRESET);
 }
 
 static void http_on_accept(void *owner, int fd)
@@ -571,7 +571,7 @@ static void http_on_accept(void *owner, int fd)
     memset(&h->out, 0, sizeof h->out);
     h->close_after = false;
     h->hs = hs;
-    if (conn_init_accepted(&h->c, hs->loop, fd, &hconn_ops, &hs->stats, NULL) < 0) {
+    if (bf_conn_init_accepted(&h->c, hs->loop, fd, &hconn_ops, &hs->stats, NULL) < 0) {
         free(h);
         close(fd);
         hs->stats.conns_rejected++;
@@ -635,7 +635,7 @@ static void http_destroy(struct bf_net_http_server *hs)
     bf_listener_close(hs->listener);
     while (!bf_list_empty(&hs->conns)) {
         struct hconn *h = BF_CONTAINER_OF(hs->conns.next, struct hconn, link);
-        conn_abort(&h->c, -ECANCELED);
+        bf_conn_abort(&h->c, -ECANCELED);
     }
     free(hs);
 }

@@ -13,7 +13,7 @@
  *              through struct conn_ops.
  *
  * Lifetime of a conn
- *   The upper layer embeds struct conn. conn_abort() (or the end of a
+ *   The upper layer embeds struct conn. bf_conn_abort() (or the end of a
  *   graceful close) calls ops->on_close exactly once; the upper layer drops
  *   its protocol state there. The memory is handed back through
  *   ops->release only when no io_uring operation refers to the conn any
@@ -252,7 +252,7 @@ struct conn_ops {
     int (*on_ready)(struct conn *c);
     /* plaintext bytes arrived. <0: abort with that error. */
     int (*on_data)(struct conn *c, const uint8_t *p, size_t n);
-    /* write pending output with conn_write() (no send in flight). <0: abort. */
+    /* write pending output with bf_conn_write() (no send in flight). <0: abort. */
     int (*produce)(struct conn *c);
     /* true when the upper layer is finished: close gracefully once flushed */
     bool (*done)(struct conn *c);
@@ -319,23 +319,24 @@ struct conn {
 };
 
 /* Server side: adopt an accepted fd. tls may be NULL. */
-int conn_init_accepted(struct conn *c, struct bf_net_loop *loop, int fd, const struct conn_ops *ops,
-                       struct bf_net_stats *stats, struct bf_tls_ctx *tls);
+int bf_conn_init_accepted(struct conn *c, struct bf_net_loop *loop, int fd,
+                          const struct conn_ops *ops, struct bf_net_stats *stats,
+                          struct bf_tls_ctx *tls);
 /* Client side: socket + io_uring connect to addr. sni: TLS name (may be NULL). */
-int conn_init_connect(struct conn *c, struct bf_net_loop *loop, const struct sockaddr *sa,
-                      socklen_t salen, const struct conn_ops *ops, struct bf_net_stats *stats,
-                      struct bf_tls_ctx *tls, const char *sni, int64_t timeout_ns);
+int bf_conn_init_connect(struct conn *c, struct bf_net_loop *loop, const struct sockaddr *sa,
+                         socklen_t salen, const struct conn_ops *ops, struct bf_net_stats *stats,
+                         struct bf_tls_ctx *tls, const char *sni, int64_t timeout_ns);
 /* Append output (only inside ops->produce). -ENOMEM. */
-int conn_write(struct conn *c, const void *p, size_t n);
+int bf_conn_write(struct conn *c, const void *p, size_t n);
 /* Bytes queued for the socket (pending + in flight). */
-size_t conn_queued(const struct conn *c);
+size_t bf_conn_queued(const struct conn *c);
 /* Ask for a flush before the loop next waits. */
-void conn_mark_dirty(struct conn *c);
+void bf_conn_mark_dirty(struct conn *c);
 /* Graceful close: flush, TLS close_notify, SHUT_WR, linger, close. */
-void conn_close(struct conn *c);
+void bf_conn_close(struct conn *c);
 /* Immediate close (err: 0 or -errno, passed to on_close). */
-void conn_abort(struct conn *c, int err);
-bool conn_is_open(const struct conn *c);
+void bf_conn_abort(struct conn *c, int err);
+bool bf_conn_is_open(const struct conn *c);
 /* The peer certificate's bigfleet identity, see tls.c. */
 
 /* ---------------------------------------------------------------- TLS */

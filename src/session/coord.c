@@ -98,7 +98,7 @@ struct coord {
     bool have_res;
 };
 
-int64_t coord_term(const struct ss *ss)
+int64_t bf_coord_term(const struct ss *ss)
 {
     return BF_STAT_GET(ss->shm->st->session.coordinator_term);
 }
@@ -471,7 +471,7 @@ static bool forward(struct coord *c, const Bigfleet__V1alpha1__CoordinatorInstru
     return true;
 }
 
-void coord_drain_acks(struct ss *ss)
+void bf_coord_drain_acks(struct ss *ss)
 {
     struct coord *c = ss->coord;
     uint8_t buf[64 << 10];
@@ -527,7 +527,7 @@ static void on_reply(void *arg, int code, const char *message, const uint8_t *re
         BF_WARN("undecodable ReportAck ignored", "bytes=%zu", len);
         return;
     }
-    int64_t hwm = coord_term(c->ss);
+    int64_t hwm = bf_coord_term(c->ss);
     if (ack->coordinator_term > 0) {
         if (ack->coordinator_term < hwm) {
             BF_STAT_INC(st->coordinator_stale_replies);
@@ -635,7 +635,7 @@ static int parse_addrs(struct coord *c, const char *list)
 
 /* ------------------------------------------------------------ lifecycle */
 
-int coord_start(struct ss *ss)
+int bf_coord_start(struct ss *ss)
 {
     struct coord *c = calloc(1, sizeof *c);
     if (!c)
@@ -671,7 +671,7 @@ int coord_start(struct ss *ss)
     return 0;
 }
 
-void coord_stop(struct ss *ss)
+void bf_coord_stop(struct ss *ss)
 {
     struct coord *c = ss->coord;
     if (!c)
@@ -690,7 +690,7 @@ void coord_stop(struct ss *ss)
     free(c);
 }
 
-uint32_t coord_domains(const struct ss *ss)
+uint32_t bf_coord_domains(const struct ss *ss)
 {
     return BF_STAT_GET(ss->shm->st->own.n_domains);
 }

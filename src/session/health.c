@@ -72,7 +72,7 @@ static int send_status(struct bf_net_call *call, int status)
     return bf_net_call_send_pb(call, &r.base);
 }
 
-int ss_health_service(const uint8_t *msg, size_t len, char out[SS_HEALTH_SERVICE_MAX + 1])
+int bf_session_health_service(const uint8_t *msg, size_t len, char out[SS_HEALTH_SERVICE_MAX + 1])
 {
     Grpc__Health__V1__HealthCheckRequest *req =
         grpc__health__v1__health_check_request__unpack(NULL, len, msg);
@@ -88,7 +88,7 @@ int ss_health_service(const uint8_t *msg, size_t len, char out[SS_HEALTH_SERVICE
 /* Decodes the request's service name into out; false (call finished) if bad. */
 static bool read_service(struct bf_net_call *call, const uint8_t *msg, size_t len, char *out)
 {
-    int rc = ss_health_service(msg, len, out);
+    int rc = bf_session_health_service(msg, len, out);
     if (rc == -EBADMSG)
         bf_net_call_finish(call, BF_NET_INVALID_ARGUMENT, "HealthCheckRequest does not decode");
     else if (rc)
@@ -203,7 +203,7 @@ static void watch_on_done(struct bf_net_call *call, int code, void *arg)
     free(w);
 }
 
-void ss_health_tick(struct ss *ss)
+void bf_session_health_tick(struct ss *ss)
 {
     for (struct hwatch *w = W.head, *next; w; w = next) {
         next = w->next;
@@ -222,15 +222,15 @@ void ss_health_tick(struct ss *ss)
     }
 }
 
-void ss_health_stop(struct ss *ss)
+void bf_session_health_stop(struct ss *ss)
 {
-    ss_health_tick(ss); /* NOT_SERVING to every watcher while the streams still work */
+    bf_session_health_tick(ss); /* NOT_SERVING to every watcher while the streams still work */
     for (struct hwatch *w = W.head; w; w = w->next)
         if (!bf_net_call_finished(w->call))
             bf_net_call_finish(w->call, BF_NET_UNAVAILABLE, "shard stopping");
 }
 
-uint32_t ss_health_watches_open(void)
+uint32_t bf_session_health_watches_open(void)
 {
     return W.n;
 }

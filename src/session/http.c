@@ -189,7 +189,7 @@ static void local_metrics(struct ss *ss, struct bf_strbuf *b)
         bf_metrics_printf(b, "%s %llu\n", x[i].name, (unsigned long long)x[i].v);
     }
     struct ingest_counters ic;
-    ingest_read_counters(ss->ig, &ic);
+    bf_ingest_read_counters(ss->ig, &ic);
     struct {
         const char *name, *help;
         uint64_t v;
@@ -231,7 +231,7 @@ static void local_metrics(struct ss *ss, struct bf_strbuf *b)
     bf_metrics_header(
         b, "bigfleet_shard_coordinator_assigned_domains", "gauge",
         "Topology domains assigned to this shard by the coordinator (persisted in LMDB).");
-    bf_metrics_printf(b, "bigfleet_shard_coordinator_assigned_domains %u\n", coord_domains(ss));
+    bf_metrics_printf(b, "bigfleet_shard_coordinator_assigned_domains %u\n", bf_coord_domains(ss));
     bf_metrics_header(b, "bigfleet_shard_session_outbox_bytes", "gauge",
                       "Bytes held in session outboxes (all sessions).");
     bf_metrics_printf(b, "bigfleet_shard_session_outbox_bytes %zu\n", ss->outbox_total);
@@ -242,8 +242,9 @@ static void local_metrics(struct ss *ss, struct bf_strbuf *b)
     bf_metrics_printf(b, "\n");
     bf_metrics_header(b, "bigfleet_shard_grpc_health_watches_open", "gauge",
                       "grpc.health.v1.Health/Watch streams open.");
-    bf_metrics_printf(b, "bigfleet_shard_grpc_health_watches_open %u\n", ss_health_watches_open());
-    ss_inspect_metrics(b);
+    bf_metrics_printf(b, "bigfleet_shard_grpc_health_watches_open %u\n",
+                      bf_session_health_watches_open());
+    bf_session_inspect_metrics(b);
 }
 
 static void handler(const struct bf_net_http_request *req, struct bf_net_http_response *resp,
@@ -277,7 +278,7 @@ static void handler(const struct bf_net_http_request *req, struct bf_net_http_re
     }
 }
 
-int ss_http_start(struct ss *ss)
+int bf_session_http_start(struct ss *ss)
 {
     const char *addr = ss->cfg->metrics_addr;
     if (!addr[0] || strcmp(addr, "0") == 0) {

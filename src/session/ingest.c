@@ -144,7 +144,7 @@ static void reject(struct ingest *ig, uint32_t cidx, const struct job *j, int rc
     struct bf_cluster_rec *r = &ct->rec[cidx];
     r->rollups_rejected++;
     r->last_rollup_ns = j->recv_ns;
-    ct_publish_locked(ct, cidx);
+    bf_ctab_publish_locked(ct, cidx);
     uint32_t name_ref = r->name_ref;
     pthread_mutex_unlock(&ct->mu);
     BF_STAT_INC(stats(ig)->rollups_rejected);
@@ -276,7 +276,7 @@ static int alloc_rows(struct ingest *ig, uint32_t self, uint32_t old_off, uint32
                            (size_t)mv[k].len * sizeof(struct bf_need_row));
         pthread_mutex_lock(&ct->mu);
         ct->rec[mv[k].idx].rows_off = mv[k].to; /* same rows, same generation */
-        ct_publish_locked(ct, mv[k].idx);
+        bf_ctab_publish_locked(ct, mv[k].idx);
         pthread_mutex_unlock(&ct->mu);
     }
     free(l);
@@ -488,7 +488,7 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
         r->last_rollup_ns = j->recv_ns;
         r->last_rollup_timestamp_ns = cv->timestamp_ns;
         r->rollups_quarantined++;
-        ct_publish_locked(ct, cidx);
+        bf_ctab_publish_locked(ct, cidx);
         pthread_mutex_unlock(&ct->mu);
         BF_STAT_INC(stats(ig)->rollups_quarantined);
         BF_WARN("rollup quarantined (rail 2): it would drop most of the cluster's demand",
@@ -530,7 +530,7 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
     r->last_rollup_timestamp_ns = cv->timestamp_ns;
     r->rollups_accepted++;
     uint32_t generation = r->generation;
-    ct_publish_locked(ct, cidx);
+    bf_ctab_publish_locked(ct, cidx);
     pthread_mutex_unlock(&ct->mu);
     remember(ig, cidx, j, &rec, &dg, generation);
     if (!cv->repeated) /* a repeat carries the same fingerprints */
@@ -635,8 +635,8 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
-int ingest_start(struct ingest **out, struct bf_shm *shm, const struct bf_config *cfg,
-                 struct cluster_tab *ct, int done_efd)
+int bf_ingest_start(struct ingest **out, struct bf_shm *shm, const struct bf_config *cfg,
+                    struct cluster_tab *ct, int done_efd)
 {
     struct ingest *ig = calloc(1, sizeof *ig);
     if (!ig)
@@ -677,12 +677,12 @@ int ingest_start(struct ingest **out, struct bf_shm *shm, const struct bf_config
     *out = ig;
     return 0;
 fail:
-    ingest_stop(ig);
+    bf_ingest_stop(ig);
     return rc;
 }
 
-int ingest_submit(struct ingest *ig, uint32_t cidx, uint64_t serial, uint8_t *buf, size_t len,
-                  int64_t recv_ns)
+int bf_ingest_submit(struct ingest *ig, uint32_t cidx, uint64_t serial, uint8_t *buf, size_t len,
+                     int64_t recv_ns)
 {
     pthread_mutex_lock(&ig->mu);
     struct job *sl = &ig->slot[cidx];
@@ -707,7 +707,7 @@ int ingest_submit(struct ingest *ig, uint32_t cidx, uint64_t serial, uint8_t *bu
     return 0;
 }
 
-void ingest_read_counters(struct ingest *ig, struct ingest_counters *out)
+void bf_ingest_read_counters(struct ingest *ig, struct ingest_counters *out)
 {
     out->timestamps_clamped = BF_STAT_GET(ig->cnt.timestamps_clamped);
     out->priorities_clamped = BF_STAT_GET(ig->cnt.priorities_clamped);
@@ -718,7 +718,7 @@ void ingest_read_counters(struct ingest *ig, struct ingest_counters *out)
         out->over_quota[i] = BF_STAT_GET(ig->cnt.over_quota[i]);
 }
 
-int ingest_take_done(struct ingest *ig, struct ingest_done *out, int max)
+int bf_ingest_take_done(struct ingest *ig, struct ingest_done *out, int max)
 {
     pthread_mutex_lock(&ig->mu);
     int n = ig->done_n < max ? ig->done_n : max;
@@ -729,7 +729,7 @@ int ingest_take_done(struct ingest *ig, struct ingest_done *out, int max)
     return n;
 }
 
-void ingest_stop(struct ingest *ig)
+void bf_ingest_stop(struct ingest *ig)
 {
     if (!ig)
         return;

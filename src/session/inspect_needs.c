@@ -44,7 +44,7 @@
 #define INSPECT_HWM          (256u << 10)   /* transport backlog before we wait for on_drain */
 #define INSPECT_BUDGET_BYTES (256ull << 20) /* raw row copies held by all calls together */
 
-/* Process-local counters (loop thread only), exported by ss_inspect_metrics. */
+/* Process-local counters (loop thread only), exported by bf_session_inspect_metrics. */
 static struct {
     uint64_t rows_sent;
     uint64_t flow_waits; /* pump stopped at the high-water mark, resumed by on_drain */
@@ -269,7 +269,7 @@ const struct bf_net_method bf_inspect_needs_method = {
     .max_recv_message = SS_SMALL_MESSAGE_MAX, /* cluster_id (<= 253 bytes) and a limit */
 };
 
-void ss_inspect_metrics(struct bf_strbuf *b)
+void bf_session_inspect_metrics(struct bf_strbuf *b)
 {
     static const struct {
         const char *name, *type, *help;

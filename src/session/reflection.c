@@ -201,8 +201,8 @@ static void reply_error(Grpc__Reflection__V1__ServerReflectionResponse *resp,
     resp->error_response = er;
 }
 
-int ss_reflection_answer(const uint8_t *msg, size_t len, uint8_t **out, size_t *outlen,
-                         struct ss_reflection_info *info)
+int bf_session_reflection_answer(const uint8_t *msg, size_t len, uint8_t **out, size_t *outlen,
+                                 struct ss_reflection_info *info)
 {
     memset(info, 0, sizeof *info);
     *out = NULL;
@@ -331,7 +331,7 @@ static void on_message(struct bf_net_call *call, const uint8_t *msg, size_t len,
     uint8_t *out;
     size_t outlen;
     struct ss_reflection_info info;
-    int rc = ss_reflection_answer(msg, len, &out, &outlen, &info);
+    int rc = bf_session_reflection_answer(msg, len, &out, &outlen, &info);
     if (rc == -EBADMSG) {
         bf_net_call_finish(call, BF_NET_INVALID_ARGUMENT,
                            "ServerReflectionRequest does not decode");

@@ -250,7 +250,7 @@ static void send_ack(struct sess *s, const char *echo)
     struct ss *ss = s->ss;
     Bigfleet__V1alpha1__Acknowledgement a = BIGFLEET__V1ALPHA1__ACKNOWLEDGEMENT__INIT;
     a.echo = (char *)echo;
-    a.coordinator_term = coord_term(ss);
+    a.coordinator_term = bf_coord_term(ss);
     a.shard_epoch = ss->shm->inv_hdr->epoch;
     Bigfleet__V1alpha1__ShardMessage m = BIGFLEET__V1ALPHA1__SHARD_MESSAGE__INIT;
     m.payload_case = BIGFLEET__V1ALPHA1__SHARD_MESSAGE__PAYLOAD_ACK;
@@ -637,10 +637,10 @@ static void drain_again(void *arg)
 {
     struct ss *ss = arg;
     ss->drain_deferred = false;
-    ss_drain_rings(ss);
+    bf_session_drain_rings(ss);
 }
 
-void ss_drain_rings(struct ss *ss)
+void bf_session_drain_rings(struct ss *ss)
 {
     bool more = false;
     unsigned n;
@@ -663,7 +663,7 @@ void ss_drain_rings(struct ss *ss)
     for (n = 0; n < SS_RING_BUDGET && bf_ring_pop(ss->shm, BF_RING_AC_HINTS, &h) == 0; n++)
         on_ac_hint(ss, &h);
     more |= n == SS_RING_BUDGET;
-    coord_drain_acks(ss);
+    bf_coord_drain_acks(ss);
     if (more && !ss->drain_deferred && bf_net_loop_defer(ss->loop, drain_again, ss) == 0)
         ss->drain_deferred = true;
 }
@@ -699,7 +699,7 @@ static void resync_unlink(struct sess *s)
     s->rs_waiting = false;
 }
 
-void ss_resync_step(struct ss *ss)
+void bf_session_resync_step(struct ss *ss)
 {
     if (!ss->rs_running) {
         if (!ss->rs_pending)
@@ -764,7 +764,7 @@ static void set_connected(struct ss *ss, uint32_t cidx, bool on)
     } else {
         r->connected_since_ns = 0;
     }
-    ct_publish_locked(ct, cidx);
+    bf_ctab_publish_locked(ct, cidx);
     pthread_mutex_unlock(&ct->mu);
 }
 
@@ -785,7 +785,7 @@ static int64_t cluster_index(struct ss *ss, uint32_t ref)
     memset(&ct->rec[n], 0, sizeof ct->rec[n]);
     ct->rec[n].name_ref = ref;
     ct->rec[n].in_use = 1;
-    ct_publish_locked(ct, n);
+    bf_ctab_publish_locked(ct, n);
     ct->n = n + 1;
     BF_SHARED_STORE(ss->shm->needs->n_clusters, n + 1);
     pthread_mutex_unlock(&ct->mu);
@@ -926,7 +926,7 @@ static void on_rollup(struct sess *s, const uint8_t *msg, size_t len, const uint
         memcpy(buf, sub, sublen);
         blen = sublen;
     }
-    if (ingest_submit(ss->ig, (uint32_t)s->cidx, s->serial, buf, blen, bf_now_ns()) != 0) {
+    if (bf_ingest_submit(ss->ig, (uint32_t)s->cidx, s->serial, buf, blen, bf_now_ns()) != 0) {
         ss->lc.rollups_shed++;
         BF_WARN("rollup shed: queued rollups are over their memory budget (no ack; the next "
                 "rollup retries)",
@@ -1150,11 +1150,11 @@ const struct bf_net_method bf_session_method = {
 
 /* ------------------------------------------------------------ loop hooks */
 
-void ss_on_ingest_done(struct ss *ss)
+void bf_session_on_ingest_done(struct ss *ss)
 {
     struct ingest_done d[64];
     int n;
-    while ((n = ingest_take_done(ss->ig, d, 64)) > 0) {
+    while ((n = bf_ingest_take_done(ss->ig, d, 64)) > 0) {
         for (int i = 0; i < n; i++) {
             if (d[i].outcome != INGEST_ACCEPTED && d[i].outcome != INGEST_HELD)
                 continue; /* a rejected rollup is not acknowledged */
@@ -1165,7 +1165,7 @@ void ss_on_ingest_done(struct ss *ss)
     }
 }
 
-void ss_sweep(struct ss *ss)
+void bf_session_sweep(struct ss *ss)
 {
     int64_t now = bf_now_ns(), mono = bf_mono_ns();
     /* bootstrap requests past the executor's deadline (it has rolled back) */
@@ -1217,7 +1217,7 @@ void ss_sweep(struct ss *ss)
     }
 }
 
-void ss_close_all(struct ss *ss)
+void bf_session_close_all(struct ss *ss)
 {
     for (struct sess *s = ss->all; s; s = s->all_next)
         if (!s->closing)

@@ -70,10 +70,10 @@ struct cluster_tab {
 };
 /* Loads the published rows, clears `connected` (no stream survives a
  * restart). 0 or -ENOMEM. */
-int ct_init(struct cluster_tab *ct, struct bf_shm *shm);
-void ct_destroy(struct cluster_tab *ct);
+int bf_ctab_init(struct cluster_tab *ct, struct bf_shm *shm);
+void bf_ctab_destroy(struct cluster_tab *ct);
 /* Publishes row idx from the mirror. Caller holds ct->mu. */
-void ct_publish_locked(struct cluster_tab *ct, uint32_t idx);
+void bf_ctab_publish_locked(struct cluster_tab *ct, uint32_t idx);
 
 /* ------------------------------------------------------------ ingest */
 
@@ -91,7 +91,7 @@ struct ingest_done {
 };
 
 /* Hostile-input counters of the ingest thread (atomics; read with
- * ingest_read_counters). over_quota: needs, groups, strings, dims. */
+ * bf_ingest_read_counters). over_quota: needs, groups, strings, dims. */
 struct ingest_counters {
     _Atomic uint64_t timestamps_clamped; /* rollups whose timestamp was not taken as arrival */
     _Atomic uint64_t priorities_clamped; /* Needs above --max-priority */
@@ -103,19 +103,19 @@ struct ingest_counters {
 
 struct ingest;
 /* A snapshot of the counters (any thread). */
-void ingest_read_counters(struct ingest *ig, struct ingest_counters *out);
+void bf_ingest_read_counters(struct ingest *ig, struct ingest_counters *out);
 /* Starts the ingest thread. done_efd is written after each completion. */
-int ingest_start(struct ingest **out, struct bf_shm *shm, const struct bf_config *cfg,
-                 struct cluster_tab *ct, int done_efd);
+int bf_ingest_start(struct ingest **out, struct bf_shm *shm, const struct bf_config *cfg,
+                    struct cluster_tab *ct, int done_efd);
 /* Hands a rollup (ownership of buf, malloc'd) to the thread. A queued,
  * unprocessed rollup of the same cluster is superseded. Returns 0 or
  * -ENOBUFS (over the memory budget: buf freed, nothing queued). */
-int ingest_submit(struct ingest *ig, uint32_t cidx, uint64_t serial, uint8_t *buf, size_t len,
-                  int64_t recv_ns);
+int bf_ingest_submit(struct ingest *ig, uint32_t cidx, uint64_t serial, uint8_t *buf, size_t len,
+                     int64_t recv_ns);
 /* Takes up to max completions. */
-int ingest_take_done(struct ingest *ig, struct ingest_done *out, int max);
+int bf_ingest_take_done(struct ingest *ig, struct ingest_done *out, int max);
 /* Stops and joins the thread (a rollup in progress finishes first). */
-void ingest_stop(struct ingest *ig);
+void bf_ingest_stop(struct ingest *ig);
 
 /* ------------------------------------------------------------ the loop */
 
@@ -192,35 +192,35 @@ struct ss {
 
 /* session.c */
 extern const struct bf_net_method bf_session_method;
-void ss_drain_rings(struct ss *ss);
-void ss_on_ingest_done(struct ss *ss);
-void ss_sweep(struct ss *ss);
-void ss_resync_step(struct ss *ss);
-void ss_close_all(struct ss *ss);
+void bf_session_drain_rings(struct ss *ss);
+void bf_session_on_ingest_done(struct ss *ss);
+void bf_session_sweep(struct ss *ss);
+void bf_session_resync_step(struct ss *ss);
+void bf_session_close_all(struct ss *ss);
 
 /* http.c */
-int ss_http_start(struct ss *ss);
+int bf_session_http_start(struct ss *ss);
 
 /* inspect_needs.c: ShardRead/InspectNeeds (arg: struct ss *) and its
  * process-local counters for /metrics. */
 struct bf_strbuf;
 extern const struct bf_net_method bf_inspect_needs_method;
-void ss_inspect_metrics(struct bf_strbuf *b);
+void bf_session_inspect_metrics(struct bf_strbuf *b);
 
 /* health.c: grpc.health.v1.Health (arg: struct ss *) */
 extern const struct bf_net_method bf_health_check_method;
 extern const struct bf_net_method bf_health_watch_method;
 extern const struct bf_net_method bf_health_list_method;
 /* Sends status changes to every Watch (the 1 s tick and at stop). */
-void ss_health_tick(struct ss *ss);
+void bf_session_health_tick(struct ss *ss);
 /* At stop: NOT_SERVING to every watcher, then the streams end UNAVAILABLE. */
-void ss_health_stop(struct ss *ss);
-uint32_t ss_health_watches_open(void);
+void bf_session_health_stop(struct ss *ss);
+uint32_t bf_session_health_watches_open(void);
 /* The service name of a HealthCheckRequest (msg, len) into out (NUL-ended).
  * 0, -EBADMSG (does not decode), -ENAMETOOLONG (over SS_HEALTH_SERVICE_MAX
  * bytes). Pure: the fuzz target's entry point. */
 #define SS_HEALTH_SERVICE_MAX 256
-int ss_health_service(const uint8_t *msg, size_t len, char out[SS_HEALTH_SERVICE_MAX + 1]);
+int bf_session_health_service(const uint8_t *msg, size_t len, char out[SS_HEALTH_SERVICE_MAX + 1]);
 
 /* reflection.c: grpc.reflection.v1 and v1alpha ServerReflectionInfo (arg: struct ss *) */
 extern const struct bf_net_method bf_reflection_v1_method;
@@ -240,18 +240,18 @@ struct ss_reflection_info {
  * (the call handler refuses requests over 64 KiB). Pure but for the index
  * it builds once; the fuzz target's entry point.
  */
-int ss_reflection_answer(const uint8_t *msg, size_t len, uint8_t **out, size_t *outlen,
-                         struct ss_reflection_info *info);
+int bf_session_reflection_answer(const uint8_t *msg, size_t len, uint8_t **out, size_t *outlen,
+                                 struct ss_reflection_info *info);
 
 /* coord.c */
-int coord_start(struct ss *ss);
-void coord_stop(struct ss *ss);
+int bf_coord_start(struct ss *ss);
+void bf_coord_stop(struct ss *ss);
 /* The coordinator term high-water mark (LMDB; 0 when none). */
-int64_t coord_term(const struct ss *ss);
+int64_t bf_coord_term(const struct ss *ss);
 /* Topology domains assigned to this shard (the cycle's count, LMDB-backed). */
-uint32_t coord_domains(const struct ss *ss);
+uint32_t bf_coord_domains(const struct ss *ss);
 /* Takes the cycle's instruction acks off ring COORD_OUT (queued for the
- * next report). Called from ss_drain_rings. */
-void coord_drain_acks(struct ss *ss);
+ * next report). Called from bf_session_drain_rings. */
+void bf_coord_drain_acks(struct ss *ss);
 
 #endif /* BF_SESSION_INTERNAL_H */

@@ -82,9 +82,9 @@ static void begin_stop(struct ss *ss)
     ss->stopping = true;
     BF_SHARED_STORE(ss->shm->st->host.session_listening, 0);
     BF_INFO("stopping", "id=%s", ss->cfg->id);
-    ss_health_stop(ss);
-    coord_stop(ss);
-    ss_close_all(ss);
+    bf_session_health_stop(ss);
+    bf_coord_stop(ss);
+    bf_session_close_all(ss);
     bf_net_timer_start(ss->stop_timer, 2 * BF_NS_PER_SEC, 0);
     if (ss->srv)
         bf_net_server_shutdown(ss->srv, 500 * BF_NS_PER_MS, shutdown_done, ss);
@@ -101,14 +101,14 @@ static void on_wake(struct bf_net_watch *w, uint64_t count, void *arg)
         begin_stop(ss);
         return;
     }
-    ss_drain_rings(ss);
+    bf_session_drain_rings(ss);
 }
 
 static void on_ingest(struct bf_net_watch *w, uint64_t count, void *arg)
 {
     (void)w;
     (void)count;
-    ss_on_ingest_done(arg);
+    bf_session_on_ingest_done(arg);
 }
 
 /* A SIGHUP reload: the log level (bf_child_reloaded) and the TLS files. */
@@ -138,16 +138,16 @@ static void on_tick(struct bf_net_timer *t, void *arg)
         begin_stop(ss);
         return;
     }
-    ss_drain_rings(ss);
-    ss_sweep(ss);
+    bf_session_drain_rings(ss);
+    bf_session_sweep(ss);
     apply_live(ss);
-    ss_health_tick(ss);
+    bf_session_health_tick(ss);
 }
 
 static void on_resync(struct bf_net_timer *t, void *arg)
 {
     (void)t;
-    ss_resync_step(arg);
+    bf_session_resync_step(arg);
 }
 
 static int start_grpc(struct ss *ss)
@@ -224,7 +224,7 @@ int bf_session_main(const struct bf_config *cfg)
     ss->cfg = cfg;
     int code = BF_EXIT_ERROR;
     raise_nofile();
-    if (ct_init(&ss->ct, ss->shm) != 0)
+    if (bf_ctab_init(&ss->ct, ss->shm) != 0)
         goto out;
     ss->live = calloc(ss->shm->max_clusters, sizeof *ss->live);
     ss->cache = bf_blob_cache_new();
@@ -242,7 +242,8 @@ int bf_session_main(const struct bf_config *cfg)
         goto out;
     }
     ss->ingest_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (ss->ingest_efd < 0 || ingest_start(&ss->ig, ss->shm, cfg, &ss->ct, ss->ingest_efd) != 0) {
+    if (ss->ingest_efd < 0 ||
+        bf_ingest_start(&ss->ig, ss->shm, cfg, &ss->ct, ss->ingest_efd) != 0) {
         BF_ERROR("cannot start the rollup ingest thread", "%s", "");
         goto out;
     }
@@ -257,13 +258,13 @@ int bf_session_main(const struct bf_config *cfg)
         bf_net_watch_eventfd(ss->loop, ss->ch.wake_fd, on_wake, ss, &ss->wake_watch) != 0)
         goto out;
     bf_net_timer_start(ss->tick, BF_NS_PER_SEC, BF_NS_PER_SEC);
-    if (start_grpc(ss) != 0 || ss_http_start(ss) != 0) {
+    if (start_grpc(ss) != 0 || bf_session_http_start(ss) != 0) {
         code = BF_EXIT_NO_RESPAWN;
         goto out;
     }
     BF_SHARED_STORE(ss->shm->st->host.session_listening, 1);
-    coord_start(ss);
-    ss_drain_rings(ss);
+    bf_coord_start(ss);
+    bf_session_drain_rings(ss);
     BF_INFO("started", "id=%s listen=%s grpc_port=%u metrics_addr=%s clusters=%u epoch=%lld",
             cfg->id, cfg->listen, bf_net_server_port(ss->srv), cfg->metrics_addr, ss->ct.n,
             (long long)ss->shm->inv_hdr->epoch);
@@ -271,12 +272,12 @@ int bf_session_main(const struct bf_config *cfg)
         bf_net_loop_run(ss->loop);
     code = BF_EXIT_OK;
 out:
-    coord_stop(ss);
+    bf_coord_stop(ss);
     if (ss->srv)
         bf_net_server_free(ss->srv); /* remaining calls end: rows marked disconnected */
     if (ss->http)
         bf_net_http_server_free(ss->http);
-    ingest_stop(ss->ig);
+    bf_ingest_stop(ss->ig);
     bf_net_watch_free(ss->wake_watch);
     bf_net_watch_free(ss->ingest_watch);
     bf_net_timer_free(ss->tick);
@@ -294,7 +295,7 @@ out:
     u64map_free(&ss->cref_idx);
     bf_blob_cache_free(ss->cache);
     free(ss->live);
-    ct_destroy(&ss->ct);
+    bf_ctab_destroy(&ss->ct);
     bf_child_finish(&ss->ch);
     return code;
 }

@@ -19,7 +19,7 @@
 
 /* ------------------------------------------------------------ clusters */
 
-int ct_init(struct cluster_tab *ct, struct bf_shm *shm)
+int bf_ctab_init(struct cluster_tab *ct, struct bf_shm *shm)
 {
     memset(ct, 0, sizeof *ct);
     ct->shm = shm;
@@ -43,14 +43,14 @@ int ct_init(struct cluster_tab *ct, struct bf_shm *shm)
             ct->rec[i].connected = 0;
             ct->rec[i].connected_since_ns = 0;
             pthread_mutex_lock(&ct->mu);
-            ct_publish_locked(ct, i);
+            bf_ctab_publish_locked(ct, i);
             pthread_mutex_unlock(&ct->mu);
         }
     }
     return 0;
 }
 
-void ct_destroy(struct cluster_tab *ct)
+void bf_ctab_destroy(struct cluster_tab *ct)
 {
     if (!ct->rec)
         return;
@@ -59,7 +59,7 @@ void ct_destroy(struct cluster_tab *ct)
     ct->rec = NULL;
 }
 
-void ct_publish_locked(struct cluster_tab *ct, uint32_t idx)
+void bf_ctab_publish_locked(struct cluster_tab *ct, uint32_t idx)
 {
     bf_cluster_write(ct->shm, idx, &ct->rec[idx]);
 }

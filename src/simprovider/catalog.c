@@ -70,7 +70,7 @@ static bool name_ok(const char *s, size_t max)
     return true;
 }
 
-int sim_type_validate(const struct bf_sim_type *t, char *err, size_t err_len)
+int bf_sim_type_validate(const struct bf_sim_type *t, char *err, size_t err_len)
 {
     if (!name_ok(t->name, BF_SIM_NAME_MAX)) {
         bf_errf(err, err_len, "instance type name %.80s: want 1..%d characters of [A-Za-z0-9._-]",
@@ -139,7 +139,7 @@ static size_t entry_len(uint32_t field, const char *k, const char *v)
     return bf_pb_ld_len(field, body);
 }
 
-int sim_type_prepare(struct sim_type *st)
+int bf_sim_type_prepare(struct sim_type *st)
 {
     const struct bf_sim_type *t = &st->t;
     bf_quantity_format(t->cpu_milli, false, st->cpu_q, sizeof st->cpu_q);
@@ -312,7 +312,7 @@ static int add_spot_variants(struct tvec *tv, char *err, size_t err_len)
 static int validate_all(const struct tvec *tv, const char *what, char *err, size_t err_len)
 {
     for (size_t i = 0; i < tv->n; i++) {
-        int rc = sim_type_validate(&tv->v[i], err, err_len);
+        int rc = bf_sim_type_validate(&tv->v[i], err, err_len);
         if (rc)
             return rc;
         for (size_t j = 0; j < i; j++) {
@@ -326,8 +326,8 @@ static int validate_all(const struct tvec *tv, const char *what, char *err, size
     return 0;
 }
 
-int sim_catalog_build(const struct bf_sim_type *in, size_t n, bool spot_variants,
-                      struct bf_sim_type **out, size_t *n_out, char *err, size_t err_len)
+int bf_sim_catalog_build(const struct bf_sim_type *in, size_t n, bool spot_variants,
+                         struct bf_sim_type **out, size_t *n_out, char *err, size_t err_len)
 {
     struct tvec tv = {0};
     int rc = 0;
@@ -464,7 +464,7 @@ int bf_sim_catalog_load(const char *path, bool spot_variants, struct bf_sim_type
             }
             t.capacity_type = (uint8_t)ct;
             char e2[160];
-            if (sim_type_validate(&t, e2, sizeof e2)) {
+            if (bf_sim_type_validate(&t, e2, sizeof e2)) {
                 bf_errf(err, err_len, "catalog %s:%ld: %s", path, lineno, e2);
                 rc = -EINVAL;
                 goto out;

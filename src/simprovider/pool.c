@@ -22,23 +22,23 @@ static bool id_eq(const void *ctx, uint32_t idx, const void *key, size_t klen)
     return sp->len[idx] == klen && memcmp(sp->arena.p + sp->off[idx], key, klen) == 0;
 }
 
-uint32_t sim_find_machine(const struct bf_sim *s, const void *id, size_t len)
+uint32_t bf_sim_find_machine(const struct bf_sim *s, const void *id, size_t len)
 {
     if (len == 0)
         return UINT32_MAX;
-    uint32_t i = sim_index_find(&s->ids.ix, sim_hash(id, len), id_eq, &s->ids, id, len);
+    uint32_t i = bf_sim_index_find(&s->ids.ix, bf_sim_hash(id, len), id_eq, &s->ids, id, len);
     return i == UINT32_MAX ? UINT32_MAX : i - 1;
 }
 
-uint32_t sim_zone(struct bf_sim *s, const char *name, size_t len)
+uint32_t bf_sim_zone(struct bf_sim *s, const char *name, size_t len)
 {
-    return sim_str_intern(&s->zones, name, len);
+    return bf_sim_str_intern(&s->zones, name, len);
 }
 
-uint32_t sim_rack(struct bf_sim *s, uint32_t zone, const char *name, size_t len)
+uint32_t bf_sim_rack(struct bf_sim *s, uint32_t zone, const char *name, size_t len)
 {
     uint32_t had = (uint32_t)s->racks.n;
-    uint32_t r = sim_str_intern(&s->racks, name, len);
+    uint32_t r = bf_sim_str_intern(&s->racks, name, len);
     if (r == UINT32_MAX || r < had)
         return r;
     if (s->rack_zone_cap <= r) {
@@ -55,7 +55,7 @@ uint32_t sim_rack(struct bf_sim *s, uint32_t zone, const char *name, size_t len)
     return r;
 }
 
-uint32_t sim_type_by_name(const struct bf_sim *s, const char *name, size_t len)
+uint32_t bf_sim_type_by_name(const struct bf_sim *s, const char *name, size_t len)
 {
     for (size_t t = 0; t < s->n_types; t++)
         if (strlen(s->types[t].t.name) == len && memcmp(s->types[t].t.name, name, len) == 0)
@@ -69,7 +69,7 @@ static bool spot_eligible(const struct bf_sim *s, const struct sim_machine *m)
            (m->state == BF_STATE_IDLE || m->state == BF_STATE_CONFIGURED);
 }
 
-void sim_spot_update(struct bf_sim *s, uint32_t i)
+void bf_sim_spot_update(struct bf_sim *s, uint32_t i)
 {
     if (!s->spot_pos)
         return;
@@ -86,7 +86,7 @@ void sim_spot_update(struct bf_sim *s, uint32_t i)
     }
 }
 
-int sim_grow_machines(struct bf_sim *s, size_t want)
+int bf_sim_grow_machines(struct bf_sim *s, size_t want)
 {
     if (want <= s->cap)
         return 0;
@@ -111,12 +111,12 @@ int sim_grow_machines(struct bf_sim *s, size_t want)
     return 0;
 }
 
-uint32_t sim_add_machine(struct bf_sim *s, const char *id, size_t id_len, uint16_t type,
-                         uint32_t rack, uint8_t state)
+uint32_t bf_sim_add_machine(struct bf_sim *s, const char *id, size_t id_len, uint16_t type,
+                            uint32_t rack, uint8_t state)
 {
-    if (s->n >= SIM_MAX_MACHINES || sim_grow_machines(s, s->n + 1))
+    if (s->n >= SIM_MAX_MACHINES || bf_sim_grow_machines(s, s->n + 1))
         return UINT32_MAX;
-    uint32_t k = sim_str_append(&s->ids, id, id_len);
+    uint32_t k = bf_sim_str_append(&s->ids, id, id_len);
     if (k == UINT32_MAX)
         return UINT32_MAX;
     uint32_t i = (uint32_t)s->n;
@@ -132,7 +132,7 @@ uint32_t sim_add_machine(struct bf_sim *s, const char *id, size_t id_len, uint16
     return i;
 }
 
-int sim_ops_slot(struct bf_sim *s, uint32_t i)
+int bf_sim_ops_slot(struct bf_sim *s, uint32_t i)
 {
     if (s->m[i].ops)
         return 0;
@@ -149,7 +149,7 @@ int sim_ops_slot(struct bf_sim *s, uint32_t i)
     return 0;
 }
 
-void sim_mark_dirty(struct bf_sim *s, uint32_t i)
+void bf_sim_mark_dirty(struct bf_sim *s, uint32_t i)
 {
     if (!s->store || (s->m[i].flags & SIM_F_DIRTY))
         return;
@@ -167,7 +167,7 @@ void sim_mark_dirty(struct bf_sim *s, uint32_t i)
     s->dirty[s->n_dirty++] = i;
 }
 
-void sim_fence_mark_dirty(struct bf_sim *s, uint32_t f)
+void bf_sim_fence_mark_dirty(struct bf_sim *s, uint32_t f)
 {
     s->meta_dirty = true;
     if (!s->store || s->fences[f].dirty)
@@ -206,16 +206,16 @@ static uint64_t fence_hash(uint32_t shard, uint32_t mref)
     return sim_splitmix64(&x);
 }
 
-uint32_t sim_fence_find(const struct bf_sim *s, uint32_t shard, uint32_t mref)
+uint32_t bf_sim_fence_find(const struct bf_sim *s, uint32_t shard, uint32_t mref)
 {
     struct fence_key k = {shard, mref};
-    return sim_index_find(&s->fence_ix, fence_hash(shard, mref), fence_eq, s, &k, sizeof k);
+    return bf_sim_index_find(&s->fence_ix, fence_hash(shard, mref), fence_eq, s, &k, sizeof k);
 }
 
-uint32_t sim_fence_put(struct bf_sim *s, uint32_t shard, uint32_t mref, int64_t epoch, int64_t seq,
-                       uint64_t no)
+uint32_t bf_sim_fence_put(struct bf_sim *s, uint32_t shard, uint32_t mref, int64_t epoch,
+                          int64_t seq, uint64_t no)
 {
-    uint32_t f = sim_fence_find(s, shard, mref);
+    uint32_t f = bf_sim_fence_find(s, shard, mref);
     if (f == UINT32_MAX) {
         if (s->n_fences == s->cap_fences) {
             size_t cap = s->cap_fences ? s->cap_fences * 2 : 256;
@@ -226,7 +226,7 @@ uint32_t sim_fence_put(struct bf_sim *s, uint32_t shard, uint32_t mref, int64_t 
             s->cap_fences = cap;
         }
         f = (uint32_t)s->n_fences;
-        if (sim_index_insert(&s->fence_ix, fence_hash(shard, mref), f))
+        if (bf_sim_index_insert(&s->fence_ix, fence_hash(shard, mref), f))
             return UINT32_MAX;
         s->n_fences++;
         memset(&s->fences[f], 0, sizeof s->fences[f]);

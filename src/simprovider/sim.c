@@ -245,7 +245,7 @@ static void log_compact(struct bf_sim *s)
 static void touch(struct bf_sim *s, uint32_t i)
 {
     struct sim_machine *m = &s->m[i];
-    sim_mark_dirty(s, i);
+    bf_sim_mark_dirty(s, i);
     s->meta_dirty = true;
     if (m->mod_rev == s->rev && s->rev > s->call_rev)
         return;
@@ -276,7 +276,7 @@ static void set_state(struct bf_sim *s, uint32_t i, uint8_t st)
     s->count[m->state]--;
     s->count[st]++;
     m->state = st;
-    sim_spot_update(s, i);
+    bf_sim_spot_update(s, i);
 }
 
 static void hold(struct bf_sim *s, uint32_t i)
@@ -382,7 +382,7 @@ static bool complete(struct bf_sim *s, uint32_t i, int kind, uint64_t op, int ou
         break;
     case BF_SIM_RPC_DRAIN:
         m->cluster = 0;
-        sim_md_unref(&s->md, m->md);
+        bf_sim_md_unref(&s->md, m->md);
         m->md = 0;
         break;
     case BF_SIM_RPC_DELETE:
@@ -441,7 +441,7 @@ static int flush(struct bf_sim *s)
         return 0;
     if (!s->n_dirty && !s->n_dirty_f && !s->meta_dirty && !s->dirty_all)
         return 0;
-    int rc = sim_store_flush(s);
+    int rc = bf_sim_store_flush(s);
     if (rc) {
         s->stats.flush_errors++;
         return rc;
@@ -464,19 +464,19 @@ static void call_end(struct bf_sim *s, struct bf_sim_reply *r)
 
 static void reply_machine(struct bf_sim *s, uint32_t i, struct bf_sim_reply *r)
 {
-    size_t n = sim_machine_size(s, i);
+    size_t n = bf_sim_machine_size(s, i);
     if (!n || reply_reserve(r, n)) {
         reply_err(r, BF_SIM_INTERNAL, "simulated provider: out of memory");
         return;
     }
-    r->len = (size_t)(sim_machine_write(s, i, r->body) - r->body);
+    r->len = (size_t)(bf_sim_machine_write(s, i, r->body) - r->body);
 }
 
 static void reply_ack(struct bf_sim *s, uint64_t op, uint32_t i, struct bf_sim_reply *r)
 {
     char ops[32];
     size_t ol = (size_t)snprintf(ops, sizeof ops, "op-%llu", (unsigned long long)op);
-    size_t n = sim_machine_size(s, i);
+    size_t n = bf_sim_machine_size(s, i);
     size_t total = bf_pb_ld_len(1, ol) + bf_pb_ld_len(2, n);
     if (!n || reply_reserve(r, total)) {
         reply_err(r, BF_SIM_INTERNAL, "simulated provider: out of memory");
@@ -484,7 +484,7 @@ static void reply_ack(struct bf_sim *s, uint64_t op, uint32_t i, struct bf_sim_r
     }
     uint8_t *p = bf_pb_put_ld(r->body, 1, ops, ol);
     p = bf_pb_put_ld_header(p, 2, n);
-    p = sim_machine_write(s, i, p);
+    p = bf_sim_machine_write(s, i, p);
     r->len = (size_t)(p - r->body);
 }
 
@@ -513,20 +513,20 @@ static bool fence_check(struct bf_sim *s, const struct bf_sim_request *q, uint32
 {
     if (q->shard_id.len == 0 && q->shard_epoch == 0 && q->sequence_number == 0)
         return true; /* the all-zero token bypasses fencing */
-    uint32_t shard = sim_str_intern(&s->shards, q->shard_id.p, q->shard_id.len);
+    uint32_t shard = bf_sim_str_intern(&s->shards, q->shard_id.p, q->shard_id.len);
     if (shard == UINT32_MAX)
         goto oom;
     uint32_t mref, f = UINT32_MAX;
     if (mi != UINT32_MAX) {
         mref = mi;
-        f = sim_fence_find(s, shard, mref);
+        f = bf_sim_fence_find(s, shard, mref);
     } else {
-        uint32_t g = sim_str_find(&s->ghosts, q->machine_id.p, q->machine_id.len);
+        uint32_t g = bf_sim_str_find(&s->ghosts, q->machine_id.p, q->machine_id.len);
         if (g) {
             mref = g | SIM_GHOST_BIT;
-            f = sim_fence_find(s, shard, mref);
+            f = bf_sim_fence_find(s, shard, mref);
         } else {
-            g = sim_str_append(&s->ghosts, q->machine_id.p, q->machine_id.len);
+            g = bf_sim_str_append(&s->ghosts, q->machine_id.p, q->machine_id.len);
             if (g == UINT32_MAX || g >= SIM_GHOST_BIT)
                 goto oom;
             mref = g | SIM_GHOST_BIT;
@@ -548,11 +548,11 @@ static bool fence_check(struct bf_sim *s, const struct bf_sim_request *q, uint32
             return false;
         }
     }
-    f = sim_fence_put(s, shard, mref, q->shard_epoch, q->sequence_number,
-                      f == UINT32_MAX ? s->next_fence_no + 1 : s->fences[f].no);
+    f = bf_sim_fence_put(s, shard, mref, q->shard_epoch, q->sequence_number,
+                         f == UINT32_MAX ? s->next_fence_no + 1 : s->fences[f].no);
     if (f == UINT32_MAX)
         goto oom;
-    sim_fence_mark_dirty(s, f);
+    bf_sim_fence_mark_dirty(s, f);
     return true;
 oom:
     reply_err(r, BF_SIM_INTERNAL, "simulated provider: out of memory");
@@ -610,7 +610,7 @@ static void do_transition(struct bf_sim *s, const struct bf_sim_request *q, stru
         }
     }
     /* 2. fence (before not-found and before idempotency) */
-    uint32_t i = sim_find_machine(s, id->p, id->len);
+    uint32_t i = bf_sim_find_machine(s, id->p, id->len);
     if (!fence_check(s, q, i, r))
         return;
     /* 3. not found */
@@ -644,14 +644,14 @@ static void do_transition(struct bf_sim *s, const struct bf_sim_request *q, stru
     }
     /* 7. accept: reserve everything first */
     uint32_t cluster = 0, md = 0;
-    if (sim_ops_slot(s, i) || heap_reserve(s))
+    if (bf_sim_ops_slot(s, i) || heap_reserve(s))
         goto oom;
     m = &s->m[i];
     if (kind == BF_SIM_RPC_CONFIGURE) {
-        cluster = sim_str_intern(&s->clusters, q->cluster_id.p, q->cluster_id.len);
+        cluster = bf_sim_str_intern(&s->clusters, q->cluster_id.p, q->cluster_id.len);
         if (cluster == UINT32_MAX)
             goto oom;
-        md = sim_md_intern(&s->md, q->metadata, q->n_metadata);
+        md = bf_sim_md_intern(&s->md, q->metadata, q->n_metadata);
         if (md == UINT32_MAX)
             goto oom;
     }
@@ -670,7 +670,7 @@ static void do_transition(struct bf_sim *s, const struct bf_sim_request *q, stru
         hold(s, i);
     if (kind == BF_SIM_RPC_CONFIGURE) {
         m->cluster = cluster;
-        sim_md_unref(&s->md, m->md);
+        bf_sim_md_unref(&s->md, m->md);
         m->md = md;
     }
     set_state(s, i, k_trans[kind]);
@@ -692,7 +692,7 @@ static void do_transition(struct bf_sim *s, const struct bf_sim_request *q, stru
     reply_ack(s, op, i, r);
     return;
 oom:
-    sim_md_unref(&s->md, md);
+    bf_sim_md_unref(&s->md, md);
     reply_err(r, BF_SIM_INTERNAL, "simulated provider: out of memory");
 }
 
@@ -725,7 +725,7 @@ void bf_sim_get(struct bf_sim *s, struct bf_sim_bytes id, int64_t now_ns, struct
         reply_err(r, BF_SIM_INVALID_ARGUMENT, "id is required");
         goto out;
     }
-    uint32_t i = sim_find_machine(s, id.p, id.len);
+    uint32_t i = bf_sim_find_machine(s, id.p, id.len);
     if (i == UINT32_MAX) {
         reply_err(r, BF_SIM_NOT_FOUND, "machine %.*s not found", pr_len(id.len),
                   (const char *)id.p);
@@ -777,14 +777,14 @@ static bool list_emit(struct bf_sim *s, struct list_run *lr, uint32_t i, struct 
 {
     if (!(lr->mask & (1u << s->m[i].state)))
         return true;
-    size_t n = sim_machine_size(s, i);
+    size_t n = bf_sim_machine_size(s, i);
     if (!n || reply_reserve(r, bf_pb_ld_len(1, n))) {
         lr->oom = true;
         return false;
     }
     uint8_t *p = r->body + r->len;
     p = bf_pb_put_ld_header(p, 1, n);
-    p = sim_machine_write(s, i, p);
+    p = bf_sim_machine_write(s, i, p);
     r->len = (size_t)(p - r->body);
     lr->count++;
     lr->last = s->m[i].mod_rev;
@@ -810,7 +810,7 @@ static void list_run(struct bf_sim *s, const struct bf_sim_list_args *a, struct 
             sz[i] = 0;
             if (!(lr.mask & (1u << s->m[i].state)))
                 continue;
-            size_t n = sim_machine_size(s, i);
+            size_t n = bf_sim_machine_size(s, i);
             if (!n || n > UINT32_MAX)
                 lr.oom = true;
             sz[i] = (uint32_t)n;
@@ -823,7 +823,7 @@ static void list_run(struct bf_sim *s, const struct bf_sim_list_args *a, struct 
                 continue;
             uint8_t *p = r->body + r->len;
             p = bf_pb_put_ld_header(p, 1, sz[i]);
-            p = sim_machine_write(s, i, p);
+            p = bf_sim_machine_write(s, i, p);
             r->len = (size_t)(p - r->body);
         }
         free(sz);
@@ -907,18 +907,18 @@ void bf_sim_handle(struct bf_sim *s, int rpc, const uint8_t *req, size_t len, in
     if (rpc < BF_SIM_KIND_COUNT) {
         struct bf_sim_request q;
         struct bf_sim_md_entry *md = NULL;
-        rc = sim_decode_lifecycle(rpc, req, len, &q, &md);
+        rc = bf_sim_decode_lifecycle(rpc, req, len, &q, &md);
         if (!rc)
             bf_sim_transition(s, &q, now_ns, r);
         free(md);
     } else if (rpc == BF_SIM_RPC_GET) {
         struct bf_sim_bytes id;
-        rc = sim_decode_ref(req, len, &id);
+        rc = bf_sim_decode_ref(req, len, &id);
         if (!rc)
             bf_sim_get(s, id, now_ns, r);
     } else {
         struct bf_sim_list_args a;
-        rc = sim_decode_list(req, len, &a);
+        rc = bf_sim_decode_list(req, len, &a);
         if (!rc)
             bf_sim_list(s, &a, now_ns, r);
     }
@@ -1061,11 +1061,11 @@ int bf_sim_fail_machine(struct bf_sim *s, const char *id, const char *reason, in
         return -EINVAL;
     call_begin(s, now_ns);
     int rc = 0;
-    uint32_t i = sim_find_machine(s, id, strlen(id));
+    uint32_t i = bf_sim_find_machine(s, id, strlen(id));
     if (i == UINT32_MAX) {
         rc = -ENOENT;
     } else if (s->m[i].state != BF_STATE_FAILED) {
-        uint32_t e = sim_str_intern(&s->errors, reason, strlen(reason));
+        uint32_t e = bf_sim_str_intern(&s->errors, reason, strlen(reason));
         if (e == UINT32_MAX)
             rc = -ENOMEM;
         else
@@ -1080,7 +1080,7 @@ int bf_sim_fail_machine(struct bf_sim *s, const char *id, const char *reason, in
 
 int bf_sim_lookup(struct bf_sim *s, const char *id, struct bf_sim_view *v)
 {
-    uint32_t i = sim_find_machine(s, id, strlen(id));
+    uint32_t i = bf_sim_find_machine(s, id, strlen(id));
     if (i == UINT32_MAX)
         return -ENOENT;
     const struct sim_machine *m = &s->m[i];
@@ -1152,7 +1152,7 @@ static int intern_msg(struct bf_sim *s, uint32_t *out, const char *fmt, ...)
     va_end(ap);
     if (n < 0)
         return -EINVAL;
-    *out = sim_str_intern(&s->errors, b, strlen(b));
+    *out = bf_sim_str_intern(&s->errors, b, strlen(b));
     return *out == UINT32_MAX ? -ENOMEM : 0;
 }
 
@@ -1251,7 +1251,7 @@ static int setup_topology(struct bf_sim *s, uint32_t **zone_idx, uint32_t *n_zon
                 }
                 z = nz;
             }
-            uint32_t zi = sim_zone(s, p, l);
+            uint32_t zi = bf_sim_zone(s, p, l);
             if (zi == UINT32_MAX) {
                 free(z);
                 return -ENOMEM;
@@ -1271,7 +1271,7 @@ static int setup_topology(struct bf_sim *s, uint32_t **zone_idx, uint32_t *n_zon
     } else {
         for (uint32_t k = 0; k < c->zones; k++) {
             char name[BF_SIM_NAME_MAX];
-            sim_zone_default_name(k, name, sizeof name);
+            bf_sim_zone_default_name(k, name, sizeof name);
             if (n == cap) {
                 cap *= 2;
                 uint32_t *nz = realloc(z, cap * sizeof *nz);
@@ -1281,7 +1281,7 @@ static int setup_topology(struct bf_sim *s, uint32_t **zone_idx, uint32_t *n_zon
                 }
                 z = nz;
             }
-            z[n] = sim_zone(s, name, strlen(name));
+            z[n] = bf_sim_zone(s, name, strlen(name));
             if (z[n] == UINT32_MAX) {
                 free(z);
                 return -ENOMEM;
@@ -1298,7 +1298,7 @@ static int setup_topology(struct bf_sim *s, uint32_t **zone_idx, uint32_t *n_zon
         for (uint32_t j = 0; j < c->racks_per_zone; j++) {
             char name[BF_SIM_NAME_MAX * 2];
             snprintf(name, sizeof name, "%s-rack-%u", sim_str(&s->zones, z[k]), j);
-            r[k * c->racks_per_zone + j] = sim_rack(s, z[k], name, strlen(name));
+            r[k * c->racks_per_zone + j] = bf_sim_rack(s, z[k], name, strlen(name));
             if (r[k * c->racks_per_zone + j] == UINT32_MAX) {
                 free(z);
                 free(r);
@@ -1344,7 +1344,7 @@ static uint32_t seed_md(struct bf_sim *s, uint32_t t)
          {(const uint8_t *)fp, strlen(fp)}},
         {{(const uint8_t *)BF_MD_GROUP, strlen(BF_MD_GROUP)}, {NULL, 0}},
     };
-    uint32_t md = sim_md_intern(&s->md, e, 5);
+    uint32_t md = bf_sim_md_intern(&s->md, e, 5);
     free(fp);
     return md;
 }
@@ -1362,8 +1362,8 @@ static int seed(struct bf_sim *s, const uint32_t *zone_idx, uint32_t nz, const u
                 (unsigned long long)total, SIM_MAX_MACHINES);
         return -EINVAL;
     }
-    if (sim_grow_machines(s, (size_t)total) || sim_index_reserve(&s->ids.ix, (size_t)total) ||
-        sim_buf_reserve(&s->ids.arena, (size_t)total * 40))
+    if (bf_sim_grow_machines(s, (size_t)total) || bf_sim_index_reserve(&s->ids.ix, (size_t)total) ||
+        bf_sim_buf_reserve(&s->ids.arena, (size_t)total * 40))
         return -ENOMEM;
     uint32_t *clusters = NULL;
     if (c->seed_configured) {
@@ -1373,7 +1373,7 @@ static int seed(struct bf_sim *s, const uint32_t *zone_idx, uint32_t nz, const u
         for (uint32_t k = 0; k < c->seed_clusters; k++) {
             char name[BF_SIM_NAME_MAX * 2];
             snprintf(name, sizeof name, "%s%u", c->cluster_prefix ? c->cluster_prefix : "", k);
-            clusters[k] = sim_str_intern(&s->clusters, name, strlen(name));
+            clusters[k] = bf_sim_str_intern(&s->clusters, name, strlen(name));
             if (clusters[k] == UINT32_MAX) {
                 free(clusters);
                 return -ENOMEM;
@@ -1404,8 +1404,8 @@ static int seed(struct bf_sim *s, const uint32_t *zone_idx, uint32_t nz, const u
                             : j < (uint64_t)c->seed_configured + c->seed_idle
                                 ? BF_STATE_IDLE
                                 : BF_STATE_SPECULATIVE;
-            uint32_t i = sim_add_machine(s, id, (size_t)il, (uint16_t)t,
-                                         rack_idx[z * c->racks_per_zone + rk], state);
+            uint32_t i = bf_sim_add_machine(s, id, (size_t)il, (uint16_t)t,
+                                            rack_idx[z * c->racks_per_zone + rk], state);
             if (i == UINT32_MAX) {
                 rc = -ENOMEM;
                 break;
@@ -1416,13 +1416,13 @@ static int seed(struct bf_sim *s, const uint32_t *zone_idx, uint32_t nz, const u
             }
             if (state == BF_STATE_CONFIGURED) {
                 s->m[i].cluster = clusters[next_cluster++ % c->seed_clusters];
-                sim_md_ref(&s->md, md);
+                bf_sim_md_ref(&s->md, md);
                 s->m[i].md = md;
             }
-            sim_spot_update(s, i);
-            sim_mark_dirty(s, i);
+            bf_sim_spot_update(s, i);
+            bf_sim_mark_dirty(s, i);
         }
-        sim_md_unref(&s->md, md); /* drop the reference seed_md() took */
+        bf_sim_md_unref(&s->md, md); /* drop the reference seed_md() took */
     }
     free(clusters);
     return rc;
@@ -1434,26 +1434,26 @@ void bf_sim_close(struct bf_sim *s)
         return;
     if (s->store) {
         flush(s);
-        sim_store_close(s);
+        bf_sim_store_close(s);
     }
-    sim_chunks_free(s);
+    bf_sim_chunks_free(s);
     for (size_t t = 0; t < s->n_types; t++)
         free(s->types[t].res_body);
     free(s->types);
     free(s->pub_types);
-    sim_strpool_free(&s->zones);
-    sim_strpool_free(&s->racks);
+    bf_sim_strpool_free(&s->zones);
+    bf_sim_strpool_free(&s->racks);
     free(s->rack_zone);
-    sim_strpool_free(&s->ids);
+    bf_sim_strpool_free(&s->ids);
     free(s->m);
-    sim_strpool_free(&s->clusters);
-    sim_strpool_free(&s->errors);
-    sim_strpool_free(&s->shards);
-    sim_strpool_free(&s->ghosts);
-    sim_mdpool_free(&s->md);
+    bf_sim_strpool_free(&s->clusters);
+    bf_sim_strpool_free(&s->errors);
+    bf_sim_strpool_free(&s->shards);
+    bf_sim_strpool_free(&s->ghosts);
+    bf_sim_mdpool_free(&s->md);
     free(s->ops);
     free(s->fences);
-    sim_index_free(&s->fence_ix);
+    bf_sim_index_free(&s->fence_ix);
     free(s->log);
     free(s->heap);
     free(s->held_type);
@@ -1481,27 +1481,28 @@ int bf_sim_open(const struct bf_sim_config *cfg, struct bf_sim **out, char *err,
     snprintf(s->provider, sizeof s->provider, "%s", cfg->provider_name ? cfg->provider_name : "");
     s->provider_len = strlen(s->provider);
     /* pools */
-    if (sim_strpool_init(&s->zones) || sim_strpool_init(&s->racks) || sim_strpool_init(&s->ids) ||
-        sim_strpool_init(&s->clusters) || sim_strpool_init(&s->errors) ||
-        sim_strpool_init(&s->shards) || sim_strpool_init(&s->ghosts) || sim_mdpool_init(&s->md)) {
+    if (bf_sim_strpool_init(&s->zones) || bf_sim_strpool_init(&s->racks) ||
+        bf_sim_strpool_init(&s->ids) || bf_sim_strpool_init(&s->clusters) ||
+        bf_sim_strpool_init(&s->errors) || bf_sim_strpool_init(&s->shards) ||
+        bf_sim_strpool_init(&s->ghosts) || bf_sim_mdpool_init(&s->md)) {
         rc = -ENOMEM;
         goto fail;
     }
     /* catalog */
     if (cfg->n_types > 0) {
-        rc = sim_catalog_build(cfg->types, cfg->n_types, cfg->spot_variants, &cat, &n_cat, err,
-                               err_len);
+        rc = bf_sim_catalog_build(cfg->types, cfg->n_types, cfg->spot_variants, &cat, &n_cat, err,
+                                  err_len);
     } else if (cfg->catalog_path) {
         struct bf_sim_type *file = NULL;
         size_t nf = 0;
         rc = bf_sim_catalog_load(cfg->catalog_path, false, &file, &nf, err, err_len);
         if (!rc)
-            rc = sim_catalog_build(file, nf, cfg->spot_variants, &cat, &n_cat, err, err_len);
+            rc = bf_sim_catalog_build(file, nf, cfg->spot_variants, &cat, &n_cat, err, err_len);
         free(file);
     } else {
         size_t nb;
         const struct bf_sim_type *b = bf_sim_catalog_builtin(&nb);
-        rc = sim_catalog_build(b, nb, cfg->spot_variants, &cat, &n_cat, err, err_len);
+        rc = bf_sim_catalog_build(b, nb, cfg->spot_variants, &cat, &n_cat, err, err_len);
     }
     if (rc)
         goto fail;
@@ -1518,7 +1519,7 @@ int bf_sim_open(const struct bf_sim_config *cfg, struct bf_sim **out, char *err,
         s->types[t].t = cat[t];
         s->pub_types[t] = cat[t];
         any_spot |= cat[t].capacity_type == BF_CT_SPOT;
-        if (sim_type_prepare(&s->types[t])) {
+        if (bf_sim_type_prepare(&s->types[t])) {
             rc = -ENOMEM;
             goto fail;
         }
@@ -1531,10 +1532,10 @@ int bf_sim_open(const struct bf_sim_config *cfg, struct bf_sim **out, char *err,
     }
     for (int k = 0; k < BF_SIM_KIND_COUNT; k++) {
         if ((rc = intern_msg(s, &msgs->fail[k], "%s failed: simulated provider error",
-                             sim_kind_lower(k))) ||
+                             bf_sim_kind_lower(k))) ||
             (rc = intern_msg(s, &msgs->restart[k],
                              "%s transition interrupted by a provider restart; needs re-drive",
-                             sim_kind_lower(k))))
+                             bf_sim_kind_lower(k))))
             goto fail;
     }
     if ((rc = intern_msg(s, &msgs->spot, "spot interruption: instance reclaimed by the provider")))
@@ -1561,9 +1562,9 @@ int bf_sim_open(const struct bf_sim_config *cfg, struct bf_sim **out, char *err,
     /* pool: load or seed */
     long loaded = 0;
     if (cfg->state_path) {
-        if ((rc = sim_store_open(s, err, err_len)))
+        if ((rc = bf_sim_store_open(s, err, err_len)))
             goto fail;
-        loaded = sim_store_load(s, err, err_len);
+        loaded = bf_sim_store_load(s, err, err_len);
         if (loaded < 0) {
             rc = (int)loaded;
             goto fail;
@@ -1582,7 +1583,7 @@ int bf_sim_open(const struct bf_sim_config *cfg, struct bf_sim **out, char *err,
             s->m[i].err = msgs->restart[kind];
             release(s, i);
             set_state(s, i, BF_STATE_FAILED);
-            sim_mark_dirty(s, i);
+            bf_sim_mark_dirty(s, i);
         }
     } else if ((rc = seed(s, zone_idx, nz, rack_idx, err, err_len))) {
         goto fail;
@@ -1612,7 +1613,7 @@ fail:
     free(zone_idx);
     free(rack_idx);
     if (s->store) {
-        sim_store_close(s);
+        bf_sim_store_close(s);
         s->store = NULL;
     }
     bf_sim_close(s);

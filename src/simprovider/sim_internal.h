@@ -35,8 +35,8 @@ struct sim_buf {
     size_t len, cap;
 };
 /* Ensures room for `extra` more bytes. 0 or -ENOMEM. */
-int sim_buf_reserve(struct sim_buf *b, size_t extra);
-void sim_buf_free(struct sim_buf *b);
+int bf_sim_buf_reserve(struct sim_buf *b, size_t extra);
+void bf_sim_buf_free(struct sim_buf *b);
 
 /* ------------------------------------------------------------ hash index */
 
@@ -50,17 +50,17 @@ struct sim_index {
     size_t n;
 };
 typedef bool (*sim_eq_fn)(const void *ctx, uint32_t idx, const void *key, size_t klen);
-uint64_t sim_hash(const void *p, size_t len);
+uint64_t bf_sim_hash(const void *p, size_t len);
 /* idx or UINT32_MAX */
-uint32_t sim_index_find(const struct sim_index *ix, uint64_t h, sim_eq_fn eq, const void *ctx,
-                        const void *key, size_t klen);
+uint32_t bf_sim_index_find(const struct sim_index *ix, uint64_t h, sim_eq_fn eq, const void *ctx,
+                           const void *key, size_t klen);
 /* Adds idx (caller checked absence). 0 or -ENOMEM. */
-int sim_index_insert(struct sim_index *ix, uint64_t h, uint32_t idx);
+int bf_sim_index_insert(struct sim_index *ix, uint64_t h, uint32_t idx);
 /* Removes idx stored under h (must be present). */
-void sim_index_remove(struct sim_index *ix, uint64_t h, uint32_t idx);
+void bf_sim_index_remove(struct sim_index *ix, uint64_t h, uint32_t idx);
 /* Pre-sizes for n entries. 0 or -ENOMEM. */
-int sim_index_reserve(struct sim_index *ix, size_t n);
-void sim_index_free(struct sim_index *ix);
+int bf_sim_index_reserve(struct sim_index *ix, size_t n);
+void bf_sim_index_free(struct sim_index *ix);
 
 /* ------------------------------------------------------------ string pools */
 
@@ -73,14 +73,14 @@ struct sim_strpool {
     size_t n, cap; /* n counts index 0 */
     struct sim_index ix;
 };
-int sim_strpool_init(struct sim_strpool *sp);
-void sim_strpool_free(struct sim_strpool *sp);
+int bf_sim_strpool_init(struct sim_strpool *sp);
+void bf_sim_strpool_free(struct sim_strpool *sp);
 /* Index of (p, len), adding it if absent; 0 for len 0; UINT32_MAX on ENOMEM. */
-uint32_t sim_str_intern(struct sim_strpool *sp, const void *p, size_t len);
+uint32_t bf_sim_str_intern(struct sim_strpool *sp, const void *p, size_t len);
 /* Appends without checking for duplicates (caller guarantees uniqueness). */
-uint32_t sim_str_append(struct sim_strpool *sp, const void *p, size_t len);
+uint32_t bf_sim_str_append(struct sim_strpool *sp, const void *p, size_t len);
 /* Index or 0 if absent (len 0 -> 0). */
-uint32_t sim_str_find(const struct sim_strpool *sp, const void *p, size_t len);
+uint32_t bf_sim_str_find(const struct sim_strpool *sp, const void *p, size_t len);
 static inline const char *sim_str(const struct sim_strpool *sp, uint32_t i)
 {
     return (const char *)sp->arena.p + sp->off[i];
@@ -113,18 +113,18 @@ struct sim_mdpool {
     size_t nfree, freecap;
     struct sim_index ix;
 };
-int sim_mdpool_init(struct sim_mdpool *mp);
-void sim_mdpool_free(struct sim_mdpool *mp);
+int bf_sim_mdpool_init(struct sim_mdpool *mp);
+void bf_sim_mdpool_free(struct sim_mdpool *mp);
 /*
  * Interns a map given as entries (any order, duplicates allowed) and takes a
  * reference. Returns the md index (>= 1), 0 for an empty map, or UINT32_MAX
  * on ENOMEM.
  */
-uint32_t sim_md_intern(struct sim_mdpool *mp, const struct bf_sim_md_entry *e, size_t n);
+uint32_t bf_sim_md_intern(struct sim_mdpool *mp, const struct bf_sim_md_entry *e, size_t n);
 /* Interns from a raw canonical blob (persistence). Same returns. */
-uint32_t sim_md_intern_raw(struct sim_mdpool *mp, const uint8_t *raw, size_t len);
-void sim_md_ref(struct sim_mdpool *mp, uint32_t i);
-void sim_md_unref(struct sim_mdpool *mp, uint32_t i);
+uint32_t bf_sim_md_intern_raw(struct sim_mdpool *mp, const uint8_t *raw, size_t len);
+void bf_sim_md_ref(struct sim_mdpool *mp, uint32_t i);
+void bf_sim_md_unref(struct sim_mdpool *mp, uint32_t i);
 
 /* ------------------------------------------------------------ catalog */
 
@@ -136,13 +136,13 @@ struct sim_type {
     size_t res_len;
 };
 /* Fills the quantity strings and the Resources body. 0 or -ENOMEM. */
-int sim_type_prepare(struct sim_type *st);
+int bf_sim_type_prepare(struct sim_type *st);
 /* Copies n types, adds spot variants if asked, validates all and checks
  * names are unique. *out is malloc'd. 0, -EINVAL or -ENOMEM. */
-int sim_catalog_build(const struct bf_sim_type *in, size_t n, bool spot_variants,
-                      struct bf_sim_type **out, size_t *n_out, char *err, size_t err_len);
+int bf_sim_catalog_build(const struct bf_sim_type *in, size_t n, bool spot_variants,
+                         struct bf_sim_type **out, size_t *n_out, char *err, size_t err_len);
 /* Validates one type (ecosystem.md §2.2). 0 or -EINVAL with a message. */
-int sim_type_validate(const struct bf_sim_type *t, char *err, size_t err_len);
+int bf_sim_type_validate(const struct bf_sim_type *t, char *err, size_t err_len);
 
 /* ------------------------------------------------------------ machines */
 
@@ -294,7 +294,7 @@ static inline uint32_t sim_midlen(const struct bf_sim *s, uint32_t i)
     return sim_strlen(&s->ids, i + 1);
 }
 /* machine index by id, or UINT32_MAX */
-uint32_t sim_find_machine(const struct bf_sim *s, const void *id, size_t len);
+uint32_t bf_sim_find_machine(const struct bf_sim *s, const void *id, size_t len);
 
 /* ------------------------------------------------------------ pool.c (used by sim.c and store.c)
  */
@@ -303,30 +303,30 @@ uint32_t sim_find_machine(const struct bf_sim *s, const void *id, size_t len);
 
 /* Appends a machine (id unique) with no mutation bookkeeping. Returns the
  * index or UINT32_MAX on ENOMEM. */
-uint32_t sim_add_machine(struct bf_sim *s, const char *id, size_t id_len, uint16_t type,
-                         uint32_t rack, uint8_t state);
+uint32_t bf_sim_add_machine(struct bf_sim *s, const char *id, size_t id_len, uint16_t type,
+                            uint32_t rack, uint8_t state);
 /* Interns zone / rack names (rack belongs to zone). UINT32_MAX on ENOMEM. */
-uint32_t sim_zone(struct bf_sim *s, const char *name, size_t len);
-uint32_t sim_rack(struct bf_sim *s, uint32_t zone, const char *name, size_t len);
+uint32_t bf_sim_zone(struct bf_sim *s, const char *name, size_t len);
+uint32_t bf_sim_rack(struct bf_sim *s, uint32_t zone, const char *name, size_t len);
 /* Ensures machine i has an ops slot. 0 or -ENOMEM. */
-int sim_ops_slot(struct bf_sim *s, uint32_t i);
+int bf_sim_ops_slot(struct bf_sim *s, uint32_t i);
 /* Adds/updates a fence entry (no dirty marking). Index or UINT32_MAX. */
-uint32_t sim_fence_put(struct bf_sim *s, uint32_t shard, uint32_t mref, int64_t epoch, int64_t seq,
-                       uint64_t no);
+uint32_t bf_sim_fence_put(struct bf_sim *s, uint32_t shard, uint32_t mref, int64_t epoch,
+                          int64_t seq, uint64_t no);
 /* Puts machine i on the dirty set store.c writes at the end of the batch
  * (no-op without a store; on ENOMEM the next flush writes every machine). */
-void sim_mark_dirty(struct bf_sim *s, uint32_t i);
+void bf_sim_mark_dirty(struct bf_sim *s, uint32_t i);
 /* The same for fence f (and the metadata record). */
-void sim_fence_mark_dirty(struct bf_sim *s, uint32_t f);
+void bf_sim_fence_mark_dirty(struct bf_sim *s, uint32_t f);
 /* Fence index of (shard, mref), or UINT32_MAX. */
-uint32_t sim_fence_find(const struct bf_sim *s, uint32_t shard, uint32_t mref);
+uint32_t bf_sim_fence_find(const struct bf_sim *s, uint32_t shard, uint32_t mref);
 /* Catalog index of the machine type called name, or UINT32_MAX. */
-uint32_t sim_type_by_name(const struct bf_sim *s, const char *name, size_t len);
+uint32_t bf_sim_type_by_name(const struct bf_sim *s, const char *name, size_t len);
 /* Machine arrays (and the spot set's) grown to hold want. 0 or -ENOMEM. */
-int sim_grow_machines(struct bf_sim *s, size_t want);
+int bf_sim_grow_machines(struct bf_sim *s, size_t want);
 /* Keeps machine i's membership of the spot set (spot-interruption
  * candidates: spot capacity, Idle or Configured) in step with its state. */
-void sim_spot_update(struct bf_sim *s, uint32_t i);
+void bf_sim_spot_update(struct bf_sim *s, uint32_t i);
 
 /* SplitMix64 step (seeds the RNG; hashes fence keys). */
 static inline uint64_t sim_splitmix64(uint64_t *x)
@@ -341,45 +341,45 @@ static inline uint64_t sim_splitmix64(uint64_t *x)
 
 /* Request decoders (byte-exact, borrow from the input) on the protobuf wire
  * reader (bigfleet/pbwire.h). 0, -EBADMSG (malformed), or -ENOMEM
- * (sim_decode_lifecycle's metadata array). */
-int sim_decode_lifecycle(int kind, const uint8_t *p, size_t len, struct bf_sim_request *q,
-                         struct bf_sim_md_entry **md_out);
-int sim_decode_ref(const uint8_t *p, size_t len, struct bf_sim_bytes *id);
-int sim_decode_list(const uint8_t *p, size_t len, struct bf_sim_list_args *a);
+ * (bf_sim_decode_lifecycle's metadata array). */
+int bf_sim_decode_lifecycle(int kind, const uint8_t *p, size_t len, struct bf_sim_request *q,
+                            struct bf_sim_md_entry **md_out);
+int bf_sim_decode_ref(const uint8_t *p, size_t len, struct bf_sim_bytes *id);
+int bf_sim_decode_list(const uint8_t *p, size_t len, struct bf_sim_list_args *a);
 
 /* Encoders. Machine i's full encoded size and bytes (no outer tag). */
-size_t sim_machine_size(struct bf_sim *s, uint32_t i);
-uint8_t *sim_machine_write(struct bf_sim *s, uint32_t i, uint8_t *p);
+size_t bf_sim_machine_size(struct bf_sim *s, uint32_t i);
+uint8_t *bf_sim_machine_write(struct bf_sim *s, uint32_t i, uint8_t *p);
 /* Builds the metadata wire entries for an md record. 0 or -ENOMEM. */
-int sim_md_encode(struct sim_md *md);
+int bf_sim_md_encode(struct sim_md *md);
 /* Ensures the static chunks exist for (type, rack). 0 or -ENOMEM. */
-int sim_chunks_ensure(struct bf_sim *s, uint32_t type, uint32_t rack);
-void sim_chunks_free(struct bf_sim *s);
+int bf_sim_chunks_ensure(struct bf_sim *s, uint32_t type, uint32_t rack);
+void bf_sim_chunks_free(struct bf_sim *s);
 
 /*
  * A protobuf-c Machine for machine i (reference encoder, tests and tools):
  * every pointer is into *arena-owned memory allocated with malloc; free with
- * sim_machine_pb_free().
+ * bf_sim_machine_pb_free().
  */
 struct sim_pb_machine;
-struct sim_pb_machine *sim_machine_pb(struct bf_sim *s, uint32_t i);
-Bigfleet__V1alpha1__Machine *sim_machine_pb_msg(struct sim_pb_machine *pm);
-void sim_machine_pb_free(struct sim_pb_machine *pm);
+struct sim_pb_machine *bf_sim_machine_pb(struct bf_sim *s, uint32_t i);
+Bigfleet__V1alpha1__Machine *bf_sim_machine_pb_msg(struct sim_pb_machine *pm);
+void bf_sim_machine_pb_free(struct sim_pb_machine *pm);
 
 /* ------------------------------------------------------------ store.c */
 
-int sim_store_open(struct bf_sim *s, char *err, size_t err_len);
+int bf_sim_store_open(struct bf_sim *s, char *err, size_t err_len);
 /* Loads machines/fences/meta. Returns the number of machines loaded (>= 0)
  * or a negative errno. */
-long sim_store_load(struct bf_sim *s, char *err, size_t err_len);
+long bf_sim_store_load(struct bf_sim *s, char *err, size_t err_len);
 /* Writes the dirty set in one transaction. 0 or -EIO. */
-int sim_store_flush(struct bf_sim *s);
-void sim_store_close(struct bf_sim *s);
+int bf_sim_store_flush(struct bf_sim *s);
+void bf_sim_store_close(struct bf_sim *s);
 
 /* ------------------------------------------------------------ small shared utilities */
 
 /* Labels and names used by the catalog and the encoder. */
-void sim_zone_default_name(uint32_t z, char *buf, size_t n);
-const char *sim_kind_lower(int kind); /* "create", ... */
+void bf_sim_zone_default_name(uint32_t z, char *buf, size_t n);
+const char *bf_sim_kind_lower(int kind); /* "create", ... */
 
 #endif /* BF_SIM_INTERNAL_H */

@@ -58,7 +58,7 @@ static int map_err(int rc)
     return -EIO;
 }
 
-int sim_store_open(struct bf_sim *s, char *err, size_t err_len)
+int bf_sim_store_open(struct bf_sim *s, char *err, size_t err_len)
 {
     const char *path = s->cfg.state_path;
     struct sim_store *st = calloc(1, sizeof *st);
@@ -102,13 +102,13 @@ fail:
     return map_err(rc);
 }
 
-void sim_store_close(struct bf_sim *s)
+void bf_sim_store_close(struct bf_sim *s)
 {
     struct sim_store *st = s->store;
     if (!st)
         return;
     mdb_env_close(st->env);
-    sim_buf_free(&st->buf);
+    bf_sim_buf_free(&st->buf);
     free(st);
     s->store = NULL;
 }
@@ -146,7 +146,7 @@ static int put_machine(struct bf_sim *s, MDB_txn *txn, uint32_t i)
     size_t n = 4 + 8 + 8 * BF_SIM_KIND_COUNT + 6 + strlen(type) + strlen(zone) + strlen(rack) + 12 +
                cl + el + ml;
     st->buf.len = 0;
-    if (sim_buf_reserve(&st->buf, n))
+    if (bf_sim_buf_reserve(&st->buf, n))
         return -ENOMEM;
     uint8_t *p = st->buf.p;
     p[0] = REC_VERSION;
@@ -194,7 +194,7 @@ static int put_fence(struct bf_sim *s, MDB_txn *txn, uint32_t f)
         ml = sim_midlen(s, fe->mref);
     }
     st->buf.len = 0;
-    if (sim_buf_reserve(&st->buf, 24 + sl + ml))
+    if (bf_sim_buf_reserve(&st->buf, 24 + sl + ml))
         return -ENOMEM;
     uint8_t *p = st->buf.p;
     memcpy(p, &fe->epoch, 8);
@@ -208,7 +208,7 @@ static int put_fence(struct bf_sim *s, MDB_txn *txn, uint32_t f)
     return mdb_put(txn, st->fences, &k, &v, 0);
 }
 
-int sim_store_flush(struct bf_sim *s)
+int bf_sim_store_flush(struct bf_sim *s)
 {
     struct sim_store *st = s->store;
     MDB_txn *txn;
@@ -298,7 +298,7 @@ static long load_machines(struct bf_sim *s, MDB_txn *txn, char *err, size_t err_
         return map_err(rc);
     if (stat.ms_entries > (1u << 26))
         return -EINVAL;
-    if (sim_index_reserve(&s->ids.ix, stat.ms_entries))
+    if (bf_sim_index_reserve(&s->ids.ix, stat.ms_entries))
         return -ENOMEM;
     MDB_cursor *cur;
     if ((rc = mdb_cursor_open(txn, st->machines, &cur)))
@@ -322,7 +322,7 @@ static long load_machines(struct bf_sim *s, MDB_txn *txn, char *err, size_t err_
             rc = -EINVAL;
             goto out;
         }
-        uint32_t t = sim_type_by_name(s, (const char *)type, tl);
+        uint32_t t = bf_sim_type_by_name(s, (const char *)type, tl);
         if (t == UINT32_MAX) {
             bf_errf(err, err_len,
                     "state: machine %.*s has instance type %.*s, which the catalog lacks",
@@ -330,11 +330,11 @@ static long load_machines(struct bf_sim *s, MDB_txn *txn, char *err, size_t err_
             rc = -EINVAL;
             goto out;
         }
-        uint32_t z = sim_zone(s, (const char *)zone, zl);
-        uint32_t rk = z == UINT32_MAX ? UINT32_MAX : sim_rack(s, z, (const char *)rack, rl);
+        uint32_t z = bf_sim_zone(s, (const char *)zone, zl);
+        uint32_t rk = z == UINT32_MAX ? UINT32_MAX : bf_sim_rack(s, z, (const char *)rack, rl);
         uint32_t i = rk == UINT32_MAX
                          ? UINT32_MAX
-                         : sim_add_machine(s, k.mv_data, k.mv_size, (uint16_t)t, rk, h[1]);
+                         : bf_sim_add_machine(s, k.mv_data, k.mv_size, (uint16_t)t, rk, h[1]);
         if (i == UINT32_MAX) {
             rc = -ENOMEM;
             goto out;
@@ -344,22 +344,22 @@ static long load_machines(struct bf_sim *s, MDB_txn *txn, char *err, size_t err_
         uint64_t o[BF_SIM_KIND_COUNT];
         memcpy(o, ops, sizeof o);
         if (o[0] | o[1] | o[2] | o[3]) {
-            if (sim_ops_slot(s, i)) {
+            if (bf_sim_ops_slot(s, i)) {
                 rc = -ENOMEM;
                 goto out;
             }
             m = &s->m[i];
             memcpy(s->ops[m->ops - 1], o, sizeof o);
         }
-        if (cl && (m->cluster = sim_str_intern(&s->clusters, cluster, cl)) == UINT32_MAX) {
+        if (cl && (m->cluster = bf_sim_str_intern(&s->clusters, cluster, cl)) == UINT32_MAX) {
             rc = -ENOMEM;
             goto out;
         }
-        if (el && (m->err = sim_str_intern(&s->errors, errs, el)) == UINT32_MAX) {
+        if (el && (m->err = bf_sim_str_intern(&s->errors, errs, el)) == UINT32_MAX) {
             rc = -ENOMEM;
             goto out;
         }
-        if (ml && (m->md = sim_md_intern_raw(&s->md, md, ml)) == UINT32_MAX) {
+        if (ml && (m->md = bf_sim_md_intern_raw(&s->md, md, ml)) == UINT32_MAX) {
             bf_errf(err, err_len, "state: bad shard_metadata in %.*s", (int)k.mv_size,
                     (const char *)k.mv_data);
             rc = -EINVAL;
@@ -412,19 +412,19 @@ static int load_fences(struct bf_sim *s, MDB_txn *txn, char *err, size_t err_len
         int64_t epoch, seq;
         memcpy(&epoch, es, 8);
         memcpy(&seq, es + 8, 8);
-        uint32_t sh = sim_str_intern(&s->shards, shard, sl);
-        uint32_t mi = sim_find_machine(s, mid, ml), mref;
+        uint32_t sh = bf_sim_str_intern(&s->shards, shard, sl);
+        uint32_t mi = bf_sim_find_machine(s, mid, ml), mref;
         if (mi != UINT32_MAX) {
             mref = mi;
         } else {
-            uint32_t g = sim_str_intern(&s->ghosts, mid, ml);
+            uint32_t g = bf_sim_str_intern(&s->ghosts, mid, ml);
             if (g == UINT32_MAX || g >= SIM_GHOST_BIT) {
                 rc = -ENOMEM;
                 goto out;
             }
             mref = g | SIM_GHOST_BIT;
         }
-        if (sh == UINT32_MAX || sim_fence_put(s, sh, mref, epoch, seq, no) == UINT32_MAX) {
+        if (sh == UINT32_MAX || bf_sim_fence_put(s, sh, mref, epoch, seq, no) == UINT32_MAX) {
             rc = -ENOMEM;
             goto out;
         }
@@ -435,7 +435,7 @@ out:
     return rc;
 }
 
-long sim_store_load(struct bf_sim *s, char *err, size_t err_len)
+long bf_sim_store_load(struct bf_sim *s, char *err, size_t err_len)
 {
     struct sim_store *st = s->store;
     MDB_txn *txn;

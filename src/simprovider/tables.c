@@ -19,7 +19,7 @@
 
 /* ------------------------------------------------------------ sim_buf */
 
-int sim_buf_reserve(struct sim_buf *b, size_t extra)
+int bf_sim_buf_reserve(struct sim_buf *b, size_t extra)
 {
     if (b->cap - b->len >= extra)
         return 0;
@@ -40,7 +40,7 @@ int sim_buf_reserve(struct sim_buf *b, size_t extra)
     return 0;
 }
 
-void sim_buf_free(struct sim_buf *b)
+void bf_sim_buf_free(struct sim_buf *b)
 {
     free(b->p);
     b->p = NULL;
@@ -49,7 +49,7 @@ void sim_buf_free(struct sim_buf *b)
 
 /* ------------------------------------------------------------ hash index */
 
-uint64_t sim_hash(const void *p, size_t len)
+uint64_t bf_sim_hash(const void *p, size_t len)
 {
     return XXH3_64bits(p, len);
 }
@@ -82,7 +82,7 @@ static int index_grow(struct sim_index *ix, size_t want_cap)
     return 0;
 }
 
-int sim_index_reserve(struct sim_index *ix, size_t n)
+int bf_sim_index_reserve(struct sim_index *ix, size_t n)
 {
     /* keep the load factor <= 1/2 */
     size_t want = 16;
@@ -96,8 +96,8 @@ int sim_index_reserve(struct sim_index *ix, size_t n)
     return index_grow(ix, want);
 }
 
-uint32_t sim_index_find(const struct sim_index *ix, uint64_t h, sim_eq_fn eq, const void *ctx,
-                        const void *key, size_t klen)
+uint32_t bf_sim_index_find(const struct sim_index *ix, uint64_t h, sim_eq_fn eq, const void *ctx,
+                           const void *key, size_t klen)
 {
     if (!ix->slots)
         return UINT32_MAX;
@@ -116,7 +116,7 @@ uint32_t sim_index_find(const struct sim_index *ix, uint64_t h, sim_eq_fn eq, co
     }
 }
 
-int sim_index_insert(struct sim_index *ix, uint64_t h, uint32_t idx)
+int bf_sim_index_insert(struct sim_index *ix, uint64_t h, uint32_t idx)
 {
     if (!ix->slots || (ix->n + 1) * 2 > ix->mask + 1) {
         int rc = index_grow(ix, ix->slots ? (ix->mask + 1) * 2 : 16);
@@ -132,7 +132,7 @@ int sim_index_insert(struct sim_index *ix, uint64_t h, uint32_t idx)
     return 0;
 }
 
-void sim_index_remove(struct sim_index *ix, uint64_t h, uint32_t idx)
+void bf_sim_index_remove(struct sim_index *ix, uint64_t h, uint32_t idx)
 {
     if (!ix->slots)
         return;
@@ -165,7 +165,7 @@ void sim_index_remove(struct sim_index *ix, uint64_t h, uint32_t idx)
     }
 }
 
-void sim_index_free(struct sim_index *ix)
+void bf_sim_index_free(struct sim_index *ix)
 {
     free(ix->slots);
     ix->slots = NULL;
@@ -180,14 +180,14 @@ static bool str_eq(const void *ctx, uint32_t idx, const void *key, size_t klen)
     return sp->len[idx] == klen && memcmp(sp->arena.p + sp->off[idx], key, klen) == 0;
 }
 
-int sim_strpool_init(struct sim_strpool *sp)
+int bf_sim_strpool_init(struct sim_strpool *sp)
 {
     memset(sp, 0, sizeof *sp);
     sp->cap = 16;
     sp->off = malloc(sp->cap * sizeof *sp->off);
     sp->len = malloc(sp->cap * sizeof *sp->len);
-    if (!sp->off || !sp->len || sim_buf_reserve(&sp->arena, 1)) {
-        sim_strpool_free(sp);
+    if (!sp->off || !sp->len || bf_sim_buf_reserve(&sp->arena, 1)) {
+        bf_sim_strpool_free(sp);
         return -ENOMEM;
     }
     sp->arena.p[0] = 0;
@@ -198,24 +198,24 @@ int sim_strpool_init(struct sim_strpool *sp)
     return 0;
 }
 
-void sim_strpool_free(struct sim_strpool *sp)
+void bf_sim_strpool_free(struct sim_strpool *sp)
 {
-    sim_buf_free(&sp->arena);
+    bf_sim_buf_free(&sp->arena);
     free(sp->off);
     free(sp->len);
-    sim_index_free(&sp->ix);
+    bf_sim_index_free(&sp->ix);
     memset(sp, 0, sizeof *sp);
 }
 
-uint32_t sim_str_find(const struct sim_strpool *sp, const void *p, size_t len)
+uint32_t bf_sim_str_find(const struct sim_strpool *sp, const void *p, size_t len)
 {
     if (len == 0)
         return 0;
-    uint32_t i = sim_index_find(&sp->ix, sim_hash(p, len), str_eq, sp, p, len);
+    uint32_t i = bf_sim_index_find(&sp->ix, bf_sim_hash(p, len), str_eq, sp, p, len);
     return i == UINT32_MAX ? 0 : i;
 }
 
-uint32_t sim_str_append(struct sim_strpool *sp, const void *p, size_t len)
+uint32_t bf_sim_str_append(struct sim_strpool *sp, const void *p, size_t len)
 {
     if (len == 0)
         return 0;
@@ -233,10 +233,10 @@ uint32_t sim_str_append(struct sim_strpool *sp, const void *p, size_t len)
         sp->len = ln;
         sp->cap = cap;
     }
-    if (sim_buf_reserve(&sp->arena, len + 1))
+    if (bf_sim_buf_reserve(&sp->arena, len + 1))
         return UINT32_MAX;
     uint32_t idx = (uint32_t)sp->n;
-    if (sim_index_insert(&sp->ix, sim_hash(p, len), idx))
+    if (bf_sim_index_insert(&sp->ix, bf_sim_hash(p, len), idx))
         return UINT32_MAX;
     sp->off[idx] = (uint32_t)sp->arena.len;
     sp->len[idx] = (uint32_t)len;
@@ -247,14 +247,14 @@ uint32_t sim_str_append(struct sim_strpool *sp, const void *p, size_t len)
     return idx;
 }
 
-uint32_t sim_str_intern(struct sim_strpool *sp, const void *p, size_t len)
+uint32_t bf_sim_str_intern(struct sim_strpool *sp, const void *p, size_t len)
 {
     if (len == 0)
         return 0;
-    uint32_t i = sim_str_find(sp, p, len);
+    uint32_t i = bf_sim_str_find(sp, p, len);
     if (i)
         return i;
-    return sim_str_append(sp, p, len);
+    return bf_sim_str_append(sp, p, len);
 }
 
 /* ------------------------------------------------------------ metadata pool */
@@ -266,7 +266,7 @@ static bool md_eq(const void *ctx, uint32_t idx, const void *key, size_t klen)
     return m->refs && m->raw_len == klen && memcmp(m->raw, key, klen) == 0;
 }
 
-int sim_mdpool_init(struct sim_mdpool *mp)
+int bf_sim_mdpool_init(struct sim_mdpool *mp)
 {
     memset(mp, 0, sizeof *mp);
     mp->cap = 16;
@@ -277,7 +277,7 @@ int sim_mdpool_init(struct sim_mdpool *mp)
     return 0;
 }
 
-void sim_mdpool_free(struct sim_mdpool *mp)
+void bf_sim_mdpool_free(struct sim_mdpool *mp)
 {
     if (mp->v) {
         for (size_t i = 1; i < mp->n; i++) {
@@ -287,7 +287,7 @@ void sim_mdpool_free(struct sim_mdpool *mp)
     }
     free(mp->v);
     free(mp->freel);
-    sim_index_free(&mp->ix);
+    bf_sim_index_free(&mp->ix);
     memset(mp, 0, sizeof *mp);
 }
 
@@ -311,15 +311,15 @@ static int md_sort_cmp(const void *a, const void *b)
 static uint32_t md_insert_raw(struct sim_mdpool *mp, uint8_t *raw, size_t raw_len, uint32_t n)
 {
     /* takes ownership of raw */
-    uint64_t h = sim_hash(raw, raw_len);
-    uint32_t found = sim_index_find(&mp->ix, h, md_eq, mp, raw, raw_len);
+    uint64_t h = bf_sim_hash(raw, raw_len);
+    uint32_t found = bf_sim_index_find(&mp->ix, h, md_eq, mp, raw, raw_len);
     if (found != UINT32_MAX) {
         free(raw);
         mp->v[found].refs++;
         return found;
     }
     struct sim_md tmp = {.refs = 1, .n = n, .hash = h, .raw = raw, .raw_len = raw_len};
-    if (sim_md_encode(&tmp))
+    if (bf_sim_md_encode(&tmp))
         goto fail;
     uint32_t idx;
     bool fresh = false;
@@ -340,7 +340,7 @@ static uint32_t md_insert_raw(struct sim_mdpool *mp, uint8_t *raw, size_t raw_le
         idx = (uint32_t)mp->n++;
         fresh = true;
     }
-    if (sim_index_insert(&mp->ix, h, idx)) {
+    if (bf_sim_index_insert(&mp->ix, h, idx)) {
         if (fresh)
             mp->n--;
         else
@@ -355,7 +355,7 @@ fail:
     return UINT32_MAX;
 }
 
-uint32_t sim_md_intern(struct sim_mdpool *mp, const struct bf_sim_md_entry *e, size_t n)
+uint32_t bf_sim_md_intern(struct sim_mdpool *mp, const struct bf_sim_md_entry *e, size_t n)
 {
     if (n == 0)
         return 0;
@@ -405,7 +405,7 @@ uint32_t sim_md_intern(struct sim_mdpool *mp, const struct bf_sim_md_entry *e, s
     return md_insert_raw(mp, raw, raw_len, (uint32_t)kept);
 }
 
-uint32_t sim_md_intern_raw(struct sim_mdpool *mp, const uint8_t *raw, size_t len)
+uint32_t bf_sim_md_intern_raw(struct sim_mdpool *mp, const uint8_t *raw, size_t len)
 {
     if (len == 0)
         return 0;
@@ -435,20 +435,20 @@ uint32_t sim_md_intern_raw(struct sim_mdpool *mp, const uint8_t *raw, size_t len
     return md_insert_raw(mp, copy, len, n);
 }
 
-void sim_md_ref(struct sim_mdpool *mp, uint32_t i)
+void bf_sim_md_ref(struct sim_mdpool *mp, uint32_t i)
 {
     if (i)
         mp->v[i].refs++;
 }
 
-void sim_md_unref(struct sim_mdpool *mp, uint32_t i)
+void bf_sim_md_unref(struct sim_mdpool *mp, uint32_t i)
 {
     if (!i)
         return;
     struct sim_md *m = &mp->v[i];
     if (--m->refs)
         return;
-    sim_index_remove(&mp->ix, m->hash, i);
+    bf_sim_index_remove(&mp->ix, m->hash, i);
     free(m->raw);
     free(m->enc);
     memset(m, 0, sizeof *m);
@@ -465,13 +465,13 @@ void sim_md_unref(struct sim_mdpool *mp, uint32_t i)
 
 /* ------------------------------------------------------------ misc */
 
-const char *sim_kind_lower(int kind)
+const char *bf_sim_kind_lower(int kind)
 {
     static const char *const k[] = {"create", "configure", "drain", "delete"};
     return kind >= 0 && kind < BF_SIM_KIND_COUNT ? k[kind] : "unknown";
 }
 
-void sim_zone_default_name(uint32_t z, char *buf, size_t n)
+void bf_sim_zone_default_name(uint32_t z, char *buf, size_t n)
 {
     if (z < 26)
         snprintf(buf, n, "zone-%c", 'a' + (int)z);

@@ -19,7 +19,7 @@
  * type, rack) — fields 4 to 10 — and on the type — field 13 — are built once and copied;
  *     shard_metadata is pre-encoded per interned map. test_simprovider_wire
  *     checks the identity against protobuf-c over a seeded pool.
- *   - sim_machine_pb() builds the protobuf-c struct of a machine (the
+ *   - bf_sim_machine_pb() builds the protobuf-c struct of a machine (the
  *     reference the identity test packs, and a convenience for tools).
  */
 #include <errno.h>
@@ -76,7 +76,7 @@ static uint8_t *put_str_entry(uint8_t *p, uint32_t field, const char *k, const c
 
 /* ------------------------------------------------------------ static chunks */
 
-int sim_chunks_ensure(struct bf_sim *s, uint32_t type, uint32_t rack)
+int bf_sim_chunks_ensure(struct bf_sim *s, uint32_t type, uint32_t rack)
 {
     size_t nr = s->racks.n;
     if (!s->chunks || s->chunks_racks < nr) {
@@ -143,7 +143,7 @@ int sim_chunks_ensure(struct bf_sim *s, uint32_t type, uint32_t rack)
     return 0;
 }
 
-void sim_chunks_free(struct bf_sim *s)
+void bf_sim_chunks_free(struct bf_sim *s)
 {
     if (s->chunks) {
         for (size_t i = 0; i < s->n_types * s->chunks_racks; i++)
@@ -162,7 +162,7 @@ void sim_chunks_free(struct bf_sim *s)
 
 /* ------------------------------------------------------------ metadata encoding */
 
-int sim_md_encode(struct sim_md *md)
+int bf_sim_md_encode(struct sim_md *md)
 {
     size_t n = 0, off = 0;
     while (off < md->raw_len) {
@@ -219,10 +219,10 @@ static size_t host_body_len(const struct bf_sim *s)
     return (s->provider_len ? bf_pb_ld_len(1, s->provider_len) : 0) + bf_pb_ld_len(2, 19);
 }
 
-size_t sim_machine_size(struct bf_sim *s, uint32_t i)
+size_t bf_sim_machine_size(struct bf_sim *s, uint32_t i)
 {
     const struct sim_machine *m = &s->m[i];
-    if (sim_chunks_ensure(s, m->type, m->rack))
+    if (bf_sim_chunks_ensure(s, m->type, m->rack))
         return 0;
     size_t n = bf_pb_ld_len(1, sim_midlen(s, i)) + 1 + bf_pb_varint_len(m->state);
     if (m->host)
@@ -237,8 +237,8 @@ size_t sim_machine_size(struct bf_sim *s, uint32_t i)
     return n;
 }
 
-/* The caller sized the buffer with sim_machine_size() (which built the chunks). */
-uint8_t *sim_machine_write(struct bf_sim *s, uint32_t i, uint8_t *p)
+/* The caller sized the buffer with bf_sim_machine_size() (which built the chunks). */
+uint8_t *bf_sim_machine_write(struct bf_sim *s, uint32_t i, uint8_t *p)
 {
     const struct sim_machine *m = &s->m[i];
     p = bf_pb_put_ld(p, 1, sim_mid(s, i), sim_midlen(s, i));
@@ -289,7 +289,7 @@ struct sim_pb_machine {
     char hostref[24];
 };
 
-struct sim_pb_machine *sim_machine_pb(struct bf_sim *s, uint32_t i)
+struct sim_pb_machine *bf_sim_machine_pb(struct bf_sim *s, uint32_t i)
 {
     const struct sim_machine *m = &s->m[i];
     struct sim_type *st = &s->types[m->type];
@@ -355,7 +355,7 @@ struct sim_pb_machine *sim_machine_pb(struct bf_sim *s, uint32_t i)
         pm->mdep = calloc(md->n, sizeof *pm->mdep);
         pm->keys = malloc(md->raw_len + md->n + 1);
         if (!pm->mde || !pm->mdep || !pm->keys) {
-            sim_machine_pb_free(pm);
+            bf_sim_machine_pb_free(pm);
             return NULL;
         }
         Bigfleet__V1alpha1__Machine__ShardMetadataEntry mi =
@@ -382,12 +382,12 @@ struct sim_pb_machine *sim_machine_pb(struct bf_sim *s, uint32_t i)
     return pm;
 }
 
-Bigfleet__V1alpha1__Machine *sim_machine_pb_msg(struct sim_pb_machine *pm)
+Bigfleet__V1alpha1__Machine *bf_sim_machine_pb_msg(struct sim_pb_machine *pm)
 {
     return &pm->m;
 }
 
-void sim_machine_pb_free(struct sim_pb_machine *pm)
+void bf_sim_machine_pb_free(struct sim_pb_machine *pm)
 {
     if (!pm)
         return;
@@ -456,8 +456,8 @@ static int rd_md_entry(struct bf_sim_bytes e, struct bf_sim_md_entry *out)
     return rc ? -EBADMSG : 0;
 }
 
-int sim_decode_lifecycle(int kind, const uint8_t *p, size_t len, struct bf_sim_request *q,
-                         struct bf_sim_md_entry **md_out)
+int bf_sim_decode_lifecycle(int kind, const uint8_t *p, size_t len, struct bf_sim_request *q,
+                            struct bf_sim_md_entry **md_out)
 {
     memset(q, 0, sizeof *q);
     q->kind = kind;
@@ -529,7 +529,7 @@ bad:
     return -EBADMSG;
 }
 
-int sim_decode_ref(const uint8_t *p, size_t len, struct bf_sim_bytes *id)
+int bf_sim_decode_ref(const uint8_t *p, size_t len, struct bf_sim_bytes *id)
 {
     struct bf_pb_reader r;
     struct bf_pb_field f;
@@ -555,7 +555,7 @@ static void list_state(struct bf_sim_list_args *a, uint64_t v)
         a->bad_state = true;
 }
 
-int sim_decode_list(const uint8_t *p, size_t len, struct bf_sim_list_args *a)
+int bf_sim_decode_list(const uint8_t *p, size_t len, struct bf_sim_list_args *a)
 {
     struct bf_pb_reader r;
     struct bf_pb_field f;

@@ -2,8 +2,8 @@
  * fuzz_health_reflection.c — the request decoders of the standard services
  * on --listen (src/session/health.c, src/session/reflection.c). Input: a
  * selector byte (low bit), then the request bytes:
- *   0  HealthCheckRequest (Check and Watch) through ss_health_service;
- *   1  ServerReflectionRequest through ss_reflection_answer, which builds
+ *   0  HealthCheckRequest (Check and Watch) through bf_session_health_service;
+ *   1  ServerReflectionRequest through bf_session_reflection_answer, which builds
  *      the whole response from the compiled-in descriptor set.
  *
  * Properties:
@@ -30,7 +30,7 @@ extern const size_t bf_descriptor_set_len;
 static void health(const uint8_t *p, size_t len)
 {
     char name[SS_HEALTH_SERVICE_MAX + 1];
-    int rc = ss_health_service(p, len, name);
+    int rc = bf_session_health_service(p, len, name);
     Grpc__Health__V1__HealthCheckRequest *m =
         grpc__health__v1__health_check_request__unpack(NULL, len, p);
     if (!m) {
@@ -49,7 +49,7 @@ static void reflection(const uint8_t *p, size_t len)
     uint8_t *out;
     size_t outlen;
     struct ss_reflection_info info;
-    int rc = ss_reflection_answer(p, len, &out, &outlen, &info);
+    int rc = bf_session_reflection_answer(p, len, &out, &outlen, &info);
     Grpc__Reflection__V1__ServerReflectionRequest *req =
         grpc__reflection__v1__server_reflection_request__unpack(NULL, len, p);
     if (!req) {

@@ -49,7 +49,7 @@ static void lifecycle(int kind, const uint8_t *data, size_t size)
 {
     struct bf_sim_request q, q2;
     struct bf_sim_md_entry *md = NULL, *md2 = NULL;
-    int rc = sim_decode_lifecycle(kind, data, size, &q, &md);
+    int rc = bf_sim_decode_lifecycle(kind, data, size, &q, &md);
     FUZZ_CHECK(rc == 0 || rc == -EBADMSG || rc == -ENOMEM);
     if (rc) {
         FUZZ_CHECK(md == NULL);
@@ -87,7 +87,7 @@ static void lifecycle(int kind, const uint8_t *data, size_t size)
     }
     p = put_v(p, n[7], q.grace_period_seconds);
     FUZZ_CHECK((size_t)(p - b) <= cap);
-    FUZZ_CHECK(sim_decode_lifecycle(kind, b, (size_t)(p - b), &q2, &md2) == 0);
+    FUZZ_CHECK(bf_sim_decode_lifecycle(kind, b, (size_t)(p - b), &q2, &md2) == 0);
     FUZZ_CHECK(same(q.machine_id, q2.machine_id) && same(q.shard_id, q2.shard_id) &&
                same(q.cluster_id, q2.cluster_id));
     FUZZ_CHECK(q.shard_epoch == q2.shard_epoch && q.sequence_number == q2.sequence_number &&
@@ -104,7 +104,7 @@ static void lifecycle(int kind, const uint8_t *data, size_t size)
 static void list(const uint8_t *data, size_t size)
 {
     struct bf_sim_list_args a, a2;
-    int rc = sim_decode_list(data, size, &a);
+    int rc = bf_sim_decode_list(data, size, &a);
     FUZZ_CHECK(rc == 0 || rc == -EBADMSG);
     if (rc)
         return;
@@ -121,7 +121,7 @@ static void list(const uint8_t *data, size_t size)
         p = bf_pb_put_varint_field(p, 1, 99);
     p = put_v(p, 4, a.max_results);
     p = put_b(p, 5, a.since_revision);
-    FUZZ_CHECK(sim_decode_list(big, (size_t)(p - big), &a2) == 0);
+    FUZZ_CHECK(bf_sim_decode_list(big, (size_t)(p - big), &a2) == 0);
     FUZZ_CHECK(a.state_mask == a2.state_mask && a.bad_state == a2.bad_state &&
                a.max_results == a2.max_results && same(a.since_revision, a2.since_revision));
     free(big);
@@ -140,12 +140,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         lifecycle(rpc, data, size);
     } else if (rpc == BF_SIM_RPC_GET) {
         struct bf_sim_bytes id, id2;
-        int rc = sim_decode_ref(data, size, &id);
+        int rc = bf_sim_decode_ref(data, size, &id);
         FUZZ_CHECK(rc == 0 || rc == -EBADMSG);
         if (rc == 0) {
             in_input(id);
             uint8_t *b = malloc(id.len + 16), *p = put_b(b, 1, id);
-            FUZZ_CHECK(sim_decode_ref(b, (size_t)(p - b), &id2) == 0 && same(id, id2));
+            FUZZ_CHECK(bf_sim_decode_ref(b, (size_t)(p - b), &id2) == 0 && same(id, id2));
             free(b);
         }
     } else {

@@ -25,18 +25,18 @@ void co_step_down(struct coord *c, const char *why)
     (void)c;
     (void)why;
 }
-int etcd_txn(struct etcd *e, const Etcdserverpb__TxnRequest *req, etcd_txn_fn cb, void *arg)
+int co_etcd_txn(struct etcd *e, const Etcdserverpb__TxnRequest *req, etcd_txn_fn cb, void *arg)
 {
     (void)e, (void)req, (void)cb, (void)arg;
     return -ENOSYS;
 }
-int etcd_range(struct etcd *e, const uint8_t *key, size_t klen, const uint8_t *end, size_t elen,
-               etcd_range_fn cb, void *arg)
+int co_etcd_range(struct etcd *e, const uint8_t *key, size_t klen, const uint8_t *end, size_t elen,
+                  etcd_range_fn cb, void *arg)
 {
     (void)e, (void)key, (void)klen, (void)end, (void)elen, (void)cb, (void)arg;
     return -ENOSYS;
 }
-size_t etcd_prefix_end(const uint8_t *prefix, size_t len, uint8_t *out)
+size_t co_etcd_prefix_end(const uint8_t *prefix, size_t len, uint8_t *out)
 {
     (void)prefix, (void)len, (void)out;
     return 0;
@@ -92,12 +92,12 @@ static struct rb *mk(struct rb_config *cfg)
 {
     struct rb_config d;
     if (!cfg) {
-        rb_config_defaults(&d);
+        co_rb_config_defaults(&d);
         cfg = &d;
     }
     struct rb_ops ops = {fake_send, fake_quota, NULL};
     struct rb *r;
-    ck_assert_int_eq(rb_new(cfg, catalog, 2, &ops, &r), 0);
+    ck_assert_int_eq(co_rb_new(cfg, catalog, 2, &ops, &r), 0);
     n_log = 0;
     quota_moves = quota_n = 0;
     return r;
@@ -115,7 +115,7 @@ static struct rb_shortfall sf_gpu(uint64_t key, int32_t prio, int32_t age, int32
     return s;
 }
 
-static struct rb_shard shard(const char *id, uint64_t seq, const struct rb_free *f, uint32_t nf,
+static struct rb_shard shard(const char *id, uint64_t seq, const struct co_rb_free *f, uint32_t nf,
                              const struct rb_shortfall *sf, uint32_t ns)
 {
     return (struct rb_shard){id, seq, f, nf, sf, ns};
@@ -123,7 +123,7 @@ static struct rb_shard shard(const char *id, uint64_t seq, const struct rb_free 
 
 static int acks_ok(struct rb *r, int idx, const char *const *ids, size_t n)
 {
-    return rb_ack(r, log_[idx].shard, log_[idx].id, RB_ACCEPTED, ids, n);
+    return co_rb_ack(r, log_[idx].shard, log_[idx].id, RB_ACCEPTED, ids, n);
 }
 
 /* ------------------------------------------------------------ tests */
@@ -131,32 +131,32 @@ static int acks_ok(struct rb *r, int idx, const char *const *ids, size_t n)
 START_TEST(young_and_topology_constrained_shortfalls_are_not_eligible)
 {
     struct rb *r = mk(NULL);
-    struct rb_free fb[] = {{"gpu8", "z1", 10, 0, 0}};
+    struct co_rb_free fb[] = {{"gpu8", "z1", 10, 0, 0}};
     struct rb_shortfall sa[2] = {sf_gpu(1, 1000, 5, 16), sf_gpu(2, 1000, 9, 16)};
     sa[1].topo = true;
     struct rb_shard s[2] = {shard("A", 1, NULL, 0, sa, 2), shard("B", 1, fb, 1, NULL, 0)};
-    rb_pass(r, s, 2, 0);
-    ck_assert_int_eq(n_log, 0);               /* age 5 is not > 5; the Same one never moves */
-    ck_assert_uint_eq(rb_stats(r)->young, 1); /* each passed over, and why */
-    ck_assert_uint_eq(rb_stats(r)->topo, 1);
-    ck_assert_uint_eq(rb_stats(r)->eligible, 0);
+    co_rb_pass(r, s, 2, 0);
+    ck_assert_int_eq(n_log, 0);                  /* age 5 is not > 5; the Same one never moves */
+    ck_assert_uint_eq(co_rb_stats(r)->young, 1); /* each passed over, and why */
+    ck_assert_uint_eq(co_rb_stats(r)->topo, 1);
+    ck_assert_uint_eq(co_rb_stats(r)->eligible, 0);
     sa[0].age = 6;
-    rb_pass(r, s, 2, 0);
+    co_rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 1);
-    ck_assert_uint_eq(rb_stats(r)->young, 1);
-    ck_assert_uint_eq(rb_stats(r)->topo, 2);
-    ck_assert_uint_eq(rb_stats(r)->eligible, 1);
-    rb_free(r);
+    ck_assert_uint_eq(co_rb_stats(r)->young, 1);
+    ck_assert_uint_eq(co_rb_stats(r)->topo, 2);
+    ck_assert_uint_eq(co_rb_stats(r)->eligible, 1);
+    co_rb_free(r);
 }
 END_TEST
 
 START_TEST(tier1_transfers_idle_sized_to_the_deficit_then_names_the_ids_to_the_recipient)
 {
     struct rb *r = mk(NULL);
-    struct rb_free fb[] = {{"gpu8", "z1", 10, 5, 3}};
+    struct co_rb_free fb[] = {{"gpu8", "z1", 10, 5, 3}};
     struct rb_shortfall sa[] = {sf_gpu(1, 1000, 6, 20)}; /* 20 GPUs = 3 gpu8 machines */
     struct rb_shard s[2] = {shard("A", 1, NULL, 0, sa, 1), shard("B", 1, fb, 1, NULL, 0)};
-    rb_pass(r, s, 2, 0);
+    co_rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 1);
     ck_assert_str_eq(log_[0].shard, "B"); /* the donor first */
     ck_assert_int_eq(log_[0].in.kind, RB_TRANSFER);
@@ -171,10 +171,10 @@ START_TEST(tier1_transfers_idle_sized_to_the_deficit_then_names_the_ids_to_the_r
     ck_assert_int_eq(log_[1].n_ids, 3);
     ck_assert_int_eq(log_[1].in.count, 0);
     ck_assert(acks_ok(r, 1, NULL, 0));
-    ck_assert_uint_eq(rb_stats(r)->completed[1], 1);
-    ck_assert_uint_eq(rb_stats(r)->machines[1], 3);
+    ck_assert_uint_eq(co_rb_stats(r)->completed[1], 1);
+    ck_assert_uint_eq(co_rb_stats(r)->machines[1], 3);
     ck_assert_int_eq(quota_moves, 0);
-    rb_free(r);
+    co_rb_free(r);
 }
 END_TEST
 
@@ -182,37 +182,37 @@ START_TEST(donor_keeps_its_margin_and_its_own_demand)
 {
     struct rb *r = mk(NULL);
     /* B has 1 Idle gpu8 (the margin): nothing to give */
-    struct rb_free fb[] = {{"gpu8", "z1", 1, 0, 0}};
+    struct co_rb_free fb[] = {{"gpu8", "z1", 1, 0, 0}};
     struct rb_shortfall sa[] = {sf_gpu(1, 1000, 6, 8)};
     struct rb_shard s[2] = {shard("A", 1, NULL, 0, sa, 1), shard("B", 1, fb, 1, NULL, 0)};
-    rb_pass(r, s, 2, 0);
+    co_rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 0);
-    ck_assert_uint_eq(rb_stats(r)->blocked_margin, 1);
+    ck_assert_uint_eq(co_rb_stats(r)->blocked_margin, 1);
     /* B has 10 but needs gpu8 itself: still nothing */
-    struct rb_free fb2[] = {{"gpu8", "z1", 10, 0, 0}};
+    struct co_rb_free fb2[] = {{"gpu8", "z1", 10, 0, 0}};
     struct rb_shortfall sb[] = {sf_gpu(9, 500, 2, 8)};
     s[1] = shard("B", 2, fb2, 1, sb, 1);
-    rb_pass(r, s, 2, 0);
+    co_rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 0);
-    ck_assert_uint_eq(rb_stats(r)->blocked_margin, 1);
-    ck_assert_uint_eq(rb_stats(r)->blocked_demand, 1);
-    rb_free(r);
+    ck_assert_uint_eq(co_rb_stats(r)->blocked_margin, 1);
+    ck_assert_uint_eq(co_rb_stats(r)->blocked_demand, 1);
+    co_rb_free(r);
 }
 END_TEST
 
 START_TEST(min_benefit_refuses_a_move_that_covers_too_little)
 {
     struct rb_config cfg;
-    rb_config_defaults(&cfg);
+    co_rb_config_defaults(&cfg);
     cfg.min_benefit = 0.5;
     struct rb *r = mk(&cfg);
-    struct rb_free fb[] = {{"gpu8", "z1", 3, 0, 0}}; /* surplus 2 of a need of 10 */
+    struct co_rb_free fb[] = {{"gpu8", "z1", 3, 0, 0}}; /* surplus 2 of a need of 10 */
     struct rb_shortfall sa[] = {sf_gpu(1, 1000, 6, 80)};
     struct rb_shard s[2] = {shard("A", 1, NULL, 0, sa, 1), shard("B", 1, fb, 1, NULL, 0)};
-    rb_pass(r, s, 2, 0);
+    co_rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 0);
-    ck_assert_uint_eq(rb_stats(r)->blocked_benefit, 1);
-    rb_free(r);
+    ck_assert_uint_eq(co_rb_stats(r)->blocked_benefit, 1);
+    co_rb_free(r);
 }
 END_TEST
 
@@ -221,11 +221,11 @@ START_TEST(min_benefit_counts_the_rows_of_a_tier_together)
     struct rb *r = mk(NULL); /* min_benefit 0.25, margin 1 */
     /* Idle over three zones, 3 to give in each: 3 of 20 machines a row (15 %),
      * 9 of 20 together (45 %) */
-    struct rb_free fb[] = {
+    struct co_rb_free fb[] = {
         {"gpu8", "z1", 4, 0, 0}, {"gpu8", "z2", 4, 0, 0}, {"gpu8", "z3", 4, 0, 0}};
     struct rb_shortfall sa[] = {sf_gpu(1, 1000, 6, 160)};
     struct rb_shard s[2] = {shard("A", 1, NULL, 0, sa, 1), shard("B", 1, fb, 3, NULL, 0)};
-    rb_pass(r, s, 2, 0);
+    co_rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 3);
     int total = 0;
     for (int i = 0; i < n_log; i++) {
@@ -233,41 +233,41 @@ START_TEST(min_benefit_counts_the_rows_of_a_tier_together)
         total += log_[i].in.count;
     }
     ck_assert_int_eq(total, 9);
-    ck_assert_uint_eq(rb_stats(r)->blocked_benefit, 0);
-    rb_free(r);
+    ck_assert_uint_eq(co_rb_stats(r)->blocked_benefit, 0);
+    co_rb_free(r);
     /* one such row alone is still refused */
     r = mk(NULL);
     s[1] = shard("B", 1, fb, 1, NULL, 0);
-    rb_pass(r, s, 2, 0);
+    co_rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 0);
-    ck_assert_uint_eq(rb_stats(r)->blocked_benefit, 1);
-    rb_free(r);
+    ck_assert_uint_eq(co_rb_stats(r)->blocked_benefit, 1);
+    co_rb_free(r);
 }
 END_TEST
 
 START_TEST(priority_then_age_orders_the_shortfalls_and_a_donor_is_not_counted_twice)
 {
     struct rb *r = mk(NULL);
-    struct rb_free fc[] = {{"gpu8", "z1", 3, 0, 0}}; /* surplus 2 */
+    struct co_rb_free fc[] = {{"gpu8", "z1", 3, 0, 0}}; /* surplus 2 */
     struct rb_shortfall sa[] = {sf_gpu(1, 100, 30, 16)};
     struct rb_shortfall sb[] = {sf_gpu(2, 900, 7, 16)};
     struct rb_shard s[3] = {shard("A", 1, NULL, 0, sa, 1), shard("B", 1, NULL, 0, sb, 1),
                             shard("C", 1, fc, 1, NULL, 0)};
-    rb_pass(r, s, 3, 0);
+    co_rb_pass(r, s, 3, 0);
     ck_assert_int_eq(n_log, 1); /* B (priority 900) took both; A got nothing */
     ck_assert_str_eq(log_[0].to, "B");
     ck_assert_int_eq(log_[0].in.count, 2);
-    rb_free(r);
+    co_rb_free(r);
 }
 END_TEST
 
 START_TEST(tier2_reassigns_speculative_when_no_idle_and_commits_the_quota)
 {
     struct rb *r = mk(NULL);
-    struct rb_free fb[] = {{"gpu8", "z1", 0, 10, 0}};
+    struct co_rb_free fb[] = {{"gpu8", "z1", 0, 10, 0}};
     struct rb_shortfall sa[] = {sf_gpu(1, 1000, 6, 16)};
     struct rb_shard s[2] = {shard("A", 1, NULL, 0, sa, 1), shard("B", 1, fb, 1, NULL, 0)};
-    rb_pass(r, s, 2, 0);
+    co_rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 1);
     ck_assert_int_eq(log_[0].in.kind, RB_REASSIGN);
     ck_assert_int_eq(log_[0].in.count, 2);
@@ -278,23 +278,23 @@ START_TEST(tier2_reassigns_speculative_when_no_idle_and_commits_the_quota)
     ck_assert_int_eq(log_[1].in.kind, RB_REASSIGN);
     ck_assert_str_eq(log_[1].shard, "A");
     ck_assert(acks_ok(r, 1, NULL, 0));
-    ck_assert_uint_eq(rb_stats(r)->machines[2], 2);
-    rb_free(r);
+    ck_assert_uint_eq(co_rb_stats(r)->machines[2], 2);
+    co_rb_free(r);
 }
 END_TEST
 
 START_TEST(tier3_drains_only_past_age_12_with_the_bucket_gate_then_transfers_when_idle)
 {
     struct rb *r = mk(NULL);
-    struct rb_free fb[] = {{"gpu8", "z1", 0, 0, 5}}; /* only bound machines */
+    struct co_rb_free fb[] = {{"gpu8", "z1", 0, 0, 5}}; /* only bound machines */
     struct rb_shortfall sa[] = {sf_gpu(1, 5000, 12, 8)};
     struct rb_shard s[2] = {shard("A", 1, NULL, 0, sa, 1), shard("B", 1, fb, 1, NULL, 0)};
-    rb_pass(r, s, 2, 0);
+    co_rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 0); /* age 12 is not > 12 */
-    ck_assert_uint_eq(rb_stats(r)->tier3_young, 1);
-    ck_assert_uint_eq(rb_stats(r)->uncovered, 1);
+    ck_assert_uint_eq(co_rb_stats(r)->tier3_young, 1);
+    ck_assert_uint_eq(co_rb_stats(r)->uncovered, 1);
     sa[0].age = 13;
-    rb_pass(r, s, 2, 0);
+    co_rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 1);
     ck_assert_int_eq(log_[0].in.kind, RB_DRAIN);
     ck_assert_int_eq(log_[0].in.preemptor_priority, 5000);
@@ -302,34 +302,34 @@ START_TEST(tier3_drains_only_past_age_12_with_the_bucket_gate_then_transfers_whe
     const char *ids[] = {"v1"};
     ck_assert(acks_ok(r, 0, ids, 1));
     ck_assert_int_eq(n_log, 1); /* nothing moves until the victim is Idle */
-    rb_pass(r, s, 2, 0);
+    co_rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 2); /* the follow-up transfer, to the donor, naming the victim */
     ck_assert_int_eq(log_[1].in.kind, RB_TRANSFER);
     ck_assert_str_eq(log_[1].shard, "B");
     ck_assert_int_eq(log_[1].n_ids, 1);
     /* still draining: the donor refuses; retried next pass */
-    ck_assert(rb_ack(r, "B", log_[1].id, RB_FAILED, NULL, 0));
-    rb_pass(r, s, 2, 0);
+    ck_assert(co_rb_ack(r, "B", log_[1].id, RB_FAILED, NULL, 0));
+    co_rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 3);
     ck_assert(acks_ok(r, 2, ids, 1));
     ck_assert_str_eq(log_[3].shard, "A");
     ck_assert(acks_ok(r, 3, NULL, 0));
-    ck_assert_uint_eq(rb_stats(r)->completed[3], 1);
-    rb_free(r);
+    ck_assert_uint_eq(co_rb_stats(r)->completed[3], 1);
+    co_rb_free(r);
 }
 END_TEST
 
 START_TEST(tier3_never_runs_while_a_cheaper_tier_can_serve)
 {
     struct rb *r = mk(NULL);
-    struct rb_free fb[] = {{"gpu8", "z1", 0, 0, 5}, {"gpu8", "z2", 0, 4, 0}};
+    struct co_rb_free fb[] = {{"gpu8", "z1", 0, 0, 5}, {"gpu8", "z2", 0, 4, 0}};
     struct rb_shortfall sa[] = {sf_gpu(1, 5000, 20, 8)};
     struct rb_shard s[2] = {shard("A", 1, NULL, 0, sa, 1), shard("B", 1, fb, 2, NULL, 0)};
-    rb_pass(r, s, 2, 0);
+    co_rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 1);
     ck_assert_int_eq(log_[0].in.kind, RB_REASSIGN);
-    ck_assert_uint_eq(rb_stats(r)->started[3], 0);
-    rb_free(r);
+    ck_assert_uint_eq(co_rb_stats(r)->started[3], 0);
+    co_rb_free(r);
 }
 END_TEST
 
@@ -338,60 +338,60 @@ END_TEST
 START_TEST(oscillation_b_to_a_to_b_is_blocked_by_the_cooldown)
 {
     struct rb_config cfg;
-    rb_config_defaults(&cfg);
+    co_rb_config_defaults(&cfg);
     cfg.cooldown_passes = 8;
     struct rb *r = mk(&cfg);
-    struct rb_free fb[] = {{"gpu8", "z1", 10, 0, 0}};
+    struct co_rb_free fb[] = {{"gpu8", "z1", 10, 0, 0}};
     struct rb_shortfall sa[] = {sf_gpu(1, 1000, 6, 8)};
     struct rb_shard s[2] = {shard("A", 1, NULL, 0, sa, 1), shard("B", 1, fb, 1, NULL, 0)};
-    rb_pass(r, s, 2, 0);
+    co_rb_pass(r, s, 2, 0);
     const char *ids[] = {"m1"};
     ck_assert(acks_ok(r, 0, ids, 1));
     ck_assert(acks_ok(r, 1, NULL, 0));
     /* now A has idle gpu8 and B reports a gpu8 shortfall */
-    struct rb_free fa[] = {{"gpu8", "z1", 5, 0, 0}};
+    struct co_rb_free fa[] = {{"gpu8", "z1", 5, 0, 0}};
     struct rb_shortfall sb[] = {sf_gpu(2, 1000, 6, 8)};
     uint64_t seq = 2;
     int before = n_log;
     for (int p = 0; p < 7; p++, seq++) {
         s[0] = shard("A", seq, fa, 1, NULL, 0);
         s[1] = shard("B", seq, NULL, 0, sb, 1);
-        rb_pass(r, s, 2, 0);
+        co_rb_pass(r, s, 2, 0);
     }
     ck_assert_int_eq(n_log, before); /* A->B of gpu8/z1 blocked */
-    ck_assert_uint_ge(rb_stats(r)->blocked_cooldown, 1);
+    ck_assert_uint_ge(co_rb_stats(r)->blocked_cooldown, 1);
     for (int p = 0; p < 3; p++, seq++) {
         s[0] = shard("A", seq, fa, 1, NULL, 0);
         s[1] = shard("B", seq, NULL, 0, sb, 1);
-        rb_pass(r, s, 2, 0);
+        co_rb_pass(r, s, 2, 0);
     }
     ck_assert_int_eq(n_log, before + 1); /* after the cooldown the flow may reverse */
     ck_assert_str_eq(log_[before].from, "A");
-    rb_free(r);
+    co_rb_free(r);
 }
 END_TEST
 
 START_TEST(oscillation_quota_ping_pong_is_blocked_by_the_cooldown)
 {
     struct rb *r = mk(NULL);
-    struct rb_free fb[] = {{"gpu8", "z1", 0, 10, 0}};
+    struct co_rb_free fb[] = {{"gpu8", "z1", 0, 10, 0}};
     struct rb_shortfall sa[] = {sf_gpu(1, 1000, 6, 8)};
     struct rb_shard s[2] = {shard("A", 1, NULL, 0, sa, 1), shard("B", 1, fb, 1, NULL, 0)};
-    rb_pass(r, s, 2, 0);
+    co_rb_pass(r, s, 2, 0);
     const char *ids[] = {"s1"};
     ck_assert(acks_ok(r, 0, ids, 1));
     ck_assert(acks_ok(r, 1, NULL, 0));
-    struct rb_free fa[] = {{"gpu8", "z1", 0, 10, 0}};
+    struct co_rb_free fa[] = {{"gpu8", "z1", 0, 10, 0}};
     struct rb_shortfall sb[] = {sf_gpu(2, 1000, 6, 8)};
     int before = n_log;
     for (uint64_t seq = 2; seq < 8; seq++) {
         s[0] = shard("A", seq, fa, 1, NULL, 0);
         s[1] = shard("B", seq, NULL, 0, sb, 1);
-        rb_pass(r, s, 2, 0);
+        co_rb_pass(r, s, 2, 0);
     }
     ck_assert_int_eq(n_log, before);
     ck_assert_int_eq(quota_moves, 1);
-    rb_free(r);
+    co_rb_free(r);
 }
 END_TEST
 
@@ -400,19 +400,19 @@ END_TEST
 START_TEST(oscillation_drain_then_reclaim_never_pushes_a_drained_machine)
 {
     struct rb *r = mk(NULL);
-    struct rb_free fb[] = {{"gpu8", "z1", 0, 0, 5}};
+    struct co_rb_free fb[] = {{"gpu8", "z1", 0, 0, 5}};
     struct rb_shortfall sa[] = {sf_gpu(1, 5000, 13, 8)};
     struct rb_shard s[2] = {shard("A", 1, NULL, 0, sa, 1), shard("B", 1, fb, 1, NULL, 0)};
-    rb_pass(r, s, 2, 0);
+    co_rb_pass(r, s, 2, 0);
     ck_assert_int_eq(log_[0].in.kind, RB_DRAIN);
     const char *ids[] = {"v1"};
     ck_assert(acks_ok(r, 0, ids, 1));
     s[0] = shard("A", 2, NULL, 0, NULL, 0); /* A's demand is gone */
-    rb_pass(r, s, 2, 0);
+    co_rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 1); /* no transfer to A */
-    ck_assert_uint_eq(rb_stats(r)->abandoned_pull, 1);
-    ck_assert_uint_eq(rb_moves_in_flight(r), 0);
-    rb_free(r);
+    ck_assert_uint_eq(co_rb_stats(r)->abandoned_pull, 1);
+    ck_assert_uint_eq(co_rb_moves_in_flight(r), 0);
+    co_rb_free(r);
 }
 END_TEST
 
@@ -421,72 +421,72 @@ END_TEST
 START_TEST(oscillation_escalation_churn_waits_for_moves_in_flight_and_their_effect)
 {
     struct rb *r = mk(NULL);
-    struct rb_free fb[] = {{"gpu8", "z1", 3, 0, 5}};
+    struct co_rb_free fb[] = {{"gpu8", "z1", 3, 0, 5}};
     struct rb_shortfall sa[] = {sf_gpu(1, 5000, 20, 40)}; /* 5 machines, 2 Idle to give */
     struct rb_shard s[2] = {shard("A", 1, NULL, 0, sa, 1), shard("B", 1, fb, 1, NULL, 0)};
-    rb_pass(r, s, 2, 0);
+    co_rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 1);
     ck_assert_int_eq(log_[0].in.kind, RB_TRANSFER); /* the cheap tier, not a drain */
-    rb_pass(r, s, 2, 0);
-    rb_pass(r, s, 2, 0);
+    co_rb_pass(r, s, 2, 0);
+    co_rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, 1); /* in flight: nothing more for it */
-    ck_assert_uint_eq(rb_stats(r)->in_flight, 2);
+    ck_assert_uint_eq(co_rb_stats(r)->in_flight, 2);
     const char *ids[] = {"m1", "m2"};
     ck_assert(acks_ok(r, 0, ids, 2));
     ck_assert(acks_ok(r, 1, NULL, 0));
     int before = n_log;
-    rb_pass(r, s, 2, 0); /* same report: the move has not shown yet */
+    co_rb_pass(r, s, 2, 0); /* same report: the move has not shown yet */
     s[0] = shard("A", 2, NULL, 0, sa, 1);
-    rb_pass(r, s, 2, 0);
+    co_rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, before);
-    ck_assert_uint_eq(rb_stats(r)->settling, 2);
+    ck_assert_uint_eq(co_rb_stats(r)->settling, 2);
     s[0] = shard("A", 3, NULL, 0, sa, 1);
-    s[1] = shard("B", 3, (struct rb_free[]){{"gpu8", "z1", 0, 0, 5}}, 1, NULL, 0);
-    rb_pass(r, s, 2, 0);
-    rb_pass(r, s, 2, 0);
+    s[1] = shard("B", 3, (struct co_rb_free[]){{"gpu8", "z1", 0, 0, 5}}, 1, NULL, 0);
+    co_rb_pass(r, s, 2, 0);
+    co_rb_pass(r, s, 2, 0);
     ck_assert_int_eq(n_log, before + 1); /* settled, still short, nothing cheap left: Tier 3 */
     ck_assert_int_eq(log_[before].in.kind, RB_DRAIN);
-    rb_free(r);
+    co_rb_free(r);
 }
 END_TEST
 
 START_TEST(a_shortfall_gone_after_a_move_records_its_latency)
 {
     struct rb *r = mk(NULL);
-    struct rb_free fb[] = {{"gpu8", "z1", 10, 0, 0}};
+    struct co_rb_free fb[] = {{"gpu8", "z1", 10, 0, 0}};
     struct rb_shortfall sa[] = {sf_gpu(1, 1000, 6, 8)};
     sa[0].first_seen_ns = 1000000000;
     struct rb_shard s[2] = {shard("A", 1, NULL, 0, sa, 1), shard("B", 1, fb, 1, NULL, 0)};
-    rb_pass(r, s, 2, 1500000000);
+    co_rb_pass(r, s, 2, 1500000000);
     const char *ids[] = {"m1"};
     ck_assert(acks_ok(r, 0, ids, 1));
     ck_assert(acks_ok(r, 1, NULL, 0));
-    rb_pass(r, s, 2, 2000000000);
+    co_rb_pass(r, s, 2, 2000000000);
     s[0] = shard("A", 2, NULL, 0, NULL, 0);
-    rb_pass(r, s, 2, 3000000000);
+    co_rb_pass(r, s, 2, 3000000000);
     size_t n;
-    const double *l = rb_latencies_ms(r, &n);
+    const double *l = co_rb_latencies_ms(r, &n);
     ck_assert_uint_eq(n, 1);
     ck_assert_double_eq_tol(l[0], 2000.0, 0.001);
-    ck_assert_uint_eq(rb_stats(r)->satisfied, 1);
-    rb_free(r);
+    ck_assert_uint_eq(co_rb_stats(r)->satisfied, 1);
+    co_rb_free(r);
 }
 END_TEST
 
 START_TEST(a_refused_selector_ends_the_move_and_changes_nothing)
 {
     struct rb *r = mk(NULL);
-    struct rb_free fb[] = {{"gpu8", "z1", 10, 0, 0}};
+    struct co_rb_free fb[] = {{"gpu8", "z1", 10, 0, 0}};
     struct rb_shortfall sa[] = {sf_gpu(1, 1000, 6, 8)};
     struct rb_shard s[2] = {shard("A", 1, NULL, 0, sa, 1), shard("B", 1, fb, 1, NULL, 0)};
-    rb_pass(r, s, 2, 0);
-    ck_assert(rb_ack(r, "B", log_[0].id, RB_FAILED, NULL, 0));
-    ck_assert_uint_eq(rb_moves_in_flight(r), 0);
-    ck_assert_uint_eq(rb_stats(r)->failed[1], 1);
+    co_rb_pass(r, s, 2, 0);
+    ck_assert(co_rb_ack(r, "B", log_[0].id, RB_FAILED, NULL, 0));
+    ck_assert_uint_eq(co_rb_moves_in_flight(r), 0);
+    ck_assert_uint_eq(co_rb_stats(r)->failed[1], 1);
     ck_assert_int_eq(n_log, 1);
     /* an ack from the wrong shard or an unknown id is not ours */
-    ck_assert(!rb_ack(r, "A", "nope", RB_ACCEPTED, NULL, 0));
-    rb_free(r);
+    ck_assert(!co_rb_ack(r, "A", "nope", RB_ACCEPTED, NULL, 0));
+    co_rb_free(r);
 }
 END_TEST
 

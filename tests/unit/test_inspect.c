@@ -708,16 +708,16 @@ static uint64_t seg_hash(void)
  * renderers print now saturates. */
 START_TEST(ages_and_stamps_from_a_corrupted_segment_saturate_instead_of_overflowing)
 {
-    ck_assert_int_eq(age_ns(INT64_MAX, INT64_MIN), INT64_MAX);
-    ck_assert_int_eq(age_ns(INT64_MIN, 1), INT64_MIN);
-    ck_assert_int_eq(age_ns(5000, 2000), 3000);
-    ck_assert_int_eq(sec_to_ns(9223372037LL), INT64_MAX); /* 2^63 / 1e9 rounded up */
-    ck_assert_int_eq(sec_to_ns(-9223372037LL), INT64_MIN);
-    ck_assert_int_eq(sec_to_ns(2), 2000000000LL);
+    ck_assert_int_eq(insp_age_ns(INT64_MAX, INT64_MIN), INT64_MAX);
+    ck_assert_int_eq(insp_age_ns(INT64_MIN, 1), INT64_MIN);
+    ck_assert_int_eq(insp_age_ns(5000, 2000), 3000);
+    ck_assert_int_eq(insp_sec_to_ns(9223372037LL), INT64_MAX); /* 2^63 / 1e9 rounded up */
+    ck_assert_int_eq(insp_sec_to_ns(-9223372037LL), INT64_MIN);
+    ck_assert_int_eq(insp_sec_to_ns(2), 2000000000LL);
     char t[48], a[32];
-    fmt_time(t, sizeof t, INT64_MAX);
+    insp_fmt_time(t, sizeof t, INT64_MAX);
     ck_assert_str_eq(t, "2262-04-11T23:47:16.854Z");
-    fmt_age(a, sizeof a, age_ns(0, INT64_MIN));
+    insp_fmt_age(a, sizeof a, insp_age_ns(0, INT64_MIN));
     ck_assert_ptr_nonnull(strstr(a, "d"));
 }
 END_TEST

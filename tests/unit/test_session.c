@@ -1192,7 +1192,7 @@ START_TEST(reflection_echo_of_a_request_with_an_unknown_field_zero_decodes)
     uint8_t *out;
     size_t outlen;
     struct ss_reflection_info info;
-    ck_assert_int_eq(ss_reflection_answer(req, sizeof req, &out, &outlen, &info), 0);
+    ck_assert_int_eq(bf_session_reflection_answer(req, sizeof req, &out, &outlen, &info), 0);
     Grpc__Reflection__V1__ServerReflectionResponse *r =
         grpc__reflection__v1__server_reflection_response__unpack(NULL, outlen, out);
     ck_assert_ptr_nonnull(r);
@@ -1210,7 +1210,7 @@ START_TEST(reflection_echo_of_a_request_with_an_unknown_field_zero_decodes)
     free(out);
     /* a request that does not decode is refused, nothing allocated */
     const uint8_t bad[] = {0x0a, 0x05, 'h'};
-    ck_assert_int_eq(ss_reflection_answer(bad, sizeof bad, &out, &outlen, &info), -EBADMSG);
+    ck_assert_int_eq(bf_session_reflection_answer(bad, sizeof bad, &out, &outlen, &info), -EBADMSG);
     ck_assert_ptr_null(out);
 }
 END_TEST

@@ -439,20 +439,20 @@ START_TEST(machine_encoder_is_byte_identical_to_protobuf_c)
     size_t n = bf_sim_machine_count(s);
     int states[9] = {0};
     for (uint32_t i = 0; i < n; i++) {
-        size_t sz = sim_machine_size(s, i);
+        size_t sz = bf_sim_machine_size(s, i);
         uint8_t *mine = malloc(sz);
-        ck_assert_ptr_eq(sim_machine_write(s, i, mine), mine + sz);
-        struct sim_pb_machine *pm = sim_machine_pb(s, i);
+        ck_assert_ptr_eq(bf_sim_machine_write(s, i, mine), mine + sz);
+        struct sim_pb_machine *pm = bf_sim_machine_pb(s, i);
         ck_assert_ptr_nonnull(pm);
-        size_t ref = protobuf_c_message_get_packed_size(&sim_machine_pb_msg(pm)->base);
+        size_t ref = protobuf_c_message_get_packed_size(&bf_sim_machine_pb_msg(pm)->base);
         uint8_t *theirs = malloc(ref);
-        protobuf_c_message_pack(&sim_machine_pb_msg(pm)->base, theirs);
+        protobuf_c_message_pack(&bf_sim_machine_pb_msg(pm)->base, theirs);
         ck_assert_msg(ref == sz && memcmp(mine, theirs, sz) == 0, "machine %s differs",
                       sim_mid(s, i));
         states[s->m[i].state]++;
         free(mine);
         free(theirs);
-        sim_machine_pb_free(pm);
+        bf_sim_machine_pb_free(pm);
     }
     /* the variety is real */
     ck_assert_int_gt(states[BF_STATE_SPECULATIVE], 0);
@@ -503,7 +503,7 @@ START_TEST(request_decoders_agree_with_protobuf_c_packing)
         protobuf_c_message_pack(&q.base, buf);
         struct bf_sim_request d;
         struct bf_sim_md_entry *md;
-        ck_assert_int_eq(sim_decode_lifecycle(BF_SIM_RPC_CONFIGURE, buf, n, &d, &md), 0);
+        ck_assert_int_eq(bf_sim_decode_lifecycle(BF_SIM_RPC_CONFIGURE, buf, n, &d, &md), 0);
         ck_assert_uint_eq(d.machine_id.len, strlen(id));
         ck_assert_mem_eq(d.machine_id.p, id, strlen(id));
         ck_assert_uint_eq(d.shard_id.len, strlen(shard));
@@ -528,7 +528,7 @@ START_TEST(request_decoders_agree_with_protobuf_c_packing)
         n = protobuf_c_message_get_packed_size(&dq.base);
         buf = malloc(n + 1);
         protobuf_c_message_pack(&dq.base, buf);
-        ck_assert_int_eq(sim_decode_lifecycle(BF_SIM_RPC_DRAIN, buf, n, &d, &md), 0);
+        ck_assert_int_eq(bf_sim_decode_lifecycle(BF_SIM_RPC_DRAIN, buf, n, &d, &md), 0);
         ck_assert_int_eq(d.grace_period_seconds, -(int64_t)(x % 1000));
         ck_assert_int_eq(d.shard_epoch, ep);
         ck_assert_uint_eq(d.shard_id.len, strlen(shard));
@@ -546,7 +546,7 @@ START_TEST(request_decoders_agree_with_protobuf_c_packing)
         buf = malloc(n + 1);
         protobuf_c_message_pack(&lf.base, buf);
         struct bf_sim_list_args a;
-        ck_assert_int_eq(sim_decode_list(buf, n, &a), 0);
+        ck_assert_int_eq(bf_sim_decode_list(buf, n, &a), 0);
         uint32_t mask = 0;
         for (size_t k = 0; k < lf.n_states; k++)
             mask |= 1u << st[k];
@@ -582,7 +582,7 @@ START_TEST(hash_index_removal_keeps_every_remaining_entry_reachable)
         enum { N = 6000 };
         static bool live[N];
         for (uint32_t i = 0; i < N; i++) {
-            ck_assert_int_eq(sim_index_insert(&ix, ix_hash(mode, i), i), 0);
+            ck_assert_int_eq(bf_sim_index_insert(&ix, ix_hash(mode, i), i), 0);
             live[i] = true;
         }
         uint64_t x = 99;
@@ -590,19 +590,19 @@ START_TEST(hash_index_removal_keeps_every_remaining_entry_reachable)
             for (uint32_t i = 0; i < N; i++) {
                 x = x * 6364136223846793005ULL + 1;
                 if (live[i] && (x >> 60) < 8) {
-                    sim_index_remove(&ix, ix_hash(mode, i), i);
+                    bf_sim_index_remove(&ix, ix_hash(mode, i), i);
                     live[i] = false;
                 }
             }
             size_t n_live = 0;
             for (uint32_t i = 0; i < N; i++) {
-                uint32_t got = sim_index_find(&ix, ix_hash(mode, i), u32_eq, NULL, &i, sizeof i);
+                uint32_t got = bf_sim_index_find(&ix, ix_hash(mode, i), u32_eq, NULL, &i, sizeof i);
                 ck_assert_msg(got == (live[i] ? i : UINT32_MAX), "mode %d entry %u", mode, i);
                 n_live += live[i];
             }
             ck_assert_uint_eq(ix.n, n_live);
         }
-        sim_index_free(&ix);
+        bf_sim_index_free(&ix);
     }
 }
 END_TEST
@@ -621,7 +621,7 @@ START_TEST(identical_metadata_maps_are_shared_and_released_per_binding)
     simt_ack_free(&x);
     x = simt_configure(s, b, "c", md, "", 0, 0, T0);
     simt_ack_free(&x);
-    uint32_t ia = sim_find_machine(s, a, strlen(a)), ib = sim_find_machine(s, b, strlen(b));
+    uint32_t ia = bf_sim_find_machine(s, a, strlen(a)), ib = bf_sim_find_machine(s, b, strlen(b));
     ck_assert_uint_ne(s->m[ia].md, 0);
     ck_assert_uint_eq(s->m[ia].md, s->m[ib].md);
     ck_assert_uint_eq(s->md.v[s->m[ia].md].refs, 2);

@@ -168,7 +168,7 @@ START_TEST(b1203_random_lifecycle_sequences_match_the_four_edge_model)
             for (size_t k = 0; k < l->n_machines; k++) {
                 struct bf_sim_view v;
                 bf_sim_lookup(s, l->machines[k]->id, &v);
-                size_t idx = (size_t)(sim_find_machine(s, v.id, strlen(v.id)));
+                size_t idx = (size_t)(bf_sim_find_machine(s, v.id, strlen(v.id)));
                 ck_assert_int_eq(l->machines[k]->state, mm[idx].state);
             }
             simt_free_list(l);

@@ -121,7 +121,7 @@ struct co_soft {
     int64_t received_ns;                   /* wall */
     uint64_t report_seq;
     /* digest of `last` for the loop (pointers into `last`) */
-    struct rb_free *free;
+    struct co_rb_free *free;
     uint32_t n_free;
     struct rb_shortfall *sf;
     uint32_t n_sf;

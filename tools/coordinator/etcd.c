@@ -51,7 +51,8 @@ static int connect_cur(struct etcd *e)
     return bf_net_client_new(e->loop, &o, &e->cl);
 }
 
-int etcd_new(struct bf_net_loop *loop, const char *endpoints, int64_t timeout_ns, struct etcd **out)
+int co_etcd_new(struct bf_net_loop *loop, const char *endpoints, int64_t timeout_ns,
+                struct etcd **out)
 {
     struct etcd *e = calloc(1, sizeof *e);
     if (!e)
@@ -99,7 +100,7 @@ int etcd_new(struct bf_net_loop *loop, const char *endpoints, int64_t timeout_ns
     return 0;
 }
 
-void etcd_free(struct etcd *e)
+void co_etcd_free(struct etcd *e)
 {
     if (!e)
         return;
@@ -108,7 +109,7 @@ void etcd_free(struct etcd *e)
     free(e);
 }
 
-const char *etcd_endpoint(const struct etcd *e)
+const char *co_etcd_endpoint(const struct etcd *e)
 {
     return e->eps[e->cur];
 }
@@ -193,7 +194,7 @@ static int start_unary(struct etcd *e, int kind, const char *path, const Protobu
     return 0;
 }
 
-size_t etcd_prefix_end(const uint8_t *prefix, size_t len, uint8_t *out)
+size_t co_etcd_prefix_end(const uint8_t *prefix, size_t len, uint8_t *out)
 {
     memcpy(out, prefix, len);
     for (size_t i = len; i > 0; i--) {
@@ -206,8 +207,8 @@ size_t etcd_prefix_end(const uint8_t *prefix, size_t len, uint8_t *out)
     return 1;
 }
 
-int etcd_range(struct etcd *e, const uint8_t *key, size_t klen, const uint8_t *end, size_t elen,
-               etcd_range_fn cb, void *arg)
+int co_etcd_range(struct etcd *e, const uint8_t *key, size_t klen, const uint8_t *end, size_t elen,
+                  etcd_range_fn cb, void *arg)
 {
     Etcdserverpb__RangeRequest q = ETCDSERVERPB__RANGE_REQUEST__INIT;
     q.key.data = (uint8_t *)key;
@@ -219,19 +220,19 @@ int etcd_range(struct etcd *e, const uint8_t *key, size_t klen, const uint8_t *e
     return start_unary(e, 1, "/etcdserverpb.KV/Range", &q.base, (void *)cb, arg);
 }
 
-int etcd_txn(struct etcd *e, const Etcdserverpb__TxnRequest *req, etcd_txn_fn cb, void *arg)
+int co_etcd_txn(struct etcd *e, const Etcdserverpb__TxnRequest *req, etcd_txn_fn cb, void *arg)
 {
     return start_unary(e, 2, "/etcdserverpb.KV/Txn", &req->base, (void *)cb, arg);
 }
 
-int etcd_lease_grant(struct etcd *e, int64_t ttl_s, etcd_lease_fn cb, void *arg)
+int co_etcd_lease_grant(struct etcd *e, int64_t ttl_s, etcd_lease_fn cb, void *arg)
 {
     Etcdserverpb__LeaseGrantRequest q = ETCDSERVERPB__LEASE_GRANT_REQUEST__INIT;
     q.ttl = ttl_s;
     return start_unary(e, 3, "/etcdserverpb.Lease/LeaseGrant", &q.base, (void *)cb, arg);
 }
 
-int etcd_lease_revoke(struct etcd *e, int64_t id, etcd_lease_fn cb, void *arg)
+int co_etcd_lease_revoke(struct etcd *e, int64_t id, etcd_lease_fn cb, void *arg)
 {
     Etcdserverpb__LeaseRevokeRequest q = ETCDSERVERPB__LEASE_REVOKE_REQUEST__INIT;
     q.id = id;
@@ -268,7 +269,7 @@ static void ka_done(struct bf_net_stream *s, int code, const char *message, void
     free(p);
 }
 
-int etcd_lease_keepalive(struct etcd *e, int64_t id, etcd_lease_fn cb, void *arg)
+int co_etcd_lease_keepalive(struct etcd *e, int64_t id, etcd_lease_fn cb, void *arg)
 {
     struct bf_net_client *cl = client(e);
     if (!cl)

@@ -38,24 +38,24 @@ typedef void (*etcd_txn_fn)(void *arg, int code, const char *message,
 typedef void (*etcd_lease_fn)(void *arg, int code, const char *message, int64_t id, int64_t ttl);
 
 /* endpoints: comma-separated. 0, -EINVAL (syntax), -ENOMEM. */
-int etcd_new(struct bf_net_loop *loop, const char *endpoints, int64_t timeout_ns,
-             struct etcd **out);
-void etcd_free(struct etcd *e);
-const char *etcd_endpoint(const struct etcd *e);
+int co_etcd_new(struct bf_net_loop *loop, const char *endpoints, int64_t timeout_ns,
+                struct etcd **out);
+void co_etcd_free(struct etcd *e);
+const char *co_etcd_endpoint(const struct etcd *e);
 
 /* Range [key, range_end) (range_end NULL: the key only; "" prefix form:
- * use etcd_prefix_end). */
-int etcd_range(struct etcd *e, const uint8_t *key, size_t klen, const uint8_t *end, size_t elen,
-               etcd_range_fn cb, void *arg);
-int etcd_txn(struct etcd *e, const Etcdserverpb__TxnRequest *req, etcd_txn_fn cb, void *arg);
-int etcd_lease_grant(struct etcd *e, int64_t ttl_s, etcd_lease_fn cb, void *arg);
+ * use co_etcd_prefix_end). */
+int co_etcd_range(struct etcd *e, const uint8_t *key, size_t klen, const uint8_t *end, size_t elen,
+                  etcd_range_fn cb, void *arg);
+int co_etcd_txn(struct etcd *e, const Etcdserverpb__TxnRequest *req, etcd_txn_fn cb, void *arg);
+int co_etcd_lease_grant(struct etcd *e, int64_t ttl_s, etcd_lease_fn cb, void *arg);
 /* One keepalive round (a LeaseKeepAlive stream with one request). */
-int etcd_lease_keepalive(struct etcd *e, int64_t id, etcd_lease_fn cb, void *arg);
+int co_etcd_lease_keepalive(struct etcd *e, int64_t id, etcd_lease_fn cb, void *arg);
 /* Fire and forget (used at an orderly exit; cb may be NULL). */
-int etcd_lease_revoke(struct etcd *e, int64_t id, etcd_lease_fn cb, void *arg);
+int co_etcd_lease_revoke(struct etcd *e, int64_t id, etcd_lease_fn cb, void *arg);
 
 /* The range end of "every key with this prefix" (etcd's prefix rule):
  * writes into out (cap >= len), returns its length (0 = to the end). */
-size_t etcd_prefix_end(const uint8_t *prefix, size_t len, uint8_t *out);
+size_t co_etcd_prefix_end(const uint8_t *prefix, size_t len, uint8_t *out);
 
 #endif

@@ -18,7 +18,7 @@ static int cmp_d(const void *a, const void *b)
 
 static void metrics(struct coord *c, struct bf_net_http_response *r)
 {
-    const struct rb_stats *st = rb_stats(c->rb);
+    const struct co_rb_stats *st = co_rb_stats(c->rb);
     bf_net_http_printf(r,
                        "# TYPE bigfleet_coordinator_leader gauge\nbigfleet_coordinator_leader %d\n",
                        co_is_leader(c));
@@ -115,10 +115,10 @@ static void metrics(struct coord *c, struct bf_net_http_response *r)
         (unsigned long long)st->abandoned_pull, (unsigned long long)st->young,
         (unsigned long long)st->topo, (unsigned long long)st->in_flight,
         (unsigned long long)st->settling, (unsigned long long)st->tier3_young,
-        (unsigned long long)st->uncovered, rb_moves_in_flight(c->rb),
+        (unsigned long long)st->uncovered, co_rb_moves_in_flight(c->rb),
         (unsigned long long)st->satisfied);
     size_t nf;
-    const struct rb_flow_count *f = rb_flows(c->rb, &nf);
+    const struct rb_flow_count *f = co_rb_flows(c->rb, &nf);
     bf_net_http_printf(r, "# TYPE bigfleet_coordinator_flow_machines_total counter\n");
     for (size_t i = 0; i < nf; i++)
         bf_net_http_printf(r,
@@ -126,7 +126,7 @@ static void metrics(struct coord *c, struct bf_net_http_response *r)
                            "tier=\"%d\"} %llu\n",
                            f[i].from, f[i].to, f[i].tier, (unsigned long long)f[i].machines);
     size_t nl;
-    const double *lat = rb_latencies_ms(c->rb, &nl);
+    const double *lat = co_rb_latencies_ms(c->rb, &nl);
     double *sorted = nl ? malloc(nl * sizeof *sorted) : NULL;
     bf_net_http_printf(r, "# TYPE bigfleet_coordinator_shortfall_to_satisfied_seconds summary\n");
     if (sorted) {

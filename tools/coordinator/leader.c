@@ -92,7 +92,7 @@ static void on_grant(void *arg, int code, const char *message, int64_t id, int64
     if (code != BF_NET_OK || id == 0 || ttl <= 0) {
         c->etcd_errors++;
         BF_WARN("etcd: lease grant failed", "code=%s message=\"%s\" endpoint=%s",
-                bf_net_code_name(code), message ? message : "", etcd_endpoint(c->etcd));
+                bf_net_code_name(code), message ? message : "", co_etcd_endpoint(c->etcd));
     } else {
         c->lease = id;
         c->lease_ok_ns = o->sent_ns;
@@ -110,7 +110,7 @@ static void on_keepalive(void *arg, int code, const char *message, int64_t id, i
     if (code != BF_NET_OK) {
         c->etcd_errors++;
         BF_WARN("etcd: lease keepalive failed", "code=%s message=\"%s\" endpoint=%s",
-                bf_net_code_name(code), message ? message : "", etcd_endpoint(c->etcd));
+                bf_net_code_name(code), message ? message : "", co_etcd_endpoint(c->etcd));
     } else if (ttl <= 0) {
         BF_WARN("etcd lease expired", "lease=%" PRIx64, (uint64_t)c->lease);
         c->lease = 0;
@@ -233,7 +233,7 @@ static void campaign(struct coord *c)
     t.n_failure = 1;
     t.failure = fail;
     c->campaign_busy = true;
-    if (etcd_txn(c->etcd, &t, on_campaign, k)) {
+    if (co_etcd_txn(c->etcd, &t, on_campaign, k)) {
         c->campaign_busy = false;
         free(k);
     }
@@ -253,8 +253,8 @@ void co_leader_tick(struct coord *c)
         return;
     *o = (struct lease_op){c, now};
     c->lease_busy = true;
-    int rc = c->lease ? etcd_lease_keepalive(c->etcd, c->lease, on_keepalive, o)
-                      : etcd_lease_grant(c->etcd, c->cfg.lease_ttl_s, on_grant, o);
+    int rc = c->lease ? co_etcd_lease_keepalive(c->etcd, c->lease, on_keepalive, o)
+                      : co_etcd_lease_grant(c->etcd, c->cfg.lease_ttl_s, on_grant, o);
     if (rc) {
         c->lease_busy = false;
         free(o);
@@ -266,6 +266,6 @@ void co_leader_tick(struct coord *c)
 void co_leader_stop(struct coord *c)
 {
     if (c->lease) /* the leader key goes with it: a follower takes over at once */
-        etcd_lease_revoke(c->etcd, c->lease, NULL, NULL);
+        co_etcd_lease_revoke(c->etcd, c->lease, NULL, NULL);
     co_step_down(c, "shutting down");
 }

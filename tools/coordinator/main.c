@@ -169,7 +169,7 @@ int main(int argc, char **argv)
     cfg->rebalance_ns = 5 * BF_NS_PER_SEC;
     cfg->etcd_timeout_ns = 5 * BF_NS_PER_SEC;
     cfg->rebalance = true;
-    rb_config_defaults(&cfg->rb);
+    co_rb_config_defaults(&cfg->rb);
     const char *log_level = "info";
     enum {
         O_ID = 256,
@@ -321,7 +321,7 @@ int main(int argc, char **argv)
     }
     c->loop = g_loop;
     int exit_code = 1;
-    if ((rc = etcd_new(g_loop, cfg->etcd, cfg->etcd_timeout_ns, &c->etcd))) {
+    if ((rc = co_etcd_new(g_loop, cfg->etcd, cfg->etcd_timeout_ns, &c->etcd))) {
         BF_ERROR("bad --etcd-endpoints", "value=\"%s\"", cfg->etcd);
         exit_code = 2;
         goto out;
@@ -353,7 +353,7 @@ out:
     if (c->http)
         bf_net_http_server_free(c->http);
     co_server_stop(c);
-    etcd_free(c->etcd);
+    co_etcd_free(c->etcd);
     co_store_clear(&c->st);
     for (size_t i = 0; i < c->n_types; i++)
         free((char *)c->types[i].name);

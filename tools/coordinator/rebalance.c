@@ -73,14 +73,14 @@ struct rb {
     size_t n_flows;
     double *lat;
     size_t n_lat;
-    struct rb_stats st;
+    struct co_rb_stats st;
 };
 
 #define RB_MAX_FLOWS   1024
 #define RB_DONE_EXPIRE 100 /* passes a completed move waits for its shortfall to go */
 #define RB_SETTLE      3   /* passes after a completed move before its shortfall counts again */
 
-void rb_config_defaults(struct rb_config *c)
+void co_rb_config_defaults(struct rb_config *c)
 {
     *c = (struct rb_config){.min_age = 5,
                             .preempt_min_age = 12,
@@ -92,8 +92,8 @@ void rb_config_defaults(struct rb_config *c)
                             .tier3 = true};
 }
 
-int rb_new(const struct rb_config *cfg, const struct rb_type *types, size_t n_types,
-           const struct rb_ops *ops, struct rb **out)
+int co_rb_new(const struct rb_config *cfg, const struct rb_type *types, size_t n_types,
+              const struct rb_ops *ops, struct rb **out)
 {
     struct rb *r = calloc(1, sizeof *r);
     if (!r)
@@ -122,7 +122,7 @@ int rb_new(const struct rb_config *cfg, const struct rb_type *types, size_t n_ty
     *out = r;
     return 0;
 fail:
-    rb_free(r);
+    co_rb_free(r);
     return -ENOMEM;
 }
 
@@ -134,7 +134,7 @@ static void move_clear(struct move *m)
     memset(m, 0, sizeof *m);
 }
 
-void rb_reset(struct rb *r)
+void co_rb_reset(struct rb *r)
 {
     for (uint32_t i = 0; i < r->n_moves; i++)
         move_clear(&r->moves[i]);
@@ -143,12 +143,12 @@ void rb_reset(struct rb *r)
     r->n_dones = 0;
 }
 
-void rb_free(struct rb *r)
+void co_rb_free(struct rb *r)
 {
     if (!r)
         return;
     if (r->moves)
-        rb_reset(r);
+        co_rb_reset(r);
     for (size_t i = 0; i < r->n_types; i++)
         free((char *)r->types[i].name);
     free(r->types);
@@ -160,29 +160,29 @@ void rb_free(struct rb *r)
     free(r);
 }
 
-const struct rb_stats *rb_stats(const struct rb *r)
+const struct co_rb_stats *co_rb_stats(const struct rb *r)
 {
     return &r->st;
 }
 
-uint32_t rb_moves_in_flight(const struct rb *r)
+uint32_t co_rb_moves_in_flight(const struct rb *r)
 {
     return r->n_moves;
 }
 
-const struct rb_flow_count *rb_flows(const struct rb *r, size_t *n)
+const struct rb_flow_count *co_rb_flows(const struct rb *r, size_t *n)
 {
     *n = r->n_flows;
     return r->flows;
 }
 
-const double *rb_latencies_ms(const struct rb *r, size_t *n)
+const double *co_rb_latencies_ms(const struct rb *r, size_t *n)
 {
     *n = r->n_lat;
     return r->lat;
 }
 
-int rb_dim_of(const char *resource)
+int co_rb_dim_of(const char *resource)
 {
     if (!strcmp(resource, "cpu"))
         return 0;
@@ -193,7 +193,7 @@ int rb_dim_of(const char *resource)
     return -1;
 }
 
-int64_t rb_dim_value(int dim, int64_t milli)
+int64_t co_rb_dim_value(int dim, int64_t milli)
 {
     if (dim == 1) /* bytes (milli-bytes on the parser's scale) -> MiB, rounded up */
         return (milli / 1000 + (1 << 20) - 1) >> 20;
@@ -424,8 +424,8 @@ static void complete(struct rb *r, uint32_t i, const struct rb_shard *recip_now)
     end_move(r, i);
 }
 
-bool rb_ack(struct rb *r, const char *shard, const char *instruction_id, int outcome,
-            const char *const *ids, size_t n_ids)
+bool co_rb_ack(struct rb *r, const char *shard, const char *instruction_id, int outcome,
+               const char *const *ids, size_t n_ids)
 {
     uint32_t i;
     for (i = 0; i < r->n_moves; i++)
@@ -491,7 +491,7 @@ bool rb_ack(struct rb *r, const char *shard, const char *instruction_id, int out
     }
 }
 
-void rb_forget_shard(struct rb *r, const char *shard)
+void co_rb_forget_shard(struct rb *r, const char *shard)
 {
     for (uint32_t i = 0; i < r->n_moves;) {
         if (!strcmp(r->moves[i].donor, shard) || !strcmp(r->moves[i].recip, shard))
@@ -552,7 +552,7 @@ struct plan {
     int32_t **used; /* [shard][free row] per tier kind: 0 idle, 1 spec, 2 bound */
 };
 
-static int32_t avail(const struct rb_free *f, int tier)
+static int32_t avail(const struct co_rb_free *f, int tier)
 {
     return tier == RB_TIER1 ? f->idle : tier == RB_TIER2 ? f->spec : f->bound;
 }
@@ -591,7 +591,7 @@ static double tier_pass(struct rb *r, const struct cand *c, const struct rb_shar
         if (d == c->sh)
             continue;
         for (uint32_t fi = 0; fi < d->n_free && covered < 1.0; fi++) {
-            const struct rb_free *f = &d->free[fi];
+            const struct co_rb_free *f = &d->free[fi];
             if (!f->type || !f->zone || strlen(f->type) >= RB_NAME_MAX ||
                 strlen(f->zone) >= RB_NAME_MAX || !serves(r, s, f->type, f->zone))
                 continue;
@@ -735,7 +735,7 @@ static void track_dones(struct rb *r, const struct rb_shard *shards, size_t n, i
     }
 }
 
-void rb_pass(struct rb *r, const struct rb_shard *shards, size_t n, int64_t now_ns)
+void co_rb_pass(struct rb *r, const struct rb_shard *shards, size_t n, int64_t now_ns)
 {
     r->pass++;
     r->st.passes++;

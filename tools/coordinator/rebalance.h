@@ -5,7 +5,7 @@
  * --rebalance-interval and it emits instructions through callbacks.
  * Tests drive it with synthetic reports (tests/unit/test_coordinator.c).
  *
- * One pass (rb_pass):
+ * One pass (co_rb_pass):
  *   1. eligibility: a shortfall is cross-shard eligible iff its age_cycles >
  *      min_age (5), it is not topology-constrained (Same), its shard
  *      reported since its last move completed, and no move for it is in
@@ -79,7 +79,7 @@ enum rb_kind { RB_TRANSFER = 1, RB_REASSIGN = 2, RB_DRAIN = 3 };
 enum rb_outcome { RB_ACCEPTED = 1, RB_REJECTED_STALE = 2, RB_REJECTED_INVALID = 3, RB_FAILED = 4 };
 
 /* Machines of one (instance type, zone) on a shard (ShardSummary.free_counts). */
-struct rb_free {
+struct co_rb_free {
     const char *type, *zone;
     int32_t idle, spec, bound;
 };
@@ -101,7 +101,7 @@ struct rb_shortfall {
 struct rb_shard {
     const char *id;
     uint64_t report_seq; /* bumps on every report the coordinator took */
-    const struct rb_free *free;
+    const struct co_rb_free *free;
     uint32_t n_free;
     const struct rb_shortfall *sf;
     uint32_t n_sf;
@@ -145,9 +145,9 @@ struct rb_config {
     uint32_t move_timeout_passes; /* a phase not acked within this ends the move (60) */
     bool tier3;                   /* Tier 3 allowed (true) */
 };
-void rb_config_defaults(struct rb_config *c);
+void co_rb_config_defaults(struct rb_config *c);
 
-struct rb_stats {
+struct co_rb_stats {
     uint64_t passes;
     uint64_t eligible;         /* eligible shortfalls seen over all passes */
     uint64_t started[4];       /* moves started by tier */
@@ -179,34 +179,34 @@ struct rb_flow_count {
 struct rb;
 
 /* 0 or -ENOMEM. types (may be NULL) is copied. */
-int rb_new(const struct rb_config *cfg, const struct rb_type *types, size_t n_types,
-           const struct rb_ops *ops, struct rb **out);
-void rb_free(struct rb *r);
+int co_rb_new(const struct rb_config *cfg, const struct rb_type *types, size_t n_types,
+              const struct rb_ops *ops, struct rb **out);
+void co_rb_free(struct rb *r);
 /* Forgets every move and cooldown (leadership lost: soft state). */
-void rb_reset(struct rb *r);
+void co_rb_reset(struct rb *r);
 
 /* One pass over every shard's latest soft state. now_ns: wall clock. */
-void rb_pass(struct rb *r, const struct rb_shard *shards, size_t n, int64_t now_ns);
+void co_rb_pass(struct rb *r, const struct rb_shard *shards, size_t n, int64_t now_ns);
 /*
  * An InstructAck from `shard`. Returns true when the id belonged to a move
  * of this loop. ids: InstructAck.machine_ids.
  */
-bool rb_ack(struct rb *r, const char *shard, const char *instruction_id, int outcome,
-            const char *const *ids, size_t n_ids);
+bool co_rb_ack(struct rb *r, const char *shard, const char *instruction_id, int outcome,
+               const char *const *ids, size_t n_ids);
 /* A shard was removed: its moves end. */
-void rb_forget_shard(struct rb *r, const char *shard);
+void co_rb_forget_shard(struct rb *r, const char *shard);
 
-const struct rb_stats *rb_stats(const struct rb *r);
-uint32_t rb_moves_in_flight(const struct rb *r);
+const struct co_rb_stats *co_rb_stats(const struct rb *r);
+uint32_t co_rb_moves_in_flight(const struct rb *r);
 /* Flow counters (machines moved per from/to/tier); *n entries. */
-const struct rb_flow_count *rb_flows(const struct rb *r, size_t *n);
+const struct rb_flow_count *co_rb_flows(const struct rb *r, size_t *n);
 /* Latencies (ms) from a shortfall's first report to its disappearance after
  * a completed move; *n of them (the first RB_MAX_SAMPLES). */
-const double *rb_latencies_ms(const struct rb *r, size_t *n);
+const double *co_rb_latencies_ms(const struct rb *r, size_t *n);
 
 /* Helpers used by the report ingestion (and tests). */
 /* cpu / memory / nvidia.com/gpu quantity -> the loop's units; -1 = not a dimension. */
-int rb_dim_of(const char *resource);
-int64_t rb_dim_value(int dim, int64_t milli);
+int co_rb_dim_of(const char *resource);
+int64_t co_rb_dim_value(int dim, int64_t milli);
 
 #endif

@@ -132,7 +132,7 @@ int co_soft_ingest(struct coord *c, struct co_soft *s, Bigfleet__V1alpha1__Shard
         for (size_t j = 0; rep->shortfalls[i] && j < rep->shortfalls[i]->n_requirements; j++)
             if (rep->shortfalls[i]->requirements[j])
                 nstr += rep->shortfalls[i]->requirements[j]->n_values;
-    struct rb_free *fr = calloc(nf ? nf : 1, sizeof *fr);
+    struct co_rb_free *fr = calloc(nf ? nf : 1, sizeof *fr);
     struct rb_shortfall *sf = calloc(ns ? ns : 1, sizeof *sf);
     const char **strs = calloc(nstr ? nstr : 1, sizeof *strs);
     if (!fr || !sf || !strs) {
@@ -146,9 +146,9 @@ int co_soft_ingest(struct coord *c, struct co_soft *s, Bigfleet__V1alpha1__Shard
         const Bigfleet__V1alpha1__FreeCount *f = sum->free_counts[i];
         if (!f || !f->instance_type || !f->zone || !f->instance_type[0])
             continue;
-        fr[kf++] =
-            (struct rb_free){f->instance_type, f->zone, f->idle > 0 ? f->idle : 0,
-                             f->speculative > 0 ? f->speculative : 0, f->bound > 0 ? f->bound : 0};
+        fr[kf++] = (struct co_rb_free){f->instance_type, f->zone, f->idle > 0 ? f->idle : 0,
+                                       f->speculative > 0 ? f->speculative : 0,
+                                       f->bound > 0 ? f->bound : 0};
     }
     uint32_t ks = 0;
     size_t used = 0;
@@ -166,11 +166,11 @@ int co_soft_ingest(struct coord *c, struct co_soft *s, Bigfleet__V1alpha1__Shard
         o->topo = f->topology_constrained;
         for (size_t j = 0; f->deficit && j < f->deficit->n_resources; j++) {
             const Bigfleet__V1alpha1__Resources__ResourcesEntry *e = f->deficit->resources[j];
-            int d = e && e->key && e->value ? rb_dim_of(e->key) : -1;
+            int d = e && e->key && e->value ? co_rb_dim_of(e->key) : -1;
             int64_t milli;
             if (d < 0 || bf_quantity_parse(e->value, strlen(e->value), &milli) || milli <= 0)
                 continue;
-            o->deficit[d] = rb_dim_value(d, milli);
+            o->deficit[d] = co_rb_dim_value(d, milli);
         }
         for (size_t j = 0; j < f->n_requirements; j++) {
             const Bigfleet__V1alpha1__NodeSelectorRequirement *q = f->requirements[j];
@@ -648,8 +648,8 @@ static void report_finish(struct coord *c, struct bf_net_call *call,
             continue;
         c->acks++;
         pend_remove(s, a->instruction_id);
-        if (!rb_ack(c->rb, s->id, a->instruction_id, a->outcome,
-                    (const char *const *)a->machine_ids, a->n_machine_ids))
+        if (!co_rb_ack(c->rb, s->id, a->instruction_id, a->outcome,
+                       (const char *const *)a->machine_ids, a->n_machine_ids))
             dop_ack(c, s->id, a->instruction_id, a->outcome, a->reason);
     }
     bool stale =
@@ -912,7 +912,7 @@ static void on_removed(struct coord *c, void *arg, int rc)
 {
     struct rpc *r = arg;
     if (rc == 0) {
-        rb_forget_shard(c->rb, r->s1);
+        co_rb_forget_shard(c->rb, r->s1);
         soft_drop(c, r->s1);
     }
     on_written(c, arg, rc);
@@ -1200,7 +1200,7 @@ static void on_etcd_only(struct bf_net_call *call, const uint8_t *msg, size_t le
 int co_server_start(struct coord *c)
 {
     struct rb_ops ops = {.send = rb_send, .quota = rb_quota, .arg = c};
-    int rc = rb_new(&c->cfg.rb, c->types, c->n_types, &ops, &c->rb);
+    int rc = co_rb_new(&c->cfg.rb, c->types, c->n_types, &ops, &c->rb);
     if (rc)
         return rc;
     static struct bf_net_method methods[] = {
@@ -1246,7 +1246,7 @@ void co_server_stop(struct coord *c)
         dop_end(c, 0);
     free(c->dops);
     c->dops = NULL;
-    rb_free(c->rb);
+    co_rb_free(c->rb);
     c->rb = NULL;
 }
 
@@ -1265,7 +1265,7 @@ void co_lost_leadership(struct coord *c)
         co_soft_free(&c->soft[i]);
     }
     quota_forget(c);
-    uint32_t moves = c->rb ? rb_moves_in_flight(c->rb) : 0;
+    uint32_t moves = c->rb ? co_rb_moves_in_flight(c->rb) : 0;
     c->instr_dropped_stepdown += dropped;
     c->moves_dropped_stepdown += moves;
     if (dropped || moves)
@@ -1275,7 +1275,7 @@ void co_lost_leadership(struct coord *c)
     while (c->n_dops)
         dop_end(c, 0);
     if (c->rb)
-        rb_reset(c->rb);
+        co_rb_reset(c->rb);
     c->seq_next = c->seq_limit = 0;
 }
 
@@ -1298,6 +1298,6 @@ void co_rebalance_pass(struct coord *c)
             continue;
         sh[n++] = (struct rb_shard){s->id, s->report_seq, s->free, s->n_free, s->sf, s->n_sf};
     }
-    rb_pass(c->rb, sh, n, bf_now_ns());
+    co_rb_pass(c->rb, sh, n, bf_now_ns());
     free(sh);
 }

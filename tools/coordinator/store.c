@@ -487,7 +487,7 @@ int co_commit(struct coord *c, struct co_op *ops, size_t n, co_commit_fn cb, voi
     t.compare = &cmpp;
     t.n_success = n;
     t.success = reqp;
-    rc = etcd_txn(c->etcd, &t, on_commit, k);
+    rc = co_etcd_txn(c->etcd, &t, on_commit, k);
     if (rc) {
         ops_free(ops, n);
         free(k);
@@ -617,8 +617,8 @@ int co_store_load(struct coord *c, co_commit_fn cb, void *arg)
     *x = (struct load_ctx){c, l};
     size_t n = strlen(c->cfg.prefix);
     uint8_t end[sizeof c->cfg.prefix];
-    size_t el = etcd_prefix_end((const uint8_t *)c->cfg.prefix, n, end);
-    int rc = etcd_range(c->etcd, (const uint8_t *)c->cfg.prefix, n, end, el, on_load, x);
+    size_t el = co_etcd_prefix_end((const uint8_t *)c->cfg.prefix, n, end);
+    int rc = co_etcd_range(c->etcd, (const uint8_t *)c->cfg.prefix, n, end, el, on_load, x);
     if (rc) {
         free(l);
         free(x);

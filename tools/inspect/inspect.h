@@ -50,19 +50,19 @@
 
 /* Text: bytes with non-printables escaped (\0, \n, \xNN); at most max
  * bytes of input (0 = all) with "..." appended when cut. */
-void ib_bytes_text(struct bf_strbuf *b, const char *s, size_t n, size_t max);
+void insp_ib_bytes_text(struct bf_strbuf *b, const char *s, size_t n, size_t max);
 
 /* Standard base64 of n bytes appended to b. */
-void base64_put(struct bf_strbuf *b, const uint8_t *s, size_t n);
+void insp_base64_put(struct bf_strbuf *b, const uint8_t *s, size_t n);
 
 /* "1h02m", "3.2s", "850ms" for a non-negative nanosecond span. */
 /* now - then, saturated (stamps read from a corrupted segment may be anything). */
-int64_t age_ns(int64_t now_ns, int64_t then_ns);
+int64_t insp_age_ns(int64_t now_ns, int64_t then_ns);
 /* Seconds to nanoseconds, saturated. */
-int64_t sec_to_ns(int64_t s);
-void fmt_age(char *buf, size_t n, int64_t ns);
+int64_t insp_sec_to_ns(int64_t s);
+void insp_fmt_age(char *buf, size_t n, int64_t ns);
 /* "2026-07-01T12:00:00.123Z" (UTC), or "-" for 0. */
-void fmt_time(char *buf, size_t n, int64_t unix_ns);
+void insp_fmt_time(char *buf, size_t n, int64_t unix_ns);
 
 /* Histogram with exp(start, factor, nb) buckets as bf_hist_observe fills
  * them: bucket i < nb has upper bound start*factor^i, bucket nb is +Inf. */
@@ -159,9 +159,9 @@ int insp_clusters(const struct bf_shm *s, struct insp_cluster **out);
 struct insp_arena {
     struct insp_arena_blk *head;
 };
-void *arena_alloc(struct insp_arena *a, size_t n);
-char *arena_strndup(struct insp_arena *a, const char *s, size_t n);
-void arena_free(struct insp_arena *a);
+void *insp_arena_alloc(struct insp_arena *a, size_t n);
+char *insp_arena_strndup(struct insp_arena *a, const char *s, size_t n);
+void insp_arena_free(struct insp_arena *a);
 
 /* A resource map as (name, quantity) pairs. */
 struct insp_res {
@@ -293,8 +293,8 @@ struct insp_ctx {
  * an error message in err (runtime error: unknown machine or cluster). */
 int insp_render(struct insp_ctx *c, struct bf_strbuf *b, char *err, size_t errlen);
 /* needs output (shared by local and remote). */
-void render_needs(const struct insp_opts *o, const struct insp_needs *n, const char *source,
-                  int64_t now_ns, struct bf_strbuf *b);
+void insp_render_needs(const struct insp_opts *o, const struct insp_needs *n, const char *source,
+                       int64_t now_ns, struct bf_strbuf *b);
 
 /* --------------------------------------------------------------- remote.c */
 

@@ -323,7 +323,7 @@ static int emit(const struct insp_opts *o, bool tty, int64_t frame, const struct
     if (!o->watch || !tty) {
         if (o->watch && !o->json) {
             char t[48], hdr[128];
-            fmt_time(t, sizeof t, bf_now_ns());
+            insp_fmt_time(t, sizeof t, bf_now_ns());
             int n = snprintf(hdr, sizeof hdr, "=== bigfleet-inspect %s frame %lld at %s ===\n",
                              cmd_names[o->cmd], (long long)frame + 1, t);
             if (write_all(hdr, (size_t)n))
@@ -333,7 +333,7 @@ static int emit(const struct insp_opts *o, bool tty, int64_t frame, const struct
     }
     struct bf_strbuf out = {0};
     char t[48];
-    fmt_time(t, sizeof t, bf_now_ns());
+    insp_fmt_time(t, sizeof t, bf_now_ns());
     bf_sb_puts(&out, "\x1b[H");
     bf_sb_printf(&out, "bigfleet-inspect %s -- shard %s -- every %.1fs -- %s -- q to quit\x1b[K\n",
                  cmd_names[o->cmd], o->id, (double)o->interval_ns / 1e9, t);
@@ -436,7 +436,7 @@ static int run_remote(const struct insp_opts *o)
             return fail(err);
         }
         bf_sb_reset(&b);
-        render_needs(o, &n, src, bf_now_ns(), &b);
+        insp_render_needs(o, &n, src, bf_now_ns(), &b);
         insp_needs_free(&n);
         if (emit(o, tty, frame, &b) != 0)
             break;

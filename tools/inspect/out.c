@@ -15,7 +15,7 @@
 #include "bigfleet/util.h"
 #include "inspect.h"
 
-void ib_bytes_text(struct bf_strbuf *b, const char *s, size_t n, size_t max)
+void insp_ib_bytes_text(struct bf_strbuf *b, const char *s, size_t n, size_t max)
 {
     size_t lim = (max && n > max) ? max : n;
     for (size_t i = 0; i < lim; i++) {
@@ -39,7 +39,7 @@ void ib_bytes_text(struct bf_strbuf *b, const char *s, size_t n, size_t max)
 
 /* ------------------------------------------------------------------ base64 */
 
-void base64_put(struct bf_strbuf *b, const uint8_t *s, size_t n)
+void insp_base64_put(struct bf_strbuf *b, const uint8_t *s, size_t n)
 {
     static const char t[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     for (size_t i = 0; i < n; i += 3) {
@@ -56,7 +56,7 @@ void base64_put(struct bf_strbuf *b, const uint8_t *s, size_t n)
 
 /* ------------------------------------------------------------ times */
 
-int64_t age_ns(int64_t now_ns, int64_t then_ns)
+int64_t insp_age_ns(int64_t now_ns, int64_t then_ns)
 {
     int64_t d;
     if (__builtin_sub_overflow(now_ns, then_ns, &d))
@@ -64,7 +64,7 @@ int64_t age_ns(int64_t now_ns, int64_t then_ns)
     return d;
 }
 
-int64_t sec_to_ns(int64_t s)
+int64_t insp_sec_to_ns(int64_t s)
 {
     int64_t ns;
     if (__builtin_mul_overflow(s, 1000000000LL, &ns))
@@ -72,7 +72,7 @@ int64_t sec_to_ns(int64_t s)
     return ns;
 }
 
-void fmt_age(char *buf, size_t n, int64_t ns)
+void insp_fmt_age(char *buf, size_t n, int64_t ns)
 {
     if (ns < 0)
         ns = 0;
@@ -89,7 +89,7 @@ void fmt_age(char *buf, size_t n, int64_t ns)
         snprintf(buf, n, "%dd%02dh", (int)(s / 86400), (int)(s / 3600) % 24);
 }
 
-void fmt_time(char *buf, size_t n, int64_t unix_ns)
+void insp_fmt_time(char *buf, size_t n, int64_t unix_ns)
 {
     if (unix_ns <= 0) {
         snprintf(buf, n, "-");

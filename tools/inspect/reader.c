@@ -301,7 +301,7 @@ struct insp_arena_blk {
     _Alignas(16) char data[];
 };
 
-void *arena_alloc(struct insp_arena *a, size_t n)
+void *insp_arena_alloc(struct insp_arena *a, size_t n)
 {
     n = (n + 15) & ~(size_t)15;
     struct insp_arena_blk *b = a->head;
@@ -323,16 +323,16 @@ void *arena_alloc(struct insp_arena *a, size_t n)
     return p;
 }
 
-char *arena_strndup(struct insp_arena *a, const char *s, size_t n)
+char *insp_arena_strndup(struct insp_arena *a, const char *s, size_t n)
 {
-    char *p = arena_alloc(a, n + 1);
+    char *p = insp_arena_alloc(a, n + 1);
     if (n)
         memcpy(p, s, n);
     p[n] = 0;
     return p;
 }
 
-void arena_free(struct insp_arena *a)
+void insp_arena_free(struct insp_arena *a)
 {
     while (a->head) {
         struct insp_arena_blk *n = a->head->next;
@@ -351,15 +351,15 @@ void insp_vec_res(const struct bf_dims *d, const int64_t *v, struct insp_arena *
         if (v[i])
             n++;
     out->n = n;
-    out->kv = n ? arena_alloc(a, n * sizeof *out->kv) : NULL;
+    out->kv = n ? insp_arena_alloc(a, n * sizeof *out->kv) : NULL;
     uint32_t k = 0;
     for (uint32_t i = 0; i < d->n && i < BF_MAX_DIMS; i++) {
         if (!v[i])
             continue;
         char q[48];
         bf_quantity_format(v[i], bf_dim_is_bytes(d->names[i]), q, sizeof q);
-        out->kv[k].key = arena_strndup(a, d->names[i], strnlen(d->names[i], BF_DIM_NAME_MAX));
-        out->kv[k].value = arena_strndup(a, q, strlen(q));
+        out->kv[k].key = insp_arena_strndup(a, d->names[i], strnlen(d->names[i], BF_DIM_NAME_MAX));
+        out->kv[k].value = insp_arena_strndup(a, q, strlen(q));
         k++;
     }
 }
@@ -402,7 +402,7 @@ static const char *str_or(const struct bf_shm *s, uint32_t ref, struct insp_aren
         char tmp[48];
         int n = snprintf(tmp, sizeof tmp, "<bad string ref %u>", ref);
         *len = (size_t)n;
-        return arena_strndup(a, tmp, (size_t)n);
+        return insp_arena_strndup(a, tmp, (size_t)n);
     }
     *len = l;
     return p;
@@ -416,7 +416,7 @@ static void nv_profile(const struct bf_shm *s, struct bf_blob_cache *cache, uint
     if (!np) {
         char tmp[64];
         int n = snprintf(tmp, sizeof tmp, "<undecodable need profile ref %u>", ref);
-        nv->fingerprint = arena_strndup(a, tmp, (size_t)n);
+        nv->fingerprint = insp_arena_strndup(a, tmp, (size_t)n);
         return;
     }
     nv->fingerprint = np->fingerprint;
@@ -437,7 +437,7 @@ static void nv_verdict(const struct bf_dims *d, const struct bf_verdict_row *v,
     nv->claimed = v->claimed_machine_count;
     nv->bootstrap = v->bootstrap_count;
     nv->provision = v->provision_count;
-    nv->same_domain = arena_strndup(a, v->same_domain, strnlen(v->same_domain, BF_DOMAIN_MAX));
+    nv->same_domain = insp_arena_strndup(a, v->same_domain, strnlen(v->same_domain, BF_DOMAIN_MAX));
     nv->same_satisfiable = v->same_satisfiable != 0;
     nv->parked = v->acquisition_parked != 0;
     nv->parked_age = v->parked_age_cycles;
@@ -458,10 +458,10 @@ static void nv_verdict(const struct bf_dims *d, const struct bf_verdict_row *v,
     if (nc > BF_SAME_CANDIDATES_MAX)
         nc = BF_SAME_CANDIDATES_MAX;
     nv->n_cand = nc;
-    nv->cand = nc ? arena_alloc(a, nc * sizeof *nv->cand) : NULL;
+    nv->cand = nc ? insp_arena_alloc(a, nc * sizeof *nv->cand) : NULL;
     for (uint32_t i = 0; i < nc; i++) {
         const struct bf_domain_coverage *dc = &v->same_candidates[i];
-        nv->cand[i].domain = arena_strndup(a, dc->domain, strnlen(dc->domain, BF_DOMAIN_MAX));
+        nv->cand[i].domain = insp_arena_strndup(a, dc->domain, strnlen(dc->domain, BF_DOMAIN_MAX));
         nv->cand[i].per_mille = dc->coverage_per_mille;
         nv->cand[i].satisfiable = dc->satisfiable != 0;
     }
@@ -719,7 +719,7 @@ void insp_needs_free(struct insp_needs *n)
 {
     free(n->v);
     n->v = NULL;
-    arena_free(&n->arena);
+    insp_arena_free(&n->arena);
 }
 
 /* ------------------------------------------------------------ liveness */

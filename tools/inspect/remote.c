@@ -44,12 +44,12 @@ static int kv_cmp(const void *a, const void *b)
 #define COPY_MAP(arena, dst, n_src, src)                                                           \
     do {                                                                                           \
         (dst).n = (uint32_t)(n_src);                                                               \
-        (dst).kv = (dst).n ? arena_alloc((arena), (dst).n * sizeof *(dst).kv) : NULL;              \
+        (dst).kv = (dst).n ? insp_arena_alloc((arena), (dst).n * sizeof *(dst).kv) : NULL;         \
         for (uint32_t i_ = 0; i_ < (dst).n; i_++) {                                                \
             const char *k_ = (src)[i_]->key ? (src)[i_]->key : "";                                 \
             const char *v_ = (src)[i_]->value ? (src)[i_]->value : "";                             \
-            (dst).kv[i_].key = arena_strndup((arena), k_, strlen(k_));                             \
-            (dst).kv[i_].value = arena_strndup((arena), v_, strlen(v_));                           \
+            (dst).kv[i_].key = insp_arena_strndup((arena), k_, strlen(k_));                        \
+            (dst).kv[i_].value = insp_arena_strndup((arena), v_, strlen(v_));                      \
         }                                                                                          \
         if ((dst).n > 1)                                                                           \
             qsort((dst).kv, (dst).n, sizeof *(dst).kv, kv_cmp);                                    \
@@ -57,7 +57,7 @@ static int kv_cmp(const void *a, const void *b)
 
 static const char *dup0(struct insp_arena *a, const char *s)
 {
-    return arena_strndup(a, s ? s : "", s ? strlen(s) : 0);
+    return insp_arena_strndup(a, s ? s : "", s ? strlen(s) : 0);
 }
 
 static void convert(struct insp_arena *a, const Bigfleet__V1alpha1__NeedView *m, struct insp_nv *v)
@@ -68,20 +68,21 @@ static void convert(struct insp_arena *a, const Bigfleet__V1alpha1__NeedView *m,
     const Bigfleet__V1alpha1__CapacityNeed *n = m->need;
     if (n) {
         v->n_reqs = (uint32_t)n->n_requirements;
-        struct bf_requirement *r = v->n_reqs ? arena_alloc(a, v->n_reqs * sizeof *r) : NULL;
+        struct bf_requirement *r = v->n_reqs ? insp_arena_alloc(a, v->n_reqs * sizeof *r) : NULL;
         for (uint32_t i = 0; i < v->n_reqs; i++) {
             const Bigfleet__V1alpha1__NodeSelectorRequirement *q = n->requirements[i];
             r[i].key = dup0(a, q->key);
             r[i].op = (uint8_t)q->operator_;
             r[i].n_values = (uint32_t)q->n_values;
-            const char **vals = r[i].n_values ? arena_alloc(a, r[i].n_values * sizeof *vals) : NULL;
+            const char **vals =
+                r[i].n_values ? insp_arena_alloc(a, r[i].n_values * sizeof *vals) : NULL;
             for (uint32_t k = 0; k < r[i].n_values; k++)
                 vals[k] = dup0(a, q->values[k]);
             r[i].values = vals;
         }
         v->reqs = r;
         v->n_spread = (uint32_t)n->n_spread;
-        struct bf_spread *sp = v->n_spread ? arena_alloc(a, v->n_spread * sizeof *sp) : NULL;
+        struct bf_spread *sp = v->n_spread ? insp_arena_alloc(a, v->n_spread * sizeof *sp) : NULL;
         for (uint32_t i = 0; i < v->n_spread; i++) {
             sp[i].topology_key = dup0(a, n->spread[i]->topology_key);
             sp[i].max_skew = n->spread[i]->max_skew;
@@ -93,7 +94,7 @@ static void convert(struct insp_arena *a, const Bigfleet__V1alpha1__NeedView *m,
         v->priority = n->priority;
         v->ipb = (int)n->interruption_penalty_bucket;
         v->rpb = (int)n->reclamation_penalty_bucket;
-        v->group = arena_strndup(a, (const char *)n->group.data, n->group.len);
+        v->group = insp_arena_strndup(a, (const char *)n->group.data, n->group.len);
         v->group_len = n->group.len;
     } else {
         v->group = "";
@@ -130,7 +131,7 @@ static void convert(struct insp_arena *a, const Bigfleet__V1alpha1__NeedView *m,
                      m->preemption->capacity_freed->resources);
     }
     v->n_cand = (uint32_t)m->n_same_candidates;
-    v->cand = v->n_cand ? arena_alloc(a, v->n_cand * sizeof *v->cand) : NULL;
+    v->cand = v->n_cand ? insp_arena_alloc(a, v->n_cand * sizeof *v->cand) : NULL;
     for (uint32_t i = 0; i < v->n_cand; i++) {
         v->cand[i].domain = dup0(a, m->same_candidates[i]->domain);
         v->cand[i].per_mille = m->same_candidates[i]->coverage_per_mille;

@@ -96,8 +96,8 @@ static void shard_text(struct insp_ctx *c, struct bf_strbuf *b)
     const struct bf_seg_header *h = s->state_hdr;
     const struct bf_state_main *st = s->st;
     char t[48], age[32];
-    fmt_time(t, sizeof t, h->created_unix_ns);
-    fmt_age(age, sizeof age, age_ns(c->now_ns, h->created_unix_ns));
+    insp_fmt_time(t, sizeof t, h->created_unix_ns);
+    insp_fmt_age(age, sizeof age, insp_age_ns(c->now_ns, h->created_unix_ns));
     bool run = insp_supervisor_running(s);
     bf_sb_printf(b,
                  "shard %s  layout v%u  epoch %lld  generation %u  supervisor pid %u (%s)  "
@@ -156,7 +156,7 @@ static void procs_json(struct insp_ctx *c, struct bf_jw *w)
         bf_jw_int(w, "started_unix_nanos", BF_STAT_GET(p->started_ns));
         bf_jw_int(w, "heartbeat_unix_nanos", hb);
         if (hb)
-            bf_jw_double(w, "heartbeat_age_seconds", (double)age_ns(c->now_ns, hb) / 1e9);
+            bf_jw_double(w, "heartbeat_age_seconds", (double)insp_age_ns(c->now_ns, hb) / 1e9);
         else
             bf_jw_null(w, "heartbeat_age_seconds");
         bf_jw_int(w, "last_exit_status", BF_STAT_GET(p->last_exit_status));
@@ -181,9 +181,9 @@ static void procs_text(struct insp_ctx *c, struct bf_strbuf *b)
             continue;
         char up[32] = "-", hbs[32] = "-", ex[64];
         if (started)
-            fmt_age(up, sizeof up, age_ns(c->now_ns, started));
+            insp_fmt_age(up, sizeof up, insp_age_ns(c->now_ns, started));
         if (hb) {
-            fmt_age(hbs, sizeof hbs, age_ns(c->now_ns, hb));
+            insp_fmt_age(hbs, sizeof hbs, insp_age_ns(c->now_ns, hb));
             strncat(hbs, " ago", sizeof hbs - strlen(hbs) - 1);
         }
         uint32_t rs = BF_STAT_GET(p->restarts);
@@ -259,7 +259,7 @@ static void cluster_json(struct insp_ctx *c, struct bf_jw *w, const struct insp_
     bf_jw_int(w, "last_rollup_unix_nanos", r->last_rollup_ns);
     if (r->last_rollup_ns)
         bf_jw_double(w, "last_rollup_age_seconds",
-                     (double)age_ns(c->now_ns, r->last_rollup_ns) / 1e9);
+                     (double)insp_age_ns(c->now_ns, r->last_rollup_ns) / 1e9);
     else
         bf_jw_null(w, "last_rollup_age_seconds");
     bf_jw_int(w, "last_rollup_timestamp_unix_nanos", r->last_rollup_timestamp_ns);
@@ -289,10 +289,10 @@ static void clusters_text(struct insp_ctx *c, struct bf_strbuf *b, const struct 
         }
         const struct bf_cluster_rec *r = &k[i].r;
         struct bf_strbuf nm = {0};
-        ib_bytes_text(&nm, k[i].name, k[i].name_len, 24);
+        insp_ib_bytes_text(&nm, k[i].name, k[i].name_len, 24);
         char age[32] = "never";
         if (r->last_rollup_ns) {
-            fmt_age(age, sizeof age, age_ns(c->now_ns, r->last_rollup_ns));
+            insp_fmt_age(age, sizeof age, insp_age_ns(c->now_ns, r->last_rollup_ns));
             strncat(age, " ago", sizeof age - strlen(age) - 1);
         }
         bf_sb_printf(b, "  %-24s %-4s %-5s %6u %10llu %4u %-12s %9llu %8llu %8llu\n", nm.p,
@@ -398,9 +398,9 @@ static void own_text(struct insp_ctx *c, struct bf_strbuf *b, const struct insp_
             uint32_t l = 0;
             const char *id = r->id_ref ? insp_str(&c->shm, r->id_ref, &l) : NULL;
             char t[48], left[32];
-            fmt_time(t, sizeof t, r->until_ns);
+            insp_fmt_time(t, sizeof t, r->until_ns);
             if (r->until_ns > c->now_ns)
-                fmt_age(left, sizeof left, r->until_ns - c->now_ns);
+                insp_fmt_age(left, sizeof left, r->until_ns - c->now_ns);
             else
                 snprintf(left, sizeof left, "expired");
             bf_sb_printf(b, "  %-36.*s %10d %-26s %s\n", id ? (int)(l < 36 ? l : 36) : 1,
@@ -672,8 +672,8 @@ static int render_summary(struct insp_ctx *c, struct bf_strbuf *b)
                      (unsigned long long)need_rows, ncl, BF_STAT_GET(s->needs->rows_used));
         if (r->cycle) {
             char t[48], age[32], dur[32];
-            fmt_time(t, sizeof t, r->computed_at_ns);
-            fmt_age(age, sizeof age, age_ns(c->now_ns, r->computed_at_ns));
+            insp_fmt_time(t, sizeof t, r->computed_at_ns);
+            insp_fmt_age(age, sizeof age, insp_age_ns(c->now_ns, r->computed_at_ns));
             ms_str(dur, sizeof dur, (double)r->cycle_ns);
             bf_sb_printf(b,
                          "\nLAST CYCLE  #%llu at %s (%s ago) took %s: %u verdicts, %u unsatisfied, "
@@ -799,7 +799,7 @@ static void machine_json(struct insp_ctx *c, struct bf_jw *w, uint32_t slot,
         const char *g = insp_str(s, r->group, &gl);
         bf_jw_strn(w, "assigned_group", g ? g : "", g ? gl : 0);
         struct bf_strbuf tmp = {0};
-        base64_put(&tmp, (const uint8_t *)(g ? g : ""), g ? gl : 0);
+        insp_base64_put(&tmp, (const uint8_t *)(g ? g : ""), g ? gl : 0);
         bf_jw_strn(w, "assigned_group_base64", tmp.p ? tmp.p : "", tmp.len);
         bf_sb_free(&tmp);
         bf_jw_uint(w, "interruption_penalty_bucket", r->ipb);
@@ -852,7 +852,7 @@ static void machine_text_full(struct insp_ctx *c, struct bf_strbuf *b, uint32_t 
         const char *p_ = insp_str(s, (ref), &l_);                                                  \
         FIELD(name);                                                                               \
         if (p_ && l_)                                                                              \
-            ib_bytes_text(b, p_, l_, 0);                                                           \
+            insp_ib_bytes_text(b, p_, l_, 0);                                                      \
         else                                                                                       \
             bf_sb_puts(b, p_ ? "-" : "<bad string ref>");                                          \
         bf_sb_puts(b, "\n");                                                                       \
@@ -869,9 +869,9 @@ static void machine_text_full(struct insp_ctx *c, struct bf_strbuf *b, uint32_t 
                  dash(bf_zone_name(s, r->zone_idx)));
     struct host h = host_of(s, r);
     FIELD("host");
-    ib_bytes_text(b, h.provider, h.plen, 0);
+    insp_ib_bytes_text(b, h.provider, h.plen, 0);
     bf_sb_puts(b, " / ");
-    ib_bytes_text(b, h.ref, h.rlen, 0);
+    insp_ib_bytes_text(b, h.ref, h.rlen, 0);
     bf_sb_puts(b, (r->flags & BF_REC_HOST_IS_ID) ? " (ref = machine id)\n" : "\n");
     STRF("cluster", r->cluster);
     STRF("assigned fingerprint", r->fingerprint);
@@ -888,8 +888,8 @@ static void machine_text_full(struct insp_ctx *c, struct bf_strbuf *b, uint32_t 
     FIELD("idle since");
     if (idle) {
         char t[48], age[32];
-        fmt_time(t, sizeof t, sec_to_ns(idle));
-        fmt_age(age, sizeof age, age_ns(c->now_ns, sec_to_ns(idle)));
+        insp_fmt_time(t, sizeof t, insp_sec_to_ns(idle));
+        insp_fmt_age(age, sizeof age, insp_age_ns(c->now_ns, insp_sec_to_ns(idle)));
         bf_sb_printf(b, "%s (%s ago)\n", t, age);
     } else {
         bf_sb_puts(b, "-\n");
@@ -1010,9 +1010,9 @@ static int render_machines(struct insp_ctx *c, struct bf_strbuf *b)
         const char *id = insp_str(s, r.id, &l);
         const char *cn = insp_str(s, r.cluster, &cl);
         struct bf_strbuf idb = {0}, cb = {0};
-        ib_bytes_text(&idb, id ? id : "?", id ? l : 1, 28);
+        insp_ib_bytes_text(&idb, id ? id : "?", id ? l : 1, 28);
         if (cn && cl)
-            ib_bytes_text(&cb, cn, cl, 20);
+            insp_ib_bytes_text(&cb, cn, cl, 20);
         else
             bf_sb_puts(&cb, "-");
         bf_sb_printf(b, "%8u  %-28s %-12s %-9s %-20.20s %-12.12s %-20s %5d %9.4f %-4s ", i, idb.p,
@@ -1220,7 +1220,7 @@ static void nv_json(struct bf_jw *w, const struct insp_nv *v, bool remote)
     bf_jw_strn(w, "group", v->group, v->group_len);
     {
         struct bf_strbuf t = {0};
-        base64_put(&t, (const uint8_t *)v->group, v->group_len);
+        insp_base64_put(&t, (const uint8_t *)v->group, v->group_len);
         bf_jw_strn(w, "group_base64", t.p ? t.p : "", t.len);
         bf_sb_free(&t);
     }
@@ -1280,10 +1280,10 @@ static void nv_json(struct bf_jw *w, const struct insp_nv *v, bool remote)
 static void nv_text(struct bf_strbuf *b, const struct insp_nv *v, uint32_t i, int64_t now_ns)
 {
     char t[48], age[32];
-    fmt_time(t, sizeof t, v->arrival_ns);
-    fmt_age(age, sizeof age, age_ns(now_ns, v->arrival_ns));
+    insp_fmt_time(t, sizeof t, v->arrival_ns);
+    insp_fmt_age(age, sizeof age, insp_age_ns(now_ns, v->arrival_ns));
     bf_sb_printf(b, "[%u] cluster ", i + 1);
-    ib_bytes_text(b, v->cluster_id, v->cluster_len, 0);
+    insp_ib_bytes_text(b, v->cluster_id, v->cluster_len, 0);
     char ib[32], rb[32];
     bf_sb_printf(b, "  priority %d  ipb %s  rpb %s  arrived %s", v->priority,
                  bucket_str(ib, sizeof ib, v->ipb), bucket_str(rb, sizeof rb, v->rpb), t);
@@ -1291,7 +1291,7 @@ static void nv_text(struct bf_strbuf *b, const struct insp_nv *v, uint32_t i, in
         bf_sb_printf(b, " (%s ago)", age);
     if (v->group_len) {
         bf_sb_puts(b, "  group ");
-        ib_bytes_text(b, v->group, v->group_len, 48);
+        insp_ib_bytes_text(b, v->group, v->group_len, 48);
     }
     bf_sb_printf(b, "\n    fingerprint %s\n", v->fingerprint ? v->fingerprint : "-");
     if (v->n_reqs) {
@@ -1353,8 +1353,8 @@ static void nv_text(struct bf_strbuf *b, const struct insp_nv *v, uint32_t i, in
     }
 }
 
-void render_needs(const struct insp_opts *o, const struct insp_needs *n, const char *source,
-                  int64_t now_ns, struct bf_strbuf *b)
+void insp_render_needs(const struct insp_opts *o, const struct insp_needs *n, const char *source,
+                       int64_t now_ns, struct bf_strbuf *b)
 {
     if (o->json) {
         struct bf_jw w;
@@ -1383,7 +1383,7 @@ void render_needs(const struct insp_opts *o, const struct insp_needs *n, const c
         return;
     }
     char t[48];
-    fmt_time(t, sizeof t, n->computed_at_ns);
+    insp_fmt_time(t, sizeof t, n->computed_at_ns);
     if (n->cycle == 0)
         bf_sb_printf(b, "needs from %s: no cycle result yet (not yet computed, not \"no demand\")",
                      source);
@@ -1425,7 +1425,7 @@ static int render_needs_local(struct insp_ctx *c, struct bf_strbuf *b, char *err
     }
     char src[96];
     snprintf(src, sizeof src, "shm:%s", c->shm.shard_id);
-    render_needs(c->o, &n, src, c->now_ns, b);
+    insp_render_needs(c->o, &n, src, c->now_ns, b);
     insp_needs_free(&n);
     return 0;
 }
@@ -1491,7 +1491,7 @@ static int render_shortfalls(struct insp_ctx *c, struct bf_strbuf *b)
         bf_jw_obj_end(&w);
         bf_sb_puts(b, "\n");
     }
-    arena_free(&a);
+    insp_arena_free(&a);
     free(cy);
     return 0;
 }
