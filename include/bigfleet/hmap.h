@@ -41,6 +41,33 @@
  * Fields: m->n entries; m->slots[0 .. m->mask] when m->slots is not NULL;
  * iterate with BF_HMAP_FOREACH. Deleting while iterating may move a later
  * entry into an earlier slot (it is then skipped): restart or tolerate.
+ *
+ * The context variant, for keys that live in another array
+ *
+ *   BF_HMAP_DEFINE_CTX(name, K, CTX, HASHID, EQ)
+ *
+ * defines `struct name`, an index of record ids (uint32_t, below
+ * BF_HMAP_NONE) into an array the caller owns: the map stores only the ids
+ * (4 bytes a slot) and reaches a record's key through a context pointer
+ * `const CTX *ctx` passed to every call. HASHID(ctx, id) returns the 64-bit
+ * hash of record id's key: the same value the caller passes as `hash` when it
+ * adds, finds or removes that record (it is called again on growth and on
+ * deletion, so it must stay the same while the id is in the map). EQ(ctx, id,
+ * key) returns true when record id has the probe key `key` (of type K, any
+ * shape: a string, a {pointer, length} pair, a callback and its argument).
+ * Same layout rules as above (linear probing, load at most 3/4, backward-shift
+ * deletion, zero-initialised struct = empty map, -ENOMEM leaves the map
+ * unchanged, one owner), capacity at least BF_HMAP_CTX_MIN_CAP.
+ *
+ * Functions (m: struct name *, ctx: const CTX *):
+ *   uint32_t name_find(m, hash, ctx, key)  the id whose key equals key, or
+ *                                          BF_HMAP_NONE
+ *   int  name_add(m, hash, id, ctx)        adds id (the caller checked that
+ *                                          no equal key is there); 0, -ENOMEM
+ *   bool name_remove(m, hash, id, ctx)     removes id; true if it was there
+ *   int  name_reserve(m, n, ctx)           room for n ids; 0, -ENOMEM
+ *   void name_clear(m), name_free(m)       as above
+ * Fields: m->n ids; m->slots[0 .. m->mask] hold id + 1 (0: empty).
  */
 #ifndef BIGFLEET_HMAP_H
 #define BIGFLEET_HMAP_H
@@ -50,6 +77,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <xxhash.h>
 
 /* The 64-bit finaliser of MurmurHash3 (fmix64): a bijection that spreads
@@ -69,8 +97,15 @@ static inline uint64_t bf_hash_bytes(const void *p, size_t n)
     return XXH3_64bits(p, n);
 }
 
-#define BF_HMAP_EQ(a, b) ((a) == (b))
-#define BF_HMAP_MIN_CAP  16u
+#define BF_HMAP_EQ(a, b)    ((a) == (b))
+#define BF_HMAP_MIN_CAP     16u
+#define BF_HMAP_NONE        UINT32_MAX
+#define BF_HMAP_CTX_MIN_CAP 64u
+
+/* true when the entry at slot i, whose home slot is `home`, must move into the
+ * hole at j: its home is not in the cyclic range (j, i] */
+#define BF_HMAP_SHIFTS(j, i, home)                                                                 \
+    (((j) <= (i)) ? ((home) <= (j) || (home) > (i)) : ((home) <= (j) && (home) > (i)))
 
 /* for (slot pointer s over the occupied slots of map m) */
 #define BF_HMAP_FOREACH(m, s)                                                                      \
@@ -180,8 +215,7 @@ static inline uint64_t bf_hash_bytes(const void *p, size_t n)
          * in the cyclic range (j, i] into the hole */                                             \
         for (uint32_t i = (j + 1) & m->mask; m->slots[i].h; i = (i + 1) & m->mask) {               \
             uint32_t home = m->slots[i].h & m->mask;                                               \
-            bool move = (j <= i) ? (home <= j || home > i) : (home <= j && home > i);              \
-            if (move) {                                                                            \
+            if (BF_HMAP_SHIFTS(j, i, home)) {                                                      \
                 m->slots[j] = m->slots[i];                                                         \
                 m->slots[i].h = 0;                                                                 \
                 j = i;                                                                             \
@@ -193,6 +227,104 @@ static inline uint64_t bf_hash_bytes(const void *p, size_t n)
     {                                                                                              \
         for (uint32_t i = 0; m->slots && i <= m->mask; i++)                                        \
             m->slots[i].h = 0;                                                                     \
+        m->n = 0;                                                                                  \
+    }                                                                                              \
+    static inline __attribute__((unused)) void name##_free(struct name *m)                         \
+    {                                                                                              \
+        free(m->slots);                                                                            \
+        m->slots = NULL;                                                                           \
+        m->mask = 0;                                                                               \
+        m->n = 0;                                                                                  \
+    }
+
+#define BF_HMAP_DEFINE_CTX(name, K, CTX, HASHID, EQ)                                               \
+    struct name {                                                                                  \
+        uint32_t *slots; /* [mask + 1] of id + 1 (0: empty), or NULL */                            \
+        uint32_t mask, n;                                                                          \
+    };                                                                                             \
+    static inline int name##_rehash(struct name *m, uint64_t cap, const CTX *ctx)                  \
+    {                                                                                              \
+        if (cap > (1ull << 31))                                                                    \
+            return -ENOMEM;                                                                        \
+        uint32_t *s = calloc((size_t)cap, sizeof *s);                                              \
+        if (!s)                                                                                    \
+            return -ENOMEM;                                                                        \
+        uint32_t nmask = (uint32_t)(cap - 1);                                                      \
+        for (uint32_t i = 0; m->slots && i <= m->mask; i++) {                                      \
+            if (!m->slots[i])                                                                      \
+                continue;                                                                          \
+            uint32_t j = (uint32_t)(HASHID(ctx, m->slots[i] - 1)) & nmask;                         \
+            while (s[j])                                                                           \
+                j = (j + 1) & nmask;                                                               \
+            s[j] = m->slots[i];                                                                    \
+        }                                                                                          \
+        free(m->slots);                                                                            \
+        m->slots = s;                                                                              \
+        m->mask = nmask;                                                                           \
+        return 0;                                                                                  \
+    }                                                                                              \
+    static inline                                                                                  \
+        __attribute__((unused)) int name##_reserve(struct name *m, uint32_t n, const CTX *ctx)     \
+    {                                                                                              \
+        uint64_t cap = m->slots ? (uint64_t)m->mask + 1 : BF_HMAP_CTX_MIN_CAP;                     \
+        while ((uint64_t)n * 4 > cap * 3)                                                          \
+            cap *= 2;                                                                              \
+        if (m->slots && cap == (uint64_t)m->mask + 1)                                              \
+            return 0;                                                                              \
+        return name##_rehash(m, cap, ctx);                                                         \
+    }                                                                                              \
+    static inline __attribute__((unused))                                                          \
+    uint32_t name##_find(const struct name *m, uint64_t hash, const CTX *ctx, K key)               \
+    {                                                                                              \
+        if (!m->slots)                                                                             \
+            return BF_HMAP_NONE;                                                                   \
+        for (uint32_t j = (uint32_t)hash & m->mask; m->slots[j]; j = (j + 1) & m->mask)            \
+            if (EQ(ctx, m->slots[j] - 1, key))                                                     \
+                return m->slots[j] - 1;                                                            \
+        return BF_HMAP_NONE;                                                                       \
+    }                                                                                              \
+    static inline __attribute__((unused)) int name##_add(struct name *m, uint64_t hash,            \
+                                                         uint32_t id, const CTX *ctx)              \
+    {                                                                                              \
+        if (!m->slots || ((uint64_t)m->n + 1) * 4 > ((uint64_t)m->mask + 1) * 3) {                 \
+            int rc = name##_rehash(                                                                \
+                m, m->slots ? ((uint64_t)m->mask + 1) * 2 : BF_HMAP_CTX_MIN_CAP, ctx);             \
+            if (rc)                                                                                \
+                return rc;                                                                         \
+        }                                                                                          \
+        uint32_t j = (uint32_t)hash & m->mask;                                                     \
+        while (m->slots[j])                                                                        \
+            j = (j + 1) & m->mask;                                                                 \
+        m->slots[j] = id + 1;                                                                      \
+        m->n++;                                                                                    \
+        return 0;                                                                                  \
+    }                                                                                              \
+    static inline __attribute__((unused)) bool name##_remove(struct name *m, uint64_t hash,        \
+                                                             uint32_t id, const CTX *ctx)          \
+    {                                                                                              \
+        if (!m->slots)                                                                             \
+            return false;                                                                          \
+        uint32_t j = (uint32_t)hash & m->mask;                                                     \
+        while (m->slots[j] && m->slots[j] != id + 1)                                               \
+            j = (j + 1) & m->mask;                                                                 \
+        if (!m->slots[j])                                                                          \
+            return false;                                                                          \
+        m->slots[j] = 0;                                                                           \
+        m->n--;                                                                                    \
+        for (uint32_t i = (j + 1) & m->mask; m->slots[i]; i = (i + 1) & m->mask) {                 \
+            uint32_t home = (uint32_t)(HASHID(ctx, m->slots[i] - 1)) & m->mask;                    \
+            if (BF_HMAP_SHIFTS(j, i, home)) {                                                      \
+                m->slots[j] = m->slots[i];                                                         \
+                m->slots[i] = 0;                                                                   \
+                j = i;                                                                             \
+            }                                                                                      \
+        }                                                                                          \
+        return true;                                                                               \
+    }                                                                                              \
+    static inline __attribute__((unused)) void name##_clear(struct name *m)                        \
+    {                                                                                              \
+        if (m->slots)                                                                              \
+            memset(m->slots, 0, ((size_t)m->mask + 1) * sizeof *m->slots);                         \
         m->n = 0;                                                                                  \
     }                                                                                              \
     static inline __attribute__((unused)) void name##_free(struct name *m)                         \

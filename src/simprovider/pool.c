@@ -16,18 +16,10 @@
 
 #include "simprovider/sim_internal.h"
 
-static bool id_eq(const void *ctx, uint32_t idx, const void *key, size_t klen)
-{
-    const struct sim_strpool *sp = ctx;
-    return sp->len[idx] == klen && memcmp(sp->arena.p + sp->off[idx], key, klen) == 0;
-}
-
 uint32_t bf_sim_find_machine(const struct bf_sim *s, const void *id, size_t len)
 {
-    if (len == 0)
-        return UINT32_MAX;
-    uint32_t i = bf_sim_index_find(&s->ids.ix, bf_sim_hash(id, len), id_eq, &s->ids, id, len);
-    return i == UINT32_MAX ? UINT32_MAX : i - 1;
+    /* machine i is ids entry i + 1; an absent id is entry 0 -> UINT32_MAX */
+    return bf_sim_str_find(&s->ids, id, len) - 1;
 }
 
 uint32_t bf_sim_zone(struct bf_sim *s, const char *name, size_t len)
@@ -188,28 +180,10 @@ void bf_sim_fence_mark_dirty(struct bf_sim *s, uint32_t f)
 
 /* ------------------------------------------------------------ fences */
 
-struct fence_key {
-    uint32_t shard, mref;
-};
-
-static bool fence_eq(const void *ctx, uint32_t idx, const void *key, size_t klen)
-{
-    (void)klen;
-    const struct bf_sim *s = ctx;
-    const struct fence_key *k = key;
-    return s->fences[idx].shard == k->shard && s->fences[idx].mref == k->mref;
-}
-
-static uint64_t fence_hash(uint32_t shard, uint32_t mref)
-{
-    uint64_t x = ((uint64_t)shard << 32 | mref) + 0x9e3779b97f4a7c15ULL;
-    return sim_splitmix64(&x);
-}
-
 uint32_t bf_sim_fence_find(const struct bf_sim *s, uint32_t shard, uint32_t mref)
 {
-    struct fence_key k = {shard, mref};
-    return bf_sim_index_find(&s->fence_ix, fence_hash(shard, mref), fence_eq, s, &k, sizeof k);
+    return sim_fenceix_find(&s->fence_ix, sim_fence_hash(shard, mref), s,
+                            (struct sim_fence_key){shard, mref});
 }
 
 uint32_t bf_sim_fence_put(struct bf_sim *s, uint32_t shard, uint32_t mref, int64_t epoch,
@@ -226,7 +200,7 @@ uint32_t bf_sim_fence_put(struct bf_sim *s, uint32_t shard, uint32_t mref, int64
             s->cap_fences = cap;
         }
         f = (uint32_t)s->n_fences;
-        if (bf_sim_index_insert(&s->fence_ix, fence_hash(shard, mref), f))
+        if (sim_fenceix_add(&s->fence_ix, sim_fence_hash(shard, mref), f, s))
             return UINT32_MAX;
         s->n_fences++;
         memset(&s->fences[f], 0, sizeof s->fences[f]);

@@ -1362,7 +1362,7 @@ static int seed(struct bf_sim *s, const uint32_t *zone_idx, uint32_t nz, const u
                 (unsigned long long)total, SIM_MAX_MACHINES);
         return -EINVAL;
     }
-    if (bf_sim_grow_machines(s, (size_t)total) || bf_sim_index_reserve(&s->ids.ix, (size_t)total) ||
+    if (bf_sim_grow_machines(s, (size_t)total) || bf_sim_str_reserve(&s->ids, (size_t)total) ||
         bf_sim_buf_reserve(&s->ids.arena, (size_t)total * 40))
         return -ENOMEM;
     uint32_t *clusters = NULL;
@@ -1453,7 +1453,7 @@ void bf_sim_close(struct bf_sim *s)
     bf_sim_mdpool_free(&s->md);
     free(s->ops);
     free(s->fences);
-    bf_sim_index_free(&s->fence_ix);
+    sim_fenceix_free(&s->fence_ix);
     free(s->log);
     free(s->heap);
     free(s->held_type);

@@ -23,7 +23,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
+#include "bigfleet/hmap.h"
 #include "bigfleet/model.h"
 #include "bigfleet/pbwire.h"
 #include "bigfleet/simprovider.h"
@@ -38,29 +40,30 @@ struct sim_buf {
 int bf_sim_buf_reserve(struct sim_buf *b, size_t extra);
 void bf_sim_buf_free(struct sim_buf *b);
 
-/* ------------------------------------------------------------ hash index */
+/* ------------------------------------------------------------ hash indexes */
 
-/*
- * Open addressing with linear probing over external records. A slot holds
- * (hash32 << 32) | (idx + 1); 0 is empty. Deletion shifts back (no tombstones).
- */
-struct sim_index {
-    uint64_t *slots;
-    size_t mask; /* capacity - 1; capacity is a power of two or 0 */
-    size_t n;
+/* The pools' indexes are the context variant of bigfleet/hmap.h: they hold
+ * record indexes and reach each record's key through the pool (below). */
+uint64_t bf_sim_hash(const void *p, size_t len); /* XXH3-64 (bf_hash_bytes) */
+struct sim_bytes {
+    const void *p;
+    size_t len;
 };
-typedef bool (*sim_eq_fn)(const void *ctx, uint32_t idx, const void *key, size_t klen);
-uint64_t bf_sim_hash(const void *p, size_t len);
-/* idx or UINT32_MAX */
-uint32_t bf_sim_index_find(const struct sim_index *ix, uint64_t h, sim_eq_fn eq, const void *ctx,
-                           const void *key, size_t klen);
-/* Adds idx (caller checked absence). 0 or -ENOMEM. */
-int bf_sim_index_insert(struct sim_index *ix, uint64_t h, uint32_t idx);
-/* Removes idx stored under h (must be present). */
-void bf_sim_index_remove(struct sim_index *ix, uint64_t h, uint32_t idx);
-/* Pre-sizes for n entries. 0 or -ENOMEM. */
-int bf_sim_index_reserve(struct sim_index *ix, size_t n);
-void bf_sim_index_free(struct sim_index *ix);
+struct sim_strpool;
+struct sim_mdpool;
+struct bf_sim;
+struct sim_fence_key {
+    uint32_t shard, mref;
+};
+static inline uint64_t sim_str_hashid(const struct sim_strpool *sp, uint32_t i);
+static inline bool sim_str_eq(const struct sim_strpool *sp, uint32_t i, struct sim_bytes k);
+static inline uint64_t sim_md_hashid(const struct sim_mdpool *mp, uint32_t i);
+static inline bool sim_md_eq(const struct sim_mdpool *mp, uint32_t i, struct sim_bytes k);
+static inline uint64_t sim_fence_hashid(const struct bf_sim *s, uint32_t f);
+static inline bool sim_fence_eq(const struct bf_sim *s, uint32_t f, struct sim_fence_key k);
+BF_HMAP_DEFINE_CTX(sim_strix, struct sim_bytes, struct sim_strpool, sim_str_hashid, sim_str_eq)
+BF_HMAP_DEFINE_CTX(sim_mdix, struct sim_bytes, struct sim_mdpool, sim_md_hashid, sim_md_eq)
+BF_HMAP_DEFINE_CTX(sim_fenceix, struct sim_fence_key, struct bf_sim, sim_fence_hashid, sim_fence_eq)
 
 /* ------------------------------------------------------------ string pools */
 
@@ -71,12 +74,14 @@ struct sim_strpool {
     uint32_t *off;
     uint32_t *len;
     size_t n, cap; /* n counts index 0 */
-    struct sim_index ix;
+    struct sim_strix ix;
 };
 int bf_sim_strpool_init(struct sim_strpool *sp);
 void bf_sim_strpool_free(struct sim_strpool *sp);
 /* Index of (p, len), adding it if absent; 0 for len 0; UINT32_MAX on ENOMEM. */
 uint32_t bf_sim_str_intern(struct sim_strpool *sp, const void *p, size_t len);
+/* Room in the index for n strings without growing it. 0 or -ENOMEM. */
+int bf_sim_str_reserve(struct sim_strpool *sp, size_t n);
 /* Appends without checking for duplicates (caller guarantees uniqueness). */
 uint32_t bf_sim_str_append(struct sim_strpool *sp, const void *p, size_t len);
 /* Index or 0 if absent (len 0 -> 0). */
@@ -88,6 +93,14 @@ static inline const char *sim_str(const struct sim_strpool *sp, uint32_t i)
 static inline uint32_t sim_strlen(const struct sim_strpool *sp, uint32_t i)
 {
     return sp->len[i];
+}
+static inline uint64_t sim_str_hashid(const struct sim_strpool *sp, uint32_t i)
+{
+    return bf_hash_bytes(sp->arena.p + sp->off[i], sp->len[i]);
+}
+static inline bool sim_str_eq(const struct sim_strpool *sp, uint32_t i, struct sim_bytes k)
+{
+    return sp->len[i] == k.len && memcmp(sp->arena.p + sp->off[i], k.p, k.len) == 0;
 }
 
 /* ------------------------------------------------------------ shard_metadata */
@@ -111,8 +124,17 @@ struct sim_mdpool {
     size_t n, cap;
     uint32_t *freel;
     size_t nfree, freecap;
-    struct sim_index ix;
+    struct sim_mdix ix;
 };
+static inline uint64_t sim_md_hashid(const struct sim_mdpool *mp, uint32_t i)
+{
+    return mp->v[i].hash;
+}
+static inline bool sim_md_eq(const struct sim_mdpool *mp, uint32_t i, struct sim_bytes k)
+{
+    const struct sim_md *m = &mp->v[i];
+    return m->refs && m->raw_len == k.len && memcmp(m->raw, k.p, k.len) == 0;
+}
 int bf_sim_mdpool_init(struct sim_mdpool *mp);
 void bf_sim_mdpool_free(struct sim_mdpool *mp);
 /*
@@ -230,7 +252,7 @@ struct bf_sim {
 
     struct sim_fence *fences;
     size_t n_fences, cap_fences;
-    struct sim_index fence_ix;
+    struct sim_fenceix fence_ix;
     uint64_t next_fence_no;
 
     /* revisions */
@@ -335,6 +357,21 @@ static inline uint64_t sim_splitmix64(uint64_t *x)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
+}
+
+/* the fence index's key: (shard, machine reference) */
+static inline uint64_t sim_fence_hash(uint32_t shard, uint32_t mref)
+{
+    uint64_t x = ((uint64_t)shard << 32 | mref) + 0x9e3779b97f4a7c15ULL;
+    return sim_splitmix64(&x);
+}
+static inline uint64_t sim_fence_hashid(const struct bf_sim *s, uint32_t f)
+{
+    return sim_fence_hash(s->fences[f].shard, s->fences[f].mref);
+}
+static inline bool sim_fence_eq(const struct bf_sim *s, uint32_t f, struct sim_fence_key k)
+{
+    return s->fences[f].shard == k.shard && s->fences[f].mref == k.mref;
 }
 
 /* ------------------------------------------------------------ wire.c */

@@ -298,7 +298,7 @@ static long load_machines(struct bf_sim *s, MDB_txn *txn, char *err, size_t err_
         return map_err(rc);
     if (stat.ms_entries > (1u << 26))
         return -EINVAL;
-    if (bf_sim_index_reserve(&s->ids.ix, stat.ms_entries))
+    if (bf_sim_str_reserve(&s->ids, stat.ms_entries))
         return -ENOMEM;
     MDB_cursor *cur;
     if ((rc = mdb_cursor_open(txn, st->machines, &cur)))

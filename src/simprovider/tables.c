@@ -1,7 +1,7 @@
 /*
- * tables.c — the simulated provider's containers: growable byte buffers, an
- * open-addressing hash index over external records, interned string pools and
- * the content-interned, reference-counted shard_metadata pool.
+ * tables.c — the simulated provider's containers: growable byte buffers,
+ * interned string pools and the content-interned, reference-counted
+ * shard_metadata pool (their indexes are bigfleet/hmap.h's context variant).
  *
  * Design notes: nothing here knows about machines. Every allocation failure
  * is reported (-ENOMEM or UINT32_MAX) and leaves the container unchanged.
@@ -54,131 +54,7 @@ uint64_t bf_sim_hash(const void *p, size_t len)
     return XXH3_64bits(p, len);
 }
 
-static int index_grow(struct sim_index *ix, size_t want_cap)
-{
-    size_t cap = ix->mask ? ix->mask + 1 : 16;
-    while (cap < want_cap)
-        cap *= 2;
-    if (ix->mask && cap == ix->mask + 1)
-        return 0;
-    uint64_t *slots = calloc(cap, sizeof *slots);
-    if (!slots)
-        return -ENOMEM;
-    size_t mask = cap - 1;
-    if (ix->slots) {
-        for (size_t i = 0; i <= ix->mask; i++) {
-            uint64_t v = ix->slots[i];
-            if (!v)
-                continue;
-            size_t j = (size_t)(v >> 32) & mask;
-            while (slots[j])
-                j = (j + 1) & mask;
-            slots[j] = v;
-        }
-    }
-    free(ix->slots);
-    ix->slots = slots;
-    ix->mask = mask;
-    return 0;
-}
-
-int bf_sim_index_reserve(struct sim_index *ix, size_t n)
-{
-    /* keep the load factor <= 1/2 */
-    size_t want = 16;
-    while (want / 2 < n + 1) {
-        if (want > SIZE_MAX / 4)
-            return -ENOMEM;
-        want *= 2;
-    }
-    if (ix->mask && ix->mask + 1 >= want)
-        return 0;
-    return index_grow(ix, want);
-}
-
-uint32_t bf_sim_index_find(const struct sim_index *ix, uint64_t h, sim_eq_fn eq, const void *ctx,
-                           const void *key, size_t klen)
-{
-    if (!ix->slots)
-        return UINT32_MAX;
-    uint32_t h32 = (uint32_t)(h >> 32) ^ (uint32_t)h;
-    size_t j = h32 & ix->mask;
-    for (;;) {
-        uint64_t v = ix->slots[j];
-        if (!v)
-            return UINT32_MAX;
-        if ((uint32_t)(v >> 32) == h32) {
-            uint32_t idx = (uint32_t)v - 1;
-            if (eq(ctx, idx, key, klen))
-                return idx;
-        }
-        j = (j + 1) & ix->mask;
-    }
-}
-
-int bf_sim_index_insert(struct sim_index *ix, uint64_t h, uint32_t idx)
-{
-    if (!ix->slots || (ix->n + 1) * 2 > ix->mask + 1) {
-        int rc = index_grow(ix, ix->slots ? (ix->mask + 1) * 2 : 16);
-        if (rc)
-            return rc;
-    }
-    uint32_t h32 = (uint32_t)(h >> 32) ^ (uint32_t)h;
-    size_t j = h32 & ix->mask;
-    while (ix->slots[j])
-        j = (j + 1) & ix->mask;
-    ix->slots[j] = ((uint64_t)h32 << 32) | ((uint64_t)idx + 1);
-    ix->n++;
-    return 0;
-}
-
-void bf_sim_index_remove(struct sim_index *ix, uint64_t h, uint32_t idx)
-{
-    if (!ix->slots)
-        return;
-    uint32_t h32 = (uint32_t)(h >> 32) ^ (uint32_t)h;
-    uint64_t want = ((uint64_t)h32 << 32) | ((uint64_t)idx + 1);
-    size_t i = h32 & ix->mask;
-    while (ix->slots[i] != want) {
-        if (!ix->slots[i])
-            return; /* absent */
-        i = (i + 1) & ix->mask;
-    }
-    /* backward-shift deletion */
-    size_t j = i;
-    for (;;) {
-        ix->slots[i] = 0;
-        for (;;) {
-            j = (j + 1) & ix->mask;
-            if (!ix->slots[j]) {
-                ix->n--;
-                return;
-            }
-            size_t k = (size_t)(ix->slots[j] >> 32) & ix->mask;
-            /* move j to i unless k lies cyclically in (i, j] */
-            bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
-            if (!stays)
-                break;
-        }
-        ix->slots[i] = ix->slots[j];
-        i = j;
-    }
-}
-
-void bf_sim_index_free(struct sim_index *ix)
-{
-    free(ix->slots);
-    ix->slots = NULL;
-    ix->mask = ix->n = 0;
-}
-
 /* ------------------------------------------------------------ string pools */
-
-static bool str_eq(const void *ctx, uint32_t idx, const void *key, size_t klen)
-{
-    const struct sim_strpool *sp = ctx;
-    return sp->len[idx] == klen && memcmp(sp->arena.p + sp->off[idx], key, klen) == 0;
-}
 
 int bf_sim_strpool_init(struct sim_strpool *sp)
 {
@@ -203,16 +79,21 @@ void bf_sim_strpool_free(struct sim_strpool *sp)
     bf_sim_buf_free(&sp->arena);
     free(sp->off);
     free(sp->len);
-    bf_sim_index_free(&sp->ix);
+    sim_strix_free(&sp->ix);
     memset(sp, 0, sizeof *sp);
+}
+
+int bf_sim_str_reserve(struct sim_strpool *sp, size_t n)
+{
+    return n > UINT32_MAX ? -ENOMEM : sim_strix_reserve(&sp->ix, (uint32_t)n, sp);
 }
 
 uint32_t bf_sim_str_find(const struct sim_strpool *sp, const void *p, size_t len)
 {
     if (len == 0)
         return 0;
-    uint32_t i = bf_sim_index_find(&sp->ix, bf_sim_hash(p, len), str_eq, sp, p, len);
-    return i == UINT32_MAX ? 0 : i;
+    uint32_t i = sim_strix_find(&sp->ix, bf_sim_hash(p, len), sp, (struct sim_bytes){p, len});
+    return i == BF_HMAP_NONE ? 0 : i;
 }
 
 uint32_t bf_sim_str_append(struct sim_strpool *sp, const void *p, size_t len)
@@ -236,7 +117,7 @@ uint32_t bf_sim_str_append(struct sim_strpool *sp, const void *p, size_t len)
     if (bf_sim_buf_reserve(&sp->arena, len + 1))
         return UINT32_MAX;
     uint32_t idx = (uint32_t)sp->n;
-    if (bf_sim_index_insert(&sp->ix, bf_sim_hash(p, len), idx))
+    if (sim_strix_add(&sp->ix, bf_sim_hash(p, len), idx, sp))
         return UINT32_MAX;
     sp->off[idx] = (uint32_t)sp->arena.len;
     sp->len[idx] = (uint32_t)len;
@@ -259,13 +140,6 @@ uint32_t bf_sim_str_intern(struct sim_strpool *sp, const void *p, size_t len)
 
 /* ------------------------------------------------------------ metadata pool */
 
-static bool md_eq(const void *ctx, uint32_t idx, const void *key, size_t klen)
-{
-    const struct sim_mdpool *mp = ctx;
-    const struct sim_md *m = &mp->v[idx];
-    return m->refs && m->raw_len == klen && memcmp(m->raw, key, klen) == 0;
-}
-
 int bf_sim_mdpool_init(struct sim_mdpool *mp)
 {
     memset(mp, 0, sizeof *mp);
@@ -287,7 +161,7 @@ void bf_sim_mdpool_free(struct sim_mdpool *mp)
     }
     free(mp->v);
     free(mp->freel);
-    bf_sim_index_free(&mp->ix);
+    sim_mdix_free(&mp->ix);
     memset(mp, 0, sizeof *mp);
 }
 
@@ -312,8 +186,8 @@ static uint32_t md_insert_raw(struct sim_mdpool *mp, uint8_t *raw, size_t raw_le
 {
     /* takes ownership of raw */
     uint64_t h = bf_sim_hash(raw, raw_len);
-    uint32_t found = bf_sim_index_find(&mp->ix, h, md_eq, mp, raw, raw_len);
-    if (found != UINT32_MAX) {
+    uint32_t found = sim_mdix_find(&mp->ix, h, mp, (struct sim_bytes){raw, raw_len});
+    if (found != BF_HMAP_NONE) {
         free(raw);
         mp->v[found].refs++;
         return found;
@@ -340,7 +214,7 @@ static uint32_t md_insert_raw(struct sim_mdpool *mp, uint8_t *raw, size_t raw_le
         idx = (uint32_t)mp->n++;
         fresh = true;
     }
-    if (bf_sim_index_insert(&mp->ix, h, idx)) {
+    if (sim_mdix_add(&mp->ix, h, idx, mp)) {
         if (fresh)
             mp->n--;
         else
@@ -448,7 +322,7 @@ void bf_sim_md_unref(struct sim_mdpool *mp, uint32_t i)
     struct sim_md *m = &mp->v[i];
     if (--m->refs)
         return;
-    bf_sim_index_remove(&mp->ix, m->hash, i);
+    sim_mdix_remove(&mp->ix, m->hash, i, mp);
     free(m->raw);
     free(m->enc);
     memset(m, 0, sizeof *m);

@@ -2,9 +2,13 @@
  * test_hmap.c — the generic hash map (bigfleet/hmap.h): lookups after
  * growth, backward-shift deletion (no tombstones) including runs that wrap
  * around the end of the table, byte-string keys, and a random
- * insert/replace/delete churn checked against a direct-indexed model.
+ * insert/replace/delete churn checked against a direct-indexed model; and
+ * the context variant (BF_HMAP_DEFINE_CTX), whose keys live in the caller's
+ * array: lookups after the array moved, growth and reserve, and removal
+ * across the wrap under churn.
  */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -210,6 +214,155 @@ START_TEST(random_churn_matches_a_direct_indexed_model)
 }
 END_TEST
 
+/* ------------------------------------------------------------ context variant */
+
+/* records the map indexes: names in one growable arena (it moves as it grows,
+ * so the map can hold no pointer into it) */
+struct t_recs {
+    char *arena;
+    size_t used, cap;
+    uint32_t off[8192];
+    uint32_t n;
+    int hash_mode; /* 0: XXH3 of the name; 1: every home in the last 4 or first 4 slots */
+};
+static inline uint64_t t_rec_hash_name(const struct t_recs *r, const char *name)
+{
+    if (r->hash_mode == 1) {
+        unsigned v = (unsigned)strtoul(name + 1, NULL, 10);
+        return (uint64_t)(uint32_t)(0xfffffffcu + (v % 8));
+    }
+    return bf_hash_bytes(name, strlen(name));
+}
+static inline uint64_t t_rec_hash(const struct t_recs *r, uint32_t id)
+{
+    return t_rec_hash_name(r, r->arena + r->off[id]);
+}
+static inline bool t_rec_eq(const struct t_recs *r, uint32_t id, const char *name)
+{
+    return strcmp(r->arena + r->off[id], name) == 0;
+}
+BF_HMAP_DEFINE_CTX(t_recmap, const char *, struct t_recs, t_rec_hash, t_rec_eq)
+
+static uint32_t t_rec_push(struct t_recs *r, const char *name)
+{
+    size_t len = strlen(name) + 1;
+    if (r->used + len > r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 64;
+        char *a = malloc(cap); /* a fresh block: the old one is poisoned and freed */
+        ck_assert_ptr_nonnull(a);
+        if (r->used)
+            memcpy(a, r->arena, r->used);
+        if (r->arena)
+            memset(r->arena, 'X', r->cap);
+        free(r->arena);
+        r->arena = a;
+        r->cap = cap;
+    }
+    memcpy(r->arena + r->used, name, len);
+    r->off[r->n] = (uint32_t)r->used;
+    r->used += len;
+    return r->n++;
+}
+
+START_TEST(ctx_map_finds_records_after_their_array_moved_and_bounds_the_load)
+{
+    static struct t_recs r;
+    memset(&r, 0, sizeof r);
+    struct t_recmap m = {0};
+    ck_assert_uint_eq(t_recmap_find(&m, 1, &r, "absent"), BF_HMAP_NONE);
+    ck_assert(!t_recmap_remove(&m, 1, 0, &r));
+    ck_assert_ptr_null(m.slots);
+    char name[32];
+    uint32_t last_cap = 0, moves = 0;
+    for (uint32_t i = 0; i < 8000; i++) {
+        snprintf(name, sizeof name, "m%u", i);
+        char *before = r.arena;
+        uint32_t id = t_rec_push(&r, name);
+        moves += r.arena != before;
+        ck_assert_uint_eq(t_recmap_find(&m, t_rec_hash(&r, id), &r, name), BF_HMAP_NONE);
+        ck_assert_int_eq(t_recmap_add(&m, t_rec_hash(&r, id), id, &r), 0);
+        uint32_t cap = m.mask + 1;
+        ck_assert(cap >= BF_HMAP_CTX_MIN_CAP && (cap & (cap - 1)) == 0);
+        ck_assert((uint64_t)m.n * 4 <= (uint64_t)cap * 3);
+        if (last_cap && cap != last_cap)
+            ck_assert_uint_eq(cap, last_cap * 2);
+        last_cap = cap;
+    }
+    ck_assert_uint_ge(moves, 10); /* the names moved many times under the map */
+    ck_assert_uint_eq(m.n, 8000);
+    for (uint32_t i = 0; i < 8000; i++) {
+        snprintf(name, sizeof name, "m%u", i);
+        ck_assert_uint_eq(t_recmap_find(&m, t_rec_hash_name(&r, name), &r, name), i);
+    }
+    ck_assert_uint_eq(t_recmap_find(&m, t_rec_hash_name(&r, "m8000"), &r, "m8000"), BF_HMAP_NONE);
+    /* reserve: room for n ids without growing on the way */
+    struct t_recmap q = {0};
+    ck_assert_int_eq(t_recmap_reserve(&q, 5000, &r), 0);
+    uint32_t *slots = q.slots, cap = q.mask + 1;
+    for (uint32_t i = 0; i < 5000; i++)
+        ck_assert_int_eq(t_recmap_add(&q, t_rec_hash(&r, i), i, &r), 0);
+    ck_assert_ptr_eq(q.slots, slots);
+    ck_assert_uint_eq(q.mask + 1, cap);
+    t_recmap_clear(&q);
+    ck_assert_uint_eq(q.n, 0);
+    ck_assert_uint_eq(t_recmap_find(&q, t_rec_hash(&r, 7), &r, "m7"), BF_HMAP_NONE);
+    t_recmap_free(&q);
+    t_recmap_free(&m);
+    ck_assert_ptr_null(m.slots);
+    free(r.arena);
+}
+END_TEST
+
+/* the simulated provider's index test, on the context variant: random
+ * removals in rounds, with hashes that spread (mode 0) or that put every home
+ * in the last 4 or first 4 slots so the runs wrap past the end (mode 1) */
+START_TEST(ctx_map_removal_keeps_every_remaining_id_reachable)
+{
+    static struct t_recs r;
+    static bool live[6000];
+    for (int mode = 0; mode < 2; mode++) {
+        memset(&r, 0, sizeof r);
+        r.hash_mode = mode;
+        struct t_recmap m = {0};
+        char name[32];
+        for (uint32_t i = 0; i < 6000; i++) {
+            snprintf(name, sizeof name, "m%u", i);
+            uint32_t id = t_rec_push(&r, name);
+            ck_assert_int_eq(t_recmap_add(&m, t_rec_hash(&r, id), id, &r), 0);
+            live[i] = true;
+        }
+        uint64_t x = 99;
+        uint32_t wrapped = 0;
+        for (int round = 0; round < 3; round++) {
+            for (uint32_t i = 0; i < 6000; i++) {
+                x = x * 6364136223846793005ULL + 1;
+                if (live[i] && (x >> 60) < 8) {
+                    wrapped += m.slots[0] && (t_rec_hash(&r, m.slots[0] - 1) & m.mask) != 0;
+                    ck_assert(t_recmap_remove(&m, t_rec_hash(&r, i), i, &r));
+                    ck_assert(!t_recmap_remove(&m, t_rec_hash(&r, i), i, &r));
+                    live[i] = false;
+                }
+            }
+            uint32_t n_live = 0, occupied_slots = 0;
+            for (uint32_t i = 0; i < 6000; i++) {
+                snprintf(name, sizeof name, "m%u", i);
+                uint32_t got = t_recmap_find(&m, t_rec_hash(&r, i), &r, name);
+                ck_assert_msg(got == (live[i] ? i : BF_HMAP_NONE), "mode %d id %u", mode, i);
+                n_live += live[i];
+            }
+            for (uint32_t j = 0; j <= m.mask; j++)
+                occupied_slots += m.slots[j] != 0;
+            ck_assert_uint_eq(m.n, n_live);
+            ck_assert_uint_eq(occupied_slots, n_live); /* no tombstone left behind */
+        }
+        if (mode == 1)
+            ck_assert_uint_gt(wrapped, 100); /* the runs did cross the end */
+        t_recmap_free(&m);
+        free(r.arena);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("hmap");
@@ -219,6 +372,8 @@ int main(void)
     tcase_add_test(tc, deletion_shifts_the_run_back_including_across_the_wrap);
     tcase_add_test(tc, byte_string_keys_compare_by_content);
     tcase_add_test(tc, random_churn_matches_a_direct_indexed_model);
+    tcase_add_test(tc, ctx_map_finds_records_after_their_array_moved_and_bounds_the_load);
+    tcase_add_test(tc, ctx_map_removal_keeps_every_remaining_id_reachable);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

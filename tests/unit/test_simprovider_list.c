@@ -559,53 +559,9 @@ START_TEST(request_decoders_agree_with_protobuf_c_packing)
 }
 END_TEST
 
-static bool u32_eq(const void *ctx, uint32_t idx, const void *key, size_t klen)
-{
-    (void)ctx;
-    (void)klen;
-    return idx == *(const uint32_t *)key;
-}
-
-/* hash for entry i: mode 0 spreads over 97 values; mode 1 puts every home
- * slot in the last 4 or the first 4 slots of the table, so probe runs wrap
- * past the end and mix entries homed on both sides of the wrap */
-static uint64_t ix_hash(int mode, uint32_t i)
-{
-    return mode == 0 ? (uint64_t)(i % 97) * 0x9e3779b97f4a7c15ULL
-                     : (uint64_t)(uint32_t)(0xfffffffcu + (i % 8));
-}
-
-START_TEST(hash_index_removal_keeps_every_remaining_entry_reachable)
-{
-    for (int mode = 0; mode < 2; mode++) {
-        struct sim_index ix = {0};
-        enum { N = 6000 };
-        static bool live[N];
-        for (uint32_t i = 0; i < N; i++) {
-            ck_assert_int_eq(bf_sim_index_insert(&ix, ix_hash(mode, i), i), 0);
-            live[i] = true;
-        }
-        uint64_t x = 99;
-        for (int round = 0; round < 3; round++) {
-            for (uint32_t i = 0; i < N; i++) {
-                x = x * 6364136223846793005ULL + 1;
-                if (live[i] && (x >> 60) < 8) {
-                    bf_sim_index_remove(&ix, ix_hash(mode, i), i);
-                    live[i] = false;
-                }
-            }
-            size_t n_live = 0;
-            for (uint32_t i = 0; i < N; i++) {
-                uint32_t got = bf_sim_index_find(&ix, ix_hash(mode, i), u32_eq, NULL, &i, sizeof i);
-                ck_assert_msg(got == (live[i] ? i : UINT32_MAX), "mode %d entry %u", mode, i);
-                n_live += live[i];
-            }
-            ck_assert_uint_eq(ix.n, n_live);
-        }
-        bf_sim_index_free(&ix);
-    }
-}
-END_TEST
+/* The index's removal test (random removals in rounds, runs that wrap past
+ * the end) is test_hmap.c's ctx_map_removal_keeps_every_remaining_id_reachable:
+ * the pools' indexes are bigfleet/hmap.h's context variant. */
 
 START_TEST(identical_metadata_maps_are_shared_and_released_per_binding)
 {
@@ -665,7 +621,6 @@ int main(void)
     tcase_add_test(tc, request_decoders_agree_with_protobuf_c_packing);
     suite_add_tcase(s, tc);
     tc = tcase_create("tables");
-    tcase_add_test(tc, hash_index_removal_keeps_every_remaining_entry_reachable);
     tcase_add_test(tc, identical_metadata_maps_are_shared_and_released_per_binding);
     suite_add_tcase(s, tc);
     return simt_run(s);

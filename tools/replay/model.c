@@ -154,19 +154,6 @@ static int class_fill(struct rp_class *c, const struct bf_need_profile *tmp, con
     return 0;
 }
 
-struct fp_table {
-    uint32_t *slot; /* class + 1 */
-    size_t cap;
-};
-
-static uint64_t fnv(const char *s)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h;
-}
-
 int rp_model_build(struct rp_model *m, struct rp_trace *t, const struct bf_sim_type *types,
                    size_t n_types, bool pin)
 {
@@ -177,11 +164,10 @@ int rp_model_build(struct rp_model *m, struct rp_trace *t, const struct bf_sim_t
     m->pin = pin && m->n_types > 0;
     int rc = 0;
     size_t cap = 0;
-    struct fp_table ft = {.cap = 1024};
+    struct rp_idmap ft = {0}; /* fingerprint (classes[i].fp) -> i */
     uint32_t *fit = malloc((m->n_types ? m->n_types : 1) * sizeof *fit);
     const char **fit_names = malloc((m->n_types ? m->n_types : 1) * sizeof *fit_names);
-    ft.slot = calloc(ft.cap, sizeof *ft.slot);
-    if (!fit || !fit_names || !ft.slot) {
+    if (!fit || !fit_names) {
         rc = -ENOMEM;
         goto out;
     }
@@ -232,11 +218,9 @@ int rp_model_build(struct rp_model *m, struct rp_trace *t, const struct bf_sim_t
             rc = -ENOMEM;
             goto out;
         }
-        size_t j = fnv(fp) & (ft.cap - 1);
-        while (ft.slot[j] && strcmp(m->classes[ft.slot[j] - 1].fp, fp))
-            j = (j + 1) & (ft.cap - 1);
-        if (ft.slot[j]) {
-            p->cls = ft.slot[j] - 1;
+        const uint32_t *known = rp_idmap_ref(&ft, fp);
+        if (known) {
+            p->cls = *known;
             m->classes[p->cls].pods++;
             free(fp);
             continue;
@@ -265,29 +249,15 @@ int rp_model_build(struct rp_model *m, struct rp_trace *t, const struct bf_sim_t
         if (rc)
             goto out;
         p->cls = (uint32_t)(m->n_classes - 1);
-        ft.slot[j] = (uint32_t)m->n_classes;
-        if (m->n_classes * 2 > ft.cap) {
-            size_t nc = ft.cap * 2;
-            uint32_t *ns = calloc(nc, sizeof *ns);
-            if (!ns) {
-                rc = -ENOMEM;
-                goto out;
-            }
-            for (size_t k = 0; k < m->n_classes; k++) {
-                size_t h = fnv(m->classes[k].fp) & (nc - 1);
-                while (ns[h])
-                    h = (h + 1) & (nc - 1);
-                ns[h] = (uint32_t)k + 1;
-            }
-            free(ft.slot);
-            ft.slot = ns;
-            ft.cap = nc;
+        if (rp_idmap_put(&ft, c->fp, p->cls)) {
+            rc = -ENOMEM;
+            goto out;
         }
     }
 out:
     free(fit);
     free(fit_names);
-    free(ft.slot);
+    rp_idmap_free(&ft);
     if (rc)
         rp_model_free(m);
     return rc;

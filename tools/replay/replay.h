@@ -34,9 +34,23 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
+#include "bigfleet/hmap.h"
 #include "bigfleet/model.h"
 #include "bigfleet/simprovider.h"
+
+/* NUL-terminated string -> index (bigfleet/hmap.h); a key must stay valid and
+ * unchanged while it is in the map (the owner's strdup'd copy) */
+static inline uint64_t rp_id_hash(const char *s)
+{
+    return bf_hash_bytes(s, strlen(s));
+}
+static inline bool rp_id_eq(const char *a, const char *b)
+{
+    return strcmp(a, b) == 0;
+}
+BF_HMAP_DEFINE(rp_idmap, const char *, uint32_t, rp_id_hash, rp_id_eq)
 
 /* ------------------------------------------------------------ resources */
 

@@ -12,20 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "bigfleet/hmap.h"
 #include "bigfleet/net.h"
 #include "replay.h"
-
-/* machine id -> index (bigfleet/hmap.h); keys are the machines' own strdup'd ids */
-static inline uint64_t rp_id_hash(const char *s)
-{
-    return bf_hash_bytes(s, strlen(s));
-}
-static inline bool rp_id_eq(const char *a, const char *b)
-{
-    return strcmp(a, b) == 0;
-}
-BF_HMAP_DEFINE(rp_idmap, const char *, uint32_t, rp_id_hash, rp_id_eq)
 
 struct rp_config {
     const char *trace_path;
@@ -218,7 +206,7 @@ struct rp_run {
     /* machines */
     struct rp_machine *m;
     size_t n_m, cap_m;
-    struct rp_idmap mh; /* machine id (m[i].id) -> i */
+    struct rp_idmap mh; /* machine id (m[i].id) -> i; keys are the machines' own strdup'd ids */
     uint64_t phase_count[RP_PH_COUNT];
     /* clock */
     bool started, ending, stopping, interrupted;

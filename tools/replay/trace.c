@@ -155,49 +155,29 @@ out:
 
 /* ---------------------------------------------------------- name set */
 
-struct nameset {
-    uint32_t *slot; /* pod index + 1, 0 = empty */
-    size_t cap;
-};
-
-static uint64_t hash_str(const char *s)
+/* pod index -> its name, by name: the names live in t->strings, which moves
+ * as it grows, so the set holds pod indexes and reaches the names through the
+ * trace (the context variant of bigfleet/hmap.h) */
+static inline uint64_t pod_name_hash(const struct rp_trace *t, uint32_t pod)
 {
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h;
+    return rp_id_hash(t->strings + t->pods[pod].name);
 }
+static inline bool pod_name_eq(const struct rp_trace *t, uint32_t pod, const char *name)
+{
+    return rp_id_eq(t->strings + t->pods[pod].name, name);
+}
+BF_HMAP_DEFINE_CTX(nameset, const char *, struct rp_trace, pod_name_hash, pod_name_eq)
 
 /* Returns the index of an existing pod with that name, -1 after inserting,
  * -ENOMEM -> -2. */
-static long nameset_add(struct nameset *ns, const struct rp_trace *t, const char *name,
-                        uint32_t pod)
+static long nameset_add_pod(struct nameset *ns, const struct rp_trace *t, const char *name,
+                            uint32_t pod)
 {
-    if ((size_t)pod * 2 + 2 > ns->cap) {
-        size_t nc = ns->cap ? ns->cap * 2 : 16384;
-        uint32_t *nv = calloc(nc, sizeof *nv);
-        if (!nv)
-            return -2;
-        for (size_t i = 0; i < ns->cap; i++) {
-            if (!ns->slot[i])
-                continue;
-            size_t j = hash_str(t->strings + t->pods[ns->slot[i] - 1].name) & (nc - 1);
-            while (nv[j])
-                j = (j + 1) & (nc - 1);
-            nv[j] = ns->slot[i];
-        }
-        free(ns->slot);
-        ns->slot = nv;
-        ns->cap = nc;
-    }
-    size_t j = hash_str(name) & (ns->cap - 1);
-    while (ns->slot[j]) {
-        if (!strcmp(t->strings + t->pods[ns->slot[j] - 1].name, name))
-            return (long)(ns->slot[j] - 1);
-        j = (j + 1) & (ns->cap - 1);
-    }
-    ns->slot[j] = pod + 1;
-    return -1;
+    uint64_t h = rp_id_hash(name);
+    uint32_t dup = nameset_find(ns, h, t, name);
+    if (dup != BF_HMAP_NONE)
+        return (long)dup;
+    return nameset_add(ns, h, pod, t) ? -2 : -1;
 }
 
 /* ---------------------------------------------------------- rows */
@@ -468,7 +448,7 @@ int rp_trace_parse(const char *name, const char *buf, size_t len, const struct r
                 goto fail;
             pod.line = (uint32_t)lineno;
             t->pods[t->n_pods] = pod;
-            long dup = nameset_add(&ns, t, f[col[C_NAME]], (uint32_t)t->n_pods);
+            long dup = nameset_add_pod(&ns, t, f[col[C_NAME]], (uint32_t)t->n_pods);
             if (dup == -2) {
                 rc = -ENOMEM;
                 goto fail;
@@ -533,13 +513,13 @@ int rp_trace_parse(const char *name, const char *buf, size_t len, const struct r
     for (size_t i = 0; i < t->n_pods; i++)
         t->by_create[i] = (uint32_t)i;
     qsort_r(t->by_create, t->n_pods, sizeof *t->by_create, cmp_create, t->pods);
-    free(ns.slot);
+    nameset_free(&ns);
     free(copy);
     return 0;
 fail:
     if (rc == -ENOMEM)
         bf_errf(err, err_len, "%s: out of memory", name);
-    free(ns.slot);
+    nameset_free(&ns);
     free(copy);
     rp_trace_free(t);
     return rc;

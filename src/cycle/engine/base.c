@@ -1,7 +1,7 @@
 /*
  * base.c — the engine's containers: growable arrays, the per-cycle arena,
- * hashing (the u64 -> u32 map is bigfleet/hmap.h's), callback-keyed id tables, the refcounted
- * string interner and chunked sorted slot lists.
+ * hashing (the u64 -> u32 map and the callback-keyed id tables are bigfleet/hmap.h's), the
+ * refcounted string interner and chunked sorted slot lists.
  *
  * Design notes: no global state; every structure belongs to one engine and is
  * touched by one thread. Allocation failures surface as -ENOMEM / NONE32 and
@@ -132,91 +132,6 @@ uint64_t bfe_hash_bytes(const void *p, size_t n, uint64_t seed)
         h *= 0x100000001b3ULL;
     }
     return bfe_mix64(h);
-}
-
-/* ------------------------------------------------------------------ idtab */
-
-static int idtab_rehash(struct idtab *t, uint32_t ncap, idtab_hash_fn hf, const void *ctx)
-{
-    uint32_t *s = calloc(ncap, sizeof *s);
-    if (!s)
-        return -ENOMEM;
-    uint32_t nmask = ncap - 1;
-    if (t->slots) {
-        for (uint32_t i = 0; i <= t->mask; i++) {
-            if (!t->slots[i])
-                continue;
-            uint32_t j = (uint32_t)hf(ctx, t->slots[i] - 1) & nmask;
-            while (s[j])
-                j = (j + 1) & nmask;
-            s[j] = t->slots[i];
-        }
-    }
-    free(t->slots);
-    t->slots = s;
-    t->mask = nmask;
-    return 0;
-}
-
-uint32_t bfe_idtab_find(const struct idtab *t, uint64_t h, idtab_eq_fn eq, const void *ctx,
-                        const void *key)
-{
-    if (!t->slots)
-        return NONE32;
-    uint32_t j = (uint32_t)h & t->mask;
-    while (t->slots[j]) {
-        if (eq(ctx, t->slots[j] - 1, key))
-            return t->slots[j] - 1;
-        j = (j + 1) & t->mask;
-    }
-    return NONE32;
-}
-
-int bfe_idtab_insert(struct idtab *t, uint64_t h, uint32_t id, idtab_hash_fn hf, const void *ctx)
-{
-    if (!t->slots || (t->used + 1) * 4 > (t->mask + 1) * 3) {
-        int rc = idtab_rehash(t, t->slots ? (t->mask + 1) * 2 : 64, hf, ctx);
-        if (rc)
-            return rc;
-    }
-    uint32_t j = (uint32_t)h & t->mask;
-    while (t->slots[j])
-        j = (j + 1) & t->mask;
-    t->slots[j] = id + 1;
-    t->used++;
-    return 0;
-}
-
-void bfe_idtab_remove(struct idtab *t, uint64_t h, uint32_t id, idtab_hash_fn hf, const void *ctx)
-{
-    if (!t->slots)
-        return;
-    uint32_t j = (uint32_t)h & t->mask;
-    while (t->slots[j] && t->slots[j] != id + 1)
-        j = (j + 1) & t->mask;
-    if (!t->slots[j])
-        return;
-    t->slots[j] = 0;
-    t->used--;
-    uint32_t i = j;
-    for (;;) {
-        i = (i + 1) & t->mask;
-        if (!t->slots[i])
-            return;
-        uint32_t home = (uint32_t)hf(ctx, t->slots[i] - 1) & t->mask;
-        bool move = (j <= i) ? (home <= j || home > i) : (home <= j && home > i);
-        if (move) {
-            t->slots[j] = t->slots[i];
-            t->slots[i] = 0;
-            j = i;
-        }
-    }
-}
-
-void bfe_idtab_free(struct idtab *t)
-{
-    free(t->slots);
-    memset(t, 0, sizeof *t);
 }
 
 /* ------------------------------------------------------------------ interner */

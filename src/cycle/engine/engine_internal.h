@@ -106,19 +106,47 @@ static inline uint64_t bfe_mix64(uint64_t x)
  * to indexes; bfe_u64map_get(m, key, NONE32) for "absent". */
 BF_HMAP_DEFINE(bfe_u64map, uint64_t, uint32_t, bf_hash_u64, BF_HMAP_EQ)
 
-/* Id table: open addressing over object ids whose hash and equality are
- * provided by callbacks (class, leaf, label-set and string tables). */
-struct idtab {
-    uint32_t *slots; /* id + 1; 0 = empty */
-    uint32_t mask, used;
-};
+/* Id table: the context variant of bigfleet/hmap.h over object ids whose hash
+ * and equality are provided by callbacks (class, leaf, label-set and string
+ * tables); the callbacks and their argument travel in a struct idtab_ctx. */
 typedef uint64_t (*idtab_hash_fn)(const void *ctx, uint32_t id);
 typedef bool (*idtab_eq_fn)(const void *ctx, uint32_t id, const void *key);
-uint32_t bfe_idtab_find(const struct idtab *t, uint64_t h, idtab_eq_fn eq, const void *ctx,
-                        const void *key);
-int bfe_idtab_insert(struct idtab *t, uint64_t h, uint32_t id, idtab_hash_fn hf, const void *ctx);
-void bfe_idtab_remove(struct idtab *t, uint64_t h, uint32_t id, idtab_hash_fn hf, const void *ctx);
-void bfe_idtab_free(struct idtab *t);
+struct idtab_ctx {
+    idtab_hash_fn hf; /* NULL for lookups (not needed) */
+    const void *arg;
+};
+struct idtab_key {
+    idtab_eq_fn eq;
+    const void *key;
+};
+#define IDTAB_HASHID(c, id) ((c)->hf((c)->arg, (id)))
+#define IDTAB_EQ(c, id, k)  ((k).eq((c)->arg, (id), (k).key))
+BF_HMAP_DEFINE_CTX(idtab, struct idtab_key, struct idtab_ctx, IDTAB_HASHID, IDTAB_EQ)
+
+/* NONE32 when absent */
+static inline uint32_t bfe_idtab_find(const struct idtab *t, uint64_t h, idtab_eq_fn eq,
+                                      const void *ctx, const void *key)
+{
+    struct idtab_ctx c = {NULL, ctx};
+    return idtab_find(t, h, &c, (struct idtab_key){eq, key});
+}
+/* 0 or -ENOMEM (the table unchanged) */
+static inline int bfe_idtab_insert(struct idtab *t, uint64_t h, uint32_t id, idtab_hash_fn hf,
+                                   const void *ctx)
+{
+    struct idtab_ctx c = {hf, ctx};
+    return idtab_add(t, h, id, &c);
+}
+static inline void bfe_idtab_remove(struct idtab *t, uint64_t h, uint32_t id, idtab_hash_fn hf,
+                                    const void *ctx)
+{
+    struct idtab_ctx c = {hf, ctx};
+    idtab_remove(t, h, id, &c);
+}
+static inline void bfe_idtab_free(struct idtab *t)
+{
+    idtab_free(t);
+}
 
 /* ------------------------------------------------------------------ strings */
 
