@@ -41,23 +41,6 @@
 #define CONN_BATCH (128u * 1024)
 #define LINGER_NS  (1 * BF_NS_PER_SEC)
 
-static int obuf_append(struct obuf *b, const void *p, size_t n)
-{
-    if (b->len + n > b->cap) {
-        size_t nc = b->cap ? b->cap : 4096;
-        while (nc < b->len + n)
-            nc *= 2;
-        uint8_t *np = realloc(b->p, nc);
-        if (!np)
-            return -ENOMEM;
-        b->p = np;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->len, p, n);
-    b->len += n;
-    return 0;
-}
-
 static void obuf_release(struct obuf *b)
 {
     free(b->p);

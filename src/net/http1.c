@@ -300,16 +300,8 @@ static int queue_response(struct hconn *h, int status, const char *ctype, const 
                      status, reason(status), ctype, blen, keep_alive ? "keep-alive" : "close");
     struct obuf *o = &h->out;
     size_t need = (size_t)n + (head_only ? 0 : blen);
-    if (o->len + need > o->cap) {
-        size_t nc = o->cap ? o->cap : 4096;
-        while (nc < o->len + need)
-            nc *= 2;
-        uint8_t *np = realloc(o->p, nc);
-        if (!np)
-            return -ENOMEM;
-        o->p = np;
-        o->cap = nc;
-    }
+    if (obuf_reserve(o, need))
+        return -ENOMEM;
     memcpy(o->p + o->len, hdr, (size_t)n);
     o->len += (size_t)n;
     if (!head_only && blen) {

@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "bigfleet/log.h"
+#include "bigfleet/strbuf.h"
 #include "bigfleet/util.h"
 #include "net/net_internal.h"
 
@@ -249,14 +250,9 @@ static int run_timers(struct bf_net_loop *l)
 
 int bf_net_loop_defer(struct bf_net_loop *l, void (*fn)(void *), void *arg)
 {
-    if (l->ndefer == l->capdefer) {
-        size_t nc = l->capdefer ? l->capdefer * 2 : 32;
-        struct bf_defer *nd = realloc(l->defer, nc * sizeof *nd);
-        if (!nd)
-            return -ENOMEM;
-        l->defer = nd;
-        l->capdefer = nc;
-    }
+    if (l->ndefer == l->capdefer &&
+        bf_grow((void **)&l->defer, &l->capdefer, l->ndefer + 1, sizeof *l->defer))
+        return -ENOMEM;
     l->defer[l->ndefer++] = (struct bf_defer){fn, arg};
     return 0;
 }

@@ -22,14 +22,17 @@
 #ifndef BF_NET_INTERNAL_H
 #define BF_NET_INTERNAL_H
 
+#include <errno.h>
 #include <liburing.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include "bigfleet/net.h"
+#include "bigfleet/strbuf.h"
 
 #define BF_CONTAINER_OF(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
@@ -275,6 +278,23 @@ struct obuf {
     uint8_t *p;
     size_t len, off, cap;
 };
+/* Room for n more bytes (bf_grow); 0 or -ENOMEM (the buffer unchanged). */
+static inline int obuf_reserve(struct obuf *b, size_t n)
+{
+    size_t need;
+    if (__builtin_add_overflow(b->len, n, &need))
+        return -ENOMEM;
+    return bf_grow((void **)&b->p, &b->cap, need, 1);
+}
+/* Appends n bytes; 0 or -ENOMEM (nothing appended). */
+static inline int obuf_append(struct obuf *b, const void *p, size_t n)
+{
+    if (obuf_reserve(b, n))
+        return -ENOMEM;
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+    return 0;
+}
 
 struct WOLFSSL;
 struct bf_tls_ctx;

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "bigfleet/log.h"
+#include "bigfleet/strbuf.h"
 #include "google/protobuf/descriptor.pb-c.h"
 #include "grpc/reflection/v1/reflection.pb-c.h"
 #include "session_internal.h"
@@ -70,14 +71,9 @@ static struct {
 
 static int add_sym(const char *prefix, const char *name, int file)
 {
-    if (R.n_syms == R.cap_syms) {
-        size_t cap = R.cap_syms ? R.cap_syms * 2 : 256;
-        struct rsym *n = realloc(R.syms, cap * sizeof *n);
-        if (!n)
-            return -ENOMEM;
-        R.syms = n;
-        R.cap_syms = cap;
-    }
+    if (R.n_syms == R.cap_syms &&
+        bf_grow((void **)&R.syms, &R.cap_syms, R.n_syms + 1, sizeof *R.syms))
+        return -ENOMEM;
     size_t l = strlen(prefix) + strlen(name) + 2;
     char *full = malloc(l);
     if (!full)

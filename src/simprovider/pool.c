@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bigfleet/strbuf.h"
 #include "simprovider/sim_internal.h"
 
 uint32_t bf_sim_find_machine(const struct bf_sim *s, const void *id, size_t len)
@@ -145,15 +146,10 @@ void bf_sim_mark_dirty(struct bf_sim *s, uint32_t i)
 {
     if (!s->store || (s->m[i].flags & SIM_F_DIRTY))
         return;
-    if (s->n_dirty == s->cap_dirty) {
-        size_t cap = s->cap_dirty ? s->cap_dirty * 2 : 1024;
-        uint32_t *d = realloc(s->dirty, cap * sizeof *d);
-        if (!d) {
-            s->dirty_all = true; /* flush writes every machine instead */
-            return;
-        }
-        s->dirty = d;
-        s->cap_dirty = cap;
+    if (s->n_dirty == s->cap_dirty &&
+        bf_grow((void **)&s->dirty, &s->cap_dirty, s->n_dirty + 1, sizeof *s->dirty)) {
+        s->dirty_all = true; /* flush writes every machine instead */
+        return;
     }
     s->m[i].flags |= SIM_F_DIRTY;
     s->dirty[s->n_dirty++] = i;
@@ -164,15 +160,10 @@ void bf_sim_fence_mark_dirty(struct bf_sim *s, uint32_t f)
     s->meta_dirty = true;
     if (!s->store || s->fences[f].dirty)
         return;
-    if (s->n_dirty_f == s->cap_dirty_f) {
-        size_t cap = s->cap_dirty_f ? s->cap_dirty_f * 2 : 256;
-        uint32_t *d = realloc(s->dirty_f, cap * sizeof *d);
-        if (!d) {
-            s->dirty_all = true;
-            return;
-        }
-        s->dirty_f = d;
-        s->cap_dirty_f = cap;
+    if (s->n_dirty_f == s->cap_dirty_f &&
+        bf_grow((void **)&s->dirty_f, &s->cap_dirty_f, s->n_dirty_f + 1, sizeof *s->dirty_f)) {
+        s->dirty_all = true;
+        return;
     }
     s->fences[f].dirty = 1;
     s->dirty_f[s->n_dirty_f++] = f;
@@ -191,14 +182,9 @@ uint32_t bf_sim_fence_put(struct bf_sim *s, uint32_t shard, uint32_t mref, int64
 {
     uint32_t f = bf_sim_fence_find(s, shard, mref);
     if (f == UINT32_MAX) {
-        if (s->n_fences == s->cap_fences) {
-            size_t cap = s->cap_fences ? s->cap_fences * 2 : 256;
-            struct sim_fence *v = realloc(s->fences, cap * sizeof *v);
-            if (!v)
-                return UINT32_MAX;
-            s->fences = v;
-            s->cap_fences = cap;
-        }
+        if (s->n_fences == s->cap_fences &&
+            bf_grow((void **)&s->fences, &s->cap_fences, s->n_fences + 1, sizeof *s->fences))
+            return UINT32_MAX;
         f = (uint32_t)s->n_fences;
         if (sim_fenceix_add(&s->fence_ix, sim_fence_hash(shard, mref), f, s))
             return UINT32_MAX;

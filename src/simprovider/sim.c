@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "bigfleet/log.h"
+#include "bigfleet/strbuf.h"
 #include "bigfleet/util.h"
 #include "simprovider/sim_internal.h"
 
@@ -249,16 +250,11 @@ static void touch(struct bf_sim *s, uint32_t i)
     s->meta_dirty = true;
     if (m->mod_rev == s->rev && s->rev > s->call_rev)
         return;
-    if (s->n_log == s->cap_log) {
-        size_t cap = s->cap_log ? s->cap_log * 2 : 4096;
-        struct sim_logent *l = realloc(s->log, cap * sizeof *l);
-        if (!l) {
-            s->rev++;
-            rebase(s);
-            return;
-        }
-        s->log = l;
-        s->cap_log = cap;
+    if (s->n_log == s->cap_log &&
+        bf_grow((void **)&s->log, &s->cap_log, s->n_log + 1, sizeof *s->log)) {
+        s->rev++;
+        rebase(s);
+        return;
     }
     if (m->mod_rev > base_floor(s))
         s->log_dead++;

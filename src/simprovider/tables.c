@@ -14,6 +14,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "bigfleet/strbuf.h"
 #include "bigfleet/util.h"
 #include "simprovider/sim_internal.h"
 
@@ -326,14 +327,9 @@ void bf_sim_md_unref(struct sim_mdpool *mp, uint32_t i)
     free(m->raw);
     free(m->enc);
     memset(m, 0, sizeof *m);
-    if (mp->nfree == mp->freecap) {
-        size_t cap = mp->freecap ? mp->freecap * 2 : 16;
-        uint32_t *f = realloc(mp->freel, cap * sizeof *f);
-        if (!f)
-            return; /* the slot is simply not reused */
-        mp->freel = f;
-        mp->freecap = cap;
-    }
+    if (mp->nfree == mp->freecap &&
+        bf_grow((void **)&mp->freel, &mp->freecap, mp->nfree + 1, sizeof *mp->freel))
+        return; /* the slot is simply not reused */
     mp->freel[mp->nfree++] = i;
 }
 

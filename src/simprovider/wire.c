@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bigfleet/strbuf.h"
 #include "simprovider/sim_internal.h"
 
 /* ------------------------------------------------------------ labels */
@@ -489,15 +490,9 @@ int bf_sim_decode_lifecycle(int kind, const uint8_t *p, size_t len, struct bf_si
             else if (sl == S_BLOB)
                 q->bootstrap_blob_len = f.len;
             else {
-                if (n_md == cap_md) {
-                    size_t cap = cap_md ? cap_md * 2 : 16;
-                    struct bf_sim_md_entry *nm = realloc(md, cap * sizeof *nm);
-                    if (!nm) {
-                        free(md);
-                        return -ENOMEM;
-                    }
-                    md = nm;
-                    cap_md = cap;
+                if (n_md == cap_md && bf_grow((void **)&md, &cap_md, n_md + 1, sizeof *md)) {
+                    free(md);
+                    return -ENOMEM;
                 }
                 if (rd_md_entry(bytes_of(&f), &md[n_md]))
                     goto bad;

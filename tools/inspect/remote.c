@@ -19,6 +19,7 @@
 
 #include "bigfleet/log.h"
 #include "bigfleet/net.h"
+#include "bigfleet/strbuf.h"
 #include "bigfleet/util.h"
 #include "bigfleet/v1alpha1/shardread.pb-c.h"
 #include "inspect.h"
@@ -167,17 +168,11 @@ static void on_message(struct bf_net_stream *s, const uint8_t *msg, size_t len, 
                      "the first frame was a NeedView, not the header");
             bf_net_stream_cancel(s);
         } else {
-            if (o->n == rc->cap) {
-                size_t cap = rc->cap ? rc->cap * 2 : 64;
-                struct insp_nv *nv = realloc(o->v, cap * sizeof *nv);
-                if (!nv) {
-                    snprintf(rc->proto_err, sizeof rc->proto_err, "out of memory");
-                    bf_net_stream_cancel(s);
-                    bigfleet__v1alpha1__inspect_needs_response__free_unpacked(m, NULL);
-                    return;
-                }
-                o->v = nv;
-                rc->cap = cap;
+            if (o->n == rc->cap && bf_grow((void **)&o->v, &rc->cap, o->n + 1, sizeof *o->v)) {
+                snprintf(rc->proto_err, sizeof rc->proto_err, "out of memory");
+                bf_net_stream_cancel(s);
+                bigfleet__v1alpha1__inspect_needs_response__free_unpacked(m, NULL);
+                return;
             }
             convert(&o->arena, m->need, &o->v[o->n++]);
         }

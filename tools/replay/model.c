@@ -31,6 +31,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "bigfleet/strbuf.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"
 #include "replay.h"
 
@@ -225,16 +226,11 @@ int rp_model_build(struct rp_model *m, struct rp_trace *t, const struct bf_sim_t
             free(fp);
             continue;
         }
-        if (m->n_classes == cap) {
-            size_t nc = cap ? cap * 2 : 64;
-            struct rp_class *ncl = realloc(m->classes, nc * sizeof *ncl);
-            if (!ncl) {
-                free(fp);
-                rc = -ENOMEM;
-                goto out;
-            }
-            m->classes = ncl;
-            cap = nc;
+        if (m->n_classes == cap &&
+            bf_grow((void **)&m->classes, &cap, m->n_classes + 1, sizeof *m->classes)) {
+            free(fp);
+            rc = -ENOMEM;
+            goto out;
         }
         struct rp_class *c = &m->classes[m->n_classes];
         memset(c, 0, sizeof *c);

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bigfleet/strbuf.h"
 #include "replay.h"
 
 static bool label_is_topology(const char *k)
@@ -135,15 +136,9 @@ int rp_shape_intern(struct rp_shapes *s, const struct rp_model *m, size_t n_labe
             goto out;
         }
     }
-    if (s->n == s->cap) {
-        size_t nc = s->cap ? s->cap * 2 : 32;
-        struct rp_shape *nv = realloc(s->v, nc * sizeof *nv);
-        if (!nv) {
-            rc = -ENOMEM;
-            goto out;
-        }
-        s->v = nv;
-        s->cap = nc;
+    if (s->n == s->cap && bf_grow((void **)&s->v, &s->cap, s->n + 1, sizeof *s->v)) {
+        rc = -ENOMEM;
+        goto out;
     }
     struct rp_shape *sh = &s->v[s->n];
     memset(sh, 0, sizeof *sh);

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bigfleet/strbuf.h"
 #include "bigfleet/util.h"
 #include "replay.h"
 
@@ -434,15 +435,10 @@ int rp_trace_parse(const char *name, const char *buf, size_t len, const struct r
                 rc = -EINVAL;
                 goto fail;
             }
-            if (t->n_pods == cap) {
-                size_t nc = cap ? cap * 2 : 4096;
-                struct rp_pod *np = realloc(t->pods, nc * sizeof *np);
-                if (!np) {
-                    rc = -ENOMEM;
-                    goto fail;
-                }
-                t->pods = np;
-                cap = nc;
+            if (t->n_pods == cap &&
+                bf_grow((void **)&t->pods, &cap, t->n_pods + 1, sizeof *t->pods)) {
+                rc = -ENOMEM;
+                goto fail;
             }
             if ((rc = str_push(t, f[col[C_NAME]], &pod.name)))
                 goto fail;
