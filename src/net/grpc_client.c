@@ -454,17 +454,12 @@ struct bf_net_stream *bf_net_client_unary(struct bf_net_client *cl, const char *
         errno = EINVAL;
         return NULL;
     }
-    if (len > cl->o.max_send_message) {
-        errno = EMSGSIZE;
+    struct omsg *m;
+    int rc = omsg_copy(req, len, cl->o.max_send_message, &m);
+    if (rc) {
+        errno = -rc;
         return NULL;
     }
-    struct omsg *m = omsg_new(len);
-    if (!m) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    if (len)
-        memcpy(m->data + BF_GRPC_PREFIX, req, len);
     struct bf_net_stream *s = stream_new(cl, path, timeout_ns);
     if (!s) {
         free(m);
@@ -523,28 +518,18 @@ int bf_net_stream_send(struct bf_net_stream *s, const void *msg, size_t len)
 {
     if (s->half_close || s->delivered || s->local_set)
         return -EPIPE;
-    if (len > s->cl->o.max_send_message)
-        return -EMSGSIZE;
-    struct omsg *m = omsg_new(len);
-    if (!m)
-        return -ENOMEM;
-    if (len)
-        memcpy(m->data + BF_GRPC_PREFIX, msg, len);
-    return stream_enqueue(s, m);
+    struct omsg *m;
+    int rc = omsg_copy(msg, len, s->cl->o.max_send_message, &m);
+    return rc ? rc : stream_enqueue(s, m);
 }
 
 int bf_net_stream_send_pb(struct bf_net_stream *s, const struct ProtobufCMessage *pm)
 {
     if (s->half_close || s->delivered || s->local_set)
         return -EPIPE;
-    size_t len = protobuf_c_message_get_packed_size(pm);
-    if (len > s->cl->o.max_send_message)
-        return -EMSGSIZE;
-    struct omsg *m = omsg_new(len);
-    if (!m)
-        return -ENOMEM;
-    protobuf_c_message_pack(pm, m->data + BF_GRPC_PREFIX);
-    return stream_enqueue(s, m);
+    struct omsg *m;
+    int rc = omsg_pack(pm, s->cl->o.max_send_message, &m);
+    return rc ? rc : stream_enqueue(s, m);
 }
 
 int bf_net_stream_close_send(struct bf_net_stream *s)

@@ -414,28 +414,18 @@ int bf_net_call_send(struct bf_net_call *call, const void *msg, size_t len)
 {
     if (call->finished || call->done)
         return -EPIPE;
-    if (len > call->sc->srv->o.max_send_message)
-        return -EMSGSIZE;
-    struct omsg *m = omsg_new(len);
-    if (!m)
-        return -ENOMEM;
-    if (len)
-        memcpy(m->data + BF_GRPC_PREFIX, msg, len);
-    return call_enqueue(call, m);
+    struct omsg *m;
+    int rc = omsg_copy(msg, len, call->sc->srv->o.max_send_message, &m);
+    return rc ? rc : call_enqueue(call, m);
 }
 
 int bf_net_call_send_pb(struct bf_net_call *call, const struct ProtobufCMessage *pm)
 {
     if (call->finished || call->done)
         return -EPIPE;
-    size_t len = protobuf_c_message_get_packed_size(pm);
-    if (len > call->sc->srv->o.max_send_message)
-        return -EMSGSIZE;
-    struct omsg *m = omsg_new(len);
-    if (!m)
-        return -ENOMEM;
-    protobuf_c_message_pack(pm, m->data + BF_GRPC_PREFIX);
-    return call_enqueue(call, m);
+    struct omsg *m;
+    int rc = omsg_pack(pm, call->sc->srv->o.max_send_message, &m);
+    return rc ? rc : call_enqueue(call, m);
 }
 
 int bf_net_call_reply(struct bf_net_call *call, const void *msg, size_t len)

@@ -6,7 +6,9 @@
 #ifndef BF_NET_H2_COMMON_H
 #define BF_NET_H2_COMMON_H
 
+#include <errno.h>
 #include <nghttp2/nghttp2.h>
+#include <protobuf-c/protobuf-c.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +38,34 @@ static inline struct omsg *omsg_new(size_t payload)
     m->len = BF_GRPC_PREFIX + payload;
     bf_grpc_prefix(m->data, (uint32_t)payload);
     return m;
+}
+
+/* A framed copy of a len-byte payload (msg may be NULL when len is 0), or of
+ * a protobuf message packed into one; max is the peer-facing send limit.
+ * 0 (*out owns the message), -EMSGSIZE (over max) or -ENOMEM. */
+static inline int omsg_copy(const void *msg, size_t len, size_t max, struct omsg **out)
+{
+    if (len > max)
+        return -EMSGSIZE;
+    struct omsg *m = omsg_new(len);
+    if (!m)
+        return -ENOMEM;
+    if (len)
+        memcpy(m->data + BF_GRPC_PREFIX, msg, len);
+    *out = m;
+    return 0;
+}
+static inline int omsg_pack(const ProtobufCMessage *pm, size_t max, struct omsg **out)
+{
+    size_t len = protobuf_c_message_get_packed_size(pm);
+    if (len > max)
+        return -EMSGSIZE;
+    struct omsg *m = omsg_new(len);
+    if (!m)
+        return -ENOMEM;
+    protobuf_c_message_pack(pm, m->data + BF_GRPC_PREFIX);
+    *out = m;
+    return 0;
 }
 
 static inline void outbox_push(struct outbox *o, struct omsg *m)

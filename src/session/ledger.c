@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "bigfleet/ledger.h"
+#include "bigfleet/strbuf.h"
 #include "bigfleet/v1alpha1/shardread.pb-c.h"
 
 _Static_assert(sizeof(struct bf_verdict_row) % 8 == 0, "verdict rows are copied in words");
@@ -127,16 +128,8 @@ void bf_ledger_buf_free(struct bf_ledger_buf *b)
 static int pack(const Bigfleet__V1alpha1__InspectNeedsResponse *m, struct bf_ledger_buf *b)
 {
     size_t n = bigfleet__v1alpha1__inspect_needs_response__get_packed_size(m);
-    if (n > b->cap) {
-        size_t c = b->cap ? b->cap : 1024;
-        while (c < n)
-            c *= 2;
-        uint8_t *d = realloc(b->data, c);
-        if (!d)
-            return -ENOMEM;
-        b->data = d;
-        b->cap = c;
-    }
+    if (bf_grow((void **)&b->data, &b->cap, n, 1))
+        return -ENOMEM;
     b->len = bigfleet__v1alpha1__inspect_needs_response__pack(m, b->data);
     return 0;
 }

@@ -57,6 +57,7 @@
 
 #include "bigfleet/log.h"
 #include "bigfleet/pbdecode.h"
+#include "bigfleet/strbuf.h"
 #include "bigfleet/util.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"
 #include "session_internal.h"
@@ -84,16 +85,8 @@ static size_t g_cap;
 static int pack_msg(const Bigfleet__V1alpha1__ShardMessage *m, size_t *len)
 {
     size_t n = bigfleet__v1alpha1__shard_message__get_packed_size(m);
-    if (n > g_cap) {
-        size_t c = g_cap ? g_cap : 4096;
-        while (c < n)
-            c *= 2;
-        uint8_t *b = realloc(g_buf, c);
-        if (!b)
-            return -ENOMEM;
-        g_buf = b;
-        g_cap = c;
-    }
+    if (bf_grow((void **)&g_buf, &g_cap, n, 1))
+        return -ENOMEM;
     bigfleet__v1alpha1__shard_message__pack(m, g_buf);
     *len = n;
     return 0;

@@ -34,16 +34,8 @@ uint32_t bf_sim_rack(struct bf_sim *s, uint32_t zone, const char *name, size_t l
     uint32_t r = bf_sim_str_intern(&s->racks, name, len);
     if (r == UINT32_MAX || r < had)
         return r;
-    if (s->rack_zone_cap <= r) {
-        size_t cap = s->rack_zone_cap ? s->rack_zone_cap * 2 : 64;
-        while (cap <= r)
-            cap *= 2;
-        uint32_t *v = realloc(s->rack_zone, cap * sizeof *v);
-        if (!v)
-            return UINT32_MAX;
-        s->rack_zone = v;
-        s->rack_zone_cap = cap;
-    }
+    if (bf_grow((void **)&s->rack_zone, &s->rack_zone_cap, (size_t)r + 1, sizeof *s->rack_zone))
+        return UINT32_MAX;
     s->rack_zone[r] = zone;
     return r;
 }
@@ -129,14 +121,9 @@ int bf_sim_ops_slot(struct bf_sim *s, uint32_t i)
 {
     if (s->m[i].ops)
         return 0;
-    if (s->n_ops == s->cap_ops) {
-        size_t cap = s->cap_ops ? s->cap_ops * 2 : 1024;
-        uint64_t(*v)[BF_SIM_KIND_COUNT] = realloc(s->ops, cap * sizeof *v);
-        if (!v)
-            return -ENOMEM;
-        s->ops = v;
-        s->cap_ops = cap;
-    }
+    if (s->n_ops == s->cap_ops &&
+        bf_grow((void **)&s->ops, &s->cap_ops, s->n_ops + 1, sizeof *s->ops))
+        return -ENOMEM;
     memset(s->ops[s->n_ops], 0, sizeof s->ops[0]);
     s->m[i].ops = (uint32_t)++s->n_ops;
     return 0;

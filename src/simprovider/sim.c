@@ -184,18 +184,10 @@ static int reply_reserve(struct bf_sim_reply *r, size_t extra)
 {
     if (r->cap - r->len >= extra)
         return 0;
-    size_t cap = r->cap ? r->cap : 1024;
-    while (cap - r->len < extra) {
-        if (cap > SIZE_MAX / 2)
-            return -ENOMEM;
-        cap *= 2;
-    }
-    uint8_t *p = realloc(r->body, cap);
-    if (!p)
+    size_t need;
+    if (!bf_add_size(r->len, extra, &need))
         return -ENOMEM;
-    r->body = p;
-    r->cap = cap;
-    return 0;
+    return bf_grow((void **)&r->body, &r->cap, need, 1);
 }
 
 void bf_sim_reply_free(struct bf_sim_reply *r)
@@ -314,13 +306,7 @@ static int heap_reserve(struct bf_sim *s)
 {
     if (s->n_heap < s->cap_heap)
         return 0;
-    size_t cap = s->cap_heap ? s->cap_heap * 2 : 1024;
-    struct sim_timer *h = realloc(s->heap, cap * sizeof *h);
-    if (!h)
-        return -ENOMEM;
-    s->heap = h;
-    s->cap_heap = cap;
-    return 0;
+    return bf_grow((void **)&s->heap, &s->cap_heap, s->n_heap + 1, sizeof *s->heap);
 }
 
 static void heap_push(struct bf_sim *s, const struct sim_timer *t) /* capacity reserved */
@@ -1224,7 +1210,8 @@ static int setup_topology(struct bf_sim *s, uint32_t **zone_idx, uint32_t *n_zon
                           uint32_t **rack_idx, char *err, size_t err_len)
 {
     const struct bf_sim_config *c = &s->cfg;
-    uint32_t cap = 16, n = 0;
+    size_t cap = 16;
+    uint32_t n = 0;
     uint32_t *z = malloc(cap * sizeof *z);
     if (!z)
         return -ENOMEM;
@@ -1238,14 +1225,9 @@ static int setup_topology(struct bf_sim *s, uint32_t **zone_idx, uint32_t *n_zon
                 free(z);
                 return -EINVAL;
             }
-            if (n == cap) {
-                cap *= 2;
-                uint32_t *nz = realloc(z, cap * sizeof *nz);
-                if (!nz) {
-                    free(z);
-                    return -ENOMEM;
-                }
-                z = nz;
+            if (n == cap && bf_grow((void **)&z, &cap, (size_t)n + 1, sizeof *z)) {
+                free(z);
+                return -ENOMEM;
             }
             uint32_t zi = bf_sim_zone(s, p, l);
             if (zi == UINT32_MAX) {
@@ -1268,14 +1250,9 @@ static int setup_topology(struct bf_sim *s, uint32_t **zone_idx, uint32_t *n_zon
         for (uint32_t k = 0; k < c->zones; k++) {
             char name[BF_SIM_NAME_MAX];
             bf_sim_zone_default_name(k, name, sizeof name);
-            if (n == cap) {
-                cap *= 2;
-                uint32_t *nz = realloc(z, cap * sizeof *nz);
-                if (!nz) {
-                    free(z);
-                    return -ENOMEM;
-                }
-                z = nz;
+            if (n == cap && bf_grow((void **)&z, &cap, (size_t)n + 1, sizeof *z)) {
+                free(z);
+                return -ENOMEM;
             }
             z[n] = bf_sim_zone(s, name, strlen(name));
             if (z[n] == UINT32_MAX) {

@@ -27,18 +27,7 @@ int bf_sim_buf_reserve(struct sim_buf *b, size_t extra)
     size_t need;
     if (!bf_add_size(b->len, extra, &need))
         return -ENOMEM;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < need) {
-        if (cap > SIZE_MAX / 2)
-            return -ENOMEM;
-        cap *= 2;
-    }
-    uint8_t *p = realloc(b->p, cap);
-    if (!p)
-        return -ENOMEM;
-    b->p = p;
-    b->cap = cap;
-    return 0;
+    return bf_grow((void **)&b->p, &b->cap, need, 1);
 }
 
 void bf_sim_buf_free(struct sim_buf *b)

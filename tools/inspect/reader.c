@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bigfleet/strbuf.h"
 #include "bigfleet/util.h"
 #include "inspect.h"
 
@@ -646,15 +647,11 @@ int insp_needs_local(const struct bf_shm *s, struct bf_blob_cache *cache, const 
                     continue;
                 }
             }
-            if ((size_t)out->n == nv_cap) {
-                nv_cap *= 2;
-                struct insp_nv *nn = realloc(out->v, nv_cap * sizeof *nn);
-                if (!nn) {
-                    free(rows);
-                    rc = -ENOMEM;
-                    goto out;
-                }
-                out->v = nn;
+            if ((size_t)out->n == nv_cap &&
+                bf_grow((void **)&out->v, &nv_cap, (size_t)out->n + 1, sizeof *out->v)) {
+                free(rows);
+                rc = -ENOMEM;
+                goto out;
             }
             struct insp_nv *nv = &out->v[out->n++];
             memset(nv, 0, sizeof *nv);
@@ -677,14 +674,10 @@ int insp_needs_local(const struct bf_shm *s, struct bf_blob_cache *cache, const 
     for (uint32_t i = 0; i < nvk; i++) {
         if (vused[i] == 1)
             continue;
-        if ((size_t)out->n == nv_cap) {
-            nv_cap *= 2;
-            struct insp_nv *nn = realloc(out->v, nv_cap * sizeof *nn);
-            if (!nn) {
-                rc = -ENOMEM;
-                goto out;
-            }
-            out->v = nn;
+        if ((size_t)out->n == nv_cap &&
+            bf_grow((void **)&out->v, &nv_cap, (size_t)out->n + 1, sizeof *out->v)) {
+            rc = -ENOMEM;
+            goto out;
         }
         const struct bf_verdict_row *v = &cy.v[vk[i].idx];
         struct insp_nv *nv = &out->v[out->n++];

@@ -225,14 +225,9 @@ double rp_prom_hist_quantile(const struct rp_prom *p, const char *name, double q
         while (k < n && v[k].le != le)
             k++;
         if (k == n) {
-            if (n == cap) {
-                cap = cap ? cap * 2 : 32;
-                struct le_count *nv = realloc(v, cap * sizeof *nv);
-                if (!nv) {
-                    free(v);
-                    return NAN;
-                }
-                v = nv;
+            if (n == cap && bf_grow((void **)&v, &cap, n + 1, sizeof *v)) {
+                free(v);
+                return NAN;
             }
             v[n].le = le;
             v[n].count = 0;

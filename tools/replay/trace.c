@@ -50,16 +50,8 @@ static int str_push(struct rp_trace *t, const char *s, uint32_t *off)
     size_t l = strlen(s) + 1;
     if (t->str_len + l > UINT32_MAX)
         return -ENOMEM;
-    if (t->str_len + l > t->str_cap) {
-        size_t nc = t->str_cap ? t->str_cap * 2 : 65536;
-        while (nc < t->str_len + l)
-            nc *= 2;
-        char *ns = realloc(t->strings, nc);
-        if (!ns)
-            return -ENOMEM;
-        t->strings = ns;
-        t->str_cap = nc;
-    }
+    if (bf_grow((void **)&t->strings, &t->str_cap, t->str_len + l, 1))
+        return -ENOMEM;
     memcpy(t->strings + t->str_len, s, l);
     *off = (uint32_t)t->str_len;
     t->str_len += l;
@@ -534,17 +526,11 @@ int rp_trace_load(const char *path, const struct rp_trace_opts *o, struct rp_tra
     char *buf = NULL;
     size_t len = 0, cap = 0;
     for (;;) {
-        if (len + 65536 > cap) {
-            size_t nc = cap ? cap * 2 : 1 << 20;
-            char *nb = realloc(buf, nc);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                bf_errf(err, err_len, "%s: out of memory", path);
-                return -ENOMEM;
-            }
-            buf = nb;
-            cap = nc;
+        if (bf_grow((void **)&buf, &cap, len + 65536, 1)) {
+            free(buf);
+            fclose(f);
+            bf_errf(err, err_len, "%s: out of memory", path);
+            return -ENOMEM;
         }
         size_t got = fread(buf + len, 1, cap - len, f);
         len += got;
