@@ -579,6 +579,20 @@ static void jnum(FILE *f, double v)
         fputs("null", f);
 }
 
+/* , "key": {"p50": q, "p99": q, "count": n} of a Prometheus histogram */
+static void jhist(FILE *f, const struct rp_prom *p, const char *key, const char *metric)
+{
+    char count[128];
+    snprintf(count, sizeof count, "%s_count", metric);
+    fprintf(f, ", \"%s\": {\"p50\": ", key);
+    jnum(f, rp_prom_hist_quantile(p, metric, 0.5));
+    fprintf(f, ", \"p99\": ");
+    jnum(f, rp_prom_hist_quantile(p, metric, 0.99));
+    fprintf(f, ", \"count\": ");
+    jnum(f, rp_prom_sum(p, count, NULL));
+    fputc('}', f);
+}
+
 static void write_json(FILE *f, const struct rp_run *r, const struct rp_summary *s)
 {
     const struct rp_config *cfg = r->cfg;
@@ -854,33 +868,25 @@ static void write_json(FILE *f, const struct rp_run *r, const struct rp_summary 
             fprintf(f, "%s\"%s\": ", st > 1 ? ", " : "", bf_state_name(st));
             jnum(f, rp_prom_sum(p, "bigfleet_shard_inventory_machines", m));
         }
-        fprintf(f, "}, \"session_rollups\": {\"received\": ");
-        jnum(f, rp_prom_sum(p, "bigfleet_shard_session_rollups_received_total", NULL));
-        fprintf(f, ", \"accepted\": ");
-        jnum(f, rp_prom_sum(p, "bigfleet_shard_session_rollups_accepted_total", NULL));
-        fprintf(f, ", \"rejected\": ");
-        jnum(f, rp_prom_sum(p, "bigfleet_shard_session_rollups_rejected_total", NULL));
-        fprintf(f, ", \"quarantined\": ");
-        jnum(f, rp_prom_sum(p, "bigfleet_shard_session_rollups_quarantined_total", NULL));
-        fprintf(f, "}, \"idle_releases_total\": ");
-        jnum(f, rp_prom_sum(p, "bigfleet_shard_idle_releases_total", NULL));
-        fprintf(f, ", \"rollups_rejected_total\": ");
-        jnum(f, rp_prom_sum(p, "bigfleet_shard_rollups_rejected_total", NULL));
-        fprintf(f, ", \"reclaims_capped_total\": ");
-        jnum(f, rp_prom_sum(p, "bigfleet_shard_reclaims_capped_total", NULL));
-        fprintf(f, ", \"provisioning_latency_s\": {\"p50\": ");
-        jnum(f, rp_prom_hist_quantile(p, "bigfleet_shard_provisioning_latency_seconds", 0.5));
-        fprintf(f, ", \"p99\": ");
-        jnum(f, rp_prom_hist_quantile(p, "bigfleet_shard_provisioning_latency_seconds", 0.99));
-        fprintf(f, ", \"count\": ");
-        jnum(f, rp_prom_sum(p, "bigfleet_shard_provisioning_latency_seconds_count", NULL));
-        fprintf(f, "}, \"cycle_duration_s\": {\"p50\": ");
-        jnum(f, rp_prom_hist_quantile(p, "bigfleet_shard_cycle_duration_seconds", 0.5));
-        fprintf(f, ", \"p99\": ");
-        jnum(f, rp_prom_hist_quantile(p, "bigfleet_shard_cycle_duration_seconds", 0.99));
-        fprintf(f, ", \"count\": ");
-        jnum(f, rp_prom_sum(p, "bigfleet_shard_cycle_duration_seconds_count", NULL));
-        fprintf(f, "}}");
+        /* {key, metric}: the session's rollup counters, then top-level totals */
+        static const char *const sums[][2] = {
+            {"received", "bigfleet_shard_session_rollups_received_total"},
+            {"accepted", "bigfleet_shard_session_rollups_accepted_total"},
+            {"rejected", "bigfleet_shard_session_rollups_rejected_total"},
+            {"quarantined", "bigfleet_shard_session_rollups_quarantined_total"},
+            {"idle_releases_total", "bigfleet_shard_idle_releases_total"},
+            {"rollups_rejected_total", "bigfleet_shard_rollups_rejected_total"},
+            {"reclaims_capped_total", "bigfleet_shard_reclaims_capped_total"},
+        };
+        for (size_t k = 0; k < sizeof sums / sizeof *sums; k++) {
+            /* 0: opens session_rollups; 4: closes it */
+            const char *sep = k == 0 ? "}, \"session_rollups\": {" : k == 4 ? "}, " : ", ";
+            fprintf(f, "%s\"%s\": ", sep, sums[k][0]);
+            jnum(f, rp_prom_sum(p, sums[k][1], NULL));
+        }
+        jhist(f, p, "provisioning_latency_s", "bigfleet_shard_provisioning_latency_seconds");
+        jhist(f, p, "cycle_duration_s", "bigfleet_shard_cycle_duration_seconds");
+        fputc('}', f);
     } else if (cfg->metrics_addr) {
         fputs("{\"error\": ", f);
         jstr(f, r->metrics_error);
