@@ -62,7 +62,7 @@ static int resources_count(const uint8_t *p, size_t len, uint32_t *n)
     while ((rc = bf_pb_next(&r, &f)) == 1) {
         if (f.num == 1) {
             struct bf_prov_bytes k, v;
-            if (f.wt != BF_PB_LEN || map_entry(f.p, f.len, &k, &v))
+            if (map_entry(f.p, f.len, &k, &v))
                 return -EBADMSG;
             (*n)++;
         }
@@ -89,6 +89,34 @@ static int host_decode(const uint8_t *p, size_t len, struct bf_prov_machine *m)
     return rc ? -EBADMSG : 0;
 }
 
+/* Whether a Machine field has its schema's wire type (provider.proto); a
+ * field we do not read (unknown, or reserved 11) is skipped whatever its type.
+ * One rule for the full decode and the peek, so both accept the same bytes. */
+static bool machine_wt_ok(const struct bf_pb_field *f)
+{
+    switch (f->num) {
+    case 2:
+    case 6:
+        return f->wt == BF_PB_VARINT;
+    case 7:
+    case 8:
+        return f->wt == BF_PB_I64;
+    case 1:
+    case 3:
+    case 4:
+    case 5:
+    case 9:
+    case 10:
+    case 12:
+    case 13:
+    case 14:
+    case 15:
+        return f->wt == BF_PB_LEN;
+    default:
+        return true;
+    }
+}
+
 int bf_prov_machine_decode(const uint8_t *p, size_t len, struct bf_prov_machine *m)
 {
     static const uint8_t empty[1] = {0};
@@ -106,6 +134,8 @@ int bf_prov_machine_decode(const uint8_t *p, size_t len, struct bf_prov_machine 
     int rc;
     bf_pb_reader_init(&r, m->buf, len);
     while ((rc = bf_pb_next(&r, &f)) == 1) {
+        if (!machine_wt_ok(&f))
+            return -EBADMSG;
         struct bf_prov_bytes *s = NULL;
         switch (f.num) {
         case 1:
@@ -125,8 +155,6 @@ int bf_prov_machine_decode(const uint8_t *p, size_t len, struct bf_prov_machine 
             break;
         case 2:
         case 6:
-            if (f.wt != BF_PB_VARINT)
-                return -EBADMSG;
             if (f.num == 2)
                 m->state = (int32_t)(uint32_t)f.varint;
             else
@@ -134,8 +162,6 @@ int bf_prov_machine_decode(const uint8_t *p, size_t len, struct bf_prov_machine 
             break;
         case 7:
         case 8: {
-            if (f.wt != BF_PB_I64)
-                return -EBADMSG;
             double d = bf_pb_double(f.varint);
             if (f.num == 7)
                 m->price_per_hour = d;
@@ -144,19 +170,18 @@ int bf_prov_machine_decode(const uint8_t *p, size_t len, struct bf_prov_machine 
             break;
         }
         case 3:
-            if (f.wt != BF_PB_LEN || host_decode(f.p, f.len, m))
+            if (host_decode(f.p, f.len, m))
                 return -EBADMSG;
             break;
         case 9:
         case 13:
-            if (f.wt != BF_PB_LEN ||
-                resources_count(f.p, f.len, f.num == 9 ? &m->n_resources : &m->n_allocatable))
+            if (resources_count(f.p, f.len, f.num == 9 ? &m->n_resources : &m->n_allocatable))
                 return -EBADMSG;
             break;
         case 10:
         case 15: {
             struct bf_prov_bytes k, v;
-            if (f.wt != BF_PB_LEN || map_entry(f.p, f.len, &k, &v))
+            if (map_entry(f.p, f.len, &k, &v))
                 return -EBADMSG;
             if (f.num == 10)
                 m->n_labels++;
@@ -168,8 +193,6 @@ int bf_prov_machine_decode(const uint8_t *p, size_t len, struct bf_prov_machine 
             break; /* unknown or reserved (11): skipped */
         }
         if (s) {
-            if (f.wt != BF_PB_LEN)
-                return -EBADMSG;
             s->p = f.p;
             s->len = f.len;
         }
@@ -195,38 +218,13 @@ int bf_prov_machine_peek(const uint8_t *p, size_t len, struct bf_prov_bytes *id,
     int rc;
     bf_pb_reader_init(&r, p ? p : empty, len);
     while ((rc = bf_pb_next(&r, &f)) == 1) {
-        switch (f.num) {
-        case 1:
-        case 3:
-        case 4:
-        case 5:
-        case 9:
-        case 10:
-        case 12:
-        case 13:
-        case 14:
-        case 15:
-            if (f.wt != BF_PB_LEN)
-                return -EBADMSG;
-            if (f.num == 1) {
-                id->p = f.p;
-                id->len = f.len;
-            }
-            break;
-        case 2:
-        case 6:
-            if (f.wt != BF_PB_VARINT)
-                return -EBADMSG;
-            if (f.num == 2)
-                *state = (int32_t)(uint32_t)f.varint;
-            break;
-        case 7:
-        case 8:
-            if (f.wt != BF_PB_I64)
-                return -EBADMSG;
-            break;
-        default:
-            break;
+        if (!machine_wt_ok(&f))
+            return -EBADMSG;
+        if (f.num == 1) {
+            id->p = f.p;
+            id->len = f.len;
+        } else if (f.num == 2) {
+            *state = (int32_t)(uint32_t)f.varint;
         }
     }
     return rc ? -EBADMSG : 0;
