@@ -77,7 +77,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 #include <xxhash.h>
 
 /* The 64-bit finaliser of MurmurHash3 (fmix64): a bijection that spreads
@@ -102,15 +101,76 @@ static inline uint64_t bf_hash_bytes(const void *p, size_t n)
 #define BF_HMAP_NONE        UINT32_MAX
 #define BF_HMAP_CTX_MIN_CAP 64u
 
-/* true when the entry at slot i, whose home slot is `home`, must move into the
- * hole at j: its home is not in the cyclic range (j, i] */
-#define BF_HMAP_SHIFTS(j, i, home)                                                                 \
-    (((j) <= (i)) ? ((home) <= (j) || (home) > (i)) : ((home) <= (j) && (home) > (i)))
-
 /* for (slot pointer s over the occupied slots of map m) */
 #define BF_HMAP_FOREACH(m, s)                                                                      \
     for ((s) = (m)->slots; (m)->slots && (s) <= (m)->slots + (m)->mask; (s)++)                     \
         if ((s)->h)
+
+/* What both variants share (internal): growth, reserve, backward-shift
+ * deletion, clear and free over `struct name {slots, mask, n}`, given the
+ * variant's name##_occ(slot) (occupied?), name##_home(ctx, slot) (32 bits of
+ * the slot's hash) and name##_vacate(slot pointer). ctx is the context
+ * variant's `const CTX *` (NULL and unused for BF_HMAP_DEFINE). */
+#define BF_HMAP__COMMON(name, MIN_CAP)                                                             \
+    static inline int name##_rehash(struct name *m, uint64_t cap, const void *ctx)                 \
+    {                                                                                              \
+        if (cap > (1ull << 31))                                                                    \
+            return -ENOMEM;                                                                        \
+        __typeof__(m->slots) s = calloc((size_t)cap, sizeof *s);                                   \
+        if (!s)                                                                                    \
+            return -ENOMEM;                                                                        \
+        uint32_t nmask = (uint32_t)(cap - 1);                                                      \
+        for (uint32_t i = 0; m->slots && i <= m->mask; i++) {                                      \
+            if (!name##_occ(m->slots[i]))                                                          \
+                continue;                                                                          \
+            uint32_t j = name##_home(ctx, m->slots[i]) & nmask;                                    \
+            while (name##_occ(s[j]))                                                               \
+                j = (j + 1) & nmask;                                                               \
+            s[j] = m->slots[i];                                                                    \
+        }                                                                                          \
+        free(m->slots);                                                                            \
+        m->slots = s;                                                                              \
+        m->mask = nmask;                                                                           \
+        return 0;                                                                                  \
+    }                                                                                              \
+    /* room for n entries at a load of at most 3/4 */                                              \
+    static inline int name##_room(struct name *m, uint32_t n, const void *ctx)                     \
+    {                                                                                              \
+        uint64_t cap = m->slots ? (uint64_t)m->mask + 1 : (MIN_CAP);                               \
+        while ((uint64_t)n * 4 > cap * 3)                                                          \
+            cap *= 2;                                                                              \
+        if (m->slots && cap == (uint64_t)m->mask + 1)                                              \
+            return 0;                                                                              \
+        return name##_rehash(m, cap, ctx);                                                         \
+    }                                                                                              \
+    /* empties slot j and moves back each later entry of its run whose home is                     \
+     * not in the cyclic range (j, i] (no tombstones) */                                           \
+    static inline void name##_vacate_at(struct name *m, uint32_t j, const void *ctx)               \
+    {                                                                                              \
+        name##_vacate(&m->slots[j]);                                                               \
+        m->n--;                                                                                    \
+        for (uint32_t i = (j + 1) & m->mask; name##_occ(m->slots[i]); i = (i + 1) & m->mask) {     \
+            uint32_t home = name##_home(ctx, m->slots[i]) & m->mask;                               \
+            if ((j <= i) ? (home <= j || home > i) : (home <= j && home > i)) {                    \
+                m->slots[j] = m->slots[i];                                                         \
+                name##_vacate(&m->slots[i]);                                                       \
+                j = i;                                                                             \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    static inline __attribute__((unused)) void name##_clear(struct name *m)                        \
+    {                                                                                              \
+        for (uint32_t i = 0; m->slots && i <= m->mask; i++)                                        \
+            name##_vacate(&m->slots[i]);                                                           \
+        m->n = 0;                                                                                  \
+    }                                                                                              \
+    static inline __attribute__((unused)) void name##_free(struct name *m)                         \
+    {                                                                                              \
+        free(m->slots);                                                                            \
+        m->slots = NULL;                                                                           \
+        m->mask = 0;                                                                               \
+        m->n = 0;                                                                                  \
+    }
 
 #define BF_HMAP_DEFINE(name, K, V, HASH, EQ)                                                       \
     struct name##_slot {                                                                           \
@@ -127,35 +187,23 @@ static inline uint64_t bf_hash_bytes(const void *p, size_t n)
         uint32_t h = (uint32_t)(HASH(key));                                                        \
         return h ? h : 1u;                                                                         \
     }                                                                                              \
-    static inline int name##_rehash(struct name *m, uint64_t cap)                                  \
+    static inline bool name##_occ(struct name##_slot s)                                            \
     {                                                                                              \
-        if (cap > (1ull << 31))                                                                    \
-            return -ENOMEM;                                                                        \
-        struct name##_slot *s = calloc((size_t)cap, sizeof *s);                                    \
-        if (!s)                                                                                    \
-            return -ENOMEM;                                                                        \
-        uint32_t nmask = (uint32_t)(cap - 1);                                                      \
-        for (uint32_t i = 0; m->slots && i <= m->mask; i++) {                                      \
-            if (!m->slots[i].h)                                                                    \
-                continue;                                                                          \
-            uint32_t j = m->slots[i].h & nmask;                                                    \
-            while (s[j].h)                                                                         \
-                j = (j + 1) & nmask;                                                               \
-            s[j] = m->slots[i];                                                                    \
-        }                                                                                          \
-        free(m->slots);                                                                            \
-        m->slots = s;                                                                              \
-        m->mask = nmask;                                                                           \
-        return 0;                                                                                  \
+        return s.h != 0;                                                                           \
     }                                                                                              \
+    static inline uint32_t name##_home(const void *ctx, struct name##_slot s)                      \
+    {                                                                                              \
+        (void)ctx;                                                                                 \
+        return s.h;                                                                                \
+    }                                                                                              \
+    static inline void name##_vacate(struct name##_slot *s)                                        \
+    {                                                                                              \
+        s->h = 0;                                                                                  \
+    }                                                                                              \
+    BF_HMAP__COMMON(name, BF_HMAP_MIN_CAP)                                                         \
     static inline __attribute__((unused)) int name##_reserve(struct name *m, uint32_t n)           \
     {                                                                                              \
-        uint64_t cap = m->slots ? (uint64_t)m->mask + 1 : BF_HMAP_MIN_CAP;                         \
-        while ((uint64_t)n * 4 > cap * 3)                                                          \
-            cap *= 2;                                                                              \
-        if (m->slots && cap == (uint64_t)m->mask + 1)                                              \
-            return 0;                                                                              \
-        return name##_rehash(m, cap);                                                              \
+        return name##_room(m, n, NULL);                                                            \
     }                                                                                              \
     static inline __attribute__((unused))                                                          \
     uint32_t name##_slot_of(const struct name *m, K key, uint32_t h)                               \
@@ -187,7 +235,8 @@ static inline uint64_t bf_hash_bytes(const void *p, size_t n)
                 m->slots[j0].val = val;                                                            \
                 return 0;                                                                          \
             }                                                                                      \
-            int rc = name##_rehash(m, m->slots ? ((uint64_t)m->mask + 1) * 2 : BF_HMAP_MIN_CAP);   \
+            int rc =                                                                               \
+                name##_rehash(m, m->slots ? ((uint64_t)m->mask + 1) * 2 : BF_HMAP_MIN_CAP, NULL);  \
             if (rc)                                                                                \
                 return rc;                                                                         \
         }                                                                                          \
@@ -209,32 +258,8 @@ static inline uint64_t bf_hash_bytes(const void *p, size_t n)
             return false;                                                                          \
         if (out)                                                                                   \
             *out = m->slots[j].val;                                                                \
-        m->slots[j].h = 0;                                                                         \
-        m->n--;                                                                                    \
-        /* backward shift: move each later entry of the run whose home is not                      \
-         * in the cyclic range (j, i] into the hole */                                             \
-        for (uint32_t i = (j + 1) & m->mask; m->slots[i].h; i = (i + 1) & m->mask) {               \
-            uint32_t home = m->slots[i].h & m->mask;                                               \
-            if (BF_HMAP_SHIFTS(j, i, home)) {                                                      \
-                m->slots[j] = m->slots[i];                                                         \
-                m->slots[i].h = 0;                                                                 \
-                j = i;                                                                             \
-            }                                                                                      \
-        }                                                                                          \
+        name##_vacate_at(m, j, NULL);                                                              \
         return true;                                                                               \
-    }                                                                                              \
-    static inline __attribute__((unused)) void name##_clear(struct name *m)                        \
-    {                                                                                              \
-        for (uint32_t i = 0; m->slots && i <= m->mask; i++)                                        \
-            m->slots[i].h = 0;                                                                     \
-        m->n = 0;                                                                                  \
-    }                                                                                              \
-    static inline __attribute__((unused)) void name##_free(struct name *m)                         \
-    {                                                                                              \
-        free(m->slots);                                                                            \
-        m->slots = NULL;                                                                           \
-        m->mask = 0;                                                                               \
-        m->n = 0;                                                                                  \
     }
 
 #define BF_HMAP_DEFINE_CTX(name, K, CTX, HASHID, EQ)                                               \
@@ -242,36 +267,23 @@ static inline uint64_t bf_hash_bytes(const void *p, size_t n)
         uint32_t *slots; /* [mask + 1] of id + 1 (0: empty), or NULL */                            \
         uint32_t mask, n;                                                                          \
     };                                                                                             \
-    static inline int name##_rehash(struct name *m, uint64_t cap, const CTX *ctx)                  \
+    static inline bool name##_occ(uint32_t s)                                                      \
     {                                                                                              \
-        if (cap > (1ull << 31))                                                                    \
-            return -ENOMEM;                                                                        \
-        uint32_t *s = calloc((size_t)cap, sizeof *s);                                              \
-        if (!s)                                                                                    \
-            return -ENOMEM;                                                                        \
-        uint32_t nmask = (uint32_t)(cap - 1);                                                      \
-        for (uint32_t i = 0; m->slots && i <= m->mask; i++) {                                      \
-            if (!m->slots[i])                                                                      \
-                continue;                                                                          \
-            uint32_t j = (uint32_t)(HASHID(ctx, m->slots[i] - 1)) & nmask;                         \
-            while (s[j])                                                                           \
-                j = (j + 1) & nmask;                                                               \
-            s[j] = m->slots[i];                                                                    \
-        }                                                                                          \
-        free(m->slots);                                                                            \
-        m->slots = s;                                                                              \
-        m->mask = nmask;                                                                           \
-        return 0;                                                                                  \
+        return s != 0;                                                                             \
     }                                                                                              \
+    static inline uint32_t name##_home(const void *ctx, uint32_t s)                                \
+    {                                                                                              \
+        return (uint32_t)(HASHID((const CTX *)ctx, s - 1));                                        \
+    }                                                                                              \
+    static inline void name##_vacate(uint32_t *s)                                                  \
+    {                                                                                              \
+        *s = 0;                                                                                    \
+    }                                                                                              \
+    BF_HMAP__COMMON(name, BF_HMAP_CTX_MIN_CAP)                                                     \
     static inline                                                                                  \
         __attribute__((unused)) int name##_reserve(struct name *m, uint32_t n, const CTX *ctx)     \
     {                                                                                              \
-        uint64_t cap = m->slots ? (uint64_t)m->mask + 1 : BF_HMAP_CTX_MIN_CAP;                     \
-        while ((uint64_t)n * 4 > cap * 3)                                                          \
-            cap *= 2;                                                                              \
-        if (m->slots && cap == (uint64_t)m->mask + 1)                                              \
-            return 0;                                                                              \
-        return name##_rehash(m, cap, ctx);                                                         \
+        return name##_room(m, n, ctx);                                                             \
     }                                                                                              \
     static inline __attribute__((unused))                                                          \
     uint32_t name##_find(const struct name *m, uint64_t hash, const CTX *ctx, K key)               \
@@ -309,30 +321,8 @@ static inline uint64_t bf_hash_bytes(const void *p, size_t n)
             j = (j + 1) & m->mask;                                                                 \
         if (!m->slots[j])                                                                          \
             return false;                                                                          \
-        m->slots[j] = 0;                                                                           \
-        m->n--;                                                                                    \
-        for (uint32_t i = (j + 1) & m->mask; m->slots[i]; i = (i + 1) & m->mask) {                 \
-            uint32_t home = (uint32_t)(HASHID(ctx, m->slots[i] - 1)) & m->mask;                    \
-            if (BF_HMAP_SHIFTS(j, i, home)) {                                                      \
-                m->slots[j] = m->slots[i];                                                         \
-                m->slots[i] = 0;                                                                   \
-                j = i;                                                                             \
-            }                                                                                      \
-        }                                                                                          \
+        name##_vacate_at(m, j, ctx);                                                               \
         return true;                                                                               \
-    }                                                                                              \
-    static inline __attribute__((unused)) void name##_clear(struct name *m)                        \
-    {                                                                                              \
-        if (m->slots)                                                                              \
-            memset(m->slots, 0, ((size_t)m->mask + 1) * sizeof *m->slots);                         \
-        m->n = 0;                                                                                  \
-    }                                                                                              \
-    static inline __attribute__((unused)) void name##_free(struct name *m)                         \
-    {                                                                                              \
-        free(m->slots);                                                                            \
-        m->slots = NULL;                                                                           \
-        m->mask = 0;                                                                               \
-        m->n = 0;                                                                                  \
     }
 
 #endif
