@@ -1101,6 +1101,20 @@ out_fail:
 
 /* ------------------------------------------------------------ lifecycle */
 
+/* Releases what bf_net_client_new allocated (any of it may still be NULL). */
+static void client_release(struct bf_net_client *cl)
+{
+    if (cl->h2opt)
+        nghttp2_option_del(cl->h2opt);
+    if (cl->cbs)
+        nghttp2_session_callbacks_del(cl->cbs);
+    bf_tls_ctx_unref(cl->tls);
+    free(cl->addr);
+    free(cl->server_name);
+    free(cl->authority);
+    free(cl);
+}
+
 int bf_net_client_new(struct bf_net_loop *loop, const struct bf_net_client_opts *opts,
                       struct bf_net_client **out)
 {
@@ -1194,15 +1208,7 @@ int bf_net_client_new(struct bf_net_loop *loop, const struct bf_net_client_opts 
     *out = cl;
     return 0;
 out_fail:
-    if (cl->h2opt)
-        nghttp2_option_del(cl->h2opt);
-    if (cl->cbs)
-        nghttp2_session_callbacks_del(cl->cbs);
-    bf_tls_ctx_unref(cl->tls);
-    free(cl->addr);
-    free(cl->server_name);
-    free(cl->authority);
-    free(cl);
+    client_release(cl);
     return r;
 }
 
@@ -1239,13 +1245,7 @@ static void client_destroy(struct bf_net_client *cl)
         struct cconn *cc = BF_CONTAINER_OF(cl->cconns.next, struct cconn, link);
         bf_conn_abort(&cc->c, -ECANCELED);
     }
-    nghttp2_option_del(cl->h2opt);
-    nghttp2_session_callbacks_del(cl->cbs);
-    bf_tls_ctx_unref(cl->tls);
-    free(cl->addr);
-    free(cl->server_name);
-    free(cl->authority);
-    free(cl);
+    client_release(cl);
 }
 
 void bf_net_client_free(struct bf_net_client *cl)

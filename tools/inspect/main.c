@@ -228,28 +228,24 @@ static int parse(int argc, char **argv, struct insp_opts *o)
                                    "Configured, Draining, Deleting, Failed)",
                                    val);
             o->state = st;
-        } else if (strcmp(name, "--cluster") == 0) {
-            o->cluster = val;
-        } else if (strcmp(name, "--type") == 0) {
-            o->type = val;
-        } else if (strcmp(name, "--zone") == 0) {
-            o->zone = val;
         } else if (strcmp(name, "--limit") == 0) {
             if (parse_int(val, 0, &o->limit) != 0)
                 return usage_error("bad limit %s (a number >= 0; 0 = no limit)", val);
         } else if (strcmp(name, "--slot") == 0) {
             if (parse_int(val, 0, &o->slot) != 0)
                 return usage_error("bad slot %s", val);
-        } else if (strcmp(name, "--addr") == 0) {
-            o->addr = val;
-        } else if (strcmp(name, "--tls-cert") == 0) {
-            o->tls_cert = val;
-        } else if (strcmp(name, "--tls-key") == 0) {
-            o->tls_key = val;
-        } else if (strcmp(name, "--tls-ca") == 0) {
-            o->tls_ca = val;
-        } else if (strcmp(name, "--tls-server-name") == 0) {
-            o->tls_server_name = val;
+        } else {
+            /* the flags whose value is kept as given */
+            const struct {
+                const char *flag;
+                const char **dst;
+            } strf[] = {{"--cluster", &o->cluster},   {"--type", &o->type},
+                        {"--zone", &o->zone},         {"--addr", &o->addr},
+                        {"--tls-cert", &o->tls_cert}, {"--tls-key", &o->tls_key},
+                        {"--tls-ca", &o->tls_ca},     {"--tls-server-name", &o->tls_server_name}};
+            for (size_t k = 0; k < sizeof strf / sizeof strf[0]; k++)
+                if (strcmp(name, strf[k].flag) == 0)
+                    *strf[k].dst = val;
         }
     }
     /* per-command checks */
@@ -377,6 +373,18 @@ static int wait_interval(const struct insp_opts *o, bool keys)
     return 1;
 }
 
+/* Shows frame `frame` and, in --watch, waits for the next one: true to go
+ * on; false when the output failed, the frames are done or the user stopped. */
+static bool show_then_wait(const struct insp_opts *o, bool tty, int64_t frame,
+                           const struct bf_strbuf *b, bool keys)
+{
+    if (emit(o, tty, frame, b) != 0)
+        return false;
+    if (!o->watch || (o->frames && frame + 1 >= o->frames) || g_stop)
+        return false;
+    return !wait_interval(o, keys);
+}
+
 /* --watch quits cleanly on SIGINT/SIGTERM: installed before the segments are
  * attached, so a signal that arrives while attaching is not fatal (exit 130). */
 static void stop_signals_install(void)
@@ -438,11 +446,7 @@ static int run_remote(const struct insp_opts *o)
         bf_sb_reset(&b);
         insp_render_needs(o, &n, src, bf_now_ns(), &b);
         insp_needs_free(&n);
-        if (emit(o, tty, frame, &b) != 0)
-            break;
-        if (!o->watch || (o->frames && frame + 1 >= o->frames) || g_stop)
-            break;
-        if (wait_interval(o, keys))
+        if (!show_then_wait(o, tty, frame, &b, keys))
             break;
     }
     bf_sb_free(&b);
@@ -515,11 +519,7 @@ static int run_local(const struct insp_opts *o)
             code = fail(err);
             break;
         }
-        if (emit(o, tty, frame, &b) != 0)
-            break;
-        if (!o->watch || (o->frames && frame + 1 >= o->frames) || g_stop)
-            break;
-        if (wait_interval(o, keys))
+        if (!show_then_wait(o, tty, frame, &b, keys))
             break;
     }
     insp_fault_arm(NULL);

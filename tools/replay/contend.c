@@ -137,15 +137,7 @@ void rp_contend_preempt(struct rp_run *r, struct rp_cluster *c, struct rp_machin
     r->preempt_by[pq][victim]++;
     if (victim >= RP_QOS_COUNT || rp_qos_table[victim].priority <= preemptor_priority)
         return;
-    if (r->preempt_of_higher < RP_RECLAIM_SAMPLES) {
-        struct rp_reclaim_event *ev = &r->preempt_of_higher_ev[r->preempt_of_higher];
-        ev->at_ns = now - r->t0;
-        snprintf(ev->machine, sizeof ev->machine, "%s", m->id);
-        snprintf(ev->cluster, sizeof ev->cluster, "%s", c->id);
-        snprintf(ev->type, sizeof ev->type, "%s", r->shapes.v[m->shape].type);
-        ev->preemptor_priority = preemptor_priority;
-    }
-    r->preempt_of_higher++;
+    rp_note_event(r, r->preempt_of_higher_ev, &r->preempt_of_higher, c, m, preemptor_priority, now);
     BF_WARN("preemption of higher-priority demand",
             "machine=\"%s\" cluster=%s victim_qos=%s "
             "preemptor_priority=%d",

@@ -412,6 +412,21 @@ size_t rp_run_candidate_demands(const struct rp_cluster *c, const struct rp_conf
     return n;
 }
 
+void rp_note_event(const struct rp_run *r, struct rp_reclaim_event *samples, uint64_t *count,
+                   const struct rp_cluster *c, const struct rp_machine *m, int32_t priority,
+                   int64_t now)
+{
+    if (*count < RP_RECLAIM_SAMPLES) {
+        struct rp_reclaim_event *ev = &samples[*count];
+        ev->at_ns = now - r->t0;
+        snprintf(ev->machine, sizeof ev->machine, "%s", m->id);
+        snprintf(ev->cluster, sizeof ev->cluster, "%s", c->id);
+        snprintf(ev->type, sizeof ev->type, "%s", r->shapes.v[m->shape].type);
+        ev->preemptor_priority = priority;
+    }
+    (*count)++;
+}
+
 static void check_reclaim(struct rp_run *r, struct rp_cluster *c, struct rp_machine *m,
                           int32_t prio, int64_t now)
 {
@@ -436,15 +451,7 @@ static void check_reclaim(struct rp_run *r, struct rp_cluster *c, struct rp_mach
     free(sup);
     if (!needed_all)
         return;
-    if (r->reclaim_still_demanded < RP_RECLAIM_SAMPLES) {
-        struct rp_reclaim_event *ev = &r->still_demanded[r->reclaim_still_demanded];
-        ev->at_ns = now - r->t0;
-        snprintf(ev->machine, sizeof ev->machine, "%s", m->id);
-        snprintf(ev->cluster, sizeof ev->cluster, "%s", c->id);
-        snprintf(ev->type, sizeof ev->type, "%s", r->shapes.v[m->shape].type);
-        ev->preemptor_priority = prio;
-    }
-    r->reclaim_still_demanded++;
+    rp_note_event(r, r->still_demanded, &r->reclaim_still_demanded, c, m, prio, now);
     BF_WARN("reclaim of a still-demanded machine", "machine=\"%s\" cluster=%s type=%s", m->id,
             c->id, r->shapes.v[m->shape].type);
 }

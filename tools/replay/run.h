@@ -280,6 +280,12 @@ int rp_qos_of_priority(int32_t priority);
 /* A ReclaimInstruction with preemptor priority > 0 for machine m of c:
  * classifies the demand the machine served and counts a preemption of
  * demand at or above the preemptor's priority (docs/replay.md §5). */
+/* Counts one event of a kind (a reclaim of a still-demanded machine, a
+ * preemption of higher-priority demand) and keeps the first
+ * RP_RECLAIM_SAMPLES of them, with machine m of cluster c, for the report. */
+void rp_note_event(const struct rp_run *r, struct rp_reclaim_event *samples, uint64_t *count,
+                   const struct rp_cluster *c, const struct rp_machine *m, int32_t priority,
+                   int64_t now);
 void rp_contend_preempt(struct rp_run *r, struct rp_cluster *c, struct rp_machine *m,
                         int32_t preemptor_priority, int64_t now);
 /* Starts the periodic ShardRead/InspectNeeds poll (cfg->inspect_interval_ns
