@@ -32,6 +32,7 @@
 #include "bigfleet/blobs.h"
 #include "bigfleet/log.h"
 #include "bigfleet/ownership.h"
+#include "bigfleet/strbuf.h"
 #include "bigfleet/util.h"
 #include "reconciler/recon_internal.h"
 
@@ -56,9 +57,11 @@ struct bf_recon_own {
     bool sync_due; /* a full pass succeeded: synchronise when idle */
     struct bf_blob_cache *blobs;
     struct owned_op *ops;
-    uint32_t n_ops, cap_ops;
+    uint32_t n_ops;
+    size_t cap_ops;
     struct kept *kept;
-    uint32_t n_kept, cap_kept;
+    uint32_t n_kept;
+    size_t cap_kept;
     char attr_buf[BF_OWN_ID_MAX + 1];
     int64_t released_total;
 };
@@ -195,15 +198,9 @@ static void queue(struct bf_recon_own *o, const char *id, size_t len, int source
 {
     if (!o->synced)
         return; /* the synchronisation after the first full pass writes everything */
-    if (o->n_ops == o->cap_ops) {
-        uint32_t nc = o->cap_ops ? o->cap_ops * 2 : 256;
-        struct owned_op *n = realloc(o->ops, nc * sizeof *n);
-        if (!n) {
-            o->synced = false; /* re-synchronise after the next full pass */
-            return;
-        }
-        o->ops = n;
-        o->cap_ops = nc;
+    if (bf_grow((void **)&o->ops, &o->cap_ops, (size_t)o->n_ops + 1, sizeof *o->ops)) {
+        o->synced = false; /* re-synchronise after the next full pass */
+        return;
     }
     char *c = malloc(len + 1);
     if (!c) {
@@ -329,14 +326,8 @@ static void sync_owned(struct bf_recon_own *o)
 /* (the sweep visits each slot once: no duplicates) */
 static void keep(struct bf_recon_own *o, uint32_t slot, uint32_t id_ref)
 {
-    if (o->n_kept == o->cap_kept) {
-        uint32_t nc = o->cap_kept ? o->cap_kept * 2 : 64;
-        struct kept *n = realloc(o->kept, nc * sizeof *n);
-        if (!n)
-            return; /* the next sweep finds it again */
-        o->kept = n;
-        o->cap_kept = nc;
-    }
+    if (bf_grow((void **)&o->kept, &o->cap_kept, (size_t)o->n_kept + 1, sizeof *o->kept))
+        return; /* the next sweep finds it again */
     o->kept[o->n_kept++] = (struct kept){slot, id_ref};
 }
 

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "bigfleet/log.h"
+#include "bigfleet/strbuf.h"
 #include "bigfleet/util.h"
 #include "reconciler/recon_internal.h"
 
@@ -78,15 +79,10 @@ static int refresh_candidate(void *arg, uint32_t slot)
         x->full = true; /* too many for targeted Gets: a walk is cheaper */
         return 1;
     }
-    if (r->n_refresh == r->refresh_cap) {
-        uint32_t nc = r->refresh_cap ? r->refresh_cap * 2 : 64;
-        uint32_t *nr = realloc(r->refresh, nc * sizeof *nr);
-        if (!nr) {
-            x->full = true;
-            return 1;
-        }
-        r->refresh = nr;
-        r->refresh_cap = nc;
+    if (bf_grow((void **)&r->refresh, &r->refresh_cap, (size_t)r->n_refresh + 1,
+                sizeof *r->refresh)) {
+        x->full = true;
+        return 1;
     }
     r->refresh[r->n_refresh++] = slot;
     return 0;

@@ -62,7 +62,8 @@ struct bf_recon {
     uint64_t cl_cursor[BF_CHANGELOG_WRITERS];
     bool refresh_lost; /* a log lapped our cursor, or a pass failed: resync */
     uint32_t *refresh; /* slots flagged NEEDS_REFRESH, for targeted Gets */
-    uint32_t n_refresh, refresh_cap;
+    uint32_t n_refresh;
+    size_t refresh_cap;
     /* the pass in flight */
     bool busy;
     int kind;           /* enum bf_recon_kind */

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "bigfleet/log.h"
+#include "bigfleet/strbuf.h"
 #include "bigfleet/util.h"
 #include "reconciler/recon_internal.h"
 
@@ -494,14 +495,9 @@ static bool add_candidate(struct bf_recon *r, uint32_t slot)
 {
     if (r->n_refresh == BF_RECON_MAX_GETS)
         return false;
-    if (r->n_refresh == r->refresh_cap) {
-        uint32_t nc = r->refresh_cap ? r->refresh_cap * 2 : 64;
-        uint32_t *nr = realloc(r->refresh, nc * sizeof *nr);
-        if (!nr)
-            return false;
-        r->refresh = nr;
-        r->refresh_cap = nc;
-    }
+    if (bf_grow((void **)&r->refresh, &r->refresh_cap, (size_t)r->n_refresh + 1,
+                sizeof *r->refresh))
+        return false;
     r->refresh[r->n_refresh++] = slot;
     return true;
 }

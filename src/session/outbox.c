@@ -16,6 +16,7 @@
 
 #include "bigfleet/hmap.h"
 #include "bigfleet/outbox.h"
+#include "bigfleet/strbuf.h"
 
 struct bf_outbox_frame {
     struct bf_outbox_frame *next;
@@ -37,7 +38,8 @@ BF_HMAP_DEFINE(kd_index, uint64_t, uint32_t, bf_hash_u64, BF_HMAP_EQ)
 
 struct bf_outbox_keyed {
     struct kent *pool;
-    uint32_t pool_cap, pool_used, free_head; /* free list through .next */
+    uint32_t pool_used, free_head; /* free list through .next */
+    size_t pool_cap;
     struct kd_index idx;
     uint32_t n;
     uint32_t head, tail;
@@ -118,14 +120,8 @@ int bf_outbox_put_keyed(struct bf_outbox *o, uint64_t key, const void *val, size
         e = kd->free_head;
         kd->free_head = kd->pool[e].next;
     } else {
-        if (kd->pool_used == kd->pool_cap) {
-            uint32_t ncap = kd->pool_cap ? kd->pool_cap * 2 : 16;
-            struct kent *np = realloc(kd->pool, (size_t)ncap * sizeof *np);
-            if (!np)
-                return -ENOMEM;
-            kd->pool = np;
-            kd->pool_cap = ncap;
-        }
+        if (bf_grow((void **)&kd->pool, &kd->pool_cap, (size_t)kd->pool_used + 1, sizeof *kd->pool))
+            return -ENOMEM;
         e = kd->pool_used++;
     }
     struct kent *en = &kd->pool[e];
