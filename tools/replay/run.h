@@ -263,29 +263,29 @@ void rp_run_free(struct rp_run *r);
 /* Needs of cluster i at its rollup k, recomputed from the trace. out must
  * hold n_classes entries. */
 size_t rp_run_needs_at(const struct rp_run *r, uint32_t i, int64_t k, struct rp_need *out);
+/* contend.c (below run.c: run.c calls it, it never calls run.c) */
 /* The supply the shard credits to cluster c (Configured, then Configuring),
  * without the machines cordoned for a reclaim and without m (may be NULL):
  * a malloc'd array, its length in *n; NULL when out of memory. */
-struct rp_supply_ent *rp_run_supply_without(const struct rp_run *r, const struct rp_cluster *c,
-                                            const struct rp_machine *m, size_t *n);
+struct rp_supply_ent *rp_supply_without(const struct rp_cluster *c, const struct rp_machine *m,
+                                        size_t *n);
 /* The rollups of c a cycle may have acted on at `now`: every one sent in
  * [now - --reclaim-window, now] and the last one before; newest first.
  * Returns how many (at most cap) pointers were written. */
-size_t rp_run_candidate_demands(const struct rp_cluster *c, const struct rp_config *cfg,
-                                int64_t now, const struct rp_hist **out, size_t cap);
-
-/* contend.c */
-/* The qos class of a priority (RP_QOS_COUNT when no class has it). */
-int rp_qos_of_priority(int32_t priority);
-/* A ReclaimInstruction with preemptor priority > 0 for machine m of c:
- * classifies the demand the machine served and counts a preemption of
- * demand at or above the preemptor's priority (docs/replay.md §5). */
+size_t rp_candidate_demands(const struct rp_cluster *c, const struct rp_config *cfg, int64_t now,
+                            const struct rp_hist **out, size_t cap);
 /* Counts one event of a kind (a reclaim of a still-demanded machine, a
  * preemption of higher-priority demand) and keeps the first
  * RP_RECLAIM_SAMPLES of them, with machine m of cluster c, for the report. */
 void rp_note_event(const struct rp_run *r, struct rp_reclaim_event *samples, uint64_t *count,
                    const struct rp_cluster *c, const struct rp_machine *m, int32_t priority,
                    int64_t now);
+
+/* The qos class of a priority (RP_QOS_COUNT when no class has it). */
+int rp_qos_of_priority(int32_t priority);
+/* A ReclaimInstruction with preemptor priority > 0 for machine m of c:
+ * classifies the demand the machine served and counts a preemption of
+ * demand at or above the preemptor's priority (docs/replay.md §5). */
 void rp_contend_preempt(struct rp_run *r, struct rp_cluster *c, struct rp_machine *m,
                         int32_t preemptor_priority, int64_t now);
 /* Starts the periodic ShardRead/InspectNeeds poll (cfg->inspect_interval_ns
