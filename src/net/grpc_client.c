@@ -264,9 +264,7 @@ static ssize_t data_read_cb(nghttp2_session *h2, int32_t sid, uint8_t *buf, size
     (void)buf;
     (void)ud;
     struct bf_net_stream *s = src->ptr;
-    size_t n = s->out.bytes < length ? s->out.bytes : length;
-    if (n > 0)
-        *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+    size_t n = outbox_take(&s->out, length, flags);
     if (n == s->out.bytes) {
         if (s->half_close) {
             *flags |= NGHTTP2_DATA_FLAG_EOF;
@@ -286,9 +284,7 @@ static int send_data_cb(nghttp2_session *h2, nghttp2_frame *frame, const uint8_t
     (void)frame;
     struct cconn *cc = ud;
     struct bf_net_stream *s = src->ptr;
-    if (bf_conn_write(&cc->c, framehd, 9) < 0)
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
-    if (outbox_to_conn(&s->out, &cc->c, length) != (ssize_t)length)
+    if (outbox_send_frame(&s->out, &cc->c, framehd, length))
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     if (s->out.bytes == 0 && s->had_bytes && s->cbs.on_drain && !s->delivered) {
         s->had_bytes = false;

@@ -257,9 +257,7 @@ static ssize_t data_read_cb(nghttp2_session *h2, int32_t sid, uint8_t *buf, size
     (void)buf;
     (void)ud;
     struct bf_net_call *call = src->ptr;
-    size_t n = call->out.bytes < length ? call->out.bytes : length;
-    if (n > 0)
-        *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+    size_t n = outbox_take(&call->out, length, flags);
     if (n == call->out.bytes) {
         if (call->finished) {
             char code[8];
@@ -291,9 +289,7 @@ static int send_data_cb(nghttp2_session *h2, nghttp2_frame *frame, const uint8_t
     (void)frame;
     struct sconn *sc = ud;
     struct bf_net_call *call = src->ptr;
-    if (bf_conn_write(&sc->c, framehd, 9) < 0)
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
-    if (outbox_to_conn(&call->out, &sc->c, length) != (ssize_t)length)
+    if (outbox_send_frame(&call->out, &sc->c, framehd, length))
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     if (call->out.bytes == 0 && call->had_bytes && call->engaged && call->me->m.on_drain &&
         !call->finished) {

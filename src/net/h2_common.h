@@ -133,6 +133,30 @@ static inline ssize_t outbox_to_conn(struct outbox *o, struct conn *c, size_t n)
     return (ssize_t)done;
 }
 
+/* The two halves of an nghttp2 DATA frame with NO_COPY, for the server's
+ * calls and the client's streams alike:
+ * outbox_take: the payload length of the next frame (at most `length`, what
+ * the outbox holds), NO_COPY flagged when there is any; the caller then
+ * decides the end of the stream (it differs: trailers vs END_STREAM);
+ * outbox_send_frame: writes the 9-byte frame header and `length` bytes of the
+ * outbox into conn; 0 or NGHTTP2_ERR_CALLBACK_FAILURE. */
+static inline size_t outbox_take(const struct outbox *o, size_t length, uint32_t *flags)
+{
+    size_t n = o->bytes < length ? o->bytes : length;
+    if (n > 0)
+        *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+    return n;
+}
+static inline int outbox_send_frame(struct outbox *o, struct conn *c, const uint8_t *framehd,
+                                    size_t length)
+{
+    if (bf_conn_write(c, framehd, 9) < 0)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (outbox_to_conn(o, c, length) != (ssize_t)length)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    return 0;
+}
+
 #define BF_NV(n, v, vl)                                                                            \
     {                                                                                              \
         (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, (vl),                                       \
