@@ -11,11 +11,12 @@
 
 #include "bigfleet/strbuf.h"
 
-int bf_grow(void **p, size_t *cap, size_t need, size_t elsz)
+/* bf_grow, doubling from `first` elements */
+static int grow_from(void **p, size_t *cap, size_t need, size_t elsz, size_t first)
 {
     if (need <= *cap)
         return 0;
-    size_t nc = *cap ? *cap : 8;
+    size_t nc = *cap ? *cap : first;
     while (nc < need) {
         if (nc > SIZE_MAX / 2)
             return -ENOMEM;
@@ -32,6 +33,11 @@ int bf_grow(void **p, size_t *cap, size_t need, size_t elsz)
     return 0;
 }
 
+int bf_grow(void **p, size_t *cap, size_t need, size_t elsz)
+{
+    return grow_from(p, cap, need, elsz, 8);
+}
+
 /* room for n more bytes and the NUL; false (failed set) when there is none */
 static bool sb_room(struct bf_strbuf *b, size_t n)
 {
@@ -42,23 +48,10 @@ static bool sb_room(struct bf_strbuf *b, size_t n)
         b->failed = true;
         return false;
     }
-    if (need <= b->cap)
-        return true;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < need) {
-        if (cap > SIZE_MAX / 2) {
-            b->failed = true;
-            return false;
-        }
-        cap *= 2;
-    }
-    char *p = realloc(b->p, cap);
-    if (!p) {
+    if (grow_from((void **)&b->p, &b->cap, need, 1, 4096)) {
         b->failed = true;
         return false;
     }
-    b->p = p;
-    b->cap = cap;
     return true;
 }
 

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "bigfleet/log.h"
+#include "bigfleet/strbuf.h"
 #include "bigfleet/util.h"
 #include "net/http1.h"
 #include "net/net_internal.h"
@@ -218,17 +219,9 @@ int bf_net_http_append(struct bf_net_http_response *r, const void *data, size_t 
 {
     if (r->oom)
         return -ENOMEM;
-    if (r->len + len + 1 > r->cap) {
-        size_t nc = r->cap ? r->cap : 1024;
-        while (nc < r->len + len + 1)
-            nc *= 2;
-        char *nb = realloc(r->body, nc);
-        if (!nb) {
-            r->oom = true;
-            return -ENOMEM;
-        }
-        r->body = nb;
-        r->cap = nc;
+    if (bf_grow((void **)&r->body, &r->cap, r->len + len + 1, 1)) {
+        r->oom = true;
+        return -ENOMEM;
     }
     memcpy(r->body + r->len, data, len);
     r->len += len;

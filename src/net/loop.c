@@ -177,16 +177,10 @@ void bf_net_timer_start(struct bf_net_timer *t, int64_t delay_ns, int64_t period
         heap_down(l, t->heap_idx);
         return;
     }
-    if (l->nheap == l->capheap) {
-        uint32_t nc = l->capheap ? l->capheap * 2 : 64;
-        struct bf_net_timer **nh = realloc(l->heap, nc * sizeof *nh);
-        if (!nh) {
-            /* cannot happen in practice; a lost timer would hang a call */
-            BF_ERROR("timer heap allocation failed", "n=%u", l->nheap);
-            abort();
-        }
-        l->heap = nh;
-        l->capheap = nc;
+    if (bf_grow((void **)&l->heap, &l->capheap, (size_t)l->nheap + 1, sizeof *l->heap)) {
+        /* cannot happen in practice; a lost timer would hang a call */
+        BF_ERROR("timer heap allocation failed", "n=%u", l->nheap);
+        abort();
     }
     heap_set(l, l->nheap++, t);
     heap_up(l, t->heap_idx);

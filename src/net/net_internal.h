@@ -148,7 +148,8 @@ struct bf_net_loop {
     uint64_t enobufs;
     /* timers: binary min-heap on expiry */
     struct bf_net_timer **heap;
-    uint32_t nheap, capheap;
+    uint32_t nheap;
+    size_t capheap;
     struct bf_net_timer *running_timer; /* callback in progress (free-inside-callback) */
     /* deferred calls */
     struct bf_defer *defer;
