@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "etcd/etcdserverpb/rpc.pb-c.h"
 
@@ -54,6 +55,18 @@ int co_etcd_lease_keepalive(struct etcd *e, int64_t id, etcd_lease_fn cb, void *
 /* Fire and forget (used at an orderly exit; cb may be NULL). */
 int co_etcd_lease_revoke(struct etcd *e, int64_t id, etcd_lease_fn cb, void *arg);
 
+/* Fills *cmp (initialised here) with "create_revision(key) == rev": rev 0
+ * means the key does not exist; key (NUL-terminated) must outlive *cmp. */
+static inline void co_etcd_cmp_created_at(Etcdserverpb__Compare *cmp, const char *key, int64_t rev)
+{
+    etcdserverpb__compare__init(cmp);
+    cmp->result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__EQUAL;
+    cmp->target = ETCDSERVERPB__COMPARE__COMPARE_TARGET__CREATE;
+    cmp->key.data = (uint8_t *)key;
+    cmp->key.len = strlen(key);
+    cmp->target_union_case = ETCDSERVERPB__COMPARE__TARGET_UNION_CREATE_REVISION;
+    cmp->create_revision = rev;
+}
 /* The range end of "every key with this prefix" (etcd's prefix rule):
  * writes into out (cap >= len), returns its length (0 = to the end). */
 size_t co_etcd_prefix_end(const uint8_t *prefix, size_t len, uint8_t *out);

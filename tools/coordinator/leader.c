@@ -158,13 +158,8 @@ static void campaign(struct coord *c)
         return;
     }
     *k = (struct camp){c, c->lease};
-    Etcdserverpb__Compare cmp = ETCDSERVERPB__COMPARE__INIT;
-    cmp.result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__EQUAL;
-    cmp.target = ETCDSERVERPB__COMPARE__COMPARE_TARGET__CREATE;
-    cmp.key.data = (uint8_t *)lk;
-    cmp.key.len = strlen(lk);
-    cmp.target_union_case = ETCDSERVERPB__COMPARE__TARGET_UNION_CREATE_REVISION;
-    cmp.create_revision = 0;
+    Etcdserverpb__Compare cmp;
+    co_etcd_cmp_created_at(&cmp, lk, 0); /* the leader key does not exist yet */
     Etcdserverpb__Compare *cmpp = &cmp;
     Etcdserverpb__PutRequest put = ETCDSERVERPB__PUT_REQUEST__INIT;
     put.key = cmp.key;

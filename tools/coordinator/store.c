@@ -455,13 +455,8 @@ int co_commit(struct coord *c, struct co_op *ops, size_t n, co_commit_fn cb, voi
         goto out;
     }
     *k = (struct commit){c, ops, n, cb, arg, c->term};
-    Etcdserverpb__Compare cmp = ETCDSERVERPB__COMPARE__INIT;
-    cmp.result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__EQUAL;
-    cmp.target = ETCDSERVERPB__COMPARE__COMPARE_TARGET__CREATE;
-    cmp.key.data = (uint8_t *)lk;
-    cmp.key.len = strlen(lk);
-    cmp.target_union_case = ETCDSERVERPB__COMPARE__TARGET_UNION_CREATE_REVISION;
-    cmp.create_revision = c->term;
+    Etcdserverpb__Compare cmp;
+    co_etcd_cmp_created_at(&cmp, lk, c->term); /* still the leader of this term */
     Etcdserverpb__Compare *cmpp = &cmp;
     for (size_t i = 0; i < n; i++) {
         etcdserverpb__request_op__init(&req[i]);
