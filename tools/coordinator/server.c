@@ -604,6 +604,17 @@ static bool leader_or_refuse(struct coord *c, struct bf_net_call *call)
     return false;
 }
 
+/* true when the shard is registered; otherwise answers NOT_FOUND */
+static bool shard_known_or_refuse(struct coord *c, struct bf_net_call *call, const char *shard_id)
+{
+    if (co_store_shard(&c->st, shard_id))
+        return true;
+    char m[CO_ID_MAX + 64];
+    snprintf(m, sizeof m, "coordinator: shard %s not found", shard_id);
+    bf_net_call_finish(call, BF_NET_NOT_FOUND, m);
+    return false;
+}
+
 static int commit_code(int rc)
 {
     return rc == -ESTALE ? BF_NET_FAILED_PRECONDITION : BF_NET_UNAVAILABLE;
@@ -830,12 +841,8 @@ static void on_assign_domain(struct bf_net_call *call, const uint8_t *msg, size_
         bf_net_call_finish(call, BF_NET_ALREADY_EXISTS, m);
         goto out;
     }
-    if (!co_store_shard(&c->st, q->shard_id)) {
-        char m[CO_ID_MAX + 64];
-        snprintf(m, sizeof m, "coordinator: shard %s not found", q->shard_id);
-        bf_net_call_finish(call, BF_NET_NOT_FOUND, m);
+    if (!shard_known_or_refuse(c, call, q->shard_id))
         goto out;
-    }
     if (c->st.n_domains >= CO_MAX_DOMAINS) {
         bf_net_call_finish(call, BF_NET_RESOURCE_EXHAUSTED, "coordinator: too many domains");
         goto out;
@@ -929,12 +936,8 @@ static void on_remove_shard(struct bf_net_call *call, const uint8_t *msg, size_t
         bf_net_call_finish(call, BF_NET_INVALID_ARGUMENT, "shard_id required");
         goto out;
     }
-    if (!co_store_shard(&c->st, q->shard_id)) {
-        char m[CO_ID_MAX + 64];
-        snprintf(m, sizeof m, "coordinator: shard %s not found", q->shard_id);
-        bf_net_call_finish(call, BF_NET_NOT_FOUND, m);
+    if (!shard_known_or_refuse(c, call, q->shard_id))
         goto out;
-    }
     /* the shard, its domains and its clusters go in one transaction */
     size_t n = 1;
     for (uint32_t i = 0; i < c->st.n_domains; i++)
@@ -983,12 +986,8 @@ static void on_assign_cluster(struct bf_net_call *call, const uint8_t *msg, size
         bf_net_call_finish(call, BF_NET_INVALID_ARGUMENT, "cluster_id and shard_id required");
         goto out;
     }
-    if (!co_store_shard(&c->st, q->shard_id)) {
-        char m[CO_ID_MAX + 64];
-        snprintf(m, sizeof m, "coordinator: shard %s not found", q->shard_id);
-        bf_net_call_finish(call, BF_NET_NOT_FOUND, m);
+    if (!shard_known_or_refuse(c, call, q->shard_id))
         goto out;
-    }
     if (c->st.n_clusters >= CO_MAX_CLUSTERS) {
         bf_net_call_finish(call, BF_NET_RESOURCE_EXHAUSTED, "coordinator: too many clusters");
         goto out;
