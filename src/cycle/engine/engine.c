@@ -206,16 +206,11 @@ bool bf_engine_claimed(const struct bf_engine *e, uint32_t slot, uint32_t *need)
 {
     if (!e || slot >= e->cap || !e->last_ok)
         return false;
+    uint32_t r = bfe_claimed_rank(e, slot);
+    if (r == NONE32)
+        return false;
     uint32_t li = e->leaf_of[slot];
-    if (li == NONE32)
-        return false;
     const struct leaf *l = &e->leaves[li];
-    uint32_t taken = bfe_leaf_taken(e, l);
-    if (!taken)
-        return false;
-    uint32_t r = bfe_sl_rank(&l->sl, slot, bfe_sl_cmp_id, e);
-    if (r == NONE32 || r >= taken)
-        return false;
     if (need && l->cluster_idx != NONE32) {
         *need = bfe_credit_owner(e, li, r);
     } else if (need) {

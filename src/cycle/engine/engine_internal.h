@@ -760,6 +760,30 @@ static inline uint32_t bfe_leaf_taken(const struct bf_engine *e, const struct le
         return l->cepoch == e->clusters[l->cluster_idx].cepoch ? l->ctaken : 0;
     return l->stamp == e->stamp ? l->taken : 0;
 }
+/* The classes of a profile's t-th pinned instance type (NULL when no class
+ * has that type), or every class when the profile is not pinned (t == 0). */
+static inline const struct leaflist *bfe_cprof_classes(const struct bf_engine *e,
+                                                       const struct cprof *cp, uint32_t t)
+{
+    if (!cp->pinned)
+        return &e->all_classes;
+    uint32_t idx = bfe_u64map_get(&e->type_classes_map, cp->pin[t], NONE32);
+    return idx == NONE32 ? NULL : &e->type_classes[idx];
+}
+/* The rank of slot in its leaf when this cycle's claims on the leaf cover it
+ * (its rank is below the leaf's taken count), else NONE32. */
+static inline uint32_t bfe_claimed_rank(const struct bf_engine *e, uint32_t slot)
+{
+    uint32_t li = e->leaf_of[slot];
+    if (li == NONE32)
+        return NONE32;
+    const struct leaf *l = &e->leaves[li];
+    uint32_t taken = bfe_leaf_taken(e, l);
+    if (!taken)
+        return NONE32;
+    uint32_t r = bfe_sl_rank(&l->sl, slot, bfe_sl_cmp_id, e);
+    return r != NONE32 && r < taken ? r : NONE32;
+}
 
 static inline struct mclass *bfe_class_cyc(struct bf_engine *e, uint32_t ci)
 {

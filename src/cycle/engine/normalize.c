@@ -53,13 +53,7 @@ static bool fits_shard(struct bf_engine *e, struct cprof *cp, const bf_vec *agg)
 {
     uint32_t ntypes = cp->pinned ? cp->npin : 1;
     for (uint32_t t = 0; t < ntypes; t++) {
-        const struct leaflist *cls_list;
-        if (cp->pinned) {
-            uint32_t idx = bfe_u64map_get(&e->type_classes_map, cp->pin[t], NONE32);
-            cls_list = idx == NONE32 ? NULL : &e->type_classes[idx];
-        } else {
-            cls_list = &e->all_classes;
-        }
+        const struct leaflist *cls_list = bfe_cprof_classes(e, cp, t);
         for (uint32_t i = 0; cls_list && i < cls_list->n; i++) {
             const struct mclass *c = &e->cls[cls_list->v[i]];
             if (!c->count[BF_STATE_IDLE] && !c->count[BF_STATE_SPECULATIVE])

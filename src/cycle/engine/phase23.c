@@ -267,15 +267,7 @@ int bfe_phase2(struct bf_engine *e)
 
 static bool slot_claimed(struct bf_engine *e, uint32_t slot)
 {
-    uint32_t li = e->leaf_of[slot];
-    if (li == NONE32)
-        return false;
-    const struct leaf *l = &e->leaves[li];
-    uint32_t taken = bfe_leaf_taken(e, l);
-    if (!taken)
-        return false;
-    uint32_t r = bfe_sl_rank(&l->sl, slot, bfe_sl_cmp_id, e);
-    return r != NONE32 && r < taken;
+    return bfe_claimed_rank(e, slot) != NONE32;
 }
 
 static struct bf_engine *id_sort_e;
