@@ -29,6 +29,14 @@
 
 #define NONE32 UINT32_MAX
 
+/* returns the error of a call that failed (a non-zero int) */
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        int rc_ = (x);                                                                             \
+        if (rc_)                                                                                   \
+            return rc_;                                                                            \
+    } while (0)
+
 /* ------------------------------------------------------------------ memory */
 
 /* Grows *p (elements of elsz bytes) to hold at least `need`; 0 or -ENOMEM. */

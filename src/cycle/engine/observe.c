@@ -18,13 +18,6 @@
 
 #include "cycle/engine/engine_internal.h"
 
-#define TRY(x)                                                                                     \
-    do {                                                                                           \
-        int rc_ = (x);                                                                             \
-        if (rc_)                                                                                   \
-            return rc_;                                                                            \
-    } while (0)
-
 /* ------------------------------------------------------------------ parking */
 
 static uint64_t park_hash(uint32_t cluster, uint32_t group, uint32_t fp)

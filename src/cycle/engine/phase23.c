@@ -28,13 +28,6 @@
 
 #include "cycle/engine/engine_internal.h"
 
-#define TRY(x)                                                                                     \
-    do {                                                                                           \
-        int rc_ = (x);                                                                             \
-        if (rc_)                                                                                   \
-            return rc_;                                                                            \
-    } while (0)
-
 double bf_engine_victim_score(const struct bf_engine_config *c, int32_t p, int32_t v, uint8_t ipb,
                               uint8_t rpb)
 {
