@@ -333,6 +333,18 @@ int ef_set(struct ef *f, const char *cluster, const struct bf_engine_need *n, si
     return bf_engine_set_needs(f->e, cluster, ++f->gen, n, k);
 }
 
+int ef_want_gpus(struct ef *f, const char *cluster, int32_t prio, const char *same_key, int units,
+                 const char *group)
+{
+    struct ef_prof p; /* borrowed by the engine for the call only */
+    if (same_key)
+        ef_gpu_profile_same(&p, prio, same_key);
+    else
+        ef_gpu_profile(&p, prio);
+    struct bf_engine_need n = ef_gpu_need(&p, units, group);
+    return ef_set(f, cluster, &n, 1);
+}
+
 uint32_t ef_count(const struct ef *f, int kind)
 {
     uint32_t n = 0;

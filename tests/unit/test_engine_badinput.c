@@ -50,10 +50,7 @@ START_TEST(invalid_cost_inputs_make_a_machine_ineligible)
         c.prob = probs[i];
         ef_add(f, &c);
     }
-    struct ef_prof p;
-    ef_gpu_profile(&p, 1000);
-    struct bf_engine_need n = ef_gpu_need(&p, 2, NULL);
-    ef_set(f, "d", &n, 1);
+    ef_want_gpus(f, "d", 1000, NULL, 2, NULL);
     ef_set(f, "c", NULL, 0);
     ef_first_rollup(f, "c");
     ck_assert_int_eq(ef_cycle(f), 0);
@@ -192,10 +189,7 @@ START_TEST(no_needs_and_no_machines_give_an_empty_result)
     ck_assert_uint_eq(f->r.n_actions, 0);
     ck_assert_uint_eq(f->r.n_needs, 0);
     ck_assert_uint_eq(f->r.n_verdicts, 0);
-    struct ef_prof p;
-    ef_gpu_profile(&p, 1000);
-    struct bf_engine_need n = ef_gpu_need(&p, 3, NULL);
-    ef_set(f, "c", &n, 1);
+    ef_want_gpus(f, "c", 1000, NULL, 3, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(f->r.n_actions, 0);
     ck_assert_int_eq(ef_verdict(f, "c", 0)->unmet_reason, BF_UNMET_NO_MATCHING_SUPPLY);
@@ -261,10 +255,7 @@ START_TEST(duplicate_ids_in_two_slots_are_ordered_deterministically)
     struct ef_machine m = ef_gpu_machine("same");
     ef_add(f, &m);
     ef_add(f, &m);
-    struct ef_prof p;
-    ef_gpu_profile(&p, 1000);
-    struct bf_engine_need n = ef_gpu_need(&p, 1, NULL);
-    ef_set(f, "c", &n, 1);
+    ef_want_gpus(f, "c", 1000, NULL, 1, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(f->r.n_actions, 1);
     ck_assert_uint_eq(f->r.actions[0].slot, 0);

@@ -101,10 +101,7 @@ START_TEST(phase2_victim_gets_no_reclaim_so_the_cap_slot_reclaims_real_excess)
     }
     ef_first_rollup(f, "batch");
     ef_set(f, "batch", NULL, 0); /* all three are excess */
-    struct ef_prof p;
-    ef_gpu_profile(&p, 1000000);
-    struct bf_engine_need n = ef_gpu_need(&p, 1, NULL);
-    ef_set(f, "train", &n, 1);
+    ef_want_gpus(f, "train", 1000000, NULL, 1, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert(ef_acted(f, "b-0", BF_ACTION_PREEMPT));
     ck_assert_uint_eq(ef_count(f, BF_ACTION_RECLAIM), 2);
@@ -138,10 +135,7 @@ START_TEST(victims_in_one_penalty_bucket_rank_by_id_whatever_dollars_were_echoed
     struct ef_machine v3 = ef_configured("v-b", "batch", 100, 3.0, 1);
     ef_add(f, &v4);
     ef_add(f, &v3);
-    struct ef_prof p;
-    ef_gpu_profile(&p, 1000000);
-    struct bf_engine_need n = ef_gpu_need(&p, 1, NULL);
-    ef_set(f, "train", &n, 1);
+    ef_want_gpus(f, "train", 1000000, NULL, 1, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(ef_count(f, BF_ACTION_PREEMPT), 1);
     ck_assert(ef_acted(f, "v-a", BF_ACTION_PREEMPT));

@@ -32,10 +32,7 @@ START_TEST(pre_rollup_window_reclaims_nothing)
         ck_assert_uint_eq(ef_count(f, BF_ACTION_RECLAIM), 0);
     }
     /* demand arriving for one cluster without the flag still reclaims nothing */
-    struct ef_prof p;
-    ef_gpu_profile(&p, 1000);
-    struct bf_engine_need n = ef_gpu_need(&p, 1, NULL);
-    ef_set(f, "kwok-1", &n, 1);
+    ef_want_gpus(f, "kwok-1", 1000, NULL, 1, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(ef_count(f, BF_ACTION_RECLAIM), 0);
     ef_free(f);

@@ -309,10 +309,7 @@ START_TEST(a_resolved_class_is_forgotten_and_a_plain_need_never_parks)
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert(ef_verdict(f, "c", 0)->acquisition_parked);
     /* a plain need never parks */
-    struct ef_prof plain;
-    ef_gpu_profile(&plain, 1000);
-    struct bf_engine_need pn = ef_gpu_need(&plain, 50, NULL);
-    ef_set(f, "c", &pn, 1);
+    ef_want_gpus(f, "c", 1000, NULL, 50, NULL);
     for (int cyc = 1; cyc <= 40; cyc++) {
         ck_assert_int_eq(ef_cycle(f), 0);
         ck_assert(!ef_verdict(f, "c", 0)->acquisition_parked);

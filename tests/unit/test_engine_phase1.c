@@ -318,10 +318,7 @@ START_TEST(same_falls_back_to_largest_bucket_with_shortfall)
     struct ef *f = ef_new(16, modes[_i]);
     zones(f, "zone-a", "a", 3, 0);
     zones(f, "zone-b", "b", 3, 0);
-    struct ef_prof p;
-    ef_gpu_profile_same(&p, 1000000, BF_LABEL_ZONE);
-    struct bf_engine_need n = ef_gpu_need(&p, 5, "gang");
-    ef_set(f, "cluster-a", &n, 1);
+    ef_want_gpus(f, "cluster-a", 1000000, BF_LABEL_ZONE, 5, "gang");
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(ef_count(f, BF_ACTION_BOOTSTRAP), 3);
     uint32_t za = boot_in_zone(f, "zone-a"), zb = boot_in_zone(f, "zone-b");
@@ -339,10 +336,7 @@ START_TEST(same_picks_the_atomic_satisfiable_zone)
     struct ef *f = ef_new(16, modes[_i]);
     zones(f, "zone-b", "b", 2, 0);
     zones(f, "zone-a", "a", 4, 0);
-    struct ef_prof p;
-    ef_gpu_profile_same(&p, 1000000, BF_LABEL_ZONE);
-    struct bf_engine_need n = ef_gpu_need(&p, 4, "gang");
-    ef_set(f, "cluster-a", &n, 1);
+    ef_want_gpus(f, "cluster-a", 1000000, BF_LABEL_ZONE, 4, "gang");
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(ef_count(f, BF_ACTION_BOOTSTRAP), 4);
     ck_assert_uint_eq(boot_in_zone(f, "zone-a"), 4);
@@ -362,10 +356,7 @@ START_TEST(same_density_aware_machine_count_needs_one_machine)
         m.alloc = ef_gpu(800);
         ef_add(f, &m);
     }
-    struct ef_prof p;
-    ef_gpu_profile_same(&p, 1000000, BF_LABEL_ZONE);
-    struct bf_engine_need n = ef_gpu_need(&p, 8, "gang");
-    ef_set(f, "cluster-a", &n, 1);
+    ef_want_gpus(f, "cluster-a", 1000000, BF_LABEL_ZONE, 8, "gang");
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(ef_count(f, BF_ACTION_BOOTSTRAP), 1);
     ck_assert_uint_eq(ef_unsatisfied(f), 0);
