@@ -21,6 +21,16 @@ static struct bf_engine_need gpu_need_p(int32_t prio, int units, const char *gro
     return ef_gpu_need(p, units, group);
 }
 
+/* A Speculative GPU slot of capacity type ct at price dollars per hour. */
+static struct ef_machine spec_gpu(const char *id, uint8_t ct, double price)
+{
+    struct ef_machine m = ef_gpu_machine(id);
+    m.state = BF_STATE_SPECULATIVE;
+    m.ct = ct;
+    m.price = price;
+    return m;
+}
+
 /* 1 */
 START_TEST(idle_only_bootstraps_three_of_four_idle_machines)
 {
@@ -51,19 +61,11 @@ END_TEST
 START_TEST(speculative_fallback_prefers_cheapest)
 {
     struct ef *f = ef_new(16, modes[_i]);
-    struct ef_machine a = ef_gpu_machine("spec-expensive");
-    a.state = BF_STATE_SPECULATIVE;
-    a.ct = BF_CT_ON_DEMAND;
-    a.price = 6.0;
-    struct ef_machine b = ef_gpu_machine("spec-cheap");
-    b.state = BF_STATE_SPECULATIVE;
-    b.ct = BF_CT_SPOT;
-    b.price = 1.0;
+    struct ef_machine a = spec_gpu("spec-expensive", BF_CT_ON_DEMAND, 6.0);
+    struct ef_machine b = spec_gpu("spec-cheap", BF_CT_SPOT, 1.0);
     ef_add(f, &a);
     ef_add(f, &b);
-    struct ef_prof p;
-    struct bf_engine_need n = gpu_need_p(1000000, 1, NULL, &p);
-    ef_set(f, "cluster-a", &n, 1);
+    ef_want_gpus(f, "cluster-a", 1000000, NULL, 1, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(f->r.n_actions, 1);
     ck_assert(ef_acted(f, "spec-cheap", BF_ACTION_PROVISION));
@@ -76,15 +78,9 @@ END_TEST
 START_TEST(high_interruption_penalty_prefers_on_demand)
 {
     struct ef *f = ef_new(16, modes[_i]);
-    struct ef_machine spot = ef_gpu_machine("spec-spot");
-    spot.state = BF_STATE_SPECULATIVE;
-    spot.ct = BF_CT_SPOT;
-    spot.price = 1.80;
+    struct ef_machine spot = spec_gpu("spec-spot", BF_CT_SPOT, 1.80);
     spot.prob = 0.1;
-    struct ef_machine od = ef_gpu_machine("spec-od");
-    od.state = BF_STATE_SPECULATIVE;
-    od.ct = BF_CT_ON_DEMAND;
-    od.price = 6.0;
+    struct ef_machine od = spec_gpu("spec-od", BF_CT_ON_DEMAND, 6.0);
     ef_add(f, &spot);
     ef_add(f, &od);
     struct ef_prof p;
@@ -113,15 +109,10 @@ START_TEST(idle_beats_cheaper_speculative)
     struct ef_machine i1 = ef_gpu_machine("i-1");
     i1.ct = BF_CT_ON_DEMAND;
     i1.price = 6.0;
-    struct ef_machine s1 = ef_gpu_machine("s-1");
-    s1.state = BF_STATE_SPECULATIVE;
-    s1.ct = BF_CT_SPOT;
-    s1.price = 1.0;
+    struct ef_machine s1 = spec_gpu("s-1", BF_CT_SPOT, 1.0);
     ef_add(f, &s1);
     ef_add(f, &i1);
-    struct ef_prof p;
-    struct bf_engine_need n = gpu_need_p(1000000, 1, NULL, &p);
-    ef_set(f, "cluster-a", &n, 1);
+    ef_want_gpus(f, "cluster-a", 1000000, NULL, 1, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(f->r.n_actions, 1);
     ck_assert(ef_acted(f, "i-1", BF_ACTION_BOOTSTRAP));
@@ -160,9 +151,7 @@ START_TEST(partial_stockout_leaves_a_24_gpu_deficit)
     struct ef_machine a = ef_gpu_machine("i-00"), b = ef_gpu_machine("i-01");
     ef_add(f, &a);
     ef_add(f, &b);
-    struct ef_prof p;
-    struct bf_engine_need n = gpu_need_p(1000000, 5, NULL, &p);
-    ef_set(f, "cluster-a", &n, 1);
+    ef_want_gpus(f, "cluster-a", 1000000, NULL, 5, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(ef_count(f, BF_ACTION_BOOTSTRAP), 2);
     ck_assert_uint_eq(ef_unsatisfied(f), 1);
