@@ -15,6 +15,7 @@
 
 #include "bigfleet/config.h"
 #include "bigfleet/util.h"
+#include "check_run.h"
 
 static int parse(struct bf_config *c, char *err, size_t n, int argc, ...)
 {
@@ -446,9 +447,5 @@ int main(void)
     tcase_add_test(tc, reload_diff_splits_live_settings_from_restart_ones);
     tcase_add_test(tc, reparse_after_an_unfinished_short_option_cluster_starts_clean);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

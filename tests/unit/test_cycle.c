@@ -15,6 +15,7 @@
 #include "bigfleet/ledger.h"
 
 #include "shm_fixture.h"
+#include "check_run.h"
 
 static uint32_t g_prof_gpu, g_need_prof, g_cluster;
 
@@ -560,9 +561,5 @@ int main(void)
     tcase_add_test(tc, paused_cycles_keep_deciding_and_reporting_and_execute_nothing);
     tcase_add_test(tc, warm_up_cycles_are_not_observed_in_the_duration_histograms);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

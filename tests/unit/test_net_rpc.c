@@ -21,6 +21,7 @@
 
 #include "bigfleet/net.h"
 #include "bigfleet/util.h"
+#include "check_run.h"
 #include "net/net_internal.h" /* bf_resolve_test_delay_ns */
 
 /* ------------------------------------------------------------ server side */
@@ -1530,9 +1531,5 @@ int main(void)
     tcase_add_test(tt, idle_mtls_stream_keeps_working_after_its_memory_is_given_back);
     tcase_add_test(tt, partial_or_unreadable_tls_config_is_rejected);
     suite_add_tcase(s, tt);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

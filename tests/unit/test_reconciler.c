@@ -9,6 +9,7 @@
 #include "bigfleet/log.h"
 #include "reconciler/reconciler.h"
 #include "test_provider.h"
+#include "check_run.h"
 
 static void apply_list(struct bf_recon *r, const struct tmach *ts, int n, bool full,
                        struct bf_recon_result *res)
@@ -685,9 +686,5 @@ static Suite *suite(void)
 int main(void)
 {
     bf_log_init("test", BF_LOG_ERROR);
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(suite());
 }

@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "test_replay.h"
+#include "check_run.h"
 
 /* Two GPU classes (LS and Burstable, no pin) and one CPU-only class. */
 struct fixture {
@@ -290,9 +291,5 @@ int main(void)
     tcase_add_test(tc, lp_bound_prices_demand_at_the_cheapest_fractional_mix);
     tcase_add_test(tc, need_types_follow_the_requirements_and_min_unit);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "test_replay.h"
+#include "check_run.h"
 
 /* Parses csv expecting failure; returns the message. */
 static const char *parse_err(const char *csv, bool skip, int *rc_out)
@@ -388,9 +389,5 @@ int main(void)
     tcase_add_test(tc, a_timed_list_without_qos_needs_default_qos);
     tcase_add_test(tc, busiest_window_holds_the_most_pods_and_window_pods_count_them);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

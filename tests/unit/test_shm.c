@@ -31,6 +31,7 @@
 #include "shm/shm_internal.h"
 
 #include "shm_fixture.h"
+#include "check_run.h"
 
 static void setup(void)
 {
@@ -1468,9 +1469,5 @@ int main(void)
     tcase_add_test(tc, changelog_peek_reads_without_consuming_and_reports_laps);
     tcase_add_test(tc, ownership_tables_are_read_whole_or_refused_while_written);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

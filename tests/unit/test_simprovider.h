@@ -21,6 +21,7 @@
 #include "bigfleet/model.h"
 #include "bigfleet/simprovider.h"
 #include "bigfleet/util.h"
+#include "check_run.h"
 
 #define SIMT_UNUSED __attribute__((unused))
 #define T0          (1000 * BF_NS_PER_SEC)
@@ -466,15 +467,6 @@ static SIMT_UNUSED void simt_rmdir(char *d)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
     ck_assert_int_eq(system(cmd), 0);
     free(d);
-}
-
-static SIMT_UNUSED int simt_run(Suite *s)
-{
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
 #endif /* TEST_SIMPROVIDER_H */

@@ -1362,5 +1362,5 @@ int main(void)
     tcase_add_test(tc,
                    b803_b805_b807_a_walked_machine_keeps_shape_and_host_provider_and_delete_clears);
     suite_add_tcase(s, tc);
-    return simt_run(s);
+    return check_run(s);
 }

@@ -320,5 +320,5 @@ int main(void)
     tcase_add_test(tc, spot_eligibility_and_host_counts_are_rebuilt_on_load);
     tcase_add_test(tc, seeding_half_a_million_writes_through_and_reloads);
     suite_add_tcase(s, tc);
-    return simt_run(s);
+    return check_run(s);
 }

@@ -668,5 +668,5 @@ int main(void)
     tcase_add_test(tc, hash_index_removal_keeps_every_remaining_entry_reachable);
     tcase_add_test(tc, identical_metadata_maps_are_shared_and_released_per_binding);
     suite_add_tcase(s, tc);
-    return simt_run(s);
+    return check_run(s);
 }
