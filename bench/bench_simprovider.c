@@ -29,20 +29,10 @@
 #include "bigfleet/util.h"
 #include "simprovider/sim_internal.h"
 
+#include "bench_stats.h"
+
 #define T0   (1000 * BF_NS_PER_SEC)
 #define REPS 5
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return v[n / 2];
-}
 
 static double now_s(void)
 {
@@ -164,11 +154,11 @@ static struct list_fig bench_list(struct bf_sim *s, const char *since)
         bf_sim_reply_free(&r);
         r = fresh;
     }
-    struct list_fig f = {.prod_s = median(t, REPS), .bytes = r.len};
+    struct list_fig f = {.prod_s = bench_median(t, REPS), .bytes = r.len};
     pack_with_protobuf_c(s, &r); /* verifies byte identity once */
     for (int i = 0; i < REPS; i++)
         tp[i] = time_protobuf_c(s, &r);
-    f.pbc_s = median(tp, REPS);
+    f.pbc_s = bench_median(tp, REPS);
     Bigfleet__V1alpha1__MachineList *l =
         bigfleet__v1alpha1__machine_list__unpack(NULL, r.len, r.body);
     f.machines = l->n_machines;
@@ -280,7 +270,7 @@ int main(int argc, char **argv)
         s = open_or_die(&c);
         ts[i] = now_s() - a;
     }
-    double seed_s = median(ts, REPS);
+    double seed_s = bench_median(ts, REPS);
     size_t pool = bf_sim_machine_count(s);
     /* --- full List */
     struct list_fig full = bench_list(s, NULL);
@@ -379,7 +369,7 @@ int main(int argc, char **argv)
     double completions = (double)nm / (now_s() - a);
     bf_sim_close(s);
 
-    double am = median(acc_mem, REPS), al = median(acc_lmdb, REPS);
+    double am = bench_median(acc_mem, REPS), al = bench_median(acc_lmdb, REPS);
     printf("bench_simprovider (%zu machines, openb catalog, %s)\n", pool, csv);
     printf("  seed 500K pool                      %10.3f s\n", seed_s);
     printf("  List full       production encoder  %10.3f s  %9zu bytes  %zu machines\n",
