@@ -70,6 +70,9 @@ void ef_del(struct ef *f, uint32_t slot);
 uint32_t ef_slot(const struct ef *f, const char *id); /* UINT32_MAX if absent */
 int ef_cycle(struct ef *f);                           /* runs a cycle into f->r */
 void ef_apply(struct ef *f);                          /* executes f->r's actions */
+/* what executing a Bootstrap/Provision stamps on the machine: a's priority,
+ * buckets, fingerprint and group (cut to 63 bytes); no longer idle */
+void ef_stamp_assignment(struct ef_machine *m, const struct bf_engine_action *a);
 void ef_first_rollup(struct ef *f, const char *cluster);
 
 /* machines */

@@ -296,13 +296,7 @@ static void execute(struct world *w, int pct)
                                                                        : BF_STATE_CONFIGURED;
             if (m->state != BF_STATE_CREATING)
                 snprintf(m->cluster, sizeof m->cluster, "%s", a->cluster);
-            m->prio = a->priority;
-            m->ipb = a->ipb;
-            m->rpb = a->rpb;
-            snprintf(m->fp, sizeof m->fp, "%s", a->fingerprint);
-            memset(m->group, 0, sizeof m->group);
-            memcpy(m->group, a->group, a->group_len < 63 ? a->group_len : 63);
-            m->idle_since = 0;
+            ef_stamp_assignment(m, a);
             break;
         case BF_ACTION_RECLAIM:
         case BF_ACTION_PREEMPT:
