@@ -1456,6 +1456,41 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Sleeps what is left of a period_ms period that started at start_ns. */
+static void sleep_rest_of_period(int64_t start_ns, int period_ms)
+{
+    int64_t left = period_ms * BF_NS_PER_MS - (bf_mono_ns() - start_ns);
+    if (left > 0) {
+        struct timespec ts = {left / BF_NS_PER_SEC, left % BF_NS_PER_SEC};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Ends the forked writer and closes the trace file (if any). */
+static void stop_writer(pid_t writer, FILE *trace)
+{
+    kill(writer, SIGKILL);
+    waitpid(writer, NULL, 0);
+    if (trace)
+        fclose(trace);
+}
+
+/* mean, median, p99 and max of cycles durations (ns) in milliseconds; sorts dur */
+struct dur_ms {
+    double mean, p50, p99, max;
+};
+
+static struct dur_ms dur_summary(int64_t *dur, int cycles)
+{
+    qsort(dur, (size_t)cycles, sizeof *dur, cmp_i64);
+    double sum = 0;
+    for (int c = 0; c < cycles; c++)
+        sum += (double)dur[c];
+    int i99 = (int)ceil(0.99 * cycles) - 1;
+    return (struct dur_ms){sum / cycles / 1e6, (double)dur[cycles / 2] / 1e6,
+                           (double)dur[i99 < 0 ? 0 : i99] / 1e6, (double)dur[cycles - 1] / 1e6};
+}
+
 static int mode_cycle_proxy(int argc, char **argv)
 {
     if (argc < 3) {
@@ -1556,25 +1591,13 @@ static int mode_cycle_proxy(int argc, char **argv)
         dur[c] = d;
         if (trace)
             fprintf(trace, "%lld %lld\n", (long long)wall0, (long long)d);
-        int64_t left = period_ms * BF_NS_PER_MS - (bf_mono_ns() - a);
-        if (left > 0) {
-            struct timespec ts = {left / BF_NS_PER_SEC, left % BF_NS_PER_SEC};
-            nanosleep(&ts, NULL);
-        }
+        sleep_rest_of_period(a, period_ms);
     }
-    kill(writer, SIGKILL);
-    waitpid(writer, NULL, 0);
-    if (trace)
-        fclose(trace);
-    qsort(dur, (size_t)cycles, sizeof *dur, cmp_i64);
-    double sum = 0;
-    for (int c = 0; c < cycles; c++)
-        sum += (double)dur[c];
-    int i99 = (int)ceil(0.99 * cycles) - 1;
+    stop_writer(writer, trace);
+    struct dur_ms m = dur_summary(dur, cycles);
     printf("{\"machines\":%u,\"cycles\":%d,\"period_ms\":%d,\"mean_ms\":%.3f,\"p50_ms\":%.3f,"
            "\"p99_ms\":%.3f,\"max_ms\":%.3f}\n",
-           n, cycles, period_ms, sum / cycles / 1e6, (double)dur[cycles / 2] / 1e6,
-           (double)dur[i99 < 0 ? 0 : i99] / 1e6, (double)dur[cycles - 1] / 1e6);
+           n, cycles, period_ms, m.mean, m.p50, m.p99, m.max);
     free(dur);
     free(e);
     bf_shm_detach(&s);
@@ -1780,26 +1803,13 @@ static int mode_cycle_real(int argc, char **argv)
         changed += rep.changed_slots;
         if (trace)
             fprintf(trace, "%lld %lld\n", (long long)wall0, (long long)rep.total_ns);
-        int64_t left = period_ms * BF_NS_PER_MS - (bf_mono_ns() - a);
-        if (left > 0) {
-            struct timespec ts = {left / BF_NS_PER_SEC, left % BF_NS_PER_SEC};
-            nanosleep(&ts, NULL);
-        }
+        sleep_rest_of_period(a, period_ms);
     }
-    kill(writer, SIGKILL);
-    waitpid(writer, NULL, 0);
-    if (trace)
-        fclose(trace);
-    qsort(dur, (size_t)cycles, sizeof *dur, cmp_i64);
-    double sum = 0;
-    for (int k = 0; k < cycles; k++)
-        sum += (double)dur[k];
-    int i99 = (int)ceil(0.99 * cycles) - 1;
+    stop_writer(writer, trace);
+    struct dur_ms m = dur_summary(dur, cycles);
     printf("{\"machines\":%u,\"needs\":%u,\"changed_per_cycle\":%.0f,\"cycles\":%d,"
            "\"period_ms\":%d,\"mean_ms\":%.3f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"max_ms\":%.3f}\n",
-           n, rep.needs, (double)changed / cycles, cycles, period_ms, sum / cycles / 1e6,
-           (double)dur[cycles / 2] / 1e6, (double)dur[i99 < 0 ? 0 : i99] / 1e6,
-           (double)dur[cycles - 1] / 1e6);
+           n, rep.needs, (double)changed / cycles, cycles, period_ms, m.mean, m.p50, m.p99, m.max);
     free(dur);
     free(e);
     bf_cycle_free(c);
