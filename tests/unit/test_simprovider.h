@@ -66,6 +66,15 @@ static SIMT_UNUSED struct bf_sim *simt_open(const struct bf_sim_config *c)
     return s;
 }
 
+/* A simulator on simt_cfg's defaults seeded with `idle` Idle machines. */
+static SIMT_UNUSED struct bf_sim *simt_open_idle(uint32_t idle)
+{
+    struct bf_sim_config c;
+    simt_cfg(&c);
+    c.seed_idle = idle;
+    return simt_open(&c);
+}
+
 /* ------------------------------------------------------------ calls */
 
 struct simt_ack {
@@ -373,6 +382,35 @@ static SIMT_UNUSED int simt_rd_varint(const uint8_t **p, const uint8_t *e, uint6
         }
     }
     return -1;
+}
+
+/* One length-delimited field's bytes inside a message. */
+struct simt_span {
+    const uint8_t *p;
+    size_t len;
+};
+
+/* Walks the top-level fields of a message whose fields are all
+ * length-delimited (a TransitionAck, a ListResponse), asserting every key
+ * and length parses and stays inside; stores up to max occurrences of
+ * `field` in out and returns how many there were (a count over max fails). */
+static SIMT_UNUSED size_t simt_ld_fields(const uint8_t *p, size_t len, uint32_t field,
+                                         struct simt_span *out, size_t max)
+{
+    const uint8_t *e = p + len;
+    size_t n = 0;
+    while (p < e) {
+        uint64_t key, l;
+        ck_assert_int_eq(simt_rd_varint(&p, e, &key), 0);
+        ck_assert_int_eq(simt_rd_varint(&p, e, &l), 0);
+        ck_assert_uint_le(l, (uint64_t)(e - p));
+        if ((key >> 3) == field) {
+            ck_assert_uint_lt(n, max);
+            out[n++] = (struct simt_span){p, (size_t)l};
+        }
+        p += l;
+    }
+    return n;
 }
 
 static SIMT_UNUSED int simt_md_raw(const uint8_t *p, size_t len, struct simt_kv *out, int max)

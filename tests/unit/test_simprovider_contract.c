@@ -588,10 +588,7 @@ END_TEST
 
 START_TEST(b303_only_strictly_newer_tokens_pass_and_a_new_epoch_resets_seq)
 {
-    struct bf_sim_config c;
-    simt_cfg(&c);
-    c.seed_idle = 1;
-    struct bf_sim *s = simt_open(&c);
+    struct bf_sim *s = simt_open_idle(1);
     char x[128];
     simt_pick(s, BF_STATE_IDLE, 0, x, sizeof x, T0);
     /* use Create at Idle: idempotent no-op when it passes, so only the fence decides */
@@ -974,10 +971,7 @@ static size_t hostile(struct simt_kv *md, char bufs[][2][64])
 
 START_TEST(b501_hostile_55_key_map_is_echoed_byte_for_byte_on_get_list_and_ack)
 {
-    struct bf_sim_config c;
-    simt_cfg(&c);
-    c.seed_idle = 1;
-    struct bf_sim *s = simt_open(&c);
+    struct bf_sim *s = simt_open_idle(1);
     char x[128];
     simt_pick(s, BF_STATE_IDLE, 0, x, sizeof x, T0);
     struct simt_kv md[55];
@@ -989,21 +983,9 @@ START_TEST(b501_hostile_55_key_map_is_echoed_byte_for_byte_on_get_list_and_ack)
     bf_sim_handle(s, BF_SIM_RPC_CONFIGURE, b.p, b.len, T0, &r);
     ck_assert_int_eq(r.code, 0);
     /* the ack's Machine is field 2 of the TransitionAck: read it raw */
-    {
-        const uint8_t *p = r.body, *e = r.body + r.len;
-        int seen = 0;
-        while (p < e) {
-            uint64_t key, l;
-            ck_assert_int_eq(simt_rd_varint(&p, e, &key), 0);
-            ck_assert_int_eq(simt_rd_varint(&p, e, &l), 0);
-            if ((key >> 3) == 2) {
-                ck_assert(simt_md_equal(p, l, md, n));
-                seen++;
-            }
-            p += l;
-        }
-        ck_assert_int_eq(seen, 1);
-    }
+    struct simt_span ack[2];
+    ck_assert_uint_eq(simt_ld_fields(r.body, r.len, 2, ack, 2), 1);
+    ck_assert(simt_md_equal(ack[0].p, ack[0].len, md, n));
     for (int i = 0; i < 4; i++) {
         bf_sim_reply_free(&r);
         r = simt_get_raw(s, x, T0 + i);
@@ -1017,21 +999,16 @@ START_TEST(b501_hostile_55_key_map_is_echoed_byte_for_byte_on_get_list_and_ack)
     struct bf_sim_reply lr = {0};
     bf_sim_handle(s, BF_SIM_RPC_LIST, lf.p, lf.len, T0, &lr);
     ck_assert_int_eq(lr.code, 0);
-    const uint8_t *p = lr.body, *e = lr.body + lr.len;
+    struct simt_span ms[8]; /* the List's machines: field 1 */
+    size_t nm = simt_ld_fields(lr.body, lr.len, 1, ms, 8);
     int found = 0;
-    while (p < e) {
-        uint64_t key, l;
-        ck_assert_int_eq(simt_rd_varint(&p, e, &key), 0);
-        ck_assert_int_eq(simt_rd_varint(&p, e, &l), 0);
-        if ((key >> 3) == 1) {
-            PbMachine *m = bigfleet__v1alpha1__machine__unpack(NULL, l, p);
-            if (!strcmp(m->id, x)) {
-                found++;
-                ck_assert(simt_md_equal(p, l, md, n));
-            }
-            simt_free_machine(m);
+    for (size_t i = 0; i < nm; i++) {
+        PbMachine *m = bigfleet__v1alpha1__machine__unpack(NULL, ms[i].len, ms[i].p);
+        if (!strcmp(m->id, x)) {
+            found++;
+            ck_assert(simt_md_equal(ms[i].p, ms[i].len, md, n));
         }
-        p += l;
+        simt_free_machine(m);
     }
     ck_assert_int_eq(found, 1);
     free(lf.p);
@@ -1044,10 +1021,7 @@ END_TEST
 
 START_TEST(b502_metadata_and_cluster_clear_at_drain_and_a_rebind_shows_no_old_key)
 {
-    struct bf_sim_config c;
-    simt_cfg(&c);
-    c.seed_idle = 1;
-    struct bf_sim *s = simt_open(&c);
+    struct bf_sim *s = simt_open_idle(1);
     char x[128];
     simt_pick(s, BF_STATE_IDLE, 0, x, sizeof x, T0);
     struct simt_kv old[3] = {{(const uint8_t *)"old.key/a", 9, (const uint8_t *)"1", 1},
@@ -1114,10 +1088,7 @@ END_TEST
 
 START_TEST(b505_the_stored_copy_does_not_alias_the_callers_buffers)
 {
-    struct bf_sim_config c;
-    simt_cfg(&c);
-    c.seed_idle = 1;
-    struct bf_sim *s = simt_open(&c);
+    struct bf_sim *s = simt_open_idle(1);
     char x[128];
     simt_pick(s, BF_STATE_IDLE, 0, x, sizeof x, T0);
     char k1[] = "b505/keep", v1[] = "original-value", k2[] = "b505/mutate",
