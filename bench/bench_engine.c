@@ -130,8 +130,19 @@ static uint64_t action_digest(uint64_t h, const struct bf_engine_action *a)
         int32_t priority, preemptor;
         int64_t grace;
         uint8_t kind, reason, ipb, rpb;
-    } f = {a->slot,   a->need, a->priority, a->preemptor_priority, a->grace_s, a->kind,
-           a->reason, a->ipb,  a->rpb};
+    } f;
+    /* the struct is hashed as bytes: its 4 tail padding bytes must be zero,
+     * not whatever the stack held (that made the digest depend on the build) */
+    memset(&f, 0, sizeof f);
+    f.slot = a->slot;
+    f.need = a->need;
+    f.priority = a->priority;
+    f.preemptor = a->preemptor_priority;
+    f.grace = a->grace_s;
+    f.kind = a->kind;
+    f.reason = a->reason;
+    f.ipb = a->ipb;
+    f.rpb = a->rpb;
     h = fnv_bytes(h, &f, sizeof f);
     h = fnv_str(h, a->machine_id, strlen(a->machine_id));
     h = fnv_str(h, a->cluster, strlen(a->cluster));
@@ -1548,6 +1559,36 @@ static void check_cycle(struct bf_engine *e2, const struct world *w,
     }
 }
 
+/* The per-cycle series both measured paths (engine alone, shm mirror) keep. */
+struct steady {
+    const struct series *cyc, *eng, *upd, *pn, *p1, *p2, *p3, *po, *acts, *binds, *chg, *uns, *sf;
+};
+
+/* The figures both paths report from their series over N measured cycles:
+ * cycle and engine percentiles, update and phase p99s, action and verdict means. */
+static void steady_figures(struct result *res, uint32_t N, const struct steady *m)
+{
+    res->cycles = N;
+    res->c50 = pct(m->cyc, 50);
+    res->c99 = pct(m->cyc, 99);
+    res->cmax = pct(m->cyc, 100);
+    res->e50 = pct(m->eng, 50);
+    res->e99 = pct(m->eng, 99);
+    res->emax = pct(m->eng, 100);
+    res->u99 = pct(m->upd, 99);
+    res->p_norm = pct(m->pn, 99);
+    res->p_p1 = pct(m->p1, 99);
+    res->p_p2 = pct(m->p2, 99);
+    res->p_p3 = pct(m->p3, 99);
+    res->p_obs = pct(m->po, 99);
+    res->acts_mean = mean(m->acts);
+    res->acts_max = pct(m->acts, 100);
+    res->binds_mean = mean(m->binds);
+    res->changes_mean = mean(m->chg);
+    res->unsat_mean = mean(m->uns);
+    res->shortfalls_mean = mean(m->sf);
+}
+
 static int run(struct world *w, const struct opts *o, struct result *res)
 {
     struct bf_engine_config cfg;
@@ -1686,25 +1727,9 @@ static int run(struct world *w, const struct opts *o, struct result *res)
     res->pp_reranked = N ? ppr / N : 0;
     res->pp_derived = N ? ppd / N : 0;
     bf_engine_free(e2);
-    res->cycles = N;
-    res->c50 = pct(&cyc, 50);
-    res->c99 = pct(&cyc, 99);
-    res->cmax = pct(&cyc, 100);
-    res->e50 = pct(&eng, 50);
-    res->e99 = pct(&eng, 99);
-    res->emax = pct(&eng, 100);
-    res->u99 = pct(&upd, 99);
-    res->p_norm = pct(&pn, 99);
-    res->p_p1 = pct(&p1, 99);
-    res->p_p2 = pct(&p2, 99);
-    res->p_p3 = pct(&p3, 99);
-    res->p_obs = pct(&po, 99);
-    res->acts_mean = mean(&acts);
-    res->acts_max = pct(&acts, 100);
-    res->binds_mean = mean(&binds);
-    res->changes_mean = mean(&chg);
-    res->unsat_mean = mean(&uns);
-    res->shortfalls_mean = mean(&sf);
+    steady_figures(res, N,
+                   &(struct steady){&cyc, &eng, &upd, &pn, &p1, &p2, &p3, &po, &acts, &binds, &chg,
+                                    &uns, &sf});
     struct bf_engine_mirror_stats st;
     bf_engine_mirror_stats(e, &st);
     res->bytes_per_machine = st.machines ? (double)st.bytes / st.machines : 0;
@@ -2268,27 +2293,11 @@ static int run_shm(struct world *w, const struct opts *o, struct result *res)
     res->pp_kept = N ? ppk / N : 0;
     res->pp_reranked = N ? ppr / N : 0;
     res->pp_derived = N ? ppd / N : 0;
-    res->cycles = N;
-    res->c50 = pct(&cyc, 50);
-    res->c99 = pct(&cyc, 99);
-    res->cmax = pct(&cyc, 100);
-    res->e50 = pct(&eng, 50);
-    res->e99 = pct(&eng, 99);
-    res->emax = pct(&eng, 100);
-    res->u99 = pct(&upd, 99);
-    res->p_norm = pct(&pn, 99);
-    res->p_p1 = pct(&p1, 99);
-    res->p_p2 = pct(&p2, 99);
-    res->p_p3 = pct(&p3, 99);
-    res->p_obs = pct(&po, 99);
+    steady_figures(res, N,
+                   &(struct steady){&cyc, &eng, &upd, &pn, &p1, &p2, &p3, &po, &acts, &binds, &chg,
+                                    &uns, &sf});
     res->p_exec = pct(&pe, 99);
     res->p_pub = pct(&pp, 99);
-    res->acts_mean = mean(&acts);
-    res->acts_max = pct(&acts, 100);
-    res->binds_mean = mean(&binds);
-    res->changes_mean = mean(&chg);
-    res->unsat_mean = mean(&uns);
-    res->shortfalls_mean = mean(&sf);
     res->enq_mean = mean(&enq);
     res->dedup_mean = mean(&ded);
     res->drop_mean = mean(&drp);
