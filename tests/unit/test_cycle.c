@@ -70,6 +70,19 @@ static uint32_t add_machine(const char *id, int state, uint32_t cluster)
     return slot;
 }
 
+/* n Idle machines with no cluster, named i-00, i-01, ...; their slots in
+ * slots[0..n) unless slots is NULL */
+static void add_idle_machines(int n, uint32_t *slots)
+{
+    for (int i = 0; i < n; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "i-%02d", i);
+        uint32_t slot = add_machine(id, BF_STATE_IDLE, 0);
+        if (slots)
+            slots[i] = slot;
+    }
+}
+
 /* publish a rollup of `units` GPU units (0 = an empty rollup) */
 static void publish_rollup(int units, uint64_t gen)
 {
@@ -117,11 +130,7 @@ static int drain_actions(struct bf_action_msg *out, int max)
 START_TEST(idle_supply_is_bootstrapped_once_with_in_flight_marks)
 {
     uint32_t slots[4];
-    for (int i = 0; i < 4; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "i-%02d", i);
-        slots[i] = add_machine(id, BF_STATE_IDLE, 0);
-    }
+    add_idle_machines(4, slots);
     publish_rollup(3, 1);
     struct bf_cycle *c = new_cycle(false);
     struct bf_cycle_report rep;
@@ -172,11 +181,7 @@ static void set_connected(bool on)
  * roll back, every cycle; it is held back until the session is back. */
 START_TEST(bootstraps_of_a_cluster_without_a_session_are_held_back_until_it_returns)
 {
-    for (int i = 0; i < 4; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "i-%02d", i);
-        add_machine(id, BF_STATE_IDLE, 0);
-    }
+    add_idle_machines(4, NULL);
     publish_rollup(3, 1);
     set_connected(false);
     struct bf_cycle *c = new_cycle(false);
@@ -289,11 +294,7 @@ END_TEST
 
 START_TEST(kill_switch_suppresses_every_action_without_in_flight_marks)
 {
-    for (int i = 0; i < 3; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "i-%02d", i);
-        add_machine(id, BF_STATE_IDLE, 0);
-    }
+    add_idle_machines(3, NULL);
     publish_rollup(2, 1);
     struct bf_cycle *c = new_cycle(true);
     struct bf_cycle_report rep;
@@ -357,11 +358,7 @@ static void publish_groups(uint64_t gen, int n, uint32_t *prof)
  * must still name the current bytes. */
 START_TEST(ledger_refs_stay_exact_while_groups_are_replaced)
 {
-    for (int i = 0; i < 8; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "i-%02d", i);
-        add_machine(id, BF_STATE_IDLE, 0);
-    }
+    add_idle_machines(8, NULL);
     struct bf_cycle *c = new_cycle(false);
     struct bf_cycle_report rep;
     const int n = 5;
@@ -398,11 +395,7 @@ END_TEST
 
 START_TEST(max_actions_defers_the_tail_and_asks_for_another_cycle)
 {
-    for (int i = 0; i < 4; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "i-%02d", i);
-        add_machine(id, BF_STATE_IDLE, 0);
-    }
+    add_idle_machines(4, NULL);
     publish_rollup(4, 1);
     struct bf_cycle_opts o = {.reclaim_cap_fraction = 0.05, .max_actions = 2};
     struct bf_cycle *c;
@@ -424,11 +417,7 @@ END_TEST
 START_TEST(a_full_actions_ring_drops_the_rest_and_undoes_their_marks)
 {
     uint32_t slots[4];
-    for (int i = 0; i < 4; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "i-%02d", i);
-        slots[i] = add_machine(id, BF_STATE_IDLE, 0);
-    }
+    add_idle_machines(4, slots);
     publish_rollup(3, 1);
     /* fill the ring but one slot */
     struct bf_action_msg filler;
