@@ -83,8 +83,8 @@ static void add_idle_machines(int n, uint32_t *slots)
     }
 }
 
-/* publish a rollup of `units` GPU units (0 = an empty rollup) */
-static void publish_rollup(int units, uint64_t gen)
+/* the test cluster's row: in use, connected, first rollup received, at generation gen */
+static struct bf_cluster_rec live_cluster(uint64_t gen)
 {
     struct bf_cluster_rec c;
     memset(&c, 0, sizeof c);
@@ -93,6 +93,13 @@ static void publish_rollup(int units, uint64_t gen)
     c.first_rollup = 1;
     c.connected = 1;
     c.generation = gen;
+    return c;
+}
+
+/* publish a rollup of `units` GPU units (0 = an empty rollup) */
+static void publish_rollup(int units, uint64_t gen)
+{
+    struct bf_cluster_rec c = live_cluster(gen);
     if (units > 0) {
         struct bf_need_row row;
         memset(&row, 0, sizeof row);
@@ -338,13 +345,7 @@ static void publish_groups(uint64_t gen, int n, uint32_t *prof)
         row.arrival_ns = k;
         memcpy(&g_s.rows[off + (uint32_t)k], &row, sizeof row);
     }
-    struct bf_cluster_rec c;
-    memset(&c, 0, sizeof c);
-    c.name_ref = g_cluster;
-    c.in_use = 1;
-    c.first_rollup = 1;
-    c.connected = 1;
-    c.generation = gen;
+    struct bf_cluster_rec c = live_cluster(gen);
     c.rows_off = off;
     c.rows_count = (uint32_t)n;
     bf_cluster_write(&g_s, 0, &c);
