@@ -537,14 +537,21 @@ START_TEST(bytes_ring_wraps_variable_records_and_refuses_oversize)
 }
 END_TEST
 
-START_TEST(cluster_latch_readers_never_stall_on_a_dead_writer)
+/* cluster-a's row: in use, generation 5, 3 need rows */
+static struct bf_cluster_rec cluster_a_row(void)
 {
-    struct bf_cluster_rec r, got;
+    struct bf_cluster_rec r;
     memset(&r, 0, sizeof r);
     r.name_ref = intern("cluster-a");
     r.in_use = 1;
     r.generation = 5;
     r.rows_count = 3;
+    return r;
+}
+
+START_TEST(cluster_latch_readers_never_stall_on_a_dead_writer)
+{
+    struct bf_cluster_rec r = cluster_a_row(), got;
     bf_cluster_write(&g_s, 0, &r);
     atomic_store(&g_s.needs->n_clusters, 1);
     ck_assert_int_eq(bf_cluster_find(&g_s, r.name_ref), 0);
@@ -620,12 +627,7 @@ static void assert_cluster_copies_equal(uint32_t idx)
 
 START_TEST(cluster_row_left_mid_write_is_repaired_from_the_copy_readers_used)
 {
-    struct bf_cluster_rec r, got;
-    memset(&r, 0, sizeof r);
-    r.name_ref = intern("cluster-a");
-    r.in_use = 1;
-    r.generation = 5;
-    r.rows_count = 3;
+    struct bf_cluster_rec r = cluster_a_row(), got;
     bf_cluster_write(&g_s, 0, &r);
     bf_cluster_write(&g_s, 1, &r);
     atomic_store(&g_s.needs->n_clusters, 2);
