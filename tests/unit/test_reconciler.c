@@ -520,17 +520,6 @@ END_TEST
 
 /* ------------------------------------------------------------ over gRPC */
 
-struct donecap {
-    bool done;
-    struct bf_recon_result r;
-};
-static void on_done(void *arg, const struct bf_recon_result *r)
-{
-    struct donecap *d = arg;
-    d->done = true;
-    d->r = *r;
-}
-
 static struct bf_recon_result pass(struct pfx *f, struct bf_recon *r)
 {
     struct donecap d = {0};

@@ -158,17 +158,6 @@ static void rfx_close(struct rfx *x)
     pfx_close(&x->f);
 }
 
-struct donecap {
-    bool done;
-    struct bf_recon_result r;
-};
-static void on_done(void *arg, const struct bf_recon_result *r)
-{
-    struct donecap *d = arg;
-    d->done = true;
-    d->r = *r;
-}
-
 /* Starts the next pass (requested or not) and runs it to its end; 0 when
  * there was nothing to start (res untouched). */
 static int one_pass(struct rfx *x, bool requested, struct bf_recon_result *res)
