@@ -29,7 +29,7 @@
 #include "bigfleet/util.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"
 
-#include "bench_stats.h"
+#include "bench_common.h"
 
 #define T0   (1000 * BF_NS_PER_SEC)
 #define REPS 15
@@ -171,21 +171,11 @@ static uint64_t walk_fields(const uint8_t *p, size_t len, int depth)
     return n;
 }
 
-static const char *openb_path(int argc, char **argv)
-{
-    if (argc > 1)
-        return argv[1];
-    const char *e = getenv("BF_OPENB_CSV");
-    if (e && *e)
-        return e;
-    return "../shared/data/openb/openb_node_list_all_node.csv";
-}
-
 int main(int argc, char **argv)
 {
     struct bf_sim_config c;
     bf_sim_config_init(&c);
-    c.catalog_path = openb_path(argc, argv);
+    c.catalog_path = bench_openb_csv(argc, argv);
     c.seed_speculative = 18519; /* x 27 openb shapes = 500,013 machines */
     struct bf_sim *s;
     char err[256];

@@ -29,7 +29,7 @@
 #include "bigfleet/util.h"
 #include "simprovider/sim_internal.h"
 
-#include "bench_stats.h"
+#include "bench_common.h"
 
 #define T0   (1000 * BF_NS_PER_SEC)
 #define REPS 5
@@ -243,19 +243,9 @@ static double cycle_rate(struct bf_sim *s, size_t machines, int64_t now)
     return (double)rpcs / t;
 }
 
-static const char *openb_path(int argc, char **argv)
-{
-    if (argc > 1)
-        return argv[1];
-    const char *e = getenv("BF_OPENB_CSV");
-    if (e && *e)
-        return e;
-    return "../shared/data/openb/openb_node_list_all_node.csv";
-}
-
 int main(int argc, char **argv)
 {
-    const char *csv = openb_path(argc, argv);
+    const char *csv = bench_openb_csv(argc, argv);
     struct bf_sim_config c;
     bf_sim_config_init(&c);
     c.catalog_path = csv;

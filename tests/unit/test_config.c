@@ -17,20 +17,29 @@
 #include "bigfleet/util.h"
 #include "check_run.h"
 
-static int parse(struct bf_config *c, char *err, size_t n, int argc, ...)
+/* bf_config_load of "bigfleet-shardd" and the argc - 1 arguments in ap. */
+static int vload(struct bf_config *c, char *err, size_t n, char **env, FILE *out, int argc,
+                 va_list ap)
 {
     char *argv[32];
-    va_list ap;
-    va_start(ap, argc);
     argv[0] = "bigfleet-shardd";
     for (int i = 1; i < argc; i++)
         argv[i] = va_arg(ap, char *);
-    va_end(ap);
     argv[argc] = NULL;
+    return bf_config_load(c, argc, argv, env, out, err, n);
+}
+
+/* Flags only: an empty environment (the test runner's BIGFLEET_SHARDD_* must
+ * not leak in), --help output discarded. */
+static int parse(struct bf_config *c, char *err, size_t n, int argc, ...)
+{
+    va_list ap;
+    va_start(ap, argc);
     FILE *devnull = fopen("/dev/null", "w");
-    char *env[] = {NULL}; /* the test runner's BIGFLEET_SHARDD_* must not leak in */
-    int rc = bf_config_load(c, argc, argv, env, devnull, err, n);
+    char *env[] = {NULL};
+    int rc = vload(c, err, n, env, devnull, argc, ap);
     fclose(devnull);
+    va_end(ap);
     return rc;
 }
 
@@ -238,15 +247,11 @@ static char *write_file(const char *text)
 
 static int load(struct bf_config *c, char *err, size_t n, char **env, int argc, ...)
 {
-    char *argv[32];
     va_list ap;
     va_start(ap, argc);
-    argv[0] = "bigfleet-shardd";
-    for (int i = 1; i < argc; i++)
-        argv[i] = va_arg(ap, char *);
+    int rc = vload(c, err, n, env, NULL, argc, ap);
     va_end(ap);
-    argv[argc] = NULL;
-    return bf_config_load(c, argc, argv, env, NULL, err, n);
+    return rc;
 }
 
 START_TEST(file_then_env_then_flags_in_increasing_precedence)
