@@ -102,14 +102,15 @@ START_TEST(string_table_dedups_and_keeps_embedded_nul)
 }
 END_TEST
 
-START_TEST(string_lock_held_by_a_dead_process_is_stolen)
+/* A child attaches, takes the string-table lock and dies holding it (SIGKILL);
+ * asserts the lock still names it, returns its pid. */
+static pid_t die_holding_the_string_lock(void)
 {
     pid_t pid = fork();
     if (pid == 0) {
         struct bf_shm c;
         if (bf_shm_attach(&c, g_id, false, NULL, 0) != 0)
             _exit(3);
-        /* take the lock and die holding it */
         uint32_t zero = 0;
         atomic_compare_exchange_strong(&c.inv->strtab.lock_owner, &zero, (uint32_t)getpid());
         raise(SIGKILL);
@@ -118,6 +119,12 @@ START_TEST(string_lock_held_by_a_dead_process_is_stolen)
     waitpid(pid, &st, 0);
     ck_assert(WIFSIGNALED(st));
     ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.lock_owner), (uint32_t)pid);
+    return pid;
+}
+
+START_TEST(string_lock_held_by_a_dead_process_is_stolen)
+{
+    die_holding_the_string_lock();
     uint32_t r;
     ck_assert_int_eq(bf_str_intern_cstr(&g_s, "after-steal", &r), 0);
     ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.lock_steals), 1);
@@ -127,19 +134,7 @@ END_TEST
 
 START_TEST(repair_releases_the_string_lock_a_dead_process_held_and_reports_it)
 {
-    pid_t pid = fork();
-    if (pid == 0) {
-        struct bf_shm c;
-        if (bf_shm_attach(&c, g_id, false, NULL, 0) != 0)
-            _exit(3);
-        uint32_t zero = 0;
-        atomic_compare_exchange_strong(&c.inv->strtab.lock_owner, &zero, (uint32_t)getpid());
-        raise(SIGKILL);
-    }
-    int st;
-    waitpid(pid, &st, 0);
-    ck_assert(WIFSIGNALED(st));
-    ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.lock_owner), (uint32_t)pid);
+    pid_t pid = die_holding_the_string_lock();
     struct bf_repair_report rep;
     /* another dead pid's repair leaves a lock it does not hold alone */
     bf_shm_repair_dead_writer(&g_s, (uint32_t)pid + 1, BF_ROLE_EXECUTOR, &rep);
