@@ -1492,25 +1492,49 @@ static struct dur_ms dur_summary(int64_t *dur, int cycles)
                            (double)dur[i99 < 0 ? 0 : i99] / 1e6, (double)dur[cycles - 1] / 1e6};
 }
 
-static int mode_cycle_proxy(int argc, char **argv)
+/* The load modes' arguments: ID [MACHINES] [CYCLES] [PERIOD_MS] [TRACE]. */
+struct load_args {
+    const char *id;
+    uint32_t n;
+    int cycles, period_ms;
+};
+
+/* Reads the arguments and creates fresh segments `id` sized for n machines.
+ * 0, or the exit code: 2 (usage), 1 (the segments could not be created). */
+static int load_mode_open(const char *mode, int argc, char **argv, struct load_args *a,
+                          struct bf_shm *s)
 {
     if (argc < 3) {
-        fprintf(stderr,
-                "usage: test_inspect cycle-proxy ID [MACHINES] [CYCLES] [PERIOD_MS] [TRACE]\n");
+        fprintf(stderr, "usage: test_inspect %s ID [MACHINES] [CYCLES] [PERIOD_MS] [TRACE]\n",
+                mode);
         return 2;
     }
-    const char *id = argv[2];
-    uint32_t n = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 10) : 500000;
-    int cycles = argc > 4 ? atoi(argv[4]) : 300;
-    int period_ms = argc > 5 ? atoi(argv[5]) : 100;
-    struct bf_shm s;
+    a->id = argv[2];
+    a->n = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 10) : 500000;
+    a->cycles = argc > 4 ? atoi(argv[4]) : 300;
+    a->period_ms = argc > 5 ? atoi(argv[5]) : 100;
     char err[256];
-    bf_shm_unlink(id);
-    struct bf_shm_caps caps = {.max_machines = n + 1024, .max_needs = 65536, .max_clusters = 4096};
-    if (bf_shm_create(&s, id, &caps, 1, 0, err, sizeof err) != 0) {
+    bf_shm_unlink(a->id);
+    struct bf_shm_caps caps = {
+        .max_machines = a->n + 1024, .max_needs = 65536, .max_clusters = 4096};
+    if (bf_shm_create(s, a->id, &caps, 1, 0, err, sizeof err) != 0) {
         fprintf(stderr, "create: %s\n", err);
         return 1;
     }
+    return 0;
+}
+
+static int mode_cycle_proxy(int argc, char **argv)
+{
+    struct load_args la;
+    struct bf_shm s;
+    int rc = load_mode_open("cycle-proxy", argc, argv, &la, &s);
+    if (rc)
+        return rc;
+    const char *id = la.id;
+    uint32_t n = la.n;
+    int cycles = la.cycles, period_ms = la.period_ms;
+    char err[256];
     struct fx_expect *e = calloc(1, sizeof *e);
     int64_t t0 = bf_mono_ns();
     fx_fill(&s, n, e, FX_F_FAKE_CYCLE | FX_F_PROCS);
@@ -1739,24 +1763,15 @@ static int real_writer(const char *id, uint32_t n)
 
 static int mode_cycle_real(int argc, char **argv)
 {
-    if (argc < 3) {
-        fprintf(stderr,
-                "usage: test_inspect cycle-real ID [MACHINES] [CYCLES] [PERIOD_MS] [TRACE]\n");
-        return 2;
-    }
-    const char *id = argv[2];
-    uint32_t n = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 10) : 500000;
-    int cycles = argc > 4 ? atoi(argv[4]) : 300;
-    int period_ms = argc > 5 ? atoi(argv[5]) : 100;
-    FILE *trace = argc > 6 ? fopen(argv[6], "w") : NULL;
+    struct load_args la;
     struct bf_shm s;
-    char err[256];
-    bf_shm_unlink(id);
-    struct bf_shm_caps caps = {.max_machines = n + 1024, .max_needs = 65536, .max_clusters = 4096};
-    if (bf_shm_create(&s, id, &caps, 1, 0, err, sizeof err) != 0) {
-        fprintf(stderr, "create: %s\n", err);
-        return 1;
-    }
+    int rc = load_mode_open("cycle-real", argc, argv, &la, &s);
+    if (rc)
+        return rc;
+    const char *id = la.id;
+    uint32_t n = la.n;
+    int cycles = la.cycles, period_ms = la.period_ms;
+    FILE *trace = argc > 6 ? fopen(argv[6], "w") : NULL;
     bf_shm_set_role(&s, BF_ROLE_CYCLE);
     struct fx_expect *e = calloc(1, sizeof *e);
     int64_t t0 = bf_mono_ns();
