@@ -1559,6 +1559,34 @@ static void check_cycle(struct bf_engine *e2, const struct world *w,
     }
 }
 
+/* The measured cycles' decisions: every cycle's actions folded by content
+ * into one digest, and the pre-pass counters summed. */
+struct decided {
+    uint64_t digest;
+    double kept, reranked, derived;
+};
+
+static void fold_decisions(struct decided *d, struct result *res, const struct bf_engine_result *r)
+{
+    uint64_t cd = FNV0;
+    for (size_t i = 0; i < r->n_actions; i++)
+        cd = action_digest(cd, &r->actions[i]);
+    d->digest = fnv_bytes(d->digest, &cd, sizeof cd);
+    res->n_acts += r->n_actions;
+    d->kept += r->prepass.kept;
+    d->reranked += r->prepass.reranked;
+    d->derived += r->prepass.derived;
+}
+
+/* The digest, and the pre-pass counters per cycle over N measured cycles. */
+static void report_decisions(struct result *res, const struct decided *d, uint32_t N)
+{
+    res->digest = d->digest;
+    res->pp_kept = N ? d->kept / N : 0;
+    res->pp_reranked = N ? d->reranked / N : 0;
+    res->pp_derived = N ? d->derived / N : 0;
+}
+
 /* The per-cycle series both measured paths (engine alone, shm mirror) keep. */
 struct steady {
     const struct series *cyc, *eng, *upd, *pn, *p1, *p2, *p3, *po, *acts, *binds, *chg, *uns, *sf;
@@ -1665,8 +1693,7 @@ static int run(struct world *w, const struct opts *o, struct result *res)
     struct series cyc = {0}, eng = {0}, upd = {0}, pn = {0}, p1 = {0}, p2 = {0}, p3 = {0}, po = {0},
                   acts = {0}, binds = {0}, chg = {0}, uns = {0}, sf = {0}, cpu = {0};
     uint32_t N = o->cycles;
-    uint64_t digest = FNV0;
-    double ppk = 0, ppr = 0, ppd = 0;
+    struct decided dec = {.digest = FNV0};
     for (uint32_t k = 0; k < N; k++) {
         w->churn(w, k);
         if (e2) { /* the same changes into the --check engine, outside the timed part */
@@ -1680,14 +1707,7 @@ static int run(struct world *w, const struct opts *o, struct result *res)
         if (bf_engine_cycle(e, w->now_ns, &r))
             return -1;
         int64_t c = now_mono();
-        uint64_t cd = FNV0;
-        for (size_t i = 0; i < r.n_actions; i++)
-            cd = action_digest(cd, &r.actions[i]);
-        digest = fnv_bytes(digest, &cd, sizeof cd);
-        res->n_acts += r.n_actions;
-        ppk += r.prepass.kept;
-        ppr += r.prepass.reranked;
-        ppd += r.prepass.derived;
+        fold_decisions(&dec, res, &r);
         if (e2)
             check_cycle(e2, w, &r, res, "measured", k);
         push(&cpu, (double)(now_cpu() - ca) / 1e6);
@@ -1722,10 +1742,7 @@ static int run(struct world *w, const struct opts *o, struct result *res)
         execute(w, &r);
         w->now_ns += 1000000000LL;
     }
-    res->digest = digest;
-    res->pp_kept = N ? ppk / N : 0;
-    res->pp_reranked = N ? ppr / N : 0;
-    res->pp_derived = N ? ppd / N : 0;
+    report_decisions(res, &dec, N);
     bf_engine_free(e2);
     steady_figures(res, N,
                    &(struct steady){&cyc, &eng, &upd, &pn, &p1, &p2, &p3, &po, &acts, &binds, &chg,
@@ -2231,8 +2248,7 @@ static int run_shm(struct world *w, const struct opts *o, struct result *res)
                   pe = {0}, pp = {0}, acts = {0}, binds = {0}, chg = {0}, uns = {0}, sf = {0},
                   enq = {0}, ded = {0}, drp = {0}, cap = {0}, crr = {0}, cpu = {0}, ovh = {0};
     uint32_t N = o->cycles;
-    uint64_t digest = FNV0;
-    double ppk = 0, ppr = 0, ppd = 0;
+    struct decided dec = {.digest = FNV0};
     for (uint32_t k = 0; k < N; k++) {
         w->churn(w, k);
         shm_publish(w, &x);
@@ -2242,14 +2258,7 @@ static int run_shm(struct world *w, const struct opts *o, struct result *res)
             die("bf_cycle_run_once", -ENOMEM);
         push(&cpu, (double)(now_cpu() - ca) / 1e6);
         const struct bf_engine_result *r = bf_cycle_last_result(cy);
-        uint64_t cd = FNV0; /* the engine's decisions, before the rails */
-        for (size_t i = 0; i < r->n_actions; i++)
-            cd = action_digest(cd, &r->actions[i]);
-        digest = fnv_bytes(digest, &cd, sizeof cd);
-        res->n_acts += r->n_actions;
-        ppk += r->prepass.kept;
-        ppr += r->prepass.reranked;
-        ppd += r->prepass.derived;
+        fold_decisions(&dec, res, r); /* the engine's decisions, before the rails */
         double tot = (double)rep.total_ns / 1e6;
         double emit = (double)rep.phase_ns[BF_PHASE_EMIT] / 1e6;
         double obs = (double)r->t.verdict_ns / 1e6;
@@ -2289,10 +2298,7 @@ static int run_shm(struct world *w, const struct opts *o, struct result *res)
         shm_execute(w, &x, w->exec_cap);
         w->now_ns += 1000000000LL;
     }
-    res->digest = digest;
-    res->pp_kept = N ? ppk / N : 0;
-    res->pp_reranked = N ? ppr / N : 0;
-    res->pp_derived = N ? ppd / N : 0;
+    report_decisions(res, &dec, N);
     steady_figures(res, N,
                    &(struct steady){&cyc, &eng, &upd, &pn, &p1, &p2, &p3, &po, &acts, &binds, &chg,
                                     &uns, &sf});
