@@ -1089,23 +1089,18 @@ END_TEST
 START_TEST(tls_without_client_certificates_has_no_identity)
 {
     make_pki();
-    struct bf_net_loop *l = new_loop();
     struct bf_net_tls_config st = {path_of("server.crt"), path_of("server.key"), NULL};
-    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", &st, 0);
     struct bf_net_tls_config ct = {NULL, NULL, path_of("ca.crt")};
-    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), &ct, NULL);
+    struct rig g = rig_up(&st, &ct, 0);
     struct sres r = {0};
-    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Stream", 0, &SCBS, &r);
+    struct bf_net_stream *s = bf_net_client_call(g.cl, "/t.Test/Stream", 0, &SCBS, &r);
     bf_net_stream_send(s, "3000", 4);
     bf_net_stream_close_send(s);
-    run_until(l, sres_done, &r, 5 * BF_NS_PER_SEC);
+    run_until(g.l, sres_done, &r, 5 * BF_NS_PER_SEC);
     ck_assert_int_eq(r.code, BF_NET_OK);
     ck_assert_int_eq(r.msgs, 3000);
     ck_assert_str_eq(S.identity, "(none)");
-    bf_net_client_free(cl);
-    bf_net_server_free(srv);
-    settle(l);
-    bf_net_loop_free(l);
+    rig_down(&g);
     drop_pki();
 }
 END_TEST
@@ -1116,43 +1111,38 @@ END_TEST
 START_TEST(idle_mtls_stream_keeps_working_after_its_memory_is_given_back)
 {
     make_pki();
-    struct bf_net_loop *l = new_loop();
     struct bf_net_tls_config st = {path_of("server.crt"), path_of("server.key"), path_of("ca.crt")};
-    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", &st, 0);
     struct bf_net_tls_config good = {path_of("cluster.crt"), path_of("cluster.key"),
                                      path_of("ca.crt")};
-    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), &good, NULL);
+    struct rig g = rig_up(&st, &good, 0);
     struct sres r = {0};
-    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Bidi", 0, &SCBS, &r);
+    struct bf_net_stream *s = bf_net_client_call(g.cl, "/t.Test/Bidi", 0, &SCBS, &r);
     bf_net_stream_send(s, "first", 5);
     int64_t until = bf_mono_ns() + 5 * BF_NS_PER_SEC;
     while (r.msgs < 1 && bf_mono_ns() < until)
-        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+        bf_net_loop_run_once(g.l, 10 * BF_NS_PER_MS);
     ck_assert_int_eq(r.msgs, 1);
     ck_assert_uint_gt(bf_net_tls_heap_bytes(), 0); /* wolfSSL allocates through our counter */
     struct bf_net_stats ss;
-    bf_net_server_stats(srv, &ss);
+    bf_net_server_stats(g.srv, &ss);
     ck_assert_uint_eq(ss.idle_buffer_releases, 0);
     /* quiet past the release (1 s) */
     until = bf_mono_ns() + 1500 * BF_NS_PER_MS;
     while (bf_mono_ns() < until)
-        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
-    bf_net_server_stats(srv, &ss);
+        bf_net_loop_run_once(g.l, 10 * BF_NS_PER_MS);
+    bf_net_server_stats(g.srv, &ss);
     ck_assert_uint_eq(ss.idle_buffer_releases, 1);
     bf_net_stream_send(s, "second, after the release", 25);
     until = bf_mono_ns() + 5 * BF_NS_PER_SEC;
     while (r.msgs < 2 && bf_mono_ns() < until)
-        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+        bf_net_loop_run_once(g.l, 10 * BF_NS_PER_MS);
     ck_assert_int_eq(r.msgs, 2);
     ck_assert_str_eq(r.last, "second, after the release");
     bf_net_stream_close_send(s);
-    run_until(l, sres_done, &r, 5 * BF_NS_PER_SEC);
+    run_until(g.l, sres_done, &r, 5 * BF_NS_PER_SEC);
     ck_assert_int_eq(r.code, BF_NET_OK);
     ck_assert_str_eq(S.identity, "bigfleet://cluster/c1");
-    bf_net_client_free(cl);
-    bf_net_server_free(srv);
-    settle(l);
-    bf_net_loop_free(l);
+    rig_down(&g);
     drop_pki();
 }
 END_TEST
