@@ -1559,6 +1559,22 @@ static void check_cycle(struct bf_engine *e2, const struct world *w,
     }
 }
 
+/* The warm-up (initial drain) figures both paths report: cycle p50/max,
+ * cycles taken, binds per cycle (min, median) and the warm-up's wall time
+ * since tw; frees both series. */
+static void drain_figures(struct result *res, struct series *cyc, struct series *binds,
+                          uint32_t warm, int64_t tw)
+{
+    res->drain_c50 = pct(cyc, 50);
+    res->drain_cmax = pct(cyc, 100);
+    free(cyc->v);
+    res->drain_cycles = warm + 1;
+    res->binds_min_drain = binds->n > 1 ? minv(binds) : (binds->n ? binds->v[0] : 0);
+    res->binds_med_drain = pct(binds, 50);
+    free(binds->v);
+    res->warm_s = (double)(now_mono() - tw) / 1e9;
+}
+
 /* The measured cycles' decisions: every cycle's actions folded by content
  * into one digest, and the pre-pass counters summed. */
 struct decided {
@@ -1680,15 +1696,7 @@ static int run(struct world *w, const struct opts *o, struct result *res)
         if (quiet && warm >= 2)
             break;
     }
-    res->drain_c50 = pct(&drain_cyc, 50);
-    res->drain_cmax = pct(&drain_cyc, 100);
-    free(drain_cyc.v);
-    res->drain_cycles = warm + 1;
-    res->binds_min_drain =
-        drain_binds.n > 1 ? minv(&drain_binds) : (drain_binds.n ? drain_binds.v[0] : 0);
-    res->binds_med_drain = pct(&drain_binds, 50);
-    free(drain_binds.v);
-    res->warm_s = (double)(now_mono() - tw) / 1e9;
+    drain_figures(res, &drain_cyc, &drain_binds, warm, tw);
     /* measured steady state with churn */
     struct series cyc = {0}, eng = {0}, upd = {0}, pn = {0}, p1 = {0}, p2 = {0}, p3 = {0}, po = {0},
                   acts = {0}, binds = {0}, chg = {0}, uns = {0}, sf = {0}, cpu = {0};
@@ -2232,17 +2240,9 @@ static int run_shm(struct world *w, const struct opts *o, struct result *res)
         if (quiet && warm >= 2 && bf_ring_depth(&x.s, BF_RING_ACTIONS) == 0)
             break;
     }
-    res->drain_c50 = pct(&drain_cyc, 50);
-    res->drain_cmax = pct(&drain_cyc, 100);
     res->drain_exec_max = pct(&drain_exec, 100);
-    free(drain_cyc.v);
     free(drain_exec.v);
-    res->drain_cycles = warm + 1;
-    res->binds_min_drain =
-        drain_binds.n > 1 ? minv(&drain_binds) : (drain_binds.n ? drain_binds.v[0] : 0);
-    res->binds_med_drain = pct(&drain_binds, 50);
-    free(drain_binds.v);
-    res->warm_s = (double)(now_mono() - tw) / 1e9;
+    drain_figures(res, &drain_cyc, &drain_binds, warm, tw);
     /* measured steady state with churn */
     struct series cyc = {0}, eng = {0}, upd = {0}, pn = {0}, p1 = {0}, p2 = {0}, p3 = {0}, po = {0},
                   pe = {0}, pp = {0}, acts = {0}, binds = {0}, chg = {0}, uns = {0}, sf = {0},
