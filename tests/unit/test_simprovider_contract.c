@@ -562,10 +562,7 @@ END_TEST
 
 START_TEST(b302_marks_are_isolated_per_shard_and_per_machine)
 {
-    struct bf_sim_config c;
-    simt_cfg(&c);
-    c.seed_idle = 2;
-    struct bf_sim *s = simt_open(&c);
+    struct bf_sim *s = simt_open_idle(2);
     char x[128], y[128];
     simt_pick(s, BF_STATE_IDLE, 0, x, sizeof x, T0);
     simt_pick(s, BF_STATE_IDLE, 1, y, sizeof y, T0);
@@ -646,10 +643,7 @@ END_TEST
 
 START_TEST(b305_fence_runs_before_the_idempotency_short_circuit)
 {
-    struct bf_sim_config c;
-    simt_cfg(&c);
-    c.seed_idle = 1;
-    struct bf_sim *s = simt_open(&c);
+    struct bf_sim *s = simt_open_idle(1);
     char x[128];
     simt_pick(s, BF_STATE_IDLE, 0, x, sizeof x, T0);
     struct simt_ack a = simt_configure(s, x, "c", NULL, "sh", 1, 10, T0);
@@ -672,10 +666,7 @@ END_TEST
 
 START_TEST(b306_all_zero_token_bypasses_and_leaves_marks_alone)
 {
-    struct bf_sim_config c;
-    simt_cfg(&c);
-    c.seed_idle = 1;
-    struct bf_sim *s = simt_open(&c);
+    struct bf_sim *s = simt_open_idle(1);
     char x[128];
     simt_pick(s, BF_STATE_IDLE, 0, x, sizeof x, T0);
     struct simt_ack a = simt_configure(s, x, "c", NULL, "sh", 7, 7, T0);
@@ -743,10 +734,7 @@ END_TEST
  * (shard, machine)"; FAILED_PRECONDITION never appears otherwise. */
 START_TEST(b310_randomized_tokens_match_the_lexicographic_oracle)
 {
-    struct bf_sim_config c;
-    simt_cfg(&c);
-    c.seed_idle = 1;
-    struct bf_sim *s = simt_open(&c);
+    struct bf_sim *s = simt_open_idle(1);
     enum { NS = 3, NM = 4 };
     char ids[NM][128];
     for (int m = 0; m < NM - 1; m++)
@@ -1115,10 +1103,7 @@ END_TEST
 
 START_TEST(duplicate_metadata_keys_resolve_last_wins)
 {
-    struct bf_sim_config c;
-    simt_cfg(&c);
-    c.seed_idle = 1;
-    struct bf_sim *s = simt_open(&c);
+    struct bf_sim *s = simt_open_idle(1);
     char x[128];
     simt_pick(s, BF_STATE_IDLE, 0, x, sizeof x, T0);
     struct simt_kv md[3] = {{(const uint8_t *)"k", 1, (const uint8_t *)"first", 5},
