@@ -587,6 +587,18 @@ static uint32_t cluster_index(struct world *w, const char *name)
     return 0;
 }
 
+/* What executing a Reclaim or Preempt does to world slot s: Idle since now_s
+ * (seconds), no cluster, no assignment. */
+static void world_release(struct world *w, uint32_t s, int64_t now_s)
+{
+    w->state[s] = BF_STATE_IDLE;
+    w->cl[s] = 0;
+    w->prio[s] = 0;
+    w->ipb[s] = w->rpb[s] = 0;
+    w->fp[s] = w->group[s] = 0;
+    w->since[s] = now_s;
+}
+
 static uint32_t execute(struct world *w, const struct bf_engine_result *r)
 {
     size_t n = r->n_actions;
@@ -616,12 +628,7 @@ static uint32_t execute(struct world *w, const struct bf_engine_result *r)
             break;
         case BF_ACTION_RECLAIM:
         case BF_ACTION_PREEMPT:
-            w->state[s] = BF_STATE_IDLE;
-            w->cl[s] = 0;
-            w->prio[s] = 0;
-            w->ipb[s] = w->rpb[s] = 0;
-            w->fp[s] = w->group[s] = 0;
-            w->since[s] = now_s;
+            world_release(w, s, now_s);
             break;
         case BF_ACTION_DELETE:
             w->state[s] = BF_STATE_SPECULATIVE;
@@ -2063,12 +2070,7 @@ static uint32_t shm_execute(struct world *w, struct shmw *x, uint32_t cap)
             r.ipb = r.rpb = 0;
             r.fingerprint = r.group = 0;
             r.idle_since = bf_rec_idle_since_encode(&x->s, now_s + x->delta_s);
-            w->state[s] = BF_STATE_IDLE;
-            w->cl[s] = 0;
-            w->prio[s] = 0;
-            w->ipb[s] = w->rpb[s] = 0;
-            w->fp[s] = w->group[s] = 0;
-            w->since[s] = now_s;
+            world_release(w, s, now_s);
             break;
         case BF_ACTION_DELETE:
             r.state = BF_STATE_SPECULATIVE;
