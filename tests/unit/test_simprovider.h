@@ -300,6 +300,14 @@ static SIMT_UNUSED int simt_pick(struct bf_sim *s, int state, int skip, char *ou
     return found;
 }
 
+/* A simulator with one Idle machine, whose id (picked at now) goes to id[0..n). */
+static SIMT_UNUSED struct bf_sim *simt_open_one_idle(char *id, size_t n, int64_t now)
+{
+    struct bf_sim *s = simt_open_idle(1);
+    simt_pick(s, BF_STATE_IDLE, 0, id, n, now);
+    return s;
+}
+
 /* ------------------------------------------------------------ hand-made wire */
 
 struct simt_buf {
@@ -382,6 +390,20 @@ static SIMT_UNUSED int simt_rd_varint(const uint8_t **p, const uint8_t *e, uint6
         }
     }
     return -1;
+}
+
+/* ConfigureMachine(id, cluster, metadata md[0..n), a bootstrap blob of
+ * blob_bytes) sent as raw bytes (simt_configure_raw) at now: the reply. */
+static SIMT_UNUSED struct bf_sim_reply simt_configure_md(struct bf_sim *s, const char *id,
+                                                         const char *cluster,
+                                                         const struct simt_kv *md, size_t n,
+                                                         size_t blob_bytes, int64_t now)
+{
+    struct simt_buf b = simt_configure_raw(id, cluster, md, n, blob_bytes);
+    struct bf_sim_reply r = {0};
+    bf_sim_handle(s, BF_SIM_RPC_CONFIGURE, b.p, b.len, now, &r);
+    free(b.p);
+    return r;
 }
 
 /* One length-delimited field's bytes inside a message. */

@@ -317,9 +317,8 @@ END_TEST
 
 START_TEST(delta_lists_each_machine_once_in_its_current_state_and_the_log_stays_bounded)
 {
-    struct bf_sim *s = simt_open_idle(1);
     char x[128];
-    simt_pick(s, BF_STATE_IDLE, 0, x, sizeof x, T0);
+    struct bf_sim *s = simt_open_one_idle(x, sizeof x, T0);
     PbList *l = simt_list_all(s, T0);
     char base[32];
     simt_rev(l, base, sizeof base);
