@@ -686,12 +686,18 @@ static void churn_agg(struct world *w, uint64_t cyc)
     churn_crs(w, cyc, 1, 950, 1050);
 }
 
-static void build_agg(struct world *w, uint32_t N)
+/* N Idle machines over the five types, 3 zones and 10 racks (round robin). */
+static void idle_world(struct world *w, uint32_t N)
 {
     world_alloc(w, N);
     five_types(w);
     for (uint32_t i = 0; i < N; i++)
         add_machine(w, "idle", BF_STATE_IDLE, i % 5, (uint8_t)(i % 3), (uint8_t)((i / 3) % 10));
+}
+
+static void build_agg(struct world *w, uint32_t N)
+{
+    idle_world(w, N);
     char name[24];
     for (uint32_t c = 0; c < 50; c++) {
         snprintf(name, sizeof name, "kwok-%u", c);
@@ -760,10 +766,7 @@ static void churn_oneone(struct world *w, uint64_t cyc)
 
 static void build_oneone(struct world *w, uint32_t N)
 {
-    world_alloc(w, N);
-    five_types(w);
-    for (uint32_t i = 0; i < N; i++)
-        add_machine(w, "idle", BF_STATE_IDLE, i % 5, (uint8_t)(i % 3), (uint8_t)((i / 3) % 10));
+    idle_world(w, N);
     char name[24];
     uint32_t per = N / 5 / 50;
     for (uint32_t c = 0; c < 50; c++) {
