@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "bigfleet/hmap.h"
+#include "check_run.h"
 
 /* the engine's instance: u64 -> u32, fmix64 */
 BF_HMAP_DEFINE(t_u64map, uint64_t, uint32_t, bf_hash_u64, BF_HMAP_EQ)
@@ -375,9 +376,5 @@ int main(void)
     tcase_add_test(tc, ctx_map_finds_records_after_their_array_moved_and_bounds_the_load);
     tcase_add_test(tc, ctx_map_removal_keeps_every_remaining_id_reachable);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }
