@@ -16,7 +16,9 @@
  *      then one small rollup each; the session process's RSS before and
  *      after (VmRSS, /proc/<pid>/status), connect rate, rollup rate.
  *
- * Usage: bench_session [--results DIR] [--sessions N] [--seconds S]
+ * Usage: bench_session [--results DIR] [--sessions N] [--seconds S] [--ingest-only]
+ * --ingest-only: only the one-operator 1K and 50K cases (changed and
+ * unchanged) of part 1, printed and not written (for before/after runs).
  * Needs RLIMIT_NOFILE >= N + ~200 in this process and in bigfleet-shardd
  * (both raise their soft limit to the hard one; `ulimit -Hn` must allow it,
  * e.g. `ulimit -n 32768` before running, or run as a user whose hard limit
@@ -614,6 +616,7 @@ int main(int argc, char **argv)
     const char *results = "results";
     int nsess = 10000;
     double seconds = 5;
+    bool ingest_only = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--results") && i + 1 < argc)
             results = argv[++i];
@@ -621,6 +624,8 @@ int main(int argc, char **argv)
             nsess = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
             seconds = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--ingest-only"))
+            ingest_only = true;
     }
     signal(SIGPIPE, SIG_IGN);
     atexit(stop_running);
@@ -649,6 +654,17 @@ int main(int argc, char **argv)
     printf("rollup ingest (bigfleet-shardd over loopback, every row a distinct profile)\n");
     printf("%7s %4s %9s %10s %10s %9s %9s %10s %8s %10s\n", "rows", "ops", "rollups", "bytes",
            "rollups/s", "ack_p50", "ack_p99", "cold_ms", "ping_p99", "ingest_us");
+    if (ingest_only) {
+        for (int k = 0; k < 3; k += 2) {
+            bench_ingest(&sh, sizes[k], 1, seconds, false, false, &one[k]);
+            print_fig(&one[k]);
+            bench_ingest(&sh, sizes[k], 1, seconds, false, true, &same[k / 2]);
+            print_fig(&same[k / 2]);
+        }
+        shard_stop(&sh);
+        bf_net_loop_free(g_loop);
+        return g_failed ? 1 : 0;
+    }
     for (int k = 0; k < 3; k++) {
         bench_ingest(&sh, sizes[k], 1, seconds, k == 2, false, &one[k]);
         print_fig(&one[k]);
