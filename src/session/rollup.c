@@ -645,15 +645,23 @@ int bf_rollup_digest(const uint8_t *buf, size_t len, const struct bf_rollup_dige
     return 0;
 }
 
+void bf_rollup_repeat_meta(uint32_t n, int64_t timestamp_ns, const struct bf_rollup_limits *lim,
+                           struct bf_rollup *r)
+{
+    reset_result(r);
+    r->timestamp_ns = timestamp_ns;
+    r->arrival_ns = bf_rollup_arrival(timestamp_ns, lim->recv_ns, &r->timestamp_clamped);
+    r->n = n;
+    r->repeated = true;
+}
+
 int bf_rollup_repeat(const struct bf_shm *s, uint32_t rows_off, uint32_t n, const uint32_t *fp_refs,
                      int64_t timestamp_ns, const struct bf_rollup_limits *lim, struct bf_rollup *r)
 {
-    reset_result(r);
+    bf_rollup_repeat_meta(0, timestamp_ns, lim, r);
     int rc = reserve_rows(r, n ? n : 1);
     if (rc)
         return rc;
-    r->timestamp_ns = timestamp_ns;
-    r->arrival_ns = bf_rollup_arrival(timestamp_ns, lim->recv_ns, &r->timestamp_clamped);
     if (n) {
         bf_needs_copy_rows(s, rows_off, n, r->rows);
         memcpy(r->fp_refs, fp_refs, (size_t)n * sizeof *fp_refs);
