@@ -629,16 +629,21 @@ int bf_rollup_digest(const uint8_t *buf, size_t len, const struct bf_rollup_dige
     struct bf_pb_field f;
     int rc;
     d->timestamp_ns = 0;
+    /* the bytes between timestamp fields are hashed as runs: the same
+     * digest as field by field (a streaming hash of the concatenation), one
+     * update per run instead of one per Need */
+    const uint8_t *run = buf;
     bf_pb_reader_init(&rd, buf, len);
     while ((rc = bf_pb_next(&rd, &f)) == 1) {
         if (f.num == 2) {
             d->timestamp_ns = (int64_t)f.varint; /* the last one wins, as in the converter */
-            continue;
+            XXH3_128bits_update(&st, run, (size_t)(f.start - run));
+            run = f.end;
         }
-        XXH3_128bits_update(&st, f.start, (size_t)(f.end - f.start));
     }
     if (rc < 0)
         return -EBADMSG;
+    XXH3_128bits_update(&st, run, (size_t)(buf + len - run));
     XXH128_hash_t h = XXH3_128bits_digest(&st);
     d->lo = h.low64;
     d->hi = h.high64 | 1; /* never the all-zero "no digest" */
