@@ -213,32 +213,53 @@ bool bf_dim_is_reserved(const char *name)
 
 /* ------------------------------------------------------------ helpers */
 
-/* Scratch for one resource map: up to MAP_MAX entries, strings copied. */
+/* One resource map of a Need: up to MAP_MAX entries, pointing into the
+ * rollup's bytes (nothing copied). */
 #define MAP_MAX 64
+struct kv {
+    const uint8_t *k, *v;
+    uint32_t kl, vl;
+};
 struct kvbuf {
     uint32_t n;
-    char *strs;
-    size_t used, cap;
-    size_t off[MAP_MAX][2];
+    struct kv e[MAP_MAX];
 };
 
-static int kv_addstr(struct kvbuf *b, const uint8_t *p, size_t len, size_t *off)
+/* Per conversion, what operators repeat on every Need: resource names
+ * already validated and found in the registry (a registered name keeps its
+ * index), and quantities already parsed (valid, non-negative). Keys point
+ * into the rollup's bytes, alive for the conversion; a lookup compares the
+ * bytes, so a miss only costs the full path. */
+#define NAME_MEMO 16
+#define QTY_MEMO  64 /* direct-mapped */
+struct name_memo {
+    const uint8_t *p;
+    uint32_t len;
+    int dim;
+};
+struct qty_memo {
+    const uint8_t *p;
+    uint32_t len;
+    int64_t milli;
+};
+
+struct scratch {
+    uint8_t *key;
+    size_t klen, kcap;
+    struct kvbuf agg, mu;
+    uint32_t n_names;
+    struct name_memo names[NAME_MEMO];
+    struct qty_memo qty[QTY_MEMO];
+};
+
+static bool has_nul(const uint8_t *p, uint32_t len)
 {
-    if (b->used + len + 1 > b->cap) {
-        size_t ncap = b->cap ? b->cap : 1024;
-        while (ncap < b->used + len + 1)
-            ncap *= 2;
-        char *ns = realloc(b->strs, ncap);
-        if (!ns)
-            return -ENOMEM;
-        b->strs = ns;
-        b->cap = ncap;
-    }
-    memcpy(b->strs + b->used, p, len);
-    b->strs[b->used + len] = 0;
-    *off = b->used;
-    b->used += len + 1;
-    return 0;
+    if (len > 16)
+        return memchr(p, 0, len) != NULL;
+    for (uint32_t i = 0; i < len; i++)
+        if (!p[i])
+            return true;
+    return false;
 }
 
 /* Parses one map entry (key 1, value 2) into b. */
@@ -270,7 +291,7 @@ static int kv_entry(struct kvbuf *b, const uint8_t *p, size_t len, const char *m
         ERR("need %u: %s: malformed map entry", need, map);
         return -EBADMSG;
     }
-    if (memchr(k, 0, kl) || memchr(v, 0, vl)) {
+    if (has_nul(k, (uint32_t)kl) || has_nul(v, (uint32_t)vl)) {
         ERR("need %u: %s: NUL byte in a resource name or quantity", need, map);
         return -EINVAL;
     }
@@ -278,44 +299,77 @@ static int kv_entry(struct kvbuf *b, const uint8_t *p, size_t len, const char *m
         ERR("need %u: %s: more than %d entries", need, map, MAP_MAX);
         return -EINVAL;
     }
-    if (kv_addstr(b, k, kl, &b->off[b->n][0]) || kv_addstr(b, v, vl, &b->off[b->n][1]))
-        return -ENOMEM;
-    b->n++;
+    b->e[b->n++] = (struct kv){k, v, (uint32_t)kl, (uint32_t)vl};
     return 0;
+}
+
+static const struct name_memo *name_find(const struct scratch *sc, const uint8_t *p, uint32_t len)
+{
+    for (uint32_t i = 0; i < sc->n_names; i++)
+        if (sc->names[i].len == len && memcmp(sc->names[i].p, p, len) == 0)
+            return &sc->names[i];
+    return NULL;
+}
+
+static struct qty_memo *qty_slot(struct scratch *sc, const uint8_t *p, uint32_t len)
+{
+    uint32_t h = len * 0x9e3779b1u ^ (uint32_t)p[0] * 0x85ebca6bu ^ (uint32_t)p[len - 1] * 31u ^
+                 (uint32_t)p[len / 2] * 7u;
+    return &sc->qty[(h ^ h >> 11) & (QTY_MEMO - 1)];
 }
 
 /* The map as a vector over the registered dimensions; names the registry
  * lacks go to r->new_dims (their values are still validated). */
-static int kv_vec(struct bf_shm *s, struct bf_rollup *r, struct kvbuf *b, bf_vec *out,
-                  const char *map, uint32_t need, char *err, size_t errlen)
+static int kv_vec(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc, const struct kvbuf *b,
+                  bf_vec *out, const char *map, uint32_t need, char *err, size_t errlen)
 {
     bf_vec_zero(out);
     for (uint32_t i = 0; i < b->n; i++) {
-        const char *key = b->strs + b->off[i][0];
-        const char *val = b->strs + b->off[i][1];
-        size_t kl = strlen(key);
-        if (kl == 0) {
-            ERR("need %u: %s: empty resource name", need, map);
-            return -EINVAL;
-        }
-        if (kl >= BF_DIM_NAME_MAX) {
-            ERR("need %u: %s: resource name of %zu bytes (at most %d)", need, map, kl,
-                BF_DIM_NAME_MAX - 1);
-            return -EINVAL;
+        const struct kv *e = &b->e[i];
+        const struct name_memo *nm = name_find(sc, e->k, e->kl);
+        char key[BF_DIM_NAME_MAX];
+        int kl = (int)e->kl, vl = (int)e->vl;
+        if (!nm) {
+            if (kl == 0) {
+                ERR("need %u: %s: empty resource name", need, map);
+                return -EINVAL;
+            }
+            if (kl >= BF_DIM_NAME_MAX) {
+                ERR("need %u: %s: resource name of %d bytes (at most %d)", need, map, kl,
+                    BF_DIM_NAME_MAX - 1);
+                return -EINVAL;
+            }
+            memcpy(key, e->k, (size_t)kl);
+            key[kl] = 0;
         }
         int64_t milli;
-        int rc = bf_quantity_parse(val, strlen(val), &milli);
-        if (rc) {
-            ERR("need %u: %s: resource %s: invalid quantity \"%s\"", need, map, key, val);
-            return rc == -ERANGE ? -ERANGE : -EINVAL;
+        struct qty_memo *qm = vl ? qty_slot(sc, e->v, e->vl) : NULL;
+        if (qm && qm->p && qm->len == e->vl && memcmp(qm->p, e->v, e->vl) == 0) {
+            milli = qm->milli;
+        } else {
+            int rc = bf_quantity_parse((const char *)e->v, e->vl, &milli);
+            if (rc) {
+                ERR("need %u: %s: resource %.*s: invalid quantity \"%.*s\"", need, map, kl,
+                    (const char *)e->k, vl, (const char *)e->v);
+                return rc == -ERANGE ? -ERANGE : -EINVAL;
+            }
+            if (milli < 0) {
+                ERR("need %u: %s: negative quantity %.*s=%.*s", need, map, kl, (const char *)e->k,
+                    vl, (const char *)e->v);
+                return -EINVAL;
+            }
+            if (qm)
+                *qm = (struct qty_memo){e->v, e->vl, milli};
         }
-        if (milli < 0) {
-            ERR("need %u: %s: negative quantity %s=%s", need, map, key, val);
-            return -EINVAL;
+        if (nm) {
+            out->v[nm->dim] = milli; /* a duplicate key: last wins */
+            continue;
         }
         int d = bf_dim_lookup(s, key);
         if (d >= 0) {
-            out->v[d] = milli; /* a duplicate key: last wins */
+            if (sc->n_names < NAME_MEMO)
+                sc->names[sc->n_names++] = (struct name_memo){e->k, e->kl, d};
+            out->v[d] = milli;
             continue;
         }
         bool listed = false;
@@ -328,7 +382,7 @@ static int kv_vec(struct bf_shm *s, struct bf_rollup *r, struct kvbuf *b, bf_vec
                 BF_MAX_DIMS);
             return -E2BIG;
         }
-        memcpy(r->new_dims[r->n_new_dims++], key, kl + 1);
+        memcpy(r->new_dims[r->n_new_dims++], key, (size_t)kl + 1);
     }
     return 0;
 }
@@ -342,12 +396,6 @@ static uint64_t dedup_hash(uint64_t k)
 }
 
 /* ------------------------------------------------------------ conversion */
-
-struct scratch {
-    uint8_t *key;
-    size_t klen, kcap;
-    struct kvbuf agg, mu;
-};
 
 static int key_append(struct scratch *sc, const uint8_t *p, size_t len)
 {
@@ -420,8 +468,8 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
     struct bf_pb_reader rd;
     struct bf_pb_field f;
     sc->klen = 0;
-    sc->agg.n = sc->agg.used = 0;
-    sc->mu.n = sc->mu.used = 0;
+    sc->agg.n = 0;
+    sc->mu.n = 0;
     const uint8_t *group = NULL;
     size_t group_len = 0;
     bool prio_over = false;
@@ -484,9 +532,9 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
     }
     /* the vectors first: a bad quantity rejects before anything is interned */
     bf_vec agg, mu;
-    if ((rc = kv_vec(s, r, &sc->agg, &agg, "aggregate_resources", idx, err, errlen)))
+    if ((rc = kv_vec(s, r, sc, &sc->agg, &agg, "aggregate_resources", idx, err, errlen)))
         return rc;
-    if ((rc = kv_vec(s, r, &sc->mu, &mu, "min_unit", idx, err, errlen)))
+    if ((rc = kv_vec(s, r, sc, &sc->mu, &mu, "min_unit", idx, err, errlen)))
         return rc;
     if (prio_over)
         r->priorities_clamped++;
@@ -735,8 +783,6 @@ int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const ch
         idx++;
     }
     free(sc.key);
-    free(sc.agg.strs);
-    free(sc.mu.strs);
     if (rc)
         r->n = 0;
     return rc;
