@@ -262,16 +262,36 @@ static bool has_nul(const uint8_t *p, uint32_t len)
     return false;
 }
 
+static bool bytes_eq(const uint8_t *a, const uint8_t *b, uint32_t len)
+{
+    if (len > 16)
+        return memcmp(a, b, len) == 0;
+    for (uint32_t i = 0; i < len; i++)
+        if (a[i] != b[i])
+            return false;
+    return true;
+}
+
 /* Parses one map entry (key 1, value 2) into b. */
 static int kv_entry(struct kvbuf *b, const uint8_t *p, size_t len, const char *map, uint32_t need,
                     char *err, size_t errlen)
 {
+    const uint8_t *k = (const uint8_t *)"", *v = (const uint8_t *)"";
+    size_t kl = 0, vl = 0;
+    int rc = 0;
+    /* the encoding every protobuf library writes: key then value, one-byte
+     * lengths; anything else takes the general reader (the same result) */
+    if (len >= 4 && p[0] == 0x0a && p[1] < 0x80 && (size_t)p[1] + 4 <= len && p[2 + p[1]] == 0x12 &&
+        p[3 + p[1]] < 0x80 && (size_t)p[1] + p[3 + p[1]] + 4 == len) {
+        k = p + 2;
+        kl = p[1];
+        v = p + 4 + kl;
+        vl = p[3 + kl];
+        goto parsed;
+    }
     struct bf_pb_reader r;
     struct bf_pb_field f;
     bf_pb_reader_init(&r, p, len);
-    const uint8_t *k = (const uint8_t *)"", *v = (const uint8_t *)"";
-    size_t kl = 0, vl = 0;
-    int rc;
     while ((rc = bf_pb_next(&r, &f)) == 1) {
         if (f.num == 1 || f.num == 2) {
             if (f.wt != BF_PB_LEN) {
@@ -291,6 +311,7 @@ static int kv_entry(struct kvbuf *b, const uint8_t *p, size_t len, const char *m
         ERR("need %u: %s: malformed map entry", need, map);
         return -EBADMSG;
     }
+parsed:
     if (has_nul(k, (uint32_t)kl) || has_nul(v, (uint32_t)vl)) {
         ERR("need %u: %s: NUL byte in a resource name or quantity", need, map);
         return -EINVAL;
@@ -306,7 +327,7 @@ static int kv_entry(struct kvbuf *b, const uint8_t *p, size_t len, const char *m
 static const struct name_memo *name_find(const struct scratch *sc, const uint8_t *p, uint32_t len)
 {
     for (uint32_t i = 0; i < sc->n_names; i++)
-        if (sc->names[i].len == len && memcmp(sc->names[i].p, p, len) == 0)
+        if (sc->names[i].len == len && bytes_eq(sc->names[i].p, p, len))
             return &sc->names[i];
     return NULL;
 }
@@ -344,7 +365,7 @@ static int kv_vec(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc, con
         }
         int64_t milli;
         struct qty_memo *qm = vl ? qty_slot(sc, e->v, e->vl) : NULL;
-        if (qm && qm->p && qm->len == e->vl && memcmp(qm->p, e->v, e->vl) == 0) {
+        if (qm && qm->p && qm->len == e->vl && bytes_eq(qm->p, e->v, e->vl)) {
             milli = qm->milli;
         } else {
             int rc = bf_quantity_parse((const char *)e->v, e->vl, &milli);
@@ -624,13 +645,18 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
     r->dkeys[slot] = dk + 1; /* profile refs are never 0xFFFFFFFF:FFFFFFFF */
     r->dvals[slot] = r->n;
     struct bf_need_row *row = &r->rows[r->n];
-    memset(row, 0, sizeof *row);
+    /* every field written (no memset of the row first) */
+    _Static_assert(sizeof *row == 4 * sizeof(uint32_t) + sizeof(int64_t) + sizeof row->aggregate +
+                                      sizeof row->min_unit + sizeof(uint64_t),
+                   "a need row field this fill does not write");
     row->profile_ref = pref;
     row->group_ref = gref;
     row->cluster_ref = cluster_ref;
+    row->flags = 0;
     row->arrival_ns = r->arrival_ns;
     memcpy(row->aggregate, agg.v, sizeof row->aggregate);
     memcpy(row->min_unit, mu.v, sizeof row->min_unit);
+    row->reserved = 0;
     r->fp_refs[r->n] = fref;
     r->n++;
     return 0;
