@@ -89,9 +89,8 @@ struct bf_rollup {
     bool repeated;               /* filled by bf_rollup_repeat (no conversion ran) */
     uint32_t n_new_dims;         /* resource names not in the registry (values ignored) */
     char new_dims[BF_MAX_DIMS][BF_DIM_NAME_MAX];
-    /* private: dedup table (profile_ref, group_ref) -> row */
+    /* private: dedup table (profile_ref, group_ref) -> row: hash tag << 32 | row + 1 */
     uint64_t *dkeys;
-    uint32_t *dvals;
     uint32_t dmask;
     /* private: distinct groups of this rollup */
     uint32_t *gset;

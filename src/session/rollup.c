@@ -40,7 +40,6 @@
 #include <xxhash.h>
 
 #include "bigfleet/blobs.h"
-#include "bigfleet/hmap.h"
 #include "bigfleet/pbdecode.h"
 #include "bigfleet/opmsg.h"
 #include "bigfleet/rollup.h"
@@ -58,64 +57,118 @@
 #define PCACHE_MAX_BYTES   (64u << 20)
 
 /* XXH3-64 of the key bytes -> where the bytes are and what they interned
- * to (bigfleet/hmap.h keyed by the hash; the bytes are compared on a hit, so
- * two keys with one hash only evict each other: a miss, never a wrong hit) */
+ * to; the bytes are compared on a hit, so two keys with one hash only evict
+ * each other: a miss, never a wrong hit. Entries sit in insertion order in
+ * one array (operators send their Needs in the same order every rollup, so
+ * consecutive lookups read neighbouring entries and neighbouring key
+ * bytes); the open-addressed index holds only entry numbers (4 bytes a
+ * slot, load <= 1/2), so a 50K-profile cache probes a table that stays in
+ * cache instead of one 40-byte slot per probe. */
 struct pc_ent {
+    uint64_t h;
     uint64_t off; /* key bytes in store */
     uint32_t len;
     uint32_t profile_ref;
     uint32_t fp_ref;
+    uint32_t pad;
 };
-static inline uint64_t pc_hash(uint64_t h)
-{
-    return h; /* already XXH3 */
-}
-BF_HMAP_DEFINE(pc_map, uint64_t, struct pc_ent, pc_hash, BF_HMAP_EQ)
 
 struct pcache {
-    struct pc_map t;
+    uint32_t *idx; /* entry number + 1; 0 = empty */
+    uint32_t mask;
+    struct pc_ent *ents;
+    uint32_t n, cap;
     uint8_t *store;
-    size_t used, cap;
+    size_t used, scap;
 };
 
 static void pcache_clear(struct pcache *c)
 {
-    pc_map_free(&c->t);
+    free(c->idx);
+    free(c->ents);
     free(c->store);
     memset(c, 0, sizeof *c);
+}
+
+/* The index slot holding h's entry, or the empty slot where it would go. */
+static uint32_t *pcache_slot(const struct pcache *c, uint64_t h)
+{
+    uint32_t i = (uint32_t)(h >> 32) & c->mask;
+    while (c->idx[i] && c->ents[c->idx[i] - 1].h != h)
+        i = (i + 1) & c->mask;
+    return &c->idx[i];
 }
 
 static bool pcache_get(const struct pcache *c, uint64_t h, const uint8_t *k, size_t len,
                        uint32_t *pref, uint32_t *fref)
 {
-    const struct pc_ent *e = pc_map_ref(&c->t, h);
-    if (!e || e->len != len || (len && memcmp(c->store + e->off, k, len) != 0))
+    if (!c->idx)
         return false;
-    *pref = e->profile_ref;
-    *fref = e->fp_ref;
+    uint32_t e = *pcache_slot(c, h);
+    if (!e)
+        return false;
+    const struct pc_ent *x = &c->ents[e - 1];
+    if (x->len != len || (len && memcmp(c->store + x->off, k, len) != 0))
+        return false;
+    *pref = x->profile_ref;
+    *fref = x->fp_ref;
     return true;
+}
+
+static int pcache_grow(struct pcache *c)
+{
+    if (c->n + 1 > c->cap) {
+        uint32_t ncap = c->cap ? 2 * c->cap : 1024;
+        struct pc_ent *ne = realloc(c->ents, (size_t)ncap * sizeof *ne);
+        if (!ne)
+            return -ENOMEM;
+        c->ents = ne;
+        c->cap = ncap;
+    }
+    if (!c->idx || 2 * ((uint64_t)c->n + 1) > (uint64_t)c->mask + 1) {
+        uint32_t nslots = c->idx ? 2 * (c->mask + 1) : 4096;
+        uint32_t *ni = calloc(nslots, sizeof *ni);
+        if (!ni)
+            return -ENOMEM;
+        free(c->idx);
+        c->idx = ni;
+        c->mask = nslots - 1;
+        for (uint32_t e = 0; e < c->n; e++)
+            *pcache_slot(c, c->ents[e].h) = e + 1;
+    }
+    return 0;
 }
 
 static void pcache_put(struct pcache *c, uint64_t h, const uint8_t *k, size_t len, uint32_t pref,
                        uint32_t fref)
 {
-    if (c->t.n + 1 > PCACHE_MAX_ENTRIES || c->used + len > PCACHE_MAX_BYTES)
+    if (c->n + 1 > PCACHE_MAX_ENTRIES || c->used + len > PCACHE_MAX_BYTES)
         pcache_clear(c);
-    if (pc_map_reserve(&c->t, c->t.n + 1))
+    if (pcache_grow(c))
         return; /* a cache: losing an entry is harmless */
-    if (c->used + len > c->cap || !c->store) {
-        size_t ncap = c->cap ? c->cap : 65536;
+    if (c->used + len > c->scap || !c->store) {
+        size_t ncap = c->scap ? c->scap : 65536;
         while (ncap < c->used + len)
             ncap *= 2;
         uint8_t *ns = realloc(c->store, ncap);
         if (!ns)
             return;
         c->store = ns;
-        c->cap = ncap;
+        c->scap = ncap;
     }
     if (len)
         memcpy(c->store + c->used, k, len);
-    pc_map_put(&c->t, h, (struct pc_ent){c->used, (uint32_t)len, pref, fref});
+    uint32_t *slot = pcache_slot(c, h);
+    if (*slot) { /* the same hash: this key replaces the other */
+        struct pc_ent *x = &c->ents[*slot - 1];
+        x->off = c->used;
+        x->len = (uint32_t)len;
+        x->profile_ref = pref;
+        x->fp_ref = fref;
+    } else {
+        c->ents[c->n] = (struct pc_ent){h, c->used, (uint32_t)len, pref, fref, 0};
+        *slot = ++c->n;
+    }
     c->used += len;
 }
 
@@ -131,7 +184,6 @@ void bf_rollup_free(struct bf_rollup *r)
     free(r->rows);
     free(r->fp_refs);
     free(r->dkeys);
-    free(r->dvals);
     free(r->gset);
     if (r->pcache) {
         pcache_clear(r->pcache);
@@ -166,10 +218,8 @@ static int reset_dedup(struct bf_rollup *r, uint32_t n)
         want *= 2;
     if (r->dmask + 1 != want || !r->dkeys) {
         free(r->dkeys);
-        free(r->dvals);
         r->dkeys = calloc(want, sizeof *r->dkeys);
-        r->dvals = calloc(want, sizeof *r->dvals);
-        if (!r->dkeys || !r->dvals)
+        if (!r->dkeys)
             return -ENOMEM;
         r->dmask = want - 1;
     } else {
@@ -624,13 +674,20 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
             goto too_many_groups;
     }
 
-    /* merge or append */
-    uint64_t dk = (uint64_t)pref << 32 | gref;
-    uint32_t slot = (uint32_t)dedup_hash(dk) & r->dmask;
-    while (r->dkeys[slot] && r->dkeys[slot] != dk + 1)
-        slot = (slot + 1) & r->dmask;
-    if (r->dkeys[slot]) {
-        struct bf_need_row *row = &r->rows[r->dvals[slot]];
+    /* merge or append: a dedup slot holds a hash tag and the row number + 1
+     * (the row holds the key), so a probe reads one 8-byte slot */
+    uint64_t dh = dedup_hash((uint64_t)pref << 32 | gref);
+    uint32_t tag = (uint32_t)(dh >> 32) | 1u;
+    uint32_t slot = (uint32_t)dh & r->dmask, dup = UINT32_MAX;
+    for (uint64_t v; (v = r->dkeys[slot]) != 0; slot = (slot + 1) & r->dmask) {
+        const struct bf_need_row *x = &r->rows[(uint32_t)v - 1];
+        if ((uint32_t)(v >> 32) == tag && x->profile_ref == pref && x->group_ref == gref) {
+            dup = (uint32_t)v - 1;
+            break;
+        }
+    }
+    if (dup != UINT32_MAX) {
+        struct bf_need_row *row = &r->rows[dup];
         for (int d = 0; d < BF_MAX_DIMS; d++) {
             if (__builtin_add_overflow(row->aggregate[d], agg.v[d], &row->aggregate[d])) {
                 ERR("need %u: aggregate overflows when merged with an identical earlier need", idx);
@@ -642,8 +699,7 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
         r->merged++;
         return 0;
     }
-    r->dkeys[slot] = dk + 1; /* profile refs are never 0xFFFFFFFF:FFFFFFFF */
-    r->dvals[slot] = r->n;
+    r->dkeys[slot] = (uint64_t)tag << 32 | (r->n + 1);
     struct bf_need_row *row = &r->rows[r->n];
     /* every field written (no memset of the row first) */
     _Static_assert(sizeof *row == 4 * sizeof(uint32_t) + sizeof(int64_t) + sizeof row->aggregate +
