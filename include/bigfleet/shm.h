@@ -283,6 +283,7 @@ struct bf_repair_report {
     int records;      /* machine records left odd (bf_inv_repair_dead_writer) */
     int cluster_rows; /* cluster rows left mid-write (bf_cluster_repair_dead_writer) */
     int stamps;       /* latency stamps left odd (bf_stamp_repair_dead_writer) */
+    int locks;        /* 1 if it held the string lock (bf_strtab_repair_dead_writer) */
 };
 /*
  * The whole repair after reaping `dead_pid`, whose role was `dead_role`
@@ -294,9 +295,13 @@ void bf_shm_repair_dead_writer(struct bf_shm *s, uint32_t dead_pid, int dead_rol
                                struct bf_repair_report *out);
 /* Every record left odd by dead_pid is made even with BF_REC_NEEDS_REFRESH
  * set (and logged to the supervisor's change log); every writer word naming
- * it is cleared; a string lock it held is released. Returns the number of
- * records repaired. */
+ * it is cleared. Returns the number of records repaired. */
 int bf_inv_repair_dead_writer(struct bf_shm *s, uint32_t dead_pid);
+/* The string table's intern lock, if dead_pid still holds it, is released
+ * (CAS: a live holder is never touched). Returns 1 if it was released, else
+ * 0. (An interning process that finds the lock held by a dead pid steals it
+ * itself, counted in strtab.lock_steals; this is the supervisor's side.) */
+int bf_strtab_repair_dead_writer(struct bf_shm *s, uint32_t dead_pid);
 /* Every cluster row whose writer word names dead_pid: the copy readers were
  * reading (seq & 1) is copied over the other, an odd seq made even, the
  * writer word cleared. Returns the number of rows repaired. */

@@ -146,10 +146,10 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep);
 void bf_cycle_refresh_slot(struct bf_cycle *c, uint32_t slot);
 
 /* ownership.c (ADR-0055, docs/adr0055.md): the partition rule inputs and
- * reservations (LMDB, loaded at start), the held decision for a record,
- * and the per-cycle step: reservation expiry, the coordinator instructions
- * from ring COORD_IN (instructions.c), re-evaluation after a change,
- * publishing to st->own. */
+ * reservations (LMDB, loaded at start), the held decision for a record;
+ * own_step.c: the per-cycle step: reservation expiry, the coordinator
+ * instructions from ring COORD_IN (instructions.c), re-evaluation after a
+ * change, publishing to st->own. */
 int bf_cycle_own_init(struct bf_cycle *c);
 void bf_cycle_own_free(struct bf_cycle *c);
 /* Whether the machine in `rec` (id string, decoded profile) is held out of

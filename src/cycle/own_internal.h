@@ -1,7 +1,11 @@
 /*
  * own_internal.h — private state of the cycle's ownership controller
- * (src/cycle/ownership.c, src/cycle/instructions.c; ADR-0055,
- * docs/adr0055.md).
+ * (ADR-0055, docs/adr0055.md). Its files, each calling only the ones
+ * listed before it (no circle; scripts/lint-includes): ownership.c (the
+ * partition state, held decisions, audit, publish), acks.c (answers, the
+ * dedup set, the commit), moves.c and drain.c (the machine instructions),
+ * instructions.c (decode and dispatch, the domain instructions), own_step.c
+ * (the per-cycle step).
  *
  * The cycle is the single writer of the partition's rule inputs in LMDB
  * (domains, transfers in and out, reservations, the instruction dedup set,
@@ -50,6 +54,11 @@ void bf_own_audit(struct bf_cycle *c, int event, const char *machine, const char
 /* Bumps own.meta generation inside txn; returns the new value (0 on error). */
 uint64_t bf_own_bump_generation(struct bf_cycle *c, MDB_txn *txn);
 void bf_own_resv_recompute_expiry(struct bf_cycle_own *o);
+/* Drops the per-profile domain cache (after a domain change). */
+void bf_own_pdom_clear(struct bf_cycle_own *o);
+/* Publishes st->own: the counts, and when o->publish is set the bounded
+ * copies of the reservations and domains for bigfleet-inspect. */
+void bf_own_publish(struct bf_cycle *c);
 
 /* ------------------------------------------------------------ handlers */
 
@@ -73,7 +82,13 @@ struct reply {
 void bf_own_set_reason(struct reply *r, int outcome, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* instructions.c: LMDB write transactions of the handlers. bf_own_begin and
+/* acks.c: answers (an InstructAck on ring COORD_OUT, counted per kind and
+ * outcome in st->own.instructions; bf_own_answer changes no state). */
+void bf_own_count(struct bf_cycle *c, int kind, int outcome);
+void bf_own_answer(struct bf_cycle *c, const Instr *in, int kind, const struct reply *r);
+/* Re-acks an instruction found in the dedup set: true when it was there. */
+bool bf_own_redelivered(struct bf_cycle *c, const Instr *in, int kind);
+/* acks.c: LMDB write transactions of the handlers. bf_own_begin and
  * bf_own_fail_txn set a FAILED reply on error. bf_own_commit_accept commits txn
  * together with the instruction's dedup entry (an ACCEPTED ack echoing
  * ids), then sends that ack; on failure nothing was applied, the reply is

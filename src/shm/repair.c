@@ -11,7 +11,8 @@
  *    BF_REC_NEEDS_REFRESH set (the reconciler reads it afresh from the
  *    provider), published even (W3), logged to the supervisor's change log
  *    so the cycle sees it, and the writer word cleared.
- *  - The string lock: released by CAS only if the dead pid still holds it.
+ *  - The string lock: released by CAS only if the dead pid still holds it
+ *    (counted in bigfleet_appliance_locks_recovered_total).
  *  - Cluster rows (needs.c latches): readers were reading copy `seq & 1`,
  *    which is intact; it is copied over the torn one, and an odd seq made
  *    even, so both copies and the seq are as after a complete write.
@@ -51,11 +52,16 @@ int bf_inv_repair_dead_writer(struct bf_shm *s, uint32_t dead_pid)
         }
         atomic_store_explicit(&m->writer, 0, memory_order_release);
     }
-    /* the string lock */
-    uint32_t owner = dead_pid;
-    atomic_compare_exchange_strong_explicit(&s->inv->strtab.lock_owner, &owner, 0,
-                                            memory_order_release, memory_order_relaxed);
     return repaired;
+}
+
+int bf_strtab_repair_dead_writer(struct bf_shm *s, uint32_t dead_pid)
+{
+    uint32_t owner = dead_pid;
+    return atomic_compare_exchange_strong_explicit(&s->inv->strtab.lock_owner, &owner, 0,
+                                                   memory_order_release, memory_order_relaxed)
+               ? 1
+               : 0;
 }
 
 int bf_cluster_repair_dead_writer(struct bf_shm *s, uint32_t dead_pid)
@@ -101,6 +107,7 @@ void bf_shm_repair_dead_writer(struct bf_shm *s, uint32_t dead_pid, int dead_rol
 {
     memset(out, 0, sizeof *out);
     out->records = bf_inv_repair_dead_writer(s, dead_pid);
+    out->locks = bf_strtab_repair_dead_writer(s, dead_pid);
     out->cluster_rows = bf_cluster_repair_dead_writer(s, dead_pid);
     if (dead_role == BF_ROLE_SESSION)
         out->stamps = bf_stamp_repair_dead_writer(s);

@@ -294,6 +294,11 @@ static void repair_after(struct sup *s, int role, pid_t pid)
         BF_WARN("repaired machine records left half-written", "role=%s dead_pid=%d records=%d",
                 bf_role_name(role), (int)pid, rep.records);
     }
+    if (rep.locks > 0) {
+        BF_STAT_ADD(s->shm.st->supervisor.locks_recovered, (uint64_t)rep.locks);
+        BF_WARN("released the string lock a dead child held", "role=%s dead_pid=%d",
+                bf_role_name(role), (int)pid);
+    }
     if (rep.cluster_rows > 0) {
         BF_STAT_ADD(s->shm.st->supervisor.clusters_repaired, (uint64_t)rep.cluster_rows);
         BF_WARN("repaired cluster rows left mid-write", "dead_pid=%d cluster_rows=%d", (int)pid,

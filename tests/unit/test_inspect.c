@@ -777,9 +777,10 @@ START_TEST(reader_reports_a_record_held_by_a_writer_as_busy_without_writing)
     for (int r = 0; r < BF_ROLE_COUNT; r++)
         before[r] = atomic_load(&g_s.inv->seqlock_retries[r]);
     struct bf_machine_rec rec;
-    int64_t t0 = bf_mono_ns();
+    /* returns at all (a bounded number of tries, BF_SEQLOCK_READ_TRIES) with
+     * -EAGAIN while the writer holds slot 3; no wall-clock bound: it failed
+     * under load average 18 although the read was bounded */
     ck_assert_int_eq(bf_inv_read_seq(&ro, 3, &rec, NULL), -EAGAIN);
-    ck_assert_int_lt(bf_mono_ns() - t0, BF_NS_PER_SEC); /* bounded */
     ck_assert_int_eq(bf_inv_read_seq(&ro, 4, &rec, NULL), 0);
     struct insp_scan *sc = malloc(sizeof *sc);
     insp_scan(&ro, sc);

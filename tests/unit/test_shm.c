@@ -124,6 +124,35 @@ START_TEST(string_lock_held_by_a_dead_process_is_stolen)
 }
 END_TEST
 
+START_TEST(repair_releases_the_string_lock_a_dead_process_held_and_reports_it)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct bf_shm c;
+        if (bf_shm_attach(&c, g_id, false, NULL, 0) != 0)
+            _exit(3);
+        uint32_t zero = 0;
+        atomic_compare_exchange_strong(&c.inv->strtab.lock_owner, &zero, (uint32_t)getpid());
+        raise(SIGKILL);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    ck_assert(WIFSIGNALED(st));
+    ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.lock_owner), (uint32_t)pid);
+    struct bf_repair_report rep;
+    /* another dead pid's repair leaves a lock it does not hold alone */
+    bf_shm_repair_dead_writer(&g_s, (uint32_t)pid + 1, BF_ROLE_EXECUTOR, &rep);
+    ck_assert_int_eq(rep.locks, 0);
+    ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.lock_owner), (uint32_t)pid);
+    bf_shm_repair_dead_writer(&g_s, (uint32_t)pid, BF_ROLE_EXECUTOR, &rep);
+    ck_assert_int_eq(rep.locks, 1);
+    ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.lock_owner), 0);
+    ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.lock_steals), 0); /* not stolen: released */
+    bf_shm_repair_dead_writer(&g_s, (uint32_t)pid, BF_ROLE_EXECUTOR, &rep);
+    ck_assert_int_eq(rep.locks, 0); /* counted once */
+}
+END_TEST
+
 static struct bf_machine_rec mk(uint32_t id, uint8_t state)
 {
     struct bf_machine_rec r;
@@ -1428,6 +1457,7 @@ int main(void)
     tcase_add_test(tc, attach_validates_header_and_names_both_versions_on_mismatch);
     tcase_add_test(tc, string_table_dedups_and_keeps_embedded_nul);
     tcase_add_test(tc, string_lock_held_by_a_dead_process_is_stolen);
+    tcase_add_test(tc, repair_releases_the_string_lock_a_dead_process_held_and_reports_it);
     tcase_add_test(tc, string_lookups_stay_inside_the_arena_when_its_counts_are_corrupted);
     tcase_add_test(tc, id_index_inserts_looks_up_removes_and_reuses_slots);
     tcase_add_test(tc, inventory_full_reports_enospc);

@@ -160,6 +160,10 @@ struct coord {
     int64_t lease_ok_ns; /* CLOCK_BOOTTIME ns: send time of the last keepalive that succeeded */
     bool lease_busy, campaign_busy;
     char leader_seen[CO_ID_MAX]; /* the current leader's value, as last read */
+    /* set by co_server_start: the state loaded after an election (re-assert
+     * domains), and leadership lost (drop the soft state); NULL = nothing */
+    void (*on_elected)(struct coord *c);
+    void (*on_lost)(struct coord *c);
     uint64_t elections, stepdowns, etcd_errors;
     /* store.c */
     struct co_store st;
@@ -189,12 +193,24 @@ struct coord {
     size_t n_types;
 };
 
-/* leader.c */
-void co_leader_tick(struct coord *c);
+/* role.c (below leader.c, store.c and server.c) */
 /* Leader and its lease renewed within TTL minus one tick (checked at every
  * call: a replica resumed after a stall refuses before its tick steps it down). */
 bool co_is_leader(const struct coord *c);
+/* Leader (or loading) -> follower: logged, counted, c->on_lost called, term
+ * cleared. A follower's call does nothing. */
 void co_step_down(struct coord *c, const char *why);
+/* The election tick: a third of --lease-ttl, at least 200 ms (ns). */
+int64_t co_tick_ns(const struct coord *c);
+/* The lease clock, CLOCK_BOOTTIME in ns: it counts a host suspend, as etcd's
+ * lease expiry does. */
+int64_t co_lease_clock_ns(void);
+/* Whether etcd may have expired our lease by `now` (co_lease_clock_ns): no
+ * keepalive sent in the last TTL minus one tick succeeded. */
+bool co_lease_maybe_expired(const struct coord *c, int64_t now);
+
+/* leader.c */
+void co_leader_tick(struct coord *c);
 void co_leader_stop(struct coord *c); /* orderly exit: revoke the lease */
 
 /* store.c: fenced writes (leader only). cb(arg, 0 | -ESTALE (fence lost:
@@ -210,8 +226,6 @@ int64_t co_next_seq(struct coord *c);
 /* server.c */
 int co_server_start(struct coord *c);
 void co_server_stop(struct coord *c);
-void co_became_leader(struct coord *c); /* store loaded: re-assert domains */
-void co_lost_leadership(struct coord *c);
 void co_rebalance_pass(struct coord *c);
 /* Digests a decoded report into soft state (also the fuzz entry). */
 int co_soft_ingest(struct coord *c, struct co_soft *s, Bigfleet__V1alpha1__ShardReport *rep);

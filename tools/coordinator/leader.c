@@ -27,55 +27,11 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bigfleet/log.h"
 #include "bigfleet/net.h"
 #include "bigfleet/util.h"
 #include "coordinator.h"
-
-static int64_t tick_ns(const struct coord *c)
-{
-    int64_t t = c->cfg.lease_ttl_s * BF_NS_PER_SEC / 3;
-    return t < 200 * BF_NS_PER_MS ? 200 * BF_NS_PER_MS : t;
-}
-
-/* The lease clock: CLOCK_BOOTTIME, which keeps counting while the host is
- * suspended (CLOCK_MONOTONIC does not), as etcd's lease expiry does: a
- * replica whose host slept past its lease must not think it still leads. */
-static int64_t lease_clock_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_BOOTTIME, &ts);
-    return (int64_t)ts.tv_sec * BF_NS_PER_SEC + ts.tv_nsec;
-}
-
-/* Whether etcd may have expired our lease by `now` (lease_clock_ns): no
- * keepalive sent in the last TTL minus one tick succeeded. */
-static bool lease_maybe_expired(const struct coord *c, int64_t now)
-{
-    return now - c->lease_ok_ns > c->cfg.lease_ttl_s * BF_NS_PER_SEC - tick_ns(c);
-}
-
-/* Checked at every RPC and rebalance pass, not only on the tick: a leader
- * that was stopped (SIGSTOP, a VM or GC stall) past its lease answers "not
- * leader" from the moment it runs again, even when a request is handled
- * before its overdue tick steps it down. */
-bool co_is_leader(const struct coord *c)
-{
-    return c->role == CO_LEADER && !lease_maybe_expired(c, lease_clock_ns());
-}
-
-void co_step_down(struct coord *c, const char *why)
-{
-    if (c->role == CO_FOLLOWER)
-        return;
-    BF_WARN("coordinator leadership lost", "term=%" PRId64 " why=\"%s\"", c->term, why);
-    c->role = CO_FOLLOWER;
-    c->stepdowns++;
-    co_lost_leadership(c);
-    c->term = 0;
-}
 
 /* ------------------------------------------------------------ lease */
 
@@ -134,7 +90,8 @@ static void on_loaded(struct coord *c, void *arg, int rc)
     }
     c->role = CO_LEADER;
     BF_INFO("coordinator is the leader", "id=%s term=%" PRId64, c->cfg.id, c->term);
-    co_became_leader(c);
+    if (c->on_elected)
+        c->on_elected(c);
 }
 
 struct camp {
@@ -242,9 +199,9 @@ static void campaign(struct coord *c)
 
 void co_leader_tick(struct coord *c)
 {
-    int64_t now = lease_clock_ns();
+    int64_t now = co_lease_clock_ns();
     /* a leader whose lease may have expired is no longer the leader */
-    if (c->role != CO_FOLLOWER && lease_maybe_expired(c, now))
+    if (c->role != CO_FOLLOWER && co_lease_maybe_expired(c, now))
         co_step_down(c, "the etcd lease was not renewed in time");
     if (c->lease_busy)
         return;

@@ -1197,8 +1197,41 @@ static void on_etcd_only(struct bf_net_call *call, const uint8_t *msg, size_t le
         "/bigfleet.v1alpha1.Coordinator/" name, kind, NULL, fn, NULL, NULL, on_done, NULL          \
     }
 
+/* c->on_elected: the store is loaded; re-assert every domain assignment */
+static void became_leader(struct coord *c)
+{
+    /* re-assert every durable domain assignment (idempotent on the shards) */
+    for (uint32_t i = 0; i < c->st.n_domains; i++)
+        dop_add(c, c->st.domains[i].shard, c->st.domains[i].key, c->st.domains[i].value, true);
+}
+
+/* c->on_lost: drop the soft state (seed 002: the new leader re-derives it) */
+static void lost_leadership(struct coord *c)
+{
+    uint64_t dropped = 0;
+    for (uint32_t i = 0; i < c->n_soft; i++) {
+        dropped += c->soft[i].n_pend;
+        co_soft_free(&c->soft[i]);
+    }
+    quota_forget(c);
+    uint32_t moves = c->rb ? co_rb_moves_in_flight(c->rb) : 0;
+    c->instr_dropped_stepdown += dropped;
+    c->moves_dropped_stepdown += moves;
+    if (dropped || moves)
+        BF_WARN("coordinator: soft state dropped on step-down",
+                "instructions_pending=%llu moves_in_flight=%u", (unsigned long long)dropped, moves);
+    c->n_soft = 0;
+    while (c->n_dops)
+        dop_end(c, 0);
+    if (c->rb)
+        co_rb_reset(c->rb);
+    c->seq_next = c->seq_limit = 0;
+}
+
 int co_server_start(struct coord *c)
 {
+    c->on_elected = became_leader;
+    c->on_lost = lost_leadership;
     struct rb_ops ops = {.send = rb_send, .quota = rb_quota, .arg = c};
     int rc = co_rb_new(&c->cfg.rb, c->types, c->n_types, &ops, &c->rb);
     if (rc)
@@ -1248,35 +1281,6 @@ void co_server_stop(struct coord *c)
     c->dops = NULL;
     co_rb_free(c->rb);
     c->rb = NULL;
-}
-
-void co_became_leader(struct coord *c)
-{
-    /* re-assert every durable domain assignment (idempotent on the shards) */
-    for (uint32_t i = 0; i < c->st.n_domains; i++)
-        dop_add(c, c->st.domains[i].shard, c->st.domains[i].key, c->st.domains[i].value, true);
-}
-
-void co_lost_leadership(struct coord *c)
-{
-    uint64_t dropped = 0;
-    for (uint32_t i = 0; i < c->n_soft; i++) {
-        dropped += c->soft[i].n_pend;
-        co_soft_free(&c->soft[i]);
-    }
-    quota_forget(c);
-    uint32_t moves = c->rb ? co_rb_moves_in_flight(c->rb) : 0;
-    c->instr_dropped_stepdown += dropped;
-    c->moves_dropped_stepdown += moves;
-    if (dropped || moves)
-        BF_WARN("coordinator: soft state dropped on step-down",
-                "instructions_pending=%llu moves_in_flight=%u", (unsigned long long)dropped, moves);
-    c->n_soft = 0;
-    while (c->n_dops)
-        dop_end(c, 0);
-    if (c->rb)
-        co_rb_reset(c->rb);
-    c->seq_next = c->seq_limit = 0;
 }
 
 void co_rebalance_pass(struct coord *c)

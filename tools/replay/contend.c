@@ -22,6 +22,12 @@
  *    call (e.g. PERMISSION_DENIED under mTLS with a cluster certificate)
  *    is counted and named in the report; the replay goes on.
  *
+ *  - the two per-cluster views the reclaim check (run.c) shares with the
+ *    preemption classification: the supply the shard credits without a
+ *    machine (rp_supply_without) and the rollups a cycle may have acted on
+ *    (rp_candidate_demands). They live here so that run.c calls this file
+ *    and never the other way round (make lint-includes).
+ *
  * Single-threaded: runs on the replay's event loop.
  */
 #include <errno.h>
@@ -105,6 +111,61 @@ static int needed_at_or_above(struct rp_run *r, const struct rp_hist *const *can
     return nc > 0;
 }
 
+/* ------------------------------------------------------------ views the reclaim check shares */
+
+struct rp_supply_ent *rp_supply_without(const struct rp_cluster *c, const struct rp_machine *m,
+                                        size_t *n_out)
+{
+    size_t n = 0;
+    struct rp_supply_ent *sup = malloc((c->n_conf + c->n_cing + 1) * sizeof *sup);
+    if (!sup)
+        return NULL;
+    for (size_t i = 0; i < c->n_conf; i++) {
+        int32_t cnt = c->conf[i].n;
+        for (size_t j = 0; j < c->n_cord; j++)
+            if (c->cord[j].shape == c->conf[i].shape)
+                cnt -= c->cord[j].n;
+        if (cnt > 0)
+            sup[n++] = (struct rp_supply_ent){c->conf[i].shape, cnt, 0};
+    }
+    for (size_t i = 0; i < c->n_cing; i++)
+        sup[n++] = (struct rp_supply_ent){c->cing[i].shape, c->cing[i].n, 1};
+    if (m && m->shape >= 0 && m->cluster == (int32_t)c->idx && !m->cordoned &&
+        (m->state == BF_STATE_CONFIGURED || m->state == BF_STATE_CONFIGURING)) {
+        uint8_t tier = m->state == BF_STATE_CONFIGURED ? 0 : 1;
+        for (size_t i = 0; i < n; i++) {
+            if (sup[i].shape == (uint32_t)m->shape && sup[i].tier == tier) {
+                sup[i].n--;
+                break;
+            }
+        }
+    }
+    *n_out = n;
+    return sup;
+}
+
+size_t rp_candidate_demands(const struct rp_cluster *c, const struct rp_config *cfg, int64_t now,
+                            const struct rp_hist **out, size_t cap)
+{
+    int64_t cutoff = now - cfg->reclaim_window_ns;
+    bool older_taken = false;
+    size_t n = 0;
+    for (uint32_t j = 0; j < c->hist_n && n < cap; j++) {
+        /* newest first */
+        uint32_t h = (c->hist_head + c->hist_cap - 1 - j) % c->hist_cap;
+        const struct rp_hist *e = &c->hist[h];
+        if (e->sent_ns < cutoff) {
+            if (older_taken)
+                break;
+            older_taken = true;
+        }
+        out[n++] = e;
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------ preemptions */
+
 void rp_contend_preempt(struct rp_run *r, struct rp_cluster *c, struct rp_machine *m,
                         int32_t preemptor_priority, int64_t now)
 {
@@ -112,9 +173,9 @@ void rp_contend_preempt(struct rp_run *r, struct rp_cluster *c, struct rp_machin
     int pq = rp_qos_of_priority(preemptor_priority);
     int victim = RP_VICTIM_UNKNOWN;
     const struct rp_hist *cand[64];
-    size_t nc = m->shape >= 0 ? rp_run_candidate_demands(c, r->cfg, now, cand, 64) : 0;
+    size_t nc = m->shape >= 0 ? rp_candidate_demands(c, r->cfg, now, cand, 64) : 0;
     size_t n_sup = 0;
-    struct rp_supply_ent *sup = nc ? rp_run_supply_without(r, c, m, &n_sup) : NULL;
+    struct rp_supply_ent *sup = nc ? rp_supply_without(c, m, &n_sup) : NULL;
     struct rp_need *buf = sup ? malloc((r->model->n_classes + 1) * sizeof *buf) : NULL;
     if (buf) {
         victim = RP_VICTIM_SPARE;

@@ -360,58 +360,6 @@ static void mark_dirty(struct rp_run *r, struct rp_cluster *c)
 
 /* ------------------------------------------------------------ reclaims */
 
-struct rp_supply_ent *rp_run_supply_without(const struct rp_run *r, const struct rp_cluster *c,
-                                            const struct rp_machine *m, size_t *n_out)
-{
-    size_t n = 0;
-    struct rp_supply_ent *sup = malloc((c->n_conf + c->n_cing + 1) * sizeof *sup);
-    if (!sup)
-        return NULL;
-    for (size_t i = 0; i < c->n_conf; i++) {
-        int32_t cnt = c->conf[i].n;
-        for (size_t j = 0; j < c->n_cord; j++)
-            if (c->cord[j].shape == c->conf[i].shape)
-                cnt -= c->cord[j].n;
-        if (cnt > 0)
-            sup[n++] = (struct rp_supply_ent){c->conf[i].shape, cnt, 0};
-    }
-    for (size_t i = 0; i < c->n_cing; i++)
-        sup[n++] = (struct rp_supply_ent){c->cing[i].shape, c->cing[i].n, 1};
-    if (m && m->shape >= 0 && m->cluster == (int32_t)c->idx && !m->cordoned &&
-        (m->state == BF_STATE_CONFIGURED || m->state == BF_STATE_CONFIGURING)) {
-        uint8_t tier = m->state == BF_STATE_CONFIGURED ? 0 : 1;
-        for (size_t i = 0; i < n; i++) {
-            if (sup[i].shape == (uint32_t)m->shape && sup[i].tier == tier) {
-                sup[i].n--;
-                break;
-            }
-        }
-    }
-    (void)r;
-    *n_out = n;
-    return sup;
-}
-
-size_t rp_run_candidate_demands(const struct rp_cluster *c, const struct rp_config *cfg,
-                                int64_t now, const struct rp_hist **out, size_t cap)
-{
-    int64_t cutoff = now - cfg->reclaim_window_ns;
-    bool older_taken = false;
-    size_t n = 0;
-    for (uint32_t j = 0; j < c->hist_n && n < cap; j++) {
-        /* newest first */
-        uint32_t h = (c->hist_head + c->hist_cap - 1 - j) % c->hist_cap;
-        const struct rp_hist *e = &c->hist[h];
-        if (e->sent_ns < cutoff) {
-            if (older_taken)
-                break;
-            older_taken = true;
-        }
-        out[n++] = e;
-    }
-    return n;
-}
-
 static void check_reclaim(struct rp_run *r, struct rp_cluster *c, struct rp_machine *m,
                           int32_t prio, int64_t now)
 {
@@ -421,13 +369,13 @@ static void check_reclaim(struct rp_run *r, struct rp_cluster *c, struct rp_mach
      * without the machine being reclaimed nor those already cordoned for a
      * reclaim (they are leaving) */
     size_t n;
-    struct rp_supply_ent *sup = rp_run_supply_without(r, c, m, &n);
+    struct rp_supply_ent *sup = rp_supply_without(c, m, &n);
     if (!sup)
         return;
     /* candidate demands: every rollup sent within the window, and the last
      * one before it (a cycle may have acted on any of them) */
     const struct rp_hist *cand[64];
-    size_t nc = rp_run_candidate_demands(c, r->cfg, now, cand, 64);
+    size_t nc = rp_candidate_demands(c, r->cfg, now, cand, 64);
     bool needed_all = nc > 0;
     for (size_t j = 0; j < nc && needed_all; j++)
         if (rp_machine_needed(&r->shapes, r->model, cand[j]->needs, cand[j]->n, sup, n,

@@ -275,18 +275,18 @@ void rp_run_free(struct rp_run *r);
 /* Needs of cluster i at its rollup k, recomputed from the trace. out must
  * hold n_classes entries. */
 size_t rp_run_needs_at(const struct rp_run *r, uint32_t i, int64_t k, struct rp_need *out);
+/* contend.c (below run.c: run.c calls it, it never calls run.c) */
 /* The supply the shard credits to cluster c (Configured, then Configuring),
  * without the machines cordoned for a reclaim and without m (may be NULL):
  * a malloc'd array, its length in *n; NULL when out of memory. */
-struct rp_supply_ent *rp_run_supply_without(const struct rp_run *r, const struct rp_cluster *c,
-                                            const struct rp_machine *m, size_t *n);
+struct rp_supply_ent *rp_supply_without(const struct rp_cluster *c, const struct rp_machine *m,
+                                        size_t *n);
 /* The rollups of c a cycle may have acted on at `now`: every one sent in
  * [now - --reclaim-window, now] and the last one before; newest first.
  * Returns how many (at most cap) pointers were written. */
-size_t rp_run_candidate_demands(const struct rp_cluster *c, const struct rp_config *cfg,
-                                int64_t now, const struct rp_hist **out, size_t cap);
+size_t rp_candidate_demands(const struct rp_cluster *c, const struct rp_config *cfg, int64_t now,
+                            const struct rp_hist **out, size_t cap);
 
-/* contend.c */
 /* The qos class of a priority (RP_QOS_COUNT when no class has it). */
 int rp_qos_of_priority(int32_t priority);
 /* A ReclaimInstruction with preemptor priority > 0 for machine m of c:

@@ -49,6 +49,11 @@
  * BF_ENGINE_F_REFERENCE and BF_ENGINE_F_NO_INCREMENTAL make every cluster
  * FRESH every cycle (the full derivation), which the randomized suite runs
  * beside this path under churn and requires to decide identically.
+ *
+ * Layering: Phase 1 (phase1.c) calls bfe_credit_prepass with its per-Need
+ * derivation (struct bfe_prepass_ops), which records through the hooks
+ * below; this file calls down only (same.c, the mirror). The acquirable
+ * supply versions (d) are kept by the mirror (bfe_acq_ver).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -107,8 +112,6 @@ void bfe_credit_free(struct bf_engine *e)
         pm_free(e, &e->clusters[c].pm[0]);
         pm_free(e, &e->clusters[c].pm[1]);
     }
-    bfe_u64map_free(&e->tver_map);
-    free(e->tver);
     free(e->cons);
     bfe_u64map_free(&e->amap);
     free(e->aobj);
@@ -122,33 +125,6 @@ static inline struct pmemo *memo_of(struct cluster *cl)
 static inline struct pmemo *build_of(struct cluster *cl)
 {
     return &cl->pm[cl->pcur ^ 1];
-}
-
-/* ------------------------------------------------------------------ supply versions */
-
-void bfe_credit_acq_changed(struct bf_engine *e, uint32_t itype)
-{
-    e->acq_ver_all = ++e->acq_clock;
-    if (!itype)
-        return;
-    uint32_t idx = bfe_u64map_get(&e->tver_map, itype, NONE32);
-    if (idx == NONE32) {
-        if (GROW(e->tver, e->cap_tver, e->n_tver + 1) ||
-            bfe_u64map_put(&e->tver_map, itype, e->n_tver)) {
-            e->memo_broken = true; /* no version to compare: derive everything */
-            return;
-        }
-        idx = e->n_tver++;
-    }
-    e->tver[idx] = e->acq_clock;
-}
-
-static uint64_t tver_of(const struct bf_engine *e, uint32_t itype)
-{
-    if (itype == NONE32)
-        return e->acq_ver_all;
-    uint32_t idx = bfe_u64map_get(&e->tver_map, itype, NONE32);
-    return idx == NONE32 ? 0 : e->tver[idx];
 }
 
 /* ------------------------------------------------------------------ consumption */
@@ -342,7 +318,7 @@ static int row_check(const struct bf_engine *e, const struct pmemo *pm, uint32_t
     if (d->parked)
         return ROW_KEEP;
     for (uint32_t i = 0; i < m->ndep; i++)
-        if (tver_of(e, pm->dep[m->dep0 + i].itype) != pm->dep[m->dep0 + i].ver)
+        if (bfe_acq_ver(e, pm->dep[m->dep0 + i].itype) != pm->dep[m->dep0 + i].ver)
             return ROW_RERANK;
     /* the consumption it sees now equals what it saw (both by leaf id) */
     uint32_t k = 0;
@@ -486,7 +462,7 @@ static int same_inputs(struct bf_engine *e, struct pmemo *pm, struct prow *x,
     TRY(GROW(pm->dep, pm->capdep, pm->ndep + nt));
     for (uint32_t t = 0; t < nt; t++) {
         uint32_t it = cp->pinned ? cp->pin[t] : NONE32;
-        pm->dep[pm->ndep++] = (struct cdep){it, tver_of(e, it)};
+        pm->dep[pm->ndep++] = (struct cdep){it, bfe_acq_ver(e, it)};
         x->ndep++;
     }
     x->cv0 = pm->ncv;
@@ -530,7 +506,8 @@ static int cands_record(struct bf_engine *e, struct pmemo *pm, struct prow *x,
  * again; the row is updated in place. Returns 1, or 0 when the domain moved
  * (the row is to be derived), or -errno.
  */
-static int row_rerank(struct bf_engine *e, uint32_t ci, uint32_t r, uint32_t di)
+static int row_rerank(struct bf_engine *e, const struct bfe_prepass_ops *ops, uint32_t ci,
+                      uint32_t r, uint32_t di)
 {
     struct cluster *cl = &e->clusters[ci];
     struct pmemo *pm = memo_of(cl);
@@ -583,7 +560,7 @@ static int row_rerank(struct bf_engine *e, uint32_t ci, uint32_t r, uint32_t di)
         e->rec_pm = t;
         e->rec_ci = ci;
         e->rec_row = ti;
-        rc = bfe_same_consume(e, di);
+        rc = ops->same_consume(e, di);
         e->rec_pm = NULL;
         e->rec_ci = NONE32;
         TRY(rc);
@@ -600,7 +577,8 @@ static bool runs_equal(const struct pmemo *a, const struct prow *x, const struct
 }
 
 /* derives row r (normalized Need di) of cluster ci */
-static int row_derive(struct bf_engine *e, uint32_t ci, uint32_t r, uint32_t di)
+static int row_derive(struct bf_engine *e, const struct bfe_prepass_ops *ops, uint32_t ci,
+                      uint32_t r, uint32_t di)
 {
     struct cluster *cl = &e->clusters[ci];
     struct pmemo *old = memo_of(cl), *pm = build_of(cl);
@@ -637,7 +615,7 @@ static int row_derive(struct bf_engine *e, uint32_t ci, uint32_t r, uint32_t di)
     e->rec_ci = ci;
     e->rec_row = pm->nrows - 1;
     e->rec_creat_read = e->rec_creat_busy = false;
-    int rc = bfe_prepass_need(e, di);
+    int rc = ops->need(e, di);
     e->rec_pm = NULL;
     e->rec_ci = NONE32;
     if (rc)
@@ -747,7 +725,8 @@ static int finish(struct bf_engine *e)
     return 0;
 }
 
-int bfe_credit_prepass(struct bf_engine *e, const uint64_t *ord, uint32_t n)
+int bfe_credit_prepass(struct bf_engine *e, const uint64_t *ord, uint32_t n,
+                       const struct bfe_prepass_ops *ops)
 {
     bool incr =
         !(e->cfg.flags & (BF_ENGINE_F_REFERENCE | BF_ENGINE_F_NO_INCREMENTAL)) && !e->memo_broken;
@@ -784,7 +763,7 @@ int bfe_credit_prepass(struct bf_engine *e, const uint64_t *ord, uint32_t n)
         uint32_t r = cl->prow_next++;
         int what = cl->pmode == PM_FRESH ? ROW_DERIVE : row_check(e, memo_of(cl), r, &e->d[di]);
         if (what == ROW_RERANK) {
-            int rc = row_rerank(e, ci, r, di);
+            int rc = row_rerank(e, ops, ci, r, di);
             if (rc < 0)
                 return rc;
             if (rc) {
@@ -798,7 +777,7 @@ int bfe_credit_prepass(struct bf_engine *e, const uint64_t *ord, uint32_t n)
             TRY(row_keep(e, cl, r, di));
         } else {
             e->pp_derived++;
-            TRY(row_derive(e, ci, r, di));
+            TRY(row_derive(e, ops, ci, r, di));
         }
     }
     TRY(finish(e));

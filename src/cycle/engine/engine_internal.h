@@ -633,9 +633,10 @@ struct bf_engine {
     bool any_same; /* some Need carries Same */
     /* bumped when a class's Idle + Speculative count moves between 0 and > 0 */
     uint64_t shard_supply_ver;
-    /* incremental pre-pass (credit.c): acquirable supply versions (a clock:
-     * every change of an Idle/Speculative count takes the next value, for all
-     * types and for the machine's instance type) */
+    /* acquirable supply versions, kept by the mirror (mirror.c) for the
+     * incremental pre-pass (credit.c, bfe_acq_ver): a clock; every change of
+     * an Idle/Speculative count takes the next value, for all types and for
+     * the machine's instance type */
     uint64_t acq_clock, acq_ver_all;
     struct bfe_u64map tver_map; /* itype string id -> index into tver */
     uint64_t *tver;
@@ -742,6 +743,17 @@ static inline struct mclass *bfe_class_cyc(struct bf_engine *e, uint32_t ci)
     return c;
 }
 
+/* the acquirable supply version of instance type itype (string id; NONE32:
+ * of all types): the clock value of the last change of an Idle/Speculative
+ * count of its classes, 0 if none since the engine started (mirror.c) */
+static inline uint64_t bfe_acq_ver(const struct bf_engine *e, uint32_t itype)
+{
+    if (itype == NONE32)
+        return e->acq_ver_all;
+    uint32_t idx = bfe_u64map_get(&e->tver_map, itype, NONE32);
+    return idx == NONE32 ? 0 : e->tver[idx];
+}
+
 /* the cluster leaf lists (state index si: 0 Configured, 1 Configuring) that a
  * profile can match: its pinned types plus type 0, or all of them */
 uint32_t bfe_cluster_lists(const struct bf_engine *e, uint32_t ci, int si, const struct cprof *cp,
@@ -749,8 +761,23 @@ uint32_t bfe_cluster_lists(const struct bf_engine *e, uint32_t ci, int si, const
 
 struct same_bucket;
 
-/* credit.c: the incremental credit pre-pass */
-int bfe_credit_prepass(struct bf_engine *e, const uint64_t *ord, uint32_t n);
+/* credit.c: the incremental credit pre-pass. It sits below Phase 1: it
+ * keeps and replays the outcomes, and derives a Need's outcome by calling
+ * back into the derivation Phase 1 hands it (phase1.c owns the pre-pass
+ * rules; credit.c never names a phase1.c function). */
+struct bfe_prepass_ops {
+    /* the pre-pass of normalized Need di: its claims through
+     * bfe_credit_claim, its consumption through bfe_credit_consume, ... */
+    int (*need)(struct bf_engine *e, uint32_t di);
+    /* a Same Need's consumption rider alone: virtually consumes the chosen
+     * domain's acquirable supply for its remaining deficit (a re-ranked row
+     * whose domain and claims stand) */
+    int (*same_consume)(struct bf_engine *e, uint32_t di);
+};
+/* Runs the pre-pass over the normalized Needs ord[0..n) (low 32 bits: index
+ * into e->d), in that order; 0 or -ENOMEM/-EINVAL. */
+int bfe_credit_prepass(struct bf_engine *e, const uint64_t *ord, uint32_t n,
+                       const struct bfe_prepass_ops *ops);
 /* hooks for the pre-pass code (phase1.c) */
 int bfe_credit_claim(struct bf_engine *e, uint32_t di, uint32_t li, uint32_t count);
 int bfe_credit_consume(struct bf_engine *e, uint32_t li, uint32_t count);
@@ -762,13 +789,6 @@ uint32_t bfe_credit_cluster_claimed(const struct bf_engine *e, uint32_t ci);
  * (leaf.runs, e->runs), once per cycle, for Phase 2 (-ENOMEM) */
 int bfe_credit_load_runs(struct bf_engine *e, uint32_t ci);
 void bfe_credit_free(struct bf_engine *e);
-/* mirror hooks: a cluster leaf / an Idle or Speculative leaf of itype changed */
-void bfe_credit_acq_changed(struct bf_engine *e, uint32_t itype);
-/* the pre-pass of one normalized Need (phase1.c) */
-int bfe_prepass_need(struct bf_engine *e, uint32_t di);
-/* its consumption rider (phase1.c): virtually consumes the chosen domain's
- * acquirable supply for the Need's remaining deficit */
-int bfe_same_consume(struct bf_engine *e, uint32_t di);
 /* records a Same Need's creditable buckets (credit.c) */
 int bfe_credit_cbk(struct bf_engine *e, const struct same_bucket *bk, uint32_t nb);
 
@@ -860,13 +880,14 @@ int bfe_park_record(struct bf_engine *e);
 void bfe_ledgers_free(struct bf_engine *e);
 int bfe_emit(struct bf_engine *e, const struct bf_engine_action *a);
 
-/* Same-bucket ranking (engine.md §4.3), exposed for tests. */
+/* same.c: Same-bucket ranking keys (engine.md §4.3), used by phase1.c's full
+ * derivation and same.c's shared rankings, exposed for tests. */
 struct same_bucket {
     uint32_t value; /* domain string id */
     uint32_t count, cred_count;
     bf_vec total, cred_total, own_total;
 };
-/* The per-bucket quantities ChooseSameBucket compares (phase1.c). */
+/* The per-bucket quantities ChooseSameBucket compares. */
 struct rank_key {
     bool sat;
     double cred, own, score;

@@ -11,6 +11,11 @@
  * freed at once and their ids recycled (a class's `gen` changes so compiled
  * profiles' match caches notice). Strings are refcounted by the leaves,
  * classes and label sets that use them. See engine_internal.h for the model.
+ *
+ * The mirror also versions what the phases' memos read: the leaf lists'
+ * versions and the acquirable supply versions (a clock per instance type,
+ * bfe_acq_ver) that the incremental pre-pass (credit.c) compares. It calls
+ * no phase: every file of the engine calls down to it.
  */
 #include <errno.h>
 #include <math.h>
@@ -999,6 +1004,28 @@ static uint32_t leaf_resolve_slow(struct bf_engine *e, const struct bf_engine_ma
 
 /* ------------------------------------------------------------------ membership */
 
+/* The acquirable supply versions (engine_internal.h, bfe_acq_ver): an
+ * Idle/Speculative count of a class of instance type itype changed, so every
+ * pre-pass outcome that read the acquirable supply of all types or of itype
+ * may be stale (credit.c compares them). Each change takes the next value of
+ * a clock. */
+static void acq_changed(struct bf_engine *e, uint32_t itype)
+{
+    e->acq_ver_all = ++e->acq_clock;
+    if (!itype)
+        return;
+    uint32_t idx = bfe_u64map_get(&e->tver_map, itype, NONE32);
+    if (idx == NONE32) {
+        if (GROW(e->tver, e->cap_tver, e->n_tver + 1) ||
+            bfe_u64map_put(&e->tver_map, itype, e->n_tver)) {
+            e->memo_broken = true; /* no version to compare: derive everything */
+            return;
+        }
+        idx = e->n_tver++;
+    }
+    e->tver[idx] = e->acq_clock;
+}
+
 static void account(struct bf_engine *e, uint32_t li, int delta)
 {
     struct leaf *l = &e->leaves[li];
@@ -1009,7 +1036,7 @@ static void account(struct bf_engine *e, uint32_t li, int delta)
     if (acq && had != (c->count[BF_STATE_IDLE] + c->count[BF_STATE_SPECULATIVE] > 0))
         e->shard_supply_ver++;
     if (acq)
-        bfe_credit_acq_changed(e, c->itype); /* Same Needs' acquirable fold reads it */
+        acq_changed(e, c->itype); /* Same Needs' acquirable fold reads it */
     e->by_state[l->k.state] += (uint32_t)delta;
     if (l->list[LL_CLUSTER] != NONE32)
         e->lists[l->list[LL_CLUSTER]].ver++; /* its cluster's credit reads it */
@@ -1187,6 +1214,8 @@ void bfe_mirror_free(struct bf_engine *e)
     bfe_u64map_free(&e->type_classes_map);
     bfe_sl_free(&e->release[0]);
     bfe_sl_free(&e->release[1]);
+    bfe_u64map_free(&e->tver_map);
+    free(e->tver);
     free(e->leaf_of);
     free(e->present);
     free(e->in_release);

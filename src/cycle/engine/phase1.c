@@ -20,6 +20,12 @@
  * is computed (one leaf, or identical allocatable) or walked machine by
  * machine in id order. BF_ENGINE_F_REFERENCE walks every claim machine by
  * machine instead; both give identical claims (tested).
+ *
+ * Layering (no circle between the engine's files, scripts/lint-includes):
+ * this file calls down to credit.c, which keeps the pre-pass outcomes
+ * across cycles and derives the changed ones by calling back the per-Need
+ * pre-pass through prepass_ops; the Same buckets' ranking keys
+ * (ChooseSameBucket, bfe_key_better) live in same.c, below both.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -428,59 +434,6 @@ out:
 
 /* ------------------------------------------------------------------ Same buckets */
 
-double bfe_same_score(const bf_vec *total, const bf_vec *deficit, bool capped)
-{
-    double s = 0;
-    for (int i = 0; i < BF_MAX_DIMS; i++) {
-        if (deficit->v[i] <= 0)
-            continue;
-        double t = (double)total->v[i] / (double)deficit->v[i];
-        if (capped && t > 1)
-            t = 1;
-        s += t;
-    }
-    return s;
-}
-
-void bfe_rank_key_of(const struct same_bucket *b, const bf_vec *d, struct rank_key *k)
-{
-    k->sat = bf_vec_covers(&b->total, d);
-    k->cred = bfe_same_score(&b->cred_total, d, true);
-    k->own = bfe_same_score(&b->own_total, d, true);
-    k->score = bfe_same_score(&b->total, d, !k->sat);
-    k->count = b->count;
-    k->value = b->value;
-}
-
-/* ChooseSameBucket's replacement rules 2-8 (engine.md §4.3): does c beat b? */
-bool bfe_key_better(const struct bf_engine *e, const struct rank_key *c, const struct rank_key *b)
-{
-    if (c->sat != b->sat)
-        return c->sat;
-    if (c->sat) {
-        if (c->cred != b->cred)
-            return c->cred > b->cred;
-        if (c->own != b->own)
-            return c->own > b->own;
-    }
-    if (c->score != b->score)
-        return c->sat ? c->score < b->score : c->score > b->score;
-    if (c->cred != b->cred)
-        return c->cred > b->cred;
-    if (c->count != b->count)
-        return c->count > b->count;
-    return bfe_strcmp_id(&e->in, c->value, b->value) < 0;
-}
-
-bool bfe_same_better(const struct bf_engine *e, const struct same_bucket *c,
-                     const struct same_bucket *b, const bf_vec *d)
-{
-    struct rank_key kc, kb;
-    bfe_rank_key_of(c, d, &kc);
-    bfe_rank_key_of(b, d, &kb);
-    return bfe_key_better(e, &kc, &kb);
-}
-
 static int choose_keys(const struct bf_engine *e, const struct rank_key *k, uint32_t n)
 {
     int best = -1;
@@ -489,23 +442,6 @@ static int choose_keys(const struct bf_engine *e, const struct rank_key *k, uint
             continue;
         if (best < 0 || bfe_key_better(e, &k[i], &k[best]))
             best = (int)i;
-    }
-    return best;
-}
-
-int bfe_same_choose(const struct bf_engine *e, const struct same_bucket *bk, uint32_t n,
-                    const bf_vec *d)
-{
-    int best = -1;
-    struct rank_key kb, kc;
-    for (uint32_t i = 0; i < n; i++) {
-        if (bk[i].count == 0)
-            continue;
-        bfe_rank_key_of(&bk[i], d, &kc);
-        if (best < 0 || bfe_key_better(e, &kc, &kb)) {
-            best = (int)i;
-            kb = kc;
-        }
     }
     return best;
 }
@@ -521,21 +457,6 @@ static int bucket_rank_cmp(const void *a, const void *b)
     if (bfe_key_better(rank_e, &rank_k[y], &rank_k[x]))
         return 1;
     return 0;
-}
-
-int32_t bfe_coverage_per_mille(const bf_vec *total, const bf_vec *d)
-{
-    double worst = 1.0;
-    for (int i = 0; i < BF_MAX_DIMS; i++) {
-        if (d->v[i] <= 0)
-            continue;
-        double t = (double)total->v[i] / (double)d->v[i];
-        if (t < worst)
-            worst = t;
-    }
-    if (worst < 0)
-        worst = 0;
-    return (int32_t)(worst * 1000.0);
 }
 
 /* the top-K domains, best first (ADR-0061 amendment; observation only) */
@@ -807,7 +728,10 @@ out:
     return rc;
 }
 
-int bfe_same_consume(struct bf_engine *e, uint32_t di)
+/* the consumption rider of a Same Need whose claims stand (credit.c's
+ * re-ranking): virtually consumes the chosen domain's acquirable supply for
+ * the Need's remaining deficit */
+static int same_consume(struct bf_engine *e, uint32_t di)
 {
     struct dneed *d = &e->d[di];
     bf_vec r = d->rem;
@@ -1078,7 +1002,9 @@ static int worker(struct bf_engine *e, uint32_t di)
 
 /* ------------------------------------------------------------------ driver */
 
-int bfe_prepass_need(struct bf_engine *e, uint32_t di)
+/* the pre-pass of one normalized Need (credit.c calls it through prepass_ops
+ * for every Need it derives) */
+static int prepass_need(struct bf_engine *e, uint32_t di)
 {
     /* a zero-aggregate Same Need still ranks its domains (Go's
      * seedSameProfile does; docs/fidelity.md V5): it claims nothing */
@@ -1086,6 +1012,8 @@ int bfe_prepass_need(struct bf_engine *e, uint32_t di)
         return 0;
     return e->d[di].cp->has_same ? prepass_same(e, di) : prepass_plain(e, di);
 }
+
+static const struct bfe_prepass_ops prepass_ops = {prepass_need, same_consume};
 
 static int u64_cmp(const void *a, const void *b)
 {
@@ -1138,7 +1066,7 @@ int bfe_phase1(struct bf_engine *e)
     for (uint32_t i = 0; i < n; i++)
         ord[i] = (prio_desc_key(e->d[i].cp->prio) << 32) | i;
     bfe_sort_tail(ord, n, sizeof *ord, u64_cmp, tmp);
-    TRY(bfe_credit_prepass(e, ord, n));
+    TRY(bfe_credit_prepass(e, ord, n, &prepass_ops));
     e->t_credit_ns = bfe_mono_ns() - t0;
     if (!n)
         return 0;

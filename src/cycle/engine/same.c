@@ -28,6 +28,10 @@
  * Storage: pools and rankings live in the cycle arena (e->ar) and are
  * dropped with it; e->apools is reset by the pre-pass at the start of every
  * cycle.
+ *
+ * ChooseSameBucket's keys themselves (bfe_rank_key_of, bfe_key_better,
+ * bfe_coverage_per_mille) are defined here, below phase1.c and credit.c,
+ * which both rank with them.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -75,6 +79,96 @@ struct apool {
     uint32_t ndom;
     struct arank *ranks;
 };
+
+/* ------------------------------------------------------------------ bucket keys */
+
+/* ChooseSameBucket's comparison (engine.md §4.3), shared by both paths: the
+ * full derivation's fold (phase1.c) and the shared rankings below. */
+
+double bfe_same_score(const bf_vec *total, const bf_vec *deficit, bool capped)
+{
+    double s = 0;
+    for (int i = 0; i < BF_MAX_DIMS; i++) {
+        if (deficit->v[i] <= 0)
+            continue;
+        double t = (double)total->v[i] / (double)deficit->v[i];
+        if (capped && t > 1)
+            t = 1;
+        s += t;
+    }
+    return s;
+}
+
+void bfe_rank_key_of(const struct same_bucket *b, const bf_vec *d, struct rank_key *k)
+{
+    k->sat = bf_vec_covers(&b->total, d);
+    k->cred = bfe_same_score(&b->cred_total, d, true);
+    k->own = bfe_same_score(&b->own_total, d, true);
+    k->score = bfe_same_score(&b->total, d, !k->sat);
+    k->count = b->count;
+    k->value = b->value;
+}
+
+/* ChooseSameBucket's replacement rules 2-8 (engine.md §4.3): does c beat b? */
+bool bfe_key_better(const struct bf_engine *e, const struct rank_key *c, const struct rank_key *b)
+{
+    if (c->sat != b->sat)
+        return c->sat;
+    if (c->sat) {
+        if (c->cred != b->cred)
+            return c->cred > b->cred;
+        if (c->own != b->own)
+            return c->own > b->own;
+    }
+    if (c->score != b->score)
+        return c->sat ? c->score < b->score : c->score > b->score;
+    if (c->cred != b->cred)
+        return c->cred > b->cred;
+    if (c->count != b->count)
+        return c->count > b->count;
+    return bfe_strcmp_id(&e->in, c->value, b->value) < 0;
+}
+
+bool bfe_same_better(const struct bf_engine *e, const struct same_bucket *c,
+                     const struct same_bucket *b, const bf_vec *d)
+{
+    struct rank_key kc, kb;
+    bfe_rank_key_of(c, d, &kc);
+    bfe_rank_key_of(b, d, &kb);
+    return bfe_key_better(e, &kc, &kb);
+}
+
+int bfe_same_choose(const struct bf_engine *e, const struct same_bucket *bk, uint32_t n,
+                    const bf_vec *d)
+{
+    int best = -1;
+    struct rank_key kb, kc;
+    for (uint32_t i = 0; i < n; i++) {
+        if (bk[i].count == 0)
+            continue;
+        bfe_rank_key_of(&bk[i], d, &kc);
+        if (best < 0 || bfe_key_better(e, &kc, &kb)) {
+            best = (int)i;
+            kb = kc;
+        }
+    }
+    return best;
+}
+
+int32_t bfe_coverage_per_mille(const bf_vec *total, const bf_vec *d)
+{
+    double worst = 1.0;
+    for (int i = 0; i < BF_MAX_DIMS; i++) {
+        if (d->v[i] <= 0)
+            continue;
+        double t = (double)total->v[i] / (double)d->v[i];
+        if (t < worst)
+            worst = t;
+    }
+    if (worst < 0)
+        worst = 0;
+    return (int32_t)(worst * 1000.0);
+}
 
 /* ------------------------------------------------------------------ pools */
 
