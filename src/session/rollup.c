@@ -269,6 +269,10 @@ bool bf_dim_is_reserved(const char *name)
 struct kv {
     const uint8_t *k, *v;
     uint32_t kl, vl;
+    const uint8_t *raw; /* the entry's bytes (entry memo key) */
+    uint32_t rawl, h;
+    int dim; /* >= 0: resolved by the entry memo (milli set); -1: k and v */
+    int64_t milli;
 };
 struct kvbuf {
     uint32_t n;
@@ -280,8 +284,10 @@ struct kvbuf {
  * index), and quantities already parsed (valid, non-negative). Keys point
  * into the rollup's bytes, alive for the conversion; a lookup compares the
  * bytes, so a miss only costs the full path. */
-#define NAME_MEMO 16
-#define QTY_MEMO  64 /* direct-mapped */
+#define NAME_MEMO      16
+#define QTY_MEMO       64  /* direct-mapped */
+#define ENTRY_MEMO     256 /* direct-mapped */
+#define ENTRY_MEMO_LEN 64  /* longest entry remembered */
 struct name_memo {
     const uint8_t *p;
     uint32_t len;
@@ -292,6 +298,14 @@ struct qty_memo {
     uint32_t len;
     int64_t milli;
 };
+/* a whole map entry's bytes (name and quantity) -> its registered
+ * dimension and milli value: one lookup for an entry seen before */
+struct entry_memo {
+    const uint8_t *p;
+    uint32_t len;
+    int dim;
+    int64_t milli;
+};
 
 struct scratch {
     uint8_t *key;
@@ -300,6 +314,7 @@ struct scratch {
     uint32_t n_names;
     struct name_memo names[NAME_MEMO];
     struct qty_memo qty[QTY_MEMO];
+    struct entry_memo ent[ENTRY_MEMO];
 };
 
 static bool has_nul(const uint8_t *p, uint32_t len)
@@ -322,10 +337,28 @@ static bool bytes_eq(const uint8_t *a, const uint8_t *b, uint32_t len)
     return true;
 }
 
-/* Parses one map entry (key 1, value 2) into b. */
-static int kv_entry(struct kvbuf *b, const uint8_t *p, size_t len, const char *map, uint32_t need,
-                    char *err, size_t errlen)
+static uint32_t entry_hash(const uint8_t *p, uint32_t len)
 {
+    uint32_t h = 2166136261u ^ len;
+    for (uint32_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 16777619u;
+    return h ^ h >> 15;
+}
+
+/* Parses one map entry (key 1, value 2) into b: an entry whose bytes the
+ * memo holds (it passed every check before) is taken resolved. */
+static int kv_entry(struct scratch *sc, struct kvbuf *b, const uint8_t *p, size_t len,
+                    const char *map, uint32_t need, char *err, size_t errlen)
+{
+    uint32_t h = 0;
+    if (len <= ENTRY_MEMO_LEN && b->n < MAP_MAX) {
+        h = entry_hash(p, (uint32_t)len);
+        const struct entry_memo *m = &sc->ent[h & (ENTRY_MEMO - 1)];
+        if (m->p && m->len == len && bytes_eq(m->p, p, (uint32_t)len)) {
+            b->e[b->n++] = (struct kv){.dim = m->dim, .milli = m->milli};
+            return 0;
+        }
+    }
     const uint8_t *k = (const uint8_t *)"", *v = (const uint8_t *)"";
     size_t kl = 0, vl = 0;
     int rc = 0;
@@ -370,7 +403,7 @@ parsed:
         ERR("need %u: %s: more than %d entries", need, map, MAP_MAX);
         return -EINVAL;
     }
-    b->e[b->n++] = (struct kv){k, v, (uint32_t)kl, (uint32_t)vl};
+    b->e[b->n++] = (struct kv){k, v, (uint32_t)kl, (uint32_t)vl, p, (uint32_t)len, h, -1, 0};
     return 0;
 }
 
@@ -397,6 +430,10 @@ static int kv_vec(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc, con
     bf_vec_zero(out);
     for (uint32_t i = 0; i < b->n; i++) {
         const struct kv *e = &b->e[i];
+        if (e->dim >= 0) {
+            out->v[e->dim] = e->milli; /* a duplicate key: last wins */
+            continue;
+        }
         const struct name_memo *nm = name_find(sc, e->k, e->kl);
         char key[BF_DIM_NAME_MAX];
         int kl = (int)e->kl, vl = (int)e->vl;
@@ -432,15 +469,13 @@ static int kv_vec(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc, con
             if (qm)
                 *qm = (struct qty_memo){e->v, e->vl, milli};
         }
-        if (nm) {
-            out->v[nm->dim] = milli; /* a duplicate key: last wins */
-            continue;
-        }
-        int d = bf_dim_lookup(s, key);
+        int d = nm ? nm->dim : bf_dim_lookup(s, key);
         if (d >= 0) {
-            if (sc->n_names < NAME_MEMO)
+            if (!nm && sc->n_names < NAME_MEMO)
                 sc->names[sc->n_names++] = (struct name_memo){e->k, e->kl, d};
-            out->v[d] = milli;
+            if (e->rawl <= ENTRY_MEMO_LEN)
+                sc->ent[e->h & (ENTRY_MEMO - 1)] = (struct entry_memo){e->raw, e->rawl, d, milli};
+            out->v[d] = milli; /* a duplicate key: last wins */
             continue;
         }
         bool listed = false;
@@ -576,13 +611,13 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
         case 2:
             if (f.wt != BF_PB_LEN)
                 goto bad;
-            if ((rc = kv_entry(&sc->agg, f.p, f.len, "aggregate_resources", idx, err, errlen)))
+            if ((rc = kv_entry(sc, &sc->agg, f.p, f.len, "aggregate_resources", idx, err, errlen)))
                 return rc;
             break;
         case 8:
             if (f.wt != BF_PB_LEN)
                 goto bad;
-            if ((rc = kv_entry(&sc->mu, f.p, f.len, "min_unit", idx, err, errlen)))
+            if ((rc = kv_entry(sc, &sc->mu, f.p, f.len, "min_unit", idx, err, errlen)))
                 return rc;
             break;
         case 9:
