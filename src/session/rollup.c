@@ -15,9 +15,13 @@
  *     interns nothing. The cache is bounded (cleared when it grows past
  *     PCACHE_MAX_*), private to the one thread that converts rollups.
  *   - Resource maps are read from the wire (map entries: key 1, value 2;
- *     a missing key or value is ""), copied NUL-terminated, parsed as
- *     Kubernetes quantities (negative ones reject) and placed at their
- *     registered dimension.
+ *     a missing key or value is ""), kept as pointers into the rollup,
+ *     parsed as Kubernetes quantities (negative ones reject) and placed at
+ *     their registered dimension. Operators repeat the same names and
+ *     quantities on every Need: per conversion, whole entries, names and
+ *     quantities already resolved are looked up in small memos (struct
+ *     scratch) instead of being validated, looked up and parsed again
+ *     (issue 18 target 3).
  *   - Duplicate (profile, group) rows are merged (header contract).
  *   - Nothing is written to shared memory except interned strings; the
  *     caller publishes rows. Dimension names the registry lacks are only
