@@ -25,6 +25,12 @@
  *     replaced rows' fingerprints the rollup no longer carries (Go's
  *     observeRolledUpDemand), and the cycle is woken. A held (rail 2)
  *     rollup publishes only its counters and the first-rollup gate.
+ *   - A rollup that repeats the cluster's last accepted one (same digest,
+ *     same published rows and limits: struct repeat_memo) is republished on
+ *     the same extent with generation + 1 and its arrival in the cluster
+ *     row (rows_arrival_ns): no row is decoded or copied. Stamps are not
+ *     touched again while the fingerprint list is unchanged and no stamp
+ *     was observed since the last touch (needs->stamps_observed).
  *     Rejected rollups publish rollups_rejected and leave demand untouched.
  *   - The allocator is private to this thread and rebuilt from the
  *     published rows when the thread starts. When no contiguous run is
