@@ -130,8 +130,19 @@ static uint64_t action_digest(uint64_t h, const struct bf_engine_action *a)
         int32_t priority, preemptor;
         int64_t grace;
         uint8_t kind, reason, ipb, rpb;
-    } f = {a->slot,   a->need, a->priority, a->preemptor_priority, a->grace_s, a->kind,
-           a->reason, a->ipb,  a->rpb};
+    } f;
+    /* the struct is hashed as bytes: its 4 tail padding bytes must be zero,
+     * not whatever the stack held (that made the digest depend on the build) */
+    memset(&f, 0, sizeof f);
+    f.slot = a->slot;
+    f.need = a->need;
+    f.priority = a->priority;
+    f.preemptor = a->preemptor_priority;
+    f.grace = a->grace_s;
+    f.kind = a->kind;
+    f.reason = a->reason;
+    f.ipb = a->ipb;
+    f.rpb = a->rpb;
     h = fnv_bytes(h, &f, sizeof f);
     h = fnv_str(h, a->machine_id, strlen(a->machine_id));
     h = fnv_str(h, a->cluster, strlen(a->cluster));
@@ -576,6 +587,18 @@ static uint32_t cluster_index(struct world *w, const char *name)
     return 0;
 }
 
+/* What executing a Reclaim or Preempt does to world slot s: Idle since now_s
+ * (seconds), no cluster, no assignment. */
+static void world_release(struct world *w, uint32_t s, int64_t now_s)
+{
+    w->state[s] = BF_STATE_IDLE;
+    w->cl[s] = 0;
+    w->prio[s] = 0;
+    w->ipb[s] = w->rpb[s] = 0;
+    w->fp[s] = w->group[s] = 0;
+    w->since[s] = now_s;
+}
+
 static uint32_t execute(struct world *w, const struct bf_engine_result *r)
 {
     size_t n = r->n_actions;
@@ -605,12 +628,7 @@ static uint32_t execute(struct world *w, const struct bf_engine_result *r)
             break;
         case BF_ACTION_RECLAIM:
         case BF_ACTION_PREEMPT:
-            w->state[s] = BF_STATE_IDLE;
-            w->cl[s] = 0;
-            w->prio[s] = 0;
-            w->ipb[s] = w->rpb[s] = 0;
-            w->fp[s] = w->group[s] = 0;
-            w->since[s] = now_s;
+            world_release(w, s, now_s);
             break;
         case BF_ACTION_DELETE:
             w->state[s] = BF_STATE_SPECULATIVE;
@@ -668,12 +686,18 @@ static void churn_agg(struct world *w, uint64_t cyc)
     churn_crs(w, cyc, 1, 950, 1050);
 }
 
-static void build_agg(struct world *w, uint32_t N)
+/* N Idle machines over the five types, 3 zones and 10 racks (round robin). */
+static void idle_world(struct world *w, uint32_t N)
 {
     world_alloc(w, N);
     five_types(w);
     for (uint32_t i = 0; i < N; i++)
         add_machine(w, "idle", BF_STATE_IDLE, i % 5, (uint8_t)(i % 3), (uint8_t)((i / 3) % 10));
+}
+
+static void build_agg(struct world *w, uint32_t N)
+{
+    idle_world(w, N);
     char name[24];
     for (uint32_t c = 0; c < 50; c++) {
         snprintf(name, sizeof name, "kwok-%u", c);
@@ -742,10 +766,7 @@ static void churn_oneone(struct world *w, uint64_t cyc)
 
 static void build_oneone(struct world *w, uint32_t N)
 {
-    world_alloc(w, N);
-    five_types(w);
-    for (uint32_t i = 0; i < N; i++)
-        add_machine(w, "idle", BF_STATE_IDLE, i % 5, (uint8_t)(i % 3), (uint8_t)((i / 3) % 10));
+    idle_world(w, N);
     char name[24];
     uint32_t per = N / 5 / 50;
     for (uint32_t c = 0; c < 50; c++) {
@@ -1548,6 +1569,80 @@ static void check_cycle(struct bf_engine *e2, const struct world *w,
     }
 }
 
+/* The warm-up (initial drain) figures both paths report: cycle p50/max,
+ * cycles taken, binds per cycle (min, median) and the warm-up's wall time
+ * since tw; frees both series. */
+static void drain_figures(struct result *res, struct series *cyc, struct series *binds,
+                          uint32_t warm, int64_t tw)
+{
+    res->drain_c50 = pct(cyc, 50);
+    res->drain_cmax = pct(cyc, 100);
+    free(cyc->v);
+    res->drain_cycles = warm + 1;
+    res->binds_min_drain = binds->n > 1 ? minv(binds) : (binds->n ? binds->v[0] : 0);
+    res->binds_med_drain = pct(binds, 50);
+    free(binds->v);
+    res->warm_s = (double)(now_mono() - tw) / 1e9;
+}
+
+/* The measured cycles' decisions: every cycle's actions folded by content
+ * into one digest, and the pre-pass counters summed. */
+struct decided {
+    uint64_t digest;
+    double kept, reranked, derived;
+};
+
+static void fold_decisions(struct decided *d, struct result *res, const struct bf_engine_result *r)
+{
+    uint64_t cd = FNV0;
+    for (size_t i = 0; i < r->n_actions; i++)
+        cd = action_digest(cd, &r->actions[i]);
+    d->digest = fnv_bytes(d->digest, &cd, sizeof cd);
+    res->n_acts += r->n_actions;
+    d->kept += r->prepass.kept;
+    d->reranked += r->prepass.reranked;
+    d->derived += r->prepass.derived;
+}
+
+/* The digest, and the pre-pass counters per cycle over N measured cycles. */
+static void report_decisions(struct result *res, const struct decided *d, uint32_t N)
+{
+    res->digest = d->digest;
+    res->pp_kept = N ? d->kept / N : 0;
+    res->pp_reranked = N ? d->reranked / N : 0;
+    res->pp_derived = N ? d->derived / N : 0;
+}
+
+/* The per-cycle series both measured paths (engine alone, shm mirror) keep. */
+struct steady {
+    const struct series *cyc, *eng, *upd, *pn, *p1, *p2, *p3, *po, *acts, *binds, *chg, *uns, *sf;
+};
+
+/* The figures both paths report from their series over N measured cycles:
+ * cycle and engine percentiles, update and phase p99s, action and verdict means. */
+static void steady_figures(struct result *res, uint32_t N, const struct steady *m)
+{
+    res->cycles = N;
+    res->c50 = pct(m->cyc, 50);
+    res->c99 = pct(m->cyc, 99);
+    res->cmax = pct(m->cyc, 100);
+    res->e50 = pct(m->eng, 50);
+    res->e99 = pct(m->eng, 99);
+    res->emax = pct(m->eng, 100);
+    res->u99 = pct(m->upd, 99);
+    res->p_norm = pct(m->pn, 99);
+    res->p_p1 = pct(m->p1, 99);
+    res->p_p2 = pct(m->p2, 99);
+    res->p_p3 = pct(m->p3, 99);
+    res->p_obs = pct(m->po, 99);
+    res->acts_mean = mean(m->acts);
+    res->acts_max = pct(m->acts, 100);
+    res->binds_mean = mean(m->binds);
+    res->changes_mean = mean(m->chg);
+    res->unsat_mean = mean(m->uns);
+    res->shortfalls_mean = mean(m->sf);
+}
+
 static int run(struct world *w, const struct opts *o, struct result *res)
 {
     struct bf_engine_config cfg;
@@ -1611,21 +1706,12 @@ static int run(struct world *w, const struct opts *o, struct result *res)
         if (quiet && warm >= 2)
             break;
     }
-    res->drain_c50 = pct(&drain_cyc, 50);
-    res->drain_cmax = pct(&drain_cyc, 100);
-    free(drain_cyc.v);
-    res->drain_cycles = warm + 1;
-    res->binds_min_drain =
-        drain_binds.n > 1 ? minv(&drain_binds) : (drain_binds.n ? drain_binds.v[0] : 0);
-    res->binds_med_drain = pct(&drain_binds, 50);
-    free(drain_binds.v);
-    res->warm_s = (double)(now_mono() - tw) / 1e9;
+    drain_figures(res, &drain_cyc, &drain_binds, warm, tw);
     /* measured steady state with churn */
     struct series cyc = {0}, eng = {0}, upd = {0}, pn = {0}, p1 = {0}, p2 = {0}, p3 = {0}, po = {0},
                   acts = {0}, binds = {0}, chg = {0}, uns = {0}, sf = {0}, cpu = {0};
     uint32_t N = o->cycles;
-    uint64_t digest = FNV0;
-    double ppk = 0, ppr = 0, ppd = 0;
+    struct decided dec = {.digest = FNV0};
     for (uint32_t k = 0; k < N; k++) {
         w->churn(w, k);
         if (e2) { /* the same changes into the --check engine, outside the timed part */
@@ -1639,14 +1725,7 @@ static int run(struct world *w, const struct opts *o, struct result *res)
         if (bf_engine_cycle(e, w->now_ns, &r))
             return -1;
         int64_t c = now_mono();
-        uint64_t cd = FNV0;
-        for (size_t i = 0; i < r.n_actions; i++)
-            cd = action_digest(cd, &r.actions[i]);
-        digest = fnv_bytes(digest, &cd, sizeof cd);
-        res->n_acts += r.n_actions;
-        ppk += r.prepass.kept;
-        ppr += r.prepass.reranked;
-        ppd += r.prepass.derived;
+        fold_decisions(&dec, res, &r);
         if (e2)
             check_cycle(e2, w, &r, res, "measured", k);
         push(&cpu, (double)(now_cpu() - ca) / 1e6);
@@ -1681,30 +1760,11 @@ static int run(struct world *w, const struct opts *o, struct result *res)
         execute(w, &r);
         w->now_ns += 1000000000LL;
     }
-    res->digest = digest;
-    res->pp_kept = N ? ppk / N : 0;
-    res->pp_reranked = N ? ppr / N : 0;
-    res->pp_derived = N ? ppd / N : 0;
+    report_decisions(res, &dec, N);
     bf_engine_free(e2);
-    res->cycles = N;
-    res->c50 = pct(&cyc, 50);
-    res->c99 = pct(&cyc, 99);
-    res->cmax = pct(&cyc, 100);
-    res->e50 = pct(&eng, 50);
-    res->e99 = pct(&eng, 99);
-    res->emax = pct(&eng, 100);
-    res->u99 = pct(&upd, 99);
-    res->p_norm = pct(&pn, 99);
-    res->p_p1 = pct(&p1, 99);
-    res->p_p2 = pct(&p2, 99);
-    res->p_p3 = pct(&p3, 99);
-    res->p_obs = pct(&po, 99);
-    res->acts_mean = mean(&acts);
-    res->acts_max = pct(&acts, 100);
-    res->binds_mean = mean(&binds);
-    res->changes_mean = mean(&chg);
-    res->unsat_mean = mean(&uns);
-    res->shortfalls_mean = mean(&sf);
+    steady_figures(res, N,
+                   &(struct steady){&cyc, &eng, &upd, &pn, &p1, &p2, &p3, &po, &acts, &binds, &chg,
+                                    &uns, &sf});
     struct bf_engine_mirror_stats st;
     bf_engine_mirror_stats(e, &st);
     res->bytes_per_machine = st.machines ? (double)st.bytes / st.machines : 0;
@@ -2013,12 +2073,7 @@ static uint32_t shm_execute(struct world *w, struct shmw *x, uint32_t cap)
             r.ipb = r.rpb = 0;
             r.fingerprint = r.group = 0;
             r.idle_since = bf_rec_idle_since_encode(&x->s, now_s + x->delta_s);
-            w->state[s] = BF_STATE_IDLE;
-            w->cl[s] = 0;
-            w->prio[s] = 0;
-            w->ipb[s] = w->rpb[s] = 0;
-            w->fp[s] = w->group[s] = 0;
-            w->since[s] = now_s;
+            world_release(w, s, now_s);
             break;
         case BF_ACTION_DELETE:
             r.state = BF_STATE_SPECULATIVE;
@@ -2190,24 +2245,15 @@ static int run_shm(struct world *w, const struct opts *o, struct result *res)
         if (quiet && warm >= 2 && bf_ring_depth(&x.s, BF_RING_ACTIONS) == 0)
             break;
     }
-    res->drain_c50 = pct(&drain_cyc, 50);
-    res->drain_cmax = pct(&drain_cyc, 100);
     res->drain_exec_max = pct(&drain_exec, 100);
-    free(drain_cyc.v);
     free(drain_exec.v);
-    res->drain_cycles = warm + 1;
-    res->binds_min_drain =
-        drain_binds.n > 1 ? minv(&drain_binds) : (drain_binds.n ? drain_binds.v[0] : 0);
-    res->binds_med_drain = pct(&drain_binds, 50);
-    free(drain_binds.v);
-    res->warm_s = (double)(now_mono() - tw) / 1e9;
+    drain_figures(res, &drain_cyc, &drain_binds, warm, tw);
     /* measured steady state with churn */
     struct series cyc = {0}, eng = {0}, upd = {0}, pn = {0}, p1 = {0}, p2 = {0}, p3 = {0}, po = {0},
                   pe = {0}, pp = {0}, acts = {0}, binds = {0}, chg = {0}, uns = {0}, sf = {0},
                   enq = {0}, ded = {0}, drp = {0}, cap = {0}, crr = {0}, cpu = {0}, ovh = {0};
     uint32_t N = o->cycles;
-    uint64_t digest = FNV0;
-    double ppk = 0, ppr = 0, ppd = 0;
+    struct decided dec = {.digest = FNV0};
     for (uint32_t k = 0; k < N; k++) {
         w->churn(w, k);
         shm_publish(w, &x);
@@ -2217,14 +2263,7 @@ static int run_shm(struct world *w, const struct opts *o, struct result *res)
             die("bf_cycle_run_once", -ENOMEM);
         push(&cpu, (double)(now_cpu() - ca) / 1e6);
         const struct bf_engine_result *r = bf_cycle_last_result(cy);
-        uint64_t cd = FNV0; /* the engine's decisions, before the rails */
-        for (size_t i = 0; i < r->n_actions; i++)
-            cd = action_digest(cd, &r->actions[i]);
-        digest = fnv_bytes(digest, &cd, sizeof cd);
-        res->n_acts += r->n_actions;
-        ppk += r->prepass.kept;
-        ppr += r->prepass.reranked;
-        ppd += r->prepass.derived;
+        fold_decisions(&dec, res, r); /* the engine's decisions, before the rails */
         double tot = (double)rep.total_ns / 1e6;
         double emit = (double)rep.phase_ns[BF_PHASE_EMIT] / 1e6;
         double obs = (double)r->t.verdict_ns / 1e6;
@@ -2264,31 +2303,12 @@ static int run_shm(struct world *w, const struct opts *o, struct result *res)
         shm_execute(w, &x, w->exec_cap);
         w->now_ns += 1000000000LL;
     }
-    res->digest = digest;
-    res->pp_kept = N ? ppk / N : 0;
-    res->pp_reranked = N ? ppr / N : 0;
-    res->pp_derived = N ? ppd / N : 0;
-    res->cycles = N;
-    res->c50 = pct(&cyc, 50);
-    res->c99 = pct(&cyc, 99);
-    res->cmax = pct(&cyc, 100);
-    res->e50 = pct(&eng, 50);
-    res->e99 = pct(&eng, 99);
-    res->emax = pct(&eng, 100);
-    res->u99 = pct(&upd, 99);
-    res->p_norm = pct(&pn, 99);
-    res->p_p1 = pct(&p1, 99);
-    res->p_p2 = pct(&p2, 99);
-    res->p_p3 = pct(&p3, 99);
-    res->p_obs = pct(&po, 99);
+    report_decisions(res, &dec, N);
+    steady_figures(res, N,
+                   &(struct steady){&cyc, &eng, &upd, &pn, &p1, &p2, &p3, &po, &acts, &binds, &chg,
+                                    &uns, &sf});
     res->p_exec = pct(&pe, 99);
     res->p_pub = pct(&pp, 99);
-    res->acts_mean = mean(&acts);
-    res->acts_max = pct(&acts, 100);
-    res->binds_mean = mean(&binds);
-    res->changes_mean = mean(&chg);
-    res->unsat_mean = mean(&uns);
-    res->shortfalls_mean = mean(&sf);
     res->enq_mean = mean(&enq);
     res->dedup_mean = mean(&ded);
     res->drop_mean = mean(&drp);

@@ -295,6 +295,24 @@ static void issue(struct uload *u)
         u->errors++;
 }
 
+/* Every connection issues `depth` calls, each re-issued on completion until end. */
+static void start_all(struct uload *u, int conns, int depth, int64_t end)
+{
+    for (int c = 0; c < conns; c++) {
+        u[c].end = end;
+        for (int i = 0; i < depth; i++)
+            issue(&u[c]);
+    }
+}
+
+static int inflight_total(const struct uload *u, int conns)
+{
+    int n = 0;
+    for (int c = 0; c < conns; c++)
+        n += u[c].inflight;
+    return n;
+}
+
 struct unary_fig {
     double rps, server_cpu, rps_per_core, cpu_ms_per_1k, server_util;
     uint64_t calls, errors;
@@ -321,35 +339,21 @@ static struct unary_fig unary_bench(const struct bf_net_tls_config *stls,
     }
     /* warm-up */
     int64_t t = bf_mono_ns();
-    for (int c = 0; c < conns; c++) {
-        u[c].end = t + BF_NS_PER_SEC / 2;
-        for (int i = 0; i < depth; i++)
-            issue(&u[c]);
-    }
+    start_all(u, conns, depth, t + BF_NS_PER_SEC / 2);
     for (;;) {
         bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
-        int inflight = 0;
-        for (int c = 0; c < conns; c++)
-            inflight += u[c].inflight;
-        if (!inflight && bf_mono_ns() > t + BF_NS_PER_SEC / 2)
+        if (!inflight_total(u, conns) && bf_mono_ns() > t + BF_NS_PER_SEC / 2)
             break;
     }
     /* measure */
     double cpu0 = proc_cpu(pid);
     t = bf_mono_ns();
-    int64_t end = t + (int64_t)(seconds * BF_NS_PER_SEC);
-    for (int c = 0; c < conns; c++) {
+    for (int c = 0; c < conns; c++)
         u[c].done = u[c].errors = 0;
-        u[c].end = end;
-        for (int i = 0; i < depth; i++)
-            issue(&u[c]);
-    }
+    start_all(u, conns, depth, t + (int64_t)(seconds * BF_NS_PER_SEC));
     for (;;) {
         bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
-        int inflight = 0;
-        for (int c = 0; c < conns; c++)
-            inflight += u[c].inflight;
-        if (!inflight)
+        if (!inflight_total(u, conns))
             break;
     }
     double wall = (double)(bf_mono_ns() - t) / BF_NS_PER_SEC;

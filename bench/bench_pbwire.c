@@ -29,20 +29,10 @@
 #include "bigfleet/util.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"
 
+#include "bench_common.h"
+
 #define T0   (1000 * BF_NS_PER_SEC)
 #define REPS 15
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return v[n / 2];
-}
 
 /* CPU time of this thread: the machine is shared, and a wall clock counts
  * the time other processes held the core */
@@ -181,21 +171,11 @@ static uint64_t walk_fields(const uint8_t *p, size_t len, int depth)
     return n;
 }
 
-static const char *openb_path(int argc, char **argv)
-{
-    if (argc > 1)
-        return argv[1];
-    const char *e = getenv("BF_OPENB_CSV");
-    if (e && *e)
-        return e;
-    return "../shared/data/openb/openb_node_list_all_node.csv";
-}
-
 int main(int argc, char **argv)
 {
     struct bf_sim_config c;
     bf_sim_config_init(&c);
-    c.catalog_path = openb_path(argc, argv);
+    c.catalog_path = bench_openb_csv(argc, argv);
     c.seed_speculative = 18519; /* x 27 openb shapes = 500,013 machines */
     struct bf_sim *s;
     char err[256];
@@ -213,7 +193,7 @@ int main(int argc, char **argv)
         if (r.code != BF_SIM_OK)
             die("List failed");
     }
-    double list_s = median(t, REPS);
+    double list_s = bench_median(t, REPS);
     size_t list_bytes = r.len;
     /* --- provider decode of the same bytes */
     size_t machines = 0;
@@ -223,7 +203,7 @@ int main(int argc, char **argv)
         sum += walk_list(r.body, r.len, &machines);
         t[i] = now_s() - a;
     }
-    double decode_s = median(t, REPS);
+    double decode_s = bench_median(t, REPS);
     /* --- rollup scan */
     size_t rl;
     uint8_t *roll = build_rollup(50000, &rl);
@@ -244,7 +224,7 @@ int main(int argc, char **argv)
         sum += walk_fields(roll, rl, 0);
         tw[i] = now_s() - a;
     }
-    double scan_s = median(tc, REPS), walk_s = median(tw, REPS);
+    double scan_s = bench_median(tc, REPS), walk_s = bench_median(tw, REPS);
     printf("bench_pbwire (%zu machines, medians of %d)\n", machines, REPS);
     printf("  List full encode (bf_sim_handle)      %9.2f ms  %10zu bytes\n", list_s * 1e3,
            list_bytes);

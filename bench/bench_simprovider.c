@@ -29,20 +29,10 @@
 #include "bigfleet/util.h"
 #include "simprovider/sim_internal.h"
 
+#include "bench_common.h"
+
 #define T0   (1000 * BF_NS_PER_SEC)
 #define REPS 5
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return v[n / 2];
-}
 
 static double now_s(void)
 {
@@ -61,45 +51,12 @@ static struct bf_sim *open_or_die(const struct bf_sim_config *c)
     return s;
 }
 
-/* the same List through protobuf-c: collect the ids in revision order from
- * the production reply, build one struct per machine, pack MachineList */
-static size_t pack_with_protobuf_c(struct bf_sim *s, const struct bf_sim_reply *r)
-{
-    Bigfleet__V1alpha1__MachineList ml = BIGFLEET__V1ALPHA1__MACHINE_LIST__INIT;
-    Bigfleet__V1alpha1__MachineList *parsed =
-        bigfleet__v1alpha1__machine_list__unpack(NULL, r->len, r->body);
-    size_t n = parsed->n_machines;
-    struct sim_pb_machine **pm = calloc(n + 1, sizeof *pm);
-    Bigfleet__V1alpha1__Machine **msgs = calloc(n + 1, sizeof *msgs);
-    uint32_t *idx = calloc(n + 1, sizeof *idx);
-    for (size_t i = 0; i < n; i++)
-        idx[i] = bf_sim_find_machine(s, parsed->machines[i]->id, strlen(parsed->machines[i]->id));
-    ml.revision = parsed->revision;
-    for (size_t i = 0; i < n; i++) {
-        pm[i] = bf_sim_machine_pb(s, idx[i]);
-        msgs[i] = bf_sim_machine_pb_msg(pm[i]);
-    }
-    ml.n_machines = n;
-    ml.machines = msgs;
-    size_t len = protobuf_c_message_get_packed_size(&ml.base);
-    uint8_t *buf = malloc(len + 1);
-    size_t packed = protobuf_c_message_pack(&ml.base, buf);
-    if (packed != r->len || memcmp(buf, r->body, len) != 0) {
-        fprintf(stderr, "bench_simprovider: protobuf-c bytes differ from the production List\n");
-        exit(1);
-    }
-    for (size_t i = 0; i < n; i++)
-        bf_sim_machine_pb_free(pm[i]);
-    free(pm);
-    free(msgs);
-    free(idx);
-    free(buf);
-    bigfleet__v1alpha1__machine_list__free_unpacked(parsed, NULL);
-    return packed;
-}
-
-/* time of pack_with_protobuf_c minus its preparatory unpack, measured apart */
-static double time_protobuf_c(struct bf_sim *s, const struct bf_sim_reply *r)
+/* The List in r again, through protobuf-c: the ids in the reply's order are
+ * looked up, one struct per machine is built from the simulator's records and
+ * MachineList is packed. Returns the bytes (the caller frees them) and their
+ * length; *seconds = the build and pack alone (not the preparatory unpack). */
+static uint8_t *pbc_repack(struct bf_sim *s, const struct bf_sim_reply *r, size_t *len,
+                           double *seconds)
 {
     Bigfleet__V1alpha1__MachineList *parsed =
         bigfleet__v1alpha1__machine_list__unpack(NULL, r->len, r->body);
@@ -118,17 +75,39 @@ static double time_protobuf_c(struct bf_sim *s, const struct bf_sim_reply *r)
     }
     ml.n_machines = n;
     ml.machines = msgs;
-    size_t len = protobuf_c_message_get_packed_size(&ml.base);
-    uint8_t *buf = malloc(len + 1);
-    protobuf_c_message_pack(&ml.base, buf);
-    t = now_s() - t;
+    size_t want = protobuf_c_message_get_packed_size(&ml.base);
+    uint8_t *buf = malloc(want + 1);
+    *len = protobuf_c_message_pack(&ml.base, buf);
+    *seconds = now_s() - t;
     for (size_t i = 0; i < n; i++)
         bf_sim_machine_pb_free(pm[i]);
     free(pm);
     free(msgs);
     free(idx);
-    free(buf);
     bigfleet__v1alpha1__machine_list__free_unpacked(parsed, NULL);
+    return buf;
+}
+
+/* the same List through protobuf-c must be the production bytes, exactly */
+static size_t pack_with_protobuf_c(struct bf_sim *s, const struct bf_sim_reply *r)
+{
+    size_t packed;
+    double t;
+    uint8_t *buf = pbc_repack(s, r, &packed, &t);
+    if (packed != r->len || memcmp(buf, r->body, packed) != 0) {
+        fprintf(stderr, "bench_simprovider: protobuf-c bytes differ from the production List\n");
+        exit(1);
+    }
+    free(buf);
+    return packed;
+}
+
+/* time of pack_with_protobuf_c minus its preparatory unpack, measured apart */
+static double time_protobuf_c(struct bf_sim *s, const struct bf_sim_reply *r)
+{
+    size_t len;
+    double t;
+    free(pbc_repack(s, r, &len, &t));
     return t;
 }
 
@@ -164,11 +143,11 @@ static struct list_fig bench_list(struct bf_sim *s, const char *since)
         bf_sim_reply_free(&r);
         r = fresh;
     }
-    struct list_fig f = {.prod_s = median(t, REPS), .bytes = r.len};
+    struct list_fig f = {.prod_s = bench_median(t, REPS), .bytes = r.len};
     pack_with_protobuf_c(s, &r); /* verifies byte identity once */
     for (int i = 0; i < REPS; i++)
         tp[i] = time_protobuf_c(s, &r);
-    f.pbc_s = median(tp, REPS);
+    f.pbc_s = bench_median(tp, REPS);
     Bigfleet__V1alpha1__MachineList *l =
         bigfleet__v1alpha1__machine_list__unpack(NULL, r.len, r.body);
     f.machines = l->n_machines;
@@ -253,19 +232,9 @@ static double cycle_rate(struct bf_sim *s, size_t machines, int64_t now)
     return (double)rpcs / t;
 }
 
-static const char *openb_path(int argc, char **argv)
-{
-    if (argc > 1)
-        return argv[1];
-    const char *e = getenv("BF_OPENB_CSV");
-    if (e && *e)
-        return e;
-    return "../shared/data/openb/openb_node_list_all_node.csv";
-}
-
 int main(int argc, char **argv)
 {
-    const char *csv = openb_path(argc, argv);
+    const char *csv = bench_openb_csv(argc, argv);
     struct bf_sim_config c;
     bf_sim_config_init(&c);
     c.catalog_path = csv;
@@ -280,7 +249,7 @@ int main(int argc, char **argv)
         s = open_or_die(&c);
         ts[i] = now_s() - a;
     }
-    double seed_s = median(ts, REPS);
+    double seed_s = bench_median(ts, REPS);
     size_t pool = bf_sim_machine_count(s);
     /* --- full List */
     struct list_fig full = bench_list(s, NULL);
@@ -379,7 +348,7 @@ int main(int argc, char **argv)
     double completions = (double)nm / (now_s() - a);
     bf_sim_close(s);
 
-    double am = median(acc_mem, REPS), al = median(acc_lmdb, REPS);
+    double am = bench_median(acc_mem, REPS), al = bench_median(acc_lmdb, REPS);
     printf("bench_simprovider (%zu machines, openb catalog, %s)\n", pool, csv);
     printf("  seed 500K pool                      %10.3f s\n", seed_s);
     printf("  List full       production encoder  %10.3f s  %9zu bytes  %zu machines\n",

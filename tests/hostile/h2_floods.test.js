@@ -54,77 +54,72 @@ before(async () => ({ S, op } = await H.setUp()));
 after(() => H.tearDown('h2_floods', S, op));
 const test = H.checks(() => S);
 
-test('rapid reset (HEADERS + RST_STREAM, CVE-2023-44487): GOAWAY ENHANCE_YOUR_CALM', () =>
-  H.attack(S, op, {
-    name: 'rapid-reset',
-    what: 'connections each sending up to 5,000 x (HEADERS Shard/Session + RST_STREAM CANCEL)',
-    rssBoundMB: 100,
-    counters: [[flood('rapid_reset'), 1]],
-    log: /closed as an HTTP\/2 flood .*detail="rapid_reset"/,
-    run: (until) => floodConnections(S.port, until, (c) => {
-      const sid = c.nextSid();
-      return Buffer.concat([c.headers(sid, SESSION),
-        h2frame(T.RST_STREAM, 0, sid, Buffer.from([0, 0, 0, 8]))]);
-    }),
-  }));
+// A flood test: connections from floodConnections sending make(c, i)
+// (after open(c), if given) until the server closes them; the attack must
+// be counted under flood_closes_total{reason} and logged with that detail.
+function floodTest(title, { name, reason, what, make, open }) {
+  test(title, () =>
+    H.attack(S, op, {
+      name,
+      what,
+      rssBoundMB: 100,
+      counters: [[flood(reason), 1]],
+      log: new RegExp(`closed as an HTTP/2 flood .*detail="${reason}"`),
+      run: (until) => floodConnections(S.port, until, make, { open }),
+    }));
+}
 
-test('CONTINUATION flood (CVE-2024-28182): cut after 4 CONTINUATION frames', () =>
-  H.attack(S, op, {
-    name: 'continuation-flood',
-    what: 'connections each sending HEADERS without END_HEADERS, then up to 5,000 CONTINUATION frames of valid header fields',
-    rssBoundMB: 100,
-    counters: [[flood('continuation'), 1]],
-    log: /closed as an HTTP\/2 flood .*detail="continuation"/,
-    run: (until) => floodConnections(S.port, until,
-      () => h2frame(T.CONTINUATION, 0, 1, hpackLiteral('x-pad', 'a'.repeat(40))),
-      { open: (c) => h2frame(T.HEADERS, 0, c.nextSid(), H.grpcHeaderBlock(SESSION)) }),
-  }));
+floodTest('rapid reset (HEADERS + RST_STREAM, CVE-2023-44487): GOAWAY ENHANCE_YOUR_CALM', {
+  name: 'rapid-reset',
+  reason: 'rapid_reset',
+  what: 'connections each sending up to 5,000 x (HEADERS Shard/Session + RST_STREAM CANCEL)',
+  make: (c) => {
+    const sid = c.nextSid();
+    return Buffer.concat([c.headers(sid, SESSION),
+      h2frame(T.RST_STREAM, 0, sid, Buffer.from([0, 0, 0, 8]))]);
+  },
+});
 
-test('PING flood: GOAWAY ENHANCE_YOUR_CALM', () =>
-  H.attack(S, op, {
-    name: 'ping-flood',
-    what: 'connections each sending up to 5,000 PINGs',
-    rssBoundMB: 100,
-    counters: [[flood('ping'), 1]],
-    log: /closed as an HTTP\/2 flood .*detail="ping"/,
-    run: (until) => floodConnections(S.port, until, (c, i) => {
-      const p = Buffer.alloc(8);
-      p.writeUInt32BE(i, 4);
-      return h2frame(T.PING, 0, 0, p);
-    }),
-  }));
+floodTest('CONTINUATION flood (CVE-2024-28182): cut after 4 CONTINUATION frames', {
+  name: 'continuation-flood',
+  reason: 'continuation',
+  what: 'connections each sending HEADERS without END_HEADERS, then up to 5,000 CONTINUATION frames of valid header fields',
+  make: () => h2frame(T.CONTINUATION, 0, 1, hpackLiteral('x-pad', 'a'.repeat(40))),
+  open: (c) => h2frame(T.HEADERS, 0, c.nextSid(), H.grpcHeaderBlock(SESSION)),
+});
 
-test('SETTINGS flood: GOAWAY ENHANCE_YOUR_CALM', () =>
-  H.attack(S, op, {
-    name: 'settings-flood',
-    what: 'connections each sending up to 5,000 SETTINGS frames',
-    rssBoundMB: 100,
-    counters: [[flood('settings'), 1]],
-    log: /closed as an HTTP\/2 flood .*detail="settings"/,
-    run: (until) => floodConnections(S.port, until,
-      () => h2frame(T.SETTINGS, 0, 0, Buffer.from([0, 4, 0, 0x10, 0, 0]))),
-  }));
+floodTest('PING flood: GOAWAY ENHANCE_YOUR_CALM', {
+  name: 'ping-flood',
+  reason: 'ping',
+  what: 'connections each sending up to 5,000 PINGs',
+  make: (c, i) => {
+    const p = Buffer.alloc(8);
+    p.writeUInt32BE(i, 4);
+    return h2frame(T.PING, 0, 0, p);
+  },
+});
 
-test('empty DATA flood on an open stream: GOAWAY ENHANCE_YOUR_CALM', () =>
-  H.attack(S, op, {
-    name: 'empty-data-flood',
-    what: 'connections each opening a Session stream, then up to 5,000 empty DATA frames without END_STREAM',
-    rssBoundMB: 100,
-    counters: [[flood('empty_frames'), 1]],
-    log: /closed as an HTTP\/2 flood .*detail="empty_frames"/,
-    run: (until) => floodConnections(S.port, until, () => h2frame(T.DATA, 0, 1),
-      { open: (c) => c.headers(c.nextSid(), SESSION) }),
-  }));
+floodTest('SETTINGS flood: GOAWAY ENHANCE_YOUR_CALM', {
+  name: 'settings-flood',
+  reason: 'settings',
+  what: 'connections each sending up to 5,000 SETTINGS frames',
+  make: () => h2frame(T.SETTINGS, 0, 0, Buffer.from([0, 4, 0, 0x10, 0, 0])),
+});
 
-test('new-stream churn (HEADERS with END_STREAM, no reset): GOAWAY ENHANCE_YOUR_CALM', () =>
-  H.attack(S, op, {
-    name: 'stream-churn',
-    what: 'connections each opening up to 5,000 InspectNeeds streams that end at once (no request)',
-    rssBoundMB: 100,
-    counters: [[flood('streams'), 1]],
-    log: /closed as an HTTP\/2 flood .*detail="streams"/,
-    run: (until) => floodConnections(S.port, until, (c) => c.headers(c.nextSid(), INSPECT, true)),
-  }));
+floodTest('empty DATA flood on an open stream: GOAWAY ENHANCE_YOUR_CALM', {
+  name: 'empty-data-flood',
+  reason: 'empty_frames',
+  what: 'connections each opening a Session stream, then up to 5,000 empty DATA frames without END_STREAM',
+  make: () => h2frame(T.DATA, 0, 1),
+  open: (c) => c.headers(c.nextSid(), SESSION),
+});
+
+floodTest('new-stream churn (HEADERS with END_STREAM, no reset): GOAWAY ENHANCE_YOUR_CALM', {
+  name: 'stream-churn',
+  reason: 'streams',
+  what: 'connections each opening up to 5,000 InspectNeeds streams that end at once (no request)',
+  make: (c) => c.headers(c.nextSid(), INSPECT, true),
+});
 
 test('an HPACK header-list bomb resets its stream; the connection lives on', () =>
   H.attack(S, op, {

@@ -30,24 +30,7 @@ AS_U=(setpriv --reuid="$UID_U" --regid="$GID_U" --clear-groups --reset-env)
 as_u() { "${AS_U[@]}" "$@"; }
 
 SOCK=$TMP/notify.sock
-python3 - "$SOCK" "$UID_U" >"$TMP/notify.log" <<'PY' &
-import os, socket, sys, time
-s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-s.bind(sys.argv[1])
-os.chown(sys.argv[1], int(sys.argv[2]), -1)
-s.settimeout(90)
-t0 = time.monotonic()
-try:
-    while True:
-        msg = s.recv(4096).decode()
-        print(f"{time.monotonic() - t0:.3f} {msg.replace(chr(10), ' ')}", flush=True)
-        if "STOPPING=1" in msg:
-            break
-except socket.timeout:
-    pass
-PY
-PIDS+=("$!")
-wait_for 5 test -S "$SOCK" || fail "notify listener did not start"
+notify_listener "$SOCK" "$TMP/notify.log" 90 "$UID_U"
 
 ID=$(new_id svc); GRPC=$(free_port); HTTP=$(free_port); SIMP=$(free_port)
 FLAGS=(--config="$REPO/deploy/shardd.conf" --id "$ID" --data-dir "$TMP/state"

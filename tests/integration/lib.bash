@@ -1,6 +1,6 @@
 # tests/integration/lib.sh — helpers for the integration tests (sourced).
 # Provides: fail, pass, wait_for, child_pid ROLE SUPERVISOR_PID, new_id,
-# cleanup trap that stops every process this test started.
+# notify_listener, cleanup trap that stops every process this test started.
 set -uo pipefail
 # Tests and the demo run as root (CI): the appliance refuses root children
 # unless told (docs/operating.md "Least privilege"); keep them root here so the
@@ -47,3 +47,28 @@ no_procs() { [ -z "$(procs_of "$1")" ]; }
 has_child() { [ -n "$(child_pid "$1" "$2")" ]; }
 # has_new_child ROLE SUP_PID OLD_PID: a bf-ROLE child other than OLD_PID exists
 has_new_child() { local p; p=$(child_pid "$1" "$2"); [ -n "$p" ] && [ "$p" != "$3" ]; }
+# notify_listener SOCK LOG TIMEOUT_S [OWNER_UID]: stands in for systemd's
+# NOTIFY_SOCKET: a datagram socket at SOCK (chowned to OWNER_UID if given)
+# whose messages go to LOG, one line each, prefixed by the seconds since the
+# listener started, until STOPPING=1 arrives or TIMEOUT_S pass without one.
+notify_listener() {
+    python3 - "$1" "$3" "${4:-}" >"$2" <<'PY' &
+import os, socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+if sys.argv[3]:
+    os.chown(sys.argv[1], int(sys.argv[3]), -1)
+s.settimeout(float(sys.argv[2]))
+t0 = time.monotonic()
+try:
+    while True:
+        msg = s.recv(4096).decode()
+        print(f"{time.monotonic() - t0:.3f} {msg.replace(chr(10), ' ')}", flush=True)
+        if "STOPPING=1" in msg:
+            break
+except socket.timeout:
+    pass
+PY
+    PIDS+=("$!")
+    wait_for 5 test -S "$1" || fail "notify listener did not start"
+}

@@ -7,22 +7,7 @@
 source "$(dirname "$0")/lib.bash"
 ID=$(new_id esc)
 SOCK="$TMP/notify.sock"
-python3 - "$SOCK" >"$TMP/notify.log" <<'PY' &
-import socket, sys
-s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-s.bind(sys.argv[1])
-s.settimeout(60)
-try:
-    while True:
-        msg = s.recv(4096).decode()
-        print(msg.replace("\n", " "), flush=True)
-        if "STOPPING=1" in msg:
-            break
-except socket.timeout:
-    pass
-PY
-PIDS+=("$!")
-wait_for 5 test -S "$SOCK" || fail "notify listener did not start"
+notify_listener "$SOCK" "$TMP/notify.log" 60
 NOTIFY_SOCKET="$SOCK" "$BIN/bigfleet-shardd" --id "$ID" --data-dir "$TMP/data" \
     --provider-addr 127.0.0.1:1 --listen 127.0.0.1:0 --metrics-addr 0 --max-machines 4096 \
     --max-needs 256 --max-clusters 16 --crash-loop-restarts 3 --crash-loop-window 30s \

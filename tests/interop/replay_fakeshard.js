@@ -341,4 +341,13 @@ function harness(name) {
   return T;
 }
 
-module.exports = { FakeShard, milli, vec, loadProto, loadCatalog, runReplay, harness, BIN };
+// The four-type catalog (CPU, a CPU giant, a T4 pair, a bare-metal V100 box)
+// that replay_report and replay_session replay their small pod traces on.
+const CATALOG = `type,cpu_milli,memory_mib,gpu,model,capacity_type,price_per_hour,interruption_probability
+cpu-8,8000,32768,0,,on-demand,0.4,0
+cpu-64,64000,262144,0,,on-demand,3.0,0
+t4-2,16000,65536,2,T4,on-demand,1.5,0
+v100-8,96000,786432,8,V100M32,bare-metal,20.0,0
+`;
+
+module.exports = { FakeShard, milli, vec, loadProto, loadCatalog, runReplay, harness, BIN, CATALOG };

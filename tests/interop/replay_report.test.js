@@ -27,16 +27,10 @@
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const { FakeShard, loadCatalog, runReplay, harness } = require('./replay_fakeshard.js');
+const { FakeShard, loadCatalog, runReplay, harness, CATALOG } = require('./replay_fakeshard.js');
 
 const T = harness('replay_report');
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'replay-report-'));
-const CATALOG = `type,cpu_milli,memory_mib,gpu,model,capacity_type,price_per_hour,interruption_probability
-cpu-8,8000,32768,0,,on-demand,0.4,0
-cpu-64,64000,262144,0,,on-demand,3.0,0
-t4-2,16000,65536,2,T4,on-demand,1.5,0
-v100-8,96000,786432,8,V100M32,bare-metal,20.0,0
-`;
 // long-lived pods around a stable middle, so a reclaim there has a stable demand to be judged against
 const PODS = `name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time
 ls-cpu-a,6000,8192,0,0,,LS,Running,0,3000,0

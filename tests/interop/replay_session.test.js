@@ -31,17 +31,11 @@
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const { FakeShard, vec, runReplay, harness } = require('./replay_fakeshard.js');
+const { FakeShard, vec, runReplay, harness, CATALOG } = require('./replay_fakeshard.js');
 
 const T = harness('replay_session');
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'replay-session-'));
 
-const CATALOG = `type,cpu_milli,memory_mib,gpu,model,capacity_type,price_per_hour,interruption_probability
-cpu-8,8000,32768,0,,on-demand,0.4,0
-cpu-64,64000,262144,0,,on-demand,3.0,0
-t4-2,16000,65536,2,T4,on-demand,1.5,0
-v100-8,96000,786432,8,V100M32,bare-metal,20.0,0
-`;
 const PODS = `name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time
 ls-cpu-a,4000,8192,0,0,,LS,Running,0,2000,0
 ls-cpu-b,2000,4096,0,0,,LS,Running,300,1200,300

@@ -160,107 +160,6 @@ static const ProtobufCMessageDescriptor *find_type(const char *full, size_t len)
 
 /* ------------------------------------------------------------ the fixture, parsed by jansson */
 
-enum jtype { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ };
-
-struct jval {
-    enum jtype t;
-    bool b;
-    char *s; /* J_STR: decoded bytes (NUL-terminated, may hold NUL); J_NUM: the number's text */
-    size_t len;
-    size_t n; /* J_ARR / J_OBJ */
-    struct jval **items;
-    char **keys; /* J_OBJ: NUL-terminated keys (a key with NUL is rejected) */
-};
-
-static void jfree(struct jval *v)
-{
-    if (!v)
-        return;
-    for (size_t i = 0; i < v->n; i++) {
-        jfree(v->items[i]);
-        if (v->keys)
-            free(v->keys[i]);
-    }
-    free(v->items);
-    free(v->keys);
-    free(v->s);
-    free(v);
-}
-
-/* The tree build_message walks, from jansson's parse. A number keeps its
- * text: an integer as jansson read it (within int64: a larger uint64 must be
- * a decimal string in the fixture), a real with enough digits to read back
- * the same double, always with a '.' or an exponent (so it never passes as
- * an integer field's value). NULL when out of memory. */
-static struct jval *jfrom(const json_t *x)
-{
-    struct jval *v = calloc(1, sizeof(*v));
-    if (!v)
-        return NULL;
-    char num[64];
-    switch (json_typeof(x)) {
-    case JSON_NULL:
-        v->t = J_NULL;
-        return v;
-    case JSON_TRUE:
-    case JSON_FALSE:
-        v->t = J_BOOL;
-        v->b = json_is_true(x);
-        return v;
-    case JSON_INTEGER:
-    case JSON_REAL:
-        v->t = J_NUM;
-        if (json_is_integer(x))
-            snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(x));
-        else if (snprintf(num, sizeof(num), "%.17g", json_real_value(x)) > 0 &&
-                 !strpbrk(num, ".eEn"))
-            strcat(num, ".0");
-        v->len = strlen(num);
-        v->s = strdup(num);
-        break;
-    case JSON_STRING:
-        v->t = J_STR;
-        v->len = json_string_length(x);
-        v->s = malloc(v->len + 1);
-        if (v->s)
-            memcpy(v->s, json_string_value(x), v->len + 1);
-        break;
-    case JSON_ARRAY:
-    case JSON_OBJECT: {
-        bool obj = json_is_object(x);
-        size_t n = obj ? json_object_size(x) : json_array_size(x);
-        v->t = obj ? J_OBJ : J_ARR;
-        v->items = calloc(n + 1, sizeof(*v->items));
-        v->keys = obj ? calloc(n + 1, sizeof(*v->keys)) : NULL;
-        if (!v->items || (obj && !v->keys))
-            break;
-        const char *k;
-        json_t *e;
-        if (obj) {
-            json_object_foreach((json_t *)x, k, e)
-            {
-                if (!(v->keys[v->n] = strdup(k)) || !(v->items[v->n++] = jfrom(e))) {
-                    jfree(v);
-                    return NULL;
-                }
-            }
-        } else {
-            for (size_t i = 0; i < n; i++)
-                if (!(v->items[v->n++] = jfrom(json_array_get(x, i)))) {
-                    jfree(v);
-                    return NULL;
-                }
-        }
-        return v;
-    }
-    }
-    if (!v->s || (v->t != J_STR && v->t != J_NUM)) {
-        jfree(v);
-        return NULL;
-    }
-    return v;
-}
-
 static int hexval(int c)
 {
     if (c >= '0' && c <= '9')
@@ -308,35 +207,23 @@ static bool read_file(const char *path, char **buf, size_t *len)
     return true;
 }
 
-static struct jval *jparse_file(const char *path)
+/* The fixture as jansson reads it: strict JSON, "\u0000" allowed in strings
+ * (set_value rejects it where protobuf-c cannot carry it), a key given twice
+ * rejected. NULL (and a message) on error; the caller json_decref()s it. */
+static json_t *jparse_file(const char *path)
 {
     char *text;
     size_t len;
     if (!read_file(path, &text, &len))
         return NULL;
     json_error_t e;
-    json_t *x = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
+    json_t *x =
+        json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &e);
     free(text);
-    if (!x) {
+    if (!x)
         fprintf(stderr, "wire_identity: %s: JSON: %s at line %d column %d\n", path, e.text, e.line,
                 e.column);
-        return NULL;
-    }
-    struct jval *v = jfrom(x);
-    json_decref(x);
-    if (!v)
-        fprintf(stderr, "wire_identity: %s: out of memory\n", path);
-    return v;
-}
-
-static const struct jval *jget(const struct jval *obj, const char *key)
-{
-    if (!obj || obj->t != J_OBJ)
-        return NULL;
-    for (size_t i = 0; i < obj->n; i++)
-        if (strcmp(obj->keys[i], key) == 0)
-            return obj->items[i];
-    return NULL;
+    return x;
 }
 
 /* ------------------------------------------------------------ building from the fixture */
@@ -364,19 +251,29 @@ __attribute__((format(printf, 3, 4))) static void subpath(char *buf, size_t n, c
     va_end(ap);
 }
 
-static bool num_text(const struct jval *v, const char **text)
+/* An integer field's value: a JSON integer (jansson reads it within int64;
+ * a larger uint64 must be a decimal string in the fixture) or a decimal
+ * string without NUL. A JSON real never passes as an integer. */
+static bool int_text(const json_t *v, char *buf, size_t n, const char **text)
 {
-    if (v->t == J_NUM || (v->t == J_STR && strlen(v->s) == v->len && v->len > 0)) {
-        *text = v->s;
+    if (json_is_integer(v)) {
+        snprintf(buf, n, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        *text = buf;
+        return true;
+    }
+    if (json_is_string(v) && json_string_length(v) > 0 &&
+        strlen(json_string_value(v)) == json_string_length(v)) {
+        *text = json_string_value(v);
         return true;
     }
     return false;
 }
 
-static bool parse_signed(const struct jval *v, long long lo, long long hi, long long *out)
+static bool parse_signed(const json_t *v, long long lo, long long hi, long long *out)
 {
+    char buf[32];
     const char *t;
-    if (!num_text(v, &t))
+    if (!int_text(v, buf, sizeof(buf), &t))
         return false;
     char *end;
     errno = 0;
@@ -387,10 +284,11 @@ static bool parse_signed(const struct jval *v, long long lo, long long hi, long 
     return true;
 }
 
-static bool parse_unsigned(const struct jval *v, unsigned long long hi, unsigned long long *out)
+static bool parse_unsigned(const json_t *v, unsigned long long hi, unsigned long long *out)
 {
+    char buf[32];
     const char *t;
-    if (!num_text(v, &t) || t[0] == '-')
+    if (!int_text(v, buf, sizeof(buf), &t) || t[0] == '-')
         return false;
     char *end;
     errno = 0;
@@ -401,31 +299,31 @@ static bool parse_unsigned(const struct jval *v, unsigned long long hi, unsigned
     return true;
 }
 
-static bool parse_double(const struct jval *v, double *out)
+static bool parse_double(const json_t *v, double *out)
 {
-    if (v->t == J_STR) {
-        if (strcmp(v->s, "NaN") == 0)
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        if (strcmp(s, "NaN") == 0)
             *out = NAN;
-        else if (strcmp(v->s, "Infinity") == 0)
+        else if (strcmp(s, "Infinity") == 0)
             *out = INFINITY;
-        else if (strcmp(v->s, "-Infinity") == 0)
+        else if (strcmp(s, "-Infinity") == 0)
             *out = -INFINITY;
         else
             return false;
         return true;
     }
-    if (v->t != J_NUM)
+    if (!json_is_number(v))
         return false;
-    char *end;
-    *out = strtod(v->s, &end);
-    return *end == '\0';
+    *out = json_number_value(v);
+    return true;
 }
 
-static bool build_message(const ProtobufCMessageDescriptor *d, const struct jval *obj,
-                          const char *path, ProtobufCMessage **out);
+static bool build_message(const ProtobufCMessageDescriptor *d, const json_t *obj, const char *path,
+                          ProtobufCMessage **out);
 
 /* Sets one value (a singular field, or one element of a repeated field). */
-static bool set_value(const ProtobufCFieldDescriptor *f, void *member, const struct jval *v,
+static bool set_value(const ProtobufCFieldDescriptor *f, void *member, const json_t *v,
                       const char *path)
 {
     long long s;
@@ -470,29 +368,29 @@ static bool set_value(const ProtobufCFieldDescriptor *f, void *member, const str
             return bad(path, "expected a number, \"NaN\", \"Infinity\" or \"-Infinity\"");
         return true;
     case PROTOBUF_C_TYPE_BOOL:
-        if (v->t != J_BOOL)
+        if (!json_is_boolean(v))
             return bad(path, "expected true or false");
-        *(protobuf_c_boolean *)member = v->b;
+        *(protobuf_c_boolean *)member = json_is_true(v);
         return true;
     case PROTOBUF_C_TYPE_STRING:
-        if (v->t != J_STR)
+        if (!json_is_string(v))
             return bad(path, "expected a string");
-        if (strlen(v->s) != v->len)
+        if (strlen(json_string_value(v)) != json_string_length(v))
             return bad(path, "NUL in a string field (protobuf-c cannot carry it; use bytes)");
-        if (!(*(char **)member = strdup(v->s)))
+        if (!(*(char **)member = strdup(json_string_value(v))))
             return bad(path, "out of memory");
         return true;
     case PROTOBUF_C_TYPE_BYTES: {
         ProtobufCBinaryData *bd = member;
-        if (v->t != J_STR || v->len % 2)
+        if (!json_is_string(v) || json_string_length(v) % 2)
             return bad(path, "expected a hex string");
-        bd->len = v->len / 2;
+        const char *hex = json_string_value(v);
+        bd->len = json_string_length(v) / 2;
         bd->data = NULL;
         if (bd->len && !(bd->data = malloc(bd->len)))
             return bad(path, "out of memory");
         for (size_t i = 0; i < bd->len; i++) {
-            int hi = hexval((unsigned char)v->s[2 * i]),
-                lo = hexval((unsigned char)v->s[2 * i + 1]);
+            int hi = hexval((unsigned char)hex[2 * i]), lo = hexval((unsigned char)hex[2 * i + 1]);
             if (hi < 0 || lo < 0)
                 return bad(path, "expected a hex string");
             bd->data[i] = (uint8_t)(hi << 4 | lo);
@@ -500,14 +398,14 @@ static bool set_value(const ProtobufCFieldDescriptor *f, void *member, const str
         return true;
     }
     case PROTOBUF_C_TYPE_MESSAGE:
-        if (v->t != J_OBJ)
+        if (!json_is_object(v))
             return bad(path, "expected an object");
         return build_message(f->descriptor, v, path, (ProtobufCMessage **)member);
     }
     return bad(path, "unsupported field type");
 }
 
-static bool set_field(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f, const struct jval *v,
+static bool set_field(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f, const json_t *v,
                       const char *path)
 {
     char *base = (char *)m;
@@ -516,33 +414,43 @@ static bool set_field(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f, co
         const ProtobufCMessageDescriptor *entry =
             f->type == PROTOBUF_C_TYPE_MESSAGE && is_map_entry(f->descriptor) ? f->descriptor
                                                                               : NULL;
-        if (entry ? v->t != J_OBJ : v->t != J_ARR)
+        if (entry ? !json_is_object(v) : !json_is_array(v))
             return bad(path, entry ? "expected an object (map)" : "expected an array");
+        size_t n = entry ? json_object_size(v) : json_array_size(v);
         size_t es = pbc_elem_size(f->type);
-        void *arr = v->n ? calloc(v->n, es) : NULL;
-        if (v->n && !arr)
+        void *arr = n ? calloc(n, es) : NULL;
+        if (n && !arr)
             return bad(path, "out of memory");
         *(void **)member = arr;
-        *(size_t *)(base + f->quantifier_offset) = v->n;
-        for (size_t i = 0; i < v->n; i++) {
-            char sub[512];
-            if (entry) {
-                subpath(sub, sizeof(sub), "%s[%s]", path, v->keys[i]);
-                ProtobufCMessage *e = calloc(1, entry->sizeof_message);
-                if (!e)
-                    return bad(path, "out of memory");
-                protobuf_c_message_init(entry, e);
-                ((ProtobufCMessage **)arr)[i] = e;
-                struct jval key = {.t = J_STR, .s = v->keys[i], .len = strlen(v->keys[i])};
-                if (!set_value(&entry->fields[0], (char *)e + entry->fields[0].offset, &key, sub) ||
-                    !set_value(&entry->fields[1], (char *)e + entry->fields[1].offset, v->items[i],
-                               sub))
-                    return false;
-            } else {
+        *(size_t *)(base + f->quantifier_offset) = n;
+        if (!entry) {
+            for (size_t i = 0; i < n; i++) {
+                char sub[512];
                 subpath(sub, sizeof(sub), "%s[%zu]", path, i);
-                if (!set_value(f, (char *)arr + i * es, v->items[i], sub))
+                if (!set_value(f, (char *)arr + i * es, json_array_get(v, i), sub))
                     return false;
             }
+            return true;
+        }
+        size_t i = 0;
+        const char *k;
+        json_t *ev;
+        json_object_foreach((json_t *)v, k, ev)
+        {
+            char sub[512];
+            subpath(sub, sizeof(sub), "%s[%s]", path, k);
+            ProtobufCMessage *e = calloc(1, entry->sizeof_message);
+            if (!e)
+                return bad(path, "out of memory");
+            protobuf_c_message_init(entry, e);
+            ((ProtobufCMessage **)arr)[i++] = e;
+            json_t *key = json_string(k);
+            bool ok = key &&
+                      set_value(&entry->fields[0], (char *)e + entry->fields[0].offset, key, sub) &&
+                      set_value(&entry->fields[1], (char *)e + entry->fields[1].offset, ev, sub);
+            json_decref(key);
+            if (!ok)
+                return false;
         }
         return true;
     }
@@ -558,16 +466,18 @@ static bool set_field(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f, co
     return set_value(f, member, v, path);
 }
 
-static bool build_message(const ProtobufCMessageDescriptor *d, const struct jval *obj,
-                          const char *path, ProtobufCMessage **out)
+static bool build_message(const ProtobufCMessageDescriptor *d, const json_t *obj, const char *path,
+                          ProtobufCMessage **out)
 {
     ProtobufCMessage *m = calloc(1, d->sizeof_message);
     if (!m)
         return bad(path, "out of memory");
     protobuf_c_message_init(d, m);
     *out = m; /* the caller frees the whole tree, also on failure */
-    for (size_t i = 0; i < obj->n; i++) {
-        const char *key = obj->keys[i];
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v)
+    {
         char sub[512];
         subpath(sub, sizeof(sub), "%s.%s", path, key);
         if (key[0] == '$')
@@ -575,9 +485,7 @@ static bool build_message(const ProtobufCMessageDescriptor *d, const struct jval
         const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field_by_name(d, key);
         if (!f)
             return bad(sub, "no such field in the protobuf-c descriptor");
-        if (jget(obj, key) != obj->items[i])
-            return bad(sub, "field given twice");
-        if (!set_field(m, f, obj->items[i], sub))
+        if (!set_field(m, f, v, sub))
             return false;
     }
     return true;
@@ -780,50 +688,54 @@ static int cmd_encode(const char *fixture, const char *dir)
 {
     int rc = 1;
     size_t ncases = 0, ntypes = 0;
-    struct jval *root = jparse_file(fixture);
+    json_t *root = jparse_file(fixture);
     if (!root)
         return 1;
-    const struct jval *pkg = jget(root, "package");
-    const struct jval *msgs = jget(root, "messages");
-    if (!pkg || pkg->t != J_STR || !msgs || msgs->t != J_OBJ) {
+    const char *pkg = json_string_value(json_object_get(root, "package"));
+    json_t *msgs = json_object_get(root, "messages");
+    if (!pkg || !json_is_object(msgs)) {
         bad(fixture, "needs \"package\" (string) and \"messages\" (object)");
         goto out;
     }
     for (size_t i = 0; i < N_TYPES; i++) {
         const char *want = types[i]->short_name;
-        if (strcmp(types[i]->package_name, pkg->s) != 0 || !jget(msgs, want)) {
+        if (strcmp(types[i]->package_name, pkg) != 0 || !json_object_get(msgs, want)) {
             fprintf(stderr, "wire_identity: fixture has no cases for %s\n", types[i]->name);
             goto out;
         }
     }
-    for (size_t t = 0; t < msgs->n; t++) {
+    const char *tname;
+    json_t *cases;
+    json_object_foreach(msgs, tname, cases)
+    {
         char full[256];
-        snprintf(full, sizeof(full), "%s.%s", pkg->s, msgs->keys[t]);
+        snprintf(full, sizeof(full), "%s.%s", pkg, tname);
         const ProtobufCMessageDescriptor *d = find_type(full, strlen(full));
-        const struct jval *cases = msgs->items[t];
-        if (msgs->keys[t][0] == '$')
+        if (tname[0] == '$')
             continue;
         if (!d) {
             bad(full, "not a message type of the C table");
             goto out;
         }
-        if (cases->t != J_OBJ || cases->n == 0) {
+        if (!json_is_object(cases) || json_object_size(cases) == 0) {
             bad(full, "expected an object of named cases");
             goto out;
         }
         ntypes++;
-        for (size_t c = 0; c < cases->n; c++) {
-            const char *cname = cases->keys[c];
+        const char *cname;
+        json_t *cv;
+        json_object_foreach(cases, cname, cv)
+        {
             if (cname[0] == '$')
                 continue;
             char path[512];
             snprintf(path, sizeof(path), "%s@%s", full, cname);
-            if (!case_name_ok(cname) || cases->items[c]->t != J_OBJ) {
+            if (!case_name_ok(cname) || !json_is_object(cv)) {
                 bad(path, "case names are [a-z0-9-]+ and cases are objects");
                 goto out;
             }
             ProtobufCMessage *m = NULL;
-            bool ok = build_message(d, cases->items[c], path, &m);
+            bool ok = build_message(d, cv, path, &m);
             if (ok && !protobuf_c_message_check(m))
                 ok = bad(path, "protobuf_c_message_check failed");
             size_t len = 0;
@@ -859,7 +771,7 @@ static int cmd_encode(const char *fixture, const char *dir)
             ncases, ntypes, (size_t)N_TYPES);
     rc = 0;
 out:
-    jfree(root);
+    json_decref(root);
     return rc;
 }
 

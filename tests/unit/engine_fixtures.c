@@ -122,6 +122,18 @@ void ef_first_rollup(struct ef *f, const char *cluster)
 }
 
 /* plays the executor: every action reaches its end state at once */
+void ef_stamp_assignment(struct ef_machine *m, const struct bf_engine_action *a)
+{
+    m->prio = a->priority;
+    m->ipb = a->ipb;
+    m->rpb = a->rpb;
+    snprintf(m->fp, sizeof m->fp, "%s", a->fingerprint);
+    memset(m->group, 0, sizeof m->group);
+    memcpy(m->group, a->group,
+           a->group_len < sizeof m->group - 1 ? a->group_len : sizeof m->group - 1);
+    m->idle_since = 0;
+}
+
 void ef_apply(struct ef *f)
 {
     int64_t now_s = f->now_ns / 1000000000LL;
@@ -133,13 +145,7 @@ void ef_apply(struct ef *f)
         case BF_ACTION_PROVISION:
             m->state = BF_STATE_CONFIGURED;
             snprintf(m->cluster, sizeof m->cluster, "%s", a->cluster);
-            m->prio = a->priority;
-            m->ipb = a->ipb;
-            m->rpb = a->rpb;
-            snprintf(m->fp, sizeof m->fp, "%s", a->fingerprint);
-            memset(m->group, 0, sizeof m->group);
-            memcpy(m->group, a->group, a->group_len < 63 ? a->group_len : 63);
-            m->idle_since = 0;
+            ef_stamp_assignment(m, a);
             break;
         case BF_ACTION_RECLAIM:
         case BF_ACTION_PREEMPT:
@@ -331,6 +337,18 @@ bf_vec ef_gpu(int64_t gpus)
 int ef_set(struct ef *f, const char *cluster, const struct bf_engine_need *n, size_t k)
 {
     return bf_engine_set_needs(f->e, cluster, ++f->gen, n, k);
+}
+
+int ef_want_gpus(struct ef *f, const char *cluster, int32_t prio, const char *same_key, int units,
+                 const char *group)
+{
+    struct ef_prof p; /* borrowed by the engine for the call only */
+    if (same_key)
+        ef_gpu_profile_same(&p, prio, same_key);
+    else
+        ef_gpu_profile(&p, prio);
+    struct bf_engine_need n = ef_gpu_need(&p, units, group);
+    return ef_set(f, cluster, &n, 1);
 }
 
 uint32_t ef_count(const struct ef *f, int kind)

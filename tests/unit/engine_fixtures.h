@@ -70,6 +70,9 @@ void ef_del(struct ef *f, uint32_t slot);
 uint32_t ef_slot(const struct ef *f, const char *id); /* UINT32_MAX if absent */
 int ef_cycle(struct ef *f);                           /* runs a cycle into f->r */
 void ef_apply(struct ef *f);                          /* executes f->r's actions */
+/* what executing a Bootstrap/Provision stamps on the machine: a's priority,
+ * buckets, fingerprint and group (cut to 63 bytes); no longer idle */
+void ef_stamp_assignment(struct ef_machine *m, const struct bf_engine_action *a);
 void ef_first_rollup(struct ef *f, const char *cluster);
 
 /* machines */
@@ -97,6 +100,11 @@ struct bf_engine_need ef_gpu_need(const struct ef_prof *p, int units, const char
 bf_vec ef_vec(int64_t cpu, int64_t mem, int64_t gpu); /* milli-units */
 bf_vec ef_gpu(int64_t gpus);                          /* whole GPUs */
 int ef_set(struct ef *f, const char *cluster, const struct bf_engine_need *n, size_t k);
+/* cluster's whole demand := one Need of `units` 8-GPU units (group NULL: no
+ * gang) in ef_gpu_profile(prio), plus Same(same_key) when same_key is given;
+ * returns ef_set's result */
+int ef_want_gpus(struct ef *f, const char *cluster, int32_t prio, const char *same_key, int units,
+                 const char *group);
 
 /* result queries */
 uint32_t ef_count(const struct ef *f, int kind);

@@ -11,6 +11,7 @@
 
 #include "bigfleet/json.h"
 #include "bigfleet/strbuf.h"
+#include "check_run.h"
 
 START_TEST(strbuf_appends_past_its_first_capacity_and_stays_nul_terminated)
 {
@@ -102,9 +103,5 @@ int main(void)
     tcase_add_test(tc, grow_doubles_and_refuses_an_overflowing_size);
     tcase_add_test(tc, json_writer_places_commas_and_nesting_and_writes_nan_as_null);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

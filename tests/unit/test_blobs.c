@@ -14,6 +14,7 @@
 #include "bigfleet/v1alpha1/capacity.pb-c.h"
 
 #include "shm_fixture.h"
+#include "check_run.h"
 
 static struct bf_blob_cache *g_c;
 
@@ -259,9 +260,5 @@ int main(void)
     tcase_add_test(tc, shard_metadata_decode_skips_malformed_values_and_unknown_keys);
     tcase_add_test(tc, shard_metadata_round_trips_every_penalty_bucket);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

@@ -15,21 +15,31 @@
 
 #include "bigfleet/config.h"
 #include "bigfleet/util.h"
+#include "check_run.h"
 
-static int parse(struct bf_config *c, char *err, size_t n, int argc, ...)
+/* bf_config_load of "bigfleet-shardd" and the argc - 1 arguments in ap. */
+static int vload(struct bf_config *c, char *err, size_t n, char **env, FILE *out, int argc,
+                 va_list ap)
 {
     char *argv[32];
-    va_list ap;
-    va_start(ap, argc);
     argv[0] = "bigfleet-shardd";
     for (int i = 1; i < argc; i++)
         argv[i] = va_arg(ap, char *);
-    va_end(ap);
     argv[argc] = NULL;
+    return bf_config_load(c, argc, argv, env, out, err, n);
+}
+
+/* Flags only: an empty environment (the test runner's BIGFLEET_SHARDD_* must
+ * not leak in), --help output discarded. */
+static int parse(struct bf_config *c, char *err, size_t n, int argc, ...)
+{
+    va_list ap;
+    va_start(ap, argc);
     FILE *devnull = fopen("/dev/null", "w");
-    char *env[] = {NULL}; /* the test runner's BIGFLEET_SHARDD_* must not leak in */
-    int rc = bf_config_load(c, argc, argv, env, devnull, err, n);
+    char *env[] = {NULL};
+    int rc = vload(c, err, n, env, devnull, argc, ap);
     fclose(devnull);
+    va_end(ap);
     return rc;
 }
 
@@ -103,28 +113,31 @@ START_TEST(usage_errors_name_the_flag)
 {
     struct bf_config c;
     char err[256];
-    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--no-such-flag"), BF_CONFIG_USAGE);
-    ck_assert_ptr_nonnull(strstr(err, "--no-such-flag"));
-    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--cycle-interval=ten"), BF_CONFIG_USAGE);
-    ck_assert_ptr_nonnull(strstr(err, "--cycle-interval"));
-    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--execute-concurrency=0"), BF_CONFIG_USAGE);
-    ck_assert_ptr_nonnull(strstr(err, "--execute-concurrency"));
-    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--reclaim-cap-fraction=1.5"), BF_CONFIG_USAGE);
-    ck_assert_ptr_nonnull(strstr(err, "--reclaim-cap-fraction"));
-    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--dry-run=maybe"), BF_CONFIG_USAGE);
-    ck_assert_ptr_nonnull(strstr(err, "--dry-run"));
-    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--id=bad/id"), BF_CONFIG_USAGE);
-    ck_assert_ptr_nonnull(strstr(err, "--id"));
-    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--listen="), BF_CONFIG_USAGE);
-    ck_assert_ptr_nonnull(strstr(err, "--listen"));
-    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "stray"), BF_CONFIG_USAGE);
-    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--max-machines"), BF_CONFIG_USAGE);
-    ck_assert_ptr_nonnull(strstr(err, "--max-machines"));
-    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--log-level=loud"), BF_CONFIG_USAGE);
-    /* the budget must hold one largest (256 MiB) message */
-    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--grpc-inbound-budget-mib=255"),
-                     BF_CONFIG_USAGE);
-    ck_assert_ptr_nonnull(strstr(err, "--grpc-inbound-budget-mib"));
+    /* each argument is a usage error whose message names `flag` (NULL: no
+     * flag to name) */
+    static const struct {
+        const char *arg, *flag;
+    } bad[] = {
+        {"--no-such-flag", "--no-such-flag"},
+        {"--cycle-interval=ten", "--cycle-interval"},
+        {"--execute-concurrency=0", "--execute-concurrency"},
+        {"--reclaim-cap-fraction=1.5", "--reclaim-cap-fraction"},
+        {"--dry-run=maybe", "--dry-run"},
+        {"--id=bad/id", "--id"},
+        {"--listen=", "--listen"},
+        {"stray", NULL},
+        {"--max-machines", "--max-machines"},
+        {"--log-level=loud", NULL},
+        /* the budget must hold one largest (256 MiB) message */
+        {"--grpc-inbound-budget-mib=255", "--grpc-inbound-budget-mib"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_msg(parse(&c, err, sizeof err, 2, bad[i].arg) == BF_CONFIG_USAGE, "%s",
+                      bad[i].arg);
+        if (bad[i].flag)
+            ck_assert_msg(strstr(err, bad[i].flag), "%s: \"%s\" does not name %s", bad[i].arg, err,
+                          bad[i].flag);
+    }
     ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--grpc-inbound-budget-mib=4096"), BF_CONFIG_OK);
     ck_assert_uint_eq(c.grpc_inbound_budget_mib, 4096);
 }
@@ -234,15 +247,11 @@ static char *write_file(const char *text)
 
 static int load(struct bf_config *c, char *err, size_t n, char **env, int argc, ...)
 {
-    char *argv[32];
     va_list ap;
     va_start(ap, argc);
-    argv[0] = "bigfleet-shardd";
-    for (int i = 1; i < argc; i++)
-        argv[i] = va_arg(ap, char *);
+    int rc = vload(c, err, n, env, NULL, argc, ap);
     va_end(ap);
-    argv[argc] = NULL;
-    return bf_config_load(c, argc, argv, env, NULL, err, n);
+    return rc;
 }
 
 START_TEST(file_then_env_then_flags_in_increasing_precedence)
@@ -446,9 +455,5 @@ int main(void)
     tcase_add_test(tc, reload_diff_splits_live_settings_from_restart_ones);
     tcase_add_test(tc, reparse_after_an_unfinished_short_option_cluster_starts_clean);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

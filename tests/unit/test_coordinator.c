@@ -13,6 +13,7 @@
 
 #include "../../tools/coordinator/rebalance.c"
 #include "../../tools/coordinator/store.c"
+#include "check_run.h"
 
 /* store.c's writes need the election and the etcd client: not used here */
 bool co_is_leader(const struct coord *c)
@@ -547,9 +548,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(suite());
 }

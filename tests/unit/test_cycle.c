@@ -15,6 +15,7 @@
 #include "bigfleet/ledger.h"
 
 #include "shm_fixture.h"
+#include "check_run.h"
 
 static uint32_t g_prof_gpu, g_need_prof, g_cluster;
 
@@ -69,8 +70,21 @@ static uint32_t add_machine(const char *id, int state, uint32_t cluster)
     return slot;
 }
 
-/* publish a rollup of `units` GPU units (0 = an empty rollup) */
-static void publish_rollup(int units, uint64_t gen)
+/* n Idle machines with no cluster, named i-00, i-01, ...; their slots in
+ * slots[0..n) unless slots is NULL */
+static void add_idle_machines(int n, uint32_t *slots)
+{
+    for (int i = 0; i < n; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "i-%02d", i);
+        uint32_t slot = add_machine(id, BF_STATE_IDLE, 0);
+        if (slots)
+            slots[i] = slot;
+    }
+}
+
+/* the test cluster's row: in use, connected, first rollup received, at generation gen */
+static struct bf_cluster_rec live_cluster(uint64_t gen)
 {
     struct bf_cluster_rec c;
     memset(&c, 0, sizeof c);
@@ -79,6 +93,13 @@ static void publish_rollup(int units, uint64_t gen)
     c.first_rollup = 1;
     c.connected = 1;
     c.generation = gen;
+    return c;
+}
+
+/* publish a rollup of `units` GPU units (0 = an empty rollup) */
+static void publish_rollup(int units, uint64_t gen)
+{
+    struct bf_cluster_rec c = live_cluster(gen);
     if (units > 0) {
         struct bf_need_row row;
         memset(&row, 0, sizeof row);
@@ -116,11 +137,7 @@ static int drain_actions(struct bf_action_msg *out, int max)
 START_TEST(idle_supply_is_bootstrapped_once_with_in_flight_marks)
 {
     uint32_t slots[4];
-    for (int i = 0; i < 4; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "i-%02d", i);
-        slots[i] = add_machine(id, BF_STATE_IDLE, 0);
-    }
+    add_idle_machines(4, slots);
     publish_rollup(3, 1);
     struct bf_cycle *c = new_cycle(false);
     struct bf_cycle_report rep;
@@ -171,11 +188,7 @@ static void set_connected(bool on)
  * roll back, every cycle; it is held back until the session is back. */
 START_TEST(bootstraps_of_a_cluster_without_a_session_are_held_back_until_it_returns)
 {
-    for (int i = 0; i < 4; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "i-%02d", i);
-        add_machine(id, BF_STATE_IDLE, 0);
-    }
+    add_idle_machines(4, NULL);
     publish_rollup(3, 1);
     set_connected(false);
     struct bf_cycle *c = new_cycle(false);
@@ -288,11 +301,7 @@ END_TEST
 
 START_TEST(kill_switch_suppresses_every_action_without_in_flight_marks)
 {
-    for (int i = 0; i < 3; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "i-%02d", i);
-        add_machine(id, BF_STATE_IDLE, 0);
-    }
+    add_idle_machines(3, NULL);
     publish_rollup(2, 1);
     struct bf_cycle *c = new_cycle(true);
     struct bf_cycle_report rep;
@@ -336,13 +345,7 @@ static void publish_groups(uint64_t gen, int n, uint32_t *prof)
         row.arrival_ns = k;
         memcpy(&g_s.rows[off + (uint32_t)k], &row, sizeof row);
     }
-    struct bf_cluster_rec c;
-    memset(&c, 0, sizeof c);
-    c.name_ref = g_cluster;
-    c.in_use = 1;
-    c.first_rollup = 1;
-    c.connected = 1;
-    c.generation = gen;
+    struct bf_cluster_rec c = live_cluster(gen);
     c.rows_off = off;
     c.rows_count = (uint32_t)n;
     bf_cluster_write(&g_s, 0, &c);
@@ -356,11 +359,7 @@ static void publish_groups(uint64_t gen, int n, uint32_t *prof)
  * must still name the current bytes. */
 START_TEST(ledger_refs_stay_exact_while_groups_are_replaced)
 {
-    for (int i = 0; i < 8; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "i-%02d", i);
-        add_machine(id, BF_STATE_IDLE, 0);
-    }
+    add_idle_machines(8, NULL);
     struct bf_cycle *c = new_cycle(false);
     struct bf_cycle_report rep;
     const int n = 5;
@@ -397,11 +396,7 @@ END_TEST
 
 START_TEST(max_actions_defers_the_tail_and_asks_for_another_cycle)
 {
-    for (int i = 0; i < 4; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "i-%02d", i);
-        add_machine(id, BF_STATE_IDLE, 0);
-    }
+    add_idle_machines(4, NULL);
     publish_rollup(4, 1);
     struct bf_cycle_opts o = {.reclaim_cap_fraction = 0.05, .max_actions = 2};
     struct bf_cycle *c;
@@ -423,11 +418,7 @@ END_TEST
 START_TEST(a_full_actions_ring_drops_the_rest_and_undoes_their_marks)
 {
     uint32_t slots[4];
-    for (int i = 0; i < 4; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "i-%02d", i);
-        slots[i] = add_machine(id, BF_STATE_IDLE, 0);
-    }
+    add_idle_machines(4, slots);
     publish_rollup(3, 1);
     /* fill the ring but one slot */
     struct bf_action_msg filler;
@@ -560,9 +551,5 @@ int main(void)
     tcase_add_test(tc, paused_cycles_keep_deciding_and_reporting_and_execute_nothing);
     tcase_add_test(tc, warm_up_cycles_are_not_observed_in_the_duration_histograms);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

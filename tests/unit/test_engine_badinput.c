@@ -15,6 +15,16 @@
 
 #include "bigfleet/engine.h"
 #include "engine_fixtures.h"
+#include "check_run.h"
+
+/* Runs a cycle and asserts it decided nothing and cluster's first Need's
+ * verdict is NoMatchingSupply. */
+static void assert_cycle_finds_no_matching_supply(struct ef *f, const char *cluster)
+{
+    ck_assert_int_eq(ef_cycle(f), 0);
+    ck_assert_uint_eq(f->r.n_actions, 0);
+    ck_assert_int_eq(ef_verdict(f, cluster, 0)->unmet_reason, BF_UNMET_NO_MATCHING_SUPPLY);
+}
 
 START_TEST(min_unit_no_machine_can_hold_is_no_matching_supply)
 {
@@ -25,9 +35,7 @@ START_TEST(min_unit_no_machine_can_hold_is_no_matching_supply)
     ef_gpu_profile(&p, 1000);
     struct bf_engine_need n = ef_need(&p, ef_gpu(64), ef_gpu(16), 0, NULL);
     ef_set(f, "c", &n, 1);
-    ck_assert_int_eq(ef_cycle(f), 0);
-    ck_assert_uint_eq(f->r.n_actions, 0);
-    ck_assert_int_eq(ef_verdict(f, "c", 0)->unmet_reason, BF_UNMET_NO_MATCHING_SUPPLY);
+    assert_cycle_finds_no_matching_supply(f, "c");
     ef_free(f);
 }
 END_TEST
@@ -50,10 +58,7 @@ START_TEST(invalid_cost_inputs_make_a_machine_ineligible)
         c.prob = probs[i];
         ef_add(f, &c);
     }
-    struct ef_prof p;
-    ef_gpu_profile(&p, 1000);
-    struct bf_engine_need n = ef_gpu_need(&p, 2, NULL);
-    ef_set(f, "d", &n, 1);
+    ef_want_gpus(f, "d", 1000, NULL, 2, NULL);
     ef_set(f, "c", NULL, 0);
     ef_first_rollup(f, "c");
     ck_assert_int_eq(ef_cycle(f), 0);
@@ -160,9 +165,7 @@ START_TEST(unknown_operator_matches_nothing)
         ef_prof_req(&p, "k", ops[i], &v, 1);
         struct bf_engine_need n = ef_gpu_need(&p, 1, NULL);
         ef_set(f, "c", &n, 1);
-        ck_assert_int_eq(ef_cycle(f), 0);
-        ck_assert_uint_eq(f->r.n_actions, 0);
-        ck_assert_int_eq(ef_verdict(f, "c", 0)->unmet_reason, BF_UNMET_NO_MATCHING_SUPPLY);
+        assert_cycle_finds_no_matching_supply(f, "c");
     }
     ef_free(f);
 }
@@ -192,13 +195,8 @@ START_TEST(no_needs_and_no_machines_give_an_empty_result)
     ck_assert_uint_eq(f->r.n_actions, 0);
     ck_assert_uint_eq(f->r.n_needs, 0);
     ck_assert_uint_eq(f->r.n_verdicts, 0);
-    struct ef_prof p;
-    ef_gpu_profile(&p, 1000);
-    struct bf_engine_need n = ef_gpu_need(&p, 3, NULL);
-    ef_set(f, "c", &n, 1);
-    ck_assert_int_eq(ef_cycle(f), 0);
-    ck_assert_uint_eq(f->r.n_actions, 0);
-    ck_assert_int_eq(ef_verdict(f, "c", 0)->unmet_reason, BF_UNMET_NO_MATCHING_SUPPLY);
+    ef_want_gpus(f, "c", 1000, NULL, 3, NULL);
+    assert_cycle_finds_no_matching_supply(f, "c");
     ef_set(f, "c", NULL, 0);
     struct ef_machine m = ef_gpu_machine("i-0");
     ef_add(f, &m);
@@ -261,10 +259,7 @@ START_TEST(duplicate_ids_in_two_slots_are_ordered_deterministically)
     struct ef_machine m = ef_gpu_machine("same");
     ef_add(f, &m);
     ef_add(f, &m);
-    struct ef_prof p;
-    ef_gpu_profile(&p, 1000);
-    struct bf_engine_need n = ef_gpu_need(&p, 1, NULL);
-    ef_set(f, "c", &n, 1);
+    ef_want_gpus(f, "c", 1000, NULL, 1, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(f->r.n_actions, 1);
     ck_assert_uint_eq(f->r.actions[0].slot, 0);
@@ -433,9 +428,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *r = srunner_create(suite());
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

@@ -15,6 +15,7 @@
 #include "bigfleet/engine.h"
 #include "bigfleet/shm.h" /* bf_idle_since_stamp_s (inline) */
 #include "engine_fixtures.h"
+#include "check_run.h"
 
 static const uint32_t modes[2] = {0, BF_ENGINE_F_REFERENCE};
 
@@ -101,10 +102,7 @@ START_TEST(phase2_victim_gets_no_reclaim_so_the_cap_slot_reclaims_real_excess)
     }
     ef_first_rollup(f, "batch");
     ef_set(f, "batch", NULL, 0); /* all three are excess */
-    struct ef_prof p;
-    ef_gpu_profile(&p, 1000000);
-    struct bf_engine_need n = ef_gpu_need(&p, 1, NULL);
-    ef_set(f, "train", &n, 1);
+    ef_want_gpus(f, "train", 1000000, NULL, 1, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert(ef_acted(f, "b-0", BF_ACTION_PREEMPT));
     ck_assert_uint_eq(ef_count(f, BF_ACTION_RECLAIM), 2);
@@ -138,10 +136,7 @@ START_TEST(victims_in_one_penalty_bucket_rank_by_id_whatever_dollars_were_echoed
     struct ef_machine v3 = ef_configured("v-b", "batch", 100, 3.0, 1);
     ef_add(f, &v4);
     ef_add(f, &v3);
-    struct ef_prof p;
-    ef_gpu_profile(&p, 1000000);
-    struct bf_engine_need n = ef_gpu_need(&p, 1, NULL);
-    ef_set(f, "train", &n, 1);
+    ef_want_gpus(f, "train", 1000000, NULL, 1, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(ef_count(f, BF_ACTION_PREEMPT), 1);
     ck_assert(ef_acted(f, "v-a", BF_ACTION_PREEMPT));
@@ -798,9 +793,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *r = srunner_create(suite());
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

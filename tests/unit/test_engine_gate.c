@@ -11,6 +11,7 @@
 
 #include "bigfleet/engine.h"
 #include "engine_fixtures.h"
+#include "check_run.h"
 
 static void seed_configured(struct ef *f, const char *cluster, int n)
 {
@@ -32,10 +33,7 @@ START_TEST(pre_rollup_window_reclaims_nothing)
         ck_assert_uint_eq(ef_count(f, BF_ACTION_RECLAIM), 0);
     }
     /* demand arriving for one cluster without the flag still reclaims nothing */
-    struct ef_prof p;
-    ef_gpu_profile(&p, 1000);
-    struct bf_engine_need n = ef_gpu_need(&p, 1, NULL);
-    ef_set(f, "kwok-1", &n, 1);
+    ef_want_gpus(f, "kwok-1", 1000, NULL, 1, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(ef_count(f, BF_ACTION_RECLAIM), 0);
     ef_free(f);
@@ -132,9 +130,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *r = srunner_create(suite());
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

@@ -13,6 +13,7 @@
 #include "bigfleet/engine.h"
 #include "cycle/engine/engine_internal.h"
 #include "engine_fixtures.h"
+#include "check_run.h"
 
 static const uint32_t modes[2] = {0, BF_ENGINE_F_REFERENCE};
 
@@ -309,10 +310,7 @@ START_TEST(a_resolved_class_is_forgotten_and_a_plain_need_never_parks)
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert(ef_verdict(f, "c", 0)->acquisition_parked);
     /* a plain need never parks */
-    struct ef_prof plain;
-    ef_gpu_profile(&plain, 1000);
-    struct bf_engine_need pn = ef_gpu_need(&plain, 50, NULL);
-    ef_set(f, "c", &pn, 1);
+    ef_want_gpus(f, "c", 1000, NULL, 50, NULL);
     for (int cyc = 1; cyc <= 40; cyc++) {
         ck_assert_int_eq(ef_cycle(f), 0);
         ck_assert(!ef_verdict(f, "c", 0)->acquisition_parked);
@@ -343,9 +341,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *r = srunner_create(suite());
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

@@ -10,6 +10,7 @@
 
 #include "bigfleet/engine.h"
 #include "engine_fixtures.h"
+#include "check_run.h"
 
 static const uint32_t modes[2] = {0, BF_ENGINE_F_REFERENCE};
 
@@ -34,6 +35,17 @@ static struct ef_machine big_machine(const char *id, uint8_t state)
     return m;
 }
 
+/* An engine in `mode` holding one Idle big_machine "i-0"; *p := the gang
+ * profile. */
+static struct ef *one_idle_machine_and_gang_profile(uint32_t mode, struct ef_prof *p)
+{
+    struct ef *f = ef_new(16, mode);
+    struct ef_machine m = big_machine("i-0", BF_STATE_IDLE);
+    ef_add(f, &m);
+    gang_profile(p);
+    return f;
+}
+
 static const struct bf_engine_verdict *by_index(const struct ef *f, uint32_t idx)
 {
     for (size_t i = 0; i < f->r.n_verdicts; i++)
@@ -44,11 +56,8 @@ static const struct bf_engine_verdict *by_index(const struct ef *f, uint32_t idx
 
 START_TEST(three_sub_machine_gangs_fold_into_one_atomic_need)
 {
-    struct ef *f = ef_new(16, modes[_i]);
-    struct ef_machine m = big_machine("i-0", BF_STATE_IDLE);
-    ef_add(f, &m);
     struct ef_prof p;
-    gang_profile(&p);
+    struct ef *f = one_idle_machine_and_gang_profile(modes[_i], &p);
     struct bf_engine_need n[3] = {ef_need(&p, pods(4), pods(1), 300, "g1"),
                                   ef_need(&p, pods(4), pods(1), 100, "g2"),
                                   ef_need(&p, pods(4), pods(1), 200, "g3")};
@@ -76,11 +85,8 @@ END_TEST
 
 START_TEST(gangs_of_different_sizes_fold_into_one_need_per_size)
 {
-    struct ef *f = ef_new(16, modes[_i]);
-    struct ef_machine m = big_machine("i-0", BF_STATE_IDLE);
-    ef_add(f, &m);
     struct ef_prof p;
-    gang_profile(&p);
+    struct ef *f = one_idle_machine_and_gang_profile(modes[_i], &p);
     struct bf_engine_need n[3] = {ef_need(&p, pods(4), pods(1), 1, "g1"),
                                   ef_need(&p, pods(2), pods(1), 2, "g2"),
                                   ef_need(&p, pods(4), pods(1), 3, "g3")};
@@ -108,11 +114,8 @@ END_TEST
 
 START_TEST(a_gang_larger_than_any_machine_passes_through)
 {
-    struct ef *f = ef_new(16, modes[_i]);
-    struct ef_machine m = big_machine("i-0", BF_STATE_IDLE);
-    ef_add(f, &m);
     struct ef_prof p;
-    gang_profile(&p);
+    struct ef *f = one_idle_machine_and_gang_profile(modes[_i], &p);
     struct bf_engine_need n = ef_need(&p, pods(12), pods(1), 5, "g1");
     ef_set(f, "c1", &n, 1);
     ck_assert_int_eq(ef_cycle(f), 0);
@@ -254,9 +257,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *r = srunner_create(suite());
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

@@ -11,6 +11,7 @@
 
 #include "bigfleet/engine.h"
 #include "engine_fixtures.h"
+#include "check_run.h"
 
 static const uint32_t modes[2] = {0, BF_ENGINE_F_REFERENCE};
 
@@ -19,6 +20,16 @@ static struct bf_engine_need gpu_need_p(int32_t prio, int units, const char *gro
 {
     ef_gpu_profile(p, prio);
     return ef_gpu_need(p, units, group);
+}
+
+/* A Speculative GPU slot of capacity type ct at price dollars per hour. */
+static struct ef_machine spec_gpu(const char *id, uint8_t ct, double price)
+{
+    struct ef_machine m = ef_gpu_machine(id);
+    m.state = BF_STATE_SPECULATIVE;
+    m.ct = ct;
+    m.price = price;
+    return m;
 }
 
 /* 1 */
@@ -51,19 +62,11 @@ END_TEST
 START_TEST(speculative_fallback_prefers_cheapest)
 {
     struct ef *f = ef_new(16, modes[_i]);
-    struct ef_machine a = ef_gpu_machine("spec-expensive");
-    a.state = BF_STATE_SPECULATIVE;
-    a.ct = BF_CT_ON_DEMAND;
-    a.price = 6.0;
-    struct ef_machine b = ef_gpu_machine("spec-cheap");
-    b.state = BF_STATE_SPECULATIVE;
-    b.ct = BF_CT_SPOT;
-    b.price = 1.0;
+    struct ef_machine a = spec_gpu("spec-expensive", BF_CT_ON_DEMAND, 6.0);
+    struct ef_machine b = spec_gpu("spec-cheap", BF_CT_SPOT, 1.0);
     ef_add(f, &a);
     ef_add(f, &b);
-    struct ef_prof p;
-    struct bf_engine_need n = gpu_need_p(1000000, 1, NULL, &p);
-    ef_set(f, "cluster-a", &n, 1);
+    ef_want_gpus(f, "cluster-a", 1000000, NULL, 1, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(f->r.n_actions, 1);
     ck_assert(ef_acted(f, "spec-cheap", BF_ACTION_PROVISION));
@@ -76,15 +79,9 @@ END_TEST
 START_TEST(high_interruption_penalty_prefers_on_demand)
 {
     struct ef *f = ef_new(16, modes[_i]);
-    struct ef_machine spot = ef_gpu_machine("spec-spot");
-    spot.state = BF_STATE_SPECULATIVE;
-    spot.ct = BF_CT_SPOT;
-    spot.price = 1.80;
+    struct ef_machine spot = spec_gpu("spec-spot", BF_CT_SPOT, 1.80);
     spot.prob = 0.1;
-    struct ef_machine od = ef_gpu_machine("spec-od");
-    od.state = BF_STATE_SPECULATIVE;
-    od.ct = BF_CT_ON_DEMAND;
-    od.price = 6.0;
+    struct ef_machine od = spec_gpu("spec-od", BF_CT_ON_DEMAND, 6.0);
     ef_add(f, &spot);
     ef_add(f, &od);
     struct ef_prof p;
@@ -113,15 +110,10 @@ START_TEST(idle_beats_cheaper_speculative)
     struct ef_machine i1 = ef_gpu_machine("i-1");
     i1.ct = BF_CT_ON_DEMAND;
     i1.price = 6.0;
-    struct ef_machine s1 = ef_gpu_machine("s-1");
-    s1.state = BF_STATE_SPECULATIVE;
-    s1.ct = BF_CT_SPOT;
-    s1.price = 1.0;
+    struct ef_machine s1 = spec_gpu("s-1", BF_CT_SPOT, 1.0);
     ef_add(f, &s1);
     ef_add(f, &i1);
-    struct ef_prof p;
-    struct bf_engine_need n = gpu_need_p(1000000, 1, NULL, &p);
-    ef_set(f, "cluster-a", &n, 1);
+    ef_want_gpus(f, "cluster-a", 1000000, NULL, 1, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(f->r.n_actions, 1);
     ck_assert(ef_acted(f, "i-1", BF_ACTION_BOOTSTRAP));
@@ -160,9 +152,7 @@ START_TEST(partial_stockout_leaves_a_24_gpu_deficit)
     struct ef_machine a = ef_gpu_machine("i-00"), b = ef_gpu_machine("i-01");
     ef_add(f, &a);
     ef_add(f, &b);
-    struct ef_prof p;
-    struct bf_engine_need n = gpu_need_p(1000000, 5, NULL, &p);
-    ef_set(f, "cluster-a", &n, 1);
+    ef_want_gpus(f, "cluster-a", 1000000, NULL, 5, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(ef_count(f, BF_ACTION_BOOTSTRAP), 2);
     ck_assert_uint_eq(ef_unsatisfied(f), 1);
@@ -318,10 +308,7 @@ START_TEST(same_falls_back_to_largest_bucket_with_shortfall)
     struct ef *f = ef_new(16, modes[_i]);
     zones(f, "zone-a", "a", 3, 0);
     zones(f, "zone-b", "b", 3, 0);
-    struct ef_prof p;
-    ef_gpu_profile_same(&p, 1000000, BF_LABEL_ZONE);
-    struct bf_engine_need n = ef_gpu_need(&p, 5, "gang");
-    ef_set(f, "cluster-a", &n, 1);
+    ef_want_gpus(f, "cluster-a", 1000000, BF_LABEL_ZONE, 5, "gang");
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(ef_count(f, BF_ACTION_BOOTSTRAP), 3);
     uint32_t za = boot_in_zone(f, "zone-a"), zb = boot_in_zone(f, "zone-b");
@@ -339,10 +326,7 @@ START_TEST(same_picks_the_atomic_satisfiable_zone)
     struct ef *f = ef_new(16, modes[_i]);
     zones(f, "zone-b", "b", 2, 0);
     zones(f, "zone-a", "a", 4, 0);
-    struct ef_prof p;
-    ef_gpu_profile_same(&p, 1000000, BF_LABEL_ZONE);
-    struct bf_engine_need n = ef_gpu_need(&p, 4, "gang");
-    ef_set(f, "cluster-a", &n, 1);
+    ef_want_gpus(f, "cluster-a", 1000000, BF_LABEL_ZONE, 4, "gang");
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(ef_count(f, BF_ACTION_BOOTSTRAP), 4);
     ck_assert_uint_eq(boot_in_zone(f, "zone-a"), 4);
@@ -362,10 +346,7 @@ START_TEST(same_density_aware_machine_count_needs_one_machine)
         m.alloc = ef_gpu(800);
         ef_add(f, &m);
     }
-    struct ef_prof p;
-    ef_gpu_profile_same(&p, 1000000, BF_LABEL_ZONE);
-    struct bf_engine_need n = ef_gpu_need(&p, 8, "gang");
-    ef_set(f, "cluster-a", &n, 1);
+    ef_want_gpus(f, "cluster-a", 1000000, BF_LABEL_ZONE, 8, "gang");
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(ef_count(f, BF_ACTION_BOOTSTRAP), 1);
     ck_assert_uint_eq(ef_unsatisfied(f), 0);
@@ -523,9 +504,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *r = srunner_create(suite());
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

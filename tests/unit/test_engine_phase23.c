@@ -10,6 +10,7 @@
 
 #include "bigfleet/engine.h"
 #include "engine_fixtures.h"
+#include "check_run.h"
 
 static const uint32_t modes[2] = {0, BF_ENGINE_F_REFERENCE};
 
@@ -42,10 +43,7 @@ START_TEST(priority_inversion_preempts_four_lower_priority_victims)
 {
     struct ef *f = ef_new(32, modes[_i]);
     victims(f, "v", 4, "batch", 400000, 5, 1, NULL);
-    struct ef_prof p;
-    ef_gpu_profile(&p, 1000000);
-    struct bf_engine_need n = ef_gpu_need(&p, 4, NULL);
-    ef_set(f, "train", &n, 1);
+    ef_want_gpus(f, "train", 1000000, NULL, 4, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(ef_count(f, BF_ACTION_PREEMPT), 4);
     ck_assert_uint_eq(f->r.n_phase2, 4);
@@ -67,10 +65,7 @@ START_TEST(refuses_to_preempt_equal_or_higher_priority)
     struct ef *f = ef_new(32, modes[_i]);
     victims(f, "v", 4, "batch", 1000000, 5, 1, NULL);
     victims(f, "w", 2, "batch", 2000000, 5, 1, NULL);
-    struct ef_prof p;
-    ef_gpu_profile(&p, 1000000);
-    struct bf_engine_need n = ef_gpu_need(&p, 2, NULL);
-    ef_set(f, "train", &n, 1);
+    ef_want_gpus(f, "train", 1000000, NULL, 2, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(f->r.n_actions, 0);
     ck_assert_uint_eq(f->r.n_unresolved, 1);
@@ -88,10 +83,7 @@ START_TEST(prefers_the_victim_with_the_lower_interruption_penalty)
     struct ef_machine chp = ef_configured("v-cheap", "batch", 500000, 1, 1);
     ef_add(f, &exp);
     ef_add(f, &chp);
-    struct ef_prof p;
-    ef_gpu_profile(&p, 1000000);
-    struct bf_engine_need n = ef_gpu_need(&p, 1, NULL);
-    ef_set(f, "train", &n, 1);
+    ef_want_gpus(f, "train", 1000000, NULL, 1, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(ef_count(f, BF_ACTION_PREEMPT), 1);
     ck_assert(ef_acted(f, "v-cheap", BF_ACTION_PREEMPT));
@@ -135,10 +127,7 @@ START_TEST(victim_below_min_unit_is_never_selected)
     }
     struct ef_machine big = ef_configured("v-big", "batch", 100, 1, 1);
     ef_add(f, &big);
-    struct ef_prof p;
-    ef_gpu_profile(&p, 1000000);
-    struct bf_engine_need n = ef_gpu_need(&p, 2, NULL);
-    ef_set(f, "train", &n, 1);
+    ef_want_gpus(f, "train", 1000000, NULL, 2, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(ef_count(f, BF_ACTION_PREEMPT), 1);
     ck_assert(ef_acted(f, "v-big", BF_ACTION_PREEMPT));
@@ -176,10 +165,7 @@ START_TEST(same_need_without_a_domain_choice_preempts_nothing)
 {
     struct ef *f = ef_new(32, modes[_i]);
     victims(f, "v", 4, "batch", 100, 1, 1, NULL);
-    struct ef_prof p;
-    ef_gpu_profile_same(&p, 1000000, BF_LABEL_ZONE);
-    struct bf_engine_need n = ef_gpu_need(&p, 2, "gang");
-    ef_set(f, "train", &n, 1);
+    ef_want_gpus(f, "train", 1000000, BF_LABEL_ZONE, 2, "gang");
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(f->r.n_actions, 0);
     ck_assert_uint_eq(f->r.n_unresolved, 1);
@@ -266,10 +252,7 @@ START_TEST(a_machine_credited_to_higher_priority_demand_is_not_a_victim)
     ck_assert_int_eq(u->deficit.v[EF_GPU], 8000);
     ck_assert(u->preempted);
     /* a service preemptor (10,000) may not take v-0 either: equal priority */
-    struct ef_prof top;
-    ef_gpu_profile(&top, 10000);
-    struct bf_engine_need nt = ef_gpu_need(&top, 2, NULL);
-    ef_set(f, "b", &nt, 1);
+    ef_want_gpus(f, "b", 10000, NULL, 2, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert(!ef_acted(f, "v-0", BF_ACTION_PREEMPT));
     ck_assert(ef_acted(f, "v-1", BF_ACTION_PREEMPT));
@@ -366,10 +349,7 @@ START_TEST(reclaims_the_most_expensive_first)
         ef_add(f, &m);
     }
     ef_first_rollup(f, "cluster-a");
-    struct ef_prof p;
-    ef_gpu_profile(&p, 1000);
-    struct bf_engine_need n = ef_gpu_need(&p, 3, NULL);
-    ef_set(f, "cluster-a", &n, 1);
+    ef_want_gpus(f, "cluster-a", 1000, NULL, 3, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(ef_count(f, BF_ACTION_RECLAIM), 2);
     for (size_t i = 0; i < f->r.n_actions; i++)
@@ -389,10 +369,7 @@ START_TEST(reclaim_ties_on_price_release_the_lower_reclamation_penalty)
     ef_add(f, &lo);
     ef_add(f, &hi);
     ef_first_rollup(f, "cluster-a");
-    struct ef_prof p;
-    ef_gpu_profile(&p, 1000);
-    struct bf_engine_need n = ef_gpu_need(&p, 1, NULL);
-    ef_set(f, "cluster-a", &n, 1);
+    ef_want_gpus(f, "cluster-a", 1000, NULL, 1, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(f->r.n_actions, 1);
     ck_assert(ef_acted(f, "v-low", BF_ACTION_RECLAIM));
@@ -454,10 +431,7 @@ START_TEST(same_keeps_the_chosen_domain_and_reclaims_the_scatter)
     conf_zone(f, "a", 3, "zone-a", BF_STATE_CONFIGURED, NULL, NULL);
     conf_zone(f, "b", 2, "zone-b", BF_STATE_CONFIGURED, NULL, NULL);
     ef_first_rollup(f, "cluster-a");
-    struct ef_prof p;
-    ef_gpu_profile_same(&p, 1000, BF_LABEL_ZONE);
-    struct bf_engine_need n = ef_gpu_need(&p, 3, "gang");
-    ef_set(f, "cluster-a", &n, 1);
+    ef_want_gpus(f, "cluster-a", 1000, BF_LABEL_ZONE, 3, "gang");
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(ef_count(f, BF_ACTION_RECLAIM), 2);
     ck_assert_uint_eq(reclaims_in_zone(f, "zone-b"), 2);
@@ -471,10 +445,7 @@ START_TEST(same_without_a_satisfiable_domain_reclaims_one_zone)
     conf_zone(f, "a", 2, "zone-a", BF_STATE_CONFIGURED, NULL, NULL);
     conf_zone(f, "b", 2, "zone-b", BF_STATE_CONFIGURED, NULL, NULL);
     ef_first_rollup(f, "cluster-a");
-    struct ef_prof p;
-    ef_gpu_profile_same(&p, 1000, BF_LABEL_ZONE);
-    struct bf_engine_need n = ef_gpu_need(&p, 3, "gang");
-    ef_set(f, "cluster-a", &n, 1);
+    ef_want_gpus(f, "cluster-a", 1000, BF_LABEL_ZONE, 3, "gang");
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(ef_count(f, BF_ACTION_RECLAIM), 2);
     uint32_t za = reclaims_in_zone(f, "zone-a"), zb = reclaims_in_zone(f, "zone-b");
@@ -535,10 +506,7 @@ START_TEST(same_prefers_the_creditable_domain_and_reclaims_inside_it)
         ef_add(f, &m);
     }
     ef_first_rollup(f, "cluster-a");
-    struct ef_prof p;
-    ef_gpu_profile_same(&p, 1000, BF_LABEL_ZONE);
-    struct bf_engine_need n = ef_gpu_need(&p, 2, "gang");
-    ef_set(f, "cluster-a", &n, 1);
+    ef_want_gpus(f, "cluster-a", 1000, BF_LABEL_ZONE, 2, "gang");
     ck_assert_int_eq(ef_cycle(f), 0);
     ck_assert_uint_eq(f->r.n_actions, 1);
     ck_assert_uint_eq(reclaims_in_zone(f, "zone-a"), 1);
@@ -717,9 +685,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *r = srunner_create(suite());
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

@@ -36,6 +36,7 @@
 
 #include "bigfleet/engine.h"
 #include "engine_fixtures.h"
+#include "check_run.h"
 
 #define CAP  400
 #define NCL  10 /* quiet worlds use all; busy worlds the first 5 */
@@ -295,13 +296,7 @@ static void execute(struct world *w, int pct)
                                                                        : BF_STATE_CONFIGURED;
             if (m->state != BF_STATE_CREATING)
                 snprintf(m->cluster, sizeof m->cluster, "%s", a->cluster);
-            m->prio = a->priority;
-            m->ipb = a->ipb;
-            m->rpb = a->rpb;
-            snprintf(m->fp, sizeof m->fp, "%s", a->fingerprint);
-            memset(m->group, 0, sizeof m->group);
-            memcpy(m->group, a->group, a->group_len < 63 ? a->group_len : 63);
-            m->idle_since = 0;
+            ef_stamp_assignment(m, a);
             break;
         case BF_ACTION_RECLAIM:
         case BF_ACTION_PREEMPT:
@@ -877,9 +872,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *r = srunner_create(suite());
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

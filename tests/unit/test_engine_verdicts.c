@@ -11,6 +11,7 @@
 
 #include "bigfleet/engine.h"
 #include "engine_fixtures.h"
+#include "check_run.h"
 
 static void add_n(struct ef *f, const char *prefix, int n, uint8_t state, const char *cluster,
                   int32_t prio, const char *zone)
@@ -99,10 +100,7 @@ START_TEST(preemption_exhausted_when_victims_fall_short)
 {
     struct ef *f = ef_new(16, 0);
     add_n(f, "victim", 1, BF_STATE_CONFIGURED, "batch", 10, NULL);
-    struct ef_prof p;
-    ef_gpu_profile(&p, 1000000);
-    struct bf_engine_need n = ef_gpu_need(&p, 3, NULL);
-    ef_set(f, "train", &n, 1);
+    ef_want_gpus(f, "train", 1000000, NULL, 3, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     const struct bf_engine_verdict *v = ef_verdict(f, "train", 0);
     ck_assert_int_eq(v->unmet_reason, BF_UNMET_PREEMPTION_EXHAUSTED);
@@ -121,10 +119,7 @@ START_TEST(topology_unsatisfiable_for_a_same_need_without_a_satisfiable_domain)
     struct ef *f = ef_new(16, 0);
     add_n(f, "a", 2, BF_STATE_IDLE, NULL, 0, "zone-a");
     add_n(f, "b", 2, BF_STATE_IDLE, NULL, 0, "zone-b");
-    struct ef_prof p;
-    ef_gpu_profile_same(&p, 1000, BF_LABEL_ZONE);
-    struct bf_engine_need n = ef_gpu_need(&p, 3, "gang");
-    ef_set(f, "c", &n, 1);
+    ef_want_gpus(f, "c", 1000, BF_LABEL_ZONE, 3, "gang");
     ck_assert_int_eq(ef_cycle(f), 0);
     const struct bf_engine_verdict *v = ef_verdict(f, "c", 0);
     ck_assert_int_eq(v->unmet_reason, BF_UNMET_TOPOLOGY_UNSATISFIABLE);
@@ -138,10 +133,7 @@ START_TEST(matching_supply_is_capped_per_state)
 {
     struct ef *f = ef_new(512, 0);
     add_n(f, "held", 300, BF_STATE_CONFIGURED, "other", 5000, NULL);
-    struct ef_prof p;
-    ef_gpu_profile(&p, 1000);
-    struct bf_engine_need n = ef_gpu_need(&p, 1, NULL);
-    ef_set(f, "c", &n, 1);
+    ef_want_gpus(f, "c", 1000, NULL, 1, NULL);
     ck_assert_int_eq(ef_cycle(f), 0);
     const struct bf_engine_verdict *v = ef_verdict(f, "c", 0);
     ck_assert_uint_eq(v->matching_supply.configured, 256);
@@ -160,10 +152,7 @@ START_TEST(same_candidates_are_the_top_k_domains_best_first)
         snprintf(pre, sizeof pre, "m%02d", z);
         add_n(f, pre, z, BF_STATE_IDLE, NULL, 0, zone);
     }
-    struct ef_prof p;
-    ef_gpu_profile_same(&p, 1000, BF_LABEL_ZONE);
-    struct bf_engine_need n = ef_gpu_need(&p, 5, "gang");
-    ef_set(f, "c", &n, 1);
+    ef_want_gpus(f, "c", 1000, BF_LABEL_ZONE, 5, "gang");
     ck_assert_int_eq(ef_cycle(f), 0);
     const struct bf_engine_verdict *v = ef_verdict(f, "c", 0);
     ck_assert(v->satisfied);
@@ -184,10 +173,7 @@ END_TEST
 START_TEST(age_cycles_unmet_follows_the_shortfall_ledger)
 {
     struct ef *f = ef_new(16, 0);
-    struct ef_prof p;
-    ef_gpu_profile(&p, 1000);
-    struct bf_engine_need n = ef_gpu_need(&p, 1, NULL);
-    ef_set(f, "c", &n, 1);
+    ef_want_gpus(f, "c", 1000, NULL, 1, NULL);
     for (uint32_t c = 1; c <= 3; c++) {
         ck_assert_int_eq(ef_cycle(f), 0);
         ck_assert_uint_eq(ef_verdict(f, "c", 0)->age_cycles_unmet, c);
@@ -363,9 +349,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *r = srunner_create(suite());
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

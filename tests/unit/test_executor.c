@@ -13,6 +13,7 @@
 #include "executor/executor.h"
 #include "reconciler/reconciler.h"
 #include "test_provider.h"
+#include "check_run.h"
 
 struct xfx {
     struct pfx f;
@@ -820,9 +821,5 @@ static Suite *suite(void)
 int main(void)
 {
     bf_log_init("test", BF_LOG_ERROR);
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(suite());
 }

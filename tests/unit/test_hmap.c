@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "bigfleet/hmap.h"
+#include "check_run.h"
 
 /* the engine's instance: u64 -> u32, fmix64 */
 BF_HMAP_DEFINE(t_u64map, uint64_t, uint32_t, bf_hash_u64, BF_HMAP_EQ)
@@ -220,9 +221,5 @@ int main(void)
     tcase_add_test(tc, byte_string_keys_compare_by_content);
     tcase_add_test(tc, random_churn_matches_a_direct_indexed_model);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

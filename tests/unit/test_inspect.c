@@ -418,133 +418,60 @@ static void fx_fill(struct bf_shm *s, uint32_t machines, struct fx_expect *e, un
 
 /* ================================================================ JSON (jansson) */
 
-enum jt { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ };
-struct jv {
-    enum jt t;
-    bool b;
-    double num;
-    char *s;
-    size_t slen;
-    size_t n;
-    char **keys;
-    struct jv **items;
-};
-
-/* The tree the tests walk, built from jansson's parse. */
-static struct jv *jfrom(const json_t *x)
-{
-    struct jv *v = calloc(1, sizeof *v);
-    ck_assert_ptr_nonnull(v);
-    switch (json_typeof(x)) {
-    case JSON_NULL:
-        v->t = J_NULL;
-        break;
-    case JSON_TRUE:
-    case JSON_FALSE:
-        v->t = J_BOOL;
-        v->b = json_is_true(x);
-        break;
-    case JSON_INTEGER:
-    case JSON_REAL:
-        v->t = J_NUM;
-        v->num = json_number_value(x);
-        break;
-    case JSON_STRING:
-        v->t = J_STR;
-        v->slen = json_string_length(x);
-        v->s = malloc(v->slen + 1);
-        ck_assert_ptr_nonnull(v->s);
-        memcpy(v->s, json_string_value(x), v->slen + 1);
-        break;
-    case JSON_ARRAY:
-    case JSON_OBJECT: {
-        bool obj = json_is_object(x);
-        size_t n = obj ? json_object_size(x) : json_array_size(x);
-        v->t = obj ? J_OBJ : J_ARR;
-        v->items = calloc(n ? n : 1, sizeof *v->items);
-        v->keys = calloc(n ? n : 1, sizeof *v->keys);
-        ck_assert(v->items && v->keys);
-        if (obj) {
-            const char *k;
-            json_t *e;
-            json_object_foreach((json_t *)x, k, e)
-            {
-                v->keys[v->n] = strdup(k);
-                v->items[v->n++] = jfrom(e);
-            }
-        } else {
-            for (; v->n < n; v->n++)
-                v->items[v->n] = jfrom(json_array_get(x, v->n));
-        }
-        break;
-    }
-    }
-    return v;
-}
-
-static void jfree(struct jv *v)
-{
-    if (!v)
-        return;
-    for (size_t i = 0; i < v->n; i++) {
-        jfree(v->items[i]);
-        free(v->keys[i]);
-    }
-    free(v->items);
-    free(v->keys);
-    free(v->s);
-    free(v);
-}
-
 /* Parses exactly one document (trailing whitespace allowed) with jansson:
  * strict RFC 8259 and UTF-8, \u0000 allowed (a NUL in the string), every
- * number a double. NULL on error. */
-static struct jv *jparse(const char *s, size_t n)
+ * number a double. NULL on error; the caller json_decref()s the result. */
+static json_t *jparse(const char *s, size_t n)
 {
     json_error_t e;
-    json_t *x = json_loadb(s, n, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &e);
-    if (!x)
-        return NULL;
-    struct jv *v = jfrom(x);
-    json_decref(x);
-    return v;
+    return json_loadb(s, n, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &e);
 }
 
-/* Path lookup: "machines.by_state.Idle", "rows.1.cluster_id". */
-static struct jv *jget(struct jv *v, const char *path)
+/* Path lookup: "machines.by_state.Idle", "rows.1.cluster_id" (a borrowed
+ * reference into root; NULL when a step is missing). */
+static json_t *jget(json_t *v, const char *path)
 {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", path);
     char *save = NULL;
     for (char *tok = strtok_r(buf, ".", &save); tok && v; tok = strtok_r(NULL, ".", &save)) {
-        struct jv *next = NULL;
-        if (v->t == J_OBJ) {
-            for (size_t i = 0; i < v->n; i++)
-                if (v->keys[i] && strcmp(v->keys[i], tok) == 0)
-                    next = v->items[i];
-        } else if (v->t == J_ARR) {
+        if (json_is_array(v)) {
             char *e;
             unsigned long k = strtoul(tok, &e, 10);
-            if (!*e && k < v->n)
-                next = v->items[k];
+            v = *e ? NULL : json_array_get(v, k);
+        } else {
+            v = json_object_get(v, tok); /* NULL for a non-object */
         }
-        v = next;
     }
     return v;
 }
 
-static double jnum(struct jv *root, const char *path)
+static double jnum(json_t *root, const char *path)
 {
-    struct jv *v = jget(root, path);
-    ck_assert_msg(v && v->t == J_NUM, "JSON %s: missing or not a number", path);
-    return v->num;
+    json_t *v = jget(root, path);
+    ck_assert_msg(json_is_number(v), "JSON %s: missing or not a number", path);
+    return json_number_value(v);
 }
 
-static const char *jstrv(struct jv *root, const char *path)
+static const char *jstrv(json_t *root, const char *path)
 {
-    struct jv *v = jget(root, path);
-    ck_assert_msg(v && v->t == J_STR, "JSON %s: missing or not a string", path);
-    return v->s;
+    json_t *v = jget(root, path);
+    ck_assert_msg(json_is_string(v), "JSON %s: missing or not a string", path);
+    return json_string_value(v);
+}
+
+static bool jbool(json_t *root, const char *path)
+{
+    json_t *v = jget(root, path);
+    ck_assert_msg(json_is_boolean(v), "JSON %s: missing or not a boolean", path);
+    return json_is_true(v);
+}
+
+static json_t *jarr(json_t *root, const char *path)
+{
+    json_t *v = jget(root, path);
+    ck_assert_msg(json_is_array(v), "JSON %s: missing or not an array", path);
+    return v;
 }
 
 /* ================================================================ running the binary */
@@ -655,11 +582,11 @@ static void run_free(struct run *r)
 }
 
 /* Runs with --json and parses stdout (asserting exit 0 and a valid document). */
-static struct jv *run_json(const char *const *args)
+static json_t *run_json(const char *const *args)
 {
     struct run r = run_inspect(args);
     ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
-    struct jv *v = jparse(r.out, r.out_len);
+    json_t *v = jparse(r.out, r.out_len);
     ck_assert_msg(v != NULL, "output is not one JSON document:\n%s", r.out);
     run_free(&r);
     return v;
@@ -731,12 +658,12 @@ START_TEST(json_escape_keeps_nul_control_and_invalid_utf8_parseable)
     ck_assert_ptr_nonnull(strstr(b.p, "a\\u0000b\\u0001\\u001f\\\"\\\\\\n\\u007f"));
     ck_assert_ptr_nonnull(strstr(b.p, "\xc3\xa9")); /* valid UTF-8 kept */
     ck_assert_ptr_nonnull(strstr(b.p, "\\u00ff\\u00e2\\u0082"));
-    struct jv *v = jparse(b.p, b.len);
+    json_t *v = jparse(b.p, b.len);
     ck_assert_ptr_nonnull(v);
-    ck_assert_int_eq(v->t, J_STR);
-    ck_assert_uint_eq(v->slen, 17);
-    ck_assert(memcmp(v->s, "a\0b\x01\x1f\"\\\n\x7f\xc3\xa9", 11) == 0);
-    jfree(v);
+    ck_assert(json_is_string(v));
+    ck_assert_uint_eq(json_string_length(v), 17);
+    ck_assert(memcmp(json_string_value(v), "a\0b\x01\x1f\"\\\n\x7f\xc3\xa9", 11) == 0);
+    json_decref(v);
     bf_sb_free(&b);
 }
 END_TEST
@@ -799,7 +726,7 @@ END_TEST
 START_TEST(summary_json_matches_what_the_test_put_in)
 {
     const char *args[] = {"--id", g_id, "--json", NULL};
-    struct jv *v = run_json(args);
+    json_t *v = run_json(args);
     ck_assert_str_eq(jstrv(v, "shard.id"), g_id);
     ck_assert_uint_eq((uint32_t)jnum(v, "shard.layout_version"), BF_SHM_LAYOUT_VERSION);
     ck_assert_uint_eq((uint32_t)jnum(v, "shard.epoch"), 3);
@@ -813,16 +740,15 @@ START_TEST(summary_json_matches_what_the_test_put_in)
         ck_assert_msg((uint32_t)jnum(v, p) == g_e.by_state[st], "%s", p);
     }
     /* state x type x zone: every fixture cell, and nothing else */
-    struct jv *stz = jget(v, "machines.by_state_type_zone");
-    ck_assert_ptr_nonnull(stz);
+    json_t *stz = jarr(v, "machines.by_state_type_zone");
     uint32_t cells = 0, sum = 0;
     for (int st = 0; st < BF_STATE_COUNT; st++)
         for (int t = 0; t < FX_TYPES; t++)
             for (int z = 0; z < FX_ZONES; z++)
                 cells += g_e.by_stz[st][t][z] != 0;
-    ck_assert_uint_eq(stz->n, cells);
-    for (size_t i = 0; i < stz->n; i++) {
-        struct jv *row = stz->items[i];
+    ck_assert_uint_eq(json_array_size(stz), cells);
+    for (size_t i = 0; i < json_array_size(stz); i++) {
+        json_t *row = json_array_get(stz, i);
         int st = bf_state_from_name(jstrv(row, "state")), t = -1, z = -1;
         for (int k = 0; k < FX_TYPES; k++)
             if (strcmp(jstrv(row, "type"), fx_type_names[k]) == 0)
@@ -852,7 +778,7 @@ START_TEST(summary_json_matches_what_the_test_put_in)
     ck_assert_uint_eq((uint32_t)jnum(v, "rings.0.depth"), 2);
     ck_assert_str_eq(jstrv(v, "processes.3.role"), "cycle");
     ck_assert_uint_eq((uint32_t)jnum(v, "processes.3.restarts"), 2);
-    jfree(v);
+    json_decref(v);
 }
 END_TEST
 
@@ -880,7 +806,7 @@ END_TEST
 START_TEST(one_machine_record_is_complete)
 {
     const char *args[] = {"machine", g_e.group_machine, "--id", g_id, "--json", NULL};
-    struct jv *v = run_json(args);
+    json_t *v = run_json(args);
     ck_assert_str_eq(jstrv(v, "machine.id"), g_e.group_machine);
     ck_assert_uint_eq((uint32_t)jnum(v, "machine.slot"), g_e.group_slot);
     ck_assert_str_eq(jstrv(v, "machine.state"), "Configured");
@@ -889,23 +815,25 @@ START_TEST(one_machine_record_is_complete)
     ck_assert_str_eq(jstrv(v, "machine.capacity_type"), "Spot");
     ck_assert_str_eq(jstrv(v, "machine.host.provider"), "sim");
     ck_assert_str_eq(jstrv(v, "machine.host.ref"), "ref-1");
-    struct jv *g = jget(v, "machine.assigned_group");
-    ck_assert(g && g->t == J_STR && g->slen == FX_GROUP_LEN);
-    ck_assert(memcmp(g->s, FX_GROUP, FX_GROUP_LEN) == 0); /* NUL and control bytes survive */
+    json_t *g = jget(v, "machine.assigned_group");
+    ck_assert(json_is_string(g) && json_string_length(g) == FX_GROUP_LEN);
+    ck_assert(memcmp(json_string_value(g), FX_GROUP, FX_GROUP_LEN) ==
+              0); /* NUL and control bytes survive */
     ck_assert_ptr_nonnull(strstr(jstrv(v, "machine.assigned_fingerprint"), "p=100|ipb=3|rpb=4"));
     ck_assert_uint_eq((uint32_t)jnum(v, "machine.assigned_priority"), 100);
     ck_assert_uint_eq((uint32_t)jnum(v, "machine.interruption_penalty_bucket"), 3);
     ck_assert_double_eq_tol(jnum(v, "machine.interruption_penalty_dollars"), 1.0, 1e-9);
     ck_assert_uint_eq((uint32_t)jnum(v, "machine.seq") % 2, 0);
     ck_assert_str_eq(jstrv(v, "machine.flags.0"), "valid");
-    struct jv *labels = jget(v, "machine.profile.labels");
-    ck_assert(labels && labels->t == J_OBJ && labels->n == 2);
-    ck_assert_str_eq(labels->keys[0], "bigfleet.test/rack"); /* sorted by key */
-    ck_assert_str_eq(labels->items[0]->s, "rack-a");
+    json_t *labels = jget(v, "machine.profile.labels");
+    ck_assert(json_is_object(labels) && json_object_size(labels) == 2);
+    void *first = json_object_iter(labels); /* jansson keeps the document's key order */
+    ck_assert_str_eq(json_object_iter_key(first), "bigfleet.test/rack"); /* sorted by key */
+    ck_assert_str_eq(json_string_value(json_object_iter_value(first)), "rack-a");
     ck_assert_str_eq(jstrv(v, "machine.profile.allocatable.cpu"), "1900m");
     ck_assert_str_eq(jstrv(v, "machine.profile.resources.memory"), "8Gi");
-    ck_assert(jget(v, "machine.pending")->t == J_BOOL);
-    jfree(v);
+    ck_assert(json_is_boolean(jget(v, "machine.pending")));
+    json_decref(v);
     /* text: every field, the group escaped */
     const char *targs[] = {"machine", g_e.group_machine, "--id", g_id, NULL};
     struct run r = run_inspect(targs);
@@ -921,7 +849,7 @@ START_TEST(one_machine_record_is_complete)
     const char *sargs[] = {"machine", "--slot", slot, "--id", g_id, "--json", NULL};
     v = run_json(sargs);
     ck_assert_str_eq(jstrv(v, "machine.id"), g_e.group_machine);
-    jfree(v);
+    json_decref(v);
     const char *nargs[] = {"machine", "no-such-machine", "--id", g_id, NULL};
     r = run_inspect(nargs);
     ck_assert_int_eq(r.status, 1);
@@ -935,68 +863,70 @@ START_TEST(machines_filters_by_state_cluster_and_type)
     const char *args[] = {"machines",  "--id",   g_id,     "--state",  "configured",
                           "--cluster", "alpha",  "--type", "m5.large", "--limit",
                           "0",         "--json", NULL};
-    struct jv *v = run_json(args);
+    json_t *v = run_json(args);
     /* independent count: Configured (i%12 in {1,3,10}), cluster i%3 == 0, type i%3 == 0 */
     uint32_t want = 0;
     for (uint32_t i = 0; i < 240; i++)
         want += fx_states[i % 12] == BF_STATE_CONFIGURED && i % 3 == 0;
     ck_assert_uint_gt(want, 0);
     ck_assert_uint_eq((uint32_t)jnum(v, "matched"), want);
-    struct jv *m = jget(v, "machines");
-    ck_assert_uint_eq(m->n, want);
-    for (size_t i = 0; i < m->n; i++) {
-        ck_assert_str_eq(jstrv(m->items[i], "state"), "Configured");
-        ck_assert_str_eq(jstrv(m->items[i], "cluster"), "alpha");
-        ck_assert_str_eq(jstrv(m->items[i], "instance_type"), "m5.large");
+    json_t *m = jarr(v, "machines");
+    ck_assert_uint_eq(json_array_size(m), want);
+    for (size_t i = 0; i < json_array_size(m); i++) {
+        ck_assert_str_eq(jstrv(json_array_get(m, i), "state"), "Configured");
+        ck_assert_str_eq(jstrv(json_array_get(m, i), "cluster"), "alpha");
+        ck_assert_str_eq(jstrv(json_array_get(m, i), "instance_type"), "m5.large");
     }
-    jfree(v);
+    json_decref(v);
     const char *largs[] = {"machines", "--id", g_id, "--limit", "7", "--json", NULL};
     v = run_json(largs);
     ck_assert_uint_eq((uint32_t)jnum(v, "matched"), g_e.total);
-    ck_assert_uint_eq(jget(v, "machines")->n, 7);
-    ck_assert(jget(v, "truncated")->b);
-    jfree(v);
+    ck_assert_uint_eq(json_array_size(jarr(v, "machines")), 7);
+    ck_assert(jbool(v, "truncated"));
+    json_decref(v);
 }
 END_TEST
 
 START_TEST(needs_joins_rows_with_last_cycle_verdicts_in_order)
 {
     const char *args[] = {"needs", "--id", g_id, "--json", NULL};
-    struct jv *v = run_json(args);
+    json_t *v = run_json(args);
     ck_assert_uint_eq((uint32_t)jnum(v, "header.cycle"), FX_CYCLE);
     /* 5 rows + the gamma verdict whose row left the table */
     ck_assert_uint_eq((uint32_t)jnum(v, "header.total_needs"), 6);
     ck_assert_uint_eq((uint32_t)jnum(v, "rows_without_verdict"), 1);
     ck_assert_uint_eq((uint32_t)jnum(v, "verdicts_without_row"), 1);
-    struct jv *n = jget(v, "needs");
-    ck_assert_uint_eq(n->n, 6);
+    json_t *n = jarr(v, "needs");
+    ck_assert_uint_eq(json_array_size(n), 6);
     /* priority desc, then arrival asc */
-    for (size_t i = 1; i < n->n; i++) {
-        double p0 = jnum(n->items[i - 1], "need.priority"), p1 = jnum(n->items[i], "need.priority");
+    for (size_t i = 1; i < json_array_size(n); i++) {
+        double p0 = jnum(json_array_get(n, i - 1), "need.priority"),
+               p1 = jnum(json_array_get(n, i), "need.priority");
         ck_assert(p0 >= p1);
         if (p0 == p1)
-            ck_assert(jnum(n->items[i - 1], "arrival_unix_nanos") <=
-                      jnum(n->items[i], "arrival_unix_nanos"));
+            ck_assert(jnum(json_array_get(n, i - 1), "arrival_unix_nanos") <=
+                      jnum(json_array_get(n, i), "arrival_unix_nanos"));
     }
-    struct jv *top = n->items[0]; /* P3: the group need, preemption exhausted */
+    json_t *top = json_array_get(n, 0); /* P3: the group need, preemption exhausted */
     ck_assert_uint_eq((uint32_t)jnum(top, "need.priority"), 200);
     ck_assert_str_eq(jstrv(top, "cluster_id"), "alpha");
-    struct jv *g = jget(top, "need.group");
-    ck_assert(g->slen == FX_GROUP_LEN && memcmp(g->s, FX_GROUP, FX_GROUP_LEN) == 0);
+    json_t *g = jget(top, "need.group");
+    ck_assert(json_string_length(g) == FX_GROUP_LEN &&
+              memcmp(json_string_value(g), FX_GROUP, FX_GROUP_LEN) == 0);
     ck_assert_str_eq(jstrv(top, "unmet_reason"), "UNMET_REASON_PREEMPTION_EXHAUSTED");
     ck_assert_uint_eq((uint32_t)jnum(top, "preemption.victims_found"), 2);
     ck_assert_str_eq(jstrv(top, "preemption.capacity_freed.cpu"), "12");
     ck_assert_str_eq(jstrv(top, "residual_deficit.cpu"), "4");
-    ck_assert(jget(top, "matching_supply.capped")->b);
+    ck_assert(jbool(top, "matching_supply.capped"));
     ck_assert_str_eq(jstrv(top, "need.aggregate_resources.cpu"), "16"); /* from the row */
     ck_assert_str_eq(jstrv(top, "need.min_unit.memory"), "1Gi");
     /* the Same need (priority 50, alpha first by arrival) */
-    struct jv *same = n->items[4];
+    json_t *same = json_array_get(n, 4);
     ck_assert_uint_eq((uint32_t)jnum(same, "need.priority"), 50);
     ck_assert_str_eq(jstrv(same, "cluster_id"), "alpha");
     ck_assert_str_eq(jstrv(same, "unmet_reason"), "UNMET_REASON_TOPOLOGY_UNSATISFIABLE");
     ck_assert_str_eq(jstrv(same, "same_domain"), "us-east-1a");
-    ck_assert(jget(same, "acquisition_parked")->b);
+    ck_assert(jbool(same, "acquisition_parked"));
     ck_assert_uint_eq((uint32_t)jnum(same, "parked_age_cycles"), 4);
     ck_assert_uint_eq((uint32_t)jnum(same, "age_cycles_unmet"), 7);
     ck_assert_uint_eq((uint32_t)jnum(same, "same_candidates.1.coverage_per_mille"), 500);
@@ -1005,22 +935,22 @@ START_TEST(needs_joins_rows_with_last_cycle_verdicts_in_order)
     ;
     ck_assert_str_eq(jstrv(same, "need.spread.0.when_unsatisfiable"), "DoNotSchedule");
     /* beta's Same need arrived after the cycle: no verdict yet */
-    struct jv *late = n->items[5];
+    json_t *late = json_array_get(n, 5);
     ck_assert_str_eq(jstrv(late, "cluster_id"), "beta");
-    ck_assert(!jget(late, "has_verdict")->b);
-    jfree(v);
+    ck_assert(!jbool(late, "has_verdict"));
+    json_decref(v);
 
     /* --cluster and --limit */
     const char *cargs[] = {"needs", "--cluster", "alpha",  "--limit", "2",
                            "--id",  g_id,        "--json", NULL};
     v = run_json(cargs);
     ck_assert_uint_eq((uint32_t)jnum(v, "header.total_needs"), 3);
-    n = jget(v, "needs");
-    ck_assert_uint_eq(n->n, 2);
-    ck_assert_str_eq(jstrv(n->items[1], "cluster_id"), "alpha");
-    ck_assert(jget(n->items[1], "satisfied")->b);
-    ck_assert_uint_eq((uint32_t)jnum(n->items[1], "claimed_machine_count"), 3);
-    jfree(v);
+    n = jarr(v, "needs");
+    ck_assert_uint_eq(json_array_size(n), 2);
+    ck_assert_str_eq(jstrv(json_array_get(n, 1), "cluster_id"), "alpha");
+    ck_assert(jbool(json_array_get(n, 1), "satisfied"));
+    ck_assert_uint_eq((uint32_t)jnum(json_array_get(n, 1), "claimed_machine_count"), 3);
+    json_decref(v);
     /* text */
     const char *targs[] = {"needs", "--cluster", "alpha", "--id", g_id, NULL};
     struct run r = run_inspect(targs);
@@ -1041,25 +971,25 @@ END_TEST
 START_TEST(shortfalls_rings_procs_histogram_clusters_parse_and_carry_the_figures)
 {
     const char *sargs[] = {"shortfalls", "--id", g_id, "--json", NULL};
-    struct jv *v = run_json(sargs);
-    ck_assert_uint_eq(jget(v, "shortfalls")->n, g_e.shortfalls);
+    json_t *v = run_json(sargs);
+    ck_assert_uint_eq(json_array_size(jarr(v, "shortfalls")), g_e.shortfalls);
     ck_assert_uint_eq((uint32_t)jnum(v, "shortfalls.0.age_cycles"), 7);
     ck_assert_str_eq(jstrv(v, "shortfalls.1.deficit.cpu"), "4");
     ck_assert_ptr_nonnull(strstr(jstrv(v, "shortfalls.1.profile_fingerprint"), "p=200|"));
-    jfree(v);
+    json_decref(v);
     const char *rargs[] = {"rings", "--id", g_id, "--json", NULL};
     v = run_json(rargs);
-    ck_assert_uint_eq(jget(v, "rings")->n, BF_RING_COUNT);
+    ck_assert_uint_eq(json_array_size(jarr(v, "rings")), BF_RING_COUNT);
     ck_assert_uint_eq((uint32_t)jnum(v, "rings.0.pushes"), 2);
     ck_assert_str_eq(jstrv(v, "rings.0.consumer"), "executor");
-    jfree(v);
+    json_decref(v);
     const char *pargs[] = {"procs", "--id", g_id, "--json", NULL};
     v = run_json(pargs);
     ck_assert_str_eq(jstrv(v, "processes.0.role"), "supervisor");
     ck_assert_uint_eq((uint32_t)jnum(v, "processes.0.pid"), (uint32_t)getpid());
-    ck_assert(jget(v, "processes.1.alive")->b);
+    ck_assert(jbool(v, "processes.1.alive"));
     ck_assert_str_eq(jstrv(v, "processes.3.state"), "active");
-    jfree(v);
+    json_decref(v);
     const char *hargs[] = {"histogram", "--all", "--id", g_id, "--json", NULL};
     v = run_json(hargs);
     ck_assert_str_eq(jstrv(v, "histograms.0.name"), "cycle_duration");
@@ -1068,14 +998,14 @@ START_TEST(shortfalls_rings_procs_histogram_clusters_parse_and_carry_the_figures
     ck_assert_double_eq_tol(jnum(v, "histograms.0.mean_seconds"), 0.0505, 1e-9);
     ck_assert_str_eq(jstrv(v, "histograms.0.buckets.14.le"), "+Inf");
     ck_assert_uint_eq((uint32_t)jnum(v, "last_cycle_ns"), 12 * BF_NS_PER_MS);
-    ck_assert_uint_eq(jget(v, "histograms")->n, 1 + BF_PHASE_COUNT + 6);
-    jfree(v);
+    ck_assert_uint_eq(json_array_size(jarr(v, "histograms")), 1 + BF_PHASE_COUNT + 6);
+    json_decref(v);
     const char *cargs[] = {"clusters", "--id", g_id, "--json", NULL};
     v = run_json(cargs);
-    ck_assert_uint_eq(jget(v, "clusters")->n, 3);
+    ck_assert_uint_eq(json_array_size(jarr(v, "clusters")), 3);
     ck_assert_uint_eq((uint32_t)jnum(v, "clusters.1.quarantine_held"), 2);
-    ck_assert(!jget(v, "clusters.2.first_rollup")->b);
-    jfree(v);
+    ck_assert(!jbool(v, "clusters.2.first_rollup"));
+    json_decref(v);
     /* every text form runs */
     const char *cmds[] = {"shortfalls", "rings", "procs", "histogram", "clusters", "machines"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
@@ -1212,10 +1142,10 @@ START_TEST(watch_without_a_tty_prints_frames_and_json_lines)
     ck_assert_msg(r.status == 0, "%s", r.err);
     int lines = 0;
     for (char *p = r.out, *nl; (nl = strchr(p, '\n')); p = nl + 1) {
-        struct jv *v = jparse(p, (size_t)(nl - p));
+        json_t *v = jparse(p, (size_t)(nl - p));
         ck_assert_msg(v != NULL, "frame %d is not a JSON document", lines);
         ck_assert_uint_eq((uint32_t)jnum(v, "machines.total"), g_e.total);
-        jfree(v);
+        json_decref(v);
         lines++;
     }
     ck_assert_int_eq(lines, 3);
@@ -1337,11 +1267,11 @@ START_TEST(a_busy_record_is_reported_not_waited_on)
     ck_assert_int_eq(bf_inv_begin(&g_s, 0, &t), 0);
     const char *args[] = {"--id", g_id, "--json", NULL};
     int64_t t0 = bf_mono_ns();
-    struct jv *v = run_json(args);
+    json_t *v = run_json(args);
     ck_assert_int_lt(bf_mono_ns() - t0, 10 * BF_NS_PER_SEC);
     ck_assert_uint_eq((uint32_t)jnum(v, "machines.busy"), 1);
     ck_assert_uint_eq((uint32_t)jnum(v, "machines.total"), g_e.total - 1);
-    jfree(v);
+    json_decref(v);
     const char *margs[] = {"machine", "--slot", "0", "--id", g_id, NULL};
     struct run r = run_inspect(margs);
     ck_assert_int_eq(r.status, 1);
@@ -1357,11 +1287,11 @@ START_TEST(a_publish_in_progress_does_not_hide_the_last_result)
     uint64_t q = atomic_load(&g_s.st->publish_seq);
     atomic_store(&g_s.st->publish_seq, q + 1);
     const char *args[] = {"--id", g_id, "--json", NULL};
-    struct jv *v = run_json(args);
+    json_t *v = run_json(args);
     atomic_store(&g_s.st->publish_seq, q + 2);
     ck_assert_uint_eq((uint32_t)jnum(v, "last_cycle.cycle"), FX_CYCLE);
-    ck_assert(jget(v, "last_cycle.consistent")->b);
-    jfree(v);
+    ck_assert(jbool(v, "last_cycle.consistent"));
+    json_decref(v);
 }
 END_TEST
 
@@ -1375,7 +1305,7 @@ START_TEST(results_published_by_the_real_cycle_controller_read_back)
     struct bf_cycle_report rep;
     ck_assert_int_eq(bf_cycle_run_once(c, bf_now_ns(), &rep), 0);
     const char *args[] = {"--id", g_id, "--json", NULL};
-    struct jv *v = run_json(args);
+    json_t *v = run_json(args);
     ck_assert_uint_eq((uint64_t)jnum(v, "last_cycle.cycle"), rep.cycle);
     ck_assert_uint_eq((uint32_t)jnum(v, "last_cycle.counts.total_machines"), g_e.total);
     ck_assert_uint_eq((uint32_t)jnum(v, "last_cycle.unsatisfied"), rep.unsatisfied);
@@ -1384,23 +1314,23 @@ START_TEST(results_published_by_the_real_cycle_controller_read_back)
         snprintf(a, sizeof a, "last_cycle.counts.by_state.%s", bf_state_name(st));
         ck_assert_msg((uint32_t)jnum(v, a) == g_e.by_state[st], "%s", a);
     }
-    jfree(v);
+    json_decref(v);
     const char *nargs[] = {"needs", "--id", g_id, "--json", NULL};
     v = run_json(nargs);
     ck_assert_uint_eq((uint64_t)jnum(v, "header.cycle"), rep.cycle);
     ck_assert_uint_eq((uint32_t)jnum(v, "header.total_needs"), g_e.need_rows);
     ck_assert_uint_eq((uint32_t)jnum(v, "rows_without_verdict"), 0);
     ck_assert_uint_eq((uint32_t)jnum(v, "verdicts_without_row"), 0);
-    struct jv *n = jget(v, "needs");
+    json_t *n = jarr(v, "needs");
     uint32_t unsat = 0, rows = 0;
-    for (size_t i = 0; i < n->n; i++) {
-        ck_assert(jget(n->items[i], "has_verdict")->b);
-        unsat += !jget(n->items[i], "satisfied")->b;
-        rows += (uint32_t)jnum(n->items[i], "table_rows"); /* folded Same gangs included */
+    for (size_t i = 0; i < json_array_size(n); i++) {
+        ck_assert(jbool(json_array_get(n, i), "has_verdict"));
+        unsat += !jbool(json_array_get(n, i), "satisfied");
+        rows += (uint32_t)jnum(json_array_get(n, i), "table_rows"); /* folded Same gangs included */
     }
     ck_assert_uint_eq(unsat, rep.unsatisfied);
     ck_assert_uint_eq(rows, g_e.need_rows);
-    jfree(v);
+    json_decref(v);
     bf_cycle_free(c);
 }
 END_TEST
@@ -1527,25 +1457,84 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static int mode_cycle_proxy(int argc, char **argv)
+/* Sleeps what is left of a period_ms period that started at start_ns. */
+static void sleep_rest_of_period(int64_t start_ns, int period_ms)
+{
+    int64_t left = period_ms * BF_NS_PER_MS - (bf_mono_ns() - start_ns);
+    if (left > 0) {
+        struct timespec ts = {left / BF_NS_PER_SEC, left % BF_NS_PER_SEC};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Ends the forked writer and closes the trace file (if any). */
+static void stop_writer(pid_t writer, FILE *trace)
+{
+    kill(writer, SIGKILL);
+    waitpid(writer, NULL, 0);
+    if (trace)
+        fclose(trace);
+}
+
+/* mean, median, p99 and max of cycles durations (ns) in milliseconds; sorts dur */
+struct dur_ms {
+    double mean, p50, p99, max;
+};
+
+static struct dur_ms dur_summary(int64_t *dur, int cycles)
+{
+    qsort(dur, (size_t)cycles, sizeof *dur, cmp_i64);
+    double sum = 0;
+    for (int c = 0; c < cycles; c++)
+        sum += (double)dur[c];
+    int i99 = (int)ceil(0.99 * cycles) - 1;
+    return (struct dur_ms){sum / cycles / 1e6, (double)dur[cycles / 2] / 1e6,
+                           (double)dur[i99 < 0 ? 0 : i99] / 1e6, (double)dur[cycles - 1] / 1e6};
+}
+
+/* The load modes' arguments: ID [MACHINES] [CYCLES] [PERIOD_MS] [TRACE]. */
+struct load_args {
+    const char *id;
+    uint32_t n;
+    int cycles, period_ms;
+};
+
+/* Reads the arguments and creates fresh segments `id` sized for n machines.
+ * 0, or the exit code: 2 (usage), 1 (the segments could not be created). */
+static int load_mode_open(const char *mode, int argc, char **argv, struct load_args *a,
+                          struct bf_shm *s)
 {
     if (argc < 3) {
-        fprintf(stderr,
-                "usage: test_inspect cycle-proxy ID [MACHINES] [CYCLES] [PERIOD_MS] [TRACE]\n");
+        fprintf(stderr, "usage: test_inspect %s ID [MACHINES] [CYCLES] [PERIOD_MS] [TRACE]\n",
+                mode);
         return 2;
     }
-    const char *id = argv[2];
-    uint32_t n = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 10) : 500000;
-    int cycles = argc > 4 ? atoi(argv[4]) : 300;
-    int period_ms = argc > 5 ? atoi(argv[5]) : 100;
-    struct bf_shm s;
+    a->id = argv[2];
+    a->n = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 10) : 500000;
+    a->cycles = argc > 4 ? atoi(argv[4]) : 300;
+    a->period_ms = argc > 5 ? atoi(argv[5]) : 100;
     char err[256];
-    bf_shm_unlink(id);
-    struct bf_shm_caps caps = {.max_machines = n + 1024, .max_needs = 65536, .max_clusters = 4096};
-    if (bf_shm_create(&s, id, &caps, 1, 0, err, sizeof err) != 0) {
+    bf_shm_unlink(a->id);
+    struct bf_shm_caps caps = {
+        .max_machines = a->n + 1024, .max_needs = 65536, .max_clusters = 4096};
+    if (bf_shm_create(s, a->id, &caps, 1, 0, err, sizeof err) != 0) {
         fprintf(stderr, "create: %s\n", err);
         return 1;
     }
+    return 0;
+}
+
+static int mode_cycle_proxy(int argc, char **argv)
+{
+    struct load_args la;
+    struct bf_shm s;
+    int rc = load_mode_open("cycle-proxy", argc, argv, &la, &s);
+    if (rc)
+        return rc;
+    const char *id = la.id;
+    uint32_t n = la.n;
+    int cycles = la.cycles, period_ms = la.period_ms;
+    char err[256];
     struct fx_expect *e = calloc(1, sizeof *e);
     int64_t t0 = bf_mono_ns();
     fx_fill(&s, n, e, FX_F_FAKE_CYCLE | FX_F_PROCS);
@@ -1627,25 +1616,13 @@ static int mode_cycle_proxy(int argc, char **argv)
         dur[c] = d;
         if (trace)
             fprintf(trace, "%lld %lld\n", (long long)wall0, (long long)d);
-        int64_t left = period_ms * BF_NS_PER_MS - (bf_mono_ns() - a);
-        if (left > 0) {
-            struct timespec ts = {left / BF_NS_PER_SEC, left % BF_NS_PER_SEC};
-            nanosleep(&ts, NULL);
-        }
+        sleep_rest_of_period(a, period_ms);
     }
-    kill(writer, SIGKILL);
-    waitpid(writer, NULL, 0);
-    if (trace)
-        fclose(trace);
-    qsort(dur, (size_t)cycles, sizeof *dur, cmp_i64);
-    double sum = 0;
-    for (int c = 0; c < cycles; c++)
-        sum += (double)dur[c];
-    int i99 = (int)ceil(0.99 * cycles) - 1;
+    stop_writer(writer, trace);
+    struct dur_ms m = dur_summary(dur, cycles);
     printf("{\"machines\":%u,\"cycles\":%d,\"period_ms\":%d,\"mean_ms\":%.3f,\"p50_ms\":%.3f,"
            "\"p99_ms\":%.3f,\"max_ms\":%.3f}\n",
-           n, cycles, period_ms, sum / cycles / 1e6, (double)dur[cycles / 2] / 1e6,
-           (double)dur[i99 < 0 ? 0 : i99] / 1e6, (double)dur[cycles - 1] / 1e6);
+           n, cycles, period_ms, m.mean, m.p50, m.p99, m.max);
     free(dur);
     free(e);
     bf_shm_detach(&s);
@@ -1786,24 +1763,15 @@ static int real_writer(const char *id, uint32_t n)
 
 static int mode_cycle_real(int argc, char **argv)
 {
-    if (argc < 3) {
-        fprintf(stderr,
-                "usage: test_inspect cycle-real ID [MACHINES] [CYCLES] [PERIOD_MS] [TRACE]\n");
-        return 2;
-    }
-    const char *id = argv[2];
-    uint32_t n = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 10) : 500000;
-    int cycles = argc > 4 ? atoi(argv[4]) : 300;
-    int period_ms = argc > 5 ? atoi(argv[5]) : 100;
-    FILE *trace = argc > 6 ? fopen(argv[6], "w") : NULL;
+    struct load_args la;
     struct bf_shm s;
-    char err[256];
-    bf_shm_unlink(id);
-    struct bf_shm_caps caps = {.max_machines = n + 1024, .max_needs = 65536, .max_clusters = 4096};
-    if (bf_shm_create(&s, id, &caps, 1, 0, err, sizeof err) != 0) {
-        fprintf(stderr, "create: %s\n", err);
-        return 1;
-    }
+    int rc = load_mode_open("cycle-real", argc, argv, &la, &s);
+    if (rc)
+        return rc;
+    const char *id = la.id;
+    uint32_t n = la.n;
+    int cycles = la.cycles, period_ms = la.period_ms;
+    FILE *trace = argc > 6 ? fopen(argv[6], "w") : NULL;
     bf_shm_set_role(&s, BF_ROLE_CYCLE);
     struct fx_expect *e = calloc(1, sizeof *e);
     int64_t t0 = bf_mono_ns();
@@ -1851,26 +1819,13 @@ static int mode_cycle_real(int argc, char **argv)
         changed += rep.changed_slots;
         if (trace)
             fprintf(trace, "%lld %lld\n", (long long)wall0, (long long)rep.total_ns);
-        int64_t left = period_ms * BF_NS_PER_MS - (bf_mono_ns() - a);
-        if (left > 0) {
-            struct timespec ts = {left / BF_NS_PER_SEC, left % BF_NS_PER_SEC};
-            nanosleep(&ts, NULL);
-        }
+        sleep_rest_of_period(a, period_ms);
     }
-    kill(writer, SIGKILL);
-    waitpid(writer, NULL, 0);
-    if (trace)
-        fclose(trace);
-    qsort(dur, (size_t)cycles, sizeof *dur, cmp_i64);
-    double sum = 0;
-    for (int k = 0; k < cycles; k++)
-        sum += (double)dur[k];
-    int i99 = (int)ceil(0.99 * cycles) - 1;
+    stop_writer(writer, trace);
+    struct dur_ms m = dur_summary(dur, cycles);
     printf("{\"machines\":%u,\"needs\":%u,\"changed_per_cycle\":%.0f,\"cycles\":%d,"
            "\"period_ms\":%d,\"mean_ms\":%.3f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"max_ms\":%.3f}\n",
-           n, rep.needs, (double)changed / cycles, cycles, period_ms, sum / cycles / 1e6,
-           (double)dur[cycles / 2] / 1e6, (double)dur[i99 < 0 ? 0 : i99] / 1e6,
-           (double)dur[cycles - 1] / 1e6);
+           n, rep.needs, (double)changed / cycles, cycles, period_ms, m.mean, m.p50, m.p99, m.max);
     free(dur);
     free(e);
     bf_cycle_free(c);

@@ -21,6 +21,7 @@
 #include "bigfleet/util.h"
 
 #include "shm_fixture.h"
+#include "check_run.h"
 
 static void setup(void)
 {
@@ -529,9 +530,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(suite());
 }

@@ -10,6 +10,7 @@
 
 #include "bigfleet/model.h"
 #include "bigfleet/util.h"
+#include "check_run.h"
 
 START_TEST(transition_table_has_exactly_13_legal_edges)
 {
@@ -442,9 +443,5 @@ int main(void)
     tcase_add_test(tc, parse_digits_takes_only_plain_decimal_within_its_maximum);
     tcase_add_test(tc, errf_truncates_into_the_callers_buffer_and_accepts_none);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

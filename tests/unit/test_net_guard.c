@@ -14,6 +14,7 @@
 
 #include "bigfleet/util.h"
 #include "net/guard.h"
+#include "check_run.h"
 
 #define MS (1000000LL)
 
@@ -198,9 +199,5 @@ int main(void)
     tcase_add_test(tc, continuation_floods_are_cut_by_frame_count_and_block_size);
     tcase_add_test(tc, connection_counts_per_address_and_identity);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf ? 1 : 0;
+    return check_run(s);
 }

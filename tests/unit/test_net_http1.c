@@ -16,6 +16,7 @@
 #include "bigfleet/net.h"
 #include "bigfleet/util.h"
 #include "net/http1.h"
+#include "check_run.h"
 
 #define P(s, r) bf_http1_parse((s), strlen(s), (r))
 
@@ -359,9 +360,5 @@ int main(void)
         tl, dribbling_heads_get_408_at_an_absolute_deadline_and_full_slots_evict_the_slowest);
     tcase_add_test(tl, server_can_be_freed_from_inside_its_own_handler);
     suite_add_tcase(s, tl);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

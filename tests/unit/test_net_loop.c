@@ -23,6 +23,7 @@
 
 #include "bigfleet/net.h"
 #include "bigfleet/util.h"
+#include "check_run.h"
 
 /* the bound of every wait for an expected event (far above any real delay) */
 #define WAIT_MAX_NS (5 * BF_NS_PER_SEC)
@@ -363,9 +364,5 @@ int main(void)
     tcase_add_test(tc, run_once_wait_is_bounded_by_the_next_timer);
     tcase_add_test(tc, loop_options_are_validated);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

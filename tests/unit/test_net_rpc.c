@@ -21,6 +21,7 @@
 
 #include "bigfleet/net.h"
 #include "bigfleet/util.h"
+#include "check_run.h"
 #include "net/net_internal.h" /* bf_resolve_test_delay_ns */
 
 /* ------------------------------------------------------------ server side */
@@ -272,16 +273,42 @@ static void settle(struct bf_net_loop *l)
         bf_net_loop_run_once(l, 5 * BF_NS_PER_MS);
 }
 
+/* One loop, our server on an ephemeral loopback port (TLS when server_tls is
+ * given; max_recv 0 = the default message limit) and our client dialled to
+ * it (with client_tls when given): the arrangement most tests start from. */
+struct rig {
+    struct bf_net_loop *l;
+    struct bf_net_server *srv;
+    struct bf_net_client *cl;
+};
+
+static struct rig rig_up(const struct bf_net_tls_config *server_tls,
+                         const struct bf_net_tls_config *client_tls, uint32_t max_recv)
+{
+    struct rig g = {.l = new_loop()};
+    g.srv = start_server(g.l, "127.0.0.1:0", server_tls, max_recv);
+    g.cl = new_client(g.l, bf_net_server_port(g.srv), client_tls, NULL);
+    return g;
+}
+
+/* Frees the client and the server, lets cancelled operations come back, then
+ * frees the loop. */
+static void rig_down(struct rig *g)
+{
+    bf_net_client_free(g->cl);
+    bf_net_server_free(g->srv);
+    settle(g->l);
+    bf_net_loop_free(g->l);
+}
+
 /* ------------------------------------------------------------ tests */
 
 START_TEST(unary_round_trip_over_loopback)
 {
-    struct bf_net_loop *l = new_loop();
-    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
-    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct rig g = rig_up(NULL, NULL, 0);
     struct result r = {0};
-    ck_assert_ptr_nonnull(unary(cl, "/t.Test/Echo", "hello", 5, 5 * BF_NS_PER_SEC, &r));
-    run_until(l, result_done, &r, 3 * BF_NS_PER_SEC);
+    ck_assert_ptr_nonnull(unary(g.cl, "/t.Test/Echo", "hello", 5, 5 * BF_NS_PER_SEC, &r));
+    run_until(g.l, result_done, &r, 3 * BF_NS_PER_SEC);
     ck_assert_int_eq(r.done, 1);
     ck_assert(!r.sync);
     ck_assert_int_eq(r.code, BF_NET_OK);
@@ -289,47 +316,39 @@ START_TEST(unary_round_trip_over_loopback)
     ck_assert_str_eq((char *)r.resp, "hello");
     /* an empty message is a valid message */
     struct result e = {0};
-    unary(cl, "/t.Test/Echo", NULL, 0, 0, &e);
-    run_until(l, result_done, &e, 3 * BF_NS_PER_SEC);
+    unary(g.cl, "/t.Test/Echo", NULL, 0, 0, &e);
+    run_until(g.l, result_done, &e, 3 * BF_NS_PER_SEC);
     ck_assert_int_eq(e.code, BF_NET_OK);
     ck_assert_uint_eq(e.len, 0);
     ck_assert_str_eq(S.identity, "(none)");
     struct bf_net_stats cs, ss;
-    bf_net_client_stats(cl, &cs);
-    bf_net_server_stats(srv, &ss);
+    bf_net_client_stats(g.cl, &cs);
+    bf_net_server_stats(g.srv, &ss);
     ck_assert_uint_eq(cs.calls_by_code[BF_NET_OK], 2);
     ck_assert_uint_eq(ss.calls_by_code[BF_NET_OK], 2);
     ck_assert_uint_eq(ss.conns_accepted, 1);
     ck_assert_uint_eq(cs.streams_open, 0);
-    ck_assert_int_eq(bf_net_client_state(cl), BF_NET_CLIENT_READY);
+    ck_assert_int_eq(bf_net_client_state(g.cl), BF_NET_CLIENT_READY);
     free(r.resp);
     free(e.resp);
-    bf_net_client_free(cl);
-    bf_net_server_free(srv);
-    settle(l);
-    bf_net_loop_free(l);
+    rig_down(&g);
 }
 END_TEST
 
 START_TEST(error_status_and_percent_encoded_message_reach_the_client)
 {
-    struct bf_net_loop *l = new_loop();
-    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
-    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct rig g = rig_up(NULL, NULL, 0);
     struct result r = {0};
-    unary(cl, "/t.Test/Echo", "err:5", 5, 0, &r);
+    unary(g.cl, "/t.Test/Echo", "err:5", 5, 0, &r);
     struct result u = {0};
-    unary(cl, "/t.Test/Nope", "x", 1, 0, &u);
-    run_until(l, result_done, &r, 3 * BF_NS_PER_SEC);
-    run_until(l, result_done, &u, 3 * BF_NS_PER_SEC);
+    unary(g.cl, "/t.Test/Nope", "x", 1, 0, &u);
+    run_until(g.l, result_done, &r, 3 * BF_NS_PER_SEC);
+    run_until(g.l, result_done, &u, 3 * BF_NS_PER_SEC);
     ck_assert_int_eq(r.code, BF_NET_NOT_FOUND);
     ck_assert_str_eq(r.msg, "failed \xe2\x9c\x93 100%");
     ck_assert_ptr_null(r.resp);
     ck_assert_int_eq(u.code, BF_NET_UNIMPLEMENTED);
-    bf_net_client_free(cl);
-    bf_net_server_free(srv);
-    settle(l);
-    bf_net_loop_free(l);
+    rig_down(&g);
 }
 END_TEST
 
@@ -375,76 +394,61 @@ static const struct bf_net_stream_cbs SCBS = {s_msg, NULL, s_done};
 
 START_TEST(server_streaming_delivers_every_message_then_ok)
 {
-    struct bf_net_loop *l = new_loop();
-    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
-    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct rig g = rig_up(NULL, NULL, 0);
     struct sres r = {0};
-    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Stream", 0, &SCBS, &r);
+    struct bf_net_stream *s = bf_net_client_call(g.cl, "/t.Test/Stream", 0, &SCBS, &r);
     ck_assert_ptr_nonnull(s);
     ck_assert_int_eq(bf_net_stream_send(s, "1000", 4), 0);
     ck_assert_int_eq(bf_net_stream_close_send(s), 0);
     ck_assert_int_eq(bf_net_stream_send(s, "x", 1), -EPIPE);
-    run_until(l, sres_done, &r, 3 * BF_NS_PER_SEC);
+    run_until(g.l, sres_done, &r, 3 * BF_NS_PER_SEC);
     ck_assert_int_eq(r.code, BF_NET_OK);
     ck_assert_int_eq(r.msgs, 1000);
     ck_assert_str_eq(r.last, "item-999");
-    bf_net_client_free(cl);
-    bf_net_server_free(srv);
-    settle(l);
-    bf_net_loop_free(l);
+    rig_down(&g);
 }
 END_TEST
 
 START_TEST(unary_method_with_two_requests_is_internal)
 {
-    struct bf_net_loop *l = new_loop();
-    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
-    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct rig g = rig_up(NULL, NULL, 0);
     struct sres r = {0};
-    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Echo", 0, &SCBS, &r);
+    struct bf_net_stream *s = bf_net_client_call(g.cl, "/t.Test/Echo", 0, &SCBS, &r);
     bf_net_stream_send(s, "a", 1);
     bf_net_stream_send(s, "b", 1);
     bf_net_stream_close_send(s);
     struct sres z = {0};
-    s = bf_net_client_call(cl, "/t.Test/Echo", 0, &SCBS, &z);
+    s = bf_net_client_call(g.cl, "/t.Test/Echo", 0, &SCBS, &z);
     bf_net_stream_close_send(s); /* no request at all */
-    run_until(l, sres_done, &r, 3 * BF_NS_PER_SEC);
-    run_until(l, sres_done, &z, 3 * BF_NS_PER_SEC);
+    run_until(g.l, sres_done, &r, 3 * BF_NS_PER_SEC);
+    run_until(g.l, sres_done, &z, 3 * BF_NS_PER_SEC);
     ck_assert_int_eq(r.code, BF_NET_INTERNAL);
     ck_assert_int_eq(r.msgs, 0);
     ck_assert_int_eq(z.code, BF_NET_INTERNAL);
-    bf_net_client_free(cl);
-    bf_net_server_free(srv);
-    settle(l);
-    bf_net_loop_free(l);
+    rig_down(&g);
 }
 END_TEST
 
 START_TEST(bidi_echoes_each_message_and_ends_ok_after_half_close)
 {
-    struct bf_net_loop *l = new_loop();
-    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
-    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct rig g = rig_up(NULL, NULL, 0);
     struct sres r = {.send_on_first = "second"};
-    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Bidi", 0, &SCBS, &r);
+    struct bf_net_stream *s = bf_net_client_call(g.cl, "/t.Test/Bidi", 0, &SCBS, &r);
     bf_net_stream_send(s, "first", 5);
     /* the second message is sent from the first echo's callback; then close */
     int64_t until = bf_mono_ns() + 3 * BF_NS_PER_SEC;
     while (r.msgs < 2 && bf_mono_ns() < until)
-        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+        bf_net_loop_run_once(g.l, 10 * BF_NS_PER_MS);
     ck_assert_int_eq(r.msgs, 2);
     ck_assert_int_eq(r.done, 0); /* still open */
     ck_assert_uint_eq(S.done, 0);
     bf_net_stream_close_send(s);
-    run_until(l, sres_done, &r, 3 * BF_NS_PER_SEC);
+    run_until(g.l, sres_done, &r, 3 * BF_NS_PER_SEC);
     ck_assert_int_eq(r.code, BF_NET_OK);
     ck_assert_str_eq(r.last, "second");
-    settle(l);
+    settle(g.l);
     ck_assert_int_eq(S.done_codes[BF_NET_OK], 1);
-    bf_net_client_free(cl);
-    bf_net_server_free(srv);
-    settle(l);
-    bf_net_loop_free(l);
+    rig_down(&g);
 }
 END_TEST
 
@@ -461,9 +465,7 @@ static bool all_done(void *arg)
 
 START_TEST(many_concurrent_unary_calls_share_one_connection)
 {
-    struct bf_net_loop *l = new_loop();
-    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
-    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct rig g = rig_up(NULL, NULL, 0);
     memset(conc, 0, sizeof conc);
     for (int i = 0; i < NCONC; i++) {
         char req[32];
@@ -471,9 +473,9 @@ START_TEST(many_concurrent_unary_calls_share_one_connection)
         int k = i % 3 == 0 ? snprintf(req, sizeof req, "slow:%d", 5 + i % 40)
                            : snprintf(req, sizeof req, "req-%d", i);
         ck_assert_ptr_nonnull(
-            unary(cl, "/t.Test/Echo", req, (size_t)k, 5 * BF_NS_PER_SEC, &conc[i]));
+            unary(g.cl, "/t.Test/Echo", req, (size_t)k, 5 * BF_NS_PER_SEC, &conc[i]));
     }
-    run_until(l, all_done, NULL, 5 * BF_NS_PER_SEC);
+    run_until(g.l, all_done, NULL, 5 * BF_NS_PER_SEC);
     for (int i = 0; i < NCONC; i++) {
         ck_assert_int_eq(conc[i].code, BF_NET_OK);
         char want[32];
@@ -485,13 +487,10 @@ START_TEST(many_concurrent_unary_calls_share_one_connection)
         free(conc[i].resp);
     }
     struct bf_net_stats ss;
-    bf_net_server_stats(srv, &ss);
+    bf_net_server_stats(g.srv, &ss);
     ck_assert_uint_eq(ss.conns_accepted, 1);
     ck_assert_uint_eq(ss.calls_by_code[BF_NET_OK], NCONC);
-    bf_net_client_free(cl);
-    bf_net_server_free(srv);
-    settle(l);
-    bf_net_loop_free(l);
+    rig_down(&g);
 }
 END_TEST
 
@@ -503,95 +502,78 @@ static bool server_done_one(void *arg)
 
 START_TEST(client_deadline_expires_and_the_server_call_ends)
 {
-    struct bf_net_loop *l = new_loop();
-    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
-    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct rig g = rig_up(NULL, NULL, 0);
     /* warm the connection so the deadline measures the call only */
     struct result w = {0};
-    unary(cl, "/t.Test/Echo", "w", 1, 0, &w);
-    run_until(l, result_done, &w, 3 * BF_NS_PER_SEC);
+    unary(g.cl, "/t.Test/Echo", "w", 1, 0, &w);
+    run_until(g.l, result_done, &w, 3 * BF_NS_PER_SEC);
     free(w.resp);
     S.done = 0;
     struct result r = {0};
     int64_t t0 = bf_mono_ns();
-    unary(cl, "/t.Test/Echo", "never", 5, 150 * BF_NS_PER_MS, &r);
-    run_until(l, result_done, &r, 3 * BF_NS_PER_SEC);
+    unary(g.cl, "/t.Test/Echo", "never", 5, 150 * BF_NS_PER_MS, &r);
+    run_until(g.l, result_done, &r, 3 * BF_NS_PER_SEC);
     int64_t took = r.at - t0;
     ck_assert_int_eq(r.code, BF_NET_DEADLINE_EXCEEDED);
     ck_assert_msg(took >= 150 * BF_NS_PER_MS && took < 1000 * BF_NS_PER_MS, "took %lld",
                   (long long)took);
-    run_until(l, server_done_one, NULL, 2 * BF_NS_PER_SEC);
+    run_until(g.l, server_done_one, NULL, 2 * BF_NS_PER_SEC);
     /* the server saw its own grpc-timeout or the client's RST_STREAM first */
     ck_assert_int_eq(S.done_codes[BF_NET_DEADLINE_EXCEEDED] + S.done_codes[BF_NET_CANCELLED], 1);
-    bf_net_client_free(cl);
-    bf_net_server_free(srv);
-    settle(l);
-    bf_net_loop_free(l);
+    rig_down(&g);
 }
 END_TEST
 
 START_TEST(client_cancel_reaches_the_server_as_cancelled)
 {
-    struct bf_net_loop *l = new_loop();
-    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
-    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct rig g = rig_up(NULL, NULL, 0);
     struct sres r = {.cancel_after = 1};
-    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Bidi", 0, &SCBS, &r);
+    struct bf_net_stream *s = bf_net_client_call(g.cl, "/t.Test/Bidi", 0, &SCBS, &r);
     bf_net_stream_send(s, "ping", 4);
-    run_until(l, sres_done, &r, 3 * BF_NS_PER_SEC);
+    run_until(g.l, sres_done, &r, 3 * BF_NS_PER_SEC);
     ck_assert_int_eq(r.code, BF_NET_CANCELLED);
     ck_assert_int_eq(r.done, 1);
-    run_until(l, server_done_one, NULL, 2 * BF_NS_PER_SEC);
+    run_until(g.l, server_done_one, NULL, 2 * BF_NS_PER_SEC);
     ck_assert_int_eq(S.done_codes[BF_NET_CANCELLED], 1);
     /* cancelling a unary call before it went anywhere */
     struct result u = {0};
-    struct bf_net_stream *us = unary(cl, "/t.Test/Echo", "never", 5, 0, &u);
+    struct bf_net_stream *us = unary(g.cl, "/t.Test/Echo", "never", 5, 0, &u);
     bf_net_stream_cancel(us);
     ck_assert_int_eq(u.done, 0); /* delivered from the loop, not from cancel() */
-    run_until(l, result_done, &u, 2 * BF_NS_PER_SEC);
+    run_until(g.l, result_done, &u, 2 * BF_NS_PER_SEC);
     ck_assert_int_eq(u.code, BF_NET_CANCELLED);
-    bf_net_client_free(cl);
-    bf_net_server_free(srv);
-    settle(l);
-    bf_net_loop_free(l);
+    rig_down(&g);
 }
 END_TEST
 
 START_TEST(server_cancel_reaches_the_client_as_cancelled)
 {
-    struct bf_net_loop *l = new_loop();
-    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
-    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct rig g = rig_up(NULL, NULL, 0);
     struct sres r = {0};
-    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Bidi", 0, &SCBS, &r);
+    struct bf_net_stream *s = bf_net_client_call(g.cl, "/t.Test/Bidi", 0, &SCBS, &r);
     bf_net_stream_send(s, "cancel-me", 9);
-    run_until(l, sres_done, &r, 3 * BF_NS_PER_SEC);
+    run_until(g.l, sres_done, &r, 3 * BF_NS_PER_SEC);
     ck_assert_int_eq(r.code, BF_NET_CANCELLED);
-    run_until(l, server_done_one, NULL, 2 * BF_NS_PER_SEC);
+    run_until(g.l, server_done_one, NULL, 2 * BF_NS_PER_SEC);
     ck_assert_int_eq(S.done_codes[BF_NET_CANCELLED], 1);
-    bf_net_client_free(cl);
-    bf_net_server_free(srv);
-    settle(l);
-    bf_net_loop_free(l);
+    rig_down(&g);
 }
 END_TEST
 
 START_TEST(large_messages_round_trip_in_both_directions)
 {
-    struct bf_net_loop *l = new_loop();
-    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
-    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct rig g = rig_up(NULL, NULL, 0);
     size_t big = 48u << 20;
     uint8_t *req = malloc(big);
     memcpy(req, "len?", 4);
     memset(req + 4, 'q', big - 4);
     struct result up = {0}, down = {0};
-    unary(cl, "/t.Test/Echo", req, big, 30 * BF_NS_PER_SEC, &up);
+    unary(g.cl, "/t.Test/Echo", req, big, 30 * BF_NS_PER_SEC, &up);
     char ask[32];
     int k = snprintf(ask, sizeof ask, "big:%zu", big);
-    unary(cl, "/t.Test/Echo", ask, (size_t)k, 30 * BF_NS_PER_SEC, &down);
-    run_until(l, result_done, &up, 20 * BF_NS_PER_SEC);
-    run_until(l, result_done, &down, 20 * BF_NS_PER_SEC);
+    unary(g.cl, "/t.Test/Echo", ask, (size_t)k, 30 * BF_NS_PER_SEC, &down);
+    run_until(g.l, result_done, &up, 20 * BF_NS_PER_SEC);
+    run_until(g.l, result_done, &down, 20 * BF_NS_PER_SEC);
     ck_assert_int_eq(up.code, BF_NET_OK);
     ck_assert_uint_eq((size_t)atoll((char *)up.resp), big);
     ck_assert_int_eq(down.code, BF_NET_OK);
@@ -601,46 +583,41 @@ START_TEST(large_messages_round_trip_in_both_directions)
     free(req);
     free(up.resp);
     free(down.resp);
-    bf_net_client_free(cl);
-    bf_net_server_free(srv);
-    settle(l);
-    bf_net_loop_free(l);
+    rig_down(&g);
 }
 END_TEST
 
 START_TEST(oversize_request_is_resource_exhausted_and_the_connection_survives)
 {
-    struct bf_net_loop *l = new_loop();
-    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 1u << 20);
-    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct rig g = rig_up(NULL, NULL, 1u << 20);
     size_t n = (1u << 20) + 1;
     uint8_t *req = calloc(1, n);
     struct result r = {0};
-    unary(cl, "/t.Test/Echo", req, n, 10 * BF_NS_PER_SEC, &r);
-    run_until(l, result_done, &r, 5 * BF_NS_PER_SEC);
+    unary(g.cl, "/t.Test/Echo", req, n, 10 * BF_NS_PER_SEC, &r);
+    run_until(g.l, result_done, &r, 5 * BF_NS_PER_SEC);
     ck_assert_int_eq(r.code, BF_NET_RESOURCE_EXHAUSTED);
     struct result ok = {0};
-    unary(cl, "/t.Test/Echo", req, 1u << 20, 10 * BF_NS_PER_SEC, &ok); /* exactly the limit */
-    run_until(l, result_done, &ok, 5 * BF_NS_PER_SEC);
+    unary(g.cl, "/t.Test/Echo", req, 1u << 20, 10 * BF_NS_PER_SEC, &ok); /* exactly the limit */
+    run_until(g.l, result_done, &ok, 5 * BF_NS_PER_SEC);
     ck_assert_int_eq(ok.code, BF_NET_OK);
     struct bf_net_stats ss;
-    bf_net_server_stats(srv, &ss);
+    bf_net_server_stats(g.srv, &ss);
     ck_assert_uint_eq(ss.oversize_messages, 1);
     ck_assert_uint_eq(ss.conns_accepted, 1);
     /* the client side limit: a response over max_recv_message */
     struct bf_net_client *small = NULL;
     char addr[32];
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", bf_net_server_port(srv));
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", bf_net_server_port(g.srv));
     struct bf_net_client_opts co = {.addr = addr, .max_recv_message = 1000};
-    ck_assert_int_eq(bf_net_client_new(l, &co, &small), 0);
+    ck_assert_int_eq(bf_net_client_new(g.l, &co, &small), 0);
     struct result big = {0};
     unary(small, "/t.Test/Echo", "big:1001", 8, 5 * BF_NS_PER_SEC, &big);
-    run_until(l, result_done, &big, 5 * BF_NS_PER_SEC);
+    run_until(g.l, result_done, &big, 5 * BF_NS_PER_SEC);
     ck_assert_int_eq(big.code, BF_NET_RESOURCE_EXHAUSTED);
     /* and a send over max_send_message is refused at the call */
     struct bf_net_client_opts co2 = {.addr = addr, .max_send_message = 10};
     struct bf_net_client *tiny = NULL;
-    ck_assert_int_eq(bf_net_client_new(l, &co2, &tiny), 0);
+    ck_assert_int_eq(bf_net_client_new(g.l, &co2, &tiny), 0);
     struct result t = {0};
     errno = 0;
     ck_assert_ptr_null(unary(tiny, "/t.Test/Echo", req, 11, 0, &t));
@@ -649,10 +626,7 @@ START_TEST(oversize_request_is_resource_exhausted_and_the_connection_survives)
     free(ok.resp);
     bf_net_client_free(tiny);
     bf_net_client_free(small);
-    bf_net_client_free(cl);
-    bf_net_server_free(srv);
-    settle(l);
-    bf_net_loop_free(l);
+    rig_down(&g);
 }
 END_TEST
 
@@ -759,75 +733,63 @@ static void set_flag(void *arg)
 
 START_TEST(graceful_shutdown_sends_goaway_and_lets_started_calls_finish)
 {
-    struct bf_net_loop *l = new_loop();
-    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
-    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct rig g = rig_up(NULL, NULL, 0);
     struct result r = {0};
-    unary(cl, "/t.Test/Echo", "slow:200", 8, 5 * BF_NS_PER_SEC, &r);
-    run_until(l, result_done, &(struct result){0}, 50 * BF_NS_PER_MS);
+    unary(g.cl, "/t.Test/Echo", "slow:200", 8, 5 * BF_NS_PER_SEC, &r);
+    run_until(g.l, result_done, &(struct result){0}, 50 * BF_NS_PER_MS);
     ck_assert_int_eq(S.calls, 1);
     bool down = false;
-    bf_net_server_shutdown(srv, 3 * BF_NS_PER_SEC, set_flag, &down);
-    run_until(l, result_done, &r, 3 * BF_NS_PER_SEC);
+    bf_net_server_shutdown(g.srv, 3 * BF_NS_PER_SEC, set_flag, &down);
+    run_until(g.l, result_done, &r, 3 * BF_NS_PER_SEC);
     ck_assert_int_eq(r.code, BF_NET_OK); /* the started call completed */
     ck_assert_str_eq((char *)r.resp, "slow:200");
-    run_until(l, flag_set, &down, 3 * BF_NS_PER_SEC);
+    run_until(g.l, flag_set, &down, 3 * BF_NS_PER_SEC);
     ck_assert(down); /* every connection closed well before the grace period */
     /* no listener any more: new calls fail */
     struct result n = {0};
-    unary(cl, "/t.Test/Echo", "x", 1, BF_NS_PER_SEC, &n);
-    run_until(l, result_done, &n, 3 * BF_NS_PER_SEC);
+    unary(g.cl, "/t.Test/Echo", "x", 1, BF_NS_PER_SEC, &n);
+    run_until(g.l, result_done, &n, 3 * BF_NS_PER_SEC);
     ck_assert_int_eq(n.code, BF_NET_UNAVAILABLE);
     free(r.resp);
-    bf_net_client_free(cl);
-    bf_net_server_free(srv);
-    settle(l);
-    bf_net_loop_free(l);
+    rig_down(&g);
 }
 END_TEST
 
 START_TEST(outbox_reports_queued_bytes_and_drain_fires)
 {
-    struct bf_net_loop *l = new_loop();
-    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
-    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct rig g = rig_up(NULL, NULL, 0);
     struct sres r = {0};
-    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Stream", 0, &SCBS, &r);
+    struct bf_net_stream *s = bf_net_client_call(g.cl, "/t.Test/Stream", 0, &SCBS, &r);
     bf_net_stream_send(s, "flood:", 6);
     bf_net_stream_close_send(s);
-    run_until(l, sres_done, &r, 10 * BF_NS_PER_SEC);
+    run_until(g.l, sres_done, &r, 10 * BF_NS_PER_SEC);
     ck_assert_int_eq(r.code, BF_NET_OK);
     ck_assert_int_eq(r.msgs, 64);
     ck_assert_uint_eq(r.bytes, 64u << 20);
     /* all 64 MiB (+ prefixes) sat in the outbox right after the sends */
     ck_assert_uint_eq(S.outbox_after_send, 64u * ((1u << 20) + 5));
     ck_assert_int_eq(S.drains, 1); /* the outbox emptied once; the handler then finished */
-    bf_net_client_free(cl);
-    bf_net_server_free(srv);
-    settle(l);
-    bf_net_loop_free(l);
+    rig_down(&g);
 }
 END_TEST
 
 START_TEST(server_can_be_freed_inside_a_handler)
 {
-    struct bf_net_loop *l = new_loop();
-    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
-    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    struct rig g = rig_up(NULL, NULL, 0);
     struct result other = {0}, r = {0};
-    unary(cl, "/t.Test/Echo", "never", 5, 0, &other);
-    run_until(l, server_done_one, NULL, 200 * BF_NS_PER_MS);
-    unary(cl, "/t.Test/Echo", "quit", 4, 0, &r);
-    run_until(l, result_done, &r, 3 * BF_NS_PER_SEC);
-    run_until(l, result_done, &other, 3 * BF_NS_PER_SEC);
+    unary(g.cl, "/t.Test/Echo", "never", 5, 0, &other);
+    run_until(g.l, server_done_one, NULL, 200 * BF_NS_PER_MS);
+    unary(g.cl, "/t.Test/Echo", "quit", 4, 0, &r);
+    run_until(g.l, result_done, &r, 3 * BF_NS_PER_SEC);
+    run_until(g.l, result_done, &other, 3 * BF_NS_PER_SEC);
     ck_assert_ptr_null(S.srv);
     ck_assert_int_eq(r.code, BF_NET_UNAVAILABLE);
     ck_assert_int_eq(other.code, BF_NET_UNAVAILABLE);
     /* both server calls got on_done(CANCELLED) while the server went away */
     ck_assert_int_eq(S.done_codes[BF_NET_CANCELLED], 2);
-    bf_net_client_free(cl);
-    settle(l);
-    bf_net_loop_free(l);
+    bf_net_client_free(g.cl);
+    settle(g.l);
+    bf_net_loop_free(g.l);
 }
 END_TEST
 
@@ -1127,23 +1089,18 @@ END_TEST
 START_TEST(tls_without_client_certificates_has_no_identity)
 {
     make_pki();
-    struct bf_net_loop *l = new_loop();
     struct bf_net_tls_config st = {path_of("server.crt"), path_of("server.key"), NULL};
-    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", &st, 0);
     struct bf_net_tls_config ct = {NULL, NULL, path_of("ca.crt")};
-    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), &ct, NULL);
+    struct rig g = rig_up(&st, &ct, 0);
     struct sres r = {0};
-    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Stream", 0, &SCBS, &r);
+    struct bf_net_stream *s = bf_net_client_call(g.cl, "/t.Test/Stream", 0, &SCBS, &r);
     bf_net_stream_send(s, "3000", 4);
     bf_net_stream_close_send(s);
-    run_until(l, sres_done, &r, 5 * BF_NS_PER_SEC);
+    run_until(g.l, sres_done, &r, 5 * BF_NS_PER_SEC);
     ck_assert_int_eq(r.code, BF_NET_OK);
     ck_assert_int_eq(r.msgs, 3000);
     ck_assert_str_eq(S.identity, "(none)");
-    bf_net_client_free(cl);
-    bf_net_server_free(srv);
-    settle(l);
-    bf_net_loop_free(l);
+    rig_down(&g);
     drop_pki();
 }
 END_TEST
@@ -1154,43 +1111,38 @@ END_TEST
 START_TEST(idle_mtls_stream_keeps_working_after_its_memory_is_given_back)
 {
     make_pki();
-    struct bf_net_loop *l = new_loop();
     struct bf_net_tls_config st = {path_of("server.crt"), path_of("server.key"), path_of("ca.crt")};
-    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", &st, 0);
     struct bf_net_tls_config good = {path_of("cluster.crt"), path_of("cluster.key"),
                                      path_of("ca.crt")};
-    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), &good, NULL);
+    struct rig g = rig_up(&st, &good, 0);
     struct sres r = {0};
-    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Bidi", 0, &SCBS, &r);
+    struct bf_net_stream *s = bf_net_client_call(g.cl, "/t.Test/Bidi", 0, &SCBS, &r);
     bf_net_stream_send(s, "first", 5);
     int64_t until = bf_mono_ns() + 5 * BF_NS_PER_SEC;
     while (r.msgs < 1 && bf_mono_ns() < until)
-        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+        bf_net_loop_run_once(g.l, 10 * BF_NS_PER_MS);
     ck_assert_int_eq(r.msgs, 1);
     ck_assert_uint_gt(bf_net_tls_heap_bytes(), 0); /* wolfSSL allocates through our counter */
     struct bf_net_stats ss;
-    bf_net_server_stats(srv, &ss);
+    bf_net_server_stats(g.srv, &ss);
     ck_assert_uint_eq(ss.idle_buffer_releases, 0);
     /* quiet past the release (1 s) */
     until = bf_mono_ns() + 1500 * BF_NS_PER_MS;
     while (bf_mono_ns() < until)
-        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
-    bf_net_server_stats(srv, &ss);
+        bf_net_loop_run_once(g.l, 10 * BF_NS_PER_MS);
+    bf_net_server_stats(g.srv, &ss);
     ck_assert_uint_eq(ss.idle_buffer_releases, 1);
     bf_net_stream_send(s, "second, after the release", 25);
     until = bf_mono_ns() + 5 * BF_NS_PER_SEC;
     while (r.msgs < 2 && bf_mono_ns() < until)
-        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+        bf_net_loop_run_once(g.l, 10 * BF_NS_PER_MS);
     ck_assert_int_eq(r.msgs, 2);
     ck_assert_str_eq(r.last, "second, after the release");
     bf_net_stream_close_send(s);
-    run_until(l, sres_done, &r, 5 * BF_NS_PER_SEC);
+    run_until(g.l, sres_done, &r, 5 * BF_NS_PER_SEC);
     ck_assert_int_eq(r.code, BF_NET_OK);
     ck_assert_str_eq(S.identity, "bigfleet://cluster/c1");
-    bf_net_client_free(cl);
-    bf_net_server_free(srv);
-    settle(l);
-    bf_net_loop_free(l);
+    rig_down(&g);
     drop_pki();
 }
 END_TEST
@@ -1413,22 +1365,20 @@ static bool freeer_done(void *arg)
 
 START_TEST(client_can_be_freed_inside_its_own_callback_and_free_cancels_the_rest)
 {
-    struct bf_net_loop *l = new_loop();
-    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
-    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
-    struct freeer f = {cl, 0};
+    struct rig g = rig_up(NULL, NULL, 0);
+    struct freeer f = {g.cl, 0};
     struct result other = {0};
-    bf_net_client_unary(cl, "/t.Test/Echo", "a", 1, 0, free_in_cb, &f);
-    unary(cl, "/t.Test/Echo", "never", 5, 0, &other);
-    run_until(l, freeer_done, &f, 3 * BF_NS_PER_SEC);
+    bf_net_client_unary(g.cl, "/t.Test/Echo", "a", 1, 0, free_in_cb, &f);
+    unary(g.cl, "/t.Test/Echo", "never", 5, 0, &other);
+    run_until(g.l, freeer_done, &f, 3 * BF_NS_PER_SEC);
     ck_assert_int_eq(f.done, 1);
     /* the other call completed with CANCELLED when the client went away */
     ck_assert_int_eq(other.done, 1);
     ck_assert_int_eq(other.code, BF_NET_CANCELLED);
-    run_until(l, server_done_one, NULL, 2 * BF_NS_PER_SEC);
-    bf_net_server_free(srv);
-    settle(l);
-    bf_net_loop_free(l);
+    run_until(g.l, server_done_one, NULL, 2 * BF_NS_PER_SEC);
+    bf_net_server_free(g.srv);
+    settle(g.l);
+    bf_net_loop_free(g.l);
 }
 END_TEST
 
@@ -1571,9 +1521,5 @@ int main(void)
     tcase_add_test(tt, idle_mtls_stream_keeps_working_after_its_memory_is_given_back);
     tcase_add_test(tt, partial_or_unreadable_tls_config_is_rejected);
     suite_add_tcase(s, tt);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

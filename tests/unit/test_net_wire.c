@@ -11,6 +11,7 @@
 
 #include "bigfleet/net.h"
 #include "net/grpc_wire.h"
+#include "check_run.h"
 
 struct got {
     int n;
@@ -367,9 +368,5 @@ int main(void)
     tcase_add_test(tc, status_mappings_follow_the_grpc_spec);
     tcase_add_test(tc, tls_config_check_is_all_or_nothing);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

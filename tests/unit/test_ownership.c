@@ -20,6 +20,7 @@
 #include "bigfleet/v1alpha1/coordinator.pb-c.h"
 #include "reconciler/reconciler.h"
 #include "test_provider.h"
+#include "check_run.h"
 
 #define ZONE_KEY "topology.kubernetes.io/zone"
 
@@ -1020,9 +1021,5 @@ static Suite *suite(void)
 int main(void)
 {
     bf_log_init("test", BF_LOG_ERROR);
-    SRunner *r = srunner_create(suite());
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? 1 : 0;
+    return check_run(suite());
 }

@@ -15,6 +15,7 @@
 #include "bigfleet/v1alpha1/capacity.pb-c.h"
 #include "bigfleet/v1alpha1/coordinator.pb-c.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"
+#include "check_run.h"
 
 struct buf {
     uint8_t *p;
@@ -292,9 +293,5 @@ int main(void)
     tcase_add_test(tc, repeated_field_amplification_is_refused);
     tcase_add_test(tc, malformed_wire_data_is_rejected);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf ? 1 : 0;
+    return check_run(s);
 }

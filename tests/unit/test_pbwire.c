@@ -14,6 +14,7 @@
 #include "bigfleet/opmsg.h"
 #include "bigfleet/v1alpha1/capacity.pb-c.h"
 #include "bigfleet/v1alpha1/provider.pb-c.h"
+#include "check_run.h"
 
 static int read_one_varint(const uint8_t *b, size_t n, uint64_t *v, size_t *used)
 {
@@ -285,9 +286,5 @@ int main(void)
     tcase_add_test(tc, reader_over_a_null_empty_buffer_is_defined);
     tcase_add_test(tc, tags_and_lengths_over_five_bytes_are_refused_like_protobuf_c_and_cpp);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

@@ -8,6 +8,7 @@
  */
 #include "bigfleet/log.h"
 #include "test_provider.h"
+#include "check_run.h"
 
 /* ------------------------------------------------------------ decoder */
 
@@ -619,9 +620,5 @@ static Suite *suite(void)
 int main(void)
 {
     bf_log_init("test", BF_LOG_ERROR);
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(suite());
 }

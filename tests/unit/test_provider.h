@@ -30,6 +30,7 @@
 #include "bigfleet/simprovider.h"
 #include "bigfleet/util.h"
 #include "bigfleet/v1alpha1/provider.pb-c.h"
+#include "reconciler/reconciler.h"
 #include "simprovider/sim_server.h"
 
 #define PT_UNUSED __attribute__((unused))
@@ -311,6 +312,19 @@ static PT_UNUSED void cap_list(void *arg, const struct bf_prov_result *r,
         snprintf(c->revision, sizeof c->revision, "%.*s", (int)l->revision.len,
                  (const char *)l->revision.p);
     }
+}
+
+/* A reconciler pass's completion (bf_recon_step's callback): done, and its result. */
+struct donecap {
+    bool done;
+    struct bf_recon_result r;
+};
+
+static PT_UNUSED void on_done(void *arg, const struct bf_recon_result *r)
+{
+    struct donecap *d = arg;
+    d->done = true;
+    d->r = *r;
 }
 
 /* The id of the first machine of the sim in a state (test setup). */

@@ -9,6 +9,7 @@
 #include "bigfleet/log.h"
 #include "reconciler/reconciler.h"
 #include "test_provider.h"
+#include "check_run.h"
 
 static void apply_list(struct bf_recon *r, const struct tmach *ts, int n, bool full,
                        struct bf_recon_result *res)
@@ -41,6 +42,38 @@ static struct bf_recon *recon_new(struct pfx *f, bool incremental)
     return r;
 }
 
+/* A provider fixture with segments (*f) and a full-walk reconciler over it. */
+static struct bf_recon *recon_open(struct pfx *f)
+{
+    pfx_open(f, NULL, true);
+    return recon_new(f, false);
+}
+
+static void recon_close(struct bf_recon *r, struct pfx *f)
+{
+    bf_recon_free(r);
+    pfx_close(f);
+}
+
+/* Another process's write to the record at slot begins: the copy to edit
+ * and commit with bf_inv_commit(s, tx, &copy, writer). */
+static struct bf_machine_rec inv_begin(struct bf_shm *s, uint32_t slot, struct bf_inv_txn *tx)
+{
+    ck_assert_int_eq(bf_inv_begin(s, slot, tx), 0);
+    return tx->old;
+}
+
+/* A full List of the one machine t, applied; asserts its record is there and
+ * valid, reads it into *rec and returns its slot. */
+static uint32_t ingest_one(struct bf_recon *r, struct bf_shm *s, const struct tmach *t,
+                           struct bf_recon_result *res, struct bf_machine_rec *rec)
+{
+    apply_list(r, t, 1, true, res);
+    uint32_t slot;
+    ck_assert(rec_of(s, t->id, rec, &slot));
+    return slot;
+}
+
 static struct tmach configured(const char *id, const char *cluster)
 {
     struct tmach t = tmach_idle(id);
@@ -63,8 +96,7 @@ static void drain_node_events(struct bf_shm *s, struct bf_node_event_msg *out, i
 START_TEST(new_machines_are_inserted_and_bound_ones_restore_assignment_from_metadata)
 {
     struct pfx f;
-    pfx_open(&f, NULL, true);
-    struct bf_recon *r = recon_new(&f, false);
+    struct bf_recon *r = recon_open(&f);
     struct tmach ts[2] = {tmach_idle("idle-1"), configured("conf-1", "cluster-a")};
     ts[1].md[0] = (struct tkv){BF_MD_PRIORITY, "1000000", 0};
     ts[1].md[1] = (struct tkv){BF_MD_INTERRUPTION, "8192", 0};
@@ -92,16 +124,14 @@ START_TEST(new_machines_are_inserted_and_bound_ones_restore_assignment_from_meta
     ck_assert_int_eq(n, 1);
     ck_assert_uint_eq(ev[0].cluster_ref, rec.cluster);
     ck_assert_int_eq(ev[0].state, BF_STATE_CONFIGURED);
-    bf_recon_free(r);
-    pfx_close(&f);
+    recon_close(r, &f);
 }
 END_TEST
 
 START_TEST(same_state_takes_the_fast_path_and_writes_nothing)
 {
     struct pfx f;
-    pfx_open(&f, NULL, true);
-    struct bf_recon *r = recon_new(&f, false);
+    struct bf_recon *r = recon_open(&f);
     struct tmach ts[3] = {tmach_idle("a"), tmach_idle("b"), configured("c", "cl")};
     struct bf_recon_result res;
     apply_list(r, ts, 3, true, &res);
@@ -113,26 +143,21 @@ START_TEST(same_state_takes_the_fast_path_and_writes_nothing)
     ck_assert_int_eq(res.fast, 3);
     ck_assert_int_eq(res.updated + res.inserted + res.removed + res.rejected, 0);
     ck_assert_uint_eq(atomic_load(&f.shm.changelog[BF_CL_RECONCILER].head), head);
-    bf_recon_free(r);
-    pfx_close(&f);
+    recon_close(r, &f);
 }
 END_TEST
 
 START_TEST(machines_with_an_action_in_flight_are_skipped)
 {
     struct pfx f;
-    pfx_open(&f, NULL, true);
-    struct bf_recon *r = recon_new(&f, false);
+    struct bf_recon *r = recon_open(&f);
     struct tmach t = tmach_idle("busy");
     struct bf_recon_result res;
-    apply_list(r, &t, 1, true, &res);
-    uint32_t slot;
     struct bf_machine_rec rec;
-    ck_assert(rec_of(&f.shm, "busy", &rec, &slot));
+    uint32_t slot = ingest_one(r, &f.shm, &t, &res, &rec);
     /* the executor moved it to Configuring; the provider still says Idle */
     struct bf_inv_txn tx;
-    ck_assert_int_eq(bf_inv_begin(&f.shm, slot, &tx), 0);
-    struct bf_machine_rec nr = tx.old;
+    struct bf_machine_rec nr = inv_begin(&f.shm, slot, &tx);
     nr.state = BF_STATE_CONFIGURING;
     bf_inv_commit(&f.shm, &tx, &nr, BF_CL_EXECUTOR);
     uint8_t tag = bf_pending_mark(&f.shm, slot);
@@ -150,22 +175,18 @@ START_TEST(machines_with_an_action_in_flight_are_skipped)
     ck_assert_int_eq(res.updated, 1);
     ck_assert(rec_of(&f.shm, "busy", &rec, NULL));
     ck_assert_int_eq(rec.state, BF_STATE_IDLE);
-    bf_recon_free(r);
-    pfx_close(&f);
+    recon_close(r, &f);
 }
 END_TEST
 
 START_TEST(a_list_older_than_an_executor_write_does_not_overwrite_it)
 {
     struct pfx f;
-    pfx_open(&f, NULL, true);
-    struct bf_recon *r = recon_new(&f, false);
+    struct bf_recon *r = recon_open(&f);
     struct tmach t = tmach_idle("raced");
     struct bf_recon_result res;
-    apply_list(r, &t, 1, true, &res);
-    uint32_t slot;
     struct bf_machine_rec rec;
-    ck_assert(rec_of(&f.shm, "raced", &rec, &slot));
+    uint32_t slot = ingest_one(r, &f.shm, &t, &res, &rec);
     /* the List is issued; then the executor finishes an action on the machine
      * (Idle -> Configured, no longer in flight) before the List's reply lands */
     size_t len;
@@ -174,8 +195,7 @@ START_TEST(a_list_older_than_an_executor_write_does_not_overwrite_it)
     ck_assert_int_eq(bf_prov_list_decode(b, len, &l), 0);
     bf_recon_list_issued(r);
     struct bf_inv_txn tx;
-    ck_assert_int_eq(bf_inv_begin(&f.shm, slot, &tx), 0);
-    struct bf_machine_rec nr = tx.old;
+    struct bf_machine_rec nr = inv_begin(&f.shm, slot, &tx);
     nr.state = BF_STATE_CONFIGURED;
     ck_assert_int_eq(bf_str_intern_cstr(&f.shm, "cl-1", &nr.cluster), 0);
     bf_inv_commit(&f.shm, &tx, &nr, BF_CL_EXECUTOR);
@@ -191,16 +211,14 @@ START_TEST(a_list_older_than_an_executor_write_does_not_overwrite_it)
     ck_assert_int_eq(res.updated, 1);
     ck_assert(rec_of(&f.shm, "raced", &rec, NULL));
     ck_assert_int_eq(rec.state, BF_STATE_IDLE);
-    bf_recon_free(r);
-    pfx_close(&f);
+    recon_close(r, &f);
 }
 END_TEST
 
 START_TEST(an_asynchronous_configure_completion_records_provisioning_latency_once)
 {
     struct pfx f;
-    pfx_open(&f, NULL, true);
-    struct bf_recon *r = recon_new(&f, false);
+    struct bf_recon *r = recon_open(&f);
     struct tmach t = tmach_idle("async");
     struct bf_recon_result res;
     apply_list(r, &t, 1, true, &res);
@@ -212,8 +230,7 @@ START_TEST(an_asynchronous_configure_completion_records_provisioning_latency_onc
     /* the demand was first seen 2 s ago; the executor's Configure left it Configuring */
     ck_assert_int_eq(bf_stamp_touch(&f.shm, cl, fp, bf_now_ns() - 2 * BF_NS_PER_SEC), 0);
     struct bf_inv_txn tx;
-    ck_assert_int_eq(bf_inv_begin(&f.shm, slot, &tx), 0);
-    struct bf_machine_rec nr = tx.old;
+    struct bf_machine_rec nr = inv_begin(&f.shm, slot, &tx);
     nr.state = BF_STATE_CONFIGURING;
     nr.cluster = cl;
     nr.fingerprint = fp;
@@ -229,16 +246,14 @@ START_TEST(an_asynchronous_configure_completion_records_provisioning_latency_onc
     /* observed once: the executor (or a later pass) cannot record it again */
     int64_t lat;
     ck_assert_int_eq(bf_stamp_observe(&f.shm, cl, fp, bf_now_ns(), &lat), 0);
-    bf_recon_free(r);
-    pfx_close(&f);
+    recon_close(r, &f);
 }
 END_TEST
 
 START_TEST(a_divergent_bound_state_keeps_shard_assignment_and_unbound_clears_it)
 {
     struct pfx f;
-    pfx_open(&f, NULL, true);
-    struct bf_recon *r = recon_new(&f, false);
+    struct bf_recon *r = recon_open(&f);
     struct tmach t = configured("m", "cl-1");
     struct bf_recon_result res;
     apply_list(r, &t, 1, true, &res);
@@ -247,8 +262,7 @@ START_TEST(a_divergent_bound_state_keeps_shard_assignment_and_unbound_clears_it)
     ck_assert(rec_of(&f.shm, "m", &rec, &slot));
     ck_assert_int_eq(bf_str_intern_cstr(&f.shm, "p=7|ipb=3|rpb=4|reqs=|spr=", &fp), 0);
     struct bf_inv_txn tx; /* the executor stamped the assignment at Configure */
-    ck_assert_int_eq(bf_inv_begin(&f.shm, slot, &tx), 0);
-    struct bf_machine_rec nr = tx.old;
+    struct bf_machine_rec nr = inv_begin(&f.shm, slot, &tx);
     nr.assigned_priority = 7;
     nr.ipb = 3;
     nr.rpb = 4;
@@ -280,29 +294,24 @@ START_TEST(a_divergent_bound_state_keeps_shard_assignment_and_unbound_clears_it)
     ck_assert_int_eq(n, 1);
     ck_assert_uint_eq(ev[0].cluster_ref, cl);
     ck_assert_int_eq(ev[0].state, BF_STATE_IDLE);
-    bf_recon_free(r);
-    pfx_close(&f);
+    recon_close(r, &f);
 }
 END_TEST
 
 START_TEST(configured_without_the_shard_stamp_takes_the_assignment_from_the_echo)
 {
     struct pfx f;
-    pfx_open(&f, NULL, true);
-    struct bf_recon *r = recon_new(&f, false);
+    struct bf_recon *r = recon_open(&f);
     struct tmach t = tmach_idle("m");
     struct bf_recon_result res;
-    apply_list(r, &t, 1, true, &res);
-    uint32_t slot;
     struct bf_machine_rec rec;
-    ck_assert(rec_of(&f.shm, "m", &rec, &slot));
+    uint32_t slot = ingest_one(r, &f.shm, &t, &res, &rec);
     /* the executor entered Configuring (cluster stamped) and died before the
      * Configured stamp; the record was repaired for refresh */
     uint32_t cl;
     ck_assert_int_eq(bf_str_intern_cstr(&f.shm, "cl", &cl), 0);
     struct bf_inv_txn tx;
-    ck_assert_int_eq(bf_inv_begin(&f.shm, slot, &tx), 0);
-    struct bf_machine_rec nr = tx.old;
+    struct bf_machine_rec nr = inv_begin(&f.shm, slot, &tx);
     nr.state = BF_STATE_CONFIGURING;
     nr.cluster = cl;
     nr.flags |= BF_REC_NEEDS_REFRESH;
@@ -316,25 +325,20 @@ START_TEST(configured_without_the_shard_stamp_takes_the_assignment_from_the_echo
     ck_assert_int_eq(rec.assigned_priority, 4242);
     ck_assert_str_eq(bf_str(&f.shm, rec.fingerprint, NULL), "p=4242|ipb=1|rpb=1|reqs=|spr=");
     ck_assert(!(rec.flags & BF_REC_NEEDS_REFRESH));
-    bf_recon_free(r);
-    pfx_close(&f);
+    recon_close(r, &f);
 }
 END_TEST
 
 START_TEST(a_record_flagged_for_refresh_is_applied_even_in_the_same_state)
 {
     struct pfx f;
-    pfx_open(&f, NULL, true);
-    struct bf_recon *r = recon_new(&f, false);
+    struct bf_recon *r = recon_open(&f);
     struct tmach t = tmach_idle("m");
     struct bf_recon_result res;
-    apply_list(r, &t, 1, true, &res);
-    uint32_t slot;
     struct bf_machine_rec rec;
-    ck_assert(rec_of(&f.shm, "m", &rec, &slot));
+    uint32_t slot = ingest_one(r, &f.shm, &t, &res, &rec);
     struct bf_inv_txn tx;
-    ck_assert_int_eq(bf_inv_begin(&f.shm, slot, &tx), 0);
-    struct bf_machine_rec nr = tx.old;
+    struct bf_machine_rec nr = inv_begin(&f.shm, slot, &tx);
     nr.flags |= BF_REC_NEEDS_REFRESH;
     nr.price_per_hour = 123; /* a half-written record the supervisor repaired */
     bf_inv_commit(&f.shm, &tx, &nr, BF_CL_SUPERVISOR);
@@ -343,8 +347,7 @@ START_TEST(a_record_flagged_for_refresh_is_applied_even_in_the_same_state)
     ck_assert(rec_of(&f.shm, "m", &rec, NULL));
     ck_assert(!(rec.flags & BF_REC_NEEDS_REFRESH));
     ck_assert(fabsf(rec.price_per_hour - 0.096f) < 1e-6f);
-    bf_recon_free(r);
-    pfx_close(&f);
+    recon_close(r, &f);
 }
 END_TEST
 
@@ -353,8 +356,7 @@ END_TEST
 START_TEST(bad_records_are_rejected_by_reason_and_the_last_good_one_is_kept)
 {
     struct pfx f;
-    pfx_open(&f, NULL, true);
-    struct bf_recon *r = recon_new(&f, false);
+    struct bf_recon *r = recon_open(&f);
     struct tmach good[4] = {tmach_idle("p"), tmach_idle("q"), tmach_idle("s"), tmach_idle("t")};
     struct bf_recon_result res;
     apply_list(r, good, 4, true, &res);
@@ -395,8 +397,7 @@ START_TEST(bad_records_are_rejected_by_reason_and_the_last_good_one_is_kept)
     struct bf_machine_rec rec;
     ck_assert(rec_of(&f.shm, "p", &rec, NULL));
     ck_assert(!(rec.flags & BF_REC_REJECTED));
-    bf_recon_free(r);
-    pfx_close(&f);
+    recon_close(r, &f);
 }
 END_TEST
 
@@ -413,8 +414,7 @@ static uint8_t *put_varint(uint8_t *p, size_t v)
 START_TEST(a_known_machine_whose_record_stops_decoding_is_kept_and_not_removed)
 {
     struct pfx f;
-    pfx_open(&f, NULL, true);
-    struct bf_recon *r = recon_new(&f, false);
+    struct bf_recon *r = recon_open(&f);
     struct tmach ts[2] = {tmach_idle("a"), tmach_idle("b")};
     struct bf_recon_result res;
     apply_list(r, ts, 2, true, &res);
@@ -453,16 +453,14 @@ START_TEST(a_known_machine_whose_record_stops_decoding_is_kept_and_not_removed)
     free(buf);
     free(ma);
     free(mb);
-    bf_recon_free(r);
-    pfx_close(&f);
+    recon_close(r, &f);
 }
 END_TEST
 
 START_TEST(machines_listed_out_of_slot_order_are_all_found)
 {
     struct pfx f;
-    pfx_open(&f, NULL, true);
-    struct bf_recon *r = recon_new(&f, false);
+    struct bf_recon *r = recon_open(&f);
     char names[40][8];
     struct tmach ts[40], rev[40];
     for (int i = 0; i < 40; i++) {
@@ -490,16 +488,14 @@ START_TEST(machines_listed_out_of_slot_order_are_all_found)
     struct bf_machine_rec rec;
     ck_assert(rec_of(&f.shm, rev[5].id, &rec, NULL));
     ck_assert_int_eq(rec.state, BF_STATE_DELETING);
-    bf_recon_free(r);
-    pfx_close(&f);
+    recon_close(r, &f);
 }
 END_TEST
 
 START_TEST(full_passes_remove_what_the_provider_dropped_and_deltas_never_do)
 {
     struct pfx f;
-    pfx_open(&f, NULL, true);
-    struct bf_recon *r = recon_new(&f, false);
+    struct bf_recon *r = recon_open(&f);
     struct tmach ts[3] = {tmach_idle("a"), tmach_idle("b"), tmach_idle("c")};
     struct bf_recon_result res;
     apply_list(r, ts, 3, true, &res);
@@ -512,23 +508,11 @@ START_TEST(full_passes_remove_what_the_provider_dropped_and_deltas_never_do)
     ck_assert(rec_of(&f.shm, "a", &rec, NULL));
     ck_assert(!rec_of(&f.shm, "b", &rec, NULL));
     ck_assert_uint_eq(atomic_load(&f.shm.inv->n_machines), 1);
-    bf_recon_free(r);
-    pfx_close(&f);
+    recon_close(r, &f);
 }
 END_TEST
 
 /* ------------------------------------------------------------ over gRPC */
-
-struct donecap {
-    bool done;
-    struct bf_recon_result r;
-};
-static void on_done(void *arg, const struct bf_recon_result *r)
-{
-    struct donecap *d = arg;
-    d->done = true;
-    d->r = *r;
-}
 
 static struct bf_recon_result pass(struct pfx *f, struct bf_recon *r)
 {
@@ -631,8 +615,7 @@ END_TEST
 START_TEST(a_failed_list_leaves_the_inventory_untouched)
 {
     struct pfx f;
-    pfx_open(&f, NULL, true);
-    struct bf_recon *r = recon_new(&f, false);
+    struct bf_recon *r = recon_open(&f);
     struct bf_recon_result res = pass(&f, r);
     ck_assert_int_eq(res.status, BF_PROV_OK);
     uint32_t before = atomic_load(&f.shm.inv->n_machines);
@@ -685,9 +668,5 @@ static Suite *suite(void)
 int main(void)
 {
     bf_log_init("test", BF_LOG_ERROR);
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(suite());
 }

@@ -17,6 +17,7 @@
 #include "bigfleet/v1alpha1/provider.pb-c.h"
 #include "reconciler/reconciler.h"
 #include "test_provider.h"
+#include "check_run.h"
 
 #define FP_MAX 64
 
@@ -155,17 +156,6 @@ static void rfx_close(struct rfx *x)
     bf_prov_client_free(x->cl);
     bf_net_server_free(x->p.srv);
     pfx_close(&x->f);
-}
-
-struct donecap {
-    bool done;
-    struct bf_recon_result r;
-};
-static void on_done(void *arg, const struct bf_recon_result *r)
-{
-    struct donecap *d = arg;
-    d->done = true;
-    d->r = *r;
 }
 
 /* Starts the next pass (requested or not) and runs it to its end; 0 when
@@ -478,9 +468,5 @@ static Suite *suite(void)
 int main(void)
 {
     bf_log_init("test", BF_LOG_ERROR);
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(suite());
 }

@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "test_replay.h"
+#include "check_run.h"
 
 /* One CPU-only LS class and one GPU LS class, three catalog types. */
 struct fixture {
@@ -212,9 +213,5 @@ int main(void)
     tcase_add_test(tc, parts_add_up_to_the_gap_in_random_scenarios);
     tcase_add_test(tc, lp_dual_prices_the_aggregate_at_the_bound);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

@@ -15,6 +15,7 @@
  */
 #include "bigfleet/engine.h"
 #include "test_replay.h"
+#include "check_run.h"
 
 #define N_TYPES 5
 static struct bf_sim_type cat[N_TYPES];
@@ -233,9 +234,5 @@ int main(void)
     tcase_add_loop_test(tc, replay_view_agrees_with_the_engine_and_never_blames_its_reclaims, 0, 5);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

@@ -10,6 +10,7 @@
 
 #include "bigfleet/v1alpha1/shard.pb-c.h"
 #include "test_replay.h"
+#include "check_run.h"
 
 static struct bf_sim_type cat[5];
 static size_t n_cat;
@@ -367,9 +368,5 @@ int main(void)
     tcase_add_test(tc, every_pinned_openb_class_fits_each_of_its_types_with_all_pods_at_once);
     tcase_set_timeout(tc, 30);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

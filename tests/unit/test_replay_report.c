@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "test_replay.h"
+#include "check_run.h"
 
 START_TEST(percentile_is_nearest_rank)
 {
@@ -311,9 +312,5 @@ int main(void)
     tcase_add_test(tc, contended_acceptance_wants_preemptions_none_of_higher_demand_and_qos_order);
     tcase_add_test(tc, report_files_are_written_with_the_figures);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "test_replay.h"
+#include "check_run.h"
 
 /* Two GPU classes (LS and Burstable, no pin) and one CPU-only class. */
 struct fixture {
@@ -128,16 +129,23 @@ START_TEST(engine_order_serves_priority_first_then_the_cheapest_machines)
 }
 END_TEST
 
+/* The pair seen replaying openb: a large LS GPU Need (176 CPU, 13 GPUs) that
+ * in engine order eats every cheap machine, and a small Burstable GPU Need
+ * that fits them. */
+static void greedy_trap_needs(const struct fixture *f, struct rp_need out[2])
+{
+    out[0] = mk_need(f->ls_gpu, 176000, 409600, 13000, 16000, 65536, 1000);
+    out[1] = mk_need(f->burst_gpu, 24000, 49152, 2000, 12000, 24576, 1000);
+}
+
 START_TEST(best_order_finds_the_cover_the_engine_order_misses)
 {
     /* seen replaying openb: the LS Need eats every cheap machine, a small
      * Burstable Need that fits them is left short although a cover exists */
     struct fixture f;
     fx_init(&f);
-    struct rp_need needs[2] = {
-        mk_need(f.ls_gpu, 176000, 409600, 13000, 16000, 65536, 1000),
-        mk_need(f.burst_gpu, 24000, 49152, 2000, 12000, 24576, 1000),
-    };
+    struct rp_need needs[2];
+    greedy_trap_needs(&f, needs);
     struct rp_supply_ent sup[2] = {{f.sh_small, 10, 0}, {f.sh_big, 1, 0}};
     rp_res res[2];
     ck_assert_int_eq(rp_attribute(&f.s, &f.m, needs, 2, sup, 2, RP_ORDER_ENGINE, res, NULL), 0);
@@ -198,10 +206,8 @@ START_TEST(claim_order_artifacts_never_make_a_reclaim_look_wrong)
      * cover without it exists: the LP confirmation clears the shard */
     struct fixture f;
     fx_init(&f);
-    struct rp_need needs[2] = {
-        mk_need(f.ls_gpu, 176000, 409600, 13000, 16000, 65536, 1000),
-        mk_need(f.burst_gpu, 24000, 49152, 2000, 12000, 24576, 1000),
-    };
+    struct rp_need needs[2];
+    greedy_trap_needs(&f, needs);
     struct rp_supply_ent rest[2] = {{f.sh_small, 10, 0}, {f.sh_big, 1, 0}};
     rp_res res[2];
     ck_assert_int_eq(rp_attribute(&f.s, &f.m, needs, 2, rest, 2, RP_ORDER_ENGINE, res, NULL), 0);
@@ -290,9 +296,5 @@ int main(void)
     tcase_add_test(tc, lp_bound_prices_demand_at_the_cheapest_fractional_mix);
     tcase_add_test(tc, need_types_follow_the_requirements_and_min_unit);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

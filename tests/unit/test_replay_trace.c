@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "test_replay.h"
+#include "check_run.h"
 
 /* Parses csv expecting failure; returns the message. */
 static const char *parse_err(const char *csv, bool skip, int *rc_out)
@@ -23,6 +24,21 @@ static const char *parse_err(const char *csv, bool skip, int *rc_out)
     if (rc == 0)
         rp_trace_free(&t);
     return err;
+}
+
+/* A trace that must be rejected (-EINVAL) with exactly this message. */
+struct bad_csv {
+    const char *csv, *error;
+};
+
+static void expect_rejected(const struct bad_csv *t, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int rc;
+        const char *e = parse_err(t[i].csv, false, &rc);
+        ck_assert_msg(rc == -EINVAL, "row %zu: rc %d (%s)", i, rc, e);
+        ck_assert_str_eq(e, t[i].error);
+    }
 }
 
 START_TEST(columns_are_found_by_header_name_in_any_order)
@@ -84,18 +100,18 @@ END_TEST
 
 START_TEST(bad_integer_names_file_line_and_column)
 {
-    int rc;
-    const char *e = parse_err(POD_HEADER "a,1,1,0,0,,BE,Running,0,10,0\n"
-                                         "b,12x,1,0,0,,BE,Running,0,10,0\n",
-                              false, &rc);
-    ck_assert_int_eq(rc, -EINVAL);
-    ck_assert_str_eq(e, "pods.csv:3: cpu_milli: \"12x\" is not a non-negative integer");
-    e = parse_err(POD_HEADER "a,1,-5,0,0,,BE,Running,0,10,0\n", false, &rc);
-    ck_assert_str_eq(e, "pods.csv:2: memory_mib: \"-5\" is not a non-negative integer");
-    e = parse_err(POD_HEADER "a,1,1,0,1001,,BE,Running,0,10,0\n", false, &rc);
-    ck_assert_str_eq(e, "pods.csv:2: gpu_milli: 1001 is out of range 0..1000");
-    e = parse_err(POD_HEADER "a,1,1,0,0,,BE,Running,,10,0\n", false, &rc);
-    ck_assert_str_eq(e, "pods.csv:2: creation_time: \"\" is not a non-negative integer");
+    static const struct bad_csv t[] = {
+        {POD_HEADER "a,1,1,0,0,,BE,Running,0,10,0\n"
+                    "b,12x,1,0,0,,BE,Running,0,10,0\n",
+         "pods.csv:3: cpu_milli: \"12x\" is not a non-negative integer"},
+        {POD_HEADER "a,1,-5,0,0,,BE,Running,0,10,0\n",
+         "pods.csv:2: memory_mib: \"-5\" is not a non-negative integer"},
+        {POD_HEADER "a,1,1,0,1001,,BE,Running,0,10,0\n",
+         "pods.csv:2: gpu_milli: 1001 is out of range 0..1000"},
+        {POD_HEADER "a,1,1,0,0,,BE,Running,,10,0\n",
+         "pods.csv:2: creation_time: \"\" is not a non-negative integer"},
+    };
+    expect_rejected(t, sizeof t / sizeof t[0]);
 }
 END_TEST
 
@@ -133,21 +149,22 @@ END_TEST
 
 START_TEST(semantic_errors_are_named)
 {
-    int rc;
-    const char *e = parse_err(POD_HEADER "a,1,1,0,0,,Gold,Running,0,10,0\n", false, &rc);
-    ck_assert_str_eq(e, "pods.csv:2: qos: \"Gold\" is not LS, Burstable, BE or Guaranteed");
-    e = parse_err(POD_HEADER "a,1,1,0,0,,BE,Running,100,50,0\n", false, &rc);
-    ck_assert_str_eq(e, "pods.csv:2: deletion_time: 50 is before creation_time 100");
-    e = parse_err(POD_HEADER "a,1,1,0,300,,BE,Running,0,10,0\n", false, &rc);
-    ck_assert_str_eq(e, "pods.csv:2: gpu_milli: 300 without num_gpu");
-    e = parse_err(POD_HEADER "a,1,1,2,0,,BE,Running,0,10,0\n", false, &rc);
-    ck_assert_str_eq(e, "pods.csv:2: gpu_milli: 0 with num_gpu 2 (want 1..1000 per GPU)");
-    e = parse_err(POD_HEADER "a,1,1,1,1000,T4||P100,BE,Running,0,10,0\n", false, &rc);
-    ck_assert_str_eq(e, "pods.csv:2: gpu_spec: \"T4||P100\" has an empty GPU model");
-    e = parse_err(POD_HEADER "a,1,1,0,0,T4,BE,Running,0,10,0\n", false, &rc);
-    ck_assert_str_eq(e, "pods.csv:2: gpu_spec: \"T4\" on a pod without GPUs");
-    e = parse_err(POD_HEADER ",1,1,0,0,,BE,Running,0,10,0\n", false, &rc);
-    ck_assert_str_eq(e, "pods.csv:2: name: empty");
+    static const struct bad_csv t[] = {
+        {POD_HEADER "a,1,1,0,0,,Gold,Running,0,10,0\n",
+         "pods.csv:2: qos: \"Gold\" is not LS, Burstable, BE or Guaranteed"},
+        {POD_HEADER "a,1,1,0,0,,BE,Running,100,50,0\n",
+         "pods.csv:2: deletion_time: 50 is before creation_time 100"},
+        {POD_HEADER "a,1,1,0,300,,BE,Running,0,10,0\n",
+         "pods.csv:2: gpu_milli: 300 without num_gpu"},
+        {POD_HEADER "a,1,1,2,0,,BE,Running,0,10,0\n",
+         "pods.csv:2: gpu_milli: 0 with num_gpu 2 (want 1..1000 per GPU)"},
+        {POD_HEADER "a,1,1,1,1000,T4||P100,BE,Running,0,10,0\n",
+         "pods.csv:2: gpu_spec: \"T4||P100\" has an empty GPU model"},
+        {POD_HEADER "a,1,1,0,0,T4,BE,Running,0,10,0\n",
+         "pods.csv:2: gpu_spec: \"T4\" on a pod without GPUs"},
+        {POD_HEADER ",1,1,0,0,,BE,Running,0,10,0\n", "pods.csv:2: name: empty"},
+    };
+    expect_rejected(t, sizeof t / sizeof t[0]);
 }
 END_TEST
 
@@ -388,9 +405,5 @@ int main(void)
     tcase_add_test(tc, a_timed_list_without_qos_needs_default_qos);
     tcase_add_test(tc, busiest_window_holds_the_most_pods_and_window_pods_count_them);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

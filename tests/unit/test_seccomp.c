@@ -20,6 +20,7 @@
 #include "bigfleet/net.h"
 #include "bigfleet/process.h"
 #include "bigfleet/shm_layout.h"
+#include "check_run.h"
 
 enum action { DO_SOCKET, DO_IO_URING, DO_THREAD, DO_FORK, DO_EXEC };
 
@@ -135,9 +136,5 @@ int main(void)
     tcase_add_test(tc, no_role_can_fork_or_exec);
     tcase_add_test(tc, a_role_without_a_list_is_refused);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

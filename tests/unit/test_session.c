@@ -23,6 +23,7 @@
 #include "shm_fixture.h"
 #include "grpc/reflection/v1/reflection.pb-c.h"
 #include "session/session_internal.h"
+#include "check_run.h"
 
 /* ------------------------------------------------------------ fixtures */
 
@@ -1506,9 +1507,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(suite());
 }

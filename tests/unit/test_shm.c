@@ -31,6 +31,7 @@
 #include "shm/shm_internal.h"
 
 #include "shm_fixture.h"
+#include "check_run.h"
 
 static void setup(void)
 {
@@ -101,14 +102,15 @@ START_TEST(string_table_dedups_and_keeps_embedded_nul)
 }
 END_TEST
 
-START_TEST(string_lock_held_by_a_dead_process_is_stolen)
+/* A child attaches, takes the string-table lock and dies holding it (SIGKILL);
+ * asserts the lock still names it, returns its pid. */
+static pid_t die_holding_the_string_lock(void)
 {
     pid_t pid = fork();
     if (pid == 0) {
         struct bf_shm c;
         if (bf_shm_attach(&c, g_id, false, NULL, 0) != 0)
             _exit(3);
-        /* take the lock and die holding it */
         uint32_t zero = 0;
         atomic_compare_exchange_strong(&c.inv->strtab.lock_owner, &zero, (uint32_t)getpid());
         raise(SIGKILL);
@@ -117,6 +119,12 @@ START_TEST(string_lock_held_by_a_dead_process_is_stolen)
     waitpid(pid, &st, 0);
     ck_assert(WIFSIGNALED(st));
     ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.lock_owner), (uint32_t)pid);
+    return pid;
+}
+
+START_TEST(string_lock_held_by_a_dead_process_is_stolen)
+{
+    die_holding_the_string_lock();
     uint32_t r;
     ck_assert_int_eq(bf_str_intern_cstr(&g_s, "after-steal", &r), 0);
     ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.lock_steals), 1);
@@ -126,19 +134,7 @@ END_TEST
 
 START_TEST(repair_releases_the_string_lock_a_dead_process_held_and_reports_it)
 {
-    pid_t pid = fork();
-    if (pid == 0) {
-        struct bf_shm c;
-        if (bf_shm_attach(&c, g_id, false, NULL, 0) != 0)
-            _exit(3);
-        uint32_t zero = 0;
-        atomic_compare_exchange_strong(&c.inv->strtab.lock_owner, &zero, (uint32_t)getpid());
-        raise(SIGKILL);
-    }
-    int st;
-    waitpid(pid, &st, 0);
-    ck_assert(WIFSIGNALED(st));
-    ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.lock_owner), (uint32_t)pid);
+    pid_t pid = die_holding_the_string_lock();
     struct bf_repair_report rep;
     /* another dead pid's repair leaves a lock it does not hold alone */
     bf_shm_repair_dead_writer(&g_s, (uint32_t)pid + 1, BF_ROLE_EXECUTOR, &rep);
@@ -565,14 +561,21 @@ START_TEST(bytes_ring_wraps_variable_records_and_refuses_oversize)
 }
 END_TEST
 
-START_TEST(cluster_latch_readers_never_stall_on_a_dead_writer)
+/* cluster-a's row: in use, generation 5, 3 need rows */
+static struct bf_cluster_rec cluster_a_row(void)
 {
-    struct bf_cluster_rec r, got;
+    struct bf_cluster_rec r;
     memset(&r, 0, sizeof r);
     r.name_ref = intern("cluster-a");
     r.in_use = 1;
     r.generation = 5;
     r.rows_count = 3;
+    return r;
+}
+
+START_TEST(cluster_latch_readers_never_stall_on_a_dead_writer)
+{
+    struct bf_cluster_rec r = cluster_a_row(), got;
     bf_cluster_write(&g_s, 0, &r);
     atomic_store(&g_s.needs->n_clusters, 1);
     ck_assert_int_eq(bf_cluster_find(&g_s, r.name_ref), 0);
@@ -648,12 +651,7 @@ static void assert_cluster_copies_equal(uint32_t idx)
 
 START_TEST(cluster_row_left_mid_write_is_repaired_from_the_copy_readers_used)
 {
-    struct bf_cluster_rec r, got;
-    memset(&r, 0, sizeof r);
-    r.name_ref = intern("cluster-a");
-    r.in_use = 1;
-    r.generation = 5;
-    r.rows_count = 3;
+    struct bf_cluster_rec r = cluster_a_row(), got;
     bf_cluster_write(&g_s, 0, &r);
     bf_cluster_write(&g_s, 1, &r);
     atomic_store(&g_s.needs->n_clusters, 2);
@@ -1498,9 +1496,5 @@ int main(void)
     tcase_add_test(tc, changelog_peek_reads_without_consuming_and_reports_laps);
     tcase_add_test(tc, ownership_tables_are_read_whole_or_refused_while_written);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

@@ -21,6 +21,7 @@
 #include "bigfleet/model.h"
 #include "bigfleet/simprovider.h"
 #include "bigfleet/util.h"
+#include "check_run.h"
 
 #define SIMT_UNUSED __attribute__((unused))
 #define T0          (1000 * BF_NS_PER_SEC)
@@ -63,6 +64,15 @@ static SIMT_UNUSED struct bf_sim *simt_open(const struct bf_sim_config *c)
     int rc = bf_sim_open(c, &s, err, sizeof err);
     ck_assert_msg(rc == 0, "bf_sim_open: %d %s", rc, err);
     return s;
+}
+
+/* A simulator on simt_cfg's defaults seeded with `idle` Idle machines. */
+static SIMT_UNUSED struct bf_sim *simt_open_idle(uint32_t idle)
+{
+    struct bf_sim_config c;
+    simt_cfg(&c);
+    c.seed_idle = idle;
+    return simt_open(&c);
 }
 
 /* ------------------------------------------------------------ calls */
@@ -290,6 +300,14 @@ static SIMT_UNUSED int simt_pick(struct bf_sim *s, int state, int skip, char *ou
     return found;
 }
 
+/* A simulator with one Idle machine, whose id (picked at now) goes to id[0..n). */
+static SIMT_UNUSED struct bf_sim *simt_open_one_idle(char *id, size_t n, int64_t now)
+{
+    struct bf_sim *s = simt_open_idle(1);
+    simt_pick(s, BF_STATE_IDLE, 0, id, n, now);
+    return s;
+}
+
 /* ------------------------------------------------------------ hand-made wire */
 
 struct simt_buf {
@@ -372,6 +390,49 @@ static SIMT_UNUSED int simt_rd_varint(const uint8_t **p, const uint8_t *e, uint6
         }
     }
     return -1;
+}
+
+/* ConfigureMachine(id, cluster, metadata md[0..n), a bootstrap blob of
+ * blob_bytes) sent as raw bytes (simt_configure_raw) at now: the reply. */
+static SIMT_UNUSED struct bf_sim_reply simt_configure_md(struct bf_sim *s, const char *id,
+                                                         const char *cluster,
+                                                         const struct simt_kv *md, size_t n,
+                                                         size_t blob_bytes, int64_t now)
+{
+    struct simt_buf b = simt_configure_raw(id, cluster, md, n, blob_bytes);
+    struct bf_sim_reply r = {0};
+    bf_sim_handle(s, BF_SIM_RPC_CONFIGURE, b.p, b.len, now, &r);
+    free(b.p);
+    return r;
+}
+
+/* One length-delimited field's bytes inside a message. */
+struct simt_span {
+    const uint8_t *p;
+    size_t len;
+};
+
+/* Walks the top-level fields of a message whose fields are all
+ * length-delimited (a TransitionAck, a ListResponse), asserting every key
+ * and length parses and stays inside; stores up to max occurrences of
+ * `field` in out and returns how many there were (a count over max fails). */
+static SIMT_UNUSED size_t simt_ld_fields(const uint8_t *p, size_t len, uint32_t field,
+                                         struct simt_span *out, size_t max)
+{
+    const uint8_t *e = p + len;
+    size_t n = 0;
+    while (p < e) {
+        uint64_t key, l;
+        ck_assert_int_eq(simt_rd_varint(&p, e, &key), 0);
+        ck_assert_int_eq(simt_rd_varint(&p, e, &l), 0);
+        ck_assert_uint_le(l, (uint64_t)(e - p));
+        if ((key >> 3) == field) {
+            ck_assert_uint_lt(n, max);
+            out[n++] = (struct simt_span){p, (size_t)l};
+        }
+        p += l;
+    }
+    return n;
 }
 
 static SIMT_UNUSED int simt_md_raw(const uint8_t *p, size_t len, struct simt_kv *out, int max)
@@ -466,15 +527,6 @@ static SIMT_UNUSED void simt_rmdir(char *d)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
     ck_assert_int_eq(system(cmd), 0);
     free(d);
-}
-
-static SIMT_UNUSED int simt_run(Suite *s)
-{
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
 #endif /* TEST_SIMPROVIDER_H */

@@ -393,5 +393,5 @@ int main(void)
     tcase_add_test(tc, configured_seed_binds_clusters_round_robin_with_decodable_shard_metadata);
     tcase_add_test(tc, speculative_slots_per_trace_node_scale_with_the_openb_node_counts);
     suite_add_tcase(s, tc);
-    return simt_run(s);
+    return check_run(s);
 }

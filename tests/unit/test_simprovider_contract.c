@@ -438,15 +438,12 @@ START_TEST(b213_three_mib_bootstrap_blob_is_accepted)
     char idle[128], conf[128], spec[128];
     struct bf_sim *s = walked(idle, conf, spec);
     struct simt_kv md[1] = {{(const uint8_t *)"k", 1, (const uint8_t *)"v", 1}};
-    struct simt_buf b = simt_configure_raw(idle, "conf-b213", md, 1, 3u << 20);
-    struct bf_sim_reply r = {0};
-    bf_sim_handle(s, BF_SIM_RPC_CONFIGURE, b.p, b.len, T0, &r);
+    struct bf_sim_reply r = simt_configure_md(s, idle, "conf-b213", md, 1, 3u << 20, T0);
     ck_assert_int_eq(r.code, 0);
     PbAck *ack = bigfleet__v1alpha1__transition_ack__unpack(NULL, r.len, r.body);
     ck_assert_str_eq(ack->machine->cluster, "conf-b213");
     bigfleet__v1alpha1__transition_ack__free_unpacked(ack, NULL);
     bf_sim_reply_free(&r);
-    free(b.p);
     bf_sim_close(s);
 }
 END_TEST
@@ -562,10 +559,7 @@ END_TEST
 
 START_TEST(b302_marks_are_isolated_per_shard_and_per_machine)
 {
-    struct bf_sim_config c;
-    simt_cfg(&c);
-    c.seed_idle = 2;
-    struct bf_sim *s = simt_open(&c);
+    struct bf_sim *s = simt_open_idle(2);
     char x[128], y[128];
     simt_pick(s, BF_STATE_IDLE, 0, x, sizeof x, T0);
     simt_pick(s, BF_STATE_IDLE, 1, y, sizeof y, T0);
@@ -588,12 +582,8 @@ END_TEST
 
 START_TEST(b303_only_strictly_newer_tokens_pass_and_a_new_epoch_resets_seq)
 {
-    struct bf_sim_config c;
-    simt_cfg(&c);
-    c.seed_idle = 1;
-    struct bf_sim *s = simt_open(&c);
     char x[128];
-    simt_pick(s, BF_STATE_IDLE, 0, x, sizeof x, T0);
+    struct bf_sim *s = simt_open_one_idle(x, sizeof x, T0);
     /* use Create at Idle: idempotent no-op when it passes, so only the fence decides */
     struct simt_ack a = simt_create(s, x, "sh", 1, 1, T0);
     ck_assert_int_eq(a.code, BF_SIM_INTERNAL); /* passes the fence, no Create history */
@@ -649,12 +639,8 @@ END_TEST
 
 START_TEST(b305_fence_runs_before_the_idempotency_short_circuit)
 {
-    struct bf_sim_config c;
-    simt_cfg(&c);
-    c.seed_idle = 1;
-    struct bf_sim *s = simt_open(&c);
     char x[128];
-    simt_pick(s, BF_STATE_IDLE, 0, x, sizeof x, T0);
+    struct bf_sim *s = simt_open_one_idle(x, sizeof x, T0);
     struct simt_ack a = simt_configure(s, x, "c", NULL, "sh", 1, 10, T0);
     ck_assert_int_eq(a.code, 0);
     simt_ack_free(&a);
@@ -675,12 +661,8 @@ END_TEST
 
 START_TEST(b306_all_zero_token_bypasses_and_leaves_marks_alone)
 {
-    struct bf_sim_config c;
-    simt_cfg(&c);
-    c.seed_idle = 1;
-    struct bf_sim *s = simt_open(&c);
     char x[128];
-    simt_pick(s, BF_STATE_IDLE, 0, x, sizeof x, T0);
+    struct bf_sim *s = simt_open_one_idle(x, sizeof x, T0);
     struct simt_ack a = simt_configure(s, x, "c", NULL, "sh", 7, 7, T0);
     simt_ack_free(&a);
     for (int i = 0; i < 3; i++) {
@@ -746,10 +728,7 @@ END_TEST
  * (shard, machine)"; FAILED_PRECONDITION never appears otherwise. */
 START_TEST(b310_randomized_tokens_match_the_lexicographic_oracle)
 {
-    struct bf_sim_config c;
-    simt_cfg(&c);
-    c.seed_idle = 1;
-    struct bf_sim *s = simt_open(&c);
+    struct bf_sim *s = simt_open_idle(1);
     enum { NS = 3, NM = 4 };
     char ids[NM][128];
     for (int m = 0; m < NM - 1; m++)
@@ -974,36 +953,18 @@ static size_t hostile(struct simt_kv *md, char bufs[][2][64])
 
 START_TEST(b501_hostile_55_key_map_is_echoed_byte_for_byte_on_get_list_and_ack)
 {
-    struct bf_sim_config c;
-    simt_cfg(&c);
-    c.seed_idle = 1;
-    struct bf_sim *s = simt_open(&c);
     char x[128];
-    simt_pick(s, BF_STATE_IDLE, 0, x, sizeof x, T0);
+    struct bf_sim *s = simt_open_one_idle(x, sizeof x, T0);
     struct simt_kv md[55];
     char bufs[55][2][64];
     size_t n = hostile(md, bufs);
     ck_assert_uint_eq(n, 55);
-    struct simt_buf b = simt_configure_raw(x, "conf-b501", md, n, 8);
-    struct bf_sim_reply r = {0};
-    bf_sim_handle(s, BF_SIM_RPC_CONFIGURE, b.p, b.len, T0, &r);
+    struct bf_sim_reply r = simt_configure_md(s, x, "conf-b501", md, n, 8, T0);
     ck_assert_int_eq(r.code, 0);
     /* the ack's Machine is field 2 of the TransitionAck: read it raw */
-    {
-        const uint8_t *p = r.body, *e = r.body + r.len;
-        int seen = 0;
-        while (p < e) {
-            uint64_t key, l;
-            ck_assert_int_eq(simt_rd_varint(&p, e, &key), 0);
-            ck_assert_int_eq(simt_rd_varint(&p, e, &l), 0);
-            if ((key >> 3) == 2) {
-                ck_assert(simt_md_equal(p, l, md, n));
-                seen++;
-            }
-            p += l;
-        }
-        ck_assert_int_eq(seen, 1);
-    }
+    struct simt_span ack[2];
+    ck_assert_uint_eq(simt_ld_fields(r.body, r.len, 2, ack, 2), 1);
+    ck_assert(simt_md_equal(ack[0].p, ack[0].len, md, n));
     for (int i = 0; i < 4; i++) {
         bf_sim_reply_free(&r);
         r = simt_get_raw(s, x, T0 + i);
@@ -1017,25 +978,19 @@ START_TEST(b501_hostile_55_key_map_is_echoed_byte_for_byte_on_get_list_and_ack)
     struct bf_sim_reply lr = {0};
     bf_sim_handle(s, BF_SIM_RPC_LIST, lf.p, lf.len, T0, &lr);
     ck_assert_int_eq(lr.code, 0);
-    const uint8_t *p = lr.body, *e = lr.body + lr.len;
+    struct simt_span ms[8]; /* the List's machines: field 1 */
+    size_t nm = simt_ld_fields(lr.body, lr.len, 1, ms, 8);
     int found = 0;
-    while (p < e) {
-        uint64_t key, l;
-        ck_assert_int_eq(simt_rd_varint(&p, e, &key), 0);
-        ck_assert_int_eq(simt_rd_varint(&p, e, &l), 0);
-        if ((key >> 3) == 1) {
-            PbMachine *m = bigfleet__v1alpha1__machine__unpack(NULL, l, p);
-            if (!strcmp(m->id, x)) {
-                found++;
-                ck_assert(simt_md_equal(p, l, md, n));
-            }
-            simt_free_machine(m);
+    for (size_t i = 0; i < nm; i++) {
+        PbMachine *m = bigfleet__v1alpha1__machine__unpack(NULL, ms[i].len, ms[i].p);
+        if (!strcmp(m->id, x)) {
+            found++;
+            ck_assert(simt_md_equal(ms[i].p, ms[i].len, md, n));
         }
-        p += l;
+        simt_free_machine(m);
     }
     ck_assert_int_eq(found, 1);
     free(lf.p);
-    free(b.p);
     bf_sim_reply_free(&r);
     bf_sim_reply_free(&lr);
     bf_sim_close(s);
@@ -1044,12 +999,8 @@ END_TEST
 
 START_TEST(b502_metadata_and_cluster_clear_at_drain_and_a_rebind_shows_no_old_key)
 {
-    struct bf_sim_config c;
-    simt_cfg(&c);
-    c.seed_idle = 1;
-    struct bf_sim *s = simt_open(&c);
     char x[128];
-    simt_pick(s, BF_STATE_IDLE, 0, x, sizeof x, T0);
+    struct bf_sim *s = simt_open_one_idle(x, sizeof x, T0);
     struct simt_kv old[3] = {{(const uint8_t *)"old.key/a", 9, (const uint8_t *)"1", 1},
                              {(const uint8_t *)"old.key/b", 9, (const uint8_t *)"2", 1},
                              {(const uint8_t *)"old.key/nul", 11, (const uint8_t *)"x\0y", 3}};
@@ -1090,11 +1041,8 @@ START_TEST(b504_metadata_is_visible_during_configuring)
         {(const uint8_t *)"b504/early", 10, (const uint8_t *)"must-be-visible-mid-flight", 26},
         {(const uint8_t *)"b504/nul", 8, (const uint8_t *)"x\0y", 3},
         {(const uint8_t *)"b504/unicode", 12, (const uint8_t *)"\xe4\xbd\xa0\xf0\x9f\x9a\x80", 7}};
-    struct simt_buf b = simt_configure_raw(x, "conf-b504", md, 3, 0);
-    struct bf_sim_reply r = {0};
-    bf_sim_handle(s, BF_SIM_RPC_CONFIGURE, b.p, b.len, T0, &r);
+    struct bf_sim_reply r = simt_configure_md(s, x, "conf-b504", md, 3, 0, T0);
     ck_assert_int_eq(r.code, 0);
-    free(b.p);
     bf_sim_reply_free(&r);
     r = simt_get_raw(s, x, T0 + 5 * SEC);
     PbMachine *m = bigfleet__v1alpha1__machine__unpack(NULL, r.len, r.body);
@@ -1114,12 +1062,8 @@ END_TEST
 
 START_TEST(b505_the_stored_copy_does_not_alias_the_callers_buffers)
 {
-    struct bf_sim_config c;
-    simt_cfg(&c);
-    c.seed_idle = 1;
-    struct bf_sim *s = simt_open(&c);
     char x[128];
-    simt_pick(s, BF_STATE_IDLE, 0, x, sizeof x, T0);
+    struct bf_sim *s = simt_open_one_idle(x, sizeof x, T0);
     char k1[] = "b505/keep", v1[] = "original-value", k2[] = "b505/mutate",
          v2[] = "before-mutation";
     struct simt_kv md[2] = {{(const uint8_t *)k1, 9, (const uint8_t *)v1, 14},
@@ -1144,19 +1088,12 @@ END_TEST
 
 START_TEST(duplicate_metadata_keys_resolve_last_wins)
 {
-    struct bf_sim_config c;
-    simt_cfg(&c);
-    c.seed_idle = 1;
-    struct bf_sim *s = simt_open(&c);
     char x[128];
-    simt_pick(s, BF_STATE_IDLE, 0, x, sizeof x, T0);
+    struct bf_sim *s = simt_open_one_idle(x, sizeof x, T0);
     struct simt_kv md[3] = {{(const uint8_t *)"k", 1, (const uint8_t *)"first", 5},
                             {(const uint8_t *)"j", 1, (const uint8_t *)"", 0},
                             {(const uint8_t *)"k", 1, (const uint8_t *)"second", 6}};
-    struct simt_buf b = simt_configure_raw(x, "c", md, 3, 0);
-    struct bf_sim_reply r = {0};
-    bf_sim_handle(s, BF_SIM_RPC_CONFIGURE, b.p, b.len, T0, &r);
-    free(b.p);
+    struct bf_sim_reply r = simt_configure_md(s, x, "c", md, 3, 0, T0);
     bf_sim_reply_free(&r);
     r = simt_get_raw(s, x, T0);
     struct simt_kv want[2] = {md[1], md[2]};
@@ -1362,5 +1299,5 @@ int main(void)
     tcase_add_test(tc,
                    b803_b805_b807_a_walked_machine_keeps_shape_and_host_provider_and_delete_clears);
     suite_add_tcase(s, tc);
-    return simt_run(s);
+    return check_run(s);
 }

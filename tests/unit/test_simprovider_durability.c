@@ -84,16 +84,13 @@ static void drive(const char *dir, int fd)
                                               "2",
                              3},
                             {(const uint8_t *)"d/nul\0key", 9, (const uint8_t *)"", 0}};
-    struct simt_buf b = simt_configure_raw(cm, "durable-cluster", md, 3, 10);
-    struct bf_sim_reply r = {0};
-    bf_sim_handle(s, BF_SIM_RPC_CONFIGURE, b.p, b.len, T0, &r);
+    struct bf_sim_reply r = simt_configure_md(s, cm, "durable-cluster", md, 3, 10, T0);
     ck_assert_int_eq(r.code, 0);
     PbAck *ack = bigfleet__v1alpha1__transition_ack__unpack(NULL, r.len, r.body);
     char op[64];
     snprintf(op, sizeof op, "%s", ack->operation_id);
     bigfleet__v1alpha1__transition_ack__free_unpacked(ack, NULL);
     bf_sim_reply_free(&r);
-    free(b.p);
     a = simt_create(s, im, "", 0, 0, T0);
     simt_ack_free(&a);
     a = simt_configure(s, im, "c-inflight", NULL, "", 0, 0, T0);
@@ -320,5 +317,5 @@ int main(void)
     tcase_add_test(tc, spot_eligibility_and_host_counts_are_rebuilt_on_load);
     tcase_add_test(tc, seeding_half_a_million_writes_through_and_reloads);
     suite_add_tcase(s, tc);
-    return simt_run(s);
+    return check_run(s);
 }

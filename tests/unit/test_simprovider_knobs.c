@@ -580,5 +580,5 @@ int main(void)
     tcase_add_test(tc, open_rejects_invalid_configurations);
     tcase_add_test(tc, zero_latency_core_sustains_well_over_5000_actions_per_second);
     suite_add_tcase(s, tc);
-    return simt_run(s);
+    return check_run(s);
 }

@@ -317,12 +317,8 @@ END_TEST
 
 START_TEST(delta_lists_each_machine_once_in_its_current_state_and_the_log_stays_bounded)
 {
-    struct bf_sim_config c;
-    simt_cfg(&c);
-    c.seed_idle = 1;
-    struct bf_sim *s = simt_open(&c);
     char x[128];
-    simt_pick(s, BF_STATE_IDLE, 0, x, sizeof x, T0);
+    struct bf_sim *s = simt_open_one_idle(x, sizeof x, T0);
     PbList *l = simt_list_all(s, T0);
     char base[32];
     simt_rev(l, base, sizeof base);
@@ -609,10 +605,7 @@ END_TEST
 
 START_TEST(identical_metadata_maps_are_shared_and_released_per_binding)
 {
-    struct bf_sim_config c;
-    simt_cfg(&c);
-    c.seed_idle = 1;
-    struct bf_sim *s = simt_open(&c);
+    struct bf_sim *s = simt_open_idle(1);
     char a[128], b[128];
     simt_pick(s, BF_STATE_IDLE, 0, a, sizeof a, T0);
     simt_pick(s, BF_STATE_IDLE, 1, b, sizeof b, T0);
@@ -668,5 +661,5 @@ int main(void)
     tcase_add_test(tc, hash_index_removal_keeps_every_remaining_entry_reachable);
     tcase_add_test(tc, identical_metadata_maps_are_shared_and_released_per_binding);
     suite_add_tcase(s, tc);
-    return simt_run(s);
+    return check_run(s);
 }

@@ -303,5 +303,5 @@ int main(void)
     tcase_add_test(tc, b1204_multi_shard_fenced_interleavings_fail_precondition_only_for_fencing);
     tcase_add_test(tc, b1205_random_malformed_requests_never_fail_precondition_or_crash);
     suite_add_tcase(s, tc);
-    return simt_run(s);
+    return check_run(s);
 }
