@@ -16,7 +16,12 @@
  *      then one small rollup each; the session process's RSS before and
  *      after (VmRSS, /proc/<pid>/status), connect rate, rollup rate.
  *
- * Usage: bench_session [--results DIR] [--sessions N] [--seconds S]
+ * Usage: bench_session [--results DIR] [--sessions N] [--seconds S] [--ingest-only]
+ * --ingest-only: only the one-operator 1K and 50K cases (changed and
+ * unchanged) of part 1, printed and not written (for before/after runs).
+ * --convert N: no appliance; bf_rollup_convert of N-row rollups (the two
+ * "changed" demands alternating) and bf_rollup_digest timed in this
+ * process on a scratch segment for --seconds; prints fastest and median.
  * Needs RLIMIT_NOFILE >= N + ~200 in this process and in bigfleet-shardd
  * (both raise their soft limit to the hard one; `ulimit -Hn` must allow it,
  * e.g. `ulimit -n 32768` before running, or run as a user whose hard limit
@@ -37,6 +42,7 @@
 #include <unistd.h>
 
 #include "bigfleet/net.h"
+#include "bigfleet/rollup.h"
 #include "bigfleet/shm.h"
 #include "bigfleet/util.h"
 #include "bigfleet/v1alpha1/shard.pb-c.h"
@@ -607,6 +613,90 @@ static void bench_sessions(struct shard *sh, int n, struct sess_fig *f)
     free(ops);
 }
 
+/* ------------------------------------------------------------ conversion alone */
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The ClusterCapacityNeeds inside build_rollup's OperatorMessage. */
+static uint8_t *bare_rollup(uint32_t rows, const char *cpu, size_t *len)
+{
+    size_t ml;
+    uint8_t *m = build_rollup("bench-convert", rows, cpu, &ml);
+    Bigfleet__V1alpha1__OperatorMessage *om =
+        bigfleet__v1alpha1__operator_message__unpack(NULL, ml, m);
+    if (!om || !om->rollup) {
+        fprintf(stderr, "bench_session: cannot unpack the rollup\n");
+        exit(1);
+    }
+    *len = bigfleet__v1alpha1__cluster_capacity_needs__get_packed_size(om->rollup);
+    uint8_t *b = malloc(*len);
+    bigfleet__v1alpha1__cluster_capacity_needs__pack(om->rollup, b);
+    bigfleet__v1alpha1__operator_message__free_unpacked(om, NULL);
+    free(m);
+    return b;
+}
+
+static void bench_convert(uint32_t rows, double seconds)
+{
+    struct bf_shm s;
+    char id[64], err[256];
+    snprintf(id, sizeof id, "bench-convert-%d", (int)getpid());
+    struct bf_shm_caps caps = {.max_machines = 600000, .max_needs = 262144, .max_clusters = 4};
+    if (bf_shm_create(&s, id, &caps, 1, 0, err, sizeof err) != 0) {
+        fprintf(stderr, "bench_session: scratch segment: %s\n", err);
+        exit(1);
+    }
+    for (int i = 0; i < BF_RESERVED_DIMS_N; i++)
+        bf_dim_intern(&s, bf_reserved_dims[i]);
+    uint32_t cref = 0;
+    bf_str_intern(&s, "bench-convert", 13, &cref);
+    size_t len[2];
+    uint8_t *b[2] = {bare_rollup(rows, "4", &len[0]), bare_rollup(rows, "5", &len[1])};
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    struct bf_rollup_limits lim = {
+        .max_rows = rows, .strtab_quota = UINT64_MAX, .max_priority = INT32_MAX};
+    struct bf_rollup_digest_key key;
+    for (size_t i = 0; i < sizeof key.secret; i++)
+        key.secret[i] = (uint8_t)(i * 131 + 7);
+    int64_t cold = bf_mono_ns();
+    int rc = bf_rollup_convert(&s, b[0], len[0], "bench-convert", cref, &lim, &r, err, sizeof err);
+    cold = bf_mono_ns() - cold;
+    uint32_t cap = 1u << 16, n = 0;
+    int64_t *tc = malloc(cap * sizeof *tc), *td = malloc(cap * sizeof *td);
+    int64_t end = bf_mono_ns() + (int64_t)(seconds * 1e9);
+    while (rc == 0 && n < cap && bf_mono_ns() < end) {
+        int64_t t0 = bf_mono_ns();
+        rc = bf_rollup_convert(&s, b[n & 1], len[n & 1], "bench-convert", cref, &lim, &r, err,
+                               sizeof err);
+        int64_t t1 = bf_mono_ns();
+        struct bf_rollup_digest d;
+        bf_rollup_digest(b[n & 1], len[n & 1], &key, &d);
+        td[n] = bf_mono_ns() - t1;
+        tc[n++] = t1 - t0;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "bench_session: conversion failed: %s\n", err);
+        exit(1);
+    }
+    qsort(tc, n, sizeof *tc, cmp_i64);
+    qsort(td, n, sizeof *td, cmp_i64);
+    printf("conversion alone: %u rows (%zu bytes), %u conversions: cold %.1f us, fastest %.1f us, "
+           "median %.1f us; digest fastest %.1f us, median %.1f us\n",
+           rows, len[0], n, cold / 1e3, tc[0] / 1e3, tc[n / 2] / 1e3, td[0] / 1e3, td[n / 2] / 1e3);
+    free(tc);
+    free(td);
+    free(b[0]);
+    free(b[1]);
+    bf_rollup_free(&r);
+    bf_shm_detach(&s);
+    bf_shm_unlink(id);
+}
+
 /* ------------------------------------------------------------ main */
 
 int main(int argc, char **argv)
@@ -614,6 +704,8 @@ int main(int argc, char **argv)
     const char *results = "results";
     int nsess = 10000;
     double seconds = 5;
+    bool ingest_only = false;
+    uint32_t convert_rows = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--results") && i + 1 < argc)
             results = argv[++i];
@@ -621,6 +713,14 @@ int main(int argc, char **argv)
             nsess = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
             seconds = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--ingest-only"))
+            ingest_only = true;
+        else if (!strcmp(argv[i], "--convert") && i + 1 < argc)
+            convert_rows = (uint32_t)atoi(argv[++i]);
+    }
+    if (convert_rows) {
+        bench_convert(convert_rows, seconds);
+        return 0;
     }
     signal(SIGPIPE, SIG_IGN);
     atexit(stop_running);
@@ -649,6 +749,17 @@ int main(int argc, char **argv)
     printf("rollup ingest (bigfleet-shardd over loopback, every row a distinct profile)\n");
     printf("%7s %4s %9s %10s %10s %9s %9s %10s %8s %10s\n", "rows", "ops", "rollups", "bytes",
            "rollups/s", "ack_p50", "ack_p99", "cold_ms", "ping_p99", "ingest_us");
+    if (ingest_only) {
+        for (int k = 0; k < 3; k += 2) {
+            bench_ingest(&sh, sizes[k], 1, seconds, false, false, &one[k]);
+            print_fig(&one[k]);
+            bench_ingest(&sh, sizes[k], 1, seconds, false, true, &same[k / 2]);
+            print_fig(&same[k / 2]);
+        }
+        shard_stop(&sh);
+        bf_net_loop_free(g_loop);
+        return g_failed ? 1 : 0;
+    }
     for (int k = 0; k < 3; k++) {
         bench_ingest(&sh, sizes[k], 1, seconds, k == 2, false, &one[k]);
         print_fig(&one[k]);

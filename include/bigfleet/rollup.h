@@ -89,9 +89,8 @@ struct bf_rollup {
     bool repeated;               /* filled by bf_rollup_repeat (no conversion ran) */
     uint32_t n_new_dims;         /* resource names not in the registry (values ignored) */
     char new_dims[BF_MAX_DIMS][BF_DIM_NAME_MAX];
-    /* private: dedup table (profile_ref, group_ref) -> row */
+    /* private: dedup table (profile_ref, group_ref) -> row: hash tag << 32 | row + 1 */
     uint64_t *dkeys;
-    uint32_t *dvals;
     uint32_t dmask;
     /* private: distinct groups of this rollup */
     uint32_t *gset;
@@ -136,9 +135,10 @@ int64_t bf_rollup_arrival(int64_t timestamp_ns, int64_t recv_ns, bool *clamped);
  * repeat the previous one (nothing changed in the cluster; issue 18 target
  * 3: such a rollup costs <= 50 us to ingest). The ingest thread keeps, per
  * cluster, the digest of the last accepted rollup; a rollup with the same
- * digest converts to the same rows, so bf_rollup_repeat copies the published
- * rows instead of decoding and interning every Need again. Only the arrival
- * (the new timestamp) differs. */
+ * digest converts to the same rows, so the published rows are republished
+ * as they are, with the new arrival in the cluster row
+ * (bf_rollup_repeat_meta), instead of decoding and interning every Need
+ * again. Only the arrival (the new timestamp) differs. */
 
 /* A per-process random key: digests cannot be predicted by a peer, so a
  * peer cannot craft a rollup that collides with another of its own and
@@ -165,14 +165,27 @@ int bf_rollup_digest(const uint8_t *buf, size_t len, const struct bf_rollup_dige
                      struct bf_rollup_digest *d);
 
 /*
- * Fills r (reset first) with the n rows published at rows_off (the rows of
- * the cluster's last accepted rollup, which the caller proved this one
- * repeats) and their fingerprint refs (fp_refs, n entries, copied), every
- * row carrying the arrival of timestamp_ns under lim->recv_ns (see
- * bf_rollup_arrival; timestamp_clamped set as the conversion would).
- * needs_in, merged, priorities_clamped and unknown_fields are left 0: the
- * caller restores the figures of the conversion it repeats. Sets repeated.
- * Reads the rows segment only (s: the session's mapping). Errors: -ENOMEM.
+ * The figures of a repeat of the n rows the cluster published last, without
+ * the rows: r is reset, then n, timestamp_ns and arrival_ns (of
+ * timestamp_ns under lim->recv_ns, bf_rollup_arrival; timestamp_clamped set
+ * as the conversion would) are filled and repeated is set; r->rows and
+ * r->fp_refs are left as they are (not this rollup's). needs_in, merged,
+ * priorities_clamped and unknown_fields are left 0: the caller restores the
+ * figures of the conversion it repeats. The ingest thread then republishes
+ * the same extent with arrival_ns in the cluster row
+ * (bf_cluster_rec.rows_arrival_ns): no row is copied (issue 18 target 3).
+ * Pure.
+ */
+void bf_rollup_repeat_meta(uint32_t n, int64_t timestamp_ns, const struct bf_rollup_limits *lim,
+                           struct bf_rollup *r);
+
+/*
+ * bf_rollup_repeat_meta, plus the rows as readers see them after that
+ * republish (bf_needs_copy applies rows_arrival_ns): the n rows published at
+ * rows_off, every one carrying arrival_ns, and their fingerprint refs
+ * (fp_refs, n entries, copied). The reference the unit tests and
+ * fuzz_rollup compare with the full conversion of the repeated bytes.
+ * Reads the rows segment only (s: a mapping of it). Errors: -ENOMEM.
  */
 int bf_rollup_repeat(const struct bf_shm *s, uint32_t rows_off, uint32_t n, const uint32_t *fp_refs,
                      int64_t timestamp_ns, const struct bf_rollup_limits *lim, struct bf_rollup *r);

@@ -430,8 +430,10 @@ void bf_cluster_write(struct bf_shm *s, uint32_t idx, const struct bf_cluster_re
 /*
  * Copies the cluster's published rows into out (up to max rows): reads the
  * row under its seqlock, copies rows with atomic word loads, re-checks the
- * seq. Returns the row count (which may exceed max: call again with a bigger
- * buffer), -EAGAIN after bounded retries, -ERANGE.
+ * seq; a nonzero rec->rows_arrival_ns replaces every copied row's
+ * arrival_ns (a republished repeat, shm_layout.h). Returns the row count
+ * (which may exceed max: call again with a bigger buffer), -EAGAIN after
+ * bounded retries, -ERANGE.
  */
 int bf_needs_copy(const struct bf_shm *s, uint32_t idx, struct bf_cluster_rec *rec,
                   struct bf_need_row *out, uint32_t max);
@@ -479,8 +481,9 @@ int bf_stamp_prune(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref);
  * When a machine for the key reaches Configured: if the stamp is live and
  * its epoch was not observed yet, marks it observed (compare-and-swap) and
  * returns 1 with *latency_ns = now_ns - first_seen (observe once, even when
- * executor and reconciler both see the completion); else 0 (no stamp, a
- * pruned one, or already observed). [executor, reconciler]
+ * executor and reconciler both see the completion) and moves
+ * needs->stamps_observed; else 0 (no stamp, a pruned one, or already
+ * observed). [executor, reconciler]
  */
 int bf_stamp_observe(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref, int64_t now_ns,
                      int64_t *latency_ns);

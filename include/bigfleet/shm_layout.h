@@ -44,7 +44,7 @@
 #include "bigfleet/model.h"
 
 #define BF_SHM_MAGIC          0x3148534c46474942ULL /* "BIGFLSH1" little-endian */
-#define BF_SHM_LAYOUT_VERSION 4u
+#define BF_SHM_LAYOUT_VERSION 5u
 #define BF_CACHELINE          64
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "need lock-free 64-bit atomics in shared memory");
@@ -263,6 +263,12 @@ struct bf_needs_meta {
     _Atomic uint64_t change_counter; /* [W: session] bumped after every publish */
     _Atomic uint32_t n_clusters;     /* [W: session] rows [0, n) ever used */
     _Atomic uint32_t rows_used;      /* [W: session] live rows across clusters */
+    uint32_t pad;
+    /* [W: executor, reconciler] +1 after every recorded provisioning-latency
+     * observation (bf_stamp_observe): while it has not moved, no stamp was
+     * observed, so touching the stamps of an unchanged set of fingerprints
+     * again would change nothing (the session skips it) */
+    _Atomic uint64_t stamps_observed;
 };
 
 /*
@@ -290,7 +296,13 @@ struct bf_cluster_rec {
     uint64_t rollups_quarantined; /* held by rail 2 */
     int64_t connected_since_ns;
     int64_t last_rollup_timestamp_ns; /* ClusterCapacityNeeds.timestamp_unix_nanos */
-    uint64_t reserved[5];
+    /* Arrival of every row of the extent when nonzero, in place of the rows'
+     * own arrival_ns: a rollup that repeated the previous one is republished
+     * on the same extent (rows untouched, generation + 1) with its new
+     * arrival here. 0: each row carries its own arrival_ns. bf_needs_copy
+     * applies it, so readers that copy rows through it see the arrival. */
+    int64_t rows_arrival_ns;
+    uint64_t reserved[4];
 };
 _Static_assert(sizeof(struct bf_cluster_rec) == 120, "cluster payload changed");
 #define BF_CLUSTER_WORDS 15

@@ -25,6 +25,12 @@
  *     replaced rows' fingerprints the rollup no longer carries (Go's
  *     observeRolledUpDemand), and the cycle is woken. A held (rail 2)
  *     rollup publishes only its counters and the first-rollup gate.
+ *   - A rollup that repeats the cluster's last accepted one (same digest,
+ *     same published rows and limits: struct repeat_memo) is republished on
+ *     the same extent with generation + 1 and its arrival in the cluster
+ *     row (rows_arrival_ns): no row is decoded or copied. Stamps are not
+ *     touched again while the fingerprint list is unchanged and no stamp
+ *     was observed since the last touch (needs->stamps_observed).
  *     Rejected rollups publish rollups_rejected and leave demand untouched.
  *   - The allocator is private to this thread and rebuilt from the
  *     published rows when the thread starts. When no contiguous run is
@@ -66,14 +72,19 @@ struct job {
  * that rollup produced (same name, same generation, same row count) and the
  * limits that shaped them are unchanged. */
 struct repeat_memo {
-    uint64_t lo, hi; /* bf_rollup_digest; hi 0 = none */
-    uint32_t name_ref, generation, n;
+    uint64_t lo, hi;                  /* bf_rollup_digest; hi 0 = none */
+    uint32_t name_ref, generation, n; /* fp_refs describe these published rows */
     uint32_t needs_in, merged, priorities_clamped;
     uint64_t unknown_fields;
     uint32_t max_rows, max_groups;
     int32_t max_priority;
     uint32_t *fp_refs; /* n fingerprint refs (malloc'd; capacity fp_cap) */
     uint32_t fp_cap;
+    /* every stamp of fp_refs was touched successfully while
+     * needs->stamps_observed read stamps_observed: while it has not moved,
+     * touching the same fingerprints again changes nothing */
+    bool stamps_current;
+    uint64_t stamps_observed;
 };
 
 struct ingest {
@@ -189,10 +200,11 @@ static int cmp_u32(const void *a, const void *b)
 
 /* Go's observeRolledUpDemand prunes the first-seen stamps of fingerprints a
  * cluster no longer demands: the fingerprints of the rows being replaced
- * (old_off, old_n; still intact until the extent is released) that the
- * accepted rollup (ig->conv) does not carry lose their stamp. */
+ * (old_fps when the memo has them, else read from the rows at old_off,
+ * old_n, still intact until the extent is released) that the accepted
+ * rollup (ig->conv) does not carry lose their stamp. */
 static void prune_absent_stamps(struct ingest *ig, uint32_t cluster_ref, uint32_t old_off,
-                                uint32_t old_n)
+                                uint32_t old_n, const uint32_t *old_fps)
 {
     const struct bf_rollup *cv = &ig->conv;
     if (!old_n)
@@ -206,7 +218,7 @@ static void prune_absent_stamps(struct ingest *ig, uint32_t cluster_ref, uint32_
     }
     if (!ig->cache)
         ig->cache = bf_blob_cache_new();
-    if (cv->n > ig->fps_cap || !ig->cache || ensure_tmp(ig, old_n) != 0) {
+    if (cv->n > ig->fps_cap || !ig->cache || (!old_fps && ensure_tmp(ig, old_n) != 0)) {
         if (!ig->prune_failed_logged)
             BF_ERROR("provisioning-latency stamps of withdrawn demand not pruned (out of memory)",
                      "rows=%u", old_n);
@@ -216,12 +228,19 @@ static void prune_absent_stamps(struct ingest *ig, uint32_t cluster_ref, uint32_
     if (cv->n)
         memcpy(ig->fps, cv->fp_refs, (size_t)cv->n * sizeof *ig->fps);
     qsort(ig->fps, cv->n, sizeof *ig->fps, cmp_u32);
-    bf_needs_copy_rows(ig->shm, old_off, old_n, ig->tmp);
+    if (!old_fps)
+        bf_needs_copy_rows(ig->shm, old_off, old_n, ig->tmp);
     for (uint32_t i = 0; i < old_n; i++) {
-        const struct bf_nprofile *np = bf_nprofile_get(ig->cache, ig->shm, ig->tmp[i].profile_ref);
-        if (!np || !np->fingerprint_ref)
+        uint32_t fp = 0;
+        if (old_fps) {
+            fp = old_fps[i];
+        } else {
+            const struct bf_nprofile *np =
+                bf_nprofile_get(ig->cache, ig->shm, ig->tmp[i].profile_ref);
+            fp = np ? np->fingerprint_ref : 0;
+        }
+        if (!fp)
             continue;
-        uint32_t fp = np->fingerprint_ref;
         if (!cv->n || !bsearch(&fp, ig->fps, cv->n, sizeof fp, cmp_u32))
             bf_stamp_prune(ig->shm, cluster_ref, fp);
     }
@@ -385,9 +404,10 @@ count:
 
 /* The unchanged-rollup path: when this rollup's digest equals the last
  * accepted one's and the cluster's published rows are still the rows that
- * rollup produced under the same limits, fill ig->conv from those rows (new
- * arrival) instead of converting. The figures of the repeated conversion
- * are counted again, as a conversion would. */
+ * rollup produced under the same limits, fill ig->conv's figures (n, the new
+ * arrival; no rows) instead of converting: process() republishes the same
+ * extent. The figures of the repeated conversion are counted again, as a
+ * conversion would. */
 static bool repeat(struct ingest *ig, uint32_t cidx, const struct job *j,
                    const struct bf_cluster_rec *rec, const struct bf_rollup_digest *dg)
 {
@@ -399,8 +419,11 @@ static bool repeat(struct ingest *ig, uint32_t cidx, const struct job *j,
         lim.max_priority != m->max_priority)
         return false;
     struct bf_rollup *cv = &ig->conv;
-    if (bf_rollup_repeat(ig->shm, rec->rows_off, m->n, m->fp_refs, dg->timestamp_ns, &lim, cv))
-        return false; /* out of memory: the conversion reports it */
+    bf_rollup_repeat_meta(m->n, dg->timestamp_ns, &lim, cv);
+    if (!cv->arrival_ns) {
+        cv->repeated = false; /* rows_arrival_ns 0 means "the rows' own": convert */
+        return false;
+    }
     cv->needs_in = m->needs_in;
     cv->merged = m->merged;
     cv->priorities_clamped = m->priorities_clamped;
@@ -507,21 +530,41 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
         rc = -ENOSPC;
         goto out;
     }
+    /* the fingerprints of the published rows, when the memo describes them:
+     * the same list again (a repeat, or a change of quantities only) prunes
+     * nothing, and touches nothing while no stamp was observed */
+    struct repeat_memo *m = ig->memo[cidx];
+    bool memo_current = m && m->name_ref == rec.name_ref && m->generation == rec.generation &&
+                        m->n == rec.rows_count;
+    const uint32_t *fps = cv->repeated ? m->fp_refs : cv->fp_refs;
+    bool same_fps =
+        cv->repeated ||
+        (memo_current && m->n == cv->n &&
+         (!cv->n || !memcmp(m->fp_refs, cv->fp_refs, (size_t)cv->n * sizeof *cv->fp_refs)));
+    uint64_t observed = BF_SHARED_LOAD(s->needs->stamps_observed);
+    bool touch = !(same_fps && m->stamps_current && m->stamps_observed == observed);
     uint32_t off = 0;
-    if ((rc = alloc_rows(ig, cidx, rec.rows_off, rec.rows_count, cv->n, &off)) != 0) {
-        snprintf(err, sizeof err,
-                 "no contiguous run of %u rows in the need-row arena (%u free of %u)", cv->n,
-                 ig->arena.free_rows, ig->arena.capacity);
-        reject(ig, cidx, j, rc, err);
-        goto out;
+    if (!cv->repeated) { /* a repeat keeps its extent: the rows are the same */
+        if ((rc = alloc_rows(ig, cidx, rec.rows_off, rec.rows_count, cv->n, &off)) != 0) {
+            snprintf(err, sizeof err,
+                     "no contiguous run of %u rows in the need-row arena (%u free of %u)", cv->n,
+                     ig->arena.free_rows, ig->arena.capacity);
+            reject(ig, cidx, j, rc, err);
+            goto out;
+        }
+        if (cv->n)
+            bf_shm_store_words(&s->rows[off], cv->rows, (size_t)cv->n * sizeof(struct bf_need_row));
     }
-    if (cv->n)
-        bf_shm_store_words(&s->rows[off], cv->rows, (size_t)cv->n * sizeof(struct bf_need_row));
     pthread_mutex_lock(&ct->mu);
     struct bf_cluster_rec *r = &ct->rec[cidx];
     uint32_t old_off = r->rows_off, old_n = r->rows_count;
-    r->rows_off = cv->n ? off : 0;
-    r->rows_count = cv->n;
+    if (cv->repeated) {
+        r->rows_arrival_ns = cv->arrival_ns; /* rows_off, rows_count unchanged */
+    } else {
+        r->rows_off = cv->n ? off : 0;
+        r->rows_count = cv->n;
+        r->rows_arrival_ns = 0; /* the rows carry it */
+    }
     r->generation++;
     r->accepted_rows = baseline;
     r->quarantine_held = 0;
@@ -532,10 +575,11 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
     uint32_t generation = r->generation;
     bf_ctab_publish_locked(ct, cidx);
     pthread_mutex_unlock(&ct->mu);
+    if (!same_fps)
+        prune_absent_stamps(ig, rec.name_ref, old_off, old_n, memo_current ? m->fp_refs : NULL);
     remember(ig, cidx, j, &rec, &dg, generation);
-    if (!cv->repeated) /* a repeat carries the same fingerprints */
-        prune_absent_stamps(ig, rec.name_ref, old_off, old_n);
-    if (bf_arena_release(&ig->arena, old_off, old_n) != 0)
+    m = ig->memo[cidx];
+    if (!cv->repeated && bf_arena_release(&ig->arena, old_off, old_n) != 0)
         BF_ERROR("need-row arena: releasing a published extent failed (allocator state "
                  "inconsistent)",
                  "cluster=%s off=%u rows=%u", cid, old_off, old_n);
@@ -543,13 +587,20 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
     BF_SHARED_STORE(s->needs->rows_used, (uint32_t)after);
     BF_SHARED_BUMP(s->needs->change_counter);
     int64_t now = bf_now_ns();
-    for (uint32_t i = 0; i < cv->n; i++) {
-        if (bf_stamp_touch(s, rec.name_ref, cv->fp_refs[i], now) != 0 && !ig->stamps_full_logged) {
+    bool stamped = true;
+    for (uint32_t i = 0; touch && i < cv->n; i++) {
+        if (bf_stamp_touch(s, rec.name_ref, fps[i], now) != 0) {
+            stamped = false;
+            if (!ig->stamps_full_logged)
+                BF_ERROR("provisioning-latency stamp table is full; new (cluster, fingerprint) "
+                         "pairs are not timed",
+                         "capacity=%u", s->stamp_mask + 1);
             ig->stamps_full_logged = true;
-            BF_ERROR("provisioning-latency stamp table is full; new (cluster, fingerprint) "
-                     "pairs are not timed",
-                     "capacity=%u", s->stamp_mask + 1);
         }
+    }
+    if (m && m->generation == generation) { /* the memo describes what was just published */
+        m->stamps_current = touch ? stamped : m->stamps_current;
+        m->stamps_observed = observed;
     }
     bf_wake(s, BF_ROLE_CYCLE);
     BF_STAT_INC(stats(ig)->rollups_accepted);

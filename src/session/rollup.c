@@ -15,9 +15,13 @@
  *     interns nothing. The cache is bounded (cleared when it grows past
  *     PCACHE_MAX_*), private to the one thread that converts rollups.
  *   - Resource maps are read from the wire (map entries: key 1, value 2;
- *     a missing key or value is ""), copied NUL-terminated, parsed as
- *     Kubernetes quantities (negative ones reject) and placed at their
- *     registered dimension.
+ *     a missing key or value is ""), kept as pointers into the rollup,
+ *     parsed as Kubernetes quantities (negative ones reject) and placed at
+ *     their registered dimension. Operators repeat the same names and
+ *     quantities on every Need: per conversion, whole entries, names and
+ *     quantities already resolved are looked up in small memos (struct
+ *     scratch) instead of being validated, looked up and parsed again
+ *     (issue 18 target 3).
  *   - Duplicate (profile, group) rows are merged (header contract).
  *   - Nothing is written to shared memory except interned strings; the
  *     caller publishes rows. Dimension names the registry lacks are only
@@ -40,7 +44,6 @@
 #include <xxhash.h>
 
 #include "bigfleet/blobs.h"
-#include "bigfleet/hmap.h"
 #include "bigfleet/pbdecode.h"
 #include "bigfleet/opmsg.h"
 #include "bigfleet/rollup.h"
@@ -58,64 +61,118 @@
 #define PCACHE_MAX_BYTES   (64u << 20)
 
 /* XXH3-64 of the key bytes -> where the bytes are and what they interned
- * to (bigfleet/hmap.h keyed by the hash; the bytes are compared on a hit, so
- * two keys with one hash only evict each other: a miss, never a wrong hit) */
+ * to; the bytes are compared on a hit, so two keys with one hash only evict
+ * each other: a miss, never a wrong hit. Entries sit in insertion order in
+ * one array (operators send their Needs in the same order every rollup, so
+ * consecutive lookups read neighbouring entries and neighbouring key
+ * bytes); the open-addressed index holds only entry numbers (4 bytes a
+ * slot, load <= 1/2), so a 50K-profile cache probes a table that stays in
+ * cache instead of one 40-byte slot per probe. */
 struct pc_ent {
+    uint64_t h;
     uint64_t off; /* key bytes in store */
     uint32_t len;
     uint32_t profile_ref;
     uint32_t fp_ref;
+    uint32_t pad;
 };
-static inline uint64_t pc_hash(uint64_t h)
-{
-    return h; /* already XXH3 */
-}
-BF_HMAP_DEFINE(pc_map, uint64_t, struct pc_ent, pc_hash, BF_HMAP_EQ)
 
 struct pcache {
-    struct pc_map t;
+    uint32_t *idx; /* entry number + 1; 0 = empty */
+    uint32_t mask;
+    struct pc_ent *ents;
+    uint32_t n, cap;
     uint8_t *store;
-    size_t used, cap;
+    size_t used, scap;
 };
 
 static void pcache_clear(struct pcache *c)
 {
-    pc_map_free(&c->t);
+    free(c->idx);
+    free(c->ents);
     free(c->store);
     memset(c, 0, sizeof *c);
+}
+
+/* The index slot holding h's entry, or the empty slot where it would go. */
+static uint32_t *pcache_slot(const struct pcache *c, uint64_t h)
+{
+    uint32_t i = (uint32_t)(h >> 32) & c->mask;
+    while (c->idx[i] && c->ents[c->idx[i] - 1].h != h)
+        i = (i + 1) & c->mask;
+    return &c->idx[i];
 }
 
 static bool pcache_get(const struct pcache *c, uint64_t h, const uint8_t *k, size_t len,
                        uint32_t *pref, uint32_t *fref)
 {
-    const struct pc_ent *e = pc_map_ref(&c->t, h);
-    if (!e || e->len != len || (len && memcmp(c->store + e->off, k, len) != 0))
+    if (!c->idx)
         return false;
-    *pref = e->profile_ref;
-    *fref = e->fp_ref;
+    uint32_t e = *pcache_slot(c, h);
+    if (!e)
+        return false;
+    const struct pc_ent *x = &c->ents[e - 1];
+    if (x->len != len || (len && memcmp(c->store + x->off, k, len) != 0))
+        return false;
+    *pref = x->profile_ref;
+    *fref = x->fp_ref;
     return true;
+}
+
+static int pcache_grow(struct pcache *c)
+{
+    if (c->n + 1 > c->cap) {
+        uint32_t ncap = c->cap ? 2 * c->cap : 1024;
+        struct pc_ent *ne = realloc(c->ents, (size_t)ncap * sizeof *ne);
+        if (!ne)
+            return -ENOMEM;
+        c->ents = ne;
+        c->cap = ncap;
+    }
+    if (!c->idx || 2 * ((uint64_t)c->n + 1) > (uint64_t)c->mask + 1) {
+        uint32_t nslots = c->idx ? 2 * (c->mask + 1) : 4096;
+        uint32_t *ni = calloc(nslots, sizeof *ni);
+        if (!ni)
+            return -ENOMEM;
+        free(c->idx);
+        c->idx = ni;
+        c->mask = nslots - 1;
+        for (uint32_t e = 0; e < c->n; e++)
+            *pcache_slot(c, c->ents[e].h) = e + 1;
+    }
+    return 0;
 }
 
 static void pcache_put(struct pcache *c, uint64_t h, const uint8_t *k, size_t len, uint32_t pref,
                        uint32_t fref)
 {
-    if (c->t.n + 1 > PCACHE_MAX_ENTRIES || c->used + len > PCACHE_MAX_BYTES)
+    if (c->n + 1 > PCACHE_MAX_ENTRIES || c->used + len > PCACHE_MAX_BYTES)
         pcache_clear(c);
-    if (pc_map_reserve(&c->t, c->t.n + 1))
+    if (pcache_grow(c))
         return; /* a cache: losing an entry is harmless */
-    if (c->used + len > c->cap || !c->store) {
-        size_t ncap = c->cap ? c->cap : 65536;
+    if (c->used + len > c->scap || !c->store) {
+        size_t ncap = c->scap ? c->scap : 65536;
         while (ncap < c->used + len)
             ncap *= 2;
         uint8_t *ns = realloc(c->store, ncap);
         if (!ns)
             return;
         c->store = ns;
-        c->cap = ncap;
+        c->scap = ncap;
     }
     if (len)
         memcpy(c->store + c->used, k, len);
-    pc_map_put(&c->t, h, (struct pc_ent){c->used, (uint32_t)len, pref, fref});
+    uint32_t *slot = pcache_slot(c, h);
+    if (*slot) { /* the same hash: this key replaces the other */
+        struct pc_ent *x = &c->ents[*slot - 1];
+        x->off = c->used;
+        x->len = (uint32_t)len;
+        x->profile_ref = pref;
+        x->fp_ref = fref;
+    } else {
+        c->ents[c->n] = (struct pc_ent){h, c->used, (uint32_t)len, pref, fref, 0};
+        *slot = ++c->n;
+    }
     c->used += len;
 }
 
@@ -131,7 +188,6 @@ void bf_rollup_free(struct bf_rollup *r)
     free(r->rows);
     free(r->fp_refs);
     free(r->dkeys);
-    free(r->dvals);
     free(r->gset);
     if (r->pcache) {
         pcache_clear(r->pcache);
@@ -166,10 +222,8 @@ static int reset_dedup(struct bf_rollup *r, uint32_t n)
         want *= 2;
     if (r->dmask + 1 != want || !r->dkeys) {
         free(r->dkeys);
-        free(r->dvals);
         r->dkeys = calloc(want, sizeof *r->dkeys);
-        r->dvals = calloc(want, sizeof *r->dvals);
-        if (!r->dkeys || !r->dvals)
+        if (!r->dkeys)
             return -ENOMEM;
         r->dmask = want - 1;
     } else {
@@ -213,44 +267,118 @@ bool bf_dim_is_reserved(const char *name)
 
 /* ------------------------------------------------------------ helpers */
 
-/* Scratch for one resource map: up to MAP_MAX entries, strings copied. */
+/* One resource map of a Need: up to MAP_MAX entries, pointing into the
+ * rollup's bytes (nothing copied). */
 #define MAP_MAX 64
+struct kv {
+    const uint8_t *k, *v;
+    uint32_t kl, vl;
+    const uint8_t *raw; /* the entry's bytes (entry memo key) */
+    uint32_t rawl, h;
+    int dim; /* >= 0: resolved by the entry memo (milli set); -1: k and v */
+    int64_t milli;
+};
 struct kvbuf {
     uint32_t n;
-    char *strs;
-    size_t used, cap;
-    size_t off[MAP_MAX][2];
+    struct kv e[MAP_MAX];
 };
 
-static int kv_addstr(struct kvbuf *b, const uint8_t *p, size_t len, size_t *off)
+/* Per conversion, what operators repeat on every Need: resource names
+ * already validated and found in the registry (a registered name keeps its
+ * index), and quantities already parsed (valid, non-negative). Keys point
+ * into the rollup's bytes, alive for the conversion; a lookup compares the
+ * bytes, so a miss only costs the full path. */
+#define NAME_MEMO      16
+#define QTY_MEMO       64  /* direct-mapped */
+#define ENTRY_MEMO     256 /* direct-mapped */
+#define ENTRY_MEMO_LEN 64  /* longest entry remembered */
+struct name_memo {
+    const uint8_t *p;
+    uint32_t len;
+    int dim;
+};
+struct qty_memo {
+    const uint8_t *p;
+    uint32_t len;
+    int64_t milli;
+};
+/* a whole map entry's bytes (name and quantity) -> its registered
+ * dimension and milli value: one lookup for an entry seen before */
+struct entry_memo {
+    const uint8_t *p;
+    uint32_t len;
+    int dim;
+    int64_t milli;
+};
+
+struct scratch {
+    uint8_t *key;
+    size_t klen, kcap;
+    struct kvbuf agg, mu;
+    uint32_t n_names;
+    struct name_memo names[NAME_MEMO];
+    struct qty_memo qty[QTY_MEMO];
+    struct entry_memo ent[ENTRY_MEMO];
+};
+
+static bool has_nul(const uint8_t *p, uint32_t len)
 {
-    if (b->used + len + 1 > b->cap) {
-        size_t ncap = b->cap ? b->cap : 1024;
-        while (ncap < b->used + len + 1)
-            ncap *= 2;
-        char *ns = realloc(b->strs, ncap);
-        if (!ns)
-            return -ENOMEM;
-        b->strs = ns;
-        b->cap = ncap;
-    }
-    memcpy(b->strs + b->used, p, len);
-    b->strs[b->used + len] = 0;
-    *off = b->used;
-    b->used += len + 1;
-    return 0;
+    if (len > 16)
+        return memchr(p, 0, len) != NULL;
+    for (uint32_t i = 0; i < len; i++)
+        if (!p[i])
+            return true;
+    return false;
 }
 
-/* Parses one map entry (key 1, value 2) into b. */
-static int kv_entry(struct kvbuf *b, const uint8_t *p, size_t len, const char *map, uint32_t need,
-                    char *err, size_t errlen)
+static bool bytes_eq(const uint8_t *a, const uint8_t *b, uint32_t len)
 {
+    if (len > 16)
+        return memcmp(a, b, len) == 0;
+    for (uint32_t i = 0; i < len; i++)
+        if (a[i] != b[i])
+            return false;
+    return true;
+}
+
+static uint32_t entry_hash(const uint8_t *p, uint32_t len)
+{
+    uint32_t h = 2166136261u ^ len;
+    for (uint32_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 16777619u;
+    return h ^ h >> 15;
+}
+
+/* Parses one map entry (key 1, value 2) into b: an entry whose bytes the
+ * memo holds (it passed every check before) is taken resolved. */
+static int kv_entry(struct scratch *sc, struct kvbuf *b, const uint8_t *p, size_t len,
+                    const char *map, uint32_t need, char *err, size_t errlen)
+{
+    uint32_t h = 0;
+    if (len <= ENTRY_MEMO_LEN && b->n < MAP_MAX) {
+        h = entry_hash(p, (uint32_t)len);
+        const struct entry_memo *m = &sc->ent[h & (ENTRY_MEMO - 1)];
+        if (m->p && m->len == len && bytes_eq(m->p, p, (uint32_t)len)) {
+            b->e[b->n++] = (struct kv){.dim = m->dim, .milli = m->milli};
+            return 0;
+        }
+    }
+    const uint8_t *k = (const uint8_t *)"", *v = (const uint8_t *)"";
+    size_t kl = 0, vl = 0;
+    int rc = 0;
+    /* the encoding every protobuf library writes: key then value, one-byte
+     * lengths; anything else takes the general reader (the same result) */
+    if (len >= 4 && p[0] == 0x0a && p[1] < 0x80 && (size_t)p[1] + 4 <= len && p[2 + p[1]] == 0x12 &&
+        p[3 + p[1]] < 0x80 && (size_t)p[1] + p[3 + p[1]] + 4 == len) {
+        k = p + 2;
+        kl = p[1];
+        v = p + 4 + kl;
+        vl = p[3 + kl];
+        goto parsed;
+    }
     struct bf_pb_reader r;
     struct bf_pb_field f;
     bf_pb_reader_init(&r, p, len);
-    const uint8_t *k = (const uint8_t *)"", *v = (const uint8_t *)"";
-    size_t kl = 0, vl = 0;
-    int rc;
     while ((rc = bf_pb_next(&r, &f)) == 1) {
         if (f.num == 1 || f.num == 2) {
             if (f.wt != BF_PB_LEN) {
@@ -270,7 +398,8 @@ static int kv_entry(struct kvbuf *b, const uint8_t *p, size_t len, const char *m
         ERR("need %u: %s: malformed map entry", need, map);
         return -EBADMSG;
     }
-    if (memchr(k, 0, kl) || memchr(v, 0, vl)) {
+parsed:
+    if (has_nul(k, (uint32_t)kl) || has_nul(v, (uint32_t)vl)) {
         ERR("need %u: %s: NUL byte in a resource name or quantity", need, map);
         return -EINVAL;
     }
@@ -278,43 +407,78 @@ static int kv_entry(struct kvbuf *b, const uint8_t *p, size_t len, const char *m
         ERR("need %u: %s: more than %d entries", need, map, MAP_MAX);
         return -EINVAL;
     }
-    if (kv_addstr(b, k, kl, &b->off[b->n][0]) || kv_addstr(b, v, vl, &b->off[b->n][1]))
-        return -ENOMEM;
-    b->n++;
+    b->e[b->n++] = (struct kv){k, v, (uint32_t)kl, (uint32_t)vl, p, (uint32_t)len, h, -1, 0};
     return 0;
+}
+
+static const struct name_memo *name_find(const struct scratch *sc, const uint8_t *p, uint32_t len)
+{
+    for (uint32_t i = 0; i < sc->n_names; i++)
+        if (sc->names[i].len == len && bytes_eq(sc->names[i].p, p, len))
+            return &sc->names[i];
+    return NULL;
+}
+
+static struct qty_memo *qty_slot(struct scratch *sc, const uint8_t *p, uint32_t len)
+{
+    uint32_t h = len * 0x9e3779b1u ^ (uint32_t)p[0] * 0x85ebca6bu ^ (uint32_t)p[len - 1] * 31u ^
+                 (uint32_t)p[len / 2] * 7u;
+    return &sc->qty[(h ^ h >> 11) & (QTY_MEMO - 1)];
 }
 
 /* The map as a vector over the registered dimensions; names the registry
  * lacks go to r->new_dims (their values are still validated). */
-static int kv_vec(struct bf_shm *s, struct bf_rollup *r, struct kvbuf *b, bf_vec *out,
-                  const char *map, uint32_t need, char *err, size_t errlen)
+static int kv_vec(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc, const struct kvbuf *b,
+                  bf_vec *out, const char *map, uint32_t need, char *err, size_t errlen)
 {
     bf_vec_zero(out);
     for (uint32_t i = 0; i < b->n; i++) {
-        const char *key = b->strs + b->off[i][0];
-        const char *val = b->strs + b->off[i][1];
-        size_t kl = strlen(key);
-        if (kl == 0) {
-            ERR("need %u: %s: empty resource name", need, map);
-            return -EINVAL;
+        const struct kv *e = &b->e[i];
+        if (e->dim >= 0) {
+            out->v[e->dim] = e->milli; /* a duplicate key: last wins */
+            continue;
         }
-        if (kl >= BF_DIM_NAME_MAX) {
-            ERR("need %u: %s: resource name of %zu bytes (at most %d)", need, map, kl,
-                BF_DIM_NAME_MAX - 1);
-            return -EINVAL;
+        const struct name_memo *nm = name_find(sc, e->k, e->kl);
+        char key[BF_DIM_NAME_MAX];
+        int kl = (int)e->kl, vl = (int)e->vl;
+        if (!nm) {
+            if (kl == 0) {
+                ERR("need %u: %s: empty resource name", need, map);
+                return -EINVAL;
+            }
+            if (kl >= BF_DIM_NAME_MAX) {
+                ERR("need %u: %s: resource name of %d bytes (at most %d)", need, map, kl,
+                    BF_DIM_NAME_MAX - 1);
+                return -EINVAL;
+            }
+            memcpy(key, e->k, (size_t)kl);
+            key[kl] = 0;
         }
         int64_t milli;
-        int rc = bf_quantity_parse(val, strlen(val), &milli);
-        if (rc) {
-            ERR("need %u: %s: resource %s: invalid quantity \"%s\"", need, map, key, val);
-            return rc == -ERANGE ? -ERANGE : -EINVAL;
+        struct qty_memo *qm = vl ? qty_slot(sc, e->v, e->vl) : NULL;
+        if (qm && qm->p && qm->len == e->vl && bytes_eq(qm->p, e->v, e->vl)) {
+            milli = qm->milli;
+        } else {
+            int rc = bf_quantity_parse((const char *)e->v, e->vl, &milli);
+            if (rc) {
+                ERR("need %u: %s: resource %.*s: invalid quantity \"%.*s\"", need, map, kl,
+                    (const char *)e->k, vl, (const char *)e->v);
+                return rc == -ERANGE ? -ERANGE : -EINVAL;
+            }
+            if (milli < 0) {
+                ERR("need %u: %s: negative quantity %.*s=%.*s", need, map, kl, (const char *)e->k,
+                    vl, (const char *)e->v);
+                return -EINVAL;
+            }
+            if (qm)
+                *qm = (struct qty_memo){e->v, e->vl, milli};
         }
-        if (milli < 0) {
-            ERR("need %u: %s: negative quantity %s=%s", need, map, key, val);
-            return -EINVAL;
-        }
-        int d = bf_dim_lookup(s, key);
+        int d = nm ? nm->dim : bf_dim_lookup(s, key);
         if (d >= 0) {
+            if (!nm && sc->n_names < NAME_MEMO)
+                sc->names[sc->n_names++] = (struct name_memo){e->k, e->kl, d};
+            if (e->rawl <= ENTRY_MEMO_LEN)
+                sc->ent[e->h & (ENTRY_MEMO - 1)] = (struct entry_memo){e->raw, e->rawl, d, milli};
             out->v[d] = milli; /* a duplicate key: last wins */
             continue;
         }
@@ -328,7 +492,7 @@ static int kv_vec(struct bf_shm *s, struct bf_rollup *r, struct kvbuf *b, bf_vec
                 BF_MAX_DIMS);
             return -E2BIG;
         }
-        memcpy(r->new_dims[r->n_new_dims++], key, kl + 1);
+        memcpy(r->new_dims[r->n_new_dims++], key, (size_t)kl + 1);
     }
     return 0;
 }
@@ -342,12 +506,6 @@ static uint64_t dedup_hash(uint64_t k)
 }
 
 /* ------------------------------------------------------------ conversion */
-
-struct scratch {
-    uint8_t *key;
-    size_t klen, kcap;
-    struct kvbuf agg, mu;
-};
 
 static int key_append(struct scratch *sc, const uint8_t *p, size_t len)
 {
@@ -420,8 +578,8 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
     struct bf_pb_reader rd;
     struct bf_pb_field f;
     sc->klen = 0;
-    sc->agg.n = sc->agg.used = 0;
-    sc->mu.n = sc->mu.used = 0;
+    sc->agg.n = 0;
+    sc->mu.n = 0;
     const uint8_t *group = NULL;
     size_t group_len = 0;
     bool prio_over = false;
@@ -457,13 +615,13 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
         case 2:
             if (f.wt != BF_PB_LEN)
                 goto bad;
-            if ((rc = kv_entry(&sc->agg, f.p, f.len, "aggregate_resources", idx, err, errlen)))
+            if ((rc = kv_entry(sc, &sc->agg, f.p, f.len, "aggregate_resources", idx, err, errlen)))
                 return rc;
             break;
         case 8:
             if (f.wt != BF_PB_LEN)
                 goto bad;
-            if ((rc = kv_entry(&sc->mu, f.p, f.len, "min_unit", idx, err, errlen)))
+            if ((rc = kv_entry(sc, &sc->mu, f.p, f.len, "min_unit", idx, err, errlen)))
                 return rc;
             break;
         case 9:
@@ -484,9 +642,9 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
     }
     /* the vectors first: a bad quantity rejects before anything is interned */
     bf_vec agg, mu;
-    if ((rc = kv_vec(s, r, &sc->agg, &agg, "aggregate_resources", idx, err, errlen)))
+    if ((rc = kv_vec(s, r, sc, &sc->agg, &agg, "aggregate_resources", idx, err, errlen)))
         return rc;
-    if ((rc = kv_vec(s, r, &sc->mu, &mu, "min_unit", idx, err, errlen)))
+    if ((rc = kv_vec(s, r, sc, &sc->mu, &mu, "min_unit", idx, err, errlen)))
         return rc;
     if (prio_over)
         r->priorities_clamped++;
@@ -555,13 +713,20 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
             goto too_many_groups;
     }
 
-    /* merge or append */
-    uint64_t dk = (uint64_t)pref << 32 | gref;
-    uint32_t slot = (uint32_t)dedup_hash(dk) & r->dmask;
-    while (r->dkeys[slot] && r->dkeys[slot] != dk + 1)
-        slot = (slot + 1) & r->dmask;
-    if (r->dkeys[slot]) {
-        struct bf_need_row *row = &r->rows[r->dvals[slot]];
+    /* merge or append: a dedup slot holds a hash tag and the row number + 1
+     * (the row holds the key), so a probe reads one 8-byte slot */
+    uint64_t dh = dedup_hash((uint64_t)pref << 32 | gref);
+    uint32_t tag = (uint32_t)(dh >> 32) | 1u;
+    uint32_t slot = (uint32_t)dh & r->dmask, dup = UINT32_MAX;
+    for (uint64_t v; (v = r->dkeys[slot]) != 0; slot = (slot + 1) & r->dmask) {
+        const struct bf_need_row *x = &r->rows[(uint32_t)v - 1];
+        if ((uint32_t)(v >> 32) == tag && x->profile_ref == pref && x->group_ref == gref) {
+            dup = (uint32_t)v - 1;
+            break;
+        }
+    }
+    if (dup != UINT32_MAX) {
+        struct bf_need_row *row = &r->rows[dup];
         for (int d = 0; d < BF_MAX_DIMS; d++) {
             if (__builtin_add_overflow(row->aggregate[d], agg.v[d], &row->aggregate[d])) {
                 ERR("need %u: aggregate overflows when merged with an identical earlier need", idx);
@@ -573,16 +738,20 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
         r->merged++;
         return 0;
     }
-    r->dkeys[slot] = dk + 1; /* profile refs are never 0xFFFFFFFF:FFFFFFFF */
-    r->dvals[slot] = r->n;
+    r->dkeys[slot] = (uint64_t)tag << 32 | (r->n + 1);
     struct bf_need_row *row = &r->rows[r->n];
-    memset(row, 0, sizeof *row);
+    /* every field written (no memset of the row first) */
+    _Static_assert(sizeof *row == 4 * sizeof(uint32_t) + sizeof(int64_t) + sizeof row->aggregate +
+                                      sizeof row->min_unit + sizeof(uint64_t),
+                   "a need row field this fill does not write");
     row->profile_ref = pref;
     row->group_ref = gref;
     row->cluster_ref = cluster_ref;
+    row->flags = 0;
     row->arrival_ns = r->arrival_ns;
     memcpy(row->aggregate, agg.v, sizeof row->aggregate);
     memcpy(row->min_unit, mu.v, sizeof row->min_unit);
+    row->reserved = 0;
     r->fp_refs[r->n] = fref;
     r->n++;
     return 0;
@@ -629,31 +798,44 @@ int bf_rollup_digest(const uint8_t *buf, size_t len, const struct bf_rollup_dige
     struct bf_pb_field f;
     int rc;
     d->timestamp_ns = 0;
+    /* the bytes between timestamp fields are hashed as runs: the same
+     * digest as field by field (a streaming hash of the concatenation), one
+     * update per run instead of one per Need */
+    const uint8_t *run = buf;
     bf_pb_reader_init(&rd, buf, len);
     while ((rc = bf_pb_next(&rd, &f)) == 1) {
         if (f.num == 2) {
             d->timestamp_ns = (int64_t)f.varint; /* the last one wins, as in the converter */
-            continue;
+            XXH3_128bits_update(&st, run, (size_t)(f.start - run));
+            run = f.end;
         }
-        XXH3_128bits_update(&st, f.start, (size_t)(f.end - f.start));
     }
     if (rc < 0)
         return -EBADMSG;
+    XXH3_128bits_update(&st, run, (size_t)(buf + len - run));
     XXH128_hash_t h = XXH3_128bits_digest(&st);
     d->lo = h.low64;
     d->hi = h.high64 | 1; /* never the all-zero "no digest" */
     return 0;
 }
 
+void bf_rollup_repeat_meta(uint32_t n, int64_t timestamp_ns, const struct bf_rollup_limits *lim,
+                           struct bf_rollup *r)
+{
+    reset_result(r);
+    r->timestamp_ns = timestamp_ns;
+    r->arrival_ns = bf_rollup_arrival(timestamp_ns, lim->recv_ns, &r->timestamp_clamped);
+    r->n = n;
+    r->repeated = true;
+}
+
 int bf_rollup_repeat(const struct bf_shm *s, uint32_t rows_off, uint32_t n, const uint32_t *fp_refs,
                      int64_t timestamp_ns, const struct bf_rollup_limits *lim, struct bf_rollup *r)
 {
-    reset_result(r);
+    bf_rollup_repeat_meta(0, timestamp_ns, lim, r);
     int rc = reserve_rows(r, n ? n : 1);
     if (rc)
         return rc;
-    r->timestamp_ns = timestamp_ns;
-    r->arrival_ns = bf_rollup_arrival(timestamp_ns, lim->recv_ns, &r->timestamp_clamped);
     if (n) {
         bf_needs_copy_rows(s, rows_off, n, r->rows);
         memcpy(r->fp_refs, fp_refs, (size_t)n * sizeof *fp_refs);
@@ -722,8 +904,6 @@ int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const ch
         idx++;
     }
     free(sc.key);
-    free(sc.agg.strs);
-    free(sc.mu.strs);
     if (rc)
         r->n = 0;
     return rc;

@@ -11,6 +11,11 @@
  *    bf_needs_copy re-checks the cluster's seq after copying rows: an extent
  *    can only be reused after the cluster that owned it was re-published, so
  *    a reader racing a reuse always sees its cluster's seq move and retries.
+ *  - A repeated rollup is republished on the same extent (the rows do not
+ *    change) with generation + 1 and its arrival in the cluster row
+ *    (rows_arrival_ns), which bf_needs_copy applies to the copied rows.
+ *  - needs->stamps_observed moves after every recorded observation, so the
+ *    session can tell that no stamp changed state since its last touch.
  */
 #include <errno.h>
 #include <string.h>
@@ -103,8 +108,12 @@ int bf_needs_copy(const struct bf_shm *s, uint32_t idx, struct bf_cluster_rec *r
             return (int)n;
         bf_needs_copy_rows(s, rec->rows_off, n, out);
         atomic_thread_fence(memory_order_acquire);
-        if (atomic_load_explicit(&c->seq, memory_order_relaxed) == seq)
+        if (atomic_load_explicit(&c->seq, memory_order_relaxed) == seq) {
+            if (rec->rows_arrival_ns) /* a republished repeat: one arrival for all */
+                for (uint32_t i = 0; i < n; i++)
+                    out[i].arrival_ns = rec->rows_arrival_ns;
             return (int)n;
+        }
         bf_backoff(t);
     }
     return -EAGAIN;
@@ -216,6 +225,7 @@ int bf_stamp_observe(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref, in
     if (!atomic_compare_exchange_strong_explicit(&s->stamp_observed[i], &cur, e,
                                                  memory_order_acq_rel, memory_order_relaxed))
         return 0;
+    atomic_fetch_add_explicit(&s->needs->stamps_observed, 1, memory_order_release);
     *latency_ns = now_ns - first;
     return 1;
 }

@@ -780,6 +780,240 @@ START_TEST(repeat_rebuilds_the_published_rows_with_the_new_arrival)
 }
 END_TEST
 
+/* Issue 18: the ingest thread republishes a repeat on the same extent with
+ * its arrival in the cluster row; a reader copying through bf_needs_copy
+ * gets exactly the rows the full conversion of the repeated bytes gives. */
+START_TEST(republished_repeat_reads_back_through_needs_copy_as_the_full_conversion)
+{
+    struct nb b[2];
+    nb_init(&b[0], 7);
+    nb_req(&b[0], BF_LABEL_INSTANCE_TYPE, 1, "m6i.large", NULL);
+    nb_agg(&b[0], "cpu", "4");
+    nb_init(&b[1], 3);
+    nb_agg(&b[1], "memory", "1Gi");
+    size_t la, lb;
+    int64_t t1 = 1800000000000000000LL, t2 = t1 + 7 * BF_NS_PER_SEC;
+    uint8_t *a = pack_rollup("c1", t1, b, 2, &la);
+    uint8_t *a2 = pack_rollup("c1", t2, b, 2, &lb);
+    struct bf_rollup full, again, rep;
+    bf_rollup_init(&full);
+    bf_rollup_init(&again);
+    bf_rollup_init(&rep);
+    char err[256] = "";
+    struct bf_rollup_limits lim = open_limits();
+    lim.recv_ns = t2;
+    ck_assert_int_eq(conv(&g_s, a, la, "c1", 1, 100, 0, &full, err, sizeof err), 0);
+    ck_assert_uint_eq(full.n, 2);
+    /* published at row 5 for cluster 0 */
+    bf_shm_store_words(&g_s.rows[5], full.rows, (size_t)full.n * sizeof(struct bf_need_row));
+    struct bf_cluster_rec rec = {
+        .name_ref = 1, .in_use = 1, .rows_off = 5, .rows_count = full.n, .generation = 1};
+    bf_cluster_write(&g_s, 0, &rec);
+    struct bf_need_row out[4];
+    struct bf_cluster_rec got;
+    ck_assert_int_eq(bf_needs_copy(&g_s, 0, &got, out, 4), 2);
+    ck_assert_int_eq(memcmp(out, full.rows, 2 * sizeof *out), 0); /* rows carry t1 */
+    /* the repeat: same extent, generation + 1, the new arrival in the row */
+    bf_rollup_repeat_meta(full.n, t2, &lim, &rep);
+    ck_assert(rep.repeated);
+    ck_assert_uint_eq(rep.n, 2);
+    ck_assert_int_eq(rep.arrival_ns, t2);
+    rec.generation++;
+    rec.rows_arrival_ns = rep.arrival_ns;
+    bf_cluster_write(&g_s, 0, &rec);
+    ck_assert_int_eq(bf_needs_copy(&g_s, 0, &got, out, 4), 2);
+    ck_assert_uint_eq(got.rows_off, 5);
+    ck_assert_int_eq(bf_rollup_convert(&g_s, a2, lb, "c1", 1, &lim, &again, err, sizeof err), 0);
+    ck_assert_uint_eq(again.n, 2);
+    ck_assert_int_eq(memcmp(out, again.rows, 2 * sizeof *out), 0);
+    /* ... which is what bf_rollup_repeat materializes */
+    ck_assert_int_eq(bf_rollup_repeat(&g_s, 5, full.n, full.fp_refs, t2, &lim, &rep), 0);
+    ck_assert_int_eq(memcmp(out, rep.rows, 2 * sizeof *out), 0);
+    /* the shared rows themselves were not written */
+    bf_needs_copy_rows(&g_s, 5, 2, out);
+    ck_assert_int_eq(memcmp(out, full.rows, 2 * sizeof *out), 0);
+    /* a full republish (rows_arrival_ns 0) hands out the rows' own arrival */
+    rec.generation++;
+    rec.rows_arrival_ns = 0;
+    bf_cluster_write(&g_s, 0, &rec);
+    ck_assert_int_eq(bf_needs_copy(&g_s, 0, &got, out, 4), 2);
+    ck_assert_int_eq(out[0].arrival_ns, t1);
+    ck_assert_int_eq(out[1].arrival_ns, t1);
+    bf_rollup_free(&full);
+    bf_rollup_free(&again);
+    bf_rollup_free(&rep);
+    free(a);
+    free(a2);
+}
+END_TEST
+
+/* Wire bytes of a ClusterCapacityNeeds "c1" at ts whose only Need is
+ * `prefix` (a packed CapacityNeed) followed by raw extra fields. */
+static uint8_t *wrap_need(const uint8_t *prefix, size_t pl, const uint8_t *extra, size_t el,
+                          int64_t ts, size_t *len)
+{
+    uint8_t *buf = malloc(64 + pl + el);
+    size_t n = 0, nl = pl + el;
+    buf[n++] = 0x0a, buf[n++] = 2, buf[n++] = 'c', buf[n++] = '1';
+    buf[n++] = 0x10;
+    uint64_t v = (uint64_t)ts;
+    for (; v >= 0x80; v >>= 7)
+        buf[n++] = (uint8_t)(v | 0x80);
+    buf[n++] = (uint8_t)v;
+    buf[n++] = 0x1a;
+    ck_assert_uint_lt(nl, 1u << 14);
+    if (nl >= 0x80) {
+        buf[n++] = (uint8_t)(nl | 0x80);
+        buf[n++] = (uint8_t)(nl >> 7);
+    } else {
+        buf[n++] = (uint8_t)nl;
+    }
+    memcpy(buf + n, prefix, pl);
+    memcpy(buf + n + pl, extra, el);
+    *len = n + nl;
+    return buf;
+}
+
+/* The usual map-entry encoding takes a fast path; every other valid
+ * encoding of the same entry (value first, an over-long length, an unknown
+ * field inside) must convert to the same row, and a resource name or
+ * quantity seen before in the rollup to the same figures. */
+START_TEST(map_entries_in_any_valid_encoding_convert_to_the_same_row)
+{
+    struct nb b;
+    nb_init(&b, 4);
+    nb_req(&b, BF_LABEL_INSTANCE_TYPE, 1, "m6i.large", NULL);
+    size_t pl = bigfleet__v1alpha1__capacity_need__get_packed_size(&b.n);
+    uint8_t *prefix = malloc(pl);
+    bigfleet__v1alpha1__capacity_need__pack(&b.n, prefix);
+    /* field 2 (aggregate_resources) entries: cpu=4, memory=64Gi; field 8
+     * (min_unit): cpu=250m */
+    static const uint8_t canonical[] = {
+        0x12, 8,    0x0a, 3,    'c', 'p', 'u', 0x12, 1,    '4', /* cpu=4 */
+        0x12, 14,   0x0a, 6,    'm', 'e', 'm', 'o',  'r',  'y', 0x12, 4,   '6', '4', 'G',
+        'i',  0x42, 11,   0x0a, 3,   'c', 'p', 'u',  0x12, 4,   '2',  '5', '0', 'm'};
+    static const uint8_t value_first[] = {0x12, 8,   0x12, 1,   '4',  0x0a, 3,    'c', 'p',  'u',
+                                          0x12, 14,  0x12, 4,   '6',  '4',  'G',  'i', 0x0a, 6,
+                                          'm',  'e', 'm',  'o', 'r',  'y',  0x42, 11,  0x12, 4,
+                                          '2',  '5', '0',  'm', 0x0a, 3,    'c',  'p', 'u'};
+    static const uint8_t odd[] = {/* an over-long key length; unknown fields 3 and 4 */
+                                  0x12, 11,   0x0a, 0x83, 0x00, 'c', 'p', 'u',  0x12, 1,    '4',
+                                  0x18, 0x01, 0x12, 14,   0x0a, 6,   'm', 'e',  'm',  'o',  'r',
+                                  'y',  0x12, 4,    '6',  '4',  'G', 'i', 0x42, 13,   0x0a, 3,
+                                  'c',  'p',  'u',  0x12, 4,    '2', '5', '0',  'm',  0x20, 0x07};
+    const uint8_t *enc[3] = {canonical, value_first, odd};
+    size_t encl[3] = {sizeof canonical, sizeof value_first, sizeof odd};
+    struct bf_rollup r[3];
+    char err[256] = "";
+    int64_t t = 1800000000000000000LL;
+    for (int i = 0; i < 3; i++) {
+        size_t len;
+        uint8_t *buf = wrap_need(prefix, pl, enc[i], encl[i], t, &len);
+        bf_rollup_init(&r[i]);
+        ck_assert_msg(conv(&g_s, buf, len, "c1", 1, 100, 0, &r[i], err, sizeof err) == 0, "%d: %s",
+                      i, err);
+        ck_assert_uint_eq(r[i].n, 1);
+        free(buf);
+    }
+    ck_assert_int_eq(r[0].rows[0].aggregate[dim("cpu")], 4000);
+    ck_assert_int_eq(r[0].rows[0].aggregate[dim("memory")], 64LL * 1024 * 1024 * 1024 * 1000);
+    ck_assert_int_eq(r[0].rows[0].min_unit[dim("cpu")], 250);
+    for (int i = 1; i < 3; i++) {
+        ck_assert_int_eq(memcmp(&r[i].rows[0], &r[0].rows[0], sizeof r[0].rows[0]), 0);
+        ck_assert_uint_eq(r[i].fp_refs[0], r[0].fp_refs[0]);
+    }
+    for (int i = 0; i < 3; i++)
+        bf_rollup_free(&r[i]);
+    free(prefix);
+}
+END_TEST
+
+/* Thousands of distinct profiles (the profile cache grows and re-indexes
+ * mid-rollup) with quantities and names repeating across Needs: every row
+ * carries what the quantity parser gives for its own strings, duplicates
+ * still merge, and converting the same bytes again (every profile a cache
+ * hit) gives the same rows. */
+START_TEST(many_profiles_and_repeating_quantities_convert_exactly)
+{
+    shm_fixture_remove();
+    struct bf_shm_caps caps = {.max_machines = 1024, .max_needs = 8192, .max_clusters = 16};
+    shm_fixture_create("session", &caps, 1);
+    enum { N = 3000 };
+    static const char *qs[] = {"1",   "1m",   "1k", "10",  "100m", "1Gi", "1G", "2",
+                               "0.5", "500m", "01", "1.0", "1e3",  "1Ki", "1M", "3"};
+    enum { NQ = sizeof qs / sizeof qs[0] };
+    struct nb *b = calloc(N + 1, sizeof *b);
+    for (int i = 0; i < N; i++) {
+        nb_init(&b[i], i); /* every priority a distinct profile */
+        nb_agg(&b[i], "cpu", qs[i % NQ]);
+        nb_agg(&b[i], "memory", qs[(i * 7 + 3) % NQ]);
+        nb_mu(&b[i], "cpu", qs[(i * 5 + 1) % NQ]);
+    }
+    nb_init(&b[N], 17); /* the same profile as Need 17: merges into it */
+    nb_agg(&b[N], "cpu", "2");
+    nb_mu(&b[N], "cpu", "1k");
+    size_t len;
+    uint8_t *buf = pack_rollup("c1", 1800000000000000000LL, b, N + 1, &len);
+    struct bf_rollup r, again;
+    bf_rollup_init(&r);
+    bf_rollup_init(&again);
+    char err[256] = "";
+    ck_assert_msg(conv(&g_s, buf, len, "c1", 1, N + 1, 0, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_uint_eq(r.n, N);
+    ck_assert_uint_eq(r.merged, 1);
+    int dc = dim("cpu"), dm = dim("memory");
+    for (int i = 0; i < N; i++) {
+        int64_t c, m, u;
+        ck_assert_int_eq(bf_quantity_parse(qs[i % NQ], strlen(qs[i % NQ]), &c), 0);
+        ck_assert_int_eq(bf_quantity_parse(qs[(i * 7 + 3) % NQ], strlen(qs[(i * 7 + 3) % NQ]), &m),
+                         0);
+        ck_assert_int_eq(bf_quantity_parse(qs[(i * 5 + 1) % NQ], strlen(qs[(i * 5 + 1) % NQ]), &u),
+                         0);
+        if (i == 17) {
+            c += 2000;
+            u = u > 1000000 ? u : 1000000;
+        }
+        ck_assert_int_eq(r.rows[i].aggregate[dc], c);
+        ck_assert_int_eq(r.rows[i].aggregate[dm], m);
+        ck_assert_int_eq(r.rows[i].min_unit[dc], u);
+        for (int j = 0; j < i && j < 4; j++)
+            ck_assert_uint_ne(r.rows[i].profile_ref, r.rows[j].profile_ref);
+    }
+    ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, N + 1, 0, &again, err, sizeof err), 0);
+    ck_assert_uint_eq(again.n, r.n);
+    ck_assert_int_eq(memcmp(again.rows, r.rows, (size_t)r.n * sizeof *r.rows), 0);
+    ck_assert_int_eq(memcmp(again.fp_refs, r.fp_refs, (size_t)r.n * sizeof *r.fp_refs), 0);
+    bf_rollup_free(&r);
+    bf_rollup_free(&again);
+    free(buf);
+    free(b);
+}
+END_TEST
+
+/* needs->stamps_observed moves exactly when an observation is recorded:
+ * the session skips re-touching an unchanged fingerprint list only while
+ * it has not moved. */
+START_TEST(stamps_observed_moves_only_when_an_observation_is_recorded)
+{
+    uint64_t o0 = atomic_load(&g_s.needs->stamps_observed);
+    int64_t lat = 0;
+    ck_assert_int_eq(bf_stamp_touch(&g_s, 3, 9, 1000), 0);
+    ck_assert_int_eq(bf_stamp_touch(&g_s, 3, 9, 2000), 0); /* first seen kept */
+    ck_assert_uint_eq(atomic_load(&g_s.needs->stamps_observed), o0);
+    ck_assert_int_eq(bf_stamp_observe(&g_s, 3, 9, 5000, &lat), 1);
+    ck_assert_int_eq(lat, 4000);
+    ck_assert_uint_eq(atomic_load(&g_s.needs->stamps_observed), o0 + 1);
+    ck_assert_int_eq(bf_stamp_observe(&g_s, 3, 9, 6000, &lat), 0); /* once */
+    ck_assert_int_eq(bf_stamp_observe(&g_s, 3, 8, 6000, &lat), 0); /* no stamp */
+    ck_assert_uint_eq(atomic_load(&g_s.needs->stamps_observed), o0 + 1);
+    /* after an observation, a touch re-stamps (what a skipped touch would miss) */
+    ck_assert_int_eq(bf_stamp_touch(&g_s, 3, 9, 7000), 0);
+    ck_assert_int_eq(bf_stamp_observe(&g_s, 3, 9, 9000, &lat), 1);
+    ck_assert_int_eq(lat, 2000);
+    ck_assert_uint_eq(atomic_load(&g_s.needs->stamps_observed), o0 + 2);
+}
+END_TEST
+
 START_TEST(oversized_needs_and_groups_are_rejected_before_interning)
 {
     struct nb b;
@@ -1241,6 +1475,10 @@ static Suite *suite(void)
     tcase_add_test(r, timestamps_in_the_future_or_stale_give_way_to_the_receive_time);
     tcase_add_test(r, unchanged_rollup_digest_ignores_only_the_timestamp);
     tcase_add_test(r, repeat_rebuilds_the_published_rows_with_the_new_arrival);
+    tcase_add_test(r, republished_repeat_reads_back_through_needs_copy_as_the_full_conversion);
+    tcase_add_test(r, map_entries_in_any_valid_encoding_convert_to_the_same_row);
+    tcase_add_test(r, many_profiles_and_repeating_quantities_convert_exactly);
+    tcase_add_test(r, stamps_observed_moves_only_when_an_observation_is_recorded);
     tcase_add_test(r, oversized_needs_and_groups_are_rejected_before_interning);
     tcase_add_test(r, explicit_zero_dimension_converts_like_an_absent_one);
     tcase_add_test(r, duplicate_rows_merge_but_rail2_counts_the_needs_received);
