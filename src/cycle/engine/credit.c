@@ -61,13 +61,6 @@
 
 #include "cycle/engine/engine_internal.h"
 
-#define TRY(x)                                                                                     \
-    do {                                                                                           \
-        int rc_ = (x);                                                                             \
-        if (rc_)                                                                                   \
-            return rc_;                                                                            \
-    } while (0)
-
 /* memcpy of n elements that accepts NULL arrays when n is 0 */
 #define COPY_N(dst, src, n)                                                                        \
     do {                                                                                           \

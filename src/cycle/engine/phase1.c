@@ -33,13 +33,6 @@
 
 #include "cycle/engine/engine_internal.h"
 
-#define TRY(x)                                                                                     \
-    do {                                                                                           \
-        int rc_ = (x);                                                                             \
-        if (rc_)                                                                                   \
-            return rc_;                                                                            \
-    } while (0)
-
 static inline const struct leaflist *list_at(const struct bf_engine *e, uint64_t key)
 {
     uint32_t id = bfe_u64map_get(&e->list_map, key, NONE32);

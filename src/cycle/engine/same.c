@@ -39,13 +39,6 @@
 
 #include "cycle/engine/engine_internal.h"
 
-#define TRY(x)                                                                                     \
-    do {                                                                                           \
-        int rc_ = (x);                                                                             \
-        if (rc_)                                                                                   \
-            return rc_;                                                                            \
-    } while (0)
-
 struct adom {
     uint32_t value; /* domain string id */
     uint32_t count; /* acquirable machines */
