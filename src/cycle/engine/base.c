@@ -320,6 +320,40 @@ static uint32_t lower_bound(const struct slchunk *c, uint32_t slot, sl_cmp_fn cm
     return lo;
 }
 
+/* Doubles chunk ci's capacity (up to SL_CHUNK); NULL when out of memory. */
+static struct slchunk *chunk_grow(struct slotlist *l, uint32_t ci)
+{
+    struct slchunk *c = l->ch[ci];
+    uint32_t nc = c->cap * 2 > SL_CHUNK ? SL_CHUNK : c->cap * 2;
+    struct slchunk *g = realloc(c, sizeof *g + (size_t)nc * sizeof(uint32_t));
+    if (!g)
+        return NULL;
+    g->cap = nc;
+    l->ch[ci] = g;
+    return g;
+}
+
+/* Appends slot after the last element: the last chunk grows, or a new chunk
+ * starts when it is full (a list filled in order keeps full chunks). */
+static int sl_append(struct slotlist *l, uint32_t slot)
+{
+    struct slchunk *c = l->ch[l->nch - 1];
+    if (c->n == c->cap && c->cap < SL_CHUNK) {
+        if (!(c = chunk_grow(l, l->nch - 1)))
+            return -ENOMEM;
+    } else if (c->n == c->cap) {
+        if (GROW(l->ch, l->capch, l->nch + 1))
+            return -ENOMEM;
+        c = chunk_new(SL_CHUNK);
+        if (!c)
+            return -ENOMEM;
+        l->ch[l->nch++] = c;
+    }
+    c->s[c->n++] = slot;
+    l->n++;
+    return 0;
+}
+
 int bfe_sl_insert(struct slotlist *l, uint32_t slot, sl_cmp_fn cmp, const void *ctx)
 {
     if (l->nch == 0) {
@@ -335,17 +369,19 @@ int bfe_sl_insert(struct slotlist *l, uint32_t slot, sl_cmp_fn cmp, const void *
         l->n = 1;
         return 0;
     }
+    /* slots often arrive in order (a mirror rebuild reads records in slot
+     * order, which is mostly id order): one comparison with the last element
+     * instead of two binary searches */
+    const struct slchunk *last = l->ch[l->nch - 1];
+    if (cmp(ctx, last->s[last->n - 1], slot) < 0)
+        return sl_append(l, slot);
     uint32_t ci = find_chunk(l, slot, cmp, ctx);
     struct slchunk *c = l->ch[ci];
     uint32_t p = lower_bound(c, slot, cmp, ctx);
     if (c->n == c->cap) {
         if (c->cap < SL_CHUNK) {
-            uint32_t nc = c->cap * 2 > SL_CHUNK ? SL_CHUNK : c->cap * 2;
-            struct slchunk *g = realloc(c, sizeof *g + (size_t)nc * sizeof(uint32_t));
-            if (!g)
+            if (!(c = chunk_grow(l, ci)))
                 return -ENOMEM;
-            g->cap = nc;
-            l->ch[ci] = c = g;
         } else {
             /* split in halves */
             if (GROW(l->ch, l->capch, l->nch + 1))
