@@ -738,16 +738,16 @@ static const char *nz(const char *s)
     return s ? s : "";
 }
 
-/* Builds the leaf key for m: string fields are looked up without creating;
- * *missing is set when one does not exist yet (then no leaf can match). */
+/* Builds the leaf key for m, interning its string fields (one reference
+ * each, which the caller keeps or releases); -ENOMEM in *err when a string
+ * cannot be interned (then no reference is held). */
 static void make_key(struct bf_engine *e, const struct bf_engine_machine *m, uint32_t cls,
-                     struct leafkey *k, bool intern, bool *missing, int *err)
+                     struct leafkey *k, int *err)
 {
     memset(k, 0, sizeof *k);
     k->state = m->state;
     k->ct = m->capacity_type;
     k->cls = cls;
-    *missing = false;
     *err = 0;
     bool bound = m->state == BF_STATE_CONFIGURED || m->state == BF_STATE_CONFIGURING;
     bool stamped = bound || m->state == BF_STATE_CREATING;
@@ -768,22 +768,14 @@ static void make_key(struct bf_engine *e, const struct bf_engine_machine *m, uin
     const char *cl = bound ? nz(m->cluster) : "";
     const char *fp = stamped ? nz(m->assigned_fingerprint) : "";
     size_t glen = stamped && m->assigned_group ? m->assigned_group_len : 0;
-    if (intern) {
-        k->cluster = bfe_intern(&e->in, cl, strlen(cl));
-        k->fp = bfe_intern(&e->in, fp, strlen(fp));
-        k->group = bfe_intern(&e->in, m->assigned_group, glen);
-        if (k->cluster == NONE32 || k->fp == NONE32 || k->group == NONE32) {
-            bfe_intern_release(&e->in, k->cluster);
-            bfe_intern_release(&e->in, k->fp);
-            bfe_intern_release(&e->in, k->group);
-            *err = -ENOMEM;
-        }
-    } else {
-        k->cluster = bfe_intern_find(&e->in, cl, strlen(cl));
-        k->fp = bfe_intern_find(&e->in, fp, strlen(fp));
-        k->group = bfe_intern_find(&e->in, m->assigned_group, glen);
-        if (k->cluster == NONE32 || k->fp == NONE32 || k->group == NONE32)
-            *missing = true;
+    k->cluster = bfe_intern(&e->in, cl, strlen(cl));
+    k->fp = bfe_intern(&e->in, fp, strlen(fp));
+    k->group = bfe_intern(&e->in, m->assigned_group, glen);
+    if (k->cluster == NONE32 || k->fp == NONE32 || k->group == NONE32) {
+        bfe_intern_release(&e->in, k->cluster);
+        bfe_intern_release(&e->in, k->fp);
+        bfe_intern_release(&e->in, k->group);
+        *err = -ENOMEM;
     }
 }
 
@@ -971,18 +963,12 @@ static uint32_t leaf_resolve_slow(struct bf_engine *e, const struct bf_engine_ma
         *err = -ENOMEM;
         return NONE32;
     }
+    /* one pass that interns the key's strings (a string a live leaf uses is
+     * interned already, so this only retains it): a look-up pass that does
+     * not create strings, then an interning pass, would hash every string
+     * twice for each new leaf, and a mirror rebuild creates every leaf */
     struct leafkey k;
-    bool missing;
-    make_key(e, m, cls, &k, false, &missing, err);
-    if (!missing) {
-        uint64_t h = leaf_hash_key(&k);
-        uint32_t li = bfe_idtab_find(&e->leaf_tab, h, leaf_eq, e, &k);
-        if (li != NONE32) {
-            cls_release(e, cls); /* the leaf already holds one */
-            return li;
-        }
-    }
-    make_key(e, m, cls, &k, true, &missing, err);
+    make_key(e, m, cls, &k, err);
     if (*err) {
         cls_release(e, cls);
         return NONE32;
