@@ -66,6 +66,12 @@ static int sl_cmp_release(const void *ctx, uint32_t a, uint32_t b)
 static uint64_t id_prefix(const char *s, size_t len, size_t from)
 {
     uint64_t p = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (from + 8 <= len) { /* eight whole bytes: one big-endian load */
+        memcpy(&p, s + from, sizeof p);
+        return __builtin_bswap64(p);
+    }
+#endif
     for (size_t i = from; i < from + 8; i++)
         p = (p << 8) | (i < len ? (unsigned char)s[i] : 0);
     return p;
