@@ -131,11 +131,11 @@ struct bf_net_call {
     uint32_t n_req;
     uint32_t hdr_bytes; /* decoded request header list (name + value + 32 each) */
     bool remote_closed;
-    bool got_msg;                    /* the first message arrived */
-    int64_t begun_ns;                /* headers complete */
-    int64_t last_msg_ns;             /* last complete inbound message */
-    int64_t last_rx_ns;              /* last DATA bytes */
-    int64_t part_ns;                 /* a partial message started (0 = none) */
+    bool got_msg;        /* the first message arrived */
+    int64_t begun_ns;    /* headers complete */
+    int64_t last_msg_ns; /* last complete inbound message */
+    int64_t last_rx_ns;  /* last DATA bytes */
+    int64_t part_ns;     /* a partial message started (0 = none) */
     /* during on_message of a streaming call: the assembled buffer the layer
      * owns (NULL when delivered in place) and its inbound-budget charge;
      * bf_net_call_take_message moves both to the handler (cur_taken) */
