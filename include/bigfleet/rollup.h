@@ -86,7 +86,7 @@ struct bf_rollup {
     uint64_t strtab_added;       /* bytes this conversion added to the string table */
     uint64_t unknown_fields;     /* dropped while decoding Needs (bf_pb_unpack) */
     const char *over_quota;      /* on a quota rejection: "needs", "groups" or "strings" */
-    bool repeated;               /* filled by bf_rollup_repeat (no conversion ran) */
+    bool repeated;               /* filled by bf_rollup_repeat(_meta) (no conversion ran) */
     uint32_t n_new_dims;         /* resource names not in the registry (values ignored) */
     char new_dims[BF_MAX_DIMS][BF_DIM_NAME_MAX];
     /* private: dedup table (profile_ref, group_ref) -> row: hash tag << 32 | row + 1 */

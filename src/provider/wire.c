@@ -62,7 +62,7 @@ static int resources_count(const uint8_t *p, size_t len, uint32_t *n)
     while ((rc = bf_pb_next(&r, &f)) == 1) {
         if (f.num == 1) {
             struct bf_prov_bytes k, v;
-            if (map_entry(f.p, f.len, &k, &v))
+            if (f.wt != BF_PB_LEN || map_entry(f.p, f.len, &k, &v))
                 return -EBADMSG;
             (*n)++;
         }

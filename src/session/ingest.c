@@ -71,7 +71,7 @@ struct job {
 };
 
 /* Per cluster: the last accepted rollup, for the unchanged-rollup path
- * (bf_rollup_repeat). Valid while the cluster's published rows are the ones
+ * (bf_rollup_repeat_meta). Valid while the cluster's published rows are the ones
  * that rollup produced (same name, same generation, same row count) and the
  * limits that shaped them are unchanged. */
 struct repeat_memo {

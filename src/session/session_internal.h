@@ -98,7 +98,7 @@ struct ingest_counters {
     _Atomic uint64_t unknown_fields;     /* dropped while decoding Needs */
     _Atomic uint64_t dims_registered;    /* resource names added for rollups */
     _Atomic uint64_t over_quota[4];      /* rollups rejected by a per-cluster quota */
-    _Atomic uint64_t rollups_unchanged;  /* took the unchanged-rollup path (bf_rollup_repeat) */
+    _Atomic uint64_t rollups_unchanged; /* took the unchanged-rollup path (bf_rollup_repeat_meta) */
 };
 
 struct ingest;

@@ -26,7 +26,7 @@ static const char *const ring_labels[BF_RING_COUNT] = {
     [BF_RING_BOOT_RESP] = "boot_resp",   [BF_RING_NODE_EXEC] = "node_exec",
     [BF_RING_NODE_RECON] = "node_recon", [BF_RING_RECLAIM] = "reclaim",
     [BF_RING_AC_HINTS] = "ac_hints",     [BF_RING_COORD_IN] = "coord_in",
-    [BF_RING_COORD_OUT] = "coord_out",   [BF_RING_OWN_AUDIT] = "bf_own_audit",
+    [BF_RING_COORD_OUT] = "coord_out",   [BF_RING_OWN_AUDIT] = "own_audit",
 };
 
 static const char *const phase_labels[BF_PHASE_COUNT] = {

@@ -168,6 +168,22 @@ START_TEST(peek_agrees_with_the_decoder_on_id_and_state_and_is_never_stricter)
 }
 END_TEST
 
+START_TEST(decoder_rejects_a_resources_entry_that_is_not_length_delimited)
+{
+    /* Machine{id: "m", resources (9): Resources{entry (1) as a varint}}: the
+     * map entry must be a message; and the same with allocatable (13) */
+    for (int fld = 9; fld <= 13; fld += 4) {
+        uint8_t bad[] = {0x0a, 1, 'm', (uint8_t)(fld << 3 | 2), 2, 0x08, 1};
+        struct bf_prov_machine m;
+        ck_assert_int_eq(bf_prov_machine_decode(bad, sizeof bad, &m), -EBADMSG);
+        /* a well-formed empty entry in the same place decodes */
+        uint8_t good[] = {0x0a, 1, 'm', (uint8_t)(fld << 3 | 2), 2, 0x0a, 0};
+        ck_assert_int_eq(bf_prov_machine_decode(good, sizeof good, &m), 0);
+        ck_assert_uint_eq(fld == 9 ? m.n_resources : m.n_allocatable, 1);
+    }
+}
+END_TEST
+
 START_TEST(list_decoder_counts_machines_and_keeps_the_revision_bytes)
 {
     struct tmach ts[3] = {tmach_idle("x"), tmach_idle("y"), tmach_idle("z")};
@@ -594,6 +610,7 @@ static Suite *suite(void)
     tcase_add_test(t, shape_hash_is_shared_by_equal_shapes_and_differs_otherwise);
     tcase_add_test(t, decoder_never_reads_past_a_truncated_or_corrupted_message);
     tcase_add_test(t, peek_agrees_with_the_decoder_on_id_and_state_and_is_never_stricter);
+    tcase_add_test(t, decoder_rejects_a_resources_entry_that_is_not_length_delimited);
     tcase_add_test(t, list_decoder_counts_machines_and_keeps_the_revision_bytes);
     suite_add_tcase(s, t);
     t = tcase_create("screen");

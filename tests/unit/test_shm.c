@@ -1438,7 +1438,7 @@ START_TEST(every_enum_value_has_its_own_label)
     ck_assert_str_eq(bf_outcome_label(BF_OUT_COUNT), "other");
     ck_assert_str_eq(bf_outcome_label(-1), "other");
     ck_assert_str_eq(bf_ring_label(BF_RING_BOOT_RESP), "boot_resp");
-    ck_assert_str_eq(bf_ring_label(BF_RING_OWN_AUDIT), "bf_own_audit");
+    ck_assert_str_eq(bf_ring_label(BF_RING_OWN_AUDIT), "own_audit");
     ck_assert_str_eq(bf_ring_label(BF_RING_COUNT), "unknown");
     ck_assert_str_eq(bf_phase_label(BF_PHASE_SNAPREAD), "snapread");
     ck_assert_str_eq(bf_phase_label(BF_PHASE_EXECUTE), "execute");
