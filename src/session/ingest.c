@@ -11,8 +11,11 @@
  *     rollups gets one turn per round like everyone else). A newer rollup
  *     replaces a queued one (full replacement: only the latest matters);
  *     the superseded one is counted and never acked.
- *   - Memory: queued + in-process rollup bytes are bounded
- *     (SS_INGEST_BUDGET); a submission beyond it is shed (counted, logged,
+ *   - Memory: the buffers of queued + in-process rollups are bounded
+ *     (SS_INGEST_BUDGET; a rollup usually arrives as the whole gRPC message
+ *     buffer, taken from the net layer without a copy, and is charged at
+ *     that buffer's size until this thread frees it: struct ingest_buf in
+ *     session_internal.h); a submission beyond it is shed (counted, logged,
  *     no ack — the operator's next rollup, ~10 s later, is the retry). One
  *     cluster holds at most two rollups (one queued, one in process), i.e.
  *     at most 512 MiB with 256 MiB messages: one misbehaving cluster cannot
