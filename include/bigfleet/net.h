@@ -465,6 +465,36 @@ void bf_net_call_set_max_recv(struct bf_net_call *call, uint32_t max);
 /* Resets the stream (RST_STREAM CANCEL): the client sees CANCELLED. on_done(CANCELLED) follows. */
 void bf_net_call_cancel(struct bf_net_call *call);
 /*
+ * Zero-copy hand-off of a received message's buffer (CLIENT_STREAMING and
+ * BIDI_STREAMING methods; the session's rollups).
+ *
+ * A message that spans several HTTP/2 DATA frames is assembled in a buffer
+ * the layer owns and charges to the connection's share of the inbound
+ * budget (max_inbound_buffered) while it is partial. Called from on_message
+ * with the msg pointer on_message received, bf_net_call_take_message moves
+ * that buffer to the caller: *out gets the allocation (out->base == msg,
+ * out->cap its size in bytes) and the layer refunds its inbound-budget
+ * charge at once, so from here on the CALLER bounds and accounts for those
+ * bytes (the session charges them to its ingest budget). The buffer belongs
+ * to no call or connection any more: it may outlive both and be freed on any
+ * thread, exactly once, with bf_net_msg_free(). The bytes stay valid and
+ * unchanged until then; msg must not be used after on_message other than
+ * through out->base.
+ *
+ * Returns 0, or -ENOENT (nothing taken; msg stays the layer's and is valid
+ * only during on_message, as usual) when the message was delivered in place
+ * (it arrived whole inside one DATA frame), when called outside on_message
+ * or with another pointer, or for UNARY/SERVER_STREAMING requests.
+ */
+struct bf_net_msg_buf {
+    uint8_t *base; /* the allocation; the message starts here */
+    size_t cap;    /* its size in bytes (what it holds in memory) */
+};
+int bf_net_call_take_message(struct bf_net_call *call, const uint8_t *msg,
+                             struct bf_net_msg_buf *out);
+/* Frees a buffer from bf_net_call_take_message (any thread). NULL base: no-op. */
+void bf_net_msg_free(struct bf_net_msg_buf *b);
+/*
  * Backpressure: bytes queued on this call and not yet handed to HTTP/2 (they
  * wait for the peer's flow-control window or the socket). A session bounds
  * a slow reader's outbox with this.

@@ -131,11 +131,17 @@ struct bf_net_call {
     uint32_t n_req;
     uint32_t hdr_bytes; /* decoded request header list (name + value + 32 each) */
     bool remote_closed;
-    bool got_msg;                    /* the first message arrived */
-    int64_t begun_ns;                /* headers complete */
-    int64_t last_msg_ns;             /* last complete inbound message */
-    int64_t last_rx_ns;              /* last DATA bytes */
-    int64_t part_ns;                 /* a partial message started (0 = none) */
+    bool got_msg;        /* the first message arrived */
+    int64_t begun_ns;    /* headers complete */
+    int64_t last_msg_ns; /* last complete inbound message */
+    int64_t last_rx_ns;  /* last DATA bytes */
+    int64_t part_ns;     /* a partial message started (0 = none) */
+    /* during on_message of a streaming call: the assembled buffer the layer
+     * owns (NULL when delivered in place) and its inbound-budget charge;
+     * bf_net_call_take_message moves both to the handler (cur_taken) */
+    const uint8_t *cur_msg;
+    size_t cur_charge;
+    bool cur_taken;
     struct bf_net_timer guard_timer; /* first message, idle stream, stalled message */
     /* outbound */
     struct outbox out;
@@ -703,6 +709,8 @@ static int on_parsed(void *arg, const uint8_t *msg, size_t len, bool compressed)
 {
     struct bf_net_call *call = arg;
     struct bf_net_server *srv = call->sc->srv;
+    if (call->finished || call->done)
+        return -1; /* an earlier message of this DATA frame finished the call */
     srv->stats.msgs_in++;
     call->got_msg = true;
     call->last_msg_ns = bf_mono_ns();
@@ -738,8 +746,38 @@ static int on_parsed(void *arg, const uint8_t *msg, size_t len, bool compressed)
         call->req_len = len;
         return 0;
     }
+    call->cur_msg = msg && msg == call->parser.msg_owned ? msg : NULL;
+    call->cur_charge = call->cur_msg ? call->parser.msg_charge : 0;
+    call->cur_taken = false;
     call->me->m.on_message(call, msg, len, call->me->m.arg);
-    return (call->finished || call->done) ? -1 : 0;
+    bool taken = call->cur_taken;
+    call->cur_msg = NULL;
+    call->cur_charge = 0;
+    call->cur_taken = false;
+    /* a taken buffer is the handler's: KEPT stops the parser freeing it. A
+     * call the handler finished gets no more messages (the check above). */
+    return taken ? BF_GRPC_MSG_KEPT : (call->finished || call->done) ? -1 : 0;
+}
+
+int bf_net_call_take_message(struct bf_net_call *call, const uint8_t *msg,
+                             struct bf_net_msg_buf *out)
+{
+    if (!call->cur_msg || msg != call->cur_msg || call->cur_taken)
+        return -ENOENT;
+    /* the handler accounts for these bytes from now on (net.h) */
+    if (call->cur_charge)
+        bf_grpc_budget_refund(&call->sc->inbound, call->cur_charge);
+    out->base = (uint8_t *)call->cur_msg;
+    out->cap = call->cur_charge;
+    call->cur_taken = true;
+    return 0;
+}
+
+void bf_net_msg_free(struct bf_net_msg_buf *b)
+{
+    bf_grpc_buf_free(b->base, b->cap);
+    b->base = NULL;
+    b->cap = 0;
 }
 
 static int on_data_chunk_cb(nghttp2_session *h2, uint8_t flags, int32_t sid, const uint8_t *data,

@@ -11,8 +11,11 @@
  *     rollups gets one turn per round like everyone else). A newer rollup
  *     replaces a queued one (full replacement: only the latest matters);
  *     the superseded one is counted and never acked.
- *   - Memory: queued + in-process rollup bytes are bounded
- *     (SS_INGEST_BUDGET); a submission beyond it is shed (counted, logged,
+ *   - Memory: the buffers of queued + in-process rollups are bounded
+ *     (SS_INGEST_BUDGET; a rollup usually arrives as the whole gRPC message
+ *     buffer, taken from the net layer without a copy, and is charged at
+ *     that buffer's size until this thread frees it: struct ingest_buf in
+ *     session_internal.h); a submission beyond it is shed (counted, logged,
  *     no ack — the operator's next rollup, ~10 s later, is the retry). One
  *     cluster holds at most two rollups (one queued, one in process), i.e.
  *     at most 512 MiB with 256 MiB messages: one misbehaving cluster cannot
@@ -60,9 +63,12 @@
 #include "bigfleet/util.h"
 #include "session_internal.h"
 
+/* A queued or in-process rollup. rb owns the bytes (rb.data/rb.len);
+ * `held` of them are charged to ig->bytes until rb is freed. A slot is
+ * empty when rb.data is NULL. */
 struct job {
-    uint8_t *buf;
-    size_t len;
+    struct ingest_buf rb;
+    size_t held;
     uint64_t serial;
     int64_t recv_ns;
 };
@@ -171,7 +177,7 @@ static void reject(struct ingest *ig, uint32_t cidx, const struct job *j, int rc
         sanitize(err);
         BF_ERROR("rollup rejected; the cluster's last good demand is kept",
                  "cluster=%s bytes=%zu reason=%s error=\"%s\" suppressed_since_last=%u",
-                 cluster_name(ig, name_ref), j->len, strerror(-rc), err, ig->suppressed[cidx]);
+                 cluster_name(ig, name_ref), j->rb.len, strerror(-rc), err, ig->suppressed[cidx]);
         ig->suppressed[cidx] = 0;
     } else {
         ig->suppressed[cidx]++;
@@ -328,7 +334,7 @@ static int convert(struct ingest *ig, uint32_t cidx, const struct job *j, const 
     struct bf_shm *s = ig->shm;
     struct bf_rollup *cv = &ig->conv;
     struct bf_rollup_limits lim = limits_of(ig, cidx, j);
-    int rc = bf_rollup_convert(s, j->buf, j->len, cid, name_ref, &lim, cv, err, errlen);
+    int rc = bf_rollup_convert(s, j->rb.data, j->rb.len, cid, name_ref, &lim, cv, err, errlen);
     ig->str_charged[cidx] += cv->strtab_added; /* interned even when rejected */
     if (rc == 0 && cv->n_new_dims) {
         uint32_t extra = 0;
@@ -374,7 +380,7 @@ static int convert(struct ingest *ig, uint32_t cidx, const struct job *j, const 
         }
         ig->dims_added[cidx] = (uint8_t)(ig->dims_added[cidx] + extra);
         lim = limits_of(ig, cidx, j);
-        rc = bf_rollup_convert(s, j->buf, j->len, cid, name_ref, &lim, cv, err, errlen);
+        rc = bf_rollup_convert(s, j->rb.data, j->rb.len, cid, name_ref, &lim, cv, err, errlen);
         ig->str_charged[cidx] += cv->strtab_added;
         if (rc == 0 && cv->n_new_dims) {
             snprintf(err, errlen, "resource names still unknown after registering them");
@@ -489,7 +495,7 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
     char err[512] = "";
     struct bf_rollup *cv = &ig->conv;
     struct bf_rollup_digest dg = {0};
-    if (bf_rollup_digest(j->buf, j->len, &ig->key, &dg) != 0)
+    if (bf_rollup_digest(j->rb.data, j->rb.len, &ig->key, &dg) != 0)
         dg.hi = 0; /* the conversion rejects it with its own message */
     int rc = repeat(ig, cidx, j, &rec, &dg)
                  ? 0
@@ -613,8 +619,9 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
 out:
     bf_hist_observe(&stats(ig)->rollup_ingest, 0.0001, 2, 20, bf_mono_ns() - t0);
     int outcome = rc == 0 ? INGEST_ACCEPTED : rc == 1 ? INGEST_HELD : INGEST_REJECTED;
+    bf_ingest_buf_free(&j->rb); /* before the refund: the bytes are charged until freed */
     pthread_mutex_lock(&ig->mu);
-    ig->bytes -= j->len;
+    ig->bytes -= j->held;
     if (ig->done_n == ig->done_cap) {
         int ncap = ig->done_cap ? ig->done_cap * 2 : 64;
         struct ingest_done *nd = realloc(ig->done, (size_t)ncap * sizeof *nd);
@@ -678,10 +685,9 @@ static void *thread_main(void *arg)
         ig->fifo_head = (ig->fifo_head + 1) % ig->fifo_cap;
         ig->fifo_n--;
         struct job j = ig->slot[cidx];
-        ig->slot[cidx].buf = NULL;
+        ig->slot[cidx] = (struct job){0};
         pthread_mutex_unlock(&ig->mu);
-        process(ig, cidx, &j);
-        free(j.buf);
+        process(ig, cidx, &j); /* frees j.rb */
     }
     return NULL;
 }
@@ -732,30 +738,53 @@ fail:
     return rc;
 }
 
-int bf_ingest_submit(struct ingest *ig, uint32_t cidx, uint64_t serial, uint8_t *buf, size_t len,
+size_t bf_ingest_buf_held(const struct ingest_buf *b)
+{
+    return b->net.base ? b->net.cap : b->len;
+}
+
+void bf_ingest_buf_free(struct ingest_buf *b)
+{
+    if (b->net.base)
+        bf_net_msg_free(&b->net);
+    free(b->heap);
+    *b = (struct ingest_buf){0};
+}
+
+int bf_ingest_submit(struct ingest *ig, uint32_t cidx, uint64_t serial, struct ingest_buf *b,
                      int64_t recv_ns)
 {
+    struct job nj = {*b, bf_ingest_buf_held(b), serial, recv_ns};
+    *b = (struct ingest_buf){0};
+    struct job old = {0};
+    int rc = 0;
     pthread_mutex_lock(&ig->mu);
     struct job *sl = &ig->slot[cidx];
-    size_t replaced = sl->buf ? sl->len : 0;
-    if (ig->bytes - replaced + len > SS_INGEST_BUDGET) {
-        pthread_mutex_unlock(&ig->mu);
-        free(buf);
-        return -ENOBUFS;
-    }
-    if (sl->buf) {
-        free(sl->buf);
-        ig->bytes -= sl->len;
-        BF_STAT_INC(ig->shm->st->session.rollups_superseded);
+    size_t replaced = sl->rb.data ? sl->held : 0;
+    if (ig->bytes - replaced + nj.held > SS_INGEST_BUDGET) {
+        old = nj; /* shed: freed below */
+        rc = -ENOBUFS;
     } else {
-        ig->fifo[(ig->fifo_head + ig->fifo_n) % ig->fifo_cap] = cidx;
-        ig->fifo_n++;
+        if (sl->rb.data) {
+            old = *sl;
+            BF_STAT_INC(ig->shm->st->session.rollups_superseded);
+        } else {
+            ig->fifo[(ig->fifo_head + ig->fifo_n) % ig->fifo_cap] = cidx;
+            ig->fifo_n++;
+        }
+        *sl = nj;
+        ig->bytes += nj.held;
+        pthread_cond_signal(&ig->cv);
     }
-    *sl = (struct job){buf, len, serial, recv_ns};
-    ig->bytes += len;
-    pthread_cond_signal(&ig->cv);
     pthread_mutex_unlock(&ig->mu);
-    return 0;
+    /* outside the lock (a large munmap is not free); charged until freed */
+    bf_ingest_buf_free(&old.rb);
+    if (old.held && rc == 0) {
+        pthread_mutex_lock(&ig->mu);
+        ig->bytes -= old.held;
+        pthread_mutex_unlock(&ig->mu);
+    }
+    return rc;
 }
 
 void bf_ingest_read_counters(struct ingest *ig, struct ingest_counters *out)
@@ -792,7 +821,7 @@ void bf_ingest_stop(struct ingest *ig)
         pthread_join(ig->th, NULL);
     }
     for (uint32_t i = 0; ig->slot && i < ig->shm->max_clusters; i++)
-        free(ig->slot[i].buf);
+        bf_ingest_buf_free(&ig->slot[i].rb);
     free(ig->slot);
     free(ig->fifo);
     free(ig->last_log);

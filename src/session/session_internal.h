@@ -107,10 +107,34 @@ void bf_ingest_read_counters(struct ingest *ig, struct ingest_counters *out);
 /* Starts the ingest thread. done_efd is written after each completion. */
 int bf_ingest_start(struct ingest **out, struct bf_shm *shm, const struct bf_config *cfg,
                     struct cluster_tab *ct, int done_efd);
-/* Hands a rollup (ownership of buf, malloc'd) to the thread. A queued,
- * unprocessed rollup of the same cluster is superseded. Returns 0 or
- * -ENOBUFS (over the memory budget: buf freed, nothing queued). */
-int bf_ingest_submit(struct ingest *ig, uint32_t cidx, uint64_t serial, uint8_t *buf, size_t len,
+/*
+ * A rollup's bytes on their way to the ingest thread, with their owner.
+ * Exactly one of net.base / heap is set:
+ *   net.base  the gRPC message buffer taken from the net layer without a
+ *             copy (bf_net_call_take_message): the whole OperatorMessage,
+ *             data/len the Rollup inside it; freed with bf_net_msg_free;
+ *   heap      a malloc'd copy (a message the layer delivered in place, or a
+ *             Rollup field seen twice and merged); data == heap; free().
+ * The net layer stopped charging a taken buffer to the connection's inbound
+ * budget; from submission on, bf_ingest_buf_held bytes are charged to the
+ * ingest budget (SS_INGEST_BUDGET) until the buffer is freed.
+ */
+struct ingest_buf {
+    const uint8_t *data; /* the serialized Rollup */
+    size_t len;
+    struct bf_net_msg_buf net;
+    uint8_t *heap;
+};
+/* Bytes b holds in memory (what the ingest budget charges). */
+size_t bf_ingest_buf_held(const struct ingest_buf *b);
+/* Frees whichever owner b has (any thread) and clears b. */
+void bf_ingest_buf_free(struct ingest_buf *b);
+/* Hands a rollup to the thread: *b is taken over (and cleared) whatever the
+ * result. A queued, unprocessed rollup of the same cluster is superseded
+ * (freed). Returns 0 or -ENOBUFS (over the memory budget: the bytes are
+ * freed, nothing queued). The buffer is freed by the ingest thread once the
+ * rollup is processed. */
+int bf_ingest_submit(struct ingest *ig, uint32_t cidx, uint64_t serial, struct ingest_buf *b,
                      int64_t recv_ns);
 /* Takes up to max completions. */
 int bf_ingest_take_done(struct ingest *ig, struct ingest_done *out, int max);

@@ -35,6 +35,12 @@ struct srv_state {
     size_t outbox_after_send;
     struct bf_net_loop *loop;
     struct bf_net_server *srv;
+    /* "take:" messages on /t.Test/Bidi */
+    int n_taken;
+    struct bf_net_msg_buf taken[4];
+    int take_rc[4], retake_rc[4];
+    size_t taken_len[4];
+    struct bf_net_stats after_take[4];
 };
 static struct srv_state S;
 
@@ -144,6 +150,18 @@ static void bidi_msg(struct bf_net_call *call, const uint8_t *m, size_t n, void 
     (void)arg;
     if (n == 9 && memcmp(m, "cancel-me", 9) == 0) {
         bf_net_call_cancel(call);
+        return;
+    }
+    if (n >= 5 && memcmp(m, "take:", 5) == 0 && S.n_taken < 4) {
+        /* keep the message past on_message (bf_net_call_take_message) */
+        struct bf_net_msg_buf *t = &S.taken[S.n_taken];
+        S.take_rc[S.n_taken] = bf_net_call_take_message(call, m, t);
+        struct bf_net_msg_buf again = {0};
+        S.retake_rc[S.n_taken] = bf_net_call_take_message(call, m, &again);
+        S.taken_len[S.n_taken] = n;
+        bf_net_server_stats(S.srv, &S.after_take[S.n_taken]);
+        S.n_taken++;
+        ck_assert_int_eq(bf_net_call_send(call, "took", 4), 0);
         return;
     }
     ck_assert_int_eq(bf_net_call_send(call, m, n), 0);
@@ -449,6 +467,53 @@ START_TEST(bidi_echoes_each_message_and_ends_ok_after_half_close)
     settle(g.l);
     ck_assert_int_eq(S.done_codes[BF_NET_OK], 1);
     rig_down(&g);
+}
+END_TEST
+
+/* A large message (assembled from many DATA frames) is handed over without
+ * a copy: the handler owns the very buffer it was given, its inbound-budget
+ * charge is refunded at once, and the bytes stay intact after the call and
+ * the server are gone. A message delivered in place is not taken. */
+static bool sres_two(void *arg)
+{
+    return ((struct sres *)arg)->msgs >= 2;
+}
+
+START_TEST(a_taken_message_buffer_outlives_the_call_and_leaves_the_inbound_budget)
+{
+    struct rig g = rig_up(NULL, NULL, 0);
+    size_t big = 3u << 20;
+    uint8_t *m = malloc(big);
+    memcpy(m, "take:", 5);
+    for (size_t i = 5; i < big; i++)
+        m[i] = (uint8_t)(i * 131 + 7);
+    struct sres r = {0};
+    struct bf_net_stream *s = bf_net_client_call(g.cl, "/t.Test/Bidi", 0, &SCBS, &r);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(bf_net_stream_send(s, m, big), 0);
+    ck_assert_int_eq(bf_net_stream_send(s, "take:small", 10), 0);
+    run_until(g.l, sres_two, &r, 20 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.msgs, 2);
+    ck_assert_int_eq(S.n_taken, 2);
+    /* the large one: taken once, its buffer at least as big as the message,
+     * and nothing of it charged to the layer's inbound budget any more */
+    ck_assert_int_eq(S.take_rc[0], 0);
+    ck_assert_int_eq(S.retake_rc[0], -ENOENT);
+    ck_assert_uint_eq(S.taken_len[0], big);
+    ck_assert_uint_ge(S.taken[0].cap, big);
+    ck_assert_uint_eq(S.after_take[0].inbound_buffered_bytes, 0);
+    /* the small one arrived inside one DATA frame: the layer's bytes */
+    ck_assert_int_eq(S.take_rc[1], -ENOENT);
+    ck_assert_ptr_null(S.taken[1].base);
+    bf_net_stream_close_send(s);
+    run_until(g.l, sres_done, &r, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    rig_down(&g); /* the call, its connection and the server are gone */
+    ck_assert_mem_eq(S.taken[0].base, m, big);
+    bf_net_msg_free(&S.taken[0]);
+    ck_assert_ptr_null(S.taken[0].base);
+    bf_net_msg_free(&S.taken[0]); /* cleared: a second free is a no-op */
+    free(m);
 }
 END_TEST
 
@@ -1491,6 +1556,7 @@ int main(void)
     tcase_add_test(tc, server_streaming_delivers_every_message_then_ok);
     tcase_add_test(tc, unary_method_with_two_requests_is_internal);
     tcase_add_test(tc, bidi_echoes_each_message_and_ends_ok_after_half_close);
+    tcase_add_test(tc, a_taken_message_buffer_outlives_the_call_and_leaves_the_inbound_budget);
     tcase_add_test(tc, many_concurrent_unary_calls_share_one_connection);
     tcase_add_test(tc, client_deadline_expires_and_the_server_call_ends);
     tcase_add_test(tc, client_cancel_reaches_the_server_as_cancelled);
