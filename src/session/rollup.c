@@ -44,9 +44,11 @@
 #include <xxhash.h>
 
 #include "bigfleet/blobs.h"
+#include "bigfleet/hmap.h"
 #include "bigfleet/pbdecode.h"
 #include "bigfleet/opmsg.h"
 #include "bigfleet/rollup.h"
+#include "bigfleet/strbuf.h"
 #include "bigfleet/v1alpha1/capacity.pb-c.h"
 
 #define ERR(...)                                                                                   \
@@ -61,13 +63,13 @@
 #define PCACHE_MAX_BYTES   (64u << 20)
 
 /* XXH3-64 of the key bytes -> where the bytes are and what they interned
- * to; the bytes are compared on a hit, so two keys with one hash only evict
- * each other: a miss, never a wrong hit. Entries sit in insertion order in
- * one array (operators send their Needs in the same order every rollup, so
- * consecutive lookups read neighbouring entries and neighbouring key
- * bytes); the open-addressed index holds only entry numbers (4 bytes a
- * slot, load <= 1/2), so a 50K-profile cache probes a table that stays in
- * cache instead of one 40-byte slot per probe. */
+ * to; the bytes are compared on a hit, so two keys with one hash are two
+ * entries and a lookup never takes the wrong one. Entries sit in insertion
+ * order in one array (operators send their Needs in the same order every
+ * rollup, so consecutive lookups read neighbouring entries and neighbouring
+ * key bytes); the index over them is bigfleet/hmap.h's context variant,
+ * which holds only entry numbers (4 bytes a slot), so a 50K-profile cache
+ * probes a table that stays in cache instead of one 40-byte slot per probe. */
 struct pc_ent {
     uint64_t h;
     uint64_t off; /* key bytes in store */
@@ -77,103 +79,78 @@ struct pc_ent {
     uint32_t pad;
 };
 
-struct pcache {
-    uint32_t *idx; /* entry number + 1; 0 = empty */
-    uint32_t mask;
+/* the entries and their key bytes: the index's context */
+struct pc_store {
     struct pc_ent *ents;
-    uint32_t n, cap;
+    uint32_t n;
+    size_t cap;
     uint8_t *store;
     size_t used, scap;
+};
+struct pc_key {
+    uint64_t h;
+    const uint8_t *k;
+    size_t len;
+};
+static inline bool pc_eq(const struct pc_store *c, uint32_t e, struct pc_key key)
+{
+    const struct pc_ent *x = &c->ents[e];
+    return x->h == key.h && x->len == key.len &&
+           (!key.len || !memcmp(c->store + x->off, key.k, key.len));
+}
+#define PC_HASHID(c, e) ((c)->ents[(e)].h)
+BF_HMAP_DEFINE_CTX(pc_index, struct pc_key, struct pc_store, PC_HASHID, pc_eq)
+
+struct pcache {
+    struct pc_store s;
+    struct pc_index idx;
 };
 
 static void pcache_clear(struct pcache *c)
 {
-    free(c->idx);
-    free(c->ents);
-    free(c->store);
+    pc_index_free(&c->idx);
+    free(c->s.ents);
+    free(c->s.store);
     memset(c, 0, sizeof *c);
-}
-
-/* The index slot holding h's entry, or the empty slot where it would go. */
-static uint32_t *pcache_slot(const struct pcache *c, uint64_t h)
-{
-    uint32_t i = (uint32_t)(h >> 32) & c->mask;
-    while (c->idx[i] && c->ents[c->idx[i] - 1].h != h)
-        i = (i + 1) & c->mask;
-    return &c->idx[i];
 }
 
 static bool pcache_get(const struct pcache *c, uint64_t h, const uint8_t *k, size_t len,
                        uint32_t *pref, uint32_t *fref)
 {
-    if (!c->idx)
+    uint32_t e = pc_index_find(&c->idx, h, &c->s, (struct pc_key){h, k, len});
+    if (e == BF_HMAP_NONE)
         return false;
-    uint32_t e = *pcache_slot(c, h);
-    if (!e)
-        return false;
-    const struct pc_ent *x = &c->ents[e - 1];
-    if (x->len != len || (len && memcmp(c->store + x->off, k, len) != 0))
-        return false;
-    *pref = x->profile_ref;
-    *fref = x->fp_ref;
+    *pref = c->s.ents[e].profile_ref;
+    *fref = c->s.ents[e].fp_ref;
     return true;
 }
 
-static int pcache_grow(struct pcache *c)
-{
-    if (c->n + 1 > c->cap) {
-        uint32_t ncap = c->cap ? 2 * c->cap : 1024;
-        struct pc_ent *ne = realloc(c->ents, (size_t)ncap * sizeof *ne);
-        if (!ne)
-            return -ENOMEM;
-        c->ents = ne;
-        c->cap = ncap;
-    }
-    if (!c->idx || 2 * ((uint64_t)c->n + 1) > (uint64_t)c->mask + 1) {
-        uint32_t nslots = c->idx ? 2 * (c->mask + 1) : 4096;
-        uint32_t *ni = calloc(nslots, sizeof *ni);
-        if (!ni)
-            return -ENOMEM;
-        free(c->idx);
-        c->idx = ni;
-        c->mask = nslots - 1;
-        for (uint32_t e = 0; e < c->n; e++)
-            *pcache_slot(c, c->ents[e].h) = e + 1;
-    }
-    return 0;
-}
-
+/* Called after a miss (pcache_get false): the key is not in the cache. */
 static void pcache_put(struct pcache *c, uint64_t h, const uint8_t *k, size_t len, uint32_t pref,
                        uint32_t fref)
 {
-    if (c->n + 1 > PCACHE_MAX_ENTRIES || c->used + len > PCACHE_MAX_BYTES)
+    struct pc_store *st = &c->s;
+    if (st->n + 1 > PCACHE_MAX_ENTRIES || st->used + len > PCACHE_MAX_BYTES)
         pcache_clear(c);
-    if (pcache_grow(c))
+    if (bf_grow((void **)&st->ents, &st->cap, st->n + 1, sizeof *st->ents))
         return; /* a cache: losing an entry is harmless */
-    if (c->used + len > c->scap || !c->store) {
-        size_t ncap = c->scap ? c->scap : 65536;
-        while (ncap < c->used + len)
+    if (st->used + len > st->scap || !st->store) {
+        size_t ncap = st->scap ? st->scap : 65536;
+        while (ncap < st->used + len)
             ncap *= 2;
-        uint8_t *ns = realloc(c->store, ncap);
+        uint8_t *ns = realloc(st->store, ncap);
         if (!ns)
             return;
-        c->store = ns;
-        c->scap = ncap;
+        st->store = ns;
+        st->scap = ncap;
     }
+    st->ents[st->n] = (struct pc_ent){h, st->used, (uint32_t)len, pref, fref, 0};
+    if (pc_index_add(&c->idx, h, st->n, st))
+        return; /* not indexed: the entry slot is reused by the next put */
     if (len)
-        memcpy(c->store + c->used, k, len);
-    uint32_t *slot = pcache_slot(c, h);
-    if (*slot) { /* the same hash: this key replaces the other */
-        struct pc_ent *x = &c->ents[*slot - 1];
-        x->off = c->used;
-        x->len = (uint32_t)len;
-        x->profile_ref = pref;
-        x->fp_ref = fref;
-    } else {
-        c->ents[c->n] = (struct pc_ent){h, c->used, (uint32_t)len, pref, fref, 0};
-        *slot = ++c->n;
-    }
-    c->used += len;
+        memcpy(st->store + st->used, k, len);
+    st->used += len;
+    st->n++;
 }
 
 /* ------------------------------------------------------------ state */
