@@ -430,6 +430,25 @@ int bf_net_call_send_pb(struct bf_net_call *call, const struct ProtobufCMessage 
     return rc ? rc : call_enqueue(call, m);
 }
 
+int bf_net_call_send_take(struct bf_net_call *call, void *msg, size_t len)
+{
+    if (call->finished || call->done) {
+        free(msg);
+        return -EPIPE;
+    }
+    struct omsg *m;
+    int rc = omsg_take(msg, len, call->sc->srv->o.max_send_message, &m);
+    return rc ? rc : call_enqueue(call, m);
+}
+
+int bf_net_call_reply_take(struct bf_net_call *call, void *msg, size_t len)
+{
+    int r = bf_net_call_send_take(call, msg, len);
+    if (r < 0)
+        return r;
+    return bf_net_call_finish(call, BF_NET_OK, NULL);
+}
+
 int bf_net_call_reply(struct bf_net_call *call, const void *msg, size_t len)
 {
     int r = bf_net_call_send(call, msg, len);
