@@ -378,7 +378,8 @@ int main(int argc, char **argv)
         default:
             fprintf(stderr,
                     "usage: %s [--results DIR] [--machines N] [--actions N] "
-                    "[--latency-actions N] [--concurrency N] [--page N] [--reconcile-only] [--walks N]\n",
+                    "[--latency-actions N] [--concurrency N] [--page N] [--reconcile-only] "
+                    "[--walks N]\n",
                     argv[0]);
             return 2;
         }
@@ -482,18 +483,21 @@ int main(int argc, char **argv)
         printf("  reconcile, incremental, %5d changes listed %7u  list %8.3f ms  apply %8.3f ms\n",
                ks[i], inc[i].listed, inc[i].list_ns / 1e6, inc[i].apply_ns / 1e6);
     if (!reconcile_only) {
-        printf("  execute, zero latency, concurrency %u: Provision (Create+Configure) %d in %.2f s = "
-               "%.0f actions/s (%.0f RPC/s); success %llu\n",
-               conc, zero.actions, zero.seconds, zero.per_s, 2 * zero.per_s,
-               (unsigned long long)zero.ok);
         printf(
-            "  execute, zero latency, concurrency %u: Reclaim (Drain) %d in %.2f s = %.0f actions/s; "
-            "success %llu\n",
-            conc, reclaim.actions, reclaim.seconds, reclaim.per_s, (unsigned long long)reclaim.ok);
-        printf("  execute, reply latency uniform(50ms,150ms), concurrency %u: Provision %d in %.2f s "
-               "= %.0f actions/s (bound: %u / 0.2 s = %.0f/s); success %llu\n",
-               conc, slow.actions, slow.seconds, slow.per_s, conc, conc / 0.2,
-               (unsigned long long)slow.ok);
+            "  execute, zero latency, concurrency %u: Provision (Create+Configure) %d in %.2f s = "
+            "%.0f actions/s (%.0f RPC/s); success %llu\n",
+            conc, zero.actions, zero.seconds, zero.per_s, 2 * zero.per_s,
+            (unsigned long long)zero.ok);
+        printf("  execute, zero latency, concurrency %u: Reclaim (Drain) %d in %.2f s = %.0f "
+               "actions/s; "
+               "success %llu\n",
+               conc, reclaim.actions, reclaim.seconds, reclaim.per_s,
+               (unsigned long long)reclaim.ok);
+        printf(
+            "  execute, reply latency uniform(50ms,150ms), concurrency %u: Provision %d in %.2f s "
+            "= %.0f actions/s (bound: %u / 0.2 s = %.0f/s); success %llu\n",
+            conc, slow.actions, slow.seconds, slow.per_s, conc, conc / 0.2,
+            (unsigned long long)slow.ok);
     }
 
     mkdir(results, 0755);

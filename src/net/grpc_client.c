@@ -1163,7 +1163,7 @@ int bf_net_client_new(struct bf_net_loop *loop, const struct bf_net_client_opts 
     if (!cl->o.max_recv_message)
         cl->o.max_recv_message = BF_NET_MAX_MESSAGE;
     cl->spare.max = cl->o.max_recv_message < BF_NET_RECV_SPARE_MAX ? cl->o.max_recv_message
-                                                                    : BF_NET_RECV_SPARE_MAX;
+                                                                   : BF_NET_RECV_SPARE_MAX;
     if (!cl->o.max_send_message)
         cl->o.max_send_message = BF_NET_MAX_MESSAGE;
     if (!cl->o.max_pending)

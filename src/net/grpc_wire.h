@@ -59,10 +59,10 @@ void bf_grpc_budget_refund(struct bf_grpc_budget *b, size_t n);
  * connection or client goes away).
  */
 struct bf_grpc_spare {
-    uint8_t *buf;      /* NULL when empty */
-    size_t cap;        /* its capacity (bf_grpc_buf_free's argument) */
-    size_t max;        /* the largest buffer kept; 0 = keep none */
-    uint64_t reuses;   /* messages assembled in a recycled buffer */
+    uint8_t *buf;    /* NULL when empty */
+    size_t cap;      /* its capacity (bf_grpc_buf_free's argument) */
+    size_t max;      /* the largest buffer kept; 0 = keep none */
+    uint64_t reuses; /* messages assembled in a recycled buffer */
 };
 /* Keeps buf (capacity cap) as the spare when it fits (mapped, <= max, and
  * larger than the one held: the smaller is freed); frees it otherwise.

@@ -147,8 +147,7 @@ static inline ssize_t outbox_to_conn(struct outbox *o, struct conn *c, size_t n)
         size_t take = n - done < avail ? n - done : avail;
         if (m->ext && o->off < BF_GRPC_PREFIX) { /* the prefix, then the payload */
             size_t h = BF_GRPC_PREFIX - o->off < take ? BF_GRPC_PREFIX - o->off : take;
-            if (bf_conn_write(c, m->data + o->off, h) < 0 ||
-                bf_conn_write(c, m->ext, take - h) < 0)
+            if (bf_conn_write(c, m->data + o->off, h) < 0 || bf_conn_write(c, m->ext, take - h) < 0)
                 return -ENOMEM;
         } else if (bf_conn_write(c, m->ext ? m->ext + (o->off - BF_GRPC_PREFIX) : m->data + o->off,
                                  take) < 0) {
