@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -100,6 +101,31 @@ static struct sim sim_start(const char *self, char *const extra[])
     }
     die("simprovider did not start", -EIO);
     return s;
+}
+
+/* CPU seconds (user + system) of this process, and of process pid from
+ * /proc (clock ticks: 10 ms resolution; sum many passes before dividing) */
+static double cpu_self_s(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+static double cpu_pid_s(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return 0;
+    return (ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 static void sim_stop(struct sim *s)
@@ -421,9 +447,13 @@ int main(int argc, char **argv)
     /* steady, paged: the resync walk the appliance runs beside its cycles
      * (pages of BF_RECON_PAGE; list and apply summed over the pages) */
     atomic_store(&s->st->first_reconcile_done, 1);
+    double walk_cpu_self = 0, walk_cpu_sim = 0;
     for (int i = 0; i < walks; i++) {
         bf_recon_reset_cursor(rcn);
+        double c0 = cpu_self_s(), p0 = cpu_pid_s(sim.pid);
         paged[i] = run_pass(rcn);
+        walk_cpu_self += cpu_self_s() - c0;
+        walk_cpu_sim += cpu_pid_s(sim.pid) - p0;
         /* a pause: the simulator's HTTP/2 flood guard allows 200 new streams
          * a second beyond a burst of 400, and a walk is 123 of them */
         for (int64_t until = bf_mono_ns() + 700 * BF_NS_PER_MS; bf_mono_ns() < until;)
@@ -479,6 +509,8 @@ int main(int argc, char **argv)
            "  (%u pages, %.1f ms wall; median of %d)\n",
            page, paged[mp].listed, paged[mp].list_ns / 1e6, paged[mp].apply_ns / 1e6,
            paged[mp].walk_pages, paged[mp].walk_ns / 1e6, walks);
+    printf("  resync walk CPU (mean of %d walks): reconciler %.1f ms, simulated provider %.1f ms\n",
+           walks, walk_cpu_self * 1e3 / walks, walk_cpu_sim * 1e3 / walks);
     for (int i = 0; i < 4; i++)
         printf("  reconcile, incremental, %5d changes listed %7u  list %8.3f ms  apply %8.3f ms\n",
                ks[i], inc[i].listed, inc[i].list_ns / 1e6, inc[i].apply_ns / 1e6);
@@ -514,11 +546,13 @@ int main(int argc, char **argv)
             "  \"reconcile\": {\"full_cold\": {\"listed\": %u, \"list_ms\": %.1f, \"apply_ms\": "
             "%.1f},\n    \"full_steady\": {\"listed\": %u, \"list_ms\": %.1f, \"apply_ms\": "
             "%.1f},\n    \"walk_paged\": {\"page\": %u, \"listed\": %u, \"pages\": %u, "
-            "\"list_ms\": %.1f, \"apply_ms\": %.1f, \"wall_ms\": %.1f},\n    \"incremental\": [",
+            "\"list_ms\": %.1f, \"apply_ms\": %.1f, \"wall_ms\": %.1f, \"cpu_reconciler_ms\": "
+            "%.1f, "
+            "\"cpu_provider_ms\": %.1f},\n    \"incremental\": [",
             cold.listed, cold.list_ns / 1e6, cold.apply_ns / 1e6, steady[mi].listed,
             steady[mi].list_ns / 1e6, steady[mi].apply_ns / 1e6, page, paged[mp].listed,
             paged[mp].walk_pages, paged[mp].list_ns / 1e6, paged[mp].apply_ns / 1e6,
-            paged[mp].walk_ns / 1e6);
+            paged[mp].walk_ns / 1e6, walk_cpu_self * 1e3 / walks, walk_cpu_sim * 1e3 / walks);
         for (int i = 0; i < 4; i++)
             fprintf(f, "%s{\"changes\": %d, \"listed\": %u, \"list_ms\": %.3f, \"apply_ms\": %.3f}",
                     i ? ", " : "", ks[i], inc[i].listed, inc[i].list_ns / 1e6,
