@@ -31,6 +31,7 @@ struct clusterinfo {
     uint64_t generation;
     uint32_t session_epoch;
     uint32_t rows;
+    uint32_t rows_off, rows_count; /* the extent the engine's demand was read from */
     uint8_t known;
     uint8_t first_rollup;
     uint8_t connected;

@@ -10,7 +10,9 @@
  * record whose writer holds it past the bounded read is retried next cycle.
  *
  * Demand: every cluster row is read (O(clusters)); only rows whose
- * generation moved have their need rows copied and handed to the engine.
+ * generation moved have their need rows copied and handed to the engine
+ * (with each profile's fingerprint from the blob cache), except a rollup
+ * republished unchanged, whose new arrival alone is handed over.
  * First-rollup and session-live flags are refreshed each cycle.
  */
 #include <errno.h>
@@ -208,6 +210,22 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
 
 /* ------------------------------------------------------------ demand */
 
+/*
+ * A rollup that repeated the previous one is republished on the same extent
+ * with generation + 1 and its arrival in rows_arrival_ns (src/session/
+ * ingest.c); a changed rollup always goes to another extent with
+ * rows_arrival_ns 0, and a relocation keeps the generation. So when the
+ * generation moved by exactly one since the rows were read, from the same
+ * extent, and the row says "repeat", the rows are the ones the engine holds:
+ * only their arrival moved. Anything else (a skipped generation, a moved
+ * extent) reads the rows.
+ */
+static bool republished(const struct clusterinfo *ci, const struct bf_cluster_rec *rec)
+{
+    return ci->known && rec->rows_arrival_ns != 0 && rec->generation == ci->generation + 1 &&
+           rec->rows_off == ci->rows_off && rec->rows_count == ci->rows_count;
+}
+
 int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
 {
     struct bf_shm *s = c->shm;
@@ -246,6 +264,19 @@ int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
         ci->session_epoch = rec.session_epoch;
         if (ci->known && ci->generation == rec.generation)
             continue;
+        if (republished(ci, &rec)) {
+            int rc = bf_engine_set_needs_arrival(c->engine, name, rec.generation,
+                                                 rec.rows_arrival_ns);
+            if (rc == -ENOMEM)
+                return rc;
+            if (rc == 0) {
+                ci->generation = rec.generation;
+                rep->clusters_reread++;
+                rep->clusters_republished++;
+                continue;
+            }
+            /* the engine holds no demand for it: read the rows */
+        }
         /* copy the published rows (retry with a bigger buffer if needed) */
         int got;
         for (;;) {
@@ -288,6 +319,7 @@ int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
             memcpy(en->aggregate.v, row->aggregate, sizeof en->aggregate.v);
             memcpy(en->min_unit.v, row->min_unit, sizeof en->min_unit.v);
             en->arrival_ns = row->arrival_ns;
+            en->fingerprint = np->fingerprint; /* the engine need not compute it again */
             uint32_t glen = 0;
             en->group = row->group_ref ? bf_str(s, row->group_ref, &glen) : NULL;
             en->group_len = en->group ? glen : 0;
@@ -306,6 +338,8 @@ int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
             c->counts.total_needs -= ci->rows;
             c->counts.total_needs += k;
             ci->rows = k;
+            ci->rows_off = rec.rows_off;
+            ci->rows_count = rec.rows_count;
             ci->generation = rec.generation;
             ci->known = 1;
             rep->clusters_reread++;
