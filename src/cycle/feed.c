@@ -265,8 +265,8 @@ int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
         if (ci->known && ci->generation == rec.generation)
             continue;
         if (republished(ci, &rec)) {
-            int rc = bf_engine_set_needs_arrival(c->engine, name, rec.generation,
-                                                 rec.rows_arrival_ns);
+            int rc =
+                bf_engine_set_needs_arrival(c->engine, name, rec.generation, rec.rows_arrival_ns);
             if (rc == -ENOMEM)
                 return rc;
             if (rc == 0) {

@@ -533,7 +533,6 @@ START_TEST(warm_up_cycles_are_not_observed_in_the_duration_histograms)
 }
 END_TEST
 
-
 /* ---- a republished unchanged rollup (only its arrival moved) ---- */
 
 struct act {
