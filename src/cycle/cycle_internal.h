@@ -32,6 +32,7 @@ struct clusterinfo {
     uint32_t session_epoch;
     uint32_t rows;
     uint32_t rows_off, rows_count; /* the extent the engine's demand was read from */
+    uint64_t rows_generation;      /* and its rows' bf_cluster_rec.rows_generation */
     uint8_t known;
     uint8_t first_rollup;
     uint8_t connected;

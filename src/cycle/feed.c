@@ -212,18 +212,24 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
 
 /*
  * A rollup that repeated the previous one is republished on the same extent
- * with generation + 1 and its arrival in rows_arrival_ns (src/session/
- * ingest.c); a changed rollup always goes to another extent with
- * rows_arrival_ns 0, and a relocation keeps the generation. So when the
- * generation moved by exactly one since the rows were read, from the same
- * extent, and the row says "repeat", the rows are the ones the engine holds:
- * only their arrival moved. Anything else (a skipped generation, a moved
- * extent) reads the rows.
+ * with generation + 1 and its arrival in rows_arrival_ns, rows untouched
+ * (src/session/ingest.c). The rows the engine holds are still the published
+ * ones, so only their arrival moved, when the cluster row says "repeat" and
+ * either
+ *  - its rows_generation (the generation that wrote the rows; kept by
+ *    repeats and relocations) is the one the rows were read at, or
+ *  - (a writer that does not record it) the generation moved by exactly
+ *    one, on the same extent: a changed rollup always goes to another
+ *    extent with rows_arrival_ns 0, and a relocation keeps the generation.
+ * Anything else reads the rows.
  */
 static bool republished(const struct clusterinfo *ci, const struct bf_cluster_rec *rec)
 {
-    return ci->known && rec->rows_arrival_ns != 0 && rec->generation == ci->generation + 1 &&
-           rec->rows_off == ci->rows_off && rec->rows_count == ci->rows_count;
+    if (!ci->known || rec->rows_arrival_ns == 0 || rec->rows_count != ci->rows_count)
+        return false;
+    if (rec->rows_generation)
+        return rec->rows_generation == ci->rows_generation;
+    return rec->generation == ci->generation + 1 && rec->rows_off == ci->rows_off;
 }
 
 int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
@@ -340,6 +346,7 @@ int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
             ci->rows = k;
             ci->rows_off = rec.rows_off;
             ci->rows_count = rec.rows_count;
+            ci->rows_generation = rec.rows_generation;
             ci->generation = rec.generation;
             ci->known = 1;
             rep->clusters_reread++;

@@ -553,14 +553,17 @@ static int decide(struct bf_cycle *c, int64_t t, struct bf_cycle_report *rep, st
 }
 
 /* cluster idx's one-row rollup of `units` GPU units at arrival `arrival`,
- * written fresh into row `row` with generation + 1 (a changed rollup: the
- * rows carry the arrival) */
-static void publish_fresh(uint32_t idx, uint32_t name, uint32_t row, int units, int64_t arrival)
+ * written fresh into row `row` with generation + 1, as the session does (a
+ * changed rollup: the rows carry the arrival, rows_generation = the new
+ * generation); record_rows_gen false: a writer that leaves rows_generation 0 */
+static void publish_fresh(uint32_t idx, uint32_t name, uint32_t row, int units, int64_t arrival,
+                          bool record_rows_gen)
 {
     struct bf_cluster_rec old;
     ck_assert_int_eq(bf_cluster_read(&g_s, idx, &old, NULL), 0);
     struct bf_cluster_rec c = live_cluster(old.generation + 1);
     c.name_ref = name;
+    c.rows_generation = record_rows_gen ? c.generation : 0;
     struct bf_need_row r;
     memset(&r, 0, sizeof r);
     r.profile_ref = g_need_prof;
@@ -579,7 +582,8 @@ static void publish_fresh(uint32_t idx, uint32_t name, uint32_t row, int units, 
 }
 
 /* the session's repeat path (src/session/ingest.c): same extent, rows
- * untouched, generation + 1, the new arrival in the cluster row */
+ * untouched, generation + 1, the new arrival in the cluster row,
+ * rows_generation kept */
 static void republish(uint32_t idx, int64_t arrival)
 {
     struct bf_cluster_rec c;
@@ -618,8 +622,8 @@ START_TEST(a_republished_repeat_moves_only_the_arrival_and_decides_as_a_full_rel
 {
     add_idle_machines(2, NULL);
     uint32_t b = intern("cluster-b");
-    publish_fresh(0, g_cluster, 0, 2, 10); /* cluster-a first */
-    publish_fresh(1, b, 1, 2, 20);
+    publish_fresh(0, g_cluster, 0, 2, 10, true); /* cluster-a first */
+    publish_fresh(1, b, 1, 2, 20, true);
     struct bf_cycle *c = new_cycle(true);
     struct bf_cycle_report rep;
     struct act x[16];
@@ -647,38 +651,73 @@ START_TEST(a_republished_repeat_moves_only_the_arrival_and_decides_as_a_full_rel
     bf_cycle_free(c);
     assert_full_reload_decides(x, n, 3000000000LL);
 
-    /* a repeat that arrives earlier again puts cluster-a back in front */
+    /* several repeats between two cycles (generations skipped): the rows
+     * are still the ones written at rows_generation; an earlier arrival
+     * puts cluster-a back in front */
     c = new_cycle(true);
     decide(c, 4000000000LL, &rep, x, 16);
+    republish(0, 40);
     republish(0, 5);
     n = decide(c, 5000000000LL, &rep, x, 16);
     ck_assert_uint_eq(rep.clusters_republished, 1);
     ck_assert_int_eq(n, 2);
     ck_assert_uint_eq(x[0].cluster_ref, g_cluster);
+    bf_cycle_free(c);
     assert_full_reload_decides(x, n, 6000000000LL);
 
-    /* two republishes between cycles: a generation was skipped, so the
-     * rows are read (the cycle cannot tell what the skipped one was) */
-    republish(1, 3);
+    /* changed rollups between two cycles, the last one back on the extent
+     * the cycle read and then repeated: new rows_generation, read in full
+     * (cluster-b now wants 1 machine, so each cluster gets one) */
+    c = new_cycle(true);
+    decide(c, 7000000000LL, &rep, x, 16);
+    publish_fresh(1, b, 2, 2, 3, true);
+    publish_fresh(1, b, 1, 1, 3, true);
     republish(1, 4);
-    n = decide(c, 7000000000LL, &rep, x, 16);
+    n = decide(c, 8000000000LL, &rep, x, 16);
     ck_assert_uint_eq(rep.clusters_reread, 1);
     ck_assert_uint_eq(rep.clusters_republished, 0);
+    ck_assert_int_eq(n, 2);
+    ck_assert_uint_eq(x[0].cluster_ref, b);
+    ck_assert_uint_eq(x[1].cluster_ref, g_cluster);
+    bf_cycle_free(c);
+    assert_full_reload_decides(x, n, 9000000000LL);
+}
+END_TEST
+
+/* A writer that does not record rows_generation: a repeat is taken without
+ * reading rows only when the generation moved by exactly one on the same
+ * extent; two publishes between cycles read the rows. */
+START_TEST(without_rows_generation_only_a_single_repeat_skips_the_rows)
+{
+    add_idle_machines(2, NULL);
+    uint32_t b = intern("cluster-b");
+    publish_fresh(0, g_cluster, 0, 2, 10, false);
+    publish_fresh(1, b, 1, 2, 20, false);
+    struct bf_cycle *c = new_cycle(true);
+    struct bf_cycle_report rep;
+    struct act x[16];
+    decide(c, 1000000000LL, &rep, x, 16);
+    republish(0, 30);
+    int n = decide(c, 2000000000LL, &rep, x, 16);
+    ck_assert_uint_eq(rep.clusters_republished, 1);
+    ck_assert_uint_eq(x[0].cluster_ref, b);
+    republish(0, 40);
+    republish(0, 5);
+    n = decide(c, 3000000000LL, &rep, x, 16);
+    ck_assert_uint_eq(rep.clusters_reread, 1);
+    ck_assert_uint_eq(rep.clusters_republished, 0);
+    ck_assert_uint_eq(x[0].cluster_ref, g_cluster);
+    /* a changed rollup elsewhere and back to the same extent, then a
+     * repeat, all between two cycles: read in full */
+    publish_fresh(1, b, 2, 2, 3, false);
+    publish_fresh(1, b, 1, 1, 3, false);
+    republish(1, 4);
+    n = decide(c, 4000000000LL, &rep, x, 16);
+    ck_assert_uint_eq(rep.clusters_republished, 0);
+    ck_assert_int_eq(n, 2);
     ck_assert_uint_eq(x[0].cluster_ref, b);
     bf_cycle_free(c);
-    assert_full_reload_decides(x, n, 8000000000LL);
-
-    /* a changed rollup on another extent after a repeat is read in full */
-    c = new_cycle(true);
-    decide(c, 9000000000LL, &rep, x, 16);
-    republish(0, 1);
-    publish_fresh(1, b, 2, 2, 2); /* another extent, rows_arrival_ns 0 */
-    n = decide(c, 10000000000LL, &rep, x, 16);
-    ck_assert_uint_eq(rep.clusters_reread, 2);
-    ck_assert_uint_eq(rep.clusters_republished, 1);
-    ck_assert_uint_eq(x[0].cluster_ref, g_cluster);
-    bf_cycle_free(c);
-    assert_full_reload_decides(x, n, 11000000000LL);
+    assert_full_reload_decides(x, n, 5000000000LL);
 }
 END_TEST
 
@@ -700,6 +739,7 @@ int main(void)
     tcase_add_test(tc, paused_cycles_keep_deciding_and_reporting_and_execute_nothing);
     tcase_add_test(tc, warm_up_cycles_are_not_observed_in_the_duration_histograms);
     tcase_add_test(tc, a_republished_repeat_moves_only_the_arrival_and_decides_as_a_full_reload);
+    tcase_add_test(tc, without_rows_generation_only_a_single_repeat_skips_the_rows);
     suite_add_tcase(s, tc);
     return check_run(s);
 }
