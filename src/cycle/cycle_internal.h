@@ -115,6 +115,13 @@ struct bf_cycle {
     struct rowmemo *rowmemo; /* [rowmemo_cap] */
     uint32_t rowmemo_cap;
     struct labelcache labels;
+    /* the machine profile refresh_slot resolved last (blob and label cache
+     * entries live as long as the caches; neighbouring slots often share
+     * one, so a rescan skips both look-ups for them) */
+    uint32_t last_mprof_ref;
+    const struct bf_mprofile *last_mprof;
+    const struct bf_engine_label *last_labels;
+    uint32_t last_nl;
     /* dirty slots whose record was busy: retried next cycle */
     uint32_t *retry;
     uint32_t n_retry, cap_retry;

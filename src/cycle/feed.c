@@ -106,7 +106,22 @@ void bf_cycle_refresh_slot(struct bf_cycle *c, uint32_t slot)
         }
         return;
     }
-    const struct bf_mprofile *p = bf_mprofile_get(c->blobs, c->shm, r.profile);
+    const struct bf_mprofile *p;
+    const struct bf_engine_label *labels;
+    uint32_t nl = 0;
+    if (r.profile && r.profile == c->last_mprof_ref) {
+        p = c->last_mprof;
+        labels = c->last_labels;
+        nl = c->last_nl;
+    } else if ((p = bf_mprofile_get(c->blobs, c->shm, r.profile)) != NULL) {
+        labels = labels_for(c, p, &nl);
+        if (labels || !p->n_labels) { /* not a failed (out of memory) label copy */
+            c->last_mprof_ref = r.profile;
+            c->last_mprof = p;
+            c->last_labels = labels;
+            c->last_nl = nl;
+        }
+    }
     if (!p) {
         /* a profile that does not decode cannot be matched: keep it out */
         if (si->present) {
@@ -117,8 +132,6 @@ void bf_cycle_refresh_slot(struct bf_cycle *c, uint32_t slot)
         }
         return;
     }
-    uint32_t nl = 0;
-    const struct bf_engine_label *labels = labels_for(c, p, &nl);
     uint32_t glen = 0;
     const char *group = r.group ? bf_str(c->shm, r.group, &glen) : NULL;
     const char *id = bf_str(c->shm, r.id, NULL);
