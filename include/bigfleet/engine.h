@@ -208,7 +208,7 @@ struct bf_engine_need {
      * exactly what bf_profile_fingerprint gives for the canonicalised
      * profile (a NeedProfileBlob's fingerprint field: struct bf_nprofile).
      * A profile the engine already holds is then found by it without being
-     * copied, canonicalised or fingerprinted again. NULL: computed. Ignored
+     * copied, canonicalised or fingerprinted again. NULL or "": computed. Ignored
      * with BF_ENGINE_F_REFERENCE (the reference computes it). A wrong value
      * makes Needs with different profiles share one: the caller's contract. */
     const char *fingerprint;

@@ -167,11 +167,16 @@ static void rand_need(struct world *w, struct wneed *n, int ci, int k)
 static void push_needs(struct world *w, int ci)
 {
     struct bf_engine_need v[MAXN];
+    char fps[MAXN][512];
     for (int k = 0; k < w->nneeds[ci]; k++) {
         struct wneed *n = &w->needs[ci][k];
         n->p.p.reqs = n->p.reqs;
         n->p.p.spread = n->p.spr;
         v[k] = ef_need(&n->p, n->agg, n->minu, n->arrival, n->group[0] ? n->group : NULL);
+        /* the caller's fingerprint, as the cycle hands it in (the reference
+         * engine ignores it and computes its own: CMP_REF compares the two) */
+        snprintf(fps[k], sizeof fps[k], "%s", ef_fp(&n->p));
+        v[k].fingerprint = fps[k];
     }
     w->gen++;
     struct bf_engine *es[5] = {w->f->e, w->ref, w->nov, w->hist, w->full};
@@ -187,12 +192,16 @@ static void push_needs(struct world *w, int ci)
 static void push_arrival(struct world *w, int ci, int64_t arrival)
 {
     struct bf_engine_need v[MAXN];
+    char fps[MAXN][512];
     for (int k = 0; k < w->nneeds[ci]; k++) {
         struct wneed *n = &w->needs[ci][k];
         n->arrival = arrival;
         n->p.p.reqs = n->p.reqs;
         n->p.p.spread = n->p.spr;
         v[k] = ef_need(&n->p, n->agg, n->minu, n->arrival, n->group[0] ? n->group : NULL);
+        snprintf(fps[k], sizeof fps[k], "%s", ef_fp(&n->p));
+        if (k % 2) /* half with a caller's fingerprint, half computed */
+            v[k].fingerprint = fps[k];
     }
     w->gen++;
     ck_assert_int_eq(bf_engine_set_needs_arrival(w->f->e, clusters[ci], w->gen, arrival), 0);

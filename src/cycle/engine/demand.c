@@ -253,6 +253,8 @@ static struct cprof *cprof_find(struct bf_engine *e, const char *fps, size_t fl)
 static struct cprof *cprof_get_ex(struct bf_engine *e, const struct bf_need_profile *p,
                                   bool skip_same, const char *known_fp)
 {
+    if (known_fp && !known_fp[0])
+        known_fp = NULL; /* no fingerprint: compute it */
     if (known_fp) {
         struct cprof *cp = cprof_find(e, known_fp, strlen(known_fp));
         if (cp)
