@@ -294,11 +294,13 @@ enum { ROW_DERIVE = 0, ROW_KEEP = 1, ROW_RERANK = 2 };
  * inputs are unchanged; ROW_RERANK when only the acquirable supply it ranked
  * domains over moved (a Same Need; its own cluster's inputs are unchanged);
  * ROW_DERIVE otherwise. */
-static int row_check(const struct bf_engine *e, const struct pmemo *pm, uint32_t r,
+static int row_check(const struct bf_engine *e, const struct cluster *cl, uint32_t r,
                      const struct dneed *d)
 {
+    const struct pmemo *pm = &cl->pm[cl->pcur];
     const struct prow *m = &pm->rows[r];
-    for (uint32_t i = 0; i < m->nl; i++)
+    /* a row reads only its own cluster's lists: none diverged, none to check */
+    for (uint32_t i = 0; cl->dvstamp == e->stamp && i < m->nl; i++)
         if (list_diverged(e, pm->lists[m->l0 + i]))
             return ROW_DERIVE;
     const struct cprof *cp = d->cp;
@@ -628,6 +630,8 @@ static int row_derive(struct bf_engine *e, const struct bfe_prepass_ops *ops, ui
         /* later Needs reading these lists see other claims */
         for (uint32_t i = 0; i < x->nl; i++)
             list_cyc(e, pm->lists[x->l0 + i])->diverged = true;
+        if (x->nl)
+            cl->dvstamp = e->stamp;
     }
     return 0;
 }
@@ -675,6 +679,7 @@ static bool lists_changed(struct bf_engine *e, struct cluster *cl, const struct 
         }
         ll = list_cyc(e, pm->lv[i].list);
         ll->rolled = ll->diverged = true;
+        cl->dvstamp = e->stamp;
         any = true;
     }
     return any;
@@ -718,6 +723,9 @@ static int finish(struct bf_engine *e)
     return 0;
 }
 
+/* how many steps ahead the pre-pass fetches a memo row */
+#define PREPASS_AHEAD 8
+
 int bfe_credit_prepass(struct bf_engine *e, const uint64_t *ord, uint32_t n,
                        const struct bfe_prepass_ops *ops)
 {
@@ -749,12 +757,32 @@ int bfe_credit_prepass(struct bf_engine *e, const uint64_t *ord, uint32_t n,
             cl->cepoch = ++e->epoch_ctr; /* every claim on its leaves is gone */
         }
     }
+    /* each step's memo row, so that the rows a few steps ahead (scattered
+     * over the clusters' memos: the order is by priority) are fetched early */
+    uint32_t *rowi = ANEW(&e->ar, uint32_t, n ? n : 1);
+    if (!rowi)
+        return -ENOMEM;
+    for (uint32_t k = 0; k < n; k++)
+        rowi[k] = e->clusters[e->d[(uint32_t)ord[k]].cluster].prow_next++;
+    for (uint32_t ci = 0; ci < e->n_clusters; ci++)
+        e->clusters[ci].prow_next = 0;
     for (uint32_t k = 0; k < n; k++) {
+        if (k + PREPASS_AHEAD < n) {
+            const struct cluster *ca =
+                &e->clusters[e->d[(uint32_t)ord[k + PREPASS_AHEAD]].cluster];
+            const struct pmemo *pa = &ca->pm[ca->pcur];
+            if (ca->pmode != PM_FRESH && rowi[k + PREPASS_AHEAD] < pa->nrows) {
+                const char *p = (const char *)&pa->rows[rowi[k + PREPASS_AHEAD]];
+                __builtin_prefetch(p);
+                __builtin_prefetch(p + 64);
+                __builtin_prefetch(p + sizeof(struct prow) - 1);
+            }
+        }
         uint32_t di = (uint32_t)ord[k];
         uint32_t ci = e->d[di].cluster;
         struct cluster *cl = &e->clusters[ci];
         uint32_t r = cl->prow_next++;
-        int what = cl->pmode == PM_FRESH ? ROW_DERIVE : row_check(e, memo_of(cl), r, &e->d[di]);
+        int what = cl->pmode == PM_FRESH ? ROW_DERIVE : row_check(e, cl, r, &e->d[di]);
         if (what == ROW_RERANK) {
             int rc = row_rerank(e, ops, ci, r, di);
             if (rc < 0)

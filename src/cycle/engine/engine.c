@@ -89,6 +89,7 @@ void bf_engine_free(struct bf_engine *e)
         bfe_fold_groups_clear(&e->clusters[c]);
         free(e->clusters[c].fg);
         free(e->clusters[c].acl);
+        free(e->clusters[c].acl_ac);
     }
     free(e->clusters);
     free(e->cluster_order);

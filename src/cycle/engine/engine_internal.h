@@ -500,7 +500,8 @@ struct cluster {
     uint32_t n_same; /* Needs carrying Same */
     /* its distinct compiled profiles, first-named first (AvailableCapacity) */
     struct cprof **acl;
-    uint32_t nacl, capacl;
+    uint32_t *acl_ac; /* per acl entry: its index in e->ac when last seen (checked) */
+    uint32_t nacl, capacl, capacl_ac;
     bool acl_valid;
     uint32_t rank; /* position in name order */
     /* incremental pre-pass (credit.c) */
@@ -515,6 +516,8 @@ struct cluster {
     uint32_t prow_next; /* next pre-pass row this cycle */
     uint32_t nrows_now; /* normalized Needs this cycle */
     uint32_t rstamp;    /* cycle stamp: its credit claims are on its leaves' runs */
+    uint32_t dvstamp;   /* cycle stamp: one of its lists is diverged this cycle (a
+                           kept row checks its lists only then) */
 };
 
 /* One row of normalized demand (D) with its per-cycle working state. */
