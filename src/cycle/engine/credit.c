@@ -768,8 +768,7 @@ int bfe_credit_prepass(struct bf_engine *e, const uint64_t *ord, uint32_t n,
         e->clusters[ci].prow_next = 0;
     for (uint32_t k = 0; k < n; k++) {
         if (k + PREPASS_AHEAD < n) {
-            const struct cluster *ca =
-                &e->clusters[e->d[(uint32_t)ord[k + PREPASS_AHEAD]].cluster];
+            const struct cluster *ca = &e->clusters[e->d[(uint32_t)ord[k + PREPASS_AHEAD]].cluster];
             const struct pmemo *pa = &ca->pm[ca->pcur];
             if (ca->pmode != PM_FRESH && rowi[k + PREPASS_AHEAD] < pa->nrows) {
                 const char *p = (const char *)&pa->rows[rowi[k + PREPASS_AHEAD]];
