@@ -250,6 +250,7 @@ static int verdicts(struct bf_engine *e)
 {
     uint32_t n = e->n_d;
     e->n_verdicts = 0;
+    e->n_unsat = 0;
     TRY(GROW(e->verdicts, e->cap_verdicts, n ? n : 1));
     struct vkey *k = ANEW(&e->ar, struct vkey, n ? n : 1);
     struct vkey *tmp = ANEW(&e->ar, struct vkey, n ? n : 1);
@@ -279,6 +280,7 @@ static int verdicts(struct bf_engine *e)
         v->group_len = bfe_strlen(&e->in, d->group);
         v->folded_members = d->folded;
         v->satisfied = bf_vec_is_zero(&d->rem);
+        e->n_unsat += !v->satisfied;
         if (!v->satisfied)
             v->residual_deficit = d->rem;
         v->claimed_count = d->claimed;
