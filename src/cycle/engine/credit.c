@@ -492,6 +492,25 @@ static int cands_record(struct bf_engine *e, struct pmemo *pm, struct prow *x,
     return 0;
 }
 
+/* A row's entries of one kind (array a of elements of sz bytes, *n in use):
+ * the new ones [*at, *at + k), appended last, replace the old ones
+ * [old0, old0 + oldn) when they fit (and are popped from the end), else the
+ * old ones are left behind; either way what no row refers to is counted as
+ * waste. */
+static void settle(void *a, size_t sz, uint32_t *n, uint32_t *at, uint32_t k, uint32_t old0,
+                   uint32_t oldn, uint32_t *waste)
+{
+    if (k > oldn || *at + k != *n) {
+        *waste += oldn;
+        return;
+    }
+    if (k)
+        memmove((char *)a + (size_t)old0 * sz, (char *)a + (size_t)*at * sz, (size_t)k * sz);
+    *n -= k;
+    *at = old0;
+    *waste += oldn - k;
+}
+
 /*
  * A Same Need whose own cluster's inputs are unchanged but whose acquirable
  * supply moved: its domains are ranked again from its recorded creditable
@@ -542,7 +561,7 @@ static int row_rerank(struct bf_engine *e, const struct bfe_prepass_ops *ops, ui
         ti = t->nrows - 1;
     }
     struct prow *x = &t->rows[ti];
-    t->waste += x->ndep + x->ncv + x->nev + x->ncand;
+    const struct prow was = *x; /* its entries: replaced by those recorded now */
     x->dindex = di;
     x->same_sat = d->same_sat;
     TRY(same_inputs(e, t, x, d->cp));
@@ -559,6 +578,22 @@ static int row_rerank(struct bf_engine *e, const struct bfe_prepass_ops *ops, ui
         e->rec_pm = NULL;
         e->rec_ci = NONE32;
         TRY(rc);
+    }
+    /* the new entries were appended; where they fit in the row's old ones
+     * they move there (every cycle re-ranks most Same Needs: appending
+     * alone would make the memo copy itself out of its waste often) */
+    if (x->ncand <= was.ncand && x->cand0 + x->ncand == t->ncands)
+        for (uint32_t i = 0; i < x->ncand; i++) /* the ids they overwrite */
+            bfe_intern_release(&e->in, t->cand_ids[was.cand0 + i]);
+    settle(t->dep, sizeof *t->dep, &t->ndep, &x->dep0, x->ndep, was.dep0, was.ndep, &t->waste);
+    settle(t->cv, sizeof *t->cv, &t->ncv, &x->cv0, x->ncv, was.cv0, was.ncv, &t->waste);
+    settle(t->ev, sizeof *t->ev, &t->nev, &x->ev0, x->nev, was.ev0, was.nev, &t->waste);
+    uint32_t c0 = x->cand0;
+    settle(t->cand_ids, sizeof *t->cand_ids, &t->ncands, &c0, x->ncand, was.cand0, was.ncand,
+           &t->waste);
+    if (c0 != x->cand0) { /* the candidates follow their ids */
+        COPY_N(t->cands + c0, t->cands + x->cand0, x->ncand);
+        x->cand0 = c0;
     }
     return 1;
 }
