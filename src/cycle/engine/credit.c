@@ -511,6 +511,21 @@ static void settle(void *a, size_t sz, uint32_t *n, uint32_t *at, uint32_t k, ui
     *waste += oldn - k;
 }
 
+/* the candidates d's ranking produced are the ones row was recorded with
+ * (in memo t): same domains, coverage and satisfiability, in order */
+static bool cands_equal(const struct pmemo *t, const struct prow *was, const struct dneed *d)
+{
+    if (d->ncand != was->ncand)
+        return false;
+    for (uint32_t i = 0; i < d->ncand; i++) {
+        const struct bf_engine_domain_coverage *a = &t->cands[was->cand0 + i], *b = &d->cands[i];
+        if (t->cand_ids[was->cand0 + i] != d->cand_vals[i] ||
+            a->coverage_per_mille != b->coverage_per_mille || a->satisfiable != b->satisfiable)
+            return false;
+    }
+    return true;
+}
+
 /*
  * A Same Need whose own cluster's inputs are unchanged but whose acquirable
  * supply moved: its domains are ranked again from its recorded creditable
@@ -565,7 +580,9 @@ static int row_rerank(struct bf_engine *e, const struct bfe_prepass_ops *ops, ui
     x->dindex = di;
     x->same_sat = d->same_sat;
     TRY(same_inputs(e, t, x, d->cp));
-    TRY(cands_record(e, t, x, d));
+    bool same_cands = cands_equal(t, &was, d);
+    if (!same_cands)
+        TRY(cands_record(e, t, x, d));
     d->rem = x->rem;
     d->claimed = x->claimed;
     x->ev0 = t->nev;
@@ -582,12 +599,14 @@ static int row_rerank(struct bf_engine *e, const struct bfe_prepass_ops *ops, ui
     /* the new entries were appended; where they fit in the row's old ones
      * they move there (every cycle re-ranks most Same Needs: appending
      * alone would make the memo copy itself out of its waste often) */
-    if (x->ncand <= was.ncand && x->cand0 + x->ncand == t->ncands)
-        for (uint32_t i = 0; i < x->ncand; i++) /* the ids they overwrite */
-            bfe_intern_release(&e->in, t->cand_ids[was.cand0 + i]);
     settle(t->dep, sizeof *t->dep, &t->ndep, &x->dep0, x->ndep, was.dep0, was.ndep, &t->waste);
     settle(t->cv, sizeof *t->cv, &t->ncv, &x->cv0, x->ncv, was.cv0, was.ncv, &t->waste);
     settle(t->ev, sizeof *t->ev, &t->nev, &x->ev0, x->nev, was.ev0, was.nev, &t->waste);
+    if (same_cands) /* the ranking came out as recorded: nothing recorded */
+        return 1;
+    if (x->ncand <= was.ncand && x->cand0 + x->ncand == t->ncands)
+        for (uint32_t i = 0; i < x->ncand; i++) /* the ids they overwrite */
+            bfe_intern_release(&e->in, t->cand_ids[was.cand0 + i]);
     uint32_t c0 = x->cand0;
     settle(t->cand_ids, sizeof *t->cand_ids, &t->ncands, &c0, x->ncand, was.cand0, was.ncand,
            &t->waste);
