@@ -346,8 +346,14 @@ struct bf_net_server_opts {
     size_t n_methods;
     uint32_t max_connections;        /* 0 = 16384; beyond: closed at accept, counted */
     uint32_t max_concurrent_streams; /* per connection (SETTINGS); 0 = 1024 */
-    uint32_t max_recv_message;       /* 0 = BF_NET_MAX_MESSAGE */
-    uint32_t max_send_message;       /* 0 = BF_NET_MAX_MESSAGE */
+    /* New streams one connection may open per second (a token bucket with
+     * a burst of twice this); the stream that empties it closes the
+     * connection as a flood (GOAWAY ENHANCE_YOUR_CALM, flood_closes
+     * [BF_NET_FLOOD_STREAMS]). 0 = 200 per second; at most 1,000,000
+     * (-EINVAL above). grpc-js and grpc-go open one stream per call. */
+    uint32_t max_new_streams_per_second;
+    uint32_t max_recv_message; /* 0 = BF_NET_MAX_MESSAGE */
+    uint32_t max_send_message; /* 0 = BF_NET_MAX_MESSAGE */
     /* Bytes all calls together may hold in partially received messages (a
      * message that arrives whole in one read costs nothing here); a message
      * whose assembly would go past it ends its call with RESOURCE_EXHAUSTED

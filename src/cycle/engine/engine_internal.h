@@ -380,6 +380,9 @@ struct fold_group {
     char *aggkey;    /* "name=milli;" ordering key (malloc'd) */
 };
 
+/* A held Need row. Inputs: cp, agg, minu, arrival, group (bf_engine_set_needs_arrival
+ * rebuilds a row from exactly these, every other field zeroed: a new input
+ * field must be carried there too). */
 struct need_in {
     struct cprof *cp;
     bf_vec agg, minu;
