@@ -801,6 +801,13 @@ static void run_world_stats(uint64_t seed, int cycles, int cmp, uint64_t stats[3
         if (cmp & CMP_NOV) {
             same_actions(&w->f->r, &rn, "verdicts on vs off", cyc);
             ck_assert_uint_eq(rn.n_verdicts, 0);
+            /* the unsatisfied count is the verdicts' when there are verdicts,
+             * and the same without them */
+            uint32_t uns = 0;
+            for (size_t i = 0; i < w->f->r.n_verdicts; i++)
+                uns += !w->f->r.verdicts[i].satisfied;
+            ck_assert_uint_eq(w->f->r.n_unsatisfied, uns);
+            ck_assert_uint_eq(rn.n_unsatisfied, uns);
         }
         if (cmp & CMP_HIST) {
             same_actions(&w->f->r, &rh, "history", cyc);

@@ -647,9 +647,16 @@ int bfe_demand_snapshot(struct bf_engine *e)
      * the write index never overtakes the fresh tail's read index */
     uint32_t w = 0, a = 0, b = 0;
     uint32_t nold = e->snap_full ? 0 : e->n_snap;
+    /* the changed flags, contiguous (one byte per cluster, not a cluster
+     * struct per kept row) */
+    uint8_t *chg = ANEW(&e->ar, uint8_t, e->n_clusters ? e->n_clusters : 1);
+    if (!chg)
+        return -ENOMEM;
+    for (uint32_t c = 0; c < e->n_clusters; c++)
+        chg[c] = e->clusters[c].snap_changed;
     while (a < nold || b < nf) {
         const struct snapkey *x = NULL;
-        while (a < nold && e->clusters[e->snapk[a].ref >> 32].snap_changed)
+        while (a < nold && chg[e->snapk[a].ref >> 32])
             a++;
         if (a < nold)
             x = &e->snapk[a];
