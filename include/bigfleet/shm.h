@@ -263,6 +263,16 @@ void bf_inv_abort(struct bf_shm *s, struct bf_inv_txn *t);
  * index full), -EINVAL.
  */
 int bf_inv_insert(struct bf_shm *s, const struct bf_machine_rec *rec, uint32_t *slot);
+/*
+ * bf_inv_insert without the id lookup, for the cold start's bulk inserts:
+ * the caller (the sole inserter) guarantees that no record holds rec->id,
+ * e.g. because bf_str_find did not find the id's bytes before it interned
+ * them (a record's id ref always names an existing string, and only the
+ * reconciler inserts records). Saves the probe's record reads (a random
+ * record per collision in the id index). [reconciler only]
+ * Errors: -ENOSPC (no free slot or index full), -EINVAL, -EROFS, -EBUSY.
+ */
+int bf_inv_insert_new(struct bf_shm *s, const struct bf_machine_rec *rec, uint32_t *slot);
 /* Removes a machine: tombstones its index entry, clears the record (flags 0),
  * pushes the slot on the free stack, logs the change. [reconciler only]
  * Errors: -ENOENT, -EBUSY. */

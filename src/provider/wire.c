@@ -113,8 +113,12 @@ int bf_prov_machine_decode(const uint8_t *p, size_t len, struct bf_prov_machine 
                                     &m->zone, &m->last_error,    &m->cluster};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
         strs[i]->p = empty;
+    /* shape fields usually sit next to each other on the wire: hash each
+     * contiguous run once (XXH3's streaming digest equals the one-shot hash
+     * of the concatenation, so the runs' boundaries do not change it) */
     XXH3_state_t hs;
-    XXH3_128bits_reset(&hs);
+    bool streaming = false;
+    const uint8_t *run = NULL, *run_end = NULL;
     struct bf_pb_reader r;
     struct bf_pb_field f;
     int rc;
@@ -182,12 +186,30 @@ int bf_prov_machine_decode(const uint8_t *p, size_t len, struct bf_prov_machine 
             s->p = f.p;
             s->len = f.len;
         }
-        if (f.num == 4 || f.num == 5 || f.num == 6 || f.num == 9 || f.num == 10 || f.num == 13)
-            XXH3_128bits_update(&hs, f.start, (size_t)(f.end - f.start));
+        if (f.num == 4 || f.num == 5 || f.num == 6 || f.num == 9 || f.num == 10 || f.num == 13) {
+            if (run && f.start == run_end) {
+                run_end = f.end;
+                continue;
+            }
+            if (run) {
+                if (!streaming)
+                    XXH3_128bits_reset(&hs);
+                streaming = true;
+                XXH3_128bits_update(&hs, run, (size_t)(run_end - run));
+            }
+            run = f.start;
+            run_end = f.end;
+        }
     }
     if (rc)
         return -EBADMSG;
-    XXH128_hash_t h = XXH3_128bits_digest(&hs);
+    XXH128_hash_t h;
+    if (streaming) {
+        XXH3_128bits_update(&hs, run, (size_t)(run_end - run));
+        h = XXH3_128bits_digest(&hs);
+    } else {
+        h = XXH3_128bits(run ? run : empty, run ? (size_t)(run_end - run) : 0);
+    }
     m->shape_hash[0] = h.low64;
     m->shape_hash[1] = h.high64;
     return 0;

@@ -220,11 +220,12 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
     uint32_t id_ref = 0, slot = 0;
     struct bf_machine_rec cur;
     bool have_cur = predicted(r, &pid, &slot, &cur);
-    bool known = have_cur;
+    bool known = have_cur, id_absent = false;
     if (have_cur)
         id_ref = cur.id;
-    else if (pid.len && bf_str_find(s, pid.p, (uint32_t)pid.len, &id_ref) == 0 &&
-             bf_inv_lookup(s, id_ref, &slot) == 0)
+    else if (pid.len && bf_str_find(s, pid.p, (uint32_t)pid.len, &id_ref) != 0)
+        id_absent = true; /* no string, so no record holds it (we are the sole inserter) */
+    else if (pid.len && bf_inv_lookup(s, id_ref, &slot) == 0)
         known = true;
     r->inserting = !known;
     if (known) {
@@ -379,7 +380,7 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
     if (nr.state == BF_STATE_IDLE)
         nr.idle_since = bf_rec_idle_since_encode(s, now_unix_s);
     uint32_t nslot;
-    rc = bf_inv_insert(s, &nr, &nslot);
+    rc = id_absent ? bf_inv_insert_new(s, &nr, &nslot) : bf_inv_insert(s, &nr, &nslot);
     if (rc == -EEXIST) { /* cannot happen with one inserter; treat as seen */
         mark_seen(r, nslot);
         return;

@@ -164,17 +164,9 @@ static int index_find_entry(const struct bf_shm *s, uint32_t id_ref, uint32_t sl
     return -ENOENT;
 }
 
-int bf_inv_insert(struct bf_shm *s, const struct bf_machine_rec *rec, uint32_t *slot)
+/* The insert after the caller's "no record holds rec->id" is settled. */
+static int insert_absent(struct bf_shm *s, const struct bf_machine_rec *rec, uint32_t *slot)
 {
-    if (s->readonly)
-        return -EROFS;
-    if (rec->id == 0)
-        return -EINVAL;
-    uint32_t existing;
-    if (bf_inv_lookup(s, rec->id, &existing) == 0) {
-        *slot = existing;
-        return -EEXIST;
-    }
     struct bf_inv_meta *meta = s->inv;
     uint32_t used = atomic_load_explicit(&meta->index_used, memory_order_relaxed);
     /* find the index position first (fail before touching slots) */
@@ -222,6 +214,29 @@ int bf_inv_insert(struct bf_shm *s, const struct bf_machine_rec *rec, uint32_t *
     atomic_fetch_add_explicit(&meta->records_inserted, 1, memory_order_relaxed);
     *slot = sl;
     return 0;
+}
+
+int bf_inv_insert(struct bf_shm *s, const struct bf_machine_rec *rec, uint32_t *slot)
+{
+    if (s->readonly)
+        return -EROFS;
+    if (rec->id == 0)
+        return -EINVAL;
+    uint32_t existing;
+    if (bf_inv_lookup(s, rec->id, &existing) == 0) {
+        *slot = existing;
+        return -EEXIST;
+    }
+    return insert_absent(s, rec, slot);
+}
+
+int bf_inv_insert_new(struct bf_shm *s, const struct bf_machine_rec *rec, uint32_t *slot)
+{
+    if (s->readonly)
+        return -EROFS;
+    if (rec->id == 0)
+        return -EINVAL;
+    return insert_absent(s, rec, slot);
 }
 
 int bf_inv_remove(struct bf_shm *s, uint32_t slot)

@@ -6,7 +6,10 @@
  * simulated provider: fencing token stamping, the status mapping of
  * shard.md §3.3, deadlines and a provider that is down.
  */
+#include <xxhash.h>
+
 #include "bigfleet/log.h"
+#include "bigfleet/pbwire.h"
 #include "test_provider.h"
 #include "check_run.h"
 
@@ -55,6 +58,40 @@ START_TEST(decoder_reads_every_field_protobuf_c_wrote)
         n++;
     ck_assert_int_eq(n, 2);
     free(b);
+}
+END_TEST
+
+/* The shape hash is XXH3-128 of the shape fields' wire bytes in order,
+ * whether they lie in one run or are split by other fields. */
+START_TEST(shape_hash_is_the_hash_of_the_shape_fields_wherever_they_sit)
+{
+    uint8_t together[128], apart[128], shape[128];
+    uint8_t *p = together, *q = apart, *h = shape;
+    h = bf_pb_put_ld(h, 4, "m6i.large", 9);
+    h = bf_pb_put_ld(h, 5, "zone-a", 6);
+    h = bf_pb_put_varint_field(h, 6, BF_CT_SPOT);
+    p = bf_pb_put_ld(p, 1, "m-1", 3);
+    p = bf_pb_put_varint_field(p, 2, BF_STATE_IDLE);
+    memcpy(p, shape, (size_t)(h - shape));
+    p += h - shape;
+    q = bf_pb_put_ld(q, 4, "m6i.large", 9);
+    q = bf_pb_put_ld(q, 1, "m-1", 3);
+    q = bf_pb_put_ld(q, 5, "zone-a", 6);
+    q = bf_pb_put_double(q, 7, 0.5);
+    q = bf_pb_put_varint_field(q, 2, BF_STATE_IDLE);
+    q = bf_pb_put_varint_field(q, 6, BF_CT_SPOT);
+    struct bf_prov_machine mt, ma;
+    ck_assert_int_eq(bf_prov_machine_decode(together, (size_t)(p - together), &mt), 0);
+    ck_assert_int_eq(bf_prov_machine_decode(apart, (size_t)(q - apart), &ma), 0);
+    XXH128_hash_t want = XXH3_128bits(shape, (size_t)(h - shape));
+    ck_assert(mt.shape_hash[0] == want.low64 && mt.shape_hash[1] == want.high64);
+    ck_assert(ma.shape_hash[0] == want.low64 && ma.shape_hash[1] == want.high64);
+    /* no shape field at all: the hash of nothing */
+    uint8_t bare[16], *b = bf_pb_put_ld(bare, 1, "m-2", 3);
+    struct bf_prov_machine mb;
+    ck_assert_int_eq(bf_prov_machine_decode(bare, (size_t)(b - bare), &mb), 0);
+    want = XXH3_128bits(shape, 0);
+    ck_assert(mb.shape_hash[0] == want.low64 && mb.shape_hash[1] == want.high64);
 }
 END_TEST
 
@@ -608,6 +645,7 @@ static Suite *suite(void)
     TCase *t = tcase_create("decoder");
     tcase_add_test(t, decoder_reads_every_field_protobuf_c_wrote);
     tcase_add_test(t, shape_hash_is_shared_by_equal_shapes_and_differs_otherwise);
+    tcase_add_test(t, shape_hash_is_the_hash_of_the_shape_fields_wherever_they_sit);
     tcase_add_test(t, decoder_never_reads_past_a_truncated_or_corrupted_message);
     tcase_add_test(t, peek_agrees_with_the_decoder_on_id_and_state_and_is_never_stricter);
     tcase_add_test(t, decoder_rejects_a_resources_entry_that_is_not_length_delimited);

@@ -238,6 +238,43 @@ START_TEST(id_index_inserts_looks_up_removes_and_reuses_slots)
 }
 END_TEST
 
+/* The bulk insert of a known-new id takes free slots and publishes the id
+ * exactly as bf_inv_insert does: the checked insert and the lookups see it. */
+START_TEST(insert_new_publishes_like_insert_and_reuses_freed_slots)
+{
+    char buf[32];
+    uint32_t slots[300];
+    for (int i = 0; i < 300; i++) {
+        snprintf(buf, sizeof buf, "b-%04d", i);
+        struct bf_machine_rec r = mk(intern(buf), BF_STATE_IDLE);
+        ck_assert_int_eq(bf_inv_insert_new(&g_s, &r, &slots[i]), 0);
+        ck_assert_uint_eq(slots[i], (uint32_t)i);
+    }
+    ck_assert_uint_eq(atomic_load(&g_s.inv->n_machines), 300);
+    for (int i = 0; i < 300; i++) {
+        snprintf(buf, sizeof buf, "b-%04d", i);
+        uint32_t sl;
+        ck_assert_int_eq(bf_inv_lookup_id(&g_s, buf, strlen(buf), &sl), 0);
+        ck_assert_uint_eq(sl, slots[i]);
+    }
+    struct bf_machine_rec dup = mk(intern("b-0042"), BF_STATE_IDLE);
+    uint32_t ex;
+    ck_assert_int_eq(bf_inv_insert(&g_s, &dup, &ex), -EEXIST);
+    ck_assert_uint_eq(ex, slots[42]);
+    ck_assert_int_eq(bf_inv_remove(&g_s, slots[5]), 0);
+    struct bf_machine_rec r = mk(intern("b-new"), BF_STATE_SPECULATIVE);
+    uint32_t sl;
+    ck_assert_int_eq(bf_inv_insert_new(&g_s, &r, &sl), 0);
+    ck_assert_uint_eq(sl, slots[5]);
+    struct bf_machine_rec got;
+    ck_assert_int_eq(bf_inv_read(&g_s, sl, &got), 0);
+    ck_assert(got.flags & BF_REC_VALID);
+    ck_assert_uint_eq(got.state, BF_STATE_SPECULATIVE);
+    struct bf_machine_rec none = mk(0, BF_STATE_IDLE);
+    ck_assert_int_eq(bf_inv_insert_new(&g_s, &none, &sl), -EINVAL);
+}
+END_TEST
+
 START_TEST(inventory_full_reports_enospc)
 {
     char buf[32];
@@ -1458,6 +1495,7 @@ int main(void)
     tcase_add_test(tc, repair_releases_the_string_lock_a_dead_process_held_and_reports_it);
     tcase_add_test(tc, string_lookups_stay_inside_the_arena_when_its_counts_are_corrupted);
     tcase_add_test(tc, id_index_inserts_looks_up_removes_and_reuses_slots);
+    tcase_add_test(tc, insert_new_publishes_like_insert_and_reuses_freed_slots);
     tcase_add_test(tc, inventory_full_reports_enospc);
     tcase_add_test(tc, seqlock_forked_writer_never_yields_a_torn_read);
     tcase_add_test(tc, seqlock_read_of_a_long_payload_is_never_torn);
