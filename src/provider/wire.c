@@ -31,6 +31,20 @@ static int map_entry(const uint8_t *p, size_t len, struct bf_prov_bytes *k, stru
     struct bf_pb_reader r;
     struct bf_pb_field f;
     int rc;
+    /* the usual encoding, {1: key}{2: value} with one-byte tags and
+     * lengths, or the key alone: read directly (the reader below gives the
+     * same parts for these bytes) */
+    if (len >= 2 && p[0] == 0x0a && p[1] < 0x80 && (size_t)p[1] + 2 <= len) {
+        size_t kl = p[1], rest = len - 2 - kl;
+        const uint8_t *q = p + 2 + kl;
+        if (rest == 0 || (rest >= 2 && q[0] == 0x12 && q[1] < 0x80 && (size_t)q[1] + 2 == rest)) {
+            k->p = p + 2;
+            k->len = kl;
+            v->p = rest ? q + 2 : (const uint8_t *)"";
+            v->len = rest ? q[1] : 0;
+            return 0;
+        }
+    }
     k->p = v->p = NULL;
     k->len = v->len = 0;
     bf_pb_reader_init(&r, p, len);

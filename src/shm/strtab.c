@@ -150,6 +150,9 @@ int bf_str_find(const struct bf_shm *s, const void *bytes, uint32_t len, uint32_
     return find(s, bytes, len, h, ref, NULL);
 }
 
+static int intern_missed(struct bf_shm *s, const void *bytes, uint32_t len, uint32_t h,
+                         uint32_t *ref);
+
 int bf_str_intern(struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *ref)
 {
     if (len == 0) {
@@ -161,6 +164,14 @@ int bf_str_intern(struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *r
     uint32_t h = (uint32_t)XXH3_64bits(bytes, len);
     if (find(s, bytes, len, h, ref, NULL) == 0)
         return 0;
+    return intern_missed(s, bytes, len, h, ref);
+}
+
+/* bf_str_intern after its lock-free probe missed: the probe again under the
+ * string lock, then the new entry. */
+static int intern_missed(struct bf_shm *s, const void *bytes, uint32_t len, uint32_t h,
+                         uint32_t *ref)
+{
     if (s->readonly)
         return -EROFS;
     int rc = lock_acquire(s);
@@ -309,14 +320,17 @@ int bf_str_intern_soft(struct bf_shm *s, const void *bytes, uint32_t len, uint32
         *ref = 0;
         return 0;
     }
-    if (bf_str_find(s, bytes, len, ref) == 0)
+    uint32_t h = (uint32_t)XXH3_64bits(bytes, len);
+    if (find(s, bytes, len, h, ref, NULL) == 0)
         return 0;
     struct bf_strtab_meta *m = &s->inv->strtab;
     uint64_t used = atomic_load_explicit(&m->arena_used, memory_order_relaxed);
     uint64_t entries = atomic_load_explicit(&m->entries, memory_order_relaxed);
     if (used + len + 16 > s->arena_bytes / 4 * 3 || entries + 1 > (uint64_t)(s->index_mask + 1) / 2)
         return -ENOSPC;
-    return bf_str_intern(s, bytes, len, ref);
+    if (len > STR_MAX_LEN)
+        return -E2BIG;
+    return intern_missed(s, bytes, len, h, ref); /* the probe above missed */
 }
 
 uint64_t bf_str_arena_used(const struct bf_shm *s)

@@ -95,6 +95,58 @@ START_TEST(shape_hash_is_the_hash_of_the_shape_fields_wherever_they_sit)
 }
 END_TEST
 
+/* Map entries in every encoding the schema allows give the same key and
+ * value: canonical, key alone, value before key, a key repeated (the last
+ * wins), multi-byte lengths. */
+START_TEST(map_entries_decode_the_same_in_every_encoding)
+{
+    static char longk[200];
+    memset(longk, 'k', sizeof longk - 1);
+    uint8_t msg[1024], e[300], *p = msg;
+    p = bf_pb_put_ld(p, 1, "m-1", 3);
+    uint8_t *q = bf_pb_put_ld(e, 1, "a", 1); /* canonical */
+    q = bf_pb_put_ld(q, 2, "1", 1);
+    p = bf_pb_put_ld(p, 10, e, (size_t)(q - e));
+    q = bf_pb_put_ld(e, 1, "b", 1); /* key alone */
+    p = bf_pb_put_ld(p, 10, e, (size_t)(q - e));
+    q = bf_pb_put_ld(e, 2, "3", 1); /* value first */
+    q = bf_pb_put_ld(q, 1, "c", 1);
+    p = bf_pb_put_ld(p, 10, e, (size_t)(q - e));
+    q = bf_pb_put_ld(e, 1, "x", 1); /* repeated key: the last wins */
+    q = bf_pb_put_ld(q, 1, "d", 1);
+    q = bf_pb_put_ld(q, 2, "4", 1);
+    p = bf_pb_put_ld(p, 10, e, (size_t)(q - e));
+    q = bf_pb_put_ld(e, 1, longk, strlen(longk)); /* two-byte length */
+    q = bf_pb_put_ld(q, 2, "5", 1);
+    p = bf_pb_put_ld(p, 10, e, (size_t)(q - e));
+    q = bf_pb_put_ld(e, 1, "f", 1); /* empty value written */
+    q = bf_pb_put_ld(q, 2, "", 0);
+    p = bf_pb_put_ld(p, 10, e, (size_t)(q - e));
+    struct bf_prov_machine m;
+    ck_assert_int_eq(bf_prov_machine_decode(msg, (size_t)(p - msg), &m), 0);
+    ck_assert_int_eq(m.n_labels, 6);
+    const char *want_k[6] = {"a", "b", "c", "d", longk, "f"},
+               *want_v[6] = {"1", "", "3", "4", "5", ""};
+    struct bf_prov_map_iter it;
+    struct bf_prov_bytes k, v;
+    bf_prov_map_iter_init(&it, &m, BF_PROV_MAP_LABELS);
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_eq(bf_prov_map_next(&it, &k, &v), 1);
+        ck_assert_uint_eq(k.len, strlen(want_k[i]));
+        ck_assert(!memcmp(k.p, want_k[i], k.len));
+        ck_assert_uint_eq(v.len, strlen(want_v[i]));
+        ck_assert(!memcmp(v.p, want_v[i], v.len));
+    }
+    ck_assert_int_eq(bf_prov_map_next(&it, &k, &v), 0);
+    /* a value of the wrong wire type is refused, canonical prefix or not */
+    uint8_t bad[32], *b = bf_pb_put_ld(bad, 1, "m-2", 3);
+    q = bf_pb_put_ld(e, 1, "a", 1);
+    q = bf_pb_put_varint_field(q, 2, 7);
+    b = bf_pb_put_ld(b, 10, e, (size_t)(q - e));
+    ck_assert_int_eq(bf_prov_machine_decode(bad, (size_t)(b - bad), &m), -EBADMSG);
+}
+END_TEST
+
 START_TEST(shape_hash_is_shared_by_equal_shapes_and_differs_otherwise)
 {
     struct tmach a = tmach_idle("a"), b = tmach_idle("b-with-another-id"), c = tmach_idle("c");
@@ -645,6 +697,7 @@ static Suite *suite(void)
     TCase *t = tcase_create("decoder");
     tcase_add_test(t, decoder_reads_every_field_protobuf_c_wrote);
     tcase_add_test(t, shape_hash_is_shared_by_equal_shapes_and_differs_otherwise);
+    tcase_add_test(t, map_entries_decode_the_same_in_every_encoding);
     tcase_add_test(t, shape_hash_is_the_hash_of_the_shape_fields_wherever_they_sit);
     tcase_add_test(t, decoder_never_reads_past_a_truncated_or_corrupted_message);
     tcase_add_test(t, peek_agrees_with_the_decoder_on_id_and_state_and_is_never_stricter);
