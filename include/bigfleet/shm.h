@@ -194,6 +194,11 @@ uint64_t bf_str_cost(uint32_t len);
 uint64_t bf_str_arena_used(const struct bf_shm *s);
 /* Finds an existing entry without inserting. 0 or -ENOENT. Lock-free. */
 int bf_str_find(const struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *ref);
+/* A hint, no effect on the table: starts loading the hash bucket a probe
+ * for these bytes begins at, so a bf_str_find/intern of them soon after
+ * finds it in cache (the reconciler's cold start issues it one machine
+ * ahead). Reads one word of the table, nothing else. Any process. */
+void bf_str_prefetch(const struct bf_shm *s, const void *bytes, uint32_t len);
 /* The bytes of ref (NUL-terminated; *len gets the length, may be NULL).
  * Returns NULL for a ref whose entry or bytes lie outside the published
  * arena (the published end bounded by the arena's size: a corrupted segment
@@ -273,6 +278,11 @@ int bf_inv_insert(struct bf_shm *s, const struct bf_machine_rec *rec, uint32_t *
  * Errors: -ENOSPC (no free slot or index full), -EINVAL, -EROFS, -EBUSY.
  */
 int bf_inv_insert_new(struct bf_shm *s, const struct bf_machine_rec *rec, uint32_t *slot);
+/* A hint, no effect on the index: starts loading the id index bucket of
+ * id_ref, so an insert or lookup of it soon after finds it in cache
+ * (issued when an id is interned, before the rest of its record is built).
+ * Any process. */
+void bf_inv_index_prefetch(const struct bf_shm *s, uint32_t id_ref);
 /* Removes a machine: tombstones its index entry, clears the record (flags 0),
  * pushes the slot on the free stack, logs the change. [reconciler only]
  * Errors: -ENOENT, -EBUSY. */

@@ -293,8 +293,11 @@ int bf_prov_machine_build(struct bf_shm *s, struct bf_prov_shape_cache *c,
             shape_map_put(&c->t, key, e); /* a cache: a failed put costs time only */
     }
     int rc;
-    if (!id_ref && (rc = intern_bytes(s, &m->id, &id_ref)))
-        return rc;
+    if (!id_ref) {
+        if ((rc = intern_bytes(s, &m->id, &id_ref)))
+            return rc;
+        bf_inv_index_prefetch(s, id_ref); /* a new machine: its insert probes there next */
+    }
     out->id = id_ref;
     out->profile = e.profile;
     out->type_idx = e.type_idx;

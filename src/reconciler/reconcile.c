@@ -401,6 +401,23 @@ void bf_recon_apply_one(struct bf_recon *r, const struct bf_prov_bytes *raw, int
     push_event(r, nslot, &nr, nr.cluster, res);
 }
 
+/*
+ * While inserting (a cold start), the next machine's id is probably new: its
+ * string-table probe misses the cache. Start loading that bucket now, so the
+ * load overlaps this machine's work. A hint only: the id is read from the
+ * usual encoding (field 1 first, one-byte length) without validation, and a
+ * wrong guess costs one useless load.
+ */
+static void prefetch_next_id(const struct bf_recon *r, const struct bf_prov_list_iter *it)
+{
+    struct bf_prov_list_iter nx = *it;
+    struct bf_prov_bytes raw;
+    if (bf_prov_list_next(&nx, &raw) != 1 || raw.len < 2 || raw.p[0] != 0x0a || raw.p[1] >= 0x80 ||
+        (size_t)raw.p[1] + 2 > raw.len)
+        return;
+    bf_str_prefetch(r->shm, raw.p + 2, raw.p[1]);
+}
+
 void bf_recon_list_issued(struct bf_recon *r)
 {
     r->list_exec_head = bf_cl_head(r->shm, BF_CL_EXECUTOR);
@@ -418,8 +435,11 @@ void bf_recon_apply_page(struct bf_recon *r, const struct bf_prov_list *l,
     bf_prov_list_iter_init(&it, l);
     uint32_t before = res->rejected;
     int rc;
-    while ((rc = bf_prov_list_next(&it, &raw)) == 1)
+    while ((rc = bf_prov_list_next(&it, &raw)) == 1) {
+        if (r->inserting)
+            prefetch_next_id(r, &it);
         bf_recon_apply_one(r, &raw, now_unix_s, res);
+    }
     if (rc < 0) /* structure was validated by the decoder: cannot happen */
         res->errors++;
     uint32_t rejected = res->rejected - before;

@@ -93,6 +93,11 @@ int bf_inv_lookup(const struct bf_shm *s, uint32_t id_ref, uint32_t *slot)
     return -ENOENT;
 }
 
+void bf_inv_index_prefetch(const struct bf_shm *s, uint32_t id_ref)
+{
+    __builtin_prefetch(&s->idindex[ref_hash(id_ref) & s->index_mask]);
+}
+
 int bf_inv_lookup_id(const struct bf_shm *s, const char *id, size_t len, uint32_t *slot)
 {
     uint32_t ref;

@@ -153,6 +153,14 @@ int bf_str_find(const struct bf_shm *s, const void *bytes, uint32_t len, uint32_
 static int intern_missed(struct bf_shm *s, const void *bytes, uint32_t len, uint32_t h,
                          uint32_t *ref);
 
+void bf_str_prefetch(const struct bf_shm *s, const void *bytes, uint32_t len)
+{
+    if (len == 0)
+        return;
+    uint32_t h = (uint32_t)XXH3_64bits(bytes, len);
+    __builtin_prefetch(&s->strhash[h & s->index_mask]);
+}
+
 int bf_str_intern(struct bf_shm *s, const void *bytes, uint32_t len, uint32_t *ref)
 {
     if (len == 0) {
