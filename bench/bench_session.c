@@ -23,7 +23,8 @@
  * "changed" demands alternating), then bf_rollup_convert_incremental of
  * the same and of two demands that differ in 1 % of the Needs, and
  * bf_rollup_digest, timed in this process on a scratch segment for
- * --seconds each; prints fastest and median.
+ * --seconds each; prints fastest and median. --convert-case K: only the
+ * K-th of those four (0-3; for perf).
  * Needs RLIMIT_NOFILE >= N + ~200 in this process and in bigfleet-shardd
  * (both raise their soft limit to the hard one; `ulimit -Hn` must allow it,
  * e.g. `ulimit -n 32768` before running, or run as a user whose hard limit
@@ -727,7 +728,7 @@ static void convert_loop(struct bf_shm *s, uint32_t cref, uint8_t *const b[2], c
     bf_rollup_free(&r[1]);
 }
 
-static void bench_convert(uint32_t rows, double seconds)
+static void bench_convert(uint32_t rows, double seconds, int only)
 {
     struct bf_shm s;
     char id[64], err[256];
@@ -747,10 +748,14 @@ static void bench_convert(uint32_t rows, double seconds)
     uint8_t *p[2] = {b[0], bare_rollup(rows, "5", 100, &plen[1])};
     plen[0] = len[0];
     printf("conversion alone (one process, no appliance):\n");
-    convert_loop(&s, cref, b, len, rows, false, "every Need changed, full:", seconds);
-    convert_loop(&s, cref, b, len, rows, true, "every Need changed, incremental:", seconds);
-    convert_loop(&s, cref, p, plen, rows, true, "1% of Needs changed, incremental:", seconds);
-    convert_loop(&s, cref, p, plen, rows, false, "1% of Needs changed, full:", seconds);
+    if (only < 0 || only == 0)
+        convert_loop(&s, cref, b, len, rows, false, "every Need changed, full:", seconds);
+    if (only < 0 || only == 1)
+        convert_loop(&s, cref, b, len, rows, true, "every Need changed, incremental:", seconds);
+    if (only < 0 || only == 2)
+        convert_loop(&s, cref, p, plen, rows, true, "1% of Needs changed, incremental:", seconds);
+    if (only < 0 || only == 3)
+        convert_loop(&s, cref, p, plen, rows, false, "1% of Needs changed, full:", seconds);
     free(b[0]);
     free(b[1]);
     free(p[1]);
@@ -767,6 +772,7 @@ int main(int argc, char **argv)
     double seconds = 5;
     bool ingest_only = false;
     uint32_t convert_rows = 0;
+    int convert_case = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--results") && i + 1 < argc)
             results = argv[++i];
@@ -778,9 +784,11 @@ int main(int argc, char **argv)
             ingest_only = true;
         else if (!strcmp(argv[i], "--convert") && i + 1 < argc)
             convert_rows = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--convert-case") && i + 1 < argc)
+            convert_case = atoi(argv[++i]);
     }
     if (convert_rows) {
-        bench_convert(convert_rows, seconds);
+        bench_convert(convert_rows, seconds, convert_case);
         return 0;
     }
     signal(SIGPIPE, SIG_IGN);

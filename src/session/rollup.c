@@ -860,6 +860,9 @@ int bf_rollup_repeat(const struct bf_shm *s, uint32_t rows_off, uint32_t n, cons
 
 /* ------------------------------------------------------------ reuse */
 
+/* hash-index lookups before one hit in 8 is required to go on */
+#define PREV_LOOKUPS_MIN 64
+
 /* Whether prev's Need k has these bytes' hash and length and a row of its
  * own to reuse. */
 static inline bool prev_match(const struct bf_rollup_prev *prev, uint32_t k, uint64_t h,
@@ -986,7 +989,11 @@ static int convert_rollup(struct bf_shm *s, const uint8_t *buf, size_t len, cons
     }
     struct scratch sc;
     memset(&sc, 0, sizeof sc);
-    uint32_t idx = 0, expect = 0;
+    /* expect: the prev Need this one repeats when operators keep their order
+     * (one past the last one reused, or past the last one tried); the hash
+     * index finds moved Needs, and is given up when it finds almost nothing
+     * (every Need changed: its lookups would only cost) */
+    uint32_t idx = 0, expect = 0, lookups = 0, found = 0;
     bool indexed = false;
     rc = 0;
     bf_pb_reader_init(&rd, buf, len);
@@ -1001,16 +1008,20 @@ static int convert_rollup(struct bf_shm *s, const uint8_t *buf, size_t len, cons
             if (prev) {
                 /* operators keep their order: the Need after the last one
                  * reused first, then anywhere */
-                if (expect < prev->n_needs && prev_match(prev, expect, h, (uint32_t)f.len))
+                if (expect < prev->n_needs && prev_match(prev, expect, h, (uint32_t)f.len)) {
                     k = expect;
-                else if (indexed || (rc = prev_index(r, prev)) == 0)
-                    indexed = true, k = prev_find(r, prev, h, (uint32_t)f.len);
-                else
-                    break;
+                } else if (lookups < PREV_LOOKUPS_MIN || found * 8 >= lookups) {
+                    if (!indexed && (rc = prev_index(r, prev)) != 0)
+                        break;
+                    indexed = true;
+                    k = prev_find(r, prev, h, (uint32_t)f.len);
+                    lookups++;
+                    found += k != UINT32_MAX;
+                }
             }
+            expect = (k != UINT32_MAX ? k : expect) + 1;
             if (k != UINT32_MAX) {
                 rc = reuse_need(s, r, &sc, prev, k, idx, cluster_ref, lim, err, errlen);
-                expect = k + 1;
             } else {
                 rc = convert_need(s, r, &sc, f.p, f.len, idx, cluster_ref, lim, err, errlen);
             }
