@@ -1034,7 +1034,8 @@ static void keep(struct kept *k, const struct bf_rollup *r)
     k->needs = realloc(k->needs, (r->needs_in + 1) * sizeof *k->needs);
     k->rows = realloc(k->rows, (r->n + 1) * sizeof *k->rows);
     k->fps = realloc(k->fps, (r->n + 1) * sizeof *k->fps);
-    memcpy(k->needs, r->needs_memo, r->needs_in * sizeof *k->needs);
+    if (r->needs_in)
+        memcpy(k->needs, r->needs_memo, r->needs_in * sizeof *k->needs);
     memcpy(k->rows, r->rows, r->n * sizeof *k->rows);
     memcpy(k->fps, r->fp_refs, r->n * sizeof *k->fps);
     k->n_needs = r->needs_in;
