@@ -17,8 +17,10 @@
  *      after (VmRSS, /proc/<pid>/status), connect rate, rollup rate.
  *
  * Usage: bench_session [--results DIR] [--sessions N] [--seconds S] [--ingest-only]
- * --ingest-only: only the one-operator 1K and 50K cases (changed and
- * unchanged) of part 1, printed and not written (for before/after runs).
+ * --ingest-only: only the one-operator 1K and 50K cases (every Need
+ * changed, 1 % changed, unchanged) of part 1, after an empty rollup
+ * repeated (the round trip's floor), printed and not written (for
+ * before/after runs).
  * --convert N: no appliance; bf_rollup_convert of N-row rollups (the two
  * "changed" demands alternating), then bf_rollup_convert_incremental of
  * the same and of two demands that differ in 1 % of the Needs, and
@@ -819,6 +821,10 @@ int main(int argc, char **argv)
     printf("%7s %4s %9s %10s %10s %9s %9s %10s %8s %10s\n", "rows", "ops", "rollups", "bytes",
            "rollups/s", "ack_p50", "ack_p99", "cold_ms", "ping_p99", "ingest_us");
     if (ingest_only) {
+        /* the round trip's floor: an empty rollup, repeated */
+        struct ingest_fig empty;
+        bench_ingest(&sh, 0, 1, seconds, false, true, 1, &empty);
+        print_fig(&empty);
         for (int k = 0; k < 3; k += 2) {
             bench_ingest(&sh, sizes[k], 1, seconds, false, false, 1, &one[k]);
             print_fig(&one[k]);
