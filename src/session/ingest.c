@@ -35,6 +35,12 @@
  *     touched again while the fingerprint list is unchanged and no stamp
  *     was observed since the last touch (needs->stamps_observed).
  *     Rejected rollups publish rollups_rejected and leave demand untouched.
+ *   - A changed rollup reuses the published rows of the Needs it repeats
+ *     byte for byte (bf_rollup_convert_incremental): the memo keeps the
+ *     accepted rollup's needs_memo (16 bytes a Need, bounded by the
+ *     cluster's Need quota like fp_refs) and is only replaced by the next
+ *     accepted rollup, so a rejected one leaves it describing the published
+ *     rows.
  *   - The allocator is private to this thread and rebuilt from the
  *     published rows when the thread starts. When no contiguous run is
  *     free but enough rows are, live extents are relocated downwards (copy,

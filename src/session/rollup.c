@@ -3,6 +3,17 @@
  * rail 2 (the empty-rollup quarantine).
  *
  * Design notes
+ *   - Incremental conversion (bf_rollup_convert_incremental): every Need's
+ *     bytes are hashed (keyed XXH3-64) into needs_memo with the row it
+ *     became; the next rollup of the cluster looks each Need up there (the
+ *     one after the last match first, then a hash index built on the first
+ *     miss and given up when it finds under 1 in 8) and takes the row of a
+ *     Need with the same hash and length instead of converting it. Only
+ *     rows made by one Need are reusable (a merged row's values are a sum).
+ *     The reused row then goes through place_row like a converted one
+ *     (group quota, merging, clamp count), so the result is the full
+ *     conversion's; a Need not found (changed, new, malformed) is converted
+ *     and checked in full.
  *   - The rollup is walked with the wire scanner (wire.c), not unpacked as a
  *     whole: a 50K-Need rollup would otherwise cost 50K protobuf-c
  *     allocations trees. Per Need, the profile-defining fields
