@@ -104,11 +104,14 @@ struct bf_rollup {
     struct bf_rollup_need_memo *needs_memo;
     uint32_t needs_memo_cap;
     uint32_t reused;
-    /* private: per row, whether a second Need merged into it; the index of
-     * prev's Needs by hash */
+    /* private: per row, whether a second Need merged into it and whether a
+     * converted (not reused) Need made it; the index of prev's Needs by
+     * hash; per prev row, the row it was reused as + 1 */
     uint8_t *row_multi;
     uint32_t *pidx;
     uint32_t pmask;
+    uint32_t *prev_used;
+    uint32_t prev_used_cap;
 };
 
 void bf_rollup_init(struct bf_rollup *r);

@@ -180,6 +180,7 @@ void bf_rollup_free(struct bf_rollup *r)
     free(r->needs_memo);
     free(r->row_multi);
     free(r->pidx);
+    free(r->prev_used);
     if (r->pcache) {
         pcache_clear(r->pcache);
         free(r->pcache);
@@ -568,10 +569,14 @@ static bool profile_has_nul(const uint8_t *p, size_t len)
     return false;
 }
 
+/* row_multi bits */
+#define ROW_MERGED    1u /* a second Need merged into the row */
+#define ROW_CONVERTED 2u /* a converted (not reused) Need made the row */
+
 static int place_row(struct bf_rollup *r, struct scratch *sc, uint32_t pref, uint32_t fref,
-                     uint32_t gref, const int64_t *agg, const int64_t *mu, uint32_t idx,
-                     uint32_t cluster_ref, const struct bf_rollup_limits *lim, char *err,
-                     size_t errlen);
+                     uint32_t gref, const int64_t *agg, const int64_t *mu, uint32_t prow,
+                     uint32_t idx, uint32_t cluster_ref, const struct bf_rollup_limits *lim,
+                     char *err, size_t errlen);
 
 static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc, const uint8_t *p,
                         size_t len, uint32_t idx, uint32_t cluster_ref,
@@ -713,7 +718,8 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
                 return rc;
         }
     }
-    return place_row(r, sc, pref, fref, gref, agg.v, mu.v, idx, cluster_ref, lim, err, errlen);
+    return place_row(r, sc, pref, fref, gref, agg.v, mu.v, UINT32_MAX, idx, cluster_ref, lim, err,
+                     errlen);
 too_many_groups:
     ERR("need %u: more than %u distinct groups in one rollup (--cluster-max-groups)", idx,
         lim->max_groups);
@@ -727,11 +733,15 @@ bad:
 /* The part of a Need's conversion after its values are known (converted,
  * or reused from the previous rollup): the group counted against the
  * quota (gref 0: no group), then merged into an earlier row with the same
- * (profile, group) or appended. sc->last_row names the row. */
+ * (profile, group) or appended. sc->last_row names the row.
+ * prow: UINT32_MAX, or the previous rollup's row this Need repeats when
+ * reused rows skip the dedup table (convert_rollup's fast pass): prev's
+ * rows have distinct keys, so a reused row can only meet the same prev
+ * row again (prev_used) or a converted row (checked after the pass). */
 static int place_row(struct bf_rollup *r, struct scratch *sc, uint32_t pref, uint32_t fref,
-                     uint32_t gref, const int64_t *agg, const int64_t *mu, uint32_t idx,
-                     uint32_t cluster_ref, const struct bf_rollup_limits *lim, char *err,
-                     size_t errlen)
+                     uint32_t gref, const int64_t *agg, const int64_t *mu, uint32_t prow,
+                     uint32_t idx, uint32_t cluster_ref, const struct bf_rollup_limits *lim,
+                     char *err, size_t errlen)
 {
     if (gref && group_add(r, gref) && ++r->groups > lim->max_groups && lim->max_groups) {
         ERR("need %u: more than %u distinct groups in one rollup (--cluster-max-groups)", idx,
@@ -741,14 +751,20 @@ static int place_row(struct bf_rollup *r, struct scratch *sc, uint32_t pref, uin
     }
     /* merge or append: a dedup slot holds a hash tag and the row number + 1
      * (the row holds the key), so a probe reads one 8-byte slot */
-    uint64_t dh = dedup_hash((uint64_t)pref << 32 | gref);
-    uint32_t tag = (uint32_t)(dh >> 32) | 1u;
-    uint32_t slot = (uint32_t)dh & r->dmask, dup = UINT32_MAX;
-    for (uint64_t v; (v = r->dkeys[slot]) != 0; slot = (slot + 1) & r->dmask) {
-        const struct bf_need_row *x = &r->rows[(uint32_t)v - 1];
-        if ((uint32_t)(v >> 32) == tag && x->profile_ref == pref && x->group_ref == gref) {
-            dup = (uint32_t)v - 1;
-            break;
+    uint32_t tag = 0, slot = 0, dup = UINT32_MAX;
+    if (prow != UINT32_MAX) {
+        if (r->prev_used[prow])
+            dup = r->prev_used[prow] - 1;
+    } else {
+        uint64_t dh = dedup_hash((uint64_t)pref << 32 | gref);
+        tag = (uint32_t)(dh >> 32) | 1u;
+        slot = (uint32_t)dh & r->dmask;
+        for (uint64_t v; (v = r->dkeys[slot]) != 0; slot = (slot + 1) & r->dmask) {
+            const struct bf_need_row *x = &r->rows[(uint32_t)v - 1];
+            if ((uint32_t)(v >> 32) == tag && x->profile_ref == pref && x->group_ref == gref) {
+                dup = (uint32_t)v - 1;
+                break;
+            }
         }
     }
     if (dup != UINT32_MAX) {
@@ -762,11 +778,14 @@ static int place_row(struct bf_rollup *r, struct scratch *sc, uint32_t pref, uin
                 row->min_unit[d] = mu[d];
         }
         r->merged++;
-        r->row_multi[dup] = 1;
+        r->row_multi[dup] |= ROW_MERGED;
         sc->last_row = dup;
         return 0;
     }
-    r->dkeys[slot] = (uint64_t)tag << 32 | (r->n + 1);
+    if (prow != UINT32_MAX)
+        r->prev_used[prow] = r->n + 1;
+    else
+        r->dkeys[slot] = (uint64_t)tag << 32 | (r->n + 1);
     struct bf_need_row *row = &r->rows[r->n];
     /* every field written (no memset of the row first) */
     _Static_assert(sizeof *row == 4 * sizeof(uint32_t) + sizeof(int64_t) + sizeof row->aggregate +
@@ -781,7 +800,7 @@ static int place_row(struct bf_rollup *r, struct scratch *sc, uint32_t pref, uin
     memcpy(row->min_unit, mu, sizeof row->min_unit);
     row->reserved = 0;
     r->fp_refs[r->n] = fref;
-    r->row_multi[r->n] = 0;
+    r->row_multi[r->n] = prow != UINT32_MAX ? 0 : ROW_CONVERTED;
     sc->last_row = r->n;
     r->n++;
     return 0;
@@ -925,7 +944,7 @@ static uint32_t prev_find(const struct bf_rollup *r, const struct bf_rollup_prev
  * Need's row's (it was the row's only Need), counted and merged as the
  * conversion would. */
 static int reuse_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc,
-                      const struct bf_rollup_prev *prev, uint32_t k, uint32_t idx,
+                      const struct bf_rollup_prev *prev, uint32_t k, bool fast, uint32_t idx,
                       uint32_t cluster_ref, const struct bf_rollup_limits *lim, char *err,
                       size_t errlen)
 {
@@ -941,15 +960,62 @@ static int reuse_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc,
         r->priorities_clamped++;
     r->reused++;
     return place_row(r, sc, o->profile_ref, prev->fp_refs[row], o->group_ref, o->aggregate,
-                     o->min_unit, idx, cluster_ref, lim, err, errlen);
+                     o->min_unit, fast ? row : UINT32_MAX, idx, cluster_ref, lim, err, errlen);
 }
 
-static int convert_rollup(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cluster_id,
-                          uint32_t cluster_ref, const struct bf_rollup_limits *lim,
-                          const struct bf_rollup_digest_key *key, const struct bf_rollup_prev *prev,
-                          struct bf_rollup *r, char *err, size_t errlen)
+/* After a fast pass: whether a converted row has the key of a reused row
+ * (the full conversion would have merged them). The converted rows' keys go
+ * into a table sized for them (few, in cache); the reused rows are read in
+ * order. 1 = such a pair, 0 = none, -ENOMEM. */
+static int cross_collision(const struct bf_rollup *r)
+{
+    uint32_t nconv = 0;
+    for (uint32_t i = 0; i < r->n; i++)
+        nconv += (r->row_multi[i] & ROW_CONVERTED) != 0;
+    if (!nconv || nconv == r->n)
+        return 0;
+    uint32_t want = 16;
+    while (want < 2u * nconv)
+        want *= 2;
+    uint32_t *t = calloc(want, sizeof *t), mask = want - 1;
+    if (!t)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < r->n; i++) {
+        if (!(r->row_multi[i] & ROW_CONVERTED))
+            continue;
+        uint32_t at =
+            (uint32_t)dedup_hash((uint64_t)r->rows[i].profile_ref << 32 | r->rows[i].group_ref) &
+            mask;
+        while (t[at])
+            at = (at + 1) & mask;
+        t[at] = i + 1;
+    }
+    int hit = 0;
+    for (uint32_t i = 0; i < r->n && !hit; i++) {
+        if (r->row_multi[i] & ROW_CONVERTED)
+            continue;
+        const struct bf_need_row *x = &r->rows[i];
+        uint32_t at = (uint32_t)dedup_hash((uint64_t)x->profile_ref << 32 | x->group_ref) & mask;
+        for (; t[at] && !hit; at = (at + 1) & mask)
+            hit = r->rows[t[at] - 1].profile_ref == x->profile_ref &&
+                  r->rows[t[at] - 1].group_ref == x->group_ref;
+    }
+    free(t);
+    return hit;
+}
+
+/* One pass over the rollup. fast: reused rows skip the dedup table (see
+ * place_row); the caller runs a second, plain pass when the fast one fails
+ * or returns 1 (a converted row meets a reused one), so every result and
+ * error is the plain pass's. */
+static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cluster_id,
+                        uint32_t cluster_ref, const struct bf_rollup_limits *lim,
+                        const struct bf_rollup_digest_key *key, const struct bf_rollup_prev *prev,
+                        bool fast, uint64_t strtab_base, struct bf_rollup *r, char *err,
+                        size_t errlen)
 {
     reset_result(r);
+    r->strtab_added = strtab_base;
     r->reused = 0;
     uint32_t max_rows = lim->max_rows;
     if (!r->pcache && !(r->pcache = calloc(1, sizeof(struct pcache))))
@@ -978,6 +1044,16 @@ static int convert_rollup(struct bf_shm *s, const uint8_t *buf, size_t len, cons
     }
     if (!key || !prev || !prev->n_needs || !prev->n_rows)
         prev = NULL;
+    fast = fast && prev;
+    if (fast && prev->n_rows > r->prev_used_cap) {
+        uint32_t *pu = realloc(r->prev_used, (size_t)prev->n_rows * sizeof *pu);
+        if (!pu)
+            return -ENOMEM;
+        r->prev_used = pu;
+        r->prev_used_cap = prev->n_rows;
+    }
+    if (fast)
+        memset(r->prev_used, 0, (size_t)prev->n_rows * sizeof *r->prev_used);
     /* top level: cluster_id and timestamp first (they may follow the needs) */
     struct bf_pb_reader rd;
     struct bf_pb_field f;
@@ -1032,7 +1108,7 @@ static int convert_rollup(struct bf_shm *s, const uint8_t *buf, size_t len, cons
             }
             expect = (k != UINT32_MAX ? k : expect) + 1;
             if (k != UINT32_MAX) {
-                rc = reuse_need(s, r, &sc, prev, k, idx, cluster_ref, lim, err, errlen);
+                rc = reuse_need(s, r, &sc, prev, k, fast, idx, cluster_ref, lim, err, errlen);
             } else {
                 rc = convert_need(s, r, &sc, f.p, f.len, idx, cluster_ref, lim, err, errlen);
             }
@@ -1048,13 +1124,34 @@ static int convert_rollup(struct bf_shm *s, const uint8_t *buf, size_t len, cons
         r->n = 0;
         return rc;
     }
+    if (fast && (rc = cross_collision(r)) != 0)
+        return rc;
     /* a row two Needs merged into holds neither one's own values */
     for (uint32_t i = 0; key && i < idx && i < n_needs; i++) {
         struct bf_rollup_need_memo *m = &r->needs_memo[i];
-        if (r->row_multi[BF_ROLLUP_MEMO_ROW(m->row)])
+        if (r->row_multi[BF_ROLLUP_MEMO_ROW(m->row)] & ROW_MERGED)
             m->row = (m->row & BF_ROLLUP_MEMO_CLAMPED) | BF_ROLLUP_NO_ROW;
     }
     return 0;
+}
+
+static int convert_rollup(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cluster_id,
+                          uint32_t cluster_ref, const struct bf_rollup_limits *lim,
+                          const struct bf_rollup_digest_key *key, const struct bf_rollup_prev *prev,
+                          struct bf_rollup *r, char *err, size_t errlen)
+{
+    int rc =
+        convert_pass(s, buf, len, cluster_id, cluster_ref, lim, key, prev, true, 0, r, err, errlen);
+    if (rc == 0 || !key || !prev)
+        return rc;
+    /* the plain pass, starting from what the fast one added to the string
+     * table (its interned strings stay; the quota counts them once) and
+     * keeping the unknown fields it dropped (its profiles are cached now) */
+    uint64_t unknown = r->unknown_fields;
+    rc = convert_pass(s, buf, len, cluster_id, cluster_ref, lim, key, prev, false, r->strtab_added,
+                      r, err, errlen);
+    r->unknown_fields += unknown;
+    return rc;
 }
 
 int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cluster_id,

@@ -1246,6 +1246,68 @@ START_TEST(a_malformed_need_in_an_otherwise_reusable_rollup_is_still_rejected)
 }
 END_TEST
 
+/* A changed Need whose profile and group equal those of a reused Need must
+ * merge with it, in the full conversion's order: reused rows skip the dedup
+ * table, so this takes the plain pass. */
+START_TEST(a_changed_need_that_merges_with_a_reused_one_merges_as_in_the_full_conversion)
+{
+    struct nb b[3];
+    nb_init(&b[0], 5);
+    nb_req(&b[0], BF_LABEL_INSTANCE_TYPE, 1, "m6i.large", NULL);
+    nb_agg(&b[0], "cpu", "1");
+    nb_init(&b[1], 7);
+    nb_req(&b[1], BF_LABEL_INSTANCE_TYPE, 1, "c6i.large", NULL);
+    nb_agg(&b[1], "cpu", "2");
+    nb_init(&b[2], 9);
+    nb_agg(&b[2], "cpu", "4");
+    struct bf_rollup_digest_key key;
+    random_key(&key, 5);
+    struct bf_rollup_limits lim = {.max_rows = 10, .strtab_quota = UINT64_MAX, .max_priority = 100};
+    size_t len;
+    uint8_t *a = pack_rollup("c1", 1800000000000000000LL, b, 3, &len);
+    struct bf_rollup r, full;
+    bf_rollup_init(&r);
+    bf_rollup_init(&full);
+    char err[256] = "";
+    ck_assert_msg(conv(&g_s, a, len, "c1", 1, 10, 0, &full, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(
+        bf_rollup_convert_incremental(&g_s, a, len, "c1", 1, &lim, &key, NULL, &r, err, sizeof err),
+        0);
+    struct kept k = {0};
+    keep(&k, &r);
+    /* Need 0 now asks for Need 1's profile (other bytes: 3 CPUs) */
+    nb_init(&b[0], 7);
+    nb_req(&b[0], BF_LABEL_INSTANCE_TYPE, 1, "c6i.large", NULL);
+    nb_agg(&b[0], "cpu", "3");
+    size_t blen;
+    uint8_t *c = pack_rollup("c1", 1800000000000000001LL, b, 3, &blen);
+    for (int published = 0; published < 2; published++) {
+        struct bf_rollup_prev prev = prev_of(&k, published);
+        ck_assert_int_eq(bf_rollup_convert_incremental(&g_s, c, blen, "c1", 1, &lim, &key, &prev,
+                                                       &r, err, sizeof err),
+                         0);
+        ck_assert_int_eq(bf_rollup_convert(&g_s, c, blen, "c1", 1, &lim, &full, err, sizeof err),
+                         0);
+        assert_same_conversion(&r, &full);
+        ck_assert_uint_eq(r.n, 2);
+        ck_assert_uint_eq(r.merged, 1);
+        ck_assert_int_eq(r.rows[0].aggregate[dim("cpu")], 5000); /* 3 + 2 CPUs, at Need 0's place */
+        ck_assert_uint_eq(r.reused, 2);                          /* Needs 1 and 2 */
+        /* Need 0 and 1 share a row now: neither is reusable next time */
+        ck_assert_uint_eq(BF_ROLLUP_MEMO_ROW(r.needs_memo[0].row), BF_ROLLUP_NO_ROW);
+        ck_assert_uint_eq(BF_ROLLUP_MEMO_ROW(r.needs_memo[1].row), BF_ROLLUP_NO_ROW);
+        ck_assert_uint_eq(BF_ROLLUP_MEMO_ROW(r.needs_memo[2].row), 1);
+    }
+    free(k.needs);
+    free(k.rows);
+    free(k.fps);
+    free(a);
+    free(c);
+    bf_rollup_free(&r);
+    bf_rollup_free(&full);
+}
+END_TEST
+
 /* needs->stamps_observed moves exactly when an observation is recorded:
  * the session skips re-touching an unchanged fingerprint list only while
  * it has not moved. */
@@ -1740,6 +1802,8 @@ static Suite *suite(void)
     tcase_add_test(r, duplicate_rows_merge_but_rail2_counts_the_needs_received);
     tcase_add_test(r, incremental_conversion_equals_the_full_one_under_random_edits);
     tcase_add_test(r, a_malformed_need_in_an_otherwise_reusable_rollup_is_still_rejected);
+    tcase_add_test(r,
+                   a_changed_need_that_merges_with_a_reused_one_merges_as_in_the_full_conversion);
     suite_add_tcase(s, r);
     TCase *q = tcase_create("rail2");
     tcase_add_test(q, rail2_holds_a_collapse_until_three_consecutive_rollups_confirm_it);
