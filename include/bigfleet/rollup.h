@@ -192,7 +192,11 @@ struct bf_rollup_prev {
  * r->reused. Same results and errors as bf_rollup_convert (above); a Need
  * not in prev, including any malformed one, is converted and checked in
  * full. Costs one keyed hash per Need more than bf_rollup_convert when
- * nothing is reused. Errors: those of bf_rollup_convert.
+ * nothing is reused. Reused rows skip the dedup table; when a converted
+ * Need has the profile and group of a reused one, or the rollup is
+ * rejected, the conversion runs again with every row in the table (two
+ * passes: a rejected rollup costs up to twice its conversion).
+ * Errors: those of bf_rollup_convert.
  */
 int bf_rollup_convert_incremental(struct bf_shm *s, const uint8_t *buf, size_t len,
                                   const char *cluster_id, uint32_t cluster_ref,

@@ -13,7 +13,11 @@
  *     The reused row then goes through place_row like a converted one
  *     (group quota, merging, clamp count), so the result is the full
  *     conversion's; a Need not found (changed, new, malformed) is converted
- *     and checked in full.
+ *     and checked in full. Reused rows skip the dedup table (at 50K rows
+ *     its probe was a cache miss per Need): the previous rollup's rows have
+ *     distinct keys, so a reused row can only meet its own previous row
+ *     again (prev_used) or a converted row (cross_collision, after the
+ *     pass); in that case, or on any error, the plain pass runs again.
  *   - The rollup is walked with the wire scanner (wire.c), not unpacked as a
  *     whole: a 50K-Need rollup would otherwise cost 50K protobuf-c
  *     allocations trees. Per Need, the profile-defining fields
