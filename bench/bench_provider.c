@@ -18,7 +18,10 @@
  * reported, never asserted. Usage:
  *   bench_provider [--results DIR] [--machines N] [--actions N]
  *                  [--latency-actions N] [--concurrency N] [--page N]
- * (--page: machines per page of the paged resync walk, default BF_RECON_PAGE)
+ *                  [--reconcile-only] [--walks N]
+ * (--page: machines per page of the paged resync walk, default BF_RECON_PAGE;
+ * --reconcile-only: part 1 alone, for profiling and repeated runs;
+ * --walks: resync walks measured, the median reported, default 3, max 64)
  * Prints a table and writes DIR/bench_provider.json (default results/).
  */
 #include <errno.h>
@@ -28,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -99,6 +103,31 @@ static struct sim sim_start(const char *self, char *const extra[])
     return s;
 }
 
+/* CPU seconds (user + system) of this process, and of process pid from
+ * /proc (clock ticks: 10 ms resolution; sum many passes before dividing) */
+static double cpu_self_s(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+static double cpu_pid_s(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return 0;
+    return (ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
 static void sim_stop(struct sim *s)
 {
     kill(s->pid, SIGTERM);
@@ -146,8 +175,11 @@ static struct bf_recon_result run_pass(struct bf_recon *rc)
             die("reconcile start", e < 0 ? e : -EINVAL);
         while (!p.done)
             bf_net_loop_run_once(loop, 10 * BF_NS_PER_MS);
-        if (p.r.status != BF_PROV_OK)
-            die("reconcile pass", -EIO);
+        if (p.r.status != BF_PROV_OK) {
+            fprintf(stderr, "bench_provider: reconcile pass: status %d (kind %d)\n", p.r.status,
+                    p.r.kind);
+            exit(1);
+        }
         int64_t l = sum.list_ns + p.r.list_ns, a = sum.apply_ns + p.r.apply_ns;
         uint32_t listed = sum.listed + p.r.listed;
         sum = p.r;
@@ -159,11 +191,13 @@ static struct bf_recon_result run_pass(struct bf_recon *rc)
     }
 }
 
-/* index of the median of three passes by list + apply */
-static int median3(const struct bf_recon_result *r)
+/* index of the median of n passes by list + apply */
+static int median_of(const struct bf_recon_result *r, int n)
 {
-    int idx[3] = {0, 1, 2};
-    for (int i = 1; i < 3; i++)
+    int idx[64];
+    for (int i = 0; i < n; i++)
+        idx[i] = i;
+    for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && r[idx[j]].list_ns + r[idx[j]].apply_ns <
                                      r[idx[j - 1]].list_ns + r[idx[j - 1]].apply_ns;
              j--) {
@@ -171,7 +205,7 @@ static int median3(const struct bf_recon_result *r)
             idx[j] = idx[j - 1];
             idx[j - 1] = t;
         }
-    return idx[1];
+    return idx[n / 2];
 }
 
 struct creates {
@@ -327,12 +361,16 @@ int main(int argc, char **argv)
     const char *results = "results";
     int machines = 500000, actions = 20000, lat_actions = 2000;
     uint32_t conc = 128, page = BF_RECON_PAGE;
+    bool reconcile_only = false;
+    int walks = 3;
     static const struct option lo[] = {{"results", required_argument, 0, 'r'},
                                        {"machines", required_argument, 0, 'm'},
                                        {"actions", required_argument, 0, 'a'},
                                        {"latency-actions", required_argument, 0, 'l'},
                                        {"concurrency", required_argument, 0, 'c'},
                                        {"page", required_argument, 0, 'p'},
+                                       {"reconcile-only", no_argument, 0, 'R'},
+                                       {"walks", required_argument, 0, 'w'},
                                        {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -355,10 +393,19 @@ int main(int argc, char **argv)
         case 'p':
             page = (uint32_t)atoi(optarg);
             break;
+        case 'R':
+            reconcile_only = true;
+            break;
+        case 'w':
+            walks = atoi(optarg);
+            if (walks < 1 || walks > 64)
+                walks = 3;
+            break;
         default:
             fprintf(stderr,
                     "usage: %s [--results DIR] [--machines N] [--actions N] "
-                    "[--latency-actions N] [--concurrency N] [--page N]\n",
+                    "[--latency-actions N] [--concurrency N] [--page N] [--reconcile-only] "
+                    "[--walks N]\n",
                     argv[0]);
             return 2;
         }
@@ -391,7 +438,7 @@ int main(int argc, char **argv)
     /* cold: the start-up walk of an empty inventory (one List, every machine inserted) */
     struct bf_recon_result cold = run_pass(rcn);
     /* steady, unpaged: the same one-List walk over a whole inventory (fast path) */
-    struct bf_recon_result steady[3], paged[3];
+    struct bf_recon_result steady[3], paged[64];
     for (int i = 0; i < 3; i++) {
         atomic_store(&s->st->first_reconcile_done, 0);
         bf_recon_reset_cursor(rcn);
@@ -400,9 +447,17 @@ int main(int argc, char **argv)
     /* steady, paged: the resync walk the appliance runs beside its cycles
      * (pages of BF_RECON_PAGE; list and apply summed over the pages) */
     atomic_store(&s->st->first_reconcile_done, 1);
-    for (int i = 0; i < 3; i++) {
+    double walk_cpu_self = 0, walk_cpu_sim = 0;
+    for (int i = 0; i < walks; i++) {
         bf_recon_reset_cursor(rcn);
+        double c0 = cpu_self_s(), p0 = cpu_pid_s(sim.pid);
         paged[i] = run_pass(rcn);
+        walk_cpu_self += cpu_self_s() - c0;
+        walk_cpu_sim += cpu_pid_s(sim.pid) - p0;
+        /* a pause: the simulator's HTTP/2 flood guard allows 200 new streams
+         * a second beyond a burst of 400, and a walk is 123 of them */
+        for (int64_t until = bf_mono_ns() + 700 * BF_NS_PER_MS; bf_mono_ns() < until;)
+            bf_net_loop_run_once(loop, 10 * BF_NS_PER_MS);
     }
     int ks[4] = {0, 100, 1000, 10000};
     struct bf_recon_result inc[4];
@@ -428,18 +483,18 @@ int main(int argc, char **argv)
             inc[i].apply_ns += p.r.apply_ns;
         }
     }
-    int mi = median3(steady), mp = median3(paged);
+    int mi = median_of(steady, 3), mp = median_of(paged, walks);
     bf_recon_free(rcn);
     bf_prov_client_free(changer);
     bf_prov_client_free(cl);
     sim_stop(&sim);
 
     /* 2. and 3. the executor */
-    struct exec_fig reclaim;
-    struct exec_fig zero =
-        exec_bench(argv[0], shard, actions, BF_ACT_RECLAIM, NULL, conc, &reclaim);
-    struct exec_fig slow =
-        exec_bench(argv[0], shard, lat_actions, 0, "uniform(50ms,150ms)", conc, NULL);
+    struct exec_fig reclaim = {0}, zero = {0}, slow = {0};
+    if (!reconcile_only) {
+        zero = exec_bench(argv[0], shard, actions, BF_ACT_RECLAIM, NULL, conc, &reclaim);
+        slow = exec_bench(argv[0], shard, lat_actions, 0, "uniform(50ms,150ms)", conc, NULL);
+    }
     bf_shm_detach(s);
     bf_shm_unlink(shard);
 
@@ -451,24 +506,31 @@ int main(int argc, char **argv)
     printf("  reconcile, full, steady (fast path)   listed %7u  list %8.1f ms  apply %8.1f ms\n",
            steady[mi].listed, steady[mi].list_ns / 1e6, steady[mi].apply_ns / 1e6);
     printf("  reconcile, resync walk, pages of %u  listed %7u  list %8.1f ms  apply %8.1f ms"
-           "  (%u pages, %.1f ms wall)\n",
+           "  (%u pages, %.1f ms wall; median of %d)\n",
            page, paged[mp].listed, paged[mp].list_ns / 1e6, paged[mp].apply_ns / 1e6,
-           paged[mp].walk_pages, paged[mp].walk_ns / 1e6);
+           paged[mp].walk_pages, paged[mp].walk_ns / 1e6, walks);
+    printf("  resync walk CPU (mean of %d walks): reconciler %.1f ms, simulated provider %.1f ms\n",
+           walks, walk_cpu_self * 1e3 / walks, walk_cpu_sim * 1e3 / walks);
     for (int i = 0; i < 4; i++)
         printf("  reconcile, incremental, %5d changes listed %7u  list %8.3f ms  apply %8.3f ms\n",
                ks[i], inc[i].listed, inc[i].list_ns / 1e6, inc[i].apply_ns / 1e6);
-    printf("  execute, zero latency, concurrency %u: Provision (Create+Configure) %d in %.2f s = "
-           "%.0f actions/s (%.0f RPC/s); success %llu\n",
-           conc, zero.actions, zero.seconds, zero.per_s, 2 * zero.per_s,
-           (unsigned long long)zero.ok);
-    printf(
-        "  execute, zero latency, concurrency %u: Reclaim (Drain) %d in %.2f s = %.0f actions/s; "
-        "success %llu\n",
-        conc, reclaim.actions, reclaim.seconds, reclaim.per_s, (unsigned long long)reclaim.ok);
-    printf("  execute, reply latency uniform(50ms,150ms), concurrency %u: Provision %d in %.2f s "
-           "= %.0f actions/s (bound: %u / 0.2 s = %.0f/s); success %llu\n",
-           conc, slow.actions, slow.seconds, slow.per_s, conc, conc / 0.2,
-           (unsigned long long)slow.ok);
+    if (!reconcile_only) {
+        printf(
+            "  execute, zero latency, concurrency %u: Provision (Create+Configure) %d in %.2f s = "
+            "%.0f actions/s (%.0f RPC/s); success %llu\n",
+            conc, zero.actions, zero.seconds, zero.per_s, 2 * zero.per_s,
+            (unsigned long long)zero.ok);
+        printf("  execute, zero latency, concurrency %u: Reclaim (Drain) %d in %.2f s = %.0f "
+               "actions/s; "
+               "success %llu\n",
+               conc, reclaim.actions, reclaim.seconds, reclaim.per_s,
+               (unsigned long long)reclaim.ok);
+        printf(
+            "  execute, reply latency uniform(50ms,150ms), concurrency %u: Provision %d in %.2f s "
+            "= %.0f actions/s (bound: %u / 0.2 s = %.0f/s); success %llu\n",
+            conc, slow.actions, slow.seconds, slow.per_s, conc, conc / 0.2,
+            (unsigned long long)slow.ok);
+    }
 
     mkdir(results, 0755);
     char path[1024];
@@ -484,11 +546,13 @@ int main(int argc, char **argv)
             "  \"reconcile\": {\"full_cold\": {\"listed\": %u, \"list_ms\": %.1f, \"apply_ms\": "
             "%.1f},\n    \"full_steady\": {\"listed\": %u, \"list_ms\": %.1f, \"apply_ms\": "
             "%.1f},\n    \"walk_paged\": {\"page\": %u, \"listed\": %u, \"pages\": %u, "
-            "\"list_ms\": %.1f, \"apply_ms\": %.1f, \"wall_ms\": %.1f},\n    \"incremental\": [",
+            "\"list_ms\": %.1f, \"apply_ms\": %.1f, \"wall_ms\": %.1f, \"cpu_reconciler_ms\": "
+            "%.1f, "
+            "\"cpu_provider_ms\": %.1f},\n    \"incremental\": [",
             cold.listed, cold.list_ns / 1e6, cold.apply_ns / 1e6, steady[mi].listed,
             steady[mi].list_ns / 1e6, steady[mi].apply_ns / 1e6, page, paged[mp].listed,
             paged[mp].walk_pages, paged[mp].list_ns / 1e6, paged[mp].apply_ns / 1e6,
-            paged[mp].walk_ns / 1e6);
+            paged[mp].walk_ns / 1e6, walk_cpu_self * 1e3 / walks, walk_cpu_sim * 1e3 / walks);
         for (int i = 0; i < 4; i++)
             fprintf(f, "%s{\"changes\": %d, \"listed\": %u, \"list_ms\": %.3f, \"apply_ms\": %.3f}",
                     i ? ", " : "", ks[i], inc[i].listed, inc[i].list_ns / 1e6,

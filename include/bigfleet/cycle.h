@@ -73,7 +73,10 @@ struct bf_cycle_report {
     uint32_t changed_slots;   /* records re-read this cycle */
     bool rescanned;           /* full rescan (first cycle or change-log overflow) */
     uint32_t clusters_reread; /* clusters whose generation moved */
-    uint32_t needs;           /* normalized demand rows */
+    /* of those, unchanged rollups republished (only their arrival moved):
+     * no row read or interned */
+    uint32_t clusters_republished;
+    uint32_t needs; /* normalized demand rows */
     uint32_t unsatisfied;
     uint32_t decided;  /* actions the engine decided */
     uint32_t enqueued; /* actions pushed for execution */

@@ -194,7 +194,8 @@ void bf_engine_mirror_stats(const struct bf_engine *e, struct bf_engine_mirror_s
  * One Need row of a cluster's full-replacement rollup (engine.md §1.7).
  * The profile's arrays and strings are borrowed for the call; the engine
  * copies them and canonicalises its copy, then computes the fingerprint
- * itself (bf_profile_fingerprint of the canonical copy).
+ * itself (bf_profile_fingerprint of the canonical copy) unless the caller
+ * hands it in.
  */
 struct bf_engine_need {
     struct bf_need_profile profile;
@@ -203,6 +204,14 @@ struct bf_engine_need {
     int64_t arrival_ns;
     const void *group; /* co-location identity, bytes */
     size_t group_len;
+    /* Optional, borrowed for the call: the profile's fingerprint, i.e.
+     * exactly what bf_profile_fingerprint gives for the canonicalised
+     * profile (a NeedProfileBlob's fingerprint field: struct bf_nprofile).
+     * A profile the engine already holds is then found by it without being
+     * copied, canonicalised or fingerprinted again. NULL or "": computed. Ignored
+     * with BF_ENGINE_F_REFERENCE (the reference computes it). A wrong value
+     * makes Needs with different profiles share one: the caller's contract. */
+    const char *fingerprint;
 };
 
 /*
@@ -217,6 +226,22 @@ struct bf_engine_need {
  */
 int bf_engine_set_needs(struct bf_engine *e, const char *cluster, uint64_t generation,
                         const struct bf_engine_need *needs, size_t n);
+
+/*
+ * A republished rollup whose rows did not change (the session's repeat path,
+ * docs/performance.md "Rollup ingest": same extent, generation + 1, one new
+ * arrival for every row): gives `cluster`'s held Needs arrival `arrival_ns`
+ * and takes `generation`, without the rows being read or interned again.
+ * The result — demand, its order and every memo it invalidates — is exactly
+ * that of bf_engine_set_needs(cluster, generation, <the Needs of the last
+ * bf_engine_set_needs call for cluster, each with arrival_ns>); the caller
+ * guarantees the rows are those (the cycle's feed checks the generation
+ * moved by exactly one and the cluster row says "repeat"). A generation
+ * already held is a no-op. Returns 0, -EINVAL (cluster NULL or "") or
+ * -ENOENT (the engine holds no demand for cluster: call bf_engine_set_needs).
+ */
+int bf_engine_set_needs_arrival(struct bf_engine *e, const char *cluster, uint64_t generation,
+                                int64_t arrival_ns);
 
 /*
  * Per-cluster flags from the caller: first_rollup = ADR-0036's

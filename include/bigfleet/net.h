@@ -57,6 +57,10 @@ struct ProtobufCMessage; /* <protobuf-c/protobuf-c.h>; only needed for the _pb h
 
 /* 256 MiB: the BigFleet send and receive limit on every edge (wire.md §1). */
 #define BF_NET_MAX_MESSAGE (256u << 20)
+/* The largest receive buffer a client keeps between calls for the next large
+ * response (struct bf_net_stats.recv_buffer_reuses): one per client, never
+ * more than its max_recv_message; freed by bf_net_client_free. */
+#define BF_NET_RECV_SPARE_MAX (64u << 20)
 /* Default bound on a server's partially received messages, all calls. */
 #define BF_NET_MAX_INBOUND_BUFFERED ((size_t)1 << 30)
 
@@ -165,6 +169,9 @@ struct bf_net_stats {
     uint64_t flood_closes[BF_NET_FLOOD_COUNT]; /* server: connections closed as floods */
     uint64_t idle_buffer_releases;             /* server: times an idle connection's HTTP/2 frame
                                                   buffer pages went back to the kernel */
+    uint64_t recv_buffer_reuses; /* client: responses of >= 1 MiB assembled in the client's
+                                    recycled receive buffer (one kept between calls, at most
+                                    BF_NET_RECV_SPARE_MAX) instead of new memory */
 };
 
 /* -------------------------------------------------------------- the loop */
@@ -346,8 +353,14 @@ struct bf_net_server_opts {
     size_t n_methods;
     uint32_t max_connections;        /* 0 = 16384; beyond: closed at accept, counted */
     uint32_t max_concurrent_streams; /* per connection (SETTINGS); 0 = 1024 */
-    uint32_t max_recv_message;       /* 0 = BF_NET_MAX_MESSAGE */
-    uint32_t max_send_message;       /* 0 = BF_NET_MAX_MESSAGE */
+    /* New streams one connection may open per second (a token bucket with
+     * a burst of twice this); the stream that empties it closes the
+     * connection as a flood (GOAWAY ENHANCE_YOUR_CALM, flood_closes
+     * [BF_NET_FLOOD_STREAMS]). 0 = 200 per second; at most 1,000,000
+     * (-EINVAL above). grpc-js and grpc-go open one stream per call. */
+    uint32_t max_new_streams_per_second;
+    uint32_t max_recv_message; /* 0 = BF_NET_MAX_MESSAGE */
+    uint32_t max_send_message; /* 0 = BF_NET_MAX_MESSAGE */
     /* Bytes all calls together may hold in partially received messages (a
      * message that arrives whole in one read costs nothing here); a message
      * whose assembly would go past it ends its call with RESOURCE_EXHAUSTED
@@ -447,6 +460,15 @@ int bf_net_call_send(struct bf_net_call *call, const void *msg, size_t len);
 /* protobuf-c convenience: packs m and sends it. */
 int bf_net_call_send_pb(struct bf_net_call *call, const struct ProtobufCMessage *m);
 /*
+ * bf_net_call_send without the copy: msg (len bytes, from malloc) becomes
+ * the call's, is sent from where it is, and is freed with free() once the
+ * last byte is handed to the connection or the call ends — and on every
+ * error return too (the caller never frees it). msg may be NULL when len
+ * is 0. Same returns as bf_net_call_send. For large replies (a provider's
+ * List page: megabytes) the copy it saves is one pass over the reply.
+ */
+int bf_net_call_send_take(struct bf_net_call *call, void *msg, size_t len);
+/*
  * Ends the call with a status after the queued messages: trailers
  * grpc-status / grpc-message (percent-encoded). With nothing sent yet it is
  * a Trailers-Only response. message may be NULL. -EPIPE if already
@@ -455,6 +477,9 @@ int bf_net_call_send_pb(struct bf_net_call *call, const struct ProtobufCMessage 
 int bf_net_call_finish(struct bf_net_call *call, int code, const char *message);
 /* send(msg) then finish(OK): the usual unary reply. */
 int bf_net_call_reply(struct bf_net_call *call, const void *msg, size_t len);
+/* bf_net_call_send_take(msg) then finish(OK): a unary reply without the copy
+ * (msg is the call's in every case). */
+int bf_net_call_reply_take(struct bf_net_call *call, void *msg, size_t len);
 int bf_net_call_reply_pb(struct bf_net_call *call, const struct ProtobufCMessage *m);
 /*
  * Sets this call's receive limit for messages whose prefix arrives after

@@ -302,7 +302,13 @@ struct bf_cluster_rec {
      * arrival here. 0: each row carries its own arrival_ns. bf_needs_copy
      * applies it, so readers that copy rows through it see the arrival. */
     int64_t rows_arrival_ns;
-    uint64_t reserved[4];
+    /* The generation whose rollup wrote the extent's rows: set to the new
+     * generation by every publish that writes rows, kept by a republished
+     * repeat and by a relocation (same rows). A reader that read the rows at
+     * rows_generation R holds them while it still reads R, whatever the
+     * generation did meanwhile. 0: not recorded (a writer that leaves it). */
+    uint64_t rows_generation;
+    uint64_t reserved[3];
 };
 _Static_assert(sizeof(struct bf_cluster_rec) == 120, "cluster payload changed");
 #define BF_CLUSTER_WORDS 15

@@ -31,6 +31,8 @@ struct clusterinfo {
     uint64_t generation;
     uint32_t session_epoch;
     uint32_t rows;
+    uint32_t rows_off, rows_count; /* the extent the engine's demand was read from */
+    uint64_t rows_generation;      /* and its rows' bf_cluster_rec.rows_generation */
     uint8_t known;
     uint8_t first_rollup;
     uint8_t connected;
@@ -113,6 +115,13 @@ struct bf_cycle {
     struct rowmemo *rowmemo; /* [rowmemo_cap] */
     uint32_t rowmemo_cap;
     struct labelcache labels;
+    /* the machine profile refresh_slot resolved last (blob and label cache
+     * entries live as long as the caches; neighbouring slots often share
+     * one, so a rescan skips both look-ups for them) */
+    uint32_t last_mprof_ref;
+    const struct bf_mprofile *last_mprof;
+    const struct bf_engine_label *last_labels;
+    uint32_t last_nl;
     /* dirty slots whose record was busy: retried next cycle */
     uint32_t *retry;
     uint32_t n_retry, cap_retry;

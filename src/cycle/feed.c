@@ -10,7 +10,9 @@
  * record whose writer holds it past the bounded read is retried next cycle.
  *
  * Demand: every cluster row is read (O(clusters)); only rows whose
- * generation moved have their need rows copied and handed to the engine.
+ * generation moved have their need rows copied and handed to the engine
+ * (with each profile's fingerprint from the blob cache), except a rollup
+ * republished unchanged, whose new arrival alone is handed over.
  * First-rollup and session-live flags are refreshed each cycle.
  */
 #include <errno.h>
@@ -104,7 +106,22 @@ void bf_cycle_refresh_slot(struct bf_cycle *c, uint32_t slot)
         }
         return;
     }
-    const struct bf_mprofile *p = bf_mprofile_get(c->blobs, c->shm, r.profile);
+    const struct bf_mprofile *p;
+    const struct bf_engine_label *labels;
+    uint32_t nl = 0;
+    if (r.profile && r.profile == c->last_mprof_ref) {
+        p = c->last_mprof;
+        labels = c->last_labels;
+        nl = c->last_nl;
+    } else if ((p = bf_mprofile_get(c->blobs, c->shm, r.profile)) != NULL) {
+        labels = labels_for(c, p, &nl);
+        if (labels || !p->n_labels) { /* not a failed (out of memory) label copy */
+            c->last_mprof_ref = r.profile;
+            c->last_mprof = p;
+            c->last_labels = labels;
+            c->last_nl = nl;
+        }
+    }
     if (!p) {
         /* a profile that does not decode cannot be matched: keep it out */
         if (si->present) {
@@ -115,8 +132,6 @@ void bf_cycle_refresh_slot(struct bf_cycle *c, uint32_t slot)
         }
         return;
     }
-    uint32_t nl = 0;
-    const struct bf_engine_label *labels = labels_for(c, p, &nl);
     uint32_t glen = 0;
     const char *group = r.group ? bf_str(c->shm, r.group, &glen) : NULL;
     const char *id = bf_str(c->shm, r.id, NULL);
@@ -208,6 +223,28 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
 
 /* ------------------------------------------------------------ demand */
 
+/*
+ * A rollup that repeated the previous one is republished on the same extent
+ * with generation + 1 and its arrival in rows_arrival_ns, rows untouched
+ * (src/session/ingest.c). The rows the engine holds are still the published
+ * ones, so only their arrival moved, when the cluster row says "repeat" and
+ * either
+ *  - its rows_generation (the generation that wrote the rows; kept by
+ *    repeats and relocations) is the one the rows were read at, or
+ *  - (a writer that does not record it) the generation moved by exactly
+ *    one, on the same extent: a changed rollup always goes to another
+ *    extent with rows_arrival_ns 0, and a relocation keeps the generation.
+ * Anything else reads the rows.
+ */
+static bool republished(const struct clusterinfo *ci, const struct bf_cluster_rec *rec)
+{
+    if (!ci->known || rec->rows_arrival_ns == 0 || rec->rows_count != ci->rows_count)
+        return false;
+    if (rec->rows_generation)
+        return rec->rows_generation == ci->rows_generation;
+    return rec->generation == ci->generation + 1 && rec->rows_off == ci->rows_off;
+}
+
 int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
 {
     struct bf_shm *s = c->shm;
@@ -246,6 +283,19 @@ int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
         ci->session_epoch = rec.session_epoch;
         if (ci->known && ci->generation == rec.generation)
             continue;
+        if (republished(ci, &rec)) {
+            int rc =
+                bf_engine_set_needs_arrival(c->engine, name, rec.generation, rec.rows_arrival_ns);
+            if (rc == -ENOMEM)
+                return rc;
+            if (rc == 0) {
+                ci->generation = rec.generation;
+                rep->clusters_reread++;
+                rep->clusters_republished++;
+                continue;
+            }
+            /* the engine holds no demand for it: read the rows */
+        }
         /* copy the published rows (retry with a bigger buffer if needed) */
         int got;
         for (;;) {
@@ -288,6 +338,7 @@ int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
             memcpy(en->aggregate.v, row->aggregate, sizeof en->aggregate.v);
             memcpy(en->min_unit.v, row->min_unit, sizeof en->min_unit.v);
             en->arrival_ns = row->arrival_ns;
+            en->fingerprint = np->fingerprint; /* the engine need not compute it again */
             uint32_t glen = 0;
             en->group = row->group_ref ? bf_str(s, row->group_ref, &glen) : NULL;
             en->group_len = en->group ? glen : 0;
@@ -306,6 +357,9 @@ int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
             c->counts.total_needs -= ci->rows;
             c->counts.total_needs += k;
             ci->rows = k;
+            ci->rows_off = rec.rows_off;
+            ci->rows_count = rec.rows_count;
+            ci->rows_generation = rec.rows_generation;
             ci->generation = rec.generation;
             ci->known = 1;
             rep->clusters_reread++;

@@ -75,6 +75,7 @@ struct bf_net_client {
     struct bf_net_stats stats;
     nghttp2_session_callbacks *cbs;
     nghttp2_option *h2opt;
+    struct bf_grpc_spare spare; /* the recycled assembly buffer of large responses */
     int depth;
     bool free_pending, destroying;
 };
@@ -118,6 +119,7 @@ struct bf_net_stream {
     struct bf_grpc_parser parser;
     uint8_t *resp;
     size_t resp_len;
+    size_t resp_cap; /* > 0: resp is an assembly buffer (bf_grpc_buf_free); 0: malloc */
     uint32_t n_resp;
     int http_status;
     bool got_status;
@@ -152,7 +154,10 @@ static void stream_free(struct bf_net_stream *s)
     bf_list_del(&s->drain_link);
     outbox_clear(&s->out);
     bf_grpc_parser_reset(&s->parser);
-    free(s->resp);
+    if (s->resp_cap)
+        bf_grpc_spare_put(s->cl->destroying ? NULL : &s->cl->spare, s->resp, s->resp_cap);
+    else
+        free(s->resp);
     free(s->status_msg);
     free(s->local_msg);
     free(s->path);
@@ -402,6 +407,7 @@ static struct bf_net_stream *stream_new(struct bf_net_client *cl, const char *pa
     bf_list_init(&s->fin_link);
     bf_list_init(&s->drain_link);
     bf_grpc_parser_init(&s->parser, cl->o.max_recv_message, NULL);
+    s->parser.spare = &cl->spare;
     bf_timer_init(&s->deadline_timer, cl->loop, deadline_cb, s);
     if (timeout_ns > 0) {
         s->deadline = bf_mono_ns() + timeout_ns;
@@ -569,6 +575,12 @@ static int on_parsed(void *arg, const uint8_t *msg, size_t len, bool compressed)
     if (s->unary) {
         if (++s->n_resp > 1)
             return BF_NET_INTERNAL;
+        if (msg == s->parser.msg_owned) { /* assembled: take the buffer, no copy */
+            s->resp = (uint8_t *)msg;
+            s->resp_cap = s->parser.msg_charge;
+            s->resp_len = len;
+            return BF_GRPC_MSG_KEPT;
+        }
         s->resp = malloc(len ? len : 1);
         if (!s->resp)
             return BF_NET_RESOURCE_EXHAUSTED;
@@ -1105,6 +1117,7 @@ static void client_release(struct bf_net_client *cl)
     if (cl->cbs)
         nghttp2_session_callbacks_del(cl->cbs);
     bf_tls_ctx_unref(cl->tls);
+    bf_grpc_spare_release(&cl->spare);
     free(cl->addr);
     free(cl->server_name);
     free(cl->authority);
@@ -1149,6 +1162,8 @@ int bf_net_client_new(struct bf_net_loop *loop, const struct bf_net_client_opts 
         cl->o.keepalive_timeout_ns = 20 * BF_NS_PER_SEC;
     if (!cl->o.max_recv_message)
         cl->o.max_recv_message = BF_NET_MAX_MESSAGE;
+    cl->spare.max = cl->o.max_recv_message < BF_NET_RECV_SPARE_MAX ? cl->o.max_recv_message
+                                                                   : BF_NET_RECV_SPARE_MAX;
     if (!cl->o.max_send_message)
         cl->o.max_send_message = BF_NET_MAX_MESSAGE;
     if (!cl->o.max_pending)
@@ -1216,6 +1231,7 @@ enum bf_net_client_state bf_net_client_state(const struct bf_net_client *cl)
 void bf_net_client_stats(const struct bf_net_client *cl, struct bf_net_stats *out)
 {
     *out = cl->stats;
+    out->recv_buffer_reuses = cl->spare.reuses;
 }
 
 static void client_destroy(struct bf_net_client *cl)

@@ -430,6 +430,25 @@ int bf_net_call_send_pb(struct bf_net_call *call, const struct ProtobufCMessage 
     return rc ? rc : call_enqueue(call, m);
 }
 
+int bf_net_call_send_take(struct bf_net_call *call, void *msg, size_t len)
+{
+    if (call->finished || call->done) {
+        free(msg);
+        return -EPIPE;
+    }
+    struct omsg *m;
+    int rc = omsg_take(msg, len, call->sc->srv->o.max_send_message, &m);
+    return rc ? rc : call_enqueue(call, m);
+}
+
+int bf_net_call_reply_take(struct bf_net_call *call, void *msg, size_t len)
+{
+    int r = bf_net_call_send_take(call, msg, len);
+    if (r < 0)
+        return r;
+    return bf_net_call_finish(call, BF_NET_OK, NULL);
+}
+
 int bf_net_call_reply(struct bf_net_call *call, const void *msg, size_t len)
 {
     int r = bf_net_call_send(call, msg, len);
@@ -1375,7 +1394,7 @@ static void srv_on_accept(void *owner, int fd)
     }
     sc->inbound.max = srv->o.max_inbound_per_conn;
     sc->inbound.parent = &srv->inbound;
-    bf_h2_guard_init(&sc->guard);
+    bf_h2_guard_init(&sc->guard, srv->o.max_new_streams_per_second);
     sc->last_rx = bf_mono_ns();
     sc->idle_since = sc->last_rx;
     bf_timer_init(&sc->timer, srv->loop, sconn_timer_cb, sc);
@@ -1436,7 +1455,8 @@ static void grace_cb(struct bf_net_timer *t, void *arg)
 int bf_net_server_new(struct bf_net_loop *loop, const struct bf_net_server_opts *opts,
                       struct bf_net_server **out)
 {
-    if (!loop || !opts || !out || !opts->addr || (opts->n_methods && !opts->methods))
+    if (!loop || !opts || !out || !opts->addr || (opts->n_methods && !opts->methods) ||
+        opts->max_new_streams_per_second > BF_H2G_STREAM_RATE_MAX)
         return -EINVAL;
     for (size_t i = 0; i < opts->n_methods; i++) {
         const struct bf_net_method *m = &opts->methods[i];

@@ -4,9 +4,11 @@
  *
  * Design notes: no global state; the parser owns at most one assembly
  * buffer, sized by what has arrived (doubling, capped at the declared
- * length) and freed after each message so idle streams hold nothing.
- * Buffers of 1 MiB and more are anonymous mappings grown with mremap
- * (page tables move, bytes do not).
+ * length) and freed after each message so idle streams hold nothing —
+ * except a mapped buffer given back to the connection's spare (struct
+ * bf_grpc_spare), which the next large message starts in. Buffers of 1 MiB
+ * and more are anonymous mappings grown with mremap (page tables move,
+ * bytes do not).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -68,6 +70,44 @@ static void *buf_grow(void *p, size_t cap, size_t have, size_t ncap)
     return q;
 }
 
+void bf_grpc_spare_put(struct bf_grpc_spare *spare, void *buf, size_t cap)
+{
+    if (!buf)
+        return;
+    if (!spare || cap < BF_GRPC_MMAP_MIN || cap > spare->max || cap <= spare->cap) {
+        bf_grpc_buf_free(buf, cap);
+        return;
+    }
+    bf_grpc_buf_free(spare->buf, spare->cap);
+    spare->buf = buf;
+    spare->cap = cap;
+}
+
+void bf_grpc_spare_release(struct bf_grpc_spare *spare)
+{
+    bf_grpc_buf_free(spare->buf, spare->cap);
+    spare->buf = NULL;
+    spare->cap = 0;
+}
+
+/* Starts a message's assembly in the spare (its declared length is at least
+ * BF_GRPC_MMAP_MIN, so it would be mapped anyway, and at most the spare's
+ * max): false when there is none or the budget refuses it. */
+static bool take_spare(struct bf_grpc_parser *p)
+{
+    struct bf_grpc_spare *sp = p->spare;
+    if (!sp || !sp->buf || p->buf || p->msg_len < BF_GRPC_MMAP_MIN || p->msg_len > sp->max)
+        return false; /* (a message over max would not give it back) */
+    if (p->budget && bf_grpc_budget_charge(p->budget, sp->cap) != NULL)
+        return false; /* the normal growth path reports the refusal */
+    p->buf = sp->buf;
+    p->cap = sp->cap;
+    sp->buf = NULL;
+    sp->cap = 0;
+    sp->reuses++;
+    return true;
+}
+
 struct bf_grpc_budget *bf_grpc_budget_charge(struct bf_grpc_budget *b, size_t n)
 {
     for (struct bf_grpc_budget *x = b; x; x = x->parent) {
@@ -92,7 +132,7 @@ static void release_buf(struct bf_grpc_parser *p)
 {
     if (p->buf && p->budget)
         bf_grpc_budget_refund(p->budget, p->cap);
-    bf_grpc_buf_free(p->buf, p->cap);
+    bf_grpc_spare_put(p->spare, p->buf, p->cap);
     p->buf = NULL;
     p->cap = 0;
 }
@@ -102,9 +142,11 @@ void bf_grpc_parser_reset(struct bf_grpc_parser *p)
     release_buf(p);
     uint32_t max = p->max;
     struct bf_grpc_budget *budget = p->budget;
+    struct bf_grpc_spare *spare = p->spare;
     memset(p, 0, sizeof *p);
     p->max = max;
     p->budget = budget;
+    p->spare = spare;
 }
 
 bool bf_grpc_parser_idle(const struct bf_grpc_parser *p)
@@ -170,6 +212,8 @@ int bf_grpc_parser_feed(struct bf_grpc_parser *p, const uint8_t *data, size_t le
         size_t need = p->msg_len - p->have;
         size_t take = need < len ? need : len;
         if (take > 0) {
+            if (p->have + take > p->cap)
+                take_spare(p);
             if (p->have + take > p->cap) {
                 size_t nc = p->cap ? p->cap : 4096;
                 while (nc < p->have + take)
@@ -199,6 +243,7 @@ int bf_grpc_parser_feed(struct bf_grpc_parser *p, const uint8_t *data, size_t le
             uint8_t *b = p->buf;
             size_t charged = b ? p->cap : 0;        /* also what b was allocated with */
             struct bf_grpc_budget *bud = p->budget; /* fn may free the parser */
+            struct bf_grpc_spare *spare = p->spare;
             p->buf = NULL;
             p->cap = 0;
             size_t n = p->have;
@@ -211,7 +256,7 @@ int bf_grpc_parser_feed(struct bf_grpc_parser *p, const uint8_t *data, size_t le
             } else {
                 if (r == BF_GRPC_MSG_KEPT)
                     r = 0;
-                bf_grpc_buf_free(b, charged);
+                bf_grpc_spare_put(spare, b, charged);
                 if (bud)
                     bf_grpc_budget_refund(bud, charged);
             }

@@ -46,6 +46,31 @@ struct bf_grpc_budget *bf_grpc_budget_charge(struct bf_grpc_budget *b, size_t n)
 /* Refunds n bytes to b and every parent. */
 void bf_grpc_budget_refund(struct bf_grpc_budget *b, size_t n);
 
+/*
+ * A recycled assembly buffer: at most one mapped buffer (BF_GRPC_MMAP_MIN
+ * to `max` bytes of capacity) kept between messages, so a connection that
+ * receives one large message after another (a provider's List pages) reuses
+ * memory whose pages are already present instead of mapping, faulting in,
+ * clearing and unmapping new memory for every message. Owned by the
+ * connection (or client) whose parsers borrow it; loop thread only. While a
+ * parser assembles a message in the spare it is charged to that parser's
+ * budget like any assembly buffer; kept idle, it is bounded by `max` (one
+ * per connection) and freed with bf_grpc_spare_release (when the
+ * connection or client goes away).
+ */
+struct bf_grpc_spare {
+    uint8_t *buf;    /* NULL when empty */
+    size_t cap;      /* its capacity (bf_grpc_buf_free's argument) */
+    size_t max;      /* the largest buffer kept; 0 = keep none */
+    uint64_t reuses; /* messages assembled in a recycled buffer */
+};
+/* Keeps buf (capacity cap) as the spare when it fits (mapped, <= max, and
+ * larger than the one held: the smaller is freed); frees it otherwise.
+ * spare NULL: frees it. */
+void bf_grpc_spare_put(struct bf_grpc_spare *spare, void *buf, size_t cap);
+/* Frees the spare (an empty spare is a no-op). */
+void bf_grpc_spare_release(struct bf_grpc_spare *spare);
+
 struct bf_grpc_parser {
     uint8_t hdr[BF_GRPC_PREFIX];
     uint8_t hdr_len; /* header bytes collected (0..5) */
@@ -58,6 +83,10 @@ struct bf_grpc_parser {
     uint8_t *buf;
     size_t have, cap;
     struct bf_grpc_budget *budget; /* optional, borrowed; kept across resets */
+    struct bf_grpc_spare *spare;   /* optional, borrowed; kept across resets: a message
+                                      declaring BF_GRPC_MMAP_MIN to spare->max bytes
+                                      starts in it,
+                                      and finished buffers go back to it */
     /* During the callback of an assembled message: its buffer and the bytes
      * charged for it (NULL/0 for a message delivered in place). A callback
      * that returns BF_GRPC_MSG_KEPT takes both over (frees the buffer with
@@ -76,7 +105,8 @@ struct bf_grpc_parser {
 #define BF_GRPC_MSG_KEPT 0x10000
 typedef int (*bf_grpc_msg_fn)(void *arg, const uint8_t *msg, size_t len, bool compressed);
 
-/* budget: NULL = none (see struct bf_grpc_budget). */
+/* budget: NULL = none (see struct bf_grpc_budget). The spare is set by
+ * assigning p->spare after init (NULL = none). */
 void bf_grpc_parser_init(struct bf_grpc_parser *p, uint32_t max, struct bf_grpc_budget *budget);
 /*
  * Feeds bytes. Returns 0, or the first non-zero callback return, or

@@ -63,9 +63,12 @@ enum {
 #define FL_ACK         0x1
 #define FL_END_HEADERS 0x4
 
-void bf_h2_guard_init(struct bf_h2_guard *g)
+void bf_h2_guard_init(struct bf_h2_guard *g, uint32_t stream_rate)
 {
     memset(g, 0, sizeof *g);
+    g->stream_rate = !stream_rate                           ? BF_H2G_STREAM_RATE
+                     : stream_rate > BF_H2G_STREAM_RATE_MAX ? BF_H2G_STREAM_RATE_MAX
+                                                            : stream_rate;
 }
 
 int bf_h2_guard_frame(struct bf_h2_guard *g, uint8_t type, uint8_t flags, int32_t sid, size_t len,
@@ -88,7 +91,7 @@ int bf_h2_guard_frame(struct bf_h2_guard *g, uint8_t type, uint8_t flags, int32_
     case F_HEADERS:
         if (sid > g->last_sid) { /* opens a stream (trailers reuse an open one) */
             g->last_sid = sid;
-            if (!bf_bucket_take(&g->streams, BF_H2G_STREAM_BURST, BF_H2G_STREAM_RATE, now_ns))
+            if (!bf_bucket_take(&g->streams, 2 * g->stream_rate, g->stream_rate, now_ns))
                 return BF_NET_FLOOD_STREAMS;
         }
         if (len > BF_H2G_MAX_HEADER_BLOCK)

@@ -49,8 +49,9 @@ bool bf_bucket_take(struct bf_bucket *b, uint32_t burst, uint32_t rate, int64_t 
  */
 #define BF_H2G_RESET_BURST       200 /* RST_STREAM from the peer */
 #define BF_H2G_RESET_RATE        100 /* per second */
-#define BF_H2G_STREAM_BURST      400 /* new streams (HEADERS opening a stream) */
-#define BF_H2G_STREAM_RATE       200
+#define BF_H2G_STREAM_BURST      400 /* new streams (HEADERS opening a stream); twice the rate */
+#define BF_H2G_STREAM_RATE       200 /* default; bf_net_server_opts.max_new_streams_per_second */
+#define BF_H2G_STREAM_RATE_MAX   1000000
 #define BF_H2G_PING_BURST        100
 #define BF_H2G_PING_RATE         20
 #define BF_H2G_SETTINGS_BURST    50
@@ -66,14 +67,20 @@ bool bf_bucket_take(struct bf_bucket *b, uint32_t burst, uint32_t rate, int64_t 
 
 struct bf_h2_guard {
     struct bf_bucket resets, streams, pings, settings, priority, empty, unknown;
+    uint32_t stream_rate;  /* new streams per second; burst twice this */
     int32_t last_sid;      /* highest client stream id seen in a HEADERS frame */
     bool in_block;         /* a header block is open (HEADERS without END_HEADERS) */
     uint32_t block_frames; /* CONTINUATION frames of the open block */
     uint64_t block_bytes;
 };
 
-/* Zero-initialise (or memset) before the first frame. */
-void bf_h2_guard_init(struct bf_h2_guard *g);
+/*
+ * Initialise before the first frame. stream_rate: new streams the peer may
+ * open per second (token bucket, burst twice the rate); 0 =
+ * BF_H2G_STREAM_RATE; above BF_H2G_STREAM_RATE_MAX it is clamped there
+ * (the bucket's integer arithmetic). Every other limit is the BF_H2G_* figure above.
+ */
+void bf_h2_guard_init(struct bf_h2_guard *g, uint32_t stream_rate);
 /*
  * Accounts one frame header sent by the peer (type, flags, stream id,
  * payload length as in RFC 9113 §4.1). Returns 0 when the frame is within

@@ -15,10 +15,13 @@
 #include "net/grpc_wire.h"
 #include "net/net_internal.h"
 
-/* One framed message (5-byte prefix + payload) waiting to be sent. */
+/* One framed message (5-byte prefix + payload) waiting to be sent: the
+ * payload follows the prefix in data[], or (a message handed over without a
+ * copy, omsg_take) lives in ext, a malloc'd buffer freed with the omsg. */
 struct omsg {
     struct omsg *next;
-    size_t len; /* prefix + payload */
+    size_t len;   /* prefix + payload */
+    uint8_t *ext; /* the payload when not in data[] (owned), or NULL */
     uint8_t data[];
 };
 
@@ -36,8 +39,33 @@ static inline struct omsg *omsg_new(size_t payload)
         return NULL;
     m->next = NULL;
     m->len = BF_GRPC_PREFIX + payload;
+    m->ext = NULL;
     bf_grpc_prefix(m->data, (uint32_t)payload);
     return m;
+}
+
+static inline void omsg_free(struct omsg *m)
+{
+    free(m->ext);
+    free(m);
+}
+
+/* A framed message whose payload is msg itself (malloc'd; owned by the
+ * omsg from this call on, freed on every error too): no copy. 0, -EMSGSIZE
+ * or -ENOMEM. */
+static inline int omsg_take(void *msg, size_t len, size_t max, struct omsg **out)
+{
+    struct omsg *m = len > max ? NULL : malloc(sizeof *m + BF_GRPC_PREFIX);
+    if (!m) {
+        free(msg);
+        return len > max ? -EMSGSIZE : -ENOMEM;
+    }
+    m->next = NULL;
+    m->len = BF_GRPC_PREFIX + len;
+    m->ext = msg;
+    bf_grpc_prefix(m->data, (uint32_t)len);
+    *out = m;
+    return 0;
 }
 
 /* A framed copy of a len-byte payload (msg may be NULL when len is 0), or of
@@ -83,7 +111,7 @@ static inline void outbox_clear(struct outbox *o)
     struct omsg *m = o->head;
     while (m) {
         struct omsg *n = m->next;
-        free(m);
+        omsg_free(m);
         m = n;
     }
     memset(o, 0, sizeof *o);
@@ -101,7 +129,7 @@ static inline void outbox_drop_unsent(struct outbox *o)
     while (m) {
         struct omsg *n = m->next;
         o->bytes -= m->len;
-        free(m);
+        omsg_free(m);
         m = n;
     }
     o->head->next = NULL;
@@ -117,8 +145,14 @@ static inline ssize_t outbox_to_conn(struct outbox *o, struct conn *c, size_t n)
         struct omsg *m = o->head;
         size_t avail = m->len - o->off;
         size_t take = n - done < avail ? n - done : avail;
-        if (bf_conn_write(c, m->data + o->off, take) < 0)
+        if (m->ext && o->off < BF_GRPC_PREFIX) { /* the prefix, then the payload */
+            size_t h = BF_GRPC_PREFIX - o->off < take ? BF_GRPC_PREFIX - o->off : take;
+            if (bf_conn_write(c, m->data + o->off, h) < 0 || bf_conn_write(c, m->ext, take - h) < 0)
+                return -ENOMEM;
+        } else if (bf_conn_write(c, m->ext ? m->ext + (o->off - BF_GRPC_PREFIX) : m->data + o->off,
+                                 take) < 0) {
             return -ENOMEM;
+        }
         o->off += take;
         done += take;
         if (o->off == m->len) {
@@ -126,7 +160,7 @@ static inline ssize_t outbox_to_conn(struct outbox *o, struct conn *c, size_t n)
             if (!o->head)
                 o->tail = NULL;
             o->off = 0;
-            free(m);
+            omsg_free(m);
         }
     }
     o->bytes -= done;

@@ -140,6 +140,10 @@ int bf_prov_client_new(struct bf_net_loop *loop, const struct bf_prov_opts *o,
                                               : o->keepalive_ns,
         .keepalive_timeout_ns = 5 * BF_NS_PER_SEC,
         .max_pending = 65536,
+        /* a List page is megabytes: a stream window above a page lets the
+         * provider send it without waiting for a WINDOW_UPDATE round trip
+         * (the connection's window, 16 MiB, still bounds all calls) */
+        .stream_window = 8u << 20,
     };
     int rc = bf_net_client_new(loop, &no, &c->net);
     if (rc) {

@@ -91,30 +91,16 @@ static int host_decode(const uint8_t *p, size_t len, struct bf_prov_machine *m)
 
 /* Whether a Machine field has its schema's wire type (provider.proto); a
  * field we do not read (unknown, or reserved 11) is skipped whatever its type.
- * One rule for the full decode and the peek, so both accept the same bytes. */
-static bool machine_wt_ok(const struct bf_pb_field *f)
+ * One rule for the full decode and the peek, so both accept the same bytes.
+ * A table, not a switch: the peek asks once per field of every listed
+ * machine (~17 fields, 500K machines a resync walk). */
+#define WT_ANY 0xff
+static const uint8_t machine_wt[16] = {
+    WT_ANY,    BF_PB_LEN, BF_PB_VARINT, BF_PB_LEN, BF_PB_LEN, BF_PB_LEN, BF_PB_VARINT, BF_PB_I64,
+    BF_PB_I64, BF_PB_LEN, BF_PB_LEN,    WT_ANY,    BF_PB_LEN, BF_PB_LEN, BF_PB_LEN,    BF_PB_LEN};
+static inline bool machine_wt_ok(const struct bf_pb_field *f)
 {
-    switch (f->num) {
-    case 2:
-    case 6:
-        return f->wt == BF_PB_VARINT;
-    case 7:
-    case 8:
-        return f->wt == BF_PB_I64;
-    case 1:
-    case 3:
-    case 4:
-    case 5:
-    case 9:
-    case 10:
-    case 12:
-    case 13:
-    case 14:
-    case 15:
-        return f->wt == BF_PB_LEN;
-    default:
-        return true;
-    }
+    return f->num >= 16 || machine_wt[f->num] == WT_ANY || machine_wt[f->num] == f->wt;
 }
 
 int bf_prov_machine_decode(const uint8_t *p, size_t len, struct bf_prov_machine *m)
@@ -213,12 +199,32 @@ int bf_prov_machine_peek(const uint8_t *p, size_t len, struct bf_prov_bytes *id,
     id->p = empty;
     id->len = 0;
     *state = 0;
-    struct bf_pb_reader r;
-    struct bf_pb_field f;
-    int rc;
-    bf_pb_reader_init(&r, p ? p : empty, len);
-    while ((rc = bf_pb_next(&r, &f)) == 1) {
-        if (!machine_wt_ok(&f))
+    if (!p)
+        p = empty;
+    const uint8_t *q = p, *end = p + len;
+    while (q < end) {
+        /* the common field: a one-byte tag of fields 1..15 and a
+         * length-delimited payload under 128 bytes (labels, names); the
+         * same checks as bf_pb_next, without filling a struct */
+        uint8_t t = *q;
+        if (t < 0x80 && (t & 7) == BF_PB_LEN && t >> 3 != 0 && end - q >= 2 && q[1] < 0x80) {
+            uint8_t want = machine_wt[t >> 3];
+            if (want != WT_ANY && want != BF_PB_LEN)
+                return -EBADMSG;
+            size_t l = q[1];
+            if (l > (size_t)(end - q - 2))
+                return -EBADMSG;
+            if (t >> 3 == 1) {
+                id->p = q + 2;
+                id->len = l;
+            }
+            q += 2 + l;
+            continue;
+        }
+        struct bf_pb_reader r;
+        struct bf_pb_field f;
+        bf_pb_reader_init(&r, q, (size_t)(end - q));
+        if (bf_pb_next(&r, &f) != 1 || !machine_wt_ok(&f))
             return -EBADMSG;
         if (f.num == 1) {
             id->p = f.p;
@@ -226,8 +232,9 @@ int bf_prov_machine_peek(const uint8_t *p, size_t len, struct bf_prov_bytes *id,
         } else if (f.num == 2) {
             *state = (int32_t)(uint32_t)f.varint;
         }
+        q = r.p;
     }
-    return rc ? -EBADMSG : 0;
+    return 0;
 }
 
 void bf_prov_map_iter_init(struct bf_prov_map_iter *it, const struct bf_prov_machine *m,

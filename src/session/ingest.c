@@ -613,6 +613,8 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
         r->rows_arrival_ns = 0; /* the rows carry it */
     }
     r->generation++;
+    if (!cv->repeated)
+        r->rows_generation = r->generation; /* these rows were written by it */
     r->accepted_rows = baseline;
     r->quarantine_held = 0;
     r->first_rollup = 1;

@@ -1322,6 +1322,35 @@ static uint32_t seed_md(struct bf_sim *s, uint32_t t)
     return md;
 }
 
+/* "<type>-<zone>-<n>" into out (what snprintf "%s-%s-%llu" writes, cut at
+ * cap - 1 the same way): 503K of them at start-up, before the simulator
+ * listens, so without the format interpreter. Returns the untruncated
+ * length. */
+static int seed_id(char *out, size_t cap, const char *type, const char *zone, uint64_t n)
+{
+    char digits[24];
+    size_t nd = 0;
+    do {
+        digits[sizeof digits - 1 - nd++] = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    size_t tl = strlen(type), zl = strlen(zone), len = tl + 1 + zl + 1 + nd;
+    char tmp[BF_SIM_NAME_MAX * 4 + 48], *p = tmp;
+    if (len >= sizeof tmp)
+        return snprintf(out, cap, "%s-%s-%.*s", type, zone, (int)nd, digits + sizeof digits - nd);
+    memcpy(p, type, tl);
+    p += tl;
+    *p++ = '-';
+    memcpy(p, zone, zl);
+    p += zl;
+    *p++ = '-';
+    memcpy(p, digits + sizeof digits - nd, nd);
+    size_t keep = len < cap ? len : cap - 1;
+    memcpy(out, tmp, keep);
+    out[keep] = 0;
+    return (int)len;
+}
+
 static int seed(struct bf_sim *s, const uint32_t *zone_idx, uint32_t nz, const uint32_t *rack_idx,
                 char *err, size_t err_len)
 {
@@ -1371,8 +1400,7 @@ static int seed(struct bf_sim *s, const uint32_t *zone_idx, uint32_t nz, const u
             uint32_t z = (uint32_t)(j % nz);
             uint32_t rk = (uint32_t)((j / nz) % c->racks_per_zone);
             char id[BF_SIM_NAME_MAX * 3];
-            int il = snprintf(id, sizeof id, "%s-%s-%llu", st->t.name,
-                              sim_str(&s->zones, zone_idx[z]), (unsigned long long)(j / nz));
+            int il = seed_id(id, sizeof id, st->t.name, sim_str(&s->zones, zone_idx[z]), j / nz);
             uint8_t state = j < c->seed_configured ? BF_STATE_CONFIGURED
                             : j < (uint64_t)c->seed_configured + c->seed_idle
                                 ? BF_STATE_IDLE

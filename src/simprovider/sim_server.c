@@ -8,6 +8,8 @@
  *     body is stolen from the reply struct and sent from a one-shot timer;
  *     the pending reply is attached to the call, so a client that cancels or
  *     times out frees it in on_done (the timer never fires on a dead call).
+ *   - Replies are handed to the net layer without a copy
+ *     (bf_net_call_reply_take): a List page is megabytes.
  *   - Time: one bf_net timer is armed at bf_sim_next_deadline(), re-armed
  *     after every RPC and every advance; the sim's clock is bf_mono_ns().
  */
@@ -80,16 +82,18 @@ static void adv_cb(struct bf_net_timer *t, void *arg)
     bf_simsrv_rearm(s);
 }
 
-static void send_reply(struct bf_net_call *call, int code, const char *message, const uint8_t *body,
+/* Answers with the status, or with body (malloc'd; taken in every case: the
+ * net layer sends it from where it is and frees it). */
+static void send_reply(struct bf_net_call *call, int code, const char *message, uint8_t *body,
                        size_t len)
 {
-    if (bf_net_call_finished(call))
-        return;
-    if (code != 0) {
-        bf_net_call_finish(call, code, message);
+    if (bf_net_call_finished(call) || code != 0) {
+        free(body);
+        if (!bf_net_call_finished(call))
+            bf_net_call_finish(call, code, message);
         return;
     }
-    int rc = bf_net_call_reply(call, body, len);
+    int rc = bf_net_call_reply_take(call, body, len);
     if (rc == -EMSGSIZE) /* a List of a huge pool: say so (the client pages) */
         bf_net_call_finish(call, BF_NET_RESOURCE_EXHAUSTED,
                            "reply larger than the largest message this server sends");
@@ -110,7 +114,9 @@ static void held_cb(struct bf_net_timer *t, void *arg)
 {
     (void)t;
     struct held *h = arg;
-    send_reply(h->call, h->code, h->message, h->body, h->len);
+    uint8_t *body = h->body;
+    h->body = NULL;
+    send_reply(h->call, h->code, h->message, body, h->len);
     /* freed in on_done (the call is over once the reply is sent) */
 }
 
@@ -128,6 +134,7 @@ static void on_message(struct bf_net_call *call, const uint8_t *msg, size_t len,
         if (!h || !h->t) {
             free(h);
             send_reply(call, r.code, r.message, r.body, r.len); /* no memory: answer now */
+            r.body = NULL;
         } else {
             h->s = s;
             h->call = call;
@@ -143,7 +150,8 @@ static void on_message(struct bf_net_call *call, const uint8_t *msg, size_t len,
             s->stats.held_open++;
         }
     } else {
-        send_reply(call, r.code, r.message, r.body, r.len);
+        send_reply(call, r.code, r.message, r.body, r.len); /* the body is sent, not copied */
+        r.body = NULL;
     }
     bf_sim_reply_free(&r);
     bf_simsrv_rearm(s);

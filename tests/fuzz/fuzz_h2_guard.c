@@ -21,7 +21,7 @@
 static void run(const uint8_t *data, size_t size, int *out, size_t *nout)
 {
     struct bf_h2_guard g;
-    bf_h2_guard_init(&g);
+    bf_h2_guard_init(&g, 0);
     int64_t now = 1000000000;
     *nout = 0;
     for (size_t off = 0; off + REC <= size; off += REC) {

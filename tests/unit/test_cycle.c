@@ -533,6 +533,194 @@ START_TEST(warm_up_cycles_are_not_observed_in_the_duration_histograms)
 }
 END_TEST
 
+/* ---- a republished unchanged rollup (only its arrival moved) ---- */
+
+struct act {
+    uint32_t kind, slot, cluster_ref, need_profile_ref;
+};
+
+/* one paused cycle at time t: its decided actions (suppressed, audit only) */
+static int decide(struct bf_cycle *c, int64_t t, struct bf_cycle_report *rep, struct act *out,
+                  int max)
+{
+    ck_assert_int_eq(bf_cycle_run_once(c, t, rep), 0);
+    struct bf_action_msg m[16];
+    int n = drain_actions(m, 16);
+    ck_assert_int_le(n, max);
+    for (int i = 0; i < n; i++)
+        out[i] = (struct act){m[i].kind, m[i].slot, m[i].cluster_ref, m[i].need_profile_ref};
+    return n;
+}
+
+/* cluster idx's one-row rollup of `units` GPU units at arrival `arrival`,
+ * written fresh into row `row` with generation + 1, as the session does (a
+ * changed rollup: the rows carry the arrival, rows_generation = the new
+ * generation); record_rows_gen false: a writer that leaves rows_generation 0 */
+static void publish_fresh(uint32_t idx, uint32_t name, uint32_t row, int units, int64_t arrival,
+                          bool record_rows_gen)
+{
+    struct bf_cluster_rec old;
+    ck_assert_int_eq(bf_cluster_read(&g_s, idx, &old, NULL), 0);
+    struct bf_cluster_rec c = live_cluster(old.generation + 1);
+    c.name_ref = name;
+    c.rows_generation = record_rows_gen ? c.generation : 0;
+    struct bf_need_row r;
+    memset(&r, 0, sizeof r);
+    r.profile_ref = g_need_prof;
+    r.cluster_ref = name;
+    int gpu = bf_dim_lookup(&g_s, "nvidia.com/gpu");
+    r.aggregate[gpu] = 8000LL * units;
+    r.min_unit[gpu] = 8000;
+    r.arrival_ns = arrival;
+    memcpy(&g_s.rows[row], &r, sizeof r);
+    c.rows_off = row;
+    c.rows_count = 1;
+    bf_cluster_write(&g_s, idx, &c);
+    if (atomic_load(&g_s.needs->n_clusters) < idx + 1)
+        atomic_store(&g_s.needs->n_clusters, idx + 1);
+    atomic_fetch_add(&g_s.needs->change_counter, 1);
+}
+
+/* the session's repeat path (src/session/ingest.c): same extent, rows
+ * untouched, generation + 1, the new arrival in the cluster row,
+ * rows_generation kept */
+static void republish(uint32_t idx, int64_t arrival)
+{
+    struct bf_cluster_rec c;
+    ck_assert_int_eq(bf_cluster_read(&g_s, idx, &c, NULL), 0);
+    c.rows_arrival_ns = arrival;
+    c.generation++;
+    bf_cluster_write(&g_s, idx, &c);
+    atomic_fetch_add(&g_s.needs->change_counter, 1);
+}
+
+/* a new controller reads every row (the full reload) and must decide
+ * exactly what the continuing one decided */
+static void assert_full_reload_decides(const struct act *want, int n_want, int64_t t)
+{
+    struct bf_cycle *c = new_cycle(true);
+    struct bf_cycle_report rep;
+    struct act got[16];
+    int n = decide(c, t, &rep, got, 16);
+    ck_assert_uint_eq(rep.clusters_republished, 0);
+    ck_assert_uint_eq(rep.clusters_reread, 2);
+    ck_assert_int_eq(n, n_want);
+    for (int i = 0; i < n; i++) {
+        ck_assert_uint_eq(got[i].kind, want[i].kind);
+        ck_assert_uint_eq(got[i].slot, want[i].slot);
+        ck_assert_uint_eq(got[i].cluster_ref, want[i].cluster_ref);
+        ck_assert_uint_eq(got[i].need_profile_ref, want[i].need_profile_ref);
+    }
+    bf_cycle_free(c);
+}
+
+/* Two clusters of one priority compete for two machines: the earlier
+ * arrival wins (demand order: priority desc, arrival asc, cluster asc). A
+ * republished repeat moves only the arrival; the cycle takes it without
+ * reading the rows and decides exactly what a full reload decides. */
+START_TEST(a_republished_repeat_moves_only_the_arrival_and_decides_as_a_full_reload)
+{
+    add_idle_machines(2, NULL);
+    uint32_t b = intern("cluster-b");
+    publish_fresh(0, g_cluster, 0, 2, 10, true); /* cluster-a first */
+    publish_fresh(1, b, 1, 2, 20, true);
+    struct bf_cycle *c = new_cycle(true);
+    struct bf_cycle_report rep;
+    struct act x[16];
+    int n = decide(c, 1000000000LL, &rep, x, 16);
+    ck_assert_int_eq(n, 2);
+    ck_assert_uint_eq(x[0].cluster_ref, g_cluster);
+    ck_assert_uint_eq(x[1].cluster_ref, g_cluster);
+
+    /* cluster-a repeats later than cluster-b: cluster-b is served first */
+    republish(0, 30);
+    n = decide(c, 2000000000LL, &rep, x, 16);
+    ck_assert_uint_eq(rep.clusters_reread, 1);
+    ck_assert_uint_eq(rep.clusters_republished, 1);
+    ck_assert_int_eq(n, 2);
+    ck_assert_uint_eq(x[0].kind, BF_ACTION_BOOTSTRAP);
+    ck_assert_uint_eq(x[0].cluster_ref, b);
+    ck_assert_uint_eq(x[1].cluster_ref, b);
+    struct bf_ledger_snapshot v = {0};
+    struct bf_ledger_filter f = {0};
+    ck_assert_int_eq(bf_ledger_snapshot(&g_s, &f, &v, NULL), 0);
+    ck_assert_uint_eq(v.n, 2);
+    for (uint32_t i = 0; i < v.n; i++)
+        ck_assert_int_eq(v.rows[i].arrival_ns, v.rows[i].cluster_ref == b ? 20 : 30);
+    bf_ledger_snapshot_free(&v);
+    bf_cycle_free(c);
+    assert_full_reload_decides(x, n, 3000000000LL);
+
+    /* several repeats between two cycles (generations skipped): the rows
+     * are still the ones written at rows_generation; an earlier arrival
+     * puts cluster-a back in front */
+    c = new_cycle(true);
+    decide(c, 4000000000LL, &rep, x, 16);
+    republish(0, 40);
+    republish(0, 5);
+    n = decide(c, 5000000000LL, &rep, x, 16);
+    ck_assert_uint_eq(rep.clusters_republished, 1);
+    ck_assert_int_eq(n, 2);
+    ck_assert_uint_eq(x[0].cluster_ref, g_cluster);
+    bf_cycle_free(c);
+    assert_full_reload_decides(x, n, 6000000000LL);
+
+    /* changed rollups between two cycles, the last one back on the extent
+     * the cycle read and then repeated: new rows_generation, read in full
+     * (cluster-b now wants 1 machine, so each cluster gets one) */
+    c = new_cycle(true);
+    decide(c, 7000000000LL, &rep, x, 16);
+    publish_fresh(1, b, 2, 2, 3, true);
+    publish_fresh(1, b, 1, 1, 3, true);
+    republish(1, 4);
+    n = decide(c, 8000000000LL, &rep, x, 16);
+    ck_assert_uint_eq(rep.clusters_reread, 1);
+    ck_assert_uint_eq(rep.clusters_republished, 0);
+    ck_assert_int_eq(n, 2);
+    ck_assert_uint_eq(x[0].cluster_ref, b);
+    ck_assert_uint_eq(x[1].cluster_ref, g_cluster);
+    bf_cycle_free(c);
+    assert_full_reload_decides(x, n, 9000000000LL);
+}
+END_TEST
+
+/* A writer that does not record rows_generation: a repeat is taken without
+ * reading rows only when the generation moved by exactly one on the same
+ * extent; two publishes between cycles read the rows. */
+START_TEST(without_rows_generation_only_a_single_repeat_skips_the_rows)
+{
+    add_idle_machines(2, NULL);
+    uint32_t b = intern("cluster-b");
+    publish_fresh(0, g_cluster, 0, 2, 10, false);
+    publish_fresh(1, b, 1, 2, 20, false);
+    struct bf_cycle *c = new_cycle(true);
+    struct bf_cycle_report rep;
+    struct act x[16];
+    decide(c, 1000000000LL, &rep, x, 16);
+    republish(0, 30);
+    int n = decide(c, 2000000000LL, &rep, x, 16);
+    ck_assert_uint_eq(rep.clusters_republished, 1);
+    ck_assert_uint_eq(x[0].cluster_ref, b);
+    republish(0, 40);
+    republish(0, 5);
+    n = decide(c, 3000000000LL, &rep, x, 16);
+    ck_assert_uint_eq(rep.clusters_reread, 1);
+    ck_assert_uint_eq(rep.clusters_republished, 0);
+    ck_assert_uint_eq(x[0].cluster_ref, g_cluster);
+    /* a changed rollup elsewhere and back to the same extent, then a
+     * repeat, all between two cycles: read in full */
+    publish_fresh(1, b, 2, 2, 3, false);
+    publish_fresh(1, b, 1, 1, 3, false);
+    republish(1, 4);
+    n = decide(c, 4000000000LL, &rep, x, 16);
+    ck_assert_uint_eq(rep.clusters_republished, 0);
+    ck_assert_int_eq(n, 2);
+    ck_assert_uint_eq(x[0].cluster_ref, b);
+    bf_cycle_free(c);
+    assert_full_reload_decides(x, n, 5000000000LL);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cycle");
@@ -550,6 +738,8 @@ int main(void)
     tcase_add_test(tc, a_full_actions_ring_drops_the_rest_and_undoes_their_marks);
     tcase_add_test(tc, paused_cycles_keep_deciding_and_reporting_and_execute_nothing);
     tcase_add_test(tc, warm_up_cycles_are_not_observed_in_the_duration_histograms);
+    tcase_add_test(tc, a_republished_repeat_moves_only_the_arrival_and_decides_as_a_full_reload);
+    tcase_add_test(tc, without_rows_generation_only_a_single_repeat_skips_the_rows);
     suite_add_tcase(s, tc);
     return check_run(s);
 }

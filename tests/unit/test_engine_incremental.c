@@ -255,6 +255,64 @@ START_TEST(an_acquirable_supply_change_re_ranks_a_same_need_and_keeps_its_claims
 }
 END_TEST
 
+/* Same Needs re-ranked cycle after cycle while acquirable racks come and go:
+ * their candidate lists grow and shrink and their riders consume again, and
+ * the re-ranked outcomes (recorded over the old ones where they fit) decide
+ * as the full derivation every cycle */
+START_TEST(same_needs_re_ranked_every_cycle_as_racks_come_and_go_decide_as_the_full_derivation)
+{
+    struct pair p = pair_new();
+    struct ef_prof same;
+    ef_gpu_profile_same(&same, 1000, "rack");
+    for (int i = 0; i < 2; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "own-%d", i);
+        struct ef_machine m = gpu_in_rack(id, "r1");
+        ef_bind(&m, "b", &same, "gang-b");
+        pair_add(&p, &m);
+    }
+    for (int i = 0; i < 2; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "idle-r1-%d", i);
+        struct ef_machine m = gpu_in_rack(id, "r1");
+        pair_add(&p, &m);
+    }
+    /* gang-b: 3 GPUs, 2 credited on r1, the rest consumed from r1's Idle;
+     * gang-c (another cluster) ranks over what gang-b left */
+    struct bf_engine_need nb[1] = {ef_gpu_need(&same, 3, "gang-b")};
+    struct bf_engine_need nc[1] = {ef_gpu_need(&same, 2, "gang-c")};
+    pair_set(&p, "b", nb, 1);
+    pair_set(&p, "c", nc, 1);
+    pair_cycle(&p);
+    uint32_t slots[8], n = 0, reranked = 0, grew = 0, shrank = 0;
+    uint32_t last = verdict_of(p.inc, "b")->n_same_candidates;
+    for (int cyc = 0; cyc < 16; cyc++) {
+        if (n < 4 && (cyc % 3 != 2 || n == 0)) {
+            char id[16], rack[8];
+            snprintf(id, sizeof id, "idle-x%d", cyc);
+            snprintf(rack, sizeof rack, "r%d", 2 + cyc % 5);
+            struct ef_machine m = gpu_in_rack(id, rack);
+            slots[n++] = pair_add(&p, &m);
+        } else {
+            uint32_t s = slots[--n];
+            ef_del(p.inc, s);
+            ef_del(p.full, s);
+        }
+        const struct bf_engine_result *r = pair_cycle(&p);
+        reranked += r->prepass.reranked;
+        uint32_t k = verdict_of(p.inc, "b")->n_same_candidates;
+        grew += k > last;
+        shrank += k < last;
+        last = k;
+        ck_assert_str_eq(verdict_of(p.inc, "b")->same_domain, "r1");
+    }
+    ck_assert_uint_gt(reranked, 16);
+    ck_assert_uint_gt(grew, 0);
+    ck_assert_uint_gt(shrank, 0);
+    pair_free(&p);
+}
+END_TEST
+
 /* a plain Need short after its own cluster's machines read its fingerprint's
  * (empty) Creating list; a Creating machine of that fingerprint appearing
  * makes it derived again, and it is credited that machine */
@@ -347,6 +405,8 @@ static Suite *suite(void)
     tcase_add_test(t,
                    a_same_need_is_re_ranked_when_an_earlier_one_consumes_more_of_the_same_machines);
     tcase_add_test(t, an_acquirable_supply_change_re_ranks_a_same_need_and_keeps_its_claims);
+    tcase_add_test(
+        t, same_needs_re_ranked_every_cycle_as_racks_come_and_go_decide_as_the_full_derivation);
     tcase_add_test(t, a_kept_need_is_derived_when_creating_machines_of_its_fingerprint_appear);
     tcase_add_test(t, a_need_after_a_changed_outcome_in_its_cluster_is_derived);
     suite_add_tcase(s, t);

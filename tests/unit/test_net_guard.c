@@ -45,7 +45,7 @@ enum { DATA = 0, HEADERS = 1, PRIORITY = 2, RST = 3, SETTINGS = 4, PING = 6, WU 
 START_TEST(a_grpc_clients_frames_pass)
 {
     struct bf_h2_guard g;
-    bf_h2_guard_init(&g);
+    bf_h2_guard_init(&g, 0);
     int64_t t = BF_NS_PER_SEC;
     ck_assert_int_eq(bf_h2_guard_frame(&g, SETTINGS, 0, 0, 18, t), 0);
     ck_assert_int_eq(bf_h2_guard_frame(&g, WU, 0, 0, 4, t), 0);
@@ -77,7 +77,7 @@ END_TEST
 static int flood_at(uint8_t type, uint8_t flags, bool new_streams, size_t len, int *n)
 {
     struct bf_h2_guard g;
-    bf_h2_guard_init(&g);
+    bf_h2_guard_init(&g, 0);
     int64_t t = BF_NS_PER_SEC;
     for (int i = 0; i < 100000; i++) {
         int32_t sid = new_streams ? 1 + 2 * i : 1;
@@ -119,26 +119,64 @@ START_TEST(floods_are_named_at_the_first_frame_over_the_limit)
 }
 END_TEST
 
+/* Opens new streams at `per_sec` for 2 s, starting full; returns the
+ * 1-based stream that tripped the guard, or 0. */
+static int streams_until_flood(uint32_t configured, int per_sec)
+{
+    struct bf_h2_guard g;
+    bf_h2_guard_init(&g, configured);
+    int64_t t = BF_NS_PER_SEC;
+    for (int i = 0; i < 2 * per_sec; i++) {
+        int64_t now = t + (int64_t)i * BF_NS_PER_SEC / per_sec;
+        if (bf_h2_guard_frame(&g, HEADERS, 5, 1 + 2 * i, 50, now))
+            return i + 1;
+    }
+    return 0;
+}
+
+START_TEST(a_configured_stream_rate_replaces_the_default_and_is_clamped)
+{
+    /* 20,000 unary calls a second on one connection: the default (200/s,
+     * burst 400) closes it within the first few hundred streams ... */
+    /* (the bucket refills while the burst is spent: it empties at stream
+     * burst / (1 - rate / 20,000)) */
+    int n = streams_until_flood(0, 20000);
+    ck_assert_int_gt(n, BF_H2G_STREAM_BURST);
+    ck_assert_int_le(n, BF_H2G_STREAM_BURST * 100 / 99 + 2); /* 405 */
+    /* ... a server configured for 50,000/s keeps it open for 2 s ... */
+    ck_assert_int_eq(streams_until_flood(50000, 20000), 0);
+    /* ... and one configured for 1,000/s closes it past its burst of 2,000 */
+    n = streams_until_flood(1000, 20000);
+    ck_assert_int_gt(n, 2000);
+    ck_assert_int_le(n, 2000 * 20 / 19 + 2); /* 2,107 */
+    struct bf_h2_guard g;
+    bf_h2_guard_init(&g, UINT32_MAX);
+    ck_assert_uint_eq(g.stream_rate, BF_H2G_STREAM_RATE_MAX);
+    bf_h2_guard_init(&g, 0);
+    ck_assert_uint_eq(g.stream_rate, BF_H2G_STREAM_RATE);
+}
+END_TEST
+
 START_TEST(continuation_floods_are_cut_by_frame_count_and_block_size)
 {
     struct bf_h2_guard g;
-    bf_h2_guard_init(&g);
+    bf_h2_guard_init(&g, 0);
     ck_assert_int_eq(bf_h2_guard_frame(&g, HEADERS, 0, 1, 10, 1), 0);
     for (int i = 0; i < BF_H2G_MAX_CONTINUATIONS; i++)
         ck_assert_int_eq(bf_h2_guard_frame(&g, CONT, 0, 1, 10, 1), 0);
     ck_assert_int_eq(bf_h2_guard_frame(&g, CONT, 0, 1, 10, 1), BF_NET_FLOOD_CONTINUATION);
     /* few frames, but a block over 64 KiB */
-    bf_h2_guard_init(&g);
+    bf_h2_guard_init(&g, 0);
     ck_assert_int_eq(bf_h2_guard_frame(&g, HEADERS, 0, 1, 16384, 1), 0);
     ck_assert_int_eq(bf_h2_guard_frame(&g, CONT, 0, 1, 16384, 1), 0);
     ck_assert_int_eq(bf_h2_guard_frame(&g, CONT, 0, 1, 16384, 1), 0);
     ck_assert_int_eq(bf_h2_guard_frame(&g, CONT, 0, 1, 16384, 1), 0);
     ck_assert_int_eq(bf_h2_guard_frame(&g, CONT, 0, 1, 1, 1), BF_NET_FLOOD_CONTINUATION);
     /* one HEADERS frame over 64 KiB (a peer that raised our frame size) */
-    bf_h2_guard_init(&g);
+    bf_h2_guard_init(&g, 0);
     ck_assert_int_eq(bf_h2_guard_frame(&g, HEADERS, 4, 1, 70000, 1), BF_NET_FLOOD_CONTINUATION);
     /* blocks that end reset the count */
-    bf_h2_guard_init(&g);
+    bf_h2_guard_init(&g, 0);
     for (int s = 0; s < 50; s++) {
         ck_assert_int_eq(bf_h2_guard_frame(&g, HEADERS, 0, 1 + 2 * s, 100, 1), 0);
         for (int i = 0; i < BF_H2G_MAX_CONTINUATIONS - 1; i++)
@@ -196,6 +234,7 @@ int main(void)
     tcase_add_test(tc, bucket_spends_its_burst_then_refills_at_its_rate);
     tcase_add_test(tc, a_grpc_clients_frames_pass);
     tcase_add_test(tc, floods_are_named_at_the_first_frame_over_the_limit);
+    tcase_add_test(tc, a_configured_stream_rate_replaces_the_default_and_is_clamped);
     tcase_add_test(tc, continuation_floods_are_cut_by_frame_count_and_block_size);
     tcase_add_test(tc, connection_counts_per_address_and_identity);
     suite_add_tcase(s, tc);

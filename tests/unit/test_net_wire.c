@@ -173,6 +173,104 @@ START_TEST(shared_budget_refuses_a_message_that_would_exceed_it_and_refunds_on_c
 }
 END_TEST
 
+/* Feeds one framed message of len bytes (byte i = i * 7 + seed) in 16 KiB
+ * pieces, as HTTP/2 DATA frames bring it; checks the bytes delivered. */
+struct spare_got {
+    int n;
+    bool ok;
+    uint8_t seed;
+    const uint8_t *at; /* where the message was assembled */
+};
+static int check_bytes(void *arg, const uint8_t *msg, size_t len, bool compressed)
+{
+    (void)compressed;
+    struct spare_got *g = arg;
+    g->n++;
+    g->at = msg;
+    g->ok = true;
+    for (size_t i = 0; i < len; i += 4093)
+        if (msg[i] != (uint8_t)(i * 7 + g->seed))
+            g->ok = false;
+    return 0;
+}
+static void feed_framed(struct bf_grpc_parser *p, size_t len, struct spare_got *g)
+{
+    uint8_t *m = malloc(5 + len);
+    bf_grpc_prefix(m, (uint32_t)len);
+    for (size_t i = 0; i < len; i++)
+        m[5 + i] = (uint8_t)(i * 7 + g->seed);
+    for (size_t off = 0; off < 5 + len; off += 16384) {
+        size_t n = 5 + len - off < 16384 ? 5 + len - off : 16384;
+        ck_assert_int_eq(bf_grpc_parser_feed(p, m + off, n, check_bytes, g), 0);
+    }
+    free(m);
+}
+
+/* A large message's assembly buffer is kept as the connection's spare and
+ * the next large message is assembled in it (same memory, counted, charged
+ * to the budget while in use and refunded after); a small message never
+ * takes it; a buffer larger than the spare's max is freed, not kept; a
+ * reset in the middle of a message gives the buffer back too. */
+START_TEST(a_large_message_reuses_the_spare_assembly_buffer_and_stays_charged_while_in_use)
+{
+    struct bf_grpc_budget bud = {.max = 64u << 20};
+    struct bf_grpc_spare spare = {.max = 8u << 20};
+    struct bf_grpc_parser p;
+    bf_grpc_parser_init(&p, 32u << 20, &bud);
+    p.spare = &spare;
+    struct spare_got g = {.seed = 1};
+    feed_framed(&p, 3u << 20, &g); /* 3 MiB: assembled in new memory */
+    ck_assert_int_eq(g.n, 1);
+    ck_assert(g.ok);
+    ck_assert_ptr_eq(spare.buf, g.at);
+    ck_assert_uint_eq(spare.cap, 3u << 20);
+    ck_assert_uint_eq(spare.reuses, 0);
+    ck_assert_uint_eq(bud.used, 0); /* the idle spare is not an assembly in progress */
+    const uint8_t *first = g.at;
+    /* the next one (smaller, still >= 1 MiB) lands in the same buffer */
+    g = (struct spare_got){.seed = 9};
+    bf_grpc_parser_feed(&p, (const uint8_t[]){0, 0, 0x18, 0, 0}, 5, check_bytes, &g);
+    uint8_t piece[16384];
+    for (size_t i = 0; i < sizeof piece; i++)
+        piece[i] = (uint8_t)(i * 7 + 9);
+    ck_assert_int_eq(bf_grpc_parser_feed(&p, piece, sizeof piece, check_bytes, &g), 0);
+    ck_assert_ptr_eq(p.buf, first);
+    ck_assert_ptr_null(spare.buf);
+    ck_assert_uint_eq(bud.used, 3u << 20); /* charged while in use */
+    ck_assert_uint_eq(spare.reuses, 1);
+    bf_grpc_parser_reset(&p); /* abandoned midway: back to the spare, refunded */
+    ck_assert_ptr_eq(spare.buf, first);
+    ck_assert_uint_eq(bud.used, 0);
+    g = (struct spare_got){.seed = 5};
+    feed_framed(&p, (1u << 20) + 100, &g);
+    ck_assert(g.ok);
+    ck_assert_ptr_eq(g.at, first);
+    ck_assert_uint_eq(spare.reuses, 2);
+    /* a small message does not take it */
+    g = (struct spare_got){.seed = 3};
+    feed_framed(&p, 100000, &g);
+    ck_assert(g.ok);
+    ck_assert_ptr_ne(g.at, first);
+    ck_assert_ptr_eq(spare.buf, first);
+    /* larger than the message needs by growth: grown in place with mremap */
+    g = (struct spare_got){.seed = 4};
+    feed_framed(&p, 6u << 20, &g);
+    ck_assert(g.ok);
+    ck_assert_uint_eq(spare.cap, 6u << 20);
+    ck_assert_uint_eq(spare.reuses, 3);
+    /* over the spare's max: freed after the message, the spare stays */
+    g = (struct spare_got){.seed = 2};
+    feed_framed(&p, 12u << 20, &g);
+    ck_assert(g.ok);
+    ck_assert_uint_eq(spare.cap, 6u << 20);
+    ck_assert_uint_eq(bud.used, 0);
+    bf_grpc_parser_reset(&p);
+    bf_grpc_spare_release(&spare);
+    ck_assert_ptr_null(spare.buf);
+    ck_assert_uint_eq(spare.cap, 0);
+}
+END_TEST
+
 START_TEST(oversize_declared_length_is_resource_exhausted_before_any_allocation)
 {
     struct bf_grpc_parser p;
@@ -357,6 +455,8 @@ int main(void)
     tcase_add_test(tc, truncated_message_leaves_parser_not_idle);
     tcase_add_test(tc,
                    shared_budget_refuses_a_message_that_would_exceed_it_and_refunds_on_completion);
+    tcase_add_test(tc,
+                   a_large_message_reuses_the_spare_assembly_buffer_and_stays_charged_while_in_use);
     tcase_add_test(tc, oversize_declared_length_is_resource_exhausted_before_any_allocation);
     tcase_add_test(tc, compressed_flag_is_reported_and_bad_flag_is_internal);
     tcase_add_test(tc, callback_stop_halts_feeding);

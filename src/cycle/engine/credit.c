@@ -294,11 +294,13 @@ enum { ROW_DERIVE = 0, ROW_KEEP = 1, ROW_RERANK = 2 };
  * inputs are unchanged; ROW_RERANK when only the acquirable supply it ranked
  * domains over moved (a Same Need; its own cluster's inputs are unchanged);
  * ROW_DERIVE otherwise. */
-static int row_check(const struct bf_engine *e, const struct pmemo *pm, uint32_t r,
+static int row_check(const struct bf_engine *e, const struct cluster *cl, uint32_t r,
                      const struct dneed *d)
 {
+    const struct pmemo *pm = &cl->pm[cl->pcur];
     const struct prow *m = &pm->rows[r];
-    for (uint32_t i = 0; i < m->nl; i++)
+    /* a row reads only its own cluster's lists: none diverged, none to check */
+    for (uint32_t i = 0; cl->dvstamp == e->stamp && i < m->nl; i++)
         if (list_diverged(e, pm->lists[m->l0 + i]))
             return ROW_DERIVE;
     const struct cprof *cp = d->cp;
@@ -490,6 +492,40 @@ static int cands_record(struct bf_engine *e, struct pmemo *pm, struct prow *x,
     return 0;
 }
 
+/* A row's entries of one kind (array a of elements of sz bytes, *n in use):
+ * the new ones [*at, *at + k), appended last, replace the old ones
+ * [old0, old0 + oldn) when they fit (and are popped from the end), else the
+ * old ones are left behind; either way what no row refers to is counted as
+ * waste. */
+static void settle(void *a, size_t sz, uint32_t *n, uint32_t *at, uint32_t k, uint32_t old0,
+                   uint32_t oldn, uint32_t *waste)
+{
+    if (k > oldn || *at + k != *n) {
+        *waste += oldn;
+        return;
+    }
+    if (k)
+        memmove((char *)a + (size_t)old0 * sz, (char *)a + (size_t)*at * sz, (size_t)k * sz);
+    *n -= k;
+    *at = old0;
+    *waste += oldn - k;
+}
+
+/* the candidates d's ranking produced are the ones row was recorded with
+ * (in memo t): same domains, coverage and satisfiability, in order */
+static bool cands_equal(const struct pmemo *t, const struct prow *was, const struct dneed *d)
+{
+    if (d->ncand != was->ncand)
+        return false;
+    for (uint32_t i = 0; i < d->ncand; i++) {
+        const struct bf_engine_domain_coverage *a = &t->cands[was->cand0 + i], *b = &d->cands[i];
+        if (t->cand_ids[was->cand0 + i] != d->cand_vals[i] ||
+            a->coverage_per_mille != b->coverage_per_mille || a->satisfiable != b->satisfiable)
+            return false;
+    }
+    return true;
+}
+
 /*
  * A Same Need whose own cluster's inputs are unchanged but whose acquirable
  * supply moved: its domains are ranked again from its recorded creditable
@@ -540,11 +576,13 @@ static int row_rerank(struct bf_engine *e, const struct bfe_prepass_ops *ops, ui
         ti = t->nrows - 1;
     }
     struct prow *x = &t->rows[ti];
-    t->waste += x->ndep + x->ncv + x->nev + x->ncand;
+    const struct prow was = *x; /* its entries: replaced by those recorded now */
     x->dindex = di;
     x->same_sat = d->same_sat;
     TRY(same_inputs(e, t, x, d->cp));
-    TRY(cands_record(e, t, x, d));
+    bool same_cands = cands_equal(t, &was, d);
+    if (!same_cands)
+        TRY(cands_record(e, t, x, d));
     d->rem = x->rem;
     d->claimed = x->claimed;
     x->ev0 = t->nev;
@@ -557,6 +595,24 @@ static int row_rerank(struct bf_engine *e, const struct bfe_prepass_ops *ops, ui
         e->rec_pm = NULL;
         e->rec_ci = NONE32;
         TRY(rc);
+    }
+    /* the new entries were appended; where they fit in the row's old ones
+     * they move there (every cycle re-ranks most Same Needs: appending
+     * alone would make the memo copy itself out of its waste often) */
+    settle(t->dep, sizeof *t->dep, &t->ndep, &x->dep0, x->ndep, was.dep0, was.ndep, &t->waste);
+    settle(t->cv, sizeof *t->cv, &t->ncv, &x->cv0, x->ncv, was.cv0, was.ncv, &t->waste);
+    settle(t->ev, sizeof *t->ev, &t->nev, &x->ev0, x->nev, was.ev0, was.nev, &t->waste);
+    if (same_cands) /* the ranking came out as recorded: nothing recorded */
+        return 1;
+    if (x->ncand <= was.ncand && x->cand0 + x->ncand == t->ncands)
+        for (uint32_t i = 0; i < x->ncand; i++) /* the ids they overwrite */
+            bfe_intern_release(&e->in, t->cand_ids[was.cand0 + i]);
+    uint32_t c0 = x->cand0;
+    settle(t->cand_ids, sizeof *t->cand_ids, &t->ncands, &c0, x->ncand, was.cand0, was.ncand,
+           &t->waste);
+    if (c0 != x->cand0) { /* the candidates follow their ids */
+        COPY_N(t->cands + c0, t->cands + x->cand0, x->ncand);
+        x->cand0 = c0;
     }
     return 1;
 }
@@ -628,6 +684,8 @@ static int row_derive(struct bf_engine *e, const struct bfe_prepass_ops *ops, ui
         /* later Needs reading these lists see other claims */
         for (uint32_t i = 0; i < x->nl; i++)
             list_cyc(e, pm->lists[x->l0 + i])->diverged = true;
+        if (x->nl)
+            cl->dvstamp = e->stamp;
     }
     return 0;
 }
@@ -675,6 +733,7 @@ static bool lists_changed(struct bf_engine *e, struct cluster *cl, const struct 
         }
         ll = list_cyc(e, pm->lv[i].list);
         ll->rolled = ll->diverged = true;
+        cl->dvstamp = e->stamp;
         any = true;
     }
     return any;
@@ -718,6 +777,9 @@ static int finish(struct bf_engine *e)
     return 0;
 }
 
+/* how many steps ahead the pre-pass fetches a memo row */
+#define PREPASS_AHEAD 8
+
 int bfe_credit_prepass(struct bf_engine *e, const uint64_t *ord, uint32_t n,
                        const struct bfe_prepass_ops *ops)
 {
@@ -749,12 +811,31 @@ int bfe_credit_prepass(struct bf_engine *e, const uint64_t *ord, uint32_t n,
             cl->cepoch = ++e->epoch_ctr; /* every claim on its leaves is gone */
         }
     }
+    /* each step's memo row, so that the rows a few steps ahead (scattered
+     * over the clusters' memos: the order is by priority) are fetched early */
+    uint32_t *rowi = ANEW(&e->ar, uint32_t, n ? n : 1);
+    if (!rowi)
+        return -ENOMEM;
+    for (uint32_t k = 0; k < n; k++)
+        rowi[k] = e->clusters[e->d[(uint32_t)ord[k]].cluster].prow_next++;
+    for (uint32_t ci = 0; ci < e->n_clusters; ci++)
+        e->clusters[ci].prow_next = 0;
     for (uint32_t k = 0; k < n; k++) {
+        if (k + PREPASS_AHEAD < n) {
+            const struct cluster *ca = &e->clusters[e->d[(uint32_t)ord[k + PREPASS_AHEAD]].cluster];
+            const struct pmemo *pa = &ca->pm[ca->pcur];
+            if (ca->pmode != PM_FRESH && rowi[k + PREPASS_AHEAD] < pa->nrows) {
+                const char *p = (const char *)&pa->rows[rowi[k + PREPASS_AHEAD]];
+                __builtin_prefetch(p);
+                __builtin_prefetch(p + 64);
+                __builtin_prefetch(p + sizeof(struct prow) - 1);
+            }
+        }
         uint32_t di = (uint32_t)ord[k];
         uint32_t ci = e->d[di].cluster;
         struct cluster *cl = &e->clusters[ci];
         uint32_t r = cl->prow_next++;
-        int what = cl->pmode == PM_FRESH ? ROW_DERIVE : row_check(e, memo_of(cl), r, &e->d[di]);
+        int what = cl->pmode == PM_FRESH ? ROW_DERIVE : row_check(e, cl, r, &e->d[di]);
         if (what == ROW_RERANK) {
             int rc = row_rerank(e, ops, ci, r, di);
             if (rc < 0)

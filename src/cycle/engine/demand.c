@@ -231,44 +231,66 @@ static int compile(struct bf_engine *e, struct cprof *cp)
     return 0;
 }
 
-/* Finds or creates the compiled profile for p (p need not be canonical; it
- * is copied). Returns it with one more reference, or NULL on ENOMEM. */
-static struct cprof *cprof_get_ex(struct bf_engine *e, const struct bf_need_profile *p,
-                                  bool skip_same)
+/* The compiled profile whose fingerprint is fps[0..fl), with one more
+ * reference, or NULL when the engine holds none. */
+static struct cprof *cprof_find(struct bf_engine *e, const char *fps, size_t fl)
 {
+    uint32_t fid = bfe_intern_find(&e->in, fps, fl);
+    if (fid == NONE32)
+        return NULL;
+    uint32_t idx = bfe_u64map_get(&e->cprof_map, fid, NONE32);
+    if (idx == NONE32)
+        return NULL;
+    struct cprof *cp = e->cprofs[idx];
+    cp->refs++;
+    return cp;
+}
+
+/* Finds or creates the compiled profile for p (p need not be canonical; it
+ * is copied). known_fp: p's fingerprint from the caller (struct
+ * bf_engine_need), or NULL to compute it from the canonical copy. Returns it
+ * with one more reference, or NULL on ENOMEM. */
+static struct cprof *cprof_get_ex(struct bf_engine *e, const struct bf_need_profile *p,
+                                  bool skip_same, const char *known_fp)
+{
+    if (known_fp && !known_fp[0])
+        known_fp = NULL; /* no fingerprint: compute it */
+    if (known_fp) {
+        struct cprof *cp = cprof_find(e, known_fp, strlen(known_fp));
+        if (cp)
+            return cp;
+    }
     struct bf_need_profile copy;
     void *mem = profile_copy(p, &copy, skip_same);
     if (!mem)
         return NULL;
     bf_profile_canonicalize(&copy);
     char buf[512];
-    size_t fl = bf_profile_fingerprint(&copy, buf, sizeof buf);
-    char *fps = buf;
-    if (fl >= sizeof buf) {
-        fps = malloc(fl + 1);
-        if (!fps) {
-            free(mem);
-            return NULL;
+    char *owned = NULL; /* a fingerprint longer than buf */
+    const char *fps = known_fp;
+    size_t fl = known_fp ? strlen(known_fp) : 0;
+    if (!known_fp) {
+        fl = bf_profile_fingerprint(&copy, buf, sizeof buf);
+        fps = buf;
+        if (fl >= sizeof buf) {
+            if (!(owned = malloc(fl + 1))) {
+                free(mem);
+                return NULL;
+            }
+            bf_profile_fingerprint(&copy, owned, fl + 1);
+            fps = owned;
         }
-        bf_profile_fingerprint(&copy, fps, fl + 1);
-    }
-    uint32_t fid = bfe_intern_find(&e->in, fps, fl);
-    if (fid != NONE32) {
-        uint32_t idx = bfe_u64map_get(&e->cprof_map, fid, NONE32);
-        if (idx != NONE32) {
-            struct cprof *cp = e->cprofs[idx];
-            cp->refs++;
+        struct cprof *cp = cprof_find(e, fps, fl);
+        if (cp) {
             free(mem);
-            if (fps != buf)
-                free(fps);
+            free(owned);
             return cp;
         }
     }
     struct cprof *cp = calloc(1, sizeof *cp);
     if (!cp) {
         free(mem);
-        if (fps != buf)
-            free(fps);
+        free(owned);
         return NULL;
     }
     cp->refs = 1;
@@ -276,8 +298,7 @@ static struct cprof *cprof_get_ex(struct bf_engine *e, const struct bf_need_prof
     cp->prof = copy;
     cp->prof_mem = mem;
     cp->fp = bfe_intern(&e->in, fps, fl);
-    if (fps != buf)
-        free(fps);
+    free(owned);
     if (cp->fp == NONE32 || compile(e, cp))
         goto fail;
     uint32_t idx;
@@ -304,13 +325,13 @@ fail:
 
 struct cprof *bfe_cprof_get(struct bf_engine *e, const struct bf_need_profile *p)
 {
-    return cprof_get_ex(e, p, false);
+    return cprof_get_ex(e, p, false, NULL);
 }
 
 struct cprof *bfe_cprof_stripped(struct bf_engine *e, struct cprof *cp)
 {
     if (!cp->stripped)
-        cp->stripped = cprof_get_ex(e, &cp->prof, true);
+        cp->stripped = cprof_get_ex(e, &cp->prof, true, NULL);
     return cp->stripped;
 }
 
@@ -432,8 +453,9 @@ int bf_engine_set_needs(struct bf_engine *e, const char *cluster, uint64_t gener
     struct need_in *v = n ? calloc(n, sizeof *v) : NULL;
     if (n && !v)
         return -ENOMEM;
+    bool fp_ok = !(e->cfg.flags & BF_ENGINE_F_REFERENCE);
     for (size_t i = 0; i < n; i++) {
-        v[i].cp = bfe_cprof_get(e, &needs[i].profile);
+        v[i].cp = cprof_get_ex(e, &needs[i].profile, false, fp_ok ? needs[i].fingerprint : NULL);
         v[i].group = v[i].cp ? bfe_intern(&e->in, needs[i].group, needs[i].group_len) : NONE32;
         if (!v[i].cp || v[i].group == NONE32) {
             if (v[i].group == NONE32)
@@ -476,6 +498,45 @@ int bf_engine_set_needs(struct bf_engine *e, const char *cluster, uint64_t gener
     c->snap_changed = true;
     c->acl_valid = false;
     c->dver++; /* its normalized demand: the pre-pass memo no longer applies */
+    e->snap_dirty = true;
+    return 0;
+}
+
+int bf_engine_set_needs_arrival(struct bf_engine *e, const char *cluster, uint64_t generation,
+                                int64_t arrival_ns)
+{
+    if (!e || !cluster || !cluster[0])
+        return -EINVAL;
+    uint32_t name = bfe_intern_find(&e->in, cluster, strlen(cluster));
+    uint32_t ci = name == NONE32 ? NONE32 : bfe_cluster_get(e, name, false);
+    if (ci == NONE32 || !e->clusters[ci].has_gen)
+        return -ENOENT;
+    struct cluster *c = &e->clusters[ci];
+    if (c->generation == generation)
+        return 0;
+    c->generation = generation;
+    /* what bf_engine_set_needs does with the same rows at this arrival:
+     * identical content keeps every memo, anything else replaces the
+     * demand (here in place: the profiles, groups and vectors are the
+     * held ones) and invalidates what the replacement invalidates */
+    bool same = true;
+    for (uint32_t i = 0; same && i < c->n_needs; i++)
+        same = c->needs[i].arrival == arrival_ns;
+    if (same)
+        return 0;
+    for (uint32_t i = 0; i < c->n_needs; i++) {
+        /* as bf_engine_set_needs builds a row: its inputs, and every memo
+         * (NormalizeDemand's fold decision) zeroed */
+        const struct need_in *o = &c->needs[i];
+        c->needs[i] = (struct need_in){
+            .cp = o->cp, .agg = o->agg, .minu = o->minu, .arrival = arrival_ns, .group = o->group};
+    }
+    if (c->n_needs)
+        memset(c->fold, 0, c->n_needs);
+    bfe_fold_groups_clear(c);
+    c->snap_changed = true;
+    c->acl_valid = false;
+    c->dver++;
     e->snap_dirty = true;
     return 0;
 }
@@ -586,9 +647,16 @@ int bfe_demand_snapshot(struct bf_engine *e)
      * the write index never overtakes the fresh tail's read index */
     uint32_t w = 0, a = 0, b = 0;
     uint32_t nold = e->snap_full ? 0 : e->n_snap;
+    /* the changed flags, contiguous (one byte per cluster, not a cluster
+     * struct per kept row) */
+    uint8_t *chg = ANEW(&e->ar, uint8_t, e->n_clusters ? e->n_clusters : 1);
+    if (!chg)
+        return -ENOMEM;
+    for (uint32_t c = 0; c < e->n_clusters; c++)
+        chg[c] = e->clusters[c].snap_changed;
     while (a < nold || b < nf) {
         const struct snapkey *x = NULL;
-        while (a < nold && e->clusters[e->snapk[a].ref >> 32].snap_changed)
+        while (a < nold && chg[e->snapk[a].ref >> 32])
             a++;
         if (a < nold)
             x = &e->snapk[a];

@@ -89,6 +89,7 @@ void bf_engine_free(struct bf_engine *e)
         bfe_fold_groups_clear(&e->clusters[c]);
         free(e->clusters[c].fg);
         free(e->clusters[c].acl);
+        free(e->clusters[c].acl_ac);
     }
     free(e->clusters);
     free(e->cluster_order);
@@ -191,9 +192,10 @@ int bf_engine_cycle(struct bf_engine *e, int64_t now_ns, struct bf_engine_result
     out->ac_hints = e->hints;
     out->n_ac_hints = e->n_hints;
     out->n_needs = e->n_d;
-    uint32_t uns = 0;
-    for (uint32_t i = 0; i < e->n_d; i++)
-        uns += !bf_vec_is_zero(&e->d[i].rem);
+    uint32_t uns = e->n_unsat; /* counted by the verdicts when there are any */
+    if (e->cfg.flags & BF_ENGINE_F_NO_VERDICTS)
+        for (uint32_t i = uns = 0; i < e->n_d; i++)
+            uns += !bf_vec_is_zero(&e->d[i].rem);
     out->n_unsatisfied = uns;
     memcpy(out->claimed, e->claimed_state, sizeof out->claimed);
     out->prepass.kept = e->pp_kept;

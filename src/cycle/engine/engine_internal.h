@@ -380,6 +380,9 @@ struct fold_group {
     char *aggkey;    /* "name=milli;" ordering key (malloc'd) */
 };
 
+/* A held Need row. Inputs: cp, agg, minu, arrival, group (bf_engine_set_needs_arrival
+ * rebuilds a row from exactly these, every other field zeroed: a new input
+ * field must be carried there too). */
 struct need_in {
     struct cprof *cp;
     bf_vec agg, minu;
@@ -500,7 +503,8 @@ struct cluster {
     uint32_t n_same; /* Needs carrying Same */
     /* its distinct compiled profiles, first-named first (AvailableCapacity) */
     struct cprof **acl;
-    uint32_t nacl, capacl;
+    uint32_t *acl_ac; /* per acl entry: its index in e->ac when last seen (checked) */
+    uint32_t nacl, capacl, capacl_ac;
     bool acl_valid;
     uint32_t rank; /* position in name order */
     /* incremental pre-pass (credit.c) */
@@ -515,31 +519,37 @@ struct cluster {
     uint32_t prow_next; /* next pre-pass row this cycle */
     uint32_t nrows_now; /* normalized Needs this cycle */
     uint32_t rstamp;    /* cycle stamp: its credit claims are on its leaves' runs */
+    uint32_t dvstamp;   /* cycle stamp: one of its lists is diverged this cycle (a
+                           kept row checks its lists only then) */
 };
 
-/* One row of normalized demand (D) with its per-cycle working state. */
+/* One row of normalized demand (D) with its per-cycle working state. Field
+ * order matters: every per-cycle pass over D (parking, the pre-pass order,
+ * the worker and barrier filters, the verdicts) reads the scalars at the
+ * head, and most read the deficit next to them, so a row costs a line or
+ * two per pass; the vectors only some phases read come last. */
 struct dneed {
-    uint32_t cluster; /* cluster index */
     struct cprof *cp;
-    bf_vec agg, minu;
-    int64_t arrival;
-    uint32_t group;  /* string id */
-    uint32_t folded; /* members when folded (0 = pass-through) */
-    bool parked;
+    uint32_t cluster; /* cluster index */
+    uint32_t group;   /* string id */
+    uint32_t folded;  /* members when folded (0 = pass-through) */
     uint32_t park_age;
+    bool parked;
     /* Phase 1 */
-    bf_vec rem;
+    bool has_domain, same_sat;
     uint32_t claimed, nboot, nprov;
     uint32_t picks; /* head of the pick list (index into e->picks) */
     uint32_t picks_tail;
-    bool has_domain, same_sat;
-    uint32_t domain;                         /* string id */
-    struct bf_engine_domain_coverage *cands; /* same_candidates (cycle arena) */
-    uint32_t *cand_vals;                     /* their domains' string ids (cycle arena) */
+    uint32_t domain; /* string id */
     uint32_t ncand;
     /* Phase 2 */
     uint32_t unresolved; /* index into unresolved list or NONE32 */
     uint32_t victims;
+    bf_vec rem;
+    bf_vec agg, minu;
+    int64_t arrival;
+    struct bf_engine_domain_coverage *cands; /* same_candidates (cycle arena) */
+    uint32_t *cand_vals;                     /* their domains' string ids (cycle arena) */
     bf_vec freed;
     bf_vec p2rem; /* Phase 2 working deficit (rem stays Phase 1's) */
 };
@@ -716,6 +726,7 @@ struct bf_engine {
     uint32_t n_acts, cap_acts;
     struct bf_engine_verdict *verdicts;
     uint32_t n_verdicts, cap_verdicts;
+    uint32_t n_unsat; /* normalized Needs left with a deficit (counted by the verdicts) */
     struct bf_engine_unresolved *unres;
     uint32_t n_unres, cap_unres;
     struct bf_engine_shortfall *shorts;

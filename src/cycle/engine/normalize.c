@@ -244,6 +244,9 @@ static void dneed_from(struct dneed *d, uint32_t ci, const struct need_in *n)
     d->group = n->group;
 }
 
+/* how many pass-through rows ahead NormalizeDemand fetches a Need row */
+#define NORM_AHEAD 8
+
 int bfe_normalize(struct bf_engine *e)
 {
     uint32_t n = e->n_snap;
@@ -274,13 +277,28 @@ int bfe_normalize(struct bf_engine *e)
             return rc;
         nf += cl->nfg;
     }
-    /* pass-through Needs in snapshot order */
+    /* pass-through Needs in snapshot order: their refs first (fold is set
+     * only on Same Needs, by cluster_folds, and the flags are contiguous per
+     * cluster, so a folded Need's row is not read), then their rows, which
+     * are scattered over the clusters' Need arrays: fetched ahead */
+    uint64_t *pt = ANEW(&e->ar, uint64_t, n ? n : 1);
+    if (!pt)
+        return -ENOMEM;
+    uint32_t npt = 0;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t ci = (uint32_t)(e->snap[i] >> 32), ni = (uint32_t)e->snap[i];
-        /* fold is set only on Same Needs (cluster_folds); the flags are
-         * contiguous per cluster, so a folded Need's row is not read */
-        if (e->clusters[ci].fold[ni])
-            continue;
+        if (!e->clusters[ci].fold[ni])
+            pt[npt++] = e->snap[i];
+    }
+    for (uint32_t i = 0; i < npt; i++) {
+        if (i + NORM_AHEAD < npt) {
+            uint64_t r = pt[i + NORM_AHEAD];
+            const char *p = (const char *)&e->clusters[r >> 32].needs[(uint32_t)r];
+            __builtin_prefetch(p);
+            __builtin_prefetch(p + 64);
+            __builtin_prefetch(p + 128);
+        }
+        uint32_t ci = (uint32_t)(pt[i] >> 32), ni = (uint32_t)pt[i];
         dneed_from(&e->d[e->n_d++], ci, &e->clusters[ci].needs[ni]);
     }
     if (!nf)

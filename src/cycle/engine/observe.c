@@ -243,10 +243,14 @@ static int vkey_cmp(const void *a, const void *b)
     return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
+/* how many rows ahead the verdicts fetch a group string */
+#define VERDICT_AHEAD 8
+
 static int verdicts(struct bf_engine *e)
 {
     uint32_t n = e->n_d;
     e->n_verdicts = 0;
+    e->n_unsat = 0;
     TRY(GROW(e->verdicts, e->cap_verdicts, n ? n : 1));
     struct vkey *k = ANEW(&e->ar, struct vkey, n ? n : 1);
     struct vkey *tmp = ANEW(&e->ar, struct vkey, n ? n : 1);
@@ -258,6 +262,9 @@ static int verdicts(struct bf_engine *e)
     /* the snapshot rows are in this order already; the folded rows follow */
     bfe_sort_tail(k, n, sizeof *k, vkey_cmp, tmp);
     for (uint32_t j = 0; j < n; j++) {
+        /* the group's length is read from its string, a scattered line */
+        if (j + VERDICT_AHEAD < n)
+            __builtin_prefetch(e->in.v[e->d[k[j + VERDICT_AHEAD].idx].group]);
         uint32_t i = k[j].idx;
         const struct dneed *d = &e->d[i];
         struct bf_engine_verdict *v = &e->verdicts[j];
@@ -273,6 +280,7 @@ static int verdicts(struct bf_engine *e)
         v->group_len = bfe_strlen(&e->in, d->group);
         v->folded_members = d->folded;
         v->satisfied = bf_vec_is_zero(&d->rem);
+        e->n_unsat += !v->satisfied;
         if (!v->satisfied)
             v->residual_deficit = d->rem;
         v->claimed_count = d->claimed;
@@ -379,6 +387,8 @@ static int ac_profiles(struct bf_engine *e, struct cluster *cl)
             continue;
         TRY(bfe_u64map_put(seen, cp->idx, i));
         TRY(GROW(cl->acl, cl->capacl, cl->nacl + 1));
+        TRY(GROW(cl->acl_ac, cl->capacl_ac, cl->nacl + 1));
+        cl->acl_ac[cl->nacl] = NONE32;
         cl->acl[cl->nacl++] = cp;
     }
     cl->acl_valid = true;
@@ -404,7 +414,11 @@ static int ac_hints(struct bf_engine *e, int64_t now_ns)
                                          : BF_AC_CONFIDENCE_NONE;
             double cost = cp->ac_cost;
             uint64_t key = ac_key(cl->name, cp->fp);
-            uint32_t ai = bfe_u64map_get(&e->ac_map, key, NONE32);
+            /* the entry's index of the last cycle, if it still names this
+             * pair (entries are unique per pair; forgetting moves them) */
+            uint32_t ai = cl->acl_ac[i];
+            if (ai >= e->n_ac || e->ac[ai].cluster != cl->name || e->ac[ai].fp != cp->fp)
+                ai = bfe_u64map_get(&e->ac_map, key, NONE32);
             if (ai == NONE32) {
                 TRY(GROW(e->ac, e->cap_ac, e->n_ac + 1));
                 ai = e->n_ac;
@@ -414,6 +428,7 @@ static int ac_hints(struct bf_engine *e, int64_t now_ns)
                 bfe_intern_retain(&e->in, cl->name);
                 bfe_intern_retain(&e->in, cp->fp);
             }
+            cl->acl_ac[i] = ai;
             struct ac_entry *a = &e->ac[ai];
             a->seen = e->stamp;
             bool emit;
