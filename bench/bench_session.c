@@ -17,11 +17,16 @@
  *      after (VmRSS, /proc/<pid>/status), connect rate, rollup rate.
  *
  * Usage: bench_session [--results DIR] [--sessions N] [--seconds S] [--ingest-only]
- * --ingest-only: only the one-operator 1K and 50K cases (changed and
- * unchanged) of part 1, printed and not written (for before/after runs).
+ * --ingest-only: only the one-operator 1K and 50K cases (every Need
+ * changed, 1 % changed, unchanged) of part 1, after an empty rollup
+ * repeated (the round trip's floor), printed and not written (for
+ * before/after runs).
  * --convert N: no appliance; bf_rollup_convert of N-row rollups (the two
- * "changed" demands alternating) and bf_rollup_digest timed in this
- * process on a scratch segment for --seconds; prints fastest and median.
+ * "changed" demands alternating), then bf_rollup_convert_incremental of
+ * the same and of two demands that differ in 1 % of the Needs, and
+ * bf_rollup_digest, timed in this process on a scratch segment for
+ * --seconds each; prints fastest and median. --convert-case K: only the
+ * K-th of those four (0-3; for perf).
  * Needs RLIMIT_NOFILE >= N + ~200 in this process and in bigfleet-shardd
  * (both raise their soft limit to the hard one; `ulimit -Hn` must allow it,
  * e.g. `ulimit -n 32768` before running, or run as a user whose hard limit
@@ -305,13 +310,16 @@ static bool rollups_reached(void *a)
 
 /* ------------------------------------------------------------ rollups */
 
-static uint8_t *build_rollup(const char *cluster, uint32_t rows, const char *cpu, size_t *len)
+/* rows Needs, every one a distinct profile; the Needs i with i % every == 0
+ * ask for `cpu` CPUs, the others for 4 (every 1: all of them) */
+static uint8_t *build_rollup_some(const char *cluster, uint32_t rows, const char *cpu,
+                                  uint32_t every, size_t *len)
 {
     Bigfleet__V1alpha1__CapacityNeed *nd = calloc(rows, sizeof *nd);
     Bigfleet__V1alpha1__CapacityNeed **ndp = calloc(rows, sizeof *ndp);
     Bigfleet__V1alpha1__NodeSelectorRequirement *rq = calloc(2 * (size_t)rows, sizeof *rq);
     Bigfleet__V1alpha1__NodeSelectorRequirement **rqp = calloc(2 * (size_t)rows, sizeof *rqp);
-    Bigfleet__V1alpha1__CapacityNeed__AggregateResourcesEntry ag[2], *agp[2];
+    Bigfleet__V1alpha1__CapacityNeed__AggregateResourcesEntry ag[3], *agp[2], *agp4[2];
     Bigfleet__V1alpha1__CapacityNeed__MinUnitEntry mu, *mup[1];
     static char types[50][32], zones[3][16];
     static char *tv[50], *zv[3];
@@ -331,6 +339,11 @@ static uint8_t *build_rollup(const char *cluster, uint32_t rows, const char *cpu
     ag[1].value = "64Gi";
     agp[0] = &ag[0];
     agp[1] = &ag[1];
+    bigfleet__v1alpha1__capacity_need__aggregate_resources_entry__init(&ag[2]);
+    ag[2].key = "cpu";
+    ag[2].value = "4";
+    agp4[0] = &ag[2];
+    agp4[1] = &ag[1];
     bigfleet__v1alpha1__capacity_need__min_unit_entry__init(&mu);
     mu.key = "cpu";
     mu.value = "1";
@@ -356,7 +369,7 @@ static uint8_t *build_rollup(const char *cluster, uint32_t rows, const char *cpu
         n->interruption_penalty_bucket = (i % 20) + 1;
         n->reclamation_penalty_bucket = 10;
         n->n_aggregate_resources = 2;
-        n->aggregate_resources = agp;
+        n->aggregate_resources = i % every == 0 ? agp : agp4;
         n->n_min_unit = 1;
         n->min_unit = mup;
         ndp[i] = n;
@@ -379,6 +392,11 @@ static uint8_t *build_rollup(const char *cluster, uint32_t rows, const char *cpu
     return buf;
 }
 
+static uint8_t *build_rollup(const char *cluster, uint32_t rows, const char *cpu, size_t *len)
+{
+    return build_rollup_some(cluster, rows, cpu, 1, len);
+}
+
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -397,6 +415,7 @@ static double pct(double *v, uint32_t n, double p)
 struct ingest_fig {
     uint32_t rows, ops;
     bool unchanged; /* every rollup repeats the previous one apart from its timestamp */
+    uint32_t every; /* changed: one Need in `every` differs between consecutive rollups */
     double cold_ms, rps, p50, p99, ping_p99;
     double ingest_us; /* mean time inside the session's ingest thread (its own histogram) */
     uint32_t rollups;
@@ -415,12 +434,13 @@ static bool all_done(void *a)
 }
 
 static void bench_ingest(struct shard *sh, uint32_t rows, int nops, double seconds, bool ping,
-                         bool unchanged, struct ingest_fig *f)
+                         bool unchanged, uint32_t every, struct ingest_fig *f)
 {
     memset(f, 0, sizeof *f);
     f->rows = rows;
     f->ops = (uint32_t)nops;
     f->unchanged = unchanged;
+    f->every = every;
     int total = nops + (ping ? 1 : 0);
     struct op *ops = calloc((size_t)total, sizeof *ops);
     uint8_t *msgs[8][2];
@@ -438,9 +458,11 @@ static void bench_ingest(struct shard *sh, uint32_t rows, int nops, double secon
             char cluster[32];
             snprintf(cluster, sizeof cluster, "bench-%d", base + i);
             msgs[i][0] = build_rollup(cluster, rows, "4", &lens[i][0]);
-            /* changed: the two alternate (one quantity differs in every row);
-             * unchanged: the same demand, built again (a later timestamp) */
-            msgs[i][1] = build_rollup(cluster, rows, unchanged ? "4" : "5", &lens[i][1]);
+            /* changed: the two alternate (one quantity differs in every row,
+             * or in one row of `every`); unchanged: the same demand, built
+             * again (a later timestamp) */
+            msgs[i][1] =
+                build_rollup_some(cluster, rows, unchanged ? "4" : "5", every, &lens[i][1]);
             ops[i].msg = (const uint8_t *const *)msgs[i];
             ops[i].msg_len = lens[i];
             f->bytes = lens[i][0];
@@ -539,9 +561,12 @@ static void print_fig(const struct ingest_fig *x)
     char ping[16] = "-";
     if (x->ping_p99 > 0)
         snprintf(ping, sizeof ping, "%.2fms", x->ping_p99);
-    printf("%7u %4u %9s %10zu %10.1f %8.2fms %8.2fms %10.1f %8s %10.1f\n", x->rows, x->ops,
-           x->unchanged ? "unchanged" : "changed", x->bytes, x->rps, x->p50, x->p99, x->cold_ms,
-           ping, x->ingest_us);
+    char kind[16];
+    snprintf(kind, sizeof kind, "%s", x->unchanged ? "unchanged" : "changed");
+    if (!x->unchanged && x->every > 1)
+        snprintf(kind, sizeof kind, "ch-1/%u", x->every);
+    printf("%7u %4u %9s %10zu %10.1f %8.2fms %8.2fms %10.1f %8s %10.1f\n", x->rows, x->ops, kind,
+           x->bytes, x->rps, x->p50, x->p99, x->cold_ms, ping, x->ingest_us);
     fflush(stdout);
 }
 
@@ -621,11 +646,11 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The ClusterCapacityNeeds inside build_rollup's OperatorMessage. */
-static uint8_t *bare_rollup(uint32_t rows, const char *cpu, size_t *len)
+/* The ClusterCapacityNeeds inside build_rollup_some's OperatorMessage. */
+static uint8_t *bare_rollup(uint32_t rows, const char *cpu, uint32_t every, size_t *len)
 {
     size_t ml;
-    uint8_t *m = build_rollup("bench-convert", rows, cpu, &ml);
+    uint8_t *m = build_rollup_some("bench-convert", rows, cpu, every, &ml);
     Bigfleet__V1alpha1__OperatorMessage *om =
         bigfleet__v1alpha1__operator_message__unpack(NULL, ml, m);
     if (!om || !om->rollup) {
@@ -640,7 +665,72 @@ static uint8_t *bare_rollup(uint32_t rows, const char *cpu, size_t *len)
     return b;
 }
 
-static void bench_convert(uint32_t rows, double seconds)
+/* Converts b[0], b[1], b[0], ... for `seconds` (after one cold conversion)
+ * and prints the fastest and median time of one conversion. inc: through
+ * bf_rollup_convert_incremental, each rollup reusing the one before it (the
+ * previous result's rows in memory, as the ingest thread's memo gives). */
+static void convert_loop(struct bf_shm *s, uint32_t cref, uint8_t *const b[2], const size_t len[2],
+                         uint32_t rows, bool inc, const char *what, double seconds)
+{
+    struct bf_rollup r[2];
+    bf_rollup_init(&r[0]);
+    bf_rollup_init(&r[1]);
+    struct bf_rollup_limits lim = {
+        .max_rows = rows, .strtab_quota = UINT64_MAX, .max_priority = INT32_MAX};
+    struct bf_rollup_digest_key key;
+    for (size_t i = 0; i < sizeof key.secret; i++)
+        key.secret[i] = (uint8_t)(i * 131 + 7);
+    char err[256];
+    uint32_t cap = 1u << 16, n = 0;
+    int64_t *tc = malloc(cap * sizeof *tc), *td = malloc(cap * sizeof *td);
+    uint64_t reused = 0;
+    int rc = 0;
+    int64_t cold = 0, end = 0;
+    for (uint32_t it = 0; rc == 0 && it < cap + 1; it++) {
+        struct bf_rollup *cur = &r[it & 1], *pr = &r[(it + 1) & 1];
+        struct bf_rollup_prev prev = {.needs = pr->needs_memo,
+                                      .n_needs = pr->needs_in,
+                                      .rows = pr->rows,
+                                      .fp_refs = pr->fp_refs,
+                                      .n_rows = pr->n};
+        int64_t t0 = bf_mono_ns();
+        rc =
+            inc ? bf_rollup_convert_incremental(s, b[it & 1], len[it & 1], "bench-convert", cref,
+                                                &lim, &key, it ? &prev : NULL, cur, err, sizeof err)
+                : bf_rollup_convert(s, b[it & 1], len[it & 1], "bench-convert", cref, &lim, cur,
+                                    err, sizeof err);
+        int64_t t1 = bf_mono_ns();
+        if (!it) {
+            cold = t1 - t0;
+            end = bf_mono_ns() + (int64_t)(seconds * 1e9);
+            continue;
+        }
+        struct bf_rollup_digest d;
+        bf_rollup_digest(b[it & 1], len[it & 1], &key, &d);
+        td[n] = bf_mono_ns() - t1;
+        tc[n++] = t1 - t0;
+        reused += cur->reused;
+        if (bf_mono_ns() >= end)
+            break;
+    }
+    if (rc != 0 || !n) {
+        fprintf(stderr, "bench_session: conversion failed: %s\n", err);
+        exit(1);
+    }
+    qsort(tc, n, sizeof *tc, cmp_i64);
+    qsort(td, n, sizeof *td, cmp_i64);
+    printf("%-34s %u rows (%zu bytes), %u conversions: cold %.1f us, fastest %.1f us, median "
+           "%.1f us, reused %.1f%%; digest fastest %.1f us, median %.1f us\n",
+           what, rows, len[0], n, cold / 1e3, tc[0] / 1e3, tc[n / 2] / 1e3,
+           100.0 * (double)reused / ((double)n * rows), td[0] / 1e3, td[n / 2] / 1e3);
+    fflush(stdout);
+    free(tc);
+    free(td);
+    bf_rollup_free(&r[0]);
+    bf_rollup_free(&r[1]);
+}
+
+static void bench_convert(uint32_t rows, double seconds, int only)
 {
     struct bf_shm s;
     char id[64], err[256];
@@ -654,45 +744,23 @@ static void bench_convert(uint32_t rows, double seconds)
         bf_dim_intern(&s, bf_reserved_dims[i]);
     uint32_t cref = 0;
     bf_str_intern(&s, "bench-convert", 13, &cref);
-    size_t len[2];
-    uint8_t *b[2] = {bare_rollup(rows, "4", &len[0]), bare_rollup(rows, "5", &len[1])};
-    struct bf_rollup r;
-    bf_rollup_init(&r);
-    struct bf_rollup_limits lim = {
-        .max_rows = rows, .strtab_quota = UINT64_MAX, .max_priority = INT32_MAX};
-    struct bf_rollup_digest_key key;
-    for (size_t i = 0; i < sizeof key.secret; i++)
-        key.secret[i] = (uint8_t)(i * 131 + 7);
-    int64_t cold = bf_mono_ns();
-    int rc = bf_rollup_convert(&s, b[0], len[0], "bench-convert", cref, &lim, &r, err, sizeof err);
-    cold = bf_mono_ns() - cold;
-    uint32_t cap = 1u << 16, n = 0;
-    int64_t *tc = malloc(cap * sizeof *tc), *td = malloc(cap * sizeof *td);
-    int64_t end = bf_mono_ns() + (int64_t)(seconds * 1e9);
-    while (rc == 0 && n < cap && bf_mono_ns() < end) {
-        int64_t t0 = bf_mono_ns();
-        rc = bf_rollup_convert(&s, b[n & 1], len[n & 1], "bench-convert", cref, &lim, &r, err,
-                               sizeof err);
-        int64_t t1 = bf_mono_ns();
-        struct bf_rollup_digest d;
-        bf_rollup_digest(b[n & 1], len[n & 1], &key, &d);
-        td[n] = bf_mono_ns() - t1;
-        tc[n++] = t1 - t0;
-    }
-    if (rc != 0) {
-        fprintf(stderr, "bench_session: conversion failed: %s\n", err);
-        exit(1);
-    }
-    qsort(tc, n, sizeof *tc, cmp_i64);
-    qsort(td, n, sizeof *td, cmp_i64);
-    printf("conversion alone: %u rows (%zu bytes), %u conversions: cold %.1f us, fastest %.1f us, "
-           "median %.1f us; digest fastest %.1f us, median %.1f us\n",
-           rows, len[0], n, cold / 1e3, tc[0] / 1e3, tc[n / 2] / 1e3, td[0] / 1e3, td[n / 2] / 1e3);
-    free(tc);
-    free(td);
+    size_t len[2], plen[2];
+    /* every Need changes between consecutive rollups; one Need in 100 does */
+    uint8_t *b[2] = {bare_rollup(rows, "4", 1, &len[0]), bare_rollup(rows, "5", 1, &len[1])};
+    uint8_t *p[2] = {b[0], bare_rollup(rows, "5", 100, &plen[1])};
+    plen[0] = len[0];
+    printf("conversion alone (one process, no appliance):\n");
+    if (only < 0 || only == 0)
+        convert_loop(&s, cref, b, len, rows, false, "every Need changed, full:", seconds);
+    if (only < 0 || only == 1)
+        convert_loop(&s, cref, b, len, rows, true, "every Need changed, incremental:", seconds);
+    if (only < 0 || only == 2)
+        convert_loop(&s, cref, p, plen, rows, true, "1% of Needs changed, incremental:", seconds);
+    if (only < 0 || only == 3)
+        convert_loop(&s, cref, p, plen, rows, false, "1% of Needs changed, full:", seconds);
     free(b[0]);
     free(b[1]);
-    bf_rollup_free(&r);
+    free(p[1]);
     bf_shm_detach(&s);
     bf_shm_unlink(id);
 }
@@ -706,6 +774,7 @@ int main(int argc, char **argv)
     double seconds = 5;
     bool ingest_only = false;
     uint32_t convert_rows = 0;
+    int convert_case = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--results") && i + 1 < argc)
             results = argv[++i];
@@ -717,9 +786,11 @@ int main(int argc, char **argv)
             ingest_only = true;
         else if (!strcmp(argv[i], "--convert") && i + 1 < argc)
             convert_rows = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--convert-case") && i + 1 < argc)
+            convert_case = atoi(argv[++i]);
     }
     if (convert_rows) {
-        bench_convert(convert_rows, seconds);
+        bench_convert(convert_rows, seconds, convert_case);
         return 0;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -745,15 +816,21 @@ int main(int argc, char **argv)
     struct shard sh;
     shard_start(&sh, "262144");
     static const uint32_t sizes[] = {1000, 10000, 50000};
-    struct ingest_fig one[3], four[3], same[2];
+    struct ingest_fig one[3], four[3], same[2], part[2];
     printf("rollup ingest (bigfleet-shardd over loopback, every row a distinct profile)\n");
     printf("%7s %4s %9s %10s %10s %9s %9s %10s %8s %10s\n", "rows", "ops", "rollups", "bytes",
            "rollups/s", "ack_p50", "ack_p99", "cold_ms", "ping_p99", "ingest_us");
     if (ingest_only) {
+        /* the round trip's floor: an empty rollup, repeated */
+        struct ingest_fig empty;
+        bench_ingest(&sh, 0, 1, seconds, false, true, 1, &empty);
+        print_fig(&empty);
         for (int k = 0; k < 3; k += 2) {
-            bench_ingest(&sh, sizes[k], 1, seconds, false, false, &one[k]);
+            bench_ingest(&sh, sizes[k], 1, seconds, false, false, 1, &one[k]);
             print_fig(&one[k]);
-            bench_ingest(&sh, sizes[k], 1, seconds, false, true, &same[k / 2]);
+            bench_ingest(&sh, sizes[k], 1, seconds, false, false, 100, &part[k / 2]);
+            print_fig(&part[k / 2]);
+            bench_ingest(&sh, sizes[k], 1, seconds, false, true, 1, &same[k / 2]);
             print_fig(&same[k / 2]);
         }
         shard_stop(&sh);
@@ -761,12 +838,14 @@ int main(int argc, char **argv)
         return g_failed ? 1 : 0;
     }
     for (int k = 0; k < 3; k++) {
-        bench_ingest(&sh, sizes[k], 1, seconds, k == 2, false, &one[k]);
+        bench_ingest(&sh, sizes[k], 1, seconds, k == 2, false, 1, &one[k]);
         print_fig(&one[k]);
-        bench_ingest(&sh, sizes[k], 4, seconds, false, false, &four[k]);
+        bench_ingest(&sh, sizes[k], 4, seconds, false, false, 1, &four[k]);
         print_fig(&four[k]);
-        if (k != 1) { /* the unchanged-rollup path at 1K and 50K rows */
-            bench_ingest(&sh, sizes[k], 1, seconds, false, true, &same[k / 2]);
+        if (k != 1) { /* 1 % of the Needs changed, and the unchanged-rollup path, at 1K and 50K */
+            bench_ingest(&sh, sizes[k], 1, seconds, false, false, 100, &part[k / 2]);
+            print_fig(&part[k / 2]);
+            bench_ingest(&sh, sizes[k], 1, seconds, false, true, 1, &same[k / 2]);
             print_fig(&same[k / 2]);
         }
     }
@@ -796,16 +875,19 @@ int main(int argc, char **argv)
     uname(&u);
     fprintf(f, "{\n  \"host\": \"%s %s\", \"cpus\": %ld,\n  \"ingest\": [\n", u.sysname, u.release,
             sysconf(_SC_NPROCESSORS_ONLN));
-    for (int k = 0; k < 8; k++) {
-        struct ingest_fig *x = k < 6 ? (k % 2 ? &four[k / 2] : &one[k / 2]) : &same[k - 6];
+    for (int k = 0; k < 10; k++) {
+        struct ingest_fig *x = k < 6   ? (k % 2 ? &four[k / 2] : &one[k / 2])
+                               : k < 8 ? &same[k - 6]
+                                       : &part[k - 8];
         fprintf(
             f,
             "    {\"rows\": %u, \"operators\": %u, \"rollups_kind\": \"%s\", "
-            "\"rollup_bytes\": %zu, \"rollups\": %u, "
+            "\"needs_changed_1_in\": %u, \"rollup_bytes\": %zu, \"rollups\": %u, "
             "\"rollups_per_s\": %.2f, \"ack_p50_ms\": %.3f, \"ack_p99_ms\": %.3f, "
             "\"cold_first_ms\": %.1f, \"hello_ping_p99_ms\": %.3f, \"ingest_mean_us\": %.1f}%s\n",
-            x->rows, x->ops, x->unchanged ? "unchanged" : "changed", x->bytes, x->rollups, x->rps,
-            x->p50, x->p99, x->cold_ms, x->ping_p99, x->ingest_us, k < 7 ? "," : "");
+            x->rows, x->ops, x->unchanged ? "unchanged" : "changed", x->unchanged ? 0 : x->every,
+            x->bytes, x->rollups, x->rps, x->p50, x->p99, x->cold_ms, x->ping_p99, x->ingest_us,
+            k < 9 ? "," : "");
     }
     fprintf(f,
             "  ],\n  \"sessions\": {\"target\": %d, \"held\": %d, \"connect_s\": %.3f, "

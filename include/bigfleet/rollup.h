@@ -97,6 +97,21 @@ struct bf_rollup {
     uint32_t gmask;
     /* private: decode cache of wire profile bytes -> (profile_ref, fp_ref) */
     void *pcache;
+    /* bf_rollup_convert_incremental only (else left as they are):
+     * needs_memo[needs_in] describes every Need of an accepted conversion
+     * (what the next conversion of the cluster may reuse); reused counts the
+     * Needs this one took from prev instead of converting them */
+    struct bf_rollup_need_memo *needs_memo;
+    uint32_t needs_memo_cap;
+    uint32_t reused;
+    /* private: per row, whether a second Need merged into it and whether a
+     * converted (not reused) Need made it; the index of prev's Needs by
+     * hash; per prev row, the row it was reused as + 1 */
+    uint8_t *row_multi;
+    uint32_t *pidx;
+    uint32_t pmask;
+    uint32_t *prev_used;
+    uint32_t prev_used_cap;
 };
 
 void bf_rollup_init(struct bf_rollup *r);
@@ -122,6 +137,73 @@ void bf_rollup_free(struct bf_rollup *r);
 int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cluster_id,
                       uint32_t cluster_ref, const struct bf_rollup_limits *lim, struct bf_rollup *r,
                       char *err, size_t errlen);
+
+/* ------------------------------------------------ incremental conversion
+ * Operators resend full-replacement rollups in which usually few Needs
+ * differ from the cluster's last accepted rollup (a count moves). A Need
+ * whose encoded bytes equal a Need of that rollup converts to the same row
+ * values (profile, fingerprint, group, vectors: interned strings and
+ * registered resource names never change meaning), so its row is taken
+ * from the published rows instead of being parsed, validated and interned
+ * again; only the other Needs are converted. Duplicate merging, group
+ * counting, the group quota and priority-clamp counting run over every
+ * Need as in the full conversion, so the result (rows, fp_refs, n, merged,
+ * groups, priorities_clamped, errors and messages) is the full
+ * conversion's, byte for byte, with the profile cache warm (issue 18
+ * target 3). */
+
+struct bf_rollup_digest_key; /* below */
+
+/* One Need of an accepted rollup. h: keyed XXH3-64 of the Need's bytes
+ * (the key of bf_rollup_digest_key: a peer cannot craft two Needs with one
+ * hash); len: their length; row: the row it became, or BF_ROLLUP_NO_ROW
+ * when another Need merged into that row (its own values are then not
+ * recoverable: such a Need is converted again), with
+ * BF_ROLLUP_MEMO_CLAMPED set when its priority was clamped. */
+struct bf_rollup_need_memo {
+    uint64_t h;
+    uint32_t len;
+    uint32_t row;
+};
+#define BF_ROLLUP_NO_ROW       0x7fffffffu
+#define BF_ROLLUP_MEMO_ROW(x)  ((x)&0x7fffffffu)
+#define BF_ROLLUP_MEMO_CLAMPED 0x80000000u
+
+/* The cluster's last accepted rollup: its Needs (needs_memo of that
+ * conversion, n_needs entries) and the rows it produced (n_rows rows with
+ * their fp_refs): in memory at rows, or, when rows is NULL, published in
+ * s's rows segment at rows_off. Valid only while those rows are what that
+ * conversion produced under the same max_priority and for the same
+ * cluster_ref (the caller checks: src/session/ingest.c struct repeat_memo). */
+struct bf_rollup_prev {
+    const struct bf_rollup_need_memo *needs;
+    uint32_t n_needs;
+    const struct bf_need_row *rows;
+    uint32_t rows_off;
+    const uint32_t *fp_refs;
+    uint32_t n_rows;
+};
+
+/*
+ * bf_rollup_convert, reusing the rows of prev's Needs whose bytes this
+ * rollup repeats (matched at the position after the last match first, then
+ * by hash over all of prev; prev NULL or empty: a full conversion), and on
+ * success filling r->needs_memo (needs_in entries, hashed with key) and
+ * r->reused. Same results and errors as bf_rollup_convert (above); a Need
+ * not in prev, including any malformed one, is converted and checked in
+ * full. Costs one keyed hash per Need more than bf_rollup_convert when
+ * nothing is reused. Reused rows skip the dedup table; when a converted
+ * Need has the profile and group of a reused one, or the rollup is
+ * rejected, the conversion runs again with every row in the table (two
+ * passes: a rejected rollup costs up to twice its conversion).
+ * Errors: those of bf_rollup_convert.
+ */
+int bf_rollup_convert_incremental(struct bf_shm *s, const uint8_t *buf, size_t len,
+                                  const char *cluster_id, uint32_t cluster_ref,
+                                  const struct bf_rollup_limits *lim,
+                                  const struct bf_rollup_digest_key *key,
+                                  const struct bf_rollup_prev *prev, struct bf_rollup *r, char *err,
+                                  size_t errlen);
 
 /*
  * Arrival of a rollup's Needs: timestamp_ns, or recv_ns when the timestamp

@@ -209,6 +209,10 @@ static void local_metrics(struct ss *ss, struct bf_strbuf *b)
          "timestamp: their published Need rows were reused (with the new arrival) instead of "
          "decoding every Need again.",
          ic.rollups_unchanged},
+        {"bigfleet_shard_session_rollup_needs_reused_total",
+         "CapacityNeeds of changed rollups whose bytes repeated a Need of the cluster's previous "
+         "accepted rollup: their published row was reused instead of converting them again.",
+         ic.needs_reused},
         {"bigfleet_shard_session_resource_names_registered_total",
          "Resource names added to the shard-wide dimension table for operators' rollups.",
          ic.dims_registered},

@@ -35,6 +35,12 @@
  *     touched again while the fingerprint list is unchanged and no stamp
  *     was observed since the last touch (needs->stamps_observed).
  *     Rejected rollups publish rollups_rejected and leave demand untouched.
+ *   - A changed rollup reuses the published rows of the Needs it repeats
+ *     byte for byte (bf_rollup_convert_incremental): the memo keeps the
+ *     accepted rollup's needs_memo (16 bytes a Need, bounded by the
+ *     cluster's Need quota like fp_refs) and is only replaced by the next
+ *     accepted rollup, so a rejected one leaves it describing the published
+ *     rows.
  *   - The allocator is private to this thread and rebuilt from the
  *     published rows when the thread starts. When no contiguous run is
  *     free but enough rows are, live extents are relocated downwards (copy,
@@ -86,6 +92,12 @@ struct repeat_memo {
     int32_t max_priority;
     uint32_t *fp_refs; /* n fingerprint refs (malloc'd; capacity fp_cap) */
     uint32_t fp_cap;
+    /* the rollup's Needs (needs_in entries; 0 = none kept): what a changed
+     * rollup reuses (bf_rollup_convert_incremental). At most
+     * cluster_max_needs entries of 16 bytes, like fp_refs bounded by the
+     * cluster's Need quota and freed with the memo */
+    struct bf_rollup_need_memo *needs;
+    uint32_t n_needs, needs_cap;
     /* every stamp of fp_refs was touched successfully while
      * needs->stamps_observed read stamps_observed: while it has not moved,
      * touching the same fingerprints again changes nothing */
@@ -329,12 +341,27 @@ static struct bf_rollup_limits limits_of(struct ingest *ig, uint32_t cidx, const
  * names it adds only when everything else passed and the quota has room,
  * then converts again with them. */
 static int convert(struct ingest *ig, uint32_t cidx, const struct job *j, const char *cid,
-                   uint32_t name_ref, char *err, size_t errlen)
+                   const struct bf_cluster_rec *rec, char *err, size_t errlen)
 {
     struct bf_shm *s = ig->shm;
     struct bf_rollup *cv = &ig->conv;
     struct bf_rollup_limits lim = limits_of(ig, cidx, j);
-    int rc = bf_rollup_convert(s, j->rb.data, j->rb.len, cid, name_ref, &lim, cv, err, errlen);
+    uint32_t name_ref = rec->name_ref;
+    /* the cluster's last accepted rollup, while its rows are the published
+     * ones and were shaped by the same priority clamp: its Needs are reused */
+    const struct repeat_memo *m = ig->memo[cidx];
+    struct bf_rollup_prev prev = {0}, *pp = NULL;
+    if (m && m->n_needs && m->name_ref == name_ref && m->generation == rec->generation &&
+        m->n == rec->rows_count && m->max_priority == lim.max_priority) {
+        prev = (struct bf_rollup_prev){.needs = m->needs,
+                                       .n_needs = m->n_needs,
+                                       .rows_off = rec->rows_off,
+                                       .fp_refs = m->fp_refs,
+                                       .n_rows = m->n};
+        pp = &prev;
+    }
+    int rc = bf_rollup_convert_incremental(s, j->rb.data, j->rb.len, cid, name_ref, &lim, &ig->key,
+                                           pp, cv, err, errlen);
     ig->str_charged[cidx] += cv->strtab_added; /* interned even when rejected */
     if (rc == 0 && cv->n_new_dims) {
         uint32_t extra = 0;
@@ -380,7 +407,8 @@ static int convert(struct ingest *ig, uint32_t cidx, const struct job *j, const 
         }
         ig->dims_added[cidx] = (uint8_t)(ig->dims_added[cidx] + extra);
         lim = limits_of(ig, cidx, j);
-        rc = bf_rollup_convert(s, j->rb.data, j->rb.len, cid, name_ref, &lim, cv, err, errlen);
+        rc = bf_rollup_convert_incremental(s, j->rb.data, j->rb.len, cid, name_ref, &lim, &ig->key,
+                                           pp, cv, err, errlen);
         ig->str_charged[cidx] += cv->strtab_added;
         if (rc == 0 && cv->n_new_dims) {
             snprintf(err, errlen, "resource names still unknown after registering them");
@@ -388,6 +416,8 @@ static int convert(struct ingest *ig, uint32_t cidx, const struct job *j, const 
         }
     }
 count:
+    if (rc == 0 && cv->reused)
+        BF_STAT_ADD(ig->cnt.needs_reused, cv->reused);
     if (cv->timestamp_clamped) {
         BF_STAT_INC(ig->cnt.timestamps_clamped);
         BF_DEBUG("rollup timestamp outside [receive - 60 s, receive]: receive time used",
@@ -468,6 +498,19 @@ static void remember(struct ingest *ig, uint32_t cidx, const struct job *j,
         if (cv->n)
             memcpy(m->fp_refs, cv->fp_refs, (size_t)cv->n * sizeof *m->fp_refs);
         m->n = cv->n;
+        m->n_needs = 0;
+        if (cv->needs_in > m->needs_cap) {
+            struct bf_rollup_need_memo *nm = realloc(m->needs, (size_t)cv->needs_in * sizeof *nm);
+            if (nm) {
+                m->needs = nm;
+                m->needs_cap = cv->needs_in;
+            }
+        }
+        if (cv->needs_in <= m->needs_cap && cv->needs_memo) {
+            if (cv->needs_in)
+                memcpy(m->needs, cv->needs_memo, (size_t)cv->needs_in * sizeof *m->needs);
+            m->n_needs = cv->needs_in;
+        }
         m->needs_in = cv->needs_in;
         m->merged = cv->merged;
         m->priorities_clamped = cv->priorities_clamped;
@@ -497,9 +540,7 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
     struct bf_rollup_digest dg = {0};
     if (bf_rollup_digest(j->rb.data, j->rb.len, &ig->key, &dg) != 0)
         dg.hi = 0; /* the conversion rejects it with its own message */
-    int rc = repeat(ig, cidx, j, &rec, &dg)
-                 ? 0
-                 : convert(ig, cidx, j, cid, rec.name_ref, err, sizeof err);
+    int rc = repeat(ig, cidx, j, &rec, &dg) ? 0 : convert(ig, cidx, j, cid, &rec, err, sizeof err);
     if (rc) {
         reject(ig, cidx, j, rc, err);
         goto out;
@@ -796,6 +837,7 @@ void bf_ingest_read_counters(struct ingest *ig, struct ingest_counters *out)
     out->unknown_fields = BF_STAT_GET(ig->cnt.unknown_fields);
     out->dims_registered = BF_STAT_GET(ig->cnt.dims_registered);
     out->rollups_unchanged = BF_STAT_GET(ig->cnt.rollups_unchanged);
+    out->needs_reused = BF_STAT_GET(ig->cnt.needs_reused);
     for (int i = 0; i < 4; i++)
         out->over_quota[i] = BF_STAT_GET(ig->cnt.over_quota[i]);
 }
@@ -834,6 +876,7 @@ void bf_ingest_stop(struct ingest *ig)
     for (uint32_t i = 0; ig->memo && i < ig->shm->max_clusters; i++)
         if (ig->memo[i]) {
             free(ig->memo[i]->fp_refs);
+            free(ig->memo[i]->needs);
             free(ig->memo[i]);
         }
     free(ig->memo);

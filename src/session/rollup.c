@@ -3,6 +3,21 @@
  * rail 2 (the empty-rollup quarantine).
  *
  * Design notes
+ *   - Incremental conversion (bf_rollup_convert_incremental): every Need's
+ *     bytes are hashed (keyed XXH3-64) into needs_memo with the row it
+ *     became; the next rollup of the cluster looks each Need up there (the
+ *     one after the last match first, then a hash index built on the first
+ *     miss and given up when it finds under 1 in 8) and takes the row of a
+ *     Need with the same hash and length instead of converting it. Only
+ *     rows made by one Need are reusable (a merged row's values are a sum).
+ *     The reused row then goes through place_row like a converted one
+ *     (group quota, merging, clamp count), so the result is the full
+ *     conversion's; a Need not found (changed, new, malformed) is converted
+ *     and checked in full. Reused rows skip the dedup table (at 50K rows
+ *     its probe was a cache miss per Need): the previous rollup's rows have
+ *     distinct keys, so a reused row can only meet its own previous row
+ *     again (prev_used) or a converted row (cross_collision, after the
+ *     pass); in that case, or on any error, the plain pass runs again.
  *   - The rollup is walked with the wire scanner (wire.c), not unpacked as a
  *     whole: a 50K-Need rollup would otherwise cost 50K protobuf-c
  *     allocations trees. Per Need, the profile-defining fields
@@ -166,6 +181,10 @@ void bf_rollup_free(struct bf_rollup *r)
     free(r->fp_refs);
     free(r->dkeys);
     free(r->gset);
+    free(r->needs_memo);
+    free(r->row_multi);
+    free(r->pidx);
+    free(r->prev_used);
     if (r->pcache) {
         pcache_clear(r->pcache);
         free(r->pcache);
@@ -188,6 +207,10 @@ static int reserve_rows(struct bf_rollup *r, uint32_t n)
     if (!fp)
         return -ENOMEM;
     r->fp_refs = fp;
+    uint8_t *multi = realloc(r->row_multi, ncap);
+    if (!multi)
+        return -ENOMEM;
+    r->row_multi = multi;
     r->cap = ncap;
     return 0;
 }
@@ -296,6 +319,8 @@ struct scratch {
     struct name_memo names[NAME_MEMO];
     struct qty_memo qty[QTY_MEMO];
     struct entry_memo ent[ENTRY_MEMO];
+    uint32_t last_row; /* the row the last Need became or merged into */
+    bool last_clamped; /* its priority was clamped */
 };
 
 static bool has_nul(const uint8_t *p, uint32_t len)
@@ -548,6 +573,15 @@ static bool profile_has_nul(const uint8_t *p, size_t len)
     return false;
 }
 
+/* row_multi bits */
+#define ROW_MERGED    1u /* a second Need merged into the row */
+#define ROW_CONVERTED 2u /* a converted (not reused) Need made the row */
+
+static int place_row(struct bf_rollup *r, struct scratch *sc, uint32_t pref, uint32_t fref,
+                     uint32_t gref, const int64_t *agg, const int64_t *mu, uint32_t prow,
+                     uint32_t idx, uint32_t cluster_ref, const struct bf_rollup_limits *lim,
+                     char *err, size_t errlen);
+
 static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc, const uint8_t *p,
                         size_t len, uint32_t idx, uint32_t cluster_ref,
                         const struct bf_rollup_limits *lim, char *err, size_t errlen)
@@ -625,6 +659,7 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
         return rc;
     if (prio_over)
         r->priorities_clamped++;
+    sc->last_clamped = prio_over;
 
     /* profile: cache hit, or unpack this Need and intern it */
     uint32_t pref = 0, fref = 0;
@@ -686,36 +721,75 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
             if ((rc = quota_check(r, lim, idx, err, errlen)))
                 return rc;
         }
-        if (group_add(r, gref) && ++r->groups > lim->max_groups && lim->max_groups)
-            goto too_many_groups;
     }
+    return place_row(r, sc, pref, fref, gref, agg.v, mu.v, UINT32_MAX, idx, cluster_ref, lim, err,
+                     errlen);
+too_many_groups:
+    ERR("need %u: more than %u distinct groups in one rollup (--cluster-max-groups)", idx,
+        lim->max_groups);
+    r->over_quota = "groups";
+    return -E2BIG;
+bad:
+    ERR("need %u: malformed CapacityNeed", idx);
+    return -EBADMSG;
+}
 
+/* The part of a Need's conversion after its values are known (converted,
+ * or reused from the previous rollup): the group counted against the
+ * quota (gref 0: no group), then merged into an earlier row with the same
+ * (profile, group) or appended. sc->last_row names the row.
+ * prow: UINT32_MAX, or the previous rollup's row this Need repeats when
+ * reused rows skip the dedup table (convert_rollup's fast pass): prev's
+ * rows have distinct keys, so a reused row can only meet the same prev
+ * row again (prev_used) or a converted row (checked after the pass). */
+static int place_row(struct bf_rollup *r, struct scratch *sc, uint32_t pref, uint32_t fref,
+                     uint32_t gref, const int64_t *agg, const int64_t *mu, uint32_t prow,
+                     uint32_t idx, uint32_t cluster_ref, const struct bf_rollup_limits *lim,
+                     char *err, size_t errlen)
+{
+    if (gref && group_add(r, gref) && ++r->groups > lim->max_groups && lim->max_groups) {
+        ERR("need %u: more than %u distinct groups in one rollup (--cluster-max-groups)", idx,
+            lim->max_groups);
+        r->over_quota = "groups";
+        return -E2BIG;
+    }
     /* merge or append: a dedup slot holds a hash tag and the row number + 1
      * (the row holds the key), so a probe reads one 8-byte slot */
-    uint64_t dh = dedup_hash((uint64_t)pref << 32 | gref);
-    uint32_t tag = (uint32_t)(dh >> 32) | 1u;
-    uint32_t slot = (uint32_t)dh & r->dmask, dup = UINT32_MAX;
-    for (uint64_t v; (v = r->dkeys[slot]) != 0; slot = (slot + 1) & r->dmask) {
-        const struct bf_need_row *x = &r->rows[(uint32_t)v - 1];
-        if ((uint32_t)(v >> 32) == tag && x->profile_ref == pref && x->group_ref == gref) {
-            dup = (uint32_t)v - 1;
-            break;
+    uint32_t tag = 0, slot = 0, dup = UINT32_MAX;
+    if (prow != UINT32_MAX) {
+        if (r->prev_used[prow])
+            dup = r->prev_used[prow] - 1;
+    } else {
+        uint64_t dh = dedup_hash((uint64_t)pref << 32 | gref);
+        tag = (uint32_t)(dh >> 32) | 1u;
+        slot = (uint32_t)dh & r->dmask;
+        for (uint64_t v; (v = r->dkeys[slot]) != 0; slot = (slot + 1) & r->dmask) {
+            const struct bf_need_row *x = &r->rows[(uint32_t)v - 1];
+            if ((uint32_t)(v >> 32) == tag && x->profile_ref == pref && x->group_ref == gref) {
+                dup = (uint32_t)v - 1;
+                break;
+            }
         }
     }
     if (dup != UINT32_MAX) {
         struct bf_need_row *row = &r->rows[dup];
         for (int d = 0; d < BF_MAX_DIMS; d++) {
-            if (__builtin_add_overflow(row->aggregate[d], agg.v[d], &row->aggregate[d])) {
+            if (__builtin_add_overflow(row->aggregate[d], agg[d], &row->aggregate[d])) {
                 ERR("need %u: aggregate overflows when merged with an identical earlier need", idx);
                 return -ERANGE;
             }
-            if (mu.v[d] > row->min_unit[d])
-                row->min_unit[d] = mu.v[d];
+            if (mu[d] > row->min_unit[d])
+                row->min_unit[d] = mu[d];
         }
         r->merged++;
+        r->row_multi[dup] |= ROW_MERGED;
+        sc->last_row = dup;
         return 0;
     }
-    r->dkeys[slot] = (uint64_t)tag << 32 | (r->n + 1);
+    if (prow != UINT32_MAX)
+        r->prev_used[prow] = r->n + 1;
+    else
+        r->dkeys[slot] = (uint64_t)tag << 32 | (r->n + 1);
     struct bf_need_row *row = &r->rows[r->n];
     /* every field written (no memset of the row first) */
     _Static_assert(sizeof *row == 4 * sizeof(uint32_t) + sizeof(int64_t) + sizeof row->aggregate +
@@ -726,20 +800,14 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
     row->cluster_ref = cluster_ref;
     row->flags = 0;
     row->arrival_ns = r->arrival_ns;
-    memcpy(row->aggregate, agg.v, sizeof row->aggregate);
-    memcpy(row->min_unit, mu.v, sizeof row->min_unit);
+    memcpy(row->aggregate, agg, sizeof row->aggregate);
+    memcpy(row->min_unit, mu, sizeof row->min_unit);
     row->reserved = 0;
     r->fp_refs[r->n] = fref;
+    r->row_multi[r->n] = prow != UINT32_MAX ? 0 : ROW_CONVERTED;
+    sc->last_row = r->n;
     r->n++;
     return 0;
-too_many_groups:
-    ERR("need %u: more than %u distinct groups in one rollup (--cluster-max-groups)", idx,
-        lim->max_groups);
-    r->over_quota = "groups";
-    return -E2BIG;
-bad:
-    ERR("need %u: malformed CapacityNeed", idx);
-    return -EBADMSG;
 }
 
 static void reset_result(struct bf_rollup *r)
@@ -824,11 +892,135 @@ int bf_rollup_repeat(const struct bf_shm *s, uint32_t rows_off, uint32_t n, cons
     return 0;
 }
 
-int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cluster_id,
-                      uint32_t cluster_ref, const struct bf_rollup_limits *lim, struct bf_rollup *r,
-                      char *err, size_t errlen)
+/* ------------------------------------------------------------ reuse */
+
+/* hash-index lookups before one hit in 8 is required to go on */
+#define PREV_LOOKUPS_MIN 64
+
+/* Whether prev's Need k has these bytes' hash and length and a row of its
+ * own to reuse. */
+static inline bool prev_match(const struct bf_rollup_prev *prev, uint32_t k, uint64_t h,
+                              uint32_t len)
+{
+    const struct bf_rollup_need_memo *m = &prev->needs[k];
+    uint32_t row = BF_ROLLUP_MEMO_ROW(m->row);
+    return m->h == h && m->len == len && row != BF_ROLLUP_NO_ROW && row < prev->n_rows;
+}
+
+/* The index of prev's reusable Needs by hash (slot: Need + 1), built on the
+ * first Need not found at its expected position. */
+static int prev_index(struct bf_rollup *r, const struct bf_rollup_prev *prev)
+{
+    uint32_t want = 16;
+    while (want < 2u * prev->n_needs + 2 && want < (1u << 30))
+        want *= 2;
+    if (r->pmask + 1 != want || !r->pidx) {
+        free(r->pidx);
+        r->pmask = 0;
+        if (!(r->pidx = calloc(want, sizeof *r->pidx)))
+            return -ENOMEM;
+        r->pmask = want - 1;
+    } else {
+        memset(r->pidx, 0, (size_t)want * sizeof *r->pidx);
+    }
+    for (uint32_t k = 0; k < prev->n_needs; k++) {
+        const struct bf_rollup_need_memo *m = &prev->needs[k];
+        if (BF_ROLLUP_MEMO_ROW(m->row) == BF_ROLLUP_NO_ROW)
+            continue;
+        uint32_t i = (uint32_t)m->h & r->pmask;
+        while (r->pidx[i])
+            i = (i + 1) & r->pmask;
+        r->pidx[i] = k + 1;
+    }
+    return 0;
+}
+
+static uint32_t prev_find(const struct bf_rollup *r, const struct bf_rollup_prev *prev, uint64_t h,
+                          uint32_t len)
+{
+    for (uint32_t i = (uint32_t)h & r->pmask, v; (v = r->pidx[i]) != 0; i = (i + 1) & r->pmask)
+        if (prev_match(prev, v - 1, h, len))
+            return v - 1;
+    return UINT32_MAX;
+}
+
+/* Need idx repeats prev's Need k byte for byte: its row values are that
+ * Need's row's (it was the row's only Need), counted and merged as the
+ * conversion would. */
+static int reuse_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc,
+                      const struct bf_rollup_prev *prev, uint32_t k, bool fast, uint32_t idx,
+                      uint32_t cluster_ref, const struct bf_rollup_limits *lim, char *err,
+                      size_t errlen)
+{
+    uint32_t x = prev->needs[k].row, row = BF_ROLLUP_MEMO_ROW(x);
+    struct bf_need_row tmp;
+    const struct bf_need_row *o = &tmp;
+    if (prev->rows)
+        o = &prev->rows[row];
+    else
+        bf_needs_copy_rows(s, prev->rows_off + row, 1, &tmp);
+    sc->last_clamped = (x & BF_ROLLUP_MEMO_CLAMPED) != 0;
+    if (sc->last_clamped)
+        r->priorities_clamped++;
+    r->reused++;
+    return place_row(r, sc, o->profile_ref, prev->fp_refs[row], o->group_ref, o->aggregate,
+                     o->min_unit, fast ? row : UINT32_MAX, idx, cluster_ref, lim, err, errlen);
+}
+
+/* After a fast pass: whether a converted row has the key of a reused row
+ * (the full conversion would have merged them). The converted rows' keys go
+ * into a table sized for them (few, in cache); the reused rows are read in
+ * order. 1 = such a pair, 0 = none, -ENOMEM. */
+static int cross_collision(const struct bf_rollup *r)
+{
+    uint32_t nconv = 0;
+    for (uint32_t i = 0; i < r->n; i++)
+        nconv += (r->row_multi[i] & ROW_CONVERTED) != 0;
+    if (!nconv || nconv == r->n)
+        return 0;
+    uint32_t want = 16;
+    while (want < 2u * nconv)
+        want *= 2;
+    uint32_t *t = calloc(want, sizeof *t), mask = want - 1;
+    if (!t)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < r->n; i++) {
+        if (!(r->row_multi[i] & ROW_CONVERTED))
+            continue;
+        uint32_t at =
+            (uint32_t)dedup_hash((uint64_t)r->rows[i].profile_ref << 32 | r->rows[i].group_ref) &
+            mask;
+        while (t[at])
+            at = (at + 1) & mask;
+        t[at] = i + 1;
+    }
+    int hit = 0;
+    for (uint32_t i = 0; i < r->n && !hit; i++) {
+        if (r->row_multi[i] & ROW_CONVERTED)
+            continue;
+        const struct bf_need_row *x = &r->rows[i];
+        uint32_t at = (uint32_t)dedup_hash((uint64_t)x->profile_ref << 32 | x->group_ref) & mask;
+        for (; t[at] && !hit; at = (at + 1) & mask)
+            hit = r->rows[t[at] - 1].profile_ref == x->profile_ref &&
+                  r->rows[t[at] - 1].group_ref == x->group_ref;
+    }
+    free(t);
+    return hit;
+}
+
+/* One pass over the rollup. fast: reused rows skip the dedup table (see
+ * place_row); the caller runs a second, plain pass when the fast one fails
+ * or returns 1 (a converted row meets a reused one), so every result and
+ * error is the plain pass's. */
+static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cluster_id,
+                        uint32_t cluster_ref, const struct bf_rollup_limits *lim,
+                        const struct bf_rollup_digest_key *key, const struct bf_rollup_prev *prev,
+                        bool fast, uint64_t strtab_base, struct bf_rollup *r, char *err,
+                        size_t errlen)
 {
     reset_result(r);
+    r->strtab_added = strtab_base;
+    r->reused = 0;
     uint32_t max_rows = lim->max_rows;
     if (!r->pcache && !(r->pcache = calloc(1, sizeof(struct pcache))))
         return -ENOMEM;
@@ -847,6 +1039,25 @@ int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const ch
     int rc;
     if ((rc = reserve_rows(r, n_needs ? n_needs : 1)) || (rc = reset_dedup(r, n_needs)))
         return rc;
+    if (key && n_needs > r->needs_memo_cap) {
+        struct bf_rollup_need_memo *nm = realloc(r->needs_memo, (size_t)n_needs * sizeof *nm);
+        if (!nm)
+            return -ENOMEM;
+        r->needs_memo = nm;
+        r->needs_memo_cap = n_needs;
+    }
+    if (!key || !prev || !prev->n_needs || !prev->n_rows)
+        prev = NULL;
+    fast = fast && prev;
+    if (fast && prev->n_rows > r->prev_used_cap) {
+        uint32_t *pu = realloc(r->prev_used, (size_t)prev->n_rows * sizeof *pu);
+        if (!pu)
+            return -ENOMEM;
+        r->prev_used = pu;
+        r->prev_used_cap = prev->n_rows;
+    }
+    if (fast)
+        memset(r->prev_used, 0, (size_t)prev->n_rows * sizeof *r->prev_used);
     /* top level: cluster_id and timestamp first (they may follow the needs) */
     struct bf_pb_reader rd;
     struct bf_pb_field f;
@@ -869,21 +1080,99 @@ int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const ch
     }
     struct scratch sc;
     memset(&sc, 0, sizeof sc);
-    uint32_t idx = 0;
+    /* expect: the prev Need this one repeats when operators keep their order
+     * (one past the last one reused, or past the last one tried); the hash
+     * index finds moved Needs, and is given up when it finds almost nothing
+     * (every Need changed: its lookups would only cost) */
+    uint32_t idx = 0, expect = 0, lookups = 0, found = 0;
+    bool indexed = false;
     rc = 0;
     bf_pb_reader_init(&rd, buf, len);
     while (bf_pb_next(&rd, &f) == 1) {
         if (f.num != 3)
             continue;
-        rc = convert_need(s, r, &sc, f.p, f.len, idx, cluster_ref, lim, err, errlen);
+        if (!key || idx >= n_needs) {
+            rc = convert_need(s, r, &sc, f.p, f.len, idx, cluster_ref, lim, err, errlen);
+        } else {
+            uint64_t h = XXH3_64bits_withSecret(f.p, f.len, key->secret, sizeof key->secret);
+            uint32_t k = UINT32_MAX;
+            if (prev) {
+                /* operators keep their order: the Need after the last one
+                 * reused first, then anywhere */
+                if (expect < prev->n_needs && prev_match(prev, expect, h, (uint32_t)f.len)) {
+                    k = expect;
+                } else if (lookups < PREV_LOOKUPS_MIN || found * 8 >= lookups) {
+                    if (!indexed && (rc = prev_index(r, prev)) != 0)
+                        break;
+                    indexed = true;
+                    k = prev_find(r, prev, h, (uint32_t)f.len);
+                    lookups++;
+                    found += k != UINT32_MAX;
+                }
+            }
+            expect = (k != UINT32_MAX ? k : expect) + 1;
+            if (k != UINT32_MAX) {
+                rc = reuse_need(s, r, &sc, prev, k, fast, idx, cluster_ref, lim, err, errlen);
+            } else {
+                rc = convert_need(s, r, &sc, f.p, f.len, idx, cluster_ref, lim, err, errlen);
+            }
+            r->needs_memo[idx] = (struct bf_rollup_need_memo){
+                h, (uint32_t)f.len, sc.last_row | (sc.last_clamped ? BF_ROLLUP_MEMO_CLAMPED : 0)};
+        }
         if (rc)
             break;
         idx++;
     }
     free(sc.key);
-    if (rc)
+    if (rc) {
         r->n = 0;
+        return rc;
+    }
+    if (fast && (rc = cross_collision(r)) != 0)
+        return rc;
+    /* a row two Needs merged into holds neither one's own values */
+    for (uint32_t i = 0; key && i < idx && i < n_needs; i++) {
+        struct bf_rollup_need_memo *m = &r->needs_memo[i];
+        if (r->row_multi[BF_ROLLUP_MEMO_ROW(m->row)] & ROW_MERGED)
+            m->row = (m->row & BF_ROLLUP_MEMO_CLAMPED) | BF_ROLLUP_NO_ROW;
+    }
+    return 0;
+}
+
+static int convert_rollup(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cluster_id,
+                          uint32_t cluster_ref, const struct bf_rollup_limits *lim,
+                          const struct bf_rollup_digest_key *key, const struct bf_rollup_prev *prev,
+                          struct bf_rollup *r, char *err, size_t errlen)
+{
+    int rc =
+        convert_pass(s, buf, len, cluster_id, cluster_ref, lim, key, prev, true, 0, r, err, errlen);
+    if (rc == 0 || !key || !prev)
+        return rc;
+    /* the plain pass, starting from what the fast one added to the string
+     * table (its interned strings stay; the quota counts them once) and
+     * keeping the unknown fields it dropped (its profiles are cached now) */
+    uint64_t unknown = r->unknown_fields;
+    rc = convert_pass(s, buf, len, cluster_id, cluster_ref, lim, key, prev, false, r->strtab_added,
+                      r, err, errlen);
+    r->unknown_fields += unknown;
     return rc;
+}
+
+int bf_rollup_convert(struct bf_shm *s, const uint8_t *buf, size_t len, const char *cluster_id,
+                      uint32_t cluster_ref, const struct bf_rollup_limits *lim, struct bf_rollup *r,
+                      char *err, size_t errlen)
+{
+    return convert_rollup(s, buf, len, cluster_id, cluster_ref, lim, NULL, NULL, r, err, errlen);
+}
+
+int bf_rollup_convert_incremental(struct bf_shm *s, const uint8_t *buf, size_t len,
+                                  const char *cluster_id, uint32_t cluster_ref,
+                                  const struct bf_rollup_limits *lim,
+                                  const struct bf_rollup_digest_key *key,
+                                  const struct bf_rollup_prev *prev, struct bf_rollup *r, char *err,
+                                  size_t errlen)
+{
+    return convert_rollup(s, buf, len, cluster_id, cluster_ref, lim, key, prev, r, err, errlen);
 }
 
 /* ------------------------------------------------------------ rail 2 */

@@ -99,6 +99,8 @@ struct ingest_counters {
     _Atomic uint64_t dims_registered;    /* resource names added for rollups */
     _Atomic uint64_t over_quota[4];      /* rollups rejected by a per-cluster quota */
     _Atomic uint64_t rollups_unchanged; /* took the unchanged-rollup path (bf_rollup_repeat_meta) */
+    _Atomic uint64_t
+        needs_reused; /* Needs of changed rollups reused (bf_rollup_convert_incremental) */
 };
 
 struct ingest;

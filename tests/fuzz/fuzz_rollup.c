@@ -32,7 +32,15 @@
  *     timestamp unless the receive time clamps it); fp_refs name the
  *     profile's own fingerprint;
  *   - converting the same bytes again (profile cache warm) gives the same
- *     result, byte for byte, or the same error and message.
+ *     result, byte for byte, or the same error and message;
+ *   - incremental conversion (bf_rollup_convert_incremental): with nothing
+ *     to reuse it gives the full conversion's rows; then an edit of the
+ *     accepted rollup derived from the input (a Need dropped, duplicated,
+ *     swapped with another, moved to the front, replaced by another, or a
+ *     byte of it changed, which may make it malformed), converted reusing
+ *     the accepted one's Needs (its rows in memory or published, by an
+ *     input bit), gives exactly what the full conversion of the edit gives:
+ *     the same error and message, or the same rows, fp_refs and figures.
  */
 #include "bigfleet/blobs.h"
 #include "bigfleet/rollup.h"
@@ -185,6 +193,145 @@ static bool nul_in_profile(const uint8_t *msg, size_t len)
     return false;
 }
 
+/* Top-level fields of msg: where each starts and ends, and which are Needs. */
+struct tl {
+    const uint8_t *p[4096];
+    size_t len[4096];
+    bool need[4096];
+    uint32_t n, needs;
+};
+
+static bool split_top(const uint8_t *msg, size_t len, struct tl *t)
+{
+    struct bf_pb_reader rd;
+    struct bf_pb_field f;
+    int rc;
+    t->n = t->needs = 0;
+    bf_pb_reader_init(&rd, msg, len);
+    while ((rc = bf_pb_next(&rd, &f)) == 1) {
+        if (t->n == 4096)
+            return false;
+        t->p[t->n] = f.start;
+        t->len[t->n] = (size_t)(f.end - f.start);
+        t->need[t->n] = f.num == 3;
+        t->needs += f.num == 3;
+        t->n++;
+    }
+    return rc == 0;
+}
+
+/* The edit of msg that sel picks (see the header), into out (the caller's,
+ * len + one field's bytes long); returns its length, 0 when msg has no Need. */
+static size_t edit_rollup(const uint8_t *msg, size_t len, uint64_t sel, uint8_t *out)
+{
+    static struct tl t;
+    if (!split_top(msg, len, &t) || !t.needs)
+        return 0;
+    uint32_t ni[4096], k = 0;
+    for (uint32_t i = 0; i < t.n; i++)
+        if (t.need[i])
+            ni[k++] = i;
+    uint32_t a = ni[(sel >> 8) % t.needs], b = ni[(sel >> 24) % t.needs];
+    uint32_t order[4097], n = 0;
+    int op = (int)(sel % 6);
+    size_t flip = (size_t)-1;
+    for (uint32_t i = 0; i < t.n; i++) {
+        if (op == 4 && i == 0)
+            order[n++] = ni[t.needs - 1]; /* the last Need first */
+        if ((op == 0 && i == a) || (op == 4 && i == ni[t.needs - 1]))
+            continue;
+        order[n++] = op == 2 && i == a ? b : op == 2 && i == b ? a : op == 5 && i == a ? b : i;
+        if (op == 1 && i == a)
+            order[n++] = a;
+    }
+    size_t o = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (op == 3 && order[i] == a && flip == (size_t)-1 && t.len[a] > 2)
+            flip = o + 2 + (size_t)(sel >> 40) % (t.len[a] - 2);
+        memcpy(out + o, t.p[order[i]], t.len[order[i]]);
+        o += t.len[order[i]];
+    }
+    if (flip != (size_t)-1)
+        out[flip] ^= (uint8_t)((sel >> 32) | 1);
+    return o;
+}
+
+/* Converts the edit twice with r (warm): reusing the accepted rollup's
+ * Needs, then in full; both must agree on everything. */
+static void check_incremental(const uint8_t *msg, size_t len, const char *cluster, uint32_t cref,
+                              const struct bf_rollup_limits *lim, const struct bf_rollup *acc,
+                              const struct bf_need_row *rows, const uint32_t *fps, uint64_t sel,
+                              bool published, struct bf_rollup *r)
+{
+    /* a secret that looks random, as getrandom's does in the ingest thread
+     * (XXH3 wants one: a mostly-zero secret makes 64-bit collisions of short
+     * inputs easy, and then two different Needs look alike) */
+    static struct bf_rollup_digest_key key;
+    if (!key.secret[0]) {
+        uint64_t x = 0x9e3779b97f4a7c15ULL;
+        for (size_t i = 0; i < sizeof key.secret; i++) {
+            x += 0x9e3779b97f4a7c15ULL;
+            uint64_t z = (x ^ x >> 30) * 0xbf58476d1ce4e5b9ULL;
+            z = (z ^ z >> 27) * 0x94d049bb133111ebULL;
+            key.secret[i] = (uint8_t)((z ^ z >> 31) | 1);
+        }
+    }
+    /* with nothing to reuse: the full conversion, and a memo of every Need */
+    char e1[512] = "", e2[512] = "";
+    FUZZ_CHECK(bf_rollup_convert_incremental(&g_s, msg, len, cluster, cref, lim, &key, NULL, r, e1,
+                                             sizeof e1) == 0);
+    FUZZ_CHECK(r->n == acc->n && r->reused == 0 && r->needs_in == acc->needs_in);
+    FUZZ_CHECK(memcmp(r->rows, rows, r->n * sizeof *rows) == 0);
+    FUZZ_CHECK(memcmp(r->fp_refs, fps, r->n * sizeof *fps) == 0);
+    struct bf_rollup_need_memo *memo = malloc((r->needs_in + 1) * sizeof *memo);
+    FUZZ_CHECK(memo);
+    if (r->needs_in)
+        memcpy(memo, r->needs_memo, r->needs_in * sizeof *memo);
+    for (uint32_t i = 0; i < r->needs_in; i++) {
+        uint32_t row = BF_ROLLUP_MEMO_ROW(memo[i].row);
+        FUZZ_CHECK(row == BF_ROLLUP_NO_ROW || row < r->n);
+    }
+    struct bf_rollup_prev prev = {.needs = memo,
+                                  .n_needs = r->needs_in,
+                                  .rows = published ? NULL : rows,
+                                  .rows_off = 0, /* stored there by the caller */
+                                  .fp_refs = fps,
+                                  .n_rows = r->n};
+    uint8_t *ed = malloc(2 * len + 1);
+    FUZZ_CHECK(ed);
+    size_t elen = edit_rollup(msg, len, sel, ed);
+    if (!elen) {
+        free(ed);
+        free(memo);
+        return;
+    }
+    int rc1 = bf_rollup_convert_incremental(&g_s, ed, elen, cluster, cref, lim, &key, &prev, r, e1,
+                                            sizeof e1);
+    struct bf_rollup x = *r; /* the figures; rows copied below */
+    struct bf_need_row *xr = malloc((r->n + 1) * sizeof *xr);
+    uint32_t *xf = malloc((r->n + 1) * sizeof *xf);
+    FUZZ_CHECK(xr && xf);
+    memcpy(xr, r->rows, r->n * sizeof *xr);
+    memcpy(xf, r->fp_refs, r->n * sizeof *xf);
+    int rc2 = bf_rollup_convert(&g_s, ed, elen, cluster, cref, lim, r, e2, sizeof e2);
+    FUZZ_CHECK(rc1 == rc2);
+    if (rc1) {
+        FUZZ_CHECK(strcmp(e1, e2) == 0 && x.n == 0);
+    } else {
+        FUZZ_CHECK(x.n == r->n && x.merged == r->merged && x.needs_in == r->needs_in &&
+                   x.groups == r->groups && x.priorities_clamped == r->priorities_clamped &&
+                   x.timestamp_ns == r->timestamp_ns && x.arrival_ns == r->arrival_ns &&
+                   x.n_new_dims == r->n_new_dims);
+        FUZZ_CHECK(memcmp(x.new_dims, r->new_dims, sizeof x.new_dims) == 0);
+        FUZZ_CHECK(memcmp(xr, r->rows, r->n * sizeof *xr) == 0);
+        FUZZ_CHECK(memcmp(xf, r->fp_refs, r->n * sizeof *xf) == 0);
+    }
+    free(xr);
+    free(xf);
+    free(ed);
+    free(memo);
+}
+
 static bool documented(int rc)
 {
     return rc == 0 || rc == -EBADMSG || rc == -EINVAL || rc == -E2BIG || rc == -ERANGE ||
@@ -313,6 +460,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(memcmp(rep.rows, rows, r.n * sizeof *rows) == 0);
         FUZZ_CHECK(memcmp(rep.fp_refs, fps, r.n * sizeof *fps) == 0);
         bf_rollup_free(&rep);
+        /* rows stay published at 0 for the incremental property */
+        uint64_t sel = 1469598103934665603ULL;
+        for (size_t i = 0; i < size; i++)
+            sel = (sel ^ data[i]) * 1099511628211ULL;
+        check_incremental(msg, len, cluster, cref, &lim, &first, rows, fps, sel, knob & 0x80, &r);
     }
     free(rows);
     free(fps);

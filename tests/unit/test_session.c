@@ -990,6 +990,324 @@ START_TEST(many_profiles_and_repeating_quantities_convert_exactly)
 }
 END_TEST
 
+/* ------------------------------------------------------------ incremental */
+
+/* Need v of a pool of shapes: priorities (the ones above the clamp of 100
+ * are clamped, and then share a profile: they merge), instance types,
+ * quantities and groups repeat across the pool, so random rollups hold
+ * duplicates, merges and moved Needs. */
+static void pool_need(struct nb *b, int v)
+{
+    static const char *types[] = {"m6i.large", "c6i.xlarge", "r6i.2xlarge"};
+    static const char *qs[] = {"1", "2", "500m", "4", "3"};
+    static const char *groups[] = {"rack-a", "rack-b"};
+    nb_init(b, v * 3 % 130);
+    nb_req(b, BF_LABEL_INSTANCE_TYPE, 1, types[(v / 5) % 3], NULL);
+    nb_agg(b, "cpu", qs[(v / 3) % 5]);
+    if (v % 4 == 1)
+        nb_agg(b, "memory", "8Gi");
+    if (v % 6 == 2)
+        nb_mu(b, "cpu", qs[v % 5]);
+    if (v % 7 == 3) {
+        b->n.group.data = (uint8_t *)groups[v % 2];
+        b->n.group.len = strlen(groups[v % 2]);
+    }
+}
+
+static uint64_t lcg(uint64_t *x)
+{
+    *x = *x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *x >> 33;
+}
+
+/* What a cluster's last accepted conversion leaves for the next one: its
+ * Needs and its rows (kept in memory, or published at rows_off). */
+struct kept {
+    struct bf_rollup_need_memo *needs;
+    struct bf_need_row *rows;
+    uint32_t *fps;
+    uint32_t n_needs, n_rows;
+};
+
+static void keep(struct kept *k, const struct bf_rollup *r)
+{
+    k->needs = realloc(k->needs, (r->needs_in + 1) * sizeof *k->needs);
+    k->rows = realloc(k->rows, (r->n + 1) * sizeof *k->rows);
+    k->fps = realloc(k->fps, (r->n + 1) * sizeof *k->fps);
+    if (r->needs_in)
+        memcpy(k->needs, r->needs_memo, r->needs_in * sizeof *k->needs);
+    memcpy(k->rows, r->rows, r->n * sizeof *k->rows);
+    memcpy(k->fps, r->fp_refs, r->n * sizeof *k->fps);
+    k->n_needs = r->needs_in;
+    k->n_rows = r->n;
+}
+
+static struct bf_rollup_prev prev_of(const struct kept *k, bool published)
+{
+    if (published) /* as the ingest thread passes it: the rows in the segment */
+        bf_shm_store_words(&g_s.rows[11], k->rows, (size_t)k->n_rows * sizeof *k->rows);
+    return (struct bf_rollup_prev){.needs = k->needs,
+                                   .n_needs = k->n_needs,
+                                   .rows = published ? NULL : k->rows,
+                                   .rows_off = 11,
+                                   .fp_refs = k->fps,
+                                   .n_rows = k->n_rows};
+}
+
+/* The incremental conversion and the full one of the same bytes agree on
+ * everything the caller reads. */
+static void assert_same_conversion(const struct bf_rollup *a, const struct bf_rollup *b)
+{
+    ck_assert_uint_eq(a->n, b->n);
+    ck_assert_uint_eq(a->needs_in, b->needs_in);
+    ck_assert_uint_eq(a->merged, b->merged);
+    ck_assert_uint_eq(a->groups, b->groups);
+    ck_assert_uint_eq(a->priorities_clamped, b->priorities_clamped);
+    ck_assert_int_eq(a->arrival_ns, b->arrival_ns);
+    ck_assert_int_eq(memcmp(a->rows, b->rows, (size_t)a->n * sizeof *a->rows), 0);
+    ck_assert_int_eq(memcmp(a->fp_refs, b->fp_refs, (size_t)a->n * sizeof *a->fp_refs), 0);
+}
+
+START_TEST(incremental_conversion_equals_the_full_one_under_random_edits)
+{
+    shm_fixture_remove();
+    struct bf_shm_caps caps = {.max_machines = 1024, .max_needs = 4096, .max_clusters = 16};
+    shm_fixture_create("session", &caps, 1);
+    enum { POOL = 400, MAXN = 200, ROUNDS = 400 };
+    struct nb *pool = calloc(POOL, sizeof *pool);
+    for (int v = 0; v < POOL; v++)
+        pool_need(&pool[v], v);
+    struct bf_rollup_digest_key key;
+    random_key(&key, 9);
+    struct bf_rollup_limits lim = {
+        .max_rows = MAXN, .strtab_quota = UINT64_MAX, .max_priority = 100};
+    uint64_t x = 42;
+    int cur[MAXN], n = 40;
+    for (int i = 0; i < n; i++)
+        cur[i] = (int)(lcg(&x) % POOL);
+    struct bf_rollup inc, full;
+    bf_rollup_init(&inc);
+    bf_rollup_init(&full);
+    struct kept k = {0};
+    struct nb *b = calloc(MAXN, sizeof *b);
+    char e1[256] = "", e2[256] = "";
+    uint64_t reused = 0, needs = 0, merged = 0, clamped = 0, grouped = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        /* a random edit of the last accepted rollup (none in round 0) */
+        int edits = round ? 1 + (int)(lcg(&x) % 3) : 0;
+        for (int e = 0; e < edits; e++) {
+            int op = (int)(lcg(&x) % 5), at = n ? (int)(lcg(&x) % (uint64_t)n) : 0;
+            if ((op == 0 || !n) && n < MAXN) { /* insert */
+                memmove(&cur[at + 1], &cur[at], (size_t)(n - at) * sizeof *cur);
+                cur[at] = (int)(lcg(&x) % POOL);
+                n++;
+            } else if (op == 1 && n) { /* delete */
+                memmove(&cur[at], &cur[at + 1], (size_t)(n - at - 1) * sizeof *cur);
+                n--;
+            } else if (op == 2 && n) { /* move: swap two */
+                int o = (int)(lcg(&x) % (uint64_t)n), t = cur[at];
+                cur[at] = cur[o];
+                cur[o] = t;
+            } else if (op == 3 && n) { /* reverse a stretch */
+                int o = at + (int)(lcg(&x) % (uint64_t)(n - at));
+                for (int i = at, j = o; i < j; i++, j--) {
+                    int t = cur[i];
+                    cur[i] = cur[j];
+                    cur[j] = t;
+                }
+            } else if (n) { /* modify: another shape in its place */
+                cur[at] = (int)(lcg(&x) % POOL);
+            }
+        }
+        for (int i = 0; i < n; i++)
+            b[i] = pool[cur[i]];
+        for (int i = 0; i < n; i++) { /* the copies point into themselves */
+            pool_need(&b[i], cur[i]);
+        }
+        size_t len;
+        uint8_t *buf = pack_rollup("c1", 1800000000000000000LL + round, b, (size_t)n, &len);
+        struct bf_rollup_prev prev = prev_of(&k, round % 2 == 1);
+        int rc1 = bf_rollup_convert_incremental(&g_s, buf, len, "c1", 1, &lim, &key,
+                                                round ? &prev : NULL, &inc, e1, sizeof e1);
+        if (rc1 == 0 && inc.n_new_dims) { /* the ingest thread registers, converts again */
+            for (uint32_t i = 0; i < inc.n_new_dims; i++)
+                ck_assert_int_ge(bf_dim_intern(&g_s, inc.new_dims[i]), 0);
+            rc1 = bf_rollup_convert_incremental(&g_s, buf, len, "c1", 1, &lim, &key,
+                                                round ? &prev : NULL, &inc, e1, sizeof e1);
+        }
+        int rc2 = bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &full, e2, sizeof e2);
+        ck_assert_msg(rc1 == 0 && rc2 == 0, "round %d: %s / %s", round, e1, e2);
+        ck_assert_uint_eq(inc.n_new_dims, 0);
+        assert_same_conversion(&inc, &full);
+        ck_assert_uint_eq(inc.needs_in, (uint32_t)n);
+        for (uint32_t i = 0; i < inc.needs_in; i++) {
+            uint32_t row = BF_ROLLUP_MEMO_ROW(inc.needs_memo[i].row);
+            ck_assert(row == BF_ROLLUP_NO_ROW || row < inc.n);
+        }
+        if (round) {
+            reused += inc.reused;
+            needs += (uint64_t)n;
+        }
+        merged += inc.merged;
+        clamped += inc.priorities_clamped;
+        grouped += inc.groups;
+        keep(&k, &inc);
+        free(buf);
+    }
+    /* the edits exercised merges, clamps and groups, and most Needs survive
+     * an edit or three: most were reused */
+    ck_assert(merged > 0 && clamped > 0 && grouped > 0);
+    ck_assert_msg(reused * 10 > needs * 6, "reused %llu of %llu", (unsigned long long)reused,
+                  (unsigned long long)needs);
+    free(k.needs);
+    free(k.rows);
+    free(k.fps);
+    free(b);
+    free(pool);
+    bf_rollup_free(&inc);
+    bf_rollup_free(&full);
+}
+END_TEST
+
+START_TEST(a_malformed_need_in_an_otherwise_reusable_rollup_is_still_rejected)
+{
+    enum { N = 30 };
+    struct nb b[N];
+    for (int i = 0; i < N; i++)
+        pool_need(&b[i], i);
+    struct bf_rollup_digest_key key;
+    random_key(&key, 3);
+    struct bf_rollup_limits lim = {
+        .max_rows = 100, .strtab_quota = UINT64_MAX, .max_priority = 100};
+    size_t len;
+    uint8_t *good = pack_rollup("c1", 1800000000000000000LL, b, N, &len);
+    struct bf_rollup r, full;
+    bf_rollup_init(&r);
+    bf_rollup_init(&full);
+    char err[256] = "";
+    ck_assert_msg(conv(&g_s, good, len, "c1", 1, 100, 0, &full, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(bf_rollup_convert_incremental(&g_s, good, len, "c1", 1, &lim, &key, NULL, &r,
+                                                   err, sizeof err),
+                     0);
+    struct kept k = {0};
+    keep(&k, &r);
+    struct bf_rollup_prev prev = prev_of(&k, false);
+
+    /* the same Needs but one negative quantity (Need 17): every other Need
+     * would be reused, the bad one is converted and rejects the rollup */
+    nb_init(&b[17], 5);
+    nb_agg(&b[17], "cpu", "-1");
+    size_t blen;
+    uint8_t *bad = pack_rollup("c1", 1800000000000000001LL, b, N, &blen);
+    int rc = bf_rollup_convert_incremental(&g_s, bad, blen, "c1", 1, &lim, &key, &prev, &r, err,
+                                           sizeof err);
+    ck_assert_int_eq(rc, -EINVAL);
+    ck_assert_msg(strstr(err, "need 17") && strstr(err, "negative"), "%s", err);
+    ck_assert_uint_eq(r.n, 0);
+
+    /* a Need that does not decode (aggregate_resources as a varint),
+     * appended after thirty reusable ones */
+    uint8_t *mal = malloc(len + 4);
+    memcpy(mal, good, len);
+    memcpy(mal + len, (const uint8_t[]){0x1a, 0x02, 0x10, 0x01}, 4);
+    rc = bf_rollup_convert_incremental(&g_s, mal, len + 4, "c1", 1, &lim, &key, &prev, &r, err,
+                                       sizeof err);
+    ck_assert_int_eq(rc, -EBADMSG);
+    ck_assert_msg(strstr(err, "need 30") && strstr(err, "malformed"), "%s", err);
+    ck_assert_uint_eq(r.n, 0);
+
+    /* reused Needs still count against the group quota */
+    struct bf_rollup_limits tight = lim;
+    tight.max_groups = 1;
+    rc = bf_rollup_convert_incremental(&g_s, good, len, "c1", 1, &tight, &key, &prev, &r, err,
+                                       sizeof err);
+    ck_assert_int_eq(rc, -E2BIG);
+    ck_assert_str_eq(r.over_quota, "groups");
+
+    /* the last good state (the caller's, untouched by the rejections) still
+     * converts the good rollup, all of it reused, to the full conversion */
+    ck_assert_int_eq(bf_rollup_convert_incremental(&g_s, good, len, "c1", 1, &lim, &key, &prev, &r,
+                                                   err, sizeof err),
+                     0);
+    uint32_t own = 0; /* Needs with a row of their own (a merged row's are converted again) */
+    for (uint32_t i = 0; i < k.n_needs; i++)
+        own += BF_ROLLUP_MEMO_ROW(k.needs[i].row) != BF_ROLLUP_NO_ROW;
+    ck_assert_uint_eq(r.reused, own);
+    ck_assert_uint_gt(own, N / 2);
+    assert_same_conversion(&r, &full);
+    free(k.needs);
+    free(k.rows);
+    free(k.fps);
+    free(good);
+    free(bad);
+    free(mal);
+    bf_rollup_free(&r);
+    bf_rollup_free(&full);
+}
+END_TEST
+
+/* A changed Need whose profile and group equal those of a reused Need must
+ * merge with it, in the full conversion's order: reused rows skip the dedup
+ * table, so this takes the plain pass. */
+START_TEST(a_changed_need_that_merges_with_a_reused_one_merges_as_in_the_full_conversion)
+{
+    struct nb b[3];
+    nb_init(&b[0], 5);
+    nb_req(&b[0], BF_LABEL_INSTANCE_TYPE, 1, "m6i.large", NULL);
+    nb_agg(&b[0], "cpu", "1");
+    nb_init(&b[1], 7);
+    nb_req(&b[1], BF_LABEL_INSTANCE_TYPE, 1, "c6i.large", NULL);
+    nb_agg(&b[1], "cpu", "2");
+    nb_init(&b[2], 9);
+    nb_agg(&b[2], "cpu", "4");
+    struct bf_rollup_digest_key key;
+    random_key(&key, 5);
+    struct bf_rollup_limits lim = {.max_rows = 10, .strtab_quota = UINT64_MAX, .max_priority = 100};
+    size_t len;
+    uint8_t *a = pack_rollup("c1", 1800000000000000000LL, b, 3, &len);
+    struct bf_rollup r, full;
+    bf_rollup_init(&r);
+    bf_rollup_init(&full);
+    char err[256] = "";
+    ck_assert_msg(conv(&g_s, a, len, "c1", 1, 10, 0, &full, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(
+        bf_rollup_convert_incremental(&g_s, a, len, "c1", 1, &lim, &key, NULL, &r, err, sizeof err),
+        0);
+    struct kept k = {0};
+    keep(&k, &r);
+    /* Need 0 now asks for Need 1's profile (other bytes: 3 CPUs) */
+    nb_init(&b[0], 7);
+    nb_req(&b[0], BF_LABEL_INSTANCE_TYPE, 1, "c6i.large", NULL);
+    nb_agg(&b[0], "cpu", "3");
+    size_t blen;
+    uint8_t *c = pack_rollup("c1", 1800000000000000001LL, b, 3, &blen);
+    for (int published = 0; published < 2; published++) {
+        struct bf_rollup_prev prev = prev_of(&k, published);
+        ck_assert_int_eq(bf_rollup_convert_incremental(&g_s, c, blen, "c1", 1, &lim, &key, &prev,
+                                                       &r, err, sizeof err),
+                         0);
+        ck_assert_int_eq(bf_rollup_convert(&g_s, c, blen, "c1", 1, &lim, &full, err, sizeof err),
+                         0);
+        assert_same_conversion(&r, &full);
+        ck_assert_uint_eq(r.n, 2);
+        ck_assert_uint_eq(r.merged, 1);
+        ck_assert_int_eq(r.rows[0].aggregate[dim("cpu")], 5000); /* 3 + 2 CPUs, at Need 0's place */
+        ck_assert_uint_eq(r.reused, 2);                          /* Needs 1 and 2 */
+        /* Need 0 and 1 share a row now: neither is reusable next time */
+        ck_assert_uint_eq(BF_ROLLUP_MEMO_ROW(r.needs_memo[0].row), BF_ROLLUP_NO_ROW);
+        ck_assert_uint_eq(BF_ROLLUP_MEMO_ROW(r.needs_memo[1].row), BF_ROLLUP_NO_ROW);
+        ck_assert_uint_eq(BF_ROLLUP_MEMO_ROW(r.needs_memo[2].row), 1);
+    }
+    free(k.needs);
+    free(k.rows);
+    free(k.fps);
+    free(a);
+    free(c);
+    bf_rollup_free(&r);
+    bf_rollup_free(&full);
+}
+END_TEST
+
 /* needs->stamps_observed moves exactly when an observation is recorded:
  * the session skips re-touching an unchanged fingerprint list only while
  * it has not moved. */
@@ -1482,6 +1800,10 @@ static Suite *suite(void)
     tcase_add_test(r, oversized_needs_and_groups_are_rejected_before_interning);
     tcase_add_test(r, explicit_zero_dimension_converts_like_an_absent_one);
     tcase_add_test(r, duplicate_rows_merge_but_rail2_counts_the_needs_received);
+    tcase_add_test(r, incremental_conversion_equals_the_full_one_under_random_edits);
+    tcase_add_test(r, a_malformed_need_in_an_otherwise_reusable_rollup_is_still_rejected);
+    tcase_add_test(r,
+                   a_changed_need_that_merges_with_a_reused_one_merges_as_in_the_full_conversion);
     suite_add_tcase(s, r);
     TCase *q = tcase_create("rail2");
     tcase_add_test(q, rail2_holds_a_collapse_until_three_consecutive_rollups_confirm_it);
