@@ -36,6 +36,8 @@ struct clusterinfo {
     uint8_t known;
     uint8_t first_rollup;
     uint8_t connected;
+    uint8_t fp_unregistered; /* a fingerprint of its rows could not be registered
+                                (no memory): its next republish reads the rows */
     uint32_t bucket_rows[BF_BUCKET_COUNT];
 };
 

@@ -234,11 +234,14 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
  *  - (a writer that does not record it) the generation moved by exactly
  *    one, on the same extent: a changed rollup always goes to another
  *    extent with rows_arrival_ns 0, and a relocation keeps the generation.
- * Anything else reads the rows.
+ * Anything else reads the rows, and so does a cluster one of whose
+ * fingerprints could not be registered when its rows were last read (out of
+ * memory): reading them again retries it.
  */
 static bool republished(const struct clusterinfo *ci, const struct bf_cluster_rec *rec)
 {
-    if (!ci->known || rec->rows_arrival_ns == 0 || rec->rows_count != ci->rows_count)
+    if (!ci->known || ci->fp_unregistered || rec->rows_arrival_ns == 0 ||
+        rec->rows_count != ci->rows_count)
         return false;
     if (rec->rows_generation)
         return rec->rows_generation == ci->rows_generation;
@@ -320,6 +323,7 @@ int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
         }
         uint32_t k = 0;
         uint32_t buckets[BF_BUCKET_COUNT] = {0};
+        bool unregistered = false;
         for (int j = 0; j < got; j++) {
             const struct bf_need_row *row = &c->rows[j];
             const struct bf_nprofile *np = bf_nprofile_get(c->blobs, s, row->profile_ref);
@@ -330,8 +334,10 @@ int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
             }
             /* register the fingerprint once per profile ref (not per row) */
             if (bf_cycle_u32set_add(&c->fp_seen, row->profile_ref) &&
-                bf_cycle_fpmap_put(c, np->fingerprint, row->profile_ref) != 0)
+                bf_cycle_fpmap_put(c, np->fingerprint, row->profile_ref) != 0) {
                 u32set_clear(&c->fp_seen); /* could not register it: try again next time */
+                unregistered = true;
+            }
             struct bf_engine_need *en = &c->eneeds[k++];
             memset(en, 0, sizeof *en);
             en->profile = np->p;
@@ -362,6 +368,7 @@ int bf_cycle_feed_needs(struct bf_cycle *c, struct bf_cycle_report *rep)
             ci->rows_generation = rec.rows_generation;
             ci->generation = rec.generation;
             ci->known = 1;
+            ci->fp_unregistered = unregistered;
             rep->clusters_reread++;
         }
     }

@@ -83,6 +83,8 @@ struct job {
  * (bf_rollup_repeat_meta). Valid while the cluster's published rows are the ones
  * that rollup produced (same name, same generation, same row count) and the
  * limits that shaped them are unchanged. */
+#define NEED_MEMO_SLACK 64u /* Needs a memo may hold beyond 2 per row */
+
 struct repeat_memo {
     uint64_t lo, hi;                  /* bf_rollup_digest; hi 0 = none */
     uint32_t name_ref, generation, n; /* fp_refs describe these published rows */
@@ -93,9 +95,11 @@ struct repeat_memo {
     uint32_t *fp_refs; /* n fingerprint refs (malloc'd; capacity fp_cap) */
     uint32_t fp_cap;
     /* the rollup's Needs (needs_in entries; 0 = none kept): what a changed
-     * rollup reuses (bf_rollup_convert_incremental). At most
-     * cluster_max_needs entries of 16 bytes, like fp_refs bounded by the
-     * cluster's Need quota and freed with the memo */
+     * rollup reuses (bf_rollup_convert_incremental). Kept only when
+     * needs_in <= 2 x its rows + NEED_MEMO_SLACK, so at most that many
+     * entries of 16 bytes: bounded, like fp_refs, by the rows the cluster
+     * holds (its Need quota, and --max-needs shard-wide) and freed with the
+     * memo */
     struct bf_rollup_need_memo *needs;
     uint32_t n_needs, needs_cap;
     /* every stamp of fp_refs was touched successfully while
@@ -416,8 +420,6 @@ static int convert(struct ingest *ig, uint32_t cidx, const struct job *j, const 
         }
     }
 count:
-    if (rc == 0 && cv->reused)
-        BF_STAT_ADD(ig->cnt.needs_reused, cv->reused);
     if (cv->timestamp_clamped) {
         BF_STAT_INC(ig->cnt.timestamps_clamped);
         BF_DEBUG("rollup timestamp outside [receive - 60 s, receive]: receive time used",
@@ -499,14 +501,23 @@ static void remember(struct ingest *ig, uint32_t cidx, const struct job *j,
             memcpy(m->fp_refs, cv->fp_refs, (size_t)cv->n * sizeof *m->fp_refs);
         m->n = cv->n;
         m->n_needs = 0;
-        if (cv->needs_in > m->needs_cap) {
+        /* The Need memo is kept only while it is about the size of the rows
+         * (bounded shard-wide by --max-needs): a rollup of many duplicate
+         * Needs merges into few rows, and a memo of every Need would let a
+         * peer hold 16 B per Need sent for nothing (a merged Need is never
+         * reused). Without it the next rollup converts in full. */
+        if (cv->needs_in > 2 * (uint64_t)cv->n + NEED_MEMO_SLACK) {
+            free(m->needs);
+            m->needs = NULL;
+            m->needs_cap = 0;
+        } else if (cv->needs_in > m->needs_cap) {
             struct bf_rollup_need_memo *nm = realloc(m->needs, (size_t)cv->needs_in * sizeof *nm);
             if (nm) {
                 m->needs = nm;
                 m->needs_cap = cv->needs_in;
             }
         }
-        if (cv->needs_in <= m->needs_cap && cv->needs_memo) {
+        if (m->needs && cv->needs_in <= m->needs_cap && cv->needs_memo) {
             if (cv->needs_in)
                 memcpy(m->needs, cv->needs_memo, (size_t)cv->needs_in * sizeof *m->needs);
             m->n_needs = cv->needs_in;
@@ -653,6 +664,8 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j)
     }
     bf_wake(s, BF_ROLE_CYCLE);
     BF_STAT_INC(stats(ig)->rollups_accepted);
+    if (!cv->repeated && cv->reused) /* counted once the rows are published */
+        BF_STAT_ADD(ig->cnt.needs_reused, cv->reused);
     if (v == BF_RAIL2_ACCEPT_CONFIRMED)
         BF_WARN("quarantined rollup accepted: confirmed by consecutive rollups (rail 2)",
                 "cluster=%s rows=%u previous_rows=%u", cid, cv->needs_in, rec.accepted_rows);

@@ -1085,7 +1085,7 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
      * index finds moved Needs, and is given up when it finds almost nothing
      * (every Need changed: its lookups would only cost) */
     uint32_t idx = 0, expect = 0, lookups = 0, found = 0;
-    bool indexed = false;
+    bool indexed = false, unindexed = false;
     rc = 0;
     bf_pb_reader_init(&rd, buf, len);
     while (bf_pb_next(&rd, &f) == 1) {
@@ -1101,13 +1101,17 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
                  * reused first, then anywhere */
                 if (expect < prev->n_needs && prev_match(prev, expect, h, (uint32_t)f.len)) {
                     k = expect;
-                } else if (lookups < PREV_LOOKUPS_MIN || found * 8 >= lookups) {
-                    if (!indexed && (rc = prev_index(r, prev)) != 0)
-                        break;
-                    indexed = true;
-                    k = prev_find(r, prev, h, (uint32_t)f.len);
-                    lookups++;
-                    found += k != UINT32_MAX;
+                } else if (!unindexed && (lookups < PREV_LOOKUPS_MIN || found * 8 >= lookups)) {
+                    /* no memory for the index: the Need is converted, as
+                     * the full conversion would (which needs no index) */
+                    if (!indexed && prev_index(r, prev) != 0)
+                        unindexed = true;
+                    else {
+                        indexed = true;
+                        k = prev_find(r, prev, h, (uint32_t)f.len);
+                        lookups++;
+                        found += k != UINT32_MAX;
+                    }
                 }
             }
             expect = (k != UINT32_MAX ? k : expect) + 1;

@@ -110,6 +110,49 @@ const tests = [
     assert.deepStrictEqual(cl('r-same').rows.map((r) => r.aggregate), [{ cpu: 5000 }, { cpu: 1000 }]);
     op.close();
   }],
+  ['a changed rollup takes the published rows of the Needs it repeats; a rollup of many duplicate Needs keeps no Need memo', async () => {
+    const reused = async () => {
+      const m = await L.httpGet(S.metricsPort, '/metrics');
+      const x = /^bigfleet_shard_session_rollup_needs_reused_total (\d+)$/m.exec(m.body);
+      assert.ok(x, 'bigfleet_shard_session_rollup_needs_reused_total exported');
+      return Number(x[1]);
+    };
+    const op = await connect('r-reuse');
+    // 25 distinct Needs; the first one's quantity is the change
+    const needs = (cpu) => Array.from({ length: 25 }, (_, i) =>
+      L.need({ priority: 100 + i, aggregate: { cpu: i ? String(i) : cpu } }));
+    const send = async (ns) => { op.rollup('r-reuse', ns); await op.ack('rollup'); };
+    const cpus = () => cl('r-reuse').rows.map((r) => r.aggregate.cpu);
+    const r0 = await reused();
+    await send(needs('1'));
+    assert.strictEqual(await reused(), r0, 'a first rollup converts every Need');
+    await send(needs('7'));
+    assert.strictEqual(await reused(), r0 + 24, 'the 24 repeated Needs take their published rows');
+    const want = Array.from({ length: 25 }, (_, i) => (i ? i : 7) * 1000);
+    assert.deepStrictEqual(cpus().sort((a, b) => a - b), want.sort((a, b) => a - b),
+      'the rows are what the full conversion gives');
+    // 200 copies of one Need (merged into one row), 30 distinct Needs and
+    // one more: 231 Needs for 32 rows, so no Need memo is kept (a peer
+    // cannot make the session hold 16 B per Need sent) ...
+    const dups = (other) => [...Array.from({ length: 200 }, () => L.need({ priority: 50 })),
+      ...Array.from({ length: 30 }, (_, i) => L.need({ priority: 200 + i })),
+      L.need({ priority: other })];
+    await send(dups(51));
+    const r1 = await reused();
+    assert.strictEqual(cl('r-reuse').rows_count, 32);
+    // ... and the next changed rollup, repeating 230 of them, converts in full
+    await send(dups(52));
+    assert.strictEqual(await reused(), r1, 'no memo of the merged rollup: nothing reused');
+    const pr = cl('r-reuse').rows.map((r) => r.priority);
+    assert.strictEqual(pr.length, 32);
+    assert.ok(pr.includes(52) && !pr.includes(51) && pr.includes(50) && pr.includes(229), JSON.stringify(pr));
+    // a rollup of distinct Needs keeps a memo again
+    await send(needs('3'));
+    assert.strictEqual(await reused(), r1);
+    await send(needs('4'));
+    assert.strictEqual(await reused(), r1 + 24);
+    op.close();
+  }],
   ['each rollup fully replaces the cluster\'s demand and moves its generation', async () => {
     const op = await connect('r-replace');
     op.rollup('r-replace', [L.need({ priority: 1 }), L.need({ priority: 2 }), L.need({ priority: 3 })]);
