@@ -34,6 +34,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_common.h"
 #include "bigfleet/log.h"
 #include "bigfleet/net.h"
 #include "bigfleet/util.h"
@@ -233,26 +234,6 @@ static void server_mem(pid_t pid, long *rss_kb, uint64_t *heap, uint64_t *wolf)
     *rss_kb = proc_rss_kb(pid);
 }
 
-/* user+sys CPU seconds of a process, from /proc/<pid>/stat */
-static double proc_cpu(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    if (!p)
-        return 0;
-    unsigned long ut = 0, stt = 0;
-    /* fields after ")": state(3) ... utime(14) stime(15) */
-    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &stt);
-    return (double)(ut + stt) / (double)sysconf(_SC_CLK_TCK);
-}
-
 static long proc_rss_kb(pid_t pid)
 {
     char path[64], line[256];
@@ -353,7 +334,7 @@ static struct unary_fig unary_bench(const struct bf_net_tls_config *stls,
             break;
     }
     /* measure */
-    double cpu0 = proc_cpu(pid);
+    double cpu0 = bench_proc_cpu_s(pid);
     t = bf_mono_ns();
     for (int c = 0; c < conns; c++)
         u[c].done = u[c].errors = 0;
@@ -364,7 +345,7 @@ static struct unary_fig unary_bench(const struct bf_net_tls_config *stls,
             break;
     }
     double wall = (double)(bf_mono_ns() - t) / BF_NS_PER_SEC;
-    double cpu = proc_cpu(pid) - cpu0;
+    double cpu = bench_proc_cpu_s(pid) - cpu0;
     for (int c = 0; c < conns; c++) {
         fg.calls += u[c].done;
         fg.errors += u[c].errors;
@@ -414,7 +395,7 @@ static struct h2load_fig h2load_bench(uint64_t n)
              "h2load -n %llu -c 4 -m 64 -t 1 -d %s -H 'content-type: application/grpc' "
              "-H 'te: trailers' http://127.0.0.1:%u%s 2>&1",
              (unsigned long long)n, body, port, P_GET);
-    double cpu0 = proc_cpu(pid);
+    double cpu0 = bench_proc_cpu_s(pid);
     FILE *p = popen(cmd, "r");
     char line[512];
     while (p && fgets(line, sizeof line, p)) {
@@ -429,7 +410,7 @@ static struct h2load_fig h2load_bench(uint64_t n)
     }
     if (p)
         pclose(p);
-    fg.server_cpu = proc_cpu(pid) - cpu0;
+    fg.server_cpu = bench_proc_cpu_s(pid) - cpu0;
     fg.rps_per_core = fg.server_cpu > 0 ? (double)fg.ok / fg.server_cpu : 0;
     fg.ran = fg.rps > 0;
     unlink(body);
@@ -569,7 +550,7 @@ static struct bidi_fig bidi_bench(int streams, int conns, int rounds,
             : 0;
     fg.wolf_per_stream = fg.opened ? ((double)fg.wolf_open - (double)fg.wolf_base) / fg.opened : 0;
     /* message rounds: one rollup per stream in, one ack out */
-    double cpu0 = proc_cpu(pid);
+    double cpu0 = bench_proc_cpu_s(pid);
     int64_t r0 = bf_mono_ns();
     /* at least `rounds`, and at least 2 s so the tick-granular CPU time is meaningful */
     int r;
@@ -583,7 +564,7 @@ static struct bidi_fig bidi_bench(int streams, int conns, int rounds,
     }
     rounds = fg.rounds = r;
     double secs = (double)(bf_mono_ns() - r0) / BF_NS_PER_SEC;
-    double cpu = proc_cpu(pid) - cpu0;
+    double cpu = bench_proc_cpu_s(pid) - cpu0;
     double msgs = 2.0 * fg.opened * rounds;
     fg.cpu_ms_per_1k_msgs = msgs > 0 ? cpu * 1000.0 / (msgs / 1000.0) : 0;
     fg.msgs_per_sec = secs > 0 ? msgs / secs : 0;

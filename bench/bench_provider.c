@@ -37,6 +37,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_common.h"
 #include "bigfleet/blobs.h"
 #include "bigfleet/log.h"
 #include "bigfleet/provider.h"
@@ -103,29 +104,12 @@ static struct sim sim_start(const char *self, char *const extra[])
     return s;
 }
 
-/* CPU seconds (user + system) of this process, and of process pid from
- * /proc (clock ticks: 10 ms resolution; sum many passes before dividing) */
+/* CPU seconds (user + system) of this process (bench_proc_cpu_s: another's) */
 static double cpu_self_s(void)
 {
     struct rusage u;
     getrusage(RUSAGE_SELF, &u);
     return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-static double cpu_pid_s(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    unsigned long ut = 0, st = 0;
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-        return 0;
-    return (ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 static void sim_stop(struct sim *s)
@@ -450,10 +434,10 @@ int main(int argc, char **argv)
     double walk_cpu_self = 0, walk_cpu_sim = 0;
     for (int i = 0; i < walks; i++) {
         bf_recon_reset_cursor(rcn);
-        double c0 = cpu_self_s(), p0 = cpu_pid_s(sim.pid);
+        double c0 = cpu_self_s(), p0 = bench_proc_cpu_s(sim.pid);
         paged[i] = run_pass(rcn);
         walk_cpu_self += cpu_self_s() - c0;
-        walk_cpu_sim += cpu_pid_s(sim.pid) - p0;
+        walk_cpu_sim += bench_proc_cpu_s(sim.pid) - p0;
         /* a pause: the simulator's HTTP/2 flood guard allows 200 new streams
          * a second beyond a burst of 400, and a walk is 123 of them */
         for (int64_t until = bf_mono_ns() + 700 * BF_NS_PER_MS; bf_mono_ns() < until;)
