@@ -750,30 +750,9 @@ static bool parse_cursor(struct bf_sim_bytes b, int64_t *out)
 struct list_run {
     uint32_t mask;
     size_t max, count;
-    size_t bound; /* at most this many machines can still be emitted (0: unknown) */
     int64_t last;
     bool truncated, oom;
 };
-
-/*
- * Room for the next machine's n bytes. A paged List grows its reply once:
- * the first time the reply is too small it reserves what the machines it can
- * still emit would take at this one's size plus a quarter (machines of a
- * pool are alike: one realloc, not a doubling chain copying the page and
- * faulting in new memory at every step). bound (max_results, and the log
- * entries left) keeps a small delta from reserving a page.
- */
-static int list_reserve(struct list_run *lr, struct bf_sim_reply *r, size_t n)
-{
-    if (r->cap - r->len >= n)
-        return 0;
-    size_t left = lr->bound ? lr->bound - lr->count : 0, want = n, est;
-    if (left > 1 && !__builtin_mul_overflow(n, left + left / 4, &est) && est > want)
-        want = est;
-    if (want != n && reply_reserve(r, want) == 0)
-        return 0;
-    return reply_reserve(r, n);
-}
 
 /* Appends machine i if its state matches; returns false to stop. */
 static bool list_emit(struct bf_sim *s, struct list_run *lr, uint32_t i, struct bf_sim_reply *r)
@@ -781,7 +760,7 @@ static bool list_emit(struct bf_sim *s, struct list_run *lr, uint32_t i, struct 
     if (!(lr->mask & (1u << s->m[i].state)))
         return true;
     size_t n = bf_sim_machine_size(s, i);
-    if (!n || list_reserve(lr, r, bf_pb_ld_len(1, n))) {
+    if (!n || reply_reserve(r, bf_pb_ld_len(1, n))) {
         lr->oom = true;
         return false;
     }
@@ -837,6 +816,11 @@ static void list_run(struct bf_sim *s, const struct bf_sim_list_args *a, struct 
     } else {
         bool go = true;
         int64_t floor = base_floor(s);
+        if (from < floor) {
+            for (size_t i = (size_t)(from - s->base_rev + 1); go && i < s->n_base; i++)
+                if (s->m[i].mod_rev == s->base_rev + (int64_t)i)
+                    go = list_emit(s, &lr, (uint32_t)i, r);
+        }
         /* first log entry with rev > from */
         size_t lo = 0, hi = s->n_log;
         while (lo < hi) {
@@ -845,17 +829,6 @@ static void list_run(struct bf_sim *s, const struct bf_sim_list_args *a, struct 
                 hi = mid;
             else
                 lo = mid + 1;
-        }
-        if (lr.max) { /* what this List can still emit: at most max, at most the candidates */
-            size_t cand = s->n_log - lo;
-            if (from < floor)
-                cand += s->n_base - (size_t)(from - s->base_rev + 1);
-            lr.bound = cand < lr.max ? cand : lr.max;
-        }
-        if (from < floor) {
-            for (size_t i = (size_t)(from - s->base_rev + 1); go && i < s->n_base; i++)
-                if (s->m[i].mod_rev == s->base_rev + (int64_t)i)
-                    go = list_emit(s, &lr, (uint32_t)i, r);
         }
         for (size_t k = lo; go && k < s->n_log; k++) {
             const struct sim_logent *e = &s->log[k];
