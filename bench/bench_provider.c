@@ -560,8 +560,10 @@ int main(int argc, char **argv)
     printf("bench_provider (simprovider as a separate process, real gRPC, %d machines)\n",
            machines);
     printf("  simprovider start + seeding                     %8.2f s\n", seed_s);
-    printf("  reconcile, full, cold (insert all)    listed %7u  list %8.1f ms  apply %8.1f ms\n",
-           cold.listed, cold.list_ns / 1e6, cold.apply_ns / 1e6);
+    printf("  reconcile, full, cold (insert all)    listed %7u  list %8.1f ms  apply %8.1f ms"
+           "  (%u pages, %.1f ms wall)\n",
+           cold.listed, cold.list_ns / 1e6, cold.apply_ns / 1e6, cold.walk_pages,
+           cold.walk_ns / 1e6);
     printf("  reconcile, full, steady (fast path)   listed %7u  list %8.1f ms  apply %8.1f ms\n",
            steady[mi].listed, steady[mi].list_ns / 1e6, steady[mi].apply_ns / 1e6);
     printf("  reconcile, resync walk, pages of %u  listed %7u  list %8.1f ms  apply %8.1f ms"

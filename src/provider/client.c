@@ -175,11 +175,6 @@ int bf_prov_client_state(const struct bf_prov_client *c)
     return (int)bf_net_client_state(c->net);
 }
 
-struct bf_net_loop *bf_prov_client_loop(const struct bf_prov_client *c)
-{
-    return c->loop;
-}
-
 int64_t bf_prov_next_seq(struct bf_prov_client *c)
 {
     return ++c->seq;
