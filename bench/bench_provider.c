@@ -31,6 +31,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
@@ -46,6 +48,59 @@
 #include "reconciler/reconciler.h"
 
 static struct bf_net_loop *loop;
+
+/* ------------------------------------------------------------ clean-up
+ * The simulator and the private segments go away however this process
+ * ends: exit (atexit), SIGINT/SIGTERM (the handler), or SIGKILL (the
+ * simulator dies with us through PR_SET_PDEATHSIG; the next run removes
+ * segments of bench runs whose process is gone). */
+static volatile pid_t cleanup_sim_pid;
+static char cleanup_paths[4][96]; /* /dev/shm/bigfleet.<id>.<segment> */
+
+static void cleanup_set_shard(const char *id)
+{
+    static const char *const seg[4] = {"inventory", "needs", "rings", "state"};
+    for (int i = 0; i < 4; i++)
+        snprintf(cleanup_paths[i], sizeof cleanup_paths[i], "/dev/shm/bigfleet.%s.%s", id, seg[i]);
+}
+
+static void cleanup_now(void)
+{
+    pid_t p = cleanup_sim_pid;
+    if (p > 0)
+        kill(p, SIGTERM);
+    for (int i = 0; i < 4; i++)
+        if (cleanup_paths[i][0])
+            unlink(cleanup_paths[i]);
+}
+
+static void on_fatal_signal(int sig)
+{
+    cleanup_now(); /* kill and unlink only: async-signal-safe */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Segments of earlier runs (bigfleet.bench-prov-<pid>.*) whose process is gone. */
+static void remove_stale_segments(void)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int pid = 0, n = 0;
+        if (sscanf(e->d_name, "bigfleet.bench-prov-%d.%n", &pid, &n) != 1 || n == 0 || pid <= 0)
+            continue;
+        if (kill(pid, 0) == 0 || errno != ESRCH)
+            continue; /* alive (or not ours to judge) */
+        char path[512];
+        snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+        if (unlink(path) == 0)
+            fprintf(stderr, "bench_provider: removed a stale segment %s\n", path);
+    }
+    closedir(d);
+}
 
 struct sim {
     pid_t pid;
@@ -73,6 +128,7 @@ static struct sim sim_start(const char *self, char *const extra[])
     struct sim s = {0};
     s.pid = fork();
     if (s.pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* dies with the bench, however it ends */
         dup2(p[1], 1);
         close(p[0]);
         char *argv[32] = {path, "--addr=127.0.0.1:0", "--log-level=error"};
@@ -84,6 +140,7 @@ static struct sim sim_start(const char *self, char *const extra[])
         _exit(127);
     }
     close(p[1]);
+    cleanup_sim_pid = s.pid;
     char buf[256];
     size_t got = 0;
     int64_t end = bf_mono_ns() + 60 * BF_NS_PER_SEC;
@@ -116,6 +173,7 @@ static void sim_stop(struct sim *s)
 {
     kill(s->pid, SIGTERM);
     waitpid(s->pid, NULL, 0);
+    cleanup_sim_pid = 0;
 }
 
 static struct bf_shm *shm_new(const char *id, uint32_t machines)
@@ -396,11 +454,16 @@ int main(int argc, char **argv)
     }
     bf_log_init("bench", BF_LOG_ERROR);
     signal(SIGPIPE, SIG_IGN);
+    remove_stale_segments();
     int rc = bf_net_loop_new(NULL, &loop);
     if (rc)
         die("loop", rc);
     char shard[64];
     snprintf(shard, sizeof shard, "bench-prov-%d", (int)getpid());
+    cleanup_set_shard(shard);
+    atexit(cleanup_now);
+    signal(SIGINT, on_fatal_signal);
+    signal(SIGTERM, on_fatal_signal);
 
     /* 1. reconcile of the big pool */
     char seed[64];
@@ -468,6 +531,18 @@ int main(int argc, char **argv)
         }
     }
     int mi = median_of(steady, 3), mp = median_of(paged, walks);
+    /* the walk's wall time (first page asked to removals done): with pages
+     * asked ahead (pipelined), list and apply overlap and their sum is not
+     * the walk's time */
+    int64_t walls[64];
+    for (int i = 0; i < walks; i++) {
+        int j = i;
+        for (; j > 0 && walls[j - 1] > paged[i].walk_ns; j--)
+            walls[j] = walls[j - 1];
+        walls[j] = paged[i].walk_ns;
+    }
+    double wall_med =
+        (walks % 2 ? walls[walks / 2] : (walls[walks / 2 - 1] + walls[walks / 2]) / 2) / 1e6;
     bf_recon_free(rcn);
     bf_prov_client_free(changer);
     bf_prov_client_free(cl);
@@ -485,14 +560,18 @@ int main(int argc, char **argv)
     printf("bench_provider (simprovider as a separate process, real gRPC, %d machines)\n",
            machines);
     printf("  simprovider start + seeding                     %8.2f s\n", seed_s);
-    printf("  reconcile, full, cold (insert all)    listed %7u  list %8.1f ms  apply %8.1f ms\n",
-           cold.listed, cold.list_ns / 1e6, cold.apply_ns / 1e6);
+    printf("  reconcile, full, cold (insert all)    listed %7u  list %8.1f ms  apply %8.1f ms"
+           "  (%u pages, %.1f ms wall)\n",
+           cold.listed, cold.list_ns / 1e6, cold.apply_ns / 1e6, cold.walk_pages,
+           cold.walk_ns / 1e6);
     printf("  reconcile, full, steady (fast path)   listed %7u  list %8.1f ms  apply %8.1f ms\n",
            steady[mi].listed, steady[mi].list_ns / 1e6, steady[mi].apply_ns / 1e6);
     printf("  reconcile, resync walk, pages of %u  listed %7u  list %8.1f ms  apply %8.1f ms"
            "  (%u pages, %.1f ms wall; median of %d)\n",
            page, paged[mp].listed, paged[mp].list_ns / 1e6, paged[mp].apply_ns / 1e6,
            paged[mp].walk_pages, paged[mp].walk_ns / 1e6, walks);
+    printf("  resync walk wall time, median of %d walks: %.1f ms (min %.1f, max %.1f)\n", walks,
+           wall_med, walls[0] / 1e6, walls[walks - 1] / 1e6);
     printf("  resync walk CPU (mean of %d walks): reconciler %.1f ms, simulated provider %.1f ms\n",
            walks, walk_cpu_self * 1e3 / walks, walk_cpu_sim * 1e3 / walks);
     for (int i = 0; i < 4; i++)
@@ -530,13 +609,15 @@ int main(int argc, char **argv)
             "  \"reconcile\": {\"full_cold\": {\"listed\": %u, \"list_ms\": %.1f, \"apply_ms\": "
             "%.1f},\n    \"full_steady\": {\"listed\": %u, \"list_ms\": %.1f, \"apply_ms\": "
             "%.1f},\n    \"walk_paged\": {\"page\": %u, \"listed\": %u, \"pages\": %u, "
-            "\"list_ms\": %.1f, \"apply_ms\": %.1f, \"wall_ms\": %.1f, \"cpu_reconciler_ms\": "
+            "\"list_ms\": %.1f, \"apply_ms\": %.1f, \"wall_ms\": %.1f, \"wall_median_ms\": %.1f, "
+            "\"cpu_reconciler_ms\": "
             "%.1f, "
             "\"cpu_provider_ms\": %.1f},\n    \"incremental\": [",
             cold.listed, cold.list_ns / 1e6, cold.apply_ns / 1e6, steady[mi].listed,
             steady[mi].list_ns / 1e6, steady[mi].apply_ns / 1e6, page, paged[mp].listed,
             paged[mp].walk_pages, paged[mp].list_ns / 1e6, paged[mp].apply_ns / 1e6,
-            paged[mp].walk_ns / 1e6, walk_cpu_self * 1e3 / walks, walk_cpu_sim * 1e3 / walks);
+            paged[mp].walk_ns / 1e6, wall_med, walk_cpu_self * 1e3 / walks,
+            walk_cpu_sim * 1e3 / walks);
         for (int i = 0; i < 4; i++)
             fprintf(f, "%s{\"changes\": %d, \"listed\": %u, \"list_ms\": %.3f, \"apply_ms\": %.3f}",
                     i ? ", " : "", ks[i], inc[i].listed, inc[i].list_ns / 1e6,

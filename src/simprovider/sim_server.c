@@ -10,6 +10,11 @@
  *     times out frees it in on_done (the timer never fires on a dead call).
  *   - Replies are handed to the net layer without a copy
  *     (bf_net_call_reply_take): a List page is megabytes.
+ *   - New streams: up to BF_SIMSRV_STREAM_RATE a second per connection (the
+ *     net layer's flood guard defaults to 200): one shard's executor and
+ *     reconciler open a stream per call (a resync walk at 500K is 123 Lists
+ *     in ~0.2 s; the executor bench runs ~80,000 RPCs/s), and a provider
+ *     that GOAWAYs its own shard for that only tests reconnects.
  *   - Time: one bf_net timer is armed at bf_sim_next_deadline(), re-armed
  *     after every RPC and every advance; the sim's clock is bf_mono_ns().
  */
@@ -195,6 +200,7 @@ int bf_simsrv_new(struct bf_net_loop *loop, struct bf_sim *sim, const struct bf_
     }
     struct bf_net_server_opts so = {
         .addr = o->addr,
+        .max_new_streams_per_second = BF_SIMSRV_STREAM_RATE,
         .tls = o->tls,
         .methods = s->methods,
         .n_methods = BF_SIM_RPC_COUNT,

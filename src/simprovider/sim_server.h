@@ -20,6 +20,11 @@
 
 struct bf_simsrv;
 
+/* new streams a second one connection may open (bf_net_server_opts.
+ * max_new_streams_per_second; the net default of 200 is for peers on the
+ * operator side, not for the shard this provider serves) */
+#define BF_SIMSRV_STREAM_RATE 100000
+
 struct bf_simsrv_opts {
     const char *addr;             /* "host:port" (port 0 = ephemeral) */
     struct bf_net_tls_config tls; /* all three, or none (h2c) */
