@@ -845,8 +845,8 @@ int main(int argc, char **argv)
     struct ingest_fig one[3], four[3], same[2], part[2];
     printf("rollup ingest (bigfleet-shardd over loopback, every row a distinct profile)\n");
     printf("%7s %4s %9s %10s %10s %9s %9s %10s %8s %10s %8s %8s %8s\n", "rows", "ops", "rollups",
-           "bytes", "rollups/s", "ack_p50", "ack_p99", "cold_ms", "ping_p99", "ingest_us", "srv_cpu",
-           "cyc_cpu", "cli_cpu");
+           "bytes", "rollups/s", "ack_p50", "ack_p99", "cold_ms", "ping_p99", "ingest_us",
+           "srv_cpu", "cyc_cpu", "cli_cpu");
     if (ingest_only) {
         /* the round trip's floor: an empty rollup, repeated */
         struct ingest_fig empty;

@@ -41,9 +41,9 @@
  * when the ingest lane is idle (bf_ingest_submit): ~1,800 Needs, well
  * under a millisecond of conversion */
 #define SS_INGEST_INLINE_MAX (256u << 10)
-#define SS_RECLAIM_TRACK_MAX   65536u          /* instructions awaiting an ack */
-#define SS_RECLAIM_TTL_NS      (600LL * 1000000000LL)
-#define SS_BOOT_MAX            65536u /* bootstrap requests in flight */
+#define SS_RECLAIM_TRACK_MAX 65536u /* instructions awaiting an ack */
+#define SS_RECLAIM_TTL_NS    (600LL * 1000000000LL)
+#define SS_BOOT_MAX          65536u /* bootstrap requests in flight */
 /* hostile peers (docs/security.md) */
 #define SS_SMALL_MESSAGE_MAX 4096u       /* InspectNeedsRequest */
 #define SS_HELLO_MAX         (64u << 10) /* a stream's frames until its Hello is in */
