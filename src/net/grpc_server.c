@@ -78,7 +78,6 @@ static struct {
     pthread_mutex_t mu;
     uint8_t *buf;
     size_t cap;
-    _Atomic bool full;
 } msg_return = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 struct method_ent {
@@ -833,7 +832,6 @@ void bf_net_msg_free(struct bf_net_msg_buf *b)
             old_cap = msg_return.cap;
             msg_return.buf = b->base;
             msg_return.cap = b->cap;
-            atomic_store_explicit(&msg_return.full, true, memory_order_relaxed);
         } else {
             old = b->base;
             old_cap = b->cap;
@@ -848,19 +846,20 @@ void bf_net_msg_free(struct bf_net_msg_buf *b)
     b->cap = 0;
 }
 
-/* Moves a returned buffer into the server's spare when it has none. */
+/* Moves a returned buffer into the server's spare when it has none (once
+ * per message start: an uncontended lock). */
 static void take_return(struct bf_net_server *srv)
 {
-    if (srv->spare.buf || !atomic_load_explicit(&msg_return.full, memory_order_relaxed))
+    if (srv->spare.buf)
         return;
     pthread_mutex_lock(&msg_return.mu);
     uint8_t *buf = msg_return.buf;
     size_t cap = msg_return.cap;
     msg_return.buf = NULL;
     msg_return.cap = 0;
-    atomic_store_explicit(&msg_return.full, false, memory_order_relaxed);
     pthread_mutex_unlock(&msg_return.mu);
-    bf_grpc_spare_put(&srv->spare, buf, cap); /* frees it if it does not fit */
+    if (buf)
+        bf_grpc_spare_put(&srv->spare, buf, cap); /* frees it if it does not fit */
 }
 
 static int on_data_chunk_cb(nghttp2_session *h2, uint8_t flags, int32_t sid, const uint8_t *data,
