@@ -29,7 +29,8 @@
  * K-th of those four (0-3; for perf).
  * --ingest-case K: --ingest-only, but only its K-th case (0 the empty
  * rollup; 1-3 1K every Need changed, 1 % changed, unchanged; 4-6 the same
- * at 50K; for perf). The srv_cpu, cyc_cpu and cli_cpu columns are the CPU
+ * at 50K; 7 and 8: four operators at once, 1K, every Need / 1 % changed;
+ * for perf). The srv_cpu, cyc_cpu and cli_cpu columns are the CPU
  * time (user + system) per rollup of the session process, the cycle process
  * and this client over the closed loop (10 ms ticks: read them over
  * seconds, not milliseconds).
@@ -868,6 +869,11 @@ int main(int argc, char **argv)
                 bench_ingest(&sh, sizes[k], 1, seconds, false, true, 1, &same[k / 2]);
                 print_fig(&same[k / 2]);
             }
+        }
+        if (ingest_case == 7 || ingest_case == 8) { /* four operators (the lane shared) */
+            bench_ingest(&sh, sizes[0], 4, seconds, false, false, ingest_case == 7 ? 1 : 100,
+                         &four[0]);
+            print_fig(&four[0]);
         }
         shard_stop(&sh);
         bf_net_loop_free(g_loop);
