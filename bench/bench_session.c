@@ -27,6 +27,13 @@
  * bf_rollup_digest, timed in this process on a scratch segment for
  * --seconds each; prints fastest and median. --convert-case K: only the
  * K-th of those four (0-3; for perf).
+ * --ingest-case K: --ingest-only, but only its K-th case (0 the empty
+ * rollup; 1-3 1K every Need changed, 1 % changed, unchanged; 4-6 the same
+ * at 50K; 7 and 8: four operators at once, 1K, every Need / 1 % changed;
+ * for perf). The srv_cpu, cyc_cpu and cli_cpu columns are the CPU
+ * time (user + system) per rollup of the session process, the cycle process
+ * and this client over the closed loop (10 ms ticks: read them over
+ * seconds, not milliseconds).
  * Needs RLIMIT_NOFILE >= N + ~200 in this process and in bigfleet-shardd
  * (both raise their soft limit to the hard one; `ulimit -Hn` must allow it,
  * e.g. `ulimit -n 32768` before running, or run as a user whose hard limit
@@ -46,6 +53,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_common.h"
 #include "bigfleet/net.h"
 #include "bigfleet/rollup.h"
 #include "bigfleet/shm.h"
@@ -418,6 +426,10 @@ struct ingest_fig {
     uint32_t every; /* changed: one Need in `every` differs between consecutive rollups */
     double cold_ms, rps, p50, p99, ping_p99;
     double ingest_us; /* mean time inside the session's ingest thread (its own histogram) */
+    /* CPU time per steady rollup (user + system, /proc/<pid>/stat, 10 ms ticks
+     * over the whole run): the session process, the cycle process, and this
+     * client process */
+    double srv_cpu_us, cyc_cpu_us, cli_cpu_us;
     uint32_t rollups;
     size_t bytes;
 };
@@ -505,6 +517,10 @@ static void bench_ingest(struct shard *sh, uint32_t rows, int nops, double secon
         a0 += ops[i].acks;
     struct bf_hist *ih = &sh->shm.st->session.rollup_ingest;
     uint64_t ic0 = atomic_load(&ih->count), is0 = atomic_load(&ih->sum_ns);
+    pid_t spid = (pid_t)atomic_load(&sh->shm.st->proc[BF_ROLE_SESSION].pid);
+    pid_t cpid = (pid_t)atomic_load(&sh->shm.st->proc[BF_ROLE_CYCLE].pid);
+    double sc0 = bench_proc_cpu_s(spid), cc0 = bench_proc_cpu_s(cpid),
+           lc0 = bench_proc_cpu_s(getpid());
     t0 = bf_mono_ns();
     for (int i = 0; i < nops; i++)
         op_send(&ops[i]);
@@ -518,6 +534,11 @@ static void bench_ingest(struct shard *sh, uint32_t rows, int nops, double secon
     for (int i = 0; i < nops; i++)
         a1 += ops[i].acks;
     f->rollups = a1 - a0;
+    if (f->rollups) {
+        f->srv_cpu_us = (bench_proc_cpu_s(spid) - sc0) * 1e6 / f->rollups;
+        f->cyc_cpu_us = (bench_proc_cpu_s(cpid) - cc0) * 1e6 / f->rollups;
+        f->cli_cpu_us = (bench_proc_cpu_s(getpid()) - lc0) * 1e6 / f->rollups;
+    }
     f->rps = f->rollups / el;
     uint64_t ic1 = atomic_load(&ih->count), is1 = atomic_load(&ih->sum_ns);
     f->ingest_us = ic1 > ic0 ? (double)(is1 - is0) / (double)(ic1 - ic0) / 1e3 : 0;
@@ -565,8 +586,9 @@ static void print_fig(const struct ingest_fig *x)
     snprintf(kind, sizeof kind, "%s", x->unchanged ? "unchanged" : "changed");
     if (!x->unchanged && x->every > 1)
         snprintf(kind, sizeof kind, "ch-1/%u", x->every);
-    printf("%7u %4u %9s %10zu %10.1f %8.2fms %8.2fms %10.1f %8s %10.1f\n", x->rows, x->ops, kind,
-           x->bytes, x->rps, x->p50, x->p99, x->cold_ms, ping, x->ingest_us);
+    printf("%7u %4u %9s %10zu %10.1f %8.2fms %8.2fms %10.1f %8s %10.1f %8.1f %8.1f %8.1f\n",
+           x->rows, x->ops, kind, x->bytes, x->rps, x->p50, x->p99, x->cold_ms, ping, x->ingest_us,
+           x->srv_cpu_us, x->cyc_cpu_us, x->cli_cpu_us);
     fflush(stdout);
 }
 
@@ -775,6 +797,7 @@ int main(int argc, char **argv)
     bool ingest_only = false;
     uint32_t convert_rows = 0;
     int convert_case = -1;
+    int ingest_case = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--results") && i + 1 < argc)
             results = argv[++i];
@@ -788,6 +811,10 @@ int main(int argc, char **argv)
             convert_rows = (uint32_t)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--convert-case") && i + 1 < argc)
             convert_case = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ingest-case") && i + 1 < argc) {
+            ingest_only = true;
+            ingest_case = atoi(argv[++i]);
+        }
     }
     if (convert_rows) {
         bench_convert(convert_rows, seconds, convert_case);
@@ -818,20 +845,35 @@ int main(int argc, char **argv)
     static const uint32_t sizes[] = {1000, 10000, 50000};
     struct ingest_fig one[3], four[3], same[2], part[2];
     printf("rollup ingest (bigfleet-shardd over loopback, every row a distinct profile)\n");
-    printf("%7s %4s %9s %10s %10s %9s %9s %10s %8s %10s\n", "rows", "ops", "rollups", "bytes",
-           "rollups/s", "ack_p50", "ack_p99", "cold_ms", "ping_p99", "ingest_us");
+    printf("%7s %4s %9s %10s %10s %9s %9s %10s %8s %10s %8s %8s %8s\n", "rows", "ops", "rollups",
+           "bytes", "rollups/s", "ack_p50", "ack_p99", "cold_ms", "ping_p99", "ingest_us",
+           "srv_cpu", "cyc_cpu", "cli_cpu");
     if (ingest_only) {
         /* the round trip's floor: an empty rollup, repeated */
         struct ingest_fig empty;
-        bench_ingest(&sh, 0, 1, seconds, false, true, 1, &empty);
-        print_fig(&empty);
+        if (ingest_case < 0 || ingest_case == 0) {
+            bench_ingest(&sh, 0, 1, seconds, false, true, 1, &empty);
+            print_fig(&empty);
+        }
         for (int k = 0; k < 3; k += 2) {
-            bench_ingest(&sh, sizes[k], 1, seconds, false, false, 1, &one[k]);
-            print_fig(&one[k]);
-            bench_ingest(&sh, sizes[k], 1, seconds, false, false, 100, &part[k / 2]);
-            print_fig(&part[k / 2]);
-            bench_ingest(&sh, sizes[k], 1, seconds, false, true, 1, &same[k / 2]);
-            print_fig(&same[k / 2]);
+            int c = 1 + (k / 2) * 3; /* --ingest-case: 1-3 the 1K cases, 4-6 the 50K ones */
+            if (ingest_case < 0 || ingest_case == c) {
+                bench_ingest(&sh, sizes[k], 1, seconds, false, false, 1, &one[k]);
+                print_fig(&one[k]);
+            }
+            if (ingest_case < 0 || ingest_case == c + 1) {
+                bench_ingest(&sh, sizes[k], 1, seconds, false, false, 100, &part[k / 2]);
+                print_fig(&part[k / 2]);
+            }
+            if (ingest_case < 0 || ingest_case == c + 2) {
+                bench_ingest(&sh, sizes[k], 1, seconds, false, true, 1, &same[k / 2]);
+                print_fig(&same[k / 2]);
+            }
+        }
+        if (ingest_case == 7 || ingest_case == 8) { /* four operators (the lane shared) */
+            bench_ingest(&sh, sizes[0], 4, seconds, false, false, ingest_case == 7 ? 1 : 100,
+                         &four[0]);
+            print_fig(&four[0]);
         }
         shard_stop(&sh);
         bf_net_loop_free(g_loop);

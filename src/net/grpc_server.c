@@ -29,8 +29,22 @@
  *     pages go back to the kernel (MADV_DONTNEED); the next frame faults a
  *     fresh zero page in. The buffer's contents between frames are dead:
  *     nghttp2 writes every frame into it from its start before reading it.
+ *   - Recycled assembly buffers (issue 18, stop 27): a message of 1 MiB or
+ *     more is assembled in a fresh anonymous mapping, and first touching
+ *     its pages cost more than ingesting an unchanged 50K-Need rollup on a
+ *     virtual machine (docs/performance.md, "Ingest (target 3; i18-ingest,
+ *     stop 27)"). A mapped buffer that comes back — a message the handler
+ *     did not take (the parser's release), or a taken one freed with
+ *     bf_net_msg_free on any thread (through msg_return, one slot, under
+ *     a lock) — is kept as the server's spare (struct bf_grpc_spare) and the
+ *     next large message on any of its connections starts in it. At most
+ *     RECV_SPARE_MAX bytes are kept idle in each of the two places, whoever
+ *     sent them; a buffer in use is charged to its connection's inbound
+ *     budget as any other (bf_grpc_parser's take_spare), then to the
+ *     handler's budget once taken.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +67,19 @@
 #define FB_IDLE_NS      (1 * BF_NS_PER_SEC)  /* quiet this long: frame buffer pages back */
 #define FB_PAGE         4096u
 
+/* the largest assembly buffer kept for reuse, idle, in each place (the
+ * server's spare, msg_return): a 50K-Need rollup is ~7 MB */
+#define RECV_SPARE_MAX (16u << 20)
+
+/* A taken buffer freed by its handler (bf_net_msg_free, any thread) waits
+ * here until a server's loop moves it into that server's spare (take_return).
+ * One slot per process: the handler's buffer outlives any one server. */
+static struct {
+    pthread_mutex_t mu;
+    uint8_t *buf;
+    size_t cap;
+} msg_return = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
 struct method_ent {
     struct bf_net_method m;
     size_t path_len;
@@ -67,6 +94,7 @@ struct bf_net_server {
     struct bf_net_server_opts o;
     struct bf_net_stats stats;
     struct bf_grpc_budget inbound; /* partially received messages, all calls */
+    struct bf_grpc_spare spare;    /* recycled assembly buffer (loop thread) */
     struct bf_list conns;
     uint32_t nconns;
     uint32_t max_method_recv;                 /* largest per-method receive limit */
@@ -794,9 +822,44 @@ int bf_net_call_take_message(struct bf_net_call *call, const uint8_t *msg,
 
 void bf_net_msg_free(struct bf_net_msg_buf *b)
 {
-    bf_grpc_buf_free(b->base, b->cap);
+    uint8_t *old = NULL;
+    size_t old_cap = 0;
+    if (b->base && b->cap >= BF_GRPC_MMAP_MIN && b->cap <= RECV_SPARE_MAX) {
+        /* kept for the next large message (the larger of two) */
+        pthread_mutex_lock(&msg_return.mu);
+        if (!msg_return.buf || msg_return.cap < b->cap) {
+            old = msg_return.buf;
+            old_cap = msg_return.cap;
+            msg_return.buf = b->base;
+            msg_return.cap = b->cap;
+        } else {
+            old = b->base;
+            old_cap = b->cap;
+        }
+        pthread_mutex_unlock(&msg_return.mu);
+    } else {
+        old = b->base;
+        old_cap = b->cap;
+    }
+    bf_grpc_buf_free(old, old_cap); /* outside the lock: a munmap is not free */
     b->base = NULL;
     b->cap = 0;
+}
+
+/* Moves a returned buffer into the server's spare when it has none (once
+ * per message start: an uncontended lock). */
+static void take_return(struct bf_net_server *srv)
+{
+    if (srv->spare.buf)
+        return;
+    pthread_mutex_lock(&msg_return.mu);
+    uint8_t *buf = msg_return.buf;
+    size_t cap = msg_return.cap;
+    msg_return.buf = NULL;
+    msg_return.cap = 0;
+    pthread_mutex_unlock(&msg_return.mu);
+    if (buf)
+        bf_grpc_spare_put(&srv->spare, buf, cap); /* frees it if it does not fit */
 }
 
 static int on_data_chunk_cb(nghttp2_session *h2, uint8_t flags, int32_t sid, const uint8_t *data,
@@ -809,6 +872,8 @@ static int on_data_chunk_cb(nghttp2_session *h2, uint8_t flags, int32_t sid, con
         return 0;
     struct sconn *sc = call->sc;
     call->last_rx_ns = bf_mono_ns();
+    if (bf_grpc_parser_idle(&call->parser))
+        take_return(sc->srv); /* a message may start in this chunk */
     int r = bf_grpc_parser_feed(&call->parser, data, len, on_parsed, call);
     if (r == 0 && !call->done) {
         if (bf_grpc_parser_idle(&call->parser)) {
@@ -870,6 +935,7 @@ static int on_begin_headers_cb(nghttp2_session *h2, const nghttp2_frame *frame, 
     bf_list_init(&call->drain_link);
     bf_list_add_tail(&sc->calls, &call->link);
     bf_grpc_parser_init(&call->parser, sc->srv->o.max_recv_message, &sc->inbound);
+    call->parser.spare = &sc->srv->spare;
     bf_timer_init(&call->deadline_timer, sc->c.loop, deadline_cb, call);
     bf_timer_init(&call->guard_timer, sc->c.loop, guard_cb, call);
     call->unknown_path = true;
@@ -1484,6 +1550,8 @@ int bf_net_server_new(struct bf_net_loop *loop, const struct bf_net_server_opts 
     if (srv->o.max_inbound_buffered < srv->o.max_recv_message)
         srv->o.max_inbound_buffered = srv->o.max_recv_message; /* one largest message fits */
     srv->inbound.max = srv->o.max_inbound_buffered;
+    srv->spare.max =
+        srv->o.max_recv_message < RECV_SPARE_MAX ? srv->o.max_recv_message : RECV_SPARE_MAX;
     for (size_t i = 0; i < opts->n_methods; i++) {
         uint32_t m = opts->methods[i].max_recv_message;
         m = m && m < srv->o.max_recv_message ? m : srv->o.max_recv_message;
@@ -1647,6 +1715,7 @@ static void server_destroy(struct bf_net_server *srv)
     bf_tls_ctx_unref(srv->tls);
     bf_cc_free(&srv->peers);
     bf_cc_free(&srv->idents);
+    bf_grpc_spare_release(&srv->spare);
     free(srv->methods);
     free(srv);
 }

@@ -213,6 +213,10 @@ static void local_metrics(struct ss *ss, struct bf_strbuf *b)
          "CapacityNeeds of changed rollups whose bytes repeated a Need of the cluster's previous "
          "accepted rollup: their published row was reused instead of converting them again.",
          ic.needs_reused},
+        {"bigfleet_shard_session_rollups_inline_total",
+         "Rollups small enough (256 KiB) to be ingested on the event loop while the ingest "
+         "lane was idle, instead of being handed to the ingest thread.",
+         ic.rollups_inline},
         {"bigfleet_shard_session_resource_names_registered_total",
          "Resource names added to the shard-wide dimension table for operators' rollups.",
          ic.dims_registered},

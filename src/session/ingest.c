@@ -115,6 +115,7 @@ struct ingest {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stop;
+    bool busy;        /* a rollup is in process (the thread's or an inline one) */
     struct job *slot; /* [max_clusters] */
     uint32_t *fifo;   /* ring of cluster indices */
     uint32_t fifo_head, fifo_n, fifo_cap;
@@ -537,7 +538,9 @@ static void remember(struct ingest *ig, uint32_t cidx, const struct job *j,
     m->hi = dg->hi;
 }
 
-static void process(struct ingest *ig, uint32_t cidx, struct job *j)
+/* notify: write the eventfd after queueing the completion (the thread);
+ * an inline rollup's caller drains the completions itself */
+static void process(struct ingest *ig, uint32_t cidx, struct job *j, bool notify)
 {
     struct bf_shm *s = ig->shm;
     struct cluster_tab *ct = ig->ct;
@@ -688,7 +691,12 @@ out:
     }
     if (ig->done_n < ig->done_cap)
         ig->done[ig->done_n++] = (struct ingest_done){cidx, j->serial, outcome};
+    ig->busy = false;
+    if (!notify && ig->fifo_n)
+        pthread_cond_signal(&ig->cv); /* (the caller is the only submitter: not expected) */
     pthread_mutex_unlock(&ig->mu);
+    if (!notify)
+        return;
     uint64_t one = 1;
     ssize_t w = write(ig->efd, &one, sizeof one);
     (void)w;
@@ -731,7 +739,7 @@ static void *thread_main(void *arg)
     struct ingest *ig = arg;
     for (;;) {
         pthread_mutex_lock(&ig->mu);
-        while (!ig->stop && ig->fifo_n == 0)
+        while (!ig->stop && (ig->fifo_n == 0 || ig->busy))
             pthread_cond_wait(&ig->cv, &ig->mu);
         if (ig->stop) {
             pthread_mutex_unlock(&ig->mu);
@@ -742,8 +750,9 @@ static void *thread_main(void *arg)
         ig->fifo_n--;
         struct job j = ig->slot[cidx];
         ig->slot[cidx] = (struct job){0};
+        ig->busy = true;
         pthread_mutex_unlock(&ig->mu);
-        process(ig, cidx, &j); /* frees j.rb */
+        process(ig, cidx, &j, true); /* frees j.rb, clears busy */
     }
     return NULL;
 }
@@ -817,6 +826,16 @@ int bf_ingest_submit(struct ingest *ig, uint32_t cidx, uint64_t serial, struct i
     pthread_mutex_lock(&ig->mu);
     struct job *sl = &ig->slot[cidx];
     size_t replaced = sl->rb.data ? sl->held : 0;
+    if (!ig->busy && ig->fifo_n == 0 && !ig->stop && nj.held <= SS_INGEST_INLINE_MAX &&
+        ig->bytes + nj.held <= SS_INGEST_BUDGET) {
+        /* the lane is idle: process it here (the thread stays out while busy) */
+        ig->busy = true;
+        ig->bytes += nj.held;
+        pthread_mutex_unlock(&ig->mu);
+        BF_STAT_INC(ig->cnt.rollups_inline);
+        process(ig, cidx, &nj, false); /* frees nj.rb, refunds, clears busy */
+        return 1;
+    }
     if (ig->bytes - replaced + nj.held > SS_INGEST_BUDGET) {
         old = nj; /* shed: freed below */
         rc = -ENOBUFS;
@@ -851,6 +870,7 @@ void bf_ingest_read_counters(struct ingest *ig, struct ingest_counters *out)
     out->dims_registered = BF_STAT_GET(ig->cnt.dims_registered);
     out->rollups_unchanged = BF_STAT_GET(ig->cnt.rollups_unchanged);
     out->needs_reused = BF_STAT_GET(ig->cnt.needs_reused);
+    out->rollups_inline = BF_STAT_GET(ig->cnt.rollups_inline);
     for (int i = 0; i < 4; i++)
         out->over_quota[i] = BF_STAT_GET(ig->cnt.over_quota[i]);
 }

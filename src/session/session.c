@@ -933,7 +933,10 @@ static void on_rollup(struct sess *s, const uint8_t *msg, size_t len, const uint
         rb.len = sublen;
     }
     size_t blen = rb.len;
-    if (bf_ingest_submit(ss->ig, (uint32_t)s->cidx, s->serial, &rb, bf_now_ns()) != 0) {
+    int rc = bf_ingest_submit(ss->ig, (uint32_t)s->cidx, s->serial, &rb, bf_now_ns());
+    if (rc > 0) { /* ingested here: acknowledge it (and anything else done) now */
+        bf_session_on_ingest_done(ss);
+    } else if (rc < 0) {
         ss->lc.rollups_shed++;
         BF_WARN("rollup shed: queued rollups are over their memory budget (no ack; the next "
                 "rollup retries)",

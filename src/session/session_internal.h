@@ -37,9 +37,13 @@
 #define SS_RESYNC_CHUNK        8192u           /* records read per loop turn during a resync scan */
 #define SS_RING_BUDGET         4096u           /* ring messages per ring per loop turn */
 #define SS_INGEST_BUDGET       (1536ull << 20) /* queued + in-process rollup bytes */
-#define SS_RECLAIM_TRACK_MAX   65536u          /* instructions awaiting an ack */
-#define SS_RECLAIM_TTL_NS      (600LL * 1000000000LL)
-#define SS_BOOT_MAX            65536u /* bootstrap requests in flight */
+/* a rollup of at most this many held bytes is ingested on the event loop
+ * when the ingest lane is idle (bf_ingest_submit): ~1,800 Needs, well
+ * under a millisecond of conversion */
+#define SS_INGEST_INLINE_MAX (256u << 10)
+#define SS_RECLAIM_TRACK_MAX 65536u /* instructions awaiting an ack */
+#define SS_RECLAIM_TTL_NS    (600LL * 1000000000LL)
+#define SS_BOOT_MAX          65536u /* bootstrap requests in flight */
 /* hostile peers (docs/security.md) */
 #define SS_SMALL_MESSAGE_MAX 4096u       /* InspectNeedsRequest */
 #define SS_HELLO_MAX         (64u << 10) /* a stream's frames until its Hello is in */
@@ -101,6 +105,7 @@ struct ingest_counters {
     _Atomic uint64_t rollups_unchanged; /* took the unchanged-rollup path (bf_rollup_repeat_meta) */
     _Atomic uint64_t
         needs_reused; /* Needs of changed rollups reused (bf_rollup_convert_incremental) */
+    _Atomic uint64_t rollups_inline; /* ingested on the caller's thread (bf_ingest_submit) */
 };
 
 struct ingest;
@@ -135,7 +140,16 @@ void bf_ingest_buf_free(struct ingest_buf *b);
  * result. A queued, unprocessed rollup of the same cluster is superseded
  * (freed). Returns 0 or -ENOBUFS (over the memory budget: the bytes are
  * freed, nothing queued). The buffer is freed by the ingest thread once the
- * rollup is processed. */
+ * rollup is processed.
+ * When the lane is idle (nothing queued, the thread not processing) and the
+ * rollup holds at most SS_INGEST_INLINE_MAX bytes, it is processed right
+ * here on the caller's thread instead — the same process(), under the same
+ * budget, with the thread kept out meanwhile — and 1 is returned: its
+ * completion is queued but done_efd is NOT written; the caller drains the
+ * completions (bf_ingest_take_done). This saves the two thread hand-offs
+ * (a condvar wake-up and an eventfd wake-up) that cost more CPU than
+ * ingesting a small rollup on this machine (docs/performance.md, "Ingest
+ * (target 3; i18-ingest, stop 27)"). */
 int bf_ingest_submit(struct ingest *ig, uint32_t cidx, uint64_t serial, struct ingest_buf *b,
                      int64_t recv_ns);
 /* Takes up to max completions. */

@@ -357,6 +357,31 @@ const tests = [
     big.close();
     other.close();
   }],
+  ['a small rollup is ingested on the event loop while the lane is idle, one over 256 KiB on the ingest thread; both acknowledged and published', async () => {
+    const inline = async () => {
+      const m = await L.httpGet(S.metricsPort, '/metrics');
+      const x = /^bigfleet_shard_session_rollups_inline_total (\d+)$/m.exec(m.body);
+      assert.ok(x, 'bigfleet_shard_session_rollups_inline_total exported');
+      return Number(x[1]);
+    };
+    const op = await connect('r-inline');
+    const i0 = await inline();
+    op.rollup('r-inline', [L.need({ priority: 1, aggregate: { cpu: '1' } })]);
+    await op.ack('rollup');
+    assert.strictEqual(await inline(), i0 + 1, 'the small rollup was ingested inline');
+    assert.deepStrictEqual(cl('r-inline').rows.map((r) => r.priority), [1]);
+    // ~300 KiB: 2,500 distinct Needs with a 100-byte requirement value each
+    const big = Array.from({ length: 2500 }, (_, i) => L.need({ priority: 10 + i, aggregate: { cpu: '1' },
+      requirements: [{ key: 'zone', operator: 1, values: [`${'z'.repeat(100)}${i}`] }] }));
+    op.rollup('r-inline', big);
+    await op.ack('rollup', 20000);
+    assert.strictEqual(await inline(), i0 + 1, 'the large rollup went to the ingest thread');
+    assert.strictEqual(cl('r-inline').rows_count, 2500);
+    op.rollup('r-inline', []); // small again: inline (rail 2 holds it, and it is acknowledged)
+    await op.ack('rollup');
+    assert.strictEqual(await inline(), i0 + 2);
+    op.close();
+  }],
   ['huge rollups: too many Needs rejected, 64 MiB accepted, over 256 MiB refused by the transport', async () => {
     const op = await connect('r-huge');
     op.rollup('r-huge', [L.need({ priority: 7 })]);

@@ -526,6 +526,59 @@ START_TEST(a_taken_message_buffer_outlives_the_call_and_leaves_the_inbound_budge
 }
 END_TEST
 
+static bool taken_one(void *arg)
+{
+    (void)arg;
+    return S.n_taken >= 1;
+}
+
+static bool taken_two(void *arg)
+{
+    (void)arg;
+    return S.n_taken >= 2;
+}
+
+START_TEST(a_freed_taken_buffer_is_where_the_next_large_message_is_assembled)
+{
+    struct rig g = rig_up(NULL, NULL, 0);
+    size_t big = 3u << 20;
+    uint8_t *m = malloc(big);
+    memcpy(m, "take:", 5);
+    for (size_t i = 5; i < big; i++)
+        m[i] = (uint8_t)(i * 131 + 7);
+    struct sres r = {0};
+    struct bf_net_stream *s = bf_net_client_call(g.cl, "/t.Test/Bidi", 0, &SCBS, &r);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(bf_net_stream_send(s, m, big), 0);
+    run_until(g.l, taken_one, NULL, 20 * BF_NS_PER_SEC);
+    ck_assert_int_eq(S.n_taken, 1);
+    ck_assert_int_eq(S.take_rc[0], 0);
+    uint8_t *first = S.taken[0].base;
+    size_t first_cap = S.taken[0].cap;
+    bf_net_msg_free(&S.taken[0]); /* the handler is done with it: recycled */
+    for (size_t i = 5; i < big; i++)
+        m[i] = (uint8_t)(i * 17 + 3);
+    ck_assert_int_eq(bf_net_stream_send(s, m, big), 0);
+    run_until(g.l, taken_two, NULL, 20 * BF_NS_PER_SEC);
+    ck_assert_int_eq(S.n_taken, 2);
+    ck_assert_int_eq(S.take_rc[1], 0);
+    /* the second message was assembled in the first one's memory, charged
+     * like any assembly buffer while it was received, and handed over */
+    ck_assert_ptr_eq(S.taken[1].base, first);
+    ck_assert_uint_eq(S.taken[1].cap, first_cap);
+    ck_assert_uint_eq(S.taken_len[1], big);
+    ck_assert_mem_eq(S.taken[1].base, m, big);
+    ck_assert_uint_eq(S.after_take[1].inbound_buffered_bytes, 0);
+    bf_net_stream_close_send(s);
+    run_until(g.l, sres_done, &r, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    rig_down(&g);
+    ck_assert_mem_eq(S.taken[1].base, m, big); /* still the handler's after the server */
+    bf_net_msg_free(&S.taken[1]);
+    free(m);
+}
+END_TEST
+
 #define NCONC 300
 static struct result conc[NCONC];
 static bool all_done(void *arg)
@@ -1600,6 +1653,7 @@ int main(void)
     tcase_add_test(tc, unary_method_with_two_requests_is_internal);
     tcase_add_test(tc, bidi_echoes_each_message_and_ends_ok_after_half_close);
     tcase_add_test(tc, a_taken_message_buffer_outlives_the_call_and_leaves_the_inbound_budget);
+    tcase_add_test(tc, a_freed_taken_buffer_is_where_the_next_large_message_is_assembled);
     tcase_add_test(tc, many_concurrent_unary_calls_share_one_connection);
     tcase_add_test(tc, client_deadline_expires_and_the_server_call_ends);
     tcase_add_test(tc, client_cancel_reaches_the_server_as_cancelled);
