@@ -1080,15 +1080,35 @@ int bf_engine_upsert(struct bf_engine *e, uint32_t slot, const struct bf_engine_
 {
     if (!e || !m || slot >= e->cap || !m->id)
         return -EINVAL;
-    size_t idlen = strlen(m->id);
-    bool elig = machine_eligible(m);
     uint32_t li = NONE32;
     int err = 0;
-    if (elig) {
+    if (machine_eligible(m)) {
         li = leaf_resolve(e, m, &err);
         if (err)
             return err;
     }
+    return bfe_upsert_at(e, slot, m, li);
+}
+
+/* For bulk.c (engine_internal.h). */
+bool bfe_machine_eligible(const struct bf_engine_machine *m)
+{
+    return machine_eligible(m);
+}
+
+uint32_t bfe_leaf_resolve_slow(struct bf_engine *e, const struct bf_engine_machine *m, int *err)
+{
+    return leaf_resolve_slow(e, m, err);
+}
+
+uint32_t bfe_leaf_serial(const struct bf_engine *e, uint32_t li)
+{
+    return li < e->n_leaves && e->leaves[li].live ? e->leaves[li].serial : 0;
+}
+
+int bfe_upsert_at(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m, uint32_t li)
+{
+    size_t idlen = strlen(m->id);
     uint32_t old = e->leaf_of[slot];
     bool was = e->present[slot] != 0;
     int64_t since = m->state == BF_STATE_IDLE ? m->idle_since_s : 0;
