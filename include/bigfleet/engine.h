@@ -518,7 +518,8 @@ struct bf_engine_bulk_stats {
  * fine). 0, -EINVAL (NULL) or -ENOMEM. */
 int bf_engine_bulk_begin(struct bf_engine *e, uint32_t n_hint, struct bf_engine_bulk **out);
 /* bf_engine_upsert(e, slot, m) with the shape memo above; same returns. */
-int bf_engine_bulk_upsert(struct bf_engine_bulk *b, uint32_t slot, const struct bf_engine_machine *m);
+int bf_engine_bulk_upsert(struct bf_engine_bulk *b, uint32_t slot,
+                          const struct bf_engine_machine *m);
 /* Frees the handle (NULL is a no-op); st (may be NULL) gets its counts. */
 void bf_engine_bulk_end(struct bf_engine_bulk *b, struct bf_engine_bulk_stats *st);
 

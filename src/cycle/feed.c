@@ -161,8 +161,8 @@ void bf_cycle_refresh_slot(struct bf_cycle *c, uint32_t slot)
     if (!m.assigned_fingerprint)
         m.assigned_fingerprint = "";
     m.held = id && bf_cycle_own_held(c, id, p, &r);
-    int urc = c->bulk ? bf_engine_bulk_upsert(c->bulk, slot, &m)
-                      : bf_engine_upsert(c->engine, slot, &m);
+    int urc =
+        c->bulk ? bf_engine_bulk_upsert(c->bulk, slot, &m) : bf_engine_upsert(c->engine, slot, &m);
     if (urc != 0) {
         retry_later(c, slot);
         return;
