@@ -491,13 +491,16 @@ int64_t bf_engine_drain_grace_s(int32_t preemptor_priority, int32_t victim_prior
  *
  * A mirror rebuild (a restarted cycle process upserts every record of the
  * inventory) feeds ~500K machines that fall into far fewer distinct
- * (profile, assignment) shapes. A bulk load resolves each shape's leaf once:
- * a machine whose leaf inputs (every scalar bf_engine_upsert's leaf resolve
- * reads, and the ADDRESSES of instance_type, zone, labels, cluster,
- * assigned_fingerprint and assigned_group, with assigned_group_len) equal an
- * earlier machine's of the same load takes that machine's leaf, if it is
- * still live, without hashing or comparing any string. The result is the
- * state bf_engine_upsert of the same machines in the same order gives.
+ * (profile, assignment) shapes. A bulk load remembers recent shapes (a
+ * fixed-size cache): a machine whose leaf inputs (every scalar
+ * bf_engine_upsert's leaf resolve reads, and the ADDRESSES of
+ * instance_type, zone, labels, cluster, assigned_fingerprint and
+ * assigned_group, with assigned_group_len) equal a remembered machine's of
+ * the same load takes that machine's leaf, if it is still live, without
+ * hashing or comparing any string; a new leaf of a remembered (instance
+ * type, zone, labels, allocatable) takes its class the same way. The result
+ * is the state bf_engine_upsert of the same machines in the same order
+ * gives (test_engine_bulk).
  *
  * Contract: between bf_engine_bulk_begin and bf_engine_bulk_end the bytes
  * at every address a machine handed in for those six fields stay unchanged
@@ -514,8 +517,8 @@ struct bf_engine_bulk_stats {
     uint64_t shared;   /* of them: took an earlier machine's leaf */
     uint64_t resolved; /* leaves resolved (eligible machines of a new shape) */
 };
-/* n_hint: the expected number of machines (pre-sizes the shape table; 0 is
- * fine). 0, -EINVAL (NULL) or -ENOMEM. */
+/* n_hint: the expected number of machines (unused for now: the caches are
+ * fixed-size; 0 is fine). 0, -EINVAL (NULL) or -ENOMEM. */
 int bf_engine_bulk_begin(struct bf_engine *e, uint32_t n_hint, struct bf_engine_bulk **out);
 /* bf_engine_upsert(e, slot, m) with the shape memo above; same returns. */
 int bf_engine_bulk_upsert(struct bf_engine_bulk *b, uint32_t slot,
