@@ -507,9 +507,11 @@ int64_t bf_engine_drain_grace_s(int32_t preemptor_priority, int32_t victim_prior
  * (the cycle's feed hands in shm string-arena bytes, append-only, and its
  * blob and label caches, which it never frees while running). The id and
  * everything else are read as by bf_engine_upsert, during the call only.
- * Nothing else may modify the engine between begin and end; reading it is
- * fine. The engine's state does not depend on the bulk handle: ending it
- * only frees the handle.
+ * Between begin and end the engine may be changed only through
+ * bf_engine_bulk_upsert, bf_engine_upsert and bf_engine_remove (a
+ * remembered leaf or class is taken only while it is live with the serial or
+ * generation it had); reading it is fine. The engine's state does not depend on the bulk handle:
+ * ending it only frees the handle.
  */
 struct bf_engine_bulk;
 struct bf_engine_bulk_stats {

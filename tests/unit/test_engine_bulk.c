@@ -200,12 +200,20 @@ static void run_seed(uint64_t seed)
         slots[i] = i < N_SLOTS ? i : rnd(&r, N_SLOTS);
         rand_rec(&r, &recs[i], slots[i], i < N_SLOTS ? 0 : 1);
     }
-    for (uint32_t i = 0; i < n_ops; i++)
+    /* every 37th operation also removes an earlier slot (the feed removes
+     * records that are no longer valid in the same scan) */
+    for (uint32_t i = 0; i < n_ops; i++) {
         ck_assert_int_eq(bf_engine_upsert(per, slots[i], &recs[i].m), 0);
+        if (i % 37 == 36)
+            ck_assert_int_eq(bf_engine_remove(per, slots[i - 20]), 0);
+    }
     struct bf_engine_bulk *b = NULL;
     ck_assert_int_eq(bf_engine_bulk_begin(bulk, N_SLOTS, &b), 0);
-    for (uint32_t i = 0; i < n_ops; i++)
+    for (uint32_t i = 0; i < n_ops; i++) {
         ck_assert_int_eq(bf_engine_bulk_upsert(b, slots[i], &recs[i].m), 0);
+        if (i % 37 == 36)
+            ck_assert_int_eq(bf_engine_remove(bulk, slots[i - 20]), 0);
+    }
     struct bf_engine_bulk_stats st;
     bf_engine_bulk_end(b, &st);
     ck_assert_uint_eq(st.upserts, n_ops);
