@@ -486,6 +486,48 @@ double bf_engine_victim_score(const struct bf_engine_config *c, int32_t preempto
  * else 600. */
 int64_t bf_engine_drain_grace_s(int32_t preemptor_priority, int32_t victim_priority);
 
+/* ------------------------------------------------------------------ bulk load
+ * (i18-restart, stop 27; src/cycle/engine/bulk.c)
+ *
+ * A mirror rebuild (a restarted cycle process upserts every record of the
+ * inventory) feeds ~500K machines that fall into far fewer distinct
+ * (profile, assignment) shapes. A bulk load remembers recent shapes (a
+ * fixed-size cache): a machine whose leaf inputs (every scalar
+ * bf_engine_upsert's leaf resolve reads, and the ADDRESSES of
+ * instance_type, zone, labels, cluster, assigned_fingerprint and
+ * assigned_group, with assigned_group_len) equal a remembered machine's of
+ * the same load takes that machine's leaf, if it is still live, without
+ * hashing or comparing any string; a new leaf of a remembered (instance
+ * type, zone, labels, allocatable) takes its class the same way. The result
+ * is the state bf_engine_upsert of the same machines in the same order
+ * gives (test_engine_bulk).
+ *
+ * Contract: between bf_engine_bulk_begin and bf_engine_bulk_end the bytes
+ * at every address a machine handed in for those six fields stay unchanged
+ * (the cycle's feed hands in shm string-arena bytes, append-only, and its
+ * blob and label caches, which it never frees while running). The id and
+ * everything else are read as by bf_engine_upsert, during the call only.
+ * Between begin and end the engine may be changed only through
+ * bf_engine_bulk_upsert, bf_engine_upsert and bf_engine_remove (a
+ * remembered leaf or class is taken only while it is live with the serial or
+ * generation it had); reading it is fine. The engine's state does not depend on the bulk handle:
+ * ending it only frees the handle.
+ */
+struct bf_engine_bulk;
+struct bf_engine_bulk_stats {
+    uint64_t upserts;  /* bf_engine_bulk_upsert calls that returned 0 */
+    uint64_t shared;   /* of them: took an earlier machine's leaf */
+    uint64_t resolved; /* leaves resolved (eligible machines of a new shape) */
+};
+/* n_hint: the expected number of machines (unused for now: the caches are
+ * fixed-size; 0 is fine). 0, -EINVAL (NULL) or -ENOMEM. */
+int bf_engine_bulk_begin(struct bf_engine *e, uint32_t n_hint, struct bf_engine_bulk **out);
+/* bf_engine_upsert(e, slot, m) with the shape memo above; same returns. */
+int bf_engine_bulk_upsert(struct bf_engine_bulk *b, uint32_t slot,
+                          const struct bf_engine_machine *m);
+/* Frees the handle (NULL is a no-op); st (may be NULL) gets its counts. */
+void bf_engine_bulk_end(struct bf_engine_bulk *b, struct bf_engine_bulk_stats *st);
+
 #ifdef __cplusplus
 }
 #endif

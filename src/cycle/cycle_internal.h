@@ -120,6 +120,7 @@ struct bf_cycle {
     /* the machine profile refresh_slot resolved last (blob and label cache
      * entries live as long as the caches; neighbouring slots often share
      * one, so a rescan skips both look-ups for them) */
+    struct bf_engine_bulk *bulk; /* during a full rescan (feed.c): the bulk load */
     uint32_t last_mprof_ref;
     const struct bf_mprofile *last_mprof;
     const struct bf_engine_label *last_labels;

@@ -6,7 +6,8 @@
  * supervisor repair) are drained each cycle; each logged slot is re-read
  * under its seqlock and upserted into (or removed from) the engine. Cost is
  * O(changes). A change-log overflow, or the first cycle of this process,
- * forces one full rescan of slots [0, hwm), counted in mirror_rescans. A
+ * forces one full rescan of slots [0, hwm), counted in mirror_rescans,
+ * through the engine's bulk load (each record shape resolved once). A
  * record whose writer holds it past the bounded read is retried next cycle.
  *
  * Demand: every cluster row is read (O(clusters)); only rows whose
@@ -160,7 +161,9 @@ void bf_cycle_refresh_slot(struct bf_cycle *c, uint32_t slot)
     if (!m.assigned_fingerprint)
         m.assigned_fingerprint = "";
     m.held = id && bf_cycle_own_held(c, id, p, &r);
-    if (bf_engine_upsert(c->engine, slot, &m) != 0) {
+    int urc =
+        c->bulk ? bf_engine_bulk_upsert(c->bulk, slot, &m) : bf_engine_upsert(c->engine, slot, &m);
+    if (urc != 0) {
         retry_later(c, slot);
         return;
     }
@@ -209,8 +212,16 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
         for (int w = 0; w < BF_CHANGELOG_WRITERS; w++)
             bf_cl_skip(c->shm, w);
         uint32_t hwm = bf_inv_hwm(c->shm);
+        /* every record: resolve each (profile, assignment) shape once (the
+         * strings the feed hands in are the string arena's and the caches',
+         * in place for the whole scan; engine.h "bulk load"); without the
+         * handle (out of memory) the per-record upserts do the same */
+        if (bf_engine_bulk_begin(c->engine, hwm, &c->bulk) != 0)
+            c->bulk = NULL;
         for (uint32_t s = 0; s < hwm && s < c->capacity; s++)
             bf_cycle_refresh_slot(c, s);
+        bf_engine_bulk_end(c->bulk, NULL);
+        c->bulk = NULL;
         /* slots beyond the high-water mark cannot hold machines */
         changed += hwm;
         c->need_rescan = false;

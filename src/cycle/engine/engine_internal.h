@@ -752,6 +752,23 @@ struct bf_engine {
 int bfe_mirror_init(struct bf_engine *e);
 void bfe_mirror_free(struct bf_engine *e);
 int bfe_id_cmp(const struct bf_engine *e, uint32_t a, uint32_t b);
+/* bulk.c (i18-restart): bf_engine_upsert split at its leaf resolve.
+ * bfe_upsert_at is bf_engine_upsert with the leaf already resolved (li =
+ * what leaf_resolve returned for m, NONE32 when m is ineligible);
+ * bfe_leaf_serial: the serial of a live leaf, 0 when li is not live. */
+bool bfe_machine_eligible(const struct bf_engine_machine *m);
+uint32_t bfe_leaf_resolve_slow(struct bf_engine *e, const struct bf_engine_machine *m, int *err);
+/* leaf_resolve_slow = bfe_class_get (m's class, one reference taken; NONE32
+ * and *err -ENOMEM) then bfe_leaf_resolve_cls (takes that reference over);
+ * bfe_class_retain takes one more reference of class cls if it is live with
+ * generation gen, else returns false. */
+uint32_t bfe_class_get(struct bf_engine *e, const struct bf_engine_machine *m, int *err);
+uint32_t bfe_leaf_resolve_cls(struct bf_engine *e, const struct bf_engine_machine *m, uint32_t cls,
+                              int *err);
+bool bfe_class_retain(struct bf_engine *e, uint32_t cls, uint32_t gen);
+uint32_t bfe_leaf_serial(const struct bf_engine *e, uint32_t li);
+int bfe_upsert_at(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m,
+                  uint32_t li);
 int bfe_sl_cmp_id(const void *ctx, uint32_t a, uint32_t b);
 uint32_t bfe_class_attr(const struct bf_engine *e, const struct mclass *c, uint8_t kind,
                         uint32_t key);

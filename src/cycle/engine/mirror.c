@@ -944,6 +944,13 @@ static uint32_t leaf_resolve(struct bf_engine *e, const struct bf_engine_machine
 
 static uint32_t leaf_resolve_slow(struct bf_engine *e, const struct bf_engine_machine *m, int *err)
 {
+    uint32_t cls = bfe_class_get(e, m, err);
+    return *err ? NONE32 : bfe_leaf_resolve_cls(e, m, cls, err);
+}
+
+/* leaf_resolve_slow's first half: m's class, with one reference taken. */
+uint32_t bfe_class_get(struct bf_engine *e, const struct bf_engine_machine *m, int *err)
+{
     *err = 0;
     bf_vec alloc = m->allocatable;
     for (int i = 0; i < BF_MAX_DIMS; i++)
@@ -965,10 +972,17 @@ static uint32_t leaf_resolve_slow(struct bf_engine *e, const struct bf_engine_ma
     uint32_t cls = cls_get(e, itype, zone, lset, &alloc); /* takes lset's ref */
     bfe_intern_release(&e->in, itype);
     bfe_intern_release(&e->in, zone);
-    if (cls == NONE32) {
+    if (cls == NONE32)
         *err = -ENOMEM;
-        return NONE32;
-    }
+    return cls;
+}
+
+/* leaf_resolve_slow's second half: m's leaf in class cls, whose reference
+ * it takes over (kept by a new leaf, released otherwise). */
+uint32_t bfe_leaf_resolve_cls(struct bf_engine *e, const struct bf_engine_machine *m, uint32_t cls,
+                              int *err)
+{
+    *err = 0;
     /* one pass that interns the key's strings (a string a live leaf uses is
      * interned already, so this only retains it): a look-up pass that does
      * not create strings, then an interning pass, would hash every string
@@ -1080,15 +1094,44 @@ int bf_engine_upsert(struct bf_engine *e, uint32_t slot, const struct bf_engine_
 {
     if (!e || !m || slot >= e->cap || !m->id)
         return -EINVAL;
-    size_t idlen = strlen(m->id);
-    bool elig = machine_eligible(m);
     uint32_t li = NONE32;
     int err = 0;
-    if (elig) {
+    if (machine_eligible(m)) {
         li = leaf_resolve(e, m, &err);
         if (err)
             return err;
     }
+    return bfe_upsert_at(e, slot, m, li);
+}
+
+/* For bulk.c (engine_internal.h). */
+bool bfe_machine_eligible(const struct bf_engine_machine *m)
+{
+    return machine_eligible(m);
+}
+
+uint32_t bfe_leaf_resolve_slow(struct bf_engine *e, const struct bf_engine_machine *m, int *err)
+{
+    return leaf_resolve_slow(e, m, err);
+}
+
+bool bfe_class_retain(struct bf_engine *e, uint32_t cls, uint32_t gen)
+{
+    if (cls >= e->n_cls || !e->cls[cls].refs || e->cls[cls].gen != gen)
+        return false;
+    e->cls[cls].refs++;
+    return true;
+}
+
+uint32_t bfe_leaf_serial(const struct bf_engine *e, uint32_t li)
+{
+    return li < e->n_leaves && e->leaves[li].live ? e->leaves[li].serial : 0;
+}
+
+int bfe_upsert_at(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m,
+                  uint32_t li)
+{
+    size_t idlen = strlen(m->id);
     uint32_t old = e->leaf_of[slot];
     bool was = e->present[slot] != 0;
     int64_t since = m->state == BF_STATE_IDLE ? m->idle_since_s : 0;
