@@ -314,7 +314,12 @@ struct bf_tls_io {
     const uint8_t *in;      /* TLS ciphertext being fed to wolfSSL */
     size_t in_len;
     bool is_client;
+    /* wolfSSL without the OpenSSL layer (tls.c): what the verify callback
+     * read from the verified leaf (the two small fields sit in padding) */
+    bool name_checked; /* client: wolfSSL matched the server name */
+    int8_t peer_uris;  /* server: bigfleet URI SANs seen (saturating) */
     int (*out)(struct bf_tls_io *io, const void *p, size_t n);
+    char *peer_ident; /* server: the one bigfleet URI SAN (malloc) or NULL */
 };
 
 struct conn {

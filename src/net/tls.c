@@ -32,6 +32,18 @@
  *     mTLS connection held. Only blocks known to be this connection's are
  *     touched: the WOLFSSL itself and wolfSSL_get_session(ssl), each
  *     checked against io->blocks.
+ *   - Two wolfSSL builds are supported. With the OpenSSL layer (Debian's
+ *     package: OPENSSL_EXTRA) the identity and the server name are read
+ *     from the peer certificate after the handshake. Without it (the
+ *     vendored build, scripts/build-wolfssl: no OPENSSL_EXTRA, KEEP_PEER_CERT
+ *     or SESSION_CERTS, so a connection keeps no copy of the peer's
+ *     certificate) the verify callback reads them from the verified leaf
+ *     during the handshake (WOLFSSL_ALWAYS_VERIFY_CB: called for the leaf
+ *     with preverify=1 once its chain verified): a server keeps the one
+ *     bigfleet URI SAN (io->peer_ident); a client has wolfSSL match the
+ *     server name (wolfSSL_check_domain_name: the SANs, or the CN when
+ *     there are none — the matcher wolfSSL_X509_check_host uses) and the
+ *     handshake fails on a mismatch.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -49,6 +61,9 @@
 #include <wolfssl/ssl.h>
 #include <wolfssl/wolfcrypt/asn.h>
 #include <wolfssl/wolfio.h>
+#ifndef OPENSSL_EXTRA
+#include <wolfssl/wolfcrypt/asn_public.h>
+#endif
 
 #include "bigfleet/log.h"
 #include "bigfleet/util.h"
@@ -244,8 +259,12 @@ static int io_send(WOLFSSL *ssl, char *buf, int sz, void *ctx)
 
 static const char *wolf_err(unsigned long e, char *buf, size_t cap)
 {
+#ifdef OPENSSL_EXTRA
     (void)e;
     unsigned long q = wolfSSL_ERR_get_error();
+#else
+    unsigned long q = e; /* no error queue: the call's own code */
+#endif
     if (q)
         wolfSSL_ERR_error_string_n(q, buf, cap);
     else
@@ -322,6 +341,59 @@ static void file_mtime(const char *path, struct timespec *ts)
         memset(ts, 0, sizeof *ts);
 }
 
+#ifndef OPENSSL_EXTRA
+/* The verified leaf's URI SANs with scheme bigfleet (case-insensitive): the
+ * count (capped at 2) and, when exactly one, a copy with the scheme in lower
+ * case. The same rules as bf_tls_peer_identity's OpenSSL-layer path. */
+static void leaf_identity(struct bf_tls_io *io, const uint8_t *der, uint32_t len)
+{
+    DecodedCert dc;
+    wc_InitDecodedCert(&dc, der, len, NULL);
+    if (wc_ParseCert(&dc, CERT_TYPE, NO_VERIFY, NULL) == 0) {
+        for (DNS_entry *a = dc.altNames; a; a = a->next) {
+            if (a->type != ASN_URI_TYPE || !a->name || a->len < 9 ||
+                strncasecmp(a->name, "bigfleet:", 9) != 0 || memchr(a->name, 0, (size_t)a->len))
+                continue;
+            if (io->peer_uris < INT8_MAX)
+                io->peer_uris++;
+            if (io->peer_uris == 1) {
+                char *s = malloc((size_t)a->len + 1);
+                if (s) {
+                    memcpy(s, "bigfleet", 8);
+                    memcpy(s + 8, a->name + 8, (size_t)a->len - 8);
+                    s[a->len] = 0;
+                }
+                io->peer_ident = s;
+            }
+        }
+    }
+    wc_FreeDecodedCert(&dc);
+}
+
+/* wolfSSL calls this for the peer's leaf with preverify=1 once the chain
+ * verified (WOLFSSL_ALWAYS_VERIFY_CB) and for every failure with
+ * preverify=0; the verdict is wolfSSL's, unchanged. */
+static int verify_cb(int preverify, WOLFSSL_X509_STORE_CTX *store)
+{
+    struct bf_tls_io *io = g_tls_owner;
+    if (!preverify || !io || !store || store->error_depth != 0 || !store->certs ||
+        store->totalCerts < 1)
+        return preverify;
+    if (!io->is_client) {
+        free(io->peer_ident);
+        io->peer_ident = NULL;
+        io->peer_uris = 0;
+        leaf_identity(io, store->certs[0].buffer, store->certs[0].length);
+    } else {
+        io->name_checked = true; /* wolfSSL fails the handshake on a mismatch */
+    }
+    return preverify;
+}
+#define BF_VERIFY_CB verify_cb
+#else
+#define BF_VERIFY_CB NULL
+#endif
+
 /* A WOLFSSL_CTX for t's role from its files (cert/key re-read, CA kept). */
 static WOLFSSL_CTX *build_ctx(struct bf_tls_ctx *t, int *err)
 {
@@ -344,9 +416,9 @@ static WOLFSSL_CTX *build_ctx(struct bf_tls_ctx *t, int *err)
         wolfSSL_CTX_set_verify(ctx,
                                t->mtls ? WOLFSSL_VERIFY_PEER | WOLFSSL_VERIFY_FAIL_IF_NO_PEER_CERT
                                        : WOLFSSL_VERIFY_NONE,
-                               NULL);
+                               BF_VERIFY_CB);
     else
-        wolfSSL_CTX_set_verify(ctx, WOLFSSL_VERIFY_PEER, NULL);
+        wolfSSL_CTX_set_verify(ctx, WOLFSSL_VERIFY_PEER, BF_VERIFY_CB);
     wolfSSL_CTX_SetIORecv(ctx, io_recv);
     wolfSSL_CTX_SetIOSend(ctx, io_send);
     return ctx;
@@ -487,6 +559,9 @@ static bool is_ip_literal(const char *s)
 int bf_tls_session_new(struct bf_tls_io *io, struct bf_tls_ctx *t, const char *sni)
 {
     bf_list_init(&io->blocks);
+    io->name_checked = false;
+    io->peer_uris = 0;
+    io->peer_ident = NULL;
     g_tls_owner = io;
     WOLFSSL *ssl = wolfSSL_new(t->ctx);
     g_tls_owner = NULL;
@@ -504,6 +579,15 @@ int bf_tls_session_new(struct bf_tls_io *io, struct bf_tls_ctx *t, const char *s
     }
     if (t->role == BF_TLS_CLIENT && sni && *sni && !is_ip_literal(sni))
         wolfSSL_UseSNI(ssl, WOLFSSL_SNI_HOST_NAME, sni, (unsigned short)strlen(sni));
+#ifndef OPENSSL_EXTRA
+    /* the server name is matched during the handshake (verify_cb) */
+    if (t->role == BF_TLS_CLIENT && sni && *sni &&
+        wolfSSL_check_domain_name(ssl, sni) != WOLFSSL_SUCCESS) {
+        wolfSSL_free(ssl);
+        tls_blocks_forget(io);
+        return -ENOMEM;
+    }
+#endif
     io->ssl = (struct WOLFSSL *)ssl;
     io->ctx = t;
     bf_tls_ctx_ref(t);
@@ -516,6 +600,8 @@ void bf_tls_session_free(struct bf_tls_io *io)
         wolfSSL_free((WOLFSSL *)io->ssl);
         io->ssl = NULL;
         tls_blocks_forget(io);
+        free(io->peer_ident);
+        io->peer_ident = NULL;
     }
     if (io->ctx) {
         bf_tls_ctx_unref(io->ctx);
@@ -598,6 +684,19 @@ void bf_tls_shutdown(struct bf_tls_io *io)
 int bf_tls_peer_identity(struct bf_tls_io *io, char **ident)
 {
     *ident = NULL;
+#ifndef OPENSSL_EXTRA
+    if (!io->ssl)
+        return -1;
+    if (io->peer_uris != 1 || !io->peer_ident) {
+        int n = io->peer_uris;
+        free(io->peer_ident);
+        io->peer_ident = NULL;
+        return n == 1 ? 1 : n; /* 1 without a copy: out of memory, as below */
+    }
+    *ident = io->peer_ident; /* the caller owns it now */
+    io->peer_ident = NULL;
+    return 1;
+#else
     WOLFSSL_X509 *peer = wolfSSL_get_peer_certificate((WOLFSSL *)io->ssl);
     if (!peer)
         return -1;
@@ -632,10 +731,15 @@ int bf_tls_peer_identity(struct bf_tls_io *io, char **ident)
         *ident = NULL;
     }
     return found;
+#endif
 }
 
 int bf_tls_verify_name(struct bf_tls_io *io, const char *name)
 {
+#ifndef OPENSSL_EXTRA
+    (void)name; /* the name given to bf_tls_session_new, matched by wolfSSL */
+    return io->ssl && io->name_checked ? 0 : -EPERM;
+#else
     WOLFSSL_X509 *peer = wolfSSL_get_peer_certificate((WOLFSSL *)io->ssl);
     if (!peer)
         return -EPERM;
@@ -646,6 +750,7 @@ int bf_tls_verify_name(struct bf_tls_io *io, const char *name)
         ok = wolfSSL_X509_check_host(peer, name, strlen(name), 0, NULL) == WOLFSSL_SUCCESS;
     wolfSSL_X509_free(peer);
     return ok ? 0 : -EPERM;
+#endif
 }
 
 int bf_tls_alpn_h2(struct bf_tls_io *io)
