@@ -488,14 +488,23 @@ static bool sres_two(void *arg)
     return ((struct sres *)arg)->msgs >= 2;
 }
 
+/* A message of len bytes for the test server's "take:" handler: the prefix,
+ * then a pattern every byte of which the assertions can check. */
+static uint8_t *take_message(size_t len)
+{
+    uint8_t *m = malloc(len);
+    ck_assert_ptr_nonnull(m);
+    memcpy(m, "take:", 5);
+    for (size_t i = 5; i < len; i++)
+        m[i] = (uint8_t)(i * 131 + 7);
+    return m;
+}
+
 START_TEST(a_taken_message_buffer_outlives_the_call_and_leaves_the_inbound_budget)
 {
     struct rig g = rig_up(NULL, NULL, 0);
     size_t big = 3u << 20;
-    uint8_t *m = malloc(big);
-    memcpy(m, "take:", 5);
-    for (size_t i = 5; i < big; i++)
-        m[i] = (uint8_t)(i * 131 + 7);
+    uint8_t *m = take_message(big);
     struct sres r = {0};
     struct bf_net_stream *s = bf_net_client_call(g.cl, "/t.Test/Bidi", 0, &SCBS, &r);
     ck_assert_ptr_nonnull(s);
@@ -542,10 +551,7 @@ START_TEST(a_freed_taken_buffer_is_where_the_next_large_message_is_assembled)
 {
     struct rig g = rig_up(NULL, NULL, 0);
     size_t big = 3u << 20;
-    uint8_t *m = malloc(big);
-    memcpy(m, "take:", 5);
-    for (size_t i = 5; i < big; i++)
-        m[i] = (uint8_t)(i * 131 + 7);
+    uint8_t *m = take_message(big);
     struct sres r = {0};
     struct bf_net_stream *s = bf_net_client_call(g.cl, "/t.Test/Bidi", 0, &SCBS, &r);
     ck_assert_ptr_nonnull(s);
