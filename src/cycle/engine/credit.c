@@ -243,15 +243,22 @@ void bfe_credit_creating_read(struct bf_engine *e, uint32_t list)
         e->rec_creat_busy = true;
 }
 
-int bfe_credit_cbk(struct bf_engine *e, const struct same_bucket *bk, uint32_t nb)
+int bfe_credit_cbk(struct bf_engine *e, const struct same_bucket *bk, uint32_t nb,
+                   const bf_vec *agg, const struct cbk **out)
 {
     struct pmemo *pm;
     struct prow *row = rec_row(e, &pm);
     if (!row)
         return -EINVAL;
     TRY(GROW(pm->cb, pm->capcb, pm->ncb + nb));
-    for (uint32_t i = 0; i < nb; i++)
-        pm->cb[pm->ncb++] = (struct cbk){bk[i].value, bk[i].count, bk[i].total, bk[i].own_total};
+    *out = pm->cb + pm->ncb;
+    for (uint32_t i = 0; i < nb; i++) {
+        /* the creditable bucket's rank scores, as bfe_rank_key_of takes them
+         * (its count and total equal cred_count and cred_total here) */
+        struct rank_key k;
+        bfe_rank_key_of(&bk[i], agg, &k);
+        pm->cb[pm->ncb++] = (struct cbk){bk[i].value, bk[i].count, bk[i].total, k.cred, k.own};
+    }
     row->ncb += nb;
     return 0;
 }
@@ -542,21 +549,8 @@ static int row_rerank(struct bf_engine *e, const struct bfe_prepass_ops *ops, ui
     struct pmemo *pm = memo_of(cl);
     const struct prow *m = &pm->rows[r];
     struct dneed *d = &e->d[di];
-    struct arena_mark mk = bfe_arena_mark(&e->sc);
-    struct same_bucket *bk = ANEW(&e->sc, struct same_bucket, m->ncb ? m->ncb : 1);
-    if (!bk)
-        return -ENOMEM;
-    for (uint32_t i = 0; i < m->ncb; i++) {
-        const struct cbk *b = &pm->cb[m->cb0 + i];
-        bk[i] = (struct same_bucket){.value = b->value,
-                                     .count = b->count,
-                                     .cred_count = b->count,
-                                     .total = b->total,
-                                     .cred_total = b->total,
-                                     .own_total = b->own};
-    }
-    int rc = bfe_same_rank(e, d, bk, m->ncb);
-    bfe_arena_release(&e->sc, mk);
+    /* ranked from the recorded buckets in place (their scores included) */
+    int rc = bfe_same_rank(e, d, pm->cb + m->cb0, m->ncb);
     if (rc)
         return rc;
     if (d->has_domain != m->has_domain || (d->has_domain && d->domain != m->domain)) {

@@ -428,7 +428,11 @@ struct lver { /* a cluster list and its version */
 };
 struct cbk { /* a Same Need's creditable supply in one domain */
     uint32_t value, count;
-    bf_vec total, own;
+    bf_vec total;
+    /* bfe_rank_key_of's cred and own of the creditable bucket against the
+     * Need's aggregate: neither reads the acquirable supply, so a re-rank
+     * (same cluster demand, so the same aggregate) takes them as recorded */
+    double cred, own;
 };
 
 struct prow {
@@ -877,16 +881,18 @@ uint32_t bfe_credit_cluster_claimed(const struct bf_engine *e, uint32_t ci);
  * (leaf.runs, e->runs), once per cycle, for Phase 2 (-ENOMEM) */
 int bfe_credit_load_runs(struct bf_engine *e, uint32_t ci);
 void bfe_credit_free(struct bf_engine *e);
-/* records a Same Need's creditable buckets (credit.c) */
-int bfe_credit_cbk(struct bf_engine *e, const struct same_bucket *bk, uint32_t nb);
+/* records a Same Need's creditable buckets with their rank scores against
+ * agg (credit.c); *out: the recorded buckets, valid until the next record */
+int bfe_credit_cbk(struct bf_engine *e, const struct same_bucket *bk, uint32_t nb,
+                   const bf_vec *agg, const struct cbk **out);
 
 /* same.c: Same domain ranking over the shared acquirable supply */
 struct apool;
-/* Chooses d's domain from its creditable buckets bk[0..nb) (distinct
- * domains; their acquirable supply is added in place) and, unless d is
+/* Chooses d's domain from its recorded creditable buckets cb[0..nb)
+ * (distinct domains; their acquirable supply is added to a copy) and, unless d is
  * parked, the acquirable-only domains: sets has_domain, domain, same_sat and
  * the candidates (cycle arena), exactly as ranking every bucket. */
-int bfe_same_rank(struct bf_engine *e, struct dneed *d, struct same_bucket *bk, uint32_t nb);
+int bfe_same_rank(struct bf_engine *e, struct dneed *d, const struct cbk *cb, uint32_t nb);
 void bfe_acq_reset(struct bf_engine *e);
 /* class ci's virtual consumption moved: pools and rankings follow */
 void bfe_acq_consumed(struct bf_engine *e, uint32_t ci);
