@@ -805,27 +805,21 @@ int bfe_credit_prepass(struct bf_engine *e, const uint64_t *ord, uint32_t n,
             cl->cepoch = ++e->epoch_ctr; /* every claim on its leaves is gone */
         }
     }
-    /* each step's memo row (NULL: none to read), so that the rows a few
-     * steps ahead (scattered over the clusters' memos: the order is by
-     * priority) and their Needs' rows are fetched early without the loop
-     * waiting on a Need row or a cluster to find the address; the loop
-     * below reads no address from this array, it only fetches it */
-    const struct prow **rowp = ANEW(&e->ar, const struct prow *, n ? n : 1);
-    if (!rowp)
+    /* each step's memo row, so that the rows a few steps ahead (scattered
+     * over the clusters' memos: the order is by priority) are fetched early */
+    uint32_t *rowi = ANEW(&e->ar, uint32_t, n ? n : 1);
+    if (!rowi)
         return -ENOMEM;
-    for (uint32_t k = 0; k < n; k++) {
-        struct cluster *ca = &e->clusters[e->d[(uint32_t)ord[k]].cluster];
-        uint32_t r = ca->prow_next++;
-        const struct pmemo *pa = &ca->pm[ca->pcur];
-        rowp[k] = ca->pmode != PM_FRESH && r < pa->nrows ? &pa->rows[r] : NULL;
-    }
+    for (uint32_t k = 0; k < n; k++)
+        rowi[k] = e->clusters[e->d[(uint32_t)ord[k]].cluster].prow_next++;
     for (uint32_t ci = 0; ci < e->n_clusters; ci++)
         e->clusters[ci].prow_next = 0;
     for (uint32_t k = 0; k < n; k++) {
         if (k + PREPASS_AHEAD < n) {
-            __builtin_prefetch(&e->d[(uint32_t)ord[k + PREPASS_AHEAD]]);
-            const char *p = (const char *)rowp[k + PREPASS_AHEAD];
-            if (p) {
+            const struct cluster *ca = &e->clusters[e->d[(uint32_t)ord[k + PREPASS_AHEAD]].cluster];
+            const struct pmemo *pa = &ca->pm[ca->pcur];
+            if (ca->pmode != PM_FRESH && rowi[k + PREPASS_AHEAD] < pa->nrows) {
+                const char *p = (const char *)&pa->rows[rowi[k + PREPASS_AHEAD]];
                 __builtin_prefetch(p);
                 __builtin_prefetch(p + 64);
                 __builtin_prefetch(p + sizeof(struct prow) - 1);
