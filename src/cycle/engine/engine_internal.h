@@ -328,7 +328,8 @@ struct creq {
 
 /* A compiled profile, shared by every Need with the same fingerprint. */
 struct cprof {
-    uint32_t fp;   /* string id (retained) */
+    uint64_t serial; /* unique per compiled profile ever made (never reused, unlike the address) */
+    uint32_t fp;     /* string id (retained) */
     uint32_t refs; /* needs + stripped-from + ledgers */
     uint32_t idx;  /* index in e->cprofs */
     int32_t prio;
@@ -455,6 +456,15 @@ struct prow {
                          again every cycle while they exist */
 };
 
+/* the inputs a row's derivation reads from its own normalized Need
+ * (phase1.c's prepass_need: the compiled profile, aggregate, MinUnit and
+ * group; the parking flag is in the row) */
+struct rkey {
+    uint64_t serial; /* cprof.serial */
+    uint32_t group;  /* string id (retained by the memo) */
+    bf_vec agg, minu;
+};
+
 struct pmemo {
     bool valid;
     uint64_t dver, cver; /* the cluster's versions it was derived at */
@@ -478,6 +488,8 @@ struct pmemo {
     uint32_t ncands, capcands, capcand_ids;
     struct cbk *cb;
     uint32_t ncb, capcb;
+    struct rkey *keys; /* per row (parallel to rows) */
+    uint32_t capkeys;
     uint32_t waste; /* entries no row refers to any more (rows re-ranked in place) */
 };
 
@@ -519,6 +531,9 @@ struct cluster {
     uint8_t pcur;
     uint8_t pmode;      /* PM_* this cycle */
     bool lists_reset;   /* some of its lists changed since the memo (this cycle) */
+    bool dkeys;         /* its demand moved since the memo, its row count did not: each
+                           row is replayed only while its Need's key (rkey) is the one
+                           it was derived for (this cycle) */
     uint32_t pstamp;    /* cycle stamp of pmode/prow_next/nrows_now */
     uint32_t prow_next; /* next pre-pass row this cycle */
     uint32_t nrows_now; /* normalized Needs this cycle */
@@ -692,6 +707,8 @@ struct bf_engine {
     uint64_t *tver;
     uint32_t n_tver, cap_tver;
     uint64_t epoch_ctr;    /* cluster credit epochs */
+    uint64_t cprof_serial; /* the last cprof.serial given */
+    uint32_t pp_dkept;     /* this cycle's pre-pass rows kept in clusters whose demand moved */
     bool memo_broken;      /* a cycle failed part-way: every memo is dropped */
     struct cons_ent *cons; /* this cycle's virtual consumption, by leaf id */
     uint32_t n_cons, cap_cons;
