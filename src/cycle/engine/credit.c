@@ -772,7 +772,7 @@ static int finish(struct bf_engine *e)
         } else {
             if (cl->lists_reset)
                 TRY(memo_lists(e, cl, memo_of(cl))); /* no Need reads the lists that changed */
-            memo_of(cl)->dver = cl->dver;              /* every row's key still matched */
+            memo_of(cl)->dver = cl->dver;            /* every row's key still matched */
         }
         struct pmemo *pm = memo_of(cl);
         /* rows re-ranked in place leave entries behind: copy the live ones */

@@ -330,8 +330,8 @@ struct creq {
 struct cprof {
     uint64_t serial; /* unique per compiled profile ever made (never reused, unlike the address) */
     uint32_t fp;     /* string id (retained) */
-    uint32_t refs; /* needs + stripped-from + ledgers */
-    uint32_t idx;  /* index in e->cprofs */
+    uint32_t refs;   /* needs + stripped-from + ledgers */
+    uint32_t idx;    /* index in e->cprofs */
     int32_t prio;
     uint8_t ipb, rpb;
     double ip_dollars;
