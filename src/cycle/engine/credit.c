@@ -17,8 +17,8 @@
  *   (d) Same only: the parking flag, the Idle/Speculative counts of its
  *       instance types, and the virtual consumption of their leaves so far.
  * Each is versioned or recorded: (a) the cluster's demand version (dver,
- * bumped by set_needs and by a NormalizeDemand fold that changed), (b) the
- * cluster's supply version (cver, bumped by every change to a leaf of its
+ * bumped by set_needs and by a NormalizeDemand fold that changed; when it
+ * moved, each row's key, below), (b) the cluster's supply version (cver, bumped by every change to a leaf of its
  * lists) plus, inside a cycle, a per-list flag saying whether the claims on
  * the list so far equal the previous cycle's, (c) the list must still be
  * empty (a Need that read a non-empty one makes its cluster "volatile":
@@ -34,11 +34,18 @@
  * valid while the leaf's epoch equals its cluster's), so a kept outcome
  * costs nothing on the leaves.
  *
- * A cycle: a cluster whose demand or supply version moved, or that is
- * volatile, is FRESH (new epoch: every claim on its leaves is gone; every
- * Need derived). Otherwise REPLAY: each Need in turn, in the global pre-pass
- * order, is kept when its inputs are unchanged (its claims are on the leaves
- * already, its consumption is applied again); the first Need whose inputs
+ * A cycle: a cluster whose supply version moved, whose row count changed,
+ * or that is volatile, is FRESH (new epoch: every claim on its leaves is
+ * gone; every Need derived). Otherwise REPLAY: each Need in turn, in the
+ * global pre-pass order, is kept when its inputs are unchanged (its claims
+ * are on the leaves already, its consumption is applied again). When the
+ * cluster's demand version moved (a rollup, a fold) the row's own Need is
+ * one of those inputs: the row is kept only while the Need now in its place
+ * has the key (struct rkey: compiled profile serial, group, aggregate,
+ * MinUnit) it was derived for, the inputs prepass_need reads from its own
+ * Need (the parking flag is checked apart); a derived row takes the claims of
+ * the rows from it on back from the lists of both the old and the new Need,
+ * and marks both sets diverged when its claims differ. The first Need whose inputs
  * changed turns the cluster PARTIAL: the claims of that Need and of every
  * later Need of the cluster are taken back from the lists it reads (rolled
  * back), it is derived, and where its claims differ from its memo the lists
