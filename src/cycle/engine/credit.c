@@ -18,14 +18,15 @@
  *       instance types, and the virtual consumption of their leaves so far.
  * Each is versioned or recorded: (a) the cluster's demand version (dver,
  * bumped by set_needs and by a NormalizeDemand fold that changed; when it
- * moved, each row's key, below), (b) the cluster's supply version (cver, bumped by every change to a leaf of its
- * lists) plus, inside a cycle, a per-list flag saying whether the claims on
- * the list so far equal the previous cycle's, (c) the list must still be
- * empty (a Need that read a non-empty one makes its cluster "volatile":
- * derived again next cycle, since Creating leaves are shared by every
- * cluster demanding the fingerprint), (d) the parking flag and a version per
- * instance type (a clock value taken by every Idle/Speculative count change)
- * and the exact consumption it saw on the leaves of its types.
+ * moved, each row's key, below), (b) the cluster's supply version (cver,
+ * bumped by every change to a leaf of its lists) plus, inside a cycle, a
+ * per-list flag saying whether the claims on the list so far equal the
+ * previous cycle's, (c) the list must still be empty (a Need that read a
+ * non-empty one makes its cluster "volatile": derived again next cycle,
+ * since Creating leaves are shared by every cluster demanding the
+ * fingerprint), (d) the parking flag and a version per instance type (a
+ * clock value taken by every Idle/Speculative count change) and the exact
+ * consumption it saw on the leaves of its types.
  *
  * The memo (struct pmemo, one per cluster) keeps, per normalized Need in
  * the cluster's pre-pass order, its outcome (deficit, claims as runs on
