@@ -405,9 +405,12 @@ struct bf_engine_result {
     /* Phase 1 credit pre-pass this cycle (docs/engine.md §4): normalized Needs
      * whose outcome was kept (inputs unchanged), re-ranked (only the shard's
      * acquirable supply moved: a Same Need's domains ranked again, its claims
-     * kept) and derived; they add up to n_needs */
+     * kept) and derived; they add up to n_needs. demand_kept: of the kept and
+     * re-ranked, those in clusters whose demand moved since the last cycle
+     * (rows whose own Need did not change, replayed) */
     struct {
         uint32_t kept, reranked, derived;
+        uint32_t demand_kept;
     } prepass;
     struct bf_engine_timings t;
 };

@@ -17,15 +17,16 @@
  *   (d) Same only: the parking flag, the Idle/Speculative counts of its
  *       instance types, and the virtual consumption of their leaves so far.
  * Each is versioned or recorded: (a) the cluster's demand version (dver,
- * bumped by set_needs and by a NormalizeDemand fold that changed), (b) the
- * cluster's supply version (cver, bumped by every change to a leaf of its
- * lists) plus, inside a cycle, a per-list flag saying whether the claims on
- * the list so far equal the previous cycle's, (c) the list must still be
- * empty (a Need that read a non-empty one makes its cluster "volatile":
- * derived again next cycle, since Creating leaves are shared by every
- * cluster demanding the fingerprint), (d) the parking flag and a version per
- * instance type (a clock value taken by every Idle/Speculative count change)
- * and the exact consumption it saw on the leaves of its types.
+ * bumped by set_needs and by a NormalizeDemand fold that changed; when it
+ * moved, each row's key, below), (b) the cluster's supply version (cver,
+ * bumped by every change to a leaf of its lists) plus, inside a cycle, a
+ * per-list flag saying whether the claims on the list so far equal the
+ * previous cycle's, (c) the list must still be empty (a Need that read a
+ * non-empty one makes its cluster "volatile": derived again next cycle,
+ * since Creating leaves are shared by every cluster demanding the
+ * fingerprint), (d) the parking flag and a version per instance type (a
+ * clock value taken by every Idle/Speculative count change) and the exact
+ * consumption it saw on the leaves of its types.
  *
  * The memo (struct pmemo, one per cluster) keeps, per normalized Need in
  * the cluster's pre-pass order, its outcome (deficit, claims as runs on
@@ -34,11 +35,18 @@
  * valid while the leaf's epoch equals its cluster's), so a kept outcome
  * costs nothing on the leaves.
  *
- * A cycle: a cluster whose demand or supply version moved, or that is
- * volatile, is FRESH (new epoch: every claim on its leaves is gone; every
- * Need derived). Otherwise REPLAY: each Need in turn, in the global pre-pass
- * order, is kept when its inputs are unchanged (its claims are on the leaves
- * already, its consumption is applied again); the first Need whose inputs
+ * A cycle: a cluster whose supply version moved, whose row count changed,
+ * or that is volatile, is FRESH (new epoch: every claim on its leaves is
+ * gone; every Need derived). Otherwise REPLAY: each Need in turn, in the
+ * global pre-pass order, is kept when its inputs are unchanged (its claims
+ * are on the leaves already, its consumption is applied again). When the
+ * cluster's demand version moved (a rollup, a fold) the row's own Need is
+ * one of those inputs: the row is kept only while the Need now in its place
+ * has the key (struct rkey: compiled profile serial, group, aggregate,
+ * MinUnit) it was derived for, the inputs prepass_need reads from its own
+ * Need (the parking flag is checked apart); a derived row takes the claims of
+ * the rows from it on back from the lists of both the old and the new Need,
+ * and marks both sets diverged when its claims differ. The first Need whose inputs
  * changed turns the cluster PARTIAL: the claims of that Need and of every
  * later Need of the cluster are taken back from the lists it reads (rolled
  * back), it is derived, and where its claims differ from its memo the lists
@@ -72,9 +80,11 @@
 
 static void pm_clear(struct bf_engine *e, struct pmemo *pm)
 {
-    for (uint32_t i = 0; i < pm->nrows; i++)
+    for (uint32_t i = 0; i < pm->nrows; i++) {
         if (pm->rows[i].has_domain)
             bfe_intern_release(&e->in, pm->rows[i].domain);
+        bfe_intern_release(&e->in, pm->keys[i].group);
+    }
     for (uint32_t i = 0; i < pm->ncands; i++)
         bfe_intern_release(&e->in, pm->cand_ids[i]);
     pm->nrows = pm->nruns = pm->nev = pm->ndep = pm->ncv = pm->nlists = pm->ncands = 0;
@@ -95,6 +105,7 @@ static void pm_free(struct bf_engine *e, struct pmemo *pm)
     free(pm->cands);
     free(pm->cand_ids);
     free(pm->cb);
+    free(pm->keys);
     free(pm->lv);
     memset(pm, 0, sizeof *pm);
 }
@@ -243,15 +254,22 @@ void bfe_credit_creating_read(struct bf_engine *e, uint32_t list)
         e->rec_creat_busy = true;
 }
 
-int bfe_credit_cbk(struct bf_engine *e, const struct same_bucket *bk, uint32_t nb)
+int bfe_credit_cbk(struct bf_engine *e, const struct same_bucket *bk, uint32_t nb,
+                   const bf_vec *agg, const struct cbk **out)
 {
     struct pmemo *pm;
     struct prow *row = rec_row(e, &pm);
     if (!row)
         return -EINVAL;
     TRY(GROW(pm->cb, pm->capcb, pm->ncb + nb));
-    for (uint32_t i = 0; i < nb; i++)
-        pm->cb[pm->ncb++] = (struct cbk){bk[i].value, bk[i].count, bk[i].total, bk[i].own_total};
+    *out = pm->cb + pm->ncb;
+    for (uint32_t i = 0; i < nb; i++) {
+        /* the creditable bucket's rank scores, as bfe_rank_key_of takes them
+         * (its count and total equal cred_count and cred_total here) */
+        struct rank_key k;
+        bfe_rank_key_of(&bk[i], agg, &k);
+        pm->cb[pm->ncb++] = (struct cbk){bk[i].value, bk[i].count, bk[i].total, k.cred, k.own};
+    }
     row->ncb += nb;
     return 0;
 }
@@ -290,6 +308,13 @@ static inline bool list_rolled(const struct bf_engine *e, uint32_t lid)
 
 enum { ROW_DERIVE = 0, ROW_KEEP = 1, ROW_RERANK = 2 };
 
+/* the row was derived for a Need with d's own inputs */
+static bool key_is(const struct rkey *k, const struct dneed *d)
+{
+    return k->serial == d->cp->serial && k->group == d->group && bf_vec_eq(&k->agg, &d->agg) &&
+           bf_vec_eq(&k->minu, &d->minu);
+}
+
 /* What row r of memo pm needs (d is its normalized Need): ROW_KEEP when its
  * inputs are unchanged; ROW_RERANK when only the acquirable supply it ranked
  * domains over moved (a Same Need; its own cluster's inputs are unchanged);
@@ -299,6 +324,8 @@ static int row_check(const struct bf_engine *e, const struct cluster *cl, uint32
 {
     const struct pmemo *pm = &cl->pm[cl->pcur];
     const struct prow *m = &pm->rows[r];
+    if (cl->dkeys && !key_is(&pm->keys[r], d))
+        return ROW_DERIVE; /* another Need (or the same one changed) is in its place */
     /* a row reads only its own cluster's lists: none diverged, none to check */
     for (uint32_t i = 0; cl->dvstamp == e->stamp && i < m->nl; i++)
         if (list_diverged(e, pm->lists[m->l0 + i]))
@@ -332,6 +359,7 @@ static int row_check(const struct bf_engine *e, const struct cluster *cl, uint32
 static int row_new(struct pmemo *pm, struct prow **out)
 {
     TRY(GROW(pm->rows, pm->caprows, pm->nrows + 1));
+    TRY(GROW(pm->keys, pm->capkeys, pm->nrows + 1));
     struct prow *r = &pm->rows[pm->nrows++];
     memset(r, 0, sizeof *r);
     r->run0 = pm->nruns;
@@ -387,6 +415,8 @@ static int row_transfer(struct bf_engine *e, const struct pmemo *src, uint32_t r
         bfe_intern_retain(&e->in, x->domain);
     for (uint32_t i = 0; i < m->ncand; i++)
         bfe_intern_retain(&e->in, dst->cand_ids[at.cand0 + i]);
+    dst->keys[dst->nrows - 1] = src->keys[r];
+    bfe_intern_retain(&e->in, src->keys[r].group);
     return 0;
 }
 
@@ -542,21 +572,8 @@ static int row_rerank(struct bf_engine *e, const struct bfe_prepass_ops *ops, ui
     struct pmemo *pm = memo_of(cl);
     const struct prow *m = &pm->rows[r];
     struct dneed *d = &e->d[di];
-    struct arena_mark mk = bfe_arena_mark(&e->sc);
-    struct same_bucket *bk = ANEW(&e->sc, struct same_bucket, m->ncb ? m->ncb : 1);
-    if (!bk)
-        return -ENOMEM;
-    for (uint32_t i = 0; i < m->ncb; i++) {
-        const struct cbk *b = &pm->cb[m->cb0 + i];
-        bk[i] = (struct same_bucket){.value = b->value,
-                                     .count = b->count,
-                                     .cred_count = b->count,
-                                     .total = b->total,
-                                     .cred_total = b->total,
-                                     .own_total = b->own};
-    }
-    int rc = bfe_same_rank(e, d, bk, m->ncb);
-    bfe_arena_release(&e->sc, mk);
+    /* ranked from the recorded buckets in place (their scores included) */
+    int rc = bfe_same_rank(e, d, pm->cb + m->cb0, m->ncb);
     if (rc)
         return rc;
     if (d->has_domain != m->has_domain || (d->has_domain && d->domain != m->domain)) {
@@ -649,6 +666,8 @@ static int row_derive(struct bf_engine *e, const struct bfe_prepass_ops *ops, ui
     TRY(row_new(pm, &x));
     x->dindex = di;
     x->parked = d->parked;
+    pm->keys[pm->nrows - 1] = (struct rkey){cp->serial, d->group, d->agg, d->minu};
+    bfe_intern_retain(&e->in, d->group);
     /* the cluster lists it reads */
     for (int si = 0; si < 2; si++) {
         uint32_t cap = (cl->ntl[si] > cp->npin ? cl->ntl[si] : cp->npin) + 1;
@@ -657,6 +676,12 @@ static int row_derive(struct bf_engine *e, const struct bfe_prepass_ops *ops, ui
         pm->nlists += k;
         x->nl += k;
     }
+    /* another Need in the row's place (dkeys) may read other lists: the
+     * claims of the rows from r on come off those too before it reads them */
+    if (cl->pmode == PM_PARTIAL)
+        for (uint32_t i = 0; i < x->nl; i++)
+            if (!list_rolled(e, pm->lists[x->l0 + i]))
+                list_rollback(e, old, r, pm->lists[x->l0 + i]);
     /* a parked Same Need reads no acquirable supply (no fold, no rider) */
     if (cp->has_same && !d->parked)
         TRY(same_inputs(e, pm, x, cp));
@@ -681,10 +706,14 @@ static int row_derive(struct bf_engine *e, const struct bfe_prepass_ops *ops, ui
     x->same_sat = d->same_sat;
     TRY(cands_record(e, pm, x, d));
     if (cl->pmode == PM_PARTIAL && !runs_equal(old, &old->rows[r], pm, x)) {
-        /* later Needs reading these lists see other claims */
+        /* later Needs reading these lists see other claims (the old row's
+         * lists too: the Need in its place may have read other ones) */
+        const struct prow *m = &old->rows[r];
         for (uint32_t i = 0; i < x->nl; i++)
             list_cyc(e, pm->lists[x->l0 + i])->diverged = true;
-        if (x->nl)
+        for (uint32_t i = 0; i < m->nl; i++)
+            list_cyc(e, old->lists[m->l0 + i])->diverged = true;
+        if (x->nl || m->nl)
             cl->dvstamp = e->stamp;
     }
     return 0;
@@ -748,8 +777,10 @@ static int finish(struct bf_engine *e)
             pm_clear(e, memo_of(cl));
             cl->pcur ^= 1;
             TRY(memo_seal(e, cl, memo_of(cl)));
-        } else if (cl->lists_reset) {
-            TRY(memo_lists(e, cl, memo_of(cl))); /* no Need reads the lists that changed */
+        } else {
+            if (cl->lists_reset)
+                TRY(memo_lists(e, cl, memo_of(cl))); /* no Need reads the lists that changed */
+            memo_of(cl)->dver = cl->dver;            /* every row's key still matched */
         }
         struct pmemo *pm = memo_of(cl);
         /* rows re-ranked in place leave entries behind: copy the live ones */
@@ -789,7 +820,7 @@ int bfe_credit_prepass(struct bf_engine *e, const uint64_t *ord, uint32_t n,
     e->rec_pm = NULL;
     e->rec_ci = NONE32;
     e->n_cons = 0;
-    e->pp_kept = e->pp_reranked = e->pp_derived = 0;
+    e->pp_kept = e->pp_reranked = e->pp_derived = e->pp_dkept = 0;
     bfe_acq_reset(e);
     for (uint32_t ci = 0; ci < e->n_clusters; ci++)
         e->clusters[ci].nrows_now = 0;
@@ -802,8 +833,11 @@ int bfe_credit_prepass(struct bf_engine *e, const uint64_t *ord, uint32_t n,
         cl->prow_next = 0;
         pm_clear(e, build_of(cl));
         cl->lists_reset = false;
-        if (incr && pm->valid && pm->dver == cl->dver && pm->cver == cl->cver &&
-            pm->nrows == cl->nrows_now) {
+        cl->dkeys = false;
+        if (incr && pm->valid && pm->cver == cl->cver && pm->nrows == cl->nrows_now) {
+            /* demand moved (a rollup, a fold): its rows are checked one by
+             * one against the Needs now in their places */
+            cl->dkeys = pm->dver != cl->dver;
             cl->pmode = PM_REPLAY;
             cl->lists_reset = lists_changed(e, cl, pm);
         } else {
@@ -842,12 +876,14 @@ int bfe_credit_prepass(struct bf_engine *e, const uint64_t *ord, uint32_t n,
                 return rc;
             if (rc) {
                 e->pp_reranked++;
+                e->pp_dkept += cl->dkeys;
                 continue;
             }
             what = ROW_DERIVE; /* the chosen domain moved */
         }
         if (what == ROW_KEEP) {
             e->pp_kept++;
+            e->pp_dkept += cl->dkeys;
             TRY(row_keep(e, cl, r, di));
         } else {
             e->pp_derived++;

@@ -294,6 +294,7 @@ static struct cprof *cprof_get_ex(struct bf_engine *e, const struct bf_need_prof
         return NULL;
     }
     cp->refs = 1;
+    cp->serial = ++e->cprof_serial;
     cp->idx = NONE32;
     cp->prof = copy;
     cp->prof_mem = mem;

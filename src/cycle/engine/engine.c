@@ -199,6 +199,7 @@ int bf_engine_cycle(struct bf_engine *e, int64_t now_ns, struct bf_engine_result
     out->n_unsatisfied = uns;
     memcpy(out->claimed, e->claimed_state, sizeof out->claimed);
     out->prepass.kept = e->pp_kept;
+    out->prepass.demand_kept = e->pp_dkept;
     out->prepass.reranked = e->pp_reranked;
     out->prepass.derived = e->pp_derived;
     return 0;

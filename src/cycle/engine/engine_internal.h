@@ -328,9 +328,10 @@ struct creq {
 
 /* A compiled profile, shared by every Need with the same fingerprint. */
 struct cprof {
-    uint32_t fp;   /* string id (retained) */
-    uint32_t refs; /* needs + stripped-from + ledgers */
-    uint32_t idx;  /* index in e->cprofs */
+    uint64_t serial; /* unique per compiled profile ever made (never reused, unlike the address) */
+    uint32_t fp;     /* string id (retained) */
+    uint32_t refs;   /* needs + stripped-from + ledgers */
+    uint32_t idx;    /* index in e->cprofs */
     int32_t prio;
     uint8_t ipb, rpb;
     double ip_dollars;
@@ -428,7 +429,11 @@ struct lver { /* a cluster list and its version */
 };
 struct cbk { /* a Same Need's creditable supply in one domain */
     uint32_t value, count;
-    bf_vec total, own;
+    bf_vec total;
+    /* bfe_rank_key_of's cred and own of the creditable bucket against the
+     * Need's aggregate: neither reads the acquirable supply, so a re-rank
+     * (same cluster demand, so the same aggregate) takes them as recorded */
+    double cred, own;
 };
 
 struct prow {
@@ -449,6 +454,15 @@ struct prow {
     bool creat_busy;  /* ... and it was not empty: Creating leaves are credited to any
                          cluster demanding the fingerprint, so the row is derived
                          again every cycle while they exist */
+};
+
+/* the inputs a row's derivation reads from its own normalized Need
+ * (phase1.c's prepass_need: the compiled profile, aggregate, MinUnit and
+ * group; the parking flag is in the row) */
+struct rkey {
+    uint64_t serial; /* cprof.serial */
+    uint32_t group;  /* string id (retained by the memo) */
+    bf_vec agg, minu;
 };
 
 struct pmemo {
@@ -474,6 +488,8 @@ struct pmemo {
     uint32_t ncands, capcands, capcand_ids;
     struct cbk *cb;
     uint32_t ncb, capcb;
+    struct rkey *keys; /* per row (parallel to rows) */
+    uint32_t capkeys;
     uint32_t waste; /* entries no row refers to any more (rows re-ranked in place) */
 };
 
@@ -515,6 +531,9 @@ struct cluster {
     uint8_t pcur;
     uint8_t pmode;      /* PM_* this cycle */
     bool lists_reset;   /* some of its lists changed since the memo (this cycle) */
+    bool dkeys;         /* its demand moved since the memo, its row count did not: each
+                           row is replayed only while its Need's key (rkey) is the one
+                           it was derived for (this cycle) */
     uint32_t pstamp;    /* cycle stamp of pmode/prow_next/nrows_now */
     uint32_t prow_next; /* next pre-pass row this cycle */
     uint32_t nrows_now; /* normalized Needs this cycle */
@@ -688,6 +707,8 @@ struct bf_engine {
     uint64_t *tver;
     uint32_t n_tver, cap_tver;
     uint64_t epoch_ctr;    /* cluster credit epochs */
+    uint64_t cprof_serial; /* the last cprof.serial given */
+    uint32_t pp_dkept;     /* this cycle's pre-pass rows kept in clusters whose demand moved */
     bool memo_broken;      /* a cycle failed part-way: every memo is dropped */
     struct cons_ent *cons; /* this cycle's virtual consumption, by leaf id */
     uint32_t n_cons, cap_cons;
@@ -877,16 +898,18 @@ uint32_t bfe_credit_cluster_claimed(const struct bf_engine *e, uint32_t ci);
  * (leaf.runs, e->runs), once per cycle, for Phase 2 (-ENOMEM) */
 int bfe_credit_load_runs(struct bf_engine *e, uint32_t ci);
 void bfe_credit_free(struct bf_engine *e);
-/* records a Same Need's creditable buckets (credit.c) */
-int bfe_credit_cbk(struct bf_engine *e, const struct same_bucket *bk, uint32_t nb);
+/* records a Same Need's creditable buckets with their rank scores against
+ * agg (credit.c); *out: the recorded buckets, valid until the next record */
+int bfe_credit_cbk(struct bf_engine *e, const struct same_bucket *bk, uint32_t nb,
+                   const bf_vec *agg, const struct cbk **out);
 
 /* same.c: Same domain ranking over the shared acquirable supply */
 struct apool;
-/* Chooses d's domain from its creditable buckets bk[0..nb) (distinct
- * domains; their acquirable supply is added in place) and, unless d is
+/* Chooses d's domain from its recorded creditable buckets cb[0..nb)
+ * (distinct domains; their acquirable supply is added to a copy) and, unless d is
  * parked, the acquirable-only domains: sets has_domain, domain, same_sat and
  * the candidates (cycle arena), exactly as ranking every bucket. */
-int bfe_same_rank(struct bf_engine *e, struct dneed *d, struct same_bucket *bk, uint32_t nb);
+int bfe_same_rank(struct bf_engine *e, struct dneed *d, const struct cbk *cb, uint32_t nb);
 void bfe_acq_reset(struct bf_engine *e);
 /* class ci's virtual consumption moved: pools and rankings follow */
 void bfe_acq_consumed(struct bf_engine *e, uint32_t ci);

@@ -227,7 +227,8 @@ static int cluster_folds(struct bf_engine *e, uint32_t ci, struct memotab *shard
     cl->fg_vs = vs;
     cl->fg_vc = vc;
     /* the same fold decisions over the same Needs make the same groups and
-     * rows; otherwise the pre-pass memo of the cluster no longer applies */
+     * rows; otherwise the pre-pass checks the cluster's memo rows one by one
+     * against the Needs now in their places (credit.c, struct rkey) */
     if (changed)
         cl->dver++;
     return 0;

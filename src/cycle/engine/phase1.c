@@ -629,7 +629,8 @@ static int prepass_same(struct bf_engine *e, uint32_t di)
     if (!(e->cfg.flags & (BF_ENGINE_F_REFERENCE | BF_ENGINE_F_NO_INCREMENTAL))) {
         /* 2.-4. over the shared acquirable supply (same.c); the creditable
          * buckets are recorded for a later cycle's re-ranking (credit.c) */
-        if ((rc = bfe_credit_cbk(e, bk, nb)) || (rc = bfe_same_rank(e, d, bk, nb)))
+        const struct cbk *cb = NULL;
+        if ((rc = bfe_credit_cbk(e, bk, nb, &d->agg, &cb)) || (rc = bfe_same_rank(e, d, cb, nb)))
             goto out;
         if (!d->has_domain)
             goto out;

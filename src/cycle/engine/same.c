@@ -459,14 +459,14 @@ void bfe_acq_consumed(struct bf_engine *e, uint32_t ci)
 
 /* ------------------------------------------------------------------ choosing */
 
-static int mark_domains(struct bf_engine *e, const struct same_bucket *bk, uint32_t nb)
+static int mark_domains(struct bf_engine *e, const struct cbk *cb, uint32_t nb)
 {
     if (++e->dom_stamp == 0) {
         memset(e->scratch_dom_stamp, 0, (size_t)e->cap_scratch * sizeof(uint32_t));
         e->dom_stamp = 1;
     }
     for (uint32_t i = 0; i < nb; i++) {
-        uint32_t v = bk[i].value;
+        uint32_t v = cb[i].value;
         if (v >= e->cap_scratch) {
             uint32_t c1 = e->cap_scratch, c2 = e->cap_scratch;
             if (GROW(e->scratch_dom, c1, v + 1) || GROW(e->scratch_dom_stamp, c2, v + 1))
@@ -481,7 +481,7 @@ static int mark_domains(struct bf_engine *e, const struct same_bucket *bk, uint3
     return 0;
 }
 
-int bfe_same_rank(struct bf_engine *e, struct dneed *d, struct same_bucket *bk, uint32_t nb)
+int bfe_same_rank(struct bf_engine *e, struct dneed *d, const struct cbk *cb, uint32_t nb)
 {
     const struct arank *R = NULL;
     struct apool *P = NULL;
@@ -489,21 +489,32 @@ int bfe_same_rank(struct bf_engine *e, struct dneed *d, struct same_bucket *bk, 
         TRY(pool_get(e, d->cp, &d->minu, &P));
         TRY(rank_get(e, P, &d->agg, &R));
     }
-    TRY(mark_domains(e, bk, nb));
+    TRY(mark_domains(e, cb, nb));
     struct arena_mark mk = bfe_arena_mark(&e->sc);
     struct arent *ks = ANEW(&e->sc, struct arent, nb ? nb : 1);
     struct arent *tmp = ANEW(&e->sc, struct arent, nb ? nb : 1);
     if (!ks || !tmp)
         return -ENOMEM;
-    /* the creditable domains with their acquirable supply added */
+    /* the creditable domains with their acquirable supply added: the rank
+     * key bfe_rank_key_of gives that bucket (cred_total = the creditable
+     * total), with the two scores of the creditable part as recorded */
     for (uint32_t i = 0; i < nb; i++) {
-        uint32_t di = P ? dom_find(P, bk[i].value) : NONE32;
+        const struct cbk *b = &cb[i];
+        uint32_t di = P ? dom_find(P, b->value) : NONE32;
+        bf_vec total = b->total;
+        uint32_t count = b->count;
         if (di != NONE32 && P->dom[di].count) {
-            bk[i].count += P->dom[di].count;
-            bfe_vec_add_scaled(&bk[i].total, &P->dom[di].total, 1);
+            count += P->dom[di].count;
+            bfe_vec_add_scaled(&total, &P->dom[di].total, 1);
         }
-        bfe_rank_key_of(&bk[i], &d->agg, &ks[i].k);
-        ks[i].cov = bfe_coverage_per_mille(&bk[i].total, &d->agg);
+        struct rank_key *k = &ks[i].k;
+        k->sat = bf_vec_covers(&total, &d->agg);
+        k->cred = b->cred;
+        k->own = b->own;
+        k->score = bfe_same_score(&total, &d->agg, !k->sat);
+        k->count = count;
+        k->value = b->value;
+        ks[i].cov = bfe_coverage_per_mille(&total, &d->agg);
         ks[i].dom = i;
     }
     ent_sort(e, ks, tmp, nb);
