@@ -408,8 +408,8 @@ static int verify_cb(int preverify, WOLFSSL_X509_STORE_CTX *store)
     if (!io->is_client) {
         free(io->peer_ident);
         io->peer_ident = NULL;
-        int n = bf_tls_leaf_identity(store->certs[0].buffer, store->certs[0].length,
-                                     &io->peer_ident);
+        int n =
+            bf_tls_leaf_identity(store->certs[0].buffer, store->certs[0].length, &io->peer_ident);
         io->peer_uris = (int8_t)(n < -INT8_MAX ? -EINVAL : n); /* count, -EINVAL or -ENOMEM */
     } else {
         io->name_checked = true; /* wolfSSL fails the handshake on a mismatch */

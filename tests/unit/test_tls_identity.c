@@ -231,7 +231,8 @@ END_TEST
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/bf-tlsid-%d", getpid());
-    if (sh("mkdir -p %s", tmpdir) != 0 || make_cert("one", "URI:bigfleet://cluster/c1,DNS:x.example") ||
+    if (sh("mkdir -p %s", tmpdir) != 0 ||
+        make_cert("one", "URI:bigfleet://cluster/c1,DNS:x.example") ||
         make_cert("upper", "URI:BigFleet://cluster/C1") ||
         make_cert("two", "URI:bigfleet://cluster/a,URI:bigfleet://admin") ||
         make_cert("dns", "DNS:client.example") || make_cert("nosan", "") ||
