@@ -317,7 +317,7 @@ struct bf_tls_io {
     /* wolfSSL without the OpenSSL layer (tls.c): what the verify callback
      * read from the verified leaf (the two small fields sit in padding) */
     bool name_checked; /* client: wolfSSL matched the server name */
-    int8_t peer_uris;  /* server: bigfleet URI SANs seen (saturating) */
+    int8_t peer_uris;  /* server: bf_tls_leaf_identity of the leaf (INT8_MIN: none yet) */
     int (*out)(struct bf_tls_io *io, const void *p, size_t n);
     char *peer_ident; /* server: the one bigfleet URI SAN (malloc) or NULL */
 };
@@ -407,9 +407,20 @@ int bf_tls_write(struct bf_tls_io *io, const void *p, size_t n);
 /* close_notify to io->out. */
 void bf_tls_shutdown(struct bf_tls_io *io);
 /*
- * Collects the peer certificate's URI SANs with scheme bigfleet.
- * Returns the number found (0, 1, 2+), or -1 if the peer sent no
- * certificate; *ident gets a malloc'd copy of the first one (caller frees).
+ * The identity of a certificate (DER; parsed, not verified: give it a leaf
+ * whose chain verified) by wire.md §7: its URI SANs with scheme bigfleet
+ * (case-insensitive; one with an embedded NUL is not a URI) are counted
+ * (saturating at INT8_MAX); exactly one is the identity: *ident gets a
+ * malloc'd copy with the scheme in lower case (caller frees). Returns the
+ * count (0, 1, 2+; *ident is NULL unless 1), -EINVAL if der does not parse
+ * as a certificate (wolfSSL's parser; without WOLFSSL_FPKI it refuses a
+ * relative URI SAN), -ENOMEM if the copy failed. Never 1 without *ident.
+ */
+int bf_tls_leaf_identity(const uint8_t *der, size_t len, char **ident);
+/*
+ * The peer's identity (bf_tls_leaf_identity of its verified leaf): 1 with
+ * *ident set (caller frees), 0 or 2+ URI SANs (no identity), -1 if the peer
+ * sent no certificate, -EINVAL / -ENOMEM as bf_tls_leaf_identity.
  */
 int bf_tls_peer_identity(struct bf_tls_io *io, char **ident);
 /* Client: the peer certificate matches name (DNS SAN or IP SAN). 0 / -EPERM. */

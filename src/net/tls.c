@@ -32,18 +32,21 @@
  *     mTLS connection held. Only blocks known to be this connection's are
  *     touched: the WOLFSSL itself and wolfSSL_get_session(ssl), each
  *     checked against io->blocks.
- *   - Two wolfSSL builds are supported. With the OpenSSL layer (Debian's
- *     package: OPENSSL_EXTRA) the identity and the server name are read
- *     from the peer certificate after the handshake. Without it (the
- *     vendored build, scripts/build-wolfssl: no OPENSSL_EXTRA, KEEP_PEER_CERT
- *     or SESSION_CERTS, so a connection keeps no copy of the peer's
- *     certificate) the verify callback reads them from the verified leaf
- *     during the handshake (WOLFSSL_ALWAYS_VERIFY_CB: called for the leaf
- *     with preverify=1 once its chain verified): a server keeps the one
- *     bigfleet URI SAN (io->peer_ident); a client has wolfSSL match the
- *     server name (wolfSSL_check_domain_name: the SANs, or the CN when
- *     there are none — the matcher wolfSSL_X509_check_host uses) and the
- *     handshake fails on a mismatch.
+ *   - Two wolfSSL builds are supported (docs/net.md "The TLS library").
+ *     The default (scripts/build-wolfssl, linked statically) has no OpenSSL
+ *     layer, KEEP_PEER_CERT or SESSION_CERTS, so a connection keeps no copy
+ *     of the peer's certificate: the verify callback reads what is needed
+ *     from the verified leaf during the handshake (WOLFSSL_ALWAYS_VERIFY_CB:
+ *     called for the leaf with preverify=1 once its chain verified). A
+ *     server keeps the result of bf_tls_leaf_identity (io->peer_uris,
+ *     io->peer_ident); a client has wolfSSL match the server name
+ *     (wolfSSL_check_domain_name: the SANs, or the CN when there are none —
+ *     the matcher wolfSSL_X509_check_host uses) and the handshake fails on
+ *     a mismatch. With Debian's shared library (make WOLFSSL=system:
+ *     OPENSSL_EXTRA) the identity is bf_tls_leaf_identity of the peer
+ *     certificate's DER after the handshake and the server name is checked
+ *     with wolfSSL_X509_check_host / _check_ip_asc. One identity rule
+ *     (bf_tls_leaf_identity) in both.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -61,15 +64,15 @@
 #include <wolfssl/ssl.h>
 #include <wolfssl/wolfcrypt/asn.h>
 #include <wolfssl/wolfio.h>
-#ifndef OPENSSL_EXTRA
 #include <wolfssl/wolfcrypt/asn_public.h>
-#endif
+#include <wolfssl/wolfcrypt/error-crypt.h>
 
 #include "bigfleet/log.h"
 #include "bigfleet/util.h"
 #include "net/net_internal.h"
 
-#define BF_GEN_URI 6 /* GeneralName uniformResourceIdentifier */
+/* io->peer_uris before the verify callback saw the peer's leaf */
+#define BF_TLS_NO_LEAF INT8_MIN
 
 /* ------------------------------------------------------------ wolfSSL heap */
 
@@ -341,35 +344,58 @@ static void file_mtime(const char *path, struct timespec *ts)
         memset(ts, 0, sizeof *ts);
 }
 
-#ifndef OPENSSL_EXTRA
-/* The verified leaf's URI SANs with scheme bigfleet (case-insensitive): the
- * count (capped at 2) and, when exactly one, a copy with the scheme in lower
- * case. The same rules as bf_tls_peer_identity's OpenSSL-layer path. */
-static void leaf_identity(struct bf_tls_io *io, const uint8_t *der, uint32_t len)
+/* The rules of wire.md §7 on a certificate's URI SANs, in both builds (the
+ * contract is in net_internal.h). The DER is parsed by wolfSSL's own
+ * certificate parser, the one the handshake used on the same bytes. */
+static bool is_bigfleet_uri(const DNS_entry *a)
 {
-    DecodedCert dc;
-    wc_InitDecodedCert(&dc, der, len, NULL);
-    if (wc_ParseCert(&dc, CERT_TYPE, NO_VERIFY, NULL) == 0) {
-        for (DNS_entry *a = dc.altNames; a; a = a->next) {
-            if (a->type != ASN_URI_TYPE || !a->name || a->len < 9 ||
-                strncasecmp(a->name, "bigfleet:", 9) != 0 || memchr(a->name, 0, (size_t)a->len))
-                continue;
-            if (io->peer_uris < INT8_MAX)
-                io->peer_uris++;
-            if (io->peer_uris == 1) {
-                char *s = malloc((size_t)a->len + 1);
-                if (s) {
-                    memcpy(s, "bigfleet", 8);
-                    memcpy(s + 8, a->name + 8, (size_t)a->len - 8);
-                    s[a->len] = 0;
-                }
-                io->peer_ident = s;
-            }
-        }
-    }
-    wc_FreeDecodedCert(&dc);
+    /* scheme "bigfleet" (case-insensitive, as url.Parse lowercases it); an
+     * embedded NUL: not a URI */
+    return a->type == ASN_URI_TYPE && a->name && a->len >= 9 &&
+           strncasecmp(a->name, "bigfleet:", 9) == 0 && !memchr(a->name, 0, (size_t)a->len);
 }
 
+int bf_tls_leaf_identity(const uint8_t *der, size_t len, char **ident)
+{
+    *ident = NULL;
+    if (!der || len == 0 || len > UINT32_MAX)
+        return -EINVAL;
+    DecodedCert dc;
+    wc_InitDecodedCert(&dc, der, (word32)len, NULL);
+    int n = 0;
+    int r = wc_ParseCert(&dc, CERT_TYPE, NO_VERIFY, NULL);
+    if (r != 0) {
+        n = r == MEMORY_E ? -ENOMEM : -EINVAL;
+        goto out;
+    }
+    for (DNS_entry *a = dc.altNames; a; a = a->next) {
+        if (!is_bigfleet_uri(a))
+            continue;
+        if (n < INT8_MAX)
+            n++;
+    }
+    if (n == 1) {
+        for (DNS_entry *a = dc.altNames; a; a = a->next) {
+            if (!is_bigfleet_uri(a))
+                continue;
+            char *s = malloc((size_t)a->len + 1);
+            if (!s) {
+                n = -ENOMEM;
+                break;
+            }
+            memcpy(s, "bigfleet", 8);
+            memcpy(s + 8, a->name + 8, (size_t)a->len - 8);
+            s[a->len] = 0;
+            *ident = s;
+            break;
+        }
+    }
+out:
+    wc_FreeDecodedCert(&dc);
+    return n;
+}
+
+#ifndef OPENSSL_EXTRA
 /* wolfSSL calls this for the peer's leaf with preverify=1 once the chain
  * verified (WOLFSSL_ALWAYS_VERIFY_CB) and for every failure with
  * preverify=0; the verdict is wolfSSL's, unchanged. */
@@ -382,8 +408,9 @@ static int verify_cb(int preverify, WOLFSSL_X509_STORE_CTX *store)
     if (!io->is_client) {
         free(io->peer_ident);
         io->peer_ident = NULL;
-        io->peer_uris = 0;
-        leaf_identity(io, store->certs[0].buffer, store->certs[0].length);
+        int n =
+            bf_tls_leaf_identity(store->certs[0].buffer, store->certs[0].length, &io->peer_ident);
+        io->peer_uris = (int8_t)(n < -INT8_MAX ? -EINVAL : n); /* count, -EINVAL or -ENOMEM */
     } else {
         io->name_checked = true; /* wolfSSL fails the handshake on a mismatch */
     }
@@ -560,7 +587,7 @@ int bf_tls_session_new(struct bf_tls_io *io, struct bf_tls_ctx *t, const char *s
 {
     bf_list_init(&io->blocks);
     io->name_checked = false;
-    io->peer_uris = 0;
+    io->peer_uris = BF_TLS_NO_LEAF;
     io->peer_ident = NULL;
     g_tls_owner = io;
     WOLFSSL *ssl = wolfSSL_new(t->ctx);
@@ -685,52 +712,26 @@ int bf_tls_peer_identity(struct bf_tls_io *io, char **ident)
 {
     *ident = NULL;
 #ifndef OPENSSL_EXTRA
-    if (!io->ssl)
+    if (!io->ssl || io->peer_uris == BF_TLS_NO_LEAF)
         return -1;
-    if (io->peer_uris != 1 || !io->peer_ident) {
-        int n = io->peer_uris;
-        free(io->peer_ident);
+    int n = io->peer_uris;
+    if (n == 1 && io->peer_ident) {
+        *ident = io->peer_ident; /* the caller owns it now */
         io->peer_ident = NULL;
-        return n == 1 ? 1 : n; /* 1 without a copy: out of memory, as below */
+        return 1;
     }
-    *ident = io->peer_ident; /* the caller owns it now */
+    free(io->peer_ident);
     io->peer_ident = NULL;
-    return 1;
+    return n == 1 ? -ENOMEM : n; /* never 1 without the identity */
 #else
     WOLFSSL_X509 *peer = wolfSSL_get_peer_certificate((WOLFSSL *)io->ssl);
     if (!peer)
         return -1;
-    int found = 0;
-    WOLFSSL_STACK *gens = wolfSSL_X509_get_ext_d2i(peer, NID_subject_alt_name, NULL, NULL);
-    for (int i = 0; gens && i < wolfSSL_sk_GENERAL_NAME_num(gens); i++) {
-        WOLFSSL_GENERAL_NAME *g = wolfSSL_sk_GENERAL_NAME_value(gens, i);
-        if (!g || g->type != BF_GEN_URI || !g->d.uniformResourceIdentifier)
-            continue;
-        const char *d = (const char *)wolfSSL_ASN1_STRING_data(g->d.uniformResourceIdentifier);
-        int len = wolfSSL_ASN1_STRING_length(g->d.uniformResourceIdentifier);
-        /* scheme "bigfleet" (case-insensitive, as url.Parse lowercases it) */
-        if (!d || len < 9 || strncasecmp(d, "bigfleet:", 9) != 0)
-            continue;
-        if (memchr(d, 0, (size_t)len))
-            continue; /* embedded NUL: not a URI */
-        if (++found == 1) {
-            char *s = malloc((size_t)len + 1);
-            if (s) {
-                memcpy(s, "bigfleet", 8);
-                memcpy(s + 8, d + 8, (size_t)len - 8);
-                s[len] = 0;
-            }
-            *ident = s;
-        }
-    }
-    if (gens)
-        wolfSSL_GENERAL_NAMES_free(gens);
+    int len = 0;
+    const unsigned char *der = wolfSSL_X509_get_der(peer, &len);
+    int n = der && len > 0 ? bf_tls_leaf_identity(der, (size_t)len, ident) : -EINVAL;
     wolfSSL_X509_free(peer);
-    if (found != 1) {
-        free(*ident);
-        *ident = NULL;
-    }
-    return found;
+    return n;
 #endif
 }
 
