@@ -169,9 +169,16 @@ struct bf_net_stats {
     uint64_t flood_closes[BF_NET_FLOOD_COUNT]; /* server: connections closed as floods */
     uint64_t idle_buffer_releases;             /* server: times an idle connection's HTTP/2 frame
                                                   buffer pages went back to the kernel */
-    uint64_t recv_buffer_reuses; /* client: responses of >= 1 MiB assembled in the client's
-                                    recycled receive buffer (one kept between calls, at most
-                                    BF_NET_RECV_SPARE_MAX) instead of new memory */
+    uint64_t recv_buffer_reuses;     /* client: responses of >= 1 MiB assembled in the client's
+                                        recycled receive buffer (one kept between calls, at most
+                                        BF_NET_RECV_SPARE_MAX) instead of new memory; server:
+                                        requests of >= 1 MiB assembled in the server's */
+    uint64_t inbound_spare_bytes;    /* server gauge: the idle recycled assembly buffer,
+                                        charged to max_inbound_buffered beside
+                                        inbound_buffered_bytes (released when a message
+                                        needs the room, or after 5-10 s unused) */
+    uint64_t inbound_spare_releases; /* server: idle recycled buffers released (unused
+                                        for a period, or to make room in the budget) */
 };
 
 /* -------------------------------------------------------------- the loop */

@@ -42,6 +42,17 @@
  *     sent them; a buffer in use is charged to its connection's inbound
  *     budget as any other (bf_grpc_parser's take_spare), then to the
  *     handler's budget once taken.
+ *   - The idle spare is charged too (stop 28): its capacity counts against
+ *     the server-wide inbound budget (spare.charge = &inbound), so idle
+ *     spare + partial messages <= max_inbound_buffered whatever peers do;
+ *     the budget yields it (inbound.yield): a message the budget would
+ *     refuse frees the idle spare first, so it never costs a peer its
+ *     admission. A buffer returned through msg_return is moved into the
+ *     spare (charged, or freed when it does not fit) at the next message
+ *     start or the spare timer's next tick. The timer (SPARE_IDLE_NS) runs
+ *     while the spare holds a buffer or one may come back, and releases a
+ *     spare no message has used for a whole period: idle memory goes back
+ *     to the kernel 5-10 s after the last large message.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -70,15 +81,27 @@
 /* the largest assembly buffer kept for reuse, idle, in each place (the
  * server's spare, msg_return): a 50K-Need rollup is ~7 MB */
 #define RECV_SPARE_MAX (16u << 20)
+/* The spare timer's period: an idle spare is released after one to two of
+ * them without a message starting in it, and a returned buffer waits in
+ * msg_return at most one of them before a loop charges or frees it. */
+#define SPARE_IDLE_NS (5 * BF_NS_PER_SEC)
 
 /* A taken buffer freed by its handler (bf_net_msg_free, any thread) waits
- * here until a server's loop moves it into that server's spare (take_return).
- * One slot per process: the handler's buffer outlives any one server. */
+ * here until a server's loop moves it into that server's spare (take_return:
+ * at the next message start, or the spare timer's next tick). One slot per
+ * process: the handler's buffer outlives any one server. */
 static struct {
     pthread_mutex_t mu;
     uint8_t *buf;
     size_t cap;
+    unsigned servers; /* live servers: with none, a freed buffer is not kept */
+    uint64_t out;     /* recyclable buffers taken (bf_net_call_take_message), not yet freed */
 } msg_return = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static bool recyclable(size_t cap)
+{
+    return cap >= BF_GRPC_MMAP_MIN && cap <= RECV_SPARE_MAX;
+}
 
 struct method_ent {
     struct bf_net_method m;
@@ -93,8 +116,10 @@ struct bf_net_server {
     size_t n_methods;
     struct bf_net_server_opts o;
     struct bf_net_stats stats;
-    struct bf_grpc_budget inbound; /* partially received messages, all calls */
-    struct bf_grpc_spare spare;    /* recycled assembly buffer (loop thread) */
+    struct bf_grpc_budget inbound;   /* partially received messages, all calls */
+    struct bf_grpc_spare spare;      /* recycled assembly buffer (loop thread), charged to
+                                        inbound while idle (inbound.yield) */
+    struct bf_net_timer spare_timer; /* SPARE_IDLE_NS ticks while a buffer may come back */
     struct bf_list conns;
     uint32_t nconns;
     uint32_t max_method_recv;                 /* largest per-method receive limit */
@@ -237,6 +262,14 @@ static void sconn_flood(struct sconn *sc, int reason)
 
 /* ------------------------------------------------------------ call end */
 
+/* Runs the spare timer while the spare holds a buffer or a taken one may
+ * come back (loop thread). */
+static void spare_watch(struct bf_net_server *srv)
+{
+    if (!srv->destroying && !bf_net_timer_active(&srv->spare_timer))
+        bf_net_timer_start(&srv->spare_timer, SPARE_IDLE_NS, SPARE_IDLE_NS);
+}
+
 static void call_drop_req(struct bf_net_call *call)
 {
     if (call->req_charged)
@@ -251,6 +284,8 @@ static void call_free(struct bf_net_call *call)
     bf_net_timer_stop(&call->deadline_timer);
     bf_net_timer_stop(&call->guard_timer);
     bf_grpc_parser_reset(&call->parser);
+    if (call->sc->srv->spare.buf) /* a partial message's buffer may have become the spare */
+        spare_watch(call->sc->srv);
     outbox_clear(&call->out);
     call_drop_req(call);
     free(call->status_msg);
@@ -814,6 +849,12 @@ int bf_net_call_take_message(struct bf_net_call *call, const uint8_t *msg,
     /* the handler accounts for these bytes from now on (net.h) */
     if (call->cur_charge)
         bf_grpc_budget_refund(&call->sc->inbound, call->cur_charge);
+    if (recyclable(call->cur_charge)) {
+        pthread_mutex_lock(&msg_return.mu);
+        msg_return.out++; /* may come back through msg_return: the timer drains it */
+        pthread_mutex_unlock(&msg_return.mu);
+        spare_watch(call->sc->srv);
+    }
     out->base = (uint8_t *)call->cur_msg;
     out->cap = call->cur_charge;
     call->cur_taken = true;
@@ -824,10 +865,15 @@ void bf_net_msg_free(struct bf_net_msg_buf *b)
 {
     uint8_t *old = NULL;
     size_t old_cap = 0;
-    if (b->base && b->cap >= BF_GRPC_MMAP_MIN && b->cap <= RECV_SPARE_MAX) {
+    if (b->base && recyclable(b->cap)) {
         /* kept for the next large message (the larger of two) */
         pthread_mutex_lock(&msg_return.mu);
-        if (!msg_return.buf || msg_return.cap < b->cap) {
+        if (msg_return.out)
+            msg_return.out--;
+        if (!msg_return.servers) {
+            old = b->base; /* no server left to reuse it */
+            old_cap = b->cap;
+        } else if (!msg_return.buf || msg_return.cap < b->cap) {
             old = msg_return.buf;
             old_cap = msg_return.cap;
             msg_return.buf = b->base;
@@ -846,20 +892,35 @@ void bf_net_msg_free(struct bf_net_msg_buf *b)
     b->cap = 0;
 }
 
-/* Moves a returned buffer into the server's spare when it has none (once
- * per message start: an uncontended lock). */
+/* Moves a returned buffer into the server's spare, where it is charged to
+ * the inbound budget (once per message start and per spare tick: an
+ * uncontended lock). bf_grpc_spare_put keeps the larger of the two and frees
+ * the other, or frees it when the budget is in use by messages. */
 static void take_return(struct bf_net_server *srv)
 {
-    if (srv->spare.buf)
-        return;
     pthread_mutex_lock(&msg_return.mu);
     uint8_t *buf = msg_return.buf;
     size_t cap = msg_return.cap;
     msg_return.buf = NULL;
     msg_return.cap = 0;
     pthread_mutex_unlock(&msg_return.mu);
-    if (buf)
-        bf_grpc_spare_put(&srv->spare, buf, cap); /* frees it if it does not fit */
+    if (buf) {
+        bf_grpc_spare_put(&srv->spare, buf, cap);
+        spare_watch(srv);
+    }
+}
+
+static void spare_timer_cb(struct bf_net_timer *t, void *arg)
+{
+    (void)t;
+    struct bf_net_server *srv = arg;
+    bool held = bf_grpc_spare_tick(&srv->spare); /* first: a buffer drained below is kept */
+    take_return(srv);
+    pthread_mutex_lock(&msg_return.mu);
+    bool more = msg_return.out > 0 || msg_return.buf;
+    pthread_mutex_unlock(&msg_return.mu);
+    if (!held && !srv->spare.buf && !more)
+        bf_net_timer_stop(&srv->spare_timer);
 }
 
 static int on_data_chunk_cb(nghttp2_session *h2, uint8_t flags, int32_t sid, const uint8_t *data,
@@ -875,6 +936,8 @@ static int on_data_chunk_cb(nghttp2_session *h2, uint8_t flags, int32_t sid, con
     if (bf_grpc_parser_idle(&call->parser))
         take_return(sc->srv); /* a message may start in this chunk */
     int r = bf_grpc_parser_feed(&call->parser, data, len, on_parsed, call);
+    if (sc->srv->spare.buf) /* a finished message's buffer may have become the spare */
+        spare_watch(sc->srv);
     if (r == 0 && !call->done) {
         if (bf_grpc_parser_idle(&call->parser)) {
             call->part_ns = 0;
@@ -1552,6 +1615,8 @@ int bf_net_server_new(struct bf_net_loop *loop, const struct bf_net_server_opts 
     srv->inbound.max = srv->o.max_inbound_buffered;
     srv->spare.max =
         srv->o.max_recv_message < RECV_SPARE_MAX ? srv->o.max_recv_message : RECV_SPARE_MAX;
+    srv->spare.charge = &srv->inbound; /* idle, it counts against the budget ... */
+    srv->inbound.yield = &srv->spare;  /* ... and gives way to any message */
     for (size_t i = 0; i < opts->n_methods; i++) {
         uint32_t m = opts->methods[i].max_recv_message;
         m = m && m < srv->o.max_recv_message ? m : srv->o.max_recv_message;
@@ -1585,6 +1650,7 @@ int bf_net_server_new(struct bf_net_loop *loop, const struct bf_net_server_opts 
     bf_list_init(&srv->conns);
     bf_timer_init(&srv->grace_timer, loop, grace_cb, srv);
     bf_timer_init(&srv->done_timer, loop, done_timer_cb, srv);
+    bf_timer_init(&srv->spare_timer, loop, spare_timer_cb, srv);
     int r = -ENOMEM;
     srv->n_methods = opts->n_methods;
     srv->methods = calloc(opts->n_methods ? opts->n_methods : 1, sizeof *srv->methods);
@@ -1624,6 +1690,9 @@ int bf_net_server_new(struct bf_net_loop *loop, const struct bf_net_server_opts 
             !srv->tls                   ? "off"
             : bf_tls_ctx_mtls(srv->tls) ? "mtls"
                                         : "tls");
+    pthread_mutex_lock(&msg_return.mu);
+    msg_return.servers++; /* (server_destroy: --) */
+    pthread_mutex_unlock(&msg_return.mu);
     *out = srv;
     return 0;
 out_fail:
@@ -1665,7 +1734,11 @@ void bf_net_server_stats(const struct bf_net_server *srv, struct bf_net_stats *o
 {
     *out = srv->stats;
     out->inbound_budget_refusals = srv->inbound.refused;
-    out->inbound_buffered_bytes = srv->inbound.used;
+    size_t spare = srv->spare.buf ? srv->spare.cap : 0;
+    out->inbound_buffered_bytes = srv->inbound.used - (srv->spare.charge ? spare : 0);
+    out->inbound_spare_bytes = spare; /* the rest of inbound.used */
+    out->inbound_spare_releases = srv->spare.idle_releases;
+    out->recv_buffer_reuses = srv->spare.reuses;
 }
 
 void bf_net_server_shutdown(struct bf_net_server *srv, int64_t grace_ns, void (*done)(void *),
@@ -1715,7 +1788,19 @@ static void server_destroy(struct bf_net_server *srv)
     bf_tls_ctx_unref(srv->tls);
     bf_cc_free(&srv->peers);
     bf_cc_free(&srv->idents);
+    bf_net_timer_stop(&srv->spare_timer);
     bf_grpc_spare_release(&srv->spare);
+    uint8_t *box = NULL;
+    size_t box_cap = 0;
+    pthread_mutex_lock(&msg_return.mu);
+    if (--msg_return.servers == 0) { /* nobody left to reuse a returned buffer */
+        box = msg_return.buf;
+        box_cap = msg_return.cap;
+        msg_return.buf = NULL;
+        msg_return.cap = 0;
+    }
+    pthread_mutex_unlock(&msg_return.mu);
+    bf_grpc_buf_free(box, box_cap);
     free(srv->methods);
     free(srv);
 }

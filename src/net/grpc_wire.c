@@ -70,6 +70,18 @@ static void *buf_grow(void *p, size_t cap, size_t have, size_t ncap)
     return q;
 }
 
+/* The budget in b's chain that n more bytes would take over its max, or NULL
+ * (then n is charged to the whole chain). Nothing is yielded or counted. */
+static struct bf_grpc_budget *budget_try(struct bf_grpc_budget *b, size_t n)
+{
+    for (struct bf_grpc_budget *x = b; x; x = x->parent)
+        if (x->max && x->used + n > x->max)
+            return x;
+    for (struct bf_grpc_budget *x = b; x; x = x->parent)
+        x->used += n;
+    return NULL;
+}
+
 void bf_grpc_spare_put(struct bf_grpc_spare *spare, void *buf, size_t cap)
 {
     if (!buf)
@@ -78,47 +90,82 @@ void bf_grpc_spare_put(struct bf_grpc_spare *spare, void *buf, size_t cap)
         bf_grpc_buf_free(buf, cap);
         return;
     }
-    bf_grpc_buf_free(spare->buf, spare->cap);
+    bf_grpc_spare_release(spare); /* the smaller one goes */
+    if (spare->charge && budget_try(spare->charge, cap) != NULL) {
+        /* the budget is in use by messages: the memory goes back, not kept */
+        spare->idle_releases++;
+        bf_grpc_buf_free(buf, cap);
+        return;
+    }
     spare->buf = buf;
     spare->cap = cap;
+    spare->touched = true;
 }
 
 void bf_grpc_spare_release(struct bf_grpc_spare *spare)
 {
+    if (spare->buf && spare->charge)
+        bf_grpc_budget_refund(spare->charge, spare->cap);
     bf_grpc_buf_free(spare->buf, spare->cap);
     spare->buf = NULL;
     spare->cap = 0;
 }
 
+bool bf_grpc_spare_tick(struct bf_grpc_spare *spare)
+{
+    if (spare->buf && !spare->touched) {
+        bf_grpc_spare_release(spare);
+        spare->idle_releases++;
+    }
+    spare->touched = false;
+    return spare->buf != NULL;
+}
+
 /* Starts a message's assembly in the spare (its declared length is at least
  * BF_GRPC_MMAP_MIN, so it would be mapped anyway, and at most the spare's
- * max): false when there is none or the budget refuses it. */
+ * max): false when there is none or the budget refuses it. The spare's own
+ * charge (if any) becomes the parser's. */
 static bool take_spare(struct bf_grpc_parser *p)
 {
     struct bf_grpc_spare *sp = p->spare;
     if (!sp || !sp->buf || p->buf || p->msg_len < BF_GRPC_MMAP_MIN || p->msg_len > sp->max)
         return false; /* (a message over max would not give it back) */
-    if (p->budget && bf_grpc_budget_charge(p->budget, sp->cap) != NULL)
-        return false; /* the normal growth path reports the refusal */
-    p->buf = sp->buf;
-    p->cap = sp->cap;
-    sp->buf = NULL;
+    uint8_t *buf = sp->buf;
+    size_t cap = sp->cap;
+    sp->buf = NULL; /* detached: the charge below cannot yield it */
     sp->cap = 0;
+    if (sp->charge)
+        bf_grpc_budget_refund(sp->charge, cap);
+    if (p->budget && budget_try(p->budget, cap) != NULL) {
+        /* kept idle as it was (the refund made room for its charge again);
+         * the normal growth path reports the refusal */
+        if (sp->charge)
+            budget_try(sp->charge, cap);
+        sp->buf = buf;
+        sp->cap = cap;
+        return false;
+    }
+    p->buf = buf;
+    p->cap = cap;
     sp->reuses++;
+    sp->touched = true;
     return true;
 }
 
 struct bf_grpc_budget *bf_grpc_budget_charge(struct bf_grpc_budget *b, size_t n)
 {
-    for (struct bf_grpc_budget *x = b; x; x = x->parent) {
-        if (x->max && x->used + n > x->max) {
-            x->refused++;
-            return x;
+    for (;;) {
+        struct bf_grpc_budget *x = budget_try(b, n);
+        if (!x)
+            return NULL;
+        if (x->yield && x->yield->buf) {
+            bf_grpc_spare_release(x->yield); /* an idle buffer never refuses a message */
+            x->yield->idle_releases++;
+            continue;
         }
+        x->refused++;
+        return x;
     }
-    for (struct bf_grpc_budget *x = b; x; x = x->parent)
-        x->used += n;
-    return NULL;
 }
 
 void bf_grpc_budget_refund(struct bf_grpc_budget *b, size_t n)
@@ -256,9 +303,9 @@ int bf_grpc_parser_feed(struct bf_grpc_parser *p, const uint8_t *data, size_t le
             } else {
                 if (r == BF_GRPC_MSG_KEPT)
                     r = 0;
-                bf_grpc_spare_put(spare, b, charged);
-                if (bud)
+                if (bud) /* first: the spare's own charge may need the room */
                     bf_grpc_budget_refund(bud, charged);
+                bf_grpc_spare_put(spare, b, charged);
             }
             if (r != 0)
                 return r;

@@ -30,17 +30,24 @@
  * parser's over_budget, so many peers each sending a large message slowly
  * cannot together exhaust the host's memory. max 0 = unlimited.
  */
+struct bf_grpc_spare;
 struct bf_grpc_budget {
     size_t used, max;              /* bytes */
     uint64_t refused;              /* messages failed for this budget */
     struct bf_grpc_budget *parent; /* charged too (a connection's share -> the server's
                                       total); NULL = top */
+    struct bf_grpc_spare *yield;   /* optional: an idle spare charged here (its `charge`
+                                      is this budget) that a charge this budget would
+                                      refuse frees first (bf_grpc_budget_charge) */
 };
 
 /*
  * Charges n bytes to b and every parent. Returns NULL, or (nothing charged
  * anywhere) the first budget in the chain that would go over its max; its
- * `refused` is incremented.
+ * `refused` is incremented. When that budget has a `yield` spare holding a
+ * buffer, the spare is released (its charge refunded) and the charge tried
+ * again before anything is refused: an idle recycled buffer never costs a
+ * message its admission.
  */
 struct bf_grpc_budget *bf_grpc_budget_charge(struct bf_grpc_budget *b, size_t n);
 /* Refunds n bytes to b and every parent. */
@@ -57,19 +64,35 @@ void bf_grpc_budget_refund(struct bf_grpc_budget *b, size_t n);
  * budget like any assembly buffer; kept idle, it is bounded by `max` (one
  * per connection) and freed with bf_grpc_spare_release (when the
  * connection or client goes away).
+ *
+ * With `charge` set (the gRPC server: its server-wide inbound budget, whose
+ * `yield` points back here), an idle buffer's capacity is charged there too:
+ * a put the budget refuses frees the buffer instead of keeping it, a parser
+ * taking the spare moves the charge to its own budget chain, a release
+ * refunds it, and a charge that budget would refuse releases the spare first
+ * (bf_grpc_budget_charge). bf_grpc_spare_tick releases a spare nobody took
+ * for a whole period.
  */
 struct bf_grpc_spare {
-    uint8_t *buf;    /* NULL when empty */
-    size_t cap;      /* its capacity (bf_grpc_buf_free's argument) */
-    size_t max;      /* the largest buffer kept; 0 = keep none */
-    uint64_t reuses; /* messages assembled in a recycled buffer */
+    uint8_t *buf;                  /* NULL when empty */
+    size_t cap;                    /* its capacity (bf_grpc_buf_free's argument) */
+    size_t max;                    /* the largest buffer kept; 0 = keep none */
+    uint64_t reuses;               /* messages assembled in a recycled buffer */
+    struct bf_grpc_budget *charge; /* optional: the idle buffer is charged here */
+    uint64_t idle_releases;        /* buffers released idle (tick, yield, refused put) */
+    bool touched;                  /* put or taken since the previous bf_grpc_spare_tick */
 };
 /* Keeps buf (capacity cap) as the spare when it fits (mapped, <= max, and
- * larger than the one held: the smaller is freed); frees it otherwise.
- * spare NULL: frees it. */
+ * larger than the one held: the smaller is freed; with `charge`, when that
+ * budget takes its capacity); frees it otherwise. spare NULL: frees it. */
 void bf_grpc_spare_put(struct bf_grpc_spare *spare, void *buf, size_t cap);
-/* Frees the spare (an empty spare is a no-op). */
+/* Frees the spare and refunds its charge (an empty spare is a no-op). */
 void bf_grpc_spare_release(struct bf_grpc_spare *spare);
+/* Called once a period (the server's spare timer): releases the spare when
+ * it was neither put nor taken since the previous call, so an idle buffer
+ * is kept between one and two periods after its last use. Returns whether
+ * a buffer is still held. */
+bool bf_grpc_spare_tick(struct bf_grpc_spare *spare);
 
 struct bf_grpc_parser {
     uint8_t hdr[BF_GRPC_PREFIX];

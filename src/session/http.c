@@ -145,6 +145,16 @@ static void local_metrics(struct ss *ss, struct bf_strbuf *b)
                       "Bytes held by partially received gRPC messages (all calls).");
     bf_metrics_printf(b, "bigfleet_shard_grpc_inbound_buffered_bytes %llu\n",
                       (unsigned long long)ns.inbound_buffered_bytes);
+    bf_metrics_header(b, "bigfleet_shard_grpc_inbound_spare_bytes", "gauge",
+                      "The idle recycled assembly buffer, charged to the inbound buffer budget "
+                      "beside the partially received messages.");
+    bf_metrics_printf(b, "bigfleet_shard_grpc_inbound_spare_bytes %llu\n",
+                      (unsigned long long)ns.inbound_spare_bytes);
+    bf_metrics_header(b, "bigfleet_shard_grpc_inbound_spare_releases_total", "counter",
+                      "Idle recycled assembly buffers released: unused for 5-10 s, or to make "
+                      "room in the inbound buffer budget for a message.");
+    bf_metrics_printf(b, "bigfleet_shard_grpc_inbound_spare_releases_total %llu\n",
+                      (unsigned long long)ns.inbound_spare_releases);
     net_more(b, "bigfleet_shard_grpc", "gRPC server (--listen)", &ns, true);
     if (ss->http) {
         struct bf_net_stats hs;

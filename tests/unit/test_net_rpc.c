@@ -585,6 +585,118 @@ START_TEST(a_freed_taken_buffer_is_where_the_next_large_message_is_assembled)
 }
 END_TEST
 
+static int want_msgs;
+static bool sres_want(void *arg)
+{
+    return ((struct sres *)arg)->msgs >= want_msgs;
+}
+
+static bool spare_gone(void *arg)
+{
+    struct bf_net_stats st;
+    bf_net_server_stats(arg, &st);
+    return st.inbound_spare_bytes == 0;
+}
+
+/* The server's idle recycled buffer counts against its server-wide inbound
+ * budget: a buffer the handler freed is moved into the spare at the next
+ * message start and charged there (inbound_spare_bytes, beside the partial
+ * messages' inbound_buffered_bytes); a message that needs the room frees
+ * the spare instead of being refused (budget 3.5 MiB: 3 MiB spare + a
+ * 900,000-byte message would not fit; uncharged, the spare would stay). */
+START_TEST(an_idle_recycled_buffer_is_charged_to_the_server_budget_and_gives_way_to_a_message)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server_opts o = {
+        .addr = "127.0.0.1:0", .max_recv_message = 7u << 19, .max_inbound_buffered = 7u << 19};
+    struct bf_net_server *srv = start_server_opts(l, &o);
+    struct bf_net_client *cl = new_client(l, bf_net_server_port(srv), NULL, NULL);
+    size_t big = 3u << 20;
+    uint8_t *m = take_message(big);
+    struct sres r = {0};
+    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Bidi", 0, &SCBS, &r);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(bf_net_stream_send(s, m, big), 0);
+    run_until(l, taken_one, NULL, 20 * BF_NS_PER_SEC);
+    ck_assert_int_eq(S.take_rc[0], 0);
+    size_t cap = S.taken[0].cap;
+    ck_assert_uint_ge(cap, big);
+    bf_net_msg_free(&S.taken[0]); /* the handler is done: back to the server */
+    ck_assert_int_eq(bf_net_stream_send(s, "ping", 4), 0);
+    want_msgs = 2; /* "took", "ping" */
+    run_until(l, sres_want, &r, 5 * BF_NS_PER_SEC);
+    ck_assert_str_eq(r.last, "ping");
+    struct bf_net_stats st;
+    bf_net_server_stats(srv, &st);
+    ck_assert_uint_eq(st.inbound_spare_bytes, cap);
+    ck_assert_uint_eq(st.inbound_buffered_bytes, 0);
+    /* 900,000 bytes in many DATA frames: assembled, charged, echoed */
+    uint8_t *mid = calloc(1, 900000);
+    mid[0] = 'x';
+    ck_assert_int_eq(bf_net_stream_send(s, mid, 900000), 0);
+    want_msgs = 3;
+    run_until(l, sres_want, &r, 10 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.msgs, 3);
+    ck_assert_int_eq(r.done, 0);
+    ck_assert_uint_eq(r.bytes, 4 + 4 + 900000);
+    bf_net_server_stats(srv, &st);
+    ck_assert_uint_eq(st.inbound_budget_refusals, 0);
+    ck_assert_uint_eq(st.inbound_spare_bytes, 0); /* given way */
+    ck_assert_uint_eq(st.inbound_spare_releases, 1);
+    ck_assert_uint_eq(st.inbound_buffered_bytes, 0);
+    bf_net_stream_close_send(s);
+    run_until(l, sres_done, &r, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+    free(mid);
+    free(m);
+}
+END_TEST
+
+/* An idle spare is not kept for ever: the server's spare timer releases it
+ * after a whole period (5 s) in which no message used it, so 5-10 s after
+ * the last large message; the connection and the call carry on, and the
+ * next large message is assembled in new memory. */
+START_TEST(an_idle_recycled_buffer_is_released_after_a_quiet_period)
+{
+    struct rig g = rig_up(NULL, NULL, 0);
+    size_t big = 3u << 20;
+    uint8_t *m = calloc(1, big); /* echoed: not taken, so the buffer is the spare */
+    struct sres r = {0};
+    struct bf_net_stream *s = bf_net_client_call(g.cl, "/t.Test/Bidi", 0, &SCBS, &r);
+    ck_assert_int_eq(bf_net_stream_send(s, m, big), 0);
+    want_msgs = 1;
+    run_until(g.l, sres_want, &r, 20 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.msgs, 1);
+    int64_t t0 = bf_mono_ns();
+    struct bf_net_stats st;
+    bf_net_server_stats(g.srv, &st);
+    ck_assert_uint_eq(st.inbound_spare_bytes, big);
+    ck_assert_uint_eq(st.inbound_spare_releases, 0);
+    run_until(g.l, spare_gone, g.srv, 15 * BF_NS_PER_SEC);
+    bf_net_server_stats(g.srv, &st);
+    ck_assert_uint_eq(st.inbound_spare_bytes, 0);
+    ck_assert_uint_eq(st.inbound_spare_releases, 1);
+    ck_assert_int_ge(bf_mono_ns() - t0, 4 * BF_NS_PER_SEC); /* not before a whole period */
+    ck_assert_int_eq(r.done, 0);
+    ck_assert_int_eq(bf_net_stream_send(s, m, big), 0);
+    want_msgs = 2;
+    run_until(g.l, sres_want, &r, 20 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.msgs, 2);
+    bf_net_server_stats(g.srv, &st);
+    ck_assert_uint_eq(st.recv_buffer_reuses, 0);
+    ck_assert_uint_eq(st.inbound_spare_bytes, big);
+    bf_net_stream_close_send(s);
+    run_until(g.l, sres_done, &r, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    rig_down(&g);
+    free(m);
+}
+END_TEST
+
 #define NCONC 300
 static struct result conc[NCONC];
 static bool all_done(void *arg)
@@ -1660,6 +1772,9 @@ int main(void)
     tcase_add_test(tc, bidi_echoes_each_message_and_ends_ok_after_half_close);
     tcase_add_test(tc, a_taken_message_buffer_outlives_the_call_and_leaves_the_inbound_budget);
     tcase_add_test(tc, a_freed_taken_buffer_is_where_the_next_large_message_is_assembled);
+    tcase_add_test(
+        tc, an_idle_recycled_buffer_is_charged_to_the_server_budget_and_gives_way_to_a_message);
+    tcase_add_test(tc, an_idle_recycled_buffer_is_released_after_a_quiet_period);
     tcase_add_test(tc, many_concurrent_unary_calls_share_one_connection);
     tcase_add_test(tc, client_deadline_expires_and_the_server_call_ends);
     tcase_add_test(tc, client_cancel_reaches_the_server_as_cancelled);

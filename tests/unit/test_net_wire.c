@@ -271,6 +271,75 @@ START_TEST(a_large_message_reuses_the_spare_assembly_buffer_and_stays_charged_wh
 }
 END_TEST
 
+/* A spare with a charge (the gRPC server's): the idle buffer is charged to
+ * that budget, the charge moves to the parser's chain while a message is
+ * assembled in it and comes back when it is put back; a message the budget
+ * would refuse because of the idle spare releases the spare instead; a put
+ * the budget cannot take frees the buffer; a tick releases a spare nobody
+ * put or took since the previous tick. */
+START_TEST(a_charged_spare_counts_against_its_budget_yields_to_messages_and_ages_out)
+{
+    struct bf_grpc_budget top = {.max = 7u << 19}; /* 3.5 MiB */
+    struct bf_grpc_budget conn = {.max = 4u << 20, .parent = &top};
+    struct bf_grpc_spare spare = {.max = 8u << 20, .charge = &top};
+    top.yield = &spare;
+    struct bf_grpc_parser p;
+    bf_grpc_parser_init(&p, 8u << 20, &conn);
+    p.spare = &spare;
+    struct spare_got g = {.seed = 1};
+    feed_framed(&p, 3u << 20, &g);
+    ck_assert(g.ok);
+    ck_assert_ptr_eq(spare.buf, g.at);
+    ck_assert_uint_eq(top.used, 3u << 20); /* idle, and charged */
+    ck_assert_uint_eq(conn.used, 0);
+    /* a large message starts in it: the charge is the parser's now */
+    bf_grpc_parser_feed(&p, (const uint8_t[]){0, 0, 0x20, 0, 0}, 5, check_bytes, &g);
+    uint8_t piece[16384] = {0};
+    ck_assert_int_eq(bf_grpc_parser_feed(&p, piece, sizeof piece, check_bytes, &g), 0);
+    ck_assert_ptr_null(spare.buf);
+    ck_assert_uint_eq(conn.used, 3u << 20);
+    ck_assert_uint_eq(top.used, 3u << 20);
+    bf_grpc_parser_reset(&p); /* back to the spare: charged there again */
+    ck_assert_ptr_nonnull(spare.buf);
+    ck_assert_uint_eq(conn.used, 0);
+    ck_assert_uint_eq(top.used, 3u << 20);
+    ck_assert(bf_grpc_spare_tick(&spare)); /* used since the last tick: kept */
+    /* a 900,000-byte message (too small for the spare) needs the room: the
+     * budget releases the idle spare rather than refuse the message */
+    g = (struct spare_got){.seed = 7};
+    feed_framed(&p, 900000, &g);
+    ck_assert_int_eq(g.n, 1);
+    ck_assert(g.ok);
+    ck_assert_ptr_null(spare.buf);
+    ck_assert_uint_eq(spare.idle_releases, 1);
+    ck_assert_uint_eq(top.refused, 0);
+    ck_assert_uint_eq(top.used, 0);
+    /* a put the budget cannot take (messages hold it) frees the buffer */
+    top.used = 3u << 20;
+    g = (struct spare_got){.seed = 2};
+    struct bf_grpc_parser q;
+    bf_grpc_parser_init(&q, 8u << 20, NULL);
+    q.spare = &spare;
+    feed_framed(&q, 2u << 20, &g);
+    ck_assert(g.ok);
+    ck_assert_ptr_null(spare.buf);
+    ck_assert_uint_eq(spare.idle_releases, 2);
+    ck_assert_uint_eq(top.used, 3u << 20);
+    top.used = 0;
+    /* kept after a put, released by the first tick that finds it unused */
+    feed_framed(&q, 2u << 20, &g);
+    ck_assert_ptr_nonnull(spare.buf);
+    ck_assert_uint_eq(top.used, 2u << 20);
+    ck_assert(bf_grpc_spare_tick(&spare));
+    ck_assert(!bf_grpc_spare_tick(&spare));
+    ck_assert_ptr_null(spare.buf);
+    ck_assert_uint_eq(top.used, 0);
+    ck_assert_uint_eq(spare.idle_releases, 3);
+    bf_grpc_parser_reset(&p);
+    bf_grpc_parser_reset(&q);
+}
+END_TEST
+
 START_TEST(oversize_declared_length_is_resource_exhausted_before_any_allocation)
 {
     struct bf_grpc_parser p;
@@ -457,6 +526,7 @@ int main(void)
                    shared_budget_refuses_a_message_that_would_exceed_it_and_refunds_on_completion);
     tcase_add_test(tc,
                    a_large_message_reuses_the_spare_assembly_buffer_and_stays_charged_while_in_use);
+    tcase_add_test(tc, a_charged_spare_counts_against_its_budget_yields_to_messages_and_ages_out);
     tcase_add_test(tc, oversize_declared_length_is_resource_exhausted_before_any_allocation);
     tcase_add_test(tc, compressed_flag_is_reported_and_bad_flag_is_internal);
     tcase_add_test(tc, callback_stop_halts_feeding);
