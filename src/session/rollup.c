@@ -376,25 +376,14 @@ static inline __attribute__((always_inline)) bool bytes_eq(const uint8_t *a, con
     return true;
 }
 
-/* The entry memo's slot hash of a map entry's bytes (len <= ENTRY_MEMO_LEN):
- * a word at a time (the last word overlapping), not byte by byte, which was
- * a quarter of the conversion of a Need whose values changed (issue 18
- * target 3, stop 28). Only the memo's hit rate depends on it: a hit
- * compares the bytes. */
+/* The entry memo's slot of a map entry's bytes (len <= ENTRY_MEMO_LEN):
+ * XXH3-64, as for the profile key (the byte-wise FNV it replaced was a
+ * quarter of the conversion of a Need whose values changed: issue 18 target
+ * 3, stop 28). Only the memo's hit rate depends on it: a hit compares the
+ * bytes. */
 static uint32_t entry_hash(const uint8_t *p, uint32_t len)
 {
-    const uint64_t m = 0x9e3779b97f4a7c15ULL;
-    uint64_t h = (len + 1) * 0xff51afd7ed558ccdULL;
-    if (len >= 8) {
-        for (uint32_t i = 0; i + 8 < len; i += 8)
-            h = (h ^ ld64(p + i)) * m;
-        h = (h ^ ld64(p + len - 8)) * m;
-    } else if (len >= 4) {
-        h = (h ^ ((uint64_t)ld32(p) << 32 | ld32(p + len - 4))) * m;
-    } else if (len) {
-        h = (h ^ (p[0] | (uint32_t)p[len / 2] << 8 | (uint32_t)p[len - 1] << 16)) * m;
-    }
-    h ^= h >> 31;
+    uint64_t h = XXH3_64bits(p, len);
     return (uint32_t)(h ^ h >> 32);
 }
 
