@@ -23,6 +23,7 @@
 
 #include "bigfleet/engine.h"
 #include "check_run.h"
+#include "cycle/engine/engine_internal.h"
 #include "engine_fixtures.h"
 
 #define N_SLOTS 6000
@@ -279,6 +280,87 @@ START_TEST(a_bulk_handle_rejects_bad_arguments)
 }
 END_TEST
 
+/* The mirror's big arrays (engine/mirror.c "big arrays": huge-page mappings
+ * at 2 MiB and more): a mirror of 120K slots has its per-slot columns in one
+ * mapping, and its id buffer (~3.4 MB of ids) and leaves (16,000) grow past
+ * their first 2 MiB mapping (a copy into a new one); renaming every machine
+ * three times then compacts the id buffer into a new mapping (the fourth
+ * load finds more than half of it dead). Every slot keeps its id,
+ * every leaf its sorted slot list, and the counts add up. */
+#define BIG_SLOTS  120000u
+#define BIG_SHAPES 16000u
+
+static void big_check(const struct bf_engine *e, uint32_t gen)
+{
+    char want[64];
+    for (uint32_t s = 0; s < BIG_SLOTS; s++) {
+        snprintf(want, sizeof want, "machine-%u-%08u-of-the-big-mirror", gen, s);
+        ck_assert_msg(strcmp(bfe_machine_id(e, s), want) == 0, "slot %u: %s", s,
+                      bfe_machine_id(e, s));
+    }
+    struct bf_engine_mirror_stats st;
+    bf_engine_mirror_stats(e, &st);
+    ck_assert_uint_eq(st.machines, BIG_SLOTS);
+    ck_assert_uint_eq(st.by_state[BF_STATE_IDLE], BIG_SLOTS);
+    ck_assert_uint_eq(st.leaves, BIG_SHAPES);
+    uint64_t total = 0;
+    for (uint32_t li = 0; li < e->n_leaves; li++) {
+        const struct leaf *l = &e->leaves[li];
+        if (!l->live)
+            continue;
+        ck_assert_uint_eq(l->k.state, BF_STATE_IDLE);
+        uint32_t prev = NONE32, ci = 0, off = 0;
+        for (uint32_t i = 0; i < l->sl.n; i++, bfe_sl_step(&l->sl, &ci, &off)) {
+            uint32_t s = bfe_sl_at(&l->sl, ci, off);
+            ck_assert_uint_eq(e->leaf_of[s], li);
+            ck_assert_uint_eq(s % BIG_SHAPES, (prev == NONE32 ? s : prev) % BIG_SHAPES);
+            if (prev != NONE32)
+                ck_assert_int_lt(strcmp(bfe_machine_id(e, prev), bfe_machine_id(e, s)), 0);
+            prev = s;
+        }
+        total += l->sl.n;
+    }
+    ck_assert_uint_eq(total, BIG_SLOTS);
+}
+
+START_TEST(the_mirror_keeps_its_big_arrays_across_growth)
+{
+    struct bf_engine_config cfg;
+    bf_engine_config_defaults(&cfg);
+    cfg.capacity = BIG_SLOTS;
+    struct bf_engine *e = NULL;
+    ck_assert_int_eq(bf_engine_new(&cfg, &e), 0);
+    static char ids[4][BIG_SLOTS][40];
+    for (uint32_t gen = 0; gen < 4; gen++) {
+        struct bf_engine_bulk *b = NULL;
+        ck_assert_int_eq(bf_engine_bulk_begin(e, BIG_SLOTS, &b), 0);
+        for (uint32_t s = 0; s < BIG_SLOTS; s++) {
+            snprintf(ids[gen][s], sizeof ids[gen][s], "machine-%u-%08u-of-the-big-mirror", gen, s);
+            struct bf_engine_machine m = {
+                .id = ids[gen][s],
+                .state = BF_STATE_IDLE,
+                .capacity_type = BF_CT_ON_DEMAND,
+                .instance_type = "m5.large",
+                .zone = "us-a",
+                .allocatable = ef_vec(2000, 8 * EF_GI, 0),
+                .price_per_hour = 0.5 + 0.001 * (double)(s % BIG_SHAPES),
+                .idle_since_s = 1000 + s % 7,
+            };
+            /* half through the load, half one by one (both write the arrays) */
+            ck_assert_int_eq(s % 2 ? bf_engine_bulk_upsert(b, s, &m) : bf_engine_upsert(e, s, &m),
+                             0);
+        }
+        bf_engine_bulk_end(b, NULL);
+        big_check(e, gen);
+    }
+    ck_assert_msg(e->idbuf_cap > ((size_t)2 << 20), "the id buffer stayed at %zu bytes",
+                  e->idbuf_cap);
+    ck_assert_msg((size_t)e->cap_leaves * sizeof *e->leaves > ((size_t)2 << 20),
+                  "the leaves stayed at %u", e->cap_leaves);
+    bf_engine_free(e);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("engine_bulk");
@@ -286,6 +368,7 @@ static Suite *suite(void)
     tcase_set_timeout(t, 120);
     tcase_add_test(t, a_bulk_load_decides_as_the_per_record_upserts);
     tcase_add_test(t, a_bulk_handle_rejects_bad_arguments);
+    tcase_add_test(t, the_mirror_keeps_its_big_arrays_across_growth);
     suite_add_tcase(s, t);
     return s;
 }

@@ -21,9 +21,116 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <xxhash.h>
 
 #include "cycle/engine/engine_internal.h"
+
+/* ------------------------------------------------------------------ big arrays */
+
+/*
+ * The mirror's big arrays -- the per-slot columns, the id buffer and the
+ * leaves -- are first written by a restarted cycle's full rescan, one page
+ * at a time: at 500K machines ~40 MB, ~10K first-touch faults of 4 KiB, and
+ * a fault costs ~15 us on the appliance's VM (docs/performance.md,
+ * "i18-restart3 (stop 28)"). An array of 2 MiB or more is therefore its own
+ * anonymous mapping, 2 MiB aligned and advised MADV_HUGEPAGE (transparent
+ * huge pages in "madvise" mode, the kernel default): one fault per 2 MiB.
+ * Smaller arrays stay on the heap. Which of the two holds an array follows
+ * from its size in bytes alone (big_is), so the callers pass the size they
+ * allocated with. The advice is a hint: without THP the mapping takes 4 KiB
+ * pages, as the heap would.
+ */
+#define BIG_PAGE ((size_t)2 << 20)
+
+static bool big_is(size_t n)
+{
+    return n >= BIG_PAGE;
+}
+
+static size_t big_len(size_t n)
+{
+    return (n + BIG_PAGE - 1) & ~(BIG_PAGE - 1);
+}
+
+/* n zeroed bytes (at least one); NULL when out of memory. */
+static void *big_alloc(size_t n)
+{
+    if (!big_is(n))
+        return calloc(1, n ? n : 1);
+    size_t len = big_len(n);
+    uint8_t *p = mmap(NULL, len + BIG_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                      -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    uint8_t *a = (uint8_t *)(((uintptr_t)p + BIG_PAGE - 1) & ~(uintptr_t)(BIG_PAGE - 1));
+    if (a > p)
+        munmap(p, (size_t)(a - p));
+    if (a + len < p + len + BIG_PAGE)
+        munmap(a + len, (size_t)(p + len + BIG_PAGE - (a + len)));
+    (void)madvise(a, len, MADV_HUGEPAGE); /* a hint (EINVAL without THP) */
+    return a;
+}
+
+/* Frees what big_alloc/big_realloc gave for n bytes. */
+static void big_free(void *p, size_t n)
+{
+    if (!p)
+        return;
+    if (big_is(n))
+        munmap(p, big_len(n));
+    else
+        free(p);
+}
+
+/* p (n bytes) resized to nn >= n bytes, the first n kept; NULL when out of
+ * memory (p untouched). */
+static void *big_realloc(void *p, size_t n, size_t nn)
+{
+    if (!big_is(nn))
+        return realloc(p, nn ? nn : 1);
+    if (p && big_is(n) && big_len(n) == big_len(nn))
+        return p;
+    void *q = big_alloc(nn);
+    if (!q)
+        return NULL;
+    if (p)
+        memcpy(q, p, n);
+    big_free(p, n);
+    return q;
+}
+
+static size_t cols_layout(size_t n, size_t off[8]);
+
+/* The first size in bytes of a growing array of the mirror (the id buffer,
+ * the leaves): `small`, or one huge page in an engine whose per-slot columns
+ * take huge pages (a mirror of ~50K machines or more fills it in its first
+ * load, and growing through the heap sizes first would fault every page of
+ * each copy). */
+static size_t big_first(const struct bf_engine *e, size_t small)
+{
+    size_t off[8];
+    return big_is(cols_layout(e->cap, off)) && small < BIG_PAGE ? BIG_PAGE : small;
+}
+
+/* GROW's doubling (bfe_grow), from `first` elements, for an array of
+ * big_alloc. */
+static int big_grow(void **p, uint32_t *cap, uint32_t need, size_t elsz, size_t first)
+{
+    if (need <= *cap)
+        return 0;
+    size_t nc = *cap ? *cap : first;
+    while (nc < need)
+        nc *= 2;
+    if (nc > UINT32_MAX || nc > SIZE_MAX / elsz)
+        return -ENOMEM;
+    void *q = big_realloc(*p, (size_t)*cap * elsz, nc * elsz);
+    if (!q)
+        return -ENOMEM;
+    *p = q;
+    *cap = (uint32_t)nc;
+    return 0;
+}
 
 /* ------------------------------------------------------------------ ids */
 
@@ -91,7 +198,7 @@ static int id_store(struct bf_engine *e, uint32_t slot, const char *id, size_t l
             size_t nc = e->idbuf_cap;
             while (nc < need * 2)
                 nc *= 2;
-            char *nb = malloc(nc);
+            char *nb = big_alloc(nc);
             if (!nb)
                 return -ENOMEM;
             size_t o = 0;
@@ -102,18 +209,18 @@ static int id_store(struct bf_engine *e, uint32_t slot, const char *id, size_t l
                 e->id_off[s] = (uint32_t)o;
                 o += e->id_len[s] + 1;
             }
-            free(e->idbuf);
+            big_free(e->idbuf, e->idbuf_cap);
             e->idbuf = nb;
             e->idbuf_cap = nc;
             e->idbuf_len = o;
             e->idbuf_waste = 0;
         } else {
-            size_t nc = e->idbuf_cap ? e->idbuf_cap : 1 << 16;
+            size_t nc = e->idbuf_cap ? e->idbuf_cap : big_first(e, 1 << 16);
             while (nc < e->idbuf_len + len + 1)
                 nc *= 2;
             if (nc > UINT32_MAX)
                 return -ENOMEM;
-            char *nb = realloc(e->idbuf, nc);
+            char *nb = big_realloc(e->idbuf, e->idbuf_cap, nc);
             if (!nb)
                 return -ENOMEM;
             e->idbuf = nb;
@@ -650,7 +757,8 @@ static uint32_t leaf_create(struct bf_engine *e, const struct leafkey *k, uint64
     if (e->n_leaf_free) {
         li = e->leaf_free[--e->n_leaf_free];
     } else {
-        if (GROW(e->leaves, e->cap_leaves, e->n_leaves + 1))
+        if (big_grow((void **)&e->leaves, &e->cap_leaves, e->n_leaves + 1, sizeof *e->leaves,
+                     big_first(e, 8 * sizeof *e->leaves) / sizeof *e->leaves))
             goto fail_refs;
         li = e->n_leaves++;
     }
@@ -1201,21 +1309,33 @@ int bf_engine_remove(struct bf_engine *e, uint32_t slot)
 
 /* ------------------------------------------------------------------ lifecycle */
 
+/* The per-slot columns in one block (big_alloc): their offsets and size. */
+static size_t cols_layout(size_t n, size_t off[8])
+{
+    static const size_t width[8] = {8, 8, 8, 4, 4, 4, 1, 1};
+    size_t at = 0;
+    for (int i = 0; i < 8; i++) {
+        off[i] = at;
+        at += (n * width[i] + 63) & ~(size_t)63;
+    }
+    return at;
+}
+
 int bfe_mirror_init(struct bf_engine *e)
 {
-    uint32_t n = e->cap;
-    e->leaf_of = malloc((size_t)n * sizeof *e->leaf_of);
-    e->present = calloc(n, 1);
-    e->in_release = calloc(n, 1);
-    e->id_off = calloc(n, sizeof *e->id_off);
-    e->id_len = calloc(n, sizeof *e->id_len);
-    e->idpfx = calloc(n, sizeof *e->idpfx);
-    e->idpfx2 = calloc(n, sizeof *e->idpfx2);
-    e->idle_since = calloc(n, sizeof *e->idle_since);
-    if (!e->leaf_of || !e->present || !e->in_release || !e->id_off || !e->id_len || !e->idpfx ||
-        !e->idpfx2 || !e->idle_since)
+    size_t n = e->cap, off[8];
+    uint8_t *b = big_alloc(cols_layout(n, off));
+    if (!b)
         return -ENOMEM;
-    for (uint32_t i = 0; i < n; i++)
+    e->idpfx = (uint64_t *)(void *)(b + off[0]); /* the block's start (bfe_mirror_free) */
+    e->idpfx2 = (uint64_t *)(void *)(b + off[1]);
+    e->idle_since = (int64_t *)(void *)(b + off[2]);
+    e->leaf_of = (uint32_t *)(void *)(b + off[3]);
+    e->id_off = (uint32_t *)(void *)(b + off[4]);
+    e->id_len = (uint32_t *)(void *)(b + off[5]);
+    e->present = b + off[6];
+    e->in_release = b + off[7];
+    for (size_t i = 0; i < n; i++)
         e->leaf_of[i] = NONE32;
     return 0;
 }
@@ -1225,7 +1345,7 @@ void bfe_mirror_free(struct bf_engine *e)
     for (uint32_t i = 0; i < e->n_leaves; i++)
         if (e->leaves[i].live)
             bfe_sl_free(&e->leaves[i].sl);
-    free(e->leaves);
+    big_free(e->leaves, (size_t)e->cap_leaves * sizeof *e->leaves);
     free(e->leaf_free);
     bfe_idtab_free(&e->leaf_tab);
     for (uint32_t i = 0; i < e->n_lists; i++)
@@ -1251,15 +1371,9 @@ void bfe_mirror_free(struct bf_engine *e)
     bfe_sl_free(&e->release[1]);
     bfe_u64map_free(&e->tver_map);
     free(e->tver);
-    free(e->leaf_of);
-    free(e->present);
-    free(e->in_release);
-    free(e->id_off);
-    free(e->id_len);
-    free(e->idpfx);
-    free(e->idpfx2);
-    free(e->idle_since);
-    free(e->idbuf);
+    size_t off[8];
+    big_free(e->idpfx, cols_layout(e->cap, off));
+    big_free(e->idbuf, e->idbuf_cap);
 }
 
 uint32_t bf_engine_cluster_configured(const struct bf_engine *e, const char *cluster)
