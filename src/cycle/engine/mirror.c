@@ -59,8 +59,8 @@ static void *big_alloc(size_t n)
     if (!big_is(n))
         return calloc(1, n ? n : 1);
     size_t len = big_len(n);
-    uint8_t *p = mmap(NULL, len + BIG_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                      -1, 0);
+    uint8_t *p =
+        mmap(NULL, len + BIG_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return NULL;
     uint8_t *a = (uint8_t *)(((uintptr_t)p + BIG_PAGE - 1) & ~(uintptr_t)(BIG_PAGE - 1));
