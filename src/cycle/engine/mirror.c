@@ -84,7 +84,8 @@ static void big_free(void *p, size_t n)
 }
 
 /* p (n bytes) resized to nn >= n bytes, the first n kept; NULL when out of
- * memory (p untouched). */
+ * memory (p untouched). A mapping's pages move to the new one (mremap: no
+ * copy, no page faulted again). */
 static void *big_realloc(void *p, size_t n, size_t nn)
 {
     if (!big_is(nn))
@@ -94,6 +95,13 @@ static void *big_realloc(void *p, size_t n, size_t nn)
     void *q = big_alloc(nn);
     if (!q)
         return NULL;
+    if (p && big_is(n)) {
+        if (mremap(p, big_len(n), big_len(n), MREMAP_MAYMOVE | MREMAP_FIXED, q) == MAP_FAILED) {
+            big_free(q, nn);
+            return NULL;
+        }
+        return q;
+    }
     if (p)
         memcpy(q, p, n);
     big_free(p, n);
