@@ -766,7 +766,8 @@ static uint32_t leaf_create(struct bf_engine *e, const struct leafkey *k, uint64
         li = e->leaf_free[--e->n_leaf_free];
     } else {
         if (big_grow((void **)&e->leaves, &e->cap_leaves, e->n_leaves + 1, sizeof *e->leaves,
-                     big_first(e, 8 * sizeof *e->leaves) / sizeof *e->leaves))
+                     (big_first(e, 8 * sizeof *e->leaves) + sizeof *e->leaves - 1) /
+                         sizeof *e->leaves))
             goto fail_refs;
         li = e->n_leaves++;
     }
