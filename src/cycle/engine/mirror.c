@@ -1176,23 +1176,71 @@ static int release_index(uint8_t ct)
     return -1;
 }
 
+/* A bulk load appends out of order (bfe_upsert_append) until
+ * bf_engine_bulk_end sorts the list: a slot the binary search does not find
+ * there is looked for one by one. */
+static void sl_remove_any(struct slotlist *l, uint32_t slot, sl_cmp_fn cmp, const void *ctx)
+{
+    if (bfe_sl_remove(l, slot, cmp, ctx) == 0)
+        return;
+    for (uint32_t ci = 0; ci < l->nch; ci++) {
+        struct slchunk *c = l->ch[ci];
+        for (uint32_t p = 0; p < c->n; p++) {
+            if (c->s[p] != slot)
+                continue;
+            memmove(c->s + p, c->s + p + 1, (c->n - p - 1) * sizeof(uint32_t));
+            c->n--;
+            l->n--;
+            if (c->n == 0) {
+                free(c);
+                memmove(l->ch + ci, l->ch + ci + 1, (l->nch - ci - 1) * sizeof *l->ch);
+                if (--l->nch == 0) {
+                    free(l->ch);
+                    l->ch = NULL;
+                    l->capch = 0;
+                }
+            }
+            return;
+        }
+    }
+}
+
 static void unplace(struct bf_engine *e, uint32_t slot)
 {
     uint32_t li = e->leaf_of[slot];
     if (li == NONE32)
         return;
-    bfe_sl_remove(&e->leaves[li].sl, slot, bfe_sl_cmp_id, e);
+    sl_remove_any(&e->leaves[li].sl, slot, bfe_sl_cmp_id, e);
     account(e, li, -1);
     if (e->in_release[slot]) {
-        bfe_sl_remove(&e->release[e->in_release[slot] - 1], slot, sl_cmp_release, e);
+        sl_remove_any(&e->release[e->in_release[slot] - 1], slot, sl_cmp_release, e);
         e->in_release[slot] = 0;
     }
     e->leaf_of[slot] = NONE32;
 }
 
-static int place(struct bf_engine *e, uint32_t slot, uint32_t li)
+static int sl_cmp_last(const void *ctx, uint32_t a, uint32_t b)
 {
-    int rc = bfe_sl_insert(&e->leaves[li].sl, slot, bfe_sl_cmp_id, e);
+    (void)ctx, (void)a, (void)b;
+    return -1; /* bfe_sl_insert appends */
+}
+
+/* Adds slot to l: in order, or (unsorted != NULL: a bulk load) after the
+ * last slot, setting bit in *unsorted when that is out of order. */
+static int sl_add(struct bf_engine *e, struct slotlist *l, uint32_t slot, sl_cmp_fn cmp,
+                  unsigned *unsorted, unsigned bit)
+{
+    if (!unsorted || l->n == 0)
+        return bfe_sl_insert(l, slot, cmp, e);
+    const struct slchunk *last = l->ch[l->nch - 1];
+    if (cmp(e, last->s[last->n - 1], slot) > 0)
+        *unsorted |= bit;
+    return bfe_sl_insert(l, slot, sl_cmp_last, NULL);
+}
+
+static int place(struct bf_engine *e, uint32_t slot, uint32_t li, unsigned *unsorted)
+{
+    int rc = sl_add(e, &e->leaves[li].sl, slot, bfe_sl_cmp_id, unsorted, BFE_UNSORTED_LEAF);
     if (rc)
         return rc;
     e->leaf_of[slot] = li;
@@ -1200,11 +1248,78 @@ static int place(struct bf_engine *e, uint32_t slot, uint32_t li)
     const struct leaf *l = &e->leaves[li];
     int ri = release_index(l->k.ct);
     if (l->k.state == BF_STATE_IDLE && ri >= 0 && e->idle_since[slot] > 0) {
-        if (bfe_sl_insert(&e->release[ri], slot, sl_cmp_release, e) == 0)
+        if (sl_add(e, &e->release[ri], slot, sl_cmp_release, unsorted,
+                   BFE_UNSORTED_RELEASE << ri) == 0)
             e->in_release[slot] = (uint8_t)(ri + 1);
         /* on ENOMEM the machine is simply not releasable this time */
     }
     return 0;
+}
+
+/* qsort_r's view of a slot list comparison */
+struct sort_ctx {
+    const struct bf_engine *e;
+    sl_cmp_fn cmp;
+};
+
+static int sort_cmp(const void *a, const void *b, void *arg)
+{
+    const struct sort_ctx *c = arg;
+    return c->cmp(c->e, *(const uint32_t *)a, *(const uint32_t *)b);
+}
+
+/* Sorts a slot list in place, without memory: insertion sort over the
+ * chunks (the fallback when the copy cannot be allocated). */
+static void sl_sort_in_place(struct slotlist *l, sl_cmp_fn cmp, const struct bf_engine *e)
+{
+    uint32_t ci = 0, off = 0;
+    for (uint32_t i = 0; i < l->n; i++, bfe_sl_step(l, &ci, &off)) {
+        uint32_t v = l->ch[ci]->s[off];
+        uint32_t hc = ci, ho = off; /* the hole */
+        while (hc || ho) {
+            uint32_t pc = ho ? hc : hc - 1, po = ho ? ho - 1 : l->ch[hc - 1]->n - 1;
+            uint32_t pv = l->ch[pc]->s[po];
+            if (cmp(e, pv, v) <= 0)
+                break;
+            l->ch[hc]->s[ho] = pv;
+            hc = pc;
+            ho = po;
+        }
+        l->ch[hc]->s[ho] = v;
+    }
+}
+
+static void sl_sort(struct bf_engine *e, struct slotlist *l, sl_cmp_fn cmp)
+{
+    if (l->n < 2)
+        return;
+    uint32_t *v = malloc((size_t)l->n * sizeof *v);
+    if (!v) {
+        sl_sort_in_place(l, cmp, e);
+        return;
+    }
+    uint32_t k = 0;
+    for (uint32_t ci = 0; ci < l->nch; ci++)
+        for (uint32_t p = 0; p < l->ch[ci]->n; p++)
+            v[k++] = l->ch[ci]->s[p];
+    struct sort_ctx c = {e, cmp};
+    qsort_r(v, k, sizeof *v, sort_cmp, &c);
+    k = 0;
+    for (uint32_t ci = 0; ci < l->nch; ci++)
+        for (uint32_t p = 0; p < l->ch[ci]->n; p++)
+            l->ch[ci]->s[p] = v[k++];
+    free(v);
+}
+
+void bfe_sl_sort_leaf(struct bf_engine *e, uint32_t li)
+{
+    if (li < e->n_leaves && e->leaves[li].live)
+        sl_sort(e, &e->leaves[li].sl, bfe_sl_cmp_id);
+}
+
+void bfe_sl_sort_release(struct bf_engine *e, int ri)
+{
+    sl_sort(e, &e->release[ri], sl_cmp_release);
 }
 
 int bf_engine_upsert(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m)
@@ -1245,8 +1360,23 @@ uint32_t bfe_leaf_serial(const struct bf_engine *e, uint32_t li)
     return li < e->n_leaves && e->leaves[li].live ? e->leaves[li].serial : 0;
 }
 
+static int upsert_at(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m,
+                     uint32_t li, unsigned *unsorted);
+
 int bfe_upsert_at(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m,
                   uint32_t li)
+{
+    return upsert_at(e, slot, m, li, NULL);
+}
+
+int bfe_upsert_append(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m,
+                      uint32_t li, unsigned *unsorted)
+{
+    return upsert_at(e, slot, m, li, unsorted);
+}
+
+static int upsert_at(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m,
+                     uint32_t li, unsigned *unsorted)
 {
     size_t idlen = strlen(m->id);
     uint32_t old = e->leaf_of[slot];
@@ -1286,7 +1416,7 @@ int bfe_upsert_at(struct bf_engine *e, uint32_t slot, const struct bf_engine_mac
         return 0;
     }
     e->present[slot] = 1;
-    int rc = place(e, slot, li);
+    int rc = place(e, slot, li, unsorted);
     if (rc) {
         if (e->leaves[li].sl.n == 0)
             leaf_destroy(e, li);
