@@ -52,7 +52,7 @@ static uint32_t rnd(struct rng *r, uint32_t n)
 
 struct rec {
     struct bf_engine_machine m;
-    char id[32];
+    char id[48];
     char priv_cluster[8]; /* a private copy of the cluster name */
 };
 
@@ -77,12 +77,15 @@ static void init_pools(void)
  * the bench's inventory) or a random permutation (the appliance's: the
  * bulk load appends out of order and sorts at the end) */
 static uint32_t g_idno[N_SLOTS];
+static const char *g_idpfx = "m-";
 
 static void rand_rec(struct rng *r, struct rec *x, uint32_t slot, uint32_t gen)
 {
     struct bf_engine_machine *m = &x->m;
     memset(x, 0, sizeof *x);
-    snprintf(x->id, sizeof x->id, "m-%05u-%u", g_idno[slot], gen);
+    /* a long shared prefix (as the simulated provider's "<type>-<zone>-<n>"):
+     * the load's sort compares past bfe_id_cmp's 16 column bytes */
+    snprintf(x->id, sizeof x->id, "%s%05u-%u", g_idpfx, g_idno[slot], gen);
     m->id = x->id;
     static const uint8_t states[] = {BF_STATE_IDLE,       BF_STATE_IDLE,       BF_STATE_SPECULATIVE,
                                      BF_STATE_CONFIGURED, BF_STATE_CONFIGURED, BF_STATE_CONFIGURING,
@@ -226,6 +229,7 @@ static void run_seed(uint64_t seed, bool shuffled)
     struct rng pr = {seed ^ 0x5eed};
     for (uint32_t i = 0; i < N_SLOTS; i++)
         g_idno[i] = i;
+    g_idpfx = shuffled ? "machine-of-the-fleet-" : "m-";
     for (uint32_t i = N_SLOTS - 1; shuffled && i > 0; i--) {
         uint32_t j = rnd(&pr, i + 1), t = g_idno[i];
         g_idno[i] = g_idno[j];

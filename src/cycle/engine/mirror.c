@@ -1289,11 +1289,67 @@ static void sl_sort_in_place(struct slotlist *l, sl_cmp_fn cmp, const struct bf_
     }
 }
 
+/* A leaf's slots sorted by id: the ids of one leaf share a long prefix
+ * (the simulated provider's "<type>-<zone>-<n>"), past the 16 bytes
+ * bfe_id_cmp keeps in columns, so each comparison would read both ids from
+ * the id buffer. The sort keys are the 16 bytes after the prefix all ids of
+ * the list share (big-endian, zero-padded like idpfx; ids hold no NUL, so
+ * this is the byte order bfe_id_cmp has), bfe_id_cmp only on a tie. */
+struct idkey {
+    uint64_t k1, k2;
+    uint32_t slot;
+};
+
+static int idkey_cmp(const void *a, const void *b, void *arg)
+{
+    const struct idkey *x = a, *y = b;
+    if (x->k1 != y->k1)
+        return x->k1 < y->k1 ? -1 : 1;
+    if (x->k2 != y->k2)
+        return x->k2 < y->k2 ? -1 : 1;
+    return bfe_id_cmp(arg, x->slot, y->slot);
+}
+
+static bool sl_sort_ids(struct bf_engine *e, struct slotlist *l)
+{
+    struct idkey *v = malloc((size_t)l->n * sizeof *v);
+    if (!v)
+        return false;
+    const char *f = bfe_machine_id(e, l->ch[0]->s[0]);
+    size_t pfx = e->id_len[l->ch[0]->s[0]];
+    for (uint32_t ci = 0; ci < l->nch; ci++)
+        for (uint32_t p = 0; p < l->ch[ci]->n; p++) {
+            uint32_t s = l->ch[ci]->s[p];
+            const char *id = bfe_machine_id(e, s);
+            size_t i = 0, m = e->id_len[s] < pfx ? e->id_len[s] : pfx;
+            while (i < m && id[i] == f[i])
+                i++;
+            pfx = i;
+        }
+    uint32_t k = 0;
+    for (uint32_t ci = 0; ci < l->nch; ci++)
+        for (uint32_t p = 0; p < l->ch[ci]->n; p++) {
+            uint32_t s = l->ch[ci]->s[p];
+            const char *id = bfe_machine_id(e, s);
+            v[k++] = (struct idkey){id_prefix(id, e->id_len[s], pfx),
+                                    id_prefix(id, e->id_len[s], pfx + 8), s};
+        }
+    qsort_r(v, k, sizeof *v, idkey_cmp, e);
+    k = 0;
+    for (uint32_t ci = 0; ci < l->nch; ci++)
+        for (uint32_t p = 0; p < l->ch[ci]->n; p++)
+            l->ch[ci]->s[p] = v[k++].slot;
+    free(v);
+    return true;
+}
+
 static void sl_sort(struct bf_engine *e, struct slotlist *l, sl_cmp_fn cmp)
 {
     if (l->n < 2)
         return;
-    uint32_t *v = malloc((size_t)l->n * sizeof *v);
+    if (cmp == bfe_sl_cmp_id && sl_sort_ids(e, l))
+        return;
+    uint32_t *v = cmp == bfe_sl_cmp_id ? NULL : malloc((size_t)l->n * sizeof *v);
     if (!v) {
         sl_sort_in_place(l, cmp, e);
         return;
