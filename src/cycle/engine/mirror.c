@@ -1310,32 +1310,60 @@ static int idkey_cmp(const void *a, const void *b, void *arg)
     return bfe_id_cmp(arg, x->slot, y->slot);
 }
 
+/* The length of the prefix ids a and b share. */
+static size_t id_lcp(const struct bf_engine *e, uint32_t a, uint32_t b)
+{
+    const char *x = bfe_machine_id(e, a), *y = bfe_machine_id(e, b);
+    size_t i = 0, m = e->id_len[a] < e->id_len[b] ? e->id_len[a] : e->id_len[b];
+    while (i < m && x[i] == y[i])
+        i++;
+    return i;
+}
+
+/* The keys of l's slots past their first pfx bytes into v; false when a slot's
+ * id does not start with the first slot's pfx bytes. */
+static bool idkeys(const struct bf_engine *e, const struct slotlist *l, size_t pfx, struct idkey *v)
+{
+    uint32_t first = l->ch[0]->s[0], k = 0;
+    const char *ref = bfe_machine_id(e, first);
+    for (uint32_t ci = 0; ci < l->nch; ci++)
+        for (uint32_t p = 0; p < l->ch[ci]->n; p++) {
+            uint32_t s = l->ch[ci]->s[p];
+            const char *id = bfe_machine_id(e, s);
+            if (e->id_len[s] < pfx || memcmp(id, ref, pfx) != 0)
+                return false;
+            v[k++] = (struct idkey){id_prefix(id, e->id_len[s], pfx),
+                                    id_prefix(id, e->id_len[s], pfx + 8), s};
+        }
+    return true;
+}
+
 static bool sl_sort_ids(struct bf_engine *e, struct slotlist *l)
 {
     struct idkey *v = malloc((size_t)l->n * sizeof *v);
     if (!v)
         return false;
-    const char *f = bfe_machine_id(e, l->ch[0]->s[0]);
-    size_t pfx = e->id_len[l->ch[0]->s[0]];
-    for (uint32_t ci = 0; ci < l->nch; ci++)
-        for (uint32_t p = 0; p < l->ch[ci]->n; p++) {
-            uint32_t s = l->ch[ci]->s[p];
-            const char *id = bfe_machine_id(e, s);
-            size_t i = 0, m = e->id_len[s] < pfx ? e->id_len[s] : pfx;
-            while (i < m && id[i] == f[i])
-                i++;
-            pfx = i;
-        }
+    /* the shared prefix: guessed from 8 slots spread over the list, and
+     * checked while the keys are taken (one read of each id); when a slot
+     * does not share it, the prefix every slot shares */
+    uint32_t first = l->ch[0]->s[0];
+    size_t pfx = e->id_len[first];
+    for (uint32_t j = 1; j <= 8; j++) {
+        uint32_t ci, off;
+        bfe_sl_seek(l, (uint32_t)((uint64_t)l->n * j / 9), &ci, &off);
+        size_t c = ci < l->nch ? id_lcp(e, first, l->ch[ci]->s[off]) : pfx;
+        pfx = c < pfx ? c : pfx;
+    }
+    if (!idkeys(e, l, pfx, v)) {
+        for (uint32_t ci = 0; ci < l->nch; ci++)
+            for (uint32_t p = 0; p < l->ch[ci]->n; p++) {
+                size_t c = id_lcp(e, first, l->ch[ci]->s[p]);
+                pfx = c < pfx ? c : pfx;
+            }
+        idkeys(e, l, pfx, v); /* every slot shares pfx bytes now */
+    }
+    qsort_r(v, l->n, sizeof *v, idkey_cmp, e);
     uint32_t k = 0;
-    for (uint32_t ci = 0; ci < l->nch; ci++)
-        for (uint32_t p = 0; p < l->ch[ci]->n; p++) {
-            uint32_t s = l->ch[ci]->s[p];
-            const char *id = bfe_machine_id(e, s);
-            v[k++] = (struct idkey){id_prefix(id, e->id_len[s], pfx),
-                                    id_prefix(id, e->id_len[s], pfx + 8), s};
-        }
-    qsort_r(v, k, sizeof *v, idkey_cmp, e);
-    k = 0;
     for (uint32_t ci = 0; ci < l->nch; ci++)
         for (uint32_t p = 0; p < l->ch[ci]->n; p++)
             l->ch[ci]->s[p] = v[k++].slot;
