@@ -426,7 +426,7 @@ static Suite *suite(void)
 {
     Suite *s = suite_create("engine_bulk");
     TCase *t = tcase_create("bulk");
-    tcase_set_timeout(t, 120);
+    tcase_set_timeout(t, 300);
     tcase_add_test(t, a_bulk_load_decides_as_the_per_record_upserts);
     tcase_add_test(t, a_bulk_handle_rejects_bad_arguments);
     tcase_add_test(t, the_mirror_keeps_its_big_arrays_across_growth);
