@@ -513,14 +513,19 @@ int64_t bf_engine_drain_grace_s(int32_t preemptor_priority, int32_t victim_prior
  * Between begin and end the engine may be changed only through
  * bf_engine_bulk_upsert, bf_engine_upsert and bf_engine_remove (a
  * remembered leaf or class is taken only while it is live with the serial or
- * generation it had); reading it is fine. The engine's state does not depend on the bulk handle:
- * ending it only frees the handle.
+ * generation it had), and it is not read: a bulk load appends each machine
+ * to its leaf's slot list (and a release list) even out of id order, and
+ * bf_engine_bulk_end sorts the lists it left out of order (i18-restart3,
+ * stop 28; without memory for the sort, in place), which makes the state
+ * the per-record upserts' again. So end every load that began, before a
+ * cycle or a query.
  */
 struct bf_engine_bulk;
 struct bf_engine_bulk_stats {
     uint64_t upserts;  /* bf_engine_bulk_upsert calls that returned 0 */
     uint64_t shared;   /* of them: took an earlier machine's leaf */
     uint64_t resolved; /* leaves resolved (eligible machines of a new shape) */
+    uint64_t sorted;   /* leaves' slot lists left out of order and sorted at the end */
 };
 /* n_hint: the expected number of machines (unused for now: the caches are
  * fixed-size; 0 is fine). 0, -EINVAL (NULL) or -ENOMEM. */
@@ -528,7 +533,8 @@ int bf_engine_bulk_begin(struct bf_engine *e, uint32_t n_hint, struct bf_engine_
 /* bf_engine_upsert(e, slot, m) with the shape memo above; same returns. */
 int bf_engine_bulk_upsert(struct bf_engine_bulk *b, uint32_t slot,
                           const struct bf_engine_machine *m);
-/* Frees the handle (NULL is a no-op); st (may be NULL) gets its counts. */
+/* Sorts the lists the load left out of order and frees the handle (NULL is
+ * a no-op); st (may be NULL) gets its counts. */
 void bf_engine_bulk_end(struct bf_engine_bulk *b, struct bf_engine_bulk_stats *st);
 
 #ifdef __cplusplus

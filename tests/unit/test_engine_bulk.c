@@ -13,7 +13,9 @@
  * fingerprint, group, labels, allocatable), so a bulk load that took a leaf
  * for a shape that is not equal decides differently. Part of the load
  * re-upserts slots with other content (leaves emptied and freed during the
- * load, their indices reused).
+ * load, their indices reused). Each seed runs with the records in id order
+ * and in a random id order (the load then appends out of order and sorts
+ * the lists at its end: every list is checked to be in order).
  */
 #include <check.h>
 #include <errno.h>
@@ -23,6 +25,7 @@
 
 #include "bigfleet/engine.h"
 #include "check_run.h"
+#include "cycle/engine/engine_internal.h"
 #include "engine_fixtures.h"
 
 #define N_SLOTS 6000
@@ -49,7 +52,7 @@ static uint32_t rnd(struct rng *r, uint32_t n)
 
 struct rec {
     struct bf_engine_machine m;
-    char id[32];
+    char id[48];
     char priv_cluster[8]; /* a private copy of the cluster name */
 };
 
@@ -70,11 +73,23 @@ static void init_pools(void)
     }
 }
 
+/* the id number of each slot: the slot itself (records in id order, as
+ * the bench's inventory) or a random permutation (the appliance's: the
+ * bulk load appends out of order and sorts at the end) */
+static uint32_t g_idno[N_SLOTS];
+static const char *g_idpfx = "m-";
+
 static void rand_rec(struct rng *r, struct rec *x, uint32_t slot, uint32_t gen)
 {
     struct bf_engine_machine *m = &x->m;
     memset(x, 0, sizeof *x);
-    snprintf(x->id, sizeof x->id, "m-%05u-%u", slot, gen);
+    /* a long shared prefix (as the simulated provider's "<type>-<zone>-<n>"):
+     * the load's sort compares past bfe_id_cmp's 16 column bytes */
+    /* one id in 13 breaks the prefix (the sort's guess of it from a few
+     * ids then fails and it looks at every id) */
+    snprintf(x->id, sizeof x->id, "%s%05u-%u",
+             g_idno[slot] % 13 || g_idpfx[1] == '-' ? g_idpfx : "machine-of-the-flee-",
+             g_idno[slot], gen);
     m->id = x->id;
     static const uint8_t states[] = {BF_STATE_IDLE,       BF_STATE_IDLE,       BF_STATE_SPECULATIVE,
                                      BF_STATE_CONFIGURED, BF_STATE_CONFIGURED, BF_STATE_CONFIGURING,
@@ -180,9 +195,50 @@ static void same_mirror(const struct bf_engine *a, const struct bf_engine *b)
     ck_assert_uint_eq(x.strings, y.strings);
 }
 
-static void run_seed(uint64_t seed)
+/* Every live leaf's slot list, and both release lists, in the engine's
+ * order (ids; idle since, then ids). */
+static void lists_in_order(const struct bf_engine *e)
+{
+    for (uint32_t li = 0; li < e->n_leaves; li++) {
+        const struct leaf *l = &e->leaves[li];
+        if (!l->live)
+            continue;
+        uint32_t ci = 0, off = 0, prev = NONE32;
+        for (uint32_t i = 0; i < l->sl.n; i++, bfe_sl_step(&l->sl, &ci, &off)) {
+            uint32_t s = bfe_sl_at(&l->sl, ci, off);
+            if (prev != NONE32)
+                ck_assert_msg(bfe_id_cmp(e, prev, s) < 0, "leaf %u: %s before %s", li,
+                              bfe_machine_id(e, prev), bfe_machine_id(e, s));
+            prev = s;
+        }
+    }
+    for (int ri = 0; ri < 2; ri++) {
+        const struct slotlist *l = &e->release[ri];
+        uint32_t ci = 0, off = 0, prev = NONE32;
+        for (uint32_t i = 0; i < l->n; i++, bfe_sl_step(l, &ci, &off)) {
+            uint32_t s = bfe_sl_at(l, ci, off);
+            if (prev != NONE32)
+                ck_assert_msg(
+                    e->idle_since[prev] < e->idle_since[s] ||
+                        (e->idle_since[prev] == e->idle_since[s] && bfe_id_cmp(e, prev, s) < 0),
+                    "release list %d out of order", ri);
+            prev = s;
+        }
+    }
+}
+
+static void run_seed(uint64_t seed, bool shuffled)
 {
     init_pools();
+    struct rng pr = {seed ^ 0x5eed};
+    for (uint32_t i = 0; i < N_SLOTS; i++)
+        g_idno[i] = i;
+    g_idpfx = shuffled ? "machine-of-the-fleet-" : "m-";
+    for (uint32_t i = N_SLOTS - 1; shuffled && i > 0; i--) {
+        uint32_t j = rnd(&pr, i + 1), t = g_idno[i];
+        g_idno[i] = g_idno[j];
+        g_idno[j] = t;
+    }
     struct bf_engine_config cfg;
     bf_engine_config_defaults(&cfg);
     cfg.capacity = N_SLOTS;
@@ -219,6 +275,10 @@ static void run_seed(uint64_t seed)
     ck_assert_uint_eq(st.upserts, n_ops);
     ck_assert_msg(st.shared > n_ops / 4, "the load shared %llu leaves only",
                   (unsigned long long)st.shared);
+    if (shuffled)
+        ck_assert_msg(st.sorted > 100, "only %llu lists were sorted",
+                      (unsigned long long)st.sorted);
+    lists_in_order(bulk);
     same_mirror(per, bulk);
     set_demand(per);
     set_demand(bulk);
@@ -249,8 +309,10 @@ static void run_seed(uint64_t seed)
 
 START_TEST(a_bulk_load_decides_as_the_per_record_upserts)
 {
-    for (uint64_t seed = 1; seed <= 6; seed++)
-        run_seed(seed * 7919);
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+        run_seed(seed * 7919, false);
+        run_seed(seed * 7919, true);
+    }
 }
 END_TEST
 
@@ -279,13 +341,95 @@ START_TEST(a_bulk_handle_rejects_bad_arguments)
 }
 END_TEST
 
+/* The mirror's big arrays (engine/mirror.c "big arrays": huge-page mappings
+ * at 2 MiB and more): a mirror of 120K slots has its per-slot columns in one
+ * mapping, and its id buffer (~3.4 MB of ids) and leaves (16,000) grow past
+ * their first 2 MiB mapping (a copy into a new one); renaming every machine
+ * three times then compacts the id buffer into a new mapping (the fourth
+ * load finds more than half of it dead). Every slot keeps its id,
+ * every leaf its sorted slot list, and the counts add up. */
+#define BIG_SLOTS  120000u
+#define BIG_SHAPES 16000u
+
+static void big_check(const struct bf_engine *e, uint32_t gen)
+{
+    char want[64];
+    for (uint32_t s = 0; s < BIG_SLOTS; s++) {
+        snprintf(want, sizeof want, "machine-%u-%08u-of-the-big-mirror", gen, s);
+        ck_assert_msg(strcmp(bfe_machine_id(e, s), want) == 0, "slot %u: %s", s,
+                      bfe_machine_id(e, s));
+    }
+    struct bf_engine_mirror_stats st;
+    bf_engine_mirror_stats(e, &st);
+    ck_assert_uint_eq(st.machines, BIG_SLOTS);
+    ck_assert_uint_eq(st.by_state[BF_STATE_IDLE], BIG_SLOTS);
+    ck_assert_uint_eq(st.leaves, BIG_SHAPES);
+    uint64_t total = 0;
+    for (uint32_t li = 0; li < e->n_leaves; li++) {
+        const struct leaf *l = &e->leaves[li];
+        if (!l->live)
+            continue;
+        ck_assert_uint_eq(l->k.state, BF_STATE_IDLE);
+        uint32_t prev = NONE32, ci = 0, off = 0;
+        for (uint32_t i = 0; i < l->sl.n; i++, bfe_sl_step(&l->sl, &ci, &off)) {
+            uint32_t s = bfe_sl_at(&l->sl, ci, off);
+            ck_assert_uint_eq(e->leaf_of[s], li);
+            ck_assert_uint_eq(s % BIG_SHAPES, (prev == NONE32 ? s : prev) % BIG_SHAPES);
+            if (prev != NONE32)
+                ck_assert_int_lt(strcmp(bfe_machine_id(e, prev), bfe_machine_id(e, s)), 0);
+            prev = s;
+        }
+        total += l->sl.n;
+    }
+    ck_assert_uint_eq(total, BIG_SLOTS);
+}
+
+START_TEST(the_mirror_keeps_its_big_arrays_across_growth)
+{
+    struct bf_engine_config cfg;
+    bf_engine_config_defaults(&cfg);
+    cfg.capacity = BIG_SLOTS;
+    struct bf_engine *e = NULL;
+    ck_assert_int_eq(bf_engine_new(&cfg, &e), 0);
+    static char ids[4][BIG_SLOTS][40];
+    for (uint32_t gen = 0; gen < 4; gen++) {
+        struct bf_engine_bulk *b = NULL;
+        ck_assert_int_eq(bf_engine_bulk_begin(e, BIG_SLOTS, &b), 0);
+        for (uint32_t s = 0; s < BIG_SLOTS; s++) {
+            snprintf(ids[gen][s], sizeof ids[gen][s], "machine-%u-%08u-of-the-big-mirror", gen, s);
+            struct bf_engine_machine m = {
+                .id = ids[gen][s],
+                .state = BF_STATE_IDLE,
+                .capacity_type = BF_CT_ON_DEMAND,
+                .instance_type = "m5.large",
+                .zone = "us-a",
+                .allocatable = ef_vec(2000, 8 * EF_GI, 0),
+                .price_per_hour = 0.5 + 0.001 * (double)(s % BIG_SHAPES),
+                .idle_since_s = 1000 + s % 7,
+            };
+            /* half through the load, half one by one (both write the arrays) */
+            ck_assert_int_eq(s % 2 ? bf_engine_bulk_upsert(b, s, &m) : bf_engine_upsert(e, s, &m),
+                             0);
+        }
+        bf_engine_bulk_end(b, NULL);
+        big_check(e, gen);
+    }
+    ck_assert_msg(e->idbuf_cap > ((size_t)2 << 20), "the id buffer stayed at %zu bytes",
+                  e->idbuf_cap);
+    ck_assert_msg((size_t)e->cap_leaves * sizeof *e->leaves > ((size_t)2 << 20),
+                  "the leaves stayed at %u", e->cap_leaves);
+    bf_engine_free(e);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("engine_bulk");
     TCase *t = tcase_create("bulk");
-    tcase_set_timeout(t, 120);
+    tcase_set_timeout(t, 300);
     tcase_add_test(t, a_bulk_load_decides_as_the_per_record_upserts);
     tcase_add_test(t, a_bulk_handle_rejects_bad_arguments);
+    tcase_add_test(t, the_mirror_keeps_its_big_arrays_across_growth);
     suite_add_tcase(s, t);
     return s;
 }

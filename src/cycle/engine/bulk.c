@@ -13,8 +13,13 @@
  * interning, no class look-up).
  * The leaf found is taken only while it is live with the serial it had
  * (a leaf emptied by a later upsert of the load is freed and its index
- * reused). Placement (id store, sorted insert, counts) is bf_engine_upsert's
- * own code (bfe_upsert_at), so the state equals the per-record upserts'.
+ * reused). Placement (id store, counts) is bf_engine_upsert's own code,
+ * except that a slot is appended to its leaf's (and release) slot list even
+ * when it does not sort last (bfe_upsert_append; i18-restart3, stop 28): the
+ * appliance's records are not in id order, and a sorted insert into a big
+ * leaf costs two binary searches of random id reads and a memmove. The
+ * lists left out of order are sorted once at bf_engine_bulk_end, so the
+ * state then equals the per-record upserts'.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -67,6 +72,14 @@ struct cls_ent {
 struct bf_engine_bulk {
     struct bf_engine *e;
     struct bf_engine_bulk_stats st;
+    /* the lists left out of order (bfe_upsert_append), sorted at the end:
+     * leaves by index (one bit each; an index whose leaf was freed and
+     * reused is sorted all the same), the release lists */
+    uint64_t *unsorted;
+    uint32_t n_unsorted_words;
+    unsigned release_unsorted;
+    uint32_t *marked; /* indices with their bit set, in marking order */
+    uint32_t n_marked, cap_marked;
     struct bulk_ent l1[BULK_L1];
     struct cls_ent cls[BULK_CLS];
 };
@@ -116,6 +129,44 @@ static void key_of(const struct bf_engine_machine *m, struct bulk_key *k)
     k->p[5] = m->assigned_group;
 }
 
+/* Remembers the lists an append left out of order. Without the memory to
+ * remember a leaf, its list is sorted at once. */
+static void mark_unsorted(struct bf_engine_bulk *b, uint32_t li, unsigned u)
+{
+    b->release_unsorted |= u & ~BFE_UNSORTED_LEAF;
+    if (!(u & BFE_UNSORTED_LEAF))
+        return;
+    uint32_t w = li / 64;
+    if (w >= b->n_unsorted_words) {
+        uint32_t nw = b->n_unsorted_words ? b->n_unsorted_words : 64;
+        while (nw <= w)
+            nw *= 2;
+        uint64_t *n = realloc(b->unsorted, (size_t)nw * sizeof *n);
+        if (!n) {
+            bfe_sl_sort_leaf(b->e, li);
+            return;
+        }
+        memset(n + b->n_unsorted_words, 0, (size_t)(nw - b->n_unsorted_words) * sizeof *n);
+        b->unsorted = n;
+        b->n_unsorted_words = nw;
+    }
+    uint64_t bit = 1ULL << (li % 64);
+    if (b->unsorted[w] & bit)
+        return;
+    if (b->n_marked == b->cap_marked) {
+        uint32_t nc = b->cap_marked ? b->cap_marked * 2 : 256;
+        uint32_t *n = realloc(b->marked, (size_t)nc * sizeof *n);
+        if (!n) {
+            bfe_sl_sort_leaf(b->e, li);
+            return;
+        }
+        b->marked = n;
+        b->cap_marked = nc;
+    }
+    b->unsorted[w] |= bit;
+    b->marked[b->n_marked++] = li;
+}
+
 int bf_engine_bulk_begin(struct bf_engine *e, uint32_t n_hint, struct bf_engine_bulk **out)
 {
     (void)n_hint; /* the tables are fixed-size (see above) */
@@ -160,7 +211,10 @@ int bf_engine_bulk_upsert(struct bf_engine_bulk *b, uint32_t slot,
         f->leaf = li;
         f->serial = bfe_leaf_serial(e, li);
     }
-    int rc = bfe_upsert_at(e, slot, m, li);
+    unsigned u = 0;
+    int rc = bfe_upsert_append(e, slot, m, li, &u);
+    if (u)
+        mark_unsorted(b, li, u);
     if (rc)
         return rc;
     b->st.upserts++;
@@ -169,6 +223,16 @@ int bf_engine_bulk_upsert(struct bf_engine_bulk *b, uint32_t slot,
 
 void bf_engine_bulk_end(struct bf_engine_bulk *b, struct bf_engine_bulk_stats *st)
 {
+    if (b) {
+        for (uint32_t i = 0; i < b->n_marked; i++)
+            bfe_sl_sort_leaf(b->e, b->marked[i]);
+        for (int ri = 0; ri < 2; ri++)
+            if (b->release_unsorted & (BFE_UNSORTED_RELEASE << ri))
+                bfe_sl_sort_release(b->e, ri);
+        b->st.sorted = b->n_marked;
+        free(b->unsorted);
+        free(b->marked);
+    }
     if (st)
         *st = b ? b->st : (struct bf_engine_bulk_stats){0};
     free(b);

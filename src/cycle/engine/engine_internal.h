@@ -790,6 +790,16 @@ bool bfe_class_retain(struct bf_engine *e, uint32_t cls, uint32_t gen);
 uint32_t bfe_leaf_serial(const struct bf_engine *e, uint32_t li);
 int bfe_upsert_at(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m,
                   uint32_t li);
+/* bulk.c (i18-restart3): bfe_upsert_at that appends the slot to its lists
+ * even out of order, flagging in *unsorted the lists left out of order
+ * (BFE_UNSORTED_LEAF: leaf li's, BFE_UNSORTED_RELEASE << ri: release list
+ * ri); bfe_sl_sort_leaf / bfe_sl_sort_release put them back in order. */
+#define BFE_UNSORTED_LEAF    1u
+#define BFE_UNSORTED_RELEASE 2u
+int bfe_upsert_append(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m,
+                      uint32_t li, unsigned *unsorted);
+void bfe_sl_sort_leaf(struct bf_engine *e, uint32_t li);
+void bfe_sl_sort_release(struct bf_engine *e, int ri);
 int bfe_sl_cmp_id(const void *ctx, uint32_t a, uint32_t b);
 uint32_t bfe_class_attr(const struct bf_engine *e, const struct mclass *c, uint8_t kind,
                         uint32_t key);

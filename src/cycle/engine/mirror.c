@@ -21,9 +21,124 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <xxhash.h>
 
 #include "cycle/engine/engine_internal.h"
+
+/* ------------------------------------------------------------------ big arrays */
+
+/*
+ * The mirror's big arrays -- the per-slot columns, the id buffer and the
+ * leaves -- are first written by a restarted cycle's full rescan, one page
+ * at a time: at 500K machines ~40 MB, ~10K first-touch faults of 4 KiB, and
+ * a fault costs ~15 us on the appliance's VM (docs/performance.md,
+ * "i18-restart3 (stop 28)"). An array of 2 MiB or more is therefore its own
+ * anonymous mapping, 2 MiB aligned and advised MADV_HUGEPAGE (transparent
+ * huge pages in "madvise" mode, the kernel default): one fault per 2 MiB.
+ * Smaller arrays stay on the heap. Which of the two holds an array follows
+ * from its size in bytes alone (big_is), so the callers pass the size they
+ * allocated with. The advice is a hint: without THP the mapping takes 4 KiB
+ * pages, as the heap would.
+ */
+#define BIG_PAGE ((size_t)2 << 20)
+
+static bool big_is(size_t n)
+{
+    return n >= BIG_PAGE;
+}
+
+static size_t big_len(size_t n)
+{
+    return (n + BIG_PAGE - 1) & ~(BIG_PAGE - 1);
+}
+
+/* n zeroed bytes (at least one); NULL when out of memory. */
+static void *big_alloc(size_t n)
+{
+    if (!big_is(n))
+        return calloc(1, n ? n : 1);
+    size_t len = big_len(n);
+    uint8_t *p =
+        mmap(NULL, len + BIG_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    uint8_t *a = (uint8_t *)(((uintptr_t)p + BIG_PAGE - 1) & ~(uintptr_t)(BIG_PAGE - 1));
+    if (a > p)
+        munmap(p, (size_t)(a - p));
+    if (a + len < p + len + BIG_PAGE)
+        munmap(a + len, (size_t)(p + len + BIG_PAGE - (a + len)));
+    (void)madvise(a, len, MADV_HUGEPAGE); /* a hint (EINVAL without THP) */
+    return a;
+}
+
+/* Frees what big_alloc/big_realloc gave for n bytes. */
+static void big_free(void *p, size_t n)
+{
+    if (!p)
+        return;
+    if (big_is(n))
+        munmap(p, big_len(n));
+    else
+        free(p);
+}
+
+/* p (n bytes) resized to nn >= n bytes, the first n kept; NULL when out of
+ * memory (p untouched). A mapping's pages move to the new one (mremap: no
+ * copy, no page faulted again). */
+static void *big_realloc(void *p, size_t n, size_t nn)
+{
+    if (!big_is(nn))
+        return realloc(p, nn ? nn : 1);
+    if (p && big_is(n) && big_len(n) == big_len(nn))
+        return p;
+    void *q = big_alloc(nn);
+    if (!q)
+        return NULL;
+    if (p && big_is(n)) {
+        if (mremap(p, big_len(n), big_len(n), MREMAP_MAYMOVE | MREMAP_FIXED, q) == MAP_FAILED) {
+            big_free(q, nn);
+            return NULL;
+        }
+        return q;
+    }
+    if (p)
+        memcpy(q, p, n);
+    big_free(p, n);
+    return q;
+}
+
+static size_t cols_layout(size_t n, size_t off[8]);
+
+/* The first size in bytes of a growing array of the mirror (the id buffer,
+ * the leaves): `small`, or one huge page in an engine whose per-slot columns
+ * take huge pages (a mirror of ~50K machines or more fills it in its first
+ * load, and growing through the heap sizes first would fault every page of
+ * each copy). */
+static size_t big_first(const struct bf_engine *e, size_t small)
+{
+    size_t off[8];
+    return big_is(cols_layout(e->cap, off)) && small < BIG_PAGE ? BIG_PAGE : small;
+}
+
+/* GROW's doubling (bfe_grow), from `first` elements, for an array of
+ * big_alloc. */
+static int big_grow(void **p, uint32_t *cap, uint32_t need, size_t elsz, size_t first)
+{
+    if (need <= *cap)
+        return 0;
+    size_t nc = *cap ? *cap : first;
+    while (nc < need)
+        nc *= 2;
+    if (nc > UINT32_MAX || nc > SIZE_MAX / elsz)
+        return -ENOMEM;
+    void *q = big_realloc(*p, (size_t)*cap * elsz, nc * elsz);
+    if (!q)
+        return -ENOMEM;
+    *p = q;
+    *cap = (uint32_t)nc;
+    return 0;
+}
 
 /* ------------------------------------------------------------------ ids */
 
@@ -91,7 +206,7 @@ static int id_store(struct bf_engine *e, uint32_t slot, const char *id, size_t l
             size_t nc = e->idbuf_cap;
             while (nc < need * 2)
                 nc *= 2;
-            char *nb = malloc(nc);
+            char *nb = big_alloc(nc);
             if (!nb)
                 return -ENOMEM;
             size_t o = 0;
@@ -102,18 +217,18 @@ static int id_store(struct bf_engine *e, uint32_t slot, const char *id, size_t l
                 e->id_off[s] = (uint32_t)o;
                 o += e->id_len[s] + 1;
             }
-            free(e->idbuf);
+            big_free(e->idbuf, e->idbuf_cap);
             e->idbuf = nb;
             e->idbuf_cap = nc;
             e->idbuf_len = o;
             e->idbuf_waste = 0;
         } else {
-            size_t nc = e->idbuf_cap ? e->idbuf_cap : 1 << 16;
+            size_t nc = e->idbuf_cap ? e->idbuf_cap : big_first(e, 1 << 16);
             while (nc < e->idbuf_len + len + 1)
                 nc *= 2;
             if (nc > UINT32_MAX)
                 return -ENOMEM;
-            char *nb = realloc(e->idbuf, nc);
+            char *nb = big_realloc(e->idbuf, e->idbuf_cap, nc);
             if (!nb)
                 return -ENOMEM;
             e->idbuf = nb;
@@ -650,7 +765,9 @@ static uint32_t leaf_create(struct bf_engine *e, const struct leafkey *k, uint64
     if (e->n_leaf_free) {
         li = e->leaf_free[--e->n_leaf_free];
     } else {
-        if (GROW(e->leaves, e->cap_leaves, e->n_leaves + 1))
+        if (big_grow((void **)&e->leaves, &e->cap_leaves, e->n_leaves + 1, sizeof *e->leaves,
+                     (big_first(e, 8 * sizeof *e->leaves) + sizeof *e->leaves - 1) /
+                         sizeof *e->leaves))
             goto fail_refs;
         li = e->n_leaves++;
     }
@@ -1059,23 +1176,71 @@ static int release_index(uint8_t ct)
     return -1;
 }
 
+/* A bulk load appends out of order (bfe_upsert_append) until
+ * bf_engine_bulk_end sorts the list: a slot the binary search does not find
+ * there is looked for one by one. */
+static void sl_remove_any(struct slotlist *l, uint32_t slot, sl_cmp_fn cmp, const void *ctx)
+{
+    if (bfe_sl_remove(l, slot, cmp, ctx) == 0)
+        return;
+    for (uint32_t ci = 0; ci < l->nch; ci++) {
+        struct slchunk *c = l->ch[ci];
+        for (uint32_t p = 0; p < c->n; p++) {
+            if (c->s[p] != slot)
+                continue;
+            memmove(c->s + p, c->s + p + 1, (c->n - p - 1) * sizeof(uint32_t));
+            c->n--;
+            l->n--;
+            if (c->n == 0) {
+                free(c);
+                memmove(l->ch + ci, l->ch + ci + 1, (l->nch - ci - 1) * sizeof *l->ch);
+                if (--l->nch == 0) {
+                    free(l->ch);
+                    l->ch = NULL;
+                    l->capch = 0;
+                }
+            }
+            return;
+        }
+    }
+}
+
 static void unplace(struct bf_engine *e, uint32_t slot)
 {
     uint32_t li = e->leaf_of[slot];
     if (li == NONE32)
         return;
-    bfe_sl_remove(&e->leaves[li].sl, slot, bfe_sl_cmp_id, e);
+    sl_remove_any(&e->leaves[li].sl, slot, bfe_sl_cmp_id, e);
     account(e, li, -1);
     if (e->in_release[slot]) {
-        bfe_sl_remove(&e->release[e->in_release[slot] - 1], slot, sl_cmp_release, e);
+        sl_remove_any(&e->release[e->in_release[slot] - 1], slot, sl_cmp_release, e);
         e->in_release[slot] = 0;
     }
     e->leaf_of[slot] = NONE32;
 }
 
-static int place(struct bf_engine *e, uint32_t slot, uint32_t li)
+static int sl_cmp_last(const void *ctx, uint32_t a, uint32_t b)
 {
-    int rc = bfe_sl_insert(&e->leaves[li].sl, slot, bfe_sl_cmp_id, e);
+    (void)ctx, (void)a, (void)b;
+    return -1; /* bfe_sl_insert appends */
+}
+
+/* Adds slot to l: in order, or (unsorted != NULL: a bulk load) after the
+ * last slot, setting bit in *unsorted when that is out of order. */
+static int sl_add(struct bf_engine *e, struct slotlist *l, uint32_t slot, sl_cmp_fn cmp,
+                  unsigned *unsorted, unsigned bit)
+{
+    if (!unsorted || l->n == 0)
+        return bfe_sl_insert(l, slot, cmp, e);
+    const struct slchunk *last = l->ch[l->nch - 1];
+    if (cmp(e, last->s[last->n - 1], slot) > 0)
+        *unsorted |= bit;
+    return bfe_sl_insert(l, slot, sl_cmp_last, NULL);
+}
+
+static int place(struct bf_engine *e, uint32_t slot, uint32_t li, unsigned *unsorted)
+{
+    int rc = sl_add(e, &e->leaves[li].sl, slot, bfe_sl_cmp_id, unsorted, BFE_UNSORTED_LEAF);
     if (rc)
         return rc;
     e->leaf_of[slot] = li;
@@ -1083,11 +1248,162 @@ static int place(struct bf_engine *e, uint32_t slot, uint32_t li)
     const struct leaf *l = &e->leaves[li];
     int ri = release_index(l->k.ct);
     if (l->k.state == BF_STATE_IDLE && ri >= 0 && e->idle_since[slot] > 0) {
-        if (bfe_sl_insert(&e->release[ri], slot, sl_cmp_release, e) == 0)
+        if (sl_add(e, &e->release[ri], slot, sl_cmp_release, unsorted,
+                   BFE_UNSORTED_RELEASE << ri) == 0)
             e->in_release[slot] = (uint8_t)(ri + 1);
         /* on ENOMEM the machine is simply not releasable this time */
     }
     return 0;
+}
+
+/* qsort_r's view of a slot list comparison */
+struct sort_ctx {
+    const struct bf_engine *e;
+    sl_cmp_fn cmp;
+};
+
+static int sort_cmp(const void *a, const void *b, void *arg)
+{
+    const struct sort_ctx *c = arg;
+    return c->cmp(c->e, *(const uint32_t *)a, *(const uint32_t *)b);
+}
+
+/* Sorts a slot list in place, without memory: insertion sort over the
+ * chunks (the fallback when the copy cannot be allocated). */
+static void sl_sort_in_place(struct slotlist *l, sl_cmp_fn cmp, const struct bf_engine *e)
+{
+    uint32_t ci = 0, off = 0;
+    for (uint32_t i = 0; i < l->n; i++, bfe_sl_step(l, &ci, &off)) {
+        uint32_t v = l->ch[ci]->s[off];
+        uint32_t hc = ci, ho = off; /* the hole */
+        while (hc || ho) {
+            uint32_t pc = ho ? hc : hc - 1, po = ho ? ho - 1 : l->ch[hc - 1]->n - 1;
+            uint32_t pv = l->ch[pc]->s[po];
+            if (cmp(e, pv, v) <= 0)
+                break;
+            l->ch[hc]->s[ho] = pv;
+            hc = pc;
+            ho = po;
+        }
+        l->ch[hc]->s[ho] = v;
+    }
+}
+
+/* A leaf's slots sorted by id: the ids of one leaf share a long prefix
+ * (the simulated provider's "<type>-<zone>-<n>"), past the 16 bytes
+ * bfe_id_cmp keeps in columns, so each comparison would read both ids from
+ * the id buffer. The sort keys are the 16 bytes after the prefix all ids of
+ * the list share (big-endian, zero-padded like idpfx; ids hold no NUL, so
+ * this is the byte order bfe_id_cmp has), bfe_id_cmp only on a tie. */
+struct idkey {
+    uint64_t k1, k2;
+    uint32_t slot;
+};
+
+static int idkey_cmp(const void *a, const void *b, void *arg)
+{
+    const struct idkey *x = a, *y = b;
+    if (x->k1 != y->k1)
+        return x->k1 < y->k1 ? -1 : 1;
+    if (x->k2 != y->k2)
+        return x->k2 < y->k2 ? -1 : 1;
+    return bfe_id_cmp(arg, x->slot, y->slot);
+}
+
+/* The length of the prefix ids a and b share. */
+static size_t id_lcp(const struct bf_engine *e, uint32_t a, uint32_t b)
+{
+    const char *x = bfe_machine_id(e, a), *y = bfe_machine_id(e, b);
+    size_t i = 0, m = e->id_len[a] < e->id_len[b] ? e->id_len[a] : e->id_len[b];
+    while (i < m && x[i] == y[i])
+        i++;
+    return i;
+}
+
+/* The keys of l's slots past their first pfx bytes into v; false when a slot's
+ * id does not start with the first slot's pfx bytes. */
+static bool idkeys(const struct bf_engine *e, const struct slotlist *l, size_t pfx, struct idkey *v)
+{
+    uint32_t first = l->ch[0]->s[0], k = 0;
+    const char *ref = bfe_machine_id(e, first);
+    for (uint32_t ci = 0; ci < l->nch; ci++)
+        for (uint32_t p = 0; p < l->ch[ci]->n; p++) {
+            uint32_t s = l->ch[ci]->s[p];
+            const char *id = bfe_machine_id(e, s);
+            if (e->id_len[s] < pfx || memcmp(id, ref, pfx) != 0)
+                return false;
+            v[k++] = (struct idkey){id_prefix(id, e->id_len[s], pfx),
+                                    id_prefix(id, e->id_len[s], pfx + 8), s};
+        }
+    return true;
+}
+
+static bool sl_sort_ids(struct bf_engine *e, struct slotlist *l)
+{
+    struct idkey *v = malloc((size_t)l->n * sizeof *v);
+    if (!v)
+        return false;
+    /* the shared prefix: guessed from 8 slots spread over the list, and
+     * checked while the keys are taken (one read of each id); when a slot
+     * does not share it, the prefix every slot shares */
+    uint32_t first = l->ch[0]->s[0];
+    size_t pfx = e->id_len[first];
+    for (uint32_t j = 1; j <= 8; j++) {
+        uint32_t ci, off;
+        bfe_sl_seek(l, (uint32_t)((uint64_t)l->n * j / 9), &ci, &off);
+        size_t c = ci < l->nch ? id_lcp(e, first, l->ch[ci]->s[off]) : pfx;
+        pfx = c < pfx ? c : pfx;
+    }
+    if (!idkeys(e, l, pfx, v)) {
+        for (uint32_t ci = 0; ci < l->nch; ci++)
+            for (uint32_t p = 0; p < l->ch[ci]->n; p++) {
+                size_t c = id_lcp(e, first, l->ch[ci]->s[p]);
+                pfx = c < pfx ? c : pfx;
+            }
+        idkeys(e, l, pfx, v); /* every slot shares pfx bytes now */
+    }
+    qsort_r(v, l->n, sizeof *v, idkey_cmp, e);
+    uint32_t k = 0;
+    for (uint32_t ci = 0; ci < l->nch; ci++)
+        for (uint32_t p = 0; p < l->ch[ci]->n; p++)
+            l->ch[ci]->s[p] = v[k++].slot;
+    free(v);
+    return true;
+}
+
+static void sl_sort(struct bf_engine *e, struct slotlist *l, sl_cmp_fn cmp)
+{
+    if (l->n < 2)
+        return;
+    if (cmp == bfe_sl_cmp_id && sl_sort_ids(e, l))
+        return;
+    uint32_t *v = cmp == bfe_sl_cmp_id ? NULL : malloc((size_t)l->n * sizeof *v);
+    if (!v) {
+        sl_sort_in_place(l, cmp, e);
+        return;
+    }
+    uint32_t k = 0;
+    for (uint32_t ci = 0; ci < l->nch; ci++)
+        for (uint32_t p = 0; p < l->ch[ci]->n; p++)
+            v[k++] = l->ch[ci]->s[p];
+    struct sort_ctx c = {e, cmp};
+    qsort_r(v, k, sizeof *v, sort_cmp, &c);
+    k = 0;
+    for (uint32_t ci = 0; ci < l->nch; ci++)
+        for (uint32_t p = 0; p < l->ch[ci]->n; p++)
+            l->ch[ci]->s[p] = v[k++];
+    free(v);
+}
+
+void bfe_sl_sort_leaf(struct bf_engine *e, uint32_t li)
+{
+    if (li < e->n_leaves && e->leaves[li].live)
+        sl_sort(e, &e->leaves[li].sl, bfe_sl_cmp_id);
+}
+
+void bfe_sl_sort_release(struct bf_engine *e, int ri)
+{
+    sl_sort(e, &e->release[ri], sl_cmp_release);
 }
 
 int bf_engine_upsert(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m)
@@ -1128,8 +1444,23 @@ uint32_t bfe_leaf_serial(const struct bf_engine *e, uint32_t li)
     return li < e->n_leaves && e->leaves[li].live ? e->leaves[li].serial : 0;
 }
 
+static int upsert_at(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m,
+                     uint32_t li, unsigned *unsorted);
+
 int bfe_upsert_at(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m,
                   uint32_t li)
+{
+    return upsert_at(e, slot, m, li, NULL);
+}
+
+int bfe_upsert_append(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m,
+                      uint32_t li, unsigned *unsorted)
+{
+    return upsert_at(e, slot, m, li, unsorted);
+}
+
+static int upsert_at(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m,
+                     uint32_t li, unsigned *unsorted)
 {
     size_t idlen = strlen(m->id);
     uint32_t old = e->leaf_of[slot];
@@ -1169,7 +1500,7 @@ int bfe_upsert_at(struct bf_engine *e, uint32_t slot, const struct bf_engine_mac
         return 0;
     }
     e->present[slot] = 1;
-    int rc = place(e, slot, li);
+    int rc = place(e, slot, li, unsorted);
     if (rc) {
         if (e->leaves[li].sl.n == 0)
             leaf_destroy(e, li);
@@ -1201,21 +1532,33 @@ int bf_engine_remove(struct bf_engine *e, uint32_t slot)
 
 /* ------------------------------------------------------------------ lifecycle */
 
+/* The per-slot columns in one block (big_alloc): their offsets and size. */
+static size_t cols_layout(size_t n, size_t off[8])
+{
+    static const size_t width[8] = {8, 8, 8, 4, 4, 4, 1, 1};
+    size_t at = 0;
+    for (int i = 0; i < 8; i++) {
+        off[i] = at;
+        at += (n * width[i] + 63) & ~(size_t)63;
+    }
+    return at;
+}
+
 int bfe_mirror_init(struct bf_engine *e)
 {
-    uint32_t n = e->cap;
-    e->leaf_of = malloc((size_t)n * sizeof *e->leaf_of);
-    e->present = calloc(n, 1);
-    e->in_release = calloc(n, 1);
-    e->id_off = calloc(n, sizeof *e->id_off);
-    e->id_len = calloc(n, sizeof *e->id_len);
-    e->idpfx = calloc(n, sizeof *e->idpfx);
-    e->idpfx2 = calloc(n, sizeof *e->idpfx2);
-    e->idle_since = calloc(n, sizeof *e->idle_since);
-    if (!e->leaf_of || !e->present || !e->in_release || !e->id_off || !e->id_len || !e->idpfx ||
-        !e->idpfx2 || !e->idle_since)
+    size_t n = e->cap, off[8];
+    uint8_t *b = big_alloc(cols_layout(n, off));
+    if (!b)
         return -ENOMEM;
-    for (uint32_t i = 0; i < n; i++)
+    e->idpfx = (uint64_t *)(void *)(b + off[0]); /* the block's start (bfe_mirror_free) */
+    e->idpfx2 = (uint64_t *)(void *)(b + off[1]);
+    e->idle_since = (int64_t *)(void *)(b + off[2]);
+    e->leaf_of = (uint32_t *)(void *)(b + off[3]);
+    e->id_off = (uint32_t *)(void *)(b + off[4]);
+    e->id_len = (uint32_t *)(void *)(b + off[5]);
+    e->present = b + off[6];
+    e->in_release = b + off[7];
+    for (size_t i = 0; i < n; i++)
         e->leaf_of[i] = NONE32;
     return 0;
 }
@@ -1225,7 +1568,7 @@ void bfe_mirror_free(struct bf_engine *e)
     for (uint32_t i = 0; i < e->n_leaves; i++)
         if (e->leaves[i].live)
             bfe_sl_free(&e->leaves[i].sl);
-    free(e->leaves);
+    big_free(e->leaves, (size_t)e->cap_leaves * sizeof *e->leaves);
     free(e->leaf_free);
     bfe_idtab_free(&e->leaf_tab);
     for (uint32_t i = 0; i < e->n_lists; i++)
@@ -1251,15 +1594,9 @@ void bfe_mirror_free(struct bf_engine *e)
     bfe_sl_free(&e->release[1]);
     bfe_u64map_free(&e->tver_map);
     free(e->tver);
-    free(e->leaf_of);
-    free(e->present);
-    free(e->in_release);
-    free(e->id_off);
-    free(e->id_len);
-    free(e->idpfx);
-    free(e->idpfx2);
-    free(e->idle_since);
-    free(e->idbuf);
+    size_t off[8];
+    big_free(e->idpfx, cols_layout(e->cap, off));
+    big_free(e->idbuf, e->idbuf_cap);
 }
 
 uint32_t bf_engine_cluster_configured(const struct bf_engine *e, const char *cluster)
