@@ -128,8 +128,8 @@ struct bf_loop_endpoint {
     struct bf_list dirty_link; /* loop->dirty */
 };
 
-#define BF_NET_BGID  7
-#define BF_TLS_STAGE 16384
+#define BF_NET_BGID       7
+#define BF_TLS_STAGE      16384
 #define BF_NET_OUT_SPARES 2
 
 struct bf_defer {

@@ -12,8 +12,13 @@
  *     (bf_recon_walk_follow), so a log that wraps over the whole walk still
  *     leaves an exact set of records written during it.
  *   - Pipelined walk pages: when a walk page arrives truncated, the next
- *     page is asked for (with its revision) before this one is applied, so
- *     the provider encodes and sends page k+1 while page k is applied. At
+ *     page is asked for (with its revision) and put on the wire
+ *     (bf_prov_client_flush: the reply callback runs after nghttp2's
+ *     receive, so the request is produced and handed to the kernel there)
+ *     before this one is applied, so the provider encodes and sends page
+ *     k+1 while page k is applied (stop 27 asked ahead without the flush:
+ *     the request then left only when the loop next waited, after the
+ *     apply, and nothing overlapped). At
  *     most one page ahead, and still one List in flight: page k's List has
  *     answered when k+1's is issued, and k+1 is applied after k, in issue
  *     order. The next pass (bf_recon_step) consumes that page first; a
