@@ -12,15 +12,8 @@
  *     `pending`. A send takes `pending` over as `inflight` (swap), so the
  *     buffer the kernel is reading is never reallocated. Short sends are
  *     resubmitted from the offset. Produce stops at CONN_BATCH bytes, so a
- *     large message streams through a bounded buffer; buffers leave the
- *     connection when drained, so idle connections hold no output memory.
- *   - Spare output buffers (issue 18, stop 28): a drained buffer of at most
- *     2 x CONN_BATCH goes to its loop's spares (BF_NET_OUT_SPARES of them;
- *     anything else is freed), and a connection whose output buffer is empty
- *     takes a spare before it grows one. A request/answer chain (a resync
- *     walk: one 1.6 MB List reply, idle, the next) used to grow two buffers
- *     from 8 bytes by doubling and fault their pages in for every reply.
- *     What a loop keeps is a constant (2 x 256 KiB), whatever peers do.
+ *     large message streams through a bounded buffer; buffers are freed
+ *     when drained, so idle connections hold no output memory.
  *   - Input: plaintext goes straight from the provided buffer to
  *     ops->on_data; TLS ciphertext is offered to wolfSSL from the provided
  *     buffer and anything it did not take is copied to `spill`. The buffer
@@ -54,31 +47,6 @@ static void obuf_release(struct obuf *b)
     memset(b, 0, sizeof *b);
 }
 
-/* b's memory (drained) to the loop's spares when it is small enough and
- * there is room, otherwise freed; b is empty afterwards. */
-static void obuf_retire(struct bf_net_loop *l, struct obuf *b)
-{
-    if (b->p && b->cap <= CONN_BATCH * 2 && l->n_out_spare < BF_NET_OUT_SPARES) {
-        l->out_spare[l->n_out_spare] = b->p;
-        l->out_spare_cap[l->n_out_spare] = b->cap;
-        l->n_out_spare++;
-        memset(b, 0, sizeof *b);
-        return;
-    }
-    obuf_release(b);
-}
-
-/* An empty output buffer takes one of the loop's spares, if any. */
-static inline void obuf_adopt(struct bf_net_loop *l, struct obuf *b)
-{
-    if (b->p || l->n_out_spare == 0)
-        return;
-    l->n_out_spare--;
-    b->p = l->out_spare[l->n_out_spare];
-    b->cap = l->out_spare_cap[l->n_out_spare];
-    b->len = b->off = 0;
-}
-
 /* The TLS layer's output (struct bf_tls_io.out): records to the pending
  * output, refused once the connection is closed. */
 static int tls_out(struct bf_tls_io *io, const void *p, size_t n)
@@ -86,7 +54,6 @@ static int tls_out(struct bf_tls_io *io, const void *p, size_t n)
     struct conn *c = BF_CONTAINER_OF(io, struct conn, tio);
     if (c->state == C_CLOSED)
         return -EPIPE;
-    obuf_adopt(c->loop, &c->pending);
     return obuf_append(&c->pending, p, n) < 0 ? -ENOMEM : 0;
 }
 
@@ -230,8 +197,8 @@ static void maybe_release(struct conn *c)
     }
     if (c->tio.ssl)
         bf_tls_session_free(&c->tio);
-    obuf_retire(c->loop, &c->inflight);
-    obuf_retire(c->loop, &c->pending);
+    obuf_release(&c->inflight);
+    obuf_release(&c->pending);
     obuf_release(&c->spill);
     c->ops->release(c);
 }
@@ -281,10 +248,8 @@ void bf_conn_close(struct conn *c)
 
 int bf_conn_write(struct conn *c, const void *p, size_t n)
 {
-    if (!c->tio.ssl) {
-        obuf_adopt(c->loop, &c->pending);
+    if (!c->tio.ssl)
         return obuf_append(&c->pending, p, n);
-    }
     struct bf_net_loop *l = c->loop;
     const uint8_t *s = p;
     while (n > 0) {
@@ -349,9 +314,9 @@ static void conn_flush(struct conn *c)
         submit_send(c);
         goto out;
     }
-    /* nothing to send: the memory to the loop's spares (or freed) */
-    obuf_retire(c->loop, &c->inflight);
-    obuf_retire(c->loop, &c->pending);
+    /* nothing to send: give the memory back */
+    obuf_release(&c->inflight);
+    obuf_release(&c->pending);
     if (c->state == C_OPEN && c->ops->done(c))
         bf_conn_close(c);
     if (c->state == C_DRAIN) {

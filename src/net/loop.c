@@ -834,8 +834,6 @@ void bf_net_loop_free(struct bf_net_loop *l)
         munmap(l->bufs, l->bufs_size);
     free(l->heap);
     free(l->defer);
-    for (unsigned i = 0; i < l->n_out_spare; i++)
-        free(l->out_spare[i]);
     free(l);
 }
 

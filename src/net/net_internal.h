@@ -128,9 +128,8 @@ struct bf_loop_endpoint {
     struct bf_list dirty_link; /* loop->dirty */
 };
 
-#define BF_NET_BGID       7
-#define BF_TLS_STAGE      16384
-#define BF_NET_OUT_SPARES 2
+#define BF_NET_BGID  7
+#define BF_TLS_STAGE 16384
 
 struct bf_defer {
     void (*fn)(void *arg);
@@ -163,12 +162,6 @@ struct bf_net_loop {
     int wake_fd;
     struct bf_net_watch *wake_watch;
     bool stop;
-    /* output buffers idle connections gave back, for the next connection
-     * that writes (conn.c "spare output buffers"): at most BF_NET_OUT_SPARES,
-     * each of at most 256 KiB, whatever peers do; freed with the loop */
-    uint8_t *out_spare[BF_NET_OUT_SPARES];
-    size_t out_spare_cap[BF_NET_OUT_SPARES];
-    unsigned n_out_spare;
     /* TLS plaintext staging (one conn produces at a time) and read scratch */
     uint8_t tls_stage[BF_TLS_STAGE];
     size_t tls_stage_len;

@@ -1480,30 +1480,6 @@ START_TEST(a_unary_callback_puts_its_next_call_on_the_wire_before_it_returns)
 }
 END_TEST
 
-/* Output buffers a drained connection gives back stay with its loop (at
- * most BF_NET_OUT_SPARES of at most 256 KiB) for the next reply instead of
- * being grown again from nothing; many large replies keep it at that bound. */
-START_TEST(drained_output_buffers_are_kept_by_the_loop_within_a_bound)
-{
-    struct rig g = rig_up(NULL, NULL, 0);
-    ck_assert_uint_eq(g.l->n_out_spare, 0);
-    for (int i = 0; i < 4; i++) {
-        struct result r = {0};
-        unary(g.cl, "/t.Test/Echo", "big:1000000", 11, 5 * BF_NS_PER_SEC, &r);
-        run_until(g.l, result_done, &r, 5 * BF_NS_PER_SEC);
-        ck_assert_int_eq(r.code, BF_NET_OK);
-        ck_assert_uint_eq(r.len, 1000000);
-        free(r.resp);
-        settle(g.l);
-        ck_assert_uint_ge(g.l->n_out_spare, 1);
-        ck_assert_uint_le(g.l->n_out_spare, BF_NET_OUT_SPARES);
-        for (unsigned k = 0; k < g.l->n_out_spare; k++)
-            ck_assert_uint_le(g.l->out_spare_cap[k], 256u * 1024);
-    }
-    rig_down(&g);
-}
-END_TEST
-
 /* ------------------------------------------------------------ host names */
 
 static int g_ticks;
@@ -1793,7 +1769,6 @@ int main(void)
     tcase_add_test(tc, client_keepalive_detects_a_server_that_stopped_answering);
     tcase_add_test(tc, host_name_resolves_off_the_loop_and_the_call_succeeds);
     tcase_add_test(tc, a_unary_callback_puts_its_next_call_on_the_wire_before_it_returns);
-    tcase_add_test(tc, drained_output_buffers_are_kept_by_the_loop_within_a_bound);
     tcase_add_test(tc, unresolvable_host_name_fails_calls_with_unavailable_and_retries);
     tcase_add_test(tc, resolution_past_the_connect_timeout_is_abandoned_and_free_is_safe);
     suite_add_tcase(s, tc);
