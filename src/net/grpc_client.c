@@ -21,7 +21,8 @@
  *     stream, so nghttp2 never holds a dangling data-source pointer.
  *   - Deliveries that must not happen inside the API call that caused them
  *     are queued on cl->finishing and run from a zero-delay timer.
- *   - Unary replies completed by received bytes are delivered after
+ *   - With bf_net_client_set_unary_after_recv (the reconciler's client),
+ *     unary replies completed by received bytes are delivered after
  *     nghttp2_session_mem_recv returns (cc->recv_done, in arrival order),
  *     not from inside its stream-close callback: there the callback may
  *     start its next call and put it on the wire (bf_net_client_flush)
@@ -85,6 +86,7 @@ struct bf_net_client {
     struct bf_grpc_spare spare; /* the recycled assembly buffer of large responses */
     int depth;
     bool free_pending, destroying;
+    bool unary_after_recv; /* bf_net_client_set_unary_after_recv */
 };
 
 struct cconn {
@@ -740,7 +742,8 @@ static int on_stream_close_cb(nghttp2_session *h2, int32_t sid, uint32_t error_c
         code = BF_NET_INTERNAL;
         msg = "server closed the stream without grpc-status";
     }
-    if (cc->in_recv && s->unary && !s->delivered) { /* delivered after mem_recv returns */
+    if (cc->in_recv && cc->cl->unary_after_recv && s->unary &&
+        !s->delivered) { /* delivered after mem_recv returns */
         set_local(s, code, msg);
         bf_list_del(&s->fin_link);
         bf_list_add_tail(&cc->recv_done, &s->fin_link);
@@ -1251,6 +1254,11 @@ int bf_net_client_new(struct bf_net_loop *loop, const struct bf_net_client_opts 
 out_fail:
     client_release(cl);
     return r;
+}
+
+void bf_net_client_set_unary_after_recv(struct bf_net_client *cl, bool on)
+{
+    cl->unary_after_recv = on;
 }
 
 void bf_net_client_flush(struct bf_net_client *cl)

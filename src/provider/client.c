@@ -180,6 +180,11 @@ struct bf_net_loop *bf_prov_client_loop(const struct bf_prov_client *c)
     return c->loop;
 }
 
+void bf_prov_client_replies_after_recv(struct bf_prov_client *c)
+{
+    bf_net_client_set_unary_after_recv(c->net, true);
+}
+
 void bf_prov_client_flush(struct bf_prov_client *c)
 {
     bf_net_client_flush(c->net);

@@ -97,6 +97,8 @@ int bf_recon_new(struct bf_shm *shm, struct bf_prov_client *client, const struct
     r->touched = calloc(r->words, sizeof *r->touched);
     r->walk.exec_written = calloc(r->words, sizeof *r->walk.exec_written);
     struct bf_net_loop *loop = client ? bf_prov_client_loop(client) : NULL;
+    if (client) /* pipelined walk pages flush from the reply callback */
+        bf_prov_client_replies_after_recv(client);
     r->pf.timer = loop ? bf_net_timer_new(loop, pf_timer, r) : NULL;
     if (!r->shapes || !r->seen || !r->touched || !r->walk.exec_written || (loop && !r->pf.timer)) {
         bf_recon_free(r);

@@ -1461,6 +1461,7 @@ START_TEST(a_unary_callback_puts_its_next_call_on_the_wire_before_it_returns)
     struct bf_net_loop *l = new_loop();
     struct chain c = {.cl = new_client(l, (uint16_t)atomic_load(&t.port), NULL, NULL),
                       .first_code = -1};
+    bf_net_client_set_unary_after_recv(c.cl, true);
     ck_assert_ptr_nonnull(
         bf_net_client_unary(c.cl, "/t.Test/Echo", "first", 5, 5 * BF_NS_PER_SEC, chain_cb, &c));
     for (int64_t until = bf_mono_ns() + 5 * BF_NS_PER_SEC;
