@@ -586,6 +586,26 @@ int bf_net_client_new(struct bf_net_loop *loop, const struct bf_net_client_opts 
 /* Every unfinished call completes with CANCELLED inside this call; then no more callbacks. */
 void bf_net_client_free(struct bf_net_client *cl);
 enum bf_net_client_state bf_net_client_state(const struct bf_net_client *cl);
+/*
+ * Unary replies completed by received bytes are then delivered after
+ * nghttp2 has parsed those bytes (still in the same loop iteration, in
+ * arrival order) instead of from inside nghttp2's receive: there a unary
+ * callback may start its next call and put it on the wire at once with
+ * bf_net_client_flush(). Off by default (callers that do not flush keep the
+ * old timing). Loop thread.
+ */
+void bf_net_client_set_unary_after_recv(struct bf_net_client *cl, bool on);
+/*
+ * Puts the calls started so far on the wire now (HTTP/2 output produced and
+ * its send handed to the kernel) instead of when the loop next waits: a
+ * unary callback that starts its next call and then works on the reply
+ * (a resync walk's next List page before this page is applied) lets the
+ * server answer meanwhile. Works from unary callbacks of a client set with
+ * bf_net_client_set_unary_after_recv(); elsewhere (inside nghttp2: other
+ * callbacks, with a send already in flight, while connecting) it does
+ * nothing and the loop sends as usual. Loop thread.
+ */
+void bf_net_client_flush(struct bf_net_client *cl);
 void bf_net_client_stats(const struct bf_net_client *cl, struct bf_net_stats *out);
 
 /*

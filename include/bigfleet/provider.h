@@ -246,6 +246,16 @@ void bf_prov_client_free(struct bf_prov_client *c);
 void bf_prov_client_stats(const struct bf_prov_client *c, struct bf_prov_stats *out);
 /* The connection state (enum bf_net_client_state). */
 int bf_prov_client_state(const struct bf_prov_client *c);
+/* The loop the client (and its callbacks) run on. */
+struct bf_net_loop *bf_prov_client_loop(const struct bf_prov_client *c);
+/* Reply callbacks run after nghttp2 parsed the reply
+ * (bf_net_client_set_unary_after_recv), where bf_prov_client_flush works.
+ * The reconciler sets it; the executor keeps the default. Loop thread. */
+void bf_prov_client_replies_after_recv(struct bf_prov_client *c);
+/* Puts the calls started so far on the wire now (bf_net_client_flush): from
+ * a reply callback, before working on the reply, so that the provider
+ * answers the next call meanwhile. Loop thread. */
+void bf_prov_client_flush(struct bf_prov_client *c);
 /* Takes the next sequence number (what the next mutating attempt carries). */
 int64_t bf_prov_next_seq(struct bf_prov_client *c);
 

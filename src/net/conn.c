@@ -333,6 +333,23 @@ out:
     maybe_release(c);
 }
 
+void bf_conn_flush_now(struct conn *c)
+{
+    if (c->state != C_OPEN || c->send_inflight)
+        return;
+    if (c->ep.dirty) { /* this is that flush */
+        bf_list_del(&c->ep.dirty_link);
+        c->ep.dirty = false;
+    }
+    c->busy++;
+    conn_flush(c);
+    bool sending = c->send_inflight;
+    c->busy--;
+    if (sending)
+        bf_loop_submit(c->loop);
+    maybe_release(c);
+}
+
 /* Plaintext from bf_tls_read: to the upper layer; stop once it closed us. */
 static int tls_emit(struct bf_tls_io *io, const uint8_t *p, size_t n)
 {

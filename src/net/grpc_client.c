@@ -21,6 +21,14 @@
  *     stream, so nghttp2 never holds a dangling data-source pointer.
  *   - Deliveries that must not happen inside the API call that caused them
  *     are queued on cl->finishing and run from a zero-delay timer.
+ *   - With bf_net_client_set_unary_after_recv (the reconciler's client),
+ *     unary replies completed by received bytes are delivered after
+ *     nghttp2_session_mem_recv returns (cc->recv_done, in arrival order),
+ *     not from inside its stream-close callback: there the callback may
+ *     start its next call and put it on the wire (bf_net_client_flush)
+ *     before it works on the reply, so the server answers meanwhile (issue
+ *     18, stop 28: a resync walk's pages). Inside nghttp2 (cc->in_h2)
+ *     bf_net_client_flush does nothing.
  *   - Reentrancy: like the server, loop entry points bump cl->depth and
  *     bf_net_client_free() inside a callback completes afterwards.
  *   - Host names are resolved at every connection attempt on a helper
@@ -78,6 +86,7 @@ struct bf_net_client {
     struct bf_grpc_spare spare; /* the recycled assembly buffer of large responses */
     int depth;
     bool free_pending, destroying;
+    bool unary_after_recv; /* bf_net_client_set_unary_after_recv */
 };
 
 struct cconn {
@@ -92,6 +101,9 @@ struct cconn {
     int64_t ping_sent, last_rx;
     struct bf_net_timer timer; /* connect timeout, then keepalive */
     struct bf_list drain_q;
+    struct bf_list recv_done; /* unary streams closed by mem_recv, delivered after it */
+    int in_h2;                /* inside nghttp2_session_mem_recv / mem_send */
+    bool in_recv;             /* inside nghttp2_session_mem_recv */
 };
 
 enum { S_NEW, S_PENDING, S_ACTIVE };
@@ -102,7 +114,7 @@ struct bf_net_stream {
     int32_t sid;
     uint8_t where;
     struct bf_list link;       /* cl->pending or cc->streams */
-    struct bf_list fin_link;   /* cl->finishing */
+    struct bf_list fin_link;   /* cl->finishing or cc->recv_done */
     struct bf_list drain_link; /* cc->drain_q */
     bool unary;
     bf_net_unary_fn ucb;
@@ -730,6 +742,13 @@ static int on_stream_close_cb(nghttp2_session *h2, int32_t sid, uint32_t error_c
         code = BF_NET_INTERNAL;
         msg = "server closed the stream without grpc-status";
     }
+    if (cc->in_recv && cc->cl->unary_after_recv && s->unary &&
+        !s->delivered) { /* delivered after mem_recv returns */
+        set_local(s, code, msg);
+        bf_list_del(&s->fin_link);
+        bf_list_add_tail(&cc->recv_done, &s->fin_link);
+        return 0;
+    }
     stream_end(s, code, msg);
     return 0;
 }
@@ -858,7 +877,18 @@ static int cconn_on_data(struct conn *c, const uint8_t *p, size_t n)
     struct bf_net_client *cl = cc->cl;
     cc->last_rx = bf_mono_ns();
     cl_enter(cl);
+    cc->in_h2++;
+    cc->in_recv = true;
     ssize_t r = nghttp2_session_mem_recv(cc->h2, p, n);
+    cc->in_recv = false;
+    cc->in_h2--;
+    /* the unary replies these bytes completed, outside nghttp2 */
+    while (!bf_list_empty(&cc->recv_done)) {
+        struct bf_net_stream *s =
+            BF_CONTAINER_OF(cc->recv_done.next, struct bf_net_stream, fin_link);
+        bf_list_del(&s->fin_link);
+        stream_end(s, s->local_code, s->local_msg);
+    }
     int ret = 0;
     if (r < 0) {
         cl->stats.protocol_errors++;
@@ -875,7 +905,9 @@ static int cconn_produce(struct conn *c)
     struct cconn *cc = BF_CONTAINER_OF(c, struct cconn, c);
     struct bf_net_client *cl = cc->cl;
     cl_enter(cl);
+    cc->in_h2++;
     int r = h2_produce(c, cc->h2, CLI_BATCH);
+    cc->in_h2--;
     while (r == 0 && !bf_list_empty(&cc->drain_q) && c->state == C_OPEN) {
         struct bf_net_stream *s =
             BF_CONTAINER_OF(cc->drain_q.next, struct bf_net_stream, drain_link);
@@ -1087,6 +1119,7 @@ static void connect_to(struct bf_net_client *cl, const struct sockaddr_storage *
     cc->cl = cl;
     bf_list_init(&cc->streams);
     bf_list_init(&cc->drain_q);
+    bf_list_init(&cc->recv_done);
     if (nghttp2_session_client_new2(&cc->h2, cl->cbs, cc, cl->h2opt) != 0)
         goto out_fail;
     r = bf_conn_init_connect(&cc->c, cl->loop, (const struct sockaddr *)ss, sl, &cconn_ops,
@@ -1221,6 +1254,21 @@ int bf_net_client_new(struct bf_net_loop *loop, const struct bf_net_client_opts 
 out_fail:
     client_release(cl);
     return r;
+}
+
+void bf_net_client_set_unary_after_recv(struct bf_net_client *cl, bool on)
+{
+    cl->unary_after_recv = on;
+}
+
+void bf_net_client_flush(struct bf_net_client *cl)
+{
+    struct cconn *cc = cl->active;
+    if (!cc || cc->in_h2 || !cc->h2 || !cc->ready)
+        return;
+    cl_enter(cl);
+    bf_conn_flush_now(&cc->c);
+    cl_leave(cl);
 }
 
 enum bf_net_client_state bf_net_client_state(const struct bf_net_client *cl)

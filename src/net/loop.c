@@ -240,6 +240,13 @@ static int run_timers(struct bf_net_loop *l)
     return n;
 }
 
+void bf_loop_submit(struct bf_net_loop *loop)
+{
+    int r = io_uring_submit(&loop->ring);
+    if (r < 0 && r != -EAGAIN && r != -EBUSY && r != -EINTR)
+        BF_WARN("io_uring submit failed", "err=\"%s\"", strerror(-r)); /* the next wait retries */
+}
+
 /* ---------------------------------------------------------------- defer */
 
 int bf_net_loop_defer(struct bf_net_loop *l, void (*fn)(void *), void *arg)

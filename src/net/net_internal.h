@@ -172,6 +172,8 @@ struct bf_net_loop {
  * (aborts the process if the ring is unusable, which is a bug). */
 struct io_uring_sqe *bf_loop_sqe(struct bf_net_loop *loop);
 void bf_loop_cancel(struct bf_net_loop *loop, uint64_t user_data);
+/* Hands the queued SQEs to the kernel now (no wait). */
+void bf_loop_submit(struct bf_net_loop *loop);
 /* The provided buffer bid, and giving it back to the ring. */
 const uint8_t *bf_loop_buffer(struct bf_net_loop *loop, unsigned bid);
 void bf_loop_recycle(struct bf_net_loop *loop, unsigned bid);
@@ -358,6 +360,10 @@ int bf_conn_write(struct conn *c, const void *p, size_t n);
 size_t bf_conn_queued(const struct conn *c);
 /* Ask for a flush before the loop next waits. */
 void bf_conn_mark_dirty(struct conn *c);
+/* Flush now (produce, and hand the send to the kernel) when the connection
+ * is open and no send is in flight; otherwise nothing (the loop flushes as
+ * usual). Never from inside ops->produce. */
+void bf_conn_flush_now(struct conn *c);
 /* Graceful close: flush, TLS close_notify, SHUT_WR, linger, close. */
 void bf_conn_close(struct conn *c);
 /* Immediate close (err: 0 or -errno, passed to on_close). */

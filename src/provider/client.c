@@ -175,6 +175,21 @@ int bf_prov_client_state(const struct bf_prov_client *c)
     return (int)bf_net_client_state(c->net);
 }
 
+struct bf_net_loop *bf_prov_client_loop(const struct bf_prov_client *c)
+{
+    return c->loop;
+}
+
+void bf_prov_client_replies_after_recv(struct bf_prov_client *c)
+{
+    bf_net_client_set_unary_after_recv(c->net, true);
+}
+
+void bf_prov_client_flush(struct bf_prov_client *c)
+{
+    bf_net_client_flush(c->net);
+}
+
 int64_t bf_prov_next_seq(struct bf_prov_client *c)
 {
     return ++c->seq;

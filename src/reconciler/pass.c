@@ -11,12 +11,30 @@
  *   - The walk follows the executor's change log after every page
  *     (bf_recon_walk_follow), so a log that wraps over the whole walk still
  *     leaves an exact set of records written during it.
+ *   - Pipelined walk pages: when a walk page arrives truncated, the next
+ *     page is asked for (with its revision) and put on the wire
+ *     (bf_prov_client_flush: the reply callback runs after nghttp2's
+ *     receive, so the request is produced and handed to the kernel there)
+ *     before this one is applied, so the provider encodes and sends page
+ *     k+1 while page k is applied (stop 27 asked ahead without the flush:
+ *     the request then left only when the loop next waited, after the
+ *     apply, and nothing overlapped). At
+ *     most one page ahead, and still one List in flight: page k's List has
+ *     answered when k+1's is issued, and k+1 is applied after k, in issue
+ *     order. The next pass (bf_recon_step) consumes that page first; a
+ *     request (a cycle waits) then gets the List it needs (a delta) within
+ *     the same pass, issued after the page was applied, so its view is newer
+ *     than every List applied before it: a request waits for at most the
+ *     page in flight, the page asked ahead, and its own delta. A reply that
+ *     arrives before a pass asks for it is kept (one page, copied) and
+ *     applied by that pass on the loop (a zero timer).
  *   - Failures: a failed List ends the walk it belonged to (no removals),
  *     keeps the delta cursor, and marks refresh candidates lost (the next
  *     walk re-reads everything); background work waits BF_RECON_RETRY_NS or
  *     until the provider connection comes up.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +42,8 @@
 #include "bigfleet/strbuf.h"
 #include "bigfleet/util.h"
 #include "reconciler/recon_internal.h"
+
+static void pf_start(struct bf_recon *r, uint32_t page);
 
 bool bf_recon_busy(const struct bf_recon *r)
 {
@@ -45,6 +65,68 @@ void bf_recon_reset_cursor(struct bf_recon *r)
     r->have_cursor = false;
     r->synced = false;
     r->delta_more = false;
+}
+
+/* ------------------------------------------------------------ the engine */
+
+static void pf_timer(struct bf_net_timer *t, void *arg);
+static void pf_release(struct bf_recon *r);
+
+int bf_recon_new(struct bf_shm *shm, struct bf_prov_client *client, const struct bf_recon_opts *o,
+                 struct bf_recon **out)
+{
+    struct bf_recon *r = calloc(1, sizeof *r);
+    if (!r)
+        return -ENOMEM;
+    r->shm = shm;
+    r->client = client;
+    r->o = *o;
+    if (r->o.resync_interval_ns <= 0)
+        r->o.resync_interval_ns = BF_RECON_RESYNC_NS;
+    if (!r->o.page_size)
+        r->o.page_size = BF_RECON_PAGE;
+    if (!r->o.startup_page_size)
+        r->o.startup_page_size = BF_RECON_STARTUP_PAGE;
+    r->shapes = bf_prov_shape_cache_new();
+    if (bf_recon_own_new(shm, o->data_dir, o->ownership, &r->own) != 0) {
+        bf_recon_free(r);
+        return -ENOMEM;
+    }
+    r->words = (shm->max_machines + 63) / 64;
+    r->seen = calloc(r->words, sizeof *r->seen);
+    r->touched = calloc(r->words, sizeof *r->touched);
+    r->walk.exec_written = calloc(r->words, sizeof *r->walk.exec_written);
+    struct bf_net_loop *loop = client ? bf_prov_client_loop(client) : NULL;
+    if (client) /* pipelined walk pages flush from the reply callback */
+        bf_prov_client_replies_after_recv(client);
+    r->pf.timer = loop ? bf_net_timer_new(loop, pf_timer, r) : NULL;
+    if (!r->shapes || !r->seen || !r->touched || !r->walk.exec_written || (loop && !r->pf.timer)) {
+        bf_recon_free(r);
+        return -ENOMEM;
+    }
+    /* the first pass is a walk: flags set before it are covered */
+    for (int w = 0; w < BF_CHANGELOG_WRITERS; w++)
+        r->cl_cursor[w] = bf_cl_head(shm, w);
+    r->list_exec_head = r->cl_cursor[BF_CL_EXECUTOR];
+    r->client_state_seen = -1;
+    *out = r;
+    return 0;
+}
+
+void bf_recon_free(struct bf_recon *r)
+{
+    if (!r)
+        return;
+    pf_release(r);
+    bf_prov_shape_cache_free(r->shapes);
+    bf_recon_own_free(r->own);
+    free(r->seen);
+    free(r->touched);
+    free(r->walk.exec_written);
+    free(r->walk.cursor);
+    free(r->cursor);
+    free(r->refresh);
+    free(r);
 }
 
 /* ------------------------------------------------------------ refresh candidates */
@@ -107,8 +189,41 @@ static bool collect_refresh(struct bf_recon *r)
 
 /* ------------------------------------------------------------ finishing a pass */
 
+/* r->res += the prefetched page's result a request's List followed */
+static void merge_carry(struct bf_recon *r)
+{
+    struct bf_recon_result *d = &r->res;
+    const struct bf_recon_result *c = &r->carry;
+    r->have_carry = false;
+    d->listed += c->listed;
+    d->inserted += c->inserted;
+    d->updated += c->updated;
+    d->removed += c->removed;
+    d->skipped_pending += c->skipped_pending;
+    d->fast += c->fast;
+    d->rejected += c->rejected;
+    for (int i = 0; i < 4; i++)
+        d->rejected_by[i] += c->rejected_by[i];
+    d->errors += c->errors;
+    d->node_events += c->node_events;
+    d->refreshed += c->refreshed;
+    d->not_owned += c->not_owned;
+    d->released += c->released;
+    d->list_ns += c->list_ns;
+    d->apply_ns += c->apply_ns;
+    d->walk_aborted |= c->walk_aborted;
+    if (c->full) {
+        d->full = true;
+        d->walk_pages = c->walk_pages;
+        d->walk_listed = c->walk_listed;
+        d->walk_ns = c->walk_ns;
+    }
+}
+
 static void pass_finish(struct bf_recon *r)
 {
+    if (r->have_carry)
+        merge_carry(r);
     if (r->kind == BF_RECON_WALK && r->confirm_found) {
         BF_WARN("the provider still has machines its paged List left out: resync walks go "
                 "unpaged",
@@ -132,6 +247,8 @@ static void pass_finish(struct bf_recon *r)
     if (done)
         done(r->done_arg, &res);
 }
+
+static void pass_end(struct bf_recon *r);
 
 struct get_ctx {
     struct bf_recon *r;
@@ -161,7 +278,7 @@ static void on_get(void *arg, const struct bf_prov_result *pr, const struct bf_p
     r->res.apply_ns += bf_mono_ns() - t0;
     free(g);
     if (--r->gets_outstanding == 0)
-        pass_finish(r);
+        pass_end(r);
 }
 
 /* Targeted re-reads of the flagged records (after a delta). */
@@ -250,36 +367,47 @@ static void on_walk_page(struct bf_recon *r, const struct bf_prov_result *pr,
         r->res.walk_aborted = true;
         return;
     }
-    bf_recon_apply_page(r, l, &r->res);
-    w->pages++;
-    w->listed += l->n_machines;
-    bf_recon_walk_follow(r);
+    /* what follows this page, decided before it is applied (the next page
+     * is asked for first: pipelined walk pages) */
     bool truncated = w->paged && l->n_machines == page;
+    bool more = false, abort_after = false;
     if (!l->revision.len) {
         if (r->o.incremental)
             no_cursor_support(r, "a full List returned no revision");
-        if (truncated) { /* the rest cannot be asked for: walk again, unpaged */
-            bf_recon_walk_abort(r);
-            r->res.walk_aborted = true;
-            return;
-        }
+        abort_after = truncated; /* the rest cannot be asked for: walk again, unpaged */
     } else if (truncated) {
         if (w->cursor && w->cursor_len == l->revision.len &&
             memcmp(w->cursor, l->revision.p, l->revision.len) == 0) {
             BF_WARN("provider's List pages do not advance (the same revision twice): resync "
                     "walks go unpaged",
-                    "pages=%u", w->pages);
+                    "pages=%u", w->pages + 1);
             r->no_paging = true;
-            bf_recon_walk_abort(r);
-            r->res.walk_aborted = true;
-            return;
+            abort_after = true;
+        } else if (!set_bytes(&w->cursor, &w->cursor_len, &l->revision)) {
+            abort_after = true;
+        } else {
+            more = true;
         }
-        if (!set_bytes(&w->cursor, &w->cursor_len, &l->revision)) {
-            bf_recon_walk_abort(r);
-            r->res.walk_aborted = true;
-        }
-        return; /* more pages */
     }
+    if (more && !r->pf.follow && r->pf.state == PF_NONE) {
+        pf_start(r, page);
+        /* on the wire before this page is applied: the provider encodes
+         * and sends the next page meanwhile (the overlap; without the
+         * flush the List would leave when the loop next waits, after the
+         * apply) */
+        bf_prov_client_flush(r->client);
+    }
+    bf_recon_apply_page(r, l, &r->res);
+    w->pages++;
+    w->listed += l->n_machines;
+    bf_recon_walk_follow(r);
+    if (abort_after) {
+        bf_recon_walk_abort(r);
+        r->res.walk_aborted = true;
+        return;
+    }
+    if (more)
+        return; /* more pages */
     /* the walk is complete */
     bool confirming = !w->paged && r->confirming;
     bf_recon_walk_finish(r, &r->res);
@@ -323,7 +451,7 @@ static void on_list(void *arg, const struct bf_prov_result *pr, const struct bf_
         on_walk_page(r, pr, l, r->pass_page);
     if (r->gets_outstanding)
         return; /* the pass ends when the last Get answered */
-    pass_finish(r);
+    pass_end(r);
 }
 
 /* ------------------------------------------------------------ scheduling */
@@ -391,6 +519,154 @@ static int start_list(struct bf_recon *r, int kind, int64_t now)
     return 1;
 }
 
+/* The pass the rules (reconciler.h "Scheduling") ask for now; 0 = none. */
+static int next_kind(struct bf_recon *r, bool requested, int64_t now_ns, bool may_background)
+{
+    if (full_only(r))
+        return requested || (!r->synced && may_background) ? BF_RECON_WALK : 0;
+    if (!r->synced || !r->have_cursor)
+        return requested || may_background ? BF_RECON_WALK : 0;
+    if (requested)
+        return BF_RECON_DELTA;
+    if (may_background && r->delta_more)
+        return BF_RECON_DELTA;
+    if (may_background && walk_due(r, now_ns))
+        return BF_RECON_WALK;
+    return 0;
+}
+
+/* ------------------------------------------------------------ pipelined walk pages */
+
+struct pf_ticket {
+    struct bf_recon *r; /* NULL once the reconciler is freed */
+};
+
+/* The prefetched page, for the pass that waits for it (r->busy). */
+static void pf_deliver(struct bf_recon *r, const struct bf_prov_result *pr,
+                       const struct bf_prov_list *l)
+{
+    r->pf.consumer = false;
+    r->list_exec_head = r->pf.exec_head; /* executor writes after its issue are newer */
+    r->pass_page = r->pf.page;
+    on_list(r, pr, l);
+}
+
+static void on_prefetch(void *arg, const struct bf_prov_result *pr, const struct bf_prov_list *l)
+{
+    struct pf_ticket *t = arg;
+    struct bf_recon *r = t->r;
+    free(t);
+    if (!r)
+        return; /* the reconciler is gone */
+    r->pf.ticket = NULL;
+    r->pf.call = NULL;
+    if (r->pf.consumer) {
+        r->pf.state = PF_NONE;
+        pf_deliver(r, pr, l);
+        return;
+    }
+    /* no pass asked for it yet: keep it (one page) for the next one */
+    r->pf.state = PF_PARKED;
+    r->pf.pr = *pr;
+    snprintf(r->pf.message, sizeof r->pf.message, "%s", pr->message ? pr->message : "");
+    r->pf.pr.message = r->pf.message;
+    r->pf.has_list = false;
+    if (l) {
+        r->pf.buf = malloc(l->len ? l->len : 1);
+        if (r->pf.buf) {
+            memcpy(r->pf.buf, l->buf, l->len);
+            r->pf.len = l->len;
+            r->pf.has_list = true;
+        } else { /* out of memory: the page failed (the walk ends without removals) */
+            r->pf.pr.status = BF_PROV_ERROR;
+            r->pf.pr.message = "out of memory keeping a List page";
+        }
+    }
+}
+
+static void pf_timer(struct bf_net_timer *t, void *arg)
+{
+    (void)t;
+    struct bf_recon *r = arg;
+    if (r->pf.state != PF_PARKED || !r->pf.consumer)
+        return;
+    struct bf_prov_result pr = r->pf.pr;
+    uint8_t *buf = r->pf.buf;
+    struct bf_prov_list l;
+    bool ok = r->pf.has_list && bf_prov_list_decode(buf, r->pf.len, &l) == 0;
+    if (r->pf.has_list && !ok) { /* decoded once already: cannot happen */
+        pr.status = BF_PROV_BAD_REPLY;
+        pr.message = "reply does not decode";
+    }
+    r->pf.buf = NULL;
+    r->pf.len = 0;
+    r->pf.has_list = false;
+    r->pf.state = PF_NONE;
+    pf_deliver(r, &pr, ok ? &l : NULL);
+    free(buf);
+}
+
+static void pf_release(struct bf_recon *r)
+{
+    if (r->pf.ticket) {
+        r->pf.ticket->r = NULL; /* its callback frees it */
+        bf_prov_call_cancel(r->pf.call);
+    }
+    free(r->pf.buf);
+    bf_net_timer_free(r->pf.timer);
+    memset(&r->pf, 0, sizeof r->pf);
+}
+
+/* Asks for the walk's next page (the cursor just set) ahead of applying this one. */
+static void pf_start(struct bf_recon *r, uint32_t page)
+{
+    if (!r->pf.timer)
+        return;
+    struct pf_ticket *t = malloc(sizeof *t);
+    if (!t)
+        return; /* the next pass asks for it itself */
+    t->r = r;
+    struct bf_prov_list_req q = {.since = r->walk.cursor,
+                                 .since_len = r->walk.cursor_len,
+                                 .max_results = (int32_t)(page > INT32_MAX ? INT32_MAX : page)};
+    uint64_t head = bf_cl_head(r->shm, BF_CL_EXECUTOR);
+    struct bf_prov_call *call = NULL;
+    if (bf_prov_list(r->client, &q, r->o.list_timeout_ns, on_prefetch, t, &call)) {
+        free(t);
+        return;
+    }
+    r->pf.ticket = t;
+    r->pf.call = call;
+    r->pf.state = PF_INFLIGHT;
+    r->pf.exec_head = head;
+    r->pf.page = page;
+}
+
+/*
+ * The end of a pass's Lists and Gets. A pass that consumed a prefetched page
+ * for a request goes on with the List the request needs (issued now, after
+ * that page was applied); its result carries the page's.
+ */
+static void pass_end(struct bf_recon *r)
+{
+    if (r->pf.follow) {
+        r->pf.follow = false;
+        int64_t now = bf_mono_ns();
+        int kind = next_kind(r, true, now, true);
+        if (kind) {
+            struct bf_recon_result carry = r->res;
+            int rc = start_list(r, kind, now); /* resets r->res */
+            if (rc == 1) {
+                r->carry = carry;
+                r->have_carry = true;
+                return;
+            }
+            r->res = carry; /* could not start: the request is answered by the page */
+        }
+    }
+    pass_finish(r);
+}
+
 int bf_recon_step(struct bf_recon *r, bool requested, int64_t now_ns, bf_recon_done_fn done,
                   void *arg)
 {
@@ -406,20 +682,25 @@ int bf_recon_step(struct bf_recon *r, bool requested, int64_t now_ns, bf_recon_d
      * that just became ours) */
     if (bf_recon_ownership_step(r, &r->sweep))
         r->resync_now = true;
-    int kind = 0;
-    if (full_only(r)) {
-        if (requested || (!r->synced && may_background))
-            kind = BF_RECON_WALK;
-    } else if (!r->synced || !r->have_cursor) {
-        if (requested || may_background)
-            kind = BF_RECON_WALK;
-    } else if (requested) {
-        kind = BF_RECON_DELTA;
-    } else if (may_background && r->delta_more) {
-        kind = BF_RECON_DELTA;
-    } else if (may_background && walk_due(r, now_ns)) {
-        kind = BF_RECON_WALK;
+    if (r->pf.state != PF_NONE) {
+        /* the walk's next page was asked for ahead: this pass applies it
+         * first; a request then gets its own List (pass_end) */
+        r->done = done;
+        r->done_arg = arg;
+        memset(&r->res, 0, sizeof r->res);
+        r->res.kind = BF_RECON_WALK;
+        r->kind = BF_RECON_WALK;
+        r->t0 = now_ns;
+        r->gets_outstanding = 0;
+        r->n_refresh = 0;
+        r->busy = true;
+        r->pf.consumer = true;
+        r->pf.follow = requested;
+        if (r->pf.state == PF_PARKED)
+            bf_net_timer_start(r->pf.timer, 0, 0);
+        return 1;
     }
+    int kind = next_kind(r, requested, now_ns, may_background);
     if (!kind)
         return 0;
     r->done = done;

@@ -1,8 +1,8 @@
 /*
  * recon_internal.h — private state of the reconciler engine (src/reconciler/):
  * shared by reconcile.c (applying a MachineList page to the inventory, the
- * resync walk's seen set and removals) and pass.c (the List/Get passes and
- * their scheduling). Contracts are in reconciler.h.
+ * resync walk's seen set and removals) and pass.c (the engine's life, the
+ * List/Get passes and their scheduling). Contracts are in reconciler.h.
  */
 #ifndef BF_RECON_INTERNAL_H
 #define BF_RECON_INTERNAL_H
@@ -22,6 +22,27 @@ struct recon_walk {
     uint64_t exec_head;     /* executor change-log position folded into exec_written so far */
     bool exec_lapped;       /* the executor's log lapped during the walk: remove nothing */
     uint64_t *exec_written; /* bitmap: slots the executor wrote since the walk began */
+};
+
+/* The walk's next page, asked for before the page before it is applied
+ * (pass.c "Pipelined walk pages"): at most one, and one List in flight. */
+enum { PF_NONE = 0, PF_INFLIGHT = 1, PF_PARKED = 2 };
+struct pf_ticket;
+struct recon_prefetch {
+    int state;                /* PF_* */
+    struct pf_ticket *ticket; /* the call's argument while in flight (detached by free) */
+    struct bf_prov_call *call;
+    uint64_t exec_head; /* executor change-log head when it was issued */
+    uint32_t page;      /* max_results asked */
+    bool consumer;      /* a pass waits for it */
+    bool follow;        /* that pass was requested: after the page, the List the request needs */
+    /* PF_PARKED: the reply arrived before a pass asked for it (a copy: one page) */
+    struct bf_prov_result pr;
+    char message[160];
+    uint8_t *buf;
+    size_t len;
+    bool has_list;
+    struct bf_net_timer *timer; /* delivers a parked reply on the loop */
 };
 
 struct bf_recon {
@@ -76,6 +97,9 @@ struct bf_recon {
     /* per List reply */
     int rejects_logged;
     bool events_pushed;
+    struct recon_prefetch pf;
+    struct bf_recon_result carry; /* the prefetched page's result when a List followed it */
+    bool have_carry;
     /* ADR-0055: NULL = adopt everything */
     struct bf_recon_own *own;
     struct bf_recon_result sweep; /* releases of the sweep before this pass */

@@ -26,58 +26,6 @@
 #include "bigfleet/util.h"
 #include "reconciler/recon_internal.h"
 
-int bf_recon_new(struct bf_shm *shm, struct bf_prov_client *client, const struct bf_recon_opts *o,
-                 struct bf_recon **out)
-{
-    struct bf_recon *r = calloc(1, sizeof *r);
-    if (!r)
-        return -ENOMEM;
-    r->shm = shm;
-    r->client = client;
-    r->o = *o;
-    if (r->o.resync_interval_ns <= 0)
-        r->o.resync_interval_ns = BF_RECON_RESYNC_NS;
-    if (!r->o.page_size)
-        r->o.page_size = BF_RECON_PAGE;
-    if (!r->o.startup_page_size)
-        r->o.startup_page_size = BF_RECON_STARTUP_PAGE;
-    r->shapes = bf_prov_shape_cache_new();
-    if (bf_recon_own_new(shm, o->data_dir, o->ownership, &r->own) != 0) {
-        bf_recon_free(r);
-        return -ENOMEM;
-    }
-    r->words = (shm->max_machines + 63) / 64;
-    r->seen = calloc(r->words, sizeof *r->seen);
-    r->touched = calloc(r->words, sizeof *r->touched);
-    r->walk.exec_written = calloc(r->words, sizeof *r->walk.exec_written);
-    if (!r->shapes || !r->seen || !r->touched || !r->walk.exec_written) {
-        bf_recon_free(r);
-        return -ENOMEM;
-    }
-    /* the first pass is a walk: flags set before it are covered */
-    for (int w = 0; w < BF_CHANGELOG_WRITERS; w++)
-        r->cl_cursor[w] = bf_cl_head(shm, w);
-    r->list_exec_head = r->cl_cursor[BF_CL_EXECUTOR];
-    r->client_state_seen = -1;
-    *out = r;
-    return 0;
-}
-
-void bf_recon_free(struct bf_recon *r)
-{
-    if (!r)
-        return;
-    bf_prov_shape_cache_free(r->shapes);
-    bf_recon_own_free(r->own);
-    free(r->seen);
-    free(r->touched);
-    free(r->walk.exec_written);
-    free(r->walk.cursor);
-    free(r->cursor);
-    free(r->refresh);
-    free(r);
-}
-
 /* ------------------------------------------------------------ helpers */
 
 static bool bound_state(int st)

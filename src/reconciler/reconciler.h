@@ -42,8 +42,13 @@
  *     previous page's revision (the wire contract: threading a truncated
  *     reply's revision back pages the set with no gap and no duplicate; a
  *     machine that changes during the walk is listed again after its
- *     change), so the provider and the reconciler hold at most one page at
- *     a time and a cycle's delta waits for at most one page. The last
+ *     change). Pages are pipelined: when a page arrives truncated, the next
+ *     one is asked for before this one is applied (at most one ahead; page
+ *     k's List has answered when k+1's is issued, and pages are applied in
+ *     issue order), so the provider and the reconciler hold at most two
+ *     pages at a time, and a cycle's request waits for at most the page in
+ *     flight and the page asked ahead, then gets its delta in the same
+ *     pass (issued after those pages were applied). The last
  *     (short) page's revision starts the delta cursor. Unpaged: one List
  *     without a cursor. A paged walk does not take its own word for a
  *     removal: up to BF_RECON_MAX_GETS missing machines are confirmed with

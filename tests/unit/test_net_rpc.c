@@ -12,6 +12,8 @@
 #include <check.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +45,8 @@ struct srv_state {
     struct bf_net_stats after_take[4];
 };
 static struct srv_state S;
+/* messages the echo handler saw (read by another thread in the flush test) */
+static atomic_int g_echo_msgs;
 
 struct slow {
     struct bf_net_call *call;
@@ -81,6 +85,7 @@ static void any_call(struct bf_net_call *call, void *arg)
 static void echo_msg(struct bf_net_call *call, const uint8_t *m, size_t n, void *arg)
 {
     (void)arg;
+    atomic_fetch_add(&g_echo_msgs, 1);
     char z[64]; /* NUL-terminated head of the message, for atoi */
     snprintf(z, sizeof z, "%.*s", (int)(n < 63 ? n : 63), (const char *)m);
     if (n >= 4 && memcmp(m, "err:", 4) == 0) {
@@ -1504,6 +1509,90 @@ struct freeer {
     struct bf_net_client *cl;
     int done;
 };
+/* ------------------------------------------------------------ output path (issue 18, stop 28) */
+
+/* The server on its own loop and thread, so that it answers while the
+ * client's loop is held inside a callback. */
+struct srv_thread {
+    pthread_t th;
+    atomic_int port;
+    atomic_bool stop;
+};
+
+static void *srv_thread_main(void *arg)
+{
+    struct srv_thread *t = arg;
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server *srv = start_server(l, "127.0.0.1:0", NULL, 0);
+    atomic_store(&t->port, bf_net_server_port(srv));
+    while (!atomic_load(&t->stop))
+        bf_net_loop_run_once(l, 5 * BF_NS_PER_MS);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+    return NULL;
+}
+
+struct chain {
+    struct bf_net_client *cl;
+    struct result next;
+    bool seen_during_callback; /* the server had the next call before the callback returned */
+    int first_code;
+};
+
+static void chain_cb(void *arg, int code, const char *message, const uint8_t *resp, size_t len)
+{
+    (void)message, (void)resp, (void)len;
+    struct chain *c = arg;
+    c->first_code = code;
+    int before = atomic_load(&g_echo_msgs);
+    ck_assert_ptr_nonnull(unary(c->cl, "/t.Test/Echo", "next", 4, 5 * BF_NS_PER_SEC, &c->next));
+    bf_net_client_flush(c->cl);
+    /* "work on the reply" for up to 2 s: the client's loop does not run */
+    for (int64_t until = bf_mono_ns() + 2 * BF_NS_PER_SEC; bf_mono_ns() < until;) {
+        if (atomic_load(&g_echo_msgs) > before) {
+            c->seen_during_callback = true;
+            break;
+        }
+        usleep(1000);
+    }
+}
+
+/* A unary callback that starts its next call and flushes has that call on
+ * the wire (the server handles it) while the callback still runs: replies
+ * are delivered outside nghttp2's receive, where output can be produced
+ * and sent (a resync walk's next page is asked for before this page is
+ * applied). */
+START_TEST(a_unary_callback_puts_its_next_call_on_the_wire_before_it_returns)
+{
+    struct srv_thread t = {0};
+    ck_assert_int_eq(pthread_create(&t.th, NULL, srv_thread_main, &t), 0);
+    for (int i = 0; i < 2000 && !atomic_load(&t.port); i++)
+        usleep(1000);
+    ck_assert_int_ne(atomic_load(&t.port), 0);
+    struct bf_net_loop *l = new_loop();
+    struct chain c = {.cl = new_client(l, (uint16_t)atomic_load(&t.port), NULL, NULL),
+                      .first_code = -1};
+    bf_net_client_set_unary_after_recv(c.cl, true);
+    ck_assert_ptr_nonnull(
+        bf_net_client_unary(c.cl, "/t.Test/Echo", "first", 5, 5 * BF_NS_PER_SEC, chain_cb, &c));
+    for (int64_t until = bf_mono_ns() + 5 * BF_NS_PER_SEC;
+         c.next.done == 0 && bf_mono_ns() < until;)
+        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+    ck_assert_int_eq(c.first_code, BF_NET_OK);
+    ck_assert(c.seen_during_callback);
+    ck_assert_int_eq(c.next.done, 1);
+    ck_assert_int_eq(c.next.code, BF_NET_OK);
+    ck_assert_str_eq((char *)c.next.resp, "next");
+    free(c.next.resp);
+    bf_net_client_free(c.cl);
+    settle(l);
+    bf_net_loop_free(l);
+    atomic_store(&t.stop, true);
+    pthread_join(t.th, NULL);
+}
+END_TEST
+
 /* ------------------------------------------------------------ host names */
 
 static int g_ticks;
@@ -1795,6 +1884,7 @@ int main(void)
     tcase_add_test(tc, keepalive_pings_keep_an_idle_stream_alive);
     tcase_add_test(tc, client_keepalive_detects_a_server_that_stopped_answering);
     tcase_add_test(tc, host_name_resolves_off_the_loop_and_the_call_succeeds);
+    tcase_add_test(tc, a_unary_callback_puts_its_next_call_on_the_wire_before_it_returns);
     tcase_add_test(tc, unresolvable_host_name_fails_calls_with_unavailable_and_retries);
     tcase_add_test(tc, resolution_past_the_connect_timeout_is_abandoned_and_free_is_safe);
     suite_add_tcase(s, tc);

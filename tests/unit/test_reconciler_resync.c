@@ -247,7 +247,7 @@ START_TEST(a_machine_removed_at_the_provider_leaves_within_one_resync_period)
 }
 END_TEST
 
-START_TEST(a_request_during_a_resync_walk_waits_for_one_page_then_gets_a_delta)
+START_TEST(a_request_during_a_resync_walk_waits_for_the_pages_in_flight_then_gets_a_delta)
 {
     struct rfx x;
     struct bf_recon_opts o = {.incremental = true,
@@ -267,17 +267,65 @@ START_TEST(a_request_during_a_resync_walk_waits_for_one_page_then_gets_a_delta)
     ck_assert_int_eq(page.r.kind, BF_RECON_WALK);
     ck_assert_uint_eq(page.r.listed, 2); /* one page of the walk, not the pool */
     ck_assert(!page.r.full);
-    /* ... and is served next by a delta, ahead of the rest of the walk */
+    /* ... and is served next: the page asked ahead of it (pipelined walk
+     * pages: at most one), then a delta issued after that page was applied,
+     * ahead of the rest of the walk */
     fp_change(&x.p, 7, BF_STATE_CONFIGURING);
     ck_assert_int_eq(bf_recon_step(x.r, true, bf_mono_ns(), on_done, &delta), 1);
     ck_assert(pfx_run_until(&x.f, &delta.done, 5 * SEC));
     ck_assert_int_eq(delta.r.kind, BF_RECON_DELTA);
-    ck_assert_uint_eq(delta.r.listed, 1);
+    ck_assert_uint_eq(delta.r.listed, 3); /* the page asked ahead (2) and the delta (1) */
+    ck_assert_uint_eq(delta.r.updated, 1);
+    ck_assert_uint_eq(x.p.lists_with_cursor, 2); /* the page asked ahead, then the delta */
     /* the walk then resumes where it was and completes */
     res = until_walk_done(&x, 5 * SEC);
     ck_assert(res.full);
     ck_assert_uint_eq(res.removed, 0);
     ck_assert_uint_eq(atomic_load(&x.f.shm.inv->n_machines), 12);
+    rfx_close(&x);
+}
+END_TEST
+
+START_TEST(walk_pages_are_asked_for_one_page_ahead_never_two)
+{
+    struct rfx x;
+    struct bf_recon_opts o = {.incremental = true,
+                              .resync_interval_ns = 10 * MS,
+                              .page_size = 2,
+                              .startup_page_size = 64};
+    rfx_open(&x, 12, true, FP_PAGES_OK, &o);
+    struct bf_recon_result res = until_walk_done(&x, 5 * SEC);
+    ck_assert_uint_eq(res.walk_pages, 1); /* 12 machines, one page: nothing to ask ahead */
+    pfx_run_for(&x.f, 20 * MS);
+    uint32_t lists = x.p.lists;
+    ck_assert_int_eq(one_pass(&x, false, &res), 1);
+    ck_assert_int_eq(res.kind, BF_RECON_WALK);
+    ck_assert_uint_eq(res.listed, 2);
+    /* the second page was asked for while the first was applied: it
+     * arrives with no pass waiting (kept), and nothing asks for a third */
+    pfx_run_for(&x.f, 50 * MS);
+    ck_assert_uint_eq(x.p.lists, lists + 2);
+    ck_assert(!bf_recon_busy(x.r));
+    pfx_run_for(&x.f, 50 * MS);
+    ck_assert_uint_eq(x.p.lists, lists + 2);
+    /* the next pass applies the kept page (no List of its own) and asks
+     * for the third ahead */
+    ck_assert_int_eq(one_pass(&x, false, &res), 1);
+    ck_assert_int_eq(res.kind, BF_RECON_WALK);
+    ck_assert_uint_eq(res.listed, 2);
+    pfx_run_for(&x.f, 20 * MS);
+    ck_assert_uint_eq(x.p.lists, lists + 3);
+    /* 12 machines in pages of 2, then an empty page: 7 Lists in all */
+    res = until_walk_done(&x, 5 * SEC);
+    ck_assert(res.full);
+    ck_assert_uint_eq(res.walk_pages, 7);
+    ck_assert_uint_eq(res.walk_listed, 12);
+    ck_assert_uint_eq(res.removed, 0);
+    ck_assert_uint_eq(x.p.lists, lists + 7);
+    /* a reconciler freed with a page asked ahead in flight or kept */
+    pfx_run_for(&x.f, 20 * MS);
+    ck_assert_int_eq(one_pass(&x, false, &res), 1);
+    ck_assert(!res.full);
     rfx_close(&x);
 }
 END_TEST
@@ -452,7 +500,9 @@ static Suite *suite(void)
     TCase *t = tcase_create("resync");
     tcase_set_timeout(t, 30);
     tcase_add_test(t, a_machine_removed_at_the_provider_leaves_within_one_resync_period);
-    tcase_add_test(t, a_request_during_a_resync_walk_waits_for_one_page_then_gets_a_delta);
+    tcase_add_test(t,
+                   a_request_during_a_resync_walk_waits_for_the_pages_in_flight_then_gets_a_delta);
+    tcase_add_test(t, walk_pages_are_asked_for_one_page_ahead_never_two);
     tcase_add_test(t, a_truncated_delta_is_caught_up_in_the_background);
     tcase_add_test(t, the_old_behaviour_lists_everything_for_every_request);
     suite_add_tcase(s, t);
