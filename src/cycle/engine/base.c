@@ -409,15 +409,9 @@ int bfe_sl_insert(struct slotlist *l, uint32_t slot, sl_cmp_fn cmp, const void *
     return 0;
 }
 
-int bfe_sl_remove(struct slotlist *l, uint32_t slot, sl_cmp_fn cmp, const void *ctx)
+void bfe_sl_remove_at(struct slotlist *l, uint32_t ci, uint32_t p)
 {
-    if (l->nch == 0)
-        return -ENOENT;
-    uint32_t ci = find_chunk(l, slot, cmp, ctx);
     struct slchunk *c = l->ch[ci];
-    uint32_t p = lower_bound(c, slot, cmp, ctx);
-    if (p >= c->n || c->s[p] != slot)
-        return -ENOENT;
     memmove(c->s + p, c->s + p + 1, (c->n - p - 1) * sizeof(uint32_t));
     c->n--;
     l->n--;
@@ -431,6 +425,18 @@ int bfe_sl_remove(struct slotlist *l, uint32_t slot, sl_cmp_fn cmp, const void *
             l->capch = 0;
         }
     }
+}
+
+int bfe_sl_remove(struct slotlist *l, uint32_t slot, sl_cmp_fn cmp, const void *ctx)
+{
+    if (l->nch == 0)
+        return -ENOENT;
+    uint32_t ci = find_chunk(l, slot, cmp, ctx);
+    struct slchunk *c = l->ch[ci];
+    uint32_t p = lower_bound(c, slot, cmp, ctx);
+    if (p >= c->n || c->s[p] != slot)
+        return -ENOENT;
+    bfe_sl_remove_at(l, ci, p);
     return 0;
 }
 

@@ -210,6 +210,8 @@ struct slotlist {
 typedef int (*sl_cmp_fn)(const void *ctx, uint32_t a, uint32_t b);
 int bfe_sl_insert(struct slotlist *l, uint32_t slot, sl_cmp_fn cmp, const void *ctx);
 int bfe_sl_remove(struct slotlist *l, uint32_t slot, sl_cmp_fn cmp, const void *ctx);
+/* removes the entry at offset p of chunk ci (frees an emptied chunk) */
+void bfe_sl_remove_at(struct slotlist *l, uint32_t ci, uint32_t p);
 uint32_t bfe_sl_rank(const struct slotlist *l, uint32_t slot, sl_cmp_fn cmp, const void *ctx);
 void bfe_sl_seek(const struct slotlist *l, uint32_t pos, uint32_t *ci, uint32_t *off);
 void bfe_sl_free(struct slotlist *l);

@@ -1184,24 +1184,12 @@ static void sl_remove_any(struct slotlist *l, uint32_t slot, sl_cmp_fn cmp, cons
     if (bfe_sl_remove(l, slot, cmp, ctx) == 0)
         return;
     for (uint32_t ci = 0; ci < l->nch; ci++) {
-        struct slchunk *c = l->ch[ci];
-        for (uint32_t p = 0; p < c->n; p++) {
-            if (c->s[p] != slot)
-                continue;
-            memmove(c->s + p, c->s + p + 1, (c->n - p - 1) * sizeof(uint32_t));
-            c->n--;
-            l->n--;
-            if (c->n == 0) {
-                free(c);
-                memmove(l->ch + ci, l->ch + ci + 1, (l->nch - ci - 1) * sizeof *l->ch);
-                if (--l->nch == 0) {
-                    free(l->ch);
-                    l->ch = NULL;
-                    l->capch = 0;
-                }
+        const struct slchunk *c = l->ch[ci];
+        for (uint32_t p = 0; p < c->n; p++)
+            if (c->s[p] == slot) {
+                bfe_sl_remove_at(l, ci, p);
+                return;
             }
-            return;
-        }
     }
 }
 
