@@ -602,8 +602,10 @@ void bf_net_client_set_unary_after_recv(struct bf_net_client *cl, bool on);
  * (a resync walk's next List page before this page is applied) lets the
  * server answer meanwhile. Works from unary callbacks of a client set with
  * bf_net_client_set_unary_after_recv(); elsewhere (inside nghttp2: other
- * callbacks, with a send already in flight, while connecting) it does
- * nothing and the loop sends as usual. Loop thread.
+ * callbacks; inside any connection's output production on this loop, such
+ * as an on_drain callback or a completion during a send; with a send
+ * already in flight; while connecting) it does nothing and the loop sends
+ * as usual. Loop thread.
  */
 void bf_net_client_flush(struct bf_net_client *cl);
 void bf_net_client_stats(const struct bf_net_client *cl, struct bf_net_stats *out);

@@ -294,8 +294,10 @@ static void conn_flush(struct conn *c)
         return;
     c->busy++;
     if (c->state == C_OPEN && c->pending.len < CONN_BATCH) {
+        c->loop->producing++;
         int r = c->ops->produce(c);
         int r2 = conn_write_end(c);
+        c->loop->producing--;
         if (r < 0 || r2 < 0) {
             bf_conn_abort(c, r < 0 ? r : r2);
             goto out;
@@ -335,7 +337,8 @@ out:
 
 void bf_conn_flush_now(struct conn *c)
 {
-    if (c->state != C_OPEN || c->send_inflight)
+    /* not inside another flush's output production (any conn of this loop) */
+    if (c->state != C_OPEN || c->send_inflight || c->loop->producing)
         return;
     if (c->ep.dirty) { /* this is that flush */
         bf_list_del(&c->ep.dirty_link);

@@ -162,6 +162,11 @@ struct bf_net_loop {
     int wake_fd;
     struct bf_net_watch *wake_watch;
     bool stop;
+    /* > 0 while a conn_flush produces output (its callbacks, e.g. on_drain,
+     * may try to flush): bf_conn_flush_now then does nothing, so a flush is
+     * never entered inside another (the same conn's buffers, the shared TLS
+     * staging below) */
+    unsigned producing;
     /* TLS plaintext staging (one conn produces at a time) and read scratch */
     uint8_t tls_stage[BF_TLS_STAGE];
     size_t tls_stage_len;
@@ -362,7 +367,8 @@ size_t bf_conn_queued(const struct conn *c);
 void bf_conn_mark_dirty(struct conn *c);
 /* Flush now (produce, and hand the send to the kernel) when the connection
  * is open and no send is in flight; otherwise nothing (the loop flushes as
- * usual). Never from inside ops->produce. */
+ * usual). Inside ops->produce of any conn of the loop (loop->producing) it
+ * does nothing. */
 void bf_conn_flush_now(struct conn *c);
 /* Graceful close: flush, TLS close_notify, SHUT_WR, linger, close. */
 void bf_conn_close(struct conn *c);
