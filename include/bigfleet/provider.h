@@ -246,11 +246,14 @@ void bf_prov_client_free(struct bf_prov_client *c);
 void bf_prov_client_stats(const struct bf_prov_client *c, struct bf_prov_stats *out);
 /* The connection state (enum bf_net_client_state). */
 int bf_prov_client_state(const struct bf_prov_client *c);
-/* The loop the client (and its callbacks) run on. */
+/* The loop the client (and its callbacks) run on: borrowed (owned by the
+ * caller of bf_prov_client_new; valid while the client lives). */
 struct bf_net_loop *bf_prov_client_loop(const struct bf_prov_client *c);
 /* Reply callbacks run after nghttp2 parsed the reply
  * (bf_net_client_set_unary_after_recv), where bf_prov_client_flush works.
- * The reconciler sets it; the executor keeps the default. Loop thread. */
+ * Call it right after bf_prov_client_new, before any call starts (a call
+ * already in flight would complete with either timing). The reconciler sets
+ * it; the executor keeps the default. Loop thread. */
 void bf_prov_client_replies_after_recv(struct bf_prov_client *c);
 /* Puts the calls started so far on the wire now (bf_net_client_flush): from
  * a reply callback, before working on the reply, so that the provider
