@@ -41,8 +41,25 @@ int bf_opmsg_member_bytes(const uint8_t *msg, size_t len, uint32_t num, uint32_t
                           uint32_t oneof_hi, uint8_t **out, size_t *outlen);
 
 /*
- * Pre-scan of a serialized ClusterCapacityNeeds: counts field 3 (needs)
- * and checks the top level is well-formed. Returns 0 and *n_needs, or
+ * The top level of a serialized ClusterCapacityNeeds in one walk: the
+ * number of field 3 (needs; saturates at UINT32_MAX), field 1 (cluster_id:
+ * a borrowed pointer into buf and its length; "" when absent) and field 2
+ * (timestamp: 0 when absent); the last cluster_id and timestamp win (they
+ * may follow the needs). Returns 0, or -EBADMSG when the top level is not
+ * well-formed or a known field has the wrong wire type (outputs then
+ * unspecified). Any thread; no allocation.
+ */
+struct bf_rollup_top {
+    uint32_t n_needs;
+    const uint8_t *cluster_id;
+    size_t cluster_id_len;
+    int64_t timestamp;
+};
+int bf_rollup_scan_top(const uint8_t *buf, size_t len, struct bf_rollup_top *out);
+
+/*
+ * Pre-scan of a serialized ClusterCapacityNeeds: bf_rollup_scan_top's
+ * count of field 3 (needs) and its checks. Returns 0 and *n_needs, or
  * -EBADMSG.
  */
 int bf_rollup_count_needs(const uint8_t *buf, size_t len, uint32_t *n_needs);

@@ -1061,38 +1061,17 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
     uint32_t max_rows = lim->max_rows;
     if (!r->pcache && !(r->pcache = calloc(1, sizeof(struct pcache))))
         return -ENOMEM;
-    /* one walk of the top level: the Needs counted (bf_rollup_count_needs'
-     * checks), cluster_id and timestamp (the last of each wins; they may
-     * follow the needs) */
-    struct bf_pb_reader rd;
-    struct bf_pb_field f;
-    const uint8_t *cid = (const uint8_t *)"";
-    size_t cid_len = 0;
-    uint64_t nn = 0;
-    int64_t ts = 0;
-    int rc;
-    bf_pb_reader_init(&rd, buf, len);
-    while ((rc = bf_pb_next(&rd, &f)) == 1) {
-        if (f.num == 3) {
-            if (f.wt != BF_PB_LEN)
-                break;
-            nn++;
-        } else if (f.num == 1) {
-            if (f.wt != BF_PB_LEN)
-                break;
-            cid = f.p;
-            cid_len = f.len;
-        } else if (f.num == 2) {
-            if (f.wt != BF_PB_VARINT)
-                break;
-            ts = (int64_t)f.varint;
-        }
-    }
+    /* one walk of the top level: the Needs counted, cluster_id, timestamp */
+    struct bf_rollup_top top;
+    int rc = bf_rollup_scan_top(buf, len, &top);
     if (rc != 0) {
         ERR("not a ClusterCapacityNeeds message (malformed wire data)");
         return -EBADMSG;
     }
-    uint32_t n_needs = nn > UINT32_MAX ? UINT32_MAX : (uint32_t)nn;
+    const uint8_t *cid = top.cluster_id;
+    size_t cid_len = top.cluster_id_len;
+    int64_t ts = top.timestamp;
+    uint32_t n_needs = top.n_needs;
     r->needs_in = n_needs;
     if (n_needs > max_rows) {
         ERR("%u needs in one rollup; the cluster may hold at most %u rows (--cluster-max-needs)",
@@ -1137,6 +1116,8 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
     uint32_t idx = 0, expect = 0, lookups = 0, found = 0;
     bool indexed = false, unindexed = false;
     rc = 0;
+    struct bf_pb_reader rd;
+    struct bf_pb_field f;
     bf_pb_reader_init(&rd, buf, len);
     while (bf_pb_next(&rd, &f) == 1) {
         if (f.num != 3)

@@ -89,28 +89,43 @@ int bf_opmsg_member_bytes(const uint8_t *msg, size_t len, uint32_t num, uint32_t
     return 0;
 }
 
-int bf_rollup_count_needs(const uint8_t *buf, size_t len, uint32_t *n_needs)
+int bf_rollup_scan_top(const uint8_t *buf, size_t len, struct bf_rollup_top *out)
 {
     struct bf_pb_reader r;
     struct bf_pb_field f;
     bf_pb_reader_init(&r, buf, len);
     uint64_t n = 0;
+    *out = (struct bf_rollup_top){.cluster_id = (const uint8_t *)""};
     int rc;
     while ((rc = bf_pb_next(&r, &f)) == 1) {
-        if (f.num == 1 && f.wt != BF_PB_LEN)
-            return -EBADMSG;
-        if (f.num == 2 && f.wt != BF_PB_VARINT)
-            return -EBADMSG;
         if (f.num == 3) {
             if (f.wt != BF_PB_LEN)
                 return -EBADMSG;
             n++;
+        } else if (f.num == 1) {
+            if (f.wt != BF_PB_LEN)
+                return -EBADMSG;
+            out->cluster_id = f.p;
+            out->cluster_id_len = f.len;
+        } else if (f.num == 2) {
+            if (f.wt != BF_PB_VARINT)
+                return -EBADMSG;
+            out->timestamp = (int64_t)f.varint;
         }
     }
     if (rc != 0)
         return -EBADMSG;
-    *n_needs = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+    out->n_needs = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
     return 0;
+}
+
+int bf_rollup_count_needs(const uint8_t *buf, size_t len, uint32_t *n_needs)
+{
+    struct bf_rollup_top t;
+    int rc = bf_rollup_scan_top(buf, len, &t);
+    if (rc == 0)
+        *n_needs = t.n_needs;
+    return rc;
 }
 
 int bf_hello_cluster_id(const uint8_t *sub, size_t len, const uint8_t **id, size_t *idlen)
