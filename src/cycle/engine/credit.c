@@ -262,7 +262,7 @@ int bfe_credit_cbk(struct bf_engine *e, const struct same_bucket *bk, uint32_t n
     if (!row)
         return -EINVAL;
     TRY(GROW(pm->cb, pm->capcb, pm->ncb + nb));
-    *out = pm->cb + pm->ncb;
+    *out = nb ? pm->cb + pm->ncb : NULL; /* (no buckets: cb may be NULL) */
     for (uint32_t i = 0; i < nb; i++) {
         /* the creditable bucket's rank scores, as bfe_rank_key_of takes them
          * (its count and total equal cred_count and cred_total here) */
@@ -573,7 +573,7 @@ static int row_rerank(struct bf_engine *e, const struct bfe_prepass_ops *ops, ui
     const struct prow *m = &pm->rows[r];
     struct dneed *d = &e->d[di];
     /* ranked from the recorded buckets in place (their scores included) */
-    int rc = bfe_same_rank(e, d, pm->cb + m->cb0, m->ncb);
+    int rc = bfe_same_rank(e, d, m->ncb ? pm->cb + m->cb0 : NULL, m->ncb);
     if (rc)
         return rc;
     if (d->has_domain != m->has_domain || (d->has_domain && d->domain != m->domain)) {
