@@ -33,12 +33,8 @@
  *     (no SQPOLL, no IOSQE_ASYNC: socket receives are poll-driven) runs as
  *     task work of this thread: inside io_uring_enter (DEFER_TASKRUN) or on
  *     this thread's return to user space — never during our madvise call.
- *     Busy loops pay nothing but a flag per iteration. The price is the page
- *     faults of the receives after a release: ~40 us a page on the
- *     benchmark VM (no shared zero page, pvm), so refilling a whole 8 MiB
- *     ring costs ~80 ms of CPU there (~2 ms on bare metal), spread over the
- *     first 8 MiB received; hence at most one release per
- *     BF_LOOP_BUFS_RELEASE_GAP_NS however often the loop goes quiet.
+ *     Busy loops pay nothing but a flag per iteration; a quiet one pays one
+ *     madvise per quiet spell and a page fault per page touched afterwards.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -749,18 +745,14 @@ static int setup_ring(struct bf_net_loop *l, unsigned entries)
 static void bufs_idle_cb(struct bf_net_timer *t, void *arg)
 {
     struct bf_net_loop *l = arg;
-    int64_t now = bf_mono_ns();
-    int64_t at = l->bufs_last_ns + BF_LOOP_BUFS_IDLE_NS;
-    if (l->bufs_releases && l->bufs_released_ns + BF_LOOP_BUFS_RELEASE_GAP_NS > at)
-        at = l->bufs_released_ns + BF_LOOP_BUFS_RELEASE_GAP_NS;
-    if (now < at) {
-        bf_net_timer_start(t, at - now, 0);
+    int64_t quiet = bf_mono_ns() - l->bufs_last_ns;
+    if (l->bufs_used || quiet < BF_LOOP_BUFS_IDLE_NS) {
+        bf_net_timer_start(t, BF_LOOP_BUFS_IDLE_NS - (l->bufs_used ? 0 : quiet), 0);
         return;
     }
     if (madvise(l->bufs, l->bufs_size, MADV_DONTNEED) == 0) {
         l->bufs_touched = false;
         l->bufs_releases++;
-        l->bufs_released_ns = now;
     } /* else: kept; the next receive re-arms the timer */
 }
 

@@ -147,11 +147,10 @@ struct bf_net_loop {
     unsigned nbufs, bufsz;
     uint64_t enobufs;
     /* idle release of the buffers' pages (loop.c, bufs_idle_cb) */
-    bool bufs_used;           /* a buffer came back in this iteration */
-    bool bufs_touched;        /* pages may be resident since the last release */
-    int64_t bufs_last_ns;     /* mono ns of the last iteration that used a buffer */
-    uint64_t bufs_releases;   /* times the pages were given back */
-    int64_t bufs_released_ns; /* mono ns of the last release */
+    bool bufs_used;         /* a buffer came back in this iteration */
+    bool bufs_touched;      /* pages may be resident since the last release */
+    int64_t bufs_last_ns;   /* mono ns of the last iteration that used a buffer */
+    uint64_t bufs_releases; /* times the pages were given back */
     struct bf_net_timer bufs_timer;
     /* timers: binary min-heap on expiry */
     struct bf_net_timer **heap;
@@ -183,10 +182,8 @@ struct bf_net_loop {
 /* An SQE, submitting the queue first if it is full. Never NULL in practice
  * (aborts the process if the ring is unusable, which is a bug). */
 /* Times the loop gave its provided buffers' pages back to the kernel after
- * BF_LOOP_BUFS_IDLE_NS without a receive, at most once per
- * BF_LOOP_BUFS_RELEASE_GAP_NS (loop.c). */
-#define BF_LOOP_BUFS_IDLE_NS        (1 * BF_NS_PER_SEC)
-#define BF_LOOP_BUFS_RELEASE_GAP_NS (60 * BF_NS_PER_SEC)
+ * BF_LOOP_BUFS_IDLE_NS without a receive (loop.c). */
+#define BF_LOOP_BUFS_IDLE_NS (1 * BF_NS_PER_SEC)
 uint64_t bf_loop_buffer_releases(const struct bf_net_loop *loop);
 
 struct io_uring_sqe *bf_loop_sqe(struct bf_net_loop *loop);
