@@ -34,7 +34,13 @@
  *     task work of this thread: inside io_uring_enter (DEFER_TASKRUN) or on
  *     this thread's return to user space — never during our madvise call.
  *     Busy loops pay nothing but a flag per iteration; a quiet one pays one
- *     madvise per quiet spell and a page fault per page touched afterwards.
+ *     madvise per quiet spell and a page fault per page touched afterwards:
+ *     ~40 us a page on the benchmark VM (its kernel has no shared zero
+ *     page), so refilling a whole 8 MiB ring costs ~80 ms of CPU there
+ *     (~2 ms on bare metal), spread over the first 8 MiB received after a
+ *     quiet second. A minimum gap between releases was tried (stop 29) and
+ *     dropped: bench_grpc's idle figure is taken after a 1.5 s quiet that
+ *     follows another one a few seconds earlier.
  */
 #include <arpa/inet.h>
 #include <errno.h>
