@@ -4,8 +4,8 @@
  *
  * Design notes: everything is per connection (the flood guard) or per
  * server (the counts) and runs on the loop thread. The guard keeps seven
- * buckets and the state of the open header block: about 200 bytes per
- * connection. The counts map is keyed by 16 bytes; identities are hashed
+ * buckets (16 bytes each) and the state of the open header block: 136
+ * bytes per connection. The counts map is keyed by 16 bytes; identities are hashed
  * with XXH3-64 (a collision merges two identities' counts, which can only
  * make the limit stricter for them).
  */
@@ -23,19 +23,21 @@
 bool bf_bucket_take(struct bf_bucket *b, uint32_t burst, uint32_t rate, int64_t now_ns)
 {
     int64_t cap = (int64_t)burst * 1000;
+    if (cap > (int64_t)UINT32_MAX)
+        cap = UINT32_MAX;
     if (!b->started) {
         b->started = true;
-        b->milli = cap;
+        b->milli = (uint32_t)cap;
         b->last_ns = now_ns;
     } else if (now_ns > b->last_ns && rate > 0) {
         int64_t dt = now_ns - b->last_ns;
         /* rate tokens per second = rate x 1000 milli-tokens per 1e9 ns */
         int64_t add = dt >= ((int64_t)1 << 40) ? cap : dt * (int64_t)rate / 1000000;
-        if (b->milli + add >= cap) {
-            b->milli = cap;
+        if ((int64_t)b->milli + add >= cap) {
+            b->milli = (uint32_t)cap;
             b->last_ns = now_ns;
         } else if (add > 0) {
-            b->milli += add;
+            b->milli += (uint32_t)add;
             b->last_ns += add * 1000000 / (int64_t)rate; /* keep the remainder */
         }
     }

@@ -31,12 +31,12 @@
  * zero-initialised bucket is full at its first use.
  */
 struct bf_bucket {
-    int64_t milli; /* tokens x 1000 */
     int64_t last_ns;
+    uint32_t milli; /* tokens x 1000; at most UINT32_MAX (a burst of 4,294,967 tokens) */
     bool started;
-};
+}; /* 16 bytes: seven of them per connection (issue 18) */
 /* Takes one token at now_ns; false when the bucket is empty (the event is
- * over the rate). */
+ * over the rate). A burst above 4,294,967 tokens counts as that many. */
 bool bf_bucket_take(struct bf_bucket *b, uint32_t burst, uint32_t rate, int64_t now_ns);
 
 /* ------------------------------------------------------------ HTTP/2 floods */

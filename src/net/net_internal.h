@@ -146,6 +146,12 @@ struct bf_net_loop {
     size_t bufs_size;
     unsigned nbufs, bufsz;
     uint64_t enobufs;
+    /* idle release of the buffers' pages (loop.c, bufs_idle_cb) */
+    bool bufs_used;         /* a buffer came back in this iteration */
+    bool bufs_touched;      /* pages may be resident since the last release */
+    int64_t bufs_last_ns;   /* mono ns of the last iteration that used a buffer */
+    uint64_t bufs_releases; /* times the pages were given back */
+    struct bf_net_timer bufs_timer;
     /* timers: binary min-heap on expiry */
     struct bf_net_timer **heap;
     uint32_t nheap;
@@ -175,6 +181,11 @@ struct bf_net_loop {
 
 /* An SQE, submitting the queue first if it is full. Never NULL in practice
  * (aborts the process if the ring is unusable, which is a bug). */
+/* Times the loop gave its provided buffers' pages back to the kernel after
+ * BF_LOOP_BUFS_IDLE_NS without a receive (loop.c). */
+#define BF_LOOP_BUFS_IDLE_NS (1 * BF_NS_PER_SEC)
+uint64_t bf_loop_buffer_releases(const struct bf_net_loop *loop);
+
 struct io_uring_sqe *bf_loop_sqe(struct bf_net_loop *loop);
 void bf_loop_cancel(struct bf_net_loop *loop, uint64_t user_data);
 /* Hands the queued SQEs to the kernel now (no wait). */

@@ -39,6 +39,33 @@ START_TEST(bucket_spends_its_burst_then_refills_at_its_rate)
 }
 END_TEST
 
+/* The bucket keeps milli-tokens in 32 bits (16 bytes a bucket, seven a
+ * connection): a burst above 4,294,967 tokens holds that many, never a
+ * wrapped-around smaller number; the largest stream burst the server
+ * configures (2 x BF_H2G_STREAM_RATE_MAX) fits whole. */
+START_TEST(a_burst_past_32_bit_milli_tokens_is_clamped_not_wrapped)
+{
+    ck_assert_uint_eq(sizeof(struct bf_bucket), 16);
+    struct bf_bucket b = {0};
+    int64_t t = 5 * BF_NS_PER_SEC;
+    for (uint32_t i = 0; i < 4294967u; i++)
+        if (!bf_bucket_take(&b, 5000000, 1000, t))
+            ck_abort_msg("refused after %u tokens", i);
+    ck_assert(!bf_bucket_take(&b, 5000000, 1000, t));
+    /* a long pause refills to the clamped burst, no further */
+    t += 3600 * BF_NS_PER_SEC;
+    for (uint32_t i = 0; i < 4294967u; i++)
+        if (!bf_bucket_take(&b, 5000000, 1000, t))
+            ck_abort_msg("refused after %u tokens of the refill", i);
+    ck_assert(!bf_bucket_take(&b, 5000000, 1000, t));
+    struct bf_bucket s = {0};
+    for (uint32_t i = 0; i < 2u * BF_H2G_STREAM_RATE_MAX; i++)
+        if (!bf_bucket_take(&s, 2 * BF_H2G_STREAM_RATE_MAX, BF_H2G_STREAM_RATE_MAX, t))
+            ck_abort_msg("stream burst refused after %u", i);
+    ck_assert(!bf_bucket_take(&s, 2 * BF_H2G_STREAM_RATE_MAX, BF_H2G_STREAM_RATE_MAX, t));
+}
+END_TEST
+
 /* frame types */
 enum { DATA = 0, HEADERS = 1, PRIORITY = 2, RST = 3, SETTINGS = 4, PING = 6, WU = 8, CONT = 9 };
 
@@ -232,6 +259,7 @@ int main(void)
     Suite *s = suite_create("net-guard");
     TCase *tc = tcase_create("guard");
     tcase_add_test(tc, bucket_spends_its_burst_then_refills_at_its_rate);
+    tcase_add_test(tc, a_burst_past_32_bit_milli_tokens_is_clamped_not_wrapped);
     tcase_add_test(tc, a_grpc_clients_frames_pass);
     tcase_add_test(tc, floods_are_named_at_the_first_frame_over_the_limit);
     tcase_add_test(tc, a_configured_stream_rate_replaces_the_default_and_is_clamped);

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -391,6 +392,7 @@ struct sres {
     char msg[128];
     char last[64];
     size_t bytes;
+    uint64_t sum; /* of every byte received, weighted by its place in its message */
     struct bf_net_stream *s;
     int cancel_after;          /* client cancels after this many messages */
     const char *send_on_first; /* sent after the first message */
@@ -401,6 +403,8 @@ static void s_msg(struct bf_net_stream *s, const uint8_t *m, size_t n, void *arg
     struct sres *r = arg;
     r->msgs++;
     r->bytes += n;
+    for (size_t i = 0; i < n; i++)
+        r->sum += (uint64_t)m[i] * (i + 1);
     snprintf(r->last, sizeof r->last, "%.*s", (int)(n < 63 ? n : 63), (const char *)m);
     if (r->cancel_after && r->msgs == r->cancel_after)
         bf_net_stream_cancel(s);
@@ -712,6 +716,80 @@ static bool all_done(void *arg)
             return false;
     return true;
 }
+
+/* Pages of the loop's provided receive buffers that are resident. */
+static size_t ring_resident_pages(struct bf_net_loop *l)
+{
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = (l->bufs_size + pg - 1) / pg, res = 0;
+    unsigned char *v = malloc(n);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_int_eq(mincore(l->bufs, l->bufs_size, v), 0);
+    for (size_t i = 0; i < n; i++)
+        res += v[i] & 1;
+    free(v);
+    return res;
+}
+
+/* Sends a len-byte patterned message on s and waits for its echo; returns
+ * false if it does not come back whole and unchanged. */
+static bool echo_patterned(struct bf_net_loop *l, struct bf_net_stream *s, struct sres *r,
+                           size_t len, unsigned seed)
+{
+    uint8_t *m = malloc(len);
+    ck_assert_ptr_nonnull(m);
+    uint64_t want = 0;
+    for (size_t i = 0; i < len; i++) {
+        m[i] = (uint8_t)(i * 131 + seed);
+        want += (uint64_t)m[i] * (i + 1);
+    }
+    int before = r->msgs;
+    r->sum = 0;
+    r->bytes = 0;
+    bf_net_stream_send(s, m, len);
+    free(m);
+    int64_t until = bf_mono_ns() + (5 * BF_NS_PER_SEC);
+    while (r->msgs == before && bf_mono_ns() < until)
+        bf_net_loop_run_once(l, 10 * BF_NS_PER_MS);
+    return r->msgs == before + 1 && r->bytes == len && r->sum == want;
+}
+
+/* Issue 18, target 5: the loop gives the provided receive buffers' pages
+ * back once no receive has used one for BF_LOOP_BUFS_IDLE_NS — never while
+ * receives keep coming — and what arrives afterwards is intact. */
+START_TEST(idle_receive_buffers_are_given_back_and_what_arrives_later_is_intact)
+{
+    struct rig g = rig_up(NULL, NULL, 0);
+    struct sres r = {0};
+    struct bf_net_stream *s = bf_net_client_call(g.cl, "/t.Test/Bidi", 0, &SCBS, &r);
+    ck_assert(echo_patterned(g.l, s, &r, 300000, 7)); /* many buffers, both ways */
+    ck_assert_uint_gt(ring_resident_pages(g.l), 8);
+    ck_assert_uint_eq(bf_loop_buffer_releases(g.l), 0);
+    /* receives every 200 ms for twice the idle time: nothing is given back */
+    int64_t busy_until = bf_mono_ns() + 2 * BF_LOOP_BUFS_IDLE_NS;
+    while (bf_mono_ns() < busy_until) {
+        ck_assert(echo_patterned(g.l, s, &r, 100, 1));
+        int64_t next = bf_mono_ns() + 200 * BF_NS_PER_MS;
+        while (bf_mono_ns() < next)
+            bf_net_loop_run_once(g.l, 10 * BF_NS_PER_MS);
+    }
+    ck_assert_uint_eq(bf_loop_buffer_releases(g.l), 0);
+    /* quiet: given back, never before the idle time */
+    int64_t quiet_from = bf_mono_ns();
+    int64_t until = quiet_from + (5 * BF_NS_PER_SEC);
+    while (bf_loop_buffer_releases(g.l) == 0 && bf_mono_ns() < until)
+        bf_net_loop_run_once(g.l, 10 * BF_NS_PER_MS);
+    ck_assert_uint_eq(bf_loop_buffer_releases(g.l), 1);
+    ck_assert_int_ge(bf_mono_ns() - quiet_from, BF_LOOP_BUFS_IDLE_NS - 250 * BF_NS_PER_MS);
+    ck_assert_uint_eq(ring_resident_pages(g.l), 0);
+    /* the next messages land in fresh pages, intact */
+    ck_assert(echo_patterned(g.l, s, &r, 300000, 11));
+    ck_assert_uint_gt(ring_resident_pages(g.l), 0);
+    bf_net_stream_close_send(s);
+    run_until(g.l, sres_done, &r, (5 * BF_NS_PER_SEC));
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    rig_down(&g);
+}
+END_TEST
 
 START_TEST(many_concurrent_unary_calls_share_one_connection)
 {
@@ -1864,6 +1942,7 @@ int main(void)
     tcase_add_test(
         tc, an_idle_recycled_buffer_is_charged_to_the_server_budget_and_gives_way_to_a_message);
     tcase_add_test(tc, an_idle_recycled_buffer_is_released_after_a_quiet_period);
+    tcase_add_test(tc, idle_receive_buffers_are_given_back_and_what_arrives_later_is_intact);
     tcase_add_test(tc, many_concurrent_unary_calls_share_one_connection);
     tcase_add_test(tc, client_deadline_expires_and_the_server_call_ends);
     tcase_add_test(tc, client_cancel_reaches_the_server_as_cancelled);
