@@ -254,16 +254,16 @@ int bf_inv_read_seq(const struct bf_shm *s, uint32_t slot, struct bf_machine_rec
  * after a failed or short pread everything is read live. Same results as
  * bf_inv_read / bf_str. One thread; the handle is ~200 KiB.
  */
-#define BF_INV_SCAN_RECS 1024u         /* 64 KiB of records per copy */
+#define BF_INV_SCAN_RECS   1024u       /* 64 KiB of records per copy */
 #define BF_INV_SCAN_WINDOW (64u << 10) /* bytes of arena per window */
 struct bf_inv_scan;
 struct bf_inv_scan_stats {
-    uint64_t copied;      /* records taken from the copies */
-    uint64_t live;        /* records read live (seq moved or odd, no copy) */
-    uint64_t chunks;      /* chunks copied (three preads each) */
-    uint64_t str_window;  /* strings served from the window */
-    uint64_t str_live;    /* strings read live through bf_str */
-    uint64_t win_loads;   /* window reloads */
+    uint64_t copied;     /* records taken from the copies */
+    uint64_t live;       /* records read live (seq moved or odd, no copy) */
+    uint64_t chunks;     /* chunks copied (three preads each) */
+    uint64_t str_window; /* strings served from the window */
+    uint64_t str_live;   /* strings read live through bf_str */
+    uint64_t win_loads;  /* window reloads */
 };
 /* 0 or -ENOMEM. */
 int bf_inv_scan_begin(const struct bf_shm *s, struct bf_inv_scan **out);

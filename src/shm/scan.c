@@ -42,19 +42,19 @@
 
 #include "shm_internal.h"
 
-#define REC_BYTES sizeof(struct bf_shm_machine)
-#define WIN_PROBE 64u
+#define REC_BYTES    sizeof(struct bf_shm_machine)
+#define WIN_PROBE    64u
 #define WIN_MIN_HITS 8u
 
 struct bf_inv_scan {
     const struct bf_shm *s;
-    int fd;             /* the inventory segment's, or -1: every read live */
-    uint64_t rec_off;   /* the records' offset in the segment */
-    uint32_t first, n;  /* records [first, first + n) are in a[]/seq0[]/c[] */
-    bool recs_live;     /* a copy failed: records live from here on */
-    bool strs_live;     /* no window (copy failed, or it mostly missed) */
-    uint64_t win_off;   /* arena offset of win[0] */
-    uint64_t win_len;   /* bytes in win[] */
+    int fd;            /* the inventory segment's, or -1: every read live */
+    uint64_t rec_off;  /* the records' offset in the segment */
+    uint32_t first, n; /* records [first, first + n) are in a[]/seq0[]/c[] */
+    bool recs_live;    /* a copy failed: records live from here on */
+    bool strs_live;    /* no window (copy failed, or it mostly missed) */
+    uint64_t win_off;  /* arena offset of win[0] */
+    uint64_t win_len;  /* bytes in win[] */
     struct bf_inv_scan_stats st;
     uint32_t seq0[BF_INV_SCAN_RECS];
     unsigned char a[BF_INV_SCAN_RECS * REC_BYTES];
@@ -136,8 +136,7 @@ int bf_inv_scan_read(struct bf_inv_scan *sc, uint32_t slot, struct bf_machine_re
     const struct bf_shm *s = sc->s;
     if (slot >= s->max_machines)
         return -ERANGE;
-    if (!sc->recs_live && (slot < sc->first || slot - sc->first >= sc->n) &&
-        !load_chunk(sc, slot))
+    if (!sc->recs_live && (slot < sc->first || slot - sc->first >= sc->n) && !load_chunk(sc, slot))
         sc->recs_live = true;
     if (!sc->recs_live) {
         uint32_t i = slot - sc->first;
