@@ -231,6 +231,50 @@ int bf_inv_read(const struct bf_shm *s, uint32_t slot, struct bf_machine_rec *ou
 int bf_inv_read_seq(const struct bf_shm *s, uint32_t slot, struct bf_machine_rec *out,
                     uint32_t *seq);
 
+/*
+ * Bulk reads for a full rescan (i18-restart4, stop 29; src/shm/scan.c).
+ * A process that reads every record once (a restarted cycle process
+ * rebuilding its mirror) would touch every page of the records table and
+ * most of the string arena through its mapping for the first time; on this
+ * project's hypervisor each such first touch of a 4 KiB page costs several
+ * microseconds (~8 us measured), far more than the page's bytes. A scan
+ * handle reads them with pread(2) into small buffers it reuses instead:
+ *  - records in chunks of BF_INV_SCAN_RECS, each chunk copied three times
+ *    (seqs before, payload, seqs after, a full fence between the copies);
+ *    a record is taken from the payload copy when its seq is the same even
+ *    value in the copies before and after (no write began or ended while
+ *    the payload was copied: the seqlock's R1/R2 with the copies' order in
+ *    place of the loads' order), else it is read live (bf_inv_read_seq,
+ *    counted there);
+ *  - strings through a window of the published arena (entries never
+ *    change once published, strtab.c), reloaded at the asked ref when the
+ *    ref falls outside it; refs out of window order fall back to bf_str,
+ *    and so does every later ref once the window mostly misses.
+ * Without the inventory's descriptor (read-only attachments close it) or
+ * after a failed or short pread everything is read live. Same results as
+ * bf_inv_read / bf_str. One thread; the handle is ~200 KiB.
+ */
+#define BF_INV_SCAN_RECS   1024u       /* 64 KiB of records per copy */
+#define BF_INV_SCAN_WINDOW (64u << 10) /* bytes of arena per window */
+struct bf_inv_scan;
+struct bf_inv_scan_stats {
+    uint64_t copied;     /* records taken from the copies */
+    uint64_t live;       /* records read live (seq moved or odd, no copy) */
+    uint64_t chunks;     /* chunks copied (three preads each) */
+    uint64_t str_window; /* strings served from the window */
+    uint64_t str_live;   /* strings read live through bf_str */
+    uint64_t win_loads;  /* window reloads */
+};
+/* 0 or -ENOMEM. */
+int bf_inv_scan_begin(const struct bf_shm *s, struct bf_inv_scan **out);
+/* bf_inv_read(s, slot, out) through the copies; same returns. */
+int bf_inv_scan_read(struct bf_inv_scan *sc, uint32_t slot, struct bf_machine_rec *out);
+/* bf_str(s, ref, len), but the bytes may be the window's: valid until the
+ * next bf_inv_scan_str or bf_inv_scan_end on this handle. */
+const char *bf_inv_scan_str(struct bf_inv_scan *sc, uint32_t ref, uint32_t *len);
+/* Frees the handle (NULL: no-op); st (may be NULL) gets its counts. */
+void bf_inv_scan_end(struct bf_inv_scan *sc, struct bf_inv_scan_stats *st);
+
 /* The id ref in slot's first payload word as it is now, without the
  * seqlock: a hint for a record a writer holds (bf_inv_read gave -EAGAIN),
  * possibly torn or stale, never a value to act on. Any reader. */

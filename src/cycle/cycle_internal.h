@@ -120,7 +120,9 @@ struct bf_cycle {
     /* the machine profile refresh_slot resolved last (blob and label cache
      * entries live as long as the caches; neighbouring slots often share
      * one, so a rescan skips both look-ups for them) */
-    struct bf_engine_bulk *bulk; /* during a full rescan (feed.c): the bulk load */
+    struct bf_engine_bulk *bulk;         /* during a full rescan (feed.c): the bulk load */
+    struct bf_inv_scan *scan;            /* during a full rescan (feed.c): records by copy */
+    struct bf_inv_scan_stats scan_stats; /* the last full rescan's */
     uint32_t last_mprof_ref;
     const struct bf_mprofile *last_mprof;
     const struct bf_engine_label *last_labels;

@@ -95,7 +95,7 @@ void bf_cycle_refresh_slot(struct bf_cycle *c, uint32_t slot)
 {
     struct bf_machine_rec r;
     struct slotinfo *si = &c->slots[slot];
-    int rc = bf_inv_read(c->shm, slot, &r);
+    int rc = c->scan ? bf_inv_scan_read(c->scan, slot, &r) : bf_inv_read(c->shm, slot, &r);
     if (rc == -EAGAIN) {
         retry_later(c, slot);
         return;
@@ -137,7 +137,9 @@ void bf_cycle_refresh_slot(struct bf_cycle *c, uint32_t slot)
     }
     uint32_t glen = 0;
     const char *group = r.group ? bf_str(c->shm, r.group, &glen) : NULL;
-    const char *id = bf_str(c->shm, r.id, NULL);
+    /* the id is read during the calls below only (engine.h "bulk load"):
+     * during a rescan it may be the scan's window (shm.h "bulk reads") */
+    const char *id = c->scan ? bf_inv_scan_str(c->scan, r.id, NULL) : bf_str(c->shm, r.id, NULL);
     struct bf_engine_machine m = {
         .id = id ? id : "",
         .state = r.state,
@@ -234,8 +236,22 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
          * handle (out of memory) the per-record upserts do the same */
         if (bf_engine_bulk_begin(c->engine, hwm, &c->bulk) != 0)
             c->bulk = NULL;
+        /* the records and ids by copy, not by first touches of the mapping
+         * (shm.h "bulk reads"); without the handle, through the mapping */
+        if (bf_inv_scan_begin(c->shm, &c->scan) != 0)
+            c->scan = NULL;
         for (uint32_t s = 0; s < hwm && s < c->capacity; s++)
             bf_cycle_refresh_slot(c, s);
+        bf_inv_scan_end(c->scan, &c->scan_stats);
+        c->scan = NULL;
+        BF_DEBUG("mirror rescan",
+                 "slots=%u records_copied=%llu records_live=%llu strings_window=%llu "
+                 "strings_live=%llu window_loads=%llu",
+                 hwm, (unsigned long long)c->scan_stats.copied,
+                 (unsigned long long)c->scan_stats.live,
+                 (unsigned long long)c->scan_stats.str_window,
+                 (unsigned long long)c->scan_stats.str_live,
+                 (unsigned long long)c->scan_stats.win_loads);
         bf_engine_bulk_end(c->bulk, NULL);
         c->bulk = NULL;
         /* slots beyond the high-water mark cannot hold machines */

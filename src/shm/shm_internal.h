@@ -86,6 +86,20 @@ static inline void bf_store_payload(_Atomic uint64_t *w, const uint64_t *in, int
         atomic_store_explicit(&w[i], in[i], memory_order_relaxed);
 }
 
+/* The arena's published end, never past what the file backs (committed,
+ * published before any entry it holds) nor the reserve: readers of a
+ * corrupted segment (bigfleet-inspect on a damaged file) must not be led
+ * outside it. */
+static inline uint64_t bf_arena_published_end(const struct bf_shm *s)
+{
+    uint64_t used = atomic_load_explicit(&s->inv->strtab.arena_used, memory_order_acquire);
+    uint64_t committed =
+        atomic_load_explicit(&s->inv->strtab.arena_committed, memory_order_acquire);
+    if (used > committed)
+        used = committed;
+    return used < s->arena_bytes ? used : s->arena_bytes;
+}
+
 /* Arena growth: at least this much, or an eighth of what is backed. */
 #define BF_ARENA_STEP (1u << 20)
 

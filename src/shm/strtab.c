@@ -67,18 +67,9 @@ static void lock_release(struct bf_shm *s)
     atomic_store_explicit(&s->inv->strtab.lock_owner, 0, memory_order_release);
 }
 
-/* The arena's published end, never past what the file backs (committed,
- * published before any entry it holds) nor the reserve: readers of a
- * corrupted segment (bigfleet-inspect on a damaged file) must not be led
- * outside it. */
 static inline uint64_t published_end(const struct bf_shm *s)
 {
-    uint64_t used = atomic_load_explicit(&s->inv->strtab.arena_used, memory_order_acquire);
-    uint64_t committed =
-        atomic_load_explicit(&s->inv->strtab.arena_committed, memory_order_acquire);
-    if (used > committed)
-        used = committed;
-    return used < s->arena_bytes ? used : s->arena_bytes;
+    return bf_arena_published_end(s);
 }
 
 /* The entry of ref when it and its bytes lie inside [0, used), else NULL. */

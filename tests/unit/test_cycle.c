@@ -13,6 +13,7 @@
 #include "bigfleet/blobs.h"
 #include "bigfleet/cycle.h"
 #include "bigfleet/ledger.h"
+#include "cycle/cycle_internal.h"
 
 #include "shm_fixture.h"
 #include "check_run.h"
@@ -242,6 +243,29 @@ START_TEST(mirror_follows_executor_changes_without_rescanning)
     ck_assert_uint_eq(g_s.st->result[pub].counts.by_state[BF_STATE_CONFIGURED], 1);
     ck_assert_uint_eq(g_s.st->result[pub].counts.by_state[BF_STATE_IDLE], 1);
     (void)s0;
+    bf_cycle_free(c);
+}
+END_TEST
+
+/* The first cycle's full rescan reads the records and their ids through a
+ * scan (shm.h "bulk reads": copies, not first touches of the mapping), and
+ * the mirror it builds is the one the records give: every Idle machine is
+ * bootstrapped once for the rollup that asks for all of them. */
+START_TEST(a_rescan_reads_the_records_and_ids_by_copy)
+{
+    add_idle_machines(40, NULL);
+    publish_rollup(40, 1);
+    struct bf_cycle *c = new_cycle(false);
+    struct bf_cycle_report rep;
+    ck_assert_int_eq(bf_cycle_run_once(c, 1000000000LL, &rep), 0);
+    ck_assert(rep.rescanned);
+    uint32_t hwm = bf_inv_hwm(&g_s);
+    ck_assert_uint_eq(c->scan_stats.copied, hwm);
+    ck_assert_uint_eq(c->scan_stats.live, 0);
+    ck_assert_uint_eq(c->scan_stats.str_window, 40);
+    ck_assert_uint_eq(c->scan_stats.str_live, 0);
+    struct bf_action_msg acts[64];
+    ck_assert_int_eq(drain_actions(acts, 64), 40);
     bf_cycle_free(c);
 }
 END_TEST
@@ -729,6 +753,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, idle_supply_is_bootstrapped_once_with_in_flight_marks);
     tcase_add_test(tc, mirror_follows_executor_changes_without_rescanning);
+    tcase_add_test(tc, a_rescan_reads_the_records_and_ids_by_copy);
     tcase_add_test(tc, change_log_overflow_forces_one_counted_rescan);
     tcase_add_test(tc, no_reclaim_before_first_rollup_then_capped_after_an_empty_one);
     tcase_add_test(tc, bootstraps_of_a_cluster_without_a_session_are_held_back_until_it_returns);

@@ -422,6 +422,28 @@ START_TEST(the_mirror_keeps_its_big_arrays_across_growth)
 }
 END_TEST
 
+/* bfe_grow (base.c): an array grown element by element keeps every value
+ * across the growth through the heap sizes and past 2 MiB, where it is
+ * 2 MiB-aligned (huge-page candidates, i18-restart4). */
+START_TEST(a_grown_array_keeps_its_values_and_is_aligned_past_2_mib)
+{
+    uint64_t *a = NULL;
+    uint32_t cap = 0;
+    const uint32_t n = 1u << 20; /* 8 MiB */
+    for (uint32_t i = 0; i < n; i++) {
+        ck_assert_int_eq(GROW(a, cap, i + 1), 0);
+        ck_assert_uint_ge(cap, i + 1);
+        a[i] = (uint64_t)i * 2654435761u;
+        if ((size_t)cap * sizeof *a >= ((size_t)2 << 20))
+            ck_assert_msg(((uintptr_t)a & (((uintptr_t)2 << 20) - 1)) == 0,
+                          "a %zu-byte array at %p", (size_t)cap * sizeof *a, (void *)a);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        ck_assert_msg(a[i] == (uint64_t)i * 2654435761u, "element %u lost", i);
+    free(a);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("engine_bulk");
@@ -430,6 +452,7 @@ static Suite *suite(void)
     tcase_add_test(t, a_bulk_load_decides_as_the_per_record_upserts);
     tcase_add_test(t, a_bulk_handle_rejects_bad_arguments);
     tcase_add_test(t, the_mirror_keeps_its_big_arrays_across_growth);
+    tcase_add_test(t, a_grown_array_keeps_its_values_and_is_aligned_past_2_mib);
     suite_add_tcase(s, t);
     return s;
 }

@@ -1456,6 +1456,170 @@ START_TEST(result_read_accepts_a_copy_only_if_its_buffer_was_not_rewritten)
 }
 END_TEST
 
+/* ------------------------------------------------------------ bulk reads */
+
+/* A scan (shm.h "bulk reads") gives what bf_inv_read and bf_str give, for
+ * every slot of the inventory, taking the records from its copies and the
+ * ids from its window: ids interned in slot order, a block of 16 interned
+ * in reverse (the window reloads backwards), one id longer than the window
+ * (read live), freed slots, a ref past the published end (NULL). */
+START_TEST(a_scan_reads_every_record_and_id_as_the_mapping_does)
+{
+    enum { N = 3000 };
+    static uint32_t refs[N];
+    char buf[64];
+    for (int i = 0; i < N; i++) {
+        if (i >= 1000 && i < 1016)
+            continue;
+        snprintf(buf, sizeof buf, "scan-machine-%05d", i);
+        refs[i] = intern(buf);
+    }
+    for (int i = 1015; i >= 1000; i--) { /* interned in reverse: the window reloads */
+        snprintf(buf, sizeof buf, "scan-machine-%05d", i);
+        refs[i] = intern(buf);
+    }
+    size_t big_len = BF_INV_SCAN_WINDOW + 100;
+    char *big = malloc(big_len + 1);
+    ck_assert_ptr_nonnull(big);
+    memset(big, 'x', big_len);
+    big[big_len] = 0;
+    ck_assert_int_eq(bf_str_intern(&g_s, big, (uint32_t)big_len, &refs[7]), 0);
+    free(big);
+    for (int i = 0; i < N; i++) {
+        struct bf_machine_rec r = mk(refs[i], (uint8_t)(i % BF_STATE_COUNT));
+        r.price_per_hour = (float)i;
+        uint32_t slot;
+        ck_assert_int_eq(bf_inv_insert(&g_s, &r, &slot), 0);
+        ck_assert_uint_eq(slot, (uint32_t)i);
+    }
+    for (int i = 0; i < N; i += 97)
+        ck_assert_int_eq(bf_inv_remove(&g_s, (uint32_t)i), 0);
+    struct bf_inv_scan *sc;
+    ck_assert_int_eq(bf_inv_scan_begin(&g_s, &sc), 0);
+    uint32_t valid = 0;
+    for (uint32_t slot = 0; slot < g_s.max_machines; slot++) {
+        struct bf_machine_rec a, b;
+        memset(&a, 0xa5, sizeof a);
+        memset(&b, 0x5a, sizeof b);
+        ck_assert_int_eq(bf_inv_scan_read(sc, slot, &a), 0);
+        ck_assert_int_eq(bf_inv_read(&g_s, slot, &b), 0);
+        ck_assert_msg(memcmp(&a, &b, sizeof a) == 0, "slot %u: the copy differs", slot);
+        if (!(a.flags & BF_REC_VALID))
+            continue;
+        valid++;
+        uint32_t la = 0, lb = 0;
+        const char *sa = bf_inv_scan_str(sc, a.id, &la);
+        const char *sb = bf_str(&g_s, a.id, &lb);
+        ck_assert_ptr_nonnull(sb);
+        ck_assert_ptr_nonnull(sa);
+        ck_assert_uint_eq(la, lb);
+        ck_assert_msg(memcmp(sa, sb, lb + 1) == 0, "slot %u: id %s, not %s", slot, sa, sb);
+    }
+    ck_assert_ptr_null(bf_inv_scan_str(sc, UINT32_MAX / 8, NULL));
+    struct bf_machine_rec r;
+    ck_assert_int_eq(bf_inv_scan_read(sc, g_s.max_machines, &r), -ERANGE);
+    struct bf_inv_scan_stats st;
+    bf_inv_scan_end(sc, &st);
+    ck_assert_uint_eq(valid, N - (N + 96) / 97);
+    ck_assert_uint_eq(st.copied, g_s.max_machines);
+    ck_assert_uint_eq(st.live, 0);
+    ck_assert_uint_eq(st.chunks, g_s.max_machines / BF_INV_SCAN_RECS);
+    ck_assert_uint_ge(st.str_window, valid - 1);
+    ck_assert_uint_ge(st.str_live, 1); /* the long id */
+    ck_assert_uint_ge(st.win_loads, 2);
+}
+END_TEST
+
+/* A record a writer holds (seq odd in the copies) is read live, under the
+ * seqlock: -EAGAIN while it is held, the new payload once committed. */
+START_TEST(a_scan_reads_a_record_a_writer_holds_live)
+{
+    struct bf_machine_rec r0 = mk(intern("held"), BF_STATE_IDLE), r1 = r0;
+    r1.price_per_hour = 9.0f;
+    uint32_t slot;
+    ck_assert_int_eq(bf_inv_insert(&g_s, &r0, &slot), 0);
+    struct bf_inv_txn t;
+    ck_assert_int_eq(bf_inv_begin(&g_s, slot, &t), 0); /* seq odd: a write in progress */
+    struct bf_shm_machine *m = &g_s.records[slot];
+    atomic_store_explicit(&m->w[1], 12345, memory_order_relaxed); /* half of the payload */
+    struct bf_inv_scan *sc;
+    ck_assert_int_eq(bf_inv_scan_begin(&g_s, &sc), 0);
+    struct bf_machine_rec got;
+    ck_assert_int_eq(bf_inv_scan_read(sc, slot, &got), -EAGAIN);
+    struct bf_inv_scan_stats st;
+    bf_inv_scan_end(sc, &st);
+    ck_assert_uint_eq(st.live, 1);
+    ck_assert_uint_eq(st.copied, 0);
+    bf_inv_commit(&g_s, &t, &r1, -1);
+    ck_assert_int_eq(bf_inv_scan_begin(&g_s, &sc), 0);
+    ck_assert_int_eq(bf_inv_scan_read(sc, slot, &got), 0);
+    bf_inv_scan_end(sc, &st);
+    ck_assert_uint_eq(st.copied, 1);
+    ck_assert(got.price_per_hour == 9.0f);
+}
+END_TEST
+
+/* Scans against a forked writer that commits uniform versions k = 1, 2, ...
+ * to a chunk's worth of records as fast as it can: every record a scan
+ * returns is uniform, some came from the copies and some were read live
+ * (their seq moved while the chunk was copied). A scan that trusts the
+ * seqs of one copy only returns torn records here. */
+START_TEST(a_scan_under_a_forked_writer_never_yields_a_torn_record)
+{
+    enum { M = BF_INV_SCAN_RECS };
+    char name[32];
+    for (uint32_t i = 0; i < M; i++) {
+        snprintf(name, sizeof name, "torn-%u", i);
+        struct bf_machine_rec r = mk(intern(name), BF_STATE_IDLE);
+        uint32_t slot;
+        ck_assert_int_eq(bf_inv_insert(&g_s, &r, &slot), 0);
+        struct bf_inv_txn t;
+        ck_assert_int_eq(bf_inv_begin(&g_s, slot, &t), 0);
+        struct bf_machine_rec u = uniform(0);
+        bf_inv_commit(&g_s, &t, &u, -1);
+    }
+    pid_t w = fork();
+    if (w == 0) {
+        struct bf_shm c;
+        if (bf_shm_attach(&c, g_id, false, NULL, 0) != 0)
+            _exit(3);
+        for (uint32_t k = 1; k < 3000; k++)
+            for (uint32_t slot = 0; slot < M; slot++) {
+                struct bf_inv_txn t;
+                if (bf_inv_begin(&c, slot, &t) != 0)
+                    _exit(4);
+                struct bf_machine_rec r = uniform(k);
+                bf_inv_commit(&c, &t, &r, -1);
+            }
+        _exit(0);
+    }
+    long torn = 0, ok = 0, copied = 0, live = 0;
+    for (int pass = 0; pass < 400; pass++) {
+        struct bf_inv_scan *sc;
+        ck_assert_int_eq(bf_inv_scan_begin(&g_s, &sc), 0);
+        for (uint32_t slot = 0; slot < M; slot++) {
+            struct bf_machine_rec r;
+            if (bf_inv_scan_read(sc, slot, &r) != 0)
+                continue;
+            if (is_uniform(&r))
+                ok++;
+            else
+                torn++;
+        }
+        struct bf_inv_scan_stats st;
+        bf_inv_scan_end(sc, &st);
+        copied += (long)st.copied;
+        live += (long)st.live;
+    }
+    kill(w, SIGKILL);
+    int st;
+    waitpid(w, &st, 0);
+    ck_assert_msg(torn == 0, "%ld torn records of %ld", torn, torn + ok);
+    ck_assert_int_gt(copied, 0);
+    ck_assert_msg(live > 0, "no record's seq moved during a copy: the test did not race");
+}
+END_TEST
+
 /* Labels are defined next to their enums by value (src/shm/labels.c):
  * every value has its own name, the reference names hold, and out-of-range
  * values fall back instead of reading past the table. */
@@ -1499,6 +1663,9 @@ int main(void)
     tcase_add_test(tc, inventory_full_reports_enospc);
     tcase_add_test(tc, seqlock_forked_writer_never_yields_a_torn_read);
     tcase_add_test(tc, seqlock_read_of_a_long_payload_is_never_torn);
+    tcase_add_test(tc, a_scan_reads_every_record_and_id_as_the_mapping_does);
+    tcase_add_test(tc, a_scan_reads_a_record_a_writer_holds_live);
+    tcase_add_test(tc, a_scan_under_a_forked_writer_never_yields_a_torn_record);
     tcase_add_test(tc, writer_killed_mid_write_is_repaired_and_marked_for_refresh);
     tcase_add_test(tc, changelog_overflow_is_signalled_then_recovers);
     tcase_add_test(tc, ring_wraps_reports_full_and_empty_in_order);
