@@ -225,18 +225,20 @@ static int reserve_rows(struct bf_rollup *r, uint32_t n)
     return 0;
 }
 
-static int reset_dedup(struct bf_rollup *r, uint32_t n)
+/* keys: the (profile, group) table too (not needed when every row skips
+ * it: a deferring fast pass) */
+static int reset_dedup(struct bf_rollup *r, uint32_t n, bool keys)
 {
     uint32_t want = 16;
     while (want < 2u * n + 2 && want < (1u << 30))
         want *= 2;
-    if (r->dmask + 1 != want || !r->dkeys) {
+    if (keys && (r->dmask + 1 != want || !r->dkeys)) {
         free(r->dkeys);
         r->dkeys = calloc(want, sizeof *r->dkeys);
         if (!r->dkeys)
             return -ENOMEM;
         r->dmask = want - 1;
-    } else {
+    } else if (keys) {
         memset(r->dkeys, 0, (size_t)want * sizeof *r->dkeys);
     }
     if (r->gmask + 1 != want || !r->gset) {
@@ -332,6 +334,7 @@ struct scratch {
     uint32_t pc_hint;  /* the profile-cache entry to try first (pcache_get) */
     uint32_t last_row; /* the row the last Need became or merged into */
     bool last_clamped; /* its priority was clamped */
+    bool defer;        /* converted rows skip the dedup table (place_row) */
 };
 
 static bool has_nul(const uint8_t *p, uint32_t len)
@@ -796,7 +799,7 @@ static int place_row(struct bf_rollup *r, struct scratch *sc, uint32_t pref, uin
     if (prow != UINT32_MAX) {
         if (r->prev_used[prow])
             dup = r->prev_used[prow] - 1;
-    } else {
+    } else if (!sc->defer) {
         uint64_t dh = dedup_hash((uint64_t)pref << 32 | gref);
         tag = (uint32_t)(dh >> 32) | 1u;
         slot = (uint32_t)dh & r->dmask;
@@ -825,7 +828,7 @@ static int place_row(struct bf_rollup *r, struct scratch *sc, uint32_t pref, uin
     }
     if (prow != UINT32_MAX)
         r->prev_used[prow] = r->n + 1;
-    else
+    else if (!sc->defer)
         r->dkeys[slot] = (uint64_t)tag << 32 | (r->n + 1);
     struct bf_need_row *row = &r->rows[r->n];
     /* every field written (no memset of the row first) */
@@ -933,6 +936,9 @@ int bf_rollup_repeat(const struct bf_shm *s, uint32_t rows_off, uint32_t n, cons
 
 /* hash-index lookups before one hit in 8 is required to go on */
 #define PREV_LOOKUPS_MIN 64
+/* the fewest Needs for which a fast pass defers the dedup of converted rows
+ * (below it the dedup table stays in cache) */
+#define DEFER_MIN_NEEDS 8192
 
 /* Whether prev's Need k has these bytes' hash and length and a row of its
  * own to reuse. */
@@ -1005,41 +1011,69 @@ static int reuse_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc,
 }
 
 /* After a fast pass: whether a converted row has the key of a reused row
- * (the full conversion would have merged them). The converted rows' keys go
- * into a table sized for them (few, in cache); the reused rows are read in
- * order. 1 = such a pair, 0 = none, -ENOMEM. */
-static int cross_collision(const struct bf_rollup *r)
+ * or, when converted rows skipped the dedup table (defer), of another
+ * converted row (the full conversion would have merged them). The converted
+ * rows' keys go into a table sized for them (a slot: hash tag << 32 | row +
+ * 1, the row read only on a tag match); the reused rows are read in order.
+ * Rows are hashed in batches whose slots are prefetched first: the misses
+ * overlap instead of stalling one per row as place_row's probe does.
+ * 1 = such a pair, 0 = none, -ENOMEM. */
+#define CC_BATCH 16
+static uint64_t row_key_hash(const struct bf_need_row *x)
+{
+    return dedup_hash((uint64_t)x->profile_ref << 32 | x->group_ref);
+}
+
+static bool same_key(const struct bf_need_row *a, const struct bf_need_row *b)
+{
+    return a->profile_ref == b->profile_ref && a->group_ref == b->group_ref;
+}
+
+static int cross_collision(const struct bf_rollup *r, bool defer)
 {
     uint32_t nconv = 0;
     for (uint32_t i = 0; i < r->n; i++)
         nconv += (r->row_multi[i] & ROW_CONVERTED) != 0;
-    if (!nconv || nconv == r->n)
+    if (!nconv || (!defer && nconv == r->n))
         return 0;
     uint32_t want = 16;
     while (want < 2u * nconv)
         want *= 2;
-    uint32_t *t = calloc(want, sizeof *t), mask = want - 1;
+    uint64_t *t = calloc(want, sizeof *t);
+    uint32_t mask = want - 1;
     if (!t)
         return -ENOMEM;
-    for (uint32_t i = 0; i < r->n; i++) {
-        if (!(r->row_multi[i] & ROW_CONVERTED))
-            continue;
-        uint32_t at =
-            (uint32_t)dedup_hash((uint64_t)r->rows[i].profile_ref << 32 | r->rows[i].group_ref) &
-            mask;
-        while (t[at])
-            at = (at + 1) & mask;
-        t[at] = i + 1;
-    }
     int hit = 0;
-    for (uint32_t i = 0; i < r->n && !hit; i++) {
-        if (r->row_multi[i] & ROW_CONVERTED)
-            continue;
-        const struct bf_need_row *x = &r->rows[i];
-        uint32_t at = (uint32_t)dedup_hash((uint64_t)x->profile_ref << 32 | x->group_ref) & mask;
-        for (; t[at] && !hit; at = (at + 1) & mask)
-            hit = r->rows[t[at] - 1].profile_ref == x->profile_ref &&
-                  r->rows[t[at] - 1].group_ref == x->group_ref;
+    /* pass 0: the converted rows go in (defer: meeting each other is a hit);
+     * pass 1: the reused rows look them up */
+    for (int pass = 0; pass < 2 && !hit; pass++) {
+        uint8_t want_conv = pass == 0 ? ROW_CONVERTED : 0;
+        uint32_t rows[CC_BATCH];
+        uint64_t hs[CC_BATCH];
+        for (uint32_t i = 0; i < r->n && !hit;) {
+            uint32_t nb = 0;
+            for (; i < r->n && nb < CC_BATCH; i++) {
+                if ((r->row_multi[i] & ROW_CONVERTED) != want_conv)
+                    continue;
+                rows[nb] = i;
+                hs[nb] = row_key_hash(&r->rows[i]);
+                __builtin_prefetch(&t[(uint32_t)hs[nb] & mask], 1);
+                nb++;
+            }
+            for (uint32_t b = 0; b < nb && !hit; b++) {
+                const struct bf_need_row *x = &r->rows[rows[b]];
+                uint32_t tag = (uint32_t)(hs[b] >> 32) | 1u, at = (uint32_t)hs[b] & mask;
+                for (uint64_t v; (v = t[at]) != 0; at = (at + 1) & mask)
+                    if ((uint32_t)(v >> 32) == tag && same_key(&r->rows[(uint32_t)v - 1], x)) {
+                        hit = true; /* pass 0 without defer: cannot happen */
+                        break;
+                    }
+                if (pass == 0 && !hit)
+                    t[at] = (uint64_t)tag << 32 | (rows[b] + 1);
+            }
+        }
+        if (pass == 0 && nconv == r->n)
+            break; /* nothing reused */
     }
     free(t);
     return hit;
@@ -1079,7 +1113,7 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
         r->over_quota = "needs";
         return -E2BIG;
     }
-    if ((rc = reserve_rows(r, n_needs ? n_needs : 1)) || (rc = reset_dedup(r, n_needs)))
+    if ((rc = reserve_rows(r, n_needs ? n_needs : 1)))
         return rc;
     if (key && n_needs > r->needs_memo_cap) {
         struct bf_rollup_need_memo *nm = realloc(r->needs_memo, (size_t)n_needs * sizeof *nm);
@@ -1100,6 +1134,14 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
     }
     if (fast)
         memset(r->prev_used, 0, (size_t)prev->n_rows * sizeof *r->prev_used);
+    /* a large fast pass defers the dedup of converted rows to one batched
+     * check after the pass (cross_collision): a probe of a table larger than
+     * the cache per row was a fifth of a 50K conversion. Not when the
+     * previous rollup merged Needs (it likely will again, and a hit costs
+     * the plain pass) */
+    bool defer = fast && n_needs >= DEFER_MIN_NEEDS && prev->n_rows == prev->n_needs;
+    if ((rc = reset_dedup(r, n_needs, !defer)))
+        return rc;
     r->timestamp_ns = ts;
     r->arrival_ns = bf_rollup_arrival(r->timestamp_ns, lim->recv_ns, &r->timestamp_clamped);
     if (cid_len && (cid_len != strlen(cluster_id) || memcmp(cid, cluster_id, cid_len) != 0)) {
@@ -1109,6 +1151,7 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
     }
     struct scratch sc;
     memset(&sc, 0, sizeof sc);
+    sc.defer = defer;
     /* expect: the prev Need this one repeats when operators keep their order
      * (one past the last one reused, or past the last one tried); the hash
      * index finds moved Needs, and is given up when it finds almost nothing
@@ -1163,7 +1206,7 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
         r->n = 0;
         return rc;
     }
-    if (fast && (rc = cross_collision(r)) != 0)
+    if (fast && (rc = cross_collision(r, sc.defer)) != 0)
         return rc;
     /* a row two Needs merged into holds neither one's own values */
     for (uint32_t i = 0; key && i < idx && i < n_needs; i++) {
