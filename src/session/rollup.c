@@ -225,20 +225,18 @@ static int reserve_rows(struct bf_rollup *r, uint32_t n)
     return 0;
 }
 
-/* keys: the (profile, group) table too (not needed when every row skips
- * it: a deferring fast pass) */
-static int reset_dedup(struct bf_rollup *r, uint32_t n, bool keys)
+static int reset_dedup(struct bf_rollup *r, uint32_t n)
 {
     uint32_t want = 16;
     while (want < 2u * n + 2 && want < (1u << 30))
         want *= 2;
-    if (keys && (r->dmask + 1 != want || !r->dkeys)) {
+    if (r->dmask + 1 != want || !r->dkeys) {
         free(r->dkeys);
         r->dkeys = calloc(want, sizeof *r->dkeys);
         if (!r->dkeys)
             return -ENOMEM;
         r->dmask = want - 1;
-    } else if (keys) {
+    } else {
         memset(r->dkeys, 0, (size_t)want * sizeof *r->dkeys);
     }
     if (r->gmask + 1 != want || !r->gset) {
@@ -323,6 +321,7 @@ struct entry_memo {
     int64_t milli;
 };
 
+#define DEFER_RING 16
 struct scratch {
     uint8_t *key;
     size_t klen, kcap;
@@ -334,7 +333,14 @@ struct scratch {
     uint32_t pc_hint;  /* the profile-cache entry to try first (pcache_get) */
     uint32_t last_row; /* the row the last Need became or merged into */
     bool last_clamped; /* its priority was clamped */
-    bool defer;        /* converted rows skip the dedup table (place_row) */
+    /* defer: converted rows are not looked up when placed (place_row); their
+     * keys enter the dedup table DEFER_RING rows later, their slots
+     * prefetched meanwhile (defer_push), and a key met twice sets dup_seen
+     * (the caller then runs the plain pass) */
+    bool defer, dup_seen;
+    uint32_t ring_n;
+    uint64_t ring_h[DEFER_RING];
+    uint32_t ring_row[DEFER_RING];
 };
 
 static bool has_nul(const uint8_t *p, uint32_t len)
@@ -774,6 +780,45 @@ bad:
     return -EBADMSG;
 }
 
+/* Enters row `row` (key hash h) into the dedup table; a row with the same
+ * (profile, group) already there sets dup_seen. */
+static void defer_insert(struct bf_rollup *r, struct scratch *sc, uint64_t h, uint32_t row)
+{
+    uint32_t tag = (uint32_t)(h >> 32) | 1u, at = (uint32_t)h & r->dmask;
+    const struct bf_need_row *x = &r->rows[row];
+    for (uint64_t v; (v = r->dkeys[at]) != 0; at = (at + 1) & r->dmask) {
+        const struct bf_need_row *y = &r->rows[(uint32_t)v - 1];
+        if ((uint32_t)(v >> 32) == tag && y->profile_ref == x->profile_ref &&
+            y->group_ref == x->group_ref) {
+            sc->dup_seen = true;
+            return;
+        }
+    }
+    r->dkeys[at] = (uint64_t)tag << 32 | (row + 1);
+}
+
+/* Queues row `row` for the dedup table (its slot prefetched now, probed
+ * DEFER_RING rows later: the probe of a table larger than the cache no
+ * longer stalls once per row). The row is filled before it is probed. */
+static void defer_push(struct bf_rollup *r, struct scratch *sc, uint64_t h, uint32_t row)
+{
+    __builtin_prefetch(&r->dkeys[(uint32_t)h & r->dmask], 1);
+    uint32_t at = sc->ring_n % DEFER_RING;
+    if (sc->ring_n >= DEFER_RING && !sc->dup_seen)
+        defer_insert(r, sc, sc->ring_h[at], sc->ring_row[at]);
+    sc->ring_h[at] = h;
+    sc->ring_row[at] = row;
+    sc->ring_n++;
+}
+
+static void defer_drain(struct bf_rollup *r, struct scratch *sc)
+{
+    uint32_t n = sc->ring_n < DEFER_RING ? sc->ring_n : DEFER_RING;
+    for (uint32_t k = sc->ring_n - n; k < sc->ring_n && !sc->dup_seen; k++)
+        defer_insert(r, sc, sc->ring_h[k % DEFER_RING], sc->ring_row[k % DEFER_RING]);
+    sc->ring_n = 0;
+}
+
 /* The part of a Need's conversion after its values are known (converted,
  * or reused from the previous rollup): the group counted against the
  * quota (gref 0: no group), then merged into an earlier row with the same
@@ -830,6 +875,11 @@ static int place_row(struct bf_rollup *r, struct scratch *sc, uint32_t pref, uin
         r->prev_used[prow] = r->n + 1;
     else if (!sc->defer)
         r->dkeys[slot] = (uint64_t)tag << 32 | (r->n + 1);
+    else {
+        defer_push(r, sc, dedup_hash((uint64_t)pref << 32 | gref), r->n);
+        if (sc->dup_seen)
+            return 1; /* a duplicate: the caller runs the plain pass */
+    }
     struct bf_need_row *row = &r->rows[r->n];
     /* every field written (no memset of the row first) */
     _Static_assert(sizeof *row == 4 * sizeof(uint32_t) + sizeof(int64_t) + sizeof row->aggregate +
@@ -1011,13 +1061,12 @@ static int reuse_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc,
 }
 
 /* After a fast pass: whether a converted row has the key of a reused row
- * or, when converted rows skipped the dedup table (defer), of another
- * converted row (the full conversion would have merged them). The converted
- * rows' keys go into a table sized for them (a slot: hash tag << 32 | row +
- * 1, the row read only on a tag match); the reused rows are read in order.
- * Rows are hashed in batches whose slots are prefetched first: the misses
- * overlap instead of stalling one per row as place_row's probe does.
- * 1 = such a pair, 0 = none, -ENOMEM. */
+ * (the full conversion would have merged them). The converted rows' keys go
+ * into a table sized for them (few, in cache; a deferring pass's own table
+ * holds them too, but is sized for every row: the reused rows' lookups
+ * would miss it), a slot: hash tag << 32 | row + 1, the row read only on a
+ * tag match. The reused rows are read in order, in batches whose slots are
+ * prefetched first. 1 = such a pair, 0 = none, -ENOMEM. */
 #define CC_BATCH 16
 static uint64_t row_key_hash(const struct bf_need_row *x)
 {
@@ -1029,51 +1078,48 @@ static bool same_key(const struct bf_need_row *a, const struct bf_need_row *b)
     return a->profile_ref == b->profile_ref && a->group_ref == b->group_ref;
 }
 
-static int cross_collision(const struct bf_rollup *r, bool defer)
+static int cross_collision(const struct bf_rollup *r)
 {
     uint32_t nconv = 0;
     for (uint32_t i = 0; i < r->n; i++)
         nconv += (r->row_multi[i] & ROW_CONVERTED) != 0;
-    if (!nconv || (!defer && nconv == r->n))
+    if (!nconv || nconv == r->n)
         return 0;
     uint32_t want = 16;
     while (want < 2u * nconv)
         want *= 2;
     uint64_t *t = calloc(want, sizeof *t);
-    uint32_t mask = want - 1;
     if (!t)
         return -ENOMEM;
+    uint32_t mask = want - 1;
+    for (uint32_t i = 0; i < r->n; i++) {
+        if (!(r->row_multi[i] & ROW_CONVERTED))
+            continue;
+        uint64_t h = row_key_hash(&r->rows[i]);
+        uint32_t at = (uint32_t)h & mask;
+        while (t[at])
+            at = (at + 1) & mask;
+        t[at] = (uint64_t)((uint32_t)(h >> 32) | 1u) << 32 | (i + 1);
+    }
     int hit = 0;
-    /* pass 0: the converted rows go in (defer: meeting each other is a hit);
-     * pass 1: the reused rows look them up */
-    for (int pass = 0; pass < 2 && !hit; pass++) {
-        uint8_t want_conv = pass == 0 ? ROW_CONVERTED : 0;
-        uint32_t rows[CC_BATCH];
-        uint64_t hs[CC_BATCH];
-        for (uint32_t i = 0; i < r->n && !hit;) {
-            uint32_t nb = 0;
-            for (; i < r->n && nb < CC_BATCH; i++) {
-                if ((r->row_multi[i] & ROW_CONVERTED) != want_conv)
-                    continue;
-                rows[nb] = i;
-                hs[nb] = row_key_hash(&r->rows[i]);
-                __builtin_prefetch(&t[(uint32_t)hs[nb] & mask], 1);
-                nb++;
-            }
-            for (uint32_t b = 0; b < nb && !hit; b++) {
-                const struct bf_need_row *x = &r->rows[rows[b]];
-                uint32_t tag = (uint32_t)(hs[b] >> 32) | 1u, at = (uint32_t)hs[b] & mask;
-                for (uint64_t v; (v = t[at]) != 0; at = (at + 1) & mask)
-                    if ((uint32_t)(v >> 32) == tag && same_key(&r->rows[(uint32_t)v - 1], x)) {
-                        hit = true; /* pass 0 without defer: cannot happen */
-                        break;
-                    }
-                if (pass == 0 && !hit)
-                    t[at] = (uint64_t)tag << 32 | (rows[b] + 1);
-            }
+    uint32_t rows[CC_BATCH];
+    uint64_t hs[CC_BATCH];
+    for (uint32_t i = 0; i < r->n && !hit;) {
+        uint32_t nb = 0;
+        for (; i < r->n && nb < CC_BATCH; i++) {
+            if (r->row_multi[i] & ROW_CONVERTED)
+                continue;
+            rows[nb] = i;
+            hs[nb] = row_key_hash(&r->rows[i]);
+            __builtin_prefetch(&t[(uint32_t)hs[nb] & mask], 0);
+            nb++;
         }
-        if (pass == 0 && nconv == r->n)
-            break; /* nothing reused */
+        for (uint32_t b = 0; b < nb && !hit; b++) {
+            const struct bf_need_row *x = &r->rows[rows[b]];
+            uint32_t tag = (uint32_t)(hs[b] >> 32) | 1u, at = (uint32_t)hs[b] & mask;
+            for (uint64_t v; (v = t[at]) != 0 && !hit; at = (at + 1) & mask)
+                hit = (uint32_t)(v >> 32) == tag && same_key(&r->rows[(uint32_t)v - 1], x);
+        }
     }
     free(t);
     return hit;
@@ -1134,13 +1180,12 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
     }
     if (fast)
         memset(r->prev_used, 0, (size_t)prev->n_rows * sizeof *r->prev_used);
-    /* a large fast pass defers the dedup of converted rows to one batched
-     * check after the pass (cross_collision): a probe of a table larger than
-     * the cache per row was a fifth of a 50K conversion. Not when the
-     * previous rollup merged Needs (it likely will again, and a hit costs
-     * the plain pass) */
+    /* a large fast pass defers the dedup of converted rows (defer_push): a
+     * probe of a table larger than the cache per row was a fifth of a 50K
+     * conversion. Not when the previous rollup merged Needs (it likely will
+     * again, and a hit costs the plain pass) */
     bool defer = fast && n_needs >= DEFER_MIN_NEEDS && prev->n_rows == prev->n_needs;
-    if ((rc = reset_dedup(r, n_needs, !defer)))
+    if ((rc = reset_dedup(r, n_needs)))
         return rc;
     r->timestamp_ns = ts;
     r->arrival_ns = bf_rollup_arrival(r->timestamp_ns, lim->recv_ns, &r->timestamp_clamped);
@@ -1206,7 +1251,12 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
         r->n = 0;
         return rc;
     }
-    if (fast && (rc = cross_collision(r, sc.defer)) != 0)
+    if (sc.defer) {
+        defer_drain(r, &sc);
+        if (sc.dup_seen)
+            return 1;
+    }
+    if (fast && (rc = cross_collision(r)) != 0)
         return rc;
     /* a row two Needs merged into holds neither one's own values */
     for (uint32_t i = 0; key && i < idx && i < n_needs; i++) {
