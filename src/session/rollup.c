@@ -18,6 +18,12 @@
  *     distinct keys, so a reused row can only meet its own previous row
  *     again (prev_used) or a converted row (cross_collision, after the
  *     pass); in that case, or on any error, the plain pass runs again.
+ *     A fast pass of >= DEFER_MIN_NEEDS Needs (unless the previous rollup
+ *     merged some) defers the converted rows' dedup too: each row's slot is
+ *     prefetched when it is placed and probed DEFER_RING rows later
+ *     (defer_push), so the 1 MiB table's misses overlap the conversion
+ *     instead of stalling it once per Need; a duplicate among them ends
+ *     the fast pass and the plain pass merges it.
  *   - The rollup is walked with the wire scanner (wire.c), not unpacked as a
  *     whole: a 50K-Need rollup would otherwise cost 50K protobuf-c
  *     allocations trees. Per Need, the profile-defining fields
@@ -826,7 +832,10 @@ static void defer_drain(struct bf_rollup *r, struct scratch *sc)
  * prow: UINT32_MAX, or the previous rollup's row this Need repeats when
  * reused rows skip the dedup table (convert_rollup's fast pass): prev's
  * rows have distinct keys, so a reused row can only meet the same prev
- * row again (prev_used) or a converted row (checked after the pass). */
+ * row again (prev_used) or a converted row (checked after the pass).
+ * sc->defer: a converted row is appended unlooked-up and queued for the
+ * table (defer_push); 1 when a duplicate was seen (the caller runs the
+ * plain pass). */
 static int place_row(struct bf_rollup *r, struct scratch *sc, uint32_t pref, uint32_t fref,
                      uint32_t gref, const int64_t *agg, const int64_t *mu, uint32_t prow,
                      uint32_t idx, uint32_t cluster_ref, const struct bf_rollup_limits *lim,
@@ -1184,7 +1193,9 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
      * probe of a table larger than the cache per row was a fifth of a 50K
      * conversion. Not when the previous rollup merged Needs (it likely will
      * again, and a hit costs the plain pass) */
-    bool defer = fast && n_needs >= DEFER_MIN_NEEDS && prev->n_rows == prev->n_needs;
+    bool defer = fast &&
+                 n_needs >= (lim->defer_min_needs ? lim->defer_min_needs : DEFER_MIN_NEEDS) &&
+                 prev->n_rows == prev->n_needs;
     if ((rc = reset_dedup(r, n_needs)))
         return rc;
     r->timestamp_ns = ts;

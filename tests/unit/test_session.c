@@ -1127,6 +1127,7 @@ START_TEST(incremental_conversion_equals_the_full_one_under_random_edits)
         size_t len;
         uint8_t *buf = pack_rollup("c1", 1800000000000000000LL + round, b, (size_t)n, &len);
         struct bf_rollup_prev prev = prev_of(&k, round % 2 == 1);
+        lim.defer_min_needs = round % 3 == 0 ? 1 : 0; /* the deferred dedup at any size */
         int rc1 = bf_rollup_convert_incremental(&g_s, buf, len, "c1", 1, &lim, &key,
                                                 round ? &prev : NULL, &inc, e1, sizeof e1);
         if (rc1 == 0 && inc.n_new_dims) { /* the ingest thread registers, converts again */
