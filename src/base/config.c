@@ -112,7 +112,8 @@ static const struct opt opts[] = {
      "least time between the starts of cycles woken by demand changes: a change within it "
      "of the last one waits out the gap, then one cycle takes every change made meanwhile. "
      "Costs at most this much decision latency and caps demand cycles at 1/gap per second; "
-     "0 = a cycle per change (periodic, ownership and deferral cycles are never delayed)"},
+     "0 = a cycle per change (periodic and deferral cycles are never delayed, ownership work at "
+     "most by the gap)"},
     {"max-actions-per-cycle", T_INT, F(max_actions_per_cycle), "0", 0, 1e9,
      "cap on actions handed to execution per cycle (0 = unlimited); the tail is deferred", false,
      true},
