@@ -33,7 +33,8 @@
  * for perf). The srv_cpu, cyc_cpu and cli_cpu columns are the CPU
  * time (user + system) per rollup of the session process, the cycle process
  * and this client over the closed loop (10 ms ticks: read them over
- * seconds, not milliseconds).
+ * seconds, not milliseconds); cyc/roll: cycles run per steady rollup (the
+ * shard's cycle counter; --cycle-min-gap coalesces them).
  * Needs RLIMIT_NOFILE >= N + ~200 in this process and in bigfleet-shardd
  * (both raise their soft limit to the hard one; `ulimit -Hn` must allow it,
  * e.g. `ulimit -n 32768` before running, or run as a user whose hard limit
@@ -430,6 +431,7 @@ struct ingest_fig {
      * over the whole run): the session process, the cycle process, and this
      * client process */
     double srv_cpu_us, cyc_cpu_us, cli_cpu_us;
+    double cycles_per_rollup; /* cycles the cycle process ran per steady rollup */
     uint32_t rollups;
     size_t bytes;
 };
@@ -521,6 +523,7 @@ static void bench_ingest(struct shard *sh, uint32_t rows, int nops, double secon
     pid_t cpid = (pid_t)atomic_load(&sh->shm.st->proc[BF_ROLE_CYCLE].pid);
     double sc0 = bench_proc_cpu_s(spid), cc0 = bench_proc_cpu_s(cpid),
            lc0 = bench_proc_cpu_s(getpid());
+    uint64_t ncyc0 = atomic_load(&sh->shm.st->cycle.cycles);
     t0 = bf_mono_ns();
     for (int i = 0; i < nops; i++)
         op_send(&ops[i]);
@@ -538,6 +541,8 @@ static void bench_ingest(struct shard *sh, uint32_t rows, int nops, double secon
         f->srv_cpu_us = (bench_proc_cpu_s(spid) - sc0) * 1e6 / f->rollups;
         f->cyc_cpu_us = (bench_proc_cpu_s(cpid) - cc0) * 1e6 / f->rollups;
         f->cli_cpu_us = (bench_proc_cpu_s(getpid()) - lc0) * 1e6 / f->rollups;
+        f->cycles_per_rollup =
+            (double)(atomic_load(&sh->shm.st->cycle.cycles) - ncyc0) / f->rollups;
     }
     f->rps = f->rollups / el;
     uint64_t ic1 = atomic_load(&ih->count), is1 = atomic_load(&ih->sum_ns);
@@ -586,9 +591,9 @@ static void print_fig(const struct ingest_fig *x)
     snprintf(kind, sizeof kind, "%s", x->unchanged ? "unchanged" : "changed");
     if (!x->unchanged && x->every > 1)
         snprintf(kind, sizeof kind, "ch-1/%u", x->every);
-    printf("%7u %4u %9s %10zu %10.1f %8.2fms %8.2fms %10.1f %8s %10.1f %8.1f %8.1f %8.1f\n",
+    printf("%7u %4u %9s %10zu %10.1f %8.2fms %8.2fms %10.1f %8s %10.1f %8.1f %8.1f %8.1f %9.3f\n",
            x->rows, x->ops, kind, x->bytes, x->rps, x->p50, x->p99, x->cold_ms, ping, x->ingest_us,
-           x->srv_cpu_us, x->cyc_cpu_us, x->cli_cpu_us);
+           x->srv_cpu_us, x->cyc_cpu_us, x->cli_cpu_us, x->cycles_per_rollup);
     fflush(stdout);
 }
 
@@ -845,9 +850,9 @@ int main(int argc, char **argv)
     static const uint32_t sizes[] = {1000, 10000, 50000};
     struct ingest_fig one[3], four[3], same[2], part[2];
     printf("rollup ingest (bigfleet-shardd over loopback, every row a distinct profile)\n");
-    printf("%7s %4s %9s %10s %10s %9s %9s %10s %8s %10s %8s %8s %8s\n", "rows", "ops", "rollups",
-           "bytes", "rollups/s", "ack_p50", "ack_p99", "cold_ms", "ping_p99", "ingest_us",
-           "srv_cpu", "cyc_cpu", "cli_cpu");
+    printf("%7s %4s %9s %10s %10s %9s %9s %10s %8s %10s %8s %8s %8s %9s\n", "rows", "ops",
+           "rollups", "bytes", "rollups/s", "ack_p50", "ack_p99", "cold_ms", "ping_p99",
+           "ingest_us", "srv_cpu", "cyc_cpu", "cli_cpu", "cyc/roll");
     if (ingest_only) {
         /* the round trip's floor: an empty rollup, repeated */
         struct ingest_fig empty;

@@ -108,6 +108,27 @@ bool bf_cycle_ownership_due(const struct bf_cycle *c, int64_t now_ns);
 int bf_cycle_run_once(struct bf_cycle *c, int64_t now_ns, struct bf_cycle_report *rep);
 /* True when demand changed since the last cycle (needs change counter moved). */
 bool bf_cycle_demand_changed(const struct bf_cycle *c);
+/*
+ * Pacing of demand-triggered cycles (--cycle-min-gap; the loop of
+ * bf_cycle_main). gap_ns 0 = off (every demand change runs a cycle at once).
+ * last_demand_ns: monotonic start of the last cycle that ran with a demand
+ * change pending (valid when have_last).
+ */
+struct bf_cycle_pace {
+    int64_t gap_ns;
+    int64_t last_demand_ns;
+    bool have_last;
+};
+/* 0 = run a cycle now: urgent (ownership work, a deferral's follow-up), the
+ * periodic cycle is due (now >= next_periodic), or demand changed and the gap
+ * since the last demand cycle's start has passed. Else the ns (> 0) the loop
+ * may sleep before looking again: to the end of the gap or to the periodic
+ * cycle, whichever is first (a wake may end the sleep sooner). */
+int64_t bf_cycle_pace_wait(const struct bf_cycle_pace *p, int64_t now, int64_t next_periodic,
+                           bool urgent, bool demand);
+/* Records a cycle starting at `start`; demand: a demand change was pending
+ * when it started (then the next one waits out the gap from `start`). */
+void bf_cycle_pace_ran(struct bf_cycle_pace *p, int64_t start, bool demand);
 /* The engine (tests and benchmarks read results and stats through it). */
 struct bf_engine *bf_cycle_engine(struct bf_cycle *c);
 /* The last engine result (valid until the next run). */

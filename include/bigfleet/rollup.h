@@ -70,6 +70,10 @@ struct bf_rollup_limits {
     uint64_t strtab_quota;   /* string-table bytes this rollup may add (-EDQUOT) */
     int32_t max_priority;    /* priorities above are clamped to it (counted) */
     int64_t recv_ns;         /* wall-clock receive time (arrival clamp); 0 = no clamp */
+    /* an incremental conversion of at least this many Needs defers the
+     * dedup of its converted rows (rollup.c: the result is the same);
+     * 0 = 8192 (tests and fuzzing set it low) */
+    uint32_t defer_min_needs;
 };
 
 struct bf_rollup {

@@ -18,6 +18,12 @@
  *     distinct keys, so a reused row can only meet its own previous row
  *     again (prev_used) or a converted row (cross_collision, after the
  *     pass); in that case, or on any error, the plain pass runs again.
+ *     A fast pass of >= DEFER_MIN_NEEDS Needs (unless the previous rollup
+ *     merged some) defers the converted rows' dedup too: each row's slot is
+ *     prefetched when it is placed and probed DEFER_RING rows later
+ *     (defer_push), so the 1 MiB table's misses overlap the conversion
+ *     instead of stalling it once per Need; a duplicate among them ends
+ *     the fast pass and the plain pass merges it.
  *   - The rollup is walked with the wire scanner (wire.c), not unpacked as a
  *     whole: a 50K-Need rollup would otherwise cost 50K protobuf-c
  *     allocations trees. Per Need, the profile-defining fields
@@ -321,6 +327,7 @@ struct entry_memo {
     int64_t milli;
 };
 
+#define DEFER_RING 16
 struct scratch {
     uint8_t *key;
     size_t klen, kcap;
@@ -332,6 +339,14 @@ struct scratch {
     uint32_t pc_hint;  /* the profile-cache entry to try first (pcache_get) */
     uint32_t last_row; /* the row the last Need became or merged into */
     bool last_clamped; /* its priority was clamped */
+    /* defer: converted rows are not looked up when placed (place_row); their
+     * keys enter the dedup table DEFER_RING rows later, their slots
+     * prefetched meanwhile (defer_push), and a key met twice sets dup_seen
+     * (the caller then runs the plain pass) */
+    bool defer, dup_seen;
+    uint32_t ring_n;
+    uint64_t ring_h[DEFER_RING];
+    uint32_t ring_row[DEFER_RING];
 };
 
 static bool has_nul(const uint8_t *p, uint32_t len)
@@ -771,6 +786,45 @@ bad:
     return -EBADMSG;
 }
 
+/* Enters row `row` (key hash h) into the dedup table; a row with the same
+ * (profile, group) already there sets dup_seen. */
+static void defer_insert(struct bf_rollup *r, struct scratch *sc, uint64_t h, uint32_t row)
+{
+    uint32_t tag = (uint32_t)(h >> 32) | 1u, at = (uint32_t)h & r->dmask;
+    const struct bf_need_row *x = &r->rows[row];
+    for (uint64_t v; (v = r->dkeys[at]) != 0; at = (at + 1) & r->dmask) {
+        const struct bf_need_row *y = &r->rows[(uint32_t)v - 1];
+        if ((uint32_t)(v >> 32) == tag && y->profile_ref == x->profile_ref &&
+            y->group_ref == x->group_ref) {
+            sc->dup_seen = true;
+            return;
+        }
+    }
+    r->dkeys[at] = (uint64_t)tag << 32 | (row + 1);
+}
+
+/* Queues row `row` for the dedup table (its slot prefetched now, probed
+ * DEFER_RING rows later: the probe of a table larger than the cache no
+ * longer stalls once per row). The row is filled before it is probed. */
+static void defer_push(struct bf_rollup *r, struct scratch *sc, uint64_t h, uint32_t row)
+{
+    __builtin_prefetch(&r->dkeys[(uint32_t)h & r->dmask], 1);
+    uint32_t at = sc->ring_n % DEFER_RING;
+    if (sc->ring_n >= DEFER_RING && !sc->dup_seen)
+        defer_insert(r, sc, sc->ring_h[at], sc->ring_row[at]);
+    sc->ring_h[at] = h;
+    sc->ring_row[at] = row;
+    sc->ring_n++;
+}
+
+static void defer_drain(struct bf_rollup *r, struct scratch *sc)
+{
+    uint32_t n = sc->ring_n < DEFER_RING ? sc->ring_n : DEFER_RING;
+    for (uint32_t k = sc->ring_n - n; k < sc->ring_n && !sc->dup_seen; k++)
+        defer_insert(r, sc, sc->ring_h[k % DEFER_RING], sc->ring_row[k % DEFER_RING]);
+    sc->ring_n = 0;
+}
+
 /* The part of a Need's conversion after its values are known (converted,
  * or reused from the previous rollup): the group counted against the
  * quota (gref 0: no group), then merged into an earlier row with the same
@@ -778,7 +832,10 @@ bad:
  * prow: UINT32_MAX, or the previous rollup's row this Need repeats when
  * reused rows skip the dedup table (convert_rollup's fast pass): prev's
  * rows have distinct keys, so a reused row can only meet the same prev
- * row again (prev_used) or a converted row (checked after the pass). */
+ * row again (prev_used) or a converted row (checked after the pass).
+ * sc->defer: a converted row is appended unlooked-up and queued for the
+ * table (defer_push); 1 when a duplicate was seen (the caller runs the
+ * plain pass). */
 static int place_row(struct bf_rollup *r, struct scratch *sc, uint32_t pref, uint32_t fref,
                      uint32_t gref, const int64_t *agg, const int64_t *mu, uint32_t prow,
                      uint32_t idx, uint32_t cluster_ref, const struct bf_rollup_limits *lim,
@@ -796,7 +853,7 @@ static int place_row(struct bf_rollup *r, struct scratch *sc, uint32_t pref, uin
     if (prow != UINT32_MAX) {
         if (r->prev_used[prow])
             dup = r->prev_used[prow] - 1;
-    } else {
+    } else if (!sc->defer) {
         uint64_t dh = dedup_hash((uint64_t)pref << 32 | gref);
         tag = (uint32_t)(dh >> 32) | 1u;
         slot = (uint32_t)dh & r->dmask;
@@ -825,8 +882,13 @@ static int place_row(struct bf_rollup *r, struct scratch *sc, uint32_t pref, uin
     }
     if (prow != UINT32_MAX)
         r->prev_used[prow] = r->n + 1;
-    else
+    else if (!sc->defer)
         r->dkeys[slot] = (uint64_t)tag << 32 | (r->n + 1);
+    else {
+        defer_push(r, sc, dedup_hash((uint64_t)pref << 32 | gref), r->n);
+        if (sc->dup_seen)
+            return 1; /* a duplicate: the caller runs the plain pass */
+    }
     struct bf_need_row *row = &r->rows[r->n];
     /* every field written (no memset of the row first) */
     _Static_assert(sizeof *row == 4 * sizeof(uint32_t) + sizeof(int64_t) + sizeof row->aggregate +
@@ -933,6 +995,9 @@ int bf_rollup_repeat(const struct bf_shm *s, uint32_t rows_off, uint32_t n, cons
 
 /* hash-index lookups before one hit in 8 is required to go on */
 #define PREV_LOOKUPS_MIN 64
+/* the fewest Needs for which a fast pass defers the dedup of converted rows
+ * (below it the dedup table stays in cache) */
+#define DEFER_MIN_NEEDS 8192
 
 /* Whether prev's Need k has these bytes' hash and length and a row of its
  * own to reuse. */
@@ -1006,8 +1071,22 @@ static int reuse_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc,
 
 /* After a fast pass: whether a converted row has the key of a reused row
  * (the full conversion would have merged them). The converted rows' keys go
- * into a table sized for them (few, in cache); the reused rows are read in
- * order. 1 = such a pair, 0 = none, -ENOMEM. */
+ * into a table sized for them (few, in cache; a deferring pass's own table
+ * holds them too, but is sized for every row: the reused rows' lookups
+ * would miss it), a slot: hash tag << 32 | row + 1, the row read only on a
+ * tag match. The reused rows are read in order, in batches whose slots are
+ * prefetched first. 1 = such a pair, 0 = none, -ENOMEM. */
+#define CC_BATCH 16
+static uint64_t row_key_hash(const struct bf_need_row *x)
+{
+    return dedup_hash((uint64_t)x->profile_ref << 32 | x->group_ref);
+}
+
+static bool same_key(const struct bf_need_row *a, const struct bf_need_row *b)
+{
+    return a->profile_ref == b->profile_ref && a->group_ref == b->group_ref;
+}
+
 static int cross_collision(const struct bf_rollup *r)
 {
     uint32_t nconv = 0;
@@ -1018,28 +1097,38 @@ static int cross_collision(const struct bf_rollup *r)
     uint32_t want = 16;
     while (want < 2u * nconv)
         want *= 2;
-    uint32_t *t = calloc(want, sizeof *t), mask = want - 1;
+    uint64_t *t = calloc(want, sizeof *t);
     if (!t)
         return -ENOMEM;
+    uint32_t mask = want - 1;
     for (uint32_t i = 0; i < r->n; i++) {
         if (!(r->row_multi[i] & ROW_CONVERTED))
             continue;
-        uint32_t at =
-            (uint32_t)dedup_hash((uint64_t)r->rows[i].profile_ref << 32 | r->rows[i].group_ref) &
-            mask;
+        uint64_t h = row_key_hash(&r->rows[i]);
+        uint32_t at = (uint32_t)h & mask;
         while (t[at])
             at = (at + 1) & mask;
-        t[at] = i + 1;
+        t[at] = (uint64_t)((uint32_t)(h >> 32) | 1u) << 32 | (i + 1);
     }
     int hit = 0;
-    for (uint32_t i = 0; i < r->n && !hit; i++) {
-        if (r->row_multi[i] & ROW_CONVERTED)
-            continue;
-        const struct bf_need_row *x = &r->rows[i];
-        uint32_t at = (uint32_t)dedup_hash((uint64_t)x->profile_ref << 32 | x->group_ref) & mask;
-        for (; t[at] && !hit; at = (at + 1) & mask)
-            hit = r->rows[t[at] - 1].profile_ref == x->profile_ref &&
-                  r->rows[t[at] - 1].group_ref == x->group_ref;
+    uint32_t rows[CC_BATCH];
+    uint64_t hs[CC_BATCH];
+    for (uint32_t i = 0; i < r->n && !hit;) {
+        uint32_t nb = 0;
+        for (; i < r->n && nb < CC_BATCH; i++) {
+            if (r->row_multi[i] & ROW_CONVERTED)
+                continue;
+            rows[nb] = i;
+            hs[nb] = row_key_hash(&r->rows[i]);
+            __builtin_prefetch(&t[(uint32_t)hs[nb] & mask], 0);
+            nb++;
+        }
+        for (uint32_t b = 0; b < nb && !hit; b++) {
+            const struct bf_need_row *x = &r->rows[rows[b]];
+            uint32_t tag = (uint32_t)(hs[b] >> 32) | 1u, at = (uint32_t)hs[b] & mask;
+            for (uint64_t v; (v = t[at]) != 0 && !hit; at = (at + 1) & mask)
+                hit = (uint32_t)(v >> 32) == tag && same_key(&r->rows[(uint32_t)v - 1], x);
+        }
     }
     free(t);
     return hit;
@@ -1079,7 +1168,7 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
         r->over_quota = "needs";
         return -E2BIG;
     }
-    if ((rc = reserve_rows(r, n_needs ? n_needs : 1)) || (rc = reset_dedup(r, n_needs)))
+    if ((rc = reserve_rows(r, n_needs ? n_needs : 1)))
         return rc;
     if (key && n_needs > r->needs_memo_cap) {
         struct bf_rollup_need_memo *nm = realloc(r->needs_memo, (size_t)n_needs * sizeof *nm);
@@ -1100,6 +1189,15 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
     }
     if (fast)
         memset(r->prev_used, 0, (size_t)prev->n_rows * sizeof *r->prev_used);
+    /* a large fast pass defers the dedup of converted rows (defer_push): a
+     * probe of a table larger than the cache per row was a fifth of a 50K
+     * conversion. Not when the previous rollup merged Needs (it likely will
+     * again, and a hit costs the plain pass) */
+    bool defer = fast &&
+                 n_needs >= (lim->defer_min_needs ? lim->defer_min_needs : DEFER_MIN_NEEDS) &&
+                 prev->n_rows == prev->n_needs;
+    if ((rc = reset_dedup(r, n_needs)))
+        return rc;
     r->timestamp_ns = ts;
     r->arrival_ns = bf_rollup_arrival(r->timestamp_ns, lim->recv_ns, &r->timestamp_clamped);
     if (cid_len && (cid_len != strlen(cluster_id) || memcmp(cid, cluster_id, cid_len) != 0)) {
@@ -1109,6 +1207,7 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
     }
     struct scratch sc;
     memset(&sc, 0, sizeof sc);
+    sc.defer = defer;
     /* expect: the prev Need this one repeats when operators keep their order
      * (one past the last one reused, or past the last one tried); the hash
      * index finds moved Needs, and is given up when it finds almost nothing
@@ -1162,6 +1261,11 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
     if (rc) {
         r->n = 0;
         return rc;
+    }
+    if (sc.defer) {
+        defer_drain(r, &sc);
+        if (sc.dup_seen)
+            return 1;
     }
     if (fast && (rc = cross_collision(r)) != 0)
         return rc;

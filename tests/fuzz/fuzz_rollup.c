@@ -40,7 +40,9 @@
  *     byte of it changed, which may make it malformed), converted reusing
  *     the accepted one's Needs (its rows in memory or published, by an
  *     input bit), gives exactly what the full conversion of the edit gives:
- *     the same error and message, or the same rows, fp_refs and figures.
+ *     the same error and message, or the same rows, fp_refs and figures
+ *     (for half the inputs with the dedup of converted rows deferred, as
+ *     at >= 8192 Needs: defer_min_needs 1).
  */
 #include "bigfleet/blobs.h"
 #include "bigfleet/rollup.h"
@@ -305,8 +307,13 @@ static void check_incremental(const uint8_t *msg, size_t len, const char *cluste
         free(memo);
         return;
     }
-    int rc1 = bf_rollup_convert_incremental(&g_s, ed, elen, cluster, cref, lim, &key, &prev, r, e1,
-                                            sizeof e1);
+    /* half the inputs: the converted rows' dedup deferred at any size (as
+     * at >= 8192 Needs) */
+    struct bf_rollup_limits dlim = *lim;
+    if ((sel >> 56) & 1)
+        dlim.defer_min_needs = 1;
+    int rc1 = bf_rollup_convert_incremental(&g_s, ed, elen, cluster, cref, &dlim, &key, &prev, r,
+                                            e1, sizeof e1);
     struct bf_rollup x = *r; /* the figures; rows copied below */
     struct bf_need_row *xr = malloc((r->n + 1) * sizeof *xr);
     uint32_t *xf = malloc((r->n + 1) * sizeof *xf);

@@ -53,6 +53,7 @@ START_TEST(defaults_match_the_documented_values)
     ck_assert_str_eq(c.metrics_addr, ":8780");
     ck_assert_str_eq(c.data_dir, "./data");
     ck_assert_int_eq(c.cycle_interval_ns, 10 * BF_NS_PER_SEC);
+    ck_assert_int_eq(c.cycle_min_gap_ns, 5 * BF_NS_PER_MS);
     ck_assert_int_eq(c.execute_concurrency, 128);
     ck_assert(c.reclaim_cap_fraction == 0.05);
     ck_assert(c.empty_rollup_guard);
@@ -120,6 +121,9 @@ START_TEST(usage_errors_name_the_flag)
     } bad[] = {
         {"--no-such-flag", "--no-such-flag"},
         {"--cycle-interval=ten", "--cycle-interval"},
+        {"--cycle-min-gap=-1ms", "--cycle-min-gap"},
+        {"--cycle-min-gap=soon", "--cycle-min-gap"},
+        {"--cycle-min-gap=2m", "--cycle-min-gap"},
         {"--execute-concurrency=0", "--execute-concurrency"},
         {"--reclaim-cap-fraction=1.5", "--reclaim-cap-fraction"},
         {"--dry-run=maybe", "--dry-run"},
@@ -140,6 +144,11 @@ START_TEST(usage_errors_name_the_flag)
     }
     ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--grpc-inbound-budget-mib=4096"), BF_CONFIG_OK);
     ck_assert_uint_eq(c.grpc_inbound_budget_mib, 4096);
+    /* 0 turns the demand-cycle pacing off */
+    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--cycle-min-gap=0"), BF_CONFIG_OK);
+    ck_assert_int_eq(c.cycle_min_gap_ns, 0);
+    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--cycle-min-gap=250us"), BF_CONFIG_OK);
+    ck_assert_int_eq(c.cycle_min_gap_ns, 250 * 1000);
 }
 END_TEST
 

@@ -1127,6 +1127,7 @@ START_TEST(incremental_conversion_equals_the_full_one_under_random_edits)
         size_t len;
         uint8_t *buf = pack_rollup("c1", 1800000000000000000LL + round, b, (size_t)n, &len);
         struct bf_rollup_prev prev = prev_of(&k, round % 2 == 1);
+        lim.defer_min_needs = round % 3 == 0 ? 1 : 0; /* the deferred dedup at any size */
         int rc1 = bf_rollup_convert_incremental(&g_s, buf, len, "c1", 1, &lim, &key,
                                                 round ? &prev : NULL, &inc, e1, sizeof e1);
         if (rc1 == 0 && inc.n_new_dims) { /* the ingest thread registers, converts again */
@@ -1303,6 +1304,69 @@ START_TEST(a_changed_need_that_merges_with_a_reused_one_merges_as_in_the_full_co
     free(k.fps);
     free(a);
     free(c);
+    bf_rollup_free(&r);
+    bf_rollup_free(&full);
+}
+END_TEST
+
+/* A large rollup (>= 8192 Needs: the fast pass defers the dedup of its
+ * converted rows to one batched check after the pass) with every Need
+ * changed: two changed Needs with one profile, or a changed Need with the
+ * profile of a reused one, merge exactly as in the full conversion (the
+ * check sends the rollup to the plain pass); without duplicates the result
+ * is the full conversion's too. */
+START_TEST(a_large_rollup_with_every_need_changed_merges_duplicates_as_the_full_conversion)
+{
+    shm_fixture_remove();
+    struct bf_shm_caps caps = {.max_machines = 1024, .max_needs = 16384, .max_clusters = 16};
+    shm_fixture_create("session", &caps, 1);
+    enum { N = 9000 };
+    struct nb *b = calloc(N, sizeof *b);
+    struct bf_rollup_digest_key key;
+    random_key(&key, 11);
+    struct bf_rollup_limits lim = {
+        .max_rows = N, .strtab_quota = UINT64_MAX, .max_priority = 1000000};
+    struct bf_rollup r, full;
+    bf_rollup_init(&r);
+    bf_rollup_init(&full);
+    struct kept k = {0};
+    char err[256] = "", e2[256] = "";
+    /* round 0: the first rollup; 1 and 3: every Need changed, no duplicate;
+     * 2: every Need changed, Need 8000 takes Need 10's profile; 4: Need 5
+     * unchanged (reused), the others changed, Need 6000 to Need 5's profile
+     * (round 3 follows a merge: it does not defer; round 4 does) */
+    for (int round = 0; round < 5; round++) {
+        for (int i = 0; i < N; i++) {
+            int prio = i;
+            if (round == 2 && i == 8000)
+                prio = 10;
+            if (round == 4 && i == 6000)
+                prio = 5;
+            nb_init(&b[i], prio); /* every priority a distinct profile */
+            static const char *qs[] = {"1", "2", "3", "4", "5", "6", "7", "8", "9"};
+            nb_agg(&b[i], "cpu",
+                   qs[(round == 4 && i == 5 ? 3 : round) + i % 3]); /* the pointer is kept */
+        }
+        size_t len;
+        uint8_t *buf = pack_rollup("c1", 1800000000000000000LL + round, b, N, &len);
+        struct bf_rollup_prev prev = prev_of(&k, false);
+        ck_assert_msg(bf_rollup_convert_incremental(&g_s, buf, len, "c1", 1, &lim, &key,
+                                                    round ? &prev : NULL, &r, err, sizeof err) == 0,
+                      "round %d: %s", round, err);
+        ck_assert_msg(bf_rollup_convert(&g_s, buf, len, "c1", 1, &lim, &full, e2, sizeof e2) == 0,
+                      "round %d: %s", round, e2);
+        assert_same_conversion(&r, &full);
+        bool dup = round == 2 || round == 4;
+        ck_assert_uint_eq(r.merged, dup ? 1 : 0);
+        ck_assert_uint_eq(r.n, dup ? N - 1 : N);
+        ck_assert_uint_eq(r.reused, round == 4 ? 1 : 0); /* Need 5 */
+        keep(&k, &r);
+        free(buf);
+    }
+    free(k.needs);
+    free(k.rows);
+    free(k.fps);
+    free(b);
     bf_rollup_free(&r);
     bf_rollup_free(&full);
 }
@@ -1804,6 +1868,8 @@ static Suite *suite(void)
     tcase_add_test(r, a_malformed_need_in_an_otherwise_reusable_rollup_is_still_rejected);
     tcase_add_test(r,
                    a_changed_need_that_merges_with_a_reused_one_merges_as_in_the_full_conversion);
+    tcase_add_test(r,
+                   a_large_rollup_with_every_need_changed_merges_duplicates_as_the_full_conversion);
     suite_add_tcase(s, r);
     TCase *q = tcase_create("rail2");
     tcase_add_test(q, rail2_holds_a_collapse_until_three_consecutive_rollups_confirm_it);
