@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "bigfleet/engine.h"
+#include "cycle/engine/engine_internal.h"
 #include "engine_fixtures.h"
 #include "check_run.h"
 
@@ -169,15 +170,29 @@ static void push_needs(struct world *w, int ci)
 {
     struct bf_engine_need v[MAXN];
     char fps[MAXN][512];
+    struct ef_prof canon[MAXN];
     for (int k = 0; k < w->nneeds[ci]; k++) {
         struct wneed *n = &w->needs[ci][k];
         n->p.p.reqs = n->p.reqs;
         n->p.p.spread = n->p.spr;
-        v[k] = ef_need(&n->p, n->agg, n->minu, n->arrival, n->group[0] ? n->group : NULL);
-        /* the caller's fingerprint, as the cycle hands it in (the reference
-         * engine ignores it and computes its own: CMP_REF compares the two) */
+        /* a third with the caller's fingerprint, as the cycle hands it in
+         * (the reference engine ignores it and computes its own: CMP_REF
+         * compares the two), the others without: half of those canonical
+         * already, so that a rollup repeating a held Need is given its
+         * profile by comparison (bf_engine_set_needs; not by the reference) */
+        int how = (int)((w->gen + (uint64_t)k) % 3);
+        canon[k] = n->p;
+        canon[k].p.reqs = canon[k].reqs;
+        canon[k].p.spread = canon[k].spr;
+        for (uint32_t r = 0; r < canon[k].p.n_reqs; r++)
+            canon[k].reqs[r].values = canon[k].vals[r];
+        if (how == 1)
+            bf_profile_canonicalize(&canon[k].p);
+        v[k] = ef_need(how == 1 ? &canon[k] : &n->p, n->agg, n->minu, n->arrival,
+                       n->group[0] ? n->group : NULL);
         snprintf(fps[k], sizeof fps[k], "%s", ef_fp(&n->p));
-        v[k].fingerprint = fps[k];
+        if (how == 0)
+            v[k].fingerprint = fps[k];
     }
     w->gen++;
     struct bf_engine *es[5] = {w->f->e, w->ref, w->nov, w->hist, w->full};
@@ -603,6 +618,17 @@ static void same_verdicts(const struct bf_engine_result *a, const struct bf_engi
                           x->matching_supply.idle == y->matching_supply.idle &&
                           x->matching_supply.configured == y->matching_supply.configured,
                       "verdict %zu differs at cycle %d", i, cyc);
+        /* the Need it is about: the same profile, group and cluster */
+        ck_assert_msg(strcmp(x->fingerprint, y->fingerprint) == 0 &&
+                          x->profile->priority == y->profile->priority &&
+                          x->profile->ipb == y->profile->ipb &&
+                          x->profile->n_reqs == y->profile->n_reqs &&
+                          x->group_len == y->group_len &&
+                          memcmp(x->group, y->group, x->group_len) == 0 &&
+                          strcmp(x->cluster, y->cluster) == 0,
+                      "verdict %zu at cycle %d: fingerprint %s vs %s, group '%.*s' vs '%.*s'", i,
+                      cyc, x->fingerprint, y->fingerprint, (int)x->group_len,
+                      (const char *)x->group, (int)y->group_len, (const char *)y->group);
         for (uint32_t k = 0; k < x->n_same_candidates; k++) {
             ck_assert_str_eq(x->same_candidates[k].domain, y->same_candidates[k].domain);
             ck_assert_int_eq(x->same_candidates[k].coverage_per_mille,
@@ -733,7 +759,7 @@ static void invariants(struct world *w, int cyc)
 
 enum { CMP_REF = 1, CMP_NOV = 2, CMP_HIST = 4, CMP_FULL = 8, QUIET = 16 };
 
-static void run_world_stats(uint64_t seed, int cycles, int cmp, uint64_t stats[4])
+static void run_world_stats(uint64_t seed, int cycles, int cmp, uint64_t stats[6])
 {
     struct world *w = calloc(1, sizeof *w);
     w->rng = seed;
@@ -826,6 +852,9 @@ static void run_world_stats(uint64_t seed, int cycles, int cmp, uint64_t stats[4
         stats[1] += w->reranked;
         stats[2] += w->derived;
         stats[3] += w->dkept;
+        stats[4] += w->f->e->dm_held[0];
+        stats[5] += w->f->e->dm_held[1];
+        ck_assert_uint_eq(w->ref->dm_held[0] + w->ref->dm_held[1], 0); /* it looks up */
     }
     bf_engine_free(w->ref);
     bf_engine_free(w->nov);
@@ -890,7 +919,7 @@ END_TEST
  * three paths (kept, re-ranked, derived) are all taken */
 START_TEST(incremental_prepass_decides_like_the_full_derivation_under_quiet_churn)
 {
-    uint64_t stats[4] = {0, 0, 0, 0};
+    uint64_t stats[6] = {0, 0, 0, 0, 0, 0};
     for (uint64_t seed = 1; seed <= 24; seed++)
         run_world_stats(seed * 3833 + (uint64_t)_i * 700001, 80, CMP_FULL | CMP_REF | QUIET, stats);
     uint64_t rows = stats[0] + stats[1] + stats[2];
@@ -909,12 +938,30 @@ END_TEST
  * full derivation every cycle */
 START_TEST(rows_of_unchanged_needs_are_replayed_after_a_rollup_like_the_full_derivation)
 {
-    uint64_t stats[4] = {0, 0, 0, 0};
+    uint64_t stats[6] = {0, 0, 0, 0, 0, 0};
     for (uint64_t seed = 1; seed <= 24; seed++)
         run_world_stats(seed * 4421 + (uint64_t)_i * 611953, 80, CMP_FULL | QUIET, stats);
     ck_assert_msg(stats[3] > 0 && stats[3] * 200 >= stats[0] + stats[1],
                   "replayed after a rollup %llu of %llu kept/re-ranked rows",
                   (unsigned long long)stats[3], (unsigned long long)(stats[0] + stats[1]));
+}
+END_TEST
+
+/* a rollup's Need that repeats the held Need at its position (or after the
+ * last one matched) is given that Need's compiled profile without a lookup:
+ * by the caller's fingerprint, or, without one, by comparing the profile
+ * with the held canonical copy; the reference engine always looks up (and
+ * computes every fingerprint), and in quiet worlds of rollups changing an
+ * aggregate, a group, a priority or everything, the two hold the same
+ * profiles and groups (each verdict's fingerprint, profile, group) and
+ * decide identically every cycle */
+START_TEST(a_rollup_repeating_a_held_need_takes_its_profile_like_a_lookup)
+{
+    uint64_t stats[6] = {0, 0, 0, 0, 0, 0};
+    for (uint64_t seed = 1; seed <= 24; seed++)
+        run_world_stats(seed * 5261 + (uint64_t)_i * 433021, 80, CMP_REF | QUIET, stats);
+    ck_assert_msg(stats[4] > 0 && stats[5] > 0, "held by fingerprint %llu, by comparison %llu",
+                  (unsigned long long)stats[4], (unsigned long long)stats[5]);
 }
 END_TEST
 
@@ -932,6 +979,7 @@ static Suite *suite(void)
                         0, 2);
     tcase_add_loop_test(
         t, rows_of_unchanged_needs_are_replayed_after_a_rollup_like_the_full_derivation, 0, 2);
+    tcase_add_loop_test(t, a_rollup_repeating_a_held_need_takes_its_profile_like_a_lookup, 0, 2);
     suite_add_tcase(s, t);
     return s;
 }
