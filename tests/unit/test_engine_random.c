@@ -619,16 +619,15 @@ static void same_verdicts(const struct bf_engine_result *a, const struct bf_engi
                           x->matching_supply.configured == y->matching_supply.configured,
                       "verdict %zu differs at cycle %d", i, cyc);
         /* the Need it is about: the same profile, group and cluster */
-        ck_assert_msg(strcmp(x->fingerprint, y->fingerprint) == 0 &&
-                          x->profile->priority == y->profile->priority &&
-                          x->profile->ipb == y->profile->ipb &&
-                          x->profile->n_reqs == y->profile->n_reqs &&
-                          x->group_len == y->group_len &&
-                          memcmp(x->group, y->group, x->group_len) == 0 &&
-                          strcmp(x->cluster, y->cluster) == 0,
-                      "verdict %zu at cycle %d: fingerprint %s vs %s, group '%.*s' vs '%.*s'", i,
-                      cyc, x->fingerprint, y->fingerprint, (int)x->group_len,
-                      (const char *)x->group, (int)y->group_len, (const char *)y->group);
+        ck_assert_msg(
+            strcmp(x->fingerprint, y->fingerprint) == 0 &&
+                x->profile->priority == y->profile->priority &&
+                x->profile->ipb == y->profile->ipb && x->profile->n_reqs == y->profile->n_reqs &&
+                x->group_len == y->group_len && memcmp(x->group, y->group, x->group_len) == 0 &&
+                strcmp(x->cluster, y->cluster) == 0,
+            "verdict %zu at cycle %d: fingerprint %s vs %s, group '%.*s' vs '%.*s'", i, cyc,
+            x->fingerprint, y->fingerprint, (int)x->group_len, (const char *)x->group,
+            (int)y->group_len, (const char *)y->group);
         for (uint32_t k = 0; k < x->n_same_candidates; k++) {
             ck_assert_str_eq(x->same_candidates[k].domain, y->same_candidates[k].domain);
             ck_assert_int_eq(x->same_candidates[k].coverage_per_mille,

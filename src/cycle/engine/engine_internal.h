@@ -711,8 +711,8 @@ struct bf_engine {
     uint32_t n_tver, cap_tver;
     uint64_t epoch_ctr;    /* cluster credit epochs */
     uint64_t cprof_serial; /* the last cprof.serial given */
-    uint64_t dm_held[2]; /* rollup Needs given a held Need's profile without a lookup:
-                          * [0] by the caller's fingerprint, [1] by comparing profiles */
+    uint64_t dm_held[2];   /* rollup Needs given a held Need's profile without a lookup:
+                            * [0] by the caller's fingerprint, [1] by comparing profiles */
     uint32_t pp_dkept;     /* this cycle's pre-pass rows kept in clusters whose demand moved */
     bool memo_broken;      /* a cycle failed part-way: every memo is dropped */
     struct cons_ent *cons; /* this cycle's virtual consumption, by leaf id */
