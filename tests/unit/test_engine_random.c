@@ -825,6 +825,13 @@ static void run_world_stats(uint64_t seed, int cycles, int cmp, uint64_t stats[6
         if (cmp & CMP_REF) {
             same_actions(&w->f->r, &rr, "fast vs reference", cyc);
             same_verdicts(&w->f->r, &rr, cyc);
+            /* the pass-through snapshot order, merged where a cluster's
+             * demand or fold decisions moved, is the reference's full sort */
+            const struct bf_engine *fe = w->f->e;
+            ck_assert_uint_eq(fe->n_snap, w->ref->n_snap);
+            ck_assert_msg(!fe->n_snap ||
+                              memcmp(fe->snap, w->ref->snap, fe->n_snap * sizeof *fe->snap) == 0,
+                          "snapshot order differs at cycle %d", cyc);
         }
         if (cmp & CMP_NOV) {
             same_actions(&w->f->r, &rn, "verdicts on vs off", cyc);

@@ -694,16 +694,18 @@ static void snapkey_of(const struct bf_engine *e, uint32_t c, uint32_t i, struct
 
 /*
  * The NeedsTable snapshot order (engine.md §1.7): priority desc, arrival asc,
- * cluster id asc, rollup order. Kept sorted across cycles: when only some
- * clusters' demand changed, their old rows are dropped and their new rows
- * (sorted) are merged in, O(N + m log m). Cluster ranks moving (a new
- * cluster) forces a full sort.
+ * cluster id asc, rollup order, of the Needs NormalizeDemand passes through
+ * (the folded ones, fold[i], are not read in this order: a subset of a
+ * sorted sequence keeps its order). Kept sorted across cycles: when only
+ * some clusters' demand or fold decisions changed, their old rows are
+ * dropped and their new rows (sorted) are merged in, O(P + m log m) for P
+ * pass-through rows. Cluster ranks moving (a new cluster) forces a full sort.
  */
 int bfe_demand_snapshot(struct bf_engine *e)
 {
     bool ranks_moved = e->cluster_order_dirty;
     bfe_cluster_sort(e);
-    if (ranks_moved && e->n_snap)
+    if (ranks_moved)
         e->snap_full = true;
     if (e->snap_dirty && (e->cfg.flags & BF_ENGINE_F_REFERENCE))
         e->snap_full = true; /* reference mode: always the plain full sort */
@@ -711,10 +713,15 @@ int bfe_demand_snapshot(struct bf_engine *e)
         return 0;
     uint32_t total = 0, fresh = 0;
     for (uint32_t c = 0; c < e->n_clusters; c++) {
-        const struct cluster *cl = &e->clusters[c];
-        total += cl->n_needs;
-        if (e->snap_full || cl->snap_changed)
-            fresh += cl->n_needs;
+        struct cluster *cl = &e->clusters[c];
+        if (e->snap_full || cl->snap_changed) {
+            uint32_t k = 0;
+            for (uint32_t i = 0; i < cl->n_needs; i++)
+                k += !cl->fold[i];
+            cl->npt = k;
+            fresh += k;
+        }
+        total += cl->npt;
     }
     if (GROW(e->snap, e->cap_snap, total ? total : 1) ||
         GROW(e->snapk, e->cap_snapk, total ? total : 1) ||
@@ -728,7 +735,8 @@ int bfe_demand_snapshot(struct bf_engine *e)
         if (!(e->snap_full || cl->snap_changed))
             continue;
         for (uint32_t i = 0; i < cl->n_needs; i++)
-            snapkey_of(e, c, i, &nk[nf++]);
+            if (!cl->fold[i])
+                snapkey_of(e, c, i, &nk[nf++]);
     }
     bfe_qsort(nk, nf, sizeof *nk, snapkey_cmp);
     /* merge with the kept rows of unchanged clusters into snapk2's head;
@@ -768,7 +776,6 @@ int bfe_demand_snapshot(struct bf_engine *e)
     e->n_snap = w;
     for (uint32_t c = 0; c < e->n_clusters; c++)
         e->clusters[c].snap_changed = false;
-    e->any_same = e->n_same_total > 0;
     e->snap_dirty = false;
     e->snap_full = false;
     return 0;
