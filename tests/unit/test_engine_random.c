@@ -971,6 +971,63 @@ START_TEST(a_rollup_repeating_a_held_need_takes_its_profile_like_a_lookup)
 }
 END_TEST
 
+/* NormalizeDemand's fold rows follow the pass-through rows in D; the
+ * verdicts put them in the snapshot order (priority desc, arrival, cluster,
+ * index) with the engine's own sort: with a few hundred fold rows (several
+ * merge passes) of random priorities and arrivals, the verdict order is the
+ * reference engine's (the library sort) */
+START_TEST(verdict_rows_of_many_fold_groups_are_ordered_like_the_library_sort)
+{
+    uint64_t rng = 977 + (uint64_t)_i * 7919;
+    struct ef *f = ef_new(64, 0), *g = ef_new(64, BF_ENGINE_F_REFERENCE);
+    for (int i = 0; i < 24; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "m%d", i);
+        struct ef_machine m = ef_gpu_machine(id); /* Idle: an 8-GPU gang fits one */
+        ef_label(&m, "rack", "rack-1");
+        ef_add(f, &m);
+        ef_add(g, &m);
+    }
+    for (int c = 0; c < 30; c++) {
+        struct ef_prof p[12];
+        struct bf_engine_need v[12];
+        char name[16], grp[12][16];
+        snprintf(name, sizeof name, "fold-%02d", c);
+        for (int k = 0; k < 12; k++) {
+            int32_t prio = (int32_t)(ef_rand(&rng) % 6) * 100;
+            int64_t arrival = (int64_t)(ef_rand(&rng) % 5);
+            if (k < 10) /* a gang that fits one machine: folded */
+                ef_gpu_profile_same(&p[k], prio + k, "rack");
+            else /* passed through */
+                ef_gpu_profile(&p[k], prio);
+            snprintf(grp[k], sizeof grp[k], "g%d-%d", c, k);
+            v[k] = ef_need(&p[k], ef_gpu(8), ef_gpu(8), arrival, grp[k]);
+        }
+        ck_assert_int_eq(ef_set(f, name, v, 12), 0);
+        ck_assert_int_eq(ef_set(g, name, v, 12), 0);
+    }
+    ck_assert_int_eq(ef_cycle(f), 0);
+    ck_assert_int_eq(ef_cycle(g), 0);
+    uint32_t folded = 0;
+    ck_assert_uint_eq(f->r.n_verdicts, g->r.n_verdicts);
+    for (size_t i = 0; i < f->r.n_verdicts; i++) {
+        const struct bf_engine_verdict *x = &f->r.verdicts[i], *y = &g->r.verdicts[i];
+        folded += x->folded_members > 0;
+        ck_assert_msg(x->index == y->index, "verdict %zu: need %u vs %u", i, x->index, y->index);
+        if (i) { /* and it is the snapshot order */
+            const struct bf_engine_verdict *w = &f->r.verdicts[i - 1];
+            ck_assert(w->profile->priority > x->profile->priority ||
+                      (w->profile->priority == x->profile->priority &&
+                       (w->arrival_ns < x->arrival_ns ||
+                        (w->arrival_ns == x->arrival_ns && strcmp(w->cluster, x->cluster) <= 0))));
+        }
+    }
+    ck_assert_uint_ge(folded, 200);
+    ef_free(f);
+    ef_free(g);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("engine_random");
@@ -986,6 +1043,8 @@ static Suite *suite(void)
     tcase_add_loop_test(
         t, rows_of_unchanged_needs_are_replayed_after_a_rollup_like_the_full_derivation, 0, 2);
     tcase_add_loop_test(t, a_rollup_repeating_a_held_need_takes_its_profile_like_a_lookup, 0, 2);
+    tcase_add_loop_test(t, verdict_rows_of_many_fold_groups_are_ordered_like_the_library_sort, 0,
+                        2);
     suite_add_tcase(s, t);
     return s;
 }
