@@ -1726,10 +1726,11 @@ static int run(struct world *w, const struct opts *o, struct result *res)
         if (bf_engine_cycle(e, w->now_ns, &r))
             return -1;
         int64_t c = now_mono();
+        double cpu_ms = (double)(now_cpu() - ca) / 1e6;
         fold_decisions(&dec, res, &r);
         if (e2)
             check_cycle(e2, w, &r, res, "measured", k);
-        push(&cpu, (double)(now_cpu() - ca) / 1e6);
+        push(&cpu, cpu_ms);
         push(&upd, (double)(b - a) / 1e6);
         push(&eng, (double)(c - b) / 1e6);
         push(&cyc, (double)(c - a) / 1e6);
@@ -1750,10 +1751,10 @@ static int run(struct world *w, const struct opts *o, struct result *res)
         res->needs_norm = r.n_needs;
         if (o->trace)
             fprintf(stderr,
-                    "%s cycle %u: total %.3f engine %.3f (norm %.3f p1 %.3f credit %.3f "
+                    "%s cycle %u: total %.3f cpu %.3f engine %.3f (norm %.3f p1 %.3f credit %.3f "
                     "p2 %.3f p3 %.3f obs %.3f) upd %.3f changed %u actions %zu "
                     "pre-pass kept %u reranked %u derived %u\n",
-                    w->name, k, (double)(c - a) / 1e6, (double)(c - b) / 1e6,
+                    w->name, k, (double)(c - a) / 1e6, cpu_ms, (double)(c - b) / 1e6,
                     r.t.normalize_ns / 1e6, r.t.phase1_ns / 1e6, r.t.phase1_credit_ns / 1e6,
                     r.t.phase2_ns / 1e6, r.t.phase3_ns / 1e6, r.t.verdict_ns / 1e6,
                     (double)(b - a) / 1e6, changed, r.n_actions, r.prepass.kept, r.prepass.reranked,
@@ -2266,7 +2267,8 @@ static int run_shm(struct world *w, const struct opts *o, struct result *res)
         int64_t ca = now_cpu();
         if (bf_cycle_run_once(cy, w->now_ns + x.delta_s * 1000000000LL, &rep))
             die("bf_cycle_run_once", -ENOMEM);
-        push(&cpu, (double)(now_cpu() - ca) / 1e6);
+        double cpu_ms = (double)(now_cpu() - ca) / 1e6;
+        push(&cpu, cpu_ms);
         const struct bf_engine_result *r = bf_cycle_last_result(cy);
         fold_decisions(&dec, res, r); /* the engine's decisions, before the rails */
         double tot = (double)rep.total_ns / 1e6;
@@ -2297,10 +2299,10 @@ static int run_shm(struct world *w, const struct opts *o, struct result *res)
         res->needs_norm = r->n_needs;
         if (o->trace)
             fprintf(stderr,
-                    "%s/shm cycle %u: total %.3f snap %.3f engine %.3f (norm %.3f p1 %.3f "
-                    "credit %.3f p2 %.3f p3 %.3f obs %.3f) exec %.3f pub %.3f changed %u "
+                    "%s/shm cycle %u: total %.3f cpu %.3f snap %.3f engine %.3f (norm %.3f "
+                    "p1 %.3f credit %.3f p2 %.3f p3 %.3f obs %.3f) exec %.3f pub %.3f changed %u "
                     "clusters %u decided %u enq %u binds %u\n",
-                    w->name, k, tot, (double)rep.phase_ns[BF_PHASE_SNAPREAD] / 1e6,
+                    w->name, k, tot, cpu_ms, (double)rep.phase_ns[BF_PHASE_SNAPREAD] / 1e6,
                     (double)r->t.total_ns / 1e6, r->t.normalize_ns / 1e6, r->t.phase1_ns / 1e6,
                     r->t.phase1_credit_ns / 1e6, r->t.phase2_ns / 1e6, r->t.phase3_ns / 1e6, obs,
                     (double)rep.phase_ns[BF_PHASE_EXECUTE] / 1e6, emit - obs, rep.changed_slots,

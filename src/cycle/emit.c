@@ -407,6 +407,45 @@ void bf_cycle_enqueue(struct bf_cycle *c, const struct bf_engine_result *r,
     rep->ac_hints = (uint32_t)hints;
 }
 
+/* Refs resolved once per publish call. Within one call the engine's result
+ * does not change, so a string address seen earlier in the call names the
+ * same bytes (across calls it may not: the engine frees strings and reuses
+ * addresses, which is why the cache above compares the bytes); a verdict
+ * ledger repeats a few hundred cluster names and fingerprints over thousands
+ * of rows. Direct-mapped by address; a ref of 0 (unresolved) is not kept. */
+#define CALLREF_SLOTS 1024
+struct callref {
+    const void *p;
+    uint32_t ref;
+};
+
+static uint32_t call_cluster_ref(struct bf_cycle *c, struct callref *t, const char *name)
+{
+    if (!name)
+        return 0;
+    struct callref *x = &t[ptr_hash(name) & (CALLREF_SLOTS - 1)];
+    if (x->p == name)
+        return x->ref;
+    uint32_t ref = cluster_ref(c, name);
+    if (ref)
+        *x = (struct callref){name, ref};
+    return ref;
+}
+
+static uint32_t call_profile_ref(struct bf_cycle *c, struct callref *t, const char *fp,
+                                 const struct bf_need_profile *p)
+{
+    if (!fp || !fp[0])
+        return 0;
+    struct callref *x = &t[ptr_hash(fp) & (CALLREF_SLOTS - 1)];
+    if (x->p == fp)
+        return x->ref;
+    uint32_t ref = fp_profile_ref(c, fp, p);
+    if (ref)
+        *x = (struct callref){fp, ref};
+    return ref;
+}
+
 static void vec_out(int64_t dst[BF_MAX_DIMS], const bf_vec *v)
 {
     memcpy(dst, v->v, sizeof v->v);
@@ -443,12 +482,15 @@ void bf_cycle_publish(struct bf_cycle *c, const struct bf_engine_result *r, int6
     if (!c->rowmemo && s->max_needs) /* without it, rows resolve through the cache */
         if ((c->rowmemo = calloc(s->max_needs, sizeof *c->rowmemo)))
             c->rowmemo_cap = s->max_needs;
+    static _Thread_local struct callref cl_refs[CALLREF_SLOTS], fp_refs[CALLREF_SLOTS];
+    memset(cl_refs, 0, sizeof cl_refs);
+    memset(fp_refs, 0, sizeof fp_refs);
     for (size_t i = 0; r->verdicts && i < r->n_verdicts && nv < s->max_needs; i++) {
         const struct bf_engine_verdict *v = &r->verdicts[i];
         struct bf_verdict_row *o = &vrows[nv++];
         memset(o, 0, sizeof *o);
-        o->cluster_ref = cluster_ref(c, v->cluster);
-        o->need_profile_ref = fp_profile_ref(c, v->fingerprint, v->profile);
+        o->cluster_ref = call_cluster_ref(c, cl_refs, v->cluster);
+        o->need_profile_ref = call_profile_ref(c, fp_refs, v->fingerprint, v->profile);
         o->group_ref = row_group_ref(c, nv - 1, v->group, v->group_len);
         o->arrival_ns = v->arrival_ns;
         vec_out(o->aggregate, &v->aggregate);

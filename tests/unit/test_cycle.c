@@ -345,8 +345,8 @@ START_TEST(kill_switch_suppresses_every_action_without_in_flight_marks)
 }
 END_TEST
 
-/* publish `n` plain GPU rows, row k with group "gang-<gen/2>-<k>" (each group lives
- * for two generations) and priority 1000 + k */
+/* publish `n` plain GPU rows, row k with group "gang-<gen/2>-<k>" and priority
+ * 1000 + k + 10 * (gen/2) (each group and profile lives for two generations) */
 static void publish_groups(uint64_t gen, int n, uint32_t *prof)
 {
     int gpu = bf_dim_lookup(&g_s, "nvidia.com/gpu");
@@ -354,8 +354,11 @@ static void publish_groups(uint64_t gen, int n, uint32_t *prof)
     for (int k = 0; k < n; k++) {
         const char *v[] = {"a3-highgpu-8g"};
         struct bf_requirement r = {BF_LABEL_INSTANCE_TYPE, BF_OP_IN, 1, v};
-        struct bf_need_profile p = {
-            .priority = 1000 + k, .ipb = 16, .rpb = 27, .n_reqs = 1, .reqs = &r};
+        struct bf_need_profile p = {.priority = 1000 + k + 10 * (int32_t)(gen / 2),
+                                    .ipb = 16,
+                                    .rpb = 27,
+                                    .n_reqs = 1,
+                                    .reqs = &r};
         ck_assert_int_eq(bf_nprofile_intern(&g_s, &p, &prof[k], NULL), 0);
         char g[32];
         snprintf(g, sizeof g, "gang-%llu-%d", (unsigned long long)(gen / 2), k);
@@ -378,9 +381,10 @@ static void publish_groups(uint64_t gen, int n, uint32_t *prof)
 }
 
 /* The ledger's refs are resolved through a cache keyed by the engine's string
- * addresses and a memo per row position; groups replaced every other cycle
- * free engine strings whose addresses get reused, and every published ref
- * must still name the current bytes. */
+ * addresses and a memo per row position (and, within one publish, by address
+ * alone); groups and profiles replaced every other cycle free engine strings
+ * whose addresses get reused, and every published ref must still name the
+ * current bytes. */
 START_TEST(ledger_refs_stay_exact_while_groups_are_replaced)
 {
     add_idle_machines(8, NULL);

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "bigfleet/engine.h"
+#include "cycle/engine/engine_internal.h"
 #include "engine_fixtures.h"
 #include "check_run.h"
 
@@ -169,15 +170,29 @@ static void push_needs(struct world *w, int ci)
 {
     struct bf_engine_need v[MAXN];
     char fps[MAXN][512];
+    struct ef_prof canon[MAXN];
     for (int k = 0; k < w->nneeds[ci]; k++) {
         struct wneed *n = &w->needs[ci][k];
         n->p.p.reqs = n->p.reqs;
         n->p.p.spread = n->p.spr;
-        v[k] = ef_need(&n->p, n->agg, n->minu, n->arrival, n->group[0] ? n->group : NULL);
-        /* the caller's fingerprint, as the cycle hands it in (the reference
-         * engine ignores it and computes its own: CMP_REF compares the two) */
+        /* a third with the caller's fingerprint, as the cycle hands it in
+         * (the reference engine ignores it and computes its own: CMP_REF
+         * compares the two), the others without: half of those canonical
+         * already, so that a rollup repeating a held Need is given its
+         * profile by comparison (bf_engine_set_needs; not by the reference) */
+        int how = (int)((w->gen + (uint64_t)k) % 3);
+        canon[k] = n->p;
+        canon[k].p.reqs = canon[k].reqs;
+        canon[k].p.spread = canon[k].spr;
+        for (uint32_t r = 0; r < canon[k].p.n_reqs; r++)
+            canon[k].reqs[r].values = canon[k].vals[r];
+        if (how == 1)
+            bf_profile_canonicalize(&canon[k].p);
+        v[k] = ef_need(how == 1 ? &canon[k] : &n->p, n->agg, n->minu, n->arrival,
+                       n->group[0] ? n->group : NULL);
         snprintf(fps[k], sizeof fps[k], "%s", ef_fp(&n->p));
-        v[k].fingerprint = fps[k];
+        if (how == 0)
+            v[k].fingerprint = fps[k];
     }
     w->gen++;
     struct bf_engine *es[5] = {w->f->e, w->ref, w->nov, w->hist, w->full};
@@ -603,6 +618,16 @@ static void same_verdicts(const struct bf_engine_result *a, const struct bf_engi
                           x->matching_supply.idle == y->matching_supply.idle &&
                           x->matching_supply.configured == y->matching_supply.configured,
                       "verdict %zu differs at cycle %d", i, cyc);
+        /* the Need it is about: the same profile, group and cluster */
+        ck_assert_msg(
+            strcmp(x->fingerprint, y->fingerprint) == 0 &&
+                x->profile->priority == y->profile->priority &&
+                x->profile->ipb == y->profile->ipb && x->profile->n_reqs == y->profile->n_reqs &&
+                x->group_len == y->group_len && memcmp(x->group, y->group, x->group_len) == 0 &&
+                strcmp(x->cluster, y->cluster) == 0,
+            "verdict %zu at cycle %d: fingerprint %s vs %s, group '%.*s' vs '%.*s'", i, cyc,
+            x->fingerprint, y->fingerprint, (int)x->group_len, (const char *)x->group,
+            (int)y->group_len, (const char *)y->group);
         for (uint32_t k = 0; k < x->n_same_candidates; k++) {
             ck_assert_str_eq(x->same_candidates[k].domain, y->same_candidates[k].domain);
             ck_assert_int_eq(x->same_candidates[k].coverage_per_mille,
@@ -733,7 +758,7 @@ static void invariants(struct world *w, int cyc)
 
 enum { CMP_REF = 1, CMP_NOV = 2, CMP_HIST = 4, CMP_FULL = 8, QUIET = 16 };
 
-static void run_world_stats(uint64_t seed, int cycles, int cmp, uint64_t stats[4])
+static void run_world_stats(uint64_t seed, int cycles, int cmp, uint64_t stats[6])
 {
     struct world *w = calloc(1, sizeof *w);
     w->rng = seed;
@@ -800,6 +825,13 @@ static void run_world_stats(uint64_t seed, int cycles, int cmp, uint64_t stats[4
         if (cmp & CMP_REF) {
             same_actions(&w->f->r, &rr, "fast vs reference", cyc);
             same_verdicts(&w->f->r, &rr, cyc);
+            /* the pass-through snapshot order, merged where a cluster's
+             * demand or fold decisions moved, is the reference's full sort */
+            const struct bf_engine *fe = w->f->e;
+            ck_assert_uint_eq(fe->n_snap, w->ref->n_snap);
+            ck_assert_msg(!fe->n_snap ||
+                              memcmp(fe->snap, w->ref->snap, fe->n_snap * sizeof *fe->snap) == 0,
+                          "snapshot order differs at cycle %d", cyc);
         }
         if (cmp & CMP_NOV) {
             same_actions(&w->f->r, &rn, "verdicts on vs off", cyc);
@@ -826,6 +858,9 @@ static void run_world_stats(uint64_t seed, int cycles, int cmp, uint64_t stats[4
         stats[1] += w->reranked;
         stats[2] += w->derived;
         stats[3] += w->dkept;
+        stats[4] += w->f->e->dm_held[0];
+        stats[5] += w->f->e->dm_held[1];
+        ck_assert_uint_eq(w->ref->dm_held[0] + w->ref->dm_held[1], 0); /* it looks up */
     }
     bf_engine_free(w->ref);
     bf_engine_free(w->nov);
@@ -890,7 +925,7 @@ END_TEST
  * three paths (kept, re-ranked, derived) are all taken */
 START_TEST(incremental_prepass_decides_like_the_full_derivation_under_quiet_churn)
 {
-    uint64_t stats[4] = {0, 0, 0, 0};
+    uint64_t stats[6] = {0, 0, 0, 0, 0, 0};
     for (uint64_t seed = 1; seed <= 24; seed++)
         run_world_stats(seed * 3833 + (uint64_t)_i * 700001, 80, CMP_FULL | CMP_REF | QUIET, stats);
     uint64_t rows = stats[0] + stats[1] + stats[2];
@@ -909,12 +944,87 @@ END_TEST
  * full derivation every cycle */
 START_TEST(rows_of_unchanged_needs_are_replayed_after_a_rollup_like_the_full_derivation)
 {
-    uint64_t stats[4] = {0, 0, 0, 0};
+    uint64_t stats[6] = {0, 0, 0, 0, 0, 0};
     for (uint64_t seed = 1; seed <= 24; seed++)
         run_world_stats(seed * 4421 + (uint64_t)_i * 611953, 80, CMP_FULL | QUIET, stats);
     ck_assert_msg(stats[3] > 0 && stats[3] * 200 >= stats[0] + stats[1],
                   "replayed after a rollup %llu of %llu kept/re-ranked rows",
                   (unsigned long long)stats[3], (unsigned long long)(stats[0] + stats[1]));
+}
+END_TEST
+
+/* a rollup's Need that repeats the held Need at its position (or after the
+ * last one matched) is given that Need's compiled profile without a lookup:
+ * by the caller's fingerprint, or, without one, by comparing the profile
+ * with the held canonical copy; the reference engine always looks up (and
+ * computes every fingerprint), and in quiet worlds of rollups changing an
+ * aggregate, a group, a priority or everything, the two hold the same
+ * profiles and groups (each verdict's fingerprint, profile, group) and
+ * decide identically every cycle */
+START_TEST(a_rollup_repeating_a_held_need_takes_its_profile_like_a_lookup)
+{
+    uint64_t stats[6] = {0, 0, 0, 0, 0, 0};
+    for (uint64_t seed = 1; seed <= 24; seed++)
+        run_world_stats(seed * 5261 + (uint64_t)_i * 433021, 80, CMP_REF | QUIET, stats);
+    ck_assert_msg(stats[4] > 0 && stats[5] > 0, "held by fingerprint %llu, by comparison %llu",
+                  (unsigned long long)stats[4], (unsigned long long)stats[5]);
+}
+END_TEST
+
+/* NormalizeDemand's fold rows follow the pass-through rows in D; the
+ * verdicts put them in the snapshot order (priority desc, arrival, cluster,
+ * index) with the engine's own sort: with a few hundred fold rows (several
+ * merge passes) of random priorities and arrivals, the verdict order is the
+ * reference engine's (the library sort) */
+START_TEST(verdict_rows_of_many_fold_groups_are_ordered_like_the_library_sort)
+{
+    uint64_t rng = 977 + (uint64_t)_i * 7919;
+    struct ef *f = ef_new(64, 0), *g = ef_new(64, BF_ENGINE_F_REFERENCE);
+    for (int i = 0; i < 24; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "m%d", i);
+        struct ef_machine m = ef_gpu_machine(id); /* Idle: an 8-GPU gang fits one */
+        ef_label(&m, "rack", "rack-1");
+        ef_add(f, &m);
+        ef_add(g, &m);
+    }
+    for (int c = 0; c < 30; c++) {
+        struct ef_prof p[12];
+        struct bf_engine_need v[12];
+        char name[16], grp[12][16];
+        snprintf(name, sizeof name, "fold-%02d", c);
+        for (int k = 0; k < 12; k++) {
+            int32_t prio = (int32_t)(ef_rand(&rng) % 6) * 100;
+            int64_t arrival = (int64_t)(ef_rand(&rng) % 5);
+            if (k < 10) /* a gang that fits one machine: folded */
+                ef_gpu_profile_same(&p[k], prio + k, "rack");
+            else /* passed through */
+                ef_gpu_profile(&p[k], prio);
+            snprintf(grp[k], sizeof grp[k], "g%d-%d", c, k);
+            v[k] = ef_need(&p[k], ef_gpu(8), ef_gpu(8), arrival, grp[k]);
+        }
+        ck_assert_int_eq(ef_set(f, name, v, 12), 0);
+        ck_assert_int_eq(ef_set(g, name, v, 12), 0);
+    }
+    ck_assert_int_eq(ef_cycle(f), 0);
+    ck_assert_int_eq(ef_cycle(g), 0);
+    uint32_t folded = 0;
+    ck_assert_uint_eq(f->r.n_verdicts, g->r.n_verdicts);
+    for (size_t i = 0; i < f->r.n_verdicts; i++) {
+        const struct bf_engine_verdict *x = &f->r.verdicts[i], *y = &g->r.verdicts[i];
+        folded += x->folded_members > 0;
+        ck_assert_msg(x->index == y->index, "verdict %zu: need %u vs %u", i, x->index, y->index);
+        if (i) { /* and it is the snapshot order */
+            const struct bf_engine_verdict *w = &f->r.verdicts[i - 1];
+            ck_assert(w->profile->priority > x->profile->priority ||
+                      (w->profile->priority == x->profile->priority &&
+                       (w->arrival_ns < x->arrival_ns ||
+                        (w->arrival_ns == x->arrival_ns && strcmp(w->cluster, x->cluster) <= 0))));
+        }
+    }
+    ck_assert_uint_ge(folded, 200);
+    ef_free(f);
+    ef_free(g);
 }
 END_TEST
 
@@ -932,6 +1042,9 @@ static Suite *suite(void)
                         0, 2);
     tcase_add_loop_test(
         t, rows_of_unchanged_needs_are_replayed_after_a_rollup_like_the_full_derivation, 0, 2);
+    tcase_add_loop_test(t, a_rollup_repeating_a_held_need_takes_its_profile_like_a_lookup, 0, 2);
+    tcase_add_loop_test(t, verdict_rows_of_many_fold_groups_are_ordered_like_the_library_sort, 0,
+                        2);
     suite_add_tcase(s, t);
     return s;
 }

@@ -299,6 +299,7 @@ static struct cprof *cprof_get_ex(struct bf_engine *e, const struct bf_need_prof
     cp->prof = copy;
     cp->prof_mem = mem;
     cp->fp = bfe_intern(&e->in, fps, fl);
+    cp->fp_computed = !known_fp;
     free(owned);
     if (cp->fp == NONE32 || compile(e, cp))
         goto fail;
@@ -322,6 +323,73 @@ fail:
         cp->fp = 0; /* destroy then releases nothing and deletes a key not in the map */
     cprof_destroy(e, cp);
     return NULL;
+}
+
+static bool str_is(const char *a, const char *b)
+{
+    return a == b || strcmp(a, b) == 0;
+}
+
+/* a and b are the same profile, field by field and in the same order */
+static bool profile_same(const struct bf_need_profile *a, const struct bf_need_profile *b)
+{
+    if (a->priority != b->priority || a->ipb != b->ipb || a->rpb != b->rpb ||
+        a->n_reqs != b->n_reqs || a->n_spread != b->n_spread)
+        return false;
+    for (uint32_t i = 0; i < a->n_reqs; i++) {
+        const struct bf_requirement *x = &a->reqs[i], *y = &b->reqs[i];
+        if (x->op != y->op || x->n_values != y->n_values || !str_is(x->key, y->key))
+            return false;
+        for (uint32_t j = 0; j < x->n_values; j++)
+            if (!str_is(x->values[j], y->values[j]))
+                return false;
+    }
+    for (uint32_t i = 0; i < a->n_spread; i++) {
+        const struct bf_spread *x = &a->spread[i], *y = &b->spread[i];
+        if (x->max_skew != y->max_skew || x->when != y->when ||
+            !str_is(x->topology_key, y->topology_key))
+            return false;
+    }
+    return true;
+}
+
+/*
+ * The compiled profile a rollup's Need n gets when it is the one held cp
+ * (a Need of the cluster's previous rollup) has, with one more reference;
+ * NULL when that is not shown cheaply (the caller then looks it up). Exactly
+ * what cprof_get_ex returns, without copying, canonicalising, fingerprinting
+ * or hashing: a caller's fingerprint equal to cp's is found as cp (the map
+ * holds one profile per fingerprint); without one, a profile equal to cp's
+ * canonical copy canonicalises to it (sorting a sorted array is the identity)
+ * and so has the fingerprint cp computed from it.
+ */
+static struct cprof *cprof_held(struct bf_engine *e, struct cprof *cp,
+                                const struct bf_engine_need *n)
+{
+    bool by_fp = n->fingerprint && n->fingerprint[0];
+    if (by_fp) {
+        size_t fl = bfe_strlen(&e->in, cp->fp);
+        if (strncmp(n->fingerprint, bfe_str(&e->in, cp->fp), fl) != 0 || n->fingerprint[fl])
+            return NULL;
+    } else if (!cp->fp_computed || !profile_same(&n->profile, &cp->prof)) {
+        return NULL;
+    }
+    e->dm_held[by_fp ? 0 : 1]++;
+    cp->refs++;
+    return cp;
+}
+
+/* the group string id a Need of n's group gets when it is id (retained), or
+ * NONE32 when it is another string */
+static uint32_t group_held(struct bf_engine *e, uint32_t id, const struct bf_engine_need *n)
+{
+    if (!n->group_len)
+        return id == 0 ? 0 : NONE32;
+    if (id == 0 || bfe_strlen(&e->in, id) != n->group_len ||
+        memcmp(bfe_str(&e->in, id), n->group, n->group_len) != 0)
+        return NONE32;
+    bfe_intern_retain(&e->in, id);
+    return id;
 }
 
 struct cprof *bfe_cprof_get(struct bf_engine *e, const struct bf_need_profile *p)
@@ -455,9 +523,28 @@ int bf_engine_set_needs(struct bf_engine *e, const char *cluster, uint64_t gener
     if (n && !v)
         return -ENOMEM;
     bool fp_ok = !(e->cfg.flags & BF_ENGINE_F_REFERENCE);
+    /* A rollup mostly repeats the previous one: each Need is first compared
+     * with the held Need at its position, then with the one after the last
+     * match (a Need added or removed shifts the rest); the reference engine
+     * always looks up. */
+    const struct need_in *held = fp_ok ? e->clusters[ci].needs : NULL;
+    uint32_t nheld = fp_ok ? e->clusters[ci].n_needs : 0, next = 0;
     for (size_t i = 0; i < n; i++) {
-        v[i].cp = cprof_get_ex(e, &needs[i].profile, false, fp_ok ? needs[i].fingerprint : NULL);
-        v[i].group = v[i].cp ? bfe_intern(&e->in, needs[i].group, needs[i].group_len) : NONE32;
+        const struct need_in *o = NULL;
+        v[i].cp = NULL;
+        uint32_t at[2] = {(uint32_t)i, next};
+        for (int t = 0; t < 2 && !v[i].cp; t++)
+            if (at[t] < nheld && (t == 0 || at[1] != at[0]) &&
+                (v[i].cp = cprof_held(e, held[at[t]].cp, &needs[i]))) {
+                o = &held[at[t]];
+                next = at[t] + 1;
+            }
+        if (!v[i].cp)
+            v[i].cp =
+                cprof_get_ex(e, &needs[i].profile, false, fp_ok ? needs[i].fingerprint : NULL);
+        v[i].group = !v[i].cp ? NONE32 : o ? group_held(e, o->group, &needs[i]) : NONE32;
+        if (v[i].cp && v[i].group == NONE32)
+            v[i].group = bfe_intern(&e->in, needs[i].group, needs[i].group_len);
         if (!v[i].cp || v[i].group == NONE32) {
             if (v[i].group == NONE32)
                 v[i].group = 0;
@@ -607,16 +694,18 @@ static void snapkey_of(const struct bf_engine *e, uint32_t c, uint32_t i, struct
 
 /*
  * The NeedsTable snapshot order (engine.md §1.7): priority desc, arrival asc,
- * cluster id asc, rollup order. Kept sorted across cycles: when only some
- * clusters' demand changed, their old rows are dropped and their new rows
- * (sorted) are merged in, O(N + m log m). Cluster ranks moving (a new
- * cluster) forces a full sort.
+ * cluster id asc, rollup order, of the Needs NormalizeDemand passes through
+ * (the folded ones, fold[i], are not read in this order: a subset of a
+ * sorted sequence keeps its order). Kept sorted across cycles: when only
+ * some clusters' demand or fold decisions changed, their old rows are
+ * dropped and their new rows (sorted) are merged in, O(P + m log m) for P
+ * pass-through rows. Cluster ranks moving (a new cluster) forces a full sort.
  */
 int bfe_demand_snapshot(struct bf_engine *e)
 {
     bool ranks_moved = e->cluster_order_dirty;
     bfe_cluster_sort(e);
-    if (ranks_moved && e->n_snap)
+    if (ranks_moved)
         e->snap_full = true;
     if (e->snap_dirty && (e->cfg.flags & BF_ENGINE_F_REFERENCE))
         e->snap_full = true; /* reference mode: always the plain full sort */
@@ -624,10 +713,15 @@ int bfe_demand_snapshot(struct bf_engine *e)
         return 0;
     uint32_t total = 0, fresh = 0;
     for (uint32_t c = 0; c < e->n_clusters; c++) {
-        const struct cluster *cl = &e->clusters[c];
-        total += cl->n_needs;
-        if (e->snap_full || cl->snap_changed)
-            fresh += cl->n_needs;
+        struct cluster *cl = &e->clusters[c];
+        if (e->snap_full || cl->snap_changed) {
+            uint32_t k = 0;
+            for (uint32_t i = 0; i < cl->n_needs; i++)
+                k += !cl->fold[i];
+            cl->npt = k;
+            fresh += k;
+        }
+        total += cl->npt;
     }
     if (GROW(e->snap, e->cap_snap, total ? total : 1) ||
         GROW(e->snapk, e->cap_snapk, total ? total : 1) ||
@@ -641,7 +735,8 @@ int bfe_demand_snapshot(struct bf_engine *e)
         if (!(e->snap_full || cl->snap_changed))
             continue;
         for (uint32_t i = 0; i < cl->n_needs; i++)
-            snapkey_of(e, c, i, &nk[nf++]);
+            if (!cl->fold[i])
+                snapkey_of(e, c, i, &nk[nf++]);
     }
     bfe_qsort(nk, nf, sizeof *nk, snapkey_cmp);
     /* merge with the kept rows of unchanged clusters into snapk2's head;
@@ -681,7 +776,6 @@ int bfe_demand_snapshot(struct bf_engine *e)
     e->n_snap = w;
     for (uint32_t c = 0; c < e->n_clusters; c++)
         e->clusters[c].snap_changed = false;
-    e->any_same = e->n_same_total > 0;
     e->snap_dirty = false;
     e->snap_full = false;
     return 0;

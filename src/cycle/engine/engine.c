@@ -6,8 +6,9 @@
  * Design notes. A cycle: free strings whose last reference went away (so
  * pointers from the previous result die here, as documented), advance the
  * per-cycle stamp that lazily resets every per-leaf and per-class counter,
- * reset the arenas, rebuild the demand order if a rollup changed it,
- * NormalizeDemand, stamp parking, Phase 1, record parking ages, Phase 2,
+ * reset the arenas, NormalizeDemand (its fold decisions, then the demand
+ * order of the Needs it passes through, merged again where a rollup or a
+ * fold decision changed it), stamp parking, Phase 1, record parking ages, Phase 2,
  * Phase 3, then observation (shortfalls, verdicts, AvailableCapacity). No
  * phase allocates from the heap in steady state: per-cycle data lives in two
  * arenas whose blocks are kept, output arrays keep their capacity.
@@ -116,9 +117,7 @@ static int run_cycle(struct bf_engine *e, int64_t now_ns, struct bf_engine_resul
 {
     int64_t t0 = mono_ns(), t;
     int rc;
-    if ((rc = bfe_demand_snapshot(e)))
-        return rc;
-    if ((rc = bfe_normalize(e)))
+    if ((rc = bfe_normalize(e))) /* (the snapshot order included) */
         return rc;
     t = mono_ns();
     out->t.normalize_ns = t - t0;

@@ -351,6 +351,7 @@ struct cprof {
     uint32_t *pin;               /* instance-type string ids, sorted by string, deduplicated */
     struct bf_need_profile prof; /* canonical copy (owned) */
     void *prof_mem;
+    bool fp_computed; /* fp is bf_profile_fingerprint(&prof), computed here (not a caller's) */
     struct cprof *stripped; /* NormalizeDemand: Same removed (lazily, retained) */
     /* per class: (gen << 2) | 1 (no match) | 3 (match); 0 unknown */
     uint32_t *mcache;
@@ -511,7 +512,8 @@ struct cluster {
      * one per instance type (type 0: no InstanceType, label only) */
     uint32_t *tl[2];
     uint32_t ntl[2], captl[2];
-    bool snap_changed;   /* demand changed since the last snapshot order */
+    bool snap_changed;   /* demand or a fold decision changed since the last snapshot order */
+    uint32_t npt;        /* its pass-through Needs (fold[i] == 0) in the snapshot order */
     uint64_t supply_ver; /* bumped when a leaf joins or leaves tl[] lists */
     /* NormalizeDemand fold groups, valid while demand and both versions hold */
     struct fold_group *fg;
@@ -689,7 +691,10 @@ struct bf_engine {
     uint32_t *cprof_free;
     uint32_t n_cprof_free, cap_cprof_free;
 
-    /* demand snapshot order (cluster idx, need idx), rebuilt when demand changes */
+    /* demand snapshot order of the pass-through Needs (cluster idx, need
+     * idx): NormalizeDemand's folded Needs are left out (they are read as
+     * fold groups); merged again where a cluster's demand or a fold decision
+     * changed */
     uint64_t *snap; /* (cluster << 32) | need */
     uint32_t n_snap, cap_snap;
     bool snap_dirty;
@@ -710,6 +715,8 @@ struct bf_engine {
     uint32_t n_tver, cap_tver;
     uint64_t epoch_ctr;    /* cluster credit epochs */
     uint64_t cprof_serial; /* the last cprof.serial given */
+    uint64_t dm_held[2];   /* rollup Needs given a held Need's profile without a lookup:
+                            * [0] by the caller's fingerprint, [1] by comparing profiles */
     uint32_t pp_dkept;     /* this cycle's pre-pass rows kept in clusters whose demand moved */
     bool memo_broken;      /* a cycle failed part-way: every memo is dropped */
     struct cons_ent *cons; /* this cycle's virtual consumption, by leaf id */
@@ -927,6 +934,8 @@ void bfe_acq_reset(struct bf_engine *e);
 void bfe_acq_consumed(struct bf_engine *e, uint32_t ci);
 
 /* demand.c */
+/* the snapshot order of the pass-through Needs (e->snap): called by
+ * NormalizeDemand once the fold decisions (cluster.fold) are made */
 int bfe_demand_snapshot(struct bf_engine *e);
 void bfe_demand_free(struct bf_engine *e);
 bool bfe_match_class(struct bf_engine *e, struct cprof *cp, uint32_t cls);

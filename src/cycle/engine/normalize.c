@@ -186,7 +186,11 @@ static int cluster_folds(struct bf_engine *e, uint32_t ci, struct memotab *shard
                 rc = memo_get(e, local, ci, cp, &need->agg, &fold);
             if (rc)
                 return rc;
-            changed |= !need->fold_known || need->fold != fold;
+            if (!need->fold_known || need->fold != fold) {
+                changed = true;
+                cl->snap_changed = true; /* its pass-through Needs (the snapshot order's) moved */
+                e->snap_dirty = true;
+            }
             need->fold_known = true;
             need->fold = fold;
             cl->fold[i] = fold;
@@ -250,47 +254,34 @@ static void dneed_from(struct dneed *d, uint32_t ci, const struct need_in *n)
 
 int bfe_normalize(struct bf_engine *e)
 {
-    uint32_t n = e->n_snap;
-    if (GROW(e->d, e->cap_d, n ? n : 1))
+    uint32_t nf = 0;
+    e->any_same = e->n_same_total > 0;
+    if (e->any_same) {
+        for (int k = 0; k < 2; k++)
+            bfe_u64map_clear(&e->norm_map[k]);
+        struct memotab shard = {.map = &e->norm_map[0]}, local = {.map = &e->norm_map[1]};
+        for (uint32_t ci = 0; ci < e->n_clusters; ci++) {
+            struct cluster *cl = &e->clusters[ci];
+            if (!cl->n_same) {
+                if (cl->nfg)
+                    bfe_fold_groups_clear(cl);
+                continue;
+            }
+            int rc = cluster_folds(e, ci, &shard, &local);
+            if (rc)
+                return rc;
+            nf += cl->nfg;
+        }
+    }
+    /* the pass-through Needs in snapshot order (the order holds only them:
+     * it is merged after the fold decisions), then their rows, which are
+     * scattered over the clusters' Need arrays: fetched ahead */
+    TRY(bfe_demand_snapshot(e));
+    uint32_t npt = e->n_snap;
+    const uint64_t *pt = e->snap;
+    if (GROW(e->d, e->cap_d, npt + nf ? npt + nf : 1))
         return -ENOMEM;
     e->n_d = 0;
-    if (!e->any_same) {
-        for (uint32_t i = 0; i < n; i++) {
-            uint32_t ci = (uint32_t)(e->snap[i] >> 32), ni = (uint32_t)e->snap[i];
-            dneed_from(&e->d[i], ci, &e->clusters[ci].needs[ni]);
-        }
-        e->n_d = n;
-        return 0;
-    }
-    for (int k = 0; k < 2; k++)
-        bfe_u64map_clear(&e->norm_map[k]);
-    struct memotab shard = {.map = &e->norm_map[0]}, local = {.map = &e->norm_map[1]};
-    uint32_t nf = 0;
-    for (uint32_t ci = 0; ci < e->n_clusters; ci++) {
-        struct cluster *cl = &e->clusters[ci];
-        if (!cl->n_same) {
-            if (cl->nfg)
-                bfe_fold_groups_clear(cl);
-            continue;
-        }
-        int rc = cluster_folds(e, ci, &shard, &local);
-        if (rc)
-            return rc;
-        nf += cl->nfg;
-    }
-    /* pass-through Needs in snapshot order: their refs first (fold is set
-     * only on Same Needs, by cluster_folds, and the flags are contiguous per
-     * cluster, so a folded Need's row is not read), then their rows, which
-     * are scattered over the clusters' Need arrays: fetched ahead */
-    uint64_t *pt = ANEW(&e->ar, uint64_t, n ? n : 1);
-    if (!pt)
-        return -ENOMEM;
-    uint32_t npt = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t ci = (uint32_t)(e->snap[i] >> 32), ni = (uint32_t)e->snap[i];
-        if (!e->clusters[ci].fold[ni])
-            pt[npt++] = e->snap[i];
-    }
     for (uint32_t i = 0; i < npt; i++) {
         if (i + NORM_AHEAD < npt) {
             uint64_t r = pt[i + NORM_AHEAD];
@@ -306,8 +297,6 @@ int bfe_normalize(struct bf_engine *e)
         return 0;
     /* then one Need per fold class, ordered by (cluster id, stripped fp,
      * aggregate key): clusters in name order, each cluster's groups sorted */
-    if (GROW(e->d, e->cap_d, e->n_d + nf))
-        return -ENOMEM;
     for (uint32_t k = 0; k < e->n_clusters; k++) {
         uint32_t ci = e->cluster_order[k];
         for (uint32_t g = 0; g < e->clusters[ci].nfg; g++) {

@@ -243,6 +243,69 @@ static int vkey_cmp(const void *a, const void *b)
     return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
+static inline bool vkey_lt(const struct vkey *x, const struct vkey *y)
+{
+    if (x->prio != y->prio)
+        return x->prio > y->prio;
+    if (x->arrival != y->arrival)
+        return x->arrival < y->arrival;
+    if (x->rank != y->rank)
+        return x->rank < y->rank;
+    return x->idx < y->idx;
+}
+
+/* bfe_sort_tail for vkeys with the comparison inlined (vkey_cmp's order: a
+ * total order, idx being unique): the sorted prefix, then the rest sorted by
+ * a bottom-up merge sort (insertion runs of 16), then the two merged. */
+static void vkey_sort_tail(struct vkey *v, uint32_t n, struct vkey *tmp)
+{
+    uint32_t p = 1;
+    while (p < n && !vkey_lt(&v[p], &v[p - 1]))
+        p++;
+    if (p >= n)
+        return;
+    struct vkey *t = v + p, *a = t, *b = tmp;
+    uint32_t m = n - p;
+    for (uint32_t lo = 0; lo < m; lo += 16) {
+        uint32_t hi = lo + 16 < m ? lo + 16 : m;
+        for (uint32_t i = lo + 1; i < hi; i++) {
+            struct vkey x = a[i];
+            uint32_t j = i;
+            while (j > lo && vkey_lt(&x, &a[j - 1])) {
+                a[j] = a[j - 1];
+                j--;
+            }
+            a[j] = x;
+        }
+    }
+    for (uint32_t w = 16; w < m; w *= 2) {
+        for (uint32_t lo = 0; lo < m; lo += 2 * w) {
+            uint32_t mid = lo + w < m ? lo + w : m, hi = lo + 2 * w < m ? lo + 2 * w : m;
+            uint32_t i = lo, j = mid, k = lo;
+            while (i < mid && j < hi)
+                b[k++] = vkey_lt(&a[j], &a[i]) ? a[j++] : a[i++];
+            while (i < mid)
+                b[k++] = a[i++];
+            while (j < hi)
+                b[k++] = a[j++];
+        }
+        struct vkey *x = a;
+        a = b;
+        b = x;
+    }
+    if (a != t)
+        memcpy(t, a, m * sizeof *t);
+    /* merge the prefix v[0..p) and the sorted tail t[0..m) through tmp */
+    uint32_t i = 0, j = 0, k = 0;
+    while (i < p && j < m)
+        tmp[k++] = vkey_lt(&t[j], &v[i]) ? t[j++] : v[i++];
+    while (i < p)
+        tmp[k++] = v[i++];
+    while (j < m)
+        tmp[k++] = t[j++];
+    memcpy(v, tmp, n * sizeof *v);
+}
+
 /* how many rows ahead the verdicts fetch a group string */
 #define VERDICT_AHEAD 8
 
@@ -260,7 +323,10 @@ static int verdicts(struct bf_engine *e)
         k[i] =
             (struct vkey){e->d[i].cp->prio, e->clusters[e->d[i].cluster].rank, e->d[i].arrival, i};
     /* the snapshot rows are in this order already; the folded rows follow */
-    bfe_sort_tail(k, n, sizeof *k, vkey_cmp, tmp);
+    if (e->cfg.flags & BF_ENGINE_F_REFERENCE)
+        bfe_sort_tail(k, n, sizeof *k, vkey_cmp, tmp); /* the library sort */
+    else
+        vkey_sort_tail(k, n, tmp);
     for (uint32_t j = 0; j < n; j++) {
         /* the group's length is read from its string, a scattered line */
         if (j + VERDICT_AHEAD < n)
