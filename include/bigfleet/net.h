@@ -180,7 +180,7 @@ struct bf_net_stats {
     uint64_t inbound_spare_releases; /* server: idle recycled buffers released (unused
                                         for a period, or to make room in the budget) */
     uint64_t out_buffer_grows;       /* output buffers grown past 16 KiB (in one step to
-                                        1 MiB, then doubling; freed when the output
+                                        2 MiB, then doubling; freed when the output
                                         drains): about one per large reply */
 };
 

@@ -901,7 +901,7 @@ START_TEST(medium_responses_reuse_the_receive_buffer)
 END_TEST
 
 /* A large reply (nghttp2 hands a NO_COPY body's DATA frames over in one
- * call) lands in an output buffer that grew once, straight to 1 MiB, not by
+ * call) lands in an output buffer that grew once, straight to 2 MiB, not by
  * doubling from 16 KiB (every step a copy of what it held: for every List
  * page a provider sends). */
 START_TEST(a_large_reply_grows_its_output_buffer_once)
