@@ -59,8 +59,11 @@ static void obuf_release(struct obuf *b)
  * provider's List page of ~0.9 MB went 16 KiB -> 1 MiB in 6 copying steps,
  * for every page: ~4-7 % of a resync walk's samples; with a 1 MiB room, a
  * fifth of the pages still went on to 2 MiB with a 1 MiB copy: a page's
- * body and the next one's start). The room is virtual until written; buffers over 2 x CONN_BATCH
- * are freed at the next swap and all when the output drains (conn_flush). 0 or -ENOMEM. */
+ * body and the next one's start). The room is virtual until written
+ * (with transparent huge pages `always` rather than Debian's `madvise`, a
+ * touched 2 MiB-aligned room could be backed by a huge page); buffers
+ * over 2 x CONN_BATCH are freed at the next swap and all when the output
+ * drains (conn_flush). 0 or -ENOMEM. */
 static int pending_append(struct conn *c, const void *p, size_t n)
 {
     struct obuf *b = &c->pending;
