@@ -494,6 +494,9 @@ int main(int argc, char **argv)
     /* steady, paged: the resync walk the appliance runs beside its cycles
      * (pages of BF_RECON_PAGE; list and apply summed over the pages) */
     atomic_store(&s->st->first_reconcile_done, 1);
+    /* a mark for profilers attaching to both processes for the walks only */
+    fprintf(stderr, "bench_provider: resync walks start (pid %d, simulator pid %d)\n",
+            (int)getpid(), (int)sim.pid);
     double walk_cpu_self = 0, walk_cpu_sim = 0;
     for (int i = 0; i < walks; i++) {
         bf_recon_reset_cursor(rcn);

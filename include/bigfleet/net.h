@@ -169,7 +169,7 @@ struct bf_net_stats {
     uint64_t flood_closes[BF_NET_FLOOD_COUNT]; /* server: connections closed as floods */
     uint64_t idle_buffer_releases;             /* server: times an idle connection's HTTP/2 frame
                                                   buffer pages went back to the kernel */
-    uint64_t recv_buffer_reuses;     /* client: responses of >= 1 MiB assembled in the client's
+    uint64_t recv_buffer_reuses;     /* client: responses of >= 256 KiB assembled in the client's
                                         recycled receive buffer (one kept between calls, at most
                                         BF_NET_RECV_SPARE_MAX) instead of new memory; server:
                                         requests of >= 1 MiB assembled in the server's */
@@ -179,6 +179,9 @@ struct bf_net_stats {
                                         needs the room, or after 5-10 s unused) */
     uint64_t inbound_spare_releases; /* server: idle recycled buffers released (unused
                                         for a period, or to make room in the budget) */
+    uint64_t out_buffer_grows;       /* output buffers grown past 16 KiB (in one step to
+                                        2 MiB, then doubling; freed when the output
+                                        drains): about one per large reply */
 };
 
 /* -------------------------------------------------------------- the loop */

@@ -40,11 +40,42 @@
 
 #define CONN_BATCH (128u * 1024)
 #define LINGER_NS  (1 * BF_NS_PER_SEC)
+/* Output beyond this grows straight to CONN_OUT_ROOM (pending_append) */
+#define CONN_OUT_SMALL (16u * 1024)
+#define CONN_OUT_ROOM  (2048u * 1024)
 
 static void obuf_release(struct obuf *b)
 {
     free(b->p);
     memset(b, 0, sizeof *b);
+}
+
+/* Appends to the pending output. Small outputs grow as obuf_append grows
+ * them; once they pass CONN_OUT_SMALL the buffer goes to CONN_OUT_ROOM (or
+ * what is needed) in one step instead of doubling from 16 KiB, where every
+ * step copied what it held. A large reply is large here: a produce stops
+ * at CONN_BATCH only between nghttp2 calls, and one nghttp2_session_mem_send
+ * hands over every DATA frame of a NO_COPY body the windows allow (a
+ * provider's List page of ~0.9 MB went 16 KiB -> 1 MiB in 6 copying steps,
+ * for every page: ~4-7 % of a resync walk's samples; with a 1 MiB room, a
+ * fifth of the pages still went on to 2 MiB with a 1 MiB copy: a page's
+ * body and the next one's start). The room is virtual until written
+ * (with transparent huge pages `always` rather than Debian's `madvise`, a
+ * touched 2 MiB-aligned room could be backed by a huge page); buffers
+ * over 2 x CONN_BATCH are freed at the next swap and all when the output
+ * drains (conn_flush). 0 or -ENOMEM. */
+static int pending_append(struct conn *c, const void *p, size_t n)
+{
+    struct obuf *b = &c->pending;
+    size_t need;
+    if (__builtin_add_overflow(b->len, n, &need))
+        return -ENOMEM;
+    if (need > b->cap && need > CONN_OUT_SMALL) {
+        if (bf_grow((void **)&b->p, &b->cap, need > CONN_OUT_ROOM ? need : CONN_OUT_ROOM, 1))
+            return -ENOMEM;
+        c->stats->out_buffer_grows++;
+    }
+    return obuf_append(b, p, n);
 }
 
 /* The TLS layer's output (struct bf_tls_io.out): records to the pending
@@ -54,7 +85,7 @@ static int tls_out(struct bf_tls_io *io, const void *p, size_t n)
     struct conn *c = BF_CONTAINER_OF(io, struct conn, tio);
     if (c->state == C_CLOSED)
         return -EPIPE;
-    return obuf_append(&c->pending, p, n) < 0 ? -ENOMEM : 0;
+    return pending_append(c, p, n) < 0 ? -ENOMEM : 0;
 }
 
 static void conn_complete(struct bf_loop_handler *h, unsigned op, int res, unsigned flags);
@@ -249,7 +280,7 @@ void bf_conn_close(struct conn *c)
 int bf_conn_write(struct conn *c, const void *p, size_t n)
 {
     if (!c->tio.ssl)
-        return obuf_append(&c->pending, p, n);
+        return pending_append(c, p, n);
     struct bf_net_loop *l = c->loop;
     const uint8_t *s = p;
     while (n > 0) {

@@ -51,6 +51,10 @@
 #include "net/h2_common.h"
 
 #define CLI_BATCH (128u * 1024)
+/* Responses of this size and more start in the recycled receive buffer (a
+ * List page of 4,096 machines is ~0.9 MB: below BF_GRPC_MMAP_MIN, so with
+ * the default every page was assembled in new memory regrown by doubling) */
+#define CLI_SPARE_MIN (256u * 1024)
 
 struct cconn;
 
@@ -1197,6 +1201,7 @@ int bf_net_client_new(struct bf_net_loop *loop, const struct bf_net_client_opts 
         cl->o.max_recv_message = BF_NET_MAX_MESSAGE;
     cl->spare.max = cl->o.max_recv_message < BF_NET_RECV_SPARE_MAX ? cl->o.max_recv_message
                                                                    : BF_NET_RECV_SPARE_MAX;
+    cl->spare.min = CLI_SPARE_MIN;
     if (!cl->o.max_send_message)
         cl->o.max_send_message = BF_NET_MAX_MESSAGE;
     if (!cl->o.max_pending)

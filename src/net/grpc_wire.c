@@ -82,11 +82,16 @@ static struct bf_grpc_budget *budget_try(struct bf_grpc_budget *b, size_t n)
     return NULL;
 }
 
+static size_t spare_min(const struct bf_grpc_spare *spare)
+{
+    return spare->min ? spare->min : BF_GRPC_MMAP_MIN;
+}
+
 void bf_grpc_spare_put(struct bf_grpc_spare *spare, void *buf, size_t cap)
 {
     if (!buf)
         return;
-    if (!spare || cap < BF_GRPC_MMAP_MIN || cap > spare->max || cap <= spare->cap) {
+    if (!spare || cap < spare_min(spare) || cap > spare->max || cap <= spare->cap) {
         bf_grpc_buf_free(buf, cap);
         return;
     }
@@ -122,13 +127,15 @@ bool bf_grpc_spare_tick(struct bf_grpc_spare *spare)
 }
 
 /* Starts a message's assembly in the spare (its declared length is at least
- * BF_GRPC_MMAP_MIN, so it would be mapped anyway, and at most the spare's
- * max): false when there is none or the budget refuses it. The spare's own
- * charge (if any) becomes the parser's. */
+ * the spare's min, by default BF_GRPC_MMAP_MIN, so it would be mapped anyway,
+ * and at most the spare's max): false when there is none or the budget
+ * refuses it. The spare's own charge (if any) becomes the parser's. A
+ * buffer's capacity tells how it was allocated (bf_grpc_buf_free), whoever
+ * uses it, and growth from it follows the same rule (buf_grow). */
 static bool take_spare(struct bf_grpc_parser *p)
 {
     struct bf_grpc_spare *sp = p->spare;
-    if (!sp || !sp->buf || p->buf || p->msg_len < BF_GRPC_MMAP_MIN || p->msg_len > sp->max)
+    if (!sp || !sp->buf || p->buf || p->msg_len < spare_min(sp) || p->msg_len > sp->max)
         return false; /* (a message over max would not give it back) */
     uint8_t *buf = sp->buf;
     size_t cap = sp->cap;

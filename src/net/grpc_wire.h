@@ -54,8 +54,9 @@ struct bf_grpc_budget *bf_grpc_budget_charge(struct bf_grpc_budget *b, size_t n)
 void bf_grpc_budget_refund(struct bf_grpc_budget *b, size_t n);
 
 /*
- * A recycled assembly buffer: at most one mapped buffer (BF_GRPC_MMAP_MIN
- * to `max` bytes of capacity) kept between messages, so a connection that
+ * A recycled assembly buffer: at most one buffer (`min`, by default
+ * BF_GRPC_MMAP_MIN, to `max` bytes of capacity) kept between messages, and
+ * a message declaring `min` to `max` bytes starts in it, so a connection that
  * receives one large message after another (a provider's List pages) reuses
  * memory whose pages are already present instead of mapping, faulting in,
  * clearing and unmapping new memory for every message. Owned by the
@@ -72,17 +73,24 @@ void bf_grpc_budget_refund(struct bf_grpc_budget *b, size_t n);
  * refunds it, and a charge that budget would refuse releases the spare first
  * (bf_grpc_budget_charge). bf_grpc_spare_tick releases a spare nobody took
  * for a whole period.
+ *
+ * `min` below BF_GRPC_MMAP_MIN (the gRPC client's 256 KiB) also keeps
+ * malloc'd buffers: a provider's List page of 4,096 machines is ~0.9 MB,
+ * and each was otherwise assembled in new memory regrown by doubling from
+ * 16 KiB (a copy per step). A buffer's capacity still tells how it was
+ * allocated, whoever uses it.
  */
 struct bf_grpc_spare {
     uint8_t *buf;                  /* NULL when empty */
     size_t cap;                    /* its capacity (bf_grpc_buf_free's argument) */
     size_t max;                    /* the largest buffer kept; 0 = keep none */
+    size_t min;                    /* the smallest kept and taken; 0 = BF_GRPC_MMAP_MIN */
     uint64_t reuses;               /* messages assembled in a recycled buffer */
     struct bf_grpc_budget *charge; /* optional: the idle buffer is charged here */
     uint64_t idle_releases;        /* buffers released idle (tick, yield, refused put) */
     bool touched;                  /* put or taken since the previous bf_grpc_spare_tick */
 };
-/* Keeps buf (capacity cap) as the spare when it fits (mapped, <= max, and
+/* Keeps buf (capacity cap) as the spare when it fits (>= min, <= max, and
  * larger than the one held: the smaller is freed; with `charge`, when that
  * budget takes its capacity); frees it otherwise. spare NULL: frees it. */
 void bf_grpc_spare_put(struct bf_grpc_spare *spare, void *buf, size_t cap);
@@ -107,7 +115,7 @@ struct bf_grpc_parser {
     size_t have, cap;
     struct bf_grpc_budget *budget; /* optional, borrowed; kept across resets */
     struct bf_grpc_spare *spare;   /* optional, borrowed; kept across resets: a message
-                                      declaring BF_GRPC_MMAP_MIN to spare->max bytes
+                                      declaring spare->min to spare->max bytes
                                       starts in it,
                                       and finished buffers go back to it */
     /* During the callback of an assembled message: its buffer and the bytes

@@ -949,6 +949,63 @@ START_TEST(taken_replies_arrive_intact_and_large_responses_reuse_the_receive_buf
 }
 END_TEST
 
+/* Responses from 256 KiB up (a provider's List page of 4,096 machines is
+ * ~0.9 MB, below the 1 MiB where buffers are mapped) also start in the
+ * buffer the previous one left, instead of new memory regrown by doubling
+ * (a copy per step, for every page); smaller ones do not take it. */
+START_TEST(medium_responses_reuse_the_receive_buffer)
+{
+    struct rig g = rig_up(NULL, NULL, 0);
+    size_t sizes[] = {900000, 868358, 100000, 300000, 900007};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        char ask[32];
+        int a = snprintf(ask, sizeof ask, "take:%zu", sizes[k]);
+        struct result r = {0};
+        unary(g.cl, "/t.Test/Echo", ask, (size_t)a, 10 * BF_NS_PER_SEC, &r);
+        run_until(g.l, result_done, &r, 10 * BF_NS_PER_SEC);
+        ck_assert_int_eq(r.code, BF_NET_OK);
+        ck_assert_uint_eq(r.len, sizes[k]);
+        for (size_t i = 0; i < sizes[k]; i += 997)
+            ck_assert_uint_eq(r.resp[i], (uint8_t)(i * 13 + sizes[k]));
+        free(r.resp);
+    }
+    struct bf_net_stats st;
+    bf_net_client_stats(g.cl, &st);
+    /* the first maps nothing and is kept; 868,358, 300,000 and 900,007 (grown
+     * from it) start in it; 100,000 does not */
+    ck_assert_uint_eq(st.recv_buffer_reuses, 3);
+    rig_down(&g);
+}
+END_TEST
+
+/* A large reply (nghttp2 hands a NO_COPY body's DATA frames over in one
+ * call) lands in an output buffer that grew once, straight to 2 MiB, not by
+ * doubling from 16 KiB (every step a copy of what it held: for every List
+ * page a provider sends). */
+START_TEST(a_large_reply_grows_its_output_buffer_once)
+{
+    struct rig g = rig_up(NULL, NULL, 0);
+    for (int k = 0; k < 2; k++) {
+        struct result r = {0};
+        unary(g.cl, "/t.Test/Echo", "take:900000", 11, 10 * BF_NS_PER_SEC, &r);
+        run_until(g.l, result_done, &r, 10 * BF_NS_PER_SEC);
+        ck_assert_int_eq(r.code, BF_NET_OK);
+        ck_assert_uint_eq(r.len, 900000);
+        for (size_t i = 0; i < r.len; i += 997)
+            ck_assert_uint_eq(r.resp[i], (uint8_t)(i * 13 + 900000));
+        free(r.resp);
+    }
+    struct bf_net_stats ss;
+    bf_net_server_stats(g.srv, &ss);
+    /* at most two per reply (the buffer is freed when the output drains; a
+     * small send in flight may make the body the second buffer's); by
+     * doubling it was 6 steps per reply (32 KiB ... 1 MiB) */
+    ck_assert_uint_ge(ss.out_buffer_grows, 2);
+    ck_assert_uint_le(ss.out_buffer_grows, 4);
+    rig_down(&g);
+}
+END_TEST
+
 START_TEST(oversize_request_is_resource_exhausted_and_the_connection_survives)
 {
     struct rig g = rig_up(NULL, NULL, 1u << 20);
@@ -1949,6 +2006,8 @@ int main(void)
     tcase_add_test(tc, server_cancel_reaches_the_client_as_cancelled);
     tcase_add_test(tc, large_messages_round_trip_in_both_directions);
     tcase_add_test(tc, taken_replies_arrive_intact_and_large_responses_reuse_the_receive_buffer);
+    tcase_add_test(tc, medium_responses_reuse_the_receive_buffer);
+    tcase_add_test(tc, a_large_reply_grows_its_output_buffer_once);
     tcase_add_test(tc, oversize_request_is_resource_exhausted_and_the_connection_survives);
     tcase_add_test(tc, calls_fail_fast_while_down_and_succeed_after_reconnect);
     tcase_add_test(tc, connection_loss_fails_open_calls_with_unavailable_then_reconnects);
