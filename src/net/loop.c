@@ -28,11 +28,16 @@
  *     (MADV_DONTNEED: they read back as zeros; the next receive faults a page
  *     in). This is safe while the buffers sit in the kernel's ring because
  *     every buffer a completion handed us went back before its handler
- *     returned (no one keeps a pointer into one), and the kernel writes a
- *     provided buffer only while it completes a receive, which with our ring
- *     (no SQPOLL, no IOSQE_ASYNC: socket receives are poll-driven) runs as
- *     task work of this thread: inside io_uring_enter (DEFER_TASKRUN) or on
- *     this thread's return to user space — never during our madvise call.
+ *     returned (no one keeps a pointer into one), and with DEFER_TASKRUN the
+ *     kernel writes a provided buffer only inside io_uring_enter on this
+ *     thread (deferred task work, or a receive issued inline while we
+ *     submit), posting its completion before it returns: so the release
+ *     runs only when the CQ ring and its overflow list are empty
+ *     (bufs_all_free), with no system call between that check and the
+ *     madvise. A ring without DEFER_TASKRUN (older kernels) runs task work on
+ *     any return to user space, so its pages are never given back. (Review
+ *     of stop 29: the first version checked only the time since the last
+ *     receive.)
  *     Busy loops pay nothing but a flag per iteration; a quiet one pays one
  *     madvise per quiet spell and a page fault per page touched afterwards:
  *     ~40 us a page on the benchmark VM (its kernel has no shared zero
@@ -745,9 +750,29 @@ static int setup_ring(struct bf_net_loop *l, unsigned entries)
     return r;
 }
 
-/* No receive for BF_LOOP_BUFS_IDLE_NS: give the buffers' pages back (see the
- * design notes: no buffer is ours between completions, and the kernel fills
- * them only in this thread's task work). */
+/* Whether no provided buffer can hold data we have not consumed: the kernel
+ * fills one only while it completes a receive, and with DEFER_TASKRUN that
+ * happens only inside io_uring_enter on this thread: either deferred task work
+ * (run only when we wait for completions) or a receive issued inline while we
+ * submit, whose completion is then already in the CQ ring (or its overflow
+ * list). So with DEFER_TASKRUN, an empty CQ ring and no overflow, every
+ * buffer in the ring is free, and stays free until our next io_uring_enter:
+ * no system call may come between this check and the release. Without
+ * DEFER_TASKRUN, task work also runs on any return to user space (a signal, an
+ * interrupt), so a receive could fill a buffer between the check and the
+ * madvise: there the pages are never given back. */
+static bool bufs_all_free(struct bf_net_loop *l)
+{
+    if (!(l->ring.flags & IORING_SETUP_DEFER_TASKRUN))
+        return false;
+    if (io_uring_cq_ready(&l->ring) != 0)
+        return false;
+    return !(IO_URING_READ_ONCE(*l->ring.sq.kflags) & IORING_SQ_CQ_OVERFLOW);
+}
+
+/* No receive for BF_LOOP_BUFS_IDLE_NS: give the buffers' pages back when
+ * bufs_all_free says none holds unconsumed data; a completion waiting to be
+ * handled puts the release off by another period. */
 static void bufs_idle_cb(struct bf_net_timer *t, void *arg)
 {
     struct bf_net_loop *l = arg;
@@ -756,10 +781,15 @@ static void bufs_idle_cb(struct bf_net_timer *t, void *arg)
         bf_net_timer_start(t, BF_LOOP_BUFS_IDLE_NS - (l->bufs_used ? 0 : quiet), 0);
         return;
     }
-    if (madvise(l->bufs, l->bufs_size, MADV_DONTNEED) == 0) {
-        l->bufs_touched = false;
+    if (!bufs_all_free(l)) {
+        bf_net_timer_start(t, BF_LOOP_BUFS_IDLE_NS, 0);
+        return;
+    }
+    /* nothing between the check above and this call enters the kernel's
+     * io_uring */
+    if (madvise(l->bufs, l->bufs_size, MADV_DONTNEED) == 0)
         l->bufs_releases++;
-    } /* else: kept; the next receive re-arms the timer */
+    l->bufs_touched = false; /* released or not, the next receive re-arms */
 }
 
 uint64_t bf_loop_buffer_releases(const struct bf_net_loop *l)
@@ -1007,7 +1037,7 @@ int bf_net_loop_run_once(struct bf_net_loop *l, int64_t max_wait_ns)
     if (l->bufs_used) {
         l->bufs_last_ns = bf_mono_ns();
         l->bufs_used = false;
-        if (!l->bufs_touched) {
+        if (!l->bufs_touched && (l->ring.flags & IORING_SETUP_DEFER_TASKRUN)) {
             l->bufs_touched = true;
             bf_net_timer_start(&l->bufs_timer, BF_LOOP_BUFS_IDLE_NS, 0);
         }

@@ -179,13 +179,14 @@ struct bf_net_loop {
     uint8_t tls_read[BF_TLS_STAGE];
 };
 
-/* An SQE, submitting the queue first if it is full. Never NULL in practice
- * (aborts the process if the ring is unusable, which is a bug). */
 /* Times the loop gave its provided buffers' pages back to the kernel after
- * BF_LOOP_BUFS_IDLE_NS without a receive (loop.c). */
+ * BF_LOOP_BUFS_IDLE_NS without a receive, when no
+ * completion was waiting (loop.c: bufs_idle_cb; never without DEFER_TASKRUN). */
 #define BF_LOOP_BUFS_IDLE_NS (1 * BF_NS_PER_SEC)
 uint64_t bf_loop_buffer_releases(const struct bf_net_loop *loop);
 
+/* An SQE, submitting the queue first if it is full. Never NULL in practice
+ * (aborts the process if the ring is unusable, which is a bug). */
 struct io_uring_sqe *bf_loop_sqe(struct bf_net_loop *loop);
 void bf_loop_cancel(struct bf_net_loop *loop, uint64_t user_data);
 /* Hands the queued SQEs to the kernel now (no wait). */

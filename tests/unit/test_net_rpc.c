@@ -791,6 +791,52 @@ START_TEST(idle_receive_buffers_are_given_back_and_what_arrives_later_is_intact)
 }
 END_TEST
 
+/* Keeps a completion waiting in the CQ ring whenever the buffers' idle timer
+ * runs: a timer with a 1 ns period expires at the start of each iteration's
+ * timers + 1 ns, so it runs before any other timer due in the next one; its
+ * no-op completes inline at submission and is handled only in the next
+ * iteration. */
+static void pending_nop_cb(struct bf_net_timer *t, void *arg)
+{
+    struct bf_net_loop *l = arg;
+    struct io_uring_sqe *sqe = bf_loop_sqe(l);
+    io_uring_prep_nop(sqe);
+    io_uring_sqe_set_data64(sqe, BF_OP_IGNORE);
+    bf_loop_submit(l);
+    (void)t;
+}
+
+START_TEST(a_completion_waiting_to_be_handled_puts_the_buffer_release_off)
+{
+    struct rig g = rig_up(NULL, NULL, 0);
+    struct sres r = {0};
+    struct bf_net_stream *s = bf_net_client_call(g.cl, "/t.Test/Bidi", 0, &SCBS, &r);
+    ck_assert(echo_patterned(g.l, s, &r, 300000, 5));
+    ck_assert_uint_gt(ring_resident_pages(g.l), 8);
+    /* quiet, but a completion is always waiting when the idle timer runs: a
+     * buffer may hold its data, so nothing is given back */
+    struct bf_net_timer nop;
+    bf_timer_init(&nop, g.l, pending_nop_cb, g.l);
+    bf_net_timer_start(&nop, 0, 1);
+    int64_t until = bf_mono_ns() + 3 * BF_LOOP_BUFS_IDLE_NS;
+    while (bf_mono_ns() < until)
+        bf_net_loop_run_once(g.l, 10 * BF_NS_PER_MS);
+    ck_assert_uint_eq(bf_loop_buffer_releases(g.l), 0);
+    ck_assert_uint_gt(ring_resident_pages(g.l), 8);
+    /* no completion waiting any more: given back after the next period */
+    bf_net_timer_stop(&nop);
+    until = bf_mono_ns() + 5 * BF_NS_PER_SEC;
+    while (bf_loop_buffer_releases(g.l) == 0 && bf_mono_ns() < until)
+        bf_net_loop_run_once(g.l, 10 * BF_NS_PER_MS);
+    ck_assert_uint_eq(bf_loop_buffer_releases(g.l), 1);
+    ck_assert(echo_patterned(g.l, s, &r, 300000, 13));
+    bf_net_stream_close_send(s);
+    run_until(g.l, sres_done, &r, (5 * BF_NS_PER_SEC));
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    rig_down(&g);
+}
+END_TEST
+
 START_TEST(many_concurrent_unary_calls_share_one_connection)
 {
     struct rig g = rig_up(NULL, NULL, 0);
@@ -2000,6 +2046,7 @@ int main(void)
         tc, an_idle_recycled_buffer_is_charged_to_the_server_budget_and_gives_way_to_a_message);
     tcase_add_test(tc, an_idle_recycled_buffer_is_released_after_a_quiet_period);
     tcase_add_test(tc, idle_receive_buffers_are_given_back_and_what_arrives_later_is_intact);
+    tcase_add_test(tc, a_completion_waiting_to_be_handled_puts_the_buffer_release_off);
     tcase_add_test(tc, many_concurrent_unary_calls_share_one_connection);
     tcase_add_test(tc, client_deadline_expires_and_the_server_call_ends);
     tcase_add_test(tc, client_cancel_reaches_the_server_as_cancelled);
