@@ -108,12 +108,12 @@ static const struct opt opts[] = {
      "can claim any cluster_id and read every cluster's Needs"},
     {"cycle-interval", T_DURATION, F(cycle_interval_ns), "10s", 0.001, 86400,
      "decision cycle period (an accepted rollup also wakes a cycle)"},
-    {"cycle-min-gap", T_DURATION, F(cycle_min_gap_ns), "5ms", 0, 60,
+    {"cycle-min-gap", T_DURATION, F(cycle_min_gap_ns), "5ms", 0, 1,
      "least time between the starts of cycles woken by demand changes: a change within it "
      "of the last one waits out the gap, then one cycle takes every change made meanwhile. "
      "Costs at most this much decision latency and caps demand cycles at 1/gap per second; "
      "0 = a cycle per change (periodic and deferral cycles are never delayed, ownership work at "
-     "most by the gap)"},
+     "most by the gap); at most 1s"},
     {"max-actions-per-cycle", T_INT, F(max_actions_per_cycle), "0", 0, 1e9,
      "cap on actions handed to execution per cycle (0 = unlimited); the tail is deferred", false,
      true},

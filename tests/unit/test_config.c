@@ -124,6 +124,7 @@ START_TEST(usage_errors_name_the_flag)
         {"--cycle-min-gap=-1ms", "--cycle-min-gap"},
         {"--cycle-min-gap=soon", "--cycle-min-gap"},
         {"--cycle-min-gap=2m", "--cycle-min-gap"},
+        {"--cycle-min-gap=1500ms", "--cycle-min-gap"}, /* a unit slip: at most 1s */
         {"--execute-concurrency=0", "--execute-concurrency"},
         {"--reclaim-cap-fraction=1.5", "--reclaim-cap-fraction"},
         {"--dry-run=maybe", "--dry-run"},
