@@ -108,6 +108,11 @@ struct bf_rollup {
     struct bf_rollup_need_memo *needs_memo;
     uint32_t needs_memo_cap;
     uint32_t reused;
+    /* bf_rollup_convert_incremental only: its fast pass checked converted
+     * rows for duplicates after the pass (limits.defer_min_needs), and a
+     * second, plain pass ran (a duplicate or a reused Need met, or an error) */
+    bool dedup_deferred;
+    bool plain_pass;
     /* private: per row, whether a second Need merged into it and whether a
      * converted (not reused) Need made it; the index of prev's Needs by
      * hash; per prev row, the row it was reused as + 1 */

@@ -1196,6 +1196,8 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
     bool defer = fast &&
                  n_needs >= (lim->defer_min_needs ? lim->defer_min_needs : DEFER_MIN_NEEDS) &&
                  prev->n_rows == prev->n_needs;
+    if (fast)
+        r->dedup_deferred = defer;
     if ((rc = reset_dedup(r, n_needs)))
         return rc;
     r->timestamp_ns = ts;
@@ -1283,10 +1285,12 @@ static int convert_rollup(struct bf_shm *s, const uint8_t *buf, size_t len, cons
                           const struct bf_rollup_digest_key *key, const struct bf_rollup_prev *prev,
                           struct bf_rollup *r, char *err, size_t errlen)
 {
+    r->dedup_deferred = r->plain_pass = false;
     int rc =
         convert_pass(s, buf, len, cluster_id, cluster_ref, lim, key, prev, true, 0, r, err, errlen);
     if (rc == 0 || !key || !prev)
         return rc;
+    r->plain_pass = true;
     /* the plain pass, starting from what the fast one added to the string
      * table (its interned strings stay; the quota counts them once) and
      * keeping the unknown fields it dropped (its profiles are cached now) */
