@@ -252,7 +252,12 @@ int bf_inv_read_seq(const struct bf_shm *s, uint32_t slot, struct bf_machine_rec
  *    and so does every later ref once the window mostly misses.
  * Without the inventory's descriptor (read-only attachments close it) or
  * after a failed or short pread everything is read live. Same results as
- * bf_inv_read / bf_str. One thread; the handle is ~200 KiB.
+ * bf_inv_read / bf_str. One thread; the handle is ~200 KiB; the bf_shm it
+ * was begun on must outlive it, and it serves one rescan (never across a
+ * re-attach of the segment). The record check assumes the kernel's copy
+ * never tears an aligned 4-byte seq word (true of the x86-64 and arm64
+ * copy routines, not promised by pread's API); a torn seq could match
+ * falsely only after ~2^31 writes to one record during one chunk's copies.
  */
 #define BF_INV_SCAN_RECS   1024u       /* 64 KiB of records per copy */
 #define BF_INV_SCAN_WINDOW (64u << 10) /* bytes of arena per window */

@@ -201,6 +201,9 @@ struct bf_net_call {
     uint32_t n_req;
     uint32_t hdr_bytes; /* decoded request header list (name + value + 32 each) */
     int status;
+    /* the flags below are bit-fields sharing one memory location: read and
+     * written on the loop thread only (a write from another thread would
+     * race with its neighbours) */
     /* request headers */
     bool is_post : 1, ct_ok : 1, bad_timeout : 1, encoded : 1, unknown_path : 1;
     /* inbound */

@@ -858,9 +858,9 @@ static void run_world_stats(uint64_t seed, int cycles, int cmp, uint64_t stats[6
         stats[1] += w->reranked;
         stats[2] += w->derived;
         stats[3] += w->dkept;
-        stats[4] += w->f->e->dm_held[0];
-        stats[5] += w->f->e->dm_held[1];
-        ck_assert_uint_eq(w->ref->dm_held[0] + w->ref->dm_held[1], 0); /* it looks up */
+        stats[4] += w->f->e->held_reused[0];
+        stats[5] += w->f->e->held_reused[1];
+        ck_assert_uint_eq(w->ref->held_reused[0] + w->ref->held_reused[1], 0); /* it looks up */
     }
     bf_engine_free(w->ref);
     bf_engine_free(w->nov);

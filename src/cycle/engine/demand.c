@@ -374,7 +374,7 @@ static struct cprof *cprof_held(struct bf_engine *e, struct cprof *cp,
     } else if (!cp->fp_computed || !profile_same(&n->profile, &cp->prof)) {
         return NULL;
     }
-    e->dm_held[by_fp ? 0 : 1]++;
+    e->held_reused[by_fp ? 0 : 1]++;
     cp->refs++;
     return cp;
 }
@@ -718,10 +718,10 @@ int bfe_demand_snapshot(struct bf_engine *e)
             uint32_t k = 0;
             for (uint32_t i = 0; i < cl->n_needs; i++)
                 k += !cl->fold[i];
-            cl->npt = k;
+            cl->n_pass_through = k;
             fresh += k;
         }
-        total += cl->npt;
+        total += cl->n_pass_through;
     }
     if (GROW(e->snap, e->cap_snap, total ? total : 1) ||
         GROW(e->snapk, e->cap_snapk, total ? total : 1) ||

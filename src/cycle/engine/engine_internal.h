@@ -512,9 +512,9 @@ struct cluster {
      * one per instance type (type 0: no InstanceType, label only) */
     uint32_t *tl[2];
     uint32_t ntl[2], captl[2];
-    bool snap_changed;   /* demand or a fold decision changed since the last snapshot order */
-    uint32_t npt;        /* its pass-through Needs (fold[i] == 0) in the snapshot order */
-    uint64_t supply_ver; /* bumped when a leaf joins or leaves tl[] lists */
+    bool snap_changed;       /* demand or a fold decision changed since the last snapshot order */
+    uint32_t n_pass_through; /* its pass-through Needs (fold[i] == 0) in the snapshot order */
+    uint64_t supply_ver;     /* bumped when a leaf joins or leaves tl[] lists */
     /* NormalizeDemand fold groups, valid while demand and both versions hold */
     struct fold_group *fg;
     uint32_t nfg, capfg;
@@ -713,13 +713,13 @@ struct bf_engine {
     struct bfe_u64map tver_map; /* itype string id -> index into tver */
     uint64_t *tver;
     uint32_t n_tver, cap_tver;
-    uint64_t epoch_ctr;    /* cluster credit epochs */
-    uint64_t cprof_serial; /* the last cprof.serial given */
-    uint64_t dm_held[2];   /* rollup Needs given a held Need's profile without a lookup:
-                            * [0] by the caller's fingerprint, [1] by comparing profiles */
-    uint32_t pp_dkept;     /* this cycle's pre-pass rows kept in clusters whose demand moved */
-    bool memo_broken;      /* a cycle failed part-way: every memo is dropped */
-    struct cons_ent *cons; /* this cycle's virtual consumption, by leaf id */
+    uint64_t epoch_ctr;      /* cluster credit epochs */
+    uint64_t cprof_serial;   /* the last cprof.serial given */
+    uint64_t held_reused[2]; /* rollup Needs given a held Need's profile without a lookup:
+                              * [0] by the caller's fingerprint, [1] by comparing profiles */
+    uint32_t pp_dkept;       /* this cycle's pre-pass rows kept in clusters whose demand moved */
+    bool memo_broken;        /* a cycle failed part-way: every memo is dropped */
+    struct cons_ent *cons;   /* this cycle's virtual consumption, by leaf id */
     uint32_t n_cons, cap_cons;
     struct pmemo *rec_pm; /* the pre-pass row being derived or re-ranked (NULL: none) */
     uint32_t rec_ci, rec_row;
