@@ -318,6 +318,33 @@ const tests = [
       assert.strictEqual(rows[0].bootstrap_count, 4, 'the verdict shows what was decided');
       assert.ok(Number(rows[0].age_cycles_unmet) >= 5, `unmet age ${rows[0].age_cycles_unmet}`);
     })],
+
+  // --cycle-min-gap on the real cycle process (test_cycle_pace checks the
+  // arithmetic; this checks the loop's wiring): with no periodic cycle due
+  // for 60 s, a demand change after a quiet period is decided at once, and
+  // three changes sent right after that cycle wait out the 1 s gap and are
+  // decided by ONE cycle, which sees the last of them (nothing is lost while
+  // the cycle process sleeps through their wake-ups).
+  ['Pacing: changes inside --cycle-min-gap wait for it, one cycle decides them all, the last is kept', () =>
+    withShard('--seed-idle 8', ['--cycle-interval=60s', '--cycle-min-gap=1s'], async (S, connectOp) => {
+      const op = await connectOp('cluster-train');
+      const cycles = async () => sum(await metrics(S), 'bigfleet_appliance_cycles_total');
+      const c0 = await cycles();
+      const tSent = Date.now();
+      await op.rollup([gpuNeed(1000000, 1)]);
+      let c1 = c0;
+      await L.waitFor(async () => (c1 = await cycles()) > c0, 5000, 'the first demand cycle');
+      const tFirst = Date.now();
+      assert.ok(tFirst - tSent < 5000);
+      assert.strictEqual(c1 - c0, 1, 'one cycle for the first change');
+      for (const n of [2, 3, 4]) await op.rollup([gpuNeed(1000000, n)]);
+      await L.waitFor(async () => op.boots.length >= 4, 20000, 'the last change decided');
+      const waited = Date.now() - tFirst;
+      assert.ok(waited >= 700, `the burst was decided ${waited} ms after the first demand cycle`);
+      await L.sleep(500); // anything a further cycle would send
+      assert.strictEqual(await cycles() - c1, 1, 'one cycle took the three changes');
+      assert.strictEqual(op.boots.length, 4, 'BootstrapRequests: the last demand (4), no more');
+    })],
 ];
 
 register(tests, { skip: SKIP });
