@@ -558,6 +558,29 @@ static uint64_t dedup_hash(uint64_t k)
     return k;
 }
 
+/* A dedup slot's tag for key hash h (never 0: 0 is an empty slot). */
+static inline uint32_t dedup_tag(uint64_t h)
+{
+    return (uint32_t)(h >> 32) | 1u;
+}
+
+/* The one probe of a dedup table t (mask + 1 slots of tag << 32 | row + 1,
+ * linear probing; rows hold the keys): the row with key (pref, gref) whose
+ * key hash is h, or UINT32_MAX with *slot the empty slot where it would go.
+ * A row is read only on a tag match. */
+static inline uint32_t dedup_probe(const uint64_t *t, uint32_t mask, const struct bf_need_row *rows,
+                                   uint64_t h, uint32_t pref, uint32_t gref, uint32_t *slot)
+{
+    uint32_t tag = dedup_tag(h), at = (uint32_t)h & mask;
+    for (uint64_t v; (v = t[at]) != 0; at = (at + 1) & mask) {
+        const struct bf_need_row *x = &rows[(uint32_t)v - 1];
+        if ((uint32_t)(v >> 32) == tag && x->profile_ref == pref && x->group_ref == gref)
+            return (uint32_t)v - 1;
+    }
+    *slot = at;
+    return UINT32_MAX;
+}
+
 /* ------------------------------------------------------------ conversion */
 
 static int key_append(struct scratch *sc, const uint8_t *p, size_t len)
@@ -790,17 +813,14 @@ bad:
  * (profile, group) already there sets dup_seen. */
 static void defer_insert(struct bf_rollup *r, struct scratch *sc, uint64_t h, uint32_t row)
 {
-    uint32_t tag = (uint32_t)(h >> 32) | 1u, at = (uint32_t)h & r->dmask;
     const struct bf_need_row *x = &r->rows[row];
-    for (uint64_t v; (v = r->dkeys[at]) != 0; at = (at + 1) & r->dmask) {
-        const struct bf_need_row *y = &r->rows[(uint32_t)v - 1];
-        if ((uint32_t)(v >> 32) == tag && y->profile_ref == x->profile_ref &&
-            y->group_ref == x->group_ref) {
-            sc->dup_seen = true;
-            return;
-        }
+    uint32_t at = 0;
+    if (dedup_probe(r->dkeys, r->dmask, r->rows, h, x->profile_ref, x->group_ref, &at) !=
+        UINT32_MAX) {
+        sc->dup_seen = true;
+        return;
     }
-    r->dkeys[at] = (uint64_t)tag << 32 | (row + 1);
+    r->dkeys[at] = (uint64_t)dedup_tag(h) << 32 | (row + 1);
 }
 
 /* Queues row `row` for the dedup table (its slot prefetched now, probed
@@ -855,15 +875,8 @@ static int place_row(struct bf_rollup *r, struct scratch *sc, uint32_t pref, uin
             dup = r->prev_used[prow] - 1;
     } else if (!sc->defer) {
         uint64_t dh = dedup_hash((uint64_t)pref << 32 | gref);
-        tag = (uint32_t)(dh >> 32) | 1u;
-        slot = (uint32_t)dh & r->dmask;
-        for (uint64_t v; (v = r->dkeys[slot]) != 0; slot = (slot + 1) & r->dmask) {
-            const struct bf_need_row *x = &r->rows[(uint32_t)v - 1];
-            if ((uint32_t)(v >> 32) == tag && x->profile_ref == pref && x->group_ref == gref) {
-                dup = (uint32_t)v - 1;
-                break;
-            }
-        }
+        tag = dedup_tag(dh);
+        dup = dedup_probe(r->dkeys, r->dmask, r->rows, dh, pref, gref, &slot);
     }
     if (dup != UINT32_MAX) {
         struct bf_need_row *row = &r->rows[dup];
@@ -1082,11 +1095,6 @@ static uint64_t row_key_hash(const struct bf_need_row *x)
     return dedup_hash((uint64_t)x->profile_ref << 32 | x->group_ref);
 }
 
-static bool same_key(const struct bf_need_row *a, const struct bf_need_row *b)
-{
-    return a->profile_ref == b->profile_ref && a->group_ref == b->group_ref;
-}
-
 static int cross_collision(const struct bf_rollup *r)
 {
     uint32_t nconv = 0;
@@ -1108,7 +1116,7 @@ static int cross_collision(const struct bf_rollup *r)
         uint32_t at = (uint32_t)h & mask;
         while (t[at])
             at = (at + 1) & mask;
-        t[at] = (uint64_t)((uint32_t)(h >> 32) | 1u) << 32 | (i + 1);
+        t[at] = (uint64_t)dedup_tag(h) << 32 | (i + 1);
     }
     int hit = 0;
     uint32_t rows[CC_BATCH];
@@ -1125,9 +1133,9 @@ static int cross_collision(const struct bf_rollup *r)
         }
         for (uint32_t b = 0; b < nb && !hit; b++) {
             const struct bf_need_row *x = &r->rows[rows[b]];
-            uint32_t tag = (uint32_t)(hs[b] >> 32) | 1u, at = (uint32_t)hs[b] & mask;
-            for (uint64_t v; (v = t[at]) != 0 && !hit; at = (at + 1) & mask)
-                hit = (uint32_t)(v >> 32) == tag && same_key(&r->rows[(uint32_t)v - 1], x);
+            uint32_t at;
+            hit = dedup_probe(t, mask, r->rows, hs[b], x->profile_ref, x->group_ref, &at) !=
+                  UINT32_MAX;
         }
     }
     free(t);
