@@ -311,6 +311,28 @@ static bool is_uniform(const struct bf_machine_rec *r)
     return true;
 }
 
+/* A forked writer of its own attachment: for k = 1 .. rounds - 1, commits
+ * uniform(k) to every slot in [first, first + n). Exits 0, or 3/4 when it
+ * cannot attach or begin a write. */
+static pid_t fork_uniform_writer(uint32_t first, uint32_t n, uint32_t rounds)
+{
+    pid_t w = fork();
+    if (w != 0)
+        return w;
+    struct bf_shm c;
+    if (bf_shm_attach(&c, g_id, false, NULL, 0) != 0)
+        _exit(3);
+    for (uint32_t k = 1; k < rounds; k++)
+        for (uint32_t slot = first; slot < first + n; slot++) {
+            struct bf_inv_txn t;
+            if (bf_inv_begin(&c, slot, &t) != 0)
+                _exit(4);
+            struct bf_machine_rec r = uniform(k);
+            bf_inv_commit(&c, &t, &r, -1);
+        }
+    _exit(0);
+}
+
 START_TEST(seqlock_forked_writer_never_yields_a_torn_read)
 {
     struct bf_machine_rec r0 = mk(intern("torn-test"), BF_STATE_IDLE);
@@ -322,20 +344,7 @@ START_TEST(seqlock_forked_writer_never_yields_a_torn_read)
     ck_assert_int_eq(bf_inv_begin(&g_s, slot, &t0), 0);
     struct bf_machine_rec u0 = uniform(0);
     bf_inv_commit(&g_s, &t0, &u0, -1);
-    pid_t w = fork();
-    if (w == 0) {
-        struct bf_shm c;
-        if (bf_shm_attach(&c, g_id, false, NULL, 0) != 0)
-            _exit(3);
-        for (uint32_t k = 1; k < 400000; k++) {
-            struct bf_inv_txn t;
-            if (bf_inv_begin(&c, slot, &t) != 0)
-                _exit(4);
-            struct bf_machine_rec r = uniform(k);
-            bf_inv_commit(&c, &t, &r, -1);
-        }
-        _exit(0);
-    }
+    pid_t w = fork_uniform_writer(slot, 1, 400000);
     /* two readers: this process and a forked one; each also checks that the
      * versions it reads never go back (k only grows) */
     struct bf_machine_rec first;
@@ -1578,21 +1587,7 @@ START_TEST(a_scan_under_a_forked_writer_never_yields_a_torn_record)
         struct bf_machine_rec u = uniform(0);
         bf_inv_commit(&g_s, &t, &u, -1);
     }
-    pid_t w = fork();
-    if (w == 0) {
-        struct bf_shm c;
-        if (bf_shm_attach(&c, g_id, false, NULL, 0) != 0)
-            _exit(3);
-        for (uint32_t k = 1; k < 3000; k++)
-            for (uint32_t slot = 0; slot < M; slot++) {
-                struct bf_inv_txn t;
-                if (bf_inv_begin(&c, slot, &t) != 0)
-                    _exit(4);
-                struct bf_machine_rec r = uniform(k);
-                bf_inv_commit(&c, &t, &r, -1);
-            }
-        _exit(0);
-    }
+    pid_t w = fork_uniform_writer(0, M, 3000);
     long torn = 0, ok = 0, copied = 0, live = 0;
     for (int pass = 0; pass < 400; pass++) {
         struct bf_inv_scan *sc;

@@ -254,6 +254,19 @@ static inline bool vkey_lt(const struct vkey *x, const struct vkey *y)
     return x->idx < y->idx;
 }
 
+/* Merges sorted x[0..nx) and y[0..ny) into out (stable: x first on ties). */
+static inline void vkey_merge(struct vkey *out, const struct vkey *x, uint32_t nx,
+                              const struct vkey *y, uint32_t ny)
+{
+    uint32_t i = 0, j = 0, k = 0;
+    while (i < nx && j < ny)
+        out[k++] = vkey_lt(&y[j], &x[i]) ? y[j++] : x[i++];
+    while (i < nx)
+        out[k++] = x[i++];
+    while (j < ny)
+        out[k++] = y[j++];
+}
+
 /* bfe_sort_tail for vkeys with the comparison inlined (vkey_cmp's order: a
  * total order, idx being unique): the sorted prefix, then the rest sorted by
  * a bottom-up merge sort (insertion runs of 16), then the two merged. */
@@ -281,13 +294,7 @@ static void vkey_sort_tail(struct vkey *v, uint32_t n, struct vkey *tmp)
     for (uint32_t w = 16; w < m; w *= 2) {
         for (uint32_t lo = 0; lo < m; lo += 2 * w) {
             uint32_t mid = lo + w < m ? lo + w : m, hi = lo + 2 * w < m ? lo + 2 * w : m;
-            uint32_t i = lo, j = mid, k = lo;
-            while (i < mid && j < hi)
-                b[k++] = vkey_lt(&a[j], &a[i]) ? a[j++] : a[i++];
-            while (i < mid)
-                b[k++] = a[i++];
-            while (j < hi)
-                b[k++] = a[j++];
+            vkey_merge(b + lo, a + lo, mid - lo, a + mid, hi - mid);
         }
         struct vkey *x = a;
         a = b;
@@ -296,13 +303,7 @@ static void vkey_sort_tail(struct vkey *v, uint32_t n, struct vkey *tmp)
     if (a != t)
         memcpy(t, a, m * sizeof *t);
     /* merge the prefix v[0..p) and the sorted tail t[0..m) through tmp */
-    uint32_t i = 0, j = 0, k = 0;
-    while (i < p && j < m)
-        tmp[k++] = vkey_lt(&t[j], &v[i]) ? t[j++] : v[i++];
-    while (i < p)
-        tmp[k++] = v[i++];
-    while (j < m)
-        tmp[k++] = t[j++];
+    vkey_merge(tmp, v, p, t, m);
     memcpy(v, tmp, n * sizeof *v);
 }
 
