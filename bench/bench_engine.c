@@ -55,8 +55,10 @@
  *
  * Usage: bench_engine [--quick] [--cycles N] [--only name[,name]] [--out DIR]
  *                     [--openb DIR] [--mode engine|shm|both] [--reclaim-cap F] [--trace]
- *                     [--check]
- *        (--trace: per-cycle timings on stderr; --reclaim-cap: the shm path's rail 1
+ *                     [--check] [--huge-pages]
+ *        (--huge-pages: the engine's big arrays in transparent huge pages, as the
+ *        appliance's --transparent-huge-pages=true; default 4 KiB pages, as its default;
+ *        --trace: per-cycle timings on stderr; --reclaim-cap: the shm path's rail 1
  *        fraction, default the appliance's 0.05; 0 disables it, and then the shm path
  *        decides exactly the engine bench's actions per cycle, since the engine alone
  *        applies no rails)
@@ -2598,6 +2600,8 @@ int main(int argc, char **argv)
             o.check = true;
         } else if (strcmp(argv[i], "--trace") == 0) {
             o.trace = true;
+        } else if (strcmp(argv[i], "--huge-pages") == 0) {
+            bf_engine_set_huge_pages(true);
         } else if (strcmp(argv[i], "--cycles") == 0 && i + 1 < argc) {
             o.cycles = (uint32_t)atoi(argv[++i]);
         } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
@@ -2622,7 +2626,7 @@ int main(int argc, char **argv)
             fprintf(stderr,
                     "usage: %s [--quick] [--cycles N] [--only a,b] [--out DIR] "
                     "[--openb DIR] [--mode engine|shm|both] [--reclaim-cap F] [--trace] "
-                    "[--check]\n",
+                    "[--check] [--huge-pages]\n",
                     argv[0]);
             return 2;
         }
@@ -2634,11 +2638,12 @@ int main(int argc, char **argv)
     int n = 0;
     bool check_failed = false;
     printf("bench_engine: %s, %u measured cycles per workload, 1 cycle = 1 s of simulated "
-           "time\n",
+           "time, big arrays in %s\n",
            o.modes == MODE_ENGINE ? "engine alone (mirror fed by upserts)"
            : o.modes == MODE_SHM  ? "through the shm mirror path (bf_cycle_run_once)"
                                   : "engine alone and through the shm mirror path",
-           o.cycles);
+           o.cycles,
+           bf_engine_huge_pages() ? "transparent huge pages (--huge-pages)" : "4 KiB pages");
     print_header();
     struct {
         const char *name, *desc;

@@ -55,6 +55,7 @@ struct bf_config {
     /* cycle and rails */
     int64_t cycle_interval_ns;
     int64_t cycle_min_gap_ns;      /* demand cycles start >= this apart; 0 = off */
+    bool transparent_huge_pages;   /* cycle process: engine arrays in THP (engine.h) */
     int32_t max_actions_per_cycle; /* 0 = unlimited */
     bool actuation_paused;
     double reclaim_cap_fraction; /* 0 disables rail 1 */

@@ -4,7 +4,8 @@
  * Phase 1 assign, Phase 2 preempt, Phase 3 reclaim and release), with per-Need
  * verdicts, shortfalls, acquisition parking and AvailableCapacity hints.
  *
- * Pure: no I/O, no shared memory, no threads, no global state. One engine
+ * Pure: no I/O, no shared memory, no threads, and one piece of process-wide
+ * state: the page-size advice for big arrays (bf_engine_set_huge_pages). One engine
  * object is owned by one thread (the cycle process); nothing here is
  * thread-safe. Every function may be called in any order except that the
  * pointers a cycle result hands out stay valid only until the next mutating
@@ -112,6 +113,37 @@ struct bf_engine_config {
 void bf_engine_config_defaults(struct bf_engine_config *c);
 
 struct bf_engine;
+
+/*
+ * Transparent huge pages for the engine's big arrays (docs/performance.md,
+ * "Huge pages and the 512 ms stall (stop 30)"). Process-wide, default off.
+ *
+ * On: every array of 2 MiB or more (the mirror's per-slot columns, id buffer
+ * and leaves; any working array grown past 2 MiB) is advised MADV_HUGEPAGE:
+ * one fault per 2 MiB instead of 512, which shortens a restarted cycle
+ * process's first rescan on a host where first touches are dear.
+ * Off: the same arrays are advised MADV_NOHUGEPAGE (4 KiB pages even under a
+ * system-wide THP "always"). On this project's Firecracker VM, memory in
+ * transparent huge pages runs 10-15x slower for a few ms every 512 ms (user
+ * time, no fault, no system call; measured with a plain loop outside the
+ * project too), which made 1-2 of every 100 cycles at 500K machines cost
+ * 15-60 ms instead of ~3 ms; steady-state p99 is what the appliance is for.
+ *
+ * Set it before the first bf_engine_new; it applies to arrays allocated
+ * after the call (an array keeps the advice it was allocated with). Not
+ * thread-safe with concurrent allocations. The advice is a hint: a kernel
+ * without THP ignores it (errors are ignored).
+ */
+void bf_engine_set_huge_pages(bool on);
+/* The current setting (false until bf_engine_set_huge_pages(true)). */
+bool bf_engine_huge_pages(void);
+/*
+ * Advises the 2 MiB-aligned part of [p, p + n) per the setting above
+ * (MADV_HUGEPAGE or MADV_NOHUGEPAGE); a range holding no aligned 2 MiB does
+ * nothing. For the cycle's own big arrays (src/cycle/feed.c), so the engine
+ * and its caller follow one setting. p need not be aligned.
+ */
+void bf_engine_advise_pages(void *p, size_t n);
 
 /*
  * Creates an engine. The config is copied. Returns 0, -EINVAL (capacity 0 or

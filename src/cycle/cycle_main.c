@@ -31,6 +31,7 @@
 #include <stdlib.h>
 
 #include "bigfleet/cycle.h"
+#include "bigfleet/engine.h"
 #include "bigfleet/log.h"
 #include "bigfleet/process.h"
 #include "bigfleet/util.h"
@@ -68,6 +69,8 @@ int bf_cycle_main(const struct bf_config *cfg)
         return BF_EXIT_ERROR;
     struct bf_cycle_opts o;
     bf_cycle_opts_from_config(&o, cfg);
+    /* before the engine allocates anything (engine.h: process-wide) */
+    bf_engine_set_huge_pages(cfg->transparent_huge_pages);
     struct bf_cycle *c;
     int rc = bf_cycle_new(&ch.shm, &o, &c);
     if (rc) {

@@ -20,7 +20,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <xxhash.h>
 
 #include "bigfleet/log.h"
@@ -185,19 +184,6 @@ void bf_cycle_refresh_slot(struct bf_cycle *c, uint32_t slot)
     count(c, si, +1);
 }
 
-/* The per-slot info (c->slots, 16 bytes a slot, from the heap) is first
- * written by the first full rescan, a 4 KiB fault every 256 slots: the
- * 2 MiB-aligned part of it is advised to take transparent huge pages (a
- * hint; the mirror's own columns are mapped that way, engine/mirror.c "big
- * arrays"). */
-static void advise_huge(void *p, size_t n)
-{
-    const uintptr_t huge = (uintptr_t)2 << 20;
-    uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), b = ((uintptr_t)p + n) & ~(huge - 1);
-    if (b > a)
-        (void)madvise((void *)a, b - a, MADV_HUGEPAGE);
-}
-
 static void on_logged(void *arg, uint32_t slot)
 {
     bf_cycle_refresh_slot(arg, slot);
@@ -229,7 +215,10 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
         for (int w = 0; w < BF_CHANGELOG_WRITERS; w++)
             bf_cl_skip(c->shm, w);
         uint32_t hwm = bf_inv_hwm(c->shm);
-        advise_huge(c->slots, (size_t)c->capacity * sizeof *c->slots); /* rescans are rare */
+        /* first written by the first full rescan, a 4 KiB fault every 256
+         * slots: its 2 MiB-aligned part follows the engine's page advice,
+         * like the mirror's columns (bf_engine_set_huge_pages) */
+        bf_engine_advise_pages(c->slots, (size_t)c->capacity * sizeof *c->slots);
         /* every record: resolve each (profile, assignment) shape once (the
          * strings the feed hands in are the string arena's and the caches',
          * in place for the whole scan; engine.h "bulk load"); without the

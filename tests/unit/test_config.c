@@ -125,6 +125,7 @@ START_TEST(usage_errors_name_the_flag)
         {"--cycle-min-gap=soon", "--cycle-min-gap"},
         {"--cycle-min-gap=2m", "--cycle-min-gap"},
         {"--cycle-min-gap=1500ms", "--cycle-min-gap"}, /* a unit slip: at most 1s */
+        {"--transparent-huge-pages=maybe", "--transparent-huge-pages"},
         {"--execute-concurrency=0", "--execute-concurrency"},
         {"--reclaim-cap-fraction=1.5", "--reclaim-cap-fraction"},
         {"--dry-run=maybe", "--dry-run"},
@@ -150,6 +151,11 @@ START_TEST(usage_errors_name_the_flag)
     ck_assert_int_eq(c.cycle_min_gap_ns, 0);
     ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--cycle-min-gap=250us"), BF_CONFIG_OK);
     ck_assert_int_eq(c.cycle_min_gap_ns, 250 * 1000);
+    /* the engine's big arrays take 4 KiB pages unless asked (engine.h) */
+    ck_assert_int_eq(parse(&c, err, sizeof err, 1), BF_CONFIG_OK);
+    ck_assert(!c.transparent_huge_pages);
+    ck_assert_int_eq(parse(&c, err, sizeof err, 2, "--transparent-huge-pages=true"), BF_CONFIG_OK);
+    ck_assert(c.transparent_huge_pages);
 }
 END_TEST
 

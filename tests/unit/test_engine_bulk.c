@@ -19,9 +19,12 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <stdint.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bigfleet/engine.h"
 #include "check_run.h"
@@ -444,6 +447,66 @@ START_TEST(a_grown_array_keeps_its_values_and_is_aligned_past_2_mib)
 }
 END_TEST
 
+/* The VmFlags of the mapping holding p (/proc/self/smaps): 1 when "hg"
+ * (MADV_HUGEPAGE) is among them, 0 when "nh" (MADV_NOHUGEPAGE) is, -1 when
+ * neither or when p is in no mapping. */
+static int huge_advice_of(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[512];
+    bool inside = false;
+    int r = -1;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+            continue;
+        }
+        if (inside && strncmp(line, "VmFlags:", 8) == 0) {
+            r = strstr(line, " hg") ? 1 : strstr(line, " nh") ? 0 : -1;
+            break;
+        }
+    }
+    fclose(f);
+    return r;
+}
+
+/* bf_engine_set_huge_pages (engine.h): by default the mirror's columns and a
+ * working array grown past 2 MiB are advised MADV_NOHUGEPAGE (huge pages
+ * stall every 512 ms on the appliance's VM, docs/performance.md stop 30);
+ * after bf_engine_set_huge_pages(true), arrays allocated from then on are
+ * advised MADV_HUGEPAGE. Needs a kernel with transparent huge pages. */
+START_TEST(the_big_arrays_take_huge_pages_only_when_asked)
+{
+    ck_assert_msg(access("/sys/kernel/mm/transparent_hugepage/enabled", R_OK) == 0,
+                  "this kernel has no transparent huge pages: the advice cannot be seen");
+    struct bf_engine_config cfg;
+    bf_engine_config_defaults(&cfg);
+    cfg.capacity = BIG_SLOTS;
+    for (int on = 0; on <= 1; on++) {
+        if (on)
+            bf_engine_set_huge_pages(true);
+        ck_assert(bf_engine_huge_pages() == (bool)on);
+        uint64_t *a = NULL;
+        uint32_t cap = 0;
+        ck_assert_int_eq(bfe_grow((void **)&a, &cap, 1u << 20, sizeof *a), 0); /* 8 MiB */
+        a[0] = 1;
+        struct bf_engine *e = NULL;
+        ck_assert_int_eq(bf_engine_new(&cfg, &e), 0);
+        ck_assert_msg(huge_advice_of(a) == on, "a grown array: advice %d with huge pages %s",
+                      huge_advice_of(a), on ? "on" : "off");
+        ck_assert_msg(huge_advice_of(e->idpfx) == on,
+                      "the mirror's columns: advice %d with "
+                      "huge pages %s",
+                      huge_advice_of(e->idpfx), on ? "on" : "off");
+        bf_engine_free(e);
+        free(a);
+    }
+    bf_engine_set_huge_pages(false);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("engine_bulk");
@@ -453,6 +516,7 @@ static Suite *suite(void)
     tcase_add_test(t, a_bulk_handle_rejects_bad_arguments);
     tcase_add_test(t, the_mirror_keeps_its_big_arrays_across_growth);
     tcase_add_test(t, a_grown_array_keeps_its_values_and_is_aligned_past_2_mib);
+    tcase_add_test(t, the_big_arrays_take_huge_pages_only_when_asked);
     suite_add_tcase(s, t);
     return s;
 }

@@ -16,14 +16,36 @@
 #include "bigfleet/strbuf.h"
 #include "cycle/engine/engine_internal.h"
 
+/* ------------------------------------------------------------- page advice */
+
+static bool huge_pages; /* bf_engine_set_huge_pages; engine.h has the contract */
+
+void bf_engine_set_huge_pages(bool on)
+{
+    huge_pages = on;
+}
+
+bool bf_engine_huge_pages(void)
+{
+    return huge_pages;
+}
+
+void bf_engine_advise_pages(void *p, size_t n)
+{
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), b = ((uintptr_t)p + n) & ~(huge - 1);
+    if (b > a)
+        (void)madvise((void *)a, b - a, huge_pages ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+}
+
 /* bf_grow (bigfleet/strbuf.h) for the engine's uint32_t capacities. An
- * array that reaches 2 MiB is allocated 2 MiB-aligned and advised
- * MADV_HUGEPAGE (a hint: transparent huge pages in "madvise" mode), like the
- * mirror's big arrays (mirror.c): a restarted cycle process's first cycle
- * fills the credit pre-pass's arrays from nothing, and on this project's
- * hypervisor every first touch of a 4 KiB page costs ~15 us (i18-restart4,
- * stop 29). Still one malloc'd block (aligned_alloc), freed with free();
- * growth copies what the array held. */
+ * array that reaches 2 MiB is allocated 2 MiB-aligned and advised per
+ * bf_engine_set_huge_pages, like the mirror's big arrays (mirror.c): with
+ * huge pages on, a restarted cycle process's first cycle fills the credit
+ * pre-pass's arrays with one fault per 2 MiB (on this project's hypervisor
+ * every first touch of a 4 KiB page costs ~15 us; i18-restart4, stop 29).
+ * Still one malloc'd block (aligned_alloc), freed with free(); growth copies
+ * what the array held. */
 #define BFE_BIG ((size_t)2 << 20)
 
 int bfe_grow(void **p, uint32_t *cap, uint32_t need, size_t elsz)
@@ -45,7 +67,7 @@ int bfe_grow(void **p, uint32_t *cap, uint32_t need, size_t elsz)
         void *q = aligned_alloc(BFE_BIG, len);
         if (!q)
             return -ENOMEM;
-        (void)madvise(q, len, MADV_HUGEPAGE);
+        bf_engine_advise_pages(q, len);
         if (*p) {
             memcpy(q, *p, (size_t)*cap * elsz);
             free(*p);

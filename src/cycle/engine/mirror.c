@@ -34,8 +34,9 @@
  * at a time: at 500K machines ~40 MB, ~10K first-touch faults of 4 KiB, and
  * a fault costs ~15 us on the appliance's VM (docs/performance.md,
  * "i18-restart3 (stop 28)"). An array of 2 MiB or more is therefore its own
- * anonymous mapping, 2 MiB aligned and advised MADV_HUGEPAGE (transparent
- * huge pages in "madvise" mode, the kernel default): one fault per 2 MiB.
+ * anonymous mapping, 2 MiB aligned and advised per bf_engine_set_huge_pages
+ * (on: MADV_HUGEPAGE, one fault per 2 MiB; off, the default: MADV_NOHUGEPAGE,
+ * because huge pages stall periodically on the appliance's VM, engine.h).
  * Smaller arrays stay on the heap. Which of the two holds an array follows
  * from its size in bytes alone (big_is), so the callers pass the size they
  * allocated with. The advice is a hint: without THP the mapping takes 4 KiB
@@ -68,7 +69,7 @@ static void *big_alloc(size_t n)
         munmap(p, (size_t)(a - p));
     if (a + len < p + len + BIG_PAGE)
         munmap(a + len, (size_t)(p + len + BIG_PAGE - (a + len)));
-    (void)madvise(a, len, MADV_HUGEPAGE); /* a hint (EINVAL without THP) */
+    bf_engine_advise_pages(a, len); /* a hint (EINVAL without THP) */
     return a;
 }
 
