@@ -9,9 +9,9 @@
  * Each is filled, then read-modify-written at pseudo-random 8-byte words in
  * chunks of 20,000 accesses for a few seconds; every chunk's thread CPU time
  * is kept. A "stall" is a chunk costing more than 3x the median chunk. On the
- * project's Firecracker VM the THP region has one stall every 512 ms (10-15x
- * the median), the 4 KiB region none: that is what made 1-2 of every 100
- * cycles at 500K machines cost 15-60 ms.
+ * project's VM (Firecracker under PVM: shadow page tables) the THP region has one stall every 512
+ * ms (10-15x the median), the 4 KiB region none: that is what made 1-2 of every 100 cycles at 500K
+ * machines cost 15-60 ms.
  *
  * Usage: bench_pages [MiB [seconds]] (default 256 and 6). Prints a table and
  * writes results/bench_pages.json. Not a pass/fail check: read the figures,

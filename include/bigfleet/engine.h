@@ -123,7 +123,8 @@ struct bf_engine;
  * one fault per 2 MiB instead of 512, which shortens a restarted cycle
  * process's first rescan on a host where first touches are dear.
  * Off: the same arrays are advised MADV_NOHUGEPAGE (4 KiB pages even under a
- * system-wide THP "always"). On this project's Firecracker VM, memory in
+ * system-wide THP "always"). On this project's VM (Firecracker under PVM,
+ * shadow page tables), memory in
  * transparent huge pages runs 10-15x slower for a few ms every 512 ms (user
  * time, no fault, no system call; measured with a plain loop outside the
  * project too), which made 1-2 of every 100 cycles at 500K machines cost

@@ -118,7 +118,8 @@ static const struct opt opts[] = {
      "the cycle process's big arrays (the engine's inventory mirror, ~100 MB at 500K machines) "
      "take transparent huge pages: a restarted cycle's first rescan faults once per 2 MiB "
      "instead of per 4 KiB, but on a virtual machine huge pages can stall periodically (on a "
-     "Firecracker VM: every 512 ms, which set the 500K cycle p99 at 12-17 ms against ~6 ms "
+     "VM with software shadow page tables (PVM): every 512 ms, which set the 500K cycle p99 at "
+     "12-17 ms against ~6 ms "
      "without); false = 4 KiB pages for them whatever the system's THP policy"},
     {"max-actions-per-cycle", T_INT, F(max_actions_per_cycle), "0", 0, 1e9,
      "cap on actions handed to execution per cycle (0 = unlimited); the tail is deferred", false,
