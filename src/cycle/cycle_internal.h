@@ -14,16 +14,19 @@
 #include "bigfleet/hmap.h"
 #include "bigfleet/shm.h"
 
-/* What the mirror holds for each slot (for incremental counts and ids). */
+/* What the mirror holds for each slot (for incremental counts and ids).
+ * 12 bytes: a restarted cycle's first rescan writes it for every slot, and
+ * each 4 KiB of it first touched costs ~12-25 us on the appliance's VM
+ * (controller.c; docs/performance.md "i18-restart5 (stop 30)"). */
 struct slotinfo {
     uint32_t id_ref;
-    uint8_t present; /* 1 = in the engine mirror */
+    uint16_t type_idx;
+    uint16_t zone_idx;
     uint8_t state;
     uint8_t ct;
     uint8_t ipb;
-    uint16_t type_idx;
-    uint16_t zone_idx;
-    uint8_t held; /* ADR-0055: handed to the engine as held (ownership.c) */
+    uint8_t present : 1; /* 1 = in the engine mirror */
+    uint8_t held : 1;    /* ADR-0055: handed to the engine as held (ownership.c) */
 };
 
 /* Per cluster row: what the engine has. */
