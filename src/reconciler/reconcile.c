@@ -121,6 +121,24 @@ static inline void mark_seen(struct bf_recon *r, uint32_t slot)
 
 /* ------------------------------------------------------------ one machine */
 
+/* a == b over l bytes; ids of 8..64 bytes (seeded ids are ~25) in 8-byte
+ * loads, the last one overlapping, instead of a memcmp call per listed
+ * machine */
+static inline bool same_id(const char *a, const uint8_t *b, uint32_t l)
+{
+    if (l < 8 || l > 64)
+        return memcmp(a, b, l) == 0;
+    uint64_t x, y, d = 0;
+    for (uint32_t i = 0; i + 8 < l; i += 8) {
+        memcpy(&x, a + i, 8);
+        memcpy(&y, b + i, 8);
+        d |= x ^ y;
+    }
+    memcpy(&x, a + l - 8, 8);
+    memcpy(&y, b + l - 8, 8);
+    return (d | (x ^ y)) == 0;
+}
+
 /*
  * Providers list in a stable order and the reconciler inserted the records
  * in the order of its first List, so the machine after slot k is usually in
@@ -129,21 +147,6 @@ static inline void mark_seen(struct bf_recon *r, uint32_t slot)
  * hash lookups. Sequential records and arena bytes instead of two random
  * probes per machine.
  */
-/* a == b over l bytes; ids of 8..16 bytes (the usual ones) in two
- * overlapping 8-byte loads each instead of a memcmp call per listed machine */
-static inline bool same_id(const char *a, const uint8_t *b, uint32_t l)
-{
-    if (l >= 8 && l <= 16) {
-        uint64_t a0, a1, b0, b1;
-        memcpy(&a0, a, 8);
-        memcpy(&b0, b, 8);
-        memcpy(&a1, a + l - 8, 8);
-        memcpy(&b1, b + l - 8, 8);
-        return ((a0 ^ b0) | (a1 ^ b1)) == 0;
-    }
-    return memcmp(a, b, l) == 0;
-}
-
 static bool predicted(struct bf_recon *r, const struct bf_prov_bytes *id, uint32_t *slot,
                       struct bf_machine_rec *cur)
 {
