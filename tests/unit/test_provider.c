@@ -263,10 +263,10 @@ END_TEST
  * last occurrence, state field 2's. */
 static int reference_peek(const uint8_t *p, size_t len, struct bf_prov_bytes *id, int32_t *state)
 {
-    static const int8_t want[16] = {-1,          BF_PB_LEN, BF_PB_VARINT, BF_PB_LEN,
-                                    BF_PB_LEN,   BF_PB_LEN, BF_PB_VARINT, BF_PB_I64,
-                                    BF_PB_I64,   BF_PB_LEN, BF_PB_LEN,    -1,
-                                    BF_PB_LEN,   BF_PB_LEN, BF_PB_LEN,    BF_PB_LEN};
+    static const int8_t want[16] = {-1,        BF_PB_LEN, BF_PB_VARINT, BF_PB_LEN,
+                                    BF_PB_LEN, BF_PB_LEN, BF_PB_VARINT, BF_PB_I64,
+                                    BF_PB_I64, BF_PB_LEN, BF_PB_LEN,    -1,
+                                    BF_PB_LEN, BF_PB_LEN, BF_PB_LEN,    BF_PB_LEN};
     struct bf_pb_reader r;
     struct bf_pb_field f;
     int rc;
@@ -294,8 +294,9 @@ START_TEST(peek_refuses_exactly_the_top_level_faults_the_general_reader_finds)
     struct tmach t = tmach_idle("peek-all-kinds");
     t.state = BF_STATE_CONFIGURED;
     t.cluster = "c";
-    t.last_error = "a last error longer than one hundred and twenty-seven bytes, so that its length "
-                   "takes two bytes on the wire: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx";
+    t.last_error =
+        "a last error longer than one hundred and twenty-seven bytes, so that its length "
+        "takes two bytes on the wire: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx";
     t.md[0] = (struct tkv){BF_MD_FINGERPRINT, "p=1|ipb=1|rpb=1|reqs=|spr=", 0};
     size_t len;
     uint8_t *b = tmach_pack(&t, &len);
@@ -379,8 +380,8 @@ START_TEST(list_decode_counts_and_iterates_what_the_general_reader_finds)
             }
             struct bf_prov_list pl;
             int drc = bf_prov_list_decode(m, n, &pl);
-            ck_assert_msg(drc == (rrc ? -EBADMSG : 0), "byte %zu = %d (len %zu): decode %d",
-                          i, v, n, drc);
+            ck_assert_msg(drc == (rrc ? -EBADMSG : 0), "byte %zu = %d (len %zu): decode %d", i, v,
+                          n, drc);
             if (drc == 0) {
                 ck_assert_uint_eq(pl.n_machines, rn);
                 struct bf_prov_list_iter it;
