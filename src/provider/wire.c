@@ -239,23 +239,40 @@ int bf_prov_machine_peek(const uint8_t *p, size_t len, struct bf_prov_bytes *id,
         p = empty;
     const uint8_t *q = p, *end = p + len;
     while (q < end) {
-        /* the common field: a one-byte tag of fields 1..15 and a
-         * length-delimited payload under 128 bytes (labels, names); the
-         * same checks as bf_pb_next, without filling a struct */
+        /* the common fields: a one-byte tag of fields 1..15 and a one-byte
+         * length or varint value (labels, names, state, capacity type), or a
+         * fixed 8 bytes (price, interruption probability); the same checks
+         * as bf_pb_next and machine_wt_ok, without filling a struct (the
+         * peek reads ~15 fields of each of 500K machines a resync walk) */
         uint8_t t = *q;
-        if (t < 0x80 && (t & 7) == BF_PB_LEN && t >> 3 != 0 && end - q >= 2 && q[1] < 0x80) {
-            uint8_t want = machine_wt[t >> 3];
-            if (want != WT_ANY && want != BF_PB_LEN)
-                return -EBADMSG;
-            size_t l = q[1];
-            if (l > (size_t)(end - q - 2))
-                return -EBADMSG;
-            if (t >> 3 == 1) {
-                id->p = q + 2;
-                id->len = l;
+        if (t < 0x80 && t >= 0x08) {
+            uint8_t want = machine_wt[t >> 3], wt = t & 7;
+            if (want != WT_ANY && want != wt)
+                return -EBADMSG; /* bf_pb_next or machine_wt_ok refuses it too */
+            size_t room = (size_t)(end - q);
+            if (wt == BF_PB_LEN && room >= 2 && q[1] < 0x80) {
+                size_t l = q[1];
+                if (l > room - 2)
+                    return -EBADMSG;
+                if (t == 0x0a) {
+                    id->p = q + 2;
+                    id->len = l;
+                }
+                q += 2 + l;
+                continue;
             }
-            q += 2 + l;
-            continue;
+            if (wt == BF_PB_VARINT && room >= 2 && q[1] < 0x80) {
+                if (t == 0x10)
+                    *state = q[1];
+                q += 2;
+                continue;
+            }
+            if (wt == BF_PB_I64) {
+                if (room < 9)
+                    return -EBADMSG;
+                q += 9;
+                continue;
+            }
         }
         struct bf_pb_reader r;
         struct bf_pb_field f;
@@ -322,6 +339,34 @@ int bf_prov_map_next(struct bf_prov_map_iter *it, struct bf_prov_bytes *key,
     }
 }
 
+/* The usual MachineList entry: tag 0x0a (field 1, length-delimited) and a
+ * length of one or two bytes that fits; reads it as bf_pb_next would and
+ * advances *pp (true), or leaves *pp for bf_pb_next (false). One branch per
+ * machine instead of the general reader's, twice per page (decode, iterate). */
+static inline bool list_machine_at(const uint8_t **pp, const uint8_t *end, const uint8_t **mp,
+                                   size_t *ml)
+{
+    const uint8_t *q = *pp;
+    size_t room = (size_t)(end - q), l, h;
+    if (room < 2 || q[0] != 0x0a)
+        return false;
+    if (q[1] < 0x80) {
+        l = q[1];
+        h = 2;
+    } else if (room >= 3 && q[2] < 0x80) {
+        l = (size_t)(q[1] & 0x7f) | (size_t)q[2] << 7;
+        h = 3;
+    } else {
+        return false;
+    }
+    if (l > room - h)
+        return false; /* bf_pb_next refuses it */
+    *mp = q + h;
+    *ml = l;
+    *pp = q + h + l;
+    return true;
+}
+
 int bf_prov_list_decode(const uint8_t *p, size_t len, struct bf_prov_list *l)
 {
     static const uint8_t empty[1] = {0};
@@ -333,7 +378,15 @@ int bf_prov_list_decode(const uint8_t *p, size_t len, struct bf_prov_list *l)
     l->len = len;
     l->revision.p = empty;
     bf_pb_reader_init(&r, l->buf, len);
-    while ((rc = bf_pb_next(&r, &f)) == 1) {
+    for (;;) {
+        const uint8_t *mp;
+        size_t ml;
+        if (list_machine_at(&r.p, r.end, &mp, &ml)) {
+            l->n_machines++;
+            continue;
+        }
+        if ((rc = bf_pb_next(&r, &f)) != 1)
+            break;
         if (f.num == 1 || f.num == 2) {
             if (f.wt != BF_PB_LEN)
                 return -EBADMSG;
@@ -358,6 +411,8 @@ int bf_prov_list_next(struct bf_prov_list_iter *it, struct bf_prov_bytes *machin
 {
     struct bf_pb_field f;
     int rc;
+    if (list_machine_at(&it->p, it->end, &machine->p, &machine->len))
+        return 1;
     while ((rc = next_at(&it->p, it->end, &f)) == 1) {
         if (f.num == 1) {
             if (f.wt != BF_PB_LEN)

@@ -777,6 +777,30 @@ static bool list_emit(struct bf_sim *s, struct list_run *lr, uint32_t i, struct 
     return true;
 }
 
+/*
+ * A page (max_results set) reserves its reply once: up to `candidates`
+ * machines (at most max) of about the size of machine `one_of` (+1/8 and
+ * the entry header), instead of doubling from a few bytes to ~1 MB per page
+ * (~17 reallocations, each of which may copy what was written). A page of
+ * smaller machines only leaves virtual room unused; larger ones grow as
+ * before. Bounded by 64 MiB; a hint: failure is left to list_emit.
+ */
+#define LIST_RESERVE_MAX (64u << 20)
+static void list_reserve(struct bf_sim *s, const struct list_run *lr, size_t one_of,
+                         size_t candidates, struct bf_sim_reply *r)
+{
+    if (!lr->max || !candidates || one_of >= s->n)
+        return;
+    size_t n = candidates < lr->max ? candidates : lr->max;
+    size_t one = bf_sim_machine_size(s, (uint32_t)one_of);
+    if (!one)
+        return;
+    one += one / 8 + 4;
+    if (n > LIST_RESERVE_MAX / one)
+        n = LIST_RESERVE_MAX / one;
+    (void)reply_reserve(r, n * one + 32);
+}
+
 static void list_run(struct bf_sim *s, const struct bf_sim_list_args *a, struct bf_sim_reply *r)
 {
     struct list_run lr = {.mask = a->state_mask ? a->state_mask : 0x1feu,
@@ -816,11 +840,6 @@ static void list_run(struct bf_sim *s, const struct bf_sim_list_args *a, struct 
     } else {
         bool go = true;
         int64_t floor = base_floor(s);
-        if (from < floor) {
-            for (size_t i = (size_t)(from - s->base_rev + 1); go && i < s->n_base; i++)
-                if (s->m[i].mod_rev == s->base_rev + (int64_t)i)
-                    go = list_emit(s, &lr, (uint32_t)i, r);
-        }
         /* first log entry with rev > from */
         size_t lo = 0, hi = s->n_log;
         while (lo < hi) {
@@ -829,6 +848,14 @@ static void list_run(struct bf_sim *s, const struct bf_sim_list_args *a, struct 
                 hi = mid;
             else
                 lo = mid + 1;
+        }
+        size_t first = from < floor ? (size_t)(from - s->base_rev + 1) : s->n_base;
+        size_t est = first < s->n_base ? first : lo < s->n_log ? s->log[lo].idx : s->n;
+        list_reserve(s, &lr, est, (s->n_base - first) + (s->n_log - lo), r);
+        if (from < floor) {
+            for (size_t i = first; go && i < s->n_base; i++)
+                if (s->m[i].mod_rev == s->base_rev + (int64_t)i)
+                    go = list_emit(s, &lr, (uint32_t)i, r);
         }
         for (size_t k = lo; go && k < s->n_log; k++) {
             const struct sim_logent *e = &s->log[k];

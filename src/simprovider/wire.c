@@ -220,10 +220,18 @@ static size_t host_body_len(const struct bf_sim *s)
     return (s->provider_len ? bf_pb_ld_len(1, s->provider_len) : 0) + bf_pb_ld_len(2, 19);
 }
 
+/* Whether bf_sim_chunks_ensure(s, type, rack) has nothing to do: asked
+ * once per listed machine (500K a resync walk), so checked inline. */
+static inline bool chunks_ready(const struct bf_sim *s, uint32_t type, uint32_t rack)
+{
+    return s->chunks && s->chunks_racks >= s->racks.n && s->alloc_chunks &&
+           s->alloc_chunks[type].p && s->chunks[(size_t)type * s->chunks_racks + rack].p;
+}
+
 size_t bf_sim_machine_size(struct bf_sim *s, uint32_t i)
 {
     const struct sim_machine *m = &s->m[i];
-    if (bf_sim_chunks_ensure(s, m->type, m->rack))
+    if (!chunks_ready(s, m->type, m->rack) && bf_sim_chunks_ensure(s, m->type, m->rack))
         return 0;
     size_t n = bf_pb_ld_len(1, sim_midlen(s, i)) + 1 + bf_pb_varint_len(m->state);
     if (m->host)

@@ -12,7 +12,9 @@
  *     scalars and strings otherwise;
  *   - an accepted MachineList iterates exactly n_machines machines;
  *   - the reconciler's peek (id and state only) accepts whatever the decoder
- *     accepts, with the same id slice and state;
+ *     accepts, with the same id slice and state, and refuses exactly the
+ *     top-level faults the general reader finds (its inline fast paths);
+ *   - an accepted MachineList counts what the general reader counts;
  *   - decoding is deterministic (twice -> identical view).
  */
 #include "bigfleet/pbwire.h"
@@ -157,6 +159,35 @@ static bool same_bytes(struct bf_prov_bytes a, struct bf_prov_bytes b)
     return a.len == b.len && (a.len == 0 || memcmp(a.p, b.p, a.len) == 0);
 }
 
+/* The peek's rule with the general reader alone: every top-level field
+ * reads and a known field has its schema's wire type (11 reserved, 16 and up
+ * unknown: any); the peek must agree exactly (its inline fast paths). */
+static int reference_peek(const uint8_t *p, size_t len, struct bf_prov_bytes *id, int32_t *state)
+{
+    static const int8_t want[16] = {-1,        BF_PB_LEN, BF_PB_VARINT, BF_PB_LEN,
+                                    BF_PB_LEN, BF_PB_LEN, BF_PB_VARINT, BF_PB_I64,
+                                    BF_PB_I64, BF_PB_LEN, BF_PB_LEN,    -1,
+                                    BF_PB_LEN, BF_PB_LEN, BF_PB_LEN,    BF_PB_LEN};
+    struct bf_pb_reader r;
+    struct bf_pb_field f;
+    int rc;
+    id->p = NULL;
+    id->len = 0;
+    *state = 0;
+    bf_pb_reader_init(&r, p, len);
+    while ((rc = bf_pb_next(&r, &f)) == 1) {
+        if (f.num < 16 && want[f.num] >= 0 && f.wt != want[f.num])
+            return -EBADMSG;
+        if (f.num == 1) {
+            id->p = f.p;
+            id->len = f.len;
+        } else if (f.num == 2) {
+            *state = (int32_t)(uint32_t)f.varint;
+        }
+    }
+    return rc ? -EBADMSG : 0;
+}
+
 static void check_machine(const uint8_t *data, size_t size)
 {
     struct bf_prov_machine m, m2;
@@ -170,6 +201,11 @@ static void check_machine(const uint8_t *data, size_t size)
     FUZZ_CHECK(prc == 0 || prc == -EBADMSG);
     if (prc == 0)
         in_input(pid);
+    struct bf_prov_bytes rid;
+    int32_t rstate;
+    FUZZ_CHECK(reference_peek(data, size, &rid, &rstate) == prc);
+    if (prc == 0)
+        FUZZ_CHECK(rstate == pstate && rid.len == pid.len && (pid.len == 0 || rid.p == pid.p));
     if (rc == 0) {
         FUZZ_CHECK(prc == 0 && pstate == m.state && pid.len == m.id.len &&
                    (pid.len == 0 || pid.p == m.id.p));
@@ -237,6 +273,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             n++;
         }
         FUZZ_CHECK(rc == 0 && n == l.n_machines);
+    }
+    {
+        /* the List decoder's one-branch entry path against the general reader */
+        struct bf_pb_reader r;
+        struct bf_pb_field f;
+        uint32_t rn = 0;
+        int rrc;
+        bf_pb_reader_init(&r, data, size);
+        while ((rrc = bf_pb_next(&r, &f)) == 1) {
+            if ((f.num == 1 || f.num == 2) && f.wt != BF_PB_LEN) {
+                rrc = -EBADMSG;
+                break;
+            }
+            rn += f.num == 1;
+        }
+        FUZZ_CHECK(rc == (rrc ? -EBADMSG : 0));
+        if (rc == 0)
+            FUZZ_CHECK(rn == l.n_machines);
     }
 
     struct bf_prov_ack a;

@@ -257,6 +257,164 @@ START_TEST(peek_agrees_with_the_decoder_on_id_and_state_and_is_never_stricter)
 }
 END_TEST
 
+/* The peek's rule written with the general reader alone (bigfleet/pbwire.h):
+ * every top-level field reads, and a field provider.proto knows has its wire
+ * type (field 11 is reserved, 16 and up unknown: skipped); id is field 1's
+ * last occurrence, state field 2's. */
+static int reference_peek(const uint8_t *p, size_t len, struct bf_prov_bytes *id, int32_t *state)
+{
+    static const int8_t want[16] = {-1,        BF_PB_LEN, BF_PB_VARINT, BF_PB_LEN,
+                                    BF_PB_LEN, BF_PB_LEN, BF_PB_VARINT, BF_PB_I64,
+                                    BF_PB_I64, BF_PB_LEN, BF_PB_LEN,    -1,
+                                    BF_PB_LEN, BF_PB_LEN, BF_PB_LEN,    BF_PB_LEN};
+    struct bf_pb_reader r;
+    struct bf_pb_field f;
+    int rc;
+    id->p = NULL;
+    id->len = 0;
+    *state = 0;
+    bf_pb_reader_init(&r, p, len);
+    while ((rc = bf_pb_next(&r, &f)) == 1) {
+        if (f.num < 16 && want[f.num] >= 0 && f.wt != want[f.num])
+            return -EBADMSG;
+        if (f.num == 1) {
+            id->p = f.p;
+            id->len = f.len;
+        } else if (f.num == 2) {
+            *state = (int32_t)(uint32_t)f.varint;
+        }
+    }
+    return rc ? -EBADMSG : 0;
+}
+
+START_TEST(peek_refuses_exactly_the_top_level_faults_the_general_reader_finds)
+{
+    /* every kind of top-level field: one-byte and longer varints, fixed 8
+     * bytes, short and long length-delimited payloads */
+    struct tmach t = tmach_idle("peek-all-kinds");
+    t.state = BF_STATE_CONFIGURED;
+    t.cluster = "c";
+    t.last_error =
+        "a last error longer than one hundred and twenty-seven bytes, so that its length "
+        "takes two bytes on the wire: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx";
+    t.md[0] = (struct tkv){BF_MD_FINGERPRINT, "p=1|ipb=1|rpb=1|reqs=|spr=", 0};
+    size_t len;
+    uint8_t *b = tmach_pack(&t, &len);
+    /* every truncation, and every value of every byte (exact-size copies:
+     * ASan catches a read past the end) */
+    long checked = 0, refused = 0;
+    for (size_t i = 0; i < len; i++) {
+        for (int v = -1; v < 256; v++) {
+            size_t n = v < 0 ? i : len;
+            uint8_t *c = malloc(n ? n : 1);
+            memcpy(c, b, n);
+            if (v >= 0)
+                c[i] = (uint8_t)v;
+            struct bf_prov_bytes id, rid;
+            int32_t st, rst;
+            int prc = bf_prov_machine_peek(c, n, &id, &st);
+            int rrc = reference_peek(c, n, &rid, &rst);
+            ck_assert_msg(prc == rrc, "byte %zu = %d (len %zu): peek %d, reader %d", i, v, n, prc,
+                          rrc);
+            if (prc == 0) {
+                ck_assert_int_eq(st, rst);
+                ck_assert_uint_eq(id.len, rid.len);
+                ck_assert(id.len == 0 || id.p == rid.p);
+            } else {
+                refused++;
+            }
+            checked++;
+            free(c);
+        }
+    }
+    ck_assert_int_gt(refused, 0);
+    ck_assert_int_gt(checked - refused, 0);
+    free(b);
+}
+END_TEST
+
+START_TEST(list_decode_counts_and_iterates_what_the_general_reader_finds)
+{
+    /* MachineList{machines: three (one over 127 bytes), revision}: every
+     * truncation and a set of values of every byte; the decoder accepts exactly
+     * what the reader reads with field 1 and 2 length-delimited, counts the
+     * same machines and iterates the same slices */
+    struct tmach a = tmach_idle("a"), c = tmach_idle("c");
+    struct tmach big = tmach_idle("a-machine-whose-encoding-is-over-127-bytes");
+    big.cluster = "cluster-with-a-long-name";
+    size_t la, lb, lc;
+    uint8_t *pa = tmach_pack(&a, &la), *pb = tmach_pack(&big, &lb), *pc = tmach_pack(&c, &lc);
+    ck_assert_uint_gt(lb, 127);
+    uint8_t *l = malloc(la + lb + lc + 64), *q = l;
+    q = bf_pb_put_ld(q, 1, pa, la);
+    q = bf_pb_put_ld(q, 1, pb, lb);
+    q = bf_pb_put_ld(q, 1, pc, lc);
+    q = bf_pb_put_ld(q, 2, "42", 2);
+    size_t len = (size_t)(q - l);
+    /* values: the tags and length bytes that matter, and the byte's
+     * neighbours (all 256 values of every byte is too slow under ASan) */
+    static const int vals[] = {-1,   0x00, 0x01, 0x02, 0x08, 0x0a, 0x10, 0x12,
+                               0x7f, 0x80, 0x81, 0xff, 1000, 1001, 1002};
+    long refused = 0;
+    for (size_t i = 0; i < len; i++) {
+        for (size_t vi = 0; vi < sizeof vals / sizeof vals[0]; vi++) {
+            int v = vals[vi];
+            size_t n = v < 0 ? i : len;
+            uint8_t *m = malloc(n ? n : 1);
+            memcpy(m, l, n);
+            if (v >= 1000) /* the byte -1, +1, ^0x80 */
+                m[i] = (uint8_t)(v == 1000 ? l[i] - 1 : v == 1001 ? l[i] + 1 : l[i] ^ 0x80);
+            else if (v >= 0)
+                m[i] = (uint8_t)v;
+            /* the reference: the reader over the top level */
+            struct bf_pb_reader r;
+            struct bf_pb_field f;
+            const uint8_t *slices[8];
+            size_t slen[8];
+            uint32_t rn = 0;
+            int rrc;
+            bf_pb_reader_init(&r, m, n);
+            while ((rrc = bf_pb_next(&r, &f)) == 1) {
+                if ((f.num == 1 || f.num == 2) && f.wt != BF_PB_LEN) {
+                    rrc = -EBADMSG;
+                    break;
+                }
+                if (f.num == 1 && rn < 8) {
+                    slices[rn] = f.p;
+                    slen[rn] = f.len;
+                }
+                rn += f.num == 1;
+            }
+            struct bf_prov_list pl;
+            int drc = bf_prov_list_decode(m, n, &pl);
+            ck_assert_msg(drc == (rrc ? -EBADMSG : 0), "byte %zu = %d (len %zu): decode %d", i, v,
+                          n, drc);
+            if (drc == 0) {
+                ck_assert_uint_eq(pl.n_machines, rn);
+                struct bf_prov_list_iter it;
+                struct bf_prov_bytes mb;
+                uint32_t k = 0;
+                bf_prov_list_iter_init(&it, &pl);
+                while (bf_prov_list_next(&it, &mb) == 1) {
+                    if (k < 8)
+                        ck_assert(mb.p == slices[k] && mb.len == slen[k]);
+                    k++;
+                }
+                ck_assert_uint_eq(k, rn);
+            } else {
+                refused++;
+            }
+            free(m);
+        }
+    }
+    ck_assert_int_gt(refused, 0);
+    free(l);
+    free(pa);
+    free(pb);
+    free(pc);
+}
+END_TEST
+
 START_TEST(decoder_rejects_a_resources_entry_that_is_not_length_delimited)
 {
     /* Machine{id: "m", resources (9): Resources{entry (1) as a varint}}: the
@@ -701,6 +859,8 @@ static Suite *suite(void)
     tcase_add_test(t, shape_hash_is_the_hash_of_the_shape_fields_wherever_they_sit);
     tcase_add_test(t, decoder_never_reads_past_a_truncated_or_corrupted_message);
     tcase_add_test(t, peek_agrees_with_the_decoder_on_id_and_state_and_is_never_stricter);
+    tcase_add_test(t, peek_refuses_exactly_the_top_level_faults_the_general_reader_finds);
+    tcase_add_test(t, list_decode_counts_and_iterates_what_the_general_reader_finds);
     tcase_add_test(t, decoder_rejects_a_resources_entry_that_is_not_length_delimited);
     tcase_add_test(t, list_decoder_counts_machines_and_keeps_the_revision_bytes);
     suite_add_tcase(s, t);
