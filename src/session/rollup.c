@@ -945,35 +945,93 @@ int64_t bf_rollup_arrival(int64_t timestamp_ns, int64_t recv_ns, bool *clamped)
     return *clamped ? recv_ns : timestamp_ns; /* in the future or stale: receive time orders it */
 }
 
-int bf_rollup_digest(const uint8_t *buf, size_t len, const struct bf_rollup_digest_key *key,
-                     struct bf_rollup_digest *d)
+/* The digest's input, in records: 'N' + a Need's keyed hash (8 bytes) and
+ * length (4), or 'R' + another field's length (4) and bytes (the bytes
+ * streamed apart). Injective: a record's kind and length are in its head. */
+#define DG_REC 13u
+#define DG_BUF (DG_REC * 315u)
+
+static int digest_walk(const uint8_t *buf, size_t len, const struct bf_rollup_digest_key *key,
+                       uint32_t max_needs, struct bf_rollup *r, struct bf_rollup_digest *d)
 {
     XXH3_state_t st;
+    if (r)
+        r->hashed_buf = NULL;
     if (XXH3_128bits_reset_withSecret(&st, key->secret, sizeof key->secret) != XXH_OK)
         return -EINVAL;
     struct bf_pb_reader rd;
     struct bf_pb_field f;
     int rc;
+    uint8_t out[DG_BUF];
+    uint32_t at = 0, n = 0;
+    bool keep = r != NULL;
     d->timestamp_ns = 0;
-    /* the bytes between timestamp fields are hashed as runs: the same
-     * digest as field by field (a streaming hash of the concatenation), one
-     * update per run instead of one per Need */
-    const uint8_t *run = buf;
     bf_pb_reader_init(&rd, buf, len);
     while ((rc = bf_pb_next(&rd, &f)) == 1) {
         if (f.num == 2) {
             d->timestamp_ns = (int64_t)f.varint; /* the last one wins, as in the converter */
-            XXH3_128bits_update(&st, run, (size_t)(f.start - run));
-            run = f.end;
+            continue;
         }
+        if (at + DG_REC > DG_BUF) {
+            XXH3_128bits_update(&st, out, at);
+            at = 0;
+        }
+        if (f.num == 3 && f.wt == BF_PB_LEN) {
+            uint64_t h = XXH3_64bits_withSecret(f.p, f.len, key->secret, sizeof key->secret);
+            uint32_t l = (uint32_t)f.len;
+            out[at] = 'N';
+            memcpy(out + at + 1, &h, 8);
+            memcpy(out + at + 9, &l, 4);
+            at += DG_REC;
+            if (keep && n >= r->needs_memo_cap) {
+                uint32_t nc = r->needs_memo_cap < 1024 ? 1024 : r->needs_memo_cap * 2;
+                if (nc > max_needs)
+                    nc = max_needs;
+                struct bf_rollup_need_memo *nm =
+                    n < nc ? realloc(r->needs_memo, (size_t)nc * sizeof *nm) : NULL;
+                if (nm) {
+                    r->needs_memo = nm;
+                    r->needs_memo_cap = nc;
+                } else {
+                    keep = false; /* over max_needs, or no memory: the conversion hashes */
+                }
+            }
+            if (keep)
+                r->needs_memo[n] = (struct bf_rollup_need_memo){h, l, BF_ROLLUP_NO_ROW};
+            n++;
+            continue;
+        }
+        uint32_t l = (uint32_t)(f.end - f.start);
+        out[at] = 'R';
+        memcpy(out + at + 1, &l, 4);
+        XXH3_128bits_update(&st, out, at + 5);
+        XXH3_128bits_update(&st, f.start, l);
+        at = 0;
     }
     if (rc < 0)
         return -EBADMSG;
-    XXH3_128bits_update(&st, run, (size_t)(buf + len - run));
+    XXH3_128bits_update(&st, out, at);
     XXH128_hash_t h = XXH3_128bits_digest(&st);
     d->lo = h.low64;
     d->hi = h.high64 | 1; /* never the all-zero "no digest" */
+    if (keep) {
+        r->hashed_buf = buf;
+        r->hashed_len = len;
+        r->hashed_n = n;
+    }
     return 0;
+}
+
+int bf_rollup_digest(const uint8_t *buf, size_t len, const struct bf_rollup_digest_key *key,
+                     struct bf_rollup_digest *d)
+{
+    return digest_walk(buf, len, key, 0, NULL, d);
+}
+
+int bf_rollup_digest_needs(const uint8_t *buf, size_t len, const struct bf_rollup_digest_key *key,
+                           uint32_t max_needs, struct bf_rollup *r, struct bf_rollup_digest *d)
+{
+    return digest_walk(buf, len, key, max_needs, r, d);
 }
 
 void bf_rollup_repeat_meta(uint32_t n, int64_t timestamp_ns, const struct bf_rollup_limits *lim,
@@ -1178,6 +1236,8 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
     }
     if ((rc = reserve_rows(r, n_needs ? n_needs : 1)))
         return rc;
+    /* the Needs' hashes, when bf_rollup_digest_needs kept them for these bytes */
+    bool hashed = key && r->hashed_buf == buf && r->hashed_len == len && r->hashed_n == n_needs;
     if (key && n_needs > r->needs_memo_cap) {
         struct bf_rollup_need_memo *nm = realloc(r->needs_memo, (size_t)n_needs * sizeof *nm);
         if (!nm)
@@ -1234,7 +1294,9 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
         if (!key || idx >= n_needs) {
             rc = convert_need(s, r, &sc, f.p, f.len, idx, cluster_ref, lim, err, errlen);
         } else {
-            uint64_t h = XXH3_64bits_withSecret(f.p, f.len, key->secret, sizeof key->secret);
+            uint64_t h = hashed && r->needs_memo[idx].len == f.len
+                             ? r->needs_memo[idx].h
+                             : XXH3_64bits_withSecret(f.p, f.len, key->secret, sizeof key->secret);
             uint32_t k = UINT32_MAX;
             if (prev) {
                 /* operators keep their order: the Need after the last one
@@ -1296,8 +1358,10 @@ static int convert_rollup(struct bf_shm *s, const uint8_t *buf, size_t len, cons
     r->dedup_deferred = r->plain_pass = false;
     int rc =
         convert_pass(s, buf, len, cluster_id, cluster_ref, lim, key, prev, true, 0, r, err, errlen);
-    if (rc == 0 || !key || !prev)
+    if (rc == 0 || !key || !prev) {
+        r->hashed_buf = NULL; /* used (or not): never for other bytes later in this buffer */
         return rc;
+    }
     r->plain_pass = true;
     /* the plain pass, starting from what the fast one added to the string
      * table (its interned strings stay; the quota counts them once) and
@@ -1306,6 +1370,7 @@ static int convert_rollup(struct bf_shm *s, const uint8_t *buf, size_t len, cons
     rc = convert_pass(s, buf, len, cluster_id, cluster_ref, lim, key, prev, false, r->strtab_added,
                       r, err, errlen);
     r->unknown_fields += unknown;
+    r->hashed_buf = NULL;
     return rc;
 }
 
