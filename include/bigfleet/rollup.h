@@ -124,10 +124,15 @@ struct bf_rollup {
     /* private: bf_rollup_digest_needs filled needs_memo[0..hashed_n) with the
      * Needs' hashes and lengths of the rollup at hashed_buf (hashed_len
      * bytes); the next conversion of those bytes takes them instead of
-     * hashing every Need again, and any conversion clears hashed_buf */
+     * hashing every Need again, nor walking the top level for its count,
+     * cluster_id and timestamp (hashed_cid*, hashed_ts: what
+     * bf_rollup_scan_top finds); any conversion clears hashed_buf */
     const uint8_t *hashed_buf;
     size_t hashed_len;
     uint32_t hashed_n;
+    const uint8_t *hashed_cid;
+    size_t hashed_cid_len;
+    int64_t hashed_ts;
 };
 
 void bf_rollup_init(struct bf_rollup *r);
@@ -270,8 +275,10 @@ int bf_rollup_digest(const uint8_t *buf, size_t len, const struct bf_rollup_dige
  * bf_rollup_digest, and the keyed hash and length of every Need kept in
  * r->needs_memo (row BF_ROLLUP_NO_ROW) for the conversion of these same
  * bytes that follows (bf_rollup_convert_incremental into r, with the same
- * key): it then does not hash the Needs again (one pass over a 7 MB rollup
- * less). Kept only for at most max_needs Needs (the memo grows to that many
+ * key): it then does not hash the Needs again nor walk the top level to
+ * count them (a 7 MB rollup's pass and walk less). Kept only for a top
+ * level bf_rollup_scan_top accepts (else the conversion rejects it with its
+ * own message, as before). Kept only for at most max_needs Needs (the memo grows to that many
  * entries of 16 bytes at most, as the conversion's would; a rollup with more
  * is refused by the conversion anyway) and when memory allows; otherwise the
  * conversion hashes as before. The digest is the same either way. Any

@@ -965,12 +965,23 @@ static int digest_walk(const uint8_t *buf, size_t len, const struct bf_rollup_di
     uint8_t out[DG_BUF];
     uint32_t at = 0, n = 0;
     bool keep = r != NULL;
+    /* what bf_rollup_scan_top finds (kept only when it would accept) */
+    const uint8_t *cid = (const uint8_t *)"";
+    size_t cid_len = 0;
+    int64_t ts = 0;
     d->timestamp_ns = 0;
     bf_pb_reader_init(&rd, buf, len);
     while ((rc = bf_pb_next(&rd, &f)) == 1) {
         if (f.num == 2) {
             d->timestamp_ns = (int64_t)f.varint; /* the last one wins, as in the converter */
+            keep = keep && f.wt == BF_PB_VARINT;
+            ts = (int64_t)f.varint;
             continue;
+        }
+        if (f.num == 1) {
+            keep = keep && f.wt == BF_PB_LEN;
+            cid = f.p;
+            cid_len = f.len;
         }
         if (at + DG_REC > DG_BUF) {
             XXH3_128bits_update(&st, out, at);
@@ -1001,6 +1012,7 @@ static int digest_walk(const uint8_t *buf, size_t len, const struct bf_rollup_di
             n++;
             continue;
         }
+        keep = keep && f.num != 3; /* a Need that is not LEN: scan_top's error */
         uint32_t l = (uint32_t)(f.end - f.start);
         out[at] = 'R';
         memcpy(out + at + 1, &l, 4);
@@ -1018,6 +1030,9 @@ static int digest_walk(const uint8_t *buf, size_t len, const struct bf_rollup_di
         r->hashed_buf = buf;
         r->hashed_len = len;
         r->hashed_n = n;
+        r->hashed_cid = cid;
+        r->hashed_cid_len = cid_len;
+        r->hashed_ts = ts;
     }
     return 0;
 }
@@ -1216,9 +1231,18 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
     uint32_t max_rows = lim->max_rows;
     if (!r->pcache && !(r->pcache = calloc(1, sizeof(struct pcache))))
         return -ENOMEM;
-    /* one walk of the top level: the Needs counted, cluster_id, timestamp */
+    /* one walk of the top level: the Needs counted, cluster_id, timestamp
+     * (done by bf_rollup_digest_needs when it kept the Needs' hashes) */
     struct bf_rollup_top top;
-    int rc = bf_rollup_scan_top(buf, len, &top);
+    bool hashed = key && r->hashed_buf == buf && r->hashed_len == len;
+    int rc = 0;
+    if (hashed)
+        top = (struct bf_rollup_top){.n_needs = r->hashed_n,
+                                     .cluster_id = r->hashed_cid,
+                                     .cluster_id_len = r->hashed_cid_len,
+                                     .timestamp = r->hashed_ts};
+    else
+        rc = bf_rollup_scan_top(buf, len, &top);
     if (rc != 0) {
         ERR("not a ClusterCapacityNeeds message (malformed wire data)");
         return -EBADMSG;
@@ -1236,8 +1260,6 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
     }
     if ((rc = reserve_rows(r, n_needs ? n_needs : 1)))
         return rc;
-    /* the Needs' hashes, when bf_rollup_digest_needs kept them for these bytes */
-    bool hashed = key && r->hashed_buf == buf && r->hashed_len == len && r->hashed_n == n_needs;
     if (key && n_needs > r->needs_memo_cap) {
         struct bf_rollup_need_memo *nm = realloc(r->needs_memo, (size_t)n_needs * sizeof *nm);
         if (!nm)

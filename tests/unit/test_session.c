@@ -1450,6 +1450,22 @@ START_TEST(the_needs_hashes_kept_by_the_digest_serve_only_the_next_conversion_of
                      0);
     assert_same_conversion(&r, &full);
     ck_assert_uint_eq(r.reused, N / 2);
+    /* a top level bf_rollup_scan_top refuses (a Need field as a varint, a
+     * cluster_id as a varint): no hashes kept, and the conversion rejects
+     * it as it always did */
+    static const uint8_t bad_tail[2][2] = {{0x18, 0x01}, {0x08, 0x01}};
+    uint8_t *bad = malloc(lb + 2);
+    for (int t = 0; t < 2; t++) {
+        memcpy(bad, bb, lb);
+        memcpy(bad + lb, bad_tail[t], 2);
+        ck_assert_int_eq(bf_rollup_digest_needs(bad, lb + 2, &key, N, &r, &d2), 0);
+        ck_assert(r.hashed_buf == NULL);
+        ck_assert_int_eq(bf_rollup_convert_incremental(&g_s, bad, lb + 2, "c1", 1, &lim, &key,
+                                                       &prev, &r, err, sizeof err),
+                         -EBADMSG);
+        ck_assert_str_eq(err, "not a ClusterCapacityNeeds message (malformed wire data)");
+    }
+    free(bad);
     /* more Needs than max_needs: the digest is the same, no hashes kept,
      * and the memo did not grow past max_needs */
     bf_rollup_free(&r);
