@@ -30,11 +30,13 @@
  * --ingest-case K: --ingest-only, but only its K-th case (0 the empty
  * rollup; 1-3 1K every Need changed, 1 % changed, unchanged; 4-6 the same
  * at 50K; 7 and 8: four operators at once, 1K, every Need / 1 % changed;
- * for perf). The srv_cpu, cyc_cpu and cli_cpu columns are the CPU
+ * for perf). --shardd-arg FLAG: one more flag for bigfleet-shardd (e.g.
+ * --cycle-min-gap=1s). The srv_cpu, cyc_cpu and cli_cpu columns are the CPU
  * time (user + system) per rollup of the session process, the cycle process
  * and this client over the closed loop (10 ms ticks: read them over
  * seconds, not milliseconds); cyc/roll: cycles run per steady rollup (the
- * shard's cycle counter; --cycle-min-gap coalesces them).
+ * shard's cycle counter; --cycle-min-gap coalesces them); cyc_ms: their mean
+ * duration (the shard's cycle histogram, past its warm-up cycles).
  * Needs RLIMIT_NOFILE >= N + ~200 in this process and in bigfleet-shardd
  * (both raise their soft limit to the hard one; `ulimit -Hn` must allow it,
  * e.g. `ulimit -n 32768` before running, or run as a user whose hard limit
@@ -84,6 +86,7 @@ static int free_port(void)
 }
 
 static struct shard *g_running; /* stopped by atexit on a fatal error */
+static const char *g_extra_arg; /* --shardd-arg: one more flag for bigfleet-shardd */
 static void shard_stop(struct shard *s);
 static void stop_running(void)
 {
@@ -125,7 +128,7 @@ static void shard_start(struct shard *s, const char *max_needs)
               "--provider-addr=127.0.0.1:1", "--log-level=warn", "--max-clusters=16384",
               "--empty-rollup-guard=false" /* the bench empties clusters between cases */,
               /* one loopback peer holds every session, and one cluster the whole table */
-              "--max-conns-per-peer=0", a_cneeds, "--cluster-max-string-kib=16777216",
+              "--max-conns-per-peer=0", a_cneeds, "--cluster-max-string-kib=16777216", g_extra_arg,
               (char *)NULL);
         _exit(127);
     }
@@ -432,6 +435,7 @@ struct ingest_fig {
      * client process */
     double srv_cpu_us, cyc_cpu_us, cli_cpu_us;
     double cycles_per_rollup; /* cycles the cycle process ran per steady rollup */
+    double cycle_ms; /* their mean duration (the shard's cycle histogram; past its warm-up) */
     uint32_t rollups;
     size_t bytes;
 };
@@ -524,6 +528,8 @@ static void bench_ingest(struct shard *sh, uint32_t rows, int nops, double secon
     double sc0 = bench_proc_cpu_s(spid), cc0 = bench_proc_cpu_s(cpid),
            lc0 = bench_proc_cpu_s(getpid());
     uint64_t ncyc0 = atomic_load(&sh->shm.st->cycle.cycles);
+    struct bf_hist *ch = &sh->shm.st->cycle.cycle_duration;
+    uint64_t hc0 = atomic_load(&ch->count), hs0 = atomic_load(&ch->sum_ns);
     t0 = bf_mono_ns();
     for (int i = 0; i < nops; i++)
         op_send(&ops[i]);
@@ -543,6 +549,8 @@ static void bench_ingest(struct shard *sh, uint32_t rows, int nops, double secon
         f->cli_cpu_us = (bench_proc_cpu_s(getpid()) - lc0) * 1e6 / f->rollups;
         f->cycles_per_rollup =
             (double)(atomic_load(&sh->shm.st->cycle.cycles) - ncyc0) / f->rollups;
+        uint64_t dc = atomic_load(&ch->count) - hc0;
+        f->cycle_ms = dc ? (double)(atomic_load(&ch->sum_ns) - hs0) / 1e6 / (double)dc : 0;
     }
     f->rps = f->rollups / el;
     uint64_t ic1 = atomic_load(&ih->count), is1 = atomic_load(&ih->sum_ns);
@@ -591,9 +599,10 @@ static void print_fig(const struct ingest_fig *x)
     snprintf(kind, sizeof kind, "%s", x->unchanged ? "unchanged" : "changed");
     if (!x->unchanged && x->every > 1)
         snprintf(kind, sizeof kind, "ch-1/%u", x->every);
-    printf("%7u %4u %9s %10zu %10.1f %8.2fms %8.2fms %10.1f %8s %10.1f %8.1f %8.1f %8.1f %9.3f\n",
+    printf("%7u %4u %9s %10zu %10.1f %8.2fms %8.2fms %10.1f %8s %10.1f %8.1f %8.1f %8.1f %9.3f "
+           "%8.1f\n",
            x->rows, x->ops, kind, x->bytes, x->rps, x->p50, x->p99, x->cold_ms, ping, x->ingest_us,
-           x->srv_cpu_us, x->cyc_cpu_us, x->cli_cpu_us, x->cycles_per_rollup);
+           x->srv_cpu_us, x->cyc_cpu_us, x->cli_cpu_us, x->cycles_per_rollup, x->cycle_ms);
     fflush(stdout);
 }
 
@@ -720,6 +729,12 @@ static void convert_loop(struct bf_shm *s, uint32_t cref, uint8_t *const b[2], c
                                       .rows = pr->rows,
                                       .fp_refs = pr->fp_refs,
                                       .n_rows = pr->n};
+        /* incremental: as the ingest thread does, the digest first, keeping
+         * the Needs' hashes for the conversion (bf_rollup_digest_needs) */
+        struct bf_rollup_digest d;
+        int64_t tdg = bf_mono_ns();
+        if (inc)
+            bf_rollup_digest_needs(b[it & 1], len[it & 1], &key, rows, cur, &d);
         int64_t t0 = bf_mono_ns();
         rc =
             inc ? bf_rollup_convert_incremental(s, b[it & 1], len[it & 1], "bench-convert", cref,
@@ -732,9 +747,9 @@ static void convert_loop(struct bf_shm *s, uint32_t cref, uint8_t *const b[2], c
             end = bf_mono_ns() + (int64_t)(seconds * 1e9);
             continue;
         }
-        struct bf_rollup_digest d;
-        bf_rollup_digest(b[it & 1], len[it & 1], &key, &d);
-        td[n] = bf_mono_ns() - t1;
+        if (!inc)
+            bf_rollup_digest(b[it & 1], len[it & 1], &key, &d);
+        td[n] = inc ? t0 - tdg : bf_mono_ns() - t1;
         tc[n++] = t1 - t0;
         reused += cur->reused;
         if (bf_mono_ns() >= end)
@@ -816,6 +831,8 @@ int main(int argc, char **argv)
             convert_rows = (uint32_t)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--convert-case") && i + 1 < argc)
             convert_case = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--shardd-arg") && i + 1 < argc)
+            g_extra_arg = argv[++i];
         else if (!strcmp(argv[i], "--ingest-case") && i + 1 < argc) {
             ingest_only = true;
             ingest_case = atoi(argv[++i]);
@@ -850,9 +867,9 @@ int main(int argc, char **argv)
     static const uint32_t sizes[] = {1000, 10000, 50000};
     struct ingest_fig one[3], four[3], same[2], part[2];
     printf("rollup ingest (bigfleet-shardd over loopback, every row a distinct profile)\n");
-    printf("%7s %4s %9s %10s %10s %9s %9s %10s %8s %10s %8s %8s %8s %9s\n", "rows", "ops",
+    printf("%7s %4s %9s %10s %10s %9s %9s %10s %8s %10s %8s %8s %8s %9s %8s\n", "rows", "ops",
            "rollups", "bytes", "rollups/s", "ack_p50", "ack_p99", "cold_ms", "ping_p99",
-           "ingest_us", "srv_cpu", "cyc_cpu", "cli_cpu", "cyc/roll");
+           "ingest_us", "srv_cpu", "cyc_cpu", "cli_cpu", "cyc/roll", "cyc_ms");
     if (ingest_only) {
         /* the round trip's floor: an empty rollup, repeated */
         struct ingest_fig empty;

@@ -121,6 +121,18 @@ struct bf_rollup {
     uint32_t pmask;
     uint32_t *prev_used;
     uint32_t prev_used_cap;
+    /* private: bf_rollup_digest_needs filled needs_memo[0..hashed_n) with the
+     * Needs' hashes and lengths of the rollup at hashed_buf (hashed_len
+     * bytes); the next conversion of those bytes takes them instead of
+     * hashing every Need again, nor walking the top level for its count,
+     * cluster_id and timestamp (hashed_cid*, hashed_ts: what
+     * bf_rollup_scan_top finds); any conversion clears hashed_buf */
+    const uint8_t *hashed_buf;
+    size_t hashed_len;
+    uint32_t hashed_n;
+    const uint8_t *hashed_cid;
+    size_t hashed_cid_len;
+    int64_t hashed_ts;
 };
 
 void bf_rollup_init(struct bf_rollup *r);
@@ -245,15 +257,36 @@ struct bf_rollup_digest {
 
 /*
  * Digest of a serialized ClusterCapacityNeeds over every top-level field
- * except timestamp_unix_nanos (2), byte for byte in wire order: equal
- * digests mean equal bytes apart from the timestamp (up to a keyed 128-bit
- * hash collision). A different encoding of the same content is a different
- * digest (it then takes the full conversion, never a wrong result).
+ * except timestamp_unix_nanos (2), in wire order: a Need (3) enters as its
+ * keyed XXH3-64 hash and length (the hash of bf_rollup_need_memo, which
+ * the incremental conversion already trusts to reuse a Need's row), any
+ * other field as its bytes; the whole is hashed with keyed XXH3-128. Equal
+ * digests mean equal bytes apart from the timestamp (up to a keyed hash
+ * collision a peer cannot aim at: it does not know the key). A different
+ * encoding of the same content is a different digest (it then takes the
+ * full conversion, never a wrong result).
  * Errors: -EBADMSG (the top level does not parse), -EINVAL (bad key).
- * Pure; ~1 GB/s of scanning plus the hash.
+ * Pure.
  */
 int bf_rollup_digest(const uint8_t *buf, size_t len, const struct bf_rollup_digest_key *key,
                      struct bf_rollup_digest *d);
+
+/*
+ * bf_rollup_digest, and the keyed hash and length of every Need kept in
+ * r->needs_memo (row BF_ROLLUP_NO_ROW) for the conversion of these same
+ * bytes that follows (bf_rollup_convert_incremental into r, with the same
+ * key): it then does not hash the Needs again nor walk the top level to
+ * count them (a 7 MB rollup's pass and walk less). Kept only for a top
+ * level bf_rollup_scan_top accepts (else the conversion rejects it with its
+ * own message, as before). Kept only for at most max_needs Needs (the memo grows to that many
+ * entries of 16 bytes at most, as the conversion's would; a rollup with more
+ * is refused by the conversion anyway) and when memory allows; otherwise the
+ * conversion hashes as before. The digest is the same either way. Any
+ * conversion into r consumes the hashes (a later rollup in the same buffer
+ * is never taken for this one).
+ */
+int bf_rollup_digest_needs(const uint8_t *buf, size_t len, const struct bf_rollup_digest_key *key,
+                           uint32_t max_needs, struct bf_rollup *r, struct bf_rollup_digest *d);
 
 /*
  * The figures of a repeat of the n rows the cluster published last, without

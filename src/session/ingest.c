@@ -552,7 +552,9 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j, bool notify
     char err[512] = "";
     struct bf_rollup *cv = &ig->conv;
     struct bf_rollup_digest dg = {0};
-    if (bf_rollup_digest(j->rb.data, j->rb.len, &ig->key, &dg) != 0)
+    /* the Needs' hashes kept for the conversion below (one pass less) */
+    if (bf_rollup_digest_needs(j->rb.data, j->rb.len, &ig->key, ig->cluster_max_needs, cv, &dg) !=
+        0)
         dg.hi = 0; /* the conversion rejects it with its own message */
     int rc = repeat(ig, cidx, j, &rec, &dg) ? 0 : convert(ig, cidx, j, cid, &rec, err, sizeof err);
     if (rc) {

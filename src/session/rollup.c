@@ -945,35 +945,108 @@ int64_t bf_rollup_arrival(int64_t timestamp_ns, int64_t recv_ns, bool *clamped)
     return *clamped ? recv_ns : timestamp_ns; /* in the future or stale: receive time orders it */
 }
 
-int bf_rollup_digest(const uint8_t *buf, size_t len, const struct bf_rollup_digest_key *key,
-                     struct bf_rollup_digest *d)
+/* The digest's input, in records: 'N' + a Need's keyed hash (8 bytes) and
+ * length (4), or 'R' + another field's length (4) and bytes (the bytes
+ * streamed apart). Injective: a record's kind and length are in its head. */
+#define DG_REC 13u
+#define DG_BUF (DG_REC * 315u)
+
+static int digest_walk(const uint8_t *buf, size_t len, const struct bf_rollup_digest_key *key,
+                       uint32_t max_needs, struct bf_rollup *r, struct bf_rollup_digest *d)
 {
     XXH3_state_t st;
+    if (r)
+        r->hashed_buf = NULL;
     if (XXH3_128bits_reset_withSecret(&st, key->secret, sizeof key->secret) != XXH_OK)
         return -EINVAL;
     struct bf_pb_reader rd;
     struct bf_pb_field f;
     int rc;
+    uint8_t out[DG_BUF];
+    uint32_t at = 0, n = 0;
+    bool keep = r != NULL;
+    /* what bf_rollup_scan_top finds (kept only when it would accept) */
+    const uint8_t *cid = (const uint8_t *)"";
+    size_t cid_len = 0;
+    int64_t ts = 0;
     d->timestamp_ns = 0;
-    /* the bytes between timestamp fields are hashed as runs: the same
-     * digest as field by field (a streaming hash of the concatenation), one
-     * update per run instead of one per Need */
-    const uint8_t *run = buf;
     bf_pb_reader_init(&rd, buf, len);
     while ((rc = bf_pb_next(&rd, &f)) == 1) {
         if (f.num == 2) {
             d->timestamp_ns = (int64_t)f.varint; /* the last one wins, as in the converter */
-            XXH3_128bits_update(&st, run, (size_t)(f.start - run));
-            run = f.end;
+            keep = keep && f.wt == BF_PB_VARINT;
+            ts = (int64_t)f.varint;
+            continue;
         }
+        if (f.num == 1) {
+            keep = keep && f.wt == BF_PB_LEN;
+            cid = f.p;
+            cid_len = f.len;
+        }
+        if (at + DG_REC > DG_BUF) {
+            XXH3_128bits_update(&st, out, at);
+            at = 0;
+        }
+        if (f.num == 3 && f.wt == BF_PB_LEN) {
+            uint64_t h = XXH3_64bits_withSecret(f.p, f.len, key->secret, sizeof key->secret);
+            uint32_t l = (uint32_t)f.len;
+            out[at] = 'N';
+            memcpy(out + at + 1, &h, 8);
+            memcpy(out + at + 9, &l, 4);
+            at += DG_REC;
+            if (keep && n >= r->needs_memo_cap) {
+                uint32_t nc = r->needs_memo_cap < 1024 ? 1024 : r->needs_memo_cap * 2;
+                if (nc > max_needs)
+                    nc = max_needs;
+                struct bf_rollup_need_memo *nm =
+                    n < nc ? realloc(r->needs_memo, (size_t)nc * sizeof *nm) : NULL;
+                if (nm) {
+                    r->needs_memo = nm;
+                    r->needs_memo_cap = nc;
+                } else {
+                    keep = false; /* over max_needs, or no memory: the conversion hashes */
+                }
+            }
+            if (keep)
+                r->needs_memo[n] = (struct bf_rollup_need_memo){h, l, BF_ROLLUP_NO_ROW};
+            n++;
+            continue;
+        }
+        keep = keep && f.num != 3; /* a Need that is not LEN: scan_top's error */
+        uint32_t l = (uint32_t)(f.end - f.start);
+        out[at] = 'R';
+        memcpy(out + at + 1, &l, 4);
+        XXH3_128bits_update(&st, out, at + 5);
+        XXH3_128bits_update(&st, f.start, l);
+        at = 0;
     }
     if (rc < 0)
         return -EBADMSG;
-    XXH3_128bits_update(&st, run, (size_t)(buf + len - run));
+    XXH3_128bits_update(&st, out, at);
     XXH128_hash_t h = XXH3_128bits_digest(&st);
     d->lo = h.low64;
     d->hi = h.high64 | 1; /* never the all-zero "no digest" */
+    if (keep) {
+        r->hashed_buf = buf;
+        r->hashed_len = len;
+        r->hashed_n = n;
+        r->hashed_cid = cid;
+        r->hashed_cid_len = cid_len;
+        r->hashed_ts = ts;
+    }
     return 0;
+}
+
+int bf_rollup_digest(const uint8_t *buf, size_t len, const struct bf_rollup_digest_key *key,
+                     struct bf_rollup_digest *d)
+{
+    return digest_walk(buf, len, key, 0, NULL, d);
+}
+
+int bf_rollup_digest_needs(const uint8_t *buf, size_t len, const struct bf_rollup_digest_key *key,
+                           uint32_t max_needs, struct bf_rollup *r, struct bf_rollup_digest *d)
+{
+    return digest_walk(buf, len, key, max_needs, r, d);
 }
 
 void bf_rollup_repeat_meta(uint32_t n, int64_t timestamp_ns, const struct bf_rollup_limits *lim,
@@ -1158,9 +1231,18 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
     uint32_t max_rows = lim->max_rows;
     if (!r->pcache && !(r->pcache = calloc(1, sizeof(struct pcache))))
         return -ENOMEM;
-    /* one walk of the top level: the Needs counted, cluster_id, timestamp */
+    /* one walk of the top level: the Needs counted, cluster_id, timestamp
+     * (done by bf_rollup_digest_needs when it kept the Needs' hashes) */
     struct bf_rollup_top top;
-    int rc = bf_rollup_scan_top(buf, len, &top);
+    bool hashed = key && r->hashed_buf == buf && r->hashed_len == len;
+    int rc = 0;
+    if (hashed)
+        top = (struct bf_rollup_top){.n_needs = r->hashed_n,
+                                     .cluster_id = r->hashed_cid,
+                                     .cluster_id_len = r->hashed_cid_len,
+                                     .timestamp = r->hashed_ts};
+    else
+        rc = bf_rollup_scan_top(buf, len, &top);
     if (rc != 0) {
         ERR("not a ClusterCapacityNeeds message (malformed wire data)");
         return -EBADMSG;
@@ -1234,7 +1316,9 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
         if (!key || idx >= n_needs) {
             rc = convert_need(s, r, &sc, f.p, f.len, idx, cluster_ref, lim, err, errlen);
         } else {
-            uint64_t h = XXH3_64bits_withSecret(f.p, f.len, key->secret, sizeof key->secret);
+            uint64_t h = hashed && r->needs_memo[idx].len == f.len
+                             ? r->needs_memo[idx].h
+                             : XXH3_64bits_withSecret(f.p, f.len, key->secret, sizeof key->secret);
             uint32_t k = UINT32_MAX;
             if (prev) {
                 /* operators keep their order: the Need after the last one
@@ -1296,8 +1380,10 @@ static int convert_rollup(struct bf_shm *s, const uint8_t *buf, size_t len, cons
     r->dedup_deferred = r->plain_pass = false;
     int rc =
         convert_pass(s, buf, len, cluster_id, cluster_ref, lim, key, prev, true, 0, r, err, errlen);
-    if (rc == 0 || !key || !prev)
+    if (rc == 0 || !key || !prev) {
+        r->hashed_buf = NULL; /* used (or not): never for other bytes later in this buffer */
         return rc;
+    }
     r->plain_pass = true;
     /* the plain pass, starting from what the fast one added to the string
      * table (its interned strings stay; the quota counts them once) and
@@ -1306,6 +1392,7 @@ static int convert_rollup(struct bf_shm *s, const uint8_t *buf, size_t len, cons
     rc = convert_pass(s, buf, len, cluster_id, cluster_ref, lim, key, prev, false, r->strtab_added,
                       r, err, errlen);
     r->unknown_fields += unknown;
+    r->hashed_buf = NULL;
     return rc;
 }
 

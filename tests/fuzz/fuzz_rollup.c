@@ -42,7 +42,9 @@
  *     input bit), gives exactly what the full conversion of the edit gives:
  *     the same error and message, or the same rows, fp_refs and figures
  *     (for half the inputs with the dedup of converted rows deferred, as
- *     at >= 8192 Needs: defer_min_needs 1).
+ *     at >= 8192 Needs: defer_min_needs 1; for half, independently, with
+ *     the Needs' hashes kept by bf_rollup_digest_needs, whose digest is
+ *     bf_rollup_digest's, and consumed by the conversion).
  */
 #include "bigfleet/blobs.h"
 #include "bigfleet/rollup.h"
@@ -312,9 +314,21 @@ static void check_incremental(const uint8_t *msg, size_t len, const char *cluste
     struct bf_rollup_limits dlim = *lim;
     if ((sel >> 56) & 1)
         dlim.defer_min_needs = 1;
+    /* half the inputs: the digest first, keeping the Needs' hashes for the
+     * conversion (as the ingest thread does); the digest is the plain one */
+    if ((sel >> 57) & 1) {
+        struct bf_rollup_digest d1, d2;
+        int dr1 = bf_rollup_digest_needs(ed, elen, &key, dlim.max_rows, r, &d1);
+        int dr2 = bf_rollup_digest(ed, elen, &key, &d2);
+        FUZZ_CHECK(dr1 == dr2);
+        FUZZ_CHECK(dr1 != 0 || (d1.lo == d2.lo && d1.hi == d2.hi));
+        FUZZ_CHECK(r->needs_memo_cap <= (dlim.max_rows > 1024 ? dlim.max_rows : 1024) ||
+                   r->hashed_buf == NULL);
+    }
     int rc1 = bf_rollup_convert_incremental(&g_s, ed, elen, cluster, cref, &dlim, &key, &prev, r,
                                             e1, sizeof e1);
-    struct bf_rollup x = *r; /* the figures; rows copied below */
+    FUZZ_CHECK(r->hashed_buf == NULL); /* consumed */
+    struct bf_rollup x = *r;           /* the figures; rows copied below */
     struct bf_need_row *xr = malloc((r->n + 1) * sizeof *xr);
     uint32_t *xf = malloc((r->n + 1) * sizeof *xf);
     FUZZ_CHECK(xr && xf);

@@ -1128,6 +1128,11 @@ START_TEST(incremental_conversion_equals_the_full_one_under_random_edits)
         uint8_t *buf = pack_rollup("c1", 1800000000000000000LL + round, b, (size_t)n, &len);
         struct bf_rollup_prev prev = prev_of(&k, round % 2 == 1);
         lim.defer_min_needs = round % 3 == 0 ? 1 : 0; /* the deferred dedup at any size */
+        if (round % 4 < 2) { /* as the ingest thread does: the Needs' hashes from the digest */
+            struct bf_rollup_digest dg;
+            ck_assert_int_eq(bf_rollup_digest_needs(buf, len, &key, lim.max_rows, &inc, &dg), 0);
+            ck_assert(inc.hashed_buf == buf);
+        }
         int rc1 = bf_rollup_convert_incremental(&g_s, buf, len, "c1", 1, &lim, &key,
                                                 round ? &prev : NULL, &inc, e1, sizeof e1);
         if (rc1 == 0 && inc.n_new_dims) { /* the ingest thread registers, converts again */
@@ -1375,6 +1380,107 @@ START_TEST(a_large_rollup_with_every_need_changed_merges_duplicates_as_the_full_
     free(k.rows);
     free(k.fps);
     free(b);
+    bf_rollup_free(&r);
+    bf_rollup_free(&full);
+}
+END_TEST
+
+/* bf_rollup_digest_needs keeps every Need's hash for the conversion of the
+ * same bytes that follows, and only for it: the conversion consumes them,
+ * so a later rollup assembled in the same buffer (the recycled 7 MB one has
+ * the same address, and often the same length) is hashed afresh, never
+ * taken for the one before. The digest is bf_rollup_digest's, and the
+ * hashes are kept for at most max_needs Needs. */
+START_TEST(the_needs_hashes_kept_by_the_digest_serve_only_the_next_conversion_of_those_bytes)
+{
+    shm_fixture_remove();
+    struct bf_shm_caps caps = {.max_machines = 1024, .max_needs = 4096, .max_clusters = 16};
+    shm_fixture_create("session", &caps, 1);
+    enum { N = 300 };
+    struct nb *b = calloc(N, sizeof *b);
+    struct bf_rollup_digest_key key;
+    random_key(&key, 12);
+    struct bf_rollup_limits lim = {
+        .max_rows = N, .strtab_quota = UINT64_MAX, .max_priority = 1000000};
+    struct bf_rollup r, full;
+    bf_rollup_init(&r);
+    bf_rollup_init(&full);
+    struct kept k = {0};
+    char err[256] = "", e2[256] = "";
+    size_t la, lb;
+    for (int i = 0; i < N; i++) {
+        nb_init(&b[i], i);
+        nb_agg(&b[i], "cpu", "4");
+    }
+    uint8_t *a = pack_rollup("c1", 1800000000000000000LL, b, N, &la);
+    for (int i = 0; i < N; i += 2)
+        b[i].agg[0].value = "5"; /* same length: every other Need changed */
+    uint8_t *bb = pack_rollup("c1", 1800000000000000000LL, b, N, &lb);
+    ck_assert_uint_eq(la, lb);
+    uint8_t *buf = malloc(la);
+    memcpy(buf, a, la);
+    /* A, hashed by the digest, then converted: the full conversion's result */
+    struct bf_rollup_digest d1, d2;
+    ck_assert_int_eq(bf_rollup_digest_needs(buf, la, &key, N, &r, &d1), 0);
+    ck_assert_int_eq(bf_rollup_digest(buf, la, &key, &d2), 0);
+    ck_assert(d1.lo == d2.lo && d1.hi == d2.hi && d1.timestamp_ns == d2.timestamp_ns);
+    ck_assert(r.hashed_buf == buf && r.hashed_n == N);
+    ck_assert_int_eq(bf_rollup_convert_incremental(&g_s, buf, la, "c1", 1, &lim, &key, NULL, &r,
+                                                   err, sizeof err),
+                     0);
+    ck_assert(r.hashed_buf == NULL);
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, la, "c1", 1, &lim, &full, e2, sizeof e2), 0);
+    assert_same_conversion(&r, &full);
+    keep(&k, &r);
+    /* B assembled in the same buffer, converted without a digest: A's hashes
+     * are gone, so the changed Needs are converted, not reused as A's */
+    memcpy(buf, bb, lb);
+    struct bf_rollup_prev prev = prev_of(&k, false);
+    ck_assert_int_eq(bf_rollup_convert_incremental(&g_s, buf, lb, "c1", 1, &lim, &key, &prev, &r,
+                                                   err, sizeof err),
+                     0);
+    ck_assert_int_eq(bf_rollup_convert(&g_s, buf, lb, "c1", 1, &lim, &full, e2, sizeof e2), 0);
+    assert_same_conversion(&r, &full);
+    ck_assert_uint_eq(r.reused, N / 2);
+    /* the digest of B, then a conversion of B: the same, its hashes used */
+    ck_assert_int_eq(bf_rollup_digest_needs(buf, lb, &key, N, &r, &d1), 0);
+    ck_assert(d1.lo != d2.lo || d1.hi != d2.hi);
+    ck_assert_int_eq(bf_rollup_convert_incremental(&g_s, buf, lb, "c1", 1, &lim, &key, &prev, &r,
+                                                   err, sizeof err),
+                     0);
+    assert_same_conversion(&r, &full);
+    ck_assert_uint_eq(r.reused, N / 2);
+    /* a top level bf_rollup_scan_top refuses (a Need field as a varint, a
+     * cluster_id as a varint): no hashes kept, and the conversion rejects
+     * it as it always did */
+    static const uint8_t bad_tail[2][2] = {{0x18, 0x01}, {0x08, 0x01}};
+    uint8_t *bad = malloc(lb + 2);
+    for (int t = 0; t < 2; t++) {
+        memcpy(bad, bb, lb);
+        memcpy(bad + lb, bad_tail[t], 2);
+        ck_assert_int_eq(bf_rollup_digest_needs(bad, lb + 2, &key, N, &r, &d2), 0);
+        ck_assert(r.hashed_buf == NULL);
+        ck_assert_int_eq(bf_rollup_convert_incremental(&g_s, bad, lb + 2, "c1", 1, &lim, &key,
+                                                       &prev, &r, err, sizeof err),
+                         -EBADMSG);
+        ck_assert_str_eq(err, "not a ClusterCapacityNeeds message (malformed wire data)");
+    }
+    free(bad);
+    /* more Needs than max_needs: the digest is the same, no hashes kept,
+     * and the memo did not grow past max_needs */
+    bf_rollup_free(&r);
+    bf_rollup_init(&r);
+    ck_assert_int_eq(bf_rollup_digest_needs(buf, lb, &key, N - 1, &r, &d2), 0);
+    ck_assert(d1.lo == d2.lo && d1.hi == d2.hi);
+    ck_assert(r.hashed_buf == NULL);
+    ck_assert_uint_le(r.needs_memo_cap, N - 1);
+    free(buf);
+    free(a);
+    free(bb);
+    free(b);
+    free(k.needs);
+    free(k.rows);
+    free(k.fps);
     bf_rollup_free(&r);
     bf_rollup_free(&full);
 }
@@ -1878,6 +1984,8 @@ static Suite *suite(void)
                    a_changed_need_that_merges_with_a_reused_one_merges_as_in_the_full_conversion);
     tcase_add_test(r,
                    a_large_rollup_with_every_need_changed_merges_duplicates_as_the_full_conversion);
+    tcase_add_test(
+        r, the_needs_hashes_kept_by_the_digest_serve_only_the_next_conversion_of_those_bytes);
     suite_add_tcase(s, r);
     TCase *q = tcase_create("rail2");
     tcase_add_test(q, rail2_holds_a_collapse_until_three_consecutive_rollups_confirm_it);
