@@ -2,7 +2,7 @@
  * bench_pages.c — does this host stall memory held in transparent huge pages?
  * The check behind the cycle process's --transparent-huge-pages (default
  * false; docs/operating.md "Huge pages", docs/performance.md "Huge pages and
- * the 512 ms stall (stop 30)").
+ * the 512 ms stall (target 1; lead, stop 30)").
  *
  * One region (default 256 MiB) is mapped twice in turn: advised
  * MADV_NOHUGEPAGE (4 KiB pages) and MADV_HUGEPAGE (transparent huge pages).

@@ -116,23 +116,26 @@ struct bf_engine;
 
 /*
  * Transparent huge pages for the engine's big arrays (docs/performance.md,
- * "Huge pages and the 512 ms stall (stop 30)"). Process-wide, default off.
+ * "Huge pages and the 512 ms stall (target 1; lead, stop 30)"). Process-wide,
+ * default off.
  *
  * On: every array of 2 MiB or more (the mirror's per-slot columns, id buffer
  * and leaves; any working array grown past 2 MiB) is advised MADV_HUGEPAGE:
  * one fault per 2 MiB instead of 512, which shortens a restarted cycle
  * process's first rescan on a host where first touches are dear.
- * Off: the same arrays are advised MADV_NOHUGEPAGE (4 KiB pages even under a
- * system-wide THP "always"). On this project's VM (Firecracker under PVM,
- * shadow page tables), memory in
- * transparent huge pages runs 10-15x slower for a few ms every 512 ms (user
- * time, no fault, no system call; measured with a plain loop outside the
- * project too), which made 1-2 of every 100 cycles at 500K machines cost
- * 15-60 ms instead of ~3 ms; steady-state p99 is what the appliance is for.
+ * Off: the same arrays are advised MADV_NOHUGEPAGE, so they take 4 KiB pages
+ * even under a system-wide THP "always" (the rest of the process's heap is
+ * not advised: under "always" it may still take huge pages; under Debian's
+ * default "madvise" it does not). On this project's VM (Firecracker under
+ * PVM, shadow page tables), memory in transparent huge pages runs 10-15x slower for a few ms every
+ * 512 ms (user time, no fault, no system call; measured with a plain loop outside the project too),
+ * which made 1-2 of every 100 cycles at 500K machines cost 15-60 ms instead of ~3 ms; steady-state
+ * p99 is what the appliance is for.
  *
- * Set it before the first bf_engine_new; it applies to arrays allocated
- * after the call (an array keeps the advice it was allocated with). Not
- * thread-safe with concurrent allocations. The advice is a hint: a kernel
+ * Set it once, before the first bf_engine_new: the advice marks the memory,
+ * not the array, so memory the allocator reuses after a free keeps the
+ * advice it had (the cycle's feed re-advises its slot info at every full
+ * rescan). Not thread-safe with concurrent allocations. The advice is a hint: a kernel
  * without THP ignores it (errors are ignored).
  */
 void bf_engine_set_huge_pages(bool on);

@@ -120,7 +120,8 @@ static const struct opt opts[] = {
      "instead of per 4 KiB, but on a virtual machine huge pages can stall periodically (on a "
      "VM with software shadow page tables (PVM): every 512 ms, which set the 500K cycle p99 at "
      "12-17 ms against ~6 ms "
-     "without); false = 4 KiB pages for them whatever the system's THP policy"},
+     "without); false = 4 KiB pages for them under any system THP policy (docs/operating.md "
+     "\"Huge pages\": when to turn it on)"},
     {"max-actions-per-cycle", T_INT, F(max_actions_per_cycle), "0", 0, 1e9,
      "cap on actions handed to execution per cycle (0 = unlimited); the tail is deferred", false,
      true},

@@ -17,7 +17,8 @@
 /* What the mirror holds for each slot (for incremental counts and ids).
  * 12 bytes: a restarted cycle's first rescan writes it for every slot, and
  * each 4 KiB of it first touched costs ~12-25 us on the appliance's VM
- * (controller.c; docs/performance.md "i18-restart5 (stop 30)"). */
+ * (controller.c; docs/performance.md "Restart without huge pages (target 7; i18-restart5,
+ * stop 30)"). */
 struct slotinfo {
     uint32_t id_ref;
     uint16_t type_idx;

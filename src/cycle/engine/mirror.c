@@ -112,8 +112,8 @@ static void *big_realloc(void *p, size_t n, size_t nn)
 static size_t cols_layout(size_t n, size_t off[8]);
 
 /* The first size in bytes of a growing array of the mirror (the id buffer,
- * the leaves): `small`, or one huge page in an engine whose per-slot columns
- * take huge pages (a mirror of ~50K machines or more fills it in its first
+ * the leaves): `small`, or 2 MiB in an engine whose per-slot columns are big
+ * (>= 2 MiB, their own mapping: a mirror of ~50K machines or more fills it in its first
  * load, and growing through the heap sizes first would fault every page of
  * each copy). */
 static size_t big_first(const struct bf_engine *e, size_t small)
