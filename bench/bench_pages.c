@@ -13,10 +13,16 @@
  * ms (10-15x the median), the 4 KiB region none: that is what made 1-2 of every 100 cycles at 500K
  * machines cost 15-60 ms.
  *
- * Usage: bench_pages [MiB [seconds]] (default 256 and 6). Prints a table and
- * writes results/bench_pages.json. Not a pass/fail check: read the figures,
- * on a quiet host (under load both regions show stalls: other processes'
- * cache and memory traffic; on this 2-core VM at load ~7, 14-23 of each).
+ * Three rounds, each measuring both regions, in alternating order (4 KiB
+ * first, then THP first, ...); the figures are the medians of the rounds,
+ * printed with the load average before and after.
+ *
+ * Usage: bench_pages [MiB [seconds]] (default 256 MiB and 2 s per region per
+ * round). Prints a table and writes results/bench_pages.json. Not a
+ * pass/fail check: read the figures, on a quiet host (under load both regions
+ * show stalls: other processes' cache and memory traffic; on this 2-core VM
+ * at load ~7, 14-23 of each in 6 s), so the comparison line is printed only
+ * when the 1-minute load average stayed below 1.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -89,7 +95,7 @@ static int measure(struct run *r, size_t bytes, double seconds, int advice, uint
     for (size_t i = 0; i < m; i++)
         a[i] = i * 2654435761u;
     r->thp_mib = thp_mib_of(a);
-    size_t cap = 1 << 20, n = 0;
+    size_t cap = (size_t)(seconds * 2e4) + 1024, n = 0; /* chunks take >= 50 us */
     double *cost = malloc(cap * sizeof *cost), *at = malloc(cap * sizeof *at);
     if (!cost || !at) {
         free(cost);
@@ -146,50 +152,84 @@ static int measure(struct run *r, size_t bytes, double seconds, int advice, uint
     return 0;
 }
 
+#define ROUNDS 3
+
+static double median3(double a, double b, double c)
+{
+    double v[3] = {a, b, c};
+    return bench_median(v, 3);
+}
+
 int main(int argc, char **argv)
 {
     size_t mib = argc > 1 ? strtoul(argv[1], NULL, 10) : 256;
-    double seconds = argc > 2 ? atof(argv[2]) : 6;
+    double seconds = argc > 2 ? atof(argv[2]) : 2;
     if (mib < 4 || mib > 65536 || !(seconds > 0 && seconds <= 600)) {
-        fprintf(stderr, "usage: %s [MiB (4..65536) [seconds (0..600]]]\n", argv[0]);
+        fprintf(stderr, "usage: %s [MiB (4..65536) [seconds per region per round (0..600]]]\n",
+                argv[0]);
         return 2;
     }
-    struct run r[2] = {{.name = "4KiB"}, {.name = "THP"}};
+    const char *names[2] = {"4KiB", "THP"};
     const int advice[2] = {MADV_NOHUGEPAGE, MADV_HUGEPAGE};
+    struct run r[ROUNDS][2];
     uint64_t sink = 1;
+    double load0[3] = {0}, load1[3] = {0};
+    if (getloadavg(load0, 3) < 1)
+        load0[0] = -1;
     printf("bench_pages: %zu MiB, random 8-byte read-modify-writes in chunks of %d (thread CPU), "
-           "%.0f s per page size; stall = chunk > 3x median\n",
-           mib, CHUNK, seconds);
-    printf("%-5s %8s %8s %8s %8s %7s %10s %12s %8s\n", "pages", "chunks", "med_us", "p99_us",
-           "max_us", "stalls", "period_ms", "stall_ms/s", "thp_MiB");
-    for (int i = 0; i < 2; i++) {
-        int rc = measure(&r[i], mib << 20, seconds, advice[i], &sink);
-        if (rc) {
-            fprintf(stderr, "bench_pages: %s: %s\n", r[i].name, strerror(-rc));
-            return 1;
+           "%g s per region, %d rounds alternating the order; stall = chunk > 3x median; "
+           "load %.2f\n",
+           mib, CHUNK, seconds, ROUNDS, load0[0]);
+    printf("%-5s %5s %8s %8s %8s %8s %7s %10s %12s %8s\n", "pages", "round", "chunks", "med_us",
+           "p99_us", "max_us", "stalls", "period_ms", "stall_ms/s", "thp_MiB");
+    for (int k = 0; k < ROUNDS; k++)
+        for (int j = 0; j < 2; j++) {
+            int i = k % 2 ? 1 - j : j; /* 4 KiB first in even rounds, THP first in odd */
+            r[k][i].name = names[i];
+            int rc = measure(&r[k][i], mib << 20, seconds, advice[i], &sink);
+            if (rc) {
+                fprintf(stderr, "bench_pages: %s: %s\n", names[i], strerror(-rc));
+                return 1;
+            }
+            printf("%-5s %5d %8zu %8.1f %8.1f %8.1f %7zu %10.1f %12.2f %8.0f\n", names[i], k + 1,
+                   r[k][i].chunks, r[k][i].median_us, r[k][i].p99_us, r[k][i].max_us,
+                   r[k][i].stalls, r[k][i].period_ms, r[k][i].stall_ms_per_s, r[k][i].thp_mib);
         }
-        printf("%-5s %8zu %8.1f %8.1f %8.1f %7zu %10.1f %12.2f %8.0f\n", r[i].name, r[i].chunks,
-               r[i].median_us, r[i].p99_us, r[i].max_us, r[i].stalls, r[i].period_ms,
-               r[i].stall_ms_per_s, r[i].thp_mib);
+    if (getloadavg(load1, 3) < 1)
+        load1[0] = -1;
+    double stall[2], thp = r[0][1].thp_mib;
+    for (int i = 0; i < 2; i++) {
+        stall[i] = median3(r[0][i].stall_ms_per_s, r[1][i].stall_ms_per_s, r[2][i].stall_ms_per_s);
+        printf("%-5s median stall time %.2f ms/s, median period %.1f ms\n", names[i], stall[i],
+               median3(r[0][i].period_ms, r[1][i].period_ms, r[2][i].period_ms));
     }
-    if (r[1].thp_mib <= 0)
+    printf("load average %.2f before, %.2f after\n", load0[0], load1[0]);
+    if (thp <= 0)
         printf("the THP region got no huge pages (THP off or unavailable): nothing to compare\n");
+    else if (load0[0] < 0 || load0[0] >= 1 || load1[0] >= 1)
+        printf("the host is not quiet (load >= 1): no comparison; run it again on a quiet host\n");
     else
         printf("huge pages here: %.2f ms of stalls per second against %.2f with 4 KiB pages "
-               "(--transparent-huge-pages=true only if the first is not larger)\n",
-               r[1].stall_ms_per_s, r[0].stall_ms_per_s);
+               "(docs/operating.md \"Huge pages\": turn them on only if the first is not larger)\n",
+               stall[1], stall[0]);
     mkdir("results", 0755);
     FILE *f = fopen("results/bench_pages.json", "w");
     if (f) {
-        fprintf(f, "{\"mib\": %zu, \"seconds\": %g, \"sink\": %llu, \"runs\": [", mib, seconds,
-                (unsigned long long)(sink & 1));
-        for (int i = 0; i < 2; i++)
-            fprintf(f,
-                    "%s{\"pages\": \"%s\", \"chunks\": %zu, \"median_us\": %.2f, \"p99_us\": %.2f, "
-                    "\"max_us\": %.2f, \"stalls\": %zu, \"period_ms\": %.1f, "
-                    "\"stall_ms_per_s\": %.3f, \"thp_mib\": %.0f}",
-                    i ? ", " : "", r[i].name, r[i].chunks, r[i].median_us, r[i].p99_us, r[i].max_us,
-                    r[i].stalls, r[i].period_ms, r[i].stall_ms_per_s, r[i].thp_mib);
+        fprintf(f,
+                "{\"mib\": %zu, \"seconds_per_region\": %g, \"rounds\": %d, \"load_before\": "
+                "%.2f, \"load_after\": %.2f, \"sink\": %llu, \"median_stall_ms_per_s\": "
+                "{\"4KiB\": %.3f, \"THP\": %.3f}, \"runs\": [",
+                mib, seconds, ROUNDS, load0[0], load1[0], (unsigned long long)(sink & 1), stall[0],
+                stall[1]);
+        for (int k = 0; k < ROUNDS; k++)
+            for (int i = 0; i < 2; i++)
+                fprintf(f,
+                        "%s{\"pages\": \"%s\", \"round\": %d, \"chunks\": %zu, \"median_us\": "
+                        "%.2f, \"p99_us\": %.2f, \"max_us\": %.2f, \"stalls\": %zu, "
+                        "\"period_ms\": %.1f, \"stall_ms_per_s\": %.3f, \"thp_mib\": %.0f}",
+                        k || i ? ", " : "", names[i], k + 1, r[k][i].chunks, r[k][i].median_us,
+                        r[k][i].p99_us, r[k][i].max_us, r[k][i].stalls, r[k][i].period_ms,
+                        r[k][i].stall_ms_per_s, r[k][i].thp_mib);
         fprintf(f, "]}\n");
         fclose(f);
         printf("wrote results/bench_pages.json\n");
