@@ -20,6 +20,7 @@
 #include "bigfleet/pbwire.h"
 #include "bigfleet/provider.h"
 #include "fuzz.h"
+#include "provider_reference.h"
 
 static const uint8_t *g_lo, *g_hi;
 
@@ -157,35 +158,6 @@ static uint8_t *encode_view(const struct bf_prov_machine *m, size_t *len)
 static bool same_bytes(struct bf_prov_bytes a, struct bf_prov_bytes b)
 {
     return a.len == b.len && (a.len == 0 || memcmp(a.p, b.p, a.len) == 0);
-}
-
-/* The peek's rule with the general reader alone: every top-level field
- * reads and a known field has its schema's wire type (11 reserved, 16 and up
- * unknown: any); the peek must agree exactly (its inline fast paths). */
-static int reference_peek(const uint8_t *p, size_t len, struct bf_prov_bytes *id, int32_t *state)
-{
-    static const int8_t want[16] = {-1,        BF_PB_LEN, BF_PB_VARINT, BF_PB_LEN,
-                                    BF_PB_LEN, BF_PB_LEN, BF_PB_VARINT, BF_PB_I64,
-                                    BF_PB_I64, BF_PB_LEN, BF_PB_LEN,    -1,
-                                    BF_PB_LEN, BF_PB_LEN, BF_PB_LEN,    BF_PB_LEN};
-    struct bf_pb_reader r;
-    struct bf_pb_field f;
-    int rc;
-    id->p = NULL;
-    id->len = 0;
-    *state = 0;
-    bf_pb_reader_init(&r, p, len);
-    while ((rc = bf_pb_next(&r, &f)) == 1) {
-        if (f.num < 16 && want[f.num] >= 0 && f.wt != want[f.num])
-            return -EBADMSG;
-        if (f.num == 1) {
-            id->p = f.p;
-            id->len = f.len;
-        } else if (f.num == 2) {
-            *state = (int32_t)(uint32_t)f.varint;
-        }
-    }
-    return rc ? -EBADMSG : 0;
 }
 
 static void check_machine(const uint8_t *data, size_t size)
