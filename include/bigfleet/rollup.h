@@ -261,10 +261,15 @@ struct bf_rollup_digest {
  * keyed XXH3-64 hash and length (the hash of bf_rollup_need_memo, which
  * the incremental conversion already trusts to reuse a Need's row), any
  * other field as its bytes; the whole is hashed with keyed XXH3-128. Equal
- * digests mean equal bytes apart from the timestamp (up to a keyed hash
- * collision a peer cannot aim at: it does not know the key). A different
- * encoding of the same content is a different digest (it then takes the
- * full conversion, never a wrong result).
+ * digests mean the same top-level fields in the same order apart from the
+ * timestamp: each Need matched by its 64-bit keyed hash and its length, every
+ * other field by its raw bytes, tag and length prefix included (up to a
+ * keyed hash collision a peer cannot aim at: it does not know the key). A
+ * Need's own tag and length prefix do not enter: one sent with a longer
+ * (non-minimal) tag or length varint digests like the minimal one, which is
+ * right, since the conversion reads the same payload either way; any other
+ * difference in encoding is a different digest (it then takes the full
+ * conversion, never a wrong result).
  * Errors: -EBADMSG (the top level does not parse), -EINVAL (bad key).
  * Pure.
  */
@@ -282,8 +287,9 @@ int bf_rollup_digest(const uint8_t *buf, size_t len, const struct bf_rollup_dige
  * entries of 16 bytes at most, as the conversion's would; a rollup with more
  * is refused by the conversion anyway) and when memory allows; otherwise the
  * conversion hashes as before. The digest is the same either way. Any
- * conversion into r consumes the hashes (a later rollup in the same buffer
- * is never taken for this one).
+ * conversion into r, and a repeat (bf_rollup_repeat_meta, bf_rollup_repeat),
+ * consumes the hashes (a later rollup in the same buffer is never taken for
+ * this one).
  */
 int bf_rollup_digest_needs(const uint8_t *buf, size_t len, const struct bf_rollup_digest_key *key,
                            uint32_t max_needs, struct bf_rollup *r, struct bf_rollup_digest *d);

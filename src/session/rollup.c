@@ -1053,6 +1053,7 @@ void bf_rollup_repeat_meta(uint32_t n, int64_t timestamp_ns, const struct bf_rol
                            struct bf_rollup *r)
 {
     reset_result(r);
+    r->hashed_buf = NULL; /* a repeat consumes the digest's hashes as a conversion would */
     r->timestamp_ns = timestamp_ns;
     r->arrival_ns = bf_rollup_arrival(timestamp_ns, lim->recv_ns, &r->timestamp_clamped);
     r->n = n;

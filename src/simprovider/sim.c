@@ -783,13 +783,17 @@ static bool list_emit(struct bf_sim *s, struct list_run *lr, uint32_t i, struct 
  * the entry header), instead of doubling from a few bytes to ~1 MB per page
  * (~17 reallocations, each of which may copy what was written). A page of
  * smaller machines only leaves virtual room unused; larger ones grow as
- * before. Bounded by 64 MiB; a hint: failure is left to list_emit.
+ * before. Only for a List of every state: a state filter can drop most
+ * candidates (a List of FAILED machines would hold 64 MiB for a few bytes
+ * until its reply is sent), so a filtered page grows as before. Bounded by
+ * 64 MiB; a hint: failure is left to list_emit.
  */
 #define LIST_RESERVE_MAX (64u << 20)
+#define LIST_ALL_STATES  0x1feu /* states 1..8: list_run's mask without a filter */
 static void list_reserve(struct bf_sim *s, const struct list_run *lr, size_t one_of,
                          size_t candidates, struct bf_sim_reply *r)
 {
-    if (!lr->max || !candidates || one_of >= s->n)
+    if (!lr->max || !candidates || one_of >= s->n || lr->mask != LIST_ALL_STATES)
         return;
     size_t n = candidates < lr->max ? candidates : lr->max;
     size_t one = bf_sim_machine_size(s, (uint32_t)one_of);
@@ -803,7 +807,7 @@ static void list_reserve(struct bf_sim *s, const struct list_run *lr, size_t one
 
 static void list_run(struct bf_sim *s, const struct bf_sim_list_args *a, struct bf_sim_reply *r)
 {
-    struct list_run lr = {.mask = a->state_mask ? a->state_mask : 0x1feu,
+    struct list_run lr = {.mask = a->state_mask ? a->state_mask : LIST_ALL_STATES,
                           .max = (size_t)a->max_results};
     int64_t all = s->base_rev - 1, from = all, c;
     if (parse_cursor(a->since_revision, &c) && c > all && c <= s->rev)
