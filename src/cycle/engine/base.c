@@ -32,8 +32,8 @@ bool bf_engine_huge_pages(void)
 
 void bf_engine_advise_pages(void *p, size_t n)
 {
-    const uintptr_t huge = (uintptr_t)2 << 20;
-    uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), b = ((uintptr_t)p + n) & ~(huge - 1);
+    uintptr_t a = (uintptr_t)bfe_huge_round((uintptr_t)p),
+              b = ((uintptr_t)p + n) & ~(uintptr_t)(BFE_HUGE_PAGE - 1);
     if (b > a)
         (void)madvise((void *)a, b - a, huge_pages ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 }
@@ -46,7 +46,6 @@ void bf_engine_advise_pages(void *p, size_t n)
  * every first touch of a 4 KiB page costs ~15 us; i18-restart4, stop 29).
  * Still one malloc'd block (aligned_alloc), freed with free(); growth copies
  * what the array held. */
-#define BFE_BIG ((size_t)2 << 20)
 
 int bfe_grow(void **p, uint32_t *cap, uint32_t need, size_t elsz)
 {
@@ -57,14 +56,14 @@ int bfe_grow(void **p, uint32_t *cap, uint32_t need, size_t elsz)
         nc *= 2;
     if (__builtin_mul_overflow(nc, elsz, &bytes))
         return -ENOMEM;
-    if (bytes < BFE_BIG) {
+    if (bytes < BFE_HUGE_PAGE) {
         void *q = realloc(*p, bytes);
         if (!q)
             return -ENOMEM;
         *p = q;
     } else {
-        size_t len = (bytes + BFE_BIG - 1) & ~(BFE_BIG - 1);
-        void *q = aligned_alloc(BFE_BIG, len);
+        size_t len = bfe_huge_round(bytes);
+        void *q = aligned_alloc(BFE_HUGE_PAGE, len);
         if (!q)
             return -ENOMEM;
         bf_engine_advise_pages(q, len);

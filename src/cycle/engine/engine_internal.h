@@ -40,6 +40,15 @@
 /* ------------------------------------------------------------------ memory */
 
 /* Grows *p (elements of elsz bytes) to hold at least `need`; 0 or -ENOMEM. */
+/* The size, and alignment, from which an array is "big": its own 2 MiB-aligned
+ * block, advised per bf_engine_set_huge_pages (bfe_grow here, big_alloc in
+ * mirror.c, bf_engine_advise_pages). bfe_huge_round: n rounded up to it. */
+#define BFE_HUGE_PAGE ((size_t)2 << 20)
+static inline size_t bfe_huge_round(size_t n)
+{
+    return (n + BFE_HUGE_PAGE - 1) & ~(BFE_HUGE_PAGE - 1);
+}
+
 int bfe_grow(void **p, uint32_t *cap, uint32_t need, size_t elsz);
 #define GROW(ptr, cap, need) bfe_grow((void **)&(ptr), &(cap), (need), sizeof(*(ptr)))
 

@@ -42,16 +42,15 @@
  * allocated with. The advice is a hint: without THP the mapping takes 4 KiB
  * pages, as the heap would.
  */
-#define BIG_PAGE ((size_t)2 << 20)
 
 static bool big_is(size_t n)
 {
-    return n >= BIG_PAGE;
+    return n >= BFE_HUGE_PAGE;
 }
 
 static size_t big_len(size_t n)
 {
-    return (n + BIG_PAGE - 1) & ~(BIG_PAGE - 1);
+    return bfe_huge_round(n);
 }
 
 /* n zeroed bytes (at least one); NULL when out of memory. */
@@ -61,14 +60,14 @@ static void *big_alloc(size_t n)
         return calloc(1, n ? n : 1);
     size_t len = big_len(n);
     uint8_t *p =
-        mmap(NULL, len + BIG_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        mmap(NULL, len + BFE_HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return NULL;
-    uint8_t *a = (uint8_t *)(((uintptr_t)p + BIG_PAGE - 1) & ~(uintptr_t)(BIG_PAGE - 1));
+    uint8_t *a = (uint8_t *)bfe_huge_round((uintptr_t)p);
     if (a > p)
         munmap(p, (size_t)(a - p));
-    if (a + len < p + len + BIG_PAGE)
-        munmap(a + len, (size_t)(p + len + BIG_PAGE - (a + len)));
+    if (a + len < p + len + BFE_HUGE_PAGE)
+        munmap(a + len, (size_t)(p + len + BFE_HUGE_PAGE - (a + len)));
     bf_engine_advise_pages(a, len); /* a hint (EINVAL without THP) */
     return a;
 }
@@ -119,7 +118,7 @@ static size_t cols_layout(size_t n, size_t off[8]);
 static size_t big_first(const struct bf_engine *e, size_t small)
 {
     size_t off[8];
-    return big_is(cols_layout(e->cap, off)) && small < BIG_PAGE ? BIG_PAGE : small;
+    return big_is(cols_layout(e->cap, off)) && small < BFE_HUGE_PAGE ? BFE_HUGE_PAGE : small;
 }
 
 /* GROW's doubling (bfe_grow), from `first` elements, for an array of
