@@ -17,11 +17,19 @@
  *   - The owned set (LMDB database "owned", written only here) is the
  *     inventory's owned machines, persisted: after the first full pass of
  *     this process it is synchronised with the inventory (put what is
- *     missing, delete what is gone; O(machines) once, ~1 s at 500K, run
- *     from the idle tick so readiness never waits for it), afterwards every
- *     adoption and removal is queued and written in one transaction at the
- *     end of the pass. A failed write is counted and retried by the next
- *     synchronisation.
+ *     missing, delete what is gone; O(machines) once, ~1 s at 500K), then
+ *     every adoption and removal is queued and written in one transaction
+ *     at the end of the pass. A failed write is counted and retried by the
+ *     next synchronisation.
+ *   - The synchronisation runs in slices of `sync_slice` records (then of
+ *     owned-set keys), one transaction each, from the idle tick and only
+ *     while no List is in flight, so neither readiness nor a cycle's
+ *     reconcile request waits for more than one slice (before: one
+ *     O(machines) transaction held the first requests after /readyz for
+ *     1-4 s at 500K). Passes between slices queue their adoptions and
+ *     removals as after the sync, so the set converges: a machine adopted
+ *     behind the slice cursor is written by its queued op, one removed
+ *     after its slice by its queued delete or the delete sweep.
  *   - Without a store (no data_dir: tests, benchmarks) every listed machine
  *     is adopted and nothing is persisted.
  */
@@ -47,6 +55,19 @@ struct kept {
     uint32_t id_ref;
 };
 
+/* A synchronisation in slices (see the design notes). */
+struct own_sync {
+    bool active;
+    bool deleting;  /* second half: the owned set's keys, in key order */
+    bool failed;    /* a write failed meanwhile: not synchronised at the end */
+    uint32_t slot;  /* next inventory slot to put */
+    char *key;      /* deleting: resume at the first key >= this one */
+    size_t key_len; /* 0 = from the first key */
+    size_t key_cap;
+    uint32_t put, gone, slices;
+    int64_t t0_ns, busy_ns;
+};
+
 struct bf_recon_own {
     struct bf_shm *shm;
     struct bf_own_store *st;
@@ -55,6 +76,8 @@ struct bf_recon_own {
     bool loaded;
     bool synced;   /* owned set synchronised with the inventory */
     bool sync_due; /* a full pass succeeded: synchronise when idle */
+    uint32_t sync_slice;
+    struct own_sync sync;
     struct bf_blob_cache *blobs;
     struct owned_op *ops;
     uint32_t n_ops;
@@ -72,7 +95,7 @@ static bool bound_state(int st)
 }
 
 int bf_recon_own_new(struct bf_shm *shm, const char *data_dir, int policy,
-                     struct bf_recon_own **out)
+                     uint32_t sync_slice, struct bf_recon_own **out)
 {
     *out = NULL;
     if (!data_dir || !data_dir[0])
@@ -82,6 +105,7 @@ int bf_recon_own_new(struct bf_shm *shm, const char *data_dir, int policy,
         return -ENOMEM;
     o->shm = shm;
     o->policy = policy;
+    o->sync_slice = sync_slice ? sync_slice : BF_RECON_OWN_SYNC_SLICE;
     o->blobs = bf_blob_cache_new();
     if (!o->blobs) {
         free(o);
@@ -108,6 +132,7 @@ void bf_recon_own_free(struct bf_recon_own *o)
         free(o->ops[i].id);
     free(o->ops);
     free(o->kept);
+    free(o->sync.key);
     bf_own_view_free(&o->view);
     bf_own_store_close(o->st);
     bf_blob_cache_free(o->blobs);
@@ -194,17 +219,26 @@ static int decide_record(struct bf_recon_own *o, const struct bf_machine_rec *re
 
 /* ------------------------------------------------------------ owned set writes */
 
+/* The owned set may now differ from the inventory: synchronise again after
+ * the next full pass (and do not call a running synchronisation complete). */
+static void lost_write(struct bf_recon_own *o)
+{
+    o->synced = false;
+    if (o->sync.active)
+        o->sync.failed = true;
+}
+
 static void queue(struct bf_recon_own *o, const char *id, size_t len, int source)
 {
-    if (!o->synced)
+    if (!o->synced && !o->sync.active)
         return; /* the synchronisation after the first full pass writes everything */
     if (bf_grow((void **)&o->ops, &o->cap_ops, (size_t)o->n_ops + 1, sizeof *o->ops)) {
-        o->synced = false; /* re-synchronise after the next full pass */
+        lost_write(o);
         return;
     }
     char *c = malloc(len + 1);
     if (!c) {
-        o->synced = false;
+        lost_write(o);
         return;
     }
     memcpy(c, id, len);
@@ -255,70 +289,123 @@ static void flush(struct bf_recon_own *o)
         BF_STAT_INC(o->shm->st->reconciler.owned_store_errors);
         BF_ERROR("cannot write the owned set; re-synchronised after the next full pass",
                  "error=\"%s\"", mdb_strerror(rc));
-        o->synced = false;
+        lost_write(o);
     }
     for (uint32_t i = 0; i < o->n_ops; i++)
         free(o->ops[i].id);
     o->n_ops = 0;
 }
 
-/* The owned set := the inventory's machines (after a full pass). */
-static void sync_owned(struct bf_recon_own *o)
+/* Is the owned-set key k one of the inventory's owned machines? */
+static bool still_owned(struct bf_recon_own *o, const MDB_val *k)
+{
+    uint32_t ref, slot;
+    struct bf_machine_rec rec;
+    return k->mv_size < UINT32_MAX &&
+           bf_str_find(o->shm, k->mv_data, (uint32_t)k->mv_size, &ref) == 0 &&
+           bf_inv_lookup(o->shm, ref, &slot) == 0 && bf_inv_read(o->shm, slot, &rec) == 0 &&
+           decide_record(o, &rec) > 0;
+}
+
+/* Put the owned machines of up to sync_slice inventory slots. */
+static int put_slice(struct bf_recon_own *o, MDB_txn *txn)
 {
     struct bf_shm *s = o->shm;
-    for (uint32_t i = 0; i < o->n_ops; i++)
-        free(o->ops[i].id);
-    o->n_ops = 0;
-    int64_t t0 = bf_mono_ns();
-    MDB_txn *txn;
-    int rc = mdb_txn_begin(o->st->env, NULL, 0, &txn);
-    uint32_t hwm = bf_inv_hwm(s), put = 0, gone = 0;
-    for (uint32_t slot = 0; rc == 0 && slot < hwm; slot++) {
+    uint32_t hwm = bf_inv_hwm(s), end = o->sync.slot + o->sync_slice;
+    if (end > hwm || end < o->sync.slot)
+        end = hwm;
+    int rc = 0;
+    for (uint32_t slot = o->sync.slot; rc == 0 && slot < end; slot++) {
         struct bf_machine_rec rec;
         if (bf_inv_read(s, slot, &rec) != 0 || !(rec.flags & BF_REC_VALID))
             continue;
         uint32_t len = 0;
         const char *id = bf_str(s, rec.id, &len);
-        if (!id)
-            continue;
-        int src = decide_record(o, &rec);
+        int src = id ? decide_record(o, &rec) : -1;
         if (src <= 0)
             continue; /* kept while bound, not owned */
-        rc = put_owned(o, txn, id, len, src);
-        put++;
+        if ((rc = put_owned(o, txn, id, len, src)) == 0)
+            o->sync.put++;
     }
+    o->sync.slot = end;
+    if (rc == 0 && end >= hwm) {
+        o->sync.deleting = true; /* machines adopted past hwm from now on are queued ops */
+        o->sync.key_len = 0;
+    }
+    return rc;
+}
+
+/* Delete up to sync_slice owned-set keys that are no longer the inventory's
+ * owned machines, resuming at the key the previous slice stopped at. */
+static int delete_slice(struct bf_recon_own *o, MDB_txn *txn, bool *done)
+{
     MDB_cursor *cur = NULL;
-    if (rc == 0 && (rc = mdb_cursor_open(txn, o->st->dbi[BF_OWN_DB_OWNED], &cur)) == 0) {
-        MDB_val k, v;
-        int g;
-        for (g = mdb_cursor_get(cur, &k, &v, MDB_FIRST); g == 0;
-             g = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-            uint32_t ref, slot;
-            struct bf_machine_rec rec;
-            if (k.mv_size < UINT32_MAX &&
-                bf_str_find(s, k.mv_data, (uint32_t)k.mv_size, &ref) == 0 &&
-                bf_inv_lookup(s, ref, &slot) == 0 && bf_inv_read(s, slot, &rec) == 0 &&
-                decide_record(o, &rec) > 0)
-                continue;
-            if ((rc = mdb_cursor_del(cur, 0)) != 0)
-                break;
-            gone++;
-        }
-        mdb_cursor_close(cur);
+    int rc = mdb_cursor_open(txn, o->st->dbi[BF_OWN_DB_OWNED], &cur);
+    if (rc)
+        return rc;
+    MDB_val k = {o->sync.key_len, o->sync.key}, v;
+    int g = o->sync.key_len ? mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE)
+                            : mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+    uint32_t seen = 0;
+    for (; g == 0 && seen < o->sync_slice; g = mdb_cursor_get(cur, &k, &v, MDB_NEXT), seen++) {
+        if (still_owned(o, &k))
+            continue;
+        if ((rc = mdb_cursor_del(cur, 0)) != 0)
+            break;
+        o->sync.gone++;
     }
+    if (rc == 0 && g == 0) { /* the slice is full: resume at this (unvisited) key */
+        if (bf_grow((void **)&o->sync.key, &o->sync.key_cap, k.mv_size, 1) == 0) {
+            memcpy(o->sync.key, k.mv_data, k.mv_size);
+            o->sync.key_len = k.mv_size;
+        } else {
+            rc = ENOMEM;
+        }
+    } else if (rc == 0 && g != MDB_NOTFOUND) {
+        rc = g;
+    }
+    *done = rc == 0 && g == MDB_NOTFOUND;
+    mdb_cursor_close(cur);
+    return rc;
+}
+
+/* One slice of the synchronisation: the owned set := the inventory's owned
+ * machines, once every slice has run. */
+static void sync_slice(struct bf_recon_own *o)
+{
+    struct bf_shm *s = o->shm;
+    struct own_sync *y = &o->sync;
+    int64_t t0 = bf_mono_ns();
+    bool done = false;
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(o->st->env, NULL, 0, &txn);
+    if (rc == 0 && !y->deleting)
+        rc = put_slice(o, txn);
+    if (rc == 0 && y->deleting) /* also right after the last put slice */
+        rc = delete_slice(o, txn, &done);
     if (rc == 0)
         rc = mdb_txn_commit(txn);
     else
         mdb_txn_abort(txn);
+    y->slices++;
+    y->busy_ns += bf_mono_ns() - t0;
     if (rc) {
         BF_STAT_INC(s->st->reconciler.owned_store_errors);
-        BF_ERROR("cannot synchronise the owned set with the inventory", "error=\"%s\"",
-                 mdb_strerror(rc));
+        BF_ERROR("cannot synchronise the owned set with the inventory; again after the next "
+                 "full pass",
+                 "error=\"%s\"", rc == ENOMEM ? strerror(rc) : mdb_strerror(rc));
+        y->active = false;
+        o->synced = false;
         return;
     }
-    o->synced = true;
-    BF_INFO("owned set synchronised with the inventory", "machines=%u dropped=%u ms=%.1f", put,
-            gone, (bf_mono_ns() - t0) / 1e6);
+    if (!done)
+        return;
+    y->active = false;
+    o->synced = !y->failed;
+    BF_INFO("owned set synchronised with the inventory",
+            "machines=%u dropped=%u slices=%u busy_ms=%.1f ms=%.1f complete=%s", y->put, y->gone,
+            y->slices, y->busy_ns / 1e6, (bf_mono_ns() - y->t0_ns) / 1e6,
+            o->synced ? "true" : "false");
 }
 
 /* ------------------------------------------------------------ release */
@@ -382,20 +469,37 @@ void bf_recon_own_finish(struct bf_recon_own *o, struct bf_recon_result *res, bo
             i++;
     }
     BF_STAT_SET(o->shm->st->reconciler.release_blocked, o->n_kept);
-    if (full_ok && !o->synced)
-        o->sync_due = true; /* O(machines): done when idle, off the readiness path */
+    if (full_ok && !o->synced && !o->sync.active)
+        o->sync_due = true; /* O(machines): in slices when idle, off the readiness path */
     else
-        flush(o);
+        flush(o); /* also during a synchronisation: it converges with these ops */
     BF_STAT_SET(o->shm->st->reconciler.owned_machines, bf_own_store_count(o->st, BF_OWN_DB_OWNED));
 }
 
 bool bf_recon_own_idle(struct bf_recon_own *o)
 {
-    if (!o->sync_due)
-        return false;
-    o->sync_due = false;
-    if (!o->synced)
-        sync_owned(o);
-    BF_STAT_SET(o->shm->st->reconciler.owned_machines, bf_own_store_count(o->st, BF_OWN_DB_OWNED));
+    if (!o->sync.active) {
+        if (!o->sync_due)
+            return false;
+        o->sync_due = false;
+        if (o->synced)
+            return false;
+        for (uint32_t i = 0; i < o->n_ops; i++) /* the synchronisation covers them */
+            free(o->ops[i].id);
+        o->n_ops = 0;
+        o->sync = (struct own_sync){.active = true,
+                                    .t0_ns = bf_mono_ns(),
+                                    .key = o->sync.key,
+                                    .key_cap = o->sync.key_cap};
+    }
+    sync_slice(o);
+    if (!o->sync.active)
+        BF_STAT_SET(o->shm->st->reconciler.owned_machines,
+                    bf_own_store_count(o->st, BF_OWN_DB_OWNED));
     return true;
+}
+
+bool bf_recon_own_sync_pending(const struct bf_recon_own *o)
+{
+    return o->sync.active || o->sync_due;
 }

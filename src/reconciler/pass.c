@@ -88,7 +88,7 @@ int bf_recon_new(struct bf_shm *shm, struct bf_prov_client *client, const struct
     if (!r->o.startup_page_size)
         r->o.startup_page_size = BF_RECON_STARTUP_PAGE;
     r->shapes = bf_prov_shape_cache_new();
-    if (bf_recon_own_new(shm, o->data_dir, o->ownership, &r->own) != 0) {
+    if (bf_recon_own_new(shm, o->data_dir, o->ownership, o->owned_sync_slice, &r->own) != 0) {
         bf_recon_free(r);
         return -ENOMEM;
     }

@@ -126,7 +126,7 @@ bool bf_recon_remove_slot(struct bf_recon *r, uint32_t slot, uint32_t id_ref,
  * and the store: bigfleet/ownership.h). */
 struct bf_recon_own;
 int bf_recon_own_new(struct bf_shm *shm, const char *data_dir, int policy,
-                     struct bf_recon_own **out);
+                     uint32_t sync_slice, struct bf_recon_own **out);
 void bf_recon_own_free(struct bf_recon_own *o);
 bool bf_recon_own_refresh(struct bf_recon_own *o);
 int bf_recon_own_decide_listed(struct bf_recon_own *o, const struct bf_prov_machine *m);
@@ -135,5 +135,6 @@ void bf_recon_own_removed(struct bf_recon_own *o, const char *id, size_t len);
 void bf_recon_own_sweep(struct bf_recon_own *o, struct bf_recon_result *res);
 void bf_recon_own_finish(struct bf_recon_own *o, struct bf_recon_result *res, bool full_ok);
 bool bf_recon_own_idle(struct bf_recon_own *o);
+bool bf_recon_own_sync_pending(const struct bf_recon_own *o);
 
 #endif

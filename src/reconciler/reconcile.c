@@ -557,6 +557,11 @@ bool bf_recon_ownership_idle(struct bf_recon *r)
     return r->own && !r->busy && bf_recon_own_idle(r->own);
 }
 
+bool bf_recon_ownership_sync_pending(const struct bf_recon *r)
+{
+    return r->own && bf_recon_own_sync_pending(r->own);
+}
+
 void bf_recon_apply(struct bf_recon *r, const struct bf_prov_list *l, bool full,
                     struct bf_recon_result *res)
 {

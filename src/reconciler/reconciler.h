@@ -104,6 +104,7 @@
 #define BF_RECON_RESYNC_NS    (60LL * 1000000000LL) /* default resync period */
 #define BF_RECON_PAGE         4096                  /* default machines per page */
 #define BF_RECON_STARTUP_PAGE 65536                 /* default page of the start-up walk */
+#define BF_RECON_OWN_SYNC_SLICE 4096 /* default records (then keys) per owned-set sync slice */
 
 struct bf_recon;
 
@@ -118,6 +119,9 @@ struct bf_recon_opts {
      * every listed machine (tests, benchmarks) and no owned set written */
     const char *data_dir;
     int ownership; /* --ownership: enum bf_own_policy (0 = auto) */
+    /* inventory records (then owned-set keys) per slice of the owned set's
+     * synchronisation, one LMDB transaction each; 0 = BF_RECON_OWN_SYNC_SLICE */
+    uint32_t owned_sync_slice;
 };
 
 enum bf_recon_kind {
@@ -190,11 +194,17 @@ void bf_recon_apply(struct bf_recon *r, const struct bf_prov_list *l, bool full,
  * a resync walk then starts at once (a delta would not list machines that
  * just became ours); _finish re-checks the kept machines and writes the
  * owned set; _idle synchronises the owned set with the inventory after the
- * first complete walk (O(machines), off the readiness path). No-ops
- * without a store.
+ * first complete walk (O(machines), off the readiness path) one slice per
+ * call (opts.owned_sync_slice records or keys, one transaction), only while
+ * no List is in flight, and returns true when it ran a slice;
+ * _sync_pending is true while slices remain (the caller calls _idle again
+ * soon, letting requests in between). Passes between slices write their
+ * adoptions and removals as usual, so the owned set converges to the
+ * inventory's owned machines. No-ops (false) without a store.
  */
 bool bf_recon_ownership_step(struct bf_recon *r, struct bf_recon_result *res);
 void bf_recon_ownership_finish(struct bf_recon *r, struct bf_recon_result *res, bool full_ok);
 bool bf_recon_ownership_idle(struct bf_recon *r);
+bool bf_recon_ownership_sync_pending(const struct bf_recon *r);
 
 #endif

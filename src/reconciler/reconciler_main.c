@@ -39,6 +39,7 @@ struct rmain {
     bool pass_requested; /* a request was pending when the pass started */
     uint64_t passes;
     bool closing; /* tearing down: a cancelled pass must not start another */
+    struct bf_net_timer *sync; /* the owned set's next synchronisation slice */
 };
 
 static void maybe_start(struct rmain *m);
@@ -136,6 +137,29 @@ static void on_wake(struct bf_net_watch *w, uint64_t count, void *arg)
     maybe_start(m);
 }
 
+/* ADR-0055 owned-set synchronisation, off the readiness path: one slice, and
+ * the next one 1 ms later while slices remain, so a cycle's request (the
+ * wake eventfd) is served between slices. */
+static void owned_sync(struct rmain *m)
+{
+    if (!bf_recon_ownership_idle(m->recon))
+        return;
+    bf_child_heartbeat(&m->ch);
+    if (m->sync && bf_recon_ownership_sync_pending(m->recon) && !bf_net_timer_active(m->sync))
+        bf_net_timer_start(m->sync, BF_NS_PER_MS, 0);
+}
+
+static void on_sync(struct bf_net_timer *t, void *arg)
+{
+    (void)t;
+    struct rmain *m = arg;
+    if (bf_child_stopping()) {
+        bf_net_loop_stop(m->loop);
+        return;
+    }
+    owned_sync(m);
+}
+
 static void on_tick(struct bf_net_timer *t, void *arg)
 {
     (void)t;
@@ -148,8 +172,7 @@ static void on_tick(struct bf_net_timer *t, void *arg)
         return;
     }
     maybe_start(m);
-    if (bf_recon_ownership_idle(m->recon)) /* ADR-0055 owned-set sync, off the readiness path */
-        bf_child_heartbeat(&m->ch);
+    owned_sync(m);
 }
 
 int bf_reconciler_main(const struct bf_config *cfg)
@@ -197,6 +220,7 @@ int bf_reconciler_main(const struct bf_config *cfg)
         goto out_recon;
     }
     bf_net_timer_start(tick, 100 * BF_NS_PER_MS, 100 * BF_NS_PER_MS);
+    m.sync = bf_net_timer_new(m.loop, on_sync, &m); /* NULL: slices from the tick alone */
     BF_INFO("started",
             "id=%s provider=%s epoch=%lld mode=%s list_timeout=%llds resync_interval=%llds "
             "page_size=%u",
@@ -212,6 +236,7 @@ int bf_reconciler_main(const struct bf_config *cfg)
 out_recon:
     m.closing = true;
     bf_net_timer_free(tick);
+    bf_net_timer_free(m.sync);
     bf_net_watch_free(watch);
 out_client:
     m.closing = true;

@@ -106,6 +106,27 @@ static uint64_t store_read(const char *dir, int what) /* what: -1 generation, el
     return v;
 }
 
+/* Is key in database db of the store under dir? (a child process opens it) */
+static bool store_has(const char *dir, int db, const char *key)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct bf_own_store *st;
+        char err[256];
+        MDB_txn *txn;
+        if (bf_own_store_open(dir, &st, err, sizeof err) ||
+            mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn))
+            _exit(2);
+        MDB_val k = {strlen(key), (void *)key}, v;
+        _exit(mdb_get(txn, st->dbi[db], &k, &v) == 0 ? 0 : 1);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) <= 1);
+    return WEXITSTATUS(status) == 0;
+}
+
 static void put_domain(const char *dir, const char *k, const char *v)
 {
     char key[256];
@@ -866,15 +887,23 @@ struct shard {
     struct bf_recon *r;
 };
 
-static void shard_open(struct shard *sh, struct pfx *f, const char *tag)
+static void shard_open_sliced(struct shard *sh, struct pfx *f, const char *tag,
+                              uint32_t sync_slice)
 {
     snprintf(sh->name, sizeof sh->name, "ut-own-%s-%d", tag, (int)getpid());
     bf_shm_unlink(sh->name);
     struct bf_shm_caps caps = {.max_machines = 1024, .max_needs = 64, .max_clusters = 8};
     ck_assert_int_eq(bf_shm_create(&sh->s, sh->name, &caps, 1, 0, NULL, 0), 0);
     snprintf(sh->dir, sizeof sh->dir, "%s", tmpdir());
-    struct bf_recon_opts o = {.data_dir = sh->dir, .ownership = BF_OWN_POLICY_PARTITIONED};
+    struct bf_recon_opts o = {.data_dir = sh->dir,
+                              .ownership = BF_OWN_POLICY_PARTITIONED,
+                              .owned_sync_slice = sync_slice};
     ck_assert_int_eq(bf_recon_new(&sh->s, f->cl, &o, &sh->r), 0);
+}
+
+static void shard_open(struct shard *sh, struct pfx *f, const char *tag)
+{
+    shard_open_sliced(sh, f, tag, 0);
 }
 
 static void shard_close(struct shard *sh)
@@ -986,6 +1015,71 @@ START_TEST(a_bound_machine_no_longer_owned_is_kept_until_it_drains)
 }
 END_TEST
 
+/* The owned set's synchronisation (after the first full pass) runs a slice
+ * of 4 records per idle call, passes run between slices, and the set still
+ * ends equal to the inventory's owned machines: a machine removed after its
+ * slice, one adopted meanwhile (whatever its slot), stale entries from an
+ * earlier run, and nothing of another zone. */
+START_TEST(the_owned_set_sync_runs_in_slices_between_passes_and_converges)
+{
+    struct pfx f;
+    pfx_open(&f, NULL, false);
+    struct shard A;
+    shard_open_sliced(&A, &f, "s", 4);
+    put_domain(A.dir, ZONE_KEY, "zone-a");
+    struct bf_own_owned_rec stale = {.source = BF_OWN_SRC_ALL, .at_ns = 1};
+    store_put(A.dir, BF_OWN_DB_OWNED, "gone-1", 6, &stale, sizeof stale, false);
+    store_put(A.dir, BF_OWN_DB_OWNED, "gone-2", 6, &stale, sizeof stale, false);
+    enum { NA = 20, NB = 3 };
+    struct tmach ts[NA + NB + 1];
+    char ids[NA + NB + 1][16];
+    for (int i = 0; i < NA + NB; i++) {
+        snprintf(ids[i], sizeof ids[i], "%s-%02d", i < NA ? "a" : "b", i);
+        ts[i] = in_zone(ids[i], i < NA ? "zone-a" : "zone-b", BF_STATE_IDLE);
+    }
+    struct bf_recon_result res;
+    apply_list(A.r, ts, NA + NB, true, &res); /* the first full pass, then one slice */
+    ck_assert_int_eq(res.inserted, NA);
+    ck_assert_msg(bf_recon_ownership_sync_pending(A.r), "one slice of 4 cannot cover %d machines",
+                  NA);
+    ck_assert_uint_le(store_read(A.dir, BF_OWN_DB_OWNED), 2 + 4);
+    for (int i = 0; i < 4; i++) /* slices 2-5: every slot put, the key sweep begun at a-00 */
+        ck_assert(bf_recon_ownership_idle(A.r));
+    ck_assert(bf_recon_ownership_sync_pending(A.r));
+    /* a full pass between slices, behind both cursors: a-00 (swept already)
+     * leaves, a-new arrives (its slot is past the slots put) */
+    snprintf(ids[NA + NB], sizeof ids[NA + NB], "a-new");
+    ts[NA + NB] = in_zone(ids[NA + NB], "zone-a", BF_STATE_IDLE);
+    apply_list(A.r, ts + 1, NA + NB, true, &res);
+    ck_assert_int_eq(res.removed, 1);
+    ck_assert_int_eq(res.inserted, 1);
+    ck_assert(bf_recon_ownership_sync_pending(A.r));
+    int slices = 6;
+    while (bf_recon_ownership_sync_pending(A.r)) {
+        ck_assert(bf_recon_ownership_idle(A.r));
+        ck_assert_int_lt(++slices, 100);
+    }
+    ck_assert_int_ge(slices, NA / 4); /* it ran in slices */
+    ck_assert(!bf_recon_ownership_idle(A.r)); /* and is done */
+    for (int i = 1; i < NA; i++)
+        ck_assert_msg(store_has(A.dir, BF_OWN_DB_OWNED, ids[i]), "%s missing", ids[i]);
+    ck_assert_msg(store_has(A.dir, BF_OWN_DB_OWNED, "a-new"), "a-new, adopted mid-sync, missing");
+    ck_assert_msg(!store_has(A.dir, BF_OWN_DB_OWNED, "a-00"), "a-00 left but is still owned");
+    ck_assert(!store_has(A.dir, BF_OWN_DB_OWNED, "gone-1") &&
+              !store_has(A.dir, BF_OWN_DB_OWNED, "gone-2"));
+    ck_assert(!store_has(A.dir, BF_OWN_DB_OWNED, "b-20"));
+    ck_assert_uint_eq(store_read(A.dir, BF_OWN_DB_OWNED), NA);
+    ck_assert_uint_eq(atomic_load(&A.s.st->reconciler.owned_machines), NA);
+    /* afterwards, passes write their changes directly */
+    apply_list(A.r, ts + 2, NA + NB - 1, true, &res); /* a-01 leaves */
+    ck_assert(!bf_recon_ownership_sync_pending(A.r));
+    ck_assert(!store_has(A.dir, BF_OWN_DB_OWNED, "a-01"));
+    ck_assert_uint_eq(store_read(A.dir, BF_OWN_DB_OWNED), NA - 1);
+    shard_close(&A);
+    pfx_close(&f);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("ownership");
@@ -1014,6 +1108,7 @@ static Suite *suite(void)
     tcase_set_timeout(t, 60);
     tcase_add_test(t, two_shards_reconciling_one_provider_list_never_both_adopt_a_machine);
     tcase_add_test(t, a_bound_machine_no_longer_owned_is_kept_until_it_drains);
+    tcase_add_test(t, the_owned_set_sync_runs_in_slices_between_passes_and_converges);
     suite_add_tcase(s, t);
     return s;
 }
