@@ -94,8 +94,8 @@ static bool bound_state(int st)
     return st == BF_STATE_CONFIGURING || st == BF_STATE_CONFIGURED || st == BF_STATE_DRAINING;
 }
 
-int bf_recon_own_new(struct bf_shm *shm, const char *data_dir, int policy,
-                     uint32_t sync_slice, struct bf_recon_own **out)
+int bf_recon_own_new(struct bf_shm *shm, const char *data_dir, int policy, uint32_t sync_slice,
+                     struct bf_recon_own **out)
 {
     *out = NULL;
     if (!data_dir || !data_dir[0])
@@ -487,10 +487,8 @@ bool bf_recon_own_idle(struct bf_recon_own *o)
         for (uint32_t i = 0; i < o->n_ops; i++) /* the synchronisation covers them */
             free(o->ops[i].id);
         o->n_ops = 0;
-        o->sync = (struct own_sync){.active = true,
-                                    .t0_ns = bf_mono_ns(),
-                                    .key = o->sync.key,
-                                    .key_cap = o->sync.key_cap};
+        o->sync = (struct own_sync){
+            .active = true, .t0_ns = bf_mono_ns(), .key = o->sync.key, .key_cap = o->sync.key_cap};
     }
     sync_slice(o);
     if (!o->sync.active)

@@ -125,8 +125,8 @@ bool bf_recon_remove_slot(struct bf_recon *r, uint32_t slot, uint32_t id_ref,
 /* ownership.c — the ADR-0055 partition on the reconciler's side (the rule
  * and the store: bigfleet/ownership.h). */
 struct bf_recon_own;
-int bf_recon_own_new(struct bf_shm *shm, const char *data_dir, int policy,
-                     uint32_t sync_slice, struct bf_recon_own **out);
+int bf_recon_own_new(struct bf_shm *shm, const char *data_dir, int policy, uint32_t sync_slice,
+                     struct bf_recon_own **out);
 void bf_recon_own_free(struct bf_recon_own *o);
 bool bf_recon_own_refresh(struct bf_recon_own *o);
 int bf_recon_own_decide_listed(struct bf_recon_own *o, const struct bf_prov_machine *m);

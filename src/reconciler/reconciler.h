@@ -98,12 +98,12 @@
 #include "bigfleet/provider.h"
 #include "bigfleet/shm.h"
 
-#define BF_RECON_MAX_GETS     256 /* refresh candidates re-read by Get; more: a resync */
-#define BF_RECON_LOG_REJECTS  10  /* rejection log lines per List (then a summary) */
-#define BF_RECON_RETRY_NS     (1000LL * 1000000LL)  /* background retry after a failure */
-#define BF_RECON_RESYNC_NS    (60LL * 1000000000LL) /* default resync period */
-#define BF_RECON_PAGE         4096                  /* default machines per page */
-#define BF_RECON_STARTUP_PAGE 65536                 /* default page of the start-up walk */
+#define BF_RECON_MAX_GETS       256 /* refresh candidates re-read by Get; more: a resync */
+#define BF_RECON_LOG_REJECTS    10  /* rejection log lines per List (then a summary) */
+#define BF_RECON_RETRY_NS       (1000LL * 1000000LL)  /* background retry after a failure */
+#define BF_RECON_RESYNC_NS      (60LL * 1000000000LL) /* default resync period */
+#define BF_RECON_PAGE           4096                  /* default machines per page */
+#define BF_RECON_STARTUP_PAGE   65536                 /* default page of the start-up walk */
 #define BF_RECON_OWN_SYNC_SLICE 4096 /* default records (then keys) per owned-set sync slice */
 
 struct bf_recon;

@@ -38,7 +38,7 @@ struct rmain {
     uint64_t pass_seq;   /* request being served */
     bool pass_requested; /* a request was pending when the pass started */
     uint64_t passes;
-    bool closing; /* tearing down: a cancelled pass must not start another */
+    bool closing;              /* tearing down: a cancelled pass must not start another */
     struct bf_net_timer *sync; /* the owned set's next synchronisation slice */
 };
 

@@ -887,8 +887,7 @@ struct shard {
     struct bf_recon *r;
 };
 
-static void shard_open_sliced(struct shard *sh, struct pfx *f, const char *tag,
-                              uint32_t sync_slice)
+static void shard_open_sliced(struct shard *sh, struct pfx *f, const char *tag, uint32_t sync_slice)
 {
     snprintf(sh->name, sizeof sh->name, "ut-own-%s-%d", tag, (int)getpid());
     bf_shm_unlink(sh->name);
@@ -1059,7 +1058,7 @@ START_TEST(the_owned_set_sync_runs_in_slices_between_passes_and_converges)
         ck_assert(bf_recon_ownership_idle(A.r));
         ck_assert_int_lt(++slices, 100);
     }
-    ck_assert_int_ge(slices, NA / 4); /* it ran in slices */
+    ck_assert_int_ge(slices, NA / 4);         /* it ran in slices */
     ck_assert(!bf_recon_ownership_idle(A.r)); /* and is done */
     for (int i = 1; i < NA; i++)
         ck_assert_msg(store_has(A.dir, BF_OWN_DB_OWNED, ids[i]), "%s missing", ids[i]);
