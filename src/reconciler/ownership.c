@@ -22,14 +22,17 @@
  *     at the end of the pass. A failed write is counted and retried by the
  *     next synchronisation.
  *   - The synchronisation runs in slices of `sync_slice` records (then of
- *     owned-set keys), one transaction each, from the idle tick and only
- *     while no List is in flight, so neither readiness nor a cycle's
- *     reconcile request waits for more than one slice (before: one
- *     O(machines) transaction held the first requests after /readyz for
- *     1-4 s at 500K). Passes between slices queue their adoptions and
- *     removals as after the sync, so the set converges: a machine adopted
- *     behind the slice cursor is written by its queued op, one removed
- *     after its slice by its queued delete or the delete sweep.
+ *     owned-set keys), one transaction each, 1 ms apart and only between
+ *     passes, so neither readiness nor a cycle's reconcile request waits
+ *     for more than one slice (before: one O(machines) transaction held
+ *     the first requests after /readyz for 1-4 s at 500K). Passes between
+ *     slices queue their adoptions and removals as after the sync, so the
+ *     set converges: a machine adopted behind the slice cursor is written
+ *     by its queued op, one removed after its slice by its queued delete
+ *     or the delete sweep. A new ownership view mid-sync starts it over
+ *     (what was visited was decided by the old view).
+ *   - Ids longer than an LMDB key (511 bytes) are left out of the owned set
+ *     and counted (unstorable_ids in the synchronisation's log line).
  *   - Without a store (no data_dir: tests, benchmarks) every listed machine
  *     is adopted and nothing is persisted.
  */
@@ -87,6 +90,7 @@ struct bf_recon_own {
     size_t cap_kept;
     char attr_buf[BF_OWN_ID_MAX + 1];
     int64_t released_total;
+    uint64_t unstorable_ids; /* ids too long for an LMDB key, left out (since start) */
 };
 
 static bool bound_state(int st)
@@ -157,6 +161,13 @@ bool bf_recon_own_refresh(struct bf_recon_own *o)
                 o->view.all_mode ? "own-all" : "partitioned", o->view.n_domains, o->view.in.n,
                 o->view.out.n, (unsigned long long)o->view.generation);
     o->loaded = true;
+    if (o->sync.active) {
+        /* Slots and keys already visited were decided by the old view: a
+         * machine it did not own but this one does (still in the inventory,
+         * so never adopted again) would stay out of the set. Start over. */
+        o->sync.active = false;
+        o->sync_due = true;
+    }
     return true;
 }
 
@@ -256,8 +267,21 @@ void bf_recon_own_removed(struct bf_recon_own *o, const char *id, size_t len)
     queue(o, id, len, BF_OWN_SRC_NONE);
 }
 
+/* An id LMDB cannot hold as a key (over its 511-byte bound; the provider
+ * client admits ids up to 1,024 bytes): left out of the owned set, counted
+ * in the synchronisation's log line, instead of failing a whole write. */
+static bool unstorable(struct bf_recon_own *o, size_t len)
+{
+    if (len && len <= (size_t)mdb_env_get_maxkeysize(o->st->env))
+        return false;
+    o->unstorable_ids++;
+    return true;
+}
+
 static int put_owned(struct bf_recon_own *o, MDB_txn *txn, const char *id, size_t len, int source)
 {
+    if (unstorable(o, len))
+        return 0;
     struct bf_own_owned_rec v = {.source = (uint8_t)source, .at_ns = bf_now_ns()};
     MDB_val k = {len, (void *)id}, val = {sizeof v, &v};
     int rc = mdb_put(txn, o->st->dbi[BF_OWN_DB_OWNED], &k, &val, MDB_NOOVERWRITE);
@@ -274,7 +298,7 @@ static void flush(struct bf_recon_own *o)
         struct owned_op *op = &o->ops[i];
         if (op->source) {
             rc = put_owned(o, txn, op->id, op->len, op->source);
-        } else {
+        } else if (!unstorable(o, op->len)) {
             MDB_val k = {op->len, op->id};
             rc = mdb_del(txn, o->st->dbi[BF_OWN_DB_OWNED], &k, NULL);
             if (rc == MDB_NOTFOUND)
@@ -393,7 +417,8 @@ static void sync_slice(struct bf_recon_own *o)
         BF_STAT_INC(s->st->reconciler.owned_store_errors);
         BF_ERROR("cannot synchronise the owned set with the inventory; again after the next "
                  "full pass",
-                 "error=\"%s\"", rc == ENOMEM ? strerror(rc) : mdb_strerror(rc));
+                 "phase=%s slot=%u error=\"%s\"", y->deleting ? "delete" : "put", y->slot,
+                 rc == ENOMEM ? strerror(rc) : mdb_strerror(rc));
         y->active = false;
         o->synced = false;
         return;
@@ -402,10 +427,13 @@ static void sync_slice(struct bf_recon_own *o)
         return;
     y->active = false;
     o->synced = !y->failed;
-    BF_INFO("owned set synchronised with the inventory",
-            "machines=%u dropped=%u slices=%u busy_ms=%.1f ms=%.1f complete=%s", y->put, y->gone,
-            y->slices, y->busy_ns / 1e6, (bf_mono_ns() - y->t0_ns) / 1e6,
-            o->synced ? "true" : "false");
+    bf_log(o->synced ? BF_LOG_INFO : BF_LOG_WARN,
+           o->synced ? "owned set synchronised with the inventory"
+                     : "owned set synchronisation ended after a failed write; again after the "
+                       "next full pass",
+           "put=%u dropped=%u slices=%u busy_ms=%.1f ms=%.1f unstorable_ids=%llu", y->put, y->gone,
+           y->slices, y->busy_ns / 1e6, (bf_mono_ns() - y->t0_ns) / 1e6,
+           (unsigned long long)o->unstorable_ids);
 }
 
 /* ------------------------------------------------------------ release */

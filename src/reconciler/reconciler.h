@@ -195,8 +195,10 @@ void bf_recon_apply(struct bf_recon *r, const struct bf_prov_list *l, bool full,
  * just became ours); _finish re-checks the kept machines and writes the
  * owned set; _idle synchronises the owned set with the inventory after the
  * first complete walk (O(machines), off the readiness path) one slice per
- * call (opts.owned_sync_slice records or keys, one transaction), only while
- * no List is in flight, and returns true when it ran a slice;
+ * call (opts.owned_sync_slice records or keys, one transaction), only
+ * between passes, and returns true when it ran a slice (also one whose
+ * write failed: the sync then waits for the next full pass); a new
+ * ownership view (_step) starts a running sync over;
  * _sync_pending is true while slices remain (the caller calls _idle again
  * soon, letting requests in between). Passes between slices write their
  * adoptions and removals as usual, so the owned set converges to the

@@ -43,6 +43,7 @@ struct rmain {
 };
 
 static void maybe_start(struct rmain *m);
+static void arm_sync(struct rmain *m);
 
 static void pass_done(void *arg, const struct bf_recon_result *r)
 {
@@ -96,10 +97,12 @@ static void pass_done(void *arg, const struct bf_recon_result *r)
         BF_SHARED_STORE(st->reconcile_done_seq, m->pass_seq);
         bf_wake(&m->ch.shm, BF_ROLE_CYCLE);
     }
-    if (bf_child_stopping())
+    if (bf_child_stopping()) {
         bf_net_loop_stop(m->loop);
-    else
+    } else {
         maybe_start(m);
+        arm_sync(m); /* slices skipped while the List was in flight resume 1 ms from now */
+    }
 }
 
 static void maybe_start(struct rmain *m)
@@ -140,13 +143,18 @@ static void on_wake(struct bf_net_watch *w, uint64_t count, void *arg)
 /* ADR-0055 owned-set synchronisation, off the readiness path: one slice, and
  * the next one 1 ms later while slices remain, so a cycle's request (the
  * wake eventfd) is served between slices. */
+static void arm_sync(struct rmain *m)
+{
+    if (m->sync && bf_recon_ownership_sync_pending(m->recon) && !bf_net_timer_active(m->sync))
+        bf_net_timer_start(m->sync, BF_NS_PER_MS, 0);
+}
+
 static void owned_sync(struct rmain *m)
 {
     if (!bf_recon_ownership_idle(m->recon))
         return;
     bf_child_heartbeat(&m->ch);
-    if (m->sync && bf_recon_ownership_sync_pending(m->recon) && !bf_net_timer_active(m->sync))
-        bf_net_timer_start(m->sync, BF_NS_PER_MS, 0);
+    arm_sync(m);
 }
 
 static void on_sync(struct bf_net_timer *t, void *arg)
