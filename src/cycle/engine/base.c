@@ -38,6 +38,21 @@ void bf_engine_advise_pages(void *p, size_t n)
         (void)madvise((void *)a, b - a, huge_pages ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older headers lack it */
+#endif
+
+static bool populate_unsupported; /* the kernel answered EINVAL once */
+
+void bf_engine_populate(void *p, size_t n)
+{
+    if (huge_pages || n == 0 || populate_unsupported)
+        return;
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095, b = ((uintptr_t)p + n + 4095) & ~(uintptr_t)4095;
+    if (madvise((void *)a, b - a, MADV_POPULATE_WRITE) != 0 && errno == EINVAL)
+        populate_unsupported = true;
+}
+
 /* bf_grow (bigfleet/strbuf.h) for the engine's uint32_t capacities. An
  * array that reaches 2 MiB is allocated 2 MiB-aligned and advised per
  * bf_engine_set_huge_pages, like the mirror's big arrays (mirror.c): with

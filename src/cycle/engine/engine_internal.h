@@ -642,6 +642,8 @@ struct bf_engine {
     int64_t *idle_since;
     char *idbuf;
     size_t idbuf_len, idbuf_cap, idbuf_waste;
+    size_t idbuf_pop; /* during a bulk load (pop_ahead): idbuf pre-faulted below it */
+    bool pop_ahead;   /* bfe_mirror_populate */
     uint32_t n_present, n_ineligible;
     uint32_t by_state[BF_STATE_COUNT];
 
@@ -817,6 +819,11 @@ int bfe_upsert_at(struct bf_engine *e, uint32_t slot, const struct bf_engine_mac
 int bfe_upsert_append(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m,
                       uint32_t li, unsigned *unsorted);
 void bfe_sl_sort_leaf(struct bf_engine *e, uint32_t li);
+/* bulk.c (i18-restart6): a bulk load of n slots pre-faults (bf_engine_populate)
+ * the per-slot columns' [0, n) and, while on, the id buffer ahead of its end
+ * (BFE_POP_STEP at a time); off stops the latter. */
+#define BFE_POP_STEP ((size_t)256 << 10)
+void bfe_mirror_populate(struct bf_engine *e, uint32_t n, bool on);
 void bfe_sl_sort_release(struct bf_engine *e, int ri);
 int bfe_sl_cmp_id(const void *ctx, uint32_t a, uint32_t b);
 uint32_t bfe_class_attr(const struct bf_engine *e, const struct mclass *c, uint8_t kind,

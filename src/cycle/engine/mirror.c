@@ -222,6 +222,7 @@ static int id_store(struct bf_engine *e, uint32_t slot, const char *id, size_t l
             e->idbuf_cap = nc;
             e->idbuf_len = o;
             e->idbuf_waste = 0;
+            e->idbuf_pop = 0; /* a new buffer */
         } else {
             size_t nc = e->idbuf_cap ? e->idbuf_cap : big_first(e, 1 << 16);
             while (nc < e->idbuf_len + len + 1)
@@ -234,6 +235,15 @@ static int id_store(struct bf_engine *e, uint32_t slot, const char *id, size_t l
             e->idbuf = nb;
             e->idbuf_cap = nc;
         }
+    }
+    if (e->pop_ahead && e->idbuf_len + len + 1 > e->idbuf_pop) {
+        /* a bulk load: the next BFE_POP_STEP bytes (at most) in one call */
+        size_t from = e->idbuf_pop > e->idbuf_len ? e->idbuf_pop : e->idbuf_len;
+        size_t to = from + BFE_POP_STEP < e->idbuf_cap ? from + BFE_POP_STEP : e->idbuf_cap;
+        if (to < e->idbuf_len + len + 1)
+            to = e->idbuf_len + len + 1;
+        bf_engine_populate(e->idbuf + from, to - from);
+        e->idbuf_pop = to;
     }
     memcpy(e->idbuf + e->idbuf_len, id, len);
     e->idbuf[e->idbuf_len + len] = 0;
@@ -1521,13 +1531,14 @@ int bf_engine_remove(struct bf_engine *e, uint32_t slot)
 /* ------------------------------------------------------------------ lifecycle */
 
 /* The per-slot columns in one block (big_alloc): their offsets and size. */
+static const size_t col_width[8] = {8, 8, 8, 4, 4, 4, 1, 1};
+
 static size_t cols_layout(size_t n, size_t off[8])
 {
-    static const size_t width[8] = {8, 8, 8, 4, 4, 4, 1, 1};
     size_t at = 0;
     for (int i = 0; i < 8; i++) {
         off[i] = at;
-        at += (n * width[i] + 63) & ~(size_t)63;
+        at += (n * col_width[i] + 63) & ~(size_t)63;
     }
     return at;
 }
@@ -1549,6 +1560,20 @@ int bfe_mirror_init(struct bf_engine *e)
     for (size_t i = 0; i < n; i++)
         e->leaf_of[i] = NONE32;
     return 0;
+}
+
+void bfe_mirror_populate(struct bf_engine *e, uint32_t n, bool on)
+{
+    e->pop_ahead = on;
+    e->idbuf_pop = 0;
+    if (!on)
+        return;
+    if (n > e->cap)
+        n = e->cap;
+    size_t off[8];
+    cols_layout(e->cap, off);
+    for (int i = 0; i < 8; i++)
+        bf_engine_populate((uint8_t *)e->idpfx + off[i], (size_t)n * col_width[i]);
 }
 
 void bfe_mirror_free(struct bf_engine *e)
