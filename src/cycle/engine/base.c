@@ -44,13 +44,25 @@ void bf_engine_advise_pages(void *p, size_t n)
 
 static bool populate_unsupported; /* the kernel answered EINVAL once */
 
-void bf_engine_populate(void *p, size_t n)
+static void populate(void *p, size_t n, int advice)
 {
     if (huge_pages || n == 0 || populate_unsupported)
         return;
     uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095, b = ((uintptr_t)p + n + 4095) & ~(uintptr_t)4095;
-    if (madvise((void *)a, b - a, MADV_POPULATE_WRITE) != 0 && errno == EINVAL)
+    if (madvise((void *)a, b - a, advice) != 0 && errno == EINVAL)
         populate_unsupported = true;
+}
+
+void bf_engine_populate(void *p, size_t n)
+{
+    populate(p, n, MADV_POPULATE_WRITE);
+}
+
+void bfe_unpopulate(void *p, size_t n)
+{
+    uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, b = ((uintptr_t)p + n) & ~(uintptr_t)4095;
+    if (!huge_pages && b > a)
+        (void)madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
 /* bf_grow (bigfleet/strbuf.h) for the engine's uint32_t capacities. An

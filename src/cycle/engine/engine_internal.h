@@ -824,6 +824,9 @@ void bfe_sl_sort_leaf(struct bf_engine *e, uint32_t li);
  * (BFE_POP_STEP at a time); off stops the latter. */
 #define BFE_POP_STEP ((size_t)256 << 10)
 void bfe_mirror_populate(struct bf_engine *e, uint32_t n, bool on);
+/* base.c: gives back the whole pages inside [p, p + n) (MADV_DONTNEED:
+ * they read as zeros again); nothing with huge pages on. */
+void bfe_unpopulate(void *p, size_t n);
 void bfe_sl_sort_release(struct bf_engine *e, int ri);
 int bfe_sl_cmp_id(const void *ctx, uint32_t a, uint32_t b);
 uint32_t bfe_class_attr(const struct bf_engine *e, const struct mclass *c, uint8_t kind,

@@ -1482,12 +1482,16 @@ static int upsert_at(struct bf_engine *e, uint32_t slot, const struct bf_engine_
                 if (e->present[slot] == 2)
                     e->n_ineligible--;
                 e->idbuf_waste += e->id_len[slot] + 1;
+                e->idle_since[slot] = 0; /* an absent slot's (below) */
             }
             e->present[slot] = 0;
             return rc;
         }
     }
-    e->idle_since[slot] = since;
+    /* an absent slot's is 0 (bf_engine_remove, the failure above): a load
+     * of machines that are not idle never touches this column's pages */
+    if (was || since)
+        e->idle_since[slot] = since;
     if (!was)
         e->n_present++;
     else if (e->present[slot] == 2)
@@ -1564,16 +1568,26 @@ int bfe_mirror_init(struct bf_engine *e)
 
 void bfe_mirror_populate(struct bf_engine *e, uint32_t n, bool on)
 {
-    e->pop_ahead = on;
-    e->idbuf_pop = 0;
-    if (!on)
+    if (!on) {
+        /* what the id buffer did not fill: resident no more */
+        if (e->pop_ahead && e->idbuf_pop > e->idbuf_len)
+            bfe_unpopulate(e->idbuf + e->idbuf_len, e->idbuf_pop - e->idbuf_len);
+        e->pop_ahead = false;
+        e->idbuf_pop = 0;
         return;
+    }
+    e->pop_ahead = true;
+    e->idbuf_pop = 0;
     if (n > e->cap)
         n = e->cap;
     size_t off[8];
     cols_layout(e->cap, off);
+    /* not idle_since (2) and in_release (7): a load writes them for idle
+     * machines only (upsert_at, place), and reads them for no slot it fills
+     * (unplace of an absent slot returns first) */
     for (int i = 0; i < 8; i++)
-        bf_engine_populate((uint8_t *)e->idpfx + off[i], (size_t)n * col_width[i]);
+        if (i != 2 && i != 7)
+            bf_engine_populate((uint8_t *)e->idpfx + off[i], (size_t)n * col_width[i]);
 }
 
 void bfe_mirror_free(struct bf_engine *e)
