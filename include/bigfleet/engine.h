@@ -216,12 +216,16 @@ struct bf_engine_machine {
  * change log; O(log n) index maintenance, no cycle-time cost). The record is
  * copied and its strings interned. A record that fails the engine's screen
  * (see the file comment) is kept as ineligible: counted, never acted on.
- * Returns 0, -EINVAL (slot >= capacity, NULL machine or id) or -ENOMEM (the
+ * Returns 0, -EINVAL (slot >= capacity, NULL machine or id, an id longer
+ * than BF_ENGINE_ID_MAX bytes) or -ENOMEM (the
  * slot keeps its previous content, or if memory ran out half-way it is absent
  * or ineligible; a later upsert of the slot repairs it). More than 2^20
  * distinct clusters also reports -ENOMEM.
  */
 int bf_engine_upsert(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m);
+/* The longest machine id the mirror keeps (its length is a 16-bit column;
+ * the provider client bounds ids far below: BF_PROV_ID_MAX). */
+#define BF_ENGINE_ID_MAX 65535
 /* Removes the machine in `slot`; an empty slot is a no-op. 0 or -EINVAL. */
 int bf_engine_remove(struct bf_engine *e, uint32_t slot);
 

@@ -187,7 +187,7 @@ int bf_engine_bulk_upsert(struct bf_engine_bulk *b, uint32_t slot,
     if (!b)
         return -EINVAL;
     struct bf_engine *e = b->e;
-    if (!m || slot >= e->cap || !m->id)
+    if (!m || slot >= e->cap || !bfe_id_ok(m->id))
         return -EINVAL;
     if (!bfe_machine_eligible(m)) {
         int rc = bfe_upsert_at(e, slot, m, NONE32);

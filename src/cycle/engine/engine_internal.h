@@ -637,7 +637,8 @@ struct bf_engine {
     uint32_t cap;
     uint32_t *leaf_of; /* NONE32: absent or ineligible */
     uint8_t *present;  /* 0 absent, 1 eligible, 2 ineligible */
-    uint32_t *id_off, *id_len;
+    uint32_t *id_off;
+    uint16_t *id_len; /* ids are at most BF_ENGINE_ID_MAX bytes */
     uint64_t *idpfx, *idpfx2; /* id bytes 0-7 and 8-15, big-endian, zero-padded */
     int64_t *idle_since;
     char *idbuf;
@@ -798,6 +799,7 @@ int bfe_id_cmp(const struct bf_engine *e, uint32_t a, uint32_t b);
  * what leaf_resolve returned for m, NONE32 when m is ineligible);
  * bfe_leaf_serial: the serial of a live leaf, 0 when li is not live. */
 bool bfe_machine_eligible(const struct bf_engine_machine *m);
+bool bfe_id_ok(const char *id); /* not NULL, at most BF_ENGINE_ID_MAX bytes */
 uint32_t bfe_leaf_resolve_slow(struct bf_engine *e, const struct bf_engine_machine *m, int *err);
 /* leaf_resolve_slow = bfe_class_get (m's class, one reference taken; NONE32
  * and *err -ENOMEM) then bfe_leaf_resolve_cls (takes that reference over);

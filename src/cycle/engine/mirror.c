@@ -248,7 +248,7 @@ static int id_store(struct bf_engine *e, uint32_t slot, const char *id, size_t l
     memcpy(e->idbuf + e->idbuf_len, id, len);
     e->idbuf[e->idbuf_len + len] = 0;
     e->id_off[slot] = (uint32_t)e->idbuf_len;
-    e->id_len[slot] = (uint32_t)len;
+    e->id_len[slot] = (uint16_t)len;
     e->idpfx[slot] = id_prefix(id, len, 0);
     e->idpfx2[slot] = id_prefix(id, len, 8);
     e->idbuf_len += len + 1;
@@ -1406,7 +1406,7 @@ void bfe_sl_sort_release(struct bf_engine *e, int ri)
 
 int bf_engine_upsert(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m)
 {
-    if (!e || !m || slot >= e->cap || !m->id)
+    if (!e || !m || slot >= e->cap || !bfe_id_ok(m->id))
         return -EINVAL;
     uint32_t li = NONE32;
     int err = 0;
@@ -1419,6 +1419,11 @@ int bf_engine_upsert(struct bf_engine *e, uint32_t slot, const struct bf_engine_
 }
 
 /* For bulk.c (engine_internal.h). */
+bool bfe_id_ok(const char *id)
+{
+    return id && strnlen(id, BF_ENGINE_ID_MAX + 1) <= BF_ENGINE_ID_MAX;
+}
+
 bool bfe_machine_eligible(const struct bf_engine_machine *m)
 {
     return machine_eligible(m);
@@ -1535,7 +1540,7 @@ int bf_engine_remove(struct bf_engine *e, uint32_t slot)
 /* ------------------------------------------------------------------ lifecycle */
 
 /* The per-slot columns in one block (big_alloc): their offsets and size. */
-static const size_t col_width[8] = {8, 8, 8, 4, 4, 4, 1, 1};
+static const size_t col_width[8] = {8, 8, 8, 4, 4, 2, 1, 1};
 
 static size_t cols_layout(size_t n, size_t off[8])
 {
@@ -1558,7 +1563,7 @@ int bfe_mirror_init(struct bf_engine *e)
     e->idle_since = (int64_t *)(void *)(b + off[2]);
     e->leaf_of = (uint32_t *)(void *)(b + off[3]);
     e->id_off = (uint32_t *)(void *)(b + off[4]);
-    e->id_len = (uint32_t *)(void *)(b + off[5]);
+    e->id_len = (uint16_t *)(void *)(b + off[5]);
     e->present = b + off[6];
     e->in_release = b + off[7];
     for (size_t i = 0; i < n; i++)
@@ -1648,7 +1653,7 @@ void bf_engine_mirror_stats(const struct bf_engine *e, struct bf_engine_mirror_s
     st->leaves = e->live_leaves;
     st->strings = e->in.n - e->in.nfree;
     size_t b = 0;
-    b += (size_t)e->cap * (sizeof(uint32_t) * 3 + 2 + sizeof(uint64_t) * 3);
+    b += (size_t)e->cap * (sizeof(uint32_t) * 2 + sizeof(uint16_t) + 2 + sizeof(uint64_t) * 3);
     b += e->idbuf_cap;
     b += (size_t)e->cap_leaves * sizeof(struct leaf);
     for (uint32_t i = 0; i < e->n_leaves; i++) {

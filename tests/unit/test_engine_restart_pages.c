@@ -1,14 +1,17 @@
 /*
- * test_engine_populate.c — pre-faulting in bulk (engine.h bf_engine_populate,
+ * test_engine_restart_pages.c — the pages a restarted cycle's bulk load
+ * writes (i18-restart6, stop 31). Pre-faulting in bulk (engine.h bf_engine_populate,
  * bf_engine_bulk_begin's n_hint; i18-restart6, stop 31): the pages a range
  * covers are resident after one call and no other page is, and a bulk load
  * of n slots makes the first n slots of the per-slot columns resident before
  * it writes them, never the columns' tail (the engine's capacity) nor the
  * columns only idle machines write, and the id buffer BFE_POP_STEP ahead
  * during the load, given back at its end. Residency is read with
- * mincore(2). With huge pages on, nothing is pre-faulted.
+ * mincore(2). With huge pages on, nothing is pre-faulted. And the id
+ * length column is 16 bits: an id longer than BF_ENGINE_ID_MAX is refused.
  */
 #include <check.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,14 +139,45 @@ START_TEST(a_bulk_load_prefaults_nothing_with_huge_pages_on)
 }
 END_TEST
 
+START_TEST(an_id_longer_than_the_bound_is_refused_and_the_bound_kept)
+{
+    struct bf_engine_config cfg;
+    bf_engine_config_defaults(&cfg);
+    cfg.capacity = 8;
+    struct bf_engine *e = NULL;
+    ck_assert_int_eq(bf_engine_new(&cfg, &e), 0);
+    char *id = malloc(BF_ENGINE_ID_MAX + 2);
+    ck_assert_ptr_nonnull(id);
+    memset(id, 'x', BF_ENGINE_ID_MAX + 1);
+    id[BF_ENGINE_ID_MAX + 1] = 0;
+    struct bf_engine_machine m = {.id = id, .state = 0};
+    ck_assert_int_eq(bf_engine_upsert(e, 0, &m), -EINVAL);
+    struct bf_engine_bulk *b = NULL;
+    ck_assert_int_eq(bf_engine_bulk_begin(e, 2, &b), 0);
+    ck_assert_int_eq(bf_engine_bulk_upsert(b, 1, &m), -EINVAL);
+    bf_engine_bulk_end(b, NULL);
+    ck_assert_uint_eq(e->n_present, 0);
+    id[BF_ENGINE_ID_MAX - 1] = 'y';
+    id[BF_ENGINE_ID_MAX] = 0; /* the longest kept */
+    ck_assert_int_eq(bf_engine_upsert(e, 2, &m), 0);
+    ck_assert_uint_eq(e->id_len[2], BF_ENGINE_ID_MAX);
+    ck_assert_str_eq(bfe_machine_id(e, 2), id);
+    ck_assert_int_eq(bf_engine_upsert(e, 2, &m), 0); /* the same id again */
+    ck_assert_uint_eq(e->n_present, 1);
+    free(id);
+    bf_engine_free(e);
+}
+END_TEST
+
 static Suite *suite(void)
 {
-    Suite *s = suite_create("engine_populate");
+    Suite *s = suite_create("engine_restart_pages");
     TCase *t = tcase_create("populate");
     tcase_set_timeout(t, 60);
     tcase_add_test(t, populate_makes_exactly_the_pages_of_the_range_resident);
     tcase_add_test(t, a_bulk_load_prefaults_the_slots_it_loads_and_not_the_capacity);
     tcase_add_test(t, a_bulk_load_prefaults_nothing_with_huge_pages_on);
+    tcase_add_test(t, an_id_longer_than_the_bound_is_refused_and_the_bound_kept);
     suite_add_tcase(s, t);
     return s;
 }
