@@ -144,8 +144,8 @@ int bf_cycle_main(const struct bf_config *cfg)
                     spawned ? (double)(bf_now_ns() - spawned) / 1e6 : -1.0,
                     (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
                         (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3,
-                    ru.ru_minflt,
-                    (double)rep.total_ns / 1e6, (double)rep.phase_ns[BF_PHASE_RECONCILE] / 1e6,
+                    ru.ru_minflt, (double)rep.total_ns / 1e6,
+                    (double)rep.phase_ns[BF_PHASE_RECONCILE] / 1e6,
                     (double)rep.phase_ns[BF_PHASE_SNAPREAD] / 1e6, rep.rescanned, rep.changed_slots,
                     rep.needs);
         }

@@ -223,8 +223,8 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
          * like the mirror's columns (bf_engine_set_huge_pages) */
         bf_engine_advise_pages(c->slots, (size_t)c->capacity * sizeof *c->slots);
         /* and its [0, hwm), which the scan writes, faulted in one call */
-        bf_engine_populate(c->slots, (size_t)(hwm < c->capacity ? hwm : c->capacity) *
-                                         sizeof *c->slots);
+        bf_engine_populate(c->slots,
+                           (size_t)(hwm < c->capacity ? hwm : c->capacity) * sizeof *c->slots);
         /* every record: resolve each (profile, assignment) shape once (the
          * strings the feed hands in are the string arena's and the caches',
          * in place for the whole scan; engine.h "bulk load"); without the
@@ -247,9 +247,11 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
                  "strings_window=%llu strings_live=%llu window_loads=%llu",
                  hwm,
                  (double)(ru1.ru_utime.tv_sec + ru1.ru_stime.tv_sec - ru0.ru_utime.tv_sec -
-                          ru0.ru_stime.tv_sec) * 1e3 +
+                          ru0.ru_stime.tv_sec) *
+                         1e3 +
                      (double)(ru1.ru_utime.tv_usec + ru1.ru_stime.tv_usec - ru0.ru_utime.tv_usec -
-                              ru0.ru_stime.tv_usec) / 1e3,
+                              ru0.ru_stime.tv_usec) /
+                         1e3,
                  ru1.ru_minflt - ru0.ru_minflt, (unsigned long long)c->scan_stats.copied,
                  (unsigned long long)c->scan_stats.live,
                  (unsigned long long)c->scan_stats.str_window,

@@ -28,7 +28,8 @@
 /* The number of resident pages among the pages holding [p, p + n). */
 static size_t resident(const void *p, size_t n)
 {
-    uintptr_t a = (uintptr_t)p & ~(uintptr_t)(PG - 1), b = ((uintptr_t)p + n + PG - 1) & ~(uintptr_t)(PG - 1);
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)(PG - 1),
+              b = ((uintptr_t)p + n + PG - 1) & ~(uintptr_t)(PG - 1);
     size_t np = (b - a) / PG, k = 0;
     unsigned char *v = malloc(np ? np : 1);
     ck_assert_ptr_nonnull(v);
@@ -107,9 +108,8 @@ START_TEST(a_bulk_load_prefaults_the_slots_it_loads_and_not_the_capacity)
      * given back at the load's end */
     size_t held = (e->idbuf_len + PG - 1) / PG, res = resident(e->idbuf, e->idbuf_cap);
     ck_assert_uint_ge(res, held);
-    ck_assert_msg(res <= held + 1,
-                  "the id buffer: %zu pages resident for %zu held (cap %zu bytes)", res, held,
-                  e->idbuf_cap);
+    ck_assert_msg(res <= held + 1, "the id buffer: %zu pages resident for %zu held (cap %zu bytes)",
+                  res, held, e->idbuf_cap);
     ck_assert_uint_eq(resident((uint8_t *)e->idpfx + tail, (size_t)CAP * 8 - tail - PG), 0);
     /* no machine idle: idle_since never written (an absent slot's is 0) */
     ck_assert_uint_eq(resident(e->idle_since, (size_t)CAP * 8 - PG), 0);

@@ -60,7 +60,8 @@ void bf_engine_populate(void *p, size_t n)
 
 void bfe_unpopulate(void *p, size_t n)
 {
-    uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, b = ((uintptr_t)p + n) & ~(uintptr_t)4095;
+    uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095,
+              b = ((uintptr_t)p + n) & ~(uintptr_t)4095;
     if (!huge_pages && b > a)
         (void)madvise((void *)a, b - a, MADV_DONTNEED);
 }

@@ -638,7 +638,7 @@ struct bf_engine {
     uint32_t *leaf_of; /* NONE32: absent or ineligible */
     uint8_t *present;  /* 0 absent, 1 eligible, 2 ineligible */
     uint32_t *id_off;
-    uint16_t *id_len; /* ids are at most BF_ENGINE_ID_MAX bytes */
+    uint16_t *id_len;         /* ids are at most BF_ENGINE_ID_MAX bytes */
     uint64_t *idpfx, *idpfx2; /* id bytes 0-7 and 8-15, big-endian, zero-padded */
     int64_t *idle_since;
     char *idbuf;
