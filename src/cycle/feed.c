@@ -185,6 +185,13 @@ void bf_cycle_refresh_slot(struct bf_cycle *c, uint32_t slot)
     count(c, si, +1);
 }
 
+/* user + system CPU of a getrusage, in ms (the rescan's debug line) */
+static double ru_cpu_ms(const struct rusage *r)
+{
+    return (double)(r->ru_utime.tv_sec + r->ru_stime.tv_sec) * 1e3 +
+           (double)(r->ru_utime.tv_usec + r->ru_stime.tv_usec) / 1e3;
+}
+
 static void on_logged(void *arg, uint32_t slot)
 {
     bf_cycle_refresh_slot(arg, slot);
@@ -245,15 +252,8 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
         BF_DEBUG("mirror rescan",
                  "slots=%u cpu_ms=%.1f minflt=%ld records_copied=%llu records_live=%llu "
                  "strings_window=%llu strings_live=%llu window_loads=%llu",
-                 hwm,
-                 (double)(ru1.ru_utime.tv_sec + ru1.ru_stime.tv_sec - ru0.ru_utime.tv_sec -
-                          ru0.ru_stime.tv_sec) *
-                         1e3 +
-                     (double)(ru1.ru_utime.tv_usec + ru1.ru_stime.tv_usec - ru0.ru_utime.tv_usec -
-                              ru0.ru_stime.tv_usec) /
-                         1e3,
-                 ru1.ru_minflt - ru0.ru_minflt, (unsigned long long)c->scan_stats.copied,
-                 (unsigned long long)c->scan_stats.live,
+                 hwm, ru_cpu_ms(&ru1) - ru_cpu_ms(&ru0), ru1.ru_minflt - ru0.ru_minflt,
+                 (unsigned long long)c->scan_stats.copied, (unsigned long long)c->scan_stats.live,
                  (unsigned long long)c->scan_stats.str_window,
                  (unsigned long long)c->scan_stats.str_live,
                  (unsigned long long)c->scan_stats.win_loads);
