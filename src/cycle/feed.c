@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <xxhash.h>
 
 #include "bigfleet/log.h"
@@ -184,6 +185,13 @@ void bf_cycle_refresh_slot(struct bf_cycle *c, uint32_t slot)
     count(c, si, +1);
 }
 
+/* user + system CPU of a getrusage, in ms (the rescan's debug line) */
+static double ru_cpu_ms(const struct rusage *r)
+{
+    return (double)(r->ru_utime.tv_sec + r->ru_stime.tv_sec) * 1e3 +
+           (double)(r->ru_utime.tv_usec + r->ru_stime.tv_usec) / 1e3;
+}
+
 static void on_logged(void *arg, uint32_t slot)
 {
     bf_cycle_refresh_slot(arg, slot);
@@ -215,10 +223,15 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
         for (int w = 0; w < BF_CHANGELOG_WRITERS; w++)
             bf_cl_skip(c->shm, w);
         uint32_t hwm = bf_inv_hwm(c->shm);
+        struct rusage ru0, ru1;
+        getrusage(RUSAGE_SELF, &ru0);
         /* first written by the first full rescan, a 4 KiB fault every 256
          * slots: its 2 MiB-aligned part follows the engine's page advice,
          * like the mirror's columns (bf_engine_set_huge_pages) */
         bf_engine_advise_pages(c->slots, (size_t)c->capacity * sizeof *c->slots);
+        /* and its [0, hwm), which the scan writes, faulted in one call */
+        bf_engine_populate(c->slots,
+                           (size_t)(hwm < c->capacity ? hwm : c->capacity) * sizeof *c->slots);
         /* every record: resolve each (profile, assignment) shape once (the
          * strings the feed hands in are the string arena's and the caches',
          * in place for the whole scan; engine.h "bulk load"); without the
@@ -233,16 +246,17 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
             bf_cycle_refresh_slot(c, s);
         bf_inv_scan_end(c->scan, &c->scan_stats);
         c->scan = NULL;
+        bf_engine_bulk_end(c->bulk, NULL);
+        c->bulk = NULL;
+        getrusage(RUSAGE_SELF, &ru1);
         BF_DEBUG("mirror rescan",
-                 "slots=%u records_copied=%llu records_live=%llu strings_window=%llu "
-                 "strings_live=%llu window_loads=%llu",
-                 hwm, (unsigned long long)c->scan_stats.copied,
-                 (unsigned long long)c->scan_stats.live,
+                 "slots=%u cpu_ms=%.1f minflt=%ld records_copied=%llu records_live=%llu "
+                 "strings_window=%llu strings_live=%llu window_loads=%llu",
+                 hwm, ru_cpu_ms(&ru1) - ru_cpu_ms(&ru0), ru1.ru_minflt - ru0.ru_minflt,
+                 (unsigned long long)c->scan_stats.copied, (unsigned long long)c->scan_stats.live,
                  (unsigned long long)c->scan_stats.str_window,
                  (unsigned long long)c->scan_stats.str_live,
                  (unsigned long long)c->scan_stats.win_loads);
-        bf_engine_bulk_end(c->bulk, NULL);
-        c->bulk = NULL;
         /* slots beyond the high-water mark cannot hold machines */
         changed += hwm;
         c->need_rescan = false;

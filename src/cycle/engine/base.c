@@ -38,6 +38,34 @@ void bf_engine_advise_pages(void *p, size_t n)
         (void)madvise((void *)a, b - a, huge_pages ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older headers lack it */
+#endif
+
+static bool populate_unsupported; /* the kernel answered EINVAL once */
+
+static void populate(void *p, size_t n, int advice)
+{
+    if (huge_pages || n == 0 || populate_unsupported)
+        return;
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095, b = ((uintptr_t)p + n + 4095) & ~(uintptr_t)4095;
+    if (madvise((void *)a, b - a, advice) != 0 && errno == EINVAL)
+        populate_unsupported = true;
+}
+
+void bf_engine_populate(void *p, size_t n)
+{
+    populate(p, n, MADV_POPULATE_WRITE);
+}
+
+void bfe_unpopulate(void *p, size_t n)
+{
+    uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095,
+              b = ((uintptr_t)p + n) & ~(uintptr_t)4095;
+    if (!huge_pages && b > a)
+        (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 /* bf_grow (bigfleet/strbuf.h) for the engine's uint32_t capacities. An
  * array that reaches 2 MiB is allocated 2 MiB-aligned and advised per
  * bf_engine_set_huge_pages, like the mirror's big arrays (mirror.c): with

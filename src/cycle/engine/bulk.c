@@ -169,13 +169,14 @@ static void mark_unsorted(struct bf_engine_bulk *b, uint32_t li, unsigned u)
 
 int bf_engine_bulk_begin(struct bf_engine *e, uint32_t n_hint, struct bf_engine_bulk **out)
 {
-    (void)n_hint; /* the tables are fixed-size (see above) */
     if (!e || !out)
         return -EINVAL;
     struct bf_engine_bulk *b = calloc(1, sizeof *b);
     if (!b)
         return -ENOMEM;
     b->e = e;
+    /* the pages the load writes, faulted in bulk (the tables are fixed-size) */
+    bfe_mirror_populate(e, n_hint, true);
     *out = b;
     return 0;
 }
@@ -186,7 +187,7 @@ int bf_engine_bulk_upsert(struct bf_engine_bulk *b, uint32_t slot,
     if (!b)
         return -EINVAL;
     struct bf_engine *e = b->e;
-    if (!m || slot >= e->cap || !m->id)
+    if (!m || slot >= e->cap || !bfe_id_ok(m->id))
         return -EINVAL;
     if (!bfe_machine_eligible(m)) {
         int rc = bfe_upsert_at(e, slot, m, NONE32);
@@ -224,6 +225,7 @@ int bf_engine_bulk_upsert(struct bf_engine_bulk *b, uint32_t slot,
 void bf_engine_bulk_end(struct bf_engine_bulk *b, struct bf_engine_bulk_stats *st)
 {
     if (b) {
+        bfe_mirror_populate(b->e, 0, false);
         for (uint32_t i = 0; i < b->n_marked; i++)
             bfe_sl_sort_leaf(b->e, b->marked[i]);
         for (int ri = 0; ri < 2; ri++)

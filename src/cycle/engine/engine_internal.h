@@ -637,11 +637,14 @@ struct bf_engine {
     uint32_t cap;
     uint32_t *leaf_of; /* NONE32: absent or ineligible */
     uint8_t *present;  /* 0 absent, 1 eligible, 2 ineligible */
-    uint32_t *id_off, *id_len;
+    uint32_t *id_off;
+    uint16_t *id_len;         /* ids are at most BF_ENGINE_ID_MAX bytes */
     uint64_t *idpfx, *idpfx2; /* id bytes 0-7 and 8-15, big-endian, zero-padded */
     int64_t *idle_since;
     char *idbuf;
     size_t idbuf_len, idbuf_cap, idbuf_waste;
+    size_t idbuf_pop; /* during a bulk load (pop_ahead): idbuf pre-faulted below it */
+    bool pop_ahead;   /* bfe_mirror_populate */
     uint32_t n_present, n_ineligible;
     uint32_t by_state[BF_STATE_COUNT];
 
@@ -796,6 +799,7 @@ int bfe_id_cmp(const struct bf_engine *e, uint32_t a, uint32_t b);
  * what leaf_resolve returned for m, NONE32 when m is ineligible);
  * bfe_leaf_serial: the serial of a live leaf, 0 when li is not live. */
 bool bfe_machine_eligible(const struct bf_engine_machine *m);
+bool bfe_id_ok(const char *id); /* not NULL, at most BF_ENGINE_ID_MAX bytes */
 uint32_t bfe_leaf_resolve_slow(struct bf_engine *e, const struct bf_engine_machine *m, int *err);
 /* leaf_resolve_slow = bfe_class_get (m's class, one reference taken; NONE32
  * and *err -ENOMEM) then bfe_leaf_resolve_cls (takes that reference over);
@@ -817,6 +821,14 @@ int bfe_upsert_at(struct bf_engine *e, uint32_t slot, const struct bf_engine_mac
 int bfe_upsert_append(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m,
                       uint32_t li, unsigned *unsorted);
 void bfe_sl_sort_leaf(struct bf_engine *e, uint32_t li);
+/* bulk.c (i18-restart6): a bulk load of n slots pre-faults (bf_engine_populate)
+ * the per-slot columns' [0, n) and, while on, the id buffer ahead of its end
+ * (BFE_POP_STEP at a time); off stops the latter. */
+#define BFE_POP_STEP ((size_t)256 << 10)
+void bfe_mirror_populate(struct bf_engine *e, uint32_t n, bool on);
+/* base.c: gives back the whole pages inside [p, p + n) (MADV_DONTNEED:
+ * they read as zeros again); nothing with huge pages on. */
+void bfe_unpopulate(void *p, size_t n);
 void bfe_sl_sort_release(struct bf_engine *e, int ri);
 int bfe_sl_cmp_id(const void *ctx, uint32_t a, uint32_t b);
 uint32_t bfe_class_attr(const struct bf_engine *e, const struct mclass *c, uint8_t kind,

@@ -222,6 +222,7 @@ static int id_store(struct bf_engine *e, uint32_t slot, const char *id, size_t l
             e->idbuf_cap = nc;
             e->idbuf_len = o;
             e->idbuf_waste = 0;
+            e->idbuf_pop = 0; /* a new buffer */
         } else {
             size_t nc = e->idbuf_cap ? e->idbuf_cap : big_first(e, 1 << 16);
             while (nc < e->idbuf_len + len + 1)
@@ -235,10 +236,19 @@ static int id_store(struct bf_engine *e, uint32_t slot, const char *id, size_t l
             e->idbuf_cap = nc;
         }
     }
+    if (e->pop_ahead && e->idbuf_len + len + 1 > e->idbuf_pop) {
+        /* a bulk load: the next BFE_POP_STEP bytes (at most) in one call */
+        size_t from = e->idbuf_pop > e->idbuf_len ? e->idbuf_pop : e->idbuf_len;
+        size_t to = from + BFE_POP_STEP < e->idbuf_cap ? from + BFE_POP_STEP : e->idbuf_cap;
+        if (to < e->idbuf_len + len + 1)
+            to = e->idbuf_len + len + 1;
+        bf_engine_populate(e->idbuf + from, to - from);
+        e->idbuf_pop = to;
+    }
     memcpy(e->idbuf + e->idbuf_len, id, len);
     e->idbuf[e->idbuf_len + len] = 0;
     e->id_off[slot] = (uint32_t)e->idbuf_len;
-    e->id_len[slot] = (uint32_t)len;
+    e->id_len[slot] = (uint16_t)len;
     e->idpfx[slot] = id_prefix(id, len, 0);
     e->idpfx2[slot] = id_prefix(id, len, 8);
     e->idbuf_len += len + 1;
@@ -1396,7 +1406,7 @@ void bfe_sl_sort_release(struct bf_engine *e, int ri)
 
 int bf_engine_upsert(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m)
 {
-    if (!e || !m || slot >= e->cap || !m->id)
+    if (!e || !m || slot >= e->cap || !bfe_id_ok(m->id))
         return -EINVAL;
     uint32_t li = NONE32;
     int err = 0;
@@ -1409,6 +1419,11 @@ int bf_engine_upsert(struct bf_engine *e, uint32_t slot, const struct bf_engine_
 }
 
 /* For bulk.c (engine_internal.h). */
+bool bfe_id_ok(const char *id)
+{
+    return id && strnlen(id, BF_ENGINE_ID_MAX + 1) <= BF_ENGINE_ID_MAX;
+}
+
 bool bfe_machine_eligible(const struct bf_engine_machine *m)
 {
     return machine_eligible(m);
@@ -1472,12 +1487,16 @@ static int upsert_at(struct bf_engine *e, uint32_t slot, const struct bf_engine_
                 if (e->present[slot] == 2)
                     e->n_ineligible--;
                 e->idbuf_waste += e->id_len[slot] + 1;
+                e->idle_since[slot] = 0; /* an absent slot's (below) */
             }
             e->present[slot] = 0;
             return rc;
         }
     }
-    e->idle_since[slot] = since;
+    /* an absent slot's is 0 (bf_engine_remove, the failure above): a load
+     * of machines that are not idle never touches this column's pages */
+    if (was || since)
+        e->idle_since[slot] = since;
     if (!was)
         e->n_present++;
     else if (e->present[slot] == 2)
@@ -1521,13 +1540,14 @@ int bf_engine_remove(struct bf_engine *e, uint32_t slot)
 /* ------------------------------------------------------------------ lifecycle */
 
 /* The per-slot columns in one block (big_alloc): their offsets and size. */
+static const size_t col_width[8] = {8, 8, 8, 4, 4, 2, 1, 1};
+
 static size_t cols_layout(size_t n, size_t off[8])
 {
-    static const size_t width[8] = {8, 8, 8, 4, 4, 4, 1, 1};
     size_t at = 0;
     for (int i = 0; i < 8; i++) {
         off[i] = at;
-        at += (n * width[i] + 63) & ~(size_t)63;
+        at += (n * col_width[i] + 63) & ~(size_t)63;
     }
     return at;
 }
@@ -1543,12 +1563,36 @@ int bfe_mirror_init(struct bf_engine *e)
     e->idle_since = (int64_t *)(void *)(b + off[2]);
     e->leaf_of = (uint32_t *)(void *)(b + off[3]);
     e->id_off = (uint32_t *)(void *)(b + off[4]);
-    e->id_len = (uint32_t *)(void *)(b + off[5]);
+    e->id_len = (uint16_t *)(void *)(b + off[5]);
     e->present = b + off[6];
     e->in_release = b + off[7];
     for (size_t i = 0; i < n; i++)
         e->leaf_of[i] = NONE32;
     return 0;
+}
+
+void bfe_mirror_populate(struct bf_engine *e, uint32_t n, bool on)
+{
+    if (!on) {
+        /* what the id buffer did not fill: resident no more */
+        if (e->pop_ahead && e->idbuf_pop > e->idbuf_len)
+            bfe_unpopulate(e->idbuf + e->idbuf_len, e->idbuf_pop - e->idbuf_len);
+        e->pop_ahead = false;
+        e->idbuf_pop = 0;
+        return;
+    }
+    e->pop_ahead = true;
+    e->idbuf_pop = 0;
+    if (n > e->cap)
+        n = e->cap;
+    size_t off[8];
+    cols_layout(e->cap, off);
+    /* not idle_since (2) and in_release (7): a load writes them for idle
+     * machines only (upsert_at, place), and reads them for no slot it fills
+     * (unplace of an absent slot returns first) */
+    for (int i = 0; i < 8; i++)
+        if (i != 2 && i != 7)
+            bf_engine_populate((uint8_t *)e->idpfx + off[i], (size_t)n * col_width[i]);
 }
 
 void bfe_mirror_free(struct bf_engine *e)
@@ -1609,7 +1653,7 @@ void bf_engine_mirror_stats(const struct bf_engine *e, struct bf_engine_mirror_s
     st->leaves = e->live_leaves;
     st->strings = e->in.n - e->in.nfree;
     size_t b = 0;
-    b += (size_t)e->cap * (sizeof(uint32_t) * 3 + 2 + sizeof(uint64_t) * 3);
+    b += (size_t)e->cap * (sizeof(uint32_t) * 2 + sizeof(uint16_t) + 2 + sizeof(uint64_t) * 3);
     b += e->idbuf_cap;
     b += (size_t)e->cap_leaves * sizeof(struct leaf);
     for (uint32_t i = 0; i < e->n_leaves; i++) {
