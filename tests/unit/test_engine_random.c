@@ -756,7 +756,10 @@ static void invariants(struct world *w, int cyc)
     ck_assert_uint_eq(sum, total);
 }
 
-enum { CMP_REF = 1, CMP_NOV = 2, CMP_HIST = 4, CMP_FULL = 8, QUIET = 16 };
+enum { CMP_REF = 1, CMP_NOV = 2, CMP_HIST = 4, CMP_FULL = 8, QUIET = 16, SMALLCAP = 32 };
+
+/* cycles whose shortfall ledger held more entries than the cap (SMALLCAP) */
+static uint64_t g_cut_cycles;
 
 static void run_world_stats(uint64_t seed, int cycles, int cmp, uint64_t stats[6])
 {
@@ -770,6 +773,8 @@ static void run_world_stats(uint64_t seed, int cycles, int cmp, uint64_t stats[6
         c.park_after_cycles = 3;
         c.reprobe_every_cycles = 5;
     }
+    if (cmp & SMALLCAP) /* the published shortfalls are the head of a longer ledger */
+        c.shortfall_cap = 1 + (uint32_t)(seed % 4);
     w->f = ef_new_cfg(&c);
     c.flags = BF_ENGINE_F_REFERENCE;
     ck_assert_int_eq(bf_engine_new(&c, &w->ref), 0);
@@ -817,6 +822,8 @@ static void run_world_stats(uint64_t seed, int cycles, int cmp, uint64_t stats[6
         ck_assert_int_eq(bf_engine_cycle(w->hist, w->f->now_ns, &rh), 0);
         ck_assert_int_eq(bf_engine_cycle(w->full, w->f->now_ns, &rf), 0);
         ck_assert_uint_eq(rf.prepass.derived, rf.n_needs); /* the full derivation */
+        if (w->f->e->n_shortl > c.shortfall_cap)
+            g_cut_cycles++;
         if (cmp & CMP_FULL) {
             same_actions(&w->f->r, &rf, "incremental vs full pre-pass", cyc);
             same_verdicts(&w->f->r, &rf, cyc);
@@ -1028,6 +1035,174 @@ START_TEST(verdict_rows_of_many_fold_groups_are_ordered_like_the_library_sort)
 }
 END_TEST
 
+/* only the first shortfall_cap ledger entries are published: the fast
+ * engine selects them (shortfalls' top-cap selection), the reference sorts
+ * the whole ledger; with caps of 1-4 and ledgers longer than that, the two
+ * publish the same entries in the same order (fingerprint, age, deficit)
+ * every cycle */
+START_TEST(shortfalls_cut_to_the_cap_are_the_head_of_the_full_sort)
+{
+    g_cut_cycles = 0;
+    for (uint64_t seed = 1; seed <= 16; seed++)
+        run_world(seed * 8527 + (uint64_t)_i * 39119, 40, CMP_REF | SMALLCAP);
+    ck_assert_msg(g_cut_cycles >= 100, "only %llu cycles with a ledger longer than the cap",
+                  (unsigned long long)g_cut_cycles);
+}
+END_TEST
+
+/* ---- demand churn against the reference: arrays reused across rollups */
+
+#define CH_CL   4
+#define CH_MAXN 300
+#define CH_PROF 24
+
+struct churn {
+    struct ef *f, *g; /* fast (arrays reused, fold memo) and reference */
+    struct ef_prof prof[CH_PROF];
+    char fps[CH_PROF][512];
+    int n[CH_CL];
+    int pi[CH_CL][CH_MAXN], units[CH_CL][CH_MAXN];
+    int64_t arr[CH_CL][CH_MAXN];
+    char grp[CH_CL][CH_MAXN][16];
+    uint64_t rng;
+};
+
+static uint32_t ch_rnd(struct churn *w, uint32_t n)
+{
+    return (uint32_t)(ef_rand(&w->rng) % n);
+}
+
+static void ch_need(struct churn *w, int c, int k)
+{
+    w->pi[c][k] = (int)ch_rnd(w, CH_PROF);
+    w->units[c][k] = 1 + (int)ch_rnd(w, 3);
+    w->arr[c][k] = (int64_t)ch_rnd(w, 4);
+    snprintf(w->grp[c][k], sizeof w->grp[c][k], "g%u", ch_rnd(w, 1000));
+}
+
+static void ch_push(struct churn *w, int c)
+{
+    static struct bf_engine_need v[CH_MAXN];
+    char name[8];
+    snprintf(name, sizeof name, "ch%d", c);
+    for (int k = 0; k < w->n[c]; k++) {
+        const struct ef_prof *p = &w->prof[w->pi[c][k]];
+        v[k] = ef_need(p, ef_gpu(8LL * w->units[c][k]), ef_gpu(8), w->arr[c][k], w->grp[c][k]);
+        v[k].profile.reqs = p->p.reqs;
+        v[k].fingerprint = w->fps[w->pi[c][k]];
+    }
+    ck_assert_int_eq(ef_set(w->f, name, v, (size_t)w->n[c]), 0);
+    ck_assert_int_eq(ef_set(w->g, name, v, (size_t)w->n[c]), 0);
+}
+
+/* Four clusters of 0-300 Needs (plain and Same gangs of 24 profiles, folded
+ * or passed through on 40 racked machines) take random rollups: repeated
+ * unchanged, one quantity changed, a Need's profile changed, an arrival
+ * moved, a group renamed, Needs removed and re-added, all replaced, emptied.
+ * The fast engine (the demand arrays and fold flags kept across rollups and
+ * handed between clusters, the fold memo) and the reference decide the same
+ * and hold the same demand (every verdict's Need, fingerprint, aggregate,
+ * arrival and group) every cycle; the arrays were reused. */
+START_TEST(demand_churn_with_reused_arrays_decides_like_the_reference)
+{
+    struct churn *w = calloc(1, sizeof *w);
+    w->rng = 1234567 + (uint64_t)_i * 7777;
+    w->f = ef_new(64, 0);
+    w->g = ef_new(64, BF_ENGINE_F_REFERENCE);
+    for (int i = 0; i < 40; i++) {
+        char id[16], rack[16];
+        snprintf(id, sizeof id, "m%d", i);
+        snprintf(rack, sizeof rack, "rack-%d", i % 5);
+        struct ef_machine m = ef_gpu_machine(id);
+        ef_label(&m, "rack", rack);
+        ef_add(w->f, &m);
+        ef_add(w->g, &m);
+    }
+    for (int i = 0; i < CH_PROF; i++) {
+        if (i % 3 == 0)
+            ef_gpu_profile_same(&w->prof[i], 100 * (i % 4), "rack");
+        else
+            ef_gpu_profile(&w->prof[i], 100 * (i % 4) + i);
+        snprintf(w->fps[i], sizeof w->fps[i], "%s", ef_fp(&w->prof[i]));
+    }
+    uint64_t reused = 0;
+    for (int step = 0; step < 300; step++) {
+        int c = (int)ch_rnd(w, CH_CL);
+        int op = (int)ch_rnd(w, 9);
+        int n = w->n[c];
+        switch (op) {
+        case 0: /* unchanged */
+            break;
+        case 1: /* one quantity */
+            if (n)
+                w->units[c][ch_rnd(w, (uint32_t)n)] ^= 3;
+            break;
+        case 2: /* one Need's profile */
+            if (n)
+                w->pi[c][ch_rnd(w, (uint32_t)n)] = (int)ch_rnd(w, CH_PROF);
+            break;
+        case 3: /* the arrival of all */
+            for (int k = 0, a = (int)ch_rnd(w, 4); k < n; k++)
+                w->arr[c][k] = a;
+            break;
+        case 4: /* a group */
+            if (n)
+                snprintf(w->grp[c][ch_rnd(w, (uint32_t)n)], 16, "r%u", ch_rnd(w, 1000));
+            break;
+        case 5: { /* some removed (the rest shift up) */
+            int at = n ? (int)ch_rnd(w, (uint32_t)n) : 0, k = n ? 1 + (int)ch_rnd(w, 20) : 0;
+            if (at + k > n)
+                k = n - at;
+            for (int j = at; j + k < n; j++) {
+                w->pi[c][j] = w->pi[c][j + k];
+                w->units[c][j] = w->units[c][j + k];
+                w->arr[c][j] = w->arr[c][j + k];
+                memcpy(w->grp[c][j], w->grp[c][j + k], 16);
+            }
+            w->n[c] = n - k;
+            break;
+        }
+        case 6: /* some (re-)added at the end */
+            for (int k = 1 + (int)ch_rnd(w, 60); k > 0 && w->n[c] < CH_MAXN; k--)
+                ch_need(w, c, w->n[c]++);
+            break;
+        case 7: /* all replaced, another size */
+            w->n[c] = (int)ch_rnd(w, CH_MAXN + 1);
+            for (int k = 0; k < w->n[c]; k++)
+                ch_need(w, c, k);
+            break;
+        default: /* emptied */
+            w->n[c] = 0;
+            break;
+        }
+        const void *spare = w->f->e->needs_spare;
+        ch_push(w, c);
+        for (uint32_t k = 0; k < w->f->e->n_clusters; k++)
+            if (spare && w->f->e->clusters[k].needs == spare)
+                reused++;
+        ck_assert_int_eq(ef_cycle(w->f), 0);
+        ck_assert_int_eq(ef_cycle(w->g), 0);
+        same_actions(&w->f->r, &w->g->r, "churn: fast vs reference", step);
+        same_verdicts(&w->f->r, &w->g->r, step);
+        for (size_t i = 0; i < w->f->r.n_verdicts; i++) {
+            const struct bf_engine_verdict *x = &w->f->r.verdicts[i], *y = &w->g->r.verdicts[i];
+            ck_assert_str_eq(x->cluster, y->cluster);
+            ck_assert_str_eq(x->fingerprint, y->fingerprint);
+            ck_assert(bf_vec_eq(&x->aggregate, &y->aggregate));
+            ck_assert_int_eq(x->arrival_ns, y->arrival_ns);
+            ck_assert_uint_eq(x->group_len, y->group_len);
+            ck_assert(memcmp(x->group, y->group, x->group_len) == 0);
+            ck_assert_uint_eq(x->folded_members, y->folded_members);
+        }
+    }
+    ck_assert_msg(reused >= 20, "a replaced array was reused %llu times",
+                  (unsigned long long)reused);
+    ef_free(w->f);
+    ef_free(w->g);
+    free(w);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("engine_random");
@@ -1045,6 +1220,8 @@ static Suite *suite(void)
     tcase_add_loop_test(t, a_rollup_repeating_a_held_need_takes_its_profile_like_a_lookup, 0, 2);
     tcase_add_loop_test(t, verdict_rows_of_many_fold_groups_are_ordered_like_the_library_sort, 0,
                         2);
+    tcase_add_loop_test(t, shortfalls_cut_to_the_cap_are_the_head_of_the_full_sort, 0, 2);
+    tcase_add_loop_test(t, demand_churn_with_reused_arrays_decides_like_the_reference, 0, 2);
     suite_add_tcase(s, t);
     return s;
 }

@@ -484,13 +484,55 @@ void bfe_fold_groups_clear(struct cluster *cl)
     cl->fg_valid = false;
 }
 
-static void needs_release(struct bf_engine *e, struct need_in *v, uint32_t n)
+static void needs_unref(struct bf_engine *e, struct need_in *v, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++) {
         bfe_cprof_release(e, v[i].cp);
         bfe_intern_release(&e->in, v[i].group);
     }
+}
+
+static void needs_release(struct bf_engine *e, struct need_in *v, uint32_t n)
+{
+    needs_unref(e, v, n);
     free(v);
+}
+
+/* An array for n Needs (contents undefined) and its length in *cap: the
+ * spare when it fits without holding more than twice what is asked (a
+ * steady republish alternates between two arrays whose pages stay mapped),
+ * else a new one. NULL for n == 0 or on ENOMEM. */
+static struct need_in *needs_buf_take(struct bf_engine *e, uint32_t n, uint32_t *cap)
+{
+    *cap = 0;
+    if (!n)
+        return NULL;
+    struct need_in *v;
+    if (e->needs_spare && e->cap_needs_spare >= n && e->cap_needs_spare / 2 <= n) {
+        v = e->needs_spare;
+        *cap = e->cap_needs_spare;
+        e->needs_spare = NULL;
+        e->cap_needs_spare = 0;
+        return v;
+    }
+    if ((v = malloc((size_t)n * sizeof *v)))
+        *cap = n;
+    return v;
+}
+
+/* Gives back an array of cap Needs no longer referenced: kept as the spare
+ * when it is the largest seen, else freed. */
+static void needs_buf_put(struct bf_engine *e, struct need_in *v, uint32_t cap)
+{
+    if (!v)
+        return;
+    if (cap <= e->cap_needs_spare) {
+        free(v);
+        return;
+    }
+    free(e->needs_spare);
+    e->needs_spare = v;
+    e->cap_needs_spare = cap;
 }
 
 static uint32_t count_same(const struct need_in *v, uint32_t n)
@@ -519,7 +561,8 @@ int bf_engine_set_needs(struct bf_engine *e, const char *cluster, uint64_t gener
     struct cluster *c = &e->clusters[ci];
     if (c->has_gen && c->generation == generation)
         return 0;
-    struct need_in *v = n ? calloc(n, sizeof *v) : NULL;
+    uint32_t vcap;
+    struct need_in *v = needs_buf_take(e, (uint32_t)n, &vcap);
     if (n && !v)
         return -ENOMEM;
     bool fp_ok = !(e->cfg.flags & BF_ENGINE_F_REFERENCE);
@@ -531,7 +574,7 @@ int bf_engine_set_needs(struct bf_engine *e, const char *cluster, uint64_t gener
     uint32_t nheld = fp_ok ? e->clusters[ci].n_needs : 0, next = 0;
     for (size_t i = 0; i < n; i++) {
         const struct need_in *o = NULL;
-        v[i].cp = NULL;
+        v[i] = (struct need_in){0}; /* every memo unset */
         uint32_t at[2] = {(uint32_t)i, next};
         for (int t = 0; t < 2 && !v[i].cp; t++)
             if (at[t] < nheld && (t == 0 || at[1] != at[0]) &&
@@ -548,21 +591,15 @@ int bf_engine_set_needs(struct bf_engine *e, const char *cluster, uint64_t gener
         if (!v[i].cp || v[i].group == NONE32) {
             if (v[i].group == NONE32)
                 v[i].group = 0;
-            needs_release(e, v, (uint32_t)i + 1);
+            needs_unref(e, v, (uint32_t)i + 1);
+            needs_buf_put(e, v, vcap);
             return -ENOMEM;
         }
         v[i].agg = needs[i].aggregate;
         v[i].minu = needs[i].min_unit;
         v[i].arrival = needs[i].arrival_ns;
     }
-    uint8_t *fold = n ? calloc(n, 1) : NULL;
-    if (n && !fold) {
-        needs_release(e, v, (uint32_t)n);
-        return -ENOMEM;
-    }
     c = &e->clusters[ci];
-    c->has_gen = true;
-    c->generation = generation;
     bool same = c->n_needs == n;
     for (size_t i = 0; same && i < n; i++) {
         const struct need_in *a = &c->needs[i], *b = &v[i];
@@ -570,16 +607,34 @@ int bf_engine_set_needs(struct bf_engine *e, const char *cluster, uint64_t gener
                bf_vec_eq(&a->agg, &b->agg) && bf_vec_eq(&a->minu, &b->minu);
     }
     if (same) {
-        needs_release(e, v, (uint32_t)n);
-        free(fold);
+        c->has_gen = true;
+        c->generation = generation;
+        needs_unref(e, v, (uint32_t)n);
+        needs_buf_put(e, v, vcap);
         return 0;
     }
-    free(c->fold);
-    c->fold = fold;
+    /* the fold flags, all clear (kept allocated across rollups) */
+    if (n > c->cap_fold) {
+        uint8_t *fold = malloc(n);
+        if (!fold) {
+            needs_unref(e, v, (uint32_t)n);
+            needs_buf_put(e, v, vcap);
+            return -ENOMEM;
+        }
+        free(c->fold);
+        c->fold = fold;
+        c->cap_fold = (uint32_t)n;
+    }
+    if (n)
+        memset(c->fold, 0, n);
+    c->has_gen = true;
+    c->generation = generation;
     e->n_same_total -= c->n_same;
     bfe_fold_groups_clear(c); /* its stripped profiles may go with the old needs */
-    needs_release(e, c->needs, c->n_needs);
+    needs_unref(e, c->needs, c->n_needs);
+    needs_buf_put(e, c->needs, c->cap_needs);
     c->needs = v;
+    c->cap_needs = vcap;
     c->n_needs = (uint32_t)n;
     c->n_same = count_same(v, (uint32_t)n);
     e->n_same_total += c->n_same;
@@ -787,7 +842,11 @@ void bfe_demand_free(struct bf_engine *e)
         needs_release(e, e->clusters[c].needs, e->clusters[c].n_needs);
         e->clusters[c].needs = NULL;
         e->clusters[c].n_needs = 0;
+        e->clusters[c].cap_needs = 0;
     }
+    free(e->needs_spare);
+    e->needs_spare = NULL;
+    e->cap_needs_spare = 0;
     /* ledgers may still hold references: free every profile outright (the
      * interner is freed wholesale after this) */
     for (uint32_t i = 0; i < e->n_cprofs; i++) {

@@ -553,6 +553,8 @@ struct cluster {
     uint32_t rstamp;    /* cycle stamp: its credit claims are on its leaves' runs */
     uint32_t dvstamp;   /* cycle stamp: one of its lists is diverged this cycle (a
                            kept row checks its lists only then) */
+    /* allocated lengths of needs and fold (demand.c keeps them across rollups) */
+    uint32_t cap_needs, cap_fold;
 };
 
 /* One row of normalized demand (D) with its per-cycle working state. Field
@@ -745,6 +747,12 @@ struct bf_engine {
     uint32_t n_aobj, cap_aobj;
     struct bfe_u64map norm_map[3]; /* NormalizeDemand's per-cycle maps (kept allocated) */
     struct bfe_u64map victim_map;  /* Phase 2's per-cycle candidate cache index */
+
+    /* a replaced demand's array, kept for the next bf_engine_set_needs (a
+     * republished 50K-Need rollup would otherwise fault in ~8 MiB of fresh
+     * pages every time); at most one, the largest (demand.c) */
+    struct need_in *needs_spare;
+    uint32_t cap_needs_spare;
 
     /* cycle */
     uint64_t cycle;

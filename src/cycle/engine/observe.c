@@ -131,6 +131,83 @@ static int short_cmp(const void *a, const void *b)
     return strcmp(x->fingerprint, y->fingerprint);
 }
 
+static void short_out(const struct bf_engine *e, const struct short_entry *s,
+                      struct bf_engine_shortfall *o)
+{
+    o->fingerprint = bfe_str(&e->in, s->fp);
+    o->profile = &s->cp->prof;
+    o->priority = s->cp->prio;
+    o->ipb = s->cp->ipb;
+    o->deficit = s->deficit;
+    o->age_cycles = s->age;
+}
+
+/* short_cmp's order on two ledger entries */
+static int entry_cmp(const struct bf_engine *e, uint32_t a, uint32_t b)
+{
+    const struct short_entry *x = &e->shortl[a], *y = &e->shortl[b];
+    if (x->cp->prio != y->cp->prio)
+        return x->cp->prio > y->cp->prio ? -1 : 1;
+    if (x->age != y->age)
+        return x->age > y->age ? -1 : 1;
+    return strcmp(bfe_str(&e->in, x->fp), bfe_str(&e->in, y->fp));
+}
+
+static int entry_qcmp(const void *a, const void *b)
+{
+    return entry_cmp(sf_e, *(const uint32_t *)a, *(const uint32_t *)b);
+}
+
+/* h[0..n) a heap whose root is the last entry in short_cmp's order: moves
+ * h[i] down to its place */
+static void top_sift(const struct bf_engine *e, uint32_t *h, uint32_t n, uint32_t i)
+{
+    for (;;) {
+        uint32_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && entry_cmp(e, h[l], h[m]) > 0)
+            m = l;
+        if (r < n && entry_cmp(e, h[r], h[m]) > 0)
+            m = r;
+        if (m == i)
+            return;
+        uint32_t t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+/*
+ * The first cap (< n_shortl) entries of the ledger in short_cmp's order into
+ * e->shorts, sorted: what sorting them all and keeping cap gives, as the
+ * order is total (fingerprints are unique in the ledger), in O(n log cap)
+ * with most entries refused by one comparison with the last one kept.
+ * 0 or -ENOMEM.
+ */
+static int shorts_top(struct bf_engine *e, uint32_t cap)
+{
+    if (!cap)
+        return 0;
+    uint32_t *h = ANEW(&e->ar, uint32_t, cap);
+    if (!h)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < cap; i++)
+        h[i] = i;
+    for (uint32_t i = cap / 2; i-- > 0;)
+        top_sift(e, h, cap, i);
+    for (uint32_t i = cap; i < e->n_shortl; i++)
+        if (entry_cmp(e, i, h[0]) < 0) {
+            h[0] = i;
+            top_sift(e, h, cap, 0);
+        }
+    sf_e = e;
+    bfe_qsort(h, cap, sizeof *h, entry_qcmp);
+    sf_e = NULL;
+    for (uint32_t i = 0; i < cap; i++)
+        short_out(e, &e->shortl[h[i]], &e->shorts[i]);
+    return 0;
+}
+
 static int shortfalls(struct bf_engine *e)
 {
     for (uint32_t u = 0; u < e->n_unres; u++) {
@@ -176,21 +253,21 @@ static int shortfalls(struct bf_engine *e)
         for (uint32_t i = 0; i < k; i++)
             TRY(bfe_u64map_put(&e->short_map, e->shortl[i].fp, i));
     }
-    TRY(GROW(e->shorts, e->cap_shorts, k ? k : 1));
-    for (uint32_t i = 0; i < k; i++) {
-        const struct short_entry *s = &e->shortl[i];
-        struct bf_engine_shortfall *o = &e->shorts[i];
-        o->fingerprint = bfe_str(&e->in, s->fp);
-        o->profile = &s->cp->prof;
-        o->priority = s->cp->prio;
-        o->ipb = s->cp->ipb;
-        o->deficit = s->deficit;
-        o->age_cycles = s->age;
+    uint32_t cap = e->cfg.shortfall_cap;
+    if (!(e->cfg.flags & BF_ENGINE_F_REFERENCE) && k > cap) {
+        /* only the first cap entries are published: select them */
+        TRY(GROW(e->shorts, e->cap_shorts, cap ? cap : 1));
+        TRY(shorts_top(e, cap));
+        e->n_shorts = cap;
+        return 0;
     }
+    TRY(GROW(e->shorts, e->cap_shorts, k ? k : 1));
+    for (uint32_t i = 0; i < k; i++)
+        short_out(e, &e->shortl[i], &e->shorts[i]);
     sf_e = e;
     bfe_qsort(e->shorts, k, sizeof *e->shorts, short_cmp);
     sf_e = NULL;
-    e->n_shorts = k < e->cfg.shortfall_cap ? k : e->cfg.shortfall_cap;
+    e->n_shorts = k < cap ? k : cap;
     return 0;
 }
 
