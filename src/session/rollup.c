@@ -139,14 +139,18 @@ static void pcache_clear(struct pcache *c)
  * Need's: operators send their Needs in the same order every rollup, and
  * entries sit in insertion order, so the lookup of a steady rollup reads
  * the entries in sequence instead of probing the index at random); set to
- * the entry after the one found. */
-static bool pcache_get(const struct pcache *c, uint64_t h, const uint8_t *k, size_t len,
+ * the entry after the one found. The hinted entry is compared by its bytes
+ * alone (equal bytes have the equal hash): the key is hashed (*h, for
+ * pcache_put after a miss) only when that entry is not it. */
+static bool pcache_get(const struct pcache *c, uint64_t *h, const uint8_t *k, size_t len,
                        uint32_t *hint, uint32_t *pref, uint32_t *fref)
 {
-    struct pc_key key = {h, k, len};
     uint32_t e = *hint;
-    if (e >= c->s.n || !pc_eq(&c->s, e, key)) {
-        e = pc_index_find(&c->idx, h, &c->s, key);
+    const struct pc_ent *x = e < c->s.n ? &c->s.ents[e] : NULL;
+    if (!x || x->len != len || (len && memcmp(c->s.store + x->off, k, len) != 0)) {
+        *h = XXH3_64bits(k, len);
+        struct pc_key key = {*h, k, len};
+        e = pc_index_find(&c->idx, *h, &c->s, key);
         if (e == BF_HMAP_NONE)
             return false;
     }
@@ -308,6 +312,8 @@ struct kvbuf {
 #define QTY_MEMO       64  /* direct-mapped */
 #define ENTRY_MEMO     256 /* direct-mapped */
 #define ENTRY_MEMO_LEN 64  /* longest entry remembered */
+#define POS_MEMO       4   /* map positions with an entry memo slot to try first */
+_Static_assert(ENTRY_MEMO <= 256, "struct scratch's pos holds a slot in a byte");
 struct name_memo {
     const uint8_t *p;
     uint32_t len;
@@ -336,6 +342,11 @@ struct scratch {
     struct name_memo names[NAME_MEMO];
     struct qty_memo qty[QTY_MEMO];
     struct entry_memo ent[ENTRY_MEMO];
+    /* per map (aggregate_resources, min_unit) and entry position: the entry
+     * memo slot the previous Need's entry there resolved to, tried before
+     * the entry is hashed (Needs tend to list the same entries in the same
+     * order); a hit compares the bytes, so a stale slot only costs the hash */
+    uint8_t pos[2][POS_MEMO];
     uint32_t pc_hint;  /* the profile-cache entry to try first (pcache_get) */
     uint32_t last_row; /* the row the last Need became or merged into */
     bool last_clamped; /* its priority was clamped */
@@ -409,9 +420,17 @@ static int kv_entry(struct scratch *sc, struct kvbuf *b, const uint8_t *p, size_
 {
     uint32_t h = 0;
     if (len <= ENTRY_MEMO_LEN && b->n < MAP_MAX) {
-        h = entry_hash(p, (uint32_t)len);
-        const struct entry_memo *m = &sc->ent[h & (ENTRY_MEMO - 1)];
-        if (m->p && m->len == len && bytes_eq(m->p, p, (uint32_t)len)) {
+        uint8_t *ps = b->n < POS_MEMO ? &sc->pos[b == &sc->mu][b->n] : NULL;
+        const struct entry_memo *m = ps ? &sc->ent[*ps] : NULL;
+        if (!m || !m->p || m->len != len || !bytes_eq(m->p, p, (uint32_t)len)) {
+            h = entry_hash(p, (uint32_t)len);
+            m = &sc->ent[h & (ENTRY_MEMO - 1)];
+            if (!m->p || m->len != len || !bytes_eq(m->p, p, (uint32_t)len))
+                m = NULL;
+            else if (ps)
+                *ps = (uint8_t)(h & (ENTRY_MEMO - 1));
+        }
+        if (m) {
             b->e[b->n++] = (struct kv){.dim = m->dim, .milli = m->milli};
             return 0;
         }
@@ -530,8 +549,11 @@ static int kv_vec(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc, con
         if (d >= 0) {
             if (!nm && sc->n_names < NAME_MEMO)
                 sc->names[sc->n_names++] = (struct name_memo){e->k, e->kl, d};
-            if (e->rawl <= ENTRY_MEMO_LEN)
+            if (e->rawl <= ENTRY_MEMO_LEN) {
                 sc->ent[e->h & (ENTRY_MEMO - 1)] = (struct entry_memo){e->raw, e->rawl, d, milli};
+                if (i < POS_MEMO)
+                    sc->pos[b == &sc->mu][i] = (uint8_t)(e->h & (ENTRY_MEMO - 1));
+            }
             out->v[d] = milli; /* a duplicate key: last wins */
             continue;
         }
@@ -583,9 +605,10 @@ static inline uint32_t dedup_probe(const uint64_t *t, uint32_t mask, const struc
 
 /* ------------------------------------------------------------ conversion */
 
-static int key_append(struct scratch *sc, const uint8_t *p, size_t len)
+static inline __attribute__((always_inline)) int key_append(struct scratch *sc, const uint8_t *p,
+                                                             size_t len)
 {
-    if (sc->klen + len > sc->kcap) {
+    if (__builtin_expect(sc->klen + len > sc->kcap, 0)) {
         size_t ncap = sc->kcap ? sc->kcap : 4096;
         while (ncap < sc->klen + len)
             ncap *= 2;
@@ -737,9 +760,9 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
 
     /* profile: cache hit, or unpack this Need and intern it */
     uint32_t pref = 0, fref = 0;
-    uint64_t h = XXH3_64bits(sc->key, sc->klen);
+    uint64_t h = 0; /* set by a pcache_get that misses */
     struct pcache *pc = r->pcache;
-    if (!pcache_get(pc, h, sc->key, sc->klen, &sc->pc_hint, &pref, &fref)) {
+    if (!pcache_get(pc, &h, sc->key, sc->klen, &sc->pc_hint, &pref, &fref)) {
         if (profile_has_nul(p, len)) {
             ERR("need %u: NUL byte in a requirement key or value or a spread's topology_key", idx);
             return -EINVAL;
@@ -994,19 +1017,13 @@ static int digest_walk(const uint8_t *buf, size_t len, const struct bf_rollup_di
             memcpy(out + at + 1, &h, 8);
             memcpy(out + at + 9, &l, 4);
             at += DG_REC;
-            if (keep && n >= r->needs_memo_cap) {
-                uint32_t nc = r->needs_memo_cap < 1024 ? 1024 : r->needs_memo_cap * 2;
-                if (nc > max_needs)
-                    nc = max_needs;
-                struct bf_rollup_need_memo *nm =
-                    n < nc ? realloc(r->needs_memo, (size_t)nc * sizeof *nm) : NULL;
-                if (nm) {
-                    r->needs_memo = nm;
-                    r->needs_memo_cap = nc;
-                } else {
-                    keep = false; /* over max_needs, or no memory: the conversion hashes */
-                }
-            }
+            /* over max_needs, or no memory: the conversion hashes (bf_grow
+             * doubles: the memo stays under 2 x max_needs entries, or 8) */
+            if (keep && (n >= max_needs ||
+                         (n >= r->needs_memo_cap &&
+                          bf_grow((void **)&r->needs_memo, &r->needs_memo_cap, (size_t)n + 1,
+                                  sizeof *r->needs_memo) != 0)))
+                keep = false;
             if (keep)
                 r->needs_memo[n] = (struct bf_rollup_need_memo){h, l, BF_ROLLUP_NO_ROW};
             n++;
