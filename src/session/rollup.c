@@ -606,7 +606,7 @@ static inline uint32_t dedup_probe(const uint64_t *t, uint32_t mask, const struc
 /* ------------------------------------------------------------ conversion */
 
 static inline __attribute__((always_inline)) int key_append(struct scratch *sc, const uint8_t *p,
-                                                             size_t len)
+                                                            size_t len)
 {
     if (__builtin_expect(sc->klen + len > sc->kcap, 0)) {
         size_t ncap = sc->kcap ? sc->kcap : 4096;
@@ -1019,10 +1019,9 @@ static int digest_walk(const uint8_t *buf, size_t len, const struct bf_rollup_di
             at += DG_REC;
             /* over max_needs, or no memory: the conversion hashes (bf_grow
              * doubles: the memo stays under 2 x max_needs entries, or 8) */
-            if (keep && (n >= max_needs ||
-                         (n >= r->needs_memo_cap &&
-                          bf_grow((void **)&r->needs_memo, &r->needs_memo_cap, (size_t)n + 1,
-                                  sizeof *r->needs_memo) != 0)))
+            if (keep && (n >= max_needs || (n >= r->needs_memo_cap &&
+                                            bf_grow((void **)&r->needs_memo, &r->needs_memo_cap,
+                                                    (size_t)n + 1, sizeof *r->needs_memo) != 0)))
                 keep = false;
             if (keep)
                 r->needs_memo[n] = (struct bf_rollup_need_memo){h, l, BF_ROLLUP_NO_ROW};
