@@ -430,8 +430,10 @@ static int kv_entry(struct scratch *sc, struct kvbuf *b, const uint8_t *p, size_
             else if (ps)
                 *ps = (uint8_t)(h & (ENTRY_MEMO - 1));
         }
-        if (m) {
-            b->e[b->n++] = (struct kv){.dim = m->dim, .milli = m->milli};
+        if (m) { /* only dim and milli are read of a resolved entry (kv_vec) */
+            struct kv *o = &b->e[b->n++];
+            o->dim = m->dim;
+            o->milli = m->milli;
             return 0;
         }
     }
@@ -697,28 +699,38 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
         return -E2BIG;
     }
     bf_pb_reader_init(&rd, p, len);
+    /* the profile-defining fields' bytes, in wire order: a run of adjacent
+     * ones (two requirements; priority and both buckets) is appended to the
+     * key in one copy */
+    const uint8_t *run = NULL, *run_end = NULL;
+#define KEY_FIELD()                                                                                \
+    do {                                                                                           \
+        if (f.start != run_end) {                                                                  \
+            if (run && key_append(sc, run, (size_t)(run_end - run)))                               \
+                return -ENOMEM;                                                                    \
+            run = f.start;                                                                         \
+        }                                                                                          \
+        run_end = f.end;                                                                           \
+    } while (0)
     while ((rc = bf_pb_next(&rd, &f)) == 1) {
         switch (f.num) {
         case 1: /* requirements */
         case 5: /* spread */
             if (f.wt != BF_PB_LEN)
                 goto bad;
-            if (key_append(sc, f.start, (size_t)(f.end - f.start)))
-                return -ENOMEM;
+            KEY_FIELD();
             break;
         case 3: /* priority */
             if (f.wt != BF_PB_VARINT)
                 goto bad;
             prio_over = (int32_t)(uint32_t)f.varint > lim->max_priority; /* last one wins */
-            if (key_append(sc, f.start, (size_t)(rd.p - f.start)))
-                return -ENOMEM;
+            KEY_FIELD();
             break;
         case 6: /* interruption bucket */
         case 7: /* reclamation bucket */
             if (f.wt != BF_PB_VARINT)
                 goto bad;
-            if (key_append(sc, f.start, (size_t)(f.end - f.start)))
-                return -ENOMEM;
+            KEY_FIELD();
             break;
         case 2:
             if (f.wt != BF_PB_LEN)
@@ -742,8 +754,11 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
             break; /* unknown and reserved fields are skipped */
         }
     }
+#undef KEY_FIELD
     if (rc != 0)
         goto bad;
+    if (run && key_append(sc, run, (size_t)(run_end - run)))
+        return -ENOMEM;
     if (group_len > BF_ROLLUP_GROUP_MAX) {
         ERR("need %u: a group id of %zu bytes (at most %u)", idx, group_len, BF_ROLLUP_GROUP_MAX);
         return -E2BIG;
