@@ -300,6 +300,7 @@ struct kv {
 };
 struct kvbuf {
     uint32_t n;
+    uint32_t unresolved; /* entries with dim -1 (kv_vec's slow path) */
     struct kv e[MAP_MAX];
 };
 
@@ -415,23 +416,18 @@ static uint32_t entry_hash(const uint8_t *p, uint32_t len)
 
 /* Parses one map entry (key 1, value 2) into b: an entry whose bytes the
  * memo holds (it passed every check before) is taken resolved. */
-static int kv_entry(struct scratch *sc, struct kvbuf *b, const uint8_t *p, size_t len,
-                    const char *map, uint32_t need, char *err, size_t errlen)
+static __attribute__((noinline)) int kv_entry_slow(struct scratch *sc, struct kvbuf *b,
+                                                   const uint8_t *p, size_t len, const char *map,
+                                                   uint32_t need, char *err, size_t errlen)
 {
     uint32_t h = 0;
     if (len <= ENTRY_MEMO_LEN && b->n < MAP_MAX) {
-        uint8_t *ps = b->n < POS_MEMO ? &sc->pos[b == &sc->mu][b->n] : NULL;
-        const struct entry_memo *m = ps ? &sc->ent[*ps] : NULL;
-        if (!m || !m->p || m->len != len || !bytes_eq(m->p, p, (uint32_t)len)) {
-            h = entry_hash(p, (uint32_t)len);
-            m = &sc->ent[h & (ENTRY_MEMO - 1)];
-            if (!m->p || m->len != len || !bytes_eq(m->p, p, (uint32_t)len))
-                m = NULL;
-            else if (ps)
-                *ps = (uint8_t)(h & (ENTRY_MEMO - 1));
-        }
-        if (m) { /* only dim and milli are read of a resolved entry (kv_vec) */
-            struct kv *o = &b->e[b->n++];
+        h = entry_hash(p, (uint32_t)len);
+        const struct entry_memo *m = &sc->ent[h & (ENTRY_MEMO - 1)];
+        if (m->p && m->len == len && bytes_eq(m->p, p, (uint32_t)len)) {
+            if (b->n < POS_MEMO)
+                sc->pos[b == &sc->mu][b->n] = (uint8_t)(h & (ENTRY_MEMO - 1));
+            struct kv *o = &b->e[b->n++]; /* only dim and milli are read (kv_vec) */
             o->dim = m->dim;
             o->milli = m->milli;
             return 0;
@@ -482,7 +478,27 @@ parsed:
         return -EINVAL;
     }
     b->e[b->n++] = (struct kv){k, v, (uint32_t)kl, (uint32_t)vl, p, (uint32_t)len, h, -1, 0};
+    b->unresolved++;
     return 0;
+}
+
+/* kv_entry_slow, after the fast path: the entry at the previous Need's
+ * memo slot for this position (inline: most entries of a steady rollup) */
+static inline __attribute__((always_inline)) int kv_entry(struct scratch *sc, struct kvbuf *b,
+                                                          const uint8_t *p, size_t len,
+                                                          const char *map, uint32_t need, char *err,
+                                                          size_t errlen)
+{
+    if (len <= ENTRY_MEMO_LEN && b->n < POS_MEMO) {
+        const struct entry_memo *m = &sc->ent[sc->pos[b == &sc->mu][b->n]];
+        if (m->p && m->len == len && bytes_eq(m->p, p, (uint32_t)len)) {
+            struct kv *o = &b->e[b->n++]; /* only dim and milli are read (kv_vec) */
+            o->dim = m->dim;
+            o->milli = m->milli;
+            return 0;
+        }
+    }
+    return kv_entry_slow(sc, b, p, len, map, need, err, errlen);
 }
 
 static const struct name_memo *name_find(const struct scratch *sc, const uint8_t *p, uint32_t len)
@@ -502,8 +518,10 @@ static struct qty_memo *qty_slot(struct scratch *sc, const uint8_t *p, uint32_t 
 
 /* The map as a vector over the registered dimensions; names the registry
  * lacks go to r->new_dims (their values are still validated). */
-static int kv_vec(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc, const struct kvbuf *b,
-                  bf_vec *out, const char *map, uint32_t need, char *err, size_t errlen)
+static __attribute__((noinline)) int kv_vec_slow(struct bf_shm *s, struct bf_rollup *r,
+                                                 struct scratch *sc, const struct kvbuf *b,
+                                                 bf_vec *out, const char *map, uint32_t need,
+                                                 char *err, size_t errlen)
 {
     bf_vec_zero(out);
     for (uint32_t i = 0; i < b->n; i++) {
@@ -571,6 +589,20 @@ static int kv_vec(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc, con
         }
         memcpy(r->new_dims[r->n_new_dims++], key, (size_t)kl + 1);
     }
+    return 0;
+}
+
+/* kv_vec_slow, or, when every entry was resolved by the memo, inline */
+static inline __attribute__((always_inline)) int kv_vec(struct bf_shm *s, struct bf_rollup *r,
+                                                        struct scratch *sc, const struct kvbuf *b,
+                                                        bf_vec *out, const char *map, uint32_t need,
+                                                        char *err, size_t errlen)
+{
+    if (b->unresolved)
+        return kv_vec_slow(s, r, sc, b, out, map, need, err, errlen);
+    bf_vec_zero(out);
+    for (uint32_t i = 0; i < b->n; i++)
+        out->v[b->e[i].dim] = b->e[i].milli; /* a duplicate key: last wins */
     return 0;
 }
 
@@ -688,8 +720,8 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
     struct bf_pb_reader rd;
     struct bf_pb_field f;
     sc->klen = 0;
-    sc->agg.n = 0;
-    sc->mu.n = 0;
+    sc->agg.n = sc->agg.unresolved = 0;
+    sc->mu.n = sc->mu.unresolved = 0;
     const uint8_t *group = NULL;
     size_t group_len = 0;
     bool prio_over = false;
