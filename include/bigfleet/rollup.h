@@ -106,7 +106,7 @@ struct bf_rollup {
      * (what the next conversion of the cluster may reuse); reused counts the
      * Needs this one took from prev instead of converting them */
     struct bf_rollup_need_memo *needs_memo;
-    uint32_t needs_memo_cap;
+    size_t needs_memo_cap;
     uint32_t reused;
     /* bf_rollup_convert_incremental only: its fast pass checked converted
      * rows for duplicates after the pass (limits.defer_min_needs), and a
@@ -283,9 +283,10 @@ int bf_rollup_digest(const uint8_t *buf, size_t len, const struct bf_rollup_dige
  * key): it then does not hash the Needs again nor walk the top level to
  * count them (a 7 MB rollup's pass and walk less). Kept only for a top
  * level bf_rollup_scan_top accepts (else the conversion rejects it with its
- * own message, as before). Kept only for at most max_needs Needs (the memo grows to that many
- * entries of 16 bytes at most, as the conversion's would; a rollup with more
- * is refused by the conversion anyway) and when memory allows; otherwise the
+ * own message, as before). Kept only for at most max_needs Needs (the memo
+ * grows by doubling, bf_grow, to fewer than 2 x max_needs entries of 16
+ * bytes, or 8; a rollup with more Needs is refused by the conversion
+ * anyway) and when memory allows; otherwise the
  * conversion hashes as before. The digest is the same either way. Any
  * conversion into r, and a repeat (bf_rollup_repeat_meta, bf_rollup_repeat),
  * consumes the hashes (a later rollup in the same buffer is never taken for

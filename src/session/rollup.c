@@ -139,14 +139,18 @@ static void pcache_clear(struct pcache *c)
  * Need's: operators send their Needs in the same order every rollup, and
  * entries sit in insertion order, so the lookup of a steady rollup reads
  * the entries in sequence instead of probing the index at random); set to
- * the entry after the one found. */
-static bool pcache_get(const struct pcache *c, uint64_t h, const uint8_t *k, size_t len,
+ * the entry after the one found. The hinted entry is compared by its bytes
+ * alone (equal bytes have the equal hash): the key is hashed (*h, for
+ * pcache_put after a miss) only when that entry is not it. */
+static bool pcache_get(const struct pcache *c, uint64_t *h, const uint8_t *k, size_t len,
                        uint32_t *hint, uint32_t *pref, uint32_t *fref)
 {
-    struct pc_key key = {h, k, len};
     uint32_t e = *hint;
-    if (e >= c->s.n || !pc_eq(&c->s, e, key)) {
-        e = pc_index_find(&c->idx, h, &c->s, key);
+    const struct pc_ent *x = e < c->s.n ? &c->s.ents[e] : NULL;
+    if (!x || x->len != len || (len && memcmp(c->s.store + x->off, k, len) != 0)) {
+        *h = XXH3_64bits(k, len);
+        struct pc_key key = {*h, k, len};
+        e = pc_index_find(&c->idx, *h, &c->s, key);
         if (e == BF_HMAP_NONE)
             return false;
     }
@@ -296,6 +300,7 @@ struct kv {
 };
 struct kvbuf {
     uint32_t n;
+    uint32_t unresolved; /* entries with dim -1 (kv_vec's slow path) */
     struct kv e[MAP_MAX];
 };
 
@@ -308,6 +313,8 @@ struct kvbuf {
 #define QTY_MEMO       64  /* direct-mapped */
 #define ENTRY_MEMO     256 /* direct-mapped */
 #define ENTRY_MEMO_LEN 64  /* longest entry remembered */
+#define POS_MEMO       4   /* map positions with an entry memo slot to try first */
+_Static_assert(ENTRY_MEMO <= 256, "struct scratch's pos holds a slot in a byte");
 struct name_memo {
     const uint8_t *p;
     uint32_t len;
@@ -336,6 +343,11 @@ struct scratch {
     struct name_memo names[NAME_MEMO];
     struct qty_memo qty[QTY_MEMO];
     struct entry_memo ent[ENTRY_MEMO];
+    /* per map (aggregate_resources, min_unit) and entry position: the entry
+     * memo slot the previous Need's entry there resolved to, tried before
+     * the entry is hashed (Needs tend to list the same entries in the same
+     * order); a hit compares the bytes, so a stale slot only costs the hash */
+    uint8_t pos[2][POS_MEMO];
     uint32_t pc_hint;  /* the profile-cache entry to try first (pcache_get) */
     uint32_t last_row; /* the row the last Need became or merged into */
     bool last_clamped; /* its priority was clamped */
@@ -404,15 +416,20 @@ static uint32_t entry_hash(const uint8_t *p, uint32_t len)
 
 /* Parses one map entry (key 1, value 2) into b: an entry whose bytes the
  * memo holds (it passed every check before) is taken resolved. */
-static int kv_entry(struct scratch *sc, struct kvbuf *b, const uint8_t *p, size_t len,
-                    const char *map, uint32_t need, char *err, size_t errlen)
+static __attribute__((noinline)) int kv_entry_slow(struct scratch *sc, struct kvbuf *b,
+                                                   const uint8_t *p, size_t len, const char *map,
+                                                   uint32_t need, char *err, size_t errlen)
 {
     uint32_t h = 0;
     if (len <= ENTRY_MEMO_LEN && b->n < MAP_MAX) {
         h = entry_hash(p, (uint32_t)len);
         const struct entry_memo *m = &sc->ent[h & (ENTRY_MEMO - 1)];
         if (m->p && m->len == len && bytes_eq(m->p, p, (uint32_t)len)) {
-            b->e[b->n++] = (struct kv){.dim = m->dim, .milli = m->milli};
+            if (b->n < POS_MEMO)
+                sc->pos[b == &sc->mu][b->n] = (uint8_t)(h & (ENTRY_MEMO - 1));
+            struct kv *o = &b->e[b->n++]; /* only dim and milli are read (kv_vec) */
+            o->dim = m->dim;
+            o->milli = m->milli;
             return 0;
         }
     }
@@ -461,7 +478,27 @@ parsed:
         return -EINVAL;
     }
     b->e[b->n++] = (struct kv){k, v, (uint32_t)kl, (uint32_t)vl, p, (uint32_t)len, h, -1, 0};
+    b->unresolved++;
     return 0;
+}
+
+/* kv_entry_slow, after the fast path: the entry at the previous Need's
+ * memo slot for this position (inline: most entries of a steady rollup) */
+static inline __attribute__((always_inline)) int kv_entry(struct scratch *sc, struct kvbuf *b,
+                                                          const uint8_t *p, size_t len,
+                                                          const char *map, uint32_t need, char *err,
+                                                          size_t errlen)
+{
+    if (len <= ENTRY_MEMO_LEN && b->n < POS_MEMO) {
+        const struct entry_memo *m = &sc->ent[sc->pos[b == &sc->mu][b->n]];
+        if (m->p && m->len == len && bytes_eq(m->p, p, (uint32_t)len)) {
+            struct kv *o = &b->e[b->n++]; /* only dim and milli are read (kv_vec) */
+            o->dim = m->dim;
+            o->milli = m->milli;
+            return 0;
+        }
+    }
+    return kv_entry_slow(sc, b, p, len, map, need, err, errlen);
 }
 
 static const struct name_memo *name_find(const struct scratch *sc, const uint8_t *p, uint32_t len)
@@ -481,8 +518,10 @@ static struct qty_memo *qty_slot(struct scratch *sc, const uint8_t *p, uint32_t 
 
 /* The map as a vector over the registered dimensions; names the registry
  * lacks go to r->new_dims (their values are still validated). */
-static int kv_vec(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc, const struct kvbuf *b,
-                  bf_vec *out, const char *map, uint32_t need, char *err, size_t errlen)
+static __attribute__((noinline)) int kv_vec_slow(struct bf_shm *s, struct bf_rollup *r,
+                                                 struct scratch *sc, const struct kvbuf *b,
+                                                 bf_vec *out, const char *map, uint32_t need,
+                                                 char *err, size_t errlen)
 {
     bf_vec_zero(out);
     for (uint32_t i = 0; i < b->n; i++) {
@@ -530,8 +569,11 @@ static int kv_vec(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc, con
         if (d >= 0) {
             if (!nm && sc->n_names < NAME_MEMO)
                 sc->names[sc->n_names++] = (struct name_memo){e->k, e->kl, d};
-            if (e->rawl <= ENTRY_MEMO_LEN)
+            if (e->rawl <= ENTRY_MEMO_LEN) {
                 sc->ent[e->h & (ENTRY_MEMO - 1)] = (struct entry_memo){e->raw, e->rawl, d, milli};
+                if (i < POS_MEMO)
+                    sc->pos[b == &sc->mu][i] = (uint8_t)(e->h & (ENTRY_MEMO - 1));
+            }
             out->v[d] = milli; /* a duplicate key: last wins */
             continue;
         }
@@ -547,6 +589,20 @@ static int kv_vec(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc, con
         }
         memcpy(r->new_dims[r->n_new_dims++], key, (size_t)kl + 1);
     }
+    return 0;
+}
+
+/* kv_vec_slow, or, when every entry was resolved by the memo, inline */
+static inline __attribute__((always_inline)) int kv_vec(struct bf_shm *s, struct bf_rollup *r,
+                                                        struct scratch *sc, const struct kvbuf *b,
+                                                        bf_vec *out, const char *map, uint32_t need,
+                                                        char *err, size_t errlen)
+{
+    if (b->unresolved)
+        return kv_vec_slow(s, r, sc, b, out, map, need, err, errlen);
+    bf_vec_zero(out);
+    for (uint32_t i = 0; i < b->n; i++)
+        out->v[b->e[i].dim] = b->e[i].milli; /* a duplicate key: last wins */
     return 0;
 }
 
@@ -583,9 +639,10 @@ static inline uint32_t dedup_probe(const uint64_t *t, uint32_t mask, const struc
 
 /* ------------------------------------------------------------ conversion */
 
-static int key_append(struct scratch *sc, const uint8_t *p, size_t len)
+static inline __attribute__((always_inline)) int key_append(struct scratch *sc, const uint8_t *p,
+                                                            size_t len)
 {
-    if (sc->klen + len > sc->kcap) {
+    if (__builtin_expect(sc->klen + len > sc->kcap, 0)) {
         size_t ncap = sc->kcap ? sc->kcap : 4096;
         while (ncap < sc->klen + len)
             ncap *= 2;
@@ -663,8 +720,8 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
     struct bf_pb_reader rd;
     struct bf_pb_field f;
     sc->klen = 0;
-    sc->agg.n = 0;
-    sc->mu.n = 0;
+    sc->agg.n = sc->agg.unresolved = 0;
+    sc->mu.n = sc->mu.unresolved = 0;
     const uint8_t *group = NULL;
     size_t group_len = 0;
     bool prio_over = false;
@@ -674,28 +731,38 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
         return -E2BIG;
     }
     bf_pb_reader_init(&rd, p, len);
+    /* the profile-defining fields' bytes, in wire order: a run of adjacent
+     * ones (two requirements; priority and both buckets) is appended to the
+     * key in one copy */
+    const uint8_t *run = NULL, *run_end = NULL;
+#define KEY_FIELD()                                                                                \
+    do {                                                                                           \
+        if (f.start != run_end) {                                                                  \
+            if (run && key_append(sc, run, (size_t)(run_end - run)))                               \
+                return -ENOMEM;                                                                    \
+            run = f.start;                                                                         \
+        }                                                                                          \
+        run_end = f.end;                                                                           \
+    } while (0)
     while ((rc = bf_pb_next(&rd, &f)) == 1) {
         switch (f.num) {
         case 1: /* requirements */
         case 5: /* spread */
             if (f.wt != BF_PB_LEN)
                 goto bad;
-            if (key_append(sc, f.start, (size_t)(f.end - f.start)))
-                return -ENOMEM;
+            KEY_FIELD();
             break;
         case 3: /* priority */
             if (f.wt != BF_PB_VARINT)
                 goto bad;
             prio_over = (int32_t)(uint32_t)f.varint > lim->max_priority; /* last one wins */
-            if (key_append(sc, f.start, (size_t)(rd.p - f.start)))
-                return -ENOMEM;
+            KEY_FIELD();
             break;
         case 6: /* interruption bucket */
         case 7: /* reclamation bucket */
             if (f.wt != BF_PB_VARINT)
                 goto bad;
-            if (key_append(sc, f.start, (size_t)(f.end - f.start)))
-                return -ENOMEM;
+            KEY_FIELD();
             break;
         case 2:
             if (f.wt != BF_PB_LEN)
@@ -719,8 +786,11 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
             break; /* unknown and reserved fields are skipped */
         }
     }
+#undef KEY_FIELD
     if (rc != 0)
         goto bad;
+    if (run && key_append(sc, run, (size_t)(run_end - run)))
+        return -ENOMEM;
     if (group_len > BF_ROLLUP_GROUP_MAX) {
         ERR("need %u: a group id of %zu bytes (at most %u)", idx, group_len, BF_ROLLUP_GROUP_MAX);
         return -E2BIG;
@@ -737,9 +807,9 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
 
     /* profile: cache hit, or unpack this Need and intern it */
     uint32_t pref = 0, fref = 0;
-    uint64_t h = XXH3_64bits(sc->key, sc->klen);
+    uint64_t h = 0; /* set by a pcache_get that misses */
     struct pcache *pc = r->pcache;
-    if (!pcache_get(pc, h, sc->key, sc->klen, &sc->pc_hint, &pref, &fref)) {
+    if (!pcache_get(pc, &h, sc->key, sc->klen, &sc->pc_hint, &pref, &fref)) {
         if (profile_has_nul(p, len)) {
             ERR("need %u: NUL byte in a requirement key or value or a spread's topology_key", idx);
             return -EINVAL;
@@ -994,19 +1064,12 @@ static int digest_walk(const uint8_t *buf, size_t len, const struct bf_rollup_di
             memcpy(out + at + 1, &h, 8);
             memcpy(out + at + 9, &l, 4);
             at += DG_REC;
-            if (keep && n >= r->needs_memo_cap) {
-                uint32_t nc = r->needs_memo_cap < 1024 ? 1024 : r->needs_memo_cap * 2;
-                if (nc > max_needs)
-                    nc = max_needs;
-                struct bf_rollup_need_memo *nm =
-                    n < nc ? realloc(r->needs_memo, (size_t)nc * sizeof *nm) : NULL;
-                if (nm) {
-                    r->needs_memo = nm;
-                    r->needs_memo_cap = nc;
-                } else {
-                    keep = false; /* over max_needs, or no memory: the conversion hashes */
-                }
-            }
+            /* over max_needs, or no memory: the conversion hashes (bf_grow
+             * doubles: the memo stays under 2 x max_needs entries, or 8) */
+            if (keep && (n >= max_needs || (n >= r->needs_memo_cap &&
+                                            bf_grow((void **)&r->needs_memo, &r->needs_memo_cap,
+                                                    (size_t)n + 1, sizeof *r->needs_memo) != 0)))
+                keep = false;
             if (keep)
                 r->needs_memo[n] = (struct bf_rollup_need_memo){h, l, BF_ROLLUP_NO_ROW};
             n++;
