@@ -167,6 +167,18 @@ void bf_cycle_refresh_slot(struct bf_cycle *c, uint32_t slot)
     m.held = id && bf_cycle_own_held(c, id, p, &r);
     int urc =
         c->bulk ? bf_engine_bulk_upsert(c->bulk, slot, &m) : bf_engine_upsert(c->engine, slot, &m);
+    if (urc == -EINVAL) {
+        /* an id the engine refuses (longer than BF_ENGINE_ID_MAX): it cannot
+         * be matched, and retrying cannot help; keep it out, as a profile
+         * that does not decode (the engine has removed it) */
+        if (si->present) {
+            count(c, si, -1);
+            c->n_held -= si->held;
+            bf_engine_remove(c->engine, slot);
+            memset(si, 0, sizeof *si);
+        }
+        return;
+    }
     if (urc != 0) {
         retry_later(c, slot);
         return;

@@ -268,6 +268,81 @@ START_TEST(rollup_converts_profile_same_min_unit_group_and_arrival)
 }
 END_TEST
 
+/* Needs that differ in one field of the profile key each (priority, either
+ * penalty bucket, the second of two adjacent requirements' value or
+ * operator, one requirement more) convert to distinct profiles, and an
+ * exact copy merges: the key is built from every field, whichever of them
+ * the conversion copies together. Then the same again after a rollup in
+ * which the reclamation bucket came back to the base's (the reuse path),
+ * and a Need whose key was K (one requirement, nothing else) became K plus
+ * one requirement: the profile remembered for its position is not taken
+ * for a longer key it is a prefix of. */
+START_TEST(needs_differing_in_one_profile_key_field_never_share_a_profile)
+{
+    enum { NV = 11 };
+    struct nb b[NV];
+    for (int i = 0; i < 9; i++) {
+        nb_init(&b[i], 7);
+        nb_req(&b[i], "zone", 1, "a", NULL);
+        nb_req(&b[i], BF_LABEL_INSTANCE_TYPE, 1, i == 4 ? "m6i.xlarge" : "m6i.large", NULL);
+        nb_agg(&b[i], "cpu", "1");
+        b[i].n.interruption_penalty_bucket = 5;
+        b[i].n.reclamation_penalty_bucket = 6;
+    }
+    b[1].n.priority = 8;
+    b[2].n.interruption_penalty_bucket = 4;
+    b[3].n.reclamation_penalty_bucket = 7;
+    b[5].req[1].operator_ = 2; /* NotIn */
+    nb_req(&b[6], "topology.bigfleet/rack", 1, "r1", NULL);
+    b[7].n.reclamation_penalty_bucket = 5; /* both buckets swapped */
+    b[7].n.interruption_penalty_bucket = 6;
+    /* b[8]: an exact copy of b[0]; b[9] K, b[10] another key (priority and
+     * buckets 0: not on the wire) */
+    for (int i = 9; i < NV; i++) {
+        nb_init(&b[i], 0);
+        nb_req(&b[i], "zone", 1, i == 9 ? "a" : "b", NULL);
+        nb_agg(&b[i], "cpu", "1");
+    }
+    struct bf_rollup r;
+    bf_rollup_init(&r);
+    char err[256] = "";
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) {
+            b[3].n.reclamation_penalty_bucket = 6;                       /* now b[0]'s profile */
+            nb_req(&b[9], BF_LABEL_INSTANCE_TYPE, 1, "m6i.large", NULL); /* K + one */
+            b[10].vals[0][0] = "a";                                      /* now K */
+        }
+        size_t len;
+        uint8_t *buf = pack_rollup("c1", 10 + round, b, NV, &len);
+        ck_assert_int_eq(conv(&g_s, buf, len, "c1", 1, 100, 0, &r, err, sizeof err), 0);
+        uint32_t want = round == 0 ? NV - 1 : NV - 2;
+        ck_assert_msg(r.n == want, "round %d: %u rows, want %u (a key field ignored?)", round, r.n,
+                      want);
+        ck_assert_uint_eq(r.merged, NV - want);
+        for (uint32_t i = 0; i < r.n; i++)
+            for (uint32_t j = i + 1; j < r.n; j++)
+                ck_assert_msg(r.rows[i].profile_ref != r.rows[j].profile_ref,
+                              "round %d: rows %u and %u share a profile", round, i, j);
+        ck_assert_int_eq(r.rows[0].aggregate[dim("cpu")], round == 0 ? 2000 : 3000);
+        int prio8 = 0, ipb4 = 0, rpb7 = 0, swapped = 0;
+        for (uint32_t i = 0; i < r.n; i++) {
+            const struct bf_nprofile *p = bf_nprofile_get(g_c, &g_s, r.rows[i].profile_ref);
+            ck_assert_ptr_nonnull(p);
+            prio8 += p->p.priority == 8;
+            ipb4 += p->p.ipb == 4;
+            rpb7 += p->p.rpb == 7;
+            swapped += p->p.ipb == 6 && p->p.rpb == 5;
+        }
+        ck_assert_int_eq(prio8, 1);
+        ck_assert_int_eq(ipb4, 1);
+        ck_assert_int_eq(rpb7, round == 0 ? 1 : 0);
+        ck_assert_int_eq(swapped, 1);
+        free(buf);
+    }
+    bf_rollup_free(&r);
+}
+END_TEST
+
 START_TEST(duplicate_needs_merge_sum_aggregate_and_max_min_unit)
 {
     struct nb b[4];
@@ -1960,6 +2035,7 @@ static Suite *suite(void)
     tcase_add_checked_fixture(r, setup, teardown);
     tcase_add_test(r, rollup_converts_profile_same_min_unit_group_and_arrival);
     tcase_add_test(r, duplicate_needs_merge_sum_aggregate_and_max_min_unit);
+    tcase_add_test(r, needs_differing_in_one_profile_key_field_never_share_a_profile);
     tcase_add_test(r, rollup_rejects_negative_and_unparseable_quantities_naming_them);
     tcase_add_test(r, rollup_rejects_unknown_enum_values);
     tcase_add_test(r, rollup_rejects_a_nul_byte_in_a_requirement_instead_of_cutting_it);

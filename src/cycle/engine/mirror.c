@@ -206,6 +206,8 @@ static int id_store(struct bf_engine *e, uint32_t slot, const char *id, size_t l
             size_t nc = e->idbuf_cap;
             while (nc < need * 2)
                 nc *= 2;
+            if (nc > UINT32_MAX)
+                return -ENOMEM;
             char *nb = big_alloc(nc);
             if (!nb)
                 return -ENOMEM;
@@ -1486,7 +1488,7 @@ static int upsert_at(struct bf_engine *e, uint32_t slot, const struct bf_engine_
                 e->n_present--;
                 if (e->present[slot] == 2)
                     e->n_ineligible--;
-                e->idbuf_waste += e->id_len[slot] + 1;
+                /* (id_store counted the old id's bytes as waste already) */
                 e->idle_since[slot] = 0; /* an absent slot's (below) */
             }
             e->present[slot] = 0;
