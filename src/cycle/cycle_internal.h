@@ -160,6 +160,9 @@ struct bf_cycle {
 
 /* feed.c */
 int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep);
+/* This process's user + system CPU so far, in ms, and its minor faults in
+ * *minflt (getrusage RUSAGE_SELF; the first-cycle and rescan log lines). */
+double bf_cycle_cpu_ms(long *minflt);
 /* Re-reads one slot's record and upserts it (or removes it) in the engine. */
 void bf_cycle_refresh_slot(struct bf_cycle *c, uint32_t slot);
 

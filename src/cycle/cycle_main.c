@@ -29,13 +29,13 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
-#include <sys/resource.h>
 
 #include "bigfleet/cycle.h"
 #include "bigfleet/engine.h"
 #include "bigfleet/log.h"
 #include "bigfleet/process.h"
 #include "bigfleet/util.h"
+#include "cycle_internal.h"
 
 int64_t bf_cycle_pace_wait(const struct bf_cycle_pace *p, int64_t now, int64_t next_periodic,
                            bool urgent, bool demand)
@@ -136,16 +136,13 @@ int bf_cycle_main(const struct bf_config *cfg)
              * restarted cycle process rebuilds its mirror here) */
             first_done = true;
             int64_t spawned = BF_SHARED_LOAD(ch.shm.st->proc[BF_ROLE_CYCLE].started_ns);
-            struct rusage ru;
-            getrusage(RUSAGE_SELF, &ru);
+            long minflt;
+            double cpu_ms = bf_cycle_cpu_ms(&minflt);
             BF_INFO("first cycle",
                     "since_spawn_ms=%.1f cpu_ms=%.1f minflt=%ld ms=%.1f reconcile_ms=%.1f "
                     "snapread_ms=%.1f rescan=%d changed=%u needs=%u",
-                    spawned ? (double)(bf_now_ns() - spawned) / 1e6 : -1.0,
-                    (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
-                        (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3,
-                    ru.ru_minflt, (double)rep.total_ns / 1e6,
-                    (double)rep.phase_ns[BF_PHASE_RECONCILE] / 1e6,
+                    spawned ? (double)(bf_now_ns() - spawned) / 1e6 : -1.0, cpu_ms, minflt,
+                    (double)rep.total_ns / 1e6, (double)rep.phase_ns[BF_PHASE_RECONCILE] / 1e6,
                     (double)rep.phase_ns[BF_PHASE_SNAPREAD] / 1e6, rep.rescanned, rep.changed_slots,
                     rep.needs);
         }

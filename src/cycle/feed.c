@@ -91,6 +91,18 @@ static void retry_later(struct bf_cycle *c, uint32_t slot)
     c->retry[c->n_retry++] = slot;
 }
 
+/* The slot holds no machine the engine can decide on: out of the mirror and
+ * the counts. */
+static void keep_out(struct bf_cycle *c, struct slotinfo *si, uint32_t slot)
+{
+    if (si->present) {
+        count(c, si, -1);
+        c->n_held -= si->held;
+        bf_engine_remove(c->engine, slot);
+        memset(si, 0, sizeof *si);
+    }
+}
+
 void bf_cycle_refresh_slot(struct bf_cycle *c, uint32_t slot)
 {
     struct bf_machine_rec r;
@@ -101,12 +113,7 @@ void bf_cycle_refresh_slot(struct bf_cycle *c, uint32_t slot)
         return;
     }
     if (rc != 0 || !(r.flags & BF_REC_VALID)) {
-        if (si->present) {
-            count(c, si, -1);
-            c->n_held -= si->held;
-            bf_engine_remove(c->engine, slot);
-            memset(si, 0, sizeof *si);
-        }
+        keep_out(c, si, slot);
         return;
     }
     const struct bf_mprofile *p;
@@ -127,12 +134,7 @@ void bf_cycle_refresh_slot(struct bf_cycle *c, uint32_t slot)
     }
     if (!p) {
         /* a profile that does not decode cannot be matched: keep it out */
-        if (si->present) {
-            count(c, si, -1);
-            c->n_held -= si->held;
-            bf_engine_remove(c->engine, slot);
-            memset(si, 0, sizeof *si);
-        }
+        keep_out(c, si, slot);
         return;
     }
     uint32_t glen = 0;
@@ -171,12 +173,7 @@ void bf_cycle_refresh_slot(struct bf_cycle *c, uint32_t slot)
         /* an id the engine refuses (longer than BF_ENGINE_ID_MAX): it cannot
          * be matched, and retrying cannot help; keep it out, as a profile
          * that does not decode (the engine has removed it) */
-        if (si->present) {
-            count(c, si, -1);
-            c->n_held -= si->held;
-            bf_engine_remove(c->engine, slot);
-            memset(si, 0, sizeof *si);
-        }
+        keep_out(c, si, slot);
         return;
     }
     if (urc != 0) {
@@ -197,11 +194,13 @@ void bf_cycle_refresh_slot(struct bf_cycle *c, uint32_t slot)
     count(c, si, +1);
 }
 
-/* user + system CPU of a getrusage, in ms (the rescan's debug line) */
-static double ru_cpu_ms(const struct rusage *r)
+double bf_cycle_cpu_ms(long *minflt)
 {
-    return (double)(r->ru_utime.tv_sec + r->ru_stime.tv_sec) * 1e3 +
-           (double)(r->ru_utime.tv_usec + r->ru_stime.tv_usec) / 1e3;
+    struct rusage r;
+    getrusage(RUSAGE_SELF, &r);
+    *minflt = r.ru_minflt;
+    return (double)(r.ru_utime.tv_sec + r.ru_stime.tv_sec) * 1e3 +
+           (double)(r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e3;
 }
 
 static void on_logged(void *arg, uint32_t slot)
@@ -235,8 +234,8 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
         for (int w = 0; w < BF_CHANGELOG_WRITERS; w++)
             bf_cl_skip(c->shm, w);
         uint32_t hwm = bf_inv_hwm(c->shm);
-        struct rusage ru0, ru1;
-        getrusage(RUSAGE_SELF, &ru0);
+        long flt0, flt1;
+        double cpu0 = bf_cycle_cpu_ms(&flt0);
         /* first written by the first full rescan, a 4 KiB fault every 256
          * slots: its 2 MiB-aligned part follows the engine's page advice,
          * like the mirror's columns (bf_engine_set_huge_pages) */
@@ -260,12 +259,12 @@ int bf_cycle_feed_mirror(struct bf_cycle *c, struct bf_cycle_report *rep)
         c->scan = NULL;
         bf_engine_bulk_end(c->bulk, NULL);
         c->bulk = NULL;
-        getrusage(RUSAGE_SELF, &ru1);
+        double cpu1 = bf_cycle_cpu_ms(&flt1);
         BF_DEBUG("mirror rescan",
                  "slots=%u cpu_ms=%.1f minflt=%ld records_copied=%llu records_live=%llu "
                  "strings_window=%llu strings_live=%llu window_loads=%llu",
-                 hwm, ru_cpu_ms(&ru1) - ru_cpu_ms(&ru0), ru1.ru_minflt - ru0.ru_minflt,
-                 (unsigned long long)c->scan_stats.copied, (unsigned long long)c->scan_stats.live,
+                 hwm, cpu1 - cpu0, flt1 - flt0, (unsigned long long)c->scan_stats.copied,
+                 (unsigned long long)c->scan_stats.live,
                  (unsigned long long)c->scan_stats.str_window,
                  (unsigned long long)c->scan_stats.str_live,
                  (unsigned long long)c->scan_stats.win_loads);

@@ -44,18 +44,13 @@ void bf_engine_advise_pages(void *p, size_t n)
 
 static bool populate_unsupported; /* the kernel answered EINVAL once */
 
-static void populate(void *p, size_t n, int advice)
+void bf_engine_populate(void *p, size_t n)
 {
     if (huge_pages || n == 0 || populate_unsupported)
         return;
     uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095, b = ((uintptr_t)p + n + 4095) & ~(uintptr_t)4095;
-    if (madvise((void *)a, b - a, advice) != 0 && errno == EINVAL)
+    if (madvise((void *)a, b - a, MADV_POPULATE_WRITE) != 0 && errno == EINVAL)
         populate_unsupported = true;
-}
-
-void bf_engine_populate(void *p, size_t n)
-{
-    populate(p, n, MADV_POPULATE_WRITE);
 }
 
 void bfe_unpopulate(void *p, size_t n)

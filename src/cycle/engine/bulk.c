@@ -176,7 +176,7 @@ int bf_engine_bulk_begin(struct bf_engine *e, uint32_t n_hint, struct bf_engine_
         return -ENOMEM;
     b->e = e;
     /* the pages the load writes, faulted in bulk (the tables are fixed-size) */
-    bfe_mirror_populate(e, n_hint, true);
+    bfe_mirror_populate(e, n_hint);
     *out = b;
     return 0;
 }
@@ -187,7 +187,7 @@ int bf_engine_bulk_upsert(struct bf_engine_bulk *b, uint32_t slot,
     if (!b)
         return -EINVAL;
     struct bf_engine *e = b->e;
-    if (!m || slot >= e->cap || !bfe_id_ok(m->id))
+    if (!m || slot >= e->cap || !m->id)
         return -EINVAL;
     if (!bfe_machine_eligible(m)) {
         int rc = bfe_upsert_at(e, slot, m, NONE32);
@@ -225,7 +225,7 @@ int bf_engine_bulk_upsert(struct bf_engine_bulk *b, uint32_t slot,
 void bf_engine_bulk_end(struct bf_engine_bulk *b, struct bf_engine_bulk_stats *st)
 {
     if (b) {
-        bfe_mirror_populate(b->e, 0, false);
+        bfe_mirror_populate_end(b->e);
         for (uint32_t i = 0; i < b->n_marked; i++)
             bfe_sl_sort_leaf(b->e, b->marked[i]);
         for (int ri = 0; ri < 2; ri++)

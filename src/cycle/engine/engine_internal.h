@@ -807,7 +807,6 @@ int bfe_id_cmp(const struct bf_engine *e, uint32_t a, uint32_t b);
  * what leaf_resolve returned for m, NONE32 when m is ineligible);
  * bfe_leaf_serial: the serial of a live leaf, 0 when li is not live. */
 bool bfe_machine_eligible(const struct bf_engine_machine *m);
-bool bfe_id_ok(const char *id); /* not NULL, at most BF_ENGINE_ID_MAX bytes */
 uint32_t bfe_leaf_resolve_slow(struct bf_engine *e, const struct bf_engine_machine *m, int *err);
 /* leaf_resolve_slow = bfe_class_get (m's class, one reference taken; NONE32
  * and *err -ENOMEM) then bfe_leaf_resolve_cls (takes that reference over);
@@ -830,10 +829,12 @@ int bfe_upsert_append(struct bf_engine *e, uint32_t slot, const struct bf_engine
                       uint32_t li, unsigned *unsorted);
 void bfe_sl_sort_leaf(struct bf_engine *e, uint32_t li);
 /* bulk.c (i18-restart6): a bulk load of n slots pre-faults (bf_engine_populate)
- * the per-slot columns' [0, n) and, while on, the id buffer ahead of its end
- * (BFE_POP_STEP at a time); off stops the latter. */
+ * the per-slot columns' [0, n) and, until bfe_mirror_populate_end, the id
+ * buffer ahead of its end (BFE_POP_STEP at a time); _end gives back what the
+ * id buffer did not fill. */
 #define BFE_POP_STEP ((size_t)256 << 10)
-void bfe_mirror_populate(struct bf_engine *e, uint32_t n, bool on);
+void bfe_mirror_populate(struct bf_engine *e, uint32_t n);
+void bfe_mirror_populate_end(struct bf_engine *e);
 /* base.c: gives back the whole pages inside [p, p + n) (MADV_DONTNEED:
  * they read as zeros again); nothing with huge pages on. */
 void bfe_unpopulate(void *p, size_t n);

@@ -1408,7 +1408,7 @@ void bfe_sl_sort_release(struct bf_engine *e, int ri)
 
 int bf_engine_upsert(struct bf_engine *e, uint32_t slot, const struct bf_engine_machine *m)
 {
-    if (!e || !m || slot >= e->cap || !bfe_id_ok(m->id))
+    if (!e || !m || slot >= e->cap || !m->id)
         return -EINVAL;
     uint32_t li = NONE32;
     int err = 0;
@@ -1421,11 +1421,6 @@ int bf_engine_upsert(struct bf_engine *e, uint32_t slot, const struct bf_engine_
 }
 
 /* For bulk.c (engine_internal.h). */
-bool bfe_id_ok(const char *id)
-{
-    return id && strnlen(id, BF_ENGINE_ID_MAX + 1) <= BF_ENGINE_ID_MAX;
-}
-
 bool bfe_machine_eligible(const struct bf_engine_machine *m)
 {
     return machine_eligible(m);
@@ -1469,6 +1464,11 @@ static int upsert_at(struct bf_engine *e, uint32_t slot, const struct bf_engine_
 {
     size_t idlen = strlen(m->id);
     uint32_t old = e->leaf_of[slot];
+    if (idlen > BF_ENGINE_ID_MAX) { /* refused before anything changes */
+        if (li != NONE32 && li != old && e->leaves[li].sl.n == 0)
+            leaf_destroy(e, li); /* resolved for this machine alone */
+        return -EINVAL;
+    }
     bool was = e->present[slot] != 0;
     int64_t since = m->state == BF_STATE_IDLE ? m->idle_since_s : 0;
     bool same_id =
@@ -1573,16 +1573,17 @@ int bfe_mirror_init(struct bf_engine *e)
     return 0;
 }
 
-void bfe_mirror_populate(struct bf_engine *e, uint32_t n, bool on)
+void bfe_mirror_populate_end(struct bf_engine *e)
 {
-    if (!on) {
-        /* what the id buffer did not fill: resident no more */
-        if (e->pop_ahead && e->idbuf_pop > e->idbuf_len)
-            bfe_unpopulate(e->idbuf + e->idbuf_len, e->idbuf_pop - e->idbuf_len);
-        e->pop_ahead = false;
-        e->idbuf_pop = 0;
-        return;
-    }
+    /* what the id buffer did not fill: resident no more */
+    if (e->pop_ahead && e->idbuf_pop > e->idbuf_len)
+        bfe_unpopulate(e->idbuf + e->idbuf_len, e->idbuf_pop - e->idbuf_len);
+    e->pop_ahead = false;
+    e->idbuf_pop = 0;
+}
+
+void bfe_mirror_populate(struct bf_engine *e, uint32_t n)
+{
     e->pop_ahead = true;
     e->idbuf_pop = 0;
     if (n > e->cap)
