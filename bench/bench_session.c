@@ -37,6 +37,15 @@
  * seconds, not milliseconds); cyc/roll: cycles run per steady rollup (the
  * shard's cycle counter; --cycle-min-gap coalesces them); cyc_ms: their mean
  * duration (the shard's cycle histogram, past its warm-up cycles).
+ * --window K: each operator keeps K rollups outstanding on its one stream
+ * (sends the next as each ack arrives) instead of the closed loop (K = 1,
+ * the default): the operator sending before the previous ack, as the Go
+ * operator's sendLoop may. Columns win (K) and supsd: steady rollups the
+ * session superseded (a newer one replaced it while it waited for the
+ * ingest lane; no ack, by reference/wire.md §2, so rollups/s counts the
+ * acked ones only). ack_p50/p99 are then from each rollup's own send. The
+ * superseded count is the shard's; with several operators and large
+ * rollups it is charged to whichever operator's ack comes next.
  * Needs RLIMIT_NOFILE >= N + ~200 in this process and in bigfleet-shardd
  * (both raise their soft limit to the hard one; `ulimit -Hn` must allow it,
  * e.g. `ulimit -n 32768` before running, or run as a user whose hard limit
@@ -183,6 +192,8 @@ static long rss_kib(pid_t pid)
 
 /* ------------------------------------------------------------ operators */
 
+#define MAX_WINDOW 64
+
 struct op {
     struct bf_net_client *cl;
     struct bf_net_stream *st;
@@ -192,7 +203,16 @@ struct op {
     int64_t sent_ns;
     uint32_t acks;
     uint32_t sends;
-    uint32_t want; /* rollups to send in a closed loop */
+    uint32_t want; /* rollups to send (the loop stops sending at `want` sends) */
+    /* --window: rollups sent and not yet answered (their send times, oldest
+     * first); at most `win` of them (1: the closed loop). A rollup the
+     * session superseded (a newer one replaced it while it waited for the
+     * ingest lane: no ack, by the spec) is answered by the shard's
+     * rollups_superseded counter (`dropped`). */
+    uint32_t win;
+    uint32_t n_out;
+    int64_t out_ns[MAX_WINDOW];
+    uint32_t dropped;
     const uint8_t *const *msg;
     const size_t *msg_len;
     double *lat;
@@ -202,14 +222,49 @@ struct op {
 
 static struct bf_net_loop *g_loop;
 static int g_hello_acks, g_rollup_acks, g_failed;
+static _Atomic uint64_t *g_superseded; /* the shard's rollups_superseded counter */
+static uint64_t g_superseded_seen;
 
+/* consecutive rollups alternate between the two demands (k = sends & 1: in
+ * the closed loop the same as acks & 1) */
 static void op_send(struct op *o)
 {
     o->sent_ns = bf_mono_ns();
+    uint32_t k = o->sends & 1;
     o->sends++;
-    uint32_t k = o->acks & 1;
+    if (o->n_out < MAX_WINDOW)
+        o->out_ns[o->n_out++] = o->sent_ns;
     if (bf_net_stream_send(o->st, o->msg[k], o->msg_len[k]) != 0)
         g_failed++;
+}
+
+/* keeps `win` rollups outstanding while fewer than `want` were sent */
+static void op_pump(struct op *o)
+{
+    uint32_t win = o->win ? o->win : 1;
+    while (!o->done && o->st && o->n_out < win && o->sends < o->want)
+        op_send(o);
+}
+
+static uint32_t op_answered(const struct op *o)
+{
+    return o->acks + o->dropped;
+}
+
+/* Rollups the session superseded since the last look: the ones waiting
+ * behind the one in process (the second-oldest outstanding onwards) */
+static void op_drop_superseded(struct op *o)
+{
+    if (!g_superseded)
+        return;
+    uint64_t now = atomic_load(g_superseded);
+    uint64_t d = now - g_superseded_seen;
+    g_superseded_seen = now;
+    while (d-- && o->n_out > 1) {
+        memmove(&o->out_ns[1], &o->out_ns[2], (o->n_out - 2) * sizeof o->out_ns[0]);
+        o->n_out--;
+        o->dropped++;
+    }
 }
 
 static uint8_t g_hello[2][128];
@@ -227,19 +282,28 @@ static void on_msg(struct bf_net_stream *st, const uint8_t *m, size_t len, void 
         if (!strcmp(sm->ack->echo, "hello") && !o->hello_acked) {
             o->hello_acked = true;
             g_hello_acks++;
-        } else if ((!strcmp(sm->ack->echo, "rollup") && !o->ping) ||
-                   (!strcmp(sm->ack->echo, "hello") && o->ping)) {
+        } else if (!strcmp(sm->ack->echo, "hello") && o->ping) {
             if (o->n_lat < o->cap_lat)
                 o->lat[o->n_lat++] = (double)(now - o->sent_ns) / 1e6;
             o->acks++;
-            g_rollup_acks += !o->ping;
-            if (o->ping) {
-                o->sent_ns = now;
-                if (!o->done)
-                    bf_net_stream_send(o->st, g_hello[o->idx & 1], g_hello_len[o->idx & 1]);
-            } else if (o->acks < o->want && !o->done) {
-                op_send(o);
+            o->sent_ns = now;
+            if (!o->done)
+                bf_net_stream_send(o->st, g_hello[o->idx & 1], g_hello_len[o->idx & 1]);
+        } else if (!strcmp(sm->ack->echo, "rollup") && !o->ping) {
+            /* acks come in send order: this one answers the oldest outstanding
+             * rollup the session did not supersede */
+            op_drop_superseded(o);
+            int64_t sent = o->sent_ns;
+            if (o->n_out) {
+                sent = o->out_ns[0];
+                memmove(&o->out_ns[0], &o->out_ns[1], (o->n_out - 1) * sizeof o->out_ns[0]);
+                o->n_out--;
             }
+            if (o->n_lat < o->cap_lat)
+                o->lat[o->n_lat++] = (double)(now - sent) / 1e6;
+            o->acks++;
+            g_rollup_acks++;
+            op_pump(o);
         }
     }
     bigfleet__v1alpha1__shard_message__free_unpacked(sm, NULL);
@@ -438,15 +502,18 @@ struct ingest_fig {
     double cycle_ms; /* their mean duration (the shard's cycle histogram; past its warm-up) */
     uint32_t rollups;
     size_t bytes;
+    uint32_t window;     /* rollups outstanding per operator (1: the closed loop) */
+    uint32_t superseded; /* steady rollups the session superseded (no ack, by the spec) */
 };
 
 static struct op *g_ops;
 static int g_nops;
+static uint32_t g_window = 1; /* --window K: rollups outstanding per operator (1: closed loop) */
 static bool all_done(void *a)
 {
     (void)a;
     for (int i = 0; i < g_nops; i++)
-        if (!g_ops[i].ping && g_ops[i].acks < g_ops[i].want)
+        if (!g_ops[i].ping && op_answered(&g_ops[i]) < g_ops[i].want)
             return g_failed > 0;
     return true;
 }
@@ -459,6 +526,7 @@ static void bench_ingest(struct shard *sh, uint32_t rows, int nops, double secon
     f->ops = (uint32_t)nops;
     f->unchanged = unchanged;
     f->every = every;
+    f->window = g_window;
     int total = nops + (ping ? 1 : 0);
     struct op *ops = calloc((size_t)total, sizeof *ops);
     uint8_t *msgs[8][2];
@@ -493,6 +561,8 @@ static void bench_ingest(struct shard *sh, uint32_t rows, int nops, double secon
     g_ops = ops;
     g_nops = total;
     g_target = total;
+    g_superseded = &sh->shm.st->session.rollups_superseded;
+    g_superseded_seen = atomic_load(g_superseded);
     if (!run_until(hellos_reached, NULL, 20 * BF_NS_PER_SEC) || g_failed) {
         fprintf(stderr, "hello acks missing\n");
         exit(1);
@@ -511,8 +581,10 @@ static void bench_ingest(struct shard *sh, uint32_t rows, int nops, double secon
     for (int i = 0; i < nops; i++)
         ops[i].n_lat = 0;
     /* steady: closed loop for `seconds` */
-    for (int i = 0; i < nops; i++)
+    for (int i = 0; i < nops; i++) {
         ops[i].want = UINT32_MAX;
+        ops[i].win = g_window;
+    }
     if (ping) {
         struct op *p = &ops[nops];
         p->sent_ns = bf_mono_ns();
@@ -521,6 +593,7 @@ static void bench_ingest(struct shard *sh, uint32_t rows, int nops, double secon
     uint32_t a0 = 0;
     for (int i = 0; i < nops; i++)
         a0 += ops[i].acks;
+    uint64_t sup0 = atomic_load(g_superseded);
     struct bf_hist *ih = &sh->shm.st->session.rollup_ingest;
     uint64_t ic0 = atomic_load(&ih->count), is0 = atomic_load(&ih->sum_ns);
     pid_t spid = (pid_t)atomic_load(&sh->shm.st->proc[BF_ROLE_SESSION].pid);
@@ -532,17 +605,18 @@ static void bench_ingest(struct shard *sh, uint32_t rows, int nops, double secon
     uint64_t hc0 = atomic_load(&ch->count), hs0 = atomic_load(&ch->sum_ns);
     t0 = bf_mono_ns();
     for (int i = 0; i < nops; i++)
-        op_send(&ops[i]);
+        op_pump(&ops[i]);
     int64_t end = t0 + (int64_t)(seconds * 1e9);
     while (bf_mono_ns() < end && !g_failed)
         bf_net_loop_run_once(g_loop, 20 * BF_NS_PER_MS);
     for (int i = 0; i < nops; i++)
-        ops[i].want = 0; /* no new sends; the answer in flight is drained below */
+        ops[i].want = 0; /* no new sends; the answers in flight are drained below */
     double el = (double)(bf_mono_ns() - t0) / 1e9;
     uint32_t a1 = 0;
     for (int i = 0; i < nops; i++)
         a1 += ops[i].acks;
     f->rollups = a1 - a0;
+    f->superseded = (uint32_t)(atomic_load(g_superseded) - sup0);
     if (f->rollups) {
         f->srv_cpu_us = (bench_proc_cpu_s(spid) - sc0) * 1e6 / f->rollups;
         f->cyc_cpu_us = (bench_proc_cpu_s(cpid) - cc0) * 1e6 / f->rollups;
@@ -577,7 +651,7 @@ static void bench_ingest(struct shard *sh, uint32_t rows, int nops, double secon
         snprintf(cluster, sizeof cluster, "bench-%d", base + i);
         msgs[i][0] = msgs[i][1] = build_rollup(cluster, 0, "0", &lens[i][0]);
         lens[i][1] = lens[i][0];
-        ops[i].want = ops[i].acks + 1;
+        ops[i].want = ops[i].sends + 1;
         op_send(&ops[i]);
     }
     run_until(all_done, NULL, 60 * BF_NS_PER_SEC);
@@ -600,9 +674,10 @@ static void print_fig(const struct ingest_fig *x)
     if (!x->unchanged && x->every > 1)
         snprintf(kind, sizeof kind, "ch-1/%u", x->every);
     printf("%7u %4u %9s %10zu %10.1f %8.2fms %8.2fms %10.1f %8s %10.1f %8.1f %8.1f %8.1f %9.3f "
-           "%8.1f\n",
+           "%8.1f %4u %6u\n",
            x->rows, x->ops, kind, x->bytes, x->rps, x->p50, x->p99, x->cold_ms, ping, x->ingest_us,
-           x->srv_cpu_us, x->cyc_cpu_us, x->cli_cpu_us, x->cycles_per_rollup, x->cycle_ms);
+           x->srv_cpu_us, x->cyc_cpu_us, x->cli_cpu_us, x->cycles_per_rollup, x->cycle_ms,
+           x->window, x->superseded);
     fflush(stdout);
 }
 
@@ -833,7 +908,10 @@ int main(int argc, char **argv)
             convert_case = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--shardd-arg") && i + 1 < argc)
             g_extra_arg = argv[++i];
-        else if (!strcmp(argv[i], "--ingest-case") && i + 1 < argc) {
+        else if (!strcmp(argv[i], "--window") && i + 1 < argc) {
+            int w = atoi(argv[++i]);
+            g_window = w < 1 ? 1 : w > MAX_WINDOW ? MAX_WINDOW : (uint32_t)w;
+        } else if (!strcmp(argv[i], "--ingest-case") && i + 1 < argc) {
             ingest_only = true;
             ingest_case = atoi(argv[++i]);
         }
@@ -867,9 +945,9 @@ int main(int argc, char **argv)
     static const uint32_t sizes[] = {1000, 10000, 50000};
     struct ingest_fig one[3], four[3], same[2], part[2];
     printf("rollup ingest (bigfleet-shardd over loopback, every row a distinct profile)\n");
-    printf("%7s %4s %9s %10s %10s %9s %9s %10s %8s %10s %8s %8s %8s %9s %8s\n", "rows", "ops",
-           "rollups", "bytes", "rollups/s", "ack_p50", "ack_p99", "cold_ms", "ping_p99",
-           "ingest_us", "srv_cpu", "cyc_cpu", "cli_cpu", "cyc/roll", "cyc_ms");
+    printf("%7s %4s %9s %10s %10s %9s %9s %10s %8s %10s %8s %8s %8s %9s %8s %4s %6s\n", "rows",
+           "ops", "rollups", "bytes", "rollups/s", "ack_p50", "ack_p99", "cold_ms", "ping_p99",
+           "ingest_us", "srv_cpu", "cyc_cpu", "cli_cpu", "cyc/roll", "cyc_ms", "win", "supsd");
     if (ingest_only) {
         /* the round trip's floor: an empty rollup, repeated */
         struct ingest_fig empty;

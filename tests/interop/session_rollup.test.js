@@ -382,6 +382,52 @@ const tests = [
     assert.strictEqual(await inline(), i0 + 2);
     op.close();
   }],
+  ['rollups sent before the previous ack on one stream: each acknowledged or superseded (counted), in order; a bad one among them rejected without an ack; the last one published', async () => {
+    // reference/wire.md §2: an operator's sendLoop does not wait for the
+    // "rollup" ack; a newer rollup replaces one still waiting for the lane
+    // (no ack for it). Small rollups on an idle lane are ingested on the
+    // event loop as they arrive: none waits, so every one is acknowledged.
+    const op = await connect('r-pipe');
+    const c0 = cl('r-pipe');
+    const s0 = dump().stats;
+    const N = 40;
+    const demand = (k) => [3, 2, 1].map((p) => L.need({ priority: 1000 * k + p, aggregate: { cpu: `${k + 1}` } }));
+    for (let k = 0; k < N; k++) {
+      if (k === 17) op.rollup('r-pipe', [L.need({ ipb: 99 })]); // out-of-range bucket: rejected
+      op.rollup('r-pipe', demand(k));
+    }
+    for (let k = 0; k < N; k++) await op.ack('rollup', 10000);
+    await noRollupAck(op, 300); // the rejected one got none
+    const c = cl('r-pipe');
+    const s1 = dump().stats;
+    assert.strictEqual(s1.rollups_superseded - s0.rollups_superseded, 0, 'none waited: none superseded');
+    assert.strictEqual(c.rollups_accepted - c0.rollups_accepted, N);
+    assert.strictEqual(c.rollups_rejected - c0.rollups_rejected, 1);
+    assert.strictEqual(c.generation - c0.generation, N, 'one publication per accepted rollup');
+    assert.deepStrictEqual(c.rows.map((r) => r.priority), [1000 * (N - 1) + 3, 1000 * (N - 1) + 2, 1000 * (N - 1) + 1]);
+    assert.deepStrictEqual(c.rows[0].aggregate, { cpu: N * 1000 });
+    // behind a large rollup (the ingest thread): the small ones wait, and a
+    // newer one replaces the one waiting; acks + superseded = sent, and the
+    // demand published last is the last rollup's
+    const big = Array.from({ length: 2500 }, (_, i) => L.need({ priority: 10 + i, aggregate: { cpu: '1' },
+      requirements: [{ key: 'zone', operator: 1, values: [`${'z'.repeat(100)}${i}`] }] }));
+    const s2 = dump().stats;
+    const c2 = cl('r-pipe');
+    op.rollup('r-pipe', big);
+    const M = 6;
+    // 300 Needs (~20 KiB: inline when the lane is idle), not below rail 2's 10 % of 2,500
+    const after = (k) => Array.from({ length: 300 }, (_, i) => L.need({ priority: 1000 * k + i }));
+    for (let k = 0; k < M; k++) op.rollup('r-pipe', after(100 + k));
+    await op.ack('rollup', 20000);
+    await L.waitFor(() => cl('r-pipe').rollups_accepted - c2.rollups_accepted +
+      (dump().stats.rollups_superseded - s2.rollups_superseded) === M + 1, 20000, 'every rollup answered');
+    const acked = cl('r-pipe').rollups_accepted - c2.rollups_accepted;
+    for (let k = 1; k < acked; k++) await op.ack('rollup', 5000);
+    await noRollupAck(op, 300);
+    assert.deepStrictEqual(cl('r-pipe').rows.map((r) => r.priority), after(105).map((_, i) => 105000 + i));
+    assert.strictEqual(cl('r-pipe').generation - c2.generation, acked);
+    op.close();
+  }],
   ['huge rollups: too many Needs rejected, 64 MiB accepted, over 256 MiB refused by the transport', async () => {
     const op = await connect('r-huge');
     op.rollup('r-huge', [L.need({ priority: 7 })]);
