@@ -713,56 +713,6 @@ static int place_row(struct bf_rollup *r, struct scratch *sc, uint32_t pref, uin
                      uint32_t idx, uint32_t cluster_ref, const struct bf_rollup_limits *lim,
                      char *err, size_t errlen);
 
-/*
- * bf_pb_next for the walks of the top level (digest, conversion) and of a
- * Need's fields, with the common shapes read here: a
- * one-byte tag (fields 1..15) with a varint of at most 5 bytes, or with a
- * length of one or two bytes that fits the buffer. Everything else (longer
- * tags, lengths or varints, other wire types, a truncated field) goes to
- * bf_pb_next, so results and errors are its own for every input. What this
- * buys: nothing here takes a local's address, so the tag, value and length
- * stay in registers (bf_pb_next's varint reader passes them through the
- * stack: ~1/3 of convert_need's samples waited on those loads).
- */
-static inline __attribute__((always_inline)) int pb_field(struct bf_pb_reader *r,
-                                                          struct bf_pb_field *f)
-{
-    const uint8_t *p = r->p, *end = r->end;
-    if (end - p >= 2 && p[0] >= 8 && p[0] < 0x80) {
-        uint32_t t = p[0];
-        if ((t & 7) == BF_PB_VARINT) {
-            uint64_t v = 0;
-            const uint8_t *q = p + 1;
-            for (unsigned sh = 0; sh < 35 && q < end; sh += 7) {
-                uint8_t b = *q++;
-                v |= (uint64_t)(b & 0x7f) << sh;
-                if (b < 0x80) {
-                    *f = (struct bf_pb_field){
-                        .num = t >> 3, .wt = BF_PB_VARINT, .varint = v, .start = p, .end = q};
-                    r->p = q;
-                    return 1;
-                }
-            }
-        } else if ((t & 7) == BF_PB_LEN) {
-            size_t l = p[1];
-            const uint8_t *q = p + 2;
-            if (l >= 0x80) {
-                if (end - p < 3 || p[2] >= 0x80)
-                    return bf_pb_next(r, f);
-                l = (l & 0x7f) | (size_t)p[2] << 7;
-                q = p + 3;
-            }
-            if (l <= (size_t)(end - q)) {
-                *f = (struct bf_pb_field){
-                    .num = t >> 3, .wt = BF_PB_LEN, .p = q, .len = l, .start = p, .end = q + l};
-                r->p = q + l;
-                return 1;
-            }
-        }
-    }
-    return bf_pb_next(r, f);
-}
-
 static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *sc, const uint8_t *p,
                         size_t len, uint32_t idx, uint32_t cluster_ref,
                         const struct bf_rollup_limits *lim, char *err, size_t errlen)
@@ -794,7 +744,7 @@ static int convert_need(struct bf_shm *s, struct bf_rollup *r, struct scratch *s
         }                                                                                          \
         run_end = f.end;                                                                           \
     } while (0)
-    while ((rc = pb_field(&rd, &f)) == 1) {
+    while ((rc = bf_pb_next(&rd, &f)) == 1) {
         switch (f.num) {
         case 1: /* requirements */
         case 5: /* spread */
@@ -1091,7 +1041,7 @@ static int digest_walk(const uint8_t *buf, size_t len, const struct bf_rollup_di
     int64_t ts = 0;
     d->timestamp_ns = 0;
     bf_pb_reader_init(&rd, buf, len);
-    while ((rc = pb_field(&rd, &f)) == 1) {
+    while ((rc = bf_pb_next(&rd, &f)) == 1) {
         if (f.num == 2) {
             d->timestamp_ns = (int64_t)f.varint; /* the last one wins, as in the converter */
             keep = keep && f.wt == BF_PB_VARINT;
@@ -1424,7 +1374,7 @@ static int convert_pass(struct bf_shm *s, const uint8_t *buf, size_t len, const 
     struct bf_pb_reader rd;
     struct bf_pb_field f;
     bf_pb_reader_init(&rd, buf, len);
-    while (pb_field(&rd, &f) == 1) {
+    while (bf_pb_next(&rd, &f) == 1) {
         if (f.num != 3)
             continue;
         if (!key || idx >= n_needs) {

@@ -273,6 +273,136 @@ START_TEST(tags_and_lengths_over_five_bytes_are_refused_like_protobuf_c_and_cpp)
 }
 END_TEST
 
+/* The specification's reading of one field, written plainly for this test:
+ * tag and length varints of at most 5 bytes, values of at most 10 bytes and
+ * 64 bits, field numbers 1..2^29-1, no groups or wire types 6/7, nothing
+ * past the end. Returns what bf_pb_next must return. */
+static int spec_varint(const uint8_t **pp, const uint8_t *end, int max_bytes, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (int i = 0; i < max_bytes; i++) {
+        if (*pp >= end)
+            return -1;
+        uint8_t b = *(*pp)++;
+        if (i == 9 && b > 1)
+            return -1; /* over 64 bits */
+        x |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (b < 0x80) {
+            *v = x;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int spec_next(const uint8_t **pp, const uint8_t *end, struct bf_pb_field *f)
+{
+    const uint8_t *p = *pp;
+    uint64_t tag, l;
+    if (p >= end)
+        return 0;
+    memset(f, 0, sizeof *f);
+    f->start = p;
+    if (spec_varint(&p, end, 5, &tag) || (tag >> 3) == 0 || (tag >> 3) > BF_PB_FIELD_MAX)
+        return -EBADMSG;
+    f->num = (uint32_t)(tag >> 3);
+    f->wt = (uint8_t)(tag & 7);
+    switch (f->wt) {
+    case BF_PB_VARINT:
+        if (spec_varint(&p, end, 10, &f->varint))
+            return -EBADMSG;
+        break;
+    case BF_PB_I64:
+    case BF_PB_I32: {
+        size_t w = f->wt == BF_PB_I64 ? 8 : 4;
+        if ((size_t)(end - p) < w)
+            return -EBADMSG;
+        for (size_t i = 0; i < w; i++)
+            f->varint |= (uint64_t)p[i] << (8 * i);
+        p += w;
+        break;
+    }
+    case BF_PB_LEN:
+        if (spec_varint(&p, end, 5, &l) || l > (uint64_t)(end - p))
+            return -EBADMSG;
+        f->p = p;
+        f->len = (size_t)l;
+        p += l;
+        break;
+    default:
+        return -EBADMSG;
+    }
+    f->end = p;
+    *pp = p;
+    return 1;
+}
+
+/* bf_pb_next reads the common shapes (one-byte tag; varint <= 5 bytes; a
+ * length of 1-2 bytes) on a path of their own: on random buffers built from
+ * those shapes, their near misses and plain noise, every field it returns
+ * (and every refusal, and where the reader stops) is the specification's. */
+START_TEST(the_fast_shapes_read_like_the_specification)
+{
+    uint8_t buf[600];
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    unsigned fields = 0, refused = 0, two_byte_lengths = 0;
+    for (int it = 0; it < 20000; it++) {
+        size_t n = 0;
+        while (n < sizeof buf) {
+            seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+            unsigned k = (unsigned)(seed >> 59); /* 0..31: the shape of the next bytes */
+            uint8_t r = (uint8_t)(seed >> 8), r2 = (uint8_t)(seed >> 16);
+            if (k < 8) { /* one-byte tag, varint or LEN */
+                buf[n++] = (uint8_t)((((r % 15) + 1) << 3) | (k & 1 ? BF_PB_LEN : BF_PB_VARINT));
+            } else if (k < 14) { /* a varint or length byte, continued or not */
+                buf[n++] = k < 11 ? (uint8_t)(r | 0x80) : (uint8_t)(r & 0x7f);
+            } else if (k < 17) { /* a small length, so LEN payloads fit */
+                buf[n++] = (uint8_t)(r2 % 8);
+            } else if (k < 18 && n + 1 < sizeof buf) { /* a two-byte length of 128..511 */
+                buf[n++] = (uint8_t)(r | 0x80);
+                buf[n++] = (uint8_t)(r2 % 4);
+            } else if (k < 20) { /* field 0, wire types 1/3-7, long tags */
+                buf[n++] = (uint8_t)(r & 0x87);
+            } else {
+                buf[n++] = r;
+            }
+        }
+        size_t len = (size_t)(seed >> 24) % (sizeof buf + 1);
+        struct bf_pb_reader rd;
+        bf_pb_reader_init(&rd, buf, len);
+        const uint8_t *sp = buf, *end = buf + len;
+        for (;;) {
+            struct bf_pb_field got, want;
+            const uint8_t *before = rd.p;
+            int rg = bf_pb_next(&rd, &got), rw = spec_next(&sp, end, &want);
+            ck_assert_msg(rg == rw, "iteration %d offset %td: %d, the specification %d", it,
+                          before - buf, rg, rw);
+            if (rg != 1) {
+                ck_assert_ptr_eq(rd.p, before); /* a refusal does not advance */
+                refused += rg < 0;
+                break;
+            }
+            fields++;
+            ck_assert_uint_eq(got.num, want.num);
+            ck_assert_uint_eq(got.wt, want.wt);
+            ck_assert_ptr_eq(got.start, want.start);
+            ck_assert_ptr_eq(got.end, want.end);
+            ck_assert_ptr_eq(rd.p, sp);
+            if (got.wt == BF_PB_LEN) {
+                two_byte_lengths += got.p - got.start == 3 && got.start[0] < 0x80;
+                ck_assert_ptr_eq(got.p, want.p);
+                ck_assert_uint_eq(got.len, want.len);
+            } else {
+                ck_assert_uint_eq(got.varint, want.varint);
+            }
+        }
+    }
+    /* the mix exercises both outcomes many times */
+    ck_assert_msg(fields > 10000 && refused > 10000 && two_byte_lengths > 100,
+                  "fields %u, refused %u, two-byte lengths %u", fields, refused, two_byte_lengths);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("pbwire");
@@ -285,6 +415,7 @@ int main(void)
     tcase_add_test(tc, provider_and_session_decoders_agree_on_a_varint_over_64_bits);
     tcase_add_test(tc, reader_over_a_null_empty_buffer_is_defined);
     tcase_add_test(tc, tags_and_lengths_over_five_bytes_are_refused_like_protobuf_c_and_cpp);
+    tcase_add_test(tc, the_fast_shapes_read_like_the_specification);
     suite_add_tcase(s, tc);
     return check_run(s);
 }
