@@ -180,8 +180,12 @@ struct bf_net_stats {
     uint64_t inbound_spare_releases; /* server: idle recycled buffers released (unused
                                         for a period, or to make room in the budget) */
     uint64_t out_buffer_grows;       /* output buffers grown past 16 KiB (in one step to
-                                        2 MiB, then doubling; freed when the output
-                                        drains): about one per large reply */
+                                        256 KiB; freed when the output drains): about
+                                        two per burst of output */
+    uint64_t out_queued_max;         /* high-water mark: the most output bytes one
+                                        connection held (pending + in flight); about
+                                        128 KiB + a frame whatever the messages and
+                                        windows (a NO_COPY body streams through) */
 };
 
 /* -------------------------------------------------------------- the loop */

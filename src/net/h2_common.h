@@ -173,7 +173,18 @@ static inline ssize_t outbox_to_conn(struct outbox *o, struct conn *c, size_t n)
  * the outbox holds), NO_COPY flagged when there is any; the caller then
  * decides the end of the stream (it differs: trailers vs END_STREAM);
  * outbox_send_frame: writes the 9-byte frame header and `length` bytes of the
- * outbox into conn; 0 or NGHTTP2_ERR_CALLBACK_FAILURE. */
+ * outbox into conn; 0, NGHTTP2_ERR_WOULDBLOCK (conn already holds `batch`
+ * bytes or more: nothing written) or NGHTTP2_ERR_CALLBACK_FAILURE.
+ *
+ * Why WOULDBLOCK (issue 18, stop 32): nghttp2_session_mem_send calls the
+ * send_data callback for one NO_COPY frame after another inside one call,
+ * until the flow-control windows close, so h2_produce's batch bound never
+ * applied to a NO_COPY body: with an 8 MiB stream window a 14 MB List page
+ * put 8 MiB into the conn's output buffer in one produce (regrown and
+ * copied, new pages faulted in, freed when drained, for every window's
+ * worth). On WOULDBLOCK mem_send returns 0 and keeps the frame; the next
+ * produce (when the send completes) offers the same frame again, so the
+ * output stays at about `batch` bytes whatever the window. */
 static inline size_t outbox_take(const struct outbox *o, size_t length, uint32_t *flags)
 {
     size_t n = o->bytes < length ? o->bytes : length;
@@ -182,8 +193,10 @@ static inline size_t outbox_take(const struct outbox *o, size_t length, uint32_t
     return n;
 }
 static inline int outbox_send_frame(struct outbox *o, struct conn *c, const uint8_t *framehd,
-                                    size_t length)
+                                    size_t length, size_t batch)
 {
+    if (bf_conn_queued(c) >= batch)
+        return NGHTTP2_ERR_WOULDBLOCK;
     if (bf_conn_write(c, framehd, 9) < 0)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     if (outbox_to_conn(o, c, length) != (ssize_t)length)

@@ -1052,6 +1052,68 @@ START_TEST(a_large_reply_grows_its_output_buffer_once)
 }
 END_TEST
 
+/* A message larger than the flow-control windows' worth streams through the
+ * connection's output in batches of ~128 KiB on both sides, whatever the
+ * window: nghttp2 hands a NO_COPY body's DATA frames over one after another
+ * inside one nghttp2_session_mem_send, and until issue 18's stop 32 all of
+ * them went into the output buffer at once (8 MiB with the provider client's
+ * window: the buffer regrown, copied and faulted in anew per window, the
+ * large-message cliff). Counted, not timed: out_queued_max. */
+START_TEST(a_large_message_streams_through_a_bounded_output_buffer)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server_opts so = {.addr = "127.0.0.1:0",
+                                    .max_recv_message = 32u << 20,
+                                    .stream_window = 8u << 20,
+                                    .conn_window = 16u << 20};
+    struct bf_net_server *srv = start_server_opts(l, &so);
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", bf_net_server_port(srv));
+    struct bf_net_client_opts co = {.addr = addr,
+                                    .max_recv_message = 32u << 20,
+                                    .max_send_message = 32u << 20,
+                                    .stream_window = 8u << 20,
+                                    .conn_window = 16u << 20};
+    struct bf_net_client *cl = NULL;
+    ck_assert_int_eq(bf_net_client_new(l, &co, &cl), 0);
+    /* server -> client: a 12 MiB reply handed over without a copy */
+    struct result r = {0};
+    unary(cl, "/t.Test/Echo", "take:12582912", 13, 30 * BF_NS_PER_SEC, &r);
+    run_until(l, result_done, &r, 30 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    ck_assert_uint_eq(r.len, 12582912);
+    for (size_t i = 0; i < r.len; i += 4093)
+        ck_assert_uint_eq(r.resp[i], (uint8_t)(i * 13 + 12582912));
+    free(r.resp);
+    /* client -> server: a 12 MiB request, echoed back */
+    size_t n = 12u << 20;
+    uint8_t *req = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        req[i] = (uint8_t)(i * 7);
+    struct result e = {0};
+    unary(cl, "/t.Test/Echo", req, n, 30 * BF_NS_PER_SEC, &e);
+    run_until(l, result_done, &e, 30 * BF_NS_PER_SEC);
+    ck_assert_int_eq(e.code, BF_NET_OK);
+    ck_assert_uint_eq(e.len, n);
+    ck_assert(memcmp(e.resp, req, n) == 0);
+    free(e.resp);
+    free(req);
+    struct bf_net_stats ss, cs;
+    bf_net_server_stats(srv, &ss);
+    bf_net_client_stats(cl, &cs);
+    /* a batch (128 KiB), the frame that crossed it (<= 16 KiB + 9) and the
+     * HEADERS and trailers; before: ~8 MiB, the stream window */
+    ck_assert_uint_gt(ss.out_queued_max, 64u << 10);
+    ck_assert_uint_le(ss.out_queued_max, 256u << 10);
+    ck_assert_uint_gt(cs.out_queued_max, 64u << 10);
+    ck_assert_uint_le(cs.out_queued_max, 256u << 10);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
 START_TEST(oversize_request_is_resource_exhausted_and_the_connection_survives)
 {
     struct rig g = rig_up(NULL, NULL, 1u << 20);
@@ -2055,6 +2117,7 @@ int main(void)
     tcase_add_test(tc, taken_replies_arrive_intact_and_large_responses_reuse_the_receive_buffer);
     tcase_add_test(tc, medium_responses_reuse_the_receive_buffer);
     tcase_add_test(tc, a_large_reply_grows_its_output_buffer_once);
+    tcase_add_test(tc, a_large_message_streams_through_a_bounded_output_buffer);
     tcase_add_test(tc, oversize_request_is_resource_exhausted_and_the_connection_survives);
     tcase_add_test(tc, calls_fail_fast_while_down_and_succeed_after_reconnect);
     tcase_add_test(tc, connection_loss_fails_open_calls_with_unavailable_then_reconnects);
