@@ -184,8 +184,10 @@ static void on_message(struct bf_net_call *call, const uint8_t *msg, size_t len,
     struct bf_simsrv *s = ma->s;
     int rpc = ma->rpc;
     struct bf_sim_reply r = {0};
-    if (rpc == BF_SIM_RPC_LIST)
+    if (rpc == BF_SIM_RPC_LIST && s->sp->n > 0) {
         spare_take(s->sp, &r);
+        s->stats.list_reuses++;
+    }
     bf_sim_handle(s->sim, rpc, msg, len, bf_mono_ns(), &r);
     if (r.delay_ns > 0) {
         struct held *h = calloc(1, sizeof *h);

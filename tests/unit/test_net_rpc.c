@@ -44,8 +44,19 @@ struct srv_state {
     int take_rc[4], retake_rc[4];
     size_t taken_len[4];
     struct bf_net_stats after_take[4];
+    /* "lend:" replies: bodies given back (bf_net_release_fn) */
+    int lent_back;
+    uint8_t *lent_last;
 };
 static struct srv_state S;
+
+static void lend_back(void *msg, void *arg)
+{
+    ck_assert_ptr_eq(arg, &S);
+    S.lent_back++;
+    S.lent_last = msg;
+    free(msg);
+}
 /* messages the echo handler saw (read by another thread in the flush test) */
 static atomic_int g_echo_msgs;
 
@@ -120,6 +131,19 @@ static void echo_msg(struct bf_net_call *call, const uint8_t *m, size_t n, void 
             b[i] = (uint8_t)(i * 13 + sz);
         ck_assert_int_eq(bf_net_call_reply_take(call, b, sz), 0);
         ck_assert_int_eq(bf_net_call_reply_take(call, malloc(16), 16), -EPIPE);
+    } else if (n >= 5 && memcmp(m, "lend:", 5) == 0) {
+        /* the reply lent: given back through lend_back once sent; a second
+         * lend on the finished call is refused and given back at once */
+        size_t sz = (size_t)atoll(z + 5);
+        uint8_t *b = malloc(sz ? sz : 1);
+        for (size_t i = 0; i < sz; i++)
+            b[i] = (uint8_t)(i * 13 + sz);
+        ck_assert_int_eq(bf_net_call_reply_lend(call, b, sz, lend_back, &S), 0);
+        ck_assert_int_eq(S.lent_back, 0); /* not yet sent */
+        uint8_t *b2 = malloc(16);
+        ck_assert_int_eq(bf_net_call_reply_lend(call, b2, 16, lend_back, &S), -EPIPE);
+        ck_assert_int_eq(S.lent_back, 1);
+        ck_assert_ptr_eq(S.lent_last, b2);
     } else if (n >= 4 && memcmp(m, "len?", 4) == 0) {
         char out[32];
         int k = snprintf(out, sizeof out, "%zu", n);
@@ -1111,6 +1135,26 @@ START_TEST(a_large_message_streams_through_a_bounded_output_buffer)
     bf_net_server_free(srv);
     settle(l);
     bf_net_loop_free(l);
+}
+END_TEST
+
+/* A lent reply (bf_net_call_reply_lend) is sent from where it is and given
+ * back through the release callback, once, after its last byte went to the
+ * connection; a refused lend is given back before it returns. */
+START_TEST(a_lent_reply_is_given_back_once_sent)
+{
+    struct rig g = rig_up(NULL, NULL, 0);
+    struct result r = {0};
+    unary(g.cl, "/t.Test/Echo", "lend:3000000", 12, 10 * BF_NS_PER_SEC, &r);
+    run_until(g.l, result_done, &r, 10 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    ck_assert_uint_eq(r.len, 3000000);
+    for (size_t i = 0; i < r.len; i += 997)
+        ck_assert_uint_eq(r.resp[i], (uint8_t)(i * 13 + 3000000));
+    free(r.resp);
+    ck_assert_int_eq(S.lent_back, 2);
+    ck_assert_ptr_ne(S.lent_last, NULL);
+    rig_down(&g);
 }
 END_TEST
 
@@ -2118,6 +2162,7 @@ int main(void)
     tcase_add_test(tc, medium_responses_reuse_the_receive_buffer);
     tcase_add_test(tc, a_large_reply_grows_its_output_buffer_once);
     tcase_add_test(tc, a_large_message_streams_through_a_bounded_output_buffer);
+    tcase_add_test(tc, a_lent_reply_is_given_back_once_sent);
     tcase_add_test(tc, oversize_request_is_resource_exhausted_and_the_connection_survives);
     tcase_add_test(tc, calls_fail_fast_while_down_and_succeed_after_reconnect);
     tcase_add_test(tc, connection_loss_fails_open_calls_with_unavailable_then_reconnects);
