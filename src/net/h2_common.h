@@ -21,8 +21,8 @@
  * the omsg, or given back through rel (omsg_lend). */
 struct omsg {
     struct omsg *next;
-    size_t len;   /* prefix + payload */
-    uint8_t *ext; /* the payload when not in data[] (owned), or NULL */
+    size_t len;            /* prefix + payload */
+    uint8_t *ext;          /* the payload when not in data[] (owned), or NULL */
     bf_net_release_fn rel; /* gives ext back instead of free(), or NULL */
     void *rel_arg;
     uint8_t data[];
