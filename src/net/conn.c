@@ -42,7 +42,7 @@
 #define LINGER_NS  (1 * BF_NS_PER_SEC)
 /* Output beyond this grows straight to CONN_OUT_ROOM (pending_append) */
 #define CONN_OUT_SMALL (16u * 1024)
-#define CONN_OUT_ROOM  (2048u * 1024)
+#define CONN_OUT_ROOM  (2 * CONN_BATCH)
 
 static void obuf_release(struct obuf *b)
 {
@@ -53,17 +53,17 @@ static void obuf_release(struct obuf *b)
 /* Appends to the pending output. Small outputs grow as obuf_append grows
  * them; once they pass CONN_OUT_SMALL the buffer goes to CONN_OUT_ROOM (or
  * what is needed) in one step instead of doubling from 16 KiB, where every
- * step copied what it held. A large reply is large here: a produce stops
- * at CONN_BATCH only between nghttp2 calls, and one nghttp2_session_mem_send
- * hands over every DATA frame of a NO_COPY body the windows allow (a
- * provider's List page of ~0.9 MB went 16 KiB -> 1 MiB in 6 copying steps,
- * for every page: ~4-7 % of a resync walk's samples; with a 1 MiB room, a
- * fifth of the pages still went on to 2 MiB with a 1 MiB copy: a page's
- * body and the next one's start). The room is virtual until written
- * (with transparent huge pages `always` rather than Debian's `madvise`, a
- * touched 2 MiB-aligned room could be backed by a huge page); buffers
- * over 2 x CONN_BATCH are freed at the next swap and all when the output
- * drains (conn_flush). 0 or -ENOMEM. */
+ * step copied what it held. A produce stops at about CONN_BATCH: between
+ * nghttp2 calls (h2_produce) and, for a NO_COPY body, between its DATA
+ * frames (outbox_send_frame answers NGHTTP2_ERR_WOULDBLOCK once the conn
+ * holds a batch; before issue 18's stop 32 one nghttp2_session_mem_send
+ * handed over every frame the windows allowed: 8 MiB with the provider
+ * client's window, regrown, copied and faulted in anew for every window's
+ * worth of a List page). So the two buffers stay at CONN_OUT_ROOM and are
+ * swapped, not freed, while output flows; larger ones (TLS records of a
+ * batch, a large HEADERS block) are freed at the next swap, and all when the
+ * output drains (conn_flush). The high-water mark of pending + in flight is
+ * struct bf_net_stats.out_queued_max. 0 or -ENOMEM. */
 static int pending_append(struct conn *c, const void *p, size_t n)
 {
     struct obuf *b = &c->pending;
@@ -75,7 +75,12 @@ static int pending_append(struct conn *c, const void *p, size_t n)
             return -ENOMEM;
         c->stats->out_buffer_grows++;
     }
-    return obuf_append(b, p, n);
+    if (obuf_append(b, p, n))
+        return -ENOMEM;
+    size_t q = bf_conn_queued(c);
+    if (q > c->stats->out_queued_max)
+        c->stats->out_queued_max = q;
+    return 0;
 }
 
 /* The TLS layer's output (struct bf_tls_io.out): records to the pending

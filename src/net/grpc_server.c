@@ -370,8 +370,9 @@ static int send_data_cb(nghttp2_session *h2, nghttp2_frame *frame, const uint8_t
     (void)frame;
     struct sconn *sc = ud;
     struct bf_net_call *call = src->ptr;
-    if (outbox_send_frame(&call->out, &sc->c, framehd, length))
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    int r = outbox_send_frame(&call->out, &sc->c, framehd, length, SRV_BATCH);
+    if (r)
+        return r;
     if (call->out.bytes == 0 && call->had_bytes && call->engaged && call->me->m.on_drain &&
         !call->finished) {
         call->had_bytes = false;
@@ -509,23 +510,35 @@ int bf_net_call_send_pb(struct bf_net_call *call, const struct ProtobufCMessage 
     return rc ? rc : call_enqueue(call, m);
 }
 
-int bf_net_call_send_take(struct bf_net_call *call, void *msg, size_t len)
+int bf_net_call_send_lend(struct bf_net_call *call, void *msg, size_t len,
+                          bf_net_release_fn release, void *arg)
 {
     if (call->finished || call->done) {
-        free(msg);
+        omsg_release_ext(msg, release, arg);
         return -EPIPE;
     }
     struct omsg *m;
-    int rc = omsg_take(msg, len, call->sc->srv->o.max_send_message, &m);
+    int rc = omsg_lend(msg, len, call->sc->srv->o.max_send_message, release, arg, &m);
     return rc ? rc : call_enqueue(call, m);
+}
+
+int bf_net_call_send_take(struct bf_net_call *call, void *msg, size_t len)
+{
+    return bf_net_call_send_lend(call, msg, len, NULL, NULL);
+}
+
+int bf_net_call_reply_lend(struct bf_net_call *call, void *msg, size_t len,
+                           bf_net_release_fn release, void *arg)
+{
+    int r = bf_net_call_send_lend(call, msg, len, release, arg);
+    if (r < 0)
+        return r;
+    return bf_net_call_finish(call, BF_NET_OK, NULL);
 }
 
 int bf_net_call_reply_take(struct bf_net_call *call, void *msg, size_t len)
 {
-    int r = bf_net_call_send_take(call, msg, len);
-    if (r < 0)
-        return r;
-    return bf_net_call_finish(call, BF_NET_OK, NULL);
+    return bf_net_call_reply_lend(call, msg, len, NULL, NULL);
 }
 
 int bf_net_call_reply(struct bf_net_call *call, const void *msg, size_t len)

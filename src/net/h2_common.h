@@ -17,11 +17,14 @@
 
 /* One framed message (5-byte prefix + payload) waiting to be sent: the
  * payload follows the prefix in data[], or (a message handed over without a
- * copy, omsg_take) lives in ext, a malloc'd buffer freed with the omsg. */
+ * copy, omsg_take / omsg_lend) lives in ext, a malloc'd buffer freed with
+ * the omsg, or given back through rel (omsg_lend). */
 struct omsg {
     struct omsg *next;
-    size_t len;   /* prefix + payload */
-    uint8_t *ext; /* the payload when not in data[] (owned), or NULL */
+    size_t len;            /* prefix + payload */
+    uint8_t *ext;          /* the payload when not in data[] (owned), or NULL */
+    bf_net_release_fn rel; /* gives ext back instead of free(), or NULL */
+    void *rel_arg;
     uint8_t data[];
 };
 
@@ -40,32 +43,52 @@ static inline struct omsg *omsg_new(size_t payload)
     m->next = NULL;
     m->len = BF_GRPC_PREFIX + payload;
     m->ext = NULL;
+    m->rel = NULL;
+    m->rel_arg = NULL;
     bf_grpc_prefix(m->data, (uint32_t)payload);
     return m;
 }
 
+/* The payload buffer of a message handed over without a copy: given back
+ * (rel) or freed. */
+static inline void omsg_release_ext(void *ext, bf_net_release_fn rel, void *arg)
+{
+    if (rel)
+        rel(ext, arg);
+    else
+        free(ext);
+}
+
 static inline void omsg_free(struct omsg *m)
 {
-    free(m->ext);
+    omsg_release_ext(m->ext, m->rel, m->rel_arg);
     free(m);
 }
 
-/* A framed message whose payload is msg itself (malloc'd; owned by the
- * omsg from this call on, freed on every error too): no copy. 0, -EMSGSIZE
- * or -ENOMEM. */
-static inline int omsg_take(void *msg, size_t len, size_t max, struct omsg **out)
+/* A framed message whose payload is msg itself (owned by the omsg from this
+ * call on, released on every error too): no copy. omsg_take: msg is
+ * malloc'd and freed with free(); omsg_lend: given back with rel(msg, arg).
+ * 0, -EMSGSIZE or -ENOMEM. */
+static inline int omsg_lend(void *msg, size_t len, size_t max, bf_net_release_fn rel, void *arg,
+                            struct omsg **out)
 {
     struct omsg *m = len > max ? NULL : malloc(sizeof *m + BF_GRPC_PREFIX);
     if (!m) {
-        free(msg);
+        omsg_release_ext(msg, rel, arg);
         return len > max ? -EMSGSIZE : -ENOMEM;
     }
     m->next = NULL;
     m->len = BF_GRPC_PREFIX + len;
     m->ext = msg;
+    m->rel = rel;
+    m->rel_arg = arg;
     bf_grpc_prefix(m->data, (uint32_t)len);
     *out = m;
     return 0;
+}
+static inline int omsg_take(void *msg, size_t len, size_t max, struct omsg **out)
+{
+    return omsg_lend(msg, len, max, NULL, NULL, out);
 }
 
 /* A framed copy of a len-byte payload (msg may be NULL when len is 0), or of
@@ -173,7 +196,18 @@ static inline ssize_t outbox_to_conn(struct outbox *o, struct conn *c, size_t n)
  * the outbox holds), NO_COPY flagged when there is any; the caller then
  * decides the end of the stream (it differs: trailers vs END_STREAM);
  * outbox_send_frame: writes the 9-byte frame header and `length` bytes of the
- * outbox into conn; 0 or NGHTTP2_ERR_CALLBACK_FAILURE. */
+ * outbox into conn; 0, NGHTTP2_ERR_WOULDBLOCK (conn already holds `batch`
+ * bytes or more: nothing written) or NGHTTP2_ERR_CALLBACK_FAILURE.
+ *
+ * Why WOULDBLOCK (issue 18, stop 32): nghttp2_session_mem_send calls the
+ * send_data callback for one NO_COPY frame after another inside one call,
+ * until the flow-control windows close, so h2_produce's batch bound never
+ * applied to a NO_COPY body: with an 8 MiB stream window a 14 MB List page
+ * put 8 MiB into the conn's output buffer in one produce (regrown and
+ * copied, new pages faulted in, freed when drained, for every window's
+ * worth). On WOULDBLOCK mem_send returns 0 and keeps the frame; the next
+ * produce (when the send completes) offers the same frame again, so the
+ * output stays at about `batch` bytes whatever the window. */
 static inline size_t outbox_take(const struct outbox *o, size_t length, uint32_t *flags)
 {
     size_t n = o->bytes < length ? o->bytes : length;
@@ -182,8 +216,10 @@ static inline size_t outbox_take(const struct outbox *o, size_t length, uint32_t
     return n;
 }
 static inline int outbox_send_frame(struct outbox *o, struct conn *c, const uint8_t *framehd,
-                                    size_t length)
+                                    size_t length, size_t batch)
 {
+    if (bf_conn_queued(c) >= batch)
+        return NGHTTP2_ERR_WOULDBLOCK;
     if (bf_conn_write(c, framehd, 9) < 0)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     if (outbox_to_conn(o, c, length) != (ssize_t)length)

@@ -9,7 +9,14 @@
  *     the pending reply is attached to the call, so a client that cancels or
  *     times out frees it in on_done (the timer never fires on a dead call).
  *   - Replies are handed to the net layer without a copy
- *     (bf_net_call_reply_take): a List page is megabytes.
+ *     (bf_net_call_reply_lend): a List page is megabytes. The net layer
+ *     gives each body back when it is sent, and a List's reply starts in a
+ *     body given back before (at most SIMSRV_SPARES of 1-64 MiB kept): a
+ *     freed buffer of 8 MiB or more goes back to the kernel at once
+ *     (jemalloc's oversize arena), so every page of a fresh 14 MB List
+ *     page was a page fault, ~4,000 a page at ~14-20 us each on a PVM
+ *     guest (issue 18, stop 32: the simulator's half of the large-page
+ *     cliff).
  *   - New streams: up to BF_SIMSRV_STREAM_RATE a second per connection (the
  *     net layer's flood guard defaults to 200): one shard's executor and
  *     reconciler open a stream per call (a resync walk at 500K is 123 Lists
@@ -19,6 +26,7 @@
  *     after every RPC and every advance; the sim's clock is bf_mono_ns().
  */
 #include <errno.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,7 +34,51 @@
 #include "bigfleet/util.h"
 #include "simprovider/sim_server.h"
 
+/* Recycled reply bodies (design notes). Separate from the server: a body
+ * the net layer still holds when the server is freed comes back after it. */
+#define SIMSRV_SPARES    2
+#define SIMSRV_SPARE_MIN (1u << 20)
+#define SIMSRV_SPARE_MAX (64u << 20)
+struct spares {
+    unsigned lent; /* bodies out with the net layer */
+    bool orphan;   /* the server is gone: freed when the last comes back */
+    unsigned n;
+    uint8_t *buf[SIMSRV_SPARES];
+};
+
+/* A kept body (and its usable size) for a reply to start in, or none. */
+static void spare_take(struct spares *sp, struct bf_sim_reply *r)
+{
+    if (sp->n == 0)
+        return;
+    r->body = sp->buf[--sp->n];
+    r->cap = malloc_usable_size(r->body);
+}
+
+/* Keeps body for a later reply when it is of the size worth keeping and
+ * there is room; frees it otherwise. */
+static void spare_keep(struct spares *sp, void *body)
+{
+    size_t cap = body ? malloc_usable_size(body) : 0;
+    if (sp->orphan || sp->n == SIMSRV_SPARES || cap < SIMSRV_SPARE_MIN || cap > SIMSRV_SPARE_MAX) {
+        free(body);
+        return;
+    }
+    sp->buf[sp->n++] = body;
+}
+
+/* bf_net_release_fn: the net layer gives a reply body back. */
+static void spare_back(void *body, void *arg)
+{
+    struct spares *sp = arg;
+    sp->lent--;
+    spare_keep(sp, body);
+    if (sp->orphan && sp->lent == 0)
+        free(sp);
+}
+
 struct bf_simsrv {
+    struct spares *sp;
     struct bf_net_loop *loop;
     struct bf_sim *sim;
     struct bf_net_server *srv;
@@ -88,17 +140,18 @@ static void adv_cb(struct bf_net_timer *t, void *arg)
 }
 
 /* Answers with the status, or with body (malloc'd; taken in every case: the
- * net layer sends it from where it is and frees it). */
-static void send_reply(struct bf_net_call *call, int code, const char *message, uint8_t *body,
-                       size_t len)
+ * net layer sends it from where it is and gives it back to sp). */
+static void send_reply(struct spares *sp, struct bf_net_call *call, int code, const char *message,
+                       uint8_t *body, size_t len)
 {
     if (bf_net_call_finished(call) || code != 0) {
-        free(body);
+        spare_keep(sp, body);
         if (!bf_net_call_finished(call))
             bf_net_call_finish(call, code, message);
         return;
     }
-    int rc = bf_net_call_reply_take(call, body, len);
+    sp->lent++;
+    int rc = bf_net_call_reply_lend(call, body, len, spare_back, sp);
     if (rc == -EMSGSIZE) /* a List of a huge pool: say so (the client pages) */
         bf_net_call_finish(call, BF_NET_RESOURCE_EXHAUSTED,
                            "reply larger than the largest message this server sends");
@@ -121,7 +174,7 @@ static void held_cb(struct bf_net_timer *t, void *arg)
     struct held *h = arg;
     uint8_t *body = h->body;
     h->body = NULL;
-    send_reply(h->call, h->code, h->message, body, h->len);
+    send_reply(h->s->sp, h->call, h->code, h->message, body, h->len);
     /* freed in on_done (the call is over once the reply is sent) */
 }
 
@@ -131,6 +184,10 @@ static void on_message(struct bf_net_call *call, const uint8_t *msg, size_t len,
     struct bf_simsrv *s = ma->s;
     int rpc = ma->rpc;
     struct bf_sim_reply r = {0};
+    if (rpc == BF_SIM_RPC_LIST && s->sp->n > 0) {
+        spare_take(s->sp, &r);
+        s->stats.list_reuses++;
+    }
     bf_sim_handle(s->sim, rpc, msg, len, bf_mono_ns(), &r);
     if (r.delay_ns > 0) {
         struct held *h = calloc(1, sizeof *h);
@@ -138,7 +195,7 @@ static void on_message(struct bf_net_call *call, const uint8_t *msg, size_t len,
             h->t = bf_net_timer_new(s->loop, held_cb, h);
         if (!h || !h->t) {
             free(h);
-            send_reply(call, r.code, r.message, r.body, r.len); /* no memory: answer now */
+            send_reply(s->sp, call, r.code, r.message, r.body, r.len); /* no memory: answer now */
             r.body = NULL;
         } else {
             h->s = s;
@@ -155,10 +212,10 @@ static void on_message(struct bf_net_call *call, const uint8_t *msg, size_t len,
             s->stats.held_open++;
         }
     } else {
-        send_reply(call, r.code, r.message, r.body, r.len); /* the body is sent, not copied */
+        send_reply(s->sp, call, r.code, r.message, r.body, r.len); /* sent, not copied */
         r.body = NULL;
     }
-    bf_sim_reply_free(&r);
+    spare_keep(s->sp, r.body); /* not handed over (NULL when it was) */
     bf_simsrv_rearm(s);
 }
 
@@ -183,8 +240,10 @@ int bf_simsrv_new(struct bf_net_loop *loop, struct bf_sim *sim, const struct bf_
     s->loop = loop;
     s->sim = sim;
     s->armed_at = INT64_MAX;
-    s->adv = bf_net_timer_new(loop, adv_cb, s);
+    s->sp = calloc(1, sizeof *s->sp);
+    s->adv = s->sp ? bf_net_timer_new(loop, adv_cb, s) : NULL;
     if (!s->adv) {
+        free(s->sp);
         free(s);
         return -ENOMEM;
     }
@@ -208,6 +267,7 @@ int bf_simsrv_new(struct bf_net_loop *loop, struct bf_sim *sim, const struct bf_
     int rc = bf_net_server_new(loop, &so, &s->srv);
     if (rc) {
         bf_net_timer_free(s->adv);
+        free(s->sp);
         free(s);
         return rc;
     }
@@ -242,5 +302,11 @@ void bf_simsrv_free(struct bf_simsrv *s)
         return;
     bf_net_server_free(s->srv);
     bf_net_timer_free(s->adv);
+    struct spares *sp = s->sp;
+    while (sp->n > 0)
+        free(sp->buf[--sp->n]);
+    sp->orphan = true;
+    if (sp->lent == 0)
+        free(sp);
     free(s);
 }

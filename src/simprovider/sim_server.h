@@ -35,6 +35,8 @@ struct bf_simsrv_stats {
     uint64_t held_open; /* gauge: replies waiting now */
     uint64_t advances;  /* bf_sim_advance calls from the timer */
     uint64_t advance_errors;
+    uint64_t list_reuses; /* List replies that started in a body given back before
+                             (sim_server.c: recycled reply bodies) */
 };
 
 /* Starts serving. 0 and *out, or the -errno of bf_net_server_new. */

@@ -44,8 +44,19 @@ struct srv_state {
     int take_rc[4], retake_rc[4];
     size_t taken_len[4];
     struct bf_net_stats after_take[4];
+    /* "lend:" replies: bodies given back (bf_net_release_fn) */
+    int lent_back;
+    uint8_t *lent_last;
 };
 static struct srv_state S;
+
+static void lend_back(void *msg, void *arg)
+{
+    ck_assert_ptr_eq(arg, &S);
+    S.lent_back++;
+    S.lent_last = msg;
+    free(msg);
+}
 /* messages the echo handler saw (read by another thread in the flush test) */
 static atomic_int g_echo_msgs;
 
@@ -120,6 +131,19 @@ static void echo_msg(struct bf_net_call *call, const uint8_t *m, size_t n, void 
             b[i] = (uint8_t)(i * 13 + sz);
         ck_assert_int_eq(bf_net_call_reply_take(call, b, sz), 0);
         ck_assert_int_eq(bf_net_call_reply_take(call, malloc(16), 16), -EPIPE);
+    } else if (n >= 5 && memcmp(m, "lend:", 5) == 0) {
+        /* the reply lent: given back through lend_back once sent; a second
+         * lend on the finished call is refused and given back at once */
+        size_t sz = (size_t)atoll(z + 5);
+        uint8_t *b = malloc(sz ? sz : 1);
+        for (size_t i = 0; i < sz; i++)
+            b[i] = (uint8_t)(i * 13 + sz);
+        ck_assert_int_eq(bf_net_call_reply_lend(call, b, sz, lend_back, &S), 0);
+        ck_assert_int_eq(S.lent_back, 0); /* not yet sent */
+        uint8_t *b2 = malloc(16);
+        ck_assert_int_eq(bf_net_call_reply_lend(call, b2, 16, lend_back, &S), -EPIPE);
+        ck_assert_int_eq(S.lent_back, 1);
+        ck_assert_ptr_eq(S.lent_last, b2);
     } else if (n >= 4 && memcmp(m, "len?", 4) == 0) {
         char out[32];
         int k = snprintf(out, sizeof out, "%zu", n);
@@ -1048,6 +1072,88 @@ START_TEST(a_large_reply_grows_its_output_buffer_once)
      * doubling it was 6 steps per reply (32 KiB ... 1 MiB) */
     ck_assert_uint_ge(ss.out_buffer_grows, 2);
     ck_assert_uint_le(ss.out_buffer_grows, 4);
+    rig_down(&g);
+}
+END_TEST
+
+/* A message larger than the flow-control windows' worth streams through the
+ * connection's output in batches of ~128 KiB on both sides, whatever the
+ * window: nghttp2 hands a NO_COPY body's DATA frames over one after another
+ * inside one nghttp2_session_mem_send, and until issue 18's stop 32 all of
+ * them went into the output buffer at once (8 MiB with the provider client's
+ * window: the buffer regrown, copied and faulted in anew per window, the
+ * large-message cliff). Counted, not timed: out_queued_max. */
+START_TEST(a_large_message_streams_through_a_bounded_output_buffer)
+{
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_server_opts so = {.addr = "127.0.0.1:0",
+                                    .max_recv_message = 32u << 20,
+                                    .stream_window = 8u << 20,
+                                    .conn_window = 16u << 20};
+    struct bf_net_server *srv = start_server_opts(l, &so);
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", bf_net_server_port(srv));
+    struct bf_net_client_opts co = {.addr = addr,
+                                    .max_recv_message = 32u << 20,
+                                    .max_send_message = 32u << 20,
+                                    .stream_window = 8u << 20,
+                                    .conn_window = 16u << 20};
+    struct bf_net_client *cl = NULL;
+    ck_assert_int_eq(bf_net_client_new(l, &co, &cl), 0);
+    /* server -> client: a 12 MiB reply handed over without a copy */
+    struct result r = {0};
+    unary(cl, "/t.Test/Echo", "take:12582912", 13, 30 * BF_NS_PER_SEC, &r);
+    run_until(l, result_done, &r, 30 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    ck_assert_uint_eq(r.len, 12582912);
+    for (size_t i = 0; i < r.len; i += 4093)
+        ck_assert_uint_eq(r.resp[i], (uint8_t)(i * 13 + 12582912));
+    free(r.resp);
+    /* client -> server: a 12 MiB request, echoed back */
+    size_t n = 12u << 20;
+    uint8_t *req = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        req[i] = (uint8_t)(i * 7);
+    struct result e = {0};
+    unary(cl, "/t.Test/Echo", req, n, 30 * BF_NS_PER_SEC, &e);
+    run_until(l, result_done, &e, 30 * BF_NS_PER_SEC);
+    ck_assert_int_eq(e.code, BF_NET_OK);
+    ck_assert_uint_eq(e.len, n);
+    ck_assert(memcmp(e.resp, req, n) == 0);
+    free(e.resp);
+    free(req);
+    struct bf_net_stats ss, cs;
+    bf_net_server_stats(srv, &ss);
+    bf_net_client_stats(cl, &cs);
+    /* a batch (128 KiB), the frame that crossed it (<= 16 KiB + 9) and the
+     * HEADERS and trailers; before: ~8 MiB, the stream window */
+    ck_assert_uint_gt(ss.out_queued_max, 64u << 10);
+    ck_assert_uint_le(ss.out_queued_max, 256u << 10);
+    ck_assert_uint_gt(cs.out_queued_max, 64u << 10);
+    ck_assert_uint_le(cs.out_queued_max, 256u << 10);
+    bf_net_client_free(cl);
+    bf_net_server_free(srv);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
+/* A lent reply (bf_net_call_reply_lend) is sent from where it is and given
+ * back through the release callback, once, after its last byte went to the
+ * connection; a refused lend is given back before it returns. */
+START_TEST(a_lent_reply_is_given_back_once_sent)
+{
+    struct rig g = rig_up(NULL, NULL, 0);
+    struct result r = {0};
+    unary(g.cl, "/t.Test/Echo", "lend:3000000", 12, 10 * BF_NS_PER_SEC, &r);
+    run_until(g.l, result_done, &r, 10 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    ck_assert_uint_eq(r.len, 3000000);
+    for (size_t i = 0; i < r.len; i += 997)
+        ck_assert_uint_eq(r.resp[i], (uint8_t)(i * 13 + 3000000));
+    free(r.resp);
+    ck_assert_int_eq(S.lent_back, 2);
+    ck_assert_ptr_ne(S.lent_last, NULL);
     rig_down(&g);
 }
 END_TEST
@@ -2055,6 +2161,8 @@ int main(void)
     tcase_add_test(tc, taken_replies_arrive_intact_and_large_responses_reuse_the_receive_buffer);
     tcase_add_test(tc, medium_responses_reuse_the_receive_buffer);
     tcase_add_test(tc, a_large_reply_grows_its_output_buffer_once);
+    tcase_add_test(tc, a_large_message_streams_through_a_bounded_output_buffer);
+    tcase_add_test(tc, a_lent_reply_is_given_back_once_sent);
     tcase_add_test(tc, oversize_request_is_resource_exhausted_and_the_connection_survives);
     tcase_add_test(tc, calls_fail_fast_while_down_and_succeed_after_reconnect);
     tcase_add_test(tc, connection_loss_fails_open_calls_with_unavailable_then_reconnects);
