@@ -616,7 +616,9 @@ static void same_verdicts(const struct bf_engine_result *a, const struct bf_engi
                           x->unmet_reason == y->unmet_reason &&
                           x->n_same_candidates == y->n_same_candidates &&
                           x->matching_supply.idle == y->matching_supply.idle &&
-                          x->matching_supply.configured == y->matching_supply.configured,
+                          x->matching_supply.configured == y->matching_supply.configured &&
+                          x->age_cycles_unmet == y->age_cycles_unmet &&
+                          x->parked_age_cycles == y->parked_age_cycles,
                       "verdict %zu differs at cycle %d", i, cyc);
         /* the Need it is about: the same profile, group and cluster */
         ck_assert_msg(
@@ -756,7 +758,64 @@ static void invariants(struct world *w, int cyc)
     ck_assert_uint_eq(sum, total);
 }
 
-enum { CMP_REF = 1, CMP_NOV = 2, CMP_HIST = 4, CMP_FULL = 8, QUIET = 16, SMALLCAP = 32 };
+enum {
+    CMP_REF = 1,
+    CMP_NOV = 2,
+    CMP_HIST = 4,
+    CMP_FULL = 8,
+    QUIET = 16,
+    SMALLCAP = 32,
+    SCARCE = 64
+};
+
+/* SCARCE: cycles of (no acquirable supply, worker left out, Phase 2 victim
+ * sets skipped) counted by scarce() */
+static uint64_t g_no_pool_cycles, g_no_victim_cycles, g_some_victim_cycles;
+
+/*
+ * SCARCE worlds: in turns of three cycles, every Idle and Speculative machine
+ * fails (no acquirable supply: every pool empty), only the Idle ones or only
+ * the Speculative ones fail, or every machine with a cluster is lifted to the
+ * top priority or to 1000 (the lower priorities' lists emptied: Needs at or
+ * below the lowest listed priority have no victim); mutate() brings new
+ * machines back between turns.
+ */
+static void scarce(struct world *w, int cyc)
+{
+    int turn = (cyc / 3) % 6;
+    struct ef *f = w->f;
+    bool any_pool = false;
+    int32_t lowest = INT32_MAX;
+    for (uint32_t s = 0; s < f->next; s++) {
+        struct ef_machine *m = &f->m[s];
+        if (!m->used)
+            continue;
+        bool idle = m->state == BF_STATE_IDLE, spec = m->state == BF_STATE_SPECULATIVE;
+        bool held = m->state == BF_STATE_CONFIGURED || m->state == BF_STATE_DRAINING ||
+                    m->state == BF_STATE_CONFIGURING;
+        if ((idle && (turn == 1 || turn == 2)) || (spec && (turn == 1 || turn == 3))) {
+            m->state = BF_STATE_FAILED;
+            m->idle_since = 0;
+            w->dirty[s] = true;
+        } else if (held && (turn == 4 || turn == 5)) {
+            int32_t to = turn == 4 ? prios[4] : prios[2];
+            if (m->prio < to) {
+                m->prio = to;
+                w->dirty[s] = true;
+            }
+        }
+        any_pool |= m->state == BF_STATE_IDLE || m->state == BF_STATE_SPECULATIVE;
+        if (m->state == BF_STATE_CONFIGURED || m->state == BF_STATE_DRAINING ||
+            m->state == BF_STATE_CONFIGURING)
+            lowest = m->prio < lowest ? m->prio : lowest;
+    }
+    propagate(w);
+    g_no_pool_cycles += !any_pool;
+    if (lowest >= prios[2])
+        g_no_victim_cycles++;
+    if (lowest < prios[4])
+        g_some_victim_cycles++;
+}
 
 /* cycles whose shortfall ledger held more entries than the cap (SMALLCAP) */
 static uint64_t g_cut_cycles;
@@ -806,6 +865,8 @@ static void run_world_stats(uint64_t seed, int cycles, int cmp, uint64_t stats[6
     propagate(w);
     struct bf_engine_result rr, rn, rh, rf;
     for (int cyc = 1; cyc <= cycles; cyc++) {
+        if (cmp & SCARCE)
+            scarce(w, cyc);
         ck_assert_int_eq(ef_cycle(w->f), 0);
         invariants(w, cyc);
         const struct bf_engine_result *r = &w->f->r;
@@ -1050,6 +1111,26 @@ START_TEST(shortfalls_cut_to_the_cap_are_the_head_of_the_full_sort)
 }
 END_TEST
 
+/* Worlds whose acquirable supply runs out (no Idle and no Speculative
+ * machine: Phase 1 leaves out the workers that could take nothing), runs out
+ * by halves, and whose held machines are lifted above some or all Needs
+ * (Phase 2 skips the victim sets of Needs with no lower-priority machine),
+ * with Needs coming and going (the shortfall ledger compacts: the
+ * profiles' remembered ledger indexes go stale); fast and reference decide,
+ * publish shortfalls and give verdicts (ages included) alike every cycle. */
+START_TEST(scarce_supply_and_lifted_priorities_decide_like_the_reference)
+{
+    g_no_pool_cycles = g_no_victim_cycles = g_some_victim_cycles = 0;
+    for (uint64_t seed = 1; seed <= 16; seed++)
+        run_world(seed * 4349 + (uint64_t)_i * 611953, 48, CMP_REF | SCARCE);
+    ck_assert_msg(g_no_pool_cycles >= 50, "only %llu cycles without acquirable supply",
+                  (unsigned long long)g_no_pool_cycles);
+    ck_assert_msg(g_no_victim_cycles >= 50 && g_some_victim_cycles >= 200,
+                  "lifted cycles %llu, cycles with low-priority machines %llu",
+                  (unsigned long long)g_no_victim_cycles, (unsigned long long)g_some_victim_cycles);
+}
+END_TEST
+
 /* ---- demand churn against the reference: arrays reused across rollups */
 
 #define CH_CL   4
@@ -1222,6 +1303,7 @@ static Suite *suite(void)
                         2);
     tcase_add_loop_test(t, shortfalls_cut_to_the_cap_are_the_head_of_the_full_sort, 0, 2);
     tcase_add_loop_test(t, demand_churn_with_reused_arrays_decides_like_the_reference, 0, 2);
+    tcase_add_loop_test(t, scarce_supply_and_lifted_priorities_decide_like_the_reference, 0, 2);
     suite_add_tcase(s, t);
     return s;
 }

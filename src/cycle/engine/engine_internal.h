@@ -374,6 +374,9 @@ struct cprof {
     uint32_t ac_stamp;
     uint32_t ac_idle, ac_spec;
     double ac_cost;
+    /* its entry's index in e->shortl when last seen (a hint: checked
+     * against the entry's fingerprint before use; any value is safe) */
+    uint32_t short_i;
 };
 
 struct snapkey {

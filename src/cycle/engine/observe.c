@@ -208,12 +208,26 @@ static int shorts_top(struct bf_engine *e, uint32_t cap)
     return 0;
 }
 
+/*
+ * The ledger index of cp's fingerprint, NONE32 if it has no entry: the
+ * index cp remembers when its entry still holds that fingerprint (entries
+ * are unique per fingerprint, so it is the map's answer), the map's
+ * otherwise; the reference engine always asks the map.
+ */
+static uint32_t short_find(const struct bf_engine *e, const struct cprof *cp)
+{
+    uint32_t si = cp->short_i;
+    if (!(e->cfg.flags & BF_ENGINE_F_REFERENCE) && si < e->n_shortl && e->shortl[si].fp == cp->fp)
+        return si;
+    return bfe_u64map_get(&e->short_map, cp->fp, NONE32);
+}
+
 static int shortfalls(struct bf_engine *e)
 {
     for (uint32_t u = 0; u < e->n_unres; u++) {
         const struct dneed *d = &e->d[e->unres[u].need];
         uint32_t fp = d->cp->fp;
-        uint32_t si = bfe_u64map_get(&e->short_map, fp, NONE32);
+        uint32_t si = short_find(e, d->cp);
         if (si == NONE32) {
             TRY(GROW(e->shortl, e->cap_shortl, e->n_shortl + 1));
             si = e->n_shortl;
@@ -227,6 +241,7 @@ static int shortfalls(struct bf_engine *e)
             bfe_intern_retain(&e->in, fp);
             d->cp->refs++;
         }
+        d->cp->short_i = si;
         struct short_entry *s = &e->shortl[si];
         if (s->seen != e->stamp) {
             s->age++; /* a new entry starts at 1 */
@@ -241,6 +256,8 @@ static int shortfalls(struct bf_engine *e)
     for (uint32_t i = 0; i < e->n_shortl; i++) {
         struct short_entry *s = &e->shortl[i];
         if (s->seen == e->stamp) {
+            if (k != i)
+                s->cp->short_i = k; /* (s->cp's hint: the verdicts' lookup) */
             e->shortl[k++] = *s;
             continue;
         }
@@ -448,7 +465,7 @@ static int verdicts(struct bf_engine *e)
         }
         if (d->parked)
             v->parked_age_cycles = d->park_age;
-        uint32_t si = bfe_u64map_get(&e->short_map, d->cp->fp, NONE32);
+        uint32_t si = short_find(e, d->cp);
         if (si != NONE32)
             v->age_cycles_unmet = e->shortl[si].age;
         matching_supply(e, d, v);
