@@ -638,6 +638,23 @@ static void same_verdicts(const struct bf_engine_result *a, const struct bf_engi
     }
 }
 
+/* the same AvailableCapacity hints, in the same order */
+static void same_hints(const struct bf_engine_result *a, const struct bf_engine_result *b, int cyc)
+{
+    ck_assert_msg(a->n_ac_hints == b->n_ac_hints, "cycle %d: %zu vs %zu hints", cyc, a->n_ac_hints,
+                  b->n_ac_hints);
+    for (size_t i = 0; i < a->n_ac_hints; i++) {
+        const struct bf_engine_ac_hint *x = &a->ac_hints[i], *y = &b->ac_hints[i];
+        ck_assert_msg(
+            strcmp(x->cluster, y->cluster) == 0 && strcmp(x->fingerprint, y->fingerprint) == 0 &&
+                x->available_count == y->available_count && x->confidence == y->confidence &&
+                (x->cost_per_hour == y->cost_per_hour ||
+                 (isnan(x->cost_per_hour) && isnan(y->cost_per_hour))),
+            "hint %zu differs at cycle %d: %s %d/%d vs %s %d/%d", i, cyc, x->fingerprint,
+            x->available_count, x->confidence, y->fingerprint, y->available_count, y->confidence);
+    }
+}
+
 /* every machine has the same owner (or none) in both engines */
 static void same_claims(struct world *w, const struct bf_engine *a, const struct bf_engine *b,
                         int cyc)
@@ -893,6 +910,7 @@ static void run_world_stats(uint64_t seed, int cycles, int cmp, uint64_t stats[6
         if (cmp & CMP_REF) {
             same_actions(&w->f->r, &rr, "fast vs reference", cyc);
             same_verdicts(&w->f->r, &rr, cyc);
+            same_hints(&w->f->r, &rr, cyc);
             /* the pass-through snapshot order, merged where a cluster's
              * demand or fold decisions moved, is the reference's full sort */
             const struct bf_engine *fe = w->f->e;
@@ -1116,8 +1134,9 @@ END_TEST
  * by halves, and whose held machines are lifted above some or all Needs
  * (Phase 2 skips the victim sets of Needs with no lower-priority machine),
  * with Needs coming and going (the shortfall ledger compacts: the
- * profiles' remembered ledger indexes go stale); fast and reference decide,
- * publish shortfalls and give verdicts (ages included) alike every cycle. */
+ * profiles' remembered ledger indexes go stale) and AvailableCapacity
+ * figures of no supply at all; fast and reference decide, publish
+ * shortfalls and hints and give verdicts (ages included) alike every cycle. */
 START_TEST(scarce_supply_and_lifted_priorities_decide_like_the_reference)
 {
     g_no_pool_cycles = g_no_victim_cycles = g_some_victim_cycles = 0;
@@ -1174,6 +1193,9 @@ static void ch_push(struct churn *w, int c)
     }
     ck_assert_int_eq(ef_set(w->f, name, v, (size_t)w->n[c]), 0);
     ck_assert_int_eq(ef_set(w->g, name, v, (size_t)w->n[c]), 0);
+    /* live sessions: AvailableCapacity hints per distinct profile named */
+    ck_assert_int_eq(bf_engine_set_cluster_flags(w->f->e, name, true, true), 0);
+    ck_assert_int_eq(bf_engine_set_cluster_flags(w->g->e, name, true, true), 0);
 }
 
 /* Four clusters of 0-300 Needs (plain and Same gangs of 24 profiles, folded
@@ -1181,9 +1203,10 @@ static void ch_push(struct churn *w, int c)
  * unchanged, one quantity changed, a Need's profile changed, an arrival
  * moved, a group renamed, Needs removed and re-added, all replaced, emptied.
  * The fast engine (the demand arrays and fold flags kept across rollups and
- * handed between clusters, the fold memo) and the reference decide the same
- * and hold the same demand (every verdict's Need, fingerprint, aggregate,
- * arrival and group) every cycle; the arrays were reused. */
+ * handed between clusters, the fold memo, the hint list's marks) and the
+ * reference decide the same, hint the same (live sessions) and hold the same demand (every
+ * verdict's Need, fingerprint, aggregate, arrival and group) every cycle; the arrays were reused.
+ */
 START_TEST(demand_churn_with_reused_arrays_decides_like_the_reference)
 {
     struct churn *w = calloc(1, sizeof *w);
@@ -1265,6 +1288,7 @@ START_TEST(demand_churn_with_reused_arrays_decides_like_the_reference)
         ck_assert_int_eq(ef_cycle(w->g), 0);
         same_actions(&w->f->r, &w->g->r, "churn: fast vs reference", step);
         same_verdicts(&w->f->r, &w->g->r, step);
+        same_hints(&w->f->r, &w->g->r, step);
         for (size_t i = 0; i < w->f->r.n_verdicts; i++) {
             const struct bf_engine_verdict *x = &w->f->r.verdicts[i], *y = &w->g->r.verdicts[i];
             ck_assert_str_eq(x->cluster, y->cluster);

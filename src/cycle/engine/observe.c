@@ -498,6 +498,14 @@ static void ac_figures(struct bf_engine *e, struct cprof *cp)
     if (cp->ac_stamp == e->stamp)
         return;
     cp->ac_stamp = e->stamp;
+    if (!(e->cfg.flags & BF_ENGINE_F_REFERENCE) && !e->by_state[BF_STATE_IDLE] &&
+        !e->by_state[BF_STATE_SPECULATIVE]) {
+        /* no Idle and no Speculative leaf: every count is 0 and no Idle
+         * price is seen, pinned or not */
+        cp->ac_idle = cp->ac_spec = 0;
+        cp->ac_cost = 0;
+        return;
+    }
     if (!cp->pinned) {
         cp->ac_idle = e->by_state[BF_STATE_IDLE];
         cp->ac_spec = e->by_state[BF_STATE_SPECULATIVE];
@@ -539,17 +547,27 @@ static int ac_profiles(struct bf_engine *e, struct cluster *cl)
 {
     if (cl->acl_valid)
         return 0;
+    /* a profile already listed in this pass carries its mark (the
+     * reference engine asks a map); the entry hint is the profile's own */
+    bool ref = e->cfg.flags & BF_ENGINE_F_REFERENCE;
     struct bfe_u64map *seen = &e->norm_map[2];
-    bfe_u64map_clear(seen);
+    uint64_t mark = ++e->acl_marks;
+    if (ref)
+        bfe_u64map_clear(seen);
     cl->nacl = 0;
     for (uint32_t i = 0; i < cl->n_needs; i++) {
         struct cprof *cp = cl->needs[i].cp;
-        if (bfe_u64map_get(seen, cp->idx, NONE32) != NONE32)
+        if (ref) {
+            if (bfe_u64map_get(seen, cp->idx, NONE32) != NONE32)
+                continue;
+            TRY(bfe_u64map_put(seen, cp->idx, i));
+        } else if (cp->acl_mark == mark) {
             continue;
-        TRY(bfe_u64map_put(seen, cp->idx, i));
+        }
         TRY(GROW(cl->acl, cl->capacl, cl->nacl + 1));
         TRY(GROW(cl->acl_ac, cl->capacl_ac, cl->nacl + 1));
-        cl->acl_ac[cl->nacl] = NONE32;
+        cp->acl_mark = mark; /* (after the growth: a failed pass lists it again) */
+        cl->acl_ac[cl->nacl] = ref ? NONE32 : cp->ac_i;
         cl->acl[cl->nacl++] = cp;
     }
     cl->acl_valid = true;
@@ -590,6 +608,7 @@ static int ac_hints(struct bf_engine *e, int64_t now_ns)
                 bfe_intern_retain(&e->in, cp->fp);
             }
             cl->acl_ac[i] = ai;
+            cp->ac_i = ai;
             struct ac_entry *a = &e->ac[ai];
             a->seen = e->stamp;
             bool emit;
