@@ -2745,7 +2745,7 @@ int main(int argc, char **argv)
             fprintf(stderr,
                     "usage: %s [--quick] [--cycles N] [--only a,b] [--out DIR] "
                     "[--openb DIR] [--mode engine|shm|both] [--reclaim-cap F] [--trace] "
-                    "[--check] [--huge-pages]\n",
+                    "[--check] [--huge-pages] [--republish N [--republish-every K]]\n",
                     argv[0]);
             return 2;
         }
