@@ -55,6 +55,7 @@
  *
  * Usage: bench_engine [--quick] [--cycles N] [--only name[,name]] [--out DIR]
  *                     [--openb DIR] [--mode engine|shm|both] [--reclaim-cap F] [--trace]
+ *                     [--republish N [--republish-every K]]
  *                     [--check] [--huge-pages]
  *        (--huge-pages: the engine's big arrays in transparent huge pages, as the
  *        appliance's --transparent-huge-pages=true; default 4 KiB pages, as its default;
@@ -1510,6 +1511,7 @@ struct opts {
     double reclaim_cap; /* shm mode: rail 1 fraction; < 0 = the appliance default */
     uint32_t cycles;
     const char *only;
+    uint32_t republish, republish_every; /* --republish N [--republish-every K] */
     const char *out;
     const char *openb;
 };
@@ -2585,6 +2587,119 @@ static void write_svg(const char *path, const struct result *rs, int n)
     fclose(f);
 }
 
+/* ------------------------------------------------------------------ republish */
+
+static int dbl_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * --republish N: the engine alone under an operator republishing a rollup of
+ * N Needs of N distinct profiles (instance type x zone pins, priorities in
+ * runs of 150, as bench_session's --ingest-case 4 builds them), every Need's
+ * quantity changed between the two alternating rollups (every 100th with
+ * --republish-every 100), no machines: bf_engine_set_needs then
+ * bf_engine_cycle (the cluster's session live), --cycles pairs after 3 warm-up ones. Prints the
+ * medians (set_needs wall, cycle wall, cycle thread CPU, the engine's phase timings).
+ */
+static int run_republish(uint32_t n, uint32_t every, unsigned cycles)
+{
+    static const char *const kt = "node.kubernetes.io/instance-type",
+                             *const kz = "topology.kubernetes.io/zone";
+    static char rtypes[50][32], rzones[3][16];
+    for (int i = 0; i < 50; i++)
+        snprintf(rtypes[i], sizeof rtypes[i], "type-%02d.xlarge", i);
+    for (int i = 0; i < 3; i++)
+        snprintf(rzones[i], sizeof rzones[i], "zone-%c", 'a' + i);
+    struct bf_engine_config c;
+    bf_engine_config_defaults(&c);
+    c.capacity = 1024;
+    struct bf_engine *e = NULL;
+    struct bf_requirement *rq = calloc((size_t)n * 2, sizeof *rq);
+    const char **vals = calloc((size_t)n * 2, sizeof *vals);
+    struct bf_engine_need *d[2] = {calloc(n, sizeof **d), calloc(n, sizeof **d)};
+    double *m[6];
+    for (int k = 0; k < 6; k++)
+        m[k] = calloc(cycles ? cycles : 1, sizeof **m);
+    if (!rq || !vals || !d[0] || !d[1] || !m[5] || bf_engine_new(&c, &e)) {
+        fprintf(stderr, "republish: out of memory\n");
+        return 1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        vals[2 * i] = rtypes[i % 50];
+        vals[2 * i + 1] = rzones[i % 3];
+        rq[2 * i] = (struct bf_requirement){kt, BF_OP_IN, 1, &vals[2 * i]};
+        rq[2 * i + 1] = (struct bf_requirement){kz, BF_OP_IN, 1, &vals[2 * i + 1]};
+        for (int k = 0; k < 2; k++) {
+            struct bf_engine_need *x = &d[k][i];
+            x->profile.priority = (int32_t)(i / 150);
+            x->profile.ipb = (uint8_t)(i % 20 + 1);
+            x->profile.rpb = 10;
+            x->profile.n_reqs = 2;
+            x->profile.reqs = &rq[2 * i];
+            bf_vec_zero(&x->aggregate);
+            bf_vec_zero(&x->min_unit);
+            x->aggregate.v[0] = k && i % every == 0 ? 5000 : 4000;
+            x->aggregate.v[1] = 64LL * 1024 * 1024 * 1024;
+            x->min_unit.v[0] = 1000;
+            x->arrival_ns = 1000 * (k + 1);
+        }
+        /* the feed passes the blob's fingerprint (canonical already: one
+         * value each, the keys in order) */
+        char *fp = bf_profile_fingerprint_dup(&d[0][i].profile);
+        if (!fp) {
+            fprintf(stderr, "republish: out of memory\n");
+            return 1;
+        }
+        d[0][i].fingerprint = d[1][i].fingerprint = fp;
+    }
+    struct bf_engine_result r;
+    int64_t now = 1700000000LL * 1000000000LL;
+    for (unsigned it = 0; it < cycles + 3; it++) {
+        int64_t t0 = now_mono();
+        int rc = bf_engine_set_needs(e, "bench-100", it + 1, d[it & 1], n);
+        /* the operator's session is live (AvailableCapacity hints, as in
+         * the appliance) */
+        rc |= bf_engine_set_cluster_flags(e, "bench-100", true, true);
+        int64_t t1 = now_mono(), c0 = now_cpu();
+        rc |= bf_engine_cycle(e, now += 1000000000LL, &r);
+        int64_t t2 = now_mono(), c1 = now_cpu();
+        if (rc) {
+            fprintf(stderr, "republish: engine error %d\n", rc);
+            return 1;
+        }
+        if (it < 3)
+            continue;
+        unsigned j = it - 3;
+        m[0][j] = (double)(t1 - t0) / 1e6;
+        m[1][j] = (double)(t2 - t1) / 1e6;
+        m[2][j] = (double)(c1 - c0) / 1e6;
+        m[3][j] = (double)r.t.normalize_ns / 1e6;
+        m[4][j] = (double)(r.t.phase1_ns + r.t.phase2_ns + r.t.phase3_ns) / 1e6;
+        m[5][j] = (double)r.t.verdict_ns / 1e6;
+    }
+    for (int k = 0; k < 6; k++)
+        qsort(m[k], cycles, sizeof **m, dbl_cmp);
+    unsigned h = cycles / 2;
+    printf("republish N=%u every=%u cycles=%u medians: set_needs %.2f ms, cycle %.2f ms "
+           "(cpu %.2f ms: normalize %.2f, phases 1-3 %.2f, verdicts+shortfalls %.2f), "
+           "verdicts %zu, shortfalls %zu\n",
+           n, every, cycles, m[0][h], m[1][h], m[2][h], m[3][h], m[4][h], m[5][h], r.n_verdicts,
+           r.n_shortfalls);
+    bf_engine_free(e);
+    for (uint32_t i = 0; i < n; i++)
+        free((char *)d[0][i].fingerprint);
+    for (int k = 0; k < 6; k++)
+        free(m[k]);
+    free(d[0]);
+    free(d[1]);
+    free(rq);
+    free(vals);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct opts o = {.cycles = 100,
@@ -2593,7 +2708,11 @@ int main(int argc, char **argv)
                      .modes = MODE_ENGINE | MODE_SHM,
                      .reclaim_cap = -1};
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0) {
+        if (strcmp(argv[i], "--republish") == 0 && i + 1 < argc) {
+            o.republish = (uint32_t)strtoul(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--republish-every") == 0 && i + 1 < argc) {
+            o.republish_every = (uint32_t)strtoul(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--quick") == 0) {
             o.quick = true;
             o.cycles = 30;
         } else if (strcmp(argv[i], "--check") == 0) {
@@ -2626,11 +2745,14 @@ int main(int argc, char **argv)
             fprintf(stderr,
                     "usage: %s [--quick] [--cycles N] [--only a,b] [--out DIR] "
                     "[--openb DIR] [--mode engine|shm|both] [--reclaim-cap F] [--trace] "
-                    "[--check] [--huge-pages]\n",
+                    "[--check] [--huge-pages] [--republish N [--republish-every K]]\n",
                     argv[0]);
             return 2;
         }
     }
+    if (o.republish) /* the engine under a republish (run_republish) */
+        return run_republish(o.republish, o.republish_every ? o.republish_every : 1,
+                             o.cycles < 10000 ? o.cycles : 10000);
     uint32_t big = o.quick ? 100000 : 500000;
     struct result rs[16];
     signal(SIGINT, shm_on_signal);

@@ -616,7 +616,9 @@ static void same_verdicts(const struct bf_engine_result *a, const struct bf_engi
                           x->unmet_reason == y->unmet_reason &&
                           x->n_same_candidates == y->n_same_candidates &&
                           x->matching_supply.idle == y->matching_supply.idle &&
-                          x->matching_supply.configured == y->matching_supply.configured,
+                          x->matching_supply.configured == y->matching_supply.configured &&
+                          x->age_cycles_unmet == y->age_cycles_unmet &&
+                          x->parked_age_cycles == y->parked_age_cycles,
                       "verdict %zu differs at cycle %d", i, cyc);
         /* the Need it is about: the same profile, group and cluster */
         ck_assert_msg(
@@ -633,6 +635,23 @@ static void same_verdicts(const struct bf_engine_result *a, const struct bf_engi
             ck_assert_int_eq(x->same_candidates[k].coverage_per_mille,
                              y->same_candidates[k].coverage_per_mille);
         }
+    }
+}
+
+/* the same AvailableCapacity hints, in the same order */
+static void same_hints(const struct bf_engine_result *a, const struct bf_engine_result *b, int cyc)
+{
+    ck_assert_msg(a->n_ac_hints == b->n_ac_hints, "cycle %d: %zu vs %zu hints", cyc, a->n_ac_hints,
+                  b->n_ac_hints);
+    for (size_t i = 0; i < a->n_ac_hints; i++) {
+        const struct bf_engine_ac_hint *x = &a->ac_hints[i], *y = &b->ac_hints[i];
+        ck_assert_msg(
+            strcmp(x->cluster, y->cluster) == 0 && strcmp(x->fingerprint, y->fingerprint) == 0 &&
+                x->available_count == y->available_count && x->confidence == y->confidence &&
+                (x->cost_per_hour == y->cost_per_hour ||
+                 (isnan(x->cost_per_hour) && isnan(y->cost_per_hour))),
+            "hint %zu differs at cycle %d: %s %d/%d vs %s %d/%d", i, cyc, x->fingerprint,
+            x->available_count, x->confidence, y->fingerprint, y->available_count, y->confidence);
     }
 }
 
@@ -756,7 +775,64 @@ static void invariants(struct world *w, int cyc)
     ck_assert_uint_eq(sum, total);
 }
 
-enum { CMP_REF = 1, CMP_NOV = 2, CMP_HIST = 4, CMP_FULL = 8, QUIET = 16, SMALLCAP = 32 };
+enum {
+    CMP_REF = 1,
+    CMP_NOV = 2,
+    CMP_HIST = 4,
+    CMP_FULL = 8,
+    QUIET = 16,
+    SMALLCAP = 32,
+    SCARCE = 64
+};
+
+/* SCARCE: cycles of (no acquirable supply, worker left out, Phase 2 victim
+ * sets skipped) counted by scarce() */
+static uint64_t g_no_pool_cycles, g_no_victim_cycles, g_some_victim_cycles;
+
+/*
+ * SCARCE worlds: in turns of three cycles, every Idle and Speculative machine
+ * fails (no acquirable supply: every pool empty), only the Idle ones or only
+ * the Speculative ones fail, or every machine with a cluster is lifted to the
+ * top priority or to 1000 (the lower priorities' lists emptied: Needs at or
+ * below the lowest listed priority have no victim); mutate() brings new
+ * machines back between turns.
+ */
+static void scarce(struct world *w, int cyc)
+{
+    int turn = (cyc / 3) % 6;
+    struct ef *f = w->f;
+    bool any_pool = false;
+    int32_t lowest = INT32_MAX;
+    for (uint32_t s = 0; s < f->next; s++) {
+        struct ef_machine *m = &f->m[s];
+        if (!m->used)
+            continue;
+        bool idle = m->state == BF_STATE_IDLE, spec = m->state == BF_STATE_SPECULATIVE;
+        bool held = m->state == BF_STATE_CONFIGURED || m->state == BF_STATE_DRAINING ||
+                    m->state == BF_STATE_CONFIGURING;
+        if ((idle && (turn == 1 || turn == 2)) || (spec && (turn == 1 || turn == 3))) {
+            m->state = BF_STATE_FAILED;
+            m->idle_since = 0;
+            w->dirty[s] = true;
+        } else if (held && (turn == 4 || turn == 5)) {
+            int32_t to = turn == 4 ? prios[4] : prios[2];
+            if (m->prio < to) {
+                m->prio = to;
+                w->dirty[s] = true;
+            }
+        }
+        any_pool |= m->state == BF_STATE_IDLE || m->state == BF_STATE_SPECULATIVE;
+        if (m->state == BF_STATE_CONFIGURED || m->state == BF_STATE_DRAINING ||
+            m->state == BF_STATE_CONFIGURING)
+            lowest = m->prio < lowest ? m->prio : lowest;
+    }
+    propagate(w);
+    g_no_pool_cycles += !any_pool;
+    if (lowest >= prios[2])
+        g_no_victim_cycles++;
+    if (lowest < prios[4])
+        g_some_victim_cycles++;
+}
 
 /* cycles whose shortfall ledger held more entries than the cap (SMALLCAP) */
 static uint64_t g_cut_cycles;
@@ -806,6 +882,8 @@ static void run_world_stats(uint64_t seed, int cycles, int cmp, uint64_t stats[6
     propagate(w);
     struct bf_engine_result rr, rn, rh, rf;
     for (int cyc = 1; cyc <= cycles; cyc++) {
+        if (cmp & SCARCE)
+            scarce(w, cyc);
         ck_assert_int_eq(ef_cycle(w->f), 0);
         invariants(w, cyc);
         const struct bf_engine_result *r = &w->f->r;
@@ -832,6 +910,7 @@ static void run_world_stats(uint64_t seed, int cycles, int cmp, uint64_t stats[6
         if (cmp & CMP_REF) {
             same_actions(&w->f->r, &rr, "fast vs reference", cyc);
             same_verdicts(&w->f->r, &rr, cyc);
+            same_hints(&w->f->r, &rr, cyc);
             /* the pass-through snapshot order, merged where a cluster's
              * demand or fold decisions moved, is the reference's full sort */
             const struct bf_engine *fe = w->f->e;
@@ -1050,6 +1129,27 @@ START_TEST(shortfalls_cut_to_the_cap_are_the_head_of_the_full_sort)
 }
 END_TEST
 
+/* Worlds whose acquirable supply runs out (no Idle and no Speculative
+ * machine: Phase 1 leaves out the workers that could take nothing), runs out
+ * by halves, and whose held machines are lifted above some or all Needs
+ * (Phase 2 skips the victim sets of Needs with no lower-priority machine),
+ * with Needs coming and going (the shortfall ledger compacts: the
+ * profiles' remembered ledger indexes go stale) and AvailableCapacity
+ * figures of no supply at all; fast and reference decide, publish
+ * shortfalls and hints and give verdicts (ages included) alike every cycle. */
+START_TEST(scarce_supply_and_lifted_priorities_decide_like_the_reference)
+{
+    g_no_pool_cycles = g_no_victim_cycles = g_some_victim_cycles = 0;
+    for (uint64_t seed = 1; seed <= 16; seed++)
+        run_world(seed * 4349 + (uint64_t)_i * 611953, 48, CMP_REF | SCARCE);
+    ck_assert_msg(g_no_pool_cycles >= 50, "only %llu cycles without acquirable supply",
+                  (unsigned long long)g_no_pool_cycles);
+    ck_assert_msg(g_no_victim_cycles >= 50 && g_some_victim_cycles >= 200,
+                  "lifted cycles %llu, cycles with low-priority machines %llu",
+                  (unsigned long long)g_no_victim_cycles, (unsigned long long)g_some_victim_cycles);
+}
+END_TEST
+
 /* ---- demand churn against the reference: arrays reused across rollups */
 
 #define CH_CL   4
@@ -1093,6 +1193,9 @@ static void ch_push(struct churn *w, int c)
     }
     ck_assert_int_eq(ef_set(w->f, name, v, (size_t)w->n[c]), 0);
     ck_assert_int_eq(ef_set(w->g, name, v, (size_t)w->n[c]), 0);
+    /* live sessions: AvailableCapacity hints per distinct profile named */
+    ck_assert_int_eq(bf_engine_set_cluster_flags(w->f->e, name, true, true), 0);
+    ck_assert_int_eq(bf_engine_set_cluster_flags(w->g->e, name, true, true), 0);
 }
 
 /* Four clusters of 0-300 Needs (plain and Same gangs of 24 profiles, folded
@@ -1100,9 +1203,10 @@ static void ch_push(struct churn *w, int c)
  * unchanged, one quantity changed, a Need's profile changed, an arrival
  * moved, a group renamed, Needs removed and re-added, all replaced, emptied.
  * The fast engine (the demand arrays and fold flags kept across rollups and
- * handed between clusters, the fold memo) and the reference decide the same
- * and hold the same demand (every verdict's Need, fingerprint, aggregate,
- * arrival and group) every cycle; the arrays were reused. */
+ * handed between clusters, the fold memo, the hint list's marks) and the
+ * reference decide the same, hint the same (live sessions) and hold the same demand (every
+ * verdict's Need, fingerprint, aggregate, arrival and group) every cycle; the arrays were reused.
+ */
 START_TEST(demand_churn_with_reused_arrays_decides_like_the_reference)
 {
     struct churn *w = calloc(1, sizeof *w);
@@ -1184,6 +1288,7 @@ START_TEST(demand_churn_with_reused_arrays_decides_like_the_reference)
         ck_assert_int_eq(ef_cycle(w->g), 0);
         same_actions(&w->f->r, &w->g->r, "churn: fast vs reference", step);
         same_verdicts(&w->f->r, &w->g->r, step);
+        same_hints(&w->f->r, &w->g->r, step);
         for (size_t i = 0; i < w->f->r.n_verdicts; i++) {
             const struct bf_engine_verdict *x = &w->f->r.verdicts[i], *y = &w->g->r.verdicts[i];
             ck_assert_str_eq(x->cluster, y->cluster);
@@ -1222,6 +1327,7 @@ static Suite *suite(void)
                         2);
     tcase_add_loop_test(t, shortfalls_cut_to_the_cap_are_the_head_of_the_full_sort, 0, 2);
     tcase_add_loop_test(t, demand_churn_with_reused_arrays_decides_like_the_reference, 0, 2);
+    tcase_add_loop_test(t, scarce_supply_and_lifted_priorities_decide_like_the_reference, 0, 2);
     suite_add_tcase(s, t);
     return s;
 }

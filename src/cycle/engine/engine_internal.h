@@ -374,6 +374,13 @@ struct cprof {
     uint32_t ac_stamp;
     uint32_t ac_idle, ac_spec;
     double ac_cost;
+    /* its entry's index in e->shortl when last seen (a hint: checked
+     * against the entry's fingerprint before use; any value is safe) */
+    uint32_t short_i;
+    /* ac_profiles' mark (the pass that listed it last) and its e->ac entry
+     * when last seen (a hint: checked against the entry's pair) */
+    uint64_t acl_mark;
+    uint32_t ac_i;
 };
 
 struct snapkey {
@@ -701,6 +708,7 @@ struct bf_engine {
     /* compiled profiles */
     struct cprof **cprofs;
     uint32_t n_cprofs, cap_cprofs;
+    uint64_t acl_marks;          /* ac_profiles' passes */
     struct bfe_u64map cprof_map; /* fp string id -> index */
     uint32_t *cprof_free;
     uint32_t n_cprof_free, cap_cprof_free;

@@ -208,12 +208,26 @@ static int shorts_top(struct bf_engine *e, uint32_t cap)
     return 0;
 }
 
+/*
+ * The ledger index of cp's fingerprint, NONE32 if it has no entry: the
+ * index cp remembers when its entry still holds that fingerprint (entries
+ * are unique per fingerprint, so it is the map's answer), the map's
+ * otherwise; the reference engine always asks the map.
+ */
+static uint32_t short_find(const struct bf_engine *e, const struct cprof *cp)
+{
+    uint32_t si = cp->short_i;
+    if (!(e->cfg.flags & BF_ENGINE_F_REFERENCE) && si < e->n_shortl && e->shortl[si].fp == cp->fp)
+        return si;
+    return bfe_u64map_get(&e->short_map, cp->fp, NONE32);
+}
+
 static int shortfalls(struct bf_engine *e)
 {
     for (uint32_t u = 0; u < e->n_unres; u++) {
         const struct dneed *d = &e->d[e->unres[u].need];
         uint32_t fp = d->cp->fp;
-        uint32_t si = bfe_u64map_get(&e->short_map, fp, NONE32);
+        uint32_t si = short_find(e, d->cp);
         if (si == NONE32) {
             TRY(GROW(e->shortl, e->cap_shortl, e->n_shortl + 1));
             si = e->n_shortl;
@@ -227,6 +241,7 @@ static int shortfalls(struct bf_engine *e)
             bfe_intern_retain(&e->in, fp);
             d->cp->refs++;
         }
+        d->cp->short_i = si;
         struct short_entry *s = &e->shortl[si];
         if (s->seen != e->stamp) {
             s->age++; /* a new entry starts at 1 */
@@ -241,6 +256,8 @@ static int shortfalls(struct bf_engine *e)
     for (uint32_t i = 0; i < e->n_shortl; i++) {
         struct short_entry *s = &e->shortl[i];
         if (s->seen == e->stamp) {
+            if (k != i)
+                s->cp->short_i = k; /* (s->cp's hint: the verdicts' lookup) */
             e->shortl[k++] = *s;
             continue;
         }
@@ -448,7 +465,7 @@ static int verdicts(struct bf_engine *e)
         }
         if (d->parked)
             v->parked_age_cycles = d->park_age;
-        uint32_t si = bfe_u64map_get(&e->short_map, d->cp->fp, NONE32);
+        uint32_t si = short_find(e, d->cp);
         if (si != NONE32)
             v->age_cycles_unmet = e->shortl[si].age;
         matching_supply(e, d, v);
@@ -481,6 +498,14 @@ static void ac_figures(struct bf_engine *e, struct cprof *cp)
     if (cp->ac_stamp == e->stamp)
         return;
     cp->ac_stamp = e->stamp;
+    if (!(e->cfg.flags & BF_ENGINE_F_REFERENCE) && !e->by_state[BF_STATE_IDLE] &&
+        !e->by_state[BF_STATE_SPECULATIVE]) {
+        /* no Idle and no Speculative leaf: every count is 0 and no Idle
+         * price is seen, pinned or not */
+        cp->ac_idle = cp->ac_spec = 0;
+        cp->ac_cost = 0;
+        return;
+    }
     if (!cp->pinned) {
         cp->ac_idle = e->by_state[BF_STATE_IDLE];
         cp->ac_spec = e->by_state[BF_STATE_SPECULATIVE];
@@ -522,17 +547,27 @@ static int ac_profiles(struct bf_engine *e, struct cluster *cl)
 {
     if (cl->acl_valid)
         return 0;
+    /* a profile already listed in this pass carries its mark (the
+     * reference engine asks a map); the entry hint is the profile's own */
+    bool ref = e->cfg.flags & BF_ENGINE_F_REFERENCE;
     struct bfe_u64map *seen = &e->norm_map[2];
-    bfe_u64map_clear(seen);
+    uint64_t mark = ++e->acl_marks;
+    if (ref)
+        bfe_u64map_clear(seen);
     cl->nacl = 0;
     for (uint32_t i = 0; i < cl->n_needs; i++) {
         struct cprof *cp = cl->needs[i].cp;
-        if (bfe_u64map_get(seen, cp->idx, NONE32) != NONE32)
+        if (ref) {
+            if (bfe_u64map_get(seen, cp->idx, NONE32) != NONE32)
+                continue;
+            TRY(bfe_u64map_put(seen, cp->idx, i));
+        } else if (cp->acl_mark == mark) {
             continue;
-        TRY(bfe_u64map_put(seen, cp->idx, i));
+        }
         TRY(GROW(cl->acl, cl->capacl, cl->nacl + 1));
         TRY(GROW(cl->acl_ac, cl->capacl_ac, cl->nacl + 1));
-        cl->acl_ac[cl->nacl] = NONE32;
+        cp->acl_mark = mark; /* (after the growth: a failed pass lists it again) */
+        cl->acl_ac[cl->nacl] = ref ? NONE32 : cp->ac_i;
         cl->acl[cl->nacl++] = cp;
     }
     cl->acl_valid = true;
@@ -573,6 +608,7 @@ static int ac_hints(struct bf_engine *e, int64_t now_ns)
                 bfe_intern_retain(&e->in, cp->fp);
             }
             cl->acl_ac[i] = ai;
+            cp->ac_i = ai;
             struct ac_entry *a = &e->ac[ai];
             a->seen = e->stamp;
             bool emit;

@@ -1069,9 +1069,18 @@ int bfe_phase1(struct bf_engine *e)
     unsigned __int128 *qk = ANEW(&e->ar, unsigned __int128, n);
     if (!qk)
         return -ENOMEM;
+    /* no Idle and no Speculative leaf at all: every pool is empty (the
+     * state lists hold every leaf; the type lists are parts of them), so a
+     * plain Need's worker (find_basic) takes nothing and is left out; the
+     * reference engine runs every worker */
+    const struct leaflist *li = list_at(e, LK_STATE(BF_STATE_IDLE));
+    const struct leaflist *ls = list_at(e, LK_STATE(BF_STATE_SPECULATIVE));
+    bool no_pool = !(e->cfg.flags & BF_ENGINE_F_REFERENCE) && (!li || !li->n) && (!ls || !ls->n);
     for (uint32_t i = 0; i < n; i++) {
         const struct dneed *d = &e->d[i];
         if (bf_vec_is_zero(&d->rem))
+            continue;
+        if (no_pool && !d->cp->has_same && !d->cp->strict_spread)
             continue;
         uint64_t hi = (prio_desc_key(d->cp->prio) << 16) | ((uint64_t)(255 - d->cp->ipb) << 8) |
                       (uint64_t)(255 - d->cp->rpb);

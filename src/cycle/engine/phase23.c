@@ -182,6 +182,18 @@ int bfe_phase2(struct bf_engine *e)
         if (!bf_vec_is_zero(&e->d[i].rem))
             ord[n++] = ((uint64_t)((int64_t)INT32_MAX - e->d[i].cp->prio) << 32) | i;
     bfe_qsort(ord, n, sizeof *ord, u64_cmp);
+    /* the lowest priority any leaf is listed under: a Need at or below it
+     * has no victim (victims_of's lists are those of priorities < the
+     * Need's, all empty) and is unresolved as it is, without its victim
+     * set; the reference engine builds every set */
+    bool any = false;
+    int32_t lowest = 0;
+    for (uint32_t k = 0; k < e->n_prio && !any; k++)
+        if (e->lists[e->prio_lists[k]].n) {
+            any = true;
+            lowest = e->prio_keys[k];
+        }
+    bool skip = !(e->cfg.flags & BF_ENGINE_F_REFERENCE);
     struct bfe_u64map *vmap = &e->victim_map;
     bfe_u64map_clear(vmap);
     struct vcache *vc = NULL;
@@ -194,6 +206,10 @@ int bfe_phase2(struct bf_engine *e)
         d->p2rem = d->rem;
         if (d->parked || (cp->has_same && !d->has_domain)) {
             rc = add_unresolved(e, di, false);
+            continue;
+        }
+        if (skip && (!any || cp->prio <= lowest)) {
+            rc = add_unresolved(e, di, false); /* no victim: d->victims is 0 */
             continue;
         }
         struct vcache *c;
