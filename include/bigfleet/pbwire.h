@@ -142,6 +142,8 @@ static inline __attribute__((always_inline)) int bf_pb_next(struct bf_pb_reader 
                                                             struct bf_pb_field *f)
 {
     const uint8_t *p = r->p, *end = r->end;
+    if (p >= end)
+        return 0;
     /* The common shapes first, read without taking a local's address (so
      * tag, value and length stay in registers): a one-byte tag (fields
      * 1..15) with a varint of at most 5 bytes, or with a length of one or
@@ -184,8 +186,6 @@ static inline __attribute__((always_inline)) int bf_pb_next(struct bf_pb_reader 
             }
         }
     }
-    if (p >= end)
-        return 0;
     uint64_t tag;
     if (bf_pb_read_varint(&p, end, &tag) || p - r->p > BF_PB_VARINT32_MAX)
         return -EBADMSG;

@@ -388,18 +388,52 @@ START_TEST(the_fast_shapes_read_like_the_specification)
             ck_assert_ptr_eq(got.start, want.start);
             ck_assert_ptr_eq(got.end, want.end);
             ck_assert_ptr_eq(rd.p, sp);
-            if (got.wt == BF_PB_LEN) {
-                two_byte_lengths += got.p - got.start == 3 && got.start[0] < 0x80;
-                ck_assert_ptr_eq(got.p, want.p);
-                ck_assert_uint_eq(got.len, want.len);
-            } else {
-                ck_assert_uint_eq(got.varint, want.varint);
-            }
+            two_byte_lengths +=
+                got.wt == BF_PB_LEN && got.p - got.start == 3 && got.start[0] < 0x80;
+            ck_assert_ptr_eq(got.p, want.p);
+            ck_assert_uint_eq(got.len, want.len);
+            ck_assert_uint_eq(got.varint, want.varint);
         }
     }
     /* the mix exercises both outcomes many times */
     ck_assert_msg(fields > 10000 && refused > 10000 && two_byte_lengths > 100,
                   "fields %u, refused %u, two-byte lengths %u", fields, refused, two_byte_lengths);
+}
+END_TEST
+
+/* The shapes next to the fast ones go to the general path and read as the
+ * specification says (review-s32a found two mutants the random buffers miss):
+ * a length in 3 bytes (16,384, the first that needs them), fitting and one
+ * byte short; varints of 6 to 10 bytes after a one-byte tag, the 10th byte
+ * carrying bit 63 (0 or 1) or more (refused). */
+START_TEST(the_fast_shapes_hand_the_rest_to_the_general_path)
+{
+    struct bf_pb_reader rd;
+    struct bf_pb_field f;
+    size_t n = 4 + 16384;
+    uint8_t *b = calloc(1, n + 1);
+    ck_assert_ptr_nonnull(b);
+    b[0] = 0x0a, b[1] = 0x80, b[2] = 0x80, b[3] = 0x01; /* field 1, length 16384 in 3 bytes */
+    bf_pb_reader_init(&rd, b, n);
+    ck_assert_int_eq(bf_pb_next(&rd, &f), 1);
+    ck_assert_ptr_eq(f.p, b + 4);
+    ck_assert_uint_eq(f.len, 16384);
+    ck_assert_ptr_eq(rd.p, b + n);
+    bf_pb_reader_init(&rd, b, n - 1);
+    ck_assert_int_eq(bf_pb_next(&rd, &f), -EBADMSG);
+    ck_assert_ptr_eq(rd.p, b);
+    free(b);
+    for (int nb = 6; nb <= 10; nb++)
+        for (int last = 0; last < 4; last++) {
+            uint8_t v[12] = {0x08};
+            for (int i = 1; i < nb; i++)
+                v[i] = 0xff;
+            v[nb] = (uint8_t)last;
+            bf_pb_reader_init(&rd, v, (size_t)nb + 1);
+            int want = nb == 10 && last > 1 ? -EBADMSG : 1;
+            ck_assert_int_eq(bf_pb_next(&rd, &f), want);
+            ck_assert_ptr_eq(rd.p, want == 1 ? v + nb + 1 : v);
+        }
 }
 END_TEST
 
@@ -416,6 +450,7 @@ int main(void)
     tcase_add_test(tc, reader_over_a_null_empty_buffer_is_defined);
     tcase_add_test(tc, tags_and_lengths_over_five_bytes_are_refused_like_protobuf_c_and_cpp);
     tcase_add_test(tc, the_fast_shapes_read_like_the_specification);
+    tcase_add_test(tc, the_fast_shapes_hand_the_rest_to_the_general_path);
     suite_add_tcase(s, tc);
     return check_run(s);
 }
