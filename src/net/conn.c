@@ -42,7 +42,7 @@
 #define LINGER_NS  (1 * BF_NS_PER_SEC)
 /* Output beyond this grows straight to CONN_OUT_ROOM (pending_append) */
 #define CONN_OUT_SMALL (16u * 1024)
-#define CONN_OUT_ROOM  (2 * CONN_BATCH)
+#define CONN_OUT_ROOM  (1024u * 1024 + 2 * CONN_BATCH) /* a body batch (H2_BODY_BATCH) and what crossed it */
 
 static void obuf_release(struct obuf *b)
 {
@@ -53,10 +53,10 @@ static void obuf_release(struct obuf *b)
 /* Appends to the pending output. Small outputs grow as obuf_append grows
  * them; once they pass CONN_OUT_SMALL the buffer goes to CONN_OUT_ROOM (or
  * what is needed) in one step instead of doubling from 16 KiB, where every
- * step copied what it held. A produce stops at about CONN_BATCH: between
- * nghttp2 calls (h2_produce) and, for a NO_COPY body, between its DATA
- * frames (outbox_send_frame answers NGHTTP2_ERR_WOULDBLOCK once the conn
- * holds a batch; before issue 18's stop 32 one nghttp2_session_mem_send
+ * step copied what it held. A produce stops at about CONN_BATCH between
+ * nghttp2 calls (h2_produce) and, for a NO_COPY body, at about H2_BODY_BATCH
+ * between its DATA frames (outbox_send_frame answers NGHTTP2_ERR_WOULDBLOCK
+ * once the conn holds that much; before issue 18's stop 32 one nghttp2_session_mem_send
  * handed over every frame the windows allowed: 8 MiB with the provider
  * client's window, regrown, copied and faulted in anew for every window's
  * worth of a List page). So the two buffers stay at CONN_OUT_ROOM and are
@@ -347,7 +347,7 @@ static void conn_flush(struct conn *c)
         c->inflight.off = 0;
         c->pending = t;
         c->pending.len = c->pending.off = 0;
-        if (c->pending.cap > CONN_BATCH * 2) /* do not keep an oversized spare */
+        if (c->pending.cap > CONN_OUT_ROOM) /* do not keep an oversized spare */
             obuf_release(&c->pending);
         submit_send(c);
         goto out;

@@ -305,7 +305,7 @@ static int send_data_cb(nghttp2_session *h2, nghttp2_frame *frame, const uint8_t
     (void)frame;
     struct cconn *cc = ud;
     struct bf_net_stream *s = src->ptr;
-    int r = outbox_send_frame(&s->out, &cc->c, framehd, length, CLI_BATCH);
+    int r = outbox_send_frame(&s->out, &cc->c, framehd, length, H2_BODY_BATCH);
     if (r)
         return r;
     if (s->out.bytes == 0 && s->had_bytes && s->cbs.on_drain && !s->delivered) {

@@ -370,7 +370,7 @@ static int send_data_cb(nghttp2_session *h2, nghttp2_frame *frame, const uint8_t
     (void)frame;
     struct sconn *sc = ud;
     struct bf_net_call *call = src->ptr;
-    int r = outbox_send_frame(&call->out, &sc->c, framehd, length, SRV_BATCH);
+    int r = outbox_send_frame(&call->out, &sc->c, framehd, length, H2_BODY_BATCH);
     if (r)
         return r;
     if (call->out.bytes == 0 && call->had_bytes && call->engaged && call->me->m.on_drain &&

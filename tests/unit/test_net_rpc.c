@@ -1077,7 +1077,7 @@ START_TEST(a_large_reply_grows_its_output_buffer_once)
 END_TEST
 
 /* A message larger than the flow-control windows' worth streams through the
- * connection's output in batches of ~128 KiB on both sides, whatever the
+ * connection's output in batches of ~1 MiB on both sides, whatever the
  * window: nghttp2 hands a NO_COPY body's DATA frames over one after another
  * inside one nghttp2_session_mem_send, and until issue 18's stop 32 all of
  * them went into the output buffer at once (8 MiB with the provider client's
@@ -1125,12 +1125,13 @@ START_TEST(a_large_message_streams_through_a_bounded_output_buffer)
     struct bf_net_stats ss, cs;
     bf_net_server_stats(srv, &ss);
     bf_net_client_stats(cl, &cs);
-    /* a batch (128 KiB), the frame that crossed it (<= 16 KiB + 9) and the
-     * HEADERS and trailers; before: ~8 MiB, the stream window */
-    ck_assert_uint_gt(ss.out_queued_max, 64u << 10);
-    ck_assert_uint_le(ss.out_queued_max, 256u << 10);
-    ck_assert_uint_gt(cs.out_queued_max, 64u << 10);
-    ck_assert_uint_le(cs.out_queued_max, 256u << 10);
+    /* a body batch (H2_BODY_BATCH, 1 MiB), the frame that crossed it
+     * (<= 16 KiB + 9) and the HEADERS and trailers; before: ~8 MiB, the
+     * stream window */
+    ck_assert_uint_gt(ss.out_queued_max, 512u << 10);
+    ck_assert_uint_le(ss.out_queued_max, (1u << 20) + (64u << 10));
+    ck_assert_uint_gt(cs.out_queued_max, 512u << 10);
+    ck_assert_uint_le(cs.out_queued_max, (1u << 20) + (64u << 10));
     bf_net_client_free(cl);
     bf_net_server_free(srv);
     settle(l);
