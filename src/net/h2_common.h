@@ -31,8 +31,10 @@ struct omsg {
 /* FIFO of framed messages with a read offset into the head. */
 struct outbox {
     struct omsg *head, *tail;
-    size_t off;
-    size_t bytes; /* not yet handed to nghttp2 */
+    uint32_t off;  /* read offset into head (a framed message is < 4 GiB: 32-bit prefix) */
+    uint32_t held; /* bytes of the DATA frame nghttp2 holds after WOULDBLOCK: promised,
+                    * outbox_drop_unsent keeps them (review-s32b) */
+    size_t bytes;  /* not yet handed to nghttp2 */
 };
 
 static inline struct omsg *omsg_new(size_t payload)
@@ -144,19 +146,26 @@ static inline void outbox_clear(struct outbox *o)
  * peer never sees a truncated message). */
 static inline void outbox_drop_unsent(struct outbox *o)
 {
-    if (o->off == 0 || !o->head) {
+    size_t need = (size_t)o->off + o->held; /* from the head's start: sent or promised */
+    struct omsg *m = o->head, *last = NULL;
+    size_t at = 0;
+    while (m && at < need) {
+        last = m;
+        at += m->len;
+        m = m->next;
+    }
+    if (!last) {
         outbox_clear(o);
         return;
     }
-    struct omsg *m = o->head->next;
+    last->next = NULL;
+    o->tail = last;
     while (m) {
         struct omsg *n = m->next;
         o->bytes -= m->len;
         omsg_free(m);
         m = n;
     }
-    o->head->next = NULL;
-    o->tail = o->head;
 }
 
 /* Moves up to n bytes from the outbox into conn (bf_conn_write). Returns
@@ -227,8 +236,11 @@ static inline size_t outbox_take(const struct outbox *o, size_t length, uint32_t
 static inline int outbox_send_frame(struct outbox *o, struct conn *c, const uint8_t *framehd,
                                     size_t length, size_t batch)
 {
-    if (bf_conn_queued(c) >= batch)
+    if (bf_conn_queued(c) >= batch) {
+        o->held = (uint32_t)length; /* promised to nghttp2: outbox_drop_unsent keeps it */
         return NGHTTP2_ERR_WOULDBLOCK;
+    }
+    o->held = 0;
     if (bf_conn_write(c, framehd, 9) < 0)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     if (outbox_to_conn(o, c, length) != (ssize_t)length)
