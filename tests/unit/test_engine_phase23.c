@@ -647,6 +647,28 @@ START_TEST(reclaims_and_releases_coexist_reclaims_first)
 }
 END_TEST
 
+/* The Phase 2 skip's boundary (a Need at or below the lowest priority any
+ * machine is listed under builds no victim set): victims listed one
+ * priority below the Need are preempted, those at its own priority are
+ * not, and the Need stays unresolved with its victims counted
+ * (review-s32c; fails with the skip taken at lowest + 1). */
+START_TEST(preempts_a_victim_one_priority_below_and_none_at_its_own)
+{
+    struct ef *f = ef_new(32, modes[_i]);
+    victims(f, "v", 2, "batch", 999, 5, 1, NULL);
+    victims(f, "w", 2, "batch", 1000, 5, 1, NULL);
+    ef_want_gpus(f, "train", 1000, NULL, 4, NULL);
+    ck_assert_int_eq(ef_cycle(f), 0);
+    ck_assert_uint_eq(ef_count(f, BF_ACTION_PREEMPT), 2);
+    for (size_t i = 0; i < f->r.n_actions; i++)
+        ck_assert(strncmp(f->r.actions[i].machine_id, "v-", 2) == 0);
+    ck_assert_uint_eq(f->r.n_unresolved, 1);
+    ck_assert(f->r.unresolved[0].preempted);
+    ck_assert_uint_eq(f->r.unresolved[0].victims_found, 2);
+    ef_free(f);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("engine_phase23");
@@ -679,6 +701,7 @@ static Suite *suite(void)
     tcase_add_loop_test(t, a_claimed_idle_machine_is_never_released, 0, 2);
     tcase_add_loop_test(t, zero_release_policy_releases_nothing, 0, 2);
     tcase_add_loop_test(t, reclaims_and_releases_coexist_reclaims_first, 0, 2);
+    tcase_add_loop_test(t, preempts_a_victim_one_priority_below_and_none_at_its_own, 0, 2);
     suite_add_tcase(s, t);
     return s;
 }
