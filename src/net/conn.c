@@ -42,7 +42,8 @@
 #define LINGER_NS  (1 * BF_NS_PER_SEC)
 /* Output beyond this grows straight to CONN_OUT_ROOM (pending_append) */
 #define CONN_OUT_SMALL (16u * 1024)
-#define CONN_OUT_ROOM  (1024u * 1024 + 2 * CONN_BATCH) /* a body batch (H2_BODY_BATCH) and what crossed it */
+#define CONN_OUT_ROOM                                                                              \
+    (1024u * 1024 + 2 * CONN_BATCH) /* a body batch (H2_BODY_BATCH) and what crossed it */
 
 static void obuf_release(struct obuf *b)
 {
