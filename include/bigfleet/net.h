@@ -490,7 +490,10 @@ int bf_net_call_send_take(struct bf_net_call *call, void *msg, size_t len);
  * malloc. For a sender that recycles its large reply buffers: memory of
  * 8 MiB and more that jemalloc gets back goes back to the kernel at once
  * (its oversize arena), and every page of the next such buffer is a page
- * fault (~14-20 us each on a PVM guest; issue 18, stop 32).
+ * fault (~14-20 us each on a PVM guest; issue 18, stop 32). release may
+ * run inside the net layer's nghttp2 callbacks and inside bf_net_* calls
+ * (the error returns, bf_net_server_free): it must only take the buffer
+ * back, never call a bf_net_* function.
  */
 typedef void (*bf_net_release_fn)(void *msg, void *arg);
 int bf_net_call_send_lend(struct bf_net_call *call, void *msg, size_t len,
