@@ -184,11 +184,16 @@ static void on_message(struct bf_net_call *call, const uint8_t *msg, size_t len,
     struct bf_simsrv *s = ma->s;
     int rpc = ma->rpc;
     struct bf_sim_reply r = {0};
+    const uint8_t *spare = NULL;
     if (rpc == BF_SIM_RPC_LIST && s->sp->n > 0) {
         spare_take(s->sp, &r);
-        s->stats.list_reuses++;
+        spare = r.body;
     }
     bf_sim_handle(s->sim, rpc, msg, len, bf_mono_ns(), &r);
+    /* counted when the reply stayed in the recycled body (not regrown and
+     * moved, not an error) (review-s32b) */
+    if (spare && r.body == spare && r.code == 0)
+        s->stats.list_reuses++;
     if (r.delay_ns > 0) {
         struct held *h = calloc(1, sizeof *h);
         if (h)

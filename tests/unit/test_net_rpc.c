@@ -1231,6 +1231,30 @@ START_TEST(a_lent_reply_is_given_back_once_sent)
 }
 END_TEST
 
+/* A lent reply is given back when its call ends before the last byte went
+ * out: the client's deadline resets the stream mid-body; the client and
+ * the server freed while a body is being sent (review-s32b: the paths the
+ * header promises besides "sent" and "refused"). */
+START_TEST(a_lent_reply_is_given_back_when_its_call_ends_mid_body)
+{
+    struct rig g = rig_up(NULL, NULL, 0);
+    struct result r = {0};
+    unary(g.cl, "/t.Test/Echo", "lend:67108864", 13, 20 * BF_NS_PER_MS, &r); /* deadline mid-body */
+    run_until(g.l, result_done, &r, 10 * BF_NS_PER_SEC);
+    ck_assert_int_ne(r.code, BF_NET_OK);
+    settle(g.l);
+    ck_assert_int_eq(S.lent_back, 2); /* the refused second lend + the reset one */
+    struct result r2 = {0};
+    S.lent_back = 0;
+    unary(g.cl, "/t.Test/Echo", "lend:67108864", 13, 0, &r2);
+    run_until(g.l, result_done, &r2, 30 * BF_NS_PER_MS); /* still sending */
+    ck_assert_int_eq(r2.done, 0);
+    ck_assert_int_eq(S.lent_back, 1); /* only the refused one so far */
+    rig_down(&g);                     /* client and server freed mid-body */
+    ck_assert_int_eq(S.lent_back, 2);
+}
+END_TEST
+
 START_TEST(oversize_request_is_resource_exhausted_and_the_connection_survives)
 {
     struct rig g = rig_up(NULL, NULL, 1u << 20);
@@ -2296,6 +2320,7 @@ int main(void)
     tcase_add_test(tc, a_large_reply_grows_its_output_buffer_once);
     tcase_add_test(tc, a_large_message_streams_through_a_bounded_output_buffer);
     tcase_add_test(tc, a_lent_reply_is_given_back_once_sent);
+    tcase_add_test(tc, a_lent_reply_is_given_back_when_its_call_ends_mid_body);
     tcase_add_test(tc, a_stream_ended_while_nghttp2_holds_its_frame_keeps_the_connection);
     tcase_add_test(tc, oversize_request_is_resource_exhausted_and_the_connection_survives);
     tcase_add_test(tc, calls_fail_fast_while_down_and_succeed_after_reconnect);
