@@ -46,7 +46,8 @@
 static const char *types[4] = {"gpu8", "cpu16", "cpu4", "mix32"};
 static const char *zones[3] = {"z-a", "z-b", "z-c"};
 static const char *clusters[NCL] = {"c0", "c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8", "c9"};
-static const int32_t prios[5] = {0, 100, 1000, 5000, 1000000};
+/* the priorities worlds draw from (ascending; one test swaps in other sets) */
+static int32_t prios[5] = {0, 100, 1000, 5000, 1000000};
 
 static bf_vec type_alloc(int t)
 {
@@ -1150,6 +1151,32 @@ START_TEST(scarce_supply_and_lifted_priorities_decide_like_the_reference)
 }
 END_TEST
 
+/* The same worlds against the reference with priorities next to each other
+ * (999-1003: a Need one priority above a machine, the Phase 2 skip's
+ * boundary) and at the ends of the range (INT32_MIN, -1, 0, 1, INT32_MAX):
+ * the default set's gaps never put a Need at lowest + 1 (review-s32c; fails
+ * with the skip taken at lowest + 1). */
+START_TEST(adjacent_and_extreme_priorities_decide_like_the_reference)
+{
+    static const int32_t sets[2][5] = {{999, 1000, 1001, 1002, 1003},
+                                       {INT32_MIN, -1, 0, 1, INT32_MAX}};
+    int32_t keep[5];
+    memcpy(keep, prios, sizeof keep);
+    for (int k = 0; k < 2; k++) {
+        memcpy(prios, sets[k], sizeof prios);
+        g_no_pool_cycles = g_no_victim_cycles = g_some_victim_cycles = 0;
+        for (uint64_t seed = 1; seed <= 8; seed++) {
+            run_world(seed * (k ? 7723 : 4349) + (uint64_t)_i * 611953, 48, CMP_REF | SCARCE);
+            run_world(seed * 3 * (k ? 7723 : 4349) + (uint64_t)_i * 7, 40, CMP_REF);
+            run_world(seed * 5 * (k ? 7723 : 4349) + (uint64_t)_i * 11, 40, CMP_REF | QUIET);
+        }
+        ck_assert_msg(g_some_victim_cycles >= 100, "set %d: %llu cycles with low-priority machines",
+                      k, (unsigned long long)g_some_victim_cycles);
+    }
+    memcpy(prios, keep, sizeof prios);
+}
+END_TEST
+
 /* ---- demand churn against the reference: arrays reused across rollups */
 
 #define CH_CL   4
@@ -1328,6 +1355,7 @@ static Suite *suite(void)
     tcase_add_loop_test(t, shortfalls_cut_to_the_cap_are_the_head_of_the_full_sort, 0, 2);
     tcase_add_loop_test(t, demand_churn_with_reused_arrays_decides_like_the_reference, 0, 2);
     tcase_add_loop_test(t, scarce_supply_and_lifted_priorities_decide_like_the_reference, 0, 2);
+    tcase_add_loop_test(t, adjacent_and_extreme_priorities_decide_like_the_reference, 0, 2);
     suite_add_tcase(s, t);
     return s;
 }
