@@ -1100,6 +1100,37 @@ START_TEST(a_large_reply_grows_its_output_buffer_once)
 }
 END_TEST
 
+/* The large-message tests' two halves: a 12 MiB reply the server hands over
+ * without a copy ("take:" or "lend:") checked byte by byte, and a 12 MiB
+ * request echoed back. */
+static void large_reply_ok(struct bf_net_loop *l, struct bf_net_client *cl, const char *how)
+{
+    struct result r = {0};
+    unary(cl, "/t.Test/Echo", how, strlen(how), 30 * BF_NS_PER_SEC, &r);
+    run_until(l, result_done, &r, 30 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    ck_assert_uint_eq(r.len, 12582912);
+    for (size_t i = 0; i < r.len; i += 4093)
+        ck_assert_uint_eq(r.resp[i], (uint8_t)(i * 13 + 12582912));
+    free(r.resp);
+}
+
+static void large_echo_ok(struct bf_net_loop *l, struct bf_net_client *cl)
+{
+    size_t n = 12u << 20;
+    uint8_t *req = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        req[i] = (uint8_t)(i * 7);
+    struct result e = {0};
+    unary(cl, "/t.Test/Echo", req, n, 30 * BF_NS_PER_SEC, &e);
+    run_until(l, result_done, &e, 30 * BF_NS_PER_SEC);
+    ck_assert_int_eq(e.code, BF_NET_OK);
+    ck_assert_uint_eq(e.len, n);
+    ck_assert(memcmp(e.resp, req, n) == 0);
+    free(e.resp);
+    free(req);
+}
+
 /* A message larger than the flow-control windows' worth streams through the
  * connection's output in batches of ~1 MiB on both sides, whatever the
  * window: nghttp2 hands a NO_COPY body's DATA frames over one after another
@@ -1124,28 +1155,8 @@ START_TEST(a_large_message_streams_through_a_bounded_output_buffer)
                                     .conn_window = 16u << 20};
     struct bf_net_client *cl = NULL;
     ck_assert_int_eq(bf_net_client_new(l, &co, &cl), 0);
-    /* server -> client: a 12 MiB reply handed over without a copy */
-    struct result r = {0};
-    unary(cl, "/t.Test/Echo", "take:12582912", 13, 30 * BF_NS_PER_SEC, &r);
-    run_until(l, result_done, &r, 30 * BF_NS_PER_SEC);
-    ck_assert_int_eq(r.code, BF_NET_OK);
-    ck_assert_uint_eq(r.len, 12582912);
-    for (size_t i = 0; i < r.len; i += 4093)
-        ck_assert_uint_eq(r.resp[i], (uint8_t)(i * 13 + 12582912));
-    free(r.resp);
-    /* client -> server: a 12 MiB request, echoed back */
-    size_t n = 12u << 20;
-    uint8_t *req = malloc(n);
-    for (size_t i = 0; i < n; i++)
-        req[i] = (uint8_t)(i * 7);
-    struct result e = {0};
-    unary(cl, "/t.Test/Echo", req, n, 30 * BF_NS_PER_SEC, &e);
-    run_until(l, result_done, &e, 30 * BF_NS_PER_SEC);
-    ck_assert_int_eq(e.code, BF_NET_OK);
-    ck_assert_uint_eq(e.len, n);
-    ck_assert(memcmp(e.resp, req, n) == 0);
-    free(e.resp);
-    free(req);
+    large_reply_ok(l, cl, "take:12582912"); /* server -> client, without a copy */
+    large_echo_ok(l, cl);                   /* client -> server, echoed back */
     struct bf_net_stats ss, cs;
     bf_net_server_stats(srv, &ss);
     bf_net_client_stats(cl, &cs);
@@ -1163,9 +1174,6 @@ START_TEST(a_large_message_streams_through_a_bounded_output_buffer)
 }
 END_TEST
 
-/* A lent reply (bf_net_call_reply_lend) is sent from where it is and given
- * back through the release callback, once, after its last byte went to the
- * connection; a refused lend is given back before it returns. */
 /* The server's idle-stream limit drops the unsent queue of a call whose DATA
  * frame nghttp2 holds after NGHTTP2_ERR_WOULDBLOCK (the output holds a body
  * batch): the frame's bytes were promised, so they stay; the call ends with
@@ -1214,6 +1222,9 @@ START_TEST(a_stream_ended_while_nghttp2_holds_its_frame_keeps_the_connection)
 }
 END_TEST
 
+/* A lent reply (bf_net_call_reply_lend) is sent from where it is and given
+ * back through the release callback, once, after its last byte went to the
+ * connection; a refused lend is given back before it returns. */
 START_TEST(a_lent_reply_is_given_back_once_sent)
 {
     struct rig g = rig_up(NULL, NULL, 0);
@@ -1780,27 +1791,10 @@ START_TEST(a_large_message_over_tls_streams_through_a_bounded_output_buffer)
     struct bf_net_client *cl = NULL;
     ck_assert_int_eq(bf_net_client_new(l, &co, &cl), 0);
     for (int k = 0; k < 3; k++) {
-        struct result r = {0};
-        unary(cl, "/t.Test/Echo", "lend:12582912", 13, 30 * BF_NS_PER_SEC, &r);
-        run_until(l, result_done, &r, 30 * BF_NS_PER_SEC);
-        ck_assert_int_eq(r.code, BF_NET_OK);
-        ck_assert_uint_eq(r.len, 12582912);
-        for (size_t i = 0; i < r.len; i += 4093)
-            ck_assert_uint_eq(r.resp[i], (uint8_t)(i * 13 + 12582912));
-        free(r.resp);
+        large_reply_ok(l, cl, "lend:12582912");
         S.lent_back = 0;
     }
-    size_t n = 12u << 20;
-    uint8_t *req = malloc(n);
-    for (size_t i = 0; i < n; i++)
-        req[i] = (uint8_t)(i * 7);
-    struct result e = {0};
-    unary(cl, "/t.Test/Echo", req, n, 30 * BF_NS_PER_SEC, &e);
-    run_until(l, result_done, &e, 30 * BF_NS_PER_SEC);
-    ck_assert_int_eq(e.code, BF_NET_OK);
-    ck_assert(memcmp(e.resp, req, n) == 0);
-    free(e.resp);
-    free(req);
+    large_echo_ok(l, cl);
     struct bf_net_stats ss, cs;
     bf_net_server_stats(srv, &ss);
     bf_net_client_stats(cl, &cs);
