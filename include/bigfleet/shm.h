@@ -461,8 +461,9 @@ int bf_ring_push(struct bf_shm *s, int ring, const void *msg);
  * [the ring's consumer] */
 int bf_ring_pop(struct bf_shm *s, int ring, void *out);
 /* Bytes ring: pushes one record made of two parts (header + payload; either
- * may be empty). -ENOSPC when full, -E2BIG when larger than a quarter of the
- * ring. [producer] */
+ * may be empty). -ENOSPC when full, -E2BIG when larger than half the ring
+ * less the 8-byte record header (such a record always fits once the ring has
+ * drained). [producer] */
 int bf_ring_push_bytes(struct bf_shm *s, int ring, const void *a, size_t alen, const void *b,
                        size_t blen);
 /* Bytes ring: pops one record into buf (cap bytes). 0 with *len set,

@@ -158,15 +158,23 @@ int bf_layout_compute(int kind, const struct bf_shm_caps *caps, struct bf_layout
     case BF_SEG_RINGS:
         L->ring_cap[BF_RING_ACTIONS] = 65536;
         L->ring_cap[BF_RING_BOOT_REQ] = 8192;
-        /* bytes; a record may take a quarter: bootstrap blobs up to 4 MiB
-         * (cloud user data is capped at 16-256 KiB) */
-        L->ring_cap[BF_RING_BOOT_RESP] = 16u << 20;
+        /* Bytes rings: a record may take half the ring (ring.c: a record
+         * of at most half always fits once the ring has drained, wherever
+         * its producer index stands). Each is sized by its largest record,
+         * a documented contract, x 2 (i18-needseg, stop 33; docs/cycle.md
+         * §4): BOOT_RESP bootstrap blobs up to 4 MiB (cloud user data is
+         * capped at 16-256 KiB; the provider conformance suite sends 3 MiB)
+         * -- a full ring is answered by the executor's timeout, counted in
+         * boot_resp_ring_full; COORD_IN / COORD_OUT an instruction or its
+         * ack, at most 1,024 machine ids of 1,024 bytes (~1 MiB) -- full:
+         * refused and redelivered by the coordinator, counted. */
+        L->ring_cap[BF_RING_BOOT_RESP] = 8u << 20;
         L->ring_cap[BF_RING_NODE_EXEC] = 65536;
         L->ring_cap[BF_RING_NODE_RECON] = pow2_at_least(m / 2 > 65536 ? m / 2 : 65536);
         L->ring_cap[BF_RING_RECLAIM] = 8192;
         L->ring_cap[BF_RING_AC_HINTS] = 16384;
-        L->ring_cap[BF_RING_COORD_IN] = 4u << 20;  /* bytes: > 4 largest instructions */
-        L->ring_cap[BF_RING_COORD_OUT] = 4u << 20; /* bytes */
+        L->ring_cap[BF_RING_COORD_IN] = 2u << 20;  /* bytes: the largest instruction x 2 */
+        L->ring_cap[BF_RING_COORD_OUT] = 2u << 20; /* bytes: the largest ack x 2 */
         L->ring_cap[BF_RING_OWN_AUDIT] = 1u << 20; /* bytes */
         for (int r = 0; r < BF_RING_COUNT; r++) {
             L->ring_slot[r] = ring_slot_size[r];

@@ -586,7 +586,7 @@ START_TEST(bytes_ring_wraps_variable_records_and_refuses_oversize)
     static char blob[1 << 20], out[1 << 20];
     for (size_t i = 0; i < sizeof blob; i++)
         blob[i] = (char)(i * 7);
-    ck_assert_int_eq(bf_ring_push_bytes(&g_s, BF_RING_BOOT_RESP, blob, cap / 4 + 1, NULL, 0),
+    ck_assert_int_eq(bf_ring_push_bytes(&g_s, BF_RING_BOOT_RESP, blob, cap / 2 - 7, NULL, 0),
                      -E2BIG);
     size_t total = 0, len;
     for (int i = 0; total < 3 * cap; i++) {
@@ -604,6 +604,48 @@ START_TEST(bytes_ring_wraps_variable_records_and_refuses_oversize)
         total += a + b;
     }
     ck_assert_int_eq(bf_ring_pop_bytes(&g_s, BF_RING_BOOT_RESP, out, sizeof out, &len), -EAGAIN);
+}
+END_TEST
+
+/* The bytes rings hold records of up to half the ring less the 8-byte
+ * record header (i18-needseg, stop 33: the rings are sized as twice their
+ * largest record): such a record fits once the ring has drained wherever the
+ * producer index stands, one byte more is refused, and the bootstrap ring
+ * still takes the documented largest blob (4 MiB with its 32-byte header). */
+START_TEST(bytes_ring_takes_a_half_ring_record_at_every_offset)
+{
+    const int rings[] = {BF_RING_BOOT_RESP, BF_RING_COORD_IN, BF_RING_COORD_OUT,
+                         BF_RING_OWN_AUDIT};
+    for (size_t k = 0; k < sizeof rings / sizeof rings[0]; k++) {
+        int ring = rings[k];
+        uint64_t cap = g_s.ring[ring]->capacity;
+        size_t big = (size_t)(cap / 2 - 8);
+        char *blob = malloc(big + 1), *out = malloc(big + 1);
+        ck_assert_ptr_nonnull(blob);
+        ck_assert_ptr_nonnull(out);
+        for (size_t i = 0; i <= big; i++)
+            blob[i] = (char)(i * 13 + k);
+        ck_assert_int_eq(bf_ring_push_bytes(&g_s, ring, blob, big + 1, NULL, 0), -E2BIG);
+        size_t len;
+        /* producer offsets across the whole ring, the middle ones included */
+        for (uint64_t step = 0; step < 40; step++) {
+            ck_assert_int_eq(bf_ring_push_bytes(&g_s, ring, blob, big, NULL, 0), 0);
+            ck_assert_int_eq(bf_ring_pop_bytes(&g_s, ring, out, big + 1, &len), 0);
+            ck_assert_uint_eq(len, big);
+            ck_assert_int_eq(memcmp(out, blob, big), 0);
+            size_t small = (size_t)(cap / 40) - 8 + (size_t)(step % 3) * 8;
+            ck_assert_int_eq(bf_ring_push_bytes(&g_s, ring, blob, small, NULL, 0), 0);
+            ck_assert_int_eq(bf_ring_pop_bytes(&g_s, ring, out, big + 1, &len), 0);
+            ck_assert_uint_eq(len, small);
+        }
+        ck_assert_int_eq(bf_ring_pop_bytes(&g_s, ring, out, big + 1, &len), -EAGAIN);
+        free(blob);
+        free(out);
+    }
+    /* the documented contract: bootstrap blobs up to 4 MiB (less a few bytes) */
+    ck_assert_uint_ge(g_s.ring[BF_RING_BOOT_RESP]->capacity / 2 - 8 -
+                          sizeof(struct bf_boot_resp_hdr),
+                      (4u << 20) - 64);
 }
 END_TEST
 
@@ -1666,6 +1708,7 @@ int main(void)
     tcase_add_test(tc, ring_wraps_reports_full_and_empty_in_order);
     tcase_add_test(tc, ring_redelivers_unreleased_entries_after_consumer_restart);
     tcase_add_test(tc, bytes_ring_wraps_variable_records_and_refuses_oversize);
+    tcase_add_test(tc, bytes_ring_takes_a_half_ring_record_at_every_offset);
     tcase_add_test(tc, cluster_latch_readers_never_stall_on_a_dead_writer);
     tcase_add_test(tc, needs_copy_returns_the_published_rows);
     tcase_add_test(tc, registries_assign_stable_indices);
