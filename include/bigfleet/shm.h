@@ -534,8 +534,29 @@ void bf_cluster_write(struct bf_shm *s, uint32_t idx, const struct bf_cluster_re
  */
 int bf_needs_copy(const struct bf_shm *s, uint32_t idx, struct bf_cluster_rec *rec,
                   struct bf_need_row *out, uint32_t max);
-/* Copies rows [off, off+n) of the arena with relaxed atomic word loads. */
+/* Copies rows [off, off+n) of the arena with relaxed atomic word loads.
+ * The caller keeps off + n within bf_needs_rows_backed(). */
 void bf_needs_copy_rows(const struct bf_shm *s, uint32_t off, uint32_t n, struct bf_need_row *out);
+/*
+ * The need-row arena (BF_NEEDS_T_ROWS) is the needs segment's last table
+ * and grows with use (bf_shm_grow; i18-needseg, stop 33): every process maps
+ * its whole reserve (2 x max_needs rows, address space only), the file backs
+ * its first bf_needs_rows_backed() rows. The session allocates extents
+ * lowest-first, so the file follows the highest extent in use (about the
+ * live rows + one cluster's replacement), and makes an extent backed
+ * (bf_needs_rows_reserve) BEFORE it writes rows there; bf_needs_copy never
+ * reads a published extent past the backed rows (a corrupted cluster row
+ * cannot lead a reader past the file's end: -EAGAIN).
+ *
+ * bf_needs_rows_backed: rows of the arena the file backs, at most the
+ * reserve. [any process]
+ * bf_needs_rows_reserve: makes rows [0, end) backed, growing the file by at
+ * least 1 MiB or an eighth of what it backs. 0; -ENOSPC (past the reserve,
+ * or tmpfs refused: the caller rejects what needed the rows, loudly, and
+ * keeps what was published), -EROFS (read-only attachment). [session]
+ */
+uint32_t bf_needs_rows_backed(const struct bf_shm *s);
+int bf_needs_rows_reserve(struct bf_shm *s, uint64_t end);
 
 /* --------------------------------------------------------------- stamps */
 

@@ -261,7 +261,9 @@ struct bf_pending_hdr {
 enum bf_needs_table {
     BF_NEEDS_T_META = 0,     /* struct bf_needs_meta */
     BF_NEEDS_T_CLUSTERS = 1, /* struct bf_shm_cluster[max_clusters] */
-    BF_NEEDS_T_ROWS = 2,     /* struct bf_need_row[2 * max_needs] (the arena) */
+    BF_NEEDS_T_ROWS = 2,     /* struct bf_need_row[2 * max_needs] (the arena): the
+                              * segment's last table, its file grows with use
+                              * (bf_needs_rows_reserve) */
     BF_NEEDS_T_STAMPS = 3,   /* struct bf_stamp[stamp_capacity] */
     BF_NEEDS_T_OBSERVED = 4  /* _Atomic uint32_t observed_epoch[stamp_capacity] */
 };

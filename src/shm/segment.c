@@ -167,11 +167,16 @@ int bf_layout_compute(int kind, const struct bf_shm_caps *caps, struct bf_layout
     case BF_SEG_NEEDS:
         L->len[BF_NEEDS_T_META] = sizeof(struct bf_needs_meta);
         L->len[BF_NEEDS_T_CLUSTERS] = mul(&a, caps->max_clusters, sizeof(struct bf_shm_cluster));
-        L->len[BF_NEEDS_T_ROWS] = mul(&a, 2ull * caps->max_needs, sizeof(struct bf_need_row));
         L->len[BF_NEEDS_T_STAMPS] = mul(&a, L->stamp_capacity, sizeof(struct bf_stamp));
         L->len[BF_NEEDS_T_OBSERVED] = mul(&a, L->stamp_capacity, 4);
         for (int t = 0; t <= BF_NEEDS_T_OBSERVED; t++)
-            L->off[t] = take(&a, L->len[t], 64);
+            if (t != BF_NEEDS_T_ROWS)
+                L->off[t] = take(&a, L->len[t], 64);
+        /* the need-row arena last: the file follows the highest extent the
+         * session allocated (lowest-first), not 2 x max_needs rows
+         * (i18-needseg, stop 33; bf_needs_rows_reserve) */
+        grow_last(L, &a, BF_NEEDS_T_ROWS,
+                  mul(&a, 2ull * caps->max_needs, sizeof(struct bf_need_row)), BF_ARENA_STEP);
         break;
     case BF_SEG_RINGS:
         L->ring_cap[BF_RING_ACTIONS] = 65536;
