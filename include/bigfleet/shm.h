@@ -540,7 +540,7 @@ void bf_needs_copy_rows(const struct bf_shm *s, uint32_t off, uint32_t n, struct
 /*
  * The need-row arena (BF_NEEDS_T_ROWS) is the needs segment's last table
  * and grows with use (bf_shm_grow; i18-needseg, stop 33): every process maps
- * its whole reserve (2 x max_needs rows, address space only), the file backs
+ * its whole reserve (BF_NEED_ROWS_PER_NEED x max_needs rows, address space only), the file backs
  * its first bf_needs_rows_backed() rows. The session allocates extents
  * lowest-first, so the file follows the highest extent in use (about the
  * live rows + one cluster's replacement), and makes an extent backed

@@ -261,12 +261,24 @@ struct bf_pending_hdr {
 enum bf_needs_table {
     BF_NEEDS_T_META = 0,     /* struct bf_needs_meta */
     BF_NEEDS_T_CLUSTERS = 1, /* struct bf_shm_cluster[max_clusters] */
-    BF_NEEDS_T_ROWS = 2,     /* struct bf_need_row[2 * max_needs] (the arena): the
-                              * segment's last table, its file grows with use
-                              * (bf_needs_rows_reserve) */
+    BF_NEEDS_T_ROWS = 2,     /* struct bf_need_row[BF_NEED_ROWS_PER_NEED * max_needs]
+                              * (the arena): the segment's last table, its file
+                              * grows with use (bf_needs_rows_reserve) */
     BF_NEEDS_T_STAMPS = 3,   /* struct bf_stamp[stamp_capacity] */
     BF_NEEDS_T_OBSERVED = 4  /* _Atomic uint32_t observed_epoch[stamp_capacity] */
 };
+
+/* The need-row arena's reserve, in rows per Need of max_needs (address
+ * space: the file backs what is used). Live rows are at most max_needs and a
+ * cluster's replacement at most max_needs more, written beside its old
+ * extent. Extents are allocated lowest-first (so the file stays near the
+ * rows in use), which leaves a replaced extent anywhere, not at an end of
+ * the arena; with 3 x max_needs rows, once the session's compaction has
+ * packed the other extents downwards, one of the two free runs around the
+ * replaced extent holds the replacement (>= 2 x max_needs free rows in two
+ * runs). i18-needseg, stop 33 (2 x max_needs before, with each replacement
+ * at the far end from the old extent). */
+#define BF_NEED_ROWS_PER_NEED 3u
 
 struct bf_needs_meta {
     _Atomic uint64_t change_counter; /* [W: session] bumped after every publish */

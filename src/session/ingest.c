@@ -729,7 +729,7 @@ out:
 static int rebuild_arena(struct ingest *ig)
 {
     struct cluster_tab *ct = ig->ct;
-    uint32_t cap = 2 * ig->shm->max_needs;
+    uint32_t cap = BF_NEED_ROWS_PER_NEED * ig->shm->max_needs; /* the reserve */
     int rc = bf_arena_init(&ig->arena, cap);
     if (rc)
         return rc;

@@ -91,12 +91,13 @@ void bf_cluster_write(struct bf_shm *s, uint32_t idx, const struct bf_cluster_re
 uint32_t bf_needs_rows_backed(const struct bf_shm *s)
 {
     uint64_t rows = bf_shm_grown(s, BF_SEG_NEEDS) / sizeof(struct bf_need_row);
-    return rows < 2ull * s->max_needs ? (uint32_t)rows : 2u * s->max_needs;
+    uint64_t reserve = (uint64_t)BF_NEED_ROWS_PER_NEED * s->max_needs;
+    return (uint32_t)(rows < reserve ? rows : reserve);
 }
 
 int bf_needs_rows_reserve(struct bf_shm *s, uint64_t end)
 {
-    if (end > 2ull * s->max_needs)
+    if (end > (uint64_t)BF_NEED_ROWS_PER_NEED * s->max_needs)
         return -ENOSPC;
     if (end <= bf_needs_rows_backed(s))
         return 0;

@@ -175,8 +175,10 @@ int bf_layout_compute(int kind, const struct bf_shm_caps *caps, struct bf_layout
         /* the need-row arena last: the file follows the highest extent the
          * session allocated (lowest-first), not 2 x max_needs rows
          * (i18-needseg, stop 33; bf_needs_rows_reserve) */
-        grow_last(L, &a, BF_NEEDS_T_ROWS,
-                  mul(&a, 2ull * caps->max_needs, sizeof(struct bf_need_row)), BF_ARENA_STEP);
+        grow_last(
+            L, &a, BF_NEEDS_T_ROWS,
+            mul(&a, (uint64_t)BF_NEED_ROWS_PER_NEED * caps->max_needs, sizeof(struct bf_need_row)),
+            BF_ARENA_STEP);
         break;
     case BF_SEG_RINGS:
         L->ring_cap[BF_RING_ACTIONS] = 65536;

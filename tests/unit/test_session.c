@@ -2156,7 +2156,7 @@ START_TEST(a_rollup_past_the_backed_rows_grows_the_needs_file_and_readers_see_it
     uint64_t file0 = needs_file_bytes();
     uint32_t backed0 = bf_needs_rows_backed(&g_s);
     ck_assert_uint_eq(backed0, (1u << 20) / sizeof(struct bf_need_row)); /* the first step */
-    ck_assert_uint_lt(backed0, 2u * g_s.max_needs);
+    ck_assert_uint_lt(backed0, BF_NEED_ROWS_PER_NEED * g_s.max_needs);
     uint32_t a = lane_cluster(&l, "cluster-a");
     ck_assert_int_eq(lane_rollup(&l, a, "cluster-a", 10, 100), INGEST_ACCEPTED);
     ck_assert_uint_eq(needs_file_bytes(), file0); /* 100 rows: no growth */
@@ -2198,13 +2198,14 @@ START_TEST(a_cluster_row_pointing_past_the_backed_rows_is_refused_not_read)
     struct bf_cluster_rec rec;
     ck_assert_int_eq(bf_cluster_read(&g_s, a, &rec, NULL), 0);
     uint32_t backed = bf_needs_rows_backed(&g_s);
-    ck_assert_uint_lt(backed, 2u * g_s.max_needs);
+    ck_assert_uint_lt(backed, BF_NEED_ROWS_PER_NEED * g_s.max_needs);
     struct bf_shm r;
     char err[256];
     ck_assert_msg(bf_shm_attach(&r, g_id, true, err, sizeof err) == 0, "%s", err);
     static struct bf_need_row rows[64];
     struct bf_cluster_rec got;
-    const uint32_t offs[] = {backed, backed - 10, 2u * g_s.max_needs - 8, UINT32_MAX - 4};
+    const uint32_t offs[] = {backed, backed - 10, BF_NEED_ROWS_PER_NEED * g_s.max_needs - 8,
+                             UINT32_MAX - 4};
     for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
         rec.rows_off = offs[i];
         rec.rows_count = 20;

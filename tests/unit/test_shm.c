@@ -614,8 +614,7 @@ END_TEST
  * still takes the documented largest blob (4 MiB with its 32-byte header). */
 START_TEST(bytes_ring_takes_a_half_ring_record_at_every_offset)
 {
-    const int rings[] = {BF_RING_BOOT_RESP, BF_RING_COORD_IN, BF_RING_COORD_OUT,
-                         BF_RING_OWN_AUDIT};
+    const int rings[] = {BF_RING_BOOT_RESP, BF_RING_COORD_IN, BF_RING_COORD_OUT, BF_RING_OWN_AUDIT};
     for (size_t k = 0; k < sizeof rings / sizeof rings[0]; k++) {
         int ring = rings[k];
         uint64_t cap = g_s.ring[ring]->capacity;
