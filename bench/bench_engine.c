@@ -1928,6 +1928,10 @@ static uint32_t shm_ext_alloc(struct world *w, struct shmw *x, uint32_t self, ui
     free(ex);
     if ((uint64_t)at + n > x->arena_rows)
         die("need-row arena allocation", -ENOSPC);
+    /* the arena grows with use: back the extent before writing it */
+    int rc = bf_needs_rows_reserve(&x->s, (uint64_t)at + n);
+    if (rc)
+        die("bf_needs_rows_reserve", rc);
     return at;
 }
 

@@ -269,20 +269,36 @@ static void prune_absent_stamps(struct ingest *ig, uint32_t cluster_ref, uint32_
     }
 }
 
-/* Allocates n rows for cluster `self`, on the side of the arena away from
- * its current extent (old_off, old_n) — the two extents then sit at
- * opposite ends — or, failing both ends, by relocating live extents
- * (self's included) downwards (bf_arena_compact plans, this executes: copy
- * the rows, republish the owner with the same generation). */
+/* Backs the rows [off, off + n) in the segment's file before they are
+ * written (the arena grows with use); on failure the extent goes back to
+ * the allocator and the rollup is rejected (-EFBIG). */
+static int back_rows(struct ingest *ig, uint32_t off, uint32_t n)
+{
+    int rc = bf_needs_rows_reserve(ig->shm, (uint64_t)off + n);
+    if (rc == 0)
+        return 0;
+    bf_arena_release(&ig->arena, off, n);
+    BF_ERROR("the need-row arena could not grow its file (tmpfs full?); rollup rejected, the "
+             "published rows kept",
+             "rows_wanted=%u end=%llu backed=%u error=%d", n, (unsigned long long)off + n,
+             bf_needs_rows_backed(ig->shm), rc);
+    return -EFBIG;
+}
+
+/* Allocates n rows for cluster `self`, lowest-first (the file backs the
+ * arena up to its highest extent in use: about the live rows + one
+ * cluster's replacement, i18-needseg stop 33), or, when no free run is long
+ * enough, by relocating live extents (self's included) downwards
+ * (bf_arena_compact plans, this executes: copy the rows, republish the owner
+ * with the same generation). The extent is backed before it is returned:
+ * -EFBIG when the file could not grow, -ENOSPC when the arena is full. */
 static int alloc_rows(struct ingest *ig, uint32_t self, uint32_t old_off, uint32_t old_n,
                       uint32_t n, uint32_t *off)
 {
-    bool old_low = old_n && (uint64_t)old_off + old_n / 2 < ig->arena.capacity / 2;
-    if (old_low ? bf_arena_alloc_high(&ig->arena, n, off) == 0 ||
-                      bf_arena_alloc(&ig->arena, n, off) == 0
-                : bf_arena_alloc(&ig->arena, n, off) == 0 ||
-                      bf_arena_alloc_high(&ig->arena, n, off) == 0)
-        return 0;
+    (void)old_off;
+    (void)old_n;
+    if (bf_arena_alloc(&ig->arena, n, off) == 0)
+        return back_rows(ig, *off, n);
     if (ig->arena.free_rows < n)
         return -ENOSPC;
     struct cluster_tab *ct = ig->ct;
@@ -326,7 +342,8 @@ static int alloc_rows(struct ingest *ig, uint32_t self, uint32_t old_off, uint32
     if (moved)
         BF_INFO("need-row arena compacted", "extents_moved=%u rows_wanted=%u result=%s", moved, n,
                 rc >= 0 ? "ok" : "still fragmented");
-    return rc >= 0 ? 0 : rc;
+    /* moves go downwards, inside what is backed; the new extent may not be */
+    return rc >= 0 ? back_rows(ig, *off, n) : rc;
 }
 
 static struct bf_rollup_limits limits_of(struct ingest *ig, uint32_t cidx, const struct job *j)
@@ -609,9 +626,14 @@ static void process(struct ingest *ig, uint32_t cidx, struct job *j, bool notify
     uint32_t off = 0;
     if (!cv->repeated) { /* a repeat keeps its extent: the rows are the same */
         if ((rc = alloc_rows(ig, cidx, rec.rows_off, rec.rows_count, cv->n, &off)) != 0) {
-            snprintf(err, sizeof err,
-                     "no contiguous run of %u rows in the need-row arena (%u free of %u)", cv->n,
-                     ig->arena.free_rows, ig->arena.capacity);
+            if (rc == -EFBIG)
+                snprintf(err, sizeof err,
+                         "the need-row arena could not grow its shared-memory file for %u rows",
+                         cv->n);
+            else
+                snprintf(err, sizeof err,
+                         "no contiguous run of %u rows in the need-row arena (%u free of %u)",
+                         cv->n, ig->arena.free_rows, ig->arena.capacity);
             reject(ig, cidx, j, rc, err);
             goto out;
         }
@@ -707,7 +729,7 @@ out:
 static int rebuild_arena(struct ingest *ig)
 {
     struct cluster_tab *ct = ig->ct;
-    uint32_t cap = 2 * ig->shm->max_needs;
+    uint32_t cap = BF_NEED_ROWS_PER_NEED * ig->shm->max_needs; /* the reserve */
     int rc = bf_arena_init(&ig->arena, cap);
     if (rc)
         return rc;

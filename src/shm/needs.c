@@ -14,6 +14,9 @@
  *  - A repeated rollup is republished on the same extent (the rows do not
  *    change) with generation + 1 and its arrival in the cluster row
  *    (rows_arrival_ns), which bf_needs_copy applies to the copied rows.
+ *  - The row arena grows with use (bf_needs_rows_reserve, bf_shm_grow): the
+ *    session backs an extent before it writes it, readers never copy a
+ *    published extent past the backed rows.
  *  - needs->stamps_observed moves after every recorded observation, so the
  *    session can tell that no stamp changed state since its last touch.
  */
@@ -85,6 +88,22 @@ void bf_cluster_write(struct bf_shm *s, uint32_t idx, const struct bf_cluster_re
     atomic_store_explicit(&c->writer, 0, memory_order_release);
 }
 
+uint32_t bf_needs_rows_backed(const struct bf_shm *s)
+{
+    uint64_t rows = bf_shm_grown(s, BF_SEG_NEEDS) / sizeof(struct bf_need_row);
+    uint64_t reserve = (uint64_t)BF_NEED_ROWS_PER_NEED * s->max_needs;
+    return (uint32_t)(rows < reserve ? rows : reserve);
+}
+
+int bf_needs_rows_reserve(struct bf_shm *s, uint64_t end)
+{
+    if (end > (uint64_t)BF_NEED_ROWS_PER_NEED * s->max_needs)
+        return -ENOSPC;
+    if (end <= bf_needs_rows_backed(s))
+        return 0;
+    return bf_shm_grow(s, BF_SEG_NEEDS, end * sizeof(struct bf_need_row));
+}
+
 void bf_needs_copy_rows(const struct bf_shm *s, uint32_t off, uint32_t n, struct bf_need_row *out)
 {
     bf_shm_load_words(out, &s->rows[off], (size_t)n * sizeof(struct bf_need_row));
@@ -102,8 +121,10 @@ int bf_needs_copy(const struct bf_shm *s, uint32_t idx, struct bf_cluster_rec *r
         if (rc)
             return rc;
         uint32_t n = rec->rows_count;
-        if ((uint64_t)rec->rows_off + n > 2ull * s->max_needs)
-            return -EAGAIN; /* cannot happen for a published row */
+        /* the writer backs an extent before it publishes it: past the
+         * backed rows only a corrupted row (or a torn read) points */
+        if ((uint64_t)rec->rows_off + n > bf_needs_rows_backed(s))
+            return -EAGAIN;
         if (n > max)
             return (int)n;
         bf_needs_copy_rows(s, rec->rows_off, n, out);

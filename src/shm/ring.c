@@ -91,13 +91,22 @@ struct rec_hdr {
     uint32_t mark;
 };
 
+/* The largest record: its padded size (header included) is at most half
+ * the ring, so it fits once the ring has drained wherever prod stands (it
+ * fits before the end, or the end is more than half the ring away and the
+ * wrap leaves it room from 0). */
+static inline uint64_t max_record(uint64_t cap)
+{
+    return cap / 2 - sizeof(struct rec_hdr);
+}
+
 int bf_ring_push_bytes(struct bf_shm *s, int ring, const void *a, size_t alen, const void *b,
                        size_t blen)
 {
     struct bf_ring_hdr *r = s->ring[ring];
     uint64_t cap = r->capacity;
     size_t len = alen + blen;
-    if (len > cap / 4 || len > UINT32_MAX - 16)
+    if (len > max_record(cap) || len > UINT32_MAX - 16)
         return -E2BIG;
     uint64_t need = (sizeof(struct rec_hdr) + len + 7) & ~7ull;
     uint64_t prod = atomic_load_explicit(&r->prod, memory_order_relaxed);
@@ -144,7 +153,7 @@ int bf_ring_pop_bytes(struct bf_shm *s, int ring, void *buf, size_t bufcap, size
             atomic_store_explicit(&r->cons, cons, memory_order_release);
             continue;
         }
-        if (h.mark != REC_MARK || h.len > cap / 4) {
+        if (h.mark != REC_MARK || h.len > max_record(cap)) {
             /* corrupt ring (cannot happen with a well-behaved producer): drop all */
             atomic_store_explicit(&r->cons, prod, memory_order_release);
             return -EAGAIN;

@@ -361,7 +361,8 @@ static void views_inside(const struct bf_shm *s)
                           (const uint8_t *)s->inv_hdr + s->changelog[w].entries_off,
                           (size_t)(s->changelog_mask + 1) * 4));
     FUZZ_CHECK(inside(s, BF_SEG_NEEDS, s->clusters, (size_t)s->max_clusters * sizeof *s->clusters));
-    FUZZ_CHECK(inside(s, BF_SEG_NEEDS, s->rows, 2 * (size_t)s->max_needs * sizeof *s->rows));
+    FUZZ_CHECK(inside(s, BF_SEG_NEEDS, s->rows,
+                      (size_t)BF_NEED_ROWS_PER_NEED * s->max_needs * sizeof *s->rows));
     FUZZ_CHECK(inside(s, BF_SEG_NEEDS, s->stamps, (size_t)(s->stamp_mask + 1) * sizeof *s->stamps));
     for (int r = 0; r < BF_RING_COUNT; r++) {
         const struct bf_ring_hdr *h = s->ring[r];

@@ -9,6 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bigfleet/blobs.h"
@@ -2023,6 +2030,236 @@ START_TEST(reflection_echo_of_a_request_with_an_unknown_field_zero_decodes)
 }
 END_TEST
 
+/* ------------------------------------------------------------ the growing arena */
+
+/* The ingest lane against segments whose need-row arena starts at its first
+ * step (1 MiB: 6,553 rows of a 16,384-Need reserve). */
+struct lane {
+    struct bf_config cfg;
+    struct cluster_tab ct;
+    struct ingest *ig;
+    int efd;
+};
+
+static void lane_start(struct lane *l)
+{
+    struct bf_shm_caps caps = {.max_machines = 1024, .max_needs = 16384, .max_clusters = 16};
+    shm_fixture_remove();
+    shm_fixture_create("session", &caps, 1);
+    bf_config_defaults(&l->cfg);
+    l->cfg.max_needs = caps.max_needs;
+    l->cfg.cluster_max_needs = caps.max_needs;
+    l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    ck_assert_int_ge(l->efd, 0);
+    ck_assert_int_eq(bf_ctab_init(&l->ct, &g_s), 0);
+    ck_assert_int_eq(bf_ingest_start(&l->ig, &g_s, &l->cfg, &l->ct, l->efd), 0);
+}
+
+static void lane_stop(struct lane *l)
+{
+    bf_ingest_stop(l->ig);
+    bf_ctab_destroy(&l->ct);
+    close(l->efd);
+}
+
+/* Registers a cluster row as the session does for a new stream. */
+static uint32_t lane_cluster(struct lane *l, const char *name)
+{
+    uint32_t ref;
+    ck_assert_int_eq(bf_str_intern_cstr(&g_s, name, &ref), 0);
+    pthread_mutex_lock(&l->ct.mu);
+    uint32_t n = l->ct.n;
+    memset(&l->ct.rec[n], 0, sizeof l->ct.rec[n]);
+    l->ct.rec[n].name_ref = ref;
+    l->ct.rec[n].in_use = 1;
+    bf_ctab_publish_locked(&l->ct, n);
+    l->ct.n = n + 1;
+    BF_SHARED_STORE(g_s.needs->n_clusters, n + 1);
+    pthread_mutex_unlock(&l->ct.mu);
+    return n;
+}
+
+/* Submits a rollup of n distinct Needs (priorities base .. base + n - 1)
+ * and waits (bounded) for its outcome. */
+static int lane_rollup(struct lane *l, uint32_t cidx, const char *name, int base, size_t n)
+{
+    struct nb *b = calloc(n, sizeof *b);
+    ck_assert_ptr_nonnull(b);
+    for (size_t i = 0; i < n; i++) {
+        nb_init(&b[i], base + (int)i);
+        nb_agg(&b[i], "cpu", "1");
+    }
+    static uint64_t serial;
+    struct ingest_buf rb = {0};
+    rb.heap = pack_rollup(name, 1000 + (int64_t)serial, b, n, &rb.len);
+    rb.data = rb.heap;
+    free(b);
+    ck_assert_int_ge(bf_ingest_submit(l->ig, cidx, ++serial, &rb, bf_now_ns()), 0);
+    for (int t = 0; t < 20000; t++) {
+        struct ingest_done d;
+        if (bf_ingest_take_done(l->ig, &d, 1) == 1) {
+            ck_assert_uint_eq(d.serial, serial);
+            return d.outcome;
+        }
+        usleep(1000);
+    }
+    ck_abort_msg("no ingest outcome within 20 s");
+    return -1;
+}
+
+static uint64_t needs_file_bytes(void)
+{
+    char name[128];
+    bf_shm_name(g_id, BF_SEG_NEEDS, name, sizeof name);
+    int fd = shm_open(name, O_RDONLY, 0);
+    ck_assert_int_ge(fd, 0);
+    struct stat st;
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    close(fd);
+    return (uint64_t)st.st_size;
+}
+
+/* A reader attached on its own (as the cycle and bigfleet-inspect are)
+ * copies the cluster's published rows: n rows of priorities base.. */
+static void reader_sees_rows(uint32_t cidx, int base, uint32_t n)
+{
+    struct bf_shm r;
+    char err[256];
+    ck_assert_msg(bf_shm_attach(&r, g_id, true, err, sizeof err) == 0, "%s", err);
+    struct bf_need_row *rows = calloc(n + 1, sizeof *rows);
+    struct bf_cluster_rec rec;
+    ck_assert_int_eq(bf_needs_copy(&r, cidx, &rec, rows, n + 1), (int)n);
+    ck_assert_uint_le((uint64_t)rec.rows_off + n, bf_needs_rows_backed(&r));
+    struct bf_blob_cache *c = bf_blob_cache_new();
+    bool seen_last = false;
+    for (uint32_t i = 0; i < n; i++) {
+        const struct bf_nprofile *p = bf_nprofile_get(c, &r, rows[i].profile_ref);
+        ck_assert_ptr_nonnull(p);
+        ck_assert_int_ge(p->p.priority, base);
+        ck_assert_int_lt(p->p.priority, base + (int)n);
+        seen_last |= p->p.priority == base + (int)n - 1;
+    }
+    ck_assert(seen_last);
+    bf_blob_cache_free(c);
+    free(rows);
+    bf_shm_detach(&r);
+}
+
+/* i18-needseg (stop 33): the need-row arena is the needs segment's last
+ * table and grows with use. A rollup whose rows lie past the first step
+ * grows the file before they are written; a reader attached on its own
+ * copies them; the segment's bytes follow. */
+START_TEST(a_rollup_past_the_backed_rows_grows_the_needs_file_and_readers_see_it)
+{
+    struct lane l;
+    lane_start(&l);
+    uint64_t file0 = needs_file_bytes();
+    uint32_t backed0 = bf_needs_rows_backed(&g_s);
+    ck_assert_uint_eq(backed0, (1u << 20) / sizeof(struct bf_need_row)); /* the first step */
+    ck_assert_uint_lt(backed0, BF_NEED_ROWS_PER_NEED * g_s.max_needs);
+    uint32_t a = lane_cluster(&l, "cluster-a");
+    ck_assert_int_eq(lane_rollup(&l, a, "cluster-a", 10, 100), INGEST_ACCEPTED);
+    ck_assert_uint_eq(needs_file_bytes(), file0); /* 100 rows: no growth */
+    uint32_t b = lane_cluster(&l, "cluster-b");
+    ck_assert_int_eq(lane_rollup(&l, b, "cluster-b", 100000, 7000), INGEST_ACCEPTED);
+    struct bf_cluster_rec rb;
+    ck_assert_int_eq(bf_cluster_read(&g_s, b, &rb, NULL), 0);
+    ck_assert_uint_eq(rb.rows_count, 7000);
+    ck_assert_uint_eq(rb.rows_off, 100); /* lowest-first: right after cluster-a */
+    ck_assert_uint_ge(bf_needs_rows_backed(&g_s), 7100);
+    ck_assert_uint_gt(needs_file_bytes(), file0);
+    ck_assert_uint_eq(bf_shm_segment_bytes(&g_s, BF_SEG_NEEDS), needs_file_bytes());
+    reader_sees_rows(a, 10, 100);
+    reader_sees_rows(b, 100000, 7000);
+    /* a replacement goes lowest-first too (not to the arena's far end): the
+     * file follows the rows in use + one replacement, not the reserve */
+    uint64_t file1 = needs_file_bytes();
+    ck_assert_int_eq(lane_rollup(&l, a, "cluster-a", 20, 150), INGEST_ACCEPTED);
+    struct bf_cluster_rec ra;
+    ck_assert_int_eq(bf_cluster_read(&g_s, a, &ra, NULL), 0);
+    ck_assert_uint_eq(ra.rows_off, 7100);
+    ck_assert_uint_eq(needs_file_bytes(), file1);
+    ck_assert_uint_lt(bf_needs_rows_backed(&g_s), g_s.max_needs);
+    reader_sees_rows(a, 20, 150);
+    lane_stop(&l);
+}
+END_TEST
+
+/* A reader of the segments is an untrusted-input reader (bigfleet-inspect on
+ * a damaged file): a cluster row whose extent lies past the backed rows is
+ * refused (-EAGAIN), never read (it would be SIGBUS past the file's end). */
+START_TEST(a_cluster_row_pointing_past_the_backed_rows_is_refused_not_read)
+{
+    struct lane l;
+    lane_start(&l);
+    uint32_t a = lane_cluster(&l, "cluster-a");
+    ck_assert_int_eq(lane_rollup(&l, a, "cluster-a", 10, 100), INGEST_ACCEPTED);
+    lane_stop(&l);
+    struct bf_cluster_rec rec;
+    ck_assert_int_eq(bf_cluster_read(&g_s, a, &rec, NULL), 0);
+    uint32_t backed = bf_needs_rows_backed(&g_s);
+    ck_assert_uint_lt(backed, BF_NEED_ROWS_PER_NEED * g_s.max_needs);
+    struct bf_shm r;
+    char err[256];
+    ck_assert_msg(bf_shm_attach(&r, g_id, true, err, sizeof err) == 0, "%s", err);
+    static struct bf_need_row rows[64];
+    struct bf_cluster_rec got;
+    const uint32_t offs[] = {backed, backed - 10, BF_NEED_ROWS_PER_NEED * g_s.max_needs - 8,
+                             UINT32_MAX - 4};
+    for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
+        rec.rows_off = offs[i];
+        rec.rows_count = 20;
+        bf_cluster_write(&g_s, a, &rec);
+        ck_assert_int_eq(bf_needs_copy(&r, a, &got, rows, 64), -EAGAIN);
+    }
+    bf_shm_detach(&r);
+}
+END_TEST
+
+/* When the file cannot grow (here RLIMIT_FSIZE; tmpfs full in the field),
+ * the rollup that needed the rows is rejected and counted, the cluster keeps
+ * its published rows, the others are untouched; once the file can grow
+ * again the next rollup is accepted. */
+START_TEST(a_rollup_the_needs_file_cannot_grow_for_is_rejected_and_the_rows_stay)
+{
+    struct lane l;
+    lane_start(&l);
+    signal(SIGXFSZ, SIG_IGN);
+    uint32_t a = lane_cluster(&l, "cluster-a");
+    ck_assert_int_eq(lane_rollup(&l, a, "cluster-a", 10, 3000), INGEST_ACCEPTED);
+    uint32_t b = lane_cluster(&l, "cluster-b");
+    ck_assert_int_eq(lane_rollup(&l, b, "cluster-b", 50000, 2000), INGEST_ACCEPTED);
+    struct bf_cluster_rec before;
+    ck_assert_int_eq(bf_cluster_read(&g_s, b, &before, NULL), 0);
+    uint64_t file0 = needs_file_bytes();
+    uint32_t backed0 = bf_needs_rows_backed(&g_s);
+    uint64_t rejected0 = BF_STAT_GET(g_s.st->session.rollups_rejected);
+    struct rlimit rl;
+    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &rl), 0);
+    struct rlimit lim = {.rlim_cur = file0, .rlim_max = rl.rlim_max};
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    /* cluster-b's replacement: 5000 rows past the 5000 in use, past the first step */
+    ck_assert_int_eq(lane_rollup(&l, b, "cluster-b", 70000, 5000), INGEST_REJECTED);
+    ck_assert_uint_eq(BF_STAT_GET(g_s.st->session.rollups_rejected), rejected0 + 1);
+    ck_assert_uint_eq(needs_file_bytes(), file0);
+    ck_assert_uint_eq(bf_needs_rows_backed(&g_s), backed0);
+    struct bf_cluster_rec after;
+    ck_assert_int_eq(bf_cluster_read(&g_s, b, &after, NULL), 0);
+    ck_assert_uint_eq(after.rows_off, before.rows_off);
+    ck_assert_uint_eq(after.rows_count, 2000);
+    ck_assert_uint_eq(after.generation, before.generation);
+    reader_sees_rows(a, 10, 3000);
+    reader_sees_rows(b, 50000, 2000);
+    /* the file can grow again: the same replacement is accepted */
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+    ck_assert_int_eq(lane_rollup(&l, b, "cluster-b", 70000, 5000), INGEST_ACCEPTED);
+    ck_assert_uint_gt(needs_file_bytes(), file0);
+    reader_sees_rows(b, 70000, 5000);
+    reader_sees_rows(a, 10, 3000);
+    lane_stop(&l);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("session");
@@ -2076,6 +2313,13 @@ static Suite *suite(void)
     tcase_add_test(a, arena_random_operations_match_a_bitmap_model);
     tcase_add_test(a, arena_compaction_moves_extents_down_into_free_space_until_the_run_fits);
     suite_add_tcase(s, a);
+    TCase *g = tcase_create("arena_file");
+    tcase_add_checked_fixture(g, setup, teardown);
+    tcase_set_timeout(g, 60);
+    tcase_add_test(g, a_rollup_past_the_backed_rows_grows_the_needs_file_and_readers_see_it);
+    tcase_add_test(g, a_rollup_the_needs_file_cannot_grow_for_is_rejected_and_the_rows_stay);
+    tcase_add_test(g, a_cluster_row_pointing_past_the_backed_rows_is_refused_not_read);
+    suite_add_tcase(s, g);
     TCase *o = tcase_create("outbox");
     tcase_add_test(o, outbox_frames_are_fifo_bounded_and_never_dropped_silently);
     tcase_add_test(o, outbox_coalesces_by_key_in_place_after_frames);

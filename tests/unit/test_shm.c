@@ -586,7 +586,7 @@ START_TEST(bytes_ring_wraps_variable_records_and_refuses_oversize)
     static char blob[1 << 20], out[1 << 20];
     for (size_t i = 0; i < sizeof blob; i++)
         blob[i] = (char)(i * 7);
-    ck_assert_int_eq(bf_ring_push_bytes(&g_s, BF_RING_BOOT_RESP, blob, cap / 4 + 1, NULL, 0),
+    ck_assert_int_eq(bf_ring_push_bytes(&g_s, BF_RING_BOOT_RESP, blob, cap / 2 - 7, NULL, 0),
                      -E2BIG);
     size_t total = 0, len;
     for (int i = 0; total < 3 * cap; i++) {
@@ -604,6 +604,47 @@ START_TEST(bytes_ring_wraps_variable_records_and_refuses_oversize)
         total += a + b;
     }
     ck_assert_int_eq(bf_ring_pop_bytes(&g_s, BF_RING_BOOT_RESP, out, sizeof out, &len), -EAGAIN);
+}
+END_TEST
+
+/* The bytes rings hold records of up to half the ring less the 8-byte
+ * record header (i18-needseg, stop 33: the rings are sized as twice their
+ * largest record): such a record fits once the ring has drained wherever the
+ * producer index stands, one byte more is refused, and the bootstrap ring
+ * still takes the documented largest blob (4 MiB with its 32-byte header). */
+START_TEST(bytes_ring_takes_a_half_ring_record_at_every_offset)
+{
+    const int rings[] = {BF_RING_BOOT_RESP, BF_RING_COORD_IN, BF_RING_COORD_OUT, BF_RING_OWN_AUDIT};
+    for (size_t k = 0; k < sizeof rings / sizeof rings[0]; k++) {
+        int ring = rings[k];
+        uint64_t cap = g_s.ring[ring]->capacity;
+        size_t big = (size_t)(cap / 2 - 8);
+        char *blob = malloc(big + 1), *out = malloc(big + 1);
+        ck_assert_ptr_nonnull(blob);
+        ck_assert_ptr_nonnull(out);
+        for (size_t i = 0; i <= big; i++)
+            blob[i] = (char)(i * 13 + k);
+        ck_assert_int_eq(bf_ring_push_bytes(&g_s, ring, blob, big + 1, NULL, 0), -E2BIG);
+        size_t len;
+        /* producer offsets across the whole ring, the middle ones included */
+        for (uint64_t step = 0; step < 40; step++) {
+            ck_assert_int_eq(bf_ring_push_bytes(&g_s, ring, blob, big, NULL, 0), 0);
+            ck_assert_int_eq(bf_ring_pop_bytes(&g_s, ring, out, big + 1, &len), 0);
+            ck_assert_uint_eq(len, big);
+            ck_assert_int_eq(memcmp(out, blob, big), 0);
+            size_t small = (size_t)(cap / 40) - 8 + (size_t)(step % 3) * 8;
+            ck_assert_int_eq(bf_ring_push_bytes(&g_s, ring, blob, small, NULL, 0), 0);
+            ck_assert_int_eq(bf_ring_pop_bytes(&g_s, ring, out, big + 1, &len), 0);
+            ck_assert_uint_eq(len, small);
+        }
+        ck_assert_int_eq(bf_ring_pop_bytes(&g_s, ring, out, big + 1, &len), -EAGAIN);
+        free(blob);
+        free(out);
+    }
+    /* the documented contract: bootstrap blobs up to 4 MiB (less a few bytes) */
+    ck_assert_uint_ge(g_s.ring[BF_RING_BOOT_RESP]->capacity / 2 - 8 -
+                          sizeof(struct bf_boot_resp_hdr),
+                      (4u << 20) - 64);
 }
 END_TEST
 
@@ -1338,6 +1379,78 @@ START_TEST(attach_refuses_an_inventory_file_shorter_than_its_committed_arena)
 }
 END_TEST
 
+static off_t segment_file_size(int kind)
+{
+    char name[128];
+    bf_shm_name(g_id, kind, name, sizeof name);
+    int fd = shm_open(name, O_RDONLY, 0);
+    ck_assert_int_ge(fd, 0);
+    struct stat st;
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    close(fd);
+    return st.st_size;
+}
+
+START_TEST(the_verdict_ledger_grows_its_file_before_rows_are_published_and_older_maps_see_them)
+{
+    uint64_t off = g_s.state_hdr->table_off[BF_STATE_T_VERDICTS];
+    uint64_t reserve = g_s.state_hdr->table_len[BF_STATE_T_VERDICTS];
+    uint32_t n = g_s.max_needs;
+    ck_assert_uint_ge(reserve, 2ull * n * sizeof(struct bf_verdict_row));
+    ck_assert_uint_eq(g_s.len[BF_SEG_STATE], off + reserve); /* the whole reserve is mapped */
+    /* created backed by one step, short of the reserve */
+    off_t f0 = segment_file_size(BF_SEG_STATE);
+    ck_assert_uint_eq((uint64_t)f0, off + bf_shm_grown(&g_s, BF_SEG_STATE));
+    ck_assert_uint_lt(bf_shm_grown(&g_s, BF_SEG_STATE), reserve);
+    ck_assert_uint_eq(bf_shm_segment_bytes(&g_s, BF_SEG_STATE), (size_t)f0);
+    ck_assert_uint_lt(bf_verdict_rows_backed(&g_s, 1), n);
+    /* a reader attached now (before the growth) */
+    struct bf_shm ro;
+    char err[256];
+    ck_assert_int_eq(bf_shm_attach(&ro, g_id, true, err, sizeof err), 0);
+    ck_assert_uint_eq(bf_verdict_rows_backed(&ro, 1), bf_verdict_rows_backed(&g_s, 1));
+    ck_assert_int_eq(bf_shm_grow(&ro, BF_SEG_STATE, reserve), -EROFS);
+    /* buffer 1 takes every row: the file grows first, to the reserve */
+    ck_assert_uint_eq(bf_verdict_rows_reserve(&g_s, 1, n), n);
+    ck_assert_uint_eq((uint64_t)segment_file_size(BF_SEG_STATE), off + reserve);
+    ck_assert_uint_eq(bf_verdict_rows_backed(&g_s, 1), n);
+    ck_assert_uint_eq(bf_verdict_rows_backed(&g_s, 0), n);
+    g_s.verdicts[bf_verdict_index(1, n - 1)].cluster_ref = 77;
+    /* the older read-only mapping reads the new last row */
+    ck_assert_uint_eq(bf_verdict_rows_backed(&ro, 1), n);
+    ck_assert_uint_eq(ro.verdicts[bf_verdict_index(1, n - 1)].cluster_ref, 77);
+    ck_assert_uint_eq(bf_shm_segment_bytes(&ro, BF_SEG_STATE), off + reserve);
+    bf_shm_detach(&ro);
+    /* past the reserve; a segment whose tables are all fixed */
+    ck_assert_int_eq(bf_shm_grow(&g_s, BF_SEG_STATE, reserve + 1), -ENOSPC);
+    ck_assert_int_eq(bf_shm_grow(&g_s, BF_SEG_RINGS, 1), -EINVAL);
+    ck_assert_uint_eq(bf_shm_grown(&g_s, BF_SEG_RINGS), 0);
+    ck_assert_uint_eq(bf_verdict_rows_reserve(&g_s, 0, n + 5), n); /* at most max_needs */
+}
+END_TEST
+
+START_TEST(attach_refuses_a_state_file_shorter_than_its_grown_verdict_table)
+{
+    uint64_t off = g_s.state_hdr->table_off[BF_STATE_T_VERDICTS];
+    uint64_t reserve = g_s.state_hdr->table_len[BF_STATE_T_VERDICTS];
+    ck_assert_uint_eq(bf_verdict_rows_reserve(&g_s, 1, g_s.max_needs), g_s.max_needs);
+    uint64_t grown = bf_shm_grown(&g_s, BF_SEG_STATE);
+    attach_accepted();
+    /* a file cut inside the grown table */
+    resize_segment(BF_SEG_STATE, (off_t)(off + grown - 4096));
+    attach_refused(BF_SEG_STATE, "grown");
+    resize_segment(BF_SEG_STATE, (off_t)(off + grown));
+    attach_accepted();
+    /* a grown count past the reserve, or below the first step */
+    atomic_store(&g_s.state_hdr->grown, reserve + 4096);
+    attach_refused(BF_SEG_STATE, "its reserve");
+    atomic_store(&g_s.state_hdr->grown, 0);
+    attach_refused(BF_SEG_STATE, "first step");
+    atomic_store(&g_s.state_hdr->grown, grown);
+    attach_accepted();
+}
+END_TEST
+
 START_TEST(live_configuration_reaches_readers_whole_once_per_publish)
 {
     struct bf_config c;
@@ -1666,6 +1779,7 @@ int main(void)
     tcase_add_test(tc, ring_wraps_reports_full_and_empty_in_order);
     tcase_add_test(tc, ring_redelivers_unreleased_entries_after_consumer_restart);
     tcase_add_test(tc, bytes_ring_wraps_variable_records_and_refuses_oversize);
+    tcase_add_test(tc, bytes_ring_takes_a_half_ring_record_at_every_offset);
     tcase_add_test(tc, cluster_latch_readers_never_stall_on_a_dead_writer);
     tcase_add_test(tc, needs_copy_returns_the_published_rows);
     tcase_add_test(tc, registries_assign_stable_indices);
@@ -1688,6 +1802,9 @@ int main(void)
     tcase_add_test(tc, attach_refuses_change_log_entries_offsets_off_the_layout);
     tcase_add_test(tc, attach_refuses_ring_geometry_off_the_layout);
     tcase_add_test(tc, attach_refuses_an_inventory_file_shorter_than_its_committed_arena);
+    tcase_add_test(tc, attach_refuses_a_state_file_shorter_than_its_grown_verdict_table);
+    tcase_add_test(
+        tc, the_verdict_ledger_grows_its_file_before_rows_are_published_and_older_maps_see_them);
     tcase_add_test(tc, live_configuration_reaches_readers_whole_once_per_publish);
     tcase_add_test(tc, result_read_accepts_a_copy_only_if_its_buffer_was_not_rewritten);
     tcase_add_test(tc, every_enum_value_has_its_own_label);
