@@ -738,6 +738,8 @@ static void wake_cb(struct bf_net_watch *w, uint64_t count, void *arg)
 
 static int setup_ring(struct bf_net_loop *l, unsigned entries)
 {
+    /* the task-work flag only for a loop that polls (loop_work_pending):
+     * the others keep the ring they had */
     struct io_uring_params p;
     const unsigned try_flags[] = {
         IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
@@ -746,7 +748,7 @@ static int setup_ring(struct bf_net_loop *l, unsigned entries)
         0,
     };
     int r = -EINVAL;
-    for (size_t i = 0; i < sizeof try_flags / sizeof try_flags[0]; i++) {
+    for (size_t i = l->poll_max_ns > 0 ? 0 : 1; i < sizeof try_flags / sizeof try_flags[0]; i++) {
         memset(&p, 0, sizeof p);
         p.flags = try_flags[i] | IORING_SETUP_CQSIZE;
         /* room for a completion from every connection of a busy shard at
