@@ -542,6 +542,18 @@ int bf_net_stream_send(struct bf_net_stream *s, const void *msg, size_t len)
     return rc ? rc : stream_enqueue(s, m);
 }
 
+int bf_net_stream_send_lend(struct bf_net_stream *s, void *msg, size_t len,
+                            bf_net_release_fn release, void *arg)
+{
+    if (s->half_close || s->delivered || s->local_set) {
+        omsg_release_ext(msg, release, arg);
+        return -EPIPE;
+    }
+    struct omsg *m;
+    int rc = omsg_lend(msg, len, s->cl->o.max_send_message, release, arg, &m);
+    return rc ? rc : stream_enqueue(s, m);
+}
+
 int bf_net_stream_send_pb(struct bf_net_stream *s, const struct ProtobufCMessage *pm)
 {
     if (s->half_close || s->delivered || s->local_set)

@@ -1242,6 +1242,62 @@ START_TEST(a_lent_reply_is_given_back_once_sent)
 }
 END_TEST
 
+struct lent_log {
+    int back;
+    void *last;
+};
+
+static void lent_give_back(void *msg, void *arg)
+{
+    struct lent_log *lg = arg;
+    lg->back++;
+    lg->last = msg;
+}
+
+/* A message sent with bf_net_stream_send_lend goes out from the caller's
+ * buffer (a 3 MB one: many DATA frames) and is given back once, after its
+ * last byte was handed to the connection; the server echoes exactly its
+ * bytes. Lending on a half-closed stream gives the buffer back at once and
+ * fails with -EPIPE. */
+START_TEST(a_lent_stream_message_arrives_intact_and_is_given_back_once)
+{
+    struct rig g = rig_up(NULL, NULL, 0);
+    struct sres r = {0};
+    struct bf_net_stream *s = bf_net_client_call(g.cl, "/t.Test/Bidi", 0, &SCBS, &r);
+    size_t len = 3000000;
+    uint8_t *m = malloc(len);
+    ck_assert_ptr_nonnull(m);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < len; i++) {
+        m[i] = (uint8_t)(i * 131 + 7);
+        sum += (uint64_t)m[i] * (i + 1);
+    }
+    struct lent_log lg = {0};
+    ck_assert_int_eq(bf_net_stream_send_lend(s, m, len, lent_give_back, &lg), 0);
+    ck_assert_int_eq(lg.back, 0); /* not yet sent */
+    int64_t until = bf_mono_ns() + 10 * BF_NS_PER_SEC;
+    while (r.msgs < 1 && bf_mono_ns() < until)
+        bf_net_loop_run_once(g.l, 10 * BF_NS_PER_MS);
+    ck_assert_int_eq(r.msgs, 1);
+    ck_assert_uint_eq(r.bytes, len);
+    ck_assert_uint_eq(r.sum, sum);
+    ck_assert_int_eq(lg.back, 1);
+    ck_assert_ptr_eq(lg.last, m);
+    bf_net_stream_close_send(s);
+    uint8_t *m2 = malloc(16);
+    ck_assert_ptr_nonnull(m2);
+    ck_assert_int_eq(bf_net_stream_send_lend(s, m2, 16, lent_give_back, &lg), -EPIPE);
+    ck_assert_int_eq(lg.back, 2);
+    ck_assert_ptr_eq(lg.last, m2);
+    run_until(g.l, sres_done, &r, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(r.code, BF_NET_OK);
+    ck_assert_int_eq(lg.back, 2);
+    free(m);
+    free(m2);
+    rig_down(&g);
+}
+END_TEST
+
 /* A lent reply is given back when its call ends before the last byte went
  * out: the client's deadline resets the stream mid-body; the client and
  * the server freed while a body is being sent (review-s32b: the paths the
@@ -2314,6 +2370,7 @@ int main(void)
     tcase_add_test(tc, a_large_reply_grows_its_output_buffer_once);
     tcase_add_test(tc, a_large_message_streams_through_a_bounded_output_buffer);
     tcase_add_test(tc, a_lent_reply_is_given_back_once_sent);
+    tcase_add_test(tc, a_lent_stream_message_arrives_intact_and_is_given_back_once);
     tcase_add_test(tc, a_lent_reply_is_given_back_when_its_call_ends_mid_body);
     tcase_add_test(tc, a_stream_ended_while_nghttp2_holds_its_frame_keeps_the_connection);
     tcase_add_test(tc, oversize_request_is_resource_exhausted_and_the_connection_survives);
