@@ -69,15 +69,42 @@ struct bf_shm {
     _Atomic uint32_t *stamp_observed;
     struct bf_ring_hdr *ring[BF_RING_COUNT];
     struct bf_state_main *st;
-    struct bf_verdict_row *verdicts; /* [2][max_needs] */
+    struct bf_verdict_row *verdicts; /* [2 * max_needs], interleaved: bf_verdict_index */
     /* copies of header fields */
     uint32_t max_machines, max_needs, max_clusters, index_mask, changelog_mask, stamp_mask;
     uint64_t arena_bytes; /* the arena's reserve (strings_arena_bytes) */
     uint64_t arena_off;   /* the arena's offset in the inventory segment */
     int inv_fd;           /* the inventory segment (read-write attachments): arena growth */
+    /* segments whose last table grows with use (bf_shm_grow), by kind;
+     * grow_off 0: the kind's tables are all fixed */
+    int grow_fd[BF_SEG_KIND_COUNT];           /* read-write attachments; else -1 */
+    uint64_t grow_off[BF_SEG_KIND_COUNT];     /* the growing table's offset in the segment */
+    uint64_t grow_reserve[BF_SEG_KIND_COUNT]; /* its reserve: the most it may grow to */
 };
 
 /* --------------------------------------------------------------- segments */
+
+/*
+ * A segment's last table that grows with use (the way the inventory's
+ * string arena does): every process maps the table's whole reserve (address
+ * space only), the file backs its first bf_shm_grown() bytes, and the
+ * table's one writer calls bf_shm_grow() BEFORE it publishes anything
+ * (a row count) that lies past what is backed, so a reader that bounds what
+ * it reads by the published count, or by bf_shm_grown(), never touches
+ * bytes past the file's end (SIGBUS). The file never shrinks while the
+ * segment lives.
+ *
+ * bf_shm_grow: makes the table's first `upto` bytes backed, growing the
+ * file by at least BF_ARENA_STEP or an eighth of what it backs, capped at
+ * the reserve. One writer per table (no lock). 0, -EINVAL (the kind's
+ * tables are fixed), -ENOSPC (past the reserve, or tmpfs refused), -EROFS
+ * (a read-only attachment). [the table's writer]
+ * bf_shm_grown: the bytes of the table the file backs (acquire; pairs with
+ * bf_shm_grow's release store after the file grew), at most the reserve;
+ * 0 for a kind without a growing table. [any process]
+ */
+int bf_shm_grow(struct bf_shm *s, int kind, uint64_t upto);
+uint64_t bf_shm_grown(const struct bf_shm *s, int kind);
 
 /* "/bigfleet.<id>.<kind>" into buf (for shm_open). */
 void bf_shm_name(const char *shard_id, int kind, char *buf, size_t n);
@@ -559,8 +586,8 @@ int bf_stamp_observe(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref, in
 
 /* -------------------------------------------------------- cycle results
  * The state segment holds two struct bf_cycle_result buffers and, in the
- * verdicts table, two runs of max_needs verdict rows (buffer b's rows start
- * at s->verdicts + b * max_needs). One protocol, implemented here only
+ * verdicts table, two buffers of up to max_needs verdict rows (row i of
+ * buffer b at s->verdicts[bf_verdict_index(b, i)]). One protocol, implemented here only
  * (src/shm/result.c explains why it is safe):
  *   writer [cycle]: b = bf_result_publish_begin(s, &seq) (publish_seq made
  *     odd); fill result[b] and buffer b's verdict rows; then
@@ -571,6 +598,25 @@ int bf_stamp_observe(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref, in
  *     bf_result_read_valid(s, &r) (publish_seq moved by less than 2 since
  *     begin); else retry, a bounded number of times (BF_RESULT_READ_TRIES).
  * A reader never blocks the writer ("build then swap"). */
+
+/*
+ * The verdict table grows with use (bf_shm_grow): the two buffers
+ * interleave, row i of buffer b at s->verdicts[bf_verdict_index(b, i)], so
+ * the file backs what the larger buffer holds, twice, not 2 x max_needs
+ * rows. The cycle grows the table before it writes the rows it then
+ * publishes (n_verdicts); a reader copies at most
+ * bf_verdict_rows_backed(s, b) rows of buffer b (a torn or corrupted
+ * n_verdicts never leads it past the file's end).
+ */
+static inline size_t bf_verdict_index(uint32_t b, uint32_t i)
+{
+    return 2 * (size_t)i + (b & 1u);
+}
+/* Rows of buffer b the file backs, at most max_needs. [any process] */
+uint32_t bf_verdict_rows_backed(const struct bf_shm *s, uint32_t b);
+/* Makes the first n rows of buffer b backed; returns how many are (n, or
+ * fewer when the file could not grow). [cycle] */
+uint32_t bf_verdict_rows_reserve(struct bf_shm *s, uint32_t b, uint32_t n);
 
 /* Copy attempts of bf_result_read before it gives up. */
 #define BF_RESULT_READ_TRIES 16

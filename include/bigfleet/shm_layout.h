@@ -44,7 +44,7 @@
 #include "bigfleet/model.h"
 
 #define BF_SHM_MAGIC          0x3148534c46474942ULL /* "BIGFLSH1" little-endian */
-#define BF_SHM_LAYOUT_VERSION 5u
+#define BF_SHM_LAYOUT_VERSION 6u
 #define BF_CACHELINE          64
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "need lock-free 64-bit atomics in shared memory");
@@ -98,7 +98,14 @@ struct bf_seg_header {
     uint64_t table_off[BF_SEG_MAX_TABLES]; /* offsets of the segment's tables */
     uint64_t table_len[BF_SEG_MAX_TABLES]; /* their sizes in bytes */
     _Atomic uint32_t ready;                /* 1 once initialised (release) */
-    uint8_t pad[108];
+    uint32_t pad0;
+    /* A segment whose last table grows with use (bf_shm_grow; not the
+     * inventory, whose string arena keeps its own count): the bytes of that
+     * table the file backs, stored (release) only after the file has grown
+     * that far. `size` maps the table's whole reserve. [W: the table's one
+     * writer] */
+    _Atomic uint64_t grown;
+    uint8_t pad[96];
 };
 _Static_assert(sizeof(struct bf_seg_header) == 512, "segment header layout changed");
 
@@ -554,7 +561,9 @@ _Static_assert(sizeof(struct bf_own_audit_hdr) == 48, "ownership audit header ch
 
 enum bf_state_table {
     BF_STATE_T_MAIN = 0,    /* struct bf_state_main */
-    BF_STATE_T_VERDICTS = 1 /* struct bf_verdict_row[2][max_needs] */
+    BF_STATE_T_VERDICTS = 1 /* struct bf_verdict_row[2 * max_needs], the two buffers
+                               interleaved (bf_verdict_index); the last table, grown
+                               with use (bf_shm_grow) */
 };
 
 /* Histogram with fixed exponential buckets; sum in nanoseconds (or the

@@ -477,17 +477,18 @@ void bf_cycle_publish(struct bf_cycle *c, const struct bf_engine_result *r, int6
         out->phase_ns[p] = rep->phase_ns[p];
     out->cycle_ns = rep->total_ns;
     /* verdict ledger */
-    struct bf_verdict_row *vrows = s->verdicts + (size_t)b * s->max_needs;
-    uint32_t nv = 0;
+    /* the table's file grows before the rows are written (and published) */
+    uint32_t nv = 0,
+             nv_max = bf_verdict_rows_reserve(s, b, r->verdicts ? (uint32_t)r->n_verdicts : 0);
     if (!c->rowmemo && s->max_needs) /* without it, rows resolve through the cache */
         if ((c->rowmemo = calloc(s->max_needs, sizeof *c->rowmemo)))
             c->rowmemo_cap = s->max_needs;
     static _Thread_local struct callref cl_refs[CALLREF_SLOTS], fp_refs[CALLREF_SLOTS];
     memset(cl_refs, 0, sizeof cl_refs);
     memset(fp_refs, 0, sizeof fp_refs);
-    for (size_t i = 0; r->verdicts && i < r->n_verdicts && nv < s->max_needs; i++) {
+    for (size_t i = 0; r->verdicts && i < r->n_verdicts && nv < nv_max; i++) {
         const struct bf_engine_verdict *v = &r->verdicts[i];
-        struct bf_verdict_row *o = &vrows[nv++];
+        struct bf_verdict_row *o = &s->verdicts[bf_verdict_index(b, nv++)];
         memset(o, 0, sizeof *o);
         o->cluster_ref = call_cluster_ref(c, cl_refs, v->cluster);
         o->need_profile_ref = call_profile_ref(c, fp_refs, v->fingerprint, v->profile);

@@ -59,11 +59,11 @@ int bf_ledger_snapshot(const struct bf_shm *s, const struct bf_ledger_filter *f,
         uint64_t cycle = BF_SHM_PEEK(r->cycle);
         int64_t at = BF_SHM_PEEK(r->computed_at_ns);
         uint32_t nv = BF_SHM_PEEK(r->n_verdicts);
-        if (nv > s->max_needs)
-            nv = s->max_needs; /* a torn header; the re-check below discards it */
+        uint32_t backed = bf_verdict_rows_backed(s, b);
+        if (nv > backed)
+            nv = backed; /* a torn header; the re-check below discards it */
         if (cycle == 0)
             nv = 0;
-        const struct bf_verdict_row *rows = s->verdicts + (size_t)b * s->max_needs;
         uint32_t total = 0, n = 0;
         bool overflow = false;
         if (!f->by_cluster) {
@@ -74,12 +74,15 @@ int bf_ledger_snapshot(const struct bf_shm *s, const struct bf_ledger_filter *f,
             } else if ((rc = grow_rows(snap, n)) != 0) {
                 bf_ledger_snapshot_free(snap);
                 return rc;
-            } else if (n) {
-                bf_shm_load_words(snap->rows, rows, (size_t)n * sizeof *rows);
+            } else {
+                for (uint32_t i = 0; i < n; i++)
+                    bf_shm_load_words(&snap->rows[i], &s->verdicts[bf_verdict_index(b, i)],
+                                      sizeof *snap->rows);
             }
         } else {
             for (uint32_t i = 0; i < nv; i++) {
-                if (BF_SHM_PEEK(rows[i].cluster_ref) != f->cluster_ref)
+                const struct bf_verdict_row *row = &s->verdicts[bf_verdict_index(b, i)];
+                if (BF_SHM_PEEK(row->cluster_ref) != f->cluster_ref)
                     continue;
                 total++;
                 if ((f->limit && n >= f->limit) || overflow)
@@ -92,7 +95,7 @@ int bf_ledger_snapshot(const struct bf_shm *s, const struct bf_ledger_filter *f,
                     bf_ledger_snapshot_free(snap);
                     return rc;
                 }
-                bf_shm_load_words(&snap->rows[n++], &rows[i], sizeof *rows);
+                bf_shm_load_words(&snap->rows[n++], row, sizeof *row);
             }
         }
         if (!bf_result_read_valid(s, &rd)) {

@@ -23,6 +23,27 @@
 
 #include "bigfleet/shm.h"
 
+uint32_t bf_verdict_rows_backed(const struct bf_shm *s, uint32_t b)
+{
+    uint64_t rows = bf_shm_grown(s, BF_SEG_STATE) / sizeof(struct bf_verdict_row);
+    b &= 1u;
+    uint64_t n = rows > b ? (rows - b + 1) / 2 : 0; /* i with 2i + b < rows */
+    return n < s->max_needs ? (uint32_t)n : s->max_needs;
+}
+
+uint32_t bf_verdict_rows_reserve(struct bf_shm *s, uint32_t b, uint32_t n)
+{
+    if (n > s->max_needs)
+        n = s->max_needs;
+    if (n && bf_shm_grow(s, BF_SEG_STATE,
+                         (uint64_t)(bf_verdict_index(b, n - 1) + 1) *
+                             sizeof(struct bf_verdict_row)) != 0) {
+        uint32_t have = bf_verdict_rows_backed(s, b);
+        n = n < have ? n : have;
+    }
+    return n;
+}
+
 uint32_t bf_result_publish_begin(struct bf_shm *s, uint64_t *seq)
 {
     struct bf_state_main *st = s->st;

@@ -107,9 +107,27 @@ static uint64_t mul(struct acc *a, uint64_t x, uint64_t y)
     return r;
 }
 
+/*
+ * Places table t, `len` bytes of reserve, last in the segment and
+ * page-aligned, growing with use (bf_shm_grow): the file at creation holds
+ * every earlier table and the first `first` bytes of t (a page multiple, at
+ * most the reserve); every process maps t's whole reserve.
+ */
+static void grow_last(struct bf_layout *L, struct acc *a, int t, uint64_t len, uint64_t first)
+{
+    L->grow_table = t;
+    L->len[t] = bf_align_up(len, 4096);
+    L->off[t] = take(a, L->len[t], 4096);
+    first = bf_align_up(first, 4096);
+    L->grow_commit = first < L->len[t] ? first : L->len[t];
+    L->total = L->off[t] + L->grow_commit;
+    L->map = L->off[t] + L->len[t];
+}
+
 int bf_layout_compute(int kind, const struct bf_shm_caps *caps, struct bf_layout *L)
 {
     memset(L, 0, sizeof *L);
+    L->grow_table = -1;
     if (caps->max_machines == 0 || caps->max_needs == 0 || caps->max_clusters == 0 ||
         caps->max_machines > (1u << 28) || caps->max_needs > (1u << 26) ||
         caps->max_clusters > (1u << 20))
@@ -176,15 +194,18 @@ int bf_layout_compute(int kind, const struct bf_shm_caps *caps, struct bf_layout
         break;
     case BF_SEG_STATE:
         L->len[BF_STATE_T_MAIN] = sizeof(struct bf_state_main);
-        L->len[BF_STATE_T_VERDICTS] =
-            mul(&a, 2ull * caps->max_needs, sizeof(struct bf_verdict_row));
         L->off[BF_STATE_T_MAIN] = take(&a, L->len[BF_STATE_T_MAIN], 64);
-        L->off[BF_STATE_T_VERDICTS] = take(&a, L->len[BF_STATE_T_VERDICTS], 64);
+        /* the verdict ledger grows with the rows the cycle publishes: its
+         * two buffers interleave (bf_verdict_index), so the file backs
+         * about 2 x the rows of the larger buffer */
+        grow_last(L, &a, BF_STATE_T_VERDICTS,
+                  mul(&a, 2ull * caps->max_needs, sizeof(struct bf_verdict_row)), BF_ARENA_STEP);
         break;
     default:
         return -EINVAL;
     }
-    L->total = L->map = bf_align_up(a.at, 4096);
+    if (L->grow_table < 0)
+        L->total = L->map = bf_align_up(a.at, 4096);
     return a.overflow ? -EOVERFLOW : 0;
 }
 
@@ -280,6 +301,12 @@ static void bind_views(struct bf_shm *s, const struct bf_layout L[BF_SEG_KIND_CO
     b = (uint8_t *)s->state_hdr;
     s->st = (struct bf_state_main *)(b + l->off[BF_STATE_T_MAIN]);
     s->verdicts = (struct bf_verdict_row *)(b + l->off[BF_STATE_T_VERDICTS]);
+
+    for (int k = 1; k < BF_SEG_KIND_COUNT; k++) {
+        int t = L[k].grow_table;
+        s->grow_off[k] = t >= 0 ? L[k].off[t] : 0;
+        s->grow_reserve[k] = t >= 0 ? L[k].len[t] : 0;
+    }
 }
 
 static void init_segment(struct bf_shm *s, int kind, const struct bf_layout *L)
@@ -303,7 +330,11 @@ static void init_segment(struct bf_shm *s, int kind, const struct bf_layout *L)
         struct bf_pending_hdr *ph = (struct bf_pending_hdr *)(b + L->off[BF_INV_T_PENDING]);
         ph->enq_off = L->off[BF_INV_T_PENDING] + sizeof(struct bf_pending_hdr);
         ph->done_off = ph->enq_off + s->max_machines;
-    } else if (kind == BF_SEG_RINGS) {
+    }
+    if (L->grow_table >= 0)
+        atomic_store_explicit(&((struct bf_seg_header *)b)->grown, L->grow_commit,
+                              memory_order_relaxed);
+    if (kind == BF_SEG_RINGS) {
         for (int r = 0; r < BF_RING_COUNT; r++) {
             struct bf_ring_hdr *h = (struct bf_ring_hdr *)(b + L->off[r]);
             h->kind = bf_ring_kind[r];
@@ -321,6 +352,8 @@ int bf_shm_create(struct bf_shm *s, const char *shard_id, const struct bf_shm_ca
 {
     memset(s, 0, sizeof *s);
     s->inv_fd = -1;
+    for (int k = 0; k < BF_SEG_KIND_COUNT; k++)
+        s->grow_fd[k] = -1;
     if (!valid_id(shard_id)) {
         set_err(err, errlen, "invalid shard id %s%s (use [A-Za-z0-9._-], < 64 bytes)", shard_id,
                 "");
@@ -368,6 +401,8 @@ int bf_shm_create(struct bf_shm *s, const char *shard_id, const struct bf_shm_ca
         }
         if (k == BF_SEG_INVENTORY)
             s->inv_fd = fd; /* kept: the arena grows the file */
+        else if (L.grow_table >= 0)
+            s->grow_fd[k] = fd; /* kept: its last table grows the file */
         else
             close(fd);
         s->base[k] = p;
@@ -585,7 +620,28 @@ static int check_layout(const struct bf_shm *s, int k, const char *name, struct 
                              entries + (uint64_t)w * L->changelog_capacity * 4, err, errlen)))
                 return rc;
         }
-    } else if (k == BF_SEG_RINGS) {
+    } else if (L->grow_table >= 0) {
+        /* the file holds every table before the growing one, and that one
+         * as far as it is committed (bf_shm_grow grows the file first) */
+        struct stat st;
+        uint64_t grown = atomic_load_explicit(&h->grown, memory_order_acquire);
+        uint64_t off = L->off[L->grow_table], reserve = L->len[L->grow_table];
+        bool ok = fstat(s->grow_fd[k], &st) == 0 && (uint64_t)st.st_size >= L->total &&
+                  grown >= L->grow_commit && grown <= reserve &&
+                  off + grown <= (uint64_t)st.st_size;
+        if (!ok) /* the file may have grown since: look again */
+            ok = fstat(s->grow_fd[k], &st) == 0 && (uint64_t)st.st_size >= L->total &&
+                 grown >= L->grow_commit && grown <= reserve && off + grown <= (uint64_t)st.st_size;
+        if (!ok) {
+            bf_errf(err, errlen,
+                    "segment %s: its last table's grown %llu bytes do not fit its first step "
+                    "(%llu), its reserve (%llu) or its %lld-byte file (truncated or corrupted)",
+                    name, (unsigned long long)grown, (unsigned long long)L->grow_commit,
+                    (unsigned long long)reserve, (long long)st.st_size);
+            return -EPROTO;
+        }
+    }
+    if (k == BF_SEG_RINGS) {
         for (int r = 0; r < BF_RING_COUNT; r++) {
             const struct bf_ring_hdr *rh = (const struct bf_ring_hdr *)(b + L->off[r]);
             const struct {
@@ -611,6 +667,8 @@ int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *e
 {
     memset(s, 0, sizeof *s);
     s->inv_fd = -1;
+    for (int k = 0; k < BF_SEG_KIND_COUNT; k++)
+        s->grow_fd[k] = -1;
     s->readonly = readonly;
     s->pid = (uint32_t)getpid();
     if (!valid_id(shard_id)) {
@@ -651,18 +709,6 @@ int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *e
             bf_shm_detach(s);
             return -EPROTO;
         }
-        /* the mapping is the header's size: the inventory's file may be
-         * shorter (its arena grows; check_layout holds the file to what the
-         * arena committed); other files are exactly that size */
-        if (hd.size < (uint64_t)st.st_size ||
-            (k != BF_SEG_INVENTORY && hd.size != (uint64_t)st.st_size)) {
-            close(fd);
-            bf_errf(err, errlen,
-                    "segment %s is %llu bytes but its header says %llu (truncated or corrupted)",
-                    name, (unsigned long long)st.st_size, (unsigned long long)hd.size);
-            bf_shm_detach(s);
-            return -EPROTO;
-        }
         /* never map a size the header's capacities do not give */
         struct bf_shm_caps hc = {.max_machines = hd.max_machines,
                                  .max_needs = hd.max_needs,
@@ -673,6 +719,19 @@ int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *e
             bf_errf(err, errlen,
                     "segment %s: capacities out of range (machines %u, needs %u, clusters %u)",
                     name, hd.max_machines, hd.max_needs, hd.max_clusters);
+            bf_shm_detach(s);
+            return -EPROTO;
+        }
+        /* the mapping is the header's size: the file may be shorter when
+         * its last table grows (the inventory's arena, or bf_shm_grow's;
+         * check_layout holds the file to what that table committed); other
+         * files are exactly that size */
+        bool grows = k == BF_SEG_INVENTORY || hl.grow_table >= 0;
+        if (hd.size < (uint64_t)st.st_size || (!grows && hd.size != (uint64_t)st.st_size)) {
+            close(fd);
+            bf_errf(err, errlen,
+                    "segment %s is %llu bytes but its header says %llu (truncated or corrupted)",
+                    name, (unsigned long long)st.st_size, (unsigned long long)hd.size);
             bf_shm_detach(s);
             return -EPROTO;
         }
@@ -699,6 +758,8 @@ int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *e
         }
         if (k == BF_SEG_INVENTORY)
             s->inv_fd = fd; /* read-only: closed once the layout is checked */
+        else if (hl.grow_table >= 0)
+            s->grow_fd[k] = fd; /* likewise */
         else
             close(fd);
         s->base[k] = p;
@@ -742,6 +803,11 @@ int bf_shm_attach(struct bf_shm *s, const char *shard_id, bool readonly, char *e
     if (readonly) {
         close(s->inv_fd);
         s->inv_fd = -1;
+        for (int k = 1; k < BF_SEG_KIND_COUNT; k++) {
+            if (s->grow_fd[k] > 0)
+                close(s->grow_fd[k]);
+            s->grow_fd[k] = -1;
+        }
     }
     return 0;
 }
@@ -757,6 +823,11 @@ void bf_shm_detach(struct bf_shm *s)
     if (s->inv_fd > 0)
         close(s->inv_fd);
     s->inv_fd = -1;
+    for (int k = 1; k < BF_SEG_KIND_COUNT; k++) {
+        if (s->grow_fd[k] > 0)
+            close(s->grow_fd[k]);
+        s->grow_fd[k] = -1;
+    }
 }
 
 int bf_shm_unlink(const char *shard_id)
@@ -780,6 +851,8 @@ size_t bf_shm_segment_bytes(const struct bf_shm *s, int kind)
 {
     if (kind <= 0 || kind >= BF_SEG_KIND_COUNT || !s->base[kind])
         return 0;
+    if (s->grow_off[kind])
+        return (size_t)(s->grow_off[kind] + bf_shm_grown(s, kind));
     if (kind != BF_SEG_INVENTORY || !s->inv)
         return s->len[kind];
     return (size_t)(s->arena_off +
@@ -792,6 +865,38 @@ size_t bf_shm_total_bytes(const struct bf_shm *s)
     for (int k = 1; k < BF_SEG_KIND_COUNT; k++)
         t += bf_shm_segment_bytes(s, k);
     return t;
+}
+
+int bf_shm_grow(struct bf_shm *s, int kind, uint64_t upto)
+{
+    if (kind <= 0 || kind >= BF_SEG_KIND_COUNT || !s->grow_off[kind])
+        return -EINVAL;
+    if (upto > s->grow_reserve[kind])
+        return -ENOSPC;
+    struct bf_seg_header *h = s->base[kind];
+    uint64_t have = atomic_load_explicit(&h->grown, memory_order_relaxed);
+    if (upto <= have)
+        return 0;
+    if (s->readonly || s->grow_fd[kind] <= 0)
+        return -EROFS;
+    uint64_t step = have / 8 > BF_ARENA_STEP ? have / 8 : BF_ARENA_STEP;
+    uint64_t want = bf_align_up(upto + step, 4096);
+    if (want > s->grow_reserve[kind])
+        want = s->grow_reserve[kind];
+    if (ftruncate(s->grow_fd[kind], (off_t)(s->grow_off[kind] + want)) != 0)
+        return -ENOSPC;
+    /* the file first, then the count readers bound themselves by */
+    atomic_store_explicit(&h->grown, want, memory_order_release);
+    return 0;
+}
+
+uint64_t bf_shm_grown(const struct bf_shm *s, int kind)
+{
+    if (kind <= 0 || kind >= BF_SEG_KIND_COUNT || !s->grow_off[kind] || !s->base[kind])
+        return 0;
+    const struct bf_seg_header *h = s->base[kind];
+    uint64_t g = atomic_load_explicit(&h->grown, memory_order_acquire);
+    return g < s->grow_reserve[kind] ? g : s->grow_reserve[kind];
 }
 
 void bf_shm_load_words(void *dst, const void *src, size_t n)

@@ -113,6 +113,9 @@ struct bf_layout {
     uint64_t total; /* the file at creation */
     uint64_t map;   /* the mapping (the inventory's: with the arena's reserve) */
     uint32_t index_capacity, changelog_capacity, stamp_capacity;
+    int grow_table;        /* the last table, grown with use (bf_shm_grow), or -1 (the
+                              inventory's arena is not: strtab.c keeps its own count) */
+    uint64_t grow_commit;  /* that table's first backed bytes */
     uint64_t arena_bytes;  /* the arena's reserve */
     uint64_t arena_commit; /* the arena's first backed bytes */
     uint64_t ring_cap[BF_RING_COUNT];

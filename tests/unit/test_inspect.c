@@ -313,7 +313,8 @@ static void fx_fake_cycle(struct bf_shm *s, const struct fx_profiles *p, struct 
     r->cycle_ns = 12 * BF_NS_PER_MS;
     for (int i = 0; i < BF_PHASE_COUNT; i++)
         r->phase_ns[i] = (i + 1) * BF_NS_PER_MS;
-    struct bf_verdict_row *v = &s->verdicts[(size_t)nb * s->max_needs];
+    if (bf_verdict_rows_reserve(s, nb, 5) != 5)
+        fx_die("bf_verdict_rows_reserve", -ENOSPC);
     struct bf_verdict_row w[5];
     memset(w, 0, sizeof w);
     /* alpha P1: satisfied */
@@ -351,7 +352,7 @@ static void fx_fake_cycle(struct bf_shm *s, const struct fx_profiles *p, struct 
     for (int i = 0; i < 5; i++) {
         fx_vec(w[i].aggregate, p->cpu, 1000 * (i + 1), -1, 0);
         fx_vec(w[i].min_unit, p->cpu, 1000, -1, 0);
-        bf_shm_store_words(&v[i], &w[i], sizeof w[i]);
+        bf_shm_store_words(&s->verdicts[bf_verdict_index(nb, (uint32_t)i)], &w[i], sizeof w[i]);
     }
     r->n_verdicts = 5;
     r->unsatisfied = 2;
@@ -1603,8 +1604,9 @@ static int mode_cycle_proxy(int argc, char **argv)
                     sum += tally[k][t][z];
             res->counts.by_state[k] = sum;
         }
-        memcpy(&s.verdicts[(size_t)nb * s.max_needs], &s.verdicts[(size_t)pub * s.max_needs],
-               5 * sizeof(struct bf_verdict_row));
+        for (uint32_t i = 0; i < 5; i++)
+            memcpy(&s.verdicts[bf_verdict_index(nb, i)], &s.verdicts[bf_verdict_index(pub, i)],
+                   sizeof(struct bf_verdict_row));
         int64_t d = bf_mono_ns() - a;
         res->cycle_ns = d;
         uint64_t q = atomic_load(&st->publish_seq);

@@ -60,9 +60,9 @@ static void publish(uint64_t cycle, int64_t at, const struct bf_verdict_row *row
     r->cycle = cycle;
     r->computed_at_ns = at;
     r->n_verdicts = n;
-    struct bf_verdict_row *v = g_s.verdicts + (size_t)b * g_s.max_needs;
+    ck_assert_uint_eq(bf_verdict_rows_reserve(&g_s, b, n), n);
     for (uint32_t i = 0; i < n; i++)
-        bf_shm_store_words(&v[i], &rows[i], sizeof rows[i]);
+        bf_shm_store_words(&g_s.verdicts[bf_verdict_index(b, i)], &rows[i], sizeof rows[i]);
     atomic_store_explicit(&st->published, b, memory_order_release);
     atomic_store_explicit(&st->publish_seq, seq + 2, memory_order_release);
 }
@@ -206,8 +206,8 @@ static void *writer(void *arg)
         tmp.counts.total_machines = (uint32_t)k;
         tmp.counts.by_state[4] = (uint32_t)k;
         bf_shm_store_words(&st->result[b], &tmp, sizeof tmp);
-        struct bf_verdict_row *v = g_s.verdicts + (size_t)b * g_s.max_needs;
-        bf_shm_store_words(v, rows, n * sizeof rows[0]);
+        for (uint32_t i = 0; i < n; i++)
+            bf_shm_store_words(&g_s.verdicts[bf_verdict_index(b, i)], &rows[i], sizeof rows[0]);
         atomic_store_explicit(&st->published, b, memory_order_release);
         atomic_store_explicit(&st->publish_seq, seq + 2, memory_order_release);
         w->published = k;

@@ -1338,6 +1338,78 @@ START_TEST(attach_refuses_an_inventory_file_shorter_than_its_committed_arena)
 }
 END_TEST
 
+static off_t segment_file_size(int kind)
+{
+    char name[128];
+    bf_shm_name(g_id, kind, name, sizeof name);
+    int fd = shm_open(name, O_RDONLY, 0);
+    ck_assert_int_ge(fd, 0);
+    struct stat st;
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    close(fd);
+    return st.st_size;
+}
+
+START_TEST(the_verdict_ledger_grows_its_file_before_rows_are_published_and_older_maps_see_them)
+{
+    uint64_t off = g_s.state_hdr->table_off[BF_STATE_T_VERDICTS];
+    uint64_t reserve = g_s.state_hdr->table_len[BF_STATE_T_VERDICTS];
+    uint32_t n = g_s.max_needs;
+    ck_assert_uint_ge(reserve, 2ull * n * sizeof(struct bf_verdict_row));
+    ck_assert_uint_eq(g_s.len[BF_SEG_STATE], off + reserve); /* the whole reserve is mapped */
+    /* created backed by one step, short of the reserve */
+    off_t f0 = segment_file_size(BF_SEG_STATE);
+    ck_assert_uint_eq((uint64_t)f0, off + bf_shm_grown(&g_s, BF_SEG_STATE));
+    ck_assert_uint_lt(bf_shm_grown(&g_s, BF_SEG_STATE), reserve);
+    ck_assert_uint_eq(bf_shm_segment_bytes(&g_s, BF_SEG_STATE), (size_t)f0);
+    ck_assert_uint_lt(bf_verdict_rows_backed(&g_s, 1), n);
+    /* a reader attached now (before the growth) */
+    struct bf_shm ro;
+    char err[256];
+    ck_assert_int_eq(bf_shm_attach(&ro, g_id, true, err, sizeof err), 0);
+    ck_assert_uint_eq(bf_verdict_rows_backed(&ro, 1), bf_verdict_rows_backed(&g_s, 1));
+    ck_assert_int_eq(bf_shm_grow(&ro, BF_SEG_STATE, reserve), -EROFS);
+    /* buffer 1 takes every row: the file grows first, to the reserve */
+    ck_assert_uint_eq(bf_verdict_rows_reserve(&g_s, 1, n), n);
+    ck_assert_uint_eq((uint64_t)segment_file_size(BF_SEG_STATE), off + reserve);
+    ck_assert_uint_eq(bf_verdict_rows_backed(&g_s, 1), n);
+    ck_assert_uint_eq(bf_verdict_rows_backed(&g_s, 0), n);
+    g_s.verdicts[bf_verdict_index(1, n - 1)].cluster_ref = 77;
+    /* the older read-only mapping reads the new last row */
+    ck_assert_uint_eq(bf_verdict_rows_backed(&ro, 1), n);
+    ck_assert_uint_eq(ro.verdicts[bf_verdict_index(1, n - 1)].cluster_ref, 77);
+    ck_assert_uint_eq(bf_shm_segment_bytes(&ro, BF_SEG_STATE), off + reserve);
+    bf_shm_detach(&ro);
+    /* past the reserve; a segment whose tables are all fixed */
+    ck_assert_int_eq(bf_shm_grow(&g_s, BF_SEG_STATE, reserve + 1), -ENOSPC);
+    ck_assert_int_eq(bf_shm_grow(&g_s, BF_SEG_RINGS, 1), -EINVAL);
+    ck_assert_uint_eq(bf_shm_grown(&g_s, BF_SEG_RINGS), 0);
+    ck_assert_uint_eq(bf_verdict_rows_reserve(&g_s, 0, n + 5), n); /* at most max_needs */
+}
+END_TEST
+
+START_TEST(attach_refuses_a_state_file_shorter_than_its_grown_verdict_table)
+{
+    uint64_t off = g_s.state_hdr->table_off[BF_STATE_T_VERDICTS];
+    uint64_t reserve = g_s.state_hdr->table_len[BF_STATE_T_VERDICTS];
+    ck_assert_uint_eq(bf_verdict_rows_reserve(&g_s, 1, g_s.max_needs), g_s.max_needs);
+    uint64_t grown = bf_shm_grown(&g_s, BF_SEG_STATE);
+    attach_accepted();
+    /* a file cut inside the grown table */
+    resize_segment(BF_SEG_STATE, (off_t)(off + grown - 4096));
+    attach_refused(BF_SEG_STATE, "grown");
+    resize_segment(BF_SEG_STATE, (off_t)(off + grown));
+    attach_accepted();
+    /* a grown count past the reserve, or below the first step */
+    atomic_store(&g_s.state_hdr->grown, reserve + 4096);
+    attach_refused(BF_SEG_STATE, "its reserve");
+    atomic_store(&g_s.state_hdr->grown, 0);
+    attach_refused(BF_SEG_STATE, "first step");
+    atomic_store(&g_s.state_hdr->grown, grown);
+    attach_accepted();
+}
+END_TEST
+
 START_TEST(live_configuration_reaches_readers_whole_once_per_publish)
 {
     struct bf_config c;
@@ -1688,6 +1760,9 @@ int main(void)
     tcase_add_test(tc, attach_refuses_change_log_entries_offsets_off_the_layout);
     tcase_add_test(tc, attach_refuses_ring_geometry_off_the_layout);
     tcase_add_test(tc, attach_refuses_an_inventory_file_shorter_than_its_committed_arena);
+    tcase_add_test(tc, attach_refuses_a_state_file_shorter_than_its_grown_verdict_table);
+    tcase_add_test(
+        tc, the_verdict_ledger_grows_its_file_before_rows_are_published_and_older_maps_see_them);
     tcase_add_test(tc, live_configuration_reaches_readers_whole_once_per_publish);
     tcase_add_test(tc, result_read_accepts_a_copy_only_if_its_buffer_was_not_rewritten);
     tcase_add_test(tc, every_enum_value_has_its_own_label);

@@ -232,11 +232,11 @@ int insp_cycle_read(const struct bf_shm *s, struct insp_cycle *c, bool want_verd
         uint32_t p = rd.buffer;
         bf_shm_load_words(&c->r, &st->result[p], sizeof c->r);
         uint32_t nv = c->r.n_verdicts;
-        if (nv > s->max_needs)
-            nv = s->max_needs;
-        if (want_verdicts && nv)
-            bf_shm_load_words(c->v, &s->verdicts[(size_t)p * s->max_needs],
-                              (size_t)nv * sizeof *c->v);
+        uint32_t backed = bf_verdict_rows_backed(s, p); /* never past the file's end */
+        if (nv > backed)
+            nv = backed;
+        for (uint32_t i = 0; want_verdicts && i < nv; i++)
+            bf_shm_load_words(&c->v[i], &s->verdicts[bf_verdict_index(p, i)], sizeof *c->v);
         if (bf_result_read_valid(s, &rd)) {
             c->consistent = true;
             c->buffer = p;
