@@ -478,8 +478,9 @@ void bf_cycle_publish(struct bf_cycle *c, const struct bf_engine_result *r, int6
     out->cycle_ns = rep->total_ns;
     /* verdict ledger */
     /* the table's file grows before the rows are written (and published) */
+    struct bf_verdict_writer vw;
     uint32_t nv = 0,
-             nv_max = bf_verdict_rows_reserve(s, b, r->verdicts ? (uint32_t)r->n_verdicts : 0);
+             nv_max = bf_verdict_write_begin(&vw, s, b, r->verdicts ? (uint32_t)r->n_verdicts : 0);
     if (!c->rowmemo && s->max_needs) /* without it, rows resolve through the cache */
         if ((c->rowmemo = calloc(s->max_needs, sizeof *c->rowmemo)))
             c->rowmemo_cap = s->max_needs;
@@ -488,7 +489,8 @@ void bf_cycle_publish(struct bf_cycle *c, const struct bf_engine_result *r, int6
     memset(fp_refs, 0, sizeof fp_refs);
     for (size_t i = 0; r->verdicts && i < r->n_verdicts && nv < nv_max; i++) {
         const struct bf_engine_verdict *v = &r->verdicts[i];
-        struct bf_verdict_row *o = &s->verdicts[bf_verdict_index(b, nv++)];
+        struct bf_verdict_row row, *o = &row;
+        nv++;
         memset(o, 0, sizeof *o);
         o->cluster_ref = call_cluster_ref(c, cl_refs, v->cluster);
         o->need_profile_ref = call_profile_ref(c, fp_refs, v->fingerprint, v->profile);
@@ -524,8 +526,9 @@ void bf_cycle_publish(struct bf_cycle *c, const struct bf_engine_result *r, int6
             o->same_candidates[j].coverage_per_mille = v->same_candidates[j].coverage_per_mille;
             o->same_candidates[j].satisfiable = v->same_candidates[j].satisfiable;
         }
+        bf_verdict_write(&vw, o);
     }
-    out->n_verdicts = nv;
+    bf_verdict_write_end(&vw, out);
     /* shortfall ledger (top 100, already sorted by priority desc then age desc) */
     uint32_t ns = 0;
     for (size_t i = 0; i < r->n_shortfalls && ns < BF_SHORTFALL_MAX; i++) {
