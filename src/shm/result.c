@@ -54,8 +54,9 @@ uint32_t bf_verdict_write_begin(struct bf_verdict_writer *w, struct bf_shm *s, u
     w->b = b & 1u;
     if (n_rows > s->max_needs)
         n_rows = s->max_needs;
-    w->backed = bf_verdict_cells_reserve(s, w->b, n_rows);
-    w->n_rows = n_rows < w->backed ? n_rows : w->backed;
+    uint32_t have = bf_verdict_cells_reserve(s, w->b, n_rows);
+    w->n_rows = n_rows < have ? n_rows : have;
+    w->backed = bf_verdict_cells_backed(s, w->b); /* the extras grow it only past this */
     return w->n_rows;
 }
 
@@ -129,8 +130,8 @@ void bf_verdict_write(struct bf_verdict_writer *w, const struct bf_verdict_row *
     o.has_preemption = r->has_preemption;
     if (needs_extra(r)) {
         uint32_t k = w->n_rows + w->ne; /* the next extra cell */
-        if (k >= w->backed)
-            w->backed = bf_verdict_cells_reserve(w->s, w->b, k + 1);
+        if (k >= w->backed && bf_verdict_cells_reserve(w->s, w->b, k + 1) == k + 1)
+            w->backed = bf_verdict_cells_backed(w->s, w->b);
         if (k < w->backed) {
             struct bf_verdict_extra x;
             memset(&x, 0, sizeof x);
