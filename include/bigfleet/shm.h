@@ -628,11 +628,6 @@ struct bf_verdict_writer {
     struct bf_shm *s;
     uint32_t b, n_rows, nv, ne, backed;
     uint32_t lost; /* rows whose extra cell or a domain name could not be stored */
-    struct {
-        uint32_t ref, len;
-        char name[BF_DOMAIN_MAX];
-    } memo[4]; /* the last domain names interned */
-    uint32_t memo_next;
 };
 /* Starts buffer b with room for n_rows rows (grows the file); returns how
  * many rows it takes (fewer when the file cannot grow). Exactly that many
