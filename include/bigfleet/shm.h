@@ -637,6 +637,14 @@ uint32_t bf_verdict_write_begin(struct bf_verdict_writer *w, struct bf_shm *s, u
 /* Stores the next row (domain names interned, at most BF_DOMAIN_MAX - 1
  * bytes; the extra cell only when needed). */
 void bf_verdict_write(struct bf_verdict_writer *w, const struct bf_verdict_row *row);
+/* The same from the cells: *o (its `extra` set here) and *x when the row
+ * has details (NULL: none; then every extra field must be zero). */
+void bf_verdict_write_cells(struct bf_verdict_writer *w, struct bf_verdict_slim *o,
+                            const struct bf_verdict_extra *x);
+/* The string-table ref of a domain name as a row keeps it (its first
+ * BF_DOMAIN_MAX - 1 bytes), memoised; 0 for "" or when it cannot be
+ * interned (counted in w->lost). */
+uint32_t bf_verdict_domain_ref(struct bf_verdict_writer *w, const char *name);
 /* Sets out->n_verdicts and out->n_verdict_extras. */
 void bf_verdict_write_end(struct bf_verdict_writer *w, struct bf_cycle_result *out);
 

@@ -78,7 +78,7 @@ static _Thread_local int64_t g_memo_created;
 
 /* The string-table ref of a domain name (at most BF_DOMAIN_MAX - 1 bytes,
  * as the row holds it). */
-static uint32_t domain_ref(struct bf_verdict_writer *w, const char *name)
+uint32_t bf_verdict_domain_ref(struct bf_verdict_writer *w, const char *name)
 {
     uint32_t len = (uint32_t)strnlen(name, BF_DOMAIN_MAX - 1);
     if (len == 0)
@@ -88,10 +88,13 @@ static uint32_t domain_ref(struct bf_verdict_writer *w, const char *name)
         g_memo_seg = w->s->inv_hdr;
         g_memo_created = w->s->inv_hdr->created_unix_ns;
     }
-    uint32_t h = 2166136261u; /* FNV-1a */
-    for (uint32_t i = 0; i < len; i++)
-        h = (h ^ (uint8_t)name[i]) * 16777619u;
-    struct domain_memo *m = &g_memo[h & (DOMAIN_MEMO - 1)];
+    /* the slot from the length and the first and last 8 bytes (names that
+     * differ elsewhere only share a slot: checked by content below) */
+    uint64_t a = 0, z = 0;
+    memcpy(&a, name, len < 8 ? len : 8);
+    memcpy(&z, name + (len > 8 ? len - 8 : 0), len < 8 ? len : 8);
+    uint64_t h = (a ^ (z << 7 | z >> 57) ^ len) * 0x9E3779B97F4A7C15ull;
+    struct domain_memo *m = &g_memo[(h >> 40) & (DOMAIN_MEMO - 1)];
     if (m->ref && m->len == len && memcmp(m->name, name, len) == 0)
         return m->ref;
     uint32_t ref = 0;
@@ -125,16 +128,37 @@ static bool needs_extra(const struct bf_verdict_row *r)
     return false;
 }
 
-void bf_verdict_write(struct bf_verdict_writer *w, const struct bf_verdict_row *r)
+void bf_verdict_write_cells(struct bf_verdict_writer *w, struct bf_verdict_slim *o,
+                            const struct bf_verdict_extra *x)
 {
     if (w->nv >= w->n_rows)
         return;
+    o->extra = 0;
+    if (x) {
+        uint32_t k = w->n_rows + w->ne; /* the next extra cell */
+        if (k >= w->backed && bf_verdict_cells_reserve(w->s, w->b, k + 1) == k + 1)
+            w->backed = bf_verdict_cells_backed(w->s, w->b);
+        if (k < w->backed) {
+            /* plain stores, as the cycle always wrote its rows: readers
+             * copy with relaxed loads and re-check the publish counter */
+            memcpy(&w->s->verdicts[bf_verdict_index(w->b, k)], x, sizeof *x);
+            o->extra = k + 1;
+            w->ne++;
+        } else {
+            w->lost++; /* the row without its details: the file could not grow */
+        }
+    }
+    memcpy(&w->s->verdicts[bf_verdict_index(w->b, w->nv++)], o, sizeof *o);
+}
+
+void bf_verdict_write(struct bf_verdict_writer *w, const struct bf_verdict_row *r)
+{
     struct bf_verdict_slim o;
     memset(&o, 0, sizeof o);
     o.cluster_ref = r->cluster_ref;
     o.need_profile_ref = r->need_profile_ref;
     o.group_ref = r->group_ref;
-    o.same_domain_ref = domain_ref(w, r->same_domain);
+    o.same_domain_ref = bf_verdict_domain_ref(w, r->same_domain);
     o.arrival_ns = r->arrival_ns;
     memcpy(o.aggregate, r->aggregate, sizeof o.aggregate);
     memcpy(o.min_unit, r->min_unit, sizeof o.min_unit);
@@ -151,32 +175,23 @@ void bf_verdict_write(struct bf_verdict_writer *w, const struct bf_verdict_row *
     o.n_same_candidates = r->n_same_candidates;
     o.has_matching_supply = r->has_matching_supply;
     o.has_preemption = r->has_preemption;
-    if (needs_extra(r)) {
-        uint32_t k = w->n_rows + w->ne; /* the next extra cell */
-        if (k >= w->backed && bf_verdict_cells_reserve(w->s, w->b, k + 1) == k + 1)
-            w->backed = bf_verdict_cells_backed(w->s, w->b);
-        if (k < w->backed) {
-            struct bf_verdict_extra x;
-            memset(&x, 0, sizeof x);
-            memcpy(x.residual_deficit, r->residual_deficit, sizeof x.residual_deficit);
-            memcpy(x.capacity_freed, r->capacity_freed, sizeof x.capacity_freed);
-            x.victims_found = r->victims_found;
-            x.matching_idle = r->matching_idle;
-            x.matching_configured = r->matching_configured;
-            x.matching_speculative = r->matching_speculative;
-            for (int j = 0; j < BF_SAME_CANDIDATES_MAX; j++) {
-                x.cand_domain_ref[j] = domain_ref(w, r->same_candidates[j].domain);
-                x.cand_coverage_per_mille[j] = r->same_candidates[j].coverage_per_mille;
-                x.cand_satisfiable[j] = r->same_candidates[j].satisfiable;
-            }
-            bf_shm_store_words(&w->s->verdicts[bf_verdict_index(w->b, k)], &x, sizeof x);
-            o.extra = k + 1;
-            w->ne++;
-        } else {
-            w->lost++; /* the row without its details: the file could not grow */
+    struct bf_verdict_extra x;
+    bool extra = needs_extra(r);
+    if (extra) {
+        memset(&x, 0, sizeof x);
+        memcpy(x.residual_deficit, r->residual_deficit, sizeof x.residual_deficit);
+        memcpy(x.capacity_freed, r->capacity_freed, sizeof x.capacity_freed);
+        x.victims_found = r->victims_found;
+        x.matching_idle = r->matching_idle;
+        x.matching_configured = r->matching_configured;
+        x.matching_speculative = r->matching_speculative;
+        for (int j = 0; j < BF_SAME_CANDIDATES_MAX; j++) {
+            x.cand_domain_ref[j] = bf_verdict_domain_ref(w, r->same_candidates[j].domain);
+            x.cand_coverage_per_mille[j] = r->same_candidates[j].coverage_per_mille;
+            x.cand_satisfiable[j] = r->same_candidates[j].satisfiable;
         }
     }
-    bf_shm_store_words(&w->s->verdicts[bf_verdict_index(w->b, w->nv++)], &o, sizeof o);
+    bf_verdict_write_cells(w, &o, extra ? &x : NULL);
 }
 
 void bf_verdict_write_end(struct bf_verdict_writer *w, struct bf_cycle_result *out)
