@@ -69,7 +69,7 @@ struct bf_shm {
     _Atomic uint32_t *stamp_observed;
     struct bf_ring_hdr *ring[BF_RING_COUNT];
     struct bf_state_main *st;
-    struct bf_verdict_row *verdicts; /* [2 * max_needs], interleaved: bf_verdict_index */
+    union bf_verdict_cell *verdicts; /* [4 * max_needs], interleaved: bf_verdict_index */
     /* copies of header fields */
     uint32_t max_machines, max_needs, max_clusters, index_mask, changelog_mask, stamp_mask;
     uint64_t arena_bytes; /* the arena's reserve (strings_arena_bytes) */
@@ -608,8 +608,9 @@ int bf_stamp_observe(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref, in
 
 /* -------------------------------------------------------- cycle results
  * The state segment holds two struct bf_cycle_result buffers and, in the
- * verdicts table, two buffers of up to max_needs verdict rows (row i of
- * buffer b at s->verdicts[bf_verdict_index(b, i)]). One protocol, implemented here only
+ * verdicts table, two buffers of up to 2 x max_needs verdict cells (cell i
+ * of buffer b at s->verdicts[bf_verdict_index(b, i)]; rows and their
+ * extras, struct bf_verdict_slim/extra). One protocol, implemented here only
  * (src/shm/result.c explains why it is safe):
  *   writer [cycle]: b = bf_result_publish_begin(s, &seq) (publish_seq made
  *     odd); fill result[b] and buffer b's verdict rows; then
@@ -623,22 +624,61 @@ int bf_stamp_observe(struct bf_shm *s, uint32_t cluster_ref, uint32_t fp_ref, in
 
 /*
  * The verdict table grows with use (bf_shm_grow): the two buffers
- * interleave, row i of buffer b at s->verdicts[bf_verdict_index(b, i)], so
- * the file backs what the larger buffer holds, twice, not 2 x max_needs
- * rows. The cycle grows the table before it writes the rows it then
- * publishes (n_verdicts); a reader copies at most
- * bf_verdict_rows_backed(s, b) rows of buffer b (a torn or corrupted
- * n_verdicts never leads it past the file's end).
+ * interleave, cell i of buffer b at s->verdicts[bf_verdict_index(b, i)], so
+ * the file backs what the larger buffer holds, twice, not the whole
+ * reserve. A row is one 184-byte cell (struct bf_verdict_slim), plus one
+ * extra cell (struct bf_verdict_extra) when it has matching supply, a
+ * residual deficit, a preemption summary or Same candidates. The cycle
+ * writes through bf_verdict_write_* (which grows the file before any cell
+ * it writes, and so before the counts it publishes); readers copy rows
+ * with bf_verdict_read after bf_verdict_bound (a torn or corrupted count
+ * never leads them past the file's end, a bad index or ref reads as none).
  */
+#define BF_VERDICT_CELLS_PER_BUFFER(max_needs) (2 * (uint64_t)(max_needs))
 static inline size_t bf_verdict_index(uint32_t b, uint32_t i)
 {
     return 2 * (size_t)i + (b & 1u);
 }
-/* Rows of buffer b the file backs, at most max_needs. [any process] */
-uint32_t bf_verdict_rows_backed(const struct bf_shm *s, uint32_t b);
-/* Makes the first n rows of buffer b backed; returns how many are (n, or
+/* Cells of buffer b the file backs, at most 2 x max_needs. [any process] */
+uint32_t bf_verdict_cells_backed(const struct bf_shm *s, uint32_t b);
+/* Makes the first n cells of buffer b backed; returns how many are (n, or
  * fewer when the file could not grow). [cycle] */
-uint32_t bf_verdict_rows_reserve(struct bf_shm *s, uint32_t b, uint32_t n);
+uint32_t bf_verdict_cells_reserve(struct bf_shm *s, uint32_t b, uint32_t n);
+
+/* Writing one publish's rows into buffer b. [cycle] */
+struct bf_verdict_writer {
+    struct bf_shm *s;
+    uint32_t b, n_rows, nv, ne, backed;
+    uint32_t lost; /* rows whose extra cell or a domain name could not be stored */
+};
+/* Starts buffer b with room for n_rows rows (grows the file); returns how
+ * many rows it takes (fewer when the file cannot grow). Exactly that many
+ * bf_verdict_write calls follow, then bf_verdict_write_end. */
+uint32_t bf_verdict_write_begin(struct bf_verdict_writer *w, struct bf_shm *s, uint32_t b,
+                                uint32_t n_rows);
+/* Stores the next row (domain names interned, at most BF_DOMAIN_MAX - 1
+ * bytes; the extra cell only when needed). */
+void bf_verdict_write(struct bf_verdict_writer *w, const struct bf_verdict_row *row);
+/* The same from the cells: *o (its `extra` set here) and *x when the row
+ * has details (NULL: none; then every extra field must be zero). */
+void bf_verdict_write_cells(struct bf_verdict_writer *w, struct bf_verdict_slim *o,
+                            const struct bf_verdict_extra *x);
+/* The string-table ref of a domain name as a row keeps it (its first
+ * BF_DOMAIN_MAX - 1 bytes), memoised; 0 for "" or when it cannot be
+ * interned (counted in w->lost). */
+uint32_t bf_verdict_domain_ref(struct bf_verdict_writer *w, const char *name);
+/* Sets out->n_verdicts and out->n_verdict_extras. */
+void bf_verdict_write_end(struct bf_verdict_writer *w, struct bf_cycle_result *out);
+
+/* Clamps a publish's counts of buffer b (read from the segment) to the
+ * cells the file backs. [any reader] */
+void bf_verdict_bound(const struct bf_shm *s, uint32_t b, uint32_t *nv, uint32_t *ne);
+/* Row i < nv of buffer b (counts bounded by bf_verdict_bound) into *out as
+ * the cycle wrote it, with relaxed loads: consistent iff the publish
+ * protocol's re-check passes. An extra index outside [nv, nv + ne) reads
+ * as no extras, a string ref outside the table as "". [any reader] */
+void bf_verdict_read(const struct bf_shm *s, uint32_t b, uint32_t i, uint32_t nv, uint32_t ne,
+                     struct bf_verdict_row *out);
 
 /* Copy attempts of bf_result_read before it gives up. */
 #define BF_RESULT_READ_TRIES 16

@@ -575,7 +575,7 @@ _Static_assert(sizeof(struct bf_own_audit_hdr) == 48, "ownership audit header ch
 
 enum bf_state_table {
     BF_STATE_T_MAIN = 0,    /* struct bf_state_main */
-    BF_STATE_T_VERDICTS = 1 /* struct bf_verdict_row[2 * max_needs], the two buffers
+    BF_STATE_T_VERDICTS = 1 /* union bf_verdict_cell[4 * max_needs], the two buffers
                                interleaved (bf_verdict_index); the last table, grown
                                with use (bf_shm_grow) */
 };
@@ -805,12 +805,12 @@ struct bf_inv_counts {
 struct bf_cycle_result {
     uint64_t cycle;
     int64_t computed_at_ns;
-    uint32_t n_verdicts; /* rows in the matching verdict buffer */
+    uint32_t n_verdicts; /* rows in the matching verdict buffer: its cells [0, n) */
     uint32_t n_shortfalls;
     uint32_t shortfalls_total; /* full ledger size before the top-100 cut */
     uint32_t actions;
     uint32_t unsatisfied;
-    uint32_t pad;
+    uint32_t n_verdict_extras; /* extra cells after the rows: [n_verdicts, + this) */
     int64_t phase_ns[BF_PHASE_COUNT];
     int64_t cycle_ns;
     struct bf_shortfall_row shortfalls[BF_SHORTFALL_MAX];
@@ -921,7 +921,10 @@ struct bf_state_main {
     struct bf_ownership_state own; /* [W: cycle] */
 };
 
-/* One row of the verdict ledger (NeedView, ADR-0061 + amendment). */
+/* One row of the verdict ledger (NeedView, ADR-0061 + amendment), as
+ * readers get it (bf_verdict_read) in their own memory. In the segment a
+ * row is a union bf_verdict_cell (below): the common fields, domain names as
+ * string-table refs, and what only some rows fill in an extra cell. */
 #define BF_SAME_CANDIDATES_MAX 3
 #define BF_DOMAIN_MAX          64
 /* unmet_reason values: enum bf_unmet_reason (bigfleet/model.h). */
@@ -961,5 +964,55 @@ struct bf_verdict_row {
     char same_domain[BF_DOMAIN_MAX];
     struct bf_domain_coverage same_candidates[BF_SAME_CANDIDATES_MAX];
 };
+
+/*
+ * The verdict table's cells (the state segment's last table, grown with
+ * use). A publish with n rows and e extras fills cells [0, n + e) of its
+ * buffer: cell i < n is row i; a row whose matching supply, residual
+ * deficit, preemption summary or Same candidates are not all zero points
+ * (extra = 1 + k, n <= k < n + e) at cell k, which holds them. Domain names
+ * are string-table refs, at most BF_DOMAIN_MAX - 1 bytes. [W: cycle]
+ * Readers check every ref and index they read here (bf_verdict_read).
+ */
+struct bf_verdict_slim {
+    uint32_t cluster_ref;
+    uint32_t need_profile_ref;
+    uint32_t group_ref;
+    uint32_t same_domain_ref;
+    int64_t arrival_ns;
+    int64_t aggregate[BF_MAX_DIMS];
+    int64_t min_unit[BF_MAX_DIMS];
+    int32_t claimed_machine_count;
+    int32_t bootstrap_count;
+    int32_t provision_count;
+    int32_t parked_age_cycles;
+    int32_t age_cycles_unmet;
+    uint32_t extra; /* 0: none; else 1 + the extra cell's index in this buffer */
+    uint8_t matching_capped;
+    uint8_t satisfied;
+    uint8_t same_satisfiable;
+    uint8_t acquisition_parked;
+    uint8_t unmet_reason; /* enum bf_unmet_reason */
+    uint8_t n_same_candidates;
+    uint8_t has_matching_supply;
+    uint8_t has_preemption;
+};
+struct bf_verdict_extra {
+    int64_t residual_deficit[BF_MAX_DIMS];
+    int64_t capacity_freed[BF_MAX_DIMS];
+    int32_t victims_found;
+    int32_t matching_idle;
+    int32_t matching_configured;
+    int32_t matching_speculative;
+    uint32_t cand_domain_ref[BF_SAME_CANDIDATES_MAX];
+    int32_t cand_coverage_per_mille[BF_SAME_CANDIDATES_MAX];
+    uint8_t cand_satisfiable[BF_SAME_CANDIDATES_MAX];
+    uint8_t pad[5];
+};
+union bf_verdict_cell {
+    struct bf_verdict_slim row;
+    struct bf_verdict_extra extra;
+};
+_Static_assert(sizeof(union bf_verdict_cell) == 184, "verdict cell layout changed");
 
 #endif /* BIGFLEET_SHM_LAYOUT_H */

@@ -451,14 +451,27 @@ static void vec_out(int64_t dst[BF_MAX_DIMS], const bf_vec *v)
     memcpy(dst, v->v, sizeof v->v);
 }
 
-static void copy_str(char *dst, size_t n, const char *src)
+static bool vec_any(const bf_vec *v)
 {
-    size_t l = src ? strlen(src) : 0;
-    if (l >= n)
-        l = n - 1;
-    if (l)
-        memcpy(dst, src, l);
-    dst[l] = 0;
+    for (int d = 0; d < BF_MAX_DIMS; d++)
+        if (v->v[d])
+            return true;
+    return false;
+}
+
+/* A domain name's ref through the per-call address cache (see callref),
+ * then the writer's memo (bf_verdict_domain_ref). */
+static uint32_t call_domain_ref(struct bf_verdict_writer *w, struct callref *t, const char *name)
+{
+    if (!name || !name[0])
+        return 0;
+    struct callref *x = &t[ptr_hash(name) & (CALLREF_SLOTS - 1)];
+    if (x->p == name)
+        return x->ref;
+    uint32_t ref = bf_verdict_domain_ref(w, name);
+    if (ref)
+        *x = (struct callref){name, ref};
+    return ref;
 }
 
 void bf_cycle_publish(struct bf_cycle *c, const struct bf_engine_result *r, int64_t now_ns,
@@ -478,54 +491,69 @@ void bf_cycle_publish(struct bf_cycle *c, const struct bf_engine_result *r, int6
     out->cycle_ns = rep->total_ns;
     /* verdict ledger */
     /* the table's file grows before the rows are written (and published) */
+    struct bf_verdict_writer vw;
     uint32_t nv = 0,
-             nv_max = bf_verdict_rows_reserve(s, b, r->verdicts ? (uint32_t)r->n_verdicts : 0);
+             nv_max = bf_verdict_write_begin(&vw, s, b, r->verdicts ? (uint32_t)r->n_verdicts : 0);
     if (!c->rowmemo && s->max_needs) /* without it, rows resolve through the cache */
         if ((c->rowmemo = calloc(s->max_needs, sizeof *c->rowmemo)))
             c->rowmemo_cap = s->max_needs;
     static _Thread_local struct callref cl_refs[CALLREF_SLOTS], fp_refs[CALLREF_SLOTS];
     memset(cl_refs, 0, sizeof cl_refs);
     memset(fp_refs, 0, sizeof fp_refs);
+    static _Thread_local struct callref dom_refs[CALLREF_SLOTS];
+    memset(dom_refs, 0, sizeof dom_refs);
     for (size_t i = 0; r->verdicts && i < r->n_verdicts && nv < nv_max; i++) {
         const struct bf_engine_verdict *v = &r->verdicts[i];
-        struct bf_verdict_row *o = &s->verdicts[bf_verdict_index(b, nv++)];
-        memset(o, 0, sizeof *o);
-        o->cluster_ref = call_cluster_ref(c, cl_refs, v->cluster);
-        o->need_profile_ref = call_profile_ref(c, fp_refs, v->fingerprint, v->profile);
-        o->group_ref = row_group_ref(c, nv - 1, v->group, v->group_len);
-        o->arrival_ns = v->arrival_ns;
-        vec_out(o->aggregate, &v->aggregate);
-        vec_out(o->min_unit, &v->min_unit);
-        vec_out(o->residual_deficit, &v->residual_deficit);
-        o->claimed_machine_count = (int32_t)v->claimed_count;
-        o->bootstrap_count = (int32_t)v->bootstrap_count;
-        o->provision_count = (int32_t)v->provision_count;
-        o->parked_age_cycles = (int32_t)v->parked_age_cycles;
-        o->age_cycles_unmet = (int32_t)v->age_cycles_unmet;
-        o->satisfied = v->satisfied;
-        o->same_satisfiable = v->same_satisfiable;
-        o->acquisition_parked = v->acquisition_parked;
-        o->unmet_reason = v->unmet_reason;
-        o->has_matching_supply = v->has_matching_supply;
-        o->matching_idle = (int32_t)v->matching_supply.idle;
-        o->matching_configured = (int32_t)v->matching_supply.configured;
-        o->matching_speculative = (int32_t)v->matching_supply.speculative;
-        o->matching_capped = v->matching_supply.capped;
-        o->has_preemption = v->has_preemption;
-        o->victims_found = (int32_t)v->preemption.victims_found;
-        vec_out(o->capacity_freed, &v->preemption.capacity_freed);
-        copy_str(o->same_domain, sizeof o->same_domain, v->same_domain);
+        /* the row's cells, filled straight from the verdict (what
+         * bf_verdict_read gives back is the struct bf_verdict_row this
+         * loop used to fill) */
+        struct bf_verdict_slim o;
+        struct bf_verdict_extra x;
+        nv++;
+        memset(&o, 0, sizeof o);
+        o.cluster_ref = call_cluster_ref(c, cl_refs, v->cluster);
+        o.need_profile_ref = call_profile_ref(c, fp_refs, v->fingerprint, v->profile);
+        o.group_ref = row_group_ref(c, nv - 1, v->group, v->group_len);
+        o.same_domain_ref = call_domain_ref(&vw, dom_refs, v->same_domain);
+        o.arrival_ns = v->arrival_ns;
+        vec_out(o.aggregate, &v->aggregate);
+        vec_out(o.min_unit, &v->min_unit);
+        o.claimed_machine_count = (int32_t)v->claimed_count;
+        o.bootstrap_count = (int32_t)v->bootstrap_count;
+        o.provision_count = (int32_t)v->provision_count;
+        o.parked_age_cycles = (int32_t)v->parked_age_cycles;
+        o.age_cycles_unmet = (int32_t)v->age_cycles_unmet;
+        o.satisfied = v->satisfied;
+        o.same_satisfiable = v->same_satisfiable;
+        o.acquisition_parked = v->acquisition_parked;
+        o.unmet_reason = v->unmet_reason;
+        o.has_matching_supply = v->has_matching_supply;
+        o.matching_capped = v->matching_supply.capped;
+        o.has_preemption = v->has_preemption;
         uint32_t k = v->n_same_candidates < BF_SAME_CANDIDATES_MAX ? v->n_same_candidates
                                                                    : BF_SAME_CANDIDATES_MAX;
-        o->n_same_candidates = (uint8_t)k;
-        for (uint32_t j = 0; j < k; j++) {
-            copy_str(o->same_candidates[j].domain, sizeof o->same_candidates[j].domain,
-                     v->same_candidates[j].domain);
-            o->same_candidates[j].coverage_per_mille = v->same_candidates[j].coverage_per_mille;
-            o->same_candidates[j].satisfiable = v->same_candidates[j].satisfiable;
+        o.n_same_candidates = (uint8_t)k;
+        /* the extra cell only when one of its fields is not zero */
+        bool extra = k > 0 || v->matching_supply.idle || v->matching_supply.configured ||
+                     v->matching_supply.speculative || v->preemption.victims_found ||
+                     vec_any(&v->residual_deficit) || vec_any(&v->preemption.capacity_freed);
+        if (extra) {
+            memset(&x, 0, sizeof x);
+            vec_out(x.residual_deficit, &v->residual_deficit);
+            vec_out(x.capacity_freed, &v->preemption.capacity_freed);
+            x.victims_found = (int32_t)v->preemption.victims_found;
+            x.matching_idle = (int32_t)v->matching_supply.idle;
+            x.matching_configured = (int32_t)v->matching_supply.configured;
+            x.matching_speculative = (int32_t)v->matching_supply.speculative;
+            for (uint32_t j = 0; j < k; j++) {
+                x.cand_domain_ref[j] = call_domain_ref(&vw, dom_refs, v->same_candidates[j].domain);
+                x.cand_coverage_per_mille[j] = v->same_candidates[j].coverage_per_mille;
+                x.cand_satisfiable[j] = v->same_candidates[j].satisfiable;
+            }
         }
+        bf_verdict_write_cells(&vw, &o, extra ? &x : NULL);
     }
-    out->n_verdicts = nv;
+    bf_verdict_write_end(&vw, out);
     /* shortfall ledger (top 100, already sorted by priority desc then age desc) */
     uint32_t ns = 0;
     for (size_t i = 0; i < r->n_shortfalls && ns < BF_SHORTFALL_MAX; i++) {

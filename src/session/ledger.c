@@ -58,10 +58,8 @@ int bf_ledger_snapshot(const struct bf_shm *s, const struct bf_ledger_filter *f,
         const struct bf_cycle_result *r = &st->result[b];
         uint64_t cycle = BF_SHM_PEEK(r->cycle);
         int64_t at = BF_SHM_PEEK(r->computed_at_ns);
-        uint32_t nv = BF_SHM_PEEK(r->n_verdicts);
-        uint32_t backed = bf_verdict_rows_backed(s, b);
-        if (nv > backed)
-            nv = backed; /* a torn header; the re-check below discards it */
+        uint32_t nv = BF_SHM_PEEK(r->n_verdicts), ne = BF_SHM_PEEK(r->n_verdict_extras);
+        bf_verdict_bound(s, b, &nv, &ne); /* a torn header; the re-check below discards it */
         if (cycle == 0)
             nv = 0;
         uint32_t total = 0, n = 0;
@@ -76,13 +74,12 @@ int bf_ledger_snapshot(const struct bf_shm *s, const struct bf_ledger_filter *f,
                 return rc;
             } else {
                 for (uint32_t i = 0; i < n; i++)
-                    bf_shm_load_words(&snap->rows[i], &s->verdicts[bf_verdict_index(b, i)],
-                                      sizeof *snap->rows);
+                    bf_verdict_read(s, b, i, nv, ne, &snap->rows[i]);
             }
         } else {
             for (uint32_t i = 0; i < nv; i++) {
-                const struct bf_verdict_row *row = &s->verdicts[bf_verdict_index(b, i)];
-                if (BF_SHM_PEEK(row->cluster_ref) != f->cluster_ref)
+                if (BF_SHM_PEEK(s->verdicts[bf_verdict_index(b, i)].row.cluster_ref) !=
+                    f->cluster_ref)
                     continue;
                 total++;
                 if ((f->limit && n >= f->limit) || overflow)
@@ -95,7 +92,7 @@ int bf_ledger_snapshot(const struct bf_shm *s, const struct bf_ledger_filter *f,
                     bf_ledger_snapshot_free(snap);
                     return rc;
                 }
-                bf_shm_load_words(&snap->rows[n++], row, sizeof *row);
+                bf_verdict_read(s, b, i, nv, ne, &snap->rows[n++]);
             }
         }
         if (!bf_result_read_valid(s, &rd)) {

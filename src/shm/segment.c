@@ -210,11 +210,14 @@ int bf_layout_compute(int kind, const struct bf_shm_caps *caps, struct bf_layout
     case BF_SEG_STATE:
         L->len[BF_STATE_T_MAIN] = sizeof(struct bf_state_main);
         L->off[BF_STATE_T_MAIN] = take(&a, L->len[BF_STATE_T_MAIN], 64);
-        /* the verdict ledger grows with the rows the cycle publishes: its
+        /* the verdict ledger grows with the cells the cycle publishes: its
          * two buffers interleave (bf_verdict_index), so the file backs
-         * about 2 x the rows of the larger buffer */
+         * about 2 x the cells of the larger buffer; each buffer's reserve
+         * is a row and an extra cell per Need */
         grow_last(L, &a, BF_STATE_T_VERDICTS,
-                  mul(&a, 2ull * caps->max_needs, sizeof(struct bf_verdict_row)), BF_ARENA_STEP);
+                  mul(&a, 2 * BF_VERDICT_CELLS_PER_BUFFER(caps->max_needs),
+                      sizeof(union bf_verdict_cell)),
+                  64u << 10);
         break;
     default:
         return -EINVAL;
@@ -315,7 +318,7 @@ static void bind_views(struct bf_shm *s, const struct bf_layout L[BF_SEG_KIND_CO
     s->state_hdr = s->base[BF_SEG_STATE];
     b = (uint8_t *)s->state_hdr;
     s->st = (struct bf_state_main *)(b + l->off[BF_STATE_T_MAIN]);
-    s->verdicts = (struct bf_verdict_row *)(b + l->off[BF_STATE_T_VERDICTS]);
+    s->verdicts = (union bf_verdict_cell *)(b + l->off[BF_STATE_T_VERDICTS]);
 
     for (int k = 1; k < BF_SEG_KIND_COUNT; k++) {
         int t = L[k].grow_table;

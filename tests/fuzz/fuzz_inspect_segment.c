@@ -33,7 +33,9 @@
  *     fault, no sanitizer report: ASan sees reads past a mapping as SEGV),
  *     with bounded counts (scan within the high-water mark and
  *     max_machines, clusters within max_clusters, verdicts within
- *     max_needs), and every JSON document it prints parses (jansson);
+ *     max_needs and the cells the state file backs, a verdict's extra
+ *     index and domain refs checked), and every JSON document it prints
+ *     parses (jansson);
  *   - nothing is written to the segments (the read-only mapping faults on a
  *     store).
  */
@@ -371,8 +373,8 @@ static void views_inside(const struct bf_shm *s)
                           h->capacity * h->slot_size));
     }
     FUZZ_CHECK(inside(s, BF_SEG_STATE, s->st, sizeof *s->st));
-    FUZZ_CHECK(
-        inside(s, BF_SEG_STATE, s->verdicts, 2 * (size_t)s->max_needs * sizeof *s->verdicts));
+    FUZZ_CHECK(inside(s, BF_SEG_STATE, s->verdicts,
+                      2 * BF_VERDICT_CELLS_PER_BUFFER(s->max_needs) * sizeof *s->verdicts));
 }
 
 static void json_ok(const struct bf_strbuf *b)

@@ -161,7 +161,8 @@ START_TEST(idle_supply_is_bootstrapped_once_with_in_flight_marks)
     const struct bf_cycle_result *res = &g_s.st->result[pub];
     ck_assert_uint_eq(res->cycle, rep.cycle);
     ck_assert_uint_eq(res->n_verdicts, 1);
-    const struct bf_verdict_row *v = &g_s.verdicts[bf_verdict_index(pub, 0)];
+    struct bf_verdict_row vr, *v = &vr;
+    bf_verdict_read(&g_s, pub, 0, res->n_verdicts, res->n_verdict_extras, v);
     ck_assert_uint_eq(v->cluster_ref, g_cluster);
     ck_assert_int_eq(v->bootstrap_count, 3);
     ck_assert_uint_eq(res->counts.by_state[BF_STATE_IDLE], 4);
@@ -404,7 +405,8 @@ START_TEST(ledger_refs_stay_exact_while_groups_are_replaced)
         ck_assert_uint_eq(res->n_verdicts, (uint32_t)n);
         bool seen[8] = {false};
         for (uint32_t i = 0; i < res->n_verdicts; i++) {
-            const struct bf_verdict_row *v = &g_s.verdicts[bf_verdict_index(pub, i)];
+            struct bf_verdict_row vr, *v = &vr;
+            bf_verdict_read(&g_s, pub, i, res->n_verdicts, res->n_verdict_extras, v);
             ck_assert_uint_eq(v->cluster_ref, g_cluster);
             uint32_t len = 0;
             const char *g = bf_str(&g_s, v->group_ref, &len);

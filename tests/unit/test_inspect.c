@@ -313,8 +313,9 @@ static void fx_fake_cycle(struct bf_shm *s, const struct fx_profiles *p, struct 
     r->cycle_ns = 12 * BF_NS_PER_MS;
     for (int i = 0; i < BF_PHASE_COUNT; i++)
         r->phase_ns[i] = (i + 1) * BF_NS_PER_MS;
-    if (bf_verdict_rows_reserve(s, nb, 5) != 5)
-        fx_die("bf_verdict_rows_reserve", -ENOSPC);
+    struct bf_verdict_writer vw;
+    if (bf_verdict_write_begin(&vw, s, nb, 5) != 5)
+        fx_die("bf_verdict_write_begin", -ENOSPC);
     struct bf_verdict_row w[5];
     memset(w, 0, sizeof w);
     /* alpha P1: satisfied */
@@ -352,9 +353,9 @@ static void fx_fake_cycle(struct bf_shm *s, const struct fx_profiles *p, struct 
     for (int i = 0; i < 5; i++) {
         fx_vec(w[i].aggregate, p->cpu, 1000 * (i + 1), -1, 0);
         fx_vec(w[i].min_unit, p->cpu, 1000, -1, 0);
-        bf_shm_store_words(&s->verdicts[bf_verdict_index(nb, (uint32_t)i)], &w[i], sizeof w[i]);
+        bf_verdict_write(&vw, &w[i]);
     }
-    r->n_verdicts = 5;
+    bf_verdict_write_end(&vw, r);
     r->unsatisfied = 2;
     r->actions = 3;
     r->n_shortfalls = 2;
@@ -1604,9 +1605,10 @@ static int mode_cycle_proxy(int argc, char **argv)
                     sum += tally[k][t][z];
             res->counts.by_state[k] = sum;
         }
-        for (uint32_t i = 0; i < 5; i++)
+        res->n_verdict_extras = st->result[pub].n_verdict_extras;
+        for (uint32_t i = 0; i < 5 + res->n_verdict_extras; i++)
             memcpy(&s.verdicts[bf_verdict_index(nb, i)], &s.verdicts[bf_verdict_index(pub, i)],
-                   sizeof(struct bf_verdict_row));
+                   sizeof(union bf_verdict_cell));
         int64_t d = bf_mono_ns() - a;
         res->cycle_ns = d;
         uint64_t q = atomic_load(&st->publish_seq);

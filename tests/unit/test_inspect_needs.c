@@ -59,10 +59,11 @@ static void publish(uint64_t cycle, int64_t at, const struct bf_verdict_row *row
     struct bf_cycle_result *r = &st->result[b];
     r->cycle = cycle;
     r->computed_at_ns = at;
-    r->n_verdicts = n;
-    ck_assert_uint_eq(bf_verdict_rows_reserve(&g_s, b, n), n);
+    struct bf_verdict_writer vw;
+    ck_assert_uint_eq(bf_verdict_write_begin(&vw, &g_s, b, n), n);
     for (uint32_t i = 0; i < n; i++)
-        bf_shm_store_words(&g_s.verdicts[bf_verdict_index(b, i)], &rows[i], sizeof rows[i]);
+        bf_verdict_write(&vw, &rows[i]);
+    bf_verdict_write_end(&vw, r);
     atomic_store_explicit(&st->published, b, memory_order_release);
     atomic_store_explicit(&st->publish_seq, seq + 2, memory_order_release);
 }
@@ -201,13 +202,15 @@ static void *writer(void *arg)
         memset(&tmp, 0, sizeof tmp);
         tmp.cycle = k;
         tmp.computed_at_ns = (int64_t)k;
-        tmp.n_verdicts = n;
         tmp.shortfalls_total = (uint32_t)k;
         tmp.counts.total_machines = (uint32_t)k;
         tmp.counts.by_state[4] = (uint32_t)k;
-        bf_shm_store_words(&st->result[b], &tmp, sizeof tmp);
+        struct bf_verdict_writer vw;
+        bf_verdict_write_begin(&vw, &g_s, b, n);
         for (uint32_t i = 0; i < n; i++)
-            bf_shm_store_words(&g_s.verdicts[bf_verdict_index(b, i)], &rows[i], sizeof rows[0]);
+            bf_verdict_write(&vw, &rows[i]);
+        bf_verdict_write_end(&vw, &tmp);
+        bf_shm_store_words(&st->result[b], &tmp, sizeof tmp);
         atomic_store_explicit(&st->published, b, memory_order_release);
         atomic_store_explicit(&st->publish_seq, seq + 2, memory_order_release);
         w->published = k;

@@ -1395,37 +1395,37 @@ START_TEST(the_verdict_ledger_grows_its_file_before_rows_are_published_and_older
 {
     uint64_t off = g_s.state_hdr->table_off[BF_STATE_T_VERDICTS];
     uint64_t reserve = g_s.state_hdr->table_len[BF_STATE_T_VERDICTS];
-    uint32_t n = g_s.max_needs;
-    ck_assert_uint_ge(reserve, 2ull * n * sizeof(struct bf_verdict_row));
+    uint32_t n = 2 * g_s.max_needs; /* cells of one buffer */
+    ck_assert_uint_ge(reserve, 2ull * n * sizeof(union bf_verdict_cell));
     ck_assert_uint_eq(g_s.len[BF_SEG_STATE], off + reserve); /* the whole reserve is mapped */
     /* created backed by one step, short of the reserve */
     off_t f0 = segment_file_size(BF_SEG_STATE);
     ck_assert_uint_eq((uint64_t)f0, off + bf_shm_grown(&g_s, BF_SEG_STATE));
     ck_assert_uint_lt(bf_shm_grown(&g_s, BF_SEG_STATE), reserve);
     ck_assert_uint_eq(bf_shm_segment_bytes(&g_s, BF_SEG_STATE), (size_t)f0);
-    ck_assert_uint_lt(bf_verdict_rows_backed(&g_s, 1), n);
+    ck_assert_uint_lt(bf_verdict_cells_backed(&g_s, 1), n);
     /* a reader attached now (before the growth) */
     struct bf_shm ro;
     char err[256];
     ck_assert_int_eq(bf_shm_attach(&ro, g_id, true, err, sizeof err), 0);
-    ck_assert_uint_eq(bf_verdict_rows_backed(&ro, 1), bf_verdict_rows_backed(&g_s, 1));
+    ck_assert_uint_eq(bf_verdict_cells_backed(&ro, 1), bf_verdict_cells_backed(&g_s, 1));
     ck_assert_int_eq(bf_shm_grow(&ro, BF_SEG_STATE, reserve), -EROFS);
     /* buffer 1 takes every row: the file grows first, to the reserve */
-    ck_assert_uint_eq(bf_verdict_rows_reserve(&g_s, 1, n), n);
+    ck_assert_uint_eq(bf_verdict_cells_reserve(&g_s, 1, n), n);
     ck_assert_uint_eq((uint64_t)segment_file_size(BF_SEG_STATE), off + reserve);
-    ck_assert_uint_eq(bf_verdict_rows_backed(&g_s, 1), n);
-    ck_assert_uint_eq(bf_verdict_rows_backed(&g_s, 0), n);
-    g_s.verdicts[bf_verdict_index(1, n - 1)].cluster_ref = 77;
+    ck_assert_uint_eq(bf_verdict_cells_backed(&g_s, 1), n);
+    ck_assert_uint_eq(bf_verdict_cells_backed(&g_s, 0), n);
+    g_s.verdicts[bf_verdict_index(1, n - 1)].row.cluster_ref = 77;
     /* the older read-only mapping reads the new last row */
-    ck_assert_uint_eq(bf_verdict_rows_backed(&ro, 1), n);
-    ck_assert_uint_eq(ro.verdicts[bf_verdict_index(1, n - 1)].cluster_ref, 77);
+    ck_assert_uint_eq(bf_verdict_cells_backed(&ro, 1), n);
+    ck_assert_uint_eq(ro.verdicts[bf_verdict_index(1, n - 1)].row.cluster_ref, 77);
     ck_assert_uint_eq(bf_shm_segment_bytes(&ro, BF_SEG_STATE), off + reserve);
     bf_shm_detach(&ro);
     /* past the reserve; a segment whose tables are all fixed */
     ck_assert_int_eq(bf_shm_grow(&g_s, BF_SEG_STATE, reserve + 1), -ENOSPC);
     ck_assert_int_eq(bf_shm_grow(&g_s, BF_SEG_RINGS, 1), -EINVAL);
     ck_assert_uint_eq(bf_shm_grown(&g_s, BF_SEG_RINGS), 0);
-    ck_assert_uint_eq(bf_verdict_rows_reserve(&g_s, 0, n + 5), n); /* at most max_needs */
+    ck_assert_uint_eq(bf_verdict_cells_reserve(&g_s, 0, n + 5), n); /* at most max_needs */
 }
 END_TEST
 
@@ -1433,7 +1433,7 @@ START_TEST(attach_refuses_a_state_file_shorter_than_its_grown_verdict_table)
 {
     uint64_t off = g_s.state_hdr->table_off[BF_STATE_T_VERDICTS];
     uint64_t reserve = g_s.state_hdr->table_len[BF_STATE_T_VERDICTS];
-    ck_assert_uint_eq(bf_verdict_rows_reserve(&g_s, 1, g_s.max_needs), g_s.max_needs);
+    ck_assert_uint_eq(bf_verdict_cells_reserve(&g_s, 1, 2 * g_s.max_needs), 2 * g_s.max_needs);
     uint64_t grown = bf_shm_grown(&g_s, BF_SEG_STATE);
     attach_accepted();
     /* a file cut inside the grown table */
@@ -1448,6 +1448,112 @@ START_TEST(attach_refuses_a_state_file_shorter_than_its_grown_verdict_table)
     attach_refused(BF_SEG_STATE, "first step");
     atomic_store(&g_s.state_hdr->grown, grown);
     attach_accepted();
+}
+END_TEST
+
+/* A row as the cycle fills it (emit.c): zeroed, then set; domain names
+ * below BF_DOMAIN_MAX bytes. */
+static void random_row(struct bf_verdict_row *r, unsigned *seed, bool details)
+{
+    memset(r, 0, sizeof *r);
+    r->cluster_ref = (uint32_t)rand_r(seed);
+    r->need_profile_ref = (uint32_t)rand_r(seed);
+    r->group_ref = (uint32_t)rand_r(seed);
+    r->arrival_ns = (int64_t)rand_r(seed) << 20;
+    for (int d = 0; d < BF_MAX_DIMS; d++) {
+        r->aggregate[d] = rand_r(seed) % 3 ? 0 : (int64_t)rand_r(seed) * 1000;
+        r->min_unit[d] = rand_r(seed) % 3 ? 0 : -(int64_t)rand_r(seed);
+    }
+    r->claimed_machine_count = rand_r(seed) % 50;
+    r->bootstrap_count = rand_r(seed) % 5;
+    r->provision_count = rand_r(seed) % 5;
+    r->parked_age_cycles = rand_r(seed) % 9;
+    r->age_cycles_unmet = rand_r(seed) % 9;
+    r->satisfied = (uint8_t)(rand_r(seed) & 1);
+    r->same_satisfiable = (uint8_t)(rand_r(seed) & 1);
+    r->acquisition_parked = (uint8_t)(rand_r(seed) & 1);
+    r->unmet_reason = (uint8_t)(rand_r(seed) % 6);
+    r->matching_capped = (uint8_t)(rand_r(seed) & 1);
+    r->has_matching_supply = (uint8_t)(rand_r(seed) & 1);
+    r->has_preemption = (uint8_t)(rand_r(seed) & 1);
+    if (rand_r(seed) & 1)
+        snprintf(r->same_domain, sizeof r->same_domain, "zone=us-east-%d%c", rand_r(seed) % 4,
+                 'a' + rand_r(seed) % 3);
+    if (rand_r(seed) % 5 == 0) /* the longest name a row holds */
+        memset(r->same_domain, 'x', BF_DOMAIN_MAX - 1);
+    if (!details)
+        return;
+    for (int d = 0; d < BF_MAX_DIMS; d++) {
+        r->residual_deficit[d] = rand_r(seed) % 2 ? 0 : (int64_t)rand_r(seed);
+        r->capacity_freed[d] = rand_r(seed) % 4 ? 0 : (int64_t)rand_r(seed);
+    }
+    r->victims_found = rand_r(seed) % 3;
+    r->matching_idle = rand_r(seed) % 7;
+    r->matching_configured = rand_r(seed) % 7;
+    r->matching_speculative = rand_r(seed) % 7;
+    r->n_same_candidates = (uint8_t)(rand_r(seed) % 4);
+    for (int j = 0; j < r->n_same_candidates; j++) {
+        snprintf(r->same_candidates[j].domain, BF_DOMAIN_MAX, "rack=r%d", rand_r(seed) % 40);
+        r->same_candidates[j].coverage_per_mille = rand_r(seed) % 1001;
+        r->same_candidates[j].satisfiable = (uint8_t)(rand_r(seed) & 1);
+    }
+}
+
+START_TEST(verdict_rows_read_back_byte_for_byte_from_their_smaller_cells)
+{
+    enum { N = 900 };
+    static struct bf_verdict_row in[N], out;
+    unsigned seed = 7;
+    uint32_t with_details = 0;
+    for (int i = 0; i < N; i++) {
+        random_row(&in[i], &seed, i % 3 == 0);
+        with_details += i % 3 == 0;
+    }
+    for (uint32_t b = 0; b < 2; b++) {
+        struct bf_verdict_writer w;
+        struct bf_cycle_result res;
+        memset(&res, 0, sizeof res);
+        ck_assert_uint_eq(bf_verdict_write_begin(&w, &g_s, b, N), N);
+        for (int i = 0; i < N; i++)
+            bf_verdict_write(&w, &in[i]);
+        bf_verdict_write_end(&w, &res);
+        ck_assert_uint_eq(w.lost, 0);
+        ck_assert_uint_eq(res.n_verdicts, N);
+        /* only rows with details take a second cell */
+        ck_assert_uint_le(res.n_verdict_extras, with_details);
+        ck_assert_uint_ge(res.n_verdict_extras, with_details * 9 / 10);
+        uint32_t nv = res.n_verdicts, ne = res.n_verdict_extras;
+        bf_verdict_bound(&g_s, b, &nv, &ne);
+        ck_assert_uint_eq(nv, N);
+        for (uint32_t i = 0; i < N; i++) {
+            bf_verdict_read(&g_s, b, i, nv, ne, &out);
+            ck_assert_msg(memcmp(&out, &in[i], sizeof out) == 0, "row %u of buffer %u differs", i,
+                          b);
+        }
+        /* a row's extra index outside this publish's extras reads as none */
+        union bf_verdict_cell *c = &g_s.verdicts[bf_verdict_index(b, 0)];
+        ck_assert_uint_ne(c->row.extra, 0);
+        uint32_t keep = c->row.extra;
+        c->row.extra = 2; /* cell 1: a row, not an extra */
+        bf_verdict_read(&g_s, b, 0, nv, ne, &out);
+        ck_assert_int_eq(out.residual_deficit[0] | out.capacity_freed[0], 0);
+        ck_assert_int_eq(out.victims_found + out.matching_idle, 0);
+        c->row.extra = UINT32_MAX;
+        bf_verdict_read(&g_s, b, 0, nv, ne, &out);
+        ck_assert_int_eq(out.matching_configured, 0);
+        c->row.extra = keep;
+        /* a domain ref outside the string table reads as "" */
+        uint32_t dref = c->row.same_domain_ref;
+        c->row.same_domain_ref = UINT32_MAX;
+        bf_verdict_read(&g_s, b, 0, nv, ne, &out);
+        ck_assert_str_eq(out.same_domain, "");
+        c->row.same_domain_ref = dref;
+    }
+    /* counts past what the file backs are cut to it */
+    uint32_t nv = UINT32_MAX, ne = UINT32_MAX;
+    bf_verdict_bound(&g_s, 1, &nv, &ne);
+    ck_assert_uint_eq(nv, g_s.max_needs);
+    ck_assert_uint_le((uint64_t)nv + ne, bf_verdict_cells_backed(&g_s, 1));
 }
 END_TEST
 
@@ -1803,6 +1909,7 @@ int main(void)
     tcase_add_test(tc, attach_refuses_ring_geometry_off_the_layout);
     tcase_add_test(tc, attach_refuses_an_inventory_file_shorter_than_its_committed_arena);
     tcase_add_test(tc, attach_refuses_a_state_file_shorter_than_its_grown_verdict_table);
+    tcase_add_test(tc, verdict_rows_read_back_byte_for_byte_from_their_smaller_cells);
     tcase_add_test(
         tc, the_verdict_ledger_grows_its_file_before_rows_are_published_and_older_maps_see_them);
     tcase_add_test(tc, live_configuration_reaches_readers_whole_once_per_publish);

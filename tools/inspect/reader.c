@@ -231,12 +231,10 @@ int insp_cycle_read(const struct bf_shm *s, struct insp_cycle *c, bool want_verd
         bf_result_read_begin(s, &rd);
         uint32_t p = rd.buffer;
         bf_shm_load_words(&c->r, &st->result[p], sizeof c->r);
-        uint32_t nv = c->r.n_verdicts;
-        uint32_t backed = bf_verdict_rows_backed(s, p); /* never past the file's end */
-        if (nv > backed)
-            nv = backed;
+        uint32_t nv = c->r.n_verdicts, ne = c->r.n_verdict_extras;
+        bf_verdict_bound(s, p, &nv, &ne); /* never past the file's end */
         for (uint32_t i = 0; want_verdicts && i < nv; i++)
-            bf_shm_load_words(&c->v[i], &s->verdicts[bf_verdict_index(p, i)], sizeof *c->v);
+            bf_verdict_read(s, p, i, nv, ne, &c->v[i]);
         if (bf_result_read_valid(s, &rd)) {
             c->consistent = true;
             c->buffer = p;
