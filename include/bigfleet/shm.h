@@ -96,7 +96,9 @@ struct bf_shm {
  *
  * bf_shm_grow: makes the table's first `upto` bytes backed, growing the
  * file by at least BF_ARENA_STEP or an eighth of what it backs, capped at
- * the reserve. One writer per table (no lock). 0, -EINVAL (the kind's
+ * the reserve. The new bytes are allocated (fallocate(2)), so a full
+ * tmpfs or RLIMIT_FSIZE refuses here rather than with a SIGBUS at the first
+ * store. One writer per table (no lock). 0, -EINVAL (the kind's
  * tables are fixed), -ENOSPC (past the reserve, or tmpfs refused), -EROFS
  * (a read-only attachment). [the table's writer]
  * bf_shm_grown: the bytes of the table the file backs (acquire; pairs with

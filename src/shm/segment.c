@@ -885,6 +885,23 @@ size_t bf_shm_total_bytes(const struct bf_shm *s)
     return t;
 }
 
+int bf_shm_file_back(int fd, uint64_t from, uint64_t to)
+{
+    if (to <= from)
+        return 0;
+    if (fallocate(fd, 0, (off_t)from, (off_t)(to - from)) == 0)
+        return 0;
+    int e = errno;
+    if (e != EOPNOTSUPP && e != ENOSYS)
+        return e == EFBIG ? -ENOSPC : -e;
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return -errno;
+    if ((uint64_t)st.st_size >= to)
+        return 0;
+    return ftruncate(fd, (off_t)to) == 0 ? 0 : -errno;
+}
+
 int bf_shm_grow(struct bf_shm *s, int kind, uint64_t upto)
 {
     if (kind <= 0 || kind >= BF_SEG_KIND_COUNT || !s->grow_off[kind])
@@ -901,7 +918,7 @@ int bf_shm_grow(struct bf_shm *s, int kind, uint64_t upto)
     uint64_t want = bf_align_up(upto + step, 4096);
     if (want > s->grow_reserve[kind])
         want = s->grow_reserve[kind];
-    if (ftruncate(s->grow_fd[kind], (off_t)(s->grow_off[kind] + want)) != 0)
+    if (bf_shm_file_back(s->grow_fd[kind], s->grow_off[kind] + have, s->grow_off[kind] + want) != 0)
         return -ENOSPC;
     /* the file first, then the count readers bound themselves by */
     atomic_store_explicit(&h->grown, want, memory_order_release);

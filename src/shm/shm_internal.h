@@ -106,6 +106,15 @@ static inline uint64_t bf_arena_published_end(const struct bf_shm *s)
 /* Is the process alive? (kill(pid, 0) != ESRCH) */
 int bf_pid_alive(uint32_t pid);
 
+/*
+ * Backs bytes [from, to) of a segment file with memory: fallocate(2), so a
+ * full tmpfs answers ENOSPC here instead of SIGBUS at the first store into
+ * a page ftruncate(2) only promised; ftruncate only where the file system
+ * does not support fallocate. Never shrinks the file. 0 or -ENOSPC (full,
+ * or RLIMIT_FSIZE) / -errno. [the table's one writer]
+ */
+int bf_shm_file_back(int fd, uint64_t from, uint64_t to);
+
 /* Layout of one segment: offsets/lengths of its tables and total size. */
 struct bf_layout {
     uint64_t off[BF_SEG_MAX_TABLES];

@@ -111,7 +111,8 @@ static int find(const struct bf_shm *s, const void *bytes, uint32_t len, uint32_
 /*
  * Makes the arena's first `upto` bytes backed by the segment file, growing
  * the file (under the string lock) by at least BF_ARENA_STEP or an eighth of
- * what it backs, capped at the reserve. Every process maps the whole
+ * what it backs, capped at the reserve (fallocate: a full tmpfs answers
+ * -ENOSPC here, not SIGBUS later). Every process maps the whole
  * reserve, so the new pages are visible to all at once. 0 or -ENOSPC (no
  * file descriptor to grow with, or tmpfs refused).
  */
@@ -125,7 +126,8 @@ static int arena_reserve(struct bf_shm *s, uint64_t upto)
     uint64_t want = bf_align_up(upto + step, 4096);
     if (want > s->arena_bytes)
         want = s->arena_bytes;
-    if (s->inv_fd <= 0 || ftruncate(s->inv_fd, (off_t)(s->arena_off + want)) != 0)
+    if (s->inv_fd <= 0 ||
+        bf_shm_file_back(s->inv_fd, s->arena_off + have, s->arena_off + want) != 0)
         return -ENOSPC;
     atomic_store_explicit(&m->arena_committed, want, memory_order_release);
     return 0;

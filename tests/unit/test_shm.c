@@ -20,7 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1499,6 +1501,57 @@ static void random_row(struct bf_verdict_row *r, unsigned *seed, bool details)
     }
 }
 
+/* A growing table's file is backed by memory when it grows: on a full tmpfs
+ * the growth answers -ENOSPC (the caller rejects and counts), where an
+ * ftruncate would have succeeded and the first store into the new pages
+ * would have been a SIGBUS. Run in a child with its own mount namespace and
+ * a 1 MiB tmpfs; where the host gives no mount namespace (not root) the
+ * child says so and the test checks nothing else. */
+START_TEST(growing_a_file_on_a_full_tmpfs_fails_with_enospc_not_sigbus)
+{
+    char dir[] = "/tmp/bf-tmpfs-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+            mount("tmpfs", dir, "tmpfs", 0, "size=1m") != 0)
+            _exit(77); /* no mount namespace here */
+        char path[64];
+        snprintf(path, sizeof path, "%s/seg", dir);
+        int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+        if (fd < 0)
+            _exit(21);
+        /* 512 KiB fits: backed, and every page can be stored into */
+        if (bf_shm_file_back(fd, 0, 512u << 10) != 0)
+            _exit(22);
+        uint8_t *m = mmap(NULL, 4u << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED)
+            _exit(23);
+        for (size_t o = 0; o < (512u << 10); o += 4096)
+            m[o] = 1;
+        /* 4 MiB does not fit in the 1 MiB mount: refused here, not later */
+        if (bf_shm_file_back(fd, 512u << 10, 4u << 20) != -ENOSPC)
+            _exit(24);
+        struct stat st;
+        if (fstat(fd, &st) != 0 || st.st_size < (512 << 10))
+            _exit(25); /* a refused growth never shrinks what was backed */
+        m[(512u << 10) - 1] = 2;
+        _exit(0);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    rmdir(dir); /* the mount lived and died with the child's namespace */
+    ck_assert_msg(WIFEXITED(status), "the child died of signal %d (SIGBUS = %d)",
+                  WIFSIGNALED(status) ? WTERMSIG(status) : 0, SIGBUS);
+    if (WEXITSTATUS(status) == 77) {
+        fprintf(stderr, "growing_a_file_on_a_full_tmpfs: no mount namespace here; not run\n");
+        return;
+    }
+    ck_assert_int_eq(WEXITSTATUS(status), 0);
+}
+END_TEST
+
 START_TEST(verdict_rows_read_back_byte_for_byte_from_their_smaller_cells)
 {
     enum { N = 900 };
@@ -1910,6 +1963,7 @@ int main(void)
     tcase_add_test(tc, attach_refuses_an_inventory_file_shorter_than_its_committed_arena);
     tcase_add_test(tc, attach_refuses_a_state_file_shorter_than_its_grown_verdict_table);
     tcase_add_test(tc, verdict_rows_read_back_byte_for_byte_from_their_smaller_cells);
+    tcase_add_test(tc, growing_a_file_on_a_full_tmpfs_fails_with_enospc_not_sigbus);
     tcase_add_test(
         tc, the_verdict_ledger_grows_its_file_before_rows_are_published_and_older_maps_see_them);
     tcase_add_test(tc, live_configuration_reaches_readers_whole_once_per_publish);
