@@ -648,6 +648,10 @@ struct bf_stats_cycle { /* [W: cycle] */
     _Atomic uint64_t reconcile_waits_timed_out;
     _Atomic uint64_t ac_hints_sent;
     _Atomic uint64_t ac_hints_dropped;
+    /* verdict rows a publish left out, or published without a detail (a
+     * domain name or the extra cell), because the state segment's file
+     * could not grow or the string table was full */
+    _Atomic uint64_t verdicts_dropped;
 };
 
 struct bf_stats_executor { /* [W: executor] */

@@ -120,6 +120,7 @@ struct bf_cycle {
     struct strref_cache strrefs;
     struct rowmemo *rowmemo; /* [rowmemo_cap] */
     uint32_t rowmemo_cap;
+    bool verdicts_dropping; /* the last publish left verdict rows out (logged once) */
     struct labelcache labels;
     /* the machine profile refresh_slot resolved last (blob and label cache
      * entries live as long as the caches; neighbouring slots often share

@@ -554,6 +554,23 @@ void bf_cycle_publish(struct bf_cycle *c, const struct bf_engine_result *r, int6
         bf_verdict_write_cells(&vw, &o, extra ? &x : NULL);
     }
     bf_verdict_write_end(&vw, out);
+    /* rows the file could not take, or took without a detail: counted, and
+     * logged when it starts and when it stops (readers see a shorter list) */
+    uint64_t want = r->verdicts ? r->n_verdicts : 0;
+    uint64_t dropped = (want > nv ? want - nv : 0) + vw.lost;
+    if (dropped) {
+        BF_STAT_ADD(st->cycle.verdicts_dropped, dropped);
+        if (!c->verdicts_dropping)
+            BF_WARN("verdict ledger incomplete: the state segment could not grow (tmpfs full?) "
+                    "or the string table is full; NeedView shows fewer rows",
+                    "cycle=%llu verdicts=%llu published=%u incomplete=%u",
+                    (unsigned long long)r->cycle, (unsigned long long)want, nv, vw.lost);
+        c->verdicts_dropping = true;
+    } else if (c->verdicts_dropping) {
+        BF_INFO("verdict ledger complete again", "cycle=%llu verdicts=%llu",
+                (unsigned long long)r->cycle, (unsigned long long)want);
+        c->verdicts_dropping = false;
+    }
     /* shortfall ledger (top 100, already sorted by priority desc then age desc) */
     uint32_t ns = 0;
     for (size_t i = 0; i < r->n_shortfalls && ns < BF_SHORTFALL_MAX; i++) {

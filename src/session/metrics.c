@@ -309,6 +309,10 @@ static void render_actions(const struct bf_shm *s, struct bf_strbuf *b)
     counter(b, "bigfleet_shard_actions_dropped_total",
             "Actions dropped because the actions ring was full (re-derived next cycle).",
             LD(cs->actions_dropped));
+    counter(b, "bigfleet_shard_verdicts_dropped_total",
+            "Verdict rows (NeedView) a cycle could not publish, or published without a detail: "
+            "the state segment's file could not grow or the string table was full.",
+            LD(cs->verdicts_dropped));
     counter(b, "bigfleet_shard_actions_deduped_total",
             "Actions not enqueued: the machine left the action's start state or already had an "
             "action in flight.",

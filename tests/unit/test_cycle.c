@@ -5,9 +5,11 @@
  * mirror follows the change logs (and rescans on overflow), rails apply.
  */
 #include <check.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "bigfleet/blobs.h"
@@ -424,6 +426,42 @@ START_TEST(ledger_refs_stay_exact_while_groups_are_replaced)
 }
 END_TEST
 
+/* When the state segment's file cannot grow (here RLIMIT_FSIZE with the
+ * verdict table backing nothing; tmpfs full in the field) the publish leaves
+ * rows out: every one is counted in verdicts_dropped, the result says how many
+ * it holds, and once the file can grow the next publish is whole again and
+ * counts nothing. */
+START_TEST(verdict_rows_the_state_file_cannot_hold_are_counted_not_hidden)
+{
+    add_idle_machines(8, NULL);
+    struct bf_cycle *c = new_cycle(false);
+    struct bf_cycle_report rep;
+    const int n = 5;
+    uint32_t prof[8];
+    publish_groups(2, n, prof);
+    signal(SIGXFSZ, SIG_IGN);
+    struct bf_seg_header *h = g_s.base[BF_SEG_STATE];
+    atomic_store(&h->grown, 0); /* the verdict table backs nothing yet */
+    struct rlimit rl, none;
+    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &rl), 0);
+    none = (struct rlimit){.rlim_cur = 0, .rlim_max = rl.rlim_max};
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &none), 0);
+    uint64_t d0 = atomic_load(&g_s.st->cycle.verdicts_dropped);
+    ck_assert_int_eq(bf_cycle_run_once(c, 1000000000LL, &rep), 0);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+    uint32_t pub = atomic_load(&g_s.st->published);
+    ck_assert_uint_eq(g_s.st->result[pub].n_verdicts, 0);
+    ck_assert_uint_eq(atomic_load(&g_s.st->cycle.verdicts_dropped), d0 + (uint64_t)n);
+    /* the file can grow again: the next publish holds every row */
+    publish_groups(4, n, prof);
+    ck_assert_int_eq(bf_cycle_run_once(c, 2000000000LL, &rep), 0);
+    pub = atomic_load(&g_s.st->published);
+    ck_assert_uint_eq(g_s.st->result[pub].n_verdicts, (uint32_t)n);
+    ck_assert_uint_eq(atomic_load(&g_s.st->cycle.verdicts_dropped), d0 + (uint64_t)n);
+    bf_cycle_free(c);
+}
+END_TEST
+
 START_TEST(max_actions_defers_the_tail_and_asks_for_another_cycle)
 {
     add_idle_machines(4, NULL);
@@ -771,6 +809,7 @@ int main(void)
     tcase_add_test(tc, warm_up_cycles_are_not_observed_in_the_duration_histograms);
     tcase_add_test(tc, a_republished_repeat_moves_only_the_arrival_and_decides_as_a_full_reload);
     tcase_add_test(tc, without_rows_generation_only_a_single_repeat_skips_the_rows);
+    tcase_add_test(tc, verdict_rows_the_state_file_cannot_hold_are_counted_not_hidden);
     suite_add_tcase(s, tc);
     return check_run(s);
 }

@@ -168,6 +168,7 @@ START_TEST(every_family_is_declared_once_before_its_samples_and_no_series_repeat
         {"bigfleet_shard_actions_deferred_total", "counter"},
         {"bigfleet_shard_actions_dropped_total", "counter"},
         {"bigfleet_shard_actions_deduped_total", "counter"},
+        {"bigfleet_shard_verdicts_dropped_total", "counter"},
         {"bigfleet_shard_action_queue_depth", "gauge"},
         {"bigfleet_shard_execute_inflight", "gauge"},
         {"bigfleet_shard_inventory_machines", "gauge"},
