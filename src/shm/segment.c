@@ -198,8 +198,11 @@ int bf_layout_compute(int kind, const struct bf_shm_caps *caps, struct bf_layout
         L->ring_cap[BF_RING_NODE_RECON] = pow2_at_least(m / 2 > 65536 ? m / 2 : 65536);
         L->ring_cap[BF_RING_RECLAIM] = 8192;
         L->ring_cap[BF_RING_AC_HINTS] = 16384;
-        L->ring_cap[BF_RING_COORD_IN] = 2u << 20;  /* bytes: the largest instruction x 2 */
-        L->ring_cap[BF_RING_COORD_OUT] = 2u << 20; /* bytes: the largest ack x 2 */
+        /* bytes: a record may take half, and the largest instruction or
+         * ack (1,024 ids of 1,024 bytes, ADR-0055 §7) is ~1.05 MB: the next
+         * power of two that holds it */
+        L->ring_cap[BF_RING_COORD_IN] = 4u << 20;
+        L->ring_cap[BF_RING_COORD_OUT] = 4u << 20;
         L->ring_cap[BF_RING_OWN_AUDIT] = 1u << 20; /* bytes */
         for (int r = 0; r < BF_RING_COUNT; r++) {
             L->ring_slot[r] = ring_slot_size[r];

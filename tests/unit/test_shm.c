@@ -29,6 +29,7 @@
 
 #include "bigfleet/config.h"
 #include "bigfleet/log.h"
+#include "bigfleet/ownership.h"
 #include "bigfleet/shm.h"
 #include "shm/shm_internal.h"
 
@@ -647,6 +648,13 @@ START_TEST(bytes_ring_takes_a_half_ring_record_at_every_offset)
     ck_assert_uint_ge(g_s.ring[BF_RING_BOOT_RESP]->capacity / 2 - 8 -
                           sizeof(struct bf_boot_resp_hdr),
                       (4u << 20) - 64);
+    /* and the coordinator's: an instruction or ack naming BF_OWN_MAX_IDS
+     * ids of BF_OWN_ID_MAX bytes (ADR-0055 §7; each id is a tag, a 2-byte
+     * length and its bytes on the wire), with its instruction id, shard id
+     * and header around them */
+    size_t largest = (size_t)(BF_OWN_MAX_IDS + 4) * (BF_OWN_ID_MAX + 3) + 64;
+    ck_assert_uint_ge(g_s.ring[BF_RING_COORD_IN]->capacity / 2 - 8, largest);
+    ck_assert_uint_ge(g_s.ring[BF_RING_COORD_OUT]->capacity / 2 - 8, largest);
 }
 END_TEST
 
