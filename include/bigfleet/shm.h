@@ -667,7 +667,9 @@ void bf_verdict_write_cells(struct bf_verdict_writer *w, struct bf_verdict_slim 
                             const struct bf_verdict_extra *x);
 /* The string-table ref of a domain name as a row keeps it (its first
  * BF_DOMAIN_MAX - 1 bytes), memoised; 0 for "" or when it cannot be
- * interned (counted in w->lost). */
+ * interned (counted in w->lost). Names are peer-controlled (label values):
+ * a name the table lacks is added only below its soft reserve
+ * (bf_str_intern_soft), never into the room kept for ids and profiles. */
 uint32_t bf_verdict_domain_ref(struct bf_verdict_writer *w, const char *name);
 /* Sets out->n_verdicts and out->n_verdict_extras. */
 void bf_verdict_write_end(struct bf_verdict_writer *w, struct bf_cycle_result *out);

@@ -20,6 +20,7 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "bigfleet/shm.h"
 
@@ -88,17 +89,21 @@ uint32_t bf_verdict_domain_ref(struct bf_verdict_writer *w, const char *name)
         g_memo_seg = w->s->inv_hdr;
         g_memo_created = w->s->inv_hdr->created_unix_ns;
     }
-    /* the slot from the length and the first and last 8 bytes (names that
-     * differ elsewhere only share a slot: checked by content below) */
-    uint64_t a = 0, z = 0;
-    memcpy(&a, name, len < 8 ? len : 8);
-    memcpy(&z, name + (len > 8 ? len - 8 : 0), len < 8 ? len : 8);
-    uint64_t h = (a ^ (z << 7 | z >> 57) ^ len) * 0x9E3779B97F4A7C15ull;
-    struct domain_memo *m = &g_memo[(h >> 40) & (DOMAIN_MEMO - 1)];
+    /* the slot from a hash of the whole name (hostnames share their
+     * prefix and suffix; checked by content below) */
+    uint64_t h = XXH3_64bits(name, len);
+    struct domain_memo *m = &g_memo[h & (DOMAIN_MEMO - 1)];
     if (m->ref && m->len == len && memcmp(m->name, name, len) == 0)
         return m->ref;
+    /* a name the table already holds (a label value the reconciler
+     * stored) costs nothing; a new one is peer-controlled (provider label
+     * values under a Same key the operator picks) and the table never frees
+     * it, so it is interned only while the table is under three-quarters
+     * full (bf_str_intern_soft): past that the row keeps no name (counted
+     * in w->lost, then in verdicts_dropped) and ids and profiles keep their
+     * room */
     uint32_t ref = 0;
-    if (bf_str_intern(w->s, name, len, &ref) != 0) {
+    if (bf_str_intern_soft(w->s, name, len, &ref) != 0) { /* (finds first, refuses lock-free) */
         w->lost++;
         return 0;
     }

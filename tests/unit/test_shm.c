@@ -1079,6 +1079,35 @@ START_TEST(soft_interning_stops_at_the_reserve_and_keeps_room_for_essentials)
 }
 END_TEST
 
+/* The verdict writer's domain names are peer-controlled (label values under
+ * a Same key): a new one is interned only while the string table has room
+ * to spare, so a churning fleet of names cannot starve machine ids; a name
+ * the table already holds is still found, and a refused one is counted. */
+START_TEST(verdict_domain_names_never_take_the_string_tables_reserve)
+{
+    struct bf_verdict_writer w;
+    ck_assert_uint_eq(bf_verdict_write_begin(&w, &g_s, 0, 4), 4);
+    uint32_t known = bf_verdict_domain_ref(&w, "zone=us-east-1a");
+    ck_assert_uint_ne(known, 0);
+    char buf[64];
+    uint32_t r;
+    int rc = 0;
+    for (int n = 0; rc == 0 && n < 10000000; n++) { /* fill up to the soft reserve */
+        snprintf(buf, sizeof buf, "host-ref-%08d-padding-padding-padding", n);
+        rc = bf_str_intern_soft(&g_s, buf, (uint32_t)strlen(buf), &r);
+    }
+    ck_assert_int_eq(rc, -ENOSPC);
+    uint64_t entries = atomic_load(&g_s.inv->strtab.entries);
+    ck_assert_uint_eq(w.lost, 0);
+    ck_assert_uint_eq(bf_verdict_domain_ref(&w, "hostname=ip-10-0-3-17.ec2.internal"), 0);
+    ck_assert_uint_eq(w.lost, 1);
+    ck_assert_uint_eq(atomic_load(&g_s.inv->strtab.entries), entries);
+    ck_assert_uint_eq(bf_verdict_domain_ref(&w, "zone=us-east-1a"), known);
+    /* machine ids still fit */
+    ck_assert_int_eq(bf_str_intern_cstr(&g_s, "machine-after-the-names", &r), 0);
+}
+END_TEST
+
 START_TEST(segments_are_private_and_another_user_cannot_attach)
 {
     for (int k = 1; k < BF_SEG_KIND_COUNT; k++) {
@@ -1953,6 +1982,7 @@ int main(void)
     tcase_add_test(tc, provisioning_stamps_are_observed_once_and_restamped_after);
     tcase_add_test(tc, provisioning_stamps_pruned_when_withdrawn_restart_on_return);
     tcase_add_test(tc, soft_interning_stops_at_the_reserve_and_keeps_room_for_essentials);
+    tcase_add_test(tc, verdict_domain_names_never_take_the_string_tables_reserve);
     tcase_add_test(tc, the_string_arena_grows_its_file_with_use_and_every_process_sees_it);
     tcase_add_test(tc, segments_are_private_and_another_user_cannot_attach);
     tcase_add_test(tc, attach_refuses_segments_others_can_write_or_another_uid_owns);
