@@ -196,17 +196,6 @@ struct bf_net_loop_opts {
     unsigned sq_entries;       /* io_uring SQ size; 0 = 1024 (CQ: 8x, at least 16384) */
     unsigned recv_buffers;     /* provided recv buffers (power of two); 0 = 512 */
     unsigned recv_buffer_size; /* bytes each; 0 = 16384 */
-    /* Adaptive poll (0 = off): before it would sleep, the loop spins up to
-     * a window of at most this many microseconds for work to arrive (it
-     * watches the ring's IORING_SQ_TASKRUN flag: no system call while it
-     * spins). The window follows KVM halt-polling's rule: a sleep that
-     * ended within poll_max_us doubles it (from poll_max_us / 8), a longer
-     * one halves it, and under poll_max_us / 8 it is 0; so an idle loop
-     * never spins, and a busy one trades up to poll_max_us of CPU per wait
-     * for not sleeping (a sleep and its wake-up cost both sides tens of
-     * microseconds on a virtual machine). Needs IORING_SETUP_TASKRUN_FLAG
-     * (kernel 5.19+); without it the loop never polls. */
-    unsigned poll_max_us;
 };
 
 /*
@@ -241,14 +230,6 @@ void bf_net_loop_stop_async(struct bf_net_loop *loop);
 int bf_net_loop_defer(struct bf_net_loop *loop, void (*fn)(void *arg), void *arg);
 /* Counters of the loop itself: recv buffer exhaustion (-ENOBUFS re-arms). */
 uint64_t bf_net_loop_enobufs(const struct bf_net_loop *loop);
-/* The adaptive poll (bf_net_loop_opts.poll_max_us): whether it can run,
- * polls begun, polls that found work (no sleep), the current window. */
-struct bf_net_loop_poll_stats {
-    bool available;
-    uint64_t polls, hits;
-    int64_t window_ns;
-};
-void bf_net_loop_poll_stats(const struct bf_net_loop *loop, struct bf_net_loop_poll_stats *out);
 
 /* ----------------------------------------------------------------- timers */
 
@@ -698,6 +679,10 @@ int bf_net_stream_send(struct bf_net_stream *s, const void *msg, size_t len);
  * bf_net_call_send_lend's contract (once, on the loop thread, when the last
  * byte is handed to the connection or the stream ends, and on every error
  * return before it returns; release must not call a bf_net_* function).
+ * Order: a message still queued when the stream ends (cancel, deadline,
+ * reset, lost connection, bf_net_client_free) is given back AFTER on_done
+ * has run, up to one loop step later (when nghttp2 lets the stream go), so
+ * what release needs (arg) must outlive on_done: free it in release.
  * release NULL: msg is malloc'd and goes to free() instead. */
 int bf_net_stream_send_lend(struct bf_net_stream *s, void *msg, size_t len,
                             bf_net_release_fn release, void *arg);

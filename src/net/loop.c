@@ -46,16 +46,6 @@
  *     quiet second. A minimum gap between releases was tried (stop 29) and
  *     dropped: bench_grpc's idle figure is taken after a 1.5 s quiet that
  *     follows another one a few seconds earlier.
- *   - Adaptive poll (issue 18 target 3, stop 33; bf_net_loop_opts.poll_max_us,
- *     off unless asked for): on the benchmark VM a sleep in io_uring_enter
- *     and its wake-up cost tens of microseconds on both sides (the waker's
- *     IPI, the sleeper's switch back). A loop whose waits are short spins
- *     first, watching IORING_SQ_TASKRUN (the ring is set up with
- *     IORING_SETUP_TASKRUN_FLAG: the kernel raises it when it queues task
- *     work for us, e.g. data for a multishot receive), with no system call
- *     until work is there. The window grows and shrinks by KVM
- *     halt-polling's rule (loop_poll's caller), never spins past the next
- *     timer, and is 0 on an idle loop.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -738,17 +728,14 @@ static void wake_cb(struct bf_net_watch *w, uint64_t count, void *arg)
 
 static int setup_ring(struct bf_net_loop *l, unsigned entries)
 {
-    /* the task-work flag only for a loop that polls (loop_work_pending):
-     * the others keep the ring they had */
     struct io_uring_params p;
     const unsigned try_flags[] = {
-        IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
         IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
         IORING_SETUP_COOP_TASKRUN,
         0,
     };
     int r = -EINVAL;
-    for (size_t i = l->poll_max_ns > 0 ? 0 : 1; i < sizeof try_flags / sizeof try_flags[0]; i++) {
+    for (size_t i = 0; i < sizeof try_flags / sizeof try_flags[0]; i++) {
         memset(&p, 0, sizeof p);
         p.flags = try_flags[i] | IORING_SETUP_CQSIZE;
         /* room for a completion from every connection of a busy shard at
@@ -858,7 +845,6 @@ int bf_net_loop_new(const struct bf_net_loop_opts *opts, struct bf_net_loop **ou
         return -ENOMEM;
     l->nbufs = o.recv_buffers;
     l->bufsz = o.recv_buffer_size;
-    l->poll_max_ns = (int64_t)o.poll_max_us * 1000;
     bf_timer_init(&l->bufs_timer, l, bufs_idle_cb, l);
     l->wake_fd = -1;
     bf_list_init(&l->dirty);
@@ -942,14 +928,6 @@ uint64_t bf_net_loop_enobufs(const struct bf_net_loop *l)
     return l->enobufs;
 }
 
-void bf_net_loop_poll_stats(const struct bf_net_loop *l, struct bf_net_loop_poll_stats *out)
-{
-    out->available = l->poll_max_ns > 0 && (l->ring.flags & IORING_SETUP_TASKRUN_FLAG);
-    out->polls = l->polls;
-    out->hits = l->poll_hits;
-    out->window_ns = l->poll_ns;
-}
-
 /* Returns a provided buffer to the ring. */
 static void recycle_buffer(struct bf_net_loop *l, unsigned bid)
 {
@@ -1004,36 +982,6 @@ static void flush_dirty(struct bf_net_loop *l)
     }
 }
 
-/* Work for us is pending in the kernel: a completion, or deferred task work
- * (IORING_SQ_TASKRUN: the kernel sets it when it queues task work for this
- * ring, e.g. data arrived for a receive; needs IORING_SETUP_TASKRUN_FLAG). */
-static inline bool loop_work_pending(struct bf_net_loop *l)
-{
-    return io_uring_cq_ready(&l->ring) != 0 ||
-           (IO_URING_READ_ONCE(*l->ring.sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW));
-}
-
-/* Spins up to limit_ns for work (loop_work_pending), the queued SQEs
- * submitted first. true: work came (the caller then does not sleep). */
-static bool loop_poll(struct bf_net_loop *l, int64_t limit_ns)
-{
-    if (io_uring_sq_ready(&l->ring))
-        bf_loop_submit(l);
-    l->polls++;
-    int64_t end = bf_mono_ns() + limit_ns;
-    for (;;) {
-        for (int i = 0; i < 64; i++) {
-            if (loop_work_pending(l)) {
-                l->poll_hits++;
-                return true;
-            }
-            __builtin_ia32_pause();
-        }
-        if (bf_mono_ns() >= end)
-            return false;
-    }
-}
-
 int bf_net_loop_run_once(struct bf_net_loop *l, int64_t max_wait_ns)
 {
     int handled = run_deferred(l);
@@ -1050,18 +998,6 @@ int bf_net_loop_run_once(struct bf_net_loop *l, int64_t max_wait_ns)
     }
     struct io_uring_cqe *cqe = NULL;
     int r;
-    bool polled = false;
-    int64_t slept_from = 0;
-    if (wait != 0 && l->poll_max_ns > 0 && (l->ring.flags & IORING_SETUP_TASKRUN_FLAG)) {
-        int64_t lim = l->poll_ns;
-        if (wait > 0 && wait < lim)
-            lim = wait;
-        if (lim > 0 && loop_poll(l, lim))
-            wait = 0;
-        else
-            polled = true;
-        slept_from = bf_mono_ns();
-    }
     if (wait == 0) {
         r = io_uring_submit_and_get_events(&l->ring);
     } else if (wait < 0) {
@@ -1074,20 +1010,6 @@ int bf_net_loop_run_once(struct bf_net_loop *l, int64_t max_wait_ns)
     if (r < 0 && r != -ETIME && r != -EINTR && r != -EAGAIN && r != -EBUSY) {
         BF_ERROR("io_uring wait failed", "err=\"%s\"", strerror(-r));
         return r;
-    }
-    if (polled) {
-        /* halt-polling's rule: a sleep a longer poll would have saved grows
-         * the window, a longer one shrinks it (to 0: an idle loop never spins) */
-        int64_t d = bf_mono_ns() - slept_from;
-        if (d <= l->poll_max_ns) {
-            l->poll_ns = l->poll_ns ? 2 * l->poll_ns : l->poll_max_ns / 8;
-            if (l->poll_ns > l->poll_max_ns)
-                l->poll_ns = l->poll_max_ns;
-        } else {
-            l->poll_ns /= 2;
-            if (l->poll_ns < l->poll_max_ns / 8)
-                l->poll_ns = 0;
-        }
     }
     /* dispatch in batches; copy each CQE out before handlers run */
     for (;;) {

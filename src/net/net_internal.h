@@ -152,10 +152,6 @@ struct bf_net_loop {
     int64_t bufs_last_ns;   /* mono ns of the last iteration that used a buffer */
     uint64_t bufs_releases; /* times the pages were given back */
     struct bf_net_timer bufs_timer;
-    /* adaptive poll before sleeping (loop.c, loop_poll) */
-    int64_t poll_max_ns; /* 0: never */
-    int64_t poll_ns;     /* current window (0 .. poll_max_ns) */
-    uint64_t polls, poll_hits;
     /* timers: binary min-heap on expiry */
     struct bf_net_timer **heap;
     uint32_t nheap;

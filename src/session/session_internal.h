@@ -41,14 +41,6 @@
  * when the ingest lane is idle (bf_ingest_submit): ~1,800 Needs, well
  * under a millisecond of conversion */
 #define SS_INGEST_INLINE_MAX (256u << 10)
-/* the loop's adaptive poll (bf_net_loop_opts.poll_max_us): a busy session
- * would spin up to this long for the next message instead of sleeping (an
- * operator's next rollup in a closed loop). Off: measured at 30-60 us on the
- * shared 2-core VM it did not raise the closed loop's rate beyond the
- * run-to-run spread, and under load it took CPU from the client and the
- * cycle (docs/performance.md, i18-ingest7, stop 33).
- * BIGFLEET_SESSION_POLL_US=N turns it on for measurements (0..1000 us) */
-#define SS_LOOP_POLL_US      0u
 #define SS_RECLAIM_TRACK_MAX 65536u /* instructions awaiting an ack */
 #define SS_RECLAIM_TTL_NS    (600LL * 1000000000LL)
 #define SS_BOOT_MAX          65536u /* bootstrap requests in flight */

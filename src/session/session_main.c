@@ -234,17 +234,7 @@ int bf_session_main(const struct bf_config *cfg)
     for (uint32_t i = 0; i < ss->ct.n; i++)
         if (ss->ct.rec[i].in_use && ss->ct.rec[i].name_ref)
             u64map_put(&ss->cref_idx, ss->ct.rec[i].name_ref, i);
-    struct bf_net_loop_opts lo = {.poll_max_us = SS_LOOP_POLL_US};
-    const char *pe = getenv("BIGFLEET_SESSION_POLL_US");
-    if (pe && *pe) {
-        char *end;
-        unsigned long v = strtoul(pe, &end, 10);
-        if (*end == 0 && v <= 1000)
-            lo.poll_max_us = (unsigned)v;
-        else
-            BF_WARN("BIGFLEET_SESSION_POLL_US ignored (0..1000 microseconds)", "value=\"%s\"", pe);
-    }
-    int rc = bf_net_loop_new(&lo, &ss->loop);
+    int rc = bf_net_loop_new(NULL, &ss->loop);
     if (rc) {
         BF_ERROR("cannot create the event loop", "error=\"%s\"", strerror(-rc));
         if (rc == -EPERM || rc == -ENOSYS || rc == -EACCES)

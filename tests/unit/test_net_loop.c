@@ -15,7 +15,6 @@
 #include <check.h>
 #include <errno.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -349,118 +348,6 @@ START_TEST(loop_options_are_validated)
 }
 END_TEST
 
-static void noop_timer(struct bf_net_timer *t, void *arg)
-{
-    (void)t;
-    (void)arg;
-}
-
-/* Iterations whose wait a timer `ns` away ends (a sleep of about ns). */
-static void sleep_iterations(struct bf_net_loop *l, struct bf_net_timer *t, int64_t ns, int n)
-{
-    for (int i = 0; i < n; i++) {
-        bf_net_timer_start(t, ns, 0);
-        int64_t until = bf_mono_ns() + WAIT_MAX_NS;
-        while (bf_net_timer_active(t) && bf_mono_ns() < until)
-            bf_net_loop_run_once(l, -1);
-    }
-}
-
-/* The adaptive poll (bf_net_loop_opts.poll_max_us) opens its window after
- * waits shorter than poll_max_us (here 1 ms waits against 20 ms) and closes
- * it to 0 after longer ones (100 ms): an idle loop does not spin. A loop
- * without the option never polls. */
-START_TEST(adaptive_poll_opens_on_short_waits_and_closes_when_idle)
-{
-    struct bf_net_loop *l;
-    struct bf_net_loop_opts o = {.poll_max_us = 20000};
-    ck_assert_int_eq(bf_net_loop_new(&o, &l), 0);
-    struct bf_net_loop_poll_stats st;
-    bf_net_loop_poll_stats(l, &st);
-    ck_assert(st.available); /* IORING_SETUP_TASKRUN_FLAG: kernel 5.19+ */
-    ck_assert_int_eq(st.window_ns, 0);
-    struct bf_net_timer *t = bf_net_timer_new(l, noop_timer, NULL);
-    sleep_iterations(l, t, 1 * BF_NS_PER_MS, 6);
-    bf_net_loop_poll_stats(l, &st);
-    ck_assert_int_gt(st.window_ns, 0);
-    ck_assert_int_le(st.window_ns, 20 * BF_NS_PER_MS);
-    ck_assert_uint_gt(st.polls, 0);
-    ck_assert_uint_eq(st.hits, 0); /* a timer is not work that arrives */
-    sleep_iterations(l, t, 100 * BF_NS_PER_MS, 8);
-    bf_net_loop_poll_stats(l, &st);
-    ck_assert_int_eq(st.window_ns, 0);
-    uint64_t polls = st.polls;
-    sleep_iterations(l, t, 100 * BF_NS_PER_MS, 2);
-    bf_net_loop_poll_stats(l, &st);
-    ck_assert_uint_eq(st.polls, polls); /* closed: idle waits do not spin */
-    bf_net_timer_free(t);
-    bf_net_loop_free(l);
-    /* off by default */
-    ck_assert_int_eq(bf_net_loop_new(NULL, &l), 0);
-    t = bf_net_timer_new(l, noop_timer, NULL);
-    sleep_iterations(l, t, 1 * BF_NS_PER_MS, 6);
-    bf_net_loop_poll_stats(l, &st);
-    ck_assert(!st.available);
-    ck_assert_uint_eq(st.polls, 0);
-    ck_assert_int_eq(st.window_ns, 0);
-    bf_net_timer_free(t);
-    bf_net_loop_free(l);
-}
-END_TEST
-
-struct late_write {
-    int efd;
-    int64_t delay_ns;
-};
-
-static void *write_later(void *arg)
-{
-    struct late_write *lw = arg;
-    struct timespec ts = {0, (long)lw->delay_ns};
-    nanosleep(&ts, NULL);
-    uint64_t v = 1;
-    ssize_t r = write(lw->efd, &v, 8);
-    (void)r;
-    return NULL;
-}
-
-/* With the window open, work that arrives while the loop spins (an eventfd
- * written 2 ms into a wait, the window up to 200 ms) is taken by the poll:
- * the loop sees the ring's task-work flag, enters once and handles it,
- * without sleeping (hits counts it). */
-START_TEST(adaptive_poll_takes_work_that_arrives_while_it_spins)
-{
-    struct bf_net_loop *l;
-    struct bf_net_loop_opts o = {.poll_max_us = 200000};
-    ck_assert_int_eq(bf_net_loop_new(&o, &l), 0);
-    int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    struct efd_state s = {0};
-    struct bf_net_watch *w;
-    ck_assert_int_eq(bf_net_watch_eventfd(l, efd, on_eventfd, &s, &w), 0);
-    struct bf_net_timer *t = bf_net_timer_new(l, noop_timer, NULL);
-    sleep_iterations(l, t, 1 * BF_NS_PER_MS, 8);
-    struct bf_net_loop_poll_stats st;
-    bf_net_loop_poll_stats(l, &st);
-    ck_assert_int_ge(st.window_ns, 100 * BF_NS_PER_MS);
-    uint64_t hits = st.hits;
-    struct late_write lw = {efd, 2 * BF_NS_PER_MS};
-    pthread_t th;
-    ck_assert_int_eq(pthread_create(&th, NULL, write_later, &lw), 0);
-    int64_t until = bf_mono_ns() + WAIT_MAX_NS;
-    while (s.calls == 0 && bf_mono_ns() < until)
-        bf_net_loop_run_once(l, -1);
-    pthread_join(th, NULL);
-    ck_assert_int_eq(s.calls, 1);
-    bf_net_loop_poll_stats(l, &st);
-    ck_assert_uint_eq(st.hits, hits + 1);
-    bf_net_timer_free(t);
-    bf_net_watch_free(w);
-    run_for(l, 5 * BF_NS_PER_MS);
-    close(efd);
-    bf_net_loop_free(l);
-}
-END_TEST
-
 int main(void)
 {
     Suite *s = suite_create("net_loop");
@@ -476,8 +363,6 @@ int main(void)
     tcase_add_test(tc, stop_async_from_a_signal_handler_ends_run);
     tcase_add_test(tc, run_once_wait_is_bounded_by_the_next_timer);
     tcase_add_test(tc, loop_options_are_validated);
-    tcase_add_test(tc, adaptive_poll_opens_on_short_waits_and_closes_when_idle);
-    tcase_add_test(tc, adaptive_poll_takes_work_that_arrives_while_it_spins);
     suite_add_tcase(s, tc);
     return check_run(s);
 }
