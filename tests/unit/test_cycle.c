@@ -462,6 +462,58 @@ START_TEST(verdict_rows_the_state_file_cannot_hold_are_counted_not_hidden)
 }
 END_TEST
 
+/* What the cycle publishes (emit.c writes the cells straight from the
+ * engine's verdicts) reads back, through bf_verdict_read, as the engine's
+ * verdict field by field, the extra cell's details included: here a Need
+ * for 5 GPU units with 2 Idle machines, unsatisfied with a residual deficit
+ * and matching supply. */
+START_TEST(published_verdicts_read_back_as_the_engines_details_included)
+{
+    add_idle_machines(2, NULL);
+    publish_rollup(5, 1);
+    struct bf_cycle *c = new_cycle(false);
+    struct bf_cycle_report rep;
+    ck_assert_int_eq(bf_cycle_run_once(c, 1000000000LL, &rep), 0);
+    ck_assert(c->have_res);
+    const struct bf_engine_result *r = &c->res;
+    uint32_t pub = atomic_load(&g_s.st->published);
+    const struct bf_cycle_result *res = &g_s.st->result[pub];
+    ck_assert_uint_eq(res->n_verdicts, r->n_verdicts);
+    ck_assert_uint_ge(res->n_verdicts, 1);
+    bool any_detail = false;
+    for (uint32_t i = 0; i < res->n_verdicts; i++) {
+        const struct bf_engine_verdict *e = &r->verdicts[i];
+        struct bf_verdict_row v;
+        bf_verdict_read(&g_s, pub, i, res->n_verdicts, res->n_verdict_extras, &v);
+        ck_assert_uint_eq(v.cluster_ref, g_cluster);
+        ck_assert_int_eq(v.arrival_ns, e->arrival_ns);
+        for (int d = 0; d < BF_MAX_DIMS; d++) {
+            ck_assert_int_eq(v.aggregate[d], e->aggregate.v[d]);
+            ck_assert_int_eq(v.min_unit[d], e->min_unit.v[d]);
+            ck_assert_int_eq(v.residual_deficit[d], e->residual_deficit.v[d]);
+            ck_assert_int_eq(v.capacity_freed[d], e->preemption.capacity_freed.v[d]);
+            any_detail |= e->residual_deficit.v[d] != 0;
+        }
+        ck_assert_int_eq(v.claimed_machine_count, (int32_t)e->claimed_count);
+        ck_assert_int_eq(v.bootstrap_count, (int32_t)e->bootstrap_count);
+        ck_assert_int_eq(v.provision_count, (int32_t)e->provision_count);
+        ck_assert_int_eq(v.satisfied, e->satisfied);
+        ck_assert_int_eq(v.unmet_reason, e->unmet_reason);
+        ck_assert_int_eq(v.has_matching_supply, e->has_matching_supply);
+        ck_assert_int_eq(v.matching_idle, (int32_t)e->matching_supply.idle);
+        ck_assert_int_eq(v.matching_configured, (int32_t)e->matching_supply.configured);
+        ck_assert_int_eq(v.matching_speculative, (int32_t)e->matching_supply.speculative);
+        ck_assert_int_eq(v.has_preemption, e->has_preemption);
+        ck_assert_int_eq(v.victims_found, (int32_t)e->preemption.victims_found);
+        ck_assert_str_eq(v.same_domain, e->same_domain ? e->same_domain : "");
+        ck_assert_uint_eq(v.n_same_candidates, e->n_same_candidates);
+    }
+    ck_assert_msg(any_detail, "the scenario must give a verdict an extra cell");
+    ck_assert_uint_ge(res->n_verdict_extras, 1);
+    bf_cycle_free(c);
+}
+END_TEST
+
 START_TEST(max_actions_defers_the_tail_and_asks_for_another_cycle)
 {
     add_idle_machines(4, NULL);
@@ -810,6 +862,7 @@ int main(void)
     tcase_add_test(tc, a_republished_repeat_moves_only_the_arrival_and_decides_as_a_full_reload);
     tcase_add_test(tc, without_rows_generation_only_a_single_repeat_skips_the_rows);
     tcase_add_test(tc, verdict_rows_the_state_file_cannot_hold_are_counted_not_hidden);
+    tcase_add_test(tc, published_verdicts_read_back_as_the_engines_details_included);
     suite_add_tcase(s, tc);
     return check_run(s);
 }
