@@ -147,13 +147,20 @@ int bf_ring_pop_bytes(struct bf_shm *s, int ring, void *buf, size_t bufcap, size
             return -EAGAIN;
         uint64_t off = cons & (cap - 1);
         struct rec_hdr h;
+        if ((off & 7) || prod - cons < sizeof h || prod - cons > cap) {
+            atomic_store_explicit(&r->cons, prod, memory_order_release); /* corrupt: drop all */
+            return -EAGAIN;
+        }
         memcpy(&h, d + off, sizeof h);
         if (h.len == WRAP_MARK) {
             cons += cap - off;
             atomic_store_explicit(&r->cons, cons, memory_order_release);
             continue;
         }
-        if (h.mark != REC_MARK || h.len > max_record(cap)) {
+        /* a record lies inside the ring's data (it never wraps) and inside
+         * what the producer published */
+        if (h.mark != REC_MARK || h.len > max_record(cap) || off + sizeof h + h.len > cap ||
+            sizeof h + h.len > prod - cons) {
             /* corrupt ring (cannot happen with a well-behaved producer): drop all */
             atomic_store_explicit(&r->cons, prod, memory_order_release);
             return -EAGAIN;

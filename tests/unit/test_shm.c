@@ -658,6 +658,42 @@ START_TEST(bytes_ring_takes_a_half_ring_record_at_every_offset)
 }
 END_TEST
 
+/* A bytes ring whose record header was corrupted (only another appliance
+ * process can write it) is dropped, never read past the ring's data or past
+ * what the producer published: a header near the ring's end claiming the
+ * largest record, and one claiming more than was pushed. */
+START_TEST(a_corrupt_bytes_ring_record_is_dropped_not_read_past_the_ring)
+{
+    int ring = BF_RING_COORD_IN;
+    struct bf_ring_hdr *r = g_s.ring[ring];
+    uint64_t cap = r->capacity;
+    uint8_t *d = (uint8_t *)g_s.rings_hdr + r->data_off;
+    static char out[8u << 20];
+    size_t len;
+    /* move both ends to 64 bytes before the ring's end */
+    atomic_store(&r->prod, 5 * cap - 64);
+    atomic_store(&r->cons, 5 * cap - 64);
+    ck_assert_int_eq(bf_ring_push_bytes(&g_s, ring, "abcdefgh", 8, NULL, 0), 0);
+    uint32_t *hdr = (uint32_t *)(d + cap - 64);
+    ck_assert_uint_eq(hdr[0], 8);
+    hdr[0] = (uint32_t)(cap / 2 - 8); /* the largest record, from 64 bytes before the end */
+    ck_assert_int_eq(bf_ring_pop_bytes(&g_s, ring, out, sizeof out, &len), -EAGAIN);
+    ck_assert_uint_eq(atomic_load(&r->cons), atomic_load(&r->prod));
+    /* a record longer than what was published */
+    ck_assert_int_eq(bf_ring_push_bytes(&g_s, ring, "abcdefgh", 8, NULL, 0), 0);
+    uint64_t off = (atomic_load(&r->prod) - 16) & (cap - 1);
+    hdr = (uint32_t *)(d + off);
+    ck_assert_uint_eq(hdr[0], 8);
+    hdr[0] = 32;
+    ck_assert_int_eq(bf_ring_pop_bytes(&g_s, ring, out, sizeof out, &len), -EAGAIN);
+    /* and the ring works on */
+    ck_assert_int_eq(bf_ring_push_bytes(&g_s, ring, "ok", 2, NULL, 0), 0);
+    ck_assert_int_eq(bf_ring_pop_bytes(&g_s, ring, out, sizeof out, &len), 0);
+    ck_assert_uint_eq(len, 2);
+    ck_assert_int_eq(memcmp(out, "ok", 2), 0);
+}
+END_TEST
+
 /* cluster-a's row: in use, generation 5, 3 need rows */
 static struct bf_cluster_rec cluster_a_row(void)
 {
@@ -1976,6 +2012,7 @@ int main(void)
     tcase_add_test(tc, ring_redelivers_unreleased_entries_after_consumer_restart);
     tcase_add_test(tc, bytes_ring_wraps_variable_records_and_refuses_oversize);
     tcase_add_test(tc, bytes_ring_takes_a_half_ring_record_at_every_offset);
+    tcase_add_test(tc, a_corrupt_bytes_ring_record_is_dropped_not_read_past_the_ring);
     tcase_add_test(tc, cluster_latch_readers_never_stall_on_a_dead_writer);
     tcase_add_test(tc, needs_copy_returns_the_published_rows);
     tcase_add_test(tc, registries_assign_stable_indices);
