@@ -136,6 +136,8 @@ struct ingest {
     struct bf_need_row *tmp;
     uint32_t tmp_cap;
     bool stamps_full_logged;
+    int64_t grow_fail_logged_ns; /* back_rows' error, at most one line per 10 s */
+    uint32_t grow_fail_quiet;    /* failures since that line */
     /* per-cluster quotas (thread-private) */
     uint64_t *str_charged; /* string-table bytes added by the cluster's rollups */
     uint8_t *dims_added;   /* resource names the cluster added */
@@ -278,10 +280,18 @@ static int back_rows(struct ingest *ig, uint32_t off, uint32_t n)
     if (rc == 0)
         return 0;
     bf_arena_release(&ig->arena, off, n);
-    BF_ERROR("the need-row arena could not grow its file (tmpfs full?); rollup rejected, the "
-             "published rows kept",
-             "rows_wanted=%u end=%llu backed=%u error=%d", n, (unsigned long long)off + n,
-             bf_needs_rows_backed(ig->shm), rc);
+    int64_t now = bf_mono_ns();
+    if (!ig->grow_fail_logged_ns || now - ig->grow_fail_logged_ns >= 10 * BF_NS_PER_SEC) {
+        BF_ERROR("the need-row arena could not grow its file (tmpfs full?); rollup rejected, the "
+                 "published rows kept",
+                 "rows_wanted=%u end=%llu backed=%u error=%d failures_not_logged=%u", n,
+                 (unsigned long long)off + n, bf_needs_rows_backed(ig->shm), rc,
+                 ig->grow_fail_quiet);
+        ig->grow_fail_logged_ns = now;
+        ig->grow_fail_quiet = 0;
+    } else {
+        ig->grow_fail_quiet++;
+    }
     return -EFBIG;
 }
 
