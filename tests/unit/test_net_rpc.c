@@ -2343,6 +2343,125 @@ START_TEST(per_method_and_per_call_receive_limits_refuse_at_the_prefix)
 }
 END_TEST
 
+/* A lent stream message pinned in the outbox (a raw peer that grants a
+ * stream window of 0 and never reads) is given back exactly once however its
+ * stream ends: cancelled, past its deadline, its client freed, its
+ * connection dropped by the peer; and a message refused with -EMSGSIZE is
+ * given back at once. on_done runs once; what is queued is given back after
+ * it (net.h says so). */
+struct lent {
+    int back, back_at_done, done, code;
+};
+static void lent_release(void *msg, void *arg)
+{
+    ((struct lent *)arg)->back++;
+    free(msg);
+}
+static void lent_msg(struct bf_net_stream *s, const uint8_t *m, size_t n, void *arg)
+{
+    (void)s, (void)m, (void)n, (void)arg;
+}
+static void lent_done(struct bf_net_stream *s, int code, const char *message, void *arg)
+{
+    (void)s, (void)message;
+    struct lent *p = arg;
+    p->done++;
+    p->code = code;
+    p->back_at_done = p->back;
+}
+static const struct bf_net_stream_cbs LENTCBS = {lent_msg, NULL, lent_done};
+static bool lent_done_p(void *a)
+{
+    return ((struct lent *)a)->done > 0;
+}
+
+enum lent_end { LENT_CANCEL, LENT_DEADLINE, LENT_CLIENT_FREE, LENT_PEER_DROP };
+
+static void lent_pinned_then_ended(enum lent_end how, struct lent *p)
+{
+    struct bf_net_loop *l = new_loop();
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(lfd, 4), 0);
+    socklen_t sl = sizeof a;
+    getsockname(lfd, (struct sockaddr *)&a, &sl);
+    struct bf_net_client *cl = new_client(l, ntohs(a.sin_port), NULL, NULL);
+    struct bf_net_stream *s = bf_net_client_call(
+        cl, "/t.Test/Bidi", how == LENT_DEADLINE ? 300 * BF_NS_PER_MS : 0, &LENTCBS, p);
+    ck_assert_ptr_nonnull(s);
+    int c = -1;
+    int64_t until = bf_mono_ns() + 3 * BF_NS_PER_SEC;
+    while (c < 0 && bf_mono_ns() < until) {
+        bf_net_loop_run_once(l, 5 * BF_NS_PER_MS);
+        c = accept4(lfd, NULL, NULL, SOCK_NONBLOCK);
+    }
+    ck_assert_int_ge(c, 0);
+    /* SETTINGS: INITIAL_WINDOW_SIZE = 0 */
+    static const uint8_t st[] = {0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0};
+    ck_assert_int_eq(write(c, st, sizeof st), (ssize_t)sizeof st);
+    for (int i = 0; i < 20; i++)
+        bf_net_loop_run_once(l, 5 * BF_NS_PER_MS);
+    uint8_t *m = malloc(100000);
+    ck_assert_ptr_nonnull(m);
+    memset(m, 7, 100000);
+    ck_assert_int_eq(bf_net_stream_send_lend(s, m, 100000, lent_release, p), 0);
+    for (int i = 0; i < 10; i++)
+        bf_net_loop_run_once(l, 5 * BF_NS_PER_MS);
+    ck_assert_int_eq(p->back, 0); /* a window of 0: not sent, still lent */
+    if (how == LENT_CANCEL)
+        bf_net_stream_cancel(s);
+    else if (how == LENT_CLIENT_FREE)
+        bf_net_client_free(cl);
+    else if (how == LENT_PEER_DROP)
+        close(c);
+    if (how != LENT_CLIENT_FREE)
+        run_until(l, lent_done_p, p, 3 * BF_NS_PER_SEC);
+    until = bf_mono_ns() + 300 * BF_NS_PER_MS;
+    while (bf_mono_ns() < until)
+        bf_net_loop_run_once(l, 5 * BF_NS_PER_MS);
+    if (how != LENT_CLIENT_FREE)
+        bf_net_client_free(cl);
+    settle(l);
+    bf_net_loop_free(l);
+    if (how != LENT_PEER_DROP)
+        close(c);
+    close(lfd);
+}
+
+START_TEST(a_lent_stream_message_is_given_back_once_however_its_stream_ends)
+{
+    static const char *names[] = {"cancel", "deadline", "client free", "peer drop"};
+    static const int codes[] = {BF_NET_CANCELLED, BF_NET_DEADLINE_EXCEEDED, BF_NET_CANCELLED, -1};
+    for (int how = LENT_CANCEL; how <= LENT_PEER_DROP; how++) {
+        struct lent p = {0};
+        lent_pinned_then_ended((enum lent_end)how, &p);
+        ck_assert_msg(p.back == 1, "%s: given back %d times", names[how], p.back);
+        ck_assert_msg(p.done == 1, "%s: on_done ran %d times", names[how], p.done);
+        if (codes[how] >= 0)
+            ck_assert_msg(p.code == codes[how], "%s: code %d", names[how], p.code);
+        else
+            ck_assert_msg(p.code != BF_NET_OK, "%s: ended OK", names[how]);
+    }
+    /* refused at once: given back before the call returns */
+    struct bf_net_loop *l = new_loop();
+    struct bf_net_client *cl = new_client(l, 1, NULL, NULL);
+    struct lent p = {0};
+    struct bf_net_stream *s = bf_net_client_call(cl, "/t.Test/Bidi", 0, &LENTCBS, &p);
+    ck_assert_ptr_nonnull(s);
+    uint8_t *big = malloc(16);
+    ck_assert_int_eq(bf_net_stream_send_lend(s, big, (size_t)1 << 40, lent_release, &p), -EMSGSIZE);
+    ck_assert_int_eq(p.back, 1);
+    bf_net_stream_cancel(s);
+    run_until(l, lent_done_p, &p, 3 * BF_NS_PER_SEC);
+    ck_assert_int_eq(p.back, 1);
+    bf_net_client_free(cl);
+    settle(l);
+    bf_net_loop_free(l);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("net_rpc");
@@ -2371,6 +2490,7 @@ int main(void)
     tcase_add_test(tc, a_large_message_streams_through_a_bounded_output_buffer);
     tcase_add_test(tc, a_lent_reply_is_given_back_once_sent);
     tcase_add_test(tc, a_lent_stream_message_arrives_intact_and_is_given_back_once);
+    tcase_add_test(tc, a_lent_stream_message_is_given_back_once_however_its_stream_ends);
     tcase_add_test(tc, a_lent_reply_is_given_back_when_its_call_ends_mid_body);
     tcase_add_test(tc, a_stream_ended_while_nghttp2_holds_its_frame_keeps_the_connection);
     tcase_add_test(tc, oversize_request_is_resource_exhausted_and_the_connection_survives);
