@@ -2,7 +2,10 @@
  * shm_fixture.c — one unit test's shared-memory segments (see shm_fixture.h).
  */
 #include <check.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "shm_fixture.h"
@@ -25,4 +28,16 @@ void shm_fixture_remove(void)
 {
     bf_shm_detach(&g_s);
     bf_shm_unlink(g_id);
+}
+
+uint64_t shm_fixture_file_bytes(int kind)
+{
+    char name[128];
+    bf_shm_name(g_id, kind, name, sizeof name);
+    int fd = shm_open(name, O_RDONLY, 0);
+    ck_assert_int_ge(fd, 0);
+    struct stat st;
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    close(fd);
+    return (uint64_t)st.st_size;
 }

@@ -26,5 +26,8 @@ extern struct bf_shm g_s;
 
 void shm_fixture_create(const char *name, const struct bf_shm_caps *caps, int64_t epoch);
 void shm_fixture_remove(void);
+/* The size in bytes of g_id's segment file of this kind (fstat of the
+ * /dev/shm file: what the file backs, grown tables included). */
+uint64_t shm_fixture_file_bytes(int kind);
 
 #endif

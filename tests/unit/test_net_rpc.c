@@ -1633,10 +1633,10 @@ START_TEST(keepalive_pings_keep_an_idle_stream_alive)
 }
 END_TEST
 
-START_TEST(client_keepalive_detects_a_server_that_stopped_answering)
+/* A plain TCP listener on 127.0.0.1 (a raw HTTP/2 peer the test drives by
+ * hand); its port in *port. */
+static int raw_listener(uint16_t *port)
 {
-    struct bf_net_loop *l = new_loop();
-    /* a "server" that says SETTINGS once and then never writes again */
     int lfd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -1644,8 +1644,18 @@ START_TEST(client_keepalive_detects_a_server_that_stopped_answering)
     ck_assert_int_eq(listen(lfd, 4), 0);
     socklen_t sl = sizeof a;
     getsockname(lfd, (struct sockaddr *)&a, &sl);
+    *port = ntohs(a.sin_port);
+    return lfd;
+}
+
+START_TEST(client_keepalive_detects_a_server_that_stopped_answering)
+{
+    struct bf_net_loop *l = new_loop();
+    /* a "server" that says SETTINGS once and then never writes again */
+    uint16_t port;
+    int lfd = raw_listener(&port);
     char addr[32];
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", ntohs(a.sin_port));
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
     struct bf_net_client_opts co = {.addr = addr,
                                     .keepalive_ns = 100 * BF_NS_PER_MS,
                                     .keepalive_timeout_ns = 200 * BF_NS_PER_MS,
@@ -2380,14 +2390,9 @@ enum lent_end { LENT_CANCEL, LENT_DEADLINE, LENT_CLIENT_FREE, LENT_PEER_DROP };
 static void lent_pinned_then_ended(enum lent_end how, struct lent *p)
 {
     struct bf_net_loop *l = new_loop();
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
-    ck_assert_int_eq(listen(lfd, 4), 0);
-    socklen_t sl = sizeof a;
-    getsockname(lfd, (struct sockaddr *)&a, &sl);
-    struct bf_net_client *cl = new_client(l, ntohs(a.sin_port), NULL, NULL);
+    uint16_t port;
+    int lfd = raw_listener(&port);
+    struct bf_net_client *cl = new_client(l, port, NULL, NULL);
     struct bf_net_stream *s = bf_net_client_call(
         cl, "/t.Test/Bidi", how == LENT_DEADLINE ? 300 * BF_NS_PER_MS : 0, &LENTCBS, p);
     ck_assert_ptr_nonnull(s);

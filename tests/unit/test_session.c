@@ -2107,18 +2107,6 @@ static int lane_rollup(struct lane *l, uint32_t cidx, const char *name, int base
     return -1;
 }
 
-static uint64_t needs_file_bytes(void)
-{
-    char name[128];
-    bf_shm_name(g_id, BF_SEG_NEEDS, name, sizeof name);
-    int fd = shm_open(name, O_RDONLY, 0);
-    ck_assert_int_ge(fd, 0);
-    struct stat st;
-    ck_assert_int_eq(fstat(fd, &st), 0);
-    close(fd);
-    return (uint64_t)st.st_size;
-}
-
 /* A reader attached on its own (as the cycle and bigfleet-inspect are)
  * copies the cluster's published rows: n rows of priorities base.. */
 static void reader_sees_rows(uint32_t cidx, int base, uint32_t n)
@@ -2153,13 +2141,13 @@ START_TEST(a_rollup_past_the_backed_rows_grows_the_needs_file_and_readers_see_it
 {
     struct lane l;
     lane_start(&l);
-    uint64_t file0 = needs_file_bytes();
+    uint64_t file0 = shm_fixture_file_bytes(BF_SEG_NEEDS);
     uint32_t backed0 = bf_needs_rows_backed(&g_s);
     ck_assert_uint_eq(backed0, (1u << 20) / sizeof(struct bf_need_row)); /* the first step */
     ck_assert_uint_lt(backed0, BF_NEED_ROWS_PER_NEED * g_s.max_needs);
     uint32_t a = lane_cluster(&l, "cluster-a");
     ck_assert_int_eq(lane_rollup(&l, a, "cluster-a", 10, 100), INGEST_ACCEPTED);
-    ck_assert_uint_eq(needs_file_bytes(), file0); /* 100 rows: no growth */
+    ck_assert_uint_eq(shm_fixture_file_bytes(BF_SEG_NEEDS), file0); /* 100 rows: no growth */
     uint32_t b = lane_cluster(&l, "cluster-b");
     ck_assert_int_eq(lane_rollup(&l, b, "cluster-b", 100000, 7000), INGEST_ACCEPTED);
     struct bf_cluster_rec rb;
@@ -2167,18 +2155,19 @@ START_TEST(a_rollup_past_the_backed_rows_grows_the_needs_file_and_readers_see_it
     ck_assert_uint_eq(rb.rows_count, 7000);
     ck_assert_uint_eq(rb.rows_off, 100); /* lowest-first: right after cluster-a */
     ck_assert_uint_ge(bf_needs_rows_backed(&g_s), 7100);
-    ck_assert_uint_gt(needs_file_bytes(), file0);
-    ck_assert_uint_eq(bf_shm_segment_bytes(&g_s, BF_SEG_NEEDS), needs_file_bytes());
+    ck_assert_uint_gt(shm_fixture_file_bytes(BF_SEG_NEEDS), file0);
+    ck_assert_uint_eq(bf_shm_segment_bytes(&g_s, BF_SEG_NEEDS),
+                      shm_fixture_file_bytes(BF_SEG_NEEDS));
     reader_sees_rows(a, 10, 100);
     reader_sees_rows(b, 100000, 7000);
     /* a replacement goes lowest-first too (not to the arena's far end): the
      * file follows the rows in use + one replacement, not the reserve */
-    uint64_t file1 = needs_file_bytes();
+    uint64_t file1 = shm_fixture_file_bytes(BF_SEG_NEEDS);
     ck_assert_int_eq(lane_rollup(&l, a, "cluster-a", 20, 150), INGEST_ACCEPTED);
     struct bf_cluster_rec ra;
     ck_assert_int_eq(bf_cluster_read(&g_s, a, &ra, NULL), 0);
     ck_assert_uint_eq(ra.rows_off, 7100);
-    ck_assert_uint_eq(needs_file_bytes(), file1);
+    ck_assert_uint_eq(shm_fixture_file_bytes(BF_SEG_NEEDS), file1);
     ck_assert_uint_lt(bf_needs_rows_backed(&g_s), g_s.max_needs);
     reader_sees_rows(a, 20, 150);
     lane_stop(&l);
@@ -2231,7 +2220,7 @@ START_TEST(a_rollup_the_needs_file_cannot_grow_for_is_rejected_and_the_rows_stay
     ck_assert_int_eq(lane_rollup(&l, b, "cluster-b", 50000, 2000), INGEST_ACCEPTED);
     struct bf_cluster_rec before;
     ck_assert_int_eq(bf_cluster_read(&g_s, b, &before, NULL), 0);
-    uint64_t file0 = needs_file_bytes();
+    uint64_t file0 = shm_fixture_file_bytes(BF_SEG_NEEDS);
     uint32_t backed0 = bf_needs_rows_backed(&g_s);
     uint64_t rejected0 = BF_STAT_GET(g_s.st->session.rollups_rejected);
     struct rlimit rl;
@@ -2241,7 +2230,7 @@ START_TEST(a_rollup_the_needs_file_cannot_grow_for_is_rejected_and_the_rows_stay
     /* cluster-b's replacement: 5000 rows past the 5000 in use, past the first step */
     ck_assert_int_eq(lane_rollup(&l, b, "cluster-b", 70000, 5000), INGEST_REJECTED);
     ck_assert_uint_eq(BF_STAT_GET(g_s.st->session.rollups_rejected), rejected0 + 1);
-    ck_assert_uint_eq(needs_file_bytes(), file0);
+    ck_assert_uint_eq(shm_fixture_file_bytes(BF_SEG_NEEDS), file0);
     ck_assert_uint_eq(bf_needs_rows_backed(&g_s), backed0);
     struct bf_cluster_rec after;
     ck_assert_int_eq(bf_cluster_read(&g_s, b, &after, NULL), 0);
@@ -2253,7 +2242,7 @@ START_TEST(a_rollup_the_needs_file_cannot_grow_for_is_rejected_and_the_rows_stay
     /* the file can grow again: the same replacement is accepted */
     ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
     ck_assert_int_eq(lane_rollup(&l, b, "cluster-b", 70000, 5000), INGEST_ACCEPTED);
-    ck_assert_uint_gt(needs_file_bytes(), file0);
+    ck_assert_uint_gt(shm_fixture_file_bytes(BF_SEG_NEEDS), file0);
     reader_sees_rows(b, 70000, 5000);
     reader_sees_rows(a, 10, 3000);
     lane_stop(&l);

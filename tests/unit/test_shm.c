@@ -1026,23 +1026,11 @@ START_TEST(provisioning_stamps_pruned_when_withdrawn_restart_on_return)
 }
 END_TEST
 
-static off_t inventory_file_size(void)
-{
-    char name[128];
-    bf_shm_name(g_id, BF_SEG_INVENTORY, name, sizeof name);
-    int fd = shm_open(name, O_RDONLY, 0);
-    ck_assert_int_ge(fd, 0);
-    struct stat st;
-    ck_assert_int_eq(fstat(fd, &st), 0);
-    close(fd);
-    return st.st_size;
-}
-
 START_TEST(the_string_arena_grows_its_file_with_use_and_every_process_sees_it)
 {
     struct bf_strtab_meta *m = &g_s.inv->strtab;
     /* created backed by one step, far below the reserve */
-    off_t f0 = inventory_file_size();
+    off_t f0 = (off_t)shm_fixture_file_bytes(BF_SEG_INVENTORY);
     ck_assert_uint_eq((uint64_t)f0, g_s.arena_off + atomic_load(&m->arena_committed));
     ck_assert_uint_lt(atomic_load(&m->arena_committed), g_s.arena_bytes / 8);
     ck_assert_uint_eq(bf_shm_segment_bytes(&g_s, BF_SEG_INVENTORY), (size_t)f0);
@@ -1055,7 +1043,7 @@ START_TEST(the_string_arena_grows_its_file_with_use_and_every_process_sees_it)
         r = intern(buf);
         ck_assert_uint_le(atomic_load(&m->arena_used), atomic_load(&m->arena_committed));
     }
-    off_t f1 = inventory_file_size();
+    off_t f1 = (off_t)shm_fixture_file_bytes(BF_SEG_INVENTORY);
     ck_assert_int_gt(f1, f0 + (2 << 20));
     ck_assert_uint_eq((uint64_t)f1, g_s.arena_off + atomic_load(&m->arena_committed));
     ck_assert_uint_le(atomic_load(&m->arena_committed),
@@ -1454,18 +1442,6 @@ START_TEST(attach_refuses_an_inventory_file_shorter_than_its_committed_arena)
 }
 END_TEST
 
-static off_t segment_file_size(int kind)
-{
-    char name[128];
-    bf_shm_name(g_id, kind, name, sizeof name);
-    int fd = shm_open(name, O_RDONLY, 0);
-    ck_assert_int_ge(fd, 0);
-    struct stat st;
-    ck_assert_int_eq(fstat(fd, &st), 0);
-    close(fd);
-    return st.st_size;
-}
-
 START_TEST(the_verdict_ledger_grows_its_file_before_rows_are_published_and_older_maps_see_them)
 {
     uint64_t off = g_s.state_hdr->table_off[BF_STATE_T_VERDICTS];
@@ -1474,7 +1450,7 @@ START_TEST(the_verdict_ledger_grows_its_file_before_rows_are_published_and_older
     ck_assert_uint_ge(reserve, 2ull * n * sizeof(union bf_verdict_cell));
     ck_assert_uint_eq(g_s.len[BF_SEG_STATE], off + reserve); /* the whole reserve is mapped */
     /* created backed by one step, short of the reserve */
-    off_t f0 = segment_file_size(BF_SEG_STATE);
+    off_t f0 = (off_t)shm_fixture_file_bytes(BF_SEG_STATE);
     ck_assert_uint_eq((uint64_t)f0, off + bf_shm_grown(&g_s, BF_SEG_STATE));
     ck_assert_uint_lt(bf_shm_grown(&g_s, BF_SEG_STATE), reserve);
     ck_assert_uint_eq(bf_shm_segment_bytes(&g_s, BF_SEG_STATE), (size_t)f0);
@@ -1487,7 +1463,7 @@ START_TEST(the_verdict_ledger_grows_its_file_before_rows_are_published_and_older
     ck_assert_int_eq(bf_shm_grow(&ro, BF_SEG_STATE, reserve), -EROFS);
     /* buffer 1 takes every row: the file grows first, to the reserve */
     ck_assert_uint_eq(bf_verdict_cells_reserve(&g_s, 1, n), n);
-    ck_assert_uint_eq((uint64_t)segment_file_size(BF_SEG_STATE), off + reserve);
+    ck_assert_uint_eq((uint64_t)(off_t)shm_fixture_file_bytes(BF_SEG_STATE), off + reserve);
     ck_assert_uint_eq(bf_verdict_cells_backed(&g_s, 1), n);
     ck_assert_uint_eq(bf_verdict_cells_backed(&g_s, 0), n);
     g_s.verdicts[bf_verdict_index(1, n - 1)].row.cluster_ref = 77;
